@@ -1,0 +1,73 @@
+/* Bump allocator backing per-run scratch memory. */
+#define _POSIX_C_SOURCE 200809L
+#include "core/arena.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define ARENA_ALIGN 64
+
+struct lp_arena {
+    unsigned char *base;
+    size_t capacity;
+    size_t used;
+};
+
+lp_status lp_arena_create(size_t capacity, lp_arena **out, lp_error *err)
+{
+    *out = NULL;
+    lp_arena *arena = calloc(1, sizeof *arena);
+    if (!arena)
+        return lp_error_set(err, LP_ERR_NOMEM, "arena: out of memory");
+    if (capacity > 0) {
+        void *base = NULL;
+        size_t rounded = (capacity + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+        if (rounded < capacity || posix_memalign(&base, ARENA_ALIGN, rounded) != 0) {
+            free(arena);
+            return lp_error_set(err, LP_ERR_NOMEM, "arena: cannot allocate %zu bytes", capacity);
+        }
+        arena->base = base;
+        arena->capacity = rounded;
+    }
+    *out = arena;
+    return LP_OK;
+}
+
+void lp_arena_destroy(lp_arena *arena)
+{
+    if (!arena)
+        return;
+    free(arena->base);
+    free(arena);
+}
+
+void *lp_arena_alloc(lp_arena *arena, size_t bytes)
+{
+    size_t start = (arena->used + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    if (start > arena->capacity || bytes > arena->capacity - start)
+        return NULL;
+    arena->used = start + bytes;
+    return arena->base + start;
+}
+
+void *lp_arena_calloc(lp_arena *arena, size_t count, size_t size)
+{
+    size_t bytes;
+    if (__builtin_mul_overflow(count, size, &bytes))
+        return NULL;
+    void *p = lp_arena_alloc(arena, bytes);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+size_t lp_arena_mark(const lp_arena *arena) { return arena->used; }
+
+void lp_arena_reset_to(lp_arena *arena, size_t mark)
+{
+    LP_ASSERT(mark <= arena->used);
+    arena->used = mark;
+}
+
+size_t lp_arena_used(const lp_arena *arena) { return arena->used; }
+size_t lp_arena_capacity(const lp_arena *arena) { return arena->capacity; }

@@ -1,0 +1,213 @@
+/* Argument, number, size and unit helpers shared by the subcommands. */
+#define _POSIX_C_SOURCE 200809L
+#include "core/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+int lp_cli_option(const char *cmd, int argc, char **argv, int *i, const char *name,
+                  const char **value)
+{
+    const char *arg = argv[*i];
+    size_t len = strlen(name);
+    if (strncmp(arg, name, len) != 0)
+        return 0;
+    if (arg[len] == '=') {
+        *value = arg + len + 1;
+        return 1;
+    }
+    if (arg[len] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "loupe %s: option %s needs a value\n", cmd, name);
+        return -1;
+    }
+    *i += 1;
+    *value = argv[*i];
+    return 1;
+}
+
+bool lp_cli_flag(const char *arg, const char *name) { return strcmp(arg, name) == 0; }
+
+int lp_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "loupe %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return LP_EXIT_USAGE;
+}
+
+int lp_cli_fail(const char *cmd, const lp_error *err)
+{
+    fprintf(stderr, "loupe %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
+    return LP_EXIT_USAGE;
+}
+
+bool lp_parse_i64(const char *text, int64_t *out)
+{
+    if (!text || !*text)
+        return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return false;
+    *out = v;
+    return true;
+}
+
+bool lp_parse_f64(const char *text, double *out)
+{
+    if (!text || !*text)
+        return false;
+    errno = 0;
+    char *end;
+    double v = strtod(text, &end);
+    if (errno != 0 || *end != '\0' || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+typedef struct unit_suffix {
+    const char *suffix;
+    double scale;
+} unit_suffix;
+
+static bool parse_scaled(const char *text, const unit_suffix *units, size_t n_units,
+                         double max_value, double *out)
+{
+    if (!text || !*text)
+        return false;
+    errno = 0;
+    char *end;
+    double v = strtod(text, &end);
+    if (errno != 0 || end == text || !isfinite(v) || v < 0)
+        return false;
+    while (*end == ' ')
+        end++;
+    double scale = 1;
+    if (*end) {
+        bool found = false;
+        for (size_t i = 0; i < n_units; i++) {
+            if (strcmp(end, units[i].suffix) == 0) {
+                scale = units[i].scale;
+                found = true;
+                break;
+            }
+        }
+        if (!found)
+            return false;
+    }
+    v *= scale;
+    if (v > max_value)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool lp_parse_size(const char *text, uint64_t *bytes)
+{
+    static const unit_suffix units[] = {
+        {"B", 1},          {"k", 1e3},         {"K", 1e3},         {"kB", 1e3},
+        {"KB", 1e3},       {"M", 1e6},         {"MB", 1e6},        {"G", 1e9},
+        {"GB", 1e9},       {"T", 1e12},        {"TB", 1e12},       {"KiB", 1024.0},
+        {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+        {"Ki", 1024.0},    {"Mi", 1048576.0},  {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
+    };
+    double v;
+    if (!parse_scaled(text, units, sizeof units / sizeof units[0], 9.0e18, &v))
+        return false;
+    *bytes = (uint64_t)llround(v);
+    return true;
+}
+
+bool lp_parse_count(const char *text, int64_t *out)
+{
+    static const unit_suffix units[] = {
+        {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"Ki", 1024.0}, {"Mi", 1048576.0},
+    };
+    double v;
+    if (!parse_scaled(text, units, sizeof units / sizeof units[0], 9.0e18, &v))
+        return false;
+    if (v != floor(v))
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+const char *lp_format_bytes(uint64_t bytes, char *buf, int buf_size)
+{
+    static const char *const names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)bytes;
+    int unit = 0;
+    while (v >= 1024.0 && unit < 6) {
+        v /= 1024.0;
+        unit++;
+    }
+    if (unit == 0)
+        snprintf(buf, (size_t)buf_size, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, (size_t)buf_size, "%.2f %s", v, names[unit]);
+    return buf;
+}
+
+const char *lp_format_flops(double flops, char *buf, int buf_size)
+{
+    static const char *const names[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP",
+                                        "EFLOP"};
+    double v = flops;
+    int unit = 0;
+    while (fabs(v) >= 1000.0 && unit < 6) {
+        v /= 1000.0;
+        unit++;
+    }
+    snprintf(buf, (size_t)buf_size, unit == 0 ? "%.0f %s" : "%.2f %s", v, names[unit]);
+    return buf;
+}
+
+const char *lp_format_int(int64_t value, char *buf, int buf_size)
+{
+    char digits[32];
+    snprintf(digits, sizeof digits, "%lld", (long long)(value < 0 ? -value : value));
+    size_t n = strlen(digits);
+    char out[48];
+    size_t pos = 0;
+    if (value < 0)
+        out[pos++] = '-';
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            out[pos++] = ',';
+        out[pos++] = digits[i];
+    }
+    out[pos] = '\0';
+    snprintf(buf, (size_t)buf_size, "%s", out);
+    return buf;
+}
+
+int lp_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+const char *lp_configs_dir(void)
+{
+    const char *env = getenv("LOUPE_CONFIGS");
+    if (env && *env)
+        return env;
+#ifdef LP_SOURCE_CONFIGS_DIR
+    return LP_SOURCE_CONFIGS_DIR;
+#else
+    return "configs";
+#endif
+}

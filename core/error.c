@@ -1,0 +1,66 @@
+/* Error records: formatting, prefixing and status names. */
+#define _POSIX_C_SOURCE 200809L
+#include "core/error.h"
+
+#include <string.h>
+
+lp_status lp_error_setv(lp_error *err, lp_status code, const char *fmt, va_list ap)
+{
+    if (err) {
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    }
+    return code;
+}
+
+lp_status lp_error_set(lp_error *err, lp_status code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    lp_error_setv(err, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+lp_status lp_error_prefix(lp_error *err, const char *fmt, ...)
+{
+    if (!err)
+        return LP_OK;
+    char prefix[LP_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    /* Join by hand: the result is cut at the buffer size, which is what we want. */
+    char joined[LP_ERROR_MSG_MAX];
+    size_t prefix_len = strlen(prefix);
+    size_t msg_len = strnlen(err->msg, sizeof err->msg);
+    if (prefix_len > sizeof joined - 1)
+        prefix_len = sizeof joined - 1;
+    if (msg_len > sizeof joined - 1 - prefix_len)
+        msg_len = sizeof joined - 1 - prefix_len;
+    memcpy(joined, prefix, prefix_len);
+    memcpy(joined + prefix_len, err->msg, msg_len);
+    joined[prefix_len + msg_len] = '\0';
+    memcpy(err->msg, joined, sizeof joined);
+    return err->code;
+}
+
+const char *lp_status_name(lp_status status)
+{
+    static const char *const names[LP_STATUS_COUNT] = {
+        [LP_OK] = "ok",
+        [LP_ERR_NOMEM] = "out of memory",
+        [LP_ERR_IO] = "i/o error",
+        [LP_ERR_FORMAT] = "format error",
+        [LP_ERR_UNSUPPORTED] = "unsupported",
+        [LP_ERR_RANGE] = "out of range",
+        [LP_ERR_SQLITE] = "sqlite error",
+        [LP_ERR_CAIRO] = "cairo error",
+        [LP_ERR_USAGE] = "usage error",
+        [LP_ERR_NOT_FOUND] = "not found",
+    };
+    if ((unsigned)status >= LP_STATUS_COUNT)
+        return "unknown status";
+    return names[status];
+}

@@ -1,0 +1,55 @@
+# Shared helpers for the CLI tests: run loupe, check exit status and output, keep going, and end
+# with a "N passed, N failed" line.
+set -u
+LOUPE="${LOUPE_BIN:?LOUPE_BIN must point at the loupe binary}"
+SHARED="${LOUPE_SHARED:-}"
+TMP="$(mktemp -d "${LOUPE_TEST_TMP:-/tmp}/cli.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
+
+# expect_status CODE CMD...
+expect_status() {
+  local want=$1; shift
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local got=$?
+  if [ "$got" -eq "$want" ]; then ok; else bad "exit $got, want $want: $* (stderr: $(head -c 300 "$TMP/err"))"; fi
+}
+
+# expect_stdout_contains TEXT CMD...
+expect_stdout_contains() {
+  local text=$1; shift
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  if grep -qF -- "$text" "$TMP/out"; then ok; else bad "stdout lacks '$text': $*"; fi
+}
+
+# expect_stderr_contains TEXT CMD...
+expect_stderr_contains() {
+  local text=$1; shift
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  if grep -qF -- "$text" "$TMP/err"; then ok; else bad "stderr lacks '$text': $* (stderr: $(head -c 300 "$TMP/err"))"; fi
+}
+
+# expect_one_line_error CMD...: exit 2 and exactly one line on stderr
+expect_one_line_error() {
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local got=$?
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  if [ "$got" -eq 2 ] && [ "$lines" -eq 1 ]; then ok; else bad "want one-line error and exit 2, got exit $got with $lines lines: $*"; fi
+}
+
+require_shared() {
+  if [ -z "$SHARED" ] || [ ! -d "$SHARED" ]; then
+    echo "SKIP: ../shared not found (set LOUPE_SHARED)"
+    exit 77
+  fi
+}
+
+finish() {
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+}

@@ -1,0 +1,111 @@
+/* Compute kernels of the forward pass: each has a plain-C reference (ref.c, the spec the tests
+ * compare against) and SIMD versions (avx2.c, ...) chosen once at run time (dispatch.c).
+ * LP_ISA=ref|avx2 in the environment forces one.
+ *
+ *   // y[m, n] = x[m, k] . W[n, k]^T + bias[n]; W may be f32/f16/bf16 or a GGUF quant type and
+ *   // is dequantized panel by panel while packing, never as a whole.
+ *   lp_matrix w = lp_matrix_from_tensor(tensor);
+ *   lp_linear(x, m, &w, bias, y, pool);
+ *
+ * (The packed layouts of the GEMM are drawn in gemm_internal.h / the GEMM section below.)
+ */
+#ifndef LP_TRACE_KERNELS_H
+#define LP_TRACE_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "trace/mask.h"
+
+typedef enum lp_isa { LP_ISA_REF, LP_ISA_AVX2, LP_ISA_COUNT } lp_isa;
+
+/* The ISA in use (detected once; LP_ISA overrides). */
+lp_isa lp_kernels_isa(void);
+const char *lp_isa_name(lp_isa isa);
+/* Force an ISA (tests); returns false if the CPU lacks it. */
+bool lp_kernels_set_isa(lp_isa isa);
+
+/* A weight matrix [rows = out features, cols = in features] in any supported dtype. */
+typedef struct lp_matrix {
+    lp_dtype dtype;
+    const void *data;   /* borrowed */
+    int64_t rows;
+    int64_t cols;
+    uint64_t row_bytes; /* stride between rows */
+    bool transposed;    /* stored [cols, rows] (GPT-2 Conv1D); f32/f16/bf16 only */
+} lp_matrix;
+
+/* A fixed set of worker threads reused by every kernel call (deterministic static partition). */
+typedef struct lp_pool lp_pool;
+lp_status lp_pool_create(int n_threads, lp_pool **out, lp_error *err);
+void lp_pool_destroy(lp_pool *pool);
+int lp_pool_threads(const lp_pool *pool);
+/* Run fn(ctx, task) for task in [0, n_tasks) on the pool; returns when all are done. */
+void lp_pool_run(lp_pool *pool, int64_t n_tasks, void (*fn)(void *ctx, int64_t task), void *ctx);
+
+/* y[m, n] = x[m, k] . W^T (+ bias). x is row-major with row stride k. pool may be NULL. */
+lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *bias, float *y,
+                    lp_pool *pool, lp_error *err);
+
+/* Plain f32 GEMM: C[m, n] = A[m, k] . B[n, k]^T (+ C if accumulate). Leading dims in elements. */
+void lp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float *c, int64_t ldc, bool accumulate, lp_pool *pool);
+/* The reference the tests compare against. */
+void lp_gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float *c, int64_t ldc, bool accumulate);
+
+/* Per query row summaries of an attention head, computed from the exact probabilities without
+ * keeping a T x T buffer. */
+typedef struct lp_attn_row_stats {
+    float entropy;  /* nats */
+    float max_prob;
+    float sink;     /* probability on key position 0 */
+    float prev;     /* on the key one position before the query */
+    float self;     /* on the query's own position */
+    float distance; /* expected query - key distance */
+    float local;    /* mass on keys with query - key < local_window */
+    float row_sum;  /* sum of probabilities (1 unless the row is fully masked: 0) */
+} lp_attn_row_stats;
+
+/* One attention head (or a group sharing K/V). q: [n_q, head_dim] with row stride q_stride;
+ * k: [n_k, head_dim] stride k_stride; v: [n_k, v_dim] stride v_stride; out: [n_q, v_dim] stride
+ * out_stride. Tiled with an online softmax; probs (optional, [n_q, n_k] row-major) receives the
+ * exact probabilities, 0 on masked cells; row_stats (optional, [n_q]). */
+typedef struct lp_attn_args {
+    const float *q;
+    const float *k;
+    const float *v;
+    float *out;
+    int64_t n_q, n_k, head_dim, v_dim;
+    int64_t q_stride, k_stride, v_stride, out_stride;
+    float scale;        /* usually 1/sqrt(head_dim) */
+    float softcap;      /* 0 = off; else scores = softcap * tanh(scores / softcap) */
+    const lp_mask_spec *mask;
+    int64_t batch;      /* batch item, for the mask's padding */
+    float *probs;
+    lp_attn_row_stats *row_stats;
+    int64_t local_window; /* for row_stats.local */
+} lp_attn_args;
+
+void lp_attention(const lp_attn_args *args);
+void lp_attention_ref(const lp_attn_args *args); /* materializes each row; the spec */
+
+/* Vector kernels, in place or out of place as named. n is the row length. */
+void lp_rmsnorm(float *y, const float *x, const float *weight, int64_t n, float eps,
+                bool weight_plus_one);
+void lp_layernorm(float *y, const float *x, const float *weight, const float *bias, int64_t n,
+                  float eps);
+void lp_softmax(float *x, int64_t n);
+void lp_silu_mul(float *gate, const float *up, int64_t n);     /* gate = silu(gate) * up */
+void lp_gelu_mul(float *gate, const float *up, int64_t n, bool tanh_approx);
+void lp_gelu(float *x, int64_t n, bool tanh_approx);
+void lp_silu(float *x, int64_t n);
+void lp_add(float *y, const float *x, int64_t n);             /* y += x */
+/* Rotate rot_dim dims of each of n_heads heads of one position (head stride head_dim), with
+ * per-pair inverse frequencies inv_freq[rot_dim/2], in the given pair layout. */
+void lp_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
+             const float *inv_freq, float attn_scale, bool adjacent_pairs);
+
+#endif

@@ -1,0 +1,113 @@
+-- loupe trace database schema (see README, "The trace database").
+-- Created once per database; schema_version in `meta` guards migrations.
+PRAGMA foreign_keys = ON;
+
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS runs (
+    id            INTEGER PRIMARY KEY,
+    status        TEXT NOT NULL DEFAULT 'running',  -- 'running' until committed, then 'complete'
+    kind          TEXT NOT NULL DEFAULT 'trace',    -- 'trace' or 'leak'
+    model_path    TEXT NOT NULL,
+    model_format  TEXT NOT NULL,
+    architecture  TEXT NOT NULL,                    -- family, e.g. 'llama'
+    arch_json     TEXT,                             -- the normalized description
+    prompt        TEXT,
+    n_tokens      INTEGER NOT NULL,
+    n_layers      INTEGER NOT NULL,
+    n_heads       INTEGER NOT NULL,
+    n_threads     INTEGER NOT NULL,
+    isa           TEXT NOT NULL,
+    loupe_version TEXT NOT NULL,
+    maps_dtype    TEXT NOT NULL,                    -- 'f16', 'f32' or 'none'
+    started_at    TEXT NOT NULL,
+    finished_at   TEXT,
+    seconds       REAL
+);
+
+CREATE TABLE IF NOT EXISTS tokens (
+    run_id   INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    pos      INTEGER NOT NULL,
+    token_id INTEGER NOT NULL,
+    piece    TEXT NOT NULL,
+    PRIMARY KEY (run_id, pos)
+);
+
+-- Row-major [n_q, n_k] probabilities, little-endian f16 or f32.
+CREATE TABLE IF NOT EXISTS attention (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    layer  INTEGER NOT NULL,
+    head   INTEGER NOT NULL,
+    n_q    INTEGER NOT NULL,
+    n_k    INTEGER NOT NULL,
+    dtype  TEXT NOT NULL CHECK (dtype IN ('f16', 'f32')),
+    probs  BLOB NOT NULL,
+    PRIMARY KEY (run_id, layer, head)
+);
+
+CREATE TABLE IF NOT EXISTS head_stats (
+    run_id        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    layer         INTEGER NOT NULL,
+    head          INTEGER NOT NULL,
+    entropy       REAL NOT NULL,   -- mean over query rows, nats
+    max_prob      REAL NOT NULL,
+    sink          REAL NOT NULL,   -- mean mass on position 0
+    prev_token    REAL NOT NULL,   -- mean mass on the previous position
+    self          REAL NOT NULL,   -- mean mass on the query's own position
+    distance      REAL NOT NULL,   -- mean expected query - key distance
+    local_frac    REAL NOT NULL,   -- mean mass within the local window
+    local_window  INTEGER NOT NULL,
+    output_norm   REAL NOT NULL,   -- mean L2 norm of the head's output vector
+    PRIMARY KEY (run_id, layer, head)
+);
+
+-- Top-k next-token predictions per position.
+CREATE TABLE IF NOT EXISTS predictions (
+    run_id   INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    pos      INTEGER NOT NULL,
+    rank     INTEGER NOT NULL,
+    token_id INTEGER NOT NULL,
+    piece    TEXT NOT NULL,
+    prob     REAL NOT NULL,
+    logit    REAL NOT NULL,
+    PRIMARY KEY (run_id, pos, rank)
+);
+
+-- Full logits per position (--logits full), little-endian f32 [vocab].
+CREATE TABLE IF NOT EXISTS logits (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    pos    INTEGER NOT NULL,
+    data   BLOB NOT NULL,
+    PRIMARY KEY (run_id, pos)
+);
+
+-- MoE routing: how many tokens each expert of each layer received, and the router's entropy.
+CREATE TABLE IF NOT EXISTS expert_routing (
+    run_id         INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    layer          INTEGER NOT NULL,
+    expert         INTEGER NOT NULL,
+    tokens         INTEGER NOT NULL,
+    mean_weight    REAL NOT NULL,
+    PRIMARY KEY (run_id, layer, expert)
+);
+CREATE TABLE IF NOT EXISTS router_stats (
+    run_id         INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    layer          INTEGER NOT NULL,
+    mean_entropy   REAL NOT NULL,
+    PRIMARY KEY (run_id, layer)
+);
+
+-- Results of `loupe leak`.
+CREATE TABLE IF NOT EXISTS leak_checks (
+    run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    check_name  TEXT NOT NULL,      -- 'perturbation', 'attention_map', 'structural', 'alignment', 'mask'
+    passed      INTEGER NOT NULL,
+    layer       INTEGER,            -- -1 for the logits
+    position    INTEGER,
+    max_abs_diff REAL,
+    detail      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leak_checks_run ON leak_checks(run_id);
