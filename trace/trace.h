@@ -1,0 +1,284 @@
+/* The instrumented forward pass (a runnable model, observers at named sites) and the SQLite trace
+ * store, which is one such observer.
+ *
+ *   lp_model *model;
+ *   if (lp_model_open("stories260K.gguf", &model, &err) != LP_OK) ...   // any lp_weights_open path
+ *
+ *   // Plain pass: no observer, nothing recorded.
+ *   int32_t ids[] = {1, 403, 407};
+ *   lp_batch batch = lp_batch_single(ids, 3);
+ *   lp_forward_opts opts;
+ *   lp_forward_opts_init(&opts);
+ *   lp_forward(model, &batch, &opts, &err);
+ *
+ *   // Recording into SQLite: the store is an observer.
+ *   lp_store *store;
+ *   lp_store_open("loupe.db", &store, &err);            // creates the schema, WAL mode
+ *   lp_store_opts sopts;
+ *   lp_store_opts_init(&sopts);                          // all layers/heads, f16 maps, top-5
+ *   lp_run_info info = {...};                            // model path, prompt, tokens, pieces
+ *   int64_t run_id;
+ *   lp_store_begin_run(store, &info, &sopts, &run_id, &err);  // row 'running', committed at once
+ *   opts.observer = lp_store_observer(store);
+ *   if (lp_forward(model, &batch, &opts, &err) != LP_OK) lp_store_abort_run(store);
+ *   else lp_store_end_run(store, seconds, &err);         // one transaction, status 'complete'
+ *   lp_store_close(store);
+ *   lp_model_close(model);
+ *
+ *   // Your own observer: say which sites you want, receive borrowed views of them.
+ *   static bool want(void *ctx, const lp_site *site) { return site->kind == LP_SITE_RESID; }
+ *   static lp_status observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
+ *   { ... view->data[r * view->stride + c] for r < view->rows, c < view->cols ... }
+ *   lp_observer obs = {ctx, want, observe};
+ *
+ * Sites, in the order the pass reaches them (per batch item, per layer):
+ *   EMBED        layer -1, head -1: [T, hidden] the input of layer 0 (embedding, scaled, plus
+ *                learned positions)
+ *   ATTN_PROBS   layer l, head h: [T, T] exact probabilities, 0 on masked cells (row_stats too)
+ *   ATTN_STATS   layer l, head h: no matrix (data NULL); row_stats[T] per query row
+ *   HEAD_OUTPUT  layer l, head h: [T, head_dim] the head's attention output, before o_proj
+ *   ATTN_OUT     layer l: [T, hidden] attention block output (after o_proj and any post norm),
+ *                before the residual add
+ *   ROUTER       layer l (MoE layers only): [T, n_experts] router softmax over all experts, and
+ *                view->router with the chosen experts and their weights
+ *   FFN_OUT      layer l: [T, hidden] FFN/MoE output (after any post norm), before the residual add
+ *   RESID        layer l: [T, hidden] the residual stream after layer l
+ *   LOGITS       layer -1: [rows, vocab] classifier output (after any soft-cap) for positions
+ *                row0 .. row0+rows-1; may arrive in several consecutive chunks
+ * Views are borrowed: valid only during the observe() call. T = batch->n_tokens (padding
+ * included); padded query rows are fully masked (probabilities 0, row_sum 0).
+ *
+ * Positions: in batch item b, token t sits at RoPE/learned position t - pad_left[b] (Hugging
+ * Face's cumsum-of-attention-mask convention; padding tokens get position 0). The mask works on
+ * indices t (trace/mask.h), which for real tokens differ exactly as positions do.
+ *
+ * Determinism: for a given thread count the pass is bit-for-bit repeatable (static partitions,
+ * no atomics in sums).
+ */
+#ifndef LP_TRACE_TRACE_H
+#define LP_TRACE_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "inspect/model.h"
+#include "trace/kernels/kernels.h"
+#include "trace/mask.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * A runnable model: lp_weights bound to the arch's computation graph.
+ */
+
+typedef struct lp_model lp_model;
+
+/* Open PATH with lp_weights_open (folder, .safetensors, .gguf, llama2.c .bin), take its arch and
+ * bind every tensor the family needs; a missing tensor or a shape that disagrees with the arch is
+ * LP_ERR_FORMAT naming the tensor, an unsupported feature (MLA, ALiBi, ...) LP_ERR_UNSUPPORTED.
+ * Only norms and biases (1-D, small) are converted to f32 up front; matrices stay in the mmap. */
+lp_status lp_model_open(const char *path, lp_model **out, lp_error *err);
+
+/* Bind already-open weights; arch NULL = lp_weights_arch(weights). The model borrows weights
+ * (close the model before the weights) and copies arch. */
+lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, lp_model **out,
+                                lp_error *err);
+
+/* Closes the weights too when the model opened them. NULL is fine. */
+void lp_model_close(lp_model *model);
+
+const lp_arch *lp_model_arch(const lp_model *model);       /* borrowed */
+const lp_weights *lp_model_weights(const lp_model *model); /* borrowed */
+
+/* ---------------------------------------------------------------------------------------------
+ * Observers.
+ */
+
+typedef enum lp_site_kind {
+    LP_SITE_EMBED,
+    LP_SITE_ATTN_PROBS,
+    LP_SITE_ATTN_STATS,
+    LP_SITE_HEAD_OUTPUT,
+    LP_SITE_ATTN_OUT,
+    LP_SITE_ROUTER,
+    LP_SITE_FFN_OUT,
+    LP_SITE_RESID,
+    LP_SITE_LOGITS,
+    LP_SITE_KIND_COUNT
+} lp_site_kind;
+
+typedef struct lp_site {
+    lp_site_kind kind;
+    int64_t batch; /* batch item */
+    int layer;     /* -1 for EMBED and LOGITS */
+    int head;      /* query head for per-head sites, else -1 */
+} lp_site;
+
+/* Expert routing of one MoE layer for T tokens. */
+typedef struct lp_router_view {
+    int64_t n_experts;
+    int64_t top_k;
+    const int32_t *experts; /* [T, top_k] chosen experts, best first */
+    const float *weights;   /* [T, top_k] their mixing weights (softmax over the chosen) */
+} lp_router_view;
+
+typedef struct lp_view {
+    const float *data; /* [rows, cols] with row stride `stride` floats; NULL for ATTN_STATS */
+    int64_t rows;
+    int64_t cols;
+    int64_t stride;
+    int64_t row0;                        /* index of the first row (LOGITS chunks); else 0 */
+    const lp_attn_row_stats *row_stats;  /* ATTN_PROBS and ATTN_STATS: [rows] */
+    const lp_router_view *router;        /* ROUTER only */
+} lp_view;
+
+typedef struct lp_observer {
+    void *ctx;
+    /* Asked once per site before computing anything only it needs; NULL want = wants nothing. */
+    bool (*want)(void *ctx, const lp_site *site);
+    /* A non-OK status stops the pass and is returned by lp_forward with the observer's error. */
+    lp_status (*observe)(void *ctx, const lp_site *site, const lp_view *view, lp_error *err);
+} lp_observer;
+
+/* ---------------------------------------------------------------------------------------------
+ * The forward pass.
+ */
+
+/* n_seqs sequences of n_tokens each (padding included), processed one after another, each as one
+ * prefill (GEMMs over all its tokens). */
+typedef struct lp_batch {
+    int64_t n_seqs;
+    int64_t n_tokens;
+    const int32_t *tokens;    /* [n_seqs, n_tokens]; padding cells may hold any valid id */
+    const int64_t *pad_left;  /* [n_seqs] padding tokens at the start, or NULL = none */
+    const int64_t *pad_right; /* [n_seqs] padding tokens at the end, or NULL = none */
+} lp_batch;
+
+static inline lp_batch lp_batch_single(const int32_t *tokens, int64_t n_tokens)
+{
+    lp_batch b = {1, n_tokens, tokens, NULL, NULL};
+    return b;
+}
+
+typedef struct lp_forward_opts {
+    const lp_observer *observer; /* NULL = the plain pass */
+    lp_pool *pool;               /* worker threads; NULL = single-threaded */
+    lp_mask_fault mask_fault;    /* deliberately broken mask (leak checker); default NONE */
+    bool sliding_window;         /* honour arch.layer_window (default true) */
+    int64_t window_override;     /* > 0: this window on every layer instead (tests) */
+    int64_t local_window;        /* row_stats.local counts keys with q - k < this (default 8) */
+    bool logits_last_only;       /* compute logits for the last position only */
+    /* Progress, called after each layer of each batch item; NULL = none. */
+    void (*progress)(void *ctx, int64_t batch, int layer, int n_layers);
+    void *progress_ctx;
+} lp_forward_opts;
+
+void lp_forward_opts_init(lp_forward_opts *opts);
+
+/* Run the pass. Token ids must be < vocab_size and n_tokens <= a bound derived from the arch
+ * (learned position tables) and memory; violations are LP_ERR_RANGE naming the value. */
+lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forward_opts *opts,
+                     lp_error *err);
+
+/* Bytes of scratch lp_forward allocates for n_tokens (one arena, sized up front). */
+uint64_t lp_forward_scratch_bytes(const lp_model *model, int64_t n_tokens, bool want_probs);
+
+/* ---------------------------------------------------------------------------------------------
+ * Probes: per-head summaries and predictions.
+ */
+
+typedef struct lp_head_stats {
+    double entropy;    /* mean over visible query rows, nats */
+    double max_prob;
+    double sink;       /* mass on key 0 */
+    double prev_token; /* mass on key q-1, over rows q >= 1 */
+    double self;
+    double distance;   /* expected q - k */
+    double local_frac; /* mass on keys with q - k < local_window */
+    double output_norm; /* mean L2 norm of the head's output rows (0 if not given) */
+    int64_t n_rows;     /* rows that saw at least one key */
+} lp_head_stats;
+
+/* Average row statistics over the rows that saw any key (row_sum > 0). row_index0 is the query
+ * index of rows[0], used to leave row 0 out of prev_token. */
+void lp_head_stats_from_rows(const lp_attn_row_stats *rows, int64_t n_rows, int64_t row_index0,
+                             lp_head_stats *out);
+
+/* Mean L2 norm of n_rows rows of length n (row stride `stride`), summed in double. */
+double lp_mean_row_norm(const float *x, int64_t n_rows, int64_t n, int64_t stride);
+
+typedef struct lp_prediction {
+    int32_t token_id;
+    float logit;
+    float prob; /* softmax over the whole vocabulary */
+} lp_prediction;
+
+/* The k largest logits, best first (ties: lower id first); k is clipped to vocab. Returns the
+ * number written. */
+int64_t lp_top_k(const float *logits, int64_t vocab, int64_t k, lp_prediction *out);
+
+/* Parse an index list "0,2-4,7" with every index < limit into mask[limit] (true = chosen).
+ * "all" or "" chooses everything. Bad syntax or an index >= limit is LP_ERR_USAGE naming it. */
+lp_status lp_parse_index_list(const char *text, int64_t limit, bool *mask, lp_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * The SQLite trace store (schema: trace/schema.sql, documented in the README).
+ */
+
+#define LP_STORE_SCHEMA_VERSION 1
+
+typedef struct lp_store lp_store;
+struct sqlite3;
+struct lp_tokenizer;
+
+typedef enum lp_maps_dtype { LP_MAPS_F16, LP_MAPS_F32, LP_MAPS_NONE, LP_MAPS_COUNT } lp_maps_dtype;
+typedef enum lp_logits_mode { LP_LOGITS_TOPK, LP_LOGITS_FULL, LP_LOGITS_MODE_COUNT } lp_logits_mode;
+
+typedef struct lp_store_opts {
+    lp_maps_dtype maps;
+    const bool *layers;   /* [n_layers] whose maps to store, NULL = all (stats: always all) */
+    const bool *heads;    /* [n_heads], NULL = all */
+    lp_logits_mode logits;
+    int64_t top_k;        /* predictions per position (default 5) */
+    int64_t local_window; /* recorded with head_stats; must equal the forward's (default 8) */
+} lp_store_opts;
+
+void lp_store_opts_init(lp_store_opts *opts);
+
+/* What the runs row records. Strings are copied. */
+typedef struct lp_run_info {
+    const char *kind;         /* "trace" (default when NULL) or "leak" */
+    const char *model_path;
+    const char *model_format; /* "safetensors", "gguf", "llama2c" */
+    const lp_arch *arch;
+    const char *prompt;       /* may be NULL */
+    const int32_t *tokens;    /* [n_tokens] of batch item 0 */
+    int64_t n_tokens;
+    const struct lp_tokenizer *tokenizer; /* pieces for tokens and predictions; NULL = "<id>" */
+    int n_threads;
+} lp_run_info;
+
+/* Open or create the database (WAL mode), create the schema if missing; a database whose
+ * meta.schema_version is newer than LP_STORE_SCHEMA_VERSION is refused (LP_ERR_UNSUPPORTED). */
+lp_status lp_store_open(const char *path, lp_store **out, lp_error *err);
+/* Rolls back a run still open. NULL is fine. */
+void lp_store_close(lp_store *store);
+/* The connection, for callers' own tables and queries (leak_checks). Borrowed. */
+struct sqlite3 *lp_store_db(lp_store *store);
+
+/* Insert the runs row with status 'running' and commit it at once (a killed run stays visibly
+ * incomplete), then open the run's transaction and insert its tokens. */
+lp_status lp_store_begin_run(lp_store *store, const lp_run_info *info, const lp_store_opts *opts,
+                             int64_t *run_id, lp_error *err);
+/* The observer recording into the open run (stats for every head, maps for the selection,
+ * predictions or full logits, MoE routing). Borrowed: valid until lp_store_close. Records batch
+ * item 0 only. */
+const lp_observer *lp_store_observer(lp_store *store);
+/* Write the aggregates (head_stats, expert routing), set status 'complete', finished_at and
+ * seconds, and commit. */
+lp_status lp_store_end_run(lp_store *store, double seconds, lp_error *err);
+/* Roll back the run's data; its row stays 'running' (or becomes 'failed' if that can be
+ * written). */
+void lp_store_abort_run(lp_store *store);
+
+#endif
