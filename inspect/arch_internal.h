@@ -1,0 +1,21 @@
+/* Inside the inspect module: writing an lp_arch back out as a YAML card (configs/README.md).
+ *
+ *   lp_arch arch;
+ *   lp_arch_from_hf_config("config.json", &arch, &err);
+ *   lp_arch_write_yaml(&arch, "https://huggingface.co/.../config.json", stdout, &err);
+ *
+ * Reading the card back with lp_arch_from_yaml gives an lp_arch equal field by field (except
+ * name and source); tests/test_arch.c checks this round trip.
+ */
+#ifndef LP_INSPECT_ARCH_INTERNAL_H
+#define LP_INSPECT_ARCH_INTERNAL_H
+
+#include <stdio.h>
+
+#include "inspect/model.h"
+
+/* config_url may be NULL. Returns LP_ERR_IO when the stream fails. */
+lp_status lp_arch_write_yaml(const lp_arch *arch, const char *config_url, FILE *out,
+                             lp_error *err);
+
+#endif

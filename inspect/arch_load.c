@@ -1,0 +1,243 @@
+/* lp_arch_load: pick the reader for a path or card name; and the llama2.c checkpoint header.
+ *
+ * llama2.c checkpoints (karpathy/llama2.c), all little-endian:
+ *   legacy (version 0), what run.c reads:
+ *     offset 0   int32 dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len
+ *     offset 28  float32 tensors: token_embedding [vocab, dim], rms_att [L, dim],
+ *                wq [L, dim, dim], wk [L, kv_dim, dim], wv [L, kv_dim, dim], wo [L, dim, dim],
+ *                rms_ffn [L, dim], w1 [L, hidden, dim], w2 [L, dim, hidden], w3 [L, hidden, dim],
+ *                rms_final [dim], freq_cis_real [seq_len, head_dim/2], freq_cis_imag (same),
+ *                then wcls [vocab, dim] only when vocab_size < 0 (unshared classifier).
+ *   version 1 (export.py --version 1): uint32 magic 0x616b3432 "ak42", int32 version = 1,
+ *     the same seven int32, uint8 shared_classifier, zero padding to 256 bytes, then float32
+ *     tensors in the order above without the freq_cis tables.
+ *   version 2 is int8-quantized (Q8_0 groups) and is recognized but not read here.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "inspect/model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/checked.h"
+#include "core/cli.h"
+#include "core/dtype.h"
+#include "core/mapfile.h"
+#include "inspect/gguf.h"
+
+#define LLAMA2C_MAGIC 0x616b3432u
+#define LLAMA2C_V1_HEADER 256
+
+static const char *const LLAMA2C_FIELDS[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
+                                              "n_kv_heads", "vocab_size", "seq_len"};
+
+/* Float count of the weights that follow the header: the file must hold at least this many. */
+static bool llama2c_weight_floats(const int32_t h[7], bool shared_classifier, bool legacy,
+                                  uint64_t *out)
+{
+    uint64_t dim = (uint64_t)h[0], hidden = (uint64_t)h[1], layers = (uint64_t)h[2];
+    uint64_t heads = (uint64_t)h[3], kv_heads = (uint64_t)h[4];
+    uint64_t vocab = (uint64_t)(h[5] < 0 ? -(int64_t)h[5] : h[5]), seq = (uint64_t)h[6];
+    uint64_t head_dim = dim / heads, kv_dim, per_layer = 0, t, total = 0;
+    if (!lp_mul_u64(head_dim, kv_heads, &kv_dim))
+        return false;
+    /* per layer: 2 norms + wq + wo + wk + wv + w1 + w2 + w3 */
+    uint64_t parts[5][2] = {{2, dim}, {2 * dim, dim}, {2 * kv_dim, dim}, {3 * hidden, dim}, {0, 0}};
+    for (int i = 0; i < 4; i++) {
+        if (!lp_mul_u64(parts[i][0], parts[i][1], &t) || !lp_add_u64(per_layer, t, &per_layer))
+            return false;
+    }
+    if (!lp_mul_u64(per_layer, layers, &total))
+        return false;
+    if (!lp_mul_u64(vocab, dim, &t) || !lp_add_u64(total, t, &total)) /* embedding */
+        return false;
+    if (!lp_add_u64(total, dim, &total)) /* final norm */
+        return false;
+    if (legacy && (!lp_mul_u64(seq, head_dim, &t) || !lp_add_u64(total, t, &total)))
+        return false; /* freq_cis real + imag, head_dim/2 each */
+    if (!shared_classifier && (!lp_mul_u64(vocab, dim, &t) || !lp_add_u64(total, t, &total)))
+        return false;
+    *out = total;
+    return true;
+}
+
+lp_status lp_arch_from_llama2c(const char *bin_path, lp_arch *out, lp_error *err)
+{
+    lp_arch_init(out);
+    snprintf(out->source, sizeof out->source, "%s", bin_path);
+    snprintf(out->name, sizeof out->name, "%s", lp_path_basename(bin_path));
+
+    lp_mapped_file map;
+    lp_status st = lp_map_file(bin_path, &map, err);
+    if (st != LP_OK)
+        return st;
+    /* Only the header is read: the mapping never touches the weights. */
+    bool legacy = true, shared_classifier = true;
+    size_t header_bytes = 28, fields_at = 0;
+    if (map.size >= 8 && lp_load_u32(map.data) == LLAMA2C_MAGIC) {
+        int32_t version = lp_load_i32(map.data + 4);
+        if (version != 1) {
+            lp_unmap_file(&map);
+            return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                                "%s: llama2.c checkpoint version %d is not supported (legacy and "
+                                "version 1 are)",
+                                bin_path, version);
+        }
+        legacy = false;
+        header_bytes = LLAMA2C_V1_HEADER;
+        fields_at = 8;
+    }
+    if (map.size < header_bytes) {
+        size_t size = map.size;
+        lp_unmap_file(&map);
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: %zu bytes is shorter than the %zu-byte llama2.c header",
+                            bin_path, size, header_bytes);
+    }
+    int32_t h[7];
+    for (int i = 0; i < 7; i++)
+        h[i] = lp_load_i32(map.data + fields_at + 4 * (size_t)i);
+    if (!legacy)
+        shared_classifier = map.data[fields_at + 28] != 0;
+    size_t file_size = map.size;
+    lp_unmap_file(&map);
+
+    for (int i = 0; i < 7; i++) {
+        if (i == 5 && h[i] != 0 && h[i] != INT32_MIN)
+            continue; /* vocab_size: negative means an unshared classifier */
+        if (h[i] <= 0)
+            return lp_error_set(err, LP_ERR_FORMAT,
+                                "%s: header field %s at byte %zu is %d, must be positive",
+                                bin_path, LLAMA2C_FIELDS[i], fields_at + 4 * (size_t)i, h[i]);
+    }
+    if (legacy)
+        shared_classifier = h[5] > 0;
+    if (h[0] % h[3] != 0)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: header field n_heads %d does not divide dim %d", bin_path, h[3],
+                            h[0]);
+    if (h[4] > h[3] || h[3] % h[4] != 0)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: header field n_kv_heads %d does not divide n_heads %d", bin_path,
+                            h[4], h[3]);
+    uint64_t floats, bytes, need;
+    if (!llama2c_weight_floats(h, shared_classifier, legacy, &floats) ||
+        !lp_mul_u64(floats, 4, &bytes) || !lp_add_u64(bytes, header_bytes, &need))
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: header sizes overflow 64 bits", bin_path);
+    if ((uint64_t)file_size < need)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: file has %zu bytes, the header (dim %d, %d layers, vocab %d) "
+                            "needs %llu",
+                            bin_path, file_size, h[0], h[2], h[5], (unsigned long long)need);
+
+    snprintf(out->family, sizeof out->family, "llama");
+    out->hidden_size = h[0];
+    out->ffn_hidden = h[1];
+    out->n_layers = h[2];
+    out->n_heads = h[3];
+    out->n_kv_heads = h[4];
+    out->vocab_size = h[5] < 0 ? -(int64_t)h[5] : h[5];
+    out->n_ctx = h[6];
+    out->tied_embeddings = shared_classifier;
+    /* run.c hard-codes these. */
+    out->ffn_kind = LP_FFN_SWIGLU;
+    out->act = LP_ACT_SILU;
+    out->norm_kind = LP_NORM_RMS;
+    out->norm_eps = 1e-5;
+    out->pos_kind = LP_POS_ROPE;
+    out->rope_theta = 10000.0;
+    out->rope_layout = LP_ROPE_ADJACENT; /* Meta's original pairing, not rotate_half */
+    out->storage_dtype = LP_DTYPE_F32;
+    out->bos_token_id = 1;
+    out->eos_token_id = 2;
+    return lp_arch_finish(out, err);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static lp_status load_gguf(const char *path, lp_arch *out, lp_error *err)
+{
+    lp_gguf *gguf;
+    lp_status st = lp_gguf_open(path, &gguf, err);
+    if (st != LP_OK)
+        return st;
+    st = lp_arch_from_gguf(gguf, out, err);
+    lp_gguf_close(gguf);
+    return st;
+}
+
+/* Guess a file's format from its first bytes when its name does not say. */
+static lp_status load_by_content(const char *path, lp_arch *out, lp_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return lp_error_set(err, LP_ERR_IO, "%s: %s", path, strerror(errno));
+    unsigned char head[16] = {0};
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (got >= 4 && memcmp(head, "GGUF", 4) == 0)
+        return load_gguf(path, out, err);
+    size_t i = 0;
+    while (i < got && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t'))
+        i++;
+    if (i < got && head[i] == '{')
+        return lp_arch_from_hf_config(path, out, err);
+    return lp_arch_from_llama2c(path, out, err);
+}
+
+lp_status lp_arch_load(const char *path_or_name, lp_arch *out, lp_error *err)
+{
+    const char *p = path_or_name;
+    if (!p || !*p) {
+        lp_arch_init(out);
+        return lp_error_set(err, LP_ERR_USAGE, "no model path or card name given");
+    }
+    if (lp_path_is_dir(p)) {
+        char *config = lp_path_join(p, "config.json");
+        if (!config)
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", p);
+        lp_status st;
+        if (lp_path_exists(config))
+            st = lp_arch_from_hf_config(config, out, err);
+        else {
+            lp_arch_init(out);
+            st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: folder has no config.json", p);
+        }
+        free(config);
+        return st;
+    }
+    if (lp_path_exists(p)) {
+        if (ends_with(p, ".json"))
+            return lp_arch_from_hf_config(p, out, err);
+        if (ends_with(p, ".yaml") || ends_with(p, ".yml"))
+            return lp_arch_from_yaml(p, out, err);
+        if (ends_with(p, ".gguf"))
+            return load_gguf(p, out, err);
+        return load_by_content(p, out, err);
+    }
+    /* Not a file: a card name such as "llama-3-8b" in the configs folder. */
+    lp_arch_init(out);
+    if (strchr(p, '/'))
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no such file", p);
+    const char *dir = lp_configs_dir();
+    size_t len = strlen(dir) + strlen(p) + 7;
+    char *card = malloc(len);
+    if (!card)
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", p);
+    snprintf(card, len, "%s/%s%s", dir, p, ends_with(p, ".yaml") ? "" : ".yaml");
+    lp_status st;
+    if (lp_path_exists(card))
+        st = lp_arch_from_yaml(card, out, err);
+    else
+        st = lp_error_set(err, LP_ERR_NOT_FOUND,
+                          "%s: no such file, and no card %s.yaml in %s (see configs/README.md)", p,
+                          p, dir);
+    free(card);
+    return st;
+}
