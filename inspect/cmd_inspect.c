@@ -1,14 +1,996 @@
-/* TEMPORARY placeholder until this command lands; replaced by its module's real implementation. */
-#include <stdio.h>
+/* `loupe inspect PATH`: architecture, tensor table, totals, tied-embedding detection, checks of
+ * config against weights, and optional per-tensor statistics. */
+#include "inspect/weights_internal.h"
 
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/checked.h"
 #include "core/cli.h"
+#include "inspect/arch_json.h"
+
+#define INSPECT_USAGE                                                                             \
+    "usage: loupe inspect PATH [--stats] [--json]\n"                                              \
+    "\n"                                                                                          \
+    "Read a model's description and weights without running it.\n"                               \
+    "\n"                                                                                          \
+    "PATH   a model folder (config.json + model.safetensors or model.safetensors.index.json,\n"   \
+    "       or one .gguf / llama2.c .bin), a .safetensors, .safetensors.index.json, .gguf or\n"   \
+    "       .bin file, or a config file (config.json, *.yaml card): then only the architecture\n" \
+    "--stats  per-tensor min, max, mean, std, absmax and NaN/Inf counts over the (dequantized)\n"  \
+    "         values; reads every tensor\n"                                                       \
+    "--json   one JSON document: format, architecture, params.total, tensors[], checks[]\n"      \
+    "\n"                                                                                          \
+    "Checks: every tensor the architecture expects is present with the expected shape, no\n"      \
+    "unexpected tensors, tied embeddings consistent with the config (with --stats: all values\n"  \
+    "finite). Exit status: 0 all checks pass, 1 a check failed, 2 unreadable or invalid input.\n"
+
+/* Classifier/embedding comparison reads both tensors; above this size, without --stats, only
+ * sampled windows are compared so that a plain inspect stays a header-only operation. */
+#define FULL_COMPARE_MAX_BYTES (64ull << 20)
+#define SAMPLE_WINDOWS 16
+#define SAMPLE_WINDOW_BYTES 4096
+#define STATS_CHUNK 65536 /* values per conversion chunk: a multiple of every block size */
+#define LIST_MAX 12       /* names listed in a check's detail before "and N more" */
+
+/* ---- statistics ---------------------------------------------------------------------------- */
+
+typedef struct tensor_stats {
+    double min, max, mean, m2; /* over finite values; m2 = sum of squared deviations */
+    int64_t n_finite, n_nan, n_inf;
+} tensor_stats;
+
+/* Eight independent lanes so the compiler can keep them in vector registers (plain C: no
+ * intrinsics, no fast-math; gcc/clang vectorize the lane loops at -O3 and unroll them at -O2). */
+enum { LANES = 8 };
+
+static void chunk_stats(const float *x, int64_t n, tensor_stats *out)
+{
+    float mn[LANES], mx[LANES];
+    double sum[LANES];
+    int64_t fin[LANES], nan_count[LANES];
+    for (int j = 0; j < LANES; j++) {
+        mn[j] = INFINITY;
+        mx[j] = -INFINITY;
+        sum[j] = 0.0;
+        fin[j] = nan_count[j] = 0;
+    }
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int j = 0; j < LANES; j++) {
+            float v = x[i + j];
+            int finite = (v - v) == 0.0f; /* false for NaN and +-Inf */
+            mn[j] = finite && v < mn[j] ? v : mn[j];
+            mx[j] = finite && v > mx[j] ? v : mx[j];
+            sum[j] += finite ? (double)v : 0.0;
+            fin[j] += finite;
+            nan_count[j] += v != v;
+        }
+    }
+    for (; i < n; i++) {
+        float v = x[i];
+        int finite = (v - v) == 0.0f;
+        mn[0] = finite && v < mn[0] ? v : mn[0];
+        mx[0] = finite && v > mx[0] ? v : mx[0];
+        sum[0] += finite ? (double)v : 0.0;
+        fin[0] += finite;
+        nan_count[0] += v != v;
+    }
+    double total = 0.0;
+    int64_t n_fin = 0, n_nan = 0;
+    float lo = INFINITY, hi = -INFINITY;
+    for (int j = 0; j < LANES; j++) {
+        total += sum[j];
+        n_fin += fin[j];
+        n_nan += nan_count[j];
+        lo = mn[j] < lo ? mn[j] : lo;
+        hi = mx[j] > hi ? mx[j] : hi;
+    }
+    double mean = n_fin ? total / (double)n_fin : 0.0;
+    /* second pass over the chunk (still in cache) for the deviations: no cancellation */
+    double m2[LANES] = {0};
+    i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int j = 0; j < LANES; j++) {
+            float v = x[i + j];
+            double d = (v - v) == 0.0f ? (double)v - mean : 0.0;
+            m2[j] += d * d;
+        }
+    }
+    for (; i < n; i++) {
+        float v = x[i];
+        double d = (v - v) == 0.0f ? (double)v - mean : 0.0;
+        m2[0] += d * d;
+    }
+    double chunk_m2 = 0.0;
+    for (int j = 0; j < LANES; j++)
+        chunk_m2 += m2[j];
+    /* merge into the running totals (Chan et al.'s pairwise update) */
+    if (n_fin > 0) {
+        if (out->n_finite == 0) {
+            out->mean = mean;
+            out->m2 = chunk_m2;
+            out->min = (double)lo;
+            out->max = (double)hi;
+        } else {
+            double na = (double)out->n_finite, nb = (double)n_fin;
+            double delta = mean - out->mean;
+            out->mean += delta * nb / (na + nb);
+            out->m2 += chunk_m2 + delta * delta * na * nb / (na + nb);
+            out->min = (double)lo < out->min ? (double)lo : out->min;
+            out->max = (double)hi > out->max ? (double)hi : out->max;
+        }
+        out->n_finite += n_fin;
+    }
+    out->n_nan += n_nan;
+    out->n_inf += n - n_fin - n_nan;
+}
+
+/* Stream the tensor through a fixed buffer, STATS_CHUNK values at a time, so no tensor is ever
+ * converted whole. Quant blocks are contiguous in the file, so a flat chunk of a whole number of
+ * blocks starts at (first / block_elems) * block_bytes. */
+static lp_status compute_stats(const lp_tensor *t, float *buf, tensor_stats *out, lp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const lp_dtype_info *info = lp_dtype_get(t->dtype);
+    for (int64_t first = 0; first < t->n_elements; first += STATS_CHUNK) {
+        int64_t len = t->n_elements - first < STATS_CHUNK ? t->n_elements - first : STATS_CHUNK;
+        lp_tensor view = *t;
+        view.n_dims = 1;
+        view.shape[0] = len;
+        view.n_elements = len;
+        view.data = (const uint8_t *)t->data +
+                    (uint64_t)(first / info->block_elems) * info->block_bytes;
+        lp_status status = lp_tensor_rows_f32(&view, 0, 1, buf, err);
+        if (status != LP_OK)
+            return status;
+        chunk_stats(buf, len, out);
+    }
+    return LP_OK;
+}
+
+static json_t *stats_json(const tensor_stats *s)
+{
+    json_t *j = json_object();
+    if (!j)
+        return NULL;
+    if (s->n_finite > 0) {
+        double absmax = fabs(s->min) > fabs(s->max) ? fabs(s->min) : fabs(s->max);
+        json_object_set_new(j, "min", json_real(s->min));
+        json_object_set_new(j, "max", json_real(s->max));
+        json_object_set_new(j, "mean", json_real(s->mean));
+        json_object_set_new(j, "std", json_real(sqrt(s->m2 / (double)s->n_finite)));
+        json_object_set_new(j, "absmax", json_real(absmax));
+    } else {
+        json_object_set_new(j, "min", json_null());
+        json_object_set_new(j, "max", json_null());
+        json_object_set_new(j, "mean", json_null());
+        json_object_set_new(j, "std", json_null());
+        json_object_set_new(j, "absmax", json_null());
+    }
+    json_object_set_new(j, "nan", json_integer(s->n_nan));
+    json_object_set_new(j, "inf", json_integer(s->n_inf));
+    return j;
+}
+
+/* ---- expected tensors ----------------------------------------------------------------------- */
+
+typedef struct expect_ctx {
+    const lp_weights *w;
+    const lp_arch *a;
+    bool *hit;           /* [n_tensors] expected and found */
+    json_t *missing;     /* array of descriptions */
+} expect_ctx;
+
+static size_t tensor_index(const lp_weights *w, const lp_tensor *t)
+{
+    return (size_t)(t - w->tensors);
+}
+
+static void describe_key(char *buf, size_t size, lp_role role, int layer, int expert, bool bias)
+{
+    int n = snprintf(buf, size, "%s", lp_role_name(role));
+    if (layer >= 0 && n >= 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " layer %d", layer);
+    if (expert >= 0 && n >= 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " expert %d", expert);
+    if (bias && n >= 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, " bias");
+}
+
+/* Mark one expected tensor; returns whether it is there. */
+static bool want(expect_ctx *c, lp_role role, int layer, int expert, bool bias, bool report)
+{
+    const lp_tensor *t = lp_weights_find(c->w, role, layer, expert, bias);
+    if (t) {
+        c->hit[tensor_index(c->w, t)] = true;
+        return true;
+    }
+    if (report) {
+        char buf[96];
+        describe_key(buf, sizeof buf, role, layer, expert, bias);
+        json_array_append_new(c->missing, json_string(buf));
+    }
+    return false;
+}
+
+/* A weight and, when has_bias, its bias. */
+static void want_linear(expect_ctx *c, lp_role role, int layer, int expert, bool has_bias)
+{
+    want(c, role, layer, expert, false, true);
+    if (has_bias)
+        want(c, role, layer, expert, true, true);
+}
+
+static void want_norm(expect_ctx *c, lp_role role, int layer)
+{
+    want(c, role, layer, -1, false, true);
+    if (c->a->norm_kind == LP_NORM_LAYER && c->a->bias_norm)
+        want(c, role, layer, -1, true, true);
+}
+
+/* Either one fused tensor or all its parts. */
+static void want_fused_or_parts(expect_ctx *c, lp_role fused, const lp_role *parts, int n_parts,
+                                int layer, bool has_bias)
+{
+    if (lp_weights_find(c->w, fused, layer, -1, false)) {
+        want_linear(c, fused, layer, -1, has_bias);
+        return;
+    }
+    for (int i = 0; i < n_parts; i++)
+        want_linear(c, parts[i], layer, -1, has_bias);
+}
+
+static void want_experts(expect_ctx *c, lp_role role, int layer)
+{
+    /* GGUF stores all experts of a layer in one 3-D tensor (expert -1) */
+    if (want(c, role, layer, -1, false, false))
+        return;
+    for (int64_t e = 0; e < c->a->n_experts; e++)
+        want(c, role, layer, (int)e, false, true);
+}
+
+static void walk_expected(expect_ctx *c)
+{
+    const lp_arch *a = c->a;
+    want(c, LP_ROLE_TOKEN_EMBD, -1, -1, false, true);
+    if (a->pos_kind == LP_POS_LEARNED)
+        want(c, LP_ROLE_POS_EMBD, -1, -1, false, true);
+    if (a->embed_norm)
+        want_norm(c, LP_ROLE_EMBD_NORM, -1);
+    if (a->final_norm)
+        want_norm(c, LP_ROLE_OUTPUT_NORM, -1);
+    if (!a->tied_embeddings)
+        want_linear(c, LP_ROLE_LM_HEAD, -1, -1, a->bias_lm_head);
+    else
+        want(c, LP_ROLE_LM_HEAD, -1, -1, false, false); /* a stored copy is fine */
+    for (int l = 0; l < (int)a->n_layers && l < LP_MAX_LAYERS; l++) {
+        if (!a->no_input_norm)
+            want_norm(c, LP_ROLE_ATTN_NORM, l);
+        if (!a->no_input_norm && (!a->parallel_block || a->parallel_two_norms))
+            want_norm(c, LP_ROLE_FFN_NORM, l);
+        if (a->post_attn_norm || a->no_input_norm)
+            want_norm(c, LP_ROLE_ATTN_POST_NORM, l);
+        if (a->post_ffn_norm || a->no_input_norm)
+            want_norm(c, LP_ROLE_FFN_POST_NORM, l);
+        if (a->mla) {
+            if (a->q_lora_rank > 0) {
+                want_linear(c, LP_ROLE_ATTN_Q_A, l, -1, false);
+                want_norm(c, LP_ROLE_ATTN_Q_A_NORM, l);
+                want_linear(c, LP_ROLE_ATTN_Q_B, l, -1, false);
+            } else {
+                want_linear(c, LP_ROLE_ATTN_Q, l, -1, false);
+            }
+            want_linear(c, LP_ROLE_ATTN_KV_A, l, -1, false);
+            want_norm(c, LP_ROLE_ATTN_KV_A_NORM, l);
+            want_linear(c, LP_ROLE_ATTN_KV_B, l, -1, false);
+        } else {
+            static const lp_role qkv[3] = {LP_ROLE_ATTN_Q, LP_ROLE_ATTN_K, LP_ROLE_ATTN_V};
+            want_fused_or_parts(c, LP_ROLE_ATTN_QKV, qkv, 3, l, a->bias_qkv);
+        }
+        want_linear(c, LP_ROLE_ATTN_O, l, -1, a->bias_o);
+        if (a->qk_norm || a->qk_norm_full) {
+            want(c, LP_ROLE_ATTN_Q_NORM, l, -1, false, true);
+            want(c, LP_ROLE_ATTN_K_NORM, l, -1, false, true);
+        }
+        bool gated = a->ffn_kind != LP_FFN_MLP;
+        if (a->layer_moe[l]) {
+            want(c, LP_ROLE_ROUTER, l, -1, false, true);
+            if (a->router_score_bias)
+                want(c, LP_ROLE_ROUTER_BIAS, l, -1, false, true);
+            if (gated && !want(c, LP_ROLE_EXPERT_GATE_UP, l, -1, false, false)) {
+                want_experts(c, LP_ROLE_EXPERT_GATE, l);
+                want_experts(c, LP_ROLE_EXPERT_UP, l);
+            } else if (!gated) {
+                want_experts(c, LP_ROLE_EXPERT_UP, l);
+            }
+            want_experts(c, LP_ROLE_EXPERT_DOWN, l);
+            if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0) {
+                if (gated) {
+                    want(c, LP_ROLE_SHARED_GATE, l, -1, false, true);
+                }
+                want(c, LP_ROLE_SHARED_UP, l, -1, false, true);
+                want(c, LP_ROLE_SHARED_DOWN, l, -1, false, true);
+            }
+            if (a->shared_expert_gate)
+                want(c, LP_ROLE_SHARED_EXPERT_GATE, l, -1, false, true);
+        } else if (gated) {
+            static const lp_role gate_up[2] = {LP_ROLE_FFN_GATE, LP_ROLE_FFN_UP};
+            want_fused_or_parts(c, LP_ROLE_FFN_GATE_UP, gate_up, 2, l, a->bias_mlp);
+            want_linear(c, LP_ROLE_FFN_DOWN, l, -1, a->bias_mlp);
+        } else {
+            want_linear(c, LP_ROLE_FFN_UP, l, -1, a->bias_mlp);
+            want_linear(c, LP_ROLE_FFN_DOWN, l, -1, a->bias_mlp);
+        }
+    }
+}
+
+/* The shape the architecture implies for t (weights [out, in], norms and biases [n]); false
+ * when loupe has no rule for this role. */
+static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape, int *n_dims)
+{
+    int l = t->layer >= 0 && t->layer < LP_MAX_LAYERS ? t->layer : 0;
+    int64_t hidden = a->hidden_size, hd = a->head_dim;
+    int64_t kv = a->layer_kv_heads[l] > 0 ? a->layer_kv_heads[l] : a->n_kv_heads;
+    int64_t ffn = a->layer_ffn_hidden[l] > 0 ? a->layer_ffn_hidden[l] : a->ffn_hidden;
+    int64_t shared = a->shared_expert_ffn_hidden > 0 ? a->shared_expert_ffn_hidden
+                                                     : a->n_shared_experts * a->expert_ffn_hidden;
+    int64_t q_out = a->mla ? a->n_heads * (a->qk_nope_head_dim + a->qk_rope_head_dim)
+                           : a->n_heads * hd;
+    int64_t o_in = a->mla ? a->n_heads * a->v_head_dim : a->n_heads * hd;
+    int64_t rows = 0, cols = 0; /* cols 0: a vector */
+    bool per_expert_3d = false;
+    switch (t->role) {
+    case LP_ROLE_TOKEN_EMBD: rows = a->vocab_size; cols = hidden; break;
+    case LP_ROLE_LM_HEAD: rows = a->vocab_size; cols = hidden; break;
+    case LP_ROLE_POS_EMBD: rows = a->pos_table_rows; cols = hidden; break;
+    case LP_ROLE_EMBD_NORM:
+    case LP_ROLE_OUTPUT_NORM:
+    case LP_ROLE_ATTN_NORM:
+    case LP_ROLE_FFN_NORM:
+    case LP_ROLE_ATTN_POST_NORM:
+    case LP_ROLE_FFN_POST_NORM: rows = hidden; break;
+    case LP_ROLE_ATTN_Q: rows = q_out; cols = hidden; break;
+    case LP_ROLE_ATTN_K:
+    case LP_ROLE_ATTN_V: rows = kv * hd; cols = hidden; break;
+    case LP_ROLE_ATTN_QKV: rows = (a->n_heads + 2 * kv) * hd; cols = hidden; break;
+    case LP_ROLE_ATTN_O: rows = hidden; cols = o_in; break;
+    case LP_ROLE_ATTN_Q_NORM: rows = a->qk_norm_full ? a->n_heads * hd : hd; break;
+    case LP_ROLE_ATTN_K_NORM: rows = a->qk_norm_full ? kv * hd : hd; break;
+    case LP_ROLE_ATTN_Q_A: rows = a->q_lora_rank; cols = hidden; break;
+    case LP_ROLE_ATTN_Q_A_NORM: rows = a->q_lora_rank; break;
+    case LP_ROLE_ATTN_Q_B: rows = q_out; cols = a->q_lora_rank; break;
+    case LP_ROLE_ATTN_KV_A: rows = a->kv_lora_rank + a->qk_rope_head_dim; cols = hidden; break;
+    case LP_ROLE_ATTN_KV_A_NORM: rows = a->kv_lora_rank; break;
+    case LP_ROLE_ATTN_KV_B:
+        rows = a->n_heads * (a->qk_nope_head_dim + a->v_head_dim);
+        cols = a->kv_lora_rank;
+        break;
+    case LP_ROLE_FFN_GATE:
+    case LP_ROLE_FFN_UP: rows = ffn; cols = hidden; break;
+    case LP_ROLE_FFN_GATE_UP: rows = 2 * ffn; cols = hidden; break;
+    case LP_ROLE_FFN_DOWN: rows = hidden; cols = ffn; break;
+    case LP_ROLE_ROUTER: rows = a->n_experts; cols = hidden; break;
+    case LP_ROLE_ROUTER_BIAS: rows = a->n_experts; break;
+    case LP_ROLE_EXPERT_GATE:
+    case LP_ROLE_EXPERT_UP: rows = a->expert_ffn_hidden; cols = hidden; per_expert_3d = true; break;
+    case LP_ROLE_EXPERT_GATE_UP:
+        rows = 2 * a->expert_ffn_hidden;
+        cols = hidden;
+        per_expert_3d = true;
+        break;
+    case LP_ROLE_EXPERT_DOWN: rows = hidden; cols = a->expert_ffn_hidden; per_expert_3d = true; break;
+    case LP_ROLE_SHARED_GATE:
+    case LP_ROLE_SHARED_UP: rows = shared; cols = hidden; break;
+    case LP_ROLE_SHARED_DOWN: rows = hidden; cols = shared; break;
+    case LP_ROLE_SHARED_EXPERT_GATE: rows = 1; cols = hidden; break;
+    default: return false;
+    }
+    if (t->is_bias) {
+        shape[0] = rows;
+        *n_dims = 1;
+        return true;
+    }
+    if (cols == 0) {
+        shape[0] = rows;
+        *n_dims = 1;
+        return true;
+    }
+    if (t->transposed) { /* GPT-2 Conv1D: [in, out] */
+        int64_t tmp = rows;
+        rows = cols;
+        cols = tmp;
+    }
+    if (per_expert_3d && t->expert < 0) {
+        shape[0] = a->n_experts;
+        shape[1] = rows;
+        shape[2] = cols;
+        *n_dims = 3;
+        return true;
+    }
+    shape[0] = rows;
+    shape[1] = cols;
+    *n_dims = 2;
+    return true;
+}
+
+static void format_shape(char *buf, size_t size, const int64_t *shape, int n_dims)
+{
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, size - n, "[");
+    for (int d = 0; d < n_dims && n < size; d++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%" PRId64, d ? ", " : "", shape[d]);
+    if (n < size)
+        snprintf(buf + n, size - n, "]");
+}
+
+/* ---- report ------------------------------------------------------------------------------- */
+
+static json_t *make_check(const char *name, bool passed, const char *detail)
+{
+    json_t *c = json_object();
+    if (!c)
+        return NULL;
+    json_object_set_new(c, "name", json_string(name));
+    json_object_set_new(c, "passed", json_boolean(passed));
+    json_object_set_new(c, "detail", json_string(detail));
+    return c;
+}
+
+/* "a, b, c and 4 more" from an array of strings. */
+static void join_list(char *buf, size_t size, json_t *items)
+{
+    size_t n = 0, count = json_array_size(items);
+    buf[0] = '\0';
+    for (size_t i = 0; i < count && i < LIST_MAX && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : "",
+                              json_string_value(json_array_get(items, i)));
+    if (count > LIST_MAX && n < size)
+        snprintf(buf + n, size - n, " and %zu more", count - LIST_MAX);
+}
+
+static bool same_bytes_sampled(const lp_tensor *a, const lp_tensor *b, bool full, bool *sampled)
+{
+    *sampled = false;
+    if (a->n_bytes != b->n_bytes)
+        return false;
+    if (full || a->n_bytes <= FULL_COMPARE_MAX_BYTES)
+        return a->n_bytes == 0 || memcmp(a->data, b->data, a->n_bytes) == 0;
+    *sampled = true;
+    uint64_t step = a->n_bytes / SAMPLE_WINDOWS;
+    for (int i = 0; i < SAMPLE_WINDOWS; i++) {
+        uint64_t off = (uint64_t)i * step;
+        uint64_t len = a->n_bytes - off < SAMPLE_WINDOW_BYTES ? a->n_bytes - off
+                                                              : SAMPLE_WINDOW_BYTES;
+        if (memcmp((const uint8_t *)a->data + off, (const uint8_t *)b->data + off, len) != 0)
+            return false;
+    }
+    return true;
+}
+
+static bool same_shape(const lp_tensor *a, const lp_tensor *b)
+{
+    if (a->n_dims != b->n_dims)
+        return false;
+    for (int d = 0; d < a->n_dims; d++)
+        if (a->shape[d] != b->shape[d])
+            return false;
+    return true;
+}
+
+/* Tied-embedding detection and its check against the config. */
+static void tied_report(const lp_weights *w, bool full_compare, json_t *report, json_t *checks)
+{
+    const lp_tensor *embd = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
+    const lp_tensor *head = lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false);
+    const lp_arch *a = w->arch;
+    char how[256];
+    bool tied = false, copy = false, compared = false, sampled = false;
+    if (!head) {
+        tied = embd != NULL;
+        snprintf(how, sizeof how, "%s",
+                 embd ? "no classifier tensor: the embedding is the classifier"
+                      : "neither an embedding nor a classifier tensor");
+    } else if (!embd) {
+        snprintf(how, sizeof how, "classifier '%s' without an embedding tensor", head->name);
+    } else if (!same_shape(embd, head)) {
+        snprintf(how, sizeof how, "classifier '%s' has a different shape from the embedding",
+                 head->name);
+    } else if (embd->dtype != head->dtype) {
+        snprintf(how, sizeof how,
+                 "classifier '%s' is stored separately as %s (embedding %s); not compared",
+                 head->name, lp_dtype_name(head->dtype), lp_dtype_name(embd->dtype));
+    } else {
+        compared = true;
+        copy = same_bytes_sampled(embd, head, full_compare, &sampled);
+        tied = copy;
+        snprintf(how, sizeof how, "classifier '%s' %s the embedding '%s'%s", head->name,
+                 copy ? "is a byte copy of" : "differs from", embd->name,
+                 sampled ? " (compared in 16 sampled 4 KiB windows)" : "");
+    }
+    json_t *j = json_object();
+    json_object_set_new(j, "tied", json_boolean(tied));
+    json_object_set_new(j, "stored_copy", json_boolean(copy));
+    json_object_set_new(j, "sampled", json_boolean(sampled));
+    json_object_set_new(j, "detail", json_string(how));
+    json_object_set_new(report, "tied_embeddings", j);
+    if (!a)
+        return;
+    char detail[512];
+    bool passed;
+    if (a->tied_embeddings) {
+        /* tied config: no classifier, or one that equals the embedding (or could not be
+         * compared because it was re-quantized to another type) */
+        passed = !head || copy || (!compared && embd && same_shape(embd, head));
+        snprintf(detail, sizeof detail, "config: tied; weights: %s", how);
+    } else {
+        passed = head != NULL;
+        snprintf(detail, sizeof detail, "config: untied; weights: %s", how);
+    }
+    json_array_append_new(checks, make_check("tied_embeddings", passed, detail));
+}
+
+static void arch_checks(const lp_weights *w, json_t *checks, lp_status *status, lp_error *err)
+{
+    const lp_arch *a = w->arch;
+    size_t n = w->n_tensors;
+    expect_ctx c = {w, a, calloc(n ? n : 1, sizeof(bool)), json_array()};
+    json_t *bad_shapes = json_array(), *unexpected = json_array(), *buffers = json_array();
+    if (!c.hit || !c.missing || !bad_shapes || !unexpected || !buffers) {
+        *status = lp_error_set(err, LP_ERR_NOMEM, "out of memory checking %zu tensors", n);
+        goto done;
+    }
+    walk_expected(&c);
+    size_t n_expected = 0;
+    for (size_t i = 0; i < n; i++) {
+        const lp_tensor *t = &w->tensors[i];
+        if (!c.hit[i]) {
+            json_array_append_new(lp_role_is_buffer(t->role) ? buffers : unexpected,
+                                  json_string(t->name));
+            continue;
+        }
+        n_expected++;
+        int64_t shape[LP_MAX_DIMS];
+        int n_dims;
+        if (!expected_shape(a, t, shape, &n_dims))
+            continue;
+        bool same = n_dims == t->n_dims;
+        for (int d = 0; same && d < n_dims; d++)
+            same = shape[d] == t->shape[d];
+        if (!same) {
+            char got[128], wanted[128], line[400];
+            format_shape(got, sizeof got, t->shape, t->n_dims);
+            format_shape(wanted, sizeof wanted, shape, n_dims);
+            snprintf(line, sizeof line, "%s is %s, expected %s", t->name, got, wanted);
+            json_array_append_new(bad_shapes, json_string(line));
+        }
+    }
+    char list[2048], detail[2400];
+    size_t n_missing = json_array_size(c.missing);
+    if (n_missing == 0)
+        snprintf(detail, sizeof detail, "all %zu expected tensors present", n_expected);
+    else {
+        join_list(list, sizeof list, c.missing);
+        snprintf(detail, sizeof detail, "%zu missing: %s", n_missing, list);
+    }
+    json_array_append_new(checks, make_check("expected_tensors", n_missing == 0, detail));
+    size_t n_bad = json_array_size(bad_shapes);
+    if (n_bad == 0)
+        snprintf(detail, sizeof detail, "%zu tensors have the shapes the architecture implies",
+                 n_expected);
+    else {
+        join_list(list, sizeof list, bad_shapes);
+        snprintf(detail, sizeof detail, "%zu wrong: %s", n_bad, list);
+    }
+    json_array_append_new(checks, make_check("tensor_shapes", n_bad == 0, detail));
+    size_t n_unexpected = json_array_size(unexpected);
+    if (n_unexpected == 0)
+        snprintf(detail, sizeof detail, "none");
+    else {
+        join_list(list, sizeof list, unexpected);
+        snprintf(detail, sizeof detail, "%zu: %s", n_unexpected, list);
+    }
+    if (json_array_size(buffers) > 0) {
+        join_list(list, sizeof list, buffers);
+        size_t len = strlen(detail);
+        snprintf(detail + len, sizeof detail - len, " (stored buffers, not parameters: %s)", list);
+    }
+    json_array_append_new(checks, make_check("unexpected_tensors", n_unexpected == 0, detail));
+done:
+    free(c.hit);
+    json_decref(c.missing);
+    json_decref(bad_shapes);
+    json_decref(unexpected);
+    json_decref(buffers);
+}
+
+static void add_total(json_t *by, const char *key, int64_t params, uint64_t bytes)
+{
+    json_t *entry = json_object_get(by, key);
+    if (!entry) {
+        entry = json_object();
+        json_object_set_new(entry, "tensors", json_integer(0));
+        json_object_set_new(entry, "params", json_integer(0));
+        json_object_set_new(entry, "bytes", json_integer(0));
+        json_object_set_new(by, key, entry);
+    }
+    json_object_set_new(entry, "tensors",
+                        json_integer(json_integer_value(json_object_get(entry, "tensors")) + 1));
+    json_object_set_new(entry, "params",
+                        json_integer(json_integer_value(json_object_get(entry, "params")) + params));
+    json_object_set_new(entry, "bytes", json_integer(json_integer_value(json_object_get(
+                                                         entry, "bytes")) + (json_int_t)bytes));
+}
+
+/* Build the whole report of open weights. Without stats, reads no tensor data except the
+ * embedding/classifier comparison (sampled above FULL_COMPARE_MAX_BYTES). */
+lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_error *err)
+{
+    *out = NULL;
+    json_t *report = json_object();
+    json_t *files = json_array(), *tensors = json_array(), *checks = json_array();
+    json_t *by_dtype = json_object(), *by_role = json_object();
+    float *buf = stats ? malloc(STATS_CHUNK * sizeof(float)) : NULL;
+    lp_status status = LP_OK;
+    if (!report || !files || !tensors || !checks || !by_dtype || !by_role || (stats && !buf)) {
+        status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    json_object_set_new(report, "path", json_string(w->path));
+    json_object_set_new(report, "format", json_string(lp_weights_format_name(w->format)));
+    for (int i = 0; i < lp_weights_file_count(w); i++)
+        json_array_append_new(files, json_string(lp_weights_file_name(w, i)));
+    json_object_set(report, "files", files);
+    json_object_set_new(report, "architecture", w->arch ? lp_arch_to_json(w->arch) : json_null());
+    if (w->arch_note[0])
+        json_object_set_new(report, "architecture_note", json_string(w->arch_note));
+    int64_t total_params = 0;
+    uint64_t total_bytes = 0;
+    int64_t n_nonfinite = 0;
+    json_t *nonfinite = json_array();
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const lp_tensor *t = &w->tensors[i];
+        json_t *jt = json_object();
+        json_t *shape = json_array();
+        if (!jt || !shape) {
+            json_decref(jt);
+            json_decref(shape);
+            status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int d = 0; d < t->n_dims; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        json_object_set_new(jt, "name", json_string(t->name));
+        json_object_set_new(jt, "role", json_string(lp_role_name(t->role)));
+        json_object_set_new(jt, "layer", t->layer >= 0 ? json_integer(t->layer) : json_null());
+        json_object_set_new(jt, "expert", t->expert >= 0 ? json_integer(t->expert) : json_null());
+        json_object_set_new(jt, "is_bias", json_boolean(t->is_bias));
+        json_object_set_new(jt, "transposed", json_boolean(t->transposed));
+        json_object_set_new(jt, "dtype", json_string(lp_dtype_name(t->dtype)));
+        json_object_set_new(jt, "shape", shape);
+        json_object_set_new(jt, "params", json_integer(t->n_elements));
+        json_object_set_new(jt, "bytes", json_integer((json_int_t)t->n_bytes));
+        json_object_set_new(jt, "file", json_string(lp_weights_file_name(w, t->file_index)));
+        json_object_set_new(jt, "offset", json_integer((json_int_t)t->file_offset));
+        if (stats) {
+            tensor_stats s;
+            if ((status = compute_stats(t, buf, &s, err)) != LP_OK) {
+                json_decref(jt);
+                json_decref(nonfinite);
+                goto fail;
+            }
+            json_object_set_new(jt, "stats", stats_json(&s));
+            if (s.n_nan + s.n_inf > 0) {
+                n_nonfinite += s.n_nan + s.n_inf;
+                json_array_append_new(nonfinite, json_string(t->name));
+            }
+        }
+        json_array_append_new(tensors, jt);
+        if (!lp_add_i64(total_params, t->n_elements, &total_params) ||
+            !lp_add_u64(total_bytes, t->n_bytes, &total_bytes)) {
+            json_decref(nonfinite);
+            status = lp_error_set(err, LP_ERR_RANGE, "parameter total overflows 64 bits");
+            goto fail;
+        }
+        add_total(by_dtype, lp_dtype_name(t->dtype), t->n_elements, t->n_bytes);
+        char role_key[48];
+        snprintf(role_key, sizeof role_key, "%s%s", lp_role_name(t->role), t->is_bias ? ".bias" : "");
+        add_total(by_role, role_key, t->n_elements, t->n_bytes);
+    }
+    json_t *params = json_object();
+    json_object_set_new(params, "total", json_integer(total_params));
+    json_object_set_new(params, "bytes", json_integer((json_int_t)total_bytes));
+    json_object_set_new(params, "by_dtype", by_dtype);
+    json_object_set_new(params, "by_role", by_role);
+    by_dtype = by_role = NULL;
+    json_object_set_new(report, "params", params);
+    json_object_set_new(report, "n_tensors", json_integer((json_int_t)w->n_tensors));
+    json_object_set(report, "tensors", tensors);
+    if (w->arch) {
+        arch_checks(w, checks, &status, err);
+        if (status != LP_OK) {
+            json_decref(nonfinite);
+            goto fail;
+        }
+    }
+    tied_report(w, stats, report, checks);
+    if (stats) {
+        char list[2048], detail[2400];
+        if (n_nonfinite == 0)
+            snprintf(detail, sizeof detail, "no NaN or Inf in %zu tensors", w->n_tensors);
+        else {
+            join_list(list, sizeof list, nonfinite);
+            snprintf(detail, sizeof detail, "%" PRId64 " NaN/Inf values in %zu tensors: %s",
+                     n_nonfinite, json_array_size(nonfinite), list);
+        }
+        json_array_append_new(checks, make_check("finite_values", n_nonfinite == 0, detail));
+    }
+    json_decref(nonfinite);
+    json_object_set(report, "checks", checks);
+    json_decref(files);
+    json_decref(tensors);
+    json_decref(checks);
+    free(buf);
+    *out = report;
+    return LP_OK;
+fail:
+    json_decref(report);
+    json_decref(files);
+    json_decref(tensors);
+    json_decref(checks);
+    json_decref(by_dtype);
+    json_decref(by_role);
+    free(buf);
+    return status;
+}
+
+/* ---- text output ---------------------------------------------------------------------------- */
+
+static int64_t jint(json_t *o, const char *key) { return json_integer_value(json_object_get(o, key)); }
+
+static void print_arch(const lp_arch *a)
+{
+    printf("architecture  %s%s%s\n", a->family, a->name[0] ? "  " : "", a->name);
+    printf("  vocab %" PRId64 ", hidden %" PRId64 ", layers %" PRId64 ", heads %" PRId64
+           " (kv %" PRId64 ", head_dim %" PRId64 ")\n",
+           a->vocab_size, a->hidden_size, a->n_layers, a->n_heads, a->n_kv_heads, a->head_dim);
+    printf("  ffn %s %s, width %" PRId64, lp_ffn_kind_name(a->ffn_kind),
+           lp_activation_name(a->act), a->ffn_hidden);
+    if (a->n_experts > 0)
+        printf("; %" PRId64 " experts (top %" PRId64 ") of width %" PRId64, a->n_experts,
+               a->n_experts_per_tok, a->expert_ffn_hidden);
+    printf("\n  norm %s eps %g; positions %s", lp_norm_kind_name(a->norm_kind), a->norm_eps,
+           lp_pos_kind_name(a->pos_kind));
+    if (a->pos_kind == LP_POS_ROPE)
+        printf(" (theta %g, %" PRId64 " dims, %s pairs)", a->rope_theta, a->rope_dim,
+               a->rope_layout == LP_ROPE_ADJACENT ? "adjacent" : "halves");
+    printf("; context %" PRId64 "; embeddings %s\n", a->n_ctx,
+           a->tied_embeddings ? "tied" : "untied");
+}
+
+static void format_role(char *buf, size_t size, json_t *t)
+{
+    int n = snprintf(buf, size, "%s", json_string_value(json_object_get(t, "role")));
+    json_t *layer = json_object_get(t, "layer"), *expert = json_object_get(t, "expert");
+    if (json_is_integer(layer) && n >= 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " L%" JSON_INTEGER_FORMAT, json_integer_value(layer));
+    if (json_is_integer(expert) && n >= 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " E%" JSON_INTEGER_FORMAT, json_integer_value(expert));
+    if (json_is_true(json_object_get(t, "is_bias")) && n >= 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, " bias");
+}
+
+static void print_totals(const char *title, json_t *by)
+{
+    printf("\n%s\n", title);
+    const char *key;
+    json_t *v;
+    char p[32], b[32];
+    json_object_foreach(by, key, v)
+    {
+        printf("  %-22s %6" PRId64 " tensors %16s params %12s\n", key, jint(v, "tensors"),
+               lp_format_int(jint(v, "params"), p, sizeof p),
+               lp_format_bytes((uint64_t)jint(v, "bytes"), b, sizeof b));
+    }
+}
+
+static void print_text(json_t *r, const lp_weights *w, bool stats)
+{
+    printf("path          %s\n", json_string_value(json_object_get(r, "path")));
+    printf("format        %s (%zu file%s)\n", json_string_value(json_object_get(r, "format")),
+           json_array_size(json_object_get(r, "files")),
+           json_array_size(json_object_get(r, "files")) == 1 ? "" : "s");
+    if (w->arch)
+        print_arch(w->arch);
+    else
+        printf("architecture  none found%s%s\n", w->arch_note[0] ? ": " : "", w->arch_note);
+    json_t *tensors = json_object_get(r, "tensors");
+    size_t name_w = 4;
+    for (size_t i = 0; i < json_array_size(tensors); i++) {
+        size_t len = strlen(json_string_value(json_object_get(json_array_get(tensors, i), "name")));
+        name_w = len > name_w ? len : name_w;
+    }
+    if (name_w > 60)
+        name_w = 60;
+    printf("\ntensors (%zu)\n", json_array_size(tensors));
+    printf("  %-*s  %-22s %-8s %-20s %12s %12s", (int)name_w, "name", "role", "dtype", "shape",
+           "params", "bytes");
+    if (stats)
+        printf(" %11s %11s %11s %11s %11s %6s %6s", "min", "max", "mean", "std", "absmax", "nan",
+               "inf");
+    printf("\n");
+    for (size_t i = 0; i < json_array_size(tensors); i++) {
+        json_t *t = json_array_get(tensors, i);
+        char role[64], shape[96], p[32];
+        int64_t dims[LP_MAX_DIMS];
+        json_t *js = json_object_get(t, "shape");
+        int n_dims = (int)json_array_size(js);
+        for (int d = 0; d < n_dims && d < LP_MAX_DIMS; d++)
+            dims[d] = json_integer_value(json_array_get(js, (size_t)d));
+        format_shape(shape, sizeof shape, dims, n_dims);
+        format_role(role, sizeof role, t);
+        printf("  %-*s  %-22s %-8s %-20s %12s %12" PRId64, (int)name_w,
+               json_string_value(json_object_get(t, "name")), role,
+               json_string_value(json_object_get(t, "dtype")), shape,
+               lp_format_int(jint(t, "params"), p, sizeof p), jint(t, "bytes"));
+        json_t *s = json_object_get(t, "stats");
+        if (s) {
+            static const char *const keys[] = {"min", "max", "mean", "std", "absmax"};
+            for (int k = 0; k < 5; k++) {
+                json_t *v = json_object_get(s, keys[k]);
+                if (json_is_number(v))
+                    printf(" %11.4g", json_number_value(v));
+                else
+                    printf(" %11s", "-");
+            }
+            printf(" %6" PRId64 " %6" PRId64, jint(s, "nan"), jint(s, "inf"));
+        }
+        printf("\n");
+    }
+    json_t *params = json_object_get(r, "params");
+    print_totals("totals by dtype", json_object_get(params, "by_dtype"));
+    print_totals("totals by role", json_object_get(params, "by_role"));
+    char p[32], b[32];
+    printf("\nparams.total  %s (%s)\n", lp_format_int(jint(params, "total"), p, sizeof p),
+           lp_format_bytes((uint64_t)jint(params, "bytes"), b, sizeof b));
+    json_t *tied = json_object_get(r, "tied_embeddings");
+    printf("tied          %s: %s\n", json_is_true(json_object_get(tied, "tied")) ? "yes" : "no",
+           json_string_value(json_object_get(tied, "detail")));
+    json_t *checks = json_object_get(r, "checks");
+    printf("\nchecks\n");
+    if (json_array_size(checks) == 0)
+        printf("  (none: no architecture description to check against)\n");
+    for (size_t i = 0; i < json_array_size(checks); i++) {
+        json_t *c = json_array_get(checks, i);
+        printf("  %s  %-20s %s\n", json_is_true(json_object_get(c, "passed")) ? "PASS" : "FAIL",
+               json_string_value(json_object_get(c, "name")),
+               json_string_value(json_object_get(c, "detail")));
+    }
+}
+
+/* ---- the command ---------------------------------------------------------------------------- */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static bool is_config_path(const char *path)
+{
+    if (ends_with(path, ".safetensors.index.json"))
+        return false;
+    return ends_with(path, ".json") || ends_with(path, ".yaml") || ends_with(path, ".yml");
+}
+
+/* A config file (or a folder with config.json and no weights): the architecture alone. */
+static int inspect_config(const char *path, bool json)
+{
+    lp_arch *arch = malloc(sizeof *arch);
+    lp_error err = {0};
+    if (!arch) {
+        lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
+        return lp_cli_fail("inspect", &err);
+    }
+    if (lp_arch_load(path, arch, &err) != LP_OK) {
+        free(arch);
+        return lp_cli_fail("inspect", &err);
+    }
+    if (json) {
+        json_t *r = json_object();
+        json_object_set_new(r, "path", json_string(path));
+        json_object_set_new(r, "format", json_string("config"));
+        json_object_set_new(r, "architecture", lp_arch_to_json(arch));
+        json_t *params = json_object();
+        json_object_set_new(params, "total", json_integer(0));
+        json_object_set_new(r, "params", params);
+        json_object_set_new(r, "tensors", json_array());
+        json_object_set_new(r, "checks", json_array());
+        char *text = json_dumps(r, JSON_INDENT(2));
+        json_decref(r);
+        if (!text) {
+            free(arch);
+            lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
+            return lp_cli_fail("inspect", &err);
+        }
+        puts(text);
+        free(text);
+    } else {
+        printf("path          %s\nformat        config (no weights)\n", path);
+        print_arch(arch);
+    }
+    free(arch);
+    return LP_EXIT_OK;
+}
 
 static int run_inspect(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "loupe inspect: not built yet\n");
-    return LP_EXIT_USAGE;
+    const char *path = NULL;
+    bool stats = false, json = false;
+    for (int i = 1; i < argc; i++) {
+        if (lp_cli_flag(argv[i], "--stats"))
+            stats = true;
+        else if (lp_cli_flag(argv[i], "--json"))
+            json = true;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0')
+            return lp_cli_usage_error("inspect", "unknown option '%s' (see loupe inspect --help)",
+                                      argv[i]);
+        else if (path)
+            return lp_cli_usage_error("inspect", "one PATH only (got '%s' and '%s')", path,
+                                      argv[i]);
+        else
+            path = argv[i];
+    }
+    if (!path)
+        return lp_cli_usage_error("inspect", "missing PATH (see loupe inspect --help)");
+    if (is_config_path(path))
+        return inspect_config(path, json);
+    lp_weights *w;
+    lp_error err = {0};
+    lp_status status = lp_weights_open(path, &w, &err);
+    if (status == LP_ERR_NOT_FOUND && lp_path_is_dir(path)) {
+        char *config = lp_path_join(path, "config.json");
+        bool has_config = config && lp_path_exists(config);
+        free(config);
+        if (has_config)
+            return inspect_config(path, json);
+    }
+    if (status != LP_OK)
+        return lp_cli_fail("inspect", &err);
+    json_t *report;
+    if ((status = lp_inspect_report(w, stats, &report, &err)) != LP_OK) {
+        lp_weights_close(w);
+        return lp_cli_fail("inspect", &err);
+    }
+    bool failed = false;
+    json_t *checks = json_object_get(report, "checks");
+    for (size_t i = 0; i < json_array_size(checks); i++)
+        if (!json_is_true(json_object_get(json_array_get(checks, i), "passed")))
+            failed = true;
+    if (json) {
+        char *text = json_dumps(report, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+        if (!text) {
+            json_decref(report);
+            lp_weights_close(w);
+            lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
+            return lp_cli_fail("inspect", &err);
+        }
+        puts(text);
+        free(text);
+    } else {
+        print_text(report, w, stats);
+    }
+    json_decref(report);
+    lp_weights_close(w);
+    return failed ? LP_EXIT_CHECK_FAILED : LP_EXIT_OK;
 }
 
-const lp_command lp_command_inspect = {"inspect", "read a model's config and weights: architecture, tensors, checks", "usage: loupe inspect ...\n", run_inspect};
+const lp_command lp_command_inspect = {
+    "inspect", "read a model's config and weights: architecture, tensors, checks", INSPECT_USAGE,
+    run_inspect,
+};
