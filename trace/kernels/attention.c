@@ -1,0 +1,178 @@
+/* Tiled attention with an online softmax (FlashAttention's scheme): no T x T buffer; exact
+ * probabilities and per-row statistics on request.
+ *
+ * Query rows are taken BQ at a time and keys BK at a time, so a key block (BK x head_dim) stays in
+ * L1 while the BQ rows visit it. Each row keeps a running max m, sum l = sum exp(s - m) and its
+ * output accumulator (the out row itself); a new block with a larger max rescales them by
+ * exp(m_old - m_new). The statistics are kept the same way, relative to the running max:
+ *   e_sum = sum exp(s - m) * (s - m)        entropy = log l - e_sum / l
+ *   d_sum = sum exp(s - m) * (pos - j)      distance = d_sum / l
+ *   w_sum = sum over local keys exp(s - m)  local = w_sum / l
+ * and rescale as e_sum' = a * (e_sum + (m_old - m_new) * l) with a = exp(m_old - m_new).
+ * When probs is requested, a second pass over the row's blocks (after its final m and l are
+ * known) recomputes the scores and writes p = exp(s - m) / l: exact, not rescaled.
+ * Scores are computed by the same code in both passes, so they agree bit for bit.
+ */
+#include "trace/kernels/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "trace/kernels/kernels_internal.h"
+
+enum { ATT_BQ = 16, ATT_BK = 64 };
+
+typedef struct row_state {
+    int64_t lo, hi, pos;
+    float m, l, e_sum, d_sum, w_sum;
+    float s_sink, s_prev, s_self; /* raw scores of keys 0, pos-1, pos; NAN when not visible */
+} row_state;
+
+/* Scores of query row q against keys [j0, j1) into s[0 .. j1-j0). */
+static void block_scores(const lp_kernel_table *kt, const lp_attn_args *a, const float *q,
+                         int64_t j0, int64_t j1, float *s)
+{
+    for (int64_t j = j0; j < j1; j++)
+        s[j - j0] = kt->dot(q, a->k + j * a->k_stride, a->head_dim) * a->scale;
+    if (a->softcap > 0.0f) {
+        float inv = 1.0f / a->softcap;
+        for (int64_t j = 0; j < j1 - j0; j++)
+            s[j] = a->softcap * tanhf(s[j] * inv);
+    }
+}
+
+static void rescale_stats(row_state *r, float m_new)
+{
+    if (r->m == -INFINITY)
+        return; /* nothing accumulated yet */
+    float alpha = expf(r->m - m_new);
+    r->e_sum = alpha * (r->e_sum + (r->m - m_new) * r->l);
+    r->d_sum *= alpha;
+    r->w_sum *= alpha;
+    r->l *= alpha;
+}
+
+void lp_attention(const lp_attn_args *a)
+{
+    const lp_kernel_table *kt = lp_kernels_table();
+    const bool want_stats = a->row_stats != NULL;
+    float s[ATT_BK], s_raw[ATT_BK];
+    row_state rows[ATT_BQ];
+
+    for (int64_t q0 = 0; q0 < a->n_q; q0 += ATT_BQ) {
+        int64_t bq = a->n_q - q0 < ATT_BQ ? a->n_q - q0 : ATT_BQ;
+        int64_t k_lo = a->n_k, k_hi = 0;
+        for (int64_t r = 0; r < bq; r++) {
+            row_state *rs = &rows[r];
+            lp_mask_row_range(a->mask, a->batch, q0 + r, &rs->lo, &rs->hi);
+            rs->pos = a->mask->q_pos0 + q0 + r;
+            rs->m = -INFINITY;
+            rs->l = rs->e_sum = rs->d_sum = rs->w_sum = 0.0f;
+            rs->s_sink = rs->s_prev = rs->s_self = NAN;
+            memset(a->out + (q0 + r) * a->out_stride, 0, (size_t)a->v_dim * sizeof(float));
+            if (rs->lo < rs->hi) {
+                if (rs->lo < k_lo)
+                    k_lo = rs->lo;
+                if (rs->hi > k_hi)
+                    k_hi = rs->hi;
+            }
+        }
+        /* pass 1: online softmax over key blocks, aligned to ATT_BK so both passes see the same
+         * blocks */
+        for (int64_t k0 = k_lo / ATT_BK * ATT_BK; k0 < k_hi; k0 += ATT_BK) {
+            for (int64_t r = 0; r < bq; r++) {
+                row_state *rs = &rows[r];
+                int64_t j0 = rs->lo > k0 ? rs->lo : k0;
+                int64_t j1 = rs->hi < k0 + ATT_BK ? rs->hi : k0 + ATT_BK;
+                if (j0 >= j1)
+                    continue;
+                const float *q = a->q + (q0 + r) * a->q_stride;
+                float *out = a->out + (q0 + r) * a->out_stride;
+                int64_t count = j1 - j0;
+                block_scores(kt, a, q, j0, j1, s);
+                float block_max = s[0];
+                for (int64_t j = 1; j < count; j++)
+                    if (s[j] > block_max)
+                        block_max = s[j];
+                if (want_stats) {
+                    if (j0 <= 0 && 0 < j1)
+                        rs->s_sink = s[0 - j0];
+                    if (j0 <= rs->pos - 1 && rs->pos - 1 < j1)
+                        rs->s_prev = s[rs->pos - 1 - j0];
+                    if (j0 <= rs->pos && rs->pos < j1)
+                        rs->s_self = s[rs->pos - j0];
+                }
+                if (block_max > rs->m) {
+                    if (rs->m != -INFINITY)
+                        kt->scale(out, expf(rs->m - block_max), a->v_dim);
+                    if (want_stats)
+                        rescale_stats(rs, block_max);
+                    else if (rs->m != -INFINITY)
+                        rs->l *= expf(rs->m - block_max);
+                    rs->m = block_max;
+                }
+                float m = rs->m;
+                if (want_stats)
+                    memcpy(s_raw, s, (size_t)count * sizeof(float));
+                rs->l += kt->exp_sum(s, count, m); /* s now holds the weights exp(s - m) */
+                if (want_stats)
+                    for (int64_t j = 0; j < count; j++) {
+                        int64_t dist = rs->pos - (j0 + j);
+                        rs->e_sum += s[j] * (s_raw[j] - m);
+                        rs->d_sum += s[j] * (float)dist;
+                        if (dist < a->local_window)
+                            rs->w_sum += s[j];
+                    }
+                for (int64_t j = 0; j < count; j++)
+                    kt->axpy(out, s[j], a->v + (j0 + j) * a->v_stride, a->v_dim);
+            }
+        }
+        /* finish each row */
+        for (int64_t r = 0; r < bq; r++) {
+            row_state *rs = &rows[r];
+            int64_t i = q0 + r;
+            bool empty = rs->lo >= rs->hi || !(rs->l > 0.0f);
+            if (!empty)
+                kt->scale(a->out + i * a->out_stride, 1.0f / rs->l, a->v_dim);
+            if (want_stats) {
+                lp_attn_row_stats *st = &a->row_stats[i];
+                memset(st, 0, sizeof *st);
+                if (!empty) {
+                    float inv_l = 1.0f / rs->l;
+                    float entropy = logf(rs->l) - rs->e_sum * inv_l;
+                    st->entropy = entropy > 0.0f ? entropy : 0.0f;
+                    st->max_prob = inv_l; /* exp(m - m) / l */
+                    st->sink = isnan(rs->s_sink) ? 0.0f : expf(rs->s_sink - rs->m) * inv_l;
+                    st->prev = isnan(rs->s_prev) ? 0.0f : expf(rs->s_prev - rs->m) * inv_l;
+                    st->self = isnan(rs->s_self) ? 0.0f : expf(rs->s_self - rs->m) * inv_l;
+                    st->distance = rs->d_sum * inv_l;
+                    st->local = rs->w_sum * inv_l;
+                    st->row_sum = 1.0f;
+                }
+            }
+        }
+        /* pass 2: exact probabilities, block by block, zeros outside the visible range */
+        if (a->probs) {
+            for (int64_t r = 0; r < bq; r++) {
+                row_state *rs = &rows[r];
+                float *prow = a->probs + (q0 + r) * a->n_k;
+                bool empty = rs->lo >= rs->hi || !(rs->l > 0.0f);
+                if (empty) {
+                    memset(prow, 0, (size_t)a->n_k * sizeof(float));
+                    continue;
+                }
+                memset(prow, 0, (size_t)rs->lo * sizeof(float));
+                memset(prow + rs->hi, 0, (size_t)(a->n_k - rs->hi) * sizeof(float));
+                const float *q = a->q + (q0 + r) * a->q_stride;
+                float inv_l = 1.0f / rs->l;
+                for (int64_t k0 = rs->lo / ATT_BK * ATT_BK; k0 < rs->hi; k0 += ATT_BK) {
+                    int64_t j0 = rs->lo > k0 ? rs->lo : k0;
+                    int64_t j1 = rs->hi < k0 + ATT_BK ? rs->hi : k0 + ATT_BK;
+                    block_scores(kt, a, q, j0, j1, prow + j0);
+                    kt->exp_sum(prow + j0, j1 - j0, rs->m);
+                    kt->scale(prow + j0, inv_l, j1 - j0);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,452 @@
+/* AVX2 + FMA + F16C kernels (this file alone is compiled with -mavx2 -mfma -mf16c; dispatch.c
+ * only selects it after checking the CPU). Intrinsics only; the algorithms are ref.c's. */
+#include "trace/kernels/kernels.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "trace/kernels/kernels_internal.h"
+
+/* ---- GEMM micro-kernel: a 6x16 tile of C in 12 ymm accumulators; per k step two B loads, six
+ * A broadcasts, twelve FMAs. Edge tiles are computed in full (the packed panels are zero-padded)
+ * and only their real part is stored. */
+void lp_gemm_f32_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                           int m_edge, int n_edge, bool accumulate);
+
+void lp_gemm_f32_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                           int m_edge, int n_edge, bool accumulate)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int i = 0; i < m_edge; i++)
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+
+#define LP_STEP(off_a, off_b)                                                                      \
+    do {                                                                                           \
+        __m256 b0 = _mm256_load_ps(b + (off_b));                                                   \
+        __m256 b1 = _mm256_load_ps(b + (off_b) + 8);                                               \
+        __m256 av = _mm256_broadcast_ss(a + (off_a) + 0);                                          \
+        c00 = _mm256_fmadd_ps(av, b0, c00);                                                        \
+        c01 = _mm256_fmadd_ps(av, b1, c01);                                                        \
+        av = _mm256_broadcast_ss(a + (off_a) + 1);                                                 \
+        c10 = _mm256_fmadd_ps(av, b0, c10);                                                        \
+        c11 = _mm256_fmadd_ps(av, b1, c11);                                                        \
+        av = _mm256_broadcast_ss(a + (off_a) + 2);                                                 \
+        c20 = _mm256_fmadd_ps(av, b0, c20);                                                        \
+        c21 = _mm256_fmadd_ps(av, b1, c21);                                                        \
+        av = _mm256_broadcast_ss(a + (off_a) + 3);                                                 \
+        c30 = _mm256_fmadd_ps(av, b0, c30);                                                        \
+        c31 = _mm256_fmadd_ps(av, b1, c31);                                                        \
+        av = _mm256_broadcast_ss(a + (off_a) + 4);                                                 \
+        c40 = _mm256_fmadd_ps(av, b0, c40);                                                        \
+        c41 = _mm256_fmadd_ps(av, b1, c41);                                                        \
+        av = _mm256_broadcast_ss(a + (off_a) + 5);                                                 \
+        c50 = _mm256_fmadd_ps(av, b0, c50);                                                        \
+        c51 = _mm256_fmadd_ps(av, b1, c51);                                                        \
+    } while (0)
+
+    /* One k step per iteration: unrolling by hand made GCC shuffle and spill accumulators. */
+    for (int64_t p = 0; p < kc; p++) {
+        LP_STEP(0, 0);
+        a += 6;
+        b += 16;
+    }
+#undef LP_STEP
+
+    if (m_edge == 6 && n_edge == 16) {
+#define LP_STORE_ROW(i, r0, r1)                                                                    \
+    do {                                                                                           \
+        float *row = c + (i) * ldc;                                                                \
+        if (accumulate) {                                                                          \
+            r0 = _mm256_add_ps(_mm256_loadu_ps(row), r0);                                          \
+            r1 = _mm256_add_ps(_mm256_loadu_ps(row + 8), r1);                                      \
+        }                                                                                          \
+        _mm256_storeu_ps(row, r0);                                                                 \
+        _mm256_storeu_ps(row + 8, r1);                                                             \
+    } while (0)
+        LP_STORE_ROW(0, c00, c01);
+        LP_STORE_ROW(1, c10, c11);
+        LP_STORE_ROW(2, c20, c21);
+        LP_STORE_ROW(3, c30, c31);
+        LP_STORE_ROW(4, c40, c41);
+        LP_STORE_ROW(5, c50, c51);
+#undef LP_STORE_ROW
+        return;
+    }
+    float tile[6][16];
+    _mm256_storeu_ps(tile[0], c00);
+    _mm256_storeu_ps(tile[0] + 8, c01);
+    _mm256_storeu_ps(tile[1], c10);
+    _mm256_storeu_ps(tile[1] + 8, c11);
+    _mm256_storeu_ps(tile[2], c20);
+    _mm256_storeu_ps(tile[2] + 8, c21);
+    _mm256_storeu_ps(tile[3], c30);
+    _mm256_storeu_ps(tile[3] + 8, c31);
+    _mm256_storeu_ps(tile[4], c40);
+    _mm256_storeu_ps(tile[4] + 8, c41);
+    _mm256_storeu_ps(tile[5], c50);
+    _mm256_storeu_ps(tile[5] + 8, c51);
+    for (int i = 0; i < m_edge; i++) {
+        float *row = c + i * ldc;
+        for (int j = 0; j < n_edge; j++)
+            row[j] = accumulate ? row[j] + tile[i][j] : tile[i][j];
+    }
+}
+
+/* ---- conversions */
+
+static void f16_to_f32_avx2(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *bytes = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(bytes + 2 * i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++)
+        dst[i] = lp_f16_to_f32(lp_load_u16(bytes + 2 * i));
+}
+
+static void bf16_to_f32_avx2(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *bytes = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(bytes + 2 * i));
+        __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
+    }
+    for (; i < n; i++)
+        dst[i] = lp_bf16_to_f32(lp_load_u16(bytes + 2 * i));
+}
+
+/* ---- helpers */
+
+static float hsum(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+static float hmax(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_max_ps(lo, hi);
+    lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_max_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+/* exp(x) with Cephes' degree-6 polynomial on [-ln2/2, ln2/2] after range reduction; about 2 ulp.
+ * Inputs below -87.3 (including -inf) give 0; above 88 saturate at exp(88). */
+static __m256 exp_avx2(__m256 x)
+{
+    const __m256 lower = _mm256_set1_ps(-87.33654f);
+    __m256 underflow = _mm256_cmp_ps(x, lower, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lower), _mm256_set1_ps(88.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    __m256 r2 = _mm256_mul_ps(r, r);
+    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 result = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(underflow, result);
+}
+
+/* Masked load/store of the tail (n % 8 elements). */
+static __m256i tail_mask(int64_t rem)
+{
+    static const int32_t bits[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const __m256i *)(const void *)(bits + 8 - rem));
+}
+
+static float dot_avx2(const float *x, const float *y, int64_t n)
+{
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    if (i < n) {
+        __m256i mask = tail_mask(n - i);
+        acc1 = _mm256_fmadd_ps(_mm256_maskload_ps(x + i, mask), _mm256_maskload_ps(y + i, mask), acc1);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+static void axpy_avx2(float *y, float a, const float *x, int64_t n)
+{
+    __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void scale_avx2(float *y, float a, int64_t n)
+{
+    __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+static float exp_sum_avx2(float *x, int64_t n, float max)
+{
+    __m256 mv = _mm256_set1_ps(max), acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (i < n) {
+        __m256i mask = tail_mask(n - i);
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), mv));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(mask));
+        _mm256_maskstore_ps(x + i, mask, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    return hsum(acc);
+}
+
+static float sum_sq_avx2(const float *x, int64_t n)
+{
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        acc0 = _mm256_fmadd_ps(v0, v0, acc0);
+        acc1 = _mm256_fmadd_ps(v1, v1, acc1);
+    }
+    float sum = hsum(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++)
+        sum += x[i] * x[i];
+    return sum;
+}
+
+static void rmsnorm_avx2(float *y, const float *x, const float *weight, int64_t n, float eps,
+                         bool weight_plus_one)
+{
+    float mean_sq = sum_sq_avx2(x, n) / (float)(n > 0 ? n : 1);
+    float inv_rms = 1.0f / sqrtf(mean_sq + eps);
+    __m256 inv = _mm256_set1_ps(inv_rms), one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), inv);
+        if (weight) {
+            __m256 w = _mm256_loadu_ps(weight + i);
+            if (weight_plus_one)
+                w = _mm256_add_ps(w, one);
+            v = _mm256_mul_ps(v, w);
+        }
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; i++) {
+        float w = weight ? (weight_plus_one ? 1.0f + weight[i] : weight[i]) : 1.0f;
+        y[i] = x[i] * inv_rms * w;
+    }
+}
+
+static void layernorm_avx2(float *y, const float *x, const float *weight, const float *bias,
+                           int64_t n, float eps)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+    float sum = hsum(acc);
+    for (; i < n; i++)
+        sum += x[i];
+    float mean = sum / (float)(n > 0 ? n : 1);
+    __m256 mv = _mm256_set1_ps(mean);
+    acc = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), mv);
+        acc = _mm256_fmadd_ps(d, d, acc);
+    }
+    float var = hsum(acc);
+    for (; i < n; i++)
+        var += (x[i] - mean) * (x[i] - mean);
+    var /= (float)(n > 0 ? n : 1);
+    float inv_std = 1.0f / sqrtf(var + eps);
+    __m256 inv = _mm256_set1_ps(inv_std);
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), inv);
+        if (weight)
+            v = _mm256_mul_ps(v, _mm256_loadu_ps(weight + i));
+        if (bias)
+            v = _mm256_add_ps(v, _mm256_loadu_ps(bias + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; i++) {
+        float v = (x[i] - mean) * inv_std;
+        if (weight)
+            v *= weight[i];
+        if (bias)
+            v += bias[i];
+        y[i] = v;
+    }
+}
+
+static void softmax_avx2(float *x, int64_t n)
+{
+    if (n <= 0)
+        return;
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+    float max = hmax(mv);
+    for (; i < n; i++)
+        if (x[i] > max)
+            max = x[i];
+    if (max == -INFINITY) {
+        memset(x, 0, (size_t)n * sizeof *x);
+        return;
+    }
+    float sum = exp_sum_avx2(x, n, max);
+    scale_avx2(x, 1.0f / sum, n);
+}
+
+static __m256 silu8(__m256 v)
+{
+    __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), v));
+    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1); absolute error ~1e-7, enough for GELU. */
+static __m256 tanh8(__m256 u)
+{
+    __m256 e = exp_avx2(_mm256_add_ps(u, u));
+    return _mm256_sub_ps(_mm256_set1_ps(1.0f),
+                         _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+}
+
+/* erf by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), odd symmetry restored at the
+ * end. */
+static __m256 erf8(__m256 x)
+{
+    __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+    __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
+                             _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), ax, _mm256_set1_ps(1.0f)));
+    __m256 p = _mm256_set1_ps(1.061405429f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+    p = _mm256_mul_ps(p, t);
+    __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(ax, ax)));
+    __m256 y = _mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.0f));
+    return _mm256_or_ps(y, sign);
+}
+
+static __m256 gelu8(__m256 v, bool tanh_approx)
+{
+    __m256 half_v = _mm256_mul_ps(_mm256_set1_ps(0.5f), v);
+    __m256 inner;
+    if (tanh_approx) {
+        __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+        __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), v3, v));
+        inner = tanh8(u);
+    } else {
+        inner = erf8(_mm256_mul_ps(v, _mm256_set1_ps(0.7071067811865476f)));
+    }
+    return _mm256_mul_ps(half_v, _mm256_add_ps(_mm256_set1_ps(1.0f), inner));
+}
+
+static void silu_mul_avx2(float *gate, const float *up, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+    if (i < n)
+        lp_silu_mul_ref(gate + i, up + i, n - i);
+}
+
+static void gelu_mul_avx2(float *gate, const float *up, int64_t n, bool tanh_approx)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(gelu8(_mm256_loadu_ps(gate + i), tanh_approx),
+                                                 _mm256_loadu_ps(up + i)));
+    if (i < n)
+        lp_gelu_mul_ref(gate + i, up + i, n - i, tanh_approx);
+}
+
+static void gelu_avx2(float *x, int64_t n, bool tanh_approx)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, gelu8(_mm256_loadu_ps(x + i), tanh_approx));
+    if (i < n)
+        lp_gelu_ref(x + i, n - i, tanh_approx);
+}
+
+static void silu_avx2(float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, silu8(_mm256_loadu_ps(x + i)));
+    if (i < n)
+        lp_silu_ref(x + i, n - i);
+}
+
+static void add_avx2(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; i++)
+        y[i] += x[i];
+}
+
+/* Block sizes for Zen/Haswell-class cores: a 16 KiB B micro-panel (kc x 16) stays in L1 while the
+ * mc x kc A block (144 KiB) streams from L2; nc bounds the packed B block (4 MiB) in L3. */
+const lp_kernel_table lp_kernels_avx2_table = {
+    .isa = LP_ISA_AVX2,
+    .mr = 6,
+    .nr = 16,
+    .kc = 256,
+    .mc = 144,
+    .nc = 4096,
+    .gemm_ukernel = lp_gemm_f32_avx2_6x16,
+    .f16_to_f32 = f16_to_f32_avx2,
+    .bf16_to_f32 = bf16_to_f32_avx2,
+    .dot = dot_avx2,
+    .axpy = axpy_avx2,
+    .scale = scale_avx2,
+    .exp_sum = exp_sum_avx2,
+    .rmsnorm = rmsnorm_avx2,
+    .layernorm = layernorm_avx2,
+    .softmax = softmax_avx2,
+    .silu_mul = silu_mul_avx2,
+    .gelu_mul = gelu_mul_avx2,
+    .gelu = gelu_avx2,
+    .silu = silu_avx2,
+    .add = add_avx2,
+};

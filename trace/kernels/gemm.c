@@ -1,0 +1,345 @@
+/* The packed GEMM (BLIS loop structure; layouts drawn in kernels_internal.h) and lp_linear, which
+ * packs weight panels straight from f32/f16/bf16/GGUF-quant storage, kc values at a time. */
+#include "trace/kernels/kernels.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "inspect/quant.h"
+#include "trace/kernels/kernels_internal.h"
+
+/* Where B (the weights: [n, k] row-major, or [k, n] when transposed) comes from. */
+typedef struct gemm_b_source {
+    lp_dtype dtype;
+    const uint8_t *data;
+    uint64_t row_bytes; /* between stored rows */
+    bool transposed;    /* stored [k, n] (GPT-2 Conv1D) */
+} gemm_b_source;
+
+typedef struct gemm_job {
+    const lp_kernel_table *kt;
+    int64_t m, n, k;
+    const float *a; /* [m, k], row stride lda */
+    int64_t lda;
+    gemm_b_source b;
+    float *c; /* [m, n], row stride ldc */
+    int64_t ldc;
+    bool accumulate;
+    const float *bias; /* [n] or NULL */
+    int n_parts;
+    bool split_rows;    /* partition rows (few column panels) instead of column panels */
+    lp_status *status;  /* [n_parts] or NULL (lp_gemm_f32 cannot fail) */
+    lp_error *errors;   /* [n_parts] or NULL */
+} gemm_job;
+
+static int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+static float *alloc_floats(int64_t count)
+{
+    uint64_t bytes;
+    if (count <= 0 || !lp_mul_u64((uint64_t)count, sizeof(float), &bytes) ||
+        !lp_add_u64(bytes, 63, &bytes))
+        return NULL;
+    return aligned_alloc(64, (size_t)(bytes / 64 * 64));
+}
+
+/* A[ic.., pc..] (mc x kc, row stride lda) -> MR-row panels, zero-padded past mc. */
+static void pack_a(const float *a, int64_t lda, int64_t mc, int64_t kc, int mr, float *dst)
+{
+    for (int64_t r0 = 0; r0 < mc; r0 += mr) {
+        int64_t rows = min_i64(mr, mc - r0);
+        float *panel = dst + r0 * kc;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *src = a + (r0 + r) * lda;
+            for (int64_t p = 0; p < kc; p++)
+                panel[p * mr + r] = src[p];
+        }
+        for (int64_t r = rows; r < mr; r++)
+            for (int64_t p = 0; p < kc; p++)
+                panel[p * mr + r] = 0.0f;
+    }
+}
+
+/* kc values of stored row `row` from element `col0`, as f32 in seg (or a direct pointer). */
+static const float *load_row_segment(const gemm_job *job, int64_t row, int64_t col0, int64_t count,
+                                     float *seg, lp_error *err, lp_status *status)
+{
+    const gemm_b_source *b = &job->b;
+    const uint8_t *base = b->data + (uint64_t)row * b->row_bytes;
+    *status = LP_OK;
+    switch (b->dtype) {
+    case LP_DTYPE_F32: {
+        const uint8_t *p = base + (uint64_t)col0 * 4;
+        if ((uintptr_t)p % _Alignof(float) == 0)
+            return (const float *)(const void *)p;
+        memcpy(seg, p, (size_t)count * 4);
+        return seg;
+    }
+    case LP_DTYPE_F16:
+        job->kt->f16_to_f32(base + (uint64_t)col0 * 2, seg, count);
+        return seg;
+    case LP_DTYPE_BF16:
+        job->kt->bf16_to_f32(base + (uint64_t)col0 * 2, seg, count);
+        return seg;
+    default: {
+        /* GGUF blocks: col0 and count are whole blocks because kc is a multiple of 256 and the
+         * row length a multiple of the block size (checked by lp_linear). */
+        const lp_dtype_info *info = lp_dtype_get(b->dtype);
+        uint64_t offset = (uint64_t)col0 / info->block_elems * info->block_bytes;
+        *status = lp_dequantize(b->dtype, base + offset, count, seg, err);
+        return seg;
+    }
+    }
+}
+
+/* B[jc.., pc..] (nc columns = weight rows, kc deep) -> NR-column panels, zero-padded past nc. */
+static lp_status pack_b(const gemm_job *job, int64_t jc, int64_t nc, int64_t pc, int64_t kc,
+                        float *dst, float *seg, lp_error *err)
+{
+    const int nr = job->kt->nr;
+    const gemm_b_source *b = &job->b;
+    for (int64_t j0 = 0; j0 < nc; j0 += nr) {
+        int64_t cols = min_i64(nr, nc - j0);
+        float *panel = dst + j0 * kc;
+        if (b->transposed) {
+            /* stored [k, n]: each k step reads `cols` consecutive values */
+            for (int64_t p = 0; p < kc; p++) {
+                lp_status st;
+                const float *src = load_row_segment(job, pc + p, jc + j0, cols, seg, err, &st);
+                if (st != LP_OK)
+                    return st;
+                memcpy(panel + p * nr, src, (size_t)cols * sizeof(float));
+                for (int64_t c = cols; c < nr; c++)
+                    panel[p * nr + c] = 0.0f;
+            }
+            continue;
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            lp_status st;
+            const float *src = load_row_segment(job, jc + j0 + c, pc, kc, seg, err, &st);
+            if (st != LP_OK)
+                return st;
+            for (int64_t p = 0; p < kc; p++)
+                panel[p * nr + c] = src[p];
+        }
+        for (int64_t c = cols; c < nr; c++)
+            for (int64_t p = 0; p < kc; p++)
+                panel[p * nr + c] = 0.0f;
+    }
+    return LP_OK;
+}
+
+/* The C block rows [i0, i1) x columns [j0, j1) of one part, computed without packing: the fallback
+ * when scratch cannot be allocated (lp_gemm_f32 has no error channel). f32 sources only. */
+static void gemm_unpacked(const gemm_job *job, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) {
+            float sum = 0.0f;
+            for (int64_t p = 0; p < job->k; p++) {
+                float w;
+                const uint8_t *src = job->b.transposed
+                                         ? job->b.data + (uint64_t)p * job->b.row_bytes + (uint64_t)j * 4
+                                         : job->b.data + (uint64_t)j * job->b.row_bytes + (uint64_t)p * 4;
+                memcpy(&w, src, 4);
+                sum += job->a[i * job->lda + p] * w;
+            }
+            float *c = job->c + i * job->ldc + j;
+            *c = job->accumulate ? *c + sum : sum;
+        }
+}
+
+static void gemm_part(void *ctx, int64_t part)
+{
+    const gemm_job *job = ctx;
+    const lp_kernel_table *kt = job->kt;
+    const int mr = kt->mr, nr = kt->nr;
+    int64_t i_begin = 0, i_end = job->m, j_begin = 0, j_end = job->n;
+    if (job->split_rows) {
+        int64_t panels = (job->m + mr - 1) / mr;
+        i_begin = min_i64(job->m, panels * part / job->n_parts * mr);
+        i_end = min_i64(job->m, panels * (part + 1) / job->n_parts * mr);
+    } else {
+        int64_t panels = (job->n + nr - 1) / nr;
+        j_begin = min_i64(job->n, panels * part / job->n_parts * nr);
+        j_end = min_i64(job->n, panels * (part + 1) / job->n_parts * nr);
+    }
+    if (i_begin >= i_end || j_begin >= j_end)
+        return;
+
+    if (job->k == 0) {
+        if (!job->accumulate)
+            for (int64_t i = i_begin; i < i_end; i++)
+                memset(job->c + i * job->ldc + j_begin, 0, (size_t)(j_end - j_begin) * sizeof(float));
+    } else {
+        int64_t kc_max = min_i64(kt->kc, job->k);
+        int64_t nc_max = min_i64(kt->nc, round_up(j_end - j_begin, nr));
+        int64_t mc_max = min_i64(kt->mc, round_up(i_end - i_begin, mr));
+        float *b_pack = alloc_floats(nc_max * kc_max);
+        float *a_pack = alloc_floats(mc_max * kc_max);
+        float *seg = alloc_floats(kc_max > nr ? kc_max : nr);
+        if (!b_pack || !a_pack || !seg) {
+            free(b_pack);
+            free(a_pack);
+            free(seg);
+            if (job->status) {
+                job->status[part] = lp_error_set(&job->errors[part], LP_ERR_NOMEM,
+                                                 "GEMM scratch: out of memory for %lld x %lld panels",
+                                                 (long long)nc_max, (long long)kc_max);
+                return;
+            }
+            gemm_unpacked(job, i_begin, i_end, j_begin, j_end);
+            return;
+        }
+        for (int64_t jc = j_begin; jc < j_end; jc += kt->nc) {
+            int64_t nc = min_i64(kt->nc, j_end - jc);
+            for (int64_t pc = 0; pc < job->k; pc += kt->kc) {
+                int64_t kc = min_i64(kt->kc, job->k - pc);
+                lp_status st = pack_b(job, jc, nc, pc, kc, b_pack, seg,
+                                      job->errors ? &job->errors[part] : NULL);
+                if (st != LP_OK) {
+                    if (job->status)
+                        job->status[part] = st;
+                    free(b_pack);
+                    free(a_pack);
+                    free(seg);
+                    return;
+                }
+                bool acc = job->accumulate || pc > 0;
+                for (int64_t ic = i_begin; ic < i_end; ic += kt->mc) {
+                    int64_t mc = min_i64(kt->mc, i_end - ic);
+                    pack_a(job->a + ic * job->lda + pc, job->lda, mc, kc, mr, a_pack);
+                    for (int64_t jr = 0; jr < nc; jr += nr) {
+                        int n_edge = (int)min_i64(nr, nc - jr);
+                        for (int64_t ir = 0; ir < mc; ir += mr) {
+                            int m_edge = (int)min_i64(mr, mc - ir);
+                            kt->gemm_ukernel(kc, a_pack + ir * kc, b_pack + jr * kc,
+                                             job->c + (ic + ir) * job->ldc + jc + jr, job->ldc,
+                                             m_edge, n_edge, acc);
+                        }
+                    }
+                }
+            }
+        }
+        free(b_pack);
+        free(a_pack);
+        free(seg);
+    }
+    if (job->bias)
+        for (int64_t i = i_begin; i < i_end; i++) {
+            float *row = job->c + i * job->ldc;
+            for (int64_t j = j_begin; j < j_end; j++)
+                row[j] += job->bias[j];
+        }
+}
+
+static void plan_parts(gemm_job *job, lp_pool *pool)
+{
+    int threads = (pool && !lp_pool_in_worker()) ? lp_pool_threads(pool) : 1;
+    int64_t col_panels = (job->n + job->kt->nr - 1) / job->kt->nr;
+    int64_t row_panels = (job->m + job->kt->mr - 1) / job->kt->mr;
+    job->split_rows = col_panels < threads && row_panels > col_panels;
+    int64_t panels = job->split_rows ? row_panels : col_panels;
+    job->n_parts = (int)(panels < threads ? (panels > 0 ? panels : 1) : threads);
+}
+
+void lp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float *c, int64_t ldc, bool accumulate, lp_pool *pool)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    gemm_job job;
+    memset(&job, 0, sizeof job);
+    job.kt = lp_kernels_table();
+    job.m = m;
+    job.n = n;
+    job.k = k;
+    job.a = a;
+    job.lda = lda;
+    job.b.dtype = LP_DTYPE_F32;
+    job.b.data = (const uint8_t *)b;
+    job.b.row_bytes = (uint64_t)ldb * sizeof(float);
+    job.c = c;
+    job.ldc = ldc;
+    job.accumulate = accumulate;
+    plan_parts(&job, pool);
+    lp_pool_run(job.n_parts > 1 ? pool : NULL, job.n_parts, gemm_part, &job);
+}
+
+static bool linear_dtype_ok(lp_dtype dtype)
+{
+    if (dtype == LP_DTYPE_F32 || dtype == LP_DTYPE_F16 || dtype == LP_DTYPE_BF16)
+        return true;
+    return lp_dtype_get(dtype)->is_quant && lp_dequantize_supported(dtype);
+}
+
+lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *bias, float *y,
+                    lp_pool *pool, lp_error *err)
+{
+    const lp_dtype_info *info = lp_dtype_get(w->dtype);
+    if (!linear_dtype_ok(w->dtype))
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "linear: weight dtype %s not supported",
+                            info->name);
+    if (m < 0 || w->rows < 0 || w->cols < 0)
+        return lp_error_set(err, LP_ERR_RANGE, "linear: negative shape m=%lld [%lld, %lld]",
+                            (long long)m, (long long)w->rows, (long long)w->cols);
+    if (w->transposed && info->is_quant)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "linear: transposed (Conv1D) weights in %s not supported (f32/f16/bf16 only)",
+                            info->name);
+    if (info->is_quant && w->cols % info->block_elems != 0)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "linear: %s row of %lld values is not a whole number of %u-value blocks",
+                            info->name, (long long)w->cols, info->block_elems);
+    /* The stored rows must fit their stride. */
+    uint64_t stored_row_elems = (uint64_t)(w->transposed ? w->rows : w->cols), need;
+    if (!lp_dtype_bytes_for(w->dtype, stored_row_elems, &need))
+        return lp_error_set(err, LP_ERR_RANGE, "linear: row of %llu %s values overflows",
+                            (unsigned long long)stored_row_elems, info->name);
+    if (w->row_bytes < need)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "linear: row stride %llu bytes is less than one %s row of %llu values (%llu bytes)",
+                            (unsigned long long)w->row_bytes, info->name,
+                            (unsigned long long)stored_row_elems, (unsigned long long)need);
+    if (m == 0 || w->rows == 0)
+        return LP_OK;
+
+    gemm_job job;
+    memset(&job, 0, sizeof job);
+    job.kt = lp_kernels_table();
+    job.m = m;
+    job.n = w->rows;
+    job.k = w->cols;
+    job.a = x;
+    job.lda = w->cols;
+    job.b.dtype = w->dtype;
+    job.b.data = w->data;
+    job.b.row_bytes = w->row_bytes;
+    job.b.transposed = w->transposed;
+    job.c = y;
+    job.ldc = w->rows;
+    job.bias = bias;
+    plan_parts(&job, pool);
+    job.status = calloc((size_t)job.n_parts, sizeof *job.status);
+    job.errors = calloc((size_t)job.n_parts, sizeof *job.errors);
+    if (!job.status || !job.errors) {
+        free(job.status);
+        free(job.errors);
+        return lp_error_set(err, LP_ERR_NOMEM, "linear: out of memory");
+    }
+    lp_pool_run(job.n_parts > 1 ? pool : NULL, job.n_parts, gemm_part, &job);
+    lp_status result = LP_OK;
+    for (int part = 0; part < job.n_parts && result == LP_OK; part++)
+        if (job.status[part] != LP_OK) {
+            result = job.status[part];
+            if (err)
+                *err = job.errors[part];
+            lp_error_prefix(err, "linear: ");
+        }
+    free(job.status);
+    free(job.errors);
+    return result;
+}

@@ -1,0 +1,181 @@
+/* lp_pool: persistent worker threads with a static, deterministic partition of each run.
+ *
+ * Thread t (the caller is thread 0) runs tasks [t*n/T, (t+1)*n/T) of every lp_pool_run, so which
+ * thread computes what depends only on the thread count. Workers spin briefly on the run counter
+ * before sleeping on a condition variable: the forward pass issues many short runs back to back
+ * and a futex wake-up per run would cost more than the run itself. A run issued from inside a
+ * task (nested parallelism) executes serially on the calling thread instead of deadlocking.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "trace/kernels/kernels.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace/kernels/kernels_internal.h"
+
+enum { SPIN_ITERATIONS = 20000 };
+
+typedef struct pool_worker {
+    struct lp_pool *pool;
+    int index;
+    pthread_t thread;
+} pool_worker;
+
+struct lp_pool {
+    int n_threads;
+    int n_started;
+    pool_worker *workers; /* [n_threads - 1] */
+    pthread_mutex_t run_lock; /* one run at a time per pool */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_cond_t done;
+    atomic_uint_fast64_t generation; /* bumped per run */
+    atomic_int pending;              /* workers still in the current run */
+    atomic_bool stop;
+    /* the current run */
+    void (*fn)(void *ctx, int64_t task);
+    void *ctx;
+    int64_t n_tasks;
+};
+
+static _Thread_local bool in_worker;
+
+bool lp_pool_in_worker(void) { return in_worker; }
+
+static void run_slice(lp_pool *pool, int index)
+{
+    int64_t n = pool->n_tasks, t = pool->n_threads;
+    int64_t begin = n * index / t, end = n * (index + 1) / t;
+    for (int64_t task = begin; task < end; task++)
+        pool->fn(pool->ctx, task);
+}
+
+static void *worker_main(void *arg)
+{
+    pool_worker *self = arg;
+    lp_pool *pool = self->pool;
+    uint_fast64_t seen = 0;
+    in_worker = true;
+    for (;;) {
+        uint_fast64_t gen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        for (int spin = 0; gen == seen && spin < SPIN_ITERATIONS; spin++) {
+            if (atomic_load_explicit(&pool->stop, memory_order_relaxed))
+                break;
+            gen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        }
+        if (gen == seen) {
+            pthread_mutex_lock(&pool->lock);
+            while ((gen = atomic_load_explicit(&pool->generation, memory_order_acquire)) ==
+                       seen &&
+                   !atomic_load(&pool->stop))
+                pthread_cond_wait(&pool->wake, &pool->lock);
+            pthread_mutex_unlock(&pool->lock);
+        }
+        if (atomic_load(&pool->stop))
+            return NULL;
+        seen = gen;
+        run_slice(pool, self->index);
+        if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool->lock);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->lock);
+        }
+    }
+}
+
+lp_status lp_pool_create(int n_threads, lp_pool **out, lp_error *err)
+{
+    *out = NULL;
+    if (n_threads < 1 || n_threads > 1024)
+        return lp_error_set(err, LP_ERR_RANGE, "thread count %d outside 1..1024", n_threads);
+    lp_pool *pool = calloc(1, sizeof *pool);
+    if (!pool)
+        return lp_error_set(err, LP_ERR_NOMEM, "thread pool: out of memory");
+    pool->n_threads = n_threads;
+    atomic_init(&pool->generation, 0);
+    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->stop, false);
+    pthread_mutex_init(&pool->run_lock, NULL);
+    pthread_mutex_init(&pool->lock, NULL);
+    pthread_cond_init(&pool->wake, NULL);
+    pthread_cond_init(&pool->done, NULL);
+    if (n_threads > 1) {
+        pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
+        if (!pool->workers) {
+            lp_pool_destroy(pool);
+            return lp_error_set(err, LP_ERR_NOMEM, "thread pool: out of memory");
+        }
+    }
+    for (int i = 1; i < n_threads; i++) {
+        pool_worker *w = &pool->workers[i - 1];
+        w->pool = pool;
+        w->index = i;
+        int rc = pthread_create(&w->thread, NULL, worker_main, w);
+        if (rc != 0) {
+            lp_pool_destroy(pool);
+            return lp_error_set(err, LP_ERR_NOMEM, "thread pool: cannot start thread %d of %d: %s",
+                                i + 1, n_threads, strerror(rc));
+        }
+        pool->n_started++;
+    }
+    *out = pool;
+    return LP_OK;
+}
+
+void lp_pool_destroy(lp_pool *pool)
+{
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->lock);
+    atomic_store(&pool->stop, true);
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+    for (int i = 0; i < pool->n_started; i++)
+        pthread_join(pool->workers[i].thread, NULL);
+    pthread_cond_destroy(&pool->wake);
+    pthread_cond_destroy(&pool->done);
+    pthread_mutex_destroy(&pool->lock);
+    pthread_mutex_destroy(&pool->run_lock);
+    free(pool->workers);
+    free(pool);
+}
+
+int lp_pool_threads(const lp_pool *pool) { return pool ? pool->n_threads : 1; }
+
+void lp_pool_run(lp_pool *pool, int64_t n_tasks, void (*fn)(void *ctx, int64_t task), void *ctx)
+{
+    if (n_tasks <= 0)
+        return;
+    if (!pool || pool->n_threads == 1 || in_worker) {
+        for (int64_t task = 0; task < n_tasks; task++)
+            fn(ctx, task);
+        return;
+    }
+    pthread_mutex_lock(&pool->run_lock);
+    pool->fn = fn;
+    pool->ctx = ctx;
+    pool->n_tasks = n_tasks;
+    atomic_store_explicit(&pool->pending, pool->n_threads - 1, memory_order_relaxed);
+    pthread_mutex_lock(&pool->lock);
+    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+
+    in_worker = true; /* a nested run from our own slice stays serial */
+    run_slice(pool, 0);
+    in_worker = false;
+
+    for (int spin = 0; spin < SPIN_ITERATIONS; spin++)
+        if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0)
+            break;
+    if (atomic_load_explicit(&pool->pending, memory_order_acquire) != 0) {
+        pthread_mutex_lock(&pool->lock);
+        while (atomic_load_explicit(&pool->pending, memory_order_acquire) != 0)
+            pthread_cond_wait(&pool->done, &pool->lock);
+        pthread_mutex_unlock(&pool->lock);
+    }
+    pthread_mutex_unlock(&pool->run_lock);
+}

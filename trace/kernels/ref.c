@@ -1,0 +1,277 @@
+/* The plain C kernels: the spec every SIMD kernel is tested against, and the fallback table. */
+#include "trace/kernels/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "trace/kernels/kernels_internal.h"
+
+void lp_gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float *c, int64_t ldc, bool accumulate)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            /* double accumulation: the reference should be the most accurate one in the room */
+            double sum = 0.0;
+            for (int64_t p = 0; p < k; p++)
+                sum += (double)a[i * lda + p] * (double)b[j * ldb + p];
+            c[i * ldc + j] = (float)(accumulate ? (double)c[i * ldc + j] + sum : sum);
+        }
+}
+
+/* A 4x8 register tile in plain C: what the packed GEMM runs under LP_ISA=ref. */
+void lp_gemm_f32_ref_4x8(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                         int m_edge, int n_edge, bool accumulate)
+{
+    float tile[4][8];
+    memset(tile, 0, sizeof tile);
+    for (int64_t p = 0; p < kc; p++) {
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++)
+                tile[i][j] += a[i] * b[j];
+        a += 4;
+        b += 8;
+    }
+    for (int i = 0; i < m_edge; i++)
+        for (int j = 0; j < n_edge; j++)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i][j] : tile[i][j];
+}
+
+void lp_f16_to_f32_ref(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *bytes = src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = lp_f16_to_f32(lp_load_u16(bytes + 2 * i));
+}
+
+void lp_bf16_to_f32_ref(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *bytes = src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = lp_bf16_to_f32(lp_load_u16(bytes + 2 * i));
+}
+
+float lp_dot_ref(const float *x, const float *y, int64_t n)
+{
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        sum += x[i] * y[i];
+    return sum;
+}
+
+void lp_axpy_ref(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+void lp_scale_ref(float *y, float a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= a;
+}
+
+float lp_exp_sum_ref(float *x, int64_t n, float max)
+{
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    return sum;
+}
+
+void lp_rmsnorm_ref(float *y, const float *x, const float *weight, int64_t n, float eps,
+                    bool weight_plus_one)
+{
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum_sq += (double)x[i] * (double)x[i];
+    float inv_rms = (float)(1.0 / sqrt(sum_sq / (double)(n > 0 ? n : 1) + (double)eps));
+    for (int64_t i = 0; i < n; i++) {
+        float w = weight ? (weight_plus_one ? 1.0f + weight[i] : weight[i]) : 1.0f;
+        y[i] = x[i] * inv_rms * w;
+    }
+}
+
+void lp_layernorm_ref(float *y, const float *x, const float *weight, const float *bias, int64_t n,
+                      float eps)
+{
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        mean += (double)x[i];
+    mean /= (double)(n > 0 ? n : 1);
+    for (int64_t i = 0; i < n; i++)
+        var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    var /= (double)(n > 0 ? n : 1);
+    float inv_std = (float)(1.0 / sqrt(var + (double)eps));
+    float mean_f = (float)mean;
+    for (int64_t i = 0; i < n; i++) {
+        float v = (x[i] - mean_f) * inv_std;
+        if (weight)
+            v *= weight[i];
+        if (bias)
+            v += bias[i];
+        y[i] = v;
+    }
+}
+
+void lp_softmax_ref(float *x, int64_t n)
+{
+    if (n <= 0)
+        return;
+    float max = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > max)
+            max = x[i];
+    if (max == -INFINITY) { /* every entry masked: no distribution, all zero */
+        memset(x, 0, (size_t)n * sizeof *x);
+        return;
+    }
+    float sum = lp_exp_sum_ref(x, n, max);
+    float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+static float silu1(float v) { return v / (1.0f + expf(-v)); }
+
+static float gelu1(float v, bool tanh_approx)
+{
+    if (tanh_approx) {
+        const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+        return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+    }
+    return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+}
+
+void lp_silu_mul_ref(float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        gate[i] = silu1(gate[i]) * up[i];
+}
+
+void lp_gelu_mul_ref(float *gate, const float *up, int64_t n, bool tanh_approx)
+{
+    for (int64_t i = 0; i < n; i++)
+        gate[i] = gelu1(gate[i], tanh_approx) * up[i];
+}
+
+void lp_gelu_ref(float *x, int64_t n, bool tanh_approx)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = gelu1(x[i], tanh_approx);
+}
+
+void lp_silu_ref(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = silu1(x[i]);
+}
+
+void lp_add_ref(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+/* ---- attention, the spec: each row's scores are recomputed per pass instead of stored, so the
+ * reference needs no allocation at all. */
+
+static float ref_score(const lp_attn_args *a, int64_t i, int64_t j)
+{
+    double dot = 0.0;
+    for (int64_t d = 0; d < a->head_dim; d++)
+        dot += (double)a->q[i * a->q_stride + d] * (double)a->k[j * a->k_stride + d];
+    double s = dot * (double)a->scale;
+    if (a->softcap > 0.0f)
+        s = (double)a->softcap * tanh(s / (double)a->softcap);
+    return (float)s;
+}
+
+void lp_attention_ref(const lp_attn_args *a)
+{
+    for (int64_t i = 0; i < a->n_q; i++) {
+        int64_t lo, hi;
+        lp_mask_row_range(a->mask, a->batch, i, &lo, &hi);
+        int64_t pos = a->mask->q_pos0 + i;
+        float *out = a->out + i * a->out_stride;
+        float *prow = a->probs ? a->probs + i * a->n_k : NULL;
+        lp_attn_row_stats st;
+        memset(&st, 0, sizeof st);
+        for (int64_t d = 0; d < a->v_dim; d++)
+            out[d] = 0.0f;
+        if (prow)
+            for (int64_t j = 0; j < a->n_k; j++)
+                prow[j] = 0.0f;
+        if (lo < hi) {
+            double max = -INFINITY, sum = 0.0;
+            for (int64_t j = lo; j < hi; j++) {
+                double s = ref_score(a, i, j);
+                if (s > max)
+                    max = s;
+            }
+            for (int64_t j = lo; j < hi; j++)
+                sum += exp((double)ref_score(a, i, j) - max);
+            double acc_entropy = 0.0, acc_dist = 0.0, acc_local = 0.0, acc_sum = 0.0,
+                   acc_max = 0.0;
+            for (int64_t d = 0; d < a->v_dim; d++) {
+                double o = 0.0;
+                for (int64_t j = lo; j < hi; j++)
+                    o += exp((double)ref_score(a, i, j) - max) / sum *
+                         (double)a->v[j * a->v_stride + d];
+                out[d] = (float)o;
+            }
+            for (int64_t j = lo; j < hi; j++) {
+                double p = exp((double)ref_score(a, i, j) - max) / sum;
+                if (prow)
+                    prow[j] = (float)p;
+                if (p > 0.0)
+                    acc_entropy -= p * log(p);
+                acc_dist += p * (double)(pos - j);
+                if (pos - j < a->local_window)
+                    acc_local += p;
+                acc_sum += p;
+                if (p > acc_max)
+                    acc_max = p;
+                if (j == 0)
+                    st.sink = (float)p;
+                if (j == pos - 1)
+                    st.prev = (float)p;
+                if (j == pos)
+                    st.self = (float)p;
+            }
+            st.entropy = (float)acc_entropy;
+            st.max_prob = (float)acc_max;
+            st.distance = (float)acc_dist;
+            st.local = (float)acc_local;
+            st.row_sum = (float)acc_sum;
+        }
+        if (a->row_stats)
+            a->row_stats[i] = st;
+    }
+}
+
+const lp_kernel_table lp_kernels_ref_table = {
+    .isa = LP_ISA_REF,
+    .mr = 4,
+    .nr = 8,
+    .kc = 256,
+    .mc = 128,
+    .nc = 2048,
+    .gemm_ukernel = lp_gemm_f32_ref_4x8,
+    .f16_to_f32 = lp_f16_to_f32_ref,
+    .bf16_to_f32 = lp_bf16_to_f32_ref,
+    .dot = lp_dot_ref,
+    .axpy = lp_axpy_ref,
+    .scale = lp_scale_ref,
+    .exp_sum = lp_exp_sum_ref,
+    .rmsnorm = lp_rmsnorm_ref,
+    .layernorm = lp_layernorm_ref,
+    .softmax = lp_softmax_ref,
+    .silu_mul = lp_silu_mul_ref,
+    .gelu_mul = lp_gelu_mul_ref,
+    .gelu = lp_gelu_ref,
+    .silu = lp_silu_ref,
+    .add = lp_add_ref,
+};
