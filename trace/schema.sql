@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS tokens (
     run_id   INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     pos      INTEGER NOT NULL,
     token_id INTEGER NOT NULL,
-    piece    TEXT NOT NULL,
+    piece    TEXT NOT NULL,                -- the vocabulary string, as stored ("▁the", "Ġthe")
+    label    TEXT,                         -- the text it stands for, for axis labels
     PRIMARY KEY (run_id, pos)
 );
 

@@ -1,0 +1,3 @@
+#!/bin/bash
+source "$(dirname "$0")/cli_lib.sh"
+finish

@@ -1,0 +1,82 @@
+/* A straightforward plain-C forward pass for tests: naive loops in double, no tiling, no kernels,
+ * no loader. Tests build a random model in memory, write it to disk for the real pass, and check
+ * the real pass's outputs against this one.
+ *
+ *   ref_config cfg = {.family = REF_LLAMA, .vocab = 64, .hidden = 32, ...};
+ *   ref_model m;
+ *   ref_model_random(&cfg, 1234, &m);       // weights uniform in [-scale, scale]
+ *   ref_outputs out;
+ *   ref_forward(&m, tokens, T, &out);       // out.logits [T, vocab], out.probs, out.resid
+ *   ref_outputs_free(&out); ref_model_free(&m);
+ */
+#ifndef LP_TESTS_REF_FORWARD_H
+#define LP_TESTS_REF_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum ref_family {
+    REF_LLAMA,   /* RMSNorm, RoPE, SwiGLU, GQA; Qwen2 when qkv_bias */
+    REF_GPT2,    /* LayerNorm + bias, learned positions, gelu_new MLP, fused Conv1D qkv, tied */
+    REF_GEMMA2,  /* (1+w) RMSNorm, sqrt(hidden) embedding scale, GeGLU (tanh), post norms,
+                    alternating sliding window (even layers), attention and final soft-caps */
+    REF_MIXTRAL, /* llama attention + top-k MoE with softmax over the chosen experts */
+    REF_FAMILY_COUNT
+} ref_family;
+
+typedef struct ref_config {
+    ref_family family;
+    int64_t vocab, hidden, n_layers, n_heads, n_kv_heads, head_dim, ffn;
+    int64_t n_positions;      /* GPT-2 table rows */
+    double eps, theta;
+    bool qkv_bias;            /* Qwen2 */
+    bool rope_adjacent;       /* false = halves (HF rotate_half) */
+    bool tied;
+    int64_t n_experts, top_k; /* Mixtral */
+    int64_t window;           /* Gemma 2 sliding window on even layers; Mistral-style on all
+                                 layers for REF_LLAMA when > 0 */
+    double query_pre_attn_scalar; /* Gemma 2 (0 = head_dim) */
+    double attn_softcap, final_softcap;
+    double scale;             /* weights uniform in [-scale, scale] */
+} ref_config;
+
+typedef struct ref_layer {
+    float *attn_norm, *attn_norm_b;   /* [hidden] */
+    float *wq, *wk, *wv, *wo;         /* [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim] */
+    float *bq, *bk, *bv, *bo;         /* or NULL */
+    float *post_attn_norm;            /* Gemma 2 */
+    float *ffn_norm, *ffn_norm_b;
+    float *w_gate, *w_up, *w_down;    /* [ffn, hidden], [ffn, hidden], [hidden, ffn] */
+    float *b_up, *b_down;             /* GPT-2 */
+    float *post_ffn_norm;             /* Gemma 2 */
+    float *router;                    /* [n_experts, hidden] */
+    float **e_gate, **e_up, **e_down; /* [n_experts] of [ffn, hidden], [ffn, hidden], [hidden, ffn] */
+} ref_layer;
+
+typedef struct ref_model {
+    ref_config cfg;
+    float *embed;     /* [vocab, hidden] */
+    float *pos;       /* [n_positions, hidden] GPT-2 */
+    float *out_norm, *out_norm_b;
+    float *lm_head;   /* [vocab, hidden]; == embed when tied */
+    ref_layer *layers;
+} ref_model;
+
+typedef struct ref_outputs {
+    int64_t T;
+    float *logits;  /* [T, vocab] */
+    float *probs;   /* [n_layers, n_heads, T, T] */
+    float *resid;   /* [n_layers, T, hidden] */
+    float *head_out; /* [n_layers, T, n_heads * head_dim] attention outputs before o_proj */
+    int32_t *experts; /* [n_layers, T, top_k] chosen experts (MoE), best first */
+} ref_outputs;
+
+/* Fill m with deterministic pseudo-random weights (xorshift from seed). Returns false on OOM. */
+bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m);
+void ref_model_free(ref_model *m);
+
+/* Run the model on T tokens (causal, no padding). Returns false on OOM. */
+bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outputs *out);
+void ref_outputs_free(ref_outputs *out);
+
+#endif

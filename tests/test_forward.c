@@ -1,0 +1,785 @@
+/* Tests of the forward pass: stories260K in three formats against llama2.c's reference arrays,
+ * the quantized GGUFs' greedy agreement, random GPT-2/Mixtral/Gemma-2/Qwen2-shaped models against
+ * tests/ref_forward.c, padding, mask faults, determinism, and the safetensors writer. */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#include "core/dtype.h"
+#include "inspect/model.h"
+#include "inspect/npy.h"
+#include "inspect/safetensors_writer.h"
+#include "ref_forward.h"
+#include "trace/trace.h"
+
+/* ---- an observer that keeps everything ---- */
+
+typedef struct capture {
+    int64_t T, V, H, L, NH, HD, K;
+    int64_t batch; /* which batch item to keep */
+    float *logits;  /* [T, V] */
+    float *probs;   /* [L, NH, T, T] */
+    float *resid;   /* [L, T, H] */
+    float *head_out; /* [L, T, NH*HD] */
+    int32_t *experts; /* [L, T, K] */
+    lp_attn_row_stats *stats; /* [L, NH, T] */
+    int n_logit_calls;
+} capture;
+
+static bool cap_want(void *ctx, const lp_site *site)
+{
+    capture *c = ctx;
+    if (site->batch != c->batch)
+        return false;
+    return site->kind == LP_SITE_LOGITS || site->kind == LP_SITE_ATTN_PROBS ||
+           site->kind == LP_SITE_RESID || site->kind == LP_SITE_HEAD_OUTPUT ||
+           site->kind == LP_SITE_ROUTER;
+}
+
+static lp_status cap_observe(void *ctx, const lp_site *site, const lp_view *v, lp_error *err)
+{
+    capture *c = ctx;
+    (void)err;
+    switch (site->kind) {
+    case LP_SITE_LOGITS:
+        for (int64_t r = 0; r < v->rows; r++)
+            memcpy(c->logits + (v->row0 + r) * c->V, v->data + r * v->stride,
+                   (size_t)c->V * sizeof(float));
+        c->n_logit_calls++;
+        break;
+    case LP_SITE_ATTN_PROBS:
+        for (int64_t r = 0; r < v->rows; r++) {
+            memcpy(c->probs + ((site->layer * c->NH + site->head) * c->T + r) * c->T,
+                   v->data + r * v->stride, (size_t)c->T * sizeof(float));
+            c->stats[(site->layer * c->NH + site->head) * c->T + r] = v->row_stats[r];
+        }
+        break;
+    case LP_SITE_RESID:
+        for (int64_t r = 0; r < v->rows; r++)
+            memcpy(c->resid + (site->layer * c->T + r) * c->H, v->data + r * v->stride,
+                   (size_t)c->H * sizeof(float));
+        break;
+    case LP_SITE_HEAD_OUTPUT:
+        for (int64_t r = 0; r < v->rows; r++)
+            memcpy(c->head_out + (site->layer * c->T + r) * c->NH * c->HD + site->head * c->HD,
+                   v->data + r * v->stride, (size_t)c->HD * sizeof(float));
+        break;
+    case LP_SITE_ROUTER:
+        memcpy(c->experts + site->layer * c->T * c->K, v->router->experts,
+               (size_t)(c->T * c->K) * sizeof(int32_t));
+        break;
+    default:
+        break;
+    }
+    return LP_OK;
+}
+
+static void capture_init(capture *c, const lp_arch *a, int64_t T)
+{
+    memset(c, 0, sizeof *c);
+    c->T = T;
+    c->V = a->vocab_size;
+    c->H = a->hidden_size;
+    c->L = a->n_layers;
+    c->NH = a->n_heads;
+    c->HD = a->head_dim;
+    c->K = a->n_experts_per_tok > 0 ? a->n_experts_per_tok : 1;
+    c->logits = calloc((size_t)(T * c->V), sizeof(float));
+    c->probs = calloc((size_t)(c->L * c->NH * T * T), sizeof(float));
+    c->resid = calloc((size_t)(c->L * T * c->H), sizeof(float));
+    c->head_out = calloc((size_t)(c->L * T * c->NH * c->HD), sizeof(float));
+    c->experts = calloc((size_t)(c->L * T * c->K), sizeof(int32_t));
+    c->stats = calloc((size_t)(c->L * c->NH * T), sizeof(lp_attn_row_stats));
+    assert_non_null(c->logits);
+    assert_non_null(c->probs);
+    assert_non_null(c->resid);
+    assert_non_null(c->head_out);
+    assert_non_null(c->experts);
+    assert_non_null(c->stats);
+}
+
+static void capture_free(capture *c)
+{
+    free(c->logits);
+    free(c->probs);
+    free(c->resid);
+    free(c->head_out);
+    free(c->experts);
+    free(c->stats);
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) /* NaN counts as infinitely wrong */
+            m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+static void run_capture(const lp_model *model, const int32_t *ids, int64_t T, lp_pool *pool,
+                        capture *cap)
+{
+    capture_init(cap, lp_model_arch(model), T);
+    lp_observer obs = {cap, cap_want, cap_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    opts.pool = pool;
+    lp_batch batch = lp_batch_single(ids, T);
+    lp_error err = {0};
+    lp_status st = lp_forward(model, &batch, &opts, &err);
+    if (st != LP_OK)
+        fail_msg("lp_forward: %s", err.msg);
+}
+
+/* ---- golden: stories260K ---- */
+
+static const char *const prompts[] = {"lily", "cat_mat", "tom_sue_park"};
+static const char *const formats[] = {"stories260K.bin", "hf", "stories260K.gguf"};
+
+static float *load_npy(const char *prompt, const char *file, int64_t expect_elems, int32_t **ids)
+{
+    char rel[256], path[512];
+    snprintf(rel, sizeof rel, "models/stories260K/reference/%s/%s", prompt, file);
+    lp_test_shared_path(path, sizeof path, rel);
+    lp_npy npy;
+    lp_error err = {0};
+    if (lp_npy_open(path, &npy, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    if (expect_elems >= 0)
+        assert_int_equal(npy.n_elements, expect_elems);
+    float *out = malloc((size_t)npy.n_elements * sizeof(float));
+    assert_non_null(out);
+    if (ids) {
+        assert_int_equal(npy.dtype, LP_DTYPE_I32);
+        *ids = malloc((size_t)npy.n_elements * sizeof(int32_t));
+        assert_non_null(*ids);
+        memcpy(*ids, npy.data, (size_t)npy.n_elements * sizeof(int32_t));
+    } else {
+        assert_int_equal(lp_npy_to_f32(&npy, out, &err), LP_OK);
+    }
+    lp_npy_close(&npy);
+    return out;
+}
+
+static lp_model *open_model(const char *rel)
+{
+    char path[512];
+    lp_test_shared_path(path, sizeof path, rel);
+    lp_model *m;
+    lp_error err = {0};
+    if (lp_model_open(path, &m, &err) != LP_OK)
+        fail_msg("lp_model_open(%s): %s", path, err.msg);
+    return m;
+}
+
+static void test_stories_golden(void **state)
+{
+    (void)state;
+    double worst_logits = 0, worst_attn = 0, worst_resid = 0;
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/stories260K/%s", formats[f]);
+        lp_model *model = open_model(rel);
+        const lp_arch *a = lp_model_arch(model);
+        assert_int_equal(a->n_layers, 5);
+        assert_int_equal(a->n_kv_heads, 4);
+        for (size_t p = 0; p < sizeof prompts / sizeof prompts[0]; p++) {
+            int32_t *ids;
+            free(load_npy(prompts[p], "tokens.npy", -1, &ids));
+            char rel2[256], path[512];
+            snprintf(rel2, sizeof rel2, "models/stories260K/reference/%s/tokens.npy", prompts[p]);
+            lp_npy tok_npy;
+            lp_error err = {0};
+            assert_int_equal(lp_npy_open(lp_test_shared_path(path, sizeof path, rel2), &tok_npy, &err), LP_OK);
+            int64_t T = tok_npy.n_elements;
+            lp_npy_close(&tok_npy);
+            float *ref_logits = load_npy(prompts[p], "logits.npy", T * 512, NULL);
+            float *ref_attn = load_npy(prompts[p], "attn.npy", 5 * 8 * T * T, NULL);
+            float *ref_resid = load_npy(prompts[p], "resid.npy", 5 * T * 64, NULL);
+            capture cap;
+            run_capture(model, ids, T, NULL, &cap);
+            double dl = max_abs_diff(cap.logits, ref_logits, T * 512);
+            double da = max_abs_diff(cap.probs, ref_attn, 5 * 8 * T * T);
+            double dr = max_abs_diff(cap.resid, ref_resid, 5 * T * 64);
+            printf("  %-18s %-13s T=%2lld  logits %.2e  attn %.2e  resid %.2e\n", formats[f],
+                   prompts[p], (long long)T, dl, da, dr);
+            worst_logits = fmax(worst_logits, dl);
+            worst_attn = fmax(worst_attn, da);
+            worst_resid = fmax(worst_resid, dr);
+            /* Budget: 1e-4 (the README's tolerance for an independent f32 implementation). */
+            assert_true(dl <= 1e-4);
+            assert_true(da <= 1e-4);
+            assert_true(dr <= 1e-4);
+            capture_free(&cap);
+            free(ref_logits);
+            free(ref_attn);
+            free(ref_resid);
+            free(ids);
+        }
+        lp_model_close(model);
+    }
+    printf("  worst: logits %.2e, attn %.2e, resid %.2e (budget 1e-4)\n", worst_logits, worst_attn,
+           worst_resid);
+}
+
+static int64_t argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+static void test_stories_quant_greedy(void **state)
+{
+    (void)state;
+    static const char *const quants[] = {"quant/stories260K-Q6_K.gguf",
+                                         "quant/stories260K-Q4_K_M.gguf",
+                                         "quant/stories260K-TQ2_0.gguf"};
+    lp_model *f32 = open_model("models/stories260K/stories260K.gguf");
+    for (size_t q = 0; q < 3; q++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/stories260K/%s", quants[q]);
+        lp_model *model = open_model(rel);
+        int64_t agree = 0, total = 0;
+        double worst = 0;
+        for (size_t p = 0; p < 3; p++) {
+            int32_t *ids;
+            char rel2[256], path[512];
+            free(load_npy(prompts[p], "tokens.npy", -1, &ids));
+            snprintf(rel2, sizeof rel2, "models/stories260K/reference/%s/tokens.npy", prompts[p]);
+            lp_npy tok_npy;
+            lp_error err = {0};
+            assert_int_equal(lp_npy_open(lp_test_shared_path(path, sizeof path, rel2), &tok_npy, &err), LP_OK);
+            int64_t T = tok_npy.n_elements;
+            lp_npy_close(&tok_npy);
+            capture a, b;
+            run_capture(f32, ids, T, NULL, &a);
+            run_capture(model, ids, T, NULL, &b);
+            for (int64_t t = 0; t < T; t++) {
+                agree += argmax(a.logits + t * 512, 512) == argmax(b.logits + t * 512, 512);
+                total++;
+            }
+            worst = fmax(worst, max_abs_diff(a.logits, b.logits, T * 512));
+            capture_free(&a);
+            capture_free(&b);
+            free(ids);
+        }
+        printf("  %-32s greedy argmax equals F32 at %lld/%lld positions, max |dlogit| %.3f\n",
+               quants[q], (long long)agree, (long long)total, worst);
+        /* Quantized weights differ by up to 0.13 (Q4_0): most, not all, positions must agree,
+         * and the logits must actually differ (the quant path is really taken). */
+        assert_true(agree * 10 >= total * 7);
+        assert_true(worst > 1e-4);
+        lp_model_close(model);
+    }
+    lp_model_close(f32);
+}
+
+/* ---- random models written by the test ---- */
+
+static void add_f32(lp_st_writer *w, const char *name, int n_dims, int64_t d0, int64_t d1,
+                    const float *data)
+{
+    int64_t shape[2] = {d0, d1};
+    lp_error err = {0};
+    if (lp_st_writer_add(w, name, LP_DTYPE_F32, n_dims, shape, data, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+}
+
+/* [rows, cols] -> [cols, rows] (GPT-2's Conv1D stores weights input-major). */
+static float *transpose(const float *src, int64_t rows, int64_t cols)
+{
+    float *dst = malloc((size_t)(rows * cols) * sizeof(float));
+    assert_non_null(dst);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[c * rows + r] = src[r * cols + c];
+    return dst;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Write m as a Hugging Face folder (config.json + model.safetensors) in dir. */
+static void write_hf_model(const ref_model *m, const char *dir)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->ffn, QD = c->n_heads * c->head_dim;
+    int64_t KVD = c->n_kv_heads * c->head_dim;
+    char cmd[600], path[600], name[160];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    lp_st_writer *w;
+    lp_error err = {0};
+    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
+    lp_st_writer_set_metadata(w, "format", "pt", &err);
+    char config[2048];
+    if (c->family == REF_GPT2) {
+        add_f32(w, "wte.weight", 2, c->vocab, H, m->embed);
+        add_f32(w, "wpe.weight", 2, c->n_positions, H, m->pos);
+        for (int64_t l = 0; l < c->n_layers; l++) {
+            const ref_layer *L = &m->layers[l];
+            /* fused c_attn [H, 3H] (Conv1D) and its bias [3H] */
+            float *qkv = malloc((size_t)(3 * QD * H) * sizeof(float));
+            float *bqkv = malloc((size_t)(3 * QD) * sizeof(float));
+            assert_non_null(qkv);
+            assert_non_null(bqkv);
+            memcpy(qkv, L->wq, (size_t)(QD * H) * sizeof(float));
+            memcpy(qkv + QD * H, L->wk, (size_t)(QD * H) * sizeof(float));
+            memcpy(qkv + 2 * QD * H, L->wv, (size_t)(QD * H) * sizeof(float));
+            memcpy(bqkv, L->bq, (size_t)QD * sizeof(float));
+            memcpy(bqkv + QD, L->bk, (size_t)QD * sizeof(float));
+            memcpy(bqkv + 2 * QD, L->bv, (size_t)QD * sizeof(float));
+            float *t_qkv = transpose(qkv, 3 * QD, H);
+            float *t_o = transpose(L->wo, H, QD);
+            float *t_fc = transpose(L->w_up, F, H);
+            float *t_proj = transpose(L->w_down, H, F);
+#define NM(fmt) (snprintf(name, sizeof name, fmt, (long long)l), name)
+            add_f32(w, NM("h.%lld.ln_1.weight"), 1, H, 0, L->attn_norm);
+            add_f32(w, NM("h.%lld.ln_1.bias"), 1, H, 0, L->attn_norm_b);
+            add_f32(w, NM("h.%lld.attn.c_attn.weight"), 2, H, 3 * QD, t_qkv);
+            add_f32(w, NM("h.%lld.attn.c_attn.bias"), 1, 3 * QD, 0, bqkv);
+            add_f32(w, NM("h.%lld.attn.c_proj.weight"), 2, QD, H, t_o);
+            add_f32(w, NM("h.%lld.attn.c_proj.bias"), 1, H, 0, L->bo);
+            add_f32(w, NM("h.%lld.ln_2.weight"), 1, H, 0, L->ffn_norm);
+            add_f32(w, NM("h.%lld.ln_2.bias"), 1, H, 0, L->ffn_norm_b);
+            add_f32(w, NM("h.%lld.mlp.c_fc.weight"), 2, H, F, t_fc);
+            add_f32(w, NM("h.%lld.mlp.c_fc.bias"), 1, F, 0, L->b_up);
+            add_f32(w, NM("h.%lld.mlp.c_proj.weight"), 2, F, H, t_proj);
+            add_f32(w, NM("h.%lld.mlp.c_proj.bias"), 1, H, 0, L->b_down);
+            free(qkv);
+            free(bqkv);
+            free(t_qkv);
+            free(t_o);
+            free(t_fc);
+            free(t_proj);
+        }
+        add_f32(w, "ln_f.weight", 1, H, 0, m->out_norm);
+        add_f32(w, "ln_f.bias", 1, H, 0, m->out_norm_b);
+        snprintf(config, sizeof config,
+                 "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
+                 "\"vocab_size\": %lld, \"n_embd\": %lld, \"n_layer\": %lld, \"n_head\": %lld, "
+                 "\"n_positions\": %lld, \"n_ctx\": %lld, \"n_inner\": %lld, "
+                 "\"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": %g, "
+                 "\"tie_word_embeddings\": true, \"torch_dtype\": \"float32\"}",
+                 (long long)c->vocab, (long long)H, (long long)c->n_layers,
+                 (long long)c->n_heads, (long long)c->n_positions, (long long)c->n_positions,
+                 (long long)F, c->eps);
+    } else {
+        add_f32(w, "model.embed_tokens.weight", 2, c->vocab, H, m->embed);
+        for (int64_t l = 0; l < c->n_layers; l++) {
+            const ref_layer *L = &m->layers[l];
+            add_f32(w, NM("model.layers.%lld.input_layernorm.weight"), 1, H, 0, L->attn_norm);
+            add_f32(w, NM("model.layers.%lld.self_attn.q_proj.weight"), 2, QD, H, L->wq);
+            add_f32(w, NM("model.layers.%lld.self_attn.k_proj.weight"), 2, KVD, H, L->wk);
+            add_f32(w, NM("model.layers.%lld.self_attn.v_proj.weight"), 2, KVD, H, L->wv);
+            add_f32(w, NM("model.layers.%lld.self_attn.o_proj.weight"), 2, H, QD, L->wo);
+            if (L->bq) {
+                add_f32(w, NM("model.layers.%lld.self_attn.q_proj.bias"), 1, QD, 0, L->bq);
+                add_f32(w, NM("model.layers.%lld.self_attn.k_proj.bias"), 1, KVD, 0, L->bk);
+                add_f32(w, NM("model.layers.%lld.self_attn.v_proj.bias"), 1, KVD, 0, L->bv);
+            }
+            if (c->family == REF_GEMMA2) {
+                add_f32(w, NM("model.layers.%lld.post_attention_layernorm.weight"), 1, H, 0,
+                        L->post_attn_norm);
+                add_f32(w, NM("model.layers.%lld.pre_feedforward_layernorm.weight"), 1, H, 0,
+                        L->ffn_norm);
+                add_f32(w, NM("model.layers.%lld.post_feedforward_layernorm.weight"), 1, H, 0,
+                        L->post_ffn_norm);
+            } else {
+                add_f32(w, NM("model.layers.%lld.post_attention_layernorm.weight"), 1, H, 0,
+                        L->ffn_norm);
+            }
+            if (c->family == REF_MIXTRAL) {
+                add_f32(w, NM("model.layers.%lld.block_sparse_moe.gate.weight"), 2, c->n_experts,
+                        H, L->router);
+                for (int64_t e = 0; e < c->n_experts; e++) {
+                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w1.weight", (long long)l, (long long)e);
+                    add_f32(w, name, 2, F, H, L->e_gate[e]);
+                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight", (long long)l, (long long)e);
+                    add_f32(w, name, 2, H, F, L->e_down[e]);
+                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w3.weight", (long long)l, (long long)e);
+                    add_f32(w, name, 2, F, H, L->e_up[e]);
+                }
+            } else {
+                add_f32(w, NM("model.layers.%lld.mlp.gate_proj.weight"), 2, F, H, L->w_gate);
+                add_f32(w, NM("model.layers.%lld.mlp.up_proj.weight"), 2, F, H, L->w_up);
+                add_f32(w, NM("model.layers.%lld.mlp.down_proj.weight"), 2, H, F, L->w_down);
+            }
+#undef NM
+        }
+        add_f32(w, "model.norm.weight", 1, H, 0, m->out_norm);
+        if (!c->tied)
+            add_f32(w, "lm_head.weight", 2, c->vocab, H, m->lm_head);
+        const char *type = c->family == REF_MIXTRAL ? "mixtral"
+                           : c->family == REF_GEMMA2 ? "gemma2"
+                           : c->qkv_bias             ? "qwen2"
+                                                     : "llama";
+        char extra[512] = "";
+        if (c->family == REF_MIXTRAL)
+            snprintf(extra, sizeof extra, ", \"num_local_experts\": %lld, \"num_experts_per_tok\": %lld, \"sliding_window\": null",
+                     (long long)c->n_experts, (long long)c->top_k);
+        else if (c->family == REF_GEMMA2)
+            snprintf(extra, sizeof extra,
+                     ", \"head_dim\": %lld, \"query_pre_attn_scalar\": %g, \"sliding_window\": %lld, "
+                     "\"attn_logit_softcapping\": %g, \"final_logit_softcapping\": %g, "
+                     "\"hidden_activation\": \"gelu_pytorch_tanh\"",
+                     (long long)c->head_dim, c->query_pre_attn_scalar, (long long)c->window,
+                     c->attn_softcap, c->final_softcap);
+        else if (c->qkv_bias)
+            snprintf(extra, sizeof extra, ", \"use_sliding_window\": false, \"sliding_window\": 4096");
+        else if (c->window > 0)
+            snprintf(extra, sizeof extra, ", \"sliding_window\": %lld", (long long)c->window);
+        snprintf(config, sizeof config,
+                 "{\"model_type\": \"%s\", \"vocab_size\": %lld, \"hidden_size\": %lld, "
+                 "\"intermediate_size\": %lld, \"num_hidden_layers\": %lld, "
+                 "\"num_attention_heads\": %lld, \"num_key_value_heads\": %lld, "
+                 "\"max_position_embeddings\": 256, \"rms_norm_eps\": %g, \"rope_theta\": %g, "
+                 "\"hidden_act\": \"silu\", \"tie_word_embeddings\": %s, "
+                 "\"torch_dtype\": \"float32\"%s}",
+                 c->family == REF_LLAMA && c->window > 0 ? "mistral" : type, (long long)c->vocab,
+                 (long long)H, (long long)F, (long long)c->n_layers, (long long)c->n_heads,
+                 (long long)c->n_kv_heads, c->eps, c->theta, c->tied ? "true" : "false", extra);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (lp_st_writer_write(w, path, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    lp_st_writer_destroy(w);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, config);
+}
+
+typedef struct random_case {
+    const char *name;
+    ref_config cfg;
+    int64_t T;
+} random_case;
+
+static const random_case random_cases[] = {
+    {"gpt2", {.family = REF_GPT2, .vocab = 97, .hidden = 48, .n_layers = 2, .n_heads = 4,
+              .n_kv_heads = 4, .head_dim = 12, .ffn = 192, .n_positions = 64, .eps = 1e-5,
+              .tied = true, .scale = 0.15}, 19},
+    {"mixtral", {.family = REF_MIXTRAL, .vocab = 101, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                 .n_kv_heads = 2, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
+                 .n_experts = 4, .top_k = 2, .scale = 0.2}, 23},
+    {"gemma2", {.family = REF_GEMMA2, .vocab = 89, .hidden = 32, .n_layers = 3, .n_heads = 4,
+                .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
+                .tied = true, .window = 5, .query_pre_attn_scalar = 24, .attn_softcap = 5.0,
+                .final_softcap = 3.0, .scale = 0.2}, 17},
+    {"qwen2", {.family = REF_LLAMA, .vocab = 83, .hidden = 32, .n_layers = 2, .n_heads = 4,
+               .n_kv_heads = 2, .head_dim = 8, .ffn = 56, .eps = 1e-6, .theta = 1000000,
+               .qkv_bias = true, .scale = 0.2}, 15},
+    {"mistral", {.family = REF_LLAMA, .vocab = 71, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                 .n_kv_heads = 1, .head_dim = 8, .ffn = 44, .eps = 1e-5, .theta = 10000,
+                 .window = 4, .scale = 0.2}, 13},
+};
+
+static void check_random_case(const random_case *rc)
+{
+    ref_model m;
+    assert_true(ref_model_random(&rc->cfg, 0x5eed + (uint64_t)rc->cfg.family, &m));
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/forward_%s_%ld", lp_test_tmp_dir(), rc->name, (long)getpid());
+    write_hf_model(&m, dir);
+    int32_t ids[64];
+    uint64_t s = 12345;
+    for (int64_t t = 0; t < rc->T; t++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[t] = (int32_t)((s >> 33) % (uint64_t)rc->cfg.vocab);
+    }
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, rc->T, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("%s: %s", rc->name, err.msg);
+    const lp_arch *a = lp_model_arch(model);
+    assert_int_equal(a->n_layers, rc->cfg.n_layers);
+    assert_int_equal(a->head_dim, rc->cfg.head_dim);
+    capture cap;
+    run_capture(model, ids, rc->T, NULL, &cap);
+    int64_t T = rc->T, L = rc->cfg.n_layers, NH = rc->cfg.n_heads;
+    double dl = max_abs_diff(cap.logits, ref.logits, T * rc->cfg.vocab);
+    double dp = max_abs_diff(cap.probs, ref.probs, L * NH * T * T);
+    double dr = max_abs_diff(cap.resid, ref.resid, L * T * rc->cfg.hidden);
+    double dh = max_abs_diff(cap.head_out, ref.head_out, L * T * NH * rc->cfg.head_dim);
+    int64_t expert_mismatch = 0;
+    if (rc->cfg.family == REF_MIXTRAL)
+        for (int64_t i = 0; i < L * T * rc->cfg.top_k; i++)
+            expert_mismatch += cap.experts[i] != ref.experts[i];
+    printf("  %-8s T=%2lld  logits %.2e  probs %.2e  resid %.2e  head_out %.2e  experts differ %lld\n",
+           rc->name, (long long)T, dl, dp, dr, dh, (long long)expert_mismatch);
+    assert_true(dl <= 1e-4);
+    assert_true(dp <= 1e-4);
+    assert_true(dr <= 1e-4);
+    assert_true(dh <= 1e-4);
+    assert_int_equal(expert_mismatch, 0);
+    /* The logits must carry signal, or the comparison proves nothing. */
+    double spread = 0;
+    for (int64_t i = 1; i < rc->cfg.vocab; i++)
+        spread = fmax(spread, fabs((double)ref.logits[i] - (double)ref.logits[0]));
+    assert_true(spread > 1e-2);
+    capture_free(&cap);
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "%s", "");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_random_gpt2(void **state) { (void)state; check_random_case(&random_cases[0]); }
+static void test_random_mixtral(void **state) { (void)state; check_random_case(&random_cases[1]); }
+static void test_random_gemma2(void **state) { (void)state; check_random_case(&random_cases[2]); }
+static void test_random_qwen2(void **state) { (void)state; check_random_case(&random_cases[3]); }
+static void test_random_mistral(void **state) { (void)state; check_random_case(&random_cases[4]); }
+
+/* ---- batch, padding, faults, determinism, errors (on a random llama) ---- */
+
+static lp_model *small_llama(ref_model *m, char *dir, size_t dir_size)
+{
+    ref_config cfg = {.family = REF_LLAMA, .vocab = 61, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                      .n_kv_heads = 2, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
+                      .scale = 0.2};
+    assert_true(ref_model_random(&cfg, 77, m));
+    snprintf(dir, dir_size, "%s/forward_llama_%ld", lp_test_tmp_dir(), (long)getpid());
+    write_hf_model(m, dir);
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    return model;
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_padding_batch(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = small_llama(&m, dir, sizeof dir);
+    const int64_t n = 9, pad = 3, T = n + pad, V = 61;
+    int32_t ids[9] = {5, 17, 3, 44, 2, 9, 31, 60, 12};
+    capture plain;
+    run_capture(model, ids, n, NULL, &plain);
+
+    /* Three sequences of T: left-padded, right-padded, and a different prompt. */
+    int32_t batch_ids[3 * 12];
+    int64_t pl[3] = {pad, 0, 0}, pr[3] = {0, pad, 0};
+    for (int64_t t = 0; t < T; t++) {
+        batch_ids[t] = t < pad ? 0 : ids[t - pad];
+        batch_ids[T + t] = t < n ? ids[t] : 0;
+        batch_ids[2 * T + t] = (int32_t)((t * 7 + 1) % V);
+    }
+    for (int64_t b = 0; b < 2; b++) {
+        capture cap;
+        capture_init(&cap, lp_model_arch(model), T);
+        cap.batch = b;
+        lp_observer obs = {&cap, cap_want, cap_observe};
+        lp_forward_opts opts;
+        lp_forward_opts_init(&opts);
+        opts.observer = &obs;
+        lp_batch batch = {3, T, batch_ids, pl, pr};
+        lp_error err = {0};
+        assert_int_equal(lp_forward(model, &batch, &opts, &err), LP_OK);
+        int64_t off = b == 0 ? pad : 0;
+        double d = max_abs_diff(cap.logits + off * V, plain.logits, n * V);
+        printf("  %s padding: real-token logits differ from the unpadded run by %.2e\n",
+               b == 0 ? "left " : "right", d);
+        assert_true(d <= 1e-5);
+        /* padded query rows see nothing */
+        int64_t pad_row = b == 0 ? 0 : T - 1;
+        for (int64_t s = 0; s < T; s++)
+            assert_true(cap.probs[pad_row * T + s] == 0.0f);
+        capture_free(&cap);
+    }
+
+    /* A broken mask must change what earlier positions compute. */
+    capture faulty;
+    capture_init(&faulty, lp_model_arch(model), n);
+    lp_observer obs = {&faulty, cap_want, cap_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    opts.mask_fault = LP_MASK_FAULT_NO_MASK;
+    lp_batch single = lp_batch_single(ids, n);
+    lp_error err = {0};
+    assert_int_equal(lp_forward(model, &single, &opts, &err), LP_OK);
+    assert_true(max_abs_diff(faulty.logits, plain.logits, V) > 1e-3);
+    assert_true(faulty.probs[1] > 0.0f); /* layer 0 head 0: row 0 sees key 1 */
+    capture_free(&faulty);
+    capture_free(&plain);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+static void test_determinism_threads(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = small_llama(&m, dir, sizeof dir);
+    int32_t ids[20];
+    for (int i = 0; i < 20; i++)
+        ids[i] = (i * 13 + 5) % 61;
+    lp_pool *pool;
+    lp_error err = {0};
+    assert_int_equal(lp_pool_create(2, &pool, &err), LP_OK);
+    capture a, b, c;
+    run_capture(model, ids, 20, pool, &a);
+    run_capture(model, ids, 20, pool, &b);
+    run_capture(model, ids, 20, NULL, &c);
+    assert_memory_equal(a.logits, b.logits, 20 * 61 * sizeof(float));
+    assert_memory_equal(a.probs, b.probs, (size_t)(2 * 4 * 20 * 20) * sizeof(float));
+    double d = max_abs_diff(a.logits, c.logits, 20 * 61);
+    printf("  2 threads twice: bit-identical; 1 vs 2 threads: %.2e\n", d);
+    assert_true(d <= 1e-5);
+    capture_free(&a);
+    capture_free(&b);
+    capture_free(&c);
+    lp_pool_destroy(pool);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = small_llama(&m, dir, sizeof dir);
+    lp_error err = {0};
+    int32_t bad[3] = {1, 61, 2};
+    lp_batch batch = lp_batch_single(bad, 3);
+    assert_int_equal(lp_forward(model, &batch, NULL, &err), LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "61"));
+    int64_t pl = 5;
+    int32_t ok_ids[3] = {1, 2, 3};
+    lp_batch padded = {1, 3, ok_ids, &pl, NULL};
+    assert_int_equal(lp_forward(model, &padded, NULL, &err), LP_ERR_RANGE);
+    lp_model_close(model);
+
+    /* A model missing a tensor is refused with its role and layer named. */
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    lp_st_writer *w;
+    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
+    add_f32(w, "model.embed_tokens.weight", 2, 61, 32, m.embed);
+    add_f32(w, "model.norm.weight", 1, 32, 0, m.out_norm);
+    assert_int_equal(lp_st_writer_write(w, path, &err), LP_OK);
+    lp_st_writer_destroy(w);
+    memset(&err, 0, sizeof err);
+    assert_int_not_equal(lp_model_open(dir, &model, &err), LP_OK);
+    printf("  missing tensor: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "layer 0"));
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+/* ---- the safetensors writer, read back through the catalogue ---- */
+
+static void test_safetensors_writer(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/writer_%ld.safetensors", lp_test_tmp_dir(), (long)getpid());
+    lp_st_writer *w;
+    lp_error err = {0};
+    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
+    float a[6] = {1.0f, -2.5f, 3.25f, 0.0f, 1e-3f, 65504.0f};
+    int64_t s23[2] = {2, 3}, s3[1] = {3};
+    assert_int_equal(lp_st_writer_add(w, "a.weight", LP_DTYPE_F32, 2, s23, a, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add_f32_as(w, "b.weight", LP_DTYPE_BF16, 2, s23, a, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add_f32_as(w, "c", LP_DTYPE_F16, 1, s3, a, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(w, "a.weight", LP_DTYPE_F32, 2, s23, a, &err), LP_ERR_USAGE);
+    assert_int_equal(lp_st_writer_add(w, "q", LP_DTYPE_Q4_0, 1, s3, a, &err), LP_ERR_UNSUPPORTED);
+    int64_t neg[1] = {-1};
+    assert_int_equal(lp_st_writer_add(w, "n", LP_DTYPE_F32, 1, neg, a, &err), LP_ERR_RANGE);
+    assert_int_equal(lp_st_writer_set_metadata(w, "format", "pt", &err), LP_OK);
+    assert_int_equal(lp_st_writer_write(w, path, &err), LP_OK);
+    lp_st_writer_destroy(w);
+
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t len[8];
+    assert_int_equal(fread(len, 1, 8, f), 8);
+    fclose(f);
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++)
+        n |= (uint64_t)len[i] << (8 * i);
+    assert_int_equal((8 + n) % 8, 0); /* data starts 8-aligned */
+
+    lp_weights *wts;
+    if (lp_weights_open(path, &wts, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(lp_weights_count(wts), 3);
+    const lp_tensor *ta = lp_weights_find_name(wts, "a.weight");
+    const lp_tensor *tb = lp_weights_find_name(wts, "b.weight");
+    const lp_tensor *tc = lp_weights_find_name(wts, "c");
+    assert_non_null(ta);
+    assert_non_null(tb);
+    assert_non_null(tc);
+    assert_int_equal(ta->dtype, LP_DTYPE_F32);
+    assert_int_equal(tb->dtype, LP_DTYPE_BF16);
+    assert_int_equal(tc->dtype, LP_DTYPE_F16);
+    assert_int_equal(tb->shape[0], 2);
+    assert_int_equal(tb->shape[1], 3);
+    float back[6];
+    assert_int_equal(lp_tensor_rows_f32(ta, 0, 2, back, &err), LP_OK);
+    assert_memory_equal(back, a, sizeof a);
+    assert_int_equal(lp_tensor_rows_f32(tb, 0, 2, back, &err), LP_OK);
+    for (int i = 0; i < 6; i++)
+        assert_true(back[i] == lp_bf16_to_f32(lp_f32_to_bf16(a[i])));
+    assert_int_equal(lp_tensor_rows_f32(tc, 0, 1, back, &err), LP_OK);
+    for (int i = 0; i < 3; i++)
+        assert_true(back[i] == a[i]); /* exactly representable in f16 */
+    lp_weights_close(wts);
+    remove(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest unit[] = {
+        cmocka_unit_test(test_safetensors_writer),
+        cmocka_unit_test(test_random_gpt2),
+        cmocka_unit_test(test_random_mixtral),
+        cmocka_unit_test(test_random_gemma2),
+        cmocka_unit_test(test_random_qwen2),
+        cmocka_unit_test(test_random_mistral),
+        cmocka_unit_test(test_padding_batch),
+        cmocka_unit_test(test_determinism_threads),
+        cmocka_unit_test(test_errors),
+    };
+    int failed = cmocka_run_group_tests_name("forward", unit, NULL, NULL);
+    if (!lp_test_shared_dir()) {
+        printf("SKIP golden stories260K tests: ../shared not found (set LOUPE_SHARED)\n");
+        return failed;
+    }
+    const struct CMUnitTest golden[] = {
+        cmocka_unit_test(test_stories_golden),
+        cmocka_unit_test(test_stories_quant_greedy),
+    };
+    return failed | cmocka_run_group_tests_name("forward_golden", golden, NULL, NULL);
+}
