@@ -48,7 +48,15 @@ void est_rope_report(const lp_arch *arch, lp_est_rope *rope)
     rope->rope_dim = dim;
     rope->n_pairs = dim / 2 < LP_EST_MAX_ROPE_PAIRS ? dim / 2 : LP_EST_MAX_ROPE_PAIRS;
     rope->theta = arch->rope_theta;
-    rope->trained_ctx = scaled && sc->original_ctx > 0 ? sc->original_ctx : arch->n_ctx;
+    /* The context before scaling: original_max_position_embeddings when given; for linear
+     * scaling without it, max_position_embeddings is taken as the scaled target (Gemma 3);
+     * dynamic NTK and YaRN treat max_position_embeddings as the original, as transformers does. */
+    if (scaled && sc->original_ctx > 0)
+        rope->trained_ctx = sc->original_ctx;
+    else if (sc->kind == LP_ROPE_SCALING_LINEAR && factor > 1.0)
+        rope->trained_ctx = (int64_t)((double)arch->n_ctx / factor);
+    else
+        rope->trained_ctx = arch->n_ctx;
     double extended = (double)rope->trained_ctx * (scaled ? factor : 1.0);
     rope->target_ctx = (double)arch->n_ctx > extended ? arch->n_ctx : (int64_t)extended;
     rope->scaling_modelled = sc->kind != LP_ROPE_SCALING_LONGROPE;

@@ -77,7 +77,7 @@ static void print_params(FILE *out, const lp_est_report *rep)
 {
     char a[48], b[48];
     const lp_est_params *p = &rep->params;
-    fprintf(out, "\nparameters %32s %20s\n", "total", "active per token");
+    fprintf(out, "\n%-30s %20s %20s\n", "parameters", "total", "active per token");
     for (int c = 0; c < LP_EST_COMPONENT_COUNT; c++) {
         if (p->by_component[c] == 0)
             continue;
@@ -88,8 +88,8 @@ static void print_params(FILE *out, const lp_est_report *rep)
     if (p->mtp > 0)
         fprintf(out, "  %-28s %20s\n", "MTP modules (not in total)", fmt_int(p->mtp, a));
 
-    fprintf(out, "\nlayer kinds %53s %16s %16s %12s\n", "layers", "params/layer", "active/layer",
-            "KV B/token");
+    fprintf(out, "\n%-54s %-12s %16s %16s %12s\n", "layer kinds", "layers", "params/layer",
+            "active/layer", "KV B/token");
     for (int k = 0; k < rep->n_kinds; k++) {
         const lp_est_layer_kind *kind = &rep->kinds[k];
         char first[24];
@@ -138,9 +138,9 @@ static void print_flops(FILE *out, const lp_est_report *rep)
 {
     const lp_est_flops *f = &rep->flops;
     char a[48], b[48], c[48], label[96];
-    snprintf(label, sizeof label, "prefill, batch %lld x %lld tokens", (long long)rep->batch,
-             (long long)rep->seq);
-    fprintf(out, "\nflops: %-38s %14s %14s\n", label, "causal", "dense attn");
+    snprintf(label, sizeof label, "flops: prefill, batch %lld x %lld tokens",
+             (long long)rep->batch, (long long)rep->seq);
+    fprintf(out, "\n%-46s %14s %14s\n", label, "causal", "dense attn");
     fprintf(out, "  %-44s %14s %14s\n", "attention projections", fmt_flops(f->prefill_attn_proj, a),
             fmt_flops(f->prefill_attn_proj, b));
     fprintf(out, "  %-44s %14s %14s\n", "attention scores + weighted sum",
@@ -153,8 +153,9 @@ static void print_flops(FILE *out, const lp_est_report *rep)
             fmt_flops(f->prefill_dense, b));
     fprintf(out, "  %-44s %14s\n", "training step (forward + backward = 3x)",
             fmt_flops(f->training, a));
-    snprintf(label, sizeof label, "decode, 1 token at context %lld", (long long)rep->context);
-    fprintf(out, "flops: %-38s %14s\n", label, "per token");
+    snprintf(label, sizeof label, "flops: decode, 1 token at context %lld",
+             (long long)rep->context);
+    fprintf(out, "%-46s %14s\n", label, "per token");
     fprintf(out, "  %-44s %14s\n", "attention projections", fmt_flops(f->decode_attn_proj, a));
     fprintf(out, "  %-44s %14s\n", "attention scores + weighted sum",
             fmt_flops(f->decode_attn_scores, a));
@@ -200,6 +201,9 @@ static void print_rope(FILE *out, const lp_arch *arch, const lp_est_report *rep,
             fprintf(out, "  %s scaling: per-dimension factors, not modelled\n",
                     est_scaling_name(arch->rope_scaling.kind));
     }
+    if (arch->rope_local_theta > 0 && arch->rope_local_theta != r->theta)
+        fprintf(out, "  sliding-window layers use theta %g without scaling\n",
+                arch->rope_local_theta);
     if (!table)
         return;
     fprintf(out, "  %6s %18s %18s %14s\n", "pair", "wavelength", "scaled wavelength",
@@ -212,8 +216,8 @@ static void print_rope(FILE *out, const lp_arch *arch, const lp_est_report *rep,
 static void print_per_layer(FILE *out, const lp_est_report *rep)
 {
     char a[48], b[48], c[48], w[48];
-    fprintf(out, "\nper layer %8s %8s %5s %16s %16s %12s %12s %14s\n", "ffn", "window", "kv_h",
-            "params", "active", "KV B/token", "KV tokens", "KV bytes");
+    fprintf(out, "\nper layer\n  %5s %10s %8s %5s %16s %16s %12s %12s %14s\n", "layer", "ffn",
+            "window", "kv_h", "params", "active", "KV B/token", "KV tokens", "KV bytes");
     for (int64_t l = 0; l < rep->params.n_layers; l++) {
         const lp_est_layer *layer = &rep->params.layers[l];
         fprintf(out, "  %5lld %10s %8s %5lld %16s %16s %12llu %12llu %14s\n", (long long)l,

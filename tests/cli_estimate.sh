@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# CLI: loupe estimate on a config the test writes itself (hand-checkable figures), shipped cards,
+# JSON keys, gates (exit 1), bad input (exit 2, one line), and every ../shared config's exact count.
+source "$(dirname "$0")/cli_lib.sh"
+
+# A tiny Llama: vocab 1000, hidden 64, 4 layers, 8 heads / 2 kv heads of 8, SwiGLU 128, untied.
+# Per layer 10,240 (attention) + 128 (norms) + 24,576 (FFN) = 34,944; total 2 x 64,000 + 64 +
+# 4 x 34,944 = 267,840. KV per token: 4 layers x 2 kv heads x (8 + 8) x 2 bytes (bf16) = 256.
+mkdir -p "$TMP/tiny"
+cat >"$TMP/tiny/config.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 4,
+ "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 128,
+ "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+ "torch_dtype": "bfloat16", "hidden_act": "silu"}
+JSON
+tiny="$TMP/tiny/config.json"
+
+# json_int KEY: the integer value of "KEY": N in the pretty-printed output (first match)
+json_int() { grep -o "\"$1\": [0-9]*" "$TMP/out" | head -n 1 | grep -o '[0-9]*$'; }
+expect_json_int() {
+  local key=$1 want=$2; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local got
+  got=$(json_int "$key")
+  if [ "$got" = "$want" ]; then ok; else bad "$key = '$got', want $want: $*"; fi
+}
+
+expect_status 0 "$LOUPE" estimate "$tiny"
+expect_stdout_contains "267,840" "$LOUPE" estimate "$tiny"
+expect_stdout_contains "defaults used" "$LOUPE" estimate "$tiny"
+expect_json_int total 267840 "$LOUPE" estimate "$tiny" --json
+expect_json_int active 267840 "$LOUPE" estimate "$tiny" --json
+expect_json_int weights_bytes 535680 "$LOUPE" estimate "$tiny" --json
+expect_json_int bytes_per_token 256 "$LOUPE" estimate "$tiny" --json
+# batch 3 x seq 100: 3 x 100 x 256
+expect_json_int kv_cache_bytes 76800 "$LOUPE" estimate "$tiny" --json --batch 3 --seq 100
+# fp8 KV halves it; q8_0 weights keep norms in f32: 267,264 x 34/32 + 576 x 4
+expect_json_int kv_cache_bytes 38400 "$LOUPE" estimate "$tiny" --json --batch 3 --seq 100 --kv-dtype fp8
+expect_json_int weights_bytes 286272 "$LOUPE" estimate "$tiny" --json --weight-dtype q8_0
+
+# every documented key is present
+"$LOUPE" estimate "$tiny" --json --budget 1MiB --hw h100-sxm >"$TMP/out" 2>"$TMP/err"
+for key in '"params"' '"total"' '"active"' '"by_component"' '"memory"' '"weights_bytes"' \
+           '"kv_cache"' '"bytes_per_token"' '"bytes"' '"flops"' '"prefill"' \
+           '"decode_per_token"' '"training"' '"warnings"' '"fit"' '"max_seq"' '"roofline"' \
+           '"rope"' '"settings"'; do
+  if grep -qF -- "$key" "$TMP/out"; then ok; else bad "--json lacks $key"; fi
+done
+# several models: one array
+"$LOUPE" estimate "$tiny" "$tiny" --json >"$TMP/out" 2>"$TMP/err"
+if [ "$(head -c 1 "$TMP/out")" = "[" ] && [ "$(grep -c '"total": 267840' "$TMP/out")" -eq 2 ]; then ok; else bad "two models should print an array of two documents"; fi
+expect_stdout_contains "params total" "$LOUPE" estimate "$tiny" "$tiny"
+
+# gates: KV at seq 256 is 65,536 bytes
+expect_status 0 "$LOUPE" estimate "$tiny" --max-kv 65536
+expect_status 1 "$LOUPE" estimate "$tiny" --max-kv 65535
+expect_stdout_contains "EXCEEDED" "$LOUPE" estimate "$tiny" --max-kv 65535
+expect_status 1 "$LOUPE" estimate "$tiny" --max-memory 500KB
+expect_status 0 "$LOUPE" estimate "$tiny" --max-memory 1GiB
+expect_status 1 "$LOUPE" estimate "$tiny" --json --max-kv 1KiB
+
+# bad input: exit 2 and exactly one line
+expect_one_line_error "$LOUPE" estimate
+expect_one_line_error "$LOUPE" estimate "$TMP/nonexistent.json"
+expect_one_line_error "$LOUPE" estimate no-such-card-anywhere
+expect_one_line_error "$LOUPE" estimate "$tiny" --batch 0
+expect_one_line_error "$LOUPE" estimate "$tiny" --batch -3
+expect_one_line_error "$LOUPE" estimate "$tiny" --seq 1e30
+expect_one_line_error "$LOUPE" estimate "$tiny" --seq 2000000000000
+expect_one_line_error "$LOUPE" estimate "$tiny" --weight-dtype q9_z
+expect_one_line_error "$LOUPE" estimate "$tiny" --kv-dtype bool
+expect_one_line_error "$LOUPE" estimate "$tiny" --hw warp-drive
+expect_one_line_error "$LOUPE" estimate "$tiny" --budget lots
+expect_one_line_error "$LOUPE" estimate "$tiny" --frobnicate
+expect_one_line_error "$LOUPE" estimate "$tiny" --seq
+printf '{"model_type": "llama", "hidden_size": 64,' >"$TMP/broken.json"
+expect_one_line_error "$LOUPE" estimate "$TMP/broken.json"
+# batch x seq whose KV cache overflows 64 bits on a big vocabulary model
+sed 's/"num_hidden_layers": 4/"num_hidden_layers": 500/; s/"hidden_size": 64/"hidden_size": 65536/; s/"num_key_value_heads": 2/"num_key_value_heads": 8/' "$tiny" >"$TMP/big.json"
+expect_one_line_error "$LOUPE" estimate "$TMP/big.json" --batch 1099511627776 --seq 1099511627776
+expect_stderr_contains "overflows" "$LOUPE" estimate "$TMP/big.json" --batch 1099511627776 --seq 1099511627776
+# nothing half-written on failure
+"$LOUPE" estimate "$tiny" "$TMP/nonexistent.json" >"$TMP/out" 2>/dev/null
+if [ ! -s "$TMP/out" ]; then ok; else bad "stdout not empty after a failing second input"; fi
+
+# shipped cards by name
+if [ -f "${LOUPE_CONFIGS:-/nonexistent}/llama-3-8b.yaml" ]; then
+  expect_json_int total 8030261248 "$LOUPE" estimate llama-3-8b --json
+  # the README's worked example: batch 8, seq 8192, fp8 KV = 32 x 8 x 256 x 8 x 8192 bytes
+  expect_json_int kv_cache_bytes 4294967296 "$LOUPE" estimate llama-3-8b --json --batch 8 --seq 8192 --kv-dtype fp8
+fi
+
+# every real config in ../shared: exact total (and active when truth has one)
+require_shared
+for dir in "$SHARED"/configs/*/; do
+  name=$(basename "$dir")
+  want_total=$(grep -o '"params_total": [0-9]*' "$dir/truth.json" | grep -o '[0-9]*$')
+  want_active=$(grep -o '"params_active": [0-9]*' "$dir/truth.json" | grep -o '[0-9]*$')
+  "$LOUPE" estimate "$dir" --json >"$TMP/out" 2>"$TMP/err"
+  got_total=$(json_int total)
+  got_active=$(json_int active)
+  if [ "$got_total" = "$want_total" ]; then ok; else bad "$name: total $got_total, want $want_total"; fi
+  if [ -z "$want_active" ] || [ "$got_active" = "$want_active" ]; then ok; else bad "$name: active $got_active, want $want_active"; fi
+  if [ -z "$want_active" ] && [ "$got_active" != "$got_total" ]; then bad "$name: dense but active != total"; fi
+done
+finish
