@@ -1,0 +1,307 @@
+/* GGUF vocabularies (tokenizer.ggml.*): "llama" (SentencePiece BPE by scores with byte
+ * fallback) and "gpt2" (byte-level BPE with merges and the pre-tokenizer regex named by
+ * tokenizer.ggml.pre), turned into the shared pipeline of tokenizer_internal.h. */
+#include "inspect/tokenizer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mapfile.h"
+#include "inspect/gguf.h"
+
+/* llama.cpp's token types */
+enum { GGUF_TOKEN_NORMAL = 1, GGUF_TOKEN_UNKNOWN = 2, GGUF_TOKEN_CONTROL = 3,
+       GGUF_TOKEN_USER_DEFINED = 4, GGUF_TOKEN_UNUSED = 5, GGUF_TOKEN_BYTE = 6 };
+
+static lp_status nomem(const char *name, lp_error *err)
+{
+    return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
+}
+
+static void *grow(void **arr, size_t *n, size_t elem)
+{
+    void *p = realloc(*arr, (*n + 1) * elem);
+    if (!p)
+        return NULL;
+    *arr = p;
+    void *slot = (char *)p + *n * elem;
+    memset(slot, 0, elem);
+    (*n)++;
+    return slot;
+}
+
+static tk_dec *add_dec(lp_tokenizer *tok, tk_dec_kind kind)
+{
+    tk_dec *d = grow((void **)&tok->decs, &tok->n_decs, sizeof *d);
+    if (d)
+        d->kind = kind;
+    return d;
+}
+
+/* Which regex a tokenizer.ggml.pre name stands for (llama.cpp's names). */
+static const char *pre_regex(const char *pre, size_t len)
+{
+    static const struct {
+        const char *name;
+        const char *regex;
+    } table[] = {
+        {"default", tk_regex_gpt2}, {"gpt2", tk_regex_gpt2},     {"gpt-2", tk_regex_gpt2},
+        {"llama3", tk_regex_llama3}, {"llama-bpe", tk_regex_llama3}, {"llama-v3", tk_regex_llama3},
+        {"qwen2", tk_regex_qwen2},  {"qwen", tk_regex_qwen2},
+    };
+    for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
+        if (strlen(table[k].name) == len && memcmp(table[k].name, pre, len) == 0)
+            return table[k].regex;
+    return NULL;
+}
+
+lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp_error *err)
+{
+    LP_ASSERT(g && out);
+    *out = NULL;
+    const char *path = lp_gguf_path(g) ? lp_gguf_path(g) : "gguf";
+    const char *name = lp_path_basename(path);
+    const char *model;
+    size_t model_len;
+    if (!lp_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len))
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tokenizer.ggml.model: the file has "
+                            "no vocabulary", name);
+    bool is_llama = model_len == 5 && memcmp(model, "llama", 5) == 0;
+    bool is_gpt2 = model_len == 4 && memcmp(model, "gpt2", 4) == 0;
+    if (!is_llama && !is_gpt2)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not "
+                            "supported (llama, gpt2 are)", name, (int)(model_len > 40 ? 40 : model_len),
+                            model);
+    int64_t kv_tokens = lp_gguf_find_key(g, "tokenizer.ggml.tokens");
+    if (kv_tokens < 0 || lp_gguf_kv_type(g, kv_tokens) != LP_GGUF_ARRAY ||
+        lp_gguf_arr_type(g, kv_tokens) != LP_GGUF_STRING || lp_gguf_arr_len(g, kv_tokens) == 0)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.tokens: a non-empty string "
+                            "array expected", name);
+    uint64_t n = lp_gguf_arr_len(g, kv_tokens);
+    if (n > INT32_MAX)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.tokens: %llu tokens, more "
+                            "than %d", name, (unsigned long long)n, INT32_MAX);
+    int64_t kv_scores = lp_gguf_find_key(g, "tokenizer.ggml.scores");
+    int64_t kv_types = lp_gguf_find_key(g, "tokenizer.ggml.token_type");
+    if (kv_scores >= 0 && lp_gguf_arr_len(g, kv_scores) != n)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.scores has %llu entries, "
+                            "tokens %llu", name, (unsigned long long)lp_gguf_arr_len(g, kv_scores),
+                            (unsigned long long)n);
+    if (kv_types >= 0 && lp_gguf_arr_len(g, kv_types) != n)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.token_type has %llu "
+                            "entries, tokens %llu", name,
+                            (unsigned long long)lp_gguf_arr_len(g, kv_types), (unsigned long long)n);
+    if (is_llama && kv_scores < 0)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.scores missing for a "
+                            "llama vocabulary", name);
+
+    lp_tokenizer *tok = tk_new(path, is_llama ? "gguf-llama" : "gguf-gpt2");
+    if (!tok)
+        return nomem(name, err);
+    lp_status st = tk_alloc_vocab(tok, (int64_t)n, err);
+    if (st == LP_OK && is_llama) {
+        tok->scores = calloc((size_t)n, sizeof *tok->scores);
+        if (!tok->scores)
+            st = nomem(name, err);
+    }
+    for (uint64_t i = 0; i < n && st == LP_OK; i++) {
+        const char *s;
+        size_t len;
+        if (!lp_gguf_arr_str(g, kv_tokens, i, &s, &len)) {
+            st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.tokens[%llu] unreadable",
+                              name, (unsigned long long)i);
+            break;
+        }
+        st = tk_set_piece(tok, (int32_t)i, s, len, err);
+        if (st != LP_OK)
+            break;
+        int64_t type = GGUF_TOKEN_NORMAL;
+        if (kv_types >= 0)
+            lp_gguf_arr_int(g, kv_types, i, &type);
+        if (tok->scores) {
+            double score = 0;
+            lp_gguf_arr_float(g, kv_scores, i, &score);
+            tok->scores[i] = (float)score;
+        }
+        if (type == GGUF_TOKEN_CONTROL)
+            tok->flags[i] |= TK_FLAG_SPECIAL | TK_FLAG_CONTROL;
+        if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_USER_DEFINED) {
+            /* matched in text like Hugging Face's added tokens */
+            tk_added *a = grow((void **)&tok->added, &tok->n_added, sizeof *a);
+            if (!a || !(a->content = tk_strndup(s, len))) {
+                st = nomem(name, err);
+                break;
+            }
+            a->len = len;
+            a->id = (int32_t)i;
+            a->special = type == GGUF_TOKEN_CONTROL;
+        }
+        if (type == GGUF_TOKEN_UNKNOWN && tok->unk_id < 0)
+            tok->unk_id = (int32_t)i;
+    }
+    if (st == LP_OK)
+        st = tk_build_vocab_map(tok, err);
+    int64_t v;
+    if (st == LP_OK && lp_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", &v) && v >= 0 &&
+        v < (int64_t)n)
+        tok->unk_id = (int32_t)v;
+
+    /* BOS/EOS per add_bos_token / add_eos_token (llama defaults to BOS on) */
+    bool add_bos = is_llama, add_eos = false;
+    lp_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos);
+    lp_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos);
+    int64_t bos = -1, eos = -1;
+    lp_gguf_get_int(g, "tokenizer.ggml.bos_token_id", &bos);
+    lp_gguf_get_int(g, "tokenizer.ggml.eos_token_id", &eos);
+    if (st == LP_OK) {
+        tok->post = calloc(3, sizeof *tok->post);
+        if (!tok->post)
+            st = nomem(name, err);
+    }
+    if (st == LP_OK) {
+        if (add_bos && bos >= 0 && bos < (int64_t)n) {
+            tok->post[tok->n_post].ids = malloc(sizeof(int32_t));
+            if (!tok->post[tok->n_post].ids)
+                st = nomem(name, err);
+            else
+                tok->post[tok->n_post].ids[0] = (int32_t)bos, tok->post[tok->n_post++].n_ids = 1;
+        }
+        tok->post[tok->n_post++].is_sequence = true;
+        if (st == LP_OK && add_eos && eos >= 0 && eos < (int64_t)n) {
+            tok->post[tok->n_post].ids = malloc(sizeof(int32_t));
+            if (!tok->post[tok->n_post].ids)
+                st = nomem(name, err);
+            else
+                tok->post[tok->n_post].ids[0] = (int32_t)eos, tok->post[tok->n_post++].n_ids = 1;
+        }
+        tok->has_template = tok->n_post > 1;
+    }
+
+    if (st == LP_OK && is_llama) {
+        tok->model = TK_MODEL_BPE_SCORES;
+        tok->byte_fallback = true;
+        bool space_prefix = true;
+        lp_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &space_prefix);
+        static const char meta[] = "\xE2\x96\x81"; /* U+2581 */
+        tok->norms = calloc(2, sizeof *tok->norms);
+        if (!tok->norms) {
+            st = nomem(name, err);
+        } else {
+            if (space_prefix) {
+                tk_norm *p = &tok->norms[tok->n_norms++];
+                p->kind = TK_NORM_PREPEND;
+                p->pattern = tk_strndup(meta, 3);
+                p->pattern_len = 3;
+            }
+            tk_norm *r = &tok->norms[tok->n_norms++];
+            r->kind = TK_NORM_REPLACE;
+            r->pattern = tk_strndup(" ", 1);
+            r->pattern_len = 1;
+            r->content = tk_strndup(meta, 3);
+            r->content_len = 3;
+            if (!r->pattern || !r->content || (space_prefix && !tok->norms[0].pattern))
+                st = nomem(name, err);
+        }
+        tk_dec *d;
+        if (st == LP_OK && (d = add_dec(tok, TK_DEC_REPLACE)) != NULL) {
+            d->pattern = tk_strndup(meta, 3);
+            d->pattern_len = 3;
+            d->content = tk_strndup(" ", 1);
+            d->content_len = 1;
+            if (!d->pattern || !d->content)
+                st = nomem(name, err);
+        } else if (st == LP_OK) {
+            st = nomem(name, err);
+        }
+        if (st == LP_OK && (!add_dec(tok, TK_DEC_BYTEFALLBACK) || !add_dec(tok, TK_DEC_FUSE)))
+            st = nomem(name, err);
+        if (st == LP_OK && space_prefix) {
+            d = add_dec(tok, TK_DEC_STRIP);
+            if (!d || !(d->content = tk_strndup(" ", 1)))
+                st = nomem(name, err);
+            else
+                d->content_len = 1, d->start = 1;
+        }
+        tok->kind = "bpe-sentencepiece";
+    } else if (st == LP_OK) {
+        tok->model = TK_MODEL_BPE_MERGES;
+        const char *pre = "default";
+        size_t pre_len = 7;
+        lp_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len);
+        const char *regex = pre_regex(pre, pre_len);
+        if (!regex)
+            st = lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not a "
+                              "pre-tokenizer loupe knows (default, gpt2, llama3/llama-bpe, "
+                              "qwen2)", name, (int)(pre_len > 40 ? 40 : pre_len), pre);
+        tk_pre *p = NULL;
+        if (st == LP_OK && !(tok->pres = calloc(2, sizeof *tok->pres)))
+            st = nomem(name, err);
+        if (st == LP_OK) {
+            tok->n_pres = 2;
+            p = &tok->pres[0];
+            p->kind = TK_PRE_SPLIT;
+            p->behavior = TK_SPLIT_ISOLATED;
+            st = tk_compile_regex(regex, strlen(regex), &p->re, name, err);
+            tok->pres[1].kind = TK_PRE_BYTELEVEL;
+        }
+        if (st == LP_OK && !add_dec(tok, TK_DEC_BYTELEVEL))
+            st = nomem(name, err);
+        int64_t kv_merges = lp_gguf_find_key(g, "tokenizer.ggml.merges");
+        uint64_t n_merges = kv_merges >= 0 ? lp_gguf_arr_len(g, kv_merges) : 0;
+        if (st == LP_OK && n_merges > INT32_MAX)
+            st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges: %llu merges",
+                              name, (unsigned long long)n_merges);
+        if (st == LP_OK)
+            st = tk_merges_init(tok, (size_t)n_merges, err);
+        tk_buf joined = {0};
+        for (uint64_t i = 0; i < n_merges && st == LP_OK; i++) {
+            const char *s;
+            size_t len;
+            const char *sp = NULL;
+            if (lp_gguf_arr_str(g, kv_merges, i, &s, &len))
+                sp = memchr(s, ' ', len);
+            if (!sp) {
+                st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: not "
+                                  "\"a b\"", name, (unsigned long long)i);
+                break;
+            }
+            size_t a_len = (size_t)(sp - s);
+            int32_t left = tk_vocab_find(tok, s, a_len);
+            int32_t right = tk_vocab_find(tok, sp + 1, len - a_len - 1);
+            joined.len = 0;
+            tk_buf_put(&joined, s, a_len);
+            tk_buf_put(&joined, sp + 1, len - a_len - 1);
+            if (joined.failed) {
+                st = nomem(name, err);
+                break;
+            }
+            int32_t merged = tk_vocab_find(tok, joined.data, joined.len);
+            if (left < 0 || right < 0 || merged < 0) {
+                st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: "
+                                  "'%.*s' is not in the vocabulary", name,
+                                  (unsigned long long)i, (int)(len > 80 ? 80 : len), s);
+                break;
+            }
+            tk_merges_add(tok, left, right, (int32_t)i, merged);
+        }
+        tk_buf_free(&joined);
+        tok->kind = "bpe-bytelevel";
+    }
+    if (st != LP_OK) {
+        lp_tokenizer_close(tok);
+        return st;
+    }
+    *out = tok;
+    return LP_OK;
+}
+
+lp_status tk_load_gguf_path(const char *path, lp_tokenizer **out, lp_error *err)
+{
+    lp_gguf *g;
+    lp_status st = lp_gguf_open(path, &g, err);
+    if (st != LP_OK)
+        return st;
+    st = lp_tokenizer_from_gguf(g, out, err);
+    lp_gguf_close(g);
+    return st;
+}

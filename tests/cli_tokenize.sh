@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# CLI: `loupe tokenize` output formats, special tokens, decoding and one-line errors.
+source "$(dirname "$0")/cli_lib.sh"
+
+# usage errors need no shared data
+expect_one_line_error "$LOUPE" tokenize
+expect_one_line_error "$LOUPE" tokenize "$TMP/nothing.json" --text hi
+expect_stderr_contains "no such file" "$LOUPE" tokenize "$TMP/nothing.json" --text hi
+printf '{\n "model": {"vocab": {"a": 0,,}}\n}\n' >"$TMP/bad.json"
+expect_one_line_error "$LOUPE" tokenize "$TMP/bad.json" --text hi
+expect_stderr_contains "bad.json:2:" "$LOUPE" tokenize "$TMP/bad.json" --text hi
+printf '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' >"$TMP/wp.json"
+expect_one_line_error "$LOUPE" tokenize "$TMP/wp.json" --text hi
+expect_stderr_contains "WordPiece" "$LOUPE" tokenize "$TMP/wp.json" --text hi
+
+require_shared
+TOK="$SHARED/tokenizers"
+
+# exact JSON output
+out=$("$LOUPE" tokenize "$TOK/gpt2/tokenizer.json" --text "Hello world" --json)
+want='{"ids": [15496, 995], "pieces": ["Hello", "Ġworld"]}'
+if [ "$out" = "$want" ]; then ok; else bad "gpt2 json: got '$out', want '$want'"; fi
+
+# the folder works as well as the file; Llama adds <s> unless --no-special
+out=$("$LOUPE" tokenize "$TOK/tinyllama" --text "Hello world" --json)
+want='{"ids": [1, 15043, 3186], "pieces": ["<s>", "▁Hello", "▁world"]}'
+if [ "$out" = "$want" ]; then ok; else bad "tinyllama json: got '$out', want '$want'"; fi
+out=$("$LOUPE" tokenize "$TOK/tinyllama" --text "Hello world" --json --no-special)
+want='{"ids": [15043, 3186], "pieces": ["▁Hello", "▁world"]}'
+if [ "$out" = "$want" ]; then ok; else bad "tinyllama --no-special: got '$out', want '$want'"; fi
+
+# text table: labels quoted with the space shown, newline escaped
+expect_stdout_contains '" world"' "$LOUPE" tokenize "$TOK/gpt2/tokenizer.json" --text "Hello world"
+expect_stdout_contains '"\n"' "$LOUPE" tokenize "$TOK/gpt2/tokenizer.json" --text "a
+b"
+expect_stdout_contains "ids: 15496 995" "$LOUPE" tokenize "$TOK/gpt2/tokenizer.json" --text "Hello world"
+
+# --prompt-file keeps the bytes (trailing newline = id 198)
+printf 'Hello world\n' >"$TMP/prompt.txt"
+out=$("$LOUPE" tokenize "$TOK/gpt2/tokenizer.json" --prompt-file "$TMP/prompt.txt" --json)
+want='{"ids": [15496, 995, 198], "pieces": ["Hello", "Ġworld", "Ċ"]}'
+if [ "$out" = "$want" ]; then ok; else bad "prompt-file: got '$out', want '$want'"; fi
+
+# decoding ids; special tokens dropped with --no-special
+out=$("$LOUPE" tokenize "$TOK/qwen3" --tokens 9707,1879,151645 --json)
+want='{"ids": [9707, 1879, 151645], "pieces": ["Hello", "Ġworld", "<|im_end|>"], "text": "Hello world<|im_end|>"}'
+if [ "$out" = "$want" ]; then ok; else bad "qwen3 --tokens: got '$out', want '$want'"; fi
+expect_stdout_contains "text: Hello world" "$LOUPE" tokenize "$TOK/qwen3" --tokens 9707,1879,151645 --no-special
+expect_one_line_error "$LOUPE" tokenize "$TOK/qwen3" --tokens 9707,999999
+expect_one_line_error "$LOUPE" tokenize "$TOK/qwen3" --tokens 12,abc
+expect_one_line_error "$LOUPE" tokenize "$TOK/qwen3" --text a --tokens 1
+
+# llama2.c checkpoint: the tokenizer is given with --tokenizer; tok512.bin found in the folder
+STORIES="$SHARED/models/stories260K"
+out=$("$LOUPE" tokenize "$STORIES/stories260K.bin" --tokenizer "$STORIES/tok512.bin" --text "Once upon a time" --json)
+case "$out" in '{"ids": [1, 403, 407, 261, 378], '*) ok ;; *) bad "tok512.bin: got '$out'" ;; esac
+out=$("$LOUPE" tokenize "$STORIES/stories260K.gguf" --text "Once upon a time" --json)
+case "$out" in '{"ids": [1, 403, 407, 261, 378], '*) ok ;; *) bad "gguf vocab: got '$out'" ;; esac
+expect_status 0 "$LOUPE" tokenize "$STORIES" --text "Once upon a time"
+expect_stdout_contains "ids: 1 403 407 261 378" "$LOUPE" tokenize "$STORIES" --text "Once upon a time"
+
+finish

@@ -1,0 +1,522 @@
+/* Tokenizer tests: the Hugging Face references in ../shared/tokenizers (ids, pieces, decode),
+ * the stories260K prompts (llama2.c tokenizer.bin and GGUF vocabulary), rule checks on strings
+ * of our own, Unicode normalization, labels and malformed input. */
+#include "test_util.h"
+
+#include <jansson.h>
+
+#include "core/error.h"
+#include "inspect/tokenizer.h"
+#include "inspect/tokenizer_internal.h"
+
+/* ---- helpers ---- */
+
+static lp_tokenizer *open_shared(const char *rel)
+{
+    char path[1024];
+    lp_test_shared_path(path, sizeof path, rel);
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    lp_status st = lp_tokenizer_open(path, &tok, &err);
+    if (st != LP_OK)
+        fail_msg("open %s: %s", path, err.msg);
+    return tok;
+}
+
+static json_t *load_json_shared(const char *rel)
+{
+    char path[1024];
+    lp_test_shared_path(path, sizeof path, rel);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        fail_msg("%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+    return root;
+}
+
+static int32_t *encode(const lp_tokenizer *tok, const char *text, size_t len, bool special,
+                       size_t *n)
+{
+    int32_t *ids = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_encode(tok, text, len, special, &ids, n, &err) != LP_OK)
+        fail_msg("encode: %s", err.msg);
+    return ids;
+}
+
+static char *decode(const lp_tokenizer *tok, const int32_t *ids, size_t n, bool skip)
+{
+    char *text = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_decode(tok, ids, n, skip, &text, &err) != LP_OK)
+        fail_msg("decode: %s", err.msg);
+    return text;
+}
+
+/* Compare ids and pieces with a reference {ids, tokens, decoded, decoded_skip_special}. */
+static int check_variant(const lp_tokenizer *tok, const char *name, const char *text,
+                         size_t len, bool special, const json_t *ref)
+{
+    int failures = 0;
+    size_t n;
+    int32_t *ids = encode(tok, text, len, special, &n);
+    const json_t *want_ids = json_object_get(ref, "ids");
+    const json_t *want_tokens = json_object_get(ref, "tokens");
+    bool same = n == json_array_size(want_ids);
+    for (size_t k = 0; same && k < n; k++)
+        same = ids[k] == json_integer_value(json_array_get(want_ids, k));
+    if (!same) {
+        printf("FAIL %s (%s special): ids differ\n  got :", name, special ? "with" : "without");
+        for (size_t k = 0; k < n; k++)
+            printf(" %d", ids[k]);
+        printf("\n  want:");
+        for (size_t k = 0; k < json_array_size(want_ids); k++)
+            printf(" %lld", (long long)json_integer_value(json_array_get(want_ids, k)));
+        printf("\n");
+        failures++;
+    } else {
+        for (size_t k = 0; k < n; k++) {
+            const char *want = json_string_value(json_array_get(want_tokens, k));
+            const char *got = lp_tokenizer_piece(tok, ids[k]);
+            if (!got || strcmp(got, want) != 0) {
+                printf("FAIL %s: token %zu is '%s', want '%s'\n", name, k, got ? got : "(null)",
+                       want);
+                failures++;
+            }
+        }
+        /* decode the reference ids, both ways */
+        static const char *const fields[2] = {"decoded", "decoded_skip_special"};
+        for (int skip = 0; skip < 2; skip++) {
+            char *got = decode(tok, ids, n, skip);
+            const char *want = json_string_value(json_object_get(ref, fields[skip]));
+            if (strcmp(got, want) != 0) {
+                printf("FAIL %s: %s is '%s', want '%s'\n", name, fields[skip], got, want);
+                failures++;
+            }
+            free(got);
+        }
+    }
+    free(ids);
+    return failures;
+}
+
+static void run_reference(const char *folder)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", folder);
+    lp_tokenizer *tok = open_shared(rel);
+    snprintf(rel, sizeof rel, "tokenizers/%s/reference.json", folder);
+    json_t *ref = load_json_shared(rel);
+    const json_t *cases = json_object_get(ref, "cases");
+    assert_true(json_array_size(cases) >= 12);
+    int failures = 0;
+    size_t i;
+    const json_t *c;
+    json_array_foreach(cases, i, c)
+    {
+        const json_t *text = json_object_get(c, "text");
+        const char *name = json_string_value(json_object_get(c, "name"));
+        failures += check_variant(tok, name, json_string_value(text), json_string_length(text),
+                                  true, json_object_get(c, "with_special_tokens"));
+        failures += check_variant(tok, name, json_string_value(text), json_string_length(text),
+                                  false, json_object_get(c, "without_special_tokens"));
+    }
+    json_decref(ref);
+    lp_tokenizer_close(tok);
+    assert_int_equal(failures, 0);
+}
+
+static void test_reference_gpt2(void **state)
+{
+    (void)state;
+    run_reference("gpt2");
+}
+
+static void test_reference_tinyllama(void **state)
+{
+    (void)state;
+    run_reference("tinyllama");
+}
+
+static void test_reference_qwen3(void **state)
+{
+    (void)state;
+    run_reference("qwen3");
+}
+
+/* ---- stories260K: llama2.c tokenizer.bin and the GGUF vocabulary ---- */
+
+static void run_stories_prompts(const char *tokenizer_rel)
+{
+    lp_tokenizer *tok = open_shared(tokenizer_rel);
+    json_t *ref = load_json_shared("models/stories260K/reference/prompts.json");
+    const json_t *prompts = json_object_get(ref, "prompts");
+    assert_true(json_array_size(prompts) >= 3);
+    size_t i;
+    const json_t *p;
+    json_array_foreach(prompts, i, p)
+    {
+        const char *text = json_string_value(json_object_get(p, "text"));
+        const json_t *want = json_object_get(p, "token_ids");
+        size_t n;
+        int32_t *ids = encode(tok, text, strlen(text), true, &n);
+        assert_int_equal(n, json_array_size(want));
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(ids[k], json_integer_value(json_array_get(want, k)));
+        /* decoding without specials gives the prompt back */
+        char *back = decode(tok, ids, n, true);
+        assert_string_equal(back, text);
+        free(back);
+        free(ids);
+    }
+    /* the README's example */
+    size_t n;
+    int32_t *ids = encode(tok, "Once upon a time", 16, true, &n);
+    static const int32_t want[] = {1, 403, 407, 261, 378};
+    assert_int_equal(n, 5);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(ids[k], want[k]);
+    free(ids);
+    json_decref(ref);
+    lp_tokenizer_close(tok);
+}
+
+static void test_llama2c_prompts(void **state)
+{
+    (void)state;
+    run_stories_prompts("models/stories260K/tok512.bin");
+}
+
+static void test_gguf_vocab_prompts(void **state)
+{
+    (void)state;
+    run_stories_prompts("models/stories260K/stories260K.gguf");
+}
+
+/* GGUF and tok512.bin hold the same 512 pieces: their encodings must agree on any text. */
+static void test_gguf_equals_llama2c(void **state)
+{
+    (void)state;
+    lp_tokenizer *bin = open_shared("models/stories260K/tok512.bin");
+    lp_tokenizer *gguf = open_shared("models/stories260K/stories260K.gguf");
+    assert_int_equal(lp_tokenizer_vocab_size(bin), 512);
+    assert_int_equal(lp_tokenizer_vocab_size(gguf), 512);
+    static const char *const texts[] = {
+        "Lily and Ben played in the garden. They saw a big dog!",
+        "  two leading spaces and\nnewlines\n\nand tabs\t.",
+        "numbers 12345 and unicode caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x99\x82",
+        "x",
+    };
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        size_t n1, n2;
+        int32_t *a = encode(bin, texts[t], strlen(texts[t]), true, &n1);
+        int32_t *b = encode(gguf, texts[t], strlen(texts[t]), true, &n2);
+        assert_int_equal(n1, n2);
+        for (size_t k = 0; k < n1; k++)
+            assert_int_equal(a[k], b[k]);
+        char *back = decode(gguf, b, n2, true);
+        assert_string_equal(back, texts[t]);
+        free(back);
+        free(a);
+        free(b);
+    }
+    lp_tokenizer_close(bin);
+    lp_tokenizer_close(gguf);
+}
+
+/* ---- rules on strings of our own ---- */
+
+static void expect_pieces(const lp_tokenizer *tok, const char *text, bool special,
+                          const char *const *want, size_t n_want)
+{
+    size_t n;
+    int32_t *ids = encode(tok, text, strlen(text), special, &n);
+    if (n != n_want) {
+        printf("'%s': %zu tokens, want %zu:", text, n, n_want);
+        for (size_t k = 0; k < n; k++)
+            printf(" [%s]", lp_tokenizer_piece(tok, ids[k]));
+        printf("\n");
+    }
+    assert_int_equal(n, n_want);
+    for (size_t k = 0; k < n; k++)
+        assert_string_equal(lp_tokenizer_piece(tok, ids[k]), want[k]);
+    free(ids);
+}
+
+#define PIECES(...) (const char *const[]){__VA_ARGS__}, sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)
+
+static void test_gpt2_rules(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_shared("tokenizers/gpt2/tokenizer.json");
+    assert_string_equal(lp_tokenizer_kind(tok), "bpe-bytelevel");
+    assert_int_equal(lp_tokenizer_vocab_size(tok), 50257);
+    /* \s+(?!\S) leaves one space to the word; GPT-2 has no "ĠĠ" */
+    expect_pieces(tok, "a    b", false, PIECES("a", "Ġ", "Ġ", "Ġ", "Ġb"));
+    /* \r\n is one whitespace pre-token, but GPT-2 has no merge for it: "č" "Ċ" */
+    expect_pieces(tok, "x\r\ny", false, PIECES("x", "\xC4\x8D", "\xC4\x8A", "y"));
+    /* digits in runs, with the space */
+    expect_pieces(tok, " 12345", false, PIECES("Ġ123", "45"));
+    /* the special token written in the text is one token, both ways */
+    expect_pieces(tok, "a<|endoftext|>b", false, PIECES("a", "<|endoftext|>", "b"));
+    /* a string equal to a vocabulary entry after byte mapping is that entry */
+    expect_pieces(tok, " the", false, PIECES("Ġthe"));
+    lp_tokenizer_close(tok);
+}
+
+/* Byte-level BPE is lossless on any bytes, including invalid UTF-8. */
+static void test_gpt2_round_trip(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_shared("tokenizers/gpt2/tokenizer.json");
+    uint32_t seed = 12345;
+    char text[300];
+    for (int round = 0; round < 200; round++) {
+        size_t len = (size_t)(round % 37) * 7 + 1;
+        for (size_t k = 0; k < len; k++) {
+            seed = seed * 1664525u + 1013904223u;
+            unsigned r = seed >> 24;
+            /* mostly text, some raw bytes (NUL excluded: decode returns a C string) */
+            static const char alphabet[] = " abcXYZ0129.,'\n\t\r";
+            text[k] = r < 160 ? alphabet[r % (sizeof alphabet - 1)] : (char)(r % 255 + 1);
+        }
+        text[len] = '\0';
+        size_t n;
+        int32_t *ids = encode(tok, text, len, false, &n);
+        for (size_t k = 0; k < n; k++)
+            assert_true(ids[k] >= 0 && ids[k] < lp_tokenizer_vocab_size(tok));
+        char *back = decode(tok, ids, n, false);
+        assert_int_equal(strlen(back), len);
+        assert_memory_equal(back, text, len);
+        free(back);
+        free(ids);
+    }
+    lp_tokenizer_close(tok);
+}
+
+static void test_qwen3_rules(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_shared("tokenizers/qwen3/tokenizer.json");
+    assert_int_equal(lp_tokenizer_vocab_size(tok), 151669);
+    /* Qwen3 has "ĠĠ": a run of three spaces before a word is ĠĠ + Ġword */
+    expect_pieces(tok, "   three", false, PIECES("ĠĠ", "Ġthree"));
+    /* every digit alone */
+    expect_pieces(tok, "x 123", false, PIECES("x", "Ġ", "1", "2", "3"));
+    /* added tokens, special or not, are matched in text; only special ones are skipped */
+    size_t n;
+    const char *text = "<|im_start|>hi<think>ok</think><|im_end|>";
+    int32_t *ids = encode(tok, text, strlen(text), true, &n);
+    assert_true(n >= 6);
+    assert_int_equal(ids[0], 151644);
+    assert_int_equal(ids[n - 1], 151645);
+    char *skip = decode(tok, ids, n, true);
+    assert_string_equal(skip, "hi<think>ok</think>");
+    char *keep = decode(tok, ids, n, false);
+    assert_string_equal(keep, text);
+    free(skip);
+    free(keep);
+    free(ids);
+    /* NFC: "e" + U+0301 and the precomposed "é" encode the same */
+    size_t n1, n2;
+    int32_t *a = encode(tok, "cafe\xCC\x81", 6, false, &n1);
+    int32_t *b = encode(tok, "caf\xC3\xA9", 5, false, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(a, b, n1 * sizeof *a);
+    free(a);
+    free(b);
+    lp_tokenizer_close(tok);
+}
+
+static void test_tinyllama_rules(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_shared("tokenizers/tinyllama/tokenizer.json");
+    assert_string_equal(lp_tokenizer_kind(tok), "bpe-sentencepiece");
+    /* <s> only with special tokens */
+    size_t n;
+    int32_t *ids = encode(tok, "Hello", 5, true, &n);
+    assert_true(n >= 2);
+    assert_int_equal(ids[0], 1);
+    free(ids);
+    ids = encode(tok, "Hello", 5, false, &n);
+    assert_true(n >= 1 && ids[0] != 1);
+    free(ids);
+    /* byte fallback: a character outside the vocab becomes its UTF-8 bytes */
+    expect_pieces(tok, "\xF0\x9F\x99\x82", false,
+                  PIECES("\xE2\x96\x81", "<0xF0>", "<0x9F>", "<0x99>", "<0x82>"));
+    /* the empty string gives nothing (Prepend skips empty text), plus <s> when asked */
+    ids = encode(tok, "", 0, true, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 1);
+    free(ids);
+    lp_tokenizer_close(tok);
+}
+
+static void test_labels(void **state)
+{
+    (void)state;
+    lp_tokenizer *gpt2 = open_shared("tokenizers/gpt2/tokenizer.json");
+    lp_tokenizer *llama = open_shared("tokenizers/tinyllama/tokenizer.json");
+    lp_tokenizer *bin = open_shared("models/stories260K/tok512.bin");
+    char *s;
+    s = lp_tokenizer_label(gpt2, 262); /* "Ġthe" */
+    assert_string_equal(lp_tokenizer_piece(gpt2, 262), "Ġthe");
+    assert_string_equal(s, " the");
+    free(s);
+    s = lp_tokenizer_label(gpt2, 198); /* "Ċ" */
+    assert_string_equal(s, "\\n");
+    free(s);
+    s = lp_tokenizer_label(gpt2, 50256);
+    assert_string_equal(s, "<|endoftext|>");
+    free(s);
+    s = lp_tokenizer_label(llama, 278); /* "▁the" */
+    assert_string_equal(lp_tokenizer_piece(llama, 278), "\xE2\x96\x81the");
+    assert_string_equal(s, " the");
+    free(s);
+    s = lp_tokenizer_label(llama, 13); /* "<0x0A>" */
+    assert_string_equal(s, "\\n");
+    free(s);
+    s = lp_tokenizer_label(llama, 243); /* "<0xF0>": not UTF-8 on its own */
+    assert_string_equal(s, "\\xF0");
+    free(s);
+    s = lp_tokenizer_label(bin, 1); /* stored as "\n<s>\n" */
+    assert_string_equal(s, "<s>");
+    free(s);
+    s = lp_tokenizer_label(bin, 403);
+    assert_string_equal(s, " Once");
+    free(s);
+    assert_null(lp_tokenizer_label(gpt2, 50257));
+    assert_null(lp_tokenizer_piece(gpt2, -1));
+    lp_tokenizer_close(gpt2);
+    lp_tokenizer_close(llama);
+    lp_tokenizer_close(bin);
+}
+
+/* ---- bad input ---- */
+
+static const char *write_tmp(const char *name, const char *content)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s", lp_test_tmp_dir(), name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(content, 1, strlen(content), f);
+    fclose(f);
+    return path;
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    const char *p = write_tmp("tok_bad.json", "{\n  \"model\": {\"vocab\": {\"a\": 0,}\n}\n");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "tok_bad.json:2:"));
+    assert_null(tok);
+
+    p = write_tmp("tok_unigram.json",
+                  "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "Unigram"));
+
+    p = write_tmp("tok_merge.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, "
+                                    "\"b\": 1}, \"merges\": [\"a b\"]}}");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "merges[0]"));
+
+    p = write_tmp("tok_bigid.json",
+                  "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 2000000000}, \"merges\": []}}");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_FORMAT);
+
+    p = write_tmp("tok_garbage.bin", "this is neither JSON nor a tokenizer");
+    assert_int_not_equal(lp_tokenizer_open(p, &tok, &err), LP_OK);
+    assert_int_equal(lp_tokenizer_open("/nonexistent/tokenizer.json", &tok, &err), LP_ERR_IO);
+
+    /* a tiny valid file: merges in both serializations, unk, decode range check */
+    p = write_tmp("tok_tiny.json",
+                  "{\"model\": {\"type\": \"BPE\", \"unk_token\": \"?\", \"fuse_unk\": true,"
+                  " \"vocab\": {\"?\": 0, \"a\": 1, \"b\": 2, \"ab\": 3, \"abb\": 4},"
+                  " \"merges\": [\"a b\", [\"ab\", \"b\"]]}}");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_OK);
+    size_t n;
+    int32_t *ids = encode(tok, "abbxyab", 7, true, &n);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 4);
+    assert_int_equal(ids[1], 0); /* "xy" fused into one unk */
+    assert_int_equal(ids[2], 3);
+    free(ids);
+    int32_t bad = 5;
+    char *text = NULL;
+    assert_int_equal(lp_tokenizer_decode(tok, &bad, 1, false, &text, &err), LP_ERR_RANGE);
+    lp_tokenizer_close(tok);
+}
+
+/* ---- Unicode ---- */
+
+static void test_unicode(void **state)
+{
+    (void)state;
+    char *out;
+    size_t len;
+    /* compose, reorder marks, Hangul, exclusions, and raw bytes kept */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFC, "e\xCC\x81", 3, &out, &len), LP_OK);
+    assert_string_equal(out, "\xC3\xA9");
+    free(out);
+    /* U+1E0B U+0323 -> U+1E0D U+0307 (NFC reorders dot below first) */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFC, "\xE1\xB8\x8B\xCC\xA3", 5, &out, &len), LP_OK);
+    assert_string_equal(out, "\xE1\xB8\x8D\xCC\x87");
+    free(out);
+    /* Hangul L V T composes to one syllable (U+D4DB) */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFC, "\xE1\x84\x91\xE1\x85\xB1\xE1\x86\xB6", 9, &out,
+                                     &len), LP_OK);
+    assert_string_equal(out, "\xED\x93\x9B");
+    free(out);
+    /* U+0958 is excluded from composition: stays decomposed */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFC, "\xE0\xA5\x98", 3, &out, &len), LP_OK);
+    assert_string_equal(out, "\xE0\xA4\x95\xE0\xA4\xBC");
+    free(out);
+    /* NFKC folds the "fi" ligature; invalid bytes pass through */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFKC, "\xEF\xAC\x81\xFF", 4, &out, &len), LP_OK);
+    assert_int_equal(len, 3);
+    assert_memory_equal(out, "fi\xFF", 3);
+    free(out);
+    assert_int_equal(lp_uc_lowercase("\xC3\x85Ngstr\xC3\x96M", 10, &out, &len), LP_OK);
+    assert_string_equal(out, "\xC3\xA5ngstr\xC3\xB6m");
+    free(out);
+    /* the byte-level alphabet: printable bytes map to themselves, space to U+0120 */
+    assert_int_equal(tk_byte_to_cp(' '), 0x120);
+    assert_int_equal(tk_byte_to_cp('\n'), 0x10A);
+    assert_int_equal(tk_byte_to_cp('a'), 'a');
+    for (int b = 0; b < 256; b++)
+        assert_int_equal(tk_cp_to_byte(tk_byte_to_cp((uint8_t)b)), b);
+}
+
+/* Two ctest entries share this program: no argument runs the unit tests, "golden" the tests
+ * against ../shared (skipped when it is absent). */
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "golden") == 0) {
+        LP_TEST_REQUIRE_SHARED();
+        const struct CMUnitTest golden[] = {
+            cmocka_unit_test(test_reference_gpt2),
+            cmocka_unit_test(test_reference_tinyllama),
+            cmocka_unit_test(test_reference_qwen3),
+            cmocka_unit_test(test_llama2c_prompts),
+            cmocka_unit_test(test_gguf_vocab_prompts),
+            cmocka_unit_test(test_gguf_equals_llama2c),
+            cmocka_unit_test(test_gpt2_rules),
+            cmocka_unit_test(test_gpt2_round_trip),
+            cmocka_unit_test(test_qwen3_rules),
+            cmocka_unit_test(test_tinyllama_rules),
+            cmocka_unit_test(test_labels),
+        };
+        return cmocka_run_group_tests_name("tokenizer_golden", golden, NULL, NULL);
+    }
+    const struct CMUnitTest unit[] = {
+        cmocka_unit_test(test_unicode),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
+}
