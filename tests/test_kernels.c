@@ -225,7 +225,6 @@ static void test_linear_dtypes(void **state)
     int n_isas = available_isas(isas);
     lp_pool *pool;
     assert_int_equal(lp_pool_create(2, &pool, NULL), LP_OK);
-    const int64_t m = 9;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const linear_case *lc = &cases[ci];
         const lp_dtype_info *info = lp_dtype_get(lc->dtype);
@@ -279,34 +278,40 @@ static void test_linear_dtypes(void **state)
                 }
         }
         w.data = info->is_quant ? storage : storage + 1;
-        float *x = rnd_array(m * lc->k), *bias = rnd_array(lc->n);
-        float *ref = nan_array(m * lc->n);
-        lp_gemm_f32_ref(m, lc->n, lc->k, x, lc->k, dense, lc->k, ref, lc->n, false);
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < lc->n; j++)
-                ref[i * lc->n + j] += bias[j];
-        for (int s = 0; s < n_isas; s++) {
-            assert_true(lp_kernels_set_isa(isas[s]));
-            float *y = nan_array(m * lc->n);
-            lp_error err = {0};
-            lp_status st = lp_linear(x, m, &w, bias, y, s % 2 ? pool : NULL, &err);
-            if (st != LP_OK)
-                fail_msg("linear %s: %s", info->name, err.msg);
-            double worst = 0.0;
-            for (int64_t i = 0; i < m * lc->n; i++) {
-                assert_false(isnan(y[i]));
-                double e = fabs((double)y[i] - (double)ref[i]) / (1.0 + fabs((double)ref[i]));
-                if (e > worst)
-                    worst = e;
+        /* m = 1, 2 take the unpacked row-dot path, m = 9 the packed GEMM */
+        static const int64_t ms[] = {1, 2, 9};
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int64_t m = ms[mi];
+            float *x = rnd_array(m * lc->k), *bias = rnd_array(lc->n);
+            float *ref = nan_array(m * lc->n);
+            lp_gemm_f32_ref(m, lc->n, lc->k, x, lc->k, dense, lc->k, ref, lc->n, false);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < lc->n; j++)
+                    ref[i * lc->n + j] += bias[j];
+            for (int s = 0; s < n_isas; s++) {
+                assert_true(lp_kernels_set_isa(isas[s]));
+                float *y = nan_array(m * lc->n);
+                lp_error err = {0};
+                lp_status st = lp_linear(x, m, &w, bias, y, s % 2 ? pool : NULL, &err);
+                if (st != LP_OK)
+                    fail_msg("linear %s: %s", info->name, err.msg);
+                double worst = 0.0;
+                for (int64_t i = 0; i < m * lc->n; i++) {
+                    assert_false(isnan(y[i]));
+                    double e = fabs((double)y[i] - (double)ref[i]) / (1.0 + fabs((double)ref[i]));
+                    if (e > worst)
+                        worst = e;
+                }
+                printf("linear %s%s m=%lld %s: worst |err|/(1+|y|) = %.2e (budget 5e-5)\n",
+                       info->name, lc->transposed ? " transposed" : "", (long long)m,
+                       lp_isa_name(isas[s]), worst);
+                assert_true(worst <= 5e-5);
+                free(y);
             }
-            printf("linear %s%s %s: worst |err|/(1+|y|) = %.2e (budget 5e-5)\n", info->name,
-                   lc->transposed ? " transposed" : "", lp_isa_name(isas[s]), worst);
-            assert_true(worst <= 5e-5);
-            free(y);
+            free(x);
+            free(bias);
+            free(ref);
         }
-        free(x);
-        free(bias);
-        free(ref);
         free(dense);
         free(storage);
     }

@@ -51,7 +51,14 @@ void lp_gemm_f32_avx2_6x16(int64_t kc, const float *a, const float *b, float *c,
     } while (0)
 
     /* One k step per iteration: unrolling by hand made GCC shuffle and spill accumulators. */
-    for (int64_t p = 0; p < kc; p++) {
+    int64_t p = 0;
+    for (; p + 2 <= kc; p += 2) {
+        LP_STEP(0, 0);
+        LP_STEP(6, 16);
+        a += 12;
+        b += 32;
+    }
+    for (; p < kc; p++) {
         LP_STEP(0, 0);
         a += 6;
         b += 16;

@@ -30,6 +30,7 @@ typedef struct gemm_job {
     const float *bias; /* [n] or NULL */
     int n_parts;
     bool split_rows;    /* partition rows (few column panels) instead of column panels */
+    lp_pool *pool;      /* the pool the parts run on (its scratch is reused), or NULL */
     lp_status *status;  /* [n_parts] or NULL (lp_gemm_f32 cannot fail) */
     lp_error *errors;   /* [n_parts] or NULL */
 } gemm_job;
@@ -152,6 +153,33 @@ static void gemm_unpacked(const gemm_job *job, int64_t i0, int64_t i1, int64_t j
         }
 }
 
+/* One or two rows (decode, last-position logits): packing would re-write every weight for a tile
+ * that is mostly padding, so each weight row segment is dotted straight from its storage. */
+enum { GEMV_MAX_M = 2, GEMV_MAX_KC = 1024 };
+
+static lp_status gemv_part(const gemm_job *job, int64_t j_begin, int64_t j_end, lp_error *err)
+{
+    const lp_kernel_table *kt = job->kt;
+    float seg[GEMV_MAX_KC];
+    for (int64_t j = j_begin; j < j_end; j++) {
+        float acc[GEMV_MAX_M] = {0};
+        for (int64_t pc = 0; pc < job->k; pc += kt->kc) {
+            int64_t kc = min_i64(kt->kc, job->k - pc);
+            lp_status st;
+            const float *w = load_row_segment(job, j, pc, kc, seg, err, &st);
+            if (st != LP_OK)
+                return st;
+            for (int64_t i = 0; i < job->m; i++)
+                acc[i] += kt->dot(job->a + i * job->lda + pc, w, kc);
+        }
+        for (int64_t i = 0; i < job->m; i++) {
+            float *c = job->c + i * job->ldc + j;
+            *c = job->accumulate ? *c + acc[i] : acc[i];
+        }
+    }
+    return LP_OK;
+}
+
 static void gemm_part(void *ctx, int64_t part)
 {
     const gemm_job *job = ctx;
@@ -174,17 +202,24 @@ static void gemm_part(void *ctx, int64_t part)
         if (!job->accumulate)
             for (int64_t i = i_begin; i < i_end; i++)
                 memset(job->c + i * job->ldc + j_begin, 0, (size_t)(j_end - j_begin) * sizeof(float));
+    } else if (job->m <= GEMV_MAX_M && !job->b.transposed && kt->kc <= GEMV_MAX_KC) {
+        lp_status st = gemv_part(job, j_begin, j_end, job->errors ? &job->errors[part] : NULL);
+        if (st != LP_OK) {
+            if (job->status)
+                job->status[part] = st;
+            return;
+        }
     } else {
         int64_t kc_max = min_i64(kt->kc, job->k);
         int64_t nc_max = min_i64(kt->nc, round_up(j_end - j_begin, nr));
         int64_t mc_max = min_i64(kt->mc, round_up(i_end - i_begin, mr));
-        float *b_pack = alloc_floats(nc_max * kc_max);
-        float *a_pack = alloc_floats(mc_max * kc_max);
-        float *seg = alloc_floats(kc_max > nr ? kc_max : nr);
-        if (!b_pack || !a_pack || !seg) {
-            free(b_pack);
-            free(a_pack);
-            free(seg);
+        /* one block: packed B (nc x kc), packed A (mc x kc), a row segment (kc), each 64-aligned */
+        int64_t b_floats = round_up(nc_max * kc_max, 16), a_floats = round_up(mc_max * kc_max, 16);
+        int64_t seg_floats = round_up(kc_max > nr ? kc_max : nr, 16);
+        int64_t total = b_floats + a_floats + seg_floats;
+        float *scratch = job->pool ? lp_pool_scratch(job->pool, part, (size_t)total * sizeof(float))
+                                   : alloc_floats(total);
+        if (!scratch) {
             if (job->status) {
                 job->status[part] = lp_error_set(&job->errors[part], LP_ERR_NOMEM,
                                                  "GEMM scratch: out of memory for %lld x %lld panels",
@@ -194,6 +229,7 @@ static void gemm_part(void *ctx, int64_t part)
             gemm_unpacked(job, i_begin, i_end, j_begin, j_end);
             return;
         }
+        float *b_pack = scratch, *a_pack = scratch + b_floats, *seg = a_pack + a_floats;
         for (int64_t jc = j_begin; jc < j_end; jc += kt->nc) {
             int64_t nc = min_i64(kt->nc, j_end - jc);
             for (int64_t pc = 0; pc < job->k; pc += kt->kc) {
@@ -203,9 +239,8 @@ static void gemm_part(void *ctx, int64_t part)
                 if (st != LP_OK) {
                     if (job->status)
                         job->status[part] = st;
-                    free(b_pack);
-                    free(a_pack);
-                    free(seg);
+                    if (!job->pool)
+                        free(scratch);
                     return;
                 }
                 bool acc = job->accumulate || pc > 0;
@@ -224,9 +259,8 @@ static void gemm_part(void *ctx, int64_t part)
                 }
             }
         }
-        free(b_pack);
-        free(a_pack);
-        free(seg);
+        if (!job->pool)
+            free(scratch);
     }
     if (job->bias)
         for (int64_t i = i_begin; i < i_end; i++) {
@@ -238,7 +272,10 @@ static void gemm_part(void *ctx, int64_t part)
 
 static void plan_parts(gemm_job *job, lp_pool *pool)
 {
-    int threads = (pool && !lp_pool_in_worker()) ? lp_pool_threads(pool) : 1;
+    if (lp_pool_in_worker())
+        pool = NULL; /* nested inside a task: run serially, with private scratch */
+    job->pool = pool;
+    int threads = lp_pool_threads(pool);
     int64_t col_panels = (job->n + job->kt->nr - 1) / job->kt->nr;
     int64_t row_panels = (job->m + job->kt->mr - 1) / job->kt->mr;
     job->split_rows = col_panels < threads && row_panels > col_panels;
@@ -266,7 +303,7 @@ void lp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, c
     job.ldc = ldc;
     job.accumulate = accumulate;
     plan_parts(&job, pool);
-    lp_pool_run(job.n_parts > 1 ? pool : NULL, job.n_parts, gemm_part, &job);
+    lp_pool_run(job.pool, job.n_parts, gemm_part, &job);
 }
 
 static bool linear_dtype_ok(lp_dtype dtype)
@@ -330,7 +367,7 @@ lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *
         free(job.errors);
         return lp_error_set(err, LP_ERR_NOMEM, "linear: out of memory");
     }
-    lp_pool_run(job.n_parts > 1 ? pool : NULL, job.n_parts, gemm_part, &job);
+    lp_pool_run(job.pool, job.n_parts, gemm_part, &job);
     lp_status result = LP_OK;
     for (int part = 0; part < job.n_parts && result == LP_OK; part++)
         if (job.status[part] != LP_OK) {

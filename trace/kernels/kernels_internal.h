@@ -97,7 +97,11 @@ extern const lp_kernel_table lp_kernels_avx2_table;
 /* True for ISAs this CPU can run. */
 bool lp_kernels_cpu_has(lp_isa isa);
 
-/* pool.c: the index of the calling thread inside lp_pool_run (0 outside). */
+/* pool.c: true inside a task of lp_pool_run (a nested run would execute serially). */
 bool lp_pool_in_worker(void);
+/* 64-byte aligned scratch owned by the pool for task index `task` (< thread count) of the
+ * current run, kept and grown across runs; NULL on failure or without a pool. Valid until the
+ * next call for the same task or lp_pool_destroy. Only for runs dispatched on the pool. */
+void *lp_pool_scratch(lp_pool *pool, int64_t task, size_t bytes);
 
 #endif

@@ -39,6 +39,10 @@ struct lp_pool {
     void (*fn)(void *ctx, int64_t task);
     void *ctx;
     int64_t n_tasks;
+    /* Per-task scratch kept between runs (lp_pool_scratch): re-faulting megabytes of fresh pages
+     * on every GEMM costs time and serializes threads on the kernel's mm lock. */
+    void **scratch;        /* [n_threads] */
+    size_t *scratch_bytes; /* [n_threads] */
 };
 
 static _Thread_local bool in_worker;
@@ -102,6 +106,12 @@ lp_status lp_pool_create(int n_threads, lp_pool **out, lp_error *err)
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
+    pool->scratch = calloc((size_t)n_threads, sizeof *pool->scratch);
+    pool->scratch_bytes = calloc((size_t)n_threads, sizeof *pool->scratch_bytes);
+    if (!pool->scratch || !pool->scratch_bytes) {
+        lp_pool_destroy(pool);
+        return lp_error_set(err, LP_ERR_NOMEM, "thread pool: out of memory");
+    }
     if (n_threads > 1) {
         pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
         if (!pool->workers) {
@@ -139,8 +149,31 @@ void lp_pool_destroy(lp_pool *pool)
     pthread_cond_destroy(&pool->done);
     pthread_mutex_destroy(&pool->lock);
     pthread_mutex_destroy(&pool->run_lock);
+    if (pool->scratch)
+        for (int i = 0; i < pool->n_threads; i++)
+            free(pool->scratch[i]);
+    free(pool->scratch);
+    free(pool->scratch_bytes);
     free(pool->workers);
     free(pool);
+}
+
+void *lp_pool_scratch(lp_pool *pool, int64_t task, size_t bytes)
+{
+    if (!pool || task < 0 || task >= pool->n_threads)
+        return NULL;
+    if (pool->scratch_bytes[task] >= bytes)
+        return pool->scratch[task];
+    free(pool->scratch[task]);
+    pool->scratch[task] = NULL;
+    pool->scratch_bytes[task] = 0;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded < bytes)
+        return NULL;
+    pool->scratch[task] = aligned_alloc(64, rounded);
+    if (pool->scratch[task])
+        pool->scratch_bytes[task] = rounded;
+    return pool->scratch[task];
 }
 
 int lp_pool_threads(const lp_pool *pool) { return pool ? pool->n_threads : 1; }
@@ -149,12 +182,20 @@ void lp_pool_run(lp_pool *pool, int64_t n_tasks, void (*fn)(void *ctx, int64_t t
 {
     if (n_tasks <= 0)
         return;
-    if (!pool || pool->n_threads == 1 || in_worker) {
+    if (!pool || in_worker) {
         for (int64_t task = 0; task < n_tasks; task++)
             fn(ctx, task);
         return;
     }
-    pthread_mutex_lock(&pool->run_lock);
+    pthread_mutex_lock(&pool->run_lock); /* also guards the per-task scratch */
+    if (pool->n_threads == 1) {
+        in_worker = true;
+        for (int64_t task = 0; task < n_tasks; task++)
+            fn(ctx, task);
+        in_worker = false;
+        pthread_mutex_unlock(&pool->run_lock);
+        return;
+    }
     pool->fn = fn;
     pool->ctx = ctx;
     pool->n_tasks = n_tasks;
