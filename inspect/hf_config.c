@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/mapfile.h"
@@ -53,8 +54,15 @@ static const json_t *hf_get(const hf_reader *r, const char *key)
 static lp_status hf_type_error(const hf_reader *r, const char *key, const char *want,
                                const json_t *value)
 {
-    return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': expected %s, got %s", r->path, key,
-                        want, json_type_name(value));
+    /* Show the bad value itself, cut short: configs are small, but a value may be a big array. */
+    char shown[64] = "";
+    char *dump = json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (dump) {
+        snprintf(shown, sizeof shown, " %.40s%s", dump, strlen(dump) > 40 ? "..." : "");
+        free(dump);
+    }
+    return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': expected %s, got %s%s", r->path,
+                        key, want, json_type_name(value), shown);
 }
 
 /* Integer value of a JSON node (an integral real such as 4096.0 counts too). */
