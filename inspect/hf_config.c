@@ -867,13 +867,19 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
     }
     if (is_family(a, "phi") || is_family(a, "gptj"))
         a->bias_lm_head = true;
-    if (is_family(a, "gptj"))
-        a->bias_qkv = a->bias_o = false; /* GPT-J: biases only in the MLP */
+    if (is_family(a, "gptj")) {
+        a->bias_qkv = a->bias_o = false; /* GPT-J: biases only in the MLP (fc_in, fc_out) */
+        a->bias_mlp = true;
+    }
 
     /* Parallel blocks. */
     if (is_family(a, "stablelm") || is_family(a, "gpt_neox")) {
         if ((st = hf_bool(r, "use_parallel_residual", &a->parallel_block, NULL)) != LP_OK)
             return st;
+        /* GPT-NeoX keeps both input_layernorm and post_attention_layernorm in parallel mode
+         * (the MLP reads the second); StableLM drops the second one. */
+        if (is_family(a, "gpt_neox"))
+            a->parallel_two_norms = a->parallel_block;
     }
 
     /* Gemma 2/3 attention details. */
