@@ -1,6 +1,7 @@
 /* Tokenizer tests: the Hugging Face references in ../shared/tokenizers (ids, pieces, decode),
  * the stories260K prompts (llama2.c tokenizer.bin and GGUF vocabulary), rule checks on strings
  * of our own, Unicode normalization, labels and malformed input. */
+#define _POSIX_C_SOURCE 200809L /* popen, for the bzip2'd NormalizationTest.txt */
 #include "test_util.h"
 
 #include <jansson.h>
@@ -493,10 +494,118 @@ static void test_unicode(void **state)
         assert_int_equal(tk_cp_to_byte(tk_byte_to_cp((uint8_t)b)), b);
 }
 
-/* Two ctest entries share this program: no argument runs the unit tests, "golden" the tests
- * against ../shared (skipped when it is absent). */
+
+/* ---- Unicode's own conformance file ---- */
+
+static size_t parse_cps(const char *field, char *out, size_t cap)
+{
+    size_t n = 0;
+    const char *p = field;
+    while (*p && *p != ';') {
+        char *end;
+        unsigned long cp = strtoul(p, &end, 16);
+        if (end == p)
+            break;
+        char u[4];
+        size_t k = lp_utf8_put((uint32_t)cp, u);
+        if (n + k < cap) {
+            memcpy(out + n, u, k);
+            n += k;
+        }
+        p = end;
+        while (*p == ' ')
+            p++;
+    }
+    return n;
+}
+
+/* NormalizationTest.txt: c2 == NFC(c1..c3), c4 == NFC(c4, c5), c3 == NFD(c1..c3),
+ * c5 == NFD(c4, c5), c4 == NFKC(c1..c5), c5 == NFKD(c1..c5). */
+static int run_normalization_test(FILE *f)
+{
+    static const struct {
+        lp_uc_form form;
+        int want, n_src;
+        int src[5];
+    } rules[] = {
+        {LP_UC_NFC, 1, 3, {0, 1, 2}},        {LP_UC_NFC, 3, 2, {3, 4}},
+        {LP_UC_NFD, 2, 3, {0, 1, 2}},        {LP_UC_NFD, 4, 2, {3, 4}},
+        {LP_UC_NFKC, 3, 5, {0, 1, 2, 3, 4}}, {LP_UC_NFKD, 4, 5, {0, 1, 2, 3, 4}},
+    };
+    char line[4096];
+    long checks = 0, failures = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '@' || line[0] == '\n')
+            continue;
+        char col[5][256];
+        size_t len[5];
+        const char *p = line;
+        int k;
+        for (k = 0; k < 5 && p; k++) {
+            len[k] = parse_cps(p, col[k], sizeof col[k]);
+            p = strchr(p, ';');
+            if (p)
+                p++;
+        }
+        if (k < 5)
+            continue;
+        for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++)
+            for (int s = 0; s < rules[r].n_src; s++) {
+                int from = rules[r].src[s], want = rules[r].want;
+                char *out;
+                size_t out_len;
+                assert_int_equal(lp_uc_normalize(rules[r].form, col[from], len[from], &out,
+                                                 &out_len), LP_OK);
+                checks++;
+                if (out_len != len[want] || memcmp(out, col[want], out_len) != 0) {
+                    if (failures < 10)
+                        printf("FAIL form %d, column %d: %s", (int)rules[r].form, from + 1, line);
+                    failures++;
+                }
+                free(out);
+            }
+    }
+    printf("%ld of %ld normalization checks failed\n", failures, checks);
+    return checks > 300000 && failures == 0 ? 0 : 1;
+}
+
+static int unicode_conformance(void)
+{
+    const char *dir = getenv("LOUPE_UCD") ? getenv("LOUPE_UCD") : "/usr/share/unicode";
+    char path[1024], cmd[1100];
+    snprintf(path, sizeof path, "%s/NormalizationTest.txt", dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        int rc = run_normalization_test(f);
+        fclose(f);
+        return rc;
+    }
+    snprintf(path, sizeof path, "%s/NormalizationTest.txt.bz2", dir);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        printf("SKIP: %s not found (apt-get install unicode-data, or set LOUPE_UCD)\n", path);
+        return LP_TEST_SKIP;
+    }
+    snprintf(cmd, sizeof cmd, "bzcat '%s' 2>/dev/null", path);
+    f = popen(cmd, "r");
+    if (!f) {
+        printf("SKIP: cannot run bzcat\n");
+        return LP_TEST_SKIP;
+    }
+    int rc = run_normalization_test(f);
+    if (pclose(f) != 0) {
+        printf("SKIP: bzcat failed on %s\n", path);
+        return LP_TEST_SKIP;
+    }
+    return rc;
+}
+
+/* Three ctest entries share this program: no argument runs the unit tests, "golden" the tests
+ * against ../shared (skipped when it is absent), "unicode" Unicode's NormalizationTest.txt. */
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "unicode") == 0)
+        return unicode_conformance();
     if (argc > 1 && strcmp(argv[1], "golden") == 0) {
         LP_TEST_REQUIRE_SHARED();
         const struct CMUnitTest golden[] = {
