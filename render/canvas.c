@@ -1,0 +1,529 @@
+/* The drawing surface behind every picture (PNG, SVG or PDF, written atomically), pango text,
+ * the colorbar and the map painter. */
+#define _POSIX_C_SOURCE 200809L
+#include "render/render_internal.h"
+
+#include <cairo-pdf.h>
+#include <cairo-svg.h>
+#include <errno.h>
+#include <math.h>
+#include <pango/pangocairo.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/checked.h"
+
+/* Pictures above this many pixels are refused rather than allocated (a 16k x 16k sheet). */
+#define MAX_PIXELS (16384LL * 16384LL)
+
+void lp_set_rgb(cairo_t *cr, lp_rgb rgb)
+{
+    cairo_set_source_rgb(cr, rgb.r / 255.0, rgb.g / 255.0, rgb.b / 255.0);
+}
+
+static char *dup_text(const char *s)
+{
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+static void xml_escape_to(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f); break;
+        }
+    }
+}
+
+static void svg_inject(lp_canvas *c)
+{
+    fputs("\n<title>", c->file);
+    xml_escape_to(c->file, c->title ? c->title : "");
+    fputs("</title>\n<desc>", c->file);
+    xml_escape_to(c->file, c->desc ? c->desc : "");
+    fputs("</desc>", c->file);
+}
+
+/* cairo's SVG output goes through here: copy it to the file, and right after the end of the
+ * <svg ...> start tag add <title> and <desc>. */
+static cairo_status_t svg_write(void *closure, const unsigned char *data, unsigned int length)
+{
+    lp_canvas *c = closure;
+    static const char tag[] = "<svg";
+    unsigned int start = 0;
+    for (unsigned int i = 0; i < length && c->svg_state < 2; i++) {
+        if (c->svg_state == 0) {
+            c->svg_match = data[i] == (unsigned char)tag[c->svg_match]
+                               ? c->svg_match + 1
+                               : (data[i] == '<' ? 1 : 0);
+            if (c->svg_match == 4)
+                c->svg_state = 1;
+        } else if (data[i] == '>') {
+            if (fwrite(data + start, 1, i + 1 - start, c->file) != i + 1 - start)
+                c->write_failed = true;
+            start = i + 1;
+            svg_inject(c);
+            c->svg_state = 2;
+        }
+    }
+    if (start < length && fwrite(data + start, 1, length - start, c->file) != length - start)
+        c->write_failed = true;
+    return c->write_failed ? CAIRO_STATUS_WRITE_ERROR : CAIRO_STATUS_SUCCESS;
+}
+
+static void canvas_free(lp_canvas *c)
+{
+    if (c->cr)
+        cairo_destroy(c->cr);
+    if (c->surface)
+        cairo_surface_destroy(c->surface);
+    if (c->file)
+        fclose(c->file);
+    free(c->path);
+    free(c->tmp_path);
+    free(c->title);
+    free(c->desc);
+    memset(c, 0, sizeof *c);
+}
+
+lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
+                          const char *title, lp_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->format = lp_image_format_from_path(path);
+    if (c->format == LP_IMAGE_COUNT)
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: unknown picture format (the extension must be .png, .svg or "
+                            ".pdf)",
+                            path);
+    if (width < 1 || height < 1 || (int64_t)width * height > MAX_PIXELS)
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "%s: picture of %d x %d pixels is beyond the limit of %lld pixels",
+                            path, width, height, (long long)MAX_PIXELS);
+    c->width = width;
+    c->height = height;
+    size_t n = strlen(path);
+    c->path = dup_text(path);
+    c->tmp_path = malloc(n + 5);
+    c->title = dup_text(title ? title : "");
+    if (!c->path || !c->tmp_path || !c->title) {
+        canvas_free(c);
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    /* Keep the extension last in the temporary name: nothing else reads it, but it helps a user
+     * who finds one after a crash. */
+    snprintf(c->tmp_path, n + 5, "%s.tmp", path);
+    switch (c->format) {
+    case LP_IMAGE_PNG:
+        c->surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height);
+        break;
+    case LP_IMAGE_SVG:
+        c->file = fopen(c->tmp_path, "wb");
+        if (!c->file) {
+            lp_status s = lp_error_set(err, LP_ERR_IO, "%s: cannot write: %s", c->tmp_path,
+                                       strerror(errno));
+            canvas_free(c);
+            return s;
+        }
+        c->surface = cairo_svg_surface_create_for_stream(svg_write, c, width, height);
+        break;
+    case LP_IMAGE_PDF:
+        c->surface = cairo_pdf_surface_create(c->tmp_path, width, height);
+        if (cairo_surface_status(c->surface) == CAIRO_STATUS_SUCCESS)
+            cairo_pdf_surface_set_metadata(c->surface, CAIRO_PDF_METADATA_TITLE, c->title);
+        break;
+    default:
+        break;
+    }
+    cairo_status_t cs = cairo_surface_status(c->surface);
+    if (cs == CAIRO_STATUS_SUCCESS) {
+        c->cr = cairo_create(c->surface);
+        cs = cairo_status(c->cr);
+    }
+    if (cs != CAIRO_STATUS_SUCCESS) {
+        lp_status s = lp_error_set(err, LP_ERR_CAIRO, "%s: cannot create a %d x %d picture: %s",
+                                   path, width, height, cairo_status_to_string(cs));
+        lp_canvas_abort(c);
+        return s;
+    }
+    cairo_set_source_rgb(c->cr, 1, 1, 1);
+    cairo_paint(c->cr);
+    return LP_OK;
+}
+
+void lp_canvas_note(lp_canvas *c, const char *text)
+{
+    if (c->format != LP_IMAGE_SVG || !text)
+        return;
+    size_t n = strlen(text);
+    if (c->desc_len + n + 2 > c->desc_cap) {
+        size_t cap = c->desc_cap ? c->desc_cap : 256;
+        while (cap < c->desc_len + n + 2)
+            cap *= 2;
+        char *grown = realloc(c->desc, cap);
+        if (!grown)
+            return; /* the picture is still right; only the searchable text is short */
+        c->desc = grown;
+        c->desc_cap = cap;
+    }
+    memcpy(c->desc + c->desc_len, text, n);
+    c->desc_len += n;
+    c->desc[c->desc_len++] = '\n';
+    c->desc[c->desc_len] = '\0';
+}
+
+lp_status lp_canvas_end(lp_canvas *c, lp_error *err)
+{
+    lp_status s = LP_OK;
+    cairo_status_t cs = cairo_status(c->cr);
+    cairo_destroy(c->cr);
+    c->cr = NULL;
+    if (cs == CAIRO_STATUS_SUCCESS) {
+        if (c->format == LP_IMAGE_PNG)
+            cs = cairo_surface_write_to_png(c->surface, c->tmp_path);
+        cairo_surface_finish(c->surface);
+        if (cs == CAIRO_STATUS_SUCCESS)
+            cs = cairo_surface_status(c->surface);
+    }
+    if (cs != CAIRO_STATUS_SUCCESS)
+        s = lp_error_set(err, cs == CAIRO_STATUS_WRITE_ERROR ? LP_ERR_IO : LP_ERR_CAIRO,
+                         "%s: cannot write the picture: %s", c->path, cairo_status_to_string(cs));
+    if (s == LP_OK && c->file) {
+        if (c->svg_state != 2 || c->write_failed)
+            s = lp_error_set(err, LP_ERR_IO, "%s: cannot write the picture: %s", c->path,
+                             c->write_failed ? strerror(errno) : "no <svg> tag from cairo");
+        if (fclose(c->file) != 0 && s == LP_OK)
+            s = lp_error_set(err, LP_ERR_IO, "%s: cannot write: %s", c->path, strerror(errno));
+        c->file = NULL;
+    }
+    if (s == LP_OK && rename(c->tmp_path, c->path) != 0)
+        s = lp_error_set(err, LP_ERR_IO, "%s: cannot rename from %s: %s", c->path, c->tmp_path,
+                         strerror(errno));
+    if (s != LP_OK)
+        unlink(c->tmp_path);
+    canvas_free(c);
+    return s;
+}
+
+void lp_canvas_abort(lp_canvas *c)
+{
+    if (c->cr) {
+        cairo_destroy(c->cr);
+        c->cr = NULL;
+    }
+    if (c->surface) {
+        cairo_surface_finish(c->surface);
+    }
+    if (c->file) {
+        fclose(c->file);
+        c->file = NULL;
+    }
+    if (c->tmp_path)
+        unlink(c->tmp_path);
+    canvas_free(c);
+}
+
+/* ---- text ---- */
+
+lp_text_style lp_text_style_default(double px)
+{
+    lp_text_style st;
+    memset(&st, 0, sizeof st);
+    st.px = px;
+    st.rgb = (lp_rgb){0x22, 0x22, 0x22};
+    return st;
+}
+
+static PangoLayout *make_layout(lp_canvas *c, const char *text, const lp_text_style *st)
+{
+    PangoLayout *layout = pango_cairo_create_layout(c->cr);
+    if (!layout)
+        return NULL;
+    /* Metrics that do not snap to the device grid keep PNG, SVG and PDF laid out alike. */
+    cairo_font_options_t *fo = cairo_font_options_create();
+    cairo_font_options_set_hint_metrics(fo, CAIRO_HINT_METRICS_OFF);
+    pango_cairo_context_set_font_options(pango_layout_get_context(layout), fo);
+    cairo_font_options_destroy(fo);
+    pango_layout_context_changed(layout);
+    PangoFontDescription *fd = pango_font_description_new();
+    pango_font_description_set_family(fd, st->mono ? "DejaVu Sans Mono,monospace"
+                                                   : "DejaVu Sans,Noto Sans CJK SC,sans-serif");
+    pango_font_description_set_weight(fd, st->bold ? PANGO_WEIGHT_BOLD : PANGO_WEIGHT_NORMAL);
+    pango_font_description_set_absolute_size(fd, st->px * PANGO_SCALE);
+    pango_layout_set_font_description(layout, fd);
+    pango_font_description_free(fd);
+    pango_layout_set_text(layout, text, -1);
+    pango_layout_set_single_paragraph_mode(layout, TRUE);
+    if (st->max_width > 0) {
+        pango_layout_set_width(layout, (int)(st->max_width * PANGO_SCALE));
+        pango_layout_set_ellipsize(layout, PANGO_ELLIPSIZE_END);
+    }
+    return layout;
+}
+
+double lp_text_width(lp_canvas *c, const char *text, const lp_text_style *st)
+{
+    PangoLayout *layout = make_layout(c, text, st);
+    if (!layout)
+        return 0;
+    PangoRectangle logical;
+    pango_layout_get_pixel_extents(layout, NULL, &logical);
+    g_object_unref(layout);
+    return logical.width;
+}
+
+double lp_draw_text(lp_canvas *c, const char *text, double x, double y, const lp_text_style *st)
+{
+    if (!text || !*text)
+        return 0;
+    PangoLayout *layout = make_layout(c, text, st);
+    if (!layout)
+        return 0;
+    PangoRectangle logical;
+    pango_layout_get_pixel_extents(layout, NULL, &logical);
+    double w = logical.width, h = logical.height;
+    double dx = st->halign == LP_ALIGN_CENTER ? -w / 2 : (st->halign == LP_ALIGN_END ? -w : 0);
+    double dy = st->valign == LP_ALIGN_CENTER ? -h / 2 : (st->valign == LP_ALIGN_END ? -h : 0);
+    cairo_save(c->cr);
+    cairo_translate(c->cr, x, y);
+    if (st->angle != 0)
+        cairo_rotate(c->cr, st->angle);
+    cairo_move_to(c->cr, dx - logical.x, dy);
+    lp_set_rgb(c->cr, st->rgb);
+    pango_cairo_show_layout(c->cr, layout);
+    cairo_restore(c->cr);
+    g_object_unref(layout);
+    lp_canvas_note(c, text);
+    return w;
+}
+
+int lp_title_width(const char *title)
+{
+    /* measured on a scratch surface, before the picture's own size is known */
+    cairo_surface_t *scratch = cairo_image_surface_create(CAIRO_FORMAT_RGB24, 1, 1);
+    lp_canvas tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.format = LP_IMAGE_PNG;
+    tmp.cr = cairo_create(scratch);
+    lp_text_style st = lp_text_style_default(17);
+    st.bold = true;
+    double w = cairo_status(tmp.cr) == CAIRO_STATUS_SUCCESS ? lp_text_width(&tmp, title, &st) : 0;
+    cairo_destroy(tmp.cr);
+    cairo_surface_destroy(scratch);
+    return (int)ceil(w) + 32;
+}
+
+void lp_draw_title(lp_canvas *c, const char *title, const char *subtitle, const char *warning)
+{
+    lp_text_style st = lp_text_style_default(17);
+    st.bold = true;
+    st.max_width = c->width - 24;
+    lp_draw_text(c, title, 16, 12, &st);
+    if (subtitle && *subtitle) {
+        lp_text_style sub = lp_text_style_default(12);
+        sub.rgb = (lp_rgb){0x66, 0x66, 0x66};
+        sub.max_width = c->width - 24;
+        lp_draw_text(c, subtitle, 16, 37, &sub);
+    }
+    /* a line of its own, in the leak colour: the first thing a reader should see */
+    if (warning && *warning) {
+        lp_text_style warn = lp_text_style_default(12);
+        warn.bold = true;
+        warn.rgb = lp_render_leak_rgb;
+        warn.max_width = c->width - 24;
+        lp_draw_text(c, warning, 16, 55, &warn);
+    }
+}
+
+void lp_render_run_caption(const lp_render_run *run, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s (%s), run %lld", run->model[0] ? run->model : "?",
+             run->architecture[0] ? run->architecture : "?", (long long)run->id);
+}
+
+/* ---- colorbar ---- */
+
+static void format_tick(double v, char *buf, size_t size)
+{
+    if (v == 0)
+        snprintf(buf, size, "0");
+    else if (fabs(v) >= 1e-2 && fabs(v) < 1e4)
+        snprintf(buf, size, "%.3g", v);
+    else
+        snprintf(buf, size, "%.0e", v);
+}
+
+/* A "nice" step (1, 2, 2.5 or 5 times a power of ten) giving about `want` intervals. */
+static double nice_step(double range, int want)
+{
+    double raw = range / want;
+    double p = pow(10, floor(log10(raw)));
+    double m = raw / p;
+    double nice = m <= 1 ? 1 : (m <= 2 ? 2 : (m <= 2.5 ? 2.5 : (m <= 5 ? 5 : 10)));
+    return nice * p;
+}
+
+void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
+                      const lp_render_options *opt, double vmax, const char *label)
+{
+    cairo_t *cr = c->cr;
+    /* 256 bands, one per table entry: the bar shows exactly the colours the map can use. */
+    for (int i = 0; i < 256; i++) {
+        double y0 = y + h - (i + 1) * h / 256.0;
+        lp_set_rgb(cr, lp_colormap_rgb(opt->colormap, (i + 0.5) / 256.0));
+        cairo_rectangle(cr, x, y0, w, h / 256.0 + 0.5);
+        cairo_fill(cr);
+    }
+    cairo_set_source_rgb(cr, LP_INK_R, LP_INK_G, LP_INK_B);
+    cairo_set_line_width(cr, 1);
+    cairo_rectangle(cr, x + 0.5, y + 0.5, w - 1, h - 1);
+    cairo_stroke(cr);
+
+    double ticks[64];
+    int n_ticks = 0;
+    if (opt->scale == LP_SCALE_LOG) {
+        double floor_v = opt->log_floor > 0 ? opt->log_floor : 1e-4;
+        for (int e = (int)ceil(log10(floor_v) - 1e-9); e <= (int)floor(log10(vmax) + 1e-9) &&
+                                                       n_ticks < 60;
+             e++)
+            ticks[n_ticks++] = pow(10, e);
+        if (n_ticks < 2) {
+            ticks[0] = floor_v;
+            ticks[1] = vmax;
+            n_ticks = 2;
+        }
+    } else {
+        double step = nice_step(vmax, 4);
+        for (double v = 0; v <= vmax * (1 + 1e-9) && n_ticks < 40; v += step)
+            ticks[n_ticks++] = v;
+        if (opt->scale == LP_SCALE_POWER) {
+            /* the power scale widens the bottom: label it where the room is */
+            static const double small[] = {0.001, 0.01, 0.05};
+            for (size_t i = 0; i < sizeof small / sizeof small[0] && n_ticks < 60; i++)
+                if (small[i] * vmax < step)
+                    ticks[n_ticks++] = small[i] * vmax;
+        }
+    }
+    /* place, drop any label that would touch the one below it */
+    lp_text_style st = lp_text_style_default(11);
+    st.valign = LP_ALIGN_CENTER;
+    double placed[64];
+    int n_placed = 0;
+    for (int i = 0; i < n_ticks; i++) {
+        double t = lp_scale_apply(opt, vmax, ticks[i]);
+        double ty = y + h - t * h;
+        bool clash = false;
+        for (int k = 0; k < n_placed; k++)
+            if (fabs(placed[k] - ty) < 14)
+                clash = true;
+        if (clash)
+            continue;
+        placed[n_placed++] = ty;
+        cairo_set_source_rgb(cr, LP_INK_R, LP_INK_G, LP_INK_B);
+        cairo_move_to(cr, x + w, floor(ty) + 0.5);
+        cairo_line_to(cr, x + w + 4, floor(ty) + 0.5);
+        cairo_stroke(cr);
+        char buf[32];
+        format_tick(ticks[i], buf, sizeof buf);
+        lp_draw_text(c, buf, x + w + 7, ty, &st);
+    }
+    if (label && *label) {
+        lp_text_style ls = lp_text_style_default(11);
+        ls.rgb = (lp_rgb){0x55, 0x55, 0x55};
+        ls.halign = LP_ALIGN_START;
+        ls.valign = LP_ALIGN_END;
+        ls.max_width = 110;
+        lp_draw_text(c, label, x, y - 6, &ls);
+    }
+}
+
+/* ---- the map ---- */
+
+lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_options *opt,
+                      double vmax, double x, double y, int cell, lp_error *err)
+{
+    /* Built at the final pixel size and painted 1:1, so every viewer shows crisp cells whether
+     * the picture is PNG, SVG (an embedded PNG) or PDF; memory is the map's own pixels. */
+    int64_t w64, h64;
+    if (!lp_mul_i64(map->cols, cell, &w64) || !lp_mul_i64(map->rows, cell, &h64) || w64 > 16384 ||
+        h64 > 16384)
+        return lp_error_set(err, LP_ERR_RANGE, "map of %lld x %lld cells at %d px: too large",
+                            (long long)map->rows, (long long)map->cols, cell);
+    int w = (int)w64, h = (int)h64;
+    cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
+    if (cairo_surface_status(img) != CAIRO_STATUS_SUCCESS) {
+        cairo_status_t cs = cairo_surface_status(img);
+        cairo_surface_destroy(img);
+        return lp_error_set(err, LP_ERR_CAIRO, "map image %d x %d: %s", w, h,
+                            cairo_status_to_string(cs));
+    }
+    cairo_surface_flush(img);
+    unsigned char *data = cairo_image_surface_get_data(img);
+    int stride = cairo_image_surface_get_stride(img);
+    lp_rgb masked = lp_render_masked_rgb(opt);
+    /* precomputed colours: the scale is applied once per cell, not once per pixel */
+    for (int64_t r = 0; r < map->rows; r++) {
+        for (int64_t col = 0; col < map->cols; col++) {
+            int64_t idx = r * map->cols + col;
+            uint8_t f = map->flags[idx];
+            lp_rgb rgb;
+            if (f & LP_CELL_NAN)
+                rgb = lp_render_bad_rgb;
+            else if (f & LP_CELL_LEAK) {
+                double v = map->masked_max[idx];
+                if ((f & LP_CELL_ALLOWED) && (double)map->allowed_max[idx] > v)
+                    v = map->allowed_max[idx];
+                rgb = lp_colormap_rgb(opt->colormap, lp_scale_apply(opt, vmax, v));
+            } else if (f & LP_CELL_ALLOWED)
+                rgb = lp_colormap_rgb(opt->colormap,
+                                      lp_scale_apply(opt, vmax, map->allowed_max[idx]));
+            else
+                rgb = masked;
+            uint32_t px = 0xff000000u | ((uint32_t)rgb.r << 16) | ((uint32_t)rgb.g << 8) | rgb.b;
+            for (int dy = 0; dy < cell; dy++) {
+                unsigned char *line = data + (size_t)(r * cell + dy) * (size_t)stride;
+                for (int dx = 0; dx < cell; dx++)
+                    memcpy(line + 4 * (size_t)(col * cell + dx), &px, 4);
+            }
+        }
+    }
+    cairo_surface_mark_dirty(img);
+    cairo_save(c->cr);
+    cairo_set_source_surface(c->cr, img, x, y);
+    cairo_pattern_set_filter(cairo_get_source(c->cr), CAIRO_FILTER_NEAREST);
+    cairo_rectangle(c->cr, x, y, w, h);
+    cairo_fill(c->cr);
+    cairo_restore(c->cr);
+    cairo_surface_destroy(img);
+
+    /* Leak marker: a red outline inside the cell, when cells are big enough to carry one; the
+     * caller also counts leaks in the subtitle, so small cells still announce them. */
+    if (map->n_leak_cells > 0 && cell >= 3) {
+        cairo_save(c->cr);
+        lp_set_rgb(c->cr, lp_render_leak_rgb);
+        double lw = cell >= 12 ? 2 : 1;
+        cairo_set_line_width(c->cr, lw);
+        for (int64_t r = 0; r < map->rows; r++)
+            for (int64_t col = 0; col < map->cols; col++)
+                if (map->flags[r * map->cols + col] & LP_CELL_LEAK)
+                    cairo_rectangle(c->cr, x + col * cell + lw / 2, y + r * cell + lw / 2,
+                                    cell - lw, cell - lw);
+        cairo_stroke(c->cr);
+        cairo_restore(c->cr);
+    }
+    /* frame */
+    cairo_set_source_rgb(c->cr, LP_INK_R, LP_INK_G, LP_INK_B);
+    cairo_set_line_width(c->cr, 1);
+    cairo_rectangle(c->cr, x - 0.5, y - 0.5, w + 1, h + 1);
+    cairo_stroke(c->cr);
+    return LP_OK;
+}

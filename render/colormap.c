@@ -1,0 +1,167 @@
+/* Colormaps, value scales, option defaults and the names users type for them. */
+#include "render/render.h"
+
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+#include "render/render_internal.h"
+
+const lp_rgb lp_render_leak_rgb = {0xe8, 0x11, 0x2d};
+const lp_rgb lp_render_bad_rgb = {0xff, 0x00, 0xff};
+
+void lp_render_options_default(lp_render_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->colormap = LP_COLORMAP_VIRIDIS;
+    opt->scale = LP_SCALE_LINEAR;
+    opt->gamma = 0.5;
+    opt->log_floor = 1e-4;
+    opt->vmax = 0;
+    opt->leak_threshold = 0;
+    opt->size = 800;
+    opt->cell = 0;
+    opt->thumb = 0;
+    opt->masked_rgb_set = false;
+}
+
+static const char *const colormap_names[LP_COLORMAP_COUNT] = {"viridis", "magma", "gray"};
+static const char *const scale_names[LP_SCALE_COUNT] = {"linear", "log", "power"};
+static const char *const stat_names[LP_STAT_COUNT] = {
+    "entropy", "max_prob", "sink", "prev_token", "self", "distance", "local_frac", "output_norm",
+};
+
+const char *lp_colormap_name(lp_colormap cmap)
+{
+    return (unsigned)cmap < LP_COLORMAP_COUNT ? colormap_names[cmap] : "?";
+}
+
+lp_colormap lp_colormap_from_name(const char *name)
+{
+    for (int i = 0; i < LP_COLORMAP_COUNT; i++)
+        if (strcasecmp(name, colormap_names[i]) == 0)
+            return (lp_colormap)i;
+    if (strcasecmp(name, "grey") == 0)
+        return LP_COLORMAP_GRAY;
+    return LP_COLORMAP_COUNT;
+}
+
+const char *lp_scale_name(lp_scale scale)
+{
+    return (unsigned)scale < LP_SCALE_COUNT ? scale_names[scale] : "?";
+}
+
+lp_scale lp_scale_from_name(const char *name)
+{
+    for (int i = 0; i < LP_SCALE_COUNT; i++)
+        if (strcasecmp(name, scale_names[i]) == 0)
+            return (lp_scale)i;
+    return LP_SCALE_COUNT;
+}
+
+const char *lp_head_stat_name(lp_head_stat stat)
+{
+    return (unsigned)stat < LP_STAT_COUNT ? stat_names[stat] : "?";
+}
+
+lp_head_stat lp_head_stat_from_name(const char *name)
+{
+    for (int i = 0; i < LP_STAT_COUNT; i++)
+        if (strcasecmp(name, stat_names[i]) == 0)
+            return (lp_head_stat)i;
+    /* the spellings people reach for first */
+    if (strcasecmp(name, "prev") == 0 || strcasecmp(name, "previous-token") == 0 ||
+        strcasecmp(name, "previous_token") == 0)
+        return LP_STAT_PREV_TOKEN;
+    return LP_STAT_COUNT;
+}
+
+lp_image_format lp_image_format_from_path(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    const char *slash = strrchr(path, '/');
+    if (!dot || (slash && dot < slash))
+        return LP_IMAGE_COUNT;
+    if (strcasecmp(dot, ".png") == 0)
+        return LP_IMAGE_PNG;
+    if (strcasecmp(dot, ".svg") == 0)
+        return LP_IMAGE_SVG;
+    if (strcasecmp(dot, ".pdf") == 0)
+        return LP_IMAGE_PDF;
+    return LP_IMAGE_COUNT;
+}
+
+static uint8_t channel(float x) { return (uint8_t)lrintf(x * 255.0f); }
+
+lp_rgb lp_colormap_rgb(lp_colormap cmap, double t)
+{
+    if (!(t > 0)) /* also catches NaN */
+        t = 0;
+    if (t > 1)
+        t = 1;
+    int idx = (int)(t * 256.0);
+    if (idx > 255)
+        idx = 255;
+    lp_rgb out;
+    switch (cmap) {
+    case LP_COLORMAP_MAGMA:
+        out.r = channel(lp_render_magma_table[idx][0]);
+        out.g = channel(lp_render_magma_table[idx][1]);
+        out.b = channel(lp_render_magma_table[idx][2]);
+        break;
+    case LP_COLORMAP_GRAY:
+        out.r = out.g = out.b = (uint8_t)idx;
+        break;
+    case LP_COLORMAP_VIRIDIS:
+    default:
+        out.r = channel(lp_render_viridis_table[idx][0]);
+        out.g = channel(lp_render_viridis_table[idx][1]);
+        out.b = channel(lp_render_viridis_table[idx][2]);
+        break;
+    }
+    return out;
+}
+
+double lp_scale_apply(const lp_render_options *opt, double vmax, double value)
+{
+    if (!(value > 0) || !(vmax > 0))
+        return 0;
+    double t;
+    switch (opt->scale) {
+    case LP_SCALE_LOG: {
+        double floor_v = opt->log_floor > 0 ? opt->log_floor : 1e-4;
+        if (vmax <= floor_v)
+            return value >= vmax ? 1 : 0;
+        double v = value < floor_v ? floor_v : value;
+        t = log(v / floor_v) / log(vmax / floor_v);
+        break;
+    }
+    case LP_SCALE_POWER:
+        t = pow(value / vmax, opt->gamma > 0 ? opt->gamma : 0.5);
+        break;
+    case LP_SCALE_LINEAR:
+    default:
+        t = value / vmax;
+        break;
+    }
+    return t < 0 ? 0 : (t > 1 ? 1 : t);
+}
+
+lp_rgb lp_render_masked_rgb(const lp_render_options *opt)
+{
+    if (opt->masked_rgb_set)
+        return opt->masked_rgb;
+    /* #d9d9d9 is itself a step of the gray ramp, so the gray map gets a pale sand instead. */
+    if (opt->colormap == LP_COLORMAP_GRAY)
+        return (lp_rgb){0xf2, 0xe6, 0xd0};
+    return (lp_rgb){0xd9, 0xd9, 0xd9};
+}
+
+double lp_render_vmax(const lp_render_options *opt, double max_value)
+{
+    if (opt->vmax > 0)
+        return opt->vmax;
+    if (max_value > 0 && isfinite(max_value))
+        return max_value;
+    return 1.0; /* an all-zero map: any positive top draws it as the bottom colour */
+}

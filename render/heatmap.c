@@ -1,0 +1,187 @@
+/* One head's attention map: cells, token labels on both axes, colorbar, title. */
+#include "render/render.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "render/render_internal.h"
+
+/* Cells bigger than this look like a spreadsheet, not a picture. */
+#define MAX_AUTO_CELL 24
+/* Height of one label line; labels closer than this are thinned. */
+#define LABEL_PITCH 14
+
+lp_status lp_render_heatmap_layout(int64_t n_q, int64_t n_k, const lp_render_options *opt,
+                                   lp_heatmap_layout *layout, lp_error *err)
+{
+    memset(layout, 0, sizeof *layout);
+    if (n_q < 1 || n_k < 1)
+        return lp_error_set(err, LP_ERR_RANGE, "map of %lld x %lld cells: both sides must be >= 1",
+                            (long long)n_q, (long long)n_k);
+    if (opt->size < 16 || opt->size > 8192)
+        return lp_error_set(err, LP_ERR_RANGE, "--size %d: must be in [16, 8192] pixels",
+                            opt->size);
+    if (opt->cell < 0 || opt->cell > 256)
+        return lp_error_set(err, LP_ERR_RANGE, "--cell %d: must be in [1, 256] pixels",
+                            opt->cell);
+    int64_t longest = n_q > n_k ? n_q : n_k;
+    int64_t block = (longest + opt->size - 1) / opt->size;
+    int64_t rows = (n_q + block - 1) / block, cols = (n_k + block - 1) / block;
+    int64_t disp = rows > cols ? rows : cols;
+    int64_t fit = opt->size / disp; /* >= 1 since disp <= size */
+    int64_t cell = opt->cell > 0 ? opt->cell : (fit > MAX_AUTO_CELL ? MAX_AUTO_CELL : fit);
+    if (cell > fit)
+        cell = fit;
+    if (cell < 1)
+        cell = 1;
+    layout->block = block;
+    layout->rows = rows;
+    layout->cols = cols;
+    layout->cell = (int)cell;
+    layout->map_x = LP_RENDER_MARGIN_LEFT;
+    layout->map_y = LP_RENDER_MARGIN_TOP;
+    int64_t map_w = cols * cell, map_h = rows * cell;
+    layout->width = (int)(LP_RENDER_MARGIN_LEFT +
+                          (map_w > LP_RENDER_MIN_MAP ? map_w : LP_RENDER_MIN_MAP) +
+                          LP_RENDER_MARGIN_RIGHT);
+    layout->height = (int)(LP_RENDER_MARGIN_TOP +
+                           (map_h > LP_RENDER_MIN_MAP ? map_h : LP_RENDER_MIN_MAP) +
+                           LP_RENDER_MARGIN_BOTTOM);
+    return LP_OK;
+}
+
+/* Label for the token at pos: the piece alone when every position is labelled, else prefixed
+ * with its position so thinned axes can still be read. */
+static void axis_label(char *buf, size_t size, char **pieces, int64_t n_pieces, int64_t pos,
+                       bool with_pos)
+{
+    const char *piece = pos >= 0 && pos < n_pieces && pieces[pos] ? pieces[pos] : "?";
+    if (with_pos)
+        snprintf(buf, size, "%lld %s", (long long)pos, piece);
+    else
+        snprintf(buf, size, "%s", piece);
+}
+
+static void scale_caption(const lp_render_options *opt, double vmax, char *buf, size_t size)
+{
+    switch (opt->scale) {
+    case LP_SCALE_LOG:
+        snprintf(buf, size, "log scale [%g, %.3g]", opt->log_floor, vmax);
+        break;
+    case LP_SCALE_POWER:
+        snprintf(buf, size, "power scale (gamma %g) [0, %.3g]", opt->gamma, vmax);
+        break;
+    default:
+        snprintf(buf, size, "linear scale [0, %.3g]", vmax);
+        break;
+    }
+}
+
+lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t layer, int64_t head,
+                         const lp_render_options *opt, const char *out_path, lp_error *err)
+{
+    if (layer < 0 || layer >= run->n_layers)
+        return lp_error_set(err, LP_ERR_RANGE, "--layer %lld: run %lld has layers 0..%lld",
+                            (long long)layer, (long long)run->id, (long long)run->n_layers - 1);
+    if (head < 0 || head >= run->n_heads)
+        return lp_error_set(err, LP_ERR_RANGE, "--head %lld: run %lld has heads 0..%lld",
+                            (long long)head, (long long)run->id, (long long)run->n_heads - 1);
+    if (lp_image_format_from_path(out_path) == LP_IMAGE_COUNT)
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: unknown picture format (the extension must be .png, .svg or "
+                            ".pdf)",
+                            out_path);
+    lp_heatmap_layout lay;
+    lp_status s = lp_render_heatmap_layout(1, 1, opt, &lay, err); /* validates the options */
+    if (s)
+        return s;
+    lp_pooled_map map;
+    s = lp_render_db_read_map(db, run, layer, head, opt->size, opt->leak_threshold, &map, err);
+    if (s)
+        return s;
+    s = lp_render_heatmap_layout(map.n_q, map.n_k, opt, &lay, err);
+    char **pieces = NULL;
+    int64_t n_pieces = 0;
+    if (s == LP_OK)
+        s = lp_render_db_tokens(db, run->id, &pieces, &n_pieces, err);
+    if (s) {
+        lp_pooled_map_free(&map);
+        return s;
+    }
+
+    char caption[320], title[400], subtitle[400], warning[160] = "", scale_text[96];
+    double vmax = lp_render_vmax(opt, map.max_value);
+    lp_render_run_caption(run, caption, sizeof caption);
+    snprintf(title, sizeof title, "layer %lld, head %lld: %s", (long long)layer,
+             (long long)head, caption);
+    scale_caption(opt, vmax, scale_text, sizeof scale_text);
+    lp_rgb masked = lp_render_masked_rgb(opt);
+    char pooled[64] = "";
+    if (map.block > 1)
+        snprintf(pooled, sizeof pooled, ", max-pooled %lldx%lld", (long long)map.block,
+                 (long long)map.block);
+    int64_t window = lp_render_run_window(run, layer);
+    char window_text[48] = "";
+    if (window > 0)
+        snprintf(window_text, sizeof window_text, ", window %lld", (long long)window);
+    snprintf(subtitle, sizeof subtitle, "%lld queries x %lld keys%s%s, %s, %s, masked #%02x%02x%02x",
+             (long long)map.n_q, (long long)map.n_k, pooled, window_text, scale_text,
+             lp_colormap_name(opt->colormap), masked.r, masked.g, masked.b);
+    if (map.n_leak_cells > 0)
+        snprintf(warning, sizeof warning, "LEAK: %lld masked cells hold probability > %g",
+                 (long long)map.n_leak_cells, opt->leak_threshold);
+    else if (map.n_bad_cells > 0)
+        snprintf(warning, sizeof warning, "%lld cells are NaN or negative (magenta)",
+                 (long long)map.n_bad_cells);
+
+    lp_canvas c;
+    s = lp_canvas_begin(&c, out_path, lay.width, lay.height, title, err);
+    if (s) {
+        lp_pooled_map_free(&map);
+        lp_render_free_pieces(pieces, n_pieces);
+        return s;
+    }
+    lp_draw_title(&c, title, subtitle, warning);
+    s = lp_draw_map(&c, &map, opt, vmax, lay.map_x, lay.map_y, lay.cell, err);
+    int map_w = (int)map.cols * lay.cell, map_h = (int)map.rows * lay.cell;
+
+    if (s == LP_OK) {
+        /* Labels: one per display cell, thinned so lines never overlap. */
+        int64_t stride = (LABEL_PITCH + lay.cell - 1) / lay.cell;
+        bool with_pos = stride > 1 || map.block > 1;
+        double font_px = lay.cell >= LABEL_PITCH ? 11 : 10;
+        lp_text_style st = lp_text_style_default(font_px);
+        st.halign = LP_ALIGN_END;
+        st.valign = LP_ALIGN_CENTER;
+        st.max_width = LP_RENDER_MARGIN_LEFT - 16;
+        char label[160];
+        int64_t q_pos0 = map.n_k - map.n_q;
+        for (int64_t r = 0; r < map.rows; r += stride) {
+            axis_label(label, sizeof label, pieces, n_pieces, q_pos0 + r * map.block, with_pos);
+            lp_draw_text(&c, label, lay.map_x - 6, lay.map_y + (r + 0.5) * lay.cell, &st);
+        }
+        st.angle = -LP_RENDER_PI / 2;
+        st.max_width = LP_RENDER_MARGIN_BOTTOM - 14;
+        for (int64_t k = 0; k < map.cols; k += stride) {
+            axis_label(label, sizeof label, pieces, n_pieces, k * map.block, with_pos);
+            lp_draw_text(&c, label, lay.map_x + (k + 0.5) * lay.cell, lay.map_y + map_h + 6, &st);
+        }
+        lp_text_style axis = lp_text_style_default(11);
+        axis.rgb = (lp_rgb){0x66, 0x66, 0x66};
+        axis.halign = LP_ALIGN_END;
+        axis.valign = LP_ALIGN_END;
+        lp_draw_text(&c, "query \xe2\x86\x93  key \xe2\x86\x92", lay.map_x - 6, lay.map_y - 4,
+                     &axis);
+        double bar_h = map_h > 200 ? map_h : 200;
+        lp_draw_colorbar(&c, lay.map_x + map_w + 24, lay.map_y, 16, bar_h, opt, vmax,
+                         "probability");
+    }
+    lp_pooled_map_free(&map);
+    lp_render_free_pieces(pieces, n_pieces);
+    if (s) {
+        lp_canvas_abort(&c);
+        return s;
+    }
+    return lp_canvas_end(&c, err);
+}

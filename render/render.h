@@ -1,0 +1,238 @@
+/* Pictures of a trace database: attention heatmaps, small multiples, head-statistics matrices and
+ * leak plots, drawn with cairo and pango into PNG, SVG or PDF (chosen by the output's extension).
+ *
+ *   lp_error err = {0};
+ *   lp_render_db *db;
+ *   lp_render_run run;
+ *   bool incomplete;
+ *   if (lp_render_db_open("trace.db", &db, &err) != LP_OK) ...
+ *   if (lp_render_db_pick_run(db, 0, &run, &incomplete, &err) != LP_OK) ...   // 0 = latest complete
+ *   lp_render_options opt;
+ *   lp_render_options_default(&opt);
+ *   opt.scale = LP_SCALE_LOG;
+ *   if (lp_render_head(db, &run, 3, 1, &opt, "l3h1.png", &err) != LP_OK) ...
+ *   lp_render_db_close(db);
+ *
+ * Conventions (README, "loupe render"):
+ *  - Maps are [n_q, n_k]: query positions down, key positions across. Query i sits at absolute
+ *    position n_k - n_q + i (bottom-right aligned diagonal, as in trace/mask.h).
+ *  - A masked cell is one the run's causal/window mask forbids; it is drawn in opt.masked_rgb
+ *    (#d9d9d9 by default, #f2e6d0 with the gray colormap). A masked cell holding a probability above
+ *    opt.leak_threshold (default 0: any nonzero value) is a leak: it keeps its colormap colour and
+ *    gets a red outline, and the picture's subtitle counts the leak cells.
+ *  - Maps larger than the canvas are reduced by max-pooling square blocks of block x block tokens,
+ *    streamed row by row from the blob (sqlite3_blob_read), so one bright cell is never lost and
+ *    memory is O(canvas + one row).
+ *  - Files are written to "OUT.tmp" and renamed on success: a failed render leaves no half file.
+ */
+#ifndef LP_RENDER_RENDER_H
+#define LP_RENDER_RENDER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef enum lp_colormap {
+    LP_COLORMAP_VIRIDIS,
+    LP_COLORMAP_MAGMA,
+    LP_COLORMAP_GRAY,
+    LP_COLORMAP_COUNT
+} lp_colormap;
+
+typedef enum lp_scale {
+    LP_SCALE_LINEAR, /* t = v / vmax */
+    LP_SCALE_LOG,    /* t = log(max(v, floor) / floor) / log(vmax / floor) */
+    LP_SCALE_POWER,  /* t = (v / vmax)^gamma */
+    LP_SCALE_COUNT
+} lp_scale;
+
+typedef enum lp_image_format {
+    LP_IMAGE_PNG,
+    LP_IMAGE_SVG,
+    LP_IMAGE_PDF,
+    LP_IMAGE_COUNT
+} lp_image_format;
+
+typedef struct lp_rgb {
+    uint8_t r, g, b;
+} lp_rgb;
+
+/* The statistics of head_stats a matrix can show. */
+typedef enum lp_head_stat {
+    LP_STAT_ENTROPY,
+    LP_STAT_MAX_PROB,
+    LP_STAT_SINK,
+    LP_STAT_PREV_TOKEN,
+    LP_STAT_SELF,
+    LP_STAT_DISTANCE,
+    LP_STAT_LOCAL_FRAC,
+    LP_STAT_OUTPUT_NORM,
+    LP_STAT_COUNT
+} lp_head_stat;
+
+typedef struct lp_render_options {
+    lp_colormap colormap;
+    lp_scale scale;
+    double gamma;          /* power scale exponent, > 0 (default 0.5) */
+    double log_floor;      /* log scale: values below are drawn as the floor (default 1e-4) */
+    double vmax;           /* top of the scale; 0 = the largest value shown (default 0) */
+    double leak_threshold; /* masked cells above this are leaks (default 0) */
+    int size;              /* largest side of a single map in pixels (default 800) */
+    int cell;              /* pixels per cell; 0 = the largest that fits size, at most 24 */
+    int thumb;             /* side of one panel in --grid / --overview (0 = 160 / 64) */
+    lp_rgb masked_rgb;     /* colour of masked cells */
+    bool masked_rgb_set;   /* false: pick the default for the colormap */
+} lp_render_options;
+
+void lp_render_options_default(lp_render_options *opt);
+
+/* Names <-> enums; the from_name functions return _COUNT for unknown names. */
+const char *lp_colormap_name(lp_colormap cmap);
+lp_colormap lp_colormap_from_name(const char *name);
+const char *lp_scale_name(lp_scale scale);
+lp_scale lp_scale_from_name(const char *name);
+const char *lp_head_stat_name(lp_head_stat stat);
+lp_head_stat lp_head_stat_from_name(const char *name);
+/* From a path's extension (.png, .svg, .pdf; case-insensitive); COUNT if none of these. */
+lp_image_format lp_image_format_from_path(const char *path);
+
+/* t in [0, 1] (clamped; NaN gives 0) -> colour, matplotlib's convention: entry
+ * min(255, floor(t * 256)) of the 256-entry table, each channel round(x * 255). */
+lp_rgb lp_colormap_rgb(lp_colormap cmap, double t);
+/* A value on the options' scale -> t in [0, 1], given the top of the scale. */
+double lp_scale_apply(const lp_render_options *opt, double vmax, double value);
+/* The masked-cell colour these options use. */
+lp_rgb lp_render_masked_rgb(const lp_render_options *opt);
+
+/* ---- the trace database, read-only ---- */
+
+typedef struct lp_render_db lp_render_db;
+
+typedef struct lp_render_run {
+    int64_t id;
+    char status[32];
+    char kind[16];
+    char model[256];        /* basename of model_path */
+    char architecture[64];
+    int64_t n_tokens;
+    int64_t n_layers;
+    int64_t n_heads;
+    char maps_dtype[8];
+    int64_t window;                /* sliding window of every layer, 0 = none */
+    int64_t *layer_window;         /* [n_layers] from arch_json when it says, else NULL; owned */
+    bool causal;                   /* false when arch_json says the attention is bidirectional */
+} lp_render_run;
+
+lp_status lp_render_db_open(const char *path, lp_render_db **out, lp_error *err);
+void lp_render_db_close(lp_render_db *db);
+
+/* run_id 0: the latest run whose status is 'complete' (kind 'trace' preferred when kind is NULL,
+ * else of that kind). A named run that is not complete is returned with *incomplete = true (the
+ * CLI warns). Fills *run; free it with lp_render_run_clear. */
+lp_status lp_render_db_pick_run(lp_render_db *db, int64_t run_id, lp_render_run *run,
+                                bool *incomplete, lp_error *err);
+lp_status lp_render_db_pick_run_kind(lp_render_db *db, int64_t run_id, const char *kind,
+                                     lp_render_run *run, bool *incomplete, lp_error *err);
+void lp_render_run_clear(lp_render_run *run);
+
+/* The window that applies to a layer of the run (0 = none). */
+int64_t lp_render_run_window(const lp_render_run *run, int64_t layer);
+
+/* A map reduced to rows x cols display cells, each the max over a block x block square.
+ * Per cell: the largest allowed value, the largest masked value, and which kinds it covers. */
+enum {
+    LP_CELL_ALLOWED = 1, /* covers at least one cell the mask allows */
+    LP_CELL_MASKED = 2,  /* covers at least one masked cell */
+    LP_CELL_LEAK = 4,    /* a masked cell in it holds more than the leak threshold */
+    LP_CELL_NAN = 8,     /* a NaN or negative value (bad data) */
+};
+
+typedef struct lp_pooled_map {
+    int64_t n_q, n_k;     /* the original map */
+    int64_t block;        /* tokens per display cell along each axis */
+    int64_t rows, cols;   /* ceil(n_q / block), ceil(n_k / block) */
+    float *allowed_max;   /* [rows * cols] */
+    float *masked_max;    /* [rows * cols] */
+    uint8_t *flags;       /* [rows * cols] LP_CELL_* */
+    int64_t n_leak_cells; /* original (not pooled) masked cells above the threshold */
+    int64_t n_bad_cells;  /* NaN or negative values */
+    float max_value;      /* over allowed cells and leaks */
+} lp_pooled_map;
+
+/* Read one head's map, max-pooled so that neither side exceeds max_cells display cells
+ * (block = ceil(max(n_q, n_k) / max_cells)). Streams the blob row by row. */
+lp_status lp_render_db_read_map(lp_render_db *db, const lp_render_run *run, int64_t layer,
+                                int64_t head, int64_t max_cells, double leak_threshold,
+                                lp_pooled_map *map, lp_error *err);
+void lp_pooled_map_free(lp_pooled_map *map);
+
+/* The token pieces of a run, in position order, made visible for labels (see
+ * lp_render_visible_piece). *pieces is an array of n strings; free with lp_render_free_pieces. */
+lp_status lp_render_db_tokens(lp_render_db *db, int64_t run_id, char ***pieces, int64_t *n,
+                              lp_error *err);
+void lp_render_free_pieces(char **pieces, int64_t n);
+
+/* A token piece as a label: ' ' and U+2581 become U+2423 (open box), '\n' U+23CE, '\t' U+21E5,
+ * '\r' U+240D, other control bytes their U+2400 control picture, invalid UTF-8 U+FFFD; cut to
+ * max_chars characters with a trailing ellipsis. Returns a malloc'ed string or NULL (no memory). */
+char *lp_render_visible_piece(const char *piece, int max_chars);
+
+/* head_stats of a run as a [n_layers * n_heads] matrix (NaN where a row is missing). */
+lp_status lp_render_db_head_stat(lp_render_db *db, const lp_render_run *run, lp_head_stat stat,
+                                 double **values, lp_error *err);
+
+/* Per-layer max_abs_diff of the 'perturbation' leak checks of a run: layers[i], diffs[i], and
+ * whether any check of that layer failed. layer -1 is the logits. LP_ERR_NOT_FOUND when the run
+ * has no such rows. Caller frees the three arrays. */
+lp_status lp_render_db_leak_diffs(lp_render_db *db, int64_t run_id, int64_t **layers,
+                                  double **diffs, bool **failed, int64_t *n, lp_error *err);
+
+/* ---- pictures ---- */
+
+/* The geometry of a single-head picture, so callers and tests know the image size up front. */
+typedef struct lp_heatmap_layout {
+    int64_t block;           /* tokens per display cell */
+    int64_t rows, cols;      /* display cells */
+    int cell;                /* pixels per display cell */
+    int map_x, map_y;        /* top-left of the map in the picture */
+    int width, height;       /* the whole picture */
+} lp_heatmap_layout;
+
+/* Margins around the map: left for query labels, top for the title, right for the colorbar,
+ * bottom for the (vertical) key labels. width = map + LEFT + RIGHT, height = map + TOP + BOTTOM,
+ * and never less than LP_RENDER_MIN_MAP for the map part. */
+enum {
+    LP_RENDER_MARGIN_LEFT = 140,
+    LP_RENDER_MARGIN_RIGHT = 120,
+    LP_RENDER_MARGIN_TOP = 92,
+    LP_RENDER_MARGIN_BOTTOM = 120,
+    LP_RENDER_MIN_MAP = 240,
+};
+
+lp_status lp_render_heatmap_layout(int64_t n_q, int64_t n_k, const lp_render_options *opt,
+                                   lp_heatmap_layout *layout, lp_error *err);
+
+/* One head's map. */
+lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t layer, int64_t head,
+                         const lp_render_options *opt, const char *out_path, lp_error *err);
+/* All heads of a layer as small multiples with a shared scale. */
+lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64_t layer,
+                               const lp_render_options *opt, const char *out_path, lp_error *err);
+/* Every layer x head as thumbnails on one sheet, with a shared scale. */
+lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
+                             const lp_render_options *opt, const char *out_path, lp_error *err);
+/* A layers x heads matrix coloured by one statistic, annotated with the values. */
+lp_status lp_render_stat_matrix(lp_render_db *db, const lp_render_run *run, lp_head_stat stat,
+                                const lp_render_options *opt, const char *out_path,
+                                lp_error *err);
+/* The per-layer max difference of a leak run's perturbation checks, on a log axis. */
+lp_status lp_render_leak_plot(lp_render_db *db, const lp_render_run *run,
+                              const lp_render_options *opt, const char *out_path, lp_error *err);
+/* Every picture of a run into dir (created if missing) plus index.html linking them. *n_files
+ * (may be NULL) receives how many pictures were written. */
+lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
+                            const lp_render_options *opt, const char *dir, int64_t *n_files,
+                            lp_error *err);
+
+#endif

@@ -1,0 +1,93 @@
+/* What the render module's files share: colormap tables, the canvas (a cairo surface that ends in
+ * a file written atomically), pango text helpers, the colorbar and the map painter. */
+#ifndef LP_RENDER_RENDER_INTERNAL_H
+#define LP_RENDER_RENDER_INTERNAL_H
+
+#include <cairo.h>
+#include <stdio.h>
+
+#include "render/render.h"
+
+#define LP_RENDER_PI 3.14159265358979323846
+
+extern const float lp_render_viridis_table[256][3];
+extern const float lp_render_magma_table[256][3];
+
+/* Colours of the furniture (text, frames, leak marker). */
+#define LP_INK_R 0.13
+#define LP_INK_G 0.13
+#define LP_INK_B 0.13
+extern const lp_rgb lp_render_leak_rgb; /* outline of leak cells: #e8112d */
+extern const lp_rgb lp_render_bad_rgb;  /* NaN / negative cells: #ff00ff */
+
+/* A picture under construction. The SVG variant streams cairo's output through a filter that puts
+ * <title> and <desc> (the plain text of every label drawn) right after the <svg> tag: cairo
+ * writes pango text as glyph outlines, so without them the labels would not be searchable,
+ * accessible or testable. */
+typedef struct lp_canvas {
+    lp_image_format format;
+    int width, height;
+    cairo_surface_t *surface;
+    cairo_t *cr;
+    char *path;     /* final name */
+    char *tmp_path; /* written first, renamed on success */
+    FILE *file;     /* SVG stream target */
+    int svg_state;  /* 0: before "<svg", 1: inside the tag, 2: injected */
+    int svg_match;  /* bytes of "<svg" matched so far */
+    bool write_failed;
+    char *title;
+    char *desc;     /* labels, one per line */
+    size_t desc_len, desc_cap;
+} lp_canvas;
+
+lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
+                          const char *title, lp_error *err);
+/* Remember a label for the SVG <desc> (no-op for other formats). */
+void lp_canvas_note(lp_canvas *c, const char *text);
+/* Finish, write, rename; frees everything either way. */
+lp_status lp_canvas_end(lp_canvas *c, lp_error *err);
+/* Drop the picture: frees everything and removes the temporary file. */
+void lp_canvas_abort(lp_canvas *c);
+
+enum { LP_ALIGN_START = 0, LP_ALIGN_CENTER = 1, LP_ALIGN_END = 2 };
+
+typedef struct lp_text_style {
+    double px;        /* font size in pixels */
+    bool bold;
+    bool mono;
+    lp_rgb rgb;
+    int halign;       /* of the anchor: START = text starts at x */
+    int valign;       /* START = top at y, CENTER, END = bottom at y */
+    double max_width; /* ellipsize beyond this (0 = no limit) */
+    double angle;     /* radians, rotation about the anchor; -pi/2 reads upwards */
+} lp_text_style;
+
+lp_text_style lp_text_style_default(double px);
+/* Draw text at (x, y); also notes it for the SVG <desc>. Returns the drawn width in pixels. */
+double lp_draw_text(lp_canvas *c, const char *text, double x, double y, const lp_text_style *st);
+double lp_text_width(lp_canvas *c, const char *text, const lp_text_style *st);
+
+/* A vertical colorbar at (x, y) of size w x h, ticks and labels to its right. */
+void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
+                      const lp_render_options *opt, double vmax, const char *label);
+
+/* Paint a pooled map with its top-left at (x, y), cell pixels per display cell. Leak cells get
+ * a red outline when cells are at least 3 px; returns LP_ERR_NOMEM / LP_ERR_CAIRO on failure. */
+lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_options *opt,
+                      double vmax, double x, double y, int cell, lp_error *err);
+
+/* The top of the scale for maps whose largest value is max_value. */
+double lp_render_vmax(const lp_render_options *opt, double max_value);
+
+/* "model (arch), run N" into buf. */
+void lp_render_run_caption(const lp_render_run *run, char *buf, size_t size);
+
+/* Width a picture needs to show this title whole (margins included). */
+int lp_title_width(const char *title);
+
+/* Draw the title line and a grey subtitle line at the top-left margin. */
+void lp_draw_title(lp_canvas *c, const char *title, const char *subtitle, const char *warning);
+
+void lp_set_rgb(cairo_t *cr, lp_rgb rgb);
+
+#endif

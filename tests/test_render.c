@@ -1,0 +1,785 @@
+/* Unit tests of render/: colormaps and scales, label cleaning, database reading with planted
+ * maps, pixels of rendered PNGs read back, SVG text, max-pooling of a 4096-token map, errors. */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include <cairo.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/dtype.h"
+#include "render/render.h"
+
+extern const char lp_schema_sql[];
+
+#define ATTN_INSERT "INSERT INTO attention (run_id, layer, head, n_q, n_k, dtype, probs) VALUES "
+
+/* ---- building databases with planted maps ---- */
+
+static void tmp_path(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/render_%ld_%s", lp_test_tmp_dir(), (long)getpid(), name);
+}
+
+static void exec_sql(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "sql failed: %s\n", msg ? msg : "?");
+    sqlite3_free(msg);
+    assert_int_equal(rc, SQLITE_OK);
+}
+
+static sqlite3 *new_db(const char *path)
+{
+    unlink(path);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    exec_sql(db, lp_schema_sql);
+    return db;
+}
+
+static void add_run(sqlite3 *db, int64_t id, const char *status, const char *kind,
+                    int64_t n_tokens, int64_t n_layers, int64_t n_heads, const char *arch_json)
+{
+    sqlite3_stmt *st;
+    assert_int_equal(
+        sqlite3_prepare_v2(db,
+                           "INSERT INTO runs (id, status, kind, model_path, model_format, "
+                           "architecture, arch_json, n_tokens, n_layers, n_heads, n_threads, isa, "
+                           "loupe_version, maps_dtype, started_at) VALUES (?1, ?2, ?3, "
+                           "'/models/tiny-test', 'safetensors', 'llama', ?4, ?5, ?6, ?7, 1, 'ref', "
+                           "'0.1.0', 'f32', '2026-01-01')",
+                           -1, &st, NULL),
+        SQLITE_OK);
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, status, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
+    if (arch_json)
+        sqlite3_bind_text(st, 4, arch_json, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, n_tokens);
+    sqlite3_bind_int64(st, 6, n_layers);
+    sqlite3_bind_int64(st, 7, n_heads);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+}
+
+static void add_tokens(sqlite3 *db, int64_t run, const char *const *pieces, int64_t n)
+{
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "INSERT INTO tokens (run_id, pos, token_id, piece) "
+                                        "VALUES (?1, ?2, ?3, ?4)",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    for (int64_t i = 0; i < n; i++) {
+        sqlite3_bind_int64(st, 1, run);
+        sqlite3_bind_int64(st, 2, i);
+        sqlite3_bind_int64(st, 3, 100 + i);
+        sqlite3_bind_text(st, 4, pieces[i], -1, SQLITE_STATIC);
+        assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+}
+
+/* values: row-major [n_q, n_k] floats, stored as f32 or f16 */
+static void add_map(sqlite3 *db, int64_t run, int64_t layer, int64_t head, int64_t n_q,
+                    int64_t n_k, const float *values, bool f16)
+{
+    size_t n = (size_t)(n_q * n_k);
+    size_t bytes = n * (f16 ? 2 : 4);
+    unsigned char *blob = malloc(bytes);
+    assert_non_null(blob);
+    for (size_t i = 0; i < n; i++) {
+        if (f16) {
+            uint16_t h = lp_f32_to_f16(values[i]);
+            memcpy(blob + 2 * i, &h, 2);
+        } else {
+            memcpy(blob + 4 * i, &values[i], 4);
+        }
+    }
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "INSERT INTO attention (run_id, layer, head, n_q, n_k, dtype, probs) "
+                                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, run);
+    sqlite3_bind_int64(st, 2, layer);
+    sqlite3_bind_int64(st, 3, head);
+    sqlite3_bind_int64(st, 4, n_q);
+    sqlite3_bind_int64(st, 5, n_k);
+    sqlite3_bind_text(st, 6, f16 ? "f16" : "f32", -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 7, blob, (int)bytes, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    free(blob);
+}
+
+/* A causal map: row i spreads its mass evenly over keys 0..i (bottom-right aligned). */
+static void causal_uniform(float *v, int64_t n_q, int64_t n_k)
+{
+    for (int64_t i = 0; i < n_q; i++) {
+        int64_t pos = n_k - n_q + i;
+        for (int64_t j = 0; j < n_k; j++)
+            v[i * n_k + j] = j <= pos ? 1.0f / (float)(pos + 1) : 0.0f;
+    }
+}
+
+static void add_stats(sqlite3 *db, int64_t run, int64_t n_layers, int64_t n_heads)
+{
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, sink, "
+                                        "prev_token, self, distance, local_frac, local_window, "
+                                        "output_norm) VALUES (?1, ?2, ?3, ?4, 0.5, ?5, "
+                                        "0.25, 0.1, 1.5, 0.9, 8, 2.0)",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    for (int64_t l = 0; l < n_layers; l++)
+        for (int64_t h = 0; h < n_heads; h++) {
+            sqlite3_bind_int64(st, 1, run);
+            sqlite3_bind_int64(st, 2, l);
+            sqlite3_bind_int64(st, 3, h);
+            sqlite3_bind_double(st, 4, 0.1 * (double)(l * n_heads + h)); /* entropy */
+            sqlite3_bind_double(st, 5, l == 0 && h == 0 ? 1.0 : 0.0);     /* sink */
+            assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+            sqlite3_reset(st);
+        }
+    sqlite3_finalize(st);
+}
+
+/* ---- reading pictures back ---- */
+
+typedef struct png_image {
+    cairo_surface_t *surface;
+    int width, height;
+} png_image;
+
+static png_image load_png(const char *path)
+{
+    png_image img;
+    img.surface = cairo_image_surface_create_from_png(path);
+    assert_int_equal(cairo_surface_status(img.surface), CAIRO_STATUS_SUCCESS);
+    img.width = cairo_image_surface_get_width(img.surface);
+    img.height = cairo_image_surface_get_height(img.surface);
+    return img;
+}
+
+static lp_rgb pixel(const png_image *img, int x, int y)
+{
+    assert_true(x >= 0 && x < img->width && y >= 0 && y < img->height);
+    const unsigned char *data = cairo_image_surface_get_data(img->surface);
+    int stride = cairo_image_surface_get_stride(img->surface);
+    uint32_t px;
+    memcpy(&px, data + (size_t)y * (size_t)stride + 4 * (size_t)x, 4);
+    return (lp_rgb){(uint8_t)(px >> 16), (uint8_t)(px >> 8), (uint8_t)px};
+}
+
+#define assert_rgb_equal(got, want)                                                       \
+    do {                                                                                  \
+        lp_rgb g_ = (got), w_ = (want);                                                   \
+        if (g_.r != w_.r || g_.g != w_.g || g_.b != w_.b)                                 \
+            fail_msg("colour #%02x%02x%02x, want #%02x%02x%02x", g_.r, g_.g, g_.b, w_.r, \
+                     w_.g, w_.b);                                                         \
+    } while (0)
+
+/* Centre pixel of map cell (q, k) in a single-head picture. */
+static lp_rgb cell_pixel(const png_image *img, const lp_heatmap_layout *lay, int64_t q, int64_t k)
+{
+    return pixel(img, lay->map_x + (int)(k * lay->cell) + lay->cell / 2,
+                 lay->map_y + (int)(q * lay->cell) + lay->cell / 2);
+}
+
+static char *read_text_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* ---- tests ---- */
+
+static void test_colormaps_and_scales(void **state)
+{
+    (void)state;
+    /* matplotlib's published end points: viridis #440154 .. #fde725, magma #000004 .. #fcfdbf */
+    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0), ((lp_rgb){0x44, 0x01, 0x54}));
+    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1), ((lp_rgb){0xfd, 0xe7, 0x25}));
+    /* t = 0.5 is entry floor(0.5 * 256) = 128: (0.127568, 0.566949, 0.550556) -> #21918c */
+    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5), ((lp_rgb){0x21, 0x91, 0x8c}));
+    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_MAGMA, 0), ((lp_rgb){0x00, 0x00, 0x04}));
+    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_MAGMA, 1), ((lp_rgb){0xfc, 0xfd, 0xbf}));
+    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_GRAY, 0.5), ((lp_rgb){128, 128, 128}));
+    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_VIRIDIS, NAN), ((lp_rgb){0x44, 0x01, 0x54}));
+    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 7), ((lp_rgb){0xfd, 0xe7, 0x25}));
+    /* viridis gets brighter monotonically (it is perceptually uniform in lightness) */
+    double prev = -1;
+    for (int i = 0; i < 256; i++) {
+        lp_rgb c = lp_colormap_rgb(LP_COLORMAP_VIRIDIS, (i + 0.5) / 256);
+        double y = 0.2126 * c.r + 0.7152 * c.g + 0.0722 * c.b;
+        assert_true(y >= prev - 1.0);
+        prev = y;
+    }
+
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    assert_true(fabs(lp_scale_apply(&opt, 1.0, 0.25) - 0.25) < 1e-12);
+    assert_true(fabs(lp_scale_apply(&opt, 0.5, 0.25) - 0.5) < 1e-12);
+    opt.scale = LP_SCALE_LOG; /* floor 1e-4 */
+    assert_true(fabs(lp_scale_apply(&opt, 1.0, 1e-2) - 0.5) < 1e-12);
+    assert_true(lp_scale_apply(&opt, 1.0, 1e-9) == 0);
+    assert_true(lp_scale_apply(&opt, 1.0, 0) == 0);
+    opt.scale = LP_SCALE_POWER;
+    opt.gamma = 0.5;
+    assert_true(fabs(lp_scale_apply(&opt, 1.0, 0.25) - 0.5) < 1e-12);
+
+    assert_int_equal(lp_colormap_from_name("MAGMA"), LP_COLORMAP_MAGMA);
+    assert_int_equal(lp_colormap_from_name("jet"), LP_COLORMAP_COUNT);
+    assert_int_equal(lp_scale_from_name("log"), LP_SCALE_LOG);
+    assert_int_equal(lp_head_stat_from_name("prev_token"), LP_STAT_PREV_TOKEN);
+    assert_int_equal(lp_head_stat_from_name("wisdom"), LP_STAT_COUNT);
+    assert_int_equal(lp_image_format_from_path("a/b.PNG"), LP_IMAGE_PNG);
+    assert_int_equal(lp_image_format_from_path("x.svg"), LP_IMAGE_SVG);
+    assert_int_equal(lp_image_format_from_path("x.pdf"), LP_IMAGE_PDF);
+    assert_int_equal(lp_image_format_from_path("x.jpg"), LP_IMAGE_COUNT);
+    assert_int_equal(lp_image_format_from_path("dir.png/x"), LP_IMAGE_COUNT);
+    /* the masked colour is not a colour of the gray ramp when the map is gray */
+    lp_render_options_default(&opt);
+    assert_rgb_equal(lp_render_masked_rgb(&opt), ((lp_rgb){0xd9, 0xd9, 0xd9}));
+    opt.colormap = LP_COLORMAP_GRAY;
+    lp_rgb m = lp_render_masked_rgb(&opt);
+    assert_false(m.r == m.g && m.g == m.b);
+}
+
+static void test_visible_piece(void **state)
+{
+    (void)state;
+    struct {
+        const char *in;
+        int max_chars;
+        const char *want;
+    } cases[] = {
+        {" the", 24, "\xe2\x90\xa3the"},                     /* space -> open box */
+        {"\xe2\x96\x81the", 24, "\xe2\x90\xa3the"},         /* sentencepiece U+2581 too */
+        {"a\nb", 24, "a\xe2\x8f\x8e" "b"},                   /* newline -> return symbol */
+        {"\t", 24, "\xe2\x87\xa5"},
+        {"\x01", 24, "\xe2\x90\x81"},                        /* control picture */
+        {"\xff" "a", 24, "\xef\xbf\xbd" "a"},                /* invalid byte -> U+FFFD */
+        {"\xe4\xb8\x96\xe7\x95\x8c", 24, "\xe4\xb8\x96\xe7\x95\x8c"}, /* CJK kept */
+        {"abcdef", 3, "abc\xe2\x80\xa6"},                    /* cut with an ellipsis */
+        {"", 24, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = lp_render_visible_piece(cases[i].in, cases[i].max_chars);
+        assert_non_null(got);
+        if (strcmp(got, cases[i].want) != 0)
+            fail_msg("case %zu: got '%s', want '%s'", i, got, cases[i].want);
+        free(got);
+    }
+}
+
+static void test_layout_sizes(void **state)
+{
+    (void)state;
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    lp_heatmap_layout lay;
+    lp_error err = {0};
+    opt.cell = 20;
+    assert_int_equal(lp_render_heatmap_layout(16, 16, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lay.block, 1);
+    assert_int_equal(lay.cell, 20);
+    assert_int_equal(lay.width, LP_RENDER_MARGIN_LEFT + 320 + LP_RENDER_MARGIN_RIGHT);
+    assert_int_equal(lay.height, LP_RENDER_MARGIN_TOP + 320 + LP_RENDER_MARGIN_BOTTOM);
+    /* a small map keeps the minimum map area so title and colorbar fit */
+    assert_int_equal(lp_render_heatmap_layout(4, 4, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lay.width, LP_RENDER_MARGIN_LEFT + LP_RENDER_MIN_MAP + LP_RENDER_MARGIN_RIGHT);
+    /* --cell larger than --size allows shrinks to fit */
+    opt.size = 100;
+    assert_int_equal(lp_render_heatmap_layout(16, 16, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lay.cell, 6);
+    /* longer than --size: pooled */
+    opt.size = 512;
+    opt.cell = 0;
+    assert_int_equal(lp_render_heatmap_layout(4096, 4096, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lay.block, 8);
+    assert_int_equal(lay.rows, 512);
+    assert_int_equal(lay.cell, 1);
+    assert_int_equal(lp_render_heatmap_layout(1000, 1000, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lay.block, 2);
+    assert_int_equal(lay.rows, 500);
+    /* decode-style map: fewer queries than keys */
+    opt.size = 800;
+    assert_int_equal(lp_render_heatmap_layout(3, 40, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lay.cols, 40);
+    assert_int_equal(lay.rows, 3);
+    assert_int_equal(lay.cell, 20);
+    opt.size = 8;
+    assert_int_equal(lp_render_heatmap_layout(3, 3, &opt, &lay, &err), LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "--size 8"));
+}
+
+/* Planted values at known cells give the colormap's colours there; masked cells the masked
+ * colour; a leak keeps its colour and gets the red outline; the PNG has the expected size. */
+static void test_planted_map_pixels(void **state)
+{
+    (void)state;
+    char db_path[512], png[512];
+    tmp_path(db_path, sizeof db_path, "planted.db");
+    tmp_path(png, sizeof png, "planted.png");
+    sqlite3 *sdb = new_db(db_path);
+    add_run(sdb, 1, "complete", "trace", 4, 1, 2, NULL);
+    static const char *const pieces[] = {"<s>", " the", " cat", "\n"};
+    add_tokens(sdb, 1, pieces, 4);
+    /* head 0: row 3 holds 1, 0.5, 0 at keys 0..2; row 0 at key 0 holds 1 */
+    float v[16] = {0};
+    v[0 * 4 + 0] = 1.0f;
+    v[3 * 4 + 0] = 1.0f;
+    v[3 * 4 + 1] = 0.5f;
+    v[3 * 4 + 2] = 0.0f;
+    add_map(sdb, 1, 0, 0, 4, 4, v, false);
+    /* head 1: a leak above the diagonal at (0, 2) */
+    float w[16] = {0};
+    w[0] = 1.0f;
+    w[0 * 4 + 2] = 0.5f;
+    add_map(sdb, 1, 0, 1, 4, 4, w, true);
+    sqlite3_close(sdb);
+
+    lp_error err = {0};
+    lp_render_db *db;
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    lp_render_run run;
+    bool incomplete;
+    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    assert_false(incomplete);
+    assert_int_equal(run.id, 1);
+    assert_string_equal(run.model, "tiny-test");
+
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    opt.cell = 60;
+    lp_heatmap_layout lay;
+    assert_int_equal(lp_render_heatmap_layout(4, 4, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
+    png_image img = load_png(png);
+    assert_int_equal(img.width, lay.width);
+    assert_int_equal(img.height, lay.height);
+    assert_int_equal(img.width, LP_RENDER_MARGIN_LEFT + 240 + LP_RENDER_MARGIN_RIGHT);
+    lp_rgb masked = lp_render_masked_rgb(&opt);
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 0), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0));
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 1), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 2), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0));
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 1), ((lp_rgb){0x21, 0x91, 0x8c}));
+    /* every cell above the diagonal is masked */
+    for (int q = 0; q < 4; q++)
+        for (int k = q + 1; k < 4; k++)
+            assert_rgb_equal(cell_pixel(&img, &lay, q, k), masked);
+    cairo_surface_destroy(img.surface);
+
+    /* magma, log scale: 0.5 sits at log(0.5/1e-4)/log(1/1e-4) */
+    opt.colormap = LP_COLORMAP_MAGMA;
+    opt.scale = LP_SCALE_LOG;
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 1),
+                     lp_colormap_rgb(LP_COLORMAP_MAGMA, log(0.5 / 1e-4) / log(1 / 1e-4)));
+    assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), masked);
+    cairo_surface_destroy(img.surface);
+
+    /* the leak: colormap colour in the middle, red outline at the edge, not the masked grey */
+    lp_render_options_default(&opt);
+    opt.cell = 60;
+    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    lp_rgb leak = cell_pixel(&img, &lay, 0, 2);
+    assert_rgb_equal(leak, lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
+    assert_false(leak.r == masked.r && leak.g == masked.g && leak.b == masked.b);
+    assert_rgb_equal(pixel(&img, lay.map_x + 2 * lay.cell, lay.map_y + lay.cell / 2),
+                     ((lp_rgb){0xe8, 0x11, 0x2d}));
+    assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), masked); /* its zero neighbour stays grey */
+    cairo_surface_destroy(img.surface);
+
+    /* with a threshold above the leak, it is an ordinary masked cell again */
+    opt.leak_threshold = 0.6;
+    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    assert_rgb_equal(cell_pixel(&img, &lay, 0, 2), masked);
+    cairo_surface_destroy(img.surface);
+
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+    unlink(db_path);
+    unlink(png);
+}
+
+/* A 4096 x 4096 f16 map with one bright cell, drawn at 512 px: pooling keeps the cell. */
+static void test_maxpool_long_map(void **state)
+{
+    (void)state;
+    char db_path[512], png[512];
+    tmp_path(db_path, sizeof db_path, "long.db");
+    tmp_path(png, sizeof png, "long.png");
+    sqlite3 *sdb = new_db(db_path);
+    const int64_t n = 4096;
+    add_run(sdb, 1, "complete", "trace", n, 1, 1, NULL);
+    /* a zero blob written in place: the bright cell, and one leak far above the diagonal */
+    exec_sql(sdb, ATTN_INSERT "(1, 0, 0, 4096, 4096, 'f16', zeroblob(33554432))");
+    sqlite3_blob *blob;
+    assert_int_equal(sqlite3_blob_open(sdb, "main", "attention", "probs", 1, 1, &blob), SQLITE_OK);
+    uint16_t one = lp_f32_to_f16(1.0f), small = lp_f32_to_f16(0.01f);
+    assert_int_equal(sqlite3_blob_write(blob, &one, 2, (int)((3001 * n + 1234) * 2)), SQLITE_OK);
+    assert_int_equal(sqlite3_blob_write(blob, &small, 2, (int)((10 * n + 4000) * 2)), SQLITE_OK);
+    sqlite3_blob_close(blob);
+    sqlite3_close(sdb);
+
+    lp_error err = {0};
+    lp_render_db *db;
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    lp_render_run run;
+    bool incomplete;
+    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    opt.size = 512;
+    lp_heatmap_layout lay;
+    assert_int_equal(lp_render_heatmap_layout(n, n, &opt, &lay, &err), LP_OK);
+
+    lp_pooled_map map;
+    assert_int_equal(lp_render_db_read_map(db, &run, 0, 0, 512, 0, &map, &err), LP_OK);
+    assert_int_equal(map.block, 8);
+    assert_int_equal(map.rows, 512);
+    assert_true(map.allowed_max[(3001 / 8) * 512 + 1234 / 8] == 1.0f);
+    assert_true(map.allowed_max[(3001 / 8) * 512 + 1234 / 8 + 1] == 0.0f);
+    assert_int_equal(map.n_leak_cells, 1);
+    assert_true(map.flags[(10 / 8) * 512 + 4000 / 8] & LP_CELL_LEAK);
+    lp_pooled_map_free(&map);
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("# 4096x4096 f16 map rendered at 512 px in %.3f s\n", seconds);
+    assert_true(seconds < 10.0); /* generous: shared CI cores; typically well under 1 s */
+
+    png_image img = load_png(png);
+    assert_int_equal(img.width, LP_RENDER_MARGIN_LEFT + 512 + LP_RENDER_MARGIN_RIGHT);
+    assert_int_equal(img.height, LP_RENDER_MARGIN_TOP + 512 + LP_RENDER_MARGIN_BOTTOM);
+    lp_rgb top = lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0);
+    lp_rgb bottom = lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0);
+    assert_rgb_equal(pixel(&img, lay.map_x + 1234 / 8, lay.map_y + 3001 / 8), top);
+    assert_rgb_equal(pixel(&img, lay.map_x + 1234 / 8 + 1, lay.map_y + 3001 / 8), bottom);
+    assert_rgb_equal(pixel(&img, lay.map_x + 400, lay.map_y + 20), lp_render_masked_rgb(&opt));
+    /* the leak cell: colormap colour of 0.01, not masked grey */
+    assert_rgb_equal(pixel(&img, lay.map_x + 4000 / 8, lay.map_y + 10 / 8),
+                     lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.01));
+    cairo_surface_destroy(img.surface);
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+    unlink(db_path);
+    unlink(png);
+}
+
+/* SVG carries the labels as text (in <desc>), escaped; PDF is a PDF; unknown extensions fail
+ * without leaving a file. */
+static void test_svg_pdf_and_formats(void **state)
+{
+    (void)state;
+    char db_path[512], svg[512], pdf[512], bad[512];
+    tmp_path(db_path, sizeof db_path, "svg.db");
+    tmp_path(svg, sizeof svg, "map.svg");
+    tmp_path(pdf, sizeof pdf, "map.pdf");
+    tmp_path(bad, sizeof bad, "map.jpg");
+    sqlite3 *sdb = new_db(db_path);
+    add_run(sdb, 7, "complete", "trace", 5, 1, 1, NULL);
+    static const char *const pieces[] = {"<s>", " the", "\xe4\xb8\x96\xe7\x95\x8c", "&amp", "\n"};
+    add_tokens(sdb, 7, pieces, 5);
+    float v[25];
+    causal_uniform(v, 5, 5);
+    add_map(sdb, 7, 0, 0, 5, 5, v, false);
+    sqlite3_close(sdb);
+
+    lp_error err = {0};
+    lp_render_db *db;
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    lp_render_run run;
+    bool incomplete;
+    assert_int_equal(lp_render_db_pick_run(db, 7, &run, &incomplete, &err), LP_OK);
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, svg, &err), LP_OK);
+    char *text = read_text_file(svg);
+    assert_non_null(strstr(text, "<svg"));
+    assert_non_null(strstr(text, "<title>layer 0, head 0: tiny-test (llama), run 7</title>"));
+    assert_non_null(strstr(text, "&lt;s&gt;"));                      /* escaped */
+    assert_non_null(strstr(text, "\xe2\x90\xa3the"));                 /* visible space */
+    assert_non_null(strstr(text, "\xe4\xb8\x96\xe7\x95\x8c"));         /* CJK */
+    assert_non_null(strstr(text, "&amp;amp"));
+    assert_non_null(strstr(text, "\xe2\x8f\x8e"));                    /* newline symbol */
+    /* the injected block sits inside the <svg> element, before any drawing */
+    assert_true(strstr(text, "<title>") > strstr(text, "<svg"));
+    free(text);
+
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, pdf, &err), LP_OK);
+    text = read_text_file(pdf);
+    assert_int_equal(strncmp(text, "%PDF", 4), 0);
+    free(text);
+
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, bad, &err), LP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, ".png, .svg or .pdf"));
+    assert_false(file_exists(bad));
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+    unlink(db_path);
+    unlink(svg);
+    unlink(pdf);
+}
+
+static void test_runs_and_errors(void **state)
+{
+    (void)state;
+    char db_path[512], png[512], junk[512];
+    tmp_path(db_path, sizeof db_path, "runs.db");
+    tmp_path(png, sizeof png, "runs.png");
+    tmp_path(junk, sizeof junk, "junk.db");
+    sqlite3 *sdb = new_db(db_path);
+    add_run(sdb, 1, "complete", "trace", 3, 2, 2, NULL);
+    add_run(sdb, 2, "complete", "leak", 3, 2, 2, NULL);
+    add_run(sdb, 3, "running", "trace", 3, 2, 2, NULL);
+    float v[9];
+    causal_uniform(v, 3, 3);
+    add_map(sdb, 1, 0, 0, 3, 3, v, false);
+    /* a blob one byte short of n_q * n_k * 4 */
+    exec_sql(sdb, ATTN_INSERT "(1, 1, 0, 3, 3, 'f32', zeroblob(35))");
+    exec_sql(sdb, ATTN_INSERT "(1, 1, 1, 4, 3, 'f32', zeroblob(48))");
+    sqlite3_close(sdb);
+
+    lp_error err = {0};
+    lp_render_db *db;
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    lp_render_run run;
+    bool incomplete;
+    /* latest complete trace run is 1, not the running 3 nor the leak run 2 */
+    assert_int_equal(lp_render_db_pick_run_kind(db, 0, "trace", &run, &incomplete, &err), LP_OK);
+    assert_int_equal(run.id, 1);
+    lp_render_run_clear(&run);
+    assert_int_equal(lp_render_db_pick_run_kind(db, 0, "leak", &run, &incomplete, &err), LP_OK);
+    assert_int_equal(run.id, 2);
+    lp_render_run_clear(&run);
+    assert_int_equal(lp_render_db_pick_run(db, 3, &run, &incomplete, &err), LP_OK);
+    assert_true(incomplete);
+    lp_render_run_clear(&run);
+    assert_int_equal(lp_render_db_pick_run(db, 99, &run, &incomplete, &err), LP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "no run with id 99"));
+
+    assert_int_equal(lp_render_db_pick_run(db, 1, &run, &incomplete, &err), LP_OK);
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    assert_int_equal(lp_render_head(db, &run, 2, 0, &opt, png, &err), LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "--layer 2"));
+    assert_int_equal(lp_render_head(db, &run, 0, 5, &opt, png, &err), LP_ERR_RANGE);
+    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "layer 0 head 1"));
+    assert_int_equal(lp_render_head(db, &run, 1, 0, &opt, png, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "blob has 35"));
+    assert_int_equal(lp_render_head(db, &run, 1, 1, &opt, png, &err), LP_ERR_FORMAT);
+    assert_false(file_exists(png));
+    /* no head_stats, no leak checks */
+    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, png, &err),
+                     LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_render_leak_plot(db, &run, &opt, png, &err), LP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "perturbation"));
+    assert_false(file_exists(png));
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+
+    /* not a database, and no file at all */
+    FILE *f = fopen(junk, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 200; i++)
+        fputs("this is not sqlite ", f);
+    fclose(f);
+    assert_int_not_equal(lp_render_db_open(junk, &db, &err), LP_OK);
+    assert_non_null(strstr(err.msg, junk));
+    unlink(junk);
+    assert_int_equal(lp_render_db_open(junk, &db, &err), LP_ERR_IO);
+    unlink(db_path);
+}
+
+/* A window recorded in arch_json masks the keys it leaves out. */
+static void test_window_mask(void **state)
+{
+    (void)state;
+    char db_path[512], png[512];
+    tmp_path(db_path, sizeof db_path, "window.db");
+    tmp_path(png, sizeof png, "window.png");
+    sqlite3 *sdb = new_db(db_path);
+    add_run(sdb, 1, "complete", "trace", 4, 2, 1, "{\"sliding_window\": 0, \"layer_window\": [0, 2]}");
+    float v[16];
+    causal_uniform(v, 4, 4);
+    add_map(sdb, 1, 0, 0, 4, 4, v, false);
+    add_map(sdb, 1, 1, 0, 4, 4, v, false); /* mass outside the window of 2: leaks in layer 1 */
+    sqlite3_close(sdb);
+    lp_error err = {0};
+    lp_render_db *db;
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    lp_render_run run;
+    bool incomplete;
+    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    assert_int_equal(lp_render_run_window(&run, 0), 0);
+    assert_int_equal(lp_render_run_window(&run, 1), 2);
+    lp_pooled_map map;
+    assert_int_equal(lp_render_db_read_map(db, &run, 0, 0, 100, 0, &map, &err), LP_OK);
+    assert_int_equal(map.n_leak_cells, 0);
+    lp_pooled_map_free(&map);
+    assert_int_equal(lp_render_db_read_map(db, &run, 1, 0, 100, 0, &map, &err), LP_OK);
+    /* rows 2 and 3 see keys {1,2} and {2,3}: keys 0 (row 2) and 0, 1 (row 3) leak */
+    assert_int_equal(map.n_leak_cells, 3);
+    assert_true(map.flags[3 * 4 + 0] & LP_CELL_LEAK);
+    assert_false(map.flags[3 * 4 + 2] & LP_CELL_MASKED);
+    lp_pooled_map_free(&map);
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+    unlink(db_path);
+}
+
+/* Grid, overview, stat matrix (colour of a planted value) and leak plot all draw. */
+static void test_grid_overview_stats_leak(void **state)
+{
+    (void)state;
+    char db_path[512], png[512], svg[512];
+    tmp_path(db_path, sizeof db_path, "multi.db");
+    tmp_path(png, sizeof png, "multi.png");
+    tmp_path(svg, sizeof svg, "multi.svg");
+    sqlite3 *sdb = new_db(db_path);
+    const int64_t n_l = 3, n_h = 4, n = 6;
+    add_run(sdb, 1, "complete", "trace", n, n_l, n_h, NULL);
+    float v[36];
+    causal_uniform(v, n, n);
+    for (int64_t l = 0; l < n_l; l++)
+        for (int64_t h = 0; h < n_h; h++)
+            add_map(sdb, 1, l, h, n, n, v, true);
+    add_stats(sdb, 1, n_l, n_h);
+    exec_sql(sdb, "INSERT INTO leak_checks (run_id, check_name, passed, layer, position, "
+                  "max_abs_diff, detail) VALUES (1, 'perturbation', 1, 0, 3, 0.0, 'ok'),"
+                  "(1, 'perturbation', 1, 1, 3, 1e-7, 'ok'),"
+                  "(1, 'perturbation', 0, 2, 3, 0.25, 'leak'),"
+                  "(1, 'perturbation', 0, -1, 3, 0.5, 'leak')");
+    sqlite3_close(sdb);
+    lp_error err = {0};
+    lp_render_db *db;
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    lp_render_run run;
+    bool incomplete;
+    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+
+    assert_int_equal(lp_render_layer_grid(db, &run, 1, &opt, png, &err), LP_OK);
+    png_image img = load_png(png);
+    assert_true(img.width > 2 * 160 && img.height > 2 * 160);
+    cairo_surface_destroy(img.surface);
+    assert_int_equal(lp_render_layer_grid(db, &run, 3, &opt, png, &err), LP_ERR_RANGE);
+
+    assert_int_equal(lp_render_overview(db, &run, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    assert_true(img.width >= 4 * 64 && img.height >= 3 * 64);
+    cairo_surface_destroy(img.surface);
+
+    /* sink is 1 at L0 H0 and 0 elsewhere on a fixed [0, 1] scale: check a cell corner (the
+     * centre carries the written value) */
+    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    int cell_w = 56, cell_h = 30, left = 64, top = 104;
+    assert_rgb_equal(pixel(&img, left + 2, top + 2), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0));
+    assert_rgb_equal(pixel(&img, left + cell_w + 2, top + 2),
+                     lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0));
+    assert_rgb_equal(pixel(&img, left + 3 * cell_w + 2, top + 2 * cell_h + 2),
+                     lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0));
+    cairo_surface_destroy(img.surface);
+    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_ENTROPY, &opt, svg, &err), LP_OK);
+    char *text = read_text_file(svg);
+    assert_non_null(strstr(text, "1.10")); /* entropy of L2 H3 = 0.1 * 11, written in */
+    free(text);
+
+    int64_t *layers, count;
+    double *diffs;
+    bool *failed;
+    assert_int_equal(lp_render_db_leak_diffs(db, 1, &layers, &diffs, &failed, &count, &err),
+                     LP_OK);
+    assert_int_equal(count, 4);
+    assert_int_equal(layers[0], -1);
+    assert_true(failed[0] && !failed[1] && failed[3]);
+    assert_true(diffs[3] == 0.25);
+    free(layers);
+    free(diffs);
+    free(failed);
+    assert_int_equal(lp_render_leak_plot(db, &run, &opt, svg, &err), LP_OK);
+    text = read_text_file(svg);
+    assert_non_null(strstr(text, "logits"));
+    assert_non_null(strstr(text, "2 of 4 layers failed"));
+    free(text);
+
+    char dir[512], path[700];
+    tmp_path(dir, sizeof dir, "gallery");
+    int64_t n_files = 0;
+    assert_int_equal(lp_render_gallery(db, &run, &opt, dir, &n_files, &err), LP_OK);
+    /* overview + 8 stats + leak + 3 grids + 12 heads */
+    assert_int_equal(n_files, 1 + 8 + 1 + 3 + 12);
+    snprintf(path, sizeof path, "%s/index.html", dir);
+    text = read_text_file(path);
+    int64_t links = 0;
+    for (const char *p = strstr(text, "href=\""); p; p = strstr(p + 1, "href=\"")) {
+        char name[128];
+        const char *start = p + 6, *end = strchr(start, '"');
+        assert_non_null(end);
+        snprintf(name, sizeof name, "%.*s", (int)(end - start), start);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (!file_exists(path))
+            fail_msg("index.html links %s, which does not exist", name);
+        links++;
+        unlink(path);
+    }
+    assert_int_equal(links, n_files);
+    free(text);
+    snprintf(path, sizeof path, "%s/index.html", dir);
+    unlink(path);
+    rmdir(dir);
+
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+    unlink(db_path);
+    unlink(png);
+    unlink(svg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_colormaps_and_scales),
+        cmocka_unit_test(test_visible_piece),
+        cmocka_unit_test(test_layout_sizes),
+        cmocka_unit_test(test_planted_map_pixels),
+        cmocka_unit_test(test_maxpool_long_map),
+        cmocka_unit_test(test_svg_pdf_and_formats),
+        cmocka_unit_test(test_runs_and_errors),
+        cmocka_unit_test(test_window_mask),
+        cmocka_unit_test(test_grid_overview_stats_leak),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
