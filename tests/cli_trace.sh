@@ -1,3 +1,84 @@
-#!/bin/bash
+#!/usr/bin/env bash
+# CLI: `loupe trace` on stories260K in its three formats, what lands in the database, and
+# one-line errors with exit 2 for bad input.
 source "$(dirname "$0")/cli_lib.sh"
+
+DB="$TMP/t.db"
+
+# Usage errors need no model.
+expect_one_line_error "$LOUPE" trace
+expect_one_line_error "$LOUPE" trace "$TMP/no-such-model.gguf" --tokens 1,2
+expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --prompt hi --tokens 1,2
+expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,,2
+expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --maps f8
+expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --threads 0
+expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --logits some
+expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --frobnicate
+expect_stderr_contains "loupe trace: " "$LOUPE" trace "$TMP/no-such-model.gguf" --tokens 1,2
+
+require_shared
+M="$SHARED/models/stories260K"
+have_sqlite=0
+command -v sqlite3 >/dev/null && have_sqlite=1
+q() { sqlite3 "$DB" "$1"; }
+expect_eq() { # expect_eq WANT GOT WHAT
+  if [ "$1" = "$2" ]; then ok; else bad "$3: got '$2', want '$1'"; fi
+}
+
+# GGUF with its own vocabulary: the published next-token distribution for "Once upon a time".
+expect_status 0 "$LOUPE" trace "$M/stories260K.gguf" --prompt "Once upon a time" --db "$DB" --threads 1
+expect_stdout_contains '"," 0.969 " there" 0.029' "$LOUPE" trace "$M/stories260K.gguf" --prompt "Once upon a time" --db "$DB"
+expect_stdout_contains "5 tokens, 5 layers x 8 heads" "$LOUPE" trace "$M/stories260K.gguf" --prompt "Once upon a time" --db "$DB"
+
+# llama2.c: needs --tokenizer for text, not for ids.
+expect_one_line_error "$LOUPE" trace "$M/stories260K.bin" --prompt "Once upon a time" --db "$DB"
+expect_stdout_contains '"," 0.969' "$LOUPE" trace "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --prompt "Once upon a time" --db "$DB"
+expect_status 0 "$LOUPE" trace "$M/stories260K.bin" --tokens 1,403,407,261,378 --db "$DB"
+# HF folder (no tokenizer.json there): ids work, the summary shows ids.
+expect_stdout_contains "<432> 0.969" "$LOUPE" trace "$M/hf" --tokens 1,403,407,261,378 --db "$DB"
+
+# Bad input against a real model: one line, exit 2.
+expect_one_line_error "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,512 --db "$DB"
+expect_stderr_contains "512" "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,512 --db "$DB"
+expect_one_line_error "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,2 --layers 5 --db "$DB"
+expect_one_line_error "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,2 --heads 1-9 --db "$DB"
+expect_one_line_error "$LOUPE" trace "$M/stories260K.gguf" --prompt-file "$TMP/none.txt" --db "$DB"
+expect_one_line_error "$LOUPE" trace "$M/README.md" --tokens 1,2 --db "$DB"
+
+if [ "$have_sqlite" -eq 1 ]; then
+  expect_eq 0 "$(q "SELECT count(*) FROM runs WHERE status <> 'complete'")" "failed runs leave no incomplete rows"
+  expect_eq 6 "$(q "SELECT count(*) FROM runs")" "runs appended"
+  expect_eq "gguf|llama|5" "$(q "SELECT model_format, architecture, n_tokens FROM runs WHERE id = 1")" "runs row"
+  expect_eq "llama2c" "$(q "SELECT model_format FROM runs WHERE id = 4")" "llama2.c format"
+  expect_eq "safetensors" "$(q "SELECT model_format FROM runs WHERE id = 6")" "hf format"
+  expect_eq "1,403,407,261,378" "$(q "SELECT group_concat(token_id) FROM (SELECT token_id FROM tokens WHERE run_id = 1 ORDER BY pos)")" "token ids"
+  expect_eq "▁Once" "$(q "SELECT piece FROM tokens WHERE run_id = 1 AND pos = 1")" "piece"
+  expect_eq 40 "$(q "SELECT count(*) FROM attention WHERE run_id = 1 AND dtype = 'f16' AND length(probs) = 50")" "40 f16 maps of 5x5"
+  expect_eq 40 "$(q "SELECT count(*) FROM head_stats WHERE run_id = 1 AND entropy >= 0 AND max_prob <= 1.0000001")" "head stats"
+  expect_eq 432 "$(q "SELECT token_id FROM predictions WHERE run_id = 1 AND pos = 4 AND rank = 0")" "top-1"
+  # 1 vs 2 threads: the same predictions.
+  expect_eq "$(q "SELECT group_concat(token_id || ':' || round(prob, 6)) FROM predictions WHERE run_id = 1")" \
+            "$(q "SELECT group_concat(token_id || ':' || round(prob, 6)) FROM predictions WHERE run_id = 2")" "threads agree"
+
+  # Selections, f32 maps, full logits.
+  expect_status 0 "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407,261,378 --db "$DB" \
+    --layers 1,3-4 --heads 0,7 --maps f32 --logits full --top-k 2
+  expect_eq "6|6" "$(q "SELECT count(*), sum(dtype = 'f32' AND length(probs) = 100) FROM attention WHERE run_id = 7")" "selected f32 maps"
+  expect_eq "1,3,4" "$(q "SELECT group_concat(DISTINCT layer) FROM (SELECT layer FROM attention WHERE run_id = 7 ORDER BY layer)")" "layers"
+  expect_eq 5 "$(q "SELECT count(*) FROM logits WHERE run_id = 7 AND length(data) = 2048")" "full logits"
+  expect_eq 10 "$(q "SELECT count(*) FROM predictions WHERE run_id = 7")" "top-2"
+  expect_status 0 "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403 --db "$DB" --maps none
+  expect_eq "0|40" "$(q "SELECT (SELECT count(*) FROM attention WHERE run_id = 8), (SELECT count(*) FROM head_stats WHERE run_id = 8)")" "maps none"
+
+  # A database from a newer loupe is refused.
+  q "UPDATE meta SET value = '2' WHERE key = 'schema_version'"
+  expect_one_line_error "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,2 --db "$DB"
+  expect_stderr_contains "schema_version 2 is newer" "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,2 --db "$DB"
+else
+  echo "note: sqlite3 CLI not found; database content checks skipped"
+fi
+
+# --prompt-file: the same run as --prompt (one trailing newline dropped).
+printf 'Once upon a time\n' >"$TMP/p.txt"
+expect_stdout_contains '"," 0.969' "$LOUPE" trace "$M/stories260K.gguf" --prompt-file "$TMP/p.txt" --db "$TMP/p.db"
 finish

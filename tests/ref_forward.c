@@ -3,8 +3,12 @@
 #include "ref_forward.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/error.h"
+#include "inspect/safetensors_writer.h"
 
 /* ---- random weights ---- */
 
@@ -304,7 +308,7 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                         max = d;
                 }
                 for (int64_t s = 0; s <= t; s++) {
-                    sc[s] = sc[s] == -INFINITY ? 0.0 : exp(sc[s] - max);
+                    sc[s] = sc[s] == -(double)INFINITY ? 0.0 : exp(sc[s] - max);
                     sum += sc[s];
                 }
                 for (int64_t i = 0; i < hd; i++) {
@@ -401,3 +405,201 @@ done:
         ref_outputs_free(out);
     return ok;
 }
+
+/* ---- writing a random model as a Hugging Face folder ---- */
+
+static bool write_ok;
+
+static bool add_f32(lp_st_writer *w, const char *name, int n_dims, int64_t d0, int64_t d1,
+                    const float *data)
+{
+    int64_t shape[2] = {d0, d1};
+    lp_error err = {0};
+    if (lp_st_writer_add(w, name, LP_DTYPE_F32, n_dims, shape, data, &err) != LP_OK) {
+        fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
+        write_ok = false;
+        return false;
+    }
+    return true;
+}
+
+/* [rows, cols] -> [cols, rows] (GPT-2's Conv1D stores weights input-major). */
+static float *transpose(const float *src, int64_t rows, int64_t cols)
+{
+    float *dst = malloc((size_t)(rows * cols) * sizeof(float));
+    if (!dst) {
+        write_ok = false;
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[c * rows + r] = src[r * cols + c];
+    return dst;
+}
+
+static bool write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+bool ref_model_write_hf(const ref_model *m, const char *dir)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->ffn, QD = c->n_heads * c->head_dim;
+    int64_t KVD = c->n_kv_heads * c->head_dim;
+    char cmd[600], path[600], name[160];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    if (system(cmd) != 0)
+        return false;
+    lp_st_writer *w;
+    lp_error err = {0};
+    if (lp_st_writer_create(&w, &err) != LP_OK)
+        return false;
+    write_ok = true;
+    lp_st_writer_set_metadata(w, "format", "pt", &err);
+    char config[2048];
+    if (c->family == REF_GPT2) {
+        add_f32(w, "wte.weight", 2, c->vocab, H, m->embed);
+        add_f32(w, "wpe.weight", 2, c->n_positions, H, m->pos);
+        for (int64_t l = 0; l < c->n_layers; l++) {
+            const ref_layer *L = &m->layers[l];
+            /* fused c_attn [H, 3H] (Conv1D) and its bias [3H] */
+            float *qkv = malloc((size_t)(3 * QD * H) * sizeof(float));
+            float *bqkv = malloc((size_t)(3 * QD) * sizeof(float));
+            if (!qkv || !bqkv) {
+                free(qkv);
+                free(bqkv);
+                lp_st_writer_destroy(w);
+                return false;
+            }
+            memcpy(qkv, L->wq, (size_t)(QD * H) * sizeof(float));
+            memcpy(qkv + QD * H, L->wk, (size_t)(QD * H) * sizeof(float));
+            memcpy(qkv + 2 * QD * H, L->wv, (size_t)(QD * H) * sizeof(float));
+            memcpy(bqkv, L->bq, (size_t)QD * sizeof(float));
+            memcpy(bqkv + QD, L->bk, (size_t)QD * sizeof(float));
+            memcpy(bqkv + 2 * QD, L->bv, (size_t)QD * sizeof(float));
+            float *t_qkv = transpose(qkv, 3 * QD, H);
+            float *t_o = transpose(L->wo, H, QD);
+            float *t_fc = transpose(L->w_up, F, H);
+            float *t_proj = transpose(L->w_down, H, F);
+#define NM(fmt) (snprintf(name, sizeof name, fmt, (long long)l), name)
+            add_f32(w, NM("h.%lld.ln_1.weight"), 1, H, 0, L->attn_norm);
+            add_f32(w, NM("h.%lld.ln_1.bias"), 1, H, 0, L->attn_norm_b);
+            add_f32(w, NM("h.%lld.attn.c_attn.weight"), 2, H, 3 * QD, t_qkv);
+            add_f32(w, NM("h.%lld.attn.c_attn.bias"), 1, 3 * QD, 0, bqkv);
+            add_f32(w, NM("h.%lld.attn.c_proj.weight"), 2, QD, H, t_o);
+            add_f32(w, NM("h.%lld.attn.c_proj.bias"), 1, H, 0, L->bo);
+            add_f32(w, NM("h.%lld.ln_2.weight"), 1, H, 0, L->ffn_norm);
+            add_f32(w, NM("h.%lld.ln_2.bias"), 1, H, 0, L->ffn_norm_b);
+            add_f32(w, NM("h.%lld.mlp.c_fc.weight"), 2, H, F, t_fc);
+            add_f32(w, NM("h.%lld.mlp.c_fc.bias"), 1, F, 0, L->b_up);
+            add_f32(w, NM("h.%lld.mlp.c_proj.weight"), 2, F, H, t_proj);
+            add_f32(w, NM("h.%lld.mlp.c_proj.bias"), 1, H, 0, L->b_down);
+            free(qkv);
+            free(bqkv);
+            free(t_qkv);
+            free(t_o);
+            free(t_fc);
+            free(t_proj);
+        }
+        add_f32(w, "ln_f.weight", 1, H, 0, m->out_norm);
+        add_f32(w, "ln_f.bias", 1, H, 0, m->out_norm_b);
+        snprintf(config, sizeof config,
+                 "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
+                 "\"vocab_size\": %lld, \"n_embd\": %lld, \"n_layer\": %lld, \"n_head\": %lld, "
+                 "\"n_positions\": %lld, \"n_ctx\": %lld, \"n_inner\": %lld, "
+                 "\"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": %g, "
+                 "\"tie_word_embeddings\": true, \"torch_dtype\": \"float32\"}",
+                 (long long)c->vocab, (long long)H, (long long)c->n_layers,
+                 (long long)c->n_heads, (long long)c->n_positions, (long long)c->n_positions,
+                 (long long)F, c->eps);
+    } else {
+        add_f32(w, "model.embed_tokens.weight", 2, c->vocab, H, m->embed);
+        for (int64_t l = 0; l < c->n_layers; l++) {
+            const ref_layer *L = &m->layers[l];
+            add_f32(w, NM("model.layers.%lld.input_layernorm.weight"), 1, H, 0, L->attn_norm);
+            add_f32(w, NM("model.layers.%lld.self_attn.q_proj.weight"), 2, QD, H, L->wq);
+            add_f32(w, NM("model.layers.%lld.self_attn.k_proj.weight"), 2, KVD, H, L->wk);
+            add_f32(w, NM("model.layers.%lld.self_attn.v_proj.weight"), 2, KVD, H, L->wv);
+            add_f32(w, NM("model.layers.%lld.self_attn.o_proj.weight"), 2, H, QD, L->wo);
+            if (L->bq) {
+                add_f32(w, NM("model.layers.%lld.self_attn.q_proj.bias"), 1, QD, 0, L->bq);
+                add_f32(w, NM("model.layers.%lld.self_attn.k_proj.bias"), 1, KVD, 0, L->bk);
+                add_f32(w, NM("model.layers.%lld.self_attn.v_proj.bias"), 1, KVD, 0, L->bv);
+            }
+            if (c->family == REF_GEMMA2) {
+                add_f32(w, NM("model.layers.%lld.post_attention_layernorm.weight"), 1, H, 0,
+                        L->post_attn_norm);
+                add_f32(w, NM("model.layers.%lld.pre_feedforward_layernorm.weight"), 1, H, 0,
+                        L->ffn_norm);
+                add_f32(w, NM("model.layers.%lld.post_feedforward_layernorm.weight"), 1, H, 0,
+                        L->post_ffn_norm);
+            } else {
+                add_f32(w, NM("model.layers.%lld.post_attention_layernorm.weight"), 1, H, 0,
+                        L->ffn_norm);
+            }
+            if (c->family == REF_MIXTRAL) {
+                add_f32(w, NM("model.layers.%lld.block_sparse_moe.gate.weight"), 2, c->n_experts,
+                        H, L->router);
+                for (int64_t e = 0; e < c->n_experts; e++) {
+                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w1.weight", (long long)l, (long long)e);
+                    add_f32(w, name, 2, F, H, L->e_gate[e]);
+                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight", (long long)l, (long long)e);
+                    add_f32(w, name, 2, H, F, L->e_down[e]);
+                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w3.weight", (long long)l, (long long)e);
+                    add_f32(w, name, 2, F, H, L->e_up[e]);
+                }
+            } else {
+                add_f32(w, NM("model.layers.%lld.mlp.gate_proj.weight"), 2, F, H, L->w_gate);
+                add_f32(w, NM("model.layers.%lld.mlp.up_proj.weight"), 2, F, H, L->w_up);
+                add_f32(w, NM("model.layers.%lld.mlp.down_proj.weight"), 2, H, F, L->w_down);
+            }
+#undef NM
+        }
+        add_f32(w, "model.norm.weight", 1, H, 0, m->out_norm);
+        if (!c->tied)
+            add_f32(w, "lm_head.weight", 2, c->vocab, H, m->lm_head);
+        const char *type = c->family == REF_MIXTRAL ? "mixtral"
+                           : c->family == REF_GEMMA2 ? "gemma2"
+                           : c->qkv_bias             ? "qwen2"
+                                                     : "llama";
+        char extra[512] = "";
+        if (c->family == REF_MIXTRAL)
+            snprintf(extra, sizeof extra, ", \"num_local_experts\": %lld, \"num_experts_per_tok\": %lld, \"sliding_window\": null",
+                     (long long)c->n_experts, (long long)c->top_k);
+        else if (c->family == REF_GEMMA2)
+            snprintf(extra, sizeof extra,
+                     ", \"head_dim\": %lld, \"query_pre_attn_scalar\": %g, \"sliding_window\": %lld, "
+                     "\"attn_logit_softcapping\": %g, \"final_logit_softcapping\": %g, "
+                     "\"hidden_activation\": \"gelu_pytorch_tanh\"",
+                     (long long)c->head_dim, c->query_pre_attn_scalar, (long long)c->window,
+                     c->attn_softcap, c->final_softcap);
+        else if (c->qkv_bias)
+            snprintf(extra, sizeof extra, ", \"use_sliding_window\": false, \"sliding_window\": 4096");
+        else if (c->window > 0)
+            snprintf(extra, sizeof extra, ", \"sliding_window\": %lld", (long long)c->window);
+        snprintf(config, sizeof config,
+                 "{\"model_type\": \"%s\", \"vocab_size\": %lld, \"hidden_size\": %lld, "
+                 "\"intermediate_size\": %lld, \"num_hidden_layers\": %lld, "
+                 "\"num_attention_heads\": %lld, \"num_key_value_heads\": %lld, "
+                 "\"max_position_embeddings\": 256, \"rms_norm_eps\": %g, \"rope_theta\": %g, "
+                 "\"hidden_act\": \"silu\", \"tie_word_embeddings\": %s, "
+                 "\"torch_dtype\": \"float32\"%s}",
+                 c->family == REF_LLAMA && c->window > 0 ? "mistral" : type, (long long)c->vocab,
+                 (long long)H, (long long)F, (long long)c->n_layers, (long long)c->n_heads,
+                 (long long)c->n_kv_heads, c->eps, c->theta, c->tied ? "true" : "false", extra);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (write_ok && lp_st_writer_write(w, path, &err) != LP_OK) {
+        fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
+        write_ok = false;
+    }
+    lp_st_writer_destroy(w);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return write_ok && write_text(path, config);
+}
+

@@ -75,6 +75,11 @@ typedef struct ref_outputs {
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m);
 void ref_model_free(ref_model *m);
 
+/* Write m as a Hugging Face folder in dir (created): config.json and model.safetensors with
+ * the family's HF tensor names (GPT-2: fused Conv1D c_attn stored [in, out]). False on error
+ * (message on stderr). */
+bool ref_model_write_hf(const ref_model *m, const char *dir);
+
 /* Run the model on T tokens (causal, no padding). Returns false on OOM. */
 bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outputs *out);
 void ref_outputs_free(ref_outputs *out);

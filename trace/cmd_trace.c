@@ -348,6 +348,14 @@ static int run_trace(int argc, char **argv)
             goto fail;
         }
     }
+    /* Checked here, before a run row exists, so bad ids never leave a failed run behind. */
+    for (size_t i = 0; i < n_ids; i++) {
+        if (ids[i] < 0 || ids[i] >= arch->vocab_size) {
+            lp_error_set(&err, LP_ERR_RANGE, "token %zu is id %ld, outside the vocabulary [0, %lld)",
+                         i, (long)ids[i], (long long)arch->vocab_size);
+            goto fail;
+        }
+    }
     layer_sel = malloc((size_t)arch->n_layers * sizeof(bool));
     head_sel = malloc((size_t)arch->n_heads * sizeof(bool));
     if (!layer_sel || !head_sel) {
