@@ -1,0 +1,1106 @@
+/* Tests of the tensor catalogue: safetensors (valid, malformed, sharded, sparse), llama2.c,
+ * GGUF through lp_weights, role mapping, inspect checks and statistics, and golden comparisons
+ * of the three stories260K formats and its quantized GGUFs. */
+#define _DEFAULT_SOURCE /* mincore */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "core/dtype.h"
+#include "gguf_writer.h"
+#include "inspect/model.h"
+#include "inspect/safetensors_writer.h"
+#include "inspect/weights_internal.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+/* cmocka's assert_float_equal compares in float; these checks need double. */
+#define assert_close(got, want, tol) check_close((double)(got), (double)(want), (double)(tol), \
+                                                 #got, __FILE__, __LINE__)
+static void check_close(double got, double want, double tol, const char *expr, const char *file,
+                        int line)
+{
+    if (!(fabs(got - want) <= tol))
+        fail_msg("%s:%d: %s = %.17g, want %.17g (tolerance %g)", file, line, expr, got, want, tol);
+}
+
+static char tmp_root[512];
+
+static const char *tmp_path(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/%s", tmp_root, name);
+    return buf;
+}
+
+static void write_bytes(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (size)
+        assert_int_equal(fwrite(data, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void write_text(const char *path, const char *text) { write_bytes(path, text, strlen(text)); }
+
+/* A raw safetensors file: 8-byte length, header text as given, data_len zero bytes. */
+static void write_raw_st(const char *path, const char *header, size_t data_len)
+{
+    size_t hl = strlen(header);
+    size_t size = 8 + hl + data_len;
+    uint8_t *buf = calloc(1, size);
+    assert_non_null(buf);
+    uint64_t len = hl;
+    memcpy(buf, &len, 8);
+    memcpy(buf + 8, header, hl);
+    write_bytes(path, buf, size);
+    free(buf);
+}
+
+/* Open path, expect failure with code and a message containing every needle. */
+static void expect_open_error(const char *path, lp_status code, const char *needle1,
+                              const char *needle2)
+{
+    lp_weights *w = NULL;
+    lp_error err = {0};
+    lp_status status = lp_weights_open(path, &w, &err);
+    if (status == LP_OK)
+        lp_weights_close(w);
+    if (status != code || (needle1 && !strstr(err.msg, needle1)) ||
+        (needle2 && !strstr(err.msg, needle2)))
+        fail_msg("%s: got status %d '%s', want %d with '%s' '%s'", path, status, err.msg, code,
+                 needle1 ? needle1 : "", needle2 ? needle2 : "");
+    assert_null(w);
+    assert_null(strchr(err.msg, '\n')); /* one line */
+}
+
+static lp_weights *open_ok(const char *path)
+{
+    lp_weights *w = NULL;
+    lp_error err = {0};
+    if (lp_weights_open(path, &w, &err) != LP_OK)
+        fail_msg("lp_weights_open(%s): %s", path, err.msg);
+    return w;
+}
+
+static const char *tiny_config =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 8,"
+    " \"intermediate_size\": 12, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
+    " \"num_key_value_heads\": 1, \"vocab_size\": 16, \"max_position_embeddings\": 32,"
+    " \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": %s, \"torch_dtype\": \"float32\"}";
+
+/* A complete tiny llama (hidden 8, 2 heads of 4, 1 kv head, ffn 12, 2 layers, vocab 16) with
+ * value v = index * 0.01 + tensor number; skip names a tensor to leave out, extra adds one. */
+static void write_tiny_llama(const char *dir, bool tied, bool with_lm_head, const char *skip,
+                             const char *wrong_shape, const char *extra)
+{
+    char path[600], name[128];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char config[1024];
+    snprintf(config, sizeof config, tiny_config, tied ? "true" : "false");
+    write_text(path, config);
+    lp_st_writer *st;
+    lp_error err = {0};
+    assert_int_equal(lp_st_writer_create(&st, &err), LP_OK);
+    float data[16 * 12];
+    int serial = 0;
+#define ADD(NAME, ND, ...)                                                                      \
+    do {                                                                                        \
+        int64_t shape_[] = {__VA_ARGS__};                                                       \
+        int64_t n_ = 1;                                                                         \
+        for (int d_ = 0; d_ < (ND); d_++)                                                       \
+            n_ *= shape_[d_];                                                                   \
+        if (wrong_shape && strcmp(wrong_shape, (NAME)) == 0)                                    \
+            shape_[0] += 1, n_ += n_ / (shape_[0] - 1);                                         \
+        for (int64_t i_ = 0; i_ < n_; i_++)                                                     \
+            data[i_] = (float)serial + 0.01f * (float)i_;                                       \
+        serial++;                                                                               \
+        if (!skip || strcmp(skip, (NAME)) != 0)                                                 \
+            assert_int_equal(lp_st_writer_add(st, (NAME), LP_DTYPE_F32, (ND), shape_, data, &err), \
+                             LP_OK);                                                            \
+    } while (0)
+    ADD("model.embed_tokens.weight", 2, 16, 8);
+    for (int l = 0; l < 2; l++) {
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+        ADD(name, 1, 8);
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.q_proj.weight", l);
+        ADD(name, 2, 8, 8);
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.k_proj.weight", l);
+        ADD(name, 2, 4, 8);
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.v_proj.weight", l);
+        ADD(name, 2, 4, 8);
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj.weight", l);
+        ADD(name, 2, 8, 8);
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        ADD(name, 1, 8);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
+        ADD(name, 2, 12, 8);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
+        ADD(name, 2, 12, 8);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
+        ADD(name, 2, 8, 12);
+    }
+    ADD("model.norm.weight", 1, 8);
+    if (with_lm_head)
+        ADD("lm_head.weight", 2, 16, 8);
+    if (extra)
+        ADD(extra, 1, 3);
+#undef ADD
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(lp_st_writer_write(st, path, &err), LP_OK);
+    lp_st_writer_destroy(st);
+}
+
+static void make_dir(char *buf, size_t size, const char *name)
+{
+    tmp_path(buf, size, name);
+    mkdir(buf, 0755);
+}
+
+static json_t *report_of(const lp_weights *w, bool stats)
+{
+    json_t *r = NULL;
+    lp_error err = {0};
+    if (lp_inspect_report(w, stats, &r, &err) != LP_OK)
+        fail_msg("lp_inspect_report: %s", err.msg);
+    return r;
+}
+
+static json_t *find_check(json_t *report, const char *name)
+{
+    json_t *checks = json_object_get(report, "checks");
+    for (size_t i = 0; i < json_array_size(checks); i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(checks, i), "name")), name) == 0)
+            return json_array_get(checks, i);
+    fail_msg("no check '%s'", name);
+    return NULL;
+}
+
+static bool check_passed(json_t *report, const char *name)
+{
+    return json_is_true(json_object_get(find_check(report, name), "passed"));
+}
+
+/* ---- safetensors -------------------------------------------------------------------------- */
+
+static void test_safetensors_valid(void **state)
+{
+    (void)state;
+    char dir[600];
+    make_dir(dir, sizeof dir, "tiny_llama");
+    write_tiny_llama(dir, true, false, NULL, NULL, NULL);
+    lp_weights *w = open_ok(dir);
+    assert_int_equal(lp_weights_format_of(w), LP_FORMAT_SAFETENSORS);
+    assert_int_equal(lp_weights_count(w), 1 + 2 * 9 + 1);
+    assert_non_null(lp_weights_arch(w));
+    assert_int_equal(lp_weights_arch(w)->rope_layout, LP_ROPE_HALVES);
+    const lp_tensor *k1 = lp_weights_find(w, LP_ROLE_ATTN_K, 1, -1, false);
+    assert_non_null(k1);
+    assert_string_equal(k1->name, "model.layers.1.self_attn.k_proj.weight");
+    assert_int_equal(k1->shape[0], 4);
+    assert_int_equal(k1->shape[1], 8);
+    assert_ptr_equal(lp_weights_find_name(w, k1->name), k1);
+    assert_null(lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false));
+    assert_null(lp_weights_find_name(w, "model.layers.7.self_attn.k_proj.weight"));
+    /* serial numbers: embed 0, layer l tensors 1 + 9l .. ; k_proj of layer 1 is 1 + 9 + 2 */
+    float row[8];
+    lp_error err = {0};
+    assert_int_equal(lp_tensor_rows_f32(k1, 2, 1, row, &err), LP_OK);
+    for (int i = 0; i < 8; i++)
+        assert_close(row[i], 12.0f + 0.01f * (float)(16 + i), 1e-6);
+    assert_int_equal(lp_tensor_rows_f32(k1, 3, 2, row, &err), LP_ERR_RANGE);
+    /* the data pointer is the file offset inside the mapping */
+    assert_true(k1->file_offset % 8 == 0);
+    json_t *r = report_of(w, false);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(r, "params"), "total")),
+                     16 * 8 + 2 * (8 + 64 + 32 + 32 + 64 + 8 + 96 * 3) + 8);
+    assert_true(check_passed(r, "expected_tensors"));
+    assert_true(check_passed(r, "tensor_shapes"));
+    assert_true(check_passed(r, "unexpected_tensors"));
+    assert_true(check_passed(r, "tied_embeddings"));
+    json_decref(r);
+    lp_weights_close(w);
+}
+
+static void test_safetensors_dtypes(void **state)
+{
+    (void)state;
+    char path[600];
+    tmp_path(path, sizeof path, "dtypes.safetensors");
+    lp_st_writer *st;
+    lp_error err = {0};
+    assert_int_equal(lp_st_writer_create(&st, &err), LP_OK);
+    int64_t shape[1] = {4};
+    uint16_t f16[4] = {0x3c00, 0xc000, 0x7c00, 0x0001};   /* 1, -2, inf, 2^-24 */
+    uint16_t bf16[4] = {0x3f80, 0xbf80, 0x4000, 0x0000};  /* 1, -1, 2, 0 */
+    int8_t i8[4] = {-128, -1, 0, 127};
+    uint8_t b[4] = {0, 1, 0, 1};
+    int64_t i64[4] = {-5, 0, 7, 1 << 20};
+    double f64[4] = {0.5, -0.25, 1e30, -3.0};
+    uint8_t e4m3[4] = {0x38, 0x7e, 0xb8, 0x00}; /* 1, 448, -1, 0 */
+    assert_int_equal(lp_st_writer_add(st, "f16", LP_DTYPE_F16, 1, shape, f16, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(st, "bf16", LP_DTYPE_BF16, 1, shape, bf16, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(st, "i8", LP_DTYPE_I8, 1, shape, i8, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(st, "bool", LP_DTYPE_BOOL, 1, shape, b, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(st, "i64", LP_DTYPE_I64, 1, shape, i64, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(st, "f64", LP_DTYPE_F64, 1, shape, f64, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(st, "e4m3", LP_DTYPE_F8_E4M3, 1, shape, e4m3, &err), LP_OK);
+    assert_int_equal(lp_st_writer_write(st, path, &err), LP_OK);
+    lp_st_writer_destroy(st);
+    lp_weights *w = open_ok(path);
+    assert_null(lp_weights_arch(w)); /* no config.json beside it */
+    static const struct {
+        const char *name;
+        float want[4];
+    } cases[] = {
+        {"f16", {1.0f, -2.0f, INFINITY, 5.9604644775390625e-08f}},
+        {"bf16", {1.0f, -1.0f, 2.0f, 0.0f}},
+        {"i8", {-128.0f, -1.0f, 0.0f, 127.0f}},
+        {"bool", {0.0f, 1.0f, 0.0f, 1.0f}},
+        {"i64", {-5.0f, 0.0f, 7.0f, 1048576.0f}},
+        {"f64", {0.5f, -0.25f, 1e30f, -3.0f}},
+        {"e4m3", {1.0f, 448.0f, -1.0f, 0.0f}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const lp_tensor *t = lp_weights_find_name(w, cases[c].name);
+        assert_non_null(t);
+        float got[4];
+        assert_int_equal(lp_tensor_rows_f32(t, 0, 1, got, &err), LP_OK);
+        for (int i = 0; i < 4; i++)
+            if (got[i] != cases[c].want[i])
+                fail_msg("%s[%d] = %g, want %g", cases[c].name, i, (double)got[i],
+                         (double)cases[c].want[i]);
+    }
+    /* stats over the f16 tensor: the inf is counted, not averaged */
+    json_t *r = report_of(w, true);
+    json_t *tensors = json_object_get(r, "tensors");
+    json_t *s = NULL;
+    for (size_t i = 0; i < json_array_size(tensors); i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(tensors, i), "name")), "f16") == 0)
+            s = json_object_get(json_array_get(tensors, i), "stats");
+    assert_non_null(s);
+    assert_int_equal(json_integer_value(json_object_get(s, "inf")), 1);
+    assert_int_equal(json_integer_value(json_object_get(s, "nan")), 0);
+    assert_close(json_real_value(json_object_get(s, "min")), -2.0, 0);
+    assert_close(json_real_value(json_object_get(s, "max")), 1.0, 0);
+    assert_close(json_real_value(json_object_get(s, "absmax")), 2.0, 0);
+    double mean = (1.0 - 2.0 + 5.9604644775390625e-08) / 3.0;
+    assert_close(json_real_value(json_object_get(s, "mean")), mean, 1e-12);
+    assert_false(check_passed(r, "finite_values"));
+    json_decref(r);
+    lp_weights_close(w);
+}
+
+/* Statistics over a tensor larger than one conversion chunk, with NaNs, against a two-pass
+ * double-precision computation. */
+static void test_stats_chunks(void **state)
+{
+    (void)state;
+    char path[600];
+    tmp_path(path, sizeof path, "stats.safetensors");
+    const int64_t n = 3 * 65536 + 77;
+    float *v = malloc((size_t)n * sizeof *v);
+    assert_non_null(v);
+    uint32_t x = 12345;
+    for (int64_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        v[i] = (float)(x >> 8) / 16777216.0f * 6.0f - 2.0f + 100.0f; /* offset: tests cancellation */
+    }
+    v[5] = NAN;
+    v[70000] = NAN;
+    v[n - 1] = -INFINITY;
+    double sum = 0, mn = INFINITY, mx = -INFINITY;
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(v[i])) {
+            sum += (double)v[i];
+            mn = fmin(mn, (double)v[i]);
+            mx = fmax(mx, (double)v[i]);
+            cnt++;
+        }
+    double mean = sum / (double)cnt, m2 = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(v[i]))
+            m2 += ((double)v[i] - mean) * ((double)v[i] - mean);
+    lp_st_writer *st;
+    lp_error err = {0};
+    assert_int_equal(lp_st_writer_create(&st, &err), LP_OK);
+    int64_t shape[2] = {n, 1};
+    assert_int_equal(lp_st_writer_add(st, "big", LP_DTYPE_F32, 2, shape, v, &err), LP_OK);
+    assert_int_equal(lp_st_writer_write(st, path, &err), LP_OK);
+    lp_st_writer_destroy(st);
+    free(v);
+    lp_weights *w = open_ok(path);
+    json_t *r = report_of(w, true);
+    json_t *s = json_object_get(json_array_get(json_object_get(r, "tensors"), 0), "stats");
+    assert_int_equal(json_integer_value(json_object_get(s, "nan")), 2);
+    assert_int_equal(json_integer_value(json_object_get(s, "inf")), 1);
+    assert_close(json_real_value(json_object_get(s, "min")), mn, 0);
+    assert_close(json_real_value(json_object_get(s, "max")), mx, 0);
+    assert_close(json_real_value(json_object_get(s, "mean")), mean, 1e-9);
+    assert_close(json_real_value(json_object_get(s, "std")), sqrt(m2 / (double)cnt), 1e-9);
+    json_decref(r);
+    lp_weights_close(w);
+}
+
+static void test_safetensors_malformed(void **state)
+{
+    (void)state;
+    char path[600];
+    tmp_path(path, sizeof path, "bad.safetensors");
+    /* too short for the length field */
+    write_bytes(path, "\x10\x00\x00", 3);
+    expect_open_error(path, LP_ERR_FORMAT, "too short", NULL);
+    /* header length past the end */
+    {
+        uint8_t buf[16] = {0};
+        uint64_t len = 1000;
+        memcpy(buf, &len, 8);
+        memcpy(buf + 8, "{}      ", 8);
+        write_bytes(path, buf, sizeof buf);
+        expect_open_error(path, LP_ERR_FORMAT, "header length 1000 at byte 0", "past the end");
+        len = 100000001;
+        memcpy(buf, &len, 8);
+        write_bytes(path, buf, sizeof buf);
+        expect_open_error(path, LP_ERR_FORMAT, "exceeds the limit of 100000000", NULL);
+        len = UINT64_MAX; /* must not wrap around when added to 8 */
+        memcpy(buf, &len, 8);
+        write_bytes(path, buf, sizeof buf);
+        expect_open_error(path, LP_ERR_FORMAT, "exceeds the limit", NULL);
+    }
+    static const struct {
+        const char *header;
+        size_t data_len;
+        const char *needle1, *needle2;
+    } cases[] = {
+        {"[1, 2]", 0, "does not start with '{'", NULL},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}", 4, "byte", NULL},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
+         "\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
+         8, "duplicate", NULL},
+        {"{\"a\xff\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "byte",
+         NULL},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [12, 8]}}", 16,
+         "data_offsets [12, 8] end before start", NULL},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 4,
+         "past the end of the file", "tensor 'a'"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
+         "\"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}",
+         12, "overlap", "'b'"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
+         "\"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12]}}",
+         12, "gap", "'b'"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", 8,
+         "hold 8 bytes but dtype F32 x shape needs 12", NULL},
+        {"{\"a\": {\"dtype\": \"F33\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
+         "unknown dtype 'F33'", NULL},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296, 4], "
+         "\"data_offsets\": [0, 4]}}",
+         4, "overflows", NULL},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4,
+         "shape[0] is not a non-negative integer", NULL},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 8,
+         "cover 4 bytes", "holds 8"},
+        {"{\"__metadata__\": {\"format\": 1}}", 0, "'__metadata__'", NULL},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1]}}", 4, "data_offsets", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_raw_st(path, cases[i].header, cases[i].data_len);
+        expect_open_error(path, LP_ERR_FORMAT, cases[i].needle1, cases[i].needle2);
+    }
+    /* an empty but valid file: no tensors */
+    write_raw_st(path, "{}", 0);
+    lp_weights *w = open_ok(path);
+    assert_int_equal(lp_weights_count(w), 0);
+    lp_weights_close(w);
+    /* a dtype of a later safetensors version is unsupported, not malformed */
+    write_raw_st(path, "{\"a\": {\"dtype\": \"F8_E8M0\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1);
+    expect_open_error(path, LP_ERR_UNSUPPORTED, "F8_E8M0", NULL);
+    /* truncation of a real file, at every 97th byte: always an error, never a crash */
+    char dir[600];
+    make_dir(dir, sizeof dir, "trunc_src");
+    write_tiny_llama(dir, true, false, NULL, NULL, NULL);
+    char src[700];
+    snprintf(src, sizeof src, "%s/model.safetensors", dir);
+    lp_mapped_file map;
+    lp_error err = {0};
+    assert_int_equal(lp_map_file(src, &map, &err), LP_OK);
+    for (size_t cut = 0; cut < map.size; cut += 97) {
+        write_bytes(path, map.data, cut);
+        lp_weights *tw = NULL;
+        assert_int_not_equal(lp_weights_open(path, &tw, &err), LP_OK);
+        assert_null(tw);
+    }
+    lp_unmap_file(&map);
+}
+
+static void test_sharded(void **state)
+{
+    (void)state;
+    char dir[600], path[700];
+    make_dir(dir, sizeof dir, "sharded");
+    lp_error err = {0};
+    float data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    int64_t shape[1] = {8};
+    for (int s = 0; s < 2; s++) {
+        lp_st_writer *st;
+        assert_int_equal(lp_st_writer_create(&st, &err), LP_OK);
+        char name[64];
+        snprintf(name, sizeof name, "t%d", 2 * s);
+        assert_int_equal(lp_st_writer_add(st, name, LP_DTYPE_F32, 1, shape, data, &err), LP_OK);
+        snprintf(name, sizeof name, "t%d", 2 * s + 1);
+        assert_int_equal(lp_st_writer_add(st, name, LP_DTYPE_F32, 1, shape, data, &err), LP_OK);
+        snprintf(path, sizeof path, "%s/model-0000%d-of-00002.safetensors", dir, s + 1);
+        assert_int_equal(lp_st_writer_write(st, path, &err), LP_OK);
+        lp_st_writer_destroy(st);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    write_text(path, "{\"metadata\": {\"total_size\": 128}, \"weight_map\": {"
+                     "\"t0\": \"model-00001-of-00002.safetensors\","
+                     "\"t1\": \"model-00001-of-00002.safetensors\","
+                     "\"t2\": \"model-00002-of-00002.safetensors\","
+                     "\"t3\": \"model-00002-of-00002.safetensors\"}}");
+    lp_weights *w = open_ok(dir);
+    assert_int_equal(lp_weights_count(w), 4);
+    assert_int_equal(lp_weights_find_name(w, "t3")->file_index, 1);
+    assert_int_equal(lp_weights_find_name(w, "t0")->file_index, 0);
+    float got[8];
+    assert_int_equal(lp_tensor_rows_f32(lp_weights_find_name(w, "t3"), 0, 1, got, &err), LP_OK);
+    assert_close(got[7], 8.0f, 0);
+    lp_weights_close(w);
+    /* listed in the wrong shard */
+    write_text(path, "{\"weight_map\": {"
+                     "\"t0\": \"model-00002-of-00002.safetensors\","
+                     "\"t1\": \"model-00001-of-00002.safetensors\","
+                     "\"t2\": \"model-00002-of-00002.safetensors\","
+                     "\"t3\": \"model-00002-of-00002.safetensors\"}}");
+    expect_open_error(dir, LP_ERR_FORMAT, "'t0'", "stored in 'model-00001-of-00002.safetensors'");
+    /* a shard holds a tensor the index does not list */
+    write_text(path, "{\"weight_map\": {"
+                     "\"t0\": \"model-00001-of-00002.safetensors\","
+                     "\"t2\": \"model-00002-of-00002.safetensors\","
+                     "\"t3\": \"model-00002-of-00002.safetensors\"}}");
+    expect_open_error(dir, LP_ERR_FORMAT, "'t1'", "does not list");
+    /* the index names a missing shard */
+    write_text(path, "{\"weight_map\": {\"t0\": \"model-00009-of-00002.safetensors\"}}");
+    expect_open_error(dir, LP_ERR_NOT_FOUND, "model-00009-of-00002.safetensors", NULL);
+    /* path traversal in a shard name */
+    write_text(path, "{\"weight_map\": {\"t0\": \"../x.safetensors\"}}");
+    expect_open_error(dir, LP_ERR_FORMAT, "shard file name", NULL);
+    /* the same tensor in two shards */
+    {
+        lp_st_writer *st;
+        assert_int_equal(lp_st_writer_create(&st, &err), LP_OK);
+        assert_int_equal(lp_st_writer_add(st, "t0", LP_DTYPE_F32, 1, shape, data, &err), LP_OK);
+        assert_int_equal(lp_st_writer_add(st, "t2", LP_DTYPE_F32, 1, shape, data, &err), LP_OK);
+        char p2[700];
+        snprintf(p2, sizeof p2, "%s/model-00002-of-00002.safetensors", dir);
+        assert_int_equal(lp_st_writer_write(st, p2, &err), LP_OK);
+        lp_st_writer_destroy(st);
+    }
+    write_text(path, "{\"weight_map\": {"
+                     "\"t0\": \"model-00001-of-00002.safetensors\","
+                     "\"t1\": \"model-00001-of-00002.safetensors\","
+                     "\"t2\": \"model-00002-of-00002.safetensors\"}}");
+    expect_open_error(dir, LP_ERR_FORMAT, "tensor 't0' appears in both", NULL);
+}
+
+/* A multi-GiB sparse safetensors file: opening and inspecting it without --stats must leave
+ * its data pages untouched. mincore() reports which pages of our own mapping are resident:
+ * the data region is a hole that was never in the page cache, so any page found resident there
+ * was faulted in by us (kernel read-around can add a few neighbours of the header page). */
+static void test_sparse_header_only(void **state)
+{
+    (void)state;
+    char path[600];
+    tmp_path(path, sizeof path, "sparse.safetensors");
+    const uint64_t rows = 131072, cols = 8192; /* 1 GiB of f32 per tensor, 4 tensors */
+    char header[1024];
+    uint64_t one = rows * cols * 4;
+    int n = snprintf(header, sizeof header,
+                     "{\"__metadata__\": {\"format\": \"pt\"},"
+                     " \"model.embed_tokens.weight\": {\"dtype\": \"F32\", \"shape\": [%llu, %llu],"
+                     " \"data_offsets\": [0, %llu]},"
+                     " \"lm_head.weight\": {\"dtype\": \"F32\", \"shape\": [%llu, %llu],"
+                     " \"data_offsets\": [%llu, %llu]},"
+                     " \"a\": {\"dtype\": \"F32\", \"shape\": [%llu, %llu], \"data_offsets\": [%llu, %llu]},"
+                     " \"b\": {\"dtype\": \"F32\", \"shape\": [%llu, %llu], \"data_offsets\": [%llu, %llu]}}",
+                     (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)one,
+                     (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)one,
+                     (unsigned long long)(2 * one), (unsigned long long)rows,
+                     (unsigned long long)cols, (unsigned long long)(2 * one),
+                     (unsigned long long)(3 * one), (unsigned long long)rows,
+                     (unsigned long long)cols, (unsigned long long)(3 * one),
+                     (unsigned long long)(4 * one));
+    while (n % 8)
+        header[n++] = ' ';
+    header[n] = '\0';
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    assert_true(fd >= 0);
+    uint64_t len = (uint64_t)n;
+    assert_int_equal(write(fd, &len, 8), 8);
+    assert_int_equal(write(fd, header, (size_t)n), n);
+    if (ftruncate(fd, (off_t)(8 + (uint64_t)n + 4 * one)) != 0) {
+        close(fd);
+        unlink(path);
+        skip(); /* a filesystem without sparse files or a 4 GiB limit */
+    }
+    close(fd);
+    lp_weights *w = open_ok(path);
+    assert_int_equal(lp_weights_count(w), 4);
+    json_t *r = report_of(w, false);
+    json_t *params = json_object_get(r, "params");
+    assert_int_equal(json_integer_value(json_object_get(params, "total")), 4 * rows * cols);
+    json_t *tied = json_object_get(r, "tied_embeddings");
+    assert_true(json_is_true(json_object_get(tied, "sampled")));
+    assert_true(json_is_true(json_object_get(tied, "tied"))); /* both all zeros */
+    json_decref(r);
+    /* count resident pages over the whole data region */
+    const lp_tensor *first = lp_weights_tensor(w, 0);
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t begin = ((uintptr_t)first->data) & ~(uintptr_t)(page - 1);
+    size_t span = (size_t)(4 * one) + ((uintptr_t)first->data - begin);
+    size_t n_pages = (span + (size_t)page - 1) / (size_t)page;
+    unsigned char *vec = malloc(n_pages);
+    assert_non_null(vec);
+    assert_int_equal(mincore((void *)begin, span, vec), 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < n_pages; i++)
+        resident += vec[i] & 1;
+    free(vec);
+    /* the sampled classifier comparison reads 2 x 16 windows of 4 KiB (with random-access
+     * advice, so no read-ahead around them); allow 1 MiB of the 4 GiB. */
+    uint64_t resident_bytes = (uint64_t)resident * (uint64_t)page;
+    print_message("sparse 4 GiB data region: %zu resident pages (%llu KiB) after inspect\n",
+                  resident, (unsigned long long)(resident_bytes >> 10));
+    assert_true(resident_bytes <= (1u << 20));
+    lp_weights_close(w);
+    unlink(path);
+}
+
+/* ---- llama2.c ------------------------------------------------------------------------------- */
+
+/* dim 8, hidden 12, 2 layers, 2 heads, 1 kv head, vocab +-16, seq 4: value = running index. */
+static size_t write_llama2c(const char *path, int32_t vocab, size_t cut, size_t extra)
+{
+    int32_t hdr[7] = {8, 12, 2, 2, 1, vocab, 4};
+    int32_t v = vocab < 0 ? -vocab : vocab;
+    size_t n_floats = (size_t)v * 8 + 2 * 8 + 2 * 64 + 2 * 32 + 2 * 32 + 2 * 64 + 2 * 8 +
+                      3 * 2 * 96 + 8 + 2 * 4 * 2 + (vocab < 0 ? (size_t)v * 8 : 0) + extra;
+    size_t size = 28 + 4 * n_floats;
+    uint8_t *buf = malloc(size);
+    assert_non_null(buf);
+    memcpy(buf, hdr, 28);
+    for (size_t i = 0; i < n_floats; i++) {
+        float f = (float)i;
+        memcpy(buf + 28 + 4 * i, &f, 4);
+    }
+    write_bytes(path, buf, cut ? cut : size);
+    free(buf);
+    return size;
+}
+
+static void test_llama2c(void **state)
+{
+    (void)state;
+    char path[600];
+    tmp_path(path, sizeof path, "tiny.bin");
+    write_llama2c(path, 16, 0, 0);
+    lp_weights *w = open_ok(path);
+    assert_int_equal(lp_weights_format_of(w), LP_FORMAT_LLAMA2C);
+    assert_int_equal(lp_weights_count(w), 1 + 2 * 9 + 1); /* freq_cis skipped, no wcls */
+    assert_int_equal(lp_weights_arch(w)->rope_layout, LP_ROPE_ADJACENT);
+    const lp_tensor *wk1 = lp_weights_find(w, LP_ROLE_ATTN_K, 1, -1, false);
+    assert_non_null(wk1);
+    assert_string_equal(wk1->name, "layers.1.wk");
+    assert_int_equal(wk1->shape[0], 4);
+    assert_int_equal(wk1->shape[1], 8);
+    /* embed 128 + att norms 16 + wq 128 + wk layer 0 32 = float index 304 */
+    assert_int_equal(wk1->file_offset, 28 + 4 * 304);
+    float row[8];
+    lp_error err = {0};
+    assert_int_equal(lp_tensor_rows_f32(wk1, 1, 1, row, &err), LP_OK);
+    assert_close(row[0], 312.0f, 0);
+    const lp_tensor *w2 = lp_weights_find(w, LP_ROLE_FFN_DOWN, 0, -1, false);
+    assert_int_equal(w2->shape[0], 8);
+    assert_int_equal(w2->shape[1], 12);
+    json_t *r = report_of(w, false);
+    assert_true(check_passed(r, "expected_tensors"));
+    assert_true(check_passed(r, "tensor_shapes"));
+    assert_true(check_passed(r, "tied_embeddings"));
+    json_decref(r);
+    lp_weights_close(w);
+    /* negative vocab: an unshared classifier after the legacy RoPE tables */
+    write_llama2c(path, -16, 0, 0);
+    w = open_ok(path);
+    const lp_tensor *cls = lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false);
+    assert_non_null(cls);
+    assert_string_equal(cls->name, "wcls");
+    size_t body = 128 + 16 + 128 + 64 + 64 + 128 + 16 + 576 + 8 + 16;
+    assert_int_equal(cls->file_offset, 28 + 4 * body);
+    r = report_of(w, false);
+    assert_true(check_passed(r, "expected_tensors"));
+    assert_true(check_passed(r, "tied_embeddings"));
+    json_decref(r);
+    lp_weights_close(w);
+    /* truncated and over-long files, and impossible headers */
+    size_t full = write_llama2c(path, 16, 0, 0);
+    write_llama2c(path, 16, full - 4, 0);
+    expect_open_error(path, LP_ERR_FORMAT, NULL, NULL);
+    write_llama2c(path, 16, 0, 3);
+    expect_open_error(path, LP_ERR_FORMAT, "ends at byte", NULL);
+    write_llama2c(path, 16, 20, 0);
+    expect_open_error(path, LP_ERR_FORMAT, "28-byte", NULL);
+    int32_t bad[7] = {8, 12, 2, 3, 1, 16, 4}; /* 3 heads do not divide 8 */
+    write_bytes(path, bad, sizeof bad);
+    expect_open_error(path, LP_ERR_FORMAT, "n_heads", NULL);
+    int32_t huge[7] = {0x7fffffff, 0x7fffffff, 512, 1, 1, 0x7fffffff, 4};
+    write_bytes(path, huge, sizeof huge);
+    expect_open_error(path, LP_ERR_FORMAT, NULL, NULL);
+}
+
+/* ---- GGUF through the catalogue --------------------------------------------------------- */
+
+static void test_gguf_generated(void **state)
+{
+    (void)state;
+    char path[600];
+    tmp_path(path, sizeof path, "tiny.gguf");
+    lp_gw g;
+    lp_gw_init(&g, 3);
+    lp_gw_kv_str(&g, "general.architecture", "llama");
+    lp_gw_kv_u32(&g, "llama.block_count", 1);
+    lp_gw_kv_u32(&g, "llama.embedding_length", 32);
+    lp_gw_kv_u32(&g, "llama.feed_forward_length", 64);
+    lp_gw_kv_u32(&g, "llama.attention.head_count", 4);
+    lp_gw_kv_u32(&g, "llama.attention.head_count_kv", 4);
+    lp_gw_kv_u32(&g, "llama.context_length", 64);
+    lp_gw_kv_u32(&g, "llama.vocab_size", 32);
+    lp_gw_kv_f32(&g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    /* one Q8_0 tensor [2 rows, 32]: block = f16 d + 32 int8 */
+    uint8_t q8[2 * 34];
+    for (int b = 0; b < 2; b++) {
+        uint16_t d = lp_f32_to_f16(b ? 0.5f : 0.25f);
+        memcpy(q8 + 34 * b, &d, 2);
+        for (int j = 0; j < 32; j++)
+            q8[34 * b + 2 + j] = (uint8_t)(int8_t)(j - 16);
+    }
+    int64_t ne[2] = {32, 2};
+    lp_gw_tensor(&g, "blk.0.attn_q.weight", 2, ne, 8 /* Q8_0 */, q8, sizeof q8);
+    float f[32];
+    for (int i = 0; i < 32; i++)
+        f[i] = (float)i;
+    int64_t ne1[1] = {32};
+    lp_gw_tensor(&g, "output_norm.weight", 1, ne1, 0, f, sizeof f);
+    assert_true(lp_gw_finish(&g));
+    assert_int_equal(lp_gw_write(&g, path), true);
+    lp_weights *w = open_ok(path);
+    assert_int_equal(lp_weights_format_of(w), LP_FORMAT_GGUF);
+    const lp_tensor *q = lp_weights_find(w, LP_ROLE_ATTN_Q, 0, -1, false);
+    assert_non_null(q);
+    assert_int_equal(q->dtype, LP_DTYPE_Q8_0);
+    assert_int_equal(q->shape[0], 2); /* reversed from ne */
+    assert_int_equal(q->shape[1], 32);
+    float row[32];
+    lp_error err = {0};
+    assert_int_equal(lp_tensor_rows_f32(q, 1, 1, row, &err), LP_OK);
+    for (int j = 0; j < 32; j++)
+        assert_close(row[j], 0.5f * (float)(j - 16), 0);
+    lp_weights_close(w);
+    /* corruptions: a tensor count beyond the file, an unknown type, a name length past EOF */
+    lp_gw_put_u64(&g, g.count_pos[0], 1ull << 40);
+    assert_true(lp_gw_write(&g, path));
+    expect_open_error(path, LP_ERR_FORMAT, NULL, NULL);
+    lp_gw_put_u64(&g, g.count_pos[0], 2);
+    lp_gw_put_u32(&g, g.tensors[0].type_pos, 77);
+    assert_true(lp_gw_write(&g, path));
+    lp_weights *bad = NULL;
+    assert_int_not_equal(lp_weights_open(path, &bad, &err), LP_OK);
+    assert_null(bad);
+    lp_gw_put_u32(&g, g.tensors[0].type_pos, 8);
+    lp_gw_put_u64(&g, g.tensors[0].info_pos, 1ull << 50);
+    assert_true(lp_gw_write(&g, path));
+    expect_open_error(path, LP_ERR_FORMAT, NULL, NULL);
+    lp_gw_free(&g);
+}
+
+/* ---- roles -------------------------------------------------------------------------------- */
+
+static void test_roles(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *family;
+        lp_weights_format format;
+        lp_role role;
+        int layer, expert;
+        bool bias, transposed;
+    } cases[] = {
+        {"model.layers.3.self_attn.q_proj.weight", "llama", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_Q, 3, -1, false, false},
+        {"model.layers.3.self_attn.q_proj.bias", "qwen2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_Q, 3, -1, true, false},
+        {"model.layers.0.post_attention_layernorm.weight", "llama", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_NORM, 0, -1, false, false},
+        {"model.layers.0.post_attention_layernorm.weight", "gemma2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_POST_NORM, 0, -1, false, false},
+        {"model.layers.0.pre_feedforward_layernorm.weight", "gemma2", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_NORM, 0, -1, false, false},
+        {"model.layers.0.post_feedforward_layernorm.weight", "gemma2", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_POST_NORM, 0, -1, false, false},
+        {"model.embed_tokens.weight", "llama", LP_FORMAT_SAFETENSORS, LP_ROLE_TOKEN_EMBD, -1, -1, false, false},
+        {"model.norm.weight", "llama", LP_FORMAT_SAFETENSORS, LP_ROLE_OUTPUT_NORM, -1, -1, false, false},
+        {"lm_head.weight", "llama", LP_FORMAT_SAFETENSORS, LP_ROLE_LM_HEAD, -1, -1, false, false},
+        {"model.layers.2.self_attn.rotary_emb.inv_freq", "llama", LP_FORMAT_SAFETENSORS, LP_ROLE_ROPE_FREQS, 2, -1, false, false},
+        {"model.layers.1.self_attn.qkv_proj.weight", "phi3", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_QKV, 1, -1, false, false},
+        {"model.layers.1.mlp.gate_up_proj.weight", "phi3", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_GATE_UP, 1, -1, false, false},
+        {"model.layers.1.self_attn.dense.bias", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_O, 1, -1, true, false},
+        {"model.layers.1.mlp.fc1.weight", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_UP, 1, -1, false, false},
+        {"model.final_layernorm.bias", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_OUTPUT_NORM, -1, -1, true, false},
+        {"h.4.attn.c_attn.weight", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_QKV, 4, -1, false, true},
+        {"h.4.attn.c_attn.bias", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_QKV, 4, -1, true, false},
+        {"h.4.attn.bias", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_MASK_BUFFER, 4, -1, false, false},
+        {"transformer.h.4.mlp.c_proj.weight", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_DOWN, 4, -1, false, true},
+        {"wpe.weight", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_POS_EMBD, -1, -1, false, false},
+        {"transformer.ln_f.weight", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_OUTPUT_NORM, -1, -1, false, false},
+        {"transformer.word_embeddings_layernorm.bias", "bloom", LP_FORMAT_SAFETENSORS, LP_ROLE_EMBD_NORM, -1, -1, true, false},
+        {"transformer.h.0.self_attention.query_key_value.weight", "bloom", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_QKV, 0, -1, false, false},
+        {"transformer.h.0.mlp.dense_4h_to_h.weight", "falcon", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_DOWN, 0, -1, false, false},
+        {"transformer.h.0.ln_mlp.weight", "falcon", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_NORM, 0, -1, false, false},
+        {"model.decoder.layers.5.fc2.weight", "opt", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_DOWN, 5, -1, false, false},
+        {"model.decoder.layers.5.final_layer_norm.weight", "opt", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_NORM, 5, -1, false, false},
+        {"model.decoder.final_layer_norm.weight", "opt", LP_FORMAT_SAFETENSORS, LP_ROLE_OUTPUT_NORM, -1, -1, false, false},
+        {"model.decoder.embed_positions.weight", "opt", LP_FORMAT_SAFETENSORS, LP_ROLE_POS_EMBD, -1, -1, false, false},
+        {"model.decoder.layers.5.self_attn.out_proj.bias", "opt", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_O, 5, -1, true, false},
+        {"model.layers.7.block_sparse_moe.gate.weight", "mixtral", LP_FORMAT_SAFETENSORS, LP_ROLE_ROUTER, 7, -1, false, false},
+        {"model.layers.7.block_sparse_moe.experts.6.w2.weight", "mixtral", LP_FORMAT_SAFETENSORS, LP_ROLE_EXPERT_DOWN, 7, 6, false, false},
+        {"model.layers.7.block_sparse_moe.experts.6.w1.weight", "mixtral", LP_FORMAT_SAFETENSORS, LP_ROLE_EXPERT_GATE, 7, 6, false, false},
+        {"model.layers.3.mlp.experts.59.up_proj.weight", "qwen2_moe", LP_FORMAT_SAFETENSORS, LP_ROLE_EXPERT_UP, 3, 59, false, false},
+        {"model.layers.3.mlp.shared_expert.down_proj.weight", "qwen2_moe", LP_FORMAT_SAFETENSORS, LP_ROLE_SHARED_DOWN, 3, -1, false, false},
+        {"model.layers.3.mlp.shared_expert_gate.weight", "qwen2_moe", LP_FORMAT_SAFETENSORS, LP_ROLE_SHARED_EXPERT_GATE, 3, -1, false, false},
+        {"model.layers.3.mlp.gate.weight", "qwen2_moe", LP_FORMAT_SAFETENSORS, LP_ROLE_ROUTER, 3, -1, false, false},
+        {"model.layers.3.self_attn.q_norm.weight", "qwen3", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_Q_NORM, 3, -1, false, false},
+        {"model.layers.9.self_attn.kv_a_proj_with_mqa.weight", "deepseek_v2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_KV_A, 9, -1, false, false},
+        {"model.layers.9.self_attn.kv_a_layernorm.weight", "deepseek_v2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_KV_A_NORM, 9, -1, false, false},
+        {"model.layers.9.self_attn.q_b_proj.weight", "deepseek_v3", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_Q_B, 9, -1, false, false},
+        {"model.layers.9.mlp.shared_experts.gate_proj.weight", "deepseek_v2", LP_FORMAT_SAFETENSORS, LP_ROLE_SHARED_GATE, 9, -1, false, false},
+        {"model.layers.9.mlp.gate.e_score_correction_bias", "deepseek_v3", LP_FORMAT_SAFETENSORS, LP_ROLE_ROUTER_BIAS, 9, -1, false, false},
+        {"model.layers.9.mlp.experts.255.down_proj.weight", "deepseek_v3", LP_FORMAT_SAFETENSORS, LP_ROLE_EXPERT_DOWN, 9, 255, false, false},
+        {"model.layers.9.something_new.weight", "llama", LP_FORMAT_SAFETENSORS, LP_ROLE_UNKNOWN, -1, -1, false, false},
+        /* GGUF */
+        {"token_embd.weight", "", LP_FORMAT_GGUF, LP_ROLE_TOKEN_EMBD, -1, -1, false, false},
+        {"output.weight", "", LP_FORMAT_GGUF, LP_ROLE_LM_HEAD, -1, -1, false, false},
+        {"blk.12.attn_output.weight", "", LP_FORMAT_GGUF, LP_ROLE_ATTN_O, 12, -1, false, false},
+        {"blk.12.attn_q.bias", "", LP_FORMAT_GGUF, LP_ROLE_ATTN_Q, 12, -1, true, false},
+        {"blk.12.ffn_gate_exps.weight", "", LP_FORMAT_GGUF, LP_ROLE_EXPERT_GATE, 12, -1, false, false},
+        {"blk.12.ffn_down_shexp.weight", "", LP_FORMAT_GGUF, LP_ROLE_SHARED_DOWN, 12, -1, false, false},
+        {"blk.12.ffn_gate_inp.weight", "", LP_FORMAT_GGUF, LP_ROLE_ROUTER, 12, -1, false, false},
+        {"blk.12.ffn_up.3.weight", "", LP_FORMAT_GGUF, LP_ROLE_EXPERT_UP, 12, 3, false, false},
+        {"blk.12.attn_kv_a_mqa.weight", "", LP_FORMAT_GGUF, LP_ROLE_ATTN_KV_A, 12, -1, false, false},
+        {"blk.12.post_ffw_norm.weight", "", LP_FORMAT_GGUF, LP_ROLE_FFN_POST_NORM, 12, -1, false, false},
+        {"blk.12.exp_probs_b.bias", "", LP_FORMAT_GGUF, LP_ROLE_ROUTER_BIAS, 12, -1, true, false},
+        /* llama2.c */
+        {"layers.3.wq", "", LP_FORMAT_LLAMA2C, LP_ROLE_ATTN_Q, 3, -1, false, false},
+        {"layers.3.w2", "", LP_FORMAT_LLAMA2C, LP_ROLE_FFN_DOWN, 3, -1, false, false},
+        {"rms_final_weight", "", LP_FORMAT_LLAMA2C, LP_ROLE_OUTPUT_NORM, -1, -1, false, false},
+        {"wcls", "", LP_FORMAT_LLAMA2C, LP_ROLE_LM_HEAD, -1, -1, false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lp_tensor t = {0};
+        t.name = cases[i].name;
+        lp_role_assign(&t, cases[i].family, cases[i].format);
+        if (t.role != cases[i].role || t.layer != cases[i].layer || t.expert != cases[i].expert ||
+            t.is_bias != cases[i].bias || t.transposed != cases[i].transposed)
+            fail_msg("%s (%s): got %s layer %d expert %d bias %d transposed %d", cases[i].name,
+                     cases[i].family, lp_role_name(t.role), t.layer, t.expert, t.is_bias,
+                     t.transposed);
+    }
+    assert_string_equal(lp_role_name(LP_ROLE_EXPERT_GATE_UP), "expert_gate_up");
+    for (int r = 0; r < LP_ROLE_COUNT; r++)
+        assert_string_not_equal(lp_role_name((lp_role)r), "");
+}
+
+/* ---- checks ------------------------------------------------------------------------------- */
+
+static void test_checks_fail(void **state)
+{
+    (void)state;
+    char dir[600];
+    /* untied config, no lm_head: missing */
+    make_dir(dir, sizeof dir, "check_untied");
+    write_tiny_llama(dir, false, false, NULL, NULL, NULL);
+    lp_weights *w = open_ok(dir);
+    json_t *r = report_of(w, false);
+    assert_false(check_passed(r, "expected_tensors"));
+    assert_non_null(strstr(json_string_value(json_object_get(find_check(r, "expected_tensors"), "detail")),
+                           "lm_head"));
+    assert_false(check_passed(r, "tied_embeddings"));
+    json_decref(r);
+    lp_weights_close(w);
+    /* missing k_proj of layer 1 */
+    make_dir(dir, sizeof dir, "check_missing");
+    write_tiny_llama(dir, true, false, "model.layers.1.self_attn.k_proj.weight", NULL, NULL);
+    w = open_ok(dir);
+    r = report_of(w, false);
+    assert_false(check_passed(r, "expected_tensors"));
+    assert_non_null(strstr(json_string_value(json_object_get(find_check(r, "expected_tensors"), "detail")),
+                           "attn_k layer 1"));
+    assert_true(check_passed(r, "tensor_shapes"));
+    json_decref(r);
+    lp_weights_close(w);
+    /* wrong shape of q_proj of layer 0 */
+    make_dir(dir, sizeof dir, "check_shape");
+    write_tiny_llama(dir, true, false, NULL, "model.layers.0.self_attn.q_proj.weight", NULL);
+    w = open_ok(dir);
+    r = report_of(w, false);
+    assert_true(check_passed(r, "expected_tensors"));
+    assert_false(check_passed(r, "tensor_shapes"));
+    assert_non_null(strstr(json_string_value(json_object_get(find_check(r, "tensor_shapes"), "detail")),
+                           "is [9, 8], expected [8, 8]"));
+    json_decref(r);
+    lp_weights_close(w);
+    /* an unexpected tensor, and a layer beyond n_layers */
+    make_dir(dir, sizeof dir, "check_extra");
+    write_tiny_llama(dir, true, false, NULL, NULL, "model.layers.2.input_layernorm.weight");
+    w = open_ok(dir);
+    r = report_of(w, false);
+    assert_false(check_passed(r, "unexpected_tensors"));
+    json_decref(r);
+    lp_weights_close(w);
+    /* tied config with a stored copy of the embedding passes; a different classifier fails */
+    make_dir(dir, sizeof dir, "check_copy");
+    write_tiny_llama(dir, true, true, NULL, NULL, NULL);
+    w = open_ok(dir);
+    r = report_of(w, false);
+    json_t *tied = json_object_get(r, "tied_embeddings");
+    assert_false(json_is_true(json_object_get(tied, "stored_copy"))); /* values differ (serial) */
+    assert_false(check_passed(r, "tied_embeddings"));
+    json_decref(r);
+    lp_weights_close(w);
+}
+
+/* ---- golden: stories260K ------------------------------------------------------------------ */
+
+static const char *shared(char *buf, size_t size, const char *rel)
+{
+    if (!lp_test_shared_dir())
+        return NULL;
+    return lp_test_shared_path(buf, size, rel);
+}
+
+static int64_t total_params(const lp_weights *w)
+{
+    int64_t n = 0;
+    for (size_t i = 0; i < lp_weights_count(w); i++)
+        n += lp_weights_tensor(w, i)->n_elements;
+    return n;
+}
+
+/* All rows of t as float32; caller frees. */
+static float *all_rows(const lp_tensor *t)
+{
+    float *v = malloc((size_t)t->n_elements * sizeof *v);
+    assert_non_null(v);
+    lp_error err = {0};
+    int64_t rows = t->n_dims ? t->n_elements / t->shape[t->n_dims - 1] : 1;
+    if (lp_tensor_rows_f32(t, 0, rows, v, &err) != LP_OK)
+        fail_msg("%s: %s", t->name, err.msg);
+    return v;
+}
+
+static void test_golden_three_formats(void **state)
+{
+    (void)state;
+    char p_bin[600], p_hf[600], p_gguf[600];
+    if (!shared(p_bin, sizeof p_bin, "models/stories260K/stories260K.bin"))
+        skip();
+    shared(p_hf, sizeof p_hf, "models/stories260K/hf");
+    shared(p_gguf, sizeof p_gguf, "models/stories260K/stories260K.gguf");
+    lp_weights *bin = open_ok(p_bin), *hf = open_ok(p_hf), *gg = open_ok(p_gguf);
+    assert_int_equal(total_params(bin), 260032);
+    assert_int_equal(total_params(hf), 260032);
+    assert_int_equal(total_params(gg), 292800);
+    assert_int_equal(lp_weights_count(bin), 47);
+    assert_int_equal(lp_weights_count(hf), 47);
+    assert_int_equal(lp_weights_count(gg), 48);
+    const int head_dim = 8;
+    size_t compared = 0;
+    for (size_t i = 0; i < lp_weights_count(bin); i++) {
+        const lp_tensor *tb = lp_weights_tensor(bin, i);
+        const lp_tensor *th = lp_weights_find(hf, tb->role, tb->layer, tb->expert, tb->is_bias);
+        const lp_tensor *tg = lp_weights_find(gg, tb->role, tb->layer, tb->expert, tb->is_bias);
+        if (!th || !tg)
+            fail_msg("%s (%s layer %d) missing in hf or gguf", tb->name, lp_role_name(tb->role),
+                     tb->layer);
+        assert_int_equal(th->n_elements, tb->n_elements);
+        assert_int_equal(tg->n_elements, tb->n_elements);
+        for (int d = 0; d < tb->n_dims; d++) {
+            assert_int_equal(th->shape[d], tb->shape[d]);
+            assert_int_equal(tg->shape[d], tb->shape[d]);
+        }
+        float *vb = all_rows(tb), *vh = all_rows(th), *vg = all_rows(tg);
+        int64_t cols = tb->n_dims == 2 ? tb->shape[1] : tb->n_elements;
+        int64_t rows = tb->n_elements / cols;
+        bool permuted = tb->role == LP_ROLE_ATTN_Q || tb->role == LP_ROLE_ATTN_K;
+        for (int64_t r = 0; r < rows; r++) {
+            /* HF row h*hd + a*(hd/2) + i holds original row h*hd + 2i + a (rotate_half order) */
+            int64_t hr = r;
+            if (permuted) {
+                int64_t h = r / head_dim, within = r % head_dim;
+                int64_t pair = within / 2, a = within % 2;
+                hr = h * head_dim + a * (head_dim / 2) + pair;
+            }
+            for (int64_t c = 0; c < cols; c++) {
+                float b = vb[r * cols + c];
+                if (memcmp(&b, &vg[r * cols + c], 4) != 0 || memcmp(&b, &vh[hr * cols + c], 4) != 0)
+                    fail_msg("%s row %lld col %lld: bin %g gguf %g hf %g", tb->name, (long long)r,
+                             (long long)c, (double)b, (double)vg[r * cols + c],
+                             (double)vh[hr * cols + c]);
+            }
+        }
+        compared += (size_t)tb->n_elements;
+        free(vb);
+        free(vh);
+        free(vg);
+    }
+    assert_int_equal(compared, 260032);
+    /* GGUF's classifier is a copy of the embedding; HF and .bin share it */
+    const lp_tensor *out = lp_weights_find(gg, LP_ROLE_LM_HEAD, -1, -1, false);
+    const lp_tensor *emb = lp_weights_find(gg, LP_ROLE_TOKEN_EMBD, -1, -1, false);
+    assert_non_null(out);
+    assert_int_equal(memcmp(out->data, emb->data, emb->n_bytes), 0);
+    json_t *r = report_of(gg, false);
+    assert_true(json_is_true(json_object_get(json_object_get(r, "tied_embeddings"), "stored_copy")));
+    json_decref(r);
+    assert_null(lp_weights_find(bin, LP_ROLE_LM_HEAD, -1, -1, false));
+    assert_null(lp_weights_find(hf, LP_ROLE_LM_HEAD, -1, -1, false));
+    lp_weights_close(bin);
+    lp_weights_close(hf);
+    lp_weights_close(gg);
+}
+
+/* Hand decoding of one block of each type that occurs, straight from ggml-common.h's layouts
+ * (independent of lp_dequantize). */
+static float hand_decode(lp_dtype dtype, const uint8_t *block, int j)
+{
+    float d = lp_f16_to_f32(lp_load_u16(block));
+    switch (dtype) {
+    case LP_DTYPE_Q8_0: return d * (float)(int8_t)block[2 + j];
+    case LP_DTYPE_Q4_0: {
+        const uint8_t *qs = block + 2;
+        int q = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+        return d * (float)(q - 8);
+    }
+    case LP_DTYPE_Q5_0: {
+        uint32_t qh = lp_load_u32(block + 2);
+        const uint8_t *qs = block + 6;
+        int lo = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+        int hi = (int)((qh >> j) & 1u) << 4;
+        return d * (float)((lo | hi) - 16);
+    }
+    case LP_DTYPE_F16: return lp_f16_to_f32(lp_load_u16(block + 2 * j));
+    default: fail_msg("no hand decoder for %s", lp_dtype_name(dtype));
+    }
+    return 0;
+}
+
+static void test_golden_quant(void **state)
+{
+    (void)state;
+    char p_f32[600];
+    if (!shared(p_f32, sizeof p_f32, "models/stories260K/stories260K.gguf"))
+        skip();
+    static const char *const files[] = {"stories260K-Q4_K_M.gguf", "stories260K-Q6_K.gguf",
+                                        "stories260K-TQ2_0.gguf"};
+    /* the quant README's largest |dequantized - f32| per stored type, given to two digits: 5%
+     * headroom for that rounding (observed F16: 2.407e-4 against the stated 2.4e-4) */
+    struct {
+        lp_dtype dtype;
+        double max_diff;
+        int seen;
+    } tol[] = {{LP_DTYPE_Q8_0, 7.2e-3, 0}, {LP_DTYPE_Q5_0, 5.8e-2, 0}, {LP_DTYPE_Q4_0, 0.13, 0},
+               {LP_DTYPE_F16, 2.4e-4, 0},  {LP_DTYPE_F32, 0.0, 0}};
+    lp_weights *ref = open_ok(p_f32);
+    for (size_t f = 0; f < 3; f++) {
+        char rel[256], path[600];
+        snprintf(rel, sizeof rel, "models/stories260K/quant/%s", files[f]);
+        lp_weights *q = open_ok(shared(path, sizeof path, rel));
+        assert_int_equal(lp_weights_count(q), 48);
+        assert_int_equal(total_params(q), 292800);
+        json_t *rep = report_of(q, true);
+        json_t *jt = json_object_get(rep, "tensors");
+        for (size_t i = 0; i < lp_weights_count(q); i++) {
+            const lp_tensor *tq = lp_weights_tensor(q, i);
+            const lp_tensor *tr = lp_weights_find_name(ref, tq->name);
+            assert_non_null(tr);
+            size_t k = 0;
+            while (k < 5 && tol[k].dtype != tq->dtype)
+                k++;
+            if (k == 5)
+                fail_msg("%s: %s stores unexpected type %s", files[f], tq->name,
+                         lp_dtype_name(tq->dtype));
+            tol[k].seen++;
+            float *vq = all_rows(tq), *vr = all_rows(tr);
+            double worst = 0, mn = INFINITY, mx = -INFINITY, sum = 0;
+            for (int64_t e = 0; e < tq->n_elements; e++) {
+                worst = fmax(worst, fabs((double)vq[e] - (double)vr[e]));
+                mn = fmin(mn, (double)vq[e]);
+                mx = fmax(mx, (double)vq[e]);
+                sum += (double)vq[e];
+            }
+            if (worst > tol[k].max_diff * 1.05)
+                fail_msg("%s: %s (%s) max |diff| %g > %g", files[f], tq->name,
+                         lp_dtype_name(tq->dtype), worst, tol[k].max_diff);
+            /* the first and last block decoded by hand */
+            const lp_dtype_info *info = lp_dtype_get(tq->dtype);
+            int64_t n_blocks = tq->n_elements / info->block_elems;
+            int64_t picks[2] = {0, n_blocks - 1};
+            for (int p = 0; p < 2 && tq->dtype != LP_DTYPE_F32; p++) {
+                const uint8_t *blk = (const uint8_t *)tq->data + (uint64_t)picks[p] * info->block_bytes;
+                for (uint32_t j = 0; j < info->block_elems; j++) {
+                    float want = hand_decode(tq->dtype, blk, (int)j);
+                    float got = vq[picks[p] * info->block_elems + j];
+                    if (memcmp(&want, &got, 4) != 0)
+                        fail_msg("%s: %s block %lld value %u: %g, hand-decoded %g", files[f],
+                                 tq->name, (long long)picks[p], j, (double)got, (double)want);
+                }
+            }
+            /* --stats agrees with the values */
+            json_t *s = json_object_get(json_array_get(jt, i), "stats");
+            assert_close(json_real_value(json_object_get(s, "min")), mn, 0);
+            assert_close(json_real_value(json_object_get(s, "max")), mx, 0);
+            assert_close(json_real_value(json_object_get(s, "mean")),
+                               sum / (double)tq->n_elements, 1e-9);
+            free(vq);
+            free(vr);
+        }
+        json_decref(rep);
+        lp_weights_close(q);
+    }
+    for (size_t k = 0; k < 4; k++)
+        if (!tol[k].seen)
+            fail_msg("no %s tensor met", lp_dtype_name(tol[k].dtype));
+    lp_weights_close(ref);
+}
+
+int main(void)
+{
+    snprintf(tmp_root, sizeof tmp_root, "%s/weights.%ld", lp_test_tmp_dir(), (long)getpid());
+    mkdir(tmp_root, 0755);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_safetensors_valid),   cmocka_unit_test(test_safetensors_dtypes),
+        cmocka_unit_test(test_stats_chunks),        cmocka_unit_test(test_safetensors_malformed),
+        cmocka_unit_test(test_sharded),             cmocka_unit_test(test_sparse_header_only),
+        cmocka_unit_test(test_llama2c),             cmocka_unit_test(test_gguf_generated),
+        cmocka_unit_test(test_roles),               cmocka_unit_test(test_checks_fail),
+        cmocka_unit_test(test_golden_three_formats), cmocka_unit_test(test_golden_quant),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    if (!failed) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmp_root);
+    }
+    return failed;
+}
