@@ -301,17 +301,41 @@ lp_status tk_alloc_vocab(lp_tokenizer *tok, int64_t n_vocab, lp_error *err)
     return LP_OK;
 }
 
+/* Copy len bytes plus a NUL into the piece pool. */
+static char *pool_copy(lp_tokenizer *tok, const char *s, size_t len)
+{
+    if (len + 1 > tok->pool_left) {
+        size_t size = len + 1 > (1u << 20) ? len + 1 : (1u << 20);
+        char **chunks = realloc(tok->pool_chunks, (tok->n_pool_chunks + 1) * sizeof *chunks);
+        if (!chunks)
+            return NULL;
+        tok->pool_chunks = chunks;
+        char *block = malloc(size);
+        if (!block)
+            return NULL;
+        chunks[tok->n_pool_chunks++] = block;
+        tok->pool_cur = block;
+        tok->pool_left = size;
+    }
+    char *copy = tok->pool_cur;
+    if (len)
+        memcpy(copy, s, len);
+    copy[len] = '\0';
+    tok->pool_cur += len + 1;
+    tok->pool_left -= len + 1;
+    return copy;
+}
+
 lp_status tk_set_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len, lp_error *err)
 {
     LP_ASSERT(id >= 0 && id < tok->n_vocab);
-    if (len > UINT32_MAX)
+    if (len > UINT32_MAX - 1)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: token %d is %zu bytes long",
                             lp_path_basename(tok->path), id, len);
-    char *copy = tk_strndup(s, len);
+    char *copy = pool_copy(tok, s, len);
     if (!copy)
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", lp_path_basename(tok->path));
-    free(tok->pieces[id]);
-    tok->pieces[id] = copy;
+    tok->pieces[id] = copy; /* a replaced piece stays in the pool until close */
     tok->piece_len[id] = (uint32_t)len;
     return LP_OK;
 }
@@ -1616,8 +1640,9 @@ void lp_tokenizer_close(lp_tokenizer *tok)
 {
     if (!tok)
         return;
-    for (int64_t i = 0; i < tok->n_vocab; i++)
-        free(tok->pieces[i]);
+    for (size_t k = 0; k < tok->n_pool_chunks; k++)
+        free(tok->pool_chunks[k]);
+    free(tok->pool_chunks);
     free(tok->pieces);
     free(tok->piece_len);
     free(tok->flags);

@@ -186,7 +186,7 @@ struct lp_tokenizer {
     const char *kind;
     char *path;
     int64_t n_vocab; /* highest id + 1 */
-    char **pieces;   /* [n_vocab], NUL-terminated, NULL for holes; pieces[i] owned */
+    char **pieces;   /* [n_vocab], NUL-terminated, NULL for holes; in pool_chunks */
     uint32_t *piece_len;
     uint8_t *flags; /* [n_vocab] TK_FLAG_* */
     tk_strmap vocab; /* model vocabulary: string -> id */
@@ -217,7 +217,10 @@ struct lp_tokenizer {
     size_t n_decs;
     bool label_bytelevel;  /* labels map byte-level symbols back */
     bool label_metaspace;  /* labels turn "▁" into " " */
-    bool llama2c_bos;      /* llama2c model: add BOS=1 */
+    char **pool_chunks;    /* piece storage: few big blocks instead of one malloc a piece */
+    size_t n_pool_chunks;
+    char *pool_cur;
+    size_t pool_left;
 };
 
 enum { TK_FLAG_SPECIAL = 1, TK_FLAG_ADDED = 2, TK_FLAG_BYTE = 4, TK_FLAG_CONTROL = 8 };
