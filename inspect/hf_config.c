@@ -594,6 +594,30 @@ static void set_name(lp_arch *a, const char *path)
     snprintf(a->name, sizeof a->name, "%s", base);
 }
 
+/* Old configs may lack model_type; their class name says the same. Longest prefixes first. */
+static const char *model_type_from_architectures(const hf_reader *r)
+{
+    static const char *const table[][2] = {
+        {"Qwen2Moe", "qwen2_moe"},    {"Qwen3Moe", "qwen3_moe"},    {"Qwen2", "qwen2"},
+        {"Qwen3", "qwen3"},           {"Gemma3", "gemma3_text"},    {"Gemma2", "gemma2"},
+        {"Gemma", "gemma"},           {"Phi3", "phi3"},             {"Phi", "phi"},
+        {"Mixtral", "mixtral"},       {"Mistral", "mistral"},       {"Llama", "llama"},
+        {"GPT2", "gpt2"},             {"GPTNeoX", "gpt_neox"},      {"GPTJ", "gptj"},
+        {"OPT", "opt"},               {"Bloom", "bloom"},           {"Falcon", "falcon"},
+        {"DeepseekV2", "deepseek_v2"}, {"DeepseekV3", "deepseek_v3"}, {"StableLm", "stablelm"},
+        {"Olmo2", "olmo2"},
+    };
+    const json_t *archs = json_object_get(r->root, "architectures");
+    const json_t *first = json_is_array(archs) ? json_array_get(archs, 0) : NULL;
+    const char *name = json_is_string(first) ? json_string_value(first) : NULL;
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strncmp(name, table[i][0], strlen(table[i][0])) == 0)
+            return table[i][1];
+    return NULL;
+}
+
 static lp_status parse_config(const hf_reader *r, lp_arch *a)
 {
     lp_status st;
@@ -604,7 +628,10 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
     if ((st = hf_str(r, "model_type", &model_type)) != LP_OK)
         return st;
     if (!model_type)
-        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: missing required key 'model_type'",
+        model_type = model_type_from_architectures(r);
+    if (!model_type)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: missing required key 'model_type' (and no known 'architectures')",
                             r->path);
     /* Falcon's first releases called themselves RefinedWeb (40B) and RefinedWebModel (7B). */
     bool refined_web = strcmp(model_type, "RefinedWeb") == 0;
@@ -865,11 +892,22 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
         if (found)
             a->bias_qkv = a->bias_o = a->bias_mlp = flag;
     }
+    if (is_family(a, "opt")) {
+        if ((st = hf_bool(r, "enable_bias", &flag, &found)) != LP_OK)
+            return st;
+        if (found)
+            a->bias_qkv = a->bias_o = a->bias_mlp = flag;
+    }
     if (is_family(a, "phi") || is_family(a, "gptj"))
         a->bias_lm_head = true;
     if (is_family(a, "gptj")) {
         a->bias_qkv = a->bias_o = false; /* GPT-J: biases only in the MLP (fc_in, fc_out) */
         a->bias_mlp = true;
+    }
+    if (is_family(a, "gpt_oss")) {
+        /* experts (gate_up_proj, down_proj) and the router carry biases; each attention layer
+         * has one learned sink logit per head */
+        a->bias_mlp = a->router_bias = a->attn_sinks = true;
     }
 
     /* Parallel blocks. */

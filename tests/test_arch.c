@@ -401,6 +401,12 @@ static void test_bad_configs(void **state)
         LP_ERR_FORMAT, "syntax.json:4:", NULL);
     expect_hf_error("no_model_type.json", "{\"vocab_size\": 10}", LP_ERR_FORMAT, "model_type",
                     NULL);
+    /* without model_type, the class name in architectures decides the family */
+    lp_arch *a = parse_hf_text("archs.json",
+        "{\"architectures\": [\"Qwen2MoeForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8,"
+        " \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 8}");
+    assert_string_equal(a->family, "qwen2_moe");
+    assert_true(a->bias_qkv);
     expect_hf_error("too_many_layers.json",
         "{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8,"
         " \"num_hidden_layers\": 100000, \"num_attention_heads\": 2, \"intermediate_size\": 8}",
@@ -557,6 +563,50 @@ static void test_llama2c_header(void **state)
     path = write_tmp("tiny.bin", "abc");
     assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "28-byte"));
+}
+
+/* Every prefix of a valid config or card is either valid or a clean error: never a crash. */
+static void test_truncated_inputs(void **state)
+{
+    (void)state;
+    static const char *const json =
+        "{\"model_type\": \"deepseek_v3\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+        " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"intermediate_size\": 256,"
+        " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32,"
+        " \"kv_lora_rank\": 16, \"qk_rope_head_dim\": 8, \"qk_nope_head_dim\": 16,"
+        " \"v_head_dim\": 16, \"layer_types\": [\"full_attention\", \"full_attention\","
+        " \"full_attention\", \"full_attention\"], \"rope_scaling\": {\"type\": \"yarn\","
+        " \"factor\": 4}, \"eos_token_id\": [1, 2]}";
+    char buf[2048];
+    size_t n = strlen(json);
+    int n_ok = 0;
+    for (size_t len = 0; len <= n; len++) {
+        snprintf(buf, sizeof buf, "%.*s", (int)len, json);
+        lp_arch a;
+        lp_error err = {0};
+        lp_status st = lp_arch_from_hf_config(write_tmp("trunc.json", buf), &a, &err);
+        if (st == LP_OK)
+            n_ok++;
+        else if (st != LP_ERR_FORMAT || !err.msg[0])
+            fail_msg("prefix of %zu bytes: status %s: %s", len, lp_status_name(st), err.msg);
+    }
+    assert_int_equal(n_ok, 1); /* only the whole text is a complete config */
+
+    char card[4096];
+    char path[1024];
+    snprintf(path, sizeof path, "%s/deepseek-v3.yaml", lp_configs_dir());
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t card_len = fread(card, 1, sizeof card - 1, f);
+    fclose(f);
+    for (size_t len = 0; len <= card_len; len += 3) {
+        snprintf(buf, sizeof buf, "%.*s", (int)len, card);
+        lp_arch a;
+        lp_error err = {0};
+        lp_status st = lp_arch_from_yaml(write_tmp("trunc.yaml", buf), &a, &err);
+        if (st != LP_OK && (st != LP_ERR_FORMAT || !err.msg[0]))
+            fail_msg("card prefix of %zu bytes: status %s: %s", len, lp_status_name(st), err.msg);
+    }
 }
 
 static bool is_card(const char *name)
@@ -805,6 +855,18 @@ static void test_stories260k(void **state)
     char why[256];
     if (arch_diff(&a, &hf, why, sizeof why))
         fail_msg("stories260K .bin and hf/config.json differ in %s", why);
+
+    /* and from the GGUF converted from the .bin: lp_arch_load dispatches on the extension */
+    lp_arch gguf;
+    lp_test_shared_path(path, sizeof path, "models/stories260K/stories260K.gguf");
+    if (lp_arch_load(path, &gguf, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(gguf.hidden_size, 64);
+    assert_int_equal(gguf.n_layers, 5);
+    assert_int_equal(gguf.n_heads, 8);
+    assert_int_equal(gguf.n_kv_heads, 4);
+    assert_int_equal(gguf.vocab_size, 512);
+    assert_int_equal(gguf.ffn_hidden, 172);
 }
 
 #endif
@@ -830,6 +892,7 @@ int main(void)
         cmocka_unit_test(test_card_reader),
         cmocka_unit_test(test_llama2c_header),
         cmocka_unit_test(test_shipped_cards_load),
+        cmocka_unit_test(test_truncated_inputs),
     };
 #endif
     return cmocka_run_group_tests(tests, NULL, NULL);
