@@ -243,6 +243,8 @@ static void add_attention(part_list *list, const lp_arch *arch, int64_t layer)
     add_matrix(list, LP_EST_ATTN, "o", h, q_dim);
     if (arch->bias_o)
         add_vector(list, LP_EST_ATTN, "o bias", h);
+    if (arch->attn_sinks)
+        add_vector(list, LP_EST_ATTN, "attention sinks", heads);
     if (arch->qk_norm_full) { /* OLMo 2: over all heads at once */
         add_norm(list, arch, LP_EST_ATTN, "q norm", q_dim);
         add_norm(list, arch, LP_EST_ATTN, "k norm", kv_dim);
@@ -277,6 +279,8 @@ static void add_moe(part_list *list, const lp_arch *arch)
     if (top_k > arch->n_experts)
         top_k = arch->n_experts;
     add_matrix(list, LP_EST_ROUTER, "router", arch->n_experts, h);
+    if (arch->router_bias)
+        add_vector(list, LP_EST_ROUTER, "router bias", arch->n_experts);
     if (arch->router_score_bias)
         add_vector(list, LP_EST_ROUTER, "router score bias", arch->n_experts);
     add_ffn(list, arch, LP_EST_EXPERTS, arch->expert_ffn_hidden, arch->n_experts, top_k);

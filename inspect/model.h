@@ -167,6 +167,10 @@ typedef struct lp_arch {
     lp_dtype storage_dtype;      /* torch_dtype / file type; INVALID if unknown */
     int64_t bos_token_id;        /* -1 when unknown */
     int64_t eos_token_id;
+
+    /* gpt-oss (added for exact parameter counts): */
+    bool router_bias; /* the router linear has a bias: n_experts values per MoE layer */
+    bool attn_sinks;  /* one learned sink logit per query head per layer, joining the softmax */
 } lp_arch;
 
 /* Defaults every reader starts from: all zero except eps 1e-5, theta 10000, partial 1.0,

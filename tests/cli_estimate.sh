@@ -90,6 +90,22 @@ if [ -f "${LOUPE_CONFIGS:-/nonexistent}/llama-3-8b.yaml" ]; then
   expect_json_int kv_cache_bytes 4294967296 "$LOUPE" estimate llama-3-8b --json --batch 8 --seq 8192 --kv-dtype fp8
 fi
 
+# More real configs (Hugging Face config.json as published) whose parameter counts are
+# published: quirks the shared set does not cover.
+# Pythia-70M: GPT-NeoX parallel residual with both layer norms; GPT-J-6B: MLP biases only and an
+# lm_head bias; StarCoder2-3B: GQA with biases everywhere, tied; Mistral-NeMo-12B: head_dim 128
+# with hidden 5120 / 32 heads; gpt-oss-20b: attention sinks, router and expert biases.
+check_total() {
+  local name=$1 want=$2 json=$3
+  printf '%s\n' "$json" >"$TMP/$name.json"
+  expect_json_int total "$want" "$LOUPE" estimate "$TMP/$name.json" --json
+}
+check_total pythia70m 70426624 '{"architectures":["GPTNeoXForCausalLM"],"bos_token_id":0,"eos_token_id":0,"hidden_act":"gelu","hidden_size":512,"initializer_range":0.02,"intermediate_size":2048,"layer_norm_eps":1e-05,"max_position_embeddings":2048,"model_type":"gpt_neox","num_attention_heads":8,"num_hidden_layers":6,"rotary_emb_base":10000,"rotary_pct":0.25,"tie_word_embeddings":false,"torch_dtype":"float16","use_cache":true,"use_parallel_residual":true,"vocab_size":50304}'
+check_total gptj 6050882784 '{"activation_function":"gelu_new","architectures":["GPTJForCausalLM"],"attn_pdrop":0.0,"bos_token_id":50256,"embd_pdrop":0.0,"eos_token_id":50256,"gradient_checkpointing":false,"initializer_range":0.02,"layer_norm_epsilon":1e-05,"model_type":"gptj","n_embd":4096,"n_head":16,"n_inner":null,"n_layer":28,"n_positions":2048,"resid_pdrop":0.0,"rotary":true,"rotary_dim":64,"tie_word_embeddings":false,"vocab_size":50400}'
+check_total starcoder2 3030371328 '{"architectures":["Starcoder2ForCausalLM"],"attention_dropout":0.1,"bos_token_id":0,"embedding_dropout":0.1,"eos_token_id":0,"hidden_act":"gelu_pytorch_tanh","hidden_size":3072,"initializer_range":0.018042,"intermediate_size":12288,"max_position_embeddings":16384,"mlp_type":"default","model_type":"starcoder2","norm_epsilon":1e-05,"norm_type":"layer_norm","num_attention_heads":24,"num_hidden_layers":30,"num_key_value_heads":2,"residual_dropout":0.1,"rope_theta":999999.4420358813,"sliding_window":4096,"torch_dtype":"bfloat16","use_bias":true,"use_cache":true,"vocab_size":49152}'
+check_total nemo 12247782400 '{"architectures":["MistralForCausalLM"],"attention_dropout":0.0,"bos_token_id":1,"eos_token_id":2,"head_dim":128,"hidden_act":"silu","hidden_size":5120,"initializer_range":0.02,"intermediate_size":14336,"max_position_embeddings":1024000,"model_type":"mistral","num_attention_heads":32,"num_hidden_layers":40,"num_key_value_heads":8,"rms_norm_eps":1e-05,"rope_theta":1000000.0,"sliding_window":null,"tie_word_embeddings":false,"torch_dtype":"bfloat16","vocab_size":131072}'
+check_total gptoss20b 20914757184 '{"architectures":["GptOssForCausalLM"],"attention_bias":true,"attention_dropout":0.0,"eos_token_id":200002,"experts_per_token":4,"head_dim":64,"hidden_act":"silu","hidden_size":2880,"initial_context_length":4096,"initializer_range":0.02,"intermediate_size":2880,"layer_types":["sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention"],"max_position_embeddings":131072,"model_type":"gpt_oss","num_attention_heads":64,"num_experts_per_tok":4,"num_hidden_layers":24,"num_key_value_heads":8,"num_local_experts":32,"output_router_logits":false,"pad_token_id":199999,"rms_norm_eps":1e-05,"rope_scaling":{"beta_fast":32.0,"beta_slow":1.0,"factor":32.0,"original_max_position_embeddings":4096,"rope_type":"yarn","truncate":false},"rope_theta":150000,"router_aux_loss_coef":0.9,"sliding_window":128,"swiglu_limit":7.0,"tie_word_embeddings":false,"transformers_version":"4.55.0.dev0","use_cache":true,"vocab_size":201088}'
+
 # every real config in ../shared: exact total (and active when truth has one)
 require_shared
 for dir in "$SHARED"/configs/*/; do

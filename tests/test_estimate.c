@@ -128,6 +128,17 @@ static void test_params_moe_and_mla(void **state)
     assert_int_equal(p->active - p->active_by_component[LP_EST_SHARED_EXPERTS],
                      128064 + 34944 + 3 * 22912);
 
+    /* gpt-oss: router bias (4), expert biases (2 x 32 + 64 per expert) and one sink per head */
+    a.shared_expert_ffn_hidden = 0;
+    a.shared_expert_gate = false;
+    a.router_bias = true;
+    a.attn_sinks = true;
+    a.bias_mlp = true;
+    assert_int_equal(lp_est_count_params(&a, p, &err), LP_OK);
+    assert_int_equal(p->layers[1].params, 10240 + 8 + 128 + 256 + 4 + 4 * (6144 + 128));
+    assert_int_equal(p->layers[1].active_params, 10240 + 8 + 128 + 256 + 4 + 2 * (6144 + 128));
+    a.router_bias = a.attn_sinks = a.bias_mlp = false;
+
     /* MLA without q compression: q 64 -> 8 x (8 + 4); kv_a 64 -> 16 + 4; kv_a norm 16;
      * kv_b 16 -> 8 x (8 + 8); o 8 x 8 -> 64 */
     tiny_arch(&a);
