@@ -695,8 +695,46 @@ static void test_golden_quant(void **state)
     lp_gguf_close(ref);
 }
 
+/* `test_gguf write-corrupt DIR`: write every corrupt case (and a few truncations) as DIR/NAME.gguf
+ * for tests/cli_gguf.sh, which runs `loupe inspect` on them. */
+static int write_corrupt(const char *dir)
+{
+    char path[1024];
+    for (size_t i = 0; i < sizeof corrupt_cases / sizeof corrupt_cases[0]; i++) {
+        char slug[64];
+        size_t n = 0;
+        for (const char *p = corrupt_cases[i].name; *p && n < sizeof slug - 1; p++) {
+            char ch = (*p >= 'A' && *p <= 'Z') ? (char)(*p - 'A' + 'a') : *p;
+            slug[n++] = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ? ch : '_';
+        }
+        slug[n] = '\0';
+        lp_gw w;
+        build_valid(&w, 3);
+        corrupt_cases[i].mutate(&w);
+        snprintf(path, sizeof path, "%s/%s.gguf", dir, slug);
+        bool ok = lp_gw_write(&w, path);
+        lp_gw_free(&w);
+        if (!ok)
+            return 1;
+    }
+    const size_t cuts[] = {0, 3, 12, 40, 300, 700};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        lp_gw w;
+        build_valid(&w, 3);
+        snprintf(path, sizeof path, "%s/truncated_at_%zu.gguf", dir, cuts[i]);
+        w.size = cuts[i] < w.size ? cuts[i] : w.size - 1;
+        bool ok = lp_gw_write(&w, path);
+        lp_gw_free(&w);
+        if (!ok)
+            return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "write-corrupt") == 0)
+        return write_corrupt(argv[2]);
     if (argc > 1 && strcmp(argv[1], "golden") == 0) {
         LP_TEST_REQUIRE_SHARED();
         const struct CMUnitTest golden[] = {
