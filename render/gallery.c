@@ -138,9 +138,18 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
 
     snprintf(file, sizeof file, "overview.png");
     snprintf(path, sizeof path, "%s/%s", dir, file);
+    /* Maps may be stored for a selection of layers and heads, or not at all (--maps none):
+     * draw what is there and skip the rest. */
+    bool have_maps = true;
     s = lp_render_overview(db, run, opt, path, err);
-    if (s == LP_OK)
+    if (s == LP_OK) {
         s = add_item(&g, file, "all layers x heads", 0, err);
+    } else if (s == LP_ERR_NOT_FOUND) {
+        have_maps = false;
+        s = LP_OK;
+        snprintf(note, sizeof note, "This run stored no attention maps (maps_dtype '%s').",
+                 run->maps_dtype);
+    }
 
     bool have_stats = true;
     for (int st_i = 0; st_i < LP_STAT_COUNT && s == LP_OK && have_stats; st_i++) {
@@ -150,7 +159,9 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
         lp_status ss = lp_render_stat_matrix(db, run, (lp_head_stat)st_i, opt, path, &stat_err);
         if (ss == LP_ERR_NOT_FOUND) {
             have_stats = false; /* a run without head_stats: the index says so */
-            snprintf(note, sizeof note, "This run has no head statistics.");
+            size_t len = strlen(note);
+            snprintf(note + len, sizeof note - len, "%sThis run has no head statistics.",
+                     len ? " " : "");
         } else if (ss) {
             s = ss;
             *err = stat_err;
@@ -187,16 +198,18 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
         }
     }
 
-    for (int64_t l = 0; l < run->n_layers && s == LP_OK; l++) {
+    for (int64_t l = 0; l < run->n_layers && s == LP_OK && have_maps; l++) {
         snprintf(file, sizeof file, "layer_%lld_grid.png", (long long)l);
         snprintf(path, sizeof path, "%s/%s", dir, file);
         s = lp_render_layer_grid(db, run, l, opt, path, err);
         if (s == LP_OK) {
             snprintf(caption, sizeof caption, "layer %lld, all heads", (long long)l);
             s = add_item(&g, file, caption, 3, err);
+        } else if (s == LP_ERR_NOT_FOUND) {
+            s = LP_OK; /* no map of this layer was stored */
         }
     }
-    for (int64_t l = 0; l < run->n_layers && s == LP_OK; l++) {
+    for (int64_t l = 0; l < run->n_layers && s == LP_OK && have_maps; l++) {
         for (int64_t h = 0; h < run->n_heads && s == LP_OK; h++) {
             snprintf(file, sizeof file, "layer_%lld_head_%lld.png", (long long)l, (long long)h);
             snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -205,6 +218,8 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
                 snprintf(caption, sizeof caption, "layer %lld, head %lld", (long long)l,
                          (long long)h);
                 s = add_item(&g, file, caption, 4, err);
+            } else if (s == LP_ERR_NOT_FOUND) {
+                s = LP_OK;
             }
         }
     }

@@ -29,16 +29,63 @@ static lp_status read_maps(lp_render_db *db, const lp_render_run *run, const int
     lp_pooled_map *maps = calloc((size_t)n, sizeof *maps);
     if (!maps)
         return lp_error_set(err, LP_ERR_NOMEM, "%lld maps: out of memory", (long long)n);
+    /* `loupe trace --layers/--heads` stores maps for a selection: the others are drawn as
+     * empty panels, and only a sheet with no map at all is an error. */
+    int64_t present = 0;
+    lp_error first_missing = {0};
     for (int64_t i = 0; i < n; i++) {
+        lp_error one = {0};
         lp_status s = lp_render_db_read_map(db, run, layers[i], heads[i], cells, threshold,
-                                            &maps[i], err);
+                                            &maps[i], &one);
+        if (s == LP_ERR_NOT_FOUND) {
+            if (!first_missing.code)
+                first_missing = one;
+            continue;
+        }
         if (s) {
+            if (err)
+                *err = one;
             free_maps(maps, n);
             return s;
         }
+        present++;
+    }
+    if (present == 0) {
+        if (err)
+            *err = first_missing;
+        free_maps(maps, n);
+        return LP_ERR_NOT_FOUND;
     }
     *out = maps;
     return LP_OK;
+}
+
+/* The first map that is there (read_maps guarantees one). */
+static const lp_pooled_map *first_present(const lp_pooled_map *maps, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (maps[i].rows > 0)
+            return &maps[i];
+    return &maps[0];
+}
+
+/* An empty panel where a map was not stored. */
+static void draw_missing(lp_canvas *c, double x, double y, double side)
+{
+    cairo_set_source_rgb(c->cr, 0.96, 0.96, 0.96);
+    cairo_rectangle(c->cr, x, y, side, side);
+    cairo_fill(c->cr);
+    cairo_set_source_rgb(c->cr, 0.75, 0.75, 0.75);
+    cairo_set_line_width(c->cr, 1);
+    cairo_rectangle(c->cr, x + 0.5, y + 0.5, side - 1, side - 1);
+    cairo_stroke(c->cr);
+    if (side >= 40) {
+        lp_text_style st = lp_text_style_default(side >= 80 ? 11 : 9);
+        st.rgb = (lp_rgb){0x88, 0x88, 0x88};
+        st.halign = LP_ALIGN_CENTER;
+        st.valign = LP_ALIGN_CENTER;
+        lp_draw_text(c, "not stored", x + side / 2, y + side / 2, &st);
+    }
 }
 
 static void summarize(const lp_pooled_map *maps, int64_t n, float *max_value, int64_t *leaks,
@@ -69,6 +116,8 @@ static int fitted_slot(const lp_pooled_map *maps, int64_t n, int thumb)
 {
     int64_t slot = 1;
     for (int64_t i = 0; i < n; i++) {
+        if (maps[i].rows == 0)
+            continue; /* not stored */
         int64_t disp = maps[i].rows > maps[i].cols ? maps[i].rows : maps[i].cols;
         int64_t side = thumb_cell(&maps[i], thumb) * disp;
         if (side > slot)
@@ -107,6 +156,9 @@ lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64
     lp_status s = read_maps(db, run, layers, heads, n, thumb, opt->leak_threshold, &maps, err);
     free(layers);
     free(heads);
+    if (s == LP_ERR_NOT_FOUND)
+        return lp_error_set(err, s, "run %lld stored no attention map for any head of layer %lld",
+                            (long long)run->id, (long long)layer);
     if (s)
         return s;
     float max_value;
@@ -138,7 +190,8 @@ lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64
     snprintf(title, sizeof title, "layer %lld, all %lld heads: %s", (long long)layer,
              (long long)n, caption);
     snprintf(subtitle, sizeof subtitle, "%lld queries x %lld keys, shared %s scale up to %.3g, %s",
-             (long long)maps[0].n_q, (long long)maps[0].n_k, lp_scale_name(opt->scale), vmax,
+             (long long)first_present(maps, n)->n_q, (long long)first_present(maps, n)->n_k,
+             lp_scale_name(opt->scale), vmax,
              lp_colormap_name(opt->colormap));
     if (leaks > 0)
         snprintf(warning, sizeof warning, "LEAK: %lld masked cells hold probability > %g, in %lld head%s",
@@ -163,8 +216,11 @@ lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64
         st.rgb = maps[h].n_leak_cells > 0 ? lp_render_leak_rgb : (lp_rgb){0x22, 0x22, 0x22};
         st.bold = maps[h].n_leak_cells > 0;
         lp_draw_text(&c, label, x, y, &st);
-        s = lp_draw_map(&c, &maps[h], opt, vmax, x, y + label_h,
-                        thumb_cell(&maps[h], thumb_asked), err);
+        if (maps[h].rows == 0)
+            draw_missing(&c, x, y + label_h, thumb);
+        else
+            s = lp_draw_map(&c, &maps[h], opt, vmax, x, y + label_h,
+                            thumb_cell(&maps[h], thumb_asked), err);
     }
     if (s == LP_OK) {
         double bar_h = rows * (thumb + label_h + gap) - gap - label_h;
@@ -217,6 +273,9 @@ lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
     lp_status s = read_maps(db, run, layers, heads, n, thumb, opt->leak_threshold, &maps, err);
     free(layers);
     free(heads);
+    if (s == LP_ERR_NOT_FOUND)
+        return lp_error_set(err, s, "run %lld stored no attention maps (maps_dtype '%s')",
+                            (long long)run->id, run->maps_dtype);
     if (s)
         return s;
     float max_value;
@@ -237,7 +296,8 @@ lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
     snprintf(title, sizeof title, "all layers x heads: %s", caption);
     snprintf(subtitle, sizeof subtitle, "%lld layers x %lld heads, %lld tokens, shared %s scale up "
              "to %.3g, %s",
-             (long long)n_l, (long long)n_h, (long long)maps[0].n_k, lp_scale_name(opt->scale),
+             (long long)n_l, (long long)n_h, (long long)first_present(maps, n)->n_k,
+             lp_scale_name(opt->scale),
              vmax, lp_colormap_name(opt->colormap));
     if (leaks > 0)
         snprintf(warning, sizeof warning,
@@ -274,6 +334,10 @@ lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
     for (int64_t i = 0; i < n && s == LP_OK; i++) {
         double x = left + (i % n_h) * (thumb + gap);
         double y = top + (i / n_h) * (thumb + gap);
+        if (maps[i].rows == 0) {
+            draw_missing(&c, x, y, thumb);
+            continue;
+        }
         s = lp_draw_map(&c, &maps[i], opt, vmax, x, y, thumb_cell(&maps[i], thumb_asked), err);
         if (s == LP_OK && maps[i].n_leak_cells > 0) {
             /* a whole thumbnail is too small for cell outlines to be seen: frame it */

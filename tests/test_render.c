@@ -768,6 +768,74 @@ static void test_grid_overview_stats_leak(void **state)
     unlink(svg);
 }
 
+/* Decode-style maps (n_q < n_k) align the diagonal bottom-right; NaN cells are magenta; a grid
+ * with maps for only some heads draws the rest as empty panels. */
+static void test_decode_nan_and_selection(void **state)
+{
+    (void)state;
+    char db_path[512], png[512];
+    tmp_path(db_path, sizeof db_path, "decode.db");
+    tmp_path(png, sizeof png, "decode.png");
+    sqlite3 *sdb = new_db(db_path);
+    add_run(sdb, 1, "complete", "trace", 5, 1, 3, NULL);
+    /* 2 queries at positions 3 and 4 over 5 keys */
+    float v[10] = {0};
+    v[0 * 5 + 3] = 1.0f;     /* query at position 3 sees keys 0..3 */
+    v[1 * 5 + 2] = 0.5f;
+    v[1 * 5 + 1] = NAN;
+    add_map(sdb, 1, 0, 0, 2, 5, v, false);
+    add_map(sdb, 1, 0, 2, 2, 5, v, true); /* head 1 not stored */
+    sqlite3_close(sdb);
+
+    lp_error err = {0};
+    lp_render_db *db;
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    lp_render_run run;
+    bool incomplete;
+    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    opt.cell = 40;
+    lp_heatmap_layout lay;
+    assert_int_equal(lp_render_heatmap_layout(2, 5, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
+    png_image img = load_png(png);
+    lp_rgb masked = lp_render_masked_rgb(&opt);
+    assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0));
+    assert_rgb_equal(cell_pixel(&img, &lay, 0, 4), masked); /* position 3 must not see key 4 */
+    assert_rgb_equal(cell_pixel(&img, &lay, 1, 4), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0));
+    assert_rgb_equal(cell_pixel(&img, &lay, 1, 2), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
+    assert_rgb_equal(cell_pixel(&img, &lay, 1, 1), ((lp_rgb){0xff, 0x00, 0xff}));
+    cairo_surface_destroy(img.surface);
+
+    /* grid and overview draw heads 0 and 2 and leave head 1 empty; its own picture fails */
+    assert_int_equal(lp_render_layer_grid(db, &run, 0, &opt, png, &err), LP_OK);
+    assert_int_equal(lp_render_overview(db, &run, &opt, png, &err), LP_OK);
+    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_ERR_NOT_FOUND);
+    char dir[512], path[700];
+    tmp_path(dir, sizeof dir, "selgallery");
+    int64_t n_files;
+    assert_int_equal(lp_render_gallery(db, &run, &opt, dir, &n_files, &err), LP_OK);
+    assert_int_equal(n_files, 1 + 1 + 2); /* overview, one grid, two heads; no stats */
+    snprintf(path, sizeof path, "%s/index.html", dir);
+    char *text = read_text_file(path);
+    assert_non_null(strstr(text, "no head statistics"));
+    assert_null(strstr(text, "layer_0_head_1.png"));
+    free(text);
+    static const char *const names[] = {"index.html", "overview.png", "layer_0_grid.png",
+                                        "layer_0_head_0.png", "layer_0_head_2.png"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        assert_true(file_exists(path));
+        unlink(path);
+    }
+    assert_int_equal(rmdir(dir), 0); /* nothing else was left there */
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+    unlink(db_path);
+    unlink(png);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -780,6 +848,7 @@ int main(void)
         cmocka_unit_test(test_runs_and_errors),
         cmocka_unit_test(test_window_mask),
         cmocka_unit_test(test_grid_overview_stats_leak),
+        cmocka_unit_test(test_decode_nan_and_selection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
