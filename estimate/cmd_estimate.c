@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/cli.h"
 #include "core/mapfile.h"
 
@@ -159,9 +160,10 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* -1 when no weights come with the input; else whether they hold a separate output matrix. Only
- * headers are read (safetensors JSON header, GGUF metadata). */
-static int lm_head_present(const char *input)
+/* What the weights beside the config say, when there are any: whether they hold a separate
+ * output matrix (-1 unknown), and their stored bytes and values. Only headers are read
+ * (safetensors JSON header, GGUF metadata). */
+static void inspect_weights(const char *input, lp_est_options *opts)
 {
     bool has_weights = ends_with(input, ".gguf");
     if (!has_weights && lp_path_is_dir(input) == 1) {
@@ -172,14 +174,24 @@ static int lm_head_present(const char *input)
         free(index);
     }
     if (!has_weights)
-        return -1;
+        return;
     lp_weights *w = NULL;
     lp_error err = {0};
     if (lp_weights_open(input, &w, &err) != LP_OK)
-        return -1; /* the config reader reports real problems; this is only an audit */
-    int present = lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false) != NULL;
+        return; /* the config reader reports real problems; this is only an audit */
+    opts->lm_head_tensor_present = lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false) != NULL;
+    uint64_t bytes = 0;
+    int64_t values = 0;
+    bool ok = true;
+    for (size_t i = 0; i < lp_weights_count(w) && ok; i++) {
+        const lp_tensor *t = lp_weights_tensor(w, i);
+        ok = lp_add_u64(bytes, t->n_bytes, &bytes) && lp_add_i64(values, t->n_elements, &values);
+    }
+    if (ok) {
+        opts->stored_weight_bytes = bytes;
+        opts->stored_params = values;
+    }
     lp_weights_close(w);
-    return present;
 }
 
 static int run_estimate(int argc, char **argv)
@@ -206,7 +218,7 @@ static int run_estimate(int argc, char **argv)
             break;
         }
         lp_est_options opts = args.opts;
-        opts.lm_head_tensor_present = lm_head_present(args.inputs[i]);
+        inspect_weights(args.inputs[i], &opts);
         if (lp_estimate(&archs[i], &opts, &reps[i], &err) != LP_OK)
             rc = lp_cli_fail(CMD, &err);
     }

@@ -231,6 +231,8 @@ lp_status lp_estimate(const lp_arch *arch, const lp_est_options *opts, lp_est_re
                             "%s: memory for --batch %lld x --seq %lld overflows 64 bits", src,
                             (long long)rep->batch, (long long)rep->seq);
 
+    rep->stored_weight_bytes = opts->stored_weight_bytes;
+    rep->stored_params = opts->stored_params;
     rep->hw = opts->hw;
     rep->hw_set = opts->hw_set;
     est_flops(arch, rep);

@@ -107,6 +107,8 @@ typedef struct lp_est_options {
     uint64_t max_memory; /* gates; 0 = off */
     uint64_t max_kv;
     int lm_head_tensor_present; /* -1 unknown, 0 no, 1 yes (from the weights, when given) */
+    uint64_t stored_weight_bytes; /* tensor bytes of the weights beside the config; 0 unknown */
+    int64_t stored_params;        /* their element count (buffers included); 0 unknown */
 } lp_est_options;
 
 void lp_est_options_init(lp_est_options *opts);
@@ -223,6 +225,8 @@ typedef struct lp_est_report {
 
     uint64_t weight_bytes[LP_EST_MAX_DTYPES]; /* one per weight dtype */
     uint64_t weight_bytes_experts;            /* routed experts' share, first dtype */
+    uint64_t stored_weight_bytes;             /* as stored in the given weights; 0 unknown */
+    int64_t stored_params;
     uint64_t activation_bytes;
     uint64_t total_bytes; /* weights (first dtype) + KV cache + activations */
 

@@ -111,6 +111,12 @@ static void print_memory(FILE *out, const lp_est_report *rep)
         fprintf(out, "  %-44s %12s %24s B\n", label, fmt_bytes(rep->weight_bytes[d], a),
                 fmt_int((int64_t)rep->weight_bytes[d], b));
     }
+    if (rep->stored_weight_bytes > 0) {
+        snprintf(label, sizeof label, "weights as stored (%s tensor values)",
+                 fmt_int(rep->stored_params, a));
+        fprintf(out, "  %-44s %12s %24s B\n", label, fmt_bytes(rep->stored_weight_bytes, a),
+                fmt_int((int64_t)rep->stored_weight_bytes, b));
+    }
     snprintf(label, sizeof label, "KV cache %s per token, all layers", rep->kv_dtype.name);
     fprintf(out, "  %-44s %12s %24s B\n", label, fmt_bytes(rep->kv.bytes_per_token, a),
             fmt_int((int64_t)rep->kv.bytes_per_token, b));
@@ -413,6 +419,9 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
             ok = false;
     }
     put(mem, "weights", wlist, &ok);
+    put(mem, "stored_weights_bytes",
+        rep->stored_weight_bytes ? ju64(rep->stored_weight_bytes) : json_null(), &ok);
+    put(mem, "stored_tensor_values", rep->stored_params ? json_integer(rep->stored_params) : json_null(), &ok);
     put(mem, "activations_bytes", ju64(rep->activation_bytes), &ok);
     put(mem, "kv_cache_bytes", ju64(rep->kv.bytes), &ok);
     put(mem, "total_bytes", ju64(rep->total_bytes), &ok);

@@ -51,6 +51,20 @@ done
 if [ "$(head -c 1 "$TMP/out")" = "[" ] && [ "$(grep -c '"total": 267840' "$TMP/out")" -eq 2 ]; then ok; else bad "two models should print an array of two documents"; fi
 expect_stdout_contains "params total" "$LOUPE" estimate "$tiny" "$tiny"
 
+# a tied config whose weights still hold an lm_head: the audit says so (safetensors written here:
+# u64 little-endian header length, JSON header, data)
+mkdir -p "$TMP/tied"
+sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$tiny" >"$TMP/tied/config.json"
+hdr='{"lm_head.weight":{"dtype":"F32","shape":[1000,64],"data_offsets":[0,256000]}}'
+len=${#hdr}
+{ printf "$(printf '\\x%02x\\x%02x\\x00\\x00\\x00\\x00\\x00\\x00' $((len & 255)) $((len >> 8)))"
+  printf '%s' "$hdr"; head -c 256000 /dev/zero; } >"$TMP/tied/model.safetensors"
+expect_stdout_contains "tied_but_lm_head_present" "$LOUPE" estimate "$TMP/tied"
+expect_json_int stored_weights_bytes 256000 "$LOUPE" estimate "$TMP/tied" --json
+# the same config without weights: no such warning
+expect_status 0 "$LOUPE" estimate "$TMP/tied/config.json"
+if grep -q tied_but_lm_head_present "$TMP/out"; then bad "tied warning without weights"; else ok; fi
+
 # gates: KV at seq 256 is 65,536 bytes
 expect_status 0 "$LOUPE" estimate "$tiny" --max-kv 65536
 expect_status 1 "$LOUPE" estimate "$tiny" --max-kv 65535
