@@ -57,6 +57,7 @@ static const gguf_family FAMILIES[] = {
     {"gptneox", "gpt_neox", LP_FFN_MLP, LP_ACT_GELU, LP_NORM_LAYER, LP_POS_ROPE, LP_ROPE_HALVES, false, true, true},
     {"bloom", "bloom", LP_FFN_MLP, LP_ACT_GELU_TANH, LP_NORM_LAYER, LP_POS_ALIBI, LP_ROPE_HALVES, true, true, false},
     {"olmo2", "olmo2", LP_FFN_SWIGLU, LP_ACT_SILU, LP_NORM_RMS, LP_POS_ROPE, LP_ROPE_HALVES, false, false, false},
+    {"gpt-oss", "gpt_oss", LP_FFN_SWIGLU, LP_ACT_SILU, LP_NORM_RMS, LP_POS_ROPE, LP_ROPE_HALVES, false, false, false},
 };
 #define N_FAMILIES (sizeof FAMILIES / sizeof FAMILIES[0])
 
@@ -329,7 +330,7 @@ static lp_status read_windows(const reader *r, lp_arch *a)
     key_of(r, "attention.sliding_window_pattern", key, sizeof key);
     int64_t kv = lp_gguf_find_key(r->g, key);
     int64_t pattern = 0; /* 0: every layer slides */
-    if (strcmp(a->family, "gemma2") == 0)
+    if (strcmp(a->family, "gemma2") == 0 || strcmp(a->family, "gpt_oss") == 0)
         pattern = 2;
     else if (strcmp(a->family, "gemma3") == 0)
         pattern = 6;
@@ -385,6 +386,8 @@ static lp_status read_moe(const reader *r, lp_arch *a, const char *gguf_name)
     if (strcmp(gguf_name, "llama") == 0) {
         snprintf(a->family, sizeof a->family, "mixtral");
         a->norm_topk_prob = true;
+    } else if (strcmp(gguf_name, "gpt-oss") == 0) {
+        a->norm_topk_prob = true; /* softmax over the top-k logits = renormalized top-k */
     } else if (strcmp(gguf_name, "qwen3moe") == 0) {
         a->norm_topk_prob = true; /* llama.cpp's qwen3moe graph always renormalizes */
     } else if (strcmp(gguf_name, "qwen2moe") == 0) {
@@ -472,7 +475,8 @@ lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "%s: general.architecture \"%.*s\" is not supported (llama, qwen2, "
                             "qwen2moe, qwen3, qwen3moe, gemma, gemma2, gemma3, phi2, phi3, gpt2, "
-                            "falcon, deepseek2, starcoder2, stablelm, gptneox, bloom, olmo2)",
+                            "falcon, deepseek2, starcoder2, stablelm, gptneox, bloom, olmo2, "
+                            "gpt-oss)",
                             file, (int)(arch_len > 40 ? 40 : arch_len), arch_name);
     reader rd = {g, file, fam->gguf_name, err};
     const reader *r = &rd;
@@ -621,10 +625,16 @@ lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
     if (strcmp(fam->gguf_name, "olmo2") == 0) {
         a->qk_norm_full = true;
         a->no_input_norm = true;
+        a->post_attn_norm = a->post_ffn_norm = true;
     }
     if (strcmp(fam->gguf_name, "stablelm") == 0 || strcmp(fam->gguf_name, "gptneox") == 0)
         if ((st = opt_bool(r, "use_parallel_residual", &a->parallel_block)) != LP_OK)
             return st;
+    /* GPT-NeoX keeps both input and post-attention norms in parallel mode; StableLM does not */
+    if (strcmp(fam->gguf_name, "gptneox") == 0)
+        a->parallel_two_norms = a->parallel_block;
+    if (strcmp(fam->gguf_name, "gpt-oss") == 0)
+        a->bias_mlp = a->router_bias = a->attn_sinks = true;
     if ((st = read_windows(r, a)) != LP_OK)
         return st;
 
@@ -633,14 +643,20 @@ lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
         a->tied_embeddings = !has_tensor(g, "output.weight");
         a->bias_qkv = has_layer_tensor(g, "attn_q.bias") || has_layer_tensor(g, "attn_qkv.bias");
         a->bias_o = has_layer_tensor(g, "attn_output.bias");
-        a->bias_mlp = has_layer_tensor(g, "ffn_up.bias") || has_layer_tensor(g, "ffn_down.bias");
+        a->bias_mlp = has_layer_tensor(g, "ffn_up.bias") || has_layer_tensor(g, "ffn_down.bias") ||
+                      has_layer_tensor(g, "ffn_up_exps.bias") ||
+                      has_layer_tensor(g, "ffn_down_exps.bias");
+        if (a->n_experts > 0)
+            a->router_bias = has_layer_tensor(g, "ffn_gate_inp.bias");
+        a->attn_sinks = has_layer_tensor(g, "attn_sinks.weight") ||
+                        has_layer_tensor(g, "attn_sinks");
         a->bias_lm_head = has_tensor(g, "output.bias");
         if (a->norm_kind == LP_NORM_LAYER)
             a->bias_norm = has_layer_tensor(g, "attn_norm.bias") ||
                            has_tensor(g, "output_norm.bias");
         if (strcmp(fam->gguf_name, "falcon") == 0)
             a->parallel_two_norms = has_layer_tensor(g, "attn_norm_2.weight");
-        if (strcmp(fam->gguf_name, "stablelm") == 0)
+        if (strcmp(fam->gguf_name, "stablelm") == 0 || strcmp(fam->gguf_name, "phi2") == 0)
             a->qk_norm = has_layer_tensor(g, "attn_q_norm.weight");
         a->storage_dtype = dominant_dtype(g);
     }

@@ -374,6 +374,33 @@ static void test_gpt2_and_phi2(void **state)
     assert_int_equal(a.rope_layout, LP_ROPE_HALVES);
 }
 
+static void test_gpt_oss(void **state)
+{
+    (void)state;
+    lp_gw w;
+    base_kvs(&w, "gpt-oss");
+    lp_gw_kv_u32(&w, "gpt-oss.feed_forward_length", 96);
+    lp_gw_kv_u32(&w, "gpt-oss.expert_count", 4);
+    lp_gw_kv_u32(&w, "gpt-oss.expert_used_count", 2);
+    lp_gw_kv_u32(&w, "gpt-oss.expert_feed_forward_length", 96);
+    lp_gw_kv_u32(&w, "gpt-oss.attention.sliding_window", 128);
+    static float sinks[8];
+    const int64_t ne[1] = {8};
+    lp_gw_tensor(&w, "blk.0.attn_sinks.weight", 1, ne, 0, sinks, sizeof sinks);
+    lp_gw_tensor(&w, "blk.0.ffn_gate_inp.bias", 1, ne, 0, sinks, sizeof sinks);
+    lp_gw_tensor(&w, "blk.0.ffn_up_exps.bias", 1, ne, 0, sinks, sizeof sinks);
+    lp_arch a;
+    lp_error err = {0};
+    assert_int_equal(arch_of(&w, &a, &err), LP_OK);
+    assert_string_equal(a.family, "gpt_oss");
+    assert_true(a.attn_sinks && a.router_bias && a.bias_mlp);
+    assert_true(a.norm_topk_prob);
+    assert_int_equal(a.layer_window[0], 128);
+    assert_int_equal(a.layer_window[1], 0);
+    assert_int_equal(a.rope_layout, LP_ROPE_HALVES);
+    assert_true(a.layer_moe[3]);
+}
+
 /* ---- golden ------------------------------------------------------------------------------------ */
 
 static void test_golden_stories(void **state)
@@ -437,6 +464,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_errors),        cmocka_unit_test(test_qwen_family),
         cmocka_unit_test(test_mixtral),       cmocka_unit_test(test_deepseek2_mla),
         cmocka_unit_test(test_gemma_windows), cmocka_unit_test(test_gpt2_and_phi2),
+        cmocka_unit_test(test_gpt_oss),
     };
     return cmocka_run_group_tests_name("gguf_arch", tests, NULL, NULL);
 }
