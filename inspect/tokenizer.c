@@ -1343,6 +1343,28 @@ static bool is_byte_token(const char *p, size_t len, unsigned *value)
     return true;
 }
 
+/* Hugging Face's clean_up_tokenization: drop the space before punctuation and contractions. */
+static lp_status cleanup_spaces(tk_buf *b)
+{
+    static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's",
+                                       " 've", " 're"};
+    static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re"};
+    for (size_t k = 0; k < sizeof from / sizeof from[0]; k++) {
+        tk_buf out = {0};
+        lp_status st = replace_all(NULL, from[k], strlen(from[k]), to[k], strlen(to[k]),
+                                   b->data ? b->data : "", b->len, &out);
+        if (st != LP_OK) {
+            tk_buf_free(&out);
+            return st;
+        }
+        if (!out.data)
+            tk_buf_put(&out, "", 0);
+        tk_buf_free(b);
+        *b = out;
+    }
+    return LP_OK;
+}
+
 /* Run the decoder chain over strs in place. for_label skips the steps that only make sense for
  * a whole text (Strip, the first token's Metaspace prefix). */
 static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_label)
@@ -1492,19 +1514,24 @@ static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_l
                 tk_buf out = {0};
                 const char *s = strs->v[k].data ? strs->v[k].data : "";
                 size_t len = strs->v[k].len;
-                if (len >= dec->pattern_len && memcmp(s, dec->pattern, dec->pattern_len) == 0) {
-                    s += dec->pattern_len;
-                    len -= dec->pattern_len;
-                } else if (k > 0 || for_label) {
-                    if (!for_label)
+                /* after the first token: "##x" continues the word, anything else starts one */
+                if (k > 0 || for_label) {
+                    if (len >= dec->pattern_len && memcmp(s, dec->pattern, dec->pattern_len) == 0) {
+                        s += dec->pattern_len;
+                        len -= dec->pattern_len;
+                    } else if (!for_label) {
                         tk_buf_putc(&out, ' ');
+                    }
                 }
                 tk_buf_put(&out, s, len);
                 if (!out.data)
                     tk_buf_put(&out, "", 0);
-                if (out.failed) {
+                lp_status st = out.failed ? LP_ERR_NOMEM : LP_OK;
+                if (st == LP_OK && dec->cleanup && !for_label)
+                    st = cleanup_spaces(&out);
+                if (st != LP_OK) {
                     tk_buf_free(&out);
-                    return LP_ERR_NOMEM;
+                    return st;
                 }
                 tk_buf_free(&strs->v[k]);
                 strs->v[k] = out;
@@ -1544,8 +1571,11 @@ lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_
     lp_status st = run_decoders(tok, &strs, false);
     tk_buf all = {0};
     tk_buf_put(&all, "", 0);
-    for (size_t k = 0; k < strs.n && st == LP_OK; k++)
+    for (size_t k = 0; k < strs.n && st == LP_OK; k++) {
+        if (k > 0 && tok->n_decs == 0)
+            tk_buf_putc(&all, ' '); /* Hugging Face joins with spaces when there is no decoder */
         tk_buf_put(&all, strs.v[k].data, strs.v[k].len);
+    }
     strs_free(&strs);
     if (st == LP_OK && all.failed)
         st = LP_ERR_NOMEM;

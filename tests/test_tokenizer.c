@@ -454,6 +454,224 @@ static void test_bad_input(void **state)
     lp_tokenizer_close(tok);
 }
 
+/* ---- the rules, on tiny tokenizer.json files whose answers follow by hand ---- */
+
+static lp_tokenizer *open_json(const char *name, const char *json)
+{
+    const char *path = write_tmp(name, json);
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_open(path, &tok, &err) != LP_OK)
+        fail_msg("%s: %s", name, err.msg);
+    return tok;
+}
+
+static void expect_ids(const lp_tokenizer *tok, const char *text, bool special,
+                       const int32_t *want, size_t n_want)
+{
+    size_t n;
+    int32_t *ids = encode(tok, text, strlen(text), special, &n);
+    if (n != n_want || memcmp(ids, want, n * sizeof *ids) != 0) {
+        printf("'%s': got", text);
+        for (size_t k = 0; k < n; k++)
+            printf(" %d", ids[k]);
+        printf(", want");
+        for (size_t k = 0; k < n_want; k++)
+            printf(" %d", want[k]);
+        printf("\n");
+        fail();
+    }
+    free(ids);
+}
+
+#define IDS(...) (const int32_t[]){__VA_ARGS__}, sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t)
+
+/* vocab a b c - a- -b -- b- -c; merges ranked a-, -b, --, b-, -c */
+#define DASH_MODEL                                                                            \
+    "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"-\": 3, "     \
+    "\"a-\": 4, \"-b\": 5, \"--\": 6, \"b-\": 7, \"-c\": 8}, "                                \
+    "\"merges\": [\"a -\", \"- b\", \"- -\", \"b -\", \"- c\"]}"
+
+static lp_tokenizer *dash_tokenizer(const char *behavior, bool invert)
+{
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"-\"}, "
+             "\"behavior\": \"%s\", \"invert\": %s}, " DASH_MODEL "}",
+             behavior, invert ? "true" : "false");
+    return open_json("tok_dash.json", json);
+}
+
+static void test_split_behaviors(void **state)
+{
+    (void)state;
+    /* "a-b--c": spans a | - | b | - | - | c (matches are the dashes) */
+    struct {
+        const char *behavior;
+        bool invert;
+        int32_t want[8];
+        size_t n;
+    } cases[] = {
+        {"Removed", false, {0, 1, 2}, 3},                 /* a b c */
+        {"Isolated", false, {0, 3, 1, 3, 3, 2}, 6},       /* a - b - - c */
+        {"MergedWithPrevious", false, {4, 7, 3, 2}, 4},   /* a- b- - c */
+        {"MergedWithNext", false, {0, 5, 3, 8}, 4},       /* a -b - -c */
+        {"Contiguous", false, {0, 3, 1, 6, 2}, 5},        /* a - b -- c */
+        {"Removed", true, {3, 3, 3}, 3},                  /* inverted: only the dashes stay */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        lp_tokenizer *tok = dash_tokenizer(cases[k].behavior, cases[k].invert);
+        expect_ids(tok, "a-b--c", false, cases[k].want, cases[k].n);
+        lp_tokenizer_close(tok);
+    }
+    /* no pre-tokenizer: one word; ranks decide: a- first, then --, and b- / -c are stale */
+    lp_tokenizer *tok = open_json("tok_dash_word.json", "{" DASH_MODEL "}");
+    expect_ids(tok, "a-b--c", false, IDS(4, 1, 6, 2));
+    /* no decoder: Hugging Face joins the pieces with spaces */
+    int32_t ids[] = {4, 1, 6, 2};
+    char *text = decode(tok, ids, 4, false);
+    assert_string_equal(text, "a- b -- c");
+    free(text);
+    lp_tokenizer_close(tok);
+}
+
+static void test_metaspace_and_added(void **state)
+{
+    (void)state;
+    static const char fmt[] =
+        "{\"added_tokens\": [{\"id\": 2, \"content\": \"<x>\", \"special\": true, "
+        "\"normalized\": false}, {\"id\": 6, \"content\": \"<l>\", \"special\": false, "
+        "\"lstrip\": true, \"rstrip\": true, \"normalized\": false}, {\"id\": 7, \"content\": "
+        "\"ab\", \"single_word\": true, \"normalized\": false}],"
+        " \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+        "\"prepend_scheme\": \"%s\", \"split\": true},"
+        " \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+        "\"prepend_scheme\": \"%s\"},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u2581a\": 0, \"\\u2581b\": 1, "
+        "\"<x>\": 2, \"a\": 3, \"b\": 4, \"\\u2581\": 5}, "
+        "\"merges\": [\"\\u2581 a\", \"\\u2581 b\"]}}";
+    char json[2048];
+    snprintf(json, sizeof json, fmt, "first", "first");
+    lp_tokenizer *tok = open_json("tok_meta_first.json", json);
+    /* "first": only the text's first segment gets the prefix, not the one after <x> */
+    expect_ids(tok, "a b<x>b", false, IDS(0, 1, 2, 4));
+    int32_t ids[] = {0, 1, 2, 4};
+    char *text = decode(tok, ids, 4, false);
+    assert_string_equal(text, "a b<x>b");
+    free(text);
+    text = decode(tok, ids, 4, true); /* <x> is special */
+    assert_string_equal(text, "a bb");
+    free(text);
+    /* <l> strips the spaces around it: "a" <l> "b" */
+    expect_ids(tok, "a  <l>  b", false, IDS(0, 6, 4));
+    /* "ab" is single_word: inside "aab" it is not matched; standing alone it is */
+    expect_ids(tok, "aab", false, IDS(0, 3, 4));
+    expect_ids(tok, "ab", false, IDS(7));
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, fmt, "always", "always");
+    tok = open_json("tok_meta_always.json", json);
+    expect_ids(tok, "a b<x>b", false, IDS(0, 1, 2, 1));
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, fmt, "never", "never");
+    tok = open_json("tok_meta_never.json", json);
+    expect_ids(tok, "a b", false, IDS(3, 1));
+    lp_tokenizer_close(tok);
+}
+
+static void test_model_options(void **state)
+{
+    (void)state;
+    /* continuing_subword_prefix: "b" after the first character is looked up as "##b" and the
+     * merge "a ##b" makes "ab" */
+    lp_tokenizer *tok = open_json("tok_prefix.json",
+        "{\"model\": {\"type\": \"BPE\", \"continuing_subword_prefix\": \"##\", \"vocab\": "
+        "{\"a\": 0, \"##b\": 1, \"ab\": 2, \"b\": 3}, \"merges\": [\"a ##b\"]}}");
+    expect_ids(tok, "ab", false, IDS(2));
+    expect_ids(tok, "b", false, IDS(3));
+    lp_tokenizer_close(tok);
+    /* end_of_word_suffix: the last character carries "</w>" */
+    tok = open_json("tok_suffix.json",
+        "{\"decoder\": {\"type\": \"BPEDecoder\", \"suffix\": \"</w>\"}, \"pre_tokenizer\": "
+        "{\"type\": \"WhitespaceSplit\"}, \"model\": {\"type\": \"BPE\", \"end_of_word_suffix\": "
+        "\"</w>\", \"vocab\": {\"a\": 0, \"b</w>\": 1, \"ab</w>\": 2, \"a</w>\": 3}, \"merges\": "
+        "[\"a b</w>\"]}}");
+    expect_ids(tok, "ab a", false, IDS(2, 3));
+    int32_t ids[] = {2, 3};
+    char *text = decode(tok, ids, 2, false);
+    assert_string_equal(text, "ab a");
+    free(text);
+    lp_tokenizer_close(tok);
+    /* byte fallback, then unk when it is off */
+    static const char fallback[] =
+        "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": %s, \"unk_token\": \"<unk>\", "
+        "\"vocab\": {\"<0xC3>\": 0, \"<0xA9>\": 1, \"a\": 2, \"<unk>\": 3}, \"merges\": []},"
+        " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"}, "
+        "{\"type\": \"Fuse\"}]}}";
+    char json[1024];
+    snprintf(json, sizeof json, fallback, "true");
+    tok = open_json("tok_fallback.json", json);
+    expect_ids(tok, "a\xC3\xA9", false, IDS(2, 0, 1));
+    int32_t bytes[] = {2, 0, 1};
+    text = decode(tok, bytes, 3, false);
+    assert_string_equal(text, "a\xC3\xA9");
+    free(text);
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, fallback, "false");
+    tok = open_json("tok_nofallback.json", json);
+    expect_ids(tok, "a\xC3\xA9", false, IDS(2, 3));
+    lp_tokenizer_close(tok);
+    /* ignore_merges: a word that is a vocabulary entry is taken whole */
+    static const char ignore[] =
+        "{\"model\": {\"type\": \"BPE\", \"ignore_merges\": %s, \"vocab\": {\"a\": 0, \"b\": 1, "
+        "\"bb\": 2, \"abb\": 3}, \"merges\": [\"b b\"]}}";
+    snprintf(json, sizeof json, ignore, "false");
+    tok = open_json("tok_merges.json", json);
+    expect_ids(tok, "abb", false, IDS(0, 2));
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, ignore, "true");
+    tok = open_json("tok_ignore.json", json);
+    expect_ids(tok, "abb", false, IDS(3));
+    lp_tokenizer_close(tok);
+}
+
+static void test_normalizers_and_post(void **state)
+{
+    (void)state;
+    /* NFKC folds the ligature, Lowercase, Strip trims, Replace (regex) squeezes digits */
+    lp_tokenizer *tok = open_json("tok_norm.json",
+        "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKC\"}, "
+        "{\"type\": \"Lowercase\"}, {\"type\": \"Strip\", \"strip_left\": true, \"strip_right\": "
+        "true}, {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"[0-9]+\"}, \"content\": "
+        "\"#\"}]}, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+        "[{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", "
+        "\"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"</s>\", \"type_id\": 0}}], "
+        "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [0], \"tokens\": [\"<s>\"]}, "
+        "\"</s>\": {\"id\": \"</s>\", \"ids\": [1], \"tokens\": [\"</s>\"]}}},"
+        " \"added_tokens\": [{\"id\": 0, \"content\": \"<s>\", \"special\": true}, "
+        "{\"id\": 1, \"content\": \"</s>\", \"special\": true}],"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"<s>\": 0, \"</s>\": 1, \"f\": 2, \"i\": 3, "
+        "\"fi\": 4, \"#\": 5, \"x\": 6}, \"merges\": [\"f i\"]}}");
+    /* "  \xEF\xAC\x81X123 " -> "fix#": fi x # between <s> and </s> */
+    expect_ids(tok, "  \xEF\xAC\x81X123 ", true, IDS(0, 4, 6, 5, 1));
+    expect_ids(tok, "  \xEF\xAC\x81X123 ", false, IDS(4, 6, 5));
+    lp_tokenizer_close(tok);
+    /* BertProcessing: [CLS] A [SEP] */
+    tok = open_json("tok_bert_post.json",
+        "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", 1], \"cls\": "
+        "[\"[CLS]\", 0]}, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}, "
+        "\"decoder\": {\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"[CLS]\": 0, \"[SEP]\": 1, \"a\": 2, "
+        "\"b\": 3, \"!\": 4, \"##b\": 5}, \"merges\": []}}");
+    /* whitespace removed, punctuation isolated */
+    expect_ids(tok, "a  b!", true, IDS(0, 2, 3, 4, 1));
+    /* WordPiece decoding: "##b" continues, others get a space, cleanup glues "!" */
+    int32_t ids[] = {2, 5, 3, 4};
+    char *text = decode(tok, ids, 4, false);
+    assert_string_equal(text, "ab b!");
+    free(text);
+    lp_tokenizer_close(tok);
+}
+
 /* ---- Unicode ---- */
 
 static void test_unicode(void **state)
@@ -626,6 +844,10 @@ int main(int argc, char **argv)
     const struct CMUnitTest unit[] = {
         cmocka_unit_test(test_unicode),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_split_behaviors),
+        cmocka_unit_test(test_metaspace_and_added),
+        cmocka_unit_test(test_model_options),
+        cmocka_unit_test(test_normalizers_and_post),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }
