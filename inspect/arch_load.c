@@ -63,6 +63,21 @@ static bool llama2c_weight_floats(const int32_t h[7], bool shared_classifier, bo
     return true;
 }
 
+/* llama2.c files have no magic number (the legacy ones): rule out the formats that do, so a
+ * stray pytorch_model.bin gets a message that says what it is. */
+static const char *sniff_other_format(const uint8_t *data, size_t size)
+{
+    if (size >= 4 && memcmp(data, "GGUF", 4) == 0)
+        return "a GGUF file";
+    if (size >= 4 && memcmp(data, "PK\x03\x04", 4) == 0)
+        return "a zip archive (a PyTorch checkpoint?)";
+    if (size >= 2 && data[0] == 0x80 && data[1] >= 2 && data[1] <= 5)
+        return "a Python pickle (a PyTorch checkpoint?)";
+    if (size >= 1 && data[0] == '{')
+        return "JSON text";
+    return NULL;
+}
+
 lp_status lp_arch_from_llama2c(const char *bin_path, lp_arch *out, lp_error *err)
 {
     lp_arch_init(out);
@@ -74,6 +89,12 @@ lp_status lp_arch_from_llama2c(const char *bin_path, lp_arch *out, lp_error *err
     if (st != LP_OK)
         return st;
     /* Only the header is read: the mapping never touches the weights. */
+    const char *other = sniff_other_format(map.data, map.size);
+    if (other) {
+        lp_unmap_file(&map);
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: this is %s, not a llama2.c checkpoint",
+                            bin_path, other);
+    }
     bool legacy = true, shared_classifier = true;
     size_t header_bytes = 28, fields_at = 0;
     if (map.size >= 8 && lp_load_u32(map.data) == LLAMA2C_MAGIC) {
@@ -191,6 +212,29 @@ static lp_status load_by_content(const char *path, lp_arch *out, lp_error *err)
     return lp_arch_from_llama2c(path, out, err);
 }
 
+static lp_status load_sibling_config(const char *path, lp_arch *out, lp_error *err)
+{
+    const char *base = lp_path_basename(path);
+    size_t dir_len = (size_t)(base - path);
+    char *config = malloc(dir_len + sizeof "config.json");
+    if (!config) {
+        lp_arch_init(out);
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    memcpy(config, path, dir_len);
+    memcpy(config + dir_len, "config.json", sizeof "config.json");
+    lp_status st;
+    if (lp_path_exists(config)) {
+        st = lp_arch_from_hf_config(config, out, err);
+    } else {
+        lp_arch_init(out);
+        st = lp_error_set(err, LP_ERR_NOT_FOUND,
+                          "%s: no config.json beside it to describe the architecture", path);
+    }
+    free(config);
+    return st;
+}
+
 lp_status lp_arch_load(const char *path_or_name, lp_arch *out, lp_error *err)
 {
     const char *p = path_or_name;
@@ -213,6 +257,9 @@ lp_status lp_arch_load(const char *path_or_name, lp_arch *out, lp_error *err)
         return st;
     }
     if (lp_path_exists(p)) {
+        /* A weights file: its architecture is in the config.json beside it. */
+        if (ends_with(p, ".safetensors") || ends_with(p, ".safetensors.index.json"))
+            return load_sibling_config(p, out, err);
         if (ends_with(p, ".json"))
             return lp_arch_from_hf_config(p, out, err);
         if (ends_with(p, ".yaml") || ends_with(p, ".yml"))

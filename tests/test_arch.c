@@ -560,6 +560,9 @@ static void test_llama2c_header(void **state)
     path = write_llama2c("badkv.bin", bad_kv, 0);
     assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "n_kv_heads"));
+    path = write_tmp("pickle.bin", "\x80\x02}q\x00(X\x05\x00\x00\x00model_stateq\x01");
+    assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "pickle"));
     path = write_tmp("tiny.bin", "abc");
     assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "28-byte"));
@@ -855,6 +858,13 @@ static void test_stories260k(void **state)
     char why[256];
     if (arch_diff(&a, &hf, why, sizeof why))
         fail_msg("stories260K .bin and hf/config.json differ in %s", why);
+
+    /* a weights file stands for the config.json beside it */
+    lp_test_shared_path(path, sizeof path, "models/stories260K/hf/model.safetensors");
+    if (lp_arch_load(path, &hf, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(hf.hidden_size, 64);
+    assert_int_equal(hf.rope_layout, LP_ROPE_HALVES);
 
     /* and from the GGUF converted from the .bin: lp_arch_load dispatches on the extension */
     lp_arch gguf;
