@@ -105,6 +105,69 @@ void lp_gemm_f32_avx2_6x16(int64_t kc, const float *a, const float *b, float *c,
     }
 }
 
+/* ---- packing: 8x8 transposes in registers instead of one strided store per element */
+
+static void transpose8(__m256 r[8])
+{
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* 16-column B panel: two 8x8 transposes per 8 k steps, stored as whole 16-float rows. */
+static void pack_b_16_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst)
+{
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+        for (int half = 0; half < 2; half++) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) {
+                int64_t row = half * 8 + i;
+                r[i] = row < rows ? _mm256_loadu_ps(src + row * ld + p) : _mm256_setzero_ps();
+            }
+            transpose8(r);
+            for (int j = 0; j < 8; j++)
+                _mm256_store_ps(dst + (p + j) * 16 + half * 8, r[j]);
+        }
+    }
+    for (; p < kc; p++)
+        for (int64_t row = 0; row < 16; row++)
+            dst[p * 16 + row] = row < rows ? src[row * ld + p] : 0.0f;
+}
+
+/* 6-row A panel: one 8x8 transpose (two zero rows) per 8 k steps; each k step's 6 values are
+ * written with an 8-wide store that the next step overwrites, the last one masked. */
+static void pack_a_6_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst)
+{
+    const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; i++)
+            r[i] = i < rows && i < 6 ? _mm256_loadu_ps(src + i * ld + p) : _mm256_setzero_ps();
+        transpose8(r);
+        for (int j = 0; j < 7; j++)
+            _mm256_storeu_ps(dst + (p + j) * 6, r[j]);
+        _mm256_maskstore_ps(dst + (p + 7) * 6, six, r[7]);
+    }
+    for (; p < kc; p++)
+        for (int64_t i = 0; i < 6; i++)
+            dst[p * 6 + i] = i < rows ? src[i * ld + p] : 0.0f;
+}
+
 /* ---- conversions */
 
 static void f16_to_f32_avx2(const void *src, float *dst, int64_t n)
@@ -442,6 +505,8 @@ const lp_kernel_table lp_kernels_avx2_table = {
     .mc = 144,
     .nc = 4096,
     .gemm_ukernel = lp_gemm_f32_avx2_6x16,
+    .pack_a = pack_a_6_avx2,
+    .pack_b = pack_b_16_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
     .bf16_to_f32 = bf16_to_f32_avx2,
     .dot = dot_avx2,

@@ -48,20 +48,11 @@ static float *alloc_floats(int64_t count)
 }
 
 /* A[ic.., pc..] (mc x kc, row stride lda) -> MR-row panels, zero-padded past mc. */
-static void pack_a(const float *a, int64_t lda, int64_t mc, int64_t kc, int mr, float *dst)
+static void pack_a(const lp_kernel_table *kt, const float *a, int64_t lda, int64_t mc, int64_t kc,
+                   float *dst)
 {
-    for (int64_t r0 = 0; r0 < mc; r0 += mr) {
-        int64_t rows = min_i64(mr, mc - r0);
-        float *panel = dst + r0 * kc;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *src = a + (r0 + r) * lda;
-            for (int64_t p = 0; p < kc; p++)
-                panel[p * mr + r] = src[p];
-        }
-        for (int64_t r = rows; r < mr; r++)
-            for (int64_t p = 0; p < kc; p++)
-                panel[p * mr + r] = 0.0f;
-    }
+    for (int64_t r0 = 0; r0 < mc; r0 += kt->mr)
+        kt->pack_a(a + r0 * lda, lda, min_i64(kt->mr, mc - r0), kc, dst + r0 * kc);
 }
 
 /* kc values of stored row `row` from element `col0`, as f32 in seg (or a direct pointer). */
@@ -118,17 +109,25 @@ static lp_status pack_b(const gemm_job *job, int64_t jc, int64_t nc, int64_t pc,
             }
             continue;
         }
+        /* f32 rows on a float boundary are packed in place; anything else is first converted
+         * row by row into seg ([NR, kc]) */
+        const uint8_t *first = b->data + (uint64_t)(jc + j0) * b->row_bytes + (uint64_t)pc * 4;
+        if (b->dtype == LP_DTYPE_F32 && b->row_bytes % sizeof(float) == 0 &&
+            (uintptr_t)first % _Alignof(float) == 0) {
+            job->kt->pack_b((const float *)(const void *)first,
+                            (int64_t)(b->row_bytes / sizeof(float)), cols, kc, panel);
+            continue;
+        }
         for (int64_t c = 0; c < cols; c++) {
             lp_status st;
-            const float *src = load_row_segment(job, jc + j0 + c, pc, kc, seg, err, &st);
+            float *row = seg + c * kc;
+            const float *src = load_row_segment(job, jc + j0 + c, pc, kc, row, err, &st);
             if (st != LP_OK)
                 return st;
-            for (int64_t p = 0; p < kc; p++)
-                panel[p * nr + c] = src[p];
+            if (src != row)
+                memcpy(row, src, (size_t)kc * sizeof(float));
         }
-        for (int64_t c = cols; c < nr; c++)
-            for (int64_t p = 0; p < kc; p++)
-                panel[p * nr + c] = 0.0f;
+        job->kt->pack_b(seg, kc, cols, kc, panel);
     }
     return LP_OK;
 }
@@ -213,9 +212,9 @@ static void gemm_part(void *ctx, int64_t part)
         int64_t kc_max = min_i64(kt->kc, job->k);
         int64_t nc_max = min_i64(kt->nc, round_up(j_end - j_begin, nr));
         int64_t mc_max = min_i64(kt->mc, round_up(i_end - i_begin, mr));
-        /* one block: packed B (nc x kc), packed A (mc x kc), a row segment (kc), each 64-aligned */
+        /* one block: packed B (nc x kc), packed A (mc x kc), NR row segments, each 64-aligned */
         int64_t b_floats = round_up(nc_max * kc_max, 16), a_floats = round_up(mc_max * kc_max, 16);
-        int64_t seg_floats = round_up(kc_max > nr ? kc_max : nr, 16);
+        int64_t seg_floats = round_up((kc_max > nr ? kc_max : nr) * nr, 16); /* [NR, kc] */
         int64_t total = b_floats + a_floats + seg_floats;
         float *scratch = job->pool ? lp_pool_scratch(job->pool, part, (size_t)total * sizeof(float))
                                    : alloc_floats(total);
@@ -246,7 +245,7 @@ static void gemm_part(void *ctx, int64_t part)
                 bool acc = job->accumulate || pc > 0;
                 for (int64_t ic = i_begin; ic < i_end; ic += kt->mc) {
                     int64_t mc = min_i64(kt->mc, i_end - ic);
-                    pack_a(job->a + ic * job->lda + pc, job->lda, mc, kc, mr, a_pack);
+                    pack_a(kt, job->a + ic * job->lda + pc, job->lda, mc, kc, a_pack);
                     for (int64_t jr = 0; jr < nc; jr += nr) {
                         int n_edge = (int)min_i64(nr, nc - jr);
                         for (int64_t ir = 0; ir < mc; ir += mr) {

@@ -45,6 +45,10 @@ typedef struct lp_kernel_table {
     int mr, nr;
     int64_t kc, mc, nc;
     lp_gemm_ukernel_fn gemm_ukernel;
+    /* Packing (layouts above): rows [0, rows) of src (row stride ld floats), kc values from each,
+     * into one MR-row A panel / NR-column B panel; rows past `rows` are zero. */
+    void (*pack_a)(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
+    void (*pack_b)(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
     /* Row conversions used while packing. */
     void (*f16_to_f32)(const void *src, float *dst, int64_t n); /* unaligned ok */
     void (*bf16_to_f32)(const void *src, float *dst, int64_t n);
@@ -74,6 +78,8 @@ const lp_kernel_table *lp_kernels_table(void);
 extern const lp_kernel_table lp_kernels_ref_table;
 void lp_gemm_f32_ref_4x8(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                          int m_edge, int n_edge, bool accumulate);
+void lp_pack_panel_ref(const float *src, int64_t ld, int64_t rows, int64_t kc, int width,
+                       float *dst);
 void lp_f16_to_f32_ref(const void *src, float *dst, int64_t n);
 void lp_bf16_to_f32_ref(const void *src, float *dst, int64_t n);
 float lp_dot_ref(const float *x, const float *y, int64_t n);

@@ -37,6 +37,30 @@ void lp_gemm_f32_ref_4x8(int64_t kc, const float *a, const float *b, float *c, i
             c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i][j] : tile[i][j];
 }
 
+/* One panel of `width` interleaved rows: dst[p * width + r] = src[r * ld + p]. */
+void lp_pack_panel_ref(const float *src, int64_t ld, int64_t rows, int64_t kc, int width,
+                       float *dst)
+{
+    for (int64_t r = 0; r < width; r++) {
+        if (r < rows)
+            for (int64_t p = 0; p < kc; p++)
+                dst[p * width + r] = src[r * ld + p];
+        else
+            for (int64_t p = 0; p < kc; p++)
+                dst[p * width + r] = 0.0f;
+    }
+}
+
+static void pack_a_4(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst)
+{
+    lp_pack_panel_ref(src, ld, rows, kc, 4, dst);
+}
+
+static void pack_b_8(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst)
+{
+    lp_pack_panel_ref(src, ld, rows, kc, 8, dst);
+}
+
 void lp_f16_to_f32_ref(const void *src, float *dst, int64_t n)
 {
     const uint8_t *bytes = src;
@@ -260,6 +284,8 @@ const lp_kernel_table lp_kernels_ref_table = {
     .mc = 128,
     .nc = 2048,
     .gemm_ukernel = lp_gemm_f32_ref_4x8,
+    .pack_a = pack_a_4,
+    .pack_b = pack_b_8,
     .f16_to_f32 = lp_f16_to_f32_ref,
     .bf16_to_f32 = lp_bf16_to_f32_ref,
     .dot = lp_dot_ref,
