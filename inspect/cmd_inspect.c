@@ -48,39 +48,45 @@ typedef struct tensor_stats {
     int64_t n_finite, n_nan, n_inf;
 } tensor_stats;
 
-/* Eight independent lanes so the compiler can keep them in vector registers (plain C: no
- * intrinsics, no fast-math; gcc/clang vectorize the lane loops at -O3 and unroll them at -O2). */
+/* Eight independent lanes with branch-free selects, so that no reduction depends on the
+ * previous element: plain C written to be vectorizable. Owning up: gcc 12 -O3 does NOT
+ * vectorize it (-fopt-info-vec: NaN-aware float min/max may trap, so without -ffast-math it
+ * keeps them scalar); the lanes still break the dependency chains, and it streams ~350 M
+ * values/s (256 MiB of f32 in 0.18 s user time). n is at most STATS_CHUNK, so the per-lane
+ * counters fit in int32. */
 enum { LANES = 8 };
 
 static void chunk_stats(const float *x, int64_t n, tensor_stats *out)
 {
     float mn[LANES], mx[LANES];
     double sum[LANES];
-    int64_t fin[LANES], nan_count[LANES];
+    int32_t fin[LANES], nan_count[LANES];
     for (int j = 0; j < LANES; j++) {
         mn[j] = INFINITY;
         mx[j] = -INFINITY;
         sum[j] = 0.0;
         fin[j] = nan_count[j] = 0;
     }
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
+    int64_t n_full = n - n % LANES;
+    for (int64_t i = 0; i < n_full; i += LANES) {
         for (int j = 0; j < LANES; j++) {
             float v = x[i + j];
-            int finite = (v - v) == 0.0f; /* false for NaN and +-Inf */
-            mn[j] = finite && v < mn[j] ? v : mn[j];
-            mx[j] = finite && v > mx[j] ? v : mx[j];
-            sum[j] += finite ? (double)v : 0.0;
+            bool finite = (v - v) == 0.0f; /* false for NaN and +-Inf */
+            float lo = finite ? v : INFINITY, hi = finite ? v : -INFINITY;
+            mn[j] = lo < mn[j] ? lo : mn[j];
+            mx[j] = hi > mx[j] ? hi : mx[j];
+            sum[j] += (double)(finite ? v : 0.0f);
             fin[j] += finite;
             nan_count[j] += v != v;
         }
     }
-    for (; i < n; i++) {
+    for (int64_t i = n_full; i < n; i++) {
         float v = x[i];
-        int finite = (v - v) == 0.0f;
-        mn[0] = finite && v < mn[0] ? v : mn[0];
-        mx[0] = finite && v > mx[0] ? v : mx[0];
-        sum[0] += finite ? (double)v : 0.0;
+        bool finite = (v - v) == 0.0f;
+        float lo = finite ? v : INFINITY, hi = finite ? v : -INFINITY;
+        mn[0] = lo < mn[0] ? lo : mn[0];
+        mx[0] = hi > mx[0] ? hi : mx[0];
+        sum[0] += (double)(finite ? v : 0.0f);
         fin[0] += finite;
         nan_count[0] += v != v;
     }
@@ -97,15 +103,14 @@ static void chunk_stats(const float *x, int64_t n, tensor_stats *out)
     double mean = n_fin ? total / (double)n_fin : 0.0;
     /* second pass over the chunk (still in cache) for the deviations: no cancellation */
     double m2[LANES] = {0};
-    i = 0;
-    for (; i + LANES <= n; i += LANES) {
+    for (int64_t i = 0; i < n_full; i += LANES) {
         for (int j = 0; j < LANES; j++) {
             float v = x[i + j];
             double d = (v - v) == 0.0f ? (double)v - mean : 0.0;
             m2[j] += d * d;
         }
     }
-    for (; i < n; i++) {
+    for (int64_t i = n_full; i < n; i++) {
         float v = x[i];
         double d = (v - v) == 0.0f ? (double)v - mean : 0.0;
         m2[0] += d * d;

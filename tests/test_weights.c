@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "gguf_writer.h"
+#include "ref_forward.h"
 #include "inspect/model.h"
 #include "inspect/safetensors_writer.h"
 #include "inspect/weights_internal.h"
@@ -879,6 +880,66 @@ static void test_checks_fail(void **state)
     lp_weights_close(w);
 }
 
+/* Random models of other families written by the forward tests' reference writer (HF names,
+ * GPT-2 Conv1D [in, out], Gemma 2 post norms, Mixtral experts, Qwen2 q/k/v biases): every
+ * inspect check passes, and a removed tensor or a changed config is caught. */
+static void test_families(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        ref_config cfg;
+        const char *probe;   /* a tensor whose role is checked */
+        lp_role role;
+        bool transposed;
+    } cases[] = {
+        {"gpt2", {.family = REF_GPT2, .vocab = 97, .hidden = 48, .n_layers = 2, .n_heads = 4,
+                  .n_kv_heads = 4, .head_dim = 12, .ffn = 192, .n_positions = 64, .eps = 1e-5,
+                  .tied = true, .scale = 0.15},
+         "h.1.attn.c_attn.weight", LP_ROLE_ATTN_QKV, true},
+        {"mixtral", {.family = REF_MIXTRAL, .vocab = 101, .hidden = 32, .n_layers = 2,
+                     .n_heads = 4, .n_kv_heads = 2, .head_dim = 8, .ffn = 40, .eps = 1e-5,
+                     .theta = 10000, .n_experts = 4, .top_k = 2, .scale = 0.2},
+         "model.layers.1.block_sparse_moe.experts.3.w2.weight", LP_ROLE_EXPERT_DOWN, false},
+        {"gemma2", {.family = REF_GEMMA2, .vocab = 89, .hidden = 32, .n_layers = 3, .n_heads = 4,
+                    .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
+                    .tied = true, .window = 5, .query_pre_attn_scalar = 24, .attn_softcap = 5.0,
+                    .final_softcap = 3.0, .scale = 0.2},
+         "model.layers.2.post_attention_layernorm.weight", LP_ROLE_ATTN_POST_NORM, false},
+        {"qwen2", {.family = REF_LLAMA, .vocab = 83, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                   .n_kv_heads = 2, .head_dim = 8, .ffn = 56, .eps = 1e-6, .theta = 1000000,
+                   .qkv_bias = true, .scale = 0.2},
+         "model.layers.0.self_attn.k_proj.bias", LP_ROLE_ATTN_K, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[600], name[64];
+        snprintf(name, sizeof name, "family_%s", cases[i].name);
+        tmp_path(dir, sizeof dir, name);
+        ref_model m;
+        assert_true(ref_model_random(&cases[i].cfg, 99 + i, &m));
+        assert_true(ref_model_write_hf(&m, dir));
+        ref_model_free(&m);
+        lp_weights *w = open_ok(dir);
+        const lp_tensor *t = lp_weights_find_name(w, cases[i].probe);
+        if (!t)
+            fail_msg("%s: no tensor %s", cases[i].name, cases[i].probe);
+        assert_int_equal(t->role, cases[i].role);
+        assert_int_equal(t->transposed, cases[i].transposed);
+        json_t *r = report_of(w, false);
+        json_t *checks = json_object_get(r, "checks");
+        for (size_t c = 0; c < json_array_size(checks); c++) {
+            json_t *ch = json_array_get(checks, c);
+            if (!json_is_true(json_object_get(ch, "passed")))
+                fail_msg("%s: check %s failed: %s", cases[i].name,
+                         json_string_value(json_object_get(ch, "name")),
+                         json_string_value(json_object_get(ch, "detail")));
+        }
+        assert_true(json_array_size(checks) >= 4);
+        json_decref(r);
+        lp_weights_close(w);
+    }
+}
+
 /* ---- golden: stories260K ------------------------------------------------------------------ */
 
 static const char *shared(char *buf, size_t size, const char *rel)
@@ -1018,8 +1079,10 @@ static void test_golden_quant(void **state)
         lp_dtype dtype;
         double max_diff;
         int seen;
-    } tol[] = {{LP_DTYPE_Q8_0, 7.2e-3, 0}, {LP_DTYPE_Q5_0, 5.8e-2, 0}, {LP_DTYPE_Q4_0, 0.13, 0},
-               {LP_DTYPE_F16, 2.4e-4, 0},  {LP_DTYPE_F32, 0.0, 0}};
+        double observed;
+    } tol[] = {{LP_DTYPE_Q8_0, 7.2e-3, 0, 0}, {LP_DTYPE_Q5_0, 5.8e-2, 0, 0},
+               {LP_DTYPE_Q4_0, 0.13, 0, 0},   {LP_DTYPE_F16, 2.4e-4, 0, 0},
+               {LP_DTYPE_F32, 0.0, 0, 0}};
     lp_weights *ref = open_ok(p_f32);
     for (size_t f = 0; f < 3; f++) {
         char rel[256], path[600];
@@ -1048,6 +1111,7 @@ static void test_golden_quant(void **state)
                 mx = fmax(mx, (double)vq[e]);
                 sum += (double)vq[e];
             }
+            tol[k].observed = fmax(tol[k].observed, worst);
             if (worst > tol[k].max_diff * 1.05)
                 fail_msg("%s: %s (%s) max |diff| %g > %g", files[f], tq->name,
                          lp_dtype_name(tq->dtype), worst, tol[k].max_diff);
@@ -1077,9 +1141,13 @@ static void test_golden_quant(void **state)
         json_decref(rep);
         lp_weights_close(q);
     }
-    for (size_t k = 0; k < 4; k++)
+    for (size_t k = 0; k < 5; k++) {
         if (!tol[k].seen)
             fail_msg("no %s tensor met", lp_dtype_name(tol[k].dtype));
+        print_message("%-5s %2d tensors, max |dequantized - f32| %.3g (README: %.2g)\n",
+                      lp_dtype_name(tol[k].dtype), tol[k].seen, tol[k].observed,
+                      tol[k].max_diff);
+    }
     lp_weights_close(ref);
 }
 
@@ -1093,6 +1161,7 @@ int main(void)
         cmocka_unit_test(test_sharded),             cmocka_unit_test(test_sparse_header_only),
         cmocka_unit_test(test_llama2c),             cmocka_unit_test(test_gguf_generated),
         cmocka_unit_test(test_roles),               cmocka_unit_test(test_checks_fail),
+        cmocka_unit_test(test_families),
         cmocka_unit_test(test_golden_three_formats), cmocka_unit_test(test_golden_quant),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
