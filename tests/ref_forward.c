@@ -409,13 +409,15 @@ done:
 /* ---- writing a random model as a Hugging Face folder ---- */
 
 static bool write_ok;
+static lp_dtype write_dtype = LP_DTYPE_F32; /* of 2-D tensors; vectors stay f32 */
 
 static bool add_f32(lp_st_writer *w, const char *name, int n_dims, int64_t d0, int64_t d1,
                     const float *data)
 {
     int64_t shape[2] = {d0, d1};
     lp_error err = {0};
-    if (lp_st_writer_add(w, name, LP_DTYPE_F32, n_dims, shape, data, &err) != LP_OK) {
+    lp_dtype dtype = n_dims == 2 ? write_dtype : LP_DTYPE_F32;
+    if (lp_st_writer_add_f32_as(w, name, dtype, n_dims, shape, data, &err) != LP_OK) {
         fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
         write_ok = false;
         return false;
@@ -603,3 +605,48 @@ bool ref_model_write_hf(const ref_model *m, const char *dir)
     return write_ok && write_text(path, config);
 }
 
+
+bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype)
+{
+    write_dtype = matrix_dtype;
+    bool ok = ref_model_write_hf(m, dir);
+    write_dtype = LP_DTYPE_F32;
+    return ok;
+}
+
+static void round_array(float *p, int64_t n, lp_dtype dtype)
+{
+    if (!p)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = dtype == LP_DTYPE_BF16 ? lp_bf16_to_f32(lp_f32_to_bf16(p[i]))
+               : dtype == LP_DTYPE_F16 ? lp_f16_to_f32(lp_f32_to_f16(p[i]))
+                                       : p[i];
+}
+
+void ref_model_round_matrices(ref_model *m, lp_dtype dtype)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->ffn, QD = c->n_heads * c->head_dim;
+    int64_t KVD = c->n_kv_heads * c->head_dim;
+    round_array(m->embed, c->vocab * H, dtype);
+    round_array(m->pos, c->n_positions * H, dtype);
+    if (m->lm_head != m->embed)
+        round_array(m->lm_head, c->vocab * H, dtype);
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        ref_layer *L = &m->layers[l];
+        round_array(L->wq, QD * H, dtype);
+        round_array(L->wk, KVD * H, dtype);
+        round_array(L->wv, KVD * H, dtype);
+        round_array(L->wo, H * QD, dtype);
+        round_array(L->w_gate, F * H, dtype);
+        round_array(L->w_up, F * H, dtype);
+        round_array(L->w_down, H * F, dtype);
+        round_array(L->router, c->n_experts * H, dtype);
+        for (int64_t e = 0; e < c->n_experts; e++) {
+            round_array(L->e_gate[e], F * H, dtype);
+            round_array(L->e_up[e], F * H, dtype);
+            round_array(L->e_down[e], H * F, dtype);
+        }
+    }
+}

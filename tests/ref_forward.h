@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/dtype.h"
+
 typedef enum ref_family {
     REF_LLAMA,   /* RMSNorm, RoPE, SwiGLU, GQA; Qwen2 when qkv_bias */
     REF_GPT2,    /* LayerNorm + bias, learned positions, gelu_new MLP, fused Conv1D qkv, tied */
@@ -79,6 +81,11 @@ void ref_model_free(ref_model *m);
  * the family's HF tensor names (GPT-2: fused Conv1D c_attn stored [in, out]). False on error
  * (message on stderr). */
 bool ref_model_write_hf(const ref_model *m, const char *dir);
+
+/* The same with every 2-D tensor stored as matrix_dtype (F32, F16 or BF16); round the model
+ * first with ref_model_round_matrices so the reference sees the stored values. */
+bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype);
+void ref_model_round_matrices(ref_model *m, lp_dtype dtype);
 
 /* Run the model on T tokens (causal, no padding). Returns false on OOM. */
 bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outputs *out);

@@ -9,8 +9,11 @@
 
 #include "core/dtype.h"
 #include "inspect/model.h"
+#include "inspect/gguf.h"
 #include "inspect/npy.h"
+#include "inspect/quant.h"
 #include "inspect/safetensors_writer.h"
+#include "gguf_writer.h"
 #include "ref_forward.h"
 #include "trace/trace.h"
 
@@ -310,13 +313,14 @@ static const random_case random_cases[] = {
                  .window = 4, .scale = 0.2}, 13},
 };
 
-static void check_random_case(const random_case *rc)
+static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
 {
     ref_model m;
     assert_true(ref_model_random(&rc->cfg, 0x5eed + (uint64_t)rc->cfg.family, &m));
+    ref_model_round_matrices(&m, matrix_dtype);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/forward_%s_%ld", lp_test_tmp_dir(), rc->name, (long)getpid());
-    assert_true(ref_model_write_hf(&m, dir));
+    assert_true(ref_model_write_hf_as(&m, dir, matrix_dtype));
     int32_t ids[64];
     uint64_t s = 12345;
     for (int64_t t = 0; t < rc->T; t++) {
@@ -343,8 +347,9 @@ static void check_random_case(const random_case *rc)
     if (rc->cfg.family == REF_MIXTRAL)
         for (int64_t i = 0; i < L * T * rc->cfg.top_k; i++)
             expert_mismatch += cap.experts[i] != ref.experts[i];
-    printf("  %-8s T=%2lld  logits %.2e  probs %.2e  resid %.2e  head_out %.2e  experts differ %lld\n",
-           rc->name, (long long)T, dl, dp, dr, dh, (long long)expert_mismatch);
+    printf("  %-8s %-4s T=%2lld  logits %.2e  probs %.2e  resid %.2e  head_out %.2e  experts differ %lld\n",
+           rc->name, lp_dtype_name(matrix_dtype), (long long)T, dl, dp, dr, dh,
+           (long long)expert_mismatch);
     assert_true(dl <= 1e-4);
     assert_true(dp <= 1e-4);
     assert_true(dr <= 1e-4);
@@ -365,11 +370,182 @@ static void check_random_case(const random_case *rc)
     assert_int_equal(system(cmd), 0);
 }
 
-static void test_random_gpt2(void **state) { (void)state; check_random_case(&random_cases[0]); }
-static void test_random_mixtral(void **state) { (void)state; check_random_case(&random_cases[1]); }
-static void test_random_gemma2(void **state) { (void)state; check_random_case(&random_cases[2]); }
-static void test_random_qwen2(void **state) { (void)state; check_random_case(&random_cases[3]); }
-static void test_random_mistral(void **state) { (void)state; check_random_case(&random_cases[4]); }
+static void test_random_gpt2(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[0], LP_DTYPE_F32);
+    check_random_case(&random_cases[0], LP_DTYPE_F16); /* transposed f16 Conv1D */
+}
+static void test_random_mixtral(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[1], LP_DTYPE_F32);
+    check_random_case(&random_cases[1], LP_DTYPE_BF16);
+}
+static void test_random_gemma2(void **state) { (void)state; check_random_case(&random_cases[2], LP_DTYPE_F32); }
+static void test_random_qwen2(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[3], LP_DTYPE_F32);
+    check_random_case(&random_cases[3], LP_DTYPE_BF16);
+}
+static void test_random_mistral(void **state) { (void)state; check_random_case(&random_cases[4], LP_DTYPE_F16); }
+
+/* ---- a GGUF llama whose matrices are Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 ---- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 29;
+}
+
+/* Random blocks of dtype for rows x cols with a sane scale written into every block's f16 d (and
+ * dmin); returns the bytes and their dequantized values in *deq (through inspect/quant.h). */
+static uint8_t *random_quant(lp_dtype dtype, int64_t rows, int64_t cols, uint64_t *seed,
+                             float **deq, uint64_t *n_bytes)
+{
+    const lp_dtype_info *info = lp_dtype_get(dtype);
+    int64_t n = rows * cols;
+    uint64_t bytes;
+    assert_true(lp_dtype_bytes_for(dtype, (uint64_t)n, &bytes));
+    uint8_t *buf = malloc(bytes);
+    assert_non_null(buf);
+    for (uint64_t i = 0; i < bytes; i++)
+        buf[i] = (uint8_t)rng_next(seed);
+    int64_t n_blocks = n / info->block_elems;
+    for (int64_t b = 0; b < n_blocks; b++) {
+        uint8_t *blk = buf + b * info->block_bytes;
+        uint16_t d, dmin = lp_f32_to_f16(0.0003f);
+        switch (dtype) {
+        case LP_DTYPE_Q8_0: d = lp_f32_to_f16(0.001f); memcpy(blk, &d, 2); break;
+        case LP_DTYPE_Q4_0: d = lp_f32_to_f16(0.01f); memcpy(blk, &d, 2); break;
+        case LP_DTYPE_Q5_0: d = lp_f32_to_f16(0.005f); memcpy(blk, &d, 2); break;
+        case LP_DTYPE_Q4_K:
+            d = lp_f32_to_f16(0.0002f);
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &dmin, 2);
+            break;
+        case LP_DTYPE_Q6_K: d = lp_f32_to_f16(0.00003f); memcpy(blk + 208, &d, 2); break;
+        case LP_DTYPE_F16:
+            d = lp_f32_to_f16((float)((double)(rng_next(seed) % 2001) / 1000.0 - 1.0) * 0.1f);
+            memcpy(blk, &d, 2);
+            break;
+        default: fail_msg("unexpected dtype %s", lp_dtype_name(dtype));
+        }
+    }
+    *deq = malloc((size_t)n * sizeof(float));
+    assert_non_null(*deq);
+    lp_error err = {0};
+    if (lp_dequantize(dtype, buf, n, *deq, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    *n_bytes = bytes;
+    return buf;
+}
+
+/* lp_gw copies tensor data only at lp_gw_finish: keep the buffers until then. */
+static uint8_t *gguf_data[64];
+static int n_gguf_data;
+
+static void gguf_tensor(lp_gw *w, const char *name, lp_dtype dtype, int64_t rows, int64_t cols,
+                        uint64_t *seed, float *dst)
+{
+    float *deq;
+    uint64_t bytes;
+    uint8_t *data = random_quant(dtype, rows, cols, seed, &deq, &bytes);
+    memcpy(dst, deq, (size_t)(rows * cols) * sizeof(float));
+    int64_t ne[2] = {cols, rows};
+    lp_gw_tensor(w, name, 2, ne, (uint32_t)lp_gguf_dtype_to_id(dtype), data, bytes);
+    free(deq);
+    assert_true(n_gguf_data < 64);
+    gguf_data[n_gguf_data++] = data;
+}
+
+static void test_gguf_quant_types(void **state)
+{
+    (void)state;
+    ref_config cfg = {.family = REF_LLAMA, .vocab = 48, .hidden = 256, .n_layers = 2,
+                      .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .ffn = 256, .eps = 1e-5,
+                      .theta = 10000, .rope_adjacent = true, .scale = 0.05};
+    ref_model m;
+    assert_true(ref_model_random(&cfg, 4242, &m));
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.architecture", "llama");
+    lp_gw_kv_u32(&w, "llama.block_count", 2);
+    lp_gw_kv_u32(&w, "llama.context_length", 128);
+    lp_gw_kv_u32(&w, "llama.embedding_length", 256);
+    lp_gw_kv_u32(&w, "llama.feed_forward_length", 256);
+    lp_gw_kv_u32(&w, "llama.attention.head_count", 4);
+    lp_gw_kv_u32(&w, "llama.attention.head_count_kv", 2);
+    lp_gw_kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    lp_gw_kv_u32(&w, "llama.vocab_size", 48);
+    uint64_t seed = 99;
+    /* Every matrix type the issue names, one per tensor. */
+    gguf_tensor(&w, "token_embd.weight", LP_DTYPE_Q8_0, 48, 256, &seed, m.embed);
+    char name[64];
+    for (int l = 0; l < 2; l++) {
+        ref_layer *L = &m.layers[l];
+        int64_t ne1[1] = {256};
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne1, 0, L->attn_norm, 256 * 4);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne1, 0, L->ffn_norm, 256 * 4);
+        snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q4_K, 256, 256, &seed, L->wq);
+        snprintf(name, sizeof name, "blk.%d.attn_k.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q6_K, 128, 256, &seed, L->wk);
+        snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q8_0, 128, 256, &seed, L->wv);
+        snprintf(name, sizeof name, "blk.%d.attn_output.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q4_0, 256, 256, &seed, L->wo);
+        snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q5_0, 256, 256, &seed, L->w_gate);
+        snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
+        gguf_tensor(&w, name, l == 0 ? LP_DTYPE_Q4_K : LP_DTYPE_F16, 256, 256, &seed, L->w_up);
+        snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q6_K, 256, 256, &seed, L->w_down);
+    }
+    int64_t ne1[1] = {256};
+    lp_gw_tensor(&w, "output_norm.weight", 1, ne1, 0, m.out_norm, 256 * 4);
+    gguf_tensor(&w, "output.weight", LP_DTYPE_F16, 48, 256, &seed, m.lm_head);
+    assert_true(lp_gw_finish(&w));
+    char path[512];
+    snprintf(path, sizeof path, "%s/forward_quant_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
+    assert_true(lp_gw_write(&w, path));
+    lp_gw_free(&w);
+    while (n_gguf_data > 0)
+        free(gguf_data[--n_gguf_data]);
+
+    int32_t ids[12] = {1, 7, 33, 2, 47, 0, 19, 19, 5, 40, 11, 3};
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, 12, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    capture cap;
+    run_capture(model, ids, 12, NULL, &cap);
+    double dl = max_abs_diff(cap.logits, ref.logits, 12 * 48);
+    double dp = max_abs_diff(cap.probs, ref.probs, 2 * 4 * 12 * 12);
+    double dr = max_abs_diff(cap.resid, ref.resid, 2 * 12 * 256);
+    double spread = 0, resid_max = 0;
+    for (int64_t i = 0; i < 12 * 48; i++)
+        spread = fmax(spread, fabs((double)ref.logits[i]));
+    for (int64_t i = 0; i < 2 * 12 * 256; i++)
+        resid_max = fmax(resid_max, fabs((double)ref.resid[i]));
+    printf("  gguf Q8_0/Q4_0/Q5_0/Q4_K/Q6_K/F16: logits %.2e (|logit| up to %.2f)  probs %.2e  "
+           "resid %.2e (|resid| up to %.1f, relative %.1e)\n", dl, spread, dp, dr, resid_max,
+           dr / resid_max);
+    assert_true(spread > 0.1);
+    assert_true(dl <= 1e-4);
+    assert_true(dp <= 1e-4);
+    assert_true(dr <= 1e-4);
+    capture_free(&cap);
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    remove(path);
+}
 
 /* ---- batch, padding, faults, determinism, errors (on a random llama) ---- */
 
@@ -594,6 +770,7 @@ int main(void)
         cmocka_unit_test(test_random_gemma2),
         cmocka_unit_test(test_random_qwen2),
         cmocka_unit_test(test_random_mistral),
+        cmocka_unit_test(test_gguf_quant_types),
         cmocka_unit_test(test_padding_batch),
         cmocka_unit_test(test_determinism_threads),
         cmocka_unit_test(test_errors),

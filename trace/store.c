@@ -445,6 +445,12 @@ static lp_status store_logits(lp_store *s, const lp_view *v, lp_error *err)
         }
         int64_t n = lp_top_k(row, v->cols, s->opts.top_k > 0 ? s->opts.top_k : 1, s->top);
         for (int64_t k = 0; k < n; k++) {
+            if (!isfinite(s->top[k].logit))
+                return lp_error_set(err, LP_ERR_RANGE,
+                                    "position %lld: logit of token %ld is %g (the model overflows "
+                                    "or its weights hold NaN/Inf)",
+                                    (long long)pos, (long)s->top[k].token_id,
+                                    (double)s->top[k].logit);
             char buf[32];
             const char *piece;
             piece_of(s, s->top[k].token_id, buf, sizeof buf, &piece);
@@ -521,6 +527,13 @@ lp_status lp_store_end_run(lp_store *s, double seconds, lp_error *err)
             if (!s->stats_seen[slot])
                 continue;
             const lp_head_stats *hs = &s->stats[slot];
+            if (!isfinite(hs->entropy) || !isfinite(hs->output_norm)) {
+                st = lp_error_set(err, LP_ERR_RANGE,
+                                  "layer %lld head %lld: attention statistics are not finite "
+                                  "(entropy %g, output norm %g)",
+                                  (long long)l, (long long)h, hs->entropy, hs->output_norm);
+                break;
+            }
             sqlite3_stmt *q = s->stmt[STMT_HEAD_STATS];
             sqlite3_bind_int64(q, 1, s->run_id);
             sqlite3_bind_int64(q, 2, l);
