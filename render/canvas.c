@@ -354,12 +354,20 @@ void lp_render_run_caption(const lp_render_run *run, char *buf, size_t size)
 
 static void format_tick(double v, char *buf, size_t size)
 {
-    if (v == 0)
+    if (v == 0) {
         snprintf(buf, size, "0");
-    else if (fabs(v) >= 1e-2 && fabs(v) < 1e4)
+    } else if (fabs(v) >= 1e-2 && fabs(v) < 1e4) {
         snprintf(buf, size, "%.3g", v);
-    else
-        snprintf(buf, size, "%.0e", v);
+    } else {
+        /* "1e-4" and "5e-3", not printf's "1e-04" */
+        int e = (int)floor(log10(fabs(v)));
+        double m = v / pow(10, e);
+        if (fabs(m) >= 9.5) {
+            m /= 10;
+            e++;
+        }
+        snprintf(buf, size, "%.0fe%d", m, e);
+    }
 }
 
 /* A "nice" step (1, 2, 2.5 or 5 times a power of ten) giving about `want` intervals. */

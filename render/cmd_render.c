@@ -23,7 +23,8 @@
     "\n"                                                                                          \
     "OPTIONS:\n"                                                                                  \
     "  -o, --output OUT     the picture to write (not with --all)\n"                             \
-    "  --run N              run id (default: the latest complete run; --leak: latest leak run)\n" \
+    "  --run N              run id (default: the latest complete trace run; --leak: the latest\n"   \
+    "                       complete run with leak checks)\n" \
     "  --colormap NAME      viridis (default), magma, gray\n"                                    \
     "  --scale NAME         linear (default, [0, max]), log (floor --floor), power (--gamma)\n"  \
     "  --gamma G            power-scale exponent (default 0.5)\n"                               \
@@ -150,7 +151,7 @@ static int run_render(int argc, char **argv)
                 return lp_cli_usage_error(CMD, "--leak-threshold '%s': want a number >= 0", v);
             opt.leak_threshold = d;
         } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--size", &v)) != 0) {
-            if (r < 0 || parse_int_option("--size", v, 16, 8192, &n))
+            if (r < 0 || parse_int_option("--size", v, 16, 4096, &n))
                 return LP_EXIT_USAGE;
             opt.size = (int)n;
         } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--cell", &v)) != 0) {
@@ -242,6 +243,10 @@ static int run_render(int argc, char **argv)
         return lp_cli_fail(CMD, &err);
     lp_render_run run;
     bool incomplete = false;
+    if (w == WHAT_LEAK && run_id == 0 && lp_render_db_latest_leak_run(db, &run_id, &err) != LP_OK) {
+        lp_render_db_close(db);
+        return lp_cli_fail(CMD, &err);
+    }
     if (lp_render_db_pick_run_kind(db, run_id, w == WHAT_LEAK ? "leak" : "trace", &run,
                                    &incomplete, &err) != LP_OK) {
         lp_render_db_close(db);

@@ -636,6 +636,33 @@ lp_status lp_render_db_head_stat(lp_render_db *db, const lp_render_run *run, lp_
     return LP_OK;
 }
 
+lp_status lp_render_db_latest_leak_run(lp_render_db *db, int64_t *run_id, lp_error *err)
+{
+    *run_id = 0;
+    sqlite3_stmt *stmt;
+    lp_status s = prepare(db,
+                          "SELECT max(r.id) FROM runs r WHERE r.status = 'complete' AND EXISTS "
+                          "(SELECT 1 FROM leak_checks l WHERE l.run_id = r.id AND "
+                          "l.check_name = 'perturbation' AND l.layer IS NOT NULL)",
+                          &stmt, err);
+    if (s)
+        return s;
+    int rc = sqlite3_step(stmt);
+    int64_t id = rc == SQLITE_ROW && sqlite3_column_type(stmt, 0) != SQLITE_NULL
+                     ? sqlite3_column_int64(stmt, 0)
+                     : 0;
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_ROW)
+        return sql_error(db, err, "reading leak_checks");
+    if (id == 0)
+        return lp_error_set(err, LP_ERR_NOT_FOUND,
+                            "%s: no leak runs (no complete run has 'perturbation' leak checks: "
+                            "run `loupe leak MODEL --db %s` first)",
+                            db->path, db->path);
+    *run_id = id;
+    return LP_OK;
+}
+
 lp_status lp_render_db_leak_diffs(lp_render_db *db, int64_t run_id, int64_t **layers,
                                   double **diffs, bool **failed, int64_t *n, lp_error *err)
 {

@@ -181,8 +181,10 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
             /* `loupe leak` records its checks under a run of its own: show the latest one. */
             lp_render_run leak_run;
             bool incomplete;
-            if (lp_render_db_pick_run_kind(db, 0, "leak", &leak_run, &incomplete, &leak_err) ==
-                LP_OK) {
+            int64_t latest;
+            if (lp_render_db_latest_leak_run(db, &latest, &leak_err) == LP_OK &&
+                lp_render_db_pick_run_kind(db, latest, NULL, &leak_run, &incomplete, &leak_err) ==
+                    LP_OK) {
                 ls = lp_render_leak_plot(db, &leak_run, opt, path, &leak_err);
                 leak_run_id = leak_run.id;
                 lp_render_run_clear(&leak_run);

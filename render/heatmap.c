@@ -19,8 +19,8 @@ lp_status lp_render_heatmap_layout(int64_t n_q, int64_t n_k, const lp_render_opt
     if (n_q < 1 || n_k < 1)
         return lp_error_set(err, LP_ERR_RANGE, "map of %lld x %lld cells: both sides must be >= 1",
                             (long long)n_q, (long long)n_k);
-    if (opt->size < 16 || opt->size > 8192)
-        return lp_error_set(err, LP_ERR_RANGE, "--size %d: must be in [16, 8192] pixels",
+    if (opt->size < 16 || opt->size > 4096)
+        return lp_error_set(err, LP_ERR_RANGE, "--size %d: must be in [16, 4096] pixels",
                             opt->size);
     if (opt->cell < 0 || opt->cell > 256)
         return lp_error_set(err, LP_ERR_RANGE, "--cell %d: must be in [1, 256] pixels",

@@ -182,6 +182,10 @@ char *lp_render_visible_piece(const char *piece, int max_chars);
 lp_status lp_render_db_head_stat(lp_render_db *db, const lp_render_run *run, lp_head_stat stat,
                                  double **values, lp_error *err);
 
+/* The latest complete run that has 'perturbation' leak checks, whatever its kind;
+ * LP_ERR_NOT_FOUND ("no leak runs") when there is none. */
+lp_status lp_render_db_latest_leak_run(lp_render_db *db, int64_t *run_id, lp_error *err);
+
 /* Per-layer max_abs_diff of the 'perturbation' leak checks of a run: layers[i], diffs[i], and
  * whether any check of that layer failed. layer -1 is the logits. LP_ERR_NOT_FOUND when the run
  * has no such rows. Caller frees the three arrays. */

@@ -79,7 +79,7 @@ expect_one_line_error "$LOUPE" render "$DB" --layer 0 --head 9 -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --run 99 --overview -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --stats wisdom -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --leak -o "$TMP/x.png"
-expect_stderr_contains "no complete leak run" "$LOUPE" render "$DB" --leak -o "$TMP/x.png"
+expect_stderr_contains "no leak runs" "$LOUPE" render "$DB" --leak -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --layer 0 --head 0 -o "$TMP/x.jpg"
 expect_one_line_error "$LOUPE" render "$DB" --layer 0 --head 0
 expect_one_line_error "$LOUPE" render "$DB" --grid -o "$TMP/x.png"

@@ -604,6 +604,9 @@ static void test_runs_and_errors(void **state)
                      LP_ERR_NOT_FOUND);
     assert_int_equal(lp_render_leak_plot(db, &run, &opt, png, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "perturbation"));
+    int64_t leak_run;
+    assert_int_equal(lp_render_db_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "no leak runs"));
     assert_false(file_exists(png));
     lp_render_run_clear(&run);
     lp_render_db_close(db);
@@ -717,6 +720,9 @@ static void test_grid_overview_stats_leak(void **state)
     assert_non_null(strstr(text, "1.10")); /* entropy of L2 H3 = 0.1 * 11, written in */
     free(text);
 
+    int64_t leak_run = 0;
+    assert_int_equal(lp_render_db_latest_leak_run(db, &leak_run, &err), LP_OK);
+    assert_int_equal(leak_run, 1); /* checks recorded under a trace run count too */
     int64_t *layers, count;
     double *diffs;
     bool *failed;
