@@ -44,6 +44,7 @@ typedef struct gguf_tensor {
     int n_dims;
     int64_t ne[GGUF_MAX_DIMS];
     uint64_t rel_offset; /* as stored: relative to the data section */
+    uint64_t offset_at;  /* where the offset field is in the file, for messages */
     uint64_t offset;     /* absolute */
     uint64_t n_bytes;
 } gguf_tensor;
@@ -466,6 +467,7 @@ static lp_status read_tensor_info(lp_gguf *g, cursor *c, gguf_tensor *t)
                             g->path, (unsigned long long)(dims_at + 4), t->name,
                             (long long)n_elements, info->name);
     uint64_t offset_at = c->pos;
+    t->offset_at = offset_at;
     st = read_u64(c, &t->rel_offset, "tensor data offset");
     if (st != LP_OK)
         return st;
@@ -510,11 +512,12 @@ static lp_status check_tensor_layout(lp_gguf *g, lp_error *err)
         if (!lp_add_u64(g->data_start, t->rel_offset, &t->offset) ||
             !lp_add_u64(t->offset, t->n_bytes, &end) || end > g->size)
             return lp_error_set(err, LP_ERR_FORMAT,
-                                "%s: tensor '%s': data [%llu, +%llu bytes) at relative offset %llu "
-                                "ends past the end of the %llu-byte file",
-                                g->path, t->name, (unsigned long long)t->offset,
+                                "%s: offset %llu: tensor '%s': %llu bytes at relative offset "
+                                "%llu (data section at %llu) end past the end of the %llu-byte "
+                                "file",
+                                g->path, (unsigned long long)t->offset_at, t->name,
                                 (unsigned long long)t->n_bytes, (unsigned long long)t->rel_offset,
-                                (unsigned long long)g->size);
+                                (unsigned long long)g->data_start, (unsigned long long)g->size);
     }
     if (g->n_tensors < 2)
         return LP_OK;
@@ -530,9 +533,10 @@ static lp_status check_tensor_layout(lp_gguf *g, lp_error *err)
         const gguf_tensor *prev = &g->tensors[idx[i - 1]], *t = &g->tensors[idx[i]];
         if (prev->offset + prev->n_bytes > t->offset) {
             st = lp_error_set(err, LP_ERR_FORMAT,
-                              "%s: tensor '%s' at relative offset %llu overlaps tensor '%s' "
-                              "(relative offset %llu, %llu bytes)",
-                              g->path, t->name, (unsigned long long)t->rel_offset, prev->name,
+                              "%s: offset %llu: tensor '%s': data at relative offset %llu overlaps "
+                              "tensor '%s' (relative offset %llu, %llu bytes)",
+                              g->path, (unsigned long long)t->offset_at, t->name,
+                              (unsigned long long)t->rel_offset, prev->name,
                               (unsigned long long)prev->rel_offset,
                               (unsigned long long)prev->n_bytes);
             break;
