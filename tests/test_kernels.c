@@ -563,6 +563,7 @@ static void test_attention(void **state)
         {"softcap", 33, 33, 16, 16, 0, true, 0, 0, 3.0f, 2.0f},
         {"full", 20, 26, 16, 8, 0, false, 0, 0, 0.0f, 0.25f},         /* encoder style */
         {"full-pad", 26, 26, 16, 8, 0, false, 2, 5, 0.0f, 0.25f},
+        {"wide-head", 70, 70, 64, 80, 0, true, 0, 0, 0.0f, 0.125f}, /* 64-column chunks + tail */
     };
     lp_isa isas[LP_ISA_COUNT];
     int n_isas = available_isas(isas);

@@ -32,8 +32,7 @@ typedef struct row_state {
 static void block_scores(const lp_kernel_table *kt, const lp_attn_args *a, const float *q,
                          int64_t j0, int64_t j1, float *s)
 {
-    for (int64_t j = j0; j < j1; j++)
-        s[j - j0] = kt->dot(q, a->k + j * a->k_stride, a->head_dim) * a->scale;
+    kt->scores(q, a->k + j0 * a->k_stride, a->k_stride, j1 - j0, a->head_dim, a->scale, s);
     if (a->softcap > 0.0f) {
         float inv = 1.0f / a->softcap;
         for (int64_t j = 0; j < j1 - j0; j++)
@@ -123,8 +122,7 @@ void lp_attention(const lp_attn_args *a)
                         if (dist < a->local_window)
                             rs->w_sum += s[j];
                     }
-                for (int64_t j = 0; j < count; j++)
-                    kt->axpy(out, s[j], a->v + (j0 + j) * a->v_stride, a->v_dim);
+                kt->weighted_sum(out, s, a->v + j0 * a->v_stride, a->v_stride, count, a->v_dim);
             }
         }
         /* finish each row */

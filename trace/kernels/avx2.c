@@ -283,6 +283,58 @@ static void scale_avx2(float *y, float a, int64_t n)
         y[i] *= a;
 }
 
+/* Four keys at a time share each load of q; their four sums are reduced together. */
+static void scores_avx2(const float *q, const float *k, int64_t k_stride, int64_t n_keys,
+                        int64_t head_dim, float scale, float *s)
+{
+    int64_t j = 0;
+    if (head_dim % 8 == 0) {
+        for (; j + 4 <= n_keys; j += 4) {
+            const float *k0 = k + j * k_stride, *k1 = k0 + k_stride, *k2 = k1 + k_stride,
+                        *k3 = k2 + k_stride;
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+            for (int64_t d = 0; d < head_dim; d += 8) {
+                __m256 qv = _mm256_loadu_ps(q + d);
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
+            }
+            /* hadd pairs: lanes end up as (a0, a1, a2, a3) sums per 128-bit half */
+            __m256 h01 = _mm256_hadd_ps(a0, a1), h23 = _mm256_hadd_ps(a2, a3);
+            __m256 h = _mm256_hadd_ps(h01, h23);
+            __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            _mm_storeu_ps(s + j, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+        }
+    }
+    for (; j < n_keys; j++)
+        s[j] = dot_avx2(q, k + j * k_stride, head_dim) * scale;
+}
+
+/* 64 output columns stay in eight registers while every key's row is added in. */
+static void weighted_sum_avx2(float *out, const float *w, const float *v, int64_t v_stride,
+                              int64_t n_keys, int64_t v_dim)
+{
+    int64_t d = 0;
+    for (; d + 64 <= v_dim; d += 64) {
+        __m256 o[8];
+        for (int i = 0; i < 8; i++)
+            o[i] = _mm256_loadu_ps(out + d + 8 * i);
+        for (int64_t j = 0; j < n_keys; j++) {
+            __m256 wj = _mm256_set1_ps(w[j]);
+            const float *vj = v + j * v_stride + d;
+            for (int i = 0; i < 8; i++)
+                o[i] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj + 8 * i), o[i]);
+        }
+        for (int i = 0; i < 8; i++)
+            _mm256_storeu_ps(out + d + 8 * i, o[i]);
+    }
+    if (d < v_dim)
+        for (int64_t j = 0; j < n_keys; j++)
+            axpy_avx2(out + d, w[j], v + j * v_stride + d, v_dim - d);
+}
+
 static float exp_sum_avx2(float *x, int64_t n, float max)
 {
     __m256 mv = _mm256_set1_ps(max), acc = _mm256_setzero_ps();
@@ -512,6 +564,8 @@ const lp_kernel_table lp_kernels_avx2_table = {
     .dot = dot_avx2,
     .axpy = axpy_avx2,
     .scale = scale_avx2,
+    .scores = scores_avx2,
+    .weighted_sum = weighted_sum_avx2,
     .exp_sum = exp_sum_avx2,
     .rmsnorm = rmsnorm_avx2,
     .layernorm = layernorm_avx2,

@@ -56,6 +56,12 @@ typedef struct lp_kernel_table {
     float (*dot)(const float *x, const float *y, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */
+    /* s[j] = scale * (q . k[j * k_stride ..]) for j < n_keys (attention scores of one row). */
+    void (*scores)(const float *q, const float *k, int64_t k_stride, int64_t n_keys,
+                   int64_t head_dim, float scale, float *s);
+    /* out[0..v_dim) += sum_j w[j] * v[j * v_stride ..] for j < n_keys. */
+    void (*weighted_sum)(float *out, const float *w, const float *v, int64_t v_stride,
+                         int64_t n_keys, int64_t v_dim);
     /* x[i] = exp(x[i] - max); returns the sum. */
     float (*exp_sum)(float *x, int64_t n, float max);
     /* The public vector kernels. */
@@ -86,6 +92,10 @@ float lp_dot_ref(const float *x, const float *y, int64_t n);
 void lp_axpy_ref(float *y, float a, const float *x, int64_t n);
 void lp_scale_ref(float *y, float a, int64_t n);
 float lp_exp_sum_ref(float *x, int64_t n, float max);
+void lp_scores_ref(const float *q, const float *k, int64_t k_stride, int64_t n_keys,
+                   int64_t head_dim, float scale, float *s);
+void lp_weighted_sum_ref(float *out, const float *w, const float *v, int64_t v_stride,
+                         int64_t n_keys, int64_t v_dim);
 void lp_rmsnorm_ref(float *y, const float *x, const float *weight, int64_t n, float eps,
                     bool weight_plus_one);
 void lp_layernorm_ref(float *y, const float *x, const float *weight, const float *bias, int64_t n,

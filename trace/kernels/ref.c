@@ -105,6 +105,20 @@ float lp_exp_sum_ref(float *x, int64_t n, float max)
     return sum;
 }
 
+void lp_scores_ref(const float *q, const float *k, int64_t k_stride, int64_t n_keys,
+                   int64_t head_dim, float scale, float *s)
+{
+    for (int64_t j = 0; j < n_keys; j++)
+        s[j] = lp_dot_ref(q, k + j * k_stride, head_dim) * scale;
+}
+
+void lp_weighted_sum_ref(float *out, const float *w, const float *v, int64_t v_stride,
+                         int64_t n_keys, int64_t v_dim)
+{
+    for (int64_t j = 0; j < n_keys; j++)
+        lp_axpy_ref(out, w[j], v + j * v_stride, v_dim);
+}
+
 void lp_rmsnorm_ref(float *y, const float *x, const float *weight, int64_t n, float eps,
                     bool weight_plus_one)
 {
@@ -291,6 +305,8 @@ const lp_kernel_table lp_kernels_ref_table = {
     .dot = lp_dot_ref,
     .axpy = lp_axpy_ref,
     .scale = lp_scale_ref,
+    .scores = lp_scores_ref,
+    .weighted_sum = lp_weighted_sum_ref,
     .exp_sum = lp_exp_sum_ref,
     .rmsnorm = lp_rmsnorm_ref,
     .layernorm = lp_layernorm_ref,
