@@ -39,14 +39,17 @@ void est_rope_report(const lp_arch *arch, lp_est_rope *rope)
 {
     memset(rope, 0, sizeof *rope);
     int64_t dim = rope_dim_of(arch);
-    if (arch->pos_kind != LP_POS_ROPE || dim < 2 || arch->rope_theta <= 1.0)
+    /* 2^16 pairs is 64x any real head; beyond it the report is skipped, not truncated */
+    if (arch->pos_kind != LP_POS_ROPE || dim < 2 || dim / 2 > ((int64_t)1 << 16) ||
+        arch->rope_theta <= 1.0)
         return;
     const lp_rope_scaling *sc = &arch->rope_scaling;
     double factor = sc->factor > 0 ? sc->factor : 1.0;
     bool scaled = sc->kind != LP_ROPE_SCALING_NONE;
     rope->present = true;
     rope->rope_dim = dim;
-    rope->n_pairs = dim / 2 < LP_EST_MAX_ROPE_PAIRS ? dim / 2 : LP_EST_MAX_ROPE_PAIRS;
+    rope->n_pairs = dim / 2;
+    rope->n_stored = dim / 2 < LP_EST_MAX_ROPE_PAIRS ? dim / 2 : LP_EST_MAX_ROPE_PAIRS;
     rope->theta = arch->rope_theta;
     /* The context before scaling: original_max_position_embeddings when given; for linear
      * scaling without it, max_position_embeddings is taken as the scaled target (Gemma 3);
@@ -114,8 +117,10 @@ void est_rope_report(const lp_arch *arch, lp_est_rope *rope)
             break;
         }
         double scaled_wavelength = TWO_PI / scaled_inv;
-        rope->freqs[i].wavelength = wavelength;
-        rope->freqs[i].scaled_wavelength = scaled_wavelength;
+        if (i < rope->n_stored) {
+            rope->freqs[i].wavelength = wavelength;
+            rope->freqs[i].scaled_wavelength = scaled_wavelength;
+        }
         if (wavelength > trained)
             rope->pairs_no_rotation++;
         if (scaled_wavelength > (double)rope->target_ctx)
@@ -216,6 +221,10 @@ void est_audit(const lp_arch *arch, const lp_est_options *opts, lp_est_report *r
         est_warn(rep, "seq_exceeds_context",
                  "--seq %lld exceeds the trained context %lld (max_position_embeddings)",
                  (long long)rep->seq, (long long)arch->n_ctx);
+    if (arch->pos_kind == LP_POS_ROPE && rope_dim_of(arch) / 2 > ((int64_t)1 << 16))
+        est_warn(rep, "rope_report_skipped",
+                 "rope_dim %lld: more than 2^16 rotary pairs, RoPE report skipped",
+                 (long long)rope_dim_of(arch));
     if (rep->rope.present && !rep->rope.scaling_modelled)
         est_warn(rep, "rope_scaling_not_modelled",
                  "rope_scaling %s uses per-dimension factors that the RoPE report does not model",

@@ -193,7 +193,8 @@ typedef struct lp_est_rope_freq {
 typedef struct lp_est_rope {
     bool present;
     int64_t rope_dim;
-    int64_t n_pairs;
+    int64_t n_pairs;             /* rope_dim / 2 */
+    int64_t n_stored;            /* freqs[] entries filled: min(n_pairs, LP_EST_MAX_ROPE_PAIRS) */
     double theta;
     int64_t trained_ctx;         /* original context (before scaling) */
     int64_t target_ctx;          /* context the scaling aims at (n_ctx when larger) */

@@ -214,7 +214,7 @@ static void print_rope(FILE *out, const lp_arch *arch, const lp_est_report *rep,
         return;
     fprintf(out, "  %6s %18s %18s %14s\n", "pair", "wavelength", "scaled wavelength",
             "turns in ctx");
-    for (int64_t i = 0; i < r->n_pairs; i++)
+    for (int64_t i = 0; i < r->n_stored; i++)
         fprintf(out, "  %6lld %18.1f %18.1f %14.3f\n", (long long)i, r->freqs[i].wavelength,
                 r->freqs[i].scaled_wavelength, (double)r->trained_ctx / r->freqs[i].wavelength);
 }
@@ -522,7 +522,7 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
         put(ro, "pairs_changed_by_scaling", json_integer(r->pairs_changed), &ok);
         put(ro, "scaling_modelled", json_boolean(r->scaling_modelled), &ok);
         json_t *wl = json_array(), *swl = json_array();
-        for (int64_t i = 0; i < r->n_pairs; i++) {
+        for (int64_t i = 0; i < r->n_stored; i++) {
             json_array_append_new(wl, json_real(r->freqs[i].wavelength));
             json_array_append_new(swl, json_real(r->freqs[i].scaled_wavelength));
         }
