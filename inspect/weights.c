@@ -75,16 +75,15 @@ int lp_weights_file_count(const lp_weights *w) { return w->gguf ? 1 : w->n_files
 
 /* ---- lookup indexes ---------------------------------------------------------------------- */
 
-static const lp_weights *sort_weights; /* qsort has no context argument in C11 */
-
+/* The comparators see pointers into w->tensors, so no global context is needed (qsort has no
+ * context argument in C11) and opening weights stays thread-safe. Ties keep file order. */
 static int cmp_name(const void *a, const void *b)
 {
-    const lp_tensor *x = &sort_weights->tensors[*(const size_t *)a];
-    const lp_tensor *y = &sort_weights->tensors[*(const size_t *)b];
+    const lp_tensor *x = *(const lp_tensor *const *)a, *y = *(const lp_tensor *const *)b;
     int c = strcmp(x->name, y->name);
     if (c)
         return c;
-    return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+    return x < y ? -1 : 1;
 }
 
 static int cmp_key(lp_role ra, int la, int ea, bool ba, const lp_tensor *y)
@@ -102,27 +101,32 @@ static int cmp_key(lp_role ra, int la, int ea, bool ba, const lp_tensor *y)
 
 static int cmp_role(const void *a, const void *b)
 {
-    size_t ia = *(const size_t *)a, ib = *(const size_t *)b;
-    const lp_tensor *x = &sort_weights->tensors[ia];
-    int c = cmp_key(x->role, x->layer, x->expert, x->is_bias, &sort_weights->tensors[ib]);
+    const lp_tensor *x = *(const lp_tensor *const *)a, *y = *(const lp_tensor *const *)b;
+    int c = cmp_key(x->role, x->layer, x->expert, x->is_bias, y);
     if (c)
         return c;
-    return ia < ib ? -1 : 1; /* stable: file order among equal keys */
+    return x < y ? -1 : 1;
 }
 
 static lp_status build_indexes(lp_weights *w, lp_error *err)
 {
     size_t n = w->n_tensors;
+    const lp_tensor **order = malloc((n ? n : 1) * sizeof *order);
     w->by_name = malloc((n ? n : 1) * sizeof *w->by_name);
     w->by_role = malloc((n ? n : 1) * sizeof *w->by_role);
-    if (!w->by_name || !w->by_role)
+    if (!order || !w->by_name || !w->by_role) {
+        free(order);
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory indexing %zu tensors", n);
+    }
     for (size_t i = 0; i < n; i++)
-        w->by_name[i] = w->by_role[i] = i;
-    sort_weights = w;
-    qsort(w->by_name, n, sizeof *w->by_name, cmp_name);
-    qsort(w->by_role, n, sizeof *w->by_role, cmp_role);
-    sort_weights = NULL;
+        order[i] = &w->tensors[i];
+    qsort(order, n, sizeof *order, cmp_name);
+    for (size_t i = 0; i < n; i++)
+        w->by_name[i] = (size_t)(order[i] - w->tensors);
+    qsort(order, n, sizeof *order, cmp_role);
+    for (size_t i = 0; i < n; i++)
+        w->by_role[i] = (size_t)(order[i] - w->tensors);
+    free(order);
     for (size_t i = 1; i < n; i++) {
         const lp_tensor *a = &w->tensors[w->by_name[i - 1]];
         const lp_tensor *b = &w->tensors[w->by_name[i]];
