@@ -6,6 +6,7 @@
  * and in README.d/configs.md.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "inspect/arch_internal.h"
 #include "inspect/model.h"
 
 #include <jansson.h>
@@ -965,35 +966,44 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
     return LP_OK;
 }
 
-lp_status lp_arch_from_hf_config(const char *config_json_path, lp_arch *out, lp_error *err)
+lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, lp_arch *out,
+                               lp_error *err)
 {
     lp_arch_init(out);
-    snprintf(out->source, sizeof out->source, "%s", config_json_path);
-    char *text;
-    size_t size;
-    lp_status st = lp_read_file(config_json_path, HF_CONFIG_MAX_BYTES, &text, &size, err);
-    if (st != LP_OK)
-        return st;
+    snprintf(out->source, sizeof out->source, "%s", name);
     json_error_t jerr;
     json_t *root = json_loadb(text, size, 0, &jerr);
-    free(text);
     if (!root)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s:%d:%d: %s", config_json_path, jerr.line,
-                            jerr.column, jerr.text);
+        return lp_error_set(err, LP_ERR_FORMAT, "%s:%d:%d: %s", name, jerr.line, jerr.column,
+                            jerr.text);
     if (!json_is_object(root)) {
         json_decref(root);
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: the top level is not a JSON object",
-                            config_json_path);
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: the top level is not a JSON object", name);
     }
-    hf_reader r = {config_json_path, root, root, err};
+    hf_reader r = {name, root, root, err};
     /* Multimodal wrappers (Gemma 3, Llava, ...) keep the language model in text_config. */
     const json_t *text_config = json_object_get(root, "text_config");
     if (text_config && json_is_object(text_config))
         r.obj = text_config;
-    set_name(out, config_json_path);
-    st = parse_config(&r, out);
+    set_name(out, name);
+    lp_status st = parse_config(&r, out);
     json_decref(root);
     if (st != LP_OK)
         return st;
     return lp_arch_finish(out, err);
+}
+
+lp_status lp_arch_from_hf_config(const char *config_json_path, lp_arch *out, lp_error *err)
+{
+    char *text;
+    size_t size;
+    lp_status st = lp_read_file(config_json_path, HF_CONFIG_MAX_BYTES, &text, &size, err);
+    if (st != LP_OK) {
+        lp_arch_init(out);
+        snprintf(out->source, sizeof out->source, "%s", config_json_path);
+        return st;
+    }
+    st = lp_arch_from_hf_json(text, size, config_json_path, out, err);
+    free(text);
+    return st;
 }

@@ -583,46 +583,39 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
     return LP_OK;
 }
 
-lp_status lp_arch_from_yaml(const char *yaml_path, lp_arch *out, lp_error *err)
+lp_status lp_arch_from_yaml_text(const char *text, size_t size, const char *name, lp_arch *out,
+                                 lp_error *err)
 {
     lp_arch_init(out);
-    snprintf(out->source, sizeof out->source, "%s", yaml_path);
-    char *text;
-    size_t size;
-    lp_status st = lp_read_file(yaml_path, CARD_MAX_BYTES, &text, &size, err);
-    if (st != LP_OK)
-        return st;
-
+    snprintf(out->source, sizeof out->source, "%s", name);
     yaml_parser_t parser;
     yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser)) {
-        free(text);
-        return lp_error_set(err, LP_ERR_NOMEM, "%s: cannot start the YAML parser", yaml_path);
-    }
+    if (!yaml_parser_initialize(&parser))
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: cannot start the YAML parser", name);
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, size);
+    lp_status st;
     if (!yaml_parser_load(&parser, &doc)) {
         /* libyaml's own words, with its 1-based position */
         st = lp_error_set(err, parser.error == YAML_MEMORY_ERROR ? LP_ERR_NOMEM : LP_ERR_FORMAT,
-                          "%s:%zu:%zu: %s%s%s", yaml_path, parser.problem_mark.line + 1,
+                          "%s:%zu:%zu: %s%s%s", name, parser.problem_mark.line + 1,
                           parser.problem_mark.column + 1,
                           parser.problem ? parser.problem : "YAML error",
                           parser.context ? " " : "", parser.context ? parser.context : "");
         yaml_parser_delete(&parser);
-        free(text);
         return st;
     }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     card_reader *r = calloc(1, sizeof *r);
     if (!r) {
-        st = lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", yaml_path);
+        st = lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
     } else if (!root) {
-        st = lp_error_set(err, LP_ERR_FORMAT, "%s: empty card", yaml_path);
+        st = lp_error_set(err, LP_ERR_FORMAT, "%s: empty card", name);
     } else {
-        r->path = yaml_path;
+        r->path = name;
         r->doc = &doc;
         r->err = err;
         /* A card's name comes from model.name; start from the file name. */
-        snprintf(out->name, sizeof out->name, "%s", lp_path_basename(yaml_path));
+        snprintf(out->name, sizeof out->name, "%s", lp_path_basename(name));
         out->rope_layout = LP_ROPE_HALVES;
         st = walk(r, root, "", out);
         if (st == LP_OK)
@@ -631,10 +624,24 @@ lp_status lp_arch_from_yaml(const char *yaml_path, lp_arch *out, lp_error *err)
     free(r);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
-    free(text);
     if (st != LP_OK)
         return st;
     return lp_arch_finish(out, err);
+}
+
+lp_status lp_arch_from_yaml(const char *yaml_path, lp_arch *out, lp_error *err)
+{
+    char *text;
+    size_t size;
+    lp_status st = lp_read_file(yaml_path, CARD_MAX_BYTES, &text, &size, err);
+    if (st != LP_OK) {
+        lp_arch_init(out);
+        snprintf(out->source, sizeof out->source, "%s", yaml_path);
+        return st;
+    }
+    st = lp_arch_from_yaml_text(text, size, yaml_path, out, err);
+    free(text);
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -5,3 +5,22 @@ lp_add_cmocka_test(NAME test_arch_golden SOURCES test_arch.c LIBS lp_inspect LAB
 if(TARGET test_arch_golden)
   target_compile_definitions(test_arch_golden PRIVATE LP_ARCH_GOLDEN)
 endif()
+# Fuzz entry point for the config and card readers: a replay binary always (with its own
+# deterministic mutations), a libFuzzer one with LOUPE_FUZZ=ON (clang).
+add_executable(fuzz_arch test_arch.c)
+target_compile_definitions(fuzz_arch PRIVATE LP_ARCH_FUZZ)
+target_link_libraries(fuzz_arch PRIVATE lp_inspect lp_core m)
+target_include_directories(fuzz_arch PRIVATE ${PROJECT_SOURCE_DIR})
+if(LOUPE_FUZZ)
+  add_executable(fuzz_arch_libfuzzer test_arch.c ${PROJECT_SOURCE_DIR}/inspect/arch.c
+                 ${PROJECT_SOURCE_DIR}/inspect/hf_config.c ${PROJECT_SOURCE_DIR}/inspect/yaml_card.c
+                 ${PROJECT_SOURCE_DIR}/inspect/arch_json.c)
+  target_compile_definitions(fuzz_arch_libfuzzer PRIVATE LP_ARCH_FUZZ LP_FUZZ_LIBFUZZER)
+  target_compile_options(fuzz_arch_libfuzzer PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_arch_libfuzzer PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_arch_libfuzzer PRIVATE lp_inspect lp_core m)
+  target_include_directories(fuzz_arch_libfuzzer PRIVATE ${PROJECT_SOURCE_DIR})
+endif()
+file(GLOB lp_arch_fuzz_inputs ${PROJECT_SOURCE_DIR}/configs/*.yaml ${LOUPE_SHARED_DIR}/configs/*/config.json)
+add_test(NAME fuzz_arch_replay COMMAND fuzz_arch ${lp_arch_fuzz_inputs})
+set_tests_properties(fuzz_arch_replay PROPERTIES LABELS "fuzz")

@@ -1,10 +1,12 @@
 /* Tests of the model description (lp_arch): HF config.json rules per family, bad configs, YAML
  * cards and their round trip, the llama2.c header and lp_arch_load's dispatch.
  *
- * Built twice (tests/arch.cmake): test_arch runs the cases that need nothing but the source tree;
- * test_arch_golden (LP_ARCH_GOLDEN) runs the ones that read ../shared: every real config,
- * every card against the config it was taken from, and stories260K's llama2.c header. */
+ * Built three times (tests/arch.cmake): test_arch runs the cases that need nothing but the source
+ * tree; test_arch_golden (LP_ARCH_GOLDEN) runs the ones that read ../shared: every real config,
+ * every card against the config it was taken from, and stories260K's llama2.c header; fuzz_arch
+ * (LP_ARCH_FUZZ, at the end) is the fuzz entry point for the config and card readers. */
 #define _POSIX_C_SOURCE 200809L
+#ifndef LP_ARCH_FUZZ
 #include "test_util.h"
 
 #include <dirent.h>
@@ -907,3 +909,117 @@ int main(void)
 #endif
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
+#endif /* !LP_ARCH_FUZZ */
+
+#ifdef LP_ARCH_FUZZ
+/* ---------------------------------------------------------------------------------------------
+ * Fuzz entry point for the config.json and card readers.
+ *
+ * With LOUPE_FUZZ=ON (clang) fuzz_arch_libfuzzer links against libFuzzer:
+ *   build/tests/fuzz_arch_libfuzzer -max_len=8192 configs/ CORPUS_DIR
+ * Without it, main() replays the files given on the command line and, for each, a deterministic
+ * set of variants: every prefix at a stride and single-byte substitutions. The ctest
+ * fuzz_arch_replay runs it over the shipped cards and ../shared's configs.
+ *
+ * Beyond "no crash": whatever parses must survive lp_arch_to_json and a card round trip to the
+ * same description.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mapfile.h"
+#include "inspect/arch_internal.h"
+#include "inspect/arch_json.h"
+#include "inspect/model.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_parsed(const lp_arch *arch)
+{
+    json_t *j = lp_arch_to_json(arch);
+    if (!j)
+        abort();
+    json_decref(j);
+    char *card = NULL;
+    size_t card_len = 0;
+    FILE *mem = open_memstream(&card, &card_len);
+    if (!mem)
+        abort();
+    lp_error err = {0};
+    if (lp_arch_write_yaml(arch, NULL, mem, &err) != LP_OK)
+        abort();
+    fclose(mem);
+    lp_arch *back = malloc(sizeof *back);
+    if (!back)
+        abort();
+    if (lp_arch_from_yaml_text(card, card_len, "roundtrip.yaml", back, &err) != LP_OK) {
+        fprintf(stderr, "written card does not load: %s\n%s", err.msg, card);
+        abort();
+    }
+    /* everything but name and source must come back */
+    lp_arch a = *arch;
+    memcpy(a.name, back->name, sizeof a.name);
+    memcpy(a.source, back->source, sizeof a.source);
+    if (memcmp(&a, back, sizeof a) != 0) {
+        fprintf(stderr, "card round trip changed the description:\n%s", card);
+        abort();
+    }
+    free(back);
+    free(card);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    lp_arch *arch = malloc(sizeof *arch);
+    if (!arch)
+        return 0;
+    lp_error err = {0};
+    if (lp_arch_from_hf_json((const char *)data, size, "fuzz.json", arch, &err) == LP_OK)
+        check_parsed(arch);
+    else if (!err.msg[0])
+        abort(); /* every failure explains itself */
+    memset(&err, 0, sizeof err);
+    if (lp_arch_from_yaml_text((const char *)data, size, "fuzz.yaml", arch, &err) == LP_OK)
+        check_parsed(arch);
+    else if (!err.msg[0])
+        abort();
+    free(arch);
+    return 0;
+}
+
+#ifndef LP_FUZZ_LIBFUZZER
+int main(int argc, char **argv)
+{
+    static const uint8_t substitutes[] = {'0', '-', '"', ':', '\n', '{', '[', 0xff};
+    long runs = 0;
+    for (int i = 1; i < argc; i++) {
+        char *text;
+        size_t size;
+        lp_error err = {0};
+        if (lp_read_file(argv[i], 1u << 20, &text, &size, &err) != LP_OK) {
+            fprintf(stderr, "fuzz_arch: %s\n", err.msg);
+            return 2;
+        }
+        uint8_t *buf = malloc(size + 1);
+        if (!buf)
+            return 2;
+        LLVMFuzzerTestOneInput((const uint8_t *)text, size);
+        runs++;
+        for (size_t len = 0; len < size; len += 7, runs++)
+            LLVMFuzzerTestOneInput((const uint8_t *)text, len);
+        for (size_t at = 0; at < size; at += 5) {
+            memcpy(buf, text, size);
+            buf[at] = substitutes[(at / 5) % sizeof substitutes];
+            LLVMFuzzerTestOneInput(buf, size);
+            runs++;
+        }
+        free(buf);
+        free(text);
+    }
+    printf("fuzz_arch: %d files, %ld inputs, no crash\n", argc - 1, runs);
+    return 0;
+}
+#endif
+#endif /* LP_ARCH_FUZZ */
