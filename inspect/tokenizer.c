@@ -1,8 +1,10 @@
 /* Tokenizers: format detection, the shared encode pipeline (added tokens, normalizers,
  * pre-tokenizers, BPE by merge rank or by score, post-processor), decoders and labels. The
  * tokenizer.json reader is tokenizer_json.c, the GGUF vocabulary reader tokenizer_gguf.c. */
+#define _POSIX_C_SOURCE 200809L /* opendir: finding the tokenizer in a model folder */
 #include "inspect/tokenizer.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1789,28 +1791,72 @@ lp_status tk_load_llama2c(const char *path, const uint8_t *data, size_t size,
 /* ------------------------------------------------------------------------------------------ */
 /* open                                                                                       */
 
-static lp_status open_file(const char *path, lp_tokenizer **out, lp_error *err);
+static lp_status open_file(const char *path, bool look_beside, lp_tokenizer **out,
+                           lp_error *err);
 
+static bool has_suffix(const char *name, const char *suffix)
+{
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && strcmp(name + n - k, suffix) == 0;
+}
+
+/* The first name in dir (alphabetically) that want() accepts, or NULL; caller frees. */
+static char *find_in_dir(const char *dir, bool (*want)(const char *name))
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return NULL;
+    char *best = NULL;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!want(e->d_name) || (best && strcmp(e->d_name, best) >= 0))
+            continue;
+        char *copy = tk_strndup(e->d_name, strlen(e->d_name));
+        if (copy) {
+            free(best);
+            best = copy;
+        }
+    }
+    closedir(d);
+    return best;
+}
+
+static bool is_tok_bin(const char *name)
+{
+    return strncmp(name, "tok", 3) == 0 && has_suffix(name, ".bin");
+}
+
+static bool is_gguf(const char *name)
+{
+    return has_suffix(name, ".gguf");
+}
+
+/* A model folder: tokenizer.json, tokenizer.bin, tok*.bin, then the first .gguf. */
 static lp_status open_dir(const char *dir, lp_tokenizer **out, lp_error *err)
 {
-    static const char *const names[] = {"tokenizer.json", "tokenizer.bin", "tok512.bin"};
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        char *p = lp_path_join(dir, names[k]);
+    static const char *const names[] = {"tokenizer.json", "tokenizer.bin"};
+    for (size_t k = 0; k < 2 + 2; k++) {
+        char *name = k < 2 ? tk_strndup(names[k], strlen(names[k]))
+                           : find_in_dir(dir, k == 2 ? is_tok_bin : is_gguf);
+        if (!name)
+            continue;
+        char *p = lp_path_join(dir, name);
+        free(name);
         if (!p)
             return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
         if (lp_path_exists(p) && !lp_path_is_dir(p)) {
-            lp_status st = open_file(p, out, err);
+            lp_status st = open_file(p, false, out, err);
             free(p);
             return st;
         }
         free(p);
     }
-    /* any tok*.bin or a single .gguf in the folder */
-    return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tokenizer.json, tokenizer.bin or "
-                        "tok*.bin in this folder (give one with --tokenizer FILE)", dir);
+    return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tokenizer.json, tokenizer.bin, tok*.bin "
+                        "or .gguf in this folder (give one with --tokenizer FILE)", dir);
 }
 
-static lp_status open_file(const char *path, lp_tokenizer **out, lp_error *err)
+static lp_status open_file(const char *path, bool look_beside, lp_tokenizer **out,
+                           lp_error *err)
 {
     lp_mapped_file map;
     lp_status st = lp_map_file(path, &map, err);
@@ -1836,7 +1882,10 @@ static lp_status open_file(const char *path, lp_tokenizer **out, lp_error *err)
         return st;
     }
     lp_unmap_file(&map);
-    /* a model file (safetensors, llama2.c checkpoint): look beside it */
+    if (!look_beside)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: not a tokenizer (tokenizer.json, llama2.c "
+                            "tokenizer .bin or .gguf)", path);
+    /* a model file (safetensors, llama2.c checkpoint): use the tokenizer in its folder */
     char *dir = tk_strndup(path, strlen(path));
     if (!dir)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
@@ -1845,16 +1894,12 @@ static lp_status open_file(const char *path, lp_tokenizer **out, lp_error *err)
         slash[slash == dir ? 1 : 0] = '\0';
     else
         strcpy(dir, ".");
-    char *json = lp_path_join(dir, "tokenizer.json");
-    st = LP_ERR_NOT_FOUND;
-    if (json && lp_path_exists(json))
-        st = tk_load_json(json, out, err);
-    free(json);
+    st = open_dir(dir, out, err);
     free(dir);
     if (st == LP_ERR_NOT_FOUND)
         return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: not a tokenizer (tokenizer.json, "
-                            "llama2.c tokenizer .bin or .gguf) and no tokenizer.json beside it; "
-                            "give one with --tokenizer FILE", path);
+                            "llama2.c tokenizer .bin or .gguf) and none beside it; give one "
+                            "with --tokenizer FILE", path);
     return st;
 }
 
@@ -1866,5 +1911,5 @@ lp_status lp_tokenizer_open(const char *path, lp_tokenizer **out, lp_error *err)
         return lp_error_set(err, LP_ERR_IO, "%s: no such file or folder", path);
     if (lp_path_is_dir(path))
         return open_dir(path, out, err);
-    return open_file(path, out, err);
+    return open_file(path, true, out, err);
 }

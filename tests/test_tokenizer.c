@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "core/error.h"
+#include "inspect/gguf.h"
 #include "inspect/tokenizer.h"
 #include "inspect/tokenizer_internal.h"
 
@@ -431,8 +432,14 @@ static void test_bad_input(void **state)
                   "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 2000000000}, \"merges\": []}}");
     assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_FORMAT);
 
-    p = write_tmp("tok_garbage.bin", "this is neither JSON nor a tokenizer");
-    assert_int_not_equal(lp_tokenizer_open(p, &tok, &err), LP_OK);
+    /* a file that is no tokenizer, alone in its folder: nothing to fall back on */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tok_garbage_dir", lp_test_tmp_dir());
+    mkdir(dir, 0755);
+    p = write_tmp("tok_garbage_dir/model.dat", "this is neither JSON nor a tokenizer");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "--tokenizer"));
+    assert_int_equal(lp_tokenizer_open(dir, &tok, &err), LP_ERR_NOT_FOUND);
     assert_int_equal(lp_tokenizer_open("/nonexistent/tokenizer.json", &tok, &err), LP_ERR_IO);
 
     /* a tiny valid file: merges in both serializations, unk, decode range check */
@@ -672,6 +679,151 @@ static void test_normalizers_and_post(void **state)
     lp_tokenizer_close(tok);
 }
 
+/* ---- damaged files: every outcome is a tokenizer or an error, never a crash ---- */
+
+static unsigned char *read_all(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *size = (size_t)n;
+    return buf;
+}
+
+static void write_bytes(const char *path, const unsigned char *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (size)
+        assert_int_equal(fwrite(data, 1, size, f), size);
+    fclose(f);
+}
+
+/* If a damaged tokenizer opened, encode and decode a little text within its vocabulary. */
+static int exercise(lp_tokenizer *tok, lp_status st, const lp_error *err)
+{
+    if (st != LP_OK) {
+        assert_null(tok);
+        assert_true(err->msg[0] != '\0');
+        return 0;
+    }
+    static const char text[] = "Once upon a time \xE4\xBD\xA0 \xFF!";
+    size_t n;
+    int32_t *ids = encode(tok, text, sizeof text - 1, true, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_true(ids[k] >= 0 && ids[k] < lp_tokenizer_vocab_size(tok));
+    char *back = decode(tok, ids, n, false);
+    free(back);
+    free(ids);
+    lp_tokenizer_close(tok);
+    return 1;
+}
+
+static int try_damaged(const char *path)
+{
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    lp_status st = lp_tokenizer_open(path, &tok, &err);
+    return exercise(tok, st, &err);
+}
+
+/* Parse damaged copies in memory (no file writes): llama2.c records or a GGUF header. */
+static int try_damaged_memory(const unsigned char *data, size_t size, bool gguf)
+{
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    lp_status st;
+    if (gguf) {
+        lp_gguf *g = NULL;
+        st = lp_gguf_open_memory(data, size, "damaged.gguf", &g, &err);
+        if (st == LP_OK) {
+            st = lp_tokenizer_from_gguf(g, &tok, &err);
+            lp_gguf_close(g);
+        }
+    } else {
+        st = tk_load_llama2c("damaged.bin", data, size, &tok, &err);
+    }
+    return exercise(tok, st, &err);
+}
+
+static void damage_file(const char *shared_rel, bool gguf, size_t limit, size_t step)
+{
+    char src[1024];
+    lp_test_shared_path(src, sizeof src, shared_rel);
+    size_t size;
+    unsigned char *orig = read_all(src, &size);
+    unsigned char *copy = malloc(size);
+    assert_non_null(copy);
+    int opened = 0, tries = 0;
+    if (limit > size)
+        limit = size;
+    /* truncations (the buffer is copied so that reading past the end is caught by ASan) */
+    for (size_t len = 0; len <= limit; len += step, tries++) {
+        unsigned char *cut = malloc(len ? len : 1);
+        assert_non_null(cut);
+        memcpy(cut, orig, len);
+        opened += try_damaged_memory(cut, len, gguf);
+        free(cut);
+    }
+    /* single bytes set to 0x00, 0x7F or 0xFF */
+    uint32_t seed = 7;
+    for (size_t at = 0; at < limit; at += step / 3 + 1, tries++) {
+        memcpy(copy, orig, size);
+        seed = seed * 1664525u + 1013904223u;
+        copy[at] = (unsigned char)(seed >> 30 == 0 ? 0x00 : seed >> 30 == 1 ? 0x7F : 0xFF);
+        opened += try_damaged_memory(copy, size, gguf);
+    }
+    printf("%s: %d of %d damaged copies still opened\n", shared_rel, opened, tries);
+    assert_true(opened < tries);
+    free(copy);
+    free(orig);
+}
+
+static void test_damaged_files(void **state)
+{
+    (void)state;
+    damage_file("models/stories260K/tok512.bin", false, SIZE_MAX, 13);
+    /* the GGUF's vocabulary is in its first ~10 KB; past that only tensor data would change */
+    damage_file("models/stories260K/stories260K.gguf", true, 16384, 29);
+}
+
+/* Mutated tiny tokenizer.json files. */
+static void test_damaged_json(void **state)
+{
+    (void)state;
+    static const char base[] =
+        "{\"added_tokens\": [{\"id\": 2, \"content\": \"<x>\", \"special\": true}],"
+        " \"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\","
+        " \"add_prefix_space\": false}, \"decoder\": {\"type\": \"ByteLevel\"},"
+        " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\":"
+        " {\"id\": \"<x>\"}}, {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<x>\":"
+        " {\"id\": \"<x>\", \"ids\": [2]}}},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"<x>\": 2, \"ab\": 3},"
+        " \"merges\": [\"a b\"]}}";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tok_mutated.json", lp_test_tmp_dir());
+    size_t len = sizeof base - 1;
+    unsigned char buf[sizeof base];
+    static const char replacements[] = "0-9\"{}[],: x\\";
+    int opened = 0, tries = 0;
+    for (size_t at = 0; at < len; at++)
+        for (size_t r = 0; r < sizeof replacements - 1; r += 3) {
+            memcpy(buf, base, len);
+            buf[at] = (unsigned char)replacements[r];
+            write_bytes(path, buf, len);
+            opened += try_damaged(path);
+            tries++;
+        }
+    printf("%d of %d mutated tokenizer.json files still opened\n", opened, tries);
+    assert_true(opened > 0 && opened < tries);
+}
+
 /* ---- Unicode ---- */
 
 static void test_unicode(void **state)
@@ -838,6 +990,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_qwen3_rules),
             cmocka_unit_test(test_tinyllama_rules),
             cmocka_unit_test(test_labels),
+            cmocka_unit_test(test_damaged_files),
         };
         return cmocka_run_group_tests_name("tokenizer_golden", golden, NULL, NULL);
     }
@@ -848,6 +1001,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_metaspace_and_added),
         cmocka_unit_test(test_model_options),
         cmocka_unit_test(test_normalizers_and_post),
+        cmocka_unit_test(test_damaged_json),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }
