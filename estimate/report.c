@@ -54,21 +54,24 @@ static const char *model_name(const lp_arch *arch)
 
 /* ---- text -------------------------------------------------------------------------------- */
 
-static void print_defaults(FILE *out, const lp_est_report *rep)
+static void print_defaults(FILE *out, const lp_arch *arch, const lp_est_report *rep)
 {
-    char list[160] = "";
+    char list[200] = "";
     size_t n = 0;
     if (rep->batch_defaulted)
         n += (size_t)snprintf(list + n, sizeof list - n, "%sbatch 1", n ? ", " : "");
     if (rep->seq_defaulted && n < sizeof list)
-        n += (size_t)snprintf(list + n, sizeof list - n, "%sseq = trained context (or 4096)",
-                              n ? ", " : "");
+        n += (size_t)snprintf(list + n, sizeof list - n, "%sseq = %s", n ? ", " : "",
+                              arch->n_ctx > 0 ? "trained context" : "4096 (no context in config)");
     if (rep->weight_dtype_defaulted && n < sizeof list)
-        n += (size_t)snprintf(list + n, sizeof list - n, "%sweights = config dtype (or bf16)",
-                              n ? ", " : "");
+        n += (size_t)snprintf(list + n, sizeof list - n, "%sweights = %s", n ? ", " : "",
+                              arch->storage_dtype != LP_DTYPE_INVALID ? "config dtype"
+                                                                      : "bf16 (config names none)");
     if (rep->kv_dtype_defaulted && n < sizeof list)
-        n += (size_t)snprintf(list + n, sizeof list - n, "%sKV = weight dtype (f16 if quantized)",
-                              n ? ", " : "");
+        n += (size_t)snprintf(list + n, sizeof list - n, "%sKV = %s", n ? ", " : "",
+                              strcmp(rep->kv_dtype.name, rep->weight_dtypes[0].name) == 0
+                                  ? "weight dtype"
+                                  : "f16 (weights quantized)");
     if (n)
         fprintf(out, "  %-14s %s\n", "defaults used", list);
 }
@@ -88,13 +91,13 @@ static void print_params(FILE *out, const lp_est_report *rep)
     if (p->mtp > 0)
         fprintf(out, "  %-28s %20s\n", "MTP modules (not in total)", fmt_int(p->mtp, a));
 
-    fprintf(out, "\n%-54s %-12s %16s %16s %12s\n", "layer kinds", "layers", "params/layer",
+    fprintf(out, "\n%-58s %-12s %16s %16s %12s\n", "layer kinds", "layers", "params/layer",
             "active/layer", "KV B/token");
     for (int k = 0; k < rep->n_kinds; k++) {
         const lp_est_layer_kind *kind = &rep->kinds[k];
         char first[24];
         snprintf(first, sizeof first, "from %lld", (long long)kind->first_layer);
-        fprintf(out, "  %-52s %3lld %-8s %16s %16s %12llu\n", kind->label,
+        fprintf(out, "  %-56s %3lld %-8s %16s %16s %12llu\n", kind->label,
                 (long long)kind->n_layers, first, fmt_int(kind->params_per_layer, a),
                 fmt_int(kind->active_per_layer, b),
                 (unsigned long long)kind->kv_bytes_per_token);
@@ -242,7 +245,7 @@ void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep,
     fprintf(out, "  %-14s batch %lld, seq %lld, decode context %lld, weights %s, KV cache %s\n",
             "settings", (long long)rep->batch, (long long)rep->seq, (long long)rep->context,
             rep->weight_dtypes[0].name, rep->kv_dtype.name);
-    print_defaults(out, rep);
+    print_defaults(out, arch, rep);
     print_params(out, rep);
     print_memory(out, rep);
     print_flops(out, rep);
