@@ -156,7 +156,11 @@ json_t *lp_arch_to_json(const lp_arch *a)
     put_num(o, "final_logit_softcap", a->final_logit_softcap, &ok);
     put_num(o, "query_scale", a->query_scale, &ok);
     put_int(o, "n_mtp_layers", a->n_mtp_layers, &ok);
-    put_str(o, "storage_dtype", lp_dtype_name(a->storage_dtype), &ok);
+    /* unknown dtype is null rather than the string "invalid" */
+    put(o, "storage_dtype",
+        a->storage_dtype == LP_DTYPE_INVALID ? json_null()
+                                             : json_string(lp_dtype_name(a->storage_dtype)),
+        &ok);
     put_int(o, "bos_token_id", a->bos_token_id, &ok);
     put_int(o, "eos_token_id", a->eos_token_id, &ok);
 

@@ -614,6 +614,38 @@ static void test_truncated_inputs(void **state)
     }
 }
 
+static void test_json_output(void **state)
+{
+    (void)state;
+    lp_arch a;
+    lp_error err = {0};
+    if (lp_arch_load("deepseek-v3", &a, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    json_t *j = lp_arch_to_json(&a);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "family")), "deepseek_v3");
+    assert_string_equal(json_string_value(json_object_get(j, "ffn_kind")), "swiglu");
+    assert_string_equal(json_string_value(json_object_get(j, "pos_kind")), "rope");
+    assert_string_equal(json_string_value(json_object_get(j, "storage_dtype")), "bf16");
+    json_t *rs = json_object_get(j, "rope_scaling");
+    assert_string_equal(json_string_value(json_object_get(rs, "kind")), "yarn");
+    assert_true(json_real_value(json_object_get(rs, "factor")) == 40.0);
+    json_t *moe = json_object_get(j, "layer_moe");
+    assert_int_equal(json_array_size(moe), 61);
+    assert_true(json_is_false(json_array_get(moe, 2)));
+    assert_true(json_is_true(json_array_get(moe, 3)));
+    assert_int_equal(json_integer_value(json_object_get(j, "kv_lora_rank")), 512);
+    json_decref(j);
+
+    lp_arch_init(&a); /* unknown dtype is null, not "invalid" */
+    a.storage_dtype = LP_DTYPE_INVALID;
+    j = lp_arch_to_json(&a);
+    assert_non_null(j);
+    assert_true(json_is_null(json_object_get(j, "storage_dtype")));
+    assert_int_equal(json_array_size(json_object_get(j, "layer_window")), 0);
+    json_decref(j);
+}
+
 static bool is_card(const char *name)
 {
     size_t n = strlen(name);
@@ -905,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_llama2c_header),
         cmocka_unit_test(test_shipped_cards_load),
         cmocka_unit_test(test_truncated_inputs),
+        cmocka_unit_test(test_json_output),
     };
 #endif
     return cmocka_run_group_tests(tests, NULL, NULL);
