@@ -15,6 +15,7 @@
 #include "inspect/safetensors_writer.h"
 #include "gguf_writer.h"
 #include "ref_forward.h"
+#include "trace/model_internal.h"
 #include "trace/trace.h"
 
 /* ---- an observer that keeps everything ---- */
@@ -700,6 +701,92 @@ static void test_errors(void **state)
     remove_dir(dir);
 }
 
+
+/* ---- RoPE frequencies with scaling (Hugging Face's _compute_*_parameters) ---- */
+
+static void test_rope_scaling(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *base = small_llama(&m, dir, sizeof dir);
+    lp_arch a = *lp_model_arch(base);
+    a.rope_theta = 500000.0;
+    a.head_dim = 8;
+    a.rope_dim = 8;
+    a.n_ctx = 131072;
+    float f[4], attn;
+    lp_error err = {0};
+    lp_model *model;
+
+    /* llama3 (Llama 3.1: factor 8, low 1, high 4, original 8192) */
+    a.rope_scaling.kind = LP_ROPE_SCALING_LLAMA3;
+    a.rope_scaling.factor = 8.0;
+    a.rope_scaling.low_freq_factor = 1.0;
+    a.rope_scaling.high_freq_factor = 4.0;
+    a.rope_scaling.original_ctx = 8192;
+    assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+    assert_int_equal(lp_model_rope_freqs(model, 16, false, f, &attn, &err), LP_OK);
+    double pi = 3.14159265358979323846;
+    for (int i = 0; i < 4; i++) {
+        double inv = pow(500000.0, -(double)(2 * i) / 8.0);
+        double wavelen = 2 * pi / inv, want;
+        if (wavelen < 8192.0 / 4.0)
+            want = inv;
+        else if (wavelen > 8192.0 / 1.0)
+            want = inv / 8.0;
+        else {
+            double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+            want = (1 - smooth) * inv / 8.0 + smooth * inv;
+        }
+        assert_true(fabs((double)f[i] - want) <= 1e-6 * want);
+    }
+    /* with d = 8 and theta 5e5: wavelengths 6.3, 167, 4397 (blended), 1.2e5 (divided) */
+    assert_true(fabs((double)f[0] - 1.0) < 1e-7);
+    assert_true(fabs((double)f[3] - pow(500000.0, -0.75) / 8.0) < 1e-12);
+    assert_true((double)f[2] < pow(500000.0, -0.5) && (double)f[2] > pow(500000.0, -0.5) / 8.0);
+    assert_true(attn == 1.0f);
+    lp_model_close(model);
+
+    /* linear */
+    a.rope_scaling.kind = LP_ROPE_SCALING_LINEAR;
+    a.rope_scaling.factor = 4.0;
+    assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+    assert_int_equal(lp_model_rope_freqs(model, 16, false, f, &attn, &err), LP_OK);
+    for (int i = 0; i < 4; i++)
+        assert_true(fabs((double)f[i] - pow(500000.0, -(double)(2 * i) / 8.0) / 4.0) < 1e-7);
+    lp_model_close(model);
+
+    /* dynamic NTK: unchanged up to the original context, then base * 3^(8/6) at twice it */
+    a.rope_scaling.kind = LP_ROPE_SCALING_DYNAMIC;
+    a.rope_scaling.factor = 2.0;
+    a.rope_scaling.original_ctx = 64;
+    assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+    assert_int_equal(lp_model_rope_freqs(model, 64, false, f, &attn, &err), LP_OK);
+    assert_true(fabs((double)f[1] - pow(500000.0, -0.25)) < 1e-9);
+    assert_int_equal(lp_model_rope_freqs(model, 128, false, f, &attn, &err), LP_OK);
+    double grown = 500000.0 * pow(3.0, 8.0 / 6.0);
+    assert_true(fabs((double)f[1] - pow(grown, -0.25)) <= 1e-6 * pow(grown, -0.25));
+    lp_model_close(model);
+
+    /* YaRN: factor 4, original 64: the fastest pair extrapolates (unchanged), the slowest
+     * interpolates (divided by 4), cos/sin scaled by 0.1 ln 4 + 1. */
+    a.rope_scaling.kind = LP_ROPE_SCALING_YARN;
+    a.rope_scaling.factor = 4.0;
+    a.rope_scaling.original_ctx = 64;
+    a.rope_theta = 10000.0;
+    assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+    assert_int_equal(lp_model_rope_freqs(model, 16, false, f, &attn, &err), LP_OK);
+    assert_true(fabs((double)attn - (0.1 * log(4.0) + 1.0)) < 1e-6);
+    assert_true(fabs((double)f[0] - 1.0) < 1e-7);
+    assert_true(fabs((double)f[3] - pow(10000.0, -0.75) / 4.0) < 1e-9);
+    lp_model_close(model);
+
+    lp_model_close(base);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
 /* ---- the safetensors writer, read back through the catalogue ---- */
 
 static void test_safetensors_writer(void **state)
@@ -774,6 +861,7 @@ int main(void)
         cmocka_unit_test(test_padding_batch),
         cmocka_unit_test(test_determinism_threads),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_rope_scaling),
     };
     int failed = cmocka_run_group_tests_name("forward", unit, NULL, NULL);
     if (!lp_test_shared_dir()) {
