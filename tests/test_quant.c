@@ -533,6 +533,24 @@ static void test_plain_types(void **state)
     assert_true(got[0] == -5.0f && got[1] == 1048576.0f);
 }
 
+/* The dequantizer's own half conversion must match core's exactly, for every bit pattern. */
+static void test_f16_all_values(void **state)
+{
+    (void)state;
+    static uint16_t all[65536];
+    static float got[65536];
+    for (uint32_t h = 0; h < 65536; h++)
+        all[h] = (uint16_t)h;
+    dequant_ok(LP_DTYPE_F16, all, 65536, got);
+    for (uint32_t h = 0; h < 65536; h++) {
+        float want = lp_f16_to_f32((uint16_t)h);
+        if (memcmp(&got[h], &want, 4) != 0) {
+            print_error("f16 0x%04x: got %a, want %a\n", h, (double)got[h], (double)want);
+            fail();
+        }
+    }
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -568,7 +586,8 @@ int main(void)
         cmocka_unit_test(test_q5_k),        cmocka_unit_test(test_q6_k),
         cmocka_unit_test(test_q8_k),        cmocka_unit_test(test_iq4_xs),
         cmocka_unit_test(test_tq2_0),       cmocka_unit_test(test_tq1_0),
-        cmocka_unit_test(test_plain_types), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_plain_types), cmocka_unit_test(test_f16_all_values),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
