@@ -65,6 +65,20 @@ expect_json_int stored_weights_bytes 256000 "$LOUPE" estimate "$TMP/tied" --json
 expect_status 0 "$LOUPE" estimate "$TMP/tied/config.json"
 if grep -q tied_but_lm_head_present "$TMP/out"; then bad "tied warning without weights"; else ok; fi
 
+# tables: --per-layer has one row per layer, --rope one per rotary pair (8 dims -> 4 pairs)
+"$LOUPE" estimate "$tiny" --per-layer >"$TMP/out" 2>"$TMP/err"
+rows=$(grep -cE '^ +[0-9]+ +dense +full ' "$TMP/out")
+if [ "$rows" -eq 4 ]; then ok; else bad "--per-layer: $rows layer rows, want 4"; fi
+"$LOUPE" estimate "$tiny" --rope >"$TMP/out" 2>"$TMP/err"
+rows=$(sed -n '/turns in ctx/,$p' "$TMP/out" | grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$')
+if [ "$rows" -eq 4 ]; then ok; else bad "--rope: $rows pair rows, want 4"; fi
+# units in the human report; the fit and roofline sections appear when asked
+expect_stdout_contains "KiB" "$LOUPE" estimate "$tiny"
+expect_stdout_contains "MFLOP" "$LOUPE" estimate "$tiny"
+expect_stdout_contains "largest seq at batch 1" "$LOUPE" estimate "$tiny" --budget 1MiB
+expect_stdout_contains "memory-bound" "$LOUPE" estimate "$tiny" --hw rtx-4090
+expect_stdout_contains "decode step time bound" "$LOUPE" estimate "$tiny" "$tiny" --hw 1T,1T
+
 # gates: KV at seq 256 is 65,536 bytes
 expect_status 0 "$LOUPE" estimate "$tiny" --max-kv 65536
 expect_status 1 "$LOUPE" estimate "$tiny" --max-kv 65535
