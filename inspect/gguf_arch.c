@@ -86,6 +86,10 @@ static lp_status type_error(const reader *r, const char *key, const char *want)
 {
     int64_t kv = lp_gguf_find_key(r->g, key);
     lp_gguf_type type = lp_gguf_kv_type(r->g, kv);
+    double big;
+    if (type == LP_GGUF_UINT64 && lp_gguf_get_float(r->g, key, &big))
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': %.0f is too large", r->file,
+                            key, big);
     if (type == LP_GGUF_ARRAY)
         return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': expected %s, got an array of %s",
                             r->file, key, want, type_name(lp_gguf_arr_type(r->g, kv)));

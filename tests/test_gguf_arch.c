@@ -141,6 +141,11 @@ static void test_errors(void **state)
     assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "llama.feed_forward_length"));
 
+    base_kvs(&w, "llama");
+    lp_gw_kv_u64(&w, "llama.feed_forward_length", UINT64_MAX);
+    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "'llama.feed_forward_length': 18446744073709551616 is too large"));
+
     lp_gw_init(&w, 3);
     assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "general.architecture"));
@@ -450,6 +455,24 @@ static void test_golden_stories(void **state)
     assert_true(fabs(a.norm_eps - hf.norm_eps) < 1e-11); /* f32 in GGUF, double in JSON */
     hf.norm_eps = a.norm_eps;
     assert_memory_equal(&a, &hf, sizeof a);
+
+    /* llama-quantize keeps the metadata: the quantized files describe the same model */
+    static const char *files[3] = {"Q4_K_M", "Q6_K", "TQ2_0"};
+    static const lp_dtype mostly[3] = {LP_DTYPE_Q5_0, LP_DTYPE_Q8_0, LP_DTYPE_Q4_0};
+    for (int f = 0; f < 3; f++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/stories260K/quant/stories260K-%s.gguf", files[f]);
+        lp_test_shared_path(path, sizeof path, rel);
+        assert_int_equal(lp_gguf_open(path, &g, &err), LP_OK);
+        lp_arch q;
+        assert_int_equal(lp_arch_from_gguf(g, &q, &err), LP_OK);
+        lp_gguf_close(g);
+        assert_int_equal(q.storage_dtype, mostly[f]); /* the type holding most elements */
+        q.storage_dtype = a.storage_dtype;
+        memcpy(q.name, a.name, sizeof a.name);
+        memcpy(q.source, a.source, sizeof a.source);
+        assert_memory_equal(&a, &q, sizeof a);
+    }
 }
 
 int main(int argc, char **argv)
