@@ -136,6 +136,14 @@ check_total gptoss20b 20914757184 '{"architectures":["GptOssForCausalLM"],"atten
 
 # every real config in ../shared: exact total (and active when truth has one)
 require_shared
+# the real tiny model: llama2.c header, HF folder (tied, 260,032) and GGUF metadata (the converter
+# stored the shared classifier as a separate output.weight: 292,800 stored, counted untied)
+expect_json_int total 260032 "$LOUPE" estimate "$SHARED/models/stories260K/stories260K.bin" --json
+expect_json_int total 260032 "$LOUPE" estimate "$SHARED/models/stories260K/hf" --json
+expect_json_int stored_tensor_values 260032 "$LOUPE" estimate "$SHARED/models/stories260K/hf" --json
+expect_json_int total 292800 "$LOUPE" estimate "$SHARED/models/stories260K/stories260K.gguf" --json
+head -c 200 "$SHARED/models/stories260K/stories260K.gguf" >"$TMP/truncated.gguf"
+expect_one_line_error "$LOUPE" estimate "$TMP/truncated.gguf"
 for dir in "$SHARED"/configs/*/; do
   name=$(basename "$dir")
   want_total=$(grep -o '"params_total": [0-9]*' "$dir/truth.json" | grep -o '[0-9]*$')
