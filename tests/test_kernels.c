@@ -607,44 +607,62 @@ static void test_attention_window_boundary(void **state)
 static void test_rope(void **state)
 {
     (void)state;
-    const int64_t n_heads = 3, head_dim = 20, rot_dim = 16, half = rot_dim / 2;
-    float inv_freq[8];
-    for (int64_t i = 0; i < half; i++)
-        inv_freq[i] = (float)pow(10000.0, -2.0 * (double)i / (double)rot_dim);
+    /* {head_dim, rot_dim}: partial rotary, a tail past whole vectors, a full 64-dim head, and a
+     * rotation wider than the coefficient buffer (the scalar fallback) */
+    static const int64_t shapes[][2] = {{20, 16}, {24, 20}, {64, 64}, {300, 300}};
     static const int64_t positions[] = {0, 1, 17, 1000};
-    for (int layout = 0; layout < 2; layout++)
-        for (size_t pi = 0; pi < sizeof positions / sizeof positions[0]; pi++) {
-            int64_t pos = positions[pi];
-            float attn_scale = pi == 2 ? 1.25f : 1.0f;
-            float *x = rnd_array(n_heads * head_dim);
-            float *orig = malloc((size_t)(n_heads * head_dim) * sizeof(float));
-            assert_non_null(orig);
-            memcpy(orig, x, (size_t)(n_heads * head_dim) * sizeof(float));
-            lp_rope(x, n_heads, head_dim, rot_dim, pos, inv_freq, attn_scale, layout == 1);
-            for (int64_t h = 0; h < n_heads; h++) {
-                const float *o = orig + h * head_dim;
-                const float *r = x + h * head_dim;
-                for (int64_t i = 0; i < half; i++) {
-                    /* the angle as Hugging Face forms it: a float32 product */
-                    double angle = (double)((float)pos * inv_freq[i]);
-                    int64_t i0 = layout == 1 ? 2 * i : i, i1 = layout == 1 ? 2 * i + 1 : i + half;
-                    double c = cos(angle) * (double)attn_scale, s = sin(angle) * (double)attn_scale;
-                    double o0 = o[i0], o1 = o[i1];
-                    double want0 = o0 * c - o1 * s, want1 = o0 * s + o1 * c;
-                    assert_true(fabs((double)r[i0] - want0) <= 1e-5);
-                    assert_true(fabs((double)r[i1] - want1) <= 1e-5);
+    const int64_t n_heads = 3;
+    float inv_freq[150];
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    for (int si = 0; si < n_isas; si++) {
+        assert_true(lp_kernels_set_isa(isas[si]));
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+            int64_t head_dim = shapes[sh][0], rot_dim = shapes[sh][1], half = rot_dim / 2;
+            for (int64_t i = 0; i < half; i++)
+                inv_freq[i] = (float)pow(10000.0, -2.0 * (double)i / (double)rot_dim);
+            for (int layout = 0; layout < 2; layout++)
+                for (size_t pi = 0; pi < sizeof positions / sizeof positions[0]; pi++) {
+                    int64_t pos = positions[pi];
+                    float attn_scale = pi == 2 ? 1.25f : 1.0f;
+                    float *x = rnd_array(n_heads * head_dim);
+                    float *orig = malloc((size_t)(n_heads * head_dim) * sizeof(float));
+                    assert_non_null(orig);
+                    memcpy(orig, x, (size_t)(n_heads * head_dim) * sizeof(float));
+                    lp_rope(x, n_heads, head_dim, rot_dim, pos, inv_freq, attn_scale, layout == 1);
+                    for (int64_t h = 0; h < n_heads; h++) {
+                        const float *o = orig + h * head_dim;
+                        const float *r = x + h * head_dim;
+                        for (int64_t i = 0; i < half; i++) {
+                            /* the angle as Hugging Face forms it: a float32 product */
+                            double angle = (double)((float)pos * inv_freq[i]);
+                            int64_t i0 = layout == 1 ? 2 * i : i;
+                            int64_t i1 = layout == 1 ? 2 * i + 1 : i + half;
+                            double c = cos(angle) * (double)attn_scale;
+                            double s = sin(angle) * (double)attn_scale;
+                            double o0 = o[i0], o1 = o[i1];
+                            double want0 = o0 * c - o1 * s, want1 = o0 * s + o1 * c;
+                            if (fabs((double)r[i0] - want0) > 1e-5 ||
+                                fabs((double)r[i1] - want1) > 1e-5)
+                                fail_msg("rope %s layout %s rot %lld pos %lld pair %lld: got "
+                                         "(%g, %g) want (%g, %g)",
+                                         lp_isa_name(isas[si]), layout ? "adjacent" : "halves",
+                                         (long long)rot_dim, (long long)pos, (long long)i,
+                                         (double)r[i0], (double)r[i1], want0, want1);
+                        }
+                        for (int64_t d = rot_dim; d < head_dim; d++)
+                            assert_true(r[d] == o[d]); /* unrotated tail untouched */
+                    }
+                    free(x);
+                    free(orig);
                 }
-                for (int64_t d = rot_dim; d < head_dim; d++)
-                    assert_true(r[d] == o[d]); /* unrotated tail untouched */
-            }
-            free(x);
-            free(orig);
         }
-    /* position 0 is the identity */
-    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
-    memcpy(y, x, sizeof x);
-    lp_rope(y, 1, 8, 8, 0, inv_freq, 1.0f, false);
-    assert_memory_equal(x, y, sizeof x);
+        /* position 0 is the identity */
+        float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
+        memcpy(y, x, sizeof x);
+        lp_rope(y, 1, 8, 8, 0, inv_freq, 1.0f, false);
+        assert_memory_equal(x, y, sizeof x);
+    }
 }
 
 static double gelu_exact(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }

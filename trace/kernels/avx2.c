@@ -547,6 +547,42 @@ static void add_avx2(float *y, const float *x, int64_t n)
         y[i] += x[i];
 }
 
+static void rope_rotate_avx2(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
+                             const float *c, const float *s, bool adjacent_pairs)
+{
+    int64_t half = rot_dim / 2;
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *head = x + h * head_dim;
+        int64_t i = 0;
+        if (adjacent_pairs) {
+            /* (x0, x1) pairs: x * c + swap(x) * s, swap exchanging each pair's two lanes */
+            for (; i + 8 <= rot_dim; i += 8) {
+                __m256 v = _mm256_loadu_ps(head + i);
+                __m256 swapped = _mm256_permute_ps(v, 0xB1);
+                _mm256_storeu_ps(head + i, _mm256_fmadd_ps(v, _mm256_loadu_ps(c + i),
+                                                           _mm256_mul_ps(swapped, _mm256_loadu_ps(s + i))));
+            }
+            for (; i + 1 < rot_dim; i += 2) {
+                float x0 = head[i], x1 = head[i + 1];
+                head[i] = x0 * c[i] + x1 * s[i];
+                head[i + 1] = x1 * c[i + 1] + x0 * s[i + 1];
+            }
+        } else {
+            for (; i + 8 <= half; i += 8) {
+                __m256 x0 = _mm256_loadu_ps(head + i), x1 = _mm256_loadu_ps(head + half + i);
+                __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+                _mm256_storeu_ps(head + i, _mm256_fmsub_ps(x0, cv, _mm256_mul_ps(x1, sv)));
+                _mm256_storeu_ps(head + half + i, _mm256_fmadd_ps(x0, sv, _mm256_mul_ps(x1, cv)));
+            }
+            for (; i < half; i++) {
+                float x0 = head[i], x1 = head[i + half];
+                head[i] = x0 * c[i] - x1 * s[i];
+                head[i + half] = x0 * s[i] + x1 * c[i];
+            }
+        }
+    }
+}
+
 /* Block sizes for Zen/Haswell-class cores: a 16 KiB B micro-panel (kc x 16) stays in L1 while the
  * mc x kc A block (144 KiB) streams from L2; nc bounds the packed B block (4 MiB) in L3. */
 const lp_kernel_table lp_kernels_avx2_table = {
@@ -575,4 +611,5 @@ const lp_kernel_table lp_kernels_avx2_table = {
     .gelu = gelu_avx2,
     .silu = silu_avx2,
     .add = add_avx2,
+    .rope_rotate = rope_rotate_avx2,
 };

@@ -110,33 +110,45 @@ void lp_silu(float *x, int64_t n) { lp_kernels_table()->silu(x, n); }
 
 void lp_add(float *y, const float *x, int64_t n) { lp_kernels_table()->add(y, x, n); }
 
-/* RoPE is dominated by cos/sin, computed once per call (per position) and shared by all heads;
- * the rotation itself is a handful of multiplies, so one portable version serves every ISA.
- * The angle is pos * inv_freq rounded to float, as Hugging Face computes it in float32. */
+/* RoPE: cos/sin are computed once per call (one position) and shared by all heads; the angle is
+ * pos * inv_freq rounded to float, as Hugging Face computes it in float32. The coefficients are
+ * laid out per rotated dim so that both pair layouts rotate with plain vector multiplies. */
 void lp_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
              const float *inv_freq, float attn_scale, bool adjacent_pairs)
 {
-    enum { CHUNK = 128 };
-    float cos_t[CHUNK], sin_t[CHUNK];
+    enum { CHUNK = 256 }; /* rotated dims per round; heads wider than that go in rounds */
+    float c[CHUNK], s[CHUNK];
+    const lp_kernel_table *kt = lp_kernels_table();
     int64_t half = rot_dim / 2;
     float pos_f = (float)pos;
-    for (int64_t base = 0; base < half; base += CHUNK) {
-        int64_t count = half - base < CHUNK ? half - base : CHUNK;
-        for (int64_t i = 0; i < count; i++) {
-            float angle = pos_f * inv_freq[base + i];
-            cos_t[i] = (float)cos((double)angle) * attn_scale;
-            sin_t[i] = (float)sin((double)angle) * attn_scale;
-        }
-        for (int64_t h = 0; h < n_heads; h++) {
-            float *head = x + h * head_dim;
-            for (int64_t i = 0; i < count; i++) {
-                int64_t pair = base + i;
-                int64_t i0 = adjacent_pairs ? 2 * pair : pair;
-                int64_t i1 = adjacent_pairs ? 2 * pair + 1 : pair + half;
-                float x0 = head[i0], x1 = head[i1];
-                head[i0] = x0 * cos_t[i] - x1 * sin_t[i];
-                head[i1] = x0 * sin_t[i] + x1 * cos_t[i];
+    if (rot_dim <= CHUNK) {
+        for (int64_t i = 0; i < half; i++) {
+            float angle = pos_f * inv_freq[i];
+            float cv = (float)cos((double)angle) * attn_scale;
+            float sv = (float)sin((double)angle) * attn_scale;
+            if (adjacent_pairs) {
+                c[2 * i] = c[2 * i + 1] = cv;
+                s[2 * i] = -sv;
+                s[2 * i + 1] = sv;
+            } else {
+                c[i] = cv;
+                s[i] = sv;
             }
+        }
+        kt->rope_rotate(x, n_heads, head_dim, rot_dim, c, s, adjacent_pairs);
+        return;
+    }
+    /* Very wide rotations (none known today): the scalar formula, pair by pair. */
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *head = x + h * head_dim;
+        for (int64_t i = 0; i < half; i++) {
+            float angle = pos_f * inv_freq[i];
+            float cv = (float)cos((double)angle) * attn_scale;
+            float sv = (float)sin((double)angle) * attn_scale;
+            int64_t i0 = adjacent_pairs ? 2 * i : i, i1 = adjacent_pairs ? 2 * i + 1 : i + half;
+            float x0 = head[i0], x1 = head[i1];
+            head[i0] = x0 * cv - x1 * sv;
+            head[i1] = x0 * sv + x1 * cv;
         }
     }
 }

@@ -75,6 +75,12 @@ typedef struct lp_kernel_table {
     void (*gelu)(float *x, int64_t n, bool tanh_approx);
     void (*silu)(float *x, int64_t n);
     void (*add)(float *y, const float *x, int64_t n);
+    /* RoPE rotation of the first rot_dim dims of n_heads heads, given per-dim coefficients:
+     * halves:   x[i] = x[i] c[i] - x[i+h] s[i],  x[i+h] = x[i] s[i] + x[i+h] c[i]  (i < h, h = rot/2)
+     * adjacent: x[2i] = x[2i] c[2i] + x[2i+1] s[2i], x[2i+1] = x[2i+1] c[2i+1] + x[2i] s[2i+1]
+     *           with c = (cos_i, cos_i), s = (-sin_i, +sin_i) per pair. */
+    void (*rope_rotate)(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
+                        const float *c, const float *s, bool adjacent_pairs);
 } lp_kernel_table;
 
 /* The table in use (never NULL). */
@@ -106,6 +112,8 @@ void lp_gelu_mul_ref(float *gate, const float *up, int64_t n, bool tanh_approx);
 void lp_gelu_ref(float *x, int64_t n, bool tanh_approx);
 void lp_silu_ref(float *x, int64_t n);
 void lp_add_ref(float *y, const float *x, int64_t n);
+void lp_rope_rotate_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
+                        const float *c, const float *s, bool adjacent_pairs);
 
 /* avx2.c: AVX2 + FMA + F16C; only called after dispatch checked the CPU. */
 extern const lp_kernel_table lp_kernels_avx2_table;
