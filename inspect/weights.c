@@ -553,6 +553,36 @@ fail:
     return status;
 }
 
+lp_status lp_weights_open_safetensors_memory(const void *data, size_t size, const char *name,
+                                             lp_weights **out, lp_error *err)
+{
+    *out = NULL;
+    lp_weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    w->format = LP_FORMAT_SAFETENSORS;
+    w->files_borrowed = true;
+    w->path = strdup(name);
+    w->files = calloc(1, sizeof *w->files);
+    if (w->files)
+        w->n_files = 1;
+    lp_status status;
+    if (!w->path || !w->files || !(w->files[0].path = strdup(name))) {
+        status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    w->files[0].data = data;
+    w->files[0].size = size;
+    if ((status = lp_safetensors_parse(w, 0, err)) != LP_OK ||
+        (status = build_indexes(w, err)) != LP_OK)
+        goto fail;
+    *out = w;
+    return LP_OK;
+fail:
+    lp_weights_close(w);
+    return status;
+}
+
 void lp_weights_close(lp_weights *w)
 {
     if (!w)
@@ -563,8 +593,12 @@ void lp_weights_close(lp_weights *w)
     free(w->tensors);
     free(w->by_name);
     free(w->by_role);
-    for (int i = 0; i < w->n_files; i++)
-        lp_unmap_file(&w->files[i]);
+    for (int i = 0; i < w->n_files; i++) {
+        if (w->files_borrowed)
+            free(w->files[i].path);
+        else
+            lp_unmap_file(&w->files[i]);
+    }
     free(w->files);
     if (w->gguf)
         lp_gguf_close(w->gguf);

@@ -32,7 +32,13 @@ struct lp_weights {
     lp_arch *arch;            /* NULL when the weights came without a description */
     struct lp_gguf *gguf;     /* GGUF weights only */
     char arch_note[LP_ERROR_MSG_MAX]; /* why arch is NULL although a description was found */
+    bool files_borrowed;      /* files[] point at caller memory (fuzzing): never unmapped */
 };
+
+/* Parse one safetensors image held in memory (fuzz entry points, tests). data must outlive the
+ * handle; lp_weights_close() does not free it. No config.json is looked for. */
+lp_status lp_weights_open_safetensors_memory(const void *data, size_t size, const char *name,
+                                             lp_weights **out, lp_error *err);
 
 /* The base name of the file holding tensors with this file_index (GGUF maps its own file). */
 const char *lp_weights_file_name(const lp_weights *weights, int file_index);
