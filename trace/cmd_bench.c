@@ -2,27 +2,42 @@
  * and prefill tokens/s of a TinyLlama-shaped random model. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/cli.h"
+#include "core/mapfile.h"
+#include "inspect/safetensors_writer.h"
 #include "trace/kernels/kernels.h"
+#include "trace/trace.h"
 
 #define BENCH_USAGE                                                                                \
-    "usage: loupe bench [--threads N] [--reps N] [--gemm-only] [--m M]\n"                          \
+    "usage: loupe bench [--threads N] [--reps N] [--m M] [--gemm-only | --prefill-only]\n"         \
+    "                   [--layers L] [--tokens T] [--dir DIR]\n"                                     \
     "\n"                                                                                           \
-    "  Times C[M, N] = A[M, K] . B[N, K]^T for the prefill shapes M=512, K,N in {2048, 5632}\n"    \
-    "  with loupe's packed GEMM and, when libopenblas.so.0 can be loaded, with OpenBLAS's\n"      \
-    "  cblas_sgemm on the same operands and thread count. Each timing is warmed up once, then\n"   \
-    "  the best of --reps runs (default 5) is reported.\n"                                         \
+    "  GEMM: times C[M, N] = A[M, K] . B[N, K]^T for the prefill shapes M=512, K,N in\n"           \
+    "  {2048, 5632} with loupe's packed GEMM and, when libopenblas.so.0 can be loaded, with\n"     \
+    "  OpenBLAS's cblas_sgemm on the same operands and thread count (loaded at run time, never\n"  \
+    "  linked). One warm-up each, then the best of --reps interleaved runs.\n"                     \
     "\n"                                                                                           \
-    "  --threads N   worker threads for loupe and OpenBLAS (default: all cores)\n"                 \
-    "  --reps N      timed repetitions per measurement (default 5)\n"                              \
-    "  --m M         rows of A (default 512)\n"                                                    \
-    "  --gemm-only   skip the prefill measurement\n"
+    "  Prefill: writes a TinyLlama-1.1B-shaped model with random f32 weights (hidden 2048, 32\n"    \
+    "  heads, 4 KV heads, FFN 5632, vocab 32000; --layers of its 22 layers, default 2) to a\n"    \
+    "  temporary folder, runs a T-token prefill (default 512) without and with every probe, and\n" \
+    "  reports tokens/s for the full 22-layer model: the embedding/classifier time plus 22 times\n" \
+    "  the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.\n"       \
+    "\n"                                                                                           \
+    "  --threads N     worker threads for loupe and OpenBLAS (default: all cores)\n"               \
+    "  --reps N        timed repetitions per measurement (default 5 GEMM, 3 prefill)\n"            \
+    "  --m M           rows of A in the GEMM part (default 512)\n"                                 \
+    "  --gemm-only     skip the prefill part;  --prefill-only  skip the GEMM part\n"               \
+    "  --layers L      layers actually built and timed (1..22, default 2)\n"                       \
+    "  --tokens T      prefill length (default 512)\n"                                             \
+    "  --dir DIR       where the temporary model goes (default $TMPDIR or /tmp)\n"
 
 /* cblas_sgemm's enums as the CBLAS standard fixes them. */
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
@@ -124,9 +139,11 @@ static void best_seconds(const gemm_case *g, int reps, bool with_blas, double *t
     }
 }
 
+/* Prints one line per shape; *blas_mean is OpenBLAS's mean GFLOP/s over the shapes (0 without). */
 static int bench_gemm(int64_t m, int threads, int reps, lp_pool *pool, const openblas_lib *blas,
-                      bool have_blas)
+                      bool have_blas, double *blas_mean)
 {
+    *blas_mean = 0.0;
     static const int64_t sizes[2] = {2048, 5632};
     printf("%-24s %12s %12s %8s\n", "GEMM  M x N x K", "loupe GF/s", "OpenBLAS", "ratio");
     for (int ik = 0; ik < 2; ik++)
@@ -154,9 +171,11 @@ static int bench_gemm(int64_t m, int threads, int reps, lp_pool *pool, const ope
             char shape[64];
             snprintf(shape, sizeof shape, "%lld x %lld x %lld", (long long)m, (long long)n,
                      (long long)k);
-            if (have_blas)
+            if (have_blas) {
                 printf("%-24s %12.1f %12.1f %7.0f%%\n", shape, flops / t_loupe * 1e-9,
                        flops / t_blas * 1e-9, 100.0 * t_blas / t_loupe);
+                *blas_mean += 0.25 * flops / t_blas * 1e-9;
+            }
             else
                 printf("%-24s %12.1f %12s %8s\n", shape, flops / t_loupe * 1e-9, "-", "-");
             fflush(stdout);
@@ -167,10 +186,288 @@ static int bench_gemm(int64_t m, int threads, int reps, lp_pool *pool, const ope
     return LP_EXIT_OK;
 }
 
+/* ---- prefill of a TinyLlama-1.1B-shaped model (its config.json's numbers) */
+
+enum {
+    TL_HIDDEN = 2048,
+    TL_FFN = 5632,
+    TL_HEADS = 32,
+    TL_KV_HEADS = 4,
+    TL_HEAD_DIM = 64,
+    TL_VOCAB = 32000,
+    TL_LAYERS = 22
+};
+
+/* Multiply-adds of the linear layers per token and layer, times 2: q, o [2048 x 2048], k, v
+ * [256 x 2048], gate, up, down [5632 x 2048]. */
+static double tl_layer_flops_per_token(void)
+{
+    double kv = (double)TL_KV_HEADS * TL_HEAD_DIM;
+    return 2.0 * (2.0 * TL_HIDDEN * TL_HIDDEN + 2.0 * kv * TL_HIDDEN + 3.0 * TL_FFN * TL_HIDDEN);
+}
+
+static lp_status add_tensor(lp_st_writer *w, const char *name, int64_t rows, int64_t cols,
+                            float *buf, float value, uint64_t seed, lp_error *err)
+{
+    int64_t shape[2] = {rows, cols};
+    int64_t n = rows * (cols > 0 ? cols : 1);
+    if (value != 0.0f)
+        for (int64_t i = 0; i < n; i++)
+            buf[i] = value;
+    else {
+        fill_random(buf, n, seed);
+        for (int64_t i = 0; i < n; i++)
+            buf[i] *= 0.04f; /* about N(0, 0.02^2)-sized, like an initialized model */
+    }
+    return lp_st_writer_add(w, name, LP_DTYPE_F32, cols > 0 ? 2 : 1, shape, buf, err);
+}
+
+/* config.json + model.safetensors in dir; embeddings tied (the logits are computed for the last
+ * position only, so an untied classifier would cost the same and double the file). */
+static lp_status write_tinyllama(const char *dir, int n_layers, lp_error *err)
+{
+    char *config_path = lp_path_join(dir, "config.json");
+    char *model_path = lp_path_join(dir, "model.safetensors");
+    lp_st_writer *w = NULL;
+    float *buf = malloc((size_t)TL_VOCAB * TL_HIDDEN * sizeof(float));
+    lp_status st = LP_OK;
+    if (!config_path || !model_path || !buf) {
+        st = lp_error_set(err, LP_ERR_NOMEM, "bench model: out of memory");
+        goto done;
+    }
+    FILE *f = fopen(config_path, "w");
+    if (!f) {
+        st = lp_error_set(err, LP_ERR_IO, "%s: %s", config_path, strerror(errno));
+        goto done;
+    }
+    fprintf(f,
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\",\n"
+            " \"hidden_size\": %d, \"intermediate_size\": %d, \"num_attention_heads\": %d,\n"
+            " \"num_key_value_heads\": %d, \"num_hidden_layers\": %d, \"vocab_size\": %d,\n"
+            " \"max_position_embeddings\": 2048, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0,\n"
+            " \"hidden_act\": \"silu\", \"tie_word_embeddings\": true, \"torch_dtype\": \"float32\"}\n",
+            TL_HIDDEN, TL_FFN, TL_HEADS, TL_KV_HEADS, n_layers, TL_VOCAB);
+    if (fclose(f) != 0) {
+        st = lp_error_set(err, LP_ERR_IO, "%s: %s", config_path, strerror(errno));
+        goto done;
+    }
+    if ((st = lp_st_writer_create(&w, err)) != LP_OK)
+        goto done;
+    const int64_t kv = TL_KV_HEADS * TL_HEAD_DIM;
+    uint64_t seed = 10;
+    if ((st = add_tensor(w, "model.embed_tokens.weight", TL_VOCAB, TL_HIDDEN, buf, 0.0f, seed++,
+                         err)) != LP_OK)
+        goto done;
+    for (int l = 0; l < n_layers && st == LP_OK; l++) {
+        static const struct {
+            const char *name;
+            int rows, cols;
+        } parts[] = {
+            {"self_attn.q_proj.weight", TL_HIDDEN, TL_HIDDEN},
+            {"self_attn.k_proj.weight", TL_KV_HEADS * TL_HEAD_DIM, TL_HIDDEN},
+            {"self_attn.v_proj.weight", TL_KV_HEADS * TL_HEAD_DIM, TL_HIDDEN},
+            {"self_attn.o_proj.weight", TL_HIDDEN, TL_HIDDEN},
+            {"mlp.gate_proj.weight", TL_FFN, TL_HIDDEN},
+            {"mlp.up_proj.weight", TL_FFN, TL_HIDDEN},
+            {"mlp.down_proj.weight", TL_HIDDEN, TL_FFN},
+        };
+        char name[128];
+        (void)kv;
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0] && st == LP_OK; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, parts[i].name);
+            st = add_tensor(w, name, parts[i].rows, parts[i].cols, buf, 0.0f, seed++, err);
+        }
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+        if (st == LP_OK)
+            st = add_tensor(w, name, TL_HIDDEN, 0, buf, 1.0f, 0, err);
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (st == LP_OK)
+            st = add_tensor(w, name, TL_HIDDEN, 0, buf, 1.0f, 0, err);
+    }
+    if (st == LP_OK)
+        st = add_tensor(w, "model.norm.weight", TL_HIDDEN, 0, buf, 1.0f, 0, err);
+    free(buf);
+    buf = NULL;
+    if (st == LP_OK)
+        st = lp_st_writer_write(w, model_path, err);
+done:
+    lp_st_writer_destroy(w);
+    free(buf);
+    free(config_path);
+    free(model_path);
+    return st;
+}
+
+static void remove_model_dir(const char *dir)
+{
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *path = lp_path_join(dir, files[i]);
+        if (path)
+            remove(path);
+        free(path);
+    }
+    rmdir(dir);
+}
+
+typedef struct layer_clock {
+    double start;
+    double *end; /* [n_layers] */
+    int n_layers;
+} layer_clock;
+
+static void on_layer(void *ctx, int64_t batch, int layer, int n_layers)
+{
+    layer_clock *clock = ctx;
+    (void)batch;
+    if (layer >= 0 && layer < clock->n_layers && n_layers == clock->n_layers)
+        clock->end[layer] = now_seconds();
+}
+
+static bool want_everything(void *ctx, const lp_site *site)
+{
+    (void)ctx;
+    (void)site;
+    return true;
+}
+
+static lp_status observe_nothing(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
+{
+    (void)ctx;
+    (void)site;
+    (void)view;
+    (void)err;
+    return LP_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct prefill_result {
+    double total;    /* best measured pass */
+    double layer;    /* median layer time of that pass */
+    double tail;     /* after the last layer: final norm and logits */
+    double full;     /* extrapolated 22-layer pass */
+} prefill_result;
+
+static lp_status time_prefill(const lp_model *model, const lp_batch *batch, lp_pool *pool,
+                              bool probes, int n_layers, int reps, prefill_result *out,
+                              lp_error *err)
+{
+    static const lp_observer everything = {NULL, want_everything, observe_nothing};
+    double *end = calloc((size_t)n_layers, sizeof *end);
+    double *dur = calloc((size_t)n_layers, sizeof *dur);
+    if (!end || !dur) {
+        free(end);
+        free(dur);
+        return lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
+    }
+    layer_clock clock = {0.0, end, n_layers};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.pool = pool;
+    opts.observer = probes ? &everything : NULL;
+    opts.logits_last_only = true;
+    opts.progress = on_layer;
+    opts.progress_ctx = &clock;
+    out->total = INFINITY;
+    lp_status st = LP_OK;
+    for (int r = 0; r <= reps && st == LP_OK; r++) { /* r = 0 is the warm-up */
+        clock.start = now_seconds();
+        st = lp_forward(model, batch, &opts, err);
+        double total = now_seconds() - clock.start;
+        if (st != LP_OK || r == 0 || total >= out->total)
+            continue;
+        double prev = clock.start;
+        for (int l = 0; l < n_layers; l++) {
+            dur[l] = end[l] - prev;
+            prev = end[l];
+        }
+        qsort(dur, (size_t)n_layers, sizeof *dur, cmp_double);
+        out->total = total;
+        out->layer = n_layers % 2 ? dur[n_layers / 2]
+                                  : 0.5 * (dur[n_layers / 2 - 1] + dur[n_layers / 2]);
+        out->tail = total - (prev - clock.start);
+        out->full = out->tail + (double)TL_LAYERS * out->layer;
+    }
+    free(end);
+    free(dur);
+    return st;
+}
+
+static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, const char *dir,
+                         lp_pool *pool, double blas_gflops)
+{
+    lp_error err = {0};
+    char template_path[4096];
+    snprintf(template_path, sizeof template_path, "%s/loupe-bench-XXXXXX", dir);
+    char *model_dir = mkdtemp(template_path);
+    if (!model_dir) {
+        lp_error_set(&err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", dir,
+                     strerror(errno));
+        return lp_cli_fail("bench", &err);
+    }
+    printf("\nprefill: TinyLlama-1.1B shape (hidden %d, %d heads / %d KV, FFN %d, vocab %d), f32 "
+           "random weights, %lld tokens, logits for the last position, threads %d\n",
+           TL_HIDDEN, TL_HEADS, TL_KV_HEADS, TL_FFN, TL_VOCAB, (long long)n_tokens, threads);
+    printf("  built %d of %d layers in %s; 22-layer time = tail + 22 x median layer; "
+           "1 warm-up, then best of %d passes\n",
+           n_layers, TL_LAYERS, model_dir, reps);
+    fflush(stdout);
+    lp_model *model = NULL;
+    int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
+    int status = LP_EXIT_OK;
+    lp_status st = tokens ? write_tinyllama(model_dir, n_layers, &err)
+                          : lp_error_set(&err, LP_ERR_NOMEM, "bench: out of memory");
+    if (st == LP_OK)
+        st = lp_model_open(model_dir, &model, &err);
+    if (st == LP_OK) {
+        uint64_t state = 12345;
+        for (int64_t t = 0; t < n_tokens; t++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            tokens[t] = (int32_t)((state >> 33) % TL_VOCAB);
+        }
+        lp_batch batch = lp_batch_single(tokens, n_tokens);
+        prefill_result bare, probed;
+        st = time_prefill(model, &batch, pool, false, n_layers, reps, &bare, &err);
+        if (st == LP_OK)
+            st = time_prefill(model, &batch, pool, true, n_layers, reps, &probed, &err);
+        if (st == LP_OK) {
+            double flops = tl_layer_flops_per_token() * (double)TL_LAYERS * (double)n_tokens;
+            const prefill_result *rs[2] = {&bare, &probed};
+            const char *names[2] = {"probes off", "all probes"};
+            for (int i = 0; i < 2; i++) {
+                double gflops = flops / rs[i]->full * 1e-9;
+                printf("  %-10s  layer %.3f s, tail %.3f s -> 22 layers %.2f s = %.1f tokens/s, "
+                       "%.1f GFLOP/s of matmul",
+                       names[i], rs[i]->layer, rs[i]->tail, rs[i]->full,
+                       (double)n_tokens / rs[i]->full, gflops);
+                if (blas_gflops > 0.0)
+                    printf(" = %.0f%% of OpenBLAS's GEMM", 100.0 * gflops / blas_gflops);
+                if (i == 1)
+                    printf(" (%.2fx the bare pass)", rs[i]->full / bare.full);
+                printf("\n");
+            }
+        }
+    }
+    if (st != LP_OK)
+        status = lp_cli_fail("bench", &err);
+    lp_model_close(model);
+    free(tokens);
+    remove_model_dir(model_dir);
+    return status;
+}
+
 static int run_bench(int argc, char **argv)
 {
-    int64_t threads = lp_cpu_count(), reps = 5, m = 512;
-    bool gemm_only = false;
+    int64_t threads = lp_cpu_count(), reps = -1, m = 512, layers = 2, tokens = 512;
+    bool gemm_only = false, prefill_only = false;
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !*dir)
+        dir = "/tmp";
     for (int i = 1; i < argc; i++) {
         const char *value;
         int rc;
@@ -182,29 +479,43 @@ static int run_bench(int argc, char **argv)
             gemm_only = true;
             continue;
         }
-        if ((rc = lp_cli_option("bench", argc, argv, &i, "--threads", &value)) != 0) {
-            if (rc < 0)
-                return LP_EXIT_USAGE;
-            if (!lp_parse_i64(value, &threads) || threads < 1 || threads > 1024)
-                return lp_cli_usage_error("bench", "--threads '%s': want an integer in 1..1024", value);
+        if (lp_cli_flag(argv[i], "--prefill-only")) {
+            prefill_only = true;
             continue;
         }
-        if ((rc = lp_cli_option("bench", argc, argv, &i, "--reps", &value)) != 0) {
+        if ((rc = lp_cli_option("bench", argc, argv, &i, "--dir", &value)) != 0) {
             if (rc < 0)
                 return LP_EXIT_USAGE;
-            if (!lp_parse_i64(value, &reps) || reps < 1 || reps > 1000)
-                return lp_cli_usage_error("bench", "--reps '%s': want an integer in 1..1000", value);
+            if (!lp_path_is_dir(value))
+                return lp_cli_usage_error("bench", "--dir '%s': not a folder", value);
+            dir = value;
             continue;
         }
-        if ((rc = lp_cli_option("bench", argc, argv, &i, "--m", &value)) != 0) {
+        static const struct {
+            const char *name;
+            int64_t lo, hi;
+        } ints[] = {{"--threads", 1, 1024}, {"--reps", 1, 1000}, {"--m", 1, 65536},
+                    {"--layers", 1, TL_LAYERS}, {"--tokens", 1, 2048}};
+        int64_t *targets[] = {&threads, &reps, &m, &layers, &tokens};
+        bool matched = false;
+        for (size_t o = 0; o < sizeof ints / sizeof ints[0] && !matched; o++) {
+            if ((rc = lp_cli_option("bench", argc, argv, &i, ints[o].name, &value)) == 0)
+                continue;
             if (rc < 0)
                 return LP_EXIT_USAGE;
-            if (!lp_parse_i64(value, &m) || m < 1 || m > 65536)
-                return lp_cli_usage_error("bench", "--m '%s': want an integer in 1..65536", value);
-            continue;
+            if (!lp_parse_i64(value, targets[o]) || *targets[o] < ints[o].lo ||
+                *targets[o] > ints[o].hi)
+                return lp_cli_usage_error("bench", "%s '%s': want an integer in %lld..%lld",
+                                          ints[o].name, value, (long long)ints[o].lo,
+                                          (long long)ints[o].hi);
+            matched = true;
         }
-        return lp_cli_usage_error("bench", "unknown option '%s' (see loupe bench --help)", argv[i]);
+        if (!matched)
+            return lp_cli_usage_error("bench", "unknown option '%s' (see loupe bench --help)",
+                                      argv[i]);
     }
+    if (gemm_only && prefill_only)
+        return lp_cli_usage_error("bench", "--gemm-only and --prefill-only exclude each other");
 
     lp_error err = {0};
     lp_pool *pool = NULL;
@@ -214,20 +525,28 @@ static int run_bench(int argc, char **argv)
     printf("command: loupe");
     for (int i = 0; i < argc; i++)
         printf(" %s", argv[i]);
-    printf("\nkernels: %s, threads: %lld, method: 1 warm-up, then best of %lld interleaved runs\n",
-           lp_isa_name(lp_kernels_isa()), (long long)threads, (long long)reps);
-    openblas_lib blas;
-    bool have_blas = openblas_load(&blas);
-    if (have_blas)
-        printf("OpenBLAS: libopenblas.so.0 (core %s), %lld threads\n",
-               blas.corename ? blas.corename() : "?", (long long)threads);
-    else
-        printf("OpenBLAS not found (libopenblas.so.0): loupe figures only\n");
-
-    int status = bench_gemm(m, (int)threads, (int)reps, pool, &blas, have_blas);
-    (void)gemm_only;
-    if (have_blas)
-        dlclose(blas.handle);
+    printf("\nkernels: %s, threads: %lld\n", lp_isa_name(lp_kernels_isa()), (long long)threads);
+    int status = LP_EXIT_OK;
+    double blas_mean = 0.0;
+    if (!prefill_only) {
+        openblas_lib blas;
+        bool have_blas = openblas_load(&blas);
+        if (have_blas)
+            printf("OpenBLAS: libopenblas.so.0 (core %s), %lld threads\n",
+                   blas.corename ? blas.corename() : "?", (long long)threads);
+        else
+            printf("OpenBLAS not found (libopenblas.so.0): loupe figures only\n");
+        printf("GEMM method: 1 warm-up each, then best of %lld runs alternating loupe and "
+               "OpenBLAS\n",
+               (long long)(reps > 0 ? reps : 5));
+        status = bench_gemm(m, (int)threads, (int)(reps > 0 ? reps : 5), pool, &blas, have_blas,
+                            &blas_mean);
+        if (have_blas)
+            dlclose(blas.handle);
+    }
+    if (status == LP_EXIT_OK && !gemm_only)
+        status = bench_prefill((int)threads, (int)(reps > 0 ? reps : 3), (int)layers, tokens, dir,
+                               pool, blas_mean);
     lp_pool_destroy(pool);
     return status;
 }
