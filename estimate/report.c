@@ -343,8 +343,22 @@ static json_t *jfit(int64_t v) { return v < 0 ? json_string("unbounded") : json_
 /* Sets key to value; remembers a failure in *ok (jansson returns -1 on NULL values). */
 static void put(json_t *obj, const char *key, json_t *value, bool *ok)
 {
-    if (!obj || json_object_set_new(obj, key, value) != 0)
+    if (!obj) {
+        json_decref(value);
         *ok = false;
+    } else if (json_object_set_new(obj, key, value) != 0) { /* it releases value */
+        *ok = false;
+    }
+}
+
+static void append(json_t *array, json_t *value, bool *ok)
+{
+    if (!array) {
+        json_decref(value);
+        *ok = false;
+    } else if (json_array_append_new(array, value) != 0) {
+        *ok = false;
+    }
 }
 
 static json_t *dtype_json(const lp_est_dtype *d, bool *ok)
@@ -373,13 +387,13 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
     put(set, "prefill_chunk", json_integer(rep->prefill_chunk), &ok);
     json_t *defaults = json_array();
     if (rep->batch_defaulted)
-        json_array_append_new(defaults, json_string("batch"));
+        append(defaults, json_string("batch"), &ok);
     if (rep->seq_defaulted)
-        json_array_append_new(defaults, json_string("seq"));
+        append(defaults, json_string("seq"), &ok);
     if (rep->weight_dtype_defaulted)
-        json_array_append_new(defaults, json_string("weight_dtype"));
+        append(defaults, json_string("weight_dtype"), &ok);
     if (rep->kv_dtype_defaulted)
-        json_array_append_new(defaults, json_string("kv_dtype"));
+        append(defaults, json_string("kv_dtype"), &ok);
     put(set, "defaulted", defaults, &ok);
     put(doc, "settings", set, &ok);
 
@@ -406,8 +420,7 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
         put(kind, "active_per_layer", json_integer(rep->kinds[k].active_per_layer), &ok);
         put(kind, "window", json_integer(rep->kinds[k].window), &ok);
         put(kind, "kv_bytes_per_token", ju64(rep->kinds[k].kv_bytes_per_token), &ok);
-        if (json_array_append_new(kinds, kind) != 0)
-            ok = false;
+        append(kinds, kind, &ok);
     }
     put(params, "by_layer_kind", kinds, &ok);
     put(doc, "params", params, &ok);
@@ -418,8 +431,7 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
     for (int d = 0; d < rep->n_weight_dtypes; d++) {
         json_t *w = dtype_json(&rep->weight_dtypes[d], &ok);
         put(w, "bytes", ju64(rep->weight_bytes[d]), &ok);
-        if (json_array_append_new(wlist, w) != 0)
-            ok = false;
+        append(wlist, w, &ok);
     }
     put(mem, "weights", wlist, &ok);
     put(mem, "stored_weights_bytes",
@@ -452,8 +464,7 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
             put(o, "kv_bytes_per_token", ju64(layer->kv_bytes_per_token), &ok);
             put(o, "kv_tokens", ju64(layer->kv_tokens), &ok);
             put(o, "kv_bytes", ju64(layer->kv_bytes), &ok);
-            if (json_array_append_new(layers, o) != 0)
-                ok = false;
+            append(layers, o, &ok);
         }
         put(kv, "per_layer", layers, &ok);
     }
@@ -526,8 +537,8 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
         put(ro, "scaling_modelled", json_boolean(r->scaling_modelled), &ok);
         json_t *wl = json_array(), *swl = json_array();
         for (int64_t i = 0; i < r->n_stored; i++) {
-            json_array_append_new(wl, json_real(r->freqs[i].wavelength));
-            json_array_append_new(swl, json_real(r->freqs[i].scaled_wavelength));
+            append(wl, json_real(r->freqs[i].wavelength), &ok);
+            append(swl, json_real(r->freqs[i].scaled_wavelength), &ok);
         }
         put(ro, "wavelengths", wl, &ok);
         put(ro, "scaled_wavelengths", swl, &ok);
@@ -548,8 +559,7 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
         json_t *w = json_object();
         put(w, "code", json_string(rep->warnings[i].code), &ok);
         put(w, "message", json_string(rep->warnings[i].msg), &ok);
-        if (json_array_append_new(warnings, w) != 0)
-            ok = false;
+        append(warnings, w, &ok);
     }
     put(doc, "warnings", warnings, &ok);
 
