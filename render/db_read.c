@@ -152,8 +152,9 @@ int64_t lp_render_run_window(const lp_render_run *run, int64_t layer)
     return run->window;
 }
 
-#define RUN_COLUMNS \
-    "id, status, kind, model_path, architecture, arch_json, n_tokens, n_layers, n_heads, maps_dtype"
+#define RUN_COLUMNS                                                                            \
+    "id, status, kind, model_path, architecture, arch_json, n_tokens, n_layers, n_heads, "     \
+    "maps_dtype, prompt"
 
 lp_status lp_render_db_pick_run_kind(lp_render_db *db, int64_t run_id, const char *kind,
                                      lp_render_run *run, bool *incomplete, lp_error *err)
@@ -215,6 +216,16 @@ lp_status lp_render_db_pick_run_kind(lp_render_db *db, int64_t run_id, const cha
     run->n_layers = sqlite3_column_int64(stmt, 7);
     run->n_heads = sqlite3_column_int64(stmt, 8);
     copy_text(run->maps_dtype, sizeof run->maps_dtype, sqlite3_column_text(stmt, 9));
+    copy_text(run->prompt, sizeof run->prompt, sqlite3_column_text(stmt, 10));
+    /* snprintf may have cut a UTF-8 sequence: drop the partial character */
+    size_t len = strlen(run->prompt);
+    if (len == sizeof run->prompt - 1) {
+        while (len > 0 && ((unsigned char)run->prompt[len - 1] & 0xc0) == 0x80)
+            len--;
+        if (len > 0 && ((unsigned char)run->prompt[len - 1] & 0xc0) == 0xc0)
+            len--;
+        run->prompt[len] = '\0';
+    }
     if (run->n_layers < 1 || run->n_layers > MAX_LAYERS_OR_HEADS || run->n_heads < 1 ||
         run->n_heads > MAX_LAYERS_OR_HEADS || run->n_tokens < 0) {
         lp_error_set(err, LP_ERR_FORMAT,

@@ -82,6 +82,11 @@ static lp_status write_index(const char *dir, const lp_render_run *run, const ga
         html_escape(f, note);
     }
     fputs("</p>\n", f);
+    if (run->prompt[0]) {
+        fputs("<p>Prompt: <q>", f);
+        html_escape(f, run->prompt);
+        fputs("</q></p>\n", f);
+    }
     static const char *const sections[] = {"Overview", "Head statistics", "Leak check",
                                            "Layers", "Heads"};
     for (int sec = 0; sec < 5; sec++) {

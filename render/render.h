@@ -122,6 +122,7 @@ typedef struct lp_render_run {
     int64_t window;                /* sliding window of every layer, 0 = none */
     int64_t *layer_window;         /* [n_layers] from arch_json when it says, else NULL; owned */
     bool causal;                   /* false when arch_json says the attention is bidirectional */
+    char prompt[256];              /* the run's prompt, cut to fit ("" when none) */
 } lp_render_run;
 
 lp_status lp_render_db_open(const char *path, lp_render_db **out, lp_error *err);
