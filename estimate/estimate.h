@@ -17,7 +17,7 @@
  *   printf("%lld params, KV %llu bytes\n", (long long)rep->params.total,
  *          (unsigned long long)rep->kv.bytes);
  *   lp_est_print_text(stdout, &arch, rep, LP_EST_PRINT_PER_LAYER);
- *   json_t *doc = lp_est_to_json(&arch, rep);         // caller json_decref()s
+ *   json_t *doc = lp_est_to_json(&arch, rep, 0);      // caller json_decref()s
  *   free(rep);
  *
  * Conventions (README.d/estimate.md has the formulas):
@@ -255,7 +255,7 @@ typedef struct lp_est_report {
     int n_warnings;
 } lp_est_report;
 
-/* Parameter counts alone (fills out->params-like struct). */
+/* Parameter counts alone: totals, by component, per layer (out is fully overwritten). */
 lp_status lp_est_count_params(const lp_arch *arch, lp_est_params *out, lp_error *err);
 
 /* Weight bytes for one dtype: matrices at the dtype (rows padded to whole blocks), 1-D tensors
