@@ -48,13 +48,14 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
     int64_t H = c->hidden, F = c->ffn;
     bool ok = true;
     /* Norm weights near 1 (near 0 for Gemma's 1 + w), so activations keep a sane size. */
-    double norm_offset = c->family == REF_GEMMA2 ? 0.0 : 1.0;
+    bool gemma = c->family == REF_GEMMA2 || c->family == REF_GEMMA;
+    double norm_offset = gemma ? 0.0 : 1.0;
 #define RT(ptr, n, scale, off)                            \
     do {                                                  \
         (ptr) = rand_tensor(&s, (n), (scale), (off));     \
         ok = ok && (ptr) != NULL;                         \
     } while (0)
-    RT(m->embed, c->vocab * H, c->family == REF_GEMMA2 ? sc / 4 : sc, 0.0);
+    RT(m->embed, c->vocab * H, gemma ? sc / 4 : sc, 0.0);
     if (c->family == REF_GPT2)
         RT(m->pos, c->n_positions * H, sc, 0.0);
     RT(m->out_norm, H, 0.1, norm_offset);
@@ -88,6 +89,10 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->bq, q_dim(c), 0.1, 0.0);
             RT(L->bk, kv_dim(c), 0.1, 0.0);
             RT(L->bv, kv_dim(c), 0.1, 0.0);
+        }
+        if (c->qk_norm) {
+            RT(L->q_norm, c->head_dim, 0.1, norm_offset);
+            RT(L->k_norm, c->head_dim, 0.1, norm_offset);
         }
         if (c->family == REF_GEMMA2) {
             RT(L->post_attn_norm, H, 0.1, 0.0);
@@ -124,7 +129,8 @@ void ref_model_free(ref_model *m)
             ref_layer *L = &m->layers[l];
             float *ps[] = {L->attn_norm, L->attn_norm_b, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
                            L->bv, L->bo, L->post_attn_norm, L->ffn_norm, L->ffn_norm_b, L->w_gate,
-                           L->w_up, L->w_down, L->b_up, L->b_down, L->post_ffn_norm, L->router};
+                           L->w_up, L->w_down, L->b_up, L->b_down, L->post_ffn_norm, L->router,
+                           L->q_norm, L->k_norm};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 free(ps[i]);
             for (int64_t e = 0; e < m->cfg.n_experts; e++) {
@@ -191,7 +197,8 @@ static void norm(const ref_config *c, double *y, const double *x, const float *w
         ss += x[i] * x[i];
     double inv = 1.0 / sqrt(ss / (double)n + c->eps);
     for (int64_t i = 0; i < n; i++) {
-        double g = c->family == REF_GEMMA2 ? 1.0 + (double)w[i] : (double)w[i];
+        double g = c->family == REF_GEMMA2 || c->family == REF_GEMMA ? 1.0 + (double)w[i]
+                                                                     : (double)w[i];
         y[i] = x[i] * inv * g;
     }
 }
@@ -204,11 +211,12 @@ static double gelu_tanh(double v)
 
 static void rope(const ref_config *c, double *v, int64_t n_heads, int64_t pos)
 {
-    int64_t hd = c->head_dim, half = hd / 2;
+    int64_t hd = c->head_dim, rot = c->rope_dim > 0 ? c->rope_dim : hd, half = rot / 2;
     for (int64_t h = 0; h < n_heads; h++) {
         double *x = v + h * hd;
         for (int64_t i = 0; i < half; i++) {
-            double freq = pow(c->theta, -(double)(2 * i) / (double)hd);
+            /* inv_freq over the rotated dims only, as HF's partial_rotary_factor does */
+            double freq = pow(c->theta, -(double)(2 * i) / (double)rot);
             double a = (double)pos * freq, cs = cos(a), sn = sin(a);
             int64_t i0 = c->rope_adjacent ? 2 * i : i;
             int64_t i1 = c->rope_adjacent ? 2 * i + 1 : i + half;
@@ -232,7 +240,8 @@ static void mlp(const ref_config *c, double *out, const double *x, const float *
     } else {
         matvec(g, w_gate, NULL, x, F, H);
         for (int64_t i = 0; i < F; i++)
-            g[i] = (c->family == REF_GEMMA2 ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
+            g[i] = (c->family == REF_GEMMA2 || c->family == REF_GEMMA ? gelu_tanh(g[i])
+                                                                      : silu(g[i])) * u[i];
     }
     matvec(out, w_down, b_down, g, H, F);
 }
@@ -265,7 +274,7 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
     if (!ok)
         goto done;
 
-    double embed_scale = c->family == REF_GEMMA2 ? sqrt((double)H) : 1.0;
+    double embed_scale = c->family == REF_GEMMA2 || c->family == REF_GEMMA ? sqrt((double)H) : 1.0;
     for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < H; i++) {
             x[t * H + i] = (double)m->embed[(int64_t)tokens[t] * H + i] * embed_scale;
@@ -283,6 +292,18 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
             matvec(q + t * QD, Ly->wq, Ly->bq, xn + t * H, QD, H);
             matvec(k + t * KVD, Ly->wk, Ly->bk, xn + t * H, KVD, H);
             matvec(v + t * KVD, Ly->wv, Ly->bv, xn + t * H, KVD, H);
+            if (c->qk_norm) {
+                /* per-head RMSNorm over head_dim, on a copy (norm() reads and writes) */
+                double tmp_head[512];
+                for (int64_t h = 0; h < nh; h++) {
+                    memcpy(tmp_head, q + t * QD + h * hd, (size_t)hd * sizeof(double));
+                    norm(c, q + t * QD + h * hd, tmp_head, Ly->q_norm, NULL, hd);
+                }
+                for (int64_t h = 0; h < c->n_kv_heads; h++) {
+                    memcpy(tmp_head, k + t * KVD + h * hd, (size_t)hd * sizeof(double));
+                    norm(c, k + t * KVD + h * hd, tmp_head, Ly->k_norm, NULL, hd);
+                }
+            }
             if (c->family != REF_GPT2) {
                 rope(c, q + t * QD, nh, t);
                 rope(c, k + t * KVD, c->n_kv_heads, t);
@@ -528,6 +549,10 @@ bool ref_model_write_hf(const ref_model *m, const char *dir)
             add_f32(w, NM("model.layers.%lld.self_attn.k_proj.weight"), 2, KVD, H, L->wk);
             add_f32(w, NM("model.layers.%lld.self_attn.v_proj.weight"), 2, KVD, H, L->wv);
             add_f32(w, NM("model.layers.%lld.self_attn.o_proj.weight"), 2, H, QD, L->wo);
+            if (L->q_norm) {
+                add_f32(w, NM("model.layers.%lld.self_attn.q_norm.weight"), 1, c->head_dim, 0, L->q_norm);
+                add_f32(w, NM("model.layers.%lld.self_attn.k_norm.weight"), 1, c->head_dim, 0, L->k_norm);
+            }
             if (L->bq) {
                 add_f32(w, NM("model.layers.%lld.self_attn.q_proj.bias"), 1, QD, 0, L->bq);
                 add_f32(w, NM("model.layers.%lld.self_attn.k_proj.bias"), 1, KVD, 0, L->bk);
@@ -567,6 +592,8 @@ bool ref_model_write_hf(const ref_model *m, const char *dir)
             add_f32(w, "lm_head.weight", 2, c->vocab, H, m->lm_head);
         const char *type = c->family == REF_MIXTRAL ? "mixtral"
                            : c->family == REF_GEMMA2 ? "gemma2"
+                           : c->family == REF_GEMMA  ? "gemma"
+                           : c->qk_norm              ? "qwen3"
                            : c->qkv_bias             ? "qwen2"
                                                      : "llama";
         char extra[512] = "";
@@ -580,6 +607,15 @@ bool ref_model_write_hf(const ref_model *m, const char *dir)
                      "\"hidden_activation\": \"gelu_pytorch_tanh\"",
                      (long long)c->head_dim, c->query_pre_attn_scalar, (long long)c->window,
                      c->attn_softcap, c->final_softcap);
+        else if (c->family == REF_GEMMA)
+            snprintf(extra, sizeof extra,
+                     ", \"head_dim\": %lld, \"hidden_activation\": \"gelu_pytorch_tanh\"",
+                     (long long)c->head_dim);
+        else if (c->qk_norm)
+            snprintf(extra, sizeof extra, ", \"head_dim\": %lld", (long long)c->head_dim);
+        else if (c->rope_dim > 0 && c->rope_dim < c->head_dim)
+            snprintf(extra, sizeof extra, ", \"partial_rotary_factor\": %g",
+                     (double)c->rope_dim / (double)c->head_dim);
         else if (c->qkv_bias)
             snprintf(extra, sizeof extra, ", \"use_sliding_window\": false, \"sliding_window\": 4096");
         else if (c->window > 0)

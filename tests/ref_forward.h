@@ -23,6 +23,7 @@ typedef enum ref_family {
     REF_GEMMA2,  /* (1+w) RMSNorm, sqrt(hidden) embedding scale, GeGLU (tanh), post norms,
                     alternating sliding window (even layers), attention and final soft-caps */
     REF_MIXTRAL, /* llama attention + top-k MoE with softmax over the chosen experts */
+    REF_GEMMA,   /* Gemma 1: Gemma 2 without post norms, windows, soft-caps; 1/sqrt(head_dim) */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -40,6 +41,8 @@ typedef struct ref_config {
     double query_pre_attn_scalar; /* Gemma 2 (0 = head_dim) */
     double attn_softcap, final_softcap;
     double scale;             /* weights uniform in [-scale, scale] */
+    int64_t rope_dim;         /* rotated dims per head (partial_rotary_factor); 0 = head_dim */
+    bool qk_norm;             /* Qwen3: per-head RMSNorm of q and k before RoPE */
 } ref_config;
 
 typedef struct ref_layer {
@@ -53,6 +56,7 @@ typedef struct ref_layer {
     float *post_ffn_norm;             /* Gemma 2 */
     float *router;                    /* [n_experts, hidden] */
     float **e_gate, **e_up, **e_down; /* [n_experts] of [ffn, hidden], [ffn, hidden], [hidden, ffn] */
+    float *q_norm, *k_norm;           /* [head_dim] (qk_norm) */
 } ref_layer;
 
 typedef struct ref_model {

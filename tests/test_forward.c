@@ -312,6 +312,15 @@ static const random_case random_cases[] = {
     {"mistral", {.family = REF_LLAMA, .vocab = 71, .hidden = 32, .n_layers = 2, .n_heads = 4,
                  .n_kv_heads = 1, .head_dim = 8, .ffn = 44, .eps = 1e-5, .theta = 10000,
                  .window = 4, .scale = 0.2}, 13},
+    {"gemma", {.family = REF_GEMMA, .vocab = 79, .hidden = 32, .n_layers = 2, .n_heads = 4,
+               .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
+               .tied = true, .scale = 0.2}, 12},
+    {"qwen3", {.family = REF_LLAMA, .vocab = 73, .hidden = 32, .n_layers = 2, .n_heads = 4,
+               .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
+               .qk_norm = true, .scale = 0.2}, 11},
+    {"partial", {.family = REF_LLAMA, .vocab = 59, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                 .n_kv_heads = 4, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
+                 .rope_dim = 4, .scale = 0.3}, 16},
 };
 
 static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
@@ -391,6 +400,13 @@ static void test_random_qwen2(void **state)
     check_random_case(&random_cases[3], LP_DTYPE_BF16);
 }
 static void test_random_mistral(void **state) { (void)state; check_random_case(&random_cases[4], LP_DTYPE_F16); }
+static void test_random_gemma(void **state) { (void)state; check_random_case(&random_cases[5], LP_DTYPE_BF16); }
+static void test_random_qwen3(void **state) { (void)state; check_random_case(&random_cases[6], LP_DTYPE_F32); }
+static void test_random_partial_rotary(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[7], LP_DTYPE_F32);
+}
 
 /* ---- a GGUF llama whose matrices are Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 ---- */
 
@@ -857,6 +873,9 @@ int main(void)
         cmocka_unit_test(test_random_gemma2),
         cmocka_unit_test(test_random_qwen2),
         cmocka_unit_test(test_random_mistral),
+        cmocka_unit_test(test_random_gemma),
+        cmocka_unit_test(test_random_qwen3),
+        cmocka_unit_test(test_random_partial_rotary),
         cmocka_unit_test(test_gguf_quant_types),
         cmocka_unit_test(test_padding_batch),
         cmocka_unit_test(test_determinism_threads),
