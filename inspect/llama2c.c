@@ -20,6 +20,10 @@
  *              freq_cis_imag [seq_len, head_dim/2] too), never exposed as tensors
  *              wcls [vocab, dim]                  only when vocab_size < 0
  *
+ * Its tokenizer.bin (int32 max_token_length, then per token float32 score, int32 len, len bytes)
+ * is read by inspect/tokenizer.c; lp_llama2c_is_tokenizer() only recognizes one, so that a
+ * tokenizer given where a checkpoint is expected gets a clear error.
+ *
  * q/k rows are in Meta's original order: RoPE rotates adjacent pairs (2i, 2i+1).
  * The file must end exactly after the last table; trailing bytes are an error, because an
  * unshared classifier behind a positive vocab_size would otherwise go unnoticed.
@@ -89,6 +93,26 @@ static lp_status read_header(const lp_mapped_file *map, layout *lay, lp_error *e
     lay->head_dim = lay->dim / lay->n_heads;
     lay->kv_dim = lay->head_dim * lay->n_kv_heads;
     return LP_OK;
+}
+
+bool lp_llama2c_is_tokenizer(const uint8_t *data, size_t size)
+{
+    if (size < 4 + 8)
+        return false;
+    int32_t max_len = lp_load_i32(data);
+    if (max_len <= 0 || max_len > 65536)
+        return false;
+    /* every record must fit and the last one must end exactly at the end of the file */
+    size_t pos = 4;
+    while (pos < size) {
+        if (size - pos < 8)
+            return false;
+        int32_t len = lp_load_i32(data + pos + 4);
+        if (len < 0 || len > max_len || (size_t)len > size - pos - 8)
+            return false;
+        pos += 8 + (size_t)len;
+    }
+    return true;
 }
 
 typedef struct table {

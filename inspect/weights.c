@@ -417,10 +417,21 @@ static lp_status open_gguf(lp_weights *w, const char *path, lp_error *err)
 
 static lp_status open_llama2c(lp_weights *w, const char *path, lp_error *err)
 {
+    lp_mapped_file probe;
+    lp_status status = lp_map_file(path, &probe, err);
+    if (status != LP_OK)
+        return status;
+    bool tokenizer = lp_llama2c_is_tokenizer(probe.data, probe.size);
+    lp_unmap_file(&probe);
+    if (tokenizer)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: a llama2.c tokenizer.bin (max_token_length, then score/length/"
+                            "bytes records), not a checkpoint; see loupe tokenize",
+                            lp_path_basename(path));
     w->arch = malloc(sizeof *w->arch);
     if (!w->arch)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-    lp_status status = lp_arch_from_llama2c(path, w->arch, err);
+    status = lp_arch_from_llama2c(path, w->arch, err);
     if (status != LP_OK) {
         free(w->arch);
         w->arch = NULL;

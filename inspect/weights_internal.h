@@ -58,6 +58,9 @@ lp_status lp_safetensors_parse(lp_weights *weights, int file_index, lp_error *er
  * appends one tensor per layer and matrix ("layers.3.wq"). */
 lp_status lp_llama2c_load(lp_weights *weights, const char *path, lp_error *err);
 
+/* True when data is a well-formed llama2.c tokenizer.bin rather than a checkpoint. */
+bool lp_llama2c_is_tokenizer(const uint8_t *data, size_t size);
+
 /* Set role, layer, expert, is_bias and transposed of *tensor from tensor->name. family is the
  * config's model_type (it decides what "post_attention_layernorm" means) or "" when unknown;
  * format picks the naming scheme (GGUF "blk.N.attn_q", llama2.c "layers.N.wq", HF otherwise). */

@@ -118,6 +118,10 @@ ln -s "$M/hf/model.safetensors" "$TMP/wide/model.safetensors"
 expect_status 1 "$LOUPE" inspect "$TMP/wide"
 expect_stdout_contains "is [172, 64], expected [176, 64]" "$LOUPE" inspect "$TMP/wide"
 
+# a tokenizer where a checkpoint is expected
+expect_one_line_error "$LOUPE" inspect "$M/tok512.bin"
+expect_stderr_contains "llama2.c tokenizer.bin" "$LOUPE" inspect "$M/tok512.bin"
+
 # truncated and patched copies of the real files: exit 2, one line
 head -c 5000 "$M/hf/model.safetensors" >"$TMP/cut.safetensors"
 expect_one_line_error "$LOUPE" inspect "$TMP/cut.safetensors"
