@@ -3,6 +3,7 @@
 #include "render/render.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <string.h>
@@ -352,6 +353,14 @@ lp_status lp_render_db_read_map(lp_render_db *db, const lp_render_run *run, int6
                             n_q >= 1 && n_k >= 1 && n_q <= n_k ? "n_q*n_k*elem" : "valid",
                             (long long)blob_bytes);
 
+    /* sqlite3_blob_read takes int offsets; SQLite's own blob limit (1e9 bytes by default) is
+     * below this, so only a database built with a raised limit can trip it. */
+    if (want > (uint64_t)INT_MAX)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: attention run %lld layer %lld head %lld: blob of %llu bytes is "
+                            "over the %d bytes sqlite3_blob_read can address",
+                            db->path, (long long)run->id, (long long)layer, (long long)head,
+                            (unsigned long long)want, INT_MAX);
     int64_t longest = n_q > n_k ? n_q : n_k;
     map->n_q = n_q;
     map->n_k = n_k;
