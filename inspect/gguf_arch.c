@@ -286,6 +286,10 @@ static lp_status read_rope_scaling(const reader *r, lp_arch *a)
                                 r->file, key, (int)(len > 40 ? 40 : len), type);
     } else if (has_factor && factor != 1.0 && factor != 0.0) {
         s->kind = LP_ROPE_SCALING_LINEAR; /* llama.cpp's default type */
+    } else if (has_tensor(r->g, "rope_factors_long.weight")) {
+        /* Phi-3 128k: the converter stores longrope's per-dimension factors as tensors and only
+         * the original context and attention factor as keys */
+        s->kind = LP_ROPE_SCALING_LONGROPE;
     } else {
         return LP_OK;
     }

@@ -406,6 +406,37 @@ static void test_gpt_oss(void **state)
     assert_true(a.layer_moe[3]);
 }
 
+static void test_phi3_longrope(void **state)
+{
+    (void)state;
+    lp_gw w;
+    base_kvs(&w, "phi3"); /* context_length 2048 */
+    lp_gw_kv_u32(&w, "phi3.feed_forward_length", 128);
+    lp_gw_kv_u32(&w, "phi3.rope.scaling.original_context_length", 512);
+    lp_gw_kv_f32(&w, "phi3.rope.scaling.attn_factor", 1.25f);
+    lp_gw_kv_u32(&w, "phi3.attention.sliding_window", 262);
+    static float factors[4];
+    const int64_t ne[1] = {4};
+    lp_gw_tensor(&w, "rope_factors_long.weight", 1, ne, 0, factors, sizeof factors);
+    lp_gw_tensor(&w, "rope_factors_short.weight", 1, ne, 0, factors, sizeof factors);
+    lp_arch a;
+    lp_error err = {0};
+    assert_int_equal(arch_of(&w, &a, &err), LP_OK);
+    assert_int_equal(a.rope_scaling.kind, LP_ROPE_SCALING_LONGROPE);
+    assert_int_equal(a.rope_scaling.original_ctx, 512);
+    assert_true(a.rope_scaling.factor == 4.0); /* 2048 / 512 */
+    assert_true(a.rope_scaling.attention_factor == 1.25);
+    for (int l = 0; l < 4; l++)
+        assert_int_equal(a.layer_window[l], 262); /* every layer slides */
+
+    /* without the factor tensors: no scaling */
+    base_kvs(&w, "phi3");
+    lp_gw_kv_u32(&w, "phi3.feed_forward_length", 128);
+    lp_gw_kv_u32(&w, "phi3.rope.scaling.original_context_length", 512);
+    assert_int_equal(arch_of(&w, &a, &err), LP_OK);
+    assert_int_equal(a.rope_scaling.kind, LP_ROPE_SCALING_NONE);
+}
+
 /* ---- golden ------------------------------------------------------------------------------------ */
 
 static void test_golden_stories(void **state)
@@ -487,7 +518,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_errors),        cmocka_unit_test(test_qwen_family),
         cmocka_unit_test(test_mixtral),       cmocka_unit_test(test_deepseek2_mla),
         cmocka_unit_test(test_gemma_windows), cmocka_unit_test(test_gpt2_and_phi2),
-        cmocka_unit_test(test_gpt_oss),
+        cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_phi3_longrope),
     };
     return cmocka_run_group_tests_name("gguf_arch", tests, NULL, NULL);
 }
