@@ -78,6 +78,11 @@ else
   echo "note: sqlite3 CLI not found; database content checks skipped"
 fi
 
+# llama2.c's default tokenizer name beside the checkpoint is found on its own.
+mkdir -p "$TMP/l2c"
+cp "$M/stories260K.bin" "$TMP/l2c/" && cp "$M/tok512.bin" "$TMP/l2c/tokenizer.bin"
+expect_stdout_contains '"," 0.969' "$LOUPE" trace "$TMP/l2c/stories260K.bin" --prompt "Once upon a time" --db "$TMP/l2c.db"
+
 # --prompt-file: the same run as --prompt (one trailing newline dropped).
 printf 'Once upon a time\n' >"$TMP/p.txt"
 expect_stdout_contains '"," 0.969' "$LOUPE" trace "$M/stories260K.gguf" --prompt-file "$TMP/p.txt" --db "$TMP/p.db"

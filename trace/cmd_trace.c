@@ -207,19 +207,27 @@ static lp_status find_tokenizer(const trace_args *a, const lp_weights *w, bool r
     }
     if (!dir)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    /* tokenizer.json beside any model; llama2.c's default tokenizer.bin beside a checkpoint. */
     char *json = lp_path_join(dir, "tokenizer.json");
+    char *bin = lp_weights_format_of(w) == LP_FORMAT_LLAMA2C ? lp_path_join(dir, "tokenizer.bin")
+                                                            : NULL;
     free(dir);
-    if (!json)
+    if (!json) {
+        free(bin);
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    }
     lp_status st = LP_OK;
     if (lp_path_exists(json))
         st = lp_tokenizer_open(json, tok, err);
+    else if (bin && lp_path_exists(bin))
+        st = lp_tokenizer_open(bin, tok, err);
     else if (required)
         st = lp_error_set(err, LP_ERR_NOT_FOUND,
-                          "%s: no tokenizer found beside the model (looked for %s); give "
+                          "%s: no tokenizer found beside the model (looked for %s%s); give "
                           "--tokenizer FILE or --tokens IDS",
-                          a->model, json);
+                          a->model, json, bin ? " and tokenizer.bin" : "");
     free(json);
+    free(bin);
     return st;
 }
 
