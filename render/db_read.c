@@ -1,5 +1,9 @@
 /* Reading a trace database for pictures: runs, token pieces, head statistics, leak checks, and
- * attention maps max-pooled while streaming the blob one row at a time. */
+ * attention maps max-pooled while streaming the blob one row at a time.
+ *
+ * attention.probs layout (trace/schema.sql): n_q rows of n_k little-endian values, f16 (2 bytes)
+ * or f32 (4 bytes) as attention.dtype says, row-major, no header or padding; so the blob is exactly
+ * n_q * n_k * size bytes and row i starts at byte i * n_k * size. Anything else is refused. */
 #include "render/render.h"
 
 #include <jansson.h>
