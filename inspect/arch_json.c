@@ -136,6 +136,8 @@ json_t *lp_arch_to_json(const lp_arch *a)
     put_bool(o, "shared_expert_gate", a->shared_expert_gate, &ok);
     put_bool(o, "router_score_bias", a->router_score_bias, &ok);
     put_bool(o, "norm_topk_prob", a->norm_topk_prob, &ok);
+    put_bool(o, "router_bias", a->router_bias, &ok);
+    put_bool(o, "attn_sinks", a->attn_sinks, &ok);
     json_t *moe = json_array();
     for (int64_t l = 0; moe && l < n; l++)
         if (json_array_append_new(moe, json_boolean(a->layer_moe[l])) != 0)

@@ -485,6 +485,8 @@ static lp_status parse_moe(const hf_reader *r, lp_arch *a)
                             used, (long long)a->n_experts_per_tok, (long long)a->n_experts);
     if ((st = hf_bool(r, "norm_topk_prob", &a->norm_topk_prob, NULL)) != LP_OK)
         return st;
+    if (is_family(a, "gpt_oss"))
+        a->norm_topk_prob = true; /* softmax over the top-k logits only */
 
     if (is_family(a, "mixtral")) {
         a->expert_ffn_hidden = a->ffn_hidden; /* intermediate_size is per expert */

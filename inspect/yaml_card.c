@@ -69,6 +69,7 @@ static const card_field FIELDS[] = {
     {"attention", "query_scale", F_NUM, A(query_scale), false},
     {"attention", "query_pre_attn_scalar", F_SPECIAL, NONE, false},
     {"attention", "logit_softcap", F_NUM, A(attn_logit_softcap), false},
+    {"attention", "sinks", F_BOOL, A(attn_sinks), false},
     {"attention", "sliding_window", F_INT, A(sliding_window), false},
     {"attention", "window_layers", F_SPECIAL, NONE, false},
     {"attention", "window_pattern", F_SPECIAL, NONE, false},
@@ -93,6 +94,7 @@ static const card_field FIELDS[] = {
     {"moe", "shared_expert_hidden", F_INT, A(shared_expert_ffn_hidden), false},
     {"moe", "shared_expert_gate", F_BOOL, A(shared_expert_gate), false},
     {"moe", "router_score_bias", F_BOOL, A(router_score_bias), false},
+    {"moe", "router_bias", F_BOOL, A(router_bias), false},
     {"moe", "norm_topk_prob", F_BOOL, A(norm_topk_prob), true},
     {"moe", "dense_layers", F_SPECIAL, NONE, false},
 

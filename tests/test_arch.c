@@ -122,6 +122,7 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_I(parallel_block) SAME_I(parallel_two_norms) SAME_D(embed_scale)
     SAME_D(attn_logit_softcap) SAME_D(final_logit_softcap) SAME_D(query_scale)
     SAME_I(n_mtp_layers) SAME_I(storage_dtype) SAME_I(bos_token_id) SAME_I(eos_token_id)
+    SAME_I(router_bias) SAME_I(attn_sinks)
     for (int l = 0; l < LP_MAX_LAYERS; l++) {
         SAME_I(layer_kv_heads[l]) SAME_I(layer_ffn_hidden[l]) SAME_I(layer_window[l])
         SAME_I(layer_moe[l])
@@ -354,6 +355,33 @@ static void test_falcon_and_gpt2_aliases(void **state)
     assert_int_equal(a->eos_token_id, 50256);
     assert_true(a->bias_qkv && a->bias_o && a->bias_mlp && a->bias_norm);
     check_round_trip(a, "gpt2_inner");
+
+    /* GPT-NeoX (Pythia): parallel residual with a LayerNorm per branch, a quarter of each head
+     * rotated, biases everywhere */
+    a = parse_hf_text("neox.json",
+        "{\"model_type\": \"gpt_neox\", \"vocab_size\": 50304, \"hidden_size\": 512,"
+        " \"num_hidden_layers\": 6, \"num_attention_heads\": 8, \"intermediate_size\": 2048,"
+        " \"rotary_pct\": 0.25, \"rotary_emb_base\": 10000, \"use_parallel_residual\": true,"
+        " \"hidden_act\": \"gelu\", \"max_position_embeddings\": 2048}");
+    assert_true(a->parallel_block && a->parallel_two_norms);
+    assert_int_equal(a->rope_dim, 16);
+    assert_true(a->bias_qkv && a->bias_o && a->bias_mlp && !a->tied_embeddings);
+    check_round_trip(a, "neox");
+
+    /* gpt-oss: alternating windows from layer_types, biased experts and router, sinks */
+    a = parse_hf_text("gpt_oss.json",
+        "{\"model_type\": \"gpt_oss\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+        " \"num_hidden_layers\": 4, \"num_attention_heads\": 8, \"num_key_value_heads\": 2,"
+        " \"head_dim\": 16, \"intermediate_size\": 64, \"num_local_experts\": 8,"
+        " \"num_experts_per_tok\": 2, \"attention_bias\": true, \"sliding_window\": 128,"
+        " \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\","
+        " \"full_attention\"]}");
+    assert_true(a->router_bias && a->attn_sinks && a->bias_mlp && a->norm_topk_prob);
+    assert_int_equal(a->expert_ffn_hidden, 64);
+    assert_int_equal(a->layer_window[0], 128);
+    assert_int_equal(a->layer_window[1], 0);
+    assert_true(a->layer_moe[3]);
+    check_round_trip(a, "gpt_oss");
 
     /* transformers v5 keeps theta and scaling in rope_parameters */
     a = parse_hf_text("rope_params.json",
