@@ -245,7 +245,10 @@ static void add_attention(part_list *list, const lp_arch *arch, int64_t layer)
         add_vector(list, LP_EST_ATTN, "o bias", h);
     if (arch->attn_sinks)
         add_vector(list, LP_EST_ATTN, "attention sinks", heads);
-    if (arch->qk_norm_full) { /* OLMo 2: over all heads at once */
+    if (arch->qk_norm_per_head) { /* StableLM 2: one weight-only norm for every head */
+        add_vector(list, LP_EST_ATTN, "q norms", q_dim);
+        add_vector(list, LP_EST_ATTN, "k norms", kv_dim);
+    } else if (arch->qk_norm_full) { /* OLMo 2: over all heads at once */
         add_norm(list, arch, LP_EST_ATTN, "q norm", q_dim);
         add_norm(list, arch, LP_EST_ATTN, "k norm", kv_dim);
     } else if (arch->qk_norm) { /* Qwen3, Gemma 3: one head_dim vector shared by all heads */

@@ -171,6 +171,10 @@ typedef struct lp_arch {
     /* gpt-oss (added for exact parameter counts): */
     bool router_bias; /* the router linear has a bias: n_experts values per MoE layer */
     bool attn_sinks;  /* one learned sink logit per query head per layer, joining the softmax */
+    /* StableLM 2 (qk_layernorm): a separate bias-free LayerNorm for every query and kv head
+     * (n_heads + n_kv_heads vectors of head_dim) instead of one shared per-head norm; set
+     * together with qk_norm. */
+    bool qk_norm_per_head;
 } lp_arch;
 
 /* Defaults every reader starts from: all zero except eps 1e-5, theta 10000, partial 1.0,

@@ -91,6 +91,15 @@ static void test_params_dense(void **state)
     a.bias_norm = true;
     assert_int_equal(lp_est_count_params(&a, p, &err), LP_OK);
     assert_int_equal(p->total, 267840 - 64000 + 4 * 96 + 9 * 64);
+    /* q/k norms: one head_dim vector each (Qwen3), or one per head without bias (StableLM 2) */
+    int64_t before = p->total;
+    a.qk_norm = true;
+    assert_int_equal(lp_est_count_params(&a, p, &err), LP_OK);
+    assert_int_equal(p->total, before + 4 * 2 * (8 + 8)); /* LayerNorm here: weight and bias */
+    a.qk_norm_per_head = true;
+    assert_int_equal(lp_est_count_params(&a, p, &err), LP_OK);
+    assert_int_equal(p->total, before + 4 * (8 * 8 + 2 * 8));
+    a.qk_norm = a.qk_norm_per_head = false;
     /* learned positions (OPT: 256 + 2 rows) */
     a.pos_kind = LP_POS_LEARNED;
     a.pos_table_rows = 258;
