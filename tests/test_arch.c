@@ -10,6 +10,7 @@
 #include "test_util.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <math.h>
 #include <unistd.h>
 
@@ -160,6 +161,12 @@ static void check_round_trip(const lp_arch *arch, const char *label)
 static void test_defaults_and_names(void **state)
 {
     (void)state;
+    /* A tripwire: lp_arch grew or changed. Whoever adds a field must also add it to arch_diff
+     * below, to the card schema (FIELDS in inspect/yaml_card.c, configs/README.md), to
+     * inspect/arch_json.c and to the HF reader; then update this number. */
+    size_t end_of_fields = offsetof(lp_arch, attn_sinks) + sizeof(bool);
+    if (end_of_fields != 13626)
+        fail_msg("lp_arch's fields end at byte %zu, not 13626: see the comment above", end_of_fields);
     lp_arch a;
     lp_arch_init(&a);
     assert_true(a.norm_eps == 1e-5);
