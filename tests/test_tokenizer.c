@@ -226,6 +226,235 @@ static void test_gguf_equals_llama2c(void **state)
     lp_tokenizer_close(gguf);
 }
 
+/* ---- GGUF vocabularies built from the reference tokenizer.json files ----
+ * A GGUF writer in a few lines: the vocabulary of a tokenizer.json written as tokenizer.ggml.*
+ * metadata (no tensors) must encode the reference strings as the JSON does: byte-level BPE with
+ * merges ("gpt2" model with the gpt2/qwen2 pre-tokenizer) and SentencePiece BPE by score ("llama"
+ * model, with scores made from the merge ranks). */
+
+typedef struct gbuf {
+    unsigned char *d;
+    size_t n, cap;
+} gbuf;
+
+static void g_put(gbuf *b, const void *p, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->d = realloc(b->d, b->cap);
+        assert_non_null(b->d);
+    }
+    memcpy(b->d + b->n, p, n);
+    b->n += n;
+}
+
+static void g_u32(gbuf *b, uint32_t v) { g_put(b, &v, 4); }
+static void g_u64(gbuf *b, uint64_t v) { g_put(b, &v, 8); }
+
+static void g_str(gbuf *b, const char *s, size_t len)
+{
+    g_u64(b, len);
+    g_put(b, s, len);
+}
+
+static void g_key(gbuf *b, const char *key, uint32_t type)
+{
+    g_str(b, key, strlen(key));
+    g_u32(b, type);
+}
+
+static void build_gguf_from_json(const char *folder, const char *model, const char *pre,
+                                 bool add_bos, gbuf *out)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", folder);
+    json_t *root = load_json_shared(rel);
+    const json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    const json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
+    const json_t *added = json_object_get(root, "added_tokens");
+    size_t n = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)vocab, key, value)
+        if ((size_t)json_integer_value(value) + 1 > n)
+            n = (size_t)json_integer_value(value) + 1;
+    size_t i;
+    const json_t *item;
+    json_array_foreach(added, i, item)
+        if ((size_t)json_integer_value(json_object_get(item, "id")) + 1 > n)
+            n = (size_t)json_integer_value(json_object_get(item, "id")) + 1;
+    const char **tokens = calloc(n, sizeof *tokens);
+    int32_t *types = calloc(n, sizeof *types);
+    assert_non_null(tokens);
+    assert_non_null(types);
+    json_object_foreach((json_t *)vocab, key, value)
+    {
+        size_t id = (size_t)json_integer_value(value);
+        tokens[id] = key;
+        types[id] = strlen(key) == 6 && strncmp(key, "<0x", 3) == 0 ? 6 : 1;
+    }
+    json_array_foreach(added, i, item)
+    {
+        size_t id = (size_t)json_integer_value(json_object_get(item, "id"));
+        tokens[id] = json_string_value(json_object_get(item, "content"));
+        types[id] = json_is_true(json_object_get(item, "special")) ? 3 : 4;
+        if (strcmp(tokens[id], "<unk>") == 0)
+            types[id] = 2;
+    }
+    bool llama = strcmp(model, "llama") == 0;
+    g_put(out, "GGUF", 4);
+    g_u32(out, 3);
+    g_u64(out, 0);                    /* tensors */
+    g_u64(out, llama ? 5 : 6);        /* key/values */
+    g_key(out, "tokenizer.ggml.model", 8);
+    g_str(out, model, strlen(model));
+    g_key(out, "tokenizer.ggml.tokens", 9);
+    g_u32(out, 8);
+    g_u64(out, n);
+    for (size_t k = 0; k < n; k++) {
+        assert_non_null(tokens[k]);
+        g_str(out, tokens[k], strlen(tokens[k]));
+    }
+    g_key(out, "tokenizer.ggml.token_type", 9);
+    g_u32(out, 5);
+    g_u64(out, n);
+    g_put(out, types, n * sizeof *types);
+    g_key(out, "tokenizer.ggml.add_bos_token", 7);
+    unsigned char flag = add_bos;
+    g_put(out, &flag, 1);
+    g_key(out, "tokenizer.ggml.bos_token_id", 4);
+    g_u32(out, 1);
+    if (llama) {
+        g_key(out, "tokenizer.ggml.scores", 9);
+        g_u32(out, 6);
+        g_u64(out, n);
+        /* SentencePiece scores that give the merges' order: a piece scores minus the rank of
+         * the first merge that makes it; pieces no merge makes never win */
+        float *scores = malloc(n * sizeof *scores);
+        assert_non_null(scores);
+        for (size_t k = 0; k < n; k++)
+            scores[k] = -1e10f;
+        json_array_foreach(merges, i, item)
+        {
+            char buf[512];
+            snprintf(buf, sizeof buf, "%s", json_string_value(item));
+            char *sp = strchr(buf, ' ');
+            assert_non_null(sp);
+            memmove(sp, sp + 1, strlen(sp));
+            const json_t *id = json_object_get(vocab, buf);
+            assert_non_null(id);
+            if (scores[json_integer_value(id)] == -1e10f)
+                scores[json_integer_value(id)] = -(float)i;
+        }
+        g_put(out, scores, n * sizeof *scores);
+        free(scores);
+        /* the count above says 5 key/values besides the model: fix it up */
+        uint64_t n_kv = 6;
+        memcpy(out->d + 16, &n_kv, 8);
+    } else {
+        g_key(out, "tokenizer.ggml.pre", 8);
+        g_str(out, pre, strlen(pre));
+        g_key(out, "tokenizer.ggml.merges", 9);
+        g_u32(out, 8);
+        g_u64(out, json_array_size(merges));
+        json_array_foreach(merges, i, item)
+        {
+            char buf[512];
+            if (json_is_string(item))
+                snprintf(buf, sizeof buf, "%s", json_string_value(item));
+            else
+                snprintf(buf, sizeof buf, "%s %s", json_string_value(json_array_get(item, 0)),
+                         json_string_value(json_array_get(item, 1)));
+            g_str(out, buf, strlen(buf));
+        }
+        uint64_t n_kv = 7;
+        memcpy(out->d + 16, &n_kv, 8);
+    }
+    free(tokens);
+    free(types);
+    json_decref(root);
+}
+
+static void run_gguf_reference(const char *folder, const char *model, const char *pre,
+                               bool add_bos)
+{
+    gbuf buf = {0};
+    build_gguf_from_json(folder, model, pre, add_bos, &buf);
+    lp_gguf *g = NULL;
+    lp_error err = {0};
+    if (lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    lp_tokenizer *tok = NULL;
+    if (lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    char rel[256];
+    snprintf(rel, sizeof rel, "tokenizers/%s/reference.json", folder);
+    json_t *ref = load_json_shared(rel);
+    int failures = 0, compared = 0;
+    size_t i;
+    const json_t *c;
+    json_array_foreach(json_object_get(ref, "cases"), i, c)
+    {
+        const json_t *text = json_object_get(c, "text");
+        /* llama.cpp applies no NFC for qwen2; the JSON does, so decomposed input differs */
+        char *nfc;
+        size_t nfc_len;
+        assert_int_equal(lp_uc_normalize(LP_UC_NFC, json_string_value(text),
+                                         json_string_length(text), &nfc, &nfc_len), LP_OK);
+        bool nfc_invariant = nfc_len == json_string_length(text) &&
+                             memcmp(nfc, json_string_value(text), nfc_len) == 0;
+        free(nfc);
+        if (!nfc_invariant && strcmp(folder, "qwen3") == 0)
+            continue;
+        compared++;
+        const json_t *want = json_object_get(c, "with_special_tokens");
+        size_t n;
+        int32_t *ids = encode(tok, json_string_value(text), json_string_length(text), true, &n);
+        const json_t *want_ids = json_object_get(want, "ids");
+        bool same = n == json_array_size(want_ids);
+        for (size_t k = 0; same && k < n; k++)
+            same = ids[k] == json_integer_value(json_array_get(want_ids, k));
+        if (!same) {
+            printf("FAIL gguf %s %s: ids differ\n", folder,
+                   json_string_value(json_object_get(c, "name")));
+            failures++;
+        } else {
+            char *back = decode(tok, ids, n, true);
+            if (strcmp(back, json_string_value(json_object_get(want, "decoded_skip_special")))) {
+                printf("FAIL gguf %s %s: decoded '%s'\n", folder,
+                       json_string_value(json_object_get(c, "name")), back);
+                failures++;
+            }
+            free(back);
+        }
+        free(ids);
+    }
+    json_decref(ref);
+    lp_tokenizer_close(tok);
+    lp_gguf_close(g);
+    free(buf.d);
+    assert_true(compared >= 11);
+    assert_int_equal(failures, 0);
+}
+
+static void test_gguf_built_gpt2(void **state)
+{
+    (void)state;
+    run_gguf_reference("gpt2", "gpt2", "gpt2", false);
+}
+
+static void test_gguf_built_qwen3(void **state)
+{
+    (void)state;
+    run_gguf_reference("qwen3", "gpt2", "qwen2", false);
+}
+
+static void test_gguf_built_llama(void **state)
+{
+    (void)state;
+    run_gguf_reference("tinyllama", "llama", "", true);
+}
+
 /* ---- rules on strings of our own ---- */
 
 static void expect_pieces(const lp_tokenizer *tok, const char *text, bool special,
@@ -985,6 +1214,9 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_llama2c_prompts),
             cmocka_unit_test(test_gguf_vocab_prompts),
             cmocka_unit_test(test_gguf_equals_llama2c),
+            cmocka_unit_test(test_gguf_built_gpt2),
+            cmocka_unit_test(test_gguf_built_qwen3),
+            cmocka_unit_test(test_gguf_built_llama),
             cmocka_unit_test(test_gpt2_rules),
             cmocka_unit_test(test_gpt2_round_trip),
             cmocka_unit_test(test_qwen3_rules),
