@@ -164,6 +164,13 @@ static void make_dir(char *buf, size_t size, const char *name)
     mkdir(buf, 0755);
 }
 
+static const char *shared(char *buf, size_t size, const char *rel)
+{
+    if (!lp_test_shared_dir())
+        return NULL;
+    return lp_test_shared_path(buf, size, rel);
+}
+
 static json_t *report_of(const lp_weights *w, bool stats)
 {
     json_t *r = NULL;
@@ -940,14 +947,333 @@ static void test_families(void **state)
     }
 }
 
-/* ---- golden: stories260K ------------------------------------------------------------------ */
+/* ---- real configs: header-only checkpoints with every published shape -------------------- */
 
-static const char *shared(char *buf, size_t size, const char *rel)
+typedef struct gen_list {
+    json_t *header;    /* the safetensors header being built */
+    uint64_t offset;   /* bytes so far (BF16) */
+    int64_t learnable; /* parameters, buffers excluded */
+    int64_t stored;    /* everything */
+} gen_list;
+
+static void gen_add(gen_list *g, bool buffer, const char *fmt_name, int n_dims, int64_t d0,
+                    int64_t d1, int64_t d2, int64_t d3, ...)
 {
-    if (!lp_test_shared_dir())
-        return NULL;
-    return lp_test_shared_path(buf, size, rel);
+    char name[256];
+    va_list ap;
+    va_start(ap, d3);
+    vsnprintf(name, sizeof name, fmt_name, ap);
+    va_end(ap);
+    int64_t dims[4] = {d0, d1, d2, d3}, n = 1;
+    json_t *shape = json_array();
+    for (int d = 0; d < n_dims; d++) {
+        json_array_append_new(shape, json_integer(dims[d]));
+        n *= dims[d];
+    }
+    json_t *entry = json_object();
+    json_object_set_new(entry, "dtype", json_string("BF16"));
+    json_object_set_new(entry, "shape", shape);
+    json_t *offsets = json_array();
+    json_array_append_new(offsets, json_integer((json_int_t)g->offset));
+    g->offset += (uint64_t)n * 2;
+    json_array_append_new(offsets, json_integer((json_int_t)g->offset));
+    json_object_set_new(entry, "data_offsets", offsets);
+    if (json_object_get(g->header, name))
+        fail_msg("generator wrote %s twice", name);
+    json_object_set_new(g->header, name, entry);
+    g->stored += n;
+    if (!buffer)
+        g->learnable += n;
 }
+
+/* A linear layer [out, in] with an optional bias [out]. */
+static void gen_linear(gen_list *g, const char *base, int64_t out, int64_t in, bool bias)
+{
+    gen_add(g, false, "%s.weight", 2, out, in, 0, 0, base);
+    if (bias)
+        gen_add(g, false, "%s.bias", 1, out, 0, 0, 0, base);
+}
+
+static void gen_norm(gen_list *g, const lp_arch *a, const char *base, int64_t n)
+{
+    gen_add(g, false, "%s.weight", 1, n, 0, 0, 0, base);
+    if (a->norm_kind == LP_NORM_LAYER && a->bias_norm)
+        gen_add(g, false, "%s.bias", 1, n, 0, 0, 0, base);
+}
+
+/* The tensor names and shapes of the family's Hugging Face checkpoint, written from the modeling
+ * code's module names; the learnable total is checked against truth.json, an independent count. */
+static void gen_checkpoint(gen_list *g, const lp_arch *a, bool rope_buffers)
+{
+    const char *f = a->family;
+    int64_t V = a->vocab_size, H = a->hidden_size, hd = a->head_dim, nh = a->n_heads;
+    char b[160];
+    if (strcmp(f, "gpt2") == 0) {
+        gen_add(g, false, "wte.weight", 2, V, H, 0, 0);
+        gen_add(g, false, "wpe.weight", 2, a->pos_table_rows, H, 0, 0);
+        for (int l = 0; l < a->n_layers; l++) {
+            snprintf(b, sizeof b, "h.%d.ln_1", l);
+            gen_norm(g, a, b, H);
+            gen_add(g, false, "h.%d.attn.c_attn.weight", 2, H, 3 * H, 0, 0, l);
+            gen_add(g, false, "h.%d.attn.c_attn.bias", 1, 3 * H, 0, 0, 0, l);
+            gen_add(g, false, "h.%d.attn.c_proj.weight", 2, H, H, 0, 0, l);
+            gen_add(g, false, "h.%d.attn.c_proj.bias", 1, H, 0, 0, 0, l);
+            gen_add(g, true, "h.%d.attn.bias", 4, 1, 1, a->n_ctx, a->n_ctx, l);
+            snprintf(b, sizeof b, "h.%d.ln_2", l);
+            gen_norm(g, a, b, H);
+            gen_add(g, false, "h.%d.mlp.c_fc.weight", 2, H, a->ffn_hidden, 0, 0, l);
+            gen_add(g, false, "h.%d.mlp.c_fc.bias", 1, a->ffn_hidden, 0, 0, 0, l);
+            gen_add(g, false, "h.%d.mlp.c_proj.weight", 2, a->ffn_hidden, H, 0, 0, l);
+            gen_add(g, false, "h.%d.mlp.c_proj.bias", 1, H, 0, 0, 0, l);
+        }
+        gen_norm(g, a, "ln_f", H);
+        return;
+    }
+    if (strcmp(f, "bloom") == 0) {
+        gen_add(g, false, "transformer.word_embeddings.weight", 2, V, H, 0, 0);
+        gen_norm(g, a, "transformer.word_embeddings_layernorm", H);
+        for (int l = 0; l < a->n_layers; l++) {
+            snprintf(b, sizeof b, "transformer.h.%d.input_layernorm", l);
+            gen_norm(g, a, b, H);
+            snprintf(b, sizeof b, "transformer.h.%d.self_attention.query_key_value", l);
+            gen_linear(g, b, 3 * H, H, true);
+            snprintf(b, sizeof b, "transformer.h.%d.self_attention.dense", l);
+            gen_linear(g, b, H, H, true);
+            snprintf(b, sizeof b, "transformer.h.%d.post_attention_layernorm", l);
+            gen_norm(g, a, b, H);
+            snprintf(b, sizeof b, "transformer.h.%d.mlp.dense_h_to_4h", l);
+            gen_linear(g, b, a->ffn_hidden, H, true);
+            snprintf(b, sizeof b, "transformer.h.%d.mlp.dense_4h_to_h", l);
+            gen_linear(g, b, H, a->ffn_hidden, true);
+        }
+        gen_norm(g, a, "transformer.ln_f", H);
+        return;
+    }
+    bool opt = strcmp(f, "opt") == 0, phi = strcmp(f, "phi") == 0;
+    const char *top = opt ? "model.decoder" : "model";
+    gen_add(g, false, "%s.embed_tokens.weight", 2, V, H, 0, 0, top);
+    if (opt)
+        gen_add(g, false, "model.decoder.embed_positions.weight", 2, a->pos_table_rows, H, 0, 0);
+    for (int l = 0; l < a->n_layers; l++) {
+        int64_t kv = a->layer_kv_heads[l];
+        char p[96];
+        snprintf(p, sizeof p, "%s.layers.%d", top, l);
+        snprintf(b, sizeof b, "%s.%s", p, opt ? "self_attn_layer_norm" : "input_layernorm");
+        gen_norm(g, a, b, H);
+        if (a->mla) {
+            int64_t qk = a->qk_nope_head_dim + a->qk_rope_head_dim;
+            if (a->q_lora_rank > 0) {
+                snprintf(b, sizeof b, "%s.self_attn.q_a_proj", p);
+                gen_linear(g, b, a->q_lora_rank, H, false);
+                snprintf(b, sizeof b, "%s.self_attn.q_a_layernorm", p);
+                gen_norm(g, a, b, a->q_lora_rank);
+                snprintf(b, sizeof b, "%s.self_attn.q_b_proj", p);
+                gen_linear(g, b, nh * qk, a->q_lora_rank, false);
+            } else {
+                snprintf(b, sizeof b, "%s.self_attn.q_proj", p);
+                gen_linear(g, b, nh * qk, H, false);
+            }
+            snprintf(b, sizeof b, "%s.self_attn.kv_a_proj_with_mqa", p);
+            gen_linear(g, b, a->kv_lora_rank + a->qk_rope_head_dim, H, false);
+            snprintf(b, sizeof b, "%s.self_attn.kv_a_layernorm", p);
+            gen_norm(g, a, b, a->kv_lora_rank);
+            snprintf(b, sizeof b, "%s.self_attn.kv_b_proj", p);
+            gen_linear(g, b, nh * (a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank, false);
+            snprintf(b, sizeof b, "%s.self_attn.o_proj", p);
+            gen_linear(g, b, H, nh * a->v_head_dim, false);
+        } else {
+            if (strcmp(f, "phi3") == 0) {
+                snprintf(b, sizeof b, "%s.self_attn.qkv_proj", p);
+                gen_linear(g, b, (nh + 2 * kv) * hd, H, a->bias_qkv);
+            } else {
+                static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
+                for (int i = 0; i < 3; i++) {
+                    snprintf(b, sizeof b, "%s.self_attn.%s", p, qkv[i]);
+                    gen_linear(g, b, (i == 0 ? nh : kv) * hd, H, a->bias_qkv);
+                }
+            }
+            snprintf(b, sizeof b, "%s.self_attn.%s", p,
+                     opt ? "out_proj" : phi ? "dense" : "o_proj");
+            gen_linear(g, b, H, nh * hd, a->bias_o);
+            if (rope_buffers)
+                gen_add(g, true, "%s.self_attn.rotary_emb.inv_freq", 1, hd / 2, 0, 0, 0, p);
+        }
+        if (a->qk_norm) {
+            snprintf(b, sizeof b, "%s.self_attn.q_norm", p);
+            gen_norm(g, a, b, hd);
+            snprintf(b, sizeof b, "%s.self_attn.k_norm", p);
+            gen_norm(g, a, b, hd);
+        }
+        if (!phi) {
+            snprintf(b, sizeof b, "%s.%s", p, opt ? "final_layer_norm" : "post_attention_layernorm");
+            gen_norm(g, a, b, H);
+        }
+        int64_t F = a->layer_ffn_hidden[l], EF = a->expert_ffn_hidden;
+        if (a->layer_moe[l]) {
+            bool mixtral = strcmp(f, "mixtral") == 0;
+            snprintf(b, sizeof b, "%s.%s.gate", p, mixtral ? "block_sparse_moe" : "mlp");
+            gen_linear(g, b, a->n_experts, H, false);
+            for (int e = 0; e < a->n_experts; e++) {
+                snprintf(b, sizeof b, "%s.%s.experts.%d.%s", p, mixtral ? "block_sparse_moe" : "mlp",
+                         e, mixtral ? "w1" : "gate_proj");
+                gen_linear(g, b, EF, H, false);
+                snprintf(b, sizeof b, "%s.%s.experts.%d.%s", p, mixtral ? "block_sparse_moe" : "mlp",
+                         e, mixtral ? "w3" : "up_proj");
+                gen_linear(g, b, EF, H, false);
+                snprintf(b, sizeof b, "%s.%s.experts.%d.%s", p, mixtral ? "block_sparse_moe" : "mlp",
+                         e, mixtral ? "w2" : "down_proj");
+                gen_linear(g, b, H, EF, false);
+            }
+            int64_t SF = a->shared_expert_ffn_hidden > 0 ? a->shared_expert_ffn_hidden
+                                                         : a->n_shared_experts * EF;
+            if (SF > 0) {
+                const char *sh = a->shared_expert_ffn_hidden > 0 ? "shared_expert" : "shared_experts";
+                snprintf(b, sizeof b, "%s.mlp.%s.gate_proj", p, sh);
+                gen_linear(g, b, SF, H, false);
+                snprintf(b, sizeof b, "%s.mlp.%s.up_proj", p, sh);
+                gen_linear(g, b, SF, H, false);
+                snprintf(b, sizeof b, "%s.mlp.%s.down_proj", p, sh);
+                gen_linear(g, b, H, SF, false);
+            }
+            if (a->shared_expert_gate) {
+                snprintf(b, sizeof b, "%s.mlp.shared_expert_gate", p);
+                gen_linear(g, b, 1, H, false);
+            }
+        } else if (a->ffn_kind == LP_FFN_MLP) {
+            snprintf(b, sizeof b, "%s.%s", p, opt ? "fc1" : "mlp.fc1");
+            gen_linear(g, b, F, H, a->bias_mlp);
+            snprintf(b, sizeof b, "%s.%s", p, opt ? "fc2" : "mlp.fc2");
+            gen_linear(g, b, H, F, a->bias_mlp);
+        } else if (strcmp(f, "phi3") == 0) {
+            snprintf(b, sizeof b, "%s.mlp.gate_up_proj", p);
+            gen_linear(g, b, 2 * F, H, a->bias_mlp);
+            snprintf(b, sizeof b, "%s.mlp.down_proj", p);
+            gen_linear(g, b, H, F, a->bias_mlp);
+        } else {
+            snprintf(b, sizeof b, "%s.mlp.gate_proj", p);
+            gen_linear(g, b, F, H, a->bias_mlp);
+            snprintf(b, sizeof b, "%s.mlp.up_proj", p);
+            gen_linear(g, b, F, H, a->bias_mlp);
+            snprintf(b, sizeof b, "%s.mlp.down_proj", p);
+            gen_linear(g, b, H, F, a->bias_mlp);
+        }
+    }
+    snprintf(b, sizeof b, "%s.%s", top, opt ? "final_layer_norm" : phi ? "final_layernorm" : "norm");
+    gen_norm(g, a, b, H);
+    if (!a->tied_embeddings)
+        gen_linear(g, "lm_head", V, H, a->bias_lm_head);
+}
+
+/* For each real config in ../shared/configs: a sparse BF16 checkpoint with the published tensor
+ * names and shapes (data a hole). Its learnable count must equal truth.json's params_total and
+ * inspect's params.total its checkpoint_stored_params; every check must pass; and dropping or
+ * reshaping one tensor must be caught. */
+static void test_real_configs(void **state)
+{
+    (void)state;
+    char root[600];
+    if (!shared(root, sizeof root, "configs"))
+        skip();
+    static const char *const models[] = {
+        "DeepSeek-V2-Lite", "Llama-2-7b-hf", "Llama-3.1-8B", "Llama-3.2-1B", "Mistral-7B-v0.1",
+        "Mixtral-8x7B-v0.1", "Phi-3-mini-4k-instruct", "Qwen2.5-0.5B-Instruct", "Qwen3-30B-A3B",
+        "Qwen3-8B", "SmolLM2-135M", "bloomz-560m", "gemma-2b", "gpt2", "opt-125m", "phi-2",
+        "stablelm-3b-4e1t",
+    };
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+        char src[800], dir[700], path[800];
+        snprintf(src, sizeof src, "%s/%s/truth.json", root, models[m]);
+        json_error_t jerr;
+        json_t *truth = json_load_file(src, 0, &jerr);
+        assert_non_null(truth);
+        int64_t want_total = json_integer_value(json_object_get(truth, "params_total"));
+        int64_t want_stored = json_integer_value(json_object_get(truth, "checkpoint_stored_params"));
+        json_decref(truth);
+        snprintf(src, sizeof src, "%s/%s/config.json", root, models[m]);
+        lp_arch *a = malloc(sizeof *a);
+        lp_error err = {0};
+        assert_non_null(a);
+        if (lp_arch_from_hf_config(src, a, &err) != LP_OK)
+            fail_msg("%s: %s", models[m], err.msg);
+        gen_list g = {json_object(), 0, 0, 0};
+        json_object_set_new(g.header, "__metadata__", json_pack("{s:s}", "format", "pt"));
+        gen_checkpoint(&g, a, strcmp(models[m], "Llama-2-7b-hf") == 0);
+        free(a);
+        if (g.learnable != want_total || g.stored != want_stored)
+            fail_msg("%s: generated %lld learnable / %lld stored, truth %lld / %lld", models[m],
+                     (long long)g.learnable, (long long)g.stored, (long long)want_total,
+                     (long long)want_stored);
+        snprintf(dir, sizeof dir, "%s/real_%s", tmp_root, models[m]);
+        mkdir(dir, 0755);
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        char *config_text = NULL;
+        size_t config_size = 0;
+        assert_int_equal(lp_read_file(src, 1 << 20, &config_text, &config_size, &err), LP_OK);
+        write_bytes(path, config_text, config_size);
+        free(config_text);
+        for (int variant = 0; variant < 2; variant++) {
+            if (variant == 1) {
+                /* drop the last layer's o_proj-like tensor: any tensor of the last layer works;
+                 * reshape the embedding instead of dropping where names vary */
+                json_t *emb = NULL;
+                const char *key;
+                json_t *v;
+                json_object_foreach(g.header, key, v)
+                {
+                    if (strstr(key, "embed_tokens.weight") || strcmp(key, "wte.weight") == 0 ||
+                        strstr(key, "word_embeddings.weight"))
+                        emb = v;
+                }
+                assert_non_null(emb);
+                /* [V, H] -> [V, H] stored as [V*2, H/2]: same bytes, wrong shape */
+                json_t *shape = json_object_get(emb, "shape");
+                json_int_t v0 = json_integer_value(json_array_get(shape, 0));
+                json_int_t v1 = json_integer_value(json_array_get(shape, 1));
+                json_array_set_new(shape, 0, json_integer(v0 * 2));
+                json_array_set_new(shape, 1, json_integer(v1 / 2));
+            }
+            char *text = json_dumps(g.header, JSON_COMPACT);
+            assert_non_null(text);
+            size_t n = strlen(text);
+            snprintf(path, sizeof path, "%s/model.safetensors", dir);
+            int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+            assert_true(fd >= 0);
+            uint64_t len = n;
+            assert_int_equal(write(fd, &len, 8), 8);
+            assert_int_equal(write(fd, text, n), (ssize_t)n);
+            free(text);
+            if (ftruncate(fd, (off_t)(8 + n + g.offset)) != 0) {
+                close(fd);
+                fail_msg("%s: cannot make a sparse file of %llu bytes", models[m],
+                         (unsigned long long)(8 + n + g.offset));
+            }
+            close(fd);
+            lp_weights *w = open_ok(dir);
+            json_t *r = report_of(w, false);
+            int64_t total = json_integer_value(json_object_get(json_object_get(r, "params"), "total"));
+            assert_int_equal(total, want_stored);
+            json_t *checks = json_object_get(r, "checks");
+            bool all = true;
+            for (size_t c = 0; c < json_array_size(checks); c++) {
+                json_t *ch = json_array_get(checks, c);
+                bool passed = json_is_true(json_object_get(ch, "passed"));
+                if (variant == 0 && !passed)
+                    fail_msg("%s: check %s failed: %s", models[m],
+                             json_string_value(json_object_get(ch, "name")),
+                             json_string_value(json_object_get(ch, "detail")));
+                all = all && passed;
+            }
+            if (variant == 1 && (all || check_passed(r, "tensor_shapes")))
+                fail_msg("%s: a reshaped embedding went unnoticed", models[m]);
+            json_decref(r);
+            lp_weights_close(w);
+            unlink(path);
+        }
+        json_decref(g.header);
+    }
+}
+
+/* ---- golden: stories260K ------------------------------------------------------------------ */
 
 static int64_t total_params(const lp_weights *w)
 {
@@ -1161,7 +1487,7 @@ int main(void)
         cmocka_unit_test(test_sharded),             cmocka_unit_test(test_sparse_header_only),
         cmocka_unit_test(test_llama2c),             cmocka_unit_test(test_gguf_generated),
         cmocka_unit_test(test_roles),               cmocka_unit_test(test_checks_fail),
-        cmocka_unit_test(test_families),
+        cmocka_unit_test(test_families),            cmocka_unit_test(test_real_configs),
         cmocka_unit_test(test_golden_three_formats), cmocka_unit_test(test_golden_quant),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
