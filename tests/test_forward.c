@@ -718,6 +718,108 @@ static void test_errors(void **state)
 }
 
 
+/* ---- a GGUF Mixtral: llama arch with expert_count, experts fused in 3-D tensors ---- */
+
+static void gguf_experts(lp_gw *w, const char *name, int64_t n_experts, int64_t rows,
+                         int64_t cols, uint64_t *seed, float **per_expert)
+{
+    float *deq;
+    uint64_t bytes;
+    uint8_t *data = random_quant(LP_DTYPE_Q8_0, n_experts * rows, cols, seed, &deq, &bytes);
+    for (int64_t e = 0; e < n_experts; e++)
+        memcpy(per_expert[e], deq + e * rows * cols, (size_t)(rows * cols) * sizeof(float));
+    int64_t ne[3] = {cols, rows, n_experts};
+    lp_gw_tensor(w, name, 3, ne, (uint32_t)lp_gguf_dtype_to_id(LP_DTYPE_Q8_0), data, bytes);
+    free(deq);
+    assert_true(n_gguf_data < 64);
+    gguf_data[n_gguf_data++] = data;
+}
+
+static void test_gguf_moe(void **state)
+{
+    (void)state;
+    ref_config cfg = {.family = REF_MIXTRAL, .vocab = 40, .hidden = 64, .n_layers = 2,
+                      .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .ffn = 32, .eps = 1e-5,
+                      .theta = 10000, .rope_adjacent = true, .n_experts = 4, .top_k = 2,
+                      .scale = 0.2};
+    ref_model m;
+    assert_true(ref_model_random(&cfg, 777, &m));
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.architecture", "llama");
+    lp_gw_kv_u32(&w, "llama.block_count", 2);
+    lp_gw_kv_u32(&w, "llama.context_length", 64);
+    lp_gw_kv_u32(&w, "llama.embedding_length", 64);
+    lp_gw_kv_u32(&w, "llama.feed_forward_length", 32);
+    lp_gw_kv_u32(&w, "llama.attention.head_count", 4);
+    lp_gw_kv_u32(&w, "llama.attention.head_count_kv", 2);
+    lp_gw_kv_u32(&w, "llama.expert_count", 4);
+    lp_gw_kv_u32(&w, "llama.expert_used_count", 2);
+    lp_gw_kv_u32(&w, "llama.vocab_size", 40);
+    lp_gw_kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    uint64_t seed = 5;
+    int64_t ne_h[1] = {64}, ne_emb[2] = {64, 40};
+    lp_gw_tensor(&w, "token_embd.weight", 2, ne_emb, 0, m.embed, 40 * 64 * 4);
+    lp_gw_tensor(&w, "output.weight", 2, ne_emb, 0, m.lm_head, 40 * 64 * 4);
+    lp_gw_tensor(&w, "output_norm.weight", 1, ne_h, 0, m.out_norm, 64 * 4);
+    char name[64];
+    for (int l = 0; l < 2; l++) {
+        ref_layer *L = &m.layers[l];
+        int64_t ne_q[2] = {64, 64}, ne_kv[2] = {64, 32}, ne_r[2] = {64, 4};
+#define T2(fmt, ne, data, bytes) \
+    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(&w, name, 2, ne, 0, data, bytes))
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne_h, 0, L->attn_norm, 64 * 4);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne_h, 0, L->ffn_norm, 64 * 4);
+        T2("blk.%d.attn_q.weight", ne_q, L->wq, 64 * 64 * 4);
+        T2("blk.%d.attn_k.weight", ne_kv, L->wk, 32 * 64 * 4);
+        T2("blk.%d.attn_v.weight", ne_kv, L->wv, 32 * 64 * 4);
+        T2("blk.%d.attn_output.weight", ne_q, L->wo, 64 * 64 * 4);
+        T2("blk.%d.ffn_gate_inp.weight", ne_r, L->router, 4 * 64 * 4);
+#undef T2
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
+        gguf_experts(&w, name, 4, 32, 64, &seed, L->e_gate);
+        snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
+        gguf_experts(&w, name, 4, 32, 64, &seed, L->e_up);
+        snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
+        gguf_experts(&w, name, 4, 64, 32, &seed, L->e_down);
+    }
+    assert_true(lp_gw_finish(&w));
+    char path[512];
+    snprintf(path, sizeof path, "%s/forward_moe_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
+    assert_true(lp_gw_write(&w, path));
+    lp_gw_free(&w);
+    while (n_gguf_data > 0)
+        free(gguf_data[--n_gguf_data]);
+
+    int32_t ids[15] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 39};
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, 15, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_string_equal(lp_model_arch(model)->family, "mixtral");
+    capture cap;
+    run_capture(model, ids, 15, NULL, &cap);
+    double dl = max_abs_diff(cap.logits, ref.logits, 15 * 40);
+    double dr = max_abs_diff(cap.resid, ref.resid, 2 * 15 * 64);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < 2 * 15 * 2; i++)
+        differ += cap.experts[i] != ref.experts[i];
+    printf("  gguf mixtral (fused Q8_0 experts): logits %.2e  resid %.2e  experts differ %lld\n",
+           dl, dr, (long long)differ);
+    assert_true(dl <= 1e-4);
+    assert_true(dr <= 1e-4);
+    assert_int_equal(differ, 0);
+    capture_free(&cap);
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    remove(path);
+}
+
 /* ---- RoPE frequencies with scaling (Hugging Face's _compute_*_parameters) ---- */
 
 static void test_rope_scaling(void **state)
@@ -877,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_random_qwen3),
         cmocka_unit_test(test_random_partial_rotary),
         cmocka_unit_test(test_gguf_quant_types),
+        cmocka_unit_test(test_gguf_moe),
         cmocka_unit_test(test_padding_batch),
         cmocka_unit_test(test_determinism_threads),
         cmocka_unit_test(test_errors),

@@ -168,6 +168,13 @@ static lp_status bind_norm(lp_model *m, lp_role role, int layer, int64_t n, bool
 
 static lp_status check_supported(const lp_arch *a, const char *path, lp_error *err)
 {
+    /* Families whose graphs need pieces this pass does not have (attention sinks, clamped
+     * SwiGLU, biased top-k softmax); refused rather than computed wrong. */
+    static const char *const refused[] = {"gpt_oss", "gpt-oss", "falcon_h1", "mamba", "rwkv", NULL};
+    for (size_t i = 0; refused[i]; i++)
+        if (strcmp(a->family, refused[i]) == 0)
+            return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: family '%s' is not supported by trace",
+                                path, a->family);
     if (a->mla)
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "%s: multi-head latent attention (%s) is not supported by trace", path,
