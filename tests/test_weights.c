@@ -738,6 +738,80 @@ static void test_gguf_generated(void **state)
     lp_gw_free(&g);
 }
 
+/* A tiny Mixtral-style GGUF: all experts of a layer in one 3-D tensor per kind (GGUF order
+ * ne = [in, out, n_experts]); the catalogue shows [n_experts, out, in] and the checks pass;
+ * a missing expert tensor is reported. */
+static void write_gguf_moe(const char *path, bool with_up)
+{
+    enum { H = 32, EF = 64, E = 4, V = 16 };
+    static float zeros[H * EF * E];
+    lp_gw g;
+    lp_gw_init(&g, 3);
+    lp_gw_kv_str(&g, "general.architecture", "llama");
+    lp_gw_kv_u32(&g, "llama.block_count", 1);
+    lp_gw_kv_u32(&g, "llama.embedding_length", H);
+    lp_gw_kv_u32(&g, "llama.feed_forward_length", EF);
+    lp_gw_kv_u32(&g, "llama.attention.head_count", 4);
+    lp_gw_kv_u32(&g, "llama.attention.head_count_kv", 2);
+    lp_gw_kv_u32(&g, "llama.context_length", 64);
+    lp_gw_kv_u32(&g, "llama.vocab_size", V);
+    lp_gw_kv_u32(&g, "llama.expert_count", E);
+    lp_gw_kv_u32(&g, "llama.expert_used_count", 2);
+    lp_gw_kv_f32(&g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    int64_t ne_embd[2] = {H, V}, ne_norm[1] = {H}, ne_q[2] = {H, H}, ne_kv[2] = {H, 16};
+    int64_t ne_router[2] = {H, E}, ne_up[3] = {H, EF, E}, ne_down[3] = {EF, H, E};
+    lp_gw_tensor(&g, "token_embd.weight", 2, ne_embd, 0, zeros, sizeof(float) * H * V);
+    lp_gw_tensor(&g, "output.weight", 2, ne_embd, 0, zeros, sizeof(float) * H * V);
+    lp_gw_tensor(&g, "output_norm.weight", 1, ne_norm, 0, zeros, sizeof(float) * H);
+    lp_gw_tensor(&g, "blk.0.attn_norm.weight", 1, ne_norm, 0, zeros, sizeof(float) * H);
+    lp_gw_tensor(&g, "blk.0.ffn_norm.weight", 1, ne_norm, 0, zeros, sizeof(float) * H);
+    lp_gw_tensor(&g, "blk.0.attn_q.weight", 2, ne_q, 0, zeros, sizeof(float) * H * H);
+    lp_gw_tensor(&g, "blk.0.attn_k.weight", 2, ne_kv, 0, zeros, sizeof(float) * H * 16);
+    lp_gw_tensor(&g, "blk.0.attn_v.weight", 2, ne_kv, 0, zeros, sizeof(float) * H * 16);
+    lp_gw_tensor(&g, "blk.0.attn_output.weight", 2, ne_q, 0, zeros, sizeof(float) * H * H);
+    lp_gw_tensor(&g, "blk.0.ffn_gate_inp.weight", 2, ne_router, 0, zeros, sizeof(float) * H * E);
+    lp_gw_tensor(&g, "blk.0.ffn_gate_exps.weight", 3, ne_up, 0, zeros, sizeof zeros);
+    if (with_up)
+        lp_gw_tensor(&g, "blk.0.ffn_up_exps.weight", 3, ne_up, 0, zeros, sizeof zeros);
+    lp_gw_tensor(&g, "blk.0.ffn_down_exps.weight", 3, ne_down, 0, zeros, sizeof zeros);
+    assert_true(lp_gw_finish(&g));
+    assert_true(lp_gw_write(&g, path));
+    lp_gw_free(&g);
+}
+
+static void test_gguf_moe(void **state)
+{
+    (void)state;
+    char path[600];
+    tmp_path(path, sizeof path, "moe.gguf");
+    write_gguf_moe(path, true);
+    lp_weights *w = open_ok(path);
+    assert_int_equal(lp_weights_arch(w)->n_experts, 4);
+    const lp_tensor *down = lp_weights_find(w, LP_ROLE_EXPERT_DOWN, 0, -1, false);
+    assert_non_null(down);
+    assert_int_equal(down->n_dims, 3);
+    assert_int_equal(down->shape[0], 4);
+    assert_int_equal(down->shape[1], 32);
+    assert_int_equal(down->shape[2], 64);
+    json_t *r = report_of(w, false);
+    json_t *checks = json_object_get(r, "checks");
+    for (size_t c = 0; c < json_array_size(checks); c++)
+        if (!json_is_true(json_object_get(json_array_get(checks, c), "passed")))
+            fail_msg("moe.gguf: %s: %s",
+                     json_string_value(json_object_get(json_array_get(checks, c), "name")),
+                     json_string_value(json_object_get(json_array_get(checks, c), "detail")));
+    json_decref(r);
+    lp_weights_close(w);
+    write_gguf_moe(path, false);
+    w = open_ok(path);
+    r = report_of(w, false);
+    assert_false(check_passed(r, "expected_tensors"));
+    assert_non_null(strstr(json_string_value(json_object_get(find_check(r, "expected_tensors"), "detail")),
+                           "expert_up layer 0 expert 0"));
+    json_decref(r);
+    lp_weights_close(w);
+}
+
 /* ---- roles -------------------------------------------------------------------------------- */
 
 static void test_roles(void **state)
@@ -1486,6 +1560,7 @@ int main(void)
         cmocka_unit_test(test_stats_chunks),        cmocka_unit_test(test_safetensors_malformed),
         cmocka_unit_test(test_sharded),             cmocka_unit_test(test_sparse_header_only),
         cmocka_unit_test(test_llama2c),             cmocka_unit_test(test_gguf_generated),
+        cmocka_unit_test(test_gguf_moe),
         cmocka_unit_test(test_roles),               cmocka_unit_test(test_checks_fail),
         cmocka_unit_test(test_families),            cmocka_unit_test(test_real_configs),
         cmocka_unit_test(test_golden_three_formats), cmocka_unit_test(test_golden_quant),
