@@ -851,6 +851,8 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
     if (is_family(a, "phi") || is_family(a, "stablelm"))
         if ((st = hf_bool(r, "qk_layernorm", &a->qk_norm, NULL)) != LP_OK)
             return st;
+    if (is_family(a, "stablelm")) /* StableLmLayerNormPerHead: one bias-free norm per head */
+        a->qk_norm_per_head = a->qk_norm;
     if (is_family(a, "bloom"))
         a->embed_norm = true;
     if (is_family(a, "opt")) {
