@@ -83,6 +83,14 @@ mkdir -p "$TMP/l2c"
 cp "$M/stories260K.bin" "$TMP/l2c/" && cp "$M/tok512.bin" "$TMP/l2c/tokenizer.bin"
 expect_stdout_contains '"," 0.969' "$LOUPE" trace "$TMP/l2c/stories260K.bin" --prompt "Once upon a time" --db "$TMP/l2c.db"
 
+# A progress line only when stderr is a terminal (script(1) provides one).
+if command -v script >/dev/null; then
+  script -qc "'$LOUPE' trace '$M/stories260K.gguf' --tokens 1,403,407 --db '$TMP/tty.db'" /dev/null >"$TMP/tty.out" 2>&1
+  if grep -q "layer 5/5" "$TMP/tty.out"; then ok; else bad "no progress line on a terminal"; fi
+fi
+"$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407 --db "$TMP/tty.db" >"$TMP/out" 2>"$TMP/err"
+if [ ! -s "$TMP/err" ]; then ok; else bad "stderr not empty without a terminal: $(head -c 200 "$TMP/err")"; fi
+
 # --prompt-file: the same run as --prompt (one trailing newline dropped).
 printf 'Once upon a time\n' >"$TMP/p.txt"
 expect_stdout_contains '"," 0.969' "$LOUPE" trace "$M/stories260K.gguf" --prompt-file "$TMP/p.txt" --db "$TMP/p.db"

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/dtype.h"
+#include "core/mapfile.h"
 #include "inspect/model.h"
 #include "inspect/gguf.h"
 #include "inspect/npy.h"
@@ -713,6 +714,26 @@ static void test_errors(void **state)
     assert_int_not_equal(lp_model_open(dir, &model, &err), LP_OK);
     printf("  missing tensor: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "layer 0"));
+
+    /* A config that disagrees with the tensors: 4 kv heads declared, 2 stored. */
+    assert_true(ref_model_write_hf(&m, dir));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *config;
+    size_t size;
+    assert_int_equal(lp_read_file(path, 1 << 20, &config, &size, &err), LP_OK);
+    char *kv = strstr(config, "\"num_key_value_heads\": 2");
+    assert_non_null(kv);
+    kv[strlen("\"num_key_value_heads\": ")] = '4';
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(config, fp);
+    fclose(fp);
+    free(config);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(lp_model_open(dir, &model, &err), LP_ERR_FORMAT);
+    printf("  shape mismatch: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "k_proj"));
+    assert_non_null(strstr(err.msg, "[16, 32]"));
     ref_model_free(&m);
     remove_dir(dir);
 }
