@@ -242,6 +242,9 @@ char *tk_strndup(const char *s, size_t len);
 
 /* Loaders. */
 lp_status tk_load_json(const char *path, lp_tokenizer **out, lp_error *err);
+/* The same from memory (tests, fuzzing); path only names the source in messages. */
+lp_status tk_load_json_buffer(const char *path, const char *data, size_t size,
+                             lp_tokenizer **out, lp_error *err);
 lp_status tk_load_llama2c(const char *path, const uint8_t *data, size_t size,
                           lp_tokenizer **out, lp_error *err);
 lp_status tk_load_gguf_path(const char *path, lp_tokenizer **out, lp_error *err);

@@ -709,37 +709,31 @@ static void set_kind(lp_tokenizer *tok)
     tok->kind = bytelevel ? "bpe-bytelevel" : metaspace ? "bpe-sentencepiece" : "bpe";
 }
 
-lp_status tk_load_json(const char *path, lp_tokenizer **out, lp_error *err)
+lp_status tk_load_json_buffer(const char *path, const char *data, size_t size,
+                             lp_tokenizer **out, lp_error *err)
 {
     const char *name = lp_path_basename(path);
-    lp_mapped_file map;
-    lp_status st = lp_map_file(path, &map, err);
-    if (st != LP_OK)
-        return st;
+    if (size == 0)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: empty file", name);
     json_error_t jerr;
-    json_t *root = map.size ? json_loadb((const char *)map.data, map.size, JSON_ALLOW_NUL, &jerr)
-                            : NULL;
-    size_t file_size = map.size;
-    lp_unmap_file(&map);
-    if (!root) {
-        if (file_size == 0)
-            return lp_error_set(err, LP_ERR_FORMAT, "%s: empty file", name);
+    json_t *root = json_loadb(data, size, JSON_ALLOW_NUL, &jerr);
+    if (!root)
         return lp_error_set(err, LP_ERR_FORMAT, "%s:%d:%d: %s", name, jerr.line, jerr.column,
                             jerr.text);
-    }
     lp_tokenizer *tok = tk_new(path, "bpe");
     if (!tok) {
         json_decref(root);
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
     }
     jctx c = {name, err, tok};
+    lp_status st = LP_OK;
     if (!json_is_object(root))
         st = lp_error_set(err, LP_ERR_FORMAT, "%s: the top level is not a JSON object", name);
     const json_t *added = json_object_get(root, "added_tokens");
     if (st == LP_OK && added && !json_is_array(added) && !json_is_null(added))
         st = lp_error_set(err, LP_ERR_FORMAT, "%s: added_tokens: an array expected", name);
     if (st == LP_OK)
-        st = read_model(&c, json_object_get(root, "model"), added, file_size);
+        st = read_model(&c, json_object_get(root, "model"), added, size);
     if (st == LP_OK)
         st = read_normalizer(&c, json_object_get(root, "normalizer"), "normalizer");
     if (st == LP_OK)
@@ -756,4 +750,15 @@ lp_status tk_load_json(const char *path, lp_tokenizer **out, lp_error *err)
     set_kind(tok);
     *out = tok;
     return LP_OK;
+}
+
+lp_status tk_load_json(const char *path, lp_tokenizer **out, lp_error *err)
+{
+    lp_mapped_file map;
+    lp_status st = lp_map_file(path, &map, err);
+    if (st != LP_OK)
+        return st;
+    st = tk_load_json_buffer(path, (const char *)map.data, map.size, out, err);
+    lp_unmap_file(&map);
+    return st;
 }
