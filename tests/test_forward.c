@@ -681,6 +681,22 @@ static void test_determinism_threads(void **state)
     remove_dir(dir);
 }
 
+static bool fail_want(void *ctx, const lp_site *site)
+{
+    (void)ctx;
+    return site->kind == LP_SITE_RESID;
+}
+
+static lp_status fail_observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
+{
+    int *calls = ctx;
+    (void)view;
+    ++*calls;
+    if (site->layer == 1)
+        return lp_error_set(err, LP_ERR_IO, "observer: disk full at layer %d", site->layer);
+    return LP_OK;
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -696,6 +712,17 @@ static void test_errors(void **state)
     int32_t ok_ids[3] = {1, 2, 3};
     lp_batch padded = {1, 3, ok_ids, &pl, NULL};
     assert_int_equal(lp_forward(model, &padded, NULL, &err), LP_ERR_RANGE);
+    /* An observer's error stops the pass and comes back unchanged. */
+    int calls = 0;
+    lp_observer failing = {&calls, fail_want, fail_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &failing;
+    lp_batch good = lp_batch_single(ok_ids, 3);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(lp_forward(model, &good, &opts, &err), LP_ERR_IO);
+    assert_string_equal(err.msg, "observer: disk full at layer 1");
+    assert_int_equal(calls, 2);
     lp_model_close(model);
 
     /* A model missing a tensor is refused with its role and layer named. */
