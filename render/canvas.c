@@ -414,11 +414,17 @@ void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
         for (double v = 0; v <= vmax * (1 + 1e-9) && n_ticks < 40; v += step)
             ticks[n_ticks++] = v;
         if (opt->scale == LP_SCALE_POWER) {
-            /* the power scale widens the bottom: label it where the room is */
-            static const double small[] = {0.001, 0.01, 0.05};
-            for (size_t i = 0; i < sizeof small / sizeof small[0] && n_ticks < 60; i++)
-                if (small[i] * vmax < step)
-                    ticks[n_ticks++] = small[i] * vmax;
+            /* the power scale widens the bottom: label round values there (1, 2, 5 x 10^e below
+             * the first linear step); the spacing filter below keeps those that fit */
+            int e_top = (int)floor(log10(step));
+            for (int e = e_top; e >= e_top - 4 && n_ticks < 60; e--) {
+                static const double mant[] = {5, 2, 1};
+                for (size_t i = 0; i < 3 && n_ticks < 60; i++) {
+                    double v = mant[i] * pow(10, e);
+                    if (v < step * (1 - 1e-9))
+                        ticks[n_ticks++] = v;
+                }
+            }
         }
     }
     /* place, drop any label that would touch the one below it */
@@ -457,15 +463,15 @@ void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
 /* ---- the map ---- */
 
 lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_options *opt,
-                      double vmax, double x, double y, int cell, lp_error *err)
+                      double vmax, double x, double y, int cell_w, int cell_h, lp_error *err)
 {
     /* Built at the final pixel size and painted 1:1, so every viewer shows crisp cells whether
      * the picture is PNG, SVG (an embedded PNG) or PDF; memory is the map's own pixels. */
     int64_t w64, h64;
-    if (!lp_mul_i64(map->cols, cell, &w64) || !lp_mul_i64(map->rows, cell, &h64) || w64 > 16384 ||
-        h64 > 16384)
-        return lp_error_set(err, LP_ERR_RANGE, "map of %lld x %lld cells at %d px: too large",
-                            (long long)map->rows, (long long)map->cols, cell);
+    if (!lp_mul_i64(map->cols, cell_w, &w64) || !lp_mul_i64(map->rows, cell_h, &h64) ||
+        w64 > 16384 || h64 > 16384)
+        return lp_error_set(err, LP_ERR_RANGE, "map of %lld x %lld cells at %d x %d px: too large",
+                            (long long)map->rows, (long long)map->cols, cell_w, cell_h);
     int w = (int)w64, h = (int)h64;
     cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
     if (cairo_surface_status(img) != CAIRO_STATUS_SUCCESS) {
@@ -497,10 +503,10 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
             else
                 rgb = masked;
             uint32_t px = 0xff000000u | ((uint32_t)rgb.r << 16) | ((uint32_t)rgb.g << 8) | rgb.b;
-            for (int dy = 0; dy < cell; dy++) {
-                unsigned char *line = data + (size_t)(r * cell + dy) * (size_t)stride;
-                for (int dx = 0; dx < cell; dx++)
-                    memcpy(line + 4 * (size_t)(col * cell + dx), &px, 4);
+            for (int dy = 0; dy < cell_h; dy++) {
+                unsigned char *line = data + (size_t)(r * cell_h + dy) * (size_t)stride;
+                for (int dx = 0; dx < cell_w; dx++)
+                    memcpy(line + 4 * (size_t)(col * cell_w + dx), &px, 4);
             }
         }
     }
@@ -515,6 +521,7 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
 
     /* Leak marker: a red outline inside the cell, when cells are big enough to carry one; the
      * caller also counts leaks in the subtitle, so small cells still announce them. */
+    int cell = cell_w < cell_h ? cell_w : cell_h;
     if (map->n_leak_cells > 0 && cell >= 3) {
         cairo_save(c->cr);
         lp_set_rgb(c->cr, lp_render_leak_rgb);
@@ -523,8 +530,8 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
         for (int64_t r = 0; r < map->rows; r++)
             for (int64_t col = 0; col < map->cols; col++)
                 if (map->flags[r * map->cols + col] & LP_CELL_LEAK)
-                    cairo_rectangle(c->cr, x + col * cell + lw / 2, y + r * cell + lw / 2,
-                                    cell - lw, cell - lw);
+                    cairo_rectangle(c->cr, x + col * cell_w + lw / 2, y + r * cell_h + lw / 2,
+                                    cell_w - lw, cell_h - lw);
         cairo_stroke(c->cr);
         cairo_restore(c->cr);
     }

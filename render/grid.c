@@ -220,7 +220,8 @@ lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64
             draw_missing(&c, x, y + label_h, thumb);
         else
             s = lp_draw_map(&c, &maps[h], opt, vmax, x, y + label_h,
-                            thumb_cell(&maps[h], thumb_asked), err);
+                            thumb_cell(&maps[h], thumb_asked), thumb_cell(&maps[h], thumb_asked),
+                            err);
     }
     if (s == LP_OK) {
         double bar_h = rows * (thumb + label_h + gap) - gap - label_h;
@@ -338,13 +339,13 @@ lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
             draw_missing(&c, x, y, thumb);
             continue;
         }
-        s = lp_draw_map(&c, &maps[i], opt, vmax, x, y, thumb_cell(&maps[i], thumb_asked), err);
+        int cell = thumb_cell(&maps[i], thumb_asked);
+        s = lp_draw_map(&c, &maps[i], opt, vmax, x, y, cell, cell, err);
         if (s == LP_OK && maps[i].n_leak_cells > 0) {
             /* a whole thumbnail is too small for cell outlines to be seen: frame it */
             cairo_save(c.cr);
             lp_set_rgb(c.cr, lp_render_leak_rgb);
             cairo_set_line_width(c.cr, 2);
-            int cell = thumb_cell(&maps[i], thumb_asked);
             cairo_rectangle(c.cr, x - 2, y - 2, cell * maps[i].cols + 4, cell * maps[i].rows + 4);
             cairo_stroke(c.cr);
             cairo_restore(c.cr);

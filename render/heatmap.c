@@ -11,6 +11,8 @@
 #define MAX_AUTO_CELL 24
 /* Height of one label line; labels closer than this are thinned. */
 #define LABEL_PITCH 14
+/* Maps flatter than this many pixels get taller rows. */
+#define MIN_FLAT_MAP_HEIGHT 48
 
 lp_status lp_render_heatmap_layout(int64_t n_q, int64_t n_k, const lp_render_options *opt,
                                    lp_heatmap_layout *layout, lp_error *err)
@@ -38,10 +40,20 @@ lp_status lp_render_heatmap_layout(int64_t n_q, int64_t n_k, const lp_render_opt
     layout->block = block;
     layout->rows = rows;
     layout->cols = cols;
+    /* A few queries over many keys would be a hairline: stretch the rows to stay readable. */
+    int64_t cell_h = cell;
+    if (rows * cell_h < MIN_FLAT_MAP_HEIGHT) {
+        cell_h = (MIN_FLAT_MAP_HEIGHT + rows - 1) / rows;
+        if (cell_h > MAX_AUTO_CELL)
+            cell_h = MAX_AUTO_CELL;
+        if (cell_h < cell)
+            cell_h = cell;
+    }
     layout->cell = (int)cell;
+    layout->cell_h = (int)cell_h;
     layout->map_x = LP_RENDER_MARGIN_LEFT;
     layout->map_y = LP_RENDER_MARGIN_TOP;
-    int64_t map_w = cols * cell, map_h = rows * cell;
+    int64_t map_w = cols * cell, map_h = rows * cell_h;
     layout->width = (int)(LP_RENDER_MARGIN_LEFT +
                           (map_w > LP_RENDER_MIN_MAP ? map_w : LP_RENDER_MIN_MAP) +
                           LP_RENDER_MARGIN_RIGHT);
@@ -143,13 +155,14 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
         return s;
     }
     lp_draw_title(&c, title, subtitle, warning);
-    s = lp_draw_map(&c, &map, opt, vmax, lay.map_x, lay.map_y, lay.cell, err);
-    int map_w = (int)map.cols * lay.cell, map_h = (int)map.rows * lay.cell;
+    s = lp_draw_map(&c, &map, opt, vmax, lay.map_x, lay.map_y, lay.cell, lay.cell_h, err);
+    int map_w = (int)map.cols * lay.cell, map_h = (int)map.rows * lay.cell_h;
 
     if (s == LP_OK) {
         /* Labels: one per display cell, thinned so lines never overlap. */
         int64_t stride = (LABEL_PITCH + lay.cell - 1) / lay.cell;
-        bool with_pos = stride > 1 || map.block > 1;
+        int64_t row_stride = (LABEL_PITCH + lay.cell_h - 1) / lay.cell_h;
+        bool with_pos = stride > 1 || row_stride > 1 || map.block > 1;
         double font_px = lay.cell >= LABEL_PITCH ? 11 : 10;
         lp_text_style st = lp_text_style_default(font_px);
         st.halign = LP_ALIGN_END;
@@ -157,9 +170,9 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
         st.max_width = LP_RENDER_MARGIN_LEFT - 16;
         char label[160];
         int64_t q_pos0 = map.n_k - map.n_q;
-        for (int64_t r = 0; r < map.rows; r += stride) {
+        for (int64_t r = 0; r < map.rows; r += row_stride) {
             axis_label(label, sizeof label, pieces, n_pieces, q_pos0 + r * map.block, with_pos);
-            lp_draw_text(&c, label, lay.map_x - 6, lay.map_y + (r + 0.5) * lay.cell, &st);
+            lp_draw_text(&c, label, lay.map_x - 6, lay.map_y + (r + 0.5) * lay.cell_h, &st);
         }
         st.angle = -LP_RENDER_PI / 2;
         st.max_width = LP_RENDER_MARGIN_BOTTOM - 14;

@@ -202,6 +202,8 @@ typedef struct lp_heatmap_layout {
     int cell;                /* pixels per display cell */
     int map_x, map_y;        /* top-left of the map in the picture */
     int width, height;       /* the whole picture */
+    int cell_h;              /* pixels per display row: cell, or taller for very flat maps (a few
+                              * queries over many keys) so they stay visible */
 } lp_heatmap_layout;
 
 /* Margins around the map: left for query labels, top for the title, right for the colorbar,

@@ -71,10 +71,11 @@ double lp_text_width(lp_canvas *c, const char *text, const lp_text_style *st);
 void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
                       const lp_render_options *opt, double vmax, const char *label);
 
-/* Paint a pooled map with its top-left at (x, y), cell pixels per display cell. Leak cells get
- * a red outline when cells are at least 3 px; returns LP_ERR_NOMEM / LP_ERR_CAIRO on failure. */
+/* Paint a pooled map with its top-left at (x, y), display cells cell_w x cell_h pixels. Leak
+ * cells get a red outline when cells are at least 3 px; returns LP_ERR_RANGE / LP_ERR_CAIRO on
+ * failure. */
 lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_options *opt,
-                      double vmax, double x, double y, int cell, lp_error *err);
+                      double vmax, double x, double y, int cell_w, int cell_h, lp_error *err);
 
 /* The top of the scale for maps whose largest value is max_value. */
 double lp_render_vmax(const lp_render_options *opt, double max_value);

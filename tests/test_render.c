@@ -192,7 +192,7 @@ static lp_rgb pixel(const png_image *img, int x, int y)
 static lp_rgb cell_pixel(const png_image *img, const lp_heatmap_layout *lay, int64_t q, int64_t k)
 {
     return pixel(img, lay->map_x + (int)(k * lay->cell) + lay->cell / 2,
-                 lay->map_y + (int)(q * lay->cell) + lay->cell / 2);
+                 lay->map_y + (int)(q * lay->cell_h) + lay->cell_h / 2);
 }
 
 static char *read_text_file(const char *path)
@@ -304,6 +304,7 @@ static void test_layout_sizes(void **state)
     assert_int_equal(lp_render_heatmap_layout(16, 16, &opt, &lay, &err), LP_OK);
     assert_int_equal(lay.block, 1);
     assert_int_equal(lay.cell, 20);
+    assert_int_equal(lay.cell_h, 20);
     assert_int_equal(lay.width, LP_RENDER_MARGIN_LEFT + 320 + LP_RENDER_MARGIN_RIGHT);
     assert_int_equal(lay.height, LP_RENDER_MARGIN_TOP + 320 + LP_RENDER_MARGIN_BOTTOM);
     /* a small map keeps the minimum map area so title and colorbar fit */
@@ -329,6 +330,14 @@ static void test_layout_sizes(void **state)
     assert_int_equal(lay.cols, 40);
     assert_int_equal(lay.rows, 3);
     assert_int_equal(lay.cell, 20);
+    assert_int_equal(lay.cell_h, 20);
+    /* one query over 4096 keys: pooled 6 wide, rows stretched from 1 px to 24 */
+    assert_int_equal(lp_render_heatmap_layout(1, 4096, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lay.block, 6);
+    assert_int_equal(lay.cols, 683);
+    assert_int_equal(lay.cell, 1);
+    assert_int_equal(lay.cell_h, 24);
+    assert_int_equal(lay.height, LP_RENDER_MARGIN_TOP + LP_RENDER_MIN_MAP + LP_RENDER_MARGIN_BOTTOM);
     opt.size = 8;
     assert_int_equal(lp_render_heatmap_layout(3, 3, &opt, &lay, &err), LP_ERR_RANGE);
     assert_non_null(strstr(err.msg, "--size 8"));
@@ -791,6 +800,10 @@ static void test_decode_nan_and_selection(void **state)
     v[1 * 5 + 1] = NAN;
     add_map(sdb, 1, 0, 0, 2, 5, v, false);
     add_map(sdb, 1, 0, 2, 2, 5, v, true); /* head 1 not stored */
+    add_run(sdb, 2, "complete", "trace", 300, 1, 1, NULL);
+    float strip[300] = {0};
+    strip[299] = 1.0f;
+    add_map(sdb, 2, 0, 0, 1, 300, strip, true);
     sqlite3_close(sdb);
 
     lp_error err = {0};
@@ -798,7 +811,7 @@ static void test_decode_nan_and_selection(void **state)
     assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
     lp_render_run run;
     bool incomplete;
-    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    assert_int_equal(lp_render_db_pick_run(db, 1, &run, &incomplete, &err), LP_OK);
     lp_render_options opt;
     lp_render_options_default(&opt);
     opt.cell = 40;
@@ -836,6 +849,22 @@ static void test_decode_nan_and_selection(void **state)
         unlink(path);
     }
     assert_int_equal(rmdir(dir), 0); /* nothing else was left there */
+    lp_render_run_clear(&run);
+
+    /* one query over 300 keys: rows stretched so the strip is readable */
+    assert_int_equal(lp_render_db_pick_run(db, 2, &run, &incomplete, &err), LP_OK);
+    lp_render_options_default(&opt);
+    assert_int_equal(lp_render_heatmap_layout(1, 300, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lay.cell, 2);
+    assert_int_equal(lay.cell_h, 24);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    lp_rgb bright = lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0);
+    assert_rgb_equal(pixel(&img, lay.map_x + 299 * 2, lay.map_y + 1), bright);
+    assert_rgb_equal(pixel(&img, lay.map_x + 299 * 2, lay.map_y + 22), bright);
+    assert_rgb_equal(pixel(&img, lay.map_x + 298 * 2, lay.map_y + 12),
+                     lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0));
+    cairo_surface_destroy(img.surface);
     lp_render_run_clear(&run);
     lp_render_db_close(db);
     unlink(db_path);
