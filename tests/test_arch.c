@@ -166,7 +166,8 @@ static void test_defaults_and_names(void **state)
      * inspect/arch_json.c and to the HF reader; then update this number. */
     size_t end_of_fields = offsetof(lp_arch, attn_sinks) + sizeof(bool);
     if (end_of_fields != 13626)
-        fail_msg("lp_arch's fields end at byte %zu, not 13626: see the comment above", end_of_fields);
+        fail_msg("lp_arch's fields end at byte %zu, not 13626: see the comment above",
+                 end_of_fields);
     lp_arch a;
     lp_arch_init(&a);
     assert_true(a.norm_eps == 1e-5);
@@ -528,7 +529,8 @@ static void test_card_reader(void **state)
                       "model:\n  family: llama\ndims:\n  vocab_size: 100\n  hidden_size: 16\n"
                       "  n_layers: x\n" CARD_ATTN CARD_FFN,
                       ":6:", "n_layers");
-    expect_card_error("unknown.yaml", CARD_HEAD "attention:\n  n_heads: 4\n  n_head_kv: 2\n" CARD_FFN,
+    expect_card_error("unknown.yaml",
+                      CARD_HEAD "attention:\n  n_heads: 4\n  n_head_kv: 2\n" CARD_FFN,
                       "attention.n_head_kv", NULL);
     expect_card_error("twice.yaml", CARD_HEAD CARD_ATTN "  n_heads: 4\n" CARD_FFN, "twice", NULL);
     expect_card_error("nolayers.yaml",
@@ -679,6 +681,206 @@ static void test_json_output(void **state)
     assert_true(json_is_null(json_object_get(j, "storage_dtype")));
     assert_int_equal(json_array_size(json_object_get(j, "layer_window")), 0);
     json_decref(j);
+}
+
+/* The config.json of every shipped card whose config is not in ../shared (compact JSON of the
+ * published file, torch_dtype left out where it was not verified; the URL is in each card's
+ * model.config_url), so that every card is checked against its source, not only the 17 below. */
+static const char *const CARD_SOURCES[][2] = {
+    {"deepseek-v3",
+     "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"attention_bias\":false,\"attention"
+     "_dropout\":0.0,\"aux_loss_alpha\":0.001,\"bos_token_id\":0,\"eos_token_id\":1,\"ep_s"
+     "ize\":1,\"first_k_dense_replace\":3,\"hidden_act\":\"silu\",\"hidden_size\":7168,\"ini"
+     "tializer_range\":0.02,\"intermediate_size\":18432,\"kv_lora_rank\":512,\"max_posit"
+     "ion_embeddings\":163840,\"model_type\":\"deepseek_v3\",\"moe_intermediate_size\":20"
+     "48,\"moe_layer_freq\":1,\"n_group\":8,\"n_routed_experts\":256,\"n_shared_experts\":"
+     "1,\"norm_topk_prob\":true,\"num_attention_heads\":128,\"num_experts_per_tok\":8,\"n"
+     "um_hidden_layers\":61,\"num_key_value_heads\":128,\"num_nextn_predict_layers\":1,"
+     "\"pretraining_tp\":1,\"q_lora_rank\":1536,\"qk_nope_head_dim\":128,\"qk_rope_head_d"
+     "im\":64,\"quantization_config\":{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"qu"
+     "ant_method\":\"fp8\",\"weight_block_size\":[128,128]},\"rms_norm_eps\":1e-06,\"rope_"
+     "scaling\":{\"beta_fast\":32,\"beta_slow\":1,\"factor\":40,\"mscale\":1.0,\"mscale_all_"
+     "dim\":1.0,\"original_max_position_embeddings\":4096,\"type\":\"yarn\"},\"rope_theta\""
+     ":10000,\"routed_scaling_factor\":2.5,\"scoring_func\":\"sigmoid\",\"seq_aux\":true,\""
+     "tie_word_embeddings\":false,\"topk_group\":4,\"topk_method\":\"noaux_tc\",\"torch_dt"
+     "ype\":\"bfloat16\",\"transformers_version\":\"4.33.1\",\"use_cache\":true,\"v_head_dim"
+     "\":128,\"vocab_size\":129280}"},
+    {"falcon-7b",
+     "{\"alibi\":false,\"apply_residual_connection_post_layernorm\":false,\"architectur"
+     "es\":[\"FalconForCausalLM\"],\"attention_dropout\":0.0,\"bias\":false,\"bos_token_id"
+     "\":11,\"eos_token_id\":11,\"hidden_dropout\":0.0,\"hidden_size\":4544,\"initializer_"
+     "range\":0.02,\"layer_norm_epsilon\":1e-05,\"model_type\":\"falcon\",\"multi_query\":t"
+     "rue,\"new_decoder_architecture\":false,\"num_attention_heads\":71,\"num_hidden_la"
+     "yers\":32,\"parallel_attn\":true,\"torch_dtype\":\"bfloat16\",\"transformers_version"
+     "\":\"4.27.4\",\"use_cache\":true,\"vocab_size\":65024}"},
+    {"gemma-2-27b",
+     "{\"architectures\":[\"Gemma2ForCausalLM\"],\"attention_bias\":false,\"attention_dro"
+     "pout\":0.0,\"attn_logit_softcapping\":50.0,\"bos_token_id\":2,\"cache_implementati"
+     "on\":\"hybrid\",\"eos_token_id\":1,\"final_logit_softcapping\":30.0,\"head_dim\":128,"
+     "\"hidden_act\":\"gelu_pytorch_tanh\",\"hidden_activation\":\"gelu_pytorch_tanh\",\"hi"
+     "dden_size\":4608,\"initializer_range\":0.02,\"intermediate_size\":36864,\"max_posi"
+     "tion_embeddings\":8192,\"model_type\":\"gemma2\",\"num_attention_heads\":32,\"num_hi"
+     "dden_layers\":46,\"num_key_value_heads\":16,\"pad_token_id\":0,\"query_pre_attn_sc"
+     "alar\":144,\"rms_norm_eps\":1e-06,\"rope_theta\":10000.0,\"sliding_window\":4096,\"s"
+     "liding_window_size\":4096,\"torch_dtype\":\"float32\",\"use_cache\":true,\"vocab_siz"
+     "e\":256000}"},
+    {"gemma-2-2b",
+     "{\"architectures\":[\"Gemma2ForCausalLM\"],\"attention_bias\":false,\"attention_dro"
+     "pout\":0.0,\"attn_logit_softcapping\":50.0,\"bos_token_id\":2,\"cache_implementati"
+     "on\":\"hybrid\",\"eos_token_id\":1,\"final_logit_softcapping\":30.0,\"head_dim\":256,"
+     "\"hidden_act\":\"gelu_pytorch_tanh\",\"hidden_activation\":\"gelu_pytorch_tanh\",\"hi"
+     "dden_size\":2304,\"initializer_range\":0.02,\"intermediate_size\":9216,\"max_posit"
+     "ion_embeddings\":8192,\"model_type\":\"gemma2\",\"num_attention_heads\":8,\"num_hidd"
+     "en_layers\":26,\"num_key_value_heads\":4,\"pad_token_id\":0,\"query_pre_attn_scala"
+     "r\":256,\"rms_norm_eps\":1e-06,\"rope_theta\":10000.0,\"sliding_window\":4096,\"use_"
+     "cache\":true,\"vocab_size\":256000}"},
+    {"gemma-2-9b",
+     "{\"architectures\":[\"Gemma2ForCausalLM\"],\"attention_bias\":false,\"attention_dro"
+     "pout\":0.0,\"attn_logit_softcapping\":50.0,\"bos_token_id\":2,\"cache_implementati"
+     "on\":\"hybrid\",\"eos_token_id\":1,\"final_logit_softcapping\":30.0,\"head_dim\":256,"
+     "\"hidden_act\":\"gelu_pytorch_tanh\",\"hidden_activation\":\"gelu_pytorch_tanh\",\"hi"
+     "dden_size\":3584,\"initializer_range\":0.02,\"intermediate_size\":14336,\"max_posi"
+     "tion_embeddings\":8192,\"model_type\":\"gemma2\",\"num_attention_heads\":16,\"num_hi"
+     "dden_layers\":42,\"num_key_value_heads\":8,\"pad_token_id\":0,\"query_pre_attn_sca"
+     "lar\":256,\"rms_norm_eps\":1e-06,\"rope_theta\":10000.0,\"sliding_window\":4096,\"sl"
+     "iding_window_size\":4096,\"transformers_version\":\"4.42.0.dev0\",\"use_cache\":tru"
+     "e,\"vocab_size\":256000}"},
+    {"gemma-3-12b",
+     "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"boi_token_index\":255999"
+     ",\"eoi_token_index\":256000,\"eos_token_id\":[1,106],\"image_token_index\":262144,"
+     "\"initializer_range\":0.02,\"mm_tokens_per_image\":256,\"model_type\":\"gemma3\",\"te"
+     "xt_config\":{\"attention_bias\":false,\"attention_dropout\":0.0,\"attn_logit_softc"
+     "apping\":null,\"cache_implementation\":\"hybrid\",\"final_logit_softcapping\":null,"
+     "\"head_dim\":256,\"hidden_activation\":\"gelu_pytorch_tanh\",\"hidden_size\":3840,\"i"
+     "nitializer_range\":0.02,\"intermediate_size\":15360,\"max_position_embeddings\":1"
+     "31072,\"model_type\":\"gemma3_text\",\"num_attention_heads\":16,\"num_hidden_layers"
+     "\":48,\"num_key_value_heads\":8,\"query_pre_attn_scalar\":256,\"rms_norm_eps\":1e-0"
+     "6,\"rope_local_base_freq\":10000.0,\"rope_scaling\":{\"factor\":8.0,\"rope_type\":\"l"
+     "inear\"},\"rope_theta\":1000000.0,\"sliding_window\":1024,\"sliding_window_pattern"
+     "\":6,\"use_cache\":true,\"vocab_size\":262208},\"torch_dtype\":\"bfloat16\",\"transfor"
+     "mers_version\":\"4.50.0.dev0\",\"vision_config\":{\"hidden_size\":1152,\"image_size\""
+     ":896,\"intermediate_size\":4304,\"model_type\":\"siglip_vision_model\",\"num_attent"
+     "ion_heads\":16,\"num_hidden_layers\":27,\"patch_size\":14,\"vision_use_head\":false"
+     "}}"},
+    {"gemma-3-1b",
+     "{\"architectures\":[\"Gemma3ForCausalLM\"],\"attention_bias\":false,\"attention_dro"
+     "pout\":0.0,\"attn_logit_softcapping\":null,\"bos_token_id\":2,\"cache_implementati"
+     "on\":\"hybrid\",\"eos_token_id\":[1,106],\"final_logit_softcapping\":null,\"head_dim"
+     "\":256,\"hidden_activation\":\"gelu_pytorch_tanh\",\"hidden_size\":1152,\"initialize"
+     "r_range\":0.02,\"intermediate_size\":6912,\"max_position_embeddings\":32768,\"mode"
+     "l_type\":\"gemma3_text\",\"num_attention_heads\":4,\"num_hidden_layers\":26,\"num_ke"
+     "y_value_heads\":1,\"pad_token_id\":0,\"query_pre_attn_scalar\":256,\"rms_norm_eps\""
+     ":1e-06,\"rope_local_base_freq\":10000,\"rope_scaling\":null,\"rope_theta\":1000000"
+     ",\"sliding_window\":512,\"sliding_window_pattern\":6,\"torch_dtype\":\"bfloat16\",\"t"
+     "ransformers_version\":\"4.50.0.dev0\",\"use_cache\":true,\"vocab_size\":262144}"},
+    {"gpt-oss-20b",
+     "{\"architectures\":[\"GptOssForCausalLM\"],\"attention_bias\":true,\"attention_drop"
+     "out\":0.0,\"eos_token_id\":200002,\"experts_per_token\":4,\"head_dim\":64,\"hidden_a"
+     "ct\":\"silu\",\"hidden_size\":2880,\"initial_context_length\":4096,\"initializer_ran"
+     "ge\":0.02,\"intermediate_size\":2880,\"layer_types\":[\"sliding_attention\",\"full_a"
+     "ttention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_att"
+     "ention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_atten"
+     "tion\",\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_attenti"
+     "on\",\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_attention"
+     "\",\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_attention\","
+     "\"sliding_attention\",\"full_attention\"],\"max_position_embeddings\":131072,\"mode"
+     "l_type\":\"gpt_oss\",\"num_attention_heads\":64,\"num_experts_per_tok\":4,\"num_hidd"
+     "en_layers\":24,\"num_key_value_heads\":8,\"num_local_experts\":32,\"output_router_"
+     "logits\":false,\"pad_token_id\":199999,\"rms_norm_eps\":1e-05,\"rope_scaling\":{\"be"
+     "ta_fast\":32.0,\"beta_slow\":1.0,\"factor\":32.0,\"original_max_position_embedding"
+     "s\":4096,\"rope_type\":\"yarn\",\"truncate\":false},\"rope_theta\":150000,\"router_aux"
+     "_loss_coef\":0.9,\"sliding_window\":128,\"swiglu_limit\":7.0,\"tie_word_embeddings"
+     "\":false,\"transformers_version\":\"4.55.0.dev0\",\"use_cache\":true,\"vocab_size\":2"
+     "01088}"},
+    {"llama-3-70b",
+     "{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":false,\"attention_drop"
+     "out\":0.0,\"bos_token_id\":128000,\"eos_token_id\":128001,\"hidden_act\":\"silu\",\"hi"
+     "dden_size\":8192,\"initializer_range\":0.02,\"intermediate_size\":28672,\"max_posi"
+     "tion_embeddings\":8192,\"model_type\":\"llama\",\"num_attention_heads\":64,\"num_hid"
+     "den_layers\":80,\"num_key_value_heads\":8,\"pretraining_tp\":1,\"rms_norm_eps\":1e-"
+     "05,\"rope_scaling\":null,\"rope_theta\":500000.0,\"tie_word_embeddings\":false,\"to"
+     "rch_dtype\":\"bfloat16\",\"use_cache\":true,\"vocab_size\":128256}"},
+    {"llama-3-8b",
+     "{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":false,\"attention_drop"
+     "out\":0.0,\"bos_token_id\":128000,\"eos_token_id\":128001,\"hidden_act\":\"silu\",\"hi"
+     "dden_size\":4096,\"initializer_range\":0.02,\"intermediate_size\":14336,\"max_posi"
+     "tion_embeddings\":8192,\"model_type\":\"llama\",\"num_attention_heads\":32,\"num_hid"
+     "den_layers\":32,\"num_key_value_heads\":8,\"pretraining_tp\":1,\"rms_norm_eps\":1e-"
+     "05,\"rope_scaling\":null,\"rope_theta\":500000.0,\"tie_word_embeddings\":false,\"to"
+     "rch_dtype\":\"bfloat16\",\"transformers_version\":\"4.40.0.dev0\",\"use_cache\":true,"
+     "\"vocab_size\":128256}"},
+    {"llama-3.1-405b",
+     "{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":false,\"attention_drop"
+     "out\":0.0,\"bos_token_id\":128000,\"eos_token_id\":128001,\"hidden_act\":\"silu\",\"hi"
+     "dden_size\":16384,\"initializer_range\":0.02,\"intermediate_size\":53248,\"max_pos"
+     "ition_embeddings\":131072,\"mlp_bias\":false,\"model_type\":\"llama\",\"num_attentio"
+     "n_heads\":128,\"num_hidden_layers\":126,\"num_key_value_heads\":8,\"pretraining_tp"
+     "\":1,\"rms_norm_eps\":1e-05,\"rope_scaling\":{\"factor\":8.0,\"low_freq_factor\":1.0,"
+     "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":8192,\"rope_type\":\""
+     "llama3\"},\"rope_theta\":500000.0,\"tie_word_embeddings\":false,\"torch_dtype\":\"bf"
+     "loat16\",\"use_cache\":true,\"vocab_size\":128256}"},
+    {"olmo-2-0425-1b",
+     "{\"architectures\":[\"Olmo2ForCausalLM\"],\"attention_bias\":false,\"attention_drop"
+     "out\":0.0,\"eos_token_id\":100257,\"hidden_act\":\"silu\",\"hidden_size\":2048,\"initi"
+     "alizer_range\":0.02,\"intermediate_size\":8192,\"max_position_embeddings\":4096,\""
+     "model_type\":\"olmo2\",\"num_attention_heads\":16,\"num_hidden_layers\":16,\"num_key"
+     "_value_heads\":16,\"pad_token_id\":100277,\"rms_norm_eps\":1e-06,\"rope_scaling\":n"
+     "ull,\"rope_theta\":500000,\"tie_word_embeddings\":false,\"use_cache\":true,\"vocab_"
+     "size\":100352}"},
+    {"pythia-70m",
+     "{\"architectures\":[\"GPTNeoXForCausalLM\"],\"bos_token_id\":0,\"eos_token_id\":0,\"h"
+     "idden_act\":\"gelu\",\"hidden_size\":512,\"initializer_range\":0.02,\"intermediate_s"
+     "ize\":2048,\"layer_norm_eps\":1e-05,\"max_position_embeddings\":2048,\"model_type\""
+     ":\"gpt_neox\",\"num_attention_heads\":8,\"num_hidden_layers\":6,\"rotary_emb_base\":"
+     "10000,\"rotary_pct\":0.25,\"tie_word_embeddings\":false,\"use_cache\":true,\"use_pa"
+     "rallel_residual\":true,\"vocab_size\":50304}"},
+    {"qwen1.5-moe-a2.7b-chat",
+     "{\"architectures\":[\"Qwen2MoeForCausalLM\"],\"attention_dropout\":0.0,\"bos_token_"
+     "id\":151643,\"eos_token_id\":151643,\"decoder_sparse_step\":1,\"hidden_act\":\"silu\""
+     ",\"hidden_size\":2048,\"initializer_range\":0.02,\"intermediate_size\":5632,\"max_p"
+     "osition_embeddings\":32768,\"max_window_layers\":21,\"model_type\":\"qwen2_moe\",\"m"
+     "oe_intermediate_size\":1408,\"norm_topk_prob\":false,\"num_attention_heads\":16,\""
+     "num_experts\":60,\"num_experts_per_tok\":4,\"num_hidden_layers\":24,\"num_key_valu"
+     "e_heads\":16,\"output_router_logits\":false,\"rms_norm_eps\":1e-06,\"rope_theta\":1"
+     "000000.0,\"router_aux_loss_coef\":0.001,\"shared_expert_intermediate_size\":5632"
+     ",\"sliding_window\":32768,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\""
+     ",\"transformers_version\":\"4.36.0.dev0\",\"use_cache\":true,\"use_sliding_window\":"
+     "false,\"vocab_size\":151936}"},
+    {"qwen3-4b",
+     "{\"architectures\":[\"Qwen3ForCausalLM\"],\"attention_bias\":false,\"attention_drop"
+     "out\":0.0,\"bos_token_id\":151643,\"eos_token_id\":151645,\"head_dim\":128,\"hidden_"
+     "act\":\"silu\",\"hidden_size\":2560,\"initializer_range\":0.02,\"intermediate_size\":"
+     "9728,\"max_position_embeddings\":40960,\"max_window_layers\":36,\"model_type\":\"qw"
+     "en3\",\"num_attention_heads\":32,\"num_hidden_layers\":36,\"num_key_value_heads\":8"
+     ",\"rms_norm_eps\":1e-06,\"rope_scaling\":null,\"rope_theta\":1000000,\"sliding_wind"
+     "ow\":null,\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\",\"transformers_v"
+     "ersion\":\"4.51.0\",\"use_cache\":true,\"use_sliding_window\":false,\"vocab_size\":15"
+     "1936}"},
+    {"tinyllama-1.1b",
+     "{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":false,\"bos_token_id\":"
+     "1,\"eos_token_id\":2,\"hidden_act\":\"silu\",\"hidden_size\":2048,\"initializer_range"
+     "\":0.02,\"intermediate_size\":5632,\"max_position_embeddings\":2048,\"model_type\":"
+     "\"llama\",\"num_attention_heads\":32,\"num_hidden_layers\":22,\"num_key_value_heads"
+     "\":4,\"pretraining_tp\":1,\"rms_norm_eps\":1e-05,\"rope_scaling\":null,\"rope_theta\""
+     ":10000.0,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\",\"transformers_"
+     "version\":\"4.35.0\",\"use_cache\":true,\"vocab_size\":32000}"},
+};
+
+static void test_cards_match_embedded_configs(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof CARD_SOURCES / sizeof CARD_SOURCES[0]; i++) {
+        lp_arch card, config;
+        lp_error err = {0};
+        if (lp_arch_load(CARD_SOURCES[i][0], &card, &err) != LP_OK)
+            fail_msg("card %s: %s", CARD_SOURCES[i][0], err.msg);
+        if (lp_arch_from_hf_json(CARD_SOURCES[i][1], strlen(CARD_SOURCES[i][1]), "config.json",
+                                 &config, &err) != LP_OK)
+            fail_msg("config of %s: %s", CARD_SOURCES[i][0], err.msg);
+        char why[256];
+        if (arch_diff(&card, &config, why, sizeof why))
+            fail_msg("card %s differs from its config.json in %s", CARD_SOURCES[i][0], why);
+    }
 }
 
 static bool is_card(const char *name)
@@ -973,6 +1175,7 @@ int main(void)
         cmocka_unit_test(test_shipped_cards_load),
         cmocka_unit_test(test_truncated_inputs),
         cmocka_unit_test(test_json_output),
+        cmocka_unit_test(test_cards_match_embedded_configs),
     };
 #endif
     return cmocka_run_group_tests(tests, NULL, NULL);
