@@ -142,6 +142,8 @@ static void run_capture(const lp_model *model, const int32_t *ids, int64_t T, lp
         fail_msg("lp_forward: %s", err.msg);
 }
 
+static uint64_t rng_next(uint64_t *s);
+
 /* ---- golden: stories260K ---- */
 
 static const char *const prompts[] = {"lily", "cat_mat", "tom_sue_park"};
@@ -231,6 +233,39 @@ static void test_stories_golden(void **state)
     }
     printf("  worst: logits %.2e, attn %.2e, resid %.2e (budget 1e-4)\n", worst_logits, worst_attn,
            worst_resid);
+}
+
+/* Prompts nobody wrote a reference for: the three formats must agree with each other up to the
+ * model's full context (512), where a RoPE layout or position bug would grow. */
+static void test_stories_formats_agree_long(void **state)
+{
+    (void)state;
+    const int64_t T = 512;
+    int32_t *ids = malloc((size_t)T * sizeof *ids);
+    assert_non_null(ids);
+    uint64_t seed = 2024;
+    ids[0] = 1;
+    for (int64_t t = 1; t < T; t++)
+        ids[t] = (int32_t)(3 + rng_next(&seed) % 509);
+    capture caps[3];
+    for (int f = 0; f < 3; f++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/stories260K/%s", formats[f]);
+        lp_model *model = open_model(rel);
+        run_capture(model, ids, T, NULL, &caps[f]);
+        lp_model_close(model);
+    }
+    double d_hf = max_abs_diff(caps[1].logits, caps[0].logits, T * 512);
+    double d_gguf = max_abs_diff(caps[2].logits, caps[0].logits, T * 512);
+    double p_hf = max_abs_diff(caps[1].probs, caps[0].probs, 5 * 8 * T * T);
+    printf("  T=512 random ids: hf vs bin logits %.2e (probs %.2e), gguf vs bin %.2e\n", d_hf,
+           p_hf, d_gguf);
+    assert_true(d_hf <= 1e-4);
+    assert_true(p_hf <= 1e-4);
+    assert_true(d_gguf <= 1e-4);
+    for (int f = 0; f < 3; f++)
+        capture_free(&caps[f]);
+    free(ids);
 }
 
 static int64_t argmax(const float *x, int64_t n)
@@ -1041,6 +1076,7 @@ int main(void)
     const struct CMUnitTest golden[] = {
         cmocka_unit_test(test_stories_golden),
         cmocka_unit_test(test_stories_quant_greedy),
+        cmocka_unit_test(test_stories_formats_agree_long),
     };
     return failed | cmocka_run_group_tests_name("forward_golden", golden, NULL, NULL);
 }
