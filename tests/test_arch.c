@@ -133,6 +133,27 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
 #undef SAME_D
 }
 
+/* Cards whose source config.json is in ../shared/configs: card name, folder there. */
+static const char *const SHARED_PAIRS[][2] = {
+    {"gpt2", "gpt2"},
+    {"opt-125m", "opt-125m"},
+    {"bloomz-560m", "bloomz-560m"},
+    {"llama-2-7b", "Llama-2-7b-hf"},
+    {"llama-3.1-8b", "Llama-3.1-8B"},
+    {"llama-3.2-1b", "Llama-3.2-1B"},
+    {"smollm2-135m", "SmolLM2-135M"},
+    {"mistral-7b-v0.1", "Mistral-7B-v0.1"},
+    {"mixtral-8x7b-v0.1", "Mixtral-8x7B-v0.1"},
+    {"qwen2.5-0.5b-instruct", "Qwen2.5-0.5B-Instruct"},
+    {"qwen3-8b", "Qwen3-8B"},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B"},
+    {"gemma-2b", "gemma-2b"},
+    {"phi-2", "phi-2"},
+    {"phi-3-mini-4k-instruct", "Phi-3-mini-4k-instruct"},
+    {"stablelm-3b-4e1t", "stablelm-3b-4e1t"},
+    {"deepseek-v2-lite", "DeepSeek-V2-Lite"},
+};
+
 /* Write arch as a card, read it back, and require the same description. */
 static void check_round_trip(const lp_arch *arch, const char *label)
 {
@@ -917,6 +938,14 @@ static void test_shipped_cards_load(void **state)
         if (arch_diff(&a, &by_name, why, sizeof why))
             fail_msg("%s: loading by name differs: %s", name, why);
         check_round_trip(&a, e->d_name);
+        /* every card is checked against its source config somewhere */
+        bool has_source = false;
+        for (size_t i = 0; i < sizeof SHARED_PAIRS / sizeof SHARED_PAIRS[0]; i++)
+            has_source |= strcmp(SHARED_PAIRS[i][0], name) == 0;
+        for (size_t i = 0; i < sizeof CARD_SOURCES / sizeof CARD_SOURCES[0]; i++)
+            has_source |= strcmp(CARD_SOURCES[i][0], name) == 0;
+        if (!has_source)
+            fail_msg("card %s has no source config in SHARED_PAIRS or CARD_SOURCES", name);
         json_t *j = lp_arch_to_json(&a);
         assert_non_null(j);
         assert_int_equal(json_integer_value(json_object_get(j, "n_layers")), a.n_layers);
@@ -1067,34 +1096,16 @@ static void test_shared_configs(void **state)
 static void test_cards_match_configs(void **state)
 {
     (void)state;
-    static const char *const pairs[][2] = {
-        {"gpt2", "gpt2"},
-        {"opt-125m", "opt-125m"},
-        {"bloomz-560m", "bloomz-560m"},
-        {"llama-2-7b", "Llama-2-7b-hf"},
-        {"llama-3.1-8b", "Llama-3.1-8B"},
-        {"llama-3.2-1b", "Llama-3.2-1B"},
-        {"smollm2-135m", "SmolLM2-135M"},
-        {"mistral-7b-v0.1", "Mistral-7B-v0.1"},
-        {"mixtral-8x7b-v0.1", "Mixtral-8x7B-v0.1"},
-        {"qwen2.5-0.5b-instruct", "Qwen2.5-0.5B-Instruct"},
-        {"qwen3-8b", "Qwen3-8B"},
-        {"qwen3-30b-a3b", "Qwen3-30B-A3B"},
-        {"gemma-2b", "gemma-2b"},
-        {"phi-2", "phi-2"},
-        {"phi-3-mini-4k-instruct", "Phi-3-mini-4k-instruct"},
-        {"stablelm-3b-4e1t", "stablelm-3b-4e1t"},
-        {"deepseek-v2-lite", "DeepSeek-V2-Lite"},
-    };
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    for (size_t i = 0; i < sizeof SHARED_PAIRS / sizeof SHARED_PAIRS[0]; i++) {
         lp_arch card;
         lp_error err = {0};
-        if (lp_arch_load(pairs[i][0], &card, &err) != LP_OK)
-            fail_msg("card %s: %s", pairs[i][0], err.msg);
-        lp_arch *config = load_shared(pairs[i][1]);
+        if (lp_arch_load(SHARED_PAIRS[i][0], &card, &err) != LP_OK)
+            fail_msg("card %s: %s", SHARED_PAIRS[i][0], err.msg);
+        lp_arch *config = load_shared(SHARED_PAIRS[i][1]);
         char why[256];
         if (arch_diff(&card, config, why, sizeof why))
-            fail_msg("card %s differs from %s/config.json in %s", pairs[i][0], pairs[i][1], why);
+            fail_msg("card %s differs from %s/config.json in %s", SHARED_PAIRS[i][0],
+                     SHARED_PAIRS[i][1], why);
     }
 }
 
