@@ -14,8 +14,8 @@
 
 #include "core/checked.h"
 
-/* Pictures above this many pixels are refused rather than allocated (a 16k x 16k sheet). */
-#define MAX_PIXELS (16384LL * 16384LL)
+/* Pictures above this many pixels are refused rather than allocated (8k x 8k, 256 MiB as RGB24). */
+#define MAX_PIXELS (8192LL * 8192LL)
 
 void lp_set_rgb(cairo_t *cr, lp_rgb rgb)
 {

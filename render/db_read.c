@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -258,6 +259,16 @@ lp_status lp_render_db_pick_run(lp_render_db *db, int64_t run_id, lp_render_run 
     return lp_render_db_pick_run_kind(db, run_id, NULL, run, incomplete, err);
 }
 
+/* f16 -> f32 for all 65536 patterns, built once: an overview reads thousands of maps. */
+static float half_table[65536];
+static pthread_once_t half_table_once = PTHREAD_ONCE_INIT;
+
+static void build_half_table(void)
+{
+    for (uint32_t h = 0; h < 65536; h++)
+        half_table[h] = lp_f16_to_f32((uint16_t)h);
+}
+
 void lp_pooled_map_free(lp_pooled_map *map)
 {
     free(map->allowed_max);
@@ -378,19 +389,15 @@ lp_status lp_render_db_read_map(lp_render_db *db, const lp_render_run *run, int6
     size_t row_bytes = (size_t)n_k * (size_t)elem;
     void *raw = malloc(row_bytes);
     float *row = malloc((size_t)n_k * sizeof *row);
-    float *half_table = elem == 2 ? malloc(65536 * sizeof *half_table) : NULL;
-    if (!map->allowed_max || !map->masked_max || !map->flags || !raw || !row ||
-        (elem == 2 && !half_table)) {
+    if (!map->allowed_max || !map->masked_max || !map->flags || !raw || !row) {
         free(raw);
         free(row);
-        free(half_table);
         lp_pooled_map_free(map);
         return lp_error_set(err, LP_ERR_NOMEM, "attention layer %lld head %lld: out of memory",
                             (long long)layer, (long long)head);
     }
-    if (half_table)
-        for (uint32_t h = 0; h < 65536; h++)
-            half_table[h] = lp_f16_to_f32((uint16_t)h);
+    if (elem == 2)
+        pthread_once(&half_table_once, build_half_table);
 
     /* Stream the blob: only one row of it is in memory at a time. */
     sqlite3_blob *blob = NULL;
@@ -422,7 +429,6 @@ lp_status lp_render_db_read_map(lp_render_db *db, const lp_render_run *run, int6
     }
     free(raw);
     free(row);
-    free(half_table);
     if (s)
         lp_pooled_map_free(map);
     return s;
