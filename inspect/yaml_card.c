@@ -662,6 +662,13 @@ static void format_num(double v, char *buf, size_t size)
         if (strtod(buf, NULL) == v)
             break;
     }
+    /* "1e-06" is a string to YAML 1.1 readers such as PyYAML; "1.0e-06" is a float to all. */
+    char *e = strchr(buf, 'e');
+    if (e && !strchr(buf, '.') && strlen(buf) + 3 <= size) {
+        memmove(e + 2, e, strlen(e) + 1);
+        e[0] = '.';
+        e[1] = '0';
+    }
 }
 
 static bool field_is_default(const card_field *f, const lp_arch *a, const lp_arch *def)
