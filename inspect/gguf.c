@@ -30,6 +30,7 @@
 #define GGUF_MIN_TENSOR_BYTES 32 /* empty name (8) + n_dims (4) + one dim (8) + type (4) + offset (8) */
 
 typedef struct gguf_kv {
+    uint64_t entry_pos;    /* where the entry (its key) starts, for messages */
     char *key;             /* NUL-terminated copy */
     lp_gguf_type type;
     lp_gguf_type arr_type; /* element type when type == ARRAY */
@@ -39,6 +40,7 @@ typedef struct gguf_kv {
 } gguf_kv;
 
 typedef struct gguf_tensor {
+    uint64_t entry_pos; /* where the tensor info starts, for messages */
     char *name;
     lp_dtype dtype;
     int n_dims;
@@ -233,6 +235,25 @@ static int64_t table_insert(int64_t *table, uint64_t table_size, int64_t index,
     }
     table[slot] = index + 1;
     return -1;
+}
+
+/* Make room for entry `index` in a zero-filled array that grows by doubling up to `max` entries:
+ * a count that the file size allows can still be far more than the file really holds, so memory
+ * follows what is parsed, not what the header claims. */
+static bool grow(void **array, uint64_t *capacity, uint64_t index, uint64_t max, size_t elem_size)
+{
+    if (index < *capacity)
+        return true;
+    uint64_t want = *capacity ? *capacity * 2 : 64;
+    if (want > max)
+        want = max;
+    void *grown = realloc(*array, want * elem_size);
+    if (!grown)
+        return false;
+    memset((char *)grown + *capacity * elem_size, 0, (want - *capacity) * elem_size);
+    *array = grown;
+    *capacity = want;
+    return true;
 }
 
 static const char *kv_name(const void *owner, int64_t i)
@@ -604,24 +625,17 @@ static lp_status parse(lp_gguf *g, lp_error *err)
                             (unsigned long long)n_tensors);
 
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
-    if (n_kv > 0) {
-        g->kvs = calloc(n_kv, sizeof *g->kvs);
-        g->kv_table_size = table_size_for((int64_t)n_kv);
-        g->kv_table = calloc(g->kv_table_size, sizeof *g->kv_table);
-        if (!g->kvs || !g->kv_table)
-            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %llu metadata keys",
-                                g->path, (unsigned long long)n_kv);
-    }
+    uint64_t kv_capacity = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
+        if (!grow((void **)&g->kvs, &kv_capacity, i, n_kv, sizeof *g->kvs))
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %llu metadata keys",
+                                g->path, (unsigned long long)i + 1);
         uint64_t kv_at = c.pos;
+        g->kvs[i].entry_pos = kv_at;
         st = read_kv(g, &c, &g->kvs[i]);
         g->n_kv = (int64_t)i + 1; /* so close() frees what was allocated */
         if (st != LP_OK)
             return st;
-        int64_t dup = table_insert(g->kv_table, g->kv_table_size, (int64_t)i, kv_name, g);
-        if (dup >= 0)
-            return lp_error_set(err, LP_ERR_FORMAT, "%s: offset %llu: duplicate key '%s'",
-                                g->path, (unsigned long long)kv_at, g->kvs[i].key);
         if (strcmp(g->kvs[i].key, "general.alignment") == 0) {
             const gguf_kv *kv = &g->kvs[i];
             if (kv->type != LP_GGUF_UINT32)
@@ -636,33 +650,45 @@ static lp_status parse(lp_gguf *g, lp_error *err)
             g->alignment = alignment;
         }
     }
-
-    if (n_tensors > 0) {
-        g->tensors = calloc(n_tensors, sizeof *g->tensors);
-        if (!g->tensors)
-            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %llu tensor infos",
-                                g->path, (unsigned long long)n_tensors);
+    /* Keys are unique (llama.cpp refuses duplicates too); the table also serves lookups. */
+    if (g->n_kv > 0) {
+        g->kv_table_size = table_size_for(g->n_kv);
+        g->kv_table = calloc(g->kv_table_size, sizeof *g->kv_table);
+        if (!g->kv_table)
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory indexing %lld keys",
+                                g->path, (long long)g->n_kv);
     }
-    int64_t *names = NULL;
-    uint64_t names_size = table_size_for((int64_t)n_tensors);
-    if (n_tensors > 0 && !(names = calloc(names_size, sizeof *names)))
-        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %llu tensor names", g->path,
-                            (unsigned long long)n_tensors);
+    for (int64_t i = 0; i < g->n_kv; i++)
+        if (table_insert(g->kv_table, g->kv_table_size, i, kv_name, g) >= 0)
+            return lp_error_set(err, LP_ERR_FORMAT, "%s: offset %llu: duplicate key '%s'",
+                                g->path, (unsigned long long)g->kvs[i].entry_pos, g->kvs[i].key);
+
+    uint64_t tensor_capacity = 0;
     for (uint64_t i = 0; i < n_tensors; i++) {
-        uint64_t info_at = c.pos;
+        if (!grow((void **)&g->tensors, &tensor_capacity, i, n_tensors, sizeof *g->tensors))
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %llu tensor infos",
+                                g->path, (unsigned long long)i + 1);
+        g->tensors[i].entry_pos = c.pos;
         st = read_tensor_info(g, &c, &g->tensors[i]);
         g->n_tensors = (int64_t)i + 1;
         if (st != LP_OK)
-            break;
-        if (table_insert(names, names_size, (int64_t)i, tensor_name, g) >= 0) {
-            st = lp_error_set(err, LP_ERR_FORMAT, "%s: offset %llu: duplicate tensor name '%s'",
-                              g->path, (unsigned long long)info_at, g->tensors[i].name);
-            break;
-        }
+            return st;
     }
-    free(names);
-    if (st != LP_OK)
-        return st;
+    if (g->n_tensors > 0) {
+        uint64_t names_size = table_size_for(g->n_tensors);
+        int64_t *names = calloc(names_size, sizeof *names);
+        if (!names)
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory indexing %lld tensor names",
+                                g->path, (long long)g->n_tensors);
+        for (int64_t i = 0; i < g->n_tensors && st == LP_OK; i++)
+            if (table_insert(names, names_size, i, tensor_name, g) >= 0)
+                st = lp_error_set(err, LP_ERR_FORMAT,
+                                  "%s: offset %llu: duplicate tensor name '%s'", g->path,
+                                  (unsigned long long)g->tensors[i].entry_pos, g->tensors[i].name);
+        free(names);
+        if (st != LP_OK)
+            return st;
+    }
 
     /* The data section starts at the next multiple of the alignment. */
     uint64_t pad = (g->alignment - c.pos % g->alignment) % g->alignment;
