@@ -133,6 +133,10 @@ expect_one_line_error "$LOUPE" inspect "$TMP/cut.gguf"
 cp "$M/stories260K.gguf" "$TMP/count.gguf" && chmod u+w "$TMP/count.gguf"
 le64 1099511627776 | dd of="$TMP/count.gguf" bs=1 seek=8 conv=notrunc status=none
 expect_one_line_error "$LOUPE" inspect "$TMP/count.gguf"
+# the first metadata key's string length (u64 at byte 24) far past the end of the file
+cp "$M/stories260K.gguf" "$TMP/strlen.gguf" && chmod u+w "$TMP/strlen.gguf"
+le64 1152921504606846976 | dd of="$TMP/strlen.gguf" bs=1 seek=24 conv=notrunc status=none
+expect_one_line_error "$LOUPE" inspect "$TMP/strlen.gguf"
 # an unknown quant type: token_embd.weight's type field follows its name, n_dims and 2 dims
 cp "$M/stories260K.gguf" "$TMP/type.gguf" && chmod u+w "$TMP/type.gguf"
 name_at=$(grep -obUa "token_embd.weight" "$TMP/type.gguf" | head -1 | cut -d: -f1)
