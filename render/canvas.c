@@ -493,13 +493,13 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
             if (f & LP_CELL_NAN)
                 rgb = lp_render_bad_rgb;
             else if (f & LP_CELL_LEAK) {
-                double v = map->masked_max[idx];
+                double v = (double)map->masked_max[idx];
                 if ((f & LP_CELL_ALLOWED) && (double)map->allowed_max[idx] > v)
-                    v = map->allowed_max[idx];
+                    v = (double)map->allowed_max[idx];
                 rgb = lp_colormap_rgb(opt->colormap, lp_scale_apply(opt, vmax, v));
             } else if (f & LP_CELL_ALLOWED)
                 rgb = lp_colormap_rgb(opt->colormap,
-                                      lp_scale_apply(opt, vmax, map->allowed_max[idx]));
+                                      lp_scale_apply(opt, vmax, (double)map->allowed_max[idx]));
             else
                 rgb = masked;
             uint32_t px = 0xff000000u | ((uint32_t)rgb.r << 16) | ((uint32_t)rgb.g << 8) | rgb.b;

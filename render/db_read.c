@@ -633,7 +633,7 @@ lp_status lp_render_db_head_stat(lp_render_db *db, const lp_render_run *run, lp_
         return lp_error_set(err, LP_ERR_NOMEM, "head_stats: out of memory");
     }
     for (size_t i = 0; i < n; i++)
-        out[i] = NAN;
+        out[i] = (double)NAN;
     int rc;
     int64_t rows = 0;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {

@@ -164,7 +164,7 @@ lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64
     float max_value;
     int64_t leaks, leaky;
     summarize(maps, n, &max_value, &leaks, &leaky);
-    double vmax = lp_render_vmax(opt, max_value);
+    double vmax = lp_render_vmax(opt, (double)max_value);
     const int thumb_asked = thumb;
     thumb = fitted_slot(maps, n, thumb_asked);
 
@@ -282,7 +282,7 @@ lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
     float max_value;
     int64_t leaks, leaky;
     summarize(maps, n, &max_value, &leaks, &leaky);
-    double vmax = lp_render_vmax(opt, max_value);
+    double vmax = lp_render_vmax(opt, (double)max_value);
     const int thumb_asked = thumb;
     thumb = fitted_slot(maps, n, thumb_asked);
 

@@ -123,7 +123,7 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
     }
 
     char caption[320], title[400], subtitle[400], warning[160] = "", scale_text[96];
-    double vmax = lp_render_vmax(opt, map.max_value);
+    double vmax = lp_render_vmax(opt, (double)map.max_value);
     lp_render_run_caption(run, caption, sizeof caption);
     snprintf(title, sizeof title, "layer %lld, head %lld: %s", (long long)layer,
              (long long)head, caption);

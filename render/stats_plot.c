@@ -186,7 +186,7 @@ lp_status lp_render_leak_plot(lp_render_db *db, const lp_render_run *run,
         if (layers[i] < 0)
             order[k++] = i;
 
-    double min_pos = INFINITY, max_v = 0;
+    double min_pos = (double)INFINITY, max_v = 0;
     int64_t n_failed = 0;
     for (int64_t i = 0; i < n; i++) {
         if (isfinite(diffs[i]) && diffs[i] > 0 && diffs[i] < min_pos)

@@ -225,7 +225,7 @@ static void test_colormaps_and_scales(void **state)
     assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_MAGMA, 0), ((lp_rgb){0x00, 0x00, 0x04}));
     assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_MAGMA, 1), ((lp_rgb){0xfc, 0xfd, 0xbf}));
     assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_GRAY, 0.5), ((lp_rgb){128, 128, 128}));
-    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_VIRIDIS, NAN), ((lp_rgb){0x44, 0x01, 0x54}));
+    assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_VIRIDIS, (double)NAN), ((lp_rgb){0x44, 0x01, 0x54}));
     assert_rgb_equal(lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 7), ((lp_rgb){0xfd, 0xe7, 0x25}));
     /* viridis gets brighter monotonically (it is perceptually uniform in lightness) */
     double prev = -1;
