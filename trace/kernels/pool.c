@@ -1,9 +1,10 @@
 /* lp_pool: persistent worker threads with a static, deterministic partition of each run.
  *
- * Thread t (the caller is thread 0) runs tasks [t*n/T, (t+1)*n/T) of every lp_pool_run, so which
- * thread computes what depends only on the thread count. Workers spin briefly on the run counter
- * before sleeping on a condition variable: the forward pass issues many short runs back to back
- * and a futex wake-up per run would cost more than the run itself. A run issued from inside a
+ * Slice s of every lp_pool_run is tasks [s*n/T, (s+1)*n/T); the caller runs the last slice and
+ * worker w (1..T-1) slice T-1-w, so which thread computes what depends only on the thread count.
+ * Workers spin briefly on the run counter before sleeping on a condition variable: the forward
+ * pass issues many short runs back to back and a futex wake-up per run would cost more than the
+ * run itself. A run issued from inside a
  * task (nested parallelism) executes serially on the calling thread instead of deadlocking.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -49,10 +50,13 @@ static _Thread_local bool in_worker;
 
 bool lp_pool_in_worker(void) { return in_worker; }
 
+/* Thread `index` runs slice (T - 1 - index): the caller (index 0) takes the last slice, which is
+ * never empty, so a run with fewer tasks than threads does not leave the caller waiting on a
+ * worker that was still asleep. */
 static void run_slice(lp_pool *pool, int index)
 {
-    int64_t n = pool->n_tasks, t = pool->n_threads;
-    int64_t begin = n * index / t, end = n * (index + 1) / t;
+    int64_t n = pool->n_tasks, t = pool->n_threads, slice = t - 1 - index;
+    int64_t begin = n * slice / t, end = n * (slice + 1) / t;
     for (int64_t task = begin; task < end; task++)
         pool->fn(pool->ctx, task);
 }
