@@ -288,6 +288,11 @@ static void m_big_endian(lp_gw *w) { lp_gw_put_u32(w, 4, 0x03000000u); }
 static void m_tensor_count(lp_gw *w) { lp_gw_put_u64(w, w->count_pos[0], 1000000000000000000ull); }
 static void m_kv_count(lp_gw *w) { lp_gw_put_u64(w, w->count_pos[1], 1ull << 62); }
 static void m_kv_count_plus1(lp_gw *w) { lp_gw_put_u64(w, w->count_pos[1], w->n_kv + 1); }
+static void m_kv_count_at_bound(lp_gw *w)
+{
+    /* as many keys as the file size allows: passes the up-front bound, fails while parsing */
+    lp_gw_put_u64(w, w->count_pos[1], (w->size - 24 - 3 * 32) / 13);
+}
 static void m_key_len(lp_gw *w) { lp_gw_put_u64(w, w->kv_pos[KV_ARCH], 1ull << 62); }
 static void m_str_len(lp_gw *w) { lp_gw_put_u64(w, w->kv_value_pos[KV_ARCH], UINT64_MAX); }
 static void m_arr_len(lp_gw *w) { lp_gw_put_u64(w, w->kv_value_pos[KV_TOKENS] + 4, 1ull << 60); }
@@ -378,6 +383,7 @@ static const corrupt_case corrupt_cases[] = {
     {"huge tensor count", m_tensor_count, LP_ERR_FORMAT, "offset 8: tensor count 1000000000000000000"},
     {"huge kv count", m_kv_count, LP_ERR_FORMAT, "offset 16: metadata key/value count"},
     {"kv count one too many", m_kv_count_plus1, LP_ERR_FORMAT, "offset"},
+    {"kv count at the size bound", m_kv_count_at_bound, LP_ERR_FORMAT, "offset"},
     {"huge key length", m_key_len, LP_ERR_FORMAT, "key length 4611686018427387904"},
     {"huge string length", m_str_len, LP_ERR_FORMAT, "string value length 18446744073709551615"},
     {"huge array length", m_arr_len, LP_ERR_FORMAT, "array length 1152921504606846976"},
@@ -523,6 +529,21 @@ static void test_random_corruption(void **state)
         } else {
             assert_null(g);
             assert_true(strlen(err.msg) > 0);
+        }
+    }
+    /* flips anywhere plus a random truncation */
+    for (int iter = 0; iter < 1000; iter++) {
+        memcpy(copy, w.buf, w.size);
+        seed = seed * 1664525u + 1013904223u;
+        size_t size = w.size - (seed >> 8) % 64;
+        seed = seed * 1664525u + 1013904223u;
+        copy[(seed >> 8) % size] ^= (uint8_t)(1u << (iter % 8));
+        lp_gguf *g = NULL;
+        lp_error err = {0};
+        if (lp_gguf_open_memory(copy, size, "fuzz.gguf", &g, &err) == LP_OK) {
+            for (int64_t t = 0; t < lp_gguf_n_tensors(g); t++)
+                assert_true(lp_gguf_tensor_offset(g, t) + lp_gguf_tensor_bytes(g, t) <= size);
+            lp_gguf_close(g);
         }
     }
     free(copy);
