@@ -42,6 +42,19 @@ static lp_status prepare(lp_render_db *db, const char *sql, sqlite3_stmt **stmt,
     return LP_OK;
 }
 
+/* Databases from before a table existed simply have none of its rows. */
+static bool table_exists(lp_render_db *db, const char *name)
+{
+    sqlite3_stmt *stmt;
+    if (sqlite3_prepare_v2(db->db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                           -1, &stmt, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(stmt, 1, name, -1, SQLITE_STATIC);
+    bool found = sqlite3_step(stmt) == SQLITE_ROW;
+    sqlite3_finalize(stmt);
+    return found;
+}
+
 lp_status lp_render_db_open(const char *path, lp_render_db **out, lp_error *err)
 {
     *out = NULL;
@@ -617,6 +630,9 @@ lp_status lp_render_db_head_stat(lp_render_db *db, const lp_render_run *run, lp_
     *values = NULL;
     if ((unsigned)stat >= LP_STAT_COUNT)
         return lp_error_set(err, LP_ERR_USAGE, "unknown statistic %d", (int)stat);
+    if (!table_exists(db, "head_stats"))
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: run %lld has no head_stats rows (no such "
+                            "table)", db->path, (long long)run->id);
     /* The column name comes from our own table, never from the user. */
     char sql[160];
     snprintf(sql, sizeof sql,
@@ -669,6 +685,9 @@ lp_status lp_render_db_head_stat(lp_render_db *db, const lp_render_run *run, lp_
 lp_status lp_render_db_latest_leak_run(lp_render_db *db, int64_t *run_id, lp_error *err)
 {
     *run_id = 0;
+    if (!table_exists(db, "leak_checks"))
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no leak runs (no leak_checks table)",
+                            db->path);
     sqlite3_stmt *stmt;
     lp_status s = prepare(db,
                           "SELECT max(r.id) FROM runs r WHERE r.status = 'complete' AND EXISTS "
@@ -700,6 +719,10 @@ lp_status lp_render_db_leak_diffs(lp_render_db *db, int64_t run_id, int64_t **la
     *diffs = NULL;
     *failed = NULL;
     *n = 0;
+    if (!table_exists(db, "leak_checks"))
+        return lp_error_set(err, LP_ERR_NOT_FOUND,
+                            "%s: run %lld has no 'perturbation' leak checks (no leak_checks table)",
+                            db->path, (long long)run_id);
     sqlite3_stmt *stmt;
     lp_status s = prepare(db,
                           "SELECT count(DISTINCT layer) FROM leak_checks WHERE run_id = ?1 AND "

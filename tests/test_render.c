@@ -620,6 +620,20 @@ static void test_runs_and_errors(void **state)
     lp_render_run_clear(&run);
     lp_render_db_close(db);
 
+    /* a database from before head_stats and leak_checks existed: no rows, not an SQL error */
+    sdb = NULL;
+    assert_int_equal(sqlite3_open(db_path, &sdb), SQLITE_OK);
+    exec_sql(sdb, "DROP TABLE head_stats; DROP TABLE leak_checks");
+    sqlite3_close(sdb);
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    assert_int_equal(lp_render_db_pick_run(db, 1, &run, &incomplete, &err), LP_OK);
+    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, png, &err),
+                     LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_render_leak_plot(db, &run, &opt, png, &err), LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_render_db_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+
     /* not a database, and no file at all */
     FILE *f = fopen(junk, "wb");
     assert_non_null(f);
