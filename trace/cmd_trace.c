@@ -356,14 +356,10 @@ static int run_trace(int argc, char **argv)
             goto fail;
         }
     }
-    /* Checked here, before a run row exists, so bad ids never leave a failed run behind. */
-    for (size_t i = 0; i < n_ids; i++) {
-        if (ids[i] < 0 || ids[i] >= arch->vocab_size) {
-            lp_error_set(&err, LP_ERR_RANGE, "token %zu is id %ld, outside the vocabulary [0, %lld)",
-                         i, (long)ids[i], (long long)arch->vocab_size);
-            goto fail;
-        }
-    }
+    /* Checked before a run row exists, so bad ids never leave a failed run behind. */
+    lp_batch batch = lp_batch_single(ids, (int64_t)n_ids);
+    if (lp_forward_check(model, &batch, &err) != LP_OK)
+        goto fail;
     layer_sel = malloc((size_t)arch->n_layers * sizeof(bool));
     head_sel = malloc((size_t)arch->n_heads * sizeof(bool));
     if (!layer_sel || !head_sel) {
@@ -418,7 +414,6 @@ static int run_trace(int argc, char **argv)
         fopts.progress = progress;
         fopts.progress_ctx = &tee;
     }
-    lp_batch batch = lp_batch_single(ids, (int64_t)n_ids);
     if (lp_forward(model, &batch, &fopts, &err) != LP_OK) {
         lp_store_abort_run(store);
         goto fail;

@@ -580,7 +580,7 @@ static lp_status logits(pass *p)
 
 /* ---- the pass ---- */
 
-static lp_status check_batch(const lp_model *m, const lp_batch *batch, lp_error *err)
+lp_status lp_forward_check(const lp_model *m, const lp_batch *batch, lp_error *err)
 {
     const lp_arch *a = &m->arch;
     if (!batch || batch->n_seqs <= 0 || batch->n_tokens <= 0 || !batch->tokens)
@@ -631,7 +631,7 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
         lp_forward_opts_init(&defaults);
         opts_in = &defaults;
     }
-    lp_status st = check_batch(model, batch, err);
+    lp_status st = lp_forward_check(model, batch, err);
     if (st != LP_OK)
         return st;
     const lp_arch *a = &model->arch;

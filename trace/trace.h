@@ -180,6 +180,10 @@ void lp_forward_opts_init(lp_forward_opts *opts);
 lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forward_opts *opts,
                      lp_error *err);
 
+/* The checks lp_forward makes before computing anything (token ids, padding, learned position
+ * table length), so callers can refuse bad input before recording anything. */
+lp_status lp_forward_check(const lp_model *model, const lp_batch *batch, lp_error *err);
+
 /* Bytes of scratch lp_forward allocates for n_tokens (one arena, sized up front). */
 uint64_t lp_forward_scratch_bytes(const lp_model *model, int64_t n_tokens, bool want_probs);
 
