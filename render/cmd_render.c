@@ -247,8 +247,13 @@ static int run_render(int argc, char **argv)
         lp_render_db_close(db);
         return lp_cli_fail(CMD, &err);
     }
-    if (lp_render_db_pick_run_kind(db, run_id, w == WHAT_LEAK ? "leak" : "trace", &run,
-                                   &incomplete, &err) != LP_OK) {
+    /* Pictures of maps and statistics prefer trace runs; a database holding only other kinds
+     * of runs falls back to its latest complete run. */
+    lp_status picked = lp_render_db_pick_run_kind(db, run_id, w == WHAT_LEAK ? NULL : "trace",
+                                                  &run, &incomplete, &err);
+    if (picked == LP_ERR_NOT_FOUND && run_id == 0 && w != WHAT_LEAK)
+        picked = lp_render_db_pick_run_kind(db, 0, NULL, &run, &incomplete, &err);
+    if (picked != LP_OK) {
         lp_render_db_close(db);
         return lp_cli_fail(CMD, &err);
     }

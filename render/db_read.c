@@ -218,8 +218,8 @@ lp_status lp_render_db_pick_run_kind(lp_render_db *db, int64_t run_id, const cha
         }
         if (latest > 0)
             return lp_error_set(err, LP_ERR_NOT_FOUND,
-                                "%s: no complete%s%s run (latest run %lld is '%s' ; name a run "
-                                "with --run N)",
+                                "%s: no complete%s%s run (the latest, run %lld, is '%s'; name "
+                                "a run with --run N to draw it anyway)",
                                 db->path, kind ? " " : "", kind ? kind : "", latest, status);
         return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no runs", db->path);
     }

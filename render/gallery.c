@@ -14,6 +14,7 @@ typedef struct gallery_item {
     char file[96];
     char caption[160];
     int section; /* 0 overview, 1 statistics, 2 leak, 3 layer grids, 4 single heads */
+    int64_t layer; /* single heads: grouped under a heading per layer */
 } gallery_item;
 
 typedef struct gallery {
@@ -22,7 +23,7 @@ typedef struct gallery {
 } gallery;
 
 static lp_status add_item(gallery *g, const char *file, const char *caption, int section,
-                          lp_error *err)
+                          int64_t layer, lp_error *err)
 {
     if (g->n == g->cap) {
         int64_t cap = g->cap ? 2 * g->cap : 64;
@@ -36,6 +37,7 @@ static lp_status add_item(gallery *g, const char *file, const char *caption, int
     snprintf(it->file, sizeof it->file, "%s", file);
     snprintf(it->caption, sizeof it->caption, "%s", caption);
     it->section = section;
+    it->layer = layer;
     return LP_OK;
 }
 
@@ -91,12 +93,18 @@ static lp_status write_index(const char *dir, const lp_render_run *run, const ga
                                            "Layers", "Heads"};
     for (int sec = 0; sec < 5; sec++) {
         bool any = false;
+        int64_t layer = -1;
         for (int64_t i = 0; i < g->n; i++) {
             if (g->items[i].section != sec)
                 continue;
             if (!any)
                 fprintf(f, "<h2>%s</h2>\n", sections[sec]);
             any = true;
+            if (sec == 4 && g->items[i].layer != layer) {
+                layer = g->items[i].layer;
+                fprintf(f, "<h3 id=\"layer-%lld\">Layer %lld</h3>\n", (long long)layer,
+                        (long long)layer);
+            }
             fputs("<figure><a href=\"", f);
             html_escape(f, g->items[i].file);
             fputs("\"><img src=\"", f);
@@ -148,7 +156,7 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
     bool have_maps = true;
     s = lp_render_overview(db, run, opt, path, err);
     if (s == LP_OK) {
-        s = add_item(&g, file, "all layers x heads", 0, err);
+        s = add_item(&g, file, "all layers x heads", 0, -1, err);
     } else if (s == LP_ERR_NOT_FOUND) {
         have_maps = false;
         s = LP_OK;
@@ -172,7 +180,7 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
             *err = stat_err;
         } else {
             snprintf(caption, sizeof caption, "%s per head", lp_head_stat_name((lp_head_stat)st_i));
-            s = add_item(&g, file, caption, 1, err);
+            s = add_item(&g, file, caption, 1, -1, err);
         }
     }
 
@@ -198,7 +206,7 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
         if (ls == LP_OK) {
             snprintf(caption, sizeof caption, "leak check (run %lld): max |difference| per layer",
                      (long long)leak_run_id);
-            s = add_item(&g, file, caption, 2, err);
+            s = add_item(&g, file, caption, 2, -1, err);
         } else if (ls != LP_ERR_NOT_FOUND) {
             s = ls;
             *err = leak_err;
@@ -211,7 +219,7 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
         s = lp_render_layer_grid(db, run, l, opt, path, err);
         if (s == LP_OK) {
             snprintf(caption, sizeof caption, "layer %lld, all heads", (long long)l);
-            s = add_item(&g, file, caption, 3, err);
+            s = add_item(&g, file, caption, 3, l, err);
         } else if (s == LP_ERR_NOT_FOUND) {
             s = LP_OK; /* no map of this layer was stored */
         }
@@ -224,7 +232,7 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
             if (s == LP_OK) {
                 snprintf(caption, sizeof caption, "layer %lld, head %lld", (long long)l,
                          (long long)h);
-                s = add_item(&g, file, caption, 4, err);
+                s = add_item(&g, file, caption, 4, l, err);
             } else if (s == LP_ERR_NOT_FOUND) {
                 s = LP_OK;
             }

@@ -68,6 +68,23 @@ if grep -q '0.50' "$TMP/s.svg" && grep -q 'H1' "$TMP/s.svg"; then ok; else bad "
 expect_status 0 "$LOUPE" render "$DB" --run 2 --layer 0 --head 0 -o "$TMP/r2.png"
 expect_stderr_contains "run 2 is 'running'" "$LOUPE" render "$DB" --run 2 --layer 0 --head 0 -o "$TMP/r2.png"
 
+# default run choice: only a running run -> refused, naming it; only a leak-kind run -> drawn
+DB2="$TMP/only.db"
+{
+  cat "$SCHEMA"
+  cat <<EOF
+INSERT INTO runs (id, status, kind, model_path, model_format, architecture, n_tokens, n_layers,
+  n_heads, n_threads, isa, loupe_version, maps_dtype, started_at)
+  VALUES (5, 'running', 'trace', '/m/tiny', 'safetensors', 'llama', 4, 1, 1, 1, 'ref', '0.1.0',
+          'f16', 'now');
+INSERT INTO attention (run_id, layer, head, n_q, n_k, dtype, probs) VALUES (5, 0, 0, 4, 4, 'f16', X'$diag');
+EOF
+} | sqlite3 "$DB2"
+expect_one_line_error "$LOUPE" render "$DB2" --layer 0 --head 0 -o "$TMP/x.png"
+expect_stderr_contains "run 5, is 'running'" "$LOUPE" render "$DB2" --layer 0 --head 0 -o "$TMP/x.png"
+sqlite3 "$DB2" "UPDATE runs SET status = 'complete', kind = 'leak'"
+expect_status 0 "$LOUPE" render "$DB2" --layer 0 --head 0 -o "$TMP/only.png"
+
 # bad input: exit 2 and exactly one line on stderr, no picture left behind
 expect_one_line_error "$LOUPE" render
 expect_one_line_error "$LOUPE" render "$TMP/none.db" --overview -o "$TMP/x.png"
