@@ -861,26 +861,15 @@ static lp_status normalize(const lp_tokenizer *tok, const char *s, size_t len, c
         }
         case TK_NORM_STRIP: {
             size_t a = 0, e = cur_len;
-            /* Unicode whitespace at both ends, checked per code point */
-            while (a < e) {
+            while (n->strip_left && a < e) {
                 size_t j = a;
-                int32_t cp = lp_utf8_next(cur, e, &j);
-                if (!n->strip_left || !(cp == ' ' || (cp >= 9 && cp <= 13) || cp == 0x85 ||
-                                        cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-                                        cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-                                        cp == 0x205F || cp == 0x3000))
+                if (!lp_uc_is_space(lp_utf8_next(cur, e, &j)))
                     break;
                 a = j;
             }
-            while (e > a && n->strip_right) {
-                size_t j = e - 1;
-                while (j > a && ((unsigned char)cur[j] & 0xC0) == 0x80)
-                    j--;
-                size_t q = j;
-                int32_t cp = lp_utf8_next(cur, e, &q);
-                if (!(cp == ' ' || (cp >= 9 && cp <= 13) || cp == 0x85 || cp == 0xA0 ||
-                      cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-                      cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000))
+            while (n->strip_right && e > a) {
+                size_t j;
+                if (!lp_uc_is_space(lp_utf8_prev(cur, e, &j)) || j < a)
                     break;
                 e = j;
             }
@@ -1135,26 +1124,27 @@ static lp_status encode_segment(const lp_tokenizer *tok, const char *s, size_t l
 /* ------------------------------------------------------------------------------------------ */
 /* added tokens                                                                               */
 
-static bool is_word_char(const char *s, size_t len, size_t at, bool before)
+/* Is the character just before (or at) byte offset `at` a word character? */
+static bool is_word_char(const lp_tokenizer *tok, const char *s, size_t len, size_t at,
+                         bool before)
 {
-    /* the character just before (or at) a byte offset: letters, digits and '_' */
-    size_t i = at;
+    size_t start = at;
     if (before) {
-        if (at == 0)
+        if (lp_utf8_prev(s, at, &start) < 0)
             return false;
-        i = at - 1;
-        while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
-            i--;
     } else if (at >= len) {
         return false;
     }
-    int32_t cp = lp_utf8_next(s, len, &i);
-    if (cp < 0)
+    size_t end = start;
+    if (lp_utf8_next(s, len, &end) < 0 || !tok->word_re)
         return false;
-    if (cp < 0x80)
-        return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') ||
-               cp == '_';
-    return true; /* non-ASCII letters and marks: close enough for single_word */
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(tok->word_re, NULL);
+    if (!md)
+        return false;
+    int rc = pcre2_match(tok->word_re, (PCRE2_SPTR)s + start, end - start, 0, PCRE2_ANCHORED,
+                         md, NULL);
+    pcre2_match_data_free(md);
+    return rc > 0;
 }
 
 static bool is_space_byte(char c)
@@ -1203,8 +1193,8 @@ static void split_added(const lp_tokenizer *tok, const char *text, size_t len,
             if (a->normalized != want_normalized || a->len == 0 || a->len > len - i ||
                 a->content[0] != text[i] || memcmp(a->content, text + i, a->len) != 0)
                 continue;
-            if (a->single_word && (is_word_char(text, len, i, true) ||
-                                   is_word_char(text, len, i + a->len, false)))
+            if (a->single_word && (is_word_char(tok, text, len, i, true) ||
+                                   is_word_char(tok, text, len, i + a->len, false)))
                 continue;
             if (!best || a->len > best->len)
                 best = a;
@@ -1214,12 +1204,19 @@ static void split_added(const lp_tokenizer *tok, const char *text, size_t len,
             continue;
         }
         size_t start = i, end = i + best->len;
+        /* lstrip/rstrip take the Unicode whitespace next to the token along */
+        size_t at;
         if (best->lstrip)
-            while (start > seg_start && is_space_byte(text[start - 1]))
-                start--;
+            while (start > seg_start && lp_uc_is_space(lp_utf8_prev(text, start, &at)) &&
+                   at >= seg_start)
+                start = at;
         if (best->rstrip)
-            while (end < len && is_space_byte(text[end]))
-                end++;
+            while (end < len) {
+                size_t next = end;
+                if (!lp_uc_is_space(lp_utf8_next(text, len, &next)))
+                    break;
+                end = next;
+            }
         seg_push(out, seg_start, start - seg_start, -1);
         seg_push(out, start, end - start, best->id);
         seg_start = i = end;
@@ -1679,6 +1676,7 @@ void lp_tokenizer_close(lp_tokenizer *tok)
     free(tok->piece_len);
     free(tok->flags);
     free(tok->vocab.slots);
+    pcre2_code_free(tok->word_re);
     free(tok->scores);
     free(tok->merges);
     free(tok->cont_prefix);

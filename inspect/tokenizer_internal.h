@@ -56,6 +56,11 @@ lp_status lp_uc_normalize(lp_uc_form form, const char *s, size_t len, char **out
 /* Lowercase with the simple mappings (plus U+0130 -> "i\u0307" as Rust's to_lowercase). */
 lp_status lp_uc_lowercase(const char *s, size_t len, char **out, size_t *out_len);
 int lp_uc_ccc_of(uint32_t cp);
+/* White_Space (Rust's char::is_whitespace); cp < 0 (a raw byte) is not. */
+bool lp_uc_is_space(int32_t cp);
+/* The code point ending just before byte offset at, or -1 for none/invalid; *start = its first
+ * byte. */
+int32_t lp_utf8_prev(const char *s, size_t at, size_t *start);
 
 /* ---- growable byte buffer ---- */
 typedef struct tk_buf {
@@ -217,6 +222,7 @@ struct lp_tokenizer {
     size_t n_decs;
     bool label_bytelevel;  /* labels map byte-level symbols back */
     bool label_metaspace;  /* labels turn "▁" into " " */
+    pcre2_code *word_re; /* [\p{L}\p{N}_], compiled when an added token is single_word */
     char **pool_chunks;    /* piece storage: few big blocks instead of one malloc a piece */
     size_t n_pool_chunks;
     char *pool_cur;

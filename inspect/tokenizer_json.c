@@ -624,6 +624,13 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         }
         if (a->special)
             tok->flags[id] |= TK_FLAG_SPECIAL;
+        if (a->single_word && !tok->word_re) {
+            /* Rust's is_alphanumeric() or '_' decides what a word character is */
+            static const char word[] = "[\\p{L}\\p{N}_]";
+            st = tk_compile_regex(word, strlen(word), &tok->word_re, c->name, c->err);
+            if (st != LP_OK)
+                return st;
+        }
     }
     st = tk_build_vocab_map(tok, c->err);
     if (st != LP_OK)

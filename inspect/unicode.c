@@ -91,6 +91,35 @@ bool lp_utf8_valid(const char *s, size_t len)
     return true;
 }
 
+bool lp_uc_is_space(int32_t cp)
+{
+    /* the White_Space property (PropList.txt), which Rust's char::is_whitespace uses */
+    return (cp >= 9 && cp <= 13) || cp == ' ' || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+           cp == 0x205F || cp == 0x3000;
+}
+
+/* The code point that ends just before byte offset at (-1 at the start or on invalid bytes);
+ * *start receives its first byte. */
+int32_t lp_utf8_prev(const char *s, size_t at, size_t *start)
+{
+    if (at == 0) {
+        *start = 0;
+        return -1;
+    }
+    size_t i = at - 1;
+    while (i > 0 && at - i < 4 && ((unsigned char)s[i] & 0xC0) == 0x80)
+        i--;
+    size_t j = i;
+    int32_t cp = lp_utf8_next(s, at, &j);
+    if (j != at) { /* not one whole sequence: step back a single byte */
+        *start = at - 1;
+        return -1;
+    }
+    *start = i;
+    return cp;
+}
+
 static int pair_cmp(const void *key, const void *elem)
 {
     uint32_t k = *(const uint32_t *)key;

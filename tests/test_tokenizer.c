@@ -803,6 +803,14 @@ static void test_metaspace_and_added(void **state)
     /* "ab" is single_word: inside "aab" it is not matched; standing alone it is */
     expect_ids(tok, "aab", false, IDS(0, 3, 4));
     expect_ids(tok, "ab", false, IDS(7));
+    /* next to punctuation that is not a word character it is matched: "«" is not in the
+     * vocabulary and, with no unk, dropped; the prefix "▁" stays */
+    expect_ids(tok, "\xC2\xAB" "ab" "\xC2\xBB", false, IDS(5, 7));
+    /* next to a non-ASCII letter it is not; the dropped "é" leaves "▁" next to "a",
+     * so they merge */
+    expect_ids(tok, "\xC3\xA9" "ab", false, IDS(0, 4));
+    /* lstrip takes Unicode whitespace too (U+3000) */
+    expect_ids(tok, "a\xE3\x80\x80<l>b", false, IDS(0, 6, 4));
     lp_tokenizer_close(tok);
     snprintf(json, sizeof json, fmt, "always", "always");
     tok = open_json("tok_meta_always.json", json);
