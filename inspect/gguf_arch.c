@@ -420,7 +420,8 @@ static lp_status read_moe(const reader *r, lp_arch *a, const char *gguf_name)
     return LP_OK;
 }
 
-static lp_status read_mla(const reader *r, lp_arch *a)
+/* DeepSeek's multi-head latent attention. head_dim: hidden / heads when no key_length is given. */
+static lp_status read_mla(const reader *r, lp_arch *a, int64_t head_dim)
 {
     lp_status st;
     bool found;
@@ -433,7 +434,7 @@ static lp_status read_mla(const reader *r, lp_arch *a)
         return st;
     /* Newer converters store MLA as MQA over the latent (key_length = kv_lora_rank + rope) and
      * put the real per-head sizes in *_mla. */
-    int64_t key_length = a->head_dim, value_length = 0;
+    int64_t key_length = head_dim, value_length = head_dim;
     if ((st = opt_count(r, "attention.key_length_mla", &key_length, &found)) != LP_OK)
         return st;
     if (!found && (st = opt_count(r, "attention.key_length", &key_length, NULL)) != LP_OK)
@@ -571,7 +572,7 @@ lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
     if (found && a->pos_kind == LP_POS_ROPE && head_dim > 0 && a->rope_dim > 0 &&
         a->rope_dim <= head_dim)
         a->partial_rotary = (double)a->rope_dim / (double)head_dim;
-    if (a->pos_kind == LP_POS_ROPE && (st = read_mla(r, a)) != LP_OK)
+    if (strcmp(fam->gguf_name, "deepseek2") == 0 && (st = read_mla(r, a, head_dim)) != LP_OK)
         return st;
     if (a->head_dim == 0)
         a->head_dim = head_dim;

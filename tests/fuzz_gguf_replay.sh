@@ -8,6 +8,7 @@ FUZZ=${2:?usage: fuzz_gguf_replay.sh TEST_GGUF FUZZ_GGUF}
 dir="$(mktemp -d "${LOUPE_TEST_TMP:-/tmp}/fuzz_gguf.XXXXXX")"
 trap 'rm -rf "$dir"' EXIT
 "$GEN" write-corrupt "$dir"
+"$GEN" write-seeds "$dir"
 inputs=("$dir"/*.gguf)
 shared="${LOUPE_SHARED:-}"
 if [ -n "$shared" ] && [ -d "$shared/models/stories260K" ]; then

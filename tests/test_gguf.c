@@ -752,10 +752,54 @@ static int write_corrupt(const char *dir)
     return 0;
 }
 
+/* `test_gguf write-seeds DIR`: small valid files with complete model metadata, fuzzing seeds that
+ * reach lp_arch_from_gguf and the dequantizers. */
+static int write_seeds(const char *dir)
+{
+    static const char *const archs[] = {"llama", "qwen2moe", "gemma2", "deepseek2", "gpt2"};
+    static uint8_t q4k[2 * 144];
+    static float f32[64];
+    char path[1024], key[128];
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+        const char *arch = archs[a];
+        lp_gw w;
+        lp_gw_init(&w, 3);
+        lp_gw_kv_str(&w, "general.architecture", arch);
+#define SEED_KV(suffix, value)                              \
+        snprintf(key, sizeof key, "%s." suffix, arch);     \
+        lp_gw_kv_u32(&w, key, value)
+        SEED_KV("block_count", 2);
+        SEED_KV("embedding_length", 64);
+        SEED_KV("attention.head_count", 4);
+        SEED_KV("attention.head_count_kv", 2);
+        SEED_KV("feed_forward_length", 128);
+        SEED_KV("context_length", 256);
+        SEED_KV("vocab_size", 32);
+        SEED_KV("rope.dimension_count", 8);
+        SEED_KV("expert_count", 4);
+        SEED_KV("expert_used_count", 2);
+        SEED_KV("attention.sliding_window", 64);
+        SEED_KV("attention.kv_lora_rank", 8);
+#undef SEED_KV
+        const int64_t ne_q[2] = {256, 2}, ne_f[1] = {64};
+        lp_gw_tensor(&w, "blk.0.attn_q.weight", 2, ne_q, 12, q4k, sizeof q4k);
+        lp_gw_tensor(&w, "output_norm.weight", 1, ne_f, 0, f32, sizeof f32);
+        bool ok = lp_gw_finish(&w);
+        snprintf(path, sizeof path, "%s/seed_%s.gguf", dir, arch);
+        ok = ok && lp_gw_write(&w, path);
+        lp_gw_free(&w);
+        if (!ok)
+            return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "write-corrupt") == 0)
         return write_corrupt(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "write-seeds") == 0)
+        return write_seeds(argv[2]);
     if (argc > 1 && strcmp(argv[1], "golden") == 0) {
         LP_TEST_REQUIRE_SHARED();
         const struct CMUnitTest golden[] = {

@@ -290,6 +290,26 @@ static void test_deepseek2_mla(void **state)
     /* mscale = 1 + 0.0707 ln 40 = 1.2608; scale = mscale^2 / sqrt(192) */
     double m = 1.0 + (double)0.0707f * log(40.0);
     assert_true(fabs(a.query_scale - m * m / sqrt(192.0)) < 1e-9);
+
+    /* without key/value lengths the head is hidden / heads wide */
+    base_kvs(&w, "deepseek2");
+    lp_gw_kv_u32(&w, "deepseek2.feed_forward_length", 128);
+    lp_gw_kv_u32(&w, "deepseek2.attention.kv_lora_rank", 16);
+    lp_gw_kv_u32(&w, "deepseek2.rope.dimension_count", 2);
+    assert_int_equal(arch_of(&w, &a, &err), LP_OK);
+    assert_true(a.mla);
+    assert_int_equal(a.head_dim, 8);
+    assert_int_equal(a.qk_rope_head_dim, 2);
+    assert_int_equal(a.qk_nope_head_dim, 6);
+    assert_int_equal(a.v_head_dim, 8);
+
+    /* kv_lora_rank means nothing to other architectures */
+    base_kvs(&w, "llama");
+    lp_gw_kv_u32(&w, "llama.feed_forward_length", 128);
+    lp_gw_kv_u32(&w, "llama.attention.kv_lora_rank", 16);
+    assert_int_equal(arch_of(&w, &a, &err), LP_OK);
+    assert_false(a.mla);
+    assert_int_equal(a.head_dim, 8);
 }
 
 static void test_gemma_windows(void **state)
