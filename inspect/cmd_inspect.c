@@ -685,10 +685,11 @@ lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_er
     *out = NULL;
     json_t *report = json_object();
     json_t *files = json_array(), *tensors = json_array(), *checks = json_array();
-    json_t *by_dtype = json_object(), *by_role = json_object();
+    json_t *by_dtype = json_object(), *by_role = json_object(), *nonfinite = json_array();
     float *buf = stats ? malloc(STATS_CHUNK * sizeof(float)) : NULL;
     lp_status status = LP_OK;
-    if (!report || !files || !tensors || !checks || !by_dtype || !by_role || (stats && !buf)) {
+    if (!report || !files || !tensors || !checks || !by_dtype || !by_role || !nonfinite ||
+        (stats && !buf)) {
         status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -703,7 +704,6 @@ lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_er
     int64_t total_params = 0;
     uint64_t total_bytes = 0;
     int64_t n_nonfinite = 0;
-    json_t *nonfinite = json_array();
     for (size_t i = 0; i < w->n_tensors; i++) {
         const lp_tensor *t = &w->tensors[i];
         json_t *jt = json_object();
@@ -732,7 +732,6 @@ lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_er
             tensor_stats s;
             if ((status = compute_stats(t, buf, &s, err)) != LP_OK) {
                 json_decref(jt);
-                json_decref(nonfinite);
                 goto fail;
             }
             json_object_set_new(jt, "stats", stats_json(&s));
@@ -744,7 +743,6 @@ lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_er
         json_array_append_new(tensors, jt);
         if (!lp_add_i64(total_params, t->n_elements, &total_params) ||
             !lp_add_u64(total_bytes, t->n_bytes, &total_bytes)) {
-            json_decref(nonfinite);
             status = lp_error_set(err, LP_ERR_RANGE, "parameter total overflows 64 bits");
             goto fail;
         }
@@ -764,10 +762,8 @@ lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_er
     json_object_set(report, "tensors", tensors);
     if (w->arch) {
         arch_checks(w, checks, &status, err);
-        if (status != LP_OK) {
-            json_decref(nonfinite);
+        if (status != LP_OK)
             goto fail;
-        }
     }
     tied_report(w, stats, report, checks);
     if (stats) {
@@ -796,6 +792,7 @@ fail:
     json_decref(checks);
     json_decref(by_dtype);
     json_decref(by_role);
+    json_decref(nonfinite);
     free(buf);
     return status;
 }
