@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "test_util.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -482,6 +483,71 @@ static void test_index_list_and_top_k(void **state)
     assert_int_equal(lp_top_k(logits, 3, 10, top), 3); /* k clipped to vocab */
 }
 
+/* `loupe trace --prompt` on a model folder with a real tokenizer.json beside it: the stored ids
+ * and pieces are Hugging Face's (../shared/tokenizers/tinyllama/reference.json). */
+static void test_cli_tokenizer_beside_model(void **state)
+{
+    (void)state;
+    const char *loupe = getenv("LOUPE_BIN");
+    if (!lp_test_shared_dir() || !loupe) {
+        printf("  SKIP: needs ../shared and LOUPE_BIN\n");
+        skip();
+    }
+    char ref_path[512], tok_path[512];
+    lp_test_shared_path(ref_path, sizeof ref_path, "tokenizers/tinyllama/reference.json");
+    lp_test_shared_path(tok_path, sizeof tok_path, "tokenizers/tinyllama/tokenizer.json");
+    json_error_t jerr;
+    json_t *ref = json_load_file(ref_path, 0, &jerr);
+    assert_non_null(ref);
+    json_t *c0 = json_array_get(json_object_get(ref, "cases"), 0);
+    const char *text = json_string_value(json_object_get(c0, "text"));
+    json_t *want_ids = json_object_get(json_object_get(c0, "with_special_tokens"), "ids");
+    json_t *want_tokens = json_object_get(json_object_get(c0, "with_special_tokens"), "tokens");
+    assert_non_null(text);
+    assert_true(json_array_size(want_ids) > 3);
+
+    ref_config cfg = {.family = REF_LLAMA, .vocab = 32000, .hidden = 16, .n_layers = 1,
+                      .n_heads = 2, .n_kv_heads = 1, .head_dim = 8, .ffn = 16, .eps = 1e-5,
+                      .theta = 10000, .scale = 0.2};
+    ref_model m;
+    assert_true(ref_model_random(&cfg, 3, &m));
+    char dir[512], cmd[2048], db[600];
+    snprintf(dir, sizeof dir, "%s/store_tok_%ld", lp_test_tmp_dir(), (long)getpid());
+    assert_true(ref_model_write_hf(&m, dir));
+    ref_model_free(&m);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/tokenizer.json'", tok_path, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(db, sizeof db, "%s/trace.db", dir);
+    snprintf(cmd, sizeof cmd, "'%s' trace '%s' --prompt '%s' --db '%s' --threads 1 >/dev/null", loupe,
+             dir, text, db);
+    assert_int_equal(system(cmd), 0);
+
+    sqlite3 *conn;
+    assert_int_equal(sqlite3_open(db, &conn), SQLITE_OK);
+    sqlite3_stmt *q;
+    assert_int_equal(sqlite3_prepare_v2(conn, "SELECT pos, token_id, piece FROM tokens WHERE "
+                                              "run_id = 1 ORDER BY pos", -1, &q, NULL), SQLITE_OK);
+    size_t n = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        assert_true(n < json_array_size(want_ids));
+        assert_int_equal(sqlite3_column_int64(q, 1),
+                         json_integer_value(json_array_get(want_ids, n)));
+        assert_string_equal((const char *)sqlite3_column_text(q, 2),
+                            json_string_value(json_array_get(want_tokens, n)));
+        n++;
+    }
+    sqlite3_finalize(q);
+    assert_int_equal(n, json_array_size(want_ids));
+    char sql[64];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE status = 'complete'");
+    assert_int_equal(query_int(conn, sql), 1);
+    sqlite3_close(conn);
+    printf("  %zu tokens of \"%.30s...\" stored as Hugging Face's ids and pieces\n", n, text);
+    json_decref(ref);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -491,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_killed_and_failed_runs),
         cmocka_unit_test(test_newer_schema_refused),
         cmocka_unit_test(test_moe_routing),
+        cmocka_unit_test(test_cli_tokenizer_beside_model),
     };
     return cmocka_run_group_tests_name("store", tests, NULL, NULL);
 }
