@@ -88,6 +88,15 @@ static void print_piece(FILE *out, const char *s)
     }
 }
 
+/* Code points, a fair stand-in for terminal columns in a table. */
+static size_t display_width(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
 static int parse_ids(const char *text, int32_t **ids, size_t *n, int64_t n_vocab)
 {
     size_t cap = 1;
@@ -238,9 +247,23 @@ static int run_tokenize(int argc, char **argv)
         printf("tokenizer: %s (%s, %lld ids)\n", tokenizer_path ? tokenizer_path : source,
                lp_tokenizer_kind(tok), (long long)lp_tokenizer_vocab_size(tok));
         printf("%zu tokens\n", n_ids);
+        /* labels padded to the widest (in code points, up to 24) so pieces line up */
+        size_t width = 5;
         for (size_t k = 0; k < n_ids; k++) {
             char *label = lp_tokenizer_label(tok, ids[k]);
-            printf("%6zu %8d  \"%s\"  ", k, ids[k], label ? label : "?");
+            size_t w = label ? display_width(label) + 2 : 3;
+            if (w > width)
+                width = w > 24 ? 24 : w;
+            free(label);
+        }
+        if (n_ids)
+            printf("%6s %8s  %-*s  %s\n", "pos", "id", (int)width, "label", "piece");
+        for (size_t k = 0; k < n_ids; k++) {
+            char *label = lp_tokenizer_label(tok, ids[k]);
+            printf("%6zu %8d  \"%s\"", k, ids[k], label ? label : "?");
+            for (size_t w = (label ? display_width(label) : 1) + 2; w < width; w++)
+                putchar(' ');
+            fputs("  ", stdout);
             print_piece(stdout, lp_tokenizer_piece(tok, ids[k]));
             putchar('\n');
             free(label);
