@@ -7,7 +7,7 @@
  *   lp_matrix w = lp_matrix_from_tensor(tensor);
  *   lp_linear(x, m, &w, bias, y, pool);
  *
- * (The packed layouts of the GEMM are drawn in gemm_internal.h / the GEMM section below.)
+ * (The packed layouts of the GEMM are drawn in kernels_internal.h.)
  */
 #ifndef LP_TRACE_KERNELS_H
 #define LP_TRACE_KERNELS_H
