@@ -26,6 +26,8 @@ void lp_forward_opts_init(lp_forward_opts *opts)
 typedef struct scratch_plan {
     int64_t T;
     int64_t n_prob_slots; /* heads computed at once, each with its own [T, T] slot */
+    int64_t slot_stride;  /* floats between slots: T*T rounded up to a cache line, so threads
+                             writing neighbouring slots never share one */
     int64_t logits_rows;  /* rows per logits chunk */
     uint64_t total;
 } scratch_plan;
@@ -38,7 +40,7 @@ typedef struct scratch {
     float *attn;     /* [T, q_dim] head outputs, head h at columns h*head_dim */
     float *gate;     /* [T, max(ffn, 2 ffn when fused)] */
     float *up;       /* [T, ffn] */
-    float *probs;    /* [n_prob_slots, T, T] or NULL */
+    float *probs;    /* [n_prob_slots, slot_stride >= T*T] or NULL */
     lp_attn_row_stats *row_stats; /* [n_heads, T] */
     float *logits;   /* [logits_rows, vocab] */
     float *inv_freq; /* [rope_dim / 2] */
@@ -84,9 +86,13 @@ static bool make_plan(const lp_model *m, int64_t T, bool want_probs, int n_threa
               plan_add(&total, t, ffn * 4) && plan_add(&total, (uint64_t)a->n_heads * t, sizeof(lp_attn_row_stats)) &&
               plan_add(&total, (uint64_t)p->logits_rows, (uint64_t)a->vocab_size * 4) &&
               plan_add(&total, 2 * (uint64_t)(a->rope_dim / 2 + 1), 4) && plan_add(&total, t, 8);
+    p->slot_stride = 0;
     if (ok && p->n_prob_slots > 0) {
-        uint64_t tt;
-        ok = lp_mul_u64(t, t, &tt) && plan_add(&total, (uint64_t)p->n_prob_slots * tt, 4);
+        uint64_t tt, slots;
+        ok = lp_mul_u64(t, t, &tt) && tt < ((uint64_t)1 << 40);
+        tt = (tt + 15) / 16 * 16;
+        p->slot_stride = (int64_t)tt;
+        ok = ok && lp_mul_u64((uint64_t)p->n_prob_slots, tt, &slots) && plan_add(&total, slots, 4);
     }
     if (ok && E > 0)
         ok = plan_add(&total, t, E * 4) && plan_add(&total, t, K * 4) && plan_add(&total, t, K * 4) &&
@@ -129,7 +135,7 @@ static bool carve(lp_arena *arena, const lp_model *m, const scratch_plan *p, scr
     bool ok = s->x && s->xn && s->tmp && s->qkv && s->attn && s->gate && s->up && s->row_stats &&
               s->logits && s->inv_freq && s->inv_freq_local && s->positions;
     if (p->n_prob_slots > 0) {
-        s->probs = take(arena, (uint64_t)p->n_prob_slots * T * T, 4);
+        s->probs = take(arena, (uint64_t)p->n_prob_slots * (uint64_t)p->slot_stride, 4);
         ok = ok && s->probs;
     }
     if (a->n_experts > 0) {
@@ -244,7 +250,7 @@ static void run_head(void *ctx, int64_t task)
     args.softcap = (float)a->attn_logit_softcap;
     args.mask = &p->mask;
     args.batch = p->b;
-    args.probs = h->with_probs ? p->s.probs + task * T * T : NULL;
+    args.probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL;
     args.row_stats = p->s.row_stats + (int64_t)head * T;
     args.local_window = p->opts->local_window;
     lp_attention(&args);
@@ -344,7 +350,7 @@ static lp_status attention_block(pass *p, int l)
             int head = h0 + (int)i;
             const lp_attn_row_stats *rs = s->row_stats + (int64_t)head * T;
             if (any_probs && wants(p, LP_SITE_ATTN_PROBS, l, head)) {
-                lp_view view = {s->probs + i * T * T, T, T, T, 0, rs, NULL};
+                lp_view view = {s->probs + i * p->plan.slot_stride, T, T, T, 0, rs, NULL};
                 if ((st = emit(p, LP_SITE_ATTN_PROBS, l, head, &view)))
                     return st;
             }
