@@ -382,31 +382,39 @@ static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
     const lp_arch *a = lp_model_arch(model);
     assert_int_equal(a->n_layers, rc->cfg.n_layers);
     assert_int_equal(a->head_dim, rc->cfg.head_dim);
-    capture cap;
-    run_capture(model, ids, rc->T, NULL, &cap);
-    int64_t T = rc->T, L = rc->cfg.n_layers, NH = rc->cfg.n_heads;
-    double dl = max_abs_diff(cap.logits, ref.logits, T * rc->cfg.vocab);
-    double dp = max_abs_diff(cap.probs, ref.probs, L * NH * T * T);
-    double dr = max_abs_diff(cap.resid, ref.resid, L * T * rc->cfg.hidden);
-    double dh = max_abs_diff(cap.head_out, ref.head_out, L * T * NH * rc->cfg.head_dim);
-    int64_t expert_mismatch = 0;
-    if (rc->cfg.family == REF_MIXTRAL)
-        for (int64_t i = 0; i < L * T * rc->cfg.top_k; i++)
-            expert_mismatch += cap.experts[i] != ref.experts[i];
-    printf("  %-8s %-4s T=%2lld  logits %.2e  probs %.2e  resid %.2e  head_out %.2e  experts differ %lld\n",
-           rc->name, lp_dtype_name(matrix_dtype), (long long)T, dl, dp, dr, dh,
-           (long long)expert_mismatch);
-    assert_true(dl <= 1e-4);
-    assert_true(dp <= 1e-4);
-    assert_true(dr <= 1e-4);
-    assert_true(dh <= 1e-4);
-    assert_int_equal(expert_mismatch, 0);
+    /* Every kernel ISA the CPU has, each against the same reference. */
+    lp_isa chosen = lp_kernels_isa();
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++) {
+        if (!lp_kernels_set_isa((lp_isa)isa))
+            continue;
+        capture cap;
+        run_capture(model, ids, rc->T, NULL, &cap);
+        int64_t T = rc->T, L = rc->cfg.n_layers, NH = rc->cfg.n_heads;
+        double dl = max_abs_diff(cap.logits, ref.logits, T * rc->cfg.vocab);
+        double dp = max_abs_diff(cap.probs, ref.probs, L * NH * T * T);
+        double dr = max_abs_diff(cap.resid, ref.resid, L * T * rc->cfg.hidden);
+        double dh = max_abs_diff(cap.head_out, ref.head_out, L * T * NH * rc->cfg.head_dim);
+        int64_t expert_mismatch = 0;
+        if (rc->cfg.family == REF_MIXTRAL)
+            for (int64_t i = 0; i < L * T * rc->cfg.top_k; i++)
+                expert_mismatch += cap.experts[i] != ref.experts[i];
+        printf("  %-8s %-4s %-4s T=%2lld  logits %.2e  probs %.2e  resid %.2e  head_out %.2e  "
+               "experts differ %lld\n",
+               rc->name, lp_dtype_name(matrix_dtype), lp_isa_name((lp_isa)isa), (long long)T, dl,
+               dp, dr, dh, (long long)expert_mismatch);
+        assert_true(dl <= 1e-4);
+        assert_true(dp <= 1e-4);
+        assert_true(dr <= 1e-4);
+        assert_true(dh <= 1e-4);
+        assert_int_equal(expert_mismatch, 0);
+        capture_free(&cap);
+    }
+    assert_true(lp_kernels_set_isa(chosen));
     /* The logits must carry signal, or the comparison proves nothing. */
     double spread = 0;
     for (int64_t i = 1; i < rc->cfg.vocab; i++)
         spread = fmax(spread, fabs((double)ref.logits[i] - (double)ref.logits[0]));
     assert_true(spread > 1e-2);
-    capture_free(&cap);
     lp_model_close(model);
     ref_outputs_free(&ref);
     ref_model_free(&m);
