@@ -732,8 +732,11 @@ static lp_status bpe_word_scores(const lp_tokenizer *tok, const char *w, size_t 
     sym_vec syms = {0};
     size_t i = 0;
     while (i < len) {
+        /* llama.cpp takes a character's length from its lead byte alone, valid or not */
+        static const uint8_t lead_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
         size_t start = i;
-        lp_utf8_next(w, len, &i);
+        size_t n = lead_len[(unsigned char)w[i] >> 4];
+        i += n < len - i ? n : len - i;
         sym_push(&syms, tk_vocab_find(tok, w + start, i - start), start, i - start);
     }
     if (syms.failed) {
