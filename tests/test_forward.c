@@ -185,9 +185,8 @@ static lp_model *open_model(const char *rel)
     return m;
 }
 
-static void test_stories_golden(void **state)
+static void stories_golden_isa(lp_isa isa)
 {
-    (void)state;
     double worst_logits = 0, worst_attn = 0, worst_resid = 0;
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         char rel[256];
@@ -214,8 +213,8 @@ static void test_stories_golden(void **state)
             double dl = max_abs_diff(cap.logits, ref_logits, T * 512);
             double da = max_abs_diff(cap.probs, ref_attn, 5 * 8 * T * T);
             double dr = max_abs_diff(cap.resid, ref_resid, 5 * T * 64);
-            printf("  %-18s %-13s T=%2lld  logits %.2e  attn %.2e  resid %.2e\n", formats[f],
-                   prompts[p], (long long)T, dl, da, dr);
+            printf("  %-4s %-18s %-13s T=%2lld  logits %.2e  attn %.2e  resid %.2e\n",
+                   lp_isa_name(isa), formats[f], prompts[p], (long long)T, dl, da, dr);
             worst_logits = fmax(worst_logits, dl);
             worst_attn = fmax(worst_attn, da);
             worst_resid = fmax(worst_resid, dr);
@@ -231,8 +230,18 @@ static void test_stories_golden(void **state)
         }
         lp_model_close(model);
     }
-    printf("  worst: logits %.2e, attn %.2e, resid %.2e (budget 1e-4)\n", worst_logits, worst_attn,
-           worst_resid);
+    printf("  %s worst: logits %.2e, attn %.2e, resid %.2e (budget 1e-4)\n", lp_isa_name(isa),
+           worst_logits, worst_attn, worst_resid);
+}
+
+static void test_stories_golden(void **state)
+{
+    (void)state;
+    lp_isa chosen = lp_kernels_isa();
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++)
+        if (lp_kernels_set_isa((lp_isa)isa))
+            stories_golden_isa((lp_isa)isa);
+    assert_true(lp_kernels_set_isa(chosen));
 }
 
 /* Prompts nobody wrote a reference for: the three formats must agree with each other up to the
