@@ -398,17 +398,15 @@ void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
 
     double ticks[64];
     int n_ticks = 0;
+    ticks[n_ticks++] = vmax; /* the top is always labelled; nearer ticks give way to it */
     if (opt->scale == LP_SCALE_LOG) {
         double floor_v = opt->log_floor > 0 ? opt->log_floor : 1e-4;
         for (int e = (int)ceil(log10(floor_v) - 1e-9); e <= (int)floor(log10(vmax) + 1e-9) &&
                                                        n_ticks < 60;
              e++)
             ticks[n_ticks++] = pow(10, e);
-        if (n_ticks < 2) {
-            ticks[0] = floor_v;
-            ticks[1] = vmax;
-            n_ticks = 2;
-        }
+        if (n_ticks < 2)
+            ticks[n_ticks++] = floor_v;
     } else {
         double step = nice_step(vmax, 4);
         for (double v = 0; v <= vmax * (1 + 1e-9) && n_ticks < 40; v += step)

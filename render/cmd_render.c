@@ -35,6 +35,7 @@
     "                       max-pooled in blocks\n"                                               \
     "  --cell PX            pixels per cell (default: largest that fits --size, at most 24)\n"   \
     "  --thumb PX           panel side for --grid (default 160) and --overview (default 64)\n"   \
+    "  --range A:B          one head: show positions A..B-1 only (keys, and the queries there)\n" \
     "  --masked-color HEX   colour of masked cells (default d9d9d9; f2e6d0 with gray)\n"         \
     "\n"                                                                                          \
     "Masked cells (future keys, or outside the run's window) are drawn in the masked colour;\n"  \
@@ -67,6 +68,27 @@ static bool parse_hex_rgb(const char *text, lp_rgb *out)
     out->g = (uint8_t)(v >> 8);
     out->b = (uint8_t)v;
     return true;
+}
+
+/* "A:B" -> [A, B); "A:" -> [A, end). */
+static bool parse_range(const char *text, int64_t *lo, int64_t *hi)
+{
+    const char *colon = strchr(text, ':');
+    if (!colon || colon == text)
+        return false;
+    char first[32];
+    size_t n = (size_t)(colon - text);
+    if (n >= sizeof first)
+        return false;
+    memcpy(first, text, n);
+    first[n] = '\0';
+    if (!lp_parse_i64(first, lo) || *lo < 0)
+        return false;
+    if (colon[1] == '\0') {
+        *hi = 0;
+        return true;
+    }
+    return lp_parse_i64(colon + 1, hi) && *hi > *lo;
 }
 
 typedef enum what { WHAT_NONE, WHAT_HEAD, WHAT_GRID, WHAT_OVERVIEW, WHAT_STATS, WHAT_LEAK, WHAT_ALL } what;
@@ -162,6 +184,11 @@ static int run_render(int argc, char **argv)
             if (r < 0 || parse_int_option("--thumb", v, 8, 1024, &n))
                 return LP_EXIT_USAGE;
             opt.thumb = (int)n;
+        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--range", &v)) != 0) {
+            if (r < 0)
+                return LP_EXIT_USAGE;
+            if (!parse_range(v, &opt.range_lo, &opt.range_hi))
+                return lp_cli_usage_error(CMD, "--range '%s': want A:B with 0 <= A < B", v);
         } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--masked-color", &v)) != 0) {
             if (r < 0)
                 return LP_EXIT_USAGE;
@@ -225,6 +252,8 @@ static int run_render(int argc, char **argv)
                                       "output_norm)",
                                       stat_name);
     }
+    if ((opt.range_lo != 0 || opt.range_hi != 0) && w != WHAT_HEAD)
+        return lp_cli_usage_error(CMD, "--range goes with --layer L --head H only");
     if (w == WHAT_ALL && out)
         return lp_cli_usage_error(CMD, "--all DIR writes its own files: drop -o");
     if (w != WHAT_ALL) {

@@ -290,15 +290,16 @@ void lp_pooled_map_free(lp_pooled_map *map)
     memset(map, 0, sizeof *map);
 }
 
-/* Fold one row of probabilities into the pooled grid. Keys [lo, hi) are allowed. */
-static void pool_row(lp_pooled_map *map, const float *row, int64_t pooled_row, int64_t lo,
-                     int64_t hi, float leak_threshold)
+/* Fold one row of probabilities (the shown keys only, row[0] = key col0) into the pooled grid.
+ * Shown keys [lo, hi) are allowed. */
+static void pool_row(lp_pooled_map *map, const float *row, int64_t n_cols, int64_t pooled_row,
+                     int64_t lo, int64_t hi, float leak_threshold)
 {
     float *amax = map->allowed_max + pooled_row * map->cols;
     float *mmax = map->masked_max + pooled_row * map->cols;
     uint8_t *flags = map->flags + pooled_row * map->cols;
     int64_t block = map->block;
-    for (int64_t j = 0; j < map->n_k; j++) {
+    for (int64_t j = 0; j < n_cols; j++) {
         float v = row[j];
         int64_t c = j / block;
         if (!(v >= 0.0f)) { /* NaN or negative: not a probability */
@@ -329,6 +330,15 @@ static void pool_row(lp_pooled_map *map, const float *row, int64_t pooled_row, i
 lp_status lp_render_db_read_map(lp_render_db *db, const lp_render_run *run, int64_t layer,
                                 int64_t head, int64_t max_cells, double leak_threshold,
                                 lp_pooled_map *map, lp_error *err)
+{
+    return lp_render_db_read_map_range(db, run, layer, head, max_cells, leak_threshold, 0, 0, map,
+                                       err);
+}
+
+lp_status lp_render_db_read_map_range(lp_render_db *db, const lp_render_run *run, int64_t layer,
+                                      int64_t head, int64_t max_cells, double leak_threshold,
+                                      int64_t pos_lo, int64_t pos_hi, lp_pooled_map *map,
+                                      lp_error *err)
 {
     memset(map, 0, sizeof *map);
     if (max_cells < 1)
@@ -389,19 +399,42 @@ lp_status lp_render_db_read_map(lp_render_db *db, const lp_render_run *run, int6
                             "over the %d bytes sqlite3_blob_read can address",
                             db->path, (long long)run->id, (long long)layer, (long long)head,
                             (unsigned long long)want, INT_MAX);
-    int64_t longest = n_q > n_k ? n_q : n_k;
+    /* The window of positions shown: keys [pos_lo, pos_hi), and the query rows whose positions
+     * fall there (query row i is at position n_k - n_q + i). */
+    int64_t q_pos0 = n_k - n_q;
+    if (pos_hi == 0)
+        pos_hi = n_k;
+    if (pos_lo < 0 || pos_lo >= pos_hi || pos_hi > n_k)
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "--range %lld:%lld: outside the map's positions 0:%lld (need "
+                            "0 <= A < B <= %lld)",
+                            (long long)pos_lo, (long long)pos_hi, (long long)n_k, (long long)n_k);
+    int64_t row0 = pos_lo > q_pos0 ? pos_lo - q_pos0 : 0;
+    int64_t row_end = pos_hi - q_pos0;
+    if (row_end <= row0)
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "--range %lld:%lld: no query in it (the queries are positions "
+                            "%lld:%lld)",
+                            (long long)pos_lo, (long long)pos_hi, (long long)q_pos0, (long long)n_k);
+    int64_t shown_q = row_end - row0, shown_k = pos_hi - pos_lo;
+    int64_t longest = shown_q > shown_k ? shown_q : shown_k;
     map->n_q = n_q;
     map->n_k = n_k;
+    map->row0 = row0;
+    map->col0 = pos_lo;
+    map->shown_q = shown_q;
+    map->shown_k = shown_k;
     map->block = (longest + max_cells - 1) / max_cells;
-    map->rows = (n_q + map->block - 1) / map->block;
-    map->cols = (n_k + map->block - 1) / map->block;
+    map->rows = (shown_q + map->block - 1) / map->block;
+    map->cols = (shown_k + map->block - 1) / map->block;
     size_t n_cells = (size_t)(map->rows * map->cols); /* <= max_cells^2, bounded by the caller */
     map->allowed_max = calloc(n_cells, sizeof *map->allowed_max);
     map->masked_max = calloc(n_cells, sizeof *map->masked_max);
     map->flags = calloc(n_cells, 1);
     size_t row_bytes = (size_t)n_k * (size_t)elem;
-    void *raw = malloc(row_bytes);
-    float *row = malloc((size_t)n_k * sizeof *row);
+    size_t shown_bytes = (size_t)shown_k * (size_t)elem;
+    void *raw = malloc(shown_bytes);
+    float *row = malloc((size_t)shown_k * sizeof *row);
     if (!map->allowed_max || !map->masked_max || !map->flags || !raw || !row) {
         free(raw);
         free(row);
@@ -421,22 +454,24 @@ lp_status lp_render_db_read_map(lp_render_db *db, const lp_render_run *run, int6
         lp_mask_spec mask = lp_mask_causal(n_q, n_k);
         mask.causal = run->causal;
         mask.window = lp_render_run_window(run, layer);
-        for (int64_t i = 0; i < n_q && s == LP_OK; i++) {
-            if (sqlite3_blob_read(blob, raw, (int)row_bytes, (int)((uint64_t)i * row_bytes)) !=
-                SQLITE_OK) {
+        for (int64_t i = row0; i < row_end && s == LP_OK; i++) {
+            /* only the shown keys of the row are read */
+            uint64_t offset = (uint64_t)i * row_bytes + (uint64_t)pos_lo * elem;
+            if (sqlite3_blob_read(blob, raw, (int)shown_bytes, (int)offset) != SQLITE_OK) {
                 s = sql_error(db, err, "reading attention blob");
                 break;
             }
             const unsigned char *p = raw;
             if (elem == 2)
-                for (int64_t j = 0; j < n_k; j++)
+                for (int64_t j = 0; j < shown_k; j++)
                     row[j] = half_table[lp_load_u16(p + 2 * j)];
             else
-                for (int64_t j = 0; j < n_k; j++)
+                for (int64_t j = 0; j < shown_k; j++)
                     row[j] = lp_load_f32(p + 4 * j);
             int64_t lo, hi;
             lp_mask_row_range(&mask, 0, i, &lo, &hi);
-            pool_row(map, row, i / map->block, lo, hi, (float)leak_threshold);
+            pool_row(map, row, shown_k, (i - row0) / map->block, lo - pos_lo, hi - pos_lo,
+                     (float)leak_threshold);
         }
         sqlite3_blob_close(blob);
     }

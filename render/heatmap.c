@@ -109,10 +109,11 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
     if (s)
         return s;
     lp_pooled_map map;
-    s = lp_render_db_read_map(db, run, layer, head, opt->size, opt->leak_threshold, &map, err);
+    s = lp_render_db_read_map_range(db, run, layer, head, opt->size, opt->leak_threshold,
+                                    opt->range_lo, opt->range_hi, &map, err);
     if (s)
         return s;
-    s = lp_render_heatmap_layout(map.n_q, map.n_k, opt, &lay, err);
+    s = lp_render_heatmap_layout(map.shown_q, map.shown_k, opt, &lay, err);
     char **pieces = NULL;
     int64_t n_pieces = 0;
     if (s == LP_OK)
@@ -137,8 +138,13 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
     char window_text[48] = "";
     if (window > 0)
         snprintf(window_text, sizeof window_text, ", window %lld", (long long)window);
-    snprintf(subtitle, sizeof subtitle, "%lld queries x %lld keys%s%s, %s, %s, masked #%02x%02x%02x",
-             (long long)map.n_q, (long long)map.n_k, pooled, window_text, scale_text,
+    char shown[96] = "";
+    if (map.shown_q != map.n_q || map.shown_k != map.n_k)
+        snprintf(shown, sizeof shown, ", showing positions %lld:%lld",
+                 (long long)map.col0, (long long)(map.col0 + map.shown_k));
+    snprintf(subtitle, sizeof subtitle,
+             "%lld queries x %lld keys%s%s%s, %s, %s, masked #%02x%02x%02x", (long long)map.n_q,
+             (long long)map.n_k, shown, pooled, window_text, scale_text,
              lp_colormap_name(opt->colormap), masked.r, masked.g, masked.b);
     if (map.n_leak_cells > 0)
         snprintf(warning, sizeof warning, "LEAK: %lld masked cells hold probability > %g",
@@ -162,14 +168,14 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
         /* Labels: one per display cell, thinned so lines never overlap. */
         int64_t stride = (LABEL_PITCH + lay.cell - 1) / lay.cell;
         int64_t row_stride = (LABEL_PITCH + lay.cell_h - 1) / lay.cell_h;
-        bool with_pos = stride > 1 || row_stride > 1 || map.block > 1;
+        bool with_pos = stride > 1 || row_stride > 1 || map.block > 1 || map.col0 > 0;
         double font_px = lay.cell >= LABEL_PITCH ? 11 : 10;
         lp_text_style st = lp_text_style_default(font_px);
         st.halign = LP_ALIGN_END;
         st.valign = LP_ALIGN_CENTER;
         st.max_width = LP_RENDER_MARGIN_LEFT - 16;
         char label[160];
-        int64_t q_pos0 = map.n_k - map.n_q;
+        int64_t q_pos0 = map.n_k - map.n_q + map.row0;
         for (int64_t r = 0; r < map.rows; r += row_stride) {
             axis_label(label, sizeof label, pieces, n_pieces, q_pos0 + r * map.block, with_pos);
             lp_draw_text(&c, label, lay.map_x - 6, lay.map_y + (r + 0.5) * lay.cell_h, &st);
@@ -177,7 +183,8 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
         st.angle = -LP_RENDER_PI / 2;
         st.max_width = LP_RENDER_MARGIN_BOTTOM - 14;
         for (int64_t k = 0; k < map.cols; k += stride) {
-            axis_label(label, sizeof label, pieces, n_pieces, k * map.block, with_pos);
+            axis_label(label, sizeof label, pieces, n_pieces, map.col0 + k * map.block,
+                       with_pos);
             lp_draw_text(&c, label, lay.map_x + (k + 0.5) * lay.cell, lay.map_y + map_h + 6, &st);
         }
         lp_text_style axis = lp_text_style_default(11);

@@ -83,6 +83,7 @@ typedef struct lp_render_options {
     int thumb;             /* side of one panel in --grid / --overview (0 = 160 / 64) */
     lp_rgb masked_rgb;     /* colour of masked cells */
     bool masked_rgb_set;   /* false: pick the default for the colormap */
+    int64_t range_lo, range_hi; /* single-head maps: show positions [lo, hi) only; hi 0 = all */
 } lp_render_options;
 
 void lp_render_options_default(lp_render_options *opt);
@@ -152,13 +153,15 @@ enum {
 typedef struct lp_pooled_map {
     int64_t n_q, n_k;     /* the original map */
     int64_t block;        /* tokens per display cell along each axis */
-    int64_t rows, cols;   /* ceil(n_q / block), ceil(n_k / block) */
+    int64_t rows, cols;   /* ceil(shown_q / block), ceil(shown_k / block) */
     float *allowed_max;   /* [rows * cols] */
     float *masked_max;    /* [rows * cols] */
     uint8_t *flags;       /* [rows * cols] LP_CELL_* */
     int64_t n_leak_cells; /* original (not pooled) masked cells above the threshold */
     int64_t n_bad_cells;  /* NaN or negative values */
     float max_value;      /* over allowed cells and leaks */
+    int64_t row0, col0;   /* first query row and first key shown (0, 0 for the whole map) */
+    int64_t shown_q, shown_k; /* query rows and keys shown (n_q, n_k for the whole map) */
 } lp_pooled_map;
 
 /* Read one head's map, max-pooled so that neither side exceeds max_cells display cells
@@ -166,6 +169,12 @@ typedef struct lp_pooled_map {
 lp_status lp_render_db_read_map(lp_render_db *db, const lp_render_run *run, int64_t layer,
                                 int64_t head, int64_t max_cells, double leak_threshold,
                                 lp_pooled_map *map, lp_error *err);
+/* The same for the positions [pos_lo, pos_hi) only (pos_hi 0 = to the end): keys in that range,
+ * and the query rows at those positions. LP_ERR_RANGE when it misses the map. */
+lp_status lp_render_db_read_map_range(lp_render_db *db, const lp_render_run *run, int64_t layer,
+                                      int64_t head, int64_t max_cells, double leak_threshold,
+                                      int64_t pos_lo, int64_t pos_hi, lp_pooled_map *map,
+                                      lp_error *err);
 void lp_pooled_map_free(lp_pooled_map *map);
 
 /* The token pieces of a run, in position order, made visible for labels (see

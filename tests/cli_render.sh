@@ -57,6 +57,7 @@ if grep -q '␣the' "$TMP/h.svg" && grep -q '世界' "$TMP/h.svg" && grep -q '&l
   ok; else bad "h.svg lacks the token labels"; fi
 expect_status 0 "$LOUPE" render "$DB" --layer 1 --head 1 -o "$TMP/h.pdf" --scale power --gamma 0.3
 if [ "$(head -c 4 "$TMP/h.pdf")" = "%PDF" ]; then ok; else bad "h.pdf is not a PDF"; fi
+expect_status 0 "$LOUPE" render "$DB" --layer 0 --head 1 -o "$TMP/r.png" --range 1:
 # grid, overview, stats
 expect_status 0 "$LOUPE" render "$DB" --layer 1 --grid -o "$TMP/g.png"
 expect_status 0 "$LOUPE" render "$DB" --overview -o "$TMP/o.png" --thumb 32
@@ -103,6 +104,9 @@ expect_one_line_error "$LOUPE" render "$DB" --grid -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --overview --grid --layer 0 -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --scale cubic
 expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --size 3
+expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --range 1:3
+expect_one_line_error "$LOUPE" render "$DB" --layer 0 --head 0 -o "$TMP/x.png" --range 3:2
+expect_one_line_error "$LOUPE" render "$DB" --layer 0 --head 0 -o "$TMP/x.png" --range 2:9
 if [ ! -e "$TMP/x.png" ] && [ ! -e "$TMP/x.jpg" ]; then ok; else bad "a failed render left a file"; fi
 
 # --all: index.html links pictures that exist, one per head at least

@@ -885,6 +885,72 @@ static void test_decode_nan_and_selection(void **state)
     unlink(png);
 }
 
+/* --range A:B shows positions A..B-1 of both axes; cells keep their colours and masks. */
+static void test_range_window(void **state)
+{
+    (void)state;
+    char db_path[512], png[512], svg[512];
+    tmp_path(db_path, sizeof db_path, "range.db");
+    tmp_path(png, sizeof png, "range.png");
+    tmp_path(svg, sizeof svg, "range.svg");
+    sqlite3 *sdb = new_db(db_path);
+    add_run(sdb, 1, "complete", "trace", 8, 1, 1, NULL);
+    static const char *const pieces[] = {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"};
+    add_tokens(sdb, 1, pieces, 8);
+    float v[64] = {0};
+    v[5 * 8 + 3] = 1.0f;  /* inside the window */
+    v[7 * 8 + 0] = 0.75f; /* outside it: must not set the scale */
+    v[2 * 8 + 2] = 0.5f;
+    add_map(sdb, 1, 0, 0, 8, 8, v, false);
+    sqlite3_close(sdb);
+    lp_error err = {0};
+    lp_render_db *db;
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    lp_render_run run;
+    bool incomplete;
+    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+
+    lp_pooled_map map;
+    assert_int_equal(lp_render_db_read_map_range(db, &run, 0, 0, 100, 0, 2, 6, &map, &err), LP_OK);
+    assert_int_equal(map.rows, 4);
+    assert_int_equal(map.cols, 4);
+    assert_int_equal(map.row0, 2);
+    assert_int_equal(map.col0, 2);
+    assert_true(map.max_value == 1.0f);
+    assert_true(map.allowed_max[3 * 4 + 1] == 1.0f);  /* position 5, key 3 */
+    assert_true(map.flags[0 * 4 + 3] == LP_CELL_MASKED); /* position 2, key 5 */
+    lp_pooled_map_free(&map);
+    assert_int_equal(lp_render_db_read_map_range(db, &run, 0, 0, 100, 0, 6, 9, &map, &err),
+                     LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "--range 6:9"));
+
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    opt.cell = 50;
+    opt.range_lo = 2;
+    opt.range_hi = 6;
+    lp_heatmap_layout lay;
+    assert_int_equal(lp_render_heatmap_layout(4, 4, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
+    png_image img = load_png(png);
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 1), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0));
+    assert_rgb_equal(cell_pixel(&img, &lay, 0, 0), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
+    assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), lp_render_masked_rgb(&opt));
+    cairo_surface_destroy(img.surface);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, svg, &err), LP_OK);
+    char *text = read_text_file(svg);
+    assert_non_null(strstr(text, "2 p2"));  /* labels carry their positions */
+    assert_non_null(strstr(text, "5 p5"));
+    assert_null(strstr(text, "p6"));
+    assert_non_null(strstr(text, "showing positions 2:6"));
+    free(text);
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+    unlink(db_path);
+    unlink(png);
+    unlink(svg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -898,6 +964,7 @@ int main(void)
         cmocka_unit_test(test_window_mask),
         cmocka_unit_test(test_grid_overview_stats_leak),
         cmocka_unit_test(test_decode_nan_and_selection),
+        cmocka_unit_test(test_range_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
