@@ -126,6 +126,21 @@ else
 fi
 expect_one_line_error "$LOUPE" render "$DB" --all "$TMP/gallery" -o "$TMP/x.png"
 
+# a leak run of its own: --leak finds it, and --all of the trace run links its plot
+sqlite3 "$DB" "INSERT INTO runs (id, status, kind, model_path, model_format, architecture, n_tokens,
+  n_layers, n_heads, n_threads, isa, loupe_version, maps_dtype, started_at) VALUES (3, 'complete',
+  'leak', '/m/tiny', 'safetensors', 'llama', 4, 2, 2, 1, 'ref', '0.1.0', 'none', 'now');
+  INSERT INTO leak_checks (run_id, check_name, passed, layer, position, max_abs_diff, detail)
+  VALUES (3, 'perturbation', 1, 0, 2, 0.0, 'ok'), (3, 'perturbation', 0, 1, 2, 0.125, 'leak'),
+         (3, 'perturbation', 0, -1, 2, 0.5, 'leak');"
+expect_status 0 "$LOUPE" render "$DB" --leak -o "$TMP/leak.svg"
+if grep -q '2 of 3 layers failed' "$TMP/leak.svg" && grep -q 'logits' "$TMP/leak.svg"; then
+  ok; else bad "leak.svg lacks its failure count or the logits bar"; fi
+expect_status 0 "$LOUPE" render "$DB" --all "$TMP/gallery2"
+if grep -q 'href="leak.png"' "$TMP/gallery2/index.html" && [ -f "$TMP/gallery2/leak.png" ] &&
+   grep -q 'leak check (run 3)' "$TMP/gallery2/index.html"; then
+  ok; else bad "--all did not link the leak run's plot"; fi
+
 
 # End to end on the real model when ../shared is here: trace stories260K, then draw it.
 if [ -n "$SHARED" ] && [ -d "$SHARED/models/stories260K" ]; then
