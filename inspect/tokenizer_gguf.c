@@ -38,20 +38,45 @@ static tk_dec *add_dec(lp_tokenizer *tok, tk_dec_kind kind)
     return d;
 }
 
-/* Which regex a tokenizer.ggml.pre name stands for (llama.cpp's names). */
-static const char *pre_regex(const char *pre, size_t len)
+/* The regexes a tokenizer.ggml.pre name stands for, applied one after the other (each splits
+ * the pieces of the previous one, keeping matches and gaps), as llama.cpp's llama-vocab.cpp
+ * lists them; the single-regex families use the Hugging Face patterns they were converted from. */
+#define MAX_PRE_REGEXES 5
+typedef struct pre_family {
+    const char *names; /* space-separated tokenizer.ggml.pre values */
+    const char *regexes[MAX_PRE_REGEXES];
+} pre_family;
+
+static const char regex_digit[] = "\\p{N}";
+static const char regex_gpt2_no_tail[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+
+static const pre_family pre_families[] = {
+    {" default gpt2 gpt-2 mpt olmo jais trillion ", {tk_regex_gpt2}},
+    {" llama3 llama-v3 llama-bpe falcon3 pixtral dbrx smaug-bpe ", {tk_regex_llama3}},
+    {" qwen2 qwen stablelm2 deepseek-r1-qwen megrez ", {tk_regex_qwen2}},
+    {" starcoder refact command-r smollm codeshell exaone minerva-7b ",
+     {regex_digit, regex_gpt2_no_tail}},
+    {" deepseek-coder ",
+     {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}"
+      "\\x{AC00}-\\x{D7FF}]+", "\\p{N}"}},
+    {" deepseek-v3 ",
+     {"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?"
+      "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {" falcon ",
+     {"[\\p{P}\\$\\+<=>\\^~\\|`]+", regex_gpt2_no_tail, "[0-9][0-9][0-9]"}},
+};
+
+static const pre_family *find_pre(const char *pre, size_t len)
 {
-    static const struct {
-        const char *name;
-        const char *regex;
-    } table[] = {
-        {"default", tk_regex_gpt2}, {"gpt2", tk_regex_gpt2},     {"gpt-2", tk_regex_gpt2},
-        {"llama3", tk_regex_llama3}, {"llama-bpe", tk_regex_llama3}, {"llama-v3", tk_regex_llama3},
-        {"qwen2", tk_regex_qwen2},  {"qwen", tk_regex_qwen2},
-    };
-    for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
-        if (strlen(table[k].name) == len && memcmp(table[k].name, pre, len) == 0)
-            return table[k].regex;
+    char key[80];
+    if (len == 0 || len + 3 > sizeof key || memchr(pre, ' ', len))
+        return NULL;
+    snprintf(key, sizeof key, " %.*s ", (int)len, pre);
+    for (size_t k = 0; k < sizeof pre_families / sizeof pre_families[0]; k++)
+        if (strstr(pre_families[k].names, key))
+            return &pre_families[k];
     return NULL;
 }
 
@@ -228,22 +253,26 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
         const char *pre = "default";
         size_t pre_len = 7;
         lp_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len);
-        const char *regex = pre_regex(pre, pre_len);
-        if (!regex)
+        const pre_family *family = find_pre(pre, pre_len);
+        if (!family)
             st = lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not a "
-                              "pre-tokenizer loupe knows (default, gpt2, llama3/llama-bpe, "
-                              "qwen2)", name, (int)(pre_len > 40 ? 40 : pre_len), pre);
-        tk_pre *p = NULL;
-        if (st == LP_OK && !(tok->pres = calloc(2, sizeof *tok->pres)))
+                              "pre-tokenizer loupe knows (gpt2, llama3, qwen2, starcoder, "
+                              "deepseek-coder, deepseek-v3, falcon families)", name,
+                              (int)(pre_len > 40 ? 40 : pre_len), pre);
+        size_t n_regexes = 0;
+        while (family && n_regexes < MAX_PRE_REGEXES && family->regexes[n_regexes])
+            n_regexes++;
+        if (st == LP_OK && !(tok->pres = calloc(n_regexes + 1, sizeof *tok->pres)))
             st = nomem(name, err);
-        if (st == LP_OK) {
-            tok->n_pres = 2;
-            p = &tok->pres[0];
+        for (size_t k = 0; st == LP_OK && k < n_regexes; k++) {
+            tk_pre *p = &tok->pres[tok->n_pres++];
             p->kind = TK_PRE_SPLIT;
             p->behavior = TK_SPLIT_ISOLATED;
-            st = tk_compile_regex(regex, strlen(regex), &p->re, name, err);
-            tok->pres[1].kind = TK_PRE_BYTELEVEL;
+            st = tk_compile_regex(family->regexes[k], strlen(family->regexes[k]), &p->re, name,
+                                  err);
         }
+        if (st == LP_OK)
+            tok->pres[tok->n_pres++].kind = TK_PRE_BYTELEVEL;
         if (st == LP_OK && !add_dec(tok, TK_DEC_BYTELEVEL))
             st = nomem(name, err);
         int64_t kv_merges = lp_gguf_find_key(g, "tokenizer.ggml.merges");
@@ -258,8 +287,9 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
             const char *s;
             size_t len;
             const char *sp = NULL;
-            if (lp_gguf_arr_str(g, kv_merges, i, &s, &len))
-                sp = memchr(s, ' ', len);
+            /* from the second byte, as llama.cpp does: a first piece may be a bare space */
+            if (lp_gguf_arr_str(g, kv_merges, i, &s, &len) && len > 1)
+                sp = memchr(s + 1, ' ', len - 1);
             if (!sp) {
                 st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: not "
                                   "\"a b\"", name, (unsigned long long)i);

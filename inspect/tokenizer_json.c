@@ -509,10 +509,11 @@ static lp_status read_merge(jctx *c, const json_t *m, size_t index, const char *
                             size_t *a_len, const char **b, size_t *b_len)
 {
     if (json_is_string(m)) {
-        /* "a b": the first space separates (pieces never contain a plain space) */
+        /* "a b": the first space after the first byte separates (pieces almost never hold a
+         * plain space; a first piece that is one is still read right) */
         const char *s = json_string_value(m);
         size_t len = json_string_length(m);
-        const char *sp = memchr(s, ' ', len);
+        const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
         if (!sp)
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges[%zu]: '%.60s' has no "
                                 "space between its two tokens", c->name, index, s);

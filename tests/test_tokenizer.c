@@ -455,6 +455,55 @@ static void test_gguf_built_llama(void **state)
     run_gguf_reference("tinyllama", "llama", "", true);
 }
 
+/* Every tokenizer.ggml.pre family compiles and splits as its regexes say. */
+static void test_gguf_pre_families(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"default", "llama-bpe", "qwen2", "starcoder",
+                                        "deepseek-coder", "deepseek-v3", "falcon", "smollm"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        gbuf buf = {0};
+        build_gguf_from_json("gpt2", "gpt2", names[k], false, &buf);
+        lp_gguf *g = NULL;
+        lp_error err = {0};
+        assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err), LP_OK);
+        lp_tokenizer *tok = NULL;
+        if (lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+            fail_msg("pre '%s': %s", names[k], err.msg);
+        static const char text[] = "Hi 12345 you";
+        size_t n;
+        int32_t *ids = encode(tok, text, strlen(text), false, &n);
+        char *back = decode(tok, ids, n, false);
+        assert_string_equal(back, text);
+        /* GPT-2's regex keeps " 12345" together ("Ġ123" "45"); starcoder's splits digits
+         * first: "Ġ" then one token per digit */
+        if (strcmp(names[k], "starcoder") == 0 || strcmp(names[k], "smollm") == 0) {
+            assert_int_equal(n, 1 + 1 + 5 + 1);
+            assert_string_equal(lp_tokenizer_piece(tok, ids[1]), "\xC4\xA0");
+            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "1");
+        } else if (strcmp(names[k], "default") == 0) {
+            assert_int_equal(n, 4);
+            assert_string_equal(lp_tokenizer_piece(tok, ids[1]), "\xC4\xA0" "123");
+        }
+        free(back);
+        free(ids);
+        lp_tokenizer_close(tok);
+        lp_gguf_close(g);
+        free(buf.d);
+    }
+    /* an unknown name is refused, not guessed */
+    gbuf buf = {0};
+    build_gguf_from_json("gpt2", "gpt2", "no-such-pre", false, &buf);
+    lp_gguf *g = NULL;
+    lp_error err = {0};
+    assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err), LP_OK);
+    lp_tokenizer *tok = NULL;
+    assert_int_equal(lp_tokenizer_from_gguf(g, &tok, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "no-such-pre"));
+    lp_gguf_close(g);
+    free(buf.d);
+}
+
 /* ---- rules on strings of our own ---- */
 
 static void expect_pieces(const lp_tokenizer *tok, const char *text, bool special,
@@ -1208,6 +1257,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_gguf_built_gpt2),
             cmocka_unit_test(test_gguf_built_qwen3),
             cmocka_unit_test(test_gguf_built_llama),
+            cmocka_unit_test(test_gguf_pre_families),
             cmocka_unit_test(test_gpt2_rules),
             cmocka_unit_test(test_gpt2_round_trip),
             cmocka_unit_test(test_qwen3_rules),
