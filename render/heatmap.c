@@ -75,6 +75,27 @@ static void axis_label(char *buf, size_t size, char **pieces, int64_t n_pieces, 
         snprintf(buf, size, "%s", piece);
 }
 
+/* The smallest of 1, 2, 5 x 10^k tokens that is at least `min_tokens`. */
+static int64_t label_step(int64_t min_tokens)
+{
+    if (min_tokens <= 1)
+        return 1;
+    for (int64_t p = 1;; p *= 10) {
+        if (p >= min_tokens)
+            return p;
+        if (2 * p >= min_tokens)
+            return 2 * p;
+        if (5 * p >= min_tokens)
+            return 5 * p;
+    }
+}
+
+/* The first multiple of step at or after from (from >= 0). */
+static int64_t first_multiple(int64_t from, int64_t step)
+{
+    return (from + step - 1) / step * step;
+}
+
 static void scale_caption(const lp_render_options *opt, double vmax, char *buf, size_t size)
 {
     switch (opt->scale) {
@@ -175,16 +196,23 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
         st.valign = LP_ALIGN_CENTER;
         st.max_width = LP_RENDER_MARGIN_LEFT - 16;
         char label[160];
-        int64_t q_pos0 = map.n_k - map.n_q + map.row0;
-        for (int64_t r = 0; r < map.rows; r += row_stride) {
-            axis_label(label, sizeof label, pieces, n_pieces, q_pos0 + r * map.block, with_pos);
+        /* Thinned or pooled axes label round positions (every 1, 2, 5 x 10^k tokens), each at
+         * the display cell that holds it; whole axes label every cell. */
+        int64_t q_first = map.n_k - map.n_q + map.row0; /* position of the first row shown */
+        int64_t row_step = label_step(row_stride * map.block);
+        for (int64_t p = first_multiple(q_first, row_step); p < q_first + map.shown_q;
+             p += row_step) {
+            int64_t r = (p - q_first) / map.block;
+            axis_label(label, sizeof label, pieces, n_pieces, p, with_pos);
             lp_draw_text(&c, label, lay.map_x - 6, lay.map_y + (r + 0.5) * lay.cell_h, &st);
         }
         st.angle = -LP_RENDER_PI / 2;
         st.max_width = LP_RENDER_MARGIN_BOTTOM - 14;
-        for (int64_t k = 0; k < map.cols; k += stride) {
-            axis_label(label, sizeof label, pieces, n_pieces, map.col0 + k * map.block,
-                       with_pos);
+        int64_t col_step = label_step(stride * map.block);
+        for (int64_t p = first_multiple(map.col0, col_step); p < map.col0 + map.shown_k;
+             p += col_step) {
+            int64_t k = (p - map.col0) / map.block;
+            axis_label(label, sizeof label, pieces, n_pieces, p, with_pos);
             lp_draw_text(&c, label, lay.map_x + (k + 0.5) * lay.cell, lay.map_y + map_h + 6, &st);
         }
         lp_text_style axis = lp_text_style_default(11);
