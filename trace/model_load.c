@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "inspect/quant.h"
 #include "trace/model_internal.h"
 
 #define LP_PI 3.14159265358979323846
@@ -94,6 +95,15 @@ static lp_status bind_matrix(lp_model *m, lp_role role, int layer, int expert, i
                             "%s: tensor '%s': shape [%lld, %lld] (out, in), expected [%lld, %lld]",
                             lp_weights_path(m->weights), t->name, (long long)r, (long long)c,
                             (long long)rows, (long long)cols);
+    /* The dtypes lp_linear computes with; refused here so the message names the tensor. */
+    bool dtype_ok = t->dtype == LP_DTYPE_F32 || t->dtype == LP_DTYPE_F16 ||
+                    t->dtype == LP_DTYPE_BF16 ||
+                    (lp_dtype_get(t->dtype)->is_quant && lp_dequantize_supported(t->dtype));
+    if (!dtype_ok)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: tensor '%s': dtype %s is not supported by the forward pass (f32, "
+                            "f16, bf16 and GGUF block types)",
+                            lp_weights_path(m->weights), t->name, lp_dtype_name(t->dtype));
     if (t->transposed && lp_dtype_get(t->dtype)->is_quant)
         return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tensor '%s': transposed %s weights",
                             lp_weights_path(m->weights), t->name, lp_dtype_name(t->dtype));
