@@ -534,6 +534,37 @@ static bool same_shape(const lp_tensor *a, const lp_tensor *b)
     return true;
 }
 
+/* Dequantize two same-sized tensors chunk by chunk and return the largest |a - b| and |a|. */
+static lp_status compare_values(const lp_tensor *a, const lp_tensor *b, double *max_diff,
+                                double *absmax, lp_error *err)
+{
+    *max_diff = *absmax = 0.0;
+    float *va = malloc(2 * STATS_CHUNK * sizeof(float));
+    if (!va)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    float *vb = va + STATS_CHUNK;
+    const lp_dtype_info *ia = lp_dtype_get(a->dtype), *ib = lp_dtype_get(b->dtype);
+    lp_status status = LP_OK;
+    for (int64_t first = 0; first < a->n_elements && status == LP_OK; first += STATS_CHUNK) {
+        int64_t len = a->n_elements - first < STATS_CHUNK ? a->n_elements - first : STATS_CHUNK;
+        lp_tensor x = *a, y = *b;
+        x.n_dims = y.n_dims = 1;
+        x.shape[0] = y.shape[0] = x.n_elements = y.n_elements = len;
+        x.data = (const uint8_t *)a->data + (uint64_t)(first / ia->block_elems) * ia->block_bytes;
+        y.data = (const uint8_t *)b->data + (uint64_t)(first / ib->block_elems) * ib->block_bytes;
+        if ((status = lp_tensor_rows_f32(&x, 0, 1, va, err)) == LP_OK &&
+            (status = lp_tensor_rows_f32(&y, 0, 1, vb, err)) == LP_OK) {
+            for (int64_t i = 0; i < len; i++) {
+                double d = fabs((double)va[i] - (double)vb[i]), m = fabs((double)va[i]);
+                *max_diff = d > *max_diff || d != d ? d : *max_diff;
+                *absmax = m > *absmax ? m : *absmax;
+            }
+        }
+    }
+    free(va);
+    return status;
+}
+
 /* Tied-embedding detection and its check against the config. */
 static void tied_report(const lp_weights *w, bool full_compare, json_t *report, json_t *checks)
 {
@@ -541,7 +572,7 @@ static void tied_report(const lp_weights *w, bool full_compare, json_t *report, 
     const lp_tensor *head = lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false);
     const lp_arch *a = w->arch;
     char how[256];
-    bool tied = false, copy = false, compared = false, sampled = false;
+    bool tied = false, copy = false, requantized = false, compared = false, sampled = false;
     if (!head) {
         tied = embd != NULL;
         snprintf(how, sizeof how, "%s",
@@ -553,9 +584,31 @@ static void tied_report(const lp_weights *w, bool full_compare, json_t *report, 
         snprintf(how, sizeof how, "classifier '%s' has a different shape from the embedding",
                  head->name);
     } else if (embd->dtype != head->dtype) {
-        snprintf(how, sizeof how,
-                 "classifier '%s' is stored separately as %s (embedding %s); not compared",
-                 head->name, lp_dtype_name(head->dtype), lp_dtype_name(embd->dtype));
+        /* GGUF quantizers store the copy in another type: compare the values instead, with a
+         * bound far above any quantization error (Q4_0: ~7% of absmax) and far below the
+         * difference between two unrelated matrices (~100%). */
+        double max_diff = 0, absmax = 0;
+        lp_error cmp_err = {0};
+        bool small = embd->n_bytes <= FULL_COMPARE_MAX_BYTES && head->n_bytes <= FULL_COMPARE_MAX_BYTES;
+        if (!(full_compare || small)) {
+            snprintf(how, sizeof how,
+                     "classifier '%s' is stored separately as %s (embedding %s); values compared "
+                     "only with --stats",
+                     head->name, lp_dtype_name(head->dtype), lp_dtype_name(embd->dtype));
+        } else if (compare_values(embd, head, &max_diff, &absmax, &cmp_err) != LP_OK) {
+            snprintf(how, sizeof how, "classifier '%s' could not be compared: %.150s", head->name,
+                     cmp_err.msg);
+        } else {
+            compared = true;
+            requantized = max_diff <= 0.25 * absmax;
+            tied = requantized;
+            snprintf(how, sizeof how,
+                     "classifier '%s' (%s) %s the embedding (%s): max |difference| %.3g, "
+                     "absmax %.3g",
+                     head->name, lp_dtype_name(head->dtype),
+                     requantized ? "is a re-quantized copy of" : "differs from",
+                     lp_dtype_name(embd->dtype), max_diff, absmax);
+        }
     } else {
         compared = true;
         copy = same_bytes_sampled(embd, head, full_compare, &sampled);
@@ -566,7 +619,8 @@ static void tied_report(const lp_weights *w, bool full_compare, json_t *report, 
     }
     json_t *j = json_object();
     json_object_set_new(j, "tied", json_boolean(tied));
-    json_object_set_new(j, "stored_copy", json_boolean(copy));
+    json_object_set_new(j, "stored_copy", json_boolean(copy || requantized));
+    json_object_set_new(j, "requantized", json_boolean(requantized));
     json_object_set_new(j, "sampled", json_boolean(sampled));
     json_object_set_new(j, "detail", json_string(how));
     json_object_set_new(report, "tied_embeddings", j);
@@ -575,9 +629,10 @@ static void tied_report(const lp_weights *w, bool full_compare, json_t *report, 
     char detail[512];
     bool passed;
     if (a->tied_embeddings) {
-        /* tied config: no classifier, or one that equals the embedding (or could not be
-         * compared because it was re-quantized to another type) */
-        passed = !head || copy || (!compared && embd && same_shape(embd, head));
+        /* tied config: no classifier, or a (re-quantized) copy of the embedding; a copy in
+         * another type that was not compared gets the benefit of the doubt */
+        passed = !head || copy || requantized || (!compared && embd && same_shape(embd, head) &&
+                                                  embd->dtype != head->dtype);
         snprintf(detail, sizeof detail, "config: tied; weights: %s", how);
     } else {
         passed = head != NULL;

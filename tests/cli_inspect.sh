@@ -104,6 +104,7 @@ for q in Q4_K_M Q6_K TQ2_0; do
 done
 expect_stdout_contains '"absmax":' "$LOUPE" inspect --stats --json "$M/quant/stories260K-TQ2_0.gguf"
 expect_stdout_contains "q4_0" "$LOUPE" inspect "$M/quant/stories260K-TQ2_0.gguf"
+expect_stdout_contains "(q8_0) is a re-quantized copy of the embedding (q5_0)" "$LOUPE" inspect "$M/quant/stories260K-Q4_K_M.gguf"
 
 # a config that disagrees with the weights: exit 1
 mkdir -p "$TMP/untied"

@@ -1347,6 +1347,44 @@ static void test_real_configs(void **state)
     }
 }
 
+/* A classifier stored in another dtype than the embedding: compared by value. */
+static void test_requantized_classifier(void **state)
+{
+    (void)state;
+    char dir[600], path[700];
+    make_dir(dir, sizeof dir, "requant");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char config[1024];
+    snprintf(config, sizeof config, tiny_config, "true");
+    write_text(path, config);
+    float embd[16 * 8], other[16 * 8];
+    for (int i = 0; i < 16 * 8; i++) {
+        embd[i] = sinf((float)i * 0.37f);
+        other[i] = cosf((float)i * 1.91f);
+    }
+    for (int variant = 0; variant < 2; variant++) {
+        lp_st_writer *st;
+        lp_error err = {0};
+        assert_int_equal(lp_st_writer_create(&st, &err), LP_OK);
+        int64_t shape[2] = {16, 8};
+        assert_int_equal(lp_st_writer_add(st, "model.embed_tokens.weight", LP_DTYPE_F32, 2, shape,
+                                          embd, &err), LP_OK);
+        assert_int_equal(lp_st_writer_add_f32_as(st, "lm_head.weight", LP_DTYPE_F16, 2, shape,
+                                                 variant ? other : embd, &err), LP_OK);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        assert_int_equal(lp_st_writer_write(st, path, &err), LP_OK);
+        lp_st_writer_destroy(st);
+        lp_weights *w = open_ok(dir);
+        json_t *r = report_of(w, false);
+        json_t *tied = json_object_get(r, "tied_embeddings");
+        assert_int_equal(json_is_true(json_object_get(tied, "requantized")), variant == 0);
+        assert_int_equal(json_is_true(json_object_get(tied, "tied")), variant == 0);
+        assert_int_equal(check_passed(r, "tied_embeddings"), variant == 0);
+        json_decref(r);
+        lp_weights_close(w);
+    }
+}
+
 /* ---- golden: stories260K ------------------------------------------------------------------ */
 
 static int64_t total_params(const lp_weights *w)
@@ -1562,7 +1600,7 @@ int main(void)
         cmocka_unit_test(test_llama2c),             cmocka_unit_test(test_gguf_generated),
         cmocka_unit_test(test_gguf_moe),
         cmocka_unit_test(test_roles),               cmocka_unit_test(test_checks_fail),
-        cmocka_unit_test(test_families),            cmocka_unit_test(test_real_configs),
+        cmocka_unit_test(test_families),            cmocka_unit_test(test_requantized_classifier),            cmocka_unit_test(test_real_configs),
         cmocka_unit_test(test_golden_three_formats), cmocka_unit_test(test_golden_quant),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
