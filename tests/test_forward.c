@@ -683,6 +683,19 @@ static void test_padding_batch(void **state)
         capture_free(&cap);
     }
 
+    /* Causality: changing the last token changes nothing before it. */
+    int32_t changed[9];
+    memcpy(changed, ids, sizeof changed);
+    changed[8] = (ids[8] + 1) % V;
+    capture later;
+    run_capture(model, changed, n, NULL, &later);
+    double before = max_abs_diff(later.logits, plain.logits, (n - 1) * V);
+    double at = max_abs_diff(later.logits + (n - 1) * V, plain.logits + (n - 1) * V, V);
+    printf("  last token changed: earlier logits move %.2e, the last %.2e\n", before, at);
+    assert_true(before <= 1e-6);
+    assert_true(at > 1e-4);
+    capture_free(&later);
+
     /* A broken mask must change what earlier positions compute. */
     capture faulty;
     capture_init(&faulty, lp_model_arch(model), n);
