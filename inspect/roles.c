@@ -98,6 +98,7 @@ static const name_role gguf_global[] = {
 
 static const name_role gguf_layer[] = {
     {"attn_norm", LP_ROLE_ATTN_NORM},
+    {"attn_norm_2", LP_ROLE_FFN_NORM}, /* Falcon new_decoder_architecture's ln_mlp */
     {"attn_q", LP_ROLE_ATTN_Q},
     {"attn_k", LP_ROLE_ATTN_K},
     {"attn_v", LP_ROLE_ATTN_V},

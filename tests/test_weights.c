@@ -881,6 +881,9 @@ static void test_roles(void **state)
         {"blk.12.attn_kv_a_mqa.weight", "", LP_FORMAT_GGUF, LP_ROLE_ATTN_KV_A, 12, -1, false, false},
         {"blk.12.post_ffw_norm.weight", "", LP_FORMAT_GGUF, LP_ROLE_FFN_POST_NORM, 12, -1, false, false},
         {"blk.12.exp_probs_b.bias", "", LP_FORMAT_GGUF, LP_ROLE_ROUTER_BIAS, 12, -1, true, false},
+        {"blk.3.attn_norm_2.weight", "", LP_FORMAT_GGUF, LP_ROLE_FFN_NORM, 3, -1, false, false},
+        {"position_embd.weight", "", LP_FORMAT_GGUF, LP_ROLE_POS_EMBD, -1, -1, false, false},
+        {"blk.0.attn_q_norm.weight", "", LP_FORMAT_GGUF, LP_ROLE_ATTN_Q_NORM, 0, -1, false, false},
         /* llama2.c */
         {"layers.3.wq", "", LP_FORMAT_LLAMA2C, LP_ROLE_ATTN_Q, 3, -1, false, false},
         {"layers.3.w2", "", LP_FORMAT_LLAMA2C, LP_ROLE_FFN_DOWN, 3, -1, false, false},
