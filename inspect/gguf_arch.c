@@ -469,6 +469,14 @@ lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
 
     const char *arch_name;
     size_t arch_len;
+    int64_t split_no, split_count;
+    if (lp_gguf_find_key(g, "general.architecture") < 0 &&
+        lp_gguf_get_int(g, "split.no", &split_no) && lp_gguf_get_int(g, "split.count", &split_count))
+        /* llama.cpp's split files keep the metadata in the first shard only */
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: shard %lld of %lld of a split GGUF has no model metadata (it is "
+                            "in the first shard)",
+                            file, (long long)split_no + 1, (long long)split_count);
     if (lp_gguf_find_key(g, "general.architecture") < 0)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: missing required key 'general.architecture'",
                             file);

@@ -150,6 +150,16 @@ static void test_errors(void **state)
     assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "general.architecture"));
 
+    /* a later shard of a split file: no metadata, by design */
+    lp_gw_init(&w, 3);
+    lp_gw_key(&w, "split.no", LP_GW_UINT16);
+    uint16_t one = 1, three = 3;
+    lp_gw_bytes(&w, &one, 2);
+    lp_gw_key(&w, "split.count", LP_GW_UINT16);
+    lp_gw_bytes(&w, &three, 2);
+    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "shard 2 of 3"));
+
     /* no vocab_size and no tokens */
     lp_gw_init(&w, 3);
     lp_gw_kv_str(&w, "general.architecture", "qwen2");
