@@ -23,7 +23,8 @@
     "  GEMM: times C[M, N] = A[M, K] . B[N, K]^T for the prefill shapes M=512, K,N in\n"           \
     "  {2048, 5632} with loupe's packed GEMM and, when libopenblas.so.0 can be loaded, with\n"     \
     "  OpenBLAS's cblas_sgemm on the same operands and thread count (loaded at run time, never\n"  \
-    "  linked). One warm-up each, then the best of --reps interleaved runs.\n"                     \
+    "  linked). One warm-up each, then the best of --reps interleaved runs. Exit status 1 when\n"  \
+    "  loupe's and OpenBLAS's products differ by more than 1e-4 of the largest entry.\n"         \
     "\n"                                                                                           \
     "  Prefill: writes a TinyLlama-1.1B-shaped model with random f32 weights (hidden 2048, 32\n"    \
     "  heads, 4 KV heads, FFN 5632, vocab 32000; --layers of its 22 layers, default 2) to a\n"    \
@@ -155,8 +156,10 @@ static int bench_gemm(int64_t m, int threads, int reps, lp_pool *pool, const ope
                       bool have_blas, double *blas_mean)
 {
     *blas_mean = 0.0;
+    bool mismatch = false;
     static const int64_t sizes[2] = {2048, 5632};
-    printf("%-24s %12s %12s %8s\n", "GEMM  M x N x K", "loupe GF/s", "OpenBLAS", "ratio");
+    printf("%-24s %12s %12s %8s   %s\n", "GEMM  M x N x K", "loupe GF/s", "OpenBLAS", "ratio",
+           have_blas ? "agreement (max |loupe - OpenBLAS| / max |C|)" : "");
     for (int ik = 0; ik < 2; ik++)
         for (int in = 0; in < 2; in++) {
             int64_t k = sizes[ik], n = sizes[in];
@@ -183,9 +186,36 @@ static int bench_gemm(int64_t m, int threads, int reps, lp_pool *pool, const ope
             snprintf(shape, sizeof shape, "%lld x %lld x %lld", (long long)m, (long long)n,
                      (long long)k);
             if (have_blas) {
-                printf("%-24s %12.1f %12.1f %7.0f%%\n", shape, flops / t_loupe * 1e-9,
-                       flops / t_blas * 1e-9, 100.0 * t_blas / t_loupe);
+                /* The two must compute the same product: the worst difference relative to the
+                 * largest entry, against 1e-4 (f32 sums of k <= 5632 terms agree to ~1e-6). */
+                double worst = 0.0, largest = 0.0;
+                float *c_blas = malloc((size_t)(m * n) * sizeof(float));
+                if (c_blas) {
+                    run_loupe(&g);
+                    gemm_case gb = g;
+                    gb.c = c_blas;
+                    run_openblas(&gb);
+                    blas_settle();
+                    for (int64_t i = 0; i < m * n; i++) {
+                        double d = fabs((double)c[i] - (double)c_blas[i]);
+                        if (!(d <= worst))
+                            worst = d; /* NaN sticks */
+                        if (fabs((double)c_blas[i]) > largest)
+                            largest = fabs((double)c_blas[i]);
+                    }
+                    free(c_blas);
+                }
+                double rel = worst / (largest > 0.0 ? largest : 1.0);
+                printf("%-24s %12.1f %12.1f %7.0f%%   %.1e\n", shape,
+                       flops / t_loupe * 1e-9, flops / t_blas * 1e-9, 100.0 * t_blas / t_loupe,
+                       rel);
                 *blas_mean += 0.25 * flops / t_blas * 1e-9;
+                if (!(rel <= 1e-4)) {
+                    fprintf(stderr, "loupe bench: loupe and OpenBLAS disagree on %s: relative "
+                                    "difference %.3g > 1e-4\n",
+                            shape, rel);
+                    mismatch = true;
+                }
             }
             else
                 printf("%-24s %12.1f %12s %8s\n", shape, flops / t_loupe * 1e-9, "-", "-");
@@ -194,7 +224,7 @@ static int bench_gemm(int64_t m, int threads, int reps, lp_pool *pool, const ope
             free(b);
             free(c);
         }
-    return LP_EXIT_OK;
+    return mismatch ? LP_EXIT_CHECK_FAILED : LP_EXIT_OK;
 }
 
 /* ---- prefill of a TinyLlama-1.1B-shaped model (its config.json's numbers) */
