@@ -36,6 +36,15 @@ static float *rand_tensor(uint64_t *s, int64_t n, double scale, double offset)
 }
 
 static int64_t q_dim(const ref_config *c) { return c->n_heads * c->head_dim; }
+static bool is_gemma(const ref_config *c)
+{
+    return c->family == REF_GEMMA || c->family == REF_GEMMA2 || c->family == REF_GEMMA3;
+}
+/* Gemma 2/3: norms after attention and FFN too */
+static bool has_post_norms(const ref_config *c)
+{
+    return c->family == REF_GEMMA2 || c->family == REF_GEMMA3;
+}
 static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim; }
 
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
@@ -48,7 +57,7 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
     int64_t H = c->hidden, F = c->ffn;
     bool ok = true;
     /* Norm weights near 1 (near 0 for Gemma's 1 + w), so activations keep a sane size. */
-    bool gemma = c->family == REF_GEMMA2 || c->family == REF_GEMMA;
+    bool gemma = is_gemma(c);
     double norm_offset = gemma ? 0.0 : 1.0;
 #define RT(ptr, n, scale, off)                            \
     do {                                                  \
@@ -94,7 +103,7 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->q_norm, c->head_dim, 0.1, norm_offset);
             RT(L->k_norm, c->head_dim, 0.1, norm_offset);
         }
-        if (c->family == REF_GEMMA2) {
+        if (has_post_norms(c)) {
             RT(L->post_attn_norm, H, 0.1, 0.0);
             RT(L->post_ffn_norm, H, 0.1, 0.0);
         }
@@ -197,8 +206,7 @@ static void norm(const ref_config *c, double *y, const double *x, const float *w
         ss += x[i] * x[i];
     double inv = 1.0 / sqrt(ss / (double)n + c->eps);
     for (int64_t i = 0; i < n; i++) {
-        double g = c->family == REF_GEMMA2 || c->family == REF_GEMMA ? 1.0 + (double)w[i]
-                                                                     : (double)w[i];
+        double g = is_gemma(c) ? 1.0 + (double)w[i] : (double)w[i];
         y[i] = x[i] * inv * g;
     }
 }
@@ -209,14 +217,14 @@ static double gelu_tanh(double v)
     return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
 }
 
-static void rope(const ref_config *c, double *v, int64_t n_heads, int64_t pos)
+static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, int64_t pos)
 {
     int64_t hd = c->head_dim, rot = c->rope_dim > 0 ? c->rope_dim : hd, half = rot / 2;
     for (int64_t h = 0; h < n_heads; h++) {
         double *x = v + h * hd;
         for (int64_t i = 0; i < half; i++) {
             /* inv_freq over the rotated dims only, as HF's partial_rotary_factor does */
-            double freq = pow(c->theta, -(double)(2 * i) / (double)rot);
+            double freq = pow(theta, -(double)(2 * i) / (double)rot);
             double a = (double)pos * freq, cs = cos(a), sn = sin(a);
             int64_t i0 = c->rope_adjacent ? 2 * i : i;
             int64_t i1 = c->rope_adjacent ? 2 * i + 1 : i + half;
@@ -240,8 +248,7 @@ static void mlp(const ref_config *c, double *out, const double *x, const float *
     } else {
         matvec(g, w_gate, NULL, x, F, H);
         for (int64_t i = 0; i < F; i++)
-            g[i] = (c->family == REF_GEMMA2 || c->family == REF_GEMMA ? gelu_tanh(g[i])
-                                                                      : silu(g[i])) * u[i];
+            g[i] = (is_gemma(c) ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
     }
     matvec(out, w_down, b_down, g, H, F);
 }
@@ -274,19 +281,23 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
     if (!ok)
         goto done;
 
-    double embed_scale = c->family == REF_GEMMA2 || c->family == REF_GEMMA ? sqrt((double)H) : 1.0;
+    double embed_scale = is_gemma(c) ? sqrt((double)H) : 1.0;
     for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < H; i++) {
             x[t * H + i] = (double)m->embed[(int64_t)tokens[t] * H + i] * embed_scale;
             if (c->family == REF_GPT2)
                 x[t * H + i] += (double)m->pos[t * H + i];
         }
-    double scale = c->family == REF_GEMMA2 && c->query_pre_attn_scalar > 0
+    double scale = has_post_norms(c) && c->query_pre_attn_scalar > 0
                        ? 1.0 / sqrt(c->query_pre_attn_scalar)
                        : 1.0 / sqrt((double)hd);
     for (int64_t l = 0; l < L; l++) {
         const ref_layer *Ly = &m->layers[l];
-        int64_t window = c->family == REF_GEMMA2 ? (l % 2 == 0 ? c->window : 0) : c->window;
+        int64_t window = c->family == REF_GEMMA2 ? (l % 2 == 0 ? c->window : 0)
+                         : c->family == REF_GEMMA3
+                             ? ((l + 1) % c->sliding_pattern != 0 ? c->window : 0)
+                             : c->window;
+        double theta = c->family == REF_GEMMA3 && window > 0 ? c->local_theta : c->theta;
         for (int64_t t = 0; t < T; t++) {
             norm(c, xn + t * H, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
             matvec(q + t * QD, Ly->wq, Ly->bq, xn + t * H, QD, H);
@@ -305,8 +316,8 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                 }
             }
             if (c->family != REF_GPT2) {
-                rope(c, q + t * QD, nh, t);
-                rope(c, k + t * KVD, c->n_kv_heads, t);
+                rope(c, theta, q + t * QD, nh, t);
+                rope(c, theta, k + t * KVD, c->n_kv_heads, t);
             }
         }
         for (int64_t h = 0; h < nh; h++) {
@@ -558,7 +569,7 @@ bool ref_model_write_hf(const ref_model *m, const char *dir)
                 add_f32(w, NM("model.layers.%lld.self_attn.k_proj.bias"), 1, KVD, 0, L->bk);
                 add_f32(w, NM("model.layers.%lld.self_attn.v_proj.bias"), 1, KVD, 0, L->bv);
             }
-            if (c->family == REF_GEMMA2) {
+            if (has_post_norms(c)) {
                 add_f32(w, NM("model.layers.%lld.post_attention_layernorm.weight"), 1, H, 0,
                         L->post_attn_norm);
                 add_f32(w, NM("model.layers.%lld.pre_feedforward_layernorm.weight"), 1, H, 0,
@@ -593,6 +604,7 @@ bool ref_model_write_hf(const ref_model *m, const char *dir)
         const char *type = c->family == REF_MIXTRAL ? "mixtral"
                            : c->family == REF_GEMMA2 ? "gemma2"
                            : c->family == REF_GEMMA  ? "gemma"
+                           : c->family == REF_GEMMA3 ? "gemma3_text"
                            : c->qk_norm              ? "qwen3"
                            : c->qkv_bias             ? "qwen2"
                                                      : "llama";
@@ -607,6 +619,14 @@ bool ref_model_write_hf(const ref_model *m, const char *dir)
                      "\"hidden_activation\": \"gelu_pytorch_tanh\"",
                      (long long)c->head_dim, c->query_pre_attn_scalar, (long long)c->window,
                      c->attn_softcap, c->final_softcap);
+        else if (c->family == REF_GEMMA3)
+            snprintf(extra, sizeof extra,
+                     ", \"head_dim\": %lld, \"query_pre_attn_scalar\": %g, \"sliding_window\": %lld, "
+                     "\"sliding_window_pattern\": %lld, \"rope_local_base_freq\": %g, "
+                     "\"attn_logit_softcapping\": null, \"final_logit_softcapping\": null, "
+                     "\"hidden_activation\": \"gelu_pytorch_tanh\"",
+                     (long long)c->head_dim, c->query_pre_attn_scalar, (long long)c->window,
+                     (long long)c->sliding_pattern, c->local_theta);
         else if (c->family == REF_GEMMA)
             snprintf(extra, sizeof extra,
                      ", \"head_dim\": %lld, \"hidden_activation\": \"gelu_pytorch_tanh\"",

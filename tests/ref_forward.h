@@ -24,6 +24,8 @@ typedef enum ref_family {
                     alternating sliding window (even layers), attention and final soft-caps */
     REF_MIXTRAL, /* llama attention + top-k MoE with softmax over the chosen experts */
     REF_GEMMA,   /* Gemma 1: Gemma 2 without post norms, windows, soft-caps; 1/sqrt(head_dim) */
+    REF_GEMMA3,  /* Gemma 3: Gemma 2's block without soft-caps, (1 + w) q/k norms, layers with
+                    (l + 1) % sliding_pattern != 0 slide and rotate with local_theta */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -43,6 +45,8 @@ typedef struct ref_config {
     double scale;             /* weights uniform in [-scale, scale] */
     int64_t rope_dim;         /* rotated dims per head (partial_rotary_factor); 0 = head_dim */
     bool qk_norm;             /* Qwen3: per-head RMSNorm of q and k before RoPE */
+    int64_t sliding_pattern;  /* Gemma 3 */
+    double local_theta;       /* Gemma 3: RoPE base of sliding layers */
 } ref_config;
 
 typedef struct ref_layer {

@@ -366,6 +366,10 @@ static const random_case random_cases[] = {
     {"partial", {.family = REF_LLAMA, .vocab = 59, .hidden = 32, .n_layers = 2, .n_heads = 4,
                  .n_kv_heads = 4, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
                  .rope_dim = 4, .scale = 0.3}, 16},
+    {"gemma3", {.family = REF_GEMMA3, .vocab = 67, .hidden = 32, .n_layers = 6, .n_heads = 4,
+                .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
+                .tied = true, .window = 3, .sliding_pattern = 3, .local_theta = 10000,
+                .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2}, 14},
 };
 
 static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
@@ -455,6 +459,7 @@ static void test_random_qwen2(void **state)
 static void test_random_mistral(void **state) { (void)state; check_random_case(&random_cases[4], LP_DTYPE_F16); }
 static void test_random_gemma(void **state) { (void)state; check_random_case(&random_cases[5], LP_DTYPE_BF16); }
 static void test_random_qwen3(void **state) { (void)state; check_random_case(&random_cases[6], LP_DTYPE_F32); }
+static void test_random_gemma3(void **state) { (void)state; check_random_case(&random_cases[8], LP_DTYPE_BF16); }
 static void test_random_partial_rotary(void **state)
 {
     (void)state;
@@ -1091,6 +1096,7 @@ int main(void)
         cmocka_unit_test(test_random_gemma),
         cmocka_unit_test(test_random_qwen3),
         cmocka_unit_test(test_random_partial_rotary),
+        cmocka_unit_test(test_random_gemma3),
         cmocka_unit_test(test_gguf_quant_types),
         cmocka_unit_test(test_gguf_moe),
         cmocka_unit_test(test_padding_batch),
