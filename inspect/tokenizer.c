@@ -841,8 +841,8 @@ done:
 /* normalizers and pre-tokenizers                                                             */
 
 /* Apply the normalizers to s; *out is malloc'd (NUL-terminated). */
-static lp_status normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
-                           size_t *out_len)
+lp_status tk_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
+                       size_t *out_len)
 {
     char *cur = tk_strndup(s, len);
     if (!cur)
@@ -1200,8 +1200,38 @@ static void seg_push(seg_vec *s, size_t start, size_t len, int32_t added)
     s->v[s->n++] = (seg){start, len, added};
 }
 
-/* Split text at the added tokens whose `normalized` flag equals want_normalized, leftmost
- * longest, honouring lstrip/rstrip/single_word. */
+lp_status tk_prepare_added(lp_tokenizer *tok, lp_error *err)
+{
+    bool word = false;
+    for (size_t k = 0; k < tok->n_added; k++) {
+        tk_added *a = &tok->added[k];
+        free(a->pattern);
+        a->pattern = NULL;
+        lp_status st;
+        if (a->normalized) {
+            st = tk_normalize(tok, a->content, a->len, &a->pattern, &a->pattern_len);
+        } else {
+            a->pattern = tk_strndup(a->content, a->len);
+            a->pattern_len = a->len;
+            st = a->pattern ? LP_OK : LP_ERR_NOMEM;
+        }
+        if (st != LP_OK)
+            return lp_error_set(err, st, "%s: added token '%.60s': cannot normalize it",
+                                lp_path_basename(tok->path), a->content);
+        word |= a->single_word;
+    }
+    if (word && !tok->word_re) {
+        /* Rust regex's \w: Alphabetic, marks, decimal digits, connectors, joiners */
+        static const char pattern[] = "[\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]";
+        return tk_compile_regex(pattern, strlen(pattern), &tok->word_re,
+                                lp_path_basename(tok->path), err);
+    }
+    return LP_OK;
+}
+
+/* Split text at the added tokens whose `normalized` flag equals want_normalized, as Hugging
+ * Face does: leftmost-longest matches, not overlapping; a single_word match inside a word is
+ * passed over (the search goes on after it); lstrip/rstrip take the whitespace around along. */
 static void split_added(const lp_tokenizer *tok, const char *text, size_t len,
                         bool want_normalized, seg_vec *out)
 {
@@ -1210,21 +1240,23 @@ static void split_added(const lp_tokenizer *tok, const char *text, size_t len,
         const tk_added *best = NULL;
         for (size_t k = 0; k < tok->n_added; k++) {
             const tk_added *a = &tok->added[k];
-            if (a->normalized != want_normalized || a->len == 0 || a->len > len - i ||
-                a->content[0] != text[i] || memcmp(a->content, text + i, a->len) != 0)
+            if (a->normalized != want_normalized || a->pattern_len == 0 ||
+                a->pattern_len > len - i || a->pattern[0] != text[i] ||
+                memcmp(a->pattern, text + i, a->pattern_len) != 0)
                 continue;
-            if (a->single_word && (is_word_char(tok, text, len, i, true) ||
-                                   is_word_char(tok, text, len, i + a->len, false)))
-                continue;
-            if (!best || a->len > best->len)
+            if (!best || a->pattern_len > best->pattern_len)
                 best = a;
         }
         if (!best) {
             i++;
             continue;
         }
-        size_t start = i, end = i + best->len;
-        /* lstrip/rstrip take the Unicode whitespace next to the token along */
+        size_t start = i, end = i + best->pattern_len;
+        if (best->single_word && (is_word_char(tok, text, len, start, true) ||
+                                  is_word_char(tok, text, len, end, false))) {
+            i = end;
+            continue;
+        }
         size_t at;
         if (best->lstrip)
             while (start > seg_start && lp_uc_is_space(lp_utf8_prev(text, start, &at)) &&
@@ -1264,7 +1296,7 @@ static lp_status encode_text(const lp_tokenizer *tok, const char *text, size_t l
         }
         char *norm;
         size_t norm_len;
-        st = normalize(tok, text + g->start, g->len, &norm, &norm_len);
+        st = tk_normalize(tok, text + g->start, g->len, &norm, &norm_len);
         if (st != LP_OK)
             break;
         seg_vec sub = {0};
@@ -1701,8 +1733,10 @@ void lp_tokenizer_close(lp_tokenizer *tok)
     free(tok->merges);
     free(tok->cont_prefix);
     free(tok->eow_suffix);
-    for (size_t k = 0; k < tok->n_added; k++)
+    for (size_t k = 0; k < tok->n_added; k++) {
         free(tok->added[k].content);
+        free(tok->added[k].pattern);
+    }
     free(tok->added);
     for (size_t k = 0; k < tok->n_norms; k++) {
         free(tok->norms[k].pattern);

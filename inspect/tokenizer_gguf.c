@@ -317,6 +317,8 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
         tk_buf_free(&joined);
         tok->kind = "bpe-bytelevel";
     }
+    if (st == LP_OK)
+        st = tk_prepare_added(tok, err);
     if (st != LP_OK) {
         lp_tokenizer_close(tok);
         return st;

@@ -159,6 +159,8 @@ typedef struct tk_dec {
 typedef struct tk_added {
     char *content;
     size_t len;
+    char *pattern; /* what is matched: the content, normalized when `normalized` (owned) */
+    size_t pattern_len;
     int32_t id;
     bool special, lstrip, rstrip, single_word, normalized;
 } tk_added;
@@ -222,7 +224,7 @@ struct lp_tokenizer {
     size_t n_decs;
     bool label_bytelevel;  /* labels map byte-level symbols back */
     bool label_metaspace;  /* labels turn "▁" into " " */
-    pcre2_code *word_re; /* [\p{L}\p{N}_], compiled when an added token is single_word */
+    pcre2_code *word_re; /* Rust's \w, compiled when an added token is single_word */
     char **pool_chunks;    /* piece storage: few big blocks instead of one malloc a piece */
     size_t n_pool_chunks;
     char *pool_cur;
@@ -244,6 +246,12 @@ bool tk_merges_add(lp_tokenizer *tok, int32_t left, int32_t right, int32_t rank,
 lp_status tk_compile_regex(const char *pattern, size_t len, pcre2_code **out, const char *where,
                            lp_error *err);
 lp_tokenizer *tk_new(const char *path, const char *kind);
+/* Apply the normalizers; *out is malloc'd and NUL-terminated. */
+lp_status tk_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
+                       size_t *out_len);
+/* Set each added token's match pattern (normalized content for `normalized` ones), once the
+ * normalizers are known. */
+lp_status tk_prepare_added(lp_tokenizer *tok, lp_error *err);
 char *tk_strndup(const char *s, size_t len);
 
 /* Loaders. */

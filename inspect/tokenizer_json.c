@@ -625,13 +625,6 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         }
         if (a->special)
             tok->flags[id] |= TK_FLAG_SPECIAL;
-        if (a->single_word && !tok->word_re) {
-            /* Rust's is_alphanumeric() or '_' decides what a word character is */
-            static const char word[] = "[\\p{L}\\p{N}_]";
-            st = tk_compile_regex(word, strlen(word), &tok->word_re, c->name, c->err);
-            if (st != LP_OK)
-                return st;
-        }
     }
     st = tk_build_vocab_map(tok, c->err);
     if (st != LP_OK)
@@ -750,6 +743,8 @@ lp_status tk_load_json_buffer(const char *path, const char *data, size_t size,
         st = read_post(&c, json_object_get(root, "post_processor"), "post_processor");
     if (st == LP_OK)
         st = read_decoder(&c, json_object_get(root, "decoder"), "decoder");
+    if (st == LP_OK)
+        st = tk_prepare_added(tok, err);
     json_decref(root);
     if (st != LP_OK) {
         lp_tokenizer_close(tok);

@@ -948,6 +948,21 @@ static void test_normalizers_and_post(void **state)
     expect_ids(tok, "  \xEF\xAC\x81X123 ", true, IDS(0, 4, 6, 5, 1));
     expect_ids(tok, "  \xEF\xAC\x81X123 ", false, IDS(4, 6, 5));
     lp_tokenizer_close(tok);
+    /* a `normalized` added token is matched by its normalized form in the normalized text */
+    static const char added[] =
+        "{\"normalizer\": {\"type\": \"Lowercase\"}, \"added_tokens\": [{\"id\": 4, "
+        "\"content\": \"Yes\", \"normalized\": %s}], \"model\": {\"type\": \"BPE\", "
+        "\"vocab\": {\"y\": 0, \"e\": 1, \"s\": 2, \"!\": 3}, \"merges\": []}}";
+    char json[512];
+    snprintf(json, sizeof json, added, "true");
+    tok = open_json("tok_added_norm.json", json);
+    expect_ids(tok, "YES!", false, IDS(4, 3));
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, added, "false");
+    tok = open_json("tok_added_raw.json", json);
+    expect_ids(tok, "YES!", false, IDS(0, 1, 2, 3));
+    expect_ids(tok, "Yes!", false, IDS(4, 3));
+    lp_tokenizer_close(tok);
     /* BertProcessing: [CLS] A [SEP] */
     tok = open_json("tok_bert_post.json",
         "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", 1], \"cls\": "
