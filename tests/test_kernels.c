@@ -116,6 +116,19 @@ static void test_gemm_odd_shapes(void **state)
                     free(c);
                     free(c0);
                 }
+        /* several MC row blocks, several NC column blocks (one thread), several KC blocks */
+        static const int64_t blocks[][3] = {{300, 40, 50}, {7, 4100, 300}, {13, 20, 777}};
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+            int64_t m = blocks[bi][0], n = blocks[bi][1], k = blocks[bi][2];
+            float *a = rnd_array(m * k), *b = rnd_array(n * k), *c = nan_array(m * n);
+            lp_gemm_f32(m, n, k, a, k, b, k, c, n, false, NULL);
+            double w = gemm_check(m, n, k, a, b, c, NULL, false);
+            if (w > worst)
+                worst = w;
+            free(a);
+            free(b);
+            free(c);
+        }
         printf("gemm %s: worst |err| / sum|ab| = %.2e (budget 2e-6)\n", lp_isa_name(isas[s]), worst);
         assert_true(worst <= 2e-6);
     }
@@ -577,6 +590,54 @@ static void test_attention(void **state)
     }
 }
 
+/* Same inputs, same bits: the attention of every head run on pools of 1 and 2 threads. */
+typedef struct heads_ctx {
+    lp_attn_args base;
+    float *out;   /* [n_heads, n_q, v_dim] */
+    float *probs; /* [n_heads, n_q, n_k] */
+    const float *q_all;
+} heads_ctx;
+
+static void run_one_head(void *ctx, int64_t head)
+{
+    heads_ctx *h = ctx;
+    lp_attn_args a = h->base;
+    a.q = h->q_all + head * a.n_q * a.q_stride;
+    a.out = h->out + head * a.n_q * a.v_dim;
+    a.probs = h->probs + head * a.n_q * a.n_k;
+    a.row_stats = NULL;
+    lp_attention(&a);
+}
+
+static void test_attention_threads(void **state)
+{
+    (void)state;
+    const int64_t n_heads = 5, n = 90, hd = 16;
+    float *q = rnd_array(n_heads * n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
+    lp_mask_spec mask = lp_mask_causal(n, n);
+    float *outs[2], *probs[2];
+    for (int t = 0; t < 2; t++) {
+        lp_pool *pool;
+        assert_int_equal(lp_pool_create(t + 1, &pool, NULL), LP_OK);
+        outs[t] = nan_array(n_heads * n * hd);
+        probs[t] = nan_array(n_heads * n * n);
+        heads_ctx h = {{NULL, k, v, NULL, n, n, hd, hd, hd, hd, hd, hd, 0.25f, 0.0f, &mask, 0, NULL,
+                        NULL, 0},
+                       outs[t], probs[t], q};
+        lp_pool_run(pool, n_heads, run_one_head, &h);
+        lp_pool_destroy(pool);
+    }
+    assert_memory_equal(outs[0], outs[1], (size_t)(n_heads * n * hd) * sizeof(float));
+    assert_memory_equal(probs[0], probs[1], (size_t)(n_heads * n * n) * sizeof(float));
+    for (int t = 0; t < 2; t++) {
+        free(outs[t]);
+        free(probs[t]);
+    }
+    free(q);
+    free(k);
+    free(v);
+}
+
 /* The window boundary both ways: with W = 5 query p sees p-4 .. p and not p-5. */
 static void test_attention_window_boundary(void **state)
 {
@@ -802,6 +863,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_window_boundary),
+        cmocka_unit_test(test_attention_threads),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_vector_kernels),
     };
