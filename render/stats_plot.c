@@ -79,8 +79,8 @@ lp_status lp_render_stat_matrix(lp_render_db *db, const lp_render_run *run, lp_h
     int64_t width = left + n_h * cell_w + right, height = top + n_l * cell_h + bottom;
     if (width < 520)
         width = 520;
-    if (height < top + 200 + bottom)
-        height = top + 200 + bottom;
+    if (height < top + 130 + bottom)
+        height = top + 130 + bottom;
     char caption[320], title[400], subtitle[200];
     lp_render_run_caption(run, caption, sizeof caption);
     snprintf(title, sizeof title, "%s per head: %s", lp_head_stat_name(stat), caption);
@@ -145,8 +145,8 @@ lp_status lp_render_stat_matrix(lp_render_db *db, const lp_render_run *run, lp_h
         lp_draw_text(&c, label, left + (h + 0.5) * cell_w, top - 6, &st);
     }
     double bar_h = n_l * cell_h;
-    if (bar_h < 200)
-        bar_h = 200;
+    if (bar_h < 130)
+        bar_h = 130;
     if (bar_h > 400)
         bar_h = 400;
     lp_draw_colorbar(&c, left + n_h * cell_w + 24, top, 16, bar_h, &lin, vmax,
