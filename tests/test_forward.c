@@ -996,7 +996,8 @@ static void test_rope_scaling(void **state)
     /* dynamic NTK: unchanged up to the original context, then base * 3^(8/6) at twice it */
     a.rope_scaling.kind = LP_ROPE_SCALING_DYNAMIC;
     a.rope_scaling.factor = 2.0;
-    a.rope_scaling.original_ctx = 64;
+    a.rope_scaling.original_ctx = 0;
+    a.n_ctx = 64; /* HF's dynamic NTK measures against max_position_embeddings */
     assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
     assert_int_equal(lp_model_rope_freqs(model, 64, false, f, &attn, &err), LP_OK);
     assert_true(fabs((double)f[1] - pow(500000.0, -0.25)) < 1e-9);
@@ -1008,8 +1009,9 @@ static void test_rope_scaling(void **state)
     /* YaRN: factor 4, original 64: the fastest pair extrapolates (unchanged), the slowest
      * interpolates (divided by 4), cos/sin scaled by 0.1 ln 4 + 1. */
     a.rope_scaling.kind = LP_ROPE_SCALING_YARN;
-    a.rope_scaling.factor = 4.0;
+    a.rope_scaling.factor = 0.0; /* absent: n_ctx / original = 256 / 64 */
     a.rope_scaling.original_ctx = 64;
+    a.n_ctx = 256;
     a.rope_theta = 10000.0;
     assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
     assert_int_equal(lp_model_rope_freqs(model, 16, false, f, &attn, &err), LP_OK);

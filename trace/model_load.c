@@ -447,18 +447,24 @@ lp_status lp_model_rope_freqs(const lp_model *model, int64_t n_tokens, bool loca
     double base = local && a->rope_local_theta > 0 ? a->rope_local_theta : a->rope_theta;
     double orig = s->original_ctx > 0 ? (double)s->original_ctx : (double)a->n_ctx;
     lp_rope_scaling_kind kind = local ? LP_ROPE_SCALING_NONE : s->kind;
+    double factor = s->factor;
     *attn_factor = 1.0f;
     if (base <= 0)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_theta %g must be positive", a->source, base);
-    if (kind != LP_ROPE_SCALING_NONE && !(s->factor > 0))
+    /* YaRN without a factor: the ratio of the context to the original one (HF's fallback). */
+    if (kind == LP_ROPE_SCALING_YARN && !(factor > 0) && s->original_ctx > 0 && a->n_ctx > 0)
+        factor = (double)a->n_ctx / (double)s->original_ctx;
+    if (kind != LP_ROPE_SCALING_NONE && !(factor > 0))
         return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_scaling.factor %g must be positive",
-                            a->source, s->factor);
+                            a->source, factor);
     if (kind == LP_ROPE_SCALING_DYNAMIC) {
-        /* Dynamic NTK: grow the base once the sequence outruns the trained context. */
-        if (orig <= 0)
-            orig = (double)n_tokens;
-        double seq = (double)n_tokens > orig ? (double)n_tokens : orig;
-        base = base * pow(s->factor * seq / orig - (s->factor - 1.0),
+        /* Dynamic NTK: grow the base once the sequence outruns the context. HF measures against
+         * max_position_embeddings here, not original_max_position_embeddings. */
+        double ctx = a->n_ctx > 0 ? (double)a->n_ctx : orig;
+        if (ctx <= 0)
+            ctx = (double)n_tokens;
+        double seq = (double)n_tokens > ctx ? (double)n_tokens : ctx;
+        base = base * pow(factor * seq / ctx - (factor - 1.0),
                           (double)dim / (double)(dim - 2 > 0 ? dim - 2 : 1));
     }
     double low = 0, high = 0;
@@ -471,13 +477,13 @@ lp_status lp_model_rope_freqs(const lp_model *model, int64_t n_tokens, bool loca
         if (high > (double)(dim - 1)) high = (double)(dim - 1);
         if (low == high) high += 0.001;
         *attn_factor = (float)(s->attention_factor > 0 ? s->attention_factor
-                                                       : yarn_get_mscale(s->factor));
+                                                       : yarn_get_mscale(factor));
     }
     for (int64_t i = 0; i < half; i++) {
         double f = 1.0 / pow(base, (double)(2 * i) / (double)dim);
         switch (kind) {
         case LP_ROPE_SCALING_LINEAR:
-            f /= s->factor;
+            f /= factor;
             break;
         case LP_ROPE_SCALING_LLAMA3: {
             double low_f = s->low_freq_factor > 0 ? s->low_freq_factor : 1.0;
@@ -487,10 +493,10 @@ lp_status lp_model_rope_freqs(const lp_model *model, int64_t n_tokens, bool loca
             if (wavelen < high_wavelen) {
                 /* high frequencies: unchanged */
             } else if (wavelen > low_wavelen) {
-                f /= s->factor;
+                f /= factor;
             } else {
                 double smooth = (orig / wavelen - low_f) / (high_f - low_f);
-                f = (1.0 - smooth) * f / s->factor + smooth * f;
+                f = (1.0 - smooth) * f / factor + smooth * f;
             }
             break;
         }
@@ -498,7 +504,7 @@ lp_status lp_model_rope_freqs(const lp_model *model, int64_t n_tokens, bool loca
             double ramp = ((double)i - low) / (high - low);
             ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
             double extrapolation = 1.0 - ramp;
-            f = (f / s->factor) * (1.0 - extrapolation) + f * extrapolation;
+            f = (f / factor) * (1.0 - extrapolation) + f * extrapolation;
             break;
         }
         default:
