@@ -417,7 +417,11 @@ static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape,
         cols = hidden;
         per_expert_3d = true;
         break;
-    case LP_ROLE_EXPERT_DOWN: rows = hidden; cols = a->expert_ffn_hidden; per_expert_3d = true; break;
+    case LP_ROLE_EXPERT_DOWN:
+        rows = hidden;
+        cols = a->expert_ffn_hidden;
+        per_expert_3d = true;
+        break;
     case LP_ROLE_SHARED_GATE:
     case LP_ROLE_SHARED_UP: rows = shared; cols = hidden; break;
     case LP_ROLE_SHARED_DOWN: rows = hidden; cols = shared; break;
@@ -589,7 +593,8 @@ static void tied_report(const lp_weights *w, bool full_compare, json_t *report, 
          * difference between two unrelated matrices (~100%). */
         double max_diff = 0, absmax = 0;
         lp_error cmp_err = {0};
-        bool small = embd->n_bytes <= FULL_COMPARE_MAX_BYTES && head->n_bytes <= FULL_COMPARE_MAX_BYTES;
+        bool small = embd->n_bytes <= FULL_COMPARE_MAX_BYTES &&
+                     head->n_bytes <= FULL_COMPARE_MAX_BYTES;
         if (!(full_compare || small)) {
             snprintf(how, sizeof how,
                      "classifier '%s' is stored separately as %s (embedding %s); values compared "
@@ -725,12 +730,12 @@ static void add_total(json_t *by, const char *key, int64_t params, uint64_t byte
         json_object_set_new(entry, "bytes", json_integer(0));
         json_object_set_new(by, key, entry);
     }
-    json_object_set_new(entry, "tensors",
-                        json_integer(json_integer_value(json_object_get(entry, "tensors")) + 1));
-    json_object_set_new(entry, "params",
-                        json_integer(json_integer_value(json_object_get(entry, "params")) + params));
-    json_object_set_new(entry, "bytes", json_integer(json_integer_value(json_object_get(
-                                                         entry, "bytes")) + (json_int_t)bytes));
+    json_int_t n_tensors = json_integer_value(json_object_get(entry, "tensors"));
+    json_int_t n_params = json_integer_value(json_object_get(entry, "params"));
+    json_int_t n_bytes = json_integer_value(json_object_get(entry, "bytes"));
+    json_object_set_new(entry, "tensors", json_integer(n_tensors + 1));
+    json_object_set_new(entry, "params", json_integer(n_params + params));
+    json_object_set_new(entry, "bytes", json_integer(n_bytes + (json_int_t)bytes));
 }
 
 /* Build the whole report of open weights. Without stats, reads no tensor data except the
@@ -803,7 +808,8 @@ lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_er
         }
         add_total(by_dtype, lp_dtype_name(t->dtype), t->n_elements, t->n_bytes);
         char role_key[48];
-        snprintf(role_key, sizeof role_key, "%s%s", lp_role_name(t->role), t->is_bias ? ".bias" : "");
+        snprintf(role_key, sizeof role_key, "%s%s", lp_role_name(t->role),
+                 t->is_bias ? ".bias" : "");
         add_total(by_role, role_key, t->n_elements, t->n_bytes);
     }
     json_t *params = json_object();
@@ -854,7 +860,10 @@ fail:
 
 /* ---- text output ---------------------------------------------------------------------------- */
 
-static int64_t jint(json_t *o, const char *key) { return json_integer_value(json_object_get(o, key)); }
+static int64_t jint(json_t *o, const char *key)
+{
+    return json_integer_value(json_object_get(o, key));
+}
 
 static void print_arch(const lp_arch *a)
 {
@@ -881,9 +890,11 @@ static void format_role(char *buf, size_t size, json_t *t)
     int n = snprintf(buf, size, "%s", json_string_value(json_object_get(t, "role")));
     json_t *layer = json_object_get(t, "layer"), *expert = json_object_get(t, "expert");
     if (json_is_integer(layer) && n >= 0 && (size_t)n < size)
-        n += snprintf(buf + n, size - (size_t)n, " L%" JSON_INTEGER_FORMAT, json_integer_value(layer));
+        n += snprintf(buf + n, size - (size_t)n, " L%" JSON_INTEGER_FORMAT,
+                      json_integer_value(layer));
     if (json_is_integer(expert) && n >= 0 && (size_t)n < size)
-        n += snprintf(buf + n, size - (size_t)n, " E%" JSON_INTEGER_FORMAT, json_integer_value(expert));
+        n += snprintf(buf + n, size - (size_t)n, " E%" JSON_INTEGER_FORMAT,
+                      json_integer_value(expert));
     if (json_is_true(json_object_get(t, "is_bias")) && n >= 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, " bias");
 }

@@ -83,7 +83,8 @@ static lp_status read_header(const lp_mapped_file *map, layout *lay, lp_error *e
                             file, lay->n_layers, LP_MAX_LAYERS);
     if (lay->dim % lay->n_heads != 0)
         return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: header n_heads %" PRId64 " at byte 12 does not divide dim %" PRId64,
+                            "%s: header n_heads %" PRId64 " at byte 12 does not divide dim %"
+                            PRId64,
                             file, lay->n_heads, lay->dim);
     if (lay->n_kv_heads > lay->n_heads || lay->n_heads % lay->n_kv_heads != 0)
         return lp_error_set(err, LP_ERR_FORMAT,
@@ -165,12 +166,14 @@ lp_status lp_llama2c_load(lp_weights *weights, const char *path, lp_error *err)
                 !lp_mul_u64(elems, 4, &layer_bytes) ||
                 !lp_mul_u64(layer_bytes, n_stack, &bytes) || !lp_add_u64(offset, bytes, &bytes))
                 return lp_error_set(err, LP_ERR_FORMAT,
-                                    "%s: size of table %s overflows 64 bits (header dims too large)",
+                                    "%s: size of table %s overflows 64 bits (header dims too "
+                                    "large)",
                                     file, tb->name);
             if (pass == 0 && bytes > map->size)
                 return lp_error_set(err, LP_ERR_FORMAT,
                                     "%s: table %s [%" PRIu64 " x %" PRId64 " x %" PRId64
-                                    "] at byte %" PRIu64 " runs past the end of the file (%zu bytes)",
+                                    "] at byte %" PRIu64
+                                    " runs past the end of the file (%zu bytes)",
                                     file, tb->name, n_stack, tb->rows, tb->cols ? tb->cols : 1,
                                     offset, map->size);
             if (pass == 1 && !tb->skipped) {

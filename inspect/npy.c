@@ -140,7 +140,8 @@ lp_status lp_npy_parse(const void *data, size_t size, const char *name, lp_npy *
     memset(out, 0, sizeof *out);
     const uint8_t *bytes = data;
     if (size < 10 || memcmp(bytes, "\x93NUMPY", 6) != 0)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic at byte 0)",
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: not a .npy file (no \\x93NUMPY magic at byte 0)",
                             name);
     out->version_major = bytes[6];
     out->version_minor = bytes[7];

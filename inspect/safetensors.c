@@ -152,6 +152,31 @@ static lp_status parse_entry(const char *file, const char *key, json_t *value, s
     return LP_OK;
 }
 
+/* On an error about one entry, say where the entry is: the absolute byte offset of its quoted
+ * name in the header (a plain search; names with JSON escapes are not found and get no
+ * location). Runs only on the error path. */
+static void add_entry_location(lp_error *err, const char *header, size_t header_len,
+                               const char *key)
+{
+    if (!err)
+        return;
+    size_t kl = strlen(key);
+    for (size_t i = 0; i + kl + 2 <= header_len; i++) {
+        if (header[i] != '"' || memcmp(header + i + 1, key, kl) != 0 || header[i + 1 + kl] != '"')
+            continue;
+        size_t j = i + kl + 2;
+        while (j < header_len && (header[j] == ' ' || header[j] == '\t' || header[j] == '\n' ||
+                                  header[j] == '\r'))
+            j++;
+        if (j < header_len && header[j] == ':') {
+            size_t used = strlen(err->msg);
+            snprintf(err->msg + used, sizeof err->msg - used, " (header entry at file byte %zu)",
+                     8 + i);
+            return;
+        }
+    }
+}
+
 static lp_status check_metadata(const char *file, json_t *meta, lp_error *err)
 {
     if (!json_is_object(meta))
@@ -218,6 +243,8 @@ lp_status lp_safetensors_parse(lp_weights *weights, int file_index, lp_error *er
         } else {
             status = parse_entry(file, key, value, &entries[n], err);
             n++;
+            if (status != LP_OK)
+                add_entry_location(err, header, (size_t)header_len, key);
         }
         if (status != LP_OK)
             goto done;
@@ -233,15 +260,17 @@ lp_status lp_safetensors_parse(lp_weights *weights, int file_index, lp_error *er
                 status = lp_error_set(err, LP_ERR_FORMAT,
                                       "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
                                       "] overlap tensor '%s' ending at %" PRIu64
-                                      " (byte %" PRIu64 ")",
+                                      " (file byte %" PRIu64 ")",
                                       file, e->name, e->begin, e->end, entries[i - 1].name,
                                       expected, data_start + e->begin);
             else
                 status = lp_error_set(err, LP_ERR_FORMAT,
                                       "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
-                                      "] leave a gap after offset %" PRIu64 " (byte %" PRIu64 ")",
+                                      "] leave a gap after offset %" PRIu64
+                                      " (file byte %" PRIu64 ")",
                                       file, e->name, e->begin, e->end, expected,
                                       data_start + expected);
+            add_entry_location(err, header, (size_t)header_len, e->name);
             goto done;
         }
         if (e->end > data_size) {
@@ -250,6 +279,7 @@ lp_status lp_safetensors_parse(lp_weights *weights, int file_index, lp_error *er
                                   "] end at byte %" PRIu64 ", past the end of the file (%zu bytes)",
                                   file, e->name, e->begin, e->end, data_start + e->end,
                                   map->size);
+            add_entry_location(err, header, (size_t)header_len, e->name);
             goto done;
         }
         expected = e->end;

@@ -169,7 +169,8 @@ const lp_tensor *lp_weights_find(const lp_weights *w, lp_role role, int layer, i
         else
             hi = mid;
     }
-    if (lo < w->n_tensors && cmp_key(role, layer, expert, is_bias, &w->tensors[w->by_role[lo]]) == 0)
+    if (lo < w->n_tensors &&
+        cmp_key(role, layer, expert, is_bias, &w->tensors[w->by_role[lo]]) == 0)
         return &w->tensors[w->by_role[lo]];
     return NULL;
 }
@@ -340,7 +341,7 @@ static lp_status open_sharded(lp_weights *w, const char *index_path, lp_error *e
                 status = lp_error_set(err, LP_ERR_FORMAT,
                                       "%s: shard '%s' holds tensor '%s', which the index does "
                                       "not list",
-                                      file, lp_path_basename(w->files[w->tensors[i].file_index].path),
+                                      file, lp_weights_file_name(w, w->tensors[i].file_index),
                                       w->tensors[i].name);
                 goto done;
             }
@@ -500,7 +501,8 @@ static lp_status resolve_folder(const char *dir, char **out, lp_error *err)
                                 suffixes[i]);
     }
     return lp_error_set(err, LP_ERR_NOT_FOUND,
-                        "%s: no model.safetensors(.index.json), *.gguf or *.bin in the folder", dir);
+                        "%s: no model.safetensors(.index.json), *.gguf or *.bin in the folder",
+                        dir);
 }
 
 lp_status lp_weights_open(const char *path, lp_weights **out, lp_error *err)
