@@ -64,6 +64,10 @@ void lp_attention(const lp_attn_args *a)
         for (int64_t r = 0; r < bq; r++) {
             row_state *rs = &rows[r];
             lp_mask_row_range(a->mask, a->batch, q0 + r, &rs->lo, &rs->hi);
+            if (rs->hi > a->n_k) /* a mask built for more keys than given: never read past K/V */
+                rs->hi = a->n_k;
+            if (rs->lo > rs->hi)
+                rs->lo = rs->hi;
             rs->pos = a->mask->q_pos0 + q0 + r;
             rs->m = -INFINITY;
             rs->l = rs->e_sum = rs->d_sum = rs->w_sum = 0.0f;

@@ -254,6 +254,10 @@ void lp_attention_ref(const lp_attn_args *a)
     for (int64_t i = 0; i < a->n_q; i++) {
         int64_t lo, hi;
         lp_mask_row_range(a->mask, a->batch, i, &lo, &hi);
+        if (hi > a->n_k)
+            hi = a->n_k;
+        if (lo > hi)
+            lo = hi;
         int64_t pos = a->mask->q_pos0 + i;
         float *out = a->out + i * a->out_stride;
         float *prow = a->probs ? a->probs + i * a->n_k : NULL;
