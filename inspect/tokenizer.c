@@ -898,6 +898,17 @@ lp_status tk_normalize(const lp_tokenizer *tok, const char *s, size_t len, char 
             st = next ? LP_OK : LP_ERR_NOMEM;
             break;
         }
+        case TK_NORM_BYTELEVEL: {
+            tk_buf b = {0};
+            tk_buf_put(&b, "", 0);
+            for (size_t j = 0; j < cur_len; j++) {
+                char u[4];
+                tk_buf_put(&b, u, lp_utf8_put(byte_cps()[(unsigned char)cur[j]], u));
+            }
+            st = b.failed ? LP_ERR_NOMEM : LP_OK;
+            next = b.data, next_len = b.len;
+            break;
+        }
         case TK_NORM_COUNT: break;
         }
         if (st != LP_OK) {

@@ -82,6 +82,7 @@ typedef enum tk_norm_kind {
     TK_NORM_PREPEND,
     TK_NORM_REPLACE, /* literal pattern, or regex when re != NULL */
     TK_NORM_STRIP,
+    TK_NORM_BYTELEVEL, /* bytes to GPT-2's printable alphabet */
     TK_NORM_COUNT
 } tk_norm_kind;
 

@@ -89,13 +89,21 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
         }
         return LP_OK;
     }
+    if (strcmp(type, "Precompiled") == 0) {
+        /* SentencePiece's compiled normalization rules: an empty map changes nothing */
+        const json_t *map = json_object_get(n, "precompiled_charsmap");
+        if (json_is_null(map) || !map || (json_is_string(map) && json_string_length(map) == 0))
+            return LP_OK;
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: a Precompiled normalizer with "
+                            "a non-empty precompiled_charsmap is not supported", c->name, where);
+    }
     static const struct {
         const char *name;
         tk_norm_kind kind;
     } simple[] = {{"NFC", TK_NORM_NFC}, {"NFD", TK_NORM_NFD}, {"NFKC", TK_NORM_NFKC},
                   {"NFKD", TK_NORM_NFKD}, {"Lowercase", TK_NORM_LOWERCASE},
                   {"Prepend", TK_NORM_PREPEND}, {"Replace", TK_NORM_REPLACE},
-                  {"Strip", TK_NORM_STRIP}};
+                  {"Strip", TK_NORM_STRIP}, {"ByteLevel", TK_NORM_BYTELEVEL}};
     int kind = -1;
     for (size_t k = 0; k < sizeof simple / sizeof simple[0]; k++)
         if (strcmp(type, simple[k].name) == 0)
@@ -103,7 +111,7 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
     if (kind < 0)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: normalizer type '%s' is not "
                             "supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, "
-                            "Sequence are)", c->name, where, type);
+                            "ByteLevel, Sequence, empty Precompiled are)", c->name, where, type);
     tk_norm *norm = grow((void **)&tok->norms, &tok->n_norms, sizeof *norm);
     if (!norm)
         return nomem(c);

@@ -963,6 +963,17 @@ static void test_normalizers_and_post(void **state)
     expect_ids(tok, "YES!", false, IDS(0, 1, 2, 3));
     expect_ids(tok, "Yes!", false, IDS(4, 3));
     lp_tokenizer_close(tok);
+    /* the ByteLevel normalizer maps bytes to the printable alphabet before the model */
+    tok = open_json("tok_bytelevel_norm.json",
+        "{\"normalizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"\\u0120\": 1, \"b\": 2,"
+        " \"\\u0120b\": 3}, \"merges\": [\"\\u0120 b\"]}}");
+    expect_ids(tok, "a b", false, IDS(0, 3));
+    int32_t bl[] = {0, 3};
+    char *bl_text = decode(tok, bl, 2, false);
+    assert_string_equal(bl_text, "a b");
+    free(bl_text);
+    lp_tokenizer_close(tok);
     /* BertProcessing: [CLS] A [SEP] */
     tok = open_json("tok_bert_post.json",
         "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", 1], \"cls\": "
