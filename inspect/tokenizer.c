@@ -17,7 +17,7 @@
 /* ------------------------------------------------------------------------------------------ */
 /* small helpers                                                                              */
 
-void tk_buf_put(tk_buf *b, const void *bytes, size_t n)
+void lp_tok_buf_put(tk_buf *b, const void *bytes, size_t n)
 {
     if (b->failed)
         return;
@@ -44,18 +44,18 @@ void tk_buf_put(tk_buf *b, const void *bytes, size_t n)
     b->data[b->len] = '\0';
 }
 
-void tk_buf_putc(tk_buf *b, char c)
+void lp_tok_buf_putc(tk_buf *b, char c)
 {
-    tk_buf_put(b, &c, 1);
+    lp_tok_buf_put(b, &c, 1);
 }
 
-void tk_buf_free(tk_buf *b)
+void lp_tok_buf_free(tk_buf *b)
 {
     free(b->data);
     memset(b, 0, sizeof *b);
 }
 
-char *tk_strndup(const char *s, size_t len)
+char *lp_tok_strndup(const char *s, size_t len)
 {
     char *copy = malloc(len + 1);
     if (!copy)
@@ -97,7 +97,7 @@ static bool byte_is_printable(unsigned b)
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
 }
 
-uint32_t tk_byte_to_cp(uint8_t b)
+uint32_t lp_tok_byte_to_cp(uint8_t b)
 {
     if (byte_is_printable(b))
         return b;
@@ -109,7 +109,7 @@ uint32_t tk_byte_to_cp(uint8_t b)
     return 256 + n;
 }
 
-int tk_cp_to_byte(uint32_t cp)
+int lp_tok_cp_to_byte(uint32_t cp)
 {
     if (cp < 256)
         return byte_is_printable(cp) ? (int)cp : -1;
@@ -122,7 +122,7 @@ int tk_cp_to_byte(uint32_t cp)
     return -1;
 }
 
-/* tk_byte_to_cp for every byte, spelled out so that encoding needs no lazy (racy) init. */
+/* lp_tok_byte_to_cp for every byte, spelled out so that encoding needs no lazy (racy) init. */
 static const uint32_t byte_cp_table[256] = {
     0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x106, 0x107, 0x108, 0x109, 0x10A, 0x10B,
     0x10C, 0x10D, 0x10E, 0x10F, 0x110, 0x111, 0x112, 0x113, 0x114, 0x115, 0x116, 0x117,
@@ -157,16 +157,16 @@ static const uint32_t *byte_cps(void)
 /* regexes                                                                                    */
 
 /* GPT-2's pattern, which ByteLevel(use_regex: true) implies. */
-const char tk_regex_gpt2[] =
+const char lp_tok_regex_gpt2[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-const char tk_regex_llama3[] =
+const char lp_tok_regex_llama3[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-const char tk_regex_qwen2[] =
+const char lp_tok_regex_qwen2[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-lp_status tk_compile_regex(const char *pattern, size_t len, pcre2_code **out, const char *where,
+lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out, const char *where,
                            lp_error *err)
 {
     int code;
@@ -275,9 +275,9 @@ static lp_status replace_all(const pcre2_code *re, const char *lit, size_t lit_l
     if (st == LP_OK)
         for (size_t k = 0; k < spans.n; k++) {
             if (spans.v[k].match)
-                tk_buf_put(out, content, content_len);
+                lp_tok_buf_put(out, content, content_len);
             else
-                tk_buf_put(out, s + spans.v[k].start, spans.v[k].end - spans.v[k].start);
+                lp_tok_buf_put(out, s + spans.v[k].start, spans.v[k].end - spans.v[k].start);
         }
     free(spans.v);
     if (st == LP_OK && out->failed)
@@ -288,12 +288,12 @@ static lp_status replace_all(const pcre2_code *re, const char *lit, size_t lit_l
 /* ------------------------------------------------------------------------------------------ */
 /* vocabulary and merges                                                                      */
 
-lp_tokenizer *tk_new(const char *path, const char *kind)
+lp_tokenizer *lp_tok_new(const char *path, const char *kind)
 {
     lp_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok)
         return NULL;
-    tok->path = tk_strndup(path, strlen(path));
+    tok->path = lp_tok_strndup(path, strlen(path));
     if (!tok->path) {
         free(tok);
         return NULL;
@@ -305,7 +305,7 @@ lp_tokenizer *tk_new(const char *path, const char *kind)
     return tok;
 }
 
-lp_status tk_alloc_vocab(lp_tokenizer *tok, int64_t n_vocab, lp_error *err)
+lp_status lp_tok_alloc_vocab(lp_tokenizer *tok, int64_t n_vocab, lp_error *err)
 {
     if (n_vocab <= 0 || n_vocab > INT32_MAX)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: vocabulary size %lld outside [1, %d]",
@@ -345,7 +345,7 @@ static char *pool_copy(lp_tokenizer *tok, const char *s, size_t len)
     return copy;
 }
 
-lp_status tk_set_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len, lp_error *err)
+lp_status lp_tok_set_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len, lp_error *err)
 {
     LP_ASSERT(id >= 0 && id < tok->n_vocab);
     if (len > UINT32_MAX - 1)
@@ -378,7 +378,7 @@ static uint64_t hash_u64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-int32_t tk_vocab_find(const lp_tokenizer *tok, const char *s, size_t len)
+int32_t lp_tok_vocab_find(const lp_tokenizer *tok, const char *s, size_t len)
 {
     if (!tok->vocab.slots)
         return -1;
@@ -411,7 +411,7 @@ static void parse_byte_piece(lp_tokenizer *tok, int32_t id)
         tok->byte_ids[v] = id;
 }
 
-lp_status tk_build_vocab_map(lp_tokenizer *tok, lp_error *err)
+lp_status lp_tok_build_vocab_map(lp_tokenizer *tok, lp_error *err)
 {
     size_t cap = 16;
     while (cap < (size_t)tok->n_vocab * 2)
@@ -443,7 +443,7 @@ lp_status tk_build_vocab_map(lp_tokenizer *tok, lp_error *err)
     return LP_OK;
 }
 
-lp_status tk_merges_init(lp_tokenizer *tok, size_t n_expected, lp_error *err)
+lp_status lp_tok_merges_init(lp_tokenizer *tok, size_t n_expected, lp_error *err)
 {
     size_t cap = 16;
     while (cap < n_expected * 2)
@@ -470,7 +470,7 @@ static const tk_merge_slot *merges_find(const lp_tokenizer *tok, int32_t left, i
     return NULL;
 }
 
-bool tk_merges_add(lp_tokenizer *tok, int32_t left, int32_t right, int32_t rank, int32_t new_id)
+bool lp_tok_merges_add(lp_tokenizer *tok, int32_t left, int32_t right, int32_t rank, int32_t new_id)
 {
     uint64_t key = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
     size_t i = (size_t)hash_u64(key) & tok->merges_mask;
@@ -574,7 +574,7 @@ static bool pair_candidate(const lp_tokenizer *tok, const char *word, const tk_s
         return true;
     }
     /* score models: the concatenated text must be a vocabulary string */
-    int32_t id = tk_vocab_find(tok, word + l->start, (size_t)l->len + r->len);
+    int32_t id = lp_tok_vocab_find(tok, word + l->start, (size_t)l->len + r->len);
     if (id < 0)
         return false;
     *out = (tk_cand){-(double)tok->scores[id], (uint32_t)a, (uint32_t)b, l->len + r->len, id};
@@ -653,7 +653,7 @@ static lp_status bpe_word_merges(const lp_tokenizer *tok, const char *w, size_t 
     if (len > UINT32_MAX / 2)
         return LP_ERR_RANGE;
     if (tok->ignore_merges) {
-        int32_t id = tk_vocab_find(tok, w, len);
+        int32_t id = lp_tok_vocab_find(tok, w, len);
         if (id >= 0) {
             ids_push(out, id);
             return LP_OK;
@@ -673,16 +673,16 @@ static lp_status bpe_word_merges(const lp_tokenizer *tok, const char *w, size_t 
         if ((tok->cont_prefix_len && start > 0) || (tok->eow_suffix_len && i == len)) {
             tmp.len = 0;
             if (tok->cont_prefix_len && start > 0)
-                tk_buf_put(&tmp, tok->cont_prefix, tok->cont_prefix_len);
-            tk_buf_put(&tmp, w + start, clen);
+                lp_tok_buf_put(&tmp, tok->cont_prefix, tok->cont_prefix_len);
+            lp_tok_buf_put(&tmp, w + start, clen);
             if (tok->eow_suffix_len && i == len)
-                tk_buf_put(&tmp, tok->eow_suffix, tok->eow_suffix_len);
+                lp_tok_buf_put(&tmp, tok->eow_suffix, tok->eow_suffix_len);
             if (tmp.failed)
                 break;
             key = tmp.data;
             key_len = tmp.len;
         }
-        int32_t id = tk_vocab_find(tok, key, key_len);
+        int32_t id = lp_tok_vocab_find(tok, key, key_len);
         if (id >= 0) {
             if (unk_pending >= 0) {
                 sym_push(&syms, tok->unk_id, (size_t)unk_pending, unk_len);
@@ -718,7 +718,7 @@ static lp_status bpe_word_merges(const lp_tokenizer *tok, const char *w, size_t 
     }
     if (unk_pending >= 0)
         sym_push(&syms, tok->unk_id, (size_t)unk_pending, unk_len);
-    tk_buf_free(&tmp);
+    lp_tok_buf_free(&tmp);
     if (syms.failed || tmp.failed) {
         free(syms.v);
         return LP_ERR_NOMEM;
@@ -754,7 +754,7 @@ static lp_status bpe_word_scores(const lp_tokenizer *tok, const char *w, size_t 
         size_t start = i;
         size_t n = lead_len[(unsigned char)w[i] >> 4];
         i += n < len - i ? n : len - i;
-        sym_push(&syms, tk_vocab_find(tok, w + start, i - start), start, i - start);
+        sym_push(&syms, lp_tok_vocab_find(tok, w + start, i - start), start, i - start);
     }
     if (syms.failed) {
         free(syms.v);
@@ -788,15 +788,15 @@ static lp_status encode_llama2c(const lp_tokenizer *tok, const char *text, size_
 {
     tk_buf word = {0};
     sym_vec syms = {0};
-    int32_t space = tk_vocab_find(tok, " ", 1);
+    int32_t space = lp_tok_vocab_find(tok, " ", 1);
     lp_status st = LP_OK;
     if (add_bos && tok->n_vocab > 1) {
         sym_push(&syms, 1, word.len, tok->piece_len[1]);
-        tk_buf_put(&word, tok->pieces[1], tok->piece_len[1]);
+        lp_tok_buf_put(&word, tok->pieces[1], tok->piece_len[1]);
     }
     if (len > 0 && space >= 0) {
         sym_push(&syms, space, word.len, 1);
-        tk_buf_put(&word, " ", 1);
+        lp_tok_buf_put(&word, " ", 1);
     }
     size_t i = 0;
     while (i < len) {
@@ -804,10 +804,10 @@ static lp_status encode_llama2c(const lp_tokenizer *tok, const char *text, size_
         size_t start = i++;
         while (i < len && i - start < 4 && ((unsigned char)text[i] & 0xC0) == 0x80)
             i++;
-        int32_t id = tk_vocab_find(tok, text + start, i - start);
+        int32_t id = lp_tok_vocab_find(tok, text + start, i - start);
         if (id >= 0) {
             sym_push(&syms, id, word.len, i - start);
-            tk_buf_put(&word, text + start, i - start);
+            lp_tok_buf_put(&word, text + start, i - start);
             continue;
         }
         for (size_t b = start; b < i; b++) {
@@ -815,7 +815,7 @@ static lp_status encode_llama2c(const lp_tokenizer *tok, const char *text, size_
             if (bid >= tok->n_vocab || !tok->pieces[bid])
                 continue;
             sym_push(&syms, bid, word.len, tok->piece_len[bid]);
-            tk_buf_put(&word, tok->pieces[bid], tok->piece_len[bid]);
+            lp_tok_buf_put(&word, tok->pieces[bid], tok->piece_len[bid]);
         }
     }
     if (word.failed || syms.failed || word.len > UINT32_MAX / 2) {
@@ -832,7 +832,7 @@ static lp_status encode_llama2c(const lp_tokenizer *tok, const char *text, size_
         for (int32_t k = syms.n ? 0 : -1; k >= 0; k = syms.v[k].next)
             ids_push(out, syms.v[k].id);
 done:
-    tk_buf_free(&word);
+    lp_tok_buf_free(&word);
     free(syms.v);
     return st;
 }
@@ -841,10 +841,10 @@ done:
 /* normalizers and pre-tokenizers                                                             */
 
 /* Apply the normalizers to s; *out is malloc'd (NUL-terminated). */
-lp_status tk_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
+lp_status lp_tok_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
                        size_t *out_len)
 {
-    char *cur = tk_strndup(s, len);
+    char *cur = lp_tok_strndup(s, len);
     if (!cur)
         return LP_ERR_NOMEM;
     size_t cur_len = len;
@@ -863,8 +863,8 @@ lp_status tk_normalize(const lp_tokenizer *tok, const char *s, size_t len, char 
             if (cur_len == 0)
                 continue; /* Hugging Face prepends only to non-empty text */
             tk_buf b = {0};
-            tk_buf_put(&b, n->pattern, n->pattern_len);
-            tk_buf_put(&b, cur, cur_len);
+            lp_tok_buf_put(&b, n->pattern, n->pattern_len);
+            lp_tok_buf_put(&b, cur, cur_len);
             st = b.failed ? LP_ERR_NOMEM : LP_OK;
             next = b.data, next_len = b.len;
             break;
@@ -874,7 +874,7 @@ lp_status tk_normalize(const lp_tokenizer *tok, const char *s, size_t len, char 
             st = replace_all(n->re, n->pattern, n->pattern_len, n->content, n->content_len, cur,
                              cur_len, &b);
             if (st == LP_OK && !b.data)
-                tk_buf_put(&b, "", 0);
+                lp_tok_buf_put(&b, "", 0);
             st = st == LP_OK && b.failed ? LP_ERR_NOMEM : st;
             next = b.data, next_len = b.len;
             break;
@@ -893,17 +893,17 @@ lp_status tk_normalize(const lp_tokenizer *tok, const char *s, size_t len, char 
                     break;
                 e = j;
             }
-            next = tk_strndup(cur + a, e - a);
+            next = lp_tok_strndup(cur + a, e - a);
             next_len = e - a;
             st = next ? LP_OK : LP_ERR_NOMEM;
             break;
         }
         case TK_NORM_BYTELEVEL: {
             tk_buf b = {0};
-            tk_buf_put(&b, "", 0);
+            lp_tok_buf_put(&b, "", 0);
             for (size_t j = 0; j < cur_len; j++) {
                 char u[4];
-                tk_buf_put(&b, u, lp_utf8_put(byte_cps()[(unsigned char)cur[j]], u));
+                lp_tok_buf_put(&b, u, lp_utf8_put(byte_cps()[(unsigned char)cur[j]], u));
             }
             st = b.failed ? LP_ERR_NOMEM : LP_OK;
             next = b.data, next_len = b.len;
@@ -956,14 +956,14 @@ static void splits_push(tk_splits *s, const char *bytes, size_t len)
     s->off[s->n] = s->buf.len;
     s->len[s->n] = len;
     s->n++;
-    tk_buf_put(&s->buf, bytes, len);
+    lp_tok_buf_put(&s->buf, bytes, len);
     if (s->buf.failed)
         s->failed = true;
 }
 
 static void splits_free(tk_splits *s)
 {
-    tk_buf_free(&s->buf);
+    lp_tok_buf_free(&s->buf);
     free(s->off);
     free(s->len);
     memset(s, 0, sizeof *s);
@@ -1054,8 +1054,8 @@ static lp_status pretokenize_step(const tk_pre *p, const tk_splits *in, bool at_
         case TK_PRE_BYTELEVEL: {
             tmp.len = 0;
             if (p->add_prefix_space && s[0] != ' ')
-                tk_buf_putc(&tmp, ' ');
-            tk_buf_put(&tmp, s, len);
+                lp_tok_buf_putc(&tmp, ' ');
+            lp_tok_buf_put(&tmp, s, len);
             if (tmp.failed) {
                 st = LP_ERR_NOMEM;
                 break;
@@ -1076,13 +1076,13 @@ static lp_status pretokenize_step(const tk_pre *p, const tk_splits *in, bool at_
                 const unsigned char *b = (const unsigned char *)parts.buf.data + parts.off[q];
                 for (size_t j = 0; j < parts.len[q]; j++) {
                     char u[4];
-                    tk_buf_put(&mapped, u, lp_utf8_put(bcp[b[j]], u));
+                    lp_tok_buf_put(&mapped, u, lp_utf8_put(bcp[b[j]], u));
                 }
                 if (mapped.failed)
                     st = LP_ERR_NOMEM;
                 else
                     splits_push(out, mapped.data, mapped.len);
-                tk_buf_free(&mapped);
+                lp_tok_buf_free(&mapped);
             }
             splits_free(&parts);
             break;
@@ -1101,7 +1101,7 @@ static lp_status pretokenize_step(const tk_pre *p, const tk_splits *in, bool at_
                     prepend = true;
             }
             if (prepend)
-                tk_buf_put(&tmp, p->replacement, p->replacement_len);
+                lp_tok_buf_put(&tmp, p->replacement, p->replacement_len);
             st = replace_all(NULL, " ", 1, p->replacement, p->replacement_len, s, len, &tmp);
             if (st != LP_OK)
                 break;
@@ -1122,7 +1122,7 @@ static lp_status pretokenize_step(const tk_pre *p, const tk_splits *in, bool at_
         }
     }
     free(spans.v);
-    tk_buf_free(&tmp);
+    lp_tok_buf_free(&tmp);
     if (st == LP_OK && out->failed)
         st = LP_ERR_NOMEM;
     return st;
@@ -1211,7 +1211,7 @@ static void seg_push(seg_vec *s, size_t start, size_t len, int32_t added)
     s->v[s->n++] = (seg){start, len, added};
 }
 
-lp_status tk_prepare_added(lp_tokenizer *tok, lp_error *err)
+lp_status lp_tok_prepare_added(lp_tokenizer *tok, lp_error *err)
 {
     bool word = false;
     for (size_t k = 0; k < tok->n_added; k++) {
@@ -1220,9 +1220,9 @@ lp_status tk_prepare_added(lp_tokenizer *tok, lp_error *err)
         a->pattern = NULL;
         lp_status st;
         if (a->normalized) {
-            st = tk_normalize(tok, a->content, a->len, &a->pattern, &a->pattern_len);
+            st = lp_tok_normalize(tok, a->content, a->len, &a->pattern, &a->pattern_len);
         } else {
-            a->pattern = tk_strndup(a->content, a->len);
+            a->pattern = lp_tok_strndup(a->content, a->len);
             a->pattern_len = a->len;
             st = a->pattern ? LP_OK : LP_ERR_NOMEM;
         }
@@ -1234,7 +1234,7 @@ lp_status tk_prepare_added(lp_tokenizer *tok, lp_error *err)
     if (word && !tok->word_re) {
         /* Rust regex's \w: Alphabetic, marks, decimal digits, connectors, joiners */
         static const char pattern[] = "[\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]";
-        return tk_compile_regex(pattern, strlen(pattern), &tok->word_re,
+        return lp_tok_compile_regex(pattern, strlen(pattern), &tok->word_re,
                                 lp_path_basename(tok->path), err);
     }
     return LP_OK;
@@ -1307,7 +1307,7 @@ static lp_status encode_text(const lp_tokenizer *tok, const char *text, size_t l
         }
         char *norm;
         size_t norm_len;
-        st = tk_normalize(tok, text + g->start, g->len, &norm, &norm_len);
+        st = lp_tok_normalize(tok, text + g->start, g->len, &norm, &norm_len);
         if (st != LP_OK)
             break;
         seg_vec sub = {0};
@@ -1382,7 +1382,7 @@ typedef struct str_vec {
 static void strs_free(str_vec *s)
 {
     for (size_t k = 0; k < s->n; k++)
-        tk_buf_free(&s->v[k]);
+        lp_tok_buf_free(&s->v[k]);
     free(s->v);
     s->v = NULL;
     s->n = 0;
@@ -1416,12 +1416,12 @@ static lp_status cleanup_spaces(tk_buf *b)
         lp_status st = replace_all(NULL, from[k], strlen(from[k]), to[k], strlen(to[k]),
                                    b->data ? b->data : "", b->len, &out);
         if (st != LP_OK) {
-            tk_buf_free(&out);
+            lp_tok_buf_free(&out);
             return st;
         }
         if (!out.data)
-            tk_buf_put(&out, "", 0);
-        tk_buf_free(b);
+            lp_tok_buf_put(&out, "", 0);
+        lp_tok_buf_free(b);
         *b = out;
     }
     return LP_OK;
@@ -1445,27 +1445,27 @@ static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_l
                 size_t i = 0;
                 while (i < len) {
                     int32_t cp = lp_utf8_next(s, len, &i);
-                    int b = cp < 0 ? -1 : tk_cp_to_byte((uint32_t)cp);
+                    int b = cp < 0 ? -1 : lp_tok_cp_to_byte((uint32_t)cp);
                     if (b < 0) {
                         ok = false;
                         break;
                     }
-                    tk_buf_putc(&bytes, (char)b);
+                    lp_tok_buf_putc(&bytes, (char)b);
                 }
                 if (ok)
-                    tk_buf_put(&all, bytes.data, bytes.len);
+                    lp_tok_buf_put(&all, bytes.data, bytes.len);
                 else
-                    tk_buf_put(&all, s, len);
-                tk_buf_free(&bytes);
+                    lp_tok_buf_put(&all, s, len);
+                lp_tok_buf_free(&bytes);
             }
             if (all.failed) {
-                tk_buf_free(&all);
+                lp_tok_buf_free(&all);
                 return LP_ERR_NOMEM;
             }
             strs_free(strs);
             strs->v = malloc(sizeof *strs->v);
             if (!strs->v) {
-                tk_buf_free(&all);
+                lp_tok_buf_free(&all);
                 return LP_ERR_NOMEM;
             }
             strs->v[0] = all;
@@ -1489,10 +1489,10 @@ static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_l
                                            dec->kind == TK_DEC_METASPACE ? 1 : dec->content_len,
                                            s, len, &out);
                 if (st != LP_OK) {
-                    tk_buf_free(&out);
+                    lp_tok_buf_free(&out);
                     return st;
                 }
-                tk_buf_free(&strs->v[k]);
+                lp_tok_buf_free(&strs->v[k]);
                 strs->v[k] = out;
             }
             break;
@@ -1507,12 +1507,12 @@ static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_l
                 }
                 tk_buf bytes = {0};
                 while (k < strs->n && is_byte_token(strs->v[k].data, strs->v[k].len, &v)) {
-                    tk_buf_putc(&bytes, (char)v);
-                    tk_buf_free(&strs->v[k]);
+                    lp_tok_buf_putc(&bytes, (char)v);
+                    lp_tok_buf_free(&strs->v[k]);
                     k++;
                 }
                 if (bytes.failed) {
-                    tk_buf_free(&bytes);
+                    lp_tok_buf_free(&bytes);
                     strs->n = w;
                     return LP_ERR_NOMEM;
                 }
@@ -1525,8 +1525,8 @@ static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_l
             if (strs->n <= 1)
                 break;
             for (size_t k = 1; k < strs->n; k++) {
-                tk_buf_put(&strs->v[0], strs->v[k].data, strs->v[k].len);
-                tk_buf_free(&strs->v[k]);
+                lp_tok_buf_put(&strs->v[0], strs->v[k].data, strs->v[k].len);
+                lp_tok_buf_free(&strs->v[k]);
             }
             strs->n = 1;
             if (strs->v[0].failed)
@@ -1564,10 +1564,10 @@ static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_l
                                            last ? 0 : 1, strs->v[k].data ? strs->v[k].data : "",
                                            strs->v[k].len, &out);
                 if (st != LP_OK) {
-                    tk_buf_free(&out);
+                    lp_tok_buf_free(&out);
                     return st;
                 }
-                tk_buf_free(&strs->v[k]);
+                lp_tok_buf_free(&strs->v[k]);
                 strs->v[k] = out;
             }
             break;
@@ -1582,20 +1582,20 @@ static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_l
                         s += dec->pattern_len;
                         len -= dec->pattern_len;
                     } else if (!for_label) {
-                        tk_buf_putc(&out, ' ');
+                        lp_tok_buf_putc(&out, ' ');
                     }
                 }
-                tk_buf_put(&out, s, len);
+                lp_tok_buf_put(&out, s, len);
                 if (!out.data)
-                    tk_buf_put(&out, "", 0);
+                    lp_tok_buf_put(&out, "", 0);
                 lp_status st = out.failed ? LP_ERR_NOMEM : LP_OK;
                 if (st == LP_OK && dec->cleanup && !for_label)
                     st = cleanup_spaces(&out);
                 if (st != LP_OK) {
-                    tk_buf_free(&out);
+                    lp_tok_buf_free(&out);
                     return st;
                 }
-                tk_buf_free(&strs->v[k]);
+                lp_tok_buf_free(&strs->v[k]);
                 strs->v[k] = out;
             }
             break;
@@ -1624,7 +1624,7 @@ lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_
         if (skip_special && (tok->flags[id] & TK_FLAG_SPECIAL))
             continue;
         tk_buf *b = &strs.v[strs.n++];
-        tk_buf_put(b, tok->pieces[id], tok->piece_len[id]);
+        lp_tok_buf_put(b, tok->pieces[id], tok->piece_len[id]);
         if (b->failed) {
             strs_free(&strs);
             return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
@@ -1632,17 +1632,17 @@ lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_
     }
     lp_status st = run_decoders(tok, &strs, false);
     tk_buf all = {0};
-    tk_buf_put(&all, "", 0);
+    lp_tok_buf_put(&all, "", 0);
     for (size_t k = 0; k < strs.n && st == LP_OK; k++) {
         if (k > 0 && tok->n_decs == 0)
-            tk_buf_putc(&all, ' '); /* Hugging Face joins with spaces when there is no decoder */
-        tk_buf_put(&all, strs.v[k].data, strs.v[k].len);
+            lp_tok_buf_putc(&all, ' '); /* Hugging Face joins with spaces when there is no decoder */
+        lp_tok_buf_put(&all, strs.v[k].data, strs.v[k].len);
     }
     strs_free(&strs);
     if (st == LP_OK && all.failed)
         st = LP_ERR_NOMEM;
     if (st != LP_OK) {
-        tk_buf_free(&all);
+        lp_tok_buf_free(&all);
         return lp_error_set(err, st, "%s: out of memory decoding %zu ids",
                             lp_path_basename(tok->path), n_ids);
     }
@@ -1661,29 +1661,29 @@ const char *lp_tokenizer_piece(const lp_tokenizer *tok, int32_t id)
 static char *escape_label(const char *s, size_t len)
 {
     tk_buf out = {0};
-    tk_buf_put(&out, "", 0);
+    lp_tok_buf_put(&out, "", 0);
     size_t i = 0;
     while (i < len) {
         size_t at = i;
         int32_t cp = lp_utf8_next(s, len, &i);
         char esc[8];
         if (cp == '\n')
-            tk_buf_put(&out, "\\n", 2);
+            lp_tok_buf_put(&out, "\\n", 2);
         else if (cp == '\t')
-            tk_buf_put(&out, "\\t", 2);
+            lp_tok_buf_put(&out, "\\t", 2);
         else if (cp == '\r')
-            tk_buf_put(&out, "\\r", 2);
+            lp_tok_buf_put(&out, "\\r", 2);
         else if (cp == '\\')
-            tk_buf_put(&out, "\\\\", 2);
+            lp_tok_buf_put(&out, "\\\\", 2);
         else if (cp < 0 || cp < 0x20 || cp == 0x7F) {
             snprintf(esc, sizeof esc, "\\x%02X", (unsigned char)s[at]);
-            tk_buf_put(&out, esc, 4);
+            lp_tok_buf_put(&out, esc, 4);
         } else {
-            tk_buf_put(&out, s + at, i - at);
+            lp_tok_buf_put(&out, s + at, i - at);
         }
     }
     if (out.failed) {
-        tk_buf_free(&out);
+        lp_tok_buf_free(&out);
         return NULL;
     }
     return out.data;
@@ -1706,15 +1706,15 @@ char *lp_tokenizer_label(const lp_tokenizer *tok, int32_t id)
     str_vec strs = {calloc(1, sizeof(tk_buf)), 1};
     if (!strs.v)
         return NULL;
-    tk_buf_put(&strs.v[0], p, len);
+    lp_tok_buf_put(&strs.v[0], p, len);
     lp_status st = strs.v[0].failed ? LP_ERR_NOMEM : run_decoders(tok, &strs, true);
     tk_buf all = {0};
     for (size_t k = 0; k < strs.n && st == LP_OK; k++)
-        tk_buf_put(&all, strs.v[k].data, strs.v[k].len);
+        lp_tok_buf_put(&all, strs.v[k].data, strs.v[k].len);
     strs_free(&strs);
     char *label = st == LP_OK && !all.failed ? escape_label(all.data ? all.data : "", all.len)
                                              : NULL;
-    tk_buf_free(&all);
+    lp_tok_buf_free(&all);
     return label;
 }
 
@@ -1800,7 +1800,7 @@ static bool llama2c_plausible(const uint8_t *data, size_t size, int64_t *n_token
     return n > 0;
 }
 
-lp_status tk_load_llama2c(const char *path, const uint8_t *data, size_t size,
+lp_status lp_tok_load_llama2c(const char *path, const uint8_t *data, size_t size,
                           lp_tokenizer **out, lp_error *err)
 {
     const char *name = lp_path_basename(path);
@@ -1809,10 +1809,10 @@ lp_status tk_load_llama2c(const char *path, const uint8_t *data, size_t size,
         return lp_error_set(err, LP_ERR_FORMAT, "%s: not a llama2.c tokenizer (records of "
                             "float32 score, int32 len, bytes do not fill the %zu-byte file)",
                             name, size);
-    lp_tokenizer *tok = tk_new(path, "llama2c");
+    lp_tokenizer *tok = lp_tok_new(path, "llama2c");
     if (!tok)
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
-    lp_status st = tk_alloc_vocab(tok, n_tokens, err);
+    lp_status st = lp_tok_alloc_vocab(tok, n_tokens, err);
     if (st == LP_OK) {
         tok->scores = malloc((size_t)n_tokens * sizeof *tok->scores);
         if (!tok->scores)
@@ -1822,11 +1822,11 @@ lp_status tk_load_llama2c(const char *path, const uint8_t *data, size_t size,
     for (int64_t i = 0; i < n_tokens && st == LP_OK; i++) {
         tok->scores[i] = lp_load_f32(data + off);
         int32_t len = lp_load_i32(data + off + 4);
-        st = tk_set_piece(tok, (int32_t)i, (const char *)data + off + 8, (size_t)len, err);
+        st = lp_tok_set_piece(tok, (int32_t)i, (const char *)data + off + 8, (size_t)len, err);
         off += 8 + (size_t)len;
     }
     if (st == LP_OK)
-        st = tk_build_vocab_map(tok, err);
+        st = lp_tok_build_vocab_map(tok, err);
     if (st != LP_OK) {
         lp_tokenizer_close(tok);
         return st;
@@ -1837,7 +1837,7 @@ lp_status tk_load_llama2c(const char *path, const uint8_t *data, size_t size,
     /* run.c decodes <0xXX> to bytes and drops the space after BOS; Strip does the latter
      * once special tokens are skipped. */
     tok->decs = calloc(3, sizeof *tok->decs);
-    if (!tok->decs || !(tok->decs[2].content = tk_strndup(" ", 1))) {
+    if (!tok->decs || !(tok->decs[2].content = lp_tok_strndup(" ", 1))) {
         lp_tokenizer_close(tok);
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
     }
@@ -1874,7 +1874,7 @@ static char *find_in_dir(const char *dir, bool (*want)(const char *name))
     while ((e = readdir(d)) != NULL) {
         if (!want(e->d_name) || (best && strcmp(e->d_name, best) >= 0))
             continue;
-        char *copy = tk_strndup(e->d_name, strlen(e->d_name));
+        char *copy = lp_tok_strndup(e->d_name, strlen(e->d_name));
         if (copy) {
             free(best);
             best = copy;
@@ -1899,7 +1899,7 @@ static lp_status open_dir(const char *dir, lp_tokenizer **out, lp_error *err)
 {
     static const char *const names[] = {"tokenizer.json", "tokenizer.bin"};
     for (size_t k = 0; k < 2 + 2; k++) {
-        char *name = k < 2 ? tk_strndup(names[k], strlen(names[k]))
+        char *name = k < 2 ? lp_tok_strndup(names[k], strlen(names[k]))
                            : find_in_dir(dir, k == 2 ? is_tok_bin : is_gguf);
         if (!name)
             continue;
@@ -1932,15 +1932,15 @@ static lp_status open_file(const char *path, bool look_beside, lp_tokenizer **ou
         i++;
     if (size >= 4 && memcmp(d, "GGUF", 4) == 0) {
         lp_unmap_file(&map);
-        return tk_load_gguf_path(path, out, err);
+        return lp_tok_load_gguf_path(path, out, err);
     }
     if (i < size && d[i] == '{') {
         lp_unmap_file(&map);
-        return tk_load_json(path, out, err);
+        return lp_tok_load_json(path, out, err);
     }
     int64_t n;
     if (llama2c_plausible(d, size, &n)) {
-        st = tk_load_llama2c(path, d, size, out, err);
+        st = lp_tok_load_llama2c(path, d, size, out, err);
         lp_unmap_file(&map);
         return st;
     }
@@ -1949,7 +1949,7 @@ static lp_status open_file(const char *path, bool look_beside, lp_tokenizer **ou
         return lp_error_set(err, LP_ERR_FORMAT, "%s: not a tokenizer (tokenizer.json, llama2.c "
                             "tokenizer .bin or .gguf)", path);
     /* a model file (safetensors, llama2.c checkpoint): use the tokenizer in its folder */
-    char *dir = tk_strndup(path, strlen(path));
+    char *dir = lp_tok_strndup(path, strlen(path));
     if (!dir)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
     char *slash = strrchr(dir, '/');

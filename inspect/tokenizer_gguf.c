@@ -52,9 +52,9 @@ static const char regex_gpt2_no_tail[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 
 static const pre_family pre_families[] = {
-    {" default gpt2 gpt-2 mpt olmo jais trillion ", {tk_regex_gpt2}},
-    {" llama3 llama-v3 llama-bpe falcon3 pixtral dbrx smaug-bpe ", {tk_regex_llama3}},
-    {" qwen2 qwen stablelm2 deepseek-r1-qwen megrez ", {tk_regex_qwen2}},
+    {" default gpt2 gpt-2 mpt olmo jais trillion ", {lp_tok_regex_gpt2}},
+    {" llama3 llama-v3 llama-bpe falcon3 pixtral dbrx smaug-bpe ", {lp_tok_regex_llama3}},
+    {" qwen2 qwen stablelm2 deepseek-r1-qwen megrez ", {lp_tok_regex_qwen2}},
     {" starcoder refact command-r smollm codeshell exaone minerva-7b ",
      {regex_digit, regex_gpt2_no_tail}},
     {" deepseek-coder ",
@@ -120,10 +120,10 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
         return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.scores missing for a "
                             "llama vocabulary", name);
 
-    lp_tokenizer *tok = tk_new(path, is_llama ? "gguf-llama" : "gguf-gpt2");
+    lp_tokenizer *tok = lp_tok_new(path, is_llama ? "gguf-llama" : "gguf-gpt2");
     if (!tok)
         return nomem(name, err);
-    lp_status st = tk_alloc_vocab(tok, (int64_t)n, err);
+    lp_status st = lp_tok_alloc_vocab(tok, (int64_t)n, err);
     if (st == LP_OK && is_llama) {
         tok->scores = calloc((size_t)n, sizeof *tok->scores);
         if (!tok->scores)
@@ -137,7 +137,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
                               name, (unsigned long long)i);
             break;
         }
-        st = tk_set_piece(tok, (int32_t)i, s, len, err);
+        st = lp_tok_set_piece(tok, (int32_t)i, s, len, err);
         if (st != LP_OK)
             break;
         int64_t type = GGUF_TOKEN_NORMAL;
@@ -153,7 +153,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
         if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_USER_DEFINED) {
             /* matched in text like Hugging Face's added tokens */
             tk_added *a = grow((void **)&tok->added, &tok->n_added, sizeof *a);
-            if (!a || !(a->content = tk_strndup(s, len))) {
+            if (!a || !(a->content = lp_tok_strndup(s, len))) {
                 st = nomem(name, err);
                 break;
             }
@@ -165,7 +165,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
             tok->unk_id = (int32_t)i;
     }
     if (st == LP_OK)
-        st = tk_build_vocab_map(tok, err);
+        st = lp_tok_build_vocab_map(tok, err);
     int64_t v;
     if (st == LP_OK && lp_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", &v) && v >= 0 &&
         v < (int64_t)n)
@@ -215,23 +215,23 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
             if (space_prefix) {
                 tk_norm *p = &tok->norms[tok->n_norms++];
                 p->kind = TK_NORM_PREPEND;
-                p->pattern = tk_strndup(meta, 3);
+                p->pattern = lp_tok_strndup(meta, 3);
                 p->pattern_len = 3;
             }
             tk_norm *r = &tok->norms[tok->n_norms++];
             r->kind = TK_NORM_REPLACE;
-            r->pattern = tk_strndup(" ", 1);
+            r->pattern = lp_tok_strndup(" ", 1);
             r->pattern_len = 1;
-            r->content = tk_strndup(meta, 3);
+            r->content = lp_tok_strndup(meta, 3);
             r->content_len = 3;
             if (!r->pattern || !r->content || (space_prefix && !tok->norms[0].pattern))
                 st = nomem(name, err);
         }
         tk_dec *d;
         if (st == LP_OK && (d = add_dec(tok, TK_DEC_REPLACE)) != NULL) {
-            d->pattern = tk_strndup(meta, 3);
+            d->pattern = lp_tok_strndup(meta, 3);
             d->pattern_len = 3;
-            d->content = tk_strndup(" ", 1);
+            d->content = lp_tok_strndup(" ", 1);
             d->content_len = 1;
             if (!d->pattern || !d->content)
                 st = nomem(name, err);
@@ -242,7 +242,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
             st = nomem(name, err);
         if (st == LP_OK && space_prefix) {
             d = add_dec(tok, TK_DEC_STRIP);
-            if (!d || !(d->content = tk_strndup(" ", 1)))
+            if (!d || !(d->content = lp_tok_strndup(" ", 1)))
                 st = nomem(name, err);
             else
                 d->content_len = 1, d->start = 1;
@@ -268,7 +268,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
             tk_pre *p = &tok->pres[tok->n_pres++];
             p->kind = TK_PRE_SPLIT;
             p->behavior = TK_SPLIT_ISOLATED;
-            st = tk_compile_regex(family->regexes[k], strlen(family->regexes[k]), &p->re, name,
+            st = lp_tok_compile_regex(family->regexes[k], strlen(family->regexes[k]), &p->re, name,
                                   err);
         }
         if (st == LP_OK)
@@ -281,7 +281,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
             st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges: %llu merges",
                               name, (unsigned long long)n_merges);
         if (st == LP_OK)
-            st = tk_merges_init(tok, (size_t)n_merges, err);
+            st = lp_tok_merges_init(tok, (size_t)n_merges, err);
         tk_buf joined = {0};
         for (uint64_t i = 0; i < n_merges && st == LP_OK; i++) {
             const char *s;
@@ -296,29 +296,29 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
                 break;
             }
             size_t a_len = (size_t)(sp - s);
-            int32_t left = tk_vocab_find(tok, s, a_len);
-            int32_t right = tk_vocab_find(tok, sp + 1, len - a_len - 1);
+            int32_t left = lp_tok_vocab_find(tok, s, a_len);
+            int32_t right = lp_tok_vocab_find(tok, sp + 1, len - a_len - 1);
             joined.len = 0;
-            tk_buf_put(&joined, s, a_len);
-            tk_buf_put(&joined, sp + 1, len - a_len - 1);
+            lp_tok_buf_put(&joined, s, a_len);
+            lp_tok_buf_put(&joined, sp + 1, len - a_len - 1);
             if (joined.failed) {
                 st = nomem(name, err);
                 break;
             }
-            int32_t merged = tk_vocab_find(tok, joined.data, joined.len);
+            int32_t merged = lp_tok_vocab_find(tok, joined.data, joined.len);
             if (left < 0 || right < 0 || merged < 0) {
                 st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: "
                                   "'%.*s' is not in the vocabulary", name,
                                   (unsigned long long)i, (int)(len > 80 ? 80 : len), s);
                 break;
             }
-            tk_merges_add(tok, left, right, (int32_t)i, merged);
+            lp_tok_merges_add(tok, left, right, (int32_t)i, merged);
         }
-        tk_buf_free(&joined);
+        lp_tok_buf_free(&joined);
         tok->kind = "bpe-bytelevel";
     }
     if (st == LP_OK)
-        st = tk_prepare_added(tok, err);
+        st = lp_tok_prepare_added(tok, err);
     if (st != LP_OK) {
         lp_tokenizer_close(tok);
         return st;
@@ -327,7 +327,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
     return LP_OK;
 }
 
-lp_status tk_load_gguf_path(const char *path, lp_tokenizer **out, lp_error *err)
+lp_status lp_tok_load_gguf_path(const char *path, lp_tokenizer **out, lp_error *err)
 {
     lp_gguf *g;
     lp_status st = lp_gguf_open(path, &g, err);

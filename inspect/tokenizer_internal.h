@@ -68,9 +68,9 @@ typedef struct tk_buf {
     size_t len, cap;
     bool failed; /* sticky: an allocation failed */
 } tk_buf;
-void tk_buf_put(tk_buf *b, const void *bytes, size_t n);
-void tk_buf_putc(tk_buf *b, char c);
-void tk_buf_free(tk_buf *b);
+void lp_tok_buf_put(tk_buf *b, const void *bytes, size_t n);
+void lp_tok_buf_putc(tk_buf *b, char c);
+void lp_tok_buf_free(tk_buf *b);
 
 /* ---- pipeline definitions ---- */
 typedef enum tk_norm_kind {
@@ -223,8 +223,6 @@ struct lp_tokenizer {
     bool has_template; /* post-processor adds tokens */
     tk_dec *decs;
     size_t n_decs;
-    bool label_bytelevel;  /* labels map byte-level symbols back */
-    bool label_metaspace;  /* labels turn "▁" into " " */
     pcre2_code *word_re; /* Rust's \w, compiled when an added token is single_word */
     char **pool_chunks;    /* piece storage: few big blocks instead of one malloc a piece */
     size_t n_pool_chunks;
@@ -232,46 +230,48 @@ struct lp_tokenizer {
     size_t pool_left;
 };
 
-enum { TK_FLAG_SPECIAL = 1, TK_FLAG_ADDED = 2, TK_FLAG_BYTE = 4, TK_FLAG_CONTROL = 8 };
+/* flags[id]: SPECIAL = skipped by decode(skip_special); ADDED = an added token that is not a
+ * model piece (kept out of the BPE vocabulary map); CONTROL = a GGUF control token. */
+enum { TK_FLAG_SPECIAL = 1, TK_FLAG_ADDED = 2, TK_FLAG_CONTROL = 8 };
 
 /* Shared construction helpers (tokenizer.c). */
-lp_status tk_alloc_vocab(lp_tokenizer *tok, int64_t n_vocab, lp_error *err);
-lp_status tk_set_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len, lp_error *err);
+lp_status lp_tok_alloc_vocab(lp_tokenizer *tok, int64_t n_vocab, lp_error *err);
+lp_status lp_tok_set_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len, lp_error *err);
 /* Build the string->id map over the model vocabulary (ids with a piece and not marked
  * TK_FLAG_ADDED-only) and the <0xXX> table. */
-lp_status tk_build_vocab_map(lp_tokenizer *tok, lp_error *err);
-int32_t tk_vocab_find(const lp_tokenizer *tok, const char *s, size_t len);
-lp_status tk_merges_init(lp_tokenizer *tok, size_t n_expected, lp_error *err);
+lp_status lp_tok_build_vocab_map(lp_tokenizer *tok, lp_error *err);
+int32_t lp_tok_vocab_find(const lp_tokenizer *tok, const char *s, size_t len);
+lp_status lp_tok_merges_init(lp_tokenizer *tok, size_t n_expected, lp_error *err);
 /* false if the pair already exists (first one wins, as in a file read top to bottom). */
-bool tk_merges_add(lp_tokenizer *tok, int32_t left, int32_t right, int32_t rank, int32_t new_id);
-lp_status tk_compile_regex(const char *pattern, size_t len, pcre2_code **out, const char *where,
+bool lp_tok_merges_add(lp_tokenizer *tok, int32_t left, int32_t right, int32_t rank, int32_t new_id);
+lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out, const char *where,
                            lp_error *err);
-lp_tokenizer *tk_new(const char *path, const char *kind);
+lp_tokenizer *lp_tok_new(const char *path, const char *kind);
 /* Apply the normalizers; *out is malloc'd and NUL-terminated. */
-lp_status tk_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
+lp_status lp_tok_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
                        size_t *out_len);
 /* Set each added token's match pattern (normalized content for `normalized` ones), once the
  * normalizers are known. */
-lp_status tk_prepare_added(lp_tokenizer *tok, lp_error *err);
-char *tk_strndup(const char *s, size_t len);
+lp_status lp_tok_prepare_added(lp_tokenizer *tok, lp_error *err);
+char *lp_tok_strndup(const char *s, size_t len);
 
 /* Loaders. */
-lp_status tk_load_json(const char *path, lp_tokenizer **out, lp_error *err);
+lp_status lp_tok_load_json(const char *path, lp_tokenizer **out, lp_error *err);
 /* The same from memory (tests, fuzzing); path only names the source in messages. */
-lp_status tk_load_json_buffer(const char *path, const char *data, size_t size,
+lp_status lp_tok_load_json_buffer(const char *path, const char *data, size_t size,
                              lp_tokenizer **out, lp_error *err);
-lp_status tk_load_llama2c(const char *path, const uint8_t *data, size_t size,
+lp_status lp_tok_load_llama2c(const char *path, const uint8_t *data, size_t size,
                           lp_tokenizer **out, lp_error *err);
-lp_status tk_load_gguf_path(const char *path, lp_tokenizer **out, lp_error *err);
+lp_status lp_tok_load_gguf_path(const char *path, lp_tokenizer **out, lp_error *err);
 
 /* The GPT-2 byte-level alphabet: byte -> code point. */
-uint32_t tk_byte_to_cp(uint8_t b);
+uint32_t lp_tok_byte_to_cp(uint8_t b);
 /* Code point -> byte, or -1 for code points outside the alphabet. */
-int tk_cp_to_byte(uint32_t cp);
+int lp_tok_cp_to_byte(uint32_t cp);
 
 /* Well-known pre-tokenizer regexes. */
-extern const char tk_regex_gpt2[];
-extern const char tk_regex_llama3[];
-extern const char tk_regex_qwen2[];
+extern const char lp_tok_regex_gpt2[];
+extern const char lp_tok_regex_llama3[];
+extern const char lp_tok_regex_qwen2[];
 
 #endif

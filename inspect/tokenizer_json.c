@@ -51,14 +51,14 @@ static lp_status read_pattern(jctx *c, const json_t *pattern, const char *where,
     const json_t *s = json_object_get(pattern, "String");
     const json_t *r = json_object_get(pattern, "Regex");
     if (json_is_string(s)) {
-        *lit = tk_strndup(json_string_value(s), json_string_length(s));
+        *lit = lp_tok_strndup(json_string_value(s), json_string_length(s));
         *lit_len = json_string_length(s);
         return *lit ? LP_OK : nomem(c);
     }
     if (json_is_string(r)) {
         char buf[200];
         snprintf(buf, sizeof buf, "%s: %s", c->name, where);
-        return tk_compile_regex(json_string_value(r), json_string_length(r), re, buf, c->err);
+        return lp_tok_compile_regex(json_string_value(r), json_string_length(r), re, buf, c->err);
     }
     return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.pattern: want {\"String\": ...} or "
                         "{\"Regex\": ...}", c->name, where);
@@ -121,7 +121,7 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
         if (!json_is_string(p))
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.prepend: a string expected",
                                 c->name, where);
-        norm->pattern = tk_strndup(json_string_value(p), json_string_length(p));
+        norm->pattern = lp_tok_strndup(json_string_value(p), json_string_length(p));
         norm->pattern_len = json_string_length(p);
         if (!norm->pattern)
             return nomem(c);
@@ -130,7 +130,7 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
         if (!json_is_string(content))
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.content: a string expected",
                                 c->name, where);
-        norm->content = tk_strndup(json_string_value(content), json_string_length(content));
+        norm->content = lp_tok_strndup(json_string_value(content), json_string_length(content));
         norm->content_len = json_string_length(content);
         if (!norm->content)
             return nomem(c);
@@ -183,7 +183,7 @@ static lp_status add_regex_pre(jctx *c, tk_pre_kind kind, const char *regex,
     p->invert = invert;
     char buf[200];
     snprintf(buf, sizeof buf, "%s: %s", c->name, where);
-    return tk_compile_regex(regex, strlen(regex), &p->re, buf, c->err);
+    return lp_tok_compile_regex(regex, strlen(regex), &p->re, buf, c->err);
 }
 
 static lp_status read_pre(jctx *c, const json_t *n, const char *where)
@@ -219,7 +219,7 @@ static lp_status read_pre(jctx *c, const json_t *n, const char *where)
         if (p->use_regex) {
             char buf[200];
             snprintf(buf, sizeof buf, "%s: %s", c->name, where);
-            return tk_compile_regex(tk_regex_gpt2, strlen(tk_regex_gpt2), &p->re, buf, c->err);
+            return lp_tok_compile_regex(lp_tok_regex_gpt2, strlen(lp_tok_regex_gpt2), &p->re, buf, c->err);
         }
         return LP_OK;
     }
@@ -430,7 +430,7 @@ static lp_status set_str(jctx *c, const json_t *v, char **out, size_t *out_len, 
 {
     const char *s = json_is_string(v) ? json_string_value(v) : dflt;
     size_t len = json_is_string(v) ? json_string_length(v) : strlen(dflt);
-    *out = tk_strndup(s, len);
+    *out = lp_tok_strndup(s, len);
     *out_len = len;
     return *out ? LP_OK : nomem(c);
 }
@@ -586,7 +586,7 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         if (json_integer_value(id) > max_id)
             max_id = json_integer_value(id);
     }
-    lp_status st = tk_alloc_vocab(tok, (int64_t)max_id + 1, c->err);
+    lp_status st = lp_tok_alloc_vocab(tok, (int64_t)max_id + 1, c->err);
     if (st != LP_OK)
         return st;
     void *iter = json_object_iter((json_t *)vocab);
@@ -597,7 +597,7 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         if (tok->pieces[id])
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab: id %d is given to both "
                                 "'%.60s' and '%.60s'", c->name, id, tok->pieces[id], k);
-        st = tk_set_piece(tok, id, k, klen, c->err);
+        st = lp_tok_set_piece(tok, id, k, klen, c->err);
         if (st != LP_OK)
             return st;
         iter = json_object_iter_next((json_t *)vocab, iter);
@@ -615,7 +615,7 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         int32_t id = (int32_t)json_integer_value(json_object_get(item, "id"));
         tk_added *a = &tok->added[tok->n_added++];
         a->len = json_string_length(content);
-        a->content = tk_strndup(json_string_value(content), a->len);
+        a->content = lp_tok_strndup(json_string_value(content), a->len);
         if (!a->content)
             return nomem(c);
         a->id = id;
@@ -626,7 +626,7 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         a->normalized = jbool(item, "normalized", !a->special);
         if (!tok->pieces[id] || tok->piece_len[id] != a->len ||
             memcmp(tok->pieces[id], a->content, a->len) != 0) {
-            st = tk_set_piece(tok, id, a->content, a->len, c->err);
+            st = lp_tok_set_piece(tok, id, a->content, a->len, c->err);
             if (st != LP_OK)
                 return st;
             tok->flags[id] |= TK_FLAG_ADDED;
@@ -634,7 +634,7 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         if (a->special)
             tok->flags[id] |= TK_FLAG_SPECIAL;
     }
-    st = tk_build_vocab_map(tok, c->err);
+    st = lp_tok_build_vocab_map(tok, c->err);
     if (st != LP_OK)
         return st;
 
@@ -644,21 +644,21 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
     tok->ignore_merges = jbool(model, "ignore_merges", false);
     const char *unk = jstr(model, "unk_token");
     if (unk) {
-        tok->unk_id = tk_vocab_find(tok, unk, strlen(unk));
+        tok->unk_id = lp_tok_vocab_find(tok, unk, strlen(unk));
         if (tok->unk_id < 0)
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.unk_token '%.60s' is not in "
                                 "the vocabulary", c->name, unk);
     }
     const char *prefix = jstr(model, "continuing_subword_prefix");
     if (prefix && *prefix) {
-        tok->cont_prefix = tk_strndup(prefix, strlen(prefix));
+        tok->cont_prefix = lp_tok_strndup(prefix, strlen(prefix));
         tok->cont_prefix_len = strlen(prefix);
         if (!tok->cont_prefix)
             return nomem(c);
     }
     const char *suffix = jstr(model, "end_of_word_suffix");
     if (suffix && *suffix) {
-        tok->eow_suffix = tk_strndup(suffix, strlen(suffix));
+        tok->eow_suffix = lp_tok_strndup(suffix, strlen(suffix));
         tok->eow_suffix_len = strlen(suffix);
         if (!tok->eow_suffix)
             return nomem(c);
@@ -668,7 +668,7 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
     if (n_merges > INT32_MAX)
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges: %zu merges, more than %d",
                             c->name, n_merges, INT32_MAX);
-    st = tk_merges_init(tok, n_merges, c->err);
+    st = lp_tok_merges_init(tok, n_merges, c->err);
     if (st != LP_OK)
         return st;
     tk_buf joined = {0};
@@ -679,29 +679,29 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         st = read_merge(c, item, i, &a, &a_len, &b, &b_len);
         if (st != LP_OK)
             break;
-        int32_t left = tk_vocab_find(tok, a, a_len), right = tk_vocab_find(tok, b, b_len);
+        int32_t left = lp_tok_vocab_find(tok, a, a_len), right = lp_tok_vocab_find(tok, b, b_len);
         /* the merged token drops the right side's continuing-subword prefix */
         size_t skip = tok->cont_prefix_len && b_len >= tok->cont_prefix_len &&
                               memcmp(b, tok->cont_prefix, tok->cont_prefix_len) == 0
                           ? tok->cont_prefix_len
                           : 0;
         joined.len = 0;
-        tk_buf_put(&joined, a, a_len);
-        tk_buf_put(&joined, b + skip, b_len - skip);
+        lp_tok_buf_put(&joined, a, a_len);
+        lp_tok_buf_put(&joined, b + skip, b_len - skip);
         if (joined.failed) {
             st = nomem(c);
             break;
         }
-        int32_t merged = tk_vocab_find(tok, joined.data, joined.len);
+        int32_t merged = lp_tok_vocab_find(tok, joined.data, joined.len);
         if (left < 0 || right < 0 || merged < 0) {
             st = lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges[%zu]: '%.40s' + '%.40s': "
                               "'%.80s' is not in the vocabulary", c->name, i, a, b,
                               left < 0 ? a : right < 0 ? b : joined.data);
             break;
         }
-        tk_merges_add(tok, left, right, (int32_t)i, merged);
+        lp_tok_merges_add(tok, left, right, (int32_t)i, merged);
     }
-    tk_buf_free(&joined);
+    lp_tok_buf_free(&joined);
     return st;
 }
 
@@ -718,7 +718,7 @@ static void set_kind(lp_tokenizer *tok)
     tok->kind = bytelevel ? "bpe-bytelevel" : metaspace ? "bpe-sentencepiece" : "bpe";
 }
 
-lp_status tk_load_json_buffer(const char *path, const char *data, size_t size,
+lp_status lp_tok_load_json_buffer(const char *path, const char *data, size_t size,
                              lp_tokenizer **out, lp_error *err)
 {
     const char *name = lp_path_basename(path);
@@ -729,7 +729,7 @@ lp_status tk_load_json_buffer(const char *path, const char *data, size_t size,
     if (!root)
         return lp_error_set(err, LP_ERR_FORMAT, "%s:%d:%d: %s", name, jerr.line, jerr.column,
                             jerr.text);
-    lp_tokenizer *tok = tk_new(path, "bpe");
+    lp_tokenizer *tok = lp_tok_new(path, "bpe");
     if (!tok) {
         json_decref(root);
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
@@ -752,7 +752,7 @@ lp_status tk_load_json_buffer(const char *path, const char *data, size_t size,
     if (st == LP_OK)
         st = read_decoder(&c, json_object_get(root, "decoder"), "decoder");
     if (st == LP_OK)
-        st = tk_prepare_added(tok, err);
+        st = lp_tok_prepare_added(tok, err);
     json_decref(root);
     if (st != LP_OK) {
         lp_tokenizer_close(tok);
@@ -763,13 +763,13 @@ lp_status tk_load_json_buffer(const char *path, const char *data, size_t size,
     return LP_OK;
 }
 
-lp_status tk_load_json(const char *path, lp_tokenizer **out, lp_error *err)
+lp_status lp_tok_load_json(const char *path, lp_tokenizer **out, lp_error *err)
 {
     lp_mapped_file map;
     lp_status st = lp_map_file(path, &map, err);
     if (st != LP_OK)
         return st;
-    st = tk_load_json_buffer(path, (const char *)map.data, map.size, out, err);
+    st = lp_tok_load_json_buffer(path, (const char *)map.data, map.size, out, err);
     lp_unmap_file(&map);
     return st;
 }

@@ -68,7 +68,7 @@ static char *make_json(const char *tmpl, bool bytelevel)
     for (int b = 0; b < 256; b++) {
         if (bytelevel) {
             char u[5] = {0};
-            lp_utf8_put(tk_byte_to_cp((uint8_t)b), u);
+            lp_utf8_put(lp_tok_byte_to_cp((uint8_t)b), u);
             /* escape the two JSON-special printable bytes */
             n += (size_t)snprintf(out + n, cap - n, "\"%s%s\": %d, ",
                                   b == '"' || b == '\\' ? "\\" : "", u, first + b + 2);
@@ -94,7 +94,7 @@ static lp_tokenizer *builtin(bool bytelevel)
     if (!cache[bytelevel]) {
         char *json = make_json(bytelevel ? bytelevel_json : spm_json, bytelevel);
         lp_error err = {0};
-        if (!json || tk_load_json_buffer("builtin.json", json, strlen(json), &cache[bytelevel],
+        if (!json || lp_tok_load_json_buffer("builtin.json", json, strlen(json), &cache[bytelevel],
                                          &err) != LP_OK) {
             fprintf(stderr, "fuzz_tokenizer: built-in tokenizer: %s\n", err.msg);
             abort(); /* a bug in this harness, not in the input */
@@ -147,11 +147,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lp_error err = {0};
     switch (data[0] % 4) {
     case 0:
-        if (tk_load_json_buffer("fuzz.json", (const char *)body, len, &tok, &err) == LP_OK)
+        if (lp_tok_load_json_buffer("fuzz.json", (const char *)body, len, &tok, &err) == LP_OK)
             exercise(tok, "ab c\xE4\xBD\xA0<|x|>", 11, false);
         break;
     case 1:
-        if (tk_load_llama2c("fuzz.bin", body, len, &tok, &err) == LP_OK)
+        if (lp_tok_load_llama2c("fuzz.bin", body, len, &tok, &err) == LP_OK)
             exercise(tok, "Once upon \xFF", 11, false);
         break;
     case 2: {

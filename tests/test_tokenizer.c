@@ -1042,7 +1042,7 @@ static int try_damaged_memory(const unsigned char *data, size_t size, bool gguf)
             lp_gguf_close(g);
         }
     } else {
-        st = tk_load_llama2c("damaged.bin", data, size, &tok, &err);
+        st = lp_tok_load_llama2c("damaged.bin", data, size, &tok, &err);
     }
     return exercise(tok, st, &err);
 }
@@ -1111,7 +1111,7 @@ static void test_damaged_json(void **state)
             buf[at] = (unsigned char)replacements[r];
             lp_tokenizer *tok = NULL;
             lp_error err = {0};
-            lp_status st = tk_load_json_buffer("mutated.json", (const char *)buf, len, &tok, &err);
+            lp_status st = lp_tok_load_json_buffer("mutated.json", (const char *)buf, len, &tok, &err);
             opened += exercise(tok, st, &err);
             tries++;
         }
@@ -1152,11 +1152,11 @@ static void test_unicode(void **state)
     assert_string_equal(out, "\xC3\xA5ngstr\xC3\xB6m");
     free(out);
     /* the byte-level alphabet: printable bytes map to themselves, space to U+0120 */
-    assert_int_equal(tk_byte_to_cp(' '), 0x120);
-    assert_int_equal(tk_byte_to_cp('\n'), 0x10A);
-    assert_int_equal(tk_byte_to_cp('a'), 'a');
+    assert_int_equal(lp_tok_byte_to_cp(' '), 0x120);
+    assert_int_equal(lp_tok_byte_to_cp('\n'), 0x10A);
+    assert_int_equal(lp_tok_byte_to_cp('a'), 'a');
     for (int b = 0; b < 256; b++)
-        assert_int_equal(tk_cp_to_byte(tk_byte_to_cp((uint8_t)b)), b);
+        assert_int_equal(lp_tok_cp_to_byte(lp_tok_byte_to_cp((uint8_t)b)), b);
 }
 
 
