@@ -91,6 +91,29 @@ fi
 "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407 --db "$TMP/tty.db" >"$TMP/out" 2>"$TMP/err"
 if [ ! -s "$TMP/err" ]; then ok; else bad "stderr not empty without a terminal: $(head -c 200 "$TMP/err")"; fi
 
+# End to end: f32 maps and full logits in the database match llama2.c's reference arrays.
+if command -v python3 >/dev/null; then
+  expect_status 0 "$LOUPE" trace "$M/hf" --tokens 1,403,407,261,378,432,383,286,261,376,298,315,421,395,317,426 \
+    --maps f32 --logits full --db "$TMP/ref.db"
+  result=$(python3 - "$TMP/ref.db" "$M/reference/lily" <<'PY'
+import sqlite3, struct, sys
+def npy(path):
+    b = open(path, 'rb').read()
+    n = struct.unpack('<H', b[8:10])[0]
+    d = b[10 + n:]
+    return struct.unpack('<%df' % (len(d) // 4), d)
+logits, attn = npy(sys.argv[2] + '/logits.npy'), npy(sys.argv[2] + '/attn.npy')
+db, T = sqlite3.connect(sys.argv[1]), 16
+dl = max(abs(a - b) for pos, data in db.execute('SELECT pos, data FROM logits WHERE run_id = 1')
+         for a, b in zip(struct.unpack('<512f', data), logits[pos * 512:(pos + 1) * 512]))
+da = max(abs(a - b) for l, h, p in db.execute('SELECT layer, head, probs FROM attention WHERE run_id = 1')
+         for a, b in zip(struct.unpack('<%df' % (T * T), p), attn[(l * 8 + h) * T * T:(l * 8 + h + 1) * T * T]))
+print('ok' if dl <= 1e-4 and da <= 1e-4 else 'bad logits %.3g attn %.3g' % (dl, da))
+PY
+)
+  if [ "$result" = ok ]; then ok; else bad "database vs reference: $result"; fi
+fi
+
 # --prompt-file: the same run as --prompt (one trailing newline dropped).
 printf 'Once upon a time\n' >"$TMP/p.txt"
 expect_stdout_contains '"," 0.969' "$LOUPE" trace "$M/stories260K.gguf" --prompt-file "$TMP/p.txt" --db "$TMP/p.db"
