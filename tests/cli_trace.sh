@@ -91,6 +91,23 @@ fi
 "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407 --db "$TMP/tty.db" >"$TMP/out" 2>"$TMP/err"
 if [ ! -s "$TMP/err" ]; then ok; else bad "stderr not empty without a terminal: $(head -c 200 "$TMP/err")"; fi
 
+# --prompt: the ids stored are llama2.c's encoding of the reference prompts (GGUF vocabulary and
+# tok512.bin).
+if [ "$have_sqlite" -eq 1 ] && command -v python3 >/dev/null; then
+  for name in lily cat_mat tom_sue_park; do
+    text=$(python3 -c "import json,sys; print(next(p['text'] for p in json.load(open(sys.argv[1]))['prompts'] if p['name'] == sys.argv[2]))" "$M/reference/prompts.json" "$name")
+    want=$(python3 -c "import json,sys; print(','.join(map(str, next(p['token_ids'] for p in json.load(open(sys.argv[1]))['prompts'] if p['name'] == sys.argv[2]))))" "$M/reference/prompts.json" "$name")
+    for args in "$M/stories260K.gguf" "$M/stories260K.bin --tokenizer $M/tok512.bin"; do
+      rm -f "$TMP/p.db"
+      # shellcheck disable=SC2086
+      "$LOUPE" trace $args --prompt "$text" --db "$TMP/p.db" >/dev/null 2>&1
+      got=$(sqlite3 "$TMP/p.db" "SELECT group_concat(token_id) FROM (SELECT token_id FROM tokens WHERE run_id = 1 ORDER BY pos)")
+      expect_eq "$want" "$got" "token ids of $name via ${args%% *}"
+    done
+  done
+  rm -f "$TMP/p.db"
+fi
+
 # End to end: f32 maps and full logits in the database match llama2.c's reference arrays.
 if command -v python3 >/dev/null; then
   expect_status 0 "$LOUPE" trace "$M/hf" --tokens 1,403,407,261,378,432,383,286,261,376,298,315,421,395,317,426 \
