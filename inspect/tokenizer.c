@@ -697,7 +697,9 @@ static lp_status bpe_word_merges(const lp_tokenizer *tok, const char *w, size_t 
                 if (tok->byte_ids[(unsigned char)key[k]] < 0)
                     all = false;
             if (all) {
-                /* one symbol per byte; they share the character's span, so give each a byte */
+                /* One symbol per byte (lengths only matter as bookkeeping for the merge
+                 * queue). Like Hugging Face, a pending unk is not flushed first: it lands
+                 * after these bytes. */
                 for (size_t k = 0; k < key_len; k++)
                     sym_push(&syms, tok->byte_ids[(unsigned char)key[k]],
                              start + (k < clen ? k : clen - 1), k < clen ? 1 : 0);

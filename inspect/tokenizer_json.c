@@ -645,6 +645,9 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
     const char *unk = jstr(model, "unk_token");
     if (unk) {
         tok->unk_id = lp_tok_vocab_find(tok, unk, strlen(unk));
+        for (size_t k = 0; k < tok->n_added && tok->unk_id < 0; k++)
+            if (strcmp(tok->added[k].content, unk) == 0)
+                tok->unk_id = tok->added[k].id; /* an added token outside the model vocab */
         if (tok->unk_id < 0)
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.unk_token '%.60s' is not in "
                                 "the vocabulary", c->name, unk);
