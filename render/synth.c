@@ -239,7 +239,11 @@ static lp_status vocab_build(vocab *v, lp_error *err)
         char prefix[64] = SPACE_MARK;
         for (const char *c = WORDS[w]; *c; c++) {
             char ch[2] = {*c, 0}, merged[64];
-            snprintf(merged, sizeof merged, "%s%c", prefix, *c);
+            size_t len = strlen(prefix);
+            LP_ASSERT(len + 2 <= sizeof merged); /* WORDS are short */
+            memcpy(merged, prefix, len);
+            merged[len] = *c;
+            merged[len + 1] = '\0';
             int32_t left = vocab_find(v, prefix), right = vocab_find(v, ch);
             LP_ASSERT(left >= 0 && right >= 0); /* WORDS only use CHARS */
             if ((st = vocab_add(v, merged, true, &id, err)) != LP_OK ||
@@ -757,8 +761,14 @@ static lp_status check_out_dir(const char *dir, lp_error *err)
     char *marker = lp_path_join(dir, "planted_heads.json");
     if (!marker)
         return lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory");
-    json_error_t jerr;
-    json_t *root = lp_path_exists(marker) ? json_load_file(marker, 0, &jerr) : NULL;
+    /* A marker we wrote is about 1.5 KiB; anything far larger is not ours (and is not read). */
+    char *text = NULL;
+    size_t size = 0;
+    lp_error ignored = {0};
+    json_t *root = NULL;
+    if (lp_path_exists(marker) && lp_read_file(marker, 1u << 20, &text, &size, &ignored) == LP_OK)
+        root = json_loadb(text, size, 0, NULL);
+    free(text);
     free(marker);
     const char *gen = json_string_value(json_object_get(root, "generator"));
     bool ours = gen && strcmp(gen, GENERATOR) == 0;

@@ -81,12 +81,13 @@ typedef struct lp_synth_head {
 
 void lp_synth_options_init(lp_synth_options *opts);
 
-/* Write config.json, model.safetensors, tokenizer.json and planted_heads.json into out_dir,
- * creating it (and missing parents) when needed. A folder that is neither empty nor an earlier
- * synth output (planted_heads.json with "generator": "loupe synth") is refused with LP_ERR_USAGE
- * and left untouched. Everything is built in memory first; each file is written to a temporary
- * name and renamed, and on failure the files of this call are removed again. Output is
- * bit-for-bit deterministic for given options. */
+/* Write config.json, model.safetensors, tokenizer.json and planted_heads.json into out_dir
+ * (opts NULL = the defaults), creating it (and missing parents) when needed. A folder that is
+ * neither empty nor an earlier synth output (planted_heads.json with "generator": "loupe
+ * synth") is refused with LP_ERR_USAGE and left untouched. Everything is built in memory
+ * first, written under temporary names and renamed only when all four files are written; on a
+ * failure the temporary files are removed. Output is bit-for-bit deterministic for given
+ * options. */
 lp_status lp_synth_write(const char *out_dir, const lp_synth_options *opts, lp_error *err);
 
 /* The planted heads, in (layer, head) order, noise heads left out. Static storage. */
