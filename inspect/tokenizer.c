@@ -1936,17 +1936,20 @@ static lp_status open_file(const char *path, bool look_beside, lp_tokenizer **ou
         lp_unmap_file(&map);
         return lp_tok_load_gguf_path(path, out, err);
     }
+    int64_t n;
     if (i < size && d[i] == '{') {
         lp_unmap_file(&map);
-        return lp_tok_load_json(path, out, err);
-    }
-    int64_t n;
-    if (llama2c_plausible(d, size, &n)) {
+        st = lp_tok_load_json(path, out, err);
+        /* other JSON (config.json, an index) names a model: look beside it */
+        if (st != LP_ERR_NOT_FOUND || !look_beside)
+            return st;
+    } else if (llama2c_plausible(d, size, &n)) {
         st = lp_tok_load_llama2c(path, d, size, out, err);
         lp_unmap_file(&map);
         return st;
+    } else {
+        lp_unmap_file(&map);
     }
-    lp_unmap_file(&map);
     if (!look_beside)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: not a tokenizer (tokenizer.json, llama2.c "
                             "tokenizer .bin or .gguf)", path);

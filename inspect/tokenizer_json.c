@@ -741,6 +741,8 @@ lp_status lp_tok_load_json_buffer(const char *path, const char *data, size_t siz
     lp_status st = LP_OK;
     if (!json_is_object(root))
         st = lp_error_set(err, LP_ERR_FORMAT, "%s: the top level is not a JSON object", name);
+    if (st == LP_OK && !json_object_get(root, "model"))
+        st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no \"model\": not a tokenizer.json", name);
     const json_t *added = json_object_get(root, "added_tokens");
     if (st == LP_OK && added && !json_is_array(added) && !json_is_null(added))
         st = lp_error_set(err, LP_ERR_FORMAT, "%s: added_tokens: an array expected", name);

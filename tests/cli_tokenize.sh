@@ -51,6 +51,17 @@ expect_one_line_error "$LOUPE" tokenize "$TOK/gpt2" --tokens 9707,50257
 expect_one_line_error "$LOUPE" tokenize "$TOK/gpt2" --tokens 12,abc
 expect_one_line_error "$LOUPE" tokenize "$TOK/gpt2" --text a --tokens 1
 
+# a config.json (or any model file) finds the tokenizer.json beside it
+mkdir -p "$TMP/model"
+printf '{"model_type": "gpt2"}\n' >"$TMP/model/config.json"
+cp "$TOK/gpt2/tokenizer.json" "$TMP/model/tokenizer.json"
+out=$("$LOUPE" tokenize "$TMP/model/config.json" --text "Hello world" --json)
+want='{"ids": [15496, 995], "pieces": ["Hello", "Ġworld"]}'
+if [ "$out" = "$want" ]; then ok; else bad "config.json beside tokenizer.json: got '$out'"; fi
+rm "$TMP/model/tokenizer.json"
+expect_one_line_error "$LOUPE" tokenize "$TMP/model/config.json" --text hi
+expect_stderr_contains "--tokenizer FILE" "$LOUPE" tokenize "$TMP/model/config.json" --text hi
+
 # llama2.c checkpoint: the tokenizer is given with --tokenizer; tok512.bin found in the folder
 STORIES="$SHARED/models/stories260K"
 out=$("$LOUPE" tokenize "$STORIES/stories260K.bin" --tokenizer "$STORIES/tok512.bin" --text "Once upon a time" --json)
