@@ -938,6 +938,91 @@ static void test_gguf_moe(void **state)
     remove(path);
 }
 
+/* ---- a GGUF Gemma as llama.cpp's converter writes it: norm weights stored as 1 + w ---- */
+
+static float *plus_one(const float *w, int64_t n)
+{
+    float *out = malloc((size_t)n * sizeof *out);
+    assert_non_null(out);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = 1.0f + w[i];
+    assert_true(n_gguf_data < 64);
+    gguf_data[n_gguf_data++] = (uint8_t *)out;
+    return out;
+}
+
+static void test_gguf_gemma_norms(void **state)
+{
+    (void)state;
+    ref_config cfg = {.family = REF_GEMMA, .vocab = 40, .hidden = 32, .n_layers = 2,
+                      .n_heads = 4, .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6,
+                      .theta = 10000, .tied = true, .scale = 0.2};
+    ref_model m;
+    assert_true(ref_model_random(&cfg, 31, &m));
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.architecture", "gemma");
+    lp_gw_kv_u32(&w, "gemma.block_count", 2);
+    lp_gw_kv_u32(&w, "gemma.context_length", 64);
+    lp_gw_kv_u32(&w, "gemma.embedding_length", 32);
+    lp_gw_kv_u32(&w, "gemma.feed_forward_length", 48);
+    lp_gw_kv_u32(&w, "gemma.attention.head_count", 4);
+    lp_gw_kv_u32(&w, "gemma.attention.head_count_kv", 1);
+    lp_gw_kv_u32(&w, "gemma.attention.key_length", 16);
+    lp_gw_kv_u32(&w, "gemma.attention.value_length", 16);
+    lp_gw_kv_u32(&w, "gemma.vocab_size", 40);
+    lp_gw_kv_f32(&w, "gemma.attention.layer_norm_rms_epsilon", 1e-6f);
+    int64_t ne_h[1] = {32}, ne_emb[2] = {32, 40}, ne_q[2] = {32, 64}, ne_kv[2] = {32, 16},
+            ne_o[2] = {64, 32}, ne_up[2] = {32, 48}, ne_down[2] = {48, 32};
+    lp_gw_tensor(&w, "token_embd.weight", 2, ne_emb, 0, m.embed, 40 * 32 * 4);
+    lp_gw_tensor(&w, "output_norm.weight", 1, ne_h, 0, plus_one(m.out_norm, 32), 32 * 4);
+    char name[64];
+    for (int l = 0; l < 2; l++) {
+        ref_layer *L = &m.layers[l];
+#define T2(fmt, ne, data, bytes) \
+    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(&w, name, 2, ne, 0, data, bytes))
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne_h, 0, plus_one(L->attn_norm, 32), 32 * 4);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne_h, 0, plus_one(L->ffn_norm, 32), 32 * 4);
+        T2("blk.%d.attn_q.weight", ne_q, L->wq, 64 * 32 * 4);
+        T2("blk.%d.attn_k.weight", ne_kv, L->wk, 16 * 32 * 4);
+        T2("blk.%d.attn_v.weight", ne_kv, L->wv, 16 * 32 * 4);
+        T2("blk.%d.attn_output.weight", ne_o, L->wo, 32 * 64 * 4);
+        T2("blk.%d.ffn_gate.weight", ne_up, L->w_gate, 48 * 32 * 4);
+        T2("blk.%d.ffn_up.weight", ne_up, L->w_up, 48 * 32 * 4);
+        T2("blk.%d.ffn_down.weight", ne_down, L->w_down, 32 * 48 * 4);
+#undef T2
+    }
+    assert_true(lp_gw_finish(&w));
+    char path[512];
+    snprintf(path, sizeof path, "%s/forward_gemma_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
+    assert_true(lp_gw_write(&w, path));
+    lp_gw_free(&w);
+    while (n_gguf_data > 0)
+        free(gguf_data[--n_gguf_data]);
+
+    int32_t ids[10] = {2, 17, 5, 39, 0, 11, 11, 23, 8, 30};
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, 10, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    capture cap;
+    run_capture(model, ids, 10, NULL, &cap);
+    double dl = max_abs_diff(cap.logits, ref.logits, 10 * 40);
+    double dr = max_abs_diff(cap.resid, ref.resid, 2 * 10 * 32);
+    printf("  gguf gemma (norms stored as 1 + w): logits %.2e  resid %.2e\n", dl, dr);
+    assert_true(dl <= 1e-4);
+    assert_true(dr <= 1e-4);
+    capture_free(&cap);
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    remove(path);
+}
+
 /* ---- RoPE frequencies with scaling (Hugging Face's _compute_*_parameters) ---- */
 
 static void test_rope_scaling(void **state)
@@ -1101,6 +1186,7 @@ int main(void)
         cmocka_unit_test(test_random_gemma3),
         cmocka_unit_test(test_gguf_quant_types),
         cmocka_unit_test(test_gguf_moe),
+        cmocka_unit_test(test_gguf_gemma_norms),
         cmocka_unit_test(test_padding_batch),
         cmocka_unit_test(test_determinism_threads),
         cmocka_unit_test(test_errors),
