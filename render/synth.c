@@ -325,8 +325,10 @@ static void head_copy_identity(float *wv, int head, double gain)
 static void head_noise(layer_weights *lw, int head, rng *r)
 {
     const double qk_std = sqrt(NOISE_NATS2 / HIDDEN);
-    const double v_std = 1.0 / sqrt((double)HIDDEN); /* value components of about 1 */
-    const double o_std = NOISE_OUT_NORM / (sqrt((double)(HIDDEN - D_NOISE)) * sqrt((double)HEAD_DIM));
+    /* Values of norm about 1 (components about 1/8), like the planted heads' 0.8 r_t, so that
+     * output_norm does not single the noise heads out. */
+    const double v_std = 1.0 / sqrt((double)HEAD_DIM) / sqrt((double)HIDDEN);
+    const double o_std = NOISE_OUT_NORM / sqrt((double)(HIDDEN - D_NOISE));
     for (int d = 0; d < HEAD_DIM; d++) {
         int row = head * HEAD_DIM + d;
         for (int c = 0; c < HIDDEN; c++) {
