@@ -14,6 +14,8 @@ for f in config.json model.safetensors tokenizer.json planted_heads.json; do
 done
 expect_status 0 "$LOUPE" inspect "$M"
 expect_stdout_contains "PASS  tensor_shapes" "$LOUPE" inspect "$M"
+expect_status 0 "$LOUPE" inspect "$M" --stats
+expect_stdout_contains "PASS  finite_values" "$LOUPE" inspect "$M" --stats
 
 # Whole words: " cat" is one token, and the prompt is <s> + one token per word.
 expect_stdout_contains '" cat"' "$LOUPE" tokenize "$M" --text "the cat sat"
