@@ -1023,6 +1023,100 @@ static void test_gguf_gemma_norms(void **state)
     remove(path);
 }
 
+/* ---- a GGUF GPT-2: learned positions, fused qkv stored [out, in] (the converter transposes
+ * Conv1D back), LayerNorm biases ---- */
+
+static void test_gguf_gpt2(void **state)
+{
+    (void)state;
+    ref_config cfg = {.family = REF_GPT2, .vocab = 50, .hidden = 32, .n_layers = 2,
+                      .n_heads = 4, .n_kv_heads = 4, .head_dim = 8, .ffn = 64, .n_positions = 24,
+                      .eps = 1e-5, .tied = true, .scale = 0.2};
+    ref_model m;
+    assert_true(ref_model_random(&cfg, 8, &m));
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.architecture", "gpt2");
+    lp_gw_kv_u32(&w, "gpt2.block_count", 2);
+    lp_gw_kv_u32(&w, "gpt2.context_length", 24);
+    lp_gw_kv_u32(&w, "gpt2.embedding_length", 32);
+    lp_gw_kv_u32(&w, "gpt2.feed_forward_length", 64);
+    lp_gw_kv_u32(&w, "gpt2.attention.head_count", 4);
+    lp_gw_kv_u32(&w, "gpt2.vocab_size", 50);
+    lp_gw_kv_f32(&w, "gpt2.attention.layer_norm_epsilon", 1e-5f);
+    int64_t ne_h[1] = {32}, ne_emb[2] = {32, 50}, ne_pos[2] = {32, 24}, ne_qkv[2] = {32, 96},
+            ne_b3[1] = {96}, ne_o[2] = {32, 32}, ne_up[2] = {32, 64}, ne_b64[1] = {64},
+            ne_down[2] = {64, 32};
+    lp_gw_tensor(&w, "token_embd.weight", 2, ne_emb, 0, m.embed, 50 * 32 * 4);
+    lp_gw_tensor(&w, "position_embd.weight", 2, ne_pos, 0, m.pos, 24 * 32 * 4);
+    lp_gw_tensor(&w, "output_norm.weight", 1, ne_h, 0, m.out_norm, 32 * 4);
+    lp_gw_tensor(&w, "output_norm.bias", 1, ne_h, 0, m.out_norm_b, 32 * 4);
+    char name[64];
+    for (int l = 0; l < 2; l++) {
+        ref_layer *L = &m.layers[l];
+        float *qkv = malloc(96 * 32 * sizeof(float)), *bqkv = malloc(96 * sizeof(float));
+        assert_non_null(qkv);
+        assert_non_null(bqkv);
+        memcpy(qkv, L->wq, 32 * 32 * 4);
+        memcpy(qkv + 32 * 32, L->wk, 32 * 32 * 4);
+        memcpy(qkv + 2 * 32 * 32, L->wv, 32 * 32 * 4);
+        memcpy(bqkv, L->bq, 32 * 4);
+        memcpy(bqkv + 32, L->bk, 32 * 4);
+        memcpy(bqkv + 64, L->bv, 32 * 4);
+        gguf_data[n_gguf_data++] = (uint8_t *)qkv;
+        gguf_data[n_gguf_data++] = (uint8_t *)bqkv;
+#define T(fmt, nd, ne, data, bytes) \
+    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(&w, name, nd, ne, 0, data, bytes))
+        T("blk.%d.attn_norm.weight", 1, ne_h, L->attn_norm, 32 * 4);
+        T("blk.%d.attn_norm.bias", 1, ne_h, L->attn_norm_b, 32 * 4);
+        T("blk.%d.attn_qkv.weight", 2, ne_qkv, qkv, 96 * 32 * 4);
+        T("blk.%d.attn_qkv.bias", 1, ne_b3, bqkv, 96 * 4);
+        T("blk.%d.attn_output.weight", 2, ne_o, L->wo, 32 * 32 * 4);
+        T("blk.%d.attn_output.bias", 1, ne_h, L->bo, 32 * 4);
+        T("blk.%d.ffn_norm.weight", 1, ne_h, L->ffn_norm, 32 * 4);
+        T("blk.%d.ffn_norm.bias", 1, ne_h, L->ffn_norm_b, 32 * 4);
+        T("blk.%d.ffn_up.weight", 2, ne_up, L->w_up, 64 * 32 * 4);
+        T("blk.%d.ffn_up.bias", 1, ne_b64, L->b_up, 64 * 4);
+        T("blk.%d.ffn_down.weight", 2, ne_down, L->w_down, 32 * 64 * 4);
+        T("blk.%d.ffn_down.bias", 1, ne_h, L->b_down, 32 * 4);
+#undef T
+    }
+    assert_true(lp_gw_finish(&w));
+    char path[512];
+    snprintf(path, sizeof path, "%s/forward_gpt2_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
+    assert_true(lp_gw_write(&w, path));
+    lp_gw_free(&w);
+    while (n_gguf_data > 0)
+        free(gguf_data[--n_gguf_data]);
+
+    int32_t ids[24];
+    for (int t = 0; t < 24; t++)
+        ids[t] = (t * 17 + 3) % 50;
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, 24, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    capture cap;
+    run_capture(model, ids, 24, NULL, &cap);
+    double dl = max_abs_diff(cap.logits, ref.logits, 24 * 50);
+    double dp = max_abs_diff(cap.probs, ref.probs, 2 * 4 * 24 * 24);
+    printf("  gguf gpt2: logits %.2e  probs %.2e\n", dl, dp);
+    assert_true(dl <= 1e-4);
+    assert_true(dp <= 1e-4);
+    capture_free(&cap);
+    /* one position past the learned table is refused before anything runs */
+    int32_t more[25] = {0};
+    lp_batch too_long = lp_batch_single(more, 25);
+    assert_int_equal(lp_forward_check(model, &too_long, &err), LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "24 positions"));
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    remove(path);
+}
+
 /* ---- RoPE frequencies with scaling (Hugging Face's _compute_*_parameters) ---- */
 
 static void test_rope_scaling(void **state)
@@ -1187,6 +1281,7 @@ int main(void)
         cmocka_unit_test(test_gguf_quant_types),
         cmocka_unit_test(test_gguf_moe),
         cmocka_unit_test(test_gguf_gemma_norms),
+        cmocka_unit_test(test_gguf_gpt2),
         cmocka_unit_test(test_padding_batch),
         cmocka_unit_test(test_determinism_threads),
         cmocka_unit_test(test_errors),
