@@ -494,8 +494,8 @@ typedef struct tk_sym {
 } tk_sym;
 
 typedef struct tk_cand {
-    double prio; /* lower first: the merge rank, or minus the score */
-    uint32_t pos, right, len;
+    uint64_t key;   /* priority << 32 | left symbol index: the lowest pops first */
+    uint32_t len;   /* left + right length when queued; any merge since changes it */
     int32_t new_id;
 } tk_cand;
 
@@ -507,7 +507,19 @@ typedef struct cand_heap {
 
 static bool cand_before(const tk_cand *a, const tk_cand *b)
 {
-    return a->prio < b->prio || (a->prio == b->prio && a->pos < b->pos);
+    return a->key < b->key;
+}
+
+/* Floats to unsigned keys in the same order, so that the best score (lowest -score) pops
+ * first; -0 counts as +0, as the float comparison in run.c has it. */
+static uint32_t score_key(float score)
+{
+    float v = -score;
+    if (v == 0.0f)
+        v = 0.0f;
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
 static void heap_push(cand_heap *h, tk_cand c)
@@ -570,14 +582,16 @@ static bool pair_candidate(const lp_tokenizer *tok, const char *word, const tk_s
         const tk_merge_slot *m = merges_find(tok, l->id, r->id);
         if (!m)
             return false;
-        *out = (tk_cand){(double)m->rank, (uint32_t)a, (uint32_t)b, l->len + r->len, m->new_id};
+        *out = (tk_cand){((uint64_t)(uint32_t)m->rank << 32) | (uint32_t)a, l->len + r->len,
+                         m->new_id};
         return true;
     }
     /* score models: the concatenated text must be a vocabulary string */
     int32_t id = lp_tok_vocab_find(tok, word + l->start, (size_t)l->len + r->len);
     if (id < 0)
         return false;
-    *out = (tk_cand){-(double)tok->scores[id], (uint32_t)a, (uint32_t)b, l->len + r->len, id};
+    *out = (tk_cand){((uint64_t)score_key(tok->scores[id]) << 32) | (uint32_t)a,
+                     l->len + r->len, id};
     return true;
 }
 
@@ -591,21 +605,23 @@ static lp_status bpe_merge(const lp_tokenizer *tok, const char *word, tk_sym *sy
             heap_push(&heap, c);
     while (heap.n > 0 && !heap.failed) {
         c = heap_pop(&heap);
-        tk_sym *l = &syms[c.pos];
-        /* stale: one side was merged into something else since this entry was queued */
-        if (l->len == 0 || l->next != (int32_t)c.right || l->len + syms[c.right].len != c.len)
+        int32_t pos = (int32_t)(uint32_t)c.key;
+        tk_sym *l = &syms[pos];
+        /* Stale: merged away, or a side grew since this entry was queued. (A symbol's next
+         * changes only when it absorbs it, so lengths tell everything.) */
+        if (l->len == 0 || l->next < 0 || l->len + syms[l->next].len != c.len)
             continue;
-        tk_sym *r = &syms[c.right];
+        tk_sym *r = &syms[l->next];
         l->id = c.new_id;
         l->len += r->len;
         l->next = r->next;
         if (r->next >= 0)
-            syms[r->next].prev = (int32_t)c.pos;
+            syms[r->next].prev = pos;
         r->len = 0;
         tk_cand nc;
         if (l->prev >= 0 && pair_candidate(tok, word, syms, l->prev, &nc))
             heap_push(&heap, nc);
-        if (pair_candidate(tok, word, syms, (int32_t)c.pos, &nc))
+        if (pair_candidate(tok, word, syms, pos, &nc))
             heap_push(&heap, nc);
     }
     bool failed = heap.failed;
