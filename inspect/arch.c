@@ -110,7 +110,14 @@ lp_status lp_arch_finish(lp_arch *arch, lp_error *err)
                                 lp_rope_scaling_name(arch->rope_scaling.kind),
                                 arch->rope_scaling.factor);
     } else {
+        /* RoPE settings mean nothing without RoPE: normalize them so that two descriptions of
+         * one model compare equal whichever reader filled them. */
         arch->rope_dim = 0;
+        arch->rope_theta = 10000.0;
+        arch->partial_rotary = 1.0;
+        arch->rope_local_theta = 0.0;
+        arch->rope_layout = LP_ROPE_HALVES;
+        memset(&arch->rope_scaling, 0, sizeof arch->rope_scaling);
     }
     if (arch->pos_kind == LP_POS_LEARNED && arch->pos_table_rows == 0) {
         if (arch->n_ctx == 0)

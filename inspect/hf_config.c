@@ -127,7 +127,7 @@ static lp_status hf_num(const hf_reader *r, const char *key, double *out, bool *
         return LP_OK;
     if (!json_is_number(v))
         return hf_type_error(r, key, "a number", v);
-    *out = json_number_value(v);
+    *out = json_number_value(v) == 0.0 ? 0.0 : json_number_value(v); /* -0 is 0 */
     if (found)
         *found = true;
     return LP_OK;
@@ -640,6 +640,15 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
     bool refined_web = strcmp(model_type, "RefinedWeb") == 0;
     if (refined_web || strcmp(model_type, "RefinedWebModel") == 0)
         model_type = "falcon";
+    for (const char *c = model_type; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '-' || *c == '.'))
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: key 'model_type': byte 0x%02x in \"%.40s\" is not a letter, "
+                                "digit, '_', '-' or '.'",
+                                r->path, (unsigned char)*c, model_type);
+    if (!*model_type)
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key 'model_type' is empty", r->path);
     if (strlen(model_type) >= sizeof a->family)
         return lp_error_set(r->err, LP_ERR_FORMAT,
                             "%s: key 'model_type': \"%.40s...\" longer than %zu bytes", r->path,

@@ -224,7 +224,7 @@ static lp_status read_num(const card_reader *r, const yaml_node_t *node, const c
     double v = strtod(s, &end);
     if (!*s || *end || !isfinite(v))
         return at(r, node, "key '%s': expected a number, got '%s'", key, s);
-    *out = v;
+    *out = v == 0.0 ? 0.0 : v; /* -0 is 0 */
     return LP_OK;
 }
 
@@ -463,6 +463,34 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
         if (!given(r, required[i][0], required[i][1]))
             return lp_error_set(r->err, LP_ERR_FORMAT, "%s: missing required key '%s.%s'",
                                 r->path, required[i][0], required[i][1]);
+    const int64_t *counts[3] = {&a->vocab_size, &a->hidden_size, &a->n_heads};
+    for (int i = 0; i < 3; i++)
+        if (*counts[i] <= 0)
+            return at(r, given(r, required[i][0], required[i][1]),
+                      "key '%s': %lld must be at least 1", required[i][1], (long long)*counts[i]);
+
+    /* Keys that only mean something with another one: refuse them alone rather than keep
+     * values the rest of the description ignores (and a card written back would drop). */
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const card_field *f = &FIELDS[i];
+        if (!r->seen[i])
+            continue;
+        const char *needs = NULL;
+        if (strcmp(f->group, "mla") == 0 && !given(r, "mla", "kv_lora_rank"))
+            needs = "mla.kv_lora_rank";
+        else if (strcmp(f->group, "moe") == 0 && a->n_experts == 0)
+            needs = "moe.n_experts of at least 1";
+        else if (strcmp(f->group, "positions.rope_scaling") == 0 && strcmp(f->key, "kind") != 0 &&
+                 a->rope_scaling.kind == LP_ROPE_SCALING_NONE)
+            needs = "a rope_scaling.kind other than none";
+        else if (((strcmp(f->group, "positions") == 0 && strncmp(f->key, "rope", 4) == 0) ||
+                  strcmp(f->group, "positions.rope_scaling") == 0 ||
+                  strcmp(f->key, "partial_rotary") == 0) &&
+                 a->pos_kind != LP_POS_ROPE)
+            needs = "positions.kind rope";
+        if (needs)
+            return at(r, r->seen[i], "key '%s.%s' needs %s", f->group, f->key, needs);
+    }
 
     if ((n = given(r, "attention", "head_dim"))) {
         if ((st = read_count(r, n, "head_dim", &a->head_dim)) != LP_OK)
@@ -488,7 +516,7 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
         a->n_heads % a->n_kv_heads != 0)
         return at(r, n, "key 'n_kv_heads': %lld does not divide n_heads %lld",
                   (long long)a->n_kv_heads, (long long)a->n_heads);
-    int64_t head_dim = a->head_dim ? a->head_dim : a->hidden_size / a->n_heads;
+    int64_t head_dim = a->head_dim ? a->head_dim : a->hidden_size / a->n_heads; /* n_heads >= 1 */
 
     if ((n = given(r, "norm", "bias")) && (st = read_bool(r, n, "bias", &a->bias_norm)) != LP_OK)
         return st;
@@ -686,6 +714,53 @@ static bool field_is_default(const card_field *f, const lp_arch *a, const lp_arc
     }
 }
 
+/* Length of the valid UTF-8 sequence at s, or 0 if the bytes there are not one. */
+static size_t utf8_sequence(const unsigned char *s)
+{
+    size_t n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3
+             : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 2 && s[0] < 0xc2)
+        return 0; /* overlong */
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
+
+/* A string as a plain scalar when that is unambiguous, else double-quoted with escapes. Names
+ * come from files and folders: control characters are escaped and bytes that are not UTF-8
+ * become '?', since YAML readers refuse both. */
+static void write_string(FILE *out, const char *x)
+{
+    bool plain = (x[0] >= 'A' && x[0] <= 'Z') || (x[0] >= 'a' && x[0] <= 'z') ||
+                 (x[0] >= '0' && x[0] <= '9');
+    for (const char *c = x; *c && plain; c++)
+        plain = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-+/()",
+                       *c) != NULL;
+    if (plain && strcmp(x, "null") != 0 && strcmp(x, "Null") != 0 && strcmp(x, "NULL") != 0) {
+        fputs(x, out);
+        return;
+    }
+    fputc('"', out);
+    for (const unsigned char *c = (const unsigned char *)x; *c;) {
+        if (*c == '"' || *c == '\\') {
+            fprintf(out, "\\%c", *c++);
+        } else if (*c < 0x20 || *c == 0x7f) {
+            fprintf(out, "\\x%02x", *c++);
+        } else {
+            size_t n = utf8_sequence(c);
+            if (n == 0) {
+                fputc('?', out);
+                c++;
+            } else {
+                fwrite(c, 1, n, out);
+                c += n;
+            }
+        }
+    }
+    fputc('"', out);
+}
+
 static void write_value(FILE *out, const card_field *f, const lp_arch *a)
 {
     const char *x = (const char *)a + f->offset;
@@ -698,17 +773,7 @@ static void write_value(FILE *out, const card_field *f, const lp_arch *a)
         break;
     case F_BOOL: fputs(*(const bool *)(const void *)x ? "true" : "false", out); break;
     case F_NOT_BOOL: fputs(*(const bool *)(const void *)x ? "false" : "true", out); break;
-    case F_STR: {
-        /* quote when YAML could read it as something else */
-        bool plain = *x && !strpbrk(x, ":#'\"{}[],&*!|>%@`") && x[0] != '-' && x[0] != ' ';
-        fputs(plain ? x : "\"", out);
-        if (!plain) {
-            for (const char *c = x; *c; c++)
-                fprintf(out, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-            fputc('"', out);
-        }
-        break;
-    }
+    case F_STR: write_string(out, x); break;
     case F_FFN: fputs(FFN_NAMES[a->ffn_kind], out); break;
     case F_ACT: fputs(ACT_NAMES[a->act], out); break;
     case F_NORM: fputs(NORM_NAMES[a->norm_kind], out); break;

@@ -476,6 +476,18 @@ static void test_bad_configs(void **state)
         " \"hidden_act\": \"mish\"}",
         LP_ERR_UNSUPPORTED, "hidden_act", "mish");
     expect_hf_error("array_top.json", "[1, 2]", LP_ERR_FORMAT, "object", NULL);
+    /* found by fuzz_arch_libfuzzer: a family name with a control byte could not be written back */
+    expect_hf_error("del_type.json", "{\"model_type\": \"qwen2\x7fmoe\"}", LP_ERR_FORMAT,
+                    "model_type", "0x7f");
+    /* RoPE settings of a model without RoPE are normalized away (BLOOM with a stray theta) */
+    lp_arch *alibi = parse_hf_text("alibi_theta.json",
+        "{\"model_type\": \"bloom\", \"vocab_size\": 10, \"n_embed\": 8, \"n_layer\": 1,"
+        " \"num_attention_heads\": 2, \"rope_theta\": -0.0,"
+        " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}}");
+    assert_int_equal(alibi->pos_kind, LP_POS_ALIBI);
+    assert_true(alibi->rope_theta == 10000.0);
+    assert_int_equal(alibi->rope_scaling.kind, LP_ROPE_SCALING_NONE);
+    check_round_trip(alibi, "alibi_theta");
     /* a missing file is not a format error */
     lp_arch arch;
     lp_error err = {0};
@@ -560,6 +572,17 @@ static void test_card_reader(void **state)
                       "n_layers", NULL);
     expect_card_error("heads.yaml", CARD_HEAD "attention:\n  n_heads: 3\n" CARD_FFN, "n_heads",
                       "head_dim");
+    expect_card_error("mla_alone.yaml",
+                      CARD_HEAD CARD_ATTN CARD_FFN "mla:\n  kv_lora_rank: ~\n  v_head_dim: 8\n",
+                      "mla.v_head_dim", "kv_lora_rank");
+    expect_card_error("moe_alone.yaml", CARD_HEAD CARD_ATTN CARD_FFN "moe:\n  expert_hidden: 8\n",
+                      "moe.expert_hidden", "n_experts");
+    expect_card_error("theta_learned.yaml",
+                      CARD_HEAD CARD_ATTN CARD_FFN
+                      "positions:\n  kind: learned\n  rope_theta: 500000\n",
+                      "positions.rope_theta", "rope");
+    expect_card_error("zero_heads.yaml", CARD_HEAD "attention:\n  n_heads: 0\n" CARD_FFN,
+                      "n_heads", "at least 1");
     expect_card_error("syntax.yaml", "model:\n  name: [unclosed\ndims:\n", "syntax.yaml:", NULL);
     expect_card_error("wpl.yaml", CARD_HEAD CARD_ATTN "  window_per_layer: [1, 2]\n" CARD_FFN,
                       "window_per_layer", "one per layer");
