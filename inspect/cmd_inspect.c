@@ -365,17 +365,32 @@ static void walk_expected(expect_ctx *c)
 
 /* The shape the architecture implies for t (weights [out, in], norms and biases [n]); false
  * when loupe has no rule for this role. */
+/* Shape arithmetic on description values: an overflow gives -1, which no tensor matches, so a
+ * nonsensical description fails the shape check instead of overflowing. */
+static int64_t mul(int64_t x, int64_t y)
+{
+    int64_t r;
+    return x < 0 || y < 0 || !lp_mul_i64(x, y, &r) ? -1 : r;
+}
+
+static int64_t add(int64_t x, int64_t y)
+{
+    int64_t r;
+    return x < 0 || y < 0 || !lp_add_i64(x, y, &r) ? -1 : r;
+}
+
 static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape, int *n_dims)
 {
     int l = t->layer >= 0 && t->layer < LP_MAX_LAYERS ? t->layer : 0;
     int64_t hidden = a->hidden_size, hd = a->head_dim;
     int64_t kv = a->layer_kv_heads[l] > 0 ? a->layer_kv_heads[l] : a->n_kv_heads;
     int64_t ffn = a->layer_ffn_hidden[l] > 0 ? a->layer_ffn_hidden[l] : a->ffn_hidden;
-    int64_t shared = a->shared_expert_ffn_hidden > 0 ? a->shared_expert_ffn_hidden
-                                                     : a->n_shared_experts * a->expert_ffn_hidden;
-    int64_t q_out = a->mla ? a->n_heads * (a->qk_nope_head_dim + a->qk_rope_head_dim)
-                           : a->n_heads * hd;
-    int64_t o_in = a->mla ? a->n_heads * a->v_head_dim : a->n_heads * hd;
+    int64_t shared = a->shared_expert_ffn_hidden > 0
+                         ? a->shared_expert_ffn_hidden
+                         : mul(a->n_shared_experts, a->expert_ffn_hidden);
+    int64_t q_out = a->mla ? mul(a->n_heads, add(a->qk_nope_head_dim, a->qk_rope_head_dim))
+                           : mul(a->n_heads, hd);
+    int64_t o_in = a->mla ? mul(a->n_heads, a->v_head_dim) : mul(a->n_heads, hd);
     int64_t rows = 0, cols = 0; /* cols 0: a vector */
     bool per_expert_3d = false;
     switch (t->role) {
@@ -390,30 +405,30 @@ static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape,
     case LP_ROLE_FFN_POST_NORM: rows = hidden; break;
     case LP_ROLE_ATTN_Q: rows = q_out; cols = hidden; break;
     case LP_ROLE_ATTN_K:
-    case LP_ROLE_ATTN_V: rows = kv * hd; cols = hidden; break;
-    case LP_ROLE_ATTN_QKV: rows = (a->n_heads + 2 * kv) * hd; cols = hidden; break;
+    case LP_ROLE_ATTN_V: rows = mul(kv, hd); cols = hidden; break;
+    case LP_ROLE_ATTN_QKV: rows = mul(add(a->n_heads, mul(2, kv)), hd); cols = hidden; break;
     case LP_ROLE_ATTN_O: rows = hidden; cols = o_in; break;
-    case LP_ROLE_ATTN_Q_NORM: rows = a->qk_norm_full ? a->n_heads * hd : hd; break;
-    case LP_ROLE_ATTN_K_NORM: rows = a->qk_norm_full ? kv * hd : hd; break;
+    case LP_ROLE_ATTN_Q_NORM: rows = a->qk_norm_full ? mul(a->n_heads, hd) : hd; break;
+    case LP_ROLE_ATTN_K_NORM: rows = a->qk_norm_full ? mul(kv, hd) : hd; break;
     case LP_ROLE_ATTN_Q_A: rows = a->q_lora_rank; cols = hidden; break;
     case LP_ROLE_ATTN_Q_A_NORM: rows = a->q_lora_rank; break;
     case LP_ROLE_ATTN_Q_B: rows = q_out; cols = a->q_lora_rank; break;
-    case LP_ROLE_ATTN_KV_A: rows = a->kv_lora_rank + a->qk_rope_head_dim; cols = hidden; break;
+    case LP_ROLE_ATTN_KV_A: rows = add(a->kv_lora_rank, a->qk_rope_head_dim); cols = hidden; break;
     case LP_ROLE_ATTN_KV_A_NORM: rows = a->kv_lora_rank; break;
     case LP_ROLE_ATTN_KV_B:
-        rows = a->n_heads * (a->qk_nope_head_dim + a->v_head_dim);
+        rows = mul(a->n_heads, add(a->qk_nope_head_dim, a->v_head_dim));
         cols = a->kv_lora_rank;
         break;
     case LP_ROLE_FFN_GATE:
     case LP_ROLE_FFN_UP: rows = ffn; cols = hidden; break;
-    case LP_ROLE_FFN_GATE_UP: rows = 2 * ffn; cols = hidden; break;
+    case LP_ROLE_FFN_GATE_UP: rows = mul(2, ffn); cols = hidden; break;
     case LP_ROLE_FFN_DOWN: rows = hidden; cols = ffn; break;
     case LP_ROLE_ROUTER: rows = a->n_experts; cols = hidden; break;
     case LP_ROLE_ROUTER_BIAS: rows = a->n_experts; break;
     case LP_ROLE_EXPERT_GATE:
     case LP_ROLE_EXPERT_UP: rows = a->expert_ffn_hidden; cols = hidden; per_expert_3d = true; break;
     case LP_ROLE_EXPERT_GATE_UP:
-        rows = 2 * a->expert_ffn_hidden;
+        rows = mul(2, a->expert_ffn_hidden);
         cols = hidden;
         per_expert_3d = true;
         break;
