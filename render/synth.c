@@ -86,6 +86,13 @@ const char *lp_synth_behaviour_name(lp_synth_behaviour behaviour)
     return (unsigned)behaviour < LP_SYNTH_BEHAVIOUR_COUNT ? names[behaviour] : "invalid";
 }
 
+const char *const *lp_synth_words(size_t *n_words)
+{
+    if (n_words)
+        *n_words = sizeof WORDS / sizeof WORDS[0];
+    return WORDS;
+}
+
 const lp_synth_head *lp_synth_planted_heads(size_t *n_heads)
 {
     if (n_heads)

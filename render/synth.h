@@ -93,6 +93,10 @@ lp_status lp_synth_write(const char *out_dir, const lp_synth_options *opts, lp_e
 /* The planted heads, in (layer, head) order, noise heads left out. Static storage. */
 const lp_synth_head *lp_synth_planted_heads(size_t *n_heads);
 
+/* The whole words of the vocabulary ("the", "cat", ..., "."); each encodes to one "▁word"
+ * token. Static storage. */
+const char *const *lp_synth_words(size_t *n_words);
+
 /* "previous_token", "sink", "local", "uniform", "induction", "noise". */
 const char *lp_synth_behaviour_name(lp_synth_behaviour behaviour);
 

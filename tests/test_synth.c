@@ -349,6 +349,20 @@ static void test_tokenizer_whole_words(void **state)
     assert_string_equal(text, prompt);
     free(text);
     free(ids);
+    /* Every word of the vocabulary is one token, wherever it stands. */
+    size_t n_words;
+    const char *const *vocab_words = lp_synth_words(&n_words);
+    assert_true(n_words >= 50);
+    for (size_t w = 0; w < n_words; w++) {
+        char twice[80], want[80];
+        snprintf(twice, sizeof twice, "%s %s", vocab_words[w], vocab_words[w]);
+        snprintf(want, sizeof want, "\xe2\x96\x81%s", vocab_words[w]);
+        assert_int_equal(lp_tokenizer_encode(tok, twice, strlen(twice), false, &ids, &n, &err),
+                         LP_OK);
+        if (n != 2 || strcmp(lp_tokenizer_piece(tok, ids[0]), want) != 0 || ids[1] != ids[0])
+            fail_msg("'%s' does not encode to two '%s' tokens (%zu tokens)", twice, want, n);
+        free(ids);
+    }
     /* Words outside the vocabulary still round-trip through byte fallback. */
     const char *odd = "Zebra caf\xc3\xa9 the";
     assert_int_equal(lp_tokenizer_encode(tok, odd, strlen(odd), false, &ids, &n, &err), LP_OK);
