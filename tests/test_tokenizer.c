@@ -1119,6 +1119,63 @@ static void test_damaged_json(void **state)
     assert_true(opened > 0 && opened < tries);
 }
 
+/* run.c's encode() on a tokenizer.bin written here: ids 0..2 specials, 3..258 bytes, then
+ * " ", "a", "b", "ab" (score -0.0), "ba" (+0.0), " a" (-1). */
+static void test_llama2c_rules(void **state)
+{
+    (void)state;
+    gbuf buf = {0};
+    int32_t max_len = 6;
+    g_put(&buf, &max_len, 4);
+    static const char *const specials[] = {"<unk>", "\n<s>\n", "\n</s>\n"};
+    for (int k = 0; k < 3; k++) {
+        float score = 0.0f;
+        int32_t len = (int32_t)strlen(specials[k]);
+        g_put(&buf, &score, 4);
+        g_put(&buf, &len, 4);
+        g_put(&buf, specials[k], (size_t)len);
+    }
+    for (int b = 0; b < 256; b++) {
+        char piece[8];
+        snprintf(piece, sizeof piece, "<0x%02X>", b);
+        float score = 0.0f;
+        int32_t len = 6;
+        g_put(&buf, &score, 4);
+        g_put(&buf, &len, 4);
+        g_put(&buf, piece, 6);
+    }
+    static const struct {
+        const char *piece;
+        float score;
+    } rest[] = {{" ", -5.0f}, {"a", -5.0f}, {"b", -5.0f}, {"ab", -0.0f}, {"ba", 0.0f},
+                {" a", -1.0f}};
+    for (size_t k = 0; k < sizeof rest / sizeof rest[0]; k++) {
+        int32_t len = (int32_t)strlen(rest[k].piece);
+        g_put(&buf, &rest[k].score, 4);
+        g_put(&buf, &len, 4);
+        g_put(&buf, rest[k].piece, (size_t)len);
+    }
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    assert_int_equal(lp_tok_load_llama2c("tiny.bin", buf.d, buf.n, &tok, &err), LP_OK);
+    assert_int_equal(lp_tokenizer_vocab_size(tok), 3 + 256 + 6);
+    /* BOS, the dummy prefix " ", then "ab" (-0.0) and "ba" (+0.0) tie: the leftmost wins;
+     * " a" scores -1 and loses to both */
+    expect_ids(tok, "aba", true, IDS(1, 259, 262, 260));
+    /* no BOS without special tokens; "\xC3\xA9" is not a piece: bytes + 3 */
+    expect_ids(tok, "\xC3\xA9", false, IDS(259, 0xC3 + 3, 0xA9 + 3));
+    /* the empty text has no dummy prefix */
+    expect_ids(tok, "", true, IDS(1));
+    char *text = decode(tok, (const int32_t[]){1, 259, 262, 260}, 4, true);
+    assert_string_equal(text, "aba");
+    free(text);
+    lp_tokenizer_close(tok);
+    /* records that do not fill the file exactly are not a tokenizer */
+    assert_int_equal(lp_tok_load_llama2c("tiny.bin", buf.d, buf.n - 1, &tok, &err),
+                     LP_ERR_FORMAT);
+    free(buf.d);
+}
+
 /* ---- Unicode ---- */
 
 static void test_unicode(void **state)
@@ -1301,6 +1358,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_model_options),
         cmocka_unit_test(test_normalizers_and_post),
         cmocka_unit_test(test_damaged_json),
+        cmocka_unit_test(test_llama2c_rules),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }
