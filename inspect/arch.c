@@ -45,29 +45,37 @@ lp_status lp_arch_finish(lp_arch *arch, lp_error *err)
     if (arch->n_layers > LP_MAX_LAYERS)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: n_layers %lld exceeds the limit of %d layers",
                             src, (long long)arch->n_layers, LP_MAX_LAYERS);
-    if ((st = check_count(arch, "vocab_size", arch->vocab_size, true, err)) != LP_OK ||
-        (st = check_count(arch, "hidden_size", arch->hidden_size, true, err)) != LP_OK ||
-        (st = check_count(arch, "n_heads", arch->n_heads, true, err)) != LP_OK ||
-        (st = check_count(arch, "n_kv_heads", arch->n_kv_heads, false, err)) != LP_OK ||
-        (st = check_count(arch, "head_dim", arch->head_dim, false, err)) != LP_OK ||
-        (st = check_count(arch, "ffn_hidden", arch->ffn_hidden, false, err)) != LP_OK ||
-        (st = check_count(arch, "n_ctx", arch->n_ctx, false, err)) != LP_OK ||
-        (st = check_count(arch, "pos_table_rows", arch->pos_table_rows, false, err)) != LP_OK ||
-        (st = check_count(arch, "pos_offset", arch->pos_offset, false, err)) != LP_OK ||
-        (st = check_count(arch, "sliding_window", arch->sliding_window, false, err)) != LP_OK ||
-        (st = check_count(arch, "n_experts", arch->n_experts, false, err)) != LP_OK ||
-        (st = check_count(arch, "n_experts_per_tok", arch->n_experts_per_tok, false, err)) != LP_OK ||
-        (st = check_count(arch, "n_shared_experts", arch->n_shared_experts, false, err)) != LP_OK ||
-        (st = check_count(arch, "expert_ffn_hidden", arch->expert_ffn_hidden, false, err)) != LP_OK ||
-        (st = check_count(arch, "shared_expert_ffn_hidden", arch->shared_expert_ffn_hidden, false,
-                          err)) != LP_OK ||
-        (st = check_count(arch, "q_lora_rank", arch->q_lora_rank, false, err)) != LP_OK ||
-        (st = check_count(arch, "kv_lora_rank", arch->kv_lora_rank, false, err)) != LP_OK ||
-        (st = check_count(arch, "qk_rope_head_dim", arch->qk_rope_head_dim, false, err)) != LP_OK ||
-        (st = check_count(arch, "qk_nope_head_dim", arch->qk_nope_head_dim, false, err)) != LP_OK ||
-        (st = check_count(arch, "v_head_dim", arch->v_head_dim, false, err)) != LP_OK ||
-        (st = check_count(arch, "n_mtp_layers", arch->n_mtp_layers, false, err)) != LP_OK)
-        return st;
+    const struct {
+        const char *key;
+        int64_t value;
+        bool required;
+    } counts[] = {
+        {"vocab_size", arch->vocab_size, true},
+        {"hidden_size", arch->hidden_size, true},
+        {"n_heads", arch->n_heads, true},
+        {"n_kv_heads", arch->n_kv_heads, false},
+        {"head_dim", arch->head_dim, false},
+        {"ffn_hidden", arch->ffn_hidden, false},
+        {"n_ctx", arch->n_ctx, false},
+        {"pos_table_rows", arch->pos_table_rows, false},
+        {"pos_offset", arch->pos_offset, false},
+        {"sliding_window", arch->sliding_window, false},
+        {"n_experts", arch->n_experts, false},
+        {"n_experts_per_tok", arch->n_experts_per_tok, false},
+        {"n_shared_experts", arch->n_shared_experts, false},
+        {"expert_ffn_hidden", arch->expert_ffn_hidden, false},
+        {"shared_expert_ffn_hidden", arch->shared_expert_ffn_hidden, false},
+        {"q_lora_rank", arch->q_lora_rank, false},
+        {"kv_lora_rank", arch->kv_lora_rank, false},
+        {"qk_rope_head_dim", arch->qk_rope_head_dim, false},
+        {"qk_nope_head_dim", arch->qk_nope_head_dim, false},
+        {"v_head_dim", arch->v_head_dim, false},
+        {"n_mtp_layers", arch->n_mtp_layers, false},
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        if ((st = check_count(arch, counts[i].key, counts[i].value, counts[i].required, err)) !=
+            LP_OK)
+            return st;
 
     if (arch->n_kv_heads == 0)
         arch->n_kv_heads = arch->n_heads; /* no kv head count stated: multi-head attention */

@@ -160,11 +160,15 @@ static lp_status hf_str(const hf_reader *r, const char *key, const char **out)
     return LP_OK;
 }
 
-/* A required positive count: missing, null, zero or negative is an error naming the key. */
-static lp_status hf_require_count(const hf_reader *r, const char *const *keys, int64_t *out)
+/* A required positive count: missing, null, zero or negative is an error naming the key.
+ * *used_out (may be NULL) names the alias that was found. */
+static lp_status hf_require_count_as(const hf_reader *r, const char *const *keys, int64_t *out,
+                                     const char **used_out)
 {
     const char *used;
     *out = 0;
+    if (used_out)
+        *used_out = keys[0];
     lp_status st = hf_int_alias(r, keys, out, &used);
     if (st != LP_OK)
         return st;
@@ -174,7 +178,14 @@ static lp_status hf_require_count(const hf_reader *r, const char *const *keys, i
     if (*out <= 0)
         return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': %lld must be at least 1",
                             r->path, used, (long long)*out);
+    if (used_out)
+        *used_out = used;
     return LP_OK;
+}
+
+static lp_status hf_require_count(const hf_reader *r, const char *const *keys, int64_t *out)
+{
+    return hf_require_count_as(r, keys, out, NULL);
 }
 
 /* An optional non-negative count. */
@@ -669,18 +680,20 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
     a->act = rules->ffn_kind == LP_FFN_SWIGLU ? LP_ACT_SILU : LP_ACT_GELU_TANH;
 
     /* Dimensions. */
-    if ((st = hf_require_count(r, KEYS("vocab_size", "padded_vocab_size"), &a->vocab_size)) != LP_OK ||
+    const char *layers_key, *heads_key;
+    if ((st = hf_require_count(r, KEYS("vocab_size", "padded_vocab_size"), &a->vocab_size)) !=
+            LP_OK ||
         (st = hf_require_count(r, KEYS("hidden_size", "n_embd", "n_embed", "d_model"),
                                &a->hidden_size)) != LP_OK ||
-        (st = hf_require_count(r, KEYS("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-                               &a->n_layers)) != LP_OK ||
-        (st = hf_require_count(r, KEYS("num_attention_heads", "n_head", "num_heads", "n_heads"),
-                               &a->n_heads)) != LP_OK)
+        (st = hf_require_count_as(r, KEYS("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+                                  &a->n_layers, &layers_key)) != LP_OK ||
+        (st = hf_require_count_as(r, KEYS("num_attention_heads", "n_head", "num_heads", "n_heads"),
+                                  &a->n_heads, &heads_key)) != LP_OK)
         return st;
     if (a->n_layers > LP_MAX_LAYERS)
         return lp_error_set(r->err, LP_ERR_FORMAT,
-                            "%s: key 'num_hidden_layers': %lld exceeds the limit of %d layers",
-                            r->path, (long long)a->n_layers, LP_MAX_LAYERS);
+                            "%s: key '%s': %lld exceeds the limit of %d layers", r->path,
+                            layers_key, (long long)a->n_layers, LP_MAX_LAYERS);
 
     const char *kv_key = NULL;
     if (is_family(a, "falcon")) {
@@ -737,9 +750,9 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
         return st;
     if (a->head_dim == 0 && a->hidden_size % a->n_heads != 0)
         return lp_error_set(r->err, LP_ERR_FORMAT,
-                            "%s: key 'num_attention_heads': %lld heads do not divide hidden size "
-                            "%lld and 'head_dim' is absent",
-                            r->path, (long long)a->n_heads, (long long)a->hidden_size);
+                            "%s: key '%s': %lld heads do not divide hidden size %lld and "
+                            "'head_dim' is absent",
+                            r->path, heads_key, (long long)a->n_heads, (long long)a->hidden_size);
     if (a->head_dim == 0)
         a->head_dim = a->hidden_size / a->n_heads;
 
