@@ -360,6 +360,12 @@ static lp_status open_gguf(lp_weights *w, const char *path, lp_error *err)
     lp_status status = lp_gguf_open(path, &w->gguf, err);
     if (status != LP_OK)
         return status;
+    int64_t split_count = 0;
+    if (lp_gguf_get_int(w->gguf, "split.count", &split_count) && split_count > 1)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: one of %" PRId64 " split GGUF files (split.count); merge them "
+                            "with llama-gguf-split --merge first",
+                            lp_path_basename(path), split_count);
     w->arch = malloc(sizeof *w->arch);
     if (!w->arch)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");

@@ -721,6 +721,20 @@ static void test_gguf_generated(void **state)
     for (int j = 0; j < 32; j++)
         assert_close(row[j], 0.5f * (float)(j - 16), 0);
     lp_weights_close(w);
+    /* one file of a split GGUF is refused, not inspected as if it were the whole model */
+    {
+        char split_path[600];
+        tmp_path(split_path, sizeof split_path, "split.gguf");
+        lp_gw sg;
+        lp_gw_init(&sg, 3);
+        lp_gw_kv_str(&sg, "general.architecture", "llama");
+        lp_gw_kv_u32(&sg, "split.count", 3);
+        lp_gw_tensor(&sg, "output_norm.weight", 1, ne1, 0, f, sizeof f);
+        assert_true(lp_gw_finish(&sg));
+        assert_true(lp_gw_write(&sg, split_path));
+        lp_gw_free(&sg);
+        expect_open_error(split_path, LP_ERR_UNSUPPORTED, "one of 3 split GGUF files", NULL);
+    }
     /* corruptions: a tensor count beyond the file, an unknown type, a name length past EOF */
     lp_gw_put_u64(&g, g.count_pos[0], 1ull << 40);
     assert_true(lp_gw_write(&g, path));
