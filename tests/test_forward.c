@@ -370,6 +370,13 @@ static const random_case random_cases[] = {
                 .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
                 .tied = true, .window = 3, .sliding_pattern = 3, .local_theta = 10000,
                 .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2}, 14},
+    /* longer than one 256-row FFN chunk, so chunked dense and expert FFNs are compared too */
+    {"moe-long", {.family = REF_MIXTRAL, .vocab = 61, .hidden = 16, .n_layers = 1, .n_heads = 2,
+                  .n_kv_heads = 1, .head_dim = 8, .ffn = 24, .eps = 1e-5, .theta = 10000,
+                  .n_experts = 3, .top_k = 2, .scale = 0.3}, 450}, /* some expert gets >= 300 */
+    {"gpt2-long", {.family = REF_GPT2, .vocab = 53, .hidden = 16, .n_layers = 1, .n_heads = 2,
+                   .n_kv_heads = 2, .head_dim = 8, .ffn = 32, .n_positions = 400, .eps = 1e-5,
+                   .tied = true, .scale = 0.2}, 333},
 };
 
 static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
@@ -380,7 +387,8 @@ static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
     char dir[512];
     snprintf(dir, sizeof dir, "%s/forward_%s_%ld", lp_test_tmp_dir(), rc->name, (long)getpid());
     assert_true(ref_model_write_hf_as(&m, dir, matrix_dtype));
-    int32_t ids[64];
+    int32_t ids[512];
+    assert_true(rc->T <= 512);
     uint64_t s = 12345;
     for (int64_t t = 0; t < rc->T; t++) {
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -460,6 +468,12 @@ static void test_random_mistral(void **state) { (void)state; check_random_case(&
 static void test_random_gemma(void **state) { (void)state; check_random_case(&random_cases[5], LP_DTYPE_BF16); }
 static void test_random_qwen3(void **state) { (void)state; check_random_case(&random_cases[6], LP_DTYPE_F32); }
 static void test_random_gemma3(void **state) { (void)state; check_random_case(&random_cases[8], LP_DTYPE_BF16); }
+static void test_random_long(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[9], LP_DTYPE_F32);
+    check_random_case(&random_cases[10], LP_DTYPE_F32);
+}
 static void test_random_partial_rotary(void **state)
 {
     (void)state;
@@ -1278,6 +1292,7 @@ int main(void)
         cmocka_unit_test(test_random_qwen3),
         cmocka_unit_test(test_random_partial_rotary),
         cmocka_unit_test(test_random_gemma3),
+        cmocka_unit_test(test_random_long),
         cmocka_unit_test(test_gguf_quant_types),
         cmocka_unit_test(test_gguf_moe),
         cmocka_unit_test(test_gguf_gemma_norms),

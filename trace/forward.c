@@ -11,6 +11,9 @@
 
 /* Logits are computed in chunks of rows so a 150k vocabulary never needs [T, vocab] at once. */
 #define LOGITS_CHUNK_FLOATS (4u << 20)
+/* The FFN runs over at most this many rows at a time, so its [rows, ffn] scratch stays small for
+ * long prompts (GEMMs of 256 rows are already at full speed). */
+#define FFN_CHUNK_ROWS 256
 /* Longest sequence one call accepts; the [T, T] probability slots bound it long before this. */
 #define MAX_TOKENS (1 << 20)
 
@@ -29,6 +32,7 @@ typedef struct scratch_plan {
     int64_t slot_stride;  /* floats between slots: T*T rounded up to a cache line, so threads
                              writing neighbouring slots never share one */
     int64_t logits_rows;  /* rows per logits chunk */
+    int64_t ffn_rows;     /* rows per FFN chunk */
     uint64_t total;
 } scratch_plan;
 
@@ -38,8 +42,8 @@ typedef struct scratch {
     float *tmp;      /* [T, hidden] sublayer output before the residual add */
     float *qkv;      /* [T, q_dim + 2 kv_dim] (q | k | v per row) */
     float *attn;     /* [T, q_dim] head outputs, head h at columns h*head_dim */
-    float *gate;     /* [T, max(ffn, 2 ffn when fused)] */
-    float *up;       /* [T, ffn] */
+    float *gate;     /* [ffn_rows, 2 ffn] (fused gate|up needs both halves) */
+    float *up;       /* [ffn_rows, ffn] */
     float *probs;    /* [n_prob_slots, slot_stride >= T*T] or NULL */
     lp_attn_row_stats *row_stats; /* [n_heads, T] */
     float *logits;   /* [logits_rows, vocab] */
@@ -51,8 +55,8 @@ typedef struct scratch {
     int32_t *chosen;    /* [T, top_k] */
     float *chosen_w;    /* [T, top_k] */
     int64_t *tok_list;  /* [T] tokens routed to one expert */
-    float *gather;      /* [T, hidden] */
-    float *expert_out;  /* [T, hidden] */
+    float *gather;      /* [ffn_rows, hidden] */
+    float *expert_out;  /* [ffn_rows, hidden] */
 } scratch;
 
 static uint64_t round64(uint64_t n) { return (n + 63) / 64 * 64; }
@@ -81,9 +85,11 @@ static bool make_plan(const lp_model *m, int64_t T, bool want_probs, int n_threa
     if (rows < 1)
         rows = 1;
     p->logits_rows = rows < T ? rows : T;
+    p->ffn_rows = T < FFN_CHUNK_ROWS ? T : FFN_CHUNK_ROWS;
+    uint64_t fr = (uint64_t)p->ffn_rows;
     bool ok = plan_add(&total, t * 3, H * 4) && plan_add(&total, t, qkv_w * 4) &&
-              plan_add(&total, t, (uint64_t)m->max_q_dim * 4) && plan_add(&total, t, 2 * ffn * 4) &&
-              plan_add(&total, t, ffn * 4) && plan_add(&total, (uint64_t)a->n_heads * t, sizeof(lp_attn_row_stats)) &&
+              plan_add(&total, t, (uint64_t)m->max_q_dim * 4) && plan_add(&total, fr, 2 * ffn * 4) &&
+              plan_add(&total, fr, ffn * 4) && plan_add(&total, (uint64_t)a->n_heads * t, sizeof(lp_attn_row_stats)) &&
               plan_add(&total, (uint64_t)p->logits_rows, (uint64_t)a->vocab_size * 4) &&
               plan_add(&total, 2 * (uint64_t)(a->rope_dim / 2 + 1), 4) && plan_add(&total, t, 8);
     p->slot_stride = 0;
@@ -96,7 +102,7 @@ static bool make_plan(const lp_model *m, int64_t T, bool want_probs, int n_threa
     }
     if (ok && E > 0)
         ok = plan_add(&total, t, E * 4) && plan_add(&total, t, K * 4) && plan_add(&total, t, K * 4) &&
-             plan_add(&total, t, 8) && plan_add(&total, t * 2, H * 4);
+             plan_add(&total, t, 8) && plan_add(&total, fr * 2, H * 4);
     p->total = total;
     return ok && total < ((uint64_t)1 << 46);
 }
@@ -125,8 +131,9 @@ static bool carve(lp_arena *arena, const lp_model *m, const scratch_plan *p, scr
     s->tmp = take(arena, T * H, 4);
     s->qkv = take(arena, T * (uint64_t)(m->max_q_dim + 2 * m->max_kv_dim), 4);
     s->attn = take(arena, T * (uint64_t)m->max_q_dim, 4);
-    s->gate = take(arena, T * 2 * (uint64_t)m->max_ffn, 4);
-    s->up = take(arena, T * (uint64_t)m->max_ffn, 4);
+    uint64_t FR = (uint64_t)p->ffn_rows;
+    s->gate = take(arena, FR * 2 * (uint64_t)m->max_ffn, 4);
+    s->up = take(arena, FR * (uint64_t)m->max_ffn, 4);
     s->row_stats = take(arena, (uint64_t)a->n_heads * T, sizeof(lp_attn_row_stats));
     s->logits = take(arena, (uint64_t)p->logits_rows * (uint64_t)a->vocab_size, 4);
     s->inv_freq = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
@@ -144,8 +151,8 @@ static bool carve(lp_arena *arena, const lp_model *m, const scratch_plan *p, scr
         s->chosen = take(arena, T * K, 4);
         s->chosen_w = take(arena, T * K, 4);
         s->tok_list = take(arena, T, 8);
-        s->gather = take(arena, T * H, 4);
-        s->expert_out = take(arena, T * H, 4);
+        s->gather = take(arena, FR * H, 4);
+        s->expert_out = take(arena, FR * H, 4);
         ok = ok && s->router && s->chosen && s->chosen_w && s->tok_list && s->gather &&
              s->expert_out;
     }
@@ -400,8 +407,9 @@ static void activate(const lp_arch *a, float *gate, const float *up, int64_t n)
     }
 }
 
-static lp_status dense_ffn(pass *p, const lp_layer_weights *L, const float *in, int64_t rows,
-                           float *out)
+/* The FFN of `rows` rows (at most ffn_rows), in -> out. */
+static lp_status dense_ffn_chunk(pass *p, const lp_layer_weights *L, const float *in,
+                                 int64_t rows, float *out)
 {
     const lp_arch *a = &p->m->arch;
     int64_t F = L->ffn_hidden;
@@ -427,6 +435,19 @@ static lp_status dense_ffn(pass *p, const lp_layer_weights *L, const float *in, 
         activate(a, s->gate, s->up, rows * F);
     }
     return linear(p, s->gate, rows, &L->down, L->down_bias, out);
+}
+
+static lp_status dense_ffn(pass *p, const lp_layer_weights *L, const float *in, int64_t rows,
+                           float *out)
+{
+    int64_t H = p->m->arch.hidden_size, chunk = p->plan.ffn_rows;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        lp_status st = dense_ffn_chunk(p, L, in + r0 * H, n, out + r0 * H);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
 }
 
 static lp_status moe_ffn(pass *p, int l)
@@ -479,27 +500,29 @@ static lp_status moe_ffn(pass *p, int l)
             for (int64_t j = 0; j < K; j++)
                 if (s->chosen[t * K + j] == e)
                     s->tok_list[n++] = t;
-        if (n == 0)
-            continue;
-        for (int64_t i = 0; i < n; i++)
-            memcpy(s->gather + i * H, s->xn + s->tok_list[i] * H, (size_t)H * sizeof(float));
         const lp_expert_weights *X = &L->experts[e];
-        if ((st = linear(p, s->gather, n, &X->gate, NULL, s->gate)) ||
-            (st = linear(p, s->gather, n, &X->up, NULL, s->up)))
-            return st;
-        activate(a, s->gate, s->up, n * F);
-        if ((st = linear(p, s->gate, n, &X->down, NULL, s->expert_out)))
-            return st;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t t = s->tok_list[i];
-            float w = 0.0f;
-            for (int64_t j = 0; j < K; j++)
-                if (s->chosen[t * K + j] == e)
-                    w = s->chosen_w[t * K + j];
-            float *dst = s->tmp + t * H;
-            const float *src = s->expert_out + i * H;
-            for (int64_t c = 0; c < H; c++)
-                dst[c] += w * src[c];
+        for (int64_t i0 = 0; i0 < n; i0 += p->plan.ffn_rows) {
+            int64_t c = n - i0 < p->plan.ffn_rows ? n - i0 : p->plan.ffn_rows;
+            const int64_t *toks = s->tok_list + i0;
+            for (int64_t i = 0; i < c; i++)
+                memcpy(s->gather + i * H, s->xn + toks[i] * H, (size_t)H * sizeof(float));
+            if ((st = linear(p, s->gather, c, &X->gate, NULL, s->gate)) ||
+                (st = linear(p, s->gather, c, &X->up, NULL, s->up)))
+                return st;
+            activate(a, s->gate, s->up, c * F);
+            if ((st = linear(p, s->gate, c, &X->down, NULL, s->expert_out)))
+                return st;
+            for (int64_t i = 0; i < c; i++) {
+                int64_t t = toks[i];
+                float w = 0.0f;
+                for (int64_t j = 0; j < K; j++)
+                    if (s->chosen[t * K + j] == e)
+                        w = s->chosen_w[t * K + j];
+                float *dst = s->tmp + t * H;
+                const float *src = s->expert_out + i * H;
+                for (int64_t d = 0; d < H; d++)
+                    dst[d] += w * src[d];
+            }
         }
     }
     return LP_OK;
