@@ -429,7 +429,16 @@ static lp_status open_llama2c(lp_weights *w, const char *path, lp_error *err)
     if (status != LP_OK)
         return status;
     bool tokenizer = lp_llama2c_is_tokenizer(probe.data, probe.size);
+    /* pytorch_model.bin: a zip archive (torch.save since 1.6) or a bare pickle (protocol 2-5) */
+    bool torch = probe.size >= 4 && (memcmp(probe.data, "PK\x03\x04", 4) == 0 ||
+                                     (probe.data[0] == 0x80 && probe.data[1] >= 2 &&
+                                      probe.data[1] <= 5));
     lp_unmap_file(&probe);
+    if (torch)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: a PyTorch checkpoint (zip/pickle), not a llama2.c .bin; loupe "
+                            "reads safetensors, GGUF and llama2.c (convert it to safetensors)",
+                            lp_path_basename(path));
     if (tokenizer)
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: a llama2.c tokenizer.bin (max_token_length, then score/length/"

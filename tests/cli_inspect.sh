@@ -59,6 +59,11 @@ write_st "$B" '{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a"
 expect_one_line_error "$LOUPE" inspect "$B"
 expect_stderr_contains "duplicate" "$LOUPE" inspect "$B"
 
+# a PyTorch checkpoint where a llama2.c .bin is expected (zip magic)
+printf 'PK\x03\x04rest-of-a-zip-archive...' >"$TMP/pytorch_model.bin"
+expect_one_line_error "$LOUPE" inspect "$TMP/pytorch_model.bin"
+expect_stderr_contains "a PyTorch checkpoint" "$LOUPE" inspect "$TMP/pytorch_model.bin"
+
 # --- a 4 GiB sparse file: header only ------------------------------------------------------------
 # The data region is a hole; inspect (no --stats) must succeed from the header alone. The
 # resident-page measurement (mincore) is in test_weights: test_sparse_header_only.
