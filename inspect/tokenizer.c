@@ -229,6 +229,8 @@ static lp_status find_spans(const pcre2_code *re, const char *lit, size_t lit_le
         size_t off = 0;
         while (off <= len) {
             int rc = pcre2_match(re, (PCRE2_SPTR)s, len, off, 0, md, NULL);
+            if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter keeps its stack on the heap */
+                rc = pcre2_match(re, (PCRE2_SPTR)s, len, off, PCRE2_NO_JIT, md, NULL);
             if (rc == PCRE2_ERROR_NOMATCH)
                 break;
             if (rc < 0) {
