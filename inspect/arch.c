@@ -1,5 +1,6 @@
 /* lp_arch defaults, derived fields and the checks every reader shares. */
 #include "inspect/model.h"
+#include "inspect/arch_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -26,6 +27,9 @@ static const char *source_of(const lp_arch *arch)
 static lp_status check_count(const lp_arch *arch, const char *key, int64_t value, bool required,
                              lp_error *err)
 {
+    if (value > LP_ARCH_MAX_COUNT)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: %s %lld exceeds the limit of %lld",
+                            source_of(arch), key, (long long)value, (long long)LP_ARCH_MAX_COUNT);
     if (value < 0)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: %s is %lld, must not be negative",
                             source_of(arch), key, (long long)value);

@@ -13,9 +13,15 @@
 #define LP_INSPECT_ARCH_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "inspect/model.h"
+
+/* The largest count or size any config value may hold (2^40, about 1.1e12: above every real
+ * vocabulary, width or context). Readers refuse larger values with an error naming this limit,
+ * so sums and small multiples of them cannot overflow int64_t. */
+#define LP_ARCH_MAX_COUNT ((int64_t)1 << 40)
 
 /* config_url may be NULL. Returns LP_ERR_IO when the stream fails. */
 lp_status lp_arch_write_yaml(const lp_arch *arch, const char *config_url, FILE *out,

@@ -94,6 +94,9 @@ static lp_status hf_int(const hf_reader *r, const char *key, int64_t *out, bool 
     int64_t value;
     if (!json_as_int(v, &value))
         return hf_type_error(r, key, "an integer", v);
+    if (value > LP_ARCH_MAX_COUNT || value < -LP_ARCH_MAX_COUNT)
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': %lld exceeds the limit of %lld",
+                            r->path, key, (long long)value, (long long)LP_ARCH_MAX_COUNT);
     *out = value;
     if (found)
         *found = true;
@@ -988,6 +991,8 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
             v = json_array_size(v) ? json_array_get(v, 0) : NULL;
         if (v && !json_as_int(v, token_ids[i]))
             return hf_type_error(r, token_keys[i], "an integer", v);
+        if (*token_ids[i] > LP_ARCH_MAX_COUNT || *token_ids[i] < -1)
+            *token_ids[i] = -1; /* not a usable id: unknown */
     }
     return LP_OK;
 }

@@ -200,6 +200,9 @@ static lp_status read_int(const card_reader *r, const yaml_node_t *node, const c
     long long v = strtoll(s, &end, 10);
     if (!*s || *end || errno == ERANGE)
         return at(r, node, "key '%s': expected an integer, got '%s'", key, s);
+    if (v > LP_ARCH_MAX_COUNT || v < -LP_ARCH_MAX_COUNT)
+        return at(r, node, "key '%s': %lld exceeds the limit of %lld", key, v,
+                  (long long)LP_ARCH_MAX_COUNT);
     *out = v;
     return LP_OK;
 }

@@ -470,6 +470,10 @@ static void test_bad_configs(void **state)
         "{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8,"
         " \"num_hidden_layers\": 100000, \"num_attention_heads\": 2, \"intermediate_size\": 8}",
         LP_ERR_FORMAT, "100000", "512");
+    expect_hf_error("huge.json",
+        "{\"model_type\": \"gpt2\", \"vocab_size\": 10, \"n_embd\": 4611686018427387904,"
+        " \"n_layer\": 1, \"n_head\": 1, \"n_positions\": 8}",
+        LP_ERR_FORMAT, "n_embd", "1099511627776");
     expect_hf_error("bad_act.json",
         "{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8,"
         " \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 8,"
@@ -581,6 +585,9 @@ static void test_card_reader(void **state)
                       CARD_HEAD CARD_ATTN CARD_FFN
                       "positions:\n  kind: learned\n  rope_theta: 500000\n",
                       "positions.rope_theta", "rope");
+    expect_card_error("huge.yaml",
+                      "model:\n  family: llama\ndims:\n  vocab_size: 9223372036854775807\n",
+                      "vocab_size", "limit");
     expect_card_error("zero_heads.yaml", CARD_HEAD "attention:\n  n_heads: 0\n" CARD_FFN,
                       "n_heads", "at least 1");
     expect_card_error("syntax.yaml", "model:\n  name: [unclosed\ndims:\n", "syntax.yaml:", NULL);
