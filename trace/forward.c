@@ -346,6 +346,8 @@ static lp_status attention_block(pass *p, int l)
     bool any_probs = false;
     for (int h = 0; h < a->n_heads && !any_probs; h++)
         any_probs = wants(p, LP_SITE_ATTN_PROBS, l, h);
+    /* An observer that said no to every map up front gets none now either (no slots exist). */
+    any_probs = any_probs && s->probs != NULL;
     int64_t group = any_probs ? p->plan.n_prob_slots : a->n_heads;
     if (group < 1)
         group = 1;
@@ -673,8 +675,16 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
     p.T = batch->n_tokens;
     p.err = err;
 
-    /* Probability slots only if anyone might want probabilities. */
-    bool maybe_probs = p.obs && p.obs->want;
+    /* [T, T] probability slots only if the observer wants some head's map (asked up front; a
+     * store with --maps none must not pay T*T per thread). */
+    bool maybe_probs = false;
+    for (int64_t b = 0; b < batch->n_seqs && !maybe_probs && p.obs && p.obs->want; b++) {
+        p.b = b;
+        for (int l = 0; l < a->n_layers && !maybe_probs; l++)
+            for (int h = 0; h < a->n_heads && !maybe_probs; h++)
+                maybe_probs = wants(&p, LP_SITE_ATTN_PROBS, l, h);
+    }
+    p.b = 0;
     int n_threads = p.pool ? lp_pool_threads(p.pool) : 1;
     if (!make_plan(model, p.T, maybe_probs, n_threads, &p.plan))
         return lp_error_set(err, LP_ERR_RANGE, "forward: scratch for %lld tokens overflows",
