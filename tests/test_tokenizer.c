@@ -597,6 +597,20 @@ static void test_qwen3_rules(void **state)
     free(skip);
     free(keep);
     free(ids);
+    /* \r\n is one pre-token (\s*[\r\n]+) and Qwen3 has the merge: "čĊ" */
+    expect_pieces(tok, "x\r\ny", false, PIECES("x", "\xC4\x8D\xC4\x8A", "y"));
+    /* mixed scripts: letters of any script are one \p{L}+ run; the digits split one by one */
+    size_t n_mixed;
+    const char *mixed = "abc\xE4\xB8\xAD\xE6\x96\x87" "123";
+    int32_t *mixed_ids = encode(tok, mixed, strlen(mixed), false, &n_mixed);
+    assert_true(n_mixed >= 4);
+    assert_string_equal(lp_tokenizer_piece(tok, mixed_ids[n_mixed - 3]), "1");
+    assert_string_equal(lp_tokenizer_piece(tok, mixed_ids[n_mixed - 2]), "2");
+    assert_string_equal(lp_tokenizer_piece(tok, mixed_ids[n_mixed - 1]), "3");
+    char *mixed_back = decode(tok, mixed_ids, n_mixed, false);
+    assert_string_equal(mixed_back, mixed);
+    free(mixed_back);
+    free(mixed_ids);
     /* NFC: "e" + U+0301 and the precomposed "é" encode the same */
     size_t n1, n2;
     int32_t *a = encode(tok, "cafe\xCC\x81", 6, false, &n1);
@@ -625,6 +639,9 @@ static void test_tinyllama_rules(void **state)
     /* byte fallback: a character outside the vocab becomes its UTF-8 bytes */
     expect_pieces(tok, "\xF0\x9F\x99\x82", false,
                   PIECES("\xE2\x96\x81", "<0xF0>", "<0x9F>", "<0x99>", "<0x82>"));
+    /* "\r" is an ordinary piece, "\n" is not: it falls back to <0x0A>; digits stand alone */
+    expect_pieces(tok, "a\r\nb 12", false,
+                  PIECES("\xE2\x96\x81" "a", "\r", "<0x0A>", "b", "\xE2\x96\x81", "1", "2"));
     /* the empty string gives nothing (Prepend skips empty text), plus <s> when asked */
     ids = encode(tok, "", 0, true, &n);
     assert_int_equal(n, 1);
