@@ -405,6 +405,20 @@ static void test_newer_schema_refused(void **state)
     assert_non_null(strstr(err.msg, "99"));
     assert_null(strchr(err.msg, '\n'));
 
+    /* A version-1 database from before tokens.label: the column is added, runs still work. */
+    remove(path);
+    sqlite3 *old_db;
+    assert_int_equal(sqlite3_open(path, &old_db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(old_db,
+                                  "CREATE TABLE tokens (run_id INTEGER NOT NULL, pos INTEGER NOT "
+                                  "NULL, token_id INTEGER NOT NULL, piece TEXT NOT NULL, PRIMARY "
+                                  "KEY (run_id, pos))", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(old_db);
+    assert_int_equal(lp_store_open(path, &store, &err), LP_OK);
+    assert_int_equal(query_int(lp_store_db(store), "SELECT count(*) FROM pragma_table_info('tokens') "
+                                                   "WHERE name = 'label'"), 1);
+    lp_store_close(store);
+
     /* Not a database at all. */
     FILE *fp = fopen(path, "wb");
     assert_non_null(fp);

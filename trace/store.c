@@ -163,6 +163,14 @@ lp_status lp_store_open(const char *path, lp_store **out, lp_error *err)
         (st = exec(s, "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '1')",
                    err)))
         goto fail;
+    /* tokens.label came after the first version-1 databases were written; add it to those. */
+    sqlite3_stmt *probe;
+    if (sqlite3_prepare_v2(s->db, "SELECT label FROM tokens LIMIT 0", -1, &probe, NULL) != SQLITE_OK) {
+        if ((st = exec(s, "ALTER TABLE tokens ADD COLUMN label TEXT", err)))
+            goto fail;
+    } else {
+        sqlite3_finalize(probe);
+    }
     for (int i = 0; i < STMT_COUNT; i++) {
         if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[i],
                                NULL) != SQLITE_OK) {
