@@ -516,7 +516,9 @@ static lp_status parse_moe(const hf_reader *r, lp_arch *a)
     if (!used)
         a->expert_ffn_hidden = a->ffn_hidden;
 
-    if (family_prefix(a, "deepseek")) {
+    /* DeepSeek's layer selection, also used by its descendants (GLM-4.5 and others) that keep
+     * first_k_dense_replace and n_routed_experts. */
+    if (family_prefix(a, "deepseek") || hf_get(r, "first_k_dense_replace")) {
         int64_t first_dense = 0, freq = 1;
         if ((st = hf_opt_count(r, KEYS("n_shared_experts"), &a->n_shared_experts, NULL)) != LP_OK ||
             (st = hf_opt_count(r, KEYS("first_k_dense_replace"), &first_dense, NULL)) != LP_OK ||

@@ -412,6 +412,29 @@ static void test_falcon_and_gpt2_aliases(void **state)
     assert_true(a->layer_moe[3]);
     check_round_trip(a, "gpt_oss");
 
+    /* Phi-3 long context: "su"/longrope with the original context at the top level; the
+     * factor is derived from the two contexts when not given */
+    a = parse_hf_text("phi3_long.json",
+        "{\"model_type\": \"phi3\", \"vocab_size\": 32064, \"hidden_size\": 3072,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 32, \"intermediate_size\": 8192,"
+        " \"max_position_embeddings\": 131072, \"original_max_position_embeddings\": 4096,"
+        " \"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1.0, 1.1],"
+        " \"long_factor\": [1.0, 2.0]}, \"sliding_window\": 262144}");
+    assert_int_equal(a->rope_scaling.kind, LP_ROPE_SCALING_LONGROPE);
+    assert_int_equal(a->rope_scaling.original_ctx, 4096);
+    assert_true(a->rope_scaling.factor == 32.0);
+    check_round_trip(a, "phi3_long");
+
+    /* a DeepSeek-style MoE under another name (GLM-4.5 keeps first_k_dense_replace) */
+    a = parse_hf_text("glm_moe.json",
+        "{\"model_type\": \"glm4_moe\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+        " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"intermediate_size\": 256,"
+        " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"n_shared_experts\": 1,"
+        " \"moe_intermediate_size\": 32, \"first_k_dense_replace\": 1}");
+    assert_false(a->layer_moe[0]);
+    assert_true(a->layer_moe[1] && a->layer_moe[3]);
+    assert_int_equal(a->n_shared_experts, 1);
+
     /* transformers v5 keeps theta and scaling in rope_parameters */
     a = parse_hf_text("rope_params.json",
         "{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8,"
