@@ -52,20 +52,25 @@ static void json_string(FILE *out, const char *s)
         } else if (c < 0x80) {
             fputc((int)c, out), i++;
         } else {
-            /* copy a valid UTF-8 sequence; anything else becomes U+FFFD */
-            size_t need = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 ? 1 : 0;
-            if (c > 0xF4)
-                need = 0;
-            bool ok = need > 0;
-            for (size_t k = 1; ok && k <= need; k++)
-                ok = i + k < len && (p[i + k] & 0xC0) == 0x80;
-            if (ok) {
-                fwrite(p + i, 1, need + 1, out);
-                i += need + 1;
+            /* a valid UTF-8 sequence is copied; each maximal invalid subpart becomes one
+             * U+FFFD (Unicode's recommended practice, as Rust's from_utf8_lossy does) */
+            size_t need = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 && c <= 0xEF ? 2
+                        : c >= 0xC2 && c <= 0xDF ? 1 : 0;
+            unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+            unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+            size_t k = 1;
+            while (need && k <= need && i + k < len) {
+                unsigned cc = p[i + k];
+                if (cc < (k == 1 ? lo : 0x80) || cc > (k == 1 ? hi : 0xBF))
+                    break;
+                k++;
+            }
+            if (need && k == need + 1) {
+                fwrite(p + i, 1, k, out);
             } else {
                 fputs("\\ufffd", out);
-                i++;
             }
+            i += k;
         }
     }
     fputc('"', out);

@@ -47,6 +47,11 @@ want='{"ids": [9707, 1879, 151645], "pieces": ["Hello", "Ġworld", "<|im_end|>"]
 if [ "$out" = "$want" ]; then ok; else bad "qwen3 --tokens: got '$out', want '$want'"; fi
 out=$("$LOUPE" tokenize "$TOK/gpt2" --tokens 15496,995,50256 --no-special --json)
 case "$out" in *'"text": "Hello world"}') ok ;; *) bad "--no-special decode: got '$out'" ;; esac
+# a partial UTF-8 sequence (3 of the 4 bytes of U+1F389) is one U+FFFD in JSON, as in Rust
+out=$("$LOUPE" tokenize "$TOK/gpt2" --tokens 12520,236 --json)
+case "$out" in *'"text": " \ufffd"}') ok ;; *) bad "partial UTF-8: got '$out'" ;; esac
+out=$("$LOUPE" tokenize "$TOK/gpt2" --tokens 12520,236,231 --json)
+case "$out" in *'"text": " 🎉"}') ok ;; *) bad "whole emoji: got '$out'" ;; esac
 expect_one_line_error "$LOUPE" tokenize "$TOK/gpt2" --tokens 9707,50257
 expect_one_line_error "$LOUPE" tokenize "$TOK/gpt2" --tokens 12,abc
 expect_one_line_error "$LOUPE" tokenize "$TOK/gpt2" --text a --tokens 1
