@@ -3,6 +3,7 @@
 #include "render/synth.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,7 +14,7 @@
 #define CMD "synth"
 
 static const char usage[] =
-    "usage: loupe synth OUT_DIR [--seed N] [--dtype f32|bf16|f16]\n"
+    "usage: loupe synth OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check]\n"
     "\n"
     "Write a small Llama-style model whose attention heads are planted with known behaviours,\n"
     "so every command can be tried offline on a model with a known answer. OUT_DIR is created\n"
@@ -22,19 +23,56 @@ static const char usage[] =
     "  OUT_DIR         gets config.json, model.safetensors, tokenizer.json, planted_heads.json\n"
     "  --seed N        token identities and noise heads (default 1); same seed, same bytes\n"
     "  --dtype D       stored weights: f32 (default), bf16 or f16\n"
+    "  --check         then run the model on the demo prompt and show that each planted head\n"
+    "                  tops its statistic (exit 1 if one does not)\n"
     "  --fault NAME    for tests: plant a head wrongly (prev-no-phase: the previous-token head\n"
     "                  loses its phase and attends to itself; no-prev-write: it writes nothing,\n"
     "                  so the induction head has nothing to match)\n"
     "\n"
     "Planted heads: layer 0 head 1 previous token, head 3 sink (<s>), head 4 local window,\n"
     "head 6 uniform; layer 1 head 5 induction. All other heads are seeded noise.\n"
-    "Exit status: 0 written, 2 bad usage or an output folder that is not ours.\n";
+    "Exit status: 0 written (and found), 1 --check did not find a planted head, 2 bad usage or an\n"
+    "output folder that is not ours.\n";
+
+static int print_check(const char *out_dir)
+{
+    lp_synth_report rep;
+    lp_error err = {0};
+    if (lp_synth_check(out_dir, &rep, &err) != LP_OK)
+        return lp_cli_fail(CMD, &err);
+    printf("check: the demo prompt (%" PRId64 " tokens, a sentence said twice) through the "
+           "forward pass\n", rep.n_tokens);
+    for (size_t i = 0; i < rep.n_findings; i++) {
+        const lp_synth_finding *f = &rep.findings[i];
+        char detail[160];
+        int len = snprintf(detail, sizeof detail, "(");
+        if (f->bar > 0)
+            len += snprintf(detail + len, sizeof detail - (size_t)len, "bar %.1f; ", f->bar);
+        if (f->runner_up_layer >= 0)
+            len += snprintf(detail + len, sizeof detail - (size_t)len,
+                            "next best %.3f, layer %d head %d", f->runner_up, f->runner_up_layer,
+                            f->runner_up_head);
+        else
+            len += snprintf(detail + len, sizeof detail - (size_t)len, "no competitor");
+        if (f->head.behaviour == LP_SYNTH_UNIFORM)
+            snprintf(detail + len, sizeof detail - (size_t)len,
+                     "; max_prob %.4f, mean 1/(t+1) %.4f", f->extra, f->extra_want);
+        printf("  %s  layer %d head %d  %-15s %s = %.3f %s)\n", f->passed ? "PASS" : "FAIL",
+               f->head.layer, f->head.head, lp_synth_behaviour_name(f->head.behaviour),
+               f->statistic, f->value, detail);
+    }
+    printf("  %s  top-1 predictions in the second copy: %d/%d (words said once per copy: %d/%d)\n",
+           rep.predictions_passed ? "PASS" : "FAIL", rep.n_correct, rep.n_predicted,
+           rep.n_unambiguous_correct, rep.n_unambiguous);
+    return rep.passed ? LP_EXIT_OK : LP_EXIT_CHECK_FAILED;
+}
 
 static int run_synth(int argc, char **argv)
 {
     lp_synth_options opts;
     lp_synth_options_init(&opts);
     const char *out_dir = NULL;
+    bool check = false;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -64,6 +102,8 @@ static int run_synth(int argc, char **argv)
             else
                 return lp_cli_usage_error(CMD, "--fault '%s': want none, prev-no-phase or "
                                           "no-prev-write", v);
+        } else if (lp_cli_flag(argv[i], "--check")) {
+            check = true;
         } else if (lp_cli_flag(argv[i], "--help") || lp_cli_flag(argv[i], "-h")) {
             fputs(usage, stdout);
             return LP_EXIT_OK;
@@ -119,10 +159,13 @@ static int run_synth(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         printf("    layer %d head %d  %s\n", heads[i].layer, heads[i].head,
                lp_synth_behaviour_name(heads[i].behaviour));
-    printf("try: loupe trace %s --prompt \"%s\"\n", out_dir, LP_SYNTH_DEMO_PROMPT);
     lp_tokenizer_close(tok);
     lp_weights_close(w);
-    return LP_EXIT_OK;
+    if (!check) {
+        printf("try: loupe trace %s --prompt \"%s\"\n", out_dir, LP_SYNTH_DEMO_PROMPT);
+        return LP_EXIT_OK;
+    }
+    return print_check(out_dir);
 }
 
 const lp_command lp_command_synth = {"synth", "write a small model with planted attention heads",

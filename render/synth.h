@@ -90,6 +90,49 @@ void lp_synth_options_init(lp_synth_options *opts);
  * options. */
 lp_status lp_synth_write(const char *out_dir, const lp_synth_options *opts, lp_error *err);
 
+/* ---- Checking a written model: are the planted heads found? ---------------------------------
+ *
+ *   lp_synth_report rep;
+ *   if (lp_synth_check("synth-model", &rep, &err) != LP_OK) ...   // could not run
+ *   if (!rep.passed) ...                                            // a planted head is missing
+ *
+ * Runs the real forward pass on LP_SYNTH_DEMO_PROMPT and measures every head with the trace's
+ * own head statistics (lp_head_stats_from_rows). A planted head is found when it has the top
+ * value of its statistic among the heads it competes with and passes an absolute bar:
+ *   previous_token  prev_token, all heads, > 0.9
+ *   sink            sink, all heads, > 0.9
+ *   local           local_frac, heads whose prev_token and self are both <= 0.5, > 0.9
+ *   uniform         entropy, heads of its layer; and max_prob within 1% of mean 1/(t+1)
+ *   induction       mass, in the second copy of the sentence, on keys right after an earlier
+ *                   copy of the query's token; all heads; > 0.5
+ * and the predictions pass when every second-copy token that occurs once per copy is predicted
+ * top-1 and more than half of all second-copy positions are. */
+
+typedef struct lp_synth_finding {
+    lp_synth_head head;    /* the planted head */
+    const char *statistic; /* "prev_token", "sink", "local_frac", "entropy", "induction_mass" */
+    double value;          /* its value for the planted head */
+    double bar;            /* the absolute bar it must pass (entropy: none, 0) */
+    double runner_up;      /* the best value among the competing heads */
+    int runner_up_layer, runner_up_head; /* -1 when there is no competitor */
+    double extra, extra_want; /* uniform: max_prob and mean 1/(t+1); else 0 */
+    bool passed;
+} lp_synth_finding;
+
+typedef struct lp_synth_report {
+    int64_t n_tokens;
+    lp_synth_finding findings[8];
+    size_t n_findings;
+    int n_predicted, n_correct;       /* second-copy positions and top-1 hits */
+    int n_unambiguous, n_unambiguous_correct; /* of those, tokens that occur once per copy */
+    bool predictions_passed;
+    bool passed; /* every finding and the predictions */
+} lp_synth_report;
+
+/* model_dir: a folder written by lp_synth_write (its tokenizer.json is used). LP_ERR_* when the
+ * model cannot be opened or run; a missing head is not an error but rep->passed = false. */
+lp_status lp_synth_check(const char *model_dir, lp_synth_report *rep, lp_error *err);
+
 /* The planted heads, in (layer, head) order, noise heads left out. Static storage. */
 const lp_synth_head *lp_synth_planted_heads(size_t *n_heads);
 

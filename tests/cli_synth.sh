@@ -68,6 +68,13 @@ else
   echo "note: sqlite3 shell not found; head_stats checks skipped (test_synth covers them)"
 fi
 
+# --check: the library's own verdict, exit 1 when a planted head is not found.
+expect_status 0 "$LOUPE" synth "$TMP/checked" --check
+expect_stdout_contains "PASS  layer 1 head 5  induction" "$LOUPE" synth "$TMP/checked" --check
+expect_status 1 "$LOUPE" synth "$TMP/checked" --check --fault prev-no-phase
+expect_stdout_contains "FAIL  layer 0 head 1  previous_token" "$LOUPE" synth "$TMP/checked" --check --fault prev-no-phase
+expect_status 1 "$LOUPE" synth "$TMP/checked" --check --fault no-prev-write
+
 # Deterministic: same seed, same bytes; another seed, other bytes. Rewriting our own output is fine.
 expect_status 0 "$LOUPE" synth "$TMP/again"
 if cmp -s "$M/model.safetensors" "$TMP/again/model.safetensors"; then ok; else bad "same seed, different weights"; fi

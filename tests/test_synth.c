@@ -392,6 +392,25 @@ static void test_planted_heads_found(void **state)
         assert_true(v.local);
         assert_true(v.induction);
         assert_true(v.predictions);
+        /* The library's own check (trace statistics) agrees with the measurement above. */
+        lp_synth_report rep;
+        lp_error err = {0};
+        assert_int_equal(lp_synth_check(dir, &rep, &err), LP_OK);
+        assert_true(rep.passed);
+        assert_int_equal(rep.n_findings, 5);
+        for (size_t k = 0; k < rep.n_findings; k++) {
+            const lp_synth_finding *f = &rep.findings[k];
+            const head_measure *hm = &m.head[f->head.layer][f->head.head];
+            double mine = f->head.behaviour == LP_SYNTH_PREV_TOKEN ? hm->prev
+                          : f->head.behaviour == LP_SYNTH_SINK     ? hm->sink
+                          : f->head.behaviour == LP_SYNTH_LOCAL    ? hm->local_frac
+                          : f->head.behaviour == LP_SYNTH_UNIFORM  ? hm->entropy
+                                                                   : hm->induction;
+            if (fabs(f->value - mine) > 1e-3)
+                fail_msg("%s: lp_synth_check says %.5f, measured %.5f", f->statistic, f->value,
+                         mine);
+        }
+        assert_int_equal(rep.n_correct, m.n_correct);
         remove_synth_dir(dir);
     }
 }
@@ -429,6 +448,13 @@ static void test_broken_plantings_fail(void **state)
     assert_false(v.prev);      /* it now attends to itself */
     assert_false(v.induction); /* and writes the current token, not the previous one */
     assert_true(v.sink);       /* the other plantings do not depend on it */
+    lp_synth_report rep;
+    lp_error err = {0};
+    assert_int_equal(lp_synth_check(dir, &rep, &err), LP_OK);
+    assert_false(rep.passed);
+    assert_false(rep.findings[0].passed); /* previous_token */
+    assert_true(rep.findings[1].passed);  /* sink */
+    assert_false(rep.predictions_passed);
     remove_synth_dir(dir);
 
     scratch_dir(dir, sizeof dir, "nowrite");
@@ -439,6 +465,10 @@ static void test_broken_plantings_fail(void **state)
     assert_true(v.prev); /* the pattern is still there ... */
     assert_false(v.induction); /* ... but nothing for layer 1 to match */
     assert_false(v.predictions);
+    assert_int_equal(lp_synth_check(dir, &rep, &err), LP_OK);
+    assert_false(rep.passed);
+    assert_true(rep.findings[0].passed);
+    assert_false(rep.findings[4].passed); /* induction */
     remove_synth_dir(dir);
 }
 
