@@ -95,7 +95,7 @@ static void canvas_free(lp_canvas *c)
     memset(c, 0, sizeof *c);
 }
 
-lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
+lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height, int zoom,
                           const char *title, lp_error *err)
 {
     memset(c, 0, sizeof *c);
@@ -105,10 +105,13 @@ lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
                             "%s: unknown picture format (the extension must be .png, .svg or "
                             ".pdf)",
                             path);
-    if (width < 1 || height < 1 || (int64_t)width * height > MAX_PIXELS)
+    if (zoom < 1 || zoom > 4 || c->format != LP_IMAGE_PNG)
+        zoom = 1; /* vector formats have no pixels to multiply */
+    if (width < 1 || height < 1 || (int64_t)width * height * zoom * zoom > MAX_PIXELS)
         return lp_error_set(err, LP_ERR_RANGE,
-                            "%s: picture of %d x %d pixels is beyond the limit of %lld pixels",
-                            path, width, height, (long long)MAX_PIXELS);
+                            "%s: picture of %d x %d pixels (zoom %d) is beyond the limit of %lld "
+                            "pixels",
+                            path, width, height, zoom, (long long)MAX_PIXELS);
     c->width = width;
     c->height = height;
     size_t n = strlen(path);
@@ -124,7 +127,7 @@ lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
     snprintf(c->tmp_path, n + 5, "%s.tmp", path);
     switch (c->format) {
     case LP_IMAGE_PNG:
-        c->surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height);
+        c->surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, width * zoom, height * zoom);
         break;
     case LP_IMAGE_SVG:
         c->file = fopen(c->tmp_path, "wb");
@@ -157,6 +160,8 @@ lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
     }
     cairo_set_source_rgb(c->cr, 1, 1, 1);
     cairo_paint(c->cr);
+    if (zoom > 1)
+        cairo_scale(c->cr, zoom, zoom); /* cells are painted NEAREST: an exact integer upscale */
     return LP_OK;
 }
 

@@ -36,6 +36,7 @@
     "  --cell PX            pixels per cell (default: largest that fits --size, at most 24)\n"   \
     "  --thumb PX           panel side for --grid (default 160) and --overview (default 64)\n"   \
     "  --range A:B          one head: show positions A..B-1 only (keys, and the queries there)\n" \
+    "  --zoom N             PNG: N device pixels per layout pixel (1..4, default 1; 2 for HiDPI)\n" \
     "  --masked-color HEX   colour of masked cells (default d9d9d9; f2e6d0 with gray)\n"         \
     "\n"                                                                                          \
     "Masked cells (future keys, or outside the run's window) are drawn in the masked colour;\n"  \
@@ -184,6 +185,10 @@ static int run_render(int argc, char **argv)
             if (r < 0 || parse_int_option("--thumb", v, 8, 1024, &n))
                 return LP_EXIT_USAGE;
             opt.thumb = (int)n;
+        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--zoom", &v)) != 0) {
+            if (r < 0 || parse_int_option("--zoom", v, 1, 4, &n))
+                return LP_EXIT_USAGE;
+            opt.zoom = (int)n;
         } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--range", &v)) != 0) {
             if (r < 0)
                 return LP_EXIT_USAGE;

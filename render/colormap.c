@@ -23,6 +23,7 @@ void lp_render_options_default(lp_render_options *opt)
     opt->cell = 0;
     opt->thumb = 0;
     opt->masked_rgb_set = false;
+    opt->zoom = 1;
 }
 
 static const char *const colormap_names[LP_COLORMAP_COUNT] = {"viridis", "magma", "gray"};

@@ -200,7 +200,7 @@ lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64
     int title_w = lp_title_width(title);
     if (width < title_w)
         width = title_w;
-    s = lp_canvas_begin(&c, out_path, (int)width, (int)height, title, err);
+    s = lp_canvas_begin(&c, out_path, (int)width, (int)height, opt->zoom, title, err);
     if (s) {
         free_maps(maps, n);
         return s;
@@ -308,7 +308,7 @@ lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
     int title_w = lp_title_width(title);
     if (width < title_w)
         width = title_w;
-    s = lp_canvas_begin(&c, out_path, (int)width, (int)height, title, err);
+    s = lp_canvas_begin(&c, out_path, (int)width, (int)height, opt->zoom, title, err);
     if (s) {
         free_maps(maps, n);
         return s;

@@ -175,7 +175,7 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
                  (long long)map.n_bad_cells);
 
     lp_canvas c;
-    s = lp_canvas_begin(&c, out_path, lay.width, lay.height, title, err);
+    s = lp_canvas_begin(&c, out_path, lay.width, lay.height, opt->zoom, title, err);
     if (s) {
         lp_pooled_map_free(&map);
         lp_render_free_pieces(pieces, n_pieces);

@@ -84,6 +84,8 @@ typedef struct lp_render_options {
     lp_rgb masked_rgb;     /* colour of masked cells */
     bool masked_rgb_set;   /* false: pick the default for the colormap */
     int64_t range_lo, range_hi; /* single-head maps: show positions [lo, hi) only; hi 0 = all */
+    int zoom;              /* PNG only: device pixels per layout pixel, 1..4 (default 1); sizes,
+                            * margins and cells are in layout pixels */
 } lp_render_options;
 
 void lp_render_options_default(lp_render_options *opt);

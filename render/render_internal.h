@@ -40,7 +40,9 @@ typedef struct lp_canvas {
     size_t desc_len, desc_cap;
 } lp_canvas;
 
-lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
+/* width x height in layout pixels; a PNG is zoom times larger (1..4), drawn through a scale so
+ * callers never see the zoom. */
+lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height, int zoom,
                           const char *title, lp_error *err);
 /* Remember a label for the SVG <desc> (no-op for other formats). */
 void lp_canvas_note(lp_canvas *c, const char *text);

@@ -91,7 +91,7 @@ lp_status lp_render_stat_matrix(lp_render_db *db, const lp_render_run *run, lp_h
     int title_w = lp_title_width(title);
     if (width < title_w)
         width = title_w;
-    s = lp_canvas_begin(&c, out_path, (int)width, (int)height, title, err);
+    s = lp_canvas_begin(&c, out_path, (int)width, (int)height, opt->zoom, title, err);
     if (s) {
         free(values);
         return s;
@@ -158,7 +158,6 @@ lp_status lp_render_stat_matrix(lp_render_db *db, const lp_render_run *run, lp_h
 lp_status lp_render_leak_plot(lp_render_db *db, const lp_render_run *run,
                               const lp_render_options *opt, const char *out_path, lp_error *err)
 {
-    (void)opt;
     if (lp_image_format_from_path(out_path) == LP_IMAGE_COUNT)
         return lp_error_set(err, LP_ERR_USAGE,
                             "%s: unknown picture format (the extension must be .png, .svg or "
@@ -228,7 +227,7 @@ lp_status lp_render_leak_plot(lp_render_db *db, const lp_render_run *run,
     int title_w = lp_title_width(title);
     if (width < title_w)
         width = title_w;
-    s = lp_canvas_begin(&cv, out_path, (int)width, (int)height, title, err);
+    s = lp_canvas_begin(&cv, out_path, (int)width, (int)height, opt->zoom, title, err);
     if (s == LP_OK) {
         cairo_t *cr = cv.cr;
         lp_draw_title(&cv, title, subtitle, warning);

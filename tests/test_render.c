@@ -400,6 +400,19 @@ static void test_planted_map_pixels(void **state)
             assert_rgb_equal(cell_pixel(&img, &lay, q, k), masked);
     cairo_surface_destroy(img.surface);
 
+    /* --zoom 2: twice the pixels, the same colours at twice the coordinates */
+    opt.zoom = 2;
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    assert_int_equal(img.width, 2 * lay.width);
+    assert_int_equal(img.height, 2 * lay.height);
+    assert_rgb_equal(pixel(&img, 2 * (lay.map_x + 1 * lay.cell) + 1, 2 * (lay.map_y + 3 * lay.cell) + 1),
+                     lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
+    assert_rgb_equal(pixel(&img, 2 * (lay.map_x + 3 * lay.cell) - 2, 2 * (lay.map_y + 1 * lay.cell) + 2),
+                     masked);
+    cairo_surface_destroy(img.surface);
+    opt.zoom = 1;
+
     /* magma, log scale: 0.5 sits at log(0.5/1e-4)/log(1/1e-4) */
     opt.colormap = LP_COLORMAP_MAGMA;
     opt.scale = LP_SCALE_LOG;
