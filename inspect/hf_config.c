@@ -376,14 +376,14 @@ static lp_status parse_rope_scaling(const hf_reader *r, lp_arch *a)
         /* DeepSeek: the cos/sin are scaled by mscale(mscale)/mscale(mscale_all_dim) and the
          * softmax by mscale(mscale_all_dim)^2. */
         double mscale = 0.0, mscale_all_dim = 0.0;
-        bool has_m, has_all;
-        if ((st = hf_num(&sub, "mscale", &mscale, &has_m)) != LP_OK ||
-            (st = hf_num(&sub, "mscale_all_dim", &mscale_all_dim, &has_all)) != LP_OK)
+        if ((st = hf_num(&sub, "mscale", &mscale, NULL)) != LP_OK ||
+            (st = hf_num(&sub, "mscale_all_dim", &mscale_all_dim, NULL)) != LP_OK)
             return st;
-        if (has_m && has_all && s->attention_factor == 0.0 && mscale_all_dim != 0.0)
+        if (s->attention_factor == 0.0 && mscale != 0.0 && mscale_all_dim != 0.0)
             s->attention_factor =
                 yarn_mscale(s->factor, mscale) / yarn_mscale(s->factor, mscale_all_dim);
-        if (has_all && mscale_all_dim != 0.0 && a->head_dim > 0) {
+        /* only DeepSeek's MLA attention applies the softmax part */
+        if (a->mla && mscale_all_dim != 0.0 && a->head_dim > 0) {
             double m = yarn_mscale(s->factor, mscale_all_dim);
             a->query_scale = m * m / sqrt((double)a->head_dim);
         }

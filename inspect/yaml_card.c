@@ -541,10 +541,10 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
         (m_all && (st = read_num(r, m_all, "mscale_all_dim", &mscale_all)) != LP_OK))
         return st;
     /* The same derivation as for a DeepSeek config.json (hf_config.c). */
-    if (m && m_all && mscale_all != 0.0 && a->rope_scaling.attention_factor == 0.0)
+    if (mscale != 0.0 && mscale_all != 0.0 && a->rope_scaling.attention_factor == 0.0)
         a->rope_scaling.attention_factor = yarn_mscale(a->rope_scaling.factor, mscale) /
                                            yarn_mscale(a->rope_scaling.factor, mscale_all);
-    if (m_all && mscale_all != 0.0) {
+    if (a->mla && mscale_all != 0.0) { /* as in the HF reader: MLA attention only */
         double f = yarn_mscale(a->rope_scaling.factor, mscale_all);
         a->query_scale = f * f / sqrt((double)head_dim);
     }

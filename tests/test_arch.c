@@ -572,8 +572,8 @@ static void test_card_reader(void **state)
     assert_int_equal(a.rope_dim, 8);
     assert_true(a.rope_theta == 5e5);
     assert_false(a.bias_norm);
-    double m = 0.1 * log(4.0) + 1.0;
-    assert_true(fabs(a.query_scale - m * m / 4.0) < 1e-15); /* mscale_all_dim wins, as in HF */
+    /* without MLA, mscale_all_dim leaves the softmax scale alone (as in HF) */
+    assert_true(a.query_scale == 1.0 / 12.0);
     assert_int_equal(a.layer_window[0], 0);
     assert_int_equal(a.layer_window[1], 32);
     assert_int_equal(a.layer_window[2], 32);
