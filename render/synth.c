@@ -50,15 +50,16 @@
 #define TOKEN_BOS 1
 #define TOKEN_EOS 2
 
-/* Target attention logits, in nats (q.k / sqrt(head_dim)). */
-#define PREV_A2 120.0     /* prev head: a^2; gap to distances 0 and 2 = a^2 sum(1 - cos th)/8 */
+/* Targets. An attention logit in nats is q.k / sqrt(head_dim) = q.k / 8. */
+#define PREV_A2 120.0     /* prev head: a^2 (q.k units); gap to distances 0 and 2 =
+                             a^2 sum_j (1 - cos th_j) / 8 = 12.2 nats over pairs 0..15 */
 #define SINK_NATS 12.0    /* sink head: BOS key above every other key */
-#define LOCAL_B2 8.0      /* local head: b^2 on pairs 2..7, a decay over ~4 tokens */
+#define LOCAL_B2 8.0      /* local head: b^2 (q.k units) on pairs 2..7, a decay over ~4 tokens */
 #define IND_MATCH_NATS 40.0 /* induction: a key whose previous token is the current token */
 #define IND_BOS_NATS 26.0   /* induction: the resting place <s> (between match and mismatch) */
 #define IND_GAIN 6.0        /* induction output gain: the copied identity dominates the logits */
 #define SCRATCH_GAIN 0.25   /* planted non-copy heads write this much into scratch dims */
-#define NOISE_NATS2 2.5     /* noise heads: variance of their attention logits */
+#define NOISE_LOGIT_STD 2.5 /* noise heads: spread of their attention logits, in nats */
 #define NOISE_OUT_NORM 0.1  /* noise heads: norm of what they add to the residual */
 #define FFN_DOWN_STD 5e-4   /* the FFN is almost silent: it must not disturb the circuits */
 #define SCRATCH_SQ_EST 0.05 /* squared norm layer 0 adds outside identity/prev dims (estimate) */
@@ -334,7 +335,8 @@ static void head_copy_identity(float *wv, int head, double gain)
 
 static void head_noise(layer_weights *lw, int head, rng *r)
 {
-    const double qk_std = sqrt(NOISE_NATS2 / HIDDEN);
+    /* q and k components of std sqrt(L) (|x_hat| = sqrt(hidden)): q.k has std 8 L, i.e. L nats. */
+    const double qk_std = sqrt(NOISE_LOGIT_STD / HIDDEN);
     /* Values of norm about 1 (components about 1/8), like the planted heads' 0.8 r_t, so that
      * output_norm does not single the noise heads out. */
     const double v_std = 1.0 / sqrt((double)HEAD_DIM) / sqrt((double)HIDDEN);
