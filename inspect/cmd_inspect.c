@@ -471,6 +471,26 @@ static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape,
     return true;
 }
 
+/* Equal up to leading dimensions of 1: Qwen MoE's shared-expert gate is [1, hidden] in
+ * safetensors and [hidden] in GGUF. */
+static bool shapes_match(const int64_t *a, int na, const int64_t *b, int nb)
+{
+    while (na > 1 && a[0] == 1) {
+        a++;
+        na--;
+    }
+    while (nb > 1 && b[0] == 1) {
+        b++;
+        nb--;
+    }
+    if (na != nb)
+        return false;
+    for (int d = 0; d < na; d++)
+        if (a[d] != b[d])
+            return false;
+    return true;
+}
+
 static void format_shape(char *buf, size_t size, const int64_t *shape, int n_dims)
 {
     size_t n = 0;
@@ -685,10 +705,7 @@ static void arch_checks(const lp_weights *w, json_t *checks, lp_status *status, 
         int n_dims;
         if (!expected_shape(a, t, shape, &n_dims))
             continue;
-        bool same = n_dims == t->n_dims;
-        for (int d = 0; same && d < n_dims; d++)
-            same = shape[d] == t->shape[d];
-        if (!same) {
+        if (!shapes_match(shape, n_dims, t->shape, t->n_dims)) {
             char got[128], wanted[128], line[400];
             format_shape(got, sizeof got, t->shape, t->n_dims);
             format_shape(wanted, sizeof wanted, shape, n_dims);

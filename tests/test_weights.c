@@ -755,23 +755,34 @@ static void test_gguf_generated(void **state)
 /* A tiny Mixtral-style GGUF: all experts of a layer in one 3-D tensor per kind (GGUF order
  * ne = [in, out, n_experts]); the catalogue shows [n_experts, out, in] and the checks pass;
  * a missing expert tensor is reported. */
-static void write_gguf_moe(const char *path, bool with_up)
+static void write_gguf_moe(const char *path, bool with_up, bool qwen)
 {
     enum { H = 32, EF = 64, E = 4, V = 16 };
     static float zeros[H * EF * E];
     lp_gw g;
     lp_gw_init(&g, 3);
-    lp_gw_kv_str(&g, "general.architecture", "llama");
-    lp_gw_kv_u32(&g, "llama.block_count", 1);
-    lp_gw_kv_u32(&g, "llama.embedding_length", H);
-    lp_gw_kv_u32(&g, "llama.feed_forward_length", EF);
-    lp_gw_kv_u32(&g, "llama.attention.head_count", 4);
-    lp_gw_kv_u32(&g, "llama.attention.head_count_kv", 2);
-    lp_gw_kv_u32(&g, "llama.context_length", 64);
-    lp_gw_kv_u32(&g, "llama.vocab_size", V);
-    lp_gw_kv_u32(&g, "llama.expert_count", E);
-    lp_gw_kv_u32(&g, "llama.expert_used_count", 2);
-    lp_gw_kv_f32(&g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    /* qwen: Qwen2-MoE's shared expert (SF wide) and its sigmoid gate, a 1-D [hidden] in GGUF */
+    enum { SF = 96 };
+    const char *arch = qwen ? "qwen2moe" : "llama";
+    char key[96];
+    lp_gw_kv_str(&g, "general.architecture", arch);
+#define KV(NAME, V_) (snprintf(key, sizeof key, "%s." NAME, arch), lp_gw_kv_u32(&g, key, (V_)))
+    KV("block_count", 1);
+    KV("embedding_length", H);
+    KV("feed_forward_length", EF);
+    KV("attention.head_count", 4);
+    KV("attention.head_count_kv", 2);
+    KV("context_length", 64);
+    KV("vocab_size", V);
+    KV("expert_count", E);
+    KV("expert_used_count", 2);
+    if (qwen) {
+        KV("expert_feed_forward_length", EF);
+        KV("expert_shared_feed_forward_length", SF);
+    }
+#undef KV
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    lp_gw_kv_f32(&g, key, 1e-5f);
     int64_t ne_embd[2] = {H, V}, ne_norm[1] = {H}, ne_q[2] = {H, H}, ne_kv[2] = {H, 16};
     int64_t ne_router[2] = {H, E}, ne_up[3] = {H, EF, E}, ne_down[3] = {EF, H, E};
     lp_gw_tensor(&g, "token_embd.weight", 2, ne_embd, 0, zeros, sizeof(float) * H * V);
@@ -788,6 +799,18 @@ static void write_gguf_moe(const char *path, bool with_up)
     if (with_up)
         lp_gw_tensor(&g, "blk.0.ffn_up_exps.weight", 3, ne_up, 0, zeros, sizeof zeros);
     lp_gw_tensor(&g, "blk.0.ffn_down_exps.weight", 3, ne_down, 0, zeros, sizeof zeros);
+    if (qwen) {
+        int64_t ne_sh[2] = {H, SF}, ne_shd[2] = {SF, H};
+        lp_gw_tensor(&g, "blk.0.ffn_gate_shexp.weight", 2, ne_sh, 0, zeros, sizeof(float) * H * SF);
+        lp_gw_tensor(&g, "blk.0.ffn_up_shexp.weight", 2, ne_sh, 0, zeros, sizeof(float) * H * SF);
+        lp_gw_tensor(&g, "blk.0.ffn_down_shexp.weight", 2, ne_shd, 0, zeros, sizeof(float) * H * SF);
+        lp_gw_tensor(&g, "blk.0.ffn_gate_inp_shexp.weight", 1, ne_norm, 0, zeros, sizeof(float) * H);
+        /* qwen2 attention has q/k/v biases */
+        int64_t ne_b[1] = {H}, ne_kb[1] = {16};
+        lp_gw_tensor(&g, "blk.0.attn_q.bias", 1, ne_b, 0, zeros, sizeof(float) * H);
+        lp_gw_tensor(&g, "blk.0.attn_k.bias", 1, ne_kb, 0, zeros, sizeof(float) * 16);
+        lp_gw_tensor(&g, "blk.0.attn_v.bias", 1, ne_kb, 0, zeros, sizeof(float) * 16);
+    }
     assert_true(lp_gw_finish(&g));
     assert_true(lp_gw_write(&g, path));
     lp_gw_free(&g);
@@ -798,7 +821,7 @@ static void test_gguf_moe(void **state)
     (void)state;
     char path[600];
     tmp_path(path, sizeof path, "moe.gguf");
-    write_gguf_moe(path, true);
+    write_gguf_moe(path, true, false);
     lp_weights *w = open_ok(path);
     assert_int_equal(lp_weights_arch(w)->n_experts, 4);
     const lp_tensor *down = lp_weights_find(w, LP_ROLE_EXPERT_DOWN, 0, -1, false);
@@ -816,12 +839,25 @@ static void test_gguf_moe(void **state)
                      json_string_value(json_object_get(json_array_get(checks, c), "detail")));
     json_decref(r);
     lp_weights_close(w);
-    write_gguf_moe(path, false);
+    write_gguf_moe(path, false, false);
     w = open_ok(path);
     r = report_of(w, false);
     assert_false(check_passed(r, "expected_tensors"));
     assert_non_null(strstr(json_string_value(json_object_get(find_check(r, "expected_tensors"), "detail")),
                            "expert_up layer 0 expert 0"));
+    json_decref(r);
+    lp_weights_close(w);
+    /* Qwen2-MoE: shared expert and its 1-D gate */
+    write_gguf_moe(path, true, true);
+    w = open_ok(path);
+    assert_true(lp_weights_arch(w)->shared_expert_gate);
+    r = report_of(w, false);
+    checks = json_object_get(r, "checks");
+    for (size_t c = 0; c < json_array_size(checks); c++)
+        if (!json_is_true(json_object_get(json_array_get(checks, c), "passed")))
+            fail_msg("qwen2moe gguf: %s: %s",
+                     json_string_value(json_object_get(json_array_get(checks, c), "name")),
+                     json_string_value(json_object_get(json_array_get(checks, c), "detail")));
     json_decref(r);
     lp_weights_close(w);
 }
