@@ -422,9 +422,10 @@ static int run_trace(int argc, char **argv)
     if (lp_store_end_run(store, seconds, &err) != LP_OK)
         goto fail;
 
-    printf("run %lld in %s: %zu tokens, %lld layers x %lld heads, %.3f s (%.0f tokens/s), %lld "
+    printf("run %lld in %s: %zu token%s, %lld layers x %lld heads, %.3f s (%.0f tokens/s), %lld "
            "thread%s, isa %s\n",
-           (long long)run_id, a.db, n_ids, (long long)arch->n_layers, (long long)arch->n_heads,
+           (long long)run_id, a.db, n_ids, n_ids == 1 ? "" : "s", (long long)arch->n_layers,
+           (long long)arch->n_heads,
            seconds, seconds > 0 ? (double)n_ids / seconds : 0.0, (long long)a.threads,
            a.threads == 1 ? "" : "s", lp_isa_name(lp_kernels_isa()));
     printf("next token after position %zu:", n_ids - 1);
