@@ -64,6 +64,8 @@ static int print_check(const char *out_dir)
     printf("  %s  top-1 predictions in the second copy: %d/%d (words said once per copy: %d/%d)\n",
            rep.predictions_passed ? "PASS" : "FAIL", rep.n_correct, rep.n_predicted,
            rep.n_unambiguous_correct, rep.n_unambiguous);
+    printf("  %s  mean loss against the next token %.3f nats < against the current token %.3f\n",
+           rep.alignment_passed ? "PASS" : "FAIL", rep.loss_next, rep.loss_current);
     return rep.passed ? LP_EXIT_OK : LP_EXIT_CHECK_FAILED;
 }
 

@@ -458,7 +458,21 @@ static void plant_layer1(layer_weights *lw, rng *r)
     }
 }
 
-static void ffn_fill(layer_weights *lw, rng *r)
+static double silu(double x)
+{
+    return x / (1.0 + exp(-x));
+}
+
+/* Random, nearly silent FFNs; except that layer 1's first ID_DIM channels take the current
+ * token's identity back out of the identity block. Without that the tied classifier would read
+ * it and a row with nothing to copy would predict its own token, i.e. the model would predict
+ * the current token better than the next one (which a leak checker rightly reads as a label or
+ * mask bug). The gate reads the constant at about SUPPRESS_GATE, where silu is nearly linear,
+ * so channel c = silu(gate) * up_c is a scaled copy of identity component c and the down
+ * projection subtracts it. */
+#define SUPPRESS_GATE 8.0
+
+static void ffn_fill(layer_weights *lw, int layer, rng *r)
 {
     const double in_std = 1.0 / sqrt((double)HIDDEN);
     for (size_t i = 0; i < (size_t)FFN * HIDDEN; i++) {
@@ -467,6 +481,20 @@ static void ffn_fill(layer_weights *lw, rng *r)
     }
     for (size_t i = 0; i < (size_t)HIDDEN * FFN; i++)
         lw->down[i] = (float)(FFN_DOWN_STD * rng_normal(r));
+    if (layer != N_LAYERS - 1)
+        return;
+    /* The FFN's input: layer 1's input plus what its noise heads add (the induction head adds
+     * nothing in the rows that matter here: they rest on <s>). */
+    const double s_mid = norm_scale(1.0 + ID_AMP * ID_AMP + 2 * SCRATCH_SQ_EST);
+    for (int c = 0; c < ID_DIM; c++) {
+        memset(lw->gate + (size_t)c * HIDDEN, 0, HIDDEN * sizeof(float));
+        memset(lw->up + (size_t)c * HIDDEN, 0, HIDDEN * sizeof(float));
+        lw->gate[(size_t)c * HIDDEN + D_CONST] = (float)(SUPPRESS_GATE / (CONST_AMP * s_mid));
+        lw->up[(size_t)c * HIDDEN + D_ID + c] = (float)(1.0 / s_mid); /* 0.8 r_c */
+        for (int out = 0; out < HIDDEN; out++)
+            lw->down[(size_t)out * FFN + c] = 0.0f;
+        lw->down[(size_t)(D_ID + c) * FFN + c] = (float)(-1.0 / silu(SUPPRESS_GATE));
+    }
 }
 
 static lp_status add_tensor(lp_st_writer *w, const char *name, lp_dtype dtype, int64_t rows,
@@ -512,7 +540,7 @@ static lp_status build_weights(const vocab *v, const float *ident, const lp_synt
             plant_layer0(&lw, opts, r);
         else
             plant_layer1(&lw, r);
-        ffn_fill(&lw, r);
+        ffn_fill(&lw, l, r);
         struct {
             const char *name;
             int64_t rows, cols;
@@ -1041,6 +1069,23 @@ static void check_judge(const check_capture *c, const int32_t *tokens, lp_synth_
             rep->n_unambiguous_correct += right;
         }
     }
+    /* Alignment: rows 0 .. T-2 against token q + 1 and against token q. */
+    double next = 0, same = 0;
+    for (int64_t q = 0; q + 1 < T; q++) {
+        const float *lg = c->logits + q * c->vocab;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t v = 0; v < c->vocab; v++)
+            mx = (double)lg[v] > mx ? (double)lg[v] : mx;
+        for (int64_t v = 0; v < c->vocab; v++)
+            sum += exp((double)lg[v] - mx);
+        double log_z = mx + log(sum);
+        next += log_z - (double)lg[tokens[q + 1]];
+        same += log_z - (double)lg[tokens[q]];
+    }
+    rep->loss_next = T > 1 ? next / (double)(T - 1) : 0.0;
+    rep->loss_current = T > 1 ? same / (double)(T - 1) : 0.0;
+    rep->alignment_passed = rep->loss_next < rep->loss_current;
+    rep->passed = rep->passed && rep->alignment_passed;
     rep->predictions_passed = rep->n_unambiguous > 0 &&
                               rep->n_unambiguous_correct == rep->n_unambiguous &&
                               2 * rep->n_correct > rep->n_predicted;

@@ -106,7 +106,8 @@ lp_status lp_synth_write(const char *out_dir, const lp_synth_options *opts, lp_e
  *   induction       mass, in the second copy of the sentence, on keys right after an earlier
  *                   copy of the query's token; all heads; > 0.5
  * and the predictions pass when every second-copy token that occurs once per copy is predicted
- * top-1 and more than half of all second-copy positions are. */
+ * top-1 and more than half of all second-copy positions are; and the mean loss against the
+ * next token must be below the loss against the current token. */
 
 typedef struct lp_synth_finding {
     lp_synth_head head;    /* the planted head */
@@ -126,7 +127,11 @@ typedef struct lp_synth_report {
     int n_predicted, n_correct;       /* second-copy positions and top-1 hits */
     int n_unambiguous, n_unambiguous_correct; /* of those, tokens that occur once per copy */
     bool predictions_passed;
-    bool passed; /* every finding and the predictions */
+    /* Mean cross-entropy over the prompt against the next token and against the current one:
+     * a model that predicts the current token better looks like a label or mask bug. */
+    double loss_next, loss_current;
+    bool alignment_passed; /* loss_next < loss_current */
+    bool passed; /* every finding, the predictions and the alignment */
 } lp_synth_report;
 
 /* model_dir: a folder written by lp_synth_write (its tokenizer.json is used). LP_ERR_* when the
