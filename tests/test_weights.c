@@ -592,6 +592,59 @@ static void test_sparse_header_only(void **state)
     unlink(path);
 }
 
+/* The same for GGUF: a 2 GiB F32 embedding whose data is a hole; open + report must leave it
+ * untouched (mincore, as above). */
+static void test_sparse_gguf_header_only(void **state)
+{
+    (void)state;
+    char path[600];
+    tmp_path(path, sizeof path, "sparse.gguf");
+    lp_gw g;
+    lp_gw_init(&g, 3);
+    lp_gw_kv_str(&g, "general.architecture", "llama");
+    lp_gw_kv_u32(&g, "llama.block_count", 1);
+    lp_gw_kv_u32(&g, "llama.embedding_length", 4096);
+    lp_gw_kv_u32(&g, "llama.feed_forward_length", 11008);
+    lp_gw_kv_u32(&g, "llama.attention.head_count", 32);
+    lp_gw_kv_u32(&g, "llama.context_length", 4096);
+    lp_gw_kv_u32(&g, "llama.vocab_size", 131072);
+    lp_gw_kv_f32(&g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    int64_t ne[2] = {4096, 131072};
+    const uint64_t data_bytes = 4096ull * 131072ull * 4ull;
+    lp_gw_tensor(&g, "token_embd.weight", 2, ne, 0, NULL, 0); /* data written as a hole below */
+    assert_true(lp_gw_finish(&g));
+    assert_true(lp_gw_write(&g, path));
+    size_t data_start = g.data_start;
+    lp_gw_free(&g);
+    if (truncate(path, (off_t)(data_start + data_bytes)) != 0) {
+        unlink(path);
+        skip();
+    }
+    lp_weights *w = open_ok(path);
+    const lp_tensor *t = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
+    assert_non_null(t);
+    assert_int_equal(t->n_bytes, data_bytes);
+    json_t *r = report_of(w, false);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(r, "params"), "total")),
+                     4096ll * 131072ll);
+    json_decref(r);
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t begin = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+    size_t span = (size_t)((uintptr_t)t->data + data_bytes - begin);
+    size_t n_pages = span / (size_t)page;
+    unsigned char *vec = malloc(n_pages);
+    assert_non_null(vec);
+    assert_int_equal(mincore((void *)begin, n_pages * (size_t)page, vec), 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < n_pages; i++)
+        resident += vec[i] & 1;
+    free(vec);
+    print_message("sparse 2 GiB GGUF tensor: %zu resident pages after open + inspect\n", resident);
+    assert_true(resident <= 64); /* read-around of the header page at most */
+    lp_weights_close(w);
+    unlink(path);
+}
+
 /* ---- llama2.c ------------------------------------------------------------------------------- */
 
 /* dim 8, hidden 12, 2 layers, 2 heads, 1 kv head, vocab +-16, seq 4: value = running index. */
@@ -1650,6 +1703,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_valid),   cmocka_unit_test(test_safetensors_dtypes),
         cmocka_unit_test(test_stats_chunks),        cmocka_unit_test(test_safetensors_malformed),
         cmocka_unit_test(test_sharded),             cmocka_unit_test(test_sparse_header_only),
+        cmocka_unit_test(test_sparse_gguf_header_only),
         cmocka_unit_test(test_llama2c),             cmocka_unit_test(test_gguf_generated),
         cmocka_unit_test(test_gguf_moe),
         cmocka_unit_test(test_roles),               cmocka_unit_test(test_checks_fail),
