@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# CLI: `loupe leak` on mask files the test writes (exit 0 clean, 1 leak/blocked/NaN, 2 bad input)
+# and on stories260K (clean passes; every --inject fault is caught and named), --json and --db.
+source "$(dirname "$0")/cli_lib.sh"
+
+# npy_mask FILE DESCR T EXPR: a [T, T] .npy whose cell (q, k) is EXPR (bash arithmetic, 0 or 1)
+# as one byte (|b1, |u1) or as an f32 additive value (<f4: 1 -> 0.0, 0 -> FILL).
+npy_mask() {
+  local file=$1 descr=$2 T=$3 expr=$4 fill=${5:-}
+  local dict="{'descr': '$descr', 'fortran_order': False, 'shape': ($T, $T), }"
+  local total=$((10 + ${#dict} + 1)) pad
+  pad=$(( (64 - total % 64) % 64 ))
+  local hlen=$(( ${#dict} + pad + 1 ))
+  {
+    printf '\x93NUMPY\x01\x00'
+    printf "\\x$(printf %02x $((hlen & 255)))\\x$(printf %02x $((hlen >> 8)))"
+    printf '%s' "$dict"
+    printf '%*s' "$pad" ''
+    printf '\n'
+    local q k v
+    for ((q = 0; q < T; q++)); do
+      for ((k = 0; k < T; k++)); do
+        v=$(( expr ))
+        if [ "$descr" = "<f4" ]; then
+          if [ "$v" -eq 1 ]; then printf '\x00\x00\x00\x00'; else printf "$fill"; fi
+        else
+          printf "\\x0$v"
+        fi
+      done
+    done
+  } >"$file"
+}
+expect_eq() { # expect_eq WANT GOT WHAT
+  if [ "$1" = "$2" ]; then ok; else bad "$3: got '$2', want '$1'"; fi
+}
+json_field() { # json_field FILE KEY: the integer value of a top-level "KEY": N line
+  sed -n "s/^  \"$2\": \\([0-9-]*\\),\\{0,1\\}$/\\1/p" "$1" | head -n 1
+}
+
+# Usage errors: one line, exit 2.
+expect_one_line_error "$LOUPE" leak
+expect_one_line_error "$LOUPE" leak --mask "$TMP/none.npy"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/x.npy" --kind window:0
+expect_one_line_error "$LOUPE" leak --mask "$TMP/x.npy" --kind lower
+expect_one_line_error "$LOUPE" leak --mask "$TMP/x.npy" --true-means yes
+expect_one_line_error "$LOUPE" leak --mask "$TMP/x.npy" --tokens 1,2
+expect_one_line_error "$LOUPE" leak model.gguf --mask "$TMP/x.npy"
+expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --inject sideways
+expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --tokens 1,2
+expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --frobnicate
+expect_stderr_contains "loupe leak: " "$LOUPE" leak --mask "$TMP/none.npy"
+
+T=8
+npy_mask "$TMP/causal.npy" '|b1' $T 'k <= q ? 1 : 0'
+npy_mask "$TMP/obo.npy" '|b1' $T 'k <= q + 1 ? 1 : 0'
+npy_mask "$TMP/win3.npy" '|u1' $T 'k <= q && q - k < 3 ? 1 : 0'
+npy_mask "$TMP/upper.npy" '|b1' $T 'k > q ? 1 : 0'
+npy_mask "$TMP/add_inf.npy" '<f4' $T 'k <= q ? 1 : 0' '\x00\x00\x80\xff'
+npy_mask "$TMP/add_1e9.npy" '<f4' $T 'k <= q && q > 0 ? 1 : 0' '\x28\x6b\x6e\xce'
+npy_mask "$TMP/add_100.npy" '<f4' $T 'k <= q ? 1 : 0' '\x00\x00\xc8\xc2'
+
+expect_status 0 "$LOUPE" leak --mask "$TMP/causal.npy"
+expect_stdout_contains "verdict: PASS" "$LOUPE" leak --mask "$TMP/causal.npy"
+expect_status 1 "$LOUPE" leak --mask "$TMP/obo.npy"
+expect_stdout_contains "batch 0 head 0 query 0 key 1" "$LOUPE" leak --mask "$TMP/obo.npy"
+"$LOUPE" leak --mask "$TMP/obo.npy" --json >"$TMP/obo.json"
+expect_eq 7 "$(json_field "$TMP/obo.json" leak_count)" "off-by-one leak_count"
+expect_eq 0 "$(json_field "$TMP/obo.json" blocked_count)" "off-by-one blocked_count"
+expect_eq 0 "$(json_field "$TMP/obo.json" nan_rows)" "off-by-one nan_rows"
+if grep -q '"leaks": \[' "$TMP/obo.json" && grep -q '"key": 7' "$TMP/obo.json"; then ok; else bad "off-by-one JSON lacks the leak list"; fi
+# a window of 3: blocked as causal, clean as window:3, leaking as window:2, blocked as window:4
+expect_status 1 "$LOUPE" leak --mask "$TMP/win3.npy"
+"$LOUPE" leak --mask "$TMP/win3.npy" --json >"$TMP/w.json"
+expect_eq 0 "$(json_field "$TMP/w.json" leak_count)" "window as causal: leaks"
+expect_eq 15 "$(json_field "$TMP/w.json" blocked_count)" "window as causal: blocked"
+expect_status 0 "$LOUPE" leak --mask "$TMP/win3.npy" --kind window:3
+expect_status 1 "$LOUPE" leak --mask "$TMP/win3.npy" --kind window:2
+expect_stdout_contains "batch 0 head 0 query 2 key 0" "$LOUPE" leak --mask "$TMP/win3.npy" --kind window:2
+expect_status 1 "$LOUPE" leak --mask "$TMP/win3.npy" --kind window:4
+# polarity
+expect_status 0 "$LOUPE" leak --mask "$TMP/upper.npy" --true-means masked
+expect_status 1 "$LOUPE" leak --mask "$TMP/upper.npy"
+# packed documents: 0 0 0 1 1 2 2 2
+printf '0,0,0,1,1,2,2,2\n' >"$TMP/docs.txt"
+npy_mask "$TMP/docmask.npy" '|b1' $T 'k <= q && ((q < 3 && k < 3) || (q >= 3 && q < 5 && k >= 3 && k < 5) || (q >= 5 && k >= 5)) ? 1 : 0'
+expect_status 0 "$LOUPE" leak --mask "$TMP/docmask.npy" --kind "doc:$TMP/docs.txt"
+expect_status 1 "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/docs.txt"
+expect_stdout_contains "batch 0 head 0 query 3 key 0" "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/docs.txt"
+printf '0,0,1\n' >"$TMP/short.txt"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/short.txt"
+# additive fills
+expect_status 0 "$LOUPE" leak --mask "$TMP/add_inf.npy"
+expect_stdout_contains "additive mask" "$LOUPE" leak --mask "$TMP/add_inf.npy"
+expect_status 1 "$LOUPE" leak --mask "$TMP/add_1e9.npy"   # row 0 fully masked: blocked
+expect_stdout_contains "overflows to -inf; 1 fully masked row gives NaN" "$LOUPE" leak --mask "$TMP/add_1e9.npy"
+expect_status 1 "$LOUPE" leak --mask "$TMP/add_100.npy"
+expect_stdout_contains "WEAK" "$LOUPE" leak --mask "$TMP/add_100.npy"
+# bad files: truncated, wrong rank, not a mask
+head -c 100 "$TMP/add_inf.npy" >"$TMP/trunc.npy"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/trunc.npy"
+printf 'hello' >"$TMP/mask.txt"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/mask.txt"
+
+# The database: a run of kind 'leak' with its check row.
+DB="$TMP/l.db"
+expect_status 1 "$LOUPE" leak --mask "$TMP/obo.npy" --db "$DB"
+have_sqlite=0
+command -v sqlite3 >/dev/null && have_sqlite=1
+if [ $have_sqlite -eq 1 ]; then
+  expect_eq "leak|mask|0" "$(sqlite3 "$DB" "SELECT r.kind, c.check_name, c.passed FROM leak_checks c JOIN runs r ON r.id = c.run_id")" "mask check row"
+fi
+
+require_shared
+M="$SHARED/models/stories260K"
+expect_status 0 "$LOUPE" leak "$M/stories260K.gguf"
+expect_stdout_contains "verdict: PASS" "$LOUPE" leak "$M/stories260K.gguf" --prompt "Once upon a time"
+expect_status 0 "$LOUPE" leak "$M/stories260K.bin" --tokens 1,403,407,261,378,432,383,286 --threads 2
+expect_status 0 "$LOUPE" leak "$M/stories260K.gguf" --window 3
+expect_one_line_error "$LOUPE" leak "$M/stories260K.gguf" --tokens 1
+expect_one_line_error "$LOUPE" leak "$M/stories260K.gguf" --tokens 1,2,99999
+for fault in off-by-one transposed no-mask window+1 pad-axis; do
+  expect_status 1 "$LOUPE" leak "$M/stories260K.gguf" --inject "$fault"
+  expect_stdout_contains "verdict: FAIL ($fault)" "$LOUPE" leak "$M/stories260K.gguf" --inject "$fault"
+done
+expect_stdout_contains "first difference: layer 0, position 0 (cut 0)" "$LOUPE" leak "$M/stories260K.gguf" --inject off-by-one
+"$LOUPE" leak "$M/stories260K.gguf" --inject off-by-one --json >"$TMP/m.json"
+if grep -q '"diagnosis": "off-by-one"' "$TMP/m.json" && grep -q '"leak_count": [1-9]' "$TMP/m.json" &&
+   grep -q '"nan_rows": 0' "$TMP/m.json"; then ok; else bad "model JSON: $(head -c 300 "$TMP/m.json")"; fi
+expect_status 0 "$LOUPE" leak "$M/stories260K.gguf" --db "$DB"
+if [ $have_sqlite -eq 1 ]; then
+  # per-layer perturbation rows (5 layers + logits for every cut), all passed
+  expect_eq 0 "$(sqlite3 "$DB" "SELECT count(*) FROM leak_checks c JOIN runs r ON r.id = c.run_id WHERE r.model_path LIKE '%gguf' AND c.passed = 0")" "failed rows of a clean run"
+  expect_eq 6 "$(sqlite3 "$DB" "SELECT count(DISTINCT layer) FROM leak_checks WHERE check_name = 'perturbation'")" "perturbation layers"
+  expect_eq complete "$(sqlite3 "$DB" "SELECT status FROM runs WHERE model_path LIKE '%gguf'")" "run status"
+fi
+
+finish

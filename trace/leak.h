@@ -1,0 +1,264 @@
+/* The leak checker: proves that no position sees the future, in mask tensors users dump from their
+ * own code (leak_mask.c) and in a real forward pass of a model (leak_model.c).
+ *
+ *   // A mask tensor against its definition.
+ *   lp_leak_mask_opts mo;
+ *   lp_leak_mask_opts_init(&mo);
+ *   lp_leak_def_parse("window:4", &mo.def, &err);            // or "causal", "doc:ids.txt"
+ *   lp_leak_mask_report rep;
+ *   if (lp_leak_check_mask_file("mask.npy", &mo, &rep, &err) != LP_OK) ...  // bad input
+ *   bool ok = rep.leak_count == 0 && rep.blocked_count == 0 && rep.nan_rows == 0;
+ *   lp_leak_mask_report_free(&rep);
+ *   lp_leak_def_free(&mo.def);
+ *
+ *   // A model's forward pass: perturbation, attention maps, structural, alignment checks.
+ *   lp_leak_model_opts opts;
+ *   lp_leak_model_opts_init(&opts);
+ *   opts.fault = LP_MASK_FAULT_OFF_BY_ONE;                   // prove the checker catches it
+ *   lp_leak_model_report r;
+ *   lp_leak_check_model(model, ids, n_ids, &opts, &r, &err);
+ *   // r.passed, r.diagnosis ("off-by-one"), r.checks[i] (one row per leak_checks row)
+ *   lp_leak_model_report_free(&r);
+ *
+ * Definitions (the same as trace/mask.h's lp_mask_allows_reference):
+ *   causal      query q may see key k iff k <= q
+ *   window:W    causal and q - k < W: W keys including the query itself (W >= 1)
+ *   doc:IDS     causal and doc[k] == doc[q]: packed sequences never see across documents
+ * A *leak* is a cell the mask allows and the definition forbids; a *blocked* cell is one the
+ * definition allows and the mask forbids (the model goes blind to its own context).
+ *
+ * Additive masks (float dtypes): 0 = attend, large negative = masked. A cell counts as masked when
+ * its value is <= masked_below (default -1000, i.e. a key whose score exceeds a visible key's by
+ * up to ~979 still gets relative weight below 1e-9); anything above gives weight once scores are
+ * large enough, so it counts as visible. The fill (the most negative value) is also evaluated
+ * after rounding to fp16 and bf16: overflow to -inf, and rows that become all -inf (softmax NaN).
+ */
+#ifndef LP_TRACE_LEAK_H
+#define LP_TRACE_LEAK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "trace/trace.h"
+
+#define LP_LEAK_MAX_LISTED 20            /* coordinates listed by default (all are counted) */
+#define LP_LEAK_MASKED_BELOW (-1000.0)   /* additive: a value <= this is masked */
+#define LP_LEAK_NEGLIGIBLE_LOG (-20.72)  /* ln(1e-9): relative weight below which a key is unseen */
+#define LP_LEAK_ROW_SUM_TOL 1e-5         /* attention rows must sum to 1 within this */
+
+/* ---------------------------------------------------------------------------------------------
+ * Definitions.
+ */
+
+typedef enum lp_leak_def_kind {
+    LP_LEAK_DEF_CAUSAL,
+    LP_LEAK_DEF_WINDOW,
+    LP_LEAK_DEF_DOC,
+    LP_LEAK_DEF_COUNT
+} lp_leak_def_kind;
+
+typedef struct lp_leak_def {
+    lp_leak_def_kind kind;
+    int64_t window;   /* WINDOW: keys per query, the query itself included (>= 1) */
+    int64_t *doc_ids; /* DOC: [n_doc_ids] one document id per position; owned (lp_leak_def_free) */
+    int64_t n_doc_ids;
+    char text[64];    /* as given, for reports: "causal", "window:4", "doc:ids.txt" */
+} lp_leak_def;
+
+/* "causal", "window:W" or "doc:IDS_FILE" (comma/space separated integers, one per position).
+ * Bad text, W < 1 or an unreadable/malformed ids file is an error naming it. */
+lp_status lp_leak_def_parse(const char *text, lp_leak_def *def, lp_error *err);
+void lp_leak_def_free(lp_leak_def *def);
+/* Cell (query, key) allowed by the definition. */
+bool lp_leak_def_allows(const lp_leak_def *def, int64_t query, int64_t key);
+
+/* ---------------------------------------------------------------------------------------------
+ * Mask tensors.
+ */
+
+typedef enum lp_mask_encoding {
+    LP_MASK_ENC_AUTO,     /* bool and integer dtypes: boolean; float dtypes: additive */
+    LP_MASK_ENC_BOOL,     /* nonzero = may attend (or = masked with true_means_masked) */
+    LP_MASK_ENC_ADDITIVE, /* added to the scores: 0 = attend, large negative = masked */
+    LP_MASK_ENC_COUNT
+} lp_mask_encoding;
+
+const char *lp_mask_encoding_name(lp_mask_encoding enc);
+
+typedef struct lp_leak_coord {
+    int64_t batch, head, query, key; /* key = -1 for a whole row */
+} lp_leak_coord;
+
+/* What the fill value becomes in one dtype. */
+typedef struct lp_fill_verdict {
+    lp_dtype dtype;        /* F32, F16 or BF16 */
+    float value;           /* the fill rounded to dtype */
+    bool overflows;        /* a finite fill that becomes -inf */
+    int64_t nan_rows;      /* rows whose every cell is -inf in this dtype: softmax gives NaN */
+    double overflow_score; /* score + fill overflows to -inf for scores below this; -inf = never */
+} lp_fill_verdict;
+
+typedef struct lp_leak_mask_opts {
+    lp_leak_def def;
+    lp_mask_encoding encoding;
+    bool true_means_masked;   /* boolean masks: true = masked (PyTorch's key_padding_mask) */
+    double masked_below;      /* additive threshold (default LP_LEAK_MASKED_BELOW) */
+    int64_t max_listed;       /* coordinates kept per list (default LP_LEAK_MAX_LISTED) */
+    const char *tensor_name;  /* safetensors: which tensor; NULL = the only one */
+} lp_leak_mask_opts;
+
+void lp_leak_mask_opts_init(lp_leak_mask_opts *opts);
+
+typedef struct lp_leak_mask_report {
+    lp_dtype dtype;
+    int n_dims;
+    int64_t shape[4];
+    int64_t n_batch, n_heads, T;
+    lp_mask_encoding encoding;   /* as resolved (never AUTO) */
+    int64_t n_cells;
+    int64_t leak_count;
+    int64_t blocked_count;
+    int64_t fully_masked_rows;   /* rows where the mask allows no key */
+    int64_t nan_rows;            /* rows whose softmax is NaN as given: a NaN cell, or all -inf */
+    int64_t nan_cells;           /* NaN values in the mask */
+    lp_leak_coord *leaks;        /* first max_listed, row-major order; owned */
+    int64_t n_leaks_listed;
+    lp_leak_coord *blocked;      /* first max_listed; owned */
+    int64_t n_blocked_listed;
+    lp_leak_coord *masked_rows;  /* first max_listed fully masked rows (key = -1); owned */
+    int64_t n_masked_rows_listed;
+    /* additive masks only */
+    bool has_fill;               /* some cell is negative */
+    float fill;                  /* the most negative value */
+    bool weak_fill;              /* fill above masked_below: its cells count as visible */
+    double leak_gap;             /* a masked key gets relative weight > 1e-9 once its score
+                                    exceeds a visible key's by this much (inf for -inf fills) */
+    lp_fill_verdict fills[3];    /* f32, f16, bf16 */
+} lp_leak_mask_report;
+
+/* Check the mask in FILE (.npy, or .safetensors with opts->tensor_name or a single tensor):
+ * shapes [T, T], [B, 1, T, T] or [B, H, T, T]. Invalid files, shapes or dtypes are errors naming
+ * them; a mask that differs from its definition is not an error (see the report). */
+lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opts,
+                                  lp_leak_mask_report *out, lp_error *err);
+
+/* The same on a buffer already in memory: data [n_elements of dtype], shape as above. name is
+ * used in messages. */
+lp_status lp_leak_check_mask(const void *data, lp_dtype dtype, int n_dims, const int64_t *shape,
+                             const char *name, const lp_leak_mask_opts *opts,
+                             lp_leak_mask_report *out, lp_error *err);
+
+void lp_leak_mask_report_free(lp_leak_mask_report *rep);
+
+/* True when the mask equals its definition and no row gives NaN. */
+bool lp_leak_mask_passed(const lp_leak_mask_report *rep);
+
+/* ---------------------------------------------------------------------------------------------
+ * Engine masks: the cell-by-cell comparison of trace/mask.h's row ranges with the definition.
+ */
+
+typedef struct lp_leak_cell_stats {
+    int64_t leak_count;
+    int64_t blocked_count;
+    lp_leak_coord first_leak;    /* valid when leak_count > 0 */
+    lp_leak_coord first_blocked; /* valid when blocked_count > 0 */
+    /* Where the leaks are, for naming the bug (positions are q_pos0 + row): */
+    int64_t leak_next;           /* key == pos + 1 */
+    int64_t leak_future;         /* key > pos + 1 */
+    int64_t leak_window_edge;    /* pos - key == window (one key too far back) */
+    int64_t leak_padding_key;    /* a padding key visible to a real query */
+    int64_t leak_padding_query;  /* a padding query seeing anything */
+    int64_t blocked_past;        /* key < pos, real, inside the window, yet hidden */
+} lp_leak_cell_stats;
+
+/* Add one cell observation: `allowed` by the engine (mask or nonzero probability) versus the
+ * reference of spec (which carries padding, window and alignment; its fault is ignored). */
+void lp_leak_cell_add(lp_leak_cell_stats *st, const lp_mask_spec *spec, int64_t batch,
+                      int64_t head, int64_t row, int64_t key, bool allowed);
+
+/* Compare lp_mask_row_range(spec) with lp_mask_allows_reference(spec) for every cell of n_batch
+ * items (the pads in spec must have n_batch entries). */
+void lp_leak_check_mask_spec(const lp_mask_spec *spec, int64_t n_batch, lp_leak_cell_stats *st);
+
+/* Name the bug a set of leaks looks like: "off-by-one", "transposed", "no-mask", "window+1",
+ * "pad-axis" (the names of lp_mask_fault_name), "blocked" (no leak, hidden keys), "leak" (another
+ * pattern) or "none". */
+const char *lp_leak_diagnose(const lp_leak_cell_stats *st);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models.
+ */
+
+typedef struct lp_leak_model_opts {
+    lp_mask_fault fault;    /* inject this broken mask into every pass */
+    int64_t window;         /* > 0: force this sliding window on every layer */
+    lp_pool *pool;          /* NULL = single-threaded */
+    int64_t n_random_cuts;  /* random cut points besides first, middle and last (default 2) */
+    uint64_t seed;          /* for the random cuts and the replacement tokens (default 1) */
+    int64_t max_listed;     /* leak coordinates kept (default LP_LEAK_MAX_LISTED) */
+} lp_leak_model_opts;
+
+void lp_leak_model_opts_init(lp_leak_model_opts *opts);
+
+/* One result row, as stored in leak_checks. */
+typedef struct lp_leak_check {
+    char name[24];        /* "perturbation", "attention_map", "structural", "alignment" */
+    bool passed;
+    int layer;            /* -1 for the logits or when not per layer */
+    int64_t position;     /* cut point, first bad position, or -1 */
+    double max_abs_diff;  /* perturbation: max |difference| at positions <= cut; else NAN */
+    char detail[256];
+} lp_leak_check;
+
+/* A leaking attention cell of a real pass. */
+typedef struct lp_leak_model_coord {
+    int64_t batch;
+    int layer, head;
+    int64_t query, key;
+    float prob;
+} lp_leak_model_coord;
+
+typedef struct lp_leak_model_report {
+    int64_t n_tokens;
+    int n_layers;
+    /* perturbation */
+    int64_t n_cuts;
+    int64_t *cuts;              /* [n_cuts]; owned */
+    double *layer_max_diff;     /* [n_layers + 1] over all cuts; index n_layers = the logits */
+    bool bitwise;               /* every compared value identical bit for bit */
+    int first_diff_layer;       /* -2 = none; -1 = the logits (no hidden state differed) */
+    int64_t first_diff_position;
+    int64_t first_diff_cut;
+    /* attention maps (the main pass) and the structural test (padded batch + mask specs) */
+    lp_leak_cell_stats attn;
+    lp_leak_cell_stats structural;
+    int64_t attn_bad_rows;      /* rows not summing to 1 within LP_LEAK_ROW_SUM_TOL */
+    double attn_max_row_err;
+    int64_t attn_nonfinite;     /* NaN/Inf probabilities */
+    int64_t attn_masked_rows;   /* rows with no visible key (row_sum 0) */
+    lp_leak_model_coord *leaks; /* first max_listed leaking cells (main pass, then padded batch) */
+    int64_t n_leaks_listed;
+    int64_t leak_count;         /* leaking cells: main pass + padded batch + mask specs */
+    int64_t blocked_count;
+    int64_t nan_rows;           /* attention rows holding NaN */
+    /* alignment */
+    double loss_next;           /* mean -log p(token[t+1] | logits[t]), nats */
+    double loss_same;           /* mean -log p(token[t] | logits[t]) */
+    bool alignment_flagged;     /* loss_same < loss_next */
+    /* all checks, in order; owned */
+    lp_leak_check *checks;
+    int64_t n_checks;
+    const char *diagnosis;      /* lp_leak_diagnose of all leaks seen, static */
+    bool passed;
+} lp_leak_model_report;
+
+/* Run every model check on ids[n_ids] (n_ids >= 2). Bad ids are errors (lp_forward_check); a
+ * failed check is not an error (see the report). */
+lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t n_ids,
+                              const lp_leak_model_opts *opts, lp_leak_model_report *out,
+                              lp_error *err);
+void lp_leak_model_report_free(lp_leak_model_report *rep);
+
+#endif

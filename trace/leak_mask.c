@@ -1,0 +1,319 @@
+/* The mask-tensor checker: a boolean or additive mask from a user's own code, cell by cell
+ * against its definition, and what its fill value does in fp32, fp16 and bf16. */
+#include "trace/leak.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/mapfile.h"
+#include "inspect/model.h"
+#include "inspect/npy.h"
+
+void lp_leak_mask_opts_init(lp_leak_mask_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->def.kind = LP_LEAK_DEF_CAUSAL;
+    snprintf(opts->def.text, sizeof opts->def.text, "causal");
+    opts->encoding = LP_MASK_ENC_AUTO;
+    opts->masked_below = LP_LEAK_MASKED_BELOW;
+    opts->max_listed = LP_LEAK_MAX_LISTED;
+}
+
+const char *lp_mask_encoding_name(lp_mask_encoding enc)
+{
+    switch (enc) {
+    case LP_MASK_ENC_BOOL: return "bool";
+    case LP_MASK_ENC_ADDITIVE: return "additive";
+    case LP_MASK_ENC_AUTO: return "auto";
+    default: return "unknown";
+    }
+}
+
+void lp_leak_mask_report_free(lp_leak_mask_report *rep)
+{
+    if (!rep)
+        return;
+    free(rep->leaks);
+    free(rep->blocked);
+    free(rep->masked_rows);
+    rep->leaks = rep->blocked = rep->masked_rows = NULL;
+}
+
+bool lp_leak_mask_passed(const lp_leak_mask_report *rep)
+{
+    return rep->leak_count == 0 && rep->blocked_count == 0 && rep->nan_rows == 0;
+}
+
+static bool dtype_is_boolish(lp_dtype dt)
+{
+    switch (dt) {
+    case LP_DTYPE_BOOL: case LP_DTYPE_U8: case LP_DTYPE_I8: case LP_DTYPE_U16: case LP_DTYPE_I16:
+    case LP_DTYPE_U32: case LP_DTYPE_I32: case LP_DTYPE_U64: case LP_DTYPE_I64:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool dtype_is_additive(lp_dtype dt)
+{
+    return dt == LP_DTYPE_F32 || dt == LP_DTYPE_F64 || dt == LP_DTYPE_F16 || dt == LP_DTYPE_BF16;
+}
+
+/* Cell i as a double (floats) or 0/1 (anything nonzero is 1 for integer types). */
+static double cell_value(const uint8_t *data, lp_dtype dt, int64_t i)
+{
+    const uint8_t *p;
+    switch (dt) {
+    case LP_DTYPE_F32: return (double)lp_load_f32(data + (uint64_t)i * 4);
+    case LP_DTYPE_F64: {
+        double v;
+        memcpy(&v, data + (uint64_t)i * 8, 8);
+        return v;
+    }
+    case LP_DTYPE_F16: return (double)lp_f16_to_f32(lp_load_u16(data + (uint64_t)i * 2));
+    case LP_DTYPE_BF16: return (double)lp_bf16_to_f32(lp_load_u16(data + (uint64_t)i * 2));
+    case LP_DTYPE_BOOL: case LP_DTYPE_U8: case LP_DTYPE_I8: return data[i] != 0;
+    case LP_DTYPE_U16: case LP_DTYPE_I16: return lp_load_u16(data + (uint64_t)i * 2) != 0;
+    case LP_DTYPE_U32: case LP_DTYPE_I32: return lp_load_u32(data + (uint64_t)i * 4) != 0;
+    case LP_DTYPE_U64: case LP_DTYPE_I64:
+        p = data + (uint64_t)i * 8;
+        return lp_load_u64(p) != 0;
+    default: return 0.0;
+    }
+}
+
+static void list_add(lp_leak_coord *list, int64_t *n, int64_t max, lp_leak_coord c)
+{
+    if (*n < max)
+        list[(*n)++] = c;
+}
+
+/* What `fill` becomes in dtype: overflow and the score below which score + fill overflows. */
+static void fill_verdict(lp_fill_verdict *v, lp_dtype dt, float fill)
+{
+    memset(v, 0, sizeof *v);
+    v->dtype = dt;
+    /* Largest finite magnitude and the magnitude that rounds to infinity. */
+    double inf_at;
+    if (dt == LP_DTYPE_F16) {
+        v->value = lp_f16_to_f32(lp_f32_to_f16(fill));
+        inf_at = 65520.0;
+    } else if (dt == LP_DTYPE_BF16) {
+        v->value = lp_bf16_to_f32(lp_f32_to_bf16(fill));
+        inf_at = 3.3961775292304476e38; /* (2 - 2^-8) * 2^127: halfway above bf16's max */
+    } else {
+        v->value = fill;
+        inf_at = 3.4028235677973366e38 * (1.0 + 1.0 / 16777216.0);
+    }
+    v->overflows = isfinite(fill) && isinf(v->value);
+    if (isinf(v->value))
+        v->overflow_score = INFINITY; /* already -inf: any score gives -inf */
+    else
+        v->overflow_score = -(inf_at + (double)v->value); /* score + fill <= -inf_at */
+}
+
+lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, const int64_t *shape,
+                             const char *name, const lp_leak_mask_opts *opts,
+                             lp_leak_mask_report *out, lp_error *err)
+{
+    const uint8_t *data = data_v;
+    memset(out, 0, sizeof *out);
+    out->dtype = dtype;
+    out->n_dims = n_dims;
+    if (n_dims != 2 && n_dims != 4) {
+        char dims[128] = "";
+        size_t used = 0;
+        for (int d = 0; d < n_dims && d < LP_MAX_DIMS && used + 24 < sizeof dims; d++)
+            used += (size_t)snprintf(dims + used, sizeof dims - used, "%s%lld", d ? ", " : "",
+                                     (long long)shape[d]);
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: mask has rank %d [%s] (expected [T, T], [B, 1, T, T] or "
+                            "[B, H, T, T])",
+                            name, n_dims, dims);
+    }
+    for (int d = 0; d < n_dims; d++) {
+        out->shape[d] = shape[d];
+        if (shape[d] <= 0)
+            return lp_error_set(err, LP_ERR_FORMAT, "%s: dimension %d is %lld (expected >= 1)", name,
+                                d, (long long)shape[d]);
+    }
+    int64_t nq = shape[n_dims - 2], nk = shape[n_dims - 1];
+    if (nq != nk)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: mask is %lld queries x %lld keys (expected square [T, T]: the "
+                            "definitions compare query and key positions)",
+                            name, (long long)nq, (long long)nk);
+    out->T = nq;
+    out->n_batch = n_dims == 4 ? shape[0] : 1;
+    out->n_heads = n_dims == 4 ? shape[1] : 1;
+    if (!dtype_is_boolish(dtype) && !dtype_is_additive(dtype))
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: mask dtype %s (expected bool, an integer type, f16, bf16, f32 or "
+                            "f64)",
+                            name, lp_dtype_name(dtype));
+    lp_mask_encoding enc = opts->encoding;
+    if (enc == LP_MASK_ENC_AUTO)
+        enc = dtype_is_additive(dtype) ? LP_MASK_ENC_ADDITIVE : LP_MASK_ENC_BOOL;
+    if (enc == LP_MASK_ENC_ADDITIVE && !dtype_is_additive(dtype))
+        return lp_error_set(err, LP_ERR_USAGE, "%s: an additive mask needs a float dtype, not %s",
+                            name, lp_dtype_name(dtype));
+    out->encoding = enc;
+    if (opts->def.kind == LP_LEAK_DEF_DOC && opts->def.n_doc_ids != out->T)
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: %lld document ids for a mask of %lld positions (need one per "
+                            "position)",
+                            name, (long long)opts->def.n_doc_ids, (long long)out->T);
+    int64_t n_cells = 1;
+    for (int d = 0; d < n_dims; d++)
+        if (!lp_mul_i64(n_cells, shape[d], &n_cells))
+            return lp_error_set(err, LP_ERR_RANGE, "%s: mask size overflows", name);
+    out->n_cells = n_cells;
+
+    int64_t max_listed = opts->max_listed > 0 ? opts->max_listed : 0;
+    size_t list_bytes = (size_t)(max_listed > 0 ? max_listed : 1) * sizeof(lp_leak_coord);
+    out->leaks = malloc(list_bytes);
+    out->blocked = malloc(list_bytes);
+    out->masked_rows = malloc(list_bytes);
+    if (!out->leaks || !out->blocked || !out->masked_rows) {
+        lp_leak_mask_report_free(out);
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
+    }
+
+    bool additive = enc == LP_MASK_ENC_ADDITIVE;
+    double masked_below = opts->masked_below;
+    /* Pass 1 (additive): the fill is the most negative value. */
+    float fill = 0.0f;
+    if (additive) {
+        for (int64_t i = 0; i < n_cells; i++) {
+            double v = cell_value(data, dtype, i);
+            if (v < (double)fill)
+                fill = (float)v;
+        }
+        out->has_fill = fill < 0.0f;
+        out->fill = fill;
+        out->weak_fill = out->has_fill && (double)fill > masked_below;
+        out->leak_gap = isinf(fill) ? (double)INFINITY : -(double)fill + LP_LEAK_NEGLIGIBLE_LOG;
+        fill_verdict(&out->fills[0], LP_DTYPE_F32, fill);
+        fill_verdict(&out->fills[1], LP_DTYPE_F16, fill);
+        fill_verdict(&out->fills[2], LP_DTYPE_BF16, fill);
+    }
+
+    int64_t T = out->T, cell = 0;
+    for (int64_t b = 0; b < out->n_batch; b++)
+        for (int64_t h = 0; h < out->n_heads; h++)
+            for (int64_t q = 0; q < T; q++) {
+                bool any_visible = false, has_nan = false;
+                bool all_inf[3] = {true, true, true};
+                for (int64_t k = 0; k < T; k++, cell++) {
+                    double v = cell_value(data, dtype, cell);
+                    bool visible;
+                    if (additive) {
+                        if (isnan(v)) {
+                            has_nan = true;
+                            out->nan_cells++;
+                            visible = true; /* NaN poisons the whole row: never "masked" */
+                        } else {
+                            visible = v > masked_below;
+                        }
+                        float f = (float)v;
+                        all_inf[0] = all_inf[0] && isinf(f) && f < 0;
+                        float h16 = lp_f16_to_f32(lp_f32_to_f16(f));
+                        all_inf[1] = all_inf[1] && isinf(h16) && h16 < 0;
+                        float b16 = lp_bf16_to_f32(lp_f32_to_bf16(f));
+                        all_inf[2] = all_inf[2] && isinf(b16) && b16 < 0;
+                    } else {
+                        visible = (v != 0.0) != opts->true_means_masked;
+                    }
+                    any_visible = any_visible || (visible && !isnan(v));
+                    bool ref = lp_leak_def_allows(&opts->def, q, k);
+                    lp_leak_coord c = {b, h, q, k};
+                    if (visible && !ref) {
+                        out->leak_count++;
+                        list_add(out->leaks, &out->n_leaks_listed, max_listed, c);
+                    } else if (!visible && ref) {
+                        out->blocked_count++;
+                        list_add(out->blocked, &out->n_blocked_listed, max_listed, c);
+                    }
+                }
+                if (!any_visible && !has_nan) {
+                    out->fully_masked_rows++;
+                    lp_leak_coord c = {b, h, q, -1};
+                    list_add(out->masked_rows, &out->n_masked_rows_listed, max_listed, c);
+                }
+                if (additive) {
+                    if (has_nan || all_inf[0])
+                        out->nan_rows++;
+                    for (int d = 0; d < 3; d++)
+                        out->fills[d].nan_rows += has_nan || all_inf[d];
+                }
+            }
+    return LP_OK;
+}
+
+/* The tensor of a safetensors file: the named one, else the only one. */
+static lp_status pick_tensor(const lp_weights *w, const char *path, const char *name,
+                             const lp_tensor **out, lp_error *err)
+{
+    if (name) {
+        *out = lp_weights_find_name(w, name);
+        if (!*out)
+            return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tensor named '%s'", path, name);
+        return LP_OK;
+    }
+    size_t n = lp_weights_count(w);
+    if (n != 1)
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: %zu tensors in the file; name the mask with --tensor NAME", path,
+                            n);
+    *out = lp_weights_tensor(w, 0);
+    return LP_OK;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opts,
+                                  lp_leak_mask_report *out, lp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    lp_status st;
+    const char *base = lp_path_basename(path);
+    if (ends_with(path, ".npy")) {
+        lp_npy npy;
+        if ((st = lp_npy_open(path, &npy, err)) != LP_OK)
+            return st;
+        int64_t shape[LP_NPY_MAX_DIMS];
+        memcpy(shape, npy.shape, sizeof shape);
+        st = lp_leak_check_mask(npy.data, npy.dtype, npy.n_dims, shape, base, opts, out, err);
+        lp_npy_close(&npy);
+        return st;
+    }
+    if (ends_with(path, ".safetensors")) {
+        lp_weights *w;
+        if ((st = lp_weights_open(path, &w, err)) != LP_OK)
+            return st;
+        const lp_tensor *t = NULL;
+        if ((st = pick_tensor(w, base, opts->tensor_name, &t, err)) == LP_OK) {
+            char label[300];
+            snprintf(label, sizeof label, "%s: tensor '%s'", base, t->name);
+            uint64_t need;
+            if (!lp_dtype_bytes_for(t->dtype, (uint64_t)t->n_elements, &need) || need != t->n_bytes)
+                st = lp_error_set(err, LP_ERR_FORMAT, "%s: %llu bytes for %lld %s values", label,
+                                  (unsigned long long)t->n_bytes, (long long)t->n_elements,
+                                  lp_dtype_name(t->dtype));
+            else
+                st = lp_leak_check_mask(t->data, t->dtype, t->n_dims, t->shape, label, opts, out,
+                                        err);
+        }
+        lp_weights_close(w);
+        return st;
+    }
+    return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: not a mask file (expected .npy or .safetensors)",
+                        path);
+}
