@@ -31,7 +31,9 @@
  *   head (peak at distance 0, Gaussian-like decay over a few tokens), uniform head (q = 0).
  *   Layer 1: induction head (q = current identity, k = previous-identity block on the slow
  *   pairs, plus a weaker BOS term so rows without an earlier match rest on <s>; its output
- *   copies the attended token's identity into [0, 32), so the tied classifier predicts it).
+ *   copies the attended token's identity into [0, 32), so the tied classifier predicts it;
+ *   32 channels of layer 1's FFN subtract the current token's identity, so a row with nothing
+ *   to copy does not predict its own token).
  *   Every other head is noise: seeded random weights, labelled "noise".
  */
 #ifndef LP_RENDER_SYNTH_H
