@@ -495,6 +495,17 @@ static void ffn_fill(layer_weights *lw, int layer, rng *r)
             lw->down[(size_t)out * FFN + c] = 0.0f;
         lw->down[(size_t)(D_ID + c) * FFN + c] = (float)(-1.0 / silu(SUPPRESS_GATE));
     }
+    /* One more channel removes <s>'s flag, or the classifier would predict <s> after <s>. At
+     * <s> the input is about the embedding alone, so its RMSNorm factor is larger. */
+    const double s_bos = norm_scale(1.0 + 2 * SCRATCH_SQ_EST);
+    const int c = ID_DIM;
+    memset(lw->gate + (size_t)c * HIDDEN, 0, HIDDEN * sizeof(float));
+    memset(lw->up + (size_t)c * HIDDEN, 0, HIDDEN * sizeof(float));
+    lw->gate[(size_t)c * HIDDEN + D_CONST] = (float)(SUPPRESS_GATE / (CONST_AMP * s_mid));
+    lw->up[(size_t)c * HIDDEN + D_BOS] = (float)(1.0 / s_bos); /* 0.8 at <s> */
+    for (int out = 0; out < HIDDEN; out++)
+        lw->down[(size_t)out * FFN + c] = 0.0f;
+    lw->down[(size_t)D_BOS * FFN + c] = (float)(-1.0 / silu(SUPPRESS_GATE * s_bos / s_mid));
 }
 
 static lp_status add_tensor(lp_st_writer *w, const char *name, lp_dtype dtype, int64_t rows,
