@@ -612,7 +612,8 @@ lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
 
     /* Family details. */
     if (strncmp(fam->gguf_name, "gemma", 5) == 0) {
-        a->norm_weight_plus_one = true;
+        /* No norm_weight_plus_one: llama.cpp's converter folds Gemma's "+1" into every stored
+         * norm weight, so a GGUF already holds 1 + w and its graph uses a plain RMSNorm. */
         a->embed_scale = sqrt((double)a->hidden_size);
         if (strcmp(fam->gguf_name, "gemma") != 0) {
             a->post_attn_norm = true;

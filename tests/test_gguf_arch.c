@@ -346,7 +346,9 @@ static void test_gemma_windows(void **state)
     assert_int_equal(a.layer_window[2], 4096);
     assert_int_equal(a.sliding_window, 4096);
     assert_true(a.attn_logit_softcap == 50.0 && a.final_logit_softcap == 30.0);
-    assert_true(a.norm_weight_plus_one && a.post_attn_norm && a.post_ffn_norm);
+    /* GGUF norms already hold 1 + w (llama.cpp's converter adds it): no second +1. */
+    assert_false(a.norm_weight_plus_one);
+    assert_true(a.post_attn_norm && a.post_ffn_norm);
     assert_true(fabs(a.embed_scale - 8.0) < 1e-12);
     assert_int_equal(a.ffn_kind, LP_FFN_GEGLU);
     assert_true(a.tied_embeddings);

@@ -337,10 +337,6 @@ lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, 
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
     m->arch = *arch;
     m->weights = weights;
-    /* llama.cpp's converter folds Gemma's "+1" into every stored norm weight (its graph uses a
-     * plain RMSNorm), so GGUF files already hold 1 + w: adding 1 again would double the gain. */
-    if (lp_weights_format_of(weights) == LP_FORMAT_GGUF)
-        m->arch.norm_weight_plus_one = false;
     const lp_arch *a = &m->arch;
     int64_t hidden = a->hidden_size;
 
