@@ -110,6 +110,17 @@ if [ $have_sqlite -eq 1 ]; then
   expect_eq "leak|mask|0" "$(sqlite3 "$DB" "SELECT r.kind, c.check_name, c.passed FROM leak_checks c JOIN runs r ON r.id = c.run_id")" "mask check row"
 fi
 
+# A model that needs no shared data: loupe synth's planted 2-layer Llama.
+if "$LOUPE" synth "$TMP/synth" >/dev/null 2>"$TMP/synth.err"; then
+  expect_status 0 "$LOUPE" leak "$TMP/synth" --tokens 1,2,3,4,5,6,7,8,9,10,11,12
+  expect_stdout_contains "verdict: PASS" "$LOUPE" leak "$TMP/synth"
+  expect_stdout_contains "verdict: FAIL (off-by-one)" "$LOUPE" leak "$TMP/synth" --inject off-by-one
+  expect_stdout_contains "verdict: FAIL (window+1)" "$LOUPE" leak "$TMP/synth" --window 3 --inject window+1
+  expect_stdout_contains "batch 0 layer 0 head 0 query 3 key 0" "$LOUPE" leak "$TMP/synth" --window 3 --inject window+1
+else
+  bad "loupe synth failed: $(head -c 300 "$TMP/synth.err")"
+fi
+
 require_shared
 M="$SHARED/models/stories260K"
 expect_status 0 "$LOUPE" leak "$M/stories260K.gguf"

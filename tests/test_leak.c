@@ -267,6 +267,37 @@ static void test_engine_faults(void **state)
     assert_int_equal(st.leak_next, 3 * 12);
 }
 
+/* The alignment check on crafted logits: a model peaked on the current token is flagged, one
+ * peaked on the next is not, a uniform one is not (noise). */
+static void test_alignment(void **state)
+{
+    (void)state;
+    enum { N = 6, V = 16 };
+    int32_t ids[N] = {3, 7, 1, 12, 5, 9};
+    float logits[N * V];
+    double next, same;
+    for (int mode = 0; mode < 3; mode++) {
+        for (int t = 0; t < N; t++)
+            for (int v = 0; v < V; v++) {
+                int target = mode == 0 ? ids[t] : mode == 1 ? (t + 1 < N ? ids[t + 1] : 0) : -1;
+                logits[t * V + v] = v == target ? 5.0f : 0.0f;
+            }
+        bool flagged = lp_leak_alignment(logits, V, ids, N, &next, &same);
+        if (mode == 0) {
+            assert_true(flagged);
+            assert_true(same < next);
+            /* peaked: p = e^5 / (e^5 + 15) */
+            assert_true(fabs(same - log1p(15.0 / exp(5.0))) < 1e-9);
+        } else if (mode == 1) {
+            assert_false(flagged);
+            assert_true(next < same);
+        } else {
+            assert_false(flagged);
+            assert_true(fabs(same - log((double)V)) < 1e-9 && fabs(next - same) < 1e-9);
+        }
+    }
+}
+
 /* ---- mask tensors ---- */
 
 enum { T = 12 };
@@ -755,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_engine_faults),     cmocka_unit_test(test_mask_bool_npy),
         cmocka_unit_test(test_mask_heads_and_docs), cmocka_unit_test(test_mask_additive),
         cmocka_unit_test(test_mask_safetensors),  cmocka_unit_test(test_mask_bad_files),
+        cmocka_unit_test(test_alignment),
     };
     int failed = cmocka_run_group_tests_name("leak", unit, NULL, NULL);
     if (!lp_test_shared_dir()) {

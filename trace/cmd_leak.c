@@ -795,8 +795,9 @@ static int run_model(const leak_args *a)
         print_family(&rep, "structural",
                      "causal, window, decode and padded masks equal the definition cell by cell; "
                      "padded batch clean");
-        snprintf(text, sizeof text, "loss with labels shifted %.3f nats < unshifted %.3f nats",
-                 rep.loss_next, rep.loss_same);
+        snprintf(text, sizeof text, "loss with labels shifted %.3f nats, unshifted %.3f nats%s",
+                 rep.loss_next, rep.loss_same,
+                 rep.loss_next <= rep.loss_same ? "" : " (neither beats a uniform guess)");
         print_family(&rep, "alignment", text);
         if (rep.first_diff_layer != -2) {
             if (rep.first_diff_layer >= 0)

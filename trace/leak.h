@@ -254,6 +254,13 @@ typedef struct lp_leak_model_report {
     bool passed;
 } lp_leak_model_report;
 
+/* The alignment check on logits [n_ids, V] of ids: mean loss against the next token (over
+ * n_ids - 1 positions) and against the current one (over n_ids), in nats. Returns true (flagged)
+ * when the current token is predicted better than the next and better than a uniform guess (ln V):
+ * on text the model cannot predict both sit near ln V and their order is noise. */
+bool lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids, int64_t n_ids,
+                       double *loss_next, double *loss_same);
+
 /* Run every model check on ids[n_ids] (n_ids >= 2). Bad ids are errors (lp_forward_check); a
  * failed check is not an error (see the report). */
 lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t n_ids,

@@ -273,6 +273,21 @@ static double neg_log_prob(const float *logits, int64_t V, int32_t id)
     return log(s) + m - (double)logits[id];
 }
 
+bool lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids, int64_t n_ids,
+                       double *loss_next, double *loss_same)
+{
+    double next = 0.0, same = 0.0;
+    for (int64_t t = 0; t < n_ids; t++) {
+        const float *lg = logits + t * V;
+        same += neg_log_prob(lg, V, ids[t]);
+        if (t + 1 < n_ids)
+            next += neg_log_prob(lg, V, ids[t + 1]);
+    }
+    *loss_next = n_ids > 1 ? next / (double)(n_ids - 1) : 0.0;
+    *loss_same = n_ids > 0 ? same / (double)n_ids : 0.0;
+    return n_ids > 1 && *loss_same < *loss_next && *loss_same < log((double)V);
+}
+
 /* ---- the structural test on mask specs ---- */
 
 static lp_status structural_specs(leak_obs *o, int64_t *cap, lp_error *err)
@@ -519,22 +534,19 @@ lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t
 
     /* 2. Alignment: the loss with labels shifted by one against not shifted. */
     {
-        double next = 0.0, same = 0.0;
-        for (int64_t t = 0; t < n_ids; t++) {
-            const float *lg = o.base_logits + t * o.V;
-            same += neg_log_prob(lg, o.V, ids[t]);
-            if (t + 1 < n_ids)
-                next += neg_log_prob(lg, o.V, ids[t + 1]);
-        }
-        r->loss_next = next / (double)(n_ids - 1);
-        r->loss_same = same / (double)n_ids;
-        r->alignment_flagged = r->loss_same < r->loss_next;
+        double uniform = log((double)o.V);
+        r->alignment_flagged = lp_leak_alignment(o.base_logits, o.V, ids, n_ids, &r->loss_next,
+                                                 &r->loss_same);
         st = add_check(r, &cap, "alignment", !r->alignment_flagged, -1, -1, NAN, err,
-                       "loss with labels shifted by one %.4f nats, unshifted %.4f nats%s",
-                       r->loss_next, r->loss_same,
+                       "loss with labels shifted by one %.4f nats, unshifted %.4f nats, uniform "
+                       "%.4f%s",
+                       r->loss_next, r->loss_same, uniform,
                        r->alignment_flagged ? ": the model predicts the current token better "
                                               "than the next (label or mask bug)"
-                                            : "");
+                       : r->loss_same < r->loss_next
+                           ? " (neither beats a uniform guess: the text is unpredictable to the "
+                             "model, not flagged)"
+                           : "");
         if (st != LP_OK)
             goto done;
     }
@@ -636,6 +648,8 @@ lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t
         bool perturbation_ok = r->first_diff_layer == -2;
         if (r->leak_count == 0 && !perturbation_ok)
             r->diagnosis = "leak";
+        else if (r->leak_count == 0 && r->blocked_count == 0 && r->alignment_flagged)
+            r->diagnosis = "alignment";
         r->passed = true;
         for (int64_t i = 0; i < r->n_checks; i++)
             r->passed = r->passed && r->checks[i].passed;
