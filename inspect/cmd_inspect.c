@@ -979,6 +979,8 @@ static void print_text(json_t *r, const lp_weights *w, bool stats)
         for (int d = 0; d < n_dims && d < LP_MAX_DIMS; d++)
             dims[d] = json_integer_value(json_array_get(js, (size_t)d));
         format_shape(shape, sizeof shape, dims, n_dims);
+        if (json_is_true(json_object_get(t, "transposed"))) /* GPT-2 Conv1D */
+            strncat(shape, " in,out", sizeof shape - strlen(shape) - 1);
         format_role(role, sizeof role, t);
         printf("  %-*s  %-22s %-8s %-20s %12s %12" PRId64, (int)name_w,
                json_string_value(json_object_get(t, "name")), role,
