@@ -39,6 +39,8 @@
 #define D_CONST 32   /* the constant */
 #define D_BOS 33     /* BOS flag */
 #define D_PREV 34    /* [34, 66): previous token's identity */
+#define D_PREV_BOS 66 /* "the previous token is <s>" (0.8), so every row of layer 1 has the same
+                         norm: <s> has no identity to stand in [34, 66) */
 #define D_SCRATCH 128 /* [128, 224): planted non-copy heads' outputs, 32 each */
 #define D_NOISE 224   /* [224, 512): noise heads' outputs */
 
@@ -380,9 +382,12 @@ static void plant_layer0(layer_weights *lw, const lp_synth_options *opts, rng *r
                 AT(lw->k, base + p, D_CONST) = (float)(a / x_const);
             }
             head_copy_identity(lw->v, h, 1.0 / s0); /* v = 0.8 r_t */
-            if (opts->fault != LP_SYNTH_FAULT_NO_PREV_WRITE)
+            AT(lw->v, base + ID_DIM, D_BOS) = (float)(1.0 / s0); /* v[32] = 0.8 at <s> */
+            if (opts->fault != LP_SYNTH_FAULT_NO_PREV_WRITE) {
                 for (int j = 0; j < ID_DIM; j++)
                     AT(lw->o, D_PREV + j, base + j) = 1.0f; /* 0.8 r_{t-1} into [34, 66) */
+                AT(lw->o, D_PREV_BOS, base + ID_DIM) = 1.0f;
+            }
             break;
         }
         case LP_SYNTH_SINK: {
@@ -426,10 +431,10 @@ static int slow_slot(int j)
 
 static void plant_layer1(layer_weights *lw, rng *r)
 {
-    /* Layer 1's input: embedding (norm 1) + previous identity (0.8) + scratch; <s> has no
-     * previous identity. */
+    /* Layer 1's input: embedding (norm 1) + previous identity or previous-is-<s> flag (0.8)
+     * + scratch, the same in every row. */
     const double s1 = norm_scale(1.0 + ID_AMP * ID_AMP + SCRATCH_SQ_EST);
-    const double s1_bos = norm_scale(1.0 + SCRATCH_SQ_EST);
+    const double s1_bos = s1;
     for (int h = 0; h < N_HEADS; h++) {
         int base = h * HEAD_DIM;
         if (behaviour_of(1, h) != LP_SYNTH_INDUCTION) {
@@ -495,9 +500,8 @@ static void ffn_fill(layer_weights *lw, int layer, rng *r)
             lw->down[(size_t)out * FFN + c] = 0.0f;
         lw->down[(size_t)(D_ID + c) * FFN + c] = (float)(-1.0 / silu(SUPPRESS_GATE));
     }
-    /* One more channel removes <s>'s flag, or the classifier would predict <s> after <s>. At
-     * <s> the input is about the embedding alone, so its RMSNorm factor is larger. */
-    const double s_bos = norm_scale(1.0 + 2 * SCRATCH_SQ_EST);
+    /* One more channel removes <s>'s flag, or the classifier would predict <s> after <s>. */
+    const double s_bos = s_mid;
     const int c = ID_DIM;
     memset(lw->gate + (size_t)c * HIDDEN, 0, HIDDEN * sizeof(float));
     memset(lw->up + (size_t)c * HIDDEN, 0, HIDDEN * sizeof(float));
