@@ -24,7 +24,7 @@
  *     32         a constant 0.6 on every token
  *     33         BOS flag (0.8 on <s>, whose identity block is zero)
  *     [34, 66)   previous token's identity, written by layer 0's previous-token head
- *     66         0.8 when the previous token is <s> (same head), so every row has one norm
+ *     66         0.8 on <s> and the token after it (same head), so every row has one norm
  *     [128, 512) scratch that planted non-copy heads and noise heads write into
  *
  *   Layer 0: previous-token head (q = a e^{-i theta_j} on the fast pairs, k = a: the score
