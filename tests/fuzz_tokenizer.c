@@ -23,8 +23,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char bytelevel_json[] =
-    "{\"added_tokens\": [{\"id\": 9, \"content\": \"<|x|>\", \"special\": true, "
-    "\"normalized\": false}, {\"id\": 10, \"content\": \"<t>\", \"special\": false, "
+    "{\"added_tokens\": [{\"id\": 0, \"content\": \"<|x|>\", \"special\": true, "
+    "\"normalized\": false}, {\"id\": 1, \"content\": \"<t>\", \"special\": false, "
     "\"lstrip\": true, \"rstrip\": true}],"
     " \"normalizer\": {\"type\": \"NFC\"},"
     " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\","
