@@ -434,7 +434,6 @@ static void plant_layer1(layer_weights *lw, rng *r)
     /* Layer 1's input: embedding (norm 1) + previous identity or previous-is-<s> flag (0.8)
      * + scratch, the same in every row. */
     const double s1 = norm_scale(1.0 + ID_AMP * ID_AMP + SCRATCH_SQ_EST);
-    const double s1_bos = s1;
     for (int h = 0; h < N_HEADS; h++) {
         int base = h * HEAD_DIM;
         if (behaviour_of(1, h) != LP_SYNTH_INDUCTION) {
@@ -449,7 +448,7 @@ static void plant_layer1(layer_weights *lw, rng *r)
         }
         /* Resting place: pairs 14 and 15 (slow enough over N_CTX) match the constant against
          * the BOS flag. */
-        double x_const = CONST_AMP * s1, x_bos = BOS_AMP * s1_bos;
+        double x_const = CONST_AMP * s1, x_bos = BOS_AMP * s1;
         double per_pair = IND_BOS_NATS * sqrt((double)HEAD_DIM) / 2.0;
         for (int p = 14; p <= 15; p++) {
             AT(lw->q, base + p, D_CONST) = 1.0f;
@@ -501,15 +500,14 @@ static void ffn_fill(layer_weights *lw, int layer, rng *r)
         lw->down[(size_t)(D_ID + c) * FFN + c] = (float)(-1.0 / silu(SUPPRESS_GATE));
     }
     /* One more channel removes <s>'s flag, or the classifier would predict <s> after <s>. */
-    const double s_bos = s_mid;
     const int c = ID_DIM;
     memset(lw->gate + (size_t)c * HIDDEN, 0, HIDDEN * sizeof(float));
     memset(lw->up + (size_t)c * HIDDEN, 0, HIDDEN * sizeof(float));
     lw->gate[(size_t)c * HIDDEN + D_CONST] = (float)(SUPPRESS_GATE / (CONST_AMP * s_mid));
-    lw->up[(size_t)c * HIDDEN + D_BOS] = (float)(1.0 / s_bos); /* 0.8 at <s> */
+    lw->up[(size_t)c * HIDDEN + D_BOS] = (float)(1.0 / s_mid); /* 0.8 at <s> */
     for (int out = 0; out < HIDDEN; out++)
         lw->down[(size_t)out * FFN + c] = 0.0f;
-    lw->down[(size_t)D_BOS * FFN + c] = (float)(-1.0 / silu(SUPPRESS_GATE * s_bos / s_mid));
+    lw->down[(size_t)D_BOS * FFN + c] = (float)(-1.0 / silu(SUPPRESS_GATE));
 }
 
 static lp_status add_tensor(lp_st_writer *w, const char *name, lp_dtype dtype, int64_t rows,
