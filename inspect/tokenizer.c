@@ -1914,28 +1914,30 @@ static bool is_gguf(const char *name)
     return has_suffix(name, ".gguf");
 }
 
-/* A model folder: tokenizer.json, tokenizer.bin, tok*.bin, then the first .gguf. */
+/* A model folder: tokenizer.json, tokenizer.bin, the first tok*.bin, then the first .gguf. */
 static lp_status open_dir(const char *dir, lp_tokenizer **out, lp_error *err)
 {
-    static const char *const names[] = {"tokenizer.json", "tokenizer.bin"};
-    for (size_t k = 0; k < 2 + 2; k++) {
-        char *name = k < 2 ? lp_tok_strndup(names[k], strlen(names[k]))
-                           : find_in_dir(dir, k == 2 ? is_tok_bin : is_gguf);
-        if (!name)
-            continue;
-        char *p = lp_path_join(dir, name);
-        free(name);
+    char *candidates[4] = {lp_tok_strndup("tokenizer.json", 14),
+                           lp_tok_strndup("tokenizer.bin", 13), find_in_dir(dir, is_tok_bin),
+                           find_in_dir(dir, is_gguf)};
+    lp_status st = LP_ERR_NOT_FOUND;
+    for (size_t k = 0; k < 4 && st == LP_ERR_NOT_FOUND; k++) {
+        if (!candidates[k])
+            continue; /* no such name (or no memory for it: the search goes on) */
+        char *p = lp_path_join(dir, candidates[k]);
         if (!p)
-            return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-        if (lp_path_exists(p) && !lp_path_is_dir(p)) {
-            lp_status st = open_file(p, false, out, err);
-            free(p);
-            return st;
-        }
+            st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+        else if (lp_path_exists(p) && !lp_path_is_dir(p))
+            st = open_file(p, false, out, err);
         free(p);
     }
-    return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tokenizer.json, tokenizer.bin, tok*.bin "
-                        "or .gguf in this folder (give one with --tokenizer FILE)", dir);
+    for (size_t k = 0; k < 4; k++)
+        free(candidates[k]);
+    if (st == LP_ERR_NOT_FOUND)
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tokenizer.json, tokenizer.bin, "
+                            "tok*.bin or .gguf in this folder (give one with --tokenizer FILE)",
+                            dir);
+    return st;
 }
 
 static lp_status open_file(const char *path, bool look_beside, lp_tokenizer **out,
