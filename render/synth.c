@@ -186,18 +186,18 @@ static lp_status vocab_add(vocab *v, const char *piece, bool is_text, int32_t *i
         int32_t cap = v->cap ? v->cap * 2 : 512;
         char **p = realloc(v->pieces, (size_t)cap * sizeof *p);
         if (!p)
-            return lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory for the vocabulary");
+            return lp_error_set(err, LP_ERR_NOMEM, "out of memory for the vocabulary");
         v->pieces = p;
         bool *t = realloc(v->is_text, (size_t)cap * sizeof *t);
         if (!t)
-            return lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory for the vocabulary");
+            return lp_error_set(err, LP_ERR_NOMEM, "out of memory for the vocabulary");
         v->is_text = t;
         v->cap = cap;
     }
     size_t len = strlen(piece);
     char *copy = malloc(len + 1);
     if (!copy)
-        return lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory for the vocabulary");
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory for the vocabulary");
     memcpy(copy, piece, len + 1);
     v->pieces[v->n] = copy;
     v->is_text[v->n] = is_text;
@@ -214,7 +214,7 @@ static lp_status vocab_add_merge(vocab *v, int32_t left, int32_t right, lp_error
         int32_t cap = v->merges_cap ? v->merges_cap * 2 : 256;
         int32_t(*m)[2] = realloc(v->merges, (size_t)cap * sizeof *m);
         if (!m)
-            return lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory for the merges");
+            return lp_error_set(err, LP_ERR_NOMEM, "out of memory for the merges");
         v->merges = m;
         v->merges_cap = cap;
     }
@@ -527,7 +527,7 @@ static lp_status build_weights(const vocab *v, const float *ident, const lp_synt
     float *ones = malloc(HIDDEN * sizeof *ones);
     float *block = calloc(4 * sq + 3 * (size_t)FFN * HIDDEN, sizeof *block);
     if (!embd || !ones || !block) {
-        st = lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory for the weights (%zu MiB)",
+        st = lp_error_set(err, LP_ERR_NOMEM, "out of memory for the weights (%zu MiB)",
                           (4 * sq * sizeof(float)) >> 20);
         goto done;
     }
@@ -776,7 +776,7 @@ static lp_status make_dirs(const char *path, lp_error *err)
     size_t len = strlen(path);
     char *buf = malloc(len + 1);
     if (!buf)
-        return lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory");
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
     memcpy(buf, path, len + 1);
     for (size_t i = 1; i <= len; i++) {
         if (buf[i] != '/' && buf[i] != '\0')
@@ -815,7 +815,7 @@ static lp_status check_out_dir(const char *dir, lp_error *err)
         return LP_OK;
     char *marker = lp_path_join(dir, "planted_heads.json");
     if (!marker)
-        return lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory");
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
     /* A marker we wrote is about 1.5 KiB; anything far larger is not ours (and is not read). */
     char *text = NULL;
     size_t size = 0;
@@ -859,12 +859,12 @@ lp_status lp_synth_write(const char *out_dir, const lp_synth_options *opts_in, l
     else
         lp_synth_options_init(&opts);
     if (!out_dir || !*out_dir)
-        return lp_error_set(err, LP_ERR_USAGE, "synth: no output folder given");
+        return lp_error_set(err, LP_ERR_USAGE, "no output folder given (the path is empty)");
     if (opts.dtype != LP_DTYPE_F32 && opts.dtype != LP_DTYPE_BF16 && opts.dtype != LP_DTYPE_F16)
-        return lp_error_set(err, LP_ERR_USAGE, "synth: dtype '%s' is not one of f32, bf16, f16",
+        return lp_error_set(err, LP_ERR_USAGE, "dtype '%s' is not one of f32, bf16, f16",
                             lp_dtype_name(opts.dtype));
     if ((unsigned)opts.fault >= LP_SYNTH_FAULT_COUNT)
-        return lp_error_set(err, LP_ERR_USAGE, "synth: fault %d is not one of 0..%d",
+        return lp_error_set(err, LP_ERR_USAGE, "fault %d is not one of 0..%d",
                             (int)opts.fault, LP_SYNTH_FAULT_COUNT - 1);
 
     lp_status st;
@@ -887,7 +887,7 @@ lp_status lp_synth_write(const char *out_dir, const lp_synth_options *opts_in, l
         goto done;
     ident = malloc((size_t)v.n * ID_DIM * sizeof *ident);
     if (!ident) {
-        st = lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory");
+        st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
         goto done;
     }
     identities_draw(&v, &r, ident);
@@ -898,7 +898,7 @@ lp_status lp_synth_write(const char *out_dir, const lp_synth_options *opts_in, l
     docs[1] = tokenizer_json(&v, &ok);
     docs[2] = planted_json(&opts, &ok);
     if (!ok || !docs[0] || !docs[1] || !docs[2]) {
-        st = lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory building the JSON files");
+        st = lp_error_set(err, LP_ERR_NOMEM, "out of memory building the JSON files");
         goto done;
     }
 
@@ -909,7 +909,7 @@ lp_status lp_synth_write(const char *out_dir, const lp_synth_options *opts_in, l
         tmp[i] = temp_name(out_dir, OUTPUT_FILES[i]);
         final[i] = lp_path_join(out_dir, OUTPUT_FILES[i]);
         if (!tmp[i] || !final[i]) {
-            st = lp_error_set(err, LP_ERR_NOMEM, "synth: out of memory");
+            st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
             goto done;
         }
     }
@@ -960,7 +960,7 @@ static lp_status check_observe(void *ctx, const lp_site *site, const lp_view *vi
     check_capture *c = ctx;
     if (site->kind == LP_SITE_LOGITS) {
         if (view->row0 < 0 || view->row0 + view->rows > c->T || view->cols != c->vocab)
-            return lp_error_set(err, LP_ERR_RANGE, "synth check: logits rows [%lld, %lld) of %lld",
+            return lp_error_set(err, LP_ERR_RANGE, "check: logits rows [%lld, %lld) of %lld",
                                 (long long)view->row0, (long long)(view->row0 + view->rows),
                                 (long long)c->T);
         for (int64_t r = 0; r < view->rows; r++)
@@ -970,7 +970,7 @@ static lp_status check_observe(void *ctx, const lp_site *site, const lp_view *vi
     }
     if (site->layer < 0 || site->layer >= c->n_layers || site->head < 0 ||
         site->head >= c->n_heads || view->rows != c->T || view->cols != c->T)
-        return lp_error_set(err, LP_ERR_RANGE, "synth check: unexpected attention site L%d H%d "
+        return lp_error_set(err, LP_ERR_RANGE, "check: unexpected attention site L%d H%d "
                             "[%lld, %lld]", site->layer, site->head, (long long)view->rows,
                             (long long)view->cols);
     int64_t idx = (int64_t)site->layer * c->n_heads + site->head;
@@ -1158,7 +1158,7 @@ lp_status lp_synth_check(const char *model_dir, lp_synth_report *rep, lp_error *
     c.stats = calloc((size_t)n_maps, sizeof *c.stats);
     c.logits = calloc((size_t)n_logits, sizeof *c.logits);
     if (!c.probs || !c.stats || !c.logits) {
-        st = lp_error_set(err, LP_ERR_NOMEM, "synth check: out of memory");
+        st = lp_error_set(err, LP_ERR_NOMEM, "check: out of memory");
         goto done;
     }
     for (size_t i = 0; i < n_tokens; i++)
