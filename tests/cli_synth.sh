@@ -91,6 +91,7 @@ if [ "$(ls "$TMP/foreign")" = "notes.txt" ] && grep -q precious "$TMP/foreign/no
 
 # Usage errors.
 expect_one_line_error "$LOUPE" synth
+expect_one_line_error "$LOUPE" synth ""
 expect_one_line_error "$LOUPE" synth "$TMP/x" --dtype q4_0
 expect_one_line_error "$LOUPE" synth "$TMP/x" --seed -3
 expect_one_line_error "$LOUPE" synth "$TMP/x" --seed
