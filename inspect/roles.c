@@ -404,8 +404,11 @@ void lp_role_assign(lp_tensor *tensor, const char *family, lp_weights_format for
     }
     /* gpt2's attn.bias is a mask buffer, whatever its suffix says */
     tensor->is_bias = is_bias && !lp_role_is_buffer(tensor->role);
-    /* GPT-2's Conv1D weights are stored [in, out] (HF only; GGUF transposes them back) */
-    if (format == LP_FORMAT_SAFETENSORS && !tensor->is_bias) {
+    /* GPT-2's Conv1D weights are stored [in, out] (HF only; GGUF transposes them back).
+     * gpt_bigcode and starcoder2 reuse the c_attn/c_proj/c_fc names for ordinary Linear layers,
+     * so only gpt2 (or weights without a config, whose names are all we have) count. */
+    bool conv1d_family = family[0] == '\0' || strcmp(family, "gpt2") == 0;
+    if (format == LP_FORMAT_SAFETENSORS && conv1d_family && !tensor->is_bias) {
         const char *p = strstr(base, ".c_attn");
         if (!p)
             p = strstr(base, ".c_proj");

@@ -944,6 +944,9 @@ static void test_roles(void **state)
         {"model.final_layernorm.bias", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_OUTPUT_NORM, -1, -1, true, false},
         {"h.4.attn.c_attn.weight", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_QKV, 4, -1, false, true},
         {"h.4.attn.c_attn.bias", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_QKV, 4, -1, true, false},
+        /* same names, ordinary Linear layers: not transposed */
+        {"transformer.h.4.attn.c_attn.weight", "gpt_bigcode", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_QKV, 4, -1, false, false},
+        {"transformer.h.4.mlp.c_fc.weight", "gpt_bigcode", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_UP, 4, -1, false, false},
         {"h.4.attn.bias", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_MASK_BUFFER, 4, -1, false, false},
         {"transformer.h.4.mlp.c_proj.weight", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_DOWN, 4, -1, false, true},
         {"wpe.weight", "gpt2", LP_FORMAT_SAFETENSORS, LP_ROLE_POS_EMBD, -1, -1, false, false},
