@@ -797,6 +797,8 @@ static lp_status make_dirs(const char *path, lp_error *err)
     return LP_OK;
 }
 
+#define TEMP_TAG ".synth-tmp."
+
 /* An empty folder, or one whose planted_heads.json says this generator wrote it. */
 static lp_status check_out_dir(const char *dir, lp_error *err)
 {
@@ -806,7 +808,9 @@ static lp_status check_out_dir(const char *dir, lp_error *err)
     bool empty = true;
     struct dirent *e;
     while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+        /* Temporary files of an interrupted run of ours do not make the folder someone else's. */
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+            strstr(e->d_name, TEMP_TAG) == NULL) {
             empty = false;
             break;
         }
@@ -839,7 +843,7 @@ static lp_status check_out_dir(const char *dir, lp_error *err)
 static char *temp_name(const char *dir, const char *name)
 {
     char tmp[256];
-    snprintf(tmp, sizeof tmp, ".%s.synth-tmp.%ld", name, (long)getpid());
+    snprintf(tmp, sizeof tmp, ".%s" TEMP_TAG "%ld", name, (long)getpid());
     return lp_path_join(dir, tmp);
 }
 

@@ -89,6 +89,11 @@ expect_one_line_error "$LOUPE" synth "$TMP/foreign"
 expect_stderr_contains "refusing to overwrite" "$LOUPE" synth "$TMP/foreign"
 if [ "$(ls "$TMP/foreign")" = "notes.txt" ] && grep -q precious "$TMP/foreign/notes.txt"; then ok; else bad "foreign folder was touched"; fi
 
+# Leftovers of an interrupted run (temporary files only) do not make a folder foreign.
+mkdir -p "$TMP/interrupted"
+touch "$TMP/interrupted/.model.safetensors.synth-tmp.12345"
+expect_status 0 "$LOUPE" synth "$TMP/interrupted"
+
 # Usage errors.
 expect_one_line_error "$LOUPE" synth
 expect_one_line_error "$LOUPE" synth ""
