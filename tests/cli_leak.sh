@@ -98,6 +98,30 @@ expect_stdout_contains "WEAK" "$LOUPE" leak --mask "$TMP/add_100.npy"
 # bad files: truncated, wrong rank, not a mask
 head -c 100 "$TMP/add_inf.npy" >"$TMP/trunc.npy"
 expect_one_line_error "$LOUPE" leak --mask "$TMP/trunc.npy"
+# npy_raw FILE DESCR SHAPE BYTES: a header for any descr/shape, then BYTES zero bytes
+npy_raw() {
+  local dict="{'descr': '$2', 'fortran_order': False, 'shape': ($3), }"
+  local total=$((10 + ${#dict} + 1)) pad
+  pad=$(( (64 - total % 64) % 64 ))
+  local hlen=$(( ${#dict} + pad + 1 ))
+  { printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $((hlen & 255)))\\x$(printf %02x $((hlen >> 8)))"
+    printf '%s' "$dict"; printf '%*s' "$pad" ''; printf '\n'; head -c "$4" /dev/zero; } >"$1"
+}
+npy_raw "$TMP/rank3.npy" '|b1' '2, 4, 4' 32
+npy_raw "$TMP/rank1.npy" '|b1' '16,' 16
+npy_raw "$TMP/nonsq.npy" '|b1' '4, 5' 20
+npy_raw "$TMP/c8.npy" '<c8' '4, 4' 128
+npy_raw "$TMP/ok4.npy" '|b1' '4, 4' 16
+expect_one_line_error "$LOUPE" leak --mask "$TMP/rank3.npy"
+expect_stderr_contains "rank 3" "$LOUPE" leak --mask "$TMP/rank3.npy"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/rank1.npy"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/nonsq.npy"
+expect_stderr_contains "4 queries x 5 keys" "$LOUPE" leak --mask "$TMP/nonsq.npy"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/c8.npy"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/ok4.npy" --format additive
+# all zeros: every row fully masked, every causal cell blocked
+expect_status 1 "$LOUPE" leak --mask "$TMP/ok4.npy"
+expect_stdout_contains "fully masked rows: 4" "$LOUPE" leak --mask "$TMP/ok4.npy"
 printf 'hello' >"$TMP/mask.txt"
 expect_one_line_error "$LOUPE" leak --mask "$TMP/mask.txt"
 
@@ -127,6 +151,7 @@ expect_status 0 "$LOUPE" leak "$M/stories260K.gguf"
 expect_stdout_contains "verdict: PASS" "$LOUPE" leak "$M/stories260K.gguf" --prompt "Once upon a time"
 expect_status 0 "$LOUPE" leak "$M/stories260K.bin" --tokens 1,403,407,261,378,432,383,286 --threads 2
 expect_status 0 "$LOUPE" leak "$M/stories260K.gguf" --window 3
+expect_status 0 "$LOUPE" leak "$M/hf" --tokens 1,403,407,261,378,432,383,286,261,376
 expect_one_line_error "$LOUPE" leak "$M/stories260K.gguf" --tokens 1
 expect_one_line_error "$LOUPE" leak "$M/stories260K.gguf" --tokens 1,2,99999
 for fault in off-by-one transposed no-mask window+1 pad-axis; do

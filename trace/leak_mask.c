@@ -218,12 +218,19 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                         } else {
                             visible = v > masked_below;
                         }
+                        /* A cell is -inf in a narrower dtype when its rounding overflows;
+                         * conversions only while the row can still be all -inf. */
                         float f = (float)v;
-                        all_inf[0] = all_inf[0] && isinf(f) && f < 0;
-                        float h16 = lp_f16_to_f32(lp_f32_to_f16(f));
-                        all_inf[1] = all_inf[1] && isinf(h16) && h16 < 0;
-                        float b16 = lp_bf16_to_f32(lp_f32_to_bf16(f));
-                        all_inf[2] = all_inf[2] && isinf(b16) && b16 < 0;
+                        if (all_inf[0])
+                            all_inf[0] = isinf(f) && f < 0;
+                        if (all_inf[1]) {
+                            float h16 = lp_f16_to_f32(lp_f32_to_f16(f));
+                            all_inf[1] = isinf(h16) && h16 < 0;
+                        }
+                        if (all_inf[2]) {
+                            float b16 = lp_bf16_to_f32(lp_f32_to_bf16(f));
+                            all_inf[2] = isinf(b16) && b16 < 0;
+                        }
                     } else {
                         visible = (v != 0.0) != opts->true_means_masked;
                     }
