@@ -15,7 +15,8 @@
     "Encode text with a model's tokenizer (ids equal Hugging Face's), or decode ids.\n"         \
     "\n"                                                                                        \
     "TOKENIZER_OR_MODEL  tokenizer.json, a llama2.c tokenizer .bin, a .gguf, or a model folder\n" \
-    "                    or file with a tokenizer.json (or tokenizer.bin / tok512.bin) beside it\n" \
+    "                    or file with a tokenizer.json (or tokenizer.bin, tok*.bin, .gguf)\n"   \
+    "                    beside it\n"                                                           \
     "--tokenizer FILE    use this tokenizer instead (needed for llama2.c checkpoints)\n"        \
     "--text TEXT         the text to encode (--prompt is the same)\n"                           \
     "--prompt-file FILE  encode the file's bytes exactly (a final newline is kept)\n"           \

@@ -1655,7 +1655,7 @@ lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_
     lp_tok_buf_put(&all, "", 0);
     for (size_t k = 0; k < strs.n && st == LP_OK; k++) {
         if (k > 0 && tok->n_decs == 0)
-            lp_tok_buf_putc(&all, ' '); /* Hugging Face joins with spaces when there is no decoder */
+            lp_tok_buf_putc(&all, ' '); /* no decoder: Hugging Face joins with spaces */
         lp_tok_buf_put(&all, strs.v[k].data, strs.v[k].len);
     }
     strs_free(&strs);

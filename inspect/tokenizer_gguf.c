@@ -95,7 +95,8 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
     bool is_gpt2 = model_len == 4 && memcmp(model, "gpt2", 4) == 0;
     if (!is_llama && !is_gpt2)
         return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not "
-                            "supported (llama, gpt2 are)", name, (int)(model_len > 40 ? 40 : model_len),
+                            "supported (llama, gpt2 are)", name,
+                            (int)(model_len > 40 ? 40 : model_len),
                             model);
     int64_t kv_tokens = lp_gguf_find_key(g, "tokenizer.ggml.tokens");
     if (kv_tokens < 0 || lp_gguf_kv_type(g, kv_tokens) != LP_GGUF_ARRAY ||
@@ -115,7 +116,8 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
     if (kv_types >= 0 && lp_gguf_arr_len(g, kv_types) != n)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.token_type has %llu "
                             "entries, tokens %llu", name,
-                            (unsigned long long)lp_gguf_arr_len(g, kv_types), (unsigned long long)n);
+                            (unsigned long long)lp_gguf_arr_len(g, kv_types),
+                            (unsigned long long)n);
     if (is_llama && kv_scores < 0)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.scores missing for a "
                             "llama vocabulary", name);

@@ -116,7 +116,11 @@ typedef enum tk_pre_kind {
     TK_PRE_COUNT
 } tk_pre_kind;
 
-typedef enum tk_prepend_scheme { TK_PREPEND_ALWAYS, TK_PREPEND_FIRST, TK_PREPEND_NEVER } tk_prepend_scheme;
+typedef enum tk_prepend_scheme {
+    TK_PREPEND_ALWAYS,
+    TK_PREPEND_FIRST,
+    TK_PREPEND_NEVER
+} tk_prepend_scheme;
 
 typedef struct tk_pre {
     tk_pre_kind kind;
@@ -243,7 +247,8 @@ lp_status lp_tok_build_vocab_map(lp_tokenizer *tok, lp_error *err);
 int32_t lp_tok_vocab_find(const lp_tokenizer *tok, const char *s, size_t len);
 lp_status lp_tok_merges_init(lp_tokenizer *tok, size_t n_expected, lp_error *err);
 /* false if the pair already exists (first one wins, as in a file read top to bottom). */
-bool lp_tok_merges_add(lp_tokenizer *tok, int32_t left, int32_t right, int32_t rank, int32_t new_id);
+bool lp_tok_merges_add(lp_tokenizer *tok, int32_t left, int32_t right, int32_t rank,
+                       int32_t new_id);
 lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out, const char *where,
                            lp_error *err);
 lp_tokenizer *lp_tok_new(const char *path, const char *kind);

@@ -219,7 +219,8 @@ static lp_status read_pre(jctx *c, const json_t *n, const char *where)
         if (p->use_regex) {
             char buf[200];
             snprintf(buf, sizeof buf, "%s: %s", c->name, where);
-            return lp_tok_compile_regex(lp_tok_regex_gpt2, strlen(lp_tok_regex_gpt2), &p->re, buf, c->err);
+            return lp_tok_compile_regex(lp_tok_regex_gpt2, strlen(lp_tok_regex_gpt2), &p->re,
+                                        buf, c->err);
         }
         return LP_OK;
     }
