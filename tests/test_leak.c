@@ -772,6 +772,13 @@ static void test_model_faults(void **state)
                 assert_true(r.structural.leak_padding_key > 0);
                 assert_int_equal(r.leaks[0].batch, 1);
                 assert_true(r.leaks[0].key < 5); /* pad = 20 / 4 */
+                /* the kernel on the padded spec: real queries 3..12 of item 1 each see its 3
+                 * padding keys */
+                bool found = false;
+                for (int64_t i = 0; i < r.n_checks; i++)
+                    found = found || strstr(r.checks[i].detail, "left/right padding: 30 leaking, "
+                                                                "0 blocked cells (kernel: 30 ") != NULL;
+                assert_true(found);
             }
             lp_leak_model_report_free(&r);
         }

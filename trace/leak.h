@@ -97,7 +97,8 @@ typedef struct lp_fill_verdict {
     float value;           /* the fill rounded to dtype */
     bool overflows;        /* a finite fill that becomes -inf */
     int64_t nan_rows;      /* rows whose every cell is -inf in this dtype: softmax gives NaN */
-    double overflow_score; /* score + fill overflows to -inf for scores below this; -inf = never */
+    double overflow_score; /* score + fill overflows to -inf for scores below this; +inf when
+                              the fill already is -inf (any score) */
 } lp_fill_verdict;
 
 typedef struct lp_leak_mask_opts {

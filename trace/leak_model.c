@@ -290,6 +290,59 @@ bool lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids, int64
 
 /* ---- the structural test on mask specs ---- */
 
+/* The attention kernel itself on a spec: random q/k/v (fixed seed), exact probabilities; counts
+ * nonzero probabilities on cells the definition forbids, and rows left blind (summing to 0) or
+ * not summing to 1 where the definition allows keys. */
+enum { KERNEL_MAX_KEYS = 16, KERNEL_HEAD_DIM = 8 };
+
+static void kernel_check(const lp_mask_spec *spec, int64_t n_batch, int64_t *leaks,
+                         int64_t *bad_rows)
+{
+    float q[KERNEL_MAX_KEYS * KERNEL_HEAD_DIM], k[KERNEL_MAX_KEYS * KERNEL_HEAD_DIM];
+    float v[KERNEL_MAX_KEYS * KERNEL_HEAD_DIM], out[KERNEL_MAX_KEYS * KERNEL_HEAD_DIM];
+    float probs[KERNEL_MAX_KEYS * KERNEL_MAX_KEYS];
+    uint64_t rng = 7;
+    for (int i = 0; i < KERNEL_MAX_KEYS * KERNEL_HEAD_DIM; i++) {
+        q[i] = (float)(next_random(&rng) % 2001) / 1000.0f - 1.0f;
+        k[i] = (float)(next_random(&rng) % 2001) / 1000.0f - 1.0f;
+        v[i] = (float)(next_random(&rng) % 2001) / 1000.0f - 1.0f;
+    }
+    *leaks = *bad_rows = 0;
+    if (spec->n_q > KERNEL_MAX_KEYS || spec->n_k > KERNEL_MAX_KEYS)
+        return;
+    for (int64_t b = 0; b < n_batch; b++) {
+        lp_attn_args args;
+        memset(&args, 0, sizeof args);
+        args.q = q;
+        args.k = k;
+        args.v = v;
+        args.out = out;
+        args.n_q = spec->n_q;
+        args.n_k = spec->n_k;
+        args.head_dim = args.v_dim = KERNEL_HEAD_DIM;
+        args.q_stride = args.k_stride = args.v_stride = args.out_stride = KERNEL_HEAD_DIM;
+        args.scale = 0.35f;
+        args.mask = spec;
+        args.batch = b;
+        args.probs = probs;
+        lp_attention(&args);
+        for (int64_t r = 0; r < spec->n_q; r++) {
+            double sum = 0.0;
+            bool any_ref = false;
+            for (int64_t j = 0; j < spec->n_k; j++) {
+                float p = probs[r * spec->n_k + j];
+                bool ref = lp_mask_allows_reference(spec, b, r, j);
+                any_ref = any_ref || ref;
+                sum += (double)p;
+                if (p != 0.0f && !ref)
+                    (*leaks)++;
+            }
+            if (!(fabs(sum - (any_ref ? 1.0 : 0.0)) <= LP_LEAK_ROW_SUM_TOL))
+                (*bad_rows)++;
+        }
+    }
+}
+
 static lp_status structural_specs(leak_obs *o, int64_t *cap, lp_error *err)
 {
     lp_leak_model_report *r = o->r;
@@ -333,15 +386,27 @@ static lp_status structural_specs(leak_obs *o, int64_t *cap, lp_error *err)
             r->structural.first_leak = cs.first_leak;
         if (cs.blocked_count > 0 && r->structural.blocked_count == cs.blocked_count)
             r->structural.first_blocked = cs.first_blocked;
-        bool ok = cs.leak_count == 0 && cs.blocked_count == 0;
+        int64_t kernel_leaks, kernel_bad_rows;
+        kernel_check(&spec, cases[i].n_batch, &kernel_leaks, &kernel_bad_rows);
+        bool ok = cs.leak_count == 0 && cs.blocked_count == 0 && kernel_leaks == 0 &&
+                  kernel_bad_rows == 0;
         if (ok)
-            st = add_check(r, cap, "structural", true, -1, -1, NAN,
-                           err, "mask spec %s: every cell equals the definition", cases[i].what);
+            st = add_check(r, cap, "structural", true, -1, -1, NAN, err,
+                           "mask spec %s: every cell equals the definition; the attention kernel "
+                           "puts no probability outside it and every row sums to 1",
+                           cases[i].what);
+        else if (cs.leak_count == 0 && cs.blocked_count == 0)
+            st = add_check(r, cap, "structural", false, -1, -1, NAN, err,
+                           "mask spec %s: the spec is right but the attention kernel puts "
+                           "probability on %lld forbidden cells and %lld rows do not sum to 1",
+                           cases[i].what, (long long)kernel_leaks, (long long)kernel_bad_rows);
         else if (cs.leak_count > 0)
             st = add_check(r, cap, "structural", false, -1, cs.first_leak.query, NAN, err,
-                           "mask spec %s: %lld leaking, %lld blocked cells; first leak batch %lld "
-                           "query %lld key %lld (%s)",
+                           "mask spec %s: %lld leaking, %lld blocked cells (kernel: %lld nonzero "
+                           "probabilities outside the definition); first leak batch %lld query "
+                           "%lld key %lld (%s)",
                            cases[i].what, (long long)cs.leak_count, (long long)cs.blocked_count,
+                           (long long)kernel_leaks,
                            (long long)cs.first_leak.batch, (long long)cs.first_leak.query,
                            (long long)cs.first_leak.key, lp_leak_diagnose(&cs));
         else
