@@ -15,7 +15,7 @@
     "Runs the main job end to end without any download and writes everything into OUT_DIR\n"    \
     "(default: demo-out):\n"                                                                     \
     "  1. loupe estimate NAME            (a shipped card, default llama-3-8b)\n"               \
-    "  2. loupe synth OUT_DIR/model      (a small Llama-style model with planted heads)\n"      \
+    "  2. loupe synth OUT_DIR/model --check  (a small Llama-style model with planted heads)\n"      \
     "  3. loupe inspect OUT_DIR/model\n"                                                         \
     "  4. loupe trace OUT_DIR/model --prompt TEXT --db OUT_DIR/trace.db\n"                      \
     "  5. loupe leak OUT_DIR/model --db OUT_DIR/trace.db\n"                                     \
@@ -86,8 +86,9 @@ static int demo_main(int argc, char **argv)
     if (status != 0)
         return status;
 
-    char *synth_argv[] = {"synth", model_dir};
-    if ((status = run_step(&lp_command_synth, 2, synth_argv)) != 0)
+    /* --check runs the model once and shows each planted head tops its statistic. */
+    char *synth_argv[] = {"synth", model_dir, "--check"};
+    if ((status = run_step(&lp_command_synth, 3, synth_argv)) != 0)
         return status;
 
     char *inspect_argv[] = {"inspect", model_dir};
