@@ -716,9 +716,13 @@ static void set_kind(lp_tokenizer *tok)
         bytelevel |= tok->pres[k].kind == TK_PRE_BYTELEVEL;
         metaspace |= tok->pres[k].kind == TK_PRE_METASPACE;
     }
-    for (size_t k = 0; k < tok->n_norms; k++)
-        if (tok->norms[k].kind == TK_NORM_PREPEND || tok->norms[k].kind == TK_NORM_REPLACE)
-            metaspace |= tok->norms[k].content_len == 3 || tok->norms[k].pattern_len == 3;
+    static const char meta[] = "\xE2\x96\x81"; /* U+2581, SentencePiece's space */
+    for (size_t k = 0; k < tok->n_norms; k++) {
+        const tk_norm *n = &tok->norms[k];
+        if (n->kind == TK_NORM_PREPEND || n->kind == TK_NORM_REPLACE)
+            metaspace |= (n->pattern && strstr(n->pattern, meta)) ||
+                         (n->content && strstr(n->content, meta));
+    }
     tok->kind = bytelevel ? "bpe-bytelevel" : metaspace ? "bpe-sentencepiece" : "bpe";
 }
 
