@@ -151,6 +151,11 @@ lp_status lp_arch_finish(lp_arch *arch, lp_error *err)
                 return lp_error_set(err, LP_ERR_FORMAT,
                                     "%s: layer %lld is marked MoE but n_experts is 0", src,
                                     (long long)l);
+        /* Expert settings of a dense model (a family default, a stray key) mean nothing. */
+        arch->n_experts_per_tok = arch->n_shared_experts = 0;
+        arch->expert_ffn_hidden = arch->shared_expert_ffn_hidden = 0;
+        arch->shared_expert_gate = arch->router_score_bias = arch->norm_topk_prob = false;
+        arch->router_bias = false;
     }
 
     if (arch->mla) {

@@ -435,6 +435,13 @@ static void test_falcon_and_gpt2_aliases(void **state)
     assert_true(a->layer_moe[1] && a->layer_moe[3]);
     assert_int_equal(a->n_shared_experts, 1);
 
+    /* found by fuzzing: a dense gpt_oss (no experts) must not keep the router bias flag */
+    a = parse_hf_text("gpt_oss_dense.json",
+        "{\"model_type\": \"gpt_oss\", \"vocab_size\": 10, \"hidden_size\": 8,"
+        " \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 8}");
+    assert_false(a->router_bias);
+    check_round_trip(a, "gpt_oss_dense");
+
     /* transformers v5 keeps theta and scaling in rope_parameters */
     a = parse_hf_text("rope_params.json",
         "{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8,"
