@@ -48,6 +48,7 @@ expect_one_line_error "$LOUPE" leak model.gguf --mask "$TMP/x.npy"
 expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --inject sideways
 expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --tokens 1,2
 expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --frobnicate
+expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --maps f8
 expect_stderr_contains "loupe leak: " "$LOUPE" leak --mask "$TMP/none.npy"
 
 T=8
@@ -168,6 +169,15 @@ if [ $have_sqlite -eq 1 ]; then
   expect_eq 0 "$(sqlite3 "$DB" "SELECT count(*) FROM leak_checks c JOIN runs r ON r.id = c.run_id WHERE r.model_path LIKE '%gguf' AND c.passed = 0")" "failed rows of a clean run"
   expect_eq 6 "$(sqlite3 "$DB" "SELECT count(DISTINCT layer) FROM leak_checks WHERE check_name = 'perturbation'")" "perturbation layers"
   expect_eq complete "$(sqlite3 "$DB" "SELECT status FROM runs WHERE model_path LIKE '%gguf'")" "run status"
+fi
+# The unperturbed pass of an injected run is recorded like a trace: its maps show the leak.
+DB2="$TMP/inj.db"
+expect_status 1 "$LOUPE" leak "$M/stories260K.gguf" --inject off-by-one --prompt "Once upon a time" --db "$DB2"
+expect_status 1 "$LOUPE" leak "$M/stories260K.gguf" --inject off-by-one --prompt "Once upon a time" --db "$DB2" --maps none
+if [ $have_sqlite -eq 1 ]; then
+  expect_eq "40|40|0" "$(sqlite3 "$DB2" "SELECT (SELECT count(*) FROM attention WHERE run_id = 1), (SELECT count(*) FROM head_stats WHERE run_id = 1), (SELECT count(*) FROM attention WHERE run_id = 2)")" "recorded maps"
+  # layer 0 head 0, query 0: the off-by-one mask gives key 1 weight (f16 bytes 2..3 nonzero)
+  expect_eq 1 "$(sqlite3 "$DB2" "SELECT hex(substr(probs, 3, 2)) != '0000' FROM attention WHERE run_id = 1 AND layer = 0 AND head = 0")" "leaking cell recorded"
 fi
 
 finish

@@ -48,6 +48,8 @@ static const char usage[] =
     "  --cuts N             random cut points besides first, middle and last (default 2)\n"
     "  --seed S             seed of the random cuts and replacement tokens (default 1)\n"
     "  --threads N          worker threads (default 1); results are bitwise repeatable per N\n"
+    "  --maps f16|f32|none  with --db: the unperturbed pass's attention maps, head statistics\n"
+    "                       and predictions are recorded as by loupe trace (default f16)\n"
     "\n"
     "On a mask tensor (.npy or .safetensors; [T,T], [B,1,T,T] or [B,H,T,T]):\n"
     "  --mask FILE          the mask; bool/integer dtypes are boolean (true = may attend),\n"
@@ -86,6 +88,7 @@ typedef struct leak_args {
     int64_t seed;
     int64_t threads;
     int64_t max_listed;
+    lp_maps_dtype maps;
 } leak_args;
 
 static int parse_args(int argc, char **argv, leak_args *a)
@@ -99,6 +102,7 @@ static int parse_args(int argc, char **argv, leak_args *a)
     a->seed = 1;
     a->threads = 1;
     a->max_listed = LP_LEAK_MAX_LISTED;
+    a->maps = LP_MAPS_F16;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -136,6 +140,15 @@ static int parse_args(int argc, char **argv, leak_args *a)
             if (strcmp(v, "bool") == 0) a->encoding = LP_MASK_ENC_BOOL;
             else if (strcmp(v, "additive") == 0) a->encoding = LP_MASK_ENC_ADDITIVE;
             else return lp_cli_usage_error(CMD, "--format '%s': expected bool or additive", v);
+            continue;
+        }
+        if ((r = lp_cli_option(CMD, argc, argv, &i, "--maps", &v)) != 0) {
+            if (r < 0)
+                return LP_EXIT_USAGE;
+            if (strcmp(v, "f16") == 0) a->maps = LP_MAPS_F16;
+            else if (strcmp(v, "f32") == 0) a->maps = LP_MAPS_F32;
+            else if (strcmp(v, "none") == 0) a->maps = LP_MAPS_NONE;
+            else return lp_cli_usage_error(CMD, "--maps '%s': expected f16, f32 or none", v);
             continue;
         }
         if ((r = lp_cli_option(CMD, argc, argv, &i, "--inject", &v)) != 0) {
@@ -658,7 +671,7 @@ static int run_model(const leak_args *a)
             goto fail;
         lp_store_opts sopts;
         lp_store_opts_init(&sopts);
-        sopts.maps = LP_MAPS_NONE;
+        sopts.maps = a->maps;
         lp_run_info info;
         memset(&info, 0, sizeof info);
         info.kind = "leak";
@@ -682,6 +695,7 @@ static int run_model(const leak_args *a)
     mo.n_random_cuts = a->cuts;
     mo.seed = (uint64_t)a->seed;
     mo.max_listed = a->max_listed;
+    mo.record = store ? lp_store_observer(store) : NULL;
     double t0 = now_seconds();
     if (lp_leak_check_model(model, ids, (int64_t)n_ids, &mo, &rep, &err) != LP_OK) {
         if (store)

@@ -199,6 +199,8 @@ typedef struct lp_leak_model_opts {
     int64_t n_random_cuts;  /* random cut points besides first, middle and last (default 2) */
     uint64_t seed;          /* for the random cuts and the replacement tokens (default 1) */
     int64_t max_listed;     /* leak coordinates kept (default LP_LEAK_MAX_LISTED) */
+    const lp_observer *record; /* also sees the unperturbed pass (e.g. lp_store_observer), or
+                                  NULL */
 } lp_leak_model_opts;
 
 void lp_leak_model_opts_init(lp_leak_model_opts *opts);

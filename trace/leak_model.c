@@ -117,9 +117,18 @@ static int64_t layer_window(const leak_obs *o, int layer)
     return lp_model_arch(o->model)->layer_window[layer];
 }
 
+static bool record_wants(const leak_obs *o, const lp_site *site)
+{
+    const lp_observer *rec = o->opts->record;
+    return o->mode == MODE_BASELINE && rec && rec->want && rec->observe &&
+           rec->want(rec->ctx, site);
+}
+
 static bool obs_want(void *ctx, const lp_site *site)
 {
     const leak_obs *o = ctx;
+    if (record_wants(o, site))
+        return true;
     switch (o->mode) {
     case MODE_BASELINE:
         return site->kind == LP_SITE_RESID || site->kind == LP_SITE_LOGITS ||
@@ -231,7 +240,11 @@ static void compare_rows(leak_obs *o, int slot, const float *base, int64_t base_
 static lp_status obs_observe(void *ctx, const lp_site *site, const lp_view *v, lp_error *err)
 {
     leak_obs *o = ctx;
-    (void)err;
+    if (record_wants(o, site)) {
+        lp_status st = o->opts->record->observe(o->opts->record->ctx, site, v, err);
+        if (st != LP_OK)
+            return st;
+    }
     if (site->kind == LP_SITE_ATTN_PROBS) {
         check_probs(o, site, v);
         return LP_OK;
