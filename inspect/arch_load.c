@@ -16,6 +16,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "inspect/model.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -235,6 +237,80 @@ static lp_status load_sibling_config(const char *path, lp_arch *out, lp_error *e
     return st;
 }
 
+static bool same_ignoring_case(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tolower((unsigned char)a[i]) != tolower((unsigned char)b[i]))
+            return false;
+    return true;
+}
+
+/* Whether the card text says it was taken from huggingface.co/<id>/... (its model.config_url). */
+static bool card_is_from(const char *text, const char *id)
+{
+    static const char prefix[] = "config_url: https://huggingface.co/";
+    size_t id_len = strlen(id);
+    for (const char *at = strstr(text, prefix); at; at = strstr(at + 1, prefix)) {
+        const char *rest = at + sizeof prefix - 1;
+        if (strnlen(rest, id_len + 1) > id_len && rest[id_len] == '/' &&
+            same_ignoring_case(rest, id, id_len))
+            return true;
+    }
+    return false;
+}
+
+/* The card for a name: <dir>/<name>.yaml, the same in lower case, or (for "org/model") the card
+ * whose config_url points at that Hugging Face model. *path is NULL when there is none. */
+static lp_status find_card(const char *dir, const char *name, char **path, lp_error *err)
+{
+    *path = NULL;
+    size_t len = strlen(dir) + strlen(name) + 7;
+    char *candidate = malloc(len);
+    if (!candidate)
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
+    if (!strchr(name, '/')) {
+        for (int lower = 0; lower < 2; lower++) {
+            snprintf(candidate, len, "%s/%s%s", dir, name, ends_with(name, ".yaml") ? "" : ".yaml");
+            if (lower)
+                for (char *c = candidate + strlen(dir) + 1; *c; c++)
+                    *c = (char)tolower((unsigned char)*c);
+            if (lp_path_exists(candidate)) {
+                *path = candidate;
+                return LP_OK;
+            }
+        }
+        free(candidate);
+        return LP_OK;
+    }
+    free(candidate);
+    DIR *d = opendir(dir);
+    if (!d)
+        return LP_OK;
+    lp_status st = LP_OK;
+    struct dirent *e;
+    while (!*path && st == LP_OK && (e = readdir(d))) {
+        if (!ends_with(e->d_name, ".yaml"))
+            continue;
+        char *file = lp_path_join(dir, e->d_name);
+        if (!file) {
+            st = lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
+            break;
+        }
+        char *text;
+        size_t size;
+        lp_error ignored = {0};
+        if (lp_read_file(file, 1u << 20, &text, &size, &ignored) == LP_OK) {
+            if (card_is_from(text, name))
+                *path = file;
+            free(text);
+        }
+        if (!*path)
+            free(file);
+    }
+    closedir(d);
+    return st;
+}
+
 lp_status lp_arch_load(const char *path_or_name, lp_arch *out, lp_error *err)
 {
     const char *p = path_or_name;
@@ -268,23 +344,25 @@ lp_status lp_arch_load(const char *path_or_name, lp_arch *out, lp_error *err)
             return load_gguf(p, out, err);
         return load_by_content(p, out, err);
     }
-    /* Not a file: a card name such as "llama-3-8b" in the configs folder. */
+    /* Not a file: the name of a card ("llama-3-8b", any case) or the Hugging Face id of the
+     * model a card was taken from ("meta-llama/Meta-Llama-3-8B"). */
     lp_arch_init(out);
-    if (strchr(p, '/'))
-        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no such file", p);
     const char *dir = lp_configs_dir();
-    size_t len = strlen(dir) + strlen(p) + 7;
-    char *card = malloc(len);
-    if (!card)
-        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", p);
-    snprintf(card, len, "%s/%s%s", dir, p, ends_with(p, ".yaml") ? "" : ".yaml");
-    lp_status st;
-    if (lp_path_exists(card))
+    char *card = NULL;
+    lp_status st = find_card(dir, p, &card, err);
+    if (st != LP_OK)
+        return st;
+    if (card) {
         st = lp_arch_from_yaml(card, out, err);
-    else
-        st = lp_error_set(err, LP_ERR_NOT_FOUND,
-                          "%s: no such file, and no card %s.yaml in %s (see configs/README.md)", p,
-                          p, dir);
-    free(card);
-    return st;
+        free(card);
+        return st;
+    }
+    if (strchr(p, '/'))
+        return lp_error_set(err, LP_ERR_NOT_FOUND,
+                            "%s: no such file, and no card in %s was taken from a Hugging Face "
+                            "model of that id",
+                            p, dir);
+    return lp_error_set(err, LP_ERR_NOT_FOUND,
+                        "%s: no such file, and no card %s.yaml in %s (see configs/README.md)", p,
+                        p, dir);
 }

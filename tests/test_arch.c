@@ -1026,6 +1026,19 @@ static void test_shipped_cards_load(void **state)
     assert_int_equal(a.n_kv_heads, 8);
     assert_true(a.rope_theta == 500000.0);
     assert_int_equal(a.n_ctx, 8192);
+    /* any case, and the Hugging Face id the card was taken from */
+    lp_arch b;
+    char why[256];
+    assert_int_equal(lp_arch_load("Llama-3-8B", &b, &err), LP_OK);
+    assert_null(arch_diff(&a, &b, why, sizeof why));
+    if (lp_arch_load("meta-llama/Meta-Llama-3-8B", &b, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_null(arch_diff(&a, &b, why, sizeof why));
+    assert_int_equal(lp_arch_load("qwen/qwen3-30b-a3b", &b, &err), LP_OK);
+    assert_int_equal(b.n_experts, 128);
+    /* a prefix of an id is not the id */
+    assert_int_equal(lp_arch_load("meta-llama/Meta-Llama-3", &b, &err), LP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "Hugging Face"));
 }
 
 #else
