@@ -166,16 +166,95 @@ const char lp_tok_regex_qwen2[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out, const char *where,
-                           lp_error *err)
+/* Oniguruma (the Rust tokenizers' engine) reads "[" inside a character class as a nested class
+ * and unites it with the outer one; PCRE2 reads it as a literal "[" and then trips over the
+ * rest (BLOOM's " ?[^(\s|[.,!?...])]+"). Flatten nested, non-negated classes into the outer
+ * class; anything else (a negated nested class, "&&") is left for PCRE2 to refuse. Returns a
+ * malloc'd copy, or NULL when the pattern needs no change or cannot be flattened. */
+static char *flatten_nested_classes(const char *p, size_t len, size_t *out_len)
+{
+    char *out = malloc(len + 1);
+    if (!out)
+        return NULL;
+    size_t n = 0, i = 0;
+    int depth = 0;
+    bool changed = false;
+    while (i < len) {
+        char c = p[i];
+        if (c == '\\') {
+            out[n++] = c;
+            if (i + 1 < len)
+                out[n++] = p[i + 1];
+            i += 2;
+            continue;
+        }
+        if (depth == 0) {
+            out[n++] = c;
+            i++;
+            if (c == '[') {
+                depth = 1;
+                if (i < len && p[i] == '^')
+                    out[n++] = p[i++];
+                if (i < len && p[i] == ']') /* a leading ']' is a literal */
+                    out[n++] = p[i++];
+            }
+            continue;
+        }
+        if (c == '[' && i + 1 < len && p[i + 1] == ':') { /* POSIX [:alpha:] stays */
+            const char *end = NULL;
+            for (size_t k = i + 2; k + 1 < len; k++)
+                if (p[k] == ':' && p[k + 1] == ']') {
+                    end = p + k + 2;
+                    break;
+                }
+            size_t stop = end ? (size_t)(end - p) : len;
+            memcpy(out + n, p + i, stop - i);
+            n += stop - i;
+            i = stop;
+            continue;
+        }
+        if (c == '[') {
+            if (i + 1 < len && p[i + 1] == '^')
+                break; /* a negated nested class: no flat equivalent */
+            depth++;
+            i++;
+            changed = true;
+            continue;
+        }
+        if (c == '&' && i + 1 < len && p[i + 1] == '&')
+            break; /* class intersection */
+        if (c == ']') {
+            depth--;
+            i++;
+            if (depth == 0)
+                out[n++] = c;
+            continue;
+        }
+        out[n++] = c;
+        i++;
+    }
+    if (i < len || !changed) {
+        free(out);
+        return NULL;
+    }
+    out[n] = '\0';
+    *out_len = n;
+    return out;
+}
+
+lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out,
+                               const char *where, lp_error *err)
 {
     int code;
     PCRE2_SIZE offset;
+    size_t flat_len = 0;
+    char *flat = flatten_nested_classes(pattern, len, &flat_len);
     /* UCP makes \s \w \d Unicode-aware like Rust's regex/onig; MATCH_INVALID_UTF lets raw
      * bytes that are not UTF-8 through (they match nothing and fall into the gaps). */
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len,
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(flat ? flat : pattern), flat ? flat_len : len,
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code,
                                    &offset, NULL);
+    free(flat);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);

@@ -991,6 +991,15 @@ static void test_normalizers_and_post(void **state)
     assert_string_equal(bl_text, "a b");
     free(bl_text);
     lp_tokenizer_close(tok);
+    /* Oniguruma's nested class (BLOOM's pattern): "[^(\\s|[.,!?])]" is one flat class */
+    tok = open_json("tok_bloom.json",
+        "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
+        "\" ?[^(\\\\s|[.,!?])]+\"}, \"behavior\": \"Isolated\", \"invert\": false},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \",\": 1, \"b\": 2, \" \": 3, "
+        "\"c\": 4, \" c\": 5, \"b,\": 6}, \"merges\": [\"  c\", \"b ,\"]}}");
+    /* (the first merge is " " + "c": split after the first byte) */
+    expect_ids(tok, "a,b, c", false, IDS(0, 1, 2, 1, 5));
+    lp_tokenizer_close(tok);
     /* BertProcessing: [CLS] A [SEP] */
     tok = open_json("tok_bert_post.json",
         "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", 1], \"cls\": "
