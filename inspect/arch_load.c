@@ -9,8 +9,9 @@
  *                rms_final [dim], freq_cis_real [seq_len, head_dim/2], freq_cis_imag (same),
  *                then wcls [vocab, dim] only when vocab_size < 0 (unshared classifier).
  *   version 1 (export.py --version 1): uint32 magic 0x616b3432 "ak42", int32 version = 1,
- *     the same seven int32, uint8 shared_classifier, zero padding to 256 bytes, then float32
- *     tensors in the order above without the freq_cis tables.
+ *     the same seven int32 (vocab_size positive), uint8 shared_classifier, zero padding to 256
+ *     bytes, then the same float32 tensors reordered (all norms first, then the embedding and the
+ *     matrices), without the freq_cis tables, wcls last when not shared.
  *   version 2 is int8-quantized (Q8_0 groups) and is recognized but not read here.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -680,6 +680,39 @@ static void test_llama2c_header(void **state)
     path = write_llama2c("badkv.bin", bad_kv, 0);
     assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "n_kv_heads"));
+    /* version 1: "ak42", version, the seven fields, shared flag, padding to 256 bytes */
+    char v1_path[512];
+    snprintf(v1_path, sizeof v1_path, "%s/arch_v1.bin", lp_test_tmp_dir());
+    FILE *f = fopen(v1_path, "wb");
+    assert_non_null(f);
+    uint8_t header[256] = {0};
+    uint32_t magic = 0x616b3432u;
+    int32_t version = 1, fields[7] = {32, 48, 2, 4, 2, 100, 16};
+    memcpy(header, &magic, 4);
+    memcpy(header + 4, &version, 4);
+    memcpy(header + 8, fields, sizeof fields);
+    header[36] = 0; /* unshared classifier */
+    fwrite(header, 1, sizeof header, f);
+    /* weights without freq_cis, plus wcls: 100*32 + 2*(64 + 2*1024 + 2*512 + 3*1536) + 32 + 3200 */
+    long floats = 100 * 32 + 2 * (64 + 2 * 1024 + 2 * 512 + 3 * 1536) + 32 + 100 * 32;
+    for (long i = 0; i < floats * 4; i++)
+        fputc(0, f);
+    fclose(f);
+    if (lp_arch_from_llama2c(v1_path, &a, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(a.vocab_size, 100);
+    assert_false(a.tied_embeddings);
+    assert_int_equal(a.n_layers, 2);
+    /* version 2 (int8) is recognized and refused */
+    f = fopen(v1_path, "r+b");
+    assert_non_null(f);
+    version = 2;
+    fseek(f, 4, SEEK_SET);
+    fwrite(&version, 4, 1, f);
+    fclose(f);
+    assert_int_equal(lp_arch_from_llama2c(v1_path, &a, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "version 2"));
+
     path = write_tmp("pickle.bin", "\x80\x02}q\x00(X\x05\x00\x00\x00model_stateq\x01");
     assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "pickle"));
