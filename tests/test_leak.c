@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "inspect/safetensors_writer.h"
+#include "ref_forward.h"
 #include "trace/leak.h"
 #include "trace/trace.h"
 
@@ -654,6 +655,104 @@ static void test_mask_bad_files(void **state)
     assert_int_not_equal(lp_leak_check_mask_file("/no/such/mask.npy", &mo, &rep, &err), LP_OK);
 }
 
+/* ---- random models of other families (tests/ref_forward.c writes them) ---- */
+
+typedef struct family_case {
+    const char *name;
+    ref_config cfg;
+    int64_t T;
+} family_case;
+
+static const family_case family_cases[] = {
+    {"gpt2", {.family = REF_GPT2, .vocab = 97, .hidden = 48, .n_layers = 2, .n_heads = 4,
+              .n_kv_heads = 4, .head_dim = 12, .ffn = 192, .n_positions = 64, .eps = 1e-5,
+              .tied = true, .scale = 0.15}, 19},
+    {"mixtral", {.family = REF_MIXTRAL, .vocab = 101, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                 .n_kv_heads = 2, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
+                 .n_experts = 4, .top_k = 2, .scale = 0.2}, 23},
+    {"gemma2", {.family = REF_GEMMA2, .vocab = 89, .hidden = 32, .n_layers = 3, .n_heads = 4,
+                .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
+                .tied = true, .window = 5, .query_pre_attn_scalar = 24, .attn_softcap = 5.0,
+                .final_softcap = 3.0, .scale = 0.2}, 17},
+    {"mistral", {.family = REF_LLAMA, .vocab = 71, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                 .n_kv_heads = 1, .head_dim = 8, .ffn = 44, .eps = 1e-5, .theta = 10000,
+                 .window = 4, .scale = 0.2}, 13},
+    {"gemma3", {.family = REF_GEMMA3, .vocab = 67, .hidden = 32, .n_layers = 6, .n_heads = 4,
+                .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
+                .tied = true, .window = 3, .sliding_pattern = 3, .local_theta = 10000,
+                .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2}, 14},
+};
+
+/* Every family is clean (the alignment check aside: a random model with tied embeddings does
+ * predict its current token) and every fault is caught; the native sliding windows of Mistral,
+ * Gemma 2 and Gemma 3 are the definition the maps are checked against. */
+static void test_model_families(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof family_cases / sizeof family_cases[0]; c++) {
+        const family_case *fc = &family_cases[c];
+        ref_model rm;
+        assert_true(ref_model_random(&fc->cfg, 0x1ea4 + c, &rm));
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/leak_%s_%d", lp_test_tmp_dir(), fc->name, (int)getpid());
+        assert_true(ref_model_write_hf(&rm, dir));
+        ref_model_free(&rm);
+        lp_model *model;
+        lp_error err = {0};
+        if (lp_model_open(dir, &model, &err) != LP_OK)
+            fail_msg("%s: %s", fc->name, err.msg);
+        int32_t ids[64];
+        uint64_t s = 99;
+        for (int64_t t = 0; t < fc->T; t++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            ids[t] = (int32_t)((s >> 33) % (uint64_t)fc->cfg.vocab);
+        }
+        for (int f = LP_MASK_FAULT_NONE; f < LP_MASK_FAULT_COUNT; f++) {
+            lp_leak_model_opts opts;
+            lp_leak_model_opts_init(&opts);
+            opts.fault = (lp_mask_fault)f;
+            lp_leak_model_report r;
+            assert_int_equal(lp_leak_check_model(model, ids, fc->T, &opts, &r, &err), LP_OK);
+            bool clean = true;
+            for (int64_t i = 0; i < r.n_checks; i++)
+                if (!r.checks[i].passed && strcmp(r.checks[i].name, "alignment") != 0) {
+                    clean = false;
+                    if (f == LP_MASK_FAULT_NONE)
+                        print_error("%s: %s layer %d: %s\n", fc->name, r.checks[i].name,
+                                    r.checks[i].layer, r.checks[i].detail);
+                }
+            printf("  %-8s inject %-10s: %s, diagnosis %s, max |diff| layer 0 %.3g, bitwise %d\n",
+                   fc->name, lp_mask_fault_name(opts.fault), clean ? "clean" : "caught",
+                   r.diagnosis, r.layer_max_diff[0], r.bitwise);
+            if (f == LP_MASK_FAULT_NONE) {
+                assert_true(clean);
+                assert_int_equal(r.leak_count, 0);
+                /* dense: bit for bit; MoE: within the stated tolerance, and not hidden */
+                if (fc->cfg.n_experts > 0) {
+                    assert_true(r.tolerance > 0.0);
+                    double worst = 0.0;
+                    for (int l = 0; l <= r.n_layers; l++)
+                        worst = fmax(worst, r.layer_max_diff[l]);
+                    printf("  %-8s MoE perturbation: bitwise %d, max |diff| %.3g\n", fc->name,
+                           r.bitwise, worst);
+                    assert_true(worst < 1e-4);
+                } else {
+                    assert_true(r.bitwise);
+                    assert_true(r.tolerance == 0.0);
+                }
+            } else {
+                assert_false(clean);
+                assert_string_equal(r.diagnosis, lp_mask_fault_name(opts.fault));
+            }
+            lp_leak_model_report_free(&r);
+        }
+        lp_model_close(model);
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 /* ---- stories260K ---- */
 
 static lp_model *stories(void)
@@ -793,7 +892,7 @@ int main(void)
         cmocka_unit_test(test_engine_faults),     cmocka_unit_test(test_mask_bool_npy),
         cmocka_unit_test(test_mask_heads_and_docs), cmocka_unit_test(test_mask_additive),
         cmocka_unit_test(test_mask_safetensors),  cmocka_unit_test(test_mask_bad_files),
-        cmocka_unit_test(test_alignment),
+        cmocka_unit_test(test_alignment),         cmocka_unit_test(test_model_families),
     };
     int failed = cmocka_run_group_tests_name("leak", unit, NULL, NULL);
     if (!lp_test_shared_dir()) {

@@ -749,6 +749,7 @@ static int run_model(const leak_args *a)
         json_object_set_new(pert, "cuts", cuts);
         json_object_set_new(pert, "layer_max_abs_diff", diffs);
         json_object_set_new(pert, "bitwise", json_boolean(rep.bitwise));
+        json_object_set_new(pert, "tolerance", json_real(rep.tolerance));
         if (rep.first_diff_layer != -2) {
             json_object_set_new(pert, "first_layer", json_integer(rep.first_diff_layer));
             json_object_set_new(pert, "first_position", json_integer(rep.first_diff_position));
@@ -795,10 +796,19 @@ static int run_model(const leak_args *a)
         for (int64_t i = 0; i < rep.n_cuts && used + 24 < sizeof cut_list; i++)
             used += (size_t)snprintf(cut_list + used, sizeof cut_list - used, "%s%lld",
                                      i ? ", " : "", (long long)rep.cuts[i]);
-        snprintf(text, sizeof text,
-                 "cuts %s: hidden states of %lld layers and logits at positions <= cut identical "
-                 "bit for bit",
-                 cut_list, (long long)arch->n_layers);
+        double worst = 0.0;
+        for (int l = 0; l <= rep.n_layers; l++)
+            worst = rep.layer_max_diff[l] > worst ? rep.layer_max_diff[l] : worst;
+        if (rep.bitwise)
+            snprintf(text, sizeof text,
+                     "cuts %s: hidden states of %lld layers and logits at positions <= cut "
+                     "identical bit for bit",
+                     cut_list, (long long)arch->n_layers);
+        else
+            snprintf(text, sizeof text,
+                     "cuts %s: hidden states of %lld layers and logits at positions <= cut within "
+                     "%.0e relative (MoE: max |diff| %.3g, expert GEMMs resize with routing)",
+                     cut_list, (long long)arch->n_layers, rep.tolerance, worst);
         print_family(&rep, "perturbation", text);
         snprintf(text, sizeof text,
                  "no probability outside the mask; rows sum to 1 (max error %.2g); %lld NaN/Inf; "

@@ -47,6 +47,7 @@
 #define LP_LEAK_MASKED_BELOW (-1000.0)   /* additive: a value <= this is masked */
 #define LP_LEAK_NEGLIGIBLE_LOG (-20.72)  /* ln(1e-9): relative weight below which a key is unseen */
 #define LP_LEAK_ROW_SUM_TOL 1e-5         /* attention rows must sum to 1 within this */
+#define LP_LEAK_MOE_TOLERANCE 1e-5       /* perturbation, MoE only: relative to the row's max */
 
 /* ---------------------------------------------------------------------------------------------
  * Definitions.
@@ -231,6 +232,8 @@ typedef struct lp_leak_model_report {
     int64_t *cuts;              /* [n_cuts]; owned */
     double *layer_max_diff;     /* [n_layers + 1] over all cuts; index n_layers = the logits */
     bool bitwise;               /* every compared value identical bit for bit */
+    double tolerance;           /* 0 (bitwise required) for dense models; for MoE models
+                                   LP_LEAK_MOE_TOLERANCE relative to each row's largest value */
     int first_diff_layer;       /* -2 = none; -1 = the logits (no hidden state differed) */
     int64_t first_diff_position;
     int64_t first_diff_cut;
