@@ -551,6 +551,22 @@ static void test_mask_additive(void **state)
     lp_leak_mask_report_free(&rep);
     free(m);
 
+    /* a NaN and a +inf cell: both rows give NaN; NaN cells count as visible (leaks above the
+     * diagonal) */
+    m = additive_mask(-INFINITY, false);
+    m[2 * T + 5] = NAN;
+    m[4 * T + 1] = INFINITY;
+    assert_int_equal(check_npy("nan.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
+                     LP_OK);
+    assert_int_equal(rep.nan_cells, 2);
+    assert_int_equal(rep.nan_rows, 2);
+    assert_int_equal(rep.leak_count, 1);
+    assert_int_equal(rep.leaks[0].query, 2);
+    assert_int_equal(rep.leaks[0].key, 5);
+    assert_false(lp_leak_mask_passed(&rep));
+    lp_leak_mask_report_free(&rep);
+    free(m);
+
     /* f16 storage of -65504 (finfo(float16).min): in range, but any negative score overflows */
     uint16_t h[T * T];
     for (int q = 0; q < T; q++)

@@ -123,8 +123,9 @@ typedef struct lp_leak_mask_report {
     int64_t leak_count;
     int64_t blocked_count;
     int64_t fully_masked_rows;   /* rows where the mask allows no key */
-    int64_t nan_rows;            /* rows whose softmax is NaN as given: a NaN cell, or all -inf */
-    int64_t nan_cells;           /* NaN values in the mask */
+    int64_t nan_rows;            /* rows whose softmax is NaN as given: a NaN or +inf cell, or
+                                    every cell -inf */
+    int64_t nan_cells;           /* NaN and +inf values in the mask */
     lp_leak_coord *leaks;        /* first max_listed, row-major order; owned */
     int64_t n_leaks_listed;
     lp_leak_coord *blocked;      /* first max_listed; owned */

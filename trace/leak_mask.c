@@ -211,10 +211,12 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                     double v = cell_value(data, dtype, cell);
                     bool visible;
                     if (additive) {
-                        if (isnan(v)) {
+                        if (isnan(v) || (isinf(v) && v > 0)) {
+                            /* NaN poisons the whole row, and so does +inf (inf - inf in the
+                             * softmax's max subtraction): never "masked" */
                             has_nan = true;
                             out->nan_cells++;
-                            visible = true; /* NaN poisons the whole row: never "masked" */
+                            visible = true;
                         } else {
                             visible = v > masked_below;
                         }
