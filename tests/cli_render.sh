@@ -181,6 +181,16 @@ if [ -n "$SHARED" ] && [ -d "$SHARED/models/stories260K" ]; then
     elif [ "$(sqlite3 "$RDB" "SELECT count(*) FROM leak_checks WHERE check_name = 'perturbation'")" -gt 0 ]; then
       expect_status 0 "$LOUPE" render "$RDB" --leak -o "$TMP/leak.png"
       if [ -f "$TMP/leak.png" ] && is_png "$TMP/leak.png"; then ok; else bad "no leak.png"; fi
+      # a deliberately broken mask: its run's maps show the leak, its plot the failed layers
+      "$LOUPE" leak "$M/stories260K.gguf" --prompt "Once upon a time" --inject off-by-one \
+        --db "$RDB" >/dev/null 2>&1
+      bad_run=$(sqlite3 "$RDB" "SELECT max(id) FROM runs WHERE kind = 'leak' AND status = 'complete'")
+      expect_status 0 "$LOUPE" render "$RDB" --run "$bad_run" --layer 0 --head 0 -o "$TMP/bad.svg"
+      if grep -q 'LEAK: 4 masked cells' "$TMP/bad.svg"; then ok; else bad "bad.svg does not announce the 4 off-by-one leaks"; fi
+      expect_status 0 "$LOUPE" render "$RDB" --leak -o "$TMP/bad_leak.svg"
+      if grep -q 'layers failed' "$TMP/bad_leak.svg"; then ok; else bad "bad_leak.svg shows no failed layer"; fi
+    else
+      bad "loupe leak --db recorded no perturbation checks: $(head -c 300 "$TMP/leak.err")"
     fi
   else
     bad "loupe trace failed on stories260K: $(head -c 300 "$TMP/trace.err")"
