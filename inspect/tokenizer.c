@@ -1528,10 +1528,11 @@ static lp_status cleanup_spaces(tk_buf *b)
 
 /* Run the decoder chain over strs in place. for_label skips the steps that only make sense for
  * a whole text (Strip, the first token's Metaspace prefix). */
-static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_label)
+static lp_status run_decoder_list(const tk_dec *decs, size_t n_decs, str_vec *strs,
+                                  bool for_label)
 {
-    for (size_t d = 0; d < tok->n_decs; d++) {
-        const tk_dec *dec = &tok->decs[d];
+    for (size_t d = 0; d < n_decs; d++) {
+        const tk_dec *dec = &decs[d];
         switch (dec->kind) {
         case TK_DEC_BYTELEVEL: {
             tk_buf all = {0};
@@ -1702,6 +1703,27 @@ static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_l
         }
     }
     return LP_OK;
+}
+
+static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_label)
+{
+    if (tok->n_decs > 0 || !for_label)
+        return run_decoder_list(tok->decs, tok->n_decs, strs, for_label);
+    /* A file without a decoder still deserves readable labels: undo what its pre-tokenizer
+     * or normalizer visibly did (the byte-level alphabet, or U+2581 for spaces and <0xXX>). */
+    char meta[] = "\xE2\x96\x81", space[] = " ";
+    tk_dec implied[2];
+    memset(implied, 0, sizeof implied);
+    size_t n = 0;
+    if (strcmp(tok->kind, "bpe-bytelevel") == 0) {
+        implied[n++].kind = TK_DEC_BYTELEVEL;
+    } else if (strcmp(tok->kind, "bpe-sentencepiece") == 0) {
+        implied[n].kind = TK_DEC_REPLACE;
+        implied[n].pattern = meta, implied[n].pattern_len = 3;
+        implied[n].content = space, implied[n++].content_len = 1;
+        implied[n++].kind = TK_DEC_BYTEFALLBACK;
+    }
+    return run_decoder_list(implied, n, strs, true);
 }
 
 lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_t n_ids,

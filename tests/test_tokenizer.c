@@ -1000,6 +1000,28 @@ static void test_normalizers_and_post(void **state)
     /* (the first merge is " " + "c": split after the first byte) */
     expect_ids(tok, "a,b, c", false, IDS(0, 1, 2, 1, 5));
     lp_tokenizer_close(tok);
+    /* no decoder in the file: labels still undo the byte-level alphabet or U+2581 */
+    tok = open_json("tok_nodec_bl.json",
+        "{\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u0120b\": 0, \"\\u010a\": 1}, "
+        "\"merges\": []}}");
+    char *label = lp_tokenizer_label(tok, 0);
+    assert_string_equal(label, " b");
+    free(label);
+    label = lp_tokenizer_label(tok, 1);
+    assert_string_equal(label, "\\n");
+    free(label);
+    lp_tokenizer_close(tok);
+    tok = open_json("tok_nodec_sp.json",
+        "{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": {\"type\": \"BPE\","
+        " \"vocab\": {\"\\u2581a\": 0, \"<0x09>\": 1}, \"merges\": []}}");
+    label = lp_tokenizer_label(tok, 0);
+    assert_string_equal(label, " a");
+    free(label);
+    label = lp_tokenizer_label(tok, 1);
+    assert_string_equal(label, "\\t");
+    free(label);
+    lp_tokenizer_close(tok);
     /* BertProcessing: [CLS] A [SEP] */
     tok = open_json("tok_bert_post.json",
         "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", 1], \"cls\": "
