@@ -295,6 +295,16 @@ lp_status lp_render_leak_plot(lp_render_db *db, const lp_render_run *run,
             }
             lp_draw_text(&cv, label, cx, y0 + 4, &ls);
         }
+        if (n_failed == 0 && max_v == 0) {
+            /* an empty log plot could pass for a broken one: say what it means */
+            lp_text_style ok = lp_text_style_default(14);
+            ok.bold = true;
+            ok.rgb = (lp_rgb){0x1a, 0x7f, 0x37};
+            ok.halign = LP_ALIGN_CENTER;
+            ok.valign = LP_ALIGN_CENTER;
+            lp_draw_text(&cv, "no leak: every difference is exactly 0",
+                         left + plot_w / 2.0, top + plot_h / 2.0, &ok);
+        }
         cairo_set_source_rgb(cr, LP_INK_R, LP_INK_G, LP_INK_B);
         cairo_set_line_width(cr, 1);
         cairo_rectangle(cr, left - 0.5, top - 0.5, plot_w + 1, plot_h + 1);

@@ -181,6 +181,9 @@ if [ -n "$SHARED" ] && [ -d "$SHARED/models/stories260K" ]; then
     elif [ "$(sqlite3 "$RDB" "SELECT count(*) FROM leak_checks WHERE check_name = 'perturbation'")" -gt 0 ]; then
       expect_status 0 "$LOUPE" render "$RDB" --leak -o "$TMP/leak.png"
       if [ -f "$TMP/leak.png" ] && is_png "$TMP/leak.png"; then ok; else bad "no leak.png"; fi
+      # the dense model's past is bit-identical under perturbation: the plot says so
+      expect_status 0 "$LOUPE" render "$RDB" --leak -o "$TMP/clean.svg"
+      if grep -q 'no leak: every difference is exactly 0' "$TMP/clean.svg"; then ok; else bad "clean.svg lacks its verdict"; fi
       # a deliberately broken mask: its run's maps show the leak, its plot the failed layers
       "$LOUPE" leak "$M/stories260K.gguf" --prompt "Once upon a time" --inject off-by-one \
         --db "$RDB" >/dev/null 2>&1
