@@ -89,6 +89,16 @@ expect_status 1 "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/docs.txt
 expect_stdout_contains "batch 0 head 0 query 3 key 0" "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/docs.txt"
 printf '0,0,1\n' >"$TMP/short.txt"
 expect_one_line_error "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/short.txt"
+# padding: the first two positions of the one item are padding
+printf '0,0,1,1,1,1,1,1\n' >"$TMP/pad.txt"
+npy_mask "$TMP/padded.npy" '|b1' $T 'k <= q && k >= 2 && q >= 2 ? 1 : 0'
+npy_mask "$TMP/padaxis.npy" '|b1' $T 'k <= q && q >= 2 ? 1 : 0'
+expect_status 0 "$LOUPE" leak --mask "$TMP/padded.npy" --padding "$TMP/pad.txt"
+expect_stdout_contains "padding query rows: 2" "$LOUPE" leak --mask "$TMP/padded.npy" --padding "$TMP/pad.txt"
+expect_status 1 "$LOUPE" leak --mask "$TMP/padaxis.npy" --padding "$TMP/pad.txt"
+expect_stdout_contains "batch 0 head 0 query 2 key 0" "$LOUPE" leak --mask "$TMP/padaxis.npy" --padding "$TMP/pad.txt"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/padded.npy" --padding "$TMP/short.txt"
+expect_one_line_error "$LOUPE" leak model.gguf --padding "$TMP/pad.txt"
 # additive fills
 expect_status 0 "$LOUPE" leak --mask "$TMP/add_inf.npy"
 expect_stdout_contains "additive mask" "$LOUPE" leak --mask "$TMP/add_inf.npy"

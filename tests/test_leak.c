@@ -465,6 +465,114 @@ static void test_mask_heads_and_docs(void **state)
     unlink(ids_path);
 }
 
+/* Padded batches: [3, 1, T, T] for an unpadded item, 3 left-padding and 4 right-padding
+ * tokens. The correct mask passes with the padding given; the padding on the wrong axis leaks
+ * the left padding to real queries; Hugging Face's unmasked padding rows are not compared. */
+static void test_mask_padding(void **state)
+{
+    (void)state;
+    enum { B = 3 };
+    static const int64_t pl[B] = {0, 3, 0}, pr[B] = {0, 0, 4};
+    uint8_t real[B * T];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            real[b * T + t] = t >= pl[b] && t < T - pr[b];
+    uint8_t good[B * T * T], axis[B * T * T], unmasked_rows[B * T * T];
+    for (int b = 0; b < B; b++)
+        for (int q = 0; q < T; q++)
+            for (int k = 0; k < T; k++) {
+                int i = (b * T + q) * T + k;
+                good[i] = k <= q && real[b * T + k] && real[b * T + q];
+                axis[i] = k <= q && real[b * T + q];        /* padding on the query axis */
+                unmasked_rows[i] = real[b * T + q] ? good[i] : 1; /* HF: padded rows see all */
+            }
+    int64_t shape[4] = {B, 1, T, T};
+    lp_error err = {0};
+    lp_leak_mask_opts mo;
+    lp_leak_mask_opts_init(&mo);
+    mo.real = real;
+    mo.n_real_batch = B;
+    mo.real_len = T;
+    lp_leak_mask_report rep;
+    assert_int_equal(lp_leak_check_mask(good, LP_DTYPE_BOOL, 4, shape, "good", &mo, &rep, &err),
+                     LP_OK);
+    assert_true(lp_leak_mask_passed(&rep));
+    assert_int_equal(rep.padding_rows, 3 + 4);
+    assert_int_equal(rep.fully_masked_rows, 0);
+    lp_leak_mask_report_free(&rep);
+    assert_int_equal(lp_leak_check_mask(unmasked_rows, LP_DTYPE_BOOL, 4, shape, "hf", &mo, &rep,
+                                        &err),
+                     LP_OK);
+    assert_true(lp_leak_mask_passed(&rep));
+    lp_leak_mask_report_free(&rep);
+    assert_int_equal(lp_leak_check_mask(axis, LP_DTYPE_BOOL, 4, shape, "axis", &mo, &rep, &err),
+                     LP_OK);
+    /* item 1: real queries 3..11 each see padding keys 0..2 */
+    assert_int_equal(rep.leak_count, 9 * 3);
+    assert_int_equal(rep.blocked_count, 0);
+    assert_int_equal(rep.leaks[0].batch, 1);
+    assert_int_equal(rep.leaks[0].query, 3);
+    assert_int_equal(rep.leaks[0].key, 0);
+    lp_leak_mask_report_free(&rep);
+    /* without the padding, the correct mask is blind to padding: blocked cells, not leaks */
+    mo.real = NULL;
+    assert_int_equal(lp_leak_check_mask(good, LP_DTYPE_BOOL, 4, shape, "good", &mo, &rep, &err),
+                     LP_OK);
+    assert_int_equal(rep.leak_count, 0);
+    assert_true(rep.blocked_count > 0);
+    assert_int_equal(rep.fully_masked_rows, 3 + 4);
+    lp_leak_mask_report_free(&rep);
+    /* a shared padding row and a wrong length */
+    mo.real = real + T; /* item 1's padding for every item */
+    mo.n_real_batch = 1;
+    assert_int_equal(lp_leak_check_mask(good, LP_DTYPE_BOOL, 4, shape, "good", &mo, &rep, &err),
+                     LP_OK);
+    assert_false(lp_leak_mask_passed(&rep)); /* items 0 and 2 show keys 0..2 */
+    lp_leak_mask_report_free(&rep);
+    mo.real_len = T - 1;
+    assert_int_equal(lp_leak_check_mask(good, LP_DTYPE_BOOL, 4, shape, "good", &mo, &rep, &err),
+                     LP_ERR_USAGE);
+
+    /* the padding file readers: text lines and .npy */
+    char path[512];
+    tmp_path(path, sizeof path, "pad.txt");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "1,1,1,1\n0 0 1 1\n\n1,1,1,0\n");
+    fclose(f);
+    uint8_t *got;
+    int64_t nb, len;
+    assert_int_equal(lp_leak_read_padding(path, &got, &nb, &len, &err), LP_OK);
+    assert_int_equal(nb, 3);
+    assert_int_equal(len, 4);
+    assert_int_equal(got[4], 0);
+    assert_int_equal(got[6], 1);
+    assert_int_equal(got[11], 0);
+    free(got);
+    f = fopen(path, "w");
+    fprintf(f, "1,1,1\n1,1\n");
+    fclose(f);
+    assert_int_equal(lp_leak_read_padding(path, &got, &nb, &len, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "line 2 has 2 values"));
+    f = fopen(path, "w");
+    fprintf(f, "1,2\n");
+    fclose(f);
+    assert_int_equal(lp_leak_read_padding(path, &got, &nb, &len, &err), LP_ERR_FORMAT);
+    unlink(path);
+    tmp_path(path, sizeof path, "pad.npy");
+    int64_t pshape[2] = {B, T};
+    int64_t wide[B * T];
+    for (int i = 0; i < B * T; i++)
+        wide[i] = real[i];
+    write_npy(path, "<i8", 2, pshape, wide, sizeof wide);
+    assert_int_equal(lp_leak_read_padding(path, &got, &nb, &len, &err), LP_OK);
+    assert_int_equal(nb, B);
+    assert_int_equal(len, T);
+    assert_memory_equal(got, real, sizeof real);
+    free(got);
+    unlink(path);
+}
+
 /* Additive f32 masks: the fill value in fp32, fp16 and bf16. */
 static float *additive_mask(float fill, bool blind_row0)
 {
@@ -907,6 +1015,7 @@ int main(void)
         cmocka_unit_test(test_definitions),       cmocka_unit_test(test_decode_alignment),
         cmocka_unit_test(test_engine_faults),     cmocka_unit_test(test_mask_bool_npy),
         cmocka_unit_test(test_mask_heads_and_docs), cmocka_unit_test(test_mask_additive),
+        cmocka_unit_test(test_mask_padding),
         cmocka_unit_test(test_mask_safetensors),  cmocka_unit_test(test_mask_bad_files),
         cmocka_unit_test(test_alignment),         cmocka_unit_test(test_model_families),
     };

@@ -60,6 +60,9 @@ static const char usage[] =
     "  --format bool|additive       override the dtype's encoding\n"
     "  --masked-below V     additive: values <= V are masked (default -1000)\n"
     "  --tensor NAME        the tensor of a .safetensors file holding several\n"
+    "  --padding FILE       the padding (attention_mask): .npy [T] or [B, T], or text with one\n"
+    "                       line of 0/1 per batch item (1 = real token); padding keys are then\n"
+    "                       forbidden and padding query rows not compared\n"
     "\n"
     "Both:\n"
     "  --json               machine-readable report on stdout\n"
@@ -78,6 +81,7 @@ typedef struct leak_args {
     const char *mask;
     const char *kind;
     const char *tensor;
+    const char *padding;
     bool json;
     bool true_means_masked;
     lp_mask_encoding encoding;
@@ -125,6 +129,7 @@ static int parse_args(int argc, char **argv, leak_args *a)
         OPT("--mask", mask)
         OPT("--kind", kind)
         OPT("--tensor", tensor)
+        OPT("--padding", padding)
 #undef OPT
         if ((r = lp_cli_option(CMD, argc, argv, &i, "--true-means", &v)) != 0) {
             if (r < 0)
@@ -208,6 +213,10 @@ static int parse_args(int argc, char **argv, leak_args *a)
     if (n_inputs > 1)
         return lp_cli_usage_error(CMD, "give at most one of --prompt, --prompt-file, --tokens "
                                        "(got %d)", n_inputs);
+    if (!a->mask && (a->padding || a->tensor || a->encoding != LP_MASK_ENC_AUTO ||
+                     a->true_means_masked || strcmp(a->kind, "causal") != 0))
+        return lp_cli_usage_error(CMD, "--kind, --padding, --tensor, --format and --true-means "
+                                       "apply to --mask FILE, not to a MODEL");
     if (a->mask && (n_inputs > 0 || a->tokenizer || a->fault != LP_MASK_FAULT_NONE || a->window))
         return lp_cli_usage_error(CMD, "--prompt, --tokens, --tokenizer, --inject and --window "
                                        "apply to a MODEL, not to --mask");
@@ -327,8 +336,20 @@ static int run_mask(const leak_args *a)
     mo.masked_below = a->masked_below;
     mo.max_listed = a->max_listed;
     mo.tensor_name = a->tensor;
+    uint8_t *real = NULL;
+    if (a->padding) {
+        if (lp_leak_read_padding(a->padding, &real, &mo.n_real_batch, &mo.real_len, &err) !=
+            LP_OK) {
+            lp_leak_def_free(&mo.def);
+            return lp_cli_fail(CMD, &err);
+        }
+        mo.real = real;
+    }
     lp_leak_mask_report rep;
-    if (lp_leak_check_mask_file(a->mask, &mo, &rep, &err) != LP_OK) {
+    lp_status check_st = lp_leak_check_mask_file(a->mask, &mo, &rep, &err);
+    free(real);
+    mo.real = NULL;
+    if (check_st != LP_OK) {
         lp_leak_def_free(&mo.def);
         return lp_cli_fail(CMD, &err);
     }
@@ -408,6 +429,7 @@ static int run_mask(const leak_args *a)
         json_object_set_new(root, "nan_rows", json_integer(rep.nan_rows));
         json_object_set_new(root, "fully_masked_rows", json_integer(rep.fully_masked_rows));
         json_object_set_new(root, "nan_cells", json_integer(rep.nan_cells));
+        json_object_set_new(root, "padding_rows", json_integer(rep.padding_rows));
         json_t *leaks = json_array(), *blocked = json_array(), *rows = json_array();
         coord_json(leaks, rep.leaks, rep.n_leaks_listed, true);
         coord_json(blocked, rep.blocked, rep.n_blocked_listed, true);
@@ -476,6 +498,9 @@ static int run_mask(const leak_args *a)
                    (long long)rep.masked_rows[i].batch, (long long)rep.masked_rows[i].head,
                    (long long)rep.masked_rows[i].query);
         printf("\n");
+        if (a->padding)
+            printf("  padding query rows: %lld (not compared: their outputs are discarded)\n",
+                   (long long)rep.padding_rows);
         if (rep.encoding == LP_MASK_ENC_ADDITIVE) {
             printf("  NaN rows: %lld (NaN cells %lld)\n", (long long)rep.nan_rows,
                    (long long)rep.nan_cells);

@@ -109,6 +109,14 @@ typedef struct lp_leak_mask_opts {
     double masked_below;      /* additive threshold (default LP_LEAK_MASKED_BELOW) */
     int64_t max_listed;       /* coordinates kept per list (default LP_LEAK_MAX_LISTED) */
     const char *tensor_name;  /* safetensors: which tensor; NULL = the only one */
+    /* Padding (Hugging Face's attention_mask): real[b * real_len + t] is 1 for a real token, 0
+     * for padding; n_real_batch is 1 (shared) or the mask's B; real_len must equal T. NULL = no
+     * padding. Padding keys are then forbidden to every query, and padding query rows are not
+     * compared (their outputs are discarded; Hugging Face even unmasks them on purpose so they do
+     * not give NaN), though their NaN is still counted. */
+    const uint8_t *real;
+    int64_t n_real_batch;
+    int64_t real_len;
 } lp_leak_mask_opts;
 
 void lp_leak_mask_opts_init(lp_leak_mask_opts *opts);
@@ -126,6 +134,7 @@ typedef struct lp_leak_mask_report {
     int64_t nan_rows;            /* rows whose softmax is NaN as given: a NaN or +inf cell, or
                                     every cell -inf */
     int64_t nan_cells;           /* NaN and +inf values in the mask */
+    int64_t padding_rows;        /* query rows of padding tokens, not compared (opts->real) */
     lp_leak_coord *leaks;        /* first max_listed, row-major order; owned */
     int64_t n_leaks_listed;
     lp_leak_coord *blocked;      /* first max_listed; owned */
@@ -146,6 +155,12 @@ typedef struct lp_leak_mask_report {
  * them; a mask that differs from its definition is not an error (see the report). */
 lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opts,
                                   lp_leak_mask_report *out, lp_error *err);
+
+/* Read a padding file for opts->real: .npy of shape [T] or [B, T] (any numeric dtype, nonzero =
+ * real token), or text with one line per batch item of 0/1 values separated by commas or spaces.
+ * *real is malloc'd (caller frees). */
+lp_status lp_leak_read_padding(const char *path, uint8_t **real, int64_t *n_batch, int64_t *len,
+                               lp_error *err);
 
 /* The same on a buffer already in memory: data [n_elements of dtype], shape as above. name is
  * used in messages. */

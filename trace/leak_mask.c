@@ -85,6 +85,12 @@ static double cell_value(const uint8_t *data, lp_dtype dt, int64_t i)
     }
 }
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
 static void list_add(lp_leak_coord *list, int64_t *n, int64_t max, lp_leak_coord c)
 {
     if (*n < max)
@@ -166,6 +172,13 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                             "%s: %lld document ids for a mask of %lld positions (need one per "
                             "position)",
                             name, (long long)opts->def.n_doc_ids, (long long)out->T);
+    if (opts->real && (opts->real_len != out->T ||
+                       (opts->n_real_batch != 1 && opts->n_real_batch != out->n_batch)))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: padding of %lld x %lld positions for a mask of batch %lld and "
+                            "%lld positions (need [T] or [B, T])",
+                            name, (long long)opts->n_real_batch, (long long)opts->real_len,
+                            (long long)out->n_batch, (long long)out->T);
     int64_t n_cells = 1;
     for (int d = 0; d < n_dims; d++)
         if (!lp_mul_i64(n_cells, shape[d], &n_cells))
@@ -205,6 +218,10 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
     for (int64_t b = 0; b < out->n_batch; b++)
         for (int64_t h = 0; h < out->n_heads; h++)
             for (int64_t q = 0; q < T; q++) {
+                const uint8_t *real =
+                    opts->real ? opts->real + (opts->n_real_batch == 1 ? 0 : b) * T : NULL;
+                bool padding_row = real && !real[q];
+                out->padding_rows += padding_row;
                 bool any_visible = false, has_nan = false;
                 bool all_inf[3] = {true, true, true};
                 for (int64_t k = 0; k < T; k++, cell++) {
@@ -237,7 +254,9 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                         visible = (v != 0.0) != opts->true_means_masked;
                     }
                     any_visible = any_visible || (visible && !isnan(v));
-                    bool ref = lp_leak_def_allows(&opts->def, q, k);
+                    if (padding_row)
+                        continue;
+                    bool ref = lp_leak_def_allows(&opts->def, q, k) && (!real || real[k]);
                     lp_leak_coord c = {b, h, q, k};
                     if (visible && !ref) {
                         out->leak_count++;
@@ -247,7 +266,7 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                         list_add(out->blocked, &out->n_blocked_listed, max_listed, c);
                     }
                 }
-                if (!any_visible && !has_nan) {
+                if (!any_visible && !has_nan && !padding_row) {
                     out->fully_masked_rows++;
                     lp_leak_coord c = {b, h, q, -1};
                     list_add(out->masked_rows, &out->n_masked_rows_listed, max_listed, c);
@@ -259,6 +278,93 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                         out->fills[d].nan_rows += has_nan || all_inf[d];
                 }
             }
+    return LP_OK;
+}
+
+#define MAX_PADDING_TEXT_BYTES (256u << 20)
+
+lp_status lp_leak_read_padding(const char *path, uint8_t **real_out, int64_t *n_batch,
+                               int64_t *len, lp_error *err)
+{
+    *real_out = NULL;
+    lp_status st;
+    if (ends_with(path, ".npy")) {
+        lp_npy npy;
+        if ((st = lp_npy_open(path, &npy, err)) != LP_OK)
+            return st;
+        if ((npy.n_dims != 1 && npy.n_dims != 2) || npy.n_elements <= 0) {
+            lp_npy_close(&npy);
+            return lp_error_set(err, LP_ERR_FORMAT,
+                                "%s: padding has rank %d (expected [T] or [B, T])", path,
+                                npy.n_dims);
+        }
+        float *values = malloc((size_t)npy.n_elements * sizeof(float));
+        uint8_t *real = malloc((size_t)npy.n_elements);
+        if (!values || !real) {
+            free(values);
+            free(real);
+            lp_npy_close(&npy);
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
+        }
+        if ((st = lp_npy_to_f32(&npy, values, err)) == LP_OK)
+            for (int64_t i = 0; i < npy.n_elements; i++)
+                real[i] = values[i] != 0.0f;
+        *n_batch = npy.n_dims == 2 ? npy.shape[0] : 1;
+        *len = npy.shape[npy.n_dims - 1];
+        free(values);
+        lp_npy_close(&npy);
+        if (st != LP_OK) {
+            free(real);
+            return st;
+        }
+        *real_out = real;
+        return LP_OK;
+    }
+    char *text;
+    size_t size;
+    if ((st = lp_read_file(path, MAX_PADDING_TEXT_BYTES, &text, &size, err)) != LP_OK)
+        return st;
+    /* One value per byte at most: the count is bounded by the file size. */
+    uint8_t *real = malloc(size + 1);
+    if (!real) {
+        free(text);
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    int64_t n = 0, rows = 0, row_len = -1, in_row = 0;
+    for (size_t i = 0; i <= size; i++) {
+        char c = i < size ? text[i] : '\n';
+        if (c == '0' || c == '1') {
+            real[n++] = c == '1';
+            in_row++;
+        } else if (c == '\n') {
+            if (in_row == 0)
+                continue; /* blank line */
+            if (row_len >= 0 && in_row != row_len) {
+                free(real);
+                free(text);
+                return lp_error_set(err, LP_ERR_FORMAT,
+                                    "%s: line %lld has %lld values, the first had %lld", path,
+                                    (long long)(rows + 1), (long long)in_row, (long long)row_len);
+            }
+            row_len = in_row;
+            rows++;
+            in_row = 0;
+        } else if (c != ',' && c != ' ' && c != '\t' && c != '\r') {
+            free(real);
+            free(text);
+            return lp_error_set(err, LP_ERR_FORMAT,
+                                "%s: byte %zu: expected 0 or 1 (1 = real token, 0 = padding)",
+                                path, i);
+        }
+    }
+    free(text);
+    if (rows == 0) {
+        free(real);
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: no padding values", path);
+    }
+    *real_out = real;
+    *n_batch = rows;
+    *len = row_len;
     return LP_OK;
 }
 
@@ -281,11 +387,6 @@ static lp_status pick_tensor(const lp_weights *w, const char *path, const char *
     return LP_OK;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
 
 lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opts,
                                   lp_leak_mask_report *out, lp_error *err)
