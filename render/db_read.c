@@ -73,6 +73,9 @@ lp_status lp_render_db_open(const char *path, lp_render_db **out, lp_error *err)
         free(db);
         return s;
     }
+    /* A WAL reader can still meet a brief lock while `loupe trace` checkpoints or resets the WAL:
+     * wait for it instead of failing with "database is locked". */
+    sqlite3_busy_timeout(db->db, 10000);
     sqlite3_stmt *stmt;
     /* Also the first read of the file: a non-database fails here with SQLite's own words. */
     if (sqlite3_prepare_v2(db->db,
