@@ -315,16 +315,19 @@ static void test_mask_bool_npy(void **state)
         int64_t w;
         const char *kind;
         int64_t leaks, blocked;
+        const char *diagnosis;
     } cases[] = {
-        {"causal.npy", RULE_CAUSAL, 0, "causal", 0, 0},
-        {"offbyone.npy", RULE_OFF_BY_ONE, 0, "causal", T - 1, 0},
-        {"transposed.npy", RULE_TRANSPOSED, 0, "causal", T * (T - 1) / 2, T * (T - 1) / 2},
-        {"ones.npy", RULE_ALL, 0, "causal", T * (T - 1) / 2, 0},
+        {"causal.npy", RULE_CAUSAL, 0, "causal", 0, 0, "none"},
+        {"offbyone.npy", RULE_OFF_BY_ONE, 0, "causal", T - 1, 0, "off-by-one"},
+        {"transposed.npy", RULE_TRANSPOSED, 0, "causal", T * (T - 1) / 2, T * (T - 1) / 2,
+         "transposed"},
+        {"ones.npy", RULE_ALL, 0, "causal", T * (T - 1) / 2, 0, "no-mask"},
         /* window 4 as causal: blocked only, sum over q of max(0, q - 3) = 0+..+8 = 36 */
-        {"w4_causal.npy", RULE_WINDOW, 4, "causal", 0, 36},
-        {"w4_w4.npy", RULE_WINDOW, 4, "window:4", 0, 0},
-        {"w4_w3.npy", RULE_WINDOW, 4, "window:3", T - 3, 0}, /* q - k == 3 for q >= 3 */
-        {"w4_w5.npy", RULE_WINDOW, 4, "window:5", 0, T - 4}, /* q - k == 4 for q >= 4 */
+        {"w4_causal.npy", RULE_WINDOW, 4, "causal", 0, 36, "blocked"},
+        {"w4_w4.npy", RULE_WINDOW, 4, "window:4", 0, 0, "none"},
+        /* q - k == 3 for q >= 3: the mask's window is one wider than window:3 */
+        {"w4_w3.npy", RULE_WINDOW, 4, "window:3", T - 3, 0, "window+1"},
+        {"w4_w5.npy", RULE_WINDOW, 4, "window:5", 0, T - 4, "blocked"}, /* q - k == 4, q >= 4 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint8_t *m = bool_mask(1, 1, T, cases[i].rule, cases[i].w, -1, -1, RULE_CAUSAL);
@@ -338,6 +341,7 @@ static void test_mask_bool_npy(void **state)
         assert_int_equal(rep.blocked_count, cases[i].blocked);
         assert_int_equal(rep.encoding, LP_MASK_ENC_BOOL);
         assert_int_equal(rep.nan_rows, 0);
+        assert_string_equal(rep.diagnosis, cases[i].diagnosis);
         assert_int_equal(lp_leak_mask_passed(&rep), cases[i].leaks == 0 && cases[i].blocked == 0);
         if (cases[i].rule == RULE_OFF_BY_ONE) {
             /* every leak is (q, q + 1), listed in row-major order */
@@ -453,6 +457,7 @@ static void test_mask_heads_and_docs(void **state)
     assert_int_equal(rep.blocked_count, 0);
     assert_int_equal(rep.leaks[0].query, 3);
     assert_int_equal(rep.leaks[0].key, 0);
+    assert_string_equal(rep.diagnosis, "cross-document");
     lp_leak_mask_report_free(&rep);
     free(m);
     /* ids of the wrong length are bad input */
@@ -513,6 +518,7 @@ static void test_mask_padding(void **state)
     assert_int_equal(rep.leaks[0].batch, 1);
     assert_int_equal(rep.leaks[0].query, 3);
     assert_int_equal(rep.leaks[0].key, 0);
+    assert_string_equal(rep.diagnosis, "pad-axis");
     lp_leak_mask_report_free(&rep);
     /* without the padding, the correct mask is blind to padding: blocked cells, not leaks */
     mo.real = NULL;

@@ -424,6 +424,7 @@ static int run_mask(const leak_args *a)
             json_array_append_new(shape, json_integer(rep.shape[d]));
         json_object_set_new(root, "shape", shape);
         json_object_set_new(root, "passed", json_boolean(passed));
+        json_object_set_new(root, "diagnosis", json_string(rep.diagnosis));
         json_object_set_new(root, "leak_count", json_integer(rep.leak_count));
         json_object_set_new(root, "blocked_count", json_integer(rep.blocked_count));
         json_object_set_new(root, "nan_rows", json_integer(rep.nan_rows));
@@ -506,10 +507,14 @@ static int run_mask(const leak_args *a)
                    (long long)rep.nan_cells);
             print_fill(&rep);
         }
-        printf("verdict: %s\n", passed ? "PASS (the mask equals its definition)"
-                                       : rep.leak_count > 0 ? "LEAK"
-                                       : rep.blocked_count > 0 ? "BLOCKED cells"
-                                                               : "NaN rows");
+        if (passed)
+            printf("verdict: PASS (the mask equals its definition)\n");
+        else if (rep.leak_count > 0)
+            printf("verdict: LEAK (%s)\n", rep.diagnosis);
+        else if (rep.blocked_count > 0)
+            printf("verdict: BLOCKED cells\n");
+        else
+            printf("verdict: NaN rows\n");
     }
     lp_leak_mask_report_free(&rep);
     lp_leak_def_free(&mo.def);

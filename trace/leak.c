@@ -185,5 +185,7 @@ const char *lp_leak_diagnose(const lp_leak_cell_stats *st)
         return lp_mask_fault_name(LP_MASK_FAULT_WINDOW_PLUS_ONE);
     if (st->leak_padding_key > 0 && st->leak_padding_query == 0)
         return lp_mask_fault_name(LP_MASK_FAULT_PAD_AXIS);
+    if (st->leak_cross_doc > 0 && st->leak_cross_doc == st->leak_count)
+        return "cross-document";
     return "leak";
 }

@@ -92,6 +92,22 @@ typedef struct lp_leak_coord {
     int64_t batch, head, query, key; /* key = -1 for a whole row */
 } lp_leak_coord;
 
+/* Counts of cells that differ from a definition, and where they sit (for naming the bug). */
+typedef struct lp_leak_cell_stats {
+    int64_t leak_count;
+    int64_t blocked_count;
+    lp_leak_coord first_leak;    /* valid when leak_count > 0 */
+    lp_leak_coord first_blocked; /* valid when blocked_count > 0 */
+    /* Where the leaks are, for naming the bug (positions are q_pos0 + row): */
+    int64_t leak_next;           /* key == pos + 1 */
+    int64_t leak_future;         /* key > pos + 1 */
+    int64_t leak_window_edge;    /* pos - key == window (one key too far back) */
+    int64_t leak_padding_key;    /* a padding key visible to a real query */
+    int64_t leak_padding_query;  /* a padding query seeing anything */
+    int64_t blocked_past;        /* key < pos, real, inside the window, yet hidden */
+    int64_t leak_cross_doc;      /* mask tensors, doc: a past key of another document */
+} lp_leak_cell_stats;
+
 /* What the fill value becomes in one dtype. */
 typedef struct lp_fill_verdict {
     lp_dtype dtype;        /* F32, F16 or BF16 */
@@ -145,6 +161,8 @@ typedef struct lp_leak_mask_report {
     bool has_fill;               /* some cell is negative */
     float fill;                  /* the most negative value */
     bool weak_fill;              /* fill above masked_below: its cells count as visible */
+    lp_leak_cell_stats cells;    /* where the leaks are */
+    const char *diagnosis;       /* lp_leak_diagnose(&cells), static */
     double leak_gap;             /* a masked key gets relative weight > 1e-9 once its score
                                     exceeds a visible key's by this much (inf for -inf fills) */
     lp_fill_verdict fills[3];    /* f32, f16, bf16 */
@@ -177,19 +195,6 @@ bool lp_leak_mask_passed(const lp_leak_mask_report *rep);
  * Engine masks: the cell-by-cell comparison of trace/mask.h's row ranges with the definition.
  */
 
-typedef struct lp_leak_cell_stats {
-    int64_t leak_count;
-    int64_t blocked_count;
-    lp_leak_coord first_leak;    /* valid when leak_count > 0 */
-    lp_leak_coord first_blocked; /* valid when blocked_count > 0 */
-    /* Where the leaks are, for naming the bug (positions are q_pos0 + row): */
-    int64_t leak_next;           /* key == pos + 1 */
-    int64_t leak_future;         /* key > pos + 1 */
-    int64_t leak_window_edge;    /* pos - key == window (one key too far back) */
-    int64_t leak_padding_key;    /* a padding key visible to a real query */
-    int64_t leak_padding_query;  /* a padding query seeing anything */
-    int64_t blocked_past;        /* key < pos, real, inside the window, yet hidden */
-} lp_leak_cell_stats;
 
 /* Add one cell observation: `allowed` by the engine (mask or nonzero probability) versus the
  * reference of spec (which carries padding, window and alignment; its fault is ignored). */
@@ -200,8 +205,9 @@ void lp_leak_cell_add(lp_leak_cell_stats *st, const lp_mask_spec *spec, int64_t 
  * items (the pads in spec must have n_batch entries). */
 void lp_leak_check_mask_spec(const lp_mask_spec *spec, int64_t n_batch, lp_leak_cell_stats *st);
 
-/* Name the bug a set of leaks looks like: "off-by-one", "transposed", "no-mask", "window+1",
- * "pad-axis" (the names of lp_mask_fault_name), "blocked" (no leak, hidden keys), "leak" (another
+/* Name the bug a set of leaks looks like: "off-by-one", "transposed", "no-mask" (future keys
+ * visible beyond the next one, nothing hidden), "window+1", "pad-axis" (the names of
+ * lp_mask_fault_name), "cross-document", "blocked" (no leak, hidden keys), "leak" (another
  * pattern) or "none". */
 const char *lp_leak_diagnose(const lp_leak_cell_stats *st);
 

@@ -97,6 +97,23 @@ static void list_add(lp_leak_coord *list, int64_t *n, int64_t max, lp_leak_coord
         list[(*n)++] = c;
 }
 
+/* Where a leak sits, for naming the bug. */
+static void classify_leak(lp_leak_cell_stats *st, const lp_leak_def *def, const uint8_t *real,
+                          int64_t q, int64_t k)
+{
+    st->leak_count++;
+    if (real && !real[k])
+        st->leak_padding_key++;
+    else if (k == q + 1)
+        st->leak_next++;
+    else if (k > q + 1)
+        st->leak_future++;
+    else if (def->kind == LP_LEAK_DEF_WINDOW && q - k == def->window)
+        st->leak_window_edge++;
+    else if (def->kind == LP_LEAK_DEF_DOC)
+        st->leak_cross_doc++;
+}
+
 /* What `fill` becomes in dtype: overflow and the score below which score + fill overflows. */
 static void fill_verdict(lp_fill_verdict *v, lp_dtype dt, float fill)
 {
@@ -261,9 +278,12 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                     if (visible && !ref) {
                         out->leak_count++;
                         list_add(out->leaks, &out->n_leaks_listed, max_listed, c);
+                        classify_leak(&out->cells, &opts->def, real, q, k);
                     } else if (!visible && ref) {
                         out->blocked_count++;
                         list_add(out->blocked, &out->n_blocked_listed, max_listed, c);
+                        if (k < q)
+                            out->cells.blocked_past++;
                     }
                 }
                 if (!any_visible && !has_nan && !padding_row) {
@@ -278,6 +298,8 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                         out->fills[d].nan_rows += has_nan || all_inf[d];
                 }
             }
+    out->cells.blocked_count = out->blocked_count;
+    out->diagnosis = lp_leak_diagnose(&out->cells);
     return LP_OK;
 }
 
