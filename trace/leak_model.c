@@ -153,8 +153,8 @@ static void add_leak_coord(leak_obs *o, int64_t batch, int layer, int head, int6
     }
 }
 
-/* One head's [T, T] probabilities against the definition: leaks (nonzero where forbidden), blocked
- * cells (exactly zero where allowed), rows that do not sum to 1, NaN/Inf. */
+/* One head's [T, T] probabilities against the definition: leaks (nonzero where forbidden), rows
+ * that do not sum to 1 (0 for rows the definition leaves empty), NaN/Inf. */
 static void check_probs(leak_obs *o, const lp_site *site, const lp_view *v)
 {
     layer_attn *la = (o->mode == MODE_PADDED ? o->padded_attn : o->attn) + site->layer;
@@ -315,6 +315,24 @@ bool lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids, int64
 
 /* ---- the structural test on mask specs ---- */
 
+/* dst += src; the first coordinates stay dst's unless dst had none. */
+static void merge_stats(lp_leak_cell_stats *dst, const lp_leak_cell_stats *src)
+{
+    if (dst->leak_count == 0 && src->leak_count > 0)
+        dst->first_leak = src->first_leak;
+    if (dst->blocked_count == 0 && src->blocked_count > 0)
+        dst->first_blocked = src->first_blocked;
+    dst->leak_count += src->leak_count;
+    dst->blocked_count += src->blocked_count;
+    dst->leak_next += src->leak_next;
+    dst->leak_future += src->leak_future;
+    dst->leak_window_edge += src->leak_window_edge;
+    dst->leak_padding_key += src->leak_padding_key;
+    dst->leak_padding_query += src->leak_padding_query;
+    dst->blocked_past += src->blocked_past;
+    dst->leak_cross_doc += src->leak_cross_doc;
+}
+
 /* The attention kernel itself on a spec: random q/k/v (fixed seed), exact probabilities; counts
  * nonzero probabilities on cells the definition forbids, and rows left blind (summing to 0) or
  * not summing to 1 where the definition allows keys. */
@@ -399,18 +417,7 @@ static lp_status structural_specs(leak_obs *o, int64_t *cap, lp_error *err)
         lp_leak_cell_stats cs;
         memset(&cs, 0, sizeof cs);
         lp_leak_check_mask_spec(&spec, cases[i].n_batch, &cs);
-        r->structural.leak_count += cs.leak_count;
-        r->structural.blocked_count += cs.blocked_count;
-        r->structural.leak_next += cs.leak_next;
-        r->structural.leak_future += cs.leak_future;
-        r->structural.leak_window_edge += cs.leak_window_edge;
-        r->structural.leak_padding_key += cs.leak_padding_key;
-        r->structural.leak_padding_query += cs.leak_padding_query;
-        r->structural.blocked_past += cs.blocked_past;
-        if (cs.leak_count > 0 && r->structural.leak_count == cs.leak_count)
-            r->structural.first_leak = cs.first_leak;
-        if (cs.blocked_count > 0 && r->structural.blocked_count == cs.blocked_count)
-            r->structural.first_blocked = cs.first_blocked;
+        merge_stats(&r->structural, &cs);
         int64_t kernel_leaks, kernel_bad_rows;
         kernel_check(&spec, cases[i].n_batch, &kernel_leaks, &kernel_bad_rows);
         bool ok = cs.leak_count == 0 && cs.blocked_count == 0 && kernel_leaks == 0 &&
@@ -737,14 +744,7 @@ lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t
     /* Verdict and the bug's name, from every leak seen. */
     {
         lp_leak_cell_stats all = r->attn;
-        all.leak_count += r->structural.leak_count;
-        all.blocked_count += r->structural.blocked_count;
-        all.leak_next += r->structural.leak_next;
-        all.leak_future += r->structural.leak_future;
-        all.leak_window_edge += r->structural.leak_window_edge;
-        all.leak_padding_key += r->structural.leak_padding_key;
-        all.leak_padding_query += r->structural.leak_padding_query;
-        all.blocked_past += r->structural.blocked_past;
+        merge_stats(&all, &r->structural);
         r->leak_count = all.leak_count;
         r->blocked_count = all.blocked_count;
         r->diagnosis = lp_leak_diagnose(&all);
