@@ -32,11 +32,12 @@ static const char usage[] =
     "On a model (a real forward pass on the CPU):\n"
     "  perturbation   for cut points t (first, middle, last, random) the tokens after t are\n"
     "                 replaced; hidden states of every layer and logits at positions <= t must\n"
-    "                 stay identical bit for bit\n"
+    "                 stay identical bit for bit (MoE models: within 1e-5 relative)\n"
     "  attention_map  no probability outside the mask, rows sum to 1 within 1e-5, no NaN/Inf\n"
     "  structural     the engine's masks cell by cell against the definition (causal, window,\n"
     "                 decode alignment, left/right padding), and a padded batch through the model\n"
     "  alignment      loss with labels shifted by one versus unshifted\n"
+    "\n"
     "  MODEL                model folder, .safetensors, .gguf or llama2.c .bin\n"
     "  --prompt TEXT        text to tokenize (default: a built-in story sentence)\n"
     "  --prompt-file FILE   read the text from FILE\n"
@@ -214,9 +215,10 @@ static int parse_args(int argc, char **argv, leak_args *a)
         return lp_cli_usage_error(CMD, "give at most one of --prompt, --prompt-file, --tokens "
                                        "(got %d)", n_inputs);
     if (!a->mask && (a->padding || a->tensor || a->encoding != LP_MASK_ENC_AUTO ||
-                     a->true_means_masked || strcmp(a->kind, "causal") != 0))
-        return lp_cli_usage_error(CMD, "--kind, --padding, --tensor, --format and --true-means "
-                                       "apply to --mask FILE, not to a MODEL");
+                     a->true_means_masked || strcmp(a->kind, "causal") != 0 ||
+                     a->masked_below != LP_LEAK_MASKED_BELOW))
+        return lp_cli_usage_error(CMD, "--kind, --padding, --tensor, --format, --true-means and "
+                                       "--masked-below apply to --mask FILE, not to a MODEL");
     if (a->mask && (n_inputs > 0 || a->tokenizer || a->fault != LP_MASK_FAULT_NONE || a->window))
         return lp_cli_usage_error(CMD, "--prompt, --tokens, --tokenizer, --inject and --window "
                                        "apply to a MODEL, not to --mask");
