@@ -440,6 +440,35 @@ lp_status lp_tok_set_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t 
     return LP_OK;
 }
 
+/* The string BPE knows id by: the model's, also where an added token renamed the id. */
+static const char *model_key(const lp_tokenizer *tok, int32_t id, uint32_t *len)
+{
+    if (tok->model_pieces && tok->model_pieces[id]) {
+        *len = tok->model_piece_len[id];
+        return tok->model_pieces[id];
+    }
+    *len = tok->piece_len[id];
+    return tok->pieces[id];
+}
+
+lp_status lp_tok_override_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len,
+                                lp_error *err)
+{
+    LP_ASSERT(id >= 0 && id < tok->n_vocab && tok->pieces[id]);
+    if (!tok->model_pieces) {
+        tok->model_pieces = calloc((size_t)tok->n_vocab, sizeof *tok->model_pieces);
+        tok->model_piece_len = calloc((size_t)tok->n_vocab, sizeof *tok->model_piece_len);
+        if (!tok->model_pieces || !tok->model_piece_len)
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory",
+                                lp_path_basename(tok->path));
+    }
+    if (!tok->model_pieces[id]) {
+        tok->model_pieces[id] = tok->pieces[id]; /* still in the pool */
+        tok->model_piece_len[id] = tok->piece_len[id];
+    }
+    return lp_tok_set_piece(tok, id, s, len, err);
+}
+
 static uint64_t hash_bytes(const char *s, size_t len)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -469,16 +498,17 @@ int32_t lp_tok_vocab_find(const lp_tokenizer *tok, const char *s, size_t len)
         if (slot == 0)
             return -1;
         int32_t id = slot - 1;
-        if (tok->piece_len[id] == len && memcmp(tok->pieces[id], s, len) == 0)
+        uint32_t key_len;
+        const char *key = model_key(tok, id, &key_len);
+        if (key_len == len && memcmp(key, s, len) == 0)
             return id;
         i = (i + 1) & tok->vocab.mask;
     }
 }
 
-static void parse_byte_piece(lp_tokenizer *tok, int32_t id)
+static void parse_byte_piece(lp_tokenizer *tok, int32_t id, const char *p, uint32_t len)
 {
-    const char *p = tok->pieces[id];
-    if (tok->piece_len[id] != 6 || p[0] != '<' || p[1] != '0' || p[2] != 'x' || p[5] != '>')
+    if (len != 6 || p[0] != '<' || p[1] != '0' || p[2] != 'x' || p[5] != '>')
         return;
     int v = 0;
     for (int k = 3; k < 5; k++) {
@@ -506,12 +536,13 @@ lp_status lp_tok_build_vocab_map(lp_tokenizer *tok, lp_error *err)
     for (int32_t id = 0; id < tok->n_vocab; id++) {
         if (!tok->pieces[id] || (tok->flags[id] & TK_FLAG_ADDED))
             continue;
-        size_t i = (size_t)hash_bytes(tok->pieces[id], tok->piece_len[id]) & tok->vocab.mask;
+        uint32_t len, other_len;
+        const char *key = model_key(tok, id, &len);
+        size_t i = (size_t)hash_bytes(key, len) & tok->vocab.mask;
         bool dup = false;
         while (tok->vocab.slots[i]) {
-            int32_t other = tok->vocab.slots[i] - 1;
-            if (tok->piece_len[other] == tok->piece_len[id] &&
-                memcmp(tok->pieces[other], tok->pieces[id], tok->piece_len[id]) == 0) {
+            const char *other = model_key(tok, tok->vocab.slots[i] - 1, &other_len);
+            if (other_len == len && memcmp(other, key, len) == 0) {
                 dup = true; /* keep the lowest id for a repeated string */
                 break;
             }
@@ -519,7 +550,7 @@ lp_status lp_tok_build_vocab_map(lp_tokenizer *tok, lp_error *err)
         }
         if (!dup)
             tok->vocab.slots[i] = id + 1;
-        parse_byte_piece(tok, id);
+        parse_byte_piece(tok, id, key, len);
     }
     return LP_OK;
 }
@@ -1860,6 +1891,8 @@ void lp_tokenizer_close(lp_tokenizer *tok)
     free(tok->piece_len);
     free(tok->flags);
     free(tok->vocab.slots);
+    free(tok->model_pieces);
+    free(tok->model_piece_len);
     pcre2_code_free(tok->word_re);
     free(tok->scores);
     free(tok->merges);

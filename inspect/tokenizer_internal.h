@@ -228,6 +228,11 @@ struct lp_tokenizer {
     tk_dec *decs;
     size_t n_decs;
     pcre2_code *word_re; /* Rust's \w, compiled when an added token is single_word */
+    /* [n_vocab] or NULL: the model's own string where an added token with other content
+     * took the id over (Hugging Face decodes the added content, but BPE still finds the
+     * model string); the strings live in the pool */
+    const char **model_pieces;
+    uint32_t *model_piece_len;
     char **pool_chunks;    /* piece storage: few big blocks instead of one malloc a piece */
     size_t n_pool_chunks;
     char *pool_cur;
@@ -241,6 +246,9 @@ enum { TK_FLAG_SPECIAL = 1, TK_FLAG_ADDED = 2, TK_FLAG_CONTROL = 8 };
 /* Shared construction helpers (tokenizer.c). */
 lp_status lp_tok_alloc_vocab(lp_tokenizer *tok, int64_t n_vocab, lp_error *err);
 lp_status lp_tok_set_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len, lp_error *err);
+/* An added token takes id over with other content: the model string stays findable. */
+lp_status lp_tok_override_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len,
+                                lp_error *err);
 /* Build the string->id map over the model vocabulary (ids with a piece and not marked
  * TK_FLAG_ADDED-only) and the <0xXX> table. */
 lp_status lp_tok_build_vocab_map(lp_tokenizer *tok, lp_error *err);

@@ -625,12 +625,17 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         a->rstrip = jbool(item, "rstrip", false);
         a->single_word = jbool(item, "single_word", false);
         a->normalized = jbool(item, "normalized", !a->special);
-        if (!tok->pieces[id] || tok->piece_len[id] != a->len ||
-            memcmp(tok->pieces[id], a->content, a->len) != 0) {
+        if (!tok->pieces[id]) {
+            /* beyond the model vocabulary (Qwen3's): only the added-token pass yields it */
             st = lp_tok_set_piece(tok, id, a->content, a->len, c->err);
             if (st != LP_OK)
                 return st;
             tok->flags[id] |= TK_FLAG_ADDED;
+        } else if (tok->piece_len[id] != a->len ||
+                   memcmp(tok->pieces[id], a->content, a->len) != 0) {
+            st = lp_tok_override_piece(tok, id, a->content, a->len, c->err);
+            if (st != LP_OK)
+                return st;
         }
         if (a->special)
             tok->flags[id] |= TK_FLAG_SPECIAL;

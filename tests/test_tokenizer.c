@@ -930,6 +930,15 @@ static void test_model_options(void **state)
     tok = open_json("tok_nofallback.json", json);
     expect_ids(tok, "a\xC3\xA9", false, IDS(2, 3));
     lp_tokenizer_close(tok);
+    /* an added token that takes over a model id with other content: BPE still reaches the
+     * id through the model string, and the id reads as the added content (Hugging Face) */
+    tok = open_json("tok_override.json",
+        "{\"added_tokens\": [{\"id\": 2, \"content\": \"<x>\", \"special\": true}],"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2},"
+        " \"merges\": [\"a b\"]}}");
+    expect_ids(tok, "ab<x>", false, IDS(2, 2));
+    assert_string_equal(lp_tokenizer_piece(tok, 2), "<x>");
+    lp_tokenizer_close(tok);
     /* ignore_merges: a word that is a vocabulary entry is taken whole */
     static const char ignore[] =
         "{\"model\": {\"type\": \"BPE\", \"ignore_merges\": %s, \"vocab\": {\"a\": 0, \"b\": 1, "
