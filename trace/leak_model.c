@@ -525,8 +525,9 @@ static lp_status padded_batch_check(const lp_model *model, const int32_t *ids, i
     int64_t T = n_ids < 24 ? n_ids : 24;
     if (T < 4)
         return LP_OK; /* too short to pad meaningfully; the mask specs cover padding */
-    int64_t pad = T / 4;
-    int64_t pl[3] = {0, pad, 0}, pr[3] = {0, 0, pad};
+    /* three lengths: T, T - T/4 (left-padded), T - T/3 (right-padded) */
+    int64_t pad = T / 4, pad2 = T / 3;
+    int64_t pl[3] = {0, pad, 0}, pr[3] = {0, 0, pad2};
     int32_t *tokens = alloc_array(3, T, sizeof(int32_t));
     layer_attn *la = alloc_array(o->n_layers, 1, sizeof(layer_attn));
     if (!tokens || !la) {
@@ -536,13 +537,13 @@ static lp_status padded_batch_check(const lp_model *model, const int32_t *ids, i
     }
     for (int l = 0; l < o->n_layers; l++)
         la[l].first_bad_row = -1;
-    /* item 0: the prompt; item 1: padding then the prompt's first T - pad tokens; item 2: those
-     * tokens then padding. Padding cells hold the prompt's first id (any valid id will do: the
-     * mask must hide them). */
+    /* item 0: the prompt; item 1: padding then the prompt's first T - pad tokens; item 2: the
+     * first T - pad2 tokens then padding. Padding cells hold the prompt's first id (any valid id
+     * will do: the mask must hide them). */
     for (int64_t t = 0; t < T; t++) {
         tokens[t] = ids[t];
         tokens[T + t] = t < pad ? ids[0] : ids[t - pad];
-        tokens[2 * T + t] = t < T - pad ? ids[t] : ids[0];
+        tokens[2 * T + t] = t < T - pad2 ? ids[t] : ids[0];
     }
     lp_batch batch = {3, T, tokens, pl, pr};
     o->mode = MODE_PADDED;
