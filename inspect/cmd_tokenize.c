@@ -19,7 +19,7 @@
     "                    beside it\n"                                                           \
     "--tokenizer FILE    use this tokenizer instead (needed for llama2.c checkpoints)\n"        \
     "--text TEXT         the text to encode (--prompt is the same)\n"                           \
-    "--prompt-file FILE  encode the file's bytes exactly (a final newline is kept)\n"           \
+    "--prompt-file FILE  encode the file's bytes (one final \\n or \\r\\n is dropped, as in trace)\n" \
     "--tokens 1,2,3      decode these ids instead: pieces, labels and the decoded text\n"       \
     "--no-special        do not add the post-processor's tokens (BOS ...); when decoding,\n"    \
     "                    skip special tokens\n"                                                 \
@@ -206,6 +206,11 @@ static int run_tokenize(int argc, char **argv)
     if (prompt_file) {
         if (lp_read_file(prompt_file, PROMPT_FILE_MAX, &file_text, &text_len, &err) != LP_OK)
             return lp_cli_fail(cmd, &err);
+        /* one final line break is the file's, not the prompt's (as `loupe trace` reads it) */
+        if (text_len > 0 && file_text[text_len - 1] == '\n')
+            file_text[--text_len] = '\0';
+        if (text_len > 0 && file_text[text_len - 1] == '\r')
+            file_text[--text_len] = '\0';
         text = file_text;
     }
     lp_tokenizer *tok;

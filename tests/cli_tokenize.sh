@@ -35,9 +35,13 @@ expect_stdout_contains '"\n"' "$LOUPE" tokenize "$TOK/gpt2/tokenizer.json" --tex
 b"
 expect_stdout_contains "ids: 15496 995" "$LOUPE" tokenize "$TOK/gpt2/tokenizer.json" --text "Hello world"
 
-# --prompt-file keeps the bytes (trailing newline = id 198)
-printf 'Hello world\n' >"$TMP/prompt.txt"
+# --prompt-file drops one final line break, as loupe trace does; a second one stays (id 198)
+printf 'Hello world\r\n' >"$TMP/prompt.txt"
 out=$("$LOUPE" tokenize "$TOK/gpt2/tokenizer.json" --prompt-file "$TMP/prompt.txt" --json)
+want='{"ids": [15496, 995], "pieces": ["Hello", "Ġworld"]}'
+if [ "$out" = "$want" ]; then ok; else bad "prompt-file: got '$out', want '$want'"; fi
+printf 'Hello world\n\n' >"$TMP/prompt2.txt"
+out=$("$LOUPE" tokenize "$TOK/gpt2/tokenizer.json" --prompt-file "$TMP/prompt2.txt" --json)
 want='{"ids": [15496, 995, 198], "pieces": ["Hello", "Ġworld", "Ċ"]}'
 if [ "$out" = "$want" ]; then ok; else bad "prompt-file: got '$out', want '$want'"; fi
 
