@@ -33,7 +33,8 @@
     "  --leak-threshold T   masked cells above T are drawn as leaks (default 0)\n"              \
     "  --size PX            largest side of a single map (default 800); longer maps are\n"       \
     "                       max-pooled in blocks\n"                                               \
-    "  --cell PX            pixels per cell (default: largest that fits --size, at most 24)\n"   \
+    "  --cell PX            pixels per cell, lowered to fit --size (default: the largest\n"      \
+    "                       that fits, at most 24)\n"                                           \
     "  --thumb PX           panel side for --grid (default 160) and --overview (default 64)\n"   \
     "  --range A:B          one head: show positions A..B-1 only (keys, and the queries there)\n" \
     "  --zoom N             PNG: N device pixels per layout pixel (1..4, default 1; 2 for HiDPI)\n" \
