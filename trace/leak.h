@@ -65,7 +65,7 @@ typedef struct lp_leak_def {
     int64_t window;   /* WINDOW: keys per query, the query itself included (>= 1) */
     int64_t *doc_ids; /* DOC: [n_doc_ids] one document id per position; owned (lp_leak_def_free) */
     int64_t n_doc_ids;
-    char text[64];    /* as given, for reports: "causal", "window:4", "doc:ids.txt" */
+    char text[512];   /* as given, for reports: "causal", "window:4", "doc:ids.txt" */
 } lp_leak_def;
 
 /* "causal", "window:W" or "doc:IDS_FILE" (comma/space separated integers, one per position).
