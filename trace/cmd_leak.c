@@ -395,8 +395,8 @@ static int run_mask(const leak_args *a)
                 c.position = rep.leak_count > 0 ? rep.leaks[0].query : -1;
                 c.max_abs_diff = NAN;
                 snprintf(c.detail, sizeof c.detail,
-                         "%.80s as %.100s: %lld leaking cells, %lld blocked, %lld fully masked rows, "
-                         "%lld NaN rows",
+                         "%.80s as %.100s: %lld leaking cells, %lld blocked, %lld fully "
+                         "masked rows, %lld NaN rows",
                          lp_path_basename(a->mask), mo.def.text, (long long)rep.leak_count,
                          (long long)rep.blocked_count, (long long)rep.fully_masked_rows,
                          (long long)rep.nan_rows);
