@@ -55,7 +55,8 @@ static void write_npy(const char *path, const char *descr, int n_dims, const int
     for (int d = 0; d < n_dims; d++)
         used += (size_t)snprintf(shape_text + used, sizeof shape_text - used, "%lld,%s",
                                  (long long)shape[d], d + 1 < n_dims ? " " : "");
-    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+    int len = snprintf(dict, sizeof dict,
+                       "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
                        descr, shape_text);
     size_t total = 10 + (size_t)len + 1;
     size_t padded = (total + 63) / 64 * 64;
@@ -1004,9 +1005,9 @@ static void test_model_faults(void **state)
                 /* the kernel on the padded spec: real queries 3..12 of item 1 each see its 3
                  * padding keys */
                 bool found = false;
+                const char *want = "left/right padding: 30 leaking, 0 blocked cells (kernel: 30 ";
                 for (int64_t i = 0; i < r.n_checks; i++)
-                    found = found || strstr(r.checks[i].detail, "left/right padding: 30 leaking, "
-                                                                "0 blocked cells (kernel: 30 ") != NULL;
+                    found = found || strstr(r.checks[i].detail, want) != NULL;
                 assert_true(found);
             }
             lp_leak_model_report_free(&r);

@@ -160,7 +160,8 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
     for (int d = 0; d < n_dims; d++) {
         out->shape[d] = shape[d];
         if (shape[d] <= 0)
-            return lp_error_set(err, LP_ERR_FORMAT, "%s: dimension %d is %lld (expected >= 1)", name,
+            return lp_error_set(err, LP_ERR_FORMAT, "%s: dimension %d is %lld (expected >= 1)",
+                                name,
                                 d, (long long)shape[d]);
     }
     int64_t nq = shape[n_dims - 2], nk = shape[n_dims - 1];
@@ -446,6 +447,7 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
         lp_weights_close(w);
         return st;
     }
-    return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: not a mask file (expected .npy or .safetensors)",
+    return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                        "%s: not a mask file (expected .npy or .safetensors)",
                         path);
 }

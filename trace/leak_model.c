@@ -687,7 +687,8 @@ lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t
             int64_t cut = r->cuts[ci];
             memcpy(perturbed, ids, (size_t)n_ids * sizeof(int32_t));
             for (int64_t t = cut + 1; t < n_ids; t++) {
-                int64_t shift = 1 + (int64_t)(next_random(&rng) % (uint64_t)(o.V > 1 ? o.V - 1 : 1));
+                uint64_t others = (uint64_t)(o.V > 1 ? o.V - 1 : 1);
+                int64_t shift = 1 + (int64_t)(next_random(&rng) % others);
                 perturbed[t] = (int32_t)((ids[t] + shift) % o.V);
             }
             for (int l = 0; l <= o.n_layers; l++) {
