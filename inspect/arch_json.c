@@ -92,6 +92,7 @@ json_t *lp_arch_to_json(const lp_arch *a)
     put_bool(o, "post_ffn_norm", a->post_ffn_norm, &ok);
     put_bool(o, "qk_norm", a->qk_norm, &ok);
     put_bool(o, "qk_norm_full", a->qk_norm_full, &ok);
+    put_bool(o, "qk_norm_per_head", a->qk_norm_per_head, &ok);
     put_bool(o, "no_input_norm", a->no_input_norm, &ok);
     put_bool(o, "embed_norm", a->embed_norm, &ok);
     put_bool(o, "final_norm", a->final_norm, &ok);

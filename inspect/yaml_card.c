@@ -145,7 +145,9 @@ static const char *const POS_NAMES[] = {"rope", "learned", "alibi", "none"};
 static const char *const LAYOUT_NAMES[] = {"halves", "adjacent"};
 static const char *const SCALING_NAMES[] = {"none",  "linear", "dynamic",
                                             "llama3", "yarn",  "longrope"};
-static const char *const QK_NORM_NAMES[] = {"none", "per_head", "all_heads"};
+/* per_head: one head_dim weight shared by the heads (Qwen3, Gemma 3); all_heads: one norm over
+ * all heads (OLMo 2); each_head: a separate bias-free norm for every q and kv head (StableLM 2). */
+static const char *const QK_NORM_NAMES[] = {"none", "per_head", "all_heads", "each_head"};
 
 /* ---------------------------------------------------------------------------------------------
  * Reading
@@ -311,8 +313,9 @@ static lp_status read_field(card_reader *r, const card_field *f, yaml_node_t *no
         return st;
     case F_QK_NORM:
         st = read_enum(r, node, f->key, QK_NORM_NAMES, ENUM_COUNT(QK_NORM_NAMES), &e);
-        a->qk_norm = e == 1;
+        a->qk_norm = e == 1 || e == 3;
         a->qk_norm_full = e == 2;
+        a->qk_norm_per_head = e == 3;
         return st;
     case F_DTYPE: {
         const char *s = node->type == YAML_SCALAR_NODE ? scalar_text(node) : "";
@@ -711,7 +714,7 @@ static bool field_is_default(const card_field *f, const lp_arch *a, const lp_arc
     case F_BOOL:
     case F_NOT_BOOL: return *(const bool *)(const void *)x == *(const bool *)(const void *)y;
     case F_STR: return strcmp(x, y) == 0;
-    case F_QK_NORM: return !a->qk_norm && !a->qk_norm_full;
+    case F_QK_NORM: return !a->qk_norm && !a->qk_norm_full && !a->qk_norm_per_head;
     case F_SPECIAL: return true;
     default: return memcmp(x, y, f->size) == 0;
     }
@@ -784,7 +787,13 @@ static void write_value(FILE *out, const card_field *f, const lp_arch *a)
     case F_LAYOUT: fputs(LAYOUT_NAMES[a->rope_layout], out); break;
     case F_SCALING: fputs(SCALING_NAMES[a->rope_scaling.kind], out); break;
     case F_DTYPE: fputs(lp_dtype_name(a->storage_dtype), out); break;
-    case F_QK_NORM: fputs(QK_NORM_NAMES[a->qk_norm_full ? 2 : a->qk_norm ? 1 : 0], out); break;
+    case F_QK_NORM:
+        fputs(QK_NORM_NAMES[a->qk_norm_full       ? 2
+                            : a->qk_norm_per_head ? 3
+                            : a->qk_norm          ? 1
+                                                  : 0],
+              out);
+        break;
     case F_SPECIAL: break;
     }
 }

@@ -123,7 +123,7 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_I(parallel_block) SAME_I(parallel_two_norms) SAME_D(embed_scale)
     SAME_D(attn_logit_softcap) SAME_D(final_logit_softcap) SAME_D(query_scale)
     SAME_I(n_mtp_layers) SAME_I(storage_dtype) SAME_I(bos_token_id) SAME_I(eos_token_id)
-    SAME_I(router_bias) SAME_I(attn_sinks)
+    SAME_I(router_bias) SAME_I(attn_sinks) SAME_I(qk_norm_per_head)
     for (int l = 0; l < LP_MAX_LAYERS; l++) {
         SAME_I(layer_kv_heads[l]) SAME_I(layer_ffn_hidden[l]) SAME_I(layer_window[l])
         SAME_I(layer_moe[l])
@@ -184,10 +184,11 @@ static void test_defaults_and_names(void **state)
     (void)state;
     /* A tripwire: lp_arch grew or changed. Whoever adds a field must also add it to arch_diff
      * below, to the card schema (FIELDS in inspect/yaml_card.c, configs/README.md), to
-     * inspect/arch_json.c and to the HF reader; then update this number. */
-    size_t end_of_fields = offsetof(lp_arch, attn_sinks) + sizeof(bool);
-    if (end_of_fields != 13626)
-        fail_msg("lp_arch's fields end at byte %zu, not 13626: see the comment above",
+     * inspect/arch_json.c and to the HF reader; then update these numbers and the field named
+     * here (the last one). A bool that fits in the trailing padding slips past sizeof. */
+    size_t end_of_fields = offsetof(lp_arch, qk_norm_per_head) + sizeof(bool);
+    if (end_of_fields != 13627 || sizeof(lp_arch) != 13632)
+        fail_msg("lp_arch's fields end at byte %zu, not 13627 (or sizeof changed): see above",
                  end_of_fields);
     lp_arch a;
     lp_arch_init(&a);
@@ -384,6 +385,16 @@ static void test_falcon_and_gpt2_aliases(void **state)
     assert_int_equal(a->eos_token_id, 50256);
     assert_true(a->bias_qkv && a->bias_o && a->bias_mlp && a->bias_norm);
     check_round_trip(a, "gpt2_inner");
+
+    /* StableLM 2 12B: a separate norm for every query and kv head, parallel residual */
+    a = parse_hf_text("stablelm2.json",
+        "{\"model_type\": \"stablelm\", \"vocab_size\": 100352, \"hidden_size\": 5120,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 32, \"num_key_value_heads\": 8,"
+        " \"intermediate_size\": 13824, \"qk_layernorm\": true, \"use_parallel_residual\": true,"
+        " \"partial_rotary_factor\": 0.25, \"use_qkv_bias\": false}");
+    assert_true(a->qk_norm && a->qk_norm_per_head && !a->qk_norm_full);
+    assert_true(a->parallel_block && !a->parallel_two_norms);
+    check_round_trip(a, "stablelm2");
 
     /* GPT-NeoX (Pythia): parallel residual with a LayerNorm per branch, a quarter of each head
      * rotated, biases everywhere */
