@@ -973,6 +973,78 @@ static void test_range_window(void **state)
     unlink(svg);
 }
 
+/* Hostile attention rows: random shapes, dtypes and blob lengths. Reading must succeed exactly
+ * when the row is consistent, and never touch memory it should not (run under LOUPE_SANITIZE). */
+static void test_hostile_attention_rows(void **state)
+{
+    (void)state;
+    char db_path[512];
+    tmp_path(db_path, sizeof db_path, "hostile.db");
+    sqlite3 *sdb = new_db(db_path);
+    add_run(sdb, 1, "complete", "trace", 8, 1, 300, NULL);
+    static const char *const dtypes[] = {"f16", "f32"};
+    uint64_t seed = 12345;
+    int64_t n_q[300], n_k[300], bytes[300];
+    int dt[300];
+    sqlite3_stmt *st;
+    /* dtype outside the CHECK is refused by SQLite itself, so only sizes are hostile here */
+    assert_int_equal(sqlite3_prepare_v2(sdb,
+                                        "INSERT INTO attention (run_id, layer, head, n_q, n_k, "
+                                        "dtype, probs) VALUES (1, 0, ?1, ?2, ?3, ?4, "
+                                        "randomblob(?5))",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    for (int h = 0; h < 300; h++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        n_q[h] = (int64_t)((seed >> 33) % 43) - 2;
+        n_k[h] = (int64_t)((seed >> 40) % 43) - 2;
+        dt[h] = (int)((seed >> 50) & 1);
+        int64_t honest = n_q[h] * n_k[h] * (dt[h] ? 4 : 2);
+        /* half the rows honest (when the shape allows), the rest off by a little or a lot */
+        bytes[h] = (seed >> 20) & 1 ? honest : (int64_t)((seed >> 8) % 4000) + 1;
+        if (bytes[h] < 1)
+            bytes[h] = 1;
+        sqlite3_bind_int(st, 1, h);
+        sqlite3_bind_int64(st, 2, n_q[h]);
+        sqlite3_bind_int64(st, 3, n_k[h]);
+        sqlite3_bind_text(st, 4, dtypes[dt[h]], -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, bytes[h]);
+        assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(sdb);
+
+    lp_error err = {0};
+    lp_render_db *db;
+    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
+    lp_render_run run;
+    bool incomplete;
+    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    int n_ok = 0;
+    for (int h = 0; h < 300; h++) {
+        bool consistent = n_q[h] >= 1 && n_k[h] >= 1 && n_q[h] <= n_k[h] &&
+                          bytes[h] == n_q[h] * n_k[h] * (dt[h] ? 4 : 2);
+        lp_pooled_map map;
+        lp_status got = lp_render_db_read_map(db, &run, 0, h, 7, 0, &map, &err);
+        if (consistent) {
+            if (got != LP_OK)
+                fail_msg("head %d (%lld x %lld %s, %lld bytes): %s", h, (long long)n_q[h],
+                         (long long)n_k[h], dtypes[dt[h]], (long long)bytes[h], err.msg);
+            assert_true(map.rows >= 1 && map.rows <= 7 && map.cols >= 1 && map.cols <= 7);
+            lp_pooled_map_free(&map);
+            n_ok++;
+        } else {
+            assert_int_equal(got, LP_ERR_FORMAT);
+            assert_non_null(strstr(err.msg, "attention run 1 layer 0 head"));
+        }
+    }
+    assert_true(n_ok > 20); /* the generator made both kinds */
+    lp_render_run_clear(&run);
+    lp_render_db_close(db);
+    unlink(db_path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -987,6 +1059,7 @@ int main(void)
         cmocka_unit_test(test_grid_overview_stats_leak),
         cmocka_unit_test(test_decode_nan_and_selection),
         cmocka_unit_test(test_range_window),
+        cmocka_unit_test(test_hostile_attention_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
