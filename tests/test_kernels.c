@@ -348,6 +348,18 @@ static void test_linear_errors(void **state)
     assert_non_null(strstr(err.msg, "i32"));
     lp_matrix w4 = {LP_DTYPE_Q8_0, data, 32, 2, 68, true};
     assert_int_equal(lp_linear(x, 1, &w4, NULL, y, NULL, &err), LP_ERR_UNSUPPORTED);
+    /* a block type without a dequantizer is refused by name, never read */
+    for (int d = LP_DTYPE_Q4_0; d < LP_DTYPE_COUNT; d++)
+        if (!lp_dequantize_supported((lp_dtype)d)) {
+            lp_matrix w5 = {(lp_dtype)d, data, 1, 256, 4096, false};
+            assert_int_equal(lp_linear(x, 1, &w5, NULL, y, NULL, &err), LP_ERR_UNSUPPORTED);
+            assert_non_null(strstr(err.msg, lp_dtype_name((lp_dtype)d)));
+        }
+    /* nothing to compute is fine and writes nothing */
+    y[0] = 42.0f;
+    lp_matrix w6 = {LP_DTYPE_F32, data, 1, 16, 64, false};
+    assert_int_equal(lp_linear(x, 0, &w6, NULL, y, NULL, &err), LP_OK);
+    assert_true(y[0] == 42.0f);
 }
 
 /* ---- the pool */
