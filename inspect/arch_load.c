@@ -78,6 +78,13 @@ static const char *sniff_other_format(const uint8_t *data, size_t size)
         return "a Python pickle (a PyTorch checkpoint?)";
     if (size >= 1 && data[0] == '{')
         return "JSON text";
+    /* Header fields are small int32s, so a real header has zero bytes; text has none. */
+    size_t n = size < 28 ? size : 28;
+    bool text = n > 0;
+    for (size_t i = 0; i < n && text; i++)
+        text = data[i] >= 0x20 || data[i] == '\n' || data[i] == '\r' || data[i] == '\t';
+    if (text)
+        return "text";
     return NULL;
 }
 

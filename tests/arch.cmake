@@ -24,3 +24,14 @@ endif()
 file(GLOB lp_arch_fuzz_inputs ${PROJECT_SOURCE_DIR}/configs/*.yaml ${LOUPE_SHARED_DIR}/configs/*/config.json)
 add_test(NAME fuzz_arch_replay COMMAND fuzz_arch ${lp_arch_fuzz_inputs})
 set_tests_properties(fuzz_arch_replay PROPERTIES LABELS "fuzz")
+# What users see: cards by name and by Hugging Face id, and one-line errors naming the problem.
+set(lp_arch_cli_env "LOUPE_CONFIGS=${PROJECT_SOURCE_DIR}/configs")
+add_test(NAME cli_arch_card_by_id COMMAND loupe estimate meta-llama/Meta-Llama-3-8B)
+set_tests_properties(cli_arch_card_by_id PROPERTIES LABELS "cli" ENVIRONMENT "${lp_arch_cli_env}"
+  PASS_REGULAR_EXPRESSION "from [^\n]*configs/llama-3-8b\\.yaml\\)[^$]*total +8,030,261,248")
+add_test(NAME cli_arch_unknown_card COMMAND loupe estimate no-such-card)
+set_tests_properties(cli_arch_unknown_card PROPERTIES LABELS "cli" ENVIRONMENT "${lp_arch_cli_env}"
+  PASS_REGULAR_EXPRESSION "^loupe estimate: no-such-card: no such file, and no card no-such-card\\.yaml in [^\n]*\n$")
+add_test(NAME cli_arch_bad_config COMMAND loupe estimate ${PROJECT_SOURCE_DIR}/configs/README.md)
+set_tests_properties(cli_arch_bad_config PROPERTIES LABELS "cli" ENVIRONMENT "${lp_arch_cli_env}"
+  PASS_REGULAR_EXPRESSION "^loupe estimate: [^\n]*README\\.md: this is text, not a llama2\\.c checkpoint\n$")

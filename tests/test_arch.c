@@ -727,7 +727,10 @@ static void test_llama2c_header(void **state)
     path = write_tmp("pickle.bin", "\x80\x02}q\x00(X\x05\x00\x00\x00model_stateq\x01");
     assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "pickle"));
-    path = write_tmp("tiny.bin", "abc");
+    path = write_tmp("text.bin", "# notes, not weights\n");
+    assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "text"));
+    path = write_tmp("tiny.bin", "\x01\x02\x03");
     assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "28-byte"));
 }
