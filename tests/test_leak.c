@@ -1009,6 +1009,19 @@ static void test_model_faults(void **state)
                 for (int64_t i = 0; i < r.n_checks; i++)
                     found = found || strstr(r.checks[i].detail, want) != NULL;
                 assert_true(found);
+                /* and the left-padded item's real tokens no longer compute what the unpadded
+                 * ones do, from layer 0 on, at its first real position (5) */
+                found = false;
+                for (int64_t i = 0; i < r.n_checks; i++)
+                    if (strstr(r.checks[i].detail, "padded batch: hidden states of") &&
+                        r.checks[i].layer == 0) {
+                        assert_false(r.checks[i].passed);
+                        assert_int_equal(r.checks[i].position, 5);
+                        assert_true(r.checks[i].max_abs_diff > 1e-3);
+                        assert_non_null(strstr(r.checks[i].detail, "item 1 (left-padded)"));
+                        found = true;
+                    }
+                assert_true(found);
             }
             lp_leak_model_report_free(&r);
         }

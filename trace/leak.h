@@ -48,6 +48,7 @@
 #define LP_LEAK_NEGLIGIBLE_LOG (-20.72)  /* ln(1e-9): relative weight below which a key is unseen */
 #define LP_LEAK_ROW_SUM_TOL 1e-5         /* attention rows must sum to 1 within this */
 #define LP_LEAK_MOE_TOLERANCE 1e-5       /* perturbation, MoE only: relative to the row's max */
+#define LP_LEAK_PAD_TOLERANCE 1e-5       /* padded vs unpadded rows: relative to the row's max */
 
 /* ---------------------------------------------------------------------------------------------
  * Definitions.

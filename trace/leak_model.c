@@ -110,6 +110,13 @@ typedef struct leak_obs {
     const int64_t *pad_left, *pad_right;
     layer_attn *attn;  /* [n_layers]: main pass (MODE_BASELINE) */
     layer_attn *padded_attn; /* [n_layers]: padded batch (MODE_PADDED) */
+    /* padded batch: item 0's rows, and how far the other items' real rows are from them */
+    int64_t pad_T;
+    float *pad_ref_resid;   /* [n_layers, pad_T, H] */
+    float *pad_ref_logits;  /* [pad_T, V] */
+    double *pad_max;        /* [n_layers + 1] */
+    int64_t *pad_bad;       /* [n_layers + 1] rows beyond the tolerance */
+    int64_t *pad_first_item, *pad_first_pos; /* [n_layers + 1], -1 = none */
 } leak_obs;
 
 static int64_t layer_window(const leak_obs *o, int layer)
@@ -138,7 +145,8 @@ static bool obs_want(void *ctx, const lp_site *site)
     case MODE_PERTURBED:
         return site->kind == LP_SITE_RESID || site->kind == LP_SITE_LOGITS;
     case MODE_PADDED:
-        return site->kind == LP_SITE_ATTN_PROBS;
+        return site->kind == LP_SITE_ATTN_PROBS || site->kind == LP_SITE_RESID ||
+               site->kind == LP_SITE_LOGITS;
     }
     return false;
 }
@@ -213,8 +221,27 @@ static void check_probs(leak_obs *o, const lp_site *site, const lp_view *v)
     }
 }
 
+/* Max |a - b| over n values (NaN counts as infinite), and whether it exceeds the tolerance:
+ * `tolerance` relative to the row's largest magnitude (at least 1); 0 = any difference. */
+static bool row_differs(const float *a, const float *b, int64_t n, double tolerance, double *max_diff)
+{
+    *max_diff = 0.0;
+    if (memcmp(a, b, (size_t)n * sizeof(float)) == 0)
+        return false;
+    double m = 0.0, scale = 1.0;
+    for (int64_t c = 0; c < n; c++) {
+        double d = fabs((double)a[c] - (double)b[c]);
+        if (!(d <= m))
+            m = isnan(d) ? (double)INFINITY : d;
+        if (fabs((double)a[c]) > scale)
+            scale = fabs((double)a[c]);
+    }
+    *max_diff = m;
+    return m > tolerance * scale || (tolerance == 0.0 && m == 0.0);
+}
+
 /* Perturbed run: rows 0..cut of the residual after each layer and of the logits must equal the
- * baseline bit for bit. */
+ * baseline bit for bit (MoE: within the tolerance). */
 static void compare_rows(leak_obs *o, int slot, const float *base, int64_t base_stride,
                          const lp_view *v)
 {
@@ -223,29 +250,47 @@ static void compare_rows(leak_obs *o, int slot, const float *base, int64_t base_
         if (pos > o->cut)
             break;
         const float *a = base + pos * base_stride, *b = v->data + r * v->stride;
-        if (memcmp(a, b, (size_t)v->cols * sizeof(float)) == 0)
-            continue;
-        double m = 0.0;
-        for (int64_t c = 0; c < v->cols; c++) {
-            double d = fabs((double)a[c] - (double)b[c]);
-            if (!(d <= m)) /* NaN counts as the largest difference */
-                m = isnan(d) ? (double)INFINITY : d;
-        }
-        o->r->bitwise = false;
+        double m;
+        bool beyond = row_differs(a, b, v->cols, o->tolerance, &m);
+        if (m > 0.0 || beyond)
+            o->r->bitwise = false;
         if (m > o->cut_max[slot])
             o->cut_max[slot] = m;
-        /* MoE: summation-order noise is allowed up to the tolerance, relative to the row's
-         * largest magnitude; dense models must match bit for bit. */
-        double tol = 0.0;
-        if (o->tolerance > 0.0) {
-            double scale = 1.0;
-            for (int64_t c = 0; c < v->cols; c++)
-                if (fabs((double)a[c]) > scale)
-                    scale = fabs((double)a[c]);
-            tol = o->tolerance * scale;
-        }
-        if (m > tol && o->cut_first_pos[slot] < 0)
+        if (beyond && o->cut_first_pos[slot] < 0)
             o->cut_first_pos[slot] = pos;
+    }
+}
+
+/* Padded batch: item 0 (unpadded) is the reference; every real row of items 1 and 2 must equal
+ * item 0's row of the same position: padding must change nothing but where tokens sit. */
+static void padded_rows(leak_obs *o, const lp_site *site, const lp_view *v)
+{
+    bool logits = site->kind == LP_SITE_LOGITS;
+    int slot = logits ? o->n_layers : site->layer;
+    int64_t width = logits ? o->V : o->H;
+    float *ref = logits ? o->pad_ref_logits : o->pad_ref_resid + (int64_t)slot * o->pad_T * o->H;
+    int64_t b = site->batch;
+    for (int64_t r = 0; r < v->rows; r++) {
+        int64_t t = v->row0 + r;
+        const float *row = v->data + r * v->stride;
+        if (b == 0) {
+            memcpy(ref + t * width, row, (size_t)width * sizeof(float));
+            continue;
+        }
+        if (t < o->pad_left[b] || t >= o->pad_T - o->pad_right[b])
+            continue;
+        double m;
+        bool beyond = row_differs(ref + (t - o->pad_left[b]) * width, row, width,
+                                  LP_LEAK_PAD_TOLERANCE, &m);
+        if (m > o->pad_max[slot])
+            o->pad_max[slot] = m;
+        if (beyond) {
+            o->pad_bad[slot]++;
+            if (o->pad_first_item[slot] < 0) {
+                o->pad_first_item[slot] = b;
+                o->pad_first_pos[slot] = t;
+            }
+        }
     }
 }
 
@@ -259,6 +304,11 @@ static lp_status obs_observe(void *ctx, const lp_site *site, const lp_view *v, l
     }
     if (site->kind == LP_SITE_ATTN_PROBS) {
         check_probs(o, site, v);
+        return LP_OK;
+    }
+    if (o->mode == MODE_PADDED) {
+        if (site->kind == LP_SITE_RESID || site->kind == LP_SITE_LOGITS)
+            padded_rows(o, site, v);
         return LP_OK;
     }
     if (site->batch != 0)
@@ -530,31 +580,80 @@ static lp_status padded_batch_check(const lp_model *model, const int32_t *ids, i
     int64_t pl[3] = {0, pad, 0}, pr[3] = {0, 0, pad2};
     int32_t *tokens = alloc_array(3, T, sizeof(int32_t));
     layer_attn *la = alloc_array(o->n_layers, 1, sizeof(layer_attn));
-    if (!tokens || !la) {
-        free(tokens);
-        free(la);
-        return lp_error_set(err, LP_ERR_NOMEM, "leak: out of memory for the padded batch");
+    int64_t resid_rows = (int64_t)o->n_layers * T; /* both bounded: T <= 24, layers <= 512 */
+    int slots = o->n_layers + 1;
+    o->pad_T = T;
+    o->pad_ref_resid = alloc_array(resid_rows, o->H, sizeof(float));
+    o->pad_ref_logits = alloc_array(T, o->V, sizeof(float));
+    o->pad_max = alloc_array(slots, 1, sizeof(double));
+    o->pad_bad = alloc_array(slots, 1, sizeof(int64_t));
+    o->pad_first_item = alloc_array(slots, 1, sizeof(int64_t));
+    o->pad_first_pos = alloc_array(slots, 1, sizeof(int64_t));
+    lp_status st = LP_OK;
+    if (!tokens || !la || !o->pad_ref_resid || !o->pad_ref_logits || !o->pad_max || !o->pad_bad ||
+        !o->pad_first_item || !o->pad_first_pos) {
+        st = lp_error_set(err, LP_ERR_NOMEM, "leak: out of memory for the padded batch");
+        goto done;
     }
     for (int l = 0; l < o->n_layers; l++)
         la[l].first_bad_row = -1;
+    for (int i = 0; i < slots; i++)
+        o->pad_first_item[i] = o->pad_first_pos[i] = -1;
     /* item 0: the prompt; item 1: padding then the prompt's first T - pad tokens; item 2: the
-     * first T - pad2 tokens then padding. Padding cells hold the prompt's first id (any valid id
-     * will do: the mask must hide them). */
+     * first T - pad2 tokens then padding. Padding cells hold an id other than the first token's
+     * (the mask must hide them whatever they hold; a copy of the first token would hide a leak
+     * into the first real position). */
+    int32_t pad_id = (int32_t)((ids[0] + 1) % o->V);
     for (int64_t t = 0; t < T; t++) {
         tokens[t] = ids[t];
-        tokens[T + t] = t < pad ? ids[0] : ids[t - pad];
-        tokens[2 * T + t] = t < T - pad2 ? ids[t] : ids[0];
+        tokens[T + t] = t < pad ? pad_id : ids[t - pad];
+        tokens[2 * T + t] = t < T - pad2 ? ids[t] : pad_id;
     }
     lp_batch batch = {3, T, tokens, pl, pr};
     o->mode = MODE_PADDED;
     o->pad_left = pl;
     o->pad_right = pr;
     o->padded_attn = la;
-    lp_status st = run_pass(model, &batch, o, err);
+    st = run_pass(model, &batch, o, err);
     if (st == LP_OK)
         st = attention_checks(o, la, true, cap, err);
+    for (int slot = 0; slot < slots && st == LP_OK; slot++) {
+        lp_leak_model_report *r = o->r;
+        int layer = slot == o->n_layers ? -1 : slot;
+        const char *what = layer < 0 ? "logits" : "hidden states";
+        if (o->pad_bad[slot] == 0 && o->pad_max[slot] == 0.0)
+            st = add_check(r, cap, "structural", true, layer, -1, 0.0, err,
+                           "padded batch: %s of the real tokens of the left- and right-padded "
+                           "items equal the unpadded item's bit for bit",
+                           what);
+        else if (o->pad_bad[slot] == 0)
+            st = add_check(r, cap, "structural", true, layer, -1, o->pad_max[slot], err,
+                           "padded batch: %s of the real tokens of the left- and right-padded "
+                           "items equal the unpadded item's within %.0e relative (max |diff| "
+                           "%.3g; SIMD tails of elementwise kernels depend on a row's index)",
+                           what, LP_LEAK_PAD_TOLERANCE, o->pad_max[slot]);
+        else
+            st = add_check(r, cap, "structural", false, layer, o->pad_first_pos[slot],
+                           o->pad_max[slot], err,
+                           "padded batch: %s of %lld real rows differ from the unpadded item "
+                           "(max |diff| %.3g); first: item %lld (%s-padded), position %lld",
+                           what, (long long)o->pad_bad[slot], o->pad_max[slot],
+                           (long long)o->pad_first_item[slot],
+                           o->pad_first_item[slot] == 1 ? "left" : "right",
+                           (long long)o->pad_first_pos[slot]);
+    }
+done:
     o->padded_attn = NULL;
     o->pad_left = o->pad_right = NULL;
+    free(o->pad_ref_resid);
+    free(o->pad_ref_logits);
+    free(o->pad_max);
+    free(o->pad_bad);
+    free(o->pad_first_item);
+    free(o->pad_first_pos);
+    o->pad_ref_resid = o->pad_ref_logits = NULL;
+    o->pad_max = NULL;
+    o->pad_bad = o->pad_first_item = o->pad_first_pos = NULL;
     free(tokens);
     free(la);
     return st;
