@@ -105,6 +105,12 @@ expect_status 0 "$LOUPE" leak --mask "$TMP/add_inf.npy"
 expect_stdout_contains "additive mask" "$LOUPE" leak --mask "$TMP/add_inf.npy"
 expect_status 1 "$LOUPE" leak --mask "$TMP/add_1e9.npy"   # row 0 fully masked: blocked
 expect_stdout_contains "overflows to -inf; 1 fully masked row gives NaN" "$LOUPE" leak --mask "$TMP/add_1e9.npy"
+"$LOUPE" leak --mask "$TMP/add_1e9.npy" --json >"$TMP/f.json"
+# f16 block: the fill becomes -inf (value null), overflows, and the blind row 0 gives NaN
+if tr -d ' \n' <"$TMP/f.json" | grep -q '"f16":{"value":null,"is_neg_inf":true,"overflows":true,"nan_rows":1' &&
+   tr -d ' \n' <"$TMP/f.json" | grep -q '"f32":{"value":-1000000000.0,"is_neg_inf":false,"overflows":false,"nan_rows":0'; then
+  ok; else bad "fill verdicts in JSON: $(tr -d ' \n' <"$TMP/f.json" | head -c 600)"; fi
+expect_eq 1 "$(json_field "$TMP/f.json" fully_masked_rows)" "-1e9 mask: fully masked rows"
 expect_status 1 "$LOUPE" leak --mask "$TMP/add_100.npy"
 expect_stdout_contains "WEAK" "$LOUPE" leak --mask "$TMP/add_100.npy"
 # bad files: truncated, wrong rank, not a mask
