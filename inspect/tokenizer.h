@@ -26,6 +26,13 @@ lp_status lp_tokenizer_open(const char *path, lp_tokenizer **out, lp_error *err)
 lp_status lp_tokenizer_from_gguf(const struct lp_gguf *gguf, lp_tokenizer **out, lp_error *err);
 void lp_tokenizer_close(lp_tokenizer *tok);
 
+/* The tokenizer that goes with a model, as `loupe trace`/`loupe leak` look for it: the GGUF's own
+ * vocabulary (gguf may be NULL), else tokenizer.json beside model_path (in it, if a folder), else
+ * for a llama2.c checkpoint (is_llama2c) a tokenizer .bin beside it (tokenizer.bin, tok*.bin).
+ * LP_ERR_NOT_FOUND names what was looked for. */
+lp_status lp_tokenizer_for_model(const char *model_path, const struct lp_gguf *gguf,
+                                 bool is_llama2c, lp_tokenizer **out, lp_error *err);
+
 /* add_special: add the tokens the post-processor says (e.g. BOS for Llama). *ids is malloc'd. */
 lp_status lp_tokenizer_encode(const lp_tokenizer *tok, const char *text, size_t len,
                               bool add_special, int32_t **ids, size_t *n_ids, lp_error *err);

@@ -30,8 +30,12 @@ expect_status 0 "$LOUPE" trace "$M/stories260K.gguf" --prompt "Once upon a time"
 expect_stdout_contains '"," 0.969 " there" 0.029' "$LOUPE" trace "$M/stories260K.gguf" --prompt "Once upon a time" --db "$DB"
 expect_stdout_contains "5 tokens, 5 layers x 8 heads" "$LOUPE" trace "$M/stories260K.gguf" --prompt "Once upon a time" --db "$DB"
 
-# llama2.c: needs --tokenizer for text, not for ids.
-expect_one_line_error "$LOUPE" trace "$M/stories260K.bin" --prompt "Once upon a time" --db "$DB"
+# llama2.c: a checkpoint finds its tok*.bin beside it (own database, so the run ids below stay);
+# alone in a folder it needs --tokenizer for text, not for ids.
+expect_stdout_contains '"," 0.969' "$LOUPE" trace "$M/stories260K.bin" --prompt "Once upon a time" --db "$TMP/found_tok.db"
+mkdir -p "$TMP/alone" && cp "$M/stories260K.bin" "$TMP/alone/"
+expect_one_line_error "$LOUPE" trace "$TMP/alone/stories260K.bin" --prompt "Once upon a time" --db "$DB"
+expect_stderr_contains "tok*.bin" "$LOUPE" trace "$TMP/alone/stories260K.bin" --prompt "Once upon a time" --db "$DB"
 expect_stdout_contains '"," 0.969' "$LOUPE" trace "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --prompt "Once upon a time" --db "$DB"
 expect_status 0 "$LOUPE" trace "$M/stories260K.bin" --tokens 1,403,407,261,378 --db "$DB"
 # HF folder (no tokenizer.json there): ids work, the summary shows ids.

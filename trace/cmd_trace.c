@@ -183,52 +183,13 @@ static lp_status parse_token_list(const char *text, int32_t **out, size_t *n_out
 }
 
 /* The tokenizer: --tokenizer, else the GGUF vocabulary, else tokenizer.json beside the model. */
-static lp_status find_tokenizer(const trace_args *a, const lp_weights *w, bool required,
-                                lp_tokenizer **tok, lp_error *err)
+static lp_status find_tokenizer(const trace_args *a, const lp_weights *w, lp_tokenizer **tok,
+                                lp_error *err)
 {
-    *tok = NULL;
     if (a->tokenizer)
         return lp_tokenizer_open(a->tokenizer, tok, err);
-    if (lp_weights_gguf(w))
-        return lp_tokenizer_from_gguf(lp_weights_gguf(w), tok, err);
-    char *dir = NULL;
-    if (lp_path_is_dir(a->model)) {
-        dir = malloc(strlen(a->model) + 1);
-        if (dir)
-            strcpy(dir, a->model);
-    } else {
-        const char *slash = strrchr(a->model, '/');
-        size_t len = slash ? (size_t)(slash - a->model) : 1;
-        dir = malloc(len + 1);
-        if (dir) {
-            memcpy(dir, slash ? a->model : ".", len);
-            dir[len] = '\0';
-        }
-    }
-    if (!dir)
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-    /* tokenizer.json beside any model; llama2.c's default tokenizer.bin beside a checkpoint. */
-    char *json = lp_path_join(dir, "tokenizer.json");
-    char *bin = lp_weights_format_of(w) == LP_FORMAT_LLAMA2C ? lp_path_join(dir, "tokenizer.bin")
-                                                            : NULL;
-    free(dir);
-    if (!json) {
-        free(bin);
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-    }
-    lp_status st = LP_OK;
-    if (lp_path_exists(json))
-        st = lp_tokenizer_open(json, tok, err);
-    else if (bin && lp_path_exists(bin))
-        st = lp_tokenizer_open(bin, tok, err);
-    else if (required)
-        st = lp_error_set(err, LP_ERR_NOT_FOUND,
-                          "%s: no tokenizer found beside the model (looked for %s%s); give "
-                          "--tokenizer FILE or --tokens IDS",
-                          a->model, json, bin ? " and tokenizer.bin" : "");
-    free(json);
-    free(bin);
-    return st;
+    return lp_tokenizer_for_model(a->model, lp_weights_gguf(w),
+                                  lp_weights_format_of(w) == LP_FORMAT_LLAMA2C, tok, err);
 }
 
 /* Passes everything to the store and keeps the last position's logits for the summary. */
@@ -341,7 +302,7 @@ static int run_trace(int argc, char **argv)
         goto fail;
     const lp_arch *arch = lp_model_arch(model);
     const lp_weights *w = lp_model_weights(model);
-    if (find_tokenizer(&a, w, prompt != NULL, &tok, &err) != LP_OK) {
+    if (find_tokenizer(&a, w, &tok, &err) != LP_OK) {
         /* A tokenizer is only needed for --prompt; for --tokens the pieces become "<id>". */
         if (prompt || a.tokenizer)
             goto fail;
