@@ -88,6 +88,8 @@ npy_mask "$TMP/docmask.npy" '|b1' $T 'k <= q && ((q < 3 && k < 3) || (q >= 3 && 
 expect_status 0 "$LOUPE" leak --mask "$TMP/docmask.npy" --kind "doc:$TMP/docs.txt"
 expect_status 1 "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/docs.txt"
 expect_stdout_contains "batch 0 head 0 query 3 key 0" "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/docs.txt"
+printf '0 0 0 1 1 2 2 2\n0 0 0 0 0 0 0 0\n' >"$TMP/docs2.txt"
+expect_one_line_error "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/docs2.txt" # 2 rows, B = 1
 printf '0,0,1\n' >"$TMP/short.txt"
 expect_one_line_error "$LOUPE" leak --mask "$TMP/causal.npy" --kind "doc:$TMP/short.txt"
 # padding: the first two positions of the one item are padding

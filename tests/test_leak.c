@@ -117,14 +117,14 @@ static void test_definitions(void **state)
     lp_error err = {0};
     lp_leak_def d;
     assert_int_equal(lp_leak_def_parse("causal", &d, &err), LP_OK);
-    assert_true(lp_leak_def_allows(&d, 5, 5));
-    assert_false(lp_leak_def_allows(&d, 5, 6));
+    assert_true(lp_leak_def_allows(&d, 0, 5, 5));
+    assert_false(lp_leak_def_allows(&d, 0, 5, 6));
     /* window:4 = 4 keys including the query: q-3 .. q; q-4 is out (both sides of the boundary) */
     assert_int_equal(lp_leak_def_parse("window:4", &d, &err), LP_OK);
     assert_int_equal(d.window, 4);
-    assert_true(lp_leak_def_allows(&d, 10, 7));
-    assert_false(lp_leak_def_allows(&d, 10, 6));
-    assert_true(lp_leak_def_allows(&d, 10, 10));
+    assert_true(lp_leak_def_allows(&d, 0, 10, 7));
+    assert_false(lp_leak_def_allows(&d, 0, 10, 6));
+    assert_true(lp_leak_def_allows(&d, 0, 10, 10));
     assert_int_not_equal(lp_leak_def_parse("window:0", &d, &err), LP_OK);
     assert_non_null(strstr(err.msg, "window:0"));
     assert_int_not_equal(lp_leak_def_parse("window:x", &d, &err), LP_OK);
@@ -461,6 +461,34 @@ static void test_mask_heads_and_docs(void **state)
     assert_string_equal(rep.diagnosis, "cross-document");
     lp_leak_mask_report_free(&rep);
     free(m);
+    /* per-item documents: [2, 1, T, T] whose item 1 packs other documents, ids as .npy [2, T] */
+    static const int64_t docs1[T] = {0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+    int64_t ids2[2 * T];
+    uint8_t m2[2 * T * T];
+    for (int b = 0; b < 2; b++)
+        for (int q = 0; q < T; q++) {
+            ids2[b * T + q] = b ? docs1[q] : docs[q];
+            for (int k = 0; k < T; k++)
+                m2[(b * T + q) * T + k] = k <= q && (b ? docs1[k] == docs1[q] : docs[k] == docs[q]);
+        }
+    char ids_npy[512], kind_npy[600];
+    int64_t ids_shape[2] = {2, T};
+    tmp_path(ids_npy, sizeof ids_npy, "docs2.npy");
+    write_npy(ids_npy, "<i8", 2, ids_shape, ids2, sizeof ids2);
+    snprintf(kind_npy, sizeof kind_npy, "doc:%s", ids_npy);
+    int64_t shape_b2[4] = {2, 1, T, T};
+    assert_int_equal(check_npy("doc2.npy", "|b1", 4, shape_b2, m2, sizeof m2, kind_npy, &rep, &err),
+                     LP_OK);
+    assert_true(lp_leak_mask_passed(&rep));
+    lp_leak_mask_report_free(&rep);
+    /* item 0's documents applied to both items: item 1's mask differs */
+    assert_int_equal(check_npy("doc2.npy", "|b1", 4, shape_b2, m2, sizeof m2, kind, &rep, &err),
+                     LP_OK);
+    assert_false(lp_leak_mask_passed(&rep));
+    assert_int_equal(rep.leak_count + rep.blocked_count > 0, 1);
+    assert_true(rep.n_leaks_listed == 0 || rep.leaks[0].batch == 1);
+    lp_leak_mask_report_free(&rep);
+    unlink(ids_npy);
     /* ids of the wrong length are bad input */
     int64_t shape_small[2] = {5, 5};
     m = bool_mask(1, 1, 5, RULE_CAUSAL, 0, -1, -1, RULE_CAUSAL);

@@ -64,17 +64,26 @@ typedef enum lp_leak_def_kind {
 typedef struct lp_leak_def {
     lp_leak_def_kind kind;
     int64_t window;   /* WINDOW: keys per query, the query itself included (>= 1) */
-    int64_t *doc_ids; /* DOC: [n_doc_ids] one document id per position; owned (lp_leak_def_free) */
+    int64_t *doc_ids; /* DOC: [n_doc_rows, n_doc_ids] one document id per position, one row per
+                         batch item or one shared row; owned (lp_leak_def_free) */
     int64_t n_doc_ids;
+    int64_t n_doc_rows;
     char text[512];   /* as given, for reports: "causal", "window:4", "doc:ids.txt" */
 } lp_leak_def;
 
-/* "causal", "window:W" or "doc:IDS_FILE" (comma/space separated integers, one per position).
- * Bad text, W < 1 or an unreadable/malformed ids file is an error naming it. */
+/* "causal", "window:W" or "doc:IDS_FILE" (lp_leak_read_int_rows: one document id per position,
+ * one line per batch item or one line for all). Bad text, W < 1 or an unreadable/malformed ids
+ * file is an error naming it. */
 lp_status lp_leak_def_parse(const char *text, lp_leak_def *def, lp_error *err);
 void lp_leak_def_free(lp_leak_def *def);
-/* Cell (query, key) allowed by the definition. */
-bool lp_leak_def_allows(const lp_leak_def *def, int64_t query, int64_t key);
+/* Cell (query, key) of batch item `batch` allowed by the definition. */
+bool lp_leak_def_allows(const lp_leak_def *def, int64_t batch, int64_t query, int64_t key);
+
+/* A small integer matrix from PATH: .npy [n] or [rows, n] (integer or bool dtypes, or floats
+ * holding whole numbers), or text with one row per line, values separated by commas or blanks
+ * (blank lines skipped; every line as long as the first). *values ([rows, cols]) is malloc'd. */
+lp_status lp_leak_read_int_rows(const char *path, int64_t **values, int64_t *rows, int64_t *cols,
+                                lp_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Mask tensors.

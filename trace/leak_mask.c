@@ -185,11 +185,14 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
         return lp_error_set(err, LP_ERR_USAGE, "%s: an additive mask needs a float dtype, not %s",
                             name, lp_dtype_name(dtype));
     out->encoding = enc;
-    if (opts->def.kind == LP_LEAK_DEF_DOC && opts->def.n_doc_ids != out->T)
+    if (opts->def.kind == LP_LEAK_DEF_DOC &&
+        (opts->def.n_doc_ids != out->T ||
+         (opts->def.n_doc_rows != 1 && opts->def.n_doc_rows != out->n_batch)))
         return lp_error_set(err, LP_ERR_USAGE,
-                            "%s: %lld document ids for a mask of %lld positions (need one per "
-                            "position)",
-                            name, (long long)opts->def.n_doc_ids, (long long)out->T);
+                            "%s: %lld x %lld document ids for a mask of batch %lld and %lld "
+                            "positions (need one per position: [T] or [B, T])",
+                            name, (long long)opts->def.n_doc_rows, (long long)opts->def.n_doc_ids,
+                            (long long)out->n_batch, (long long)out->T);
     if (opts->real && (opts->real_len != out->T ||
                        (opts->n_real_batch != 1 && opts->n_real_batch != out->n_batch)))
         return lp_error_set(err, LP_ERR_USAGE,
@@ -274,7 +277,7 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                     any_visible = any_visible || (visible && !isnan(v));
                     if (padding_row)
                         continue;
-                    bool ref = lp_leak_def_allows(&opts->def, q, k) && (!real || real[k]);
+                    bool ref = lp_leak_def_allows(&opts->def, b, q, k) && (!real || real[k]);
                     lp_leak_coord c = {b, h, q, k};
                     if (visible && !ref) {
                         out->leak_count++;
@@ -304,90 +307,33 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
     return LP_OK;
 }
 
-#define MAX_PADDING_TEXT_BYTES (256u << 20)
-
 lp_status lp_leak_read_padding(const char *path, uint8_t **real_out, int64_t *n_batch,
                                int64_t *len, lp_error *err)
 {
-    *real_out = NULL;
-    lp_status st;
-    if (ends_with(path, ".npy")) {
-        lp_npy npy;
-        if ((st = lp_npy_open(path, &npy, err)) != LP_OK)
-            return st;
-        if ((npy.n_dims != 1 && npy.n_dims != 2) || npy.n_elements <= 0) {
-            lp_npy_close(&npy);
-            return lp_error_set(err, LP_ERR_FORMAT,
-                                "%s: padding has rank %d (expected [T] or [B, T])", path,
-                                npy.n_dims);
-        }
-        float *values = malloc((size_t)npy.n_elements * sizeof(float));
-        uint8_t *real = malloc((size_t)npy.n_elements);
-        if (!values || !real) {
-            free(values);
-            free(real);
-            lp_npy_close(&npy);
-            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
-        }
-        if ((st = lp_npy_to_f32(&npy, values, err)) == LP_OK)
-            for (int64_t i = 0; i < npy.n_elements; i++)
-                real[i] = values[i] != 0.0f;
-        *n_batch = npy.n_dims == 2 ? npy.shape[0] : 1;
-        *len = npy.shape[npy.n_dims - 1];
-        free(values);
-        lp_npy_close(&npy);
-        if (st != LP_OK) {
-            free(real);
-            return st;
-        }
-        *real_out = real;
-        return LP_OK;
-    }
-    char *text;
-    size_t size;
-    if ((st = lp_read_file(path, MAX_PADDING_TEXT_BYTES, &text, &size, err)) != LP_OK)
-        return st;
-    /* One value per byte at most: the count is bounded by the file size. */
-    uint8_t *real = malloc(size + 1);
+    int64_t *values;
+    lp_status st = lp_leak_read_int_rows(path, &values, n_batch, len, err);
+    if (st != LP_OK)
+        return lp_error_prefix(err, "--padding: ");
+    int64_t n = *n_batch * *len; /* bounded by the file: no overflow */
+    uint8_t *real = malloc((size_t)n);
     if (!real) {
-        free(text);
+        free(values);
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
     }
-    int64_t n = 0, rows = 0, row_len = -1, in_row = 0;
-    for (size_t i = 0; i <= size; i++) {
-        char c = i < size ? text[i] : '\n';
-        if (c == '0' || c == '1') {
-            real[n++] = c == '1';
-            in_row++;
-        } else if (c == '\n') {
-            if (in_row == 0)
-                continue; /* blank line */
-            if (row_len >= 0 && in_row != row_len) {
-                free(real);
-                free(text);
-                return lp_error_set(err, LP_ERR_FORMAT,
-                                    "%s: line %lld has %lld values, the first had %lld", path,
-                                    (long long)(rows + 1), (long long)in_row, (long long)row_len);
-            }
-            row_len = in_row;
-            rows++;
-            in_row = 0;
-        } else if (c != ',' && c != ' ' && c != '\t' && c != '\r') {
+    for (int64_t i = 0; i < n; i++) {
+        if (values[i] != 0 && values[i] != 1) {
+            lp_error_set(err, LP_ERR_FORMAT,
+                         "--padding: %s: value %lld is %lld (expected 0 = padding or 1 = real "
+                         "token)",
+                         path, (long long)i, (long long)values[i]);
+            free(values);
             free(real);
-            free(text);
-            return lp_error_set(err, LP_ERR_FORMAT,
-                                "%s: byte %zu: expected 0 or 1 (1 = real token, 0 = padding)",
-                                path, i);
+            return LP_ERR_FORMAT;
         }
+        real[i] = values[i] == 1;
     }
-    free(text);
-    if (rows == 0) {
-        free(real);
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: no padding values", path);
-    }
+    free(values);
     *real_out = real;
-    *n_batch = rows;
-    *len = row_len;
     return LP_OK;
 }
 
