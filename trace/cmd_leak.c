@@ -851,7 +851,7 @@ static int run_model(const leak_args *a)
         print_family(&rep, "attention_map", text);
         print_family(&rep, "structural",
                      "causal, window, decode and padded masks equal the definition cell by cell; "
-                     "padded batch clean");
+                     "padded batch: clean maps, real tokens compute what the unpadded prompt does");
         snprintf(text, sizeof text, "loss with labels shifted %.3f nats, unshifted %.3f nats%s",
                  rep.loss_next, rep.loss_same,
                  rep.loss_next <= rep.loss_same ? "" : " (neither beats a uniform guess)");
