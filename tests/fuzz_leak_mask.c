@@ -1,5 +1,5 @@
-/* Fuzz entry point for the mask-tensor checker: any bytes as a .npy, checked against each
- * definition and encoding. Bad input must give an error, never a crash or a read past the data.
+/* Fuzz entry point for the mask-tensor checker: bytes starting with the .npy magic as a .npy,
+ * checked against each definition and encoding; anything else as a .safetensors image. Bad input must give an error, never a crash or a read past the data.
  *
  * With LOUPE_FUZZ=ON (clang) this links against libFuzzer:
  *   build/tests/fuzz_leak_mask_libfuzzer -max_len=8192 CORPUS_DIR
@@ -24,6 +24,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     lp_npy npy;
     lp_error err = {0};
+    if (size < 6 || memcmp(data, "\x93NUMPY", 6) != 0) {
+        /* anything else is read as a safetensors image */
+        lp_leak_mask_opts mo;
+        lp_leak_mask_opts_init(&mo);
+        lp_leak_mask_report rep;
+        if (lp_leak_check_mask_safetensors(data, size, "fuzz.safetensors", &mo, &rep, &err) ==
+            LP_OK) {
+            if (rep.leak_count + rep.blocked_count > rep.n_cells)
+                abort();
+            n_checked++;
+            lp_leak_mask_report_free(&rep);
+        }
+        return 0;
+    }
     if (lp_npy_parse(data, size, "fuzz.npy", &npy, &err) != LP_OK)
         return 0;
     static const char *const kinds[] = {"causal", "window:1", "window:3"};

@@ -30,7 +30,23 @@ npy "$dir/r1.npy" '|b1' '9,' 1 9
 npy "$dir/ns.npy" '|b1' '3, 4' 1 12
 npy "$dir/zero.npy" '|b1' '0, 0' 1 0
 npy "$dir/one.npy" '<f4' '1, 1' 4 1
-for f in "$dir"/*.npy; do
+# safetensors: a [4, 4] causal bool mask, with a header padded to 8 bytes
+st() { # st FILE JSON DATA_PRINTF
+  local json=$2 n
+  n=${#json}
+  while [ $(( (8 + n) % 8 )) -ne 0 ]; do json="$json "; n=$((n + 1)); done
+  { printf "\\x$(printf %02x $((n & 255)))\\x$(printf %02x $((n >> 8)))\\x00\\x00\\x00\\x00\\x00\\x00"
+    printf '%s' "$json"; printf "$3"; } >"$1"
+}
+cells='\x01\x00\x00\x00\x01\x01\x00\x00\x01\x01\x01\x00\x01\x01\x01\x01'
+st "$dir/m.safetensors" '{"mask":{"dtype":"BOOL","shape":[4,4],"data_offsets":[0,16]}}' "$cells"
+st "$dir/meta.safetensors" '{"__metadata__":{"a":"b"},"m":{"dtype":"U8","shape":[1,1,4,4],"data_offsets":[0,16]}}' "$cells"
+st "$dir/off.safetensors" '{"mask":{"dtype":"BOOL","shape":[4,4],"data_offsets":[8,24]}}' "$cells"
+st "$dir/neg.safetensors" '{"mask":{"dtype":"BOOL","shape":[-4,4],"data_offsets":[0,16]}}' "$cells"
+st "$dir/big.safetensors" '{"mask":{"dtype":"F32","shape":[99999999999,99999999999],"data_offsets":[0,16]}}' "$cells"
+st "$dir/two.safetensors" '{"a":{"dtype":"BOOL","shape":[4,4],"data_offsets":[0,16]},"b":{"dtype":"BOOL","shape":[4,4],"data_offsets":[0,16]}}' "$cells"
+st "$dir/q.safetensors" '{"mask":{"dtype":"Q4_K","shape":[4,4],"data_offsets":[0,16]}}' "$cells"
+for f in "$dir"/*.npy "$dir"/m.safetensors; do
   size=$(wc -c <"$f")
   head -c $((size - 1)) "$f" >"$f.trunc.npy"
   head -c 40 "$f" >"$f.head.npy"
@@ -38,9 +54,9 @@ for f in "$dir"/*.npy; do
   { head -c 20 "$f"; printf 'X'; tail -c +22 "$f"; } >"$f.flip.npy"
   { head -c $((size - 2)) "$f"; printf '\x7f'; tail -c 1 "$f"; } >"$f.flipdata.npy"
 done
-out=$("$FUZZ" "$dir"/*.npy)
+out=$("$FUZZ" "$dir"/*.npy "$dir"/*.safetensors)
 echo "$out"
 # the well-formed square masks (b, u8, i64, f32, f16, f64, one) and the copies whose flipped data
 # byte still parses must reach the checker, or this replays nothing but parse errors
 checked=$(echo "$out" | sed -n 's/.*, \([0-9]*\) checked as masks/\1/p')
-[ "${checked:-0}" -ge 7 ] || { echo "only ${checked:-0} inputs reached the checker"; exit 1; }
+[ "${checked:-0}" -ge 9 ] || { echo "only ${checked:-0} inputs reached the checker"; exit 1; }

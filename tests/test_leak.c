@@ -6,6 +6,7 @@
 #include "test_util.h"
 
 #include <math.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/dtype.h"
@@ -780,6 +781,71 @@ static void test_mask_safetensors(void **state)
     lp_leak_def_free(&mo.def);
     free(a);
     unlink(path);
+
+    /* A mask dumped beside a config.json loupe cannot read (a model it does not know) is still
+     * just a mask: the header is read directly, no config is looked for. */
+    char dir[512], cfg[600], inner[600];
+    tmp_path(dir, sizeof dir, "ckpt");
+    mkdir(dir, 0755);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(inner, sizeof inner, "%s/mask.safetensors", dir);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"model_type\": \"my-own-arch\", \"broken");
+    fclose(f);
+    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
+    uint8_t *c = bool_mask(1, 1, T, RULE_CAUSAL, 0, -1, -1, RULE_CAUSAL);
+    int64_t shape_tt[2] = {T, T};
+    assert_int_equal(lp_st_writer_add(w, "mask", LP_DTYPE_BOOL, 2, shape_tt, c, &err), LP_OK);
+    assert_int_equal(lp_st_writer_write(w, inner, &err), LP_OK);
+    lp_st_writer_destroy(w);
+    lp_leak_mask_opts_init(&mo);
+    assert_int_equal(lp_leak_check_mask_file(inner, &mo, &rep, &err), LP_OK);
+    assert_true(lp_leak_mask_passed(&rep));
+    lp_leak_mask_report_free(&rep);
+
+    /* corrupt headers: each an error naming the problem, never a read past the file */
+    FILE *g = fopen(inner, "rb");
+    assert_non_null(g);
+    uint8_t image[4096];
+    size_t size = fread(image, 1, sizeof image, g);
+    fclose(g);
+    assert_true(size > 8 && size < sizeof image);
+    struct {
+        const char *what;
+        size_t at;
+        const char *bytes;
+        size_t n;
+        size_t cut; /* 0 = keep the size */
+        const char *msg;
+    } bad[] = {
+        {"length past the end", 0, "\xff\xff\x00\x00\x00\x00\x00\x00", 8, 0, "exceeds the file"},
+        {"truncated data", 0, NULL, 0, 0, "outside the"},
+        {"not JSON", 8, "[", 1, 0, "header byte"},
+        {"short file", 0, NULL, 0, 5, "shorter than"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint8_t copy[4096];
+        memcpy(copy, image, size);
+        size_t n = size;
+        if (bad[i].bytes)
+            memcpy(copy + bad[i].at, bad[i].bytes, bad[i].n);
+        if (i == 1)
+            n = size - 7; /* the data offsets now point past the end */
+        if (bad[i].cut)
+            n = bad[i].cut;
+        f = fopen(inner, "wb");
+        assert_non_null(f);
+        fwrite(copy, 1, n, f);
+        fclose(f);
+        lp_status st = lp_leak_check_mask_file(inner, &mo, &rep, &err);
+        if (st == LP_OK || !strstr(err.msg, bad[i].msg))
+            fail_msg("%s: status %d, '%s'", bad[i].what, (int)st, err.msg);
+    }
+    unlink(inner);
+    unlink(cfg);
+    rmdir(dir);
+    free(c);
 }
 
 static void test_mask_bad_files(void **state)

@@ -190,6 +190,12 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
 lp_status lp_leak_read_padding(const char *path, uint8_t **real, int64_t *n_batch, int64_t *len,
                                lp_error *err);
 
+/* A .safetensors image already in memory (its header is read directly: no config.json is
+ * looked for, so a mask dumped into a checkpoint folder is just a mask). */
+lp_status lp_leak_check_mask_safetensors(const void *data, size_t size, const char *name,
+                                         const lp_leak_mask_opts *opts, lp_leak_mask_report *out,
+                                         lp_error *err);
+
 /* The same on a buffer already in memory: data [n_elements of dtype], shape as above. name is
  * used in messages. */
 lp_status lp_leak_check_mask(const void *data, lp_dtype dtype, int n_dims, const int64_t *shape,

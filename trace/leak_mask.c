@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "core/checked.h"
 #include "core/mapfile.h"
 #include "inspect/model.h"
@@ -337,25 +339,127 @@ lp_status lp_leak_read_padding(const char *path, uint8_t **real_out, int64_t *n_
     return LP_OK;
 }
 
-/* The tensor of a safetensors file: the named one, else the only one. */
-static lp_status pick_tensor(const lp_weights *w, const char *path, const char *name,
-                             const lp_tensor **out, lp_error *err)
+/* A mask in a .safetensors file, read from its header directly rather than through the weights
+ * catalogue: masks get dumped into checkpoint folders whose config.json (of a model loupe may not
+ * know) the catalogue would insist on reading. Layout (the format's spec): u64 little-endian N,
+ * N bytes of JSON {"name": {"dtype": "BOOL", "shape": [..], "data_offsets": [b, e]}, ...,
+ * "__metadata__": {...}}, then the data; offsets are relative to 8 + N. */
+#define MAX_ST_HEADER_BYTES (100u << 20)
+
+typedef struct st_mask {
+    lp_dtype dtype;
+    int n_dims;
+    int64_t shape[LP_MAX_DIMS];
+    const uint8_t *data;
+    char name[256];
+} st_mask;
+
+static lp_status st_find_mask(const lp_mapped_file *map, const char *file, const char *want,
+                              st_mask *out, lp_error *err)
 {
-    if (name) {
-        *out = lp_weights_find_name(w, name);
-        if (!*out)
-            return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tensor named '%s'", path, name);
-        return LP_OK;
+    if (map->size < 8 || !map->data)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: %zu bytes, shorter than the 8-byte header "
+                            "length", file, map->size);
+    uint64_t n = lp_load_u64(map->data);
+    if (n > map->size - 8 || n > MAX_ST_HEADER_BYTES)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: header length %llu exceeds the file (%zu bytes) or %u bytes", file,
+                            (unsigned long long)n, map->size, MAX_ST_HEADER_BYTES);
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)map->data + 8, (size_t)n, JSON_REJECT_DUPLICATES,
+                              &jerr);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: header byte %d: %s", file, 8 + jerr.position,
+                            root ? "not a JSON object" : jerr.text);
     }
-    size_t n = lp_weights_count(w);
-    if (n != 1)
-        return lp_error_set(err, LP_ERR_USAGE,
-                            "%s: %zu tensors in the file; name the mask with --tensor NAME", path,
-                            n);
-    *out = lp_weights_tensor(w, 0);
-    return LP_OK;
+    const char *key;
+    json_t *value, *entry = NULL;
+    size_t n_tensors = 0;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "__metadata__") == 0)
+            continue;
+        n_tensors++;
+        if (want ? strcmp(key, want) == 0 : n_tensors == 1) {
+            entry = value;
+            snprintf(out->name, sizeof out->name, "%s", key);
+        }
+    }
+    lp_status st = LP_OK;
+    if (want && !entry)
+        st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tensor named '%s'", file, want);
+    else if (!want && n_tensors != 1)
+        st = lp_error_set(err, LP_ERR_USAGE,
+                          "%s: %zu tensors in the file; name the mask with --tensor NAME", file,
+                          n_tensors);
+    if (st != LP_OK) {
+        json_decref(root);
+        return st;
+    }
+    json_t *dtype = json_object_get(entry, "dtype"), *shape = json_object_get(entry, "shape");
+    json_t *offsets = json_object_get(entry, "data_offsets");
+    if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) ||
+        json_array_size(offsets) != 2 || !json_is_integer(json_array_get(offsets, 0)) ||
+        !json_is_integer(json_array_get(offsets, 1))) {
+        json_decref(root);
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: tensor '%s': needs dtype, shape and data_offsets [begin, end]",
+                            file, out->name);
+    }
+    out->dtype = lp_dtype_from_name(json_string_value(dtype));
+    if (out->dtype == LP_DTYPE_INVALID || lp_dtype_get(out->dtype)->block_elems != 1)
+        st = lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tensor '%s': dtype '%s' is not a "
+                          "safetensors element type loupe reads", file, out->name,
+                          json_string_value(dtype));
+    size_t rank = json_array_size(shape);
+    uint64_t count = 1;
+    if (st == LP_OK && rank > LP_MAX_DIMS)
+        st = lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': rank %zu (limit %d)", file,
+                          out->name, rank, LP_MAX_DIMS);
+    for (size_t d = 0; d < rank && st == LP_OK; d++) {
+        json_t *dim = json_array_get(shape, d);
+        json_int_t v = json_is_integer(dim) ? json_integer_value(dim) : -1;
+        if (v < 0 || !lp_mul_u64(count, (uint64_t)v, &count))
+            st = lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': dimension %zu is not a "
+                              "non-negative size", file, out->name, d);
+        out->shape[d] = (int64_t)v;
+    }
+    out->n_dims = (int)rank;
+    json_int_t begin = json_integer_value(json_array_get(offsets, 0));
+    json_int_t end = json_integer_value(json_array_get(offsets, 1));
+    uint64_t need = 0, available = map->size - 8 - n;
+    if (st == LP_OK && (begin < 0 || end < begin || (uint64_t)end > available))
+        st = lp_error_set(err, LP_ERR_FORMAT,
+                          "%s: tensor '%s': data_offsets [%lld, %lld] outside the %llu data bytes",
+                          file, out->name, (long long)begin, (long long)end,
+                          (unsigned long long)available);
+    if (st == LP_OK && (!lp_dtype_bytes_for(out->dtype, count, &need) ||
+                        need != (uint64_t)(end - begin)))
+        st = lp_error_set(err, LP_ERR_FORMAT,
+                          "%s: tensor '%s': %lld data bytes for %llu %s values (need %llu)", file,
+                          out->name, (long long)(end - begin), (unsigned long long)count,
+                          lp_dtype_name(out->dtype), (unsigned long long)need);
+    if (st == LP_OK)
+        out->data = map->data + 8 + n + (uint64_t)begin;
+    json_decref(root);
+    return st;
 }
 
+lp_status lp_leak_check_mask_safetensors(const void *data, size_t size, const char *name,
+                                         const lp_leak_mask_opts *opts, lp_leak_mask_report *out,
+                                         lp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    lp_mapped_file view = {(const uint8_t *)data, size, NULL};
+    st_mask m;
+    memset(&m, 0, sizeof m);
+    lp_status st = st_find_mask(&view, name, opts->tensor_name, &m, err);
+    if (st != LP_OK)
+        return st;
+    char label[300];
+    snprintf(label, sizeof label, "%s: tensor '%s'", name, m.name);
+    return lp_leak_check_mask(m.data, m.dtype, m.n_dims, m.shape, label, opts, out, err);
+}
 
 lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opts,
                                   lp_leak_mask_report *out, lp_error *err)
@@ -374,23 +478,11 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
         return st;
     }
     if (ends_with(path, ".safetensors")) {
-        lp_weights *w;
-        if ((st = lp_weights_open(path, &w, err)) != LP_OK)
+        lp_mapped_file map;
+        if ((st = lp_map_file(path, &map, err)) != LP_OK)
             return st;
-        const lp_tensor *t = NULL;
-        if ((st = pick_tensor(w, base, opts->tensor_name, &t, err)) == LP_OK) {
-            char label[300];
-            snprintf(label, sizeof label, "%s: tensor '%s'", base, t->name);
-            uint64_t need;
-            if (!lp_dtype_bytes_for(t->dtype, (uint64_t)t->n_elements, &need) || need != t->n_bytes)
-                st = lp_error_set(err, LP_ERR_FORMAT, "%s: %llu bytes for %lld %s values", label,
-                                  (unsigned long long)t->n_bytes, (long long)t->n_elements,
-                                  lp_dtype_name(t->dtype));
-            else
-                st = lp_leak_check_mask(t->data, t->dtype, t->n_dims, t->shape, label, opts, out,
-                                        err);
-        }
-        lp_weights_close(w);
+        st = lp_leak_check_mask_safetensors(map.data, map.size, base, opts, out, err);
+        lp_unmap_file(&map);
         return st;
     }
     return lp_error_set(err, LP_ERR_UNSUPPORTED,
