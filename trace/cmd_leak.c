@@ -394,7 +394,7 @@ static int run_mask(const leak_args *a)
                 c.passed = passed;
                 c.layer = -1;
                 c.position = rep.leak_count > 0 ? rep.leaks[0].query : -1;
-                c.max_abs_diff = NAN;
+                c.max_abs_diff = (double)NAN;
                 snprintf(c.detail, sizeof c.detail,
                          "%.80s as %.100s: %lld leaking cells, %lld blocked, %lld fully "
                          "masked rows, %lld NaN rows",

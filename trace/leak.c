@@ -204,7 +204,8 @@ bool lp_leak_def_allows(const lp_leak_def *def, int64_t batch, int64_t query, in
     case LP_LEAK_DEF_WINDOW:
         return query - key < def->window;
     case LP_LEAK_DEF_DOC: {
-        if (query >= def->n_doc_ids || batch < 0 || (def->n_doc_rows > 1 && batch >= def->n_doc_rows))
+        if (query >= def->n_doc_ids || batch < 0 ||
+            (def->n_doc_rows > 1 && batch >= def->n_doc_rows))
             return false;
         const int64_t *row = def->doc_ids + (def->n_doc_rows > 1 ? batch : 0) * def->n_doc_ids;
         return row[key] == row[query];

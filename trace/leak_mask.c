@@ -135,7 +135,7 @@ static void fill_verdict(lp_fill_verdict *v, lp_dtype dt, float fill)
     }
     v->overflows = isfinite(fill) && isinf(v->value);
     if (isinf(v->value))
-        v->overflow_score = INFINITY; /* already -inf: any score gives -inf */
+        v->overflow_score = (double)INFINITY; /* already -inf: any score gives -inf */
     else
         v->overflow_score = -(inf_at + (double)v->value); /* score + fill <= -inf_at */
 }

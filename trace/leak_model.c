@@ -11,6 +11,9 @@
 
 #include "core/checked.h"
 
+/* max_abs_diff of checks that compare no values (NULL in leak_checks) */
+#define NO_DIFF ((double)NAN)
+
 void lp_leak_model_opts_init(lp_leak_model_opts *opts)
 {
     memset(opts, 0, sizeof *opts);
@@ -223,7 +226,8 @@ static void check_probs(leak_obs *o, const lp_site *site, const lp_view *v)
 
 /* Max |a - b| over n values (NaN counts as infinite), and whether it exceeds the tolerance:
  * `tolerance` relative to the row's largest magnitude (at least 1); 0 = any difference. */
-static bool row_differs(const float *a, const float *b, int64_t n, double tolerance, double *max_diff)
+static bool row_differs(const float *a, const float *b, int64_t n, double tolerance,
+                        double *max_diff)
 {
     *max_diff = 0.0;
     if (memcmp(a, b, (size_t)n * sizeof(float)) == 0)
@@ -338,7 +342,7 @@ static lp_status obs_observe(void *ctx, const lp_site *site, const lp_view *v, l
 /* -log softmax(logits)[id], in double. */
 static double neg_log_prob(const float *logits, int64_t V, int32_t id)
 {
-    double m = -INFINITY;
+    double m = -(double)INFINITY;
     for (int64_t i = 0; i < V; i++)
         if ((double)logits[i] > m)
             m = (double)logits[i];
@@ -473,17 +477,17 @@ static lp_status structural_specs(leak_obs *o, int64_t *cap, lp_error *err)
         bool ok = cs.leak_count == 0 && cs.blocked_count == 0 && kernel_leaks == 0 &&
                   kernel_bad_rows == 0;
         if (ok)
-            st = add_check(r, cap, "structural", true, -1, -1, NAN, err,
+            st = add_check(r, cap, "structural", true, -1, -1, NO_DIFF, err,
                            "mask spec %s: every cell equals the definition; the attention kernel "
                            "puts no probability outside it and every row sums to 1",
                            cases[i].what);
         else if (cs.leak_count == 0 && cs.blocked_count == 0)
-            st = add_check(r, cap, "structural", false, -1, -1, NAN, err,
+            st = add_check(r, cap, "structural", false, -1, -1, NO_DIFF, err,
                            "mask spec %s: the spec is right but the attention kernel puts "
                            "probability on %lld forbidden cells and %lld rows do not sum to 1",
                            cases[i].what, (long long)kernel_leaks, (long long)kernel_bad_rows);
         else if (cs.leak_count > 0)
-            st = add_check(r, cap, "structural", false, -1, cs.first_leak.query, NAN, err,
+            st = add_check(r, cap, "structural", false, -1, cs.first_leak.query, NO_DIFF, err,
                            "mask spec %s: %lld leaking, %lld blocked cells (kernel: %lld nonzero "
                            "probabilities outside the definition); first leak batch %lld query "
                            "%lld key %lld (%s)",
@@ -492,7 +496,7 @@ static lp_status structural_specs(leak_obs *o, int64_t *cap, lp_error *err)
                            (long long)cs.first_leak.batch, (long long)cs.first_leak.query,
                            (long long)cs.first_leak.key, lp_leak_diagnose(&cs));
         else
-            st = add_check(r, cap, "structural", false, -1, cs.first_blocked.query, NAN, err,
+            st = add_check(r, cap, "structural", false, -1, cs.first_blocked.query, NO_DIFF, err,
                            "mask spec %s: %lld blocked cells; first batch %lld query %lld key "
                            "%lld",
                            cases[i].what, (long long)cs.blocked_count,
@@ -538,16 +542,17 @@ static lp_status attention_checks(leak_obs *o, layer_attn *la, bool padded, int6
         bool ok = a->leaks == 0 && a->bad_rows == 0 && a->nonfinite == 0;
         const char *where = padded ? "padded batch" : "prompt";
         lp_status st;
+        const char *name = padded ? "structural" : "attention_map";
         if (ok)
-            st = add_check(r, cap, padded ? "structural" : "attention_map", true, l, -1, NAN, err,
+            st = add_check(r, cap, name, true, l, -1, NO_DIFF, err,
                            "%s, window %lld: no probability outside the mask, rows sum to 1 "
                            "(max error %.2g), %lld fully masked rows, %lld visible cells "
                            "underflow to 0",
                            where, (long long)layer_window(o, l), a->max_row_err,
                            (long long)a->masked_rows, (long long)a->zero_visible);
         else
-            st = add_check(r, cap, padded ? "structural" : "attention_map", false, l,
-                           a->first_bad_row, NAN, err,
+            st = add_check(r, cap, name, false, l,
+                           a->first_bad_row, NO_DIFF, err,
                            "%s, window %lld: %lld leaking cells, %lld rows off 1 by > %g (max "
                            "%.2g), %lld NaN/Inf; first bad row %lld head %d",
                            where, (long long)layer_window(o, l), (long long)a->leaks,
@@ -740,7 +745,7 @@ lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t
         double uniform = log((double)o.V);
         r->alignment_flagged = lp_leak_alignment(o.base_logits, o.V, ids, n_ids, &r->loss_next,
                                                  &r->loss_same);
-        st = add_check(r, &cap, "alignment", !r->alignment_flagged, -1, -1, NAN, err,
+        st = add_check(r, &cap, "alignment", !r->alignment_flagged, -1, -1, NO_DIFF, err,
                        "loss with labels shifted by one %.4f nats, unshifted %.4f nats, uniform "
                        "%.4f%s",
                        r->loss_next, r->loss_same, uniform,
