@@ -163,8 +163,7 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
         out->shape[d] = shape[d];
         if (shape[d] <= 0)
             return lp_error_set(err, LP_ERR_FORMAT, "%s: dimension %d is %lld (expected >= 1)",
-                                name,
-                                d, (long long)shape[d]);
+                                name, d, (long long)shape[d]);
     }
     int64_t nq = shape[n_dims - 2], nk = shape[n_dims - 1];
     if (nq != nk)
