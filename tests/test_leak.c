@@ -711,6 +711,18 @@ static void test_mask_additive(void **state)
     lp_leak_mask_report_free(&rep);
     free(m);
 
+    /* torch.finfo(float32).min: exact in fp32, but -inf in fp16 AND bf16 (bf16's largest finite
+     * value is below it), and any negative score overflows it in fp32 */
+    m = additive_mask(-3.4028234663852886e38f, false);
+    assert_int_equal(check_npy("fmin.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
+                     LP_OK);
+    assert_true(lp_leak_mask_passed(&rep));
+    assert_false(rep.fills[0].overflows);
+    assert_true(rep.fills[1].overflows && rep.fills[2].overflows);
+    assert_true(rep.fills[0].overflow_score < -1e30 && rep.fills[0].overflow_score > -1e32);
+    lp_leak_mask_report_free(&rep);
+    free(m);
+
     /* f16 storage of -65504 (finfo(float16).min): in range, but any negative score overflows */
     uint16_t h[T * T];
     for (int q = 0; q < T; q++)
