@@ -8,11 +8,14 @@ add_executable(fuzz_leak_mask fuzz_leak_mask.c)
 target_link_libraries(fuzz_leak_mask PRIVATE lp_trace lp_inspect lp_core m)
 target_include_directories(fuzz_leak_mask PRIVATE ${PROJECT_SOURCE_DIR})
 if(LOUPE_FUZZ)
-  add_executable(fuzz_leak_mask_libfuzzer fuzz_leak_mask.c)
+  # The checker's own files are compiled in (instrumented, and without the kernels' dispatch,
+  # which the target does not need).
+  add_executable(fuzz_leak_mask_libfuzzer fuzz_leak_mask.c ${PROJECT_SOURCE_DIR}/trace/leak.c
+                 ${PROJECT_SOURCE_DIR}/trace/leak_mask.c ${PROJECT_SOURCE_DIR}/trace/mask.c)
   target_compile_definitions(fuzz_leak_mask_libfuzzer PRIVATE LP_FUZZ_LIBFUZZER)
   target_compile_options(fuzz_leak_mask_libfuzzer PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_options(fuzz_leak_mask_libfuzzer PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_libraries(fuzz_leak_mask_libfuzzer PRIVATE lp_trace lp_inspect lp_core m)
+  target_link_libraries(fuzz_leak_mask_libfuzzer PRIVATE lp_inspect lp_core PkgConfig::JANSSON m)
   target_include_directories(fuzz_leak_mask_libfuzzer PRIVATE ${PROJECT_SOURCE_DIR})
 endif()
 add_test(NAME fuzz_leak_mask_replay COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_leak_mask_replay.sh
