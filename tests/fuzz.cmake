@@ -46,7 +46,7 @@ set_tests_properties(fuzz_llama2c_replay fuzz_encode_replay PROPERTIES LABELS "f
 # The owners' targets replay files, not folders: hand them this folder's seeds and regressions.
 # Deferred to the end of tests/ because their fragments are included after this one.
 function(lp_add_fuzz_corpus_tests)
-  foreach(target weights tokenizer gguf arch)
+  foreach(target weights tokenizer gguf arch leak_mask)
     file(GLOB corpus_files CONFIGURE_DEPENDS ${lp_fuzz_dir}/${target}/*.* ${lp_fuzz_dir}/${target}/regress/*)
     list(FILTER corpus_files EXCLUDE REGEX "/\\.gitkeep$")
     if(corpus_files AND TARGET fuzz_${target})
