@@ -571,46 +571,14 @@ static lp_status parse_token_list(const char *text, int32_t **out, size_t *n_out
     return LP_OK;
 }
 
-/* --tokenizer, else the GGUF vocabulary, else tokenizer.json (or llama2.c's tokenizer.bin)
- * beside the model. */
+/* --tokenizer, else the tokenizer that goes with the model (lp_tokenizer_for_model). */
 static lp_status find_tokenizer(const leak_args *a, const lp_weights *w, lp_tokenizer **tok,
                                 lp_error *err)
 {
-    *tok = NULL;
     if (a->tokenizer)
         return lp_tokenizer_open(a->tokenizer, tok, err);
-    if (lp_weights_gguf(w))
-        return lp_tokenizer_from_gguf(lp_weights_gguf(w), tok, err);
-    char *dir;
-    if (lp_path_is_dir(a->model)) {
-        dir = lp_path_join(a->model, ".");
-    } else {
-        const char *slash = strrchr(a->model, '/');
-        size_t len = slash ? (size_t)(slash - a->model) : 1;
-        dir = malloc(len + 1);
-        if (dir) {
-            memcpy(dir, slash ? a->model : ".", len);
-            dir[len] = '\0';
-        }
-    }
-    char *json = dir ? lp_path_join(dir, "tokenizer.json") : NULL;
-    char *bin = dir ? lp_path_join(dir, "tokenizer.bin") : NULL;
-    free(dir);
-    lp_status st;
-    if (!json || !bin)
-        st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-    else if (lp_path_exists(json))
-        st = lp_tokenizer_open(json, tok, err);
-    else if (lp_weights_format_of(w) == LP_FORMAT_LLAMA2C && lp_path_exists(bin))
-        st = lp_tokenizer_open(bin, tok, err);
-    else
-        st = lp_error_set(err, LP_ERR_NOT_FOUND,
-                          "%s: no tokenizer found beside the model (looked for %s); give "
-                          "--tokenizer FILE or --tokens IDS",
-                          a->model, json);
-    free(json);
-    free(bin);
-    return st;
+    return lp_tokenizer_for_model(a->model, lp_weights_gguf(w),
+                                  lp_weights_format_of(w) == LP_FORMAT_LLAMA2C, tok, err);
 }
 
 static double now_seconds(void)
