@@ -15,9 +15,11 @@
 #include <sys/stat.h>
 
 #include "core/checked.h"
+#include "core/cli.h"
 #include "core/dtype.h"
 #include "render/render_internal.h"
 #include "trace/mask.h"
+#include "trace/trace.h"
 
 /* Runs with more layers or heads than this are refused as corrupt before anything is sized by
  * them (the largest published models have < 200 layers and < 256 heads). */
@@ -101,6 +103,34 @@ lp_status lp_render_db_open(const char *path, lp_render_db **out, lp_error *err)
                      path, n_tables);
         lp_render_db_close(db);
         return LP_ERR_FORMAT;
+    }
+    /* A newer loupe may have changed what the columns mean: refuse rather than draw nonsense.
+     * Older databases (no meta table, no version row) read as they are. */
+    if (table_exists(db, "meta")) {
+        sqlite3_stmt *q = NULL;
+        if (sqlite3_prepare_v2(db->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
+                               &q, NULL) == SQLITE_OK &&
+            sqlite3_step(q) == SQLITE_ROW) {
+            const char *text = (const char *)sqlite3_column_text(q, 0);
+            int64_t version = 0;
+            bool number = text && lp_parse_i64(text, &version);
+            if (!number || version > LP_STORE_SCHEMA_VERSION) {
+                lp_status refused;
+                if (number)
+                    refused = lp_error_set(err, LP_ERR_UNSUPPORTED,
+                                 "%s: meta.schema_version %lld is newer than this loupe's %d "
+                                 "(upgrade loupe)",
+                                 path, (long long)version, LP_STORE_SCHEMA_VERSION);
+                else
+                    refused = lp_error_set(err, LP_ERR_FORMAT,
+                                           "%s: meta.schema_version '%s' is not a number",
+                                 path, text ? text : "(null)");
+                sqlite3_finalize(q);
+                lp_render_db_close(db);
+                return refused;
+            }
+        }
+        sqlite3_finalize(q);
     }
     *out = db;
     return LP_OK;

@@ -148,6 +148,10 @@ cp "$db" "$TMP/newer.db"
 sqlite3 "$TMP/newer.db" "UPDATE meta SET value = '99' WHERE key = 'schema_version'"
 expect_one_line_error "$LOUPE" trace "$model" --tokens "$short_ids" --db "$TMP/newer.db"
 expect_stderr_contains "schema_version 99 is newer" "$LOUPE" trace "$model" --tokens "$short_ids" --db "$TMP/newer.db"
+# ... and by render, which cannot know what a newer schema's columns mean
+expect_one_line_error "$LOUPE" render "$TMP/newer.db" --run 1 --layer 0 --head 1 -o "$TMP/newer.png"
+expect_stderr_contains "schema_version 99 is newer" "$LOUPE" render "$TMP/newer.db" --run 1 --layer 0 --head 1 -o "$TMP/newer.png"
+if [ ! -e "$TMP/newer.png" ]; then ok; else bad "render wrote a picture from a newer database"; fi
 if [ "$(sqlite3 "$TMP/newer.db" "SELECT count(*) FROM runs")" = "$(q "SELECT count(*) FROM runs")" ]; then ok; else
   bad "the refused newer database was written to"; fi
 
