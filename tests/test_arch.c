@@ -901,6 +901,13 @@ static const char *const CARD_SOURCES[][2] = {
      ":1e-06,\"rope_local_base_freq\":10000,\"rope_scaling\":null,\"rope_theta\":1000000"
      ",\"sliding_window\":512,\"sliding_window_pattern\":6,\"torch_dtype\":\"bfloat16\",\"t"
      "ransformers_version\":\"4.50.0.dev0\",\"use_cache\":true,\"vocab_size\":262144}"},
+    {"gpt-j-6b",
+     "{\"activation_function\":\"gelu_new\",\"architectures\":[\"GPTJForCausalLM\"],\"attn_"
+     "pdrop\":0.0,\"bos_token_id\":50256,\"embd_pdrop\":0.0,\"eos_token_id\":50256,\"gradi"
+     "ent_checkpointing\":false,\"initializer_range\":0.02,\"layer_norm_epsilon\":1e-05"
+     ",\"model_type\":\"gptj\",\"n_embd\":4096,\"n_head\":16,\"n_inner\":null,\"n_layer\":28,\""
+     "n_positions\":2048,\"resid_pdrop\":0.0,\"rotary\":true,\"rotary_dim\":64,\"tie_word_"
+     "embeddings\":false,\"vocab_size\":50400}"},
     {"gpt-oss-20b",
      "{\"architectures\":[\"GptOssForCausalLM\"],\"attention_bias\":true,\"attention_drop"
      "out\":0.0,\"eos_token_id\":200002,\"experts_per_token\":4,\"head_dim\":64,\"hidden_a"
@@ -947,6 +954,14 @@ static const char *const CARD_SOURCES[][2] = {
      "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":8192,\"rope_type\":\""
      "llama3\"},\"rope_theta\":500000.0,\"tie_word_embeddings\":false,\"torch_dtype\":\"bf"
      "loat16\",\"use_cache\":true,\"vocab_size\":128256}"},
+    {"mistral-nemo-base-2407",
+     "{\"architectures\":[\"MistralForCausalLM\"],\"attention_dropout\":0.0,\"bos_token_i"
+     "d\":1,\"eos_token_id\":2,\"head_dim\":128,\"hidden_act\":\"silu\",\"hidden_size\":5120,"
+     "\"initializer_range\":0.02,\"intermediate_size\":14336,\"max_position_embeddings\""
+     ":1024000,\"model_type\":\"mistral\",\"num_attention_heads\":32,\"num_hidden_layers\""
+     ":40,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-05,\"rope_theta\":1000000.0,\"sli"
+     "ding_window\":null,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\",\"voca"
+     "b_size\":131072}"},
     {"olmo-2-0425-1b",
      "{\"architectures\":[\"Olmo2ForCausalLM\"],\"attention_bias\":false,\"attention_drop"
      "out\":0.0,\"eos_token_id\":100257,\"hidden_act\":\"silu\",\"hidden_size\":2048,\"initi"
@@ -984,6 +999,24 @@ static const char *const CARD_SOURCES[][2] = {
      "ow\":null,\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\",\"transformers_v"
      "ersion\":\"4.51.0\",\"use_cache\":true,\"use_sliding_window\":false,\"vocab_size\":15"
      "1936}"},
+    {"stablelm-2-12b",
+     "{\"architectures\":[\"StableLmForCausalLM\"],\"bos_token_id\":100257,\"eos_token_id"
+     "\":100257,\"hidden_act\":\"silu\",\"hidden_dropout\":0.0,\"hidden_size\":5120,\"initia"
+     "lizer_range\":0.01,\"intermediate_size\":13824,\"layer_norm_eps\":1e-05,\"max_posi"
+     "tion_embeddings\":4096,\"model_type\":\"stablelm\",\"num_attention_heads\":32,\"num_"
+     "hidden_layers\":40,\"num_key_value_heads\":8,\"partial_rotary_factor\":0.25,\"qk_l"
+     "ayernorm\":true,\"rope_theta\":10000,\"tie_word_embeddings\":false,\"torch_dtype\":"
+     "\"bfloat16\",\"use_cache\":true,\"use_parallel_residual\":true,\"use_qkv_bias\":fals"
+     "e,\"vocab_size\":100352}"},
+    {"starcoder2-3b",
+     "{\"architectures\":[\"Starcoder2ForCausalLM\"],\"attention_dropout\":0.1,\"bos_toke"
+     "n_id\":0,\"embedding_dropout\":0.1,\"eos_token_id\":0,\"hidden_act\":\"gelu_pytorch_"
+     "tanh\",\"hidden_size\":3072,\"initializer_range\":0.018042,\"intermediate_size\":12"
+     "288,\"max_position_embeddings\":16384,\"mlp_type\":\"default\",\"model_type\":\"starc"
+     "oder2\",\"norm_epsilon\":1e-05,\"norm_type\":\"layer_norm\",\"num_attention_heads\":2"
+     "4,\"num_hidden_layers\":30,\"num_key_value_heads\":2,\"residual_dropout\":0.1,\"rop"
+     "e_theta\":999999.4420358813,\"sliding_window\":4096,\"torch_dtype\":\"bfloat16\",\"u"
+     "se_bias\":true,\"use_cache\":true,\"vocab_size\":49152}"},
     {"tinyllama-1.1b",
      "{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":false,\"bos_token_id\":"
      "1,\"eos_token_id\":2,\"hidden_act\":\"silu\",\"hidden_size\":2048,\"initializer_range"
