@@ -154,11 +154,10 @@ static void best_seconds(const gemm_case *g, int reps, bool with_blas, double *t
     }
 }
 
-/* Prints one line per shape; *blas_mean is OpenBLAS's mean GFLOP/s over the shapes (0 without). */
+/* Prints one line per shape; exit status 1 when loupe and OpenBLAS disagree. */
 static int bench_gemm(int64_t m, int threads, int reps, lp_pool *pool, const openblas_lib *blas,
-                      bool have_blas, double *blas_mean)
+                      bool have_blas)
 {
-    *blas_mean = 0.0;
     bool mismatch = false;
     static const int64_t sizes[2] = {2048, 5632};
     printf("%-24s %12s %12s %8s   %s\n", "GEMM  M x N x K", "loupe GF/s", "OpenBLAS", "ratio",
@@ -212,7 +211,6 @@ static int bench_gemm(int64_t m, int threads, int reps, lp_pool *pool, const ope
                 printf("%-24s %12.1f %12.1f %7.0f%%   %.1e\n", shape,
                        flops / t_loupe * 1e-9, flops / t_blas * 1e-9, 100.0 * t_blas / t_loupe,
                        rel);
-                *blas_mean += 0.25 * flops / t_blas * 1e-9;
                 if (!(rel <= 1e-4)) {
                     fprintf(stderr, "loupe bench: loupe and OpenBLAS disagree on %s: relative "
                                     "difference %.3g > 1e-4\n",
@@ -397,9 +395,71 @@ typedef struct prefill_result {
     double full;     /* extrapolated 22-layer pass */
 } prefill_result;
 
+/* OpenBLAS's GEMM on the four bench shapes, timed between prefill passes, so the prefill's
+ * ratio compares runs that saw the same machine load. */
+typedef struct blas_yardstick {
+    const openblas_lib *blas;
+    float *a, *b, *c; /* big enough for the largest shape */
+    double best[4];   /* seconds per shape */
+} blas_yardstick;
+
+static const int64_t yardstick_sizes[2] = {2048, 5632};
+
+static bool yardstick_init(blas_yardstick *y, const openblas_lib *blas, int threads)
+{
+    memset(y, 0, sizeof *y);
+    y->blas = blas;
+    for (int i = 0; i < 4; i++)
+        y->best[i] = INFINITY;
+    y->a = malloc((size_t)512 * 5632 * sizeof(float));
+    y->b = malloc((size_t)5632 * 5632 * sizeof(float));
+    y->c = malloc((size_t)512 * 5632 * sizeof(float));
+    if (!y->a || !y->b || !y->c)
+        return false;
+    fill_random(y->a, (int64_t)512 * 5632, 1);
+    fill_random(y->b, (int64_t)5632 * 5632, 2);
+    if (blas->set_threads)
+        blas->set_threads(threads);
+    return true;
+}
+
+static void yardstick_free(blas_yardstick *y)
+{
+    free(y->a);
+    free(y->b);
+    free(y->c);
+}
+
+static void yardstick_run(blas_yardstick *y)
+{
+    for (int i = 0; i < 4; i++) {
+        gemm_case g = {512, yardstick_sizes[i % 2], yardstick_sizes[i / 2], y->a, y->b, y->c, NULL,
+                       y->blas};
+        double t0 = now_seconds();
+        run_openblas(&g);
+        double t = now_seconds() - t0;
+        if (t < y->best[i])
+            y->best[i] = t;
+        blas_settle(t);
+    }
+}
+
+/* Mean GFLOP/s over the shapes (0 before any run). */
+static double yardstick_gflops(const blas_yardstick *y)
+{
+    double sum = 0.0;
+    for (int i = 0; i < 4; i++) {
+        if (!isfinite(y->best[i]))
+            return 0.0;
+        sum += 2.0 * 512.0 * (double)yardstick_sizes[i % 2] * (double)yardstick_sizes[i / 2] /
+               y->best[i] * 1e-9;
+    }
+    return sum / 4.0;
+}
+
 static lp_status time_prefill(const lp_model *model, const lp_batch *batch, lp_pool *pool,
-                              bool probes, int n_layers, int reps, prefill_result *out,
-                              lp_error *err)
+                              bool probes, int n_layers, int reps, blas_yardstick *yardstick,
+                              prefill_result *out, lp_error *err)
 {
     static const lp_observer everything = {NULL, want_everything, observe_nothing};
     double *end = calloc((size_t)n_layers, sizeof *end);
@@ -423,6 +483,8 @@ static lp_status time_prefill(const lp_model *model, const lp_batch *batch, lp_p
         clock.start = now_seconds();
         st = lp_forward(model, batch, &opts, err);
         double total = now_seconds() - clock.start;
+        if (st == LP_OK && r > 0 && yardstick)
+            yardstick_run(yardstick);
         if (st != LP_OK || r == 0 || total >= out->total)
             continue;
         double prev = clock.start;
@@ -443,8 +505,17 @@ static lp_status time_prefill(const lp_model *model, const lp_batch *batch, lp_p
 }
 
 static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, const char *dir,
-                         lp_pool *pool, double blas_gflops)
+                         lp_pool *pool, const openblas_lib *blas)
 {
+    blas_yardstick yardstick_store, *yardstick = NULL;
+    if (blas) {
+        if (!yardstick_init(&yardstick_store, blas, threads)) {
+            yardstick_free(&yardstick_store);
+            fprintf(stderr, "loupe bench: out of memory for the OpenBLAS yardstick\n");
+            return LP_EXIT_USAGE;
+        }
+        yardstick = &yardstick_store;
+    }
     lp_error err = {0};
     char template_path[4096];
     snprintf(template_path, sizeof template_path, "%s/loupe-bench-XXXXXX", dir);
@@ -476,9 +547,15 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
         }
         lp_batch batch = lp_batch_single(tokens, n_tokens);
         prefill_result bare, probed;
-        st = time_prefill(model, &batch, pool, false, n_layers, reps, &bare, &err);
+        st = time_prefill(model, &batch, pool, false, n_layers, reps, yardstick, &bare, &err);
         if (st == LP_OK)
-            st = time_prefill(model, &batch, pool, true, n_layers, reps, &probed, &err);
+            st = time_prefill(model, &batch, pool, true, n_layers, reps, yardstick, &probed,
+                              &err);
+        double blas_gflops = yardstick ? yardstick_gflops(yardstick) : 0.0;
+        if (st == LP_OK && blas_gflops > 0.0)
+            printf("  OpenBLAS GEMM timed after each pass: best per shape, mean %.1f GFLOP/s over "
+                   "the 4 shapes\n",
+                   blas_gflops);
         if (st == LP_OK) {
             double flops = tl_layer_flops_per_token() * (double)TL_LAYERS * (double)n_tokens;
             const prefill_result *rs[2] = {&bare, &probed};
@@ -502,6 +579,8 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
     lp_model_close(model);
     free(tokens);
     remove_model_dir(model_dir);
+    if (yardstick)
+        yardstick_free(yardstick);
     return status;
 }
 
@@ -571,27 +650,28 @@ static int run_bench(int argc, char **argv)
         printf(" %s", argv[i]);
     printf("\nkernels: %s, threads: %lld\n", lp_isa_name(lp_kernels_isa()), (long long)threads);
     int status = LP_EXIT_OK;
-    double blas_mean = 0.0;
+    openblas_lib blas;
+    bool have_blas = openblas_load(&blas);
+    if (have_blas)
+        printf("OpenBLAS: libopenblas.so.0 (core %s), %lld threads\n",
+               blas.corename ? blas.corename() : "?", (long long)threads);
+    else
+        printf("OpenBLAS not found (libopenblas.so.0): loupe figures only\n");
     if (!prefill_only) {
-        openblas_lib blas;
-        bool have_blas = openblas_load(&blas);
-        if (have_blas)
-            printf("OpenBLAS: libopenblas.so.0 (core %s), %lld threads\n",
-                   blas.corename ? blas.corename() : "?", (long long)threads);
-        else
-            printf("OpenBLAS not found (libopenblas.so.0): loupe figures only\n");
         printf("GEMM method: 1 warm-up each, then best of %lld runs alternating loupe and "
                "OpenBLAS (a pause of up to 0.3 s after each OpenBLAS call lets its polling workers "
                "sleep)\n",
                (long long)(reps > 0 ? reps : 5));
-        status = bench_gemm(m, (int)threads, (int)(reps > 0 ? reps : 5), pool, &blas, have_blas,
-                            &blas_mean);
-        if (have_blas)
-            dlclose(blas.handle);
+        status = bench_gemm(m, (int)threads, (int)(reps > 0 ? reps : 5), pool, &blas, have_blas);
     }
-    if (status == LP_EXIT_OK && !gemm_only)
-        status = bench_prefill((int)threads, (int)(reps > 0 ? reps : 3), (int)layers, tokens, dir,
-                               pool, blas_mean);
+    if ((status == LP_EXIT_OK || status == LP_EXIT_CHECK_FAILED) && !gemm_only) {
+        int prefill_status = bench_prefill((int)threads, (int)(reps > 0 ? reps : 3), (int)layers,
+                                           tokens, dir, pool, have_blas ? &blas : NULL);
+        if (prefill_status != LP_EXIT_OK)
+            status = prefill_status;
+    }
+    if (have_blas)
+        dlclose(blas.handle);
     lp_pool_destroy(pool);
     return status;
 }
