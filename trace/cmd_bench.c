@@ -562,9 +562,9 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
             const char *names[2] = {"probes off", "all probes"};
             for (int i = 0; i < 2; i++) {
                 double gflops = flops / rs[i]->full * 1e-9;
-                printf("  %-10s  layer %.3f s, tail %.3f s -> 22 layers %.2f s = %.1f tokens/s, "
-                       "%.1f GFLOP/s of matmul",
-                       names[i], rs[i]->layer, rs[i]->tail, rs[i]->full,
+                printf("  %-10s  %d-layer pass %.3f s: layer %.3f s, tail %.3f s -> 22 layers "
+                       "%.2f s = %.1f tokens/s, %.1f GFLOP/s of matmul",
+                       names[i], n_layers, rs[i]->total, rs[i]->layer, rs[i]->tail, rs[i]->full,
                        (double)n_tokens / rs[i]->full, gflops);
                 if (blas_gflops > 0.0)
                     printf(" = %.0f%% of OpenBLAS's GEMM", 100.0 * gflops / blas_gflops);
