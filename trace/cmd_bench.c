@@ -295,7 +295,6 @@ static lp_status write_tinyllama(const char *dir, int n_layers, lp_error *err)
     }
     if ((st = lp_st_writer_create(&w, err)) != LP_OK)
         goto done;
-    const int64_t kv = TL_KV_HEADS * TL_HEAD_DIM;
     uint64_t seed = 10;
     if ((st = add_tensor(w, "model.embed_tokens.weight", TL_VOCAB, TL_HIDDEN, buf, 0.0f, seed++,
                          err)) != LP_OK)
@@ -314,7 +313,6 @@ static lp_status write_tinyllama(const char *dir, int n_layers, lp_error *err)
             {"mlp.down_proj.weight", TL_HIDDEN, TL_FFN},
         };
         char name[128];
-        (void)kv;
         for (size_t i = 0; i < sizeof parts / sizeof parts[0] && st == LP_OK; i++) {
             snprintf(name, sizeof name, "model.layers.%d.%s", l, parts[i].name);
             st = add_tensor(w, name, parts[i].rows, parts[i].cols, buf, 0.0f, seed++, err);
@@ -518,7 +516,10 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
     }
     lp_error err = {0};
     char template_path[4096];
-    snprintf(template_path, sizeof template_path, "%s/loupe-bench-XXXXXX", dir);
+    int len = snprintf(template_path, sizeof template_path, "%s/loupe-bench-XXXXXX", dir);
+    if (len < 0 || (size_t)len >= sizeof template_path)
+        return lp_cli_usage_error("bench", "--dir '%s': path longer than %zu bytes", dir,
+                                  sizeof template_path - 20);
     char *model_dir = mkdtemp(template_path);
     if (!model_dir) {
         lp_error_set(&err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", dir,
