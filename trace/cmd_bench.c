@@ -505,15 +505,6 @@ static lp_status time_prefill(const lp_model *model, const lp_batch *batch, lp_p
 static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, const char *dir,
                          lp_pool *pool, const openblas_lib *blas)
 {
-    blas_yardstick yardstick_store, *yardstick = NULL;
-    if (blas) {
-        if (!yardstick_init(&yardstick_store, blas, threads)) {
-            yardstick_free(&yardstick_store);
-            fprintf(stderr, "loupe bench: out of memory for the OpenBLAS yardstick\n");
-            return LP_EXIT_USAGE;
-        }
-        yardstick = &yardstick_store;
-    }
     lp_error err = {0};
     char template_path[4096];
     int len = snprintf(template_path, sizeof template_path, "%s/loupe-bench-XXXXXX", dir);
@@ -525,6 +516,16 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
         lp_error_set(&err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", dir,
                      strerror(errno));
         return lp_cli_fail("bench", &err);
+    }
+    blas_yardstick yardstick_store, *yardstick = NULL;
+    if (blas) {
+        if (!yardstick_init(&yardstick_store, blas, threads)) {
+            yardstick_free(&yardstick_store);
+            rmdir(model_dir);
+            fprintf(stderr, "loupe bench: out of memory for the OpenBLAS yardstick\n");
+            return LP_EXIT_USAGE;
+        }
+        yardstick = &yardstick_store;
     }
     printf("\nprefill: TinyLlama-1.1B shape (hidden %d, %d heads / %d KV, FFN %d, vocab %d), f32 "
            "random weights, %lld tokens, logits for the last position, threads %d\n",
