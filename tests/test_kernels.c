@@ -650,6 +650,69 @@ static void test_attention_threads(void **state)
     free(v);
 }
 
+/* A NaN in q row 3 poisons that row only; a NaN in key 7 poisons exactly the rows that see key 7
+ * (causal, window 5: rows 7..11). Poisoned rows are NaN in output, visible probabilities and
+ * statistics, never a plausible distribution; the other rows are untouched. */
+static void test_attention_nan(void **state)
+{
+    (void)state;
+    const int64_t n = 20, hd = 8;
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    float *q = rnd_array(n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
+    lp_mask_spec mask = lp_mask_causal(n, n);
+    mask.window = 5;
+    void (*fns[2])(const lp_attn_args *) = {lp_attention, lp_attention_ref};
+    for (int si = 0; si < n_isas; si++) {
+        assert_true(lp_kernels_set_isa(isas[si]));
+        for (int f = 0; f < 2; f++) {
+            float clean_out[20 * 8], out[20 * 8], clean_p[20 * 20], probs[20 * 20];
+            lp_attn_row_stats stats[20];
+            lp_attn_args a = {q, k, v, clean_out, n, n, hd, hd, hd, hd, hd, hd, 0.3f, 0.0f, &mask, 0,
+                              clean_p, stats, 4};
+            fns[f](&a);
+            for (int which = 0; which < 2; which++) {
+                float *poisoned = which == 0 ? q + 3 * hd : k + 7 * hd;
+                float saved = poisoned[2];
+                poisoned[2] = NAN;
+                a.out = out;
+                a.probs = probs;
+                fns[f](&a);
+                poisoned[2] = saved;
+                for (int64_t i = 0; i < n; i++) {
+                    bool bad = which == 0 ? i == 3 : (i >= 7 && i < 12);
+                    for (int64_t d = 0; d < hd; d++)
+                        assert_true(bad ? isnan(out[i * hd + d])
+                                        : out[i * hd + d] == clean_out[i * hd + d]);
+                    for (int64_t j = 0; j < n; j++) {
+                        bool visible = j <= i && i - j < 5;
+                        if (bad && visible)
+                            assert_true(isnan(probs[i * n + j]));
+                        else
+                            assert_true(probs[i * n + j] == clean_p[i * n + j]);
+                    }
+                    assert_true(bad ? isnan(stats[i].row_sum) && isnan(stats[i].entropy)
+                                    : stats[i].row_sum == 1.0f);
+                }
+            }
+        }
+        /* NaN propagates through the vector kernels too */
+        float x[11];
+        for (int i = 0; i < 11; i++)
+            x[i] = (float)i;
+        x[9] = NAN;
+        lp_softmax(x, 11);
+        for (int i = 0; i < 11; i++)
+            assert_true(isnan(x[i]));
+        float g[9] = {1, 2, 3, 4, 5, 6, NAN, 8, 9}, u[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+        lp_silu_mul(g, u, 9);
+        assert_true(isnan(g[6]) && !isnan(g[5]));
+    }
+    free(q);
+    free(k);
+    free(v);
+}
+
 /* The window boundary both ways: with W = 5 query p sees p-4 .. p and not p-5. */
 static void test_attention_window_boundary(void **state)
 {
@@ -876,6 +939,7 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_window_boundary),
         cmocka_unit_test(test_attention_threads),
+        cmocka_unit_test(test_attention_nan),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_vector_kernels),
     };

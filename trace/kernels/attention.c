@@ -11,7 +11,9 @@
  * and rescale as e_sum' = a * (e_sum + (m_old - m_new) * l) with a = exp(m_old - m_new).
  * When probs is requested, a second pass over the row's blocks (after its final m and l are
  * known) recomputes the scores and writes p = exp(s - m) / l: exact, not rescaled.
- * Scores are computed by the same code in both passes, so they agree bit for bit.
+ * Scores are computed by the same code in both passes, so they agree bit for bit. A non-finite
+ * score (NaN or overflow in q or k) poisons its row: output, visible probabilities and statistics
+ * become NaN instead of a plausible-looking distribution.
  */
 #include "trace/kernels/kernels.h"
 
@@ -26,6 +28,7 @@ typedef struct row_state {
     int64_t lo, hi, pos;
     float m, l, e_sum, d_sum, w_sum;
     float s_sink, s_prev, s_self; /* raw scores of keys 0, pos-1, pos; NAN when not visible */
+    bool poisoned; /* a non-finite score: the row's output, probabilities and stats are NaN */
 } row_state;
 
 /* Scores of query row q against keys [j0, j1) into s[0 .. j1-j0). */
@@ -72,6 +75,7 @@ void lp_attention(const lp_attn_args *a)
             rs->m = -INFINITY;
             rs->l = rs->e_sum = rs->d_sum = rs->w_sum = 0.0f;
             rs->s_sink = rs->s_prev = rs->s_self = NAN;
+            rs->poisoned = false;
             memset(a->out + (q0 + r) * a->out_stride, 0, (size_t)a->v_dim * sizeof(float));
             if (rs->lo < rs->hi) {
                 if (rs->lo < k_lo)
@@ -93,10 +97,19 @@ void lp_attention(const lp_attn_args *a)
                 float *out = a->out + (q0 + r) * a->out_stride;
                 int64_t count = j1 - j0;
                 block_scores(kt, a, q, j0, j1, s);
-                float block_max = s[0];
-                for (int64_t j = 1; j < count; j++)
+                if (rs->poisoned)
+                    continue;
+                float block_max = -INFINITY;
+                bool finite = true;
+                for (int64_t j = 0; j < count; j++) {
+                    finite = finite && isfinite(s[j]);
                     if (s[j] > block_max)
                         block_max = s[j];
+                }
+                if (!finite) {
+                    rs->poisoned = true;
+                    continue;
+                }
                 if (want_stats) {
                     if (j0 <= 0 && 0 < j1)
                         rs->s_sink = s[0 - j0];
@@ -134,12 +147,20 @@ void lp_attention(const lp_attn_args *a)
             row_state *rs = &rows[r];
             int64_t i = q0 + r;
             bool empty = rs->lo >= rs->hi || !(rs->l > 0.0f);
-            if (!empty)
+            if (rs->poisoned) {
+                float *out = a->out + i * a->out_stride;
+                for (int64_t d = 0; d < a->v_dim; d++)
+                    out[d] = NAN;
+            } else if (!empty) {
                 kt->scale(a->out + i * a->out_stride, 1.0f / rs->l, a->v_dim);
+            }
             if (want_stats) {
                 lp_attn_row_stats *st = &a->row_stats[i];
                 memset(st, 0, sizeof *st);
-                if (!empty) {
+                if (rs->poisoned) {
+                    st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
+                    st->distance = st->local = st->row_sum = NAN;
+                } else if (!empty) {
                     float inv_l = 1.0f / rs->l;
                     float entropy = logf(rs->l) - rs->e_sum * inv_l;
                     st->entropy = entropy > 0.0f ? entropy : 0.0f;
@@ -159,12 +180,17 @@ void lp_attention(const lp_attn_args *a)
                 row_state *rs = &rows[r];
                 float *prow = a->probs + (q0 + r) * a->n_k;
                 bool empty = rs->lo >= rs->hi || !(rs->l > 0.0f);
-                if (empty) {
+                if (empty && !rs->poisoned) {
                     memset(prow, 0, (size_t)a->n_k * sizeof(float));
                     continue;
                 }
                 memset(prow, 0, (size_t)rs->lo * sizeof(float));
                 memset(prow + rs->hi, 0, (size_t)(a->n_k - rs->hi) * sizeof(float));
+                if (rs->poisoned) {
+                    for (int64_t j = rs->lo; j < rs->hi; j++)
+                        prow[j] = NAN;
+                    continue;
+                }
                 const float *q = a->q + (q0 + r) * a->q_stride;
                 float inv_l = 1.0f / rs->l;
                 for (int64_t k0 = rs->lo / ATT_BK * ATT_BK; k0 < rs->hi; k0 += ATT_BK) {

@@ -216,10 +216,11 @@ static float hmax(__m256 v)
 }
 
 /* exp(x) with Cephes' degree-6 polynomial on [-ln2/2, ln2/2] after range reduction; about 2 ulp.
- * Inputs below -87.3 (including -inf) give 0; above 88 saturate at exp(88). */
+ * Inputs below -87.3 (including -inf) give 0; above 88 saturate at exp(88); NaN stays NaN. */
 static __m256 exp_avx2(__m256 x)
 {
     const __m256 lower = _mm256_set1_ps(-87.33654f);
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), input = x;
     __m256 underflow = _mm256_cmp_ps(x, lower, _CMP_LT_OQ);
     x = _mm256_min_ps(_mm256_max_ps(x, lower), _mm256_set1_ps(88.0f));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -236,7 +237,8 @@ static __m256 exp_avx2(__m256 x)
     p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     __m256 result = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    return _mm256_andnot_ps(underflow, result);
+    /* NaN in, NaN out: a broken model must not turn into plausible probabilities */
+    return _mm256_blendv_ps(_mm256_andnot_ps(underflow, result), input, nan);
 }
 
 /* Masked load/store of the tail (n % 8 elements). */

@@ -268,7 +268,17 @@ void lp_attention_ref(const lp_attn_args *a)
         if (prow)
             for (int64_t j = 0; j < a->n_k; j++)
                 prow[j] = 0.0f;
-        if (lo < hi) {
+        bool finite = true;
+        for (int64_t j = lo; j < hi; j++)
+            finite = finite && isfinite(ref_score(a, i, j));
+        if (!finite) { /* poisoned row: NaN wherever a value would depend on it */
+            for (int64_t d = 0; d < a->v_dim; d++)
+                out[d] = NAN;
+            for (int64_t j = lo; prow && j < hi; j++)
+                prow[j] = NAN;
+            st.entropy = st.max_prob = st.sink = st.prev = st.self = NAN;
+            st.distance = st.local = st.row_sum = NAN;
+        } else if (lo < hi) {
             double max = -INFINITY, sum = 0.0;
             for (int64_t j = lo; j < hi; j++) {
                 double s = ref_score(a, i, j);
