@@ -91,14 +91,12 @@ void lp_attention(const lp_attn_args *a)
                 row_state *rs = &rows[r];
                 int64_t j0 = rs->lo > k0 ? rs->lo : k0;
                 int64_t j1 = rs->hi < k0 + ATT_BK ? rs->hi : k0 + ATT_BK;
-                if (j0 >= j1)
+                if (j0 >= j1 || rs->poisoned)
                     continue;
                 const float *q = a->q + (q0 + r) * a->q_stride;
                 float *out = a->out + (q0 + r) * a->out_stride;
                 int64_t count = j1 - j0;
                 block_scores(kt, a, q, j0, j1, s);
-                if (rs->poisoned)
-                    continue;
                 float block_max = -INFINITY;
                 bool finite = true;
                 for (int64_t j = 0; j < count; j++) {
