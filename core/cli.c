@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,50 @@ bool lp_parse_f64(const char *text, double *out)
         return false;
     *out = v;
     return true;
+}
+
+lp_status lp_parse_token_ids(const char *text, int32_t **out, size_t *n_out, lp_error *err)
+{
+    size_t cap = 1;
+    for (const char *p = text; *p; p++)
+        cap += *p == ',';
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    size_t n = 0;
+    const char *p = text;
+    for (;;) {
+        const char *start = p;
+        long long v = 0;
+        bool digits = false;
+        while (*p == ' ')
+            p++;
+        while (*p >= '0' && *p <= '9') {
+            v = v * 10 + (*p - '0');
+            digits = true;
+            if (v > INT32_MAX) {
+                free(ids);
+                return lp_error_set(err, LP_ERR_USAGE, "--tokens: id at offset %d exceeds %d",
+                                    (int)(start - text), INT32_MAX);
+            }
+            p++;
+        }
+        while (*p == ' ')
+            p++;
+        if (!digits || (*p != ',' && *p != '\0')) {
+            free(ids);
+            return lp_error_set(err, LP_ERR_USAGE,
+                                "--tokens '%s': expected a non-negative integer at offset %d",
+                                text, (int)(start - text));
+        }
+        ids[n++] = (int32_t)v;
+        if (*p == '\0')
+            break;
+        p++;
+    }
+    *out = ids;
+    *n_out = n;
+    return LP_OK;
 }
 
 typedef struct unit_suffix {

@@ -68,6 +68,11 @@ bool lp_parse_size(const char *text, uint64_t *bytes);
 /* Counts with optional suffixes: "8k" = 8000, "128K" = 128000, "8Ki" = 8192, "1M" = 10^6. */
 bool lp_parse_count(const char *text, int64_t *out);
 
+/* "1,403,407" -> token ids (malloc'd, caller frees) for --tokens options. Spaces around ids are
+ * allowed; an empty list, a negative or non-numeric entry or one above INT32_MAX is
+ * LP_ERR_USAGE naming the byte offset. Range checks against a vocabulary are the caller's. */
+lp_status lp_parse_token_ids(const char *text, int32_t **ids, size_t *n_ids, lp_error *err);
+
 /* Human formatting into caller buffers (at least 32 bytes): "14.96 GiB", "1.23 TFLOP". */
 const char *lp_format_bytes(uint64_t bytes, char *buf, int buf_size);
 const char *lp_format_flops(double flops, char *buf, int buf_size);

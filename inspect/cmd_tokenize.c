@@ -103,35 +103,17 @@ static size_t display_width(const char *s)
     return n;
 }
 
-static int parse_ids(const char *text, int32_t **ids, size_t *n, int64_t n_vocab)
+
+/* True (with *index) when an id falls outside [0, n_vocab). */
+static bool first_out_of_range(const int32_t *ids, size_t n, int64_t n_vocab, size_t *index)
 {
-    size_t cap = 1;
-    for (const char *p = text; *p; p++)
-        cap += *p == ',';
-    *ids = malloc(cap * sizeof **ids);
-    if (!*ids)
-        return -1;
-    *n = 0;
-    const char *p = text;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        char buf[32];
-        int64_t v;
-        while (len && *p == ' ')
-            p++, len--;
-        if (len == 0 || len >= sizeof buf)
-            return -2;
-        memcpy(buf, p, len);
-        buf[len] = '\0';
-        if (!lp_parse_i64(buf, &v) || v < 0 || v >= n_vocab)
-            return -3;
-        (*ids)[(*n)++] = (int32_t)v;
-        if (!end)
-            break;
-        p = end + 1;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+            *index = i;
+            return true;
+        }
     }
-    return *n ? 0 : -2;
+    return false;
 }
 
 static int run_tokenize(int argc, char **argv)
@@ -223,15 +205,14 @@ static int run_tokenize(int argc, char **argv)
     char *decoded = NULL;
     int status = LP_EXIT_OK;
     if (tokens) {
-        int r = parse_ids(tokens, &ids, &n_ids, lp_tokenizer_vocab_size(tok));
-        if (r == -1) {
-            err.code = LP_ERR_NOMEM;
-            snprintf(err.msg, sizeof err.msg, "out of memory");
+        int64_t n_vocab = lp_tokenizer_vocab_size(tok);
+        size_t bad = 0;
+        if (lp_parse_token_ids(tokens, &ids, &n_ids, &err) != LP_OK) {
             status = lp_cli_fail(cmd, &err);
-        } else if (r < 0) {
-            status = lp_cli_usage_error(cmd, "--tokens '%.80s': want comma-separated ids in "
-                                        "[0, %lld)", tokens,
-                                        (long long)lp_tokenizer_vocab_size(tok));
+        } else if (first_out_of_range(ids, n_ids, n_vocab, &bad)) {
+            status = lp_cli_usage_error(cmd, "--tokens: id %d (entry %zu) is outside the "
+                                        "vocabulary [0, %lld)", (int)ids[bad], bad,
+                                        (long long)n_vocab);
         } else if (lp_tokenizer_decode(tok, ids, n_ids, no_special, &decoded, &err) != LP_OK) {
             status = lp_cli_fail(cmd, &err);
         }

@@ -116,6 +116,29 @@ static void test_checked_and_parsing(void **state)
     assert_string_equal(lp_format_flops(2.5e12, buf, sizeof buf), "2.50 TFLOP");
 }
 
+static void test_token_ids(void **state)
+{
+    (void)state;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    lp_error err = {0};
+    assert_int_equal(lp_parse_token_ids("1, 403 ,407", &ids, &n, &err), LP_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 403);
+    assert_int_equal(ids[2], 407);
+    free(ids);
+    assert_int_equal(lp_parse_token_ids("1,,2", &ids, &n, &err), LP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "offset 2"));
+    assert_int_equal(lp_parse_token_ids("", &ids, &n, &err), LP_ERR_USAGE);
+    assert_int_equal(lp_parse_token_ids("-1", &ids, &n, &err), LP_ERR_USAGE);
+    assert_int_equal(lp_parse_token_ids("5,x", &ids, &n, &err), LP_ERR_USAGE);
+    assert_int_equal(lp_parse_token_ids("2147483648", &ids, &n, &err), LP_ERR_USAGE);
+    assert_int_equal(lp_parse_token_ids("2147483647", &ids, &n, &err), LP_OK);
+    assert_int_equal(ids[0], INT32_MAX);
+    free(ids);
+}
+
 static void test_error_messages(void **state)
 {
     (void)state;
@@ -139,6 +162,7 @@ int main(void)
         cmocka_unit_test(test_f16_round_trip),  cmocka_unit_test(test_bf16_and_fp8),
         cmocka_unit_test(test_dtype_sizes),     cmocka_unit_test(test_arena),
         cmocka_unit_test(test_checked_and_parsing), cmocka_unit_test(test_error_messages),
+        cmocka_unit_test(test_token_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

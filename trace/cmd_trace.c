@@ -137,51 +137,6 @@ static int parse_args(int argc, char **argv, trace_args *a)
     return LP_EXIT_OK;
 }
 
-/* "1,403,407" -> ids; LP_ERR_USAGE naming the offset of a bad entry. */
-static lp_status parse_token_list(const char *text, int32_t **out, size_t *n_out, lp_error *err)
-{
-    size_t cap = 1;
-    for (const char *p = text; *p; p++)
-        cap += *p == ',';
-    int32_t *ids = malloc(cap * sizeof *ids);
-    if (!ids)
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-    size_t n = 0;
-    const char *p = text;
-    for (;;) {
-        const char *start = p;
-        long long v = 0;
-        bool digits = false;
-        while (*p == ' ')
-            p++;
-        while (*p >= '0' && *p <= '9') {
-            v = v * 10 + (*p - '0');
-            digits = true;
-            if (v > INT32_MAX) {
-                free(ids);
-                return lp_error_set(err, LP_ERR_USAGE, "--tokens: id at offset %d exceeds %d",
-                                    (int)(start - text), INT32_MAX);
-            }
-            p++;
-        }
-        while (*p == ' ')
-            p++;
-        if (!digits || (*p != ',' && *p != '\0')) {
-            free(ids);
-            return lp_error_set(err, LP_ERR_USAGE,
-                                "--tokens '%s': expected a non-negative integer at offset %d",
-                                text, (int)(start - text));
-        }
-        ids[n++] = (int32_t)v;
-        if (*p == '\0')
-            break;
-        p++;
-    }
-    *out = ids;
-    *n_out = n;
-    return LP_OK;
-}
-
 /* The tokenizer: --tokenizer, else the GGUF vocabulary, else tokenizer.json beside the model. */
 static lp_status find_tokenizer(const trace_args *a, const lp_weights *w, lp_tokenizer **tok,
                                 lp_error *err)
@@ -281,7 +236,7 @@ static int run_trace(int argc, char **argv)
     const char *prompt = a.prompt;
     rc = LP_EXIT_USAGE;
 
-    if (a.tokens && parse_token_list(a.tokens, &ids, &n_ids, &err) != LP_OK)
+    if (a.tokens && lp_parse_token_ids(a.tokens, &ids, &n_ids, &err) != LP_OK)
         goto fail;
     if (a.prompt_file) {
         size_t size;
