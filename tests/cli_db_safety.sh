@@ -155,6 +155,19 @@ if [ ! -e "$TMP/newer.png" ]; then ok; else bad "render wrote a picture from a n
 if [ "$(sqlite3 "$TMP/newer.db" "SELECT count(*) FROM runs")" = "$(q "SELECT count(*) FROM runs")" ]; then ok; else
   bad "the refused newer database was written to"; fi
 
+# Someone else's database is refused before loupe writes a table into it: one with a table of its
+# own, and one whose 'runs' table is not loupe's.
+for kind in recipes runs; do
+  foreign="$TMP/foreign_$kind.db"
+  sqlite3 "$foreign" "CREATE TABLE $kind (name TEXT); INSERT INTO $kind VALUES ('soup')"
+  before=$(sqlite3 "$foreign" "SELECT group_concat(name) FROM sqlite_master")
+  expect_one_line_error "$LOUPE" trace "$model" --tokens "$short_ids" --db "$foreign"
+  expect_stderr_contains "not a loupe trace database" "$LOUPE" trace "$model" --tokens "$short_ids" --db "$foreign"
+  after=$(sqlite3 "$foreign" "SELECT group_concat(name) FROM sqlite_master")
+  if [ "$before" = "$after" ] && [ "$(sqlite3 "$foreign" "PRAGMA journal_mode")" = delete ]; then ok; else
+    bad "$kind: a refused foreign database was changed: tables '$before' -> '$after'"; fi
+done
+
 # An older database: no schema_version row (pre-versioning) and no tokens.label column. trace
 # migrates it and keeps its runs; render draws the old run.
 old="$TMP/old.db"

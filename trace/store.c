@@ -124,6 +124,53 @@ static lp_status read_schema_version(lp_store *s, int64_t *version, lp_error *er
     return LP_OK;
 }
 
+/* A database without meta.schema_version is new, or a loupe database from before versioning. One
+ * with a table loupe never made, or a loupe-named table without loupe's columns, is someone
+ * else's: refuse it before writing anything into it (found by hardening: a --db pointing at a
+ * user's own database used to gain loupe's ten tables, even when the run then failed). */
+static lp_status check_unversioned(lp_store *s, lp_error *err)
+{
+    static const char *const probes[][2] = {
+        {"runs", "SELECT id, status, model_path, n_tokens FROM runs LIMIT 0"},
+        {"tokens", "SELECT run_id, pos, token_id, piece FROM tokens LIMIT 0"},
+        {"attention", "SELECT run_id, layer, head, probs FROM attention LIMIT 0"},
+    };
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                           "'sqlite_%' AND name NOT IN ('meta', 'runs', 'tokens', 'attention', "
+                           "'head_stats', 'predictions', 'logits', 'expert_routing', "
+                           "'router_stats', 'leak_checks') ORDER BY name",
+                           -1, &q, NULL) != SQLITE_OK)
+        return sql_error(s, "reading the schema", err);
+    lp_status st = LP_OK;
+    if (sqlite3_step(q) == SQLITE_ROW)
+        st = lp_error_set(err, LP_ERR_FORMAT,
+                          "%s: not a loupe trace database (it has a table '%s' and no "
+                          "meta.schema_version); use another --db",
+                          s->path, (const char *)sqlite3_column_text(q, 0));
+    sqlite3_finalize(q);
+    for (size_t i = 0; st == LP_OK && i < sizeof probes / sizeof probes[0]; i++) {
+        sqlite3_stmt *probe;
+        char exists_sql[128];
+        snprintf(exists_sql, sizeof exists_sql,
+                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '%s'", probes[i][0]);
+        if (sqlite3_prepare_v2(s->db, exists_sql, -1, &probe, NULL) != SQLITE_OK)
+            return sql_error(s, "reading the schema", err);
+        bool exists = sqlite3_step(probe) == SQLITE_ROW;
+        sqlite3_finalize(probe);
+        if (!exists)
+            continue;
+        if (sqlite3_prepare_v2(s->db, probes[i][1], -1, &probe, NULL) != SQLITE_OK)
+            st = lp_error_set(err, LP_ERR_FORMAT,
+                              "%s: not a loupe trace database (its table '%s' lacks loupe's "
+                              "columns: %s); use another --db",
+                              s->path, probes[i][0], sqlite3_errmsg(s->db));
+        sqlite3_finalize(probe);
+    }
+    return st;
+}
+
 static bool store_want(void *ctx, const lp_site *site);
 static lp_status store_observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err);
 
@@ -156,6 +203,8 @@ lp_status lp_store_open(const char *path, lp_store **out, lp_error *err)
                           path, (long long)version, LP_STORE_SCHEMA_VERSION);
         goto fail;
     }
+    if (version == 0 && (st = check_unversioned(s, err)))
+        goto fail;
     /* WAL: readers (render, users' SQL) never block the writer, and a killed writer leaves the
      * last committed state intact. */
     if ((st = exec(s, "PRAGMA journal_mode = WAL", err)) ||
