@@ -30,6 +30,8 @@ lp_add_fuzz_target(NAME fuzz_llama2c SOURCE fuzz_llama2c.c LIBS lp_inspect PkgCo
                    INSTRUMENT inspect/llama2c.c inspect/arch_load.c inspect/weights.c)
 lp_add_fuzz_target(NAME fuzz_encode SOURCE fuzz_encode.c LIBS lp_inspect
                    INSTRUMENT inspect/tokenizer.c inspect/tokenizer_json.c inspect/unicode.c)
+lp_add_fuzz_target(NAME fuzz_st_index SOURCE fuzz_st_index.c LIBS lp_inspect PkgConfig::JANSSON
+                   INSTRUMENT inspect/weights.c inspect/safetensors.c)
 
 # Replays: seeds + regressions of the new targets, with ../shared's real files when present.
 set(lp_llama2c_inputs ${lp_fuzz_dir}/llama2c ${lp_fuzz_dir}/llama2c/regress)
@@ -40,7 +42,8 @@ foreach(seed models/stories260K/stories260K.bin models/stories260K/tok512.bin)
 endforeach()
 add_test(NAME fuzz_llama2c_replay COMMAND fuzz_llama2c ${lp_llama2c_inputs})
 add_test(NAME fuzz_encode_replay COMMAND fuzz_encode ${lp_fuzz_dir}/encode ${lp_fuzz_dir}/encode/regress)
-set_tests_properties(fuzz_llama2c_replay fuzz_encode_replay PROPERTIES LABELS "fuzz"
+add_test(NAME fuzz_st_index_replay COMMAND fuzz_st_index ${lp_fuzz_dir}/st_index ${lp_fuzz_dir}/st_index/regress)
+set_tests_properties(fuzz_llama2c_replay fuzz_encode_replay fuzz_st_index_replay PROPERTIES LABELS "fuzz"
   ENVIRONMENT "${lp_fuzz_env}")
 
 # The owners' targets replay files, not folders: hand them this folder's seeds and regressions.
