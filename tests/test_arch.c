@@ -1312,6 +1312,19 @@ static void test_stories260k(void **state)
     assert_int_equal(gguf.n_kv_heads, 4);
     assert_int_equal(gguf.vocab_size, 512);
     assert_int_equal(gguf.ffn_hidden, 172);
+    check_round_trip(&gguf, "stories260K.gguf");
+    check_round_trip(&a, "stories260K.bin");
+    /* the quantized GGUFs' descriptions (dtype q4_k, q6_k, tq2_0) survive a card as well */
+    static const char *const quants[] = {"stories260K-Q4_K_M.gguf", "stories260K-Q6_K.gguf",
+                                         "stories260K-TQ2_0.gguf"};
+    for (size_t i = 0; i < sizeof quants / sizeof quants[0]; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/stories260K/quant/%s", quants[i]);
+        lp_test_shared_path(path, sizeof path, rel);
+        if (lp_arch_load(path, &gguf, &err) != LP_OK)
+            fail_msg("%s", err.msg);
+        check_round_trip(&gguf, quants[i]);
+    }
 }
 
 #endif
