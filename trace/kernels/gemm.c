@@ -342,6 +342,10 @@ lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *
                             (unsigned long long)stored_row_elems, (unsigned long long)need);
     if (m == 0 || w->rows == 0)
         return LP_OK;
+    /* y must not overlap x: threads write C while others still pack A (programmer misuse) */
+    uintptr_t x0 = (uintptr_t)x, x1 = (uintptr_t)(x + m * w->cols);
+    uintptr_t y0 = (uintptr_t)y, y1 = (uintptr_t)(y + m * w->rows);
+    LP_ASSERT(x1 <= y0 || y1 <= x0 || w->cols == 0);
 
     gemm_job job;
     memset(&job, 0, sizeof job);
