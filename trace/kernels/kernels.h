@@ -45,7 +45,8 @@ int lp_pool_threads(const lp_pool *pool);
 /* Run fn(ctx, task) for task in [0, n_tasks) on the pool; returns when all are done. */
 void lp_pool_run(lp_pool *pool, int64_t n_tasks, void (*fn)(void *ctx, int64_t task), void *ctx);
 
-/* y[m, n] = x[m, k] . W^T (+ bias). x is row-major with row stride k. pool may be NULL. */
+/* y[m, n] = x[m, k] . W^T (+ bias). x is row-major with row stride k. pool may be NULL.
+ * y must not overlap x (asserted). */
 lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *bias, float *y,
                     lp_pool *pool, lp_error *err);
 
