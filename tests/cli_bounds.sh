@@ -22,6 +22,19 @@ expect_stderr_contains "limit 2^40" "$LOUPE" estimate "$card" --seq 109951162777
 expect_status 0 "$LOUPE" estimate "$card" --seq 1099511627776 --json
 if grep -Eiq '": -[0-9]|": (nan|inf|-inf)' "$TMP/out"; then bad "estimate at --seq 2^40 printed a negative or non-finite figure"; else ok; fi
 
+# --- a card nested 500,000 flow levels deep (under the 1 MiB card limit): libyaml's scanner is
+# quadratic in the nesting (200,000 levels took 140 s), so the reader refuses deep nesting first
+deep_card() { local n=$1; printf 'model:\n  name: '; head -c "$n" /dev/zero | tr '\0' '['; head -c "$n" /dev/zero | tr '\0' ']'; printf '\n'; }
+deep_card 500000 >"$TMP/deep.yaml"
+start=$(date +%s%N)
+expect_one_line_error "$LOUPE" estimate "$TMP/deep.yaml"
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+if [ "$ms" -lt 5000 ]; then ok; else bad "a deeply nested card took $ms ms to refuse"; fi
+expect_stderr_contains "nested deeper than 64 levels" "$LOUPE" estimate "$TMP/deep.yaml"
+deep_card 1000 >"$TMP/deep.json"
+mkdir -p "$TMP/deepdir" && mv "$TMP/deep.json" "$TMP/deepdir/config.json"
+expect_one_line_error "$LOUPE" estimate "$TMP/deepdir/config.json"
+
 # --- trace on a model of our own
 model="$TMP/model"
 if ! "$LOUPE" synth "$model" >/dev/null 2>"$TMP/synth.err"; then
