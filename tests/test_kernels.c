@@ -68,7 +68,7 @@ static double gemm_check(int64_t m, int64_t n, int64_t k, const float *a, const 
                 sum += (double)a[i * k + p] * (double)b[j * k + p];
                 mag += fabs((double)a[i * k + p] * (double)b[j * k + p]);
             }
-            double got = c[i * n + j];
+            double got = (double)c[i * n + j];
             if (isnan(got)) {
                 fail_msg("c[%lld][%lld] is NaN (m=%lld n=%lld k=%lld)", (long long)i, (long long)j,
                          (long long)m, (long long)n, (long long)k);
@@ -427,9 +427,9 @@ static void naive_attention(const lp_attn_args *a, double *out, double *probs)
     double *s = malloc((size_t)a->n_k * sizeof(double));
     assert_non_null(s);
     for (int64_t i = 0; i < a->n_q; i++) {
-        double max = -INFINITY;
+        double max = -HUGE_VAL;
         for (int64_t j = 0; j < a->n_k; j++) {
-            s[j] = -INFINITY;
+            s[j] = -HUGE_VAL;
             if (!lp_mask_allows_reference(a->mask, a->batch, i, j))
                 continue;
             double dot = 0.0;
@@ -776,7 +776,7 @@ static void test_rope(void **state)
                             int64_t i1 = layout == 1 ? 2 * i + 1 : i + half;
                             double c = cos(angle) * (double)attn_scale;
                             double s = sin(angle) * (double)attn_scale;
-                            double o0 = o[i0], o1 = o[i1];
+                            double o0 = (double)o[i0], o1 = (double)o[i1];
                             double want0 = o0 * c - o1 * s, want1 = o0 * s + o1 * c;
                             if (fabs((double)r[i0] - want0) > 1e-5 ||
                                 fabs((double)r[i1] - want1) > 1e-5)
@@ -862,7 +862,7 @@ static void test_vector_kernels(void **state)
             lp_layernorm(y, x, w, b, n, 1e-5f);
             check_close(y, want, n, "layernorm", &worst);
             /* softmax */
-            double max = -INFINITY, sum = 0.0;
+            double max = -HUGE_VAL, sum = 0.0;
             for (int64_t i = 0; i < n; i++)
                 max = (double)x[i] > max ? (double)x[i] : max;
             for (int64_t i = 0; i < n; i++)
@@ -875,7 +875,7 @@ static void test_vector_kernels(void **state)
             /* activations */
             for (int tanh_approx = 0; tanh_approx < 2; tanh_approx++) {
                 for (int64_t i = 0; i < n; i++)
-                    want[i] = tanh_approx ? gelu_tanh(x[i]) : gelu_exact(x[i]);
+                    want[i] = tanh_approx ? gelu_tanh((double)x[i]) : gelu_exact((double)x[i]);
                 memcpy(y, x, (size_t)n * sizeof(float));
                 lp_gelu(y, n, tanh_approx);
                 check_close(y, want, n, tanh_approx ? "gelu_tanh" : "gelu", &worst);
@@ -886,12 +886,12 @@ static void test_vector_kernels(void **state)
                 check_close(y, want, n, "gelu_mul", &worst);
             }
             for (int64_t i = 0; i < n; i++)
-                want[i] = silu_d(x[i]);
+                want[i] = silu_d((double)x[i]);
             memcpy(y, x, (size_t)n * sizeof(float));
             lp_silu(y, n);
             check_close(y, want, n, "silu", &worst);
             for (int64_t i = 0; i < n; i++)
-                want[i] = silu_d(x[i]) * (double)w[i];
+                want[i] = silu_d((double)x[i]) * (double)w[i];
             memcpy(y, x, (size_t)n * sizeof(float));
             lp_silu_mul(y, w, n);
             check_close(y, want, n, "silu_mul", &worst);

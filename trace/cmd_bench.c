@@ -130,7 +130,7 @@ static void blas_settle(double last_call_seconds)
 static void best_seconds(const gemm_case *g, int reps, bool with_blas, double *t_loupe,
                          double *t_blas)
 {
-    *t_loupe = *t_blas = INFINITY;
+    *t_loupe = *t_blas = HUGE_VAL;
     run_loupe(g);
     if (with_blas) {
         double t0 = now_seconds();
@@ -408,7 +408,7 @@ static bool yardstick_init(blas_yardstick *y, const openblas_lib *blas, int thre
     memset(y, 0, sizeof *y);
     y->blas = blas;
     for (int i = 0; i < 4; i++)
-        y->best[i] = INFINITY;
+        y->best[i] = HUGE_VAL;
     y->a = malloc((size_t)512 * 5632 * sizeof(float));
     y->b = malloc((size_t)5632 * 5632 * sizeof(float));
     y->c = malloc((size_t)512 * 5632 * sizeof(float));
@@ -475,7 +475,7 @@ static lp_status time_prefill(const lp_model *model, const lp_batch *batch, lp_p
     opts.logits_last_only = true;
     opts.progress = on_layer;
     opts.progress_ctx = &clock;
-    out->total = INFINITY;
+    out->total = HUGE_VAL;
     lp_status st = LP_OK;
     for (int r = 0; r <= reps && st == LP_OK; r++) { /* r = 0 is the warm-up */
         clock.start = now_seconds();

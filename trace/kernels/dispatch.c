@@ -9,6 +9,10 @@
 
 #include "trace/kernels/kernels_internal.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 static const lp_kernel_table *active_table = &lp_kernels_ref_table;
 static pthread_once_t dispatch_once = PTHREAD_ONCE_INIT;
 
@@ -27,8 +31,11 @@ bool lp_kernels_cpu_has(lp_isa isa)
     case LP_ISA_AVX2:
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+        /* F16C by CPUID leaf 1, ECX bit 29: older clang does not know the "f16c" name. AVX2
+         * already implies the OS saves the ymm state (checked by __builtin_cpu_supports). */
+        unsigned eax, ebx, ecx, edx;
+        bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
         return false;
 #endif

@@ -279,9 +279,9 @@ void lp_attention_ref(const lp_attn_args *a)
             st.entropy = st.max_prob = st.sink = st.prev = st.self = NAN;
             st.distance = st.local = st.row_sum = NAN;
         } else if (lo < hi) {
-            double max = -INFINITY, sum = 0.0;
+            double max = -HUGE_VAL, sum = 0.0;
             for (int64_t j = lo; j < hi; j++) {
-                double s = ref_score(a, i, j);
+                double s = (double)ref_score(a, i, j);
                 if (s > max)
                     max = s;
             }
