@@ -360,11 +360,8 @@ static lp_status walk(card_reader *r, yaml_node_t *map, const char *group, lp_ar
         char path[96];
         snprintf(path, sizeof path, "%s%s%s", group, *group ? "." : "", key);
         if (v->type == YAML_MAPPING_NODE) {
-            if (!group_known(path)) {
-                if (!*group)
-                    continue; /* unknown top-level sections are notes for people */
-                return at(r, k, "unknown section '%s' (see configs/README.md)", path);
-            }
+            if (!group_known(path))
+                continue; /* unknown sections are ignored, like unknown keys */
             lp_status st = walk(r, v, path, a);
             if (st != LP_OK)
                 return st;
@@ -376,8 +373,10 @@ static lp_status walk(card_reader *r, yaml_node_t *map, const char *group, lp_ar
         while (i < N_FIELDS && !(strcmp(FIELDS[i].group, group) == 0 &&
                                  strcmp(FIELDS[i].key, key) == 0))
             i++;
+        /* Unknown keys are ignored, as in config.json: cards may carry notes and keys of newer
+         * loupe versions. A misspelt required key still fails as missing. */
         if (i == N_FIELDS)
-            return at(r, k, "unknown key '%s' (see configs/README.md)", path);
+            continue;
         if (r->seen[i])
             return at(r, k, "key '%s' given twice", path);
         if (scalar_is_null(v))

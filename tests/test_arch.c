@@ -607,9 +607,24 @@ static void test_card_reader(void **state)
                       "model:\n  family: llama\ndims:\n  vocab_size: 100\n  hidden_size: 16\n"
                       "  n_layers: x\n" CARD_ATTN CARD_FFN,
                       ":6:", "n_layers");
-    expect_card_error("unknown.yaml",
-                      CARD_HEAD "attention:\n  n_heads: 4\n  n_head_kv: 2\n" CARD_FFN,
-                      "attention.n_head_kv", NULL);
+    {
+        /* unknown keys and sections are ignored: the card equals the one without them */
+        lp_arch plain, noted;
+        lp_error e1 = {0}, e2 = {0};
+        assert_int_equal(lp_arch_from_yaml(write_tmp("plain.yaml", CARD_HEAD CARD_ATTN CARD_FFN),
+                                           &plain, &e1),
+                         LP_OK);
+        assert_int_equal(
+            lp_arch_from_yaml(write_tmp("unknown.yaml", CARD_HEAD CARD_ATTN
+                                        "  flash_variant: 3\n" CARD_FFN
+                                        "ffn_extra:\n  note: x\nffn2:\n  sub:\n    k: 1\n"),
+                              &noted, &e2),
+            LP_OK);
+        char why[128];
+        const char *diff = arch_diff(&plain, &noted, why, sizeof why);
+        if (diff)
+            fail_msg("unknown keys changed the description: %s", diff);
+    }
     expect_card_error("twice.yaml", CARD_HEAD CARD_ATTN "  n_heads: 4\n" CARD_FFN, "twice", NULL);
     expect_card_error("nolayers.yaml",
                       "model:\n  family: llama\ndims:\n  vocab_size: 10\n  hidden_size: 8\n"
