@@ -20,7 +20,7 @@
  *   json_t *doc = lp_est_to_json(&arch, rep, 0);      // caller json_decref()s
  *   free(rep);
  *
- * Conventions (README.d/estimate.md has the formulas):
+ * Conventions (the README's "loupe estimate" section has the formulas):
  * - Parameter and byte counts are exact int64/uint64 computed with overflow checks.
  * - FLOPs count matrix multiplies only, 2 per multiply-add, as doubles (exact below 2^53).
  * - A "decode step at context c" is one new token attending to c cached keys (itself included).
@@ -283,7 +283,7 @@ void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep,
 /* Several models side by side (key figures only). */
 void lp_est_print_side_by_side(FILE *out, const lp_arch *const *archs,
                                const lp_est_report *const *reps, int n);
-/* The --json document (keys in README.d/estimate.md); NULL on allocation failure. */
+/* The --json document (keys in the README's "loupe estimate" section); NULL on allocation failure. */
 json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags);
 
 #endif

@@ -2,8 +2,8 @@
  *
  * The rules (defaults for tie_word_embeddings, implicit biases, aliases such as n_embd / n_head_kv
  * / num_local_experts, MoE layer selection, sliding-window patterns) follow the configuration and
- * modeling files of Hugging Face transformers; they are listed in /work/shared/configs/README.md
- * and in README.d/configs.md.
+ * modeling files of Hugging Face transformers; they are listed in ../shared/configs/README.md
+ * and in the README's "The model description" section.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "inspect/arch_internal.h"
