@@ -138,4 +138,11 @@ fi
 # --prompt-file: the same run as --prompt (one trailing newline dropped).
 printf 'Once upon a time\n' >"$TMP/p.txt"
 expect_stdout_contains '"," 0.969' "$LOUPE" trace "$M/stories260K.gguf" --prompt-file "$TMP/p.txt" --db "$TMP/p.db"
+# Stored maps grow with tokens squared: over --max-map-bytes the run is refused before it starts.
+expect_one_line_error "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407,261,378 --db "$TMP/budget.db" --max-map-bytes 1KiB
+expect_stderr_contains "40 maps would store 1.95 KiB" "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407,261,378 --db "$TMP/budget.db" --max-map-bytes 1KiB
+expect_status 0 "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407,261,378 --db "$TMP/budget.db" --max-map-bytes 1KiB --maps none
+expect_status 0 "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407,261,378 --db "$TMP/budget.db" --max-map-bytes 1KiB --layers 0 --heads 0
+expect_one_line_error "$LOUPE" trace "$M/stories260K.gguf" --tokens 1 --db "$TMP/budget.db" --max-map-bytes lots
+
 finish

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/checked.h"
 #include "core/cli.h"
 #include "core/mapfile.h"
 #include "inspect/tokenizer.h"
@@ -36,6 +37,8 @@ static const char usage[] =
     "  --top-k K            predictions per position (default 5)\n"
     "  --threads N          worker threads (default: all CPUs); results are repeatable per N\n"
     "  --local-window W     head_stats.local_frac counts keys within W positions (default 8)\n"
+    "  --max-map-bytes SIZE refuse a run whose stored maps would exceed SIZE (default 4GiB;\n"
+    "                       maps grow with tokens squared: narrow --layers/--heads or --maps none)\n"
     "\n"
     "Prints the run id, token count, time and the last position's top predictions.\n"
     "Exit status: 0 ok, 2 bad usage or input.\n";
@@ -54,6 +57,7 @@ typedef struct trace_args {
     int64_t top_k;
     int64_t threads;
     int64_t local_window;
+    uint64_t max_map_bytes;
 } trace_args;
 
 static int parse_args(int argc, char **argv, trace_args *a)
@@ -65,9 +69,18 @@ static int parse_args(int argc, char **argv, trace_args *a)
     a->top_k = 5;
     a->threads = lp_cpu_count();
     a->local_window = 8;
+    a->max_map_bytes = 4ull << 30;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
+        if ((r = lp_cli_option(CMD, argc, argv, &i, "--max-map-bytes", &v)) != 0) {
+            if (r < 0)
+                return LP_EXIT_USAGE;
+            if (!lp_parse_size(v, &a->max_map_bytes))
+                return lp_cli_usage_error(CMD, "--max-map-bytes '%s': expected a size such as 4GiB",
+                                          v);
+            continue;
+        }
 #define OPT(name, field)                                              \
     if ((r = lp_cli_option(CMD, argc, argv, &i, name, &v)) != 0) {    \
         if (r < 0)                                                    \
@@ -135,6 +148,35 @@ static int parse_args(int argc, char **argv, trace_args *a)
         return lp_cli_usage_error(CMD, "give exactly one of --prompt, --prompt-file, --tokens "
                                        "(got %d)", n_inputs);
     return LP_EXIT_OK;
+}
+
+/* Maps grow with tokens squared: a long prompt with every head selected would fill the disk (and
+ * the store's memory) long before the pass ends, so the run is refused before it starts. */
+static lp_status check_map_budget(const trace_args *a, const lp_arch *arch, const bool *layer_sel,
+                                  const bool *head_sel, int64_t n_tokens, lp_error *err)
+{
+    if (a->maps == LP_MAPS_NONE)
+        return LP_OK;
+    uint64_t n_maps = 0;
+    for (int64_t l = 0; l < arch->n_layers; l++)
+        for (int64_t h = 0; h < arch->n_heads; h++)
+            n_maps += layer_sel[l] && head_sel[h];
+    uint64_t cells = 0, bytes = 0;
+    uint64_t elem = a->maps == LP_MAPS_F32 ? 4 : 2;
+    bool overflow = !lp_mul_u64((uint64_t)n_tokens, (uint64_t)n_tokens, &cells) ||
+                    !lp_mul_u64(cells, elem, &bytes) || !lp_mul_u64(bytes, n_maps, &bytes);
+    if (overflow || bytes > a->max_map_bytes) {
+        char want[32], limit[32];
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "%lld tokens x %llu maps would store %s of attention maps, over "
+                            "--max-map-bytes %s; narrow --layers/--heads, use --maps none, or "
+                            "raise the limit",
+                            (long long)n_tokens, (unsigned long long)n_maps,
+                            overflow ? "more than 2^64 bytes"
+                                     : lp_format_bytes(bytes, want, sizeof want),
+                            lp_format_bytes(a->max_map_bytes, limit, sizeof limit));
+    }
+    return LP_OK;
 }
 
 /* The tokenizer: --tokenizer, else the GGUF vocabulary, else tokenizer.json beside the model. */
@@ -290,6 +332,8 @@ static int run_trace(int argc, char **argv)
         lp_error_prefix(&err, "--heads ");
         goto fail;
     }
+    if (check_map_budget(&a, arch, layer_sel, head_sel, (int64_t)n_ids, &err) != LP_OK)
+        goto fail;
     if (a.threads > 1 && lp_pool_create((int)a.threads, &pool, &err) != LP_OK)
         goto fail;
     if (lp_store_open(a.db, &store, &err) != LP_OK)
