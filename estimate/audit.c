@@ -215,7 +215,7 @@ void est_audit(const lp_arch *arch, const lp_est_options *opts, lp_est_report *r
                  "tie_word_embeddings is set but the weights contain a separate lm_head/output "
                  "tensor: the tied count (%lld) omits %lld stored parameters",
                  (long long)rep->params.total,
-                 (long long)(arch->vocab_size * arch->hidden_size));
+                 (long long)(arch->vocab_size * est_embed_dim(arch)));
 
     if (arch->n_ctx > 0 && rep->seq > arch->n_ctx)
         est_warn(rep, "seq_exceeds_context",

@@ -30,6 +30,7 @@ int est_mtp_extra_parts(const lp_arch *arch, est_part *parts);
 
 /* Per-layer values with the fallbacks lp_arch_finish would apply. */
 int64_t est_head_dim(const lp_arch *arch);
+int64_t est_embed_dim(const lp_arch *arch); /* width of the vocabulary tables */
 int64_t est_layer_kv_heads(const lp_arch *arch, int64_t layer);
 int64_t est_layer_ffn_hidden(const lp_arch *arch, int64_t layer);
 int64_t est_layer_window(const lp_arch *arch, int64_t layer);

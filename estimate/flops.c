@@ -131,7 +131,10 @@ void est_flops(const lp_arch *arch, lp_est_report *rep)
         kv_read_bytes += (double)layer->kv_bytes_per_token * keys;
     }
     /* the output projection costs the same whether or not it is tied to the embedding */
-    double lm_head = 2.0 * (double)arch->vocab_size * (double)arch->hidden_size;
+    double embed_dim = (double)est_embed_dim(arch);
+    double lm_head = 2.0 * (double)arch->vocab_size * embed_dim;
+    if (est_embed_dim(arch) != arch->hidden_size) /* OPT-350m: project_in and project_out */
+        lm_head += 2.0 * 2.0 * embed_dim * (double)arch->hidden_size;
 
     f->prefill_attn_proj = batch * seq * attn_proj;
     f->prefill_ffn = batch * seq * ffn;

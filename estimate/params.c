@@ -87,6 +87,11 @@ int64_t est_head_dim(const lp_arch *arch)
     return arch->n_heads > 0 ? arch->hidden_size / arch->n_heads : 0;
 }
 
+int64_t est_embed_dim(const lp_arch *arch)
+{
+    return arch->embed_proj_dim > 0 ? arch->embed_proj_dim : arch->hidden_size;
+}
+
 static bool layer_in_range(int64_t layer) { return layer >= 0 && layer < LP_MAX_LAYERS; }
 
 int64_t est_layer_kv_heads(const lp_arch *arch, int64_t layer)
@@ -314,7 +319,14 @@ int est_global_parts(const lp_arch *arch, est_part *parts)
 {
     part_list list = {parts, 0};
     int64_t h = arch->hidden_size;
-    add_matrix(&list, LP_EST_EMBED, "token embedding", arch->vocab_size, h);
+    /* OPT-350m: the vocabulary tables are embed_proj_dim wide, with bias-free projections to
+     * and from hidden at either end of the stack */
+    int64_t embed_dim = est_embed_dim(arch);
+    add_matrix(&list, LP_EST_EMBED, "token embedding", arch->vocab_size, embed_dim);
+    if (embed_dim != h) {
+        add_matrix(&list, LP_EST_EMBED, "project_in", h, embed_dim);
+        add_matrix(&list, LP_EST_EMBED, "project_out", embed_dim, h);
+    }
     if (arch->pos_kind == LP_POS_LEARNED) {
         int64_t rows = arch->pos_table_rows > 0 ? arch->pos_table_rows
                                                 : arch->n_ctx + arch->pos_offset;
@@ -325,7 +337,7 @@ int est_global_parts(const lp_arch *arch, est_part *parts)
     if (arch->final_norm)
         add_norm(&list, arch, LP_EST_NORMS, "final norm", h);
     if (!arch->tied_embeddings) {
-        add_matrix(&list, LP_EST_LM_HEAD, "lm_head", arch->vocab_size, h);
+        add_matrix(&list, LP_EST_LM_HEAD, "lm_head", arch->vocab_size, embed_dim);
         if (arch->bias_lm_head)
             add_vector(&list, LP_EST_LM_HEAD, "lm_head bias", arch->vocab_size);
     }

@@ -96,6 +96,7 @@ json_t *lp_arch_to_json(const lp_arch *a)
     put_bool(o, "no_input_norm", a->no_input_norm, &ok);
     put_bool(o, "embed_norm", a->embed_norm, &ok);
     put_bool(o, "final_norm", a->final_norm, &ok);
+    put_bool(o, "post_norm", a->post_norm, &ok);
 
     put_str(o, "pos_kind", lp_pos_kind_name(a->pos_kind), &ok);
     put_int(o, "pos_table_rows", a->pos_table_rows, &ok);
@@ -120,6 +121,7 @@ json_t *lp_arch_to_json(const lp_arch *a)
     put_int(o, "n_ctx", a->n_ctx, &ok);
 
     put_bool(o, "tied_embeddings", a->tied_embeddings, &ok);
+    put_int(o, "embed_proj_dim", a->embed_proj_dim, &ok);
     put_bool(o, "bias_qkv", a->bias_qkv, &ok);
     put_bool(o, "bias_o", a->bias_o, &ok);
     put_bool(o, "bias_mlp", a->bias_mlp, &ok);

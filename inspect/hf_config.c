@@ -888,16 +888,15 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
         if ((st = hf_bool(r, "do_layer_norm_before", &pre_norm, NULL)) != LP_OK ||
             (st = hf_opt_count(r, KEYS("word_embed_proj_dim"), &proj_dim, NULL)) != LP_OK)
             return st;
-        if (!pre_norm)
-            return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
-                                "%s: key 'do_layer_norm_before': false (post-norm OPT, e.g. "
-                                "opt-350m) is not supported",
-                                r->path);
+        bool remove_final = false;
+        if ((st = hf_bool(r, "_remove_final_layer_norm", &remove_final, NULL)) != LP_OK)
+            return st;
+        /* transformers' OPTDecoder: final_layer_norm exists only for pre-norm models that keep
+         * it; project_in/project_out only when the embedding width differs from hidden. */
+        a->post_norm = !pre_norm;
+        a->final_norm = pre_norm && !remove_final;
         if (proj_dim != a->hidden_size)
-            return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
-                                "%s: key 'word_embed_proj_dim': %lld differs from hidden size "
-                                "%lld (projected embeddings) and is not supported",
-                                r->path, (long long)proj_dim, (long long)a->hidden_size);
+            a->embed_proj_dim = proj_dim;
     }
 
     /* Biases. */

@@ -175,6 +175,14 @@ typedef struct lp_arch {
      * (n_heads + n_kv_heads vectors of head_dim) instead of one shared per-head norm; set
      * together with qk_norm. */
     bool qk_norm_per_head;
+    /* OPT-350m (word_embed_proj_dim != hidden_size): token embeddings, and the lm_head tied to
+     * them, are embed_proj_dim wide; bias-free project_in [hidden, embed_proj_dim] and
+     * project_out [embed_proj_dim, hidden] convert at either end of the stack. 0 = no
+     * projection (embeddings are hidden_size wide). */
+    int64_t embed_proj_dim;
+    /* Post-norm blocks (OPT do_layer_norm_before false): each sublayer's LayerNorm is applied
+     * after its residual add instead of before the sublayer; same tensors, other graph. */
+    bool post_norm;
 } lp_arch;
 
 /* Defaults every reader starts from: all zero except eps 1e-5, theta 10000, partial 1.0,

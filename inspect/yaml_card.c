@@ -126,12 +126,14 @@ static const card_field FIELDS[] = {
     {"norm", "post_ffn", F_BOOL, A(post_ffn_norm), false},
     {"norm", "embed", F_BOOL, A(embed_norm), false},
     {"norm", "final", F_BOOL, A(final_norm), false},
+    {"norm", "post", F_BOOL, A(post_norm), false},
 
     {"block", "parallel", F_BOOL, A(parallel_block), false},
     {"block", "parallel_two_norms", F_BOOL, A(parallel_two_norms), false},
 
     {"embeddings", "tied", F_BOOL, A(tied_embeddings), true},
     {"embeddings", "scale", F_NUM, A(embed_scale), false},
+    {"embeddings", "proj_dim", F_INT, A(embed_proj_dim), false},
     {"embeddings", "lm_head_bias", F_BOOL, A(bias_lm_head), false},
     {"embeddings", "final_logit_softcap", F_NUM, A(final_logit_softcap), false},
     {"embeddings", "n_mtp_layers", F_INT, A(n_mtp_layers), false},

@@ -138,6 +138,18 @@ check_total gptoss20b 20914757184 '{"architectures":["GptOssForCausalLM"],"atten
 # + 2 x 513,802,240 untied embeddings + 10,240 final norm, derived by hand
 check_total stablelm2_12b 12143185920 '{"architectures":["StableLmForCausalLM"],"bos_token_id":100257,"eos_token_id":100257,"hidden_act":"silu","hidden_dropout":0.0,"hidden_size":5120,"initializer_range":0.01,"intermediate_size":13824,"layer_norm_eps":1e-05,"max_position_embeddings":4096,"model_type":"stablelm","num_attention_heads":32,"num_hidden_layers":40,"num_key_value_heads":8,"partial_rotary_factor":0.25,"qk_layernorm":true,"rope_theta":10000,"tie_word_embeddings":false,"torch_dtype":"bfloat16","use_cache":true,"use_parallel_residual":true,"use_qkv_bias":false,"vocab_size":100352}'
 
+# OPT-350m: post-norm, no final norm, 512-wide tied embeddings with project_in/project_out:
+# 25,739,264 embedding + 2,099,200 positions + 1,048,576 projections + 24 x 12,596,224
+# (HF num_parameters; 662,392,832 bytes in f16). Its lm_head costs 2 x 512 x 50,272 FLOPs per
+# token plus 2 x 2 x 512 x 1024 for the projections = 53,575,680.
+check_total opt350m 331196416 '{"_name_or_path":"facebook/opt-350m","activation_dropout":0.0,"activation_function":"relu","architectures":["OPTForCausalLM"],"attention_dropout":0.0,"bos_token_id":2,"do_layer_norm_before":false,"dropout":0.1,"eos_token_id":2,"ffn_dim":4096,"hidden_size":1024,"init_std":0.02,"layerdrop":0.0,"max_position_embeddings":2048,"model_type":"opt","num_attention_heads":16,"num_hidden_layers":24,"pad_token_id":1,"prefix":"</s>","torch_dtype":"float16","transformers_version":"4.20.0.dev0","use_cache":true,"vocab_size":50272,"word_embed_proj_dim":512}'
+"$LOUPE" estimate "$TMP/opt350m.json" --json >"$TMP/out" 2>"$TMP/err"
+got=$(sed -n '/"decode_breakdown"/,/}/p' "$TMP/out" | grep -o '"lm_head": [0-9]*' | grep -o '[0-9]*$')
+if [ "$got" = 53575680 ]; then ok; else bad "opt-350m decode lm_head FLOPs '$got', want 53575680"; fi
+if [ -f "${LOUPE_CONFIGS:-/nonexistent}/opt-350m.yaml" ]; then
+  expect_json_int total 331196416 "$LOUPE" estimate opt-350m --json
+fi
+
 # every real config in ../shared: exact total (and active when truth has one)
 require_shared
 # the real tiny model: llama2.c header, HF folder (tied, 260,032) and GGUF metadata (the converter

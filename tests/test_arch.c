@@ -124,6 +124,7 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_D(attn_logit_softcap) SAME_D(final_logit_softcap) SAME_D(query_scale)
     SAME_I(n_mtp_layers) SAME_I(storage_dtype) SAME_I(bos_token_id) SAME_I(eos_token_id)
     SAME_I(router_bias) SAME_I(attn_sinks) SAME_I(qk_norm_per_head)
+    SAME_I(embed_proj_dim) SAME_I(post_norm)
     for (int l = 0; l < LP_MAX_LAYERS; l++) {
         SAME_I(layer_kv_heads[l]) SAME_I(layer_ffn_hidden[l]) SAME_I(layer_window[l])
         SAME_I(layer_moe[l])
@@ -186,9 +187,9 @@ static void test_defaults_and_names(void **state)
      * below, to the card schema (FIELDS in inspect/yaml_card.c, configs/README.md), to
      * inspect/arch_json.c and to the HF reader; then update these numbers and the field named
      * here (the last one). A bool that fits in the trailing padding slips past sizeof. */
-    size_t end_of_fields = offsetof(lp_arch, qk_norm_per_head) + sizeof(bool);
-    if (end_of_fields != 13627 || sizeof(lp_arch) != 13632)
-        fail_msg("lp_arch's fields end at byte %zu, not 13627 (or sizeof changed): see above",
+    size_t end_of_fields = offsetof(lp_arch, post_norm) + sizeof(bool);
+    if (end_of_fields != 13641 || sizeof(lp_arch) != 13648)
+        fail_msg("lp_arch's fields end at byte %zu, not 13641 (or sizeof changed): see above",
                  end_of_fields);
     lp_arch a;
     lp_arch_init(&a);
@@ -422,6 +423,24 @@ static void test_falcon_and_gpt2_aliases(void **state)
     assert_int_equal(a->layer_window[1], 0);
     assert_true(a->layer_moe[3]);
     check_round_trip(a, "gpt_oss");
+
+    /* OPT-350m: post-norm blocks, no final norm, 512-wide embeddings projected to hidden */
+    a = parse_hf_text("opt350m.json",
+        "{\"model_type\": \"opt\", \"vocab_size\": 50272, \"hidden_size\": 1024,"
+        " \"num_hidden_layers\": 24, \"num_attention_heads\": 16, \"ffn_dim\": 4096,"
+        " \"max_position_embeddings\": 2048, \"do_layer_norm_before\": false,"
+        " \"word_embed_proj_dim\": 512}");
+    assert_true(a->post_norm && !a->final_norm);
+    assert_int_equal(a->embed_proj_dim, 512);
+    check_round_trip(a, "opt350m");
+    /* pre-norm OPT with equal widths: no projection; _remove_final_layer_norm drops the norm */
+    a = parse_hf_text("opt_pre.json",
+        "{\"model_type\": \"opt\", \"vocab_size\": 50272, \"hidden_size\": 768,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 12, \"ffn_dim\": 3072,"
+        " \"max_position_embeddings\": 2048, \"word_embed_proj_dim\": 768,"
+        " \"_remove_final_layer_norm\": true}");
+    assert_true(!a->post_norm && !a->final_norm);
+    assert_int_equal(a->embed_proj_dim, 0);
 
     /* Phi-3 long context: "su"/longrope with the original context at the top level; the
      * factor is derived from the two contexts when not given */
@@ -985,6 +1004,15 @@ static const char *const CARD_SOURCES[][2] = {
      "_value_heads\":16,\"pad_token_id\":100277,\"rms_norm_eps\":1e-06,\"rope_scaling\":n"
      "ull,\"rope_theta\":500000,\"tie_word_embeddings\":false,\"use_cache\":true,\"vocab_"
      "size\":100352}"},
+    {"opt-350m",
+     "{\"_name_or_path\":\"facebook/opt-350m\",\"activation_dropout\":0.0,\"activation"
+     "_function\":\"relu\",\"architectures\":[\"OPTForCausalLM\"],\"attention_dropout"
+     "\":0.0,\"bos_token_id\":2,\"do_layer_norm_before\":false,\"dropout\":0.1,\"eos_to"
+     "ken_id\":2,\"ffn_dim\":4096,\"hidden_size\":1024,\"init_std\":0.02,\"layerdrop\""
+     ":0.0,\"max_position_embeddings\":2048,\"model_type\":\"opt\",\"num_attention_hea"
+     "ds\":16,\"num_hidden_layers\":24,\"pad_token_id\":1,\"prefix\":\"</s>\",\"torch_"
+     "dtype\":\"float16\",\"transformers_version\":\"4.20.0.dev0\",\"use_cache\":true,"
+     "\"vocab_size\":50272,\"word_embed_proj_dim\":512}"},
     {"pythia-70m",
      "{\"architectures\":[\"GPTNeoXForCausalLM\"],\"bos_token_id\":0,\"eos_token_id\":0,\"h"
      "idden_act\":\"gelu\",\"hidden_size\":512,\"initializer_range\":0.02,\"intermediate_s"

@@ -105,6 +105,18 @@ static void test_params_dense(void **state)
     a.pos_table_rows = 258;
     assert_int_equal(lp_est_count_params(&a, p, &err), LP_OK);
     assert_int_equal(p->by_component[LP_EST_POS_EMBED], 258 * 64);
+    /* OPT-350m-style projected embeddings 32 wide (tied): the table shrinks to 1000 x 32 and
+     * project_in/project_out add 2 x 32 x 64; without a final norm its 2 x 64 go */
+    int64_t unprojected = p->total;
+    a.embed_proj_dim = 32;
+    a.final_norm = false;
+    assert_int_equal(lp_est_count_params(&a, p, &err), LP_OK);
+    assert_int_equal(p->by_component[LP_EST_EMBED], 1000 * 32 + 2 * 32 * 64);
+    assert_int_equal(p->total, unprojected - 64000 + 1000 * 32 + 2 * 32 * 64 - 2 * 64);
+    /* untied, the lm_head is as narrow as the embedding */
+    a.tied_embeddings = false;
+    assert_int_equal(lp_est_count_params(&a, p, &err), LP_OK);
+    assert_int_equal(p->by_component[LP_EST_LM_HEAD], 1000 * 32);
     free(p);
 }
 

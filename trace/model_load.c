@@ -200,7 +200,8 @@ static lp_status check_supported(const lp_arch *a, const char *path, lp_error *e
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "%s: shared experts / biased routers (%s) are not supported", path,
                             a->family);
-    if (a->no_input_norm || a->qk_norm_full || a->embed_norm)
+    if (a->no_input_norm || a->qk_norm_full || a->embed_norm || a->post_norm ||
+        a->embed_proj_dim > 0)
         return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: %s's norm placement is not supported",
                             path, a->family);
     if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE)
