@@ -12,7 +12,8 @@
  *     the same seven int32 (vocab_size positive), uint8 shared_classifier, zero padding to 256
  *     bytes, then the same float32 tensors reordered (all norms first, then the embedding and the
  *     matrices), without the freq_cis tables, wcls last when not shared.
- *   version 2 is int8-quantized (Q8_0 groups) and is recognized but not read here.
+ *   version 2: the version 1 header plus int32 group_size at byte 37; norms in float32, the
+ *     matrices as int8 codes each followed by its float32 group scales (see inspect/llama2c.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "inspect/model.h"
@@ -105,18 +106,19 @@ lp_status lp_arch_from_llama2c(const char *bin_path, lp_arch *out, lp_error *err
         return lp_error_set(err, LP_ERR_FORMAT, "%s: this is %s, not a llama2.c checkpoint",
                             bin_path, other);
     }
-    bool legacy = true, shared_classifier = true;
+    bool legacy = true, shared_classifier = true, quantized = false;
     size_t header_bytes = 28, fields_at = 0;
     if (map.size >= 8 && lp_load_u32(map.data) == LLAMA2C_MAGIC) {
         int32_t version = lp_load_i32(map.data + 4);
-        if (version != 1) {
+        if (version != 1 && version != 2) {
             lp_unmap_file(&map);
-            return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                                "%s: llama2.c checkpoint version %d is not supported (legacy and "
-                                "version 1 are)",
+            return lp_error_set(err, LP_ERR_FORMAT,
+                                "%s: header field version at byte 4 is %d, llama2.c export "
+                                "versions are 1 and 2",
                                 bin_path, version);
         }
         legacy = false;
+        quantized = version == 2;
         header_bytes = LLAMA2C_V1_HEADER;
         fields_at = 8;
     }
@@ -154,8 +156,10 @@ lp_status lp_arch_from_llama2c(const char *bin_path, lp_arch *out, lp_error *err
                             "%s: header field n_kv_heads %d does not divide n_heads %d", bin_path,
                             h[4], h[3]);
     uint64_t floats, bytes, need;
+    /* version 2 stores the matrices as int8 codes plus group scales: at least 1 byte a weight
+     * (inspect/llama2c.c checks its exact layout) */
     if (!llama2c_weight_floats(h, shared_classifier, legacy, &floats) ||
-        !lp_mul_u64(floats, 4, &bytes) || !lp_add_u64(bytes, header_bytes, &need))
+        !lp_mul_u64(floats, quantized ? 1 : 4, &bytes) || !lp_add_u64(bytes, header_bytes, &need))
         return lp_error_set(err, LP_ERR_FORMAT, "%s: header sizes overflow 64 bits", bin_path);
     if ((uint64_t)file_size < need)
         return lp_error_set(err, LP_ERR_FORMAT,
@@ -180,7 +184,7 @@ lp_status lp_arch_from_llama2c(const char *bin_path, lp_arch *out, lp_error *err
     out->pos_kind = LP_POS_ROPE;
     out->rope_theta = 10000.0;
     out->rope_layout = LP_ROPE_ADJACENT; /* Meta's original pairing, not rotate_half */
-    out->storage_dtype = LP_DTYPE_F32;
+    out->storage_dtype = quantized ? LP_DTYPE_I8 : LP_DTYPE_F32;
     out->bos_token_id = 1;
     out->eos_token_id = 2;
     return lp_arch_finish(out, err);

@@ -748,15 +748,26 @@ static void test_llama2c_header(void **state)
     assert_int_equal(a.vocab_size, 100);
     assert_false(a.tied_embeddings);
     assert_int_equal(a.n_layers, 2);
-    /* version 2 (int8) is recognized and refused */
+    /* version 2 (int8 codes + group scales) is read; its storage is int8 */
     f = fopen(v1_path, "r+b");
     assert_non_null(f);
     version = 2;
     fseek(f, 4, SEEK_SET);
     fwrite(&version, 4, 1, f);
     fclose(f);
-    assert_int_equal(lp_arch_from_llama2c(v1_path, &a, &err), LP_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "version 2"));
+    if (lp_arch_from_llama2c(v1_path, &a, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(a.storage_dtype, LP_DTYPE_I8);
+    assert_int_equal(a.n_layers, 2);
+    /* version 3 does not exist */
+    f = fopen(v1_path, "r+b");
+    assert_non_null(f);
+    version = 3;
+    fseek(f, 4, SEEK_SET);
+    fwrite(&version, 4, 1, f);
+    fclose(f);
+    assert_int_equal(lp_arch_from_llama2c(v1_path, &a, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "version at byte 4 is 3"));
 
     path = write_tmp("pickle.bin", "\x80\x02}q\x00(X\x05\x00\x00\x00model_stateq\x01");
     assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
