@@ -1698,6 +1698,245 @@ static void test_golden_quant(void **state)
     lp_weights_close(ref);
 }
 
+/* ---- golden: llama2.c export versions 1 and 2 ---------------------------------------------- */
+
+typedef struct byte_buf {
+    uint8_t *data;
+    size_t size, cap;
+} byte_buf;
+
+static void buf_put(byte_buf *b, const void *src, size_t n)
+{
+    if (b->size + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->size + n)
+            cap *= 2;
+        b->data = realloc(b->data, cap);
+        assert_non_null(b->data);
+        b->cap = cap;
+    }
+    memcpy(b->data + b->size, src, n);
+    b->size += n;
+}
+
+/* export.py's quantize_q80 over one flattened matrix: groups of gs values, scale = absmax/127,
+ * code = round-half-even(w / scale); the codes, then the scales. */
+static void put_q80(byte_buf *b, const float *w, int64_t n, int gs)
+{
+    int64_t n_groups = n / gs;
+    float *scales = malloc((size_t)n_groups * sizeof *scales);
+    int8_t *codes = malloc((size_t)n);
+    assert_true(scales && codes);
+    for (int64_t g = 0; g < n_groups; g++) {
+        float wmax = 0;
+        for (int i = 0; i < gs; i++)
+            wmax = fmaxf(wmax, fabsf(w[g * gs + i]));
+        float scale = wmax / 127.0f;
+        scales[g] = scale;
+        for (int i = 0; i < gs; i++)
+            codes[g * gs + i] = scale > 0 ? (int8_t)nearbyintf(w[g * gs + i] / scale) : 0;
+    }
+    buf_put(b, codes, (size_t)n);
+    buf_put(b, scales, (size_t)n_groups * sizeof *scales);
+    free(scales);
+    free(codes);
+}
+
+/* The legacy file v0 rewritten as export.py --version 1 or 2 (unshared: wcls = the embedding,
+ * stored, flag 0). */
+static void write_llama2c_version(const lp_weights *v0, const char *path, int version, int gs,
+                                  bool unshared)
+{
+    const lp_arch *a = lp_weights_arch(v0);
+    byte_buf b = {0};
+    uint8_t header[256] = {0};
+    uint32_t magic = 0x616b3432u;
+    int32_t fields[9] = {version,       (int32_t)a->hidden_size, (int32_t)a->ffn_hidden,
+                         (int32_t)a->n_layers, (int32_t)a->n_heads, (int32_t)a->n_kv_heads,
+                         (int32_t)a->vocab_size, (int32_t)a->n_ctx, 0};
+    memcpy(header, &magic, 4);
+    memcpy(header + 4, fields, 8 * 4);
+    header[36] = unshared ? 0 : 1;
+    if (version == 2)
+        memcpy(header + 37, &gs, 4);
+    buf_put(&b, header, sizeof header);
+    static const char *const per_layer_norms[2] = {"rms_att_weight", "rms_ffn_weight"};
+    static const char *const matrices[7] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
+    char name[64];
+    for (int k = 0; k < 2; k++)
+        for (int l = 0; l < a->n_layers; l++) {
+            snprintf(name, sizeof name, "layers.%d.%s", l, per_layer_norms[k]);
+            const lp_tensor *t = lp_weights_find_name(v0, name);
+            assert_non_null(t);
+            buf_put(&b, t->data, t->n_bytes);
+        }
+    const lp_tensor *final_norm = lp_weights_find_name(v0, "rms_final_weight");
+    buf_put(&b, final_norm->data, final_norm->n_bytes);
+    const lp_tensor *emb = lp_weights_find_name(v0, "token_embedding_table");
+    const lp_tensor *order[1 + 7 * LP_MAX_LAYERS + 1];
+    size_t n_order = 0;
+    order[n_order++] = emb;
+    for (int k = 0; k < 7; k++)
+        for (int l = 0; l < a->n_layers; l++) {
+            snprintf(name, sizeof name, "layers.%d.%s", l, matrices[k]);
+            order[n_order] = lp_weights_find_name(v0, name);
+            assert_non_null(order[n_order]);
+            n_order++;
+        }
+    if (unshared)
+        order[n_order++] = emb;
+    for (size_t i = 0; i < n_order; i++) {
+        if (version == 1) {
+            buf_put(&b, order[i]->data, order[i]->n_bytes);
+        } else {
+            float *w = all_rows(order[i]);
+            put_q80(&b, w, order[i]->n_elements, gs);
+            free(w);
+        }
+    }
+    write_bytes(path, b.data, b.size);
+    free(b.data);
+}
+
+static void patch_i32(const char *path, long offset, int32_t value)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+    assert_int_equal(fwrite(&value, 4, 1, f), 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_golden_llama2c_versions(void **state)
+{
+    (void)state;
+    char p_bin[600], p_v1[600], p_v2[600], p_bad[600];
+    if (!shared(p_bin, sizeof p_bin, "models/stories260K/stories260K.bin"))
+        skip();
+    lp_weights *v0 = open_ok(p_bin);
+    tmp_path(p_v1, sizeof p_v1, "stories_v1.bin");
+    tmp_path(p_v2, sizeof p_v2, "stories_v2.bin");
+    tmp_path(p_bad, sizeof p_bad, "stories_bad.bin");
+    const int gs = 64;
+    write_llama2c_version(v0, p_v1, 1, 0, false);
+    write_llama2c_version(v0, p_v2, 2, gs, false);
+    lp_weights *v1 = open_ok(p_v1), *v2 = open_ok(p_v2);
+    assert_int_equal(lp_weights_count(v1), 47);
+    assert_int_equal(lp_weights_count(v2), 47);
+    assert_int_equal(total_params(v1), 260032);
+    assert_int_equal(total_params(v2), 260032);
+    double worst = 0; /* largest |w - dequantized| / scale seen */
+    int64_t inexact = 0;
+    for (size_t i = 0; i < lp_weights_count(v0); i++) {
+        const lp_tensor *t0 = lp_weights_tensor(v0, i);
+        const lp_tensor *t1 = lp_weights_find_name(v1, t0->name);
+        const lp_tensor *t2 = lp_weights_find_name(v2, t0->name);
+        if (!t1 || !t2)
+            fail_msg("%s missing in version 1 or 2", t0->name);
+        assert_int_equal(t1->role, t0->role);
+        assert_int_equal(t2->role, t0->role);
+        assert_int_equal(t1->layer, t0->layer);
+        assert_int_equal(t2->n_elements, t0->n_elements);
+        for (int d = 0; d < t0->n_dims; d++)
+            assert_int_equal(t2->shape[d], t0->shape[d]);
+        /* version 1: the same float32 bytes */
+        assert_int_equal(t1->dtype, LP_DTYPE_F32);
+        assert_int_equal(t1->n_bytes, t0->n_bytes);
+        if (memcmp(t1->data, t0->data, t0->n_bytes) != 0)
+            fail_msg("%s: version 1 values differ from the legacy file", t0->name);
+        if (t0->n_dims == 1) { /* norms stay float32 in version 2 */
+            assert_int_equal(t2->dtype, LP_DTYPE_F32);
+            assert_int_equal(memcmp(t2->data, t0->data, t0->n_bytes), 0);
+            continue;
+        }
+        /* version 2: codes as i8, the group scales right behind them; |w - code * scale| is at
+         * most scale/2 (rounding to the nearest code), plus float rounding of w / scale */
+        assert_int_equal(t2->dtype, LP_DTYPE_I8);
+        assert_int_equal(t2->n_bytes, (uint64_t)t0->n_elements);
+        const int8_t *codes = t2->data;
+        const uint8_t *scales = (const uint8_t *)t2->data + t2->n_bytes;
+        float *w = all_rows(t0);
+        for (int64_t j = 0; j < t0->n_elements; j++) {
+            float scale = lp_load_f32(scales + 4 * (j / gs));
+            double diff = fabs((double)w[j] - (double)codes[j] * (double)scale);
+            if (!(diff <= (double)scale * (0.5 + 1e-5)))
+                fail_msg("%s[%lld]: legacy %g, version 2 %d * %g (error %g > scale/2)", t0->name,
+                         (long long)j, (double)w[j], codes[j], (double)scale, diff);
+            if (scale > 0 && diff / (double)scale > worst)
+                worst = diff / (double)scale;
+            inexact += diff > 0;
+        }
+        free(w);
+    }
+    print_message("llama2.c version 2: max |w - dequantized| = %.6f x scale over 260,032 "
+                  "weights, %lld not exact\n", worst, (long long)inexact);
+    assert_true(worst <= 0.5 + 1e-5);
+    assert_true(inexact > 0); /* int8 really lost precision: the check above compared values */
+    /* tied: the flag says shared and no classifier is stored */
+    for (int v = 0; v < 2; v++) {
+        const lp_weights *w = v ? v2 : v1;
+        assert_true(lp_weights_arch(w)->tied_embeddings);
+        assert_null(lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false));
+        json_t *r = report_of(w, v == 1);
+        assert_true(check_passed(r, "expected_tensors"));
+        assert_true(check_passed(r, "tensor_shapes"));
+        assert_true(check_passed(r, "tied_embeddings"));
+        json_decref(r);
+    }
+    assert_int_equal(lp_weights_arch(v2)->storage_dtype, LP_DTYPE_I8);
+    lp_weights_close(v1);
+    lp_weights_close(v2);
+
+    /* unshared classifiers: stored last, in both versions */
+    for (int version = 1; version <= 2; version++) {
+        write_llama2c_version(v0, p_bad, version, gs, true);
+        lp_weights *w = open_ok(p_bad);
+        assert_false(lp_weights_arch(w)->tied_embeddings);
+        const lp_tensor *cls = lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false);
+        const lp_tensor *emb = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
+        assert_non_null(cls);
+        assert_string_equal(cls->name, "wcls");
+        uint64_t stored = version == 1 ? cls->n_bytes : cls->n_bytes + cls->n_bytes / gs * 4;
+        struct stat st;
+        assert_int_equal(stat(p_bad, &st), 0);
+        assert_int_equal(cls->file_offset + stored, (uint64_t)st.st_size);
+        assert_int_equal(memcmp(cls->data, emb->data, emb->n_bytes), 0);
+        assert_int_equal(total_params(w), 260032 + 32768);
+        lp_weights_close(w);
+    }
+
+    /* corrupted headers: one-line format errors naming the field */
+    write_llama2c_version(v0, p_bad, 1, 0, false);
+    patch_i32(p_bad, 4, 3);
+    expect_open_error(p_bad, LP_ERR_FORMAT, "version at byte 4 is 3", NULL);
+    write_llama2c_version(v0, p_bad, 2, gs, false);
+    patch_i32(p_bad, 37, 0);
+    expect_open_error(p_bad, LP_ERR_FORMAT, "group_size at byte 37 is 0", NULL);
+    patch_i32(p_bad, 37, 48); /* does not divide dim 64 */
+    expect_open_error(p_bad, LP_ERR_FORMAT, "group_size at byte 37 is 48", "dim 64");
+    patch_i32(p_bad, 37, 32); /* divides dim, but twice the scales no longer fit the file */
+    expect_open_error(p_bad, LP_ERR_FORMAT, NULL, NULL);
+    write_llama2c_version(v0, p_bad, 1, 0, false);
+    patch_i32(p_bad, 8 + 5 * 4, -512); /* negative vocab_size means nothing after version 0 */
+    expect_open_error(p_bad, LP_ERR_FORMAT, "vocab_size at byte 28 is -512", NULL);
+    write_llama2c_version(v0, p_bad, 1, 0, false);
+    patch_i32(p_bad, 36, 2); /* the flag byte (and three padding bytes) */
+    expect_open_error(p_bad, LP_ERR_FORMAT, "shared_classifier at byte 36 is 2", NULL);
+    write_llama2c_version(v0, p_bad, 1, 0, false);
+    patch_i32(p_bad, 36, 0); /* claims a classifier the file does not hold */
+    expect_open_error(p_bad, LP_ERR_FORMAT, NULL, NULL);
+    for (int version = 1; version <= 2; version++) {
+        write_llama2c_version(v0, p_bad, version, gs, false);
+        struct stat st;
+        assert_int_equal(stat(p_bad, &st), 0);
+        assert_int_equal(truncate(p_bad, st.st_size - 1), 0);
+        expect_open_error(p_bad, LP_ERR_FORMAT, NULL, NULL);
+        assert_int_equal(truncate(p_bad, 200), 0); /* inside the 256-byte header */
+        expect_open_error(p_bad, LP_ERR_FORMAT, NULL, NULL);
+    }
+    lp_weights_close(v0);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "%s/weights.%ld", lp_test_tmp_dir(), (long)getpid());
@@ -1712,6 +1951,7 @@ int main(void)
         cmocka_unit_test(test_roles),               cmocka_unit_test(test_checks_fail),
         cmocka_unit_test(test_families),            cmocka_unit_test(test_requantized_classifier),            cmocka_unit_test(test_real_configs),
         cmocka_unit_test(test_golden_three_formats), cmocka_unit_test(test_golden_quant),
+        cmocka_unit_test(test_golden_llama2c_versions),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (!failed) {
