@@ -114,6 +114,12 @@ if [ ! -s "$TMP/out" ]; then ok; else bad "stdout not empty after a failing seco
 # shipped cards by name
 if [ -f "${LOUPE_CONFIGS:-/nonexistent}/llama-3-8b.yaml" ]; then
   expect_json_int total 8030261248 "$LOUPE" estimate llama-3-8b --json
+  # DeepSeek-V3: 671,026,419,200 without the MTP module; the module's decoder layer and glue are
+  # 11,610,068,224. Check against HF's safetensors total 684,531,386,000: + 11,610,068,224 MTP
+  # + 2 x 926,679,040 (the MTP module stores its own embed_tokens and shared_head copies)
+  # + 41,540,496 FP8 block scales (F32 41,555,600 minus 59 x 256 score-correction biases).
+  expect_json_int total 671026419200 "$LOUPE" estimate deepseek-v3 --json
+  expect_json_int mtp_not_in_total 11610068224 "$LOUPE" estimate deepseek-v3 --json
   # the README's worked example: batch 8, seq 8192, fp8 KV = 32 x 8 x 256 x 8 x 8192 bytes
   expect_json_int kv_cache_bytes 4294967296 "$LOUPE" estimate llama-3-8b --json --batch 8 --seq 8192 --kv-dtype fp8
 fi
@@ -173,6 +179,11 @@ check_total olmo2_7b 7298617344 '{"architectures":["Olmo2ForCausalLM"],"attentio
 check_total mixtral8x22b 140620634112 '{"architectures":["MixtralForCausalLM"],"attention_dropout":0.0,"bos_token_id":1,"eos_token_id":2,"hidden_act":"silu","hidden_size":6144,"initializer_range":0.02,"intermediate_size":16384,"max_position_embeddings":65536,"model_type":"mixtral","num_attention_heads":48,"num_experts_per_tok":2,"num_hidden_layers":56,"num_key_value_heads":8,"num_local_experts":8,"rms_norm_eps":1e-05,"rope_theta":1000000,"router_aux_loss_coef":0.001,"router_jitter_noise":0.0,"torch_dtype":"bfloat16","transformers_version":"4.40.0.dev0","vocab_size":32000}'
 check_total phi15 1418270720 '{"_name_or_path":"microsoft/phi-1_5","architectures":["PhiForCausalLM"],"attention_dropout":0.0,"bos_token_id":null,"embd_pdrop":0.0,"eos_token_id":null,"hidden_act":"gelu_new","hidden_size":2048,"initializer_range":0.02,"intermediate_size":8192,"layer_norm_eps":1e-05,"max_position_embeddings":2048,"model_type":"phi","num_attention_heads":32,"num_hidden_layers":24,"num_key_value_heads":32,"partial_rotary_factor":0.5,"qk_layernorm":false,"resid_pdrop":0.0,"rope_scaling":null,"rope_theta":10000.0,"tie_word_embeddings":false,"torch_dtype":"float16","transformers_version":"4.38.0","use_cache":true,"vocab_size":51200}'
 check_total bloom560m 559214592 '{"_name_or_path":"bigscience/bloom-560m","apply_residual_connection_post_layernorm":false,"architectures":["BloomForCausalLM"],"attention_dropout":0.0,"attention_softmax_in_fp32":true,"bias_dropout_fusion":true,"bos_token_id":1,"eos_token_id":2,"hidden_dropout":0.0,"hidden_size":1024,"initializer_range":0.02,"layer_norm_epsilon":1e-05,"masked_softmax_fusion":true,"model_type":"bloom","n_head":16,"n_inner":null,"n_layer":24,"offset_alibi":100,"pad_token_id":3,"pretraining_tp":1,"skip_bias_add":true,"skip_bias_add_qkv":false,"slow_but_exact":false,"transformers_version":"4.26.0","unk_token_id":0,"use_cache":true,"vocab_size":250880}'
+# GPT-2 Medium 354,823,168 (its GPT2Config as printed; n_inner null = 4 x n_embd, tied).
+# Falcon-RW-1B 1,311,625,216: ALiBi, sequential (not parallel) block with two LayerNorms, biases
+#   everywhere, tied (the architecture block of its config.json as a public repo embeds it).
+check_total gpt2_medium 354823168 '{"activation_function":"gelu_new","architectures":["GPT2LMHeadModel"],"attn_pdrop":0.1,"bos_token_id":50256,"embd_pdrop":0.1,"eos_token_id":50256,"gradient_checkpointing":false,"initializer_range":0.02,"layer_norm_epsilon":1e-05,"model_type":"gpt2","n_ctx":1024,"n_embd":1024,"n_head":16,"n_inner":null,"n_layer":24,"n_positions":1024,"n_special":0,"predict_special_tokens":true,"resid_pdrop":0.1,"scale_attn_weights":true,"summary_activation":null,"summary_first_dropout":0.1,"summary_proj_to_labels":true,"summary_type":"cls_index","summary_use_proj":true,"task_specific_params":{"text-generation":{"do_sample":true,"max_length":50}},"transformers_version":"4.6.0.dev0","use_cache":true,"vocab_size":50257}'
+check_total falcon_rw_1b 1311625216 '{"alibi":true,"architectures":["FalconForCausalLM"],"bias":true,"hidden_size":2048,"layer_norm_epsilon":1e-05,"model_type":"falcon","multi_query":false,"new_decoder_architecture":false,"num_attention_heads":32,"num_hidden_layers":24,"parallel_attn":false,"vocab_size":50304}'
 # active (derived, not published exactly): everything but 56 of the 64 experts per layer
 expect_json_int active 14249270784 "$LOUPE" estimate "$TMP/qwen2_57b.json" --json
 
