@@ -97,4 +97,22 @@ for f in huge_header.safetensors overflow.safetensors huge.bin; do
   # 100 MB: the binary and its libraries take ~10-20 MB, sanitizer builds more
   if [ "${rss:-0}" -lt 100000 ]; then ok; else bad "inspect $f used $rss KB"; fi
 done
+# safetensors: 300,000 one-element tensors (a 29 MB file) whose last entry leaves a gap, so the
+# whole header is scanned and sorted before the refusal. jansson's DOM of such a header cost 15x
+# the file; the scanner keeps one lp_tensor and one name per entry (issue 7: limit 6x the file).
+many="$TMP/many.safetensors"
+awk 'BEGIN { n = 300000; printf "{";
+             for (i = 0; i < n; i++) {
+               b = 4 * i + (i == n - 1 ? 4 : 0);
+               printf "%s\"model.layers.%06d.mlp.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}", (i ? "," : ""), i, b, b + 4 } 
+             printf "}" }' </dev/null >"$TMP/many.json"
+hlen=$(wc -c <"$TMP/many.json")
+{ for i in 0 1 2 3 4 5 6 7; do printf "\\$(printf '%03o' $(((hlen >> (8 * i)) & 255)))"; done
+  cat "$TMP/many.json"; head -c $((4 * 300000 + 4)) /dev/zero; } >"$many"
+expect_one_line_error "$LOUPE" inspect "$many"
+expect_stderr_contains "tensor 'model.layers.299999.mlp.weight': data_offsets [1200000, 1200004] leave a gap after offset 1199996" "$LOUPE" inspect "$many"
+file_kb=$(( $(wc -c <"$many") / 1024 ))
+rss=$(measure_rss "$LOUPE" inspect "$many")
+if [ "${rss:-0}" -lt $((6 * file_kb)) ]; then ok; else bad "inspect of a $file_kb KB header of 300,000 tensors used $rss KB (limit 6x)"; fi
+echo "many tensors: file $file_kb KB, loupe inspect (refused after the full scan) peak $rss KB"
 finish
