@@ -152,6 +152,10 @@ check_total opt350m 331196416 '{"_name_or_path":"facebook/opt-350m","activation_
 "$LOUPE" estimate "$TMP/opt350m.json" --json >"$TMP/out" 2>"$TMP/err"
 got=$(sed -n '/"decode_breakdown"/,/}/p' "$TMP/out" | grep -o '"lm_head": [0-9]*' | grep -o '[0-9]*$')
 if [ "$got" = 53575680 ]; then ok; else bad "opt-350m decode lm_head FLOPs '$got', want 53575680"; fi
+# f16 weights 2 x 331,196,416 bytes; KV 24 layers x 2 x 1024 x 2 bytes per token (both figures
+# also printed by a public OPT profiler's tests)
+expect_json_int weights_bytes 662392832 "$LOUPE" estimate "$TMP/opt350m.json" --json
+expect_json_int bytes_per_token 98304 "$LOUPE" estimate "$TMP/opt350m.json" --json
 if [ -f "${LOUPE_CONFIGS:-/nonexistent}/opt-350m.yaml" ]; then
   expect_json_int total 331196416 "$LOUPE" estimate opt-350m --json
 fi
