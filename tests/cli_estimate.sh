@@ -119,6 +119,12 @@ if [ -f "${LOUPE_CONFIGS:-/nonexistent}/llama-3-8b.yaml" ]; then
   # + 2 x 926,679,040 (the MTP module stores its own embed_tokens and shared_head copies)
   # + 41,540,496 FP8 block scales (F32 41,555,600 minus 59 x 256 score-correction biases).
   expect_json_int total 671026419200 "$LOUPE" estimate deepseek-v3 --json
+  # cards whose published counts were checked (num_parameters() / safetensors totals printed in
+  # public repos): Gemma-2-2B 2,614,341,888 (post norms, softcaps, tied), Qwen1.5-MoE-A2.7B
+  # 14,315,784,192 (shared expert with its gate), TinyLlama-1.1B 1,100,048,384
+  expect_json_int total 2614341888 "$LOUPE" estimate gemma-2-2b --json
+  expect_json_int total 14315784192 "$LOUPE" estimate qwen1.5-moe-a2.7b-chat --json
+  expect_json_int total 1100048384 "$LOUPE" estimate tinyllama-1.1b --json
   expect_json_int mtp_not_in_total 11610068224 "$LOUPE" estimate deepseek-v3 --json
   # the README's worked example: batch 8, seq 8192, fp8 KV = 32 x 8 x 256 x 8 x 8192 bytes
   expect_json_int kv_cache_bytes 4294967296 "$LOUPE" estimate llama-3-8b --json --batch 8 --seq 8192 --kv-dtype fp8
