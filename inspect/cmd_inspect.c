@@ -770,18 +770,63 @@ static void add_total(json_t *by, const char *key, int64_t params, uint64_t byte
     json_object_set_new(entry, "bytes", json_integer(n_bytes + (json_int_t)bytes));
 }
 
-/* Build the whole report of open weights. Without stats, reads no tensor data except the
- * embedding/classifier comparison (sampled above FULL_COMPARE_MAX_BYTES). */
-lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_error *err)
+/* One row of the tensor table as JSON; s is NULL without --stats. NULL when out of memory. */
+static json_t *tensor_json(const lp_weights *w, const lp_tensor *t, const tensor_stats *s)
+{
+    json_t *jt = json_object();
+    json_t *shape = json_array();
+    if (!jt || !shape) {
+        json_decref(jt);
+        json_decref(shape);
+        return NULL;
+    }
+    for (int d = 0; d < t->n_dims; d++)
+        json_array_append_new(shape, json_integer(t->shape[d]));
+    json_object_set_new(jt, "name", json_string(t->name));
+    json_object_set_new(jt, "role", json_string(lp_role_name(t->role)));
+    json_object_set_new(jt, "layer", t->layer >= 0 ? json_integer(t->layer) : json_null());
+    json_object_set_new(jt, "expert", t->expert >= 0 ? json_integer(t->expert) : json_null());
+    json_object_set_new(jt, "is_bias", json_boolean(t->is_bias));
+    json_object_set_new(jt, "transposed", json_boolean(t->transposed));
+    json_object_set_new(jt, "dtype", json_string(lp_dtype_name(t->dtype)));
+    json_object_set_new(jt, "shape", shape);
+    json_object_set_new(jt, "params", json_integer(t->n_elements));
+    json_object_set_new(jt, "bytes", json_integer((json_int_t)t->n_bytes));
+    json_object_set_new(jt, "file", json_string(lp_weights_file_name(w, t->file_index)));
+    json_object_set_new(jt, "offset", json_integer((json_int_t)t->file_offset));
+    if (s) {
+        json_t *js = stats_json(s);
+        if (!js) {
+            json_decref(jt);
+            return NULL;
+        }
+        json_object_set_new(jt, "stats", js);
+    }
+    return jt;
+}
+
+/* Build the report of open weights. With embed_tensors the "tensors" member holds one object
+ * per tensor; without, it is a null placeholder that keeps the member's place in the key order
+ * (the CLI streams the rows there: with 300,000 tensors the objects would cost ~20x the file).
+ * With stats, *stats_out receives one tensor_stats per tensor (caller frees). Without stats,
+ * reads no tensor data except the embedding/classifier comparison (sampled above
+ * FULL_COMPARE_MAX_BYTES). */
+static lp_status build_report(const lp_weights *w, bool stats, bool embed_tensors, json_t **out,
+                              tensor_stats **stats_out, lp_error *err)
 {
     *out = NULL;
+    if (stats_out)
+        *stats_out = NULL;
     json_t *report = json_object();
-    json_t *files = json_array(), *tensors = json_array(), *checks = json_array();
+    json_t *files = json_array(), *checks = json_array();
+    json_t *tensors = embed_tensors ? json_array() : json_null();
     json_t *by_dtype = json_object(), *by_role = json_object(), *nonfinite = json_array();
     float *buf = stats ? malloc(STATS_CHUNK * sizeof(float)) : NULL;
+    tensor_stats *all_stats =
+        stats ? calloc(w->n_tensors ? w->n_tensors : 1, sizeof *all_stats) : NULL;
     lp_status status = LP_OK;
     if (!report || !files || !tensors || !checks || !by_dtype || !by_role || !nonfinite ||
-        (stats && !buf)) {
+        (stats && (!buf || !all_stats))) {
         status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -798,41 +843,23 @@ lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_er
     int64_t n_nonfinite = 0;
     for (size_t i = 0; i < w->n_tensors; i++) {
         const lp_tensor *t = &w->tensors[i];
-        json_t *jt = json_object();
-        json_t *shape = json_array();
-        if (!jt || !shape) {
-            json_decref(jt);
-            json_decref(shape);
-            status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        for (int d = 0; d < t->n_dims; d++)
-            json_array_append_new(shape, json_integer(t->shape[d]));
-        json_object_set_new(jt, "name", json_string(t->name));
-        json_object_set_new(jt, "role", json_string(lp_role_name(t->role)));
-        json_object_set_new(jt, "layer", t->layer >= 0 ? json_integer(t->layer) : json_null());
-        json_object_set_new(jt, "expert", t->expert >= 0 ? json_integer(t->expert) : json_null());
-        json_object_set_new(jt, "is_bias", json_boolean(t->is_bias));
-        json_object_set_new(jt, "transposed", json_boolean(t->transposed));
-        json_object_set_new(jt, "dtype", json_string(lp_dtype_name(t->dtype)));
-        json_object_set_new(jt, "shape", shape);
-        json_object_set_new(jt, "params", json_integer(t->n_elements));
-        json_object_set_new(jt, "bytes", json_integer((json_int_t)t->n_bytes));
-        json_object_set_new(jt, "file", json_string(lp_weights_file_name(w, t->file_index)));
-        json_object_set_new(jt, "offset", json_integer((json_int_t)t->file_offset));
         if (stats) {
-            tensor_stats s;
-            if ((status = compute_stats(t, buf, &s, err)) != LP_OK) {
-                json_decref(jt);
+            tensor_stats *s = &all_stats[i];
+            if ((status = compute_stats(t, buf, s, err)) != LP_OK)
                 goto fail;
-            }
-            json_object_set_new(jt, "stats", stats_json(&s));
-            if (s.n_nan + s.n_inf > 0) {
-                n_nonfinite += s.n_nan + s.n_inf;
+            if (s->n_nan + s->n_inf > 0) {
+                n_nonfinite += s->n_nan + s->n_inf;
                 json_array_append_new(nonfinite, json_string(t->name));
             }
         }
-        json_array_append_new(tensors, jt);
+        if (embed_tensors) {
+            json_t *jt = tensor_json(w, t, stats ? &all_stats[i] : NULL);
+            if (!jt) {
+                status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            json_array_append_new(tensors, jt);
+        }
         if (!lp_add_i64(total_params, t->n_elements, &total_params) ||
             !lp_add_u64(total_bytes, t->n_bytes, &total_bytes)) {
             status = lp_error_set(err, LP_ERR_RANGE, "parameter total overflows 64 bits");
@@ -876,6 +903,10 @@ lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_er
     json_decref(tensors);
     json_decref(checks);
     free(buf);
+    if (stats_out)
+        *stats_out = all_stats;
+    else
+        free(all_stats);
     *out = report;
     return LP_OK;
 fail:
@@ -887,7 +918,13 @@ fail:
     json_decref(by_role);
     json_decref(nonfinite);
     free(buf);
+    free(all_stats);
     return status;
+}
+
+lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_error *err)
+{
+    return build_report(w, stats, true, out, NULL, err);
 }
 
 /* ---- text output ---------------------------------------------------------------------------- */
@@ -917,17 +954,14 @@ static void print_arch(const lp_arch *a)
            a->tied_embeddings ? "tied" : "untied");
 }
 
-static void format_role(char *buf, size_t size, json_t *t)
+static void format_role(char *buf, size_t size, const lp_tensor *t)
 {
-    int n = snprintf(buf, size, "%s", json_string_value(json_object_get(t, "role")));
-    json_t *layer = json_object_get(t, "layer"), *expert = json_object_get(t, "expert");
-    if (json_is_integer(layer) && n >= 0 && (size_t)n < size)
-        n += snprintf(buf + n, size - (size_t)n, " L%" JSON_INTEGER_FORMAT,
-                      json_integer_value(layer));
-    if (json_is_integer(expert) && n >= 0 && (size_t)n < size)
-        n += snprintf(buf + n, size - (size_t)n, " E%" JSON_INTEGER_FORMAT,
-                      json_integer_value(expert));
-    if (json_is_true(json_object_get(t, "is_bias")) && n >= 0 && (size_t)n < size)
+    int n = snprintf(buf, size, "%s", lp_role_name(t->role));
+    if (t->layer >= 0 && n >= 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " L%d", t->layer);
+    if (t->expert >= 0 && n >= 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " E%d", t->expert);
+    if (t->is_bias && n >= 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, " bias");
 }
 
@@ -945,7 +979,8 @@ static void print_totals(const char *title, json_t *by)
     }
 }
 
-static void print_text(json_t *r, const lp_weights *w, bool stats)
+/* The table straight from the catalogue and the stats array (NULL without --stats). */
+static void print_text(json_t *r, const lp_weights *w, const tensor_stats *stats)
 {
     printf("path          %s\n", json_string_value(json_object_get(r, "path")));
     printf("format        %s (%zu file%s)\n", json_string_value(json_object_get(r, "format")),
@@ -955,48 +990,43 @@ static void print_text(json_t *r, const lp_weights *w, bool stats)
         print_arch(w->arch);
     else
         printf("architecture  none found%s%s\n", w->arch_note[0] ? ": " : "", w->arch_note);
-    json_t *tensors = json_object_get(r, "tensors");
     size_t name_w = 4;
-    for (size_t i = 0; i < json_array_size(tensors); i++) {
-        size_t len = strlen(json_string_value(json_object_get(json_array_get(tensors, i), "name")));
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        size_t len = strlen(w->tensors[i].name);
         name_w = len > name_w ? len : name_w;
     }
     if (name_w > 60)
         name_w = 60;
-    printf("\ntensors (%zu)\n", json_array_size(tensors));
+    printf("\ntensors (%zu)\n", w->n_tensors);
     printf("  %-*s  %-22s %-8s %-20s %12s %12s", (int)name_w, "name", "role", "dtype", "shape",
            "params", "bytes");
     if (stats)
         printf(" %11s %11s %11s %11s %11s %6s %6s", "min", "max", "mean", "std", "absmax", "nan",
                "inf");
     printf("\n");
-    for (size_t i = 0; i < json_array_size(tensors); i++) {
-        json_t *t = json_array_get(tensors, i);
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const lp_tensor *t = &w->tensors[i];
         char role[64], shape[96], p[32];
-        int64_t dims[LP_MAX_DIMS];
-        json_t *js = json_object_get(t, "shape");
-        int n_dims = (int)json_array_size(js);
-        for (int d = 0; d < n_dims && d < LP_MAX_DIMS; d++)
-            dims[d] = json_integer_value(json_array_get(js, (size_t)d));
-        format_shape(shape, sizeof shape, dims, n_dims);
-        if (json_is_true(json_object_get(t, "transposed"))) /* GPT-2 Conv1D */
+        format_shape(shape, sizeof shape, t->shape, t->n_dims);
+        if (t->transposed) /* GPT-2 Conv1D */
             strncat(shape, " in,out", sizeof shape - strlen(shape) - 1);
         format_role(role, sizeof role, t);
-        printf("  %-*s  %-22s %-8s %-20s %12s %12" PRId64, (int)name_w,
-               json_string_value(json_object_get(t, "name")), role,
-               json_string_value(json_object_get(t, "dtype")), shape,
-               lp_format_int(jint(t, "params"), p, sizeof p), jint(t, "bytes"));
-        json_t *s = json_object_get(t, "stats");
-        if (s) {
-            static const char *const keys[] = {"min", "max", "mean", "std", "absmax"};
-            for (int k = 0; k < 5; k++) {
-                json_t *v = json_object_get(s, keys[k]);
-                if (json_is_number(v))
-                    printf(" %11.4g", json_number_value(v));
-                else
+        printf("  %-*s  %-22s %-8s %-20s %12s %12" PRId64, (int)name_w, t->name, role,
+               lp_dtype_name(t->dtype), shape, lp_format_int(t->n_elements, p, sizeof p),
+               (int64_t)t->n_bytes);
+        if (stats) {
+            const tensor_stats *s = &stats[i];
+            if (s->n_finite > 0) {
+                double absmax = fabs(s->min) > fabs(s->max) ? fabs(s->min) : fabs(s->max);
+                double values[5] = {s->min, s->max, s->mean, sqrt(s->m2 / (double)s->n_finite),
+                                    absmax};
+                for (int k = 0; k < 5; k++)
+                    printf(" %11.4g", values[k]);
+            } else {
+                for (int k = 0; k < 5; k++)
                     printf(" %11s", "-");
             }
-            printf(" %6" PRId64 " %6" PRId64, jint(s, "nan"), jint(s, "inf"));
+            printf(" %6" PRId64 " %6" PRId64, s->n_nan, s->n_inf);
         }
         printf("\n");
     }
@@ -1019,6 +1049,90 @@ static void print_text(json_t *r, const lp_weights *w, bool stats)
                json_string_value(json_object_get(c, "name")),
                json_string_value(json_object_get(c, "detail")));
     }
+}
+
+/* ---- streamed JSON -------------------------------------------------------------------------- */
+
+#define REPORT_JSON_FLAGS (JSON_INDENT(2) | JSON_REAL_PRECISION(9) | JSON_ENCODE_ANY)
+
+/* Write text with every line after the first indented by depth levels more: a value dumped on
+ * its own then reads as if jansson had dumped it nested. Newlines inside strings are escaped
+ * ("\\n"), so every raw newline is formatting. */
+static bool write_indented(FILE *f, const char *text, int depth)
+{
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        if (fwrite(p, 1, len, f) != len)
+            return false;
+        if (nl && fprintf(f, "%*s", 2 * depth, "") < 0)
+            return false;
+        p += len;
+    }
+    return true;
+}
+
+static bool write_value(FILE *f, json_t *value, int depth)
+{
+    char *text = json_dumps(value, REPORT_JSON_FLAGS);
+    if (!text)
+        return false;
+    bool ok = write_indented(f, text, depth);
+    free(text);
+    return ok;
+}
+
+/* The document json_dumps(report) would give with "tensors" filled in, byte for byte, but with
+ * one tensor object alive at a time: the summary's members are written around a tensors array
+ * whose objects are built, dumped and freed one by one. */
+static lp_status write_report_json(FILE *f, json_t *report, const lp_weights *w,
+                                   const tensor_stats *stats, lp_error *err)
+{
+    bool ok = fputs("{", f) >= 0;
+    bool first = true;
+    for (void *it = json_object_iter(report); it && ok; it = json_object_iter_next(report, it)) {
+        const char *key = json_object_iter_key(it);
+        json_t *key_json = json_string(key);
+        ok = key_json && fputs(first ? "\n  " : ",\n  ", f) >= 0 && write_value(f, key_json, 1) &&
+             fputs(": ", f) >= 0;
+        json_decref(key_json);
+        first = false;
+        if (!ok)
+            break;
+        if (strcmp(key, "tensors") != 0) {
+            ok = write_value(f, json_object_iter_value(it), 1);
+            continue;
+        }
+        if (w->n_tensors == 0) {
+            ok = fputs("[]", f) >= 0;
+            continue;
+        }
+        ok = fputs("[", f) >= 0;
+        for (size_t i = 0; i < w->n_tensors && ok; i++) {
+            json_t *jt = tensor_json(w, &w->tensors[i], stats ? &stats[i] : NULL);
+            ok = jt && fputs(i ? ",\n    " : "\n    ", f) >= 0 && write_value(f, jt, 2);
+            json_decref(jt);
+        }
+        ok = ok && fputs("\n  ]", f) >= 0;
+    }
+    ok = ok && fputs(first ? "}\n" : "\n}\n", f) >= 0 && fflush(f) == 0;
+    if (!ok)
+        return lp_error_set(err, LP_ERR_IO, "writing the JSON report failed (out of memory or "
+                                            "output error)");
+    return LP_OK;
+}
+
+lp_status lp_inspect_write_json(const lp_weights *w, bool stats, FILE *out, lp_error *err)
+{
+    json_t *report;
+    tensor_stats *all_stats = NULL;
+    lp_status status = build_report(w, stats, false, &report, &all_stats, err);
+    if (status != LP_OK)
+        return status;
+    status = write_report_json(out, report, w, all_stats, err);
+    json_decref(report);
+    free(all_stats);
+    return status;
 }
 
 /* ---- the command ---------------------------------------------------------------------------- */
@@ -1111,7 +1225,8 @@ static int run_inspect(int argc, char **argv)
     if (status != LP_OK)
         return lp_cli_fail("inspect", &err);
     json_t *report;
-    if ((status = lp_inspect_report(w, stats, &report, &err)) != LP_OK) {
+    tensor_stats *all_stats = NULL;
+    if ((status = build_report(w, stats, false, &report, &all_stats, &err)) != LP_OK) {
         lp_weights_close(w);
         return lp_cli_fail("inspect", &err);
     }
@@ -1120,21 +1235,15 @@ static int run_inspect(int argc, char **argv)
     for (size_t i = 0; i < json_array_size(checks); i++)
         if (!json_is_true(json_object_get(json_array_get(checks, i), "passed")))
             failed = true;
-    if (json) {
-        char *text = json_dumps(report, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
-        if (!text) {
-            json_decref(report);
-            lp_weights_close(w);
-            lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
-            return lp_cli_fail("inspect", &err);
-        }
-        puts(text);
-        free(text);
-    } else {
-        print_text(report, w, stats);
-    }
+    if (json)
+        status = write_report_json(stdout, report, w, all_stats, &err);
+    else
+        print_text(report, w, all_stats);
     json_decref(report);
+    free(all_stats);
     lp_weights_close(w);
+    if (status != LP_OK)
+        return lp_cli_fail("inspect", &err);
     return failed ? LP_EXIT_CHECK_FAILED : LP_EXIT_OK;
 }
 

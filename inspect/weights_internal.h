@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -74,5 +75,11 @@ bool lp_role_is_buffer(lp_role role);
  * Without stats no tensor data is read except the embedding/classifier comparison, which is
  * sampled above 64 MiB. Caller json_decref()s *out. */
 lp_status lp_inspect_report(const lp_weights *weights, bool stats, json_t **out, lp_error *err);
+
+/* `loupe inspect --json`: the same document as json_dumps(lp_inspect_report(...),
+ * JSON_INDENT(2) | JSON_REAL_PRECISION(9)) plus a newline, byte for byte, written to out with
+ * the tensors array streamed (one tensor object alive at a time) so that memory stays a small
+ * multiple of the file even with 300,000 tensors. */
+lp_status lp_inspect_write_json(const lp_weights *weights, bool stats, FILE *out, lp_error *err);
 
 #endif
