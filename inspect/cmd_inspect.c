@@ -213,11 +213,39 @@ static json_t *stats_json(const tensor_stats *s)
 
 /* ---- expected tensors ----------------------------------------------------------------------- */
 
+/* The names a check reports: the count, and copies of only the first LIST_MAX (the detail
+ * lists no more), so a check over 300,000 tensors holds no second copy of their names. */
+typedef struct name_list {
+    size_t count;
+    char *items[LIST_MAX];
+    bool oom; /* a copy failed: the report is refused */
+} name_list;
+
+static void list_add(name_list *l, const char *item)
+{
+    if (l->count < LIST_MAX) {
+        size_t len = strlen(item) + 1;
+        char *copy = malloc(len);
+        if (copy)
+            memcpy(copy, item, len);
+        else
+            l->oom = true;
+        l->items[l->count] = copy;
+    }
+    l->count++;
+}
+
+static void list_free(name_list *l)
+{
+    for (size_t i = 0; i < l->count && i < LIST_MAX; i++)
+        free(l->items[i]);
+}
+
 typedef struct expect_ctx {
     const lp_weights *w;
     const lp_arch *a;
     bool *hit;           /* [n_tensors] expected and found */
-    json_t *missing;     /* array of descriptions */
+    name_list missing;   /* descriptions of expected tensors not found */
 } expect_ctx;
 
 static size_t tensor_index(const lp_weights *w, const lp_tensor *t)
@@ -247,7 +275,7 @@ static bool want(expect_ctx *c, lp_role role, int layer, int expert, bool bias, 
     if (report) {
         char buf[96];
         describe_key(buf, sizeof buf, role, layer, expert, bias);
-        json_array_append_new(c->missing, json_string(buf));
+        list_add(&c->missing, buf);
     }
     return false;
 }
@@ -514,14 +542,14 @@ static json_t *make_check(const char *name, bool passed, const char *detail)
     return c;
 }
 
-/* "a, b, c and 4 more" from an array of strings. */
-static void join_list(char *buf, size_t size, json_t *items)
+/* "a, b, c and 4 more". */
+static void join_list(char *buf, size_t size, const name_list *items)
 {
-    size_t n = 0, count = json_array_size(items);
+    size_t n = 0, count = items->count;
     buf[0] = '\0';
     for (size_t i = 0; i < count && i < LIST_MAX && n < size; i++)
         n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : "",
-                              json_string_value(json_array_get(items, i)));
+                              items->items[i] ? items->items[i] : "");
     if (count > LIST_MAX && n < size)
         snprintf(buf + n, size - n, " and %zu more", count - LIST_MAX);
 }
@@ -685,9 +713,9 @@ static void arch_checks(const lp_weights *w, json_t *checks, lp_status *status, 
 {
     const lp_arch *a = w->arch;
     size_t n = w->n_tensors;
-    expect_ctx c = {w, a, calloc(n ? n : 1, sizeof(bool)), json_array()};
-    json_t *bad_shapes = json_array(), *unexpected = json_array(), *buffers = json_array();
-    if (!c.hit || !c.missing || !bad_shapes || !unexpected || !buffers) {
+    expect_ctx c = {w, a, calloc(n ? n : 1, sizeof(bool)), {0}};
+    name_list bad_shapes = {0}, unexpected = {0}, buffers = {0};
+    if (!c.hit) {
         *status = lp_error_set(err, LP_ERR_NOMEM, "out of memory checking %zu tensors", n);
         goto done;
     }
@@ -696,8 +724,7 @@ static void arch_checks(const lp_weights *w, json_t *checks, lp_status *status, 
     for (size_t i = 0; i < n; i++) {
         const lp_tensor *t = &w->tensors[i];
         if (!c.hit[i]) {
-            json_array_append_new(lp_role_is_buffer(t->role) ? buffers : unexpected,
-                                  json_string(t->name));
+            list_add(lp_role_is_buffer(t->role) ? &buffers : &unexpected, t->name);
             continue;
         }
         n_expected++;
@@ -710,46 +737,50 @@ static void arch_checks(const lp_weights *w, json_t *checks, lp_status *status, 
             format_shape(got, sizeof got, t->shape, t->n_dims);
             format_shape(wanted, sizeof wanted, shape, n_dims);
             snprintf(line, sizeof line, "%s is %s, expected %s", t->name, got, wanted);
-            json_array_append_new(bad_shapes, json_string(line));
+            list_add(&bad_shapes, line);
         }
     }
+    if (c.missing.oom || bad_shapes.oom || unexpected.oom || buffers.oom) {
+        *status = lp_error_set(err, LP_ERR_NOMEM, "out of memory checking %zu tensors", n);
+        goto done;
+    }
     char list[2048], detail[2400];
-    size_t n_missing = json_array_size(c.missing);
+    size_t n_missing = c.missing.count;
     if (n_missing == 0)
         snprintf(detail, sizeof detail, "all %zu expected tensors present", n_expected);
     else {
-        join_list(list, sizeof list, c.missing);
+        join_list(list, sizeof list, &c.missing);
         snprintf(detail, sizeof detail, "%zu missing: %s", n_missing, list);
     }
     json_array_append_new(checks, make_check("expected_tensors", n_missing == 0, detail));
-    size_t n_bad = json_array_size(bad_shapes);
+    size_t n_bad = bad_shapes.count;
     if (n_bad == 0)
         snprintf(detail, sizeof detail, "%zu tensors have the shapes the architecture implies",
                  n_expected);
     else {
-        join_list(list, sizeof list, bad_shapes);
+        join_list(list, sizeof list, &bad_shapes);
         snprintf(detail, sizeof detail, "%zu wrong: %s", n_bad, list);
     }
     json_array_append_new(checks, make_check("tensor_shapes", n_bad == 0, detail));
-    size_t n_unexpected = json_array_size(unexpected);
+    size_t n_unexpected = unexpected.count;
     if (n_unexpected == 0)
         snprintf(detail, sizeof detail, "none");
     else {
-        join_list(list, sizeof list, unexpected);
+        join_list(list, sizeof list, &unexpected);
         snprintf(detail, sizeof detail, "%zu: %s", n_unexpected, list);
     }
-    if (json_array_size(buffers) > 0) {
-        join_list(list, sizeof list, buffers);
+    if (buffers.count > 0) {
+        join_list(list, sizeof list, &buffers);
         size_t len = strlen(detail);
         snprintf(detail + len, sizeof detail - len, " (stored buffers, not parameters: %s)", list);
     }
     json_array_append_new(checks, make_check("unexpected_tensors", n_unexpected == 0, detail));
 done:
     free(c.hit);
-    json_decref(c.missing);
-    json_decref(bad_shapes);
-    json_decref(unexpected);
-    json_decref(buffers);
+    list_free(&c.missing);
+    list_free(&bad_shapes);
+    list_free(&unexpected);
+    list_free(&buffers);
 }
 
 static void add_total(json_t *by, const char *key, int64_t params, uint64_t bytes)
@@ -820,12 +851,13 @@ static lp_status build_report(const lp_weights *w, bool stats, bool embed_tensor
     json_t *report = json_object();
     json_t *files = json_array(), *checks = json_array();
     json_t *tensors = embed_tensors ? json_array() : json_null();
-    json_t *by_dtype = json_object(), *by_role = json_object(), *nonfinite = json_array();
+    json_t *by_dtype = json_object(), *by_role = json_object();
+    name_list nonfinite = {0}; /* tensors with NaN or Inf */
     float *buf = stats ? malloc(STATS_CHUNK * sizeof(float)) : NULL;
     tensor_stats *all_stats =
         stats ? calloc(w->n_tensors ? w->n_tensors : 1, sizeof *all_stats) : NULL;
     lp_status status = LP_OK;
-    if (!report || !files || !tensors || !checks || !by_dtype || !by_role || !nonfinite ||
+    if (!report || !files || !tensors || !checks || !by_dtype || !by_role ||
         (stats && (!buf || !all_stats))) {
         status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
         goto fail;
@@ -849,7 +881,7 @@ static lp_status build_report(const lp_weights *w, bool stats, bool embed_tensor
                 goto fail;
             if (s->n_nan + s->n_inf > 0) {
                 n_nonfinite += s->n_nan + s->n_inf;
-                json_array_append_new(nonfinite, json_string(t->name));
+                list_add(&nonfinite, t->name);
             }
         }
         if (embed_tensors) {
@@ -888,16 +920,20 @@ static lp_status build_report(const lp_weights *w, bool stats, bool embed_tensor
     tied_report(w, stats, report, checks);
     if (stats) {
         char list[2048], detail[2400];
+        if (nonfinite.oom) {
+            status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
         if (n_nonfinite == 0)
             snprintf(detail, sizeof detail, "no NaN or Inf in %zu tensors", w->n_tensors);
         else {
-            join_list(list, sizeof list, nonfinite);
+            join_list(list, sizeof list, &nonfinite);
             snprintf(detail, sizeof detail, "%" PRId64 " NaN/Inf values in %zu tensors: %s",
-                     n_nonfinite, json_array_size(nonfinite), list);
+                     n_nonfinite, nonfinite.count, list);
         }
         json_array_append_new(checks, make_check("finite_values", n_nonfinite == 0, detail));
     }
-    json_decref(nonfinite);
+    list_free(&nonfinite);
     json_object_set(report, "checks", checks);
     json_decref(files);
     json_decref(tensors);
@@ -916,7 +952,7 @@ fail:
     json_decref(checks);
     json_decref(by_dtype);
     json_decref(by_role);
-    json_decref(nonfinite);
+    list_free(&nonfinite);
     free(buf);
     free(all_stats);
     return status;
