@@ -237,7 +237,9 @@ static void test_header_memory(void **state)
     fprintf(stderr, "test_header_memory: %zu tensors, file %.1f MB, open peaked %.1f MB above "
                     "the baseline (%.2fx the file; limit 6x)\n",
             n, file_mb, used_mb, used_mb / file_mb);
-    if (used_mb > 6 * file_mb)
+    if (lp_test_sanitized())
+        fprintf(stderr, "test_header_memory: sanitizer build, the 6x limit is not asserted\n");
+    else if (used_mb > 6 * file_mb)
         fail_msg("opening a %.1f MB file took %.1f MB (limit 6x)", file_mb, used_mb);
 }
 

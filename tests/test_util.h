@@ -43,6 +43,13 @@ static inline const char *lp_test_shared_path(char *buf, size_t size, const char
         }                                                                                     \
     } while (0)
 
+/* True in a sanitizer build, where peak memory is not the product's (see tests/CMakeLists.txt). */
+static inline int lp_test_sanitized(void)
+{
+    const char *v = getenv("LOUPE_SANITIZED");
+    return v && strcmp(v, "1") == 0;
+}
+
 /* A writable scratch directory for generated files. */
 static inline const char *lp_test_tmp_dir(void)
 {
