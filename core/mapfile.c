@@ -97,6 +97,29 @@ lp_status lp_read_file(const char *path, size_t max_bytes, char **out, size_t *o
     return LP_OK;
 }
 
+lp_status lp_read_prompt_file(const char *path, char **text, size_t *len, lp_error *err)
+{
+    size_t size;
+    lp_status st = lp_read_file(path, LP_PROMPT_FILE_MAX, text, &size, err);
+    if (st != LP_OK)
+        return st;
+    char *buf = *text;
+    if (size > 0 && buf[size - 1] == '\n')
+        buf[--size] = '\0';
+    if (size > 0 && buf[size - 1] == '\r')
+        buf[--size] = '\0';
+    size_t text_len = strlen(buf);
+    if (text_len != size) {
+        free(buf);
+        *text = NULL;
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: NUL byte at offset %zu (expected text)", path,
+                            text_len);
+    }
+    if (len)
+        *len = size;
+    return LP_OK;
+}
+
 const char *lp_path_basename(const char *path)
 {
     const char *slash = strrchr(path, '/');

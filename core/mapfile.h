@@ -27,6 +27,13 @@ void lp_unmap_file(lp_mapped_file *map);
 lp_status lp_read_file(const char *path, size_t max_bytes, char **out, size_t *out_size,
                        lp_error *err);
 
+/* The text of a --prompt-file: at most LP_PROMPT_FILE_MAX bytes, one final line break ("\n" or
+ * "\r\n") dropped (it belongs to the file, not the prompt), a NUL byte refused with its offset.
+ * *text is malloc'd and NUL-terminated; caller frees. Every command that takes --prompt-file reads
+ * it this way, so the same file gives the same tokens everywhere. */
+#define LP_PROMPT_FILE_MAX ((size_t)16 << 20)
+lp_status lp_read_prompt_file(const char *path, char **text, size_t *len, lp_error *err);
+
 /* The last path component, for messages ("model.safetensors" from "/x/y/model.safetensors"). */
 const char *lp_path_basename(const char *path);
 int lp_path_is_dir(const char *path);

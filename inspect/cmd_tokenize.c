@@ -29,7 +29,6 @@
     "quoted; newline as \\n, tab as \\t, bytes that are not UTF-8 as \\xNN) and the stored\n"   \
     "piece. Exit status: 0 ok, 2 bad usage or unreadable input.\n"
 
-#define PROMPT_FILE_MAX (256u << 20)
 
 static void json_string(FILE *out, const char *s)
 {
@@ -186,13 +185,8 @@ static int run_tokenize(int argc, char **argv)
     char *file_text = NULL;
     size_t text_len = text ? strlen(text) : 0;
     if (prompt_file) {
-        if (lp_read_file(prompt_file, PROMPT_FILE_MAX, &file_text, &text_len, &err) != LP_OK)
+        if (lp_read_prompt_file(prompt_file, &file_text, &text_len, &err) != LP_OK)
             return lp_cli_fail(cmd, &err);
-        /* one final line break is the file's, not the prompt's (as `loupe trace` reads it) */
-        if (text_len > 0 && file_text[text_len - 1] == '\n')
-            file_text[--text_len] = '\0';
-        if (text_len > 0 && file_text[text_len - 1] == '\r')
-            file_text[--text_len] = '\0';
         text = file_text;
     }
     lp_tokenizer *tok;

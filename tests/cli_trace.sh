@@ -138,6 +138,11 @@ fi
 # --prompt-file: the same run as --prompt (one trailing newline dropped).
 printf 'Once upon a time\n' >"$TMP/p.txt"
 expect_stdout_contains '"," 0.969' "$LOUPE" trace "$M/stories260K.gguf" --prompt-file "$TMP/p.txt" --db "$TMP/p.db"
+# trace, leak and tokenize read a prompt file alike: only the final line break is dropped.
+printf 'Once upon a time\n\n' >"$TMP/p2.txt"
+n_trace=$("$LOUPE" trace "$M/stories260K.gguf" --prompt-file "$TMP/p2.txt" --db "$TMP/p2.db" --maps none | sed -n 's/.*: \([0-9]*\) tokens,.*/\1/p')
+n_leak=$("$LOUPE" leak "$M/stories260K.gguf" --prompt-file "$TMP/p2.txt" | sed -n 's/.*: \([0-9]*\) tokens,.*/\1/p' | head -n 1)
+if [ "$n_trace" = 6 ] && [ "$n_leak" = 6 ]; then ok; else bad "prompt file with a kept newline: trace $n_trace tokens, leak $n_leak, want 6 each"; fi
 # Stored maps grow with tokens squared: over --max-map-bytes the run is refused before it starts.
 expect_one_line_error "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407,261,378 --db "$TMP/budget.db" --max-map-bytes 1KiB
 expect_stderr_contains "40 maps would store 1.95 KiB" "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,403,407,261,378 --db "$TMP/budget.db" --max-map-bytes 1KiB

@@ -8,6 +8,7 @@
 #include "core/cli.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/mapfile.h"
 
 static void test_f16_round_trip(void **state)
 {
@@ -139,6 +140,40 @@ static void test_token_ids(void **state)
     free(ids);
 }
 
+static const char *write_prompt(const char *name, const char *bytes, size_t n)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", lp_test_tmp_dir(), name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+    return path;
+}
+
+static void test_prompt_file(void **state)
+{
+    (void)state;
+    char *text = NULL;
+    size_t len = 0;
+    lp_error err = {0};
+    /* one final line break is the file's; a second one is the prompt's */
+    assert_int_equal(lp_read_prompt_file(write_prompt("p1.txt", "hi\n\n", 4), &text, &len, &err),
+                     LP_OK);
+    assert_string_equal(text, "hi\n");
+    assert_int_equal(len, 3);
+    free(text);
+    assert_int_equal(lp_read_prompt_file(write_prompt("p2.txt", "hi\r\n", 4), &text, &len, &err),
+                     LP_OK);
+    assert_string_equal(text, "hi");
+    free(text);
+    const char *path = write_prompt("p3.txt", "a\0b", 3);
+    assert_int_equal(lp_read_prompt_file(path, &text, &len, &err), LP_ERR_FORMAT);
+    assert_null(text);
+    assert_non_null(strstr(err.msg, "NUL byte at offset 1"));
+    assert_non_null(strstr(err.msg, path));
+}
+
 static void test_error_messages(void **state)
 {
     (void)state;
@@ -162,7 +197,7 @@ int main(void)
         cmocka_unit_test(test_f16_round_trip),  cmocka_unit_test(test_bf16_and_fp8),
         cmocka_unit_test(test_dtype_sizes),     cmocka_unit_test(test_arena),
         cmocka_unit_test(test_checked_and_parsing), cmocka_unit_test(test_error_messages),
-        cmocka_unit_test(test_token_ids),
+        cmocka_unit_test(test_token_ids),       cmocka_unit_test(test_prompt_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,6 @@
 #include "inspect/tokenizer.h"
 
 #define CMD "leak"
-#define MAX_PROMPT_BYTES (16u << 20)
 
 /* The built-in prompt: plain story text any small English model has seen the like of. */
 static const char default_prompt[] =
@@ -586,16 +585,8 @@ static int run_model(const leak_args *a)
     if (a->tokens && lp_parse_token_ids(a->tokens, &ids, &n_ids, &err) != LP_OK)
         goto fail;
     if (a->prompt_file) {
-        size_t size;
-        if (lp_read_file(a->prompt_file, MAX_PROMPT_BYTES, &prompt_buf, &size, &err) != LP_OK)
+        if (lp_read_prompt_file(a->prompt_file, &prompt_buf, NULL, &err) != LP_OK)
             goto fail;
-        while (size > 0 && (prompt_buf[size - 1] == '\n' || prompt_buf[size - 1] == '\r'))
-            prompt_buf[--size] = '\0';
-        if (strlen(prompt_buf) != size) {
-            lp_error_set(&err, LP_ERR_FORMAT, "%s: NUL byte at offset %zu (expected text)",
-                         a->prompt_file, strlen(prompt_buf));
-            goto fail;
-        }
         prompt = prompt_buf;
     }
     if (!a->tokens && !prompt)

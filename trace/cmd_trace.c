@@ -14,7 +14,6 @@
 #include "inspect/tokenizer.h"
 
 #define CMD "trace"
-#define MAX_PROMPT_BYTES (16u << 20)
 #define SUMMARY_TOP 5
 
 static const char usage[] =
@@ -281,18 +280,8 @@ static int run_trace(int argc, char **argv)
     if (a.tokens && lp_parse_token_ids(a.tokens, &ids, &n_ids, &err) != LP_OK)
         goto fail;
     if (a.prompt_file) {
-        size_t size;
-        if (lp_read_file(a.prompt_file, MAX_PROMPT_BYTES, &prompt_buf, &size, &err) != LP_OK)
+        if (lp_read_prompt_file(a.prompt_file, &prompt_buf, NULL, &err) != LP_OK)
             goto fail;
-        if (size > 0 && prompt_buf[size - 1] == '\n')
-            prompt_buf[--size] = '\0';
-        if (size > 0 && prompt_buf[size - 1] == '\r')
-            prompt_buf[--size] = '\0';
-        if (strlen(prompt_buf) != size) {
-            lp_error_set(&err, LP_ERR_FORMAT, "%s: NUL byte at offset %zu (expected text)",
-                         a.prompt_file, strlen(prompt_buf));
-            goto fail;
-        }
         prompt = prompt_buf;
     }
     if (lp_model_open(a.model, &model, &err) != LP_OK)
