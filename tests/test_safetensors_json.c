@@ -3,6 +3,7 @@
  * tiny tensors costs (issue 7). The older malformed-file cases are in test_weights.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "test_util.h"
+#include "weights_test_util.h"
 
 #include <fcntl.h>
 #include <stdbool.h>
@@ -16,53 +17,6 @@ static const char *tmp_path(char *buf, size_t size, const char *name)
 {
     snprintf(buf, size, "%s/%s", tmp_root, name);
     return buf;
-}
-
-static void write_bytes(const char *path, const void *data, size_t size)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (size)
-        assert_int_equal(fwrite(data, 1, size, f), size);
-    assert_int_equal(fclose(f), 0);
-}
-
-/* u64 header length, the header text, then data_len zero bytes. */
-static void write_raw_st(const char *path, const char *header, size_t data_len)
-{
-    size_t hl = strlen(header);
-    size_t size = 8 + hl + data_len;
-    uint8_t *buf = calloc(1, size);
-    assert_non_null(buf);
-    uint64_t len = hl;
-    memcpy(buf, &len, 8);
-    memcpy(buf + 8, header, hl);
-    write_bytes(path, buf, size);
-    free(buf);
-}
-
-static void expect_open_error(const char *path, lp_status code, const char *needle1,
-                              const char *needle2)
-{
-    lp_weights *w = NULL;
-    lp_error err = {0};
-    lp_status status = lp_weights_open(path, &w, &err);
-    if (status == LP_OK)
-        lp_weights_close(w);
-    if (status != code || (needle1 && !strstr(err.msg, needle1)) ||
-        (needle2 && !strstr(err.msg, needle2)))
-        fail_msg("%s: got status %d '%s', want %d with '%s' '%s'", path, status, err.msg, code,
-                 needle1 ? needle1 : "", needle2 ? needle2 : "");
-    assert_null(w);
-}
-
-static lp_weights *open_ok(const char *path)
-{
-    lp_weights *w = NULL;
-    lp_error err = {0};
-    if (lp_weights_open(path, &w, &err) != LP_OK)
-        fail_msg("lp_weights_open(%s): %s", path, err.msg);
-    return w;
 }
 
 /* The header scanner (safetensors.c): JSON string escapes, number syntax, strict entry keys and
