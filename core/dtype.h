@@ -6,7 +6,7 @@
  *   uint64_t bytes;
  *   if (!lp_dtype_bytes_for(LP_DTYPE_Q4_K, n_elements, &bytes)) ... // overflow or partial block
  *
- * Block dequantization (Q4_0 ... Q6_K, IQ*) lives in inspect/quant.h.
+ * Block dequantization (Q4_0 ... Q6_K, IQ*) lives in inspect/formats/quant.h.
  */
 #ifndef LP_CORE_DTYPE_H
 #define LP_CORE_DTYPE_H

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/checked.h"
-#include "core/cli.h"
+#include "core/cli/cli.h"
 #include "core/mapfile.h"
 
 #define CMD "estimate"

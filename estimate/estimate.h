@@ -36,7 +36,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "inspect/model.h"
+#include "inspect/inspect.h"
 
 /* Where a parameter lives. Attention-internal norms (q/k norms, MLA latent norms) count as
  * attention, as in the modules that own them; NORMS holds the block norms, the embedding norm

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/cli.h"
+#include "core/text.h"
 #include "core/mapfile.h"
 #include "estimate/estimate_internal.h"
 

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cli.h"
+#include "core/cli/cli.h"
 #include "core/mapfile.h"
-#include "inspect/tokenizer.h"
+#include "inspect/tokenizer/tokenizer.h"
 
 #define TOKENIZE_USAGE                                                                          \
     "usage: loupe tokenize TOKENIZER_OR_MODEL (--text TEXT | --prompt-file FILE | --tokens IDS)\n" \

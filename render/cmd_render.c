@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/cli.h"
+#include "core/cli/cli.h"
 #include "render/render.h"
 
 #define RENDER_USAGE                                                                              \

@@ -1,7 +1,7 @@
 /* Reading a trace database for pictures: runs, token pieces, head statistics, leak checks, and
  * attention maps max-pooled while streaming the blob one row at a time.
  *
- * attention.probs layout (trace/schema.sql): n_q rows of n_k little-endian values, f16 (2 bytes)
+ * attention.probs layout (trace/store/schema.sql): n_q rows of n_k little-endian values, f16 (2 bytes)
  * or f32 (4 bytes) as attention.dtype says, row-major, no header or padding; so the blob is exactly
  * n_q * n_k * size bytes and row i starts at byte i * n_k * size. Anything else is refused. */
 #include "render/render.h"
@@ -15,10 +15,10 @@
 #include <sys/stat.h>
 
 #include "core/checked.h"
-#include "core/cli.h"
+#include "core/text.h"
 #include "core/dtype.h"
 #include "render/render_internal.h"
-#include "trace/mask.h"
+#include "trace/kernels/mask.h"
 #include "trace/trace.h"
 
 /* Runs with more layers or heads than this are refused as corrupt before anything is sized by
@@ -156,7 +156,7 @@ static void copy_text(char *dst, size_t size, const unsigned char *src)
 }
 
 /* The window and causality the arch description records, when it does. Field names follow
- * inspect/model.h (sliding_window, layer_window); anything missing keeps the plain causal mask. */
+ * inspect/inspect.h (sliding_window, layer_window); anything missing keeps the plain causal mask. */
 static lp_status read_arch(lp_render_run *run, const char *arch_json, lp_error *err)
 {
     run->causal = true;

@@ -15,7 +15,7 @@
  *
  * Conventions (README, "loupe render"):
  *  - Maps are [n_q, n_k]: query positions down, key positions across. Query i sits at absolute
- *    position n_k - n_q + i (bottom-right aligned diagonal, as in trace/mask.h).
+ *    position n_k - n_q + i (bottom-right aligned diagonal, as in trace/kernels/mask.h).
  *  - A masked cell is one the run's causal/window mask forbids; it is drawn in opt.masked_rgb
  *    (#d9d9d9 by default, #f2e6d0 with the gray colormap). A masked cell holding a probability above
  *    opt.leak_threshold (default 0: any nonzero value) is a leak: it keeps its colormap colour and

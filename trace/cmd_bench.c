@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/cli.h"
+#include "core/cli/cli.h"
 #include "core/mapfile.h"
-#include "inspect/safetensors_writer.h"
+#include "inspect/formats/safetensors_write.h"
 #include "trace/kernels/kernels.h"
 #include "trace/trace.h"
 

@@ -1,7 +1,7 @@
 /* `loupe leak`: prove that no position sees the future, in a model's forward pass or in a mask
  * tensor; exit 0 when clean, 1 when a check failed, 2 on bad input (a CI gate). */
 #define _POSIX_C_SOURCE 200809L
-#include "trace/leak.h"
+#include "trace/leak/leak.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -11,9 +11,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/cli.h"
+#include "core/cli/cli.h"
 #include "core/mapfile.h"
-#include "inspect/tokenizer.h"
+#include "inspect/tokenizer/tokenizer.h"
 
 #define CMD "leak"
 

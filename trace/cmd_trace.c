@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "core/checked.h"
-#include "core/cli.h"
+#include "core/cli/cli.h"
 #include "core/mapfile.h"
-#include "inspect/tokenizer.h"
+#include "inspect/tokenizer/tokenizer.h"
 
 #define CMD "trace"
 #define SUMMARY_TOP 5

@@ -50,7 +50,7 @@
  *
  * Positions: in batch item b, token t sits at RoPE/learned position t - pad_left[b] (Hugging
  * Face's cumsum-of-attention-mask convention; padding tokens get position 0). The mask works on
- * indices t (trace/mask.h), which for real tokens differ exactly as positions do.
+ * indices t (trace/kernels/mask.h), which for real tokens differ exactly as positions do.
  *
  * Determinism: for a given thread count the pass is bit-for-bit repeatable (static partitions,
  * no atomics in sums).
@@ -63,9 +63,9 @@
 #include <stdint.h>
 
 #include "core/error.h"
-#include "inspect/model.h"
+#include "inspect/inspect.h"
 #include "trace/kernels/kernels.h"
-#include "trace/mask.h"
+#include "trace/kernels/mask.h"
 
 /* ---------------------------------------------------------------------------------------------
  * A runnable model: lp_weights bound to the arch's computation graph.
@@ -226,7 +226,7 @@ int64_t lp_top_k(const float *logits, int64_t vocab, int64_t k, lp_prediction *o
 lp_status lp_parse_index_list(const char *text, int64_t limit, bool *mask, lp_error *err);
 
 /* ---------------------------------------------------------------------------------------------
- * The SQLite trace store (schema: trace/schema.sql, documented in the README).
+ * The SQLite trace store (schema: trace/store/schema.sql, documented in the README).
  */
 
 #define LP_STORE_SCHEMA_VERSION 1

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/checked.h"
-#include "inspect/quant.h"
+#include "inspect/formats/quant.h"
 #include "trace/kernels/kernels_internal.h"
 
 /* Where B (the weights: [n, k] row-major, or [k, n] when transposed) comes from. */

@@ -17,7 +17,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "trace/mask.h"
+#include "trace/kernels/mask.h"
 
 typedef enum lp_isa { LP_ISA_REF, LP_ISA_AVX2, LP_ISA_COUNT } lp_isa;
 

@@ -1,0 +1,77 @@
+/* loupe's entry point: the table of subcommands and the top-level flags. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/cli/cli.h"
+
+static const lp_command *const commands[] = {
+    &lp_command_inspect, &lp_command_estimate, &lp_command_tokenize, &lp_command_trace,
+    &lp_command_leak,    &lp_command_render,   &lp_command_synth,    &lp_command_demo,
+    &lp_command_bench,
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const lp_command *find_command(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i]->name, name) == 0)
+            return commands[i];
+    return NULL;
+}
+
+static void print_help(FILE *out)
+{
+    fprintf(out, "loupe %s: look inside transformer language models\n\n"
+                 "usage: loupe COMMAND [ARGS...]\n"
+                 "       loupe help COMMAND | loupe --help | loupe --version\n\ncommands:\n",
+            LP_VERSION);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(out, "\nexit status: 0 ok, 1 a check failed, 2 bad usage or input\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_help(stderr);
+        return LP_EXIT_USAGE;
+    }
+    const char *first = argv[1];
+    if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {
+        print_help(stdout);
+        return LP_EXIT_OK;
+    }
+    if (strcmp(first, "--version") == 0 || strcmp(first, "version") == 0) {
+        printf("loupe %s\n", LP_VERSION);
+        return LP_EXIT_OK;
+    }
+    if (strcmp(first, "help") == 0) {
+        if (argc < 3) {
+            print_help(stdout);
+            return LP_EXIT_OK;
+        }
+        const lp_command *cmd = find_command(argv[2]);
+        if (!cmd) {
+            fprintf(stderr, "loupe: unknown command '%s' (see loupe --help)\n", argv[2]);
+            return LP_EXIT_USAGE;
+        }
+        fputs(cmd->usage, stdout);
+        return LP_EXIT_OK;
+    }
+    if (first[0] == '-') {
+        fprintf(stderr, "loupe: unknown option '%s' (see loupe --help)\n", first);
+        return LP_EXIT_USAGE;
+    }
+    const lp_command *cmd = find_command(first);
+    if (!cmd) {
+        fprintf(stderr, "loupe: unknown command '%s' (see loupe --help)\n", first);
+        return LP_EXIT_USAGE;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(cmd->usage, stdout);
+            return LP_EXIT_OK;
+        }
+    }
+    return cmd->run(argc - 1, argv + 1);
+}

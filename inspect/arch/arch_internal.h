@@ -1,0 +1,37 @@
+/* Inside the inspect module: writing an lp_arch back out as a YAML card (configs/README.md),
+ * and the config/card readers over text in memory (fuzzing, tests).
+ *
+ *   lp_arch arch;
+ *   lp_arch_from_hf_config("config.json", &arch, &err);
+ *   lp_arch_write_yaml(&arch, "https://huggingface.co/.../config.json", stdout, &err);
+ *   lp_arch_from_yaml_text(text, len, "card.yaml", &arch, &err);   // name is for messages
+ *
+ * Reading the card back with lp_arch_from_yaml gives an lp_arch equal field by field (except
+ * name and source); tests/inspect/test_arch.c checks this round trip.
+ */
+#ifndef LP_INSPECT_ARCH_INTERNAL_H
+#define LP_INSPECT_ARCH_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "inspect/inspect.h"
+
+/* The largest count or size any config value may hold (2^40, about 1.1e12: above every real
+ * vocabulary, width or context). Readers refuse larger values with an error naming this limit,
+ * so sums and small multiples of them cannot overflow int64_t. */
+#define LP_ARCH_MAX_COUNT ((int64_t)1 << 40)
+
+/* config_url may be NULL. Returns LP_ERR_IO when the stream fails. */
+lp_status lp_arch_write_yaml(const lp_arch *arch, const char *config_url, FILE *out,
+                             lp_error *err);
+
+/* The readers of lp_arch_from_hf_config / lp_arch_from_yaml over a buffer of `size` bytes (no
+ * NUL needed); `name` stands for the file in messages and in arch->source. */
+lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, lp_arch *out,
+                               lp_error *err);
+lp_status lp_arch_from_yaml_text(const char *text, size_t size, const char *name, lp_arch *out,
+                                 lp_error *err);
+
+#endif

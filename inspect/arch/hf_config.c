@@ -1,0 +1,1041 @@
+/* Hugging Face config.json -> lp_arch, honouring each architecture's defaults and key aliases.
+ *
+ * The rules (defaults for tie_word_embeddings, implicit biases, aliases such as n_embd / n_head_kv
+ * / num_local_experts, MoE layer selection, sliding-window patterns) follow the configuration and
+ * modeling files of Hugging Face transformers; they are listed in ../shared/configs/README.md
+ * and in the README's "The model description" section.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "inspect/arch/arch_internal.h"
+#include "inspect/inspect.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mapfile.h"
+
+#define HF_CONFIG_MAX_BYTES (64u << 20) /* real configs are a few KiB; a tokenizer is not one */
+
+/* What the reader needs while it walks one config: the file name for messages and the two
+ * objects keys are looked up in (a multimodal config keeps the language model in text_config). */
+typedef struct hf_reader {
+    const char *path;
+    const json_t *obj;  /* text_config when present, else the root */
+    const json_t *root;
+    lp_error *err;
+} hf_reader;
+
+static const char *json_type_name(const json_t *value)
+{
+    switch (json_typeof(value)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a value";
+}
+
+/* The value of key, from text_config first, then the root; NULL when absent or null. */
+static const json_t *hf_get(const hf_reader *r, const char *key)
+{
+    const json_t *v = json_object_get(r->obj, key);
+    if (!v && r->obj != r->root)
+        v = json_object_get(r->root, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static lp_status hf_type_error(const hf_reader *r, const char *key, const char *want,
+                               const json_t *value)
+{
+    /* Show the bad value itself, cut short: configs are small, but a value may be a big array. */
+    char shown[64] = "";
+    char *dump = json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (dump) {
+        snprintf(shown, sizeof shown, " %.40s%s", dump, strlen(dump) > 40 ? "..." : "");
+        free(dump);
+    }
+    return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': expected %s, got %s%s", r->path,
+                        key, want, json_type_name(value), shown);
+}
+
+/* Integer value of a JSON node (an integral real such as 4096.0 counts too). */
+static bool json_as_int(const json_t *v, int64_t *out)
+{
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+        return true;
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d == floor(d) && fabs(d) < 9.0e15) {
+            *out = (int64_t)d;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Read an integer key; *found says whether it was present (absent or null leaves *out alone). */
+static lp_status hf_int(const hf_reader *r, const char *key, int64_t *out, bool *found)
+{
+    if (found)
+        *found = false;
+    const json_t *v = hf_get(r, key);
+    if (!v)
+        return LP_OK;
+    int64_t value;
+    if (!json_as_int(v, &value))
+        return hf_type_error(r, key, "an integer", v);
+    if (value > LP_ARCH_MAX_COUNT || value < -LP_ARCH_MAX_COUNT)
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': %lld exceeds the limit of %lld",
+                            r->path, key, (long long)value, (long long)LP_ARCH_MAX_COUNT);
+    *out = value;
+    if (found)
+        *found = true;
+    return LP_OK;
+}
+
+/* The first present key of a NULL-terminated alias list; *used names it (NULL if none). */
+static lp_status hf_int_alias(const hf_reader *r, const char *const *keys, int64_t *out,
+                              const char **used)
+{
+    *used = NULL;
+    for (; *keys; keys++) {
+        bool found;
+        lp_status st = hf_int(r, *keys, out, &found);
+        if (st != LP_OK)
+            return st;
+        if (found) {
+            *used = *keys;
+            return LP_OK;
+        }
+    }
+    return LP_OK;
+}
+
+static lp_status hf_num(const hf_reader *r, const char *key, double *out, bool *found)
+{
+    if (found)
+        *found = false;
+    const json_t *v = hf_get(r, key);
+    if (!v)
+        return LP_OK;
+    if (!json_is_number(v))
+        return hf_type_error(r, key, "a number", v);
+    *out = json_number_value(v) == 0.0 ? 0.0 : json_number_value(v); /* -0 is 0 */
+    if (found)
+        *found = true;
+    return LP_OK;
+}
+
+static lp_status hf_bool(const hf_reader *r, const char *key, bool *out, bool *found)
+{
+    if (found)
+        *found = false;
+    const json_t *v = hf_get(r, key);
+    if (!v)
+        return LP_OK;
+    if (!json_is_boolean(v))
+        return hf_type_error(r, key, "true or false", v);
+    *out = json_is_true(v);
+    if (found)
+        *found = true;
+    return LP_OK;
+}
+
+static lp_status hf_str(const hf_reader *r, const char *key, const char **out)
+{
+    *out = NULL;
+    const json_t *v = hf_get(r, key);
+    if (!v)
+        return LP_OK;
+    if (!json_is_string(v))
+        return hf_type_error(r, key, "a string", v);
+    *out = json_string_value(v);
+    return LP_OK;
+}
+
+/* A required positive count: missing, null, zero or negative is an error naming the key.
+ * *used_out (may be NULL) names the alias that was found. */
+static lp_status hf_require_count_as(const hf_reader *r, const char *const *keys, int64_t *out,
+                                     const char **used_out)
+{
+    const char *used;
+    *out = 0;
+    if (used_out)
+        *used_out = keys[0];
+    lp_status st = hf_int_alias(r, keys, out, &used);
+    if (st != LP_OK)
+        return st;
+    if (!used)
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: missing required key '%s'", r->path,
+                            keys[0]);
+    if (*out <= 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': %lld must be at least 1",
+                            r->path, used, (long long)*out);
+    if (used_out)
+        *used_out = used;
+    return LP_OK;
+}
+
+static lp_status hf_require_count(const hf_reader *r, const char *const *keys, int64_t *out)
+{
+    return hf_require_count_as(r, keys, out, NULL);
+}
+
+/* An optional non-negative count. */
+static lp_status hf_opt_count(const hf_reader *r, const char *const *keys, int64_t *out,
+                              const char **used)
+{
+    const char *dummy;
+    if (!used)
+        used = &dummy;
+    lp_status st = hf_int_alias(r, keys, out, used);
+    if (st != LP_OK)
+        return st;
+    if (*used && *out < 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': %lld must not be negative",
+                            r->path, *used, (long long)*out);
+    return LP_OK;
+}
+
+#define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* Per-architecture facts that are not in the config: what the modeling file hard-codes. */
+typedef struct family_rules {
+    const char *model_type;
+    lp_ffn_kind ffn_kind;
+    lp_norm_kind norm_kind;
+    lp_pos_kind pos_kind;
+    bool tied_default;  /* tie_word_embeddings when the key is absent */
+    bool bias_all;      /* bias on every linear layer (GPT-2, OPT, BLOOM, Phi) */
+    bool parallel;      /* attention and MLP read the same normed input */
+} family_rules;
+
+static const family_rules FAMILIES[] = {
+    {"gpt2", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_LEARNED, true, true, false},
+    {"opt", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_LEARNED, true, true, false},
+    {"bloom", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_ALIBI, true, true, false},
+    {"falcon", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_ROPE, true, false, true},
+    {"phi", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_ROPE, false, true, true},
+    {"gptj", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_ROPE, false, false, true},
+    {"gpt_neox", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_ROPE, false, true, true},
+    {"stablelm", LP_FFN_SWIGLU, LP_NORM_LAYER, LP_POS_ROPE, false, false, false},
+    {"gemma", LP_FFN_GEGLU, LP_NORM_RMS, LP_POS_ROPE, true, false, false},
+    {"gemma2", LP_FFN_GEGLU, LP_NORM_RMS, LP_POS_ROPE, true, false, false},
+    {"gemma3", LP_FFN_GEGLU, LP_NORM_RMS, LP_POS_ROPE, true, false, false},
+    {"gemma3_text", LP_FFN_GEGLU, LP_NORM_RMS, LP_POS_ROPE, true, false, false},
+    {"llama", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"mistral", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"mixtral", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"qwen2", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"qwen2_moe", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"qwen3", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"qwen3_moe", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"phi3", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"olmo2", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"deepseek_v2", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"deepseek_v3", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"starcoder2", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_ROPE, true, true, false},
+};
+
+/* Families that are not listed are read like Llama (the most common layout), which is what
+ * most "llama-compatible" model types (SmolLM, TinyLlama, Yi, InternLM2 conversions) are. */
+static const family_rules LLAMA_LIKE = {"", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false,
+                                        false, false};
+
+static bool is_family(const lp_arch *a, const char *name)
+{
+    return strcmp(a->family, name) == 0;
+}
+
+static bool family_prefix(const lp_arch *a, const char *prefix)
+{
+    return strncmp(a->family, prefix, strlen(prefix)) == 0;
+}
+
+static lp_status parse_activation(const hf_reader *r, const char *key, const char *name,
+                                  lp_activation *out)
+{
+    static const struct {
+        const char *name;
+        lp_activation act;
+    } table[] = {
+        {"silu", LP_ACT_SILU},           {"swish", LP_ACT_SILU},
+        {"gelu", LP_ACT_GELU},           {"gelu_python", LP_ACT_GELU},
+        {"gelu_new", LP_ACT_GELU_TANH},  {"gelu_pytorch_tanh", LP_ACT_GELU_TANH},
+        {"gelu_fast", LP_ACT_GELU_TANH}, {"gelu_accurate", LP_ACT_GELU_TANH},
+        {"relu", LP_ACT_RELU},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(name, table[i].name) == 0) {
+            *out = table[i].act;
+            return LP_OK;
+        }
+    return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
+                        "%s: key '%s': activation \"%s\" is not supported (silu, gelu, gelu_new, "
+                        "gelu_pytorch_tanh, relu)",
+                        r->path, key, name);
+}
+
+static lp_dtype dtype_from_torch(const char *name)
+{
+    if (strcmp(name, "bfloat16") == 0)
+        return LP_DTYPE_BF16;
+    if (strcmp(name, "float16") == 0 || strcmp(name, "half") == 0)
+        return LP_DTYPE_F16;
+    if (strcmp(name, "float32") == 0 || strcmp(name, "float") == 0)
+        return LP_DTYPE_F32;
+    if (strcmp(name, "float64") == 0 || strcmp(name, "double") == 0)
+        return LP_DTYPE_F64;
+    if (strncmp(name, "float8_e4m3", 11) == 0)
+        return LP_DTYPE_F8_E4M3;
+    if (strncmp(name, "float8_e5m2", 11) == 0)
+        return LP_DTYPE_F8_E5M2;
+    return lp_dtype_from_name(name);
+}
+
+/* DeepSeek's yarn attention temperature: 0.1 * m * ln(scale) + 1 for scale > 1. */
+static double yarn_mscale(double scale, double m)
+{
+    return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
+
+/* rope_scaling (or transformers v5 rope_parameters). */
+static lp_status parse_rope_scaling(const hf_reader *r, lp_arch *a)
+{
+    const char *key = "rope_scaling";
+    const json_t *rs = hf_get(r, key);
+    if (!rs) {
+        key = "rope_parameters";
+        rs = hf_get(r, key);
+    }
+    if (!rs)
+        return LP_OK;
+    if (!json_is_object(rs))
+        return hf_type_error(r, key, "an object", rs);
+    hf_reader sub = {r->path, rs, rs, r->err};
+    lp_status st;
+
+    double theta;
+    bool found;
+    if ((st = hf_num(&sub, "rope_theta", &theta, &found)) != LP_OK)
+        return st;
+    if (found)
+        a->rope_theta = theta;
+
+    const char *type = NULL;
+    if ((st = hf_str(&sub, "rope_type", &type)) != LP_OK)
+        return st;
+    if (!type && (st = hf_str(&sub, "type", &type)) != LP_OK)
+        return st;
+    if (!type || strcmp(type, "default") == 0 || strcmp(type, "mrope") == 0)
+        return LP_OK; /* mrope only splits the rotary dims among modalities: plain RoPE for text */
+    lp_rope_scaling *s = &a->rope_scaling;
+    if (strcmp(type, "linear") == 0)
+        s->kind = LP_ROPE_SCALING_LINEAR;
+    else if (strcmp(type, "dynamic") == 0)
+        s->kind = LP_ROPE_SCALING_DYNAMIC;
+    else if (strcmp(type, "llama3") == 0)
+        s->kind = LP_ROPE_SCALING_LLAMA3;
+    else if (strcmp(type, "yarn") == 0)
+        s->kind = LP_ROPE_SCALING_YARN;
+    else if (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0)
+        s->kind = LP_ROPE_SCALING_LONGROPE;
+    else
+        return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
+                            "%s: key '%s': rope type \"%s\" is not supported (linear, dynamic, "
+                            "llama3, yarn, longrope)",
+                            r->path, key, type);
+
+    if ((st = hf_num(&sub, "factor", &s->factor, NULL)) != LP_OK ||
+        (st = hf_int(&sub, "original_max_position_embeddings", &s->original_ctx, NULL)) != LP_OK ||
+        (st = hf_num(&sub, "low_freq_factor", &s->low_freq_factor, NULL)) != LP_OK ||
+        (st = hf_num(&sub, "high_freq_factor", &s->high_freq_factor, NULL)) != LP_OK ||
+        (st = hf_num(&sub, "beta_fast", &s->beta_fast, NULL)) != LP_OK ||
+        (st = hf_num(&sub, "beta_slow", &s->beta_slow, NULL)) != LP_OK ||
+        (st = hf_num(&sub, "attention_factor", &s->attention_factor, NULL)) != LP_OK)
+        return st;
+    if (s->original_ctx == 0) /* Phi-3 keeps it at the top level */
+        if ((st = hf_int(r, "original_max_position_embeddings", &s->original_ctx, NULL)) != LP_OK)
+            return st;
+    if (s->kind == LP_ROPE_SCALING_YARN) {
+        /* transformers' defaults for yarn */
+        if (s->beta_fast == 0.0)
+            s->beta_fast = 32.0;
+        if (s->beta_slow == 0.0)
+            s->beta_slow = 1.0;
+        /* DeepSeek: the cos/sin are scaled by mscale(mscale)/mscale(mscale_all_dim) and the
+         * softmax by mscale(mscale_all_dim)^2. */
+        double mscale = 0.0, mscale_all_dim = 0.0;
+        if ((st = hf_num(&sub, "mscale", &mscale, NULL)) != LP_OK ||
+            (st = hf_num(&sub, "mscale_all_dim", &mscale_all_dim, NULL)) != LP_OK)
+            return st;
+        if (s->attention_factor == 0.0 && mscale != 0.0 && mscale_all_dim != 0.0)
+            s->attention_factor =
+                yarn_mscale(s->factor, mscale) / yarn_mscale(s->factor, mscale_all_dim);
+        /* only DeepSeek's MLA attention applies the softmax part */
+        if (a->mla && mscale_all_dim != 0.0 && a->head_dim > 0) {
+            double m = yarn_mscale(s->factor, mscale_all_dim);
+            a->query_scale = m * m / sqrt((double)a->head_dim);
+        }
+    }
+    if (s->kind == LP_ROPE_SCALING_LONGROPE && s->factor == 0.0 && s->original_ctx > 0 &&
+        a->n_ctx > 0)
+        s->factor = (double)a->n_ctx / (double)s->original_ctx;
+    return LP_OK;
+}
+
+/* layer_types: ["sliding_attention", "full_attention", ...], one per layer. */
+static lp_status parse_layer_types(const hf_reader *r, lp_arch *a, bool *found)
+{
+    *found = false;
+    const json_t *types = hf_get(r, "layer_types");
+    if (!types)
+        return LP_OK;
+    if (!json_is_array(types))
+        return hf_type_error(r, "layer_types", "an array", types);
+    if ((int64_t)json_array_size(types) != a->n_layers)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key 'layer_types': %zu entries, want one per layer (%lld)",
+                            r->path, json_array_size(types), (long long)a->n_layers);
+    for (int64_t l = 0; l < a->n_layers; l++) {
+        const json_t *t = json_array_get(types, (size_t)l);
+        const char *name = json_is_string(t) ? json_string_value(t) : NULL;
+        if (!name)
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: key 'layer_types': entry %lld is %s, want a string", r->path,
+                                (long long)l, json_type_name(t));
+        if (strcmp(name, "sliding_attention") == 0)
+            a->layer_window[l] = a->sliding_window; /* a null window means full attention */
+        else if (strcmp(name, "full_attention") == 0)
+            a->layer_window[l] = 0;
+        else
+            return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
+                                "%s: key 'layer_types': entry %lld \"%s\" is not supported "
+                                "(sliding_attention, full_attention)",
+                                r->path, (long long)l, name);
+    }
+    *found = true;
+    return LP_OK;
+}
+
+static lp_status parse_windows(const hf_reader *r, lp_arch *a)
+{
+    lp_status st;
+    if ((st = hf_opt_count(r, KEYS("sliding_window"), &a->sliding_window, NULL)) != LP_OK)
+        return st;
+    bool use_sw = true;
+    if ((st = hf_bool(r, "use_sliding_window", &use_sw, NULL)) != LP_OK)
+        return st;
+    if (!use_sw)
+        a->sliding_window = 0;
+
+    bool have_types;
+    if ((st = parse_layer_types(r, a, &have_types)) != LP_OK || have_types)
+        return st;
+    if (a->sliding_window == 0)
+        return LP_OK;
+
+    if (family_prefix(a, "qwen")) {
+        /* Qwen2/3: the layers from max_window_layers on use the window. */
+        int64_t max_window_layers = 28;
+        if ((st = hf_opt_count(r, KEYS("max_window_layers"), &max_window_layers, NULL)) != LP_OK)
+            return st;
+        for (int64_t l = max_window_layers; l < a->n_layers; l++)
+            a->layer_window[l] = a->sliding_window;
+    } else if (is_family(a, "gemma2")) {
+        /* Every other layer slides, starting with layer 0. */
+        for (int64_t l = 0; l < a->n_layers; l += 2)
+            a->layer_window[l] = a->sliding_window;
+    } else if (family_prefix(a, "gemma3")) {
+        int64_t pattern = 6;
+        const char *used;
+        if ((st = hf_opt_count(r, KEYS("sliding_window_pattern", "_sliding_window_pattern"),
+                               &pattern, &used)) != LP_OK)
+            return st;
+        if (pattern == 0)
+            return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': 0 must be at least 1",
+                                r->path, used);
+        for (int64_t l = 0; l < a->n_layers; l++)
+            if ((l + 1) % pattern != 0)
+                a->layer_window[l] = a->sliding_window;
+    } else if (is_family(a, "gemma")) {
+        a->sliding_window = 0; /* Gemma 1 attends globally */
+    } else {
+        for (int64_t l = 0; l < a->n_layers; l++)
+            a->layer_window[l] = a->sliding_window;
+    }
+    return LP_OK;
+}
+
+static lp_status parse_moe(const hf_reader *r, lp_arch *a)
+{
+    lp_status st;
+    const char *used;
+    if ((st = hf_opt_count(r, KEYS("num_local_experts", "num_experts", "n_routed_experts"),
+                           &a->n_experts, &used)) != LP_OK)
+        return st;
+    if (a->n_experts == 0)
+        return LP_OK;
+    if ((st = hf_opt_count(r, KEYS("num_experts_per_tok", "moe_top_k", "top_k"),
+                           &a->n_experts_per_tok, &used)) != LP_OK)
+        return st;
+    if (!used)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: missing required key 'num_experts_per_tok' for %lld experts",
+                            r->path, (long long)a->n_experts);
+    if (a->n_experts_per_tok == 0 || a->n_experts_per_tok > a->n_experts)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key '%s': %lld must be in 1..%lld (the expert count)", r->path,
+                            used, (long long)a->n_experts_per_tok, (long long)a->n_experts);
+    if ((st = hf_bool(r, "norm_topk_prob", &a->norm_topk_prob, NULL)) != LP_OK)
+        return st;
+    if (is_family(a, "gpt_oss"))
+        a->norm_topk_prob = true; /* softmax over the top-k logits only */
+
+    if (is_family(a, "mixtral")) {
+        a->expert_ffn_hidden = a->ffn_hidden; /* intermediate_size is per expert */
+        a->norm_topk_prob = true;             /* Mixtral renormalizes its top-2 */
+        for (int64_t l = 0; l < a->n_layers; l++)
+            a->layer_moe[l] = true;
+        return LP_OK;
+    }
+
+    if ((st = hf_opt_count(r, KEYS("moe_intermediate_size"), &a->expert_ffn_hidden, &used)) !=
+        LP_OK)
+        return st;
+    if (!used)
+        a->expert_ffn_hidden = a->ffn_hidden;
+
+    /* DeepSeek's layer selection, also used by its descendants (GLM-4.5 and others) that keep
+     * first_k_dense_replace and n_routed_experts. */
+    if (family_prefix(a, "deepseek") || hf_get(r, "first_k_dense_replace")) {
+        int64_t first_dense = 0, freq = 1;
+        if ((st = hf_opt_count(r, KEYS("n_shared_experts"), &a->n_shared_experts, NULL)) != LP_OK ||
+            (st = hf_opt_count(r, KEYS("first_k_dense_replace"), &first_dense, NULL)) != LP_OK ||
+            (st = hf_opt_count(r, KEYS("moe_layer_freq"), &freq, &used)) != LP_OK)
+            return st;
+        if (freq == 0)
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: key 'moe_layer_freq': 0 must be at least 1", r->path);
+        for (int64_t l = first_dense; l < a->n_layers; l++)
+            a->layer_moe[l] = l % freq == 0;
+        const char *topk_method = NULL;
+        if ((st = hf_str(r, "topk_method", &topk_method)) != LP_OK)
+            return st;
+        a->router_score_bias = topk_method && strcmp(topk_method, "noaux_tc") == 0;
+        return LP_OK;
+    }
+
+    /* Qwen MoE style: decoder_sparse_step and mlp_only_layers choose the MoE layers. */
+    int64_t step = 1;
+    if ((st = hf_opt_count(r, KEYS("decoder_sparse_step"), &step, &used)) != LP_OK)
+        return st;
+    if (step == 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key 'decoder_sparse_step': 0 must be at least 1", r->path);
+    for (int64_t l = 0; l < a->n_layers; l++)
+        a->layer_moe[l] = (l + 1) % step == 0;
+    const json_t *dense = hf_get(r, "mlp_only_layers");
+    if (dense) {
+        if (!json_is_array(dense))
+            return hf_type_error(r, "mlp_only_layers", "an array", dense);
+        for (size_t i = 0; i < json_array_size(dense); i++) {
+            int64_t l;
+            if (!json_as_int(json_array_get(dense, i), &l) || l < 0 || l >= a->n_layers)
+                return lp_error_set(r->err, LP_ERR_FORMAT,
+                                    "%s: key 'mlp_only_layers': entry %zu is not a layer index "
+                                    "in 0..%lld",
+                                    r->path, i, (long long)a->n_layers - 1);
+            a->layer_moe[l] = false;
+        }
+    }
+    if ((st = hf_opt_count(r, KEYS("shared_expert_intermediate_size"),
+                           &a->shared_expert_ffn_hidden, NULL)) != LP_OK)
+        return st;
+    a->shared_expert_gate = a->shared_expert_ffn_hidden > 0;
+    return LP_OK;
+}
+
+static lp_status parse_mla(const hf_reader *r, lp_arch *a)
+{
+    lp_status st;
+    const char *used;
+    if ((st = hf_opt_count(r, KEYS("kv_lora_rank"), &a->kv_lora_rank, &used)) != LP_OK)
+        return st;
+    if (!used)
+        return LP_OK;
+    a->mla = true;
+    if ((st = hf_opt_count(r, KEYS("q_lora_rank"), &a->q_lora_rank, NULL)) != LP_OK)
+        return st;
+    if ((st = hf_require_count(r, KEYS("qk_rope_head_dim"), &a->qk_rope_head_dim)) != LP_OK ||
+        (st = hf_require_count(r, KEYS("qk_nope_head_dim"), &a->qk_nope_head_dim)) != LP_OK ||
+        (st = hf_require_count(r, KEYS("v_head_dim"), &a->v_head_dim)) != LP_OK)
+        return st;
+    /* A query/key head is nope + rope wide; only the rope part rotates. */
+    a->head_dim = a->qk_nope_head_dim + a->qk_rope_head_dim;
+    a->head_dim_explicit = false;
+    a->rope_dim = a->qk_rope_head_dim;
+    a->partial_rotary = (double)a->qk_rope_head_dim / (double)a->head_dim;
+    return LP_OK;
+}
+
+static void set_name(lp_arch *a, const char *path)
+{
+    /* ".../Llama-3.1-8B/config.json" is best named by its folder. */
+    size_t end = strlen(path);
+    const char *base = lp_path_basename(path);
+    if (strcmp(base, "config.json") == 0) {
+        end = (size_t)(base - path);
+        while (end > 0 && path[end - 1] == '/')
+            end--;
+        size_t begin = end;
+        while (begin > 0 && path[begin - 1] != '/')
+            begin--;
+        size_t len = end - begin;
+        if (len > 0 && !(len == 1 && path[begin] == '.') && !(len == 2 && path[begin] == '.')) {
+            if (len >= sizeof a->name)
+                len = sizeof a->name - 1;
+            memcpy(a->name, path + begin, len);
+            a->name[len] = '\0';
+            return;
+        }
+    }
+    snprintf(a->name, sizeof a->name, "%s", base);
+}
+
+/* Old configs may lack model_type; their class name says the same. Longest prefixes first. */
+static const char *model_type_from_architectures(const hf_reader *r)
+{
+    static const char *const table[][2] = {
+        {"Qwen2Moe", "qwen2_moe"},    {"Qwen3Moe", "qwen3_moe"},    {"Qwen2", "qwen2"},
+        {"Qwen3", "qwen3"},           {"Gemma3", "gemma3_text"},    {"Gemma2", "gemma2"},
+        {"Gemma", "gemma"},           {"Phi3", "phi3"},             {"Phi", "phi"},
+        {"Mixtral", "mixtral"},       {"Mistral", "mistral"},       {"Llama", "llama"},
+        {"GPT2", "gpt2"},             {"GPTNeoX", "gpt_neox"},      {"GPTJ", "gptj"},
+        {"OPT", "opt"},               {"Bloom", "bloom"},           {"Falcon", "falcon"},
+        {"DeepseekV2", "deepseek_v2"}, {"DeepseekV3", "deepseek_v3"}, {"StableLm", "stablelm"},
+        {"Olmo2", "olmo2"},
+    };
+    const json_t *archs = json_object_get(r->root, "architectures");
+    const json_t *first = json_is_array(archs) ? json_array_get(archs, 0) : NULL;
+    const char *name = json_is_string(first) ? json_string_value(first) : NULL;
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strncmp(name, table[i][0], strlen(table[i][0])) == 0)
+            return table[i][1];
+    return NULL;
+}
+
+static lp_status parse_config(const hf_reader *r, lp_arch *a)
+{
+    lp_status st;
+    const char *used;
+    bool found;
+
+    const char *model_type = NULL;
+    if ((st = hf_str(r, "model_type", &model_type)) != LP_OK)
+        return st;
+    if (!model_type)
+        model_type = model_type_from_architectures(r);
+    if (!model_type)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: missing required key 'model_type' (and no known 'architectures')",
+                            r->path);
+    /* Falcon's first releases called themselves RefinedWeb (40B) and RefinedWebModel (7B). */
+    bool refined_web = strcmp(model_type, "RefinedWeb") == 0;
+    if (refined_web || strcmp(model_type, "RefinedWebModel") == 0)
+        model_type = "falcon";
+    for (const char *c = model_type; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '-' || *c == '.'))
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: key 'model_type': byte 0x%02x in \"%.40s\" is not a letter, "
+                                "digit, '_', '-' or '.'",
+                                r->path, (unsigned char)*c, model_type);
+    if (!*model_type)
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key 'model_type' is empty", r->path);
+    if (strlen(model_type) >= sizeof a->family)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key 'model_type': \"%.40s...\" longer than %zu bytes", r->path,
+                            model_type, sizeof a->family - 1);
+    snprintf(a->family, sizeof a->family, "%s", model_type);
+
+    const family_rules *rules = &LLAMA_LIKE;
+    for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)
+        if (strcmp(model_type, FAMILIES[i].model_type) == 0)
+            rules = &FAMILIES[i];
+    a->ffn_kind = rules->ffn_kind;
+    a->norm_kind = rules->norm_kind;
+    a->pos_kind = rules->pos_kind;
+    a->bias_norm = rules->norm_kind == LP_NORM_LAYER;
+    a->bias_qkv = a->bias_o = a->bias_mlp = rules->bias_all;
+    a->parallel_block = rules->parallel;
+    a->rope_layout = LP_ROPE_HALVES; /* HF checkpoints are stored for rotate_half */
+    a->act = rules->ffn_kind == LP_FFN_SWIGLU ? LP_ACT_SILU : LP_ACT_GELU_TANH;
+
+    /* Dimensions. */
+    const char *layers_key, *heads_key;
+    if ((st = hf_require_count(r, KEYS("vocab_size", "padded_vocab_size"), &a->vocab_size)) !=
+            LP_OK ||
+        (st = hf_require_count(r, KEYS("hidden_size", "n_embd", "n_embed", "d_model"),
+                               &a->hidden_size)) != LP_OK ||
+        (st = hf_require_count_as(r, KEYS("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+                                  &a->n_layers, &layers_key)) != LP_OK ||
+        (st = hf_require_count_as(r, KEYS("num_attention_heads", "n_head", "num_heads", "n_heads"),
+                                  &a->n_heads, &heads_key)) != LP_OK)
+        return st;
+    if (a->n_layers > LP_MAX_LAYERS)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key '%s': %lld exceeds the limit of %d layers", r->path,
+                            layers_key, (long long)a->n_layers, LP_MAX_LAYERS);
+
+    const char *kv_key = NULL;
+    if (is_family(a, "falcon")) {
+        /* Falcon: grouped kv heads only with the new decoder architecture; else multi_query. */
+        bool new_arch = refined_web, multi_query = !refined_web, parallel = true, bias = false;
+        if ((st = hf_bool(r, "new_decoder_architecture", &new_arch, NULL)) != LP_OK ||
+            (st = hf_bool(r, "multi_query", &multi_query, NULL)) != LP_OK ||
+            (st = hf_bool(r, "parallel_attn", &parallel, NULL)) != LP_OK ||
+            (st = hf_bool(r, "bias", &bias, NULL)) != LP_OK)
+            return st;
+        if (new_arch) {
+            if ((st = hf_opt_count(r, KEYS("num_kv_heads", "n_head_kv"), &a->n_kv_heads,
+                                   &kv_key)) != LP_OK)
+                return st;
+            int64_t n_ln = 2;
+            if ((st = hf_opt_count(r, KEYS("num_ln_in_parallel_attn"), &n_ln, NULL)) != LP_OK)
+                return st;
+            a->parallel_two_norms = n_ln == 2;
+            parallel = true; /* the new architecture is always parallel */
+        } else if (multi_query) {
+            a->n_kv_heads = 1;
+        }
+        a->parallel_block = parallel;
+        a->bias_qkv = a->bias_o = a->bias_mlp = bias;
+        bool alibi = false;
+        if ((st = hf_bool(r, "alibi", &alibi, NULL)) != LP_OK)
+            return st;
+        if (alibi)
+            a->pos_kind = LP_POS_ALIBI;
+        a->act = LP_ACT_GELU;
+        a->n_ctx = 2048; /* FalconConfig default */
+    } else {
+        if ((st = hf_opt_count(r, KEYS("num_key_value_heads", "n_head_kv", "num_kv_heads"),
+                               &a->n_kv_heads, &kv_key)) != LP_OK)
+            return st;
+        bool multi_query = false;
+        if (!kv_key && (st = hf_bool(r, "multi_query", &multi_query, NULL)) != LP_OK)
+            return st;
+        if (multi_query)
+            a->n_kv_heads = 1;
+    }
+    if (kv_key && a->n_kv_heads == 0)
+        a->n_kv_heads = a->n_heads;
+    if (a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads != 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key '%s': %lld kv heads do not divide %lld attention heads",
+                            r->path, kv_key ? kv_key : "num_key_value_heads",
+                            (long long)a->n_kv_heads, (long long)a->n_heads);
+
+    if ((st = hf_opt_count(r, KEYS("head_dim"), &a->head_dim, &used)) != LP_OK)
+        return st;
+    a->head_dim_explicit = used && a->head_dim > 0;
+    if ((st = parse_mla(r, a)) != LP_OK)
+        return st;
+    if (a->head_dim == 0 && a->hidden_size % a->n_heads != 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key '%s': %lld heads do not divide hidden size %lld and "
+                            "'head_dim' is absent",
+                            r->path, heads_key, (long long)a->n_heads, (long long)a->hidden_size);
+    if (a->head_dim == 0)
+        a->head_dim = a->hidden_size / a->n_heads;
+
+    /* Context and positions. */
+    if ((st = hf_opt_count(r, KEYS("max_position_embeddings", "n_positions", "max_seq_len",
+                                   "seq_length", "max_sequence_length", "n_ctx"),
+                           &a->n_ctx, &used)) != LP_OK)
+        return st;
+    if (is_family(a, "gpt2")) {
+        if ((st = hf_opt_count(r, KEYS("n_positions"), &a->pos_table_rows, &used)) != LP_OK)
+            return st;
+        if (!used)
+            a->pos_table_rows = a->n_ctx;
+        if (a->pos_table_rows == 0)
+            return lp_error_set(r->err, LP_ERR_FORMAT, "%s: missing required key 'n_positions'",
+                                r->path);
+    } else if (is_family(a, "opt")) {
+        /* OPT's learned positions are offset by 2 (a fairseq leftover), so the table is 2 longer */
+        if (a->n_ctx == 0)
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: missing required key 'max_position_embeddings'", r->path);
+        a->pos_offset = 2;
+        a->pos_table_rows = a->n_ctx + 2;
+    }
+    if ((st = hf_num(r, "rope_theta", &a->rope_theta, &found)) != LP_OK)
+        return st;
+    if (!found && (st = hf_num(r, "rotary_emb_base", &a->rope_theta, NULL)) != LP_OK)
+        return st;
+    if ((st = hf_num(r, "partial_rotary_factor", &a->partial_rotary, &found)) != LP_OK)
+        return st;
+    if (!found && (st = hf_num(r, "rotary_pct", &a->partial_rotary, NULL)) != LP_OK)
+        return st;
+    if (is_family(a, "gptj")) {
+        int64_t rotary_dim = 0;
+        if ((st = hf_opt_count(r, KEYS("rotary_dim"), &rotary_dim, &used)) != LP_OK)
+            return st;
+        if (rotary_dim > 0 && rotary_dim <= a->head_dim) {
+            a->rope_dim = rotary_dim;
+            a->partial_rotary = (double)rotary_dim / (double)a->head_dim;
+        }
+        a->rope_layout = LP_ROPE_ADJACENT; /* GPT-J's rotate_every_two */
+    }
+    if (!(a->partial_rotary > 0.0 && a->partial_rotary <= 1.0))
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key 'partial_rotary_factor': %g must be in (0, 1]", r->path,
+                            a->partial_rotary);
+    if ((st = parse_rope_scaling(r, a)) != LP_OK)
+        return st;
+    if (family_prefix(a, "gemma3")) {
+        a->rope_local_theta = 10000.0;
+        if ((st = hf_num(r, "rope_local_base_freq", &a->rope_local_theta, NULL)) != LP_OK)
+            return st;
+    }
+
+    /* FFN. */
+    if (is_family(a, "opt")) {
+        if ((st = hf_require_count(r, KEYS("ffn_dim"), &a->ffn_hidden)) != LP_OK)
+            return st;
+    } else {
+        if ((st = hf_opt_count(r, KEYS("intermediate_size", "n_inner", "ffn_hidden_size",
+                                       "ffn_dim"),
+                               &a->ffn_hidden, &used)) != LP_OK)
+            return st;
+        if (!used) {
+            if (rules->ffn_kind != LP_FFN_MLP)
+                return lp_error_set(r->err, LP_ERR_FORMAT,
+                                    "%s: missing required key 'intermediate_size'", r->path);
+            a->ffn_hidden = 4 * a->hidden_size; /* GPT-2 n_inner null, BLOOM, Falcon */
+        }
+    }
+    const char *act_key = "hidden_act", *act = NULL;
+    if (family_prefix(a, "gemma")) {
+        /* Gemma ships hidden_act "gelu" but runs the tanh approximation unless
+         * hidden_activation says otherwise. */
+        act_key = "hidden_activation";
+        if ((st = hf_str(r, act_key, &act)) != LP_OK)
+            return st;
+        if (!act)
+            act = "gelu_pytorch_tanh";
+    } else if (is_family(a, "bloom")) {
+        act = "gelu_new"; /* bloom_gelu_forward is the tanh approximation */
+    } else {
+        static const char *const act_keys[] = {"hidden_act", "activation_function", "activation"};
+        for (size_t i = 0; i < 3 && !act; i++) {
+            act_key = act_keys[i];
+            if ((st = hf_str(r, act_key, &act)) != LP_OK)
+                return st;
+        }
+    }
+    if (act && (st = parse_activation(r, act_key, act, &a->act)) != LP_OK)
+        return st;
+
+    /* Norms. */
+    if ((st = hf_num(r, "rms_norm_eps", &a->norm_eps, &found)) != LP_OK)
+        return st;
+    if (!found && (st = hf_num(r, "layer_norm_epsilon", &a->norm_eps, &found)) != LP_OK)
+        return st;
+    if (!found && (st = hf_num(r, "layer_norm_eps", &a->norm_eps, &found)) != LP_OK)
+        return st;
+    if (!found && (st = hf_num(r, "norm_epsilon", &a->norm_eps, &found)) != LP_OK)
+        return st;
+    if (!(a->norm_eps > 0.0))
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: norm epsilon %g must be positive",
+                            r->path, a->norm_eps);
+    if (family_prefix(a, "gemma")) {
+        a->norm_weight_plus_one = true;
+        a->embed_scale = sqrt((double)a->hidden_size);
+    }
+    if (is_family(a, "gemma2") || family_prefix(a, "gemma3"))
+        a->post_attn_norm = a->post_ffn_norm = true;
+    if (family_prefix(a, "gemma3") || family_prefix(a, "qwen3"))
+        a->qk_norm = true;
+    if (is_family(a, "olmo2")) {
+        a->qk_norm_full = true;
+        a->no_input_norm = true;
+        a->post_attn_norm = a->post_ffn_norm = true;
+    }
+    if (is_family(a, "phi") || is_family(a, "stablelm"))
+        if ((st = hf_bool(r, "qk_layernorm", &a->qk_norm, NULL)) != LP_OK)
+            return st;
+    if (is_family(a, "stablelm")) /* StableLmLayerNormPerHead: one bias-free norm per head */
+        a->qk_norm_per_head = a->qk_norm;
+    if (is_family(a, "bloom"))
+        a->embed_norm = true;
+    if (is_family(a, "opt")) {
+        bool pre_norm = true;
+        int64_t proj_dim = a->hidden_size;
+        if ((st = hf_bool(r, "do_layer_norm_before", &pre_norm, NULL)) != LP_OK ||
+            (st = hf_opt_count(r, KEYS("word_embed_proj_dim"), &proj_dim, NULL)) != LP_OK)
+            return st;
+        bool remove_final = false;
+        if ((st = hf_bool(r, "_remove_final_layer_norm", &remove_final, NULL)) != LP_OK)
+            return st;
+        /* transformers' OPTDecoder: final_layer_norm exists only for pre-norm models that keep
+         * it; project_in/project_out only when the embedding width differs from hidden. */
+        a->post_norm = !pre_norm;
+        a->final_norm = pre_norm && !remove_final;
+        if (proj_dim != a->hidden_size)
+            a->embed_proj_dim = proj_dim;
+    }
+
+    /* Biases. */
+    bool flag;
+    if (family_prefix(a, "qwen2")) {
+        a->bias_qkv = true; /* Qwen2 always has q/k/v biases and no flag for them */
+        a->bias_o = false;
+    }
+    if ((st = hf_bool(r, "attention_bias", &flag, &found)) != LP_OK)
+        return st;
+    if (found && !family_prefix(a, "qwen2"))
+        a->bias_qkv = a->bias_o = flag;
+    if ((st = hf_bool(r, "mlp_bias", &flag, &found)) != LP_OK)
+        return st;
+    if (found)
+        a->bias_mlp = flag;
+    if ((st = hf_bool(r, "use_qkv_bias", &flag, &found)) != LP_OK)
+        return st;
+    if (found)
+        a->bias_qkv = flag;
+    if (is_family(a, "gpt_neox") || is_family(a, "starcoder2")) {
+        if ((st = hf_bool(r, "use_bias", &flag, &found)) != LP_OK)
+            return st;
+        if (found)
+            a->bias_qkv = a->bias_o = a->bias_mlp = flag;
+    }
+    if (is_family(a, "opt")) {
+        if ((st = hf_bool(r, "enable_bias", &flag, &found)) != LP_OK)
+            return st;
+        if (found)
+            a->bias_qkv = a->bias_o = a->bias_mlp = flag;
+    }
+    if (is_family(a, "phi") || is_family(a, "gptj"))
+        a->bias_lm_head = true;
+    if (is_family(a, "gptj")) {
+        a->bias_qkv = a->bias_o = false; /* GPT-J: biases only in the MLP (fc_in, fc_out) */
+        a->bias_mlp = true;
+    }
+    if (is_family(a, "gpt_oss")) {
+        /* experts (gate_up_proj, down_proj) and the router carry biases; each attention layer
+         * has one learned sink logit per head */
+        a->bias_mlp = a->router_bias = a->attn_sinks = true;
+    }
+
+    /* Parallel blocks. */
+    if (is_family(a, "stablelm") || is_family(a, "gpt_neox")) {
+        if ((st = hf_bool(r, "use_parallel_residual", &a->parallel_block, NULL)) != LP_OK)
+            return st;
+        /* GPT-NeoX keeps both input_layernorm and post_attention_layernorm in parallel mode
+         * (the MLP reads the second); StableLM drops the second one. */
+        if (is_family(a, "gpt_neox"))
+            a->parallel_two_norms = a->parallel_block;
+    }
+
+    /* Gemma 2/3 attention details. */
+    double scalar = 0.0;
+    if ((st = hf_num(r, "query_pre_attn_scalar", &scalar, &found)) != LP_OK)
+        return st;
+    if (found) {
+        if (!(scalar > 0.0))
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: key 'query_pre_attn_scalar': %g must be positive", r->path,
+                                scalar);
+        a->query_scale = 1.0 / sqrt(scalar);
+    }
+    if ((st = hf_num(r, "attn_logit_softcapping", &a->attn_logit_softcap, NULL)) != LP_OK ||
+        (st = hf_num(r, "final_logit_softcapping", &a->final_logit_softcap, NULL)) != LP_OK)
+        return st;
+
+    if ((st = parse_windows(r, a)) != LP_OK)
+        return st;
+    if ((st = parse_moe(r, a)) != LP_OK)
+        return st;
+    if ((st = hf_opt_count(r, KEYS("num_nextn_predict_layers"), &a->n_mtp_layers, NULL)) != LP_OK)
+        return st;
+
+    /* Embeddings, dtype, special tokens. */
+    a->tied_embeddings = rules->tied_default;
+    if ((st = hf_bool(r, "tie_word_embeddings", &a->tied_embeddings, NULL)) != LP_OK)
+        return st;
+    const char *dtype = NULL;
+    if ((st = hf_str(r, "torch_dtype", &dtype)) != LP_OK)
+        return st;
+    if (!dtype && (st = hf_str(r, "dtype", &dtype)) != LP_OK)
+        return st;
+    if (dtype)
+        a->storage_dtype = dtype_from_torch(dtype);
+    static const char *const token_keys[2] = {"bos_token_id", "eos_token_id"};
+    int64_t *token_ids[2] = {&a->bos_token_id, &a->eos_token_id};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = hf_get(r, token_keys[i]);
+        if (v && json_is_array(v)) /* several end tokens: keep the first */
+            v = json_array_size(v) ? json_array_get(v, 0) : NULL;
+        if (v && !json_as_int(v, token_ids[i]))
+            return hf_type_error(r, token_keys[i], "an integer", v);
+        if (*token_ids[i] > LP_ARCH_MAX_COUNT || *token_ids[i] < -1)
+            *token_ids[i] = -1; /* not a usable id: unknown */
+    }
+    return LP_OK;
+}
+
+lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, lp_arch *out,
+                               lp_error *err)
+{
+    lp_arch_init(out);
+    snprintf(out->source, sizeof out->source, "%s", name);
+    json_error_t jerr;
+    json_t *root = json_loadb(text, size, 0, &jerr);
+    if (!root)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s:%d:%d: %s", name, jerr.line, jerr.column,
+                            jerr.text);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: the top level is not a JSON object", name);
+    }
+    hf_reader r = {name, root, root, err};
+    /* Multimodal wrappers (Gemma 3, Llava, ...) keep the language model in text_config. */
+    const json_t *text_config = json_object_get(root, "text_config");
+    if (text_config && json_is_object(text_config))
+        r.obj = text_config;
+    set_name(out, name);
+    lp_status st = parse_config(&r, out);
+    json_decref(root);
+    if (st != LP_OK)
+        return st;
+    return lp_arch_finish(out, err);
+}
+
+lp_status lp_arch_from_hf_config(const char *config_json_path, lp_arch *out, lp_error *err)
+{
+    char *text;
+    size_t size;
+    lp_status st = lp_read_file(config_json_path, HF_CONFIG_MAX_BYTES, &text, &size, err);
+    if (st != LP_OK) {
+        lp_arch_init(out);
+        snprintf(out->source, sizeof out->source, "%s", config_json_path);
+        return st;
+    }
+    st = lp_arch_from_hf_json(text, size, config_json_path, out, err);
+    free(text);
+    return st;
+}

@@ -1,0 +1,790 @@
+/* Hugging Face tokenizer.json: reads the model (BPE), added tokens, normalizer, pre-tokenizer,
+ * post-processor and decoder into the shared pipeline of tokenizer_internal.h. */
+#include "inspect/tokenizer/tokenizer_internal.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mapfile.h"
+
+typedef struct jctx {
+    const char *name; /* file name for messages */
+    lp_error *err;
+    lp_tokenizer *tok;
+} jctx;
+
+static lp_status nomem(jctx *c)
+{
+    return lp_error_set(c->err, LP_ERR_NOMEM, "%s: out of memory", c->name);
+}
+
+static const char *jstr(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static bool jbool(const json_t *obj, const char *key, bool dflt)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+/* Grow an array of T by one zeroed element; returns it or NULL. */
+static void *grow(void **arr, size_t *n, size_t elem)
+{
+    void *p = realloc(*arr, (*n + 1) * elem);
+    if (!p)
+        return NULL;
+    *arr = p;
+    void *slot = (char *)p + *n * elem;
+    memset(slot, 0, elem);
+    (*n)++;
+    return slot;
+}
+
+/* A {"String": s} or {"Regex": r} pattern into a literal or a compiled regex. */
+static lp_status read_pattern(jctx *c, const json_t *pattern, const char *where, char **lit,
+                              size_t *lit_len, pcre2_code **re)
+{
+    const json_t *s = json_object_get(pattern, "String");
+    const json_t *r = json_object_get(pattern, "Regex");
+    if (json_is_string(s)) {
+        *lit = lp_tok_strndup(json_string_value(s), json_string_length(s));
+        *lit_len = json_string_length(s);
+        return *lit ? LP_OK : nomem(c);
+    }
+    if (json_is_string(r)) {
+        char buf[200];
+        snprintf(buf, sizeof buf, "%s: %s", c->name, where);
+        return lp_tok_compile_regex(json_string_value(r), json_string_length(r), re, buf, c->err);
+    }
+    return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.pattern: want {\"String\": ...} or "
+                        "{\"Regex\": ...}", c->name, where);
+}
+
+/* ---- normalizers ---- */
+
+static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
+{
+    if (json_is_null(n) || !n)
+        return LP_OK;
+    const char *type = jstr(n, "type");
+    if (!json_is_object(n) || !type)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: an object with a \"type\" expected",
+                            c->name, where);
+    lp_tokenizer *tok = c->tok;
+    if (strcmp(type, "Sequence") == 0) {
+        const json_t *list = json_object_get(n, "normalizers");
+        size_t i;
+        const json_t *item;
+        json_array_foreach(list, i, item)
+        {
+            char sub[160];
+            snprintf(sub, sizeof sub, "%s.normalizers[%zu]", where, i);
+            lp_status st = read_normalizer(c, item, sub);
+            if (st != LP_OK)
+                return st;
+        }
+        return LP_OK;
+    }
+    if (strcmp(type, "Precompiled") == 0) {
+        /* SentencePiece's compiled normalization rules: an empty map changes nothing */
+        const json_t *map = json_object_get(n, "precompiled_charsmap");
+        if (json_is_null(map) || !map || (json_is_string(map) && json_string_length(map) == 0))
+            return LP_OK;
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: a Precompiled normalizer with "
+                            "a non-empty precompiled_charsmap is not supported", c->name, where);
+    }
+    static const struct {
+        const char *name;
+        tk_norm_kind kind;
+    } simple[] = {{"NFC", TK_NORM_NFC}, {"NFD", TK_NORM_NFD}, {"NFKC", TK_NORM_NFKC},
+                  {"NFKD", TK_NORM_NFKD}, {"Lowercase", TK_NORM_LOWERCASE},
+                  {"Prepend", TK_NORM_PREPEND}, {"Replace", TK_NORM_REPLACE},
+                  {"Strip", TK_NORM_STRIP}, {"ByteLevel", TK_NORM_BYTELEVEL}};
+    int kind = -1;
+    for (size_t k = 0; k < sizeof simple / sizeof simple[0]; k++)
+        if (strcmp(type, simple[k].name) == 0)
+            kind = (int)simple[k].kind;
+    if (kind < 0)
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: normalizer type '%s' is not "
+                            "supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, "
+                            "ByteLevel, Sequence, empty Precompiled are)", c->name, where, type);
+    tk_norm *norm = grow((void **)&tok->norms, &tok->n_norms, sizeof *norm);
+    if (!norm)
+        return nomem(c);
+    norm->kind = (tk_norm_kind)kind;
+    if (kind == TK_NORM_PREPEND) {
+        const json_t *p = json_object_get(n, "prepend");
+        if (!json_is_string(p))
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.prepend: a string expected",
+                                c->name, where);
+        norm->pattern = lp_tok_strndup(json_string_value(p), json_string_length(p));
+        norm->pattern_len = json_string_length(p);
+        if (!norm->pattern)
+            return nomem(c);
+    } else if (kind == TK_NORM_REPLACE) {
+        const json_t *content = json_object_get(n, "content");
+        if (!json_is_string(content))
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.content: a string expected",
+                                c->name, where);
+        norm->content = lp_tok_strndup(json_string_value(content), json_string_length(content));
+        norm->content_len = json_string_length(content);
+        if (!norm->content)
+            return nomem(c);
+        return read_pattern(c, json_object_get(n, "pattern"), where, &norm->pattern,
+                            &norm->pattern_len, &norm->re);
+    } else if (kind == TK_NORM_STRIP) {
+        norm->strip_left = jbool(n, "strip_left", true);
+        norm->strip_right = jbool(n, "strip_right", true);
+    }
+    return LP_OK;
+}
+
+/* ---- pre-tokenizers ---- */
+
+static int behavior_of(const char *s)
+{
+    static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious",
+                                        "MergedWithNext", "Contiguous"};
+    for (int k = 0; k < TK_SPLIT_COUNT; k++)
+        if (s && strcmp(s, names[k]) == 0)
+            return k;
+    return -1;
+}
+
+static int prepend_scheme_of(const json_t *obj)
+{
+    const char *scheme = jstr(obj, "prepend_scheme");
+    if (scheme) {
+        if (strcmp(scheme, "always") == 0)
+            return TK_PREPEND_ALWAYS;
+        if (strcmp(scheme, "first") == 0)
+            return TK_PREPEND_FIRST;
+        if (strcmp(scheme, "never") == 0)
+            return TK_PREPEND_NEVER;
+        return -1;
+    }
+    /* the older serialization: add_prefix_space */
+    return jbool(obj, "add_prefix_space", true) ? TK_PREPEND_ALWAYS : TK_PREPEND_NEVER;
+}
+
+static lp_status add_regex_pre(jctx *c, tk_pre_kind kind, const char *regex,
+                               tk_split_behavior behavior, bool invert, const char *where)
+{
+    lp_tokenizer *tok = c->tok;
+    tk_pre *p = grow((void **)&tok->pres, &tok->n_pres, sizeof *p);
+    if (!p)
+        return nomem(c);
+    p->kind = kind;
+    p->behavior = behavior;
+    p->invert = invert;
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s: %s", c->name, where);
+    return lp_tok_compile_regex(regex, strlen(regex), &p->re, buf, c->err);
+}
+
+static lp_status read_pre(jctx *c, const json_t *n, const char *where)
+{
+    if (json_is_null(n) || !n)
+        return LP_OK;
+    const char *type = jstr(n, "type");
+    if (!json_is_object(n) || !type)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: an object with a \"type\" expected",
+                            c->name, where);
+    lp_tokenizer *tok = c->tok;
+    if (strcmp(type, "Sequence") == 0) {
+        const json_t *list = json_object_get(n, "pretokenizers");
+        size_t i;
+        const json_t *item;
+        json_array_foreach(list, i, item)
+        {
+            char sub[160];
+            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", where, i);
+            lp_status st = read_pre(c, item, sub);
+            if (st != LP_OK)
+                return st;
+        }
+        return LP_OK;
+    }
+    if (strcmp(type, "ByteLevel") == 0) {
+        tk_pre *p = grow((void **)&tok->pres, &tok->n_pres, sizeof *p);
+        if (!p)
+            return nomem(c);
+        p->kind = TK_PRE_BYTELEVEL;
+        p->add_prefix_space = jbool(n, "add_prefix_space", true); /* HF defaults */
+        p->use_regex = jbool(n, "use_regex", true);
+        if (p->use_regex) {
+            char buf[200];
+            snprintf(buf, sizeof buf, "%s: %s", c->name, where);
+            return lp_tok_compile_regex(lp_tok_regex_gpt2, strlen(lp_tok_regex_gpt2), &p->re,
+                                        buf, c->err);
+        }
+        return LP_OK;
+    }
+    if (strcmp(type, "Split") == 0) {
+        int behavior = behavior_of(jstr(n, "behavior"));
+        if (behavior < 0)
+            return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.behavior: '%s' is not one of "
+                                "Removed, Isolated, MergedWithPrevious, MergedWithNext, "
+                                "Contiguous", c->name, where,
+                                jstr(n, "behavior") ? jstr(n, "behavior") : "(missing)");
+        tk_pre *p = grow((void **)&tok->pres, &tok->n_pres, sizeof *p);
+        if (!p)
+            return nomem(c);
+        p->kind = TK_PRE_SPLIT;
+        p->behavior = (tk_split_behavior)behavior;
+        p->invert = jbool(n, "invert", false);
+        return read_pattern(c, json_object_get(n, "pattern"), where, &p->pattern,
+                            &p->pattern_len, &p->re);
+    }
+    if (strcmp(type, "Metaspace") == 0) {
+        int scheme = prepend_scheme_of(n);
+        if (scheme < 0)
+            return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.prepend_scheme: '%s' is not "
+                                "always, first or never", c->name, where,
+                                jstr(n, "prepend_scheme"));
+        tk_pre *p = grow((void **)&tok->pres, &tok->n_pres, sizeof *p);
+        if (!p)
+            return nomem(c);
+        p->kind = TK_PRE_METASPACE;
+        const char *rep = jstr(n, "replacement");
+        if (!rep)
+            rep = "\xE2\x96\x81"; /* U+2581 */
+        size_t rl = strlen(rep);
+        if (rl == 0 || rl >= sizeof p->replacement)
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.replacement: '%s' is not one "
+                                "character", c->name, where, rep);
+        memcpy(p->replacement, rep, rl);
+        p->replacement_len = rl;
+        p->prepend_scheme = (tk_prepend_scheme)scheme;
+        p->split = jbool(n, "split", true);
+        return LP_OK;
+    }
+    if (strcmp(type, "Whitespace") == 0)
+        return add_regex_pre(c, TK_PRE_WHITESPACE, "\\w+|[^\\w\\s]+", TK_SPLIT_REMOVED, true,
+                             where);
+    if (strcmp(type, "WhitespaceSplit") == 0)
+        return add_regex_pre(c, TK_PRE_WHITESPACE_SPLIT, "\\s+", TK_SPLIT_REMOVED, false, where);
+    if (strcmp(type, "Digits") == 0)
+        return add_regex_pre(c, TK_PRE_DIGITS, "\\p{N}",
+                             jbool(n, "individual_digits", false) ? TK_SPLIT_ISOLATED
+                                                                  : TK_SPLIT_CONTIGUOUS,
+                             false, where);
+    static const char punct[] = "[\\p{P}!-/:-@\\[-`{-~]";
+    if (strcmp(type, "Punctuation") == 0) {
+        const char *b = jstr(n, "behavior");
+        int behavior = b ? behavior_of(b) : TK_SPLIT_ISOLATED;
+        if (behavior < 0)
+            return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.behavior: '%s' unknown",
+                                c->name, where, b);
+        return add_regex_pre(c, TK_PRE_PUNCTUATION, punct, (tk_split_behavior)behavior, false,
+                             where);
+    }
+    if (strcmp(type, "BertPreTokenizer") == 0) {
+        lp_status st = add_regex_pre(c, TK_PRE_WHITESPACE_SPLIT, "\\s+", TK_SPLIT_REMOVED, false,
+                                     where);
+        return st != LP_OK ? st : add_regex_pre(c, TK_PRE_PUNCTUATION, punct, TK_SPLIT_ISOLATED,
+                                                false, where);
+    }
+    return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: pre-tokenizer type '%s' is not "
+                        "supported (ByteLevel, Split, Metaspace, Whitespace, WhitespaceSplit, "
+                        "Digits, Punctuation, BertPreTokenizer, Sequence are)", c->name, where,
+                        type);
+}
+
+/* ---- post-processors ---- */
+
+static lp_status add_post_ids(jctx *c, const int32_t *ids, size_t n, bool is_sequence)
+{
+    lp_tokenizer *tok = c->tok;
+    tk_post_item *item = grow((void **)&tok->post, &tok->n_post, sizeof *item);
+    if (!item)
+        return nomem(c);
+    item->is_sequence = is_sequence;
+    if (n) {
+        item->ids = malloc(n * sizeof *item->ids);
+        if (!item->ids)
+            return nomem(c);
+        memcpy(item->ids, ids, n * sizeof *ids);
+        item->n_ids = n;
+    }
+    return LP_OK;
+}
+
+static lp_status check_id(jctx *c, json_int_t id, const char *where)
+{
+    if (id < 0 || id >= c->tok->n_vocab)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: token id %lld outside the "
+                            "vocabulary [0, %lld)", c->name, where, (long long)id,
+                            (long long)c->tok->n_vocab);
+    return LP_OK;
+}
+
+static lp_status read_post(jctx *c, const json_t *n, const char *where)
+{
+    if (json_is_null(n) || !n)
+        return LP_OK;
+    const char *type = jstr(n, "type");
+    if (!json_is_object(n) || !type)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: an object with a \"type\" expected",
+                            c->name, where);
+    lp_tokenizer *tok = c->tok;
+    if (strcmp(type, "ByteLevel") == 0)
+        return LP_OK; /* only adjusts offsets */
+    if (strcmp(type, "Sequence") == 0) {
+        const json_t *list = json_object_get(n, "processors");
+        size_t i;
+        const json_t *item;
+        json_array_foreach(list, i, item)
+        {
+            char sub[160];
+            snprintf(sub, sizeof sub, "%s.processors[%zu]", where, i);
+            lp_status st = read_post(c, item, sub);
+            if (st != LP_OK)
+                return st;
+        }
+        return LP_OK;
+    }
+    if (tok->has_template)
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: a second post-processor that "
+                            "adds tokens", c->name, where);
+    if (strcmp(type, "TemplateProcessing") == 0) {
+        const json_t *single = json_object_get(n, "single");
+        const json_t *specials = json_object_get(n, "special_tokens");
+        if (!json_is_array(single))
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.single: an array expected",
+                                c->name, where);
+        size_t i;
+        const json_t *item;
+        json_array_foreach(single, i, item)
+        {
+            const json_t *sp = json_object_get(item, "SpecialToken");
+            const json_t *seq = json_object_get(item, "Sequence");
+            lp_status st;
+            if (seq) {
+                st = add_post_ids(c, NULL, 0, true);
+            } else if (sp) {
+                const char *name = jstr(sp, "id");
+                const json_t *def = name ? json_object_get(specials, name) : NULL;
+                const json_t *ids = json_object_get(def, "ids");
+                if (!json_is_array(ids))
+                    return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.single[%zu]: special "
+                                        "token '%s' has no ids in special_tokens", c->name,
+                                        where, i, name ? name : "(missing)");
+                size_t n_ids = json_array_size(ids);
+                int32_t *buf = malloc((n_ids ? n_ids : 1) * sizeof *buf);
+                if (!buf)
+                    return nomem(c);
+                for (size_t q = 0; q < n_ids; q++) {
+                    json_int_t id = json_integer_value(json_array_get(ids, q));
+                    st = check_id(c, id, where);
+                    if (st != LP_OK) {
+                        free(buf);
+                        return st;
+                    }
+                    buf[q] = (int32_t)id;
+                }
+                st = add_post_ids(c, buf, n_ids, false);
+                free(buf);
+            } else {
+                return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.single[%zu]: neither "
+                                    "SpecialToken nor Sequence", c->name, where, i);
+            }
+            if (st != LP_OK)
+                return st;
+        }
+        tok->has_template = true;
+        return LP_OK;
+    }
+    if (strcmp(type, "BertProcessing") == 0 || strcmp(type, "RobertaProcessing") == 0) {
+        /* "cls": [token, id], "sep": [token, id]: [CLS] A [SEP] */
+        const json_t *cls = json_object_get(n, "cls"), *sep = json_object_get(n, "sep");
+        json_int_t cls_id = json_integer_value(json_array_get(cls, 1));
+        json_int_t sep_id = json_integer_value(json_array_get(sep, 1));
+        if (!json_is_integer(json_array_get(cls, 1)) || !json_is_integer(json_array_get(sep, 1)))
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: cls/sep: [token, id] expected",
+                                c->name, where);
+        lp_status st = check_id(c, cls_id, where);
+        if (st == LP_OK)
+            st = check_id(c, sep_id, where);
+        int32_t a = (int32_t)cls_id, b = (int32_t)sep_id;
+        if (st == LP_OK)
+            st = add_post_ids(c, &a, 1, false);
+        if (st == LP_OK)
+            st = add_post_ids(c, NULL, 0, true);
+        if (st == LP_OK)
+            st = add_post_ids(c, &b, 1, false);
+        tok->has_template = true;
+        return st;
+    }
+    return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: post-processor type '%s' is not "
+                        "supported (TemplateProcessing, ByteLevel, BertProcessing, "
+                        "RobertaProcessing, Sequence are)", c->name, where, type);
+}
+
+/* ---- decoders ---- */
+
+static lp_status set_str(jctx *c, const json_t *v, char **out, size_t *out_len, const char *dflt)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : dflt;
+    size_t len = json_is_string(v) ? json_string_length(v) : strlen(dflt);
+    *out = lp_tok_strndup(s, len);
+    *out_len = len;
+    return *out ? LP_OK : nomem(c);
+}
+
+static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
+{
+    if (json_is_null(n) || !n)
+        return LP_OK;
+    const char *type = jstr(n, "type");
+    if (!json_is_object(n) || !type)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: an object with a \"type\" expected",
+                            c->name, where);
+    lp_tokenizer *tok = c->tok;
+    if (strcmp(type, "Sequence") == 0) {
+        const json_t *list = json_object_get(n, "decoders");
+        size_t i;
+        const json_t *item;
+        json_array_foreach(list, i, item)
+        {
+            char sub[160];
+            snprintf(sub, sizeof sub, "%s.decoders[%zu]", where, i);
+            lp_status st = read_decoder(c, item, sub);
+            if (st != LP_OK)
+                return st;
+        }
+        return LP_OK;
+    }
+    static const struct {
+        const char *name;
+        tk_dec_kind kind;
+    } kinds[] = {{"ByteLevel", TK_DEC_BYTELEVEL}, {"Metaspace", TK_DEC_METASPACE},
+                 {"Replace", TK_DEC_REPLACE},     {"ByteFallback", TK_DEC_BYTEFALLBACK},
+                 {"Fuse", TK_DEC_FUSE},           {"Strip", TK_DEC_STRIP},
+                 {"BPEDecoder", TK_DEC_BPE_SUFFIX}, {"WordPiece", TK_DEC_WORDPIECE}};
+    int kind = -1;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        if (strcmp(type, kinds[k].name) == 0)
+            kind = (int)kinds[k].kind;
+    if (kind < 0)
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: decoder type '%s' is not "
+                            "supported (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, "
+                            "BPEDecoder, WordPiece, Sequence are)", c->name, where, type);
+    tk_dec *d = grow((void **)&tok->decs, &tok->n_decs, sizeof *d);
+    if (!d)
+        return nomem(c);
+    d->kind = (tk_dec_kind)kind;
+    switch (d->kind) {
+    case TK_DEC_METASPACE: {
+        int scheme = prepend_scheme_of(n);
+        d->prepend_scheme = scheme < 0 ? TK_PREPEND_ALWAYS : (tk_prepend_scheme)scheme;
+        return set_str(c, json_object_get(n, "replacement"), &d->pattern, &d->pattern_len,
+                       "\xE2\x96\x81");
+    }
+    case TK_DEC_REPLACE: {
+        const json_t *pat = json_object_get(n, "pattern");
+        const json_t *lit = json_object_get(pat, "String");
+        if (!json_is_string(lit))
+            return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.pattern: only {\"String\": "
+                                "...} patterns are supported in decoders", c->name, where);
+        lp_status st = set_str(c, lit, &d->pattern, &d->pattern_len, "");
+        if (st == LP_OK)
+            st = set_str(c, json_object_get(n, "content"), &d->content, &d->content_len, "");
+        return st;
+    }
+    case TK_DEC_STRIP: {
+        const json_t *start = json_object_get(n, "start"), *stop = json_object_get(n, "stop");
+        d->start = json_is_integer(start) ? json_integer_value(start) : 0;
+        d->stop = json_is_integer(stop) ? json_integer_value(stop) : 0;
+        return set_str(c, json_object_get(n, "content"), &d->content, &d->content_len, " ");
+    }
+    case TK_DEC_BPE_SUFFIX:
+        return set_str(c, json_object_get(n, "suffix"), &d->pattern, &d->pattern_len, "</w>");
+    case TK_DEC_WORDPIECE:
+        d->cleanup = jbool(n, "cleanup", true);
+        return set_str(c, json_object_get(n, "prefix"), &d->pattern, &d->pattern_len, "##");
+    default:
+        return LP_OK;
+    }
+}
+
+/* ---- model and added tokens ---- */
+
+static lp_status read_merge(jctx *c, const json_t *m, size_t index, const char **a,
+                            size_t *a_len, const char **b, size_t *b_len)
+{
+    if (json_is_string(m)) {
+        /* "a b": the first space after the first byte separates (pieces almost never hold a
+         * plain space; a first piece that is one is still read right) */
+        const char *s = json_string_value(m);
+        size_t len = json_string_length(m);
+        const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
+        if (!sp)
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges[%zu]: '%.60s' has no "
+                                "space between its two tokens", c->name, index, s);
+        *a = s, *a_len = (size_t)(sp - s);
+        *b = sp + 1, *b_len = len - *a_len - 1;
+        return LP_OK;
+    }
+    if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+        json_is_string(json_array_get(m, 1))) {
+        *a = json_string_value(json_array_get(m, 0));
+        *a_len = json_string_length(json_array_get(m, 0));
+        *b = json_string_value(json_array_get(m, 1));
+        *b_len = json_string_length(json_array_get(m, 1));
+        return LP_OK;
+    }
+    return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges[%zu]: want \"a b\" or "
+                        "[\"a\", \"b\"]", c->name, index);
+}
+
+static lp_status read_model(jctx *c, const json_t *model, const json_t *added, size_t file_size)
+{
+    lp_tokenizer *tok = c->tok;
+    if (!json_is_object(model))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model: an object expected", c->name);
+    const char *type = jstr(model, "type");
+    /* old files (GPT-2) leave out "type"; a vocab plus merges is BPE */
+    if (type && strcmp(type, "BPE") != 0)
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: model.type '%s' is not supported "
+                            "(only BPE is)", c->name, type);
+    const json_t *vocab = json_object_get(model, "vocab");
+    const json_t *merges = json_object_get(model, "merges");
+    if (!json_is_object(vocab))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab: an object expected",
+                            c->name);
+    if (!type && !json_is_array(merges))
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: model has no \"type\" and no "
+                            "merges: not a BPE model loupe can read", c->name);
+    /* the vocabulary's size: the largest id, bounded by the file size before allocating */
+    json_int_t max_id = -1;
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)vocab, key, value)
+    {
+        if (!json_is_integer(value) || json_integer_value(value) < 0 ||
+            (uint64_t)json_integer_value(value) >= file_size)
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab['%.60s']: id %lld is not "
+                                "an integer in [0, %zu)", c->name, key,
+                                (long long)json_integer_value(value), file_size);
+        if (json_integer_value(value) > max_id)
+            max_id = json_integer_value(value);
+    }
+    size_t i;
+    const json_t *item;
+    json_array_foreach(added, i, item)
+    {
+        const json_t *id = json_object_get(item, "id");
+        const json_t *content = json_object_get(item, "content");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            (uint64_t)json_integer_value(id) >= file_size || !json_is_string(content))
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: added_tokens[%zu]: want an integer "
+                                "id in [0, %zu) and a string content", c->name, i, file_size);
+        if (json_integer_value(id) > max_id)
+            max_id = json_integer_value(id);
+    }
+    lp_status st = lp_tok_alloc_vocab(tok, (int64_t)max_id + 1, c->err);
+    if (st != LP_OK)
+        return st;
+    void *iter = json_object_iter((json_t *)vocab);
+    while (iter) {
+        const char *k = json_object_iter_key(iter);
+        size_t klen = json_object_iter_key_len(iter);
+        int32_t id = (int32_t)json_integer_value(json_object_iter_value(iter));
+        if (tok->pieces[id])
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab: id %d is given to both "
+                                "'%.60s' and '%.60s'", c->name, id, tok->pieces[id], k);
+        st = lp_tok_set_piece(tok, id, k, klen, c->err);
+        if (st != LP_OK)
+            return st;
+        iter = json_object_iter_next((json_t *)vocab, iter);
+    }
+    /* added tokens: matched in text before the model; those outside the vocab get a piece */
+    size_t n_added = json_array_size(added);
+    if (n_added) {
+        tok->added = calloc(n_added, sizeof *tok->added);
+        if (!tok->added)
+            return nomem(c);
+    }
+    json_array_foreach(added, i, item)
+    {
+        const json_t *content = json_object_get(item, "content");
+        int32_t id = (int32_t)json_integer_value(json_object_get(item, "id"));
+        tk_added *a = &tok->added[tok->n_added++];
+        a->len = json_string_length(content);
+        a->content = lp_tok_strndup(json_string_value(content), a->len);
+        if (!a->content)
+            return nomem(c);
+        a->id = id;
+        a->special = jbool(item, "special", false);
+        a->lstrip = jbool(item, "lstrip", false);
+        a->rstrip = jbool(item, "rstrip", false);
+        a->single_word = jbool(item, "single_word", false);
+        a->normalized = jbool(item, "normalized", !a->special);
+        if (!tok->pieces[id]) {
+            /* beyond the model vocabulary (Qwen3's): only the added-token pass yields it */
+            st = lp_tok_set_piece(tok, id, a->content, a->len, c->err);
+            if (st != LP_OK)
+                return st;
+            tok->flags[id] |= TK_FLAG_ADDED;
+        } else if (tok->piece_len[id] != a->len ||
+                   memcmp(tok->pieces[id], a->content, a->len) != 0) {
+            st = lp_tok_override_piece(tok, id, a->content, a->len, c->err);
+            if (st != LP_OK)
+                return st;
+        }
+        if (a->special)
+            tok->flags[id] |= TK_FLAG_SPECIAL;
+    }
+    st = lp_tok_build_vocab_map(tok, c->err);
+    if (st != LP_OK)
+        return st;
+
+    tok->model = TK_MODEL_BPE_MERGES;
+    tok->byte_fallback = jbool(model, "byte_fallback", false);
+    tok->fuse_unk = jbool(model, "fuse_unk", false);
+    tok->ignore_merges = jbool(model, "ignore_merges", false);
+    const char *unk = jstr(model, "unk_token");
+    if (unk) {
+        tok->unk_id = lp_tok_vocab_find(tok, unk, strlen(unk));
+        for (size_t k = 0; k < tok->n_added && tok->unk_id < 0; k++)
+            if (strcmp(tok->added[k].content, unk) == 0)
+                tok->unk_id = tok->added[k].id; /* an added token outside the model vocab */
+        if (tok->unk_id < 0)
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.unk_token '%.60s' is not in "
+                                "the vocabulary", c->name, unk);
+    }
+    const char *prefix = jstr(model, "continuing_subword_prefix");
+    if (prefix && *prefix) {
+        tok->cont_prefix = lp_tok_strndup(prefix, strlen(prefix));
+        tok->cont_prefix_len = strlen(prefix);
+        if (!tok->cont_prefix)
+            return nomem(c);
+    }
+    const char *suffix = jstr(model, "end_of_word_suffix");
+    if (suffix && *suffix) {
+        tok->eow_suffix = lp_tok_strndup(suffix, strlen(suffix));
+        tok->eow_suffix_len = strlen(suffix);
+        if (!tok->eow_suffix)
+            return nomem(c);
+    }
+
+    size_t n_merges = json_array_size(merges);
+    if (n_merges > INT32_MAX)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges: %zu merges, more than %d",
+                            c->name, n_merges, INT32_MAX);
+    st = lp_tok_merges_init(tok, n_merges, c->err);
+    if (st != LP_OK)
+        return st;
+    tk_buf joined = {0};
+    json_array_foreach(merges, i, item)
+    {
+        const char *a = "", *b = "";
+        size_t a_len = 0, b_len = 0;
+        st = read_merge(c, item, i, &a, &a_len, &b, &b_len);
+        if (st != LP_OK)
+            break;
+        int32_t left = lp_tok_vocab_find(tok, a, a_len), right = lp_tok_vocab_find(tok, b, b_len);
+        /* the merged token drops the right side's continuing-subword prefix */
+        size_t skip = tok->cont_prefix_len && b_len >= tok->cont_prefix_len &&
+                              memcmp(b, tok->cont_prefix, tok->cont_prefix_len) == 0
+                          ? tok->cont_prefix_len
+                          : 0;
+        joined.len = 0;
+        lp_tok_buf_put(&joined, a, a_len);
+        lp_tok_buf_put(&joined, b + skip, b_len - skip);
+        if (joined.failed) {
+            st = nomem(c);
+            break;
+        }
+        int32_t merged = lp_tok_vocab_find(tok, joined.data, joined.len);
+        if (left < 0 || right < 0 || merged < 0) {
+            st = lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges[%zu]: '%.40s' + '%.40s': "
+                              "'%.80s' is not in the vocabulary", c->name, i, a, b,
+                              left < 0 ? a : right < 0 ? b : joined.data);
+            break;
+        }
+        lp_tok_merges_add(tok, left, right, (int32_t)i, merged);
+    }
+    lp_tok_buf_free(&joined);
+    return st;
+}
+
+static void set_kind(lp_tokenizer *tok)
+{
+    bool bytelevel = false, metaspace = tok->byte_fallback;
+    for (size_t k = 0; k < tok->n_pres; k++) {
+        bytelevel |= tok->pres[k].kind == TK_PRE_BYTELEVEL;
+        metaspace |= tok->pres[k].kind == TK_PRE_METASPACE;
+    }
+    static const char meta[] = "\xE2\x96\x81"; /* U+2581, SentencePiece's space */
+    for (size_t k = 0; k < tok->n_norms; k++) {
+        const tk_norm *n = &tok->norms[k];
+        if (n->kind == TK_NORM_PREPEND || n->kind == TK_NORM_REPLACE)
+            metaspace |= (n->pattern && strstr(n->pattern, meta)) ||
+                         (n->content && strstr(n->content, meta));
+    }
+    tok->kind = bytelevel ? "bpe-bytelevel" : metaspace ? "bpe-sentencepiece" : "bpe";
+}
+
+lp_status lp_tok_load_json_buffer(const char *path, const char *data, size_t size,
+                             lp_tokenizer **out, lp_error *err)
+{
+    const char *name = lp_path_basename(path);
+    if (size == 0)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: empty file", name);
+    json_error_t jerr;
+    json_t *root = json_loadb(data, size, JSON_ALLOW_NUL, &jerr);
+    if (!root)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s:%d:%d: %s", name, jerr.line, jerr.column,
+                            jerr.text);
+    lp_tokenizer *tok = lp_tok_new(path, "bpe");
+    if (!tok) {
+        json_decref(root);
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
+    }
+    jctx c = {name, err, tok};
+    lp_status st = LP_OK;
+    if (!json_is_object(root))
+        st = lp_error_set(err, LP_ERR_FORMAT, "%s: the top level is not a JSON object", name);
+    if (st == LP_OK && !json_object_get(root, "model"))
+        st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no \"model\": not a tokenizer.json", name);
+    const json_t *added = json_object_get(root, "added_tokens");
+    if (st == LP_OK && added && !json_is_array(added) && !json_is_null(added))
+        st = lp_error_set(err, LP_ERR_FORMAT, "%s: added_tokens: an array expected", name);
+    if (st == LP_OK)
+        st = read_model(&c, json_object_get(root, "model"), added, size);
+    if (st == LP_OK)
+        st = read_normalizer(&c, json_object_get(root, "normalizer"), "normalizer");
+    if (st == LP_OK)
+        st = read_pre(&c, json_object_get(root, "pre_tokenizer"), "pre_tokenizer");
+    if (st == LP_OK)
+        st = read_post(&c, json_object_get(root, "post_processor"), "post_processor");
+    if (st == LP_OK)
+        st = read_decoder(&c, json_object_get(root, "decoder"), "decoder");
+    if (st == LP_OK)
+        st = lp_tok_prepare_added(tok, err);
+    json_decref(root);
+    if (st != LP_OK) {
+        lp_tokenizer_close(tok);
+        return st;
+    }
+    set_kind(tok);
+    *out = tok;
+    return LP_OK;
+}
+
+lp_status lp_tok_load_json(const char *path, lp_tokenizer **out, lp_error *err)
+{
+    lp_mapped_file map;
+    lp_status st = lp_map_file(path, &map, err);
+    if (st != LP_OK)
+        return st;
+    st = lp_tok_load_json_buffer(path, (const char *)map.data, map.size, out, err);
+    lp_unmap_file(&map);
+    return st;
+}

@@ -1,0 +1,1029 @@
+/* inspect's report on open weights: architecture, tensor table, totals, tied-embedding detection,
+ * checks of config against weights, optional per-tensor statistics, as JSON or text. */
+#define _POSIX_C_SOURCE 200809L /* posix_madvise */
+#include "inspect/weights/weights_internal.h"
+
+#include <inttypes.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/checked.h"
+#include "core/text.h"
+#include "inspect/arch/arch_json.h"
+
+/* Classifier/embedding comparison reads both tensors; above this size, without --stats, only
+ * sampled windows are compared so that a plain inspect stays a header-only operation. */
+#define FULL_COMPARE_MAX_BYTES (64ull << 20)
+#define SAMPLE_WINDOWS 16
+#define SAMPLE_WINDOW_BYTES 4096
+#define STATS_CHUNK 65536 /* values per conversion chunk: a multiple of every block size */
+#define LIST_MAX 12       /* names listed in a check's detail before "and N more" */
+
+/* ---- statistics ---------------------------------------------------------------------------- */
+
+
+/* The statistics kernel: plain C that gcc -O3 (CMake's Release) vectorizes at the x86-64
+ * baseline (SSE2) without -ffast-math; `-fopt-info-vec` reports the three lane loops below as
+ * vectorized. Float compares would not vectorize (they may trap on NaN), so min and max run
+ * on integer keys that order like the floats (sign-magnitude folded to two's complement), and
+ * NaN/Inf are masked out with integer bit tests. Eight independent lanes keep every reduction
+ * in its own register; n is at most STATS_CHUNK, so int32 counters cannot overflow. */
+enum { LANES = 8 };
+
+static inline int32_t float_key(uint32_t bits)
+{
+    return (int32_t)(bits ^ ((uint32_t)((int32_t)bits >> 31) & 0x7fffffffu));
+}
+
+static inline float key_float(int32_t key)
+{
+    uint32_t bits = (uint32_t)key ^ ((uint32_t)(key >> 31) & 0x7fffffffu); /* an involution */
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
+static void chunk_stats(const float *x, int64_t n, lp_tensor_stats *out)
+{
+    int32_t lo[LANES], hi[LANES], fin[LANES], nan_count[LANES];
+    double sum[LANES], m2[LANES];
+    for (int j = 0; j < LANES; j++) {
+        lo[j] = INT32_MAX;
+        hi[j] = INT32_MIN;
+        fin[j] = nan_count[j] = 0;
+        sum[j] = m2[j] = 0.0;
+    }
+    int64_t n_full = n - n % LANES;
+    /* pass 1: counts and extremes, all integer */
+    for (int64_t i = 0; i < n; i += LANES) {
+        int lanes = i < n_full ? LANES : (int)(n - i);
+        for (int j = 0; j < LANES; j++) {
+            uint32_t u = 0x7f800000u; /* past the end: counted as special, then undone */
+            if (j < lanes)
+                memcpy(&u, &x[i + j], 4);
+            int32_t special = -(int32_t)((u & 0x7f800000u) == 0x7f800000u); /* NaN or Inf */
+            int32_t key = float_key(u);
+            int32_t klo = (key & ~special) | (INT32_MAX & special);
+            int32_t khi = (key & ~special) | (INT32_MIN & special);
+            lo[j] = klo < lo[j] ? klo : lo[j];
+            hi[j] = khi > hi[j] ? khi : hi[j];
+            fin[j] += 1 + special;
+            nan_count[j] += (u & 0x7fffffffu) > 0x7f800000u;
+        }
+    }
+    /* pass 2: the sum of the finite values, in double */
+    for (int64_t i = 0; i < n_full; i += LANES) {
+        for (int j = 0; j < LANES; j++) {
+            uint32_t u;
+            memcpy(&u, &x[i + j], 4);
+            uint32_t keep = (u & 0x7f800000u) == 0x7f800000u ? 0u : 0xffffffffu;
+            uint32_t w = u & keep;
+            float v;
+            memcpy(&v, &w, 4);
+            sum[j] += (double)v;
+        }
+    }
+    for (int64_t i = n_full; i < n; i++)
+        if (((lp_load_u32(&x[i])) & 0x7f800000u) != 0x7f800000u)
+            sum[0] += (double)x[i];
+    int64_t n_fin = 0, n_nan = 0;
+    int32_t klo = INT32_MAX, khi = INT32_MIN;
+    double total = 0.0;
+    for (int j = 0; j < LANES; j++) {
+        n_fin += fin[j];
+        n_nan += nan_count[j];
+        klo = lo[j] < klo ? lo[j] : klo;
+        khi = hi[j] > khi ? hi[j] : khi;
+        total += sum[j];
+    }
+    double mean = n_fin ? total / (double)n_fin : 0.0;
+    /* pass 3 over the chunk (still in cache): squared deviations, no cancellation */
+    for (int64_t i = 0; i < n_full; i += LANES) {
+        for (int j = 0; j < LANES; j++) {
+            uint32_t u;
+            memcpy(&u, &x[i + j], 4);
+            uint32_t keep = (u & 0x7f800000u) == 0x7f800000u ? 0u : 0xffffffffu;
+            uint32_t w = u & keep;
+            float v;
+            memcpy(&v, &w, 4);
+            double d = ((double)v - mean) * (double)(keep & 1u);
+            m2[j] += d * d;
+        }
+    }
+    for (int64_t i = n_full; i < n; i++)
+        if (((lp_load_u32(&x[i])) & 0x7f800000u) != 0x7f800000u)
+            m2[0] += ((double)x[i] - mean) * ((double)x[i] - mean);
+    double chunk_m2 = 0.0;
+    for (int j = 0; j < LANES; j++)
+        chunk_m2 += m2[j];
+    double chunk_min = (double)key_float(klo), chunk_max = (double)key_float(khi);
+    /* merge into the running totals (Chan et al.'s pairwise update) */
+    if (n_fin > 0) {
+        if (out->n_finite == 0) {
+            out->mean = mean;
+            out->m2 = chunk_m2;
+            out->min = chunk_min;
+            out->max = chunk_max;
+        } else {
+            double na = (double)out->n_finite, nb = (double)n_fin;
+            double delta = mean - out->mean;
+            out->mean += delta * nb / (na + nb);
+            out->m2 += chunk_m2 + delta * delta * na * nb / (na + nb);
+            out->min = chunk_min < out->min ? chunk_min : out->min;
+            out->max = chunk_max > out->max ? chunk_max : out->max;
+        }
+        out->n_finite += n_fin;
+    }
+    out->n_nan += n_nan;
+    out->n_inf += n - n_fin - n_nan;
+}
+
+/* Stream the tensor through a fixed buffer, STATS_CHUNK values at a time, so no tensor is ever
+ * converted whole. Quant blocks are contiguous in the file, so a flat chunk of a whole number of
+ * blocks starts at (first / block_elems) * block_bytes. */
+static lp_status compute_stats(const lp_tensor *t, float *buf, lp_tensor_stats *out, lp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const lp_dtype_info *info = lp_dtype_get(t->dtype);
+    for (int64_t first = 0; first < t->n_elements; first += STATS_CHUNK) {
+        int64_t len = t->n_elements - first < STATS_CHUNK ? t->n_elements - first : STATS_CHUNK;
+        lp_tensor view = *t;
+        view.n_dims = 1;
+        view.shape[0] = len;
+        view.n_elements = len;
+        view.data = (const uint8_t *)t->data +
+                    (uint64_t)(first / info->block_elems) * info->block_bytes;
+        lp_status status = lp_tensor_rows_f32(&view, 0, 1, buf, err);
+        if (status != LP_OK)
+            return status;
+        chunk_stats(buf, len, out);
+    }
+    return LP_OK;
+}
+
+static json_t *stats_json(const lp_tensor_stats *s)
+{
+    json_t *j = json_object();
+    if (!j)
+        return NULL;
+    if (s->n_finite > 0) {
+        double absmax = fabs(s->min) > fabs(s->max) ? fabs(s->min) : fabs(s->max);
+        json_object_set_new(j, "min", json_real(s->min));
+        json_object_set_new(j, "max", json_real(s->max));
+        json_object_set_new(j, "mean", json_real(s->mean));
+        json_object_set_new(j, "std", json_real(sqrt(s->m2 / (double)s->n_finite)));
+        json_object_set_new(j, "absmax", json_real(absmax));
+    } else {
+        json_object_set_new(j, "min", json_null());
+        json_object_set_new(j, "max", json_null());
+        json_object_set_new(j, "mean", json_null());
+        json_object_set_new(j, "std", json_null());
+        json_object_set_new(j, "absmax", json_null());
+    }
+    json_object_set_new(j, "nan", json_integer(s->n_nan));
+    json_object_set_new(j, "inf", json_integer(s->n_inf));
+    return j;
+}
+
+/* ---- expected tensors ----------------------------------------------------------------------- */
+
+/* The names a check reports: the count, and copies of only the first LIST_MAX (the detail
+ * lists no more), so a check over 300,000 tensors holds no second copy of their names. */
+typedef struct name_list {
+    size_t count;
+    char *items[LIST_MAX];
+    bool oom; /* a copy failed: the report is refused */
+} name_list;
+
+static void list_add(name_list *l, const char *item)
+{
+    if (l->count < LIST_MAX) {
+        size_t len = strlen(item) + 1;
+        char *copy = malloc(len);
+        if (copy)
+            memcpy(copy, item, len);
+        else
+            l->oom = true;
+        l->items[l->count] = copy;
+    }
+    l->count++;
+}
+
+static void list_free(name_list *l)
+{
+    for (size_t i = 0; i < l->count && i < LIST_MAX; i++)
+        free(l->items[i]);
+}
+
+typedef struct expect_ctx {
+    const lp_weights *w;
+    const lp_arch *a;
+    bool *hit;           /* [n_tensors] expected and found */
+    name_list missing;   /* descriptions of expected tensors not found */
+} expect_ctx;
+
+static size_t tensor_index(const lp_weights *w, const lp_tensor *t)
+{
+    return (size_t)(t - w->tensors);
+}
+
+static void describe_key(char *buf, size_t size, lp_role role, int layer, int expert, bool bias)
+{
+    int n = snprintf(buf, size, "%s", lp_role_name(role));
+    if (layer >= 0 && n >= 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " layer %d", layer);
+    if (expert >= 0 && n >= 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " expert %d", expert);
+    if (bias && n >= 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, " bias");
+}
+
+/* Mark one expected tensor; returns whether it is there. */
+static bool want(expect_ctx *c, lp_role role, int layer, int expert, bool bias, bool report)
+{
+    const lp_tensor *t = lp_weights_find(c->w, role, layer, expert, bias);
+    if (t) {
+        c->hit[tensor_index(c->w, t)] = true;
+        return true;
+    }
+    if (report) {
+        char buf[96];
+        describe_key(buf, sizeof buf, role, layer, expert, bias);
+        list_add(&c->missing, buf);
+    }
+    return false;
+}
+
+/* A weight and, when has_bias, its bias. */
+static void want_linear(expect_ctx *c, lp_role role, int layer, int expert, bool has_bias)
+{
+    want(c, role, layer, expert, false, true);
+    if (has_bias)
+        want(c, role, layer, expert, true, true);
+}
+
+static void want_norm(expect_ctx *c, lp_role role, int layer)
+{
+    want(c, role, layer, -1, false, true);
+    if (c->a->norm_kind == LP_NORM_LAYER && c->a->bias_norm)
+        want(c, role, layer, -1, true, true);
+}
+
+/* Either one fused tensor or all its parts. */
+static void want_fused_or_parts(expect_ctx *c, lp_role fused, const lp_role *parts, int n_parts,
+                                int layer, bool has_bias)
+{
+    if (lp_weights_find(c->w, fused, layer, -1, false)) {
+        want_linear(c, fused, layer, -1, has_bias);
+        return;
+    }
+    for (int i = 0; i < n_parts; i++)
+        want_linear(c, parts[i], layer, -1, has_bias);
+}
+
+static void want_experts(expect_ctx *c, lp_role role, int layer)
+{
+    /* GGUF stores all experts of a layer in one 3-D tensor (expert -1) */
+    if (want(c, role, layer, -1, false, false))
+        return;
+    for (int64_t e = 0; e < c->a->n_experts; e++)
+        want(c, role, layer, (int)e, false, true);
+}
+
+static void walk_expected(expect_ctx *c)
+{
+    const lp_arch *a = c->a;
+    want(c, LP_ROLE_TOKEN_EMBD, -1, -1, false, true);
+    if (a->pos_kind == LP_POS_LEARNED)
+        want(c, LP_ROLE_POS_EMBD, -1, -1, false, true);
+    if (a->embed_norm)
+        want_norm(c, LP_ROLE_EMBD_NORM, -1);
+    if (a->final_norm)
+        want_norm(c, LP_ROLE_OUTPUT_NORM, -1);
+    if (!a->tied_embeddings)
+        want_linear(c, LP_ROLE_LM_HEAD, -1, -1, a->bias_lm_head);
+    else
+        want(c, LP_ROLE_LM_HEAD, -1, -1, false, false); /* a stored copy is fine */
+    for (int l = 0; l < (int)a->n_layers && l < LP_MAX_LAYERS; l++) {
+        if (!a->no_input_norm)
+            want_norm(c, LP_ROLE_ATTN_NORM, l);
+        if (!a->no_input_norm && (!a->parallel_block || a->parallel_two_norms))
+            want_norm(c, LP_ROLE_FFN_NORM, l);
+        if (a->post_attn_norm || a->no_input_norm)
+            want_norm(c, LP_ROLE_ATTN_POST_NORM, l);
+        if (a->post_ffn_norm || a->no_input_norm)
+            want_norm(c, LP_ROLE_FFN_POST_NORM, l);
+        if (a->mla) {
+            if (a->q_lora_rank > 0) {
+                want_linear(c, LP_ROLE_ATTN_Q_A, l, -1, false);
+                want_norm(c, LP_ROLE_ATTN_Q_A_NORM, l);
+                want_linear(c, LP_ROLE_ATTN_Q_B, l, -1, false);
+            } else {
+                want_linear(c, LP_ROLE_ATTN_Q, l, -1, false);
+            }
+            want_linear(c, LP_ROLE_ATTN_KV_A, l, -1, false);
+            want_norm(c, LP_ROLE_ATTN_KV_A_NORM, l);
+            want_linear(c, LP_ROLE_ATTN_KV_B, l, -1, false);
+        } else {
+            static const lp_role qkv[3] = {LP_ROLE_ATTN_Q, LP_ROLE_ATTN_K, LP_ROLE_ATTN_V};
+            want_fused_or_parts(c, LP_ROLE_ATTN_QKV, qkv, 3, l, a->bias_qkv);
+        }
+        want_linear(c, LP_ROLE_ATTN_O, l, -1, a->bias_o);
+        if (a->qk_norm || a->qk_norm_full) {
+            want(c, LP_ROLE_ATTN_Q_NORM, l, -1, false, true);
+            want(c, LP_ROLE_ATTN_K_NORM, l, -1, false, true);
+        }
+        bool gated = a->ffn_kind != LP_FFN_MLP;
+        if (a->layer_moe[l]) {
+            want(c, LP_ROLE_ROUTER, l, -1, false, true);
+            if (a->router_score_bias)
+                want(c, LP_ROLE_ROUTER_BIAS, l, -1, false, true);
+            if (gated && !want(c, LP_ROLE_EXPERT_GATE_UP, l, -1, false, false)) {
+                want_experts(c, LP_ROLE_EXPERT_GATE, l);
+                want_experts(c, LP_ROLE_EXPERT_UP, l);
+            } else if (!gated) {
+                want_experts(c, LP_ROLE_EXPERT_UP, l);
+            }
+            want_experts(c, LP_ROLE_EXPERT_DOWN, l);
+            if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0) {
+                if (gated) {
+                    want(c, LP_ROLE_SHARED_GATE, l, -1, false, true);
+                }
+                want(c, LP_ROLE_SHARED_UP, l, -1, false, true);
+                want(c, LP_ROLE_SHARED_DOWN, l, -1, false, true);
+            }
+            if (a->shared_expert_gate)
+                want(c, LP_ROLE_SHARED_EXPERT_GATE, l, -1, false, true);
+        } else if (gated) {
+            static const lp_role gate_up[2] = {LP_ROLE_FFN_GATE, LP_ROLE_FFN_UP};
+            want_fused_or_parts(c, LP_ROLE_FFN_GATE_UP, gate_up, 2, l, a->bias_mlp);
+            want_linear(c, LP_ROLE_FFN_DOWN, l, -1, a->bias_mlp);
+        } else {
+            want_linear(c, LP_ROLE_FFN_UP, l, -1, a->bias_mlp);
+            want_linear(c, LP_ROLE_FFN_DOWN, l, -1, a->bias_mlp);
+        }
+    }
+}
+
+/* The shape the architecture implies for t (weights [out, in], norms and biases [n]); false
+ * when loupe has no rule for this role. */
+/* Shape arithmetic on description values: an overflow gives -1, which no tensor matches, so a
+ * nonsensical description fails the shape check instead of overflowing. */
+static int64_t mul(int64_t x, int64_t y)
+{
+    int64_t r;
+    return x < 0 || y < 0 || !lp_mul_i64(x, y, &r) ? -1 : r;
+}
+
+static int64_t add(int64_t x, int64_t y)
+{
+    int64_t r;
+    return x < 0 || y < 0 || !lp_add_i64(x, y, &r) ? -1 : r;
+}
+
+static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape, int *n_dims)
+{
+    int l = t->layer >= 0 && t->layer < LP_MAX_LAYERS ? t->layer : 0;
+    int64_t hidden = a->hidden_size, hd = a->head_dim;
+    int64_t kv = a->layer_kv_heads[l] > 0 ? a->layer_kv_heads[l] : a->n_kv_heads;
+    int64_t ffn = a->layer_ffn_hidden[l] > 0 ? a->layer_ffn_hidden[l] : a->ffn_hidden;
+    int64_t shared = a->shared_expert_ffn_hidden > 0
+                         ? a->shared_expert_ffn_hidden
+                         : mul(a->n_shared_experts, a->expert_ffn_hidden);
+    int64_t q_out = a->mla ? mul(a->n_heads, add(a->qk_nope_head_dim, a->qk_rope_head_dim))
+                           : mul(a->n_heads, hd);
+    int64_t o_in = a->mla ? mul(a->n_heads, a->v_head_dim) : mul(a->n_heads, hd);
+    int64_t rows = 0, cols = 0; /* cols 0: a vector */
+    bool per_expert_3d = false;
+    switch (t->role) {
+    case LP_ROLE_TOKEN_EMBD: rows = a->vocab_size; cols = hidden; break;
+    case LP_ROLE_LM_HEAD: rows = a->vocab_size; cols = hidden; break;
+    case LP_ROLE_POS_EMBD: rows = a->pos_table_rows; cols = hidden; break;
+    case LP_ROLE_EMBD_NORM:
+    case LP_ROLE_OUTPUT_NORM:
+    case LP_ROLE_ATTN_NORM:
+    case LP_ROLE_FFN_NORM:
+    case LP_ROLE_ATTN_POST_NORM:
+    case LP_ROLE_FFN_POST_NORM: rows = hidden; break;
+    case LP_ROLE_ATTN_Q: rows = q_out; cols = hidden; break;
+    case LP_ROLE_ATTN_K:
+    case LP_ROLE_ATTN_V: rows = mul(kv, hd); cols = hidden; break;
+    case LP_ROLE_ATTN_QKV: rows = mul(add(a->n_heads, mul(2, kv)), hd); cols = hidden; break;
+    case LP_ROLE_ATTN_O: rows = hidden; cols = o_in; break;
+    case LP_ROLE_ATTN_Q_NORM: rows = a->qk_norm_full ? mul(a->n_heads, hd) : hd; break;
+    case LP_ROLE_ATTN_K_NORM: rows = a->qk_norm_full ? mul(kv, hd) : hd; break;
+    case LP_ROLE_ATTN_Q_A: rows = a->q_lora_rank; cols = hidden; break;
+    case LP_ROLE_ATTN_Q_A_NORM: rows = a->q_lora_rank; break;
+    case LP_ROLE_ATTN_Q_B: rows = q_out; cols = a->q_lora_rank; break;
+    case LP_ROLE_ATTN_KV_A: rows = add(a->kv_lora_rank, a->qk_rope_head_dim); cols = hidden; break;
+    case LP_ROLE_ATTN_KV_A_NORM: rows = a->kv_lora_rank; break;
+    case LP_ROLE_ATTN_KV_B:
+        rows = mul(a->n_heads, add(a->qk_nope_head_dim, a->v_head_dim));
+        cols = a->kv_lora_rank;
+        break;
+    case LP_ROLE_FFN_GATE:
+    case LP_ROLE_FFN_UP: rows = ffn; cols = hidden; break;
+    case LP_ROLE_FFN_GATE_UP: rows = mul(2, ffn); cols = hidden; break;
+    case LP_ROLE_FFN_DOWN: rows = hidden; cols = ffn; break;
+    case LP_ROLE_ROUTER: rows = a->n_experts; cols = hidden; break;
+    case LP_ROLE_ROUTER_BIAS: rows = a->n_experts; break;
+    case LP_ROLE_EXPERT_GATE:
+    case LP_ROLE_EXPERT_UP: rows = a->expert_ffn_hidden; cols = hidden; per_expert_3d = true; break;
+    case LP_ROLE_EXPERT_GATE_UP:
+        rows = mul(2, a->expert_ffn_hidden);
+        cols = hidden;
+        per_expert_3d = true;
+        break;
+    case LP_ROLE_EXPERT_DOWN:
+        rows = hidden;
+        cols = a->expert_ffn_hidden;
+        per_expert_3d = true;
+        break;
+    case LP_ROLE_SHARED_GATE:
+    case LP_ROLE_SHARED_UP: rows = shared; cols = hidden; break;
+    case LP_ROLE_SHARED_DOWN: rows = hidden; cols = shared; break;
+    case LP_ROLE_SHARED_EXPERT_GATE: rows = 1; cols = hidden; break;
+    default: return false;
+    }
+    if (t->is_bias) {
+        shape[0] = rows;
+        *n_dims = 1;
+        return true;
+    }
+    if (cols == 0) {
+        shape[0] = rows;
+        *n_dims = 1;
+        return true;
+    }
+    if (t->transposed) { /* GPT-2 Conv1D: [in, out] */
+        int64_t tmp = rows;
+        rows = cols;
+        cols = tmp;
+    }
+    if (per_expert_3d && t->expert < 0) {
+        shape[0] = a->n_experts;
+        shape[1] = rows;
+        shape[2] = cols;
+        *n_dims = 3;
+        return true;
+    }
+    shape[0] = rows;
+    shape[1] = cols;
+    *n_dims = 2;
+    return true;
+}
+
+/* Equal up to leading dimensions of 1: Qwen MoE's shared-expert gate is [1, hidden] in
+ * safetensors and [hidden] in GGUF. */
+static bool shapes_match(const int64_t *a, int na, const int64_t *b, int nb)
+{
+    while (na > 1 && a[0] == 1) {
+        a++;
+        na--;
+    }
+    while (nb > 1 && b[0] == 1) {
+        b++;
+        nb--;
+    }
+    if (na != nb)
+        return false;
+    for (int d = 0; d < na; d++)
+        if (a[d] != b[d])
+            return false;
+    return true;
+}
+
+void lp_format_shape(char *buf, size_t size, const int64_t *shape, int n_dims)
+{
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, size - n, "[");
+    for (int d = 0; d < n_dims && n < size; d++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%" PRId64, d ? ", " : "", shape[d]);
+    if (n < size)
+        snprintf(buf + n, size - n, "]");
+}
+
+/* ---- report ------------------------------------------------------------------------------- */
+
+static json_t *make_check(const char *name, bool passed, const char *detail)
+{
+    json_t *c = json_object();
+    if (!c)
+        return NULL;
+    json_object_set_new(c, "name", json_string(name));
+    json_object_set_new(c, "passed", json_boolean(passed));
+    json_object_set_new(c, "detail", json_string(detail));
+    return c;
+}
+
+/* "a, b, c and 4 more". */
+static void join_list(char *buf, size_t size, const name_list *items)
+{
+    size_t n = 0, count = items->count;
+    buf[0] = '\0';
+    for (size_t i = 0; i < count && i < LIST_MAX && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : "",
+                              items->items[i] ? items->items[i] : "");
+    if (count > LIST_MAX && n < size)
+        snprintf(buf + n, size - n, " and %zu more", count - LIST_MAX);
+}
+
+/* Advise the kernel about [p, p + len) of a mapping, widened to whole pages. Only a hint:
+ * failures are ignored. */
+static void advise_range(const void *p, uint64_t len, int advice)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || len == 0)
+        return;
+    uintptr_t begin = (uintptr_t)p & ~(uintptr_t)(page - 1);
+    uintptr_t end = (uintptr_t)p + (uintptr_t)len;
+    (void)posix_madvise((void *)begin, (size_t)(end - begin), advice);
+}
+
+static bool same_bytes_sampled(const lp_tensor *a, const lp_tensor *b, bool full, bool *sampled)
+{
+    *sampled = false;
+    if (a->n_bytes != b->n_bytes)
+        return false;
+    if (full || a->n_bytes <= FULL_COMPARE_MAX_BYTES)
+        return a->n_bytes == 0 || memcmp(a->data, b->data, a->n_bytes) == 0;
+    *sampled = true;
+    /* Random-access advice for the sampled reads: otherwise each fault pulls in the device's
+     * whole read-ahead window (8 MiB on some disks) around every 4 KiB sample. */
+    advise_range(a->data, a->n_bytes, POSIX_MADV_RANDOM);
+    advise_range(b->data, b->n_bytes, POSIX_MADV_RANDOM);
+    bool same = true;
+    uint64_t step = a->n_bytes / SAMPLE_WINDOWS;
+    for (int i = 0; i < SAMPLE_WINDOWS && same; i++) {
+        uint64_t off = (uint64_t)i * step;
+        uint64_t len = a->n_bytes - off < SAMPLE_WINDOW_BYTES ? a->n_bytes - off
+                                                              : SAMPLE_WINDOW_BYTES;
+        same = memcmp((const uint8_t *)a->data + off, (const uint8_t *)b->data + off, len) == 0;
+    }
+    advise_range(a->data, a->n_bytes, POSIX_MADV_NORMAL);
+    advise_range(b->data, b->n_bytes, POSIX_MADV_NORMAL);
+    return same;
+}
+
+static bool same_shape(const lp_tensor *a, const lp_tensor *b)
+{
+    if (a->n_dims != b->n_dims)
+        return false;
+    for (int d = 0; d < a->n_dims; d++)
+        if (a->shape[d] != b->shape[d])
+            return false;
+    return true;
+}
+
+/* Dequantize two same-sized tensors chunk by chunk and return the largest |a - b| and |a|. */
+static lp_status compare_values(const lp_tensor *a, const lp_tensor *b, double *max_diff,
+                                double *absmax, lp_error *err)
+{
+    *max_diff = *absmax = 0.0;
+    float *va = malloc(2 * STATS_CHUNK * sizeof(float));
+    if (!va)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    float *vb = va + STATS_CHUNK;
+    const lp_dtype_info *ia = lp_dtype_get(a->dtype), *ib = lp_dtype_get(b->dtype);
+    lp_status status = LP_OK;
+    for (int64_t first = 0; first < a->n_elements && status == LP_OK; first += STATS_CHUNK) {
+        int64_t len = a->n_elements - first < STATS_CHUNK ? a->n_elements - first : STATS_CHUNK;
+        lp_tensor x = *a, y = *b;
+        x.n_dims = y.n_dims = 1;
+        x.shape[0] = y.shape[0] = x.n_elements = y.n_elements = len;
+        x.data = (const uint8_t *)a->data + (uint64_t)(first / ia->block_elems) * ia->block_bytes;
+        y.data = (const uint8_t *)b->data + (uint64_t)(first / ib->block_elems) * ib->block_bytes;
+        if ((status = lp_tensor_rows_f32(&x, 0, 1, va, err)) == LP_OK &&
+            (status = lp_tensor_rows_f32(&y, 0, 1, vb, err)) == LP_OK) {
+            for (int64_t i = 0; i < len; i++) {
+                double d = fabs((double)va[i] - (double)vb[i]), m = fabs((double)va[i]);
+                *max_diff = d > *max_diff || d != d ? d : *max_diff;
+                *absmax = m > *absmax ? m : *absmax;
+            }
+        }
+    }
+    free(va);
+    return status;
+}
+
+/* Tied-embedding detection and its check against the config. */
+static void tied_report(const lp_weights *w, bool full_compare, json_t *report, json_t *checks)
+{
+    const lp_tensor *embd = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
+    const lp_tensor *head = lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false);
+    const lp_arch *a = w->arch;
+    char how[256];
+    bool tied = false, copy = false, requantized = false, compared = false, sampled = false;
+    if (!head) {
+        tied = embd != NULL;
+        snprintf(how, sizeof how, "%s",
+                 embd ? "no classifier tensor: the embedding is the classifier"
+                      : "neither an embedding nor a classifier tensor");
+    } else if (!embd) {
+        snprintf(how, sizeof how, "classifier '%s' without an embedding tensor", head->name);
+    } else if (!same_shape(embd, head)) {
+        snprintf(how, sizeof how, "classifier '%s' has a different shape from the embedding",
+                 head->name);
+    } else if (embd->dtype != head->dtype) {
+        /* GGUF quantizers store the copy in another type: compare the values instead, with a
+         * bound far above any quantization error (Q4_0: ~7% of absmax) and far below the
+         * difference between two unrelated matrices (~100%). */
+        double max_diff = 0, absmax = 0;
+        lp_error cmp_err = {0};
+        bool small = embd->n_bytes <= FULL_COMPARE_MAX_BYTES &&
+                     head->n_bytes <= FULL_COMPARE_MAX_BYTES;
+        if (!(full_compare || small)) {
+            snprintf(how, sizeof how,
+                     "classifier '%s' is stored separately as %s (embedding %s); values compared "
+                     "only with --stats",
+                     head->name, lp_dtype_name(head->dtype), lp_dtype_name(embd->dtype));
+        } else if (compare_values(embd, head, &max_diff, &absmax, &cmp_err) != LP_OK) {
+            snprintf(how, sizeof how, "classifier '%s' could not be compared: %.150s", head->name,
+                     cmp_err.msg);
+        } else {
+            compared = true;
+            requantized = max_diff <= 0.25 * absmax;
+            tied = requantized;
+            snprintf(how, sizeof how,
+                     "classifier '%s' (%s) %s the embedding (%s): max |difference| %.3g, "
+                     "absmax %.3g",
+                     head->name, lp_dtype_name(head->dtype),
+                     requantized ? "is a re-quantized copy of" : "differs from",
+                     lp_dtype_name(embd->dtype), max_diff, absmax);
+        }
+    } else {
+        compared = true;
+        copy = same_bytes_sampled(embd, head, full_compare, &sampled);
+        tied = copy;
+        snprintf(how, sizeof how, "classifier '%s' %s the embedding '%s'%s", head->name,
+                 copy ? "is a byte copy of" : "differs from", embd->name,
+                 sampled ? " (compared in 16 sampled 4 KiB windows)" : "");
+    }
+    json_t *j = json_object();
+    json_object_set_new(j, "tied", json_boolean(tied));
+    json_object_set_new(j, "stored_copy", json_boolean(copy || requantized));
+    json_object_set_new(j, "requantized", json_boolean(requantized));
+    json_object_set_new(j, "sampled", json_boolean(sampled));
+    json_object_set_new(j, "detail", json_string(how));
+    json_object_set_new(report, "tied_embeddings", j);
+    if (!a)
+        return;
+    char detail[512];
+    bool passed;
+    if (a->tied_embeddings) {
+        /* tied config: no classifier, or a (re-quantized) copy of the embedding; a copy in
+         * another type that was not compared gets the benefit of the doubt */
+        passed = !head || copy || requantized || (!compared && embd && same_shape(embd, head) &&
+                                                  embd->dtype != head->dtype);
+        snprintf(detail, sizeof detail, "config: tied; weights: %s", how);
+    } else {
+        passed = head != NULL;
+        snprintf(detail, sizeof detail, "config: untied; weights: %s", how);
+    }
+    json_array_append_new(checks, make_check("tied_embeddings", passed, detail));
+}
+
+static void arch_checks(const lp_weights *w, json_t *checks, lp_status *status, lp_error *err)
+{
+    const lp_arch *a = w->arch;
+    size_t n = w->n_tensors;
+    expect_ctx c = {w, a, calloc(n ? n : 1, sizeof(bool)), {0}};
+    name_list bad_shapes = {0}, unexpected = {0}, buffers = {0};
+    if (!c.hit) {
+        *status = lp_error_set(err, LP_ERR_NOMEM, "out of memory checking %zu tensors", n);
+        goto done;
+    }
+    walk_expected(&c);
+    size_t n_expected = 0;
+    for (size_t i = 0; i < n; i++) {
+        const lp_tensor *t = &w->tensors[i];
+        if (!c.hit[i]) {
+            list_add(lp_role_is_buffer(t->role) ? &buffers : &unexpected, t->name);
+            continue;
+        }
+        n_expected++;
+        int64_t shape[LP_MAX_DIMS];
+        int n_dims;
+        if (!expected_shape(a, t, shape, &n_dims))
+            continue;
+        if (!shapes_match(shape, n_dims, t->shape, t->n_dims)) {
+            char got[128], wanted[128], line[400];
+            lp_format_shape(got, sizeof got, t->shape, t->n_dims);
+            lp_format_shape(wanted, sizeof wanted, shape, n_dims);
+            snprintf(line, sizeof line, "%s is %s, expected %s", t->name, got, wanted);
+            list_add(&bad_shapes, line);
+        }
+    }
+    if (c.missing.oom || bad_shapes.oom || unexpected.oom || buffers.oom) {
+        *status = lp_error_set(err, LP_ERR_NOMEM, "out of memory checking %zu tensors", n);
+        goto done;
+    }
+    char list[2048], detail[2400];
+    size_t n_missing = c.missing.count;
+    if (n_missing == 0)
+        snprintf(detail, sizeof detail, "all %zu expected tensors present", n_expected);
+    else {
+        join_list(list, sizeof list, &c.missing);
+        snprintf(detail, sizeof detail, "%zu missing: %s", n_missing, list);
+    }
+    json_array_append_new(checks, make_check("expected_tensors", n_missing == 0, detail));
+    size_t n_bad = bad_shapes.count;
+    if (n_bad == 0)
+        snprintf(detail, sizeof detail, "%zu tensors have the shapes the architecture implies",
+                 n_expected);
+    else {
+        join_list(list, sizeof list, &bad_shapes);
+        snprintf(detail, sizeof detail, "%zu wrong: %s", n_bad, list);
+    }
+    json_array_append_new(checks, make_check("tensor_shapes", n_bad == 0, detail));
+    size_t n_unexpected = unexpected.count;
+    if (n_unexpected == 0)
+        snprintf(detail, sizeof detail, "none");
+    else {
+        join_list(list, sizeof list, &unexpected);
+        snprintf(detail, sizeof detail, "%zu: %s", n_unexpected, list);
+    }
+    if (buffers.count > 0) {
+        join_list(list, sizeof list, &buffers);
+        size_t len = strlen(detail);
+        snprintf(detail + len, sizeof detail - len, " (stored buffers, not parameters: %s)", list);
+    }
+    json_array_append_new(checks, make_check("unexpected_tensors", n_unexpected == 0, detail));
+done:
+    free(c.hit);
+    list_free(&c.missing);
+    list_free(&bad_shapes);
+    list_free(&unexpected);
+    list_free(&buffers);
+}
+
+static void add_total(json_t *by, const char *key, int64_t params, uint64_t bytes)
+{
+    json_t *entry = json_object_get(by, key);
+    if (!entry) {
+        entry = json_object();
+        json_object_set_new(entry, "tensors", json_integer(0));
+        json_object_set_new(entry, "params", json_integer(0));
+        json_object_set_new(entry, "bytes", json_integer(0));
+        json_object_set_new(by, key, entry);
+    }
+    json_int_t n_tensors = json_integer_value(json_object_get(entry, "tensors"));
+    json_int_t n_params = json_integer_value(json_object_get(entry, "params"));
+    json_int_t n_bytes = json_integer_value(json_object_get(entry, "bytes"));
+    json_object_set_new(entry, "tensors", json_integer(n_tensors + 1));
+    json_object_set_new(entry, "params", json_integer(n_params + params));
+    json_object_set_new(entry, "bytes", json_integer(n_bytes + (json_int_t)bytes));
+}
+
+/* One row of the tensor table as JSON; s is NULL without --stats. NULL when out of memory. */
+static json_t *tensor_json(const lp_weights *w, const lp_tensor *t, const lp_tensor_stats *s)
+{
+    json_t *jt = json_object();
+    json_t *shape = json_array();
+    if (!jt || !shape) {
+        json_decref(jt);
+        json_decref(shape);
+        return NULL;
+    }
+    for (int d = 0; d < t->n_dims; d++)
+        json_array_append_new(shape, json_integer(t->shape[d]));
+    json_object_set_new(jt, "name", json_string(t->name));
+    json_object_set_new(jt, "role", json_string(lp_role_name(t->role)));
+    json_object_set_new(jt, "layer", t->layer >= 0 ? json_integer(t->layer) : json_null());
+    json_object_set_new(jt, "expert", t->expert >= 0 ? json_integer(t->expert) : json_null());
+    json_object_set_new(jt, "is_bias", json_boolean(t->is_bias));
+    json_object_set_new(jt, "transposed", json_boolean(t->transposed));
+    json_object_set_new(jt, "dtype", json_string(lp_dtype_name(t->dtype)));
+    json_object_set_new(jt, "shape", shape);
+    json_object_set_new(jt, "params", json_integer(t->n_elements));
+    json_object_set_new(jt, "bytes", json_integer((json_int_t)t->n_bytes));
+    json_object_set_new(jt, "file", json_string(lp_weights_file_name(w, t->file_index)));
+    json_object_set_new(jt, "offset", json_integer((json_int_t)t->file_offset));
+    if (s) {
+        json_t *js = stats_json(s);
+        if (!js) {
+            json_decref(jt);
+            return NULL;
+        }
+        json_object_set_new(jt, "stats", js);
+    }
+    return jt;
+}
+
+/* Build the report of open weights. With embed_tensors the "tensors" member holds one object
+ * per tensor; without, it is a null placeholder that keeps the member's place in the key order
+ * (the CLI streams the rows there: with 300,000 tensors the objects would cost ~20x the file).
+ * With stats, *stats_out receives one lp_tensor_stats per tensor (caller frees). Without stats,
+ * reads no tensor data except the embedding/classifier comparison (sampled above
+ * FULL_COMPARE_MAX_BYTES). */
+lp_status lp_inspect_build_report(const lp_weights *w, bool stats, bool embed_tensors, json_t **out,
+                              lp_tensor_stats **stats_out, lp_error *err)
+{
+    *out = NULL;
+    if (stats_out)
+        *stats_out = NULL;
+    json_t *report = json_object();
+    json_t *files = json_array(), *checks = json_array();
+    json_t *tensors = embed_tensors ? json_array() : json_null();
+    json_t *by_dtype = json_object(), *by_role = json_object();
+    name_list nonfinite = {0}; /* tensors with NaN or Inf */
+    float *buf = stats ? malloc(STATS_CHUNK * sizeof(float)) : NULL;
+    lp_tensor_stats *all_stats =
+        stats ? calloc(w->n_tensors ? w->n_tensors : 1, sizeof *all_stats) : NULL;
+    lp_status status = LP_OK;
+    if (!report || !files || !tensors || !checks || !by_dtype || !by_role ||
+        (stats && (!buf || !all_stats))) {
+        status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    json_object_set_new(report, "path", json_string(w->path));
+    json_object_set_new(report, "format", json_string(lp_weights_format_name(w->format)));
+    for (int i = 0; i < lp_weights_file_count(w); i++)
+        json_array_append_new(files, json_string(lp_weights_file_name(w, i)));
+    json_object_set(report, "files", files);
+    json_object_set_new(report, "architecture", w->arch ? lp_arch_to_json(w->arch) : json_null());
+    if (w->arch_note[0])
+        json_object_set_new(report, "architecture_note", json_string(w->arch_note));
+    int64_t total_params = 0;
+    uint64_t total_bytes = 0;
+    int64_t n_nonfinite = 0;
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const lp_tensor *t = &w->tensors[i];
+        if (stats) {
+            lp_tensor_stats *s = &all_stats[i];
+            if ((status = compute_stats(t, buf, s, err)) != LP_OK)
+                goto fail;
+            if (s->n_nan + s->n_inf > 0) {
+                n_nonfinite += s->n_nan + s->n_inf;
+                list_add(&nonfinite, t->name);
+            }
+        }
+        if (embed_tensors) {
+            json_t *jt = tensor_json(w, t, stats ? &all_stats[i] : NULL);
+            if (!jt) {
+                status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            json_array_append_new(tensors, jt);
+        }
+        if (!lp_add_i64(total_params, t->n_elements, &total_params) ||
+            !lp_add_u64(total_bytes, t->n_bytes, &total_bytes)) {
+            status = lp_error_set(err, LP_ERR_RANGE, "parameter total overflows 64 bits");
+            goto fail;
+        }
+        add_total(by_dtype, lp_dtype_name(t->dtype), t->n_elements, t->n_bytes);
+        char role_key[48];
+        snprintf(role_key, sizeof role_key, "%s%s", lp_role_name(t->role),
+                 t->is_bias ? ".bias" : "");
+        add_total(by_role, role_key, t->n_elements, t->n_bytes);
+    }
+    json_t *params = json_object();
+    json_object_set_new(params, "total", json_integer(total_params));
+    json_object_set_new(params, "bytes", json_integer((json_int_t)total_bytes));
+    json_object_set_new(params, "by_dtype", by_dtype);
+    json_object_set_new(params, "by_role", by_role);
+    by_dtype = by_role = NULL;
+    json_object_set_new(report, "params", params);
+    json_object_set_new(report, "n_tensors", json_integer((json_int_t)w->n_tensors));
+    json_object_set(report, "tensors", tensors);
+    if (w->arch) {
+        arch_checks(w, checks, &status, err);
+        if (status != LP_OK)
+            goto fail;
+    }
+    tied_report(w, stats, report, checks);
+    if (stats) {
+        char list[2048], detail[2400];
+        if (nonfinite.oom) {
+            status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        if (n_nonfinite == 0)
+            snprintf(detail, sizeof detail, "no NaN or Inf in %zu tensors", w->n_tensors);
+        else {
+            join_list(list, sizeof list, &nonfinite);
+            snprintf(detail, sizeof detail, "%" PRId64 " NaN/Inf values in %zu tensors: %s",
+                     n_nonfinite, nonfinite.count, list);
+        }
+        json_array_append_new(checks, make_check("finite_values", n_nonfinite == 0, detail));
+    }
+    list_free(&nonfinite);
+    json_object_set(report, "checks", checks);
+    json_decref(files);
+    json_decref(tensors);
+    json_decref(checks);
+    free(buf);
+    if (stats_out)
+        *stats_out = all_stats;
+    else
+        free(all_stats);
+    *out = report;
+    return LP_OK;
+fail:
+    json_decref(report);
+    json_decref(files);
+    json_decref(tensors);
+    json_decref(checks);
+    json_decref(by_dtype);
+    json_decref(by_role);
+    list_free(&nonfinite);
+    free(buf);
+    free(all_stats);
+    return status;
+}
+
+lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_error *err)
+{
+    return lp_inspect_build_report(w, stats, true, out, NULL, err);
+}
+
+/* ---- streamed JSON -------------------------------------------------------------------------- */
+
+#define REPORT_JSON_FLAGS (JSON_INDENT(2) | JSON_REAL_PRECISION(9) | JSON_ENCODE_ANY)
+
+/* Write text with every line after the first indented by depth levels more: a value dumped on
+ * its own then reads as if jansson had dumped it nested. Newlines inside strings are escaped
+ * ("\\n"), so every raw newline is formatting. */
+static bool write_indented(FILE *f, const char *text, int depth)
+{
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        if (fwrite(p, 1, len, f) != len)
+            return false;
+        if (nl && fprintf(f, "%*s", 2 * depth, "") < 0)
+            return false;
+        p += len;
+    }
+    return true;
+}
+
+static bool write_value(FILE *f, json_t *value, int depth)
+{
+    char *text = json_dumps(value, REPORT_JSON_FLAGS);
+    if (!text)
+        return false;
+    bool ok = write_indented(f, text, depth);
+    free(text);
+    return ok;
+}
+
+/* The document json_dumps(report) would give with "tensors" filled in, byte for byte, but with
+ * one tensor object alive at a time: the summary's members are written around a tensors array
+ * whose objects are built, dumped and freed one by one. */
+lp_status lp_inspect_write_report_json(FILE *f, json_t *report, const lp_weights *w,
+                                   const lp_tensor_stats *stats, lp_error *err)
+{
+    bool ok = fputs("{", f) >= 0;
+    bool first = true;
+    for (void *it = json_object_iter(report); it && ok; it = json_object_iter_next(report, it)) {
+        const char *key = json_object_iter_key(it);
+        json_t *key_json = json_string(key);
+        ok = key_json && fputs(first ? "\n  " : ",\n  ", f) >= 0 && write_value(f, key_json, 1) &&
+             fputs(": ", f) >= 0;
+        json_decref(key_json);
+        first = false;
+        if (!ok)
+            break;
+        if (strcmp(key, "tensors") != 0) {
+            ok = write_value(f, json_object_iter_value(it), 1);
+            continue;
+        }
+        if (w->n_tensors == 0) {
+            ok = fputs("[]", f) >= 0;
+            continue;
+        }
+        ok = fputs("[", f) >= 0;
+        for (size_t i = 0; i < w->n_tensors && ok; i++) {
+            json_t *jt = tensor_json(w, &w->tensors[i], stats ? &stats[i] : NULL);
+            ok = jt && fputs(i ? ",\n    " : "\n    ", f) >= 0 && write_value(f, jt, 2);
+            json_decref(jt);
+        }
+        ok = ok && fputs("\n  ]", f) >= 0;
+    }
+    ok = ok && fputs(first ? "}\n" : "\n}\n", f) >= 0 && fflush(f) == 0;
+    if (!ok)
+        return lp_error_set(err, LP_ERR_IO, "writing the JSON report failed (out of memory or "
+                                            "output error)");
+    return LP_OK;
+}
+
+lp_status lp_inspect_write_json(const lp_weights *w, bool stats, FILE *out, lp_error *err)
+{
+    json_t *report;
+    lp_tensor_stats *all_stats = NULL;
+    lp_status status = lp_inspect_build_report(w, stats, false, &report, &all_stats, err);
+    if (status != LP_OK)
+        return status;
+    status = lp_inspect_write_report_json(out, report, w, all_stats, err);
+    json_decref(report);
+    free(all_stats);
+    return status;
+}
+

@@ -1,0 +1,1421 @@
+/* Tokenizer tests: the Hugging Face references in ../shared/tokenizers (ids, pieces, decode),
+ * the stories260K prompts (llama2.c tokenizer.bin and GGUF vocabulary), rule checks on strings
+ * of our own, Unicode normalization, labels and malformed input. */
+#define _POSIX_C_SOURCE 200809L /* popen, for the bzip2'd NormalizationTest.txt */
+#include "test_util.h"
+
+#include <jansson.h>
+
+#include "core/error.h"
+#include "inspect/formats/gguf.h"
+#include "inspect/tokenizer/tokenizer.h"
+#include "inspect/tokenizer/tokenizer_internal.h"
+
+/* ---- helpers ---- */
+
+static lp_tokenizer *open_shared(const char *rel)
+{
+    char path[1024];
+    lp_test_shared_path(path, sizeof path, rel);
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    lp_status st = lp_tokenizer_open(path, &tok, &err);
+    if (st != LP_OK)
+        fail_msg("open %s: %s", path, err.msg);
+    return tok;
+}
+
+static json_t *load_json_shared(const char *rel)
+{
+    char path[1024];
+    lp_test_shared_path(path, sizeof path, rel);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        fail_msg("%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+    return root;
+}
+
+static int32_t *encode(const lp_tokenizer *tok, const char *text, size_t len, bool special,
+                       size_t *n)
+{
+    int32_t *ids = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_encode(tok, text, len, special, &ids, n, &err) != LP_OK)
+        fail_msg("encode: %s", err.msg);
+    return ids;
+}
+
+static char *decode(const lp_tokenizer *tok, const int32_t *ids, size_t n, bool skip)
+{
+    char *text = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_decode(tok, ids, n, skip, &text, &err) != LP_OK)
+        fail_msg("decode: %s", err.msg);
+    return text;
+}
+
+/* Compare ids and pieces with a reference {ids, tokens, decoded, decoded_skip_special}. */
+static int check_variant(const lp_tokenizer *tok, const char *name, const char *text,
+                         size_t len, bool special, const json_t *ref)
+{
+    int failures = 0;
+    size_t n;
+    int32_t *ids = encode(tok, text, len, special, &n);
+    const json_t *want_ids = json_object_get(ref, "ids");
+    const json_t *want_tokens = json_object_get(ref, "tokens");
+    bool same = n == json_array_size(want_ids);
+    for (size_t k = 0; same && k < n; k++)
+        same = ids[k] == json_integer_value(json_array_get(want_ids, k));
+    if (!same) {
+        printf("FAIL %s (%s special): ids differ\n  got :", name, special ? "with" : "without");
+        for (size_t k = 0; k < n; k++)
+            printf(" %d", ids[k]);
+        printf("\n  want:");
+        for (size_t k = 0; k < json_array_size(want_ids); k++)
+            printf(" %lld", (long long)json_integer_value(json_array_get(want_ids, k)));
+        printf("\n");
+        failures++;
+    } else {
+        for (size_t k = 0; k < n; k++) {
+            const char *want = json_string_value(json_array_get(want_tokens, k));
+            const char *got = lp_tokenizer_piece(tok, ids[k]);
+            if (!got || strcmp(got, want) != 0) {
+                printf("FAIL %s: token %zu is '%s', want '%s'\n", name, k, got ? got : "(null)",
+                       want);
+                failures++;
+            }
+        }
+        /* decode the reference ids, both ways */
+        static const char *const fields[2] = {"decoded", "decoded_skip_special"};
+        for (int skip = 0; skip < 2; skip++) {
+            char *got = decode(tok, ids, n, skip);
+            const char *want = json_string_value(json_object_get(ref, fields[skip]));
+            if (strcmp(got, want) != 0) {
+                printf("FAIL %s: %s is '%s', want '%s'\n", name, fields[skip], got, want);
+                failures++;
+            }
+            free(got);
+        }
+    }
+    free(ids);
+    return failures;
+}
+
+static void run_reference(const char *folder)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", folder);
+    lp_tokenizer *tok = open_shared(rel);
+    snprintf(rel, sizeof rel, "tokenizers/%s/reference.json", folder);
+    json_t *ref = load_json_shared(rel);
+    const json_t *cases = json_object_get(ref, "cases");
+    assert_true(json_array_size(cases) >= 12);
+    int failures = 0;
+    size_t i;
+    const json_t *c;
+    json_array_foreach(cases, i, c)
+    {
+        const json_t *text = json_object_get(c, "text");
+        const char *name = json_string_value(json_object_get(c, "name"));
+        failures += check_variant(tok, name, json_string_value(text), json_string_length(text),
+                                  true, json_object_get(c, "with_special_tokens"));
+        failures += check_variant(tok, name, json_string_value(text), json_string_length(text),
+                                  false, json_object_get(c, "without_special_tokens"));
+    }
+    json_decref(ref);
+    lp_tokenizer_close(tok);
+    assert_int_equal(failures, 0);
+}
+
+static void test_reference_gpt2(void **state)
+{
+    (void)state;
+    run_reference("gpt2");
+}
+
+static void test_reference_tinyllama(void **state)
+{
+    (void)state;
+    run_reference("tinyllama");
+}
+
+static void test_reference_qwen3(void **state)
+{
+    (void)state;
+    run_reference("qwen3");
+}
+
+/* ---- stories260K: llama2.c tokenizer.bin and the GGUF vocabulary ---- */
+
+static void run_stories_prompts(const char *tokenizer_rel)
+{
+    lp_tokenizer *tok = open_shared(tokenizer_rel);
+    json_t *ref = load_json_shared("models/stories260K/reference/prompts.json");
+    const json_t *prompts = json_object_get(ref, "prompts");
+    assert_true(json_array_size(prompts) >= 3);
+    size_t i;
+    const json_t *p;
+    json_array_foreach(prompts, i, p)
+    {
+        const char *text = json_string_value(json_object_get(p, "text"));
+        const json_t *want = json_object_get(p, "token_ids");
+        size_t n;
+        int32_t *ids = encode(tok, text, strlen(text), true, &n);
+        assert_int_equal(n, json_array_size(want));
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(ids[k], json_integer_value(json_array_get(want, k)));
+        /* decoding without specials gives the prompt back */
+        char *back = decode(tok, ids, n, true);
+        assert_string_equal(back, text);
+        free(back);
+        free(ids);
+    }
+    /* the README's example */
+    size_t n;
+    int32_t *ids = encode(tok, "Once upon a time", 16, true, &n);
+    static const int32_t want[] = {1, 403, 407, 261, 378};
+    assert_int_equal(n, 5);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(ids[k], want[k]);
+    free(ids);
+    json_decref(ref);
+    lp_tokenizer_close(tok);
+}
+
+static void test_llama2c_prompts(void **state)
+{
+    (void)state;
+    run_stories_prompts("models/stories260K/tok512.bin");
+}
+
+static void test_gguf_vocab_prompts(void **state)
+{
+    (void)state;
+    run_stories_prompts("models/stories260K/stories260K.gguf");
+}
+
+/* GGUF and tok512.bin hold the same 512 pieces: their encodings must agree on any text. */
+static void test_gguf_equals_llama2c(void **state)
+{
+    (void)state;
+    lp_tokenizer *bin = open_shared("models/stories260K/tok512.bin");
+    lp_tokenizer *gguf = open_shared("models/stories260K/stories260K.gguf");
+    assert_int_equal(lp_tokenizer_vocab_size(bin), 512);
+    assert_int_equal(lp_tokenizer_vocab_size(gguf), 512);
+    static const char *const texts[] = {
+        "Lily and Ben played in the garden. They saw a big dog!",
+        "  two leading spaces and\nnewlines\n\nand tabs\t.",
+        "numbers 12345 and unicode caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x99\x82",
+        "x",
+    };
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        size_t n1, n2;
+        int32_t *a = encode(bin, texts[t], strlen(texts[t]), true, &n1);
+        int32_t *b = encode(gguf, texts[t], strlen(texts[t]), true, &n2);
+        assert_int_equal(n1, n2);
+        for (size_t k = 0; k < n1; k++)
+            assert_int_equal(a[k], b[k]);
+        char *back = decode(gguf, b, n2, true);
+        assert_string_equal(back, texts[t]);
+        free(back);
+        free(a);
+        free(b);
+    }
+    lp_tokenizer_close(bin);
+    lp_tokenizer_close(gguf);
+}
+
+/* ---- GGUF vocabularies built from the reference tokenizer.json files ----
+ * A GGUF writer in a few lines: the vocabulary of a tokenizer.json written as tokenizer.ggml.*
+ * metadata (no tensors) must encode the reference strings as the JSON does: byte-level BPE with
+ * merges ("gpt2" model with the gpt2/qwen2 pre-tokenizer) and SentencePiece BPE by score ("llama"
+ * model, with scores made from the merge ranks). */
+
+typedef struct gbuf {
+    unsigned char *d;
+    size_t n, cap;
+} gbuf;
+
+static void g_put(gbuf *b, const void *p, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->d = realloc(b->d, b->cap);
+        assert_non_null(b->d);
+    }
+    memcpy(b->d + b->n, p, n);
+    b->n += n;
+}
+
+static void g_u32(gbuf *b, uint32_t v) { g_put(b, &v, 4); }
+static void g_u64(gbuf *b, uint64_t v) { g_put(b, &v, 8); }
+
+static void g_str(gbuf *b, const char *s, size_t len)
+{
+    g_u64(b, len);
+    g_put(b, s, len);
+}
+
+static void g_key(gbuf *b, const char *key, uint32_t type)
+{
+    g_str(b, key, strlen(key));
+    g_u32(b, type);
+}
+
+static void build_gguf_from_json(const char *folder, const char *model, const char *pre,
+                                 bool add_bos, gbuf *out)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", folder);
+    json_t *root = load_json_shared(rel);
+    const json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    const json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
+    const json_t *added = json_object_get(root, "added_tokens");
+    size_t n = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)vocab, key, value)
+        if ((size_t)json_integer_value(value) + 1 > n)
+            n = (size_t)json_integer_value(value) + 1;
+    size_t i;
+    const json_t *item;
+    json_array_foreach(added, i, item)
+        if ((size_t)json_integer_value(json_object_get(item, "id")) + 1 > n)
+            n = (size_t)json_integer_value(json_object_get(item, "id")) + 1;
+    const char **tokens = calloc(n, sizeof *tokens);
+    int32_t *types = calloc(n, sizeof *types);
+    assert_non_null(tokens);
+    assert_non_null(types);
+    json_object_foreach((json_t *)vocab, key, value)
+    {
+        size_t id = (size_t)json_integer_value(value);
+        tokens[id] = key;
+        types[id] = strlen(key) == 6 && strncmp(key, "<0x", 3) == 0 ? 6 : 1;
+    }
+    json_array_foreach(added, i, item)
+    {
+        size_t id = (size_t)json_integer_value(json_object_get(item, "id"));
+        tokens[id] = json_string_value(json_object_get(item, "content"));
+        types[id] = json_is_true(json_object_get(item, "special")) ? 3 : 4;
+        if (strcmp(tokens[id], "<unk>") == 0)
+            types[id] = 2;
+    }
+    bool llama = strcmp(model, "llama") == 0;
+    g_put(out, "GGUF", 4);
+    g_u32(out, 3);
+    g_u64(out, 0);                    /* tensors */
+    g_u64(out, llama ? 5 : 6);        /* key/values */
+    g_key(out, "tokenizer.ggml.model", 8);
+    g_str(out, model, strlen(model));
+    g_key(out, "tokenizer.ggml.tokens", 9);
+    g_u32(out, 8);
+    g_u64(out, n);
+    for (size_t k = 0; k < n; k++) {
+        assert_non_null(tokens[k]);
+        g_str(out, tokens[k], strlen(tokens[k]));
+    }
+    g_key(out, "tokenizer.ggml.token_type", 9);
+    g_u32(out, 5);
+    g_u64(out, n);
+    g_put(out, types, n * sizeof *types);
+    g_key(out, "tokenizer.ggml.add_bos_token", 7);
+    unsigned char flag = add_bos;
+    g_put(out, &flag, 1);
+    g_key(out, "tokenizer.ggml.bos_token_id", 4);
+    g_u32(out, 1);
+    if (llama) {
+        g_key(out, "tokenizer.ggml.scores", 9);
+        g_u32(out, 6);
+        g_u64(out, n);
+        /* SentencePiece scores that give the merges' order: a piece scores minus the rank of
+         * the first merge that makes it; pieces no merge makes never win */
+        float *scores = malloc(n * sizeof *scores);
+        assert_non_null(scores);
+        for (size_t k = 0; k < n; k++)
+            scores[k] = -1e10f;
+        json_array_foreach(merges, i, item)
+        {
+            char buf[512];
+            snprintf(buf, sizeof buf, "%s", json_string_value(item));
+            char *sp = strchr(buf, ' ');
+            assert_non_null(sp);
+            memmove(sp, sp + 1, strlen(sp));
+            const json_t *id = json_object_get(vocab, buf);
+            assert_non_null(id);
+            if (scores[json_integer_value(id)] == -1e10f)
+                scores[json_integer_value(id)] = -(float)i;
+        }
+        g_put(out, scores, n * sizeof *scores);
+        free(scores);
+        /* the count above says 5 key/values besides the model: fix it up */
+        uint64_t n_kv = 6;
+        memcpy(out->d + 16, &n_kv, 8);
+    } else {
+        g_key(out, "tokenizer.ggml.pre", 8);
+        g_str(out, pre, strlen(pre));
+        g_key(out, "tokenizer.ggml.merges", 9);
+        g_u32(out, 8);
+        g_u64(out, json_array_size(merges));
+        json_array_foreach(merges, i, item)
+        {
+            char buf[512];
+            if (json_is_string(item))
+                snprintf(buf, sizeof buf, "%s", json_string_value(item));
+            else
+                snprintf(buf, sizeof buf, "%s %s", json_string_value(json_array_get(item, 0)),
+                         json_string_value(json_array_get(item, 1)));
+            g_str(out, buf, strlen(buf));
+        }
+        uint64_t n_kv = 7;
+        memcpy(out->d + 16, &n_kv, 8);
+    }
+    free(tokens);
+    free(types);
+    json_decref(root);
+}
+
+static void run_gguf_reference(const char *folder, const char *model, const char *pre,
+                               bool add_bos)
+{
+    gbuf buf = {0};
+    build_gguf_from_json(folder, model, pre, add_bos, &buf);
+    lp_gguf *g = NULL;
+    lp_error err = {0};
+    if (lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    lp_tokenizer *tok = NULL;
+    if (lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    char rel[256];
+    snprintf(rel, sizeof rel, "tokenizers/%s/reference.json", folder);
+    json_t *ref = load_json_shared(rel);
+    int failures = 0, compared = 0;
+    size_t i;
+    const json_t *c;
+    json_array_foreach(json_object_get(ref, "cases"), i, c)
+    {
+        const json_t *text = json_object_get(c, "text");
+        /* llama.cpp applies no NFC for qwen2; the JSON does, so decomposed input differs */
+        char *nfc;
+        size_t nfc_len;
+        assert_int_equal(lp_uc_normalize(LP_UC_NFC, json_string_value(text),
+                                         json_string_length(text), &nfc, &nfc_len), LP_OK);
+        bool nfc_invariant = nfc_len == json_string_length(text) &&
+                             memcmp(nfc, json_string_value(text), nfc_len) == 0;
+        free(nfc);
+        if (!nfc_invariant && strcmp(folder, "qwen3") == 0)
+            continue;
+        compared++;
+        const json_t *want = json_object_get(c, "with_special_tokens");
+        size_t n;
+        int32_t *ids = encode(tok, json_string_value(text), json_string_length(text), true, &n);
+        const json_t *want_ids = json_object_get(want, "ids");
+        bool same = n == json_array_size(want_ids);
+        for (size_t k = 0; same && k < n; k++)
+            same = ids[k] == json_integer_value(json_array_get(want_ids, k));
+        if (!same) {
+            printf("FAIL gguf %s %s: ids differ\n", folder,
+                   json_string_value(json_object_get(c, "name")));
+            failures++;
+        } else {
+            char *back = decode(tok, ids, n, true);
+            if (strcmp(back, json_string_value(json_object_get(want, "decoded_skip_special")))) {
+                printf("FAIL gguf %s %s: decoded '%s'\n", folder,
+                       json_string_value(json_object_get(c, "name")), back);
+                failures++;
+            }
+            free(back);
+        }
+        free(ids);
+    }
+    json_decref(ref);
+    lp_tokenizer_close(tok);
+    lp_gguf_close(g);
+    free(buf.d);
+    assert_true(compared >= 11);
+    assert_int_equal(failures, 0);
+}
+
+static void test_gguf_built_gpt2(void **state)
+{
+    (void)state;
+    run_gguf_reference("gpt2", "gpt2", "gpt2", false);
+}
+
+static void test_gguf_built_qwen3(void **state)
+{
+    (void)state;
+    run_gguf_reference("qwen3", "gpt2", "qwen2", false);
+}
+
+static void test_gguf_built_llama(void **state)
+{
+    (void)state;
+    run_gguf_reference("tinyllama", "llama", "", true);
+}
+
+/* Every tokenizer.ggml.pre family compiles and splits as its regexes say. */
+static void test_gguf_pre_families(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"default", "llama-bpe", "qwen2", "starcoder",
+                                        "deepseek-coder", "deepseek-v3", "falcon", "smollm"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        gbuf buf = {0};
+        build_gguf_from_json("gpt2", "gpt2", names[k], false, &buf);
+        lp_gguf *g = NULL;
+        lp_error err = {0};
+        assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err), LP_OK);
+        lp_tokenizer *tok = NULL;
+        if (lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+            fail_msg("pre '%s': %s", names[k], err.msg);
+        static const char text[] = "Hi 12345 you";
+        size_t n;
+        int32_t *ids = encode(tok, text, strlen(text), false, &n);
+        char *back = decode(tok, ids, n, false);
+        assert_string_equal(back, text);
+        /* GPT-2's regex keeps " 12345" together ("Ġ123" "45"); starcoder's splits digits
+         * first: "Ġ" then one token per digit */
+        if (strcmp(names[k], "starcoder") == 0 || strcmp(names[k], "smollm") == 0) {
+            assert_int_equal(n, 1 + 1 + 5 + 1);
+            assert_string_equal(lp_tokenizer_piece(tok, ids[1]), "\xC4\xA0");
+            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "1");
+        } else if (strcmp(names[k], "default") == 0) {
+            assert_int_equal(n, 4);
+            assert_string_equal(lp_tokenizer_piece(tok, ids[1]), "\xC4\xA0" "123");
+        }
+        free(back);
+        free(ids);
+        lp_tokenizer_close(tok);
+        lp_gguf_close(g);
+        free(buf.d);
+    }
+    /* an unknown name is refused, not guessed */
+    gbuf buf = {0};
+    build_gguf_from_json("gpt2", "gpt2", "no-such-pre", false, &buf);
+    lp_gguf *g = NULL;
+    lp_error err = {0};
+    assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err), LP_OK);
+    lp_tokenizer *tok = NULL;
+    assert_int_equal(lp_tokenizer_from_gguf(g, &tok, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "no-such-pre"));
+    lp_gguf_close(g);
+    free(buf.d);
+}
+
+/* ---- rules on strings of our own ---- */
+
+static void expect_pieces(const lp_tokenizer *tok, const char *text, bool special,
+                          const char *const *want, size_t n_want)
+{
+    size_t n;
+    int32_t *ids = encode(tok, text, strlen(text), special, &n);
+    if (n != n_want) {
+        printf("'%s': %zu tokens, want %zu:", text, n, n_want);
+        for (size_t k = 0; k < n; k++)
+            printf(" [%s]", lp_tokenizer_piece(tok, ids[k]));
+        printf("\n");
+    }
+    assert_int_equal(n, n_want);
+    for (size_t k = 0; k < n; k++)
+        assert_string_equal(lp_tokenizer_piece(tok, ids[k]), want[k]);
+    free(ids);
+}
+
+#define PIECES(...) (const char *const[]){__VA_ARGS__}, sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)
+
+static void test_gpt2_rules(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_shared("tokenizers/gpt2/tokenizer.json");
+    assert_string_equal(lp_tokenizer_kind(tok), "bpe-bytelevel");
+    assert_int_equal(lp_tokenizer_vocab_size(tok), 50257);
+    /* \s+(?!\S) leaves one space to the word; GPT-2 has no "ĠĠ" */
+    expect_pieces(tok, "a    b", false, PIECES("a", "Ġ", "Ġ", "Ġ", "Ġb"));
+    /* \r\n is one whitespace pre-token, but GPT-2 has no merge for it: "č" "Ċ" */
+    expect_pieces(tok, "x\r\ny", false, PIECES("x", "\xC4\x8D", "\xC4\x8A", "y"));
+    /* digits in runs, with the space */
+    expect_pieces(tok, " 12345", false, PIECES("Ġ123", "45"));
+    /* the special token written in the text is one token, both ways */
+    expect_pieces(tok, "a<|endoftext|>b", false, PIECES("a", "<|endoftext|>", "b"));
+    /* a string equal to a vocabulary entry after byte mapping is that entry */
+    expect_pieces(tok, " the", false, PIECES("Ġthe"));
+    lp_tokenizer_close(tok);
+}
+
+/* Byte-level BPE is lossless on any bytes, including invalid UTF-8. */
+static void test_gpt2_round_trip(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_shared("tokenizers/gpt2/tokenizer.json");
+    uint32_t seed = 12345;
+    char text[300];
+    for (int round = 0; round < 200; round++) {
+        size_t len = (size_t)(round % 37) * 7 + 1;
+        for (size_t k = 0; k < len; k++) {
+            seed = seed * 1664525u + 1013904223u;
+            unsigned r = seed >> 24;
+            /* mostly text, some raw bytes (NUL excluded: decode returns a C string) */
+            static const char alphabet[] = " abcXYZ0129.,'\n\t\r";
+            text[k] = r < 160 ? alphabet[r % (sizeof alphabet - 1)] : (char)(r % 255 + 1);
+        }
+        text[len] = '\0';
+        size_t n;
+        int32_t *ids = encode(tok, text, len, false, &n);
+        for (size_t k = 0; k < n; k++)
+            assert_true(ids[k] >= 0 && ids[k] < lp_tokenizer_vocab_size(tok));
+        char *back = decode(tok, ids, n, false);
+        assert_int_equal(strlen(back), len);
+        assert_memory_equal(back, text, len);
+        free(back);
+        free(ids);
+    }
+    lp_tokenizer_close(tok);
+}
+
+static void test_qwen3_rules(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_shared("tokenizers/qwen3/tokenizer.json");
+    assert_int_equal(lp_tokenizer_vocab_size(tok), 151669);
+    /* Qwen3 has "ĠĠ": a run of three spaces before a word is ĠĠ + Ġword */
+    expect_pieces(tok, "   three", false, PIECES("ĠĠ", "Ġthree"));
+    /* every digit alone */
+    expect_pieces(tok, "x 123", false, PIECES("x", "Ġ", "1", "2", "3"));
+    /* added tokens, special or not, are matched in text; only special ones are skipped */
+    size_t n;
+    const char *text = "<|im_start|>hi<think>ok</think><|im_end|>";
+    int32_t *ids = encode(tok, text, strlen(text), true, &n);
+    assert_true(n >= 6);
+    assert_int_equal(ids[0], 151644);
+    assert_int_equal(ids[n - 1], 151645);
+    char *skip = decode(tok, ids, n, true);
+    assert_string_equal(skip, "hi<think>ok</think>");
+    char *keep = decode(tok, ids, n, false);
+    assert_string_equal(keep, text);
+    free(skip);
+    free(keep);
+    free(ids);
+    /* \r\n is one pre-token (\s*[\r\n]+) and Qwen3 has the merge: "čĊ" */
+    expect_pieces(tok, "x\r\ny", false, PIECES("x", "\xC4\x8D\xC4\x8A", "y"));
+    /* mixed scripts: letters of any script are one \p{L}+ run; the digits split one by one */
+    size_t n_mixed;
+    const char *mixed = "abc\xE4\xB8\xAD\xE6\x96\x87" "123";
+    int32_t *mixed_ids = encode(tok, mixed, strlen(mixed), false, &n_mixed);
+    assert_true(n_mixed >= 4);
+    assert_string_equal(lp_tokenizer_piece(tok, mixed_ids[n_mixed - 3]), "1");
+    assert_string_equal(lp_tokenizer_piece(tok, mixed_ids[n_mixed - 2]), "2");
+    assert_string_equal(lp_tokenizer_piece(tok, mixed_ids[n_mixed - 1]), "3");
+    char *mixed_back = decode(tok, mixed_ids, n_mixed, false);
+    assert_string_equal(mixed_back, mixed);
+    free(mixed_back);
+    free(mixed_ids);
+    /* NFC: "e" + U+0301 and the precomposed "é" encode the same */
+    size_t n1, n2;
+    int32_t *a = encode(tok, "cafe\xCC\x81", 6, false, &n1);
+    int32_t *b = encode(tok, "caf\xC3\xA9", 5, false, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(a, b, n1 * sizeof *a);
+    free(a);
+    free(b);
+    lp_tokenizer_close(tok);
+}
+
+static void test_tinyllama_rules(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_shared("tokenizers/tinyllama/tokenizer.json");
+    assert_string_equal(lp_tokenizer_kind(tok), "bpe-sentencepiece");
+    /* <s> only with special tokens */
+    size_t n;
+    int32_t *ids = encode(tok, "Hello", 5, true, &n);
+    assert_true(n >= 2);
+    assert_int_equal(ids[0], 1);
+    free(ids);
+    ids = encode(tok, "Hello", 5, false, &n);
+    assert_true(n >= 1 && ids[0] != 1);
+    free(ids);
+    /* byte fallback: a character outside the vocab becomes its UTF-8 bytes */
+    expect_pieces(tok, "\xF0\x9F\x99\x82", false,
+                  PIECES("\xE2\x96\x81", "<0xF0>", "<0x9F>", "<0x99>", "<0x82>"));
+    /* "\r" is an ordinary piece, "\n" is not: it falls back to <0x0A>; digits stand alone */
+    expect_pieces(tok, "a\r\nb 12", false,
+                  PIECES("\xE2\x96\x81" "a", "\r", "<0x0A>", "b", "\xE2\x96\x81", "1", "2"));
+    /* the empty string gives nothing (Prepend skips empty text), plus <s> when asked */
+    ids = encode(tok, "", 0, true, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 1);
+    free(ids);
+    lp_tokenizer_close(tok);
+}
+
+static void test_labels(void **state)
+{
+    (void)state;
+    lp_tokenizer *gpt2 = open_shared("tokenizers/gpt2/tokenizer.json");
+    lp_tokenizer *llama = open_shared("tokenizers/tinyllama/tokenizer.json");
+    lp_tokenizer *bin = open_shared("models/stories260K/tok512.bin");
+    char *s;
+    s = lp_tokenizer_label(gpt2, 262); /* "Ġthe" */
+    assert_string_equal(lp_tokenizer_piece(gpt2, 262), "Ġthe");
+    assert_string_equal(s, " the");
+    free(s);
+    s = lp_tokenizer_label(gpt2, 198); /* "Ċ" */
+    assert_string_equal(s, "\\n");
+    free(s);
+    s = lp_tokenizer_label(gpt2, 50256);
+    assert_string_equal(s, "<|endoftext|>");
+    free(s);
+    s = lp_tokenizer_label(llama, 278); /* "▁the" */
+    assert_string_equal(lp_tokenizer_piece(llama, 278), "\xE2\x96\x81the");
+    assert_string_equal(s, " the");
+    free(s);
+    s = lp_tokenizer_label(llama, 13); /* "<0x0A>" */
+    assert_string_equal(s, "\\n");
+    free(s);
+    s = lp_tokenizer_label(llama, 243); /* "<0xF0>": not UTF-8 on its own */
+    assert_string_equal(s, "\\xF0");
+    free(s);
+    s = lp_tokenizer_label(bin, 1); /* stored as "\n<s>\n" */
+    assert_string_equal(s, "<s>");
+    free(s);
+    s = lp_tokenizer_label(bin, 403);
+    assert_string_equal(s, " Once");
+    free(s);
+    assert_null(lp_tokenizer_label(gpt2, 50257));
+    assert_null(lp_tokenizer_piece(gpt2, -1));
+    lp_tokenizer_close(gpt2);
+    lp_tokenizer_close(llama);
+    lp_tokenizer_close(bin);
+}
+
+/* ---- bad input ---- */
+
+static const char *write_tmp(const char *name, const char *content)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s", lp_test_tmp_dir(), name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(content, 1, strlen(content), f);
+    fclose(f);
+    return path;
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    const char *p = write_tmp("tok_bad.json", "{\n  \"model\": {\"vocab\": {\"a\": 0,}\n}\n");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "tok_bad.json:2:"));
+    assert_null(tok);
+
+    p = write_tmp("tok_unigram.json",
+                  "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "Unigram"));
+
+    p = write_tmp("tok_merge.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, "
+                                    "\"b\": 1}, \"merges\": [\"a b\"]}}");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "merges[0]"));
+
+    p = write_tmp("tok_bigid.json",
+                  "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 2000000000}, \"merges\": []}}");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_FORMAT);
+
+    /* a file that is no tokenizer, alone in its folder: nothing to fall back on */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tok_garbage_dir", lp_test_tmp_dir());
+    mkdir(dir, 0755);
+    p = write_tmp("tok_garbage_dir/model.dat", "this is neither JSON nor a tokenizer");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "--tokenizer"));
+    assert_int_equal(lp_tokenizer_open(dir, &tok, &err), LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_tokenizer_open("/nonexistent/tokenizer.json", &tok, &err), LP_ERR_IO);
+
+    /* a tiny valid file: merges in both serializations, unk, decode range check */
+    p = write_tmp("tok_tiny.json",
+                  "{\"model\": {\"type\": \"BPE\", \"unk_token\": \"?\", \"fuse_unk\": true,"
+                  " \"vocab\": {\"?\": 0, \"a\": 1, \"b\": 2, \"ab\": 3, \"abb\": 4},"
+                  " \"merges\": [\"a b\", [\"ab\", \"b\"]]}}");
+    assert_int_equal(lp_tokenizer_open(p, &tok, &err), LP_OK);
+    size_t n;
+    int32_t *ids = encode(tok, "abbxyab", 7, true, &n);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 4);
+    assert_int_equal(ids[1], 0); /* "xy" fused into one unk */
+    assert_int_equal(ids[2], 3);
+    free(ids);
+    int32_t bad = 5;
+    char *text = NULL;
+    assert_int_equal(lp_tokenizer_decode(tok, &bad, 1, false, &text, &err), LP_ERR_RANGE);
+    lp_tokenizer_close(tok);
+}
+
+/* ---- the rules, on tiny tokenizer.json files whose answers follow by hand ---- */
+
+static lp_tokenizer *open_json(const char *name, const char *json)
+{
+    const char *path = write_tmp(name, json);
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_open(path, &tok, &err) != LP_OK)
+        fail_msg("%s: %s", name, err.msg);
+    return tok;
+}
+
+static void expect_ids(const lp_tokenizer *tok, const char *text, bool special,
+                       const int32_t *want, size_t n_want)
+{
+    size_t n;
+    int32_t *ids = encode(tok, text, strlen(text), special, &n);
+    if (n != n_want || memcmp(ids, want, n * sizeof *ids) != 0) {
+        printf("'%s': got", text);
+        for (size_t k = 0; k < n; k++)
+            printf(" %d", ids[k]);
+        printf(", want");
+        for (size_t k = 0; k < n_want; k++)
+            printf(" %d", want[k]);
+        printf("\n");
+        fail();
+    }
+    free(ids);
+}
+
+#define IDS(...) (const int32_t[]){__VA_ARGS__}, sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t)
+
+/* vocab a b c - a- -b -- b- -c; merges ranked a-, -b, --, b-, -c */
+#define DASH_MODEL                                                                            \
+    "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"-\": 3, "     \
+    "\"a-\": 4, \"-b\": 5, \"--\": 6, \"b-\": 7, \"-c\": 8}, "                                \
+    "\"merges\": [\"a -\", \"- b\", \"- -\", \"b -\", \"- c\"]}"
+
+static lp_tokenizer *dash_tokenizer(const char *behavior, bool invert)
+{
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"-\"}, "
+             "\"behavior\": \"%s\", \"invert\": %s}, " DASH_MODEL "}",
+             behavior, invert ? "true" : "false");
+    return open_json("tok_dash.json", json);
+}
+
+static void test_split_behaviors(void **state)
+{
+    (void)state;
+    /* "a-b--c": spans a | - | b | - | - | c (matches are the dashes) */
+    struct {
+        const char *behavior;
+        bool invert;
+        int32_t want[8];
+        size_t n;
+    } cases[] = {
+        {"Removed", false, {0, 1, 2}, 3},                 /* a b c */
+        {"Isolated", false, {0, 3, 1, 3, 3, 2}, 6},       /* a - b - - c */
+        {"MergedWithPrevious", false, {4, 7, 3, 2}, 4},   /* a- b- - c */
+        {"MergedWithNext", false, {0, 5, 3, 8}, 4},       /* a -b - -c */
+        {"Contiguous", false, {0, 3, 1, 6, 2}, 5},        /* a - b -- c */
+        {"Removed", true, {3, 3, 3}, 3},                  /* inverted: only the dashes stay */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        lp_tokenizer *tok = dash_tokenizer(cases[k].behavior, cases[k].invert);
+        expect_ids(tok, "a-b--c", false, cases[k].want, cases[k].n);
+        lp_tokenizer_close(tok);
+    }
+    /* no pre-tokenizer: one word; ranks decide: a- first, then --, and b- / -c are stale */
+    lp_tokenizer *tok = open_json("tok_dash_word.json", "{" DASH_MODEL "}");
+    expect_ids(tok, "a-b--c", false, IDS(4, 1, 6, 2));
+    /* no decoder: Hugging Face joins the pieces with spaces */
+    int32_t ids[] = {4, 1, 6, 2};
+    char *text = decode(tok, ids, 4, false);
+    assert_string_equal(text, "a- b -- c");
+    free(text);
+    lp_tokenizer_close(tok);
+}
+
+static void test_metaspace_and_added(void **state)
+{
+    (void)state;
+    static const char fmt[] =
+        "{\"added_tokens\": [{\"id\": 2, \"content\": \"<x>\", \"special\": true, "
+        "\"normalized\": false}, {\"id\": 6, \"content\": \"<l>\", \"special\": false, "
+        "\"lstrip\": true, \"rstrip\": true, \"normalized\": false}, {\"id\": 7, \"content\": "
+        "\"ab\", \"single_word\": true, \"normalized\": false}],"
+        " \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+        "\"prepend_scheme\": \"%s\", \"split\": true},"
+        " \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+        "\"prepend_scheme\": \"%s\"},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u2581a\": 0, \"\\u2581b\": 1, "
+        "\"<x>\": 2, \"a\": 3, \"b\": 4, \"\\u2581\": 5}, "
+        "\"merges\": [\"\\u2581 a\", \"\\u2581 b\"]}}";
+    char json[2048];
+    snprintf(json, sizeof json, fmt, "first", "first");
+    lp_tokenizer *tok = open_json("tok_meta_first.json", json);
+    /* "first": only the text's first segment gets the prefix, not the one after <x> */
+    expect_ids(tok, "a b<x>b", false, IDS(0, 1, 2, 4));
+    int32_t ids[] = {0, 1, 2, 4};
+    char *text = decode(tok, ids, 4, false);
+    assert_string_equal(text, "a b<x>b");
+    free(text);
+    text = decode(tok, ids, 4, true); /* <x> is special */
+    assert_string_equal(text, "a bb");
+    free(text);
+    /* <l> strips the spaces around it: "a" <l> "b" */
+    expect_ids(tok, "a  <l>  b", false, IDS(0, 6, 4));
+    /* "ab" is single_word: inside "aab" it is not matched; standing alone it is */
+    expect_ids(tok, "aab", false, IDS(0, 3, 4));
+    expect_ids(tok, "ab", false, IDS(7));
+    /* next to punctuation that is not a word character it is matched: "«" is not in the
+     * vocabulary and, with no unk, dropped; the prefix "▁" stays */
+    expect_ids(tok, "\xC2\xAB" "ab" "\xC2\xBB", false, IDS(5, 7));
+    /* next to a non-ASCII letter it is not; the dropped "é" leaves "▁" next to "a",
+     * so they merge */
+    expect_ids(tok, "\xC3\xA9" "ab", false, IDS(0, 4));
+    /* lstrip takes Unicode whitespace too (U+3000) */
+    expect_ids(tok, "a\xE3\x80\x80<l>b", false, IDS(0, 6, 4));
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, fmt, "always", "always");
+    tok = open_json("tok_meta_always.json", json);
+    expect_ids(tok, "a b<x>b", false, IDS(0, 1, 2, 1));
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, fmt, "never", "never");
+    tok = open_json("tok_meta_never.json", json);
+    expect_ids(tok, "a b", false, IDS(3, 1));
+    lp_tokenizer_close(tok);
+}
+
+static void test_model_options(void **state)
+{
+    (void)state;
+    /* continuing_subword_prefix: "b" after the first character is looked up as "##b" and the
+     * merge "a ##b" makes "ab" */
+    lp_tokenizer *tok = open_json("tok_prefix.json",
+        "{\"model\": {\"type\": \"BPE\", \"continuing_subword_prefix\": \"##\", \"vocab\": "
+        "{\"a\": 0, \"##b\": 1, \"ab\": 2, \"b\": 3}, \"merges\": [\"a ##b\"]}}");
+    expect_ids(tok, "ab", false, IDS(2));
+    expect_ids(tok, "b", false, IDS(3));
+    lp_tokenizer_close(tok);
+    /* end_of_word_suffix: the last character carries "</w>" */
+    tok = open_json("tok_suffix.json",
+        "{\"decoder\": {\"type\": \"BPEDecoder\", \"suffix\": \"</w>\"}, \"pre_tokenizer\": "
+        "{\"type\": \"WhitespaceSplit\"}, \"model\": {\"type\": \"BPE\", \"end_of_word_suffix\": "
+        "\"</w>\", \"vocab\": {\"a\": 0, \"b</w>\": 1, \"ab</w>\": 2, \"a</w>\": 3}, \"merges\": "
+        "[\"a b</w>\"]}}");
+    expect_ids(tok, "ab a", false, IDS(2, 3));
+    int32_t ids[] = {2, 3};
+    char *text = decode(tok, ids, 2, false);
+    assert_string_equal(text, "ab a");
+    free(text);
+    lp_tokenizer_close(tok);
+    /* byte fallback, then unk when it is off */
+    static const char fallback[] =
+        "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": %s, \"unk_token\": \"<unk>\", "
+        "\"vocab\": {\"<0xC3>\": 0, \"<0xA9>\": 1, \"a\": 2, \"<unk>\": 3}, \"merges\": []},"
+        " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"}, "
+        "{\"type\": \"Fuse\"}]}}";
+    char json[1024];
+    snprintf(json, sizeof json, fallback, "true");
+    tok = open_json("tok_fallback.json", json);
+    expect_ids(tok, "a\xC3\xA9", false, IDS(2, 0, 1));
+    int32_t bytes[] = {2, 0, 1};
+    text = decode(tok, bytes, 3, false);
+    assert_string_equal(text, "a\xC3\xA9");
+    free(text);
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, fallback, "false");
+    tok = open_json("tok_nofallback.json", json);
+    expect_ids(tok, "a\xC3\xA9", false, IDS(2, 3));
+    lp_tokenizer_close(tok);
+    /* an added token that takes over a model id with other content: BPE still reaches the
+     * id through the model string, and the id reads as the added content (Hugging Face) */
+    tok = open_json("tok_override.json",
+        "{\"added_tokens\": [{\"id\": 2, \"content\": \"<x>\", \"special\": true}],"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2},"
+        " \"merges\": [\"a b\"]}}");
+    expect_ids(tok, "ab<x>", false, IDS(2, 2));
+    assert_string_equal(lp_tokenizer_piece(tok, 2), "<x>");
+    lp_tokenizer_close(tok);
+    /* ignore_merges: a word that is a vocabulary entry is taken whole */
+    static const char ignore[] =
+        "{\"model\": {\"type\": \"BPE\", \"ignore_merges\": %s, \"vocab\": {\"a\": 0, \"b\": 1, "
+        "\"bb\": 2, \"abb\": 3}, \"merges\": [\"b b\"]}}";
+    snprintf(json, sizeof json, ignore, "false");
+    tok = open_json("tok_merges.json", json);
+    expect_ids(tok, "abb", false, IDS(0, 2));
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, ignore, "true");
+    tok = open_json("tok_ignore.json", json);
+    expect_ids(tok, "abb", false, IDS(3));
+    lp_tokenizer_close(tok);
+}
+
+static void test_normalizers_and_post(void **state)
+{
+    (void)state;
+    /* NFKC folds the ligature, Lowercase, Strip trims, Replace (regex) squeezes digits */
+    lp_tokenizer *tok = open_json("tok_norm.json",
+        "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKC\"}, "
+        "{\"type\": \"Lowercase\"}, {\"type\": \"Strip\", \"strip_left\": true, \"strip_right\": "
+        "true}, {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"[0-9]+\"}, \"content\": "
+        "\"#\"}]}, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+        "[{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", "
+        "\"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"</s>\", \"type_id\": 0}}], "
+        "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [0], \"tokens\": [\"<s>\"]}, "
+        "\"</s>\": {\"id\": \"</s>\", \"ids\": [1], \"tokens\": [\"</s>\"]}}},"
+        " \"added_tokens\": [{\"id\": 0, \"content\": \"<s>\", \"special\": true}, "
+        "{\"id\": 1, \"content\": \"</s>\", \"special\": true}],"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"<s>\": 0, \"</s>\": 1, \"f\": 2, \"i\": 3, "
+        "\"fi\": 4, \"#\": 5, \"x\": 6}, \"merges\": [\"f i\"]}}");
+    /* "  \xEF\xAC\x81X123 " -> "fix#": fi x # between <s> and </s> */
+    expect_ids(tok, "  \xEF\xAC\x81X123 ", true, IDS(0, 4, 6, 5, 1));
+    expect_ids(tok, "  \xEF\xAC\x81X123 ", false, IDS(4, 6, 5));
+    lp_tokenizer_close(tok);
+    /* a `normalized` added token is matched by its normalized form in the normalized text */
+    static const char added[] =
+        "{\"normalizer\": {\"type\": \"Lowercase\"}, \"added_tokens\": [{\"id\": 4, "
+        "\"content\": \"Yes\", \"normalized\": %s}], \"model\": {\"type\": \"BPE\", "
+        "\"vocab\": {\"y\": 0, \"e\": 1, \"s\": 2, \"!\": 3}, \"merges\": []}}";
+    char json[512];
+    snprintf(json, sizeof json, added, "true");
+    tok = open_json("tok_added_norm.json", json);
+    expect_ids(tok, "YES!", false, IDS(4, 3));
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, added, "false");
+    tok = open_json("tok_added_raw.json", json);
+    expect_ids(tok, "YES!", false, IDS(0, 1, 2, 3));
+    expect_ids(tok, "Yes!", false, IDS(4, 3));
+    lp_tokenizer_close(tok);
+    /* the ByteLevel normalizer maps bytes to the printable alphabet before the model */
+    tok = open_json("tok_bytelevel_norm.json",
+        "{\"normalizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"\\u0120\": 1, \"b\": 2,"
+        " \"\\u0120b\": 3}, \"merges\": [\"\\u0120 b\"]}}");
+    expect_ids(tok, "a b", false, IDS(0, 3));
+    int32_t bl[] = {0, 3};
+    char *bl_text = decode(tok, bl, 2, false);
+    assert_string_equal(bl_text, "a b");
+    free(bl_text);
+    lp_tokenizer_close(tok);
+    /* Oniguruma's nested class (BLOOM's pattern): "[^(\\s|[.,!?])]" is one flat class */
+    tok = open_json("tok_bloom.json",
+        "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
+        "\" ?[^(\\\\s|[.,!?])]+\"}, \"behavior\": \"Isolated\", \"invert\": false},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \",\": 1, \"b\": 2, \" \": 3, "
+        "\"c\": 4, \" c\": 5, \"b,\": 6}, \"merges\": [\"  c\", \"b ,\"]}}");
+    /* (the first merge is " " + "c": split after the first byte) */
+    expect_ids(tok, "a,b, c", false, IDS(0, 1, 2, 1, 5));
+    lp_tokenizer_close(tok);
+    /* no decoder in the file: labels still undo the byte-level alphabet or U+2581 */
+    tok = open_json("tok_nodec_bl.json",
+        "{\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u0120b\": 0, \"\\u010a\": 1}, "
+        "\"merges\": []}}");
+    char *label = lp_tokenizer_label(tok, 0);
+    assert_string_equal(label, " b");
+    free(label);
+    label = lp_tokenizer_label(tok, 1);
+    assert_string_equal(label, "\\n");
+    free(label);
+    lp_tokenizer_close(tok);
+    tok = open_json("tok_nodec_sp.json",
+        "{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": {\"type\": \"BPE\","
+        " \"vocab\": {\"\\u2581a\": 0, \"<0x09>\": 1}, \"merges\": []}}");
+    label = lp_tokenizer_label(tok, 0);
+    assert_string_equal(label, " a");
+    free(label);
+    label = lp_tokenizer_label(tok, 1);
+    assert_string_equal(label, "\\t");
+    free(label);
+    lp_tokenizer_close(tok);
+    /* BertProcessing: [CLS] A [SEP] */
+    tok = open_json("tok_bert_post.json",
+        "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", 1], \"cls\": "
+        "[\"[CLS]\", 0]}, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}, "
+        "\"decoder\": {\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"[CLS]\": 0, \"[SEP]\": 1, \"a\": 2, "
+        "\"b\": 3, \"!\": 4, \"##b\": 5}, \"merges\": []}}");
+    /* whitespace removed, punctuation isolated */
+    expect_ids(tok, "a  b!", true, IDS(0, 2, 3, 4, 1));
+    /* WordPiece decoding: "##b" continues, others get a space, cleanup glues "!" */
+    int32_t ids[] = {2, 5, 3, 4};
+    char *text = decode(tok, ids, 4, false);
+    assert_string_equal(text, "ab b!");
+    free(text);
+    lp_tokenizer_close(tok);
+}
+
+/* ---- damaged files: every outcome is a tokenizer or an error, never a crash ---- */
+
+static unsigned char *read_all(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *size = (size_t)n;
+    return buf;
+}
+
+/* If a damaged tokenizer opened, encode and decode a little text within its vocabulary. */
+static int exercise(lp_tokenizer *tok, lp_status st, const lp_error *err)
+{
+    if (st != LP_OK) {
+        assert_null(tok);
+        assert_true(err->msg[0] != '\0');
+        return 0;
+    }
+    static const char text[] = "Once upon a time \xE4\xBD\xA0 \xFF!";
+    size_t n;
+    int32_t *ids = encode(tok, text, sizeof text - 1, true, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_true(ids[k] >= 0 && ids[k] < lp_tokenizer_vocab_size(tok));
+    char *back = decode(tok, ids, n, false);
+    free(back);
+    free(ids);
+    lp_tokenizer_close(tok);
+    return 1;
+}
+
+/* Parse damaged copies in memory (no file writes): llama2.c records or a GGUF header. */
+static int try_damaged_memory(const unsigned char *data, size_t size, bool gguf)
+{
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    lp_status st;
+    if (gguf) {
+        lp_gguf *g = NULL;
+        st = lp_gguf_open_memory(data, size, "damaged.gguf", &g, &err);
+        if (st == LP_OK) {
+            st = lp_tokenizer_from_gguf(g, &tok, &err);
+            lp_gguf_close(g);
+        }
+    } else {
+        st = lp_tok_load_llama2c("damaged.bin", data, size, &tok, &err);
+    }
+    return exercise(tok, st, &err);
+}
+
+static void damage_file(const char *shared_rel, bool gguf, size_t limit, size_t step)
+{
+    char src[1024];
+    lp_test_shared_path(src, sizeof src, shared_rel);
+    size_t size;
+    unsigned char *orig = read_all(src, &size);
+    unsigned char *copy = malloc(size);
+    assert_non_null(copy);
+    int opened = 0, tries = 0;
+    if (limit > size)
+        limit = size;
+    /* truncations (the buffer is copied so that reading past the end is caught by ASan) */
+    for (size_t len = 0; len <= limit; len += step, tries++) {
+        unsigned char *cut = malloc(len ? len : 1);
+        assert_non_null(cut);
+        memcpy(cut, orig, len);
+        opened += try_damaged_memory(cut, len, gguf);
+        free(cut);
+    }
+    /* single bytes set to 0x00, 0x7F or 0xFF */
+    uint32_t seed = 7;
+    for (size_t at = 0; at < limit; at += step / 3 + 1, tries++) {
+        memcpy(copy, orig, size);
+        seed = seed * 1664525u + 1013904223u;
+        copy[at] = (unsigned char)(seed >> 30 == 0 ? 0x00 : seed >> 30 == 1 ? 0x7F : 0xFF);
+        opened += try_damaged_memory(copy, size, gguf);
+    }
+    printf("%s: %d of %d damaged copies still opened\n", shared_rel, opened, tries);
+    assert_true(opened < tries);
+    free(copy);
+    free(orig);
+}
+
+static void test_damaged_files(void **state)
+{
+    (void)state;
+    damage_file("models/stories260K/tok512.bin", false, SIZE_MAX, 13);
+    /* the GGUF's vocabulary is in its first ~10 KB; past that only tensor data would change */
+    damage_file("models/stories260K/stories260K.gguf", true, 16384, 29);
+}
+
+/* Mutated tiny tokenizer.json files. */
+static void test_damaged_json(void **state)
+{
+    (void)state;
+    static const char base[] =
+        "{\"added_tokens\": [{\"id\": 2, \"content\": \"<x>\", \"special\": true}],"
+        " \"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\","
+        " \"add_prefix_space\": false}, \"decoder\": {\"type\": \"ByteLevel\"},"
+        " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\":"
+        " {\"id\": \"<x>\"}}, {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<x>\":"
+        " {\"id\": \"<x>\", \"ids\": [2]}}},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"<x>\": 2, \"ab\": 3},"
+        " \"merges\": [\"a b\"]}}";
+    size_t len = sizeof base - 1;
+    unsigned char buf[sizeof base];
+    static const char replacements[] = "0-9\"{}[],: x\\";
+    int opened = 0, tries = 0;
+    for (size_t at = 0; at < len; at++)
+        for (size_t r = 0; r < sizeof replacements - 1; r += 3) {
+            memcpy(buf, base, len);
+            buf[at] = (unsigned char)replacements[r];
+            lp_tokenizer *tok = NULL;
+            lp_error err = {0};
+            lp_status st = lp_tok_load_json_buffer("mutated.json", (const char *)buf, len, &tok, &err);
+            opened += exercise(tok, st, &err);
+            tries++;
+        }
+    printf("%d of %d mutated tokenizer.json files still opened\n", opened, tries);
+    assert_true(opened > 0 && opened < tries);
+}
+
+/* run.c's encode() on a tokenizer.bin written here: ids 0..2 specials, 3..258 bytes, then
+ * " ", "a", "b", "ab" (score -0.0), "ba" (+0.0), " a" (-1). */
+static void test_llama2c_rules(void **state)
+{
+    (void)state;
+    gbuf buf = {0};
+    int32_t max_len = 6;
+    g_put(&buf, &max_len, 4);
+    static const char *const specials[] = {"<unk>", "\n<s>\n", "\n</s>\n"};
+    for (int k = 0; k < 3; k++) {
+        float score = 0.0f;
+        int32_t len = (int32_t)strlen(specials[k]);
+        g_put(&buf, &score, 4);
+        g_put(&buf, &len, 4);
+        g_put(&buf, specials[k], (size_t)len);
+    }
+    for (int b = 0; b < 256; b++) {
+        char piece[8];
+        snprintf(piece, sizeof piece, "<0x%02X>", b);
+        float score = 0.0f;
+        int32_t len = 6;
+        g_put(&buf, &score, 4);
+        g_put(&buf, &len, 4);
+        g_put(&buf, piece, 6);
+    }
+    static const struct {
+        const char *piece;
+        float score;
+    } rest[] = {{" ", -5.0f}, {"a", -5.0f}, {"b", -5.0f}, {"ab", -0.0f}, {"ba", 0.0f},
+                {" a", -1.0f}};
+    for (size_t k = 0; k < sizeof rest / sizeof rest[0]; k++) {
+        int32_t len = (int32_t)strlen(rest[k].piece);
+        g_put(&buf, &rest[k].score, 4);
+        g_put(&buf, &len, 4);
+        g_put(&buf, rest[k].piece, (size_t)len);
+    }
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    assert_int_equal(lp_tok_load_llama2c("tiny.bin", buf.d, buf.n, &tok, &err), LP_OK);
+    assert_int_equal(lp_tokenizer_vocab_size(tok), 3 + 256 + 6);
+    /* BOS, the dummy prefix " ", then "ab" (-0.0) and "ba" (+0.0) tie: the leftmost wins;
+     * " a" scores -1 and loses to both */
+    expect_ids(tok, "aba", true, IDS(1, 259, 262, 260));
+    /* no BOS without special tokens; "\xC3\xA9" is not a piece: bytes + 3 */
+    expect_ids(tok, "\xC3\xA9", false, IDS(259, 0xC3 + 3, 0xA9 + 3));
+    /* the empty text has no dummy prefix */
+    expect_ids(tok, "", true, IDS(1));
+    char *text = decode(tok, (const int32_t[]){1, 259, 262, 260}, 4, true);
+    assert_string_equal(text, "aba");
+    free(text);
+    lp_tokenizer_close(tok);
+    /* records that do not fill the file exactly are not a tokenizer */
+    assert_int_equal(lp_tok_load_llama2c("tiny.bin", buf.d, buf.n - 1, &tok, &err),
+                     LP_ERR_FORMAT);
+    free(buf.d);
+}
+
+/* ---- Unicode ---- */
+
+static void test_unicode(void **state)
+{
+    (void)state;
+    char *out;
+    size_t len;
+    /* compose, reorder marks, Hangul, exclusions, and raw bytes kept */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFC, "e\xCC\x81", 3, &out, &len), LP_OK);
+    assert_string_equal(out, "\xC3\xA9");
+    free(out);
+    /* U+1E0B U+0323 -> U+1E0D U+0307 (NFC reorders dot below first) */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFC, "\xE1\xB8\x8B\xCC\xA3", 5, &out, &len), LP_OK);
+    assert_string_equal(out, "\xE1\xB8\x8D\xCC\x87");
+    free(out);
+    /* Hangul L V T composes to one syllable (U+D4DB) */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFC, "\xE1\x84\x91\xE1\x85\xB1\xE1\x86\xB6", 9, &out,
+                                     &len), LP_OK);
+    assert_string_equal(out, "\xED\x93\x9B");
+    free(out);
+    /* U+0958 is excluded from composition: stays decomposed */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFC, "\xE0\xA5\x98", 3, &out, &len), LP_OK);
+    assert_string_equal(out, "\xE0\xA4\x95\xE0\xA4\xBC");
+    free(out);
+    /* NFKC folds the "fi" ligature; invalid bytes pass through */
+    assert_int_equal(lp_uc_normalize(LP_UC_NFKC, "\xEF\xAC\x81\xFF", 4, &out, &len), LP_OK);
+    assert_int_equal(len, 3);
+    assert_memory_equal(out, "fi\xFF", 3);
+    free(out);
+    assert_int_equal(lp_uc_lowercase("\xC3\x85Ngstr\xC3\x96M", 10, &out, &len), LP_OK);
+    assert_string_equal(out, "\xC3\xA5ngstr\xC3\xB6m");
+    free(out);
+    /* the byte-level alphabet: printable bytes map to themselves, space to U+0120 */
+    assert_int_equal(lp_tok_byte_to_cp(' '), 0x120);
+    assert_int_equal(lp_tok_byte_to_cp('\n'), 0x10A);
+    assert_int_equal(lp_tok_byte_to_cp('a'), 'a');
+    for (int b = 0; b < 256; b++)
+        assert_int_equal(lp_tok_cp_to_byte(lp_tok_byte_to_cp((uint8_t)b)), b);
+}
+
+
+/* ---- Unicode's own conformance file ---- */
+
+static size_t parse_cps(const char *field, char *out, size_t cap)
+{
+    size_t n = 0;
+    const char *p = field;
+    while (*p && *p != ';') {
+        char *end;
+        unsigned long cp = strtoul(p, &end, 16);
+        if (end == p)
+            break;
+        char u[4];
+        size_t k = lp_utf8_put((uint32_t)cp, u);
+        if (n + k < cap) {
+            memcpy(out + n, u, k);
+            n += k;
+        }
+        p = end;
+        while (*p == ' ')
+            p++;
+    }
+    return n;
+}
+
+/* NormalizationTest.txt: c2 == NFC(c1..c3), c4 == NFC(c4, c5), c3 == NFD(c1..c3),
+ * c5 == NFD(c4, c5), c4 == NFKC(c1..c5), c5 == NFKD(c1..c5). */
+static int run_normalization_test(FILE *f)
+{
+    static const struct {
+        lp_uc_form form;
+        int want, n_src;
+        int src[5];
+    } rules[] = {
+        {LP_UC_NFC, 1, 3, {0, 1, 2}},        {LP_UC_NFC, 3, 2, {3, 4}},
+        {LP_UC_NFD, 2, 3, {0, 1, 2}},        {LP_UC_NFD, 4, 2, {3, 4}},
+        {LP_UC_NFKC, 3, 5, {0, 1, 2, 3, 4}}, {LP_UC_NFKD, 4, 5, {0, 1, 2, 3, 4}},
+    };
+    char line[4096];
+    long checks = 0, failures = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '@' || line[0] == '\n')
+            continue;
+        char col[5][256];
+        size_t len[5];
+        const char *p = line;
+        int k;
+        for (k = 0; k < 5 && p; k++) {
+            len[k] = parse_cps(p, col[k], sizeof col[k]);
+            p = strchr(p, ';');
+            if (p)
+                p++;
+        }
+        if (k < 5)
+            continue;
+        for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++)
+            for (int s = 0; s < rules[r].n_src; s++) {
+                int from = rules[r].src[s], want = rules[r].want;
+                char *out;
+                size_t out_len;
+                assert_int_equal(lp_uc_normalize(rules[r].form, col[from], len[from], &out,
+                                                 &out_len), LP_OK);
+                checks++;
+                if (out_len != len[want] || memcmp(out, col[want], out_len) != 0) {
+                    if (failures < 10)
+                        printf("FAIL form %d, column %d: %s", (int)rules[r].form, from + 1, line);
+                    failures++;
+                }
+                free(out);
+            }
+    }
+    printf("%ld of %ld normalization checks failed\n", failures, checks);
+    return checks > 300000 && failures == 0 ? 0 : 1;
+}
+
+static int unicode_conformance(void)
+{
+    const char *dir = getenv("LOUPE_UCD") ? getenv("LOUPE_UCD") : "/usr/share/unicode";
+    char path[1024], cmd[1100];
+    snprintf(path, sizeof path, "%s/NormalizationTest.txt", dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        int rc = run_normalization_test(f);
+        fclose(f);
+        return rc;
+    }
+    snprintf(path, sizeof path, "%s/NormalizationTest.txt.bz2", dir);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        printf("SKIP: %s not found (apt-get install unicode-data, or set LOUPE_UCD)\n", path);
+        return LP_TEST_SKIP;
+    }
+    snprintf(cmd, sizeof cmd, "bzcat '%s' 2>/dev/null", path);
+    f = popen(cmd, "r");
+    if (!f) {
+        printf("SKIP: cannot run bzcat\n");
+        return LP_TEST_SKIP;
+    }
+    int rc = run_normalization_test(f);
+    if (pclose(f) != 0) {
+        printf("SKIP: bzcat failed on %s\n", path);
+        return LP_TEST_SKIP;
+    }
+    return rc;
+}
+
+/* Three ctest entries share this program: no argument runs the unit tests, "golden" the tests
+ * against ../shared (skipped when it is absent), "unicode" Unicode's NormalizationTest.txt. */
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "unicode") == 0)
+        return unicode_conformance();
+    if (argc > 1 && strcmp(argv[1], "golden") == 0) {
+        LP_TEST_REQUIRE_SHARED();
+        const struct CMUnitTest golden[] = {
+            cmocka_unit_test(test_reference_gpt2),
+            cmocka_unit_test(test_reference_tinyllama),
+            cmocka_unit_test(test_reference_qwen3),
+            cmocka_unit_test(test_llama2c_prompts),
+            cmocka_unit_test(test_gguf_vocab_prompts),
+            cmocka_unit_test(test_gguf_equals_llama2c),
+            cmocka_unit_test(test_gguf_built_gpt2),
+            cmocka_unit_test(test_gguf_built_qwen3),
+            cmocka_unit_test(test_gguf_built_llama),
+            cmocka_unit_test(test_gguf_pre_families),
+            cmocka_unit_test(test_gpt2_rules),
+            cmocka_unit_test(test_gpt2_round_trip),
+            cmocka_unit_test(test_qwen3_rules),
+            cmocka_unit_test(test_tinyllama_rules),
+            cmocka_unit_test(test_labels),
+            cmocka_unit_test(test_damaged_files),
+        };
+        return cmocka_run_group_tests_name("tokenizer_golden", golden, NULL, NULL);
+    }
+    const struct CMUnitTest unit[] = {
+        cmocka_unit_test(test_unicode),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_split_behaviors),
+        cmocka_unit_test(test_metaspace_and_added),
+        cmocka_unit_test(test_model_options),
+        cmocka_unit_test(test_normalizers_and_post),
+        cmocka_unit_test(test_damaged_json),
+        cmocka_unit_test(test_llama2c_rules),
+    };
+    return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
+}

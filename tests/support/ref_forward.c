@@ -1,0 +1,708 @@
+/* The tests' reference forward pass: each family written out the way its Hugging Face modeling
+ * file computes it, in double, one loop per formula. Slow and obvious on purpose. */
+#include "ref_forward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "inspect/formats/safetensors_write.h"
+
+/* ---- random weights ---- */
+
+static uint64_t next_u64(uint64_t *s)
+{
+    /* xorshift64*: enough for test weights, same on every platform */
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static float *rand_tensor(uint64_t *s, int64_t n, double scale, double offset)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    if (!p)
+        return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        double u = (double)(next_u64(s) >> 11) / 9007199254740992.0; /* [0, 1) */
+        p[i] = (float)(offset + scale * (2.0 * u - 1.0));
+    }
+    return p;
+}
+
+static int64_t q_dim(const ref_config *c) { return c->n_heads * c->head_dim; }
+static bool is_gemma(const ref_config *c)
+{
+    return c->family == REF_GEMMA || c->family == REF_GEMMA2 || c->family == REF_GEMMA3;
+}
+/* Gemma 2/3: norms after attention and FFN too */
+static bool has_post_norms(const ref_config *c)
+{
+    return c->family == REF_GEMMA2 || c->family == REF_GEMMA3;
+}
+static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim; }
+
+bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    const ref_config *c = &m->cfg;
+    uint64_t s = seed ? seed : 1;
+    double sc = c->scale > 0 ? c->scale : 0.2;
+    int64_t H = c->hidden, F = c->ffn;
+    bool ok = true;
+    /* Norm weights near 1 (near 0 for Gemma's 1 + w), so activations keep a sane size. */
+    bool gemma = is_gemma(c);
+    double norm_offset = gemma ? 0.0 : 1.0;
+#define RT(ptr, n, scale, off)                            \
+    do {                                                  \
+        (ptr) = rand_tensor(&s, (n), (scale), (off));     \
+        ok = ok && (ptr) != NULL;                         \
+    } while (0)
+    RT(m->embed, c->vocab * H, gemma ? sc / 4 : sc, 0.0);
+    if (c->family == REF_GPT2)
+        RT(m->pos, c->n_positions * H, sc, 0.0);
+    RT(m->out_norm, H, 0.1, norm_offset);
+    if (c->family == REF_GPT2)
+        RT(m->out_norm_b, H, 0.1, 0.0);
+    if (c->tied)
+        m->lm_head = m->embed;
+    else
+        RT(m->lm_head, c->vocab * H, sc, 0.0);
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    ok = ok && m->layers;
+    for (int64_t l = 0; ok && l < c->n_layers; l++) {
+        ref_layer *L = &m->layers[l];
+        RT(L->attn_norm, H, 0.1, norm_offset);
+        RT(L->wq, q_dim(c) * H, sc, 0.0);
+        RT(L->wk, kv_dim(c) * H, sc, 0.0);
+        RT(L->wv, kv_dim(c) * H, sc, 0.0);
+        RT(L->wo, H * q_dim(c), sc, 0.0);
+        RT(L->ffn_norm, H, 0.1, norm_offset);
+        if (c->family == REF_GPT2) {
+            RT(L->attn_norm_b, H, 0.1, 0.0);
+            RT(L->ffn_norm_b, H, 0.1, 0.0);
+            RT(L->bq, q_dim(c), 0.1, 0.0);
+            RT(L->bk, kv_dim(c), 0.1, 0.0);
+            RT(L->bv, kv_dim(c), 0.1, 0.0);
+            RT(L->bo, H, 0.1, 0.0);
+            RT(L->b_up, F, 0.1, 0.0);
+            RT(L->b_down, H, 0.1, 0.0);
+        }
+        if (c->qkv_bias) {
+            RT(L->bq, q_dim(c), 0.1, 0.0);
+            RT(L->bk, kv_dim(c), 0.1, 0.0);
+            RT(L->bv, kv_dim(c), 0.1, 0.0);
+        }
+        if (c->qk_norm) {
+            RT(L->q_norm, c->head_dim, 0.1, norm_offset);
+            RT(L->k_norm, c->head_dim, 0.1, norm_offset);
+        }
+        if (has_post_norms(c)) {
+            RT(L->post_attn_norm, H, 0.1, 0.0);
+            RT(L->post_ffn_norm, H, 0.1, 0.0);
+        }
+        if (c->family == REF_MIXTRAL) {
+            RT(L->router, c->n_experts * H, 1.0, 0.0);
+            L->e_gate = calloc((size_t)c->n_experts, sizeof(float *));
+            L->e_up = calloc((size_t)c->n_experts, sizeof(float *));
+            L->e_down = calloc((size_t)c->n_experts, sizeof(float *));
+            ok = ok && L->e_gate && L->e_up && L->e_down;
+            for (int64_t e = 0; ok && e < c->n_experts; e++) {
+                RT(L->e_gate[e], F * H, sc, 0.0);
+                RT(L->e_up[e], F * H, sc, 0.0);
+                RT(L->e_down[e], H * F, sc, 0.0);
+            }
+        } else {
+            if (c->family != REF_GPT2)
+                RT(L->w_gate, F * H, sc, 0.0);
+            RT(L->w_up, F * H, sc, 0.0);
+            RT(L->w_down, H * F, sc, 0.0);
+        }
+    }
+#undef RT
+    if (!ok)
+        ref_model_free(m);
+    return ok;
+}
+
+void ref_model_free(ref_model *m)
+{
+    if (m->layers) {
+        for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+            ref_layer *L = &m->layers[l];
+            float *ps[] = {L->attn_norm, L->attn_norm_b, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
+                           L->bv, L->bo, L->post_attn_norm, L->ffn_norm, L->ffn_norm_b, L->w_gate,
+                           L->w_up, L->w_down, L->b_up, L->b_down, L->post_ffn_norm, L->router,
+                           L->q_norm, L->k_norm};
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+                free(ps[i]);
+            for (int64_t e = 0; e < m->cfg.n_experts; e++) {
+                if (L->e_gate) free(L->e_gate[e]);
+                if (L->e_up) free(L->e_up[e]);
+                if (L->e_down) free(L->e_down[e]);
+            }
+            free(L->e_gate);
+            free(L->e_up);
+            free(L->e_down);
+        }
+    }
+    free(m->layers);
+    if (m->lm_head != m->embed)
+        free(m->lm_head);
+    free(m->embed);
+    free(m->pos);
+    free(m->out_norm);
+    free(m->out_norm_b);
+    memset(m, 0, sizeof *m);
+}
+
+void ref_outputs_free(ref_outputs *out)
+{
+    free(out->logits);
+    free(out->probs);
+    free(out->resid);
+    free(out->head_out);
+    free(out->experts);
+    memset(out, 0, sizeof *out);
+}
+
+/* ---- the pass, in double ---- */
+
+/* y[n_out] = W[n_out, n_in] x + b */
+static void matvec(double *y, const float *w, const float *b, const double *x, int64_t n_out,
+                   int64_t n_in)
+{
+    for (int64_t o = 0; o < n_out; o++) {
+        double sum = b ? (double)b[o] : 0.0;
+        for (int64_t i = 0; i < n_in; i++)
+            sum += (double)w[o * n_in + i] * x[i];
+        y[o] = sum;
+    }
+}
+
+static void norm(const ref_config *c, double *y, const double *x, const float *w, const float *b,
+                 int64_t n)
+{
+    if (c->family == REF_GPT2) {
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < n; i++)
+            mean += x[i];
+        mean /= (double)n;
+        for (int64_t i = 0; i < n; i++)
+            var += (x[i] - mean) * (x[i] - mean);
+        var /= (double)n;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = (x[i] - mean) / sqrt(var + c->eps) * (double)w[i] + (double)b[i];
+        return;
+    }
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double inv = 1.0 / sqrt(ss / (double)n + c->eps);
+    for (int64_t i = 0; i < n; i++) {
+        double g = is_gemma(c) ? 1.0 + (double)w[i] : (double)w[i];
+        y[i] = x[i] * inv * g;
+    }
+}
+
+static double silu(double v) { return v / (1.0 + exp(-v)); }
+static double gelu_tanh(double v)
+{
+    return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+}
+
+static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, int64_t pos)
+{
+    int64_t hd = c->head_dim, rot = c->rope_dim > 0 ? c->rope_dim : hd, half = rot / 2;
+    for (int64_t h = 0; h < n_heads; h++) {
+        double *x = v + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            /* inv_freq over the rotated dims only, as HF's partial_rotary_factor does */
+            double freq = pow(theta, -(double)(2 * i) / (double)rot);
+            double a = (double)pos * freq, cs = cos(a), sn = sin(a);
+            int64_t i0 = c->rope_adjacent ? 2 * i : i;
+            int64_t i1 = c->rope_adjacent ? 2 * i + 1 : i + half;
+            double x0 = x[i0], x1 = x[i1];
+            x[i0] = x0 * cs - x1 * sn;
+            x[i1] = x0 * sn + x1 * cs;
+        }
+    }
+}
+
+/* The FFN of one token: dense, or an expert's SwiGLU. */
+static void mlp(const ref_config *c, double *out, const double *x, const float *w_gate,
+                const float *w_up, const float *w_down, const float *b_up, const float *b_down,
+                double *g, double *u)
+{
+    int64_t H = c->hidden, F = c->ffn;
+    matvec(u, w_up, b_up, x, F, H);
+    if (c->family == REF_GPT2) {
+        for (int64_t i = 0; i < F; i++)
+            g[i] = gelu_tanh(u[i]);
+    } else {
+        matvec(g, w_gate, NULL, x, F, H);
+        for (int64_t i = 0; i < F; i++)
+            g[i] = (is_gemma(c) ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
+    }
+    matvec(out, w_down, b_down, g, H, F);
+}
+
+bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outputs *out)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, V = c->vocab, L = c->n_layers, nh = c->n_heads, hd = c->head_dim;
+    int64_t QD = q_dim(c), KVD = kv_dim(c), F = c->ffn, E = c->n_experts, K = c->top_k;
+    memset(out, 0, sizeof *out);
+    out->T = T;
+    out->logits = calloc((size_t)(T * V), sizeof(float));
+    out->probs = calloc((size_t)(L * nh * T * T), sizeof(float));
+    out->resid = calloc((size_t)(L * T * H), sizeof(float));
+    out->head_out = calloc((size_t)(L * T * QD), sizeof(float));
+    out->experts = calloc((size_t)(L * T * (K > 0 ? K : 1)), sizeof(int32_t));
+    double *x = calloc((size_t)(T * H), sizeof(double));
+    double *xn = calloc((size_t)(T * H), sizeof(double));
+    double *q = calloc((size_t)(T * QD), sizeof(double));
+    double *k = calloc((size_t)(T * KVD), sizeof(double));
+    double *v = calloc((size_t)(T * KVD), sizeof(double));
+    double *att = calloc((size_t)(T * QD), sizeof(double));
+    double *tmp = calloc((size_t)(H > V ? H : V), sizeof(double));
+    double *tmp2 = calloc((size_t)H, sizeof(double));
+    double *g = calloc((size_t)F, sizeof(double)), *u = calloc((size_t)F, sizeof(double));
+    double *sc = calloc((size_t)T, sizeof(double));
+    double *rp = calloc((size_t)(E > 0 ? E : 1), sizeof(double));
+    bool ok = out->logits && out->probs && out->resid && out->head_out && out->experts && x &&
+              xn && q && k && v && att && tmp && tmp2 && g && u && sc && rp;
+    if (!ok)
+        goto done;
+
+    double embed_scale = is_gemma(c) ? sqrt((double)H) : 1.0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < H; i++) {
+            x[t * H + i] = (double)m->embed[(int64_t)tokens[t] * H + i] * embed_scale;
+            if (c->family == REF_GPT2)
+                x[t * H + i] += (double)m->pos[t * H + i];
+        }
+    double scale = has_post_norms(c) && c->query_pre_attn_scalar > 0
+                       ? 1.0 / sqrt(c->query_pre_attn_scalar)
+                       : 1.0 / sqrt((double)hd);
+    for (int64_t l = 0; l < L; l++) {
+        const ref_layer *Ly = &m->layers[l];
+        int64_t window = c->family == REF_GEMMA2 ? (l % 2 == 0 ? c->window : 0)
+                         : c->family == REF_GEMMA3
+                             ? ((l + 1) % c->sliding_pattern != 0 ? c->window : 0)
+                             : c->window;
+        double theta = c->family == REF_GEMMA3 && window > 0 ? c->local_theta : c->theta;
+        for (int64_t t = 0; t < T; t++) {
+            norm(c, xn + t * H, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
+            matvec(q + t * QD, Ly->wq, Ly->bq, xn + t * H, QD, H);
+            matvec(k + t * KVD, Ly->wk, Ly->bk, xn + t * H, KVD, H);
+            matvec(v + t * KVD, Ly->wv, Ly->bv, xn + t * H, KVD, H);
+            if (c->qk_norm) {
+                /* per-head RMSNorm over head_dim, on a copy (norm() reads and writes) */
+                double tmp_head[512];
+                for (int64_t h = 0; h < nh; h++) {
+                    memcpy(tmp_head, q + t * QD + h * hd, (size_t)hd * sizeof(double));
+                    norm(c, q + t * QD + h * hd, tmp_head, Ly->q_norm, NULL, hd);
+                }
+                for (int64_t h = 0; h < c->n_kv_heads; h++) {
+                    memcpy(tmp_head, k + t * KVD + h * hd, (size_t)hd * sizeof(double));
+                    norm(c, k + t * KVD + h * hd, tmp_head, Ly->k_norm, NULL, hd);
+                }
+            }
+            if (c->family != REF_GPT2) {
+                rope(c, theta, q + t * QD, nh, t);
+                rope(c, theta, k + t * KVD, c->n_kv_heads, t);
+            }
+        }
+        for (int64_t h = 0; h < nh; h++) {
+            int64_t kvh = h / (nh / c->n_kv_heads);
+            for (int64_t t = 0; t < T; t++) {
+                double max = -INFINITY, sum = 0;
+                for (int64_t s = 0; s <= t; s++) {
+                    if (window > 0 && t - s >= window) {
+                        sc[s] = -INFINITY;
+                        continue;
+                    }
+                    double d = 0;
+                    for (int64_t i = 0; i < hd; i++)
+                        d += q[t * QD + h * hd + i] * k[s * KVD + kvh * hd + i];
+                    d *= scale;
+                    if (c->attn_softcap > 0)
+                        d = c->attn_softcap * tanh(d / c->attn_softcap);
+                    sc[s] = d;
+                    if (d > max)
+                        max = d;
+                }
+                for (int64_t s = 0; s <= t; s++) {
+                    sc[s] = sc[s] == -(double)INFINITY ? 0.0 : exp(sc[s] - max);
+                    sum += sc[s];
+                }
+                for (int64_t i = 0; i < hd; i++) {
+                    double o = 0;
+                    for (int64_t s = 0; s <= t; s++)
+                        o += sc[s] / sum * v[s * KVD + kvh * hd + i];
+                    att[t * QD + h * hd + i] = o;
+                    out->head_out[(l * T + t) * QD + h * hd + i] = (float)o;
+                }
+                for (int64_t s = 0; s <= t; s++)
+                    out->probs[((l * nh + h) * T + t) * T + s] = (float)(sc[s] / sum);
+            }
+        }
+        for (int64_t t = 0; t < T; t++) {
+            matvec(tmp, Ly->wo, Ly->bo, att + t * QD, H, QD);
+            if (Ly->post_attn_norm) {
+                norm(c, tmp2, tmp, Ly->post_attn_norm, NULL, H);
+                memcpy(tmp, tmp2, (size_t)H * sizeof(double));
+            }
+            for (int64_t i = 0; i < H; i++)
+                x[t * H + i] += tmp[i];
+        }
+        for (int64_t t = 0; t < T; t++) {
+            double *h_in = xn + t * H;
+            norm(c, h_in, x + t * H, Ly->ffn_norm, Ly->ffn_norm_b, H);
+            if (c->family == REF_MIXTRAL) {
+                matvec(rp, Ly->router, NULL, h_in, E, H);
+                double mx = -INFINITY, z = 0;
+                for (int64_t e = 0; e < E; e++)
+                    mx = rp[e] > mx ? rp[e] : mx;
+                for (int64_t e = 0; e < E; e++)
+                    z += (rp[e] = exp(rp[e] - mx));
+                for (int64_t e = 0; e < E; e++)
+                    rp[e] /= z;
+                int32_t *chosen = out->experts + (l * T + t) * K;
+                double wsum = 0;
+                for (int64_t j = 0; j < K; j++) {
+                    int64_t best = -1;
+                    for (int64_t e = 0; e < E; e++) {
+                        bool taken = false;
+                        for (int64_t i = 0; i < j; i++)
+                            taken = taken || chosen[i] == e;
+                        if (!taken && (best < 0 || rp[e] > rp[best]))
+                            best = e;
+                    }
+                    chosen[j] = (int32_t)best;
+                    wsum += rp[best];
+                }
+                for (int64_t i = 0; i < H; i++)
+                    tmp[i] = 0;
+                for (int64_t j = 0; j < K; j++) {
+                    int64_t e = chosen[j];
+                    mlp(c, tmp2, h_in, Ly->e_gate[e], Ly->e_up[e], Ly->e_down[e], NULL, NULL, g, u);
+                    for (int64_t i = 0; i < H; i++)
+                        tmp[i] += rp[e] / wsum * tmp2[i];
+                }
+            } else {
+                mlp(c, tmp, h_in, Ly->w_gate, Ly->w_up, Ly->w_down, Ly->b_up, Ly->b_down, g, u);
+            }
+            if (Ly->post_ffn_norm) {
+                norm(c, tmp2, tmp, Ly->post_ffn_norm, NULL, H);
+                memcpy(tmp, tmp2, (size_t)H * sizeof(double));
+            }
+            for (int64_t i = 0; i < H; i++)
+                x[t * H + i] += tmp[i];
+        }
+        for (int64_t i = 0; i < T * H; i++)
+            out->resid[l * T * H + i] = (float)x[i];
+    }
+    for (int64_t t = 0; t < T; t++) {
+        norm(c, tmp2, x + t * H, m->out_norm, m->out_norm_b, H);
+        matvec(tmp, m->lm_head, NULL, tmp2, V, H);
+        for (int64_t i = 0; i < V; i++) {
+            double z = tmp[i];
+            if (c->final_softcap > 0)
+                z = c->final_softcap * tanh(z / c->final_softcap);
+            out->logits[t * V + i] = (float)z;
+        }
+    }
+done:
+    free(x);
+    free(xn);
+    free(q);
+    free(k);
+    free(v);
+    free(att);
+    free(tmp);
+    free(tmp2);
+    free(g);
+    free(u);
+    free(sc);
+    free(rp);
+    if (!ok)
+        ref_outputs_free(out);
+    return ok;
+}
+
+/* ---- writing a random model as a Hugging Face folder ---- */
+
+static bool write_ok;
+static lp_dtype write_dtype = LP_DTYPE_F32; /* of 2-D tensors; vectors stay f32 */
+
+static bool add_f32(lp_st_writer *w, const char *name, int n_dims, int64_t d0, int64_t d1,
+                    const float *data)
+{
+    int64_t shape[2] = {d0, d1};
+    lp_error err = {0};
+    lp_dtype dtype = n_dims == 2 ? write_dtype : LP_DTYPE_F32;
+    if (lp_st_writer_add_f32_as(w, name, dtype, n_dims, shape, data, &err) != LP_OK) {
+        fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
+        write_ok = false;
+        return false;
+    }
+    return true;
+}
+
+/* [rows, cols] -> [cols, rows] (GPT-2's Conv1D stores weights input-major). */
+static float *transpose(const float *src, int64_t rows, int64_t cols)
+{
+    float *dst = malloc((size_t)(rows * cols) * sizeof(float));
+    if (!dst) {
+        write_ok = false;
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[c * rows + r] = src[r * cols + c];
+    return dst;
+}
+
+static bool write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+bool ref_model_write_hf(const ref_model *m, const char *dir)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->ffn, QD = c->n_heads * c->head_dim;
+    int64_t KVD = c->n_kv_heads * c->head_dim;
+    char cmd[600], path[600], name[160];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    if (system(cmd) != 0)
+        return false;
+    lp_st_writer *w;
+    lp_error err = {0};
+    if (lp_st_writer_create(&w, &err) != LP_OK)
+        return false;
+    write_ok = true;
+    lp_st_writer_set_metadata(w, "format", "pt", &err);
+    char config[2048];
+    if (c->family == REF_GPT2) {
+        add_f32(w, "wte.weight", 2, c->vocab, H, m->embed);
+        add_f32(w, "wpe.weight", 2, c->n_positions, H, m->pos);
+        for (int64_t l = 0; l < c->n_layers; l++) {
+            const ref_layer *L = &m->layers[l];
+            /* fused c_attn [H, 3H] (Conv1D) and its bias [3H] */
+            float *qkv = malloc((size_t)(3 * QD * H) * sizeof(float));
+            float *bqkv = malloc((size_t)(3 * QD) * sizeof(float));
+            if (!qkv || !bqkv) {
+                free(qkv);
+                free(bqkv);
+                lp_st_writer_destroy(w);
+                return false;
+            }
+            memcpy(qkv, L->wq, (size_t)(QD * H) * sizeof(float));
+            memcpy(qkv + QD * H, L->wk, (size_t)(QD * H) * sizeof(float));
+            memcpy(qkv + 2 * QD * H, L->wv, (size_t)(QD * H) * sizeof(float));
+            memcpy(bqkv, L->bq, (size_t)QD * sizeof(float));
+            memcpy(bqkv + QD, L->bk, (size_t)QD * sizeof(float));
+            memcpy(bqkv + 2 * QD, L->bv, (size_t)QD * sizeof(float));
+            float *t_qkv = transpose(qkv, 3 * QD, H);
+            float *t_o = transpose(L->wo, H, QD);
+            float *t_fc = transpose(L->w_up, F, H);
+            float *t_proj = transpose(L->w_down, H, F);
+#define NM(fmt) (snprintf(name, sizeof name, fmt, (long long)l), name)
+            add_f32(w, NM("h.%lld.ln_1.weight"), 1, H, 0, L->attn_norm);
+            add_f32(w, NM("h.%lld.ln_1.bias"), 1, H, 0, L->attn_norm_b);
+            add_f32(w, NM("h.%lld.attn.c_attn.weight"), 2, H, 3 * QD, t_qkv);
+            add_f32(w, NM("h.%lld.attn.c_attn.bias"), 1, 3 * QD, 0, bqkv);
+            add_f32(w, NM("h.%lld.attn.c_proj.weight"), 2, QD, H, t_o);
+            add_f32(w, NM("h.%lld.attn.c_proj.bias"), 1, H, 0, L->bo);
+            add_f32(w, NM("h.%lld.ln_2.weight"), 1, H, 0, L->ffn_norm);
+            add_f32(w, NM("h.%lld.ln_2.bias"), 1, H, 0, L->ffn_norm_b);
+            add_f32(w, NM("h.%lld.mlp.c_fc.weight"), 2, H, F, t_fc);
+            add_f32(w, NM("h.%lld.mlp.c_fc.bias"), 1, F, 0, L->b_up);
+            add_f32(w, NM("h.%lld.mlp.c_proj.weight"), 2, F, H, t_proj);
+            add_f32(w, NM("h.%lld.mlp.c_proj.bias"), 1, H, 0, L->b_down);
+            free(qkv);
+            free(bqkv);
+            free(t_qkv);
+            free(t_o);
+            free(t_fc);
+            free(t_proj);
+        }
+        add_f32(w, "ln_f.weight", 1, H, 0, m->out_norm);
+        add_f32(w, "ln_f.bias", 1, H, 0, m->out_norm_b);
+        snprintf(config, sizeof config,
+                 "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
+                 "\"vocab_size\": %lld, \"n_embd\": %lld, \"n_layer\": %lld, \"n_head\": %lld, "
+                 "\"n_positions\": %lld, \"n_ctx\": %lld, \"n_inner\": %lld, "
+                 "\"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": %g, "
+                 "\"tie_word_embeddings\": true, \"torch_dtype\": \"float32\"}",
+                 (long long)c->vocab, (long long)H, (long long)c->n_layers,
+                 (long long)c->n_heads, (long long)c->n_positions, (long long)c->n_positions,
+                 (long long)F, c->eps);
+    } else {
+        add_f32(w, "model.embed_tokens.weight", 2, c->vocab, H, m->embed);
+        for (int64_t l = 0; l < c->n_layers; l++) {
+            const ref_layer *L = &m->layers[l];
+            add_f32(w, NM("model.layers.%lld.input_layernorm.weight"), 1, H, 0, L->attn_norm);
+            add_f32(w, NM("model.layers.%lld.self_attn.q_proj.weight"), 2, QD, H, L->wq);
+            add_f32(w, NM("model.layers.%lld.self_attn.k_proj.weight"), 2, KVD, H, L->wk);
+            add_f32(w, NM("model.layers.%lld.self_attn.v_proj.weight"), 2, KVD, H, L->wv);
+            add_f32(w, NM("model.layers.%lld.self_attn.o_proj.weight"), 2, H, QD, L->wo);
+            if (L->q_norm) {
+                add_f32(w, NM("model.layers.%lld.self_attn.q_norm.weight"), 1, c->head_dim, 0, L->q_norm);
+                add_f32(w, NM("model.layers.%lld.self_attn.k_norm.weight"), 1, c->head_dim, 0, L->k_norm);
+            }
+            if (L->bq) {
+                add_f32(w, NM("model.layers.%lld.self_attn.q_proj.bias"), 1, QD, 0, L->bq);
+                add_f32(w, NM("model.layers.%lld.self_attn.k_proj.bias"), 1, KVD, 0, L->bk);
+                add_f32(w, NM("model.layers.%lld.self_attn.v_proj.bias"), 1, KVD, 0, L->bv);
+            }
+            if (has_post_norms(c)) {
+                add_f32(w, NM("model.layers.%lld.post_attention_layernorm.weight"), 1, H, 0,
+                        L->post_attn_norm);
+                add_f32(w, NM("model.layers.%lld.pre_feedforward_layernorm.weight"), 1, H, 0,
+                        L->ffn_norm);
+                add_f32(w, NM("model.layers.%lld.post_feedforward_layernorm.weight"), 1, H, 0,
+                        L->post_ffn_norm);
+            } else {
+                add_f32(w, NM("model.layers.%lld.post_attention_layernorm.weight"), 1, H, 0,
+                        L->ffn_norm);
+            }
+            if (c->family == REF_MIXTRAL) {
+                add_f32(w, NM("model.layers.%lld.block_sparse_moe.gate.weight"), 2, c->n_experts,
+                        H, L->router);
+                for (int64_t e = 0; e < c->n_experts; e++) {
+                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w1.weight", (long long)l, (long long)e);
+                    add_f32(w, name, 2, F, H, L->e_gate[e]);
+                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight", (long long)l, (long long)e);
+                    add_f32(w, name, 2, H, F, L->e_down[e]);
+                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w3.weight", (long long)l, (long long)e);
+                    add_f32(w, name, 2, F, H, L->e_up[e]);
+                }
+            } else {
+                add_f32(w, NM("model.layers.%lld.mlp.gate_proj.weight"), 2, F, H, L->w_gate);
+                add_f32(w, NM("model.layers.%lld.mlp.up_proj.weight"), 2, F, H, L->w_up);
+                add_f32(w, NM("model.layers.%lld.mlp.down_proj.weight"), 2, H, F, L->w_down);
+            }
+#undef NM
+        }
+        add_f32(w, "model.norm.weight", 1, H, 0, m->out_norm);
+        if (!c->tied)
+            add_f32(w, "lm_head.weight", 2, c->vocab, H, m->lm_head);
+        const char *type = c->family == REF_MIXTRAL ? "mixtral"
+                           : c->family == REF_GEMMA2 ? "gemma2"
+                           : c->family == REF_GEMMA  ? "gemma"
+                           : c->family == REF_GEMMA3 ? "gemma3_text"
+                           : c->qk_norm              ? "qwen3"
+                           : c->qkv_bias             ? "qwen2"
+                                                     : "llama";
+        char extra[512] = "";
+        if (c->family == REF_MIXTRAL)
+            snprintf(extra, sizeof extra, ", \"num_local_experts\": %lld, \"num_experts_per_tok\": %lld, \"sliding_window\": null",
+                     (long long)c->n_experts, (long long)c->top_k);
+        else if (c->family == REF_GEMMA2)
+            snprintf(extra, sizeof extra,
+                     ", \"head_dim\": %lld, \"query_pre_attn_scalar\": %g, \"sliding_window\": %lld, "
+                     "\"attn_logit_softcapping\": %g, \"final_logit_softcapping\": %g, "
+                     "\"hidden_activation\": \"gelu_pytorch_tanh\"",
+                     (long long)c->head_dim, c->query_pre_attn_scalar, (long long)c->window,
+                     c->attn_softcap, c->final_softcap);
+        else if (c->family == REF_GEMMA3)
+            snprintf(extra, sizeof extra,
+                     ", \"head_dim\": %lld, \"query_pre_attn_scalar\": %g, \"sliding_window\": %lld, "
+                     "\"sliding_window_pattern\": %lld, \"rope_local_base_freq\": %g, "
+                     "\"attn_logit_softcapping\": null, \"final_logit_softcapping\": null, "
+                     "\"hidden_activation\": \"gelu_pytorch_tanh\"",
+                     (long long)c->head_dim, c->query_pre_attn_scalar, (long long)c->window,
+                     (long long)c->sliding_pattern, c->local_theta);
+        else if (c->family == REF_GEMMA)
+            snprintf(extra, sizeof extra,
+                     ", \"head_dim\": %lld, \"hidden_activation\": \"gelu_pytorch_tanh\"",
+                     (long long)c->head_dim);
+        else if (c->qk_norm)
+            snprintf(extra, sizeof extra, ", \"head_dim\": %lld", (long long)c->head_dim);
+        else if (c->rope_dim > 0 && c->rope_dim < c->head_dim)
+            snprintf(extra, sizeof extra, ", \"partial_rotary_factor\": %g",
+                     (double)c->rope_dim / (double)c->head_dim);
+        else if (c->qkv_bias)
+            snprintf(extra, sizeof extra, ", \"use_sliding_window\": false, \"sliding_window\": 4096");
+        else if (c->window > 0)
+            snprintf(extra, sizeof extra, ", \"sliding_window\": %lld", (long long)c->window);
+        snprintf(config, sizeof config,
+                 "{\"model_type\": \"%s\", \"vocab_size\": %lld, \"hidden_size\": %lld, "
+                 "\"intermediate_size\": %lld, \"num_hidden_layers\": %lld, "
+                 "\"num_attention_heads\": %lld, \"num_key_value_heads\": %lld, "
+                 "\"max_position_embeddings\": 256, \"rms_norm_eps\": %g, \"rope_theta\": %g, "
+                 "\"hidden_act\": \"silu\", \"tie_word_embeddings\": %s, "
+                 "\"torch_dtype\": \"float32\"%s}",
+                 c->family == REF_LLAMA && c->window > 0 ? "mistral" : type, (long long)c->vocab,
+                 (long long)H, (long long)F, (long long)c->n_layers, (long long)c->n_heads,
+                 (long long)c->n_kv_heads, c->eps, c->theta, c->tied ? "true" : "false", extra);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (write_ok && lp_st_writer_write(w, path, &err) != LP_OK) {
+        fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
+        write_ok = false;
+    }
+    lp_st_writer_destroy(w);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return write_ok && write_text(path, config);
+}
+
+
+bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype)
+{
+    write_dtype = matrix_dtype;
+    bool ok = ref_model_write_hf(m, dir);
+    write_dtype = LP_DTYPE_F32;
+    return ok;
+}
+
+static void round_array(float *p, int64_t n, lp_dtype dtype)
+{
+    if (!p)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = dtype == LP_DTYPE_BF16 ? lp_bf16_to_f32(lp_f32_to_bf16(p[i]))
+               : dtype == LP_DTYPE_F16 ? lp_f16_to_f32(lp_f32_to_f16(p[i]))
+                                       : p[i];
+}
+
+void ref_model_round_matrices(ref_model *m, lp_dtype dtype)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->ffn, QD = c->n_heads * c->head_dim;
+    int64_t KVD = c->n_kv_heads * c->head_dim;
+    round_array(m->embed, c->vocab * H, dtype);
+    round_array(m->pos, c->n_positions * H, dtype);
+    if (m->lm_head != m->embed)
+        round_array(m->lm_head, c->vocab * H, dtype);
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        ref_layer *L = &m->layers[l];
+        round_array(L->wq, QD * H, dtype);
+        round_array(L->wk, KVD * H, dtype);
+        round_array(L->wv, KVD * H, dtype);
+        round_array(L->wo, H * QD, dtype);
+        round_array(L->w_gate, F * H, dtype);
+        round_array(L->w_up, F * H, dtype);
+        round_array(L->w_down, H * F, dtype);
+        round_array(L->router, c->n_experts * H, dtype);
+        for (int64_t e = 0; e < c->n_experts; e++) {
+            round_array(L->e_gate[e], F * H, dtype);
+            round_array(L->e_up[e], F * H, dtype);
+            round_array(L->e_down[e], H * F, dtype);
+        }
+    }
+}

@@ -1,0 +1,1316 @@
+/* Tests of the forward pass: stories260K in three formats against llama2.c's reference arrays,
+ * the quantized GGUFs' greedy agreement, random GPT-2/Mixtral/Gemma-2/Qwen2-shaped models against
+ * tests/support/ref_forward.c, padding, mask faults, determinism, and the safetensors writer. */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#include "core/dtype.h"
+#include "core/mapfile.h"
+#include "inspect/inspect.h"
+#include "inspect/formats/gguf.h"
+#include "inspect/formats/npy.h"
+#include "inspect/formats/quant.h"
+#include "inspect/formats/safetensors_write.h"
+#include "gguf_writer.h"
+#include "ref_forward.h"
+#include "trace/forward/model_internal.h"
+#include "trace/trace.h"
+
+/* ---- an observer that keeps everything ---- */
+
+typedef struct capture {
+    int64_t T, V, H, L, NH, HD, K;
+    int64_t batch; /* which batch item to keep */
+    float *logits;  /* [T, V] */
+    float *probs;   /* [L, NH, T, T] */
+    float *resid;   /* [L, T, H] */
+    float *head_out; /* [L, T, NH*HD] */
+    int32_t *experts; /* [L, T, K] */
+    lp_attn_row_stats *stats; /* [L, NH, T] */
+    int n_logit_calls;
+} capture;
+
+static bool cap_want(void *ctx, const lp_site *site)
+{
+    capture *c = ctx;
+    if (site->batch != c->batch)
+        return false;
+    return site->kind == LP_SITE_LOGITS || site->kind == LP_SITE_ATTN_PROBS ||
+           site->kind == LP_SITE_RESID || site->kind == LP_SITE_HEAD_OUTPUT ||
+           site->kind == LP_SITE_ROUTER;
+}
+
+static lp_status cap_observe(void *ctx, const lp_site *site, const lp_view *v, lp_error *err)
+{
+    capture *c = ctx;
+    (void)err;
+    switch (site->kind) {
+    case LP_SITE_LOGITS:
+        for (int64_t r = 0; r < v->rows; r++)
+            memcpy(c->logits + (v->row0 + r) * c->V, v->data + r * v->stride,
+                   (size_t)c->V * sizeof(float));
+        c->n_logit_calls++;
+        break;
+    case LP_SITE_ATTN_PROBS:
+        for (int64_t r = 0; r < v->rows; r++) {
+            memcpy(c->probs + ((site->layer * c->NH + site->head) * c->T + r) * c->T,
+                   v->data + r * v->stride, (size_t)c->T * sizeof(float));
+            c->stats[(site->layer * c->NH + site->head) * c->T + r] = v->row_stats[r];
+        }
+        break;
+    case LP_SITE_RESID:
+        for (int64_t r = 0; r < v->rows; r++)
+            memcpy(c->resid + (site->layer * c->T + r) * c->H, v->data + r * v->stride,
+                   (size_t)c->H * sizeof(float));
+        break;
+    case LP_SITE_HEAD_OUTPUT:
+        for (int64_t r = 0; r < v->rows; r++)
+            memcpy(c->head_out + (site->layer * c->T + r) * c->NH * c->HD + site->head * c->HD,
+                   v->data + r * v->stride, (size_t)c->HD * sizeof(float));
+        break;
+    case LP_SITE_ROUTER:
+        memcpy(c->experts + site->layer * c->T * c->K, v->router->experts,
+               (size_t)(c->T * c->K) * sizeof(int32_t));
+        break;
+    default:
+        break;
+    }
+    return LP_OK;
+}
+
+static void capture_init(capture *c, const lp_arch *a, int64_t T)
+{
+    memset(c, 0, sizeof *c);
+    c->T = T;
+    c->V = a->vocab_size;
+    c->H = a->hidden_size;
+    c->L = a->n_layers;
+    c->NH = a->n_heads;
+    c->HD = a->head_dim;
+    c->K = a->n_experts_per_tok > 0 ? a->n_experts_per_tok : 1;
+    c->logits = calloc((size_t)(T * c->V), sizeof(float));
+    c->probs = calloc((size_t)(c->L * c->NH * T * T), sizeof(float));
+    c->resid = calloc((size_t)(c->L * T * c->H), sizeof(float));
+    c->head_out = calloc((size_t)(c->L * T * c->NH * c->HD), sizeof(float));
+    c->experts = calloc((size_t)(c->L * T * c->K), sizeof(int32_t));
+    c->stats = calloc((size_t)(c->L * c->NH * T), sizeof(lp_attn_row_stats));
+    assert_non_null(c->logits);
+    assert_non_null(c->probs);
+    assert_non_null(c->resid);
+    assert_non_null(c->head_out);
+    assert_non_null(c->experts);
+    assert_non_null(c->stats);
+}
+
+static void capture_free(capture *c)
+{
+    free(c->logits);
+    free(c->probs);
+    free(c->resid);
+    free(c->head_out);
+    free(c->experts);
+    free(c->stats);
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) /* NaN counts as infinitely wrong */
+            m = isnan(d) ? (double)INFINITY : d;
+    }
+    return m;
+}
+
+static void run_capture(const lp_model *model, const int32_t *ids, int64_t T, lp_pool *pool,
+                        capture *cap)
+{
+    capture_init(cap, lp_model_arch(model), T);
+    lp_observer obs = {cap, cap_want, cap_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    opts.pool = pool;
+    lp_batch batch = lp_batch_single(ids, T);
+    lp_error err = {0};
+    lp_status st = lp_forward(model, &batch, &opts, &err);
+    if (st != LP_OK)
+        fail_msg("lp_forward: %s", err.msg);
+}
+
+static uint64_t rng_next(uint64_t *s);
+
+/* ---- golden: stories260K ---- */
+
+static const char *const prompts[] = {"lily", "cat_mat", "tom_sue_park"};
+static const char *const formats[] = {"stories260K.bin", "hf", "stories260K.gguf"};
+
+static float *load_npy(const char *prompt, const char *file, int64_t expect_elems, int32_t **ids)
+{
+    char rel[256], path[512];
+    snprintf(rel, sizeof rel, "models/stories260K/reference/%s/%s", prompt, file);
+    lp_test_shared_path(path, sizeof path, rel);
+    lp_npy npy;
+    lp_error err = {0};
+    if (lp_npy_open(path, &npy, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    if (expect_elems >= 0)
+        assert_int_equal(npy.n_elements, expect_elems);
+    float *out = malloc((size_t)npy.n_elements * sizeof(float));
+    assert_non_null(out);
+    if (ids) {
+        assert_int_equal(npy.dtype, LP_DTYPE_I32);
+        *ids = malloc((size_t)npy.n_elements * sizeof(int32_t));
+        assert_non_null(*ids);
+        memcpy(*ids, npy.data, (size_t)npy.n_elements * sizeof(int32_t));
+    } else {
+        assert_int_equal(lp_npy_to_f32(&npy, out, &err), LP_OK);
+    }
+    lp_npy_close(&npy);
+    return out;
+}
+
+static lp_model *open_model(const char *rel)
+{
+    char path[512];
+    lp_test_shared_path(path, sizeof path, rel);
+    lp_model *m;
+    lp_error err = {0};
+    if (lp_model_open(path, &m, &err) != LP_OK)
+        fail_msg("lp_model_open(%s): %s", path, err.msg);
+    return m;
+}
+
+static void stories_golden_isa(lp_isa isa)
+{
+    double worst_logits = 0, worst_attn = 0, worst_resid = 0;
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/stories260K/%s", formats[f]);
+        lp_model *model = open_model(rel);
+        const lp_arch *a = lp_model_arch(model);
+        assert_int_equal(a->n_layers, 5);
+        assert_int_equal(a->n_kv_heads, 4);
+        for (size_t p = 0; p < sizeof prompts / sizeof prompts[0]; p++) {
+            int32_t *ids;
+            free(load_npy(prompts[p], "tokens.npy", -1, &ids));
+            char rel2[256], path[512];
+            snprintf(rel2, sizeof rel2, "models/stories260K/reference/%s/tokens.npy", prompts[p]);
+            lp_npy tok_npy;
+            lp_error err = {0};
+            assert_int_equal(lp_npy_open(lp_test_shared_path(path, sizeof path, rel2), &tok_npy, &err), LP_OK);
+            int64_t T = tok_npy.n_elements;
+            lp_npy_close(&tok_npy);
+            float *ref_logits = load_npy(prompts[p], "logits.npy", T * 512, NULL);
+            float *ref_attn = load_npy(prompts[p], "attn.npy", 5 * 8 * T * T, NULL);
+            float *ref_resid = load_npy(prompts[p], "resid.npy", 5 * T * 64, NULL);
+            capture cap;
+            run_capture(model, ids, T, NULL, &cap);
+            double dl = max_abs_diff(cap.logits, ref_logits, T * 512);
+            double da = max_abs_diff(cap.probs, ref_attn, 5 * 8 * T * T);
+            double dr = max_abs_diff(cap.resid, ref_resid, 5 * T * 64);
+            printf("  %-4s %-18s %-13s T=%2lld  logits %.2e  attn %.2e  resid %.2e\n",
+                   lp_isa_name(isa), formats[f], prompts[p], (long long)T, dl, da, dr);
+            worst_logits = fmax(worst_logits, dl);
+            worst_attn = fmax(worst_attn, da);
+            worst_resid = fmax(worst_resid, dr);
+            /* Budget: 1e-4 (the README's tolerance for an independent f32 implementation). */
+            assert_true(dl <= 1e-4);
+            assert_true(da <= 1e-4);
+            assert_true(dr <= 1e-4);
+            capture_free(&cap);
+            free(ref_logits);
+            free(ref_attn);
+            free(ref_resid);
+            free(ids);
+        }
+        lp_model_close(model);
+    }
+    printf("  %s worst: logits %.2e, attn %.2e, resid %.2e (budget 1e-4)\n", lp_isa_name(isa),
+           worst_logits, worst_attn, worst_resid);
+}
+
+static void test_stories_golden(void **state)
+{
+    (void)state;
+    lp_isa chosen = lp_kernels_isa();
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++)
+        if (lp_kernels_set_isa((lp_isa)isa))
+            stories_golden_isa((lp_isa)isa);
+    assert_true(lp_kernels_set_isa(chosen));
+}
+
+/* Prompts nobody wrote a reference for: the three formats must agree with each other up to the
+ * model's full context (512), where a RoPE layout or position bug would grow. */
+static void test_stories_formats_agree_long(void **state)
+{
+    (void)state;
+    const int64_t T = 512;
+    int32_t *ids = malloc((size_t)T * sizeof *ids);
+    assert_non_null(ids);
+    uint64_t seed = 2024;
+    ids[0] = 1;
+    for (int64_t t = 1; t < T; t++)
+        ids[t] = (int32_t)(3 + rng_next(&seed) % 509);
+    capture caps[3];
+    for (int f = 0; f < 3; f++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/stories260K/%s", formats[f]);
+        lp_model *model = open_model(rel);
+        run_capture(model, ids, T, NULL, &caps[f]);
+        lp_model_close(model);
+    }
+    double d_hf = max_abs_diff(caps[1].logits, caps[0].logits, T * 512);
+    double d_gguf = max_abs_diff(caps[2].logits, caps[0].logits, T * 512);
+    double p_hf = max_abs_diff(caps[1].probs, caps[0].probs, 5 * 8 * T * T);
+    printf("  T=512 random ids: hf vs bin logits %.2e (probs %.2e), gguf vs bin %.2e\n", d_hf,
+           p_hf, d_gguf);
+    assert_true(d_hf <= 1e-4);
+    assert_true(p_hf <= 1e-4);
+    assert_true(d_gguf <= 1e-4);
+    for (int f = 0; f < 3; f++)
+        capture_free(&caps[f]);
+    free(ids);
+}
+
+static int64_t argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+static void test_stories_quant_greedy(void **state)
+{
+    (void)state;
+    static const char *const quants[] = {"quant/stories260K-Q6_K.gguf",
+                                         "quant/stories260K-Q4_K_M.gguf",
+                                         "quant/stories260K-TQ2_0.gguf"};
+    lp_model *f32 = open_model("models/stories260K/stories260K.gguf");
+    for (size_t q = 0; q < 3; q++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/stories260K/%s", quants[q]);
+        lp_model *model = open_model(rel);
+        int64_t agree = 0, total = 0;
+        double worst = 0;
+        for (size_t p = 0; p < 3; p++) {
+            int32_t *ids;
+            char rel2[256], path[512];
+            free(load_npy(prompts[p], "tokens.npy", -1, &ids));
+            snprintf(rel2, sizeof rel2, "models/stories260K/reference/%s/tokens.npy", prompts[p]);
+            lp_npy tok_npy;
+            lp_error err = {0};
+            assert_int_equal(lp_npy_open(lp_test_shared_path(path, sizeof path, rel2), &tok_npy, &err), LP_OK);
+            int64_t T = tok_npy.n_elements;
+            lp_npy_close(&tok_npy);
+            capture a, b;
+            run_capture(f32, ids, T, NULL, &a);
+            run_capture(model, ids, T, NULL, &b);
+            for (int64_t t = 0; t < T; t++) {
+                agree += argmax(a.logits + t * 512, 512) == argmax(b.logits + t * 512, 512);
+                total++;
+            }
+            worst = fmax(worst, max_abs_diff(a.logits, b.logits, T * 512));
+            capture_free(&a);
+            capture_free(&b);
+            free(ids);
+        }
+        printf("  %-32s greedy argmax equals F32 at %lld/%lld positions, max |dlogit| %.3f\n",
+               quants[q], (long long)agree, (long long)total, worst);
+        /* Quantized weights differ by up to 0.13 (Q4_0): most, not all, positions must agree,
+         * and the logits must actually differ (the quant path is really taken). */
+        assert_true(agree * 10 >= total * 7);
+        assert_true(worst > 1e-4);
+        lp_model_close(model);
+    }
+    lp_model_close(f32);
+}
+
+/* ---- random models written by the test ---- */
+
+typedef struct random_case {
+    const char *name;
+    ref_config cfg;
+    int64_t T;
+} random_case;
+
+static const random_case random_cases[] = {
+    {"gpt2", {.family = REF_GPT2, .vocab = 97, .hidden = 48, .n_layers = 2, .n_heads = 4,
+              .n_kv_heads = 4, .head_dim = 12, .ffn = 192, .n_positions = 64, .eps = 1e-5,
+              .tied = true, .scale = 0.15}, 19},
+    {"mixtral", {.family = REF_MIXTRAL, .vocab = 101, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                 .n_kv_heads = 2, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
+                 .n_experts = 4, .top_k = 2, .scale = 0.2}, 23},
+    {"gemma2", {.family = REF_GEMMA2, .vocab = 89, .hidden = 32, .n_layers = 3, .n_heads = 4,
+                .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
+                .tied = true, .window = 5, .query_pre_attn_scalar = 24, .attn_softcap = 5.0,
+                .final_softcap = 3.0, .scale = 0.2}, 17},
+    {"qwen2", {.family = REF_LLAMA, .vocab = 83, .hidden = 32, .n_layers = 2, .n_heads = 4,
+               .n_kv_heads = 2, .head_dim = 8, .ffn = 56, .eps = 1e-6, .theta = 1000000,
+               .qkv_bias = true, .scale = 0.2}, 15},
+    {"mistral", {.family = REF_LLAMA, .vocab = 71, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                 .n_kv_heads = 1, .head_dim = 8, .ffn = 44, .eps = 1e-5, .theta = 10000,
+                 .window = 4, .scale = 0.2}, 13},
+    {"gemma", {.family = REF_GEMMA, .vocab = 79, .hidden = 32, .n_layers = 2, .n_heads = 4,
+               .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
+               .tied = true, .scale = 0.2}, 12},
+    {"qwen3", {.family = REF_LLAMA, .vocab = 73, .hidden = 32, .n_layers = 2, .n_heads = 4,
+               .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
+               .qk_norm = true, .scale = 0.2}, 11},
+    {"partial", {.family = REF_LLAMA, .vocab = 59, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                 .n_kv_heads = 4, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
+                 .rope_dim = 4, .scale = 0.3}, 16},
+    {"gemma3", {.family = REF_GEMMA3, .vocab = 67, .hidden = 32, .n_layers = 6, .n_heads = 4,
+                .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
+                .tied = true, .window = 3, .sliding_pattern = 3, .local_theta = 10000,
+                .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2}, 14},
+    /* longer than one 256-row FFN chunk, so chunked dense and expert FFNs are compared too */
+    {"moe-long", {.family = REF_MIXTRAL, .vocab = 61, .hidden = 16, .n_layers = 1, .n_heads = 2,
+                  .n_kv_heads = 1, .head_dim = 8, .ffn = 24, .eps = 1e-5, .theta = 10000,
+                  .n_experts = 3, .top_k = 2, .scale = 0.3}, 450}, /* some expert gets >= 300 */
+    {"gpt2-long", {.family = REF_GPT2, .vocab = 53, .hidden = 16, .n_layers = 1, .n_heads = 2,
+                   .n_kv_heads = 2, .head_dim = 8, .ffn = 32, .n_positions = 400, .eps = 1e-5,
+                   .tied = true, .scale = 0.2}, 333},
+};
+
+static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
+{
+    ref_model m;
+    assert_true(ref_model_random(&rc->cfg, 0x5eed + (uint64_t)rc->cfg.family, &m));
+    ref_model_round_matrices(&m, matrix_dtype);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/forward_%s_%ld", lp_test_tmp_dir(), rc->name, (long)getpid());
+    assert_true(ref_model_write_hf_as(&m, dir, matrix_dtype));
+    int32_t ids[512];
+    assert_true(rc->T <= 512);
+    uint64_t s = 12345;
+    for (int64_t t = 0; t < rc->T; t++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[t] = (int32_t)((s >> 33) % (uint64_t)rc->cfg.vocab);
+    }
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, rc->T, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("%s: %s", rc->name, err.msg);
+    const lp_arch *a = lp_model_arch(model);
+    assert_int_equal(a->n_layers, rc->cfg.n_layers);
+    assert_int_equal(a->head_dim, rc->cfg.head_dim);
+    /* Every kernel ISA the CPU has, each against the same reference. */
+    lp_isa chosen = lp_kernels_isa();
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++) {
+        if (!lp_kernels_set_isa((lp_isa)isa))
+            continue;
+        capture cap;
+        run_capture(model, ids, rc->T, NULL, &cap);
+        int64_t T = rc->T, L = rc->cfg.n_layers, NH = rc->cfg.n_heads;
+        double dl = max_abs_diff(cap.logits, ref.logits, T * rc->cfg.vocab);
+        double dp = max_abs_diff(cap.probs, ref.probs, L * NH * T * T);
+        double dr = max_abs_diff(cap.resid, ref.resid, L * T * rc->cfg.hidden);
+        double dh = max_abs_diff(cap.head_out, ref.head_out, L * T * NH * rc->cfg.head_dim);
+        int64_t expert_mismatch = 0;
+        if (rc->cfg.family == REF_MIXTRAL)
+            for (int64_t i = 0; i < L * T * rc->cfg.top_k; i++)
+                expert_mismatch += cap.experts[i] != ref.experts[i];
+        printf("  %-8s %-4s %-4s T=%2lld  logits %.2e  probs %.2e  resid %.2e  head_out %.2e  "
+               "experts differ %lld\n",
+               rc->name, lp_dtype_name(matrix_dtype), lp_isa_name((lp_isa)isa), (long long)T, dl,
+               dp, dr, dh, (long long)expert_mismatch);
+        assert_true(dl <= 1e-4);
+        assert_true(dp <= 1e-4);
+        assert_true(dr <= 1e-4);
+        assert_true(dh <= 1e-4);
+        assert_int_equal(expert_mismatch, 0);
+        capture_free(&cap);
+    }
+    assert_true(lp_kernels_set_isa(chosen));
+    /* The logits must carry signal, or the comparison proves nothing. */
+    double spread = 0;
+    for (int64_t i = 1; i < rc->cfg.vocab; i++)
+        spread = fmax(spread, fabs((double)ref.logits[i] - (double)ref.logits[0]));
+    assert_true(spread > 1e-2);
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "%s", "");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_random_gpt2(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[0], LP_DTYPE_F32);
+    check_random_case(&random_cases[0], LP_DTYPE_F16); /* transposed f16 Conv1D */
+}
+static void test_random_mixtral(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[1], LP_DTYPE_F32);
+    check_random_case(&random_cases[1], LP_DTYPE_BF16);
+}
+static void test_random_gemma2(void **state) { (void)state; check_random_case(&random_cases[2], LP_DTYPE_F32); }
+static void test_random_qwen2(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[3], LP_DTYPE_F32);
+    check_random_case(&random_cases[3], LP_DTYPE_BF16);
+}
+static void test_random_mistral(void **state) { (void)state; check_random_case(&random_cases[4], LP_DTYPE_F16); }
+static void test_random_gemma(void **state) { (void)state; check_random_case(&random_cases[5], LP_DTYPE_BF16); }
+static void test_random_qwen3(void **state) { (void)state; check_random_case(&random_cases[6], LP_DTYPE_F32); }
+static void test_random_gemma3(void **state) { (void)state; check_random_case(&random_cases[8], LP_DTYPE_BF16); }
+static void test_random_long(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[9], LP_DTYPE_F32);
+    check_random_case(&random_cases[10], LP_DTYPE_F32);
+}
+static void test_random_partial_rotary(void **state)
+{
+    (void)state;
+    check_random_case(&random_cases[7], LP_DTYPE_F32);
+}
+
+/* ---- a GGUF llama whose matrices are Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 ---- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 29;
+}
+
+/* Random blocks of dtype for rows x cols with a sane scale written into every block's f16 d (and
+ * dmin); returns the bytes and their dequantized values in *deq (through inspect/formats/quant.h). */
+static uint8_t *random_quant(lp_dtype dtype, int64_t rows, int64_t cols, uint64_t *seed,
+                             float **deq, uint64_t *n_bytes)
+{
+    const lp_dtype_info *info = lp_dtype_get(dtype);
+    int64_t n = rows * cols;
+    uint64_t bytes;
+    assert_true(lp_dtype_bytes_for(dtype, (uint64_t)n, &bytes));
+    uint8_t *buf = malloc(bytes);
+    assert_non_null(buf);
+    for (uint64_t i = 0; i < bytes; i++)
+        buf[i] = (uint8_t)rng_next(seed);
+    int64_t n_blocks = n / info->block_elems;
+    for (int64_t b = 0; b < n_blocks; b++) {
+        uint8_t *blk = buf + b * info->block_bytes;
+        uint16_t d, dmin = lp_f32_to_f16(0.0003f);
+        switch (dtype) {
+        case LP_DTYPE_Q8_0: d = lp_f32_to_f16(0.001f); memcpy(blk, &d, 2); break;
+        case LP_DTYPE_Q4_0: d = lp_f32_to_f16(0.01f); memcpy(blk, &d, 2); break;
+        case LP_DTYPE_Q5_0: d = lp_f32_to_f16(0.005f); memcpy(blk, &d, 2); break;
+        case LP_DTYPE_Q4_K:
+            d = lp_f32_to_f16(0.0002f);
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &dmin, 2);
+            break;
+        case LP_DTYPE_Q6_K: d = lp_f32_to_f16(0.00003f); memcpy(blk + 208, &d, 2); break;
+        case LP_DTYPE_F16:
+            d = lp_f32_to_f16((float)((double)(rng_next(seed) % 2001) / 1000.0 - 1.0) * 0.1f);
+            memcpy(blk, &d, 2);
+            break;
+        default: fail_msg("unexpected dtype %s", lp_dtype_name(dtype));
+        }
+    }
+    *deq = malloc((size_t)n * sizeof(float));
+    assert_non_null(*deq);
+    lp_error err = {0};
+    if (lp_dequantize(dtype, buf, n, *deq, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    *n_bytes = bytes;
+    return buf;
+}
+
+/* lp_gw copies tensor data only at lp_gw_finish: keep the buffers until then. */
+static uint8_t *gguf_data[64];
+static int n_gguf_data;
+
+static void gguf_tensor(lp_gw *w, const char *name, lp_dtype dtype, int64_t rows, int64_t cols,
+                        uint64_t *seed, float *dst)
+{
+    float *deq;
+    uint64_t bytes;
+    uint8_t *data = random_quant(dtype, rows, cols, seed, &deq, &bytes);
+    memcpy(dst, deq, (size_t)(rows * cols) * sizeof(float));
+    int64_t ne[2] = {cols, rows};
+    lp_gw_tensor(w, name, 2, ne, (uint32_t)lp_gguf_dtype_to_id(dtype), data, bytes);
+    free(deq);
+    assert_true(n_gguf_data < 64);
+    gguf_data[n_gguf_data++] = data;
+}
+
+static void test_gguf_quant_types(void **state)
+{
+    (void)state;
+    ref_config cfg = {.family = REF_LLAMA, .vocab = 48, .hidden = 256, .n_layers = 2,
+                      .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .ffn = 256, .eps = 1e-5,
+                      .theta = 10000, .rope_adjacent = true, .scale = 0.05};
+    ref_model m;
+    assert_true(ref_model_random(&cfg, 4242, &m));
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.architecture", "llama");
+    lp_gw_kv_u32(&w, "llama.block_count", 2);
+    lp_gw_kv_u32(&w, "llama.context_length", 128);
+    lp_gw_kv_u32(&w, "llama.embedding_length", 256);
+    lp_gw_kv_u32(&w, "llama.feed_forward_length", 256);
+    lp_gw_kv_u32(&w, "llama.attention.head_count", 4);
+    lp_gw_kv_u32(&w, "llama.attention.head_count_kv", 2);
+    lp_gw_kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    lp_gw_kv_u32(&w, "llama.vocab_size", 48);
+    uint64_t seed = 99;
+    /* Every matrix type the issue names, one per tensor. */
+    gguf_tensor(&w, "token_embd.weight", LP_DTYPE_Q8_0, 48, 256, &seed, m.embed);
+    char name[64];
+    for (int l = 0; l < 2; l++) {
+        ref_layer *L = &m.layers[l];
+        int64_t ne1[1] = {256};
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne1, 0, L->attn_norm, 256 * 4);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne1, 0, L->ffn_norm, 256 * 4);
+        snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q4_K, 256, 256, &seed, L->wq);
+        snprintf(name, sizeof name, "blk.%d.attn_k.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q6_K, 128, 256, &seed, L->wk);
+        snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q8_0, 128, 256, &seed, L->wv);
+        snprintf(name, sizeof name, "blk.%d.attn_output.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q4_0, 256, 256, &seed, L->wo);
+        snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q5_0, 256, 256, &seed, L->w_gate);
+        snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
+        gguf_tensor(&w, name, l == 0 ? LP_DTYPE_Q4_K : LP_DTYPE_F16, 256, 256, &seed, L->w_up);
+        snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
+        gguf_tensor(&w, name, LP_DTYPE_Q6_K, 256, 256, &seed, L->w_down);
+    }
+    int64_t ne1[1] = {256};
+    lp_gw_tensor(&w, "output_norm.weight", 1, ne1, 0, m.out_norm, 256 * 4);
+    gguf_tensor(&w, "output.weight", LP_DTYPE_F16, 48, 256, &seed, m.lm_head);
+    assert_true(lp_gw_finish(&w));
+    char path[512];
+    snprintf(path, sizeof path, "%s/forward_quant_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
+    assert_true(lp_gw_write(&w, path));
+    lp_gw_free(&w);
+    while (n_gguf_data > 0)
+        free(gguf_data[--n_gguf_data]);
+
+    int32_t ids[12] = {1, 7, 33, 2, 47, 0, 19, 19, 5, 40, 11, 3};
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, 12, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    capture cap;
+    run_capture(model, ids, 12, NULL, &cap);
+    double dl = max_abs_diff(cap.logits, ref.logits, 12 * 48);
+    double dp = max_abs_diff(cap.probs, ref.probs, 2 * 4 * 12 * 12);
+    double dr = max_abs_diff(cap.resid, ref.resid, 2 * 12 * 256);
+    double spread = 0, resid_max = 0;
+    for (int64_t i = 0; i < 12 * 48; i++)
+        spread = fmax(spread, fabs((double)ref.logits[i]));
+    for (int64_t i = 0; i < 2 * 12 * 256; i++)
+        resid_max = fmax(resid_max, fabs((double)ref.resid[i]));
+    printf("  gguf Q8_0/Q4_0/Q5_0/Q4_K/Q6_K/F16: logits %.2e (|logit| up to %.2f)  probs %.2e  "
+           "resid %.2e (|resid| up to %.1f, relative %.1e)\n", dl, spread, dp, dr, resid_max,
+           dr / resid_max);
+    assert_true(spread > 0.1);
+    assert_true(dl <= 1e-4);
+    assert_true(dp <= 1e-4);
+    assert_true(dr <= 1e-4);
+    capture_free(&cap);
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    remove(path);
+}
+
+/* ---- batch, padding, faults, determinism, errors (on a random llama) ---- */
+
+static lp_model *small_llama(ref_model *m, char *dir, size_t dir_size)
+{
+    ref_config cfg = {.family = REF_LLAMA, .vocab = 61, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                      .n_kv_heads = 2, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
+                      .scale = 0.2};
+    assert_true(ref_model_random(&cfg, 77, m));
+    snprintf(dir, dir_size, "%s/forward_llama_%ld", lp_test_tmp_dir(), (long)getpid());
+    assert_true(ref_model_write_hf(m, dir));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    return model;
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_padding_batch(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = small_llama(&m, dir, sizeof dir);
+    const int64_t n = 9, pad = 3, T = n + pad, V = 61;
+    int32_t ids[9] = {5, 17, 3, 44, 2, 9, 31, 60, 12};
+    capture plain;
+    run_capture(model, ids, n, NULL, &plain);
+
+    /* Three sequences of T: left-padded, right-padded, and a different prompt. */
+    int32_t batch_ids[3 * 12];
+    int64_t pl[3] = {pad, 0, 0}, pr[3] = {0, pad, 0};
+    for (int64_t t = 0; t < T; t++) {
+        batch_ids[t] = t < pad ? 0 : ids[t - pad];
+        batch_ids[T + t] = t < n ? ids[t] : 0;
+        batch_ids[2 * T + t] = (int32_t)((t * 7 + 1) % V);
+    }
+    for (int64_t b = 0; b < 2; b++) {
+        capture cap;
+        capture_init(&cap, lp_model_arch(model), T);
+        cap.batch = b;
+        lp_observer obs = {&cap, cap_want, cap_observe};
+        lp_forward_opts opts;
+        lp_forward_opts_init(&opts);
+        opts.observer = &obs;
+        lp_batch batch = {3, T, batch_ids, pl, pr};
+        lp_error err = {0};
+        assert_int_equal(lp_forward(model, &batch, &opts, &err), LP_OK);
+        int64_t off = b == 0 ? pad : 0;
+        double d = max_abs_diff(cap.logits + off * V, plain.logits, n * V);
+        printf("  %s padding: real-token logits differ from the unpadded run by %.2e\n",
+               b == 0 ? "left " : "right", d);
+        assert_true(d <= 1e-5);
+        /* padded query rows see nothing */
+        int64_t pad_row = b == 0 ? 0 : T - 1;
+        for (int64_t s = 0; s < T; s++)
+            assert_true(cap.probs[pad_row * T + s] == 0.0f);
+        capture_free(&cap);
+    }
+
+    /* Causality: changing the last token changes nothing before it. */
+    int32_t changed[9];
+    memcpy(changed, ids, sizeof changed);
+    changed[8] = (ids[8] + 1) % V;
+    capture later;
+    run_capture(model, changed, n, NULL, &later);
+    double before = max_abs_diff(later.logits, plain.logits, (n - 1) * V);
+    double at = max_abs_diff(later.logits + (n - 1) * V, plain.logits + (n - 1) * V, V);
+    printf("  last token changed: earlier logits move %.2e, the last %.2e\n", before, at);
+    assert_true(before <= 1e-6);
+    assert_true(at > 1e-4);
+    capture_free(&later);
+
+    /* A broken mask must change what earlier positions compute. */
+    capture faulty;
+    capture_init(&faulty, lp_model_arch(model), n);
+    lp_observer obs = {&faulty, cap_want, cap_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    opts.mask_fault = LP_MASK_FAULT_NO_MASK;
+    lp_batch single = lp_batch_single(ids, n);
+    lp_error err = {0};
+    assert_int_equal(lp_forward(model, &single, &opts, &err), LP_OK);
+    assert_true(max_abs_diff(faulty.logits, plain.logits, V) > 1e-3);
+    assert_true(faulty.probs[1] > 0.0f); /* layer 0 head 0: row 0 sees key 1 */
+    capture_free(&faulty);
+    capture_free(&plain);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+static void test_determinism_threads(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = small_llama(&m, dir, sizeof dir);
+    int32_t ids[20];
+    for (int i = 0; i < 20; i++)
+        ids[i] = (i * 13 + 5) % 61;
+    lp_pool *pool;
+    lp_error err = {0};
+    assert_int_equal(lp_pool_create(2, &pool, &err), LP_OK);
+    capture a, b, c;
+    run_capture(model, ids, 20, pool, &a);
+    run_capture(model, ids, 20, pool, &b);
+    run_capture(model, ids, 20, NULL, &c);
+    assert_memory_equal(a.logits, b.logits, 20 * 61 * sizeof(float));
+    assert_memory_equal(a.probs, b.probs, (size_t)(2 * 4 * 20 * 20) * sizeof(float));
+    double d = max_abs_diff(a.logits, c.logits, 20 * 61);
+    printf("  2 threads twice: bit-identical; 1 vs 2 threads: %.2e\n", d);
+    assert_true(d <= 1e-5);
+    capture_free(&a);
+    capture_free(&b);
+    capture_free(&c);
+    lp_pool_destroy(pool);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+static bool fail_want(void *ctx, const lp_site *site)
+{
+    (void)ctx;
+    return site->kind == LP_SITE_RESID;
+}
+
+static lp_status fail_observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
+{
+    int *calls = ctx;
+    (void)view;
+    ++*calls;
+    if (site->layer == 1)
+        return lp_error_set(err, LP_ERR_IO, "observer: disk full at layer %d", site->layer);
+    return LP_OK;
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = small_llama(&m, dir, sizeof dir);
+    lp_error err = {0};
+    int32_t bad[3] = {1, 61, 2};
+    lp_batch batch = lp_batch_single(bad, 3);
+    assert_int_equal(lp_forward(model, &batch, NULL, &err), LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "61"));
+    int64_t pl = 5;
+    int32_t ok_ids[3] = {1, 2, 3};
+    lp_batch padded = {1, 3, ok_ids, &pl, NULL};
+    assert_int_equal(lp_forward(model, &padded, NULL, &err), LP_ERR_RANGE);
+    /* An observer's error stops the pass and comes back unchanged. */
+    int calls = 0;
+    lp_observer failing = {&calls, fail_want, fail_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &failing;
+    lp_batch good = lp_batch_single(ok_ids, 3);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(lp_forward(model, &good, &opts, &err), LP_ERR_IO);
+    assert_string_equal(err.msg, "observer: disk full at layer 1");
+    assert_int_equal(calls, 2);
+    lp_model_close(model);
+
+    /* A model missing a tensor is refused with its role and layer named. */
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    lp_st_writer *w;
+    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
+    int64_t embed_shape[2] = {61, 32}, norm_shape[1] = {32};
+    assert_int_equal(lp_st_writer_add(w, "model.embed_tokens.weight", LP_DTYPE_F32, 2, embed_shape,
+                                      m.embed, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(w, "model.norm.weight", LP_DTYPE_F32, 1, norm_shape,
+                                      m.out_norm, &err), LP_OK);
+    assert_int_equal(lp_st_writer_write(w, path, &err), LP_OK);
+    lp_st_writer_destroy(w);
+    memset(&err, 0, sizeof err);
+    assert_int_not_equal(lp_model_open(dir, &model, &err), LP_OK);
+    printf("  missing tensor: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "layer 0"));
+
+    /* A config that disagrees with the tensors: 4 kv heads declared, 2 stored. */
+    assert_true(ref_model_write_hf(&m, dir));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *config;
+    size_t size;
+    assert_int_equal(lp_read_file(path, 1 << 20, &config, &size, &err), LP_OK);
+    char *kv = strstr(config, "\"num_key_value_heads\": 2");
+    assert_non_null(kv);
+    kv[strlen("\"num_key_value_heads\": ")] = '4';
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(config, fp);
+    fclose(fp);
+    free(config);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(lp_model_open(dir, &model, &err), LP_ERR_FORMAT);
+    printf("  shape mismatch: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "k_proj"));
+    assert_non_null(strstr(err.msg, "[16, 32]"));
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+
+/* ---- a GGUF Mixtral: llama arch with expert_count, experts fused in 3-D tensors ---- */
+
+static void gguf_experts(lp_gw *w, const char *name, int64_t n_experts, int64_t rows,
+                         int64_t cols, uint64_t *seed, float **per_expert)
+{
+    float *deq;
+    uint64_t bytes;
+    uint8_t *data = random_quant(LP_DTYPE_Q8_0, n_experts * rows, cols, seed, &deq, &bytes);
+    for (int64_t e = 0; e < n_experts; e++)
+        memcpy(per_expert[e], deq + e * rows * cols, (size_t)(rows * cols) * sizeof(float));
+    int64_t ne[3] = {cols, rows, n_experts};
+    lp_gw_tensor(w, name, 3, ne, (uint32_t)lp_gguf_dtype_to_id(LP_DTYPE_Q8_0), data, bytes);
+    free(deq);
+    assert_true(n_gguf_data < 64);
+    gguf_data[n_gguf_data++] = data;
+}
+
+static void test_gguf_moe(void **state)
+{
+    (void)state;
+    ref_config cfg = {.family = REF_MIXTRAL, .vocab = 40, .hidden = 64, .n_layers = 2,
+                      .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .ffn = 32, .eps = 1e-5,
+                      .theta = 10000, .rope_adjacent = true, .n_experts = 4, .top_k = 2,
+                      .scale = 0.2};
+    ref_model m;
+    assert_true(ref_model_random(&cfg, 777, &m));
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.architecture", "llama");
+    lp_gw_kv_u32(&w, "llama.block_count", 2);
+    lp_gw_kv_u32(&w, "llama.context_length", 64);
+    lp_gw_kv_u32(&w, "llama.embedding_length", 64);
+    lp_gw_kv_u32(&w, "llama.feed_forward_length", 32);
+    lp_gw_kv_u32(&w, "llama.attention.head_count", 4);
+    lp_gw_kv_u32(&w, "llama.attention.head_count_kv", 2);
+    lp_gw_kv_u32(&w, "llama.expert_count", 4);
+    lp_gw_kv_u32(&w, "llama.expert_used_count", 2);
+    lp_gw_kv_u32(&w, "llama.vocab_size", 40);
+    lp_gw_kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    uint64_t seed = 5;
+    int64_t ne_h[1] = {64}, ne_emb[2] = {64, 40};
+    lp_gw_tensor(&w, "token_embd.weight", 2, ne_emb, 0, m.embed, 40 * 64 * 4);
+    lp_gw_tensor(&w, "output.weight", 2, ne_emb, 0, m.lm_head, 40 * 64 * 4);
+    lp_gw_tensor(&w, "output_norm.weight", 1, ne_h, 0, m.out_norm, 64 * 4);
+    char name[64];
+    for (int l = 0; l < 2; l++) {
+        ref_layer *L = &m.layers[l];
+        int64_t ne_q[2] = {64, 64}, ne_kv[2] = {64, 32}, ne_r[2] = {64, 4};
+#define T2(fmt, ne, data, bytes) \
+    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(&w, name, 2, ne, 0, data, bytes))
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne_h, 0, L->attn_norm, 64 * 4);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne_h, 0, L->ffn_norm, 64 * 4);
+        T2("blk.%d.attn_q.weight", ne_q, L->wq, 64 * 64 * 4);
+        T2("blk.%d.attn_k.weight", ne_kv, L->wk, 32 * 64 * 4);
+        T2("blk.%d.attn_v.weight", ne_kv, L->wv, 32 * 64 * 4);
+        T2("blk.%d.attn_output.weight", ne_q, L->wo, 64 * 64 * 4);
+        T2("blk.%d.ffn_gate_inp.weight", ne_r, L->router, 4 * 64 * 4);
+#undef T2
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
+        gguf_experts(&w, name, 4, 32, 64, &seed, L->e_gate);
+        snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
+        gguf_experts(&w, name, 4, 32, 64, &seed, L->e_up);
+        snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
+        gguf_experts(&w, name, 4, 64, 32, &seed, L->e_down);
+    }
+    assert_true(lp_gw_finish(&w));
+    char path[512];
+    snprintf(path, sizeof path, "%s/forward_moe_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
+    assert_true(lp_gw_write(&w, path));
+    lp_gw_free(&w);
+    while (n_gguf_data > 0)
+        free(gguf_data[--n_gguf_data]);
+
+    int32_t ids[15] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 39};
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, 15, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_string_equal(lp_model_arch(model)->family, "mixtral");
+    capture cap;
+    run_capture(model, ids, 15, NULL, &cap);
+    double dl = max_abs_diff(cap.logits, ref.logits, 15 * 40);
+    double dr = max_abs_diff(cap.resid, ref.resid, 2 * 15 * 64);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < 2 * 15 * 2; i++)
+        differ += cap.experts[i] != ref.experts[i];
+    printf("  gguf mixtral (fused Q8_0 experts): logits %.2e  resid %.2e  experts differ %lld\n",
+           dl, dr, (long long)differ);
+    assert_true(dl <= 1e-4);
+    assert_true(dr <= 1e-4);
+    assert_int_equal(differ, 0);
+    capture_free(&cap);
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    remove(path);
+}
+
+/* ---- a GGUF Gemma as llama.cpp's converter writes it: norm weights stored as 1 + w ---- */
+
+static float *plus_one(const float *w, int64_t n)
+{
+    float *out = malloc((size_t)n * sizeof *out);
+    assert_non_null(out);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = 1.0f + w[i];
+    assert_true(n_gguf_data < 64);
+    gguf_data[n_gguf_data++] = (uint8_t *)out;
+    return out;
+}
+
+static void test_gguf_gemma_norms(void **state)
+{
+    (void)state;
+    ref_config cfg = {.family = REF_GEMMA, .vocab = 40, .hidden = 32, .n_layers = 2,
+                      .n_heads = 4, .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6,
+                      .theta = 10000, .tied = true, .scale = 0.2};
+    ref_model m;
+    assert_true(ref_model_random(&cfg, 31, &m));
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.architecture", "gemma");
+    lp_gw_kv_u32(&w, "gemma.block_count", 2);
+    lp_gw_kv_u32(&w, "gemma.context_length", 64);
+    lp_gw_kv_u32(&w, "gemma.embedding_length", 32);
+    lp_gw_kv_u32(&w, "gemma.feed_forward_length", 48);
+    lp_gw_kv_u32(&w, "gemma.attention.head_count", 4);
+    lp_gw_kv_u32(&w, "gemma.attention.head_count_kv", 1);
+    lp_gw_kv_u32(&w, "gemma.attention.key_length", 16);
+    lp_gw_kv_u32(&w, "gemma.attention.value_length", 16);
+    lp_gw_kv_u32(&w, "gemma.vocab_size", 40);
+    lp_gw_kv_f32(&w, "gemma.attention.layer_norm_rms_epsilon", 1e-6f);
+    int64_t ne_h[1] = {32}, ne_emb[2] = {32, 40}, ne_q[2] = {32, 64}, ne_kv[2] = {32, 16},
+            ne_o[2] = {64, 32}, ne_up[2] = {32, 48}, ne_down[2] = {48, 32};
+    lp_gw_tensor(&w, "token_embd.weight", 2, ne_emb, 0, m.embed, 40 * 32 * 4);
+    lp_gw_tensor(&w, "output_norm.weight", 1, ne_h, 0, plus_one(m.out_norm, 32), 32 * 4);
+    char name[64];
+    for (int l = 0; l < 2; l++) {
+        ref_layer *L = &m.layers[l];
+#define T2(fmt, ne, data, bytes) \
+    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(&w, name, 2, ne, 0, data, bytes))
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne_h, 0, plus_one(L->attn_norm, 32), 32 * 4);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        lp_gw_tensor(&w, name, 1, ne_h, 0, plus_one(L->ffn_norm, 32), 32 * 4);
+        T2("blk.%d.attn_q.weight", ne_q, L->wq, 64 * 32 * 4);
+        T2("blk.%d.attn_k.weight", ne_kv, L->wk, 16 * 32 * 4);
+        T2("blk.%d.attn_v.weight", ne_kv, L->wv, 16 * 32 * 4);
+        T2("blk.%d.attn_output.weight", ne_o, L->wo, 32 * 64 * 4);
+        T2("blk.%d.ffn_gate.weight", ne_up, L->w_gate, 48 * 32 * 4);
+        T2("blk.%d.ffn_up.weight", ne_up, L->w_up, 48 * 32 * 4);
+        T2("blk.%d.ffn_down.weight", ne_down, L->w_down, 32 * 48 * 4);
+#undef T2
+    }
+    assert_true(lp_gw_finish(&w));
+    char path[512];
+    snprintf(path, sizeof path, "%s/forward_gemma_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
+    assert_true(lp_gw_write(&w, path));
+    lp_gw_free(&w);
+    while (n_gguf_data > 0)
+        free(gguf_data[--n_gguf_data]);
+
+    int32_t ids[10] = {2, 17, 5, 39, 0, 11, 11, 23, 8, 30};
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, 10, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    capture cap;
+    run_capture(model, ids, 10, NULL, &cap);
+    double dl = max_abs_diff(cap.logits, ref.logits, 10 * 40);
+    double dr = max_abs_diff(cap.resid, ref.resid, 2 * 10 * 32);
+    printf("  gguf gemma (norms stored as 1 + w): logits %.2e  resid %.2e\n", dl, dr);
+    assert_true(dl <= 1e-4);
+    assert_true(dr <= 1e-4);
+    capture_free(&cap);
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    remove(path);
+}
+
+/* ---- a GGUF GPT-2: learned positions, fused qkv stored [out, in] (the converter transposes
+ * Conv1D back), LayerNorm biases ---- */
+
+static void test_gguf_gpt2(void **state)
+{
+    (void)state;
+    ref_config cfg = {.family = REF_GPT2, .vocab = 50, .hidden = 32, .n_layers = 2,
+                      .n_heads = 4, .n_kv_heads = 4, .head_dim = 8, .ffn = 64, .n_positions = 24,
+                      .eps = 1e-5, .tied = true, .scale = 0.2};
+    ref_model m;
+    assert_true(ref_model_random(&cfg, 8, &m));
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.architecture", "gpt2");
+    lp_gw_kv_u32(&w, "gpt2.block_count", 2);
+    lp_gw_kv_u32(&w, "gpt2.context_length", 24);
+    lp_gw_kv_u32(&w, "gpt2.embedding_length", 32);
+    lp_gw_kv_u32(&w, "gpt2.feed_forward_length", 64);
+    lp_gw_kv_u32(&w, "gpt2.attention.head_count", 4);
+    lp_gw_kv_u32(&w, "gpt2.vocab_size", 50);
+    lp_gw_kv_f32(&w, "gpt2.attention.layer_norm_epsilon", 1e-5f);
+    int64_t ne_h[1] = {32}, ne_emb[2] = {32, 50}, ne_pos[2] = {32, 24}, ne_qkv[2] = {32, 96},
+            ne_b3[1] = {96}, ne_o[2] = {32, 32}, ne_up[2] = {32, 64}, ne_b64[1] = {64},
+            ne_down[2] = {64, 32};
+    lp_gw_tensor(&w, "token_embd.weight", 2, ne_emb, 0, m.embed, 50 * 32 * 4);
+    lp_gw_tensor(&w, "position_embd.weight", 2, ne_pos, 0, m.pos, 24 * 32 * 4);
+    lp_gw_tensor(&w, "output_norm.weight", 1, ne_h, 0, m.out_norm, 32 * 4);
+    lp_gw_tensor(&w, "output_norm.bias", 1, ne_h, 0, m.out_norm_b, 32 * 4);
+    char name[64];
+    for (int l = 0; l < 2; l++) {
+        ref_layer *L = &m.layers[l];
+        float *qkv = malloc(96 * 32 * sizeof(float)), *bqkv = malloc(96 * sizeof(float));
+        assert_non_null(qkv);
+        assert_non_null(bqkv);
+        memcpy(qkv, L->wq, 32 * 32 * 4);
+        memcpy(qkv + 32 * 32, L->wk, 32 * 32 * 4);
+        memcpy(qkv + 2 * 32 * 32, L->wv, 32 * 32 * 4);
+        memcpy(bqkv, L->bq, 32 * 4);
+        memcpy(bqkv + 32, L->bk, 32 * 4);
+        memcpy(bqkv + 64, L->bv, 32 * 4);
+        gguf_data[n_gguf_data++] = (uint8_t *)qkv;
+        gguf_data[n_gguf_data++] = (uint8_t *)bqkv;
+#define T(fmt, nd, ne, data, bytes) \
+    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(&w, name, nd, ne, 0, data, bytes))
+        T("blk.%d.attn_norm.weight", 1, ne_h, L->attn_norm, 32 * 4);
+        T("blk.%d.attn_norm.bias", 1, ne_h, L->attn_norm_b, 32 * 4);
+        T("blk.%d.attn_qkv.weight", 2, ne_qkv, qkv, 96 * 32 * 4);
+        T("blk.%d.attn_qkv.bias", 1, ne_b3, bqkv, 96 * 4);
+        T("blk.%d.attn_output.weight", 2, ne_o, L->wo, 32 * 32 * 4);
+        T("blk.%d.attn_output.bias", 1, ne_h, L->bo, 32 * 4);
+        T("blk.%d.ffn_norm.weight", 1, ne_h, L->ffn_norm, 32 * 4);
+        T("blk.%d.ffn_norm.bias", 1, ne_h, L->ffn_norm_b, 32 * 4);
+        T("blk.%d.ffn_up.weight", 2, ne_up, L->w_up, 64 * 32 * 4);
+        T("blk.%d.ffn_up.bias", 1, ne_b64, L->b_up, 64 * 4);
+        T("blk.%d.ffn_down.weight", 2, ne_down, L->w_down, 32 * 64 * 4);
+        T("blk.%d.ffn_down.bias", 1, ne_h, L->b_down, 32 * 4);
+#undef T
+    }
+    assert_true(lp_gw_finish(&w));
+    char path[512];
+    snprintf(path, sizeof path, "%s/forward_gpt2_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
+    assert_true(lp_gw_write(&w, path));
+    lp_gw_free(&w);
+    while (n_gguf_data > 0)
+        free(gguf_data[--n_gguf_data]);
+
+    int32_t ids[24];
+    for (int t = 0; t < 24; t++)
+        ids[t] = (t * 17 + 3) % 50;
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, 24, &ref));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    capture cap;
+    run_capture(model, ids, 24, NULL, &cap);
+    double dl = max_abs_diff(cap.logits, ref.logits, 24 * 50);
+    double dp = max_abs_diff(cap.probs, ref.probs, 2 * 4 * 24 * 24);
+    printf("  gguf gpt2: logits %.2e  probs %.2e\n", dl, dp);
+    assert_true(dl <= 1e-4);
+    assert_true(dp <= 1e-4);
+    capture_free(&cap);
+    /* one position past the learned table is refused before anything runs */
+    int32_t more[25] = {0};
+    lp_batch too_long = lp_batch_single(more, 25);
+    assert_int_equal(lp_forward_check(model, &too_long, &err), LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "24 positions"));
+    lp_model_close(model);
+    ref_outputs_free(&ref);
+    ref_model_free(&m);
+    remove(path);
+}
+
+/* ---- RoPE frequencies with scaling (Hugging Face's _compute_*_parameters) ---- */
+
+static void test_rope_scaling(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *base = small_llama(&m, dir, sizeof dir);
+    lp_arch a = *lp_model_arch(base);
+    a.rope_theta = 500000.0;
+    a.head_dim = 8;
+    a.rope_dim = 8;
+    a.n_ctx = 131072;
+    float f[4], attn;
+    lp_error err = {0};
+    lp_model *model;
+
+    /* llama3 (Llama 3.1: factor 8, low 1, high 4, original 8192) */
+    a.rope_scaling.kind = LP_ROPE_SCALING_LLAMA3;
+    a.rope_scaling.factor = 8.0;
+    a.rope_scaling.low_freq_factor = 1.0;
+    a.rope_scaling.high_freq_factor = 4.0;
+    a.rope_scaling.original_ctx = 8192;
+    assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+    assert_int_equal(lp_model_rope_freqs(model, 16, false, f, &attn, &err), LP_OK);
+    double pi = 3.14159265358979323846;
+    for (int i = 0; i < 4; i++) {
+        double inv = pow(500000.0, -(double)(2 * i) / 8.0);
+        double wavelen = 2 * pi / inv, want;
+        if (wavelen < 8192.0 / 4.0)
+            want = inv;
+        else if (wavelen > 8192.0 / 1.0)
+            want = inv / 8.0;
+        else {
+            double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+            want = (1 - smooth) * inv / 8.0 + smooth * inv;
+        }
+        assert_true(fabs((double)f[i] - want) <= 1e-6 * want);
+    }
+    /* with d = 8 and theta 5e5: wavelengths 6.3, 167, 4397 (blended), 1.2e5 (divided) */
+    assert_true(fabs((double)f[0] - 1.0) < 1e-7);
+    assert_true(fabs((double)f[3] - pow(500000.0, -0.75) / 8.0) < 1e-12);
+    assert_true((double)f[2] < pow(500000.0, -0.5) && (double)f[2] > pow(500000.0, -0.5) / 8.0);
+    assert_true(attn == 1.0f);
+    lp_model_close(model);
+
+    /* linear */
+    a.rope_scaling.kind = LP_ROPE_SCALING_LINEAR;
+    a.rope_scaling.factor = 4.0;
+    assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+    assert_int_equal(lp_model_rope_freqs(model, 16, false, f, &attn, &err), LP_OK);
+    for (int i = 0; i < 4; i++)
+        assert_true(fabs((double)f[i] - pow(500000.0, -(double)(2 * i) / 8.0) / 4.0) < 1e-7);
+    lp_model_close(model);
+
+    /* dynamic NTK: unchanged up to the original context, then base * 3^(8/6) at twice it */
+    a.rope_scaling.kind = LP_ROPE_SCALING_DYNAMIC;
+    a.rope_scaling.factor = 2.0;
+    a.rope_scaling.original_ctx = 0;
+    a.n_ctx = 64; /* HF's dynamic NTK measures against max_position_embeddings */
+    assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+    assert_int_equal(lp_model_rope_freqs(model, 64, false, f, &attn, &err), LP_OK);
+    assert_true(fabs((double)f[1] - pow(500000.0, -0.25)) < 1e-9);
+    assert_int_equal(lp_model_rope_freqs(model, 128, false, f, &attn, &err), LP_OK);
+    double grown = 500000.0 * pow(3.0, 8.0 / 6.0);
+    assert_true(fabs((double)f[1] - pow(grown, -0.25)) <= 1e-6 * pow(grown, -0.25));
+    lp_model_close(model);
+
+    /* YaRN: factor 4, original 64: the fastest pair extrapolates (unchanged), the slowest
+     * interpolates (divided by 4), cos/sin scaled by 0.1 ln 4 + 1. */
+    a.rope_scaling.kind = LP_ROPE_SCALING_YARN;
+    a.rope_scaling.factor = 0.0; /* absent: n_ctx / original = 256 / 64 */
+    a.rope_scaling.original_ctx = 64;
+    a.n_ctx = 256;
+    a.rope_theta = 10000.0;
+    assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+    assert_int_equal(lp_model_rope_freqs(model, 16, false, f, &attn, &err), LP_OK);
+    assert_true(fabs((double)attn - (0.1 * log(4.0) + 1.0)) < 1e-6);
+    assert_true(fabs((double)f[0] - 1.0) < 1e-7);
+    assert_true(fabs((double)f[3] - pow(10000.0, -0.75) / 4.0) < 1e-9);
+    lp_model_close(model);
+
+    lp_model_close(base);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+/* ---- the safetensors writer, read back through the catalogue ---- */
+
+static void test_safetensors_writer(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/writer_%ld.safetensors", lp_test_tmp_dir(), (long)getpid());
+    lp_st_writer *w;
+    lp_error err = {0};
+    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
+    float a[6] = {1.0f, -2.5f, 3.25f, 0.0f, 1e-3f, 65504.0f};
+    int64_t s23[2] = {2, 3}, s3[1] = {3};
+    assert_int_equal(lp_st_writer_add(w, "a.weight", LP_DTYPE_F32, 2, s23, a, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add_f32_as(w, "b.weight", LP_DTYPE_BF16, 2, s23, a, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add_f32_as(w, "c", LP_DTYPE_F16, 1, s3, a, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(w, "a.weight", LP_DTYPE_F32, 2, s23, a, &err), LP_ERR_USAGE);
+    assert_int_equal(lp_st_writer_add(w, "q", LP_DTYPE_Q4_0, 1, s3, a, &err), LP_ERR_UNSUPPORTED);
+    int64_t neg[1] = {-1};
+    assert_int_equal(lp_st_writer_add(w, "n", LP_DTYPE_F32, 1, neg, a, &err), LP_ERR_RANGE);
+    assert_int_equal(lp_st_writer_set_metadata(w, "format", "pt", &err), LP_OK);
+    assert_int_equal(lp_st_writer_write(w, path, &err), LP_OK);
+    lp_st_writer_destroy(w);
+
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t len[8];
+    assert_int_equal(fread(len, 1, 8, f), 8);
+    fclose(f);
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++)
+        n |= (uint64_t)len[i] << (8 * i);
+    assert_int_equal((8 + n) % 8, 0); /* data starts 8-aligned */
+
+    lp_weights *wts;
+    if (lp_weights_open(path, &wts, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(lp_weights_count(wts), 3);
+    const lp_tensor *ta = lp_weights_find_name(wts, "a.weight");
+    const lp_tensor *tb = lp_weights_find_name(wts, "b.weight");
+    const lp_tensor *tc = lp_weights_find_name(wts, "c");
+    assert_non_null(ta);
+    assert_non_null(tb);
+    assert_non_null(tc);
+    assert_int_equal(ta->dtype, LP_DTYPE_F32);
+    assert_int_equal(tb->dtype, LP_DTYPE_BF16);
+    assert_int_equal(tc->dtype, LP_DTYPE_F16);
+    assert_int_equal(tb->shape[0], 2);
+    assert_int_equal(tb->shape[1], 3);
+    float back[6];
+    assert_int_equal(lp_tensor_rows_f32(ta, 0, 2, back, &err), LP_OK);
+    assert_memory_equal(back, a, sizeof a);
+    assert_int_equal(lp_tensor_rows_f32(tb, 0, 2, back, &err), LP_OK);
+    for (int i = 0; i < 6; i++)
+        assert_true(back[i] == lp_bf16_to_f32(lp_f32_to_bf16(a[i])));
+    assert_int_equal(lp_tensor_rows_f32(tc, 0, 1, back, &err), LP_OK);
+    for (int i = 0; i < 3; i++)
+        assert_true(back[i] == a[i]); /* exactly representable in f16 */
+    lp_weights_close(wts);
+    remove(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest unit[] = {
+        cmocka_unit_test(test_safetensors_writer),
+        cmocka_unit_test(test_random_gpt2),
+        cmocka_unit_test(test_random_mixtral),
+        cmocka_unit_test(test_random_gemma2),
+        cmocka_unit_test(test_random_qwen2),
+        cmocka_unit_test(test_random_mistral),
+        cmocka_unit_test(test_random_gemma),
+        cmocka_unit_test(test_random_qwen3),
+        cmocka_unit_test(test_random_partial_rotary),
+        cmocka_unit_test(test_random_gemma3),
+        cmocka_unit_test(test_random_long),
+        cmocka_unit_test(test_gguf_quant_types),
+        cmocka_unit_test(test_gguf_moe),
+        cmocka_unit_test(test_gguf_gemma_norms),
+        cmocka_unit_test(test_gguf_gpt2),
+        cmocka_unit_test(test_padding_batch),
+        cmocka_unit_test(test_determinism_threads),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_rope_scaling),
+    };
+    int failed = cmocka_run_group_tests_name("forward", unit, NULL, NULL);
+    if (!lp_test_shared_dir()) {
+        printf("SKIP golden stories260K tests: ../shared not found (set LOUPE_SHARED)\n");
+        return failed;
+    }
+    const struct CMUnitTest golden[] = {
+        cmocka_unit_test(test_stories_golden),
+        cmocka_unit_test(test_stories_quant_greedy),
+        cmocka_unit_test(test_stories_formats_agree_long),
+    };
+    return failed | cmocka_run_group_tests_name("forward_golden", golden, NULL, NULL);
+}

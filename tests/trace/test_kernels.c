@@ -1,0 +1,947 @@
+/* Kernel tests: every ISA against ref (GEMM on odd shapes, vector kernels), lp_linear on every
+ * weight dtype against dequantize-then-ref, thread-count determinism, attention against a naive
+ * softmax(QK^T)V written here, RoPE against its formula. No timing assertions.
+ *
+ * Error budgets are stated next to each check and the observed worst value is printed, so a
+ * regression in accuracy shows up in the log before it crosses the budget. */
+#include "test_util.h"
+
+#include <math.h>
+
+#include "core/dtype.h"
+#include "inspect/formats/quant.h"
+#include "trace/kernels/kernels.h"
+#include "trace/kernels/mask.h"
+
+/* ---- helpers */
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+
+static float rnd(void) /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 40) / (double)(1ull << 23) - 1.0);
+}
+
+static float *rnd_array(int64_t n)
+{
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rnd();
+    return x;
+}
+
+static float *nan_array(int64_t n)
+{
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = NAN;
+    return x;
+}
+
+/* The ISAs this CPU runs, ref first. */
+static int available_isas(lp_isa *out)
+{
+    int n = 0;
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++)
+        if (lp_kernels_set_isa((lp_isa)isa))
+            out[n++] = (lp_isa)isa;
+    return n;
+}
+
+/* ---- GEMM */
+
+/* Budget: |c - ref| <= 2e-6 * sum_p |a_ip b_jp| (+1e-30): float accumulation of k products in
+ * kc-long FMA chains is good to ~sqrt(k) * 6e-8 of that sum; observed values are printed. */
+static double gemm_check(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                         const float *c, const float *c0, bool accumulate)
+{
+    double worst = 0.0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double sum = accumulate ? (double)c0[i * n + j] : 0.0, mag = accumulate ? fabs(sum) : 0.0;
+            for (int64_t p = 0; p < k; p++) {
+                sum += (double)a[i * k + p] * (double)b[j * k + p];
+                mag += fabs((double)a[i * k + p] * (double)b[j * k + p]);
+            }
+            double got = (double)c[i * n + j];
+            if (isnan(got)) {
+                fail_msg("c[%lld][%lld] is NaN (m=%lld n=%lld k=%lld)", (long long)i, (long long)j,
+                         (long long)m, (long long)n, (long long)k);
+            }
+            double rel = fabs(got - sum) / (mag + 1e-30);
+            if (fabs(got - sum) > 1e-30 && rel > worst)
+                worst = rel;
+        }
+    return worst;
+}
+
+static void test_gemm_odd_shapes(void **state)
+{
+    (void)state;
+    static const int64_t ms[] = {1, 5, 7, 13, 50};
+    static const int64_t ns[] = {1, 3, 17, 33, 100};
+    static const int64_t ks[] = {0, 1, 7, 4099};
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    lp_pool *pool;
+    assert_int_equal(lp_pool_create(2, &pool, NULL), LP_OK);
+    for (int s = 0; s < n_isas; s++) {
+        assert_true(lp_kernels_set_isa(isas[s]));
+        double worst = 0.0;
+        for (size_t ik = 0; ik < sizeof ks / sizeof ks[0]; ik++)
+            for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++)
+                for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++) {
+                    int64_t m = ms[im], n = ns[in], k = ks[ik];
+                    if (k == 4099 && m * n > 700)
+                        continue; /* keep the double-precision check fast */
+                    float *a = rnd_array(m * k), *b = rnd_array(n * k);
+                    float *c = nan_array(m * n), *c0 = rnd_array(m * n);
+                    lp_gemm_f32(m, n, k, a, k, b, k, c, n, false, (im + in) % 2 ? pool : NULL);
+                    double w = gemm_check(m, n, k, a, b, c, NULL, false);
+                    if (w > worst)
+                        worst = w;
+                    /* accumulate into existing values */
+                    memcpy(c, c0, (size_t)(m * n) * sizeof(float));
+                    lp_gemm_f32(m, n, k, a, k, b, k, c, n, true, pool);
+                    w = gemm_check(m, n, k, a, b, c, c0, true);
+                    if (w > worst)
+                        worst = w;
+                    free(a);
+                    free(b);
+                    free(c);
+                    free(c0);
+                }
+        /* several MC row blocks, several NC column blocks (one thread), several KC blocks */
+        static const int64_t blocks[][3] = {{300, 40, 50}, {7, 4100, 300}, {13, 20, 777}};
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+            int64_t m = blocks[bi][0], n = blocks[bi][1], k = blocks[bi][2];
+            float *a = rnd_array(m * k), *b = rnd_array(n * k), *c = nan_array(m * n);
+            lp_gemm_f32(m, n, k, a, k, b, k, c, n, false, NULL);
+            double w = gemm_check(m, n, k, a, b, c, NULL, false);
+            if (w > worst)
+                worst = w;
+            free(a);
+            free(b);
+            free(c);
+        }
+        printf("gemm %s: worst |err| / sum|ab| = %.2e (budget 2e-6)\n", lp_isa_name(isas[s]), worst);
+        assert_true(worst <= 2e-6);
+    }
+    lp_pool_destroy(pool);
+}
+
+/* Leading dimensions wider than the matrices: sub-matrix views. */
+static void test_gemm_strides(void **state)
+{
+    (void)state;
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    const int64_t m = 11, n = 19, k = 300, lda = 305, ldb = 301, ldc = 23;
+    float *a = rnd_array(m * lda), *b = rnd_array(n * ldb);
+    for (int s = 0; s < n_isas; s++) {
+        assert_true(lp_kernels_set_isa(isas[s]));
+        float *c = nan_array(m * ldc);
+        lp_gemm_f32(m, n, k, a, lda, b, ldb, c, ldc, false, NULL);
+        float *ref = nan_array(m * ldc);
+        lp_gemm_f32_ref(m, n, k, a, lda, b, ldb, ref, ldc, false);
+        for (int64_t i = 0; i < m; i++) {
+            for (int64_t j = 0; j < n; j++)
+                assert_true(fabsf(c[i * ldc + j] - ref[i * ldc + j]) <= 1e-4f);
+            for (int64_t j = n; j < ldc; j++)
+                assert_true(isnan(c[i * ldc + j])); /* padding columns untouched */
+        }
+        free(c);
+        free(ref);
+    }
+    free(a);
+    free(b);
+}
+
+/* Same thread count -> same bits, run after run; and since each element is summed in the same
+ * order whatever the partition, 1, 2 and 3 threads agree too (stronger than promised). */
+static void test_gemm_thread_determinism(void **state)
+{
+    (void)state;
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    static const int64_t shapes[][3] = {{37, 200, 300}, {100, 5, 70}, {512, 48, 513}};
+    lp_pool *pools[3];
+    for (int t = 0; t < 3; t++)
+        assert_int_equal(lp_pool_create(t + 1, &pools[t], NULL), LP_OK);
+    for (int s = 0; s < n_isas; s++) {
+        assert_true(lp_kernels_set_isa(isas[s]));
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+            int64_t m = shapes[c][0], n = shapes[c][1], k = shapes[c][2];
+            float *a = rnd_array(m * k), *b = rnd_array(n * k);
+            float *first = nan_array(m * n), *again = nan_array(m * n);
+            lp_gemm_f32(m, n, k, a, k, b, k, first, n, false, pools[0]);
+            for (int t = 0; t < 3; t++)
+                for (int rep = 0; rep < 2; rep++) {
+                    for (int64_t i = 0; i < m * n; i++)
+                        again[i] = NAN;
+                    lp_gemm_f32(m, n, k, a, k, b, k, again, n, false, pools[t]);
+                    assert_memory_equal(first, again, (size_t)(m * n) * sizeof(float));
+                }
+            free(a);
+            free(b);
+            free(first);
+            free(again);
+        }
+    }
+    for (int t = 0; t < 3; t++)
+        lp_pool_destroy(pools[t]);
+}
+
+/* ---- lp_linear on every weight dtype */
+
+typedef struct linear_case {
+    lp_dtype dtype;
+    int64_t n, k;
+    bool transposed;
+} linear_case;
+
+static void fill_f16_like(uint8_t *dst, float value, bool bf16)
+{
+    uint16_t h = bf16 ? lp_f32_to_bf16(value) : lp_f32_to_f16(value);
+    memcpy(dst, &h, 2);
+}
+
+/* Random but valid blocks: scale fields are sane f16 values, the rest random bytes. */
+static void fill_quant_blocks(lp_dtype dtype, uint8_t *dst, uint64_t bytes)
+{
+    const lp_dtype_info *info = lp_dtype_get(dtype);
+    for (uint64_t i = 0; i < bytes; i++)
+        dst[i] = (uint8_t)(rnd() * 127.0f + 128.0f);
+    for (uint64_t off = 0; off < bytes; off += info->block_bytes) {
+        fill_f16_like(dst + off, 0.01f + 0.02f * fabsf(rnd()), false); /* d */
+        if (dtype == LP_DTYPE_Q4_K)
+            fill_f16_like(dst + off + 2, 0.01f * fabsf(rnd()), false); /* dmin */
+    }
+}
+
+static void test_linear_dtypes(void **state)
+{
+    (void)state;
+    static const linear_case cases[] = {
+        {LP_DTYPE_F32, 29, 300, false},  {LP_DTYPE_F16, 29, 300, false},
+        {LP_DTYPE_BF16, 29, 300, false}, {LP_DTYPE_F32, 21, 259, true},
+        {LP_DTYPE_F16, 21, 259, true},   {LP_DTYPE_BF16, 21, 259, true},
+        {LP_DTYPE_Q8_0, 23, 416, false}, {LP_DTYPE_Q4_0, 23, 544, false},
+        {LP_DTYPE_Q4_K, 19, 768, false},
+    };
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    lp_pool *pool;
+    assert_int_equal(lp_pool_create(2, &pool, NULL), LP_OK);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const linear_case *lc = &cases[ci];
+        const lp_dtype_info *info = lp_dtype_get(lc->dtype);
+        if (info->is_quant && !lp_dequantize_supported(lc->dtype)) {
+            printf("linear %s: skipped, lp_dequantize does not support it\n", info->name);
+            continue;
+        }
+        /* The dense float version of the weights, [n, k], that the reference multiplies. */
+        float *dense = malloc((size_t)(lc->n * lc->k) * sizeof(float));
+        assert_non_null(dense);
+        lp_matrix w = {lc->dtype, NULL, lc->n, lc->k, 0, lc->transposed};
+        uint8_t *storage;
+        if (info->is_quant) {
+            uint64_t row_bytes;
+            assert_true(lp_dtype_bytes_for(lc->dtype, (uint64_t)lc->k, &row_bytes));
+            w.row_bytes = row_bytes + 8; /* a stride wider than the row */
+            storage = calloc((size_t)(w.row_bytes * (uint64_t)lc->n), 1);
+            assert_non_null(storage);
+            for (int64_t r = 0; r < lc->n; r++) {
+                fill_quant_blocks(lc->dtype, storage + r * w.row_bytes, row_bytes);
+                assert_int_equal(lp_dequantize(lc->dtype, storage + r * w.row_bytes, lc->k,
+                                               dense + r * lc->k, NULL),
+                                 LP_OK);
+            }
+            if (lc->dtype == LP_DTYPE_Q8_0) {
+                /* independent of lp_dequantize: value = d * int8 */
+                float d = lp_f16_to_f32(lp_load_u16(storage));
+                assert_true(fabsf(dense[5] - d * (float)(int8_t)storage[2 + 5]) <= 1e-6f);
+            }
+        } else {
+            size_t esize = lc->dtype == LP_DTYPE_F32 ? 4 : 2;
+            int64_t stored_rows = lc->transposed ? lc->k : lc->n;
+            int64_t stored_cols = lc->transposed ? lc->n : lc->k;
+            w.row_bytes = (uint64_t)(stored_cols * (int64_t)esize + 6); /* odd stride */
+            /* +1: the data starts at an odd address, as a mapped file may put it */
+            storage = calloc((size_t)(w.row_bytes * (uint64_t)stored_rows) + 1, 1);
+            assert_non_null(storage);
+            for (int64_t r = 0; r < stored_rows; r++)
+                for (int64_t c = 0; c < stored_cols; c++) {
+                    float v = rnd();
+                    uint8_t *dst = storage + 1 + r * w.row_bytes + c * (int64_t)esize;
+                    if (lc->dtype == LP_DTYPE_F32)
+                        memcpy(dst, &v, 4);
+                    else {
+                        fill_f16_like(dst, v, lc->dtype == LP_DTYPE_BF16);
+                        v = lc->dtype == LP_DTYPE_BF16 ? lp_bf16_to_f32(lp_load_u16(dst))
+                                                       : lp_f16_to_f32(lp_load_u16(dst));
+                    }
+                    int64_t out_row = lc->transposed ? c : r, in_col = lc->transposed ? r : c;
+                    dense[out_row * lc->k + in_col] = v;
+                }
+        }
+        w.data = info->is_quant ? storage : storage + 1;
+        /* m = 1, 2 take the unpacked row-dot path, m = 9 the packed GEMM */
+        static const int64_t ms[] = {1, 2, 9};
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int64_t m = ms[mi];
+            float *x = rnd_array(m * lc->k), *bias = rnd_array(lc->n);
+            float *ref = nan_array(m * lc->n);
+            lp_gemm_f32_ref(m, lc->n, lc->k, x, lc->k, dense, lc->k, ref, lc->n, false);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < lc->n; j++)
+                    ref[i * lc->n + j] += bias[j];
+            for (int s = 0; s < n_isas; s++) {
+                assert_true(lp_kernels_set_isa(isas[s]));
+                float *y = nan_array(m * lc->n);
+                lp_error err = {0};
+                lp_status st = lp_linear(x, m, &w, bias, y, s % 2 ? pool : NULL, &err);
+                if (st != LP_OK)
+                    fail_msg("linear %s: %s", info->name, err.msg);
+                double worst = 0.0;
+                for (int64_t i = 0; i < m * lc->n; i++) {
+                    assert_false(isnan(y[i]));
+                    double e = fabs((double)y[i] - (double)ref[i]) / (1.0 + fabs((double)ref[i]));
+                    if (e > worst)
+                        worst = e;
+                }
+                printf("linear %s%s m=%lld %s: worst |err|/(1+|y|) = %.2e (budget 5e-5)\n",
+                       info->name, lc->transposed ? " transposed" : "", (long long)m,
+                       lp_isa_name(isas[s]), worst);
+                assert_true(worst <= 5e-5);
+                free(y);
+            }
+            free(x);
+            free(bias);
+            free(ref);
+        }
+        free(dense);
+        free(storage);
+    }
+    lp_pool_destroy(pool);
+}
+
+static void test_linear_errors(void **state)
+{
+    (void)state;
+    float x[64] = {0}, y[64];
+    uint8_t data[4096] = {0};
+    lp_error err = {0};
+    lp_matrix w = {LP_DTYPE_Q8_0, data, 2, 40, 64, false}; /* 40 is not whole 32-blocks */
+    assert_int_equal(lp_linear(x, 1, &w, NULL, y, NULL, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "40"));
+    lp_matrix w2 = {LP_DTYPE_F32, data, 2, 16, 60, false}; /* stride < 16 * 4 */
+    assert_int_equal(lp_linear(x, 1, &w2, NULL, y, NULL, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "60"));
+    lp_matrix w3 = {LP_DTYPE_I32, data, 2, 16, 64, false};
+    assert_int_equal(lp_linear(x, 1, &w3, NULL, y, NULL, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "i32"));
+    lp_matrix w4 = {LP_DTYPE_Q8_0, data, 32, 2, 68, true};
+    assert_int_equal(lp_linear(x, 1, &w4, NULL, y, NULL, &err), LP_ERR_UNSUPPORTED);
+    /* a block type without a dequantizer is refused by name, never read */
+    for (int d = LP_DTYPE_Q4_0; d < LP_DTYPE_COUNT; d++)
+        if (!lp_dequantize_supported((lp_dtype)d)) {
+            lp_matrix w5 = {(lp_dtype)d, data, 1, 256, 4096, false};
+            assert_int_equal(lp_linear(x, 1, &w5, NULL, y, NULL, &err), LP_ERR_UNSUPPORTED);
+            assert_non_null(strstr(err.msg, lp_dtype_name((lp_dtype)d)));
+        }
+    /* nothing to compute is fine and writes nothing */
+    y[0] = 42.0f;
+    lp_matrix w6 = {LP_DTYPE_F32, data, 1, 16, 64, false};
+    assert_int_equal(lp_linear(x, 0, &w6, NULL, y, NULL, &err), LP_OK);
+    assert_true(y[0] == 42.0f);
+}
+
+/* ---- the pool */
+
+typedef struct count_ctx {
+    int *hits;
+    lp_pool *pool;
+} count_ctx;
+
+static void count_task(void *ctx, int64_t task)
+{
+    count_ctx *c = ctx;
+    c->hits[task]++;
+}
+
+static void nested_task(void *ctx, int64_t task)
+{
+    count_ctx *c = ctx;
+    (void)task;
+    /* a run from inside a task runs serially on this thread instead of deadlocking */
+    int inner[5] = {0};
+    count_ctx sub = {inner, c->pool};
+    lp_pool_run(c->pool, 5, count_task, &sub);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(inner[i], 1);
+}
+
+static void test_pool(void **state)
+{
+    (void)state;
+    lp_error err = {0};
+    lp_pool *pool;
+    assert_int_equal(lp_pool_create(0, &pool, &err), LP_ERR_RANGE);
+    assert_null(pool);
+    assert_int_equal(lp_pool_create(3, &pool, &err), LP_OK);
+    assert_int_equal(lp_pool_threads(pool), 3);
+    for (int64_t n = 0; n < 40; n += 7) {
+        int hits[40] = {0};
+        count_ctx c = {hits, pool};
+        for (int rep = 0; rep < 50; rep++)
+            lp_pool_run(pool, n, count_task, &c);
+        for (int64_t i = 0; i < 40; i++)
+            assert_int_equal(hits[i], i < n ? 50 : 0);
+    }
+    count_ctx c = {NULL, pool};
+    lp_pool_run(pool, 4, nested_task, &c);
+    lp_pool_destroy(pool);
+    lp_pool_destroy(NULL);
+}
+
+/* ---- attention against a naive softmax(QK^T)V */
+
+typedef struct attn_case {
+    const char *name;
+    int64_t n_q, n_k, head_dim, v_dim, window;
+    bool causal;
+    int64_t pad_left, pad_right;
+    float softcap, scale;
+} attn_case;
+
+/* The naive version: masks cell by cell with lp_mask_allows_reference (the definition, not the
+ * interval code the kernel uses), softmax in double. */
+static void naive_attention(const lp_attn_args *a, double *out, double *probs)
+{
+    double *s = malloc((size_t)a->n_k * sizeof(double));
+    assert_non_null(s);
+    for (int64_t i = 0; i < a->n_q; i++) {
+        double max = -HUGE_VAL;
+        for (int64_t j = 0; j < a->n_k; j++) {
+            s[j] = -HUGE_VAL;
+            if (!lp_mask_allows_reference(a->mask, a->batch, i, j))
+                continue;
+            double dot = 0.0;
+            for (int64_t d = 0; d < a->head_dim; d++)
+                dot += (double)a->q[i * a->q_stride + d] * (double)a->k[j * a->k_stride + d];
+            dot *= (double)a->scale;
+            if (a->softcap > 0.0f)
+                dot = (double)a->softcap * tanh(dot / (double)a->softcap);
+            s[j] = dot;
+            if (dot > max)
+                max = dot;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < a->n_k; j++) {
+            s[j] = isinf(max) ? 0.0 : exp(s[j] - max);
+            sum += s[j];
+        }
+        for (int64_t j = 0; j < a->n_k; j++)
+            probs[i * a->n_k + j] = sum > 0.0 ? s[j] / sum : 0.0;
+        for (int64_t d = 0; d < a->v_dim; d++) {
+            double o = 0.0;
+            for (int64_t j = 0; j < a->n_k; j++)
+                o += probs[i * a->n_k + j] * (double)a->v[j * a->v_stride + d];
+            out[i * a->v_dim + d] = o;
+        }
+    }
+    free(s);
+}
+
+static void run_attention_case(const attn_case *tc, void (*fn)(const lp_attn_args *), const char *fn_name)
+{
+    const int64_t q_stride = tc->head_dim + 3, k_stride = tc->head_dim + 5, v_stride = tc->v_dim + 1,
+                  out_stride = tc->v_dim + 2;
+    float *q = rnd_array(tc->n_q * q_stride), *k = rnd_array(tc->n_k * k_stride);
+    float *v = rnd_array(tc->n_k * v_stride);
+    /* batch item 1 carries the padding, item 0 none: checks the batch index is honoured */
+    int64_t pad_left[2] = {0, tc->pad_left}, pad_right[2] = {0, tc->pad_right};
+    lp_mask_spec mask = lp_mask_causal(tc->n_q, tc->n_k);
+    mask.causal = tc->causal;
+    mask.window = tc->window;
+    mask.pad_left = pad_left;
+    mask.pad_right = pad_right;
+    lp_attn_args a = {0};
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.n_q = tc->n_q;
+    a.n_k = tc->n_k;
+    a.head_dim = tc->head_dim;
+    a.v_dim = tc->v_dim;
+    a.q_stride = q_stride;
+    a.k_stride = k_stride;
+    a.v_stride = v_stride;
+    a.out_stride = out_stride;
+    a.scale = tc->scale;
+    a.softcap = tc->softcap;
+    a.mask = &mask;
+    a.batch = 1;
+    a.local_window = 4;
+    double *want_out = malloc((size_t)(tc->n_q * tc->v_dim) * sizeof(double));
+    double *want_p = malloc((size_t)(tc->n_q * tc->n_k) * sizeof(double));
+    assert_non_null(want_out);
+    assert_non_null(want_p);
+    naive_attention(&a, want_out, want_p);
+
+    for (int with_probs = 0; with_probs < 2; with_probs++) {
+        float *out = nan_array(tc->n_q * out_stride);
+        float *probs = with_probs ? nan_array(tc->n_q * tc->n_k) : NULL;
+        lp_attn_row_stats *stats = malloc((size_t)tc->n_q * sizeof *stats);
+        assert_non_null(stats);
+        a.out = out;
+        a.probs = probs;
+        a.row_stats = stats;
+        fn(&a);
+        double worst_out = 0.0, worst_p = 0.0, worst_stat = 0.0;
+        for (int64_t i = 0; i < tc->n_q; i++) {
+            double pos = (double)(mask.q_pos0 + i);
+            for (int64_t d = 0; d < tc->v_dim; d++) {
+                double e = fabs((double)out[i * out_stride + d] - want_out[i * tc->v_dim + d]);
+                assert_false(isnan(out[i * out_stride + d]));
+                if (e > worst_out)
+                    worst_out = e;
+            }
+            double sum = 0.0, entropy = 0.0, maxp = 0.0, dist = 0.0, local = 0.0;
+            for (int64_t j = 0; j < tc->n_k; j++) {
+                double p = want_p[i * tc->n_k + j];
+                if (probs) {
+                    double e = fabs((double)probs[i * tc->n_k + j] - p);
+                    if (e > worst_p)
+                        worst_p = e;
+                    if (p == 0.0) /* masked cells are exactly zero (above the diagonal, ...) */
+                        assert_true(probs[i * tc->n_k + j] == 0.0f);
+                }
+                sum += p;
+                if (p > 0.0)
+                    entropy -= p * log(p);
+                if (p > maxp)
+                    maxp = p;
+                dist += p * (pos - (double)j);
+                if (pos - (double)j < 4.0)
+                    local += p;
+            }
+            if (probs) {
+                double row = 0.0;
+                for (int64_t j = 0; j < tc->n_k; j++)
+                    row += (double)probs[i * tc->n_k + j];
+                assert_true(fabs(row - sum) <= 1e-5); /* 1 for visible rows, 0 fully masked */
+            }
+            const lp_attn_row_stats *st = &stats[i];
+            double self = pos < (double)tc->n_k ? want_p[i * tc->n_k + (int64_t)pos] : 0.0;
+            double prev = pos >= 1.0 && pos - 1.0 < (double)tc->n_k
+                              ? want_p[i * tc->n_k + (int64_t)pos - 1]
+                              : 0.0;
+            double diffs[8] = {(double)st->row_sum - sum,
+                               (double)st->entropy - entropy,
+                               (double)st->max_prob - maxp,
+                               ((double)st->distance - dist) / (1.0 + dist),
+                               (double)st->local - local,
+                               (double)st->sink - want_p[i * tc->n_k],
+                               (double)st->self - self,
+                               (double)st->prev - prev};
+            for (int d = 0; d < 8; d++)
+                if (fabs(diffs[d]) > worst_stat)
+                    worst_stat = fabs(diffs[d]);
+        }
+        printf("attention %-14s %-5s %s probs=%d: worst |out| %.1e (budget 2e-6), |p| %.1e "
+               "(1e-6), stats %.1e (5e-5)\n",
+               tc->name, fn_name, lp_isa_name(lp_kernels_isa()), with_probs, worst_out, worst_p,
+               worst_stat);
+        assert_true(worst_out <= 2e-6);
+        assert_true(worst_p <= 1e-6);
+        assert_true(worst_stat <= 5e-5);
+        free(out);
+        free(probs);
+        free(stats);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(want_out);
+    free(want_p);
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    static const attn_case cases[] = {
+        /* name            n_q  n_k  hd  vd  W   causal pl pr softcap scale */
+        {"causal", 37, 37, 24, 20, 0, true, 0, 0, 0.0f, 0.2041f},
+        {"causal-long", 150, 150, 16, 16, 0, true, 0, 0, 0.0f, 0.9f}, /* > 2 key blocks */
+        {"window5", 40, 40, 8, 12, 5, true, 0, 0, 0.0f, 0.35f},
+        {"window1", 9, 9, 8, 8, 1, true, 0, 0, 0.0f, 0.35f},          /* only itself */
+        {"decode-br", 7, 140, 12, 10, 0, true, 0, 0, 0.0f, 0.3f},     /* n_q < n_k */
+        {"decode-window", 3, 90, 12, 10, 16, true, 0, 0, 0.0f, 0.3f},
+        {"padding", 30, 30, 16, 16, 0, true, 4, 3, 0.0f, 0.25f},      /* masked rows too */
+        {"softcap", 33, 33, 16, 16, 0, true, 0, 0, 3.0f, 2.0f},
+        {"full", 20, 26, 16, 8, 0, false, 0, 0, 0.0f, 0.25f},         /* encoder style */
+        {"full-pad", 26, 26, 16, 8, 0, false, 2, 5, 0.0f, 0.25f},
+        {"wide-head", 70, 70, 64, 80, 0, true, 0, 0, 0.0f, 0.125f}, /* 64-column chunks + tail */
+    };
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    for (int s = 0; s < n_isas; s++) {
+        assert_true(lp_kernels_set_isa(isas[s]));
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            run_attention_case(&cases[c], lp_attention, "tiled");
+            if (s == 0)
+                run_attention_case(&cases[c], lp_attention_ref, "ref");
+        }
+    }
+}
+
+/* Same inputs, same bits: the attention of every head run on pools of 1 and 2 threads. */
+typedef struct heads_ctx {
+    lp_attn_args base;
+    float *out;   /* [n_heads, n_q, v_dim] */
+    float *probs; /* [n_heads, n_q, n_k] */
+    const float *q_all;
+} heads_ctx;
+
+static void run_one_head(void *ctx, int64_t head)
+{
+    heads_ctx *h = ctx;
+    lp_attn_args a = h->base;
+    a.q = h->q_all + head * a.n_q * a.q_stride;
+    a.out = h->out + head * a.n_q * a.v_dim;
+    a.probs = h->probs + head * a.n_q * a.n_k;
+    a.row_stats = NULL;
+    lp_attention(&a);
+}
+
+static void test_attention_threads(void **state)
+{
+    (void)state;
+    const int64_t n_heads = 5, n = 90, hd = 16;
+    float *q = rnd_array(n_heads * n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
+    lp_mask_spec mask = lp_mask_causal(n, n);
+    float *outs[2], *probs[2];
+    for (int t = 0; t < 2; t++) {
+        lp_pool *pool;
+        assert_int_equal(lp_pool_create(t + 1, &pool, NULL), LP_OK);
+        outs[t] = nan_array(n_heads * n * hd);
+        probs[t] = nan_array(n_heads * n * n);
+        heads_ctx h = {{NULL, k, v, NULL, n, n, hd, hd, hd, hd, hd, hd, 0.25f, 0.0f, &mask, 0, NULL,
+                        NULL, 0},
+                       outs[t], probs[t], q};
+        lp_pool_run(pool, n_heads, run_one_head, &h);
+        lp_pool_destroy(pool);
+    }
+    assert_memory_equal(outs[0], outs[1], (size_t)(n_heads * n * hd) * sizeof(float));
+    assert_memory_equal(probs[0], probs[1], (size_t)(n_heads * n * n) * sizeof(float));
+    for (int t = 0; t < 2; t++) {
+        free(outs[t]);
+        free(probs[t]);
+    }
+    free(q);
+    free(k);
+    free(v);
+}
+
+/* A NaN in q row 3 poisons that row only; a NaN in key 7 poisons exactly the rows that see key 7
+ * (causal, window 5: rows 7..11). Poisoned rows are NaN in output, visible probabilities and
+ * statistics, never a plausible distribution; the other rows are untouched. */
+static void test_attention_nan(void **state)
+{
+    (void)state;
+    const int64_t n = 20, hd = 8;
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    float *q = rnd_array(n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
+    lp_mask_spec mask = lp_mask_causal(n, n);
+    mask.window = 5;
+    void (*fns[2])(const lp_attn_args *) = {lp_attention, lp_attention_ref};
+    for (int si = 0; si < n_isas; si++) {
+        assert_true(lp_kernels_set_isa(isas[si]));
+        for (int f = 0; f < 2; f++) {
+            float clean_out[20 * 8], out[20 * 8], clean_p[20 * 20], probs[20 * 20];
+            lp_attn_row_stats stats[20];
+            lp_attn_args a = {q, k, v, clean_out, n, n, hd, hd, hd, hd, hd, hd, 0.3f, 0.0f, &mask, 0,
+                              clean_p, stats, 4};
+            fns[f](&a);
+            for (int which = 0; which < 2; which++) {
+                float *poisoned = which == 0 ? q + 3 * hd : k + 7 * hd;
+                float saved = poisoned[2];
+                poisoned[2] = NAN;
+                a.out = out;
+                a.probs = probs;
+                fns[f](&a);
+                poisoned[2] = saved;
+                for (int64_t i = 0; i < n; i++) {
+                    bool bad = which == 0 ? i == 3 : (i >= 7 && i < 12);
+                    for (int64_t d = 0; d < hd; d++)
+                        assert_true(bad ? isnan(out[i * hd + d])
+                                        : out[i * hd + d] == clean_out[i * hd + d]);
+                    for (int64_t j = 0; j < n; j++) {
+                        bool visible = j <= i && i - j < 5;
+                        if (bad && visible)
+                            assert_true(isnan(probs[i * n + j]));
+                        else
+                            assert_true(probs[i * n + j] == clean_p[i * n + j]);
+                    }
+                    assert_true(bad ? isnan(stats[i].row_sum) && isnan(stats[i].entropy)
+                                    : stats[i].row_sum == 1.0f);
+                }
+            }
+        }
+        /* NaN propagates through the vector kernels too */
+        float x[11];
+        for (int i = 0; i < 11; i++)
+            x[i] = (float)i;
+        x[9] = NAN;
+        lp_softmax(x, 11);
+        for (int i = 0; i < 11; i++)
+            assert_true(isnan(x[i]));
+        float g[9] = {1, 2, 3, 4, 5, 6, NAN, 8, 9}, u[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+        lp_silu_mul(g, u, 9);
+        assert_true(isnan(g[6]) && !isnan(g[5]));
+    }
+    free(q);
+    free(k);
+    free(v);
+}
+
+/* The window boundary both ways: with W = 5 query p sees p-4 .. p and not p-5. */
+static void test_attention_window_boundary(void **state)
+{
+    (void)state;
+    const int64_t n = 12, hd = 4, w = 5;
+    float *q = rnd_array(n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
+    float out[12 * 4], probs[12 * 12];
+    lp_mask_spec mask = lp_mask_causal(n, n);
+    mask.window = w;
+    lp_attn_args a = {q, k, v, out, n, n, hd, hd, hd, hd, hd, hd, 0.5f, 0.0f, &mask, 0, probs,
+                      NULL, 0};
+    lp_attention(&a);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            bool visible = j <= i && i - j < w;
+            if (visible)
+                assert_true(probs[i * n + j] > 0.0f);
+            else
+                assert_true(probs[i * n + j] == 0.0f);
+        }
+    free(q);
+    free(k);
+    free(v);
+}
+
+/* ---- RoPE and the vector kernels against their formulas */
+
+static void test_rope(void **state)
+{
+    (void)state;
+    /* {head_dim, rot_dim}: partial rotary, a tail past whole vectors, a full 64-dim head, and a
+     * rotation wider than the coefficient buffer (the scalar fallback) */
+    static const int64_t shapes[][2] = {{20, 16}, {24, 20}, {64, 64}, {300, 300}};
+    static const int64_t positions[] = {0, 1, 17, 1000};
+    const int64_t n_heads = 3;
+    float inv_freq[150];
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    for (int si = 0; si < n_isas; si++) {
+        assert_true(lp_kernels_set_isa(isas[si]));
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+            int64_t head_dim = shapes[sh][0], rot_dim = shapes[sh][1], half = rot_dim / 2;
+            for (int64_t i = 0; i < half; i++)
+                inv_freq[i] = (float)pow(10000.0, -2.0 * (double)i / (double)rot_dim);
+            for (int layout = 0; layout < 2; layout++)
+                for (size_t pi = 0; pi < sizeof positions / sizeof positions[0]; pi++) {
+                    int64_t pos = positions[pi];
+                    float attn_scale = pi == 2 ? 1.25f : 1.0f;
+                    float *x = rnd_array(n_heads * head_dim);
+                    float *orig = malloc((size_t)(n_heads * head_dim) * sizeof(float));
+                    assert_non_null(orig);
+                    memcpy(orig, x, (size_t)(n_heads * head_dim) * sizeof(float));
+                    lp_rope(x, n_heads, head_dim, rot_dim, pos, inv_freq, attn_scale, layout == 1);
+                    for (int64_t h = 0; h < n_heads; h++) {
+                        const float *o = orig + h * head_dim;
+                        const float *r = x + h * head_dim;
+                        for (int64_t i = 0; i < half; i++) {
+                            /* the angle as Hugging Face forms it: a float32 product */
+                            double angle = (double)((float)pos * inv_freq[i]);
+                            int64_t i0 = layout == 1 ? 2 * i : i;
+                            int64_t i1 = layout == 1 ? 2 * i + 1 : i + half;
+                            double c = cos(angle) * (double)attn_scale;
+                            double s = sin(angle) * (double)attn_scale;
+                            double o0 = (double)o[i0], o1 = (double)o[i1];
+                            double want0 = o0 * c - o1 * s, want1 = o0 * s + o1 * c;
+                            if (fabs((double)r[i0] - want0) > 1e-5 ||
+                                fabs((double)r[i1] - want1) > 1e-5)
+                                fail_msg("rope %s layout %s rot %lld pos %lld pair %lld: got "
+                                         "(%g, %g) want (%g, %g)",
+                                         lp_isa_name(isas[si]), layout ? "adjacent" : "halves",
+                                         (long long)rot_dim, (long long)pos, (long long)i,
+                                         (double)r[i0], (double)r[i1], want0, want1);
+                        }
+                        for (int64_t d = rot_dim; d < head_dim; d++)
+                            assert_true(r[d] == o[d]); /* unrotated tail untouched */
+                    }
+                    free(x);
+                    free(orig);
+                }
+        }
+        /* position 0 is the identity */
+        float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
+        memcpy(y, x, sizeof x);
+        lp_rope(y, 1, 8, 8, 0, inv_freq, 1.0f, false);
+        assert_memory_equal(x, y, sizeof x);
+    }
+}
+
+static double gelu_exact(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
+static double gelu_tanh(double v)
+{
+    return 0.5 * v * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (v + 0.044715 * v * v * v)));
+}
+static double silu_d(double v) { return v / (1.0 + exp(-v)); }
+
+/* Budget for activations and norms: |y - formula| <= 2e-6 * (1 + |formula|). */
+static void check_close(const float *got, const double *want, int64_t n, const char *what,
+                        double *worst)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (1.0 + fabs(want[i]));
+        if (isnan(got[i]) || e > 2e-6)
+            fail_msg("%s %s: [%lld] got %.9g want %.9g", what, lp_isa_name(lp_kernels_isa()),
+                     (long long)i, (double)got[i], want[i]);
+        if (e > *worst)
+            *worst = e;
+    }
+}
+
+static void test_vector_kernels(void **state)
+{
+    (void)state;
+    static const int64_t sizes[] = {1, 7, 8, 33, 1000};
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    for (int s = 0; s < n_isas; s++) {
+        assert_true(lp_kernels_set_isa(isas[s]));
+        double worst = 0.0;
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            int64_t n = sizes[si];
+            float *x = rnd_array(n), *w = rnd_array(n), *b = rnd_array(n), *y = nan_array(n);
+            double *want = malloc((size_t)n * sizeof(double));
+            assert_non_null(want);
+            for (int64_t i = 0; i < n; i++)
+                x[i] *= 6.0f; /* exercise the tails of exp/erf/tanh */
+            /* rmsnorm, plain and Gemma's (1 + w) */
+            for (int plus_one = 0; plus_one < 2; plus_one++) {
+                double ss = 0.0;
+                for (int64_t i = 0; i < n; i++)
+                    ss += (double)x[i] * (double)x[i];
+                double inv = 1.0 / sqrt(ss / (double)n + 1e-5);
+                for (int64_t i = 0; i < n; i++)
+                    want[i] = (double)x[i] * inv * (plus_one ? 1.0 + (double)w[i] : (double)w[i]);
+                lp_rmsnorm(y, x, w, n, 1e-5f, plus_one);
+                check_close(y, want, n, "rmsnorm", &worst);
+            }
+            /* layernorm with weight and bias */
+            double mean = 0.0, var = 0.0;
+            for (int64_t i = 0; i < n; i++)
+                mean += (double)x[i];
+            mean /= (double)n;
+            for (int64_t i = 0; i < n; i++)
+                var += ((double)x[i] - mean) * ((double)x[i] - mean);
+            var /= (double)n;
+            for (int64_t i = 0; i < n; i++)
+                want[i] = ((double)x[i] - mean) / sqrt(var + 1e-5) * (double)w[i] + (double)b[i];
+            lp_layernorm(y, x, w, b, n, 1e-5f);
+            check_close(y, want, n, "layernorm", &worst);
+            /* softmax */
+            double max = -HUGE_VAL, sum = 0.0;
+            for (int64_t i = 0; i < n; i++)
+                max = (double)x[i] > max ? (double)x[i] : max;
+            for (int64_t i = 0; i < n; i++)
+                sum += exp((double)x[i] - max);
+            for (int64_t i = 0; i < n; i++)
+                want[i] = exp((double)x[i] - max) / sum;
+            memcpy(y, x, (size_t)n * sizeof(float));
+            lp_softmax(y, n);
+            check_close(y, want, n, "softmax", &worst);
+            /* activations */
+            for (int tanh_approx = 0; tanh_approx < 2; tanh_approx++) {
+                for (int64_t i = 0; i < n; i++)
+                    want[i] = tanh_approx ? gelu_tanh((double)x[i]) : gelu_exact((double)x[i]);
+                memcpy(y, x, (size_t)n * sizeof(float));
+                lp_gelu(y, n, tanh_approx);
+                check_close(y, want, n, tanh_approx ? "gelu_tanh" : "gelu", &worst);
+                for (int64_t i = 0; i < n; i++)
+                    want[i] *= (double)w[i];
+                memcpy(y, x, (size_t)n * sizeof(float));
+                lp_gelu_mul(y, w, n, tanh_approx);
+                check_close(y, want, n, "gelu_mul", &worst);
+            }
+            for (int64_t i = 0; i < n; i++)
+                want[i] = silu_d((double)x[i]);
+            memcpy(y, x, (size_t)n * sizeof(float));
+            lp_silu(y, n);
+            check_close(y, want, n, "silu", &worst);
+            for (int64_t i = 0; i < n; i++)
+                want[i] = silu_d((double)x[i]) * (double)w[i];
+            memcpy(y, x, (size_t)n * sizeof(float));
+            lp_silu_mul(y, w, n);
+            check_close(y, want, n, "silu_mul", &worst);
+            for (int64_t i = 0; i < n; i++)
+                want[i] = (double)x[i] + (double)w[i];
+            memcpy(y, x, (size_t)n * sizeof(float));
+            lp_add(y, w, n);
+            check_close(y, want, n, "add", &worst);
+            free(x);
+            free(w);
+            free(b);
+            free(y);
+            free(want);
+        }
+        printf("vector kernels %s: worst |err|/(1+|y|) = %.2e (budget 2e-6)\n",
+               lp_isa_name(isas[s]), worst);
+    }
+    /* a fully masked softmax row is all zeros, not NaN */
+    float masked[5] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    lp_softmax(masked, 5);
+    for (int i = 0; i < 5; i++)
+        assert_true(masked[i] == 0.0f);
+}
+
+static void test_isa_names(void **state)
+{
+    (void)state;
+    assert_string_equal(lp_isa_name(LP_ISA_REF), "ref");
+    assert_string_equal(lp_isa_name(LP_ISA_AVX2), "avx2");
+    assert_true(lp_kernels_set_isa(LP_ISA_REF));
+    assert_int_equal(lp_kernels_isa(), LP_ISA_REF);
+    assert_false(lp_kernels_set_isa(LP_ISA_COUNT));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_isa_names),
+        cmocka_unit_test(test_gemm_odd_shapes),
+        cmocka_unit_test(test_gemm_strides),
+        cmocka_unit_test(test_gemm_thread_determinism),
+        cmocka_unit_test(test_linear_dtypes),
+        cmocka_unit_test(test_linear_errors),
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_window_boundary),
+        cmocka_unit_test(test_attention_threads),
+        cmocka_unit_test(test_attention_nan),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_vector_kernels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,572 @@
+/* Tests of the synthetic model (trace/synth/synth.h): it loads, its tokenizer gives whole words, and
+ * the real forward pass finds every planted head where the generator says it is. Broken
+ * plantings (lp_synth_fault) must fail the same checks, so the checks can fail. */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#include "core/mapfile.h"
+#include "inspect/inspect.h"
+#include "inspect/tokenizer/tokenizer.h"
+#include "trace/synth/synth.h"
+#include "trace/trace.h"
+
+#define T_MAX 64
+#define N_L LP_SYNTH_LAYERS
+#define N_H LP_SYNTH_HEADS
+#define LOCAL_WINDOW 8
+
+/* A scratch folder per test under LOUPE_TEST_TMP; removed (our four files only) at the end. */
+static void scratch_dir(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/synth-%s-%ld", lp_test_tmp_dir(), name, (long)getpid());
+}
+
+static void remove_synth_dir(const char *dir)
+{
+    static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.json",
+                                        "planted_heads.json", "stray.txt"};
+    char path[1024];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
+static void write_model(const char *dir, lp_dtype dtype, lp_synth_fault fault, uint64_t seed)
+{
+    lp_synth_options opts;
+    lp_synth_options_init(&opts);
+    opts.dtype = dtype;
+    opts.fault = fault;
+    opts.seed = seed;
+    lp_error err = {0};
+    lp_status st = lp_synth_write(dir, &opts, &err);
+    if (st != LP_OK)
+        fail_msg("lp_synth_write(%s): %s", dir, err.msg);
+}
+
+static int find_planted(lp_synth_behaviour b, int *layer)
+{
+    size_t n;
+    const lp_synth_head *heads = lp_synth_planted_heads(&n);
+    for (size_t i = 0; i < n; i++)
+        if (heads[i].behaviour == b) {
+            *layer = heads[i].layer;
+            return heads[i].head;
+        }
+    fail_msg("no planted head of behaviour %s", lp_synth_behaviour_name(b));
+    *layer = 0;
+    return 0;
+}
+
+/* ---- the forward pass, recorded by our own observer ---------------------------------------- */
+
+typedef struct capture {
+    int64_t n_tokens;
+    int64_t vocab;
+    float probs[N_L][N_H][T_MAX][T_MAX];
+    float *logits; /* [n_tokens, vocab] */
+} capture;
+
+static bool cap_want(void *ctx, const lp_site *site)
+{
+    (void)ctx;
+    return site->kind == LP_SITE_ATTN_PROBS || site->kind == LP_SITE_LOGITS;
+}
+
+static lp_status cap_observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
+{
+    (void)err;
+    capture *c = ctx;
+    if (site->kind == LP_SITE_ATTN_PROBS) {
+        for (int64_t r = 0; r < view->rows; r++)
+            for (int64_t k = 0; k < view->cols; k++)
+                c->probs[site->layer][site->head][r][k] = view->data[r * view->stride + k];
+    } else if (site->kind == LP_SITE_LOGITS) {
+        for (int64_t r = 0; r < view->rows; r++)
+            memcpy(c->logits + (view->row0 + r) * c->vocab, view->data + r * view->stride,
+                   (size_t)c->vocab * sizeof(float));
+    }
+    return LP_OK;
+}
+
+/* What the checks measure, per head: means over query rows (prev_token over rows >= 1). */
+typedef struct head_measure {
+    double entropy, max_prob, uniform_max_prob, sink, prev, self, local_frac;
+    double induction; /* second copy: mass on keys right after an earlier copy of the query */
+} head_measure;
+
+typedef struct measured {
+    int32_t tokens[T_MAX];
+    int64_t n_tokens;
+    head_measure head[N_L][N_H];
+    int n_second_copy;       /* query rows of the second copy that predict a next token */
+    int n_correct;           /* of those, top-1 = the next token */
+    int n_unique;            /* of those, rows whose token occurs once per copy */
+    int n_unique_correct;
+} measured;
+
+static void run_and_measure(const char *dir, measured *m)
+{
+    lp_error err = {0};
+    lp_tokenizer *tok = NULL;
+    lp_model *model = NULL;
+    if (lp_tokenizer_open(dir, &tok, &err) != LP_OK)
+        fail_msg("tokenizer %s: %s", dir, err.msg);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *prompt = LP_SYNTH_DEMO_PROMPT;
+    assert_int_equal(lp_tokenizer_encode(tok, prompt, strlen(prompt), true, &ids, &n, &err),
+                     LP_OK);
+    assert_true(n <= T_MAX && n % 2 == 1); /* <s> + two equal copies */
+    memset(m, 0, sizeof *m);
+    memcpy(m->tokens, ids, n * sizeof *ids);
+    m->n_tokens = (int64_t)n;
+    free(ids);
+    lp_tokenizer_close(tok);
+
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("model %s: %s", dir, err.msg);
+    capture *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    c->n_tokens = m->n_tokens;
+    c->vocab = lp_model_arch(model)->vocab_size;
+    c->logits = calloc((size_t)(c->n_tokens * c->vocab), sizeof(float));
+    assert_non_null(c->logits);
+    lp_observer obs = {c, cap_want, cap_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    lp_batch batch = lp_batch_single(m->tokens, m->n_tokens);
+    if (lp_forward(model, &batch, &opts, &err) != LP_OK)
+        fail_msg("forward: %s", err.msg);
+
+    const int64_t T = m->n_tokens, copy = (T - 1) / 2, second = 1 + copy;
+    for (int l = 0; l < N_L; l++)
+        for (int h = 0; h < N_H; h++) {
+            head_measure *hm = &m->head[l][h];
+            int n_ind = 0;
+            for (int64_t q = 0; q < T; q++) {
+                const float *row = c->probs[l][h][q];
+                double ent = 0, mx = 0, local = 0;
+                for (int64_t k = 0; k <= q; k++) {
+                    double p = (double)row[k];
+                    if (p > 0)
+                        ent -= p * log(p);
+                    mx = p > mx ? p : mx;
+                    if (q - k < LOCAL_WINDOW)
+                        local += p;
+                }
+                hm->entropy += ent / (double)T;
+                hm->max_prob += mx / (double)T;
+                hm->uniform_max_prob += 1.0 / (double)(q + 1) / (double)T;
+                hm->sink += (double)row[0] / (double)T;
+                hm->self += (double)row[q] / (double)T;
+                hm->local_frac += local / (double)T;
+                if (q >= 1)
+                    hm->prev += (double)row[q - 1] / (double)(T - 1);
+                if (q >= second) {
+                    double mass = 0;
+                    for (int64_t k = 1; k <= q; k++)
+                        if (m->tokens[k - 1] == m->tokens[q] && k - 1 < q)
+                            mass += (double)row[k];
+                    hm->induction += mass;
+                    n_ind++;
+                }
+            }
+            hm->induction /= n_ind;
+        }
+    /* Predictions in the second copy: row q predicts token q + 1. */
+    for (int64_t q = second; q + 1 < T; q++) {
+        const float *lg = c->logits + q * c->vocab;
+        int64_t best = 0;
+        for (int64_t v = 1; v < c->vocab; v++)
+            if (lg[v] > lg[best])
+                best = v;
+        int occurrences = 0;
+        for (int64_t k = 1; k < second; k++)
+            occurrences += m->tokens[k] == m->tokens[q];
+        bool right = best == m->tokens[q + 1];
+        m->n_second_copy++;
+        m->n_correct += right;
+        if (occurrences == 1) {
+            m->n_unique++;
+            m->n_unique_correct += right;
+        }
+    }
+    free(c->logits);
+    free(c);
+    lp_model_close(model);
+}
+
+/* ---- the checks a correct planting passes ---------------------------------------------------- */
+
+typedef struct verdict {
+    bool prev, sink, uniform, local, induction, predictions;
+} verdict;
+
+static verdict judge(const measured *m, bool verbose)
+{
+    verdict v = {0};
+    int lp = 0, ls = 0, lu = 0, ll = 0, li = 0;
+    int hp = find_planted(LP_SYNTH_PREV_TOKEN, &lp), hs = find_planted(LP_SYNTH_SINK, &ls);
+    int hu = find_planted(LP_SYNTH_UNIFORM, &lu), hl = find_planted(LP_SYNTH_LOCAL, &ll);
+    int hi = find_planted(LP_SYNTH_INDUCTION, &li);
+    double best_other_prev = 0, best_other_sink = 0, best_other_ent = 0, best_other_local = 0,
+           best_other_ind = 0;
+    for (int l = 0; l < N_L; l++)
+        for (int h = 0; h < N_H; h++) {
+            const head_measure *x = &m->head[l][h];
+            if (!(l == lp && h == hp) && x->prev > best_other_prev)
+                best_other_prev = x->prev;
+            if (!(l == ls && h == hs) && x->sink > best_other_sink)
+                best_other_sink = x->sink;
+            if (l == lu && h != hu && x->entropy > best_other_ent)
+                best_other_ent = x->entropy;
+            /* heads that mostly look at the previous token or themselves are local trivially */
+            bool prev_or_self = x->prev > 0.5 || x->self > 0.5;
+            if (!(l == ll && h == hl) && !prev_or_self && x->local_frac > best_other_local)
+                best_other_local = x->local_frac;
+            if (!(l == li && h == hi) && x->induction > best_other_ind)
+                best_other_ind = x->induction;
+        }
+    const head_measure *P = &m->head[lp][hp], *S = &m->head[ls][hs], *U = &m->head[lu][hu],
+                       *L = &m->head[ll][hl], *I = &m->head[li][hi];
+    v.prev = P->prev > 0.9 && P->prev > best_other_prev + 0.4;
+    v.sink = S->sink > 0.9 && S->sink > best_other_sink + 0.3;
+    v.uniform = U->entropy > best_other_ent + 0.3 &&
+                fabs(U->max_prob - U->uniform_max_prob) < 0.01 * U->uniform_max_prob;
+    v.local = L->local_frac > 0.9 && L->prev < 0.5 && L->self < 0.5 &&
+              L->local_frac > best_other_local + 0.2;
+    v.induction = I->induction > 0.5 && I->induction > best_other_ind + 0.3;
+    v.predictions = m->n_unique > 0 && m->n_unique_correct == m->n_unique &&
+                    2 * m->n_correct > m->n_second_copy;
+    if (verbose) {
+        print_message("  prev      L%dH%d prev_token %.4f (best other %.4f)\n", lp, hp, P->prev,
+                      best_other_prev);
+        print_message("  sink      L%dH%d sink %.4f (best other %.4f)\n", ls, hs, S->sink,
+                      best_other_sink);
+        print_message("  uniform   L%dH%d entropy %.4f (best other layer-%d %.4f), max_prob %.4f "
+                      "vs 1/(t+1) %.4f\n", lu, hu, U->entropy, lu, best_other_ent, U->max_prob,
+                      U->uniform_max_prob);
+        print_message("  local     L%dH%d local_frac %.4f prev %.3f self %.3f (best other %.4f)\n",
+                      ll, hl, L->local_frac, L->prev, L->self, best_other_local);
+        print_message("  induction L%dH%d mass %.4f (best other %.4f)\n", li, hi, I->induction,
+                      best_other_ind);
+        print_message("  top-1 in the second copy: %d/%d (tokens seen once: %d/%d)\n",
+                      m->n_correct, m->n_second_copy, m->n_unique_correct, m->n_unique);
+    }
+    return v;
+}
+
+/* ---- tests --------------------------------------------------------------------------------------- */
+
+static void test_loads_and_shapes(void **state)
+{
+    (void)state;
+    char dir[512];
+    scratch_dir(dir, sizeof dir, "load");
+    write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, 1);
+    lp_weights *w = NULL;
+    lp_error err = {0};
+    if (lp_weights_open(dir, &w, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    const lp_arch *a = lp_weights_arch(w);
+    assert_non_null(a);
+    assert_string_equal(a->family, "llama");
+    assert_int_equal(a->hidden_size, LP_SYNTH_HIDDEN);
+    assert_int_equal(a->n_layers, LP_SYNTH_LAYERS);
+    assert_int_equal(a->n_heads, LP_SYNTH_HEADS);
+    assert_int_equal(a->n_kv_heads, LP_SYNTH_HEADS);
+    assert_int_equal(a->head_dim, LP_SYNTH_HEAD_DIM);
+    assert_int_equal(a->ffn_hidden, LP_SYNTH_FFN);
+    assert_true(a->tied_embeddings);
+    assert_true(a->rope_theta == 1e6);
+    assert_int_equal(a->rope_layout, LP_ROPE_HALVES);
+    assert_int_equal(a->bos_token_id, 1);
+    assert_int_equal(lp_weights_count(w), 2 + 9 * LP_SYNTH_LAYERS);
+    assert_null(lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false)); /* tied */
+
+    /* Every embedding row has norm 1 (RMSNorm then scales all tokens alike). */
+    const lp_tensor *emb = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
+    assert_non_null(emb);
+    assert_int_equal(emb->shape[0], a->vocab_size);
+    float *rows = malloc((size_t)emb->n_elements * sizeof *rows);
+    assert_non_null(rows);
+    assert_int_equal(lp_tensor_rows_f32(emb, 0, emb->shape[0], rows, &err), LP_OK);
+    for (int64_t t = 0; t < emb->shape[0]; t++) {
+        double sq = 0;
+        for (int64_t j = 0; j < emb->shape[1]; j++)
+            sq += (double)rows[t * emb->shape[1] + j] * (double)rows[t * emb->shape[1] + j];
+        if (fabs(sqrt(sq) - 1.0) > 1e-5)
+            fail_msg("embedding row %lld has norm %.7f, want 1", (long long)t, sqrt(sq));
+    }
+    free(rows);
+
+    /* The tokenizer's vocabulary is the model's. */
+    lp_tokenizer *tok = NULL;
+    assert_int_equal(lp_tokenizer_open(dir, &tok, &err), LP_OK);
+    assert_int_equal(lp_tokenizer_vocab_size(tok), a->vocab_size);
+    lp_tokenizer_close(tok);
+    lp_weights_close(w);
+    remove_synth_dir(dir);
+}
+
+static void test_tokenizer_whole_words(void **state)
+{
+    (void)state;
+    char dir[512];
+    scratch_dir(dir, sizeof dir, "tok");
+    write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, 1);
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    assert_int_equal(lp_tokenizer_open(dir, &tok, &err), LP_OK);
+    const char *prompt = LP_SYNTH_DEMO_PROMPT;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    assert_int_equal(lp_tokenizer_encode(tok, prompt, strlen(prompt), true, &ids, &n, &err),
+                     LP_OK);
+    assert_int_equal(ids[0], 1);
+    assert_string_equal(lp_tokenizer_piece(tok, ids[0]), "<s>");
+    /* One token per space-separated word, each "▁" + the word. */
+    char words[512];
+    snprintf(words, sizeof words, "%s", prompt);
+    size_t k = 1;
+    for (char *save = NULL, *word = strtok_r(words, " ", &save); word;
+         word = strtok_r(NULL, " ", &save), k++) {
+        char want[64];
+        snprintf(want, sizeof want, "\xe2\x96\x81%s", word);
+        assert_true(k < n);
+        assert_string_equal(lp_tokenizer_piece(tok, ids[k]), want);
+    }
+    assert_int_equal(k, n);
+    char *text = NULL;
+    assert_int_equal(lp_tokenizer_decode(tok, ids, n, true, &text, &err), LP_OK);
+    assert_string_equal(text, prompt);
+    free(text);
+    free(ids);
+    /* Every word of the vocabulary is one token, wherever it stands. */
+    size_t n_words;
+    const char *const *vocab_words = lp_synth_words(&n_words);
+    assert_true(n_words >= 50);
+    for (size_t w = 0; w < n_words; w++) {
+        char twice[80], want[80];
+        snprintf(twice, sizeof twice, "%s %s", vocab_words[w], vocab_words[w]);
+        snprintf(want, sizeof want, "\xe2\x96\x81%s", vocab_words[w]);
+        assert_int_equal(lp_tokenizer_encode(tok, twice, strlen(twice), false, &ids, &n, &err),
+                         LP_OK);
+        if (n != 2 || strcmp(lp_tokenizer_piece(tok, ids[0]), want) != 0 || ids[1] != ids[0])
+            fail_msg("'%s' does not encode to two '%s' tokens (%zu tokens)", twice, want, n);
+        free(ids);
+    }
+    /* Words outside the vocabulary still round-trip through byte fallback. */
+    const char *odd = "Zebra caf\xc3\xa9 the";
+    assert_int_equal(lp_tokenizer_encode(tok, odd, strlen(odd), false, &ids, &n, &err), LP_OK);
+    assert_int_equal(lp_tokenizer_decode(tok, ids, n, true, &text, &err), LP_OK);
+    assert_string_equal(text, odd);
+    free(text);
+    free(ids);
+    lp_tokenizer_close(tok);
+    remove_synth_dir(dir);
+}
+
+static void test_planted_heads_found(void **state)
+{
+    (void)state;
+    static const lp_dtype dtypes[] = {LP_DTYPE_F32, LP_DTYPE_BF16, LP_DTYPE_F16};
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+        char dir[512];
+        scratch_dir(dir, sizeof dir, lp_dtype_name(dtypes[i]));
+        write_model(dir, dtypes[i], LP_SYNTH_FAULT_NONE, 1);
+        measured m;
+        run_and_measure(dir, &m);
+        print_message("%s:\n", lp_dtype_name(dtypes[i]));
+        verdict v = judge(&m, true);
+        assert_true(v.prev);
+        assert_true(v.sink);
+        assert_true(v.uniform);
+        assert_true(v.local);
+        assert_true(v.induction);
+        assert_true(v.predictions);
+        /* The library's own check (trace statistics) agrees with the measurement above. */
+        lp_synth_report rep;
+        lp_error err = {0};
+        assert_int_equal(lp_synth_check(dir, &rep, &err), LP_OK);
+        assert_true(rep.passed);
+        assert_int_equal(rep.n_findings, 5);
+        for (size_t k = 0; k < rep.n_findings; k++) {
+            const lp_synth_finding *f = &rep.findings[k];
+            const head_measure *hm = &m.head[f->head.layer][f->head.head];
+            double mine = f->head.behaviour == LP_SYNTH_PREV_TOKEN ? hm->prev
+                          : f->head.behaviour == LP_SYNTH_SINK     ? hm->sink
+                          : f->head.behaviour == LP_SYNTH_LOCAL    ? hm->local_frac
+                          : f->head.behaviour == LP_SYNTH_UNIFORM  ? hm->entropy
+                                                                   : hm->induction;
+            if (fabs(f->value - mine) > 1e-3)
+                fail_msg("%s: lp_synth_check says %.5f, measured %.5f", f->statistic, f->value,
+                         mine);
+        }
+        assert_int_equal(rep.n_correct, m.n_correct);
+        /* The model predicts the next token, not the current one (layer 1's FFN takes the
+         * current identity out): a margin of nats, not a coin flip. */
+        print_message("  loss next %.3f, current %.3f\n", rep.loss_next, rep.loss_current);
+        assert_true(rep.alignment_passed);
+        assert_true(rep.loss_next + 2.0 < rep.loss_current);
+        remove_synth_dir(dir);
+    }
+}
+
+static void test_other_seeds(void **state)
+{
+    (void)state;
+    for (uint64_t seed = 2; seed <= 4; seed++) {
+        char dir[512], name[32];
+        snprintf(name, sizeof name, "seed%llu", (unsigned long long)seed);
+        scratch_dir(dir, sizeof dir, name);
+        write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, seed);
+        measured m;
+        run_and_measure(dir, &m);
+        verdict v = judge(&m, false);
+        if (!(v.prev && v.sink && v.uniform && v.local && v.induction && v.predictions)) {
+            judge(&m, true);
+            fail_msg("seed %llu: a planted head was not found", (unsigned long long)seed);
+        }
+        remove_synth_dir(dir);
+    }
+}
+
+/* The checks must be able to fail: break the previous-token head and watch them do so. */
+static void test_broken_plantings_fail(void **state)
+{
+    (void)state;
+    char dir[512];
+    scratch_dir(dir, sizeof dir, "nophase");
+    write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_PREV_NO_PHASE, 1);
+    measured m;
+    run_and_measure(dir, &m);
+    print_message("prev-no-phase:\n");
+    verdict v = judge(&m, true);
+    assert_false(v.prev);      /* it now attends to itself */
+    assert_false(v.induction); /* and writes the current token, not the previous one */
+    assert_true(v.sink);       /* the other plantings do not depend on it */
+    lp_synth_report rep;
+    lp_error err = {0};
+    assert_int_equal(lp_synth_check(dir, &rep, &err), LP_OK);
+    assert_false(rep.passed);
+    assert_false(rep.findings[0].passed); /* previous_token */
+    assert_true(rep.findings[1].passed);  /* sink */
+    assert_false(rep.predictions_passed);
+    remove_synth_dir(dir);
+
+    scratch_dir(dir, sizeof dir, "nowrite");
+    write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_NO_PREV_WRITE, 1);
+    run_and_measure(dir, &m);
+    print_message("no-prev-write:\n");
+    v = judge(&m, true);
+    assert_true(v.prev); /* the pattern is still there ... */
+    assert_false(v.induction); /* ... but nothing for layer 1 to match */
+    assert_false(v.predictions);
+    assert_int_equal(lp_synth_check(dir, &rep, &err), LP_OK);
+    assert_false(rep.passed);
+    assert_true(rep.findings[0].passed);
+    assert_false(rep.findings[4].passed); /* induction */
+    remove_synth_dir(dir);
+}
+
+static bool files_equal(const char *a, const char *b)
+{
+    lp_mapped_file ma, mb;
+    lp_error err = {0};
+    if (lp_map_file(a, &ma, &err) != LP_OK)
+        return false;
+    if (lp_map_file(b, &mb, &err) != LP_OK) {
+        lp_unmap_file(&ma);
+        return false;
+    }
+    bool same = ma.size == mb.size && memcmp(ma.data, mb.data, ma.size) == 0;
+    lp_unmap_file(&ma);
+    lp_unmap_file(&mb);
+    return same;
+}
+
+static void test_deterministic(void **state)
+{
+    (void)state;
+    char d1[512], d2[512], d3[512];
+    scratch_dir(d1, sizeof d1, "det1");
+    scratch_dir(d2, sizeof d2, "det2");
+    scratch_dir(d3, sizeof d3, "det3");
+    write_model(d1, LP_DTYPE_BF16, LP_SYNTH_FAULT_NONE, 7);
+    write_model(d2, LP_DTYPE_BF16, LP_SYNTH_FAULT_NONE, 7);
+    write_model(d3, LP_DTYPE_BF16, LP_SYNTH_FAULT_NONE, 8);
+    static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.json",
+                                        "planted_heads.json"};
+    for (size_t i = 0; i < 4; i++) {
+        char a[1024], b[1024];
+        snprintf(a, sizeof a, "%s/%s", d1, files[i]);
+        snprintf(b, sizeof b, "%s/%s", d2, files[i]);
+        if (!files_equal(a, b))
+            fail_msg("%s differs between two runs with the same seed", files[i]);
+    }
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "%s/model.safetensors", d1);
+    snprintf(b, sizeof b, "%s/model.safetensors", d3);
+    assert_false(files_equal(a, b)); /* the seed reaches the weights */
+    remove_synth_dir(d1);
+    remove_synth_dir(d2);
+    remove_synth_dir(d3);
+}
+
+static void test_refuses_foreign_folder(void **state)
+{
+    (void)state;
+    char dir[512], stray[1024], marker[1024];
+    scratch_dir(dir, sizeof dir, "foreign");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(stray, sizeof stray, "%s/stray.txt", dir);
+    FILE *f = fopen(stray, "w");
+    assert_non_null(f);
+    fputs("keep me\n", f);
+    fclose(f);
+    lp_synth_options opts;
+    lp_synth_options_init(&opts);
+    lp_error err = {0};
+    assert_int_equal(lp_synth_write(dir, &opts, &err), LP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "refusing to overwrite"));
+    assert_non_null(strstr(err.msg, dir));
+    snprintf(marker, sizeof marker, "%s/planted_heads.json", dir);
+    assert_false(lp_path_exists(marker)); /* nothing written */
+    remove(stray);
+
+    /* An earlier synth output is ours to replace, even with a database beside it. */
+    write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, 1);
+    f = fopen(stray, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(lp_synth_write(dir, &opts, &err), LP_OK);
+
+    /* A file where the folder should be, and bad options. */
+    assert_int_equal(lp_synth_write(stray, &opts, &err), LP_ERR_USAGE);
+    opts.dtype = LP_DTYPE_Q4_0;
+    assert_int_equal(lp_synth_write(dir, &opts, &err), LP_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "q4_0"));
+    remove_synth_dir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loads_and_shapes),
+        cmocka_unit_test(test_tokenizer_whole_words),
+        cmocka_unit_test(test_planted_heads_found),
+        cmocka_unit_test(test_other_seeds),
+        cmocka_unit_test(test_broken_plantings_fail),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_refuses_foreign_folder),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

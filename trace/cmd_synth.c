@@ -1,0 +1,174 @@
+/* `loupe synth OUT_DIR`: write the small model with planted heads (trace/synth/synth.h) and read it
+ * back, so what it prints is what a later command will see. */
+#include "trace/synth/synth.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/cli/cli.h"
+#include "inspect/inspect.h"
+#include "inspect/tokenizer/tokenizer.h"
+
+#define CMD "synth"
+
+static const char usage[] =
+    "usage: loupe synth OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check]\n"
+    "\n"
+    "Write a small Llama-style model whose attention heads are planted with known behaviours,\n"
+    "so every command can be tried offline on a model with a known answer. OUT_DIR is created\n"
+    "if missing; a folder that is neither empty nor an earlier synth output is refused.\n"
+    "\n"
+    "  OUT_DIR         gets config.json, model.safetensors, tokenizer.json, planted_heads.json\n"
+    "  --seed N        token identities and noise heads (default 1); same seed, same bytes\n"
+    "  --dtype D       stored weights: f32 (default), bf16 or f16\n"
+    "  --check         then run the model on the demo prompt and show that each planted head\n"
+    "                  tops its statistic (exit 1 if one does not)\n"
+    "  --fault NAME    for tests: plant a head wrongly (prev-no-phase: the previous-token head\n"
+    "                  loses its phase and attends to itself; no-prev-write: it writes nothing,\n"
+    "                  so the induction head has nothing to match)\n"
+    "\n"
+    "Planted heads: layer 0 head 1 previous token, head 3 sink (<s>), head 4 local window,\n"
+    "head 6 uniform; layer 1 head 5 induction. All other heads are seeded noise.\n"
+    "Exit status: 0 written (and found), 1 --check did not find a planted head, 2 bad usage or an\n"
+    "output folder that is not ours.\n";
+
+static int print_check(const char *out_dir)
+{
+    lp_synth_report rep;
+    lp_error err = {0};
+    if (lp_synth_check(out_dir, &rep, &err) != LP_OK)
+        return lp_cli_fail(CMD, &err);
+    printf("check: the demo prompt (%" PRId64 " tokens, a sentence said twice) through the "
+           "forward pass\n", rep.n_tokens);
+    for (size_t i = 0; i < rep.n_findings; i++) {
+        const lp_synth_finding *f = &rep.findings[i];
+        char detail[160];
+        int len = snprintf(detail, sizeof detail, "(");
+        if (f->bar > 0)
+            len += snprintf(detail + len, sizeof detail - (size_t)len, "bar %.1f; ", f->bar);
+        if (f->runner_up_layer >= 0)
+            len += snprintf(detail + len, sizeof detail - (size_t)len,
+                            "next best %.3f, layer %d head %d", f->runner_up, f->runner_up_layer,
+                            f->runner_up_head);
+        else
+            len += snprintf(detail + len, sizeof detail - (size_t)len, "no competitor");
+        if (f->head.behaviour == LP_SYNTH_UNIFORM)
+            snprintf(detail + len, sizeof detail - (size_t)len,
+                     "; max_prob %.4f, mean 1/(t+1) %.4f", f->extra, f->extra_want);
+        printf("  %s  layer %d head %d  %-15s %s = %.3f %s)\n", f->passed ? "PASS" : "FAIL",
+               f->head.layer, f->head.head, lp_synth_behaviour_name(f->head.behaviour),
+               f->statistic, f->value, detail);
+    }
+    printf("  %s  top-1 predictions in the second copy: %d/%d (words said once per copy: %d/%d)\n",
+           rep.predictions_passed ? "PASS" : "FAIL", rep.n_correct, rep.n_predicted,
+           rep.n_unambiguous_correct, rep.n_unambiguous);
+    printf("  %s  mean loss against the next token %.3f nats < against the current token %.3f\n",
+           rep.alignment_passed ? "PASS" : "FAIL", rep.loss_next, rep.loss_current);
+    return rep.passed ? LP_EXIT_OK : LP_EXIT_CHECK_FAILED;
+}
+
+static int run_synth(int argc, char **argv)
+{
+    lp_synth_options opts;
+    lp_synth_options_init(&opts);
+    const char *out_dir = NULL;
+    bool check = false;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int r;
+        if ((r = lp_cli_option(CMD, argc, argv, &i, "--seed", &v)) != 0) {
+            int64_t seed;
+            if (r < 0)
+                return LP_EXIT_USAGE;
+            if (!lp_parse_i64(v, &seed) || seed < 0)
+                return lp_cli_usage_error(CMD, "--seed '%s': want an integer >= 0", v);
+            opts.seed = (uint64_t)seed;
+        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--dtype", &v)) != 0) {
+            if (r < 0)
+                return LP_EXIT_USAGE;
+            lp_dtype d = lp_dtype_from_name(v);
+            if (d != LP_DTYPE_F32 && d != LP_DTYPE_BF16 && d != LP_DTYPE_F16)
+                return lp_cli_usage_error(CMD, "--dtype '%s': want f32, bf16 or f16", v);
+            opts.dtype = d;
+        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--fault", &v)) != 0) {
+            if (r < 0)
+                return LP_EXIT_USAGE;
+            if (strcmp(v, "none") == 0)
+                opts.fault = LP_SYNTH_FAULT_NONE;
+            else if (strcmp(v, "prev-no-phase") == 0)
+                opts.fault = LP_SYNTH_FAULT_PREV_NO_PHASE;
+            else if (strcmp(v, "no-prev-write") == 0)
+                opts.fault = LP_SYNTH_FAULT_NO_PREV_WRITE;
+            else
+                return lp_cli_usage_error(CMD, "--fault '%s': want none, prev-no-phase or "
+                                          "no-prev-write", v);
+        } else if (lp_cli_flag(argv[i], "--check")) {
+            check = true;
+        } else if (lp_cli_flag(argv[i], "--help") || lp_cli_flag(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return LP_EXIT_OK;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            return lp_cli_usage_error(CMD, "unknown option '%s' (see loupe synth --help)",
+                                      argv[i]);
+        } else if (!out_dir) {
+            out_dir = argv[i];
+        } else {
+            return lp_cli_usage_error(CMD, "unexpected argument '%s': one OUT_DIR only",
+                                      argv[i]);
+        }
+    }
+    if (!out_dir)
+        return lp_cli_usage_error(CMD, "no OUT_DIR given (usage: loupe synth OUT_DIR [--seed N] "
+                                  "[--dtype f32|bf16|f16])");
+
+    lp_error err = {0};
+    if (lp_synth_write(out_dir, &opts, &err) != LP_OK)
+        return lp_cli_fail(CMD, &err);
+
+    /* Read it back: the counts printed are the ones loupe's readers see. */
+    lp_weights *w = NULL;
+    lp_tokenizer *tok = NULL;
+    if (lp_weights_open(out_dir, &w, &err) != LP_OK ||
+        lp_tokenizer_open(out_dir, &tok, &err) != LP_OK) {
+        lp_weights_close(w);
+        return lp_cli_fail(CMD, &err);
+    }
+    uint64_t bytes = 0;
+    int64_t params = 0;
+    for (size_t i = 0; i < lp_weights_count(w); i++) {
+        const lp_tensor *t = lp_weights_tensor(w, i);
+        bytes += t->n_bytes;
+        params += t->n_elements;
+    }
+    const lp_arch *a = lp_weights_arch(w);
+    char pbuf[32], bbuf[32];
+    static const char *const fault_names[] = {"", ", fault prev-no-phase", ", fault no-prev-write"};
+    printf("wrote %s (seed %" PRIu64 ", %s%s)\n", out_dir, opts.seed, lp_dtype_name(opts.dtype),
+           fault_names[opts.fault]);
+    printf("  config.json         llama: hidden %" PRId64 ", %" PRId64 " layers, %" PRId64
+           " heads x %" PRId64 ", rope_theta %.0f, tied embeddings\n",
+           a ? a->hidden_size : 0, a ? a->n_layers : 0, a ? a->n_heads : 0, a ? a->head_dim : 0,
+           a ? a->rope_theta : 0.0);
+    printf("  model.safetensors   %zu tensors, %s parameters, %s\n", lp_weights_count(w),
+           lp_format_int(params, pbuf, sizeof pbuf), lp_format_bytes(bytes, bbuf, sizeof bbuf));
+    printf("  tokenizer.json      %" PRId64 " tokens (%s: whole words, byte fallback)\n",
+           lp_tokenizer_vocab_size(tok), lp_tokenizer_kind(tok));
+    size_t n;
+    const lp_synth_head *heads = lp_synth_planted_heads(&n);
+    printf("  planted_heads.json  %zu planted heads:\n", n);
+    for (size_t i = 0; i < n; i++)
+        printf("    layer %d head %d  %s\n", heads[i].layer, heads[i].head,
+               lp_synth_behaviour_name(heads[i].behaviour));
+    lp_tokenizer_close(tok);
+    lp_weights_close(w);
+    if (!check) {
+        printf("try: loupe trace %s --prompt \"%s\"\n", out_dir, LP_SYNTH_DEMO_PROMPT);
+        return LP_EXIT_OK;
+    }
+    return print_check(out_dir);
+}
+
+const lp_command lp_command_synth = {"synth", "write a small model with planted attention heads",
+                                     usage, run_synth};

@@ -1,0 +1,724 @@
+/* The instrumented forward pass: one prefill per sequence, observers asked at every named site. */
+#include "trace/trace.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/arena.h"
+#include "core/checked.h"
+#include "trace/forward/model_internal.h"
+
+/* Logits are computed in chunks of rows so a 150k vocabulary never needs [T, vocab] at once. */
+#define LOGITS_CHUNK_FLOATS (4u << 20)
+/* The FFN runs over at most this many rows at a time, so its [rows, ffn] scratch stays small for
+ * long prompts (GEMMs of 256 rows are already at full speed). */
+#define FFN_CHUNK_ROWS 256
+/* Longest sequence one call accepts; the [T, T] probability slots bound it long before this. */
+#define MAX_TOKENS (1 << 20)
+
+void lp_forward_opts_init(lp_forward_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->mask_fault = LP_MASK_FAULT_NONE;
+    opts->sliding_window = true;
+    opts->local_window = 8;
+}
+
+/* Scratch layout for one sequence of T tokens; every buffer 64-byte aligned in one arena. */
+typedef struct scratch_plan {
+    int64_t T;
+    int64_t n_prob_slots; /* heads computed at once, each with its own [T, T] slot */
+    int64_t slot_stride;  /* floats between slots: T*T rounded up to a cache line, so threads
+                             writing neighbouring slots never share one */
+    int64_t logits_rows;  /* rows per logits chunk */
+    int64_t ffn_rows;     /* rows per FFN chunk */
+    uint64_t total;
+} scratch_plan;
+
+typedef struct scratch {
+    float *x;        /* [T, hidden] residual stream */
+    float *xn;       /* [T, hidden] normed input of a sublayer */
+    float *tmp;      /* [T, hidden] sublayer output before the residual add */
+    float *qkv;      /* [T, q_dim + 2 kv_dim] (q | k | v per row) */
+    float *attn;     /* [T, q_dim] head outputs, head h at columns h*head_dim */
+    float *gate;     /* [ffn_rows, 2 ffn] (fused gate|up needs both halves) */
+    float *up;       /* [ffn_rows, ffn] */
+    float *probs;    /* [n_prob_slots, slot_stride >= T*T] or NULL */
+    lp_attn_row_stats *row_stats; /* [n_heads, T] */
+    float *logits;   /* [logits_rows, vocab] */
+    float *inv_freq; /* [rope_dim / 2] */
+    float *inv_freq_local;
+    int64_t *positions; /* [T] */
+    /* MoE */
+    float *router;      /* [T, n_experts] softmax over all experts */
+    int32_t *chosen;    /* [T, top_k] */
+    float *chosen_w;    /* [T, top_k] */
+    int64_t *tok_list;  /* [T] tokens routed to one expert */
+    float *gather;      /* [ffn_rows, hidden] */
+    float *expert_out;  /* [ffn_rows, hidden] */
+} scratch;
+
+static uint64_t round64(uint64_t n) { return (n + 63) / 64 * 64; }
+
+/* Adds n elements of `size` bytes to *total; false on overflow. */
+static bool plan_add(uint64_t *total, uint64_t n, uint64_t size)
+{
+    uint64_t bytes;
+    if (!lp_mul_u64(n, size, &bytes))
+        return false;
+    return lp_add_u64(*total, round64(bytes) + 64, total);
+}
+
+static bool make_plan(const lp_model *m, int64_t T, bool want_probs, int n_threads,
+                      scratch_plan *p)
+{
+    const lp_arch *a = &m->arch;
+    uint64_t t = (uint64_t)T, H = (uint64_t)a->hidden_size;
+    uint64_t qkv_w = (uint64_t)(m->max_q_dim + 2 * m->max_kv_dim);
+    uint64_t ffn = (uint64_t)m->max_ffn, total = 0;
+    uint64_t E = (uint64_t)(a->n_experts > 0 ? a->n_experts : 0);
+    uint64_t K = (uint64_t)(a->n_experts_per_tok > 0 ? a->n_experts_per_tok : 0);
+    p->T = T;
+    p->n_prob_slots = want_probs ? (n_threads < a->n_heads ? n_threads : a->n_heads) : 0;
+    int64_t rows = (int64_t)(LOGITS_CHUNK_FLOATS / (uint64_t)a->vocab_size);
+    if (rows < 1)
+        rows = 1;
+    p->logits_rows = rows < T ? rows : T;
+    p->ffn_rows = T < FFN_CHUNK_ROWS ? T : FFN_CHUNK_ROWS;
+    uint64_t fr = (uint64_t)p->ffn_rows;
+    bool ok = plan_add(&total, t * 3, H * 4) && plan_add(&total, t, qkv_w * 4) &&
+              plan_add(&total, t, (uint64_t)m->max_q_dim * 4) && plan_add(&total, fr, 2 * ffn * 4) &&
+              plan_add(&total, fr, ffn * 4) && plan_add(&total, (uint64_t)a->n_heads * t, sizeof(lp_attn_row_stats)) &&
+              plan_add(&total, (uint64_t)p->logits_rows, (uint64_t)a->vocab_size * 4) &&
+              plan_add(&total, 2 * (uint64_t)(a->rope_dim / 2 + 1), 4) && plan_add(&total, t, 8);
+    p->slot_stride = 0;
+    if (ok && p->n_prob_slots > 0) {
+        uint64_t tt, slots;
+        ok = lp_mul_u64(t, t, &tt) && tt < ((uint64_t)1 << 40);
+        tt = (tt + 15) / 16 * 16;
+        p->slot_stride = (int64_t)tt;
+        ok = ok && lp_mul_u64((uint64_t)p->n_prob_slots, tt, &slots) && plan_add(&total, slots, 4);
+    }
+    if (ok && E > 0)
+        ok = plan_add(&total, t, E * 4) && plan_add(&total, t, K * 4) && plan_add(&total, t, K * 4) &&
+             plan_add(&total, t, 8) && plan_add(&total, fr * 2, H * 4);
+    p->total = total;
+    return ok && total < ((uint64_t)1 << 46);
+}
+
+uint64_t lp_forward_scratch_bytes(const lp_model *model, int64_t n_tokens, bool want_probs)
+{
+    scratch_plan p;
+    if (n_tokens <= 0 || !make_plan(model, n_tokens, want_probs, 1, &p))
+        return 0;
+    return p.total;
+}
+
+static void *take(lp_arena *arena, uint64_t n, uint64_t size)
+{
+    uint64_t bytes = n * size; /* planned with overflow checks in make_plan */
+    return lp_arena_alloc(arena, (size_t)(bytes > 0 ? bytes : 1));
+}
+
+static bool carve(lp_arena *arena, const lp_model *m, const scratch_plan *p, scratch *s)
+{
+    const lp_arch *a = &m->arch;
+    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size;
+    memset(s, 0, sizeof *s);
+    s->x = take(arena, T * H, 4);
+    s->xn = take(arena, T * H, 4);
+    s->tmp = take(arena, T * H, 4);
+    s->qkv = take(arena, T * (uint64_t)(m->max_q_dim + 2 * m->max_kv_dim), 4);
+    s->attn = take(arena, T * (uint64_t)m->max_q_dim, 4);
+    uint64_t FR = (uint64_t)p->ffn_rows;
+    s->gate = take(arena, FR * 2 * (uint64_t)m->max_ffn, 4);
+    s->up = take(arena, FR * (uint64_t)m->max_ffn, 4);
+    s->row_stats = take(arena, (uint64_t)a->n_heads * T, sizeof(lp_attn_row_stats));
+    s->logits = take(arena, (uint64_t)p->logits_rows * (uint64_t)a->vocab_size, 4);
+    s->inv_freq = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
+    s->inv_freq_local = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
+    s->positions = take(arena, T, 8);
+    bool ok = s->x && s->xn && s->tmp && s->qkv && s->attn && s->gate && s->up && s->row_stats &&
+              s->logits && s->inv_freq && s->inv_freq_local && s->positions;
+    if (p->n_prob_slots > 0) {
+        s->probs = take(arena, (uint64_t)p->n_prob_slots * (uint64_t)p->slot_stride, 4);
+        ok = ok && s->probs;
+    }
+    if (a->n_experts > 0) {
+        uint64_t E = (uint64_t)a->n_experts, K = (uint64_t)a->n_experts_per_tok;
+        s->router = take(arena, T * E, 4);
+        s->chosen = take(arena, T * K, 4);
+        s->chosen_w = take(arena, T * K, 4);
+        s->tok_list = take(arena, T, 8);
+        s->gather = take(arena, FR * H, 4);
+        s->expert_out = take(arena, FR * H, 4);
+        ok = ok && s->router && s->chosen && s->chosen_w && s->tok_list && s->gather &&
+             s->expert_out;
+    }
+    return ok;
+}
+
+/* The state of one call, shared by the helpers below. */
+typedef struct pass {
+    const lp_model *m;
+    const lp_forward_opts *opts;
+    const lp_observer *obs;
+    lp_pool *pool;
+    scratch s;
+    scratch_plan plan;
+    int64_t b;   /* batch item */
+    int64_t T;
+    lp_mask_spec mask;
+    lp_error *err;
+} pass;
+
+static bool wants(const pass *p, lp_site_kind kind, int layer, int head)
+{
+    if (!p->obs || !p->obs->want || !p->obs->observe)
+        return false;
+    lp_site site = {kind, p->b, layer, head};
+    return p->obs->want(p->obs->ctx, &site);
+}
+
+static lp_status emit(const pass *p, lp_site_kind kind, int layer, int head, const lp_view *view)
+{
+    lp_site site = {kind, p->b, layer, head};
+    lp_status st = p->obs->observe(p->obs->ctx, &site, view, p->err);
+    if (st != LP_OK && p->err && p->err->code == LP_OK)
+        lp_error_set(p->err, st, "observer failed at %d/%d", layer, head);
+    return st;
+}
+
+static lp_status emit_matrix(const pass *p, lp_site_kind kind, int layer, const float *data,
+                             int64_t rows, int64_t cols, int64_t stride)
+{
+    if (!wants(p, kind, layer, -1))
+        return LP_OK;
+    lp_view v = {data, rows, cols, stride, 0, NULL, NULL};
+    return emit(p, kind, layer, -1, &v);
+}
+
+static void apply_norm(const pass *p, const lp_norm_weights *nw, float *dst, const float *src,
+                       int64_t rows)
+{
+    const lp_arch *a = &p->m->arch;
+    int64_t H = a->hidden_size;
+    for (int64_t t = 0; t < rows; t++) {
+        if (a->norm_kind == LP_NORM_LAYER)
+            lp_layernorm(dst + t * H, src + t * H, nw->weight, nw->bias, H, (float)a->norm_eps);
+        else
+            lp_rmsnorm(dst + t * H, src + t * H, nw->weight, H, (float)a->norm_eps,
+                       a->norm_weight_plus_one);
+    }
+}
+
+static lp_status linear(const pass *p, const float *x, int64_t rows, const lp_matrix *w,
+                        const float *bias, float *y)
+{
+    return lp_linear(x, rows, w, bias, y, p->pool, p->err);
+}
+
+/* ---- attention ---- */
+
+typedef struct head_task {
+    const pass *p;
+    const lp_layer_weights *L;
+    int64_t q_stride, kv_stride;
+    const float *q, *k, *v;
+    int head0; /* first head of this group; task i runs head head0 + i into probability slot i */
+    bool with_probs;
+} head_task;
+
+static void run_head(void *ctx, int64_t task)
+{
+    const head_task *h = ctx;
+    const pass *p = h->p;
+    const lp_arch *a = &p->m->arch;
+    int head = h->head0 + (int)task;
+    int64_t group = a->n_heads / h->L->n_kv_heads; /* query heads per kv head */
+    int64_t kv_head = head / group;
+    int64_t hd = a->head_dim, T = p->T;
+    lp_attn_args args;
+    memset(&args, 0, sizeof args);
+    args.q = h->q + head * hd;
+    args.k = h->k + kv_head * hd;
+    args.v = h->v + kv_head * hd;
+    args.out = p->s.attn + head * hd;
+    args.n_q = T;
+    args.n_k = T;
+    args.head_dim = hd;
+    args.v_dim = hd;
+    args.q_stride = h->q_stride;
+    args.k_stride = h->kv_stride;
+    args.v_stride = h->kv_stride;
+    args.out_stride = h->L->q_dim;
+    args.scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd));
+    args.softcap = (float)a->attn_logit_softcap;
+    args.mask = &p->mask;
+    args.batch = p->b;
+    args.probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL;
+    args.row_stats = p->s.row_stats + (int64_t)head * T;
+    args.local_window = p->opts->local_window;
+    lp_attention(&args);
+}
+
+static void pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t), void *ctx)
+{
+    if (pool && n > 1) {
+        lp_pool_run(pool, n, fn, ctx);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            fn(ctx, i);
+    }
+}
+
+static lp_status attention_block(pass *p, int l)
+{
+    const lp_model *m = p->m;
+    const lp_arch *a = &m->arch;
+    const lp_layer_weights *L = &m->layers[l];
+    int64_t T = p->T, H = a->hidden_size, hd = a->head_dim;
+    int64_t qkv_w = L->q_dim + 2 * L->kv_dim;
+    scratch *s = &p->s;
+    lp_status st;
+
+    apply_norm(p, &L->attn_norm, s->xn, s->x, T);
+    float *q = s->qkv, *k, *v;
+    int64_t stride;
+    if (L->fused_qkv) {
+        if ((st = linear(p, s->xn, T, &L->qkv, L->qkv_bias, s->qkv)))
+            return st;
+        stride = qkv_w;
+        k = q + L->q_dim;
+        v = k + L->kv_dim;
+    } else {
+        /* Separate projections into contiguous [T, q_dim], [T, kv_dim], [T, kv_dim] blocks. */
+        k = q + T * L->q_dim;
+        v = k + T * L->kv_dim;
+        if ((st = linear(p, s->xn, T, &L->q, L->q_bias, q)) ||
+            (st = linear(p, s->xn, T, &L->k, L->k_bias, k)) ||
+            (st = linear(p, s->xn, T, &L->v, L->v_bias, v)))
+            return st;
+        stride = 0; /* per-tensor strides below */
+    }
+    int64_t q_stride = stride ? stride : L->q_dim;
+    int64_t kv_stride = stride ? stride : L->kv_dim;
+
+    /* Per-head q/k norms (Qwen3, Gemma 3), then RoPE, position by position. */
+    bool local_rope = L->window > 0 && a->rope_local_theta > 0;
+    const float *inv_freq = local_rope ? s->inv_freq_local : s->inv_freq;
+    float attn_factor = 1.0f;
+    if (a->pos_kind == LP_POS_ROPE) {
+        float unused;
+        if ((st = lp_model_rope_freqs(m, T, false, s->inv_freq, &attn_factor, p->err)))
+            return st;
+        if (local_rope && (st = lp_model_rope_freqs(m, T, true, s->inv_freq_local, &unused, p->err)))
+            return st;
+        if (local_rope)
+            attn_factor = 1.0f;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        float *qt = q + t * q_stride, *kt = k + t * kv_stride;
+        if (L->q_norm)
+            for (int64_t h = 0; h < a->n_heads; h++)
+                lp_rmsnorm(qt + h * hd, qt + h * hd, L->q_norm, hd, (float)a->norm_eps,
+                           a->norm_weight_plus_one);
+        if (L->k_norm)
+            for (int64_t h = 0; h < L->n_kv_heads; h++)
+                lp_rmsnorm(kt + h * hd, kt + h * hd, L->k_norm, hd, (float)a->norm_eps,
+                           a->norm_weight_plus_one);
+        if (a->pos_kind == LP_POS_ROPE) {
+            bool adjacent = a->rope_layout == LP_ROPE_ADJACENT;
+            lp_rope(qt, a->n_heads, hd, a->rope_dim, s->positions[t], inv_freq, attn_factor, adjacent);
+            lp_rope(kt, L->n_kv_heads, hd, a->rope_dim, s->positions[t], inv_freq, attn_factor,
+                    adjacent);
+        }
+    }
+
+    int64_t window = p->opts->window_override > 0 ? p->opts->window_override
+                     : p->opts->sliding_window     ? L->window
+                                                   : 0;
+    p->mask.window = window;
+
+    /* Heads in groups of n_prob_slots when probabilities are wanted (each needs a [T, T] slot),
+     * else all at once. */
+    bool any_probs = false;
+    for (int h = 0; h < a->n_heads && !any_probs; h++)
+        any_probs = wants(p, LP_SITE_ATTN_PROBS, l, h);
+    /* An observer that said no to every map up front gets none now either (no slots exist). */
+    any_probs = any_probs && s->probs != NULL;
+    int64_t group = any_probs ? p->plan.n_prob_slots : a->n_heads;
+    if (group < 1)
+        group = 1;
+    for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
+        int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
+        head_task task = {p, L, q_stride, kv_stride, q, k, v, h0, any_probs};
+        pool_or_serial(p->pool, n, run_head, &task);
+        for (int64_t i = 0; i < n; i++) {
+            int head = h0 + (int)i;
+            const lp_attn_row_stats *rs = s->row_stats + (int64_t)head * T;
+            if (any_probs && wants(p, LP_SITE_ATTN_PROBS, l, head)) {
+                lp_view view = {s->probs + i * p->plan.slot_stride, T, T, T, 0, rs, NULL};
+                if ((st = emit(p, LP_SITE_ATTN_PROBS, l, head, &view)))
+                    return st;
+            }
+            if (wants(p, LP_SITE_ATTN_STATS, l, head)) {
+                lp_view view = {NULL, T, 0, 0, 0, rs, NULL};
+                if ((st = emit(p, LP_SITE_ATTN_STATS, l, head, &view)))
+                    return st;
+            }
+        }
+    }
+    for (int h = 0; h < a->n_heads; h++) {
+        if (wants(p, LP_SITE_HEAD_OUTPUT, l, h)) {
+            lp_view view = {s->attn + (int64_t)h * hd, T, hd, L->q_dim, 0, NULL, NULL};
+            if ((st = emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view)))
+                return st;
+        }
+    }
+    if ((st = linear(p, s->attn, T, &L->o, L->o_bias, s->tmp)))
+        return st;
+    if (L->post_attn_norm.present)
+        apply_norm(p, &L->post_attn_norm, s->tmp, s->tmp, T);
+    if ((st = emit_matrix(p, LP_SITE_ATTN_OUT, l, s->tmp, T, H, H)))
+        return st;
+    lp_add(s->x, s->tmp, T * H);
+    return LP_OK;
+}
+
+/* ---- feed-forward ---- */
+
+static void activate(const lp_arch *a, float *gate, const float *up, int64_t n)
+{
+    bool tanh_approx = a->act == LP_ACT_GELU_TANH;
+    if (up) {
+        if (a->ffn_kind == LP_FFN_GEGLU || a->act == LP_ACT_GELU || a->act == LP_ACT_GELU_TANH)
+            lp_gelu_mul(gate, up, n, tanh_approx);
+        else
+            lp_silu_mul(gate, up, n);
+        return;
+    }
+    switch (a->act) {
+    case LP_ACT_SILU: lp_silu(gate, n); break;
+    case LP_ACT_RELU:
+        for (int64_t i = 0; i < n; i++)
+            gate[i] = gate[i] > 0.0f ? gate[i] : 0.0f;
+        break;
+    default: lp_gelu(gate, n, tanh_approx); break;
+    }
+}
+
+/* The FFN of `rows` rows (at most ffn_rows), in -> out. */
+static lp_status dense_ffn_chunk(pass *p, const lp_layer_weights *L, const float *in,
+                                 int64_t rows, float *out)
+{
+    const lp_arch *a = &p->m->arch;
+    int64_t F = L->ffn_hidden;
+    scratch *s = &p->s;
+    lp_status st;
+    if (a->ffn_kind == LP_FFN_MLP) {
+        if ((st = linear(p, in, rows, &L->up, L->up_bias, s->gate)))
+            return st;
+        activate(a, s->gate, NULL, rows * F);
+    } else if (L->fused_gate_up) {
+        /* [gate | up] per row; compact the gate half after activation. */
+        if ((st = linear(p, in, rows, &L->gate_up, NULL, s->gate)))
+            return st;
+        for (int64_t t = 0; t < rows; t++) {
+            float *row = s->gate + t * 2 * F;
+            activate(a, row, row + F, F);
+            memmove(s->gate + t * F, row, (size_t)F * sizeof(float));
+        }
+    } else {
+        if ((st = linear(p, in, rows, &L->gate, L->gate_bias, s->gate)) ||
+            (st = linear(p, in, rows, &L->up, L->up_bias, s->up)))
+            return st;
+        activate(a, s->gate, s->up, rows * F);
+    }
+    return linear(p, s->gate, rows, &L->down, L->down_bias, out);
+}
+
+static lp_status dense_ffn(pass *p, const lp_layer_weights *L, const float *in, int64_t rows,
+                           float *out)
+{
+    int64_t H = p->m->arch.hidden_size, chunk = p->plan.ffn_rows;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        lp_status st = dense_ffn_chunk(p, L, in + r0 * H, n, out + r0 * H);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+static lp_status moe_ffn(pass *p, int l)
+{
+    const lp_model *m = p->m;
+    const lp_arch *a = &m->arch;
+    const lp_layer_weights *L = &m->layers[l];
+    int64_t T = p->T, H = a->hidden_size, E = a->n_experts, K = a->n_experts_per_tok;
+    int64_t F = L->ffn_hidden;
+    scratch *s = &p->s;
+    lp_status st;
+
+    if ((st = linear(p, s->xn, T, &L->router, L->router_bias, s->router)))
+        return st;
+    for (int64_t t = 0; t < T; t++) {
+        float *r = s->router + t * E;
+        lp_softmax(r, E);
+        int32_t *chosen = s->chosen + t * K;
+        float *w = s->chosen_w + t * K;
+        double sum = 0.0;
+        for (int64_t j = 0; j < K; j++) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; e++) {
+                bool taken = false;
+                for (int64_t i = 0; i < j; i++)
+                    taken = taken || chosen[i] == e;
+                if (!taken && (best < 0 || r[e] > r[best]))
+                    best = e;
+            }
+            chosen[j] = best;
+            w[j] = r[best];
+            sum += (double)r[best];
+        }
+        if (m->renorm_topk && sum > 0)
+            for (int64_t j = 0; j < K; j++)
+                w[j] = (float)((double)w[j] / sum);
+    }
+    if (wants(p, LP_SITE_ROUTER, l, -1)) {
+        lp_router_view rv = {E, K, s->chosen, s->chosen_w};
+        lp_view view = {s->router, T, E, E, 0, NULL, &rv};
+        if ((st = emit(p, LP_SITE_ROUTER, l, -1, &view)))
+            return st;
+    }
+    memset(s->tmp, 0, (size_t)(T * H) * sizeof(float));
+    /* Expert by expert, over the tokens routed to it; the weighted sum is added in a fixed
+     * (expert, token) order, so the result does not depend on threads. */
+    for (int32_t e = 0; e < E; e++) {
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < K; j++)
+                if (s->chosen[t * K + j] == e)
+                    s->tok_list[n++] = t;
+        const lp_expert_weights *X = &L->experts[e];
+        for (int64_t i0 = 0; i0 < n; i0 += p->plan.ffn_rows) {
+            int64_t c = n - i0 < p->plan.ffn_rows ? n - i0 : p->plan.ffn_rows;
+            const int64_t *toks = s->tok_list + i0;
+            for (int64_t i = 0; i < c; i++)
+                memcpy(s->gather + i * H, s->xn + toks[i] * H, (size_t)H * sizeof(float));
+            if ((st = linear(p, s->gather, c, &X->gate, NULL, s->gate)) ||
+                (st = linear(p, s->gather, c, &X->up, NULL, s->up)))
+                return st;
+            activate(a, s->gate, s->up, c * F);
+            if ((st = linear(p, s->gate, c, &X->down, NULL, s->expert_out)))
+                return st;
+            for (int64_t i = 0; i < c; i++) {
+                int64_t t = toks[i];
+                float w = 0.0f;
+                for (int64_t j = 0; j < K; j++)
+                    if (s->chosen[t * K + j] == e)
+                        w = s->chosen_w[t * K + j];
+                float *dst = s->tmp + t * H;
+                const float *src = s->expert_out + i * H;
+                for (int64_t d = 0; d < H; d++)
+                    dst[d] += w * src[d];
+            }
+        }
+    }
+    return LP_OK;
+}
+
+static lp_status ffn_block(pass *p, int l)
+{
+    const lp_model *m = p->m;
+    const lp_layer_weights *L = &m->layers[l];
+    int64_t T = p->T, H = m->arch.hidden_size;
+    scratch *s = &p->s;
+    lp_status st;
+    apply_norm(p, &L->ffn_norm, s->xn, s->x, T);
+    if (L->moe)
+        st = moe_ffn(p, l);
+    else
+        st = dense_ffn(p, L, s->xn, T, s->tmp);
+    if (st)
+        return st;
+    if (L->post_ffn_norm.present)
+        apply_norm(p, &L->post_ffn_norm, s->tmp, s->tmp, T);
+    if ((st = emit_matrix(p, LP_SITE_FFN_OUT, l, s->tmp, T, H, H)))
+        return st;
+    lp_add(s->x, s->tmp, T * H);
+    return LP_OK;
+}
+
+/* ---- embeddings and logits ---- */
+
+static lp_status embed(pass *p, const int32_t *tokens)
+{
+    const lp_model *m = p->m;
+    const lp_arch *a = &m->arch;
+    int64_t T = p->T, H = a->hidden_size;
+    scratch *s = &p->s;
+    lp_status st;
+    for (int64_t t = 0; t < T; t++) {
+        float *row = s->x + t * H;
+        if ((st = lp_tensor_rows_f32(m->tok_embd, tokens[t], 1, row, p->err)))
+            return st;
+        if (a->embed_scale != 1.0 && a->embed_scale > 0)
+            for (int64_t c = 0; c < H; c++)
+                row[c] *= (float)a->embed_scale;
+        if (m->pos_embd) {
+            int64_t idx = s->positions[t] + a->pos_offset;
+            if ((st = lp_tensor_rows_f32(m->pos_embd, idx, 1, s->xn, p->err)))
+                return st;
+            lp_add(row, s->xn, H);
+        }
+    }
+    return emit_matrix(p, LP_SITE_EMBED, -1, s->x, T, H, H);
+}
+
+static lp_status logits(pass *p)
+{
+    const lp_model *m = p->m;
+    const lp_arch *a = &m->arch;
+    int64_t T = p->T, H = a->hidden_size, V = a->vocab_size;
+    scratch *s = &p->s;
+    lp_status st;
+    if (m->out_norm.present)
+        apply_norm(p, &m->out_norm, s->xn, s->x, T);
+    else
+        memcpy(s->xn, s->x, (size_t)(T * H) * sizeof(float));
+    bool want = wants(p, LP_SITE_LOGITS, -1, -1);
+    int64_t first = p->opts->logits_last_only ? T - 1 : 0;
+    for (int64_t r0 = first; r0 < T; r0 += p->plan.logits_rows) {
+        int64_t rows = T - r0 < p->plan.logits_rows ? T - r0 : p->plan.logits_rows;
+        if ((st = linear(p, s->xn + r0 * H, rows, &m->lm_head, m->lm_head_bias, s->logits)))
+            return st;
+        if (a->final_logit_softcap > 0) {
+            float cap = (float)a->final_logit_softcap;
+            for (int64_t i = 0; i < rows * V; i++)
+                s->logits[i] = cap * tanhf(s->logits[i] / cap);
+        }
+        if (want) {
+            lp_view view = {s->logits, rows, V, V, r0, NULL, NULL};
+            if ((st = emit(p, LP_SITE_LOGITS, -1, -1, &view)))
+                return st;
+        }
+    }
+    return LP_OK;
+}
+
+/* ---- the pass ---- */
+
+lp_status lp_forward_check(const lp_model *m, const lp_batch *batch, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    if (!batch || batch->n_seqs <= 0 || batch->n_tokens <= 0 || !batch->tokens)
+        return lp_error_set(err, LP_ERR_USAGE, "forward: empty batch (%lld sequences of %lld tokens)",
+                            batch ? (long long)batch->n_seqs : 0LL,
+                            batch ? (long long)batch->n_tokens : 0LL);
+    if (batch->n_tokens > MAX_TOKENS)
+        return lp_error_set(err, LP_ERR_RANGE, "forward: %lld tokens (limit %d)",
+                            (long long)batch->n_tokens, MAX_TOKENS);
+    int64_t total;
+    if (!lp_mul_i64(batch->n_seqs, batch->n_tokens, &total))
+        return lp_error_set(err, LP_ERR_RANGE, "forward: batch size overflows");
+    for (int64_t b = 0; b < batch->n_seqs; b++) {
+        int64_t pl = batch->pad_left ? batch->pad_left[b] : 0;
+        int64_t pr = batch->pad_right ? batch->pad_right[b] : 0;
+        if (pl < 0 || pr < 0 || pl + pr > batch->n_tokens)
+            return lp_error_set(err, LP_ERR_RANGE,
+                                "forward: sequence %lld: padding %lld left + %lld right exceeds %lld "
+                                "tokens",
+                                (long long)b, (long long)pl, (long long)pr,
+                                (long long)batch->n_tokens);
+    }
+    for (int64_t i = 0; i < total; i++) {
+        int32_t id = batch->tokens[i];
+        if (id < 0 || id >= a->vocab_size || id >= m->tok_embd->shape[0])
+            return lp_error_set(err, LP_ERR_RANGE,
+                                "forward: token %lld of sequence %lld is id %ld, outside the "
+                                "vocabulary [0, %lld)",
+                                (long long)(i % batch->n_tokens), (long long)(i / batch->n_tokens),
+                                (long)id, (long long)a->vocab_size);
+    }
+    if (m->pos_embd) {
+        int64_t rows = m->pos_embd->shape[0] - a->pos_offset;
+        if (batch->n_tokens > rows)
+            return lp_error_set(err, LP_ERR_RANGE,
+                                "forward: %lld tokens exceed the learned position table (%lld "
+                                "positions)",
+                                (long long)batch->n_tokens, (long long)rows);
+    }
+    return LP_OK;
+}
+
+lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forward_opts *opts_in,
+                     lp_error *err)
+{
+    lp_forward_opts defaults;
+    if (!opts_in) {
+        lp_forward_opts_init(&defaults);
+        opts_in = &defaults;
+    }
+    lp_status st = lp_forward_check(model, batch, err);
+    if (st != LP_OK)
+        return st;
+    const lp_arch *a = &model->arch;
+    pass p;
+    memset(&p, 0, sizeof p);
+    p.m = model;
+    p.opts = opts_in;
+    p.obs = opts_in->observer;
+    p.pool = opts_in->pool;
+    p.T = batch->n_tokens;
+    p.err = err;
+
+    /* [T, T] probability slots only if the observer wants some head's map (asked up front; a
+     * store with --maps none must not pay T*T per thread). */
+    bool maybe_probs = false;
+    for (int64_t b = 0; b < batch->n_seqs && !maybe_probs && p.obs && p.obs->want; b++) {
+        p.b = b;
+        for (int l = 0; l < a->n_layers && !maybe_probs; l++)
+            for (int h = 0; h < a->n_heads && !maybe_probs; h++)
+                maybe_probs = wants(&p, LP_SITE_ATTN_PROBS, l, h);
+    }
+    p.b = 0;
+    int n_threads = p.pool ? lp_pool_threads(p.pool) : 1;
+    if (!make_plan(model, p.T, maybe_probs, n_threads, &p.plan))
+        return lp_error_set(err, LP_ERR_RANGE, "forward: scratch for %lld tokens overflows",
+                            (long long)p.T);
+    lp_arena *arena;
+    if ((st = lp_arena_create((size_t)p.plan.total, &arena, err)) != LP_OK)
+        return st;
+    if (!carve(arena, model, &p.plan, &p.s)) {
+        lp_arena_destroy(arena);
+        return lp_error_set(err, LP_ERR_NOMEM, "forward: scratch plan of %llu bytes too small "
+                                               "(bug)", (unsigned long long)p.plan.total);
+    }
+    for (int64_t b = 0; b < batch->n_seqs && st == LP_OK; b++) {
+        p.b = b;
+        int64_t pad_left = batch->pad_left ? batch->pad_left[b] : 0;
+        for (int64_t t = 0; t < p.T; t++)
+            p.s.positions[t] = t >= pad_left ? t - pad_left : 0;
+        p.mask = lp_mask_causal(p.T, p.T);
+        p.mask.pad_left = batch->pad_left;
+        p.mask.pad_right = batch->pad_right;
+        p.mask.fault = opts_in->mask_fault;
+        st = embed(&p, batch->tokens + b * p.T);
+        for (int l = 0; l < a->n_layers && st == LP_OK; l++) {
+            st = attention_block(&p, l);
+            if (st == LP_OK)
+                st = ffn_block(&p, l);
+            if (st == LP_OK)
+                st = emit_matrix(&p, LP_SITE_RESID, l, p.s.x, p.T, a->hidden_size, a->hidden_size);
+            if (st == LP_OK && opts_in->progress)
+                opts_in->progress(opts_in->progress_ctx, b, l, (int)a->n_layers);
+        }
+        if (st == LP_OK)
+            st = logits(&p);
+    }
+    lp_arena_destroy(arena);
+    return st;
+}

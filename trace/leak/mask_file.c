@@ -1,0 +1,490 @@
+/* The mask-tensor checker: a boolean or additive mask from a user's own code, cell by cell
+ * against its definition, and what its fill value does in fp32, fp16 and bf16. */
+#include "trace/leak/leak.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/checked.h"
+#include "core/mapfile.h"
+#include "inspect/inspect.h"
+#include "inspect/formats/npy.h"
+
+void lp_leak_mask_opts_init(lp_leak_mask_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->def.kind = LP_LEAK_DEF_CAUSAL;
+    snprintf(opts->def.text, sizeof opts->def.text, "causal");
+    opts->encoding = LP_MASK_ENC_AUTO;
+    opts->masked_below = LP_LEAK_MASKED_BELOW;
+    opts->max_listed = LP_LEAK_MAX_LISTED;
+}
+
+const char *lp_mask_encoding_name(lp_mask_encoding enc)
+{
+    switch (enc) {
+    case LP_MASK_ENC_BOOL: return "bool";
+    case LP_MASK_ENC_ADDITIVE: return "additive";
+    case LP_MASK_ENC_AUTO: return "auto";
+    default: return "unknown";
+    }
+}
+
+void lp_leak_mask_report_free(lp_leak_mask_report *rep)
+{
+    if (!rep)
+        return;
+    free(rep->leaks);
+    free(rep->blocked);
+    free(rep->masked_rows);
+    rep->leaks = rep->blocked = rep->masked_rows = NULL;
+}
+
+bool lp_leak_mask_passed(const lp_leak_mask_report *rep)
+{
+    return rep->leak_count == 0 && rep->blocked_count == 0 && rep->nan_rows == 0;
+}
+
+static bool dtype_is_boolish(lp_dtype dt)
+{
+    switch (dt) {
+    case LP_DTYPE_BOOL: case LP_DTYPE_U8: case LP_DTYPE_I8: case LP_DTYPE_U16: case LP_DTYPE_I16:
+    case LP_DTYPE_U32: case LP_DTYPE_I32: case LP_DTYPE_U64: case LP_DTYPE_I64:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool dtype_is_additive(lp_dtype dt)
+{
+    return dt == LP_DTYPE_F32 || dt == LP_DTYPE_F64 || dt == LP_DTYPE_F16 || dt == LP_DTYPE_BF16;
+}
+
+/* Cell i as a double (floats) or 0/1 (anything nonzero is 1 for integer types). */
+static double cell_value(const uint8_t *data, lp_dtype dt, int64_t i)
+{
+    const uint8_t *p;
+    switch (dt) {
+    case LP_DTYPE_F32: return (double)lp_load_f32(data + (uint64_t)i * 4);
+    case LP_DTYPE_F64: {
+        double v;
+        memcpy(&v, data + (uint64_t)i * 8, 8);
+        return v;
+    }
+    case LP_DTYPE_F16: return (double)lp_f16_to_f32(lp_load_u16(data + (uint64_t)i * 2));
+    case LP_DTYPE_BF16: return (double)lp_bf16_to_f32(lp_load_u16(data + (uint64_t)i * 2));
+    case LP_DTYPE_BOOL: case LP_DTYPE_U8: case LP_DTYPE_I8: return data[i] != 0;
+    case LP_DTYPE_U16: case LP_DTYPE_I16: return lp_load_u16(data + (uint64_t)i * 2) != 0;
+    case LP_DTYPE_U32: case LP_DTYPE_I32: return lp_load_u32(data + (uint64_t)i * 4) != 0;
+    case LP_DTYPE_U64: case LP_DTYPE_I64:
+        p = data + (uint64_t)i * 8;
+        return lp_load_u64(p) != 0;
+    default: return 0.0;
+    }
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static void list_add(lp_leak_coord *list, int64_t *n, int64_t max, lp_leak_coord c)
+{
+    if (*n < max)
+        list[(*n)++] = c;
+}
+
+/* Where a leak sits, for naming the bug. */
+static void classify_leak(lp_leak_cell_stats *st, const lp_leak_def *def, const uint8_t *real,
+                          int64_t q, int64_t k)
+{
+    st->leak_count++;
+    if (real && !real[k])
+        st->leak_padding_key++;
+    else if (k == q + 1)
+        st->leak_next++;
+    else if (k > q + 1)
+        st->leak_future++;
+    else if (def->kind == LP_LEAK_DEF_WINDOW && q - k == def->window)
+        st->leak_window_edge++;
+    else if (def->kind == LP_LEAK_DEF_DOC)
+        st->leak_cross_doc++;
+}
+
+/* What `fill` becomes in dtype: overflow and the score below which score + fill overflows. */
+static void fill_verdict(lp_fill_verdict *v, lp_dtype dt, float fill)
+{
+    memset(v, 0, sizeof *v);
+    v->dtype = dt;
+    /* Largest finite magnitude and the magnitude that rounds to infinity. */
+    double inf_at;
+    if (dt == LP_DTYPE_F16) {
+        v->value = lp_f16_to_f32(lp_f32_to_f16(fill));
+        inf_at = 65520.0;
+    } else if (dt == LP_DTYPE_BF16) {
+        v->value = lp_bf16_to_f32(lp_f32_to_bf16(fill));
+        inf_at = 3.3961775292304476e38; /* (2 - 2^-8) * 2^127: halfway above bf16's max */
+    } else {
+        v->value = fill;
+        inf_at = 3.4028235677973366e38 * (1.0 + 1.0 / 16777216.0);
+    }
+    v->overflows = isfinite(fill) && isinf(v->value);
+    if (isinf(v->value))
+        v->overflow_score = (double)INFINITY; /* already -inf: any score gives -inf */
+    else
+        v->overflow_score = -(inf_at + (double)v->value); /* score + fill <= -inf_at */
+}
+
+lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, const int64_t *shape,
+                             const char *name, const lp_leak_mask_opts *opts,
+                             lp_leak_mask_report *out, lp_error *err)
+{
+    const uint8_t *data = data_v;
+    memset(out, 0, sizeof *out);
+    out->dtype = dtype;
+    out->n_dims = n_dims;
+    if (n_dims != 2 && n_dims != 4) {
+        char dims[128] = "";
+        size_t used = 0;
+        for (int d = 0; d < n_dims && d < LP_MAX_DIMS && used + 24 < sizeof dims; d++)
+            used += (size_t)snprintf(dims + used, sizeof dims - used, "%s%lld", d ? ", " : "",
+                                     (long long)shape[d]);
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: mask has rank %d [%s] (expected [T, T], [B, 1, T, T] or "
+                            "[B, H, T, T])",
+                            name, n_dims, dims);
+    }
+    for (int d = 0; d < n_dims; d++) {
+        out->shape[d] = shape[d];
+        if (shape[d] <= 0)
+            return lp_error_set(err, LP_ERR_FORMAT, "%s: dimension %d is %lld (expected >= 1)",
+                                name, d, (long long)shape[d]);
+    }
+    int64_t nq = shape[n_dims - 2], nk = shape[n_dims - 1];
+    if (nq != nk)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: mask is %lld queries x %lld keys (expected square [T, T]: the "
+                            "definitions compare query and key positions)",
+                            name, (long long)nq, (long long)nk);
+    out->T = nq;
+    out->n_batch = n_dims == 4 ? shape[0] : 1;
+    out->n_heads = n_dims == 4 ? shape[1] : 1;
+    if (!dtype_is_boolish(dtype) && !dtype_is_additive(dtype))
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: mask dtype %s (expected bool, an integer type, f16, bf16, f32 or "
+                            "f64)",
+                            name, lp_dtype_name(dtype));
+    lp_mask_encoding enc = opts->encoding;
+    if (enc == LP_MASK_ENC_AUTO)
+        enc = dtype_is_additive(dtype) ? LP_MASK_ENC_ADDITIVE : LP_MASK_ENC_BOOL;
+    if (enc == LP_MASK_ENC_ADDITIVE && !dtype_is_additive(dtype))
+        return lp_error_set(err, LP_ERR_USAGE, "%s: an additive mask needs a float dtype, not %s",
+                            name, lp_dtype_name(dtype));
+    out->encoding = enc;
+    if (opts->def.kind == LP_LEAK_DEF_DOC &&
+        (opts->def.n_doc_ids != out->T ||
+         (opts->def.n_doc_rows != 1 && opts->def.n_doc_rows != out->n_batch)))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: %lld x %lld document ids for a mask of batch %lld and %lld "
+                            "positions (need one per position: [T] or [B, T])",
+                            name, (long long)opts->def.n_doc_rows, (long long)opts->def.n_doc_ids,
+                            (long long)out->n_batch, (long long)out->T);
+    if (opts->real && (opts->real_len != out->T ||
+                       (opts->n_real_batch != 1 && opts->n_real_batch != out->n_batch)))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: padding of %lld x %lld positions for a mask of batch %lld and "
+                            "%lld positions (need [T] or [B, T])",
+                            name, (long long)opts->n_real_batch, (long long)opts->real_len,
+                            (long long)out->n_batch, (long long)out->T);
+    int64_t n_cells = 1;
+    for (int d = 0; d < n_dims; d++)
+        if (!lp_mul_i64(n_cells, shape[d], &n_cells))
+            return lp_error_set(err, LP_ERR_RANGE, "%s: mask size overflows", name);
+    out->n_cells = n_cells;
+
+    int64_t max_listed = opts->max_listed > 0 ? opts->max_listed : 0;
+    size_t list_bytes = (size_t)(max_listed > 0 ? max_listed : 1) * sizeof(lp_leak_coord);
+    out->leaks = malloc(list_bytes);
+    out->blocked = malloc(list_bytes);
+    out->masked_rows = malloc(list_bytes);
+    if (!out->leaks || !out->blocked || !out->masked_rows) {
+        lp_leak_mask_report_free(out);
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
+    }
+
+    bool additive = enc == LP_MASK_ENC_ADDITIVE;
+    double masked_below = opts->masked_below;
+    /* Pass 1 (additive): the fill is the most negative value. */
+    float fill = 0.0f;
+    if (additive) {
+        for (int64_t i = 0; i < n_cells; i++) {
+            double v = cell_value(data, dtype, i);
+            if (v < (double)fill)
+                fill = (float)v;
+        }
+        out->has_fill = fill < 0.0f;
+        out->fill = fill;
+        out->weak_fill = out->has_fill && (double)fill > masked_below;
+        out->leak_gap = isinf(fill) ? (double)INFINITY : -(double)fill + LP_LEAK_NEGLIGIBLE_LOG;
+        fill_verdict(&out->fills[0], LP_DTYPE_F32, fill);
+        fill_verdict(&out->fills[1], LP_DTYPE_F16, fill);
+        fill_verdict(&out->fills[2], LP_DTYPE_BF16, fill);
+    }
+
+    int64_t T = out->T, cell = 0;
+    for (int64_t b = 0; b < out->n_batch; b++)
+        for (int64_t h = 0; h < out->n_heads; h++)
+            for (int64_t q = 0; q < T; q++) {
+                const uint8_t *real =
+                    opts->real ? opts->real + (opts->n_real_batch == 1 ? 0 : b) * T : NULL;
+                bool padding_row = real && !real[q];
+                out->padding_rows += padding_row;
+                bool any_visible = false, has_nan = false;
+                bool all_inf[3] = {true, true, true};
+                for (int64_t k = 0; k < T; k++, cell++) {
+                    double v = cell_value(data, dtype, cell);
+                    bool visible;
+                    if (additive) {
+                        if (isnan(v) || (isinf(v) && v > 0)) {
+                            /* NaN poisons the whole row, and so does +inf (inf - inf in the
+                             * softmax's max subtraction): never "masked" */
+                            has_nan = true;
+                            out->nan_cells++;
+                            visible = true;
+                        } else {
+                            visible = v > masked_below;
+                        }
+                        /* A cell is -inf in a narrower dtype when its rounding overflows;
+                         * conversions only while the row can still be all -inf. */
+                        float f = (float)v;
+                        if (all_inf[0])
+                            all_inf[0] = isinf(f) && f < 0;
+                        if (all_inf[1]) {
+                            float h16 = lp_f16_to_f32(lp_f32_to_f16(f));
+                            all_inf[1] = isinf(h16) && h16 < 0;
+                        }
+                        if (all_inf[2]) {
+                            float b16 = lp_bf16_to_f32(lp_f32_to_bf16(f));
+                            all_inf[2] = isinf(b16) && b16 < 0;
+                        }
+                    } else {
+                        visible = (v != 0.0) != opts->true_means_masked;
+                    }
+                    any_visible = any_visible || (visible && !isnan(v));
+                    if (padding_row)
+                        continue;
+                    bool ref = lp_leak_def_allows(&opts->def, b, q, k) && (!real || real[k]);
+                    lp_leak_coord c = {b, h, q, k};
+                    if (visible && !ref) {
+                        out->leak_count++;
+                        list_add(out->leaks, &out->n_leaks_listed, max_listed, c);
+                        classify_leak(&out->cells, &opts->def, real, q, k);
+                    } else if (!visible && ref) {
+                        out->blocked_count++;
+                        list_add(out->blocked, &out->n_blocked_listed, max_listed, c);
+                        if (k < q)
+                            out->cells.blocked_past++;
+                    }
+                }
+                if (!any_visible && !has_nan && !padding_row) {
+                    out->fully_masked_rows++;
+                    lp_leak_coord c = {b, h, q, -1};
+                    list_add(out->masked_rows, &out->n_masked_rows_listed, max_listed, c);
+                }
+                if (additive) {
+                    if (has_nan || all_inf[0])
+                        out->nan_rows++;
+                    for (int d = 0; d < 3; d++)
+                        out->fills[d].nan_rows += has_nan || all_inf[d];
+                }
+            }
+    out->cells.blocked_count = out->blocked_count;
+    out->diagnosis = lp_leak_diagnose(&out->cells);
+    return LP_OK;
+}
+
+lp_status lp_leak_read_padding(const char *path, uint8_t **real_out, int64_t *n_batch,
+                               int64_t *len, lp_error *err)
+{
+    int64_t *values;
+    lp_status st = lp_leak_read_int_rows(path, &values, n_batch, len, err);
+    if (st != LP_OK)
+        return lp_error_prefix(err, "--padding: ");
+    int64_t n = *n_batch * *len; /* bounded by the file: no overflow */
+    uint8_t *real = malloc((size_t)n);
+    if (!real) {
+        free(values);
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (values[i] != 0 && values[i] != 1) {
+            lp_error_set(err, LP_ERR_FORMAT,
+                         "--padding: %s: value %lld is %lld (expected 0 = padding or 1 = real "
+                         "token)",
+                         path, (long long)i, (long long)values[i]);
+            free(values);
+            free(real);
+            return LP_ERR_FORMAT;
+        }
+        real[i] = values[i] == 1;
+    }
+    free(values);
+    *real_out = real;
+    return LP_OK;
+}
+
+/* A mask in a .safetensors file, read from its header directly rather than through the weights
+ * catalogue: masks get dumped into checkpoint folders whose config.json (of a model loupe may not
+ * know) the catalogue would insist on reading. Layout (the format's spec): u64 little-endian N,
+ * N bytes of JSON {"name": {"dtype": "BOOL", "shape": [..], "data_offsets": [b, e]}, ...,
+ * "__metadata__": {...}}, then the data; offsets are relative to 8 + N. */
+#define MAX_ST_HEADER_BYTES (100u << 20)
+
+typedef struct st_mask {
+    lp_dtype dtype;
+    int n_dims;
+    int64_t shape[LP_MAX_DIMS];
+    const uint8_t *data;
+    char name[256];
+} st_mask;
+
+static lp_status st_find_mask(const lp_mapped_file *map, const char *file, const char *want,
+                              st_mask *out, lp_error *err)
+{
+    if (map->size < 8 || !map->data)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: %zu bytes, shorter than the 8-byte header "
+                            "length", file, map->size);
+    uint64_t n = lp_load_u64(map->data);
+    if (n > map->size - 8 || n > MAX_ST_HEADER_BYTES)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: header length %llu exceeds the file (%zu bytes) or %u bytes", file,
+                            (unsigned long long)n, map->size, MAX_ST_HEADER_BYTES);
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)map->data + 8, (size_t)n, JSON_REJECT_DUPLICATES,
+                              &jerr);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: header byte %d: %s", file, 8 + jerr.position,
+                            root ? "not a JSON object" : jerr.text);
+    }
+    const char *key;
+    json_t *value, *entry = NULL;
+    size_t n_tensors = 0;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "__metadata__") == 0)
+            continue;
+        n_tensors++;
+        if (want ? strcmp(key, want) == 0 : n_tensors == 1) {
+            entry = value;
+            snprintf(out->name, sizeof out->name, "%s", key);
+        }
+    }
+    lp_status st = LP_OK;
+    if (want && !entry)
+        st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tensor named '%s'", file, want);
+    else if (!want && n_tensors != 1)
+        st = lp_error_set(err, LP_ERR_USAGE,
+                          "%s: %zu tensors in the file; name the mask with --tensor NAME", file,
+                          n_tensors);
+    if (st != LP_OK) {
+        json_decref(root);
+        return st;
+    }
+    json_t *dtype = json_object_get(entry, "dtype"), *shape = json_object_get(entry, "shape");
+    json_t *offsets = json_object_get(entry, "data_offsets");
+    if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) ||
+        json_array_size(offsets) != 2 || !json_is_integer(json_array_get(offsets, 0)) ||
+        !json_is_integer(json_array_get(offsets, 1))) {
+        json_decref(root);
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: tensor '%s': needs dtype, shape and data_offsets [begin, end]",
+                            file, out->name);
+    }
+    out->dtype = lp_dtype_from_name(json_string_value(dtype));
+    if (out->dtype == LP_DTYPE_INVALID || lp_dtype_get(out->dtype)->block_elems != 1)
+        st = lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tensor '%s': dtype '%s' is not a "
+                          "safetensors element type loupe reads", file, out->name,
+                          json_string_value(dtype));
+    size_t rank = json_array_size(shape);
+    uint64_t count = 1;
+    if (st == LP_OK && rank > LP_MAX_DIMS)
+        st = lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': rank %zu (limit %d)", file,
+                          out->name, rank, LP_MAX_DIMS);
+    for (size_t d = 0; d < rank && st == LP_OK; d++) {
+        json_t *dim = json_array_get(shape, d);
+        json_int_t v = json_is_integer(dim) ? json_integer_value(dim) : -1;
+        if (v < 0 || !lp_mul_u64(count, (uint64_t)v, &count))
+            st = lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': dimension %zu is not a "
+                              "non-negative size", file, out->name, d);
+        out->shape[d] = (int64_t)v;
+    }
+    out->n_dims = (int)rank;
+    json_int_t begin = json_integer_value(json_array_get(offsets, 0));
+    json_int_t end = json_integer_value(json_array_get(offsets, 1));
+    uint64_t need = 0, available = map->size - 8 - n;
+    if (st == LP_OK && (begin < 0 || end < begin || (uint64_t)end > available))
+        st = lp_error_set(err, LP_ERR_FORMAT,
+                          "%s: tensor '%s': data_offsets [%lld, %lld] outside the %llu data bytes",
+                          file, out->name, (long long)begin, (long long)end,
+                          (unsigned long long)available);
+    if (st == LP_OK && (!lp_dtype_bytes_for(out->dtype, count, &need) ||
+                        need != (uint64_t)(end - begin)))
+        st = lp_error_set(err, LP_ERR_FORMAT,
+                          "%s: tensor '%s': %lld data bytes for %llu %s values (need %llu)", file,
+                          out->name, (long long)(end - begin), (unsigned long long)count,
+                          lp_dtype_name(out->dtype), (unsigned long long)need);
+    if (st == LP_OK)
+        out->data = map->data + 8 + n + (uint64_t)begin;
+    json_decref(root);
+    return st;
+}
+
+lp_status lp_leak_check_mask_safetensors(const void *data, size_t size, const char *name,
+                                         const lp_leak_mask_opts *opts, lp_leak_mask_report *out,
+                                         lp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    lp_mapped_file view = {(const uint8_t *)data, size, NULL};
+    st_mask m;
+    memset(&m, 0, sizeof m);
+    lp_status st = st_find_mask(&view, name, opts->tensor_name, &m, err);
+    if (st != LP_OK)
+        return st;
+    char label[300];
+    snprintf(label, sizeof label, "%s: tensor '%s'", name, m.name);
+    return lp_leak_check_mask(m.data, m.dtype, m.n_dims, m.shape, label, opts, out, err);
+}
+
+lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opts,
+                                  lp_leak_mask_report *out, lp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    lp_status st;
+    const char *base = lp_path_basename(path);
+    if (ends_with(path, ".npy")) {
+        lp_npy npy;
+        if ((st = lp_npy_open(path, &npy, err)) != LP_OK)
+            return st;
+        int64_t shape[LP_NPY_MAX_DIMS];
+        memcpy(shape, npy.shape, sizeof shape);
+        st = lp_leak_check_mask(npy.data, npy.dtype, npy.n_dims, shape, base, opts, out, err);
+        lp_npy_close(&npy);
+        return st;
+    }
+    if (ends_with(path, ".safetensors")) {
+        lp_mapped_file map;
+        if ((st = lp_map_file(path, &map, err)) != LP_OK)
+            return st;
+        st = lp_leak_check_mask_safetensors(map.data, map.size, base, opts, out, err);
+        lp_unmap_file(&map);
+        return st;
+    }
+    return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                        "%s: not a mask file (expected .npy or .safetensors)",
+                        path);
+}
