@@ -269,6 +269,10 @@ static int run_estimate(int argc, char **argv)
     return rc;
 }
 
-const lp_command lp_command_estimate = {
-    "estimate", "exact parameters, memory, KV cache and FLOPs from a config", usage, run_estimate,
+static const lp_cli_spec estimate_spec = {
+    .name = "estimate",
+    .summary = "exact parameters, memory, KV cache and FLOPs from a config",
+    .legacy_usage = usage,
 };
+
+const lp_command lp_command_estimate = {&estimate_spec, run_estimate};

@@ -13,21 +13,38 @@
 #include "core/mapfile.h"
 #include "inspect/arch/arch_json.h"
 
-#define INSPECT_USAGE                                                                             \
-    "usage: loupe inspect PATH [--stats] [--json]\n"                                              \
-    "\n"                                                                                          \
-    "Read a model's description and weights without running it.\n"                               \
-    "\n"                                                                                          \
-    "PATH   a model folder (config.json + model.safetensors or model.safetensors.index.json,\n"   \
-    "       or one .gguf / llama2.c .bin), a .safetensors, .safetensors.index.json, .gguf or\n"   \
-    "       .bin file, or a config file (config.json, *.yaml card): then only the architecture\n" \
-    "--stats  per-tensor min, max, mean, std, absmax and NaN/Inf counts over the (dequantized)\n"  \
-    "         values; reads every tensor\n"                                                       \
-    "--json   one JSON document: format, architecture, params.total, tensors[], checks[]\n"      \
-    "\n"                                                                                          \
-    "Checks: every tensor the architecture expects is present with the expected shape, no\n"      \
-    "unexpected tensors, tied embeddings consistent with the config (with --stats: all values\n"  \
-    "finite). Exit status: 0 all checks pass, 1 a check failed, 2 unreadable or invalid input.\n"
+typedef struct inspect_opts {
+    bool stats;
+    bool json;
+} inspect_opts;
+
+static const lp_option inspect_options[] = {
+    LP_OPT_FLAG_OF(inspect_opts, stats, "stats",
+                   "per-tensor min, max, mean, std, absmax and NaN/Inf counts over the\n"
+                   "(dequantized) values; reads every tensor"),
+    LP_OPT_FLAG_OF(inspect_opts, json, "json",
+                   "one JSON document: format, architecture, params.total, tensors[], checks[]"),
+    LP_OPT_END_OF_TABLE,
+};
+
+static const lp_cli_spec inspect_spec = {
+    .name = "inspect",
+    .summary = "read a model's config and weights: architecture, tensors, checks",
+    .synopsis = "PATH [--stats] [--json]",
+    .description =
+        "Read a model's description and weights without running it.\n"
+        "\n"
+        "PATH is a model folder (config.json + model.safetensors or model.safetensors.index.json,\n"
+        "or one .gguf / llama2.c .bin), a .safetensors, .safetensors.index.json, .gguf or .bin\n"
+        "file, or a config file (config.json, *.yaml card): then only the architecture.",
+    .options = inspect_options,
+    .min_positional = 1,
+    .max_positional = 1,
+    .notes =
+        "Checks: every tensor the architecture expects is present with the expected shape, no\n"
+        "unexpected tensors, tied embeddings consistent with the config (with --stats: all values\n"
+        "finite). Exit status: 0 all checks pass, 1 a check failed, 2 unreadable or invalid input.",
+};
 
 /* ---- text output ---------------------------------------------------------------------------- */
 
@@ -210,24 +227,13 @@ static int inspect_config(const char *path, bool json)
 
 static int run_inspect(int argc, char **argv)
 {
-    const char *path = NULL;
-    bool stats = false, json = false;
-    for (int i = 1; i < argc; i++) {
-        if (lp_cli_flag(argv[i], "--stats"))
-            stats = true;
-        else if (lp_cli_flag(argv[i], "--json"))
-            json = true;
-        else if (argv[i][0] == '-' && argv[i][1] != '\0')
-            return lp_cli_usage_error("inspect", "unknown option '%s' (see loupe inspect --help)",
-                                      argv[i]);
-        else if (path)
-            return lp_cli_usage_error("inspect", "one PATH only (got '%s' and '%s')", path,
-                                      argv[i]);
-        else
-            path = argv[i];
-    }
-    if (!path)
-        return lp_cli_usage_error("inspect", "missing PATH (see loupe inspect --help)");
+    inspect_opts o = {0};
+    const char *pos[LP_CLI_MAX_POSITIONAL];
+    int rc = lp_cli_parse(&inspect_spec, argc, argv, &o, pos, NULL);
+    if (rc != LP_CLI_PARSED)
+        return rc;
+    const char *path = pos[0];
+    bool stats = o.stats, json = o.json;
     if (is_config_path(path))
         return inspect_config(path, json);
     lp_weights *w;
@@ -265,7 +271,4 @@ static int run_inspect(int argc, char **argv)
     return failed ? LP_EXIT_CHECK_FAILED : LP_EXIT_OK;
 }
 
-const lp_command lp_command_inspect = {
-    "inspect", "read a model's config and weights: architecture, tensors, checks", INSPECT_USAGE,
-    run_inspect,
-};
+const lp_command lp_command_inspect = {&inspect_spec, run_inspect};

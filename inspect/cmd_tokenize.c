@@ -272,5 +272,10 @@ static int run_tokenize(int argc, char **argv)
     return status;
 }
 
-const lp_command lp_command_tokenize = {"tokenize", "tokenize text with a model's tokenizer",
-                                        TOKENIZE_USAGE, run_tokenize};
+static const lp_cli_spec tokenize_spec = {
+    .name = "tokenize",
+    .summary = "tokenize text with a model's tokenizer",
+    .legacy_usage = TOKENIZE_USAGE,
+};
+
+const lp_command lp_command_tokenize = {&tokenize_spec, run_tokenize};

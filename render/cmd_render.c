@@ -318,6 +318,10 @@ static int run_render(int argc, char **argv)
     return LP_EXIT_OK;
 }
 
-const lp_command lp_command_render = {
-    "render", "draw attention heatmaps, head statistics and leak plots", RENDER_USAGE, run_render,
+static const lp_cli_spec render_spec = {
+    .name = "render",
+    .summary = "draw attention heatmaps, head statistics and leak plots",
+    .legacy_usage = RENDER_USAGE,
 };
+
+const lp_command lp_command_render = {&render_spec, run_render};

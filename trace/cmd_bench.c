@@ -678,5 +678,10 @@ static int run_bench(int argc, char **argv)
     return status;
 }
 
-const lp_command lp_command_bench = {"bench", "benchmark the GEMM and the prefill", BENCH_USAGE,
-                                     run_bench};
+static const lp_cli_spec bench_spec = {
+    .name = "bench",
+    .summary = "benchmark the GEMM and the prefill",
+    .legacy_usage = BENCH_USAGE,
+};
+
+const lp_command lp_command_bench = {&bench_spec, run_bench};

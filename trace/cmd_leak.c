@@ -819,5 +819,10 @@ static int run_leak(int argc, char **argv)
     return a.mask ? run_mask(&a) : run_model(&a);
 }
 
-const lp_command lp_command_leak = {"leak", "prove that no position sees the future", usage,
-                                    run_leak};
+static const lp_cli_spec leak_spec = {
+    .name = "leak",
+    .summary = "prove that no position sees the future",
+    .legacy_usage = usage,
+};
+
+const lp_command lp_command_leak = {&leak_spec, run_leak};

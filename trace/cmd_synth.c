@@ -170,5 +170,10 @@ static int run_synth(int argc, char **argv)
     return print_check(out_dir);
 }
 
-const lp_command lp_command_synth = {"synth", "write a small model with planted attention heads",
-                                     usage, run_synth};
+static const lp_cli_spec synth_spec = {
+    .name = "synth",
+    .summary = "write a small model with planted attention heads",
+    .legacy_usage = usage,
+};
+
+const lp_command lp_command_synth = {&synth_spec, run_synth};

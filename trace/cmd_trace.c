@@ -402,5 +402,10 @@ done:
     return rc;
 }
 
-const lp_command lp_command_trace = {"trace", "run the forward pass and record attention into SQLite",
-                                     usage, run_trace};
+static const lp_cli_spec trace_spec = {
+    .name = "trace",
+    .summary = "run the forward pass and record attention into SQLite",
+    .legacy_usage = usage,
+};
+
+const lp_command lp_command_trace = {&trace_spec, run_trace};

@@ -1,20 +1,41 @@
-/* The command table and the small helpers every subcommand's argument parser shares.
+/* The command table and the declarative option parser every subcommand uses.
  *
- * A subcommand lives in its module (inspect/cmd_inspect.c, ...) and exports one lp_command:
+ * A subcommand lives in its module (inspect/cmd_inspect.c, ...) and exports one lp_command whose
+ * spec is static data: the options are a table (name, kind, where the value goes, help), parsed
+ * by one function, and `--help`, `loupe help NAME` and (later) man pages and completions are
+ * generated from the same table, so the usage text cannot drift from the parser.
  *
- *   const lp_command lp_command_inspect = {
- *       "inspect", "read a model's config and weights", INSPECT_USAGE, cmd_inspect_main,
+ *   typedef struct inspect_opts { bool stats, json; } inspect_opts;
+ *   static const lp_option inspect_options[] = {
+ *       LP_OPT_FLAG_OF(inspect_opts, stats, "stats", "per-tensor min, max, mean, ... (reads all)"),
+ *       LP_OPT_FLAG_OF(inspect_opts, json, "json", "one JSON document"),
+ *       LP_OPT_END_OF_TABLE,
  *   };
+ *   static const lp_cli_spec inspect_spec = {
+ *       .name = "inspect", .summary = "read a model's config and weights",
+ *       .synopsis = "PATH [options]", .options = inspect_options,
+ *       .min_positional = 1, .max_positional = 1,
+ *   };
+ *   static int run(int argc, char **argv) {
+ *       inspect_opts o = {0};                       // defaults first
+ *       const char *pos[LP_CLI_MAX_POSITIONAL]; int n_pos;
+ *       int rc = lp_cli_parse(&inspect_spec, argc, argv, &o, pos, &n_pos);
+ *       if (rc != LP_CLI_PARSED) return rc;         // usage error printed, exit status returned
+ *       ...
+ *   }
+ *   const lp_command lp_command_inspect = {&inspect_spec, run};
  *
- * main() dispatches on argv[1]; the command's run() gets argv with argv[0] = the command name and
- * returns the process exit status: 0 ok, 1 a check failed, 2 bad usage or input. Only commands
- * print; the libraries below them return lp_status and lp_error.
+ * main() dispatches on argv[1]; run() gets argv with argv[0] = the command name and returns the
+ * process exit status: 0 ok, 1 a check failed, 2 bad usage or input. Only commands print; the
+ * libraries below them return lp_status and lp_error.
  */
 #ifndef LP_CORE_CLI_H
 #define LP_CORE_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/error.h"
 #include "core/platform.h"
@@ -23,32 +44,89 @@
 
 enum { LP_EXIT_OK = 0, LP_EXIT_CHECK_FAILED = 1, LP_EXIT_USAGE = 2 };
 
+/* ---------------------------------------------------------------------------------------------
+ * Option tables.
+ */
+
+typedef enum lp_opt_kind {
+    LP_OPT_END,    /* ends a table */
+    LP_OPT_FLAG,   /* bool: set to true; takes no value */
+    LP_OPT_STRING, /* const char *: borrowed from argv */
+    LP_OPT_INT,    /* int64_t: a whole number in [min, max] */
+    LP_OPT_NUMBER, /* double: a finite number in [min, max] */
+    LP_OPT_SIZE,   /* uint64_t bytes: "24GiB", "16GB", "4096" */
+    LP_OPT_COUNT,  /* int64_t with k/M/Ki suffixes ("8k" = 8000) in [min, max] */
+    LP_OPT_ENUM,   /* int: index of the value in choices */
+    LP_OPT_TABLE,  /* the options of another table (a shared group, e.g. the prompt input) */
+    LP_OPT_KIND_COUNT
+} lp_opt_kind;
+
+typedef struct lp_option {
+    lp_opt_kind kind;
+    const char *name;    /* without dashes: "threads" is --threads */
+    size_t offset;       /* where the value goes in the command's options struct */
+    const char *metavar; /* "N", "FILE"; ENUM shows its choices instead */
+    const char *help;    /* says the default; may hold '\n' for more lines */
+    double min, max;     /* INT, NUMBER, COUNT: allowed range when min < max */
+    const char *const *choices;    /* ENUM: NULL-terminated */
+    const struct lp_option *table; /* TABLE: included options (their offsets are its own) */
+} lp_option;
+
+#define LP_OPT_END_OF_TABLE {LP_OPT_END, NULL, 0, NULL, NULL, 0, 0, NULL, NULL}
+#define LP_OPT_FLAG_OF(type, field, name, help) \
+    {LP_OPT_FLAG, name, offsetof(type, field), NULL, help, 0, 0, NULL, NULL}
+#define LP_OPT_STRING_OF(type, field, name, metavar, help) \
+    {LP_OPT_STRING, name, offsetof(type, field), metavar, help, 0, 0, NULL, NULL}
+#define LP_OPT_INT_OF(type, field, name, metavar, lo, hi, help) \
+    {LP_OPT_INT, name, offsetof(type, field), metavar, help, lo, hi, NULL, NULL}
+#define LP_OPT_NUMBER_OF(type, field, name, metavar, lo, hi, help) \
+    {LP_OPT_NUMBER, name, offsetof(type, field), metavar, help, lo, hi, NULL, NULL}
+#define LP_OPT_SIZE_OF(type, field, name, metavar, help) \
+    {LP_OPT_SIZE, name, offsetof(type, field), metavar, help, 0, 0, NULL, NULL}
+#define LP_OPT_COUNT_OF(type, field, name, metavar, lo, hi, help) \
+    {LP_OPT_COUNT, name, offsetof(type, field), metavar, help, lo, hi, NULL, NULL}
+#define LP_OPT_ENUM_OF(type, field, name, choices, help) \
+    {LP_OPT_ENUM, name, offsetof(type, field), NULL, help, 0, 0, choices, NULL}
+/* Include `table`, whose offsets are relative to `field` of type. */
+#define LP_OPT_TABLE_OF(type, field, table) \
+    {LP_OPT_TABLE, NULL, offsetof(type, field), NULL, NULL, 0, 0, NULL, table}
+
+#define LP_CLI_MAX_POSITIONAL 16
+
+typedef struct lp_cli_spec {
+    const char *name;        /* "trace" */
+    const char *summary;     /* one line for `loupe --help` */
+    const char *synopsis;    /* after "usage: loupe NAME ": "MODEL [options]" */
+    const char *description; /* paragraphs between the usage line and the options */
+    const lp_option *options;
+    int min_positional, max_positional;
+    const char *notes; /* after the options: examples, exit status */
+    /* Transition only: a command not yet on a table prints this hand-written usage and parses
+     * argv itself with the helpers at the end of this header. Removed once all are converted. */
+    const char *legacy_usage;
+} lp_cli_spec;
+
 typedef struct lp_command {
-    const char *name;
-    const char *summary; /* one line for `loupe --help` */
-    const char *usage;   /* full text for `loupe help NAME` and `loupe NAME --help` */
+    const lp_cli_spec *spec;
     int (*run)(int argc, char **argv);
 } lp_command;
 
-extern const lp_command lp_command_inspect;
-extern const lp_command lp_command_tokenize;
-extern const lp_command lp_command_estimate;
-extern const lp_command lp_command_trace;
-extern const lp_command lp_command_leak;
-extern const lp_command lp_command_render;
-extern const lp_command lp_command_synth;
-extern const lp_command lp_command_bench;
-extern const lp_command lp_command_demo;
+/* Returned by lp_cli_parse when everything parsed; any other value is the exit status to return
+ * (the one-line message was printed on stderr). */
+#define LP_CLI_PARSED (-1)
 
-/* Match option `name` at argv[*i], in either "--name VALUE" or "--name=VALUE" form. On a match,
- * sets *value, advances *i past a separate value and returns 1. Returns 0 if argv[*i] is not this
- * option, -1 (after printing "loupe CMD: option --name needs a value") when the value is
- * missing. */
-int lp_cli_option(const char *cmd, int argc, char **argv, int *i, const char *name,
-                  const char **value);
+/* Parse argv[1..argc-1] (argv[0] is the command name) into opts (the struct the table's offsets
+ * point into; fill its defaults before) and the positional arguments (at most
+ * LP_CLI_MAX_POSITIONAL). Options take "--name VALUE" or "--name=VALUE"; "--" ends them; the last
+ * of a repeated option wins. Errors name the option, the value and what was allowed. */
+int lp_cli_parse(const lp_cli_spec *spec, int argc, char **argv, void *opts,
+                 const char **positional, int *n_positional);
 
-/* True when argv[i] is exactly the flag `name` (no value). */
-bool lp_cli_flag(const char *arg, const char *name);
+/* The full help text: usage line, description, options with their help, notes. */
+void lp_cli_print_help(const lp_cli_spec *spec, FILE *out);
+
+/* The table of subcommands (core/cli/main.c), for help, man pages and completions. */
+const lp_command *const *lp_cli_commands(size_t *n_commands);
 
 /* Print "loupe CMD: message" on stderr and return LP_EXIT_USAGE. */
 int lp_cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -59,5 +137,22 @@ int lp_cli_usage_error(const char *cmd, const char *fmt, ...)
 
 /* Print "loupe CMD: <err->msg>" and return the exit status an error of this kind deserves (2). */
 int lp_cli_fail(const char *cmd, const lp_error *err);
+
+/* Transition only (see legacy_usage): hand parsing of "--name VALUE" / "--name=VALUE". Returns 1
+ * on a match (advancing *i past a separate value), 0 when argv[*i] is not this option, -1 after
+ * printing "option --name needs a value". */
+int lp_cli_option(const char *cmd, int argc, char **argv, int *i, const char *name,
+                  const char **value);
+bool lp_cli_flag(const char *arg, const char *name);
+
+extern const lp_command lp_command_inspect;
+extern const lp_command lp_command_tokenize;
+extern const lp_command lp_command_estimate;
+extern const lp_command lp_command_trace;
+extern const lp_command lp_command_leak;
+extern const lp_command lp_command_render;
+extern const lp_command lp_command_synth;
+extern const lp_command lp_command_bench;
+extern const lp_command lp_command_demo;
 
 #endif

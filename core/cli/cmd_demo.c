@@ -112,6 +112,10 @@ static int demo_main(int argc, char **argv)
     return LP_EXIT_OK;
 }
 
-const lp_command lp_command_demo = {"demo",
-                                    "the whole tour on a synthetic model, no download needed",
-                                    DEMO_USAGE, demo_main};
+static const lp_cli_spec demo_spec = {
+    .name = "demo",
+    .summary = "the whole tour on a synthetic model, no download needed",
+    .legacy_usage = DEMO_USAGE,
+};
+
+const lp_command lp_command_demo = {&demo_spec, demo_main};

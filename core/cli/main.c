@@ -11,10 +11,16 @@ static const lp_command *const commands[] = {
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
+const lp_command *const *lp_cli_commands(size_t *n_commands)
+{
+    *n_commands = N_COMMANDS;
+    return commands;
+}
+
 static const lp_command *find_command(const char *name)
 {
     for (size_t i = 0; i < N_COMMANDS; i++)
-        if (strcmp(commands[i]->name, name) == 0)
+        if (strcmp(commands[i]->spec->name, name) == 0)
             return commands[i];
     return NULL;
 }
@@ -26,7 +32,7 @@ static void print_help(FILE *out)
                  "       loupe help COMMAND | loupe --help | loupe --version\n\ncommands:\n",
             LP_VERSION);
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+        fprintf(out, "  %-10s %s\n", commands[i]->spec->name, commands[i]->spec->summary);
     fprintf(out, "\nexit status: 0 ok, 1 a check failed, 2 bad usage or input\n");
 }
 
@@ -55,7 +61,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "loupe: unknown command '%s' (see loupe --help)\n", argv[2]);
             return LP_EXIT_USAGE;
         }
-        fputs(cmd->usage, stdout);
+        lp_cli_print_help(cmd->spec, stdout);
         return LP_EXIT_OK;
     }
     if (first[0] == '-') {
@@ -69,7 +75,7 @@ int main(int argc, char **argv)
     }
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(cmd->usage, stdout);
+            lp_cli_print_help(cmd->spec, stdout);
             return LP_EXIT_OK;
         }
     }
