@@ -195,3 +195,9 @@ const char *lp_format_int(int64_t value, char *buf, int buf_size)
     return buf;
 }
 
+
+bool lp_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}

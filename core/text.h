@@ -32,4 +32,7 @@ const char *lp_format_flops(double flops, char *buf, int buf_size);
 /* 8030261248 -> "8,030,261,248" */
 const char *lp_format_int(int64_t value, char *buf, int buf_size);
 
+/* True when s ends with suffix, compared byte for byte ("model.GGUF" does not end with ".gguf"). */
+bool lp_ends_with(const char *s, const char *suffix);
+
 #endif

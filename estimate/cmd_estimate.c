@@ -154,18 +154,12 @@ static int parse_args(int argc, char **argv, estimate_args *a)
     return 0;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* What the weights beside the config say, when there are any: whether they hold a separate
  * output matrix (-1 unknown), and their stored bytes and values. Only headers are read
  * (safetensors JSON header, GGUF metadata). */
 static void inspect_weights(const char *input, lp_est_options *opts)
 {
-    bool has_weights = ends_with(input, ".gguf");
+    bool has_weights = lp_ends_with(input, ".gguf");
     if (!has_weights && lp_path_is_dir(input) == 1) {
         char *single = lp_path_join(input, "model.safetensors");
         char *index = lp_path_join(input, "model.safetensors.index.json");

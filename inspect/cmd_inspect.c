@@ -172,17 +172,11 @@ static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *st
 
 /* ---- the command ---------------------------------------------------------------------------- */
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 static bool is_config_path(const char *path)
 {
-    if (ends_with(path, ".safetensors.index.json"))
+    if (lp_ends_with(path, ".safetensors.index.json"))
         return false;
-    return ends_with(path, ".json") || ends_with(path, ".yaml") || ends_with(path, ".yml");
+    return lp_ends_with(path, ".json") || lp_ends_with(path, ".yaml") || lp_ends_with(path, ".yml");
 }
 
 /* A config file (or a folder with config.json and no weights): the architecture alone. */

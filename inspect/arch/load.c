@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/text.h"
 #include "core/checked.h"
 #include "core/platform.h"
 #include "core/dtype.h"
@@ -190,12 +191,6 @@ lp_status lp_arch_from_llama2c(const char *bin_path, lp_arch *out, lp_error *err
     return lp_arch_finish(out, err);
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 static lp_status load_gguf(const char *path, lp_arch *out, lp_error *err)
 {
     lp_gguf *gguf;
@@ -282,7 +277,7 @@ static lp_status find_card(const char *dir, const char *name, char **path, lp_er
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
     if (!strchr(name, '/')) {
         for (int lower = 0; lower < 2; lower++) {
-            snprintf(candidate, len, "%s/%s%s", dir, name, ends_with(name, ".yaml") ? "" : ".yaml");
+            snprintf(candidate, len, "%s/%s%s", dir, name, lp_ends_with(name, ".yaml") ? "" : ".yaml");
             if (lower)
                 for (char *c = candidate + strlen(dir) + 1; *c; c++)
                     *c = (char)tolower((unsigned char)*c);
@@ -301,7 +296,7 @@ static lp_status find_card(const char *dir, const char *name, char **path, lp_er
     lp_status st = LP_OK;
     struct dirent *e;
     while (!*path && st == LP_OK && (e = readdir(d))) {
-        if (!ends_with(e->d_name, ".yaml"))
+        if (!lp_ends_with(e->d_name, ".yaml"))
             continue;
         char *file = lp_path_join(dir, e->d_name);
         if (!file) {
@@ -346,13 +341,13 @@ lp_status lp_arch_load(const char *path_or_name, lp_arch *out, lp_error *err)
     }
     if (lp_path_exists(p)) {
         /* A weights file: its architecture is in the config.json beside it. */
-        if (ends_with(p, ".safetensors") || ends_with(p, ".safetensors.index.json"))
+        if (lp_ends_with(p, ".safetensors") || lp_ends_with(p, ".safetensors.index.json"))
             return load_sibling_config(p, out, err);
-        if (ends_with(p, ".json"))
+        if (lp_ends_with(p, ".json"))
             return lp_arch_from_hf_config(p, out, err);
-        if (ends_with(p, ".yaml") || ends_with(p, ".yml"))
+        if (lp_ends_with(p, ".yaml") || lp_ends_with(p, ".yml"))
             return lp_arch_from_yaml(p, out, err);
-        if (ends_with(p, ".gguf"))
+        if (lp_ends_with(p, ".gguf"))
             return load_gguf(p, out, err);
         return load_by_content(p, out, err);
     }

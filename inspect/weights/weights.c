@@ -11,17 +11,12 @@
 
 #include <jansson.h>
 
+#include "core/text.h"
 #include "core/checked.h"
 #include "inspect/formats/gguf.h"
 #include "inspect/formats/quant.h"
 
 #define INDEX_JSON_MAX (256u << 20) /* a sharded index lists names only: 256 MiB is generous */
-
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
 
 lp_status lp_weights_add_file(lp_weights *w, const char *path, int *index, lp_error *err)
 {
@@ -468,7 +463,7 @@ static int find_in_dir(const char *dir, const char *suffix, char **first)
     struct dirent *e;
     char *best = NULL;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || !ends_with(e->d_name, suffix))
+        if (e->d_name[0] == '.' || !lp_ends_with(e->d_name, suffix))
             continue;
         count++;
         if (!best || strcmp(e->d_name, best) < 0) { /* deterministic: the smallest name */
@@ -548,16 +543,16 @@ lp_status lp_weights_open(const char *path, lp_weights **out, lp_error *err)
         status = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no such file or folder", file);
         goto fail;
     }
-    if (ends_with(file, ".gguf")) {
+    if (lp_ends_with(file, ".gguf")) {
         w->format = LP_FORMAT_GGUF;
         status = open_gguf(w, file, err);
-    } else if (ends_with(file, ".safetensors") || ends_with(file, ".safetensors.index.json")) {
+    } else if (lp_ends_with(file, ".safetensors") || lp_ends_with(file, ".safetensors.index.json")) {
         w->format = LP_FORMAT_SAFETENSORS;
         status = load_config(w, dir, err);
         if (status == LP_OK)
-            status = ends_with(file, ".json") ? open_sharded(w, file, err)
+            status = lp_ends_with(file, ".json") ? open_sharded(w, file, err)
                                               : open_safetensors_file(w, file, err);
-    } else if (ends_with(file, ".bin")) {
+    } else if (lp_ends_with(file, ".bin")) {
         w->format = LP_FORMAT_LLAMA2C;
         status = open_llama2c(w, file, err);
     } else {

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "core/text.h"
 #include "core/checked.h"
 #include "core/mapfile.h"
 #include "inspect/inspect.h"
@@ -85,12 +86,6 @@ static double cell_value(const uint8_t *data, lp_dtype dt, int64_t i)
         return lp_load_u64(p) != 0;
     default: return 0.0;
     }
-}
-
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
 static void list_add(lp_leak_coord *list, int64_t *n, int64_t max, lp_leak_coord c)
@@ -466,7 +461,7 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
     memset(out, 0, sizeof *out);
     lp_status st;
     const char *base = lp_path_basename(path);
-    if (ends_with(path, ".npy")) {
+    if (lp_ends_with(path, ".npy")) {
         lp_npy npy;
         if ((st = lp_npy_open(path, &npy, err)) != LP_OK)
             return st;
@@ -476,7 +471,7 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
         lp_npy_close(&npy);
         return st;
     }
-    if (ends_with(path, ".safetensors")) {
+    if (lp_ends_with(path, ".safetensors")) {
         lp_mapped_file map;
         if ((st = lp_map_file(path, &map, err)) != LP_OK)
             return st;
