@@ -1,6 +1,4 @@
 /* `loupe inspect PATH`: parse options, open the model or config, print the report. */
-#include "inspect/weights/weights_internal.h"
-
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +10,8 @@
 #include "core/cli/cli.h"
 #include "core/mapfile.h"
 #include "inspect/arch/arch_json.h"
+#include "inspect/inspect.h"
+#include "inspect/weights/report_internal.h"
 
 typedef struct inspect_opts {
     bool stats;
@@ -105,26 +105,29 @@ static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *st
     printf("format        %s (%zu file%s)\n", json_string_value(json_object_get(r, "format")),
            json_array_size(json_object_get(r, "files")),
            json_array_size(json_object_get(r, "files")) == 1 ? "" : "s");
-    if (w->arch)
-        print_arch(w->arch);
+    const lp_arch *arch = lp_weights_arch(w);
+    const char *note = lp_weights_arch_note(w);
+    size_t n_tensors = lp_weights_count(w);
+    if (arch)
+        print_arch(arch);
     else
-        printf("architecture  none found%s%s\n", w->arch_note[0] ? ": " : "", w->arch_note);
+        printf("architecture  none found%s%s\n", note[0] ? ": " : "", note);
     size_t name_w = 4;
-    for (size_t i = 0; i < w->n_tensors; i++) {
-        size_t len = strlen(w->tensors[i].name);
+    for (size_t i = 0; i < n_tensors; i++) {
+        size_t len = strlen(lp_weights_tensor(w, i)->name);
         name_w = len > name_w ? len : name_w;
     }
     if (name_w > 60)
         name_w = 60;
-    printf("\ntensors (%zu)\n", w->n_tensors);
+    printf("\ntensors (%zu)\n", n_tensors);
     printf("  %-*s  %-22s %-8s %-20s %12s %12s", (int)name_w, "name", "role", "dtype", "shape",
            "params", "bytes");
     if (stats)
         printf(" %11s %11s %11s %11s %11s %6s %6s", "min", "max", "mean", "std", "absmax", "nan",
                "inf");
     printf("\n");
-    for (size_t i = 0; i < w->n_tensors; i++) {
-        const lp_tensor *t = &w->tensors[i];
+    for (size_t i = 0; i < n_tensors; i++) {
+        const lp_tensor *t = lp_weights_tensor(w, i);
         char role[64], shape[96], p[32];
         lp_format_shape(shape, sizeof shape, t->shape, t->n_dims);
         if (t->transposed) /* GPT-2 Conv1D */
@@ -172,11 +175,12 @@ static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *st
 
 /* ---- the command ---------------------------------------------------------------------------- */
 
+/* A description without weights (config.json, a card), by lp_detect_format. */
 static bool is_config_path(const char *path)
 {
-    if (lp_ends_with(path, ".safetensors.index.json"))
-        return false;
-    return lp_ends_with(path, ".json") || lp_ends_with(path, ".yaml") || lp_ends_with(path, ".yml");
+    lp_file_kind kind = lp_detect_format(path);
+    return kind == LP_FILE_CONFIG_JSON || kind == LP_FILE_TOKENIZER_JSON ||
+           kind == LP_FILE_YAML_CARD;
 }
 
 /* A config file (or a folder with config.json and no weights): the architecture alone. */

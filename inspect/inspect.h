@@ -1,6 +1,8 @@
 /* The normalized model description (lp_arch) and the tensor catalogue (lp_weights): what every
- * other module reads, whichever format a model came in.
+ * other module reads, whichever format a model came in; and "what file is this?"
+ * (lp_detect_format, inspect/formats/detect.h).
  *
+ *   if (lp_detect_format(path) == LP_FILE_GGUF) ...                       // bytes, then name
  *   lp_arch arch;
  *   lp_error err = {0};
  *   if (lp_arch_load("configs/llama-3-8b.yaml", &arch, &err) != LP_OK) ...   // or config.json,
@@ -17,14 +19,15 @@
  * innermost first; its reader reverses them. GPT-2's Conv1D stores [in, out]: such tensors have
  * `transposed` set.
  */
-#ifndef LP_INSPECT_MODEL_H
-#define LP_INSPECT_MODEL_H
+#ifndef LP_INSPECT_H
+#define LP_INSPECT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "inspect/formats/detect.h"
 
 #define LP_MAX_LAYERS 512 /* more is refused with an error naming the limit */
 #define LP_MAX_DIMS 8
@@ -303,6 +306,9 @@ const lp_tensor *lp_weights_find_name(const lp_weights *weights, const char *nam
 /* The architecture that came with the weights (config.json beside safetensors, GGUF metadata,
  * llama2.c header); NULL when none was found. Borrowed. */
 const lp_arch *lp_weights_arch(const lp_weights *weights);
+/* Why lp_weights_arch() is NULL although a description was found (a family loupe does not
+ * describe yet); "" otherwise. Borrowed. */
+const char *lp_weights_arch_note(const lp_weights *weights);
 /* The GGUF handle behind GGUF weights (for its vocabulary), else NULL. Borrowed. */
 const struct lp_gguf *lp_weights_gguf(const lp_weights *weights);
 /* The path given to lp_weights_open. */

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "inspect/formats/formats_internal.h"
 #include "inspect/inspect.h"
 
 /* The largest count or size any config value may hold (2^40, about 1.1e12: above every real
@@ -33,5 +34,10 @@ lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, 
                                lp_error *err);
 lp_status lp_arch_from_yaml_text(const char *text, size_t size, const char *name, lp_arch *out,
                                  lp_error *err);
+
+/* The description a llama2.c header gives (what run.c hard-codes, plus the header's dims);
+ * path is the checkpoint's, for arch->source and messages. */
+lp_status lp_arch_from_llama2c_header(const lp_llama2c_header *header, const char *path,
+                                      lp_arch *out, lp_error *err);
 
 #endif

@@ -14,11 +14,13 @@
  */
 #include "inspect/formats/gguf.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/checked.h"
 #include "core/mapfile.h"
+#include "inspect/formats/formats_internal.h"
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_HEADER_BYTES 24
@@ -1001,4 +1003,59 @@ const void *lp_gguf_tensor_data(const lp_gguf *g, int64_t index)
 {
     const gguf_tensor *t = tensor_at(g, index);
     return t ? g->data + t->offset : NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors for the catalogue: shapes outermost first, sizes checked once more against the dtype.
+ */
+
+static lp_status describe_tensor(const lp_gguf *g, int64_t i, lp_tensor_desc *t, lp_error *err)
+{
+    const char *file = lp_path_basename(g->path);
+    t->name = lp_gguf_tensor_name(g, i);
+    t->dtype = lp_gguf_tensor_dtype(g, i);
+    t->n_dims = lp_gguf_tensor_n_dims(g, i);
+    if (!t->name || t->dtype == LP_DTYPE_INVALID)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor %" PRId64 " has no known type", file, i);
+    if (t->n_dims < 0 || t->n_dims > LP_TENSOR_DESC_MAX_DIMS)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: tensor '%s': %d dimensions exceed the limit of %d", file, t->name,
+                            t->n_dims, LP_TENSOR_DESC_MAX_DIMS);
+    uint64_t n_elements = 1;
+    for (int d = 0; d < t->n_dims; d++) {
+        /* GGUF lists ne[0] (the row length) first; shapes here are outermost first */
+        int64_t ne = lp_gguf_tensor_ne(g, i, d);
+        if (ne < 0 || !lp_mul_u64(n_elements, (uint64_t)ne, &n_elements) ||
+            n_elements > (uint64_t)INT64_MAX)
+            return lp_error_set(err, LP_ERR_FORMAT,
+                                "%s: tensor '%s': dimension %d (%" PRId64
+                                ") is negative or overflows 64 bits",
+                                file, t->name, d, ne);
+        t->shape[t->n_dims - 1 - d] = ne;
+    }
+    t->n_elements = (int64_t)n_elements;
+    t->n_bytes = lp_gguf_tensor_bytes(g, i);
+    uint64_t need;
+    if (!lp_dtype_bytes_for(t->dtype, n_elements, &need) || need != t->n_bytes)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: tensor '%s': %" PRIu64 " elements of %s do not make %" PRIu64
+                            " bytes",
+                            file, t->name, n_elements, lp_dtype_name(t->dtype), t->n_bytes);
+    t->file_offset = lp_gguf_tensor_offset(g, i);
+    t->data = lp_gguf_tensor_data(g, i);
+    if (!t->data && t->n_bytes > 0)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': no data in the file", file,
+                            t->name);
+    return LP_OK;
+}
+
+lp_status lp_gguf_read_tensors(const lp_gguf *g, const lp_tensor_sink *sink, lp_error *err)
+{
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        lp_tensor_desc t = {0};
+        lp_status st = describe_tensor(g, i, &t, err);
+        if (st != LP_OK || (st = sink->add(sink->ctx, &t, err)) != LP_OK)
+            return st;
+    }
+    return LP_OK;
 }

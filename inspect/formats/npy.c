@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/checked.h"
-#include "inspect/inspect.h"
+#include "inspect/formats/quant.h"
 
 typedef struct cursor {
     const char *p, *begin, *end;
@@ -277,14 +277,8 @@ void lp_npy_close(lp_npy *npy)
 
 lp_status lp_npy_to_f32(const lp_npy *npy, float *dst, lp_error *err)
 {
-    /* One row of n_elements values: lp_tensor_rows_f32 owns the conversions. */
-    lp_tensor t = {0};
-    t.name = npy->map.path ? lp_path_basename(npy->map.path) : "npy";
-    t.dtype = npy->dtype;
-    t.n_dims = 1;
-    t.shape[0] = npy->n_elements;
-    t.n_elements = npy->n_elements;
-    t.n_bytes = npy->n_bytes;
-    t.data = npy->data;
-    return lp_tensor_rows_f32(&t, 0, npy->n_elements > 0 ? 1 : 0, dst, err);
+    /* One row of n_elements values: the catalogue's conversion, so both agree to the bit. */
+    lp_rows rows = {npy->map.path ? lp_path_basename(npy->map.path) : "npy", npy->dtype,
+                    npy->data, npy->n_elements, npy->n_elements};
+    return lp_rows_to_f32(&rows, 0, npy->n_elements > 0 ? 1 : 0, dst, err);
 }

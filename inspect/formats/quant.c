@@ -23,8 +23,11 @@
  */
 #include "inspect/formats/quant.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
+
+#include "core/checked.h"
 
 #define QK_K 256
 
@@ -460,4 +463,34 @@ lp_status lp_dequantize(lp_dtype dtype, const void *src, int64_t n, float *dst, 
     for (int64_t i = 0; i < n_blocks; i++)
         fn(s + (size_t)i * info->block_bytes, dst + (size_t)i * info->block_elems);
     return LP_OK;
+}
+
+lp_status lp_rows_to_f32(const lp_rows *rows, int64_t row_begin, int64_t n_rows, float *dst,
+                         lp_error *err)
+{
+    int64_t row_len = rows->row_len;
+    int64_t total_rows = row_len > 0 ? rows->n_elements / row_len : 0;
+    int64_t end;
+    if (row_begin < 0 || n_rows < 0 || !lp_add_i64(row_begin, n_rows, &end) || end > total_rows)
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "tensor '%s': rows [%" PRId64 ", %" PRId64 "+%" PRId64
+                            ") outside its %" PRId64 " rows",
+                            rows->name, row_begin, row_begin, n_rows, total_rows);
+    if (n_rows == 0 || row_len == 0)
+        return LP_OK;
+    const lp_dtype_info *info = lp_dtype_get(rows->dtype);
+    if (rows->dtype == LP_DTYPE_INVALID)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "tensor '%s': invalid dtype", rows->name);
+    if (row_len % info->block_elems != 0)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "tensor '%s': row length %" PRId64 " is not a whole number of %s "
+                            "blocks (%u values)",
+                            rows->name, row_len, info->name, info->block_elems);
+    /* in range of the data's bytes, which its reader checked against the file */
+    uint64_t row_bytes = (uint64_t)(row_len / info->block_elems) * info->block_bytes;
+    const uint8_t *src = (const uint8_t *)rows->data + (uint64_t)row_begin * row_bytes;
+    lp_status status = lp_dequantize(rows->dtype, src, n_rows * row_len, dst, err);
+    if (status != LP_OK)
+        lp_error_prefix(err, "tensor '%s': ", rows->name);
+    return status;
 }

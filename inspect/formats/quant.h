@@ -1,9 +1,12 @@
 /* Dequantization of GGUF block types (ggml's layouts) and plain dtypes to float32.
  *
  *   float out[256];
- *   lp_dequantize(LP_DTYPE_Q4_K, block_ptr, 256, out);   // n must be whole blocks
+ *   lp_dequantize(LP_DTYPE_Q4_K, block_ptr, 256, out, &err);   // n must be whole blocks
+ *   lp_rows rows = {"wq", LP_DTYPE_Q4_K, data, 4096 * 4096, 4096};
+ *   lp_rows_to_f32(&rows, 3, 1, out4096, &err);                // row 3 alone
  *
- * Every function reads exactly lp_dtype_bytes_for(dtype, n) bytes from src.
+ * Every function reads exactly lp_dtype_bytes_for(dtype, n) bytes from src. lp_rows_to_f32 is the
+ * one conversion of stored values to float32: the tensor catalogue and .npy both use it.
  */
 #ifndef LP_INSPECT_QUANT_H
 #define LP_INSPECT_QUANT_H
@@ -20,5 +23,21 @@ bool lp_dequantize_supported(lp_dtype dtype);
 /* Convert n values (a whole number of blocks) of dtype at src to float32 at dst. Returns
  * LP_ERR_UNSUPPORTED for dtypes without a dequantizer, LP_ERR_USAGE for a partial block. */
 lp_status lp_dequantize(lp_dtype dtype, const void *src, int64_t n, float *dst, lp_error *err);
+
+/* A row-major array of n_elements values of dtype at data, row_len values a row (a whole
+ * number of blocks); name is for messages ("tensor 'NAME': ..."). */
+typedef struct lp_rows {
+    const char *name;
+    lp_dtype dtype;
+    const void *data; /* lp_dtype_bytes_for(dtype, n_elements) bytes, checked by its reader */
+    int64_t n_elements;
+    int64_t row_len;
+} lp_rows;
+
+/* Convert rows [row_begin, row_begin + n_rows) to float32 into dst (n_rows * row_len floats),
+ * touching only those rows' bytes. LP_ERR_RANGE outside the rows, LP_ERR_FORMAT for a row that is
+ * not whole blocks, LP_ERR_UNSUPPORTED for a dtype without a conversion. */
+lp_status lp_rows_to_f32(const lp_rows *rows, int64_t row_begin, int64_t n_rows, float *dst,
+                         lp_error *err);
 
 #endif

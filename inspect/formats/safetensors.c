@@ -1,5 +1,5 @@
 /* safetensors reader: validates the JSON header at least as strictly as the format's own loader
- * and appends one lp_tensor per entry, pointing into the mapped file.
+ * and then reports one tensor per entry, in file order, to a sink (formats_internal.h).
  *
  * Byte layout (all little-endian):
  *
@@ -18,8 +18,9 @@
  *
  * The header is read by a strict single-pass scanner written for this one shape of JSON rather
  * than a general DOM parser: a DOM of a 100 MB header of tiny tensors costs 20x the file (one heap
- * node per object, string and array). Here each tensor goes straight into the catalogue, so the
- * memory is one lp_tensor and one name per tensor, plus a hash set of indexes for duplicates.
+ * node per object, string and array). Here each entry is a compact record (offsets, dtype, where
+ * its name and dims are) in three growing arrays, plus a hash set of indexes for duplicates; only
+ * a file that passed every check is handed to the sink.
  * Accepted grammar (RFC 8259 otherwise): top-level object; "__metadata__" maps strings to
  * strings; a tensor is an object with exactly the keys dtype (string), shape (array of integers
  * >= 0) and data_offsets (array of two integers >= 0); integers have no fraction, exponent,
@@ -27,7 +28,7 @@
  * may follow the object. Strings: full escape syntax, surrogate pairs decoded to UTF-8; raw
  * control characters, invalid UTF-8, lone surrogates and \u0000 are refused.
  */
-#include "inspect/weights/weights_internal.h"
+#include "inspect/formats/formats_internal.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -58,14 +59,31 @@ typedef struct st_keyset {
     const void *ctx;
 } st_keyset;
 
+/* One tensor entry as scanned: where its name and dims are, not a full descriptor, so that a
+ * header of 300,000 tiny tensors stays a small multiple of the file. */
+typedef struct st_entry {
+    uint64_t begin, end;     /* data_offsets, relative to the data section */
+    size_t name_at;          /* into st_scan.names */
+    const char *name;        /* set once the scan is over (names no longer moves) */
+    size_t dims_at;          /* into st_scan.dims */
+    int64_t n_elements;
+    lp_dtype dtype;
+    int n_dims;
+} st_entry;
+
 typedef struct st_scan {
-    const char *file;      /* base name for messages */
+    const char *file;      /* name for messages */
     const uint8_t *text;   /* the header, [len] */
     size_t len, pos;
     lp_error *err;
     st_buf name;           /* the current top-level key */
     st_buf str;            /* any other string */
     st_buf meta_keys;      /* "__metadata__" keys, back to back with their NULs */
+    st_buf names;          /* tensor names, back to back with their NULs */
+    uint64_t *dims;        /* every entry's shape, back to back */
+    size_t n_dims, cap_dims;
+    st_entry *entries;
+    size_t n_entries, cap_entries;
 } st_scan;
 
 static lp_dtype dtype_from_st(const char *s, bool *known_unsupported)
@@ -138,12 +156,13 @@ static bool keyset_insert(st_keyset *set, const char *key, size_t id, bool *dupl
 
 static const char *tensor_name_of(const void *ctx, size_t id)
 {
-    return ((const lp_weights *)ctx)->tensors[id].name;
+    const st_scan *s = ctx;
+    return s->names.data + s->entries[id].name_at;
 }
 
 static const char *meta_key_of(const void *ctx, size_t id)
 {
-    return ((const st_buf *)ctx)->data + id;
+    return ((const st_scan *)ctx)->meta_keys.data + id;
 }
 
 static bool buf_reserve(st_buf *b, size_t extra)
@@ -484,139 +503,230 @@ static lp_status read_uint_array(st_scan *s, uint64_t *out, size_t max, size_t *
     }
 }
 
-/* One tensor entry (the value after its key, s->name) into *t; key_at locates it. */
-static lp_status read_entry(st_scan *s, size_t key_at, lp_tensor *t, uint64_t *begin,
-                            uint64_t *end)
+/* ---- objects --------------------------------------------------------------------------------- */
+
+/* The members of an object whose '{' is at s->pos: each key is read into *key, then member()
+ * reads its value. Stops at the first error. */
+typedef lp_status (*st_member_fn)(st_scan *s, size_t key_at, void *ctx);
+
+static lp_status read_members(st_scan *s, st_buf *key, st_member_fn member, void *ctx)
 {
-    const char *key = s->name.data;
-    if (peek(s) != '{')
-        return entry_error(s, key_at, LP_ERR_FORMAT, "tensor '%s': header entry is not an object",
-                           key);
-    s->pos++;
-    bool have_dtype = false, have_shape = false, have_offsets = false;
-    bool later = false;
-    char dtype_name[32] = "";
-    uint64_t dims[LP_MAX_DIMS] = {0}, offsets[2] = {0};
-    size_t n_dims = 0;
+    s->pos++; /* '{' */
     if (peek(s) == '}') {
         s->pos++;
-    } else {
-        for (;;) {
-            size_t field_at = (skip_ws(s), s->pos);
-            lp_status st = read_string(s, &s->str);
-            if (st != LP_OK)
-                return st;
-            if ((st = expect_char(s, ':', "':'")) != LP_OK)
-                return st;
-            const char *field = s->str.data;
-            bool *seen = strcmp(field, "dtype") == 0          ? &have_dtype
-                         : strcmp(field, "shape") == 0        ? &have_shape
-                         : strcmp(field, "data_offsets") == 0 ? &have_offsets
-                                                              : NULL;
-            if (!seen)
-                return entry_error(s, key_at, LP_ERR_FORMAT,
-                                   "tensor '%s': unknown key '%.64s' at file byte %zu (expected "
-                                   "dtype, shape, data_offsets)",
-                                   key, field, 8 + field_at);
-            if (*seen)
-                return entry_error(s, key_at, LP_ERR_FORMAT,
-                                   "tensor '%s': duplicate key '%s' at file byte %zu", key, field,
-                                   8 + field_at);
-            *seen = true;
-            int c = peek(s);
-            if (seen == &have_dtype) {
-                if (c != '"')
-                    return entry_error(s, key_at, LP_ERR_FORMAT,
-                                       "tensor '%s': missing or non-string 'dtype'", key);
-                if ((st = read_string(s, &s->str)) != LP_OK)
-                    return st;
-                snprintf(dtype_name, sizeof dtype_name, "%s", s->str.data);
-                t->dtype = s->str.len < sizeof dtype_name ? dtype_from_st(s->str.data, &later)
-                                                          : LP_DTYPE_INVALID;
-                if (t->dtype == LP_DTYPE_INVALID)
-                    return entry_error(s, key_at, later ? LP_ERR_UNSUPPORTED : LP_ERR_FORMAT,
-                                       "tensor '%s': %s dtype '%.64s'", key,
-                                       later ? "unsupported" : "unknown", s->str.data);
-            } else if (seen == &have_shape) {
-                if (c != '[')
-                    return entry_error(s, key_at, LP_ERR_FORMAT,
-                                       "tensor '%s': missing or non-array 'shape'", key);
-                bool all_uint;
-                size_t bad = 0;
-                if ((st = read_uint_array(s, dims, LP_MAX_DIMS, &n_dims, &all_uint, &bad)) !=
-                    LP_OK)
-                    return st;
-                if (!all_uint)
-                    return entry_error(s, key_at, LP_ERR_FORMAT,
-                                       "tensor '%s': shape[%zu] is not a non-negative integer",
-                                       key, bad);
-                if (n_dims > LP_MAX_DIMS)
-                    return entry_error(s, key_at, LP_ERR_UNSUPPORTED,
-                                       "tensor '%s': %zu dimensions exceed the limit of %d", key,
-                                       n_dims, LP_MAX_DIMS);
-            } else {
-                size_t n_offsets = 0, bad = 0;
-                bool all_uint = true;
-                if (c == '[' &&
-                    (st = read_uint_array(s, offsets, 2, &n_offsets, &all_uint, &bad)) != LP_OK)
-                    return st;
-                if (c != '[' || (all_uint && n_offsets != 2))
-                    return entry_error(s, key_at, LP_ERR_FORMAT,
-                                       "tensor '%s': 'data_offsets' must be an array [begin, end]",
-                                       key);
-                if (!all_uint)
-                    return entry_error(s, key_at, LP_ERR_FORMAT,
-                                       "tensor '%s': data_offsets are not non-negative integers",
-                                       key);
-            }
-            c = peek(s);
-            if (c == '}') {
-                s->pos++;
-                break;
-            }
-            if (c != ',')
-                return unexpected(s, "',' or '}'");
-            s->pos++;
-        }
+        return LP_OK;
     }
-    if (!have_dtype)
-        return entry_error(s, key_at, LP_ERR_FORMAT, "tensor '%s': missing or non-string 'dtype'",
+    for (;;) {
+        size_t key_at = (skip_ws(s), s->pos);
+        lp_status st = read_string(s, key);
+        if (st != LP_OK || (st = member(s, key_at, ctx)) != LP_OK)
+            return st;
+        int c = peek(s);
+        if (c == '}') {
+            s->pos++;
+            return LP_OK;
+        }
+        if (c != ',')
+            return unexpected(s, "',' or '}'");
+        s->pos++;
+    }
+}
+
+/* ---- one tensor entry -------------------------------------------------------------------- */
+
+/* What read_entry has seen of one entry so far. */
+typedef struct st_fields {
+    const char *key;   /* the tensor's name, for messages */
+    size_t key_at;     /* where its key starts in the header */
+    bool have_dtype, have_shape, have_offsets;
+    char dtype_name[32];
+    lp_dtype dtype;
+    uint64_t dims[LP_TENSOR_DESC_MAX_DIMS], offsets[2];
+    size_t n_dims;
+} st_fields;
+
+static lp_status read_dtype_field(st_scan *s, st_fields *f)
+{
+    if (peek(s) != '"')
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': missing or non-string 'dtype'", f->key);
+    lp_status st = read_string(s, &s->str);
+    if (st != LP_OK)
+        return st;
+    bool later = false;
+    snprintf(f->dtype_name, sizeof f->dtype_name, "%s", s->str.data);
+    f->dtype = s->str.len < sizeof f->dtype_name ? dtype_from_st(s->str.data, &later)
+                                                 : LP_DTYPE_INVALID;
+    if (f->dtype == LP_DTYPE_INVALID)
+        return entry_error(s, f->key_at, later ? LP_ERR_UNSUPPORTED : LP_ERR_FORMAT,
+                           "tensor '%s': %s dtype '%.64s'", f->key,
+                           later ? "unsupported" : "unknown", s->str.data);
+    return LP_OK;
+}
+
+static lp_status read_shape_field(st_scan *s, st_fields *f)
+{
+    if (peek(s) != '[')
+        return entry_error(s, f->key_at, LP_ERR_FORMAT, "tensor '%s': missing or non-array 'shape'",
+                           f->key);
+    bool all_uint;
+    size_t bad = 0;
+    lp_status st = read_uint_array(s, f->dims, LP_TENSOR_DESC_MAX_DIMS, &f->n_dims, &all_uint,
+                                   &bad);
+    if (st != LP_OK)
+        return st;
+    if (!all_uint)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': shape[%zu] is not a non-negative integer", f->key, bad);
+    if (f->n_dims > LP_TENSOR_DESC_MAX_DIMS)
+        return entry_error(s, f->key_at, LP_ERR_UNSUPPORTED,
+                           "tensor '%s': %zu dimensions exceed the limit of %d", f->key, f->n_dims,
+                           LP_TENSOR_DESC_MAX_DIMS);
+    return LP_OK;
+}
+
+static lp_status read_offsets_field(st_scan *s, st_fields *f)
+{
+    size_t n_offsets = 0, bad = 0;
+    bool all_uint = true;
+    bool array = peek(s) == '[';
+    lp_status st;
+    if (array && (st = read_uint_array(s, f->offsets, 2, &n_offsets, &all_uint, &bad)) != LP_OK)
+        return st;
+    if (!array || (all_uint && n_offsets != 2))
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': 'data_offsets' must be an array [begin, end]", f->key);
+    if (!all_uint)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': data_offsets are not non-negative integers", f->key);
+    return LP_OK;
+}
+
+/* One "field": value of an entry (the field name just read into s->str); each of dtype, shape
+ * and data_offsets exactly once. */
+static lp_status read_entry_field(st_scan *s, size_t field_at, void *ctx)
+{
+    st_fields *f = ctx;
+    lp_status st = expect_char(s, ':', "':'");
+    if (st != LP_OK)
+        return st;
+    const char *field = s->str.data;
+    bool *seen = strcmp(field, "dtype") == 0          ? &f->have_dtype
+                 : strcmp(field, "shape") == 0        ? &f->have_shape
+                 : strcmp(field, "data_offsets") == 0 ? &f->have_offsets
+                                                      : NULL;
+    if (!seen)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': unknown key '%.64s' at file byte %zu (expected dtype, "
+                           "shape, data_offsets)",
+                           f->key, field, 8 + field_at);
+    if (*seen)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': duplicate key '%s' at file byte %zu", f->key, field,
+                           8 + field_at);
+    *seen = true;
+    if (seen == &f->have_dtype)
+        return read_dtype_field(s, f);
+    if (seen == &f->have_shape)
+        return read_shape_field(s, f);
+    return read_offsets_field(s, f);
+}
+
+/* The entry's sizes: shape product, offsets in order and holding exactly dtype x shape. */
+static lp_status check_entry(st_scan *s, const st_fields *f, st_entry *e)
+{
+    const char *key = f->key;
+    if (!f->have_dtype)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT, "tensor '%s': missing or non-string 'dtype'",
                            key);
-    if (!have_shape)
-        return entry_error(s, key_at, LP_ERR_FORMAT, "tensor '%s': missing or non-array 'shape'",
+    if (!f->have_shape)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT, "tensor '%s': missing or non-array 'shape'",
                            key);
-    if (!have_offsets)
-        return entry_error(s, key_at, LP_ERR_FORMAT,
+    if (!f->have_offsets)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
                            "tensor '%s': 'data_offsets' must be an array [begin, end]", key);
-    t->n_dims = (int)n_dims;
     uint64_t n_elements = 1;
-    for (size_t d = 0; d < n_dims; d++) {
-        t->shape[d] = (int64_t)dims[d];
-        if (!lp_mul_u64(n_elements, dims[d], &n_elements) || n_elements > (uint64_t)INT64_MAX)
-            return entry_error(s, key_at, LP_ERR_FORMAT,
+    for (size_t d = 0; d < f->n_dims; d++)
+        if (!lp_mul_u64(n_elements, f->dims[d], &n_elements) || n_elements > (uint64_t)INT64_MAX)
+            return entry_error(s, f->key_at, LP_ERR_FORMAT,
                                "tensor '%s': shape product overflows 64 bits at shape[%zu] = "
                                "%" PRIu64,
-                               key, d, dims[d]);
-    }
-    t->n_elements = (int64_t)n_elements;
-    *begin = offsets[0];
-    *end = offsets[1];
-    if (*end < *begin)
-        return entry_error(s, key_at, LP_ERR_FORMAT,
-                           "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
-                           "] end before start",
-                           key, *begin, *end);
-    uint64_t bytes;
-    if (!lp_dtype_bytes_for(t->dtype, n_elements, &bytes))
-        return entry_error(s, key_at, LP_ERR_FORMAT,
+                               key, d, f->dims[d]);
+    uint64_t begin = f->offsets[0], end = f->offsets[1], bytes;
+    if (end < begin)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before start",
+                           key, begin, end);
+    if (!lp_dtype_bytes_for(f->dtype, n_elements, &bytes))
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
                            "tensor '%s': byte size of %" PRIu64 " x %s overflows 64 bits", key,
-                           n_elements, lp_dtype_name(t->dtype));
-    if (*end - *begin != bytes)
-        return entry_error(s, key_at, LP_ERR_FORMAT,
+                           n_elements, lp_dtype_name(f->dtype));
+    if (end - begin != bytes)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
                            "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
                            " bytes but dtype %s x shape needs %" PRIu64,
-                           key, *begin, *end, *end - *begin, dtype_name, bytes);
+                           key, begin, end, end - begin, f->dtype_name, bytes);
+    e->begin = begin;
+    e->end = end;
+    e->dtype = f->dtype;
+    e->n_dims = (int)f->n_dims;
+    e->n_elements = (int64_t)n_elements;
     return LP_OK;
+}
+
+/* One tensor entry (the value after its key, s->name) into *e; its dims go to s->dims. */
+static lp_status read_entry(st_scan *s, size_t key_at, st_entry *e)
+{
+    st_fields f = {.key = s->name.data, .key_at = key_at};
+    if (peek(s) != '{')
+        return entry_error(s, key_at, LP_ERR_FORMAT, "tensor '%s': header entry is not an object",
+                           f.key);
+    lp_status st = read_members(s, &s->str, read_entry_field, &f);
+    if (st != LP_OK || (st = check_entry(s, &f, e)) != LP_OK)
+        return st;
+    if (s->n_dims + f.n_dims > s->cap_dims) {
+        size_t cap = s->cap_dims ? 2 * s->cap_dims : 256;
+        uint64_t *dims = realloc(s->dims, cap * sizeof *dims);
+        if (!dims)
+            return nomem(s, "tensor shapes");
+        s->dims = dims;
+        s->cap_dims = cap;
+    }
+    e->dims_at = s->n_dims;
+    memcpy(s->dims + s->n_dims, f.dims, f.n_dims * sizeof *f.dims);
+    s->n_dims += f.n_dims;
+    return LP_OK;
+}
+
+/* ---- metadata and the top level ----------------------------------------------------------- */
+
+/* One "__metadata__" pair: a unique key (just read into s->str) and a string value. */
+static lp_status read_metadata_pair(st_scan *s, size_t key_at, void *ctx)
+{
+    st_keyset *keys = ctx;
+    if (keys->count >= s->len / ST_MIN_META_BYTES + 1) /* cannot happen in a header this long */
+        return syntax_error(s, key_at, "more than %zu metadata keys",
+                            s->len / ST_MIN_META_BYTES + 1);
+    size_t id = s->meta_keys.len;
+    if (!buf_reserve(&s->meta_keys, s->str.len + 1))
+        return nomem(s, "'__metadata__' keys");
+    memcpy(s->meta_keys.data + id, s->str.data, s->str.len + 1);
+    s->meta_keys.len += s->str.len + 1;
+    bool duplicate;
+    if (!keyset_insert(keys, s->meta_keys.data + id, id, &duplicate))
+        return nomem(s, "'__metadata__' keys");
+    if (duplicate)
+        return syntax_error(s, key_at, "duplicate key '%.64s' in '__metadata__'",
+                            s->meta_keys.data + id);
+    lp_status st = expect_char(s, ':', "':'");
+    if (st != LP_OK)
+        return st;
+    if (peek(s) != '"')
+        return lp_error_set(s->err, LP_ERR_FORMAT,
+                            "%s: '__metadata__' value of '%.64s' is not a string (header JSON at "
+                            "byte %zu)",
+                            s->file, s->meta_keys.data + id, 8 + s->pos);
+    return read_string(s, &s->str);
 }
 
 /* The "__metadata__" value: an object of string to string, keys unique. */
@@ -626,74 +736,93 @@ static lp_status read_metadata(st_scan *s)
         return lp_error_set(s->err, LP_ERR_FORMAT,
                             "%s: '__metadata__' is not an object (header JSON at byte %zu)",
                             s->file, 8 + s->pos);
-    s->pos++;
-    if (peek(s) == '}') {
-        s->pos++;
-        return LP_OK;
-    }
-    st_keyset keys = {.name_of = meta_key_of, .ctx = &s->meta_keys};
-    size_t max_pairs = s->len / ST_MIN_META_BYTES + 1;
-    lp_status st = LP_OK;
+    st_keyset keys = {.name_of = meta_key_of, .ctx = s};
     s->meta_keys.len = 0;
-    for (;;) {
-        size_t key_at = (skip_ws(s), s->pos);
-        if ((st = read_string(s, &s->str)) != LP_OK)
-            break;
-        if (keys.count >= max_pairs) { /* cannot happen in a header of this length */
-            st = syntax_error(s, key_at, "more than %zu metadata keys", max_pairs);
-            break;
-        }
-        size_t id = s->meta_keys.len;
-        if (!buf_reserve(&s->meta_keys, s->str.len + 1)) {
-            st = nomem(s, "'__metadata__' keys");
-            break;
-        }
-        memcpy(s->meta_keys.data + id, s->str.data, s->str.len + 1);
-        s->meta_keys.len += s->str.len + 1;
-        bool duplicate;
-        if (!keyset_insert(&keys, s->meta_keys.data + id, id, &duplicate)) {
-            st = nomem(s, "'__metadata__' keys");
-            break;
-        }
-        if (duplicate) {
-            st = syntax_error(s, key_at, "duplicate key '%.64s' in '__metadata__'",
-                              s->meta_keys.data + id);
-            break;
-        }
-        if ((st = expect_char(s, ':', "':'")) != LP_OK)
-            break;
-        if (peek(s) != '"') {
-            st = lp_error_set(s->err, LP_ERR_FORMAT,
-                              "%s: '__metadata__' value of '%.64s' is not a string (header JSON at "
-                              "byte %zu)",
-                              s->file, s->meta_keys.data + id, 8 + s->pos);
-            break;
-        }
-        if ((st = read_string(s, &s->str)) != LP_OK)
-            break;
-        int c = peek(s);
-        if (c == '}') {
-            s->pos++;
-            break;
-        }
-        if (c != ',') {
-            st = unexpected(s, "',' or '}'");
-            break;
-        }
-        s->pos++;
-    }
+    lp_status st = read_members(s, &s->str, read_metadata_pair, &keys);
     free(keys.slots);
     return st;
 }
 
-/* File order: by begin, then end (zero-byte tensors share a begin), then name. */
-static int compare_tensors(const void *a, const void *b)
+/* The state of the top-level walk. */
+typedef struct st_top {
+    st_keyset names;
+    bool have_metadata;
+} st_top;
+
+/* Append the entry whose key (s->name) starts at key_at, refusing a second one of that name. */
+static lp_status add_entry(st_scan *s, size_t key_at, st_keyset *names)
 {
-    const lp_tensor *x = a, *y = b;
-    if (x->file_offset != y->file_offset)
-        return x->file_offset < y->file_offset ? -1 : 1;
-    if (x->n_bytes != y->n_bytes)
-        return x->n_bytes < y->n_bytes ? -1 : 1;
+    if (s->n_entries >= s->len / ST_MIN_ENTRY_BYTES + 1) /* cannot happen; a guard */
+        return syntax_error(s, key_at, "more than %zu tensors", s->len / ST_MIN_ENTRY_BYTES + 1);
+    if (s->n_entries == s->cap_entries) {
+        size_t cap = s->cap_entries ? 2 * s->cap_entries : 64;
+        st_entry *entries = realloc(s->entries, cap * sizeof *entries);
+        if (!entries)
+            return nomem(s, "the tensor entries");
+        s->entries = entries;
+        s->cap_entries = cap;
+    }
+    st_entry *e = &s->entries[s->n_entries];
+    memset(e, 0, sizeof *e);
+    lp_status st = read_entry(s, key_at, e);
+    if (st != LP_OK)
+        return st;
+    e->name_at = s->names.len;
+    if (!buf_reserve(&s->names, s->name.len + 1))
+        return nomem(s, "the tensor names");
+    memcpy(s->names.data + e->name_at, s->name.data, s->name.len + 1);
+    s->names.len += s->name.len + 1;
+    bool duplicate;
+    if (!keyset_insert(names, s->names.data + e->name_at, s->n_entries, &duplicate))
+        return nomem(s, "the tensor name index");
+    if (duplicate)
+        return syntax_error(s, key_at, "duplicate key '%.200s'", s->name.data);
+    s->n_entries++;
+    return LP_OK;
+}
+
+/* One top-level member (its key in s->name): "__metadata__" once, else a tensor. */
+static lp_status read_top_member(st_scan *s, size_t key_at, void *ctx)
+{
+    st_top *top = ctx;
+    lp_status st = expect_char(s, ':', "':'");
+    if (st != LP_OK)
+        return st;
+    if (strcmp(s->name.data, "__metadata__") != 0)
+        return add_entry(s, key_at, &top->names);
+    if (top->have_metadata)
+        return syntax_error(s, key_at, "duplicate key '__metadata__'");
+    top->have_metadata = true;
+    return read_metadata(s);
+}
+
+/* Scan the whole header into s->entries. */
+static lp_status scan_header(st_scan *s)
+{
+    st_top top = {.names = {.name_of = tensor_name_of, .ctx = s}};
+    if (peek(s) != '{')
+        return unexpected(s, "'{'");
+    lp_status st = read_members(s, &s->name, read_top_member, &top);
+    free(top.names.slots);
+    if (st != LP_OK)
+        return st;
+    /* The format's writers pad the header with spaces to an 8-byte boundary; serde_json (and
+     * jansson before) accept any JSON whitespace there, and nothing else. */
+    if (peek(s) >= 0)
+        return syntax_error(s, s->pos, "data after the header object");
+    return LP_OK;
+}
+
+/* ---- the data section ------------------------------------------------------------------------ */
+
+/* File order: by begin, then end (zero-byte tensors share a begin), then name. */
+static int compare_entries(const void *a, const void *b)
+{
+    const st_entry *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
     return strcmp(x->name, y->name);
 }
 
@@ -722,158 +851,122 @@ static void add_entry_location(lp_error *err, const char *header, size_t header_
     }
 }
 
-/* Scan the whole header, appending one tensor per entry (data not yet set; file_offset holds
- * data_start + begin). */
-static lp_status scan_header(st_scan *s, lp_weights *weights, int file_index, uint64_t data_start)
+/* Sorted by begin, the ranges must tile the data section exactly: no gap, no overlap, nothing
+ * past the end of the file. */
+static lp_status check_tiling(const st_scan *s, uint64_t data_start, uint64_t data_size,
+                              size_t file_size, lp_error *err)
 {
-    size_t first = weights->n_tensors;
-    size_t max_entries = s->len / ST_MIN_ENTRY_BYTES + 1;
-    st_keyset names = {.name_of = tensor_name_of, .ctx = weights};
-    bool have_metadata = false;
-    lp_status st = expect_char(s, '{', "'{'");
-    if (st == LP_OK && peek(s) == '}') {
-        s->pos++;
-    } else {
-        while (st == LP_OK) {
-            size_t key_at = (skip_ws(s), s->pos);
-            if ((st = read_string(s, &s->name)) != LP_OK)
-                break;
-            if ((st = expect_char(s, ':', "':'")) != LP_OK)
-                break;
-            if (strcmp(s->name.data, "__metadata__") == 0) {
-                if (have_metadata) {
-                    st = syntax_error(s, key_at, "duplicate key '__metadata__'");
-                    break;
-                }
-                have_metadata = true;
-                if ((st = read_metadata(s)) != LP_OK)
-                    break;
-            } else {
-                if (weights->n_tensors - first >= max_entries) { /* cannot happen; a guard */
-                    st = syntax_error(s, key_at, "more than %zu tensors", max_entries);
-                    break;
-                }
-                lp_tensor t = {0};
-                uint64_t begin = 0, end = 0;
-                if ((st = read_entry(s, key_at, &t, &begin, &end)) != LP_OK)
-                    break;
-                t.name = s->name.data;
-                t.n_bytes = end - begin;
-                t.file_index = file_index;
-                /* begin <= 2^63 - 1 and data_start <= 10^8 + 8: no wrap-around */
-                t.file_offset = data_start + begin;
-                if ((st = lp_weights_add_tensor(weights, &t, s->err)) != LP_OK)
-                    break;
-                bool duplicate;
-                size_t id = weights->n_tensors - 1;
-                if (!keyset_insert(&names, weights->tensors[id].name, id, &duplicate)) {
-                    st = nomem(s, "the tensor name index");
-                    break;
-                }
-                if (duplicate) {
-                    st = syntax_error(s, key_at, "duplicate key '%.200s'", s->name.data);
-                    break;
-                }
-            }
-            int c = peek(s);
-            if (c == '}') {
-                s->pos++;
-                break;
-            }
-            if (c != ',') {
-                st = unexpected(s, "',' or '}'");
-                break;
-            }
-            s->pos++;
-        }
-    }
-    free(names.slots);
-    if (st != LP_OK)
-        return st;
-    /* The format's writers pad the header with spaces to an 8-byte boundary; serde_json (and
-     * jansson before) accept any JSON whitespace there, and nothing else. */
-    if (peek(s) >= 0)
-        return syntax_error(s, s->pos, "data after the header object");
-    return LP_OK;
-}
-
-lp_status lp_safetensors_parse(lp_weights *weights, int file_index, lp_error *err)
-{
-    const lp_mapped_file *map = &weights->files[file_index];
-    const char *file = lp_path_basename(map->path);
-    if (map->size < 8)
-        return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: file is %zu bytes, too short for the 8-byte header length", file,
-                            map->size);
-    uint64_t header_len = lp_load_u64(map->data);
-    if (header_len > ST_MAX_HEADER)
-        return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: header length %" PRIu64 " at byte 0 exceeds the limit of %llu",
-                            file, header_len, ST_MAX_HEADER);
-    if (header_len > map->size - 8)
-        return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: header length %" PRIu64
-                            " at byte 0 runs past the end of the file (%zu bytes)",
-                            file, header_len, map->size);
-    const char *header = (const char *)map->data + 8;
-    if (header_len == 0 || header[0] != '{')
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: header at byte 8 does not start with '{'",
-                            file);
-    uint64_t data_size = map->size - 8 - header_len;
-    uint64_t data_start = 8 + header_len;
-    st_scan s = {.file = file, .text = map->data + 8, .len = (size_t)header_len, .err = err};
-    size_t first = weights->n_tensors;
-    lp_status status = scan_header(&s, weights, file_index, data_start);
-    free(s.name.data);
-    free(s.str.data);
-    free(s.meta_keys.data);
-    if (status != LP_OK)
-        return status;
-    /* Sorted by begin, the ranges must tile the data section exactly. The catalogue is in file
-     * order, so sorting this file's slice of it is also the order the tensors are kept in
-     * (owned_names only records what to free, so it may stay in insertion order). */
-    lp_tensor *entries = weights->tensors + first;
-    size_t n = weights->n_tensors - first;
-    if (n > 1)
-        qsort(entries, n, sizeof *entries, compare_tensors);
+    const char *header = (const char *)s->text;
     uint64_t expected = 0;
-    for (size_t i = 0; i < n; i++) {
-        const lp_tensor *e = &entries[i];
-        uint64_t begin = e->file_offset - data_start, end = begin + e->n_bytes;
-        if (begin != expected) {
-            if (begin < expected)
-                status = lp_error_set(err, LP_ERR_FORMAT,
-                                      "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
-                                      "] overlap tensor '%s' ending at %" PRIu64
-                                      " (file byte %" PRIu64 ")",
-                                      file, e->name, begin, end, entries[i - 1].name, expected,
-                                      data_start + begin);
-            else
-                status = lp_error_set(err, LP_ERR_FORMAT,
-                                      "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
-                                      "] leave a gap after offset %" PRIu64
-                                      " (file byte %" PRIu64 ")",
-                                      file, e->name, begin, end, expected, data_start + expected);
-            add_entry_location(err, header, (size_t)header_len, e->name);
-            return status;
-        }
-        if (end > data_size) {
+    for (size_t i = 0; i < s->n_entries; i++) {
+        const st_entry *e = &s->entries[i];
+        lp_status status = LP_OK;
+        if (e->begin < expected)
+            status = lp_error_set(err, LP_ERR_FORMAT,
+                                  "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                                  "] overlap tensor '%s' ending at %" PRIu64
+                                  " (file byte %" PRIu64 ")",
+                                  s->file, e->name, e->begin, e->end, s->entries[i - 1].name,
+                                  expected, data_start + e->begin);
+        else if (e->begin > expected)
+            status = lp_error_set(err, LP_ERR_FORMAT,
+                                  "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                                  "] leave a gap after offset %" PRIu64 " (file byte %" PRIu64 ")",
+                                  s->file, e->name, e->begin, e->end, expected,
+                                  data_start + expected);
+        else if (e->end > data_size)
             status = lp_error_set(err, LP_ERR_FORMAT,
                                   "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
                                   "] end at byte %" PRIu64 ", past the end of the file (%zu bytes)",
-                                  file, e->name, begin, end, data_start + end, map->size);
-            add_entry_location(err, header, (size_t)header_len, e->name);
+                                  s->file, e->name, e->begin, e->end, data_start + e->end,
+                                  file_size);
+        if (status != LP_OK) {
+            add_entry_location(err, header, s->len, e->name);
             return status;
         }
-        expected = end;
+        expected = e->end;
     }
     if (expected != data_size)
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: tensors cover %" PRIu64 " bytes of the data section at byte %" PRIu64
                             ", but it holds %" PRIu64 " (file %zu bytes)",
-                            file, expected, data_start, data_size, map->size);
-    /* Only now, with every range inside the file, point the tensors at their data. */
-    for (size_t i = 0; i < n; i++)
-        entries[i].data = map->data + entries[i].file_offset;
+                            s->file, expected, data_start, data_size, file_size);
     return LP_OK;
+}
+
+/* Hand every entry to the sink, in file order, pointing into data. */
+static lp_status emit_entries(const st_scan *s, const uint8_t *data, uint64_t data_start,
+                              const lp_tensor_sink *sink, lp_error *err)
+{
+    for (size_t i = 0; i < s->n_entries; i++) {
+        const st_entry *e = &s->entries[i];
+        lp_tensor_desc t = {0};
+        t.name = e->name;
+        t.dtype = e->dtype;
+        t.n_dims = e->n_dims;
+        for (int d = 0; d < e->n_dims; d++)
+            t.shape[d] = (int64_t)s->dims[e->dims_at + (size_t)d];
+        t.n_elements = e->n_elements;
+        t.n_bytes = e->end - e->begin;
+        /* begin <= 2^63 - 1 and data_start <= 10^8 + 8: no wrap-around */
+        t.file_offset = data_start + e->begin;
+        t.data = data + t.file_offset;
+        lp_status st = sink->add(sink->ctx, &t, err);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+/* The 8-byte length and the header's place in the file. */
+static lp_status check_header_length(const uint8_t *data, size_t size, const char *name,
+                                     uint64_t *header_len, lp_error *err)
+{
+    if (size < 8)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: file is %zu bytes, too short for the 8-byte header length", name,
+                            size);
+    *header_len = lp_load_u64(data);
+    if (*header_len > ST_MAX_HEADER)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: header length %" PRIu64 " at byte 0 exceeds the limit of %llu",
+                            name, *header_len, ST_MAX_HEADER);
+    if (*header_len > size - 8)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: header length %" PRIu64
+                            " at byte 0 runs past the end of the file (%zu bytes)",
+                            name, *header_len, size);
+    if (*header_len == 0 || data[8] != '{')
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: header at byte 8 does not start with '{'",
+                            name);
+    return LP_OK;
+}
+
+lp_status lp_safetensors_read(const uint8_t *data, size_t size, const char *name,
+                              const lp_tensor_sink *sink, lp_error *err)
+{
+    uint64_t header_len = 0;
+    lp_status status = check_header_length(data, size, name, &header_len, err);
+    if (status != LP_OK)
+        return status;
+    uint64_t data_start = 8 + header_len, data_size = size - data_start;
+    st_scan s = {.file = name, .text = data + 8, .len = (size_t)header_len, .err = err};
+    status = scan_header(&s);
+    if (status == LP_OK) {
+        for (size_t i = 0; i < s.n_entries; i++)
+            s.entries[i].name = s.names.data + s.entries[i].name_at;
+        if (s.n_entries > 1)
+            qsort(s.entries, s.n_entries, sizeof *s.entries, compare_entries);
+        status = check_tiling(&s, data_start, data_size, size, err);
+    }
+    /* Only now, with every range inside the file, are the tensors handed over. */
+    if (status == LP_OK)
+        status = emit_entries(&s, data, data_start, sink, err);
+    free(s.name.data);
+    free(s.str.data);
+    free(s.meta_keys.data);
+    free(s.names.data);
+    free(s.dims);
+    free(s.entries);
+    return status;
 }

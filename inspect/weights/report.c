@@ -1,21 +1,20 @@
 /* inspect's report on open weights: architecture, tensor table, totals, tied-embedding detection,
  * checks of config against weights, optional per-tensor statistics, as JSON or text. */
 #define _POSIX_C_SOURCE 200809L /* posix_madvise */
-#include "inspect/weights/weights_internal.h"
+#include "inspect/weights/report_internal.h"
 
 #include <inttypes.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <jansson.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/checked.h"
 #include "core/text.h"
 #include "inspect/arch/arch_json.h"
+#include "inspect/weights/weights_internal.h"
 
 /* Classifier/embedding comparison reads both tensors; above this size, without --stats, only
  * sampled windows are compared so that a plain inspect stays a header-only operation. */

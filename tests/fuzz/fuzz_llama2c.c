@@ -22,7 +22,7 @@
 #include "inspect/arch/arch_json.h"
 #include "inspect/inspect.h"
 #include "inspect/tokenizer/tokenizer.h"
-#include "inspect/weights/weights_internal.h"
+#include "inspect/weights/report_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "inspect/inspect.h"
+#include "inspect/weights/report_internal.h"
 #include "inspect/weights/weights_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

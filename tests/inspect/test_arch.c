@@ -748,12 +748,18 @@ static void test_llama2c_header(void **state)
     assert_int_equal(a.vocab_size, 100);
     assert_false(a.tied_embeddings);
     assert_int_equal(a.n_layers, 2);
-    /* version 2 (int8 codes + group scales) is read; its storage is int8 */
-    f = fopen(v1_path, "r+b");
+    /* version 2 (int8 codes + group scales of 16) is read; its storage is int8. The norms stay
+     * float32 (2 layers x 2 x 32 + 32); the matrices (100*32 + 2*7680 + wcls 100*32 = 21760
+     * values) are one byte a value plus a float32 scale per 16. */
+    f = fopen(v1_path, "wb");
     assert_non_null(f);
     version = 2;
-    fseek(f, 4, SEEK_SET);
-    fwrite(&version, 4, 1, f);
+    int32_t group_size = 16;
+    memcpy(header + 4, &version, 4);
+    memcpy(header + 37, &group_size, 4);
+    fwrite(header, 1, sizeof header, f);
+    for (long i = 0; i < 160 * 4 + 21760 + 21760 / 16 * 4; i++)
+        fputc(0, f);
     fclose(f);
     if (lp_arch_from_llama2c(v1_path, &a, &err) != LP_OK)
         fail_msg("%s", err.msg);
@@ -770,7 +776,7 @@ static void test_llama2c_header(void **state)
     assert_non_null(strstr(err.msg, "version at byte 4 is 3"));
 
     path = write_tmp("pickle.bin", "\x80\x02}q\x00(X\x05\x00\x00\x00model_stateq\x01");
-    assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);
+    assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "pickle"));
     path = write_tmp("text.bin", "# notes, not weights\n");
     assert_int_equal(lp_arch_from_llama2c(path, &a, &err), LP_ERR_FORMAT);

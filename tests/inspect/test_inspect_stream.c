@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "inspect/inspect.h"
+#include "inspect/weights/report_internal.h"
 #include "inspect/weights/weights_internal.h"
 
 /* The reference: the whole tree dumped the way the CLI did before streaming. */

@@ -18,6 +18,7 @@
 #include "ref_forward.h"
 #include "inspect/inspect.h"
 #include "inspect/formats/safetensors_write.h"
+#include "inspect/weights/report_internal.h"
 #include "inspect/weights/weights_internal.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
