@@ -1016,7 +1016,8 @@ static lp_status describe_tensor(const lp_gguf *g, int64_t i, lp_tensor_desc *t,
     t->dtype = lp_gguf_tensor_dtype(g, i);
     t->n_dims = lp_gguf_tensor_n_dims(g, i);
     if (!t->name || t->dtype == LP_DTYPE_INVALID)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor %" PRId64 " has no known type", file, i);
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor %" PRId64 " has no known type", file,
+                            i);
     if (t->n_dims < 0 || t->n_dims > LP_TENSOR_DESC_MAX_DIMS)
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "%s: tensor '%s': %d dimensions exceed the limit of %d", file, t->name,

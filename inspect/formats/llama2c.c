@@ -395,7 +395,7 @@ lp_status lp_llama2c_read(const uint8_t *data, size_t size, const char *name,
     return LP_OK;
 }
 
-/* ---- tokenizer.bin ------------------------------------------------------------------------- */
+/* ---- tokenizer.bin --------------------------------------------------------------------------- */
 
 bool lp_llama2c_is_tokenizer(const uint8_t *data, size_t size, int64_t *n_tokens)
 {

@@ -532,7 +532,7 @@ static lp_status read_members(st_scan *s, st_buf *key, st_member_fn member, void
     }
 }
 
-/* ---- one tensor entry -------------------------------------------------------------------- */
+/* ---- one tensor entry ------------------------------------------------------------------------ */
 
 /* What read_entry has seen of one entry so far. */
 typedef struct st_fields {
@@ -637,11 +637,11 @@ static lp_status check_entry(st_scan *s, const st_fields *f, st_entry *e)
 {
     const char *key = f->key;
     if (!f->have_dtype)
-        return entry_error(s, f->key_at, LP_ERR_FORMAT, "tensor '%s': missing or non-string 'dtype'",
-                           key);
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': missing or non-string 'dtype'", key);
     if (!f->have_shape)
-        return entry_error(s, f->key_at, LP_ERR_FORMAT, "tensor '%s': missing or non-array 'shape'",
-                           key);
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': missing or non-array 'shape'", key);
     if (!f->have_offsets)
         return entry_error(s, f->key_at, LP_ERR_FORMAT,
                            "tensor '%s': 'data_offsets' must be an array [begin, end]", key);
@@ -698,7 +698,7 @@ static lp_status read_entry(st_scan *s, size_t key_at, st_entry *e)
     return LP_OK;
 }
 
-/* ---- metadata and the top level ----------------------------------------------------------- */
+/* ---- metadata and the top level -------------------------------------------------------------- */
 
 /* One "__metadata__" pair: a unique key (just read into s->str) and a string value. */
 static lp_status read_metadata_pair(st_scan *s, size_t key_at, void *ctx)
@@ -888,8 +888,8 @@ static lp_status check_tiling(const st_scan *s, uint64_t data_start, uint64_t da
     }
     if (expected != data_size)
         return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: tensors cover %" PRIu64 " bytes of the data section at byte %" PRIu64
-                            ", but it holds %" PRIu64 " (file %zu bytes)",
+                            "%s: tensors cover %" PRIu64 " bytes of the data section at byte "
+                            "%" PRIu64 ", but it holds %" PRIu64 " (file %zu bytes)",
                             s->file, expected, data_start, data_size, file_size);
     return LP_OK;
 }

@@ -106,7 +106,7 @@ int lp_weights_file_count(const lp_weights *w) { return w->gguf ? 1 : w->n_files
 
 const char *lp_weights_arch_note(const lp_weights *w) { return w->arch_note; }
 
-/* ---- lookup indexes ---------------------------------------------------------------------- */
+/* ---- lookup indexes -------------------------------------------------------------------------- */
 
 /* The comparators see pointers into w->tensors, so no global context is needed (qsort has no
  * context argument in C11) and opening weights stays thread-safe. Ties keep file order. */

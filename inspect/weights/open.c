@@ -73,7 +73,7 @@ static char *dir_of(const char *path)
     return dir;
 }
 
-/* ---- safetensors, single and sharded ------------------------------------------------------------ */
+/* ---- safetensors, single and sharded --------------------------------------------------------- */
 
 /* Map one safetensors file and read its tensors into the catalogue; *file_index may be NULL. */
 static lp_status add_safetensors(lp_weights *w, const char *path, int *file_index, lp_error *err)
