@@ -18,21 +18,9 @@ static lp_status nomem(const char *name, lp_error *err)
     return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
 }
 
-static void *grow(void **arr, size_t *n, size_t elem)
+static lp_tok_dec *add_dec(lp_tokenizer *tok, lp_tok_dec_kind kind)
 {
-    void *p = realloc(*arr, (*n + 1) * elem);
-    if (!p)
-        return NULL;
-    *arr = p;
-    void *slot = (char *)p + *n * elem;
-    memset(slot, 0, elem);
-    (*n)++;
-    return slot;
-}
-
-static tk_dec *add_dec(lp_tokenizer *tok, tk_dec_kind kind)
-{
-    tk_dec *d = grow((void **)&tok->decs, &tok->n_decs, sizeof *d);
+    lp_tok_dec *d = lp_tok_append((void **)&tok->decs, &tok->n_decs, sizeof *d);
     if (d)
         d->kind = kind;
     return d;
@@ -151,10 +139,10 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
             tok->scores[i] = (float)score;
         }
         if (type == GGUF_TOKEN_CONTROL)
-            tok->flags[i] |= TK_FLAG_SPECIAL | TK_FLAG_CONTROL;
+            tok->flags[i] |= LP_TOK_FLAG_SPECIAL | LP_TOK_FLAG_CONTROL;
         if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_USER_DEFINED) {
             /* matched in text like Hugging Face's added tokens */
-            tk_added *a = grow((void **)&tok->added, &tok->n_added, sizeof *a);
+            lp_tok_added *a = lp_tok_append((void **)&tok->added, &tok->n_added, sizeof *a);
             if (!a || !(a->content = lp_tok_strndup(s, len))) {
                 st = nomem(name, err);
                 break;
@@ -205,7 +193,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
     }
 
     if (st == LP_OK && is_llama) {
-        tok->model = TK_MODEL_BPE_SCORES;
+        tok->model = LP_TOK_MODEL_BPE_SCORES;
         tok->byte_fallback = true;
         bool space_prefix = true;
         lp_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &space_prefix);
@@ -215,13 +203,13 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
             st = nomem(name, err);
         } else {
             if (space_prefix) {
-                tk_norm *p = &tok->norms[tok->n_norms++];
-                p->kind = TK_NORM_PREPEND;
+                lp_tok_norm *p = &tok->norms[tok->n_norms++];
+                p->kind = LP_TOK_NORM_PREPEND;
                 p->pattern = lp_tok_strndup(meta, 3);
                 p->pattern_len = 3;
             }
-            tk_norm *r = &tok->norms[tok->n_norms++];
-            r->kind = TK_NORM_REPLACE;
+            lp_tok_norm *r = &tok->norms[tok->n_norms++];
+            r->kind = LP_TOK_NORM_REPLACE;
             r->pattern = lp_tok_strndup(" ", 1);
             r->pattern_len = 1;
             r->content = lp_tok_strndup(meta, 3);
@@ -229,8 +217,8 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
             if (!r->pattern || !r->content || (space_prefix && !tok->norms[0].pattern))
                 st = nomem(name, err);
         }
-        tk_dec *d;
-        if (st == LP_OK && (d = add_dec(tok, TK_DEC_REPLACE)) != NULL) {
+        lp_tok_dec *d;
+        if (st == LP_OK && (d = add_dec(tok, LP_TOK_DEC_REPLACE)) != NULL) {
             d->pattern = lp_tok_strndup(meta, 3);
             d->pattern_len = 3;
             d->content = lp_tok_strndup(" ", 1);
@@ -240,10 +228,10 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
         } else if (st == LP_OK) {
             st = nomem(name, err);
         }
-        if (st == LP_OK && (!add_dec(tok, TK_DEC_BYTEFALLBACK) || !add_dec(tok, TK_DEC_FUSE)))
+        if (st == LP_OK && (!add_dec(tok, LP_TOK_DEC_BYTEFALLBACK) || !add_dec(tok, LP_TOK_DEC_FUSE)))
             st = nomem(name, err);
         if (st == LP_OK && space_prefix) {
-            d = add_dec(tok, TK_DEC_STRIP);
+            d = add_dec(tok, LP_TOK_DEC_STRIP);
             if (!d || !(d->content = lp_tok_strndup(" ", 1)))
                 st = nomem(name, err);
             else
@@ -251,7 +239,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
         }
         tok->kind = "bpe-sentencepiece";
     } else if (st == LP_OK) {
-        tok->model = TK_MODEL_BPE_MERGES;
+        tok->model = LP_TOK_MODEL_BPE_MERGES;
         const char *pre = "default";
         size_t pre_len = 7;
         lp_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len);
@@ -267,15 +255,15 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
         if (st == LP_OK && !(tok->pres = calloc(n_regexes + 1, sizeof *tok->pres)))
             st = nomem(name, err);
         for (size_t k = 0; st == LP_OK && k < n_regexes; k++) {
-            tk_pre *p = &tok->pres[tok->n_pres++];
-            p->kind = TK_PRE_SPLIT;
-            p->behavior = TK_SPLIT_ISOLATED;
+            lp_tok_pre *p = &tok->pres[tok->n_pres++];
+            p->kind = LP_TOK_PRE_SPLIT;
+            p->behavior = LP_TOK_SPLIT_ISOLATED;
             st = lp_tok_compile_regex(family->regexes[k], strlen(family->regexes[k]), &p->re, name,
                                   err);
         }
         if (st == LP_OK)
-            tok->pres[tok->n_pres++].kind = TK_PRE_BYTELEVEL;
-        if (st == LP_OK && !add_dec(tok, TK_DEC_BYTELEVEL))
+            tok->pres[tok->n_pres++].kind = LP_TOK_PRE_BYTELEVEL;
+        if (st == LP_OK && !add_dec(tok, LP_TOK_DEC_BYTELEVEL))
             st = nomem(name, err);
         int64_t kv_merges = lp_gguf_find_key(g, "tokenizer.ggml.merges");
         uint64_t n_merges = kv_merges >= 0 ? lp_gguf_arr_len(g, kv_merges) : 0;
@@ -284,7 +272,7 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
                               name, (unsigned long long)n_merges);
         if (st == LP_OK)
             st = lp_tok_merges_init(tok, (size_t)n_merges, err);
-        tk_buf joined = {0};
+        lp_tok_buf joined = {0};
         for (uint64_t i = 0; i < n_merges && st == LP_OK; i++) {
             const char *s;
             size_t len;

@@ -31,19 +31,6 @@ static bool jbool(const json_t *obj, const char *key, bool dflt)
     return json_is_boolean(v) ? json_is_true(v) : dflt;
 }
 
-/* Grow an array of T by one zeroed element; returns it or NULL. */
-static void *grow(void **arr, size_t *n, size_t elem)
-{
-    void *p = realloc(*arr, (*n + 1) * elem);
-    if (!p)
-        return NULL;
-    *arr = p;
-    void *slot = (char *)p + *n * elem;
-    memset(slot, 0, elem);
-    (*n)++;
-    return slot;
-}
-
 /* A {"String": s} or {"Regex": r} pattern into a literal or a compiled regex. */
 static lp_status read_pattern(jctx *c, const json_t *pattern, const char *where, char **lit,
                               size_t *lit_len, pcre2_code **re)
@@ -99,11 +86,11 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
     }
     static const struct {
         const char *name;
-        tk_norm_kind kind;
-    } simple[] = {{"NFC", TK_NORM_NFC}, {"NFD", TK_NORM_NFD}, {"NFKC", TK_NORM_NFKC},
-                  {"NFKD", TK_NORM_NFKD}, {"Lowercase", TK_NORM_LOWERCASE},
-                  {"Prepend", TK_NORM_PREPEND}, {"Replace", TK_NORM_REPLACE},
-                  {"Strip", TK_NORM_STRIP}, {"ByteLevel", TK_NORM_BYTELEVEL}};
+        lp_tok_norm_kind kind;
+    } simple[] = {{"NFC", LP_TOK_NORM_NFC}, {"NFD", LP_TOK_NORM_NFD}, {"NFKC", LP_TOK_NORM_NFKC},
+                  {"NFKD", LP_TOK_NORM_NFKD}, {"Lowercase", LP_TOK_NORM_LOWERCASE},
+                  {"Prepend", LP_TOK_NORM_PREPEND}, {"Replace", LP_TOK_NORM_REPLACE},
+                  {"Strip", LP_TOK_NORM_STRIP}, {"ByteLevel", LP_TOK_NORM_BYTELEVEL}};
     int kind = -1;
     for (size_t k = 0; k < sizeof simple / sizeof simple[0]; k++)
         if (strcmp(type, simple[k].name) == 0)
@@ -112,11 +99,11 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: normalizer type '%s' is not "
                             "supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, "
                             "ByteLevel, Sequence, empty Precompiled are)", c->name, where, type);
-    tk_norm *norm = grow((void **)&tok->norms, &tok->n_norms, sizeof *norm);
+    lp_tok_norm *norm = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *norm);
     if (!norm)
         return nomem(c);
-    norm->kind = (tk_norm_kind)kind;
-    if (kind == TK_NORM_PREPEND) {
+    norm->kind = (lp_tok_norm_kind)kind;
+    if (kind == LP_TOK_NORM_PREPEND) {
         const json_t *p = json_object_get(n, "prepend");
         if (!json_is_string(p))
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.prepend: a string expected",
@@ -125,7 +112,7 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
         norm->pattern_len = json_string_length(p);
         if (!norm->pattern)
             return nomem(c);
-    } else if (kind == TK_NORM_REPLACE) {
+    } else if (kind == LP_TOK_NORM_REPLACE) {
         const json_t *content = json_object_get(n, "content");
         if (!json_is_string(content))
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.content: a string expected",
@@ -136,7 +123,7 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
             return nomem(c);
         return read_pattern(c, json_object_get(n, "pattern"), where, &norm->pattern,
                             &norm->pattern_len, &norm->re);
-    } else if (kind == TK_NORM_STRIP) {
+    } else if (kind == LP_TOK_NORM_STRIP) {
         norm->strip_left = jbool(n, "strip_left", true);
         norm->strip_right = jbool(n, "strip_right", true);
     }
@@ -149,7 +136,7 @@ static int behavior_of(const char *s)
 {
     static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious",
                                         "MergedWithNext", "Contiguous"};
-    for (int k = 0; k < TK_SPLIT_COUNT; k++)
+    for (int k = 0; k < LP_TOK_SPLIT_COUNT; k++)
         if (s && strcmp(s, names[k]) == 0)
             return k;
     return -1;
@@ -160,22 +147,22 @@ static int prepend_scheme_of(const json_t *obj)
     const char *scheme = jstr(obj, "prepend_scheme");
     if (scheme) {
         if (strcmp(scheme, "always") == 0)
-            return TK_PREPEND_ALWAYS;
+            return LP_TOK_PREPEND_ALWAYS;
         if (strcmp(scheme, "first") == 0)
-            return TK_PREPEND_FIRST;
+            return LP_TOK_PREPEND_FIRST;
         if (strcmp(scheme, "never") == 0)
-            return TK_PREPEND_NEVER;
+            return LP_TOK_PREPEND_NEVER;
         return -1;
     }
     /* the older serialization: add_prefix_space */
-    return jbool(obj, "add_prefix_space", true) ? TK_PREPEND_ALWAYS : TK_PREPEND_NEVER;
+    return jbool(obj, "add_prefix_space", true) ? LP_TOK_PREPEND_ALWAYS : LP_TOK_PREPEND_NEVER;
 }
 
-static lp_status add_regex_pre(jctx *c, tk_pre_kind kind, const char *regex,
-                               tk_split_behavior behavior, bool invert, const char *where)
+static lp_status add_regex_pre(jctx *c, lp_tok_pre_kind kind, const char *regex,
+                               lp_tok_split_behavior behavior, bool invert, const char *where)
 {
     lp_tokenizer *tok = c->tok;
-    tk_pre *p = grow((void **)&tok->pres, &tok->n_pres, sizeof *p);
+    lp_tok_pre *p = lp_tok_append((void **)&tok->pres, &tok->n_pres, sizeof *p);
     if (!p)
         return nomem(c);
     p->kind = kind;
@@ -210,10 +197,10 @@ static lp_status read_pre(jctx *c, const json_t *n, const char *where)
         return LP_OK;
     }
     if (strcmp(type, "ByteLevel") == 0) {
-        tk_pre *p = grow((void **)&tok->pres, &tok->n_pres, sizeof *p);
+        lp_tok_pre *p = lp_tok_append((void **)&tok->pres, &tok->n_pres, sizeof *p);
         if (!p)
             return nomem(c);
-        p->kind = TK_PRE_BYTELEVEL;
+        p->kind = LP_TOK_PRE_BYTELEVEL;
         p->add_prefix_space = jbool(n, "add_prefix_space", true); /* HF defaults */
         p->use_regex = jbool(n, "use_regex", true);
         if (p->use_regex) {
@@ -231,11 +218,11 @@ static lp_status read_pre(jctx *c, const json_t *n, const char *where)
                                 "Removed, Isolated, MergedWithPrevious, MergedWithNext, "
                                 "Contiguous", c->name, where,
                                 jstr(n, "behavior") ? jstr(n, "behavior") : "(missing)");
-        tk_pre *p = grow((void **)&tok->pres, &tok->n_pres, sizeof *p);
+        lp_tok_pre *p = lp_tok_append((void **)&tok->pres, &tok->n_pres, sizeof *p);
         if (!p)
             return nomem(c);
-        p->kind = TK_PRE_SPLIT;
-        p->behavior = (tk_split_behavior)behavior;
+        p->kind = LP_TOK_PRE_SPLIT;
+        p->behavior = (lp_tok_split_behavior)behavior;
         p->invert = jbool(n, "invert", false);
         return read_pattern(c, json_object_get(n, "pattern"), where, &p->pattern,
                             &p->pattern_len, &p->re);
@@ -246,10 +233,10 @@ static lp_status read_pre(jctx *c, const json_t *n, const char *where)
             return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.prepend_scheme: '%s' is not "
                                 "always, first or never", c->name, where,
                                 jstr(n, "prepend_scheme"));
-        tk_pre *p = grow((void **)&tok->pres, &tok->n_pres, sizeof *p);
+        lp_tok_pre *p = lp_tok_append((void **)&tok->pres, &tok->n_pres, sizeof *p);
         if (!p)
             return nomem(c);
-        p->kind = TK_PRE_METASPACE;
+        p->kind = LP_TOK_PRE_METASPACE;
         const char *rep = jstr(n, "replacement");
         if (!rep)
             rep = "\xE2\x96\x81"; /* U+2581 */
@@ -259,34 +246,34 @@ static lp_status read_pre(jctx *c, const json_t *n, const char *where)
                                 "character", c->name, where, rep);
         memcpy(p->replacement, rep, rl);
         p->replacement_len = rl;
-        p->prepend_scheme = (tk_prepend_scheme)scheme;
+        p->prepend_scheme = (lp_tok_prepend_scheme)scheme;
         p->split = jbool(n, "split", true);
         return LP_OK;
     }
     if (strcmp(type, "Whitespace") == 0)
-        return add_regex_pre(c, TK_PRE_WHITESPACE, "\\w+|[^\\w\\s]+", TK_SPLIT_REMOVED, true,
+        return add_regex_pre(c, LP_TOK_PRE_WHITESPACE, "\\w+|[^\\w\\s]+", LP_TOK_SPLIT_REMOVED, true,
                              where);
     if (strcmp(type, "WhitespaceSplit") == 0)
-        return add_regex_pre(c, TK_PRE_WHITESPACE_SPLIT, "\\s+", TK_SPLIT_REMOVED, false, where);
+        return add_regex_pre(c, LP_TOK_PRE_WHITESPACE_SPLIT, "\\s+", LP_TOK_SPLIT_REMOVED, false, where);
     if (strcmp(type, "Digits") == 0)
-        return add_regex_pre(c, TK_PRE_DIGITS, "\\p{N}",
-                             jbool(n, "individual_digits", false) ? TK_SPLIT_ISOLATED
-                                                                  : TK_SPLIT_CONTIGUOUS,
+        return add_regex_pre(c, LP_TOK_PRE_DIGITS, "\\p{N}",
+                             jbool(n, "individual_digits", false) ? LP_TOK_SPLIT_ISOLATED
+                                                                  : LP_TOK_SPLIT_CONTIGUOUS,
                              false, where);
     static const char punct[] = "[\\p{P}!-/:-@\\[-`{-~]";
     if (strcmp(type, "Punctuation") == 0) {
         const char *b = jstr(n, "behavior");
-        int behavior = b ? behavior_of(b) : TK_SPLIT_ISOLATED;
+        int behavior = b ? behavior_of(b) : LP_TOK_SPLIT_ISOLATED;
         if (behavior < 0)
             return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.behavior: '%s' unknown",
                                 c->name, where, b);
-        return add_regex_pre(c, TK_PRE_PUNCTUATION, punct, (tk_split_behavior)behavior, false,
+        return add_regex_pre(c, LP_TOK_PRE_PUNCTUATION, punct, (lp_tok_split_behavior)behavior, false,
                              where);
     }
     if (strcmp(type, "BertPreTokenizer") == 0) {
-        lp_status st = add_regex_pre(c, TK_PRE_WHITESPACE_SPLIT, "\\s+", TK_SPLIT_REMOVED, false,
+        lp_status st = add_regex_pre(c, LP_TOK_PRE_WHITESPACE_SPLIT, "\\s+", LP_TOK_SPLIT_REMOVED, false,
                                      where);
-        return st != LP_OK ? st : add_regex_pre(c, TK_PRE_PUNCTUATION, punct, TK_SPLIT_ISOLATED,
+        return st != LP_OK ? st : add_regex_pre(c, LP_TOK_PRE_PUNCTUATION, punct, LP_TOK_SPLIT_ISOLATED,
                                                 false, where);
     }
     return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: pre-tokenizer type '%s' is not "
@@ -300,7 +287,7 @@ static lp_status read_pre(jctx *c, const json_t *n, const char *where)
 static lp_status add_post_ids(jctx *c, const int32_t *ids, size_t n, bool is_sequence)
 {
     lp_tokenizer *tok = c->tok;
-    tk_post_item *item = grow((void **)&tok->post, &tok->n_post, sizeof *item);
+    lp_tok_post_item *item = lp_tok_append((void **)&tok->post, &tok->n_post, sizeof *item);
     if (!item)
         return nomem(c);
     item->is_sequence = is_sequence;
@@ -461,11 +448,11 @@ static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
     }
     static const struct {
         const char *name;
-        tk_dec_kind kind;
-    } kinds[] = {{"ByteLevel", TK_DEC_BYTELEVEL}, {"Metaspace", TK_DEC_METASPACE},
-                 {"Replace", TK_DEC_REPLACE},     {"ByteFallback", TK_DEC_BYTEFALLBACK},
-                 {"Fuse", TK_DEC_FUSE},           {"Strip", TK_DEC_STRIP},
-                 {"BPEDecoder", TK_DEC_BPE_SUFFIX}, {"WordPiece", TK_DEC_WORDPIECE}};
+        lp_tok_dec_kind kind;
+    } kinds[] = {{"ByteLevel", LP_TOK_DEC_BYTELEVEL}, {"Metaspace", LP_TOK_DEC_METASPACE},
+                 {"Replace", LP_TOK_DEC_REPLACE},     {"ByteFallback", LP_TOK_DEC_BYTEFALLBACK},
+                 {"Fuse", LP_TOK_DEC_FUSE},           {"Strip", LP_TOK_DEC_STRIP},
+                 {"BPEDecoder", LP_TOK_DEC_BPE_SUFFIX}, {"WordPiece", LP_TOK_DEC_WORDPIECE}};
     int kind = -1;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         if (strcmp(type, kinds[k].name) == 0)
@@ -474,18 +461,18 @@ static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: decoder type '%s' is not "
                             "supported (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, "
                             "BPEDecoder, WordPiece, Sequence are)", c->name, where, type);
-    tk_dec *d = grow((void **)&tok->decs, &tok->n_decs, sizeof *d);
+    lp_tok_dec *d = lp_tok_append((void **)&tok->decs, &tok->n_decs, sizeof *d);
     if (!d)
         return nomem(c);
-    d->kind = (tk_dec_kind)kind;
+    d->kind = (lp_tok_dec_kind)kind;
     switch (d->kind) {
-    case TK_DEC_METASPACE: {
+    case LP_TOK_DEC_METASPACE: {
         int scheme = prepend_scheme_of(n);
-        d->prepend_scheme = scheme < 0 ? TK_PREPEND_ALWAYS : (tk_prepend_scheme)scheme;
+        d->prepend_scheme = scheme < 0 ? LP_TOK_PREPEND_ALWAYS : (lp_tok_prepend_scheme)scheme;
         return set_str(c, json_object_get(n, "replacement"), &d->pattern, &d->pattern_len,
                        "\xE2\x96\x81");
     }
-    case TK_DEC_REPLACE: {
+    case LP_TOK_DEC_REPLACE: {
         const json_t *pat = json_object_get(n, "pattern");
         const json_t *lit = json_object_get(pat, "String");
         if (!json_is_string(lit))
@@ -496,15 +483,15 @@ static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
             st = set_str(c, json_object_get(n, "content"), &d->content, &d->content_len, "");
         return st;
     }
-    case TK_DEC_STRIP: {
+    case LP_TOK_DEC_STRIP: {
         const json_t *start = json_object_get(n, "start"), *stop = json_object_get(n, "stop");
         d->start = json_is_integer(start) ? json_integer_value(start) : 0;
         d->stop = json_is_integer(stop) ? json_integer_value(stop) : 0;
         return set_str(c, json_object_get(n, "content"), &d->content, &d->content_len, " ");
     }
-    case TK_DEC_BPE_SUFFIX:
+    case LP_TOK_DEC_BPE_SUFFIX:
         return set_str(c, json_object_get(n, "suffix"), &d->pattern, &d->pattern_len, "</w>");
-    case TK_DEC_WORDPIECE:
+    case LP_TOK_DEC_WORDPIECE:
         d->cleanup = jbool(n, "cleanup", true);
         return set_str(c, json_object_get(n, "prefix"), &d->pattern, &d->pattern_len, "##");
     default:
@@ -614,7 +601,7 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
     {
         const json_t *content = json_object_get(item, "content");
         int32_t id = (int32_t)json_integer_value(json_object_get(item, "id"));
-        tk_added *a = &tok->added[tok->n_added++];
+        lp_tok_added *a = &tok->added[tok->n_added++];
         a->len = json_string_length(content);
         a->content = lp_tok_strndup(json_string_value(content), a->len);
         if (!a->content)
@@ -630,7 +617,7 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
             st = lp_tok_set_piece(tok, id, a->content, a->len, c->err);
             if (st != LP_OK)
                 return st;
-            tok->flags[id] |= TK_FLAG_ADDED;
+            tok->flags[id] |= LP_TOK_FLAG_ADDED;
         } else if (tok->piece_len[id] != a->len ||
                    memcmp(tok->pieces[id], a->content, a->len) != 0) {
             st = lp_tok_override_piece(tok, id, a->content, a->len, c->err);
@@ -638,13 +625,13 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
                 return st;
         }
         if (a->special)
-            tok->flags[id] |= TK_FLAG_SPECIAL;
+            tok->flags[id] |= LP_TOK_FLAG_SPECIAL;
     }
     st = lp_tok_build_vocab_map(tok, c->err);
     if (st != LP_OK)
         return st;
 
-    tok->model = TK_MODEL_BPE_MERGES;
+    tok->model = LP_TOK_MODEL_BPE_MERGES;
     tok->byte_fallback = jbool(model, "byte_fallback", false);
     tok->fuse_unk = jbool(model, "fuse_unk", false);
     tok->ignore_merges = jbool(model, "ignore_merges", false);
@@ -680,7 +667,7 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
     st = lp_tok_merges_init(tok, n_merges, c->err);
     if (st != LP_OK)
         return st;
-    tk_buf joined = {0};
+    lp_tok_buf joined = {0};
     json_array_foreach(merges, i, item)
     {
         const char *a = "", *b = "";
@@ -718,13 +705,13 @@ static void set_kind(lp_tokenizer *tok)
 {
     bool bytelevel = false, metaspace = tok->byte_fallback;
     for (size_t k = 0; k < tok->n_pres; k++) {
-        bytelevel |= tok->pres[k].kind == TK_PRE_BYTELEVEL;
-        metaspace |= tok->pres[k].kind == TK_PRE_METASPACE;
+        bytelevel |= tok->pres[k].kind == LP_TOK_PRE_BYTELEVEL;
+        metaspace |= tok->pres[k].kind == LP_TOK_PRE_METASPACE;
     }
     static const char meta[] = "\xE2\x96\x81"; /* U+2581, SentencePiece's space */
     for (size_t k = 0; k < tok->n_norms; k++) {
-        const tk_norm *n = &tok->norms[k];
-        if (n->kind == TK_NORM_PREPEND || n->kind == TK_NORM_REPLACE)
+        const lp_tok_norm *n = &tok->norms[k];
+        if (n->kind == LP_TOK_NORM_PREPEND || n->kind == LP_TOK_NORM_REPLACE)
             metaspace |= (n->pattern && strstr(n->pattern, meta)) ||
                          (n->content && strstr(n->content, meta));
     }

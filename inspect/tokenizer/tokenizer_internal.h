@@ -1,6 +1,16 @@
-/* Internals of the tokenizers: the pipeline (added tokens, normalizers, pre-tokenizers, BPE,
- * post-processor, decoders) shared by the tokenizer.json, llama2.c and GGUF loaders, plus the
- * UTF-8 and Unicode normalization helpers. Not a public header. */
+/* Internals of the tokenizers, not a public header. The handle and its vocabulary (vocab.c) and
+ * the pipeline over it (encode.c: added tokens and the post-processor; normalize.c: normalizers
+ * and pre-tokenizers; bpe.c: the models; decode.c: decoders and labels) are built by the loaders
+ * (from_json.c, from_gguf.c, from_llama2c.c), which open.c chooses among. Loaders build through
+ * this header and never call back into open.c. unicode.c holds UTF-8, the byte-level alphabet and
+ * Unicode normalization over the generated tables of unicode_data.c (gen_unicode.py).
+ *
+ *   lp_tokenizer *tok = lp_tok_new(path, "llama2c");           // a loader's steps
+ *   lp_tok_alloc_vocab(tok, n, &err);
+ *   lp_tok_set_piece(tok, id, bytes, len, &err);              // for every id
+ *   lp_tok_build_vocab_map(tok, &err);
+ *   tok->model = LP_TOK_MODEL_LLAMA2C;                         // then models, decoders, ...
+ */
 #ifndef LP_INSPECT_TOKENIZER_INTERNAL_H
 #define LP_INSPECT_TOKENIZER_INTERNAL_H
 
@@ -39,14 +49,16 @@ extern const size_t lp_uc_comp_count;
 extern const lp_uc_pair lp_uc_lower[];
 extern const size_t lp_uc_lower_count;
 
-/* ---- UTF-8 and normalization (unicode.c) ---- */
+/* ---- UTF-8, the byte-level alphabet and normalization (unicode.c) ---- */
 /* Decode one code point at s[*i]; advances *i. Invalid or truncated sequences return -1 and
  * advance by one byte, so callers can carry raw bytes through. */
 int32_t lp_utf8_next(const char *s, size_t len, size_t *i);
 /* Bytes of the UTF-8 sequence starting with byte b (1 for invalid lead bytes). */
 size_t lp_utf8_seq_len(const char *s, size_t len, size_t i);
 size_t lp_utf8_put(uint32_t cp, char out[4]);
-bool lp_utf8_valid(const char *s, size_t len);
+/* The code point ending just before byte offset at, or -1 for none/invalid; *start = its first
+ * byte. */
+int32_t lp_utf8_prev(const char *s, size_t at, size_t *start);
 
 typedef enum lp_uc_form { LP_UC_NFC, LP_UC_NFD, LP_UC_NFKC, LP_UC_NFKD } lp_uc_form;
 /* Normalize s into a new malloc'd buffer (*out, *out_len; NUL-terminated). Invalid bytes are
@@ -58,141 +70,160 @@ lp_status lp_uc_lowercase(const char *s, size_t len, char **out, size_t *out_len
 int lp_uc_ccc_of(uint32_t cp);
 /* White_Space (Rust's char::is_whitespace); cp < 0 (a raw byte) is not. */
 bool lp_uc_is_space(int32_t cp);
-/* The code point ending just before byte offset at, or -1 for none/invalid; *start = its first
- * byte. */
-int32_t lp_utf8_prev(const char *s, size_t at, size_t *start);
 
-/* ---- growable byte buffer ---- */
-typedef struct tk_buf {
+/* The GPT-2 byte-level alphabet (bytes_to_unicode): byte -> code point. */
+uint32_t lp_tok_byte_to_cp(uint8_t b);
+/* Code point -> byte, or -1 for code points outside the alphabet. */
+int lp_tok_cp_to_byte(uint32_t cp);
+/* lp_tok_byte_to_cp of every byte, [256]. */
+const uint32_t *lp_tok_byte_cps(void);
+
+/* ---- growable arrays (vocab.c) ---- */
+/* items (capacity *cap, of elem_size bytes each) grown to twice its capacity (first when 0);
+ * returns the new array, or NULL with items and *cap untouched when out of memory. */
+void *lp_tok_grow(void *items, size_t *cap, size_t elem_size, size_t first);
+/* Grow an array of *n items by one zeroed item; returns it, or NULL when out of memory. */
+void *lp_tok_append(void **items, size_t *n, size_t elem_size);
+
+/* bytes, NUL-terminated (sticky failure: an allocation failed) */
+typedef struct lp_tok_buf {
     char *data;
     size_t len, cap;
-    bool failed; /* sticky: an allocation failed */
-} tk_buf;
-void lp_tok_buf_put(tk_buf *b, const void *bytes, size_t n);
-void lp_tok_buf_putc(tk_buf *b, char c);
-void lp_tok_buf_free(tk_buf *b);
+    bool failed;
+} lp_tok_buf;
+void lp_tok_buf_put(lp_tok_buf *b, const void *bytes, size_t n);
+void lp_tok_buf_putc(lp_tok_buf *b, char c);
+void lp_tok_buf_free(lp_tok_buf *b);
+
+/* token ids as they are produced (sticky failure) */
+typedef struct lp_tok_ids {
+    int32_t *v;
+    size_t n, cap;
+    bool failed;
+} lp_tok_ids;
+void lp_tok_ids_push(lp_tok_ids *ids, int32_t id);
 
 /* ---- pipeline definitions ---- */
-typedef enum tk_norm_kind {
-    TK_NORM_NFC,
-    TK_NORM_NFD,
-    TK_NORM_NFKC,
-    TK_NORM_NFKD,
-    TK_NORM_LOWERCASE,
-    TK_NORM_PREPEND,
-    TK_NORM_REPLACE, /* literal pattern, or regex when re != NULL */
-    TK_NORM_STRIP,
-    TK_NORM_BYTELEVEL, /* bytes to GPT-2's printable alphabet */
-    TK_NORM_COUNT
-} tk_norm_kind;
+typedef enum lp_tok_norm_kind {
+    LP_TOK_NORM_NFC,
+    LP_TOK_NORM_NFD,
+    LP_TOK_NORM_NFKC,
+    LP_TOK_NORM_NFKD,
+    LP_TOK_NORM_LOWERCASE,
+    LP_TOK_NORM_PREPEND,
+    LP_TOK_NORM_REPLACE, /* literal pattern, or regex when re != NULL */
+    LP_TOK_NORM_STRIP,
+    LP_TOK_NORM_BYTELEVEL, /* bytes to GPT-2's printable alphabet */
+    LP_TOK_NORM_COUNT
+} lp_tok_norm_kind;
 
-typedef struct tk_norm {
-    tk_norm_kind kind;
+typedef struct lp_tok_norm {
+    lp_tok_norm_kind kind;
     char *pattern; /* Replace: literal; Prepend: the prefix */
     size_t pattern_len;
     char *content; /* Replace: the replacement */
     size_t content_len;
     pcre2_code *re;
     bool strip_left, strip_right;
-} tk_norm;
+} lp_tok_norm;
 
-typedef enum tk_split_behavior {
-    TK_SPLIT_REMOVED,
-    TK_SPLIT_ISOLATED,
-    TK_SPLIT_MERGED_WITH_PREVIOUS,
-    TK_SPLIT_MERGED_WITH_NEXT,
-    TK_SPLIT_CONTIGUOUS,
-    TK_SPLIT_COUNT
-} tk_split_behavior;
+typedef enum lp_tok_split_behavior {
+    LP_TOK_SPLIT_REMOVED,
+    LP_TOK_SPLIT_ISOLATED,
+    LP_TOK_SPLIT_MERGED_WITH_PREVIOUS,
+    LP_TOK_SPLIT_MERGED_WITH_NEXT,
+    LP_TOK_SPLIT_CONTIGUOUS,
+    LP_TOK_SPLIT_COUNT
+} lp_tok_split_behavior;
 
-typedef enum tk_pre_kind {
-    TK_PRE_BYTELEVEL,
-    TK_PRE_SPLIT,      /* regex (re) or literal (pattern) */
-    TK_PRE_METASPACE,
-    TK_PRE_WHITESPACE, /* \w+|[^\w\s]+ */
-    TK_PRE_WHITESPACE_SPLIT,
-    TK_PRE_DIGITS,
-    TK_PRE_PUNCTUATION,
-    TK_PRE_COUNT
-} tk_pre_kind;
+typedef enum lp_tok_pre_kind {
+    LP_TOK_PRE_BYTELEVEL,
+    LP_TOK_PRE_SPLIT,      /* regex (re) or literal (pattern) */
+    LP_TOK_PRE_METASPACE,
+    LP_TOK_PRE_WHITESPACE, /* \w+|[^\w\s]+ */
+    LP_TOK_PRE_WHITESPACE_SPLIT,
+    LP_TOK_PRE_DIGITS,
+    LP_TOK_PRE_PUNCTUATION,
+    LP_TOK_PRE_COUNT
+} lp_tok_pre_kind;
 
-typedef enum tk_prepend_scheme {
-    TK_PREPEND_ALWAYS,
-    TK_PREPEND_FIRST,
-    TK_PREPEND_NEVER
-} tk_prepend_scheme;
+typedef enum lp_tok_prepend_scheme {
+    LP_TOK_PREPEND_ALWAYS,
+    LP_TOK_PREPEND_FIRST,
+    LP_TOK_PREPEND_NEVER
+} lp_tok_prepend_scheme;
 
-typedef struct tk_pre {
-    tk_pre_kind kind;
+typedef struct lp_tok_pre {
+    lp_tok_pre_kind kind;
     pcre2_code *re;
     char *pattern;
     size_t pattern_len;
-    tk_split_behavior behavior;
+    lp_tok_split_behavior behavior;
     bool invert;
     bool add_prefix_space; /* ByteLevel */
     bool use_regex;        /* ByteLevel */
     char replacement[8];   /* Metaspace, UTF-8 */
     size_t replacement_len;
-    tk_prepend_scheme prepend_scheme;
+    lp_tok_prepend_scheme prepend_scheme;
     bool split; /* Metaspace */
     bool individual_digits;
-} tk_pre;
+} lp_tok_pre;
 
-typedef enum tk_dec_kind {
-    TK_DEC_BYTELEVEL,
-    TK_DEC_METASPACE,
-    TK_DEC_REPLACE,
-    TK_DEC_BYTEFALLBACK,
-    TK_DEC_FUSE,
-    TK_DEC_STRIP,
-    TK_DEC_BPE_SUFFIX, /* BPEDecoder: suffix -> " " */
-    TK_DEC_WORDPIECE,
-    TK_DEC_COUNT
-} tk_dec_kind;
+typedef enum lp_tok_dec_kind {
+    LP_TOK_DEC_BYTELEVEL,
+    LP_TOK_DEC_METASPACE,
+    LP_TOK_DEC_REPLACE,
+    LP_TOK_DEC_BYTEFALLBACK,
+    LP_TOK_DEC_FUSE,
+    LP_TOK_DEC_STRIP,
+    LP_TOK_DEC_BPE_SUFFIX, /* BPEDecoder: suffix -> " " */
+    LP_TOK_DEC_WORDPIECE,
+    LP_TOK_DEC_COUNT
+} lp_tok_dec_kind;
 
-typedef struct tk_dec {
-    tk_dec_kind kind;
+typedef struct lp_tok_dec {
+    lp_tok_dec_kind kind;
     char *pattern; /* Replace pattern, Metaspace replacement, BPE suffix, WordPiece prefix */
     size_t pattern_len;
     char *content; /* Replace content, Strip content */
     size_t content_len;
     int64_t start, stop; /* Strip */
-    tk_prepend_scheme prepend_scheme;
+    lp_tok_prepend_scheme prepend_scheme;
     bool cleanup;
-} tk_dec;
+} lp_tok_dec;
 
-typedef struct tk_added {
+typedef struct lp_tok_added {
     char *content;
     size_t len;
     char *pattern; /* what is matched: the content, normalized when `normalized` (owned) */
     size_t pattern_len;
     int32_t id;
     bool special, lstrip, rstrip, single_word, normalized;
-} tk_added;
+} lp_tok_added;
 
-typedef enum tk_model_kind {
-    TK_MODEL_BPE_MERGES,  /* Hugging Face BPE: merges ranked by position */
-    TK_MODEL_BPE_SCORES,  /* SentencePiece BPE: merge the highest-scoring vocabulary string */
-    TK_MODEL_LLAMA2C,     /* run.c encode(): scores over stored piece strings, byte ids +3 */
-    TK_MODEL_COUNT
-} tk_model_kind;
+typedef enum lp_tok_model_kind {
+    LP_TOK_MODEL_BPE_MERGES,  /* Hugging Face BPE: merges ranked by position */
+    LP_TOK_MODEL_BPE_SCORES,  /* SentencePiece BPE: merge the highest-scoring vocabulary string */
+    LP_TOK_MODEL_LLAMA2C,     /* run.c encode(): scores over stored piece strings, byte ids +3 */
+    LP_TOK_MODEL_COUNT
+} lp_tok_model_kind;
 
 /* One template item of the post-processor: a run of special ids, or the sequence itself. */
-typedef struct tk_post_item {
+typedef struct lp_tok_post_item {
     bool is_sequence;
     int32_t *ids;
     size_t n_ids;
-} tk_post_item;
+} lp_tok_post_item;
 
-typedef struct tk_strmap {
+typedef struct lp_tok_strmap {
     int32_t *slots; /* id + 1, 0 = empty */
     size_t mask;
-} tk_strmap;
+} lp_tok_strmap;
 
-typedef struct tk_merge_slot {
+typedef struct lp_tok_merge_slot {
     uint64_t key; /* (left << 32 | right) + 1, 0 = empty */
     int32_t rank, new_id;
-} tk_merge_slot;
+} lp_tok_merge_slot;
 
 struct lp_tokenizer {
     const char *kind;
@@ -200,12 +231,12 @@ struct lp_tokenizer {
     int64_t n_vocab; /* highest id + 1 */
     char **pieces;   /* [n_vocab], NUL-terminated, NULL for holes; in pool_chunks */
     uint32_t *piece_len;
-    uint8_t *flags; /* [n_vocab] TK_FLAG_* */
-    tk_strmap vocab; /* model vocabulary: string -> id */
+    uint8_t *flags; /* [n_vocab] LP_TOK_FLAG_* */
+    lp_tok_strmap vocab; /* model vocabulary: string -> id */
     float *scores;   /* [n_vocab] for the score models, else NULL */
 
-    tk_model_kind model;
-    tk_merge_slot *merges;
+    lp_tok_model_kind model;
+    lp_tok_merge_slot *merges;
     size_t merges_mask;
     int64_t n_merges;
     bool byte_fallback, fuse_unk, ignore_merges;
@@ -216,16 +247,16 @@ struct lp_tokenizer {
     size_t eow_suffix_len;
     int32_t byte_ids[256]; /* <0xXX> tokens, -1 if absent */
 
-    tk_added *added;
+    lp_tok_added *added;
     size_t n_added;
-    tk_norm *norms;
+    lp_tok_norm *norms;
     size_t n_norms;
-    tk_pre *pres;
+    lp_tok_pre *pres;
     size_t n_pres;
-    tk_post_item *post;
+    lp_tok_post_item *post;
     size_t n_post;
     bool has_template; /* post-processor adds tokens */
-    tk_dec *decs;
+    lp_tok_dec *decs;
     size_t n_decs;
     pcre2_code *word_re; /* Rust's \w, compiled when an added token is single_word */
     /* [n_vocab] or NULL: the model's own string where an added token with other content
@@ -241,48 +272,75 @@ struct lp_tokenizer {
 
 /* flags[id]: SPECIAL = skipped by decode(skip_special); ADDED = an added token that is not a
  * model piece (kept out of the BPE vocabulary map); CONTROL = a GGUF control token. */
-enum { TK_FLAG_SPECIAL = 1, TK_FLAG_ADDED = 2, TK_FLAG_CONTROL = 8 };
+enum { LP_TOK_FLAG_SPECIAL = 1, LP_TOK_FLAG_ADDED = 2, LP_TOK_FLAG_CONTROL = 8 };
 
-/* Shared construction helpers (tokenizer.c). */
+/* ---- the handle and its vocabulary (vocab.c) ---- */
+lp_tokenizer *lp_tok_new(const char *path, const char *kind);
 lp_status lp_tok_alloc_vocab(lp_tokenizer *tok, int64_t n_vocab, lp_error *err);
 lp_status lp_tok_set_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len, lp_error *err);
 /* An added token takes id over with other content: the model string stays findable. */
 lp_status lp_tok_override_piece(lp_tokenizer *tok, int32_t id, const char *s, size_t len,
                                 lp_error *err);
 /* Build the string->id map over the model vocabulary (ids with a piece and not marked
- * TK_FLAG_ADDED-only) and the <0xXX> table. */
+ * LP_TOK_FLAG_ADDED-only) and the <0xXX> table. */
 lp_status lp_tok_build_vocab_map(lp_tokenizer *tok, lp_error *err);
 int32_t lp_tok_vocab_find(const lp_tokenizer *tok, const char *s, size_t len);
 lp_status lp_tok_merges_init(lp_tokenizer *tok, size_t n_expected, lp_error *err);
 /* false if the pair already exists (first one wins, as in a file read top to bottom). */
 bool lp_tok_merges_add(lp_tokenizer *tok, int32_t left, int32_t right, int32_t rank,
                        int32_t new_id);
-lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out, const char *where,
-                           lp_error *err);
-lp_tokenizer *lp_tok_new(const char *path, const char *kind);
+const lp_tok_merge_slot *lp_tok_merges_find(const lp_tokenizer *tok, int32_t left,
+                                            int32_t right);
+char *lp_tok_strndup(const char *s, size_t len);
+/* "<0x0A>" -> 0x0A; lowercase hex digits count only when lowercase_ok. */
+bool lp_tok_byte_piece(const char *p, size_t len, bool lowercase_ok, unsigned *value);
+
+/* ---- normalizers and pre-tokenizers (normalize.c) ---- */
+lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out,
+                               const char *where, lp_error *err);
+/* Replace every match of re (or of the literal when re is NULL) in s by content. */
+lp_status lp_tok_replace_all(const pcre2_code *re, const char *lit, size_t lit_len,
+                             const char *content, size_t content_len, const char *s, size_t len,
+                             lp_tok_buf *out);
 /* Apply the normalizers; *out is malloc'd and NUL-terminated. */
 lp_status lp_tok_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
-                       size_t *out_len);
+                           size_t *out_len);
+
+/* The pre-tokenized pieces of one segment, stored back to back in buf. */
+typedef struct lp_tok_splits {
+    lp_tok_buf buf;
+    size_t *off, *len;
+    size_t n, cap;
+    bool failed;
+} lp_tok_splits;
+void lp_tok_splits_free(lp_tok_splits *s);
+/* Run the pre-tokenizers over s[0, len) into *out (which starts empty). at_text_start: s begins
+ * the text (Metaspace's prepend_scheme "first"). */
+lp_status lp_tok_pretokenize(const lp_tokenizer *tok, const char *s, size_t len,
+                             bool at_text_start, lp_tok_splits *out);
+
+/* ---- models (bpe.c) ---- */
+/* One pre-token through the model: BPE by merge rank or by score. */
+lp_status lp_tok_bpe_word(const lp_tokenizer *tok, const char *w, size_t len, lp_tok_ids *out);
+/* llama2.c run.c's encode() over the whole text. */
+lp_status lp_tok_encode_llama2c(const lp_tokenizer *tok, const char *text, size_t len,
+                                bool add_bos, lp_tok_ids *out);
+
+/* ---- added tokens (encode.c) ---- */
 /* Set each added token's match pattern (normalized content for `normalized` ones), once the
  * normalizers are known. */
 lp_status lp_tok_prepare_added(lp_tokenizer *tok, lp_error *err);
-char *lp_tok_strndup(const char *s, size_t len);
 
-/* Loaders. */
+/* ---- loaders (from_json.c, from_llama2c.c, from_gguf.c) ---- */
 lp_status lp_tok_load_json(const char *path, lp_tokenizer **out, lp_error *err);
 /* The same from memory (tests, fuzzing); path only names the source in messages. */
 lp_status lp_tok_load_json_buffer(const char *path, const char *data, size_t size,
-                             lp_tokenizer **out, lp_error *err);
+                                  lp_tokenizer **out, lp_error *err);
 lp_status lp_tok_load_llama2c(const char *path, const uint8_t *data, size_t size,
-                          lp_tokenizer **out, lp_error *err);
+                              lp_tokenizer **out, lp_error *err);
 lp_status lp_tok_load_gguf_path(const char *path, lp_tokenizer **out, lp_error *err);
 
-/* The GPT-2 byte-level alphabet: byte -> code point. */
-uint32_t lp_tok_byte_to_cp(uint8_t b);
-/* Code point -> byte, or -1 for code points outside the alphabet. */
-int lp_tok_cp_to_byte(uint32_t cp);
-
-/* Well-known pre-tokenizer regexes. */
+/* Well-known pre-tokenizer regexes (normalize.c). */
 extern const char lp_tok_regex_gpt2[];
 extern const char lp_tok_regex_llama3[];
 extern const char lp_tok_regex_qwen2[];

@@ -1,0 +1,356 @@
+/* Decoding ids to text through the tokenizer's decoder chain, and readable labels of single
+ * tokens for pictures and tables. */
+#include "inspect/tokenizer/tokenizer_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mapfile.h"
+
+typedef struct str_vec {
+    lp_tok_buf *v;
+    size_t n;
+} str_vec;
+
+static void strs_free(str_vec *s)
+{
+    for (size_t k = 0; k < s->n; k++)
+        lp_tok_buf_free(&s->v[k]);
+    free(s->v);
+    s->v = NULL;
+    s->n = 0;
+}
+
+/* Hugging Face's clean_up_tokenization: drop the space before punctuation and contractions. */
+static lp_status cleanup_spaces(lp_tok_buf *b)
+{
+    static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's",
+                                       " 've", " 're"};
+    static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re"};
+    for (size_t k = 0; k < sizeof from / sizeof from[0]; k++) {
+        lp_tok_buf out = {0};
+        lp_status st = lp_tok_replace_all(NULL, from[k], strlen(from[k]), to[k], strlen(to[k]),
+                                   b->data ? b->data : "", b->len, &out);
+        if (st != LP_OK) {
+            lp_tok_buf_free(&out);
+            return st;
+        }
+        if (!out.data)
+            lp_tok_buf_put(&out, "", 0);
+        lp_tok_buf_free(b);
+        *b = out;
+    }
+    return LP_OK;
+}
+
+/* Run the decoder chain over strs in place. for_label skips the steps that only make sense for
+ * a whole text (Strip, the first token's Metaspace prefix). */
+static lp_status run_decoder_list(const lp_tok_dec *decs, size_t n_decs, str_vec *strs,
+                                  bool for_label)
+{
+    for (size_t d = 0; d < n_decs; d++) {
+        const lp_tok_dec *dec = &decs[d];
+        switch (dec->kind) {
+        case LP_TOK_DEC_BYTELEVEL: {
+            lp_tok_buf all = {0};
+            for (size_t k = 0; k < strs->n; k++) {
+                const char *s = strs->v[k].data ? strs->v[k].data : "";
+                size_t len = strs->v[k].len;
+                /* a token with a character outside the alphabet passes as it is */
+                lp_tok_buf bytes = {0};
+                bool ok = true;
+                size_t i = 0;
+                while (i < len) {
+                    int32_t cp = lp_utf8_next(s, len, &i);
+                    int b = cp < 0 ? -1 : lp_tok_cp_to_byte((uint32_t)cp);
+                    if (b < 0) {
+                        ok = false;
+                        break;
+                    }
+                    lp_tok_buf_putc(&bytes, (char)b);
+                }
+                if (ok)
+                    lp_tok_buf_put(&all, bytes.data, bytes.len);
+                else
+                    lp_tok_buf_put(&all, s, len);
+                lp_tok_buf_free(&bytes);
+            }
+            if (all.failed) {
+                lp_tok_buf_free(&all);
+                return LP_ERR_NOMEM;
+            }
+            strs_free(strs);
+            strs->v = malloc(sizeof *strs->v);
+            if (!strs->v) {
+                lp_tok_buf_free(&all);
+                return LP_ERR_NOMEM;
+            }
+            strs->v[0] = all;
+            strs->n = 1;
+            break;
+        }
+        case LP_TOK_DEC_METASPACE:
+        case LP_TOK_DEC_REPLACE:
+            for (size_t k = 0; k < strs->n; k++) {
+                lp_tok_buf out = {0};
+                const char *s = strs->v[k].data ? strs->v[k].data : "";
+                size_t len = strs->v[k].len;
+                if (dec->kind == LP_TOK_DEC_METASPACE && k == 0 && !for_label &&
+                    dec->prepend_scheme != LP_TOK_PREPEND_NEVER && len >= dec->pattern_len &&
+                    memcmp(s, dec->pattern, dec->pattern_len) == 0) {
+                    s += dec->pattern_len;
+                    len -= dec->pattern_len;
+                }
+                lp_status st = lp_tok_replace_all(NULL, dec->pattern, dec->pattern_len,
+                                           dec->kind == LP_TOK_DEC_METASPACE ? " " : dec->content,
+                                           dec->kind == LP_TOK_DEC_METASPACE ? 1 : dec->content_len,
+                                           s, len, &out);
+                if (st != LP_OK) {
+                    lp_tok_buf_free(&out);
+                    return st;
+                }
+                lp_tok_buf_free(&strs->v[k]);
+                strs->v[k] = out;
+            }
+            break;
+        case LP_TOK_DEC_BYTEFALLBACK: {
+            /* runs of <0xXX> tokens become their bytes */
+            size_t w = 0;
+            for (size_t k = 0; k < strs->n;) {
+                unsigned v;
+                if (!lp_tok_byte_piece(strs->v[k].data, strs->v[k].len, true, &v)) {
+                    strs->v[w++] = strs->v[k++];
+                    continue;
+                }
+                lp_tok_buf bytes = {0};
+                while (k < strs->n && lp_tok_byte_piece(strs->v[k].data, strs->v[k].len, true, &v)) {
+                    lp_tok_buf_putc(&bytes, (char)v);
+                    lp_tok_buf_free(&strs->v[k]);
+                    k++;
+                }
+                if (bytes.failed) {
+                    lp_tok_buf_free(&bytes);
+                    strs->n = w;
+                    return LP_ERR_NOMEM;
+                }
+                strs->v[w++] = bytes;
+            }
+            strs->n = w;
+            break;
+        }
+        case LP_TOK_DEC_FUSE: {
+            if (strs->n <= 1)
+                break;
+            for (size_t k = 1; k < strs->n; k++) {
+                lp_tok_buf_put(&strs->v[0], strs->v[k].data, strs->v[k].len);
+                lp_tok_buf_free(&strs->v[k]);
+            }
+            strs->n = 1;
+            if (strs->v[0].failed)
+                return LP_ERR_NOMEM;
+            break;
+        }
+        case LP_TOK_DEC_STRIP:
+            if (for_label)
+                break;
+            for (size_t k = 0; k < strs->n; k++) {
+                lp_tok_buf *b = &strs->v[k];
+                size_t cl = dec->content_len;
+                int64_t n = 0;
+                size_t a = 0;
+                while (n < dec->start && cl && b->len - a >= cl &&
+                       memcmp(b->data + a, dec->content, cl) == 0)
+                    a += cl, n++;
+                size_t e = b->len;
+                n = 0;
+                while (n < dec->stop && cl && e - a >= cl &&
+                       memcmp(b->data + e - cl, dec->content, cl) == 0)
+                    e -= cl, n++;
+                if (a || e != b->len) {
+                    memmove(b->data, b->data + a, e - a);
+                    b->len = e - a;
+                    b->data[b->len] = '\0';
+                }
+            }
+            break;
+        case LP_TOK_DEC_BPE_SUFFIX:
+            for (size_t k = 0; k < strs->n; k++) {
+                lp_tok_buf out = {0};
+                bool last = k + 1 == strs->n && !for_label;
+                lp_status st = lp_tok_replace_all(NULL, dec->pattern, dec->pattern_len, last ? "" : " ",
+                                           last ? 0 : 1, strs->v[k].data ? strs->v[k].data : "",
+                                           strs->v[k].len, &out);
+                if (st != LP_OK) {
+                    lp_tok_buf_free(&out);
+                    return st;
+                }
+                lp_tok_buf_free(&strs->v[k]);
+                strs->v[k] = out;
+            }
+            break;
+        case LP_TOK_DEC_WORDPIECE:
+            for (size_t k = 0; k < strs->n; k++) {
+                lp_tok_buf out = {0};
+                const char *s = strs->v[k].data ? strs->v[k].data : "";
+                size_t len = strs->v[k].len;
+                /* after the first token: "##x" continues the word, anything else starts one */
+                if (k > 0 || for_label) {
+                    if (len >= dec->pattern_len && memcmp(s, dec->pattern, dec->pattern_len) == 0) {
+                        s += dec->pattern_len;
+                        len -= dec->pattern_len;
+                    } else if (!for_label) {
+                        lp_tok_buf_putc(&out, ' ');
+                    }
+                }
+                lp_tok_buf_put(&out, s, len);
+                if (!out.data)
+                    lp_tok_buf_put(&out, "", 0);
+                lp_status st = out.failed ? LP_ERR_NOMEM : LP_OK;
+                if (st == LP_OK && dec->cleanup && !for_label)
+                    st = cleanup_spaces(&out);
+                if (st != LP_OK) {
+                    lp_tok_buf_free(&out);
+                    return st;
+                }
+                lp_tok_buf_free(&strs->v[k]);
+                strs->v[k] = out;
+            }
+            break;
+        case LP_TOK_DEC_COUNT: break;
+        }
+    }
+    return LP_OK;
+}
+
+static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_label)
+{
+    if (tok->n_decs > 0 || !for_label)
+        return run_decoder_list(tok->decs, tok->n_decs, strs, for_label);
+    /* A file without a decoder still deserves readable labels: undo what its pre-tokenizer
+     * or normalizer visibly did (the byte-level alphabet, or U+2581 for spaces and <0xXX>). */
+    char meta[] = "\xE2\x96\x81", space[] = " ";
+    lp_tok_dec implied[2];
+    memset(implied, 0, sizeof implied);
+    size_t n = 0;
+    if (strcmp(tok->kind, "bpe-bytelevel") == 0) {
+        implied[n++].kind = LP_TOK_DEC_BYTELEVEL;
+    } else if (strcmp(tok->kind, "bpe-sentencepiece") == 0) {
+        implied[n].kind = LP_TOK_DEC_REPLACE;
+        implied[n].pattern = meta, implied[n].pattern_len = 3;
+        implied[n].content = space, implied[n++].content_len = 1;
+        implied[n++].kind = LP_TOK_DEC_BYTEFALLBACK;
+    }
+    return run_decoder_list(implied, n, strs, true);
+}
+
+lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                              bool skip_special, char **text, lp_error *err)
+{
+    LP_ASSERT(tok && text && (ids || n_ids == 0));
+    *text = NULL;
+    str_vec strs = {calloc(n_ids ? n_ids : 1, sizeof(lp_tok_buf)), 0};
+    if (!strs.v)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory decoding %zu ids", n_ids);
+    for (size_t k = 0; k < n_ids; k++) {
+        int32_t id = ids[k];
+        if (id < 0 || id >= tok->n_vocab || !tok->pieces[id]) {
+            strs_free(&strs);
+            return lp_error_set(err, LP_ERR_RANGE, "%s: token id %d at position %zu is not in "
+                                "the vocabulary [0, %lld)", lp_path_basename(tok->path), id, k,
+                                (long long)tok->n_vocab);
+        }
+        if (skip_special && (tok->flags[id] & LP_TOK_FLAG_SPECIAL))
+            continue;
+        lp_tok_buf *b = &strs.v[strs.n++];
+        lp_tok_buf_put(b, tok->pieces[id], tok->piece_len[id]);
+        if (b->failed) {
+            strs_free(&strs);
+            return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+        }
+    }
+    lp_status st = run_decoders(tok, &strs, false);
+    lp_tok_buf all = {0};
+    lp_tok_buf_put(&all, "", 0);
+    for (size_t k = 0; k < strs.n && st == LP_OK; k++) {
+        if (k > 0 && tok->n_decs == 0)
+            lp_tok_buf_putc(&all, ' '); /* no decoder: Hugging Face joins with spaces */
+        lp_tok_buf_put(&all, strs.v[k].data, strs.v[k].len);
+    }
+    strs_free(&strs);
+    if (st == LP_OK && all.failed)
+        st = LP_ERR_NOMEM;
+    if (st != LP_OK) {
+        lp_tok_buf_free(&all);
+        return lp_error_set(err, st, "%s: out of memory decoding %zu ids",
+                            lp_path_basename(tok->path), n_ids);
+    }
+    *text = all.data;
+    return LP_OK;
+}
+
+static bool is_space_byte(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* Escape for one-line display: control characters as \n \t \r \xNN, invalid UTF-8 as \xNN. */
+static char *escape_label(const char *s, size_t len)
+{
+    lp_tok_buf out = {0};
+    lp_tok_buf_put(&out, "", 0);
+    size_t i = 0;
+    while (i < len) {
+        size_t at = i;
+        int32_t cp = lp_utf8_next(s, len, &i);
+        char esc[8];
+        if (cp == '\n')
+            lp_tok_buf_put(&out, "\\n", 2);
+        else if (cp == '\t')
+            lp_tok_buf_put(&out, "\\t", 2);
+        else if (cp == '\r')
+            lp_tok_buf_put(&out, "\\r", 2);
+        else if (cp == '\\')
+            lp_tok_buf_put(&out, "\\\\", 2);
+        else if (cp < 0 || cp < 0x20 || cp == 0x7F) {
+            snprintf(esc, sizeof esc, "\\x%02X", (unsigned char)s[at]);
+            lp_tok_buf_put(&out, esc, 4);
+        } else {
+            lp_tok_buf_put(&out, s + at, i - at);
+        }
+    }
+    if (out.failed) {
+        lp_tok_buf_free(&out);
+        return NULL;
+    }
+    return out.data;
+}
+
+char *lp_tokenizer_label(const lp_tokenizer *tok, int32_t id)
+{
+    if (!tok || id < 0 || id >= tok->n_vocab || !tok->pieces[id])
+        return NULL;
+    const char *p = tok->pieces[id];
+    size_t len = tok->piece_len[id];
+    if (tok->flags[id] & (LP_TOK_FLAG_SPECIAL | LP_TOK_FLAG_ADDED | LP_TOK_FLAG_CONTROL)) {
+        /* special tokens read best as written; llama2.c stores BOS as "\n<s>\n" */
+        while (len && is_space_byte(*p))
+            p++, len--;
+        while (len && is_space_byte(p[len - 1]))
+            len--;
+        return escape_label(p, len);
+    }
+    str_vec strs = {calloc(1, sizeof(lp_tok_buf)), 1};
+    if (!strs.v)
+        return NULL;
+    lp_tok_buf_put(&strs.v[0], p, len);
+    lp_status st = strs.v[0].failed ? LP_ERR_NOMEM : run_decoders(tok, &strs, true);
+    lp_tok_buf all = {0};
+    for (size_t k = 0; k < strs.n && st == LP_OK; k++)
+        lp_tok_buf_put(&all, strs.v[k].data, strs.v[k].len);
+    strs_free(&strs);
+    char *label = st == LP_OK && !all.failed ? escape_label(all.data ? all.data : "", all.len)
+                                             : NULL;
+    lp_tok_buf_free(&all);
+    return label;
+}

@@ -1,0 +1,514 @@
+/* Normalizers and pre-tokenizers of the encode pipeline, and the regexes they run (PCRE2 with
+ * Oniguruma's nested classes flattened; literal patterns without a regex). */
+#include "inspect/tokenizer/tokenizer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- regexes --------------------------------------------------------------------------------- */
+
+/* GPT-2's pattern, which ByteLevel(use_regex: true) implies. */
+const char lp_tok_regex_gpt2[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+const char lp_tok_regex_llama3[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char lp_tok_regex_qwen2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* Oniguruma (the Rust tokenizers' engine) reads "[" inside a character class as a nested class
+ * and unites it with the outer one; PCRE2 reads it as a literal "[" and then trips over the
+ * rest (BLOOM's " ?[^(\s|[.,!?...])]+"). Flatten nested, non-negated classes into the outer
+ * class; anything else (a negated nested class, "&&") is left for PCRE2 to refuse. Returns a
+ * malloc'd copy, or NULL when the pattern needs no change or cannot be flattened. */
+static char *flatten_nested_classes(const char *p, size_t len, size_t *out_len)
+{
+    char *out = malloc(len + 1);
+    if (!out)
+        return NULL;
+    size_t n = 0, i = 0;
+    int depth = 0;
+    bool changed = false;
+    while (i < len) {
+        char c = p[i];
+        if (c == '\\') {
+            out[n++] = c;
+            if (i + 1 < len)
+                out[n++] = p[i + 1];
+            i += 2;
+            continue;
+        }
+        if (depth == 0) {
+            out[n++] = c;
+            i++;
+            if (c == '[') {
+                depth = 1;
+                if (i < len && p[i] == '^')
+                    out[n++] = p[i++];
+                if (i < len && p[i] == ']') /* a leading ']' is a literal */
+                    out[n++] = p[i++];
+            }
+            continue;
+        }
+        if (c == '[' && i + 1 < len && p[i + 1] == ':') { /* POSIX [:alpha:] stays */
+            const char *end = NULL;
+            for (size_t k = i + 2; k + 1 < len; k++)
+                if (p[k] == ':' && p[k + 1] == ']') {
+                    end = p + k + 2;
+                    break;
+                }
+            size_t stop = end ? (size_t)(end - p) : len;
+            memcpy(out + n, p + i, stop - i);
+            n += stop - i;
+            i = stop;
+            continue;
+        }
+        if (c == '[') {
+            if (i + 1 < len && p[i + 1] == '^')
+                break; /* a negated nested class: no flat equivalent */
+            depth++;
+            i++;
+            changed = true;
+            continue;
+        }
+        if (c == '&' && i + 1 < len && p[i + 1] == '&')
+            break; /* class intersection */
+        if (c == ']') {
+            depth--;
+            i++;
+            if (depth == 0)
+                out[n++] = c;
+            continue;
+        }
+        out[n++] = c;
+        i++;
+    }
+    if (i < len || !changed) {
+        free(out);
+        return NULL;
+    }
+    out[n] = '\0';
+    *out_len = n;
+    return out;
+}
+
+lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out,
+                               const char *where, lp_error *err)
+{
+    int code;
+    PCRE2_SIZE offset;
+    size_t flat_len = 0;
+    char *flat = flatten_nested_classes(pattern, len, &flat_len);
+    /* UCP makes \s \w \d Unicode-aware like Rust's regex/onig; MATCH_INVALID_UTF lets raw
+     * bytes that are not UTF-8 through (they match nothing and fall into the gaps). */
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(flat ? flat : pattern), flat ? flat_len : len,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code,
+                                   &offset, NULL);
+    free(flat);
+    if (!re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: regex '%.*s': %s at offset %zu", where,
+                            (int)(len > 120 ? 120 : len), pattern, (const char *)msg,
+                            (size_t)offset);
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional speed-up; failure is harmless */
+    *out = re;
+    return LP_OK;
+}
+
+typedef struct span {
+    size_t start, end;
+    bool match;
+} span;
+
+typedef struct span_vec {
+    span *v;
+    size_t n, cap;
+    bool failed;
+} span_vec;
+
+static void span_push(span_vec *s, size_t start, size_t end, bool match)
+{
+    if (s->failed || start == end)
+        return;
+    if (s->n == s->cap) {
+        span *v = lp_tok_grow(s->v, &s->cap, sizeof *v, 32);
+        if (!v) {
+            s->failed = true;
+            return;
+        }
+        s->v = v;
+    }
+    s->v[s->n++] = (span){start, end, match};
+}
+
+/* Cover s[0, len) with match and gap spans of re (or of a literal when re is NULL). */
+static lp_status find_spans(const pcre2_code *re, const char *lit, size_t lit_len,
+                            const char *s, size_t len, span_vec *out)
+{
+    out->n = 0;
+    size_t prev = 0;
+    if (re) {
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+        if (!md)
+            return LP_ERR_NOMEM;
+        size_t off = 0;
+        while (off <= len) {
+            int rc = pcre2_match(re, (PCRE2_SPTR)s, len, off, 0, md, NULL);
+            if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter keeps its stack on the heap */
+                rc = pcre2_match(re, (PCRE2_SPTR)s, len, off, PCRE2_NO_JIT, md, NULL);
+            if (rc == PCRE2_ERROR_NOMATCH)
+                break;
+            if (rc < 0) {
+                pcre2_match_data_free(md);
+                return LP_ERR_RANGE; /* match limits: pathological input */
+            }
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+            size_t start = ov[0], end = ov[1];
+            if (end == start) {
+                if (start >= len)
+                    break;
+                off = start + lp_utf8_seq_len(s, len, start);
+                continue;
+            }
+            span_push(out, prev, start, false);
+            span_push(out, start, end, true);
+            prev = off = end;
+        }
+        pcre2_match_data_free(md);
+    } else if (lit_len > 0) {
+        size_t i = 0;
+        while (i + lit_len <= len) {
+            if (memcmp(s + i, lit, lit_len) == 0) {
+                span_push(out, prev, i, false);
+                span_push(out, i, i + lit_len, true);
+                i += lit_len;
+                prev = i;
+            } else {
+                i++;
+            }
+        }
+    }
+    span_push(out, prev, len, false);
+    return out->failed ? LP_ERR_NOMEM : LP_OK;
+}
+
+lp_status lp_tok_replace_all(const pcre2_code *re, const char *lit, size_t lit_len,
+                             const char *content, size_t content_len, const char *s, size_t len,
+                             lp_tok_buf *out)
+{
+    span_vec spans = {0};
+    lp_status st = find_spans(re, lit, lit_len, s, len, &spans);
+    if (st == LP_OK)
+        for (size_t k = 0; k < spans.n; k++) {
+            if (spans.v[k].match)
+                lp_tok_buf_put(out, content, content_len);
+            else
+                lp_tok_buf_put(out, s + spans.v[k].start, spans.v[k].end - spans.v[k].start);
+        }
+    free(spans.v);
+    if (st == LP_OK && out->failed)
+        st = LP_ERR_NOMEM;
+    return st;
+}
+
+/* ---- normalizers ----------------------------------------------------------------------------- */
+
+lp_status lp_tok_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
+                       size_t *out_len)
+{
+    char *cur = lp_tok_strndup(s, len);
+    if (!cur)
+        return LP_ERR_NOMEM;
+    size_t cur_len = len;
+    for (size_t k = 0; k < tok->n_norms; k++) {
+        const lp_tok_norm *n = &tok->norms[k];
+        char *next = NULL;
+        size_t next_len = 0;
+        lp_status st = LP_OK;
+        switch (n->kind) {
+        case LP_TOK_NORM_NFC: st = lp_uc_normalize(LP_UC_NFC, cur, cur_len, &next, &next_len); break;
+        case LP_TOK_NORM_NFD: st = lp_uc_normalize(LP_UC_NFD, cur, cur_len, &next, &next_len); break;
+        case LP_TOK_NORM_NFKC: st = lp_uc_normalize(LP_UC_NFKC, cur, cur_len, &next, &next_len); break;
+        case LP_TOK_NORM_NFKD: st = lp_uc_normalize(LP_UC_NFKD, cur, cur_len, &next, &next_len); break;
+        case LP_TOK_NORM_LOWERCASE: st = lp_uc_lowercase(cur, cur_len, &next, &next_len); break;
+        case LP_TOK_NORM_PREPEND: {
+            if (cur_len == 0)
+                continue; /* Hugging Face prepends only to non-empty text */
+            lp_tok_buf b = {0};
+            lp_tok_buf_put(&b, n->pattern, n->pattern_len);
+            lp_tok_buf_put(&b, cur, cur_len);
+            st = b.failed ? LP_ERR_NOMEM : LP_OK;
+            next = b.data, next_len = b.len;
+            break;
+        }
+        case LP_TOK_NORM_REPLACE: {
+            lp_tok_buf b = {0};
+            st = lp_tok_replace_all(n->re, n->pattern, n->pattern_len, n->content, n->content_len, cur,
+                             cur_len, &b);
+            if (st == LP_OK && !b.data)
+                lp_tok_buf_put(&b, "", 0);
+            st = st == LP_OK && b.failed ? LP_ERR_NOMEM : st;
+            next = b.data, next_len = b.len;
+            break;
+        }
+        case LP_TOK_NORM_STRIP: {
+            size_t a = 0, e = cur_len;
+            while (n->strip_left && a < e) {
+                size_t j = a;
+                if (!lp_uc_is_space(lp_utf8_next(cur, e, &j)))
+                    break;
+                a = j;
+            }
+            while (n->strip_right && e > a) {
+                size_t j;
+                if (!lp_uc_is_space(lp_utf8_prev(cur, e, &j)) || j < a)
+                    break;
+                e = j;
+            }
+            next = lp_tok_strndup(cur + a, e - a);
+            next_len = e - a;
+            st = next ? LP_OK : LP_ERR_NOMEM;
+            break;
+        }
+        case LP_TOK_NORM_BYTELEVEL: {
+            lp_tok_buf b = {0};
+            lp_tok_buf_put(&b, "", 0);
+            for (size_t j = 0; j < cur_len; j++) {
+                char u[4];
+                lp_tok_buf_put(&b, u, lp_utf8_put(lp_tok_byte_cps()[(unsigned char)cur[j]], u));
+            }
+            st = b.failed ? LP_ERR_NOMEM : LP_OK;
+            next = b.data, next_len = b.len;
+            break;
+        }
+        case LP_TOK_NORM_COUNT: break;
+        }
+        if (st != LP_OK) {
+            free(next);
+            free(cur);
+            return st;
+        }
+        free(cur);
+        cur = next;
+        cur_len = next_len;
+    }
+    *out = cur;
+    *out_len = cur_len;
+    return LP_OK;
+}
+
+static void splits_push(lp_tok_splits *s, const char *bytes, size_t len)
+{
+    if (len == 0 || s->failed)
+        return;
+    if (s->n == s->cap) {
+        /* off and len grow together: len is grown to off's new capacity */
+        size_t cap = s->cap, len_cap = s->cap;
+        size_t *off = lp_tok_grow(s->off, &cap, sizeof *off, 32);
+        if (off)
+            s->off = off;
+        size_t *ln = off ? lp_tok_grow(s->len, &len_cap, sizeof *ln, 32) : NULL;
+        if (!ln) {
+            s->failed = true;
+            return;
+        }
+        s->len = ln;
+        s->cap = cap;
+    }
+    s->off[s->n] = s->buf.len;
+    s->len[s->n] = len;
+    s->n++;
+    lp_tok_buf_put(&s->buf, bytes, len);
+    if (s->buf.failed)
+        s->failed = true;
+}
+
+void lp_tok_splits_free(lp_tok_splits *s)
+{
+    lp_tok_buf_free(&s->buf);
+    free(s->off);
+    free(s->len);
+    memset(s, 0, sizeof *s);
+}
+
+/* Hugging Face's SplitDelimiterBehavior over the spans of one piece. */
+static void apply_behavior(lp_tok_splits *out, const char *s, span *sp, size_t n,
+                           lp_tok_split_behavior behavior, bool invert)
+{
+    if (invert)
+        for (size_t k = 0; k < n; k++)
+            sp[k].match = !sp[k].match;
+    size_t w = 0; /* merged spans are written back into sp[0..w) */
+    bool previous_match = false;
+    switch (behavior) {
+    case LP_TOK_SPLIT_REMOVED:
+        for (size_t k = 0; k < n; k++)
+            if (!sp[k].match)
+                sp[w++] = sp[k];
+        break;
+    case LP_TOK_SPLIT_ISOLATED:
+        w = n;
+        break;
+    case LP_TOK_SPLIT_MERGED_WITH_PREVIOUS:
+        for (size_t k = 0; k < n; k++) {
+            bool m = sp[k].match;
+            if (m && !previous_match && w > 0)
+                sp[w - 1].end = sp[k].end;
+            else
+                sp[w++] = sp[k];
+            previous_match = m;
+        }
+        break;
+    case LP_TOK_SPLIT_MERGED_WITH_NEXT: {
+        /* walk backwards, merging a match into the span after it */
+        size_t r = n;
+        w = n;
+        for (size_t k = n; k-- > 0;) {
+            bool m = sp[k].match;
+            if (m && !previous_match && r < n) {
+                sp[r].start = sp[k].start;
+            } else {
+                sp[--r] = sp[k];
+            }
+            previous_match = m;
+        }
+        /* live spans are sp[r..n) */
+        for (size_t k = r; k < n; k++)
+            splits_push(out, s + sp[k].start, sp[k].end - sp[k].start);
+        return;
+    }
+    case LP_TOK_SPLIT_CONTIGUOUS:
+        for (size_t k = 0; k < n; k++) {
+            bool m = sp[k].match;
+            if (m == previous_match && w > 0)
+                sp[w - 1].end = sp[k].end;
+            else
+                sp[w++] = sp[k];
+            previous_match = m;
+        }
+        break;
+    case LP_TOK_SPLIT_COUNT: break;
+    }
+    for (size_t k = 0; k < w; k++)
+        splits_push(out, s + sp[k].start, sp[k].end - sp[k].start);
+}
+
+static lp_status pretokenize_step(const lp_tok_pre *p, const lp_tok_splits *in, bool at_text_start,
+                                  lp_tok_splits *out)
+{
+    span_vec spans = {0};
+    lp_tok_buf tmp = {0};
+    lp_status st = LP_OK;
+    const uint32_t *bcp = lp_tok_byte_cps();
+    for (size_t k = 0; k < in->n && st == LP_OK; k++) {
+        const char *s = in->buf.data + in->off[k];
+        size_t len = in->len[k];
+        switch (p->kind) {
+        case LP_TOK_PRE_SPLIT:
+        case LP_TOK_PRE_WHITESPACE:
+        case LP_TOK_PRE_WHITESPACE_SPLIT:
+        case LP_TOK_PRE_DIGITS:
+        case LP_TOK_PRE_PUNCTUATION:
+            st = find_spans(p->re, p->pattern, p->pattern_len, s, len, &spans);
+            if (st == LP_OK)
+                apply_behavior(out, s, spans.v, spans.n, p->behavior, p->invert);
+            break;
+        case LP_TOK_PRE_BYTELEVEL: {
+            tmp.len = 0;
+            if (p->add_prefix_space && s[0] != ' ')
+                lp_tok_buf_putc(&tmp, ' ');
+            lp_tok_buf_put(&tmp, s, len);
+            if (tmp.failed) {
+                st = LP_ERR_NOMEM;
+                break;
+            }
+            lp_tok_splits parts = {0};
+            if (p->use_regex) {
+                st = find_spans(p->re, NULL, 0, tmp.data, tmp.len, &spans);
+                if (st == LP_OK)
+                    apply_behavior(&parts, tmp.data, spans.v, spans.n, LP_TOK_SPLIT_ISOLATED, false);
+            } else {
+                splits_push(&parts, tmp.data, tmp.len);
+            }
+            if (parts.failed)
+                st = LP_ERR_NOMEM;
+            /* map every byte to its printable stand-in */
+            for (size_t q = 0; q < parts.n && st == LP_OK; q++) {
+                lp_tok_buf mapped = {0};
+                const unsigned char *b = (const unsigned char *)parts.buf.data + parts.off[q];
+                for (size_t j = 0; j < parts.len[q]; j++) {
+                    char u[4];
+                    lp_tok_buf_put(&mapped, u, lp_utf8_put(bcp[b[j]], u));
+                }
+                if (mapped.failed)
+                    st = LP_ERR_NOMEM;
+                else
+                    splits_push(out, mapped.data, mapped.len);
+                lp_tok_buf_free(&mapped);
+            }
+            lp_tok_splits_free(&parts);
+            break;
+        }
+        case LP_TOK_PRE_METASPACE: {
+            tmp.len = 0;
+            bool starts = len >= p->replacement_len &&
+                          memcmp(s, p->replacement, p->replacement_len) == 0;
+            /* the replacement of a leading space counts as a leading replacement */
+            bool starts_space = len > 0 && s[0] == ' ';
+            bool prepend = false;
+            if (!starts && !starts_space) {
+                if (p->prepend_scheme == LP_TOK_PREPEND_ALWAYS)
+                    prepend = true;
+                else if (p->prepend_scheme == LP_TOK_PREPEND_FIRST && at_text_start && k == 0)
+                    prepend = true;
+            }
+            if (prepend)
+                lp_tok_buf_put(&tmp, p->replacement, p->replacement_len);
+            st = lp_tok_replace_all(NULL, " ", 1, p->replacement, p->replacement_len, s, len, &tmp);
+            if (st != LP_OK)
+                break;
+            if (!tmp.data)
+                break;
+            if (p->split) {
+                st = find_spans(NULL, p->replacement, p->replacement_len, tmp.data, tmp.len,
+                                &spans);
+                if (st == LP_OK)
+                    apply_behavior(out, tmp.data, spans.v, spans.n, LP_TOK_SPLIT_MERGED_WITH_NEXT,
+                                   false);
+            } else {
+                splits_push(out, tmp.data, tmp.len);
+            }
+            break;
+        }
+        case LP_TOK_PRE_COUNT: break;
+        }
+    }
+    free(spans.v);
+    lp_tok_buf_free(&tmp);
+    if (st == LP_OK && out->failed)
+        st = LP_ERR_NOMEM;
+    return st;
+}
+
+lp_status lp_tok_pretokenize(const lp_tokenizer *tok, const char *s, size_t len,
+                             bool at_text_start, lp_tok_splits *out)
+{
+    lp_tok_splits cur = {0};
+    splits_push(&cur, s, len);
+    lp_status st = cur.failed ? LP_ERR_NOMEM : LP_OK;
+    for (size_t k = 0; k < tok->n_pres && st == LP_OK; k++) {
+        lp_tok_splits next = {0};
+        st = pretokenize_step(&tok->pres[k], &cur, at_text_start, &next);
+        lp_tok_splits_free(&cur);
+        cur = next;
+    }
+    if (st != LP_OK) {
+        lp_tok_splits_free(&cur);
+        return st;
+    }
+    *out = cur;
+    return LP_OK;
+}
