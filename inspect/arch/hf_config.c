@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,6 +263,119 @@ static bool family_prefix(const lp_arch *a, const char *prefix)
     return strncmp(a->family, prefix, strlen(prefix)) == 0;
 }
 
+/* family_in(a, "gpt_neox starcoder2 qwen2*"): the family is one of the names, or starts with a
+ * name that ends in '*'. */
+static bool family_in(const lp_arch *a, const char *families)
+{
+    for (const char *p = families; *p;) {
+        size_t n = strcspn(p, " ");
+        bool prefix = n > 0 && p[n - 1] == '*';
+        size_t len = prefix ? n - 1 : n;
+        if (n > 0 && strncmp(a->family, p, len) == 0 && (prefix || a->family[len] == '\0'))
+            return true;
+        p += n;
+        p += strspn(p, " ");
+    }
+    return false;
+}
+
+/* ---- key tables ------------------------------------------------------------------------------ */
+
+/* How a table row reads its key into an lp_arch field. */
+typedef enum hf_kind {
+    HF_REQUIRED, /* int64_t: a count >= 1 that must be there */
+    HF_COUNT,    /* int64_t: a count >= 0, left alone when absent */
+    HF_INT,      /* int64_t: any integer within LP_ARCH_MAX_COUNT, left alone when absent */
+    HF_NUMBER,   /* double, left alone when absent */
+    HF_FLAG,     /* bool, left alone when absent */
+} hf_kind;
+
+typedef struct hf_key {
+    hf_kind kind;
+    size_t field;            /* offsetof(lp_arch, ...) of the value */
+    const char *families;    /* NULL: every family; else as family_in() takes them */
+    const char *const *keys; /* aliases: the first one present is read */
+} hf_key;
+
+#define HF_KEY(kind, field, families, ...) \
+    {kind, offsetof(lp_arch, field), families, KEYS(__VA_ARGS__)}
+
+/* What a family's modeling file hard-codes: field = value for the families listed. */
+typedef struct hf_fixed {
+    const char *families;
+    size_t field; /* offsetof(lp_arch, ...) of a bool */
+    bool value;
+} hf_fixed;
+
+#define HF_FIXED(families, field, value) {families, offsetof(lp_arch, field), value}
+#define N_ROWS(rows) (sizeof rows / sizeof rows[0])
+
+/* The first of the aliases that is present (for messages about a value already read). */
+static const char *present_key(const hf_reader *r, const char *const *keys)
+{
+    for (const char *const *k = keys; *k; k++)
+        if (hf_get(r, *k))
+            return *k;
+    return keys[0];
+}
+
+static lp_status hf_num_alias(const hf_reader *r, const char *const *keys, double *out)
+{
+    bool found = false;
+    for (; *keys && !found; keys++) {
+        lp_status st = hf_num(r, *keys, out, &found);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+static lp_status hf_bool_alias(const hf_reader *r, const char *const *keys, bool *out)
+{
+    bool found = false;
+    for (; *keys && !found; keys++) {
+        lp_status st = hf_bool(r, *keys, out, &found);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+static lp_status read_key(const hf_reader *r, const hf_key *k, void *field)
+{
+    switch (k->kind) {
+    case HF_REQUIRED: return hf_require_count(r, k->keys, field);
+    case HF_COUNT: return hf_opt_count(r, k->keys, field, NULL);
+    case HF_INT: {
+        const char *used;
+        return hf_int_alias(r, k->keys, field, &used);
+    }
+    case HF_NUMBER: return hf_num_alias(r, k->keys, field);
+    case HF_FLAG: return hf_bool_alias(r, k->keys, field);
+    }
+    return LP_OK;
+}
+
+/* Read the rows that apply to the family, in order; the first error stops. */
+static lp_status read_keys(const hf_reader *r, lp_arch *a, const hf_key *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].families && !family_in(a, rows[i].families))
+            continue;
+        lp_status st = read_key(r, &rows[i], (char *)a + rows[i].field);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+static void apply_fixed(lp_arch *a, const hf_fixed *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (family_in(a, rows[i].families))
+            *(bool *)(void *)((char *)a + rows[i].field) = rows[i].value;
+}
+
 static lp_status parse_activation(const hf_reader *r, const char *key, const char *name,
                                   lp_activation *out)
 {
@@ -309,6 +423,77 @@ static double yarn_mscale(double scale, double m)
     return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
 }
 
+
+/* ---- rope scaling ---------------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    lp_rope_scaling_kind kind;
+} ROPE_TYPES[] = {
+    {"linear", LP_ROPE_SCALING_LINEAR}, {"dynamic", LP_ROPE_SCALING_DYNAMIC},
+    {"llama3", LP_ROPE_SCALING_LLAMA3}, {"yarn", LP_ROPE_SCALING_YARN},
+    {"longrope", LP_ROPE_SCALING_LONGROPE}, {"su", LP_ROPE_SCALING_LONGROPE},
+};
+
+/* Inside the rope_scaling object. */
+static const hf_key ROPE_SCALING[] = {
+    HF_KEY(HF_NUMBER, rope_scaling.factor, NULL, "factor"),
+    HF_KEY(HF_INT, rope_scaling.original_ctx, NULL, "original_max_position_embeddings"),
+    HF_KEY(HF_NUMBER, rope_scaling.low_freq_factor, NULL, "low_freq_factor"),
+    HF_KEY(HF_NUMBER, rope_scaling.high_freq_factor, NULL, "high_freq_factor"),
+    HF_KEY(HF_NUMBER, rope_scaling.beta_fast, NULL, "beta_fast"),
+    HF_KEY(HF_NUMBER, rope_scaling.beta_slow, NULL, "beta_slow"),
+    HF_KEY(HF_NUMBER, rope_scaling.attention_factor, NULL, "attention_factor"),
+};
+
+/* The rope type; *kind stays NONE for plain RoPE ("default", and "mrope", which only splits the
+ * rotary dims among modalities: plain RoPE for text). */
+static lp_status rope_scaling_kind(const hf_reader *sub, const char *key,
+                                   lp_rope_scaling_kind *kind)
+{
+    const char *type = NULL;
+    lp_status st = hf_str(sub, "rope_type", &type);
+    if (st == LP_OK && !type)
+        st = hf_str(sub, "type", &type);
+    *kind = LP_ROPE_SCALING_NONE;
+    if (st != LP_OK || !type || strcmp(type, "default") == 0 || strcmp(type, "mrope") == 0)
+        return st;
+    for (size_t i = 0; i < N_ROWS(ROPE_TYPES); i++)
+        if (strcmp(type, ROPE_TYPES[i].name) == 0) {
+            *kind = ROPE_TYPES[i].kind;
+            return LP_OK;
+        }
+    return lp_error_set(sub->err, LP_ERR_UNSUPPORTED,
+                        "%s: key '%s': rope type \"%s\" is not supported (linear, dynamic, "
+                        "llama3, yarn, longrope)",
+                        sub->path, key, type);
+}
+
+/* yarn: transformers' defaults for beta, and DeepSeek's mscale: the cos/sin are scaled by
+ * mscale(mscale)/mscale(mscale_all_dim) and the softmax by mscale(mscale_all_dim)^2. */
+static lp_status read_yarn(const hf_reader *sub, lp_arch *a)
+{
+    lp_rope_scaling *s = &a->rope_scaling;
+    if (s->beta_fast == 0.0)
+        s->beta_fast = 32.0;
+    if (s->beta_slow == 0.0)
+        s->beta_slow = 1.0;
+    double mscale = 0.0, mscale_all_dim = 0.0;
+    lp_status st;
+    if ((st = hf_num(sub, "mscale", &mscale, NULL)) != LP_OK ||
+        (st = hf_num(sub, "mscale_all_dim", &mscale_all_dim, NULL)) != LP_OK)
+        return st;
+    if (s->attention_factor == 0.0 && mscale != 0.0 && mscale_all_dim != 0.0)
+        s->attention_factor =
+            yarn_mscale(s->factor, mscale) / yarn_mscale(s->factor, mscale_all_dim);
+    /* only DeepSeek's MLA attention applies the softmax part */
+    if (a->mla && mscale_all_dim != 0.0 && a->head_dim > 0) {
+        double m = yarn_mscale(s->factor, mscale_all_dim);
+        a->query_scale = m * m / sqrt((double)a->head_dim);
+    }
+    return LP_OK;
+}
+
 /* rope_scaling (or transformers v5 rope_parameters). */
 static lp_status parse_rope_scaling(const hf_reader *r, lp_arch *a)
 {
@@ -323,76 +508,25 @@ static lp_status parse_rope_scaling(const hf_reader *r, lp_arch *a)
     if (!json_is_object(rs))
         return hf_type_error(r, key, "an object", rs);
     hf_reader sub = {r->path, rs, rs, r->err};
-    lp_status st;
-
-    double theta;
-    bool found;
-    if ((st = hf_num(&sub, "rope_theta", &theta, &found)) != LP_OK)
-        return st;
-    if (found)
-        a->rope_theta = theta;
-
-    const char *type = NULL;
-    if ((st = hf_str(&sub, "rope_type", &type)) != LP_OK)
-        return st;
-    if (!type && (st = hf_str(&sub, "type", &type)) != LP_OK)
-        return st;
-    if (!type || strcmp(type, "default") == 0 || strcmp(type, "mrope") == 0)
-        return LP_OK; /* mrope only splits the rotary dims among modalities: plain RoPE for text */
     lp_rope_scaling *s = &a->rope_scaling;
-    if (strcmp(type, "linear") == 0)
-        s->kind = LP_ROPE_SCALING_LINEAR;
-    else if (strcmp(type, "dynamic") == 0)
-        s->kind = LP_ROPE_SCALING_DYNAMIC;
-    else if (strcmp(type, "llama3") == 0)
-        s->kind = LP_ROPE_SCALING_LLAMA3;
-    else if (strcmp(type, "yarn") == 0)
-        s->kind = LP_ROPE_SCALING_YARN;
-    else if (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0)
-        s->kind = LP_ROPE_SCALING_LONGROPE;
-    else
-        return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
-                            "%s: key '%s': rope type \"%s\" is not supported (linear, dynamic, "
-                            "llama3, yarn, longrope)",
-                            r->path, key, type);
-
-    if ((st = hf_num(&sub, "factor", &s->factor, NULL)) != LP_OK ||
-        (st = hf_int(&sub, "original_max_position_embeddings", &s->original_ctx, NULL)) != LP_OK ||
-        (st = hf_num(&sub, "low_freq_factor", &s->low_freq_factor, NULL)) != LP_OK ||
-        (st = hf_num(&sub, "high_freq_factor", &s->high_freq_factor, NULL)) != LP_OK ||
-        (st = hf_num(&sub, "beta_fast", &s->beta_fast, NULL)) != LP_OK ||
-        (st = hf_num(&sub, "beta_slow", &s->beta_slow, NULL)) != LP_OK ||
-        (st = hf_num(&sub, "attention_factor", &s->attention_factor, NULL)) != LP_OK)
+    lp_status st = hf_num(&sub, "rope_theta", &a->rope_theta, NULL);
+    if (st != LP_OK || (st = rope_scaling_kind(&sub, key, &s->kind)) != LP_OK ||
+        s->kind == LP_ROPE_SCALING_NONE)
+        return st;
+    if ((st = read_keys(&sub, a, ROPE_SCALING, N_ROWS(ROPE_SCALING))) != LP_OK)
         return st;
     if (s->original_ctx == 0) /* Phi-3 keeps it at the top level */
         if ((st = hf_int(r, "original_max_position_embeddings", &s->original_ctx, NULL)) != LP_OK)
             return st;
-    if (s->kind == LP_ROPE_SCALING_YARN) {
-        /* transformers' defaults for yarn */
-        if (s->beta_fast == 0.0)
-            s->beta_fast = 32.0;
-        if (s->beta_slow == 0.0)
-            s->beta_slow = 1.0;
-        /* DeepSeek: the cos/sin are scaled by mscale(mscale)/mscale(mscale_all_dim) and the
-         * softmax by mscale(mscale_all_dim)^2. */
-        double mscale = 0.0, mscale_all_dim = 0.0;
-        if ((st = hf_num(&sub, "mscale", &mscale, NULL)) != LP_OK ||
-            (st = hf_num(&sub, "mscale_all_dim", &mscale_all_dim, NULL)) != LP_OK)
-            return st;
-        if (s->attention_factor == 0.0 && mscale != 0.0 && mscale_all_dim != 0.0)
-            s->attention_factor =
-                yarn_mscale(s->factor, mscale) / yarn_mscale(s->factor, mscale_all_dim);
-        /* only DeepSeek's MLA attention applies the softmax part */
-        if (a->mla && mscale_all_dim != 0.0 && a->head_dim > 0) {
-            double m = yarn_mscale(s->factor, mscale_all_dim);
-            a->query_scale = m * m / sqrt((double)a->head_dim);
-        }
-    }
+    if (s->kind == LP_ROPE_SCALING_YARN && (st = read_yarn(&sub, a)) != LP_OK)
+        return st;
     if (s->kind == LP_ROPE_SCALING_LONGROPE && s->factor == 0.0 && s->original_ctx > 0 &&
         a->n_ctx > 0)
         s->factor = (double)a->n_ctx / (double)s->original_ctx;
     return LP_OK;
 }
+
+/* ---- sliding windows, experts, latent attention --------------------------------------------- */
 
 /* layer_types: ["sliding_attention", "full_attention", ...], one per layer. */
 static lp_status parse_layer_types(const hf_reader *r, lp_arch *a, bool *found)
@@ -477,15 +611,69 @@ static lp_status parse_windows(const hf_reader *r, lp_arch *a)
     return LP_OK;
 }
 
-static lp_status parse_moe(const hf_reader *r, lp_arch *a)
+
+/* DeepSeek's layer selection, also used by its descendants (GLM-4.5 and others) that keep
+ * first_k_dense_replace and n_routed_experts. */
+static lp_status read_deepseek_moe_layers(const hf_reader *r, lp_arch *a)
 {
+    int64_t first_dense = 0, freq = 1;
     lp_status st;
-    const char *used;
-    if ((st = hf_opt_count(r, KEYS("num_local_experts", "num_experts", "n_routed_experts"),
-                           &a->n_experts, &used)) != LP_OK)
+    if ((st = hf_opt_count(r, KEYS("n_shared_experts"), &a->n_shared_experts, NULL)) != LP_OK ||
+        (st = hf_opt_count(r, KEYS("first_k_dense_replace"), &first_dense, NULL)) != LP_OK ||
+        (st = hf_opt_count(r, KEYS("moe_layer_freq"), &freq, NULL)) != LP_OK)
         return st;
-    if (a->n_experts == 0)
-        return LP_OK;
+    if (freq == 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key 'moe_layer_freq': 0 must be at least 1", r->path);
+    for (int64_t l = first_dense; l < a->n_layers; l++)
+        a->layer_moe[l] = l % freq == 0;
+    const char *topk_method = NULL;
+    if ((st = hf_str(r, "topk_method", &topk_method)) != LP_OK)
+        return st;
+    a->router_score_bias = topk_method && strcmp(topk_method, "noaux_tc") == 0;
+    return LP_OK;
+}
+
+/* Qwen MoE style: decoder_sparse_step and mlp_only_layers choose the MoE layers. */
+static lp_status read_qwen_moe_layers(const hf_reader *r, lp_arch *a)
+{
+    int64_t step = 1;
+    lp_status st = hf_opt_count(r, KEYS("decoder_sparse_step"), &step, NULL);
+    if (st != LP_OK)
+        return st;
+    if (step == 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key 'decoder_sparse_step': 0 must be at least 1", r->path);
+    for (int64_t l = 0; l < a->n_layers; l++)
+        a->layer_moe[l] = (l + 1) % step == 0;
+    const json_t *dense = hf_get(r, "mlp_only_layers");
+    if (dense && !json_is_array(dense))
+        return hf_type_error(r, "mlp_only_layers", "an array", dense);
+    for (size_t i = 0; dense && i < json_array_size(dense); i++) {
+        int64_t l;
+        if (!json_as_int(json_array_get(dense, i), &l) || l < 0 || l >= a->n_layers)
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: key 'mlp_only_layers': entry %zu is not a layer index in "
+                                "0..%lld",
+                                r->path, i, (long long)a->n_layers - 1);
+        a->layer_moe[l] = false;
+    }
+    if ((st = hf_opt_count(r, KEYS("shared_expert_intermediate_size"),
+                           &a->shared_expert_ffn_hidden, NULL)) != LP_OK)
+        return st;
+    a->shared_expert_gate = a->shared_expert_ffn_hidden > 0;
+    return LP_OK;
+}
+
+/* Experts and top-k; *any is false for a dense model. */
+static lp_status read_expert_counts(const hf_reader *r, lp_arch *a, bool *any)
+{
+    const char *used;
+    lp_status st = hf_opt_count(r, KEYS("num_local_experts", "num_experts", "n_routed_experts"),
+                                &a->n_experts, &used);
+    *any = st == LP_OK && a->n_experts > 0;
+    if (!*any)
+        return st;
     if ((st = hf_opt_count(r, KEYS("num_experts_per_tok", "moe_top_k", "top_k"),
                            &a->n_experts_per_tok, &used)) != LP_OK)
         return st;
@@ -501,7 +689,15 @@ static lp_status parse_moe(const hf_reader *r, lp_arch *a)
         return st;
     if (is_family(a, "gpt_oss"))
         a->norm_topk_prob = true; /* softmax over the top-k logits only */
+    return LP_OK;
+}
 
+static lp_status parse_moe(const hf_reader *r, lp_arch *a)
+{
+    bool any;
+    lp_status st = read_expert_counts(r, a, &any);
+    if (st != LP_OK || !any)
+        return st;
     if (is_family(a, "mixtral")) {
         a->expert_ffn_hidden = a->ffn_hidden; /* intermediate_size is per expert */
         a->norm_topk_prob = true;             /* Mixtral renormalizes its top-2 */
@@ -509,61 +705,15 @@ static lp_status parse_moe(const hf_reader *r, lp_arch *a)
             a->layer_moe[l] = true;
         return LP_OK;
     }
-
+    const char *used;
     if ((st = hf_opt_count(r, KEYS("moe_intermediate_size"), &a->expert_ffn_hidden, &used)) !=
         LP_OK)
         return st;
     if (!used)
         a->expert_ffn_hidden = a->ffn_hidden;
-
-    /* DeepSeek's layer selection, also used by its descendants (GLM-4.5 and others) that keep
-     * first_k_dense_replace and n_routed_experts. */
-    if (family_prefix(a, "deepseek") || hf_get(r, "first_k_dense_replace")) {
-        int64_t first_dense = 0, freq = 1;
-        if ((st = hf_opt_count(r, KEYS("n_shared_experts"), &a->n_shared_experts, NULL)) != LP_OK ||
-            (st = hf_opt_count(r, KEYS("first_k_dense_replace"), &first_dense, NULL)) != LP_OK ||
-            (st = hf_opt_count(r, KEYS("moe_layer_freq"), &freq, &used)) != LP_OK)
-            return st;
-        if (freq == 0)
-            return lp_error_set(r->err, LP_ERR_FORMAT,
-                                "%s: key 'moe_layer_freq': 0 must be at least 1", r->path);
-        for (int64_t l = first_dense; l < a->n_layers; l++)
-            a->layer_moe[l] = l % freq == 0;
-        const char *topk_method = NULL;
-        if ((st = hf_str(r, "topk_method", &topk_method)) != LP_OK)
-            return st;
-        a->router_score_bias = topk_method && strcmp(topk_method, "noaux_tc") == 0;
-        return LP_OK;
-    }
-
-    /* Qwen MoE style: decoder_sparse_step and mlp_only_layers choose the MoE layers. */
-    int64_t step = 1;
-    if ((st = hf_opt_count(r, KEYS("decoder_sparse_step"), &step, &used)) != LP_OK)
-        return st;
-    if (step == 0)
-        return lp_error_set(r->err, LP_ERR_FORMAT,
-                            "%s: key 'decoder_sparse_step': 0 must be at least 1", r->path);
-    for (int64_t l = 0; l < a->n_layers; l++)
-        a->layer_moe[l] = (l + 1) % step == 0;
-    const json_t *dense = hf_get(r, "mlp_only_layers");
-    if (dense) {
-        if (!json_is_array(dense))
-            return hf_type_error(r, "mlp_only_layers", "an array", dense);
-        for (size_t i = 0; i < json_array_size(dense); i++) {
-            int64_t l;
-            if (!json_as_int(json_array_get(dense, i), &l) || l < 0 || l >= a->n_layers)
-                return lp_error_set(r->err, LP_ERR_FORMAT,
-                                    "%s: key 'mlp_only_layers': entry %zu is not a layer index "
-                                    "in 0..%lld",
-                                    r->path, i, (long long)a->n_layers - 1);
-            a->layer_moe[l] = false;
-        }
-    }
-    if ((st = hf_opt_count(r, KEYS("shared_expert_intermediate_size"),
-                           &a->shared_expert_ffn_hidden, NULL)) != LP_OK)
-        return st;
-    a->shared_expert_gate = a->shared_expert_ffn_hidden > 0;
-    return LP_OK;
+    if (family_prefix(a, "deepseek") || hf_get(r, "first_k_dense_replace"))
+        return read_deepseek_moe_layers(r, a);
+    return read_qwen_moe_layers(r, a);
 }
 
 static lp_status parse_mla(const hf_reader *r, lp_arch *a)
@@ -637,14 +787,17 @@ static const char *model_type_from_architectures(const hf_reader *r)
     return NULL;
 }
 
-static lp_status parse_config(const hf_reader *r, lp_arch *a)
-{
-    lp_status st;
-    const char *used;
-    bool found;
 
+/* ---- the groups of keys ---------------------------------------------------------------------- */
+
+/* model_type (or the class name in 'architectures'), checked and stored as the family; the
+ * family's rules set the defaults every later group starts from. */
+static lp_status read_family(const hf_reader *r, lp_arch *a, const family_rules **rules,
+                             bool *refined_web)
+{
     const char *model_type = NULL;
-    if ((st = hf_str(r, "model_type", &model_type)) != LP_OK)
+    lp_status st = hf_str(r, "model_type", &model_type);
+    if (st != LP_OK)
         return st;
     if (!model_type)
         model_type = model_type_from_architectures(r);
@@ -653,16 +806,16 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
                             "%s: missing required key 'model_type' (and no known 'architectures')",
                             r->path);
     /* Falcon's first releases called themselves RefinedWeb (40B) and RefinedWebModel (7B). */
-    bool refined_web = strcmp(model_type, "RefinedWeb") == 0;
-    if (refined_web || strcmp(model_type, "RefinedWebModel") == 0)
+    *refined_web = strcmp(model_type, "RefinedWeb") == 0;
+    if (*refined_web || strcmp(model_type, "RefinedWebModel") == 0)
         model_type = "falcon";
-    for (const char *c = model_type; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              *c == '_' || *c == '-' || *c == '.'))
-            return lp_error_set(r->err, LP_ERR_FORMAT,
-                                "%s: key 'model_type': byte 0x%02x in \"%.40s\" is not a letter, "
-                                "digit, '_', '-' or '.'",
-                                r->path, (unsigned char)*c, model_type);
+    size_t bad = strspn(model_type, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                    "0123456789_-.");
+    if (model_type[bad])
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key 'model_type': byte 0x%02x in \"%.40s\" is not a letter, "
+                            "digit, '_', '-' or '.'",
+                            r->path, (unsigned char)model_type[bad], model_type);
     if (!*model_type)
         return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key 'model_type' is empty", r->path);
     if (strlen(model_type) >= sizeof a->family)
@@ -670,76 +823,91 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
                             "%s: key 'model_type': \"%.40s...\" longer than %zu bytes", r->path,
                             model_type, sizeof a->family - 1);
     snprintf(a->family, sizeof a->family, "%s", model_type);
-
-    const family_rules *rules = &LLAMA_LIKE;
-    for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)
+    *rules = &LLAMA_LIKE;
+    for (size_t i = 0; i < N_ROWS(FAMILIES); i++)
         if (strcmp(model_type, FAMILIES[i].model_type) == 0)
-            rules = &FAMILIES[i];
-    a->ffn_kind = rules->ffn_kind;
-    a->norm_kind = rules->norm_kind;
-    a->pos_kind = rules->pos_kind;
-    a->bias_norm = rules->norm_kind == LP_NORM_LAYER;
-    a->bias_qkv = a->bias_o = a->bias_mlp = rules->bias_all;
-    a->parallel_block = rules->parallel;
+            *rules = &FAMILIES[i];
+    a->ffn_kind = (*rules)->ffn_kind;
+    a->norm_kind = (*rules)->norm_kind;
+    a->pos_kind = (*rules)->pos_kind;
+    a->bias_norm = (*rules)->norm_kind == LP_NORM_LAYER;
+    a->bias_qkv = a->bias_o = a->bias_mlp = (*rules)->bias_all;
+    a->parallel_block = (*rules)->parallel;
     a->rope_layout = LP_ROPE_HALVES; /* HF checkpoints are stored for rotate_half */
-    a->act = rules->ffn_kind == LP_FFN_SWIGLU ? LP_ACT_SILU : LP_ACT_GELU_TANH;
+    a->act = (*rules)->ffn_kind == LP_FFN_SWIGLU ? LP_ACT_SILU : LP_ACT_GELU_TANH;
+    return LP_OK;
+}
 
-    /* Dimensions. */
-    const char *layers_key, *heads_key;
-    if ((st = hf_require_count(r, KEYS("vocab_size", "padded_vocab_size"), &a->vocab_size)) !=
-            LP_OK ||
-        (st = hf_require_count(r, KEYS("hidden_size", "n_embd", "n_embed", "d_model"),
-                               &a->hidden_size)) != LP_OK ||
-        (st = hf_require_count_as(r, KEYS("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-                                  &a->n_layers, &layers_key)) != LP_OK ||
-        (st = hf_require_count_as(r, KEYS("num_attention_heads", "n_head", "num_heads", "n_heads"),
-                                  &a->n_heads, &heads_key)) != LP_OK)
-        return st;
-    if (a->n_layers > LP_MAX_LAYERS)
+static const hf_key DIMS[] = {
+    HF_KEY(HF_REQUIRED, vocab_size, NULL, "vocab_size", "padded_vocab_size"),
+    HF_KEY(HF_REQUIRED, hidden_size, NULL, "hidden_size", "n_embd", "n_embed", "d_model"),
+    HF_KEY(HF_REQUIRED, n_layers, NULL, "num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    HF_KEY(HF_REQUIRED, n_heads, NULL, "num_attention_heads", "n_head", "num_heads", "n_heads"),
+};
+#define LAYERS_KEYS (DIMS[2].keys)
+#define HEADS_KEYS (DIMS[3].keys)
+
+static lp_status read_dims(const hf_reader *r, lp_arch *a)
+{
+    lp_status st = read_keys(r, a, DIMS, N_ROWS(DIMS));
+    if (st == LP_OK && a->n_layers > LP_MAX_LAYERS)
         return lp_error_set(r->err, LP_ERR_FORMAT,
                             "%s: key '%s': %lld exceeds the limit of %d layers", r->path,
-                            layers_key, (long long)a->n_layers, LP_MAX_LAYERS);
+                            present_key(r, LAYERS_KEYS), (long long)a->n_layers, LP_MAX_LAYERS);
+    return st;
+}
 
+/* Falcon: grouped kv heads only with the new decoder architecture; else multi_query. */
+static lp_status read_falcon_attention(const hf_reader *r, lp_arch *a, bool refined_web,
+                                       const char **kv_key)
+{
+    bool new_arch = refined_web, multi_query = !refined_web, parallel = true, bias = false;
+    bool alibi = false;
+    int64_t n_ln = 2;
+    lp_status st;
+    if ((st = hf_bool(r, "new_decoder_architecture", &new_arch, NULL)) != LP_OK ||
+        (st = hf_bool(r, "multi_query", &multi_query, NULL)) != LP_OK ||
+        (st = hf_bool(r, "parallel_attn", &parallel, NULL)) != LP_OK ||
+        (st = hf_bool(r, "bias", &bias, NULL)) != LP_OK)
+        return st;
+    if (new_arch) {
+        if ((st = hf_opt_count(r, KEYS("num_kv_heads", "n_head_kv"), &a->n_kv_heads, kv_key)) !=
+                LP_OK ||
+            (st = hf_opt_count(r, KEYS("num_ln_in_parallel_attn"), &n_ln, NULL)) != LP_OK)
+            return st;
+        a->parallel_two_norms = n_ln == 2;
+        parallel = true; /* the new architecture is always parallel */
+    } else if (multi_query) {
+        a->n_kv_heads = 1;
+    }
+    a->parallel_block = parallel;
+    a->bias_qkv = a->bias_o = a->bias_mlp = bias;
+    if ((st = hf_bool(r, "alibi", &alibi, NULL)) != LP_OK)
+        return st;
+    if (alibi)
+        a->pos_kind = LP_POS_ALIBI;
+    a->act = LP_ACT_GELU;
+    a->n_ctx = 2048; /* FalconConfig default */
+    return LP_OK;
+}
+
+static lp_status read_kv_heads(const hf_reader *r, lp_arch *a, bool refined_web)
+{
     const char *kv_key = NULL;
+    bool multi_query = false;
+    lp_status st;
     if (is_family(a, "falcon")) {
-        /* Falcon: grouped kv heads only with the new decoder architecture; else multi_query. */
-        bool new_arch = refined_web, multi_query = !refined_web, parallel = true, bias = false;
-        if ((st = hf_bool(r, "new_decoder_architecture", &new_arch, NULL)) != LP_OK ||
-            (st = hf_bool(r, "multi_query", &multi_query, NULL)) != LP_OK ||
-            (st = hf_bool(r, "parallel_attn", &parallel, NULL)) != LP_OK ||
-            (st = hf_bool(r, "bias", &bias, NULL)) != LP_OK)
-            return st;
-        if (new_arch) {
-            if ((st = hf_opt_count(r, KEYS("num_kv_heads", "n_head_kv"), &a->n_kv_heads,
-                                   &kv_key)) != LP_OK)
-                return st;
-            int64_t n_ln = 2;
-            if ((st = hf_opt_count(r, KEYS("num_ln_in_parallel_attn"), &n_ln, NULL)) != LP_OK)
-                return st;
-            a->parallel_two_norms = n_ln == 2;
-            parallel = true; /* the new architecture is always parallel */
-        } else if (multi_query) {
-            a->n_kv_heads = 1;
-        }
-        a->parallel_block = parallel;
-        a->bias_qkv = a->bias_o = a->bias_mlp = bias;
-        bool alibi = false;
-        if ((st = hf_bool(r, "alibi", &alibi, NULL)) != LP_OK)
-            return st;
-        if (alibi)
-            a->pos_kind = LP_POS_ALIBI;
-        a->act = LP_ACT_GELU;
-        a->n_ctx = 2048; /* FalconConfig default */
+        st = read_falcon_attention(r, a, refined_web, &kv_key);
     } else {
-        if ((st = hf_opt_count(r, KEYS("num_key_value_heads", "n_head_kv", "num_kv_heads"),
-                               &a->n_kv_heads, &kv_key)) != LP_OK)
-            return st;
-        bool multi_query = false;
-        if (!kv_key && (st = hf_bool(r, "multi_query", &multi_query, NULL)) != LP_OK)
-            return st;
+        st = hf_opt_count(r, KEYS("num_key_value_heads", "n_head_kv", "num_kv_heads"),
+                          &a->n_kv_heads, &kv_key);
+        if (st == LP_OK && !kv_key)
+            st = hf_bool(r, "multi_query", &multi_query, NULL);
         if (multi_query)
             a->n_kv_heads = 1;
     }
+    if (st != LP_OK)
+        return st;
     if (kv_key && a->n_kv_heads == 0)
         a->n_kv_heads = a->n_heads;
     if (a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads != 0)
@@ -747,8 +915,15 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
                             "%s: key '%s': %lld kv heads do not divide %lld attention heads",
                             r->path, kv_key ? kv_key : "num_key_value_heads",
                             (long long)a->n_kv_heads, (long long)a->n_heads);
+    return LP_OK;
+}
 
-    if ((st = hf_opt_count(r, KEYS("head_dim"), &a->head_dim, &used)) != LP_OK)
+/* head_dim as given, from MLA's parts, or hidden / heads. */
+static lp_status read_head_dim(const hf_reader *r, lp_arch *a)
+{
+    const char *used;
+    lp_status st = hf_opt_count(r, KEYS("head_dim"), &a->head_dim, &used);
+    if (st != LP_OK)
         return st;
     a->head_dim_explicit = used && a->head_dim > 0;
     if ((st = parse_mla(r, a)) != LP_OK)
@@ -757,17 +932,31 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
         return lp_error_set(r->err, LP_ERR_FORMAT,
                             "%s: key '%s': %lld heads do not divide hidden size %lld and "
                             "'head_dim' is absent",
-                            r->path, heads_key, (long long)a->n_heads, (long long)a->hidden_size);
+                            r->path, present_key(r, HEADS_KEYS), (long long)a->n_heads,
+                            (long long)a->hidden_size);
     if (a->head_dim == 0)
         a->head_dim = a->hidden_size / a->n_heads;
+    return LP_OK;
+}
 
-    /* Context and positions. */
-    if ((st = hf_opt_count(r, KEYS("max_position_embeddings", "n_positions", "max_seq_len",
-                                   "seq_length", "max_sequence_length", "n_ctx"),
-                           &a->n_ctx, &used)) != LP_OK)
-        return st;
+static const hf_key CONTEXT[] = {
+    HF_KEY(HF_COUNT, n_ctx, NULL, "max_position_embeddings", "n_positions", "max_seq_len",
+           "seq_length", "max_sequence_length", "n_ctx"),
+};
+
+static const hf_key ROPE[] = {
+    HF_KEY(HF_NUMBER, rope_theta, NULL, "rope_theta", "rotary_emb_base"),
+    HF_KEY(HF_NUMBER, partial_rotary, NULL, "partial_rotary_factor", "rotary_pct"),
+};
+
+/* Tables of learned positions: GPT-2's n_positions; OPT's are offset by 2 (a fairseq
+ * leftover), so its table is 2 longer than the context. */
+static lp_status read_learned_positions(const hf_reader *r, lp_arch *a)
+{
     if (is_family(a, "gpt2")) {
-        if ((st = hf_opt_count(r, KEYS("n_positions"), &a->pos_table_rows, &used)) != LP_OK)
+        const char *used;
+        lp_status st = hf_opt_count(r, KEYS("n_positions"), &a->pos_table_rows, &used);
+        if (st != LP_OK)
             return st;
         if (!used)
             a->pos_table_rows = a->n_ctx;
@@ -775,24 +964,27 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
             return lp_error_set(r->err, LP_ERR_FORMAT, "%s: missing required key 'n_positions'",
                                 r->path);
     } else if (is_family(a, "opt")) {
-        /* OPT's learned positions are offset by 2 (a fairseq leftover), so the table is 2 longer */
         if (a->n_ctx == 0)
             return lp_error_set(r->err, LP_ERR_FORMAT,
                                 "%s: missing required key 'max_position_embeddings'", r->path);
         a->pos_offset = 2;
         a->pos_table_rows = a->n_ctx + 2;
     }
-    if ((st = hf_num(r, "rope_theta", &a->rope_theta, &found)) != LP_OK)
-        return st;
-    if (!found && (st = hf_num(r, "rotary_emb_base", &a->rope_theta, NULL)) != LP_OK)
-        return st;
-    if ((st = hf_num(r, "partial_rotary_factor", &a->partial_rotary, &found)) != LP_OK)
-        return st;
-    if (!found && (st = hf_num(r, "rotary_pct", &a->partial_rotary, NULL)) != LP_OK)
+    return LP_OK;
+}
+
+/* Context, learned positions, RoPE (GPT-J's rotary_dim and rotate_every_two, scaling, Gemma 3's
+ * local theta). */
+static lp_status read_positions(const hf_reader *r, lp_arch *a)
+{
+    lp_status st;
+    if ((st = read_keys(r, a, CONTEXT, N_ROWS(CONTEXT))) != LP_OK ||
+        (st = read_learned_positions(r, a)) != LP_OK ||
+        (st = read_keys(r, a, ROPE, N_ROWS(ROPE))) != LP_OK)
         return st;
     if (is_family(a, "gptj")) {
         int64_t rotary_dim = 0;
-        if ((st = hf_opt_count(r, KEYS("rotary_dim"), &rotary_dim, &used)) != LP_OK)
+        if ((st = hf_opt_count(r, KEYS("rotary_dim"), &rotary_dim, NULL)) != LP_OK)
             return st;
         if (rotary_dim > 0 && rotary_dim <= a->head_dim) {
             a->rope_dim = rotary_dim;
@@ -808,179 +1000,215 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
         return st;
     if (family_prefix(a, "gemma3")) {
         a->rope_local_theta = 10000.0;
-        if ((st = hf_num(r, "rope_local_base_freq", &a->rope_local_theta, NULL)) != LP_OK)
-            return st;
+        st = hf_num(r, "rope_local_base_freq", &a->rope_local_theta, NULL);
     }
+    return st;
+}
 
-    /* FFN. */
-    if (is_family(a, "opt")) {
-        if ((st = hf_require_count(r, KEYS("ffn_dim"), &a->ffn_hidden)) != LP_OK)
-            return st;
-    } else {
-        if ((st = hf_opt_count(r, KEYS("intermediate_size", "n_inner", "ffn_hidden_size",
-                                       "ffn_dim"),
-                               &a->ffn_hidden, &used)) != LP_OK)
-            return st;
-        if (!used) {
-            if (rules->ffn_kind != LP_FFN_MLP)
-                return lp_error_set(r->err, LP_ERR_FORMAT,
-                                    "%s: missing required key 'intermediate_size'", r->path);
-            a->ffn_hidden = 4 * a->hidden_size; /* GPT-2 n_inner null, BLOOM, Falcon */
-        }
-    }
+/* The activation: Gemma ships hidden_act "gelu" but runs the tanh approximation unless
+ * hidden_activation says otherwise; BLOOM's bloom_gelu_forward is the tanh approximation. */
+static lp_status read_activation(const hf_reader *r, lp_arch *a)
+{
+    static const char *const act_keys[] = {"hidden_act", "activation_function", "activation"};
     const char *act_key = "hidden_act", *act = NULL;
+    lp_status st = LP_OK;
     if (family_prefix(a, "gemma")) {
-        /* Gemma ships hidden_act "gelu" but runs the tanh approximation unless
-         * hidden_activation says otherwise. */
         act_key = "hidden_activation";
-        if ((st = hf_str(r, act_key, &act)) != LP_OK)
-            return st;
+        st = hf_str(r, act_key, &act);
         if (!act)
             act = "gelu_pytorch_tanh";
     } else if (is_family(a, "bloom")) {
-        act = "gelu_new"; /* bloom_gelu_forward is the tanh approximation */
+        act = "gelu_new";
     } else {
-        static const char *const act_keys[] = {"hidden_act", "activation_function", "activation"};
-        for (size_t i = 0; i < 3 && !act; i++) {
-            act_key = act_keys[i];
-            if ((st = hf_str(r, act_key, &act)) != LP_OK)
-                return st;
-        }
+        for (size_t i = 0; i < N_ROWS(act_keys) && !act && st == LP_OK; i++)
+            st = hf_str(r, act_key = act_keys[i], &act);
     }
-    if (act && (st = parse_activation(r, act_key, act, &a->act)) != LP_OK)
+    if (st != LP_OK || !act)
         return st;
+    return parse_activation(r, act_key, act, &a->act);
+}
 
-    /* Norms. */
-    if ((st = hf_num(r, "rms_norm_eps", &a->norm_eps, &found)) != LP_OK)
+static lp_status read_ffn(const hf_reader *r, lp_arch *a, const family_rules *rules)
+{
+    lp_status st;
+    if (is_family(a, "opt")) {
+        st = hf_require_count(r, KEYS("ffn_dim"), &a->ffn_hidden);
+    } else {
+        const char *used;
+        st = hf_opt_count(r, KEYS("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"),
+                          &a->ffn_hidden, &used);
+        if (st == LP_OK && !used && rules->ffn_kind != LP_FFN_MLP)
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: missing required key 'intermediate_size'", r->path);
+        if (!used)
+            a->ffn_hidden = 4 * a->hidden_size; /* GPT-2 n_inner null, BLOOM, Falcon */
+    }
+    return st == LP_OK ? read_activation(r, a) : st;
+}
+
+static const hf_key NORM_EPS[] = {
+    HF_KEY(HF_NUMBER, norm_eps, NULL, "rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps",
+           "norm_epsilon"),
+};
+
+static const hf_fixed NORM_FIXED[] = {
+    HF_FIXED("gemma*", norm_weight_plus_one, true), /* y = x_hat * (1 + w) */
+    HF_FIXED("gemma2 gemma3*", post_attn_norm, true),
+    HF_FIXED("gemma2 gemma3*", post_ffn_norm, true),
+    HF_FIXED("gemma3* qwen3*", qk_norm, true),
+    HF_FIXED("olmo2", qk_norm_full, true),
+    HF_FIXED("olmo2", no_input_norm, true),
+    HF_FIXED("olmo2", post_attn_norm, true),
+    HF_FIXED("olmo2", post_ffn_norm, true),
+    HF_FIXED("bloom", embed_norm, true),
+};
+
+static const hf_key NORM_FLAGS[] = {
+    HF_KEY(HF_FLAG, qk_norm, "phi stablelm", "qk_layernorm"),
+};
+
+/* transformers' OPTDecoder: final_layer_norm exists only for pre-norm models that keep it;
+ * project_in/project_out only when the embedding width differs from hidden. */
+static lp_status read_opt_norms(const hf_reader *r, lp_arch *a)
+{
+    bool pre_norm = true, remove_final = false;
+    int64_t proj_dim = a->hidden_size;
+    lp_status st;
+    if ((st = hf_bool(r, "do_layer_norm_before", &pre_norm, NULL)) != LP_OK ||
+        (st = hf_opt_count(r, KEYS("word_embed_proj_dim"), &proj_dim, NULL)) != LP_OK ||
+        (st = hf_bool(r, "_remove_final_layer_norm", &remove_final, NULL)) != LP_OK)
         return st;
-    if (!found && (st = hf_num(r, "layer_norm_epsilon", &a->norm_eps, &found)) != LP_OK)
-        return st;
-    if (!found && (st = hf_num(r, "layer_norm_eps", &a->norm_eps, &found)) != LP_OK)
-        return st;
-    if (!found && (st = hf_num(r, "norm_epsilon", &a->norm_eps, &found)) != LP_OK)
+    a->post_norm = !pre_norm;
+    a->final_norm = pre_norm && !remove_final;
+    if (proj_dim != a->hidden_size)
+        a->embed_proj_dim = proj_dim;
+    return LP_OK;
+}
+
+static lp_status read_norms(const hf_reader *r, lp_arch *a)
+{
+    lp_status st = read_keys(r, a, NORM_EPS, N_ROWS(NORM_EPS));
+    if (st != LP_OK)
         return st;
     if (!(a->norm_eps > 0.0))
         return lp_error_set(r->err, LP_ERR_FORMAT, "%s: norm epsilon %g must be positive",
                             r->path, a->norm_eps);
-    if (family_prefix(a, "gemma")) {
-        a->norm_weight_plus_one = true;
+    apply_fixed(a, NORM_FIXED, N_ROWS(NORM_FIXED));
+    if (family_prefix(a, "gemma"))
         a->embed_scale = sqrt((double)a->hidden_size);
-    }
-    if (is_family(a, "gemma2") || family_prefix(a, "gemma3"))
-        a->post_attn_norm = a->post_ffn_norm = true;
-    if (family_prefix(a, "gemma3") || family_prefix(a, "qwen3"))
-        a->qk_norm = true;
-    if (is_family(a, "olmo2")) {
-        a->qk_norm_full = true;
-        a->no_input_norm = true;
-        a->post_attn_norm = a->post_ffn_norm = true;
-    }
-    if (is_family(a, "phi") || is_family(a, "stablelm"))
-        if ((st = hf_bool(r, "qk_layernorm", &a->qk_norm, NULL)) != LP_OK)
-            return st;
+    if ((st = read_keys(r, a, NORM_FLAGS, N_ROWS(NORM_FLAGS))) != LP_OK)
+        return st;
     if (is_family(a, "stablelm")) /* StableLmLayerNormPerHead: one bias-free norm per head */
         a->qk_norm_per_head = a->qk_norm;
-    if (is_family(a, "bloom"))
-        a->embed_norm = true;
-    if (is_family(a, "opt")) {
-        bool pre_norm = true;
-        int64_t proj_dim = a->hidden_size;
-        if ((st = hf_bool(r, "do_layer_norm_before", &pre_norm, NULL)) != LP_OK ||
-            (st = hf_opt_count(r, KEYS("word_embed_proj_dim"), &proj_dim, NULL)) != LP_OK)
-            return st;
-        bool remove_final = false;
-        if ((st = hf_bool(r, "_remove_final_layer_norm", &remove_final, NULL)) != LP_OK)
-            return st;
-        /* transformers' OPTDecoder: final_layer_norm exists only for pre-norm models that keep
-         * it; project_in/project_out only when the embedding width differs from hidden. */
-        a->post_norm = !pre_norm;
-        a->final_norm = pre_norm && !remove_final;
-        if (proj_dim != a->hidden_size)
-            a->embed_proj_dim = proj_dim;
-    }
+    return is_family(a, "opt") ? read_opt_norms(r, a) : LP_OK;
+}
 
-    /* Biases. */
-    bool flag;
-    if (family_prefix(a, "qwen2")) {
-        a->bias_qkv = true; /* Qwen2 always has q/k/v biases and no flag for them */
-        a->bias_o = false;
-    }
-    if ((st = hf_bool(r, "attention_bias", &flag, &found)) != LP_OK)
-        return st;
-    if (found && !family_prefix(a, "qwen2"))
-        a->bias_qkv = a->bias_o = flag;
-    if ((st = hf_bool(r, "mlp_bias", &flag, &found)) != LP_OK)
-        return st;
-    if (found)
-        a->bias_mlp = flag;
-    if ((st = hf_bool(r, "use_qkv_bias", &flag, &found)) != LP_OK)
-        return st;
-    if (found)
-        a->bias_qkv = flag;
-    if (is_family(a, "gpt_neox") || is_family(a, "starcoder2")) {
-        if ((st = hf_bool(r, "use_bias", &flag, &found)) != LP_OK)
-            return st;
-        if (found)
-            a->bias_qkv = a->bias_o = a->bias_mlp = flag;
-    }
-    if (is_family(a, "opt")) {
-        if ((st = hf_bool(r, "enable_bias", &flag, &found)) != LP_OK)
-            return st;
-        if (found)
-            a->bias_qkv = a->bias_o = a->bias_mlp = flag;
-    }
-    if (is_family(a, "phi") || is_family(a, "gptj"))
-        a->bias_lm_head = true;
-    if (is_family(a, "gptj")) {
-        a->bias_qkv = a->bias_o = false; /* GPT-J: biases only in the MLP (fc_in, fc_out) */
-        a->bias_mlp = true;
-    }
-    if (is_family(a, "gpt_oss")) {
-        /* experts (gate_up_proj, down_proj) and the router carry biases; each attention layer
-         * has one learned sink logit per head */
-        a->bias_mlp = a->router_bias = a->attn_sinks = true;
-    }
+/* Bias switches: a key that, when present, sets the biases it names. */
+typedef struct hf_bias_key {
+    const char *key;
+    const char *families; /* NULL: every family */
+    const char *ignored;  /* families that have the key but whose biases it does not change */
+    bool qkv, o, mlp;
+} hf_bias_key;
 
-    /* Parallel blocks. */
-    if (is_family(a, "stablelm") || is_family(a, "gpt_neox")) {
-        if ((st = hf_bool(r, "use_parallel_residual", &a->parallel_block, NULL)) != LP_OK)
-            return st;
-        /* GPT-NeoX keeps both input_layernorm and post_attention_layernorm in parallel mode
-         * (the MLP reads the second); StableLM drops the second one. */
-        if (is_family(a, "gpt_neox"))
-            a->parallel_two_norms = a->parallel_block;
-    }
+static const hf_fixed BIAS_BEFORE[] = {
+    HF_FIXED("qwen2*", bias_qkv, true), /* Qwen2 always has q/k/v biases and no flag for them */
+    HF_FIXED("qwen2*", bias_o, false),
+};
 
-    /* Gemma 2/3 attention details. */
+static const hf_bias_key BIAS_KEYS[] = {
+    {"attention_bias", NULL, "qwen2*", true, true, false},
+    {"mlp_bias", NULL, NULL, false, false, true},
+    {"use_qkv_bias", NULL, NULL, true, false, false},
+    {"use_bias", "gpt_neox starcoder2", NULL, true, true, true},
+    {"enable_bias", "opt", NULL, true, true, true},
+};
+
+static const hf_fixed BIAS_AFTER[] = {
+    HF_FIXED("phi gptj", bias_lm_head, true),
+    HF_FIXED("gptj", bias_qkv, false), /* GPT-J: biases only in the MLP (fc_in, fc_out) */
+    HF_FIXED("gptj", bias_o, false),
+    HF_FIXED("gptj", bias_mlp, true),
+    /* gpt-oss: experts (gate_up_proj, down_proj) and the router carry biases; each attention
+     * layer has one learned sink logit per head */
+    HF_FIXED("gpt_oss", bias_mlp, true),
+    HF_FIXED("gpt_oss", router_bias, true),
+    HF_FIXED("gpt_oss", attn_sinks, true),
+};
+
+static lp_status read_biases(const hf_reader *r, lp_arch *a)
+{
+    apply_fixed(a, BIAS_BEFORE, N_ROWS(BIAS_BEFORE));
+    for (size_t i = 0; i < N_ROWS(BIAS_KEYS); i++) {
+        const hf_bias_key *k = &BIAS_KEYS[i];
+        bool flag, found;
+        if (k->families && !family_in(a, k->families))
+            continue;
+        lp_status st = hf_bool(r, k->key, &flag, &found);
+        if (st != LP_OK)
+            return st;
+        if (!found || (k->ignored && family_in(a, k->ignored)))
+            continue;
+        if (k->qkv)
+            a->bias_qkv = flag;
+        if (k->o)
+            a->bias_o = flag;
+        if (k->mlp)
+            a->bias_mlp = flag;
+    }
+    apply_fixed(a, BIAS_AFTER, N_ROWS(BIAS_AFTER));
+    return LP_OK;
+}
+
+static const hf_key PARALLEL[] = {
+    HF_KEY(HF_FLAG, parallel_block, "stablelm gpt_neox", "use_parallel_residual"),
+};
+
+static const hf_key SOFTCAPS[] = {
+    HF_KEY(HF_NUMBER, attn_logit_softcap, NULL, "attn_logit_softcapping"),
+    HF_KEY(HF_NUMBER, final_logit_softcap, NULL, "final_logit_softcapping"),
+};
+
+/* Parallel blocks and Gemma 2/3's attention details (query scale, soft caps). */
+static lp_status read_attention_details(const hf_reader *r, lp_arch *a)
+{
+    lp_status st = read_keys(r, a, PARALLEL, N_ROWS(PARALLEL));
+    if (st != LP_OK)
+        return st;
+    /* GPT-NeoX keeps both input_layernorm and post_attention_layernorm in parallel mode (the
+     * MLP reads the second); StableLM drops the second one. */
+    if (is_family(a, "gpt_neox"))
+        a->parallel_two_norms = a->parallel_block;
     double scalar = 0.0;
+    bool found;
     if ((st = hf_num(r, "query_pre_attn_scalar", &scalar, &found)) != LP_OK)
         return st;
-    if (found) {
-        if (!(scalar > 0.0))
-            return lp_error_set(r->err, LP_ERR_FORMAT,
-                                "%s: key 'query_pre_attn_scalar': %g must be positive", r->path,
-                                scalar);
+    if (found && !(scalar > 0.0))
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key 'query_pre_attn_scalar': %g must be positive", r->path,
+                            scalar);
+    if (found)
         a->query_scale = 1.0 / sqrt(scalar);
-    }
-    if ((st = hf_num(r, "attn_logit_softcapping", &a->attn_logit_softcap, NULL)) != LP_OK ||
-        (st = hf_num(r, "final_logit_softcapping", &a->final_logit_softcap, NULL)) != LP_OK)
-        return st;
+    return read_keys(r, a, SOFTCAPS, N_ROWS(SOFTCAPS));
+}
 
-    if ((st = parse_windows(r, a)) != LP_OK)
-        return st;
-    if ((st = parse_moe(r, a)) != LP_OK)
-        return st;
-    if ((st = hf_opt_count(r, KEYS("num_nextn_predict_layers"), &a->n_mtp_layers, NULL)) != LP_OK)
-        return st;
+static const hf_key EMBEDDINGS[] = {
+    HF_KEY(HF_COUNT, n_mtp_layers, NULL, "num_nextn_predict_layers"),
+    HF_KEY(HF_FLAG, tied_embeddings, NULL, "tie_word_embeddings"),
+};
 
-    /* Embeddings, dtype, special tokens. */
+/* Tied embeddings (the family's default unless the key says), the storage dtype, the special
+ * token ids (the first of several end tokens; an id loupe cannot use is unknown). */
+static lp_status read_embeddings(const hf_reader *r, lp_arch *a, const family_rules *rules)
+{
     a->tied_embeddings = rules->tied_default;
-    if ((st = hf_bool(r, "tie_word_embeddings", &a->tied_embeddings, NULL)) != LP_OK)
-        return st;
+    lp_status st = read_keys(r, a, EMBEDDINGS, N_ROWS(EMBEDDINGS));
     const char *dtype = NULL;
-    if ((st = hf_str(r, "torch_dtype", &dtype)) != LP_OK)
-        return st;
-    if (!dtype && (st = hf_str(r, "dtype", &dtype)) != LP_OK)
+    if (st == LP_OK)
+        st = hf_str(r, "torch_dtype", &dtype);
+    if (st == LP_OK && !dtype)
+        st = hf_str(r, "dtype", &dtype);
+    if (st != LP_OK)
         return st;
     if (dtype)
         a->storage_dtype = dtype_from_torch(dtype);
@@ -988,14 +1216,29 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
     int64_t *token_ids[2] = {&a->bos_token_id, &a->eos_token_id};
     for (int i = 0; i < 2; i++) {
         const json_t *v = hf_get(r, token_keys[i]);
-        if (v && json_is_array(v)) /* several end tokens: keep the first */
+        if (v && json_is_array(v))
             v = json_array_size(v) ? json_array_get(v, 0) : NULL;
         if (v && !json_as_int(v, token_ids[i]))
             return hf_type_error(r, token_keys[i], "an integer", v);
         if (*token_ids[i] > LP_ARCH_MAX_COUNT || *token_ids[i] < -1)
-            *token_ids[i] = -1; /* not a usable id: unknown */
+            *token_ids[i] = -1;
     }
     return LP_OK;
+}
+
+static lp_status parse_config(const hf_reader *r, lp_arch *a)
+{
+    const family_rules *rules = &LLAMA_LIKE;
+    bool refined_web = false;
+    lp_status st;
+    if ((st = read_family(r, a, &rules, &refined_web)) != LP_OK ||
+        (st = read_dims(r, a)) != LP_OK || (st = read_kv_heads(r, a, refined_web)) != LP_OK ||
+        (st = read_head_dim(r, a)) != LP_OK || (st = read_positions(r, a)) != LP_OK ||
+        (st = read_ffn(r, a, rules)) != LP_OK || (st = read_norms(r, a)) != LP_OK ||
+        (st = read_biases(r, a)) != LP_OK || (st = read_attention_details(r, a)) != LP_OK ||
+        (st = parse_windows(r, a)) != LP_OK || (st = parse_moe(r, a)) != LP_OK)
+        return st;
+    return read_embeddings(r, a, rules);
 }
 
 lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, lp_arch *out,
@@ -1039,3 +1282,4 @@ lp_status lp_arch_from_hf_config(const char *config_json_path, lp_arch *out, lp_
     free(text);
     return st;
 }
+
