@@ -1,5 +1,5 @@
-/* lp_arch defaults, derived fields and the checks every reader shares. */
-#include "inspect/inspect.h"
+/* lp_arch defaults, derived fields and the checks every reader shares; the family tables the
+ * readers share. */
 #include "inspect/arch/arch_internal.h"
 
 #include <math.h>
@@ -16,6 +16,27 @@ void lp_arch_init(lp_arch *arch)
     arch->bos_token_id = -1;
     arch->eos_token_id = -1;
     arch->storage_dtype = LP_DTYPE_INVALID;
+}
+
+bool lp_arch_name_in(const char *name, const char *names)
+{
+    for (const char *p = names; *p;) {
+        size_t n = strcspn(p, " ");
+        bool prefix = n > 0 && p[n - 1] == '*';
+        size_t len = prefix ? n - 1 : n;
+        if (n > 0 && strncmp(name, p, len) == 0 && (prefix || name[len] == '\0'))
+            return true;
+        p += n;
+        p += strspn(p, " ");
+    }
+    return false;
+}
+
+void lp_arch_apply_fixed(lp_arch *arch, const char *family, const lp_arch_fixed *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (lp_arch_name_in(family, rows[i].families))
+            *(bool *)(void *)((char *)arch + rows[i].field) = rows[i].value;
 }
 
 static const char *source_of(const lp_arch *arch)

@@ -12,6 +12,7 @@
 #ifndef LP_INSPECT_ARCH_INTERNAL_H
 #define LP_INSPECT_ARCH_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,22 @@
  * vocabulary, width or context). Readers refuse larger values with an error naming this limit,
  * so sums and small multiples of them cannot overflow int64_t. */
 #define LP_ARCH_MAX_COUNT ((int64_t)1 << 40)
+
+/* name_in("qwen2_moe", "gpt_neox starcoder2 qwen2*"): name is one of the space-separated names,
+ * or starts with one that ends in '*'. */
+bool lp_arch_name_in(const char *name, const char *names);
+
+/* What a family's modeling code hard-codes: the bool at `field` (offsetof(lp_arch, ...)) is
+ * `value` for the families listed (as lp_arch_name_in takes them). */
+typedef struct lp_arch_fixed {
+    const char *families;
+    size_t field;
+    bool value;
+} lp_arch_fixed;
+#define LP_ARCH_FIXED(families, field, value) {families, offsetof(lp_arch, field), value}
+
+/* Apply the rows whose families hold `family`, in order. */
+void lp_arch_apply_fixed(lp_arch *arch, const char *family, const lp_arch_fixed *rows, size_t n);
 
 /* config_url may be NULL. Returns LP_ERR_IO when the stream fails. */
 lp_status lp_arch_write_yaml(const lp_arch *arch, const char *config_url, FILE *out,

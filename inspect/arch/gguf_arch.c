@@ -14,7 +14,7 @@
  * Biases, tied embeddings and a few variants are read off the tensor names, which are the truth
  * for the file at hand.
  */
-#include "inspect/inspect.h"
+#include "inspect/arch/arch_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -254,45 +254,91 @@ static lp_dtype dominant_dtype(const lp_gguf *g)
     return best;
 }
 
-static lp_status read_rope_scaling(const reader *r, lp_arch *a)
+/* rope.scaling.type as stored (NULL when absent). */
+static lp_status rope_scaling_type(const reader *r, const char **type, size_t *len)
 {
-    lp_status st;
     char key[256];
     key_of(r, "rope.scaling.type", key, sizeof key);
-    const char *type = NULL;
-    size_t len = 0;
-    if (lp_gguf_find_key(r->g, key) >= 0 && !lp_gguf_get_str(r->g, key, &type, &len))
+    *type = NULL;
+    *len = 0;
+    if (lp_gguf_find_key(r->g, key) >= 0 && !lp_gguf_get_str(r->g, key, type, len))
         return type_error(r, key, "a string");
-    double factor = 0.0;
-    bool has_factor;
-    if ((st = opt_float(r, "rope.scaling.factor", &factor, &has_factor)) != LP_OK)
-        return st;
-    if (!has_factor && (st = opt_float(r, "rope.scale_linear", &factor, &has_factor)) != LP_OK)
-        return st;
-    lp_rope_scaling *s = &a->rope_scaling;
-    if (type) {
-        if (len == 4 && memcmp(type, "none", 4) == 0)
-            return LP_OK;
-        if (len == 6 && memcmp(type, "linear", 6) == 0)
-            s->kind = LP_ROPE_SCALING_LINEAR;
-        else if (len == 4 && memcmp(type, "yarn", 4) == 0)
-            s->kind = LP_ROPE_SCALING_YARN;
-        else if (len == 8 && memcmp(type, "longrope", 8) == 0)
-            s->kind = LP_ROPE_SCALING_LONGROPE;
-        else
-            return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
-                                "%s: key '%s': rope scaling \"%.*s\" is not supported (none, "
-                                "linear, yarn, longrope)",
-                                r->file, key, (int)(len > 40 ? 40 : len), type);
-    } else if (has_factor && factor != 1.0 && factor != 0.0) {
-        s->kind = LP_ROPE_SCALING_LINEAR; /* llama.cpp's default type */
-    } else if (has_tensor(r->g, "rope_factors_long.weight")) {
-        /* Phi-3 128k: the converter stores longrope's per-dimension factors as tensors and only
-         * the original context and attention factor as keys */
-        s->kind = LP_ROPE_SCALING_LONGROPE;
-    } else {
+    return LP_OK;
+}
+
+/* The scaling the type names, or what the factor and the tensors imply without one; *kind
+ * stays NONE without scaling. */
+static lp_status rope_scaling_kind(const reader *r, const char *type, size_t len, double factor,
+                                   lp_rope_scaling_kind *kind)
+{
+    static const struct {
+        const char *name;
+        lp_rope_scaling_kind kind;
+    } types[] = {{"none", LP_ROPE_SCALING_NONE},
+                 {"linear", LP_ROPE_SCALING_LINEAR},
+                 {"yarn", LP_ROPE_SCALING_YARN},
+                 {"longrope", LP_ROPE_SCALING_LONGROPE}};
+    *kind = LP_ROPE_SCALING_NONE;
+    if (!type) {
+        if (factor != 1.0 && factor != 0.0)
+            *kind = LP_ROPE_SCALING_LINEAR; /* llama.cpp's default type */
+        else if (has_tensor(r->g, "rope_factors_long.weight"))
+            /* Phi-3 128k: the converter stores longrope's per-dimension factors as tensors and
+             * only the original context and attention factor as keys */
+            *kind = LP_ROPE_SCALING_LONGROPE;
         return LP_OK;
     }
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (len == strlen(types[i].name) && memcmp(type, types[i].name, len) == 0) {
+            *kind = types[i].kind;
+            return LP_OK;
+        }
+    char key[256];
+    return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
+                        "%s: key '%s': rope scaling \"%.*s\" is not supported (none, linear, "
+                        "yarn, longrope)",
+                        r->file, key_of(r, "rope.scaling.type", key, sizeof key),
+                        (int)(len > 40 ? 40 : len), type);
+}
+
+/* yarn: transformers' defaults for beta. DeepSeek: yarn_log_multiplier = 0.1 * mscale_all_dim;
+ * the softmax is scaled by (1 + log_mul * ln(factor))^2 / sqrt(head_dim) (llama.cpp's deepseek2
+ * graph, HF's softmax_scale). With mscale == mscale_all_dim, as DeepSeek ships, the cos/sin
+ * factor is 1. */
+static lp_status read_yarn(const reader *r, lp_arch *a)
+{
+    lp_rope_scaling *s = &a->rope_scaling;
+    if (s->beta_fast == 0.0)
+        s->beta_fast = 32.0;
+    if (s->beta_slow == 0.0)
+        s->beta_slow = 1.0;
+    double log_mul = 0.0;
+    bool has_log_mul;
+    lp_status st = opt_float(r, "rope.scaling.yarn_log_multiplier", &log_mul, &has_log_mul);
+    if (st == LP_OK && has_log_mul && log_mul > 0.0 && s->factor > 1.0) {
+        double m = 1.0 + log_mul * log(s->factor);
+        a->query_scale = m * m / sqrt((double)a->head_dim);
+        if (s->attention_factor == 0.0)
+            s->attention_factor = 1.0;
+    }
+    return st;
+}
+
+static lp_status read_rope_scaling(const reader *r, lp_arch *a)
+{
+    lp_rope_scaling *s = &a->rope_scaling;
+    const char *type;
+    size_t len;
+    double factor = 0.0; /* absent: no scaling unless the type or the tensors say */
+    bool has_factor = false;
+    lp_status st = rope_scaling_type(r, &type, &len);
+    if (st == LP_OK)
+        st = opt_float(r, "rope.scaling.factor", &factor, &has_factor);
+    if (st == LP_OK && !has_factor)
+        st = opt_float(r, "rope.scale_linear", &factor, &has_factor);
+    if (st != LP_OK || (st = rope_scaling_kind(r, type, len, factor, &s->kind)) != LP_OK ||
+        s->kind == LP_ROPE_SCALING_NONE)
+        return st;
     s->factor = factor;
     if ((st = opt_count(r, "rope.scaling.original_context_length", &s->original_ctx, NULL)) !=
             LP_OK ||
@@ -300,27 +346,8 @@ static lp_status read_rope_scaling(const reader *r, lp_arch *a)
         (st = opt_float(r, "rope.scaling.yarn_beta_fast", &s->beta_fast, NULL)) != LP_OK ||
         (st = opt_float(r, "rope.scaling.yarn_beta_slow", &s->beta_slow, NULL)) != LP_OK)
         return st;
-    if (s->kind == LP_ROPE_SCALING_YARN) {
-        if (s->beta_fast == 0.0)
-            s->beta_fast = 32.0;
-        if (s->beta_slow == 0.0)
-            s->beta_slow = 1.0;
-        /* DeepSeek: yarn_log_multiplier = 0.1 * mscale_all_dim; the softmax is scaled by
-         * (1 + log_mul * ln(factor))^2 / sqrt(head_dim) (llama.cpp's deepseek2 graph, HF's
-         * softmax_scale). With mscale == mscale_all_dim, as DeepSeek ships, the cos/sin factor
-         * is 1. */
-        double log_mul = 0.0;
-        bool has_log_mul;
-        if ((st = opt_float(r, "rope.scaling.yarn_log_multiplier", &log_mul, &has_log_mul)) !=
-            LP_OK)
-            return st;
-        if (has_log_mul && log_mul > 0.0 && s->factor > 1.0) {
-            double m = 1.0 + log_mul * log(s->factor);
-            a->query_scale = m * m / sqrt((double)a->head_dim);
-            if (s->attention_factor == 0.0)
-                s->attention_factor = 1.0;
-        }
-    }
+    if (s->kind == LP_ROPE_SCALING_YARN && (st = read_yarn(r, a)) != LP_OK)
+        return st;
     if (s->kind == LP_ROPE_SCALING_LONGROPE && s->factor == 0.0 && s->original_ctx > 0 &&
         a->n_ctx > 0)
         s->factor = (double)a->n_ctx / (double)s->original_ctx;
@@ -459,14 +486,10 @@ static lp_status read_mla(const reader *r, lp_arch *a, int64_t head_dim)
     return LP_OK;
 }
 
-lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
+/* general.architecture, one of FAMILIES; a shard of a split file without it says so. */
+static lp_status find_family(const lp_gguf *g, const char *file, const gguf_family **out,
+                             lp_error *err)
 {
-    lp_status st;
-    bool found;
-    const char *file = lp_path_basename(lp_gguf_path(g));
-    lp_arch_init(a);
-    snprintf(a->source, sizeof a->source, "%s", lp_gguf_path(g));
-
     const char *arch_name;
     size_t arch_len;
     int64_t split_no, split_count;
@@ -483,21 +506,23 @@ lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
     if (!lp_gguf_get_str(g, "general.architecture", &arch_name, &arch_len))
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: key 'general.architecture': expected a string", file);
-    const gguf_family *fam = NULL;
     for (size_t i = 0; i < N_FAMILIES; i++)
         if (strlen(FAMILIES[i].gguf_name) == arch_len &&
             memcmp(FAMILIES[i].gguf_name, arch_name, arch_len) == 0)
-            fam = &FAMILIES[i];
-    if (!fam)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: general.architecture \"%.*s\" is not supported (llama, qwen2, "
-                            "qwen2moe, qwen3, qwen3moe, gemma, gemma2, gemma3, phi2, phi3, gpt2, "
-                            "falcon, deepseek2, starcoder2, stablelm, gptneox, bloom, olmo2, "
-                            "gpt-oss)",
-                            file, (int)(arch_len > 40 ? 40 : arch_len), arch_name);
-    reader rd = {g, file, fam->gguf_name, err};
-    const reader *r = &rd;
+            *out = &FAMILIES[i];
+    if (*out)
+        return LP_OK;
+    return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                        "%s: general.architecture \"%.*s\" is not supported (llama, qwen2, "
+                        "qwen2moe, qwen3, qwen3moe, gemma, gemma2, gemma3, phi2, phi3, gpt2, "
+                        "falcon, deepseek2, starcoder2, stablelm, gptneox, bloom, olmo2, "
+                        "gpt-oss)",
+                        file, (int)(arch_len > 40 ? 40 : arch_len), arch_name);
+}
 
+/* The family's defaults, and the name (general.name unless it only repeats the architecture). */
+static void apply_family(lp_arch *a, const gguf_family *fam, const lp_gguf *g, const char *file)
+{
     snprintf(a->family, sizeof a->family, "%s", fam->family);
     a->ffn_kind = fam->ffn_kind;
     a->act = fam->act;
@@ -508,71 +533,86 @@ lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
     a->bias_qkv = a->bias_o = a->bias_mlp = fam->bias_all;
     a->bias_norm = fam->norm_kind == LP_NORM_LAYER;
     a->parallel_block = fam->parallel;
-
     const char *name;
-    size_t name_len;
+    size_t name_len, arch_len = strlen(fam->gguf_name);
     if (lp_gguf_get_str(g, "general.name", &name, &name_len) && name_len > 0 &&
-        !(name_len == arch_len && memcmp(name, arch_name, arch_len) == 0))
+        !(name_len == arch_len && memcmp(name, fam->gguf_name, arch_len) == 0))
         snprintf(a->name, sizeof a->name, "%.*s", (int)(name_len < 127 ? name_len : 127), name);
     else
         snprintf(a->name, sizeof a->name, "%s", file);
+}
 
-    /* Dimensions. */
+/* Layers, width, heads (per layer: the same in every layer), kv heads, key length. */
+static lp_status read_dims(const reader *r, lp_arch *a)
+{
     char key[256];
+    lp_status st;
+    bool found;
     if ((st = require_count(r, "block_count", &a->n_layers)) != LP_OK ||
         (st = require_count(r, "embedding_length", &a->hidden_size)) != LP_OK)
         return st;
     if (a->n_layers > LP_MAX_LAYERS)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: key '%s': %lld exceeds the limit of %d layers",
-                            file, key_of(r, "block_count", key, sizeof key),
-                            (long long)a->n_layers, LP_MAX_LAYERS);
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key '%s': %lld exceeds the limit of %d layers", r->file,
+                            key_of(r, "block_count", key, sizeof key), (long long)a->n_layers,
+                            LP_MAX_LAYERS);
     int64_t heads[LP_MAX_LAYERS];
+    key_of(r, "attention.head_count", key, sizeof key);
     if ((st = per_layer(r, "attention.head_count", a->n_layers, heads, &a->n_heads, &found)) !=
         LP_OK)
         return st;
     if (!found || a->n_heads == 0)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: missing required key '%s'", file,
-                            key_of(r, "attention.head_count", key, sizeof key));
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: missing required key '%s'", r->file, key);
     for (int64_t l = 0; l < a->n_layers; l++)
         if (heads[l] != a->n_heads && heads[l] != 0)
-            return lp_error_set(err, LP_ERR_UNSUPPORTED,
+            return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
                                 "%s: key '%s': layer %lld has %lld heads, layer-varying head "
                                 "counts are not supported",
-                                file, key_of(r, "attention.head_count", key, sizeof key),
-                                (long long)l, (long long)heads[l]);
+                                r->file, key, (long long)l, (long long)heads[l]);
     if ((st = per_layer(r, "attention.head_count_kv", a->n_layers, a->layer_kv_heads,
-                        &a->n_kv_heads, &found)) != LP_OK)
-        return st;
-    if ((st = opt_count(r, "attention.key_length", &a->head_dim, &found)) != LP_OK)
+                        &a->n_kv_heads, &found)) != LP_OK ||
+        (st = opt_count(r, "attention.key_length", &a->head_dim, &found)) != LP_OK)
         return st;
     a->head_dim_explicit = found && a->head_dim > 0;
+    return LP_OK;
+}
 
-    /* Vocabulary. */
-    if ((st = opt_count(r, "vocab_size", &a->vocab_size, &found)) != LP_OK)
+/* vocab_size, else the length of tokenizer.ggml.tokens; the special ids inside it. */
+static lp_status read_vocab(const reader *r, lp_arch *a)
+{
+    bool found;
+    lp_status st = opt_count(r, "vocab_size", &a->vocab_size, &found);
+    if (st != LP_OK)
         return st;
     if (!found) {
-        int64_t tok = lp_gguf_find_key(g, "tokenizer.ggml.tokens");
-        a->vocab_size = (int64_t)lp_gguf_arr_len(g, tok);
+        int64_t tok = lp_gguf_find_key(r->g, "tokenizer.ggml.tokens");
+        a->vocab_size = (int64_t)lp_gguf_arr_len(r->g, tok);
+        char key[256];
         if (a->vocab_size == 0)
-            return lp_error_set(err, LP_ERR_FORMAT,
+            return lp_error_set(r->err, LP_ERR_FORMAT,
                                 "%s: neither '%s' nor a tokenizer.ggml.tokens array gives the "
                                 "vocabulary size",
-                                file, key_of(r, "vocab_size", key, sizeof key));
+                                r->file, key_of(r, "vocab_size", key, sizeof key));
     }
     int64_t v;
-    if (lp_gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v) && v < a->vocab_size)
+    if (lp_gguf_get_int(r->g, "tokenizer.ggml.bos_token_id", &v) && v < a->vocab_size)
         a->bos_token_id = v;
-    if (lp_gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v) && v < a->vocab_size)
+    if (lp_gguf_get_int(r->g, "tokenizer.ggml.eos_token_id", &v) && v < a->vocab_size)
         a->eos_token_id = v;
+    return LP_OK;
+}
 
-    /* Context and positions. */
+/* Context, RoPE (rotated dims, MLA, scaling, Gemma 3's local theta). */
+static lp_status read_positions(const reader *r, lp_arch *a, const gguf_family *fam)
+{
+    lp_status st;
+    bool found;
     if ((st = opt_count(r, "context_length", &a->n_ctx, NULL)) != LP_OK)
         return st;
     if (a->pos_kind == LP_POS_LEARNED)
         a->pos_table_rows = a->n_ctx;
-    if ((st = opt_float(r, "rope.freq_base", &a->rope_theta, NULL)) != LP_OK)
-        return st;
-    if ((st = opt_count(r, "rope.dimension_count", &a->rope_dim, &found)) != LP_OK)
+    if ((st = opt_float(r, "rope.freq_base", &a->rope_theta, NULL)) != LP_OK ||
+        (st = opt_count(r, "rope.dimension_count", &a->rope_dim, &found)) != LP_OK)
         return st;
     int64_t head_dim = a->head_dim;
     if (head_dim == 0 && a->hidden_size % a->n_heads == 0)
@@ -588,96 +628,122 @@ lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
         return st;
     if (strcmp(fam->gguf_name, "gemma3") == 0)
         a->rope_local_theta = 10000.0; /* llama.cpp: rope_freq_base_train_swa */
+    return LP_OK;
+}
 
-    /* FFN. */
-    if ((st = per_layer(r, "feed_forward_length", a->n_layers, a->layer_ffn_hidden, &a->ffn_hidden,
-                        &found)) != LP_OK)
+/* The dense width (per layer), then the experts. */
+static lp_status read_ffn(const reader *r, lp_arch *a, const gguf_family *fam)
+{
+    bool found;
+    lp_status st = per_layer(r, "feed_forward_length", a->n_layers, a->layer_ffn_hidden,
+                             &a->ffn_hidden, &found);
+    if (st != LP_OK)
         return st;
     if (!found && fam->ffn_kind == LP_FFN_MLP)
         a->ffn_hidden = 4 * a->hidden_size;
-    if ((st = read_moe(r, a, fam->gguf_name)) != LP_OK)
-        return st;
+    return read_moe(r, a, fam->gguf_name);
+}
 
-    /* Norms. */
-    const char *eps_key = a->norm_kind == LP_NORM_RMS ? "attention.layer_norm_rms_epsilon"
-                                                      : "attention.layer_norm_epsilon";
-    if ((st = opt_float(r, eps_key, &a->norm_eps, &found)) != LP_OK)
+/* The epsilon under the key of the family's norm, else under the other one. */
+static lp_status read_norm_eps(const reader *r, lp_arch *a)
+{
+    bool rms = a->norm_kind == LP_NORM_RMS, found;
+    lp_status st = opt_float(r, rms ? "attention.layer_norm_rms_epsilon"
+                                    : "attention.layer_norm_epsilon",
+                             &a->norm_eps, &found);
+    if (st != LP_OK || found)
         return st;
-    if (!found) {
-        eps_key = a->norm_kind == LP_NORM_RMS ? "attention.layer_norm_epsilon"
-                                              : "attention.layer_norm_rms_epsilon";
-        if ((st = opt_float(r, eps_key, &a->norm_eps, NULL)) != LP_OK)
-            return st;
-    }
+    return opt_float(r, rms ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon",
+                     &a->norm_eps, NULL);
+}
 
-    /* Family details. */
-    if (strncmp(fam->gguf_name, "gemma", 5) == 0) {
-        /* No norm_weight_plus_one: llama.cpp's converter folds Gemma's "+1" into every stored
-         * norm weight, so a GGUF already holds 1 + w and its graph uses a plain RMSNorm. */
+/* What llama.cpp's graphs hard-code beyond FAMILIES (GGUF architecture names). No
+ * norm_weight_plus_one for Gemma: llama.cpp's converter folds Gemma's "+1" into every stored
+ * norm weight, so a GGUF already holds 1 + w and its graph uses a plain RMSNorm. */
+static const lp_arch_fixed GRAPH_FIXED[] = {
+    LP_ARCH_FIXED("gemma2 gemma3", post_attn_norm, true),
+    LP_ARCH_FIXED("gemma2 gemma3", post_ffn_norm, true),
+    LP_ARCH_FIXED("gemma3 qwen3*", qk_norm, true),
+    LP_ARCH_FIXED("qwen2 qwen2moe", bias_qkv, true),
+    LP_ARCH_FIXED("phi2", bias_lm_head, true),
+    LP_ARCH_FIXED("bloom", embed_norm, true),
+    LP_ARCH_FIXED("olmo2", qk_norm_full, true),
+    LP_ARCH_FIXED("olmo2", no_input_norm, true),
+    LP_ARCH_FIXED("olmo2", post_attn_norm, true),
+    LP_ARCH_FIXED("olmo2", post_ffn_norm, true),
+    LP_ARCH_FIXED("gpt-oss", bias_mlp, true),
+    LP_ARCH_FIXED("gpt-oss", router_bias, true),
+    LP_ARCH_FIXED("gpt-oss", attn_sinks, true),
+};
+
+/* Gemma's embedding scale and (2, 3) soft caps and query scale; the parallel residual. */
+static lp_status read_family_details(const reader *r, lp_arch *a, const gguf_family *fam)
+{
+    const char *name = fam->gguf_name;
+    lp_status st = LP_OK;
+    lp_arch_apply_fixed(a, name, GRAPH_FIXED, sizeof GRAPH_FIXED / sizeof GRAPH_FIXED[0]);
+    if (strncmp(name, "gemma", 5) == 0)
         a->embed_scale = sqrt((double)a->hidden_size);
-        if (strcmp(fam->gguf_name, "gemma") != 0) {
-            a->post_attn_norm = true;
-            a->post_ffn_norm = true;
-            if ((st = opt_float(r, "attn_logit_softcapping", &a->attn_logit_softcap, NULL)) !=
-                    LP_OK ||
-                (st = opt_float(r, "final_logit_softcapping", &a->final_logit_softcap, NULL)) !=
-                    LP_OK)
-                return st;
-            /* query_pre_attn_scalar is not in GGUF; llama.cpp uses hidden / heads for the 27B
-             * models (46 layers for Gemma 2, 62 for Gemma 3) and head_dim for the rest. */
-            if ((strcmp(fam->gguf_name, "gemma2") == 0 && a->n_layers == 46) ||
-                (strcmp(fam->gguf_name, "gemma3") == 0 && a->n_layers == 62))
-                a->query_scale = 1.0 / sqrt((double)a->hidden_size / (double)a->n_heads);
-        }
-        if (strcmp(fam->gguf_name, "gemma3") == 0)
-            a->qk_norm = true;
-    }
-    if (strncmp(fam->gguf_name, "qwen3", 5) == 0)
-        a->qk_norm = true;
-    if (strcmp(fam->gguf_name, "qwen2") == 0 || strcmp(fam->gguf_name, "qwen2moe") == 0)
-        a->bias_qkv = true;
-    if (strcmp(fam->gguf_name, "phi2") == 0)
-        a->bias_lm_head = true;
-    if (strcmp(fam->gguf_name, "bloom") == 0)
-        a->embed_norm = true;
-    if (strcmp(fam->gguf_name, "olmo2") == 0) {
-        a->qk_norm_full = true;
-        a->no_input_norm = true;
-        a->post_attn_norm = a->post_ffn_norm = true;
-    }
-    if (strcmp(fam->gguf_name, "stablelm") == 0 || strcmp(fam->gguf_name, "gptneox") == 0)
-        if ((st = opt_bool(r, "use_parallel_residual", &a->parallel_block)) != LP_OK)
+    if (lp_arch_name_in(name, "gemma2 gemma3")) {
+        if ((st = opt_float(r, "attn_logit_softcapping", &a->attn_logit_softcap, NULL)) !=
+                LP_OK ||
+            (st = opt_float(r, "final_logit_softcapping", &a->final_logit_softcap, NULL)) != LP_OK)
             return st;
-    /* GPT-NeoX keeps both input and post-attention norms in parallel mode; StableLM does not */
-    if (strcmp(fam->gguf_name, "gptneox") == 0)
-        a->parallel_two_norms = a->parallel_block;
-    if (strcmp(fam->gguf_name, "gpt-oss") == 0)
-        a->bias_mlp = a->router_bias = a->attn_sinks = true;
-    if ((st = read_windows(r, a)) != LP_OK)
-        return st;
-
-    /* What the tensors say, when the file has them. */
-    if (lp_gguf_n_tensors(g) > 0) {
-        a->tied_embeddings = !has_tensor(g, "output.weight");
-        a->bias_qkv = has_layer_tensor(g, "attn_q.bias") || has_layer_tensor(g, "attn_qkv.bias");
-        a->bias_o = has_layer_tensor(g, "attn_output.bias");
-        a->bias_mlp = has_layer_tensor(g, "ffn_up.bias") || has_layer_tensor(g, "ffn_down.bias") ||
-                      has_layer_tensor(g, "ffn_up_exps.bias") ||
-                      has_layer_tensor(g, "ffn_down_exps.bias");
-        if (a->n_experts > 0)
-            a->router_bias = has_layer_tensor(g, "ffn_gate_inp.bias");
-        a->attn_sinks = has_layer_tensor(g, "attn_sinks.weight") ||
-                        has_layer_tensor(g, "attn_sinks");
-        a->bias_lm_head = has_tensor(g, "output.bias");
-        if (a->norm_kind == LP_NORM_LAYER)
-            a->bias_norm = has_layer_tensor(g, "attn_norm.bias") ||
-                           has_tensor(g, "output_norm.bias");
-        if (strcmp(fam->gguf_name, "falcon") == 0)
-            a->parallel_two_norms = has_layer_tensor(g, "attn_norm_2.weight");
-        if (strcmp(fam->gguf_name, "stablelm") == 0 || strcmp(fam->gguf_name, "phi2") == 0)
-            a->qk_norm = has_layer_tensor(g, "attn_q_norm.weight");
-        a->storage_dtype = dominant_dtype(g);
+        /* query_pre_attn_scalar is not in GGUF; llama.cpp uses hidden / heads for the 27B models
+         * (46 layers for Gemma 2, 62 for Gemma 3) and head_dim for the rest. */
+        if ((strcmp(name, "gemma2") == 0 && a->n_layers == 46) ||
+            (strcmp(name, "gemma3") == 0 && a->n_layers == 62))
+            a->query_scale = 1.0 / sqrt((double)a->hidden_size / (double)a->n_heads);
     }
+    if (lp_arch_name_in(name, "stablelm gptneox") &&
+        (st = opt_bool(r, "use_parallel_residual", &a->parallel_block)) != LP_OK)
+        return st;
+    /* GPT-NeoX keeps both input and post-attention norms in parallel mode; StableLM does not */
+    if (strcmp(name, "gptneox") == 0)
+        a->parallel_two_norms = a->parallel_block;
+    return LP_OK;
+}
 
+/* What the tensors say, when the file has them: they are the truth for the file at hand. */
+static void read_tensor_facts(const lp_gguf *g, lp_arch *a, const gguf_family *fam)
+{
+    if (lp_gguf_n_tensors(g) == 0)
+        return;
+    a->tied_embeddings = !has_tensor(g, "output.weight");
+    a->bias_qkv = has_layer_tensor(g, "attn_q.bias") || has_layer_tensor(g, "attn_qkv.bias");
+    a->bias_o = has_layer_tensor(g, "attn_output.bias");
+    a->bias_mlp = has_layer_tensor(g, "ffn_up.bias") || has_layer_tensor(g, "ffn_down.bias") ||
+                  has_layer_tensor(g, "ffn_up_exps.bias") ||
+                  has_layer_tensor(g, "ffn_down_exps.bias");
+    if (a->n_experts > 0)
+        a->router_bias = has_layer_tensor(g, "ffn_gate_inp.bias");
+    a->attn_sinks = has_layer_tensor(g, "attn_sinks.weight") || has_layer_tensor(g, "attn_sinks");
+    a->bias_lm_head = has_tensor(g, "output.bias");
+    if (a->norm_kind == LP_NORM_LAYER)
+        a->bias_norm = has_layer_tensor(g, "attn_norm.bias") || has_tensor(g, "output_norm.bias");
+    if (strcmp(fam->gguf_name, "falcon") == 0)
+        a->parallel_two_norms = has_layer_tensor(g, "attn_norm_2.weight");
+    if (lp_arch_name_in(fam->gguf_name, "stablelm phi2"))
+        a->qk_norm = has_layer_tensor(g, "attn_q_norm.weight");
+    a->storage_dtype = dominant_dtype(g);
+}
+
+lp_status lp_arch_from_gguf(const struct lp_gguf *g, lp_arch *a, lp_error *err)
+{
+    const char *file = lp_path_basename(lp_gguf_path(g));
+    lp_arch_init(a);
+    snprintf(a->source, sizeof a->source, "%s", lp_gguf_path(g));
+    const gguf_family *fam = NULL;
+    lp_status st = find_family(g, file, &fam, err);
+    if (st != LP_OK)
+        return st;
+    apply_family(a, fam, g, file);
+    reader rd = {g, file, fam->gguf_name, err};
+    if ((st = read_dims(&rd, a)) != LP_OK || (st = read_vocab(&rd, a)) != LP_OK ||
+        (st = read_positions(&rd, a, fam)) != LP_OK || (st = read_ffn(&rd, a, fam)) != LP_OK ||
+        (st = read_norm_eps(&rd, a)) != LP_OK || (st = read_family_details(&rd, a, fam)) != LP_OK ||
+        (st = read_windows(&rd, a)) != LP_OK)
+        return st;
+    read_tensor_facts(g, a, fam);
     return lp_arch_finish(a, err);
 }

@@ -263,20 +263,9 @@ static bool family_prefix(const lp_arch *a, const char *prefix)
     return strncmp(a->family, prefix, strlen(prefix)) == 0;
 }
 
-/* family_in(a, "gpt_neox starcoder2 qwen2*"): the family is one of the names, or starts with a
- * name that ends in '*'. */
 static bool family_in(const lp_arch *a, const char *families)
 {
-    for (const char *p = families; *p;) {
-        size_t n = strcspn(p, " ");
-        bool prefix = n > 0 && p[n - 1] == '*';
-        size_t len = prefix ? n - 1 : n;
-        if (n > 0 && strncmp(a->family, p, len) == 0 && (prefix || a->family[len] == '\0'))
-            return true;
-        p += n;
-        p += strspn(p, " ");
-    }
-    return false;
+    return lp_arch_name_in(a->family, families);
 }
 
 /* ---- key tables ------------------------------------------------------------------------------ */
@@ -300,14 +289,6 @@ typedef struct hf_key {
 #define HF_KEY(kind, field, families, ...) \
     {kind, offsetof(lp_arch, field), families, KEYS(__VA_ARGS__)}
 
-/* What a family's modeling file hard-codes: field = value for the families listed. */
-typedef struct hf_fixed {
-    const char *families;
-    size_t field; /* offsetof(lp_arch, ...) of a bool */
-    bool value;
-} hf_fixed;
-
-#define HF_FIXED(families, field, value) {families, offsetof(lp_arch, field), value}
 #define N_ROWS(rows) (sizeof rows / sizeof rows[0])
 
 /* The first of the aliases that is present (for messages about a value already read). */
@@ -369,12 +350,6 @@ static lp_status read_keys(const hf_reader *r, lp_arch *a, const hf_key *rows, s
     return LP_OK;
 }
 
-static void apply_fixed(lp_arch *a, const hf_fixed *rows, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (family_in(a, rows[i].families))
-            *(bool *)(void *)((char *)a + rows[i].field) = rows[i].value;
-}
 
 static lp_status parse_activation(const hf_reader *r, const char *key, const char *name,
                                   lp_activation *out)
@@ -1051,16 +1026,16 @@ static const hf_key NORM_EPS[] = {
            "norm_epsilon"),
 };
 
-static const hf_fixed NORM_FIXED[] = {
-    HF_FIXED("gemma*", norm_weight_plus_one, true), /* y = x_hat * (1 + w) */
-    HF_FIXED("gemma2 gemma3*", post_attn_norm, true),
-    HF_FIXED("gemma2 gemma3*", post_ffn_norm, true),
-    HF_FIXED("gemma3* qwen3*", qk_norm, true),
-    HF_FIXED("olmo2", qk_norm_full, true),
-    HF_FIXED("olmo2", no_input_norm, true),
-    HF_FIXED("olmo2", post_attn_norm, true),
-    HF_FIXED("olmo2", post_ffn_norm, true),
-    HF_FIXED("bloom", embed_norm, true),
+static const lp_arch_fixed NORM_FIXED[] = {
+    LP_ARCH_FIXED("gemma*", norm_weight_plus_one, true), /* y = x_hat * (1 + w) */
+    LP_ARCH_FIXED("gemma2 gemma3*", post_attn_norm, true),
+    LP_ARCH_FIXED("gemma2 gemma3*", post_ffn_norm, true),
+    LP_ARCH_FIXED("gemma3* qwen3*", qk_norm, true),
+    LP_ARCH_FIXED("olmo2", qk_norm_full, true),
+    LP_ARCH_FIXED("olmo2", no_input_norm, true),
+    LP_ARCH_FIXED("olmo2", post_attn_norm, true),
+    LP_ARCH_FIXED("olmo2", post_ffn_norm, true),
+    LP_ARCH_FIXED("bloom", embed_norm, true),
 };
 
 static const hf_key NORM_FLAGS[] = {
@@ -1093,7 +1068,7 @@ static lp_status read_norms(const hf_reader *r, lp_arch *a)
     if (!(a->norm_eps > 0.0))
         return lp_error_set(r->err, LP_ERR_FORMAT, "%s: norm epsilon %g must be positive",
                             r->path, a->norm_eps);
-    apply_fixed(a, NORM_FIXED, N_ROWS(NORM_FIXED));
+    lp_arch_apply_fixed(a, a->family, NORM_FIXED, N_ROWS(NORM_FIXED));
     if (family_prefix(a, "gemma"))
         a->embed_scale = sqrt((double)a->hidden_size);
     if ((st = read_keys(r, a, NORM_FLAGS, N_ROWS(NORM_FLAGS))) != LP_OK)
@@ -1111,9 +1086,10 @@ typedef struct hf_bias_key {
     bool qkv, o, mlp;
 } hf_bias_key;
 
-static const hf_fixed BIAS_BEFORE[] = {
-    HF_FIXED("qwen2*", bias_qkv, true), /* Qwen2 always has q/k/v biases and no flag for them */
-    HF_FIXED("qwen2*", bias_o, false),
+static const lp_arch_fixed BIAS_BEFORE[] = {
+    /* Qwen2 always has q/k/v biases and no flag for them */
+    LP_ARCH_FIXED("qwen2*", bias_qkv, true),
+    LP_ARCH_FIXED("qwen2*", bias_o, false),
 };
 
 static const hf_bias_key BIAS_KEYS[] = {
@@ -1124,21 +1100,21 @@ static const hf_bias_key BIAS_KEYS[] = {
     {"enable_bias", "opt", NULL, true, true, true},
 };
 
-static const hf_fixed BIAS_AFTER[] = {
-    HF_FIXED("phi gptj", bias_lm_head, true),
-    HF_FIXED("gptj", bias_qkv, false), /* GPT-J: biases only in the MLP (fc_in, fc_out) */
-    HF_FIXED("gptj", bias_o, false),
-    HF_FIXED("gptj", bias_mlp, true),
+static const lp_arch_fixed BIAS_AFTER[] = {
+    LP_ARCH_FIXED("phi gptj", bias_lm_head, true),
+    LP_ARCH_FIXED("gptj", bias_qkv, false), /* GPT-J: biases only in the MLP (fc_in, fc_out) */
+    LP_ARCH_FIXED("gptj", bias_o, false),
+    LP_ARCH_FIXED("gptj", bias_mlp, true),
     /* gpt-oss: experts (gate_up_proj, down_proj) and the router carry biases; each attention
      * layer has one learned sink logit per head */
-    HF_FIXED("gpt_oss", bias_mlp, true),
-    HF_FIXED("gpt_oss", router_bias, true),
-    HF_FIXED("gpt_oss", attn_sinks, true),
+    LP_ARCH_FIXED("gpt_oss", bias_mlp, true),
+    LP_ARCH_FIXED("gpt_oss", router_bias, true),
+    LP_ARCH_FIXED("gpt_oss", attn_sinks, true),
 };
 
 static lp_status read_biases(const hf_reader *r, lp_arch *a)
 {
-    apply_fixed(a, BIAS_BEFORE, N_ROWS(BIAS_BEFORE));
+    lp_arch_apply_fixed(a, a->family, BIAS_BEFORE, N_ROWS(BIAS_BEFORE));
     for (size_t i = 0; i < N_ROWS(BIAS_KEYS); i++) {
         const hf_bias_key *k = &BIAS_KEYS[i];
         bool flag, found;
@@ -1156,7 +1132,7 @@ static lp_status read_biases(const hf_reader *r, lp_arch *a)
         if (k->mlp)
             a->bias_mlp = flag;
     }
-    apply_fixed(a, BIAS_AFTER, N_ROWS(BIAS_AFTER));
+    lp_arch_apply_fixed(a, a->family, BIAS_AFTER, N_ROWS(BIAS_AFTER));
     return LP_OK;
 }
 
