@@ -1,177 +1,167 @@
 /* lp_arch as a JSON object: every field under its lp_arch name, enums as their names, per-layer
- * arrays cut to n_layers. */
+ * arrays cut to n_layers. One table, FIELDS, lists the members in the order they are written. */
 #define _POSIX_C_SOURCE 200809L
 #include "inspect/arch/arch_json.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "core/dtype.h"
 
-/* Each setter reports failure through *ok so the builder can stay a flat list. */
-static void put(json_t *obj, const char *key, json_t *value, bool *ok)
-{
-    if (!value || json_object_set_new(obj, key, value) != 0)
-        *ok = false;
-}
+typedef enum json_kind {
+    J_TEXT,         /* char[]: may not be UTF-8 (it comes from a file) */
+    J_INT,          /* int64_t */
+    J_NUM,          /* double */
+    J_BOOL,         /* bool */
+    J_LAYERS_INT,   /* int64_t[LP_MAX_LAYERS], n_layers of them */
+    J_LAYERS_BOOL,  /* bool[LP_MAX_LAYERS], n_layers of them */
+    J_FFN,          /* the enums, as their names */
+    J_ACT,
+    J_NORM,
+    J_POS,
+    J_LAYOUT,
+    J_SCALING,
+    J_DTYPE,        /* null when unknown rather than "invalid" */
+    J_ROPE_SCALING, /* the object of ROPE_SCALING_FIELDS */
+} json_kind;
 
-static void put_int(json_t *obj, const char *key, int64_t v, bool *ok)
-{
-    put(obj, key, json_integer((json_int_t)v), ok);
-}
+typedef struct json_field {
+    const char *key;
+    json_kind kind;
+    size_t offset; /* into lp_arch */
+    size_t size;
+} json_field;
 
-static void put_num(json_t *obj, const char *key, double v, bool *ok)
-{
-    put(obj, key, json_real(v), ok);
-}
+#define F(kind, field) {#field, kind, offsetof(lp_arch, field), sizeof(((lp_arch *)0)->field)}
+#define RS(kind, field) \
+    {#field, kind, offsetof(lp_arch, rope_scaling.field), sizeof(((lp_arch *)0)->rope_scaling.field)}
 
-static void put_bool(json_t *obj, const char *key, bool v, bool *ok)
-{
-    put(obj, key, json_boolean(v), ok);
-}
+static const json_field FIELDS[] = {
+    F(J_TEXT, family), F(J_TEXT, name), F(J_TEXT, source),
+    F(J_INT, vocab_size), F(J_INT, hidden_size), F(J_INT, n_layers), F(J_INT, n_heads),
+    F(J_INT, n_kv_heads), F(J_INT, head_dim), F(J_BOOL, head_dim_explicit),
+    F(J_LAYERS_INT, layer_kv_heads),
+    F(J_INT, ffn_hidden), F(J_LAYERS_INT, layer_ffn_hidden), F(J_FFN, ffn_kind), F(J_ACT, act),
+    F(J_NORM, norm_kind), F(J_NUM, norm_eps), F(J_BOOL, norm_weight_plus_one),
+    F(J_BOOL, post_attn_norm), F(J_BOOL, post_ffn_norm), F(J_BOOL, qk_norm),
+    F(J_BOOL, qk_norm_full), F(J_BOOL, qk_norm_per_head), F(J_BOOL, no_input_norm),
+    F(J_BOOL, embed_norm), F(J_BOOL, final_norm), F(J_BOOL, post_norm),
+    F(J_POS, pos_kind), F(J_INT, pos_table_rows), F(J_INT, pos_offset), F(J_NUM, rope_theta),
+    F(J_NUM, partial_rotary), F(J_INT, rope_dim), F(J_LAYOUT, rope_layout),
+    F(J_ROPE_SCALING, rope_scaling), F(J_NUM, rope_local_theta), F(J_INT, n_ctx),
+    F(J_BOOL, tied_embeddings), F(J_INT, embed_proj_dim), F(J_BOOL, bias_qkv), F(J_BOOL, bias_o),
+    F(J_BOOL, bias_mlp), F(J_BOOL, bias_lm_head), F(J_BOOL, bias_norm),
+    F(J_INT, sliding_window), F(J_LAYERS_INT, layer_window),
+    F(J_INT, n_experts), F(J_INT, n_experts_per_tok), F(J_INT, n_shared_experts),
+    F(J_INT, expert_ffn_hidden), F(J_INT, shared_expert_ffn_hidden), F(J_BOOL, shared_expert_gate),
+    F(J_BOOL, router_score_bias), F(J_BOOL, norm_topk_prob), F(J_BOOL, router_bias),
+    F(J_BOOL, attn_sinks), F(J_LAYERS_BOOL, layer_moe),
+    F(J_BOOL, mla), F(J_INT, q_lora_rank), F(J_INT, kv_lora_rank), F(J_INT, qk_rope_head_dim),
+    F(J_INT, qk_nope_head_dim), F(J_INT, v_head_dim),
+    F(J_BOOL, parallel_block), F(J_BOOL, parallel_two_norms), F(J_NUM, embed_scale),
+    F(J_NUM, attn_logit_softcap), F(J_NUM, final_logit_softcap), F(J_NUM, query_scale),
+    F(J_INT, n_mtp_layers), F(J_DTYPE, storage_dtype), F(J_INT, bos_token_id),
+    F(J_INT, eos_token_id),
+};
 
-static void put_str(json_t *obj, const char *key, const char *v, bool *ok)
-{
-    put(obj, key, json_string(v), ok);
-}
+static const json_field ROPE_SCALING_FIELDS[] = {
+    RS(J_SCALING, kind), RS(J_NUM, factor), RS(J_INT, original_ctx),
+    RS(J_NUM, low_freq_factor), RS(J_NUM, high_freq_factor), RS(J_NUM, beta_fast),
+    RS(J_NUM, beta_slow), RS(J_NUM, attention_factor),
+};
+
+_Static_assert(sizeof(lp_ffn_kind) == sizeof(int) && sizeof(lp_activation) == sizeof(int) &&
+                   sizeof(lp_norm_kind) == sizeof(int) && sizeof(lp_pos_kind) == sizeof(int) &&
+                   sizeof(lp_rope_layout) == sizeof(int) &&
+                   sizeof(lp_rope_scaling_kind) == sizeof(int) && sizeof(lp_dtype) == sizeof(int),
+               "enum fields are read as int");
 
 /* Text from a file may not be UTF-8, which json_string refuses: keep ASCII, mark the rest. */
-static void put_text(json_t *obj, const char *key, const char *text, size_t max, bool *ok)
+static json_t *text_json(const char *text, size_t max)
 {
     size_t len = strnlen(text, max);
     json_t *s = json_stringn(text, len);
-    if (!s) {
-        char clean[256];
-        if (len >= sizeof clean)
-            len = sizeof clean - 1;
-        for (size_t i = 0; i < len; i++)
-            clean[i] = (unsigned char)text[i] < 0x80 ? text[i] : '?';
-        s = json_stringn(clean, len);
-    }
-    put(obj, key, s, ok);
+    if (s)
+        return s;
+    char clean[256];
+    if (len >= sizeof clean)
+        len = sizeof clean - 1;
+    for (size_t i = 0; i < len; i++)
+        clean[i] = (unsigned char)text[i] < 0x80 ? text[i] : '?';
+    return json_stringn(clean, len);
 }
 
-static void put_layers_int(json_t *obj, const char *key, const int64_t *v, int64_t n, bool *ok)
+static json_t *layers_json(const void *values, bool is_bool, int64_t n)
 {
     json_t *arr = json_array();
-    for (int64_t l = 0; arr && l < n; l++)
-        if (json_array_append_new(arr, json_integer((json_int_t)v[l])) != 0)
-            *ok = false;
-    put(obj, key, arr, ok);
+    for (int64_t l = 0; arr && l < n; l++) {
+        json_t *v = is_bool ? json_boolean(((const bool *)values)[l])
+                            : json_integer((json_int_t)((const int64_t *)values)[l]);
+        if (json_array_append_new(arr, v) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+static json_t *enum_json(json_kind kind, int v)
+{
+    switch (kind) {
+    case J_FFN: return json_string(lp_ffn_kind_name((lp_ffn_kind)v));
+    case J_ACT: return json_string(lp_activation_name((lp_activation)v));
+    case J_NORM: return json_string(lp_norm_kind_name((lp_norm_kind)v));
+    case J_POS: return json_string(lp_pos_kind_name((lp_pos_kind)v));
+    case J_LAYOUT: return json_string(v == LP_ROPE_ADJACENT ? "adjacent" : "halves");
+    case J_SCALING: return json_string(lp_rope_scaling_name((lp_rope_scaling_kind)v));
+    default:
+        return v == LP_DTYPE_INVALID ? json_null() : json_string(lp_dtype_name((lp_dtype)v));
+    }
+}
+
+static json_t *object_json(const lp_arch *a, const json_field *fields, size_t n_fields);
+
+static json_t *field_json(const lp_arch *a, const json_field *f)
+{
+    const char *p = (const char *)a + f->offset;
+    int64_t n = a->n_layers < 0 ? 0 : a->n_layers > LP_MAX_LAYERS ? LP_MAX_LAYERS : a->n_layers;
+    int64_t i;
+    double d;
+    int e;
+    switch (f->kind) {
+    case J_TEXT: return text_json(p, f->size);
+    case J_INT:
+        memcpy(&i, p, sizeof i);
+        return json_integer((json_int_t)i);
+    case J_NUM:
+        memcpy(&d, p, sizeof d);
+        return json_real(d);
+    case J_BOOL: return json_boolean(*(const bool *)(const void *)p);
+    case J_LAYERS_INT: return layers_json(p, false, n);
+    case J_LAYERS_BOOL: return layers_json(p, true, n);
+    case J_ROPE_SCALING:
+        return object_json(a, ROPE_SCALING_FIELDS,
+                           sizeof ROPE_SCALING_FIELDS / sizeof ROPE_SCALING_FIELDS[0]);
+    default:
+        memcpy(&e, p, sizeof e);
+        return enum_json(f->kind, e);
+    }
+}
+
+static json_t *object_json(const lp_arch *a, const json_field *fields, size_t n_fields)
+{
+    json_t *o = json_object();
+    for (size_t k = 0; o && k < n_fields; k++) {
+        json_t *v = field_json(a, &fields[k]);
+        if (!v || json_object_set_new(o, fields[k].key, v) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
 }
 
 json_t *lp_arch_to_json(const lp_arch *a)
 {
-    json_t *o = json_object();
-    if (!o)
-        return NULL;
-    bool ok = true;
-    int64_t n = a->n_layers < 0 ? 0 : a->n_layers > LP_MAX_LAYERS ? LP_MAX_LAYERS : a->n_layers;
-
-    put_text(o, "family", a->family, sizeof a->family, &ok);
-    put_text(o, "name", a->name, sizeof a->name, &ok);
-    put_text(o, "source", a->source, sizeof a->source, &ok);
-
-    put_int(o, "vocab_size", a->vocab_size, &ok);
-    put_int(o, "hidden_size", a->hidden_size, &ok);
-    put_int(o, "n_layers", a->n_layers, &ok);
-    put_int(o, "n_heads", a->n_heads, &ok);
-    put_int(o, "n_kv_heads", a->n_kv_heads, &ok);
-    put_int(o, "head_dim", a->head_dim, &ok);
-    put_bool(o, "head_dim_explicit", a->head_dim_explicit, &ok);
-    put_layers_int(o, "layer_kv_heads", a->layer_kv_heads, n, &ok);
-
-    put_int(o, "ffn_hidden", a->ffn_hidden, &ok);
-    put_layers_int(o, "layer_ffn_hidden", a->layer_ffn_hidden, n, &ok);
-    put_str(o, "ffn_kind", lp_ffn_kind_name(a->ffn_kind), &ok);
-    put_str(o, "act", lp_activation_name(a->act), &ok);
-
-    put_str(o, "norm_kind", lp_norm_kind_name(a->norm_kind), &ok);
-    put_num(o, "norm_eps", a->norm_eps, &ok);
-    put_bool(o, "norm_weight_plus_one", a->norm_weight_plus_one, &ok);
-    put_bool(o, "post_attn_norm", a->post_attn_norm, &ok);
-    put_bool(o, "post_ffn_norm", a->post_ffn_norm, &ok);
-    put_bool(o, "qk_norm", a->qk_norm, &ok);
-    put_bool(o, "qk_norm_full", a->qk_norm_full, &ok);
-    put_bool(o, "qk_norm_per_head", a->qk_norm_per_head, &ok);
-    put_bool(o, "no_input_norm", a->no_input_norm, &ok);
-    put_bool(o, "embed_norm", a->embed_norm, &ok);
-    put_bool(o, "final_norm", a->final_norm, &ok);
-    put_bool(o, "post_norm", a->post_norm, &ok);
-
-    put_str(o, "pos_kind", lp_pos_kind_name(a->pos_kind), &ok);
-    put_int(o, "pos_table_rows", a->pos_table_rows, &ok);
-    put_int(o, "pos_offset", a->pos_offset, &ok);
-    put_num(o, "rope_theta", a->rope_theta, &ok);
-    put_num(o, "partial_rotary", a->partial_rotary, &ok);
-    put_int(o, "rope_dim", a->rope_dim, &ok);
-    put_str(o, "rope_layout", a->rope_layout == LP_ROPE_ADJACENT ? "adjacent" : "halves", &ok);
-    json_t *rs = json_object();
-    if (rs) {
-        put_str(rs, "kind", lp_rope_scaling_name(a->rope_scaling.kind), &ok);
-        put_num(rs, "factor", a->rope_scaling.factor, &ok);
-        put_int(rs, "original_ctx", a->rope_scaling.original_ctx, &ok);
-        put_num(rs, "low_freq_factor", a->rope_scaling.low_freq_factor, &ok);
-        put_num(rs, "high_freq_factor", a->rope_scaling.high_freq_factor, &ok);
-        put_num(rs, "beta_fast", a->rope_scaling.beta_fast, &ok);
-        put_num(rs, "beta_slow", a->rope_scaling.beta_slow, &ok);
-        put_num(rs, "attention_factor", a->rope_scaling.attention_factor, &ok);
-    }
-    put(o, "rope_scaling", rs, &ok);
-    put_num(o, "rope_local_theta", a->rope_local_theta, &ok);
-    put_int(o, "n_ctx", a->n_ctx, &ok);
-
-    put_bool(o, "tied_embeddings", a->tied_embeddings, &ok);
-    put_int(o, "embed_proj_dim", a->embed_proj_dim, &ok);
-    put_bool(o, "bias_qkv", a->bias_qkv, &ok);
-    put_bool(o, "bias_o", a->bias_o, &ok);
-    put_bool(o, "bias_mlp", a->bias_mlp, &ok);
-    put_bool(o, "bias_lm_head", a->bias_lm_head, &ok);
-    put_bool(o, "bias_norm", a->bias_norm, &ok);
-
-    put_int(o, "sliding_window", a->sliding_window, &ok);
-    put_layers_int(o, "layer_window", a->layer_window, n, &ok);
-
-    put_int(o, "n_experts", a->n_experts, &ok);
-    put_int(o, "n_experts_per_tok", a->n_experts_per_tok, &ok);
-    put_int(o, "n_shared_experts", a->n_shared_experts, &ok);
-    put_int(o, "expert_ffn_hidden", a->expert_ffn_hidden, &ok);
-    put_int(o, "shared_expert_ffn_hidden", a->shared_expert_ffn_hidden, &ok);
-    put_bool(o, "shared_expert_gate", a->shared_expert_gate, &ok);
-    put_bool(o, "router_score_bias", a->router_score_bias, &ok);
-    put_bool(o, "norm_topk_prob", a->norm_topk_prob, &ok);
-    put_bool(o, "router_bias", a->router_bias, &ok);
-    put_bool(o, "attn_sinks", a->attn_sinks, &ok);
-    json_t *moe = json_array();
-    for (int64_t l = 0; moe && l < n; l++)
-        if (json_array_append_new(moe, json_boolean(a->layer_moe[l])) != 0)
-            ok = false;
-    put(o, "layer_moe", moe, &ok);
-
-    put_bool(o, "mla", a->mla, &ok);
-    put_int(o, "q_lora_rank", a->q_lora_rank, &ok);
-    put_int(o, "kv_lora_rank", a->kv_lora_rank, &ok);
-    put_int(o, "qk_rope_head_dim", a->qk_rope_head_dim, &ok);
-    put_int(o, "qk_nope_head_dim", a->qk_nope_head_dim, &ok);
-    put_int(o, "v_head_dim", a->v_head_dim, &ok);
-
-    put_bool(o, "parallel_block", a->parallel_block, &ok);
-    put_bool(o, "parallel_two_norms", a->parallel_two_norms, &ok);
-    put_num(o, "embed_scale", a->embed_scale, &ok);
-    put_num(o, "attn_logit_softcap", a->attn_logit_softcap, &ok);
-    put_num(o, "final_logit_softcap", a->final_logit_softcap, &ok);
-    put_num(o, "query_scale", a->query_scale, &ok);
-    put_int(o, "n_mtp_layers", a->n_mtp_layers, &ok);
-    /* unknown dtype is null rather than the string "invalid" */
-    put(o, "storage_dtype",
-        a->storage_dtype == LP_DTYPE_INVALID ? json_null()
-                                             : json_string(lp_dtype_name(a->storage_dtype)),
-        &ok);
-    put_int(o, "bos_token_id", a->bos_token_id, &ok);
-    put_int(o, "eos_token_id", a->eos_token_id, &ok);
-
-    if (!ok) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
+    return object_json(a, FIELDS, sizeof FIELDS / sizeof FIELDS[0]);
 }

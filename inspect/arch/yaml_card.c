@@ -268,6 +268,56 @@ static lp_status read_enum(const card_reader *r, const yaml_node_t *node, const 
 
 #define ENUM_COUNT(names) ((int)(sizeof names / sizeof names[0]))
 
+/* The fields stored as an enum of lp_arch, read by name. */
+static const struct {
+    field_type type;
+    const char *const *names;
+    int n_names;
+} ENUMS[] = {
+    {F_FFN, FFN_NAMES, ENUM_COUNT(FFN_NAMES)},          {F_ACT, ACT_NAMES, ENUM_COUNT(ACT_NAMES)},
+    {F_NORM, NORM_NAMES, ENUM_COUNT(NORM_NAMES)},       {F_POS, POS_NAMES, ENUM_COUNT(POS_NAMES)},
+    {F_LAYOUT, LAYOUT_NAMES, ENUM_COUNT(LAYOUT_NAMES)},
+    {F_SCALING, SCALING_NAMES, ENUM_COUNT(SCALING_NAMES)},
+};
+
+_Static_assert(sizeof(lp_ffn_kind) == sizeof(int) && sizeof(lp_activation) == sizeof(int) &&
+                   sizeof(lp_norm_kind) == sizeof(int) && sizeof(lp_pos_kind) == sizeof(int) &&
+                   sizeof(lp_rope_layout) == sizeof(int) &&
+                   sizeof(lp_rope_scaling_kind) == sizeof(int),
+               "enum fields are stored as int");
+
+static lp_status read_enum_field(card_reader *r, const card_field *f, yaml_node_t *node,
+                                 void *field)
+{
+    for (size_t i = 0; i < sizeof ENUMS / sizeof ENUMS[0]; i++) {
+        if (ENUMS[i].type != f->type)
+            continue;
+        int e = 0;
+        lp_status st = read_enum(r, node, f->key, ENUMS[i].names, ENUMS[i].n_names, &e);
+        memcpy(field, &e, sizeof e);
+        return st;
+    }
+    return LP_OK;
+}
+
+static lp_status read_dtype_field(card_reader *r, const card_field *f, yaml_node_t *node,
+                                  lp_arch *a)
+{
+    const char *s = node->type == YAML_SCALAR_NODE ? scalar_text(node) : "";
+    lp_dtype d = lp_dtype_from_name(s);
+    if (strcmp(s, "bfloat16") == 0)
+        d = LP_DTYPE_BF16;
+    else if (strcmp(s, "float16") == 0)
+        d = LP_DTYPE_F16;
+    else if (strcmp(s, "float32") == 0)
+        d = LP_DTYPE_F32;
+    if (d == LP_DTYPE_INVALID)
+        return at(r, node, "key '%s': unknown dtype '%s' (f32, f16, bf16, f8_e4m3, ...)", f->key,
+                  s);
+    a->storage_dtype = d;
+    return LP_OK;
+}
+
 static lp_status read_field(card_reader *r, const card_field *f, yaml_node_t *node, lp_arch *a)
 {
     char *base = (char *)a + f->offset;
@@ -289,54 +339,16 @@ static lp_status read_field(card_reader *r, const card_field *f, yaml_node_t *no
             return at(r, node, "key '%s': longer than %zu bytes", f->key, f->size - 1);
         snprintf(base, f->size, "%s", scalar_text(node));
         return LP_OK;
-    case F_FFN:
-        st = read_enum(r, node, f->key, FFN_NAMES, ENUM_COUNT(FFN_NAMES), &e);
-        a->ffn_kind = (lp_ffn_kind)e;
-        return st;
-    case F_ACT:
-        st = read_enum(r, node, f->key, ACT_NAMES, ENUM_COUNT(ACT_NAMES), &e);
-        a->act = (lp_activation)e;
-        return st;
-    case F_NORM:
-        st = read_enum(r, node, f->key, NORM_NAMES, ENUM_COUNT(NORM_NAMES), &e);
-        a->norm_kind = (lp_norm_kind)e;
-        return st;
-    case F_POS:
-        st = read_enum(r, node, f->key, POS_NAMES, ENUM_COUNT(POS_NAMES), &e);
-        a->pos_kind = (lp_pos_kind)e;
-        return st;
-    case F_LAYOUT:
-        st = read_enum(r, node, f->key, LAYOUT_NAMES, ENUM_COUNT(LAYOUT_NAMES), &e);
-        a->rope_layout = (lp_rope_layout)e;
-        return st;
-    case F_SCALING:
-        st = read_enum(r, node, f->key, SCALING_NAMES, ENUM_COUNT(SCALING_NAMES), &e);
-        a->rope_scaling.kind = (lp_rope_scaling_kind)e;
-        return st;
     case F_QK_NORM:
         st = read_enum(r, node, f->key, QK_NORM_NAMES, ENUM_COUNT(QK_NORM_NAMES), &e);
         a->qk_norm = e == 1 || e == 3;
         a->qk_norm_full = e == 2;
         a->qk_norm_per_head = e == 3;
         return st;
-    case F_DTYPE: {
-        const char *s = node->type == YAML_SCALAR_NODE ? scalar_text(node) : "";
-        lp_dtype d = lp_dtype_from_name(s);
-        if (strcmp(s, "bfloat16") == 0)
-            d = LP_DTYPE_BF16;
-        else if (strcmp(s, "float16") == 0)
-            d = LP_DTYPE_F16;
-        else if (strcmp(s, "float32") == 0)
-            d = LP_DTYPE_F32;
-        if (d == LP_DTYPE_INVALID)
-            return at(r, node, "key '%s': unknown dtype '%s' (f32, f16, bf16, f8_e4m3, ...)",
-                      f->key, s);
-        a->storage_dtype = d;
-        return LP_OK;
-    }
+    case F_DTYPE: return read_dtype_field(r, f, node, a);
     case F_SPECIAL: return LP_OK; /* handled after the walk */
+    default: return read_enum_field(r, f, node, base);
     }
-    return LP_OK;
 }
 
 static bool group_known(const char *group)
@@ -451,11 +463,9 @@ static double yarn_mscale(double scale, double m)
     return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
 }
 
-/* The keys that need other values first: lists over layers and derived numbers. */
-static lp_status finish_specials(card_reader *r, lp_arch *a)
+/* n_layers within the limit, and the keys every card must give (each count at least 1). */
+static lp_status check_required(card_reader *r, const lp_arch *a)
 {
-    lp_status st;
-    yaml_node_t *n;
     if (a->n_layers > LP_MAX_LAYERS)
         return at(r, given(r, "dims", "n_layers"), "key 'n_layers': %lld exceeds the limit of %d",
                   (long long)a->n_layers, LP_MAX_LAYERS);
@@ -475,37 +485,48 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
         if (*counts[i] <= 0)
             return at(r, given(r, required[i][0], required[i][1]),
                       "key '%s': %lld must be at least 1", required[i][1], (long long)*counts[i]);
+    return LP_OK;
+}
 
-    /* Keys that only mean something with another one: refuse them alone rather than keep
-     * values the rest of the description ignores (and a card written back would drop). */
+/* Keys that only mean something with another one: refuse them alone rather than keep values the
+ * rest of the description ignores (and a card written back would drop). */
+static lp_status check_dependent_keys(card_reader *r, const lp_arch *a)
+{
     for (size_t i = 0; i < N_FIELDS; i++) {
         const card_field *f = &FIELDS[i];
         if (!r->seen[i])
             continue;
+        bool scaling = strcmp(f->group, "positions.rope_scaling") == 0;
         const char *needs = NULL;
         if (strcmp(f->group, "mla") == 0 && !given(r, "mla", "kv_lora_rank"))
             needs = "mla.kv_lora_rank";
         else if (strcmp(f->group, "moe") == 0 && a->n_experts == 0)
             needs = "moe.n_experts of at least 1";
-        else if (strcmp(f->group, "positions.rope_scaling") == 0 && strcmp(f->key, "kind") != 0 &&
+        else if (scaling && strcmp(f->key, "kind") != 0 &&
                  a->rope_scaling.kind == LP_ROPE_SCALING_NONE)
             needs = "a rope_scaling.kind other than none";
         else if (((strcmp(f->group, "positions") == 0 && strncmp(f->key, "rope", 4) == 0) ||
-                  strcmp(f->group, "positions.rope_scaling") == 0 ||
-                  strcmp(f->key, "partial_rotary") == 0) &&
+                  scaling || strcmp(f->key, "partial_rotary") == 0) &&
                  a->pos_kind != LP_POS_ROPE)
             needs = "positions.kind rope";
         if (needs)
             return at(r, r->seen[i], "key '%s.%s' needs %s", f->group, f->key, needs);
     }
+    return LP_OK;
+}
 
+/* head_dim (given, from MLA's parts, or hidden / heads) and the heads dividing what they must;
+ * *head_dim gets the value the later steps use. */
+static lp_status read_heads(card_reader *r, lp_arch *a, int64_t *head_dim)
+{
+    yaml_node_t *n;
+    lp_status st;
     if ((n = given(r, "attention", "head_dim"))) {
         if ((st = read_count(r, n, "head_dim", &a->head_dim)) != LP_OK)
             return st;
         a->head_dim_explicit = a->head_dim > 0;
     }
-    bool mla = given(r, "mla", "kv_lora_rank") != NULL;
-    if (mla) {
+    if (given(r, "mla", "kv_lora_rank")) {
         a->mla = true;
         if (a->head_dim == 0)
             a->head_dim = a->qk_nope_head_dim + a->qk_rope_head_dim;
@@ -523,13 +544,20 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
         a->n_heads % a->n_kv_heads != 0)
         return at(r, n, "key 'n_kv_heads': %lld does not divide n_heads %lld",
                   (long long)a->n_kv_heads, (long long)a->n_heads);
-    int64_t head_dim = a->head_dim ? a->head_dim : a->hidden_size / a->n_heads; /* n_heads >= 1 */
+    *head_dim = a->head_dim ? a->head_dim : a->hidden_size / a->n_heads; /* n_heads >= 1 */
+    return LP_OK;
+}
 
+/* The norm bias (LayerNorm's default), query_pre_attn_scalar, and yarn's mscale pair (the same
+ * derivation as for a DeepSeek config.json, hf_config.c). */
+static lp_status read_scales(card_reader *r, lp_arch *a, int64_t head_dim)
+{
+    yaml_node_t *n;
+    lp_status st;
     if ((n = given(r, "norm", "bias")) && (st = read_bool(r, n, "bias", &a->bias_norm)) != LP_OK)
         return st;
     if (!n)
         a->bias_norm = a->norm_kind == LP_NORM_LAYER;
-
     if ((n = given(r, "attention", "query_pre_attn_scalar"))) {
         double s = 0.0;
         if ((st = read_num(r, n, "query_pre_attn_scalar", &s)) != LP_OK)
@@ -544,7 +572,6 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
     if ((m && (st = read_num(r, m, "mscale", &mscale)) != LP_OK) ||
         (m_all && (st = read_num(r, m_all, "mscale_all_dim", &mscale_all)) != LP_OK))
         return st;
-    /* The same derivation as for a DeepSeek config.json (hf_config.c). */
     if (mscale != 0.0 && mscale_all != 0.0 && a->rope_scaling.attention_factor == 0.0)
         a->rope_scaling.attention_factor = yarn_mscale(a->rope_scaling.factor, mscale) /
                                            yarn_mscale(a->rope_scaling.factor, mscale_all);
@@ -552,8 +579,58 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
         double f = yarn_mscale(a->rope_scaling.factor, mscale_all);
         a->query_scale = f * f / sqrt((double)head_dim);
     }
+    return LP_OK;
+}
 
-    /* Windows: a size plus which layers use it (all by default). */
+/* window_pattern: [sliding, full, ...] repeated over the layers. */
+static lp_status read_window_pattern(card_reader *r, yaml_node_t *pattern, const lp_arch *a,
+                                     bool *sliding)
+{
+    static const char *const words[] = {"full", "sliding"};
+    if (pattern->type != YAML_SEQUENCE_NODE ||
+        pattern->data.sequence.items.top == pattern->data.sequence.items.start)
+        return at(r, pattern, "key 'window_pattern': expected a list like [sliding, full]");
+    int64_t period = pattern->data.sequence.items.top - pattern->data.sequence.items.start;
+    for (int64_t l = 0; l < a->n_layers; l++) {
+        yaml_node_t *item =
+            yaml_document_get_node(r->doc, pattern->data.sequence.items.start[l % period]);
+        int s = 0;
+        lp_status st = read_enum(r, item, "window_pattern", words, 2, &s);
+        if (st != LP_OK)
+            return st;
+        sliding[l] = s == 1;
+    }
+    return LP_OK;
+}
+
+/* Which layers slide: window_layers (none, all or a list), window_pattern, else all. */
+static lp_status read_sliding_layers(card_reader *r, yaml_node_t *layers, yaml_node_t *pattern,
+                                     lp_arch *a)
+{
+    bool sliding[LP_MAX_LAYERS] = {false};
+    lp_status st = LP_OK;
+    if (layers && layers->type == YAML_SCALAR_NODE) {
+        static const char *const words[] = {"none", "all"};
+        int all = 0;
+        st = read_enum(r, layers, "window_layers", words, 2, &all);
+        for (int64_t l = 0; l < a->n_layers; l++)
+            sliding[l] = all == 1;
+    } else if (layers) {
+        st = read_layer_indices(r, layers, "window_layers", a, sliding);
+    } else if (pattern) {
+        st = read_window_pattern(r, pattern, a, sliding);
+    } else {
+        for (int64_t l = 0; l < a->n_layers; l++)
+            sliding[l] = true;
+    }
+    for (int64_t l = 0; st == LP_OK && l < a->n_layers; l++)
+        a->layer_window[l] = sliding[l] ? a->sliding_window : 0;
+    return st;
+}
+
+/* Windows: a size plus which layers use it, or a window per layer. */
+static lp_status read_windows(card_reader *r, lp_arch *a)
+{
     yaml_node_t *layers = given(r, "attention", "window_layers");
     yaml_node_t *pattern = given(r, "attention", "window_pattern");
     yaml_node_t *per_layer = given(r, "attention", "window_per_layer");
@@ -561,63 +638,46 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
         return at(r, layers ? layers : pattern,
                   "give only one of window_layers, window_pattern, window_per_layer");
     if (per_layer) {
-        if ((st = read_per_layer(r, per_layer, "window_per_layer", a, a->layer_window)) != LP_OK)
-            return st;
-        for (int64_t l = 0; l < a->n_layers && a->sliding_window == 0; l++)
+        lp_status st = read_per_layer(r, per_layer, "window_per_layer", a, a->layer_window);
+        for (int64_t l = 0; st == LP_OK && l < a->n_layers && a->sliding_window == 0; l++)
             a->sliding_window = a->layer_window[l];
-    } else if (a->sliding_window > 0) {
-        bool sliding[LP_MAX_LAYERS] = {false};
-        if (layers && layers->type == YAML_SCALAR_NODE) {
-            int all = 0;
-            static const char *const words[] = {"none", "all"};
-            if ((st = read_enum(r, layers, "window_layers", words, 2, &all)) != LP_OK)
-                return st;
-            for (int64_t l = 0; l < a->n_layers; l++)
-                sliding[l] = all == 1;
-        } else if (layers) {
-            if ((st = read_layer_indices(r, layers, "window_layers", a, sliding)) != LP_OK)
-                return st;
-        } else if (pattern) {
-            if (pattern->type != YAML_SEQUENCE_NODE ||
-                pattern->data.sequence.items.top == pattern->data.sequence.items.start)
-                return at(r, pattern, "key 'window_pattern': expected a list like [sliding, "
-                                      "full]");
-            int64_t period = pattern->data.sequence.items.top - pattern->data.sequence.items.start;
-            for (int64_t l = 0; l < a->n_layers; l++) {
-                yaml_node_t *item = yaml_document_get_node(
-                    r->doc, pattern->data.sequence.items.start[l % period]);
-                static const char *const words[] = {"full", "sliding"};
-                int s = 0;
-                if ((st = read_enum(r, item, "window_pattern", words, 2, &s)) != LP_OK)
-                    return st;
-                sliding[l] = s == 1;
-            }
-        } else {
-            for (int64_t l = 0; l < a->n_layers; l++)
-                sliding[l] = true;
-        }
-        for (int64_t l = 0; l < a->n_layers; l++)
-            a->layer_window[l] = sliding[l] ? a->sliding_window : 0;
+        return st;
     }
+    return a->sliding_window > 0 ? read_sliding_layers(r, layers, pattern, a) : LP_OK;
+}
 
+/* kv heads and dense widths per layer; which layers are MoE (all but dense_layers). */
+static lp_status read_layer_lists(card_reader *r, lp_arch *a)
+{
+    yaml_node_t *n;
+    lp_status st;
     if ((n = given(r, "attention", "kv_heads_per_layer")) &&
         (st = read_per_layer(r, n, "kv_heads_per_layer", a, a->layer_kv_heads)) != LP_OK)
         return st;
     if ((n = given(r, "ffn", "hidden_per_layer")) &&
         (st = read_per_layer(r, n, "hidden_per_layer", a, a->layer_ffn_hidden)) != LP_OK)
         return st;
-    if (a->n_experts > 0) {
-        for (int64_t l = 0; l < a->n_layers; l++)
-            a->layer_moe[l] = true;
-        if ((n = given(r, "moe", "dense_layers"))) {
-            bool dense[LP_MAX_LAYERS] = {false};
-            if ((st = read_layer_indices(r, n, "dense_layers", a, dense)) != LP_OK)
-                return st;
-            for (int64_t l = 0; l < a->n_layers; l++)
-                a->layer_moe[l] = !dense[l];
-        }
-    }
+    if (a->n_experts == 0)
+        return LP_OK;
+    bool dense[LP_MAX_LAYERS] = {false};
+    if ((n = given(r, "moe", "dense_layers")) &&
+        (st = read_layer_indices(r, n, "dense_layers", a, dense)) != LP_OK)
+        return st;
+    for (int64_t l = 0; l < a->n_layers; l++)
+        a->layer_moe[l] = !dense[l];
     return LP_OK;
+}
+
+/* The keys that need other values first: lists over layers and derived numbers. */
+static lp_status finish_specials(card_reader *r, lp_arch *a)
+{
+    int64_t head_dim = 0;
+    lp_status st;
+    if ((st = check_required(r, a)) != LP_OK || (st = check_dependent_keys(r, a)) != LP_OK ||
+        (st = read_heads(r, a, &head_dim)) != LP_OK || (st = read_scales(r, a, head_dim)) != LP_OK ||
+        (st = read_windows(r, a)) != LP_OK)
+        return st;
+    return read_layer_lists(r, a);
 }
 
 /* libyaml's scanner walks its stack of flow levels for every token, so time grows with the square
