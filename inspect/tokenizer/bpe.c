@@ -174,8 +174,84 @@ static void sym_link_end(sym_vec *s)
         s->v[s->n - 1].next = -1;
 }
 
-/* Hugging Face BPE on one pre-token: characters (with the continuing-subword prefix and
- * end-of-word suffix), byte fallback or unk, then merges by rank. */
+/* The unknown characters of a word so far: a run of them is one unk (when fuse_unk). */
+typedef struct unk_run {
+    int32_t start; /* -1: none pending */
+    size_t len;
+} unk_run;
+
+static void unk_flush(const lp_tokenizer *tok, unk_run *u, sym_vec *syms)
+{
+    if (u->start >= 0)
+        sym_push(syms, tok->unk_id, (size_t)u->start, u->len);
+    u->start = -1;
+}
+
+/* One character of a word that is not in the vocabulary: its bytes' tokens with byte fallback
+ * (one symbol a byte; lengths only matter as bookkeeping for the merge queue; like Hugging
+ * Face, a pending unk is not flushed first and lands after them), else unk, else dropped (as
+ * Hugging Face does without an unk token). key is the character with prefix/suffix. */
+static void unknown_char(const lp_tokenizer *tok, const char *key, size_t key_len, size_t start,
+                         size_t clen, unk_run *u, sym_vec *syms)
+{
+    bool all = tok->byte_fallback;
+    for (size_t k = 0; k < key_len && all; k++)
+        all = tok->byte_ids[(unsigned char)key[k]] >= 0;
+    if (all) {
+        for (size_t k = 0; k < key_len; k++)
+            sym_push(syms, tok->byte_ids[(unsigned char)key[k]],
+                     start + (k < clen ? k : clen - 1), k < clen ? 1 : 0);
+        return;
+    }
+    if (tok->unk_id < 0)
+        return;
+    if (u->start >= 0 && tok->fuse_unk) {
+        u->len += clen;
+        return;
+    }
+    unk_flush(tok, u, syms);
+    u->start = (int32_t)start;
+    u->len = clen;
+}
+
+/* The symbols of one word: each character (with the continuing-subword prefix after the first
+ * and the end-of-word suffix on the last) as its token, byte fallback or unk. */
+static lp_status word_symbols(const lp_tokenizer *tok, const char *w, size_t len, sym_vec *syms)
+{
+    lp_tok_buf tmp = {0};
+    unk_run u = {-1, 0};
+    size_t i = 0;
+    while (i < len && !tmp.failed) {
+        size_t start = i;
+        lp_utf8_next(w, len, &i);
+        size_t clen = i - start, key_len = clen;
+        const char *key = w + start;
+        bool prefix = tok->cont_prefix_len && start > 0, suffix = tok->eow_suffix_len && i == len;
+        if (prefix || suffix) {
+            tmp.len = 0;
+            if (prefix)
+                lp_tok_buf_put(&tmp, tok->cont_prefix, tok->cont_prefix_len);
+            lp_tok_buf_put(&tmp, w + start, clen);
+            if (suffix)
+                lp_tok_buf_put(&tmp, tok->eow_suffix, tok->eow_suffix_len);
+            key = tmp.data;
+            key_len = tmp.len;
+        }
+        int32_t id = tmp.failed ? -1 : lp_tok_vocab_find(tok, key, key_len);
+        if (id >= 0) {
+            unk_flush(tok, &u, syms);
+            sym_push(syms, id, start, clen);
+        } else if (!tmp.failed) {
+            unknown_char(tok, key, key_len, start, clen, &u, syms);
+        }
+    }
+    unk_flush(tok, &u, syms);
+    bool failed = tmp.failed || syms->failed;
+    lp_tok_buf_free(&tmp);
+    return failed ? LP_ERR_NOMEM : LP_OK;
+}
+
+/* Hugging Face BPE on one pre-token: its symbols, then merges by rank. */
 static lp_status bpe_word_merges(const lp_tokenizer *tok, const char *w, size_t len,
                                  lp_tok_ids *out)
 {
@@ -191,70 +267,10 @@ static lp_status bpe_word_merges(const lp_tokenizer *tok, const char *w, size_t 
         }
     }
     sym_vec syms = {0};
-    lp_tok_buf tmp = {0};
-    int32_t unk_pending = -1; /* start of a run of unknown characters */
-    size_t unk_len = 0;
-    size_t i = 0;
-    while (i < len) {
-        size_t start = i;
-        lp_utf8_next(w, len, &i);
-        size_t clen = i - start;
-        const char *key = w + start;
-        size_t key_len = clen;
-        if ((tok->cont_prefix_len && start > 0) || (tok->eow_suffix_len && i == len)) {
-            tmp.len = 0;
-            if (tok->cont_prefix_len && start > 0)
-                lp_tok_buf_put(&tmp, tok->cont_prefix, tok->cont_prefix_len);
-            lp_tok_buf_put(&tmp, w + start, clen);
-            if (tok->eow_suffix_len && i == len)
-                lp_tok_buf_put(&tmp, tok->eow_suffix, tok->eow_suffix_len);
-            if (tmp.failed)
-                break;
-            key = tmp.data;
-            key_len = tmp.len;
-        }
-        int32_t id = lp_tok_vocab_find(tok, key, key_len);
-        if (id >= 0) {
-            if (unk_pending >= 0) {
-                sym_push(&syms, tok->unk_id, (size_t)unk_pending, unk_len);
-                unk_pending = -1;
-            }
-            sym_push(&syms, id, start, clen);
-            continue;
-        }
-        if (tok->byte_fallback) {
-            bool all = true;
-            for (size_t k = 0; k < key_len; k++)
-                if (tok->byte_ids[(unsigned char)key[k]] < 0)
-                    all = false;
-            if (all) {
-                /* One symbol per byte (lengths only matter as bookkeeping for the merge
-                 * queue). Like Hugging Face, a pending unk is not flushed first: it lands
-                 * after these bytes. */
-                for (size_t k = 0; k < key_len; k++)
-                    sym_push(&syms, tok->byte_ids[(unsigned char)key[k]],
-                             start + (k < clen ? k : clen - 1), k < clen ? 1 : 0);
-                continue;
-            }
-        }
-        if (tok->unk_id >= 0) {
-            if (unk_pending >= 0 && tok->fuse_unk) {
-                unk_len += clen;
-            } else {
-                if (unk_pending >= 0)
-                    sym_push(&syms, tok->unk_id, (size_t)unk_pending, unk_len);
-                unk_pending = (int32_t)start;
-                unk_len = clen;
-            }
-        }
-        /* no unk token: the character is dropped, as Hugging Face does */
-    }
-    if (unk_pending >= 0)
-        sym_push(&syms, tok->unk_id, (size_t)unk_pending, unk_len);
-    lp_tok_buf_free(&tmp);
-    if (syms.failed || tmp.failed) {
+    lp_status st = word_symbols(tok, w, len, &syms);
+    if (st != LP_OK) {
         free(syms.v);
-        return LP_ERR_NOMEM;
+        return st;
     }
     sym_link_end(&syms);
     /* Zero-length symbols would look merged away; give them a length of 1 for bookkeeping.
@@ -262,7 +278,7 @@ static lp_status bpe_word_merges(const lp_tokenizer *tok, const char *w, size_t 
     for (size_t k = 0; k < syms.n; k++)
         if (syms.v[k].len == 0)
             syms.v[k].len = 1;
-    lp_status st = bpe_merge(tok, w, syms.v, syms.n);
+    st = bpe_merge(tok, w, syms.v, syms.n);
     if (st == LP_OK)
         for (int32_t k = syms.n ? 0 : -1; k >= 0; k = syms.v[k].next)
             lp_tok_ids_push(out, syms.v[k].id);

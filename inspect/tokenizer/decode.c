@@ -44,183 +44,203 @@ static lp_status cleanup_spaces(lp_tok_buf *b)
     return LP_OK;
 }
 
+/* ByteLevel: every token's characters back to the bytes they stand for, joined into one string
+ * (a token with a character outside the alphabet passes as it is). */
+static lp_status dec_bytelevel(str_vec *strs)
+{
+    lp_tok_buf all = {0};
+    for (size_t k = 0; k < strs->n; k++) {
+        const char *s = strs->v[k].data ? strs->v[k].data : "";
+        size_t len = strs->v[k].len;
+        lp_tok_buf bytes = {0};
+        bool ok = true;
+        size_t i = 0;
+        while (i < len && ok) {
+            int32_t cp = lp_utf8_next(s, len, &i);
+            int b = cp < 0 ? -1 : lp_tok_cp_to_byte((uint32_t)cp);
+            ok = b >= 0;
+            if (ok)
+                lp_tok_buf_putc(&bytes, (char)b);
+        }
+        lp_tok_buf_put(&all, ok ? bytes.data : s, ok ? bytes.len : len);
+        lp_tok_buf_free(&bytes);
+    }
+    if (all.failed) {
+        lp_tok_buf_free(&all);
+        return LP_ERR_NOMEM;
+    }
+    strs_free(strs);
+    strs->v = malloc(sizeof *strs->v);
+    if (!strs->v) {
+        lp_tok_buf_free(&all);
+        return LP_ERR_NOMEM;
+    }
+    strs->v[0] = all;
+    strs->n = 1;
+    return LP_OK;
+}
+
+/* Replace token k of strs by out (which it takes over), or free out on failure. */
+static lp_status replace_token(str_vec *strs, size_t k, lp_tok_buf *out, lp_status st)
+{
+    if (st != LP_OK) {
+        lp_tok_buf_free(out);
+        return st;
+    }
+    lp_tok_buf_free(&strs->v[k]);
+    strs->v[k] = *out;
+    return LP_OK;
+}
+
+/* Replace, and Metaspace (its replacement back to " ", the first token's prefix dropped). */
+static lp_status dec_replace(const lp_tok_dec *dec, str_vec *strs, bool for_label)
+{
+    bool meta = dec->kind == LP_TOK_DEC_METASPACE;
+    for (size_t k = 0; k < strs->n; k++) {
+        lp_tok_buf out = {0};
+        const char *s = strs->v[k].data ? strs->v[k].data : "";
+        size_t len = strs->v[k].len;
+        if (meta && k == 0 && !for_label && dec->prepend_scheme != LP_TOK_PREPEND_NEVER &&
+            len >= dec->pattern_len && memcmp(s, dec->pattern, dec->pattern_len) == 0) {
+            s += dec->pattern_len;
+            len -= dec->pattern_len;
+        }
+        lp_status st = lp_tok_replace_all(NULL, dec->pattern, dec->pattern_len,
+                                          meta ? " " : dec->content, meta ? 1 : dec->content_len,
+                                          s, len, &out);
+        if ((st = replace_token(strs, k, &out, st)) != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+/* ByteFallback: runs of <0xXX> tokens become their bytes. */
+static lp_status dec_bytefallback(str_vec *strs)
+{
+    size_t w = 0;
+    for (size_t k = 0; k < strs->n;) {
+        unsigned v;
+        if (!lp_tok_byte_piece(strs->v[k].data, strs->v[k].len, true, &v)) {
+            strs->v[w++] = strs->v[k++];
+            continue;
+        }
+        lp_tok_buf bytes = {0};
+        while (k < strs->n && lp_tok_byte_piece(strs->v[k].data, strs->v[k].len, true, &v)) {
+            lp_tok_buf_putc(&bytes, (char)v);
+            lp_tok_buf_free(&strs->v[k]);
+            k++;
+        }
+        if (bytes.failed) {
+            lp_tok_buf_free(&bytes);
+            strs->n = w;
+            return LP_ERR_NOMEM;
+        }
+        strs->v[w++] = bytes;
+    }
+    strs->n = w;
+    return LP_OK;
+}
+
+static lp_status dec_fuse(str_vec *strs)
+{
+    if (strs->n <= 1)
+        return LP_OK;
+    for (size_t k = 1; k < strs->n; k++) {
+        lp_tok_buf_put(&strs->v[0], strs->v[k].data, strs->v[k].len);
+        lp_tok_buf_free(&strs->v[k]);
+    }
+    strs->n = 1;
+    return strs->v[0].failed ? LP_ERR_NOMEM : LP_OK;
+}
+
+/* Strip: up to start copies of content from the front of each token, stop from the back. */
+static void dec_strip(const lp_tok_dec *dec, str_vec *strs)
+{
+    size_t cl = dec->content_len;
+    for (size_t k = 0; k < strs->n && cl; k++) {
+        lp_tok_buf *b = &strs->v[k];
+        size_t a = 0, e = b->len;
+        for (int64_t n = 0; n < dec->start && b->len - a >= cl &&
+                            memcmp(b->data + a, dec->content, cl) == 0;
+             n++)
+            a += cl;
+        for (int64_t n = 0; n < dec->stop && e - a >= cl &&
+                            memcmp(b->data + e - cl, dec->content, cl) == 0;
+             n++)
+            e -= cl;
+        if (a || e != b->len) {
+            memmove(b->data, b->data + a, e - a);
+            b->len = e - a;
+            b->data[b->len] = '\0';
+        }
+    }
+}
+
+/* BPEDecoder: the end-of-word suffix becomes a space (nothing after the last token). */
+static lp_status dec_bpe_suffix(const lp_tok_dec *dec, str_vec *strs, bool for_label)
+{
+    for (size_t k = 0; k < strs->n; k++) {
+        lp_tok_buf out = {0};
+        bool last = k + 1 == strs->n && !for_label;
+        lp_status st = lp_tok_replace_all(NULL, dec->pattern, dec->pattern_len, last ? "" : " ",
+                                          last ? 0 : 1, strs->v[k].data ? strs->v[k].data : "",
+                                          strs->v[k].len, &out);
+        if ((st = replace_token(strs, k, &out, st)) != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+/* WordPiece: after the first token, "##x" continues the word and anything else starts one. */
+static lp_status dec_wordpiece(const lp_tok_dec *dec, str_vec *strs, bool for_label)
+{
+    for (size_t k = 0; k < strs->n; k++) {
+        lp_tok_buf out = {0};
+        const char *s = strs->v[k].data ? strs->v[k].data : "";
+        size_t len = strs->v[k].len;
+        if ((k > 0 || for_label) && len >= dec->pattern_len &&
+            memcmp(s, dec->pattern, dec->pattern_len) == 0) {
+            s += dec->pattern_len;
+            len -= dec->pattern_len;
+        } else if (k > 0 && !for_label) {
+            lp_tok_buf_putc(&out, ' ');
+        }
+        lp_tok_buf_put(&out, s, len);
+        if (!out.data)
+            lp_tok_buf_put(&out, "", 0);
+        lp_status st = out.failed ? LP_ERR_NOMEM : LP_OK;
+        if (st == LP_OK && dec->cleanup && !for_label)
+            st = cleanup_spaces(&out);
+        if ((st = replace_token(strs, k, &out, st)) != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
 /* Run the decoder chain over strs in place. for_label skips the steps that only make sense for
  * a whole text (Strip, the first token's Metaspace prefix). */
 static lp_status run_decoder_list(const lp_tok_dec *decs, size_t n_decs, str_vec *strs,
                                   bool for_label)
 {
-    for (size_t d = 0; d < n_decs; d++) {
+    lp_status st = LP_OK;
+    for (size_t d = 0; d < n_decs && st == LP_OK; d++) {
         const lp_tok_dec *dec = &decs[d];
         switch (dec->kind) {
-        case LP_TOK_DEC_BYTELEVEL: {
-            lp_tok_buf all = {0};
-            for (size_t k = 0; k < strs->n; k++) {
-                const char *s = strs->v[k].data ? strs->v[k].data : "";
-                size_t len = strs->v[k].len;
-                /* a token with a character outside the alphabet passes as it is */
-                lp_tok_buf bytes = {0};
-                bool ok = true;
-                size_t i = 0;
-                while (i < len) {
-                    int32_t cp = lp_utf8_next(s, len, &i);
-                    int b = cp < 0 ? -1 : lp_tok_cp_to_byte((uint32_t)cp);
-                    if (b < 0) {
-                        ok = false;
-                        break;
-                    }
-                    lp_tok_buf_putc(&bytes, (char)b);
-                }
-                if (ok)
-                    lp_tok_buf_put(&all, bytes.data, bytes.len);
-                else
-                    lp_tok_buf_put(&all, s, len);
-                lp_tok_buf_free(&bytes);
-            }
-            if (all.failed) {
-                lp_tok_buf_free(&all);
-                return LP_ERR_NOMEM;
-            }
-            strs_free(strs);
-            strs->v = malloc(sizeof *strs->v);
-            if (!strs->v) {
-                lp_tok_buf_free(&all);
-                return LP_ERR_NOMEM;
-            }
-            strs->v[0] = all;
-            strs->n = 1;
-            break;
-        }
+        case LP_TOK_DEC_BYTELEVEL: st = dec_bytelevel(strs); break;
         case LP_TOK_DEC_METASPACE:
-        case LP_TOK_DEC_REPLACE:
-            for (size_t k = 0; k < strs->n; k++) {
-                lp_tok_buf out = {0};
-                const char *s = strs->v[k].data ? strs->v[k].data : "";
-                size_t len = strs->v[k].len;
-                if (dec->kind == LP_TOK_DEC_METASPACE && k == 0 && !for_label &&
-                    dec->prepend_scheme != LP_TOK_PREPEND_NEVER && len >= dec->pattern_len &&
-                    memcmp(s, dec->pattern, dec->pattern_len) == 0) {
-                    s += dec->pattern_len;
-                    len -= dec->pattern_len;
-                }
-                lp_status st = lp_tok_replace_all(NULL, dec->pattern, dec->pattern_len,
-                                           dec->kind == LP_TOK_DEC_METASPACE ? " " : dec->content,
-                                           dec->kind == LP_TOK_DEC_METASPACE ? 1 : dec->content_len,
-                                           s, len, &out);
-                if (st != LP_OK) {
-                    lp_tok_buf_free(&out);
-                    return st;
-                }
-                lp_tok_buf_free(&strs->v[k]);
-                strs->v[k] = out;
-            }
-            break;
-        case LP_TOK_DEC_BYTEFALLBACK: {
-            /* runs of <0xXX> tokens become their bytes */
-            size_t w = 0;
-            for (size_t k = 0; k < strs->n;) {
-                unsigned v;
-                if (!lp_tok_byte_piece(strs->v[k].data, strs->v[k].len, true, &v)) {
-                    strs->v[w++] = strs->v[k++];
-                    continue;
-                }
-                lp_tok_buf bytes = {0};
-                while (k < strs->n && lp_tok_byte_piece(strs->v[k].data, strs->v[k].len, true, &v)) {
-                    lp_tok_buf_putc(&bytes, (char)v);
-                    lp_tok_buf_free(&strs->v[k]);
-                    k++;
-                }
-                if (bytes.failed) {
-                    lp_tok_buf_free(&bytes);
-                    strs->n = w;
-                    return LP_ERR_NOMEM;
-                }
-                strs->v[w++] = bytes;
-            }
-            strs->n = w;
-            break;
-        }
-        case LP_TOK_DEC_FUSE: {
-            if (strs->n <= 1)
-                break;
-            for (size_t k = 1; k < strs->n; k++) {
-                lp_tok_buf_put(&strs->v[0], strs->v[k].data, strs->v[k].len);
-                lp_tok_buf_free(&strs->v[k]);
-            }
-            strs->n = 1;
-            if (strs->v[0].failed)
-                return LP_ERR_NOMEM;
-            break;
-        }
+        case LP_TOK_DEC_REPLACE: st = dec_replace(dec, strs, for_label); break;
+        case LP_TOK_DEC_BYTEFALLBACK: st = dec_bytefallback(strs); break;
+        case LP_TOK_DEC_FUSE: st = dec_fuse(strs); break;
         case LP_TOK_DEC_STRIP:
-            if (for_label)
-                break;
-            for (size_t k = 0; k < strs->n; k++) {
-                lp_tok_buf *b = &strs->v[k];
-                size_t cl = dec->content_len;
-                int64_t n = 0;
-                size_t a = 0;
-                while (n < dec->start && cl && b->len - a >= cl &&
-                       memcmp(b->data + a, dec->content, cl) == 0)
-                    a += cl, n++;
-                size_t e = b->len;
-                n = 0;
-                while (n < dec->stop && cl && e - a >= cl &&
-                       memcmp(b->data + e - cl, dec->content, cl) == 0)
-                    e -= cl, n++;
-                if (a || e != b->len) {
-                    memmove(b->data, b->data + a, e - a);
-                    b->len = e - a;
-                    b->data[b->len] = '\0';
-                }
-            }
+            if (!for_label)
+                dec_strip(dec, strs);
             break;
-        case LP_TOK_DEC_BPE_SUFFIX:
-            for (size_t k = 0; k < strs->n; k++) {
-                lp_tok_buf out = {0};
-                bool last = k + 1 == strs->n && !for_label;
-                lp_status st = lp_tok_replace_all(NULL, dec->pattern, dec->pattern_len, last ? "" : " ",
-                                           last ? 0 : 1, strs->v[k].data ? strs->v[k].data : "",
-                                           strs->v[k].len, &out);
-                if (st != LP_OK) {
-                    lp_tok_buf_free(&out);
-                    return st;
-                }
-                lp_tok_buf_free(&strs->v[k]);
-                strs->v[k] = out;
-            }
-            break;
-        case LP_TOK_DEC_WORDPIECE:
-            for (size_t k = 0; k < strs->n; k++) {
-                lp_tok_buf out = {0};
-                const char *s = strs->v[k].data ? strs->v[k].data : "";
-                size_t len = strs->v[k].len;
-                /* after the first token: "##x" continues the word, anything else starts one */
-                if (k > 0 || for_label) {
-                    if (len >= dec->pattern_len && memcmp(s, dec->pattern, dec->pattern_len) == 0) {
-                        s += dec->pattern_len;
-                        len -= dec->pattern_len;
-                    } else if (!for_label) {
-                        lp_tok_buf_putc(&out, ' ');
-                    }
-                }
-                lp_tok_buf_put(&out, s, len);
-                if (!out.data)
-                    lp_tok_buf_put(&out, "", 0);
-                lp_status st = out.failed ? LP_ERR_NOMEM : LP_OK;
-                if (st == LP_OK && dec->cleanup && !for_label)
-                    st = cleanup_spaces(&out);
-                if (st != LP_OK) {
-                    lp_tok_buf_free(&out);
-                    return st;
-                }
-                lp_tok_buf_free(&strs->v[k]);
-                strs->v[k] = out;
-            }
-            break;
+        case LP_TOK_DEC_BPE_SUFFIX: st = dec_bpe_suffix(dec, strs, for_label); break;
+        case LP_TOK_DEC_WORDPIECE: st = dec_wordpiece(dec, strs, for_label); break;
         case LP_TOK_DEC_COUNT: break;
         }
     }
-    return LP_OK;
+    return st;
 }
 
 static lp_status run_decoders(const lp_tokenizer *tok, str_vec *strs, bool for_label)

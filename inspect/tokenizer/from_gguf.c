@@ -68,245 +68,283 @@ static const pre_family *find_pre(const char *pre, size_t len)
     return NULL;
 }
 
+/* What the loader keeps looking at: the file and its vocabulary arrays. */
+typedef struct gguf_vocab {
+    const lp_gguf *g;
+    const char *name; /* file name for messages */
+    lp_error *err;
+    bool is_llama;    /* tokenizer.ggml.model "llama" (else "gpt2") */
+    int64_t kv_tokens, kv_scores, kv_types; /* -1 when absent */
+    uint64_t n;       /* tokens */
+} gguf_vocab;
+
+/* The model kind and the token arrays: present, of one length, the scores a llama vocabulary
+ * needs. */
+static lp_status check_vocab(gguf_vocab *v)
+{
+    const lp_gguf *g = v->g;
+    const char *model;
+    size_t model_len;
+    if (!lp_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len))
+        return lp_error_set(v->err, LP_ERR_NOT_FOUND, "%s: no tokenizer.ggml.model: the file has "
+                            "no vocabulary", v->name);
+    v->is_llama = model_len == 5 && memcmp(model, "llama", 5) == 0;
+    if (!v->is_llama && !(model_len == 4 && memcmp(model, "gpt2", 4) == 0))
+        return lp_error_set(v->err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not "
+                            "supported (llama, gpt2 are)", v->name,
+                            (int)(model_len > 40 ? 40 : model_len), model);
+    v->kv_tokens = lp_gguf_find_key(g, "tokenizer.ggml.tokens");
+    if (v->kv_tokens < 0 || lp_gguf_kv_type(g, v->kv_tokens) != LP_GGUF_ARRAY ||
+        lp_gguf_arr_type(g, v->kv_tokens) != LP_GGUF_STRING ||
+        lp_gguf_arr_len(g, v->kv_tokens) == 0)
+        return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.tokens: a non-empty string "
+                            "array expected", v->name);
+    v->n = lp_gguf_arr_len(g, v->kv_tokens);
+    if (v->n > INT32_MAX)
+        return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.tokens: %llu tokens, more "
+                            "than %d", v->name, (unsigned long long)v->n, INT32_MAX);
+    v->kv_scores = lp_gguf_find_key(g, "tokenizer.ggml.scores");
+    v->kv_types = lp_gguf_find_key(g, "tokenizer.ggml.token_type");
+    static const char *const arrays[2] = {"scores", "token_type"};
+    const int64_t kvs[2] = {v->kv_scores, v->kv_types};
+    for (int k = 0; k < 2; k++)
+        if (kvs[k] >= 0 && lp_gguf_arr_len(g, kvs[k]) != v->n)
+            return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.%s has %llu entries, "
+                                "tokens %llu", v->name, arrays[k],
+                                (unsigned long long)lp_gguf_arr_len(g, kvs[k]),
+                                (unsigned long long)v->n);
+    if (v->is_llama && v->kv_scores < 0)
+        return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.scores missing for a "
+                            "llama vocabulary", v->name);
+    return LP_OK;
+}
+
+/* Token i: its piece, score and type (control and user-defined tokens are matched in text like
+ * Hugging Face's added tokens). */
+static lp_status read_token(const gguf_vocab *v, lp_tokenizer *tok, uint64_t i)
+{
+    const char *s;
+    size_t len;
+    if (!lp_gguf_arr_str(v->g, v->kv_tokens, i, &s, &len))
+        return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.tokens[%llu] unreadable",
+                            v->name, (unsigned long long)i);
+    lp_status st = lp_tok_set_piece(tok, (int32_t)i, s, len, v->err);
+    if (st != LP_OK)
+        return st;
+    int64_t type = GGUF_TOKEN_NORMAL;
+    if (v->kv_types >= 0)
+        lp_gguf_arr_int(v->g, v->kv_types, i, &type);
+    if (tok->scores) {
+        double score = 0;
+        lp_gguf_arr_float(v->g, v->kv_scores, i, &score);
+        tok->scores[i] = (float)score;
+    }
+    if (type == GGUF_TOKEN_CONTROL)
+        tok->flags[i] |= LP_TOK_FLAG_SPECIAL | LP_TOK_FLAG_CONTROL;
+    if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_USER_DEFINED) {
+        lp_tok_added *a = lp_tok_append((void **)&tok->added, &tok->n_added, sizeof *a);
+        if (!a || !(a->content = lp_tok_strndup(s, len)))
+            return nomem(v->name, v->err);
+        a->len = len;
+        a->id = (int32_t)i;
+        a->special = type == GGUF_TOKEN_CONTROL;
+    }
+    if (type == GGUF_TOKEN_UNKNOWN && tok->unk_id < 0)
+        tok->unk_id = (int32_t)i;
+    return LP_OK;
+}
+
+static lp_status read_tokens(const gguf_vocab *v, lp_tokenizer *tok)
+{
+    lp_status st = lp_tok_alloc_vocab(tok, (int64_t)v->n, v->err);
+    if (st == LP_OK && v->is_llama && !(tok->scores = calloc((size_t)v->n, sizeof *tok->scores)))
+        st = nomem(v->name, v->err);
+    for (uint64_t i = 0; i < v->n && st == LP_OK; i++)
+        st = read_token(v, tok, i);
+    if (st == LP_OK)
+        st = lp_tok_build_vocab_map(tok, v->err);
+    int64_t id;
+    if (st == LP_OK && lp_gguf_get_int(v->g, "tokenizer.ggml.unknown_token_id", &id) && id >= 0 &&
+        id < (int64_t)v->n)
+        tok->unk_id = (int32_t)id;
+    return st;
+}
+
+/* One post-processor item: the special token id alone. */
+static lp_status push_special(lp_tokenizer *tok, int32_t id, const char *name, lp_error *err)
+{
+    lp_tok_post_item *item = &tok->post[tok->n_post];
+    if (!(item->ids = malloc(sizeof *item->ids)))
+        return nomem(name, err);
+    item->ids[0] = id;
+    item->n_ids = 1;
+    tok->n_post++;
+    return LP_OK;
+}
+
+/* BOS / EOS around the text per add_bos_token / add_eos_token (llama defaults to BOS on). */
+static lp_status read_post(const gguf_vocab *v, lp_tokenizer *tok)
+{
+    bool add_bos = v->is_llama, add_eos = false;
+    int64_t bos = -1, eos = -1, n = (int64_t)v->n;
+    lp_gguf_get_bool(v->g, "tokenizer.ggml.add_bos_token", &add_bos);
+    lp_gguf_get_bool(v->g, "tokenizer.ggml.add_eos_token", &add_eos);
+    lp_gguf_get_int(v->g, "tokenizer.ggml.bos_token_id", &bos);
+    lp_gguf_get_int(v->g, "tokenizer.ggml.eos_token_id", &eos);
+    if (!(tok->post = calloc(3, sizeof *tok->post)))
+        return nomem(v->name, v->err);
+    lp_status st = LP_OK;
+    if (add_bos && bos >= 0 && bos < n)
+        st = push_special(tok, (int32_t)bos, v->name, v->err);
+    if (st == LP_OK)
+        tok->post[tok->n_post++].is_sequence = true;
+    if (st == LP_OK && add_eos && eos >= 0 && eos < n)
+        st = push_special(tok, (int32_t)eos, v->name, v->err);
+    tok->has_template = tok->n_post > 1;
+    return st;
+}
+
+/* A normalizer or decoder step's strings (NULL for none); false when out of memory. */
+static bool set_strings(char **pattern, size_t *pattern_len, const char *p, char **content,
+                        size_t *content_len, const char *c)
+{
+    if (p && !(*pattern = lp_tok_strndup(p, strlen(p))))
+        return false;
+    if (p)
+        *pattern_len = strlen(p);
+    if (c && !(*content = lp_tok_strndup(c, strlen(c))))
+        return false;
+    if (c)
+        *content_len = strlen(c);
+    return true;
+}
+
+/* "llama": SentencePiece BPE by scores with byte fallback; spaces become U+2581, with a
+ * leading one unless add_space_prefix is false, and the decoders undo it. */
+static lp_status setup_sentencepiece(const gguf_vocab *v, lp_tokenizer *tok)
+{
+    static const char meta[] = "\xE2\x96\x81"; /* U+2581 */
+    tok->model = LP_TOK_MODEL_BPE_SCORES;
+    tok->byte_fallback = true;
+    tok->kind = "bpe-sentencepiece";
+    bool space_prefix = true;
+    lp_gguf_get_bool(v->g, "tokenizer.ggml.add_space_prefix", &space_prefix);
+    if (!(tok->norms = calloc(2, sizeof *tok->norms)))
+        return nomem(v->name, v->err);
+    bool ok = true;
+    if (space_prefix) {
+        lp_tok_norm *p = &tok->norms[tok->n_norms++];
+        p->kind = LP_TOK_NORM_PREPEND;
+        ok = set_strings(&p->pattern, &p->pattern_len, meta, NULL, NULL, NULL);
+    }
+    lp_tok_norm *r = &tok->norms[tok->n_norms++];
+    r->kind = LP_TOK_NORM_REPLACE;
+    ok = ok && set_strings(&r->pattern, &r->pattern_len, " ", &r->content, &r->content_len, meta);
+    lp_tok_dec *d = ok ? add_dec(tok, LP_TOK_DEC_REPLACE) : NULL;
+    ok = d && set_strings(&d->pattern, &d->pattern_len, meta, &d->content, &d->content_len, " ");
+    ok = ok && add_dec(tok, LP_TOK_DEC_BYTEFALLBACK) && add_dec(tok, LP_TOK_DEC_FUSE);
+    if (ok && space_prefix) {
+        d = add_dec(tok, LP_TOK_DEC_STRIP);
+        ok = d && set_strings(&d->pattern, &d->pattern_len, NULL, &d->content, &d->content_len,
+                              " ");
+        if (ok)
+            d->start = 1;
+    }
+    return ok ? LP_OK : nomem(v->name, v->err);
+}
+
+/* tokenizer.ggml.merges: "left right" pieces, ranked by position. */
+static lp_status read_merges(const gguf_vocab *v, lp_tokenizer *tok)
+{
+    int64_t kv = lp_gguf_find_key(v->g, "tokenizer.ggml.merges");
+    uint64_t n = kv >= 0 ? lp_gguf_arr_len(v->g, kv) : 0;
+    if (n > INT32_MAX)
+        return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges: %llu merges",
+                            v->name, (unsigned long long)n);
+    lp_status st = lp_tok_merges_init(tok, (size_t)n, v->err);
+    lp_tok_buf joined = {0};
+    for (uint64_t i = 0; i < n && st == LP_OK; i++) {
+        const char *s, *sp = NULL;
+        size_t len;
+        /* from the second byte, as llama.cpp does: a first piece may be a bare space */
+        if (lp_gguf_arr_str(v->g, kv, i, &s, &len) && len > 1)
+            sp = memchr(s + 1, ' ', len - 1);
+        if (!sp) {
+            st = lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: not "
+                              "\"a b\"", v->name, (unsigned long long)i);
+            break;
+        }
+        size_t a_len = (size_t)(sp - s), b_len = len - a_len - 1;
+        joined.len = 0;
+        lp_tok_buf_put(&joined, s, a_len);
+        lp_tok_buf_put(&joined, sp + 1, b_len);
+        if (joined.failed) {
+            st = nomem(v->name, v->err);
+            break;
+        }
+        int32_t left = lp_tok_vocab_find(tok, s, a_len);
+        int32_t right = lp_tok_vocab_find(tok, sp + 1, b_len);
+        int32_t merged = lp_tok_vocab_find(tok, joined.data, joined.len);
+        if (left < 0 || right < 0 || merged < 0)
+            st = lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: "
+                              "'%.*s' is not in the vocabulary", v->name,
+                              (unsigned long long)i, (int)(len > 80 ? 80 : len), s);
+        else
+            lp_tok_merges_add(tok, left, right, (int32_t)i, merged);
+    }
+    lp_tok_buf_free(&joined);
+    return st;
+}
+
+/* "gpt2": byte-level BPE by merge rank, after the regexes tokenizer.ggml.pre names. */
+static lp_status setup_bytelevel(const gguf_vocab *v, lp_tokenizer *tok)
+{
+    tok->model = LP_TOK_MODEL_BPE_MERGES;
+    tok->kind = "bpe-bytelevel";
+    const char *pre = "default";
+    size_t pre_len = 7;
+    lp_gguf_get_str(v->g, "tokenizer.ggml.pre", &pre, &pre_len);
+    const pre_family *family = find_pre(pre, pre_len);
+    if (!family)
+        return lp_error_set(v->err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not a "
+                            "pre-tokenizer loupe knows (gpt2, llama3, qwen2, starcoder, "
+                            "deepseek-coder, deepseek-v3, falcon families)", v->name,
+                            (int)(pre_len > 40 ? 40 : pre_len), pre);
+    size_t n_regexes = 0;
+    while (n_regexes < MAX_PRE_REGEXES && family->regexes[n_regexes])
+        n_regexes++;
+    if (!(tok->pres = calloc(n_regexes + 1, sizeof *tok->pres)))
+        return nomem(v->name, v->err);
+    lp_status st = LP_OK;
+    for (size_t k = 0; st == LP_OK && k < n_regexes; k++) {
+        lp_tok_pre *p = &tok->pres[tok->n_pres++];
+        p->kind = LP_TOK_PRE_SPLIT;
+        p->behavior = LP_TOK_SPLIT_ISOLATED;
+        st = lp_tok_compile_regex(family->regexes[k], strlen(family->regexes[k]), &p->re,
+                                  v->name, v->err);
+    }
+    if (st != LP_OK)
+        return st;
+    tok->pres[tok->n_pres++].kind = LP_TOK_PRE_BYTELEVEL;
+    if (!add_dec(tok, LP_TOK_DEC_BYTELEVEL))
+        return nomem(v->name, v->err);
+    return read_merges(v, tok);
+}
+
 lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp_error *err)
 {
     LP_ASSERT(g && out);
     *out = NULL;
     const char *path = lp_gguf_path(g) ? lp_gguf_path(g) : "gguf";
-    const char *name = lp_path_basename(path);
-    const char *model;
-    size_t model_len;
-    if (!lp_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len))
-        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tokenizer.ggml.model: the file has "
-                            "no vocabulary", name);
-    bool is_llama = model_len == 5 && memcmp(model, "llama", 5) == 0;
-    bool is_gpt2 = model_len == 4 && memcmp(model, "gpt2", 4) == 0;
-    if (!is_llama && !is_gpt2)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not "
-                            "supported (llama, gpt2 are)", name,
-                            (int)(model_len > 40 ? 40 : model_len),
-                            model);
-    int64_t kv_tokens = lp_gguf_find_key(g, "tokenizer.ggml.tokens");
-    if (kv_tokens < 0 || lp_gguf_kv_type(g, kv_tokens) != LP_GGUF_ARRAY ||
-        lp_gguf_arr_type(g, kv_tokens) != LP_GGUF_STRING || lp_gguf_arr_len(g, kv_tokens) == 0)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.tokens: a non-empty string "
-                            "array expected", name);
-    uint64_t n = lp_gguf_arr_len(g, kv_tokens);
-    if (n > INT32_MAX)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.tokens: %llu tokens, more "
-                            "than %d", name, (unsigned long long)n, INT32_MAX);
-    int64_t kv_scores = lp_gguf_find_key(g, "tokenizer.ggml.scores");
-    int64_t kv_types = lp_gguf_find_key(g, "tokenizer.ggml.token_type");
-    if (kv_scores >= 0 && lp_gguf_arr_len(g, kv_scores) != n)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.scores has %llu entries, "
-                            "tokens %llu", name, (unsigned long long)lp_gguf_arr_len(g, kv_scores),
-                            (unsigned long long)n);
-    if (kv_types >= 0 && lp_gguf_arr_len(g, kv_types) != n)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.token_type has %llu "
-                            "entries, tokens %llu", name,
-                            (unsigned long long)lp_gguf_arr_len(g, kv_types),
-                            (unsigned long long)n);
-    if (is_llama && kv_scores < 0)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.scores missing for a "
-                            "llama vocabulary", name);
-
-    lp_tokenizer *tok = lp_tok_new(path, is_llama ? "gguf-llama" : "gguf-gpt2");
+    gguf_vocab v = {.g = g, .name = lp_path_basename(path), .err = err};
+    lp_status st = check_vocab(&v);
+    if (st != LP_OK)
+        return st;
+    lp_tokenizer *tok = lp_tok_new(path, v.is_llama ? "gguf-llama" : "gguf-gpt2");
     if (!tok)
-        return nomem(name, err);
-    lp_status st = lp_tok_alloc_vocab(tok, (int64_t)n, err);
-    if (st == LP_OK && is_llama) {
-        tok->scores = calloc((size_t)n, sizeof *tok->scores);
-        if (!tok->scores)
-            st = nomem(name, err);
-    }
-    for (uint64_t i = 0; i < n && st == LP_OK; i++) {
-        const char *s;
-        size_t len;
-        if (!lp_gguf_arr_str(g, kv_tokens, i, &s, &len)) {
-            st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.tokens[%llu] unreadable",
-                              name, (unsigned long long)i);
-            break;
-        }
-        st = lp_tok_set_piece(tok, (int32_t)i, s, len, err);
-        if (st != LP_OK)
-            break;
-        int64_t type = GGUF_TOKEN_NORMAL;
-        if (kv_types >= 0)
-            lp_gguf_arr_int(g, kv_types, i, &type);
-        if (tok->scores) {
-            double score = 0;
-            lp_gguf_arr_float(g, kv_scores, i, &score);
-            tok->scores[i] = (float)score;
-        }
-        if (type == GGUF_TOKEN_CONTROL)
-            tok->flags[i] |= LP_TOK_FLAG_SPECIAL | LP_TOK_FLAG_CONTROL;
-        if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_USER_DEFINED) {
-            /* matched in text like Hugging Face's added tokens */
-            lp_tok_added *a = lp_tok_append((void **)&tok->added, &tok->n_added, sizeof *a);
-            if (!a || !(a->content = lp_tok_strndup(s, len))) {
-                st = nomem(name, err);
-                break;
-            }
-            a->len = len;
-            a->id = (int32_t)i;
-            a->special = type == GGUF_TOKEN_CONTROL;
-        }
-        if (type == GGUF_TOKEN_UNKNOWN && tok->unk_id < 0)
-            tok->unk_id = (int32_t)i;
-    }
-    if (st == LP_OK)
-        st = lp_tok_build_vocab_map(tok, err);
-    int64_t v;
-    if (st == LP_OK && lp_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", &v) && v >= 0 &&
-        v < (int64_t)n)
-        tok->unk_id = (int32_t)v;
-
-    /* BOS/EOS per add_bos_token / add_eos_token (llama defaults to BOS on) */
-    bool add_bos = is_llama, add_eos = false;
-    lp_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos);
-    lp_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos);
-    int64_t bos = -1, eos = -1;
-    lp_gguf_get_int(g, "tokenizer.ggml.bos_token_id", &bos);
-    lp_gguf_get_int(g, "tokenizer.ggml.eos_token_id", &eos);
-    if (st == LP_OK) {
-        tok->post = calloc(3, sizeof *tok->post);
-        if (!tok->post)
-            st = nomem(name, err);
-    }
-    if (st == LP_OK) {
-        if (add_bos && bos >= 0 && bos < (int64_t)n) {
-            tok->post[tok->n_post].ids = malloc(sizeof(int32_t));
-            if (!tok->post[tok->n_post].ids)
-                st = nomem(name, err);
-            else
-                tok->post[tok->n_post].ids[0] = (int32_t)bos, tok->post[tok->n_post++].n_ids = 1;
-        }
-        tok->post[tok->n_post++].is_sequence = true;
-        if (st == LP_OK && add_eos && eos >= 0 && eos < (int64_t)n) {
-            tok->post[tok->n_post].ids = malloc(sizeof(int32_t));
-            if (!tok->post[tok->n_post].ids)
-                st = nomem(name, err);
-            else
-                tok->post[tok->n_post].ids[0] = (int32_t)eos, tok->post[tok->n_post++].n_ids = 1;
-        }
-        tok->has_template = tok->n_post > 1;
-    }
-
-    if (st == LP_OK && is_llama) {
-        tok->model = LP_TOK_MODEL_BPE_SCORES;
-        tok->byte_fallback = true;
-        bool space_prefix = true;
-        lp_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &space_prefix);
-        static const char meta[] = "\xE2\x96\x81"; /* U+2581 */
-        tok->norms = calloc(2, sizeof *tok->norms);
-        if (!tok->norms) {
-            st = nomem(name, err);
-        } else {
-            if (space_prefix) {
-                lp_tok_norm *p = &tok->norms[tok->n_norms++];
-                p->kind = LP_TOK_NORM_PREPEND;
-                p->pattern = lp_tok_strndup(meta, 3);
-                p->pattern_len = 3;
-            }
-            lp_tok_norm *r = &tok->norms[tok->n_norms++];
-            r->kind = LP_TOK_NORM_REPLACE;
-            r->pattern = lp_tok_strndup(" ", 1);
-            r->pattern_len = 1;
-            r->content = lp_tok_strndup(meta, 3);
-            r->content_len = 3;
-            if (!r->pattern || !r->content || (space_prefix && !tok->norms[0].pattern))
-                st = nomem(name, err);
-        }
-        lp_tok_dec *d;
-        if (st == LP_OK && (d = add_dec(tok, LP_TOK_DEC_REPLACE)) != NULL) {
-            d->pattern = lp_tok_strndup(meta, 3);
-            d->pattern_len = 3;
-            d->content = lp_tok_strndup(" ", 1);
-            d->content_len = 1;
-            if (!d->pattern || !d->content)
-                st = nomem(name, err);
-        } else if (st == LP_OK) {
-            st = nomem(name, err);
-        }
-        if (st == LP_OK && (!add_dec(tok, LP_TOK_DEC_BYTEFALLBACK) || !add_dec(tok, LP_TOK_DEC_FUSE)))
-            st = nomem(name, err);
-        if (st == LP_OK && space_prefix) {
-            d = add_dec(tok, LP_TOK_DEC_STRIP);
-            if (!d || !(d->content = lp_tok_strndup(" ", 1)))
-                st = nomem(name, err);
-            else
-                d->content_len = 1, d->start = 1;
-        }
-        tok->kind = "bpe-sentencepiece";
-    } else if (st == LP_OK) {
-        tok->model = LP_TOK_MODEL_BPE_MERGES;
-        const char *pre = "default";
-        size_t pre_len = 7;
-        lp_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len);
-        const pre_family *family = find_pre(pre, pre_len);
-        if (!family)
-            st = lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not a "
-                              "pre-tokenizer loupe knows (gpt2, llama3, qwen2, starcoder, "
-                              "deepseek-coder, deepseek-v3, falcon families)", name,
-                              (int)(pre_len > 40 ? 40 : pre_len), pre);
-        size_t n_regexes = 0;
-        while (family && n_regexes < MAX_PRE_REGEXES && family->regexes[n_regexes])
-            n_regexes++;
-        if (st == LP_OK && !(tok->pres = calloc(n_regexes + 1, sizeof *tok->pres)))
-            st = nomem(name, err);
-        for (size_t k = 0; st == LP_OK && k < n_regexes; k++) {
-            lp_tok_pre *p = &tok->pres[tok->n_pres++];
-            p->kind = LP_TOK_PRE_SPLIT;
-            p->behavior = LP_TOK_SPLIT_ISOLATED;
-            st = lp_tok_compile_regex(family->regexes[k], strlen(family->regexes[k]), &p->re, name,
-                                  err);
-        }
-        if (st == LP_OK)
-            tok->pres[tok->n_pres++].kind = LP_TOK_PRE_BYTELEVEL;
-        if (st == LP_OK && !add_dec(tok, LP_TOK_DEC_BYTELEVEL))
-            st = nomem(name, err);
-        int64_t kv_merges = lp_gguf_find_key(g, "tokenizer.ggml.merges");
-        uint64_t n_merges = kv_merges >= 0 ? lp_gguf_arr_len(g, kv_merges) : 0;
-        if (st == LP_OK && n_merges > INT32_MAX)
-            st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges: %llu merges",
-                              name, (unsigned long long)n_merges);
-        if (st == LP_OK)
-            st = lp_tok_merges_init(tok, (size_t)n_merges, err);
-        lp_tok_buf joined = {0};
-        for (uint64_t i = 0; i < n_merges && st == LP_OK; i++) {
-            const char *s;
-            size_t len;
-            const char *sp = NULL;
-            /* from the second byte, as llama.cpp does: a first piece may be a bare space */
-            if (lp_gguf_arr_str(g, kv_merges, i, &s, &len) && len > 1)
-                sp = memchr(s + 1, ' ', len - 1);
-            if (!sp) {
-                st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: not "
-                                  "\"a b\"", name, (unsigned long long)i);
-                break;
-            }
-            size_t a_len = (size_t)(sp - s);
-            int32_t left = lp_tok_vocab_find(tok, s, a_len);
-            int32_t right = lp_tok_vocab_find(tok, sp + 1, len - a_len - 1);
-            joined.len = 0;
-            lp_tok_buf_put(&joined, s, a_len);
-            lp_tok_buf_put(&joined, sp + 1, len - a_len - 1);
-            if (joined.failed) {
-                st = nomem(name, err);
-                break;
-            }
-            int32_t merged = lp_tok_vocab_find(tok, joined.data, joined.len);
-            if (left < 0 || right < 0 || merged < 0) {
-                st = lp_error_set(err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: "
-                                  "'%.*s' is not in the vocabulary", name,
-                                  (unsigned long long)i, (int)(len > 80 ? 80 : len), s);
-                break;
-            }
-            lp_tok_merges_add(tok, left, right, (int32_t)i, merged);
-        }
-        lp_tok_buf_free(&joined);
-        tok->kind = "bpe-bytelevel";
-    }
+        return nomem(v.name, err);
+    if ((st = read_tokens(&v, tok)) == LP_OK && (st = read_post(&v, tok)) == LP_OK)
+        st = v.is_llama ? setup_sentencepiece(&v, tok) : setup_bytelevel(&v, tok);
     if (st == LP_OK)
         st = lp_tok_prepare_added(tok, err);
     if (st != LP_OK) {

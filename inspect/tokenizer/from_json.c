@@ -51,31 +51,49 @@ static lp_status read_pattern(jctx *c, const json_t *pattern, const char *where,
                         "{\"Regex\": ...}", c->name, where);
 }
 
+/* ---- the pipeline steps ---- */
+
+typedef lp_status (*step_reader)(jctx *c, const json_t *n, const char *where);
+
+/* What every step reader (normalizer, pre-tokenizer, post-processor, decoder) starts with: none
+ * (absent or null), an object with a "type", or a Sequence whose list (list_key) is read item by
+ * item with read. *type is NULL when nothing is left to read. */
+static lp_status read_step(jctx *c, const json_t *n, const char *where, const char *list_key,
+                           step_reader read, const char **type)
+{
+    *type = NULL;
+    if (json_is_null(n) || !n)
+        return LP_OK;
+    const char *t = jstr(n, "type");
+    if (!json_is_object(n) || !t)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: an object with a \"type\" expected",
+                            c->name, where);
+    if (strcmp(t, "Sequence") != 0) {
+        *type = t;
+        return LP_OK;
+    }
+    size_t i;
+    const json_t *item;
+    json_array_foreach(json_object_get(n, list_key), i, item)
+    {
+        char sub[160];
+        snprintf(sub, sizeof sub, "%s.%s[%zu]", where, list_key, i);
+        lp_status st = read(c, item, sub);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
 /* ---- normalizers ---- */
 
 static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
 {
-    if (json_is_null(n) || !n)
-        return LP_OK;
-    const char *type = jstr(n, "type");
-    if (!json_is_object(n) || !type)
-        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: an object with a \"type\" expected",
-                            c->name, where);
+    const char *type;
+    lp_status st = read_step(c, n, where, "normalizers", read_normalizer, &type);
+    if (st != LP_OK || !type)
+        return st;
     lp_tokenizer *tok = c->tok;
-    if (strcmp(type, "Sequence") == 0) {
-        const json_t *list = json_object_get(n, "normalizers");
-        size_t i;
-        const json_t *item;
-        json_array_foreach(list, i, item)
-        {
-            char sub[160];
-            snprintf(sub, sizeof sub, "%s.normalizers[%zu]", where, i);
-            lp_status st = read_normalizer(c, item, sub);
-            if (st != LP_OK)
-                return st;
-        }
-        return LP_OK;
-    }
     if (strcmp(type, "Precompiled") == 0) {
         /* SentencePiece's compiled normalization rules: an empty map changes nothing */
         const json_t *map = json_object_get(n, "precompiled_charsmap");
@@ -173,109 +191,106 @@ static lp_status add_regex_pre(jctx *c, lp_tok_pre_kind kind, const char *regex,
     return lp_tok_compile_regex(regex, strlen(regex), &p->re, buf, c->err);
 }
 
+static lp_status pre_bytelevel(jctx *c, const json_t *n, const char *where)
+{
+    lp_tok_pre *p = lp_tok_append((void **)&c->tok->pres, &c->tok->n_pres, sizeof *p);
+    if (!p)
+        return nomem(c);
+    p->kind = LP_TOK_PRE_BYTELEVEL;
+    p->add_prefix_space = jbool(n, "add_prefix_space", true); /* HF defaults */
+    p->use_regex = jbool(n, "use_regex", true);
+    if (!p->use_regex)
+        return LP_OK;
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s: %s", c->name, where);
+    return lp_tok_compile_regex(lp_tok_regex_gpt2, strlen(lp_tok_regex_gpt2), &p->re, buf, c->err);
+}
+
+static lp_status pre_split(jctx *c, const json_t *n, const char *where)
+{
+    int behavior = behavior_of(jstr(n, "behavior"));
+    if (behavior < 0)
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.behavior: '%s' is not one of "
+                            "Removed, Isolated, MergedWithPrevious, MergedWithNext, "
+                            "Contiguous", c->name, where,
+                            jstr(n, "behavior") ? jstr(n, "behavior") : "(missing)");
+    lp_tok_pre *p = lp_tok_append((void **)&c->tok->pres, &c->tok->n_pres, sizeof *p);
+    if (!p)
+        return nomem(c);
+    p->kind = LP_TOK_PRE_SPLIT;
+    p->behavior = (lp_tok_split_behavior)behavior;
+    p->invert = jbool(n, "invert", false);
+    return read_pattern(c, json_object_get(n, "pattern"), where, &p->pattern, &p->pattern_len,
+                        &p->re);
+}
+
+static lp_status pre_metaspace(jctx *c, const json_t *n, const char *where)
+{
+    int scheme = prepend_scheme_of(n);
+    if (scheme < 0)
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.prepend_scheme: '%s' is not "
+                            "always, first or never", c->name, where, jstr(n, "prepend_scheme"));
+    lp_tok_pre *p = lp_tok_append((void **)&c->tok->pres, &c->tok->n_pres, sizeof *p);
+    if (!p)
+        return nomem(c);
+    p->kind = LP_TOK_PRE_METASPACE;
+    const char *rep = jstr(n, "replacement");
+    if (!rep)
+        rep = "\xE2\x96\x81"; /* U+2581 */
+    size_t rl = strlen(rep);
+    if (rl == 0 || rl >= sizeof p->replacement)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.replacement: '%s' is not one "
+                            "character", c->name, where, rep);
+    memcpy(p->replacement, rep, rl);
+    p->replacement_len = rl;
+    p->prepend_scheme = (lp_tok_prepend_scheme)scheme;
+    p->split = jbool(n, "split", true);
+    return LP_OK;
+}
+
+static const char PUNCTUATION[] = "[\\p{P}!-/:-@\\[-`{-~]";
+
+/* Punctuation (with its behavior) and BertPreTokenizer (whitespace, then punctuation). */
+static lp_status pre_punctuation(jctx *c, const json_t *n, const char *where, bool bert)
+{
+    lp_status st;
+    if (bert && (st = add_regex_pre(c, LP_TOK_PRE_WHITESPACE_SPLIT, "\\s+", LP_TOK_SPLIT_REMOVED,
+                                    false, where)) != LP_OK)
+        return st;
+    const char *b = bert ? NULL : jstr(n, "behavior");
+    int behavior = b ? behavior_of(b) : LP_TOK_SPLIT_ISOLATED;
+    if (behavior < 0)
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.behavior: '%s' unknown", c->name,
+                            where, b);
+    return add_regex_pre(c, LP_TOK_PRE_PUNCTUATION, PUNCTUATION, (lp_tok_split_behavior)behavior,
+                         false, where);
+}
+
 static lp_status read_pre(jctx *c, const json_t *n, const char *where)
 {
-    if (json_is_null(n) || !n)
-        return LP_OK;
-    const char *type = jstr(n, "type");
-    if (!json_is_object(n) || !type)
-        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: an object with a \"type\" expected",
-                            c->name, where);
-    lp_tokenizer *tok = c->tok;
-    if (strcmp(type, "Sequence") == 0) {
-        const json_t *list = json_object_get(n, "pretokenizers");
-        size_t i;
-        const json_t *item;
-        json_array_foreach(list, i, item)
-        {
-            char sub[160];
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", where, i);
-            lp_status st = read_pre(c, item, sub);
-            if (st != LP_OK)
-                return st;
-        }
-        return LP_OK;
-    }
-    if (strcmp(type, "ByteLevel") == 0) {
-        lp_tok_pre *p = lp_tok_append((void **)&tok->pres, &tok->n_pres, sizeof *p);
-        if (!p)
-            return nomem(c);
-        p->kind = LP_TOK_PRE_BYTELEVEL;
-        p->add_prefix_space = jbool(n, "add_prefix_space", true); /* HF defaults */
-        p->use_regex = jbool(n, "use_regex", true);
-        if (p->use_regex) {
-            char buf[200];
-            snprintf(buf, sizeof buf, "%s: %s", c->name, where);
-            return lp_tok_compile_regex(lp_tok_regex_gpt2, strlen(lp_tok_regex_gpt2), &p->re,
-                                        buf, c->err);
-        }
-        return LP_OK;
-    }
-    if (strcmp(type, "Split") == 0) {
-        int behavior = behavior_of(jstr(n, "behavior"));
-        if (behavior < 0)
-            return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.behavior: '%s' is not one of "
-                                "Removed, Isolated, MergedWithPrevious, MergedWithNext, "
-                                "Contiguous", c->name, where,
-                                jstr(n, "behavior") ? jstr(n, "behavior") : "(missing)");
-        lp_tok_pre *p = lp_tok_append((void **)&tok->pres, &tok->n_pres, sizeof *p);
-        if (!p)
-            return nomem(c);
-        p->kind = LP_TOK_PRE_SPLIT;
-        p->behavior = (lp_tok_split_behavior)behavior;
-        p->invert = jbool(n, "invert", false);
-        return read_pattern(c, json_object_get(n, "pattern"), where, &p->pattern,
-                            &p->pattern_len, &p->re);
-    }
-    if (strcmp(type, "Metaspace") == 0) {
-        int scheme = prepend_scheme_of(n);
-        if (scheme < 0)
-            return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.prepend_scheme: '%s' is not "
-                                "always, first or never", c->name, where,
-                                jstr(n, "prepend_scheme"));
-        lp_tok_pre *p = lp_tok_append((void **)&tok->pres, &tok->n_pres, sizeof *p);
-        if (!p)
-            return nomem(c);
-        p->kind = LP_TOK_PRE_METASPACE;
-        const char *rep = jstr(n, "replacement");
-        if (!rep)
-            rep = "\xE2\x96\x81"; /* U+2581 */
-        size_t rl = strlen(rep);
-        if (rl == 0 || rl >= sizeof p->replacement)
-            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.replacement: '%s' is not one "
-                                "character", c->name, where, rep);
-        memcpy(p->replacement, rep, rl);
-        p->replacement_len = rl;
-        p->prepend_scheme = (lp_tok_prepend_scheme)scheme;
-        p->split = jbool(n, "split", true);
-        return LP_OK;
-    }
+    const char *type;
+    lp_status st = read_step(c, n, where, "pretokenizers", read_pre, &type);
+    if (st != LP_OK || !type)
+        return st;
+    if (strcmp(type, "ByteLevel") == 0)
+        return pre_bytelevel(c, n, where);
+    if (strcmp(type, "Split") == 0)
+        return pre_split(c, n, where);
+    if (strcmp(type, "Metaspace") == 0)
+        return pre_metaspace(c, n, where);
     if (strcmp(type, "Whitespace") == 0)
-        return add_regex_pre(c, LP_TOK_PRE_WHITESPACE, "\\w+|[^\\w\\s]+", LP_TOK_SPLIT_REMOVED, true,
-                             where);
+        return add_regex_pre(c, LP_TOK_PRE_WHITESPACE, "\\w+|[^\\w\\s]+", LP_TOK_SPLIT_REMOVED,
+                             true, where);
     if (strcmp(type, "WhitespaceSplit") == 0)
-        return add_regex_pre(c, LP_TOK_PRE_WHITESPACE_SPLIT, "\\s+", LP_TOK_SPLIT_REMOVED, false, where);
+        return add_regex_pre(c, LP_TOK_PRE_WHITESPACE_SPLIT, "\\s+", LP_TOK_SPLIT_REMOVED, false,
+                             where);
     if (strcmp(type, "Digits") == 0)
         return add_regex_pre(c, LP_TOK_PRE_DIGITS, "\\p{N}",
                              jbool(n, "individual_digits", false) ? LP_TOK_SPLIT_ISOLATED
                                                                   : LP_TOK_SPLIT_CONTIGUOUS,
                              false, where);
-    static const char punct[] = "[\\p{P}!-/:-@\\[-`{-~]";
-    if (strcmp(type, "Punctuation") == 0) {
-        const char *b = jstr(n, "behavior");
-        int behavior = b ? behavior_of(b) : LP_TOK_SPLIT_ISOLATED;
-        if (behavior < 0)
-            return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.behavior: '%s' unknown",
-                                c->name, where, b);
-        return add_regex_pre(c, LP_TOK_PRE_PUNCTUATION, punct, (lp_tok_split_behavior)behavior, false,
-                             where);
-    }
-    if (strcmp(type, "BertPreTokenizer") == 0) {
-        lp_status st = add_regex_pre(c, LP_TOK_PRE_WHITESPACE_SPLIT, "\\s+", LP_TOK_SPLIT_REMOVED, false,
-                                     where);
-        return st != LP_OK ? st : add_regex_pre(c, LP_TOK_PRE_PUNCTUATION, punct, LP_TOK_SPLIT_ISOLATED,
-                                                false, where);
-    }
+    if (strcmp(type, "Punctuation") == 0 || strcmp(type, "BertPreTokenizer") == 0)
+        return pre_punctuation(c, n, where, strcmp(type, "BertPreTokenizer") == 0);
     return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: pre-tokenizer type '%s' is not "
                         "supported (ByteLevel, Split, Metaspace, Whitespace, WhitespaceSplit, "
                         "Digits, Punctuation, BertPreTokenizer, Sequence are)", c->name, where,
@@ -310,103 +325,93 @@ static lp_status check_id(jctx *c, json_int_t id, const char *where)
     return LP_OK;
 }
 
+/* One item of TemplateProcessing's "single": the sequence, or a special token's ids. */
+static lp_status post_template_item(jctx *c, const json_t *item, const json_t *specials,
+                                    size_t i, const char *where)
+{
+    const json_t *sp = json_object_get(item, "SpecialToken");
+    if (json_object_get(item, "Sequence"))
+        return add_post_ids(c, NULL, 0, true);
+    if (!sp)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.single[%zu]: neither "
+                            "SpecialToken nor Sequence", c->name, where, i);
+    const char *name = jstr(sp, "id");
+    const json_t *def = name ? json_object_get(specials, name) : NULL;
+    const json_t *ids = json_object_get(def, "ids");
+    if (!json_is_array(ids))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.single[%zu]: special token '%s' has "
+                            "no ids in special_tokens", c->name, where, i,
+                            name ? name : "(missing)");
+    size_t n_ids = json_array_size(ids);
+    int32_t *buf = malloc((n_ids ? n_ids : 1) * sizeof *buf);
+    if (!buf)
+        return nomem(c);
+    lp_status st = LP_OK;
+    for (size_t q = 0; q < n_ids && st == LP_OK; q++) {
+        json_int_t id = json_integer_value(json_array_get(ids, q));
+        st = check_id(c, id, where);
+        buf[q] = (int32_t)id;
+    }
+    if (st == LP_OK)
+        st = add_post_ids(c, buf, n_ids, false);
+    free(buf);
+    return st;
+}
+
+static lp_status post_template(jctx *c, const json_t *n, const char *where)
+{
+    const json_t *single = json_object_get(n, "single");
+    if (!json_is_array(single))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.single: an array expected", c->name,
+                            where);
+    size_t i;
+    const json_t *item;
+    json_array_foreach(single, i, item)
+    {
+        lp_status st = post_template_item(c, item, json_object_get(n, "special_tokens"), i, where);
+        if (st != LP_OK)
+            return st;
+    }
+    c->tok->has_template = true;
+    return LP_OK;
+}
+
+/* BertProcessing and RobertaProcessing: "cls": [token, id], "sep": [token, id]: [CLS] A [SEP] */
+static lp_status post_bert(jctx *c, const json_t *n, const char *where)
+{
+    const json_t *cls = json_array_get(json_object_get(n, "cls"), 1);
+    const json_t *sep = json_array_get(json_object_get(n, "sep"), 1);
+    if (!json_is_integer(cls) || !json_is_integer(sep))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: cls/sep: [token, id] expected",
+                            c->name, where);
+    json_int_t cls_id = json_integer_value(cls), sep_id = json_integer_value(sep);
+    lp_status st = check_id(c, cls_id, where);
+    if (st == LP_OK)
+        st = check_id(c, sep_id, where);
+    int32_t a = (int32_t)cls_id, b = (int32_t)sep_id;
+    if (st == LP_OK)
+        st = add_post_ids(c, &a, 1, false);
+    if (st == LP_OK)
+        st = add_post_ids(c, NULL, 0, true);
+    if (st == LP_OK)
+        st = add_post_ids(c, &b, 1, false);
+    c->tok->has_template = true;
+    return st;
+}
+
 static lp_status read_post(jctx *c, const json_t *n, const char *where)
 {
-    if (json_is_null(n) || !n)
-        return LP_OK;
-    const char *type = jstr(n, "type");
-    if (!json_is_object(n) || !type)
-        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: an object with a \"type\" expected",
-                            c->name, where);
-    lp_tokenizer *tok = c->tok;
-    if (strcmp(type, "ByteLevel") == 0)
-        return LP_OK; /* only adjusts offsets */
-    if (strcmp(type, "Sequence") == 0) {
-        const json_t *list = json_object_get(n, "processors");
-        size_t i;
-        const json_t *item;
-        json_array_foreach(list, i, item)
-        {
-            char sub[160];
-            snprintf(sub, sizeof sub, "%s.processors[%zu]", where, i);
-            lp_status st = read_post(c, item, sub);
-            if (st != LP_OK)
-                return st;
-        }
-        return LP_OK;
-    }
-    if (tok->has_template)
+    const char *type;
+    lp_status st = read_step(c, n, where, "processors", read_post, &type);
+    if (st != LP_OK || !type || strcmp(type, "ByteLevel") == 0) /* ByteLevel: offsets only */
+        return st;
+    if (c->tok->has_template)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: a second post-processor that "
                             "adds tokens", c->name, where);
-    if (strcmp(type, "TemplateProcessing") == 0) {
-        const json_t *single = json_object_get(n, "single");
-        const json_t *specials = json_object_get(n, "special_tokens");
-        if (!json_is_array(single))
-            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.single: an array expected",
-                                c->name, where);
-        size_t i;
-        const json_t *item;
-        json_array_foreach(single, i, item)
-        {
-            const json_t *sp = json_object_get(item, "SpecialToken");
-            const json_t *seq = json_object_get(item, "Sequence");
-            lp_status st;
-            if (seq) {
-                st = add_post_ids(c, NULL, 0, true);
-            } else if (sp) {
-                const char *name = jstr(sp, "id");
-                const json_t *def = name ? json_object_get(specials, name) : NULL;
-                const json_t *ids = json_object_get(def, "ids");
-                if (!json_is_array(ids))
-                    return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.single[%zu]: special "
-                                        "token '%s' has no ids in special_tokens", c->name,
-                                        where, i, name ? name : "(missing)");
-                size_t n_ids = json_array_size(ids);
-                int32_t *buf = malloc((n_ids ? n_ids : 1) * sizeof *buf);
-                if (!buf)
-                    return nomem(c);
-                for (size_t q = 0; q < n_ids; q++) {
-                    json_int_t id = json_integer_value(json_array_get(ids, q));
-                    st = check_id(c, id, where);
-                    if (st != LP_OK) {
-                        free(buf);
-                        return st;
-                    }
-                    buf[q] = (int32_t)id;
-                }
-                st = add_post_ids(c, buf, n_ids, false);
-                free(buf);
-            } else {
-                return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.single[%zu]: neither "
-                                    "SpecialToken nor Sequence", c->name, where, i);
-            }
-            if (st != LP_OK)
-                return st;
-        }
-        tok->has_template = true;
-        return LP_OK;
-    }
-    if (strcmp(type, "BertProcessing") == 0 || strcmp(type, "RobertaProcessing") == 0) {
-        /* "cls": [token, id], "sep": [token, id]: [CLS] A [SEP] */
-        const json_t *cls = json_object_get(n, "cls"), *sep = json_object_get(n, "sep");
-        json_int_t cls_id = json_integer_value(json_array_get(cls, 1));
-        json_int_t sep_id = json_integer_value(json_array_get(sep, 1));
-        if (!json_is_integer(json_array_get(cls, 1)) || !json_is_integer(json_array_get(sep, 1)))
-            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: cls/sep: [token, id] expected",
-                                c->name, where);
-        lp_status st = check_id(c, cls_id, where);
-        if (st == LP_OK)
-            st = check_id(c, sep_id, where);
-        int32_t a = (int32_t)cls_id, b = (int32_t)sep_id;
-        if (st == LP_OK)
-            st = add_post_ids(c, &a, 1, false);
-        if (st == LP_OK)
-            st = add_post_ids(c, NULL, 0, true);
-        if (st == LP_OK)
-            st = add_post_ids(c, &b, 1, false);
-        tok->has_template = true;
-        return st;
-    }
+    if (strcmp(type, "TemplateProcessing") == 0)
+        return post_template(c, n, where);
+    if (strcmp(type, "BertProcessing") == 0 || strcmp(type, "RobertaProcessing") == 0)
+        return post_bert(c, n, where);
     return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: post-processor type '%s' is not "
                         "supported (TemplateProcessing, ByteLevel, BertProcessing, "
                         "RobertaProcessing, Sequence are)", c->name, where, type);
@@ -425,27 +430,11 @@ static lp_status set_str(jctx *c, const json_t *v, char **out, size_t *out_len, 
 
 static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
 {
-    if (json_is_null(n) || !n)
-        return LP_OK;
-    const char *type = jstr(n, "type");
-    if (!json_is_object(n) || !type)
-        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s: an object with a \"type\" expected",
-                            c->name, where);
+    const char *type;
+    lp_status st = read_step(c, n, where, "decoders", read_decoder, &type);
+    if (st != LP_OK || !type)
+        return st;
     lp_tokenizer *tok = c->tok;
-    if (strcmp(type, "Sequence") == 0) {
-        const json_t *list = json_object_get(n, "decoders");
-        size_t i;
-        const json_t *item;
-        json_array_foreach(list, i, item)
-        {
-            char sub[160];
-            snprintf(sub, sizeof sub, "%s.decoders[%zu]", where, i);
-            lp_status st = read_decoder(c, item, sub);
-            if (st != LP_OK)
-                return st;
-        }
-        return LP_OK;
-    }
     static const struct {
         const char *name;
         lp_tok_dec_kind kind;
@@ -478,7 +467,7 @@ static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
         if (!json_is_string(lit))
             return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s.pattern: only {\"String\": "
                                 "...} patterns are supported in decoders", c->name, where);
-        lp_status st = set_str(c, lit, &d->pattern, &d->pattern_len, "");
+        st = set_str(c, lit, &d->pattern, &d->pattern_len, "");
         if (st == LP_OK)
             st = set_str(c, json_object_get(n, "content"), &d->content, &d->content_len, "");
         return st;
@@ -529,108 +518,136 @@ static lp_status read_merge(jctx *c, const json_t *m, size_t index, const char *
                         "[\"a\", \"b\"]", c->name, index);
 }
 
-static lp_status read_model(jctx *c, const json_t *model, const json_t *added, size_t file_size)
+/* A BPE model ("type" may be missing in old files, GPT-2's: a vocab plus merges is BPE). */
+static lp_status check_model(jctx *c, const json_t *model)
 {
-    lp_tokenizer *tok = c->tok;
     if (!json_is_object(model))
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model: an object expected", c->name);
     const char *type = jstr(model, "type");
-    /* old files (GPT-2) leave out "type"; a vocab plus merges is BPE */
     if (type && strcmp(type, "BPE") != 0)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: model.type '%s' is not supported "
                             "(only BPE is)", c->name, type);
-    const json_t *vocab = json_object_get(model, "vocab");
-    const json_t *merges = json_object_get(model, "merges");
-    if (!json_is_object(vocab))
+    if (!json_is_object(json_object_get(model, "vocab")))
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab: an object expected",
                             c->name);
-    if (!type && !json_is_array(merges))
+    if (!type && !json_is_array(json_object_get(model, "merges")))
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: model has no \"type\" and no "
                             "merges: not a BPE model loupe can read", c->name);
-    /* the vocabulary's size: the largest id, bounded by the file size before allocating */
+    return LP_OK;
+}
+
+/* The vocabulary's size: the largest id of the vocab and the added tokens, each bounded by the
+ * file size before anything is allocated. */
+static lp_status vocab_size(jctx *c, const json_t *vocab, const json_t *added, size_t file_size,
+                            int64_t *n_vocab)
+{
     json_int_t max_id = -1;
     const char *key;
     json_t *value;
     json_object_foreach((json_t *)vocab, key, value)
     {
-        if (!json_is_integer(value) || json_integer_value(value) < 0 ||
-            (uint64_t)json_integer_value(value) >= file_size)
+        json_int_t id = json_integer_value(value);
+        if (!json_is_integer(value) || id < 0 || (uint64_t)id >= file_size)
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab['%.60s']: id %lld is not "
-                                "an integer in [0, %zu)", c->name, key,
-                                (long long)json_integer_value(value), file_size);
-        if (json_integer_value(value) > max_id)
-            max_id = json_integer_value(value);
+                                "an integer in [0, %zu)", c->name, key, (long long)id, file_size);
+        max_id = id > max_id ? id : max_id;
     }
     size_t i;
     const json_t *item;
     json_array_foreach(added, i, item)
     {
         const json_t *id = json_object_get(item, "id");
-        const json_t *content = json_object_get(item, "content");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-            (uint64_t)json_integer_value(id) >= file_size || !json_is_string(content))
+            (uint64_t)json_integer_value(id) >= file_size ||
+            !json_is_string(json_object_get(item, "content")))
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: added_tokens[%zu]: want an integer "
                                 "id in [0, %zu) and a string content", c->name, i, file_size);
-        if (json_integer_value(id) > max_id)
-            max_id = json_integer_value(id);
+        max_id = json_integer_value(id) > max_id ? json_integer_value(id) : max_id;
     }
-    lp_status st = lp_tok_alloc_vocab(tok, (int64_t)max_id + 1, c->err);
-    if (st != LP_OK)
-        return st;
-    void *iter = json_object_iter((json_t *)vocab);
-    while (iter) {
+    *n_vocab = (int64_t)max_id + 1;
+    return LP_OK;
+}
+
+static lp_status read_vocab(jctx *c, const json_t *vocab)
+{
+    lp_tokenizer *tok = c->tok;
+    for (void *iter = json_object_iter((json_t *)vocab); iter;
+         iter = json_object_iter_next((json_t *)vocab, iter)) {
         const char *k = json_object_iter_key(iter);
         size_t klen = json_object_iter_key_len(iter);
         int32_t id = (int32_t)json_integer_value(json_object_iter_value(iter));
         if (tok->pieces[id])
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab: id %d is given to both "
                                 "'%.60s' and '%.60s'", c->name, id, tok->pieces[id], k);
-        st = lp_tok_set_piece(tok, id, k, klen, c->err);
+        lp_status st = lp_tok_set_piece(tok, id, k, klen, c->err);
         if (st != LP_OK)
             return st;
-        iter = json_object_iter_next((json_t *)vocab, iter);
     }
-    /* added tokens: matched in text before the model; those outside the vocab get a piece */
+    return LP_OK;
+}
+
+/* One added token: matched in text before the model; one outside the vocab gets a piece (only
+ * the added-token pass yields it, Qwen3's), one with other content renames its id. */
+static lp_status read_added_token(jctx *c, const json_t *item)
+{
+    lp_tokenizer *tok = c->tok;
+    const json_t *content = json_object_get(item, "content");
+    int32_t id = (int32_t)json_integer_value(json_object_get(item, "id"));
+    lp_tok_added *a = &tok->added[tok->n_added++];
+    a->len = json_string_length(content);
+    if (!(a->content = lp_tok_strndup(json_string_value(content), a->len)))
+        return nomem(c);
+    a->id = id;
+    a->special = jbool(item, "special", false);
+    a->lstrip = jbool(item, "lstrip", false);
+    a->rstrip = jbool(item, "rstrip", false);
+    a->single_word = jbool(item, "single_word", false);
+    a->normalized = jbool(item, "normalized", !a->special);
+    lp_status st = LP_OK;
+    if (!tok->pieces[id]) {
+        st = lp_tok_set_piece(tok, id, a->content, a->len, c->err);
+        tok->flags[id] |= LP_TOK_FLAG_ADDED;
+    } else if (tok->piece_len[id] != a->len ||
+               memcmp(tok->pieces[id], a->content, a->len) != 0) {
+        st = lp_tok_override_piece(tok, id, a->content, a->len, c->err);
+    }
+    if (a->special)
+        tok->flags[id] |= LP_TOK_FLAG_SPECIAL;
+    return st;
+}
+
+static lp_status read_added(jctx *c, const json_t *added)
+{
     size_t n_added = json_array_size(added);
-    if (n_added) {
-        tok->added = calloc(n_added, sizeof *tok->added);
-        if (!tok->added)
-            return nomem(c);
-    }
+    if (n_added && !(c->tok->added = calloc(n_added, sizeof *c->tok->added)))
+        return nomem(c);
+    size_t i;
+    const json_t *item;
     json_array_foreach(added, i, item)
     {
-        const json_t *content = json_object_get(item, "content");
-        int32_t id = (int32_t)json_integer_value(json_object_get(item, "id"));
-        lp_tok_added *a = &tok->added[tok->n_added++];
-        a->len = json_string_length(content);
-        a->content = lp_tok_strndup(json_string_value(content), a->len);
-        if (!a->content)
-            return nomem(c);
-        a->id = id;
-        a->special = jbool(item, "special", false);
-        a->lstrip = jbool(item, "lstrip", false);
-        a->rstrip = jbool(item, "rstrip", false);
-        a->single_word = jbool(item, "single_word", false);
-        a->normalized = jbool(item, "normalized", !a->special);
-        if (!tok->pieces[id]) {
-            /* beyond the model vocabulary (Qwen3's): only the added-token pass yields it */
-            st = lp_tok_set_piece(tok, id, a->content, a->len, c->err);
-            if (st != LP_OK)
-                return st;
-            tok->flags[id] |= LP_TOK_FLAG_ADDED;
-        } else if (tok->piece_len[id] != a->len ||
-                   memcmp(tok->pieces[id], a->content, a->len) != 0) {
-            st = lp_tok_override_piece(tok, id, a->content, a->len, c->err);
-            if (st != LP_OK)
-                return st;
-        }
-        if (a->special)
-            tok->flags[id] |= LP_TOK_FLAG_SPECIAL;
+        lp_status st = read_added_token(c, item);
+        if (st != LP_OK)
+            return st;
     }
-    st = lp_tok_build_vocab_map(tok, c->err);
-    if (st != LP_OK)
-        return st;
+    return LP_OK;
+}
 
+/* A string option of the model ("" or absent: none); *out is a heap copy. */
+static lp_status model_string(jctx *c, const json_t *model, const char *key, char **out,
+                              size_t *out_len)
+{
+    const char *v = jstr(model, key);
+    if (!v || !*v)
+        return LP_OK;
+    *out_len = strlen(v);
+    return (*out = lp_tok_strndup(v, *out_len)) ? LP_OK : nomem(c);
+}
+
+/* byte_fallback, fuse_unk, ignore_merges, unk_token (in the vocab or an added token), the
+ * continuing-subword prefix and end-of-word suffix. */
+static lp_status read_model_options(jctx *c, const json_t *model)
+{
+    lp_tokenizer *tok = c->tok;
     tok->model = LP_TOK_MODEL_BPE_MERGES;
     tok->byte_fallback = jbool(model, "byte_fallback", false);
     tok->fuse_unk = jbool(model, "fuse_unk", false);
@@ -640,43 +657,38 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         tok->unk_id = lp_tok_vocab_find(tok, unk, strlen(unk));
         for (size_t k = 0; k < tok->n_added && tok->unk_id < 0; k++)
             if (strcmp(tok->added[k].content, unk) == 0)
-                tok->unk_id = tok->added[k].id; /* an added token outside the model vocab */
+                tok->unk_id = tok->added[k].id;
         if (tok->unk_id < 0)
             return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.unk_token '%.60s' is not in "
                                 "the vocabulary", c->name, unk);
     }
-    const char *prefix = jstr(model, "continuing_subword_prefix");
-    if (prefix && *prefix) {
-        tok->cont_prefix = lp_tok_strndup(prefix, strlen(prefix));
-        tok->cont_prefix_len = strlen(prefix);
-        if (!tok->cont_prefix)
-            return nomem(c);
-    }
-    const char *suffix = jstr(model, "end_of_word_suffix");
-    if (suffix && *suffix) {
-        tok->eow_suffix = lp_tok_strndup(suffix, strlen(suffix));
-        tok->eow_suffix_len = strlen(suffix);
-        if (!tok->eow_suffix)
-            return nomem(c);
-    }
+    lp_status st = model_string(c, model, "continuing_subword_prefix", &tok->cont_prefix,
+                                &tok->cont_prefix_len);
+    if (st != LP_OK)
+        return st;
+    return model_string(c, model, "end_of_word_suffix", &tok->eow_suffix, &tok->eow_suffix_len);
+}
 
+/* model.merges, ranked by position; the merged token drops the right side's continuing-subword
+ * prefix. */
+static lp_status read_merges(jctx *c, const json_t *merges)
+{
+    lp_tokenizer *tok = c->tok;
     size_t n_merges = json_array_size(merges);
     if (n_merges > INT32_MAX)
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges: %zu merges, more than %d",
                             c->name, n_merges, INT32_MAX);
-    st = lp_tok_merges_init(tok, n_merges, c->err);
-    if (st != LP_OK)
-        return st;
+    lp_status st = lp_tok_merges_init(tok, n_merges, c->err);
     lp_tok_buf joined = {0};
+    size_t i;
+    const json_t *item;
     json_array_foreach(merges, i, item)
     {
         const char *a = "", *b = "";
         size_t a_len = 0, b_len = 0;
-        st = read_merge(c, item, i, &a, &a_len, &b, &b_len);
-        if (st != LP_OK)
+        if (st != LP_OK || (st = read_merge(c, item, i, &a, &a_len, &b, &b_len)) != LP_OK)
             break;
         int32_t left = lp_tok_vocab_find(tok, a, a_len), right = lp_tok_vocab_find(tok, b, b_len);
-        /* the merged token drops the right side's continuing-subword prefix */
         size_t skip = tok->cont_prefix_len && b_len >= tok->cont_prefix_len &&
                               memcmp(b, tok->cont_prefix, tok->cont_prefix_len) == 0
                           ? tok->cont_prefix_len
@@ -689,16 +701,30 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
             break;
         }
         int32_t merged = lp_tok_vocab_find(tok, joined.data, joined.len);
-        if (left < 0 || right < 0 || merged < 0) {
+        if (left < 0 || right < 0 || merged < 0)
             st = lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges[%zu]: '%.40s' + '%.40s': "
                               "'%.80s' is not in the vocabulary", c->name, i, a, b,
                               left < 0 ? a : right < 0 ? b : joined.data);
-            break;
-        }
-        lp_tok_merges_add(tok, left, right, (int32_t)i, merged);
+        else
+            lp_tok_merges_add(tok, left, right, (int32_t)i, merged);
     }
     lp_tok_buf_free(&joined);
     return st;
+}
+
+static lp_status read_model(jctx *c, const json_t *model, const json_t *added, size_t file_size)
+{
+    const json_t *vocab = json_object_get(model, "vocab");
+    int64_t n_vocab = 0;
+    lp_status st;
+    if ((st = check_model(c, model)) != LP_OK ||
+        (st = vocab_size(c, vocab, added, file_size, &n_vocab)) != LP_OK ||
+        (st = lp_tok_alloc_vocab(c->tok, n_vocab, c->err)) != LP_OK ||
+        (st = read_vocab(c, vocab)) != LP_OK || (st = read_added(c, added)) != LP_OK ||
+        (st = lp_tok_build_vocab_map(c->tok, c->err)) != LP_OK ||
+        (st = read_model_options(c, model)) != LP_OK)
+        return st;
+    return read_merges(c, json_object_get(model, "merges"));
 }
 
 static void set_kind(lp_tokenizer *tok)

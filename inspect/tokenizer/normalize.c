@@ -17,6 +17,15 @@ const char lp_tok_regex_qwen2[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* The end of the POSIX class "[:name:]" starting at p[i] (len when it does not close). */
+static size_t posix_class_end(const char *p, size_t len, size_t i)
+{
+    for (size_t k = i + 2; k + 1 < len; k++)
+        if (p[k] == ':' && p[k + 1] == ']')
+            return k + 2;
+    return len;
+}
+
 /* Oniguruma (the Rust tokenizers' engine) reads "[" inside a character class as a nested class
  * and unites it with the outer one; PCRE2 reads it as a literal "[" and then trips over the
  * rest (BLOOM's " ?[^(\s|[.,!?...])]+"). Flatten nested, non-negated classes into the outer
@@ -52,13 +61,7 @@ static char *flatten_nested_classes(const char *p, size_t len, size_t *out_len)
             continue;
         }
         if (c == '[' && i + 1 < len && p[i + 1] == ':') { /* POSIX [:alpha:] stays */
-            const char *end = NULL;
-            for (size_t k = i + 2; k + 1 < len; k++)
-                if (p[k] == ':' && p[k + 1] == ']') {
-                    end = p + k + 2;
-                    break;
-                }
-            size_t stop = end ? (size_t)(end - p) : len;
+            size_t stop = posix_class_end(p, len, i);
             memcpy(out + n, p + i, stop - i);
             n += stop - i;
             i = stop;
@@ -216,84 +219,89 @@ lp_status lp_tok_replace_all(const pcre2_code *re, const char *lit, size_t lit_l
 
 /* ---- normalizers ----------------------------------------------------------------------------- */
 
+/* Strip: Unicode whitespace off either end. */
+static lp_status norm_strip(const lp_tok_norm *n, const char *cur, size_t cur_len, lp_tok_buf *b)
+{
+    size_t a = 0, e = cur_len;
+    while (n->strip_left && a < e) {
+        size_t j = a;
+        if (!lp_uc_is_space(lp_utf8_next(cur, e, &j)))
+            break;
+        a = j;
+    }
+    while (n->strip_right && e > a) {
+        size_t j;
+        if (!lp_uc_is_space(lp_utf8_prev(cur, e, &j)) || j < a)
+            break;
+        e = j;
+    }
+    lp_tok_buf_put(b, cur + a, e - a);
+    return LP_OK;
+}
+
+/* One normalizer over cur into b (which starts empty); *skip when it leaves cur as it is. */
+static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cur_len,
+                                lp_tok_buf *b, bool *skip)
+{
+    static const lp_uc_form forms[] = {[LP_TOK_NORM_NFC] = LP_UC_NFC,
+                                       [LP_TOK_NORM_NFD] = LP_UC_NFD,
+                                       [LP_TOK_NORM_NFKC] = LP_UC_NFKC,
+                                       [LP_TOK_NORM_NFKD] = LP_UC_NFKD};
+    *skip = false;
+    switch (n->kind) {
+    case LP_TOK_NORM_NFC:
+    case LP_TOK_NORM_NFD:
+    case LP_TOK_NORM_NFKC:
+    case LP_TOK_NORM_NFKD:
+        return lp_uc_normalize(forms[n->kind], cur, cur_len, &b->data, &b->len);
+    case LP_TOK_NORM_LOWERCASE: return lp_uc_lowercase(cur, cur_len, &b->data, &b->len);
+    case LP_TOK_NORM_PREPEND:
+        *skip = cur_len == 0; /* Hugging Face prepends only to non-empty text */
+        lp_tok_buf_put(b, n->pattern, n->pattern_len);
+        lp_tok_buf_put(b, cur, cur_len);
+        return LP_OK;
+    case LP_TOK_NORM_REPLACE:
+        return lp_tok_replace_all(n->re, n->pattern, n->pattern_len, n->content, n->content_len,
+                                  cur, cur_len, b);
+    case LP_TOK_NORM_STRIP: return norm_strip(n, cur, cur_len, b);
+    case LP_TOK_NORM_BYTELEVEL:
+        for (size_t j = 0; j < cur_len; j++) {
+            char u[4];
+            lp_tok_buf_put(b, u, lp_utf8_put(lp_tok_byte_cps()[(unsigned char)cur[j]], u));
+        }
+        return LP_OK;
+    case LP_TOK_NORM_COUNT: break;
+    }
+    *skip = true;
+    return LP_OK;
+}
+
 lp_status lp_tok_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
-                       size_t *out_len)
+                           size_t *out_len)
 {
     char *cur = lp_tok_strndup(s, len);
     if (!cur)
         return LP_ERR_NOMEM;
     size_t cur_len = len;
     for (size_t k = 0; k < tok->n_norms; k++) {
-        const lp_tok_norm *n = &tok->norms[k];
-        char *next = NULL;
-        size_t next_len = 0;
-        lp_status st = LP_OK;
-        switch (n->kind) {
-        case LP_TOK_NORM_NFC: st = lp_uc_normalize(LP_UC_NFC, cur, cur_len, &next, &next_len); break;
-        case LP_TOK_NORM_NFD: st = lp_uc_normalize(LP_UC_NFD, cur, cur_len, &next, &next_len); break;
-        case LP_TOK_NORM_NFKC: st = lp_uc_normalize(LP_UC_NFKC, cur, cur_len, &next, &next_len); break;
-        case LP_TOK_NORM_NFKD: st = lp_uc_normalize(LP_UC_NFKD, cur, cur_len, &next, &next_len); break;
-        case LP_TOK_NORM_LOWERCASE: st = lp_uc_lowercase(cur, cur_len, &next, &next_len); break;
-        case LP_TOK_NORM_PREPEND: {
-            if (cur_len == 0)
-                continue; /* Hugging Face prepends only to non-empty text */
-            lp_tok_buf b = {0};
-            lp_tok_buf_put(&b, n->pattern, n->pattern_len);
-            lp_tok_buf_put(&b, cur, cur_len);
-            st = b.failed ? LP_ERR_NOMEM : LP_OK;
-            next = b.data, next_len = b.len;
-            break;
-        }
-        case LP_TOK_NORM_REPLACE: {
-            lp_tok_buf b = {0};
-            st = lp_tok_replace_all(n->re, n->pattern, n->pattern_len, n->content, n->content_len, cur,
-                             cur_len, &b);
-            if (st == LP_OK && !b.data)
-                lp_tok_buf_put(&b, "", 0);
-            st = st == LP_OK && b.failed ? LP_ERR_NOMEM : st;
-            next = b.data, next_len = b.len;
-            break;
-        }
-        case LP_TOK_NORM_STRIP: {
-            size_t a = 0, e = cur_len;
-            while (n->strip_left && a < e) {
-                size_t j = a;
-                if (!lp_uc_is_space(lp_utf8_next(cur, e, &j)))
-                    break;
-                a = j;
+        lp_tok_buf next = {0};
+        bool skip;
+        lp_status st = normalize_step(&tok->norms[k], cur, cur_len, &next, &skip);
+        if (st == LP_OK && !skip && !next.data)
+            lp_tok_buf_put(&next, "", 0); /* an empty result is still a string */
+        if (st == LP_OK && next.failed)
+            st = LP_ERR_NOMEM;
+        if (st != LP_OK || skip) {
+            lp_tok_buf_free(&next);
+            if (st != LP_OK) {
+                free(cur);
+                return st;
             }
-            while (n->strip_right && e > a) {
-                size_t j;
-                if (!lp_uc_is_space(lp_utf8_prev(cur, e, &j)) || j < a)
-                    break;
-                e = j;
-            }
-            next = lp_tok_strndup(cur + a, e - a);
-            next_len = e - a;
-            st = next ? LP_OK : LP_ERR_NOMEM;
-            break;
-        }
-        case LP_TOK_NORM_BYTELEVEL: {
-            lp_tok_buf b = {0};
-            lp_tok_buf_put(&b, "", 0);
-            for (size_t j = 0; j < cur_len; j++) {
-                char u[4];
-                lp_tok_buf_put(&b, u, lp_utf8_put(lp_tok_byte_cps()[(unsigned char)cur[j]], u));
-            }
-            st = b.failed ? LP_ERR_NOMEM : LP_OK;
-            next = b.data, next_len = b.len;
-            break;
-        }
-        case LP_TOK_NORM_COUNT: break;
-        }
-        if (st != LP_OK) {
-            free(next);
-            free(cur);
-            return st;
+            continue;
         }
         free(cur);
-        cur = next;
-        cur_len = next_len;
+        cur = next.data;
+        cur_len = next.len;
     }
     *out = cur;
     *out_len = cur_len;
@@ -396,13 +404,79 @@ static void apply_behavior(lp_tok_splits *out, const char *s, span *sp, size_t n
         splits_push(out, s + sp[k].start, sp[k].end - sp[k].start);
 }
 
-static lp_status pretokenize_step(const lp_tok_pre *p, const lp_tok_splits *in, bool at_text_start,
-                                  lp_tok_splits *out)
+/* ByteLevel over one piece: the prefix space, GPT-2's regex (when use_regex), then every byte
+ * mapped to its printable stand-in. */
+static lp_status pre_bytelevel(const lp_tok_pre *p, const char *s, size_t len, lp_tok_buf *tmp,
+                               span_vec *spans, lp_tok_splits *out)
+{
+    tmp->len = 0;
+    if (p->add_prefix_space && s[0] != ' ')
+        lp_tok_buf_putc(tmp, ' ');
+    lp_tok_buf_put(tmp, s, len);
+    if (tmp->failed)
+        return LP_ERR_NOMEM;
+    lp_tok_splits parts = {0};
+    lp_status st = LP_OK;
+    if (p->use_regex) {
+        st = find_spans(p->re, NULL, 0, tmp->data, tmp->len, spans);
+        if (st == LP_OK)
+            apply_behavior(&parts, tmp->data, spans->v, spans->n, LP_TOK_SPLIT_ISOLATED, false);
+    } else {
+        splits_push(&parts, tmp->data, tmp->len);
+    }
+    if (parts.failed)
+        st = LP_ERR_NOMEM;
+    const uint32_t *bcp = lp_tok_byte_cps();
+    for (size_t q = 0; q < parts.n && st == LP_OK; q++) {
+        lp_tok_buf mapped = {0};
+        const unsigned char *b = (const unsigned char *)parts.buf.data + parts.off[q];
+        for (size_t j = 0; j < parts.len[q]; j++) {
+            char u[4];
+            lp_tok_buf_put(&mapped, u, lp_utf8_put(bcp[b[j]], u));
+        }
+        if (mapped.failed)
+            st = LP_ERR_NOMEM;
+        else
+            splits_push(out, mapped.data, mapped.len);
+        lp_tok_buf_free(&mapped);
+    }
+    lp_tok_splits_free(&parts);
+    return st;
+}
+
+/* Metaspace over one piece (the k-th): spaces become the replacement, prepended per the scheme,
+ * then split before each replacement. */
+static lp_status pre_metaspace(const lp_tok_pre *p, const char *s, size_t len, bool first,
+                               lp_tok_buf *tmp, span_vec *spans, lp_tok_splits *out)
+{
+    tmp->len = 0;
+    bool starts = len >= p->replacement_len && memcmp(s, p->replacement, p->replacement_len) == 0;
+    /* the replacement of a leading space counts as a leading replacement */
+    bool starts_space = len > 0 && s[0] == ' ';
+    if (!starts && !starts_space &&
+        (p->prepend_scheme == LP_TOK_PREPEND_ALWAYS ||
+         (p->prepend_scheme == LP_TOK_PREPEND_FIRST && first)))
+        lp_tok_buf_put(tmp, p->replacement, p->replacement_len);
+    lp_status st = lp_tok_replace_all(NULL, " ", 1, p->replacement, p->replacement_len, s, len,
+                                      tmp);
+    if (st != LP_OK || !tmp->data)
+        return st;
+    if (!p->split) {
+        splits_push(out, tmp->data, tmp->len);
+        return LP_OK;
+    }
+    st = find_spans(NULL, p->replacement, p->replacement_len, tmp->data, tmp->len, spans);
+    if (st == LP_OK)
+        apply_behavior(out, tmp->data, spans->v, spans->n, LP_TOK_SPLIT_MERGED_WITH_NEXT, false);
+    return st;
+}
+
+static lp_status pretokenize_step(const lp_tok_pre *p, const lp_tok_splits *in,
+                                  bool at_text_start, lp_tok_splits *out)
 {
     span_vec spans = {0};
     lp_tok_buf tmp = {0};
     lp_status st = LP_OK;
-    const uint32_t *bcp = lp_tok_byte_cps();
     for (size_t k = 0; k < in->n && st == LP_OK; k++) {
         const char *s = in->buf.data + in->off[k];
         size_t len = in->len[k];
@@ -416,73 +490,10 @@ static lp_status pretokenize_step(const lp_tok_pre *p, const lp_tok_splits *in, 
             if (st == LP_OK)
                 apply_behavior(out, s, spans.v, spans.n, p->behavior, p->invert);
             break;
-        case LP_TOK_PRE_BYTELEVEL: {
-            tmp.len = 0;
-            if (p->add_prefix_space && s[0] != ' ')
-                lp_tok_buf_putc(&tmp, ' ');
-            lp_tok_buf_put(&tmp, s, len);
-            if (tmp.failed) {
-                st = LP_ERR_NOMEM;
-                break;
-            }
-            lp_tok_splits parts = {0};
-            if (p->use_regex) {
-                st = find_spans(p->re, NULL, 0, tmp.data, tmp.len, &spans);
-                if (st == LP_OK)
-                    apply_behavior(&parts, tmp.data, spans.v, spans.n, LP_TOK_SPLIT_ISOLATED, false);
-            } else {
-                splits_push(&parts, tmp.data, tmp.len);
-            }
-            if (parts.failed)
-                st = LP_ERR_NOMEM;
-            /* map every byte to its printable stand-in */
-            for (size_t q = 0; q < parts.n && st == LP_OK; q++) {
-                lp_tok_buf mapped = {0};
-                const unsigned char *b = (const unsigned char *)parts.buf.data + parts.off[q];
-                for (size_t j = 0; j < parts.len[q]; j++) {
-                    char u[4];
-                    lp_tok_buf_put(&mapped, u, lp_utf8_put(bcp[b[j]], u));
-                }
-                if (mapped.failed)
-                    st = LP_ERR_NOMEM;
-                else
-                    splits_push(out, mapped.data, mapped.len);
-                lp_tok_buf_free(&mapped);
-            }
-            lp_tok_splits_free(&parts);
+        case LP_TOK_PRE_BYTELEVEL: st = pre_bytelevel(p, s, len, &tmp, &spans, out); break;
+        case LP_TOK_PRE_METASPACE:
+            st = pre_metaspace(p, s, len, at_text_start && k == 0, &tmp, &spans, out);
             break;
-        }
-        case LP_TOK_PRE_METASPACE: {
-            tmp.len = 0;
-            bool starts = len >= p->replacement_len &&
-                          memcmp(s, p->replacement, p->replacement_len) == 0;
-            /* the replacement of a leading space counts as a leading replacement */
-            bool starts_space = len > 0 && s[0] == ' ';
-            bool prepend = false;
-            if (!starts && !starts_space) {
-                if (p->prepend_scheme == LP_TOK_PREPEND_ALWAYS)
-                    prepend = true;
-                else if (p->prepend_scheme == LP_TOK_PREPEND_FIRST && at_text_start && k == 0)
-                    prepend = true;
-            }
-            if (prepend)
-                lp_tok_buf_put(&tmp, p->replacement, p->replacement_len);
-            st = lp_tok_replace_all(NULL, " ", 1, p->replacement, p->replacement_len, s, len, &tmp);
-            if (st != LP_OK)
-                break;
-            if (!tmp.data)
-                break;
-            if (p->split) {
-                st = find_spans(NULL, p->replacement, p->replacement_len, tmp.data, tmp.len,
-                                &spans);
-                if (st == LP_OK)
-                    apply_behavior(out, tmp.data, spans.v, spans.n, LP_TOK_SPLIT_MERGED_WITH_NEXT,
-                                   false);
-            } else {
-                splits_push(out, tmp.data, tmp.len);
-            }
-            break;
-        }
         case LP_TOK_PRE_COUNT: break;
         }
     }

@@ -81,10 +81,11 @@ static lp_status load_llama2c(const char *path, lp_tokenizer **out, lp_error *er
 }
 
 /* The loader for a file of this kind; LP_ERR_NOT_FOUND when the file is no tokenizer (JSON
- * without a tokenizer's "model" included). */
-static lp_status load_file(const char *path, lp_tokenizer **out, lp_error *err)
+ * without a tokenizer's "model" included; a GGUF without a vocabulary). */
+static lp_status load_file(const char *path, lp_file_kind kind, lp_tokenizer **out,
+                           lp_error *err)
 {
-    switch (lp_detect_format(path)) {
+    switch (kind) {
     case LP_FILE_GGUF: return lp_tok_load_gguf_path(path, out, err);
     case LP_FILE_LLAMA2C_TOKENIZER: return load_llama2c(path, out, err);
     case LP_FILE_TOKENIZER_JSON:
@@ -103,7 +104,7 @@ static lp_status open_dir(const char *dir, lp_tokenizer **out, lp_error *err)
     for (size_t k = 0; k < 4 && st == LP_ERR_NOT_FOUND; k++) {
         const char *p = candidates[k];
         if (p && lp_path_exists(p) && !lp_path_is_dir(p)) /* (no memory for a name: go on) */
-            st = load_file(p, out, err);
+            st = load_file(p, lp_detect_format(p), out, err);
     }
     for (size_t k = 0; k < 4; k++)
         free(candidates[k]);
@@ -114,11 +115,13 @@ static lp_status open_dir(const char *dir, lp_tokenizer **out, lp_error *err)
     return st;
 }
 
-/* A file: a tokenizer itself, else (a config.json, a checkpoint) the tokenizer beside it. */
+/* A file: a tokenizer itself, else (a config.json, a checkpoint) the tokenizer beside it. A
+ * GGUF named on its own is the tokenizer asked for: its error stands. */
 static lp_status open_file(const char *path, lp_tokenizer **out, lp_error *err)
 {
-    lp_status st = load_file(path, out, err);
-    if (st != LP_ERR_NOT_FOUND)
+    lp_file_kind kind = lp_detect_format(path);
+    lp_status st = load_file(path, kind, out, err);
+    if (st != LP_ERR_NOT_FOUND || kind == LP_FILE_GGUF)
         return st;
     char *dir = folder_of(path);
     if (!dir)

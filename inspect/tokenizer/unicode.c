@@ -313,13 +313,56 @@ static lp_status encode_cps(const cp_vec *vec, char **out, size_t *out_len)
     return LP_OK;
 }
 
+/* Canonical ordering: a stable insertion sort of each run of non-starters by class. */
+static void canonical_order(cp_vec *vec)
+{
+    for (size_t k = 1; k < vec->n; k++) {
+        int cc = lp_uc_ccc_of(vec->v[k]);
+        if (cc == 0)
+            continue;
+        size_t j = k;
+        uint32_t cp = vec->v[k];
+        while (j > 0 && lp_uc_ccc_of(vec->v[j - 1]) > cc) {
+            vec->v[j] = vec->v[j - 1];
+            j--;
+        }
+        vec->v[j] = cp;
+    }
+}
+
+/* Canonical composition (UAX #15): each mark joins the last starter unless blocked. */
+static void compose_all(cp_vec *vec)
+{
+    if (vec->n == 0)
+        return;
+    size_t starter = 0, w = 1;
+    uint32_t starter_cp = vec->v[0];
+    int last_class = lp_uc_ccc_of(starter_cp) ? 256 : 0;
+    for (size_t r = 1; r < vec->n; r++) {
+        uint32_t cp = vec->v[r];
+        int cc = lp_uc_ccc_of(cp);
+        uint32_t composite = last_class == 256 ? 0 : compose_pair(starter_cp, cp);
+        if (composite && (last_class < cc || last_class == 0)) {
+            vec->v[starter] = composite;
+            starter_cp = composite;
+            continue;
+        }
+        if (cc == 0) {
+            starter = w;
+            starter_cp = cp;
+        }
+        last_class = cc;
+        vec->v[w++] = cp;
+    }
+    vec->n = w;
+}
+
 lp_status lp_uc_normalize(lp_uc_form form, const char *s, size_t len, char **out,
                           size_t *out_len)
 {
     if (is_ascii(s, len))
         return copy_out(s, len, out, out_len);
     bool compat = form == LP_UC_NFKC || form == LP_UC_NFKD;
-    bool compose = form == LP_UC_NFC || form == LP_UC_NFKC;
     cp_vec vec = {0};
     size_t i = 0;
     while (i < len) {
@@ -334,44 +377,9 @@ lp_status lp_uc_normalize(lp_uc_form form, const char *s, size_t len, char **out
         free(vec.v);
         return LP_ERR_NOMEM;
     }
-    /* Canonical ordering: a stable insertion sort of each run of non-starters by class. */
-    for (size_t k = 1; k < vec.n; k++) {
-        int cc = lp_uc_ccc_of(vec.v[k]);
-        if (cc == 0)
-            continue;
-        size_t j = k;
-        uint32_t cp = vec.v[k];
-        while (j > 0) {
-            int prev = lp_uc_ccc_of(vec.v[j - 1]);
-            if (prev <= cc)
-                break;
-            vec.v[j] = vec.v[j - 1];
-            j--;
-        }
-        vec.v[j] = cp;
-    }
-    if (compose && vec.n > 0) {
-        size_t starter = 0, w = 1;
-        uint32_t starter_cp = vec.v[0];
-        int last_class = lp_uc_ccc_of(starter_cp) ? 256 : 0;
-        for (size_t r = 1; r < vec.n; r++) {
-            uint32_t cp = vec.v[r];
-            int cc = lp_uc_ccc_of(cp);
-            uint32_t composite = last_class == 256 ? 0 : compose_pair(starter_cp, cp);
-            if (composite && (last_class < cc || last_class == 0)) {
-                vec.v[starter] = composite;
-                starter_cp = composite;
-                continue;
-            }
-            if (cc == 0) {
-                starter = w;
-                starter_cp = cp;
-            }
-            last_class = cc;
-            vec.v[w++] = cp;
-        }
-        vec.n = w;
-    }
+    canonical_order(&vec);
+    if (form == LP_UC_NFC || form == LP_UC_NFKC)
+        compose_all(&vec);
     lp_status st = encode_cps(&vec, out, out_len);
     free(vec.v);
     return st;
