@@ -5,30 +5,47 @@
 #include <string.h>
 
 #include "core/cli/cli.h"
+#include "core/cli/input.h"
 #include "core/mapfile.h"
 #include "inspect/tokenizer/tokenizer.h"
 
-#define TOKENIZE_USAGE                                                                          \
-    "usage: loupe tokenize TOKENIZER_OR_MODEL (--text TEXT | --prompt-file FILE | --tokens IDS)\n" \
-    "                      [--tokenizer FILE] [--no-special] [--json]\n"                        \
-    "\n"                                                                                        \
-    "Encode text with a model's tokenizer (ids equal Hugging Face's), or decode ids.\n"         \
-    "\n"                                                                                        \
-    "TOKENIZER_OR_MODEL  tokenizer.json, a llama2.c tokenizer .bin, a .gguf, or a model folder\n" \
-    "                    or file with a tokenizer.json (or tokenizer.bin, tok*.bin, .gguf)\n"   \
-    "                    beside it\n"                                                           \
-    "--tokenizer FILE    use this tokenizer instead (needed for llama2.c checkpoints)\n"        \
-    "--text TEXT         the text to encode (--prompt is the same)\n"                           \
-    "--prompt-file FILE  encode the file's bytes (one final \\n or \\r\\n is dropped, as in trace)\n" \
-    "--tokens 1,2,3      decode these ids instead: pieces, labels and the decoded text\n"       \
-    "--no-special        do not add the post-processor's tokens (BOS ...); when decoding,\n"    \
-    "                    skip special tokens\n"                                                 \
-    "--json              {\"ids\": [...], \"pieces\": [...]} (with --tokens also \"text\")\n"  \
-    "\n"                                                                                        \
-    "Text output: one row per token: position, id, label (the text the token stands for,\n"     \
-    "quoted; newline as \\n, tab as \\t, bytes that are not UTF-8 as \\xNN) and the stored\n"   \
-    "piece. Exit status: 0 ok, 2 bad usage or unreadable input.\n"
+typedef struct tokenize_opts {
+    lp_input_opts input; /* --prompt (also --text), --prompt-file, --tokens, --tokenizer */
+    bool no_special;
+    bool json;
+} tokenize_opts;
 
+static const lp_option tokenize_options[] = {
+    LP_OPT_STRING_OF(tokenize_opts, input.prompt, "text", "TEXT",
+                     "the text to encode (--prompt is the same)"),
+    LP_OPT_TABLE_OF(tokenize_opts, input, lp_input_options),
+    LP_OPT_FLAG_OF(tokenize_opts, no_special, "no-special",
+                   "do not add the post-processor's tokens (BOS ...); when decoding, skip\n"
+                   "special tokens"),
+    LP_OPT_FLAG_OF(tokenize_opts, json, "json",
+                   "{\"ids\": [...], \"pieces\": [...]} (with --tokens also \"text\")"),
+    LP_OPT_END_OF_TABLE,
+};
+
+static const lp_cli_spec tokenize_spec = {
+    .name = "tokenize",
+    .summary = "tokenize text with a model's tokenizer",
+    .synopsis = "TOKENIZER_OR_MODEL (--text TEXT | --prompt-file FILE | --tokens IDS) [options]",
+    .description =
+        "Encode text with a model's tokenizer (ids equal Hugging Face's), or decode ids.\n"
+        "\n"
+        "TOKENIZER_OR_MODEL is tokenizer.json, a llama2.c tokenizer .bin, a .gguf, or a model\n"
+        "folder or file with a tokenizer.json (or tokenizer.bin, tok*.bin, .gguf) beside it; it\n"
+        "may be left out when --tokenizer names the tokenizer (needed for llama2.c checkpoints).\n"
+        "--tokens decodes the ids instead: pieces, labels and the decoded text.",
+    .options = tokenize_options,
+    .min_positional = 0,
+    .max_positional = 1,
+    .notes =
+        "Text output: one row per token: position, id, label (the text the token stands for,\n"
+        "quoted; newline as \\n, tab as \\t, bytes that are not UTF-8 as \\xNN) and the stored\n"
+        "piece. Exit status: 0 ok, 2 bad usage or unreadable input.",
+};
 
 static void json_string(FILE *out, const char *s)
 {
@@ -115,82 +132,134 @@ static bool first_out_of_range(const int32_t *ids, size_t n, int64_t n_vocab, si
     return false;
 }
 
+/* The label column's width: the widest label in code points, quotes included, up to 24. */
+static size_t label_width(const lp_tokenizer *tok, const int32_t *ids, size_t n_ids)
+{
+    size_t width = 5;
+    for (size_t k = 0; k < n_ids; k++) {
+        char *label = lp_tokenizer_label(tok, ids[k]);
+        size_t w = label ? display_width(label) + 2 : 3;
+        if (w > width)
+            width = w > 24 ? 24 : w;
+        free(label);
+    }
+    return width;
+}
+
+static void print_json(const lp_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                       const char *decoded)
+{
+    fputs("{\"ids\": [", stdout);
+    for (size_t k = 0; k < n_ids; k++)
+        printf("%s%d", k ? ", " : "", ids[k]);
+    fputs("], \"pieces\": [", stdout);
+    for (size_t k = 0; k < n_ids; k++) {
+        fputs(k ? ", " : "", stdout);
+        json_string(stdout, lp_tokenizer_piece(tok, ids[k]));
+    }
+    fputs("]", stdout);
+    if (decoded) {
+        fputs(", \"text\": ", stdout);
+        json_string(stdout, decoded);
+    }
+    fputs("}\n", stdout);
+}
+
+/* One row per token (labels padded so the pieces line up), then the text or the ids. */
+static void print_table(const lp_tokenizer *tok, const char *source, const int32_t *ids,
+                        size_t n_ids, const char *decoded)
+{
+    printf("tokenizer: %s (%s, %lld ids)\n", source, lp_tokenizer_kind(tok),
+           (long long)lp_tokenizer_vocab_size(tok));
+    printf("%zu tokens\n", n_ids);
+    size_t width = label_width(tok, ids, n_ids);
+    if (n_ids)
+        printf("%6s %8s  %-*s  %s\n", "pos", "id", (int)width, "label", "piece");
+    for (size_t k = 0; k < n_ids; k++) {
+        char *label = lp_tokenizer_label(tok, ids[k]);
+        printf("%6zu %8d  \"%s\"", k, ids[k], label ? label : "?");
+        for (size_t w = (label ? display_width(label) : 1) + 2; w < width; w++)
+            putchar(' ');
+        fputs("  ", stdout);
+        print_piece(stdout, lp_tokenizer_piece(tok, ids[k]));
+        putchar('\n');
+        free(label);
+    }
+    if (decoded) {
+        printf("text: ");
+        print_piece(stdout, decoded);
+        putchar('\n');
+        return;
+    }
+    printf("ids:");
+    for (size_t k = 0; k < n_ids; k++)
+        printf(" %d", ids[k]);
+    putchar('\n');
+}
+
+/* --tokens: parse, check against the vocabulary, decode. Returns an exit status. */
+static int decode_ids(const lp_tokenizer *tok, const tokenize_opts *o, int32_t **ids,
+                      size_t *n_ids, char **decoded)
+{
+    lp_error err = {0};
+    int64_t n_vocab = lp_tokenizer_vocab_size(tok);
+    size_t bad = 0;
+    if (lp_parse_token_ids(o->input.tokens, ids, n_ids, &err) != LP_OK)
+        return lp_cli_fail("tokenize", &err);
+    if (first_out_of_range(*ids, *n_ids, n_vocab, &bad))
+        return lp_cli_usage_error("tokenize", "--tokens: id %d (entry %zu) is outside the "
+                                  "vocabulary [0, %lld)", (int)(*ids)[bad], bad,
+                                  (long long)n_vocab);
+    if (lp_tokenizer_decode(tok, *ids, *n_ids, o->no_special, decoded, &err) != LP_OK)
+        return lp_cli_fail("tokenize", &err);
+    return LP_EXIT_OK;
+}
+
+/* The text to encode: --text/--prompt, or --prompt-file's contents (*file_text, caller frees).
+ * Returns an exit status. */
+static int read_text(const tokenize_opts *o, const char **text, size_t *len, char **file_text)
+{
+    lp_error err = {0};
+    *file_text = NULL;
+    *text = o->input.prompt;
+    *len = *text ? strlen(*text) : 0;
+    if (!o->input.prompt_file)
+        return LP_EXIT_OK;
+    if (lp_read_prompt_file(o->input.prompt_file, file_text, len, &err) != LP_OK)
+        return lp_cli_fail("tokenize", &err);
+    *text = *file_text;
+    return LP_EXIT_OK;
+}
+
 static int run_tokenize(int argc, char **argv)
 {
     const char *cmd = "tokenize";
-    const char *source = NULL, *tokenizer_path = NULL, *text = NULL, *prompt_file = NULL;
-    const char *tokens = NULL;
-    bool no_special = false, json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if (lp_cli_flag(argv[i], "--help") || lp_cli_flag(argv[i], "-h")) {
-            fputs(TOKENIZE_USAGE, stdout);
-            return LP_EXIT_OK;
-        }
-        if (lp_cli_flag(argv[i], "--no-special")) {
-            no_special = true;
-            continue;
-        }
-        if (lp_cli_flag(argv[i], "--json")) {
-            json = true;
-            continue;
-        }
-        if ((r = lp_cli_option(cmd, argc, argv, &i, "--text", &v)) != 0 ||
-            (r = lp_cli_option(cmd, argc, argv, &i, "--prompt", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (text || prompt_file || tokens)
-                return lp_cli_usage_error(cmd, "give only one of --text, --prompt-file, --tokens");
-            text = v;
-            continue;
-        }
-        if ((r = lp_cli_option(cmd, argc, argv, &i, "--prompt-file", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (text || prompt_file || tokens)
-                return lp_cli_usage_error(cmd, "give only one of --text, --prompt-file, --tokens");
-            prompt_file = v;
-            continue;
-        }
-        if ((r = lp_cli_option(cmd, argc, argv, &i, "--tokens", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (text || prompt_file || tokens)
-                return lp_cli_usage_error(cmd, "give only one of --text, --prompt-file, --tokens");
-            tokens = v;
-            continue;
-        }
-        if ((r = lp_cli_option(cmd, argc, argv, &i, "--tokenizer", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            tokenizer_path = v;
-            continue;
-        }
-        if (argv[i][0] == '-' && argv[i][1] != '\0')
-            return lp_cli_usage_error(cmd, "unknown option '%s' (see loupe help tokenize)",
-                                      argv[i]);
-        if (source)
-            return lp_cli_usage_error(cmd, "more than one TOKENIZER_OR_MODEL: '%s' and '%s'",
-                                      source, argv[i]);
-        source = argv[i];
-    }
-    if (!source && !tokenizer_path)
+    tokenize_opts o = {0};
+    const char *pos[LP_CLI_MAX_POSITIONAL];
+    int n_pos = 0;
+    int rc = lp_cli_parse(&tokenize_spec, argc, argv, &o, pos, &n_pos);
+    if (rc != LP_CLI_PARSED)
+        return rc;
+    const char *source = n_pos ? pos[0] : NULL;
+    int n_given = (o.input.prompt != NULL) + (o.input.prompt_file != NULL) +
+                  (o.input.tokens != NULL);
+    if (n_given > 1)
+        return lp_cli_usage_error(cmd, "give only one of --text, --prompt-file, --tokens");
+    if (!source && !o.input.tokenizer)
         return lp_cli_usage_error(cmd, "no TOKENIZER_OR_MODEL given (see loupe help tokenize)");
-    if (!text && !prompt_file && !tokens)
+    if (n_given == 0)
         return lp_cli_usage_error(cmd, "nothing to do: give --text TEXT, --prompt-file FILE or "
                                   "--tokens IDS");
-
+    /* the prompt file is read before the tokenizer is opened, so that its errors come first */
+    const char *text;
+    size_t text_len;
+    char *file_text;
+    if ((rc = read_text(&o, &text, &text_len, &file_text)) != LP_EXIT_OK)
+        return rc;
     lp_error err = {0};
-    char *file_text = NULL;
-    size_t text_len = text ? strlen(text) : 0;
-    if (prompt_file) {
-        if (lp_read_prompt_file(prompt_file, &file_text, &text_len, &err) != LP_OK)
-            return lp_cli_fail(cmd, &err);
-        text = file_text;
-    }
     lp_tokenizer *tok;
-    if (lp_tokenizer_open(tokenizer_path ? tokenizer_path : source, &tok, &err) != LP_OK) {
+    const char *tok_path = o.input.tokenizer ? o.input.tokenizer : source;
+    if (lp_tokenizer_open(tok_path, &tok, &err) != LP_OK) {
         free(file_text);
         return lp_cli_fail(cmd, &err);
     }
@@ -198,84 +267,19 @@ static int run_tokenize(int argc, char **argv)
     size_t n_ids = 0;
     char *decoded = NULL;
     int status = LP_EXIT_OK;
-    if (tokens) {
-        int64_t n_vocab = lp_tokenizer_vocab_size(tok);
-        size_t bad = 0;
-        if (lp_parse_token_ids(tokens, &ids, &n_ids, &err) != LP_OK) {
-            status = lp_cli_fail(cmd, &err);
-        } else if (first_out_of_range(ids, n_ids, n_vocab, &bad)) {
-            status = lp_cli_usage_error(cmd, "--tokens: id %d (entry %zu) is outside the "
-                                        "vocabulary [0, %lld)", (int)ids[bad], bad,
-                                        (long long)n_vocab);
-        } else if (lp_tokenizer_decode(tok, ids, n_ids, no_special, &decoded, &err) != LP_OK) {
-            status = lp_cli_fail(cmd, &err);
-        }
-    } else if (lp_tokenizer_encode(tok, text, text_len, !no_special, &ids, &n_ids, &err) !=
-               LP_OK) {
+    if (o.input.tokens)
+        status = decode_ids(tok, &o, &ids, &n_ids, &decoded);
+    else if (lp_tokenizer_encode(tok, text, text_len, !o.no_special, &ids, &n_ids, &err) != LP_OK)
         status = lp_cli_fail(cmd, &err);
-    }
-    if (status == LP_EXIT_OK && json) {
-        fputs("{\"ids\": [", stdout);
-        for (size_t k = 0; k < n_ids; k++)
-            printf("%s%d", k ? ", " : "", ids[k]);
-        fputs("], \"pieces\": [", stdout);
-        for (size_t k = 0; k < n_ids; k++) {
-            fputs(k ? ", " : "", stdout);
-            json_string(stdout, lp_tokenizer_piece(tok, ids[k]));
-        }
-        fputs("]", stdout);
-        if (decoded) {
-            fputs(", \"text\": ", stdout);
-            json_string(stdout, decoded);
-        }
-        fputs("}\n", stdout);
-    } else if (status == LP_EXIT_OK) {
-        printf("tokenizer: %s (%s, %lld ids)\n", tokenizer_path ? tokenizer_path : source,
-               lp_tokenizer_kind(tok), (long long)lp_tokenizer_vocab_size(tok));
-        printf("%zu tokens\n", n_ids);
-        /* labels padded to the widest (in code points, up to 24) so pieces line up */
-        size_t width = 5;
-        for (size_t k = 0; k < n_ids; k++) {
-            char *label = lp_tokenizer_label(tok, ids[k]);
-            size_t w = label ? display_width(label) + 2 : 3;
-            if (w > width)
-                width = w > 24 ? 24 : w;
-            free(label);
-        }
-        if (n_ids)
-            printf("%6s %8s  %-*s  %s\n", "pos", "id", (int)width, "label", "piece");
-        for (size_t k = 0; k < n_ids; k++) {
-            char *label = lp_tokenizer_label(tok, ids[k]);
-            printf("%6zu %8d  \"%s\"", k, ids[k], label ? label : "?");
-            for (size_t w = (label ? display_width(label) : 1) + 2; w < width; w++)
-                putchar(' ');
-            fputs("  ", stdout);
-            print_piece(stdout, lp_tokenizer_piece(tok, ids[k]));
-            putchar('\n');
-            free(label);
-        }
-        if (decoded) {
-            printf("text: ");
-            print_piece(stdout, decoded);
-            putchar('\n');
-        } else {
-            printf("ids:");
-            for (size_t k = 0; k < n_ids; k++)
-                printf(" %d", ids[k]);
-            putchar('\n');
-        }
-    }
+    if (status == LP_EXIT_OK && o.json)
+        print_json(tok, ids, n_ids, decoded);
+    else if (status == LP_EXIT_OK)
+        print_table(tok, tok_path, ids, n_ids, decoded);
     free(decoded);
     free(ids);
     free(file_text);
     lp_tokenizer_close(tok);
     return status;
 }
-
-static const lp_cli_spec tokenize_spec = {
-    .name = "tokenize",
-    .summary = "tokenize text with a model's tokenizer",
-    .legacy_usage = TOKENIZE_USAGE,
-};
 
 const lp_command lp_command_tokenize = {&tokenize_spec, run_tokenize};
