@@ -98,60 +98,61 @@ static void print_totals(const char *title, json_t *by)
     }
 }
 
-/* The table straight from the catalogue and the stats array (NULL without --stats). */
-static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *stats)
+/* The name column: the longest name, at least 4 and at most 60 wide. */
+static int name_width(const lp_weights *w)
 {
-    printf("path          %s\n", json_string_value(json_object_get(r, "path")));
-    printf("format        %s (%zu file%s)\n", json_string_value(json_object_get(r, "format")),
-           json_array_size(json_object_get(r, "files")),
-           json_array_size(json_object_get(r, "files")) == 1 ? "" : "s");
-    const lp_arch *arch = lp_weights_arch(w);
-    const char *note = lp_weights_arch_note(w);
-    size_t n_tensors = lp_weights_count(w);
-    if (arch)
-        print_arch(arch);
-    else
-        printf("architecture  none found%s%s\n", note[0] ? ": " : "", note);
-    size_t name_w = 4;
-    for (size_t i = 0; i < n_tensors; i++) {
+    size_t width = 4;
+    for (size_t i = 0; i < lp_weights_count(w); i++) {
         size_t len = strlen(lp_weights_tensor(w, i)->name);
-        name_w = len > name_w ? len : name_w;
+        width = len > width ? len : width;
     }
-    if (name_w > 60)
-        name_w = 60;
-    printf("\ntensors (%zu)\n", n_tensors);
-    printf("  %-*s  %-22s %-8s %-20s %12s %12s", (int)name_w, "name", "role", "dtype", "shape",
+    return width > 60 ? 60 : (int)width;
+}
+
+static void print_stats(const lp_tensor_stats *s)
+{
+    if (s->n_finite > 0) {
+        double absmax = fabs(s->min) > fabs(s->max) ? fabs(s->min) : fabs(s->max);
+        double values[5] = {s->min, s->max, s->mean, sqrt(s->m2 / (double)s->n_finite), absmax};
+        for (int k = 0; k < 5; k++)
+            printf(" %11.4g", values[k]);
+    } else {
+        for (int k = 0; k < 5; k++)
+            printf(" %11s", "-");
+    }
+    printf(" %6" PRId64 " %6" PRId64, s->n_nan, s->n_inf);
+}
+
+/* The table straight from the catalogue and the stats array (NULL without --stats). */
+static void print_tensors(const lp_weights *w, const lp_tensor_stats *stats)
+{
+    int name_w = name_width(w);
+    printf("\ntensors (%zu)\n", lp_weights_count(w));
+    printf("  %-*s  %-22s %-8s %-20s %12s %12s", name_w, "name", "role", "dtype", "shape",
            "params", "bytes");
     if (stats)
         printf(" %11s %11s %11s %11s %11s %6s %6s", "min", "max", "mean", "std", "absmax", "nan",
                "inf");
     printf("\n");
-    for (size_t i = 0; i < n_tensors; i++) {
+    for (size_t i = 0; i < lp_weights_count(w); i++) {
         const lp_tensor *t = lp_weights_tensor(w, i);
         char role[64], shape[96], p[32];
         lp_format_shape(shape, sizeof shape, t->shape, t->n_dims);
         if (t->transposed) /* GPT-2 Conv1D */
             strncat(shape, " in,out", sizeof shape - strlen(shape) - 1);
         format_role(role, sizeof role, t);
-        printf("  %-*s  %-22s %-8s %-20s %12s %12" PRId64, (int)name_w, t->name, role,
+        printf("  %-*s  %-22s %-8s %-20s %12s %12" PRId64, name_w, t->name, role,
                lp_dtype_name(t->dtype), shape, lp_format_int(t->n_elements, p, sizeof p),
                (int64_t)t->n_bytes);
-        if (stats) {
-            const lp_tensor_stats *s = &stats[i];
-            if (s->n_finite > 0) {
-                double absmax = fabs(s->min) > fabs(s->max) ? fabs(s->min) : fabs(s->max);
-                double values[5] = {s->min, s->max, s->mean, sqrt(s->m2 / (double)s->n_finite),
-                                    absmax};
-                for (int k = 0; k < 5; k++)
-                    printf(" %11.4g", values[k]);
-            } else {
-                for (int k = 0; k < 5; k++)
-                    printf(" %11s", "-");
-            }
-            printf(" %6" PRId64 " %6" PRId64, s->n_nan, s->n_inf);
-        }
+        if (stats)
+            print_stats(&stats[i]);
         printf("\n");
     }
+}
+
+/* Totals, tied embeddings and the checks, from the report. */
+static void print_summary(json_t *r)
+{
     json_t *params = json_object_get(r, "params");
     print_totals("totals by dtype", json_object_get(params, "by_dtype"));
     print_totals("totals by role", json_object_get(params, "by_role"));
@@ -173,6 +174,22 @@ static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *st
     }
 }
 
+static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *stats)
+{
+    size_t n_files = json_array_size(json_object_get(r, "files"));
+    printf("path          %s\n", json_string_value(json_object_get(r, "path")));
+    printf("format        %s (%zu file%s)\n", json_string_value(json_object_get(r, "format")),
+           n_files, n_files == 1 ? "" : "s");
+    const lp_arch *arch = lp_weights_arch(w);
+    const char *note = lp_weights_arch_note(w);
+    if (arch)
+        print_arch(arch);
+    else
+        printf("architecture  none found%s%s\n", note[0] ? ": " : "", note);
+    print_tensors(w, stats);
+    print_summary(r);
+}
+
 /* ---- the command ---------------------------------------------------------------------------- */
 
 /* A description without weights (config.json, a card), by lp_detect_format. */
@@ -181,6 +198,34 @@ static bool is_config_path(const char *path)
     lp_file_kind kind = lp_detect_format(path);
     return kind == LP_FILE_CONFIG_JSON || kind == LP_FILE_TOKENIZER_JSON ||
            kind == LP_FILE_YAML_CARD;
+}
+
+/* --json of a description without weights: the members a weights report has, empty. */
+static int print_config_json(const char *path, const lp_arch *arch)
+{
+    json_t *r = json_object();
+    json_t *params = json_object();
+    if (r && params) {
+        json_object_set_new(r, "path", json_string(path));
+        json_object_set_new(r, "format", json_string("config"));
+        json_object_set_new(r, "architecture", lp_arch_to_json(arch));
+        json_object_set_new(params, "total", json_integer(0));
+        json_object_set_new(r, "params", params);
+        json_object_set_new(r, "tensors", json_array());
+        json_object_set_new(r, "checks", json_array());
+    } else {
+        json_decref(params);
+    }
+    char *text = r ? json_dumps(r, JSON_INDENT(2)) : NULL;
+    json_decref(r);
+    if (!text) {
+        lp_error err = {0};
+        lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
+        return lp_cli_fail("inspect", &err);
+    }
+    puts(text);
+    free(text);
+    return LP_EXIT_OK;
 }
 
 /* A config file (or a folder with config.json and no weights): the architecture alone. */
@@ -192,35 +237,17 @@ static int inspect_config(const char *path, bool json)
         lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
         return lp_cli_fail("inspect", &err);
     }
+    int rc = LP_EXIT_OK;
     if (lp_arch_load(path, arch, &err) != LP_OK) {
-        free(arch);
-        return lp_cli_fail("inspect", &err);
-    }
-    if (json) {
-        json_t *r = json_object();
-        json_object_set_new(r, "path", json_string(path));
-        json_object_set_new(r, "format", json_string("config"));
-        json_object_set_new(r, "architecture", lp_arch_to_json(arch));
-        json_t *params = json_object();
-        json_object_set_new(params, "total", json_integer(0));
-        json_object_set_new(r, "params", params);
-        json_object_set_new(r, "tensors", json_array());
-        json_object_set_new(r, "checks", json_array());
-        char *text = json_dumps(r, JSON_INDENT(2));
-        json_decref(r);
-        if (!text) {
-            free(arch);
-            lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
-            return lp_cli_fail("inspect", &err);
-        }
-        puts(text);
-        free(text);
+        rc = lp_cli_fail("inspect", &err);
+    } else if (json) {
+        rc = print_config_json(path, arch);
     } else {
         printf("path          %s\nformat        config (no weights)\n", path);
         print_arch(arch);
     }
     free(arch);
-    return LP_EXIT_OK;
+    return rc;
 }
 
 static int run_inspect(int argc, char **argv)

@@ -48,18 +48,16 @@ static inline float key_float(int32_t key)
     return v;
 }
 
-static void chunk_stats(const float *x, int64_t n, lp_tensor_stats *out)
-{
+/* The lanes' partial results over one chunk. */
+typedef struct lane_stats {
     int32_t lo[LANES], hi[LANES], fin[LANES], nan_count[LANES];
     double sum[LANES], m2[LANES];
-    for (int j = 0; j < LANES; j++) {
-        lo[j] = INT32_MAX;
-        hi[j] = INT32_MIN;
-        fin[j] = nan_count[j] = 0;
-        sum[j] = m2[j] = 0.0;
-    }
+} lane_stats;
+
+/* Pass 1: counts and extremes, all integer. */
+static inline void lanes_extremes(const float *x, int64_t n, lane_stats *ls)
+{
     int64_t n_full = n - n % LANES;
-    /* pass 1: counts and extremes, all integer */
     for (int64_t i = 0; i < n; i += LANES) {
         int lanes = i < n_full ? LANES : (int)(n - i);
         for (int j = 0; j < LANES; j++) {
@@ -70,39 +68,20 @@ static void chunk_stats(const float *x, int64_t n, lp_tensor_stats *out)
             int32_t key = float_key(u);
             int32_t klo = (key & ~special) | (INT32_MAX & special);
             int32_t khi = (key & ~special) | (INT32_MIN & special);
-            lo[j] = klo < lo[j] ? klo : lo[j];
-            hi[j] = khi > hi[j] ? khi : hi[j];
-            fin[j] += 1 + special;
-            nan_count[j] += (u & 0x7fffffffu) > 0x7f800000u;
+            ls->lo[j] = klo < ls->lo[j] ? klo : ls->lo[j];
+            ls->hi[j] = khi > ls->hi[j] ? khi : ls->hi[j];
+            ls->fin[j] += 1 + special;
+            ls->nan_count[j] += (u & 0x7fffffffu) > 0x7f800000u;
         }
     }
-    /* pass 2: the sum of the finite values, in double */
-    for (int64_t i = 0; i < n_full; i += LANES) {
-        for (int j = 0; j < LANES; j++) {
-            uint32_t u;
-            memcpy(&u, &x[i + j], 4);
-            uint32_t keep = (u & 0x7f800000u) == 0x7f800000u ? 0u : 0xffffffffu;
-            uint32_t w = u & keep;
-            float v;
-            memcpy(&v, &w, 4);
-            sum[j] += (double)v;
-        }
-    }
-    for (int64_t i = n_full; i < n; i++)
-        if (((lp_load_u32(&x[i])) & 0x7f800000u) != 0x7f800000u)
-            sum[0] += (double)x[i];
-    int64_t n_fin = 0, n_nan = 0;
-    int32_t klo = INT32_MAX, khi = INT32_MIN;
-    double total = 0.0;
-    for (int j = 0; j < LANES; j++) {
-        n_fin += fin[j];
-        n_nan += nan_count[j];
-        klo = lo[j] < klo ? lo[j] : klo;
-        khi = hi[j] > khi ? hi[j] : khi;
-        total += sum[j];
-    }
-    double mean = n_fin ? total / (double)n_fin : 0.0;
-    /* pass 3 over the chunk (still in cache): squared deviations, no cancellation */
+}
+
+/* Pass 2 (mean 0, sums) or pass 3 (squared deviations from mean, no cancellation) over the
+ * finite values; the chunk is still in cache. */
+static inline void lanes_moment(const float *x, int64_t n, bool squares, double mean,
+                                double acc[LANES])
+{
+    int64_t n_full = n - n % LANES;
     for (int64_t i = 0; i < n_full; i += LANES) {
         for (int j = 0; j < LANES; j++) {
             uint32_t u;
@@ -112,33 +91,63 @@ static void chunk_stats(const float *x, int64_t n, lp_tensor_stats *out)
             float v;
             memcpy(&v, &w, 4);
             double d = ((double)v - mean) * (double)(keep & 1u);
-            m2[j] += d * d;
+            acc[j] += squares ? d * d : (double)v;
         }
     }
     for (int64_t i = n_full; i < n; i++)
         if (((lp_load_u32(&x[i])) & 0x7f800000u) != 0x7f800000u)
-            m2[0] += ((double)x[i] - mean) * ((double)x[i] - mean);
+            acc[0] += squares ? ((double)x[i] - mean) * ((double)x[i] - mean) : (double)x[i];
+}
+
+/* Merge one chunk's results into the running totals (Chan et al.'s pairwise update). */
+static void merge_chunk(lp_tensor_stats *out, int64_t n_fin, double mean, double m2, double lo,
+                        double hi)
+{
+    if (n_fin == 0)
+        return;
+    if (out->n_finite == 0) {
+        out->mean = mean;
+        out->m2 = m2;
+        out->min = lo;
+        out->max = hi;
+    } else {
+        double na = (double)out->n_finite, nb = (double)n_fin;
+        double delta = mean - out->mean;
+        out->mean += delta * nb / (na + nb);
+        out->m2 += m2 + delta * delta * na * nb / (na + nb);
+        out->min = lo < out->min ? lo : out->min;
+        out->max = hi > out->max ? hi : out->max;
+    }
+    out->n_finite += n_fin;
+}
+
+static void chunk_stats(const float *x, int64_t n, lp_tensor_stats *out)
+{
+    lane_stats ls;
+    for (int j = 0; j < LANES; j++) {
+        ls.lo[j] = INT32_MAX;
+        ls.hi[j] = INT32_MIN;
+        ls.fin[j] = ls.nan_count[j] = 0;
+        ls.sum[j] = ls.m2[j] = 0.0;
+    }
+    lanes_extremes(x, n, &ls);
+    lanes_moment(x, n, false, 0.0, ls.sum);
+    int64_t n_fin = 0, n_nan = 0;
+    int32_t klo = INT32_MAX, khi = INT32_MIN;
+    double total = 0.0;
+    for (int j = 0; j < LANES; j++) {
+        n_fin += ls.fin[j];
+        n_nan += ls.nan_count[j];
+        klo = ls.lo[j] < klo ? ls.lo[j] : klo;
+        khi = ls.hi[j] > khi ? ls.hi[j] : khi;
+        total += ls.sum[j];
+    }
+    double mean = n_fin ? total / (double)n_fin : 0.0;
+    lanes_moment(x, n, true, mean, ls.m2);
     double chunk_m2 = 0.0;
     for (int j = 0; j < LANES; j++)
-        chunk_m2 += m2[j];
-    double chunk_min = (double)key_float(klo), chunk_max = (double)key_float(khi);
-    /* merge into the running totals (Chan et al.'s pairwise update) */
-    if (n_fin > 0) {
-        if (out->n_finite == 0) {
-            out->mean = mean;
-            out->m2 = chunk_m2;
-            out->min = chunk_min;
-            out->max = chunk_max;
-        } else {
-            double na = (double)out->n_finite, nb = (double)n_fin;
-            double delta = mean - out->mean;
-            out->mean += delta * nb / (na + nb);
-            out->m2 += chunk_m2 + delta * delta * na * nb / (na + nb);
-            out->min = chunk_min < out->min ? chunk_min : out->min;
-            out->max = chunk_max > out->max ? chunk_max : out->max;
-        }
-        out->n_finite += n_fin;
-    }
+        chunk_m2 += ls.m2[j];
+    merge_chunk(out, n_fin, mean, chunk_m2, (double)key_float(klo), (double)key_float(khi));
     out->n_nan += n_nan;
     out->n_inf += n - n_fin - n_nan;
 }
@@ -295,6 +304,83 @@ static void want_experts(expect_ctx *c, lp_role role, int layer)
         want(c, role, layer, (int)e, false, true);
 }
 
+/* One layer's attention: its norms, q/k/v (fused or apart, or MLA's low-rank factors), output
+ * and q/k norms. */
+static void walk_attention(expect_ctx *c, int l)
+{
+    const lp_arch *a = c->a;
+    if (!a->no_input_norm)
+        want_norm(c, LP_ROLE_ATTN_NORM, l);
+    if (!a->no_input_norm && (!a->parallel_block || a->parallel_two_norms))
+        want_norm(c, LP_ROLE_FFN_NORM, l);
+    if (a->post_attn_norm || a->no_input_norm)
+        want_norm(c, LP_ROLE_ATTN_POST_NORM, l);
+    if (a->post_ffn_norm || a->no_input_norm)
+        want_norm(c, LP_ROLE_FFN_POST_NORM, l);
+    if (a->mla && a->q_lora_rank > 0) {
+        want_linear(c, LP_ROLE_ATTN_Q_A, l, -1, false);
+        want_norm(c, LP_ROLE_ATTN_Q_A_NORM, l);
+        want_linear(c, LP_ROLE_ATTN_Q_B, l, -1, false);
+    } else if (a->mla) {
+        want_linear(c, LP_ROLE_ATTN_Q, l, -1, false);
+    }
+    if (a->mla) {
+        want_linear(c, LP_ROLE_ATTN_KV_A, l, -1, false);
+        want_norm(c, LP_ROLE_ATTN_KV_A_NORM, l);
+        want_linear(c, LP_ROLE_ATTN_KV_B, l, -1, false);
+    } else {
+        static const lp_role qkv[3] = {LP_ROLE_ATTN_Q, LP_ROLE_ATTN_K, LP_ROLE_ATTN_V};
+        want_fused_or_parts(c, LP_ROLE_ATTN_QKV, qkv, 3, l, a->bias_qkv);
+    }
+    want_linear(c, LP_ROLE_ATTN_O, l, -1, a->bias_o);
+    if (a->qk_norm || a->qk_norm_full) {
+        want(c, LP_ROLE_ATTN_Q_NORM, l, -1, false, true);
+        want(c, LP_ROLE_ATTN_K_NORM, l, -1, false, true);
+    }
+}
+
+/* A MoE layer: router (and its score bias), the experts (fused or one by one), the shared
+ * expert and its gate. */
+static void walk_experts(expect_ctx *c, int l)
+{
+    const lp_arch *a = c->a;
+    bool gated = a->ffn_kind != LP_FFN_MLP;
+    want(c, LP_ROLE_ROUTER, l, -1, false, true);
+    if (a->router_score_bias)
+        want(c, LP_ROLE_ROUTER_BIAS, l, -1, false, true);
+    if (gated && !want(c, LP_ROLE_EXPERT_GATE_UP, l, -1, false, false)) {
+        want_experts(c, LP_ROLE_EXPERT_GATE, l);
+        want_experts(c, LP_ROLE_EXPERT_UP, l);
+    } else if (!gated) {
+        want_experts(c, LP_ROLE_EXPERT_UP, l);
+    }
+    want_experts(c, LP_ROLE_EXPERT_DOWN, l);
+    if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0) {
+        if (gated)
+            want(c, LP_ROLE_SHARED_GATE, l, -1, false, true);
+        want(c, LP_ROLE_SHARED_UP, l, -1, false, true);
+        want(c, LP_ROLE_SHARED_DOWN, l, -1, false, true);
+    }
+    if (a->shared_expert_gate)
+        want(c, LP_ROLE_SHARED_EXPERT_GATE, l, -1, false, true);
+}
+
+/* One layer's FFN: experts, or a gated (gate and up fused or apart) or plain MLP. */
+static void walk_ffn(expect_ctx *c, int l)
+{
+    const lp_arch *a = c->a;
+    if (a->layer_moe[l]) {
+        walk_experts(c, l);
+    } else if (a->ffn_kind != LP_FFN_MLP) {
+        static const lp_role gate_up[2] = {LP_ROLE_FFN_GATE, LP_ROLE_FFN_UP};
+        want_fused_or_parts(c, LP_ROLE_FFN_GATE_UP, gate_up, 2, l, a->bias_mlp);
+        want_linear(c, LP_ROLE_FFN_DOWN, l, -1, a->bias_mlp);
+    } else {
+        want_linear(c, LP_ROLE_FFN_UP, l, -1, a->bias_mlp);
+        want_linear(c, LP_ROLE_FFN_DOWN, l, -1, a->bias_mlp);
+    }
+}
+
 static void walk_expected(expect_ctx *c)
 {
     const lp_arch *a = c->a;
@@ -310,63 +396,8 @@ static void walk_expected(expect_ctx *c)
     else
         want(c, LP_ROLE_LM_HEAD, -1, -1, false, false); /* a stored copy is fine */
     for (int l = 0; l < (int)a->n_layers && l < LP_MAX_LAYERS; l++) {
-        if (!a->no_input_norm)
-            want_norm(c, LP_ROLE_ATTN_NORM, l);
-        if (!a->no_input_norm && (!a->parallel_block || a->parallel_two_norms))
-            want_norm(c, LP_ROLE_FFN_NORM, l);
-        if (a->post_attn_norm || a->no_input_norm)
-            want_norm(c, LP_ROLE_ATTN_POST_NORM, l);
-        if (a->post_ffn_norm || a->no_input_norm)
-            want_norm(c, LP_ROLE_FFN_POST_NORM, l);
-        if (a->mla) {
-            if (a->q_lora_rank > 0) {
-                want_linear(c, LP_ROLE_ATTN_Q_A, l, -1, false);
-                want_norm(c, LP_ROLE_ATTN_Q_A_NORM, l);
-                want_linear(c, LP_ROLE_ATTN_Q_B, l, -1, false);
-            } else {
-                want_linear(c, LP_ROLE_ATTN_Q, l, -1, false);
-            }
-            want_linear(c, LP_ROLE_ATTN_KV_A, l, -1, false);
-            want_norm(c, LP_ROLE_ATTN_KV_A_NORM, l);
-            want_linear(c, LP_ROLE_ATTN_KV_B, l, -1, false);
-        } else {
-            static const lp_role qkv[3] = {LP_ROLE_ATTN_Q, LP_ROLE_ATTN_K, LP_ROLE_ATTN_V};
-            want_fused_or_parts(c, LP_ROLE_ATTN_QKV, qkv, 3, l, a->bias_qkv);
-        }
-        want_linear(c, LP_ROLE_ATTN_O, l, -1, a->bias_o);
-        if (a->qk_norm || a->qk_norm_full) {
-            want(c, LP_ROLE_ATTN_Q_NORM, l, -1, false, true);
-            want(c, LP_ROLE_ATTN_K_NORM, l, -1, false, true);
-        }
-        bool gated = a->ffn_kind != LP_FFN_MLP;
-        if (a->layer_moe[l]) {
-            want(c, LP_ROLE_ROUTER, l, -1, false, true);
-            if (a->router_score_bias)
-                want(c, LP_ROLE_ROUTER_BIAS, l, -1, false, true);
-            if (gated && !want(c, LP_ROLE_EXPERT_GATE_UP, l, -1, false, false)) {
-                want_experts(c, LP_ROLE_EXPERT_GATE, l);
-                want_experts(c, LP_ROLE_EXPERT_UP, l);
-            } else if (!gated) {
-                want_experts(c, LP_ROLE_EXPERT_UP, l);
-            }
-            want_experts(c, LP_ROLE_EXPERT_DOWN, l);
-            if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0) {
-                if (gated) {
-                    want(c, LP_ROLE_SHARED_GATE, l, -1, false, true);
-                }
-                want(c, LP_ROLE_SHARED_UP, l, -1, false, true);
-                want(c, LP_ROLE_SHARED_DOWN, l, -1, false, true);
-            }
-            if (a->shared_expert_gate)
-                want(c, LP_ROLE_SHARED_EXPERT_GATE, l, -1, false, true);
-        } else if (gated) {
-            static const lp_role gate_up[2] = {LP_ROLE_FFN_GATE, LP_ROLE_FFN_UP};
-            want_fused_or_parts(c, LP_ROLE_FFN_GATE_UP, gate_up, 2, l, a->bias_mlp);
-            want_linear(c, LP_ROLE_FFN_DOWN, l, -1, a->bias_mlp);
-        } else {
-            want_linear(c, LP_ROLE_FFN_UP, l, -1, a->bias_mlp);
-            want_linear(c, LP_ROLE_FFN_DOWN, l, -1, a->bias_mlp);
-        }
+        walk_attention(c, l);
+        walk_ffn(c, l);
     }
 }
 
@@ -386,7 +417,10 @@ static int64_t add(int64_t x, int64_t y)
     return x < 0 || y < 0 || !lp_add_i64(x, y, &r) ? -1 : r;
 }
 
-static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape, int *n_dims)
+/* The [rows, cols] of t's role in layer t->layer (cols 0: a vector); *per_expert_3d for the
+ * expert matrices GGUF may hold as one [n_experts, rows, cols]. False when loupe has no rule. */
+static bool role_dims(const lp_arch *a, const lp_tensor *t, int64_t *rows_out, int64_t *cols_out,
+                      bool *per_expert_3d_out)
 {
     int l = t->layer >= 0 && t->layer < LP_MAX_LAYERS ? t->layer : 0;
     int64_t hidden = a->hidden_size, hd = a->head_dim;
@@ -450,6 +484,18 @@ static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape,
     case LP_ROLE_SHARED_EXPERT_GATE: rows = 1; cols = hidden; break;
     default: return false;
     }
+    *rows_out = rows;
+    *cols_out = cols;
+    *per_expert_3d_out = per_expert_3d;
+    return true;
+}
+
+static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape, int *n_dims)
+{
+    int64_t rows, cols;
+    bool per_expert_3d;
+    if (!role_dims(a, t, &rows, &cols, &per_expert_3d))
+        return false;
     if (t->is_bias) {
         shape[0] = rows;
         *n_dims = 1;
@@ -611,155 +657,177 @@ static lp_status compare_values(const lp_tensor *a, const lp_tensor *b, double *
     return status;
 }
 
-/* Tied-embedding detection and its check against the config. */
-static void tied_report(const lp_weights *w, bool full_compare, json_t *report, json_t *checks)
-{
-    const lp_tensor *embd = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
-    const lp_tensor *head = lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false);
-    const lp_arch *a = w->arch;
+/* What the weights say about tied embeddings. */
+typedef struct tied_info {
+    const lp_tensor *embd, *head;
+    bool tied, copy, requantized, compared, sampled;
     char how[256];
-    bool tied = false, copy = false, requantized = false, compared = false, sampled = false;
+} tied_info;
+
+/* A classifier stored in another type than the embedding (GGUF quantizers do that to the copy):
+ * compare the values, with a bound far above any quantization error (Q4_0: ~7% of absmax) and
+ * far below the difference between two unrelated matrices (~100%). */
+static void compare_requantized(tied_info *ti, bool full_compare)
+{
+    const lp_tensor *embd = ti->embd, *head = ti->head;
+    double max_diff = 0, absmax = 0;
+    lp_error cmp_err = {0};
+    bool small = embd->n_bytes <= FULL_COMPARE_MAX_BYTES && head->n_bytes <= FULL_COMPARE_MAX_BYTES;
+    if (!(full_compare || small)) {
+        snprintf(ti->how, sizeof ti->how,
+                 "classifier '%s' is stored separately as %s (embedding %s); values compared "
+                 "only with --stats",
+                 head->name, lp_dtype_name(head->dtype), lp_dtype_name(embd->dtype));
+        return;
+    }
+    if (compare_values(embd, head, &max_diff, &absmax, &cmp_err) != LP_OK) {
+        snprintf(ti->how, sizeof ti->how, "classifier '%s' could not be compared: %.150s",
+                 head->name, cmp_err.msg);
+        return;
+    }
+    ti->compared = true;
+    ti->requantized = ti->tied = max_diff <= 0.25 * absmax;
+    snprintf(ti->how, sizeof ti->how,
+             "classifier '%s' (%s) %s the embedding (%s): max |difference| %.3g, absmax %.3g",
+             head->name, lp_dtype_name(head->dtype),
+             ti->requantized ? "is a re-quantized copy of" : "differs from",
+             lp_dtype_name(embd->dtype), max_diff, absmax);
+}
+
+static void detect_tied(const lp_weights *w, bool full_compare, tied_info *ti)
+{
+    memset(ti, 0, sizeof *ti);
+    const lp_tensor *embd = ti->embd = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
+    const lp_tensor *head = ti->head = lp_weights_find(w, LP_ROLE_LM_HEAD, -1, -1, false);
     if (!head) {
-        tied = embd != NULL;
-        snprintf(how, sizeof how, "%s",
+        ti->tied = embd != NULL;
+        snprintf(ti->how, sizeof ti->how, "%s",
                  embd ? "no classifier tensor: the embedding is the classifier"
                       : "neither an embedding nor a classifier tensor");
     } else if (!embd) {
-        snprintf(how, sizeof how, "classifier '%s' without an embedding tensor", head->name);
-    } else if (!same_shape(embd, head)) {
-        snprintf(how, sizeof how, "classifier '%s' has a different shape from the embedding",
+        snprintf(ti->how, sizeof ti->how, "classifier '%s' without an embedding tensor",
                  head->name);
+    } else if (!same_shape(embd, head)) {
+        snprintf(ti->how, sizeof ti->how,
+                 "classifier '%s' has a different shape from the embedding", head->name);
     } else if (embd->dtype != head->dtype) {
-        /* GGUF quantizers store the copy in another type: compare the values instead, with a
-         * bound far above any quantization error (Q4_0: ~7% of absmax) and far below the
-         * difference between two unrelated matrices (~100%). */
-        double max_diff = 0, absmax = 0;
-        lp_error cmp_err = {0};
-        bool small = embd->n_bytes <= FULL_COMPARE_MAX_BYTES &&
-                     head->n_bytes <= FULL_COMPARE_MAX_BYTES;
-        if (!(full_compare || small)) {
-            snprintf(how, sizeof how,
-                     "classifier '%s' is stored separately as %s (embedding %s); values compared "
-                     "only with --stats",
-                     head->name, lp_dtype_name(head->dtype), lp_dtype_name(embd->dtype));
-        } else if (compare_values(embd, head, &max_diff, &absmax, &cmp_err) != LP_OK) {
-            snprintf(how, sizeof how, "classifier '%s' could not be compared: %.150s", head->name,
-                     cmp_err.msg);
-        } else {
-            compared = true;
-            requantized = max_diff <= 0.25 * absmax;
-            tied = requantized;
-            snprintf(how, sizeof how,
-                     "classifier '%s' (%s) %s the embedding (%s): max |difference| %.3g, "
-                     "absmax %.3g",
-                     head->name, lp_dtype_name(head->dtype),
-                     requantized ? "is a re-quantized copy of" : "differs from",
-                     lp_dtype_name(embd->dtype), max_diff, absmax);
-        }
+        compare_requantized(ti, full_compare);
     } else {
-        compared = true;
-        copy = same_bytes_sampled(embd, head, full_compare, &sampled);
-        tied = copy;
-        snprintf(how, sizeof how, "classifier '%s' %s the embedding '%s'%s", head->name,
-                 copy ? "is a byte copy of" : "differs from", embd->name,
-                 sampled ? " (compared in 16 sampled 4 KiB windows)" : "");
+        ti->compared = true;
+        ti->copy = ti->tied = same_bytes_sampled(embd, head, full_compare, &ti->sampled);
+        snprintf(ti->how, sizeof ti->how, "classifier '%s' %s the embedding '%s'%s", head->name,
+                 ti->copy ? "is a byte copy of" : "differs from", embd->name,
+                 ti->sampled ? " (compared in 16 sampled 4 KiB windows)" : "");
     }
+}
+
+/* Tied-embedding detection and its check against the config. */
+static void tied_report(const lp_weights *w, bool full_compare, json_t *report, json_t *checks)
+{
+    tied_info ti;
+    detect_tied(w, full_compare, &ti);
     json_t *j = json_object();
-    json_object_set_new(j, "tied", json_boolean(tied));
-    json_object_set_new(j, "stored_copy", json_boolean(copy || requantized));
-    json_object_set_new(j, "requantized", json_boolean(requantized));
-    json_object_set_new(j, "sampled", json_boolean(sampled));
-    json_object_set_new(j, "detail", json_string(how));
+    json_object_set_new(j, "tied", json_boolean(ti.tied));
+    json_object_set_new(j, "stored_copy", json_boolean(ti.copy || ti.requantized));
+    json_object_set_new(j, "requantized", json_boolean(ti.requantized));
+    json_object_set_new(j, "sampled", json_boolean(ti.sampled));
+    json_object_set_new(j, "detail", json_string(ti.how));
     json_object_set_new(report, "tied_embeddings", j);
+    const lp_arch *a = w->arch;
     if (!a)
         return;
     char detail[512];
-    bool passed;
-    if (a->tied_embeddings) {
-        /* tied config: no classifier, or a (re-quantized) copy of the embedding; a copy in
-         * another type that was not compared gets the benefit of the doubt */
-        passed = !head || copy || requantized || (!compared && embd && same_shape(embd, head) &&
-                                                  embd->dtype != head->dtype);
-        snprintf(detail, sizeof detail, "config: tied; weights: %s", how);
-    } else {
-        passed = head != NULL;
-        snprintf(detail, sizeof detail, "config: untied; weights: %s", how);
-    }
+    bool passed = ti.head != NULL;
+    /* tied config: no classifier, or a (re-quantized) copy of the embedding; a copy in another
+     * type that was not compared gets the benefit of the doubt */
+    if (a->tied_embeddings)
+        passed = !ti.head || ti.copy || ti.requantized ||
+                 (!ti.compared && ti.embd && same_shape(ti.embd, ti.head) &&
+                  ti.embd->dtype != ti.head->dtype);
+    snprintf(detail, sizeof detail, "config: %s; weights: %s",
+             a->tied_embeddings ? "tied" : "untied", ti.how);
     json_array_append_new(checks, make_check("tied_embeddings", passed, detail));
+}
+
+/* A check over a list of names: passed when it is empty. none: the detail then; some: the
+ * detail's format before the list ("%zu missing: "). */
+static void list_check(json_t *checks, const char *name, const name_list *l, const char *none,
+                       const char *some, const char *after)
+{
+    char list[2048], detail[2400];
+    if (l->count == 0) {
+        snprintf(detail, sizeof detail, "%s", none);
+    } else {
+        join_list(list, sizeof list, l);
+        int n = snprintf(detail, sizeof detail, some, l->count);
+        if (n >= 0 && (size_t)n < sizeof detail)
+            snprintf(detail + n, sizeof detail - (size_t)n, "%s", list);
+    }
+    if (after && after[0]) {
+        size_t len = strlen(detail);
+        snprintf(detail + len, sizeof detail - len, "%s", after);
+    }
+    json_array_append_new(checks, make_check(name, l->count == 0, detail));
+}
+
+/* What arch_checks collects: tensors expected and found, wrong shapes, the rest. */
+typedef struct shape_scan {
+    size_t n_expected;
+    name_list bad_shapes, unexpected, buffers;
+} shape_scan;
+
+static void scan_tensors(const expect_ctx *c, shape_scan *sc)
+{
+    for (size_t i = 0; i < c->w->n_tensors; i++) {
+        const lp_tensor *t = &c->w->tensors[i];
+        if (!c->hit[i]) {
+            list_add(lp_role_is_buffer(t->role) ? &sc->buffers : &sc->unexpected, t->name);
+            continue;
+        }
+        sc->n_expected++;
+        int64_t shape[LP_MAX_DIMS];
+        int n_dims;
+        if (!expected_shape(c->a, t, shape, &n_dims) ||
+            shapes_match(shape, n_dims, t->shape, t->n_dims))
+            continue;
+        char got[128], wanted[128], line[400];
+        lp_format_shape(got, sizeof got, t->shape, t->n_dims);
+        lp_format_shape(wanted, sizeof wanted, shape, n_dims);
+        snprintf(line, sizeof line, "%s is %s, expected %s", t->name, got, wanted);
+        list_add(&sc->bad_shapes, line);
+    }
 }
 
 static void arch_checks(const lp_weights *w, json_t *checks, lp_status *status, lp_error *err)
 {
-    const lp_arch *a = w->arch;
     size_t n = w->n_tensors;
-    expect_ctx c = {w, a, calloc(n ? n : 1, sizeof(bool)), {0}};
-    name_list bad_shapes = {0}, unexpected = {0}, buffers = {0};
-    if (!c.hit) {
+    expect_ctx c = {w, w->arch, calloc(n ? n : 1, sizeof(bool)), {0}};
+    shape_scan sc = {0};
+    if (c.hit) {
+        walk_expected(&c);
+        scan_tensors(&c, &sc);
+    }
+    if (!c.hit || c.missing.oom || sc.bad_shapes.oom || sc.unexpected.oom || sc.buffers.oom) {
         *status = lp_error_set(err, LP_ERR_NOMEM, "out of memory checking %zu tensors", n);
-        goto done;
-    }
-    walk_expected(&c);
-    size_t n_expected = 0;
-    for (size_t i = 0; i < n; i++) {
-        const lp_tensor *t = &w->tensors[i];
-        if (!c.hit[i]) {
-            list_add(lp_role_is_buffer(t->role) ? &buffers : &unexpected, t->name);
-            continue;
+    } else {
+        char none[96], buffers[2200] = "";
+        snprintf(none, sizeof none, "all %zu expected tensors present", sc.n_expected);
+        list_check(checks, "expected_tensors", &c.missing, none, "%zu missing: ", NULL);
+        snprintf(none, sizeof none, "%zu tensors have the shapes the architecture implies",
+                 sc.n_expected);
+        list_check(checks, "tensor_shapes", &sc.bad_shapes, none, "%zu wrong: ", NULL);
+        if (sc.buffers.count > 0) {
+            char list[2048];
+            join_list(list, sizeof list, &sc.buffers);
+            snprintf(buffers, sizeof buffers, " (stored buffers, not parameters: %s)", list);
         }
-        n_expected++;
-        int64_t shape[LP_MAX_DIMS];
-        int n_dims;
-        if (!expected_shape(a, t, shape, &n_dims))
-            continue;
-        if (!shapes_match(shape, n_dims, t->shape, t->n_dims)) {
-            char got[128], wanted[128], line[400];
-            lp_format_shape(got, sizeof got, t->shape, t->n_dims);
-            lp_format_shape(wanted, sizeof wanted, shape, n_dims);
-            snprintf(line, sizeof line, "%s is %s, expected %s", t->name, got, wanted);
-            list_add(&bad_shapes, line);
-        }
+        list_check(checks, "unexpected_tensors", &sc.unexpected, "none", "%zu: ", buffers);
     }
-    if (c.missing.oom || bad_shapes.oom || unexpected.oom || buffers.oom) {
-        *status = lp_error_set(err, LP_ERR_NOMEM, "out of memory checking %zu tensors", n);
-        goto done;
-    }
-    char list[2048], detail[2400];
-    size_t n_missing = c.missing.count;
-    if (n_missing == 0)
-        snprintf(detail, sizeof detail, "all %zu expected tensors present", n_expected);
-    else {
-        join_list(list, sizeof list, &c.missing);
-        snprintf(detail, sizeof detail, "%zu missing: %s", n_missing, list);
-    }
-    json_array_append_new(checks, make_check("expected_tensors", n_missing == 0, detail));
-    size_t n_bad = bad_shapes.count;
-    if (n_bad == 0)
-        snprintf(detail, sizeof detail, "%zu tensors have the shapes the architecture implies",
-                 n_expected);
-    else {
-        join_list(list, sizeof list, &bad_shapes);
-        snprintf(detail, sizeof detail, "%zu wrong: %s", n_bad, list);
-    }
-    json_array_append_new(checks, make_check("tensor_shapes", n_bad == 0, detail));
-    size_t n_unexpected = unexpected.count;
-    if (n_unexpected == 0)
-        snprintf(detail, sizeof detail, "none");
-    else {
-        join_list(list, sizeof list, &unexpected);
-        snprintf(detail, sizeof detail, "%zu: %s", n_unexpected, list);
-    }
-    if (buffers.count > 0) {
-        join_list(list, sizeof list, &buffers);
-        size_t len = strlen(detail);
-        snprintf(detail + len, sizeof detail - len, " (stored buffers, not parameters: %s)", list);
-    }
-    json_array_append_new(checks, make_check("unexpected_tensors", n_unexpected == 0, detail));
-done:
     free(c.hit);
     list_free(&c.missing);
-    list_free(&bad_shapes);
-    list_free(&unexpected);
-    list_free(&buffers);
+    list_free(&sc.bad_shapes);
+    list_free(&sc.unexpected);
+    list_free(&sc.buffers);
 }
 
 static void add_total(json_t *by, const char *key, int64_t params, uint64_t bytes)
@@ -815,6 +883,115 @@ static json_t *tensor_json(const lp_weights *w, const lp_tensor *t, const lp_ten
     return jt;
 }
 
+/* What lp_inspect_build_report fills while it walks the tensors. */
+typedef struct report_build {
+    const lp_weights *w;
+    bool stats, embed_tensors;
+    json_t *report, *files, *checks, *tensors, *by_dtype, *by_role;
+    float *buf;                  /* [STATS_CHUNK] with stats */
+    lp_tensor_stats *all_stats;  /* [n_tensors] with stats */
+    name_list nonfinite;         /* tensors with NaN or Inf */
+    int64_t n_nonfinite, total_params;
+    uint64_t total_bytes;
+} report_build;
+
+/* Path, format, files, architecture (and why there is none). */
+static void report_head(report_build *b)
+{
+    const lp_weights *w = b->w;
+    json_object_set_new(b->report, "path", json_string(w->path));
+    json_object_set_new(b->report, "format", json_string(lp_weights_format_name(w->format)));
+    for (int i = 0; i < lp_weights_file_count(w); i++)
+        json_array_append_new(b->files, json_string(lp_weights_file_name(w, i)));
+    json_object_set(b->report, "files", b->files);
+    json_object_set_new(b->report, "architecture",
+                        w->arch ? lp_arch_to_json(w->arch) : json_null());
+    if (w->arch_note[0])
+        json_object_set_new(b->report, "architecture_note", json_string(w->arch_note));
+}
+
+/* One tensor: its statistics, its row (embed_tensors), the totals by dtype and by role. */
+static lp_status report_tensor(report_build *b, size_t i, lp_error *err)
+{
+    const lp_tensor *t = &b->w->tensors[i];
+    lp_status status;
+    if (b->stats) {
+        lp_tensor_stats *s = &b->all_stats[i];
+        if ((status = compute_stats(t, b->buf, s, err)) != LP_OK)
+            return status;
+        if (s->n_nan + s->n_inf > 0) {
+            b->n_nonfinite += s->n_nan + s->n_inf;
+            list_add(&b->nonfinite, t->name);
+        }
+    }
+    if (b->embed_tensors) {
+        json_t *jt = tensor_json(b->w, t, b->stats ? &b->all_stats[i] : NULL);
+        if (!jt)
+            return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+        json_array_append_new(b->tensors, jt);
+    }
+    if (!lp_add_i64(b->total_params, t->n_elements, &b->total_params) ||
+        !lp_add_u64(b->total_bytes, t->n_bytes, &b->total_bytes))
+        return lp_error_set(err, LP_ERR_RANGE, "parameter total overflows 64 bits");
+    add_total(b->by_dtype, lp_dtype_name(t->dtype), t->n_elements, t->n_bytes);
+    char role_key[48];
+    snprintf(role_key, sizeof role_key, "%s%s", lp_role_name(t->role), t->is_bias ? ".bias" : "");
+    add_total(b->by_role, role_key, t->n_elements, t->n_bytes);
+    return LP_OK;
+}
+
+/* params (totals), n_tensors, tensors: the report's members after the architecture. */
+static void report_totals(report_build *b)
+{
+    json_t *params = json_object();
+    json_object_set_new(params, "total", json_integer(b->total_params));
+    json_object_set_new(params, "bytes", json_integer((json_int_t)b->total_bytes));
+    json_object_set_new(params, "by_dtype", b->by_dtype);
+    json_object_set_new(params, "by_role", b->by_role);
+    b->by_dtype = b->by_role = NULL;
+    json_object_set_new(b->report, "params", params);
+    json_object_set_new(b->report, "n_tensors", json_integer((json_int_t)b->w->n_tensors));
+    json_object_set(b->report, "tensors", b->tensors);
+}
+
+/* With --stats: every value finite. */
+static lp_status finite_check(report_build *b, lp_error *err)
+{
+    if (b->nonfinite.oom)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    char list[2048], detail[2400];
+    if (b->n_nonfinite == 0) {
+        snprintf(detail, sizeof detail, "no NaN or Inf in %zu tensors", b->w->n_tensors);
+    } else {
+        join_list(list, sizeof list, &b->nonfinite);
+        snprintf(detail, sizeof detail, "%" PRId64 " NaN/Inf values in %zu tensors: %s",
+                 b->n_nonfinite, b->nonfinite.count, list);
+    }
+    json_array_append_new(b->checks, make_check("finite_values", b->n_nonfinite == 0, detail));
+    return LP_OK;
+}
+
+static lp_status report_body(report_build *b, lp_error *err)
+{
+    lp_status status = LP_OK;
+    report_head(b);
+    for (size_t i = 0; i < b->w->n_tensors && status == LP_OK; i++)
+        status = report_tensor(b, i, err);
+    if (status != LP_OK)
+        return status;
+    report_totals(b);
+    if (b->w->arch) {
+        arch_checks(b->w, b->checks, &status, err);
+        if (status != LP_OK)
+            return status;
+    }
+    tied_report(b->w, b->stats, b->report, b->checks);
+    if (b->stats && (status = finite_check(b, err)) != LP_OK)
+        return status;
+    json_object_set(b->report, "checks", b->checks);
+    return LP_OK;
+}
+
 /* Build the report of open weights. With embed_tensors the "tensors" member holds one object
  * per tensor; without, it is a null placeholder that keeps the member's place in the key order
  * (the CLI streams the rows there: with 300,000 tensors the objects would cost ~20x the file).
@@ -822,119 +999,44 @@ static json_t *tensor_json(const lp_weights *w, const lp_tensor *t, const lp_ten
  * reads no tensor data except the embedding/classifier comparison (sampled above
  * FULL_COMPARE_MAX_BYTES). */
 lp_status lp_inspect_build_report(const lp_weights *w, bool stats, bool embed_tensors, json_t **out,
-                              lp_tensor_stats **stats_out, lp_error *err)
+                                  lp_tensor_stats **stats_out, lp_error *err)
 {
     *out = NULL;
     if (stats_out)
         *stats_out = NULL;
-    json_t *report = json_object();
-    json_t *files = json_array(), *checks = json_array();
-    json_t *tensors = embed_tensors ? json_array() : json_null();
-    json_t *by_dtype = json_object(), *by_role = json_object();
-    name_list nonfinite = {0}; /* tensors with NaN or Inf */
-    float *buf = stats ? malloc(STATS_CHUNK * sizeof(float)) : NULL;
-    lp_tensor_stats *all_stats =
-        stats ? calloc(w->n_tensors ? w->n_tensors : 1, sizeof *all_stats) : NULL;
-    lp_status status = LP_OK;
-    if (!report || !files || !tensors || !checks || !by_dtype || !by_role ||
-        (stats && (!buf || !all_stats))) {
+    report_build b = {.w = w, .stats = stats, .embed_tensors = embed_tensors};
+    b.report = json_object();
+    b.files = json_array();
+    b.checks = json_array();
+    b.tensors = embed_tensors ? json_array() : json_null();
+    b.by_dtype = json_object();
+    b.by_role = json_object();
+    b.buf = stats ? malloc(STATS_CHUNK * sizeof(float)) : NULL;
+    b.all_stats = stats ? calloc(w->n_tensors ? w->n_tensors : 1, sizeof *b.all_stats) : NULL;
+    lp_status status;
+    if (!b.report || !b.files || !b.tensors || !b.checks || !b.by_dtype || !b.by_role ||
+        (stats && (!b.buf || !b.all_stats)))
         status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    json_object_set_new(report, "path", json_string(w->path));
-    json_object_set_new(report, "format", json_string(lp_weights_format_name(w->format)));
-    for (int i = 0; i < lp_weights_file_count(w); i++)
-        json_array_append_new(files, json_string(lp_weights_file_name(w, i)));
-    json_object_set(report, "files", files);
-    json_object_set_new(report, "architecture", w->arch ? lp_arch_to_json(w->arch) : json_null());
-    if (w->arch_note[0])
-        json_object_set_new(report, "architecture_note", json_string(w->arch_note));
-    int64_t total_params = 0;
-    uint64_t total_bytes = 0;
-    int64_t n_nonfinite = 0;
-    for (size_t i = 0; i < w->n_tensors; i++) {
-        const lp_tensor *t = &w->tensors[i];
-        if (stats) {
-            lp_tensor_stats *s = &all_stats[i];
-            if ((status = compute_stats(t, buf, s, err)) != LP_OK)
-                goto fail;
-            if (s->n_nan + s->n_inf > 0) {
-                n_nonfinite += s->n_nan + s->n_inf;
-                list_add(&nonfinite, t->name);
-            }
-        }
-        if (embed_tensors) {
-            json_t *jt = tensor_json(w, t, stats ? &all_stats[i] : NULL);
-            if (!jt) {
-                status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-                goto fail;
-            }
-            json_array_append_new(tensors, jt);
-        }
-        if (!lp_add_i64(total_params, t->n_elements, &total_params) ||
-            !lp_add_u64(total_bytes, t->n_bytes, &total_bytes)) {
-            status = lp_error_set(err, LP_ERR_RANGE, "parameter total overflows 64 bits");
-            goto fail;
-        }
-        add_total(by_dtype, lp_dtype_name(t->dtype), t->n_elements, t->n_bytes);
-        char role_key[48];
-        snprintf(role_key, sizeof role_key, "%s%s", lp_role_name(t->role),
-                 t->is_bias ? ".bias" : "");
-        add_total(by_role, role_key, t->n_elements, t->n_bytes);
-    }
-    json_t *params = json_object();
-    json_object_set_new(params, "total", json_integer(total_params));
-    json_object_set_new(params, "bytes", json_integer((json_int_t)total_bytes));
-    json_object_set_new(params, "by_dtype", by_dtype);
-    json_object_set_new(params, "by_role", by_role);
-    by_dtype = by_role = NULL;
-    json_object_set_new(report, "params", params);
-    json_object_set_new(report, "n_tensors", json_integer((json_int_t)w->n_tensors));
-    json_object_set(report, "tensors", tensors);
-    if (w->arch) {
-        arch_checks(w, checks, &status, err);
-        if (status != LP_OK)
-            goto fail;
-    }
-    tied_report(w, stats, report, checks);
-    if (stats) {
-        char list[2048], detail[2400];
-        if (nonfinite.oom) {
-            status = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        if (n_nonfinite == 0)
-            snprintf(detail, sizeof detail, "no NaN or Inf in %zu tensors", w->n_tensors);
-        else {
-            join_list(list, sizeof list, &nonfinite);
-            snprintf(detail, sizeof detail, "%" PRId64 " NaN/Inf values in %zu tensors: %s",
-                     n_nonfinite, nonfinite.count, list);
-        }
-        json_array_append_new(checks, make_check("finite_values", n_nonfinite == 0, detail));
-    }
-    list_free(&nonfinite);
-    json_object_set(report, "checks", checks);
-    json_decref(files);
-    json_decref(tensors);
-    json_decref(checks);
-    free(buf);
-    if (stats_out)
-        *stats_out = all_stats;
     else
-        free(all_stats);
-    *out = report;
+        status = report_body(&b, err);
+    json_decref(b.files);
+    json_decref(b.tensors);
+    json_decref(b.checks);
+    json_decref(b.by_dtype);
+    json_decref(b.by_role);
+    list_free(&b.nonfinite);
+    free(b.buf);
+    if (status != LP_OK) {
+        json_decref(b.report);
+        free(b.all_stats);
+        return status;
+    }
+    if (stats_out)
+        *stats_out = b.all_stats;
+    else
+        free(b.all_stats);
+    *out = b.report;
     return LP_OK;
-fail:
-    json_decref(report);
-    json_decref(files);
-    json_decref(tensors);
-    json_decref(checks);
-    json_decref(by_dtype);
-    json_decref(by_role);
-    list_free(&nonfinite);
-    free(buf);
-    free(all_stats);
-    return status;
 }
 
 lp_status lp_inspect_report(const lp_weights *w, bool stats, json_t **out, lp_error *err)
