@@ -427,18 +427,12 @@ static lp_status read_kv(lp_gguf *g, cursor *c, gguf_kv *kv)
  * Tensor infos.
  */
 
-static lp_status read_tensor_info(lp_gguf *g, cursor *c, gguf_tensor *t)
+/* n_dims and ne[]: each dimension 1..INT64_MAX, their product within 64 bits. */
+static lp_status read_tensor_dims(lp_gguf *g, cursor *c, gguf_tensor *t, int64_t *n_elements)
 {
-    uint64_t name_pos, name_len;
-    lp_status st = read_string(c, &name_pos, &name_len, "tensor name");
-    if (st != LP_OK)
-        return st;
-    st = copy_name(c, name_pos, name_len, "tensor name", &t->name);
-    if (st != LP_OK)
-        return st;
     uint64_t dims_at = c->pos;
     uint32_t n_dims = 0;
-    st = read_u32(c, &n_dims, "tensor n_dims");
+    lp_status st = read_u32(c, &n_dims, "tensor n_dims");
     if (st != LP_OK)
         return st;
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
@@ -446,18 +440,17 @@ static lp_status read_tensor_info(lp_gguf *g, cursor *c, gguf_tensor *t)
                             "%s: offset %llu: tensor '%s': n_dims %u outside 1..%d", g->path,
                             (unsigned long long)dims_at, t->name, n_dims, GGUF_MAX_DIMS);
     t->n_dims = (int)n_dims;
-    int64_t n_elements = 1;
+    *n_elements = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
         uint64_t ne_at = c->pos, ne = 0;
-        st = read_u64(c, &ne, "tensor dimension");
-        if (st != LP_OK)
+        if ((st = read_u64(c, &ne, "tensor dimension")) != LP_OK)
             return st;
         if (ne == 0 || ne > (uint64_t)INT64_MAX)
             return lp_error_set(c->err, LP_ERR_FORMAT,
                                 "%s: offset %llu: tensor '%s': ne[%u] = %llu, must be 1..%lld",
                                 g->path, (unsigned long long)ne_at, t->name, d,
                                 (unsigned long long)ne, (long long)INT64_MAX);
-        if (!lp_mul_i64(n_elements, (int64_t)ne, &n_elements))
+        if (!lp_mul_i64(*n_elements, (int64_t)ne, n_elements))
             return lp_error_set(c->err, LP_ERR_FORMAT,
                                 "%s: offset %llu: tensor '%s': element count overflows 64 bits at "
                                 "ne[%u] = %llu",
@@ -465,9 +458,17 @@ static lp_status read_tensor_info(lp_gguf *g, cursor *c, gguf_tensor *t)
                                 (unsigned long long)ne);
         t->ne[d] = (int64_t)ne;
     }
+    return LP_OK;
+}
+
+/* The ggml type: known, whole blocks a row, a byte count within 64 bits. dims_at: where n_dims
+ * was, for messages about the shape. */
+static lp_status read_tensor_type(lp_gguf *g, cursor *c, gguf_tensor *t, int64_t n_elements,
+                                  uint64_t dims_at)
+{
     uint64_t type_at = c->pos;
     uint32_t type_id = 0;
-    st = read_u32(c, &type_id, "tensor type");
+    lp_status st = read_u32(c, &type_id, "tensor type");
     if (st != LP_OK)
         return st;
     t->dtype = lp_gguf_dtype_from_id(type_id);
@@ -489,16 +490,28 @@ static lp_status read_tensor_info(lp_gguf *g, cursor *c, gguf_tensor *t)
                             "byte count",
                             g->path, (unsigned long long)(dims_at + 4), t->name,
                             (long long)n_elements, info->name);
-    uint64_t offset_at = c->pos;
-    t->offset_at = offset_at;
-    st = read_u64(c, &t->rel_offset, "tensor data offset");
-    if (st != LP_OK)
+    return LP_OK;
+}
+
+static lp_status read_tensor_info(lp_gguf *g, cursor *c, gguf_tensor *t)
+{
+    uint64_t name_pos, name_len;
+    lp_status st = read_string(c, &name_pos, &name_len, "tensor name");
+    if (st != LP_OK || (st = copy_name(c, name_pos, name_len, "tensor name", &t->name)) != LP_OK)
+        return st;
+    uint64_t dims_at = c->pos;
+    int64_t n_elements = 0;
+    if ((st = read_tensor_dims(g, c, t, &n_elements)) != LP_OK ||
+        (st = read_tensor_type(g, c, t, n_elements, dims_at)) != LP_OK)
+        return st;
+    t->offset_at = c->pos;
+    if ((st = read_u64(c, &t->rel_offset, "tensor data offset")) != LP_OK)
         return st;
     if (t->rel_offset % g->alignment != 0)
         return lp_error_set(c->err, LP_ERR_FORMAT,
                             "%s: offset %llu: tensor '%s': data offset %llu is not a multiple of "
                             "the alignment %u",
-                            g->path, (unsigned long long)offset_at, t->name,
+                            g->path, (unsigned long long)t->offset_at, t->name,
                             (unsigned long long)t->rel_offset, g->alignment);
     return LP_OK;
 }
@@ -573,13 +586,13 @@ static lp_status check_tensor_layout(lp_gguf *g, lp_error *err)
  * Open and close.
  */
 
-static lp_status parse(lp_gguf *g, lp_error *err)
+/* Magic, version (2 or 3) and the two counts, each bounded by the bytes the file has left. */
+static lp_status read_header(lp_gguf *g, cursor *c, uint64_t *n_tensors, uint64_t *n_kv)
 {
-    cursor c = {g->data, g->size, 0, g->path, err};
-    lp_status st;
-    if (g->size < 4 || memcmp(g->data, GGUF_MAGIC, 4) != 0) {
-        if (g->size < 4)
-            return truncated(&c, 4, "magic");
+    lp_error *err = c->err;
+    if (g->size < 4)
+        return truncated(c, 4, "magic");
+    if (memcmp(g->data, GGUF_MAGIC, 4) != 0) {
         char shown[5];
         for (int i = 0; i < 4; i++)
             shown[i] = (g->data[i] >= 0x20 && g->data[i] < 0x7f) ? (char)g->data[i] : '?';
@@ -588,8 +601,9 @@ static lp_status parse(lp_gguf *g, lp_error *err)
                             "%s: offset 0: magic '%s' (0x%08x) is not 'GGUF': not a GGUF file",
                             g->path, shown, lp_load_u32(g->data));
     }
-    c.pos = 4;
-    if ((st = read_u32(&c, &g->version, "version")) != LP_OK)
+    c->pos = 4;
+    lp_status st = read_u32(c, &g->version, "version");
+    if (st != LP_OK)
         return st;
     if (g->version == 1)
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
@@ -605,54 +619,62 @@ static lp_status parse(lp_gguf *g, lp_error *err)
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "%s: offset 4: GGUF version %u is not supported (only 2 and 3)",
                             g->path, g->version);
-    uint64_t n_tensors = 0, n_kv = 0;
-    if ((st = read_u64(&c, &n_tensors, "tensor count")) != LP_OK)
+    if ((st = read_u64(c, n_tensors, "tensor count")) != LP_OK ||
+        (st = read_u64(c, n_kv, "metadata key/value count")) != LP_OK)
         return st;
-    if ((st = read_u64(&c, &n_kv, "metadata key/value count")) != LP_OK)
-        return st;
-    uint64_t left = g->size - c.pos;
-    if (n_tensors > left / GGUF_MIN_TENSOR_BYTES)
+    uint64_t left = g->size - c->pos;
+    if (*n_tensors > left / GGUF_MIN_TENSOR_BYTES)
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: offset 8: tensor count %llu exceeds what a %llu-byte file can hold "
                             "(at most %llu tensor infos of %d bytes)",
-                            g->path, (unsigned long long)n_tensors, (unsigned long long)g->size,
+                            g->path, (unsigned long long)*n_tensors, (unsigned long long)g->size,
                             (unsigned long long)(left / GGUF_MIN_TENSOR_BYTES),
                             GGUF_MIN_TENSOR_BYTES);
-    if (n_kv > left / GGUF_MIN_KV_BYTES ||
-        n_kv * GGUF_MIN_KV_BYTES + n_tensors * GGUF_MIN_TENSOR_BYTES > left)
+    if (*n_kv > left / GGUF_MIN_KV_BYTES ||
+        *n_kv * GGUF_MIN_KV_BYTES + *n_tensors * GGUF_MIN_TENSOR_BYTES > left)
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: offset 16: metadata key/value count %llu exceeds what a %llu-byte "
                             "file with %llu tensors can hold",
-                            g->path, (unsigned long long)n_kv, (unsigned long long)g->size,
-                            (unsigned long long)n_tensors);
+                            g->path, (unsigned long long)*n_kv, (unsigned long long)g->size,
+                            (unsigned long long)*n_tensors);
+    return LP_OK;
+}
 
+/* general.alignment: a uint32 power of two. */
+static lp_status read_alignment(lp_gguf *g, const gguf_kv *kv, lp_error *err)
+{
+    if (kv->type != LP_GGUF_UINT32)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: offset %llu: general.alignment has type %s, expected uint32",
+                            g->path, (unsigned long long)kv->entry_pos, gguf_type_name(kv->type));
+    uint32_t alignment = lp_load_u32(g->data + kv->value_pos);
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: offset %llu: general.alignment %u is not a power of two", g->path,
+                            (unsigned long long)kv->value_pos, alignment);
+    g->alignment = alignment;
+    return LP_OK;
+}
+
+/* The key/values, then the key table (keys are unique: llama.cpp refuses duplicates too; the
+ * table also serves lookups). */
+static lp_status read_kvs(lp_gguf *g, cursor *c, uint64_t n_kv)
+{
+    lp_error *err = c->err;
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     uint64_t kv_capacity = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
         if (!grow((void **)&g->kvs, &kv_capacity, i, n_kv, sizeof *g->kvs))
             return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %llu metadata keys",
                                 g->path, (unsigned long long)i + 1);
-        uint64_t kv_at = c.pos;
-        g->kvs[i].entry_pos = kv_at;
-        st = read_kv(g, &c, &g->kvs[i]);
+        g->kvs[i].entry_pos = c->pos;
+        lp_status st = read_kv(g, c, &g->kvs[i]);
         g->n_kv = (int64_t)i + 1; /* so close() frees what was allocated */
+        if (st == LP_OK && strcmp(g->kvs[i].key, "general.alignment") == 0)
+            st = read_alignment(g, &g->kvs[i], err);
         if (st != LP_OK)
             return st;
-        if (strcmp(g->kvs[i].key, "general.alignment") == 0) {
-            const gguf_kv *kv = &g->kvs[i];
-            if (kv->type != LP_GGUF_UINT32)
-                return lp_error_set(err, LP_ERR_FORMAT,
-                                    "%s: offset %llu: general.alignment has type %s, expected uint32",
-                                    g->path, (unsigned long long)kv_at, gguf_type_name(kv->type));
-            uint32_t alignment = lp_load_u32(g->data + kv->value_pos);
-            if (alignment == 0 || (alignment & (alignment - 1)) != 0)
-                return lp_error_set(err, LP_ERR_FORMAT,
-                                    "%s: offset %llu: general.alignment %u is not a power of two",
-                                    g->path, (unsigned long long)kv->value_pos, alignment);
-            g->alignment = alignment;
-        }
     }
-    /* Keys are unique (llama.cpp refuses duplicates too); the table also serves lookups. */
     if (g->n_kv > 0) {
         g->kv_table_size = table_size_for(g->n_kv);
         g->kv_table = calloc(g->kv_table_size, sizeof *g->kv_table);
@@ -664,34 +686,50 @@ static lp_status parse(lp_gguf *g, lp_error *err)
         if (table_insert(g->kv_table, g->kv_table_size, i, kv_name, g) >= 0)
             return lp_error_set(err, LP_ERR_FORMAT, "%s: offset %llu: duplicate key '%s'",
                                 g->path, (unsigned long long)g->kvs[i].entry_pos, g->kvs[i].key);
+    return LP_OK;
+}
 
+/* The tensor infos, their names unique. */
+static lp_status read_tensor_infos(lp_gguf *g, cursor *c, uint64_t n_tensors)
+{
+    lp_error *err = c->err;
     uint64_t tensor_capacity = 0;
+    lp_status st = LP_OK;
     for (uint64_t i = 0; i < n_tensors; i++) {
         if (!grow((void **)&g->tensors, &tensor_capacity, i, n_tensors, sizeof *g->tensors))
             return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %llu tensor infos",
                                 g->path, (unsigned long long)i + 1);
-        g->tensors[i].entry_pos = c.pos;
-        st = read_tensor_info(g, &c, &g->tensors[i]);
+        g->tensors[i].entry_pos = c->pos;
+        st = read_tensor_info(g, c, &g->tensors[i]);
         g->n_tensors = (int64_t)i + 1;
         if (st != LP_OK)
             return st;
     }
-    if (g->n_tensors > 0) {
-        uint64_t names_size = table_size_for(g->n_tensors);
-        int64_t *names = calloc(names_size, sizeof *names);
-        if (!names)
-            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory indexing %lld tensor names",
-                                g->path, (long long)g->n_tensors);
-        for (int64_t i = 0; i < g->n_tensors && st == LP_OK; i++)
-            if (table_insert(names, names_size, i, tensor_name, g) >= 0)
-                st = lp_error_set(err, LP_ERR_FORMAT,
-                                  "%s: offset %llu: duplicate tensor name '%s'", g->path,
-                                  (unsigned long long)g->tensors[i].entry_pos, g->tensors[i].name);
-        free(names);
-        if (st != LP_OK)
-            return st;
-    }
+    if (g->n_tensors == 0)
+        return LP_OK;
+    uint64_t names_size = table_size_for(g->n_tensors);
+    int64_t *names = calloc(names_size, sizeof *names);
+    if (!names)
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory indexing %lld tensor names",
+                            g->path, (long long)g->n_tensors);
+    for (int64_t i = 0; i < g->n_tensors && st == LP_OK; i++)
+        if (table_insert(names, names_size, i, tensor_name, g) >= 0)
+            st = lp_error_set(err, LP_ERR_FORMAT, "%s: offset %llu: duplicate tensor name '%s'",
+                              g->path, (unsigned long long)g->tensors[i].entry_pos,
+                              g->tensors[i].name);
+    free(names);
+    return st;
+}
 
+static lp_status parse(lp_gguf *g, lp_error *err)
+{
+    cursor c = {g->data, g->size, 0, g->path, err};
+    uint64_t n_tensors = 0, n_kv = 0;
+    lp_status st;
+    if ((st = read_header(g, &c, &n_tensors, &n_kv)) != LP_OK ||
+        (st = read_kvs(g, &c, n_kv)) != LP_OK ||
+        (st = read_tensor_infos(g, &c, n_tensors)) != LP_OK)
+        return st;
     /* The data section starts at the next multiple of the alignment. */
     uint64_t pad = (g->alignment - c.pos % g->alignment) % g->alignment;
     g->data_start = c.pos + pad;

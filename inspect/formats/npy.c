@@ -134,107 +134,132 @@ static lp_status parse_descr(const char *file, const char *descr, lp_dtype *dtyp
                         descr);
 }
 
+/* Magic, version and the header's length and place. */
+static lp_status read_preamble(const uint8_t *bytes, size_t size, const char *name, lp_npy *out,
+                               uint64_t *header_start, uint64_t *header_len, lp_error *err)
+{
+    if (size < 10 || memcmp(bytes, "\x93NUMPY", 6) != 0)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: not a .npy file (no \\x93NUMPY magic at byte 0)", name);
+    out->version_major = bytes[6];
+    out->version_minor = bytes[7];
+    if (bytes[6] == 1) {
+        *header_len = lp_load_u16(bytes + 8);
+        *header_start = 10;
+    } else if (bytes[6] == 2 || bytes[6] == 3) {
+        if (size < 12)
+            return lp_error_set(err, LP_ERR_FORMAT, "%s: file is %zu bytes, too short for a v%d "
+                                "header length", name, size, bytes[6]);
+        *header_len = lp_load_u32(bytes + 8);
+        *header_start = 12;
+    }
+    if (bytes[6] < 1 || bytes[6] > 3 || bytes[7] != 0)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: format version %d.%d at byte 6 is not 1.0, 2.0 or 3.0", name,
+                            bytes[6], bytes[7]);
+    if (*header_len > size - *header_start)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: header length %" PRIu64 " at byte 8 runs past the end of the file "
+                            "(%zu bytes)",
+                            name, *header_len, size);
+    return LP_OK;
+}
+
+/* The header dict's keys, each once. */
+typedef struct npy_dict {
+    bool have_descr, have_order, have_shape;
+    char descr[32];
+} npy_dict;
+
+/* fortran_order: only False (C order) is read. */
+static lp_status read_fortran_order(cursor *c, lp_error *err)
+{
+    skip_space(c);
+    size_t left = (size_t)(c->end - c->p);
+    if (left >= 5 && memcmp(c->p, "False", 5) == 0) {
+        c->p += 5;
+        return LP_OK;
+    }
+    if (left >= 4 && memcmp(c->p, "True", 4) == 0)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: header byte %" PRIu64 ": fortran_order True is not supported "
+                            "(save in C order)",
+                            c->name, at(c));
+    return lp_error_set(err, LP_ERR_FORMAT, "%s: header byte %" PRIu64 ": fortran_order must be "
+                        "False", c->name, at(c));
+}
+
+/* One "key: value" of the dict. */
+static lp_status read_dict_entry(cursor *c, npy_dict *d, lp_npy *out, lp_error *err)
+{
+    char key[32];
+    uint64_t key_at = at(c);
+    lp_status status;
+    if ((status = parse_string(c, key, sizeof key, err)) != LP_OK ||
+        (status = expect(c, ':', err)) != LP_OK)
+        return status;
+    if (strcmp(key, "descr") == 0 && !d->have_descr) {
+        skip_space(c);
+        if (c->p < c->end && *c->p == '[')
+            return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: header byte %" PRIu64 ": structured "
+                                "dtypes are not supported", c->name, at(c));
+        d->have_descr = true;
+        return parse_string(c, d->descr, sizeof d->descr, err);
+    }
+    if (strcmp(key, "fortran_order") == 0 && !d->have_order) {
+        d->have_order = true;
+        return read_fortran_order(c, err);
+    }
+    if (strcmp(key, "shape") == 0 && !d->have_shape) {
+        d->have_shape = true;
+        return parse_shape(c, out, err);
+    }
+    return lp_error_set(err, LP_ERR_FORMAT, "%s: header byte %" PRIu64 ": unexpected or repeated "
+                        "key '%s'", c->name, key_at, key);
+}
+
+/* {'descr': ..., 'fortran_order': False, 'shape': (...), } and nothing after it. */
+static lp_status read_dict(cursor *c, npy_dict *d, lp_npy *out, lp_error *err)
+{
+    lp_status status = expect(c, '{', err);
+    while (status == LP_OK && !take(c, '}')) {
+        if ((status = read_dict_entry(c, d, out, err)) != LP_OK)
+            return status;
+        if (!take(c, ',')) {
+            status = expect(c, '}', err);
+            break;
+        }
+    }
+    if (status != LP_OK)
+        return status;
+    skip_space(c);
+    if (c->p != c->end)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: header byte %" PRIu64 ": text after the dict",
+                            c->name, at(c));
+    if (!d->have_descr || !d->have_order || !d->have_shape)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: header lacks '%s'", c->name,
+                            !d->have_descr ? "descr" : !d->have_order ? "fortran_order" : "shape");
+    return LP_OK;
+}
+
 lp_status lp_npy_parse(const void *data, size_t size, const char *name, lp_npy *out,
                        lp_error *err)
 {
     memset(out, 0, sizeof *out);
     const uint8_t *bytes = data;
-    if (size < 10 || memcmp(bytes, "\x93NUMPY", 6) != 0)
-        return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: not a .npy file (no \\x93NUMPY magic at byte 0)",
-                            name);
-    out->version_major = bytes[6];
-    out->version_minor = bytes[7];
-    uint64_t header_len, header_start;
-    if (bytes[6] == 1) {
-        header_len = lp_load_u16(bytes + 8);
-        header_start = 10;
-    } else if (bytes[6] == 2 || bytes[6] == 3) {
-        if (size < 12)
-            return lp_error_set(err, LP_ERR_FORMAT, "%s: file is %zu bytes, too short for a v%d "
-                                "header length", name, size, bytes[6]);
-        header_len = lp_load_u32(bytes + 8);
-        header_start = 12;
-    } else {
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: format version %d.%d at byte 6 is not 1.0, 2.0 or 3.0", name,
-                            bytes[6], bytes[7]);
-    }
-    if (bytes[7] != 0)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: format version %d.%d at byte 6 is not 1.0, 2.0 or 3.0", name,
-                            bytes[6], bytes[7]);
-    if (header_len > size - header_start)
-        return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: header length %" PRIu64 " at byte 8 runs past the end of the file "
-                            "(%zu bytes)",
-                            name, header_len, size);
-    cursor c = {(const char *)bytes + header_start, (const char *)bytes + header_start,
-                (const char *)bytes + header_start + header_len, name, header_start};
-    lp_status status = expect(&c, '{', err);
+    uint64_t header_len = 0, header_start = 0;
+    lp_status status = read_preamble(bytes, size, name, out, &header_start, &header_len, err);
     if (status != LP_OK)
         return status;
-    bool have_descr = false, have_order = false, have_shape = false;
-    char descr[32] = "";
-    while (!take(&c, '}')) {
-        char key[32];
-        uint64_t key_at = at(&c);
-        if ((status = parse_string(&c, key, sizeof key, err)) != LP_OK ||
-            (status = expect(&c, ':', err)) != LP_OK)
-            return status;
-        if (strcmp(key, "descr") == 0 && !have_descr) {
-            skip_space(&c);
-            if (c.p < c.end && *c.p == '[')
-                return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                                    "%s: header byte %" PRIu64 ": structured dtypes are not "
-                                    "supported",
-                                    name, at(&c));
-            if ((status = parse_string(&c, descr, sizeof descr, err)) != LP_OK)
-                return status;
-            have_descr = true;
-        } else if (strcmp(key, "fortran_order") == 0 && !have_order) {
-            skip_space(&c);
-            size_t left = (size_t)(c.end - c.p);
-            if (left >= 5 && memcmp(c.p, "False", 5) == 0) {
-                c.p += 5;
-            } else if (left >= 4 && memcmp(c.p, "True", 4) == 0) {
-                return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                                    "%s: header byte %" PRIu64 ": fortran_order True is not "
-                                    "supported (save in C order)",
-                                    name, at(&c));
-            } else {
-                return lp_error_set(err, LP_ERR_FORMAT,
-                                    "%s: header byte %" PRIu64 ": fortran_order must be False",
-                                    name, at(&c));
-            }
-            have_order = true;
-        } else if (strcmp(key, "shape") == 0 && !have_shape) {
-            if ((status = parse_shape(&c, out, err)) != LP_OK)
-                return status;
-            have_shape = true;
-        } else {
-            return lp_error_set(err, LP_ERR_FORMAT,
-                                "%s: header byte %" PRIu64 ": unexpected or repeated key '%s'",
-                                name, key_at, key);
-        }
-        if (!take(&c, ',')) {
-            if ((status = expect(&c, '}', err)) != LP_OK)
-                return status;
-            break;
-        }
-    }
-    skip_space(&c);
-    if (c.p != c.end)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: header byte %" PRIu64 ": text after the dict",
-                            name, at(&c));
-    if (!have_descr || !have_order || !have_shape)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: header lacks '%s'", name,
-                            !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
-    if ((status = parse_descr(name, descr, &out->dtype, err)) != LP_OK)
+    cursor c = {(const char *)bytes + header_start, (const char *)bytes + header_start,
+                (const char *)bytes + header_start + header_len, name, header_start};
+    npy_dict d = {0};
+    if ((status = read_dict(&c, &d, out, err)) != LP_OK ||
+        (status = parse_descr(name, d.descr, &out->dtype, err)) != LP_OK)
         return status;
     uint64_t n = 1;
-    for (int d = 0; d < out->n_dims; d++)
-        if (!lp_mul_u64(n, (uint64_t)out->shape[d], &n) || n > (uint64_t)INT64_MAX)
+    for (int k = 0; k < out->n_dims; k++)
+        if (!lp_mul_u64(n, (uint64_t)out->shape[k], &n) || n > (uint64_t)INT64_MAX)
             return lp_error_set(err, LP_ERR_FORMAT, "%s: shape product overflows 64 bits", name);
     out->n_elements = (int64_t)n;
     if (!lp_dtype_bytes_for(out->dtype, n, &out->n_bytes))
@@ -244,7 +269,7 @@ lp_status lp_npy_parse(const void *data, size_t size, const char *name, lp_npy *
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: data at byte %" PRIu64 " is %" PRIu64 " bytes but descr '%s' x "
                             "shape needs %" PRIu64,
-                            name, out->data_offset, (uint64_t)(size - out->data_offset), descr,
+                            name, out->data_offset, (uint64_t)(size - out->data_offset), d.descr,
                             out->n_bytes);
     out->data = bytes + out->data_offset;
     return LP_OK;

@@ -370,74 +370,61 @@ bool lp_dequantize_supported(lp_dtype dtype)
     return plain_supported(dtype) || block_function(dtype) != NULL;
 }
 
-static void convert_plain(lp_dtype dtype, const uint8_t *s, int64_t n, float *y)
+/* The floating-point dtypes; false for the others. */
+static bool convert_float(lp_dtype dtype, const uint8_t *s, int64_t n, float *y)
 {
     switch (dtype) {
-    case LP_DTYPE_F32:
-        memcpy(y, s, (size_t)n * 4);
-        break;
+    case LP_DTYPE_F32: memcpy(y, s, (size_t)n * 4); return true;
     case LP_DTYPE_F64:
         for (int64_t i = 0; i < n; i++) {
             double v;
             memcpy(&v, s + 8 * i, 8);
             y[i] = (float)v;
         }
-        break;
+        return true;
     case LP_DTYPE_F16:
         for (int64_t i = 0; i < n; i++)
             y[i] = half_to_float(lp_load_u16(s + 2 * i));
-        break;
+        return true;
     case LP_DTYPE_BF16:
         for (int64_t i = 0; i < n; i++)
             y[i] = lp_bf16_to_f32(lp_load_u16(s + 2 * i));
-        break;
+        return true;
     case LP_DTYPE_F8_E4M3:
         for (int64_t i = 0; i < n; i++)
             y[i] = lp_f8_e4m3_to_f32(s[i]);
-        break;
+        return true;
     case LP_DTYPE_F8_E5M2:
         for (int64_t i = 0; i < n; i++)
             y[i] = lp_f8_e5m2_to_f32(s[i]);
-        break;
-    case LP_DTYPE_I64:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)(int64_t)lp_load_u64(s + 8 * i);
-        break;
-    case LP_DTYPE_I32:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)lp_load_i32(s + 4 * i);
-        break;
-    case LP_DTYPE_I16:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)(int16_t)lp_load_u16(s + 2 * i);
-        break;
-    case LP_DTYPE_I8:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)(int8_t)s[i];
-        break;
-    case LP_DTYPE_U64:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)lp_load_u64(s + 8 * i);
-        break;
-    case LP_DTYPE_U32:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)lp_load_u32(s + 4 * i);
-        break;
-    case LP_DTYPE_U16:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)lp_load_u16(s + 2 * i);
-        break;
-    case LP_DTYPE_U8:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)s[i];
-        break;
-    case LP_DTYPE_BOOL:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = s[i] ? 1.0f : 0.0f;
-        break;
-    default:
-        break;
+        return true;
+    default: return false;
     }
+}
+
+/* The integer dtypes and bool, each value as the nearest float. */
+static void convert_int(lp_dtype dtype, const uint8_t *s, int64_t n, float *y)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (dtype) {
+        case LP_DTYPE_I64: y[i] = (float)(int64_t)lp_load_u64(s + 8 * i); break;
+        case LP_DTYPE_U64: y[i] = (float)lp_load_u64(s + 8 * i); break;
+        case LP_DTYPE_I32: y[i] = (float)lp_load_i32(s + 4 * i); break;
+        case LP_DTYPE_U32: y[i] = (float)lp_load_u32(s + 4 * i); break;
+        case LP_DTYPE_I16: y[i] = (float)(int16_t)lp_load_u16(s + 2 * i); break;
+        case LP_DTYPE_U16: y[i] = (float)lp_load_u16(s + 2 * i); break;
+        case LP_DTYPE_I8: y[i] = (float)(int8_t)s[i]; break;
+        case LP_DTYPE_U8: y[i] = (float)s[i]; break;
+        case LP_DTYPE_BOOL: y[i] = s[i] ? 1.0f : 0.0f; break;
+        default: return;
+        }
+    }
+}
+
+static void convert_plain(lp_dtype dtype, const uint8_t *s, int64_t n, float *y)
+{
+    if (!convert_float(dtype, s, n, y))
+        convert_int(dtype, s, n, y);
 }
 
 lp_status lp_dequantize(lp_dtype dtype, const void *src, int64_t n, float *dst, lp_error *err)

@@ -328,6 +328,47 @@ static size_t utf8_sequence(const uint8_t *p, size_t n)
     return need;
 }
 
+/* One escape at s->pos (the backslash), decoded into *b: the plain ones, or \uXXXX with
+ * surrogate pairs joined; lone surrogates and \u0000 are refused. */
+static lp_status read_escape(st_scan *s, st_buf *b)
+{
+    size_t esc_at = s->pos;
+    if (s->len - s->pos < 2)
+        return syntax_error(s, esc_at, "unterminated string");
+    uint8_t e = s->text[s->pos + 1];
+    s->pos += 2;
+    static const char plain_in[] = "\"\\/bfnrt", plain_out[] = "\"\\/\b\f\n\r\t";
+    const char *hit = e ? strchr(plain_in, e) : NULL;
+    if (hit) {
+        b->data[b->len++] = plain_out[hit - plain_in];
+        return LP_OK;
+    }
+    if (e != 'u')
+        return syntax_error(s, esc_at, "invalid escape '\\%c'",
+                            e >= 0x20 && e < 0x7f ? (char)e : '?');
+    uint32_t cp;
+    lp_status st = read_hex4(s, esc_at, &cp);
+    if (st != LP_OK)
+        return st;
+    if (cp >= 0xDC00 && cp <= 0xDFFF)
+        return syntax_error(s, esc_at, "lone low surrogate \\u%04X", (unsigned)cp);
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+        if (s->len - s->pos < 6 || s->text[s->pos] != '\\' || s->text[s->pos + 1] != 'u')
+            return syntax_error(s, esc_at, "lone high surrogate \\u%04X", (unsigned)cp);
+        s->pos += 2;
+        uint32_t low;
+        if ((st = read_hex4(s, esc_at, &low)) != LP_OK)
+            return st;
+        if (low < 0xDC00 || low > 0xDFFF)
+            return syntax_error(s, esc_at, "lone high surrogate \\u%04X", (unsigned)cp);
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+    }
+    if (cp == 0)
+        return syntax_error(s, esc_at, "\\u0000 is not allowed in a string");
+    put_utf8(b, cp);
+    return LP_OK;
+}
+
 /* A JSON string at s->pos (after whitespace), decoded into *b (NUL-terminated). */
 static lp_status read_string(st_scan *s, st_buf *b)
 {
@@ -363,40 +404,9 @@ static lp_status read_string(st_scan *s, st_buf *b)
             s->pos++;
             continue;
         }
-        size_t esc_at = s->pos;
-        if (s->len - s->pos < 2)
-            return syntax_error(s, esc_at, "unterminated string");
-        uint8_t e = s->text[s->pos + 1];
-        s->pos += 2;
-        static const char plain_in[] = "\"\\/bfnrt", plain_out[] = "\"\\/\b\f\n\r\t";
-        const char *hit = e ? strchr(plain_in, e) : NULL;
-        if (hit) {
-            b->data[b->len++] = plain_out[hit - plain_in];
-            continue;
-        }
-        if (e != 'u')
-            return syntax_error(s, esc_at, "invalid escape '\\%c'",
-                                e >= 0x20 && e < 0x7f ? (char)e : '?');
-        uint32_t cp;
-        lp_status st = read_hex4(s, esc_at, &cp);
+        lp_status st = read_escape(s, b);
         if (st != LP_OK)
             return st;
-        if (cp >= 0xDC00 && cp <= 0xDFFF)
-            return syntax_error(s, esc_at, "lone low surrogate \\u%04X", (unsigned)cp);
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (s->len - s->pos < 6 || s->text[s->pos] != '\\' || s->text[s->pos + 1] != 'u')
-                return syntax_error(s, esc_at, "lone high surrogate \\u%04X", (unsigned)cp);
-            s->pos += 2;
-            uint32_t low;
-            if ((st = read_hex4(s, esc_at, &low)) != LP_OK)
-                return st;
-            if (low < 0xDC00 || low > 0xDFFF)
-                return syntax_error(s, esc_at, "lone high surrogate \\u%04X", (unsigned)cp);
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-        }
-        if (cp == 0)
-            return syntax_error(s, esc_at, "\\u0000 is not allowed in a string");
-        put_utf8(b, cp);
     }
     b->data[b->len] = '\0';
     return LP_OK;
