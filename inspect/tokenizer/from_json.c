@@ -87,6 +87,37 @@ static lp_status read_step(jctx *c, const json_t *n, const char *where, const ch
 
 /* ---- normalizers ---- */
 
+/* The options of Prepend (the prefix), Replace (content and pattern) and Strip. */
+static lp_status read_norm_options(jctx *c, const json_t *n, const char *where, lp_tok_norm *norm)
+{
+    if (norm->kind == LP_TOK_NORM_PREPEND) {
+        const json_t *p = json_object_get(n, "prepend");
+        if (!json_is_string(p))
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.prepend: a string expected",
+                                c->name, where);
+        norm->pattern = lp_tok_strndup(json_string_value(p), json_string_length(p));
+        norm->pattern_len = json_string_length(p);
+        return norm->pattern ? LP_OK : nomem(c);
+    }
+    if (norm->kind == LP_TOK_NORM_REPLACE) {
+        const json_t *content = json_object_get(n, "content");
+        if (!json_is_string(content))
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.content: a string expected",
+                                c->name, where);
+        norm->content = lp_tok_strndup(json_string_value(content), json_string_length(content));
+        norm->content_len = json_string_length(content);
+        if (!norm->content)
+            return nomem(c);
+        return read_pattern(c, json_object_get(n, "pattern"), where, &norm->pattern,
+                            &norm->pattern_len, &norm->re);
+    }
+    if (norm->kind == LP_TOK_NORM_STRIP) {
+        norm->strip_left = jbool(n, "strip_left", true);
+        norm->strip_right = jbool(n, "strip_right", true);
+    }
+    return LP_OK;
+}
+
 static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
 {
     const char *type;
@@ -121,31 +152,7 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
     if (!norm)
         return nomem(c);
     norm->kind = (lp_tok_norm_kind)kind;
-    if (kind == LP_TOK_NORM_PREPEND) {
-        const json_t *p = json_object_get(n, "prepend");
-        if (!json_is_string(p))
-            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.prepend: a string expected",
-                                c->name, where);
-        norm->pattern = lp_tok_strndup(json_string_value(p), json_string_length(p));
-        norm->pattern_len = json_string_length(p);
-        if (!norm->pattern)
-            return nomem(c);
-    } else if (kind == LP_TOK_NORM_REPLACE) {
-        const json_t *content = json_object_get(n, "content");
-        if (!json_is_string(content))
-            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.content: a string expected",
-                                c->name, where);
-        norm->content = lp_tok_strndup(json_string_value(content), json_string_length(content));
-        norm->content_len = json_string_length(content);
-        if (!norm->content)
-            return nomem(c);
-        return read_pattern(c, json_object_get(n, "pattern"), where, &norm->pattern,
-                            &norm->pattern_len, &norm->re);
-    } else if (kind == LP_TOK_NORM_STRIP) {
-        norm->strip_left = jbool(n, "strip_left", true);
-        norm->strip_right = jbool(n, "strip_right", true);
-    }
-    return LP_OK;
+    return read_norm_options(c, n, where, norm);
 }
 
 /* ---- pre-tokenizers ---- */
@@ -428,32 +435,10 @@ static lp_status set_str(jctx *c, const json_t *v, char **out, size_t *out_len, 
     return *out ? LP_OK : nomem(c);
 }
 
-static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
+/* The options of Metaspace, Replace (literal patterns only), Strip, BPEDecoder, WordPiece. */
+static lp_status read_decoder_options(jctx *c, const json_t *n, const char *where, lp_tok_dec *d)
 {
-    const char *type;
-    lp_status st = read_step(c, n, where, "decoders", read_decoder, &type);
-    if (st != LP_OK || !type)
-        return st;
-    lp_tokenizer *tok = c->tok;
-    static const struct {
-        const char *name;
-        lp_tok_dec_kind kind;
-    } kinds[] = {{"ByteLevel", LP_TOK_DEC_BYTELEVEL}, {"Metaspace", LP_TOK_DEC_METASPACE},
-                 {"Replace", LP_TOK_DEC_REPLACE},     {"ByteFallback", LP_TOK_DEC_BYTEFALLBACK},
-                 {"Fuse", LP_TOK_DEC_FUSE},           {"Strip", LP_TOK_DEC_STRIP},
-                 {"BPEDecoder", LP_TOK_DEC_BPE_SUFFIX}, {"WordPiece", LP_TOK_DEC_WORDPIECE}};
-    int kind = -1;
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-        if (strcmp(type, kinds[k].name) == 0)
-            kind = (int)kinds[k].kind;
-    if (kind < 0)
-        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: decoder type '%s' is not "
-                            "supported (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, "
-                            "BPEDecoder, WordPiece, Sequence are)", c->name, where, type);
-    lp_tok_dec *d = lp_tok_append((void **)&tok->decs, &tok->n_decs, sizeof *d);
-    if (!d)
-        return nomem(c);
-    d->kind = (lp_tok_dec_kind)kind;
+    lp_status st;
     switch (d->kind) {
     case LP_TOK_DEC_METASPACE: {
         int scheme = prepend_scheme_of(n);
@@ -486,6 +471,35 @@ static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
     default:
         return LP_OK;
     }
+}
+
+static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
+{
+    const char *type;
+    lp_status st = read_step(c, n, where, "decoders", read_decoder, &type);
+    if (st != LP_OK || !type)
+        return st;
+    lp_tokenizer *tok = c->tok;
+    static const struct {
+        const char *name;
+        lp_tok_dec_kind kind;
+    } kinds[] = {{"ByteLevel", LP_TOK_DEC_BYTELEVEL}, {"Metaspace", LP_TOK_DEC_METASPACE},
+                 {"Replace", LP_TOK_DEC_REPLACE},     {"ByteFallback", LP_TOK_DEC_BYTEFALLBACK},
+                 {"Fuse", LP_TOK_DEC_FUSE},           {"Strip", LP_TOK_DEC_STRIP},
+                 {"BPEDecoder", LP_TOK_DEC_BPE_SUFFIX}, {"WordPiece", LP_TOK_DEC_WORDPIECE}};
+    int kind = -1;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        if (strcmp(type, kinds[k].name) == 0)
+            kind = (int)kinds[k].kind;
+    if (kind < 0)
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: decoder type '%s' is not "
+                            "supported (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, "
+                            "BPEDecoder, WordPiece, Sequence are)", c->name, where, type);
+    lp_tok_dec *d = lp_tok_append((void **)&tok->decs, &tok->n_decs, sizeof *d);
+    if (!d)
+        return nomem(c);
+    d->kind = (lp_tok_dec_kind)kind;
+    return read_decoder_options(c, n, where, d);
 }
 
 /* ---- model and added tokens ---- */

@@ -26,6 +26,23 @@ static size_t posix_class_end(const char *p, size_t len, size_t i)
     return len;
 }
 
+/* Outside a class: copy p[i]; a '[' opens one (its '^' and a leading literal ']' are copied
+ * with it). Returns the next position. */
+static size_t copy_outside_class(const char *p, size_t len, size_t i, char *out, size_t *n,
+                                 int *depth)
+{
+    char c = p[i++];
+    out[(*n)++] = c;
+    if (c != '[')
+        return i;
+    *depth = 1;
+    if (i < len && p[i] == '^')
+        out[(*n)++] = p[i++];
+    if (i < len && p[i] == ']') /* a leading ']' is a literal */
+        out[(*n)++] = p[i++];
+    return i;
+}
+
 /* Oniguruma (the Rust tokenizers' engine) reads "[" inside a character class as a nested class
  * and unites it with the outer one; PCRE2 reads it as a literal "[" and then trips over the
  * rest (BLOOM's " ?[^(\s|[.,!?...])]+"). Flatten nested, non-negated classes into the outer
@@ -49,15 +66,7 @@ static char *flatten_nested_classes(const char *p, size_t len, size_t *out_len)
             continue;
         }
         if (depth == 0) {
-            out[n++] = c;
-            i++;
-            if (c == '[') {
-                depth = 1;
-                if (i < len && p[i] == '^')
-                    out[n++] = p[i++];
-                if (i < len && p[i] == ']') /* a leading ']' is a literal */
-                    out[n++] = p[i++];
-            }
+            i = copy_outside_class(p, len, i, out, &n, &depth);
             continue;
         }
         if (c == '[' && i + 1 < len && p[i + 1] == ':') { /* POSIX [:alpha:] stays */
@@ -342,6 +351,24 @@ void lp_tok_splits_free(lp_tok_splits *s)
     memset(s, 0, sizeof *s);
 }
 
+/* MergedWithNext: walking backwards, a match joins the span after it. */
+static void merge_with_next(lp_tok_splits *out, const char *s, span *sp, size_t n)
+{
+    size_t r = n;
+    bool previous_match = false;
+    for (size_t k = n; k-- > 0;) {
+        bool m = sp[k].match;
+        if (m && !previous_match && r < n)
+            sp[r].start = sp[k].start;
+        else
+            sp[--r] = sp[k];
+        previous_match = m;
+    }
+    /* live spans are sp[r..n) */
+    for (size_t k = r; k < n; k++)
+        splits_push(out, s + sp[k].start, sp[k].end - sp[k].start);
+}
+
 /* Hugging Face's SplitDelimiterBehavior over the spans of one piece. */
 static void apply_behavior(lp_tok_splits *out, const char *s, span *sp, size_t n,
                            lp_tok_split_behavior behavior, bool invert)
@@ -370,24 +397,7 @@ static void apply_behavior(lp_tok_splits *out, const char *s, span *sp, size_t n
             previous_match = m;
         }
         break;
-    case LP_TOK_SPLIT_MERGED_WITH_NEXT: {
-        /* walk backwards, merging a match into the span after it */
-        size_t r = n;
-        w = n;
-        for (size_t k = n; k-- > 0;) {
-            bool m = sp[k].match;
-            if (m && !previous_match && r < n) {
-                sp[r].start = sp[k].start;
-            } else {
-                sp[--r] = sp[k];
-            }
-            previous_match = m;
-        }
-        /* live spans are sp[r..n) */
-        for (size_t k = r; k < n; k++)
-            splits_push(out, s + sp[k].start, sp[k].end - sp[k].start);
-        return;
-    }
+    case LP_TOK_SPLIT_MERGED_WITH_NEXT: merge_with_next(out, s, sp, n); return;
     case LP_TOK_SPLIT_CONTIGUOUS:
         for (size_t k = 0; k < n; k++) {
             bool m = sp[k].match;

@@ -401,8 +401,6 @@ static void walk_expected(expect_ctx *c)
     }
 }
 
-/* The shape the architecture implies for t (weights [out, in], norms and biases [n]); false
- * when loupe has no rule for this role. */
 /* Shape arithmetic on description values: an overflow gives -1, which no tensor matches, so a
  * nonsensical description fails the shape check instead of overflowing. */
 static int64_t mul(int64_t x, int64_t y)
@@ -417,79 +415,101 @@ static int64_t add(int64_t x, int64_t y)
     return x < 0 || y < 0 || !lp_add_i64(x, y, &r) ? -1 : r;
 }
 
-/* The [rows, cols] of t's role in layer t->layer (cols 0: a vector); *per_expert_3d for the
- * expert matrices GGUF may hold as one [n_experts, rows, cols]. False when loupe has no rule. */
-static bool role_dims(const lp_arch *a, const lp_tensor *t, int64_t *rows_out, int64_t *cols_out,
-                      bool *per_expert_3d_out)
+/* [rows, cols] of a tensor (cols 0: a vector); per_expert_3d for the expert matrices GGUF may
+ * hold as one [n_experts, rows, cols]. */
+typedef struct role_shape {
+    int64_t rows, cols;
+    bool per_expert_3d;
+} role_shape;
+
+/* The embeddings, norms and attention of layer l; false for the other roles. */
+static bool attention_dims(const lp_arch *a, lp_role role, int l, role_shape *r)
 {
-    int l = t->layer >= 0 && t->layer < LP_MAX_LAYERS ? t->layer : 0;
     int64_t hidden = a->hidden_size, hd = a->head_dim;
     int64_t kv = a->layer_kv_heads[l] > 0 ? a->layer_kv_heads[l] : a->n_kv_heads;
-    int64_t ffn = a->layer_ffn_hidden[l] > 0 ? a->layer_ffn_hidden[l] : a->ffn_hidden;
-    int64_t shared = a->shared_expert_ffn_hidden > 0
-                         ? a->shared_expert_ffn_hidden
-                         : mul(a->n_shared_experts, a->expert_ffn_hidden);
     int64_t q_out = a->mla ? mul(a->n_heads, add(a->qk_nope_head_dim, a->qk_rope_head_dim))
                            : mul(a->n_heads, hd);
     int64_t o_in = a->mla ? mul(a->n_heads, a->v_head_dim) : mul(a->n_heads, hd);
-    int64_t rows = 0, cols = 0; /* cols 0: a vector */
-    bool per_expert_3d = false;
-    switch (t->role) {
-    case LP_ROLE_TOKEN_EMBD: rows = a->vocab_size; cols = hidden; break;
-    case LP_ROLE_LM_HEAD: rows = a->vocab_size; cols = hidden; break;
-    case LP_ROLE_POS_EMBD: rows = a->pos_table_rows; cols = hidden; break;
+    switch (role) {
+    case LP_ROLE_TOKEN_EMBD:
+    case LP_ROLE_LM_HEAD: *r = (role_shape){a->vocab_size, hidden, false}; return true;
+    case LP_ROLE_POS_EMBD: *r = (role_shape){a->pos_table_rows, hidden, false}; return true;
     case LP_ROLE_EMBD_NORM:
     case LP_ROLE_OUTPUT_NORM:
     case LP_ROLE_ATTN_NORM:
     case LP_ROLE_FFN_NORM:
     case LP_ROLE_ATTN_POST_NORM:
-    case LP_ROLE_FFN_POST_NORM: rows = hidden; break;
-    case LP_ROLE_ATTN_Q: rows = q_out; cols = hidden; break;
+    case LP_ROLE_FFN_POST_NORM: *r = (role_shape){hidden, 0, false}; return true;
+    case LP_ROLE_ATTN_Q: *r = (role_shape){q_out, hidden, false}; return true;
     case LP_ROLE_ATTN_K:
-    case LP_ROLE_ATTN_V: rows = mul(kv, hd); cols = hidden; break;
-    case LP_ROLE_ATTN_QKV: rows = mul(add(a->n_heads, mul(2, kv)), hd); cols = hidden; break;
-    case LP_ROLE_ATTN_O: rows = hidden; cols = o_in; break;
-    case LP_ROLE_ATTN_Q_NORM: rows = a->qk_norm_full ? mul(a->n_heads, hd) : hd; break;
-    case LP_ROLE_ATTN_K_NORM: rows = a->qk_norm_full ? mul(kv, hd) : hd; break;
-    case LP_ROLE_ATTN_Q_A: rows = a->q_lora_rank; cols = hidden; break;
-    case LP_ROLE_ATTN_Q_A_NORM: rows = a->q_lora_rank; break;
-    case LP_ROLE_ATTN_Q_B: rows = q_out; cols = a->q_lora_rank; break;
-    case LP_ROLE_ATTN_KV_A: rows = add(a->kv_lora_rank, a->qk_rope_head_dim); cols = hidden; break;
-    case LP_ROLE_ATTN_KV_A_NORM: rows = a->kv_lora_rank; break;
+    case LP_ROLE_ATTN_V: *r = (role_shape){mul(kv, hd), hidden, false}; return true;
+    case LP_ROLE_ATTN_QKV:
+        *r = (role_shape){mul(add(a->n_heads, mul(2, kv)), hd), hidden, false};
+        return true;
+    case LP_ROLE_ATTN_O: *r = (role_shape){hidden, o_in, false}; return true;
+    case LP_ROLE_ATTN_Q_NORM:
+        *r = (role_shape){a->qk_norm_full ? mul(a->n_heads, hd) : hd, 0, false};
+        return true;
+    case LP_ROLE_ATTN_K_NORM:
+        *r = (role_shape){a->qk_norm_full ? mul(kv, hd) : hd, 0, false};
+        return true;
+    case LP_ROLE_ATTN_Q_A: *r = (role_shape){a->q_lora_rank, hidden, false}; return true;
+    case LP_ROLE_ATTN_Q_A_NORM: *r = (role_shape){a->q_lora_rank, 0, false}; return true;
+    case LP_ROLE_ATTN_Q_B: *r = (role_shape){q_out, a->q_lora_rank, false}; return true;
+    case LP_ROLE_ATTN_KV_A:
+        *r = (role_shape){add(a->kv_lora_rank, a->qk_rope_head_dim), hidden, false};
+        return true;
+    case LP_ROLE_ATTN_KV_A_NORM: *r = (role_shape){a->kv_lora_rank, 0, false}; return true;
     case LP_ROLE_ATTN_KV_B:
-        rows = mul(a->n_heads, add(a->qk_nope_head_dim, a->v_head_dim));
-        cols = a->kv_lora_rank;
-        break;
-    case LP_ROLE_FFN_GATE:
-    case LP_ROLE_FFN_UP: rows = ffn; cols = hidden; break;
-    case LP_ROLE_FFN_GATE_UP: rows = mul(2, ffn); cols = hidden; break;
-    case LP_ROLE_FFN_DOWN: rows = hidden; cols = ffn; break;
-    case LP_ROLE_ROUTER: rows = a->n_experts; cols = hidden; break;
-    case LP_ROLE_ROUTER_BIAS: rows = a->n_experts; break;
-    case LP_ROLE_EXPERT_GATE:
-    case LP_ROLE_EXPERT_UP: rows = a->expert_ffn_hidden; cols = hidden; per_expert_3d = true; break;
-    case LP_ROLE_EXPERT_GATE_UP:
-        rows = mul(2, a->expert_ffn_hidden);
-        cols = hidden;
-        per_expert_3d = true;
-        break;
-    case LP_ROLE_EXPERT_DOWN:
-        rows = hidden;
-        cols = a->expert_ffn_hidden;
-        per_expert_3d = true;
-        break;
-    case LP_ROLE_SHARED_GATE:
-    case LP_ROLE_SHARED_UP: rows = shared; cols = hidden; break;
-    case LP_ROLE_SHARED_DOWN: rows = hidden; cols = shared; break;
-    case LP_ROLE_SHARED_EXPERT_GATE: rows = 1; cols = hidden; break;
+        *r = (role_shape){mul(a->n_heads, add(a->qk_nope_head_dim, a->v_head_dim)),
+                          a->kv_lora_rank, false};
+        return true;
     default: return false;
     }
-    *rows_out = rows;
-    *cols_out = cols;
-    *per_expert_3d_out = per_expert_3d;
+}
+
+/* The FFN, router and experts of layer l; false for the other roles. */
+static bool ffn_dims(const lp_arch *a, lp_role role, int l, role_shape *r)
+{
+    int64_t hidden = a->hidden_size, expert = a->expert_ffn_hidden;
+    int64_t ffn = a->layer_ffn_hidden[l] > 0 ? a->layer_ffn_hidden[l] : a->ffn_hidden;
+    int64_t shared = a->shared_expert_ffn_hidden > 0 ? a->shared_expert_ffn_hidden
+                                                     : mul(a->n_shared_experts, expert);
+    switch (role) {
+    case LP_ROLE_FFN_GATE:
+    case LP_ROLE_FFN_UP: *r = (role_shape){ffn, hidden, false}; return true;
+    case LP_ROLE_FFN_GATE_UP: *r = (role_shape){mul(2, ffn), hidden, false}; return true;
+    case LP_ROLE_FFN_DOWN: *r = (role_shape){hidden, ffn, false}; return true;
+    case LP_ROLE_ROUTER: *r = (role_shape){a->n_experts, hidden, false}; return true;
+    case LP_ROLE_ROUTER_BIAS: *r = (role_shape){a->n_experts, 0, false}; return true;
+    case LP_ROLE_EXPERT_GATE:
+    case LP_ROLE_EXPERT_UP: *r = (role_shape){expert, hidden, true}; return true;
+    case LP_ROLE_EXPERT_GATE_UP: *r = (role_shape){mul(2, expert), hidden, true}; return true;
+    case LP_ROLE_EXPERT_DOWN: *r = (role_shape){hidden, expert, true}; return true;
+    case LP_ROLE_SHARED_GATE:
+    case LP_ROLE_SHARED_UP: *r = (role_shape){shared, hidden, false}; return true;
+    case LP_ROLE_SHARED_DOWN: *r = (role_shape){hidden, shared, false}; return true;
+    case LP_ROLE_SHARED_EXPERT_GATE: *r = (role_shape){1, hidden, false}; return true;
+    default: return false;
+    }
+}
+
+/* The shape of t's role in its layer; false when loupe has no rule for the role. */
+static bool role_dims(const lp_arch *a, const lp_tensor *t, int64_t *rows_out, int64_t *cols_out,
+                      bool *per_expert_3d_out)
+{
+    int l = t->layer >= 0 && t->layer < LP_MAX_LAYERS ? t->layer : 0;
+    role_shape r;
+    if (!attention_dims(a, t->role, l, &r) && !ffn_dims(a, t->role, l, &r))
+        return false;
+    *rows_out = r.rows;
+    *cols_out = r.cols;
+    *per_expert_3d_out = r.per_expert_3d;
     return true;
 }
 
+/* The shape the architecture implies for t (weights [out, in], norms and biases [n]); false
+ * when loupe has no rule for this role. */
 static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape, int *n_dims)
 {
     int64_t rows, cols;
