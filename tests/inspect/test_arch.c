@@ -18,6 +18,7 @@
 #include "inspect/arch/arch_internal.h"
 #include "inspect/arch/arch_json.h"
 #include "inspect/inspect.h"
+#include "arch_expect.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers
@@ -352,136 +353,146 @@ static void test_moe_layer_selection(void **state)
         LP_ERR_FORMAT, "num_experts_per_tok", "5");
 }
 
-static void test_falcon_and_gpt2_aliases(void **state)
-{
-    (void)state;
-    lp_arch *a = parse_hf_text("falcon40.json",
-        "{\"model_type\": \"falcon\", \"vocab_size\": 65024, \"hidden_size\": 8192,"
-        " \"num_hidden_layers\": 60, \"num_attention_heads\": 128, \"num_kv_heads\": 8,"
-        " \"new_decoder_architecture\": true, \"parallel_attn\": true, \"bias\": false}");
-    assert_int_equal(a->n_kv_heads, 8);
-    assert_true(a->parallel_block && a->parallel_two_norms);
-    assert_int_equal(a->ffn_hidden, 4 * 8192);
-    assert_int_equal(a->norm_kind, LP_NORM_LAYER);
-    assert_true(a->bias_norm && !a->bias_qkv && !a->bias_mlp);
-    assert_true(a->tied_embeddings);
-    assert_int_equal(a->act, LP_ACT_GELU);
-    check_round_trip(a, "falcon40");
-
-    a = parse_hf_text("falcon_old.json",
-        "{\"model_type\": \"RefinedWebModel\", \"vocab_size\": 65024, \"hidden_size\": 4544,"
-        " \"n_layer\": 32, \"n_head\": 71, \"multi_query\": true, \"parallel_attn\": true}");
-    assert_string_equal(a->family, "falcon");
-    assert_int_equal(a->n_kv_heads, 1);
-    assert_int_equal(a->n_layers, 32);
-    assert_int_equal(a->head_dim, 64);
-
-    a = parse_hf_text("gpt2_inner.json",
-        "{\"model_type\": \"gpt2\", \"vocab_size\": 50257, \"n_embd\": 1024, \"n_layer\": 24,"
-        " \"n_head\": 16, \"n_positions\": 1024, \"n_inner\": null,"
-        " \"activation_function\": \"gelu_new\", \"eos_token_id\": [50256, 7]}");
-    assert_int_equal(a->ffn_hidden, 4096);
-    assert_int_equal(a->pos_kind, LP_POS_LEARNED);
-    assert_int_equal(a->pos_table_rows, 1024);
-    assert_int_equal(a->eos_token_id, 50256);
-    assert_true(a->bias_qkv && a->bias_o && a->bias_mlp && a->bias_norm);
-    check_round_trip(a, "gpt2_inner");
-
+/* Families and their quirks, one config each: {file name, config.json, what the description
+ * must say (arch_expect.h), whether its card must round-trip}. */
+static const struct {
+    const char *name, *json, *expected;
+    bool round_trip;
+} FAMILY_CASES[] = {
+    {"falcon40.json",
+     "{\"model_type\": \"falcon\", \"vocab_size\": 65024, \"hidden_size\": 8192,"
+     " \"num_hidden_layers\": 60, \"num_attention_heads\": 128, \"num_kv_heads\": 8,"
+     " \"new_decoder_architecture\": true, \"parallel_attn\": true, \"bias\": false}",
+     "n_kv_heads=8 parallel_block=true parallel_two_norms=true ffn_hidden=32768 norm_kind=layer"
+     " bias_norm=true bias_qkv=false bias_mlp=false tied_embeddings=true act=gelu",
+     true},
+    {"falcon_old.json",
+     "{\"model_type\": \"RefinedWebModel\", \"vocab_size\": 65024, \"hidden_size\": 4544,"
+     " \"n_layer\": 32, \"n_head\": 71, \"multi_query\": true, \"parallel_attn\": true}",
+     "family=falcon n_kv_heads=1 n_layers=32 head_dim=64", false},
+    {"gpt2_inner.json",
+     "{\"model_type\": \"gpt2\", \"vocab_size\": 50257, \"n_embd\": 1024, \"n_layer\": 24,"
+     " \"n_head\": 16, \"n_positions\": 1024, \"n_inner\": null,"
+     " \"activation_function\": \"gelu_new\", \"eos_token_id\": [50256, 7]}",
+     "ffn_hidden=4096 pos_kind=learned pos_table_rows=1024 eos_token_id=50256 bias_qkv=true"
+     " bias_o=true bias_mlp=true bias_norm=true act=gelu_tanh",
+     true},
     /* StableLM 2 12B: a separate norm for every query and kv head, parallel residual */
-    a = parse_hf_text("stablelm2.json",
-        "{\"model_type\": \"stablelm\", \"vocab_size\": 100352, \"hidden_size\": 5120,"
-        " \"num_hidden_layers\": 2, \"num_attention_heads\": 32, \"num_key_value_heads\": 8,"
-        " \"intermediate_size\": 13824, \"qk_layernorm\": true, \"use_parallel_residual\": true,"
-        " \"partial_rotary_factor\": 0.25, \"use_qkv_bias\": false}");
-    assert_true(a->qk_norm && a->qk_norm_per_head && !a->qk_norm_full);
-    assert_true(a->parallel_block && !a->parallel_two_norms);
-    check_round_trip(a, "stablelm2");
-
+    {"stablelm2.json",
+     "{\"model_type\": \"stablelm\", \"vocab_size\": 100352, \"hidden_size\": 5120,"
+     " \"num_hidden_layers\": 2, \"num_attention_heads\": 32, \"num_key_value_heads\": 8,"
+     " \"intermediate_size\": 13824, \"qk_layernorm\": true, \"use_parallel_residual\": true,"
+     " \"partial_rotary_factor\": 0.25, \"use_qkv_bias\": false}",
+     "qk_norm=true qk_norm_per_head=true qk_norm_full=false parallel_block=true"
+     " parallel_two_norms=false",
+     true},
     /* GPT-NeoX (Pythia): parallel residual with a LayerNorm per branch, a quarter of each head
      * rotated, biases everywhere */
-    a = parse_hf_text("neox.json",
-        "{\"model_type\": \"gpt_neox\", \"vocab_size\": 50304, \"hidden_size\": 512,"
-        " \"num_hidden_layers\": 6, \"num_attention_heads\": 8, \"intermediate_size\": 2048,"
-        " \"rotary_pct\": 0.25, \"rotary_emb_base\": 10000, \"use_parallel_residual\": true,"
-        " \"hidden_act\": \"gelu\", \"max_position_embeddings\": 2048}");
-    assert_true(a->parallel_block && a->parallel_two_norms);
-    assert_int_equal(a->rope_dim, 16);
-    assert_true(a->bias_qkv && a->bias_o && a->bias_mlp && !a->tied_embeddings);
-    check_round_trip(a, "neox");
-
+    {"neox.json",
+     "{\"model_type\": \"gpt_neox\", \"vocab_size\": 50304, \"hidden_size\": 512,"
+     " \"num_hidden_layers\": 6, \"num_attention_heads\": 8, \"intermediate_size\": 2048,"
+     " \"rotary_pct\": 0.25, \"rotary_emb_base\": 10000, \"use_parallel_residual\": true,"
+     " \"hidden_act\": \"gelu\", \"max_position_embeddings\": 2048}",
+     "parallel_block=true parallel_two_norms=true rope_dim=16 bias_qkv=true bias_o=true"
+     " bias_mlp=true tied_embeddings=false",
+     true},
     /* gpt-oss: alternating windows from layer_types, biased experts and router, sinks */
-    a = parse_hf_text("gpt_oss.json",
-        "{\"model_type\": \"gpt_oss\", \"vocab_size\": 1000, \"hidden_size\": 64,"
-        " \"num_hidden_layers\": 4, \"num_attention_heads\": 8, \"num_key_value_heads\": 2,"
-        " \"head_dim\": 16, \"intermediate_size\": 64, \"num_local_experts\": 8,"
-        " \"num_experts_per_tok\": 2, \"attention_bias\": true, \"sliding_window\": 128,"
-        " \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\","
-        " \"full_attention\"]}");
-    assert_true(a->router_bias && a->attn_sinks && a->bias_mlp && a->norm_topk_prob);
-    assert_int_equal(a->expert_ffn_hidden, 64);
-    assert_int_equal(a->layer_window[0], 128);
-    assert_int_equal(a->layer_window[1], 0);
-    assert_true(a->layer_moe[3]);
-    check_round_trip(a, "gpt_oss");
-
+    {"gpt_oss.json",
+     "{\"model_type\": \"gpt_oss\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+     " \"num_hidden_layers\": 4, \"num_attention_heads\": 8, \"num_key_value_heads\": 2,"
+     " \"head_dim\": 16, \"intermediate_size\": 64, \"num_local_experts\": 8,"
+     " \"num_experts_per_tok\": 2, \"attention_bias\": true, \"sliding_window\": 128,"
+     " \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\","
+     " \"full_attention\"]}",
+     "router_bias=true attn_sinks=true bias_mlp=true norm_topk_prob=true expert_ffn_hidden=64"
+     " layer_window[0]=128 layer_window[1]=0 layer_moe[3]=true",
+     true},
     /* OPT-350m: post-norm blocks, no final norm, 512-wide embeddings projected to hidden */
-    a = parse_hf_text("opt350m.json",
-        "{\"model_type\": \"opt\", \"vocab_size\": 50272, \"hidden_size\": 1024,"
-        " \"num_hidden_layers\": 24, \"num_attention_heads\": 16, \"ffn_dim\": 4096,"
-        " \"max_position_embeddings\": 2048, \"do_layer_norm_before\": false,"
-        " \"word_embed_proj_dim\": 512}");
-    assert_true(a->post_norm && !a->final_norm);
-    assert_int_equal(a->embed_proj_dim, 512);
-    check_round_trip(a, "opt350m");
+    {"opt350m.json",
+     "{\"model_type\": \"opt\", \"vocab_size\": 50272, \"hidden_size\": 1024,"
+     " \"num_hidden_layers\": 24, \"num_attention_heads\": 16, \"ffn_dim\": 4096,"
+     " \"max_position_embeddings\": 2048, \"do_layer_norm_before\": false,"
+     " \"word_embed_proj_dim\": 512}",
+     "post_norm=true final_norm=false embed_proj_dim=512 pos_offset=2 pos_table_rows=2050", true},
     /* pre-norm OPT with equal widths: no projection; _remove_final_layer_norm drops the norm */
-    a = parse_hf_text("opt_pre.json",
-        "{\"model_type\": \"opt\", \"vocab_size\": 50272, \"hidden_size\": 768,"
-        " \"num_hidden_layers\": 2, \"num_attention_heads\": 12, \"ffn_dim\": 3072,"
-        " \"max_position_embeddings\": 2048, \"word_embed_proj_dim\": 768,"
-        " \"_remove_final_layer_norm\": true}");
-    assert_true(!a->post_norm && !a->final_norm);
-    assert_int_equal(a->embed_proj_dim, 0);
-
+    {"opt_pre.json",
+     "{\"model_type\": \"opt\", \"vocab_size\": 50272, \"hidden_size\": 768,"
+     " \"num_hidden_layers\": 2, \"num_attention_heads\": 12, \"ffn_dim\": 3072,"
+     " \"max_position_embeddings\": 2048, \"word_embed_proj_dim\": 768,"
+     " \"_remove_final_layer_norm\": true}",
+     "post_norm=false final_norm=false embed_proj_dim=0", false},
     /* Phi-3 long context: "su"/longrope with the original context at the top level; the
      * factor is derived from the two contexts when not given */
-    a = parse_hf_text("phi3_long.json",
-        "{\"model_type\": \"phi3\", \"vocab_size\": 32064, \"hidden_size\": 3072,"
-        " \"num_hidden_layers\": 2, \"num_attention_heads\": 32, \"intermediate_size\": 8192,"
-        " \"max_position_embeddings\": 131072, \"original_max_position_embeddings\": 4096,"
-        " \"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1.0, 1.1],"
-        " \"long_factor\": [1.0, 2.0]}, \"sliding_window\": 262144}");
-    assert_int_equal(a->rope_scaling.kind, LP_ROPE_SCALING_LONGROPE);
-    assert_int_equal(a->rope_scaling.original_ctx, 4096);
-    assert_true(a->rope_scaling.factor == 32.0);
-    check_round_trip(a, "phi3_long");
-
+    {"phi3_long.json",
+     "{\"model_type\": \"phi3\", \"vocab_size\": 32064, \"hidden_size\": 3072,"
+     " \"num_hidden_layers\": 2, \"num_attention_heads\": 32, \"intermediate_size\": 8192,"
+     " \"max_position_embeddings\": 131072, \"original_max_position_embeddings\": 4096,"
+     " \"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1.0, 1.1],"
+     " \"long_factor\": [1.0, 2.0]}, \"sliding_window\": 262144}",
+     "rope_scaling.kind=longrope rope_scaling.original_ctx=4096 rope_scaling.factor=32", true},
     /* a DeepSeek-style MoE under another name (GLM-4.5 keeps first_k_dense_replace) */
-    a = parse_hf_text("glm_moe.json",
-        "{\"model_type\": \"glm4_moe\", \"vocab_size\": 1000, \"hidden_size\": 64,"
-        " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"intermediate_size\": 256,"
-        " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"n_shared_experts\": 1,"
-        " \"moe_intermediate_size\": 32, \"first_k_dense_replace\": 1}");
-    assert_false(a->layer_moe[0]);
-    assert_true(a->layer_moe[1] && a->layer_moe[3]);
-    assert_int_equal(a->n_shared_experts, 1);
-
+    {"glm_moe.json",
+     "{\"model_type\": \"glm4_moe\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+     " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"intermediate_size\": 256,"
+     " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"n_shared_experts\": 1,"
+     " \"moe_intermediate_size\": 32, \"first_k_dense_replace\": 1}",
+     "layer_moe[0]=false layer_moe[1]=true layer_moe[3]=true n_shared_experts=1", false},
     /* found by fuzzing: a dense gpt_oss (no experts) must not keep the router bias flag */
-    a = parse_hf_text("gpt_oss_dense.json",
-        "{\"model_type\": \"gpt_oss\", \"vocab_size\": 10, \"hidden_size\": 8,"
-        " \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 8}");
-    assert_false(a->router_bias);
-    check_round_trip(a, "gpt_oss_dense");
-
+    {"gpt_oss_dense.json",
+     "{\"model_type\": \"gpt_oss\", \"vocab_size\": 10, \"hidden_size\": 8,"
+     " \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 8}",
+     "router_bias=false", true},
     /* transformers v5 keeps theta and scaling in rope_parameters */
-    a = parse_hf_text("rope_params.json",
-        "{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8,"
-        " \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 8,"
-        " \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0,"
-        " \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
-        " \"original_max_position_embeddings\": 8192}}");
-    assert_true(a->rope_theta == 500000.0);
-    assert_int_equal(a->rope_scaling.kind, LP_ROPE_SCALING_LLAMA3);
-    assert_int_equal(a->rope_scaling.original_ctx, 8192);
+    {"rope_params.json",
+     "{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8,"
+     " \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 8,"
+     " \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0,"
+     " \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+     " \"original_max_position_embeddings\": 8192}}",
+     "rope_theta=500000 rope_scaling.kind=llama3 rope_scaling.original_ctx=8192", false},
+    /* what each family's modeling file hard-codes, on one minimal config */
+    {"gemma_min.json",
+     "{\"model_type\": \"gemma\", \"vocab_size\": 10, \"hidden_size\": 16,"
+     " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"intermediate_size\": 32}",
+     "ffn_kind=geglu act=gelu_tanh norm_kind=rms norm_weight_plus_one=true embed_scale=4"
+     " tied_embeddings=true post_attn_norm=false qk_norm=false",
+     true},
+    {"qwen2_min.json",
+     "{\"model_type\": \"qwen2\", \"vocab_size\": 10, \"hidden_size\": 16,"
+     " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"intermediate_size\": 32,"
+     " \"attention_bias\": false}",
+     "ffn_kind=swiglu act=silu bias_qkv=true bias_o=false tied_embeddings=false"
+     " rope_layout=halves",
+     true},
+    {"olmo2_min.json",
+     "{\"model_type\": \"olmo2\", \"vocab_size\": 10, \"hidden_size\": 16,"
+     " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"intermediate_size\": 32}",
+     "qk_norm_full=true no_input_norm=true post_attn_norm=true post_ffn_norm=true", true},
+    {"bloom_min.json",
+     "{\"model_type\": \"bloom\", \"vocab_size\": 10, \"hidden_size\": 16, \"n_layer\": 2,"
+     " \"n_head\": 2}",
+     "pos_kind=alibi embed_norm=true ffn_hidden=64 act=gelu_tanh bias_qkv=true"
+     " tied_embeddings=true",
+     true},
+    {"gptj_min.json",
+     "{\"model_type\": \"gptj\", \"vocab_size\": 10, \"n_embd\": 16, \"n_layer\": 2,"
+     " \"n_head\": 2, \"rotary_dim\": 4}",
+     "rope_layout=adjacent rope_dim=4 bias_qkv=false bias_o=false bias_mlp=true"
+     " bias_lm_head=true parallel_block=true",
+     true},
+};
+
+static void test_family_cases(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof FAMILY_CASES / sizeof FAMILY_CASES[0]; i++) {
+        const lp_arch *a = parse_hf_text(FAMILY_CASES[i].name, FAMILY_CASES[i].json);
+        char why[256];
+        if (!arch_expect(a, FAMILY_CASES[i].expected, why, sizeof why))
+            fail_msg("%s: %s", FAMILY_CASES[i].name, why);
+        if (FAMILY_CASES[i].round_trip)
+            check_round_trip(a, FAMILY_CASES[i].name);
+    }
 }
 
 static void test_bad_configs(void **state)
@@ -1405,7 +1416,7 @@ int main(void)
         cmocka_unit_test(test_gemma3_pattern_and_text_config),
         cmocka_unit_test(test_layer_types_and_qwen_windows),
         cmocka_unit_test(test_moe_layer_selection),
-        cmocka_unit_test(test_falcon_and_gpt2_aliases),
+        cmocka_unit_test(test_family_cases),
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_card_reader),
         cmocka_unit_test(test_llama2c_header),

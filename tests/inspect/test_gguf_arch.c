@@ -8,6 +8,7 @@
 #include "gguf_writer.h"
 #include "inspect/formats/gguf.h"
 #include "inspect/inspect.h"
+#include "arch_expect.h"
 
 static lp_gguf *open_gw(lp_gw *w)
 {
@@ -384,31 +385,82 @@ static void test_gemma_windows(void **state)
     assert_int_equal(a.layer_window[2], 0);
 }
 
-static void test_gpt2_and_phi2(void **state)
+/* What llama.cpp's graph of each architecture hard-codes, on base_kvs plus feed_forward_length
+ * (0: left out) and one more key: {general.architecture, ffn width, key (after the prefix) or
+ * NULL, its value, whether it is a bool, what the description must say (arch_expect.h)}. No
+ * tensors: only the metadata speaks. */
+static const struct {
+    const char *arch;
+    uint32_t ffn;
+    const char *key;
+    uint32_t value;
+    bool is_bool;
+    const char *expected;
+} FAMILY_DEFAULTS[] = {
+    {"llama", 128, NULL, 0, false,
+     "family=llama ffn_kind=swiglu norm_kind=rms rope_layout=adjacent"},
+    {"qwen2", 128, NULL, 0, false, "family=qwen2 rope_layout=halves bias_qkv=true bias_o=false"},
+    {"qwen2moe", 128, NULL, 0, false, "family=qwen2_moe bias_qkv=true"},
+    {"qwen3", 128, NULL, 0, false, "family=qwen3 qk_norm=true bias_qkv=false"},
+    {"qwen3moe", 128, NULL, 0, false, "family=qwen3_moe qk_norm=true"},
+    /* the converter folds Gemma's +1 into the stored norm weights */
+    {"gemma", 128, NULL, 0, false,
+     "family=gemma ffn_kind=geglu act=gelu_tanh embed_scale=8 tied_embeddings=true"
+     " norm_weight_plus_one=false post_attn_norm=false"},
+    {"gemma2", 128, NULL, 0, false,
+     "family=gemma2 post_attn_norm=true post_ffn_norm=true qk_norm=false"},
+    {"gemma3", 128, NULL, 0, false,
+     "family=gemma3 qk_norm=true post_ffn_norm=true rope_local_theta=10000"},
+    {"phi2", 128, "rope.dimension_count", 4, false,
+     "family=phi norm_kind=layer parallel_block=true bias_lm_head=true rope_dim=4"
+     " partial_rotary=0.5 rope_layout=halves"},
+    {"phi3", 128, NULL, 0, false, "family=phi3 ffn_kind=swiglu norm_kind=rms"},
+    {"gpt2", 0, NULL, 0, false, /* an MLP without a width: 4 x hidden */
+     "family=gpt2 pos_kind=learned pos_table_rows=2048 ffn_hidden=256 norm_kind=layer"
+     " bias_qkv=true bias_mlp=true rope_dim=0"},
+    {"falcon", 128, NULL, 0, false,
+     "family=falcon act=gelu parallel_block=true tied_embeddings=true"},
+    {"deepseek2", 128, NULL, 0, false, "family=deepseek_v2 rope_layout=adjacent mla=false"},
+    {"starcoder2", 128, NULL, 0, false,
+     "family=starcoder2 norm_kind=layer bias_qkv=true tied_embeddings=true"},
+    {"stablelm", 128, NULL, 0, false, "family=stablelm ffn_kind=swiglu norm_kind=layer"},
+    {"gptneox", 128, NULL, 0, false, "family=gpt_neox parallel_block=true parallel_two_norms=true"},
+    {"gptneox", 128, "use_parallel_residual", 0, true,
+     "parallel_block=false parallel_two_norms=false"},
+    {"bloom", 128, NULL, 0, false, "family=bloom pos_kind=alibi embed_norm=true bias_norm=true"},
+    {"olmo2", 128, NULL, 0, false,
+     "family=olmo2 qk_norm_full=true no_input_norm=true post_attn_norm=true"},
+    /* a dense gpt-oss keeps its sinks; the router's bias goes with the experts */
+    {"gpt-oss", 128, NULL, 0, false,
+     "family=gpt_oss attn_sinks=true bias_mlp=true router_bias=false"},
+};
+
+static void test_family_defaults(void **state)
 {
     (void)state;
-    lp_gw w;
-    base_kvs(&w, "gpt2");
-    lp_gw_kv_f32(&w, "gpt2.attention.layer_norm_epsilon", 1e-5f);
-    lp_arch a;
-    lp_error err = {0};
-    assert_int_equal(arch_of(&w, &a, &err), LP_OK);
-    assert_int_equal(a.pos_kind, LP_POS_LEARNED);
-    assert_int_equal(a.pos_table_rows, 2048);
-    assert_int_equal(a.ffn_hidden, 256); /* 4 x hidden when absent */
-    assert_int_equal(a.norm_kind, LP_NORM_LAYER);
-    assert_true(a.bias_qkv && a.bias_mlp);
-    assert_int_equal(a.rope_dim, 0);
-
-    base_kvs(&w, "phi2");
-    lp_gw_kv_u32(&w, "phi2.feed_forward_length", 256);
-    lp_gw_kv_u32(&w, "phi2.rope.dimension_count", 4); /* half of head_dim 8 */
-    assert_int_equal(arch_of(&w, &a, &err), LP_OK);
-    assert_string_equal(a.family, "phi");
-    assert_true(a.parallel_block);
-    assert_int_equal(a.rope_dim, 4);
-    assert_true(fabs(a.partial_rotary - 0.5) < 1e-12);
-    assert_int_equal(a.rope_layout, LP_ROPE_HALVES);
+    for (size_t i = 0; i < sizeof FAMILY_DEFAULTS / sizeof FAMILY_DEFAULTS[0]; i++) {
+        const char *arch = FAMILY_DEFAULTS[i].arch;
+        char key[128];
+        lp_gw w;
+        base_kvs(&w, arch);
+        if (FAMILY_DEFAULTS[i].ffn) {
+            snprintf(key, sizeof key, "%s.feed_forward_length", arch);
+            lp_gw_kv_u32(&w, key, FAMILY_DEFAULTS[i].ffn);
+        }
+        const char *extra = FAMILY_DEFAULTS[i].key;
+        snprintf(key, sizeof key, "%s.%s", arch, extra ? extra : "");
+        if (extra && FAMILY_DEFAULTS[i].is_bool)
+            lp_gw_kv_bool(&w, key, FAMILY_DEFAULTS[i].value != 0);
+        else if (extra)
+            lp_gw_kv_u32(&w, key, FAMILY_DEFAULTS[i].value);
+        lp_arch a;
+        lp_error err = {0};
+        char why[256];
+        if (arch_of(&w, &a, &err) != LP_OK)
+            fail_msg("%s: %s", arch, err.msg);
+        if (!arch_expect(&a, FAMILY_DEFAULTS[i].expected, why, sizeof why))
+            fail_msg("%s (row %zu): %s", arch, i, why);
+    }
 }
 
 static void test_gpt_oss(void **state)
@@ -549,7 +601,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_llama_scalars), cmocka_unit_test(test_per_layer_arrays),
         cmocka_unit_test(test_errors),        cmocka_unit_test(test_qwen_family),
         cmocka_unit_test(test_mixtral),       cmocka_unit_test(test_deepseek2_mla),
-        cmocka_unit_test(test_gemma_windows), cmocka_unit_test(test_gpt2_and_phi2),
+        cmocka_unit_test(test_gemma_windows), cmocka_unit_test(test_family_defaults),
         cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_phi3_longrope),
     };
     return cmocka_run_group_tests_name("gguf_arch", tests, NULL, NULL);

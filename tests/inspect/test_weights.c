@@ -1890,11 +1890,103 @@ static void test_golden_llama2c_versions(void **state)
     lp_weights_close(v0);
 }
 
+/* ---- lp_detect_format ------------------------------------------------------------------------ */
+
+/* A legacy llama2.c checkpoint whose header fits its size exactly: dim 8, hidden 16, 1 layer, 2
+ * heads, 2 kv heads, vocab 4, seq 2; 4*8 + 8 + 64*4 + 8 + 3*128 + 8 + 2*2 + 0 floats, shared. */
+static size_t legacy_llama2c(uint8_t *buf)
+{
+    int32_t h[7] = {8, 16, 1, 2, 2, 4, 2};
+    size_t floats = 4 * 8 + 8 + 4 * 64 + 8 + 3 * 128 + 8 + 2 * 4;
+    memset(buf, 0, 28 + floats * 4);
+    memcpy(buf, h, sizeof h);
+    return 28 + floats * 4;
+}
+
+/* tokenizer.bin: max_token_length 4, then three {score, len, bytes} records. */
+static size_t llama2c_tokenizer(uint8_t *buf)
+{
+    static const char *const pieces[3] = {"<u>", "a", "bc"};
+    int32_t max_len = 4;
+    size_t n = 0;
+    memcpy(buf, &max_len, 4);
+    n = 4;
+    for (int k = 0; k < 3; k++) {
+        float score = -(float)k;
+        int32_t len = (int32_t)strlen(pieces[k]);
+        memcpy(buf + n, &score, 4);
+        memcpy(buf + n + 4, &len, 4);
+        memcpy(buf + n + 8, pieces[k], (size_t)len);
+        n += 8 + (size_t)len;
+    }
+    return n;
+}
+
+/* {file name, content ("" = empty, NULL = no file; LEGACY/TOKBIN = the builders above), its
+ * size (0: strlen), what lp_detect_format must say}: bytes first, then the name, then JSON. */
+#define LEGACY "\x01legacy"
+#define TOKBIN "\x01tokbin"
+static const struct {
+    const char *name, *content;
+    size_t size;
+    lp_file_kind kind;
+} DETECT_CASES[] = {
+    {"model.bin", "GGUF\x03\0\0\0", 8, LP_FILE_GGUF},                /* magic beats the name */
+    {"weights.safetensors", "\x93NUMPY\x01\0", 8, LP_FILE_NPY},
+    {"x", "\x32\x34\x6b\x61\x01\0\0\0", 8, LP_FILE_LLAMA2C},         /* "ak42", version 1 */
+    {"noname", "\x02\0\0\0\0\0\0\0{}", 10, LP_FILE_SAFETENSORS},     /* u64 length, then '{' */
+    {"stories.dat", LEGACY, 0, LP_FILE_LLAMA2C},                     /* a header that fits */
+    {"tok.dat", TOKBIN, 0, LP_FILE_LLAMA2C_TOKENIZER},
+    {"tok512.bin", TOKBIN, 0, LP_FILE_LLAMA2C_TOKENIZER},            /* not the name's .bin */
+    {"config.json", "{\"model_type\": \"llama\"}", 0, LP_FILE_CONFIG_JSON},
+    {"tokenizer.json", "{\"model\": {}}", 0, LP_FILE_TOKENIZER_JSON},
+    {"gpt2-tokenizer.json", "{}", 0, LP_FILE_TOKENIZER_JSON},
+    {"model.safetensors.index.json", "{\"weight_map\": {}}", 0, LP_FILE_SAFETENSORS_INDEX},
+    {"params", "  {\"dim\": 4}", 0, LP_FILE_CONFIG_JSON},            /* JSON where no name says */
+    {"cut.safetensors", "\xff\xff\xff\xff", 0, LP_FILE_SAFETENSORS}, /* damaged: for its reader */
+    {"cut.gguf", "GGU", 0, LP_FILE_GGUF},
+    {"pytorch_model.bin", "PK\x03\x04 zip", 0, LP_FILE_LLAMA2C},     /* its reader says zip */
+    {"card.yaml", "model:\n  name: x\n", 0, LP_FILE_YAML_CARD},
+    {"card.yml", "", 0, LP_FILE_YAML_CARD},
+    {"mask.npy", "", 0, LP_FILE_NPY},
+    {"missing.gguf", NULL, 0, LP_FILE_GGUF},                         /* no file: the name */
+    {"missing", NULL, 0, LP_FILE_UNKNOWN},
+    {"README.md", "# notes\n", 0, LP_FILE_UNKNOWN},
+};
+
+static void test_detect_format(void **state)
+{
+    (void)state;
+    static uint8_t buf[4096];
+    char dir[600], path[700];
+    tmp_path(dir, sizeof dir, "detect"); /* apart: a config.json here would describe the rest */
+    mkdir(dir, 0755);
+    for (size_t i = 0; i < sizeof DETECT_CASES / sizeof DETECT_CASES[0]; i++) {
+        const char *content = DETECT_CASES[i].content;
+        snprintf(path, sizeof path, "%s/%s", dir, DETECT_CASES[i].name);
+        unlink(path);
+        size_t size = DETECT_CASES[i].size ? DETECT_CASES[i].size : content ? strlen(content) : 0;
+        if (content && strcmp(content, LEGACY) == 0)
+            write_bytes(path, buf, legacy_llama2c(buf));
+        else if (content && strcmp(content, TOKBIN) == 0)
+            write_bytes(path, buf, llama2c_tokenizer(buf));
+        else if (content)
+            write_bytes(path, content, size);
+        lp_file_kind got = lp_detect_format(path);
+        if (got != DETECT_CASES[i].kind)
+            fail_msg("%s: detected %s, want %s", DETECT_CASES[i].name, lp_file_kind_name(got),
+                     lp_file_kind_name(DETECT_CASES[i].kind));
+    }
+    assert_int_equal(lp_detect_format(dir), LP_FILE_FOLDER);
+    assert_string_equal(lp_file_kind_name(LP_FILE_LLAMA2C_TOKENIZER), "llama2.c tokenizer");
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "%s/weights.%ld", lp_test_tmp_dir(), (long)getpid());
     mkdir(tmp_root, 0755);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_detect_format),
         cmocka_unit_test(test_safetensors_valid),   cmocka_unit_test(test_safetensors_dtypes),
         cmocka_unit_test(test_stats_chunks),        cmocka_unit_test(test_safetensors_malformed),
         cmocka_unit_test(test_sharded),             cmocka_unit_test(test_sparse_header_only),
