@@ -4,7 +4,11 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "core/mapfile.h"
 
 void lp_arch_init(lp_arch *arch)
 {
@@ -38,6 +42,30 @@ void lp_arch_apply_fixed(lp_arch *arch, const char *family, const lp_arch_fixed 
     for (size_t i = 0; i < n; i++)
         if (lp_arch_name_in(family, rows[i].families))
             *(bool *)(void *)((char *)arch + rows[i].field) = rows[i].value;
+}
+
+lp_status lp_arch_read_file(const char *path, size_t max_bytes, lp_arch_text_reader read,
+                            lp_arch *out, lp_error *err)
+{
+    char *text;
+    size_t size;
+    lp_status st = lp_read_file(path, max_bytes, &text, &size, err);
+    if (st != LP_OK) {
+        lp_arch_init(out);
+        snprintf(out->source, sizeof out->source, "%s", path);
+        return st;
+    }
+    st = read(text, size, path, out, err);
+    free(text);
+    return st;
+}
+
+void lp_arch_yarn_defaults(lp_rope_scaling *scaling)
+{
+    if (scaling->beta_fast == 0.0)
+        scaling->beta_fast = 32.0;
+    if (scaling->beta_slow == 0.0)
+        scaling->beta_slow = 1.0;
 }
 
 static const char *source_of(const lp_arch *arch)

@@ -41,6 +41,16 @@ typedef struct lp_arch_fixed {
 /* Apply the rows whose families hold `family`, in order. */
 void lp_arch_apply_fixed(lp_arch *arch, const char *family, const lp_arch_fixed *rows, size_t n);
 
+/* Read path (at most max_bytes) and describe it with the text reader read (lp_arch_from_hf_json,
+ * lp_arch_from_yaml_text); a file that cannot be read leaves *out initialized with its source. */
+typedef lp_status (*lp_arch_text_reader)(const char *text, size_t size, const char *name,
+                                         lp_arch *out, lp_error *err);
+lp_status lp_arch_read_file(const char *path, size_t max_bytes, lp_arch_text_reader read,
+                            lp_arch *out, lp_error *err);
+
+/* transformers' defaults for yarn's beta_fast (32) and beta_slow (1) where they are 0. */
+void lp_arch_yarn_defaults(lp_rope_scaling *scaling);
+
 /* config_url may be NULL. Returns LP_ERR_IO when the stream fails. */
 lp_status lp_arch_write_yaml(const lp_arch *arch, const char *config_url, FILE *out,
                              lp_error *err);

@@ -308,10 +308,7 @@ static lp_status rope_scaling_kind(const reader *r, const char *type, size_t len
 static lp_status read_yarn(const reader *r, lp_arch *a)
 {
     lp_rope_scaling *s = &a->rope_scaling;
-    if (s->beta_fast == 0.0)
-        s->beta_fast = 32.0;
-    if (s->beta_slow == 0.0)
-        s->beta_slow = 1.0;
+    lp_arch_yarn_defaults(s);
     double log_mul = 0.0;
     bool has_log_mul;
     lp_status st = opt_float(r, "rope.scaling.yarn_log_multiplier", &log_mul, &has_log_mul);

@@ -449,10 +449,7 @@ static lp_status rope_scaling_kind(const hf_reader *sub, const char *key,
 static lp_status read_yarn(const hf_reader *sub, lp_arch *a)
 {
     lp_rope_scaling *s = &a->rope_scaling;
-    if (s->beta_fast == 0.0)
-        s->beta_fast = 32.0;
-    if (s->beta_slow == 0.0)
-        s->beta_slow = 1.0;
+    lp_arch_yarn_defaults(s);
     double mscale = 0.0, mscale_all_dim = 0.0;
     lp_status st;
     if ((st = hf_num(sub, "mscale", &mscale, NULL)) != LP_OK ||
@@ -1246,16 +1243,6 @@ lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, 
 
 lp_status lp_arch_from_hf_config(const char *config_json_path, lp_arch *out, lp_error *err)
 {
-    char *text;
-    size_t size;
-    lp_status st = lp_read_file(config_json_path, HF_CONFIG_MAX_BYTES, &text, &size, err);
-    if (st != LP_OK) {
-        lp_arch_init(out);
-        snprintf(out->source, sizeof out->source, "%s", config_json_path);
-        return st;
-    }
-    st = lp_arch_from_hf_json(text, size, config_json_path, out, err);
-    free(text);
-    return st;
+    return lp_arch_read_file(config_json_path, HF_CONFIG_MAX_BYTES, lp_arch_from_hf_json, out, err);
 }
 

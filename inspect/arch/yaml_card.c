@@ -757,17 +757,7 @@ lp_status lp_arch_from_yaml_text(const char *text, size_t size, const char *name
 
 lp_status lp_arch_from_yaml(const char *yaml_path, lp_arch *out, lp_error *err)
 {
-    char *text;
-    size_t size;
-    lp_status st = lp_read_file(yaml_path, CARD_MAX_BYTES, &text, &size, err);
-    if (st != LP_OK) {
-        lp_arch_init(out);
-        snprintf(out->source, sizeof out->source, "%s", yaml_path);
-        return st;
-    }
-    st = lp_arch_from_yaml_text(text, size, yaml_path, out, err);
-    free(text);
-    return st;
+    return lp_arch_read_file(yaml_path, CARD_MAX_BYTES, lp_arch_from_yaml_text, out, err);
 }
 
 /* ---------------------------------------------------------------------------------------------

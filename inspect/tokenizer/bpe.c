@@ -43,16 +43,10 @@ static uint32_t score_key(float score)
 
 static void heap_push(cand_heap *h, lp_tok_cand c)
 {
+    if (h->n == h->cap && !lp_tok_reserve((void **)&h->v, &h->cap, sizeof *h->v, 64))
+        h->failed = true;
     if (h->failed)
         return;
-    if (h->n == h->cap) {
-        lp_tok_cand *v = lp_tok_grow(h->v, &h->cap, sizeof *v, 64);
-        if (!v) {
-            h->failed = true;
-            return;
-        }
-        h->v = v;
-    }
     size_t i = h->n++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
@@ -154,16 +148,10 @@ typedef struct sym_vec {
 
 static void sym_push(sym_vec *s, int32_t id, size_t start, size_t len)
 {
+    if (s->n == s->cap && !lp_tok_reserve((void **)&s->v, &s->cap, sizeof *s->v, 64))
+        s->failed = true;
     if (s->failed)
         return;
-    if (s->n == s->cap) {
-        lp_tok_sym *v = lp_tok_grow(s->v, &s->cap, sizeof *v, 64);
-        if (!v) {
-            s->failed = true;
-            return;
-        }
-        s->v = v;
-    }
     int32_t i = (int32_t)s->n++;
     s->v[i] = (lp_tok_sym){id, (uint32_t)start, (uint32_t)len, i - 1, i + 1};
 }
@@ -255,10 +243,6 @@ static lp_status word_symbols(const lp_tokenizer *tok, const char *w, size_t len
 static lp_status bpe_word_merges(const lp_tokenizer *tok, const char *w, size_t len,
                                  lp_tok_ids *out)
 {
-    if (len == 0)
-        return LP_OK;
-    if (len > UINT32_MAX / 2)
-        return LP_ERR_RANGE;
     if (tok->ignore_merges) {
         int32_t id = lp_tok_vocab_find(tok, w, len);
         if (id >= 0) {
@@ -291,10 +275,6 @@ static lp_status bpe_word_merges(const lp_tokenizer *tok, const char *w, size_t 
 static lp_status bpe_word_scores(const lp_tokenizer *tok, const char *w, size_t len,
                                  lp_tok_ids *out)
 {
-    if (len == 0)
-        return LP_OK;
-    if (len > UINT32_MAX / 2)
-        return LP_ERR_RANGE;
     sym_vec syms = {0};
     size_t i = 0;
     while (i < len) {
@@ -388,6 +368,10 @@ done:
 
 lp_status lp_tok_bpe_word(const lp_tokenizer *tok, const char *w, size_t len, lp_tok_ids *out)
 {
+    if (len == 0)
+        return LP_OK;
+    if (len > UINT32_MAX / 2) /* symbol offsets and lengths are 32-bit */
+        return LP_ERR_RANGE;
     if (tok->model == LP_TOK_MODEL_BPE_MERGES)
         return bpe_word_merges(tok, w, len, out);
     return bpe_word_scores(tok, w, len, out);

@@ -57,16 +57,12 @@ typedef struct seg_vec {
 
 static void seg_push(seg_vec *s, size_t start, size_t len, int32_t added)
 {
-    if (s->failed || (len == 0 && added < 0))
+    if (len == 0 && added < 0)
         return;
-    if (s->n == s->cap) {
-        seg *v = lp_tok_grow(s->v, &s->cap, sizeof *v, 16);
-        if (!v) {
-            s->failed = true;
-            return;
-        }
-        s->v = v;
-    }
+    if (s->n == s->cap && !lp_tok_reserve((void **)&s->v, &s->cap, sizeof *s->v, 16))
+        s->failed = true;
+    if (s->failed)
+        return;
     s->v[s->n++] = (seg){start, len, added};
 }
 

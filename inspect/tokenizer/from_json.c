@@ -85,6 +85,20 @@ static lp_status read_step(jctx *c, const json_t *n, const char *where, const ch
     return LP_OK;
 }
 
+/* A step's "type" among its kinds (-1 when unknown). */
+typedef struct kind_name {
+    const char *name;
+    int kind;
+} kind_name;
+
+static int kind_of(const char *type, const kind_name *names, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(type, names[k].name) == 0)
+            return names[k].kind;
+    return -1;
+}
+
 /* ---- normalizers ---- */
 
 /* The options of Prepend (the prefix), Replace (content and pattern) and Strip. */
@@ -133,17 +147,13 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: a Precompiled normalizer with "
                             "a non-empty precompiled_charsmap is not supported", c->name, where);
     }
-    static const struct {
-        const char *name;
-        lp_tok_norm_kind kind;
-    } simple[] = {{"NFC", LP_TOK_NORM_NFC}, {"NFD", LP_TOK_NORM_NFD}, {"NFKC", LP_TOK_NORM_NFKC},
-                  {"NFKD", LP_TOK_NORM_NFKD}, {"Lowercase", LP_TOK_NORM_LOWERCASE},
-                  {"Prepend", LP_TOK_NORM_PREPEND}, {"Replace", LP_TOK_NORM_REPLACE},
-                  {"Strip", LP_TOK_NORM_STRIP}, {"ByteLevel", LP_TOK_NORM_BYTELEVEL}};
-    int kind = -1;
-    for (size_t k = 0; k < sizeof simple / sizeof simple[0]; k++)
-        if (strcmp(type, simple[k].name) == 0)
-            kind = (int)simple[k].kind;
+    static const kind_name simple[] = {
+        {"NFC", LP_TOK_NORM_NFC},           {"NFD", LP_TOK_NORM_NFD},
+        {"NFKC", LP_TOK_NORM_NFKC},         {"NFKD", LP_TOK_NORM_NFKD},
+        {"Lowercase", LP_TOK_NORM_LOWERCASE}, {"Prepend", LP_TOK_NORM_PREPEND},
+        {"Replace", LP_TOK_NORM_REPLACE},   {"Strip", LP_TOK_NORM_STRIP},
+        {"ByteLevel", LP_TOK_NORM_BYTELEVEL}};
+    int kind = kind_of(type, simple, sizeof simple / sizeof simple[0]);
     if (kind < 0)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: normalizer type '%s' is not "
                             "supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, "
@@ -480,17 +490,12 @@ static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
     if (st != LP_OK || !type)
         return st;
     lp_tokenizer *tok = c->tok;
-    static const struct {
-        const char *name;
-        lp_tok_dec_kind kind;
-    } kinds[] = {{"ByteLevel", LP_TOK_DEC_BYTELEVEL}, {"Metaspace", LP_TOK_DEC_METASPACE},
-                 {"Replace", LP_TOK_DEC_REPLACE},     {"ByteFallback", LP_TOK_DEC_BYTEFALLBACK},
-                 {"Fuse", LP_TOK_DEC_FUSE},           {"Strip", LP_TOK_DEC_STRIP},
-                 {"BPEDecoder", LP_TOK_DEC_BPE_SUFFIX}, {"WordPiece", LP_TOK_DEC_WORDPIECE}};
-    int kind = -1;
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-        if (strcmp(type, kinds[k].name) == 0)
-            kind = (int)kinds[k].kind;
+    static const kind_name kinds[] = {
+        {"ByteLevel", LP_TOK_DEC_BYTELEVEL},   {"Metaspace", LP_TOK_DEC_METASPACE},
+        {"Replace", LP_TOK_DEC_REPLACE},       {"ByteFallback", LP_TOK_DEC_BYTEFALLBACK},
+        {"Fuse", LP_TOK_DEC_FUSE},             {"Strip", LP_TOK_DEC_STRIP},
+        {"BPEDecoder", LP_TOK_DEC_BPE_SUFFIX}, {"WordPiece", LP_TOK_DEC_WORDPIECE}};
+    int kind = kind_of(type, kinds, sizeof kinds / sizeof kinds[0]);
     if (kind < 0)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: decoder type '%s' is not "
                             "supported (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, "

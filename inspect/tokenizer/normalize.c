@@ -143,16 +143,10 @@ typedef struct span_vec {
 
 static void span_push(span_vec *s, size_t start, size_t end, bool match)
 {
+    if (s->n == s->cap && !lp_tok_reserve((void **)&s->v, &s->cap, sizeof *s->v, 32))
+        s->failed = true;
     if (s->failed || start == end)
         return;
-    if (s->n == s->cap) {
-        span *v = lp_tok_grow(s->v, &s->cap, sizeof *v, 32);
-        if (!v) {
-            s->failed = true;
-            return;
-        }
-        s->v = v;
-    }
     s->v[s->n++] = (span){start, end, match};
 }
 
@@ -324,15 +318,11 @@ static void splits_push(lp_tok_splits *s, const char *bytes, size_t len)
     if (s->n == s->cap) {
         /* off and len grow together: len is grown to off's new capacity */
         size_t cap = s->cap, len_cap = s->cap;
-        size_t *off = lp_tok_grow(s->off, &cap, sizeof *off, 32);
-        if (off)
-            s->off = off;
-        size_t *ln = off ? lp_tok_grow(s->len, &len_cap, sizeof *ln, 32) : NULL;
-        if (!ln) {
+        if (!lp_tok_reserve((void **)&s->off, &cap, sizeof *s->off, 32) ||
+            !lp_tok_reserve((void **)&s->len, &len_cap, sizeof *s->len, 32)) {
             s->failed = true;
             return;
         }
-        s->len = ln;
         s->cap = cap;
     }
     s->off[s->n] = s->buf.len;

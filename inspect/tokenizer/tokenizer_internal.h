@@ -79,9 +79,9 @@ int lp_tok_cp_to_byte(uint32_t cp);
 const uint32_t *lp_tok_byte_cps(void);
 
 /* ---- growable arrays (vocab.c) ---- */
-/* items (capacity *cap, of elem_size bytes each) grown to twice its capacity (first when 0);
- * returns the new array, or NULL with items and *cap untouched when out of memory. */
-void *lp_tok_grow(void *items, size_t *cap, size_t elem_size, size_t first);
+/* *items (capacity *cap, of elem_size bytes each) grown to twice its capacity (first when 0);
+ * false, with *items and *cap untouched, when out of memory. */
+bool lp_tok_reserve(void **items, size_t *cap, size_t elem_size, size_t first);
 /* Grow an array of *n items by one zeroed item; returns it, or NULL when out of memory. */
 void *lp_tok_append(void **items, size_t *n, size_t elem_size);
 

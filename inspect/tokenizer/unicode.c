@@ -237,16 +237,10 @@ typedef struct cp_vec {
 
 static void cp_push(cp_vec *vec, uint32_t cp)
 {
+    if (vec->n == vec->cap && !lp_tok_reserve((void **)&vec->v, &vec->cap, sizeof *vec->v, 64))
+        vec->failed = true;
     if (vec->failed)
         return;
-    if (vec->n == vec->cap) {
-        uint32_t *v = lp_tok_grow(vec->v, &vec->cap, sizeof *v, 64);
-        if (!v) {
-            vec->failed = true;
-            return;
-        }
-        vec->v = v;
-    }
     vec->v[vec->n++] = cp;
 }
 

@@ -10,15 +10,17 @@
 
 /* ---- growable buffers ------------------------------------------------------------------------ */
 
-void *lp_tok_grow(void *items, size_t *cap, size_t elem_size, size_t first)
+bool lp_tok_reserve(void **items, size_t *cap, size_t elem_size, size_t first)
 {
     size_t new_cap = *cap ? *cap * 2 : first;
     if (new_cap < *cap || new_cap > SIZE_MAX / elem_size)
-        return NULL;
-    void *grown = realloc(items, new_cap * elem_size);
-    if (grown)
-        *cap = new_cap;
-    return grown;
+        return false;
+    void *grown = realloc(*items, new_cap * elem_size);
+    if (!grown)
+        return false;
+    *items = grown;
+    *cap = new_cap;
+    return true;
 }
 
 void *lp_tok_append(void **items, size_t *n, size_t elem_size)
@@ -84,16 +86,10 @@ char *lp_tok_strndup(const char *s, size_t len)
 
 void lp_tok_ids_push(lp_tok_ids *ids, int32_t id)
 {
+    if (ids->n == ids->cap && !lp_tok_reserve((void **)&ids->v, &ids->cap, sizeof *ids->v, 64))
+        ids->failed = true;
     if (ids->failed)
         return;
-    if (ids->n == ids->cap) {
-        int32_t *v = lp_tok_grow(ids->v, &ids->cap, sizeof *v, 64);
-        if (!v) {
-            ids->failed = true;
-            return;
-        }
-        ids->v = v;
-    }
     ids->v[ids->n++] = id;
 }
 
