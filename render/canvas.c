@@ -349,7 +349,7 @@ void lp_draw_title(lp_canvas *c, const char *title, const char *subtitle, const 
     }
 }
 
-void lp_render_run_caption(const lp_render_run *run, char *buf, size_t size)
+void lp_render_run_caption(const lp_store_run *run, char *buf, size_t size)
 {
     snprintf(buf, size, "%s (%s), run %lld", run->model[0] ? run->model : "?",
              run->architecture[0] ? run->architecture : "?", (long long)run->id);

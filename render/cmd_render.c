@@ -273,23 +273,23 @@ static int run_render(int argc, char **argv)
     }
 
     lp_error err = {0};
-    lp_render_db *db;
-    if (lp_render_db_open(db_path, &db, &err) != LP_OK)
+    lp_store *db;
+    if (lp_store_open_read(db_path, &db, &err) != LP_OK)
         return lp_cli_fail(CMD, &err);
-    lp_render_run run;
+    lp_store_run run;
     bool incomplete = false;
-    if (w == WHAT_LEAK && run_id == 0 && lp_render_db_latest_leak_run(db, &run_id, &err) != LP_OK) {
-        lp_render_db_close(db);
+    if (w == WHAT_LEAK && run_id == 0 && lp_store_latest_leak_run(db, &run_id, &err) != LP_OK) {
+        lp_store_close(db);
         return lp_cli_fail(CMD, &err);
     }
     /* Pictures of maps and statistics prefer trace runs; a database holding only other kinds
      * of runs falls back to its latest complete run. */
-    lp_status picked = lp_render_db_pick_run_kind(db, run_id, w == WHAT_LEAK ? NULL : "trace",
+    lp_status picked = lp_store_read_run(db, run_id, w == WHAT_LEAK ? NULL : "trace",
                                                   &run, &incomplete, &err);
     if (picked == LP_ERR_NOT_FOUND && run_id == 0 && w != WHAT_LEAK)
-        picked = lp_render_db_pick_run_kind(db, 0, NULL, &run, &incomplete, &err);
+        picked = lp_store_read_run(db, 0, NULL, &run, &incomplete, &err);
     if (picked != LP_OK) {
-        lp_render_db_close(db);
+        lp_store_close(db);
         return lp_cli_fail(CMD, &err);
     }
     if (incomplete)
@@ -307,8 +307,8 @@ static int run_render(int argc, char **argv)
     case WHAT_ALL: s = lp_render_gallery(db, &run, &opt, all_dir, &n_files, &err); break;
     default: break;
     }
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    lp_store_run_clear(&run);
+    lp_store_close(db);
     if (s != LP_OK)
         return lp_cli_fail(CMD, &err);
     if (w == WHAT_ALL)

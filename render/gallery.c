@@ -55,7 +55,7 @@ static void html_escape(FILE *f, const char *s)
     }
 }
 
-static lp_status write_index(const char *dir, const lp_render_run *run, const gallery *g,
+static lp_status write_index(const char *dir, const lp_store_run *run, const gallery *g,
                              const char *note, lp_error *err)
 {
     char path[4096], tmp[4100];
@@ -129,7 +129,7 @@ static lp_status write_index(const char *dir, const lp_render_run *run, const ga
     return LP_OK;
 }
 
-lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
+lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
                             const lp_render_options *opt, const char *dir, int64_t *n_files,
                             lp_error *err)
 {
@@ -192,15 +192,15 @@ lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
         int64_t leak_run_id = run->id;
         if (ls == LP_ERR_NOT_FOUND) {
             /* `loupe leak` records its checks under a run of its own: show the latest one. */
-            lp_render_run leak_run;
+            lp_store_run leak_run;
             bool incomplete;
             int64_t latest;
-            if (lp_render_db_latest_leak_run(db, &latest, &leak_err) == LP_OK &&
-                lp_render_db_pick_run_kind(db, latest, NULL, &leak_run, &incomplete, &leak_err) ==
+            if (lp_store_latest_leak_run(db, &latest, &leak_err) == LP_OK &&
+                lp_store_read_run(db, latest, NULL, &leak_run, &incomplete, &leak_err) ==
                     LP_OK) {
                 ls = lp_render_leak_plot(db, &leak_run, opt, path, &leak_err);
                 leak_run_id = leak_run.id;
-                lp_render_run_clear(&leak_run);
+                lp_store_run_clear(&leak_run);
             }
         }
         if (ls == LP_OK) {

@@ -22,7 +22,7 @@ static void free_maps(lp_pooled_map *maps, int64_t n)
 }
 
 /* Read maps[i] for the given (layer, head) pairs, pooled to at most `cells` a side. */
-static lp_status read_maps(lp_render_db *db, const lp_render_run *run, const int64_t *layers,
+static lp_status read_maps(lp_store *db, const lp_store_run *run, const int64_t *layers,
                            const int64_t *heads, int64_t n, int64_t cells, double threshold,
                            lp_pooled_map **out, lp_error *err)
 {
@@ -35,8 +35,8 @@ static lp_status read_maps(lp_render_db *db, const lp_render_run *run, const int
     lp_error first_missing = {0};
     for (int64_t i = 0; i < n; i++) {
         lp_error one = {0};
-        lp_status s = lp_render_db_read_map(db, run, layers[i], heads[i], cells, threshold,
-                                            &maps[i], &one);
+        lp_status s = lp_render_read_map(db, run, layers[i], heads[i], cells, threshold, 0, 0,
+                                          &maps[i], &one);
         if (s == LP_ERR_NOT_FOUND) {
             if (!first_missing.code)
                 first_missing = one;
@@ -126,7 +126,7 @@ static int fitted_slot(const lp_pooled_map *maps, int64_t n, int thumb)
     return (int)slot;
 }
 
-lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64_t layer,
+lp_status lp_render_layer_grid(lp_store *db, const lp_store_run *run, int64_t layer,
                                const lp_render_options *opt, const char *out_path, lp_error *err)
 {
     if (layer < 0 || layer >= run->n_layers)
@@ -240,7 +240,7 @@ lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64
     return lp_canvas_end(&c, err);
 }
 
-lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
+lp_status lp_render_overview(lp_store *db, const lp_store_run *run,
                              const lp_render_options *opt, const char *out_path, lp_error *err)
 {
     if (lp_image_format_from_path(out_path) == LP_IMAGE_COUNT)

@@ -111,7 +111,7 @@ static void scale_caption(const lp_render_options *opt, double vmax, char *buf, 
     }
 }
 
-lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t layer, int64_t head,
+lp_status lp_render_head(lp_store *db, const lp_store_run *run, int64_t layer, int64_t head,
                          const lp_render_options *opt, const char *out_path, lp_error *err)
 {
     if (layer < 0 || layer >= run->n_layers)
@@ -130,7 +130,7 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
     if (s)
         return s;
     lp_pooled_map map;
-    s = lp_render_db_read_map_range(db, run, layer, head, opt->size, opt->leak_threshold,
+    s = lp_render_read_map(db, run, layer, head, opt->size, opt->leak_threshold,
                                     opt->range_lo, opt->range_hi, &map, err);
     if (s)
         return s;
@@ -138,7 +138,7 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
     char **pieces = NULL;
     int64_t n_pieces = 0;
     if (s == LP_OK)
-        s = lp_render_db_tokens(db, run->id, &pieces, &n_pieces, err);
+        s = lp_render_read_labels(db, run->id, &pieces, &n_pieces, err);
     if (s) {
         lp_pooled_map_free(&map);
         return s;
@@ -155,7 +155,7 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
     if (map.block > 1)
         snprintf(pooled, sizeof pooled, ", max-pooled %lldx%lld", (long long)map.block,
                  (long long)map.block);
-    int64_t window = lp_render_run_window(run, layer);
+    int64_t window = lp_store_run_window(run, layer);
     char window_text[48] = "";
     if (window > 0)
         snprintf(window_text, sizeof window_text, ", window %lld", (long long)window);
@@ -178,7 +178,7 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
     s = lp_canvas_begin(&c, out_path, lay.width, lay.height, opt->zoom, title, err);
     if (s) {
         lp_pooled_map_free(&map);
-        lp_render_free_pieces(pieces, n_pieces);
+        lp_store_free_texts(pieces, n_pieces);
         return s;
     }
     lp_draw_title(&c, title, subtitle, warning);
@@ -226,7 +226,7 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
                          "probability");
     }
     lp_pooled_map_free(&map);
-    lp_render_free_pieces(pieces, n_pieces);
+    lp_store_free_texts(pieces, n_pieces);
     if (s) {
         lp_canvas_abort(&c);
         return s;

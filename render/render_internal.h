@@ -83,7 +83,7 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
 double lp_render_vmax(const lp_render_options *opt, double max_value);
 
 /* "model (arch), run N" into buf. */
-void lp_render_run_caption(const lp_render_run *run, char *buf, size_t size);
+void lp_render_run_caption(const lp_store_run *run, char *buf, size_t size);
 
 /* Width a picture needs to show this title whole (margins included). */
 int lp_title_width(const char *title);

@@ -44,7 +44,7 @@ static lp_rgb text_on(lp_rgb bg)
     return y > 140 ? (lp_rgb){0x11, 0x11, 0x11} : (lp_rgb){0xff, 0xff, 0xff};
 }
 
-lp_status lp_render_stat_matrix(lp_render_db *db, const lp_render_run *run, lp_head_stat stat,
+lp_status lp_render_stat_matrix(lp_store *db, const lp_store_run *run, lp_head_stat stat,
                                 const lp_render_options *opt, const char *out_path, lp_error *err)
 {
     if (lp_image_format_from_path(out_path) == LP_IMAGE_COUNT)
@@ -53,7 +53,7 @@ lp_status lp_render_stat_matrix(lp_render_db *db, const lp_render_run *run, lp_h
                             ".pdf)",
                             out_path);
     double *values;
-    lp_status s = lp_render_db_head_stat(db, run, stat, &values, err);
+    lp_status s = lp_store_read_head_stat(db, run, stat, &values, err);
     if (s)
         return s;
     int64_t n_l = run->n_layers, n_h = run->n_heads;
@@ -155,7 +155,7 @@ lp_status lp_render_stat_matrix(lp_render_db *db, const lp_render_run *run, lp_h
     return lp_canvas_end(&c, err);
 }
 
-lp_status lp_render_leak_plot(lp_render_db *db, const lp_render_run *run,
+lp_status lp_render_leak_plot(lp_store *db, const lp_store_run *run,
                               const lp_render_options *opt, const char *out_path, lp_error *err)
 {
     if (lp_image_format_from_path(out_path) == LP_IMAGE_COUNT)
@@ -166,7 +166,7 @@ lp_status lp_render_leak_plot(lp_render_db *db, const lp_render_run *run,
     int64_t *layers, n;
     double *diffs;
     bool *failed;
-    lp_status s = lp_render_db_leak_diffs(db, run->id, &layers, &diffs, &failed, &n, err);
+    lp_status s = lp_store_read_leak_diffs(db, run->id, &layers, &diffs, &failed, &n, err);
     if (s)
         return s;
     /* The logits (layer -1) go last, after the deepest layer they come from. */

@@ -5,7 +5,6 @@
 
 #include <jansson.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,50 +224,6 @@ static int parse_args(int argc, char **argv, leak_args *a)
     return LP_EXIT_OK;
 }
 
-/* ---- the database ---- */
-
-static lp_status sql_fail(sqlite3 *db, const char *path, const char *what, lp_error *err)
-{
-    return lp_error_set(err, LP_ERR_SQLITE, "%s: %s: %s", path, what, sqlite3_errmsg(db));
-}
-
-static lp_status insert_checks(sqlite3 *db, const char *path, int64_t run_id,
-                               const lp_leak_check *checks, int64_t n, lp_error *err)
-{
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db,
-                           "INSERT INTO leak_checks (run_id, check_name, passed, layer, position, "
-                           "max_abs_diff, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           -1, &q, NULL) != SQLITE_OK)
-        return sql_fail(db, path, "preparing the leak_checks insert", err);
-    for (int64_t i = 0; i < n; i++) {
-        const lp_leak_check *c = &checks[i];
-        sqlite3_bind_int64(q, 1, run_id);
-        sqlite3_bind_text(q, 2, c->name, -1, SQLITE_STATIC);
-        sqlite3_bind_int(q, 3, c->passed);
-        if (c->layer == -1 && strcmp(c->name, "perturbation") != 0)
-            sqlite3_bind_null(q, 4); /* not per layer (-1 means the logits only for perturbation) */
-        else
-            sqlite3_bind_int(q, 4, c->layer);
-        if (c->position < 0)
-            sqlite3_bind_null(q, 5);
-        else
-            sqlite3_bind_int64(q, 5, c->position);
-        if (isnan(c->max_abs_diff))
-            sqlite3_bind_null(q, 6);
-        else
-            sqlite3_bind_double(q, 6, c->max_abs_diff);
-        sqlite3_bind_text(q, 7, c->detail, -1, SQLITE_STATIC);
-        if (sqlite3_step(q) != SQLITE_DONE) {
-            sqlite3_finalize(q);
-            return sql_fail(db, path, "inserting leak_checks", err);
-        }
-        sqlite3_reset(q);
-    }
-    sqlite3_finalize(q);
-    return LP_OK;
-}
-
 /* ---- mask mode ---- */
 
 static void coord_json(json_t *list, const lp_leak_coord *c, int64_t n, bool with_key)
@@ -359,54 +314,24 @@ static int run_mask(const leak_args *a)
     int rc = passed ? LP_EXIT_OK : LP_EXIT_CHECK_FAILED;
 
     if (a->db) {
-        sqlite3 *db = NULL;
         lp_store *store = NULL;
+        lp_leak_check c;
+        memset(&c, 0, sizeof c);
+        snprintf(c.name, sizeof c.name, "mask");
+        c.passed = passed;
+        c.layer = -1;
+        c.position = rep.leak_count > 0 ? rep.leaks[0].query : -1;
+        c.max_abs_diff = (double)NAN;
+        snprintf(c.detail, sizeof c.detail,
+                 "%.80s as %.100s: %lld leaking cells, %lld blocked, %lld fully "
+                 "masked rows, %lld NaN rows",
+                 lp_path_basename(a->mask), mo.def.text, (long long)rep.leak_count,
+                 (long long)rep.blocked_count, (long long)rep.fully_masked_rows,
+                 (long long)rep.nan_rows);
+        int64_t run_id;
         lp_status st = lp_store_open(a->db, &store, &err);
-        if (st == LP_OK) {
-            db = lp_store_db(store);
-            sqlite3_stmt *q = NULL;
-            if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK ||
-                sqlite3_prepare_v2(db,
-                                   "INSERT INTO runs (status, kind, model_path, model_format, "
-                                   "architecture, n_tokens, n_layers, n_heads, n_threads, isa, "
-                                   "loupe_version, maps_dtype, started_at, finished_at, seconds) "
-                                   "VALUES ('complete', 'leak', ?, ?, 'mask', ?, 0, ?, 1, 'none', "
-                                   "?, 'none', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
-                                   "strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), 0)",
-                                   -1, &q, NULL) != SQLITE_OK) {
-                st = sql_fail(db, a->db, "inserting the run", &err);
-            } else {
-                const char *dot = strrchr(a->mask, '.');
-                sqlite3_bind_text(q, 1, a->mask, -1, SQLITE_STATIC);
-                sqlite3_bind_text(q, 2, dot ? dot + 1 : "", -1, SQLITE_STATIC);
-                sqlite3_bind_int64(q, 3, rep.T);
-                sqlite3_bind_int64(q, 4, rep.n_heads);
-                sqlite3_bind_text(q, 5, LP_VERSION, -1, SQLITE_STATIC);
-                if (sqlite3_step(q) != SQLITE_DONE)
-                    st = sql_fail(db, a->db, "inserting the run", &err);
-            }
-            sqlite3_finalize(q);
-            if (st == LP_OK) {
-                lp_leak_check c;
-                memset(&c, 0, sizeof c);
-                snprintf(c.name, sizeof c.name, "mask");
-                c.passed = passed;
-                c.layer = -1;
-                c.position = rep.leak_count > 0 ? rep.leaks[0].query : -1;
-                c.max_abs_diff = (double)NAN;
-                snprintf(c.detail, sizeof c.detail,
-                         "%.80s as %.100s: %lld leaking cells, %lld blocked, %lld fully "
-                         "masked rows, %lld NaN rows",
-                         lp_path_basename(a->mask), mo.def.text, (long long)rep.leak_count,
-                         (long long)rep.blocked_count, (long long)rep.fully_masked_rows,
-                         (long long)rep.nan_rows);
-                st = insert_checks(db, a->db, sqlite3_last_insert_rowid(db), &c, 1, &err);
-            }
-            if (st == LP_OK && sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-                st = sql_fail(db, a->db, "committing", &err);
-            if (st != LP_OK)
-                sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-        }
+        if (st == LP_OK)
+            st = lp_store_add_mask_run(store, a->mask, rep.T, rep.n_heads, &c, &run_id, &err);
         lp_store_close(store);
         if (st != LP_OK) {
             lp_leak_mask_report_free(&rep);
@@ -651,8 +576,7 @@ static int run_model(const leak_args *a)
     }
     double seconds = now_seconds() - t0;
     if (store) {
-        if (insert_checks(lp_store_db(store), a->db, run_id, rep.checks, rep.n_checks, &err) !=
-                LP_OK ||
+        if (lp_store_add_leak_checks(store, rep.checks, rep.n_checks, &err) != LP_OK ||
             lp_store_end_run(store, seconds, &err) != LP_OK) {
             lp_store_abort_run(store);
             goto fail;

@@ -12,6 +12,7 @@
 #include "core/cli/cli.h"
 #include "core/mapfile.h"
 #include "inspect/tokenizer/tokenizer.h"
+#include "trace/store/store.h"
 
 #define CMD "trace"
 #define SUMMARY_TOP 5
