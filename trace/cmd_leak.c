@@ -173,10 +173,8 @@ static json_t *coords_json(const lp_leak_coord *c, int64_t n, bool with_key)
 {
     json_t *list = json_array();
     for (int64_t i = 0; i < n; i++) {
-        json_t *o = json_object();
-        json_object_set_new(o, "batch", json_integer(c[i].batch));
-        json_object_set_new(o, "head", json_integer(c[i].head));
-        json_object_set_new(o, "query", json_integer(c[i].query));
+        json_t *o = json_pack("{s:I, s:I, s:I}", "batch", (json_int_t)c[i].batch, "head",
+                              (json_int_t)c[i].head, "query", (json_int_t)c[i].query);
         if (with_key)
             json_object_set_new(o, "key", json_integer(c[i].key));
         json_array_append_new(list, o);
@@ -209,27 +207,20 @@ static json_t *fill_json(const lp_leak_mask_report *rep, double masked_below)
 static int print_mask_json(const char *path, const lp_leak_mask_opts *mo,
                            const lp_leak_mask_report *rep)
 {
-    json_t *root = json_object();
-    json_object_set_new(root, "mask", json_string(path));
-    json_object_set_new(root, "kind", json_string(mo->def.text));
-    json_object_set_new(root, "dtype", json_string(lp_dtype_name(rep->dtype)));
-    json_object_set_new(root, "encoding", json_string(lp_mask_encoding_name(rep->encoding)));
     json_t *shape = json_array();
     for (int d = 0; d < rep->n_dims; d++)
         json_array_append_new(shape, json_integer(rep->shape[d]));
-    json_object_set_new(root, "shape", shape);
-    json_object_set_new(root, "passed", json_boolean(lp_leak_mask_passed(rep)));
-    json_object_set_new(root, "diagnosis", json_string(rep->diagnosis));
-    json_object_set_new(root, "leak_count", json_integer(rep->leak_count));
-    json_object_set_new(root, "blocked_count", json_integer(rep->blocked_count));
-    json_object_set_new(root, "nan_rows", json_integer(rep->nan_rows));
-    json_object_set_new(root, "fully_masked_rows", json_integer(rep->fully_masked_rows));
-    json_object_set_new(root, "nan_cells", json_integer(rep->nan_cells));
-    json_object_set_new(root, "padding_rows", json_integer(rep->padding_rows));
-    json_object_set_new(root, "leaks", coords_json(rep->leaks, rep->n_leaks_listed, true));
-    json_object_set_new(root, "blocked", coords_json(rep->blocked, rep->n_blocked_listed, true));
-    json_object_set_new(root, "masked_rows",
-                        coords_json(rep->masked_rows, rep->n_masked_rows_listed, false));
+    json_t *root = json_pack(
+        "{s:s, s:s, s:s, s:s, s:o, s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o}", "mask",
+        path, "kind", mo->def.text, "dtype", lp_dtype_name(rep->dtype), "encoding",
+        lp_mask_encoding_name(rep->encoding), "shape", shape, "passed",
+        (int)lp_leak_mask_passed(rep), "diagnosis", rep->diagnosis, "leak_count",
+        (json_int_t)rep->leak_count, "blocked_count", (json_int_t)rep->blocked_count, "nan_rows",
+        (json_int_t)rep->nan_rows, "fully_masked_rows", (json_int_t)rep->fully_masked_rows,
+        "nan_cells", (json_int_t)rep->nan_cells, "padding_rows", (json_int_t)rep->padding_rows,
+        "leaks", coords_json(rep->leaks, rep->n_leaks_listed, true), "blocked",
+        coords_json(rep->blocked, rep->n_blocked_listed, true), "masked_rows",
+        coords_json(rep->masked_rows, rep->n_masked_rows_listed, false));
     if (rep->encoding == LP_MASK_ENC_ADDITIVE)
         json_object_set_new(root, "fill", fill_json(rep, mo->masked_below));
     return print_json(root);
@@ -436,11 +427,9 @@ static double now_seconds(void)
 static lp_status prepare(leak_job *j, const leak_opts *o, lp_error *err)
 {
     lp_status st = lp_model_open(j->model_path, &j->model, err);
-    if (st != LP_OK)
-        return st;
-    const lp_weights *w = lp_model_weights(j->model);
-    st = lp_input_load(&o->input, j->model_path, lp_weights_gguf(w),
-                       lp_weights_format_of(w) == LP_FORMAT_LLAMA2C, default_prompt, &j->in, err);
+    if (st == LP_OK)
+        st = lp_input_load_for_weights(&o->input, j->model_path, lp_model_weights(j->model),
+                                       default_prompt, &j->in, err);
     if (st != LP_OK)
         return st;
     if (j->in.n_ids < 2)
@@ -464,12 +453,9 @@ static lp_status begin_record(leak_job *j, const leak_opts *o, lp_error *err)
     lp_store_opts sopts;
     lp_store_opts_init(&sopts);
     sopts.maps = (lp_maps_dtype)o->maps;
-    const lp_weights *w = lp_model_weights(j->model);
-    lp_run_info info = {.kind = "leak", .model_path = j->model_path,
-                        .model_format = lp_weights_format_name(lp_weights_format_of(w)),
-                        .arch = lp_model_arch(j->model), .prompt = j->in.text,
-                        .tokens = j->in.ids, .n_tokens = (int64_t)j->in.n_ids,
-                        .tokenizer = j->in.tokenizer, .n_threads = (int)o->threads};
+    lp_run_info info = lp_run_info_for_model("leak", j->model_path, j->model, j->in.text,
+                                             j->in.ids, (int64_t)j->in.n_ids, j->in.tokenizer,
+                                             (int)o->threads);
     return lp_store_begin_run(j->store, &info, &sopts, &j->run_id, err);
 }
 
@@ -479,15 +465,11 @@ static lp_status check_model(leak_job *j, const leak_opts *o, lp_error *err)
     lp_status st = o->db ? begin_record(j, o, err) : LP_OK;
     if (st != LP_OK)
         return st;
-    lp_leak_model_opts mo;
-    lp_leak_model_opts_init(&mo);
-    mo.fault = j->fault;
-    mo.window = o->window;
-    mo.pool = j->pool;
-    mo.n_random_cuts = o->cuts;
-    mo.seed = (uint64_t)o->seed;
-    mo.max_listed = o->max_listed;
-    mo.record = j->store ? lp_store_observer(j->store) : NULL;
+    /* every field of the options, so no default is left */
+    lp_leak_model_opts mo = {.fault = j->fault, .window = o->window, .pool = j->pool,
+                             .n_random_cuts = o->cuts, .seed = (uint64_t)o->seed,
+                             .max_listed = o->max_listed,
+                             .record = j->store ? lp_store_observer(j->store) : NULL};
     double t0 = now_seconds();
     st = lp_leak_check_model(j->model, j->in.ids, (int64_t)j->in.n_ids, &mo, &j->rep, err);
     j->seconds = now_seconds() - t0;
@@ -501,21 +483,18 @@ static lp_status check_model(leak_job *j, const leak_opts *o, lp_error *err)
 
 /* ---- model mode: the report ------------------------------------------------------------------- */
 
-static json_t *model_leaks_json(const lp_leak_model_report *rep)
+static json_t *model_leak_json(const lp_leak_model_coord *c)
 {
-    json_t *leaks = json_array();
-    for (int64_t i = 0; i < rep->n_leaks_listed; i++) {
-        const lp_leak_model_coord *c = &rep->leaks[i];
-        json_t *o = json_object();
-        json_object_set_new(o, "batch", json_integer(c->batch));
-        json_object_set_new(o, "layer", json_integer(c->layer));
-        json_object_set_new(o, "head", json_integer(c->head));
-        json_object_set_new(o, "query", json_integer(c->query));
-        json_object_set_new(o, "key", json_integer(c->key));
-        json_object_set_new(o, "prob", json_real((double)c->prob));
-        json_array_append_new(leaks, o);
-    }
-    return leaks;
+    return json_pack("{s:I, s:i, s:i, s:I, s:I, s:f}", "batch", (json_int_t)c->batch, "layer",
+                     c->layer, "head", c->head, "query", (json_int_t)c->query, "key",
+                     (json_int_t)c->key, "prob", (double)c->prob);
+}
+
+static json_t *check_json(const lp_leak_check *c)
+{
+    return json_pack("{s:s, s:b, s:i, s:I, s:o, s:s}", "check", c->name, "passed", (int)c->passed,
+                     "layer", c->layer, "position", (json_int_t)c->position, "max_abs_diff",
+                     num_or_null(c->max_abs_diff), "detail", c->detail);
 }
 
 static json_t *perturbation_json(const lp_leak_model_report *rep)
@@ -538,48 +517,28 @@ static json_t *perturbation_json(const lp_leak_model_report *rep)
     return pert;
 }
 
-static json_t *checks_json(const lp_leak_model_report *rep)
-{
-    json_t *checks = json_array();
-    for (int64_t i = 0; i < rep->n_checks; i++) {
-        const lp_leak_check *c = &rep->checks[i];
-        json_t *o = json_object();
-        json_object_set_new(o, "check", json_string(c->name));
-        json_object_set_new(o, "passed", json_boolean(c->passed));
-        json_object_set_new(o, "layer", json_integer(c->layer));
-        json_object_set_new(o, "position", json_integer(c->position));
-        json_object_set_new(o, "max_abs_diff", num_or_null(c->max_abs_diff));
-        json_object_set_new(o, "detail", json_string(c->detail));
-        json_array_append_new(checks, o);
-    }
-    return checks;
-}
-
 static int print_model_json(const leak_job *j, const leak_opts *o)
 {
     const lp_leak_model_report *rep = &j->rep;
-    json_t *root = json_object();
-    json_object_set_new(root, "model", json_string(j->model_path));
-    json_object_set_new(root, "n_tokens", json_integer((json_int_t)j->in.n_ids));
-    json_object_set_new(root, "inject", json_string(lp_mask_fault_name(j->fault)));
-    json_object_set_new(root, "window", json_integer(o->window));
-    json_object_set_new(root, "threads", json_integer(o->threads));
-    json_object_set_new(root, "isa", json_string(lp_isa_name(lp_kernels_isa())));
+    json_t *root = json_pack("{s:s, s:I, s:s, s:I, s:I, s:s}", "model", j->model_path, "n_tokens",
+                             (json_int_t)j->in.n_ids, "inject", lp_mask_fault_name(j->fault),
+                             "window", (json_int_t)o->window, "threads", (json_int_t)o->threads,
+                             "isa", lp_isa_name(lp_kernels_isa()));
     if (j->run_id)
         json_object_set_new(root, "run_id", json_integer(j->run_id));
-    json_object_set_new(root, "passed", json_boolean(rep->passed));
-    json_object_set_new(root, "diagnosis", json_string(rep->diagnosis));
-    json_object_set_new(root, "leak_count", json_integer(rep->leak_count));
-    json_object_set_new(root, "blocked_count", json_integer(rep->blocked_count));
-    json_object_set_new(root, "nan_rows", json_integer(rep->nan_rows));
-    json_object_set_new(root, "leaks", model_leaks_json(rep));
-    json_object_set_new(root, "perturbation", perturbation_json(rep));
-    json_t *align = json_object();
-    json_object_set_new(align, "loss_next", json_real(rep->loss_next));
-    json_object_set_new(align, "loss_same", json_real(rep->loss_same));
-    json_object_set_new(align, "flagged", json_boolean(rep->alignment_flagged));
-    json_object_set_new(root, "alignment", align);
-    json_object_set_new(root, "checks", checks_json(rep));
+    json_t *leaks = json_array(), *checks = json_array();
+    for (int64_t i = 0; i < rep->n_leaks_listed; i++)
+        json_array_append_new(leaks, model_leak_json(&rep->leaks[i]));
+    for (int64_t i = 0; i < rep->n_checks; i++)
+        json_array_append_new(checks, check_json(&rep->checks[i]));
+    json_t *verdict = json_pack(
+        "{s:b, s:s, s:I, s:I, s:I, s:o, s:o, s:{s:f, s:f, s:b}, s:o}", "passed", (int)rep->passed,
+        "diagnosis", rep->diagnosis, "leak_count", (json_int_t)rep->leak_count, "blocked_count",
+        (json_int_t)rep->blocked_count, "nan_rows", (json_int_t)rep->nan_rows, "leaks", leaks,
+        "perturbation", perturbation_json(rep), "alignment", "loss_next", rep->loss_next,
+        "loss_same", rep->loss_same, "flagged", (int)rep->alignment_flagged, "checks", checks);
+    json_object_update(root, verdict);
+    json_decref(verdict);
     return print_json(root);
 }
 

@@ -147,16 +147,12 @@ static lp_status select_maps(trace_job *j, const trace_opts *o, lp_error *err)
 static lp_status prepare(trace_job *j, const trace_opts *o, lp_error *err)
 {
     lp_status st = lp_model_open(j->model_path, &j->model, err);
-    if (st != LP_OK)
-        return st;
-    const lp_weights *w = lp_model_weights(j->model);
-    st = lp_input_load(&o->input, j->model_path, lp_weights_gguf(w),
-                       lp_weights_format_of(w) == LP_FORMAT_LLAMA2C, NULL, &j->in, err);
-    if (st != LP_OK)
-        return st;
+    if (st == LP_OK)
+        st = lp_input_load_for_weights(&o->input, j->model_path, lp_model_weights(j->model),
+                                       NULL, &j->in, err);
     /* Checked before a run row exists, so bad ids never leave a failed run behind. */
     lp_batch batch = lp_batch_single(j->in.ids, (int64_t)j->in.n_ids);
-    if ((st = lp_forward_check(j->model, &batch, err)) || (st = select_maps(j, o, err)))
+    if (st || (st = lp_forward_check(j->model, &batch, err)) || (st = select_maps(j, o, err)))
         return st;
     if (o->threads > 1 && (st = lp_pool_create((int)o->threads, &j->pool, err)))
         return st;
@@ -226,12 +222,9 @@ static lp_status record(trace_job *j, const trace_opts *o, tee_ctx *tee, int64_t
     sopts.logits = (lp_logits_mode)o->logits;
     sopts.top_k = o->top_k;
     sopts.local_window = o->local_window;
-    const lp_weights *w = lp_model_weights(j->model);
-    lp_run_info info = {.kind = "trace", .model_path = j->model_path,
-                        .model_format = lp_weights_format_name(lp_weights_format_of(w)),
-                        .arch = lp_model_arch(j->model), .prompt = j->in.text,
-                        .tokens = j->in.ids, .n_tokens = (int64_t)j->in.n_ids,
-                        .tokenizer = j->in.tokenizer, .n_threads = (int)o->threads};
+    lp_run_info info = lp_run_info_for_model("trace", j->model_path, j->model, j->in.text,
+                                             j->in.ids, (int64_t)j->in.n_ids, j->in.tokenizer,
+                                             (int)o->threads);
     lp_status st = lp_store_begin_run(j->store, &info, &sopts, run_id, err);
     if (st != LP_OK)
         return st;

@@ -73,6 +73,11 @@ typedef struct lp_run_info {
     int n_threads;
 } lp_run_info;
 
+/* The run info of a model opened with lp_model_open (its format and arch) for these tokens. */
+lp_run_info lp_run_info_for_model(const char *kind, const char *model_path, const lp_model *model,
+                                  const char *prompt, const int32_t *tokens, int64_t n_tokens,
+                                  const struct lp_tokenizer *tokenizer, int n_threads);
+
 /* Open or create the database (WAL mode), create the schema if missing; a database whose
  * meta.schema_version is newer than LP_STORE_SCHEMA_VERSION is refused (LP_ERR_UNSUPPORTED), and
  * so is one with tables loupe never made (LP_ERR_FORMAT, before anything is written). */

@@ -88,6 +88,16 @@ void lp_store_opts_init(lp_store_opts *opts)
     opts->local_window = 8;
 }
 
+lp_run_info lp_run_info_for_model(const char *kind, const char *model_path, const lp_model *model,
+                                  const char *prompt, const int32_t *tokens, int64_t n_tokens,
+                                  const struct lp_tokenizer *tokenizer, int n_threads)
+{
+    const lp_weights *w = lp_model_weights(model);
+    lp_run_info info = {kind,   model_path, lp_weights_format_name(lp_weights_format_of(w)),
+                        lp_model_arch(model), prompt, tokens, n_tokens, tokenizer, n_threads};
+    return info;
+}
+
 /* ---- opening ---------------------------------------------------------------------------------- */
 
 /* A table loupe never made, when the database has no meta.schema_version. */
