@@ -44,6 +44,11 @@ typedef struct lp_canvas {
  * callers never see the zoom. */
 lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height, int zoom,
                           const char *title, lp_error *err);
+/* The same, widened to fit the title line (lp_title_width). */
+lp_status lp_canvas_begin_titled(lp_canvas *c, const char *path, int64_t width, int64_t height,
+                                 int zoom, const char *title, lp_error *err);
+/* LP_ERR_USAGE unless the path ends in .png, .svg or .pdf. */
+lp_status lp_render_check_path(const char *path, lp_error *err);
 /* Remember a label for the SVG <desc> (no-op for other formats). */
 void lp_canvas_note(lp_canvas *c, const char *text);
 /* Finish, write, rename; frees everything either way. */
