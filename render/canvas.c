@@ -31,7 +31,7 @@ static char *dup_text(const char *s)
     return d;
 }
 
-static void xml_escape_to(FILE *f, const char *s)
+void lp_render_escape(FILE *f, const char *s, bool apostrophe)
 {
     for (; *s; s++) {
         switch (*s) {
@@ -39,6 +39,9 @@ static void xml_escape_to(FILE *f, const char *s)
         case '>': fputs("&gt;", f); break;
         case '&': fputs("&amp;", f); break;
         case '"': fputs("&quot;", f); break;
+        case '\'':
+            fputs(apostrophe ? "&#39;" : "'", f);
+            break;
         default: fputc(*s, f); break;
         }
     }
@@ -47,9 +50,9 @@ static void xml_escape_to(FILE *f, const char *s)
 static void svg_inject(lp_canvas *c)
 {
     fputs("\n<title>", c->file);
-    xml_escape_to(c->file, c->title ? c->title : "");
+    lp_render_escape(c->file, c->title ? c->title : "", false);
     fputs("</title>\n<desc>", c->file);
-    xml_escape_to(c->file, c->desc ? c->desc : "");
+    lp_render_escape(c->file, c->desc ? c->desc : "", false);
     fputs("</desc>", c->file);
 }
 

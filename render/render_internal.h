@@ -49,6 +49,8 @@ lp_status lp_canvas_begin_titled(lp_canvas *c, const char *path, int64_t width, 
                                  int zoom, const char *title, lp_error *err);
 /* LP_ERR_USAGE unless the path ends in .png, .svg or .pdf. */
 lp_status lp_render_check_path(const char *path, lp_error *err);
+/* Text into XML or HTML: < > & " escaped, and ' too when apostrophe (HTML attributes). */
+void lp_render_escape(FILE *f, const char *s, bool apostrophe);
 /* Remember a label for the SVG <desc> (no-op for other formats). */
 void lp_canvas_note(lp_canvas *c, const char *text);
 /* Finish, write, rename; frees everything either way. */
