@@ -306,12 +306,8 @@ static void test_layout_sizes(void **state)
 
 /* Planted values at known cells give the colormap's colours there; masked cells the masked
  * colour; a leak keeps its colour and gets the red outline; the PNG has the expected size. */
-static void test_planted_map_pixels(void **state)
+static void planted_db(const char *db_path)
 {
-    (void)state;
-    char db_path[512], png[512];
-    tmp_path(db_path, sizeof db_path, "planted.db");
-    tmp_path(png, sizeof png, "planted.png");
     new_db(db_path);
     add_run(db_path, 1, "complete", "trace", 4, 1, 2, NULL);
     static const char *const pieces[] = {"<s>", " the", " cat", "\n"};
@@ -328,7 +324,15 @@ static void test_planted_map_pixels(void **state)
     w[0] = 1.0f;
     w[0 * 4 + 2] = 0.5f;
     add_map(db_path, 1, 0, 1, 4, 4, w, true);
+}
 
+static void test_planted_map_pixels(void **state)
+{
+    (void)state;
+    char db_path[512], png[512];
+    tmp_path(db_path, sizeof db_path, "planted.db");
+    tmp_path(png, sizeof png, "planted.png");
+    planted_db(db_path);
     lp_error err = {0};
     lp_store *db;
     assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
@@ -383,11 +387,35 @@ static void test_planted_map_pixels(void **state)
     assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), masked);
     cairo_surface_destroy(img.surface);
 
-    /* the leak: colormap colour in the middle, red outline at the edge, not the masked grey */
+    lp_store_run_clear(&run);
+    lp_store_close(db);
+    unlink(db_path);
+    unlink(png);
+}
+
+/* The leak cell keeps its colour inside a red outline, until a threshold makes it masked. */
+static void test_leak_cell_pixels(void **state)
+{
+    (void)state;
+    char db_path[512], png[512];
+    tmp_path(db_path, sizeof db_path, "leakcell.db");
+    tmp_path(png, sizeof png, "leakcell.png");
+    planted_db(db_path);
+    lp_error err = {0};
+    lp_store *db;
+    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
+    lp_store_run run;
+    bool incomplete;
+    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
+    lp_render_options opt;
     lp_render_options_default(&opt);
     opt.cell = 60;
+    lp_heatmap_layout lay;
+    assert_int_equal(lp_render_heatmap_layout(4, 4, &opt, &lay, &err), LP_OK);
+    lp_rgb masked = lp_render_masked_rgb(&opt);
+    /* the leak: colormap colour in the middle, red outline at the edge, not the masked grey */
     assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_OK);
-    img = load_png(png);
+    png_image img = load_png(png);
     lp_rgb leak = cell_pixel(&img, &lay, 0, 2);
     assert_rgb_equal(leak, lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
     assert_false(leak.r == masked.r && leak.g == masked.g && leak.b == masked.b);
@@ -676,13 +704,10 @@ static void test_window_mask(void **state)
 }
 
 /* Grid, overview, stat matrix (colour of a planted value) and leak plot all draw. */
-static void test_grid_overview_stats_leak(void **state)
+/* 3 layers x 4 heads of 6 tokens, every map and statistic stored, and perturbation checks of
+ * which layer 2 and the logits failed. */
+static void multi_db(const char *db_path)
 {
-    (void)state;
-    char db_path[512], png[512], svg[512];
-    tmp_path(db_path, sizeof db_path, "multi.db");
-    tmp_path(png, sizeof png, "multi.png");
-    tmp_path(svg, sizeof svg, "multi.svg");
     new_db(db_path);
     const int64_t n_l = 3, n_h = 4, n = 6;
     add_run(db_path, 1, "complete", "trace", n, n_l, n_h, NULL);
@@ -697,6 +722,16 @@ static void test_grid_overview_stats_leak(void **state)
                   "(1, 'perturbation', 1, 1, 3, 1e-7, 'ok'),"
                   "(1, 'perturbation', 0, 2, 3, 0.25, 'leak'),"
                   "(1, 'perturbation', 0, -1, 3, 0.5, 'leak')");
+}
+
+static void test_grid_overview_stats_leak(void **state)
+{
+    (void)state;
+    char db_path[512], png[512], svg[512];
+    tmp_path(db_path, sizeof db_path, "multi.db");
+    tmp_path(png, sizeof png, "multi.png");
+    tmp_path(svg, sizeof svg, "multi.svg");
+    multi_db(db_path);
     lp_error err = {0};
     lp_store *db;
     assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
@@ -753,7 +788,28 @@ static void test_grid_overview_stats_leak(void **state)
     assert_non_null(strstr(text, "logits"));
     assert_non_null(strstr(text, "2 of 4 layers failed"));
     free(text);
+    lp_store_run_clear(&run);
+    lp_store_close(db);
+    unlink(db_path);
+    unlink(png);
+    unlink(svg);
+}
 
+/* --all: every picture of the run, and an index.html whose every link exists. */
+static void test_gallery(void **state)
+{
+    (void)state;
+    char db_path[512];
+    tmp_path(db_path, sizeof db_path, "gallery.db");
+    multi_db(db_path);
+    lp_error err = {0};
+    lp_store *db;
+    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
+    lp_store_run run;
+    bool incomplete;
+    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
+    lp_render_options opt;
+    lp_render_options_default(&opt);
     char dir[512], path[700];
     tmp_path(dir, sizeof dir, "gallery");
     int64_t n_files = 0;
@@ -761,7 +817,7 @@ static void test_grid_overview_stats_leak(void **state)
     /* overview + 8 stats + leak + 3 grids + 12 heads */
     assert_int_equal(n_files, 1 + 8 + 1 + 3 + 12);
     snprintf(path, sizeof path, "%s/index.html", dir);
-    text = read_text_file(path);
+    char *text = read_text_file(path);
     int64_t links = 0;
     for (const char *p = strstr(text, "href=\""); p; p = strstr(p + 1, "href=\"")) {
         char name[128];
@@ -779,12 +835,9 @@ static void test_grid_overview_stats_leak(void **state)
     snprintf(path, sizeof path, "%s/index.html", dir);
     unlink(path);
     rmdir(dir);
-
     lp_store_run_clear(&run);
     lp_store_close(db);
     unlink(db_path);
-    unlink(png);
-    unlink(svg);
 }
 
 /* Decode-style maps (n_q < n_k) align the diagonal bottom-right; NaN cells are magenta; a grid
@@ -1013,11 +1066,13 @@ int main(void)
         cmocka_unit_test(test_visible_piece),
         cmocka_unit_test(test_layout_sizes),
         cmocka_unit_test(test_planted_map_pixels),
+        cmocka_unit_test(test_leak_cell_pixels),
         cmocka_unit_test(test_maxpool_long_map),
         cmocka_unit_test(test_svg_pdf_and_formats),
         cmocka_unit_test(test_runs_and_errors),
         cmocka_unit_test(test_window_mask),
         cmocka_unit_test(test_grid_overview_stats_leak),
+        cmocka_unit_test(test_gallery),
         cmocka_unit_test(test_decode_nan_and_selection),
         cmocka_unit_test(test_range_window),
         cmocka_unit_test(test_hostile_attention_rows),

@@ -503,15 +503,23 @@ static void test_mask_heads_and_docs(void **state)
 /* Padded batches: [3, 1, T, T] for an unpadded item, 3 left-padding and 4 right-padding
  * tokens. The correct mask passes with the padding given; the padding on the wrong axis leaks
  * the left padding to real queries; Hugging Face's unmasked padding rows are not compared. */
+/* Three items of T tokens: unpadded, 3 padding tokens on the left, 4 on the right. */
+enum { PAD_B = 3 };
+
+static void padding_real(uint8_t *real)
+{
+    static const int64_t pl[PAD_B] = {0, 3, 0}, pr[PAD_B] = {0, 0, 4};
+    for (int b = 0; b < PAD_B; b++)
+        for (int t = 0; t < T; t++)
+            real[b * T + t] = t >= pl[b] && t < T - pr[b];
+}
+
 static void test_mask_padding(void **state)
 {
     (void)state;
-    enum { B = 3 };
-    static const int64_t pl[B] = {0, 3, 0}, pr[B] = {0, 0, 4};
+    enum { B = PAD_B };
     uint8_t real[B * T];
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            real[b * T + t] = t >= pl[b] && t < T - pr[b];
+    padding_real(real);
     uint8_t good[B * T * T], axis[B * T * T], unmasked_rows[B * T * T];
     for (int b = 0; b < B; b++)
         for (int q = 0; q < T; q++)
@@ -568,8 +576,16 @@ static void test_mask_padding(void **state)
     mo.real_len = T - 1;
     assert_int_equal(lp_leak_check_mask(good, LP_DTYPE_BOOL, 4, shape, "good", &mo, &rep, &err),
                      LP_ERR_USAGE);
+}
 
-    /* the padding file readers: text lines and .npy */
+/* The padding file readers: text lines and .npy. */
+static void test_padding_files(void **state)
+{
+    (void)state;
+    enum { B = PAD_B };
+    uint8_t real[B * T];
+    padding_real(real);
+    lp_error err = {0};
     char path[512];
     tmp_path(path, sizeof path, "pad.txt");
     FILE *f = fopen(path, "w");
@@ -620,84 +636,94 @@ static float *additive_mask(float fill, bool blind_row0)
     return m;
 }
 
+/* Additive fills, as a causal [T, T] f32 mask, and what each becomes in f32, f16 and bf16. */
+typedef struct fill_case {
+    const char *name;
+    float fill;
+    bool blind_row0;     /* row 0 fully masked too */
+    bool passed, weak;
+    int64_t nan_rows;    /* softmax NaN as given (f32) */
+    int64_t leaks;
+    bool overflows[3];   /* f32, f16, bf16: a finite fill that rounds to -inf */
+    int64_t nan_rows_in[3];
+} fill_case;
+
+static const fill_case fill_cases[] = {
+    /* -inf is exact; fp16 and bf16 keep it; no fully masked row, so no NaN */
+    {"-inf", -INFINITY, false, true, false, 0, 0, {false, false, false}, {0, 0, 0}},
+    /* with a fully masked row: NaN in every dtype, and that row's key 0 is blocked */
+    {"-inf, row 0 blind", -INFINITY, true, false, false, 1, 0, {false, false, false}, {1, 1, 1}},
+    /* fine in fp32 and bf16, -inf in fp16: the blind row is NaN only in fp16 */
+    {"-1e9, row 0 blind", -1e9f, true, false, false, 0, 0, {false, true, false}, {0, 1, 0}},
+    /* representable in fp16 */
+    {"-1e4", -1e4f, false, true, false, 0, 0, {false, false, false}, {0, 0, 0}},
+    /* too weak: its cells count as visible, so the whole future leaks */
+    {"-100", -100.0f, false, false, true, 0, T * (T - 1) / 2, {false, false, false}, {0, 0, 0}},
+    /* torch.finfo(float32).min: exact in fp32, -inf in fp16 and bf16 (bf16's largest finite
+     * value is below it) */
+    {"finfo(f32).min", -3.4028234663852886e38f, false, true, false, 0, 0, {false, true, true},
+     {0, 0, 0}},
+};
+
+static void check_fill_case(const fill_case *c, lp_leak_mask_report *rep, lp_error *err)
+{
+    int64_t shape2[2] = {T, T};
+    float *m = additive_mask(c->fill, c->blind_row0);
+    assert_int_equal(check_npy("fill.npy", "<f4", 2, shape2, m, T * T * 4, "causal", rep, err),
+                     LP_OK);
+    free(m);
+    assert_int_equal(rep->encoding, LP_MASK_ENC_ADDITIVE);
+    assert_true(rep->has_fill && rep->fill == c->fill);
+    if (lp_leak_mask_passed(rep) != c->passed || rep->weak_fill != c->weak ||
+        rep->nan_rows != c->nan_rows || rep->leak_count != c->leaks)
+        fail_msg("%s: passed %d weak %d nan_rows %lld leaks %lld", c->name,
+                 lp_leak_mask_passed(rep), rep->weak_fill, (long long)rep->nan_rows,
+                 (long long)rep->leak_count);
+    for (int d = 0; d < 3; d++)
+        if (rep->fills[d].overflows != c->overflows[d] ||
+            rep->fills[d].nan_rows != c->nan_rows_in[d])
+            fail_msg("%s: %s overflows %d, nan rows %lld", c->name,
+                     lp_dtype_name(rep->fills[d].dtype), rep->fills[d].overflows,
+                     (long long)rep->fills[d].nan_rows);
+    assert_int_equal(rep->fully_masked_rows, c->blind_row0);
+    assert_int_equal(rep->blocked_count, c->blind_row0);
+}
+
+/* Score gaps: how far above a visible key a masked one must score to get weight. */
+static void test_mask_fill_gaps(void **state)
+{
+    (void)state;
+    lp_error err = {0};
+    lp_leak_mask_report rep;
+    for (size_t i = 0; i < sizeof fill_cases / sizeof fill_cases[0]; i++) {
+        check_fill_case(&fill_cases[i], &rep, &err);
+        const fill_case *c = &fill_cases[i];
+        if (c->fill == -1e4f) { /* score + fill overflows fp16 only below about -55520 */
+            assert_true(rep.fills[1].value == -10000.0f);
+            assert_true(fabs(rep.fills[1].overflow_score - -55520.0) < 1.0);
+            assert_true(fabs(rep.leak_gap - (1e4 - 20.72)) < 0.01);
+        }
+        if (c->fill == -100.0f) /* the report says the score gap at which it leaks */
+            assert_true(fabs(rep.leak_gap - 79.28) < 0.01);
+        if (isinf(c->fill))
+            assert_true(isinf(rep.fills[1].value) && isinf(rep.leak_gap));
+        if (isfinite(c->fill) && c->fill < -1e38f) /* any negative score overflows it in f32 */
+            assert_true(rep.fills[0].overflow_score < -1e30 &&
+                        rep.fills[0].overflow_score > -1e32);
+        lp_leak_mask_report_free(&rep);
+    }
+}
+
+/* NaN and +inf cells; a mask stored as f16. */
 static void test_mask_additive(void **state)
 {
     (void)state;
     lp_error err = {0};
     lp_leak_mask_report rep;
     int64_t shape2[2] = {T, T};
-
-    /* -inf: exact; fp16 and bf16 keep -inf; no fully masked row, so no NaN */
-    float *m = additive_mask(-INFINITY, false);
-    assert_int_equal(check_npy("inf.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_int_equal(rep.encoding, LP_MASK_ENC_ADDITIVE);
-    assert_true(lp_leak_mask_passed(&rep));
-    assert_true(rep.has_fill && isinf(rep.fill));
-    assert_true(isinf(rep.fills[1].value));
-    assert_false(rep.fills[1].overflows);
-    assert_int_equal(rep.fills[1].nan_rows, 0);
-    lp_leak_mask_report_free(&rep);
-    free(m);
-    /* -inf with a fully masked row: NaN in every dtype, and that row's key 0 is blocked */
-    m = additive_mask(-INFINITY, true);
-    assert_int_equal(check_npy("inf0.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_int_equal(rep.nan_rows, 1);
-    assert_int_equal(rep.fully_masked_rows, 1);
-    assert_int_equal(rep.fills[0].nan_rows, 1);
-    assert_int_equal(rep.fills[1].nan_rows, 1);
-    assert_int_equal(rep.blocked_count, 1);
-    assert_false(lp_leak_mask_passed(&rep));
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
-    /* -1e9: fine in fp32 and bf16, -inf in fp16; the blind row is NaN only in fp16 */
-    m = additive_mask(-1e9f, true);
-    assert_int_equal(check_npy("1e9.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_true(rep.fill == -1e9f);
-    assert_false(rep.fills[0].overflows);
-    assert_true(rep.fills[1].overflows);
-    assert_true(isinf(rep.fills[1].value));
-    assert_false(rep.fills[2].overflows);
-    assert_int_equal(rep.nan_rows, 0);
-    assert_int_equal(rep.fills[0].nan_rows, 0);
-    assert_int_equal(rep.fills[1].nan_rows, 1);
-    assert_int_equal(rep.fills[2].nan_rows, 0);
-    assert_int_equal(rep.leak_count, 0);
-    assert_false(rep.weak_fill);
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
-    /* -1e4: representable in fp16 (no overflow), passes; score + fill overflows fp16 only for
-     * scores below about -55520 */
-    m = additive_mask(-1e4f, false);
-    assert_int_equal(check_npy("1e4.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_true(lp_leak_mask_passed(&rep));
-    assert_false(rep.fills[1].overflows);
-    assert_true(rep.fills[1].value == -10000.0f);
-    assert_true(fabs(rep.fills[1].overflow_score - -55520.0) < 1.0);
-    assert_true(fabs(rep.leak_gap - (1e4 - 20.72)) < 0.01);
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
-    /* -100: too weak; its cells count as visible, so the future leaks, and the report says the
-     * score gap at which it does (79.3) */
-    m = additive_mask(-100.0f, false);
-    assert_int_equal(check_npy("100.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_true(rep.weak_fill);
-    assert_int_equal(rep.leak_count, T * (T - 1) / 2);
-    assert_true(fabs(rep.leak_gap - 79.28) < 0.01);
-    assert_false(lp_leak_mask_passed(&rep));
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
     /* a NaN and a +inf cell: both rows give NaN; NaN cells count as visible (leaks above the
      * diagonal) */
-    m = additive_mask(-INFINITY, false);
+    float *m = additive_mask(-INFINITY, false);
     m[2 * T + 5] = NAN;
     m[4 * T + 1] = INFINITY;
     assert_int_equal(check_npy("nan.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
@@ -708,18 +734,6 @@ static void test_mask_additive(void **state)
     assert_int_equal(rep.leaks[0].query, 2);
     assert_int_equal(rep.leaks[0].key, 5);
     assert_false(lp_leak_mask_passed(&rep));
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
-    /* torch.finfo(float32).min: exact in fp32, but -inf in fp16 AND bf16 (bf16's largest finite
-     * value is below it), and any negative score overflows it in fp32 */
-    m = additive_mask(-3.4028234663852886e38f, false);
-    assert_int_equal(check_npy("fmin.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_true(lp_leak_mask_passed(&rep));
-    assert_false(rep.fills[0].overflows);
-    assert_true(rep.fills[1].overflows && rep.fills[2].overflows);
-    assert_true(rep.fills[0].overflow_score < -1e30 && rep.fills[0].overflow_score > -1e32);
     lp_leak_mask_report_free(&rep);
     free(m);
 
@@ -816,8 +830,31 @@ static void test_mask_safetensors(void **state)
     assert_true(lp_leak_mask_passed(&rep));
     lp_leak_mask_report_free(&rep);
 
-    /* corrupt headers: each an error naming the problem, never a read past the file */
-    FILE *g = fopen(inner, "rb");
+    unlink(inner);
+    unlink(cfg);
+    rmdir(dir);
+    free(c);
+}
+
+/* Corrupt headers: each an error naming the problem, never a read past the file. */
+static void test_mask_safetensors_corrupt(void **state)
+{
+    (void)state;
+    lp_error err = {0};
+    lp_leak_mask_report rep;
+    lp_leak_mask_opts mo;
+    lp_leak_mask_opts_init(&mo);
+    char inner[512];
+    tmp_path(inner, sizeof inner, "corrupt.safetensors");
+    lp_st_writer *w;
+    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
+    uint8_t *c = bool_mask(1, 1, T, RULE_CAUSAL, 0, -1, -1, RULE_CAUSAL);
+    int64_t shape_tt[2] = {T, T};
+    assert_int_equal(lp_st_writer_add(w, "mask", LP_DTYPE_BOOL, 2, shape_tt, c, &err), LP_OK);
+    assert_int_equal(lp_st_writer_write(w, inner, &err), LP_OK);
+    lp_st_writer_destroy(w);
+    free(c);
+    FILE *f, *g = fopen(inner, "rb");
     assert_non_null(g);
     uint8_t image[4096];
     size_t size = fread(image, 1, sizeof image, g);
@@ -855,9 +892,6 @@ static void test_mask_safetensors(void **state)
             fail_msg("%s: status %d, '%s'", bad[i].what, (int)st, err.msg);
     }
     unlink(inner);
-    unlink(cfg);
-    rmdir(dir);
-    free(c);
 }
 
 static void test_mask_bad_files(void **state)
@@ -1155,8 +1189,9 @@ int main(void)
     const struct CMUnitTest unit[] = {
         cmocka_unit_test(test_definitions),       cmocka_unit_test(test_decode_alignment),
         cmocka_unit_test(test_engine_faults),     cmocka_unit_test(test_mask_bool_npy),
-        cmocka_unit_test(test_mask_heads_and_docs), cmocka_unit_test(test_mask_additive),
-        cmocka_unit_test(test_mask_padding),
+        cmocka_unit_test(test_mask_heads_and_docs), cmocka_unit_test(test_mask_fill_gaps),
+        cmocka_unit_test(test_mask_additive),     cmocka_unit_test(test_mask_safetensors_corrupt),
+        cmocka_unit_test(test_mask_padding),     cmocka_unit_test(test_padding_files),
         cmocka_unit_test(test_mask_safetensors),  cmocka_unit_test(test_mask_bad_files),
         cmocka_unit_test(test_alignment),         cmocka_unit_test(test_model_families),
     };
