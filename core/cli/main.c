@@ -48,7 +48,7 @@ int main(int argc, char **argv)
         return LP_EXIT_OK;
     }
     if (strcmp(first, "--version") == 0 || strcmp(first, "version") == 0) {
-        printf("loupe %s\n", LP_VERSION);
+        printf("loupe %s (git %s)\n", lp_version(), lp_version_revision());
         return LP_EXIT_OK;
     }
     if (strcmp(first, "help") == 0) {
