@@ -86,8 +86,10 @@ static void choices_from_metavar(const char *metavar, char *out, size_t size)
             *c = ' ';
 }
 
-/* Add an option, or fill what an earlier mention of the same name left empty. */
-static lp_status add_option(lp_doc_command *c, span name, span metavar, span help, lp_error *err)
+/* Add an option, or fill what an earlier mention of the same name left empty. full_help is kept
+ * as a pointer (static data of the command table). */
+static lp_status add_option(lp_doc_command *c, span name, span metavar, span help,
+                            const char *full_help, lp_error *err)
 {
     lp_doc_option *o = NULL;
     for (int i = 0; i < c->n_options && !o; i++)
@@ -111,6 +113,8 @@ static lp_status add_option(lp_doc_command *c, span name, span metavar, span hel
     }
     if (!o->help[0] && help.n)
         copy_one_line(o->help, sizeof o->help, help);
+    if (!o->full_help)
+        o->full_help = full_help;
     return LP_OK;
 }
 
@@ -139,7 +143,8 @@ static lp_status collect_table(lp_doc_command *c, const lp_option *table, lp_err
         } else if (o->kind != LP_OPT_FLAG) {
             snprintf(metavar, sizeof metavar, "%s", o->metavar ? o->metavar : "VALUE");
         }
-        lp_status st = add_option(c, span_of(o->name), span_of(metavar), span_of(o->help), err);
+        lp_status st = add_option(c, span_of(o->name), span_of(metavar), span_of(o->help),
+                                  o->help ? o->help : "", err);
         if (st)
             return st;
     }
@@ -208,7 +213,7 @@ static lp_status scan_usage_line(lp_doc_command *c, const char *p, const char *e
             metavar = strip_brackets(next);
             p = after;
         }
-        lp_status st = add_option(c, option_name(t), metavar, (span){"", 0}, err);
+        lp_status st = add_option(c, option_name(t), metavar, (span){"", 0}, NULL, err);
         if (st)
             return st;
     }
@@ -259,7 +264,7 @@ static lp_status scan_option_line(lp_doc_command *c, const char *p, const char *
     }
     span help = line_help(help_start, end);
     for (int i = 0; i < n; i++) {
-        lp_status st = add_option(c, names[i], metavars[i], help, err);
+        lp_status st = add_option(c, names[i], metavars[i], help, NULL, err);
         if (st)
             return st;
     }
@@ -301,7 +306,8 @@ lp_status lp_doc_collect(const lp_cli_spec *spec, lp_doc_command *out, lp_error 
     if (st)
         return st;
     /* main() answers --help for every command, before the command's own parser. */
-    return add_option(out, span_of("help"), span_of(""), span_of("show this help and exit"), err);
+    static const char help_help[] = "show this help and exit";
+    return add_option(out, span_of("help"), span_of(""), span_of(help_help), help_help, err);
 }
 
 bool lp_doc_value_is_dir(const lp_doc_option *opt) { return strstr(opt->metavar, "DIR") != NULL; }

@@ -124,23 +124,18 @@ static void roff_header(FILE *f, const char *page, const char *summary)
 
 /* ---- loupe-NAME(1) --------------------------------------------------------------------------- */
 
-static void man_options(FILE *f, const lp_option *table)
+/* The options of a table command, from the flat list (labels as --help shows them). */
+static void man_options(FILE *f, const lp_doc_command *doc)
 {
-    for (const lp_option *o = table; o && o->kind != LP_OPT_END; o++) {
-        if (o->kind == LP_OPT_TABLE) {
-            man_options(f, o->table);
-            continue;
-        }
+    for (int i = 0; i < doc->n_options; i++) {
+        const lp_doc_option *o = &doc->options[i];
+        char label[sizeof o->name + sizeof o->metavar + 4];
+        snprintf(label, sizeof label, "--%s%s%s", o->name, o->metavar[0] ? " " : "", o->metavar);
         fputs(".TP\n", f);
-        char label[256];
-        int n = snprintf(label, sizeof label, "--%s", o->name);
-        for (int i = 0; o->kind == LP_OPT_ENUM && o->choices[i] && n >= 0 && (size_t)n < sizeof label; i++)
-            n += snprintf(label + n, sizeof label - (size_t)n, "%s%s", i ? "|" : " ", o->choices[i]);
-        if (o->kind != LP_OPT_FLAG && o->kind != LP_OPT_ENUM && n >= 0 && (size_t)n < sizeof label)
-            snprintf(label + n, sizeof label - (size_t)n, " %s", o->metavar ? o->metavar : "VALUE");
         roff_styled(f, label, strlen(label));
         fputc('\n', f);
-        roff_filled(f, o->help ? o->help : "", o->help ? strlen(o->help) : 0);
+        const char *help = o->full_help ? o->full_help : o->help;
+        roff_filled(f, help, strlen(help));
     }
 }
 
@@ -174,8 +169,9 @@ static const char *man_legacy_synopsis(FILE *f, const lp_cli_spec *spec)
     return *p ? p + 1 : p;
 }
 
-static void write_command_page(FILE *f, const lp_cli_spec *spec)
+static void write_command_page(FILE *f, const lp_doc_command *doc)
 {
+    const lp_cli_spec *spec = doc->spec;
     char page[64];
     snprintf(page, sizeof page, "loupe-%s", spec->name);
     roff_header(f, page, spec->summary);
@@ -194,8 +190,7 @@ static void write_command_page(FILE *f, const lp_cli_spec *spec)
             roff_paragraphs(f, spec->description);
         }
         fputs(".SH OPTIONS\n", f);
-        man_options(f, spec->options);
-        fputs(".TP\n\\fB\\-\\-help\\fR\nshow this help and exit\n", f);
+        man_options(f, doc);
         if (spec->notes) {
             fputs(".SH NOTES\n", f);
             roff_paragraphs(f, spec->notes);
@@ -245,7 +240,7 @@ typedef struct doc_job {
 
 typedef void (*doc_writer)(FILE *f, const doc_job *job);
 
-static void job_command_page(FILE *f, const doc_job *j) { write_command_page(f, j->cmds[j->which]->spec); }
+static void job_command_page(FILE *f, const doc_job *j) { write_command_page(f, &j->docs[j->which]); }
 static void job_main_page(FILE *f, const doc_job *j) { write_main_page(f, j->cmds, j->n_cmds); }
 static void job_bash(FILE *f, const doc_job *j) { lp_doc_write_bash(f, j->docs, j->n_cmds); }
 static void job_zsh(FILE *f, const doc_job *j) { lp_doc_write_zsh(f, j->docs, j->n_cmds); }

@@ -16,6 +16,8 @@ typedef struct lp_doc_option {
     char metavar[96];  /* "" = a flag */
     char choices[192]; /* the allowed values, space separated ("f16 f32 none"); "" = any */
     char help[100];    /* the help on one line, cut at a word (completions show one line) */
+    const char *full_help; /* the whole help (man pages): options from a table and --help; NULL
+                            * for those read from a legacy usage text */
 } lp_doc_option;
 
 typedef struct lp_doc_command {
