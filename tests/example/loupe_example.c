@@ -1,5 +1,5 @@
 /* A program outside loupe that links the installed libloupe: open a model, print its estimate,
- * record a trace of a few tokens with the store. CI builds it through pkg-config against an
+ * record a trace of a few tokens with the store (trace/store/store.h). CI builds it through pkg-config against an
  * installed and then moved prefix (tests/cli/cli_install.sh):
  *
  *   cc -std=c11 loupe_example.c $(pkg-config --cflags --libs loupe) -o loupe_example
@@ -15,6 +15,7 @@
 
 #include "core/version.h"
 #include "estimate/estimate.h"
+#include "trace/store/store.h"
 #include "trace/trace.h"
 
 #define N_TOKENS 8

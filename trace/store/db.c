@@ -36,15 +36,6 @@ void lp_store_free(lp_store *store)
     free(store);
 }
 
-void lp_store_close(lp_store *store)
-{
-    if (!store)
-        return;
-    if (store->in_run)
-        lp_store_abort_run(store);
-    lp_store_free(store);
-}
-
 lp_status lp_store_sql_error(const lp_store *store, const char *what, lp_error *err)
 {
     return lp_error_set(err, LP_ERR_SQLITE, "%s: %s: %s", store->path, what,

@@ -657,6 +657,17 @@ void lp_store_abort_run(lp_store *s)
     free_run(s);
 }
 
+/* Here rather than beside lp_store_free: closing rolls back a run still open, which is the
+ * writer's business (a read-only store never has one). */
+void lp_store_close(lp_store *store)
+{
+    if (!store)
+        return;
+    if (store->in_run)
+        lp_store_abort_run(store);
+    lp_store_free(store);
+}
+
 /* ---- leak checks ------------------------------------------------------------------------------ */
 
 static lp_status insert_leak_check(lp_store *s, int64_t run_id, const lp_leak_check *c,
