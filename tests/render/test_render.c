@@ -114,6 +114,45 @@ static void add_stats(const char *db, int64_t run, int64_t n_layers, int64_t n_h
                              l == 0 && h == 0 ? 1.0 : 0.0);   /* sink */
 }
 
+/* 3 layers x 4 heads of 6 tokens, every map and statistic stored, and perturbation checks of
+ * which layer 2 and the logits failed. */
+static void multi_db(const char *db_path)
+{
+    new_db(db_path);
+    const int64_t n_l = 3, n_h = 4, n = 6;
+    add_run(db_path, 1, "complete", "trace", n, n_l, n_h, NULL);
+    float v[36];
+    causal_uniform(v, n, n);
+    for (int64_t l = 0; l < n_l; l++)
+        for (int64_t h = 0; h < n_h; h++)
+            add_map(db_path, 1, l, h, n, n, v, true);
+    add_stats(db_path, 1, n_l, n_h);
+    lp_test_sql_exec(db_path, "INSERT INTO leak_checks (run_id, check_name, passed, layer, position, "
+                  "max_abs_diff, detail) VALUES (1, 'perturbation', 1, 0, 3, 0.0, 'ok'),"
+                  "(1, 'perturbation', 1, 1, 3, 1e-7, 'ok'),"
+                  "(1, 'perturbation', 0, 2, 3, 0.25, 'leak'),"
+                  "(1, 'perturbation', 0, -1, 3, 0.5, 'leak')");
+}
+
+/* The database read-only and its run run_id (0: the latest complete one); the test fails with
+ * the store's message otherwise. */
+static void close_run(lp_store *db, lp_store_run *run)
+{
+    lp_store_run_clear(run);
+    lp_store_close(db);
+}
+
+static lp_store *open_run(const char *db_path, int64_t run_id, lp_store_run *run)
+{
+    lp_error err = {0};
+    lp_store *db;
+    bool incomplete;
+    if (lp_store_open_read(db_path, &db, &err) != LP_OK ||
+        lp_store_read_run(db, run_id, NULL, run, &incomplete, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    return db;
+}
+
 /* ---- reading pictures back ---- */
 
 typedef struct png_image {
@@ -154,6 +193,53 @@ static lp_rgb cell_pixel(const png_image *img, const lp_heatmap_layout *lay, int
 {
     return pixel(img, lay->map_x + (int)(k * lay->cell) + lay->cell / 2,
                  lay->map_y + (int)(q * lay->cell_h) + lay->cell_h / 2);
+}
+
+/* One run of 1 layer x 2 heads over 4 tokens: head 0 with planted values, head 1 leaking. */
+static void planted_db(const char *db_path)
+{
+    new_db(db_path);
+    add_run(db_path, 1, "complete", "trace", 4, 1, 2, NULL);
+    static const char *const pieces[] = {"<s>", " the", " cat", "\n"};
+    add_tokens(db_path, 1, pieces, 4);
+    /* head 0: row 3 holds 1, 0.5, 0 at keys 0..2; row 0 at key 0 holds 1 */
+    float v[16] = {0};
+    v[0 * 4 + 0] = 1.0f;
+    v[3 * 4 + 0] = 1.0f;
+    v[3 * 4 + 1] = 0.5f;
+    v[3 * 4 + 2] = 0.0f;
+    add_map(db_path, 1, 0, 0, 4, 4, v, false);
+    /* head 1: a leak above the diagonal at (0, 2) */
+    float w[16] = {0};
+    w[0] = 1.0f;
+    w[0 * 4 + 2] = 0.5f;
+    add_map(db_path, 1, 0, 1, 4, 4, w, true);
+}
+
+/* The leak cell (head 1, query 0, key 2) keeps its colour inside a red outline, until a
+ * threshold above it makes it an ordinary masked cell. */
+static void check_leak_cell(lp_store *db, const lp_store_run *run, const lp_heatmap_layout *lay,
+                            const char *png)
+{
+    lp_error err = {0};
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    opt.cell = 60;
+    lp_rgb masked = lp_render_masked_rgb(&opt);
+    assert_int_equal(lp_render_head(db, run, 0, 1, &opt, png, &err), LP_OK);
+    png_image img = load_png(png);
+    lp_rgb leak = cell_pixel(&img, lay, 0, 2);
+    assert_rgb_equal(leak, lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
+    assert_false(leak.r == masked.r && leak.g == masked.g && leak.b == masked.b);
+    assert_rgb_equal(pixel(&img, lay->map_x + 2 * lay->cell, lay->map_y + lay->cell / 2),
+                     ((lp_rgb){0xe8, 0x11, 0x2d}));
+    assert_rgb_equal(cell_pixel(&img, lay, 0, 3), masked); /* its zero neighbour stays grey */
+    cairo_surface_destroy(img.surface);
+    opt.leak_threshold = 0.6;
+    assert_int_equal(lp_render_head(db, run, 0, 1, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    assert_rgb_equal(cell_pixel(&img, lay, 0, 2), masked);
+    cairo_surface_destroy(img.surface);
 }
 
 static char *read_text_file(const char *path)
@@ -306,26 +392,6 @@ static void test_layout_sizes(void **state)
 
 /* Planted values at known cells give the colormap's colours there; masked cells the masked
  * colour; a leak keeps its colour and gets the red outline; the PNG has the expected size. */
-static void planted_db(const char *db_path)
-{
-    new_db(db_path);
-    add_run(db_path, 1, "complete", "trace", 4, 1, 2, NULL);
-    static const char *const pieces[] = {"<s>", " the", " cat", "\n"};
-    add_tokens(db_path, 1, pieces, 4);
-    /* head 0: row 3 holds 1, 0.5, 0 at keys 0..2; row 0 at key 0 holds 1 */
-    float v[16] = {0};
-    v[0 * 4 + 0] = 1.0f;
-    v[3 * 4 + 0] = 1.0f;
-    v[3 * 4 + 1] = 0.5f;
-    v[3 * 4 + 2] = 0.0f;
-    add_map(db_path, 1, 0, 0, 4, 4, v, false);
-    /* head 1: a leak above the diagonal at (0, 2) */
-    float w[16] = {0};
-    w[0] = 1.0f;
-    w[0 * 4 + 2] = 0.5f;
-    add_map(db_path, 1, 0, 1, 4, 4, w, true);
-}
-
 static void test_planted_map_pixels(void **state)
 {
     (void)state;
@@ -334,12 +400,9 @@ static void test_planted_map_pixels(void **state)
     tmp_path(png, sizeof png, "planted.png");
     planted_db(db_path);
     lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
     lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
-    assert_false(incomplete);
+    lp_store *db = open_run(db_path, 0, &run);
+    assert_string_equal(run.status, "complete");
     assert_int_equal(run.id, 1);
     assert_string_equal(run.model, "tiny-test");
 
@@ -387,52 +450,8 @@ static void test_planted_map_pixels(void **state)
     assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), masked);
     cairo_surface_destroy(img.surface);
 
-    lp_store_run_clear(&run);
-    lp_store_close(db);
-    unlink(db_path);
-    unlink(png);
-}
-
-/* The leak cell keeps its colour inside a red outline, until a threshold makes it masked. */
-static void test_leak_cell_pixels(void **state)
-{
-    (void)state;
-    char db_path[512], png[512];
-    tmp_path(db_path, sizeof db_path, "leakcell.db");
-    tmp_path(png, sizeof png, "leakcell.png");
-    planted_db(db_path);
-    lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
-    lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
-    lp_render_options opt;
-    lp_render_options_default(&opt);
-    opt.cell = 60;
-    lp_heatmap_layout lay;
-    assert_int_equal(lp_render_heatmap_layout(4, 4, &opt, &lay, &err), LP_OK);
-    lp_rgb masked = lp_render_masked_rgb(&opt);
-    /* the leak: colormap colour in the middle, red outline at the edge, not the masked grey */
-    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_OK);
-    png_image img = load_png(png);
-    lp_rgb leak = cell_pixel(&img, &lay, 0, 2);
-    assert_rgb_equal(leak, lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
-    assert_false(leak.r == masked.r && leak.g == masked.g && leak.b == masked.b);
-    assert_rgb_equal(pixel(&img, lay.map_x + 2 * lay.cell, lay.map_y + lay.cell / 2),
-                     ((lp_rgb){0xe8, 0x11, 0x2d}));
-    assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), masked); /* its zero neighbour stays grey */
-    cairo_surface_destroy(img.surface);
-
-    /* with a threshold above the leak, it is an ordinary masked cell again */
-    opt.leak_threshold = 0.6;
-    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_OK);
-    img = load_png(png);
-    assert_rgb_equal(cell_pixel(&img, &lay, 0, 2), masked);
-    cairo_surface_destroy(img.surface);
-
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    check_leak_cell(db, &run, &lay, png);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
 }
@@ -474,11 +493,8 @@ static void test_maxpool_long_map(void **state)
     assert_int_equal(lp_test_sql_int(db_path, "SELECT length(probs) FROM attention"), n * n * 2);
 
     lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
     lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
+    lp_store *db = open_run(db_path, 0, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
     opt.size = 512;
@@ -523,8 +539,7 @@ static void test_maxpool_long_map(void **state)
     assert_rgb_equal(pixel(&img, lay.map_x + 4000 / 8, lay.map_y + 10 / 8),
                      lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.01));
     cairo_surface_destroy(img.surface);
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
 }
@@ -548,11 +563,8 @@ static void test_svg_pdf_and_formats(void **state)
     add_map(db_path, 7, 0, 0, 5, 5, v, false);
 
     lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
     lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 7, NULL, &run, &incomplete, &err), LP_OK);
+    lp_store *db = open_run(db_path, 7, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
     assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, svg, &err), LP_OK);
@@ -576,8 +588,7 @@ static void test_svg_pdf_and_formats(void **state)
     assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, bad, &err), LP_ERR_USAGE);
     assert_non_null(strstr(err.msg, ".png, .svg or .pdf"));
     assert_false(file_exists(bad));
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    close_run(db, &run);
     unlink(db_path);
     unlink(svg);
     unlink(pdf);
@@ -640,8 +651,7 @@ static void test_runs_and_errors(void **state)
     assert_int_equal(lp_store_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "no leak runs"));
     assert_false(file_exists(png));
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    close_run(db, &run);
 
     /* a database from before head_stats and leak_checks existed: no rows, not an SQL error */
     lp_test_sql_exec(db_path, "DROP TABLE head_stats; DROP TABLE leak_checks");
@@ -651,8 +661,7 @@ static void test_runs_and_errors(void **state)
                      LP_ERR_NOT_FOUND);
     assert_int_equal(lp_render_leak_plot(db, &run, &opt, png, &err), LP_ERR_NOT_FOUND);
     assert_int_equal(lp_store_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    close_run(db, &run);
 
     /* not a database, and no file at all */
     FILE *f = fopen(junk, "wb");
@@ -681,11 +690,8 @@ static void test_window_mask(void **state)
     add_map(db_path, 1, 0, 0, 4, 4, v, false);
     add_map(db_path, 1, 1, 0, 4, 4, v, false); /* mass outside the window of 2: leaks in layer 1 */
     lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
     lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
+    lp_store *db = open_run(db_path, 0, &run);
     assert_int_equal(lp_store_run_window(&run, 0), 0);
     assert_int_equal(lp_store_run_window(&run, 1), 2);
     lp_pooled_map map;
@@ -698,32 +704,44 @@ static void test_window_mask(void **state)
     assert_true(map.flags[3 * 4 + 0] & LP_CELL_LEAK);
     assert_false(map.flags[3 * 4 + 2] & LP_CELL_MASKED);
     lp_pooled_map_free(&map);
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    close_run(db, &run);
     unlink(db_path);
 }
 
-/* Grid, overview, stat matrix (colour of a planted value) and leak plot all draw. */
-/* 3 layers x 4 heads of 6 tokens, every map and statistic stored, and perturbation checks of
- * which layer 2 and the logits failed. */
-static void multi_db(const char *db_path)
+/* --all: every picture of the run, and an index.html whose every link exists. */
+static void check_gallery(lp_store *db, const lp_store_run *run)
 {
-    new_db(db_path);
-    const int64_t n_l = 3, n_h = 4, n = 6;
-    add_run(db_path, 1, "complete", "trace", n, n_l, n_h, NULL);
-    float v[36];
-    causal_uniform(v, n, n);
-    for (int64_t l = 0; l < n_l; l++)
-        for (int64_t h = 0; h < n_h; h++)
-            add_map(db_path, 1, l, h, n, n, v, true);
-    add_stats(db_path, 1, n_l, n_h);
-    lp_test_sql_exec(db_path, "INSERT INTO leak_checks (run_id, check_name, passed, layer, position, "
-                  "max_abs_diff, detail) VALUES (1, 'perturbation', 1, 0, 3, 0.0, 'ok'),"
-                  "(1, 'perturbation', 1, 1, 3, 1e-7, 'ok'),"
-                  "(1, 'perturbation', 0, 2, 3, 0.25, 'leak'),"
-                  "(1, 'perturbation', 0, -1, 3, 0.5, 'leak')");
+    lp_error err = {0};
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    char dir[512], path[700];
+    tmp_path(dir, sizeof dir, "gallery");
+    int64_t n_files = 0;
+    assert_int_equal(lp_render_gallery(db, run, &opt, dir, &n_files, &err), LP_OK);
+    /* overview + 8 stats + leak + 3 grids + 12 heads */
+    assert_int_equal(n_files, 1 + 8 + 1 + 3 + 12);
+    snprintf(path, sizeof path, "%s/index.html", dir);
+    char *text = read_text_file(path);
+    int64_t links = 0;
+    for (const char *p = strstr(text, "href=\""); p; p = strstr(p + 1, "href=\"")) {
+        char name[128];
+        const char *start = p + 6, *end = strchr(start, '"');
+        assert_non_null(end);
+        snprintf(name, sizeof name, "%.*s", (int)(end - start), start);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (!file_exists(path))
+            fail_msg("index.html links %s, which does not exist", name);
+        links++;
+        unlink(path);
+    }
+    assert_int_equal(links, n_files);
+    free(text);
+    snprintf(path, sizeof path, "%s/index.html", dir);
+    unlink(path);
+    rmdir(dir);
 }
 
+/* Grid, overview, stat matrix (colour of a planted value) and leak plot all draw. */
 static void test_grid_overview_stats_leak(void **state)
 {
     (void)state;
@@ -733,11 +751,8 @@ static void test_grid_overview_stats_leak(void **state)
     tmp_path(svg, sizeof svg, "multi.svg");
     multi_db(db_path);
     lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
     lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
+    lp_store *db = open_run(db_path, 0, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
 
@@ -788,56 +803,11 @@ static void test_grid_overview_stats_leak(void **state)
     assert_non_null(strstr(text, "logits"));
     assert_non_null(strstr(text, "2 of 4 layers failed"));
     free(text);
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    check_gallery(db, &run);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
     unlink(svg);
-}
-
-/* --all: every picture of the run, and an index.html whose every link exists. */
-static void test_gallery(void **state)
-{
-    (void)state;
-    char db_path[512];
-    tmp_path(db_path, sizeof db_path, "gallery.db");
-    multi_db(db_path);
-    lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
-    lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
-    lp_render_options opt;
-    lp_render_options_default(&opt);
-    char dir[512], path[700];
-    tmp_path(dir, sizeof dir, "gallery");
-    int64_t n_files = 0;
-    assert_int_equal(lp_render_gallery(db, &run, &opt, dir, &n_files, &err), LP_OK);
-    /* overview + 8 stats + leak + 3 grids + 12 heads */
-    assert_int_equal(n_files, 1 + 8 + 1 + 3 + 12);
-    snprintf(path, sizeof path, "%s/index.html", dir);
-    char *text = read_text_file(path);
-    int64_t links = 0;
-    for (const char *p = strstr(text, "href=\""); p; p = strstr(p + 1, "href=\"")) {
-        char name[128];
-        const char *start = p + 6, *end = strchr(start, '"');
-        assert_non_null(end);
-        snprintf(name, sizeof name, "%.*s", (int)(end - start), start);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        if (!file_exists(path))
-            fail_msg("index.html links %s, which does not exist", name);
-        links++;
-        unlink(path);
-    }
-    assert_int_equal(links, n_files);
-    free(text);
-    snprintf(path, sizeof path, "%s/index.html", dir);
-    unlink(path);
-    rmdir(dir);
-    lp_store_run_clear(&run);
-    lp_store_close(db);
-    unlink(db_path);
 }
 
 /* Decode-style maps (n_q < n_k) align the diagonal bottom-right; NaN cells are magenta; a grid
@@ -863,11 +833,8 @@ static void test_decode_nan_and_selection(void **state)
     add_map(db_path, 2, 0, 0, 1, 300, strip, true);
 
     lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
     lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 1, NULL, &run, &incomplete, &err), LP_OK);
+    lp_store *db = open_run(db_path, 1, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
     opt.cell = 40;
@@ -908,6 +875,7 @@ static void test_decode_nan_and_selection(void **state)
     lp_store_run_clear(&run);
 
     /* one query over 300 keys: rows stretched so the strip is readable */
+    bool incomplete;
     assert_int_equal(lp_store_read_run(db, 2, NULL, &run, &incomplete, &err), LP_OK);
     lp_render_options_default(&opt);
     assert_int_equal(lp_render_heatmap_layout(1, 300, &opt, &lay, &err), LP_OK);
@@ -921,8 +889,7 @@ static void test_decode_nan_and_selection(void **state)
     assert_rgb_equal(pixel(&img, lay.map_x + 298 * 2, lay.map_y + 12),
                      lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0));
     cairo_surface_destroy(img.surface);
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
 }
@@ -945,11 +912,8 @@ static void test_range_window(void **state)
     v[2 * 8 + 2] = 0.5f;
     add_map(db_path, 1, 0, 0, 8, 8, v, false);
     lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
     lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
+    lp_store *db = open_run(db_path, 0, &run);
 
     lp_pooled_map map;
     assert_int_equal(lp_render_read_map(db, &run, 0, 0, 100, 0, 2, 6, &map, &err), LP_OK);
@@ -985,8 +949,7 @@ static void test_range_window(void **state)
     assert_null(strstr(text, "p6"));
     assert_non_null(strstr(text, "showing positions 2:6"));
     free(text);
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
     unlink(svg);
@@ -1030,11 +993,8 @@ static void test_hostile_attention_rows(void **state)
     free(sql);
 
     lp_error err = {0};
-    lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
     lp_store_run run;
-    bool incomplete;
-    assert_int_equal(lp_store_read_run(db, 0, NULL, &run, &incomplete, &err), LP_OK);
+    lp_store *db = open_run(db_path, 0, &run);
     int n_ok = 0;
     for (int h = 0; h < 300; h++) {
         bool consistent = n_q[h] >= 1 && n_k[h] >= 1 && n_q[h] <= n_k[h] &&
@@ -1054,8 +1014,7 @@ static void test_hostile_attention_rows(void **state)
         }
     }
     assert_true(n_ok > 20); /* the generator made both kinds */
-    lp_store_run_clear(&run);
-    lp_store_close(db);
+    close_run(db, &run);
     unlink(db_path);
 }
 
@@ -1066,13 +1025,11 @@ int main(void)
         cmocka_unit_test(test_visible_piece),
         cmocka_unit_test(test_layout_sizes),
         cmocka_unit_test(test_planted_map_pixels),
-        cmocka_unit_test(test_leak_cell_pixels),
         cmocka_unit_test(test_maxpool_long_map),
         cmocka_unit_test(test_svg_pdf_and_formats),
         cmocka_unit_test(test_runs_and_errors),
         cmocka_unit_test(test_window_mask),
         cmocka_unit_test(test_grid_overview_stats_leak),
-        cmocka_unit_test(test_gallery),
         cmocka_unit_test(test_decode_nan_and_selection),
         cmocka_unit_test(test_range_window),
         cmocka_unit_test(test_hostile_attention_rows),

@@ -750,6 +750,68 @@ static void test_mask_additive(void **state)
     lp_leak_mask_report_free(&rep);
 }
 
+/* One causal [T, T] bool tensor named "mask" in a .safetensors file. */
+static void write_causal_safetensors(const char *path)
+{
+    lp_error err = {0};
+    lp_st_writer *w;
+    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
+    uint8_t *c = bool_mask(1, 1, T, RULE_CAUSAL, 0, -1, -1, RULE_CAUSAL);
+    int64_t shape_tt[2] = {T, T};
+    assert_int_equal(lp_st_writer_add(w, "mask", LP_DTYPE_BOOL, 2, shape_tt, c, &err), LP_OK);
+    assert_int_equal(lp_st_writer_write(w, path, &err), LP_OK);
+    lp_st_writer_destroy(w);
+    free(c);
+}
+
+/* Corrupt headers of a mask file: each an error naming the problem, never a read past the
+ * file. */
+static void check_corrupt_headers(const char *inner)
+{
+    lp_error err = {0};
+    lp_leak_mask_report rep;
+    lp_leak_mask_opts mo;
+    lp_leak_mask_opts_init(&mo);
+    write_causal_safetensors(inner);
+    FILE *f, *g = fopen(inner, "rb");
+    assert_non_null(g);
+    uint8_t image[4096];
+    size_t size = fread(image, 1, sizeof image, g);
+    fclose(g);
+    assert_true(size > 8 && size < sizeof image);
+    struct {
+        const char *what;
+        size_t at;
+        const char *bytes;
+        size_t n;
+        size_t cut; /* 0 = keep the size */
+        const char *msg;
+    } bad[] = {
+        {"length past the end", 0, "\xff\xff\x00\x00\x00\x00\x00\x00", 8, 0, "exceeds the file"},
+        {"truncated data", 0, NULL, 0, 0, "outside the"},
+        {"not JSON", 8, "[", 1, 0, "header byte"},
+        {"short file", 0, NULL, 0, 5, "shorter than"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint8_t copy[4096];
+        memcpy(copy, image, size);
+        size_t n = size;
+        if (bad[i].bytes)
+            memcpy(copy + bad[i].at, bad[i].bytes, bad[i].n);
+        if (i == 1)
+            n = size - 7; /* the data offsets now point past the end */
+        if (bad[i].cut)
+            n = bad[i].cut;
+        f = fopen(inner, "wb");
+        assert_non_null(f);
+        fwrite(copy, 1, n, f);
+        fclose(f);
+        lp_status st = lp_leak_check_mask_file(inner, &mo, &rep, &err);
+        if (st == LP_OK || !strstr(err.msg, bad[i].msg))
+            fail_msg("%s: status %d, '%s'", bad[i].what, (int)st, err.msg);
+    }
+}
+
 static void test_mask_safetensors(void **state)
 {
     (void)state;
@@ -819,79 +881,15 @@ static void test_mask_safetensors(void **state)
     assert_non_null(f);
     fprintf(f, "{\"model_type\": \"my-own-arch\", \"broken");
     fclose(f);
-    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
-    uint8_t *c = bool_mask(1, 1, T, RULE_CAUSAL, 0, -1, -1, RULE_CAUSAL);
-    int64_t shape_tt[2] = {T, T};
-    assert_int_equal(lp_st_writer_add(w, "mask", LP_DTYPE_BOOL, 2, shape_tt, c, &err), LP_OK);
-    assert_int_equal(lp_st_writer_write(w, inner, &err), LP_OK);
-    lp_st_writer_destroy(w);
+    write_causal_safetensors(inner);
     lp_leak_mask_opts_init(&mo);
     assert_int_equal(lp_leak_check_mask_file(inner, &mo, &rep, &err), LP_OK);
     assert_true(lp_leak_mask_passed(&rep));
     lp_leak_mask_report_free(&rep);
-
+    check_corrupt_headers(inner);
     unlink(inner);
     unlink(cfg);
     rmdir(dir);
-    free(c);
-}
-
-/* Corrupt headers: each an error naming the problem, never a read past the file. */
-static void test_mask_safetensors_corrupt(void **state)
-{
-    (void)state;
-    lp_error err = {0};
-    lp_leak_mask_report rep;
-    lp_leak_mask_opts mo;
-    lp_leak_mask_opts_init(&mo);
-    char inner[512];
-    tmp_path(inner, sizeof inner, "corrupt.safetensors");
-    lp_st_writer *w;
-    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
-    uint8_t *c = bool_mask(1, 1, T, RULE_CAUSAL, 0, -1, -1, RULE_CAUSAL);
-    int64_t shape_tt[2] = {T, T};
-    assert_int_equal(lp_st_writer_add(w, "mask", LP_DTYPE_BOOL, 2, shape_tt, c, &err), LP_OK);
-    assert_int_equal(lp_st_writer_write(w, inner, &err), LP_OK);
-    lp_st_writer_destroy(w);
-    free(c);
-    FILE *f, *g = fopen(inner, "rb");
-    assert_non_null(g);
-    uint8_t image[4096];
-    size_t size = fread(image, 1, sizeof image, g);
-    fclose(g);
-    assert_true(size > 8 && size < sizeof image);
-    struct {
-        const char *what;
-        size_t at;
-        const char *bytes;
-        size_t n;
-        size_t cut; /* 0 = keep the size */
-        const char *msg;
-    } bad[] = {
-        {"length past the end", 0, "\xff\xff\x00\x00\x00\x00\x00\x00", 8, 0, "exceeds the file"},
-        {"truncated data", 0, NULL, 0, 0, "outside the"},
-        {"not JSON", 8, "[", 1, 0, "header byte"},
-        {"short file", 0, NULL, 0, 5, "shorter than"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        uint8_t copy[4096];
-        memcpy(copy, image, size);
-        size_t n = size;
-        if (bad[i].bytes)
-            memcpy(copy + bad[i].at, bad[i].bytes, bad[i].n);
-        if (i == 1)
-            n = size - 7; /* the data offsets now point past the end */
-        if (bad[i].cut)
-            n = bad[i].cut;
-        f = fopen(inner, "wb");
-        assert_non_null(f);
-        fwrite(copy, 1, n, f);
-        fclose(f);
-        lp_status st = lp_leak_check_mask_file(inner, &mo, &rep, &err);
-        if (st == LP_OK || !strstr(err.msg, bad[i].msg))
-            fail_msg("%s: status %d, '%s'", bad[i].what, (int)st, err.msg);
-    }
-    unlink(inner);
 }
 
 static void test_mask_bad_files(void **state)
@@ -1190,7 +1188,7 @@ int main(void)
         cmocka_unit_test(test_definitions),       cmocka_unit_test(test_decode_alignment),
         cmocka_unit_test(test_engine_faults),     cmocka_unit_test(test_mask_bool_npy),
         cmocka_unit_test(test_mask_heads_and_docs), cmocka_unit_test(test_mask_fill_gaps),
-        cmocka_unit_test(test_mask_additive),     cmocka_unit_test(test_mask_safetensors_corrupt),
+        cmocka_unit_test(test_mask_additive),
         cmocka_unit_test(test_mask_padding),     cmocka_unit_test(test_padding_files),
         cmocka_unit_test(test_mask_safetensors),  cmocka_unit_test(test_mask_bad_files),
         cmocka_unit_test(test_alignment),         cmocka_unit_test(test_model_families),
