@@ -1131,6 +1131,42 @@ static void test_gguf_gpt2(void **state)
     remove(path);
 }
 
+/* ---- the scratch size a config needs (what loupe estimate can print) ---- */
+
+static void test_scratch_bytes(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = small_llama(&m, dir, sizeof dir);
+    const lp_arch *a = lp_model_arch(model); /* 4 heads, hidden 32, vocab 61 */
+    const int64_t T = 20;
+    uint64_t bare = lp_forward_scratch_bytes(a, T, 1, false);
+    uint64_t one_map = lp_forward_scratch_bytes(a, T, 1, true);
+    uint64_t two_maps = lp_forward_scratch_bytes(a, T, 2, true);
+    printf("  scratch for T=20: %llu bytes bare, %llu with maps on 1 thread, %llu on 2\n",
+           (unsigned long long)bare, (unsigned long long)one_map, (unsigned long long)two_maps);
+    /* at least the residual stream, the normed input, the sublayer output and the logits */
+    assert_true(bare >= (uint64_t)(3 * T * 32 + T * 61) * 4);
+    /* each thread's probability slot is one [T, T] f32 map (T*T*4 = 1600: no rounding) */
+    assert_int_equal(two_maps - one_map, T * T * 4);
+    assert_true(one_map > bare + T * T * 4 - 128 && one_map <= bare + T * T * 4 + 128);
+    /* no maps: threads cost nothing; maps: never more slots than heads */
+    assert_int_equal(lp_forward_scratch_bytes(a, T, 8, false), bare);
+    assert_int_equal(lp_forward_scratch_bytes(a, T, 100, true), lp_forward_scratch_bytes(a, T, 4, true));
+    assert_true(lp_forward_scratch_bytes(a, 2 * T, 1, false) > bare);
+    /* nothing to size */
+    lp_arch empty;
+    memset(&empty, 0, sizeof empty);
+    assert_int_equal(lp_forward_scratch_bytes(&empty, T, 1, true), 0);
+    assert_int_equal(lp_forward_scratch_bytes(a, 0, 1, true), 0);
+    assert_int_equal(lp_forward_scratch_bytes(a, T, 0, true), 0);
+    assert_int_equal(lp_forward_scratch_bytes(NULL, T, 1, true), 0);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
 /* ---- RoPE frequencies with scaling (Hugging Face's _compute_*_parameters) ---- */
 
 static void test_rope_scaling(void **state)
@@ -1301,6 +1337,7 @@ int main(void)
         cmocka_unit_test(test_determinism_threads),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_rope_scaling),
+        cmocka_unit_test(test_scratch_bytes),
     };
     int failed = cmocka_run_group_tests_name("forward", unit, NULL, NULL);
     if (!lp_test_shared_dir()) {
