@@ -245,6 +245,20 @@ static lp_status linear(const pass *p, const float *x, int64_t rows, const lp_ma
     return lp_linear(x, rows, w, bias, y, p->pool, p->err);
 }
 
+/* A sublayer's output in s->tmp: its post norm (Gemma 2/3), the observer's site, then the
+ * residual add. */
+static lp_status finish_sublayer(pass *p, int l, const lp_norm_weights *post, lp_site_kind site)
+{
+    int64_t T = p->T, H = p->m->arch.hidden_size;
+    scratch *s = &p->s;
+    if (post->present)
+        apply_norm(p, post, s->tmp, s->tmp, T);
+    lp_status st = emit_matrix(p, site, l, s->tmp, T, H, H);
+    if (st == LP_OK)
+        lp_add(s->x, s->tmp, T * H);
+    return st;
+}
+
 /* ---- attention ---- */
 
 typedef struct head_task {
@@ -431,7 +445,7 @@ static lp_status emit_head_outputs(pass *p, int l, const lp_layer_weights *L)
 static lp_status attention_block(pass *p, int l)
 {
     const lp_layer_weights *L = &p->m->layers[l];
-    int64_t T = p->T, H = p->m->arch.hidden_size;
+    int64_t T = p->T;
     scratch *s = &p->s;
     qkv_views x;
     lp_status st;
@@ -444,12 +458,7 @@ static lp_status attention_block(pass *p, int l)
     if ((st = run_heads(p, l, L, &x)) || (st = emit_head_outputs(p, l, L)) ||
         (st = linear(p, s->attn, T, &L->o, L->o_bias, s->tmp)))
         return st;
-    if (L->post_attn_norm.present)
-        apply_norm(p, &L->post_attn_norm, s->tmp, s->tmp, T);
-    if ((st = emit_matrix(p, LP_SITE_ATTN_OUT, l, s->tmp, T, H, H)))
-        return st;
-    lp_add(s->x, s->tmp, T * H);
-    return LP_OK;
+    return finish_sublayer(p, l, &L->post_attn_norm, LP_SITE_ATTN_OUT);
 }
 
 /* ---- feed-forward ---- */
@@ -625,24 +634,15 @@ static lp_status moe_ffn(pass *p, int l)
 
 static lp_status ffn_block(pass *p, int l)
 {
-    const lp_model *m = p->m;
-    const lp_layer_weights *L = &m->layers[l];
-    int64_t T = p->T, H = m->arch.hidden_size;
+    const lp_layer_weights *L = &p->m->layers[l];
     scratch *s = &p->s;
     lp_status st;
-    apply_norm(p, &L->ffn_norm, s->xn, s->x, T);
+    apply_norm(p, &L->ffn_norm, s->xn, s->x, p->T);
     if (L->moe)
         st = moe_ffn(p, l);
     else
-        st = dense_ffn(p, L, s->xn, T, s->tmp);
-    if (st)
-        return st;
-    if (L->post_ffn_norm.present)
-        apply_norm(p, &L->post_ffn_norm, s->tmp, s->tmp, T);
-    if ((st = emit_matrix(p, LP_SITE_FFN_OUT, l, s->tmp, T, H, H)))
-        return st;
-    lp_add(s->x, s->tmp, T * H);
-    return LP_OK;
+        st = dense_ffn(p, L, s->xn, p->T, s->tmp);
+    return st ? st : finish_sublayer(p, l, &L->post_ffn_norm, LP_SITE_FFN_OUT);
 }
 
 /* ---- embeddings and logits ---- */

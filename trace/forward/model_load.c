@@ -192,36 +192,39 @@ static lp_status bind_norm(lp_model *m, lp_role role, int layer, int64_t n, bool
     return st;
 }
 
+/* The first piece of the arch's graph this pass does not have, or NULL: refused rather than
+ * computed wrong. */
+static const char *missing_piece(const lp_arch *a)
+{
+    if (a->mla)
+        return "multi-head latent attention";
+    if (a->pos_kind == LP_POS_ALIBI)
+        return "ALiBi positions";
+    if (a->parallel_block)
+        return "parallel attention/MLP blocks";
+    if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0 || a->router_score_bias)
+        return "shared experts / biased routers";
+    if (a->no_input_norm || a->qk_norm_full || a->embed_norm || a->post_norm ||
+        a->embed_proj_dim > 0)
+        return "this norm placement";
+    if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE)
+        return "longrope scaling";
+    return NULL;
+}
+
 static lp_status check_supported(const lp_arch *a, const char *path, lp_error *err)
 {
     /* Families whose graphs need pieces this pass does not have (attention sinks, clamped
-     * SwiGLU, biased top-k softmax); refused rather than computed wrong. */
+     * SwiGLU, biased top-k softmax) and that no flag of the arch shows. */
     static const char *const refused[] = {"gpt_oss", "gpt-oss", "falcon_h1", "mamba", "rwkv", NULL};
     for (size_t i = 0; refused[i]; i++)
         if (strcmp(a->family, refused[i]) == 0)
             return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: family '%s' is not supported by trace",
                                 path, a->family);
-    if (a->mla)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: multi-head latent attention (%s) is not supported by trace", path,
-                            a->family);
-    if (a->pos_kind == LP_POS_ALIBI)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: ALiBi positions (%s) are not supported",
-                            path, a->family);
-    if (a->parallel_block)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: parallel attention/MLP blocks (%s) are not supported", path,
-                            a->family);
-    if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0 || a->router_score_bias)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: shared experts / biased routers (%s) are not supported", path,
-                            a->family);
-    if (a->no_input_norm || a->qk_norm_full || a->embed_norm || a->post_norm ||
-        a->embed_proj_dim > 0)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: %s's norm placement is not supported",
-                            path, a->family);
-    if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: longrope scaling is not supported", path);
+    const char *missing = missing_piece(a);
+    if (missing)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: %s (%s): not supported by trace", path,
+                            missing, a->family);
     if (a->pos_kind == LP_POS_ROPE && (a->rope_dim <= 0 || a->rope_dim % 2 != 0 ||
                                        a->rope_dim > a->head_dim))
         return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_dim %lld must be even and <= head_dim %lld",
