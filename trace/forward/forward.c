@@ -279,27 +279,17 @@ static void run_head(void *ctx, int64_t task)
     int64_t group = a->n_heads / h->L->n_kv_heads; /* query heads per kv head */
     int64_t kv_head = head / group;
     int64_t hd = a->head_dim, T = p->T;
-    lp_attn_args args;
-    memset(&args, 0, sizeof args);
-    args.q = h->q + head * hd;
-    args.k = h->k + kv_head * hd;
-    args.v = h->v + kv_head * hd;
-    args.out = p->s.attn + head * hd;
-    args.n_q = T;
-    args.n_k = T;
-    args.head_dim = hd;
-    args.v_dim = hd;
-    args.q_stride = h->q_stride;
-    args.k_stride = h->kv_stride;
-    args.v_stride = h->kv_stride;
-    args.out_stride = h->L->q_dim;
-    args.scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd));
-    args.softcap = (float)a->attn_logit_softcap;
-    args.mask = &p->mask;
-    args.batch = p->b;
-    args.probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL;
-    args.row_stats = p->s.row_stats + (int64_t)head * T;
-    args.local_window = p->opts->local_window;
+    /* GQA: query head `head` reads kv head head / group; q, k, v are rows of the projections */
+    lp_attn_args args = {
+        .q = h->q + head * hd, .k = h->k + kv_head * hd, .v = h->v + kv_head * hd,
+        .out = p->s.attn + head * hd, .n_q = T, .n_k = T, .head_dim = hd, .v_dim = hd,
+        .q_stride = h->q_stride, .k_stride = h->kv_stride, .v_stride = h->kv_stride,
+        .out_stride = h->L->q_dim,
+        .scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd)),
+        .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
+        .probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL,
+        .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
+    };
     lp_attention(&args);
 }
 

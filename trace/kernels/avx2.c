@@ -422,14 +422,7 @@ static void layernorm_avx2(float *y, const float *x, const float *weight, const 
             v = _mm256_add_ps(v, _mm256_loadu_ps(bias + i));
         _mm256_storeu_ps(y + i, v);
     }
-    for (; i < n; i++) {
-        float v = (x[i] - mean) * inv_std;
-        if (weight)
-            v *= weight[i];
-        if (bias)
-            v += bias[i];
-        y[i] = v;
-    }
+    lp_layernorm_scalar(y, x, weight, bias, i, n, mean, inv_std);
 }
 
 static void softmax_avx2(float *x, int64_t n)

@@ -136,6 +136,21 @@ static inline void lp_rope_coeff(float pos, float inv_freq, float attn_scale, fl
     *sin_out = (float)sin((double)angle) * attn_scale;
 }
 
+/* The scalar step of every layernorm, for x[i0 .. n): ref's whole row, a SIMD kernel's tail. */
+static inline void lp_layernorm_scalar(float *y, const float *x, const float *weight,
+                                       const float *bias, int64_t i0, int64_t n, float mean,
+                                       float inv_std)
+{
+    for (int64_t i = i0; i < n; i++) {
+        float v = (x[i] - mean) * inv_std;
+        if (weight)
+            v *= weight[i];
+        if (bias)
+            v += bias[i];
+        y[i] = v;
+    }
+}
+
 /* avx2.c: AVX2 + FMA + F16C overrides (data only: no code of that file runs before dispatch
  * has checked the CPU). */
 extern const lp_kernel_table lp_kernels_avx2_overrides;

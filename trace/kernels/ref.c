@@ -143,15 +143,7 @@ static void layernorm_ref(float *y, const float *x, const float *weight, const f
         var += ((double)x[i] - mean) * ((double)x[i] - mean);
     var /= (double)(n > 0 ? n : 1);
     float inv_std = (float)(1.0 / sqrt(var + (double)eps));
-    float mean_f = (float)mean;
-    for (int64_t i = 0; i < n; i++) {
-        float v = (x[i] - mean_f) * inv_std;
-        if (weight)
-            v *= weight[i];
-        if (bias)
-            v += bias[i];
-        y[i] = v;
-    }
+    lp_layernorm_scalar(y, x, weight, bias, 0, n, (float)mean, inv_std);
 }
 
 static void softmax_ref(float *x, int64_t n)
