@@ -554,11 +554,7 @@ static void rope_rotate_avx2(float *x, int64_t n_heads, int64_t head_dim, int64_
                 _mm256_storeu_ps(head + i, _mm256_fmadd_ps(v, _mm256_loadu_ps(c + i),
                                                            _mm256_mul_ps(swapped, _mm256_loadu_ps(s + i))));
             }
-            for (; i + 1 < rot_dim; i += 2) {
-                float x0 = head[i], x1 = head[i + 1];
-                head[i] = x0 * c[i] + x1 * s[i];
-                head[i + 1] = x1 * c[i + 1] + x0 * s[i + 1];
-            }
+            lp_rope_adjacent_scalar(head, c, s, i, rot_dim);
         } else {
             for (; i + 8 <= half; i += 8) {
                 __m256 x0 = _mm256_loadu_ps(head + i), x1 = _mm256_loadu_ps(head + half + i);
@@ -566,11 +562,7 @@ static void rope_rotate_avx2(float *x, int64_t n_heads, int64_t head_dim, int64_
                 _mm256_storeu_ps(head + i, _mm256_fmsub_ps(x0, cv, _mm256_mul_ps(x1, sv)));
                 _mm256_storeu_ps(head + half + i, _mm256_fmadd_ps(x0, sv, _mm256_mul_ps(x1, cv)));
             }
-            for (; i < half; i++) {
-                float x0 = head[i], x1 = head[i + half];
-                head[i] = x0 * c[i] - x1 * s[i];
-                head[i + half] = x0 * s[i] + x1 * c[i];
-            }
+            lp_rope_halves_scalar(head, c, s, i, half);
         }
     }
 }

@@ -151,6 +151,29 @@ static inline void lp_layernorm_scalar(float *y, const float *x, const float *we
     }
 }
 
+/* The scalar RoPE steps on one head (layouts and coefficients as rope_rotate's): adjacent pairs
+ * (i, i+1) from dim i0, halves pairs (i, i + half) from pair i0. Ref's whole head, a SIMD
+ * kernel's tail. */
+static inline void lp_rope_adjacent_scalar(float *head, const float *c, const float *s,
+                                           int64_t i0, int64_t rot_dim)
+{
+    for (int64_t i = i0; i + 1 < rot_dim; i += 2) {
+        float x0 = head[i], x1 = head[i + 1];
+        head[i] = x0 * c[i] + x1 * s[i];
+        head[i + 1] = x1 * c[i + 1] + x0 * s[i + 1];
+    }
+}
+
+static inline void lp_rope_halves_scalar(float *head, const float *c, const float *s, int64_t i0,
+                                         int64_t half)
+{
+    for (int64_t i = i0; i < half; i++) {
+        float x0 = head[i], x1 = head[i + half];
+        head[i] = x0 * c[i] - x1 * s[i];
+        head[i + half] = x0 * s[i] + x1 * c[i];
+    }
+}
+
 /* avx2.c: AVX2 + FMA + F16C overrides (data only: no code of that file runs before dispatch
  * has checked the CPU). */
 extern const lp_kernel_table lp_kernels_avx2_overrides;

@@ -207,22 +207,11 @@ static void add_ref(float *y, const float *x, int64_t n)
 static void rope_rotate_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
                             const float *c, const float *s, bool adjacent_pairs)
 {
-    int64_t half = rot_dim / 2;
     for (int64_t h = 0; h < n_heads; h++) {
-        float *head = x + h * head_dim;
-        if (adjacent_pairs) {
-            for (int64_t i = 0; i + 1 < rot_dim; i += 2) {
-                float x0 = head[i], x1 = head[i + 1];
-                head[i] = x0 * c[i] + x1 * s[i];
-                head[i + 1] = x1 * c[i + 1] + x0 * s[i + 1];
-            }
-        } else {
-            for (int64_t i = 0; i < half; i++) {
-                float x0 = head[i], x1 = head[i + half];
-                head[i] = x0 * c[i] - x1 * s[i];
-                head[i + half] = x0 * s[i] + x1 * c[i];
-            }
-        }
+        if (adjacent_pairs)
+            lp_rope_adjacent_scalar(x + h * head_dim, c, s, 0, rot_dim);
+        else
+            lp_rope_halves_scalar(x + h * head_dim, c, s, 0, rot_dim / 2);
     }
 }
 
