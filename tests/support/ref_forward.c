@@ -377,19 +377,18 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                     z += (rp[e] = exp(rp[e] - mx));
                 for (int64_t e = 0; e < E; e++)
                     rp[e] /= z;
+                /* the K best by rank, not by the pass's repeated argmax: an expert's rank is
+                 * how many beat it (a higher probability, or the same and a lower id) */
                 int32_t *chosen = out->experts + (l * T + t) * K;
                 double wsum = 0;
-                for (int64_t j = 0; j < K; j++) {
-                    int64_t best = -1;
-                    for (int64_t e = 0; e < E; e++) {
-                        bool taken = false;
-                        for (int64_t i = 0; i < j; i++)
-                            taken = taken || chosen[i] == e;
-                        if (!taken && (best < 0 || rp[e] > rp[best]))
-                            best = e;
+                for (int64_t e = 0; e < E; e++) {
+                    int64_t rank = 0;
+                    for (int64_t o = 0; o < E; o++)
+                        rank += rp[o] > rp[e] || (rp[o] == rp[e] && o < e);
+                    if (rank < K) {
+                        chosen[rank] = (int32_t)e;
+                        wsum += rp[e];
                     }
-                    chosen[j] = (int32_t)best;
-                    wsum += rp[best];
                 }
                 for (int64_t i = 0; i < H; i++)
                     tmp[i] = 0;

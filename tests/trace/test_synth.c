@@ -74,10 +74,15 @@ typedef struct capture {
     float *logits; /* [n_tokens, vocab] */
 } capture;
 
+/* Maps that fit the fixed arrays (a model larger than the planted one is not recorded) and the
+ * logits. */
 static bool cap_want(void *ctx, const lp_site *site)
 {
-    (void)ctx;
-    return site->kind == LP_SITE_ATTN_PROBS || site->kind == LP_SITE_LOGITS;
+    const capture *c = ctx;
+    if (site->kind == LP_SITE_LOGITS)
+        return true;
+    return site->kind == LP_SITE_ATTN_PROBS && site->layer < N_L && site->head < N_H &&
+           c->n_tokens <= T_MAX;
 }
 
 static lp_status cap_observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
@@ -182,13 +187,12 @@ static void run_and_measure(const char *dir, measured *m)
             }
             hm->induction /= n_ind;
         }
-    /* Predictions in the second copy: row q predicts token q + 1. */
+    /* Predictions in the second copy: row q predicts token q + 1 (top-1 by the trace's own
+     * lp_top_k, not lp_synth_check's loop). */
     for (int64_t q = second; q + 1 < T; q++) {
-        const float *lg = c->logits + q * c->vocab;
-        int64_t best = 0;
-        for (int64_t v = 1; v < c->vocab; v++)
-            if (lg[v] > lg[best])
-                best = v;
+        lp_prediction top;
+        assert_int_equal(lp_top_k(c->logits + q * c->vocab, c->vocab, 1, &top), 1);
+        int64_t best = top.token_id;
         int occurrences = 0;
         for (int64_t k = 1; k < second; k++)
             occurrences += m->tokens[k] == m->tokens[q];
