@@ -172,8 +172,17 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
  * table length), so callers can refuse bad input before recording anything. */
 lp_status lp_forward_check(const lp_model *model, const lp_batch *batch, lp_error *err);
 
-/* Bytes of scratch lp_forward allocates for n_tokens (one arena, sized up front). */
-uint64_t lp_forward_scratch_bytes(const lp_model *model, int64_t n_tokens, bool want_probs);
+/* Bytes of scratch lp_forward allocates for a sequence of n_tokens on n_threads threads: one
+ * arena, sized up front, holding the residual stream and sublayer buffers of the widest layer,
+ * row statistics, a logits chunk, MoE routing and, when attention_maps (an observer that wants
+ * ATTN_PROBS, as loupe trace's default --maps f16 does), one [T, T] f32 probability slot per
+ * thread (at most one per head). Weights are not counted: they stay in the mmap. Needs only the
+ * arch, so a config can be sized before any weights exist:
+ *   uint64_t bytes = lp_forward_scratch_bytes(&arch, 4096, 8, true);
+ * 0 when the arch lacks a dimension (layers, heads, head_dim, hidden, vocab), n_tokens is
+ * outside 1 .. 2^20, n_threads < 1, or the size overflows. */
+uint64_t lp_forward_scratch_bytes(const lp_arch *arch, int64_t n_tokens, int n_threads,
+                                  bool attention_maps);
 
 /* ---------------------------------------------------------------------------------------------
  * Probes: per-head summaries and predictions.

@@ -2,6 +2,8 @@
  * weight dtype against dequantize-then-ref, thread-count determinism, attention against a naive
  * softmax(QK^T)V written here, RoPE against its formula. No timing assertions.
  *
+ * Dispatch: every ISA's table is complete (no NULL slot) and is ref's with that ISA's overrides.
+ *
  * Error budgets are stated next to each check and the observed worst value is printed, so a
  * regression in accuracy shows up in the log before it crosses the budget. */
 #include "test_util.h"
@@ -11,6 +13,7 @@
 #include "core/dtype.h"
 #include "inspect/formats/quant.h"
 #include "trace/kernels/kernels.h"
+#include "trace/kernels/kernels_internal.h"
 #include "trace/kernels/mask.h"
 
 /* ---- helpers */
@@ -916,6 +919,62 @@ static void test_vector_kernels(void **state)
         assert_true(masked[i] == 0.0f);
 }
 
+/* ---- dispatch: every ISA's table is ref's with the ISA's overrides, and complete */
+
+static bool same_gemm(const lp_gemm_config *a, const lp_gemm_config *b)
+{
+    return a->mr == b->mr && a->nr == b->nr && a->kc == b->kc && a->mc == b->mc &&
+           a->nc == b->nc && a->ukernel == b->ukernel && a->pack_a == b->pack_a &&
+           a->pack_b == b->pack_b;
+}
+
+static void test_dispatch_tables(void **state)
+{
+    (void)state;
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++) {
+        const lp_kernel_table *t = lp_kernels_table_for((lp_isa)isa);
+        assert_non_null(t);
+        const char *missing = lp_kernels_missing_slot(t);
+        if (missing)
+            fail_msg("%s table: slot %s is empty", lp_isa_name((lp_isa)isa), missing);
+        assert_int_equal(t->isa, isa);
+        printf("dispatch %s: tile %dx%d, blocks kc %lld mc %lld nc %lld\n",
+               lp_isa_name((lp_isa)isa), t->gemm.mr, t->gemm.nr, (long long)t->gemm.kc,
+               (long long)t->gemm.mc, (long long)t->gemm.nc);
+    }
+    assert_null(lp_kernels_table_for(LP_ISA_COUNT));
+    /* ref's own table is the spec: the dispatch copy of it is the same table */
+    const lp_kernel_table *ref = lp_kernels_table_for(LP_ISA_REF);
+    assert_true(same_gemm(&ref->gemm, &lp_kernels_ref_table.gemm));
+#define LP_SAME_SLOT(slot) assert_true(ref->slot == lp_kernels_ref_table.slot);
+    LP_KERNEL_SLOTS(LP_SAME_SLOT)
+#undef LP_SAME_SLOT
+    /* AVX2 overrides the micro-kernel, and with it the whole tile */
+    const lp_kernel_table *avx2 = lp_kernels_table_for(LP_ISA_AVX2);
+    assert_true(avx2->gemm.ukernel != lp_kernels_ref_table.gemm.ukernel);
+    assert_int_equal(avx2->gemm.mr, 6);
+    assert_int_equal(avx2->gemm.nr, 16);
+
+    /* An ISA that overrides one slot keeps ref's kernels in every other, tile included. */
+    lp_kernel_table partial;
+    memset(&partial, 0, sizeof partial);
+    partial.isa = LP_ISA_AVX2;
+    partial.dot = avx2->dot;
+    lp_kernel_table merged = lp_kernels_ref_table;
+    lp_kernels_override(&merged, &partial);
+    assert_null(lp_kernels_missing_slot(&merged));
+    assert_int_equal(merged.isa, LP_ISA_AVX2);
+    assert_true(merged.dot == avx2->dot);
+    assert_true(merged.softmax == lp_kernels_ref_table.softmax);
+    assert_true(same_gemm(&merged.gemm, &lp_kernels_ref_table.gemm));
+    /* and an empty slot is named */
+    merged.rope_rotate = NULL;
+    assert_string_equal(lp_kernels_missing_slot(&merged), "rope_rotate");
+    merged = lp_kernels_ref_table;
+    merged.gemm.kc = 100; /* not whole GGUF blocks */
+    assert_non_null(lp_kernels_missing_slot(&merged));
+}
+
 static void test_isa_names(void **state)
 {
     (void)state;
@@ -930,6 +989,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_names),
+        cmocka_unit_test(test_dispatch_tables),
         cmocka_unit_test(test_gemm_odd_shapes),
         cmocka_unit_test(test_gemm_strides),
         cmocka_unit_test(test_gemm_thread_determinism),

@@ -54,151 +54,174 @@ static void rescale_stats(row_state *r, float m_new)
     r->l *= alpha;
 }
 
+/* Row r of the query block starting at q0: its visible keys, position and empty accumulators;
+ * its output row is zeroed. */
+static void row_init(const lp_attn_args *a, int64_t i, row_state *rs)
+{
+    lp_mask_row_range(a->mask, a->batch, i, &rs->lo, &rs->hi);
+    if (rs->hi > a->n_k) /* a mask built for more keys than given: never read past K/V */
+        rs->hi = a->n_k;
+    if (rs->lo > rs->hi)
+        rs->lo = rs->hi;
+    rs->pos = a->mask->q_pos0 + i;
+    rs->m = -INFINITY;
+    rs->l = rs->e_sum = rs->d_sum = rs->w_sum = 0.0f;
+    rs->s_sink = rs->s_prev = rs->s_self = NAN;
+    rs->poisoned = false;
+    memset(a->out + i * a->out_stride, 0, (size_t)a->v_dim * sizeof(float));
+}
+
+/* The raw scores of keys 0, pos-1 and pos, when they fall in [j0, j1). */
+static void keep_marked_scores(row_state *rs, int64_t j0, int64_t j1, const float *s)
+{
+    if (j0 <= 0 && 0 < j1)
+        rs->s_sink = s[0 - j0];
+    if (j0 <= rs->pos - 1 && rs->pos - 1 < j1)
+        rs->s_prev = s[rs->pos - 1 - j0];
+    if (j0 <= rs->pos && rs->pos < j1)
+        rs->s_self = s[rs->pos - j0];
+}
+
+/* Pass 1 for query row i and the key block at k0: fold the row's visible keys of the block into
+ * its running max, sum, statistics and output. s, s_raw: [ATT_BK] scratch. */
+static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row_state *rs,
+                           int64_t i, int64_t k0, float *s, float *s_raw)
+{
+    const bool want_stats = a->row_stats != NULL;
+    int64_t j0 = rs->lo > k0 ? rs->lo : k0;
+    int64_t j1 = rs->hi < k0 + ATT_BK ? rs->hi : k0 + ATT_BK;
+    if (j0 >= j1 || rs->poisoned)
+        return;
+    float *out = a->out + i * a->out_stride;
+    int64_t count = j1 - j0;
+    block_scores(kt, a, a->q + i * a->q_stride, j0, j1, s);
+    float block_max = -INFINITY;
+    bool finite = true;
+    for (int64_t j = 0; j < count; j++) {
+        finite = finite && isfinite(s[j]);
+        if (s[j] > block_max)
+            block_max = s[j];
+    }
+    if (!finite) {
+        rs->poisoned = true;
+        return;
+    }
+    if (want_stats)
+        keep_marked_scores(rs, j0, j1, s);
+    if (block_max > rs->m) {
+        if (rs->m != -INFINITY)
+            kt->scale(out, expf(rs->m - block_max), a->v_dim);
+        if (want_stats)
+            rescale_stats(rs, block_max);
+        else if (rs->m != -INFINITY)
+            rs->l *= expf(rs->m - block_max);
+        rs->m = block_max;
+    }
+    float m = rs->m;
+    if (want_stats)
+        memcpy(s_raw, s, (size_t)count * sizeof(float));
+    rs->l += kt->exp_sum(s, count, m); /* s now holds the weights exp(s - m) */
+    if (want_stats)
+        for (int64_t j = 0; j < count; j++) {
+            int64_t dist = rs->pos - (j0 + j);
+            rs->e_sum += s[j] * (s_raw[j] - m);
+            rs->d_sum += s[j] * (float)dist;
+            if (dist < a->local_window)
+                rs->w_sum += s[j];
+        }
+    kt->weighted_sum(out, s, a->v + j0 * a->v_stride, a->v_stride, count, a->v_dim);
+}
+
+static bool row_empty(const row_state *rs) { return rs->lo >= rs->hi || !(rs->l > 0.0f); }
+
+/* The row's statistics from its accumulators (0 for a fully masked row, NaN when poisoned). */
+static void row_stats(const row_state *rs, lp_attn_row_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (rs->poisoned) {
+        st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
+        st->distance = st->local = st->row_sum = NAN;
+    } else if (!row_empty(rs)) {
+        float inv_l = 1.0f / rs->l;
+        float entropy = logf(rs->l) - rs->e_sum * inv_l;
+        st->entropy = entropy > 0.0f ? entropy : 0.0f;
+        st->max_prob = inv_l; /* exp(m - m) / l */
+        st->sink = isnan(rs->s_sink) ? 0.0f : expf(rs->s_sink - rs->m) * inv_l;
+        st->prev = isnan(rs->s_prev) ? 0.0f : expf(rs->s_prev - rs->m) * inv_l;
+        st->self = isnan(rs->s_self) ? 0.0f : expf(rs->s_self - rs->m) * inv_l;
+        st->distance = rs->d_sum * inv_l;
+        st->local = rs->w_sum * inv_l;
+        st->row_sum = 1.0f;
+    }
+}
+
+/* Finish query row i: normalize (or poison) its output and write its statistics. */
+static void row_finish(const lp_kernel_table *kt, const lp_attn_args *a, const row_state *rs,
+                       int64_t i)
+{
+    float *out = a->out + i * a->out_stride;
+    if (rs->poisoned) {
+        for (int64_t d = 0; d < a->v_dim; d++)
+            out[d] = NAN;
+    } else if (!row_empty(rs)) {
+        kt->scale(out, 1.0f / rs->l, a->v_dim);
+    }
+    if (a->row_stats)
+        row_stats(rs, &a->row_stats[i]);
+}
+
+/* Pass 2 for query row i: exact probabilities, block by block, zeros outside the visible
+ * range. */
+static void row_probs(const lp_kernel_table *kt, const lp_attn_args *a, const row_state *rs,
+                      int64_t i)
+{
+    float *prow = a->probs + i * a->n_k;
+    if (row_empty(rs) && !rs->poisoned) {
+        memset(prow, 0, (size_t)a->n_k * sizeof(float));
+        return;
+    }
+    memset(prow, 0, (size_t)rs->lo * sizeof(float));
+    memset(prow + rs->hi, 0, (size_t)(a->n_k - rs->hi) * sizeof(float));
+    if (rs->poisoned) {
+        for (int64_t j = rs->lo; j < rs->hi; j++)
+            prow[j] = NAN;
+        return;
+    }
+    const float *q = a->q + i * a->q_stride;
+    float inv_l = 1.0f / rs->l;
+    for (int64_t k0 = rs->lo / ATT_BK * ATT_BK; k0 < rs->hi; k0 += ATT_BK) {
+        int64_t j0 = rs->lo > k0 ? rs->lo : k0;
+        int64_t j1 = rs->hi < k0 + ATT_BK ? rs->hi : k0 + ATT_BK;
+        block_scores(kt, a, q, j0, j1, prow + j0);
+        kt->exp_sum(prow + j0, j1 - j0, rs->m);
+        kt->scale(prow + j0, inv_l, j1 - j0);
+    }
+}
+
 void lp_attention(const lp_attn_args *a)
 {
     const lp_kernel_table *kt = lp_kernels_table();
-    const bool want_stats = a->row_stats != NULL;
     float s[ATT_BK], s_raw[ATT_BK];
     row_state rows[ATT_BQ];
-
     for (int64_t q0 = 0; q0 < a->n_q; q0 += ATT_BQ) {
         int64_t bq = a->n_q - q0 < ATT_BQ ? a->n_q - q0 : ATT_BQ;
-        int64_t k_lo = a->n_k, k_hi = 0;
+        int64_t k_lo = a->n_k, k_hi = 0; /* the keys any row of the block sees */
         for (int64_t r = 0; r < bq; r++) {
-            row_state *rs = &rows[r];
-            lp_mask_row_range(a->mask, a->batch, q0 + r, &rs->lo, &rs->hi);
-            if (rs->hi > a->n_k) /* a mask built for more keys than given: never read past K/V */
-                rs->hi = a->n_k;
-            if (rs->lo > rs->hi)
-                rs->lo = rs->hi;
-            rs->pos = a->mask->q_pos0 + q0 + r;
-            rs->m = -INFINITY;
-            rs->l = rs->e_sum = rs->d_sum = rs->w_sum = 0.0f;
-            rs->s_sink = rs->s_prev = rs->s_self = NAN;
-            rs->poisoned = false;
-            memset(a->out + (q0 + r) * a->out_stride, 0, (size_t)a->v_dim * sizeof(float));
-            if (rs->lo < rs->hi) {
-                if (rs->lo < k_lo)
-                    k_lo = rs->lo;
-                if (rs->hi > k_hi)
-                    k_hi = rs->hi;
+            row_init(a, q0 + r, &rows[r]);
+            if (rows[r].lo < rows[r].hi) {
+                k_lo = rows[r].lo < k_lo ? rows[r].lo : k_lo;
+                k_hi = rows[r].hi > k_hi ? rows[r].hi : k_hi;
             }
         }
         /* pass 1: online softmax over key blocks, aligned to ATT_BK so both passes see the same
          * blocks */
-        for (int64_t k0 = k_lo / ATT_BK * ATT_BK; k0 < k_hi; k0 += ATT_BK) {
-            for (int64_t r = 0; r < bq; r++) {
-                row_state *rs = &rows[r];
-                int64_t j0 = rs->lo > k0 ? rs->lo : k0;
-                int64_t j1 = rs->hi < k0 + ATT_BK ? rs->hi : k0 + ATT_BK;
-                if (j0 >= j1 || rs->poisoned)
-                    continue;
-                const float *q = a->q + (q0 + r) * a->q_stride;
-                float *out = a->out + (q0 + r) * a->out_stride;
-                int64_t count = j1 - j0;
-                block_scores(kt, a, q, j0, j1, s);
-                float block_max = -INFINITY;
-                bool finite = true;
-                for (int64_t j = 0; j < count; j++) {
-                    finite = finite && isfinite(s[j]);
-                    if (s[j] > block_max)
-                        block_max = s[j];
-                }
-                if (!finite) {
-                    rs->poisoned = true;
-                    continue;
-                }
-                if (want_stats) {
-                    if (j0 <= 0 && 0 < j1)
-                        rs->s_sink = s[0 - j0];
-                    if (j0 <= rs->pos - 1 && rs->pos - 1 < j1)
-                        rs->s_prev = s[rs->pos - 1 - j0];
-                    if (j0 <= rs->pos && rs->pos < j1)
-                        rs->s_self = s[rs->pos - j0];
-                }
-                if (block_max > rs->m) {
-                    if (rs->m != -INFINITY)
-                        kt->scale(out, expf(rs->m - block_max), a->v_dim);
-                    if (want_stats)
-                        rescale_stats(rs, block_max);
-                    else if (rs->m != -INFINITY)
-                        rs->l *= expf(rs->m - block_max);
-                    rs->m = block_max;
-                }
-                float m = rs->m;
-                if (want_stats)
-                    memcpy(s_raw, s, (size_t)count * sizeof(float));
-                rs->l += kt->exp_sum(s, count, m); /* s now holds the weights exp(s - m) */
-                if (want_stats)
-                    for (int64_t j = 0; j < count; j++) {
-                        int64_t dist = rs->pos - (j0 + j);
-                        rs->e_sum += s[j] * (s_raw[j] - m);
-                        rs->d_sum += s[j] * (float)dist;
-                        if (dist < a->local_window)
-                            rs->w_sum += s[j];
-                    }
-                kt->weighted_sum(out, s, a->v + j0 * a->v_stride, a->v_stride, count, a->v_dim);
-            }
-        }
-        /* finish each row */
-        for (int64_t r = 0; r < bq; r++) {
-            row_state *rs = &rows[r];
-            int64_t i = q0 + r;
-            bool empty = rs->lo >= rs->hi || !(rs->l > 0.0f);
-            if (rs->poisoned) {
-                float *out = a->out + i * a->out_stride;
-                for (int64_t d = 0; d < a->v_dim; d++)
-                    out[d] = NAN;
-            } else if (!empty) {
-                kt->scale(a->out + i * a->out_stride, 1.0f / rs->l, a->v_dim);
-            }
-            if (want_stats) {
-                lp_attn_row_stats *st = &a->row_stats[i];
-                memset(st, 0, sizeof *st);
-                if (rs->poisoned) {
-                    st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
-                    st->distance = st->local = st->row_sum = NAN;
-                } else if (!empty) {
-                    float inv_l = 1.0f / rs->l;
-                    float entropy = logf(rs->l) - rs->e_sum * inv_l;
-                    st->entropy = entropy > 0.0f ? entropy : 0.0f;
-                    st->max_prob = inv_l; /* exp(m - m) / l */
-                    st->sink = isnan(rs->s_sink) ? 0.0f : expf(rs->s_sink - rs->m) * inv_l;
-                    st->prev = isnan(rs->s_prev) ? 0.0f : expf(rs->s_prev - rs->m) * inv_l;
-                    st->self = isnan(rs->s_self) ? 0.0f : expf(rs->s_self - rs->m) * inv_l;
-                    st->distance = rs->d_sum * inv_l;
-                    st->local = rs->w_sum * inv_l;
-                    st->row_sum = 1.0f;
-                }
-            }
-        }
-        /* pass 2: exact probabilities, block by block, zeros outside the visible range */
-        if (a->probs) {
-            for (int64_t r = 0; r < bq; r++) {
-                row_state *rs = &rows[r];
-                float *prow = a->probs + (q0 + r) * a->n_k;
-                bool empty = rs->lo >= rs->hi || !(rs->l > 0.0f);
-                if (empty && !rs->poisoned) {
-                    memset(prow, 0, (size_t)a->n_k * sizeof(float));
-                    continue;
-                }
-                memset(prow, 0, (size_t)rs->lo * sizeof(float));
-                memset(prow + rs->hi, 0, (size_t)(a->n_k - rs->hi) * sizeof(float));
-                if (rs->poisoned) {
-                    for (int64_t j = rs->lo; j < rs->hi; j++)
-                        prow[j] = NAN;
-                    continue;
-                }
-                const float *q = a->q + (q0 + r) * a->q_stride;
-                float inv_l = 1.0f / rs->l;
-                for (int64_t k0 = rs->lo / ATT_BK * ATT_BK; k0 < rs->hi; k0 += ATT_BK) {
-                    int64_t j0 = rs->lo > k0 ? rs->lo : k0;
-                    int64_t j1 = rs->hi < k0 + ATT_BK ? rs->hi : k0 + ATT_BK;
-                    block_scores(kt, a, q, j0, j1, prow + j0);
-                    kt->exp_sum(prow + j0, j1 - j0, rs->m);
-                    kt->scale(prow + j0, inv_l, j1 - j0);
-                }
-            }
-        }
+        for (int64_t k0 = k_lo / ATT_BK * ATT_BK; k0 < k_hi; k0 += ATT_BK)
+            for (int64_t r = 0; r < bq; r++)
+                row_take_block(kt, a, &rows[r], q0 + r, k0, s, s_raw);
+        for (int64_t r = 0; r < bq; r++)
+            row_finish(kt, a, &rows[r], q0 + r);
+        if (a->probs)
+            for (int64_t r = 0; r < bq; r++)
+                row_probs(kt, a, &rows[r], q0 + r);
     }
 }

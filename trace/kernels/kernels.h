@@ -4,8 +4,8 @@
  *
  *   // y[m, n] = x[m, k] . W[n, k]^T + bias[n]; W may be f32/f16/bf16 or a GGUF quant type and
  *   // is dequantized panel by panel while packing, never as a whole.
- *   lp_matrix w = lp_matrix_from_tensor(tensor);
- *   lp_linear(x, m, &w, bias, y, pool);
+ *   lp_matrix w = {LP_DTYPE_Q8_0, data, n, k, row_bytes, false};   // [out n, in k], borrowed
+ *   if (lp_linear(x, m, &w, bias, y, pool, &err) != LP_OK) ...
  *
  * (The packed layouts of the GEMM are drawn in kernels_internal.h.)
  */
