@@ -22,7 +22,7 @@ static int64_t ffn_live_width(const lp_arch *arch)
     int64_t widest = 0;
     for (int64_t l = 0; l < arch->n_layers; l++) {
         int64_t w;
-        if (est_layer_is_moe(arch, l)) {
+        if (lp_est_layer_is_moe(arch, l)) {
             int64_t shared = arch->shared_expert_ffn_hidden > 0
                                  ? arch->shared_expert_ffn_hidden
                                  : arch->n_shared_experts * arch->expert_ffn_hidden;
@@ -30,7 +30,7 @@ static int64_t ffn_live_width(const lp_arch *arch)
                                                                       : arch->n_experts;
             w = top_k * arch->expert_ffn_hidden + shared;
         } else {
-            w = est_layer_ffn_hidden(arch, l);
+            w = lp_est_layer_ffn_hidden(arch, l);
         }
         if (w > widest)
             widest = w;
@@ -50,12 +50,13 @@ static bool activation_bytes(const lp_arch *arch, const lp_est_report *rep, int6
         return false;
     if (tokens > (uint64_t)rep->prefill_chunk)
         tokens = (uint64_t)rep->prefill_chunk;
-    int64_t qk = arch->mla ? arch->qk_nope_head_dim + arch->qk_rope_head_dim : est_head_dim(arch);
-    int64_t v = arch->mla ? arch->v_head_dim : est_head_dim(arch);
-    int64_t kv_heads = arch->mla ? arch->n_heads : est_layer_kv_heads(arch, 0);
+    int64_t qk =
+        arch->mla ? arch->qk_nope_head_dim + arch->qk_rope_head_dim : lp_est_head_dim(arch);
+    int64_t v = arch->mla ? arch->v_head_dim : lp_est_head_dim(arch);
+    int64_t kv_heads = arch->mla ? arch->n_heads : lp_est_layer_kv_heads(arch, 0);
     for (int64_t l = 1; l < arch->n_layers && !arch->mla; l++)
-        if (est_layer_kv_heads(arch, l) > kv_heads)
-            kv_heads = est_layer_kv_heads(arch, l);
+        if (lp_est_layer_kv_heads(arch, l) > kv_heads)
+            kv_heads = lp_est_layer_kv_heads(arch, l);
     uint64_t row = (uint64_t)(2 * arch->hidden_size + arch->n_heads * qk + kv_heads * (qk + v) +
                               2 * ffn_live_width(arch));
     uint64_t act, logits;
@@ -141,7 +142,7 @@ static void describe_kinds(const lp_arch *arch, lp_est_report *rep)
                              (long long)arch->n_experts, (long long)arch->n_experts_per_tok);
                 else
                     snprintf(ffn, sizeof ffn, "dense FFN %lld",
-                             (long long)est_layer_ffn_hidden(arch, l));
+                             (long long)lp_est_layer_ffn_hidden(arch, l));
                 if (arch->mla)
                     snprintf(kind->label, sizeof kind->label, "%s (MLA latent), %s", attn, ffn);
                 else
@@ -209,7 +210,7 @@ lp_status lp_estimate(const lp_arch *arch, const lp_est_options *opts, lp_est_re
         lp_est_layer *layer = &rep->params.layers[l];
         uint64_t tokens = (uint64_t)(layer->window > 0 && layer->window < rep->seq ? layer->window
                                                                                   : rep->seq);
-        if (!est_layer_kv_bytes_per_token(arch, l, &rep->kv_dtype, &layer->kv_bytes_per_token) ||
+        if (!lp_est_layer_kv_bytes_per_token(arch, l, &rep->kv_dtype, &layer->kv_bytes_per_token) ||
             !lp_add_u64(rep->kv.bytes_per_token, layer->kv_bytes_per_token,
                         &rep->kv.bytes_per_token) ||
             !lp_mul_u64(layer->kv_bytes_per_token, tokens, &layer->kv_bytes) ||
@@ -235,7 +236,7 @@ lp_status lp_estimate(const lp_arch *arch, const lp_est_options *opts, lp_est_re
     rep->stored_params = opts->stored_params;
     rep->hw = opts->hw;
     rep->hw_set = opts->hw_set;
-    est_flops(arch, rep);
+    lp_est_compute_flops(arch, rep);
 
     rep->budget = opts->budget;
     if (rep->budget > 0) {
@@ -247,7 +248,7 @@ lp_status lp_estimate(const lp_arch *arch, const lp_est_options *opts, lp_est_re
     rep->gate_memory_exceeded = opts->max_memory > 0 && rep->total_bytes > opts->max_memory;
     rep->gate_kv_exceeded = opts->max_kv > 0 && rep->kv.bytes > opts->max_kv;
 
-    est_rope_report(arch, &rep->rope);
-    est_audit(arch, opts, rep);
+    lp_est_rope_report(arch, &rep->rope);
+    lp_est_audit(arch, opts, rep);
     return LP_OK;
 }

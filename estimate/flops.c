@@ -97,7 +97,7 @@ static double weights_touched(const lp_arch *arch, const lp_est_report *rep, dou
     return all - experts + experts * (1.0 - miss);
 }
 
-void est_flops(const lp_arch *arch, lp_est_report *rep)
+void lp_est_compute_flops(const lp_arch *arch, lp_est_report *rep)
 {
     lp_est_flops *f = &rep->flops;
     double batch = (double)rep->batch;
@@ -105,10 +105,10 @@ void est_flops(const lp_arch *arch, lp_est_report *rep)
 
     /* matmul weights used per token, split by where they sit */
     double attn_proj = 0, ffn = 0, scores_causal = 0, scores_dense = 0, scores_decode = 0;
-    est_part parts[EST_MAX_PARTS];
+    lp_est_part parts[LP_EST_MAX_PARTS];
     double kv_read_bytes = 0;
     for (int64_t l = 0; l < arch->n_layers; l++) {
-        int n = est_layer_parts(arch, l, parts);
+        int n = lp_est_layer_parts(arch, l, parts);
         for (int i = 0; i < n; i++) {
             if (!parts[i].is_matrix)
                 continue;
@@ -123,7 +123,7 @@ void est_flops(const lp_arch *arch, lp_est_report *rep)
         /* QK^T: 2 x heads x qk_dim per key; weights x V: 2 x heads x v_dim per key */
         double per_key = 2.0 * (double)layer->n_heads *
                          (double)(layer->attn_qk_dim + layer->attn_v_dim);
-        scores_causal += per_key * est_causal_pairs(rep->seq, layer->window);
+        scores_causal += per_key * lp_est_causal_pairs(rep->seq, layer->window);
         scores_dense += per_key * seq * seq;
         double keys = (double)(layer->window > 0 && layer->window < rep->context ? layer->window
                                                                                  : rep->context);
@@ -131,9 +131,9 @@ void est_flops(const lp_arch *arch, lp_est_report *rep)
         kv_read_bytes += (double)layer->kv_bytes_per_token * keys;
     }
     /* the output projection costs the same whether or not it is tied to the embedding */
-    double embed_dim = (double)est_embed_dim(arch);
+    double embed_dim = (double)lp_est_embed_dim(arch);
     double lm_head = 2.0 * (double)arch->vocab_size * embed_dim;
-    if (est_embed_dim(arch) != arch->hidden_size) /* OPT-350m: project_in and project_out */
+    if (lp_est_embed_dim(arch) != arch->hidden_size) /* OPT-350m: project_in and project_out */
         lm_head += 2.0 * 2.0 * embed_dim * (double)arch->hidden_size;
 
     f->prefill_attn_proj = batch * seq * attn_proj;

@@ -203,12 +203,12 @@ static void print_rope(FILE *out, const lp_arch *arch, const lp_est_report *rep,
         if (r->scaling_modelled)
             fprintf(out, "  %s scaling x%g changes %lld pairs; at %lld tokens %lld pairs never "
                          "complete a rotation\n",
-                    est_scaling_name(arch->rope_scaling.kind), arch->rope_scaling.factor,
+                    lp_est_scaling_name(arch->rope_scaling.kind), arch->rope_scaling.factor,
                     (long long)r->pairs_changed, (long long)r->target_ctx,
                     (long long)r->pairs_no_rotation_scaled);
         else
             fprintf(out, "  %s scaling: per-dimension factors, not modelled\n",
-                    est_scaling_name(arch->rope_scaling.kind));
+                    lp_est_scaling_name(arch->rope_scaling.kind));
     }
     if (arch->rope_local_theta > 0 && arch->rope_local_theta != r->theta)
         fprintf(out, "  sliding-window layers use theta %g without scaling\n",
@@ -527,7 +527,7 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
         json_t *ro = json_object();
         put(ro, "rope_dim", json_integer(r->rope_dim), &ok);
         put(ro, "theta", json_real(r->theta), &ok);
-        put(ro, "scaling", json_string(est_scaling_name(arch->rope_scaling.kind)), &ok);
+        put(ro, "scaling", json_string(lp_est_scaling_name(arch->rope_scaling.kind)), &ok);
         put(ro, "trained_ctx", json_integer(r->trained_ctx), &ok);
         put(ro, "target_ctx", json_integer(r->target_ctx), &ok);
         put(ro, "pairs", json_integer(r->n_pairs), &ok);
