@@ -167,6 +167,12 @@ static void audit_rope_scaling(const lp_arch *arch, lp_est_report *rep)
 
 void lp_est_audit(const lp_arch *arch, const lp_est_options *opts, lp_est_report *rep)
 {
+    if (arch->assumed_family[0])
+        lp_est_warn(rep, "unknown_model_type",
+                    "model_type '%s' is not one loupe knows: counted with %s's rules (SwiGLU, "
+                    "RMSNorm, no biases, untied, RoPE), which its modeling code may not follow; "
+                    "--strict refuses",
+                    arch->family, arch->assumed_family);
     if (!arch->mla) {
         int64_t reported = -1;
         for (int64_t l = 0; l < arch->n_layers; l++) {

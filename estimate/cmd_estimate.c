@@ -22,7 +22,7 @@ typedef struct estimate_opts {
     int64_t batch, seq, context, chunk;
     const char *weight_dtype, *kv_dtype, *hw;
     uint64_t budget, max_memory, max_kv;
-    bool per_layer, rope, json;
+    bool per_layer, rope, json, strict;
 } estimate_opts;
 
 static const lp_option estimate_options[] = {
@@ -52,6 +52,9 @@ static const lp_option estimate_options[] = {
     LP_OPT_FLAG_OF(estimate_opts, rope, "rope", "per-frequency RoPE wavelength table"),
     LP_OPT_FLAG_OF(estimate_opts, json, "json",
                    "one JSON document per model; an array of them for several models"),
+    LP_OPT_FLAG_OF(estimate_opts, strict, "strict",
+                   "refuse a config whose model_type loupe does not know (default: count it\n"
+                   "with Llama's rules and say so in a warning and in \"assumed_family\")"),
     LP_OPT_END_OF_TABLE,
 };
 
@@ -157,6 +160,7 @@ static int resolve_args(const estimate_opts *o, estimate_args *a)
         (rc = take_size("max-kv", o->max_kv, &opts->max_kv)) != 0)
         return rc;
     a->json = o->json;
+    opts->strict = o->strict;
     a->flags = (o->per_layer ? LP_EST_PRINT_PER_LAYER : 0) | (o->rope ? LP_EST_PRINT_ROPE : 0);
     return 0;
 }

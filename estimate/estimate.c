@@ -40,8 +40,8 @@ static int64_t ffn_live_width(const lp_arch *arch)
 
 /* Live activations of one forward pass: min(batch x seq, chunk) tokens each holding the
  * residual and its normalized copy (2 hidden), q, k and v, and the FFN's two intermediate rows,
- * at the activation dtype; plus f32 logits of the last position of every sequence. Attention
- * scores are not materialized (fused/flash attention). */
+ * at the activation dtype; plus f32 logits of the last position of every sequence (none for an
+ * encoder). Attention scores are not materialized (fused/flash attention). */
 static bool activation_bytes(const lp_arch *arch, const lp_est_report *rep, int64_t batch,
                              int64_t seq, uint64_t *bytes)
 {
@@ -62,7 +62,8 @@ static bool activation_bytes(const lp_arch *arch, const lp_est_report *rep, int6
     uint64_t act, logits;
     if (!lp_mul_u64(tokens, row, &act) ||
         !lp_mul_u64(act, rep->act_dtype.block_bytes, &act) ||
-        !lp_mul_u64((uint64_t)batch, (uint64_t)arch->vocab_size, &logits) ||
+        !lp_mul_u64((uint64_t)batch, arch->encoder_only ? 0 : (uint64_t)arch->vocab_size,
+                    &logits) ||
         !lp_mul_u64(logits, 4, &logits) || !lp_add_u64(act, logits, bytes))
         return false;
     return true;
@@ -161,6 +162,11 @@ lp_status lp_estimate(const lp_arch *arch, const lp_est_options *opts, lp_est_re
 {
     memset(rep, 0, sizeof *rep);
     const char *src = arch->source[0] ? arch->source : "config";
+    if (opts->strict && arch->assumed_family[0])
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: model_type '%s' is not one loupe knows; --strict refuses to "
+                            "count it with %s's rules",
+                            src, arch->family, arch->assumed_family);
 
     /* settings and their defaults */
     rep->batch = opts->batch > 0 ? opts->batch : 1;

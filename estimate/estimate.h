@@ -51,6 +51,7 @@ typedef enum lp_est_component {
     LP_EST_ROUTER,         /* router matrices and score biases */
     LP_EST_NORMS,          /* per-block norms, embedding norm, final norm */
     LP_EST_LM_HEAD,        /* untied output projection (+ bias); 0 when tied */
+    LP_EST_POOLER,         /* BERT-style encoders: the pooler's dense layer */
     LP_EST_COMPONENT_COUNT
 } lp_est_component;
 
@@ -109,6 +110,7 @@ typedef struct lp_est_options {
     int lm_head_tensor_present; /* -1 unknown, 0 no, 1 yes (from the weights, when given) */
     uint64_t stored_weight_bytes; /* tensor bytes of the weights beside the config; 0 unknown */
     int64_t stored_params;        /* their element count (buffers included); 0 unknown */
+    bool strict; /* refuse (LP_ERR_UNSUPPORTED) a description read with assumed family rules */
 } lp_est_options;
 
 void lp_est_options_init(lp_est_options *opts);
@@ -283,7 +285,8 @@ void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep,
 /* Several models side by side (key figures only). */
 void lp_est_print_side_by_side(FILE *out, const lp_arch *const *archs,
                                const lp_est_report *const *reps, int n);
-/* The --json document (keys in the README's "loupe estimate" section); NULL on allocation failure. */
+/* The --json document (keys in the README's "loupe estimate" section); NULL on allocation
+ * failure. */
 json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags);
 
 #endif

@@ -123,16 +123,20 @@ void lp_est_compute_flops(const lp_arch *arch, lp_est_report *rep)
         /* QK^T: 2 x heads x qk_dim per key; weights x V: 2 x heads x v_dim per key */
         double per_key = 2.0 * (double)layer->n_heads *
                          (double)(layer->attn_qk_dim + layer->attn_v_dim);
-        scores_causal += per_key * lp_est_causal_pairs(rep->seq, layer->window);
+        /* an encoder attends both ways: every query sees every key */
+        scores_causal += per_key * (arch->encoder_only
+                                        ? seq * seq
+                                        : lp_est_causal_pairs(rep->seq, layer->window));
         scores_dense += per_key * seq * seq;
         double keys = (double)(layer->window > 0 && layer->window < rep->context ? layer->window
                                                                                  : rep->context);
         scores_decode += per_key * keys;
         kv_read_bytes += (double)layer->kv_bytes_per_token * keys;
     }
-    /* the output projection costs the same whether or not it is tied to the embedding */
+    /* the output projection costs the same whether or not it is tied to the embedding; an
+     * encoder has none (its pooler's 2 h^2 per sequence is left out) */
     double embed_dim = (double)lp_est_embed_dim(arch);
-    double lm_head = 2.0 * (double)arch->vocab_size * embed_dim;
+    double lm_head = arch->encoder_only ? 0.0 : 2.0 * (double)arch->vocab_size * embed_dim;
     if (lp_est_embed_dim(arch) != arch->hidden_size) /* OPT-350m: project_in and project_out */
         lm_head += 2.0 * 2.0 * embed_dim * (double)arch->hidden_size;
 
@@ -146,14 +150,15 @@ void lp_est_compute_flops(const lp_arch *arch, lp_est_report *rep)
     f->prefill_dense = linear + f->prefill_attn_scores_dense;
     f->training = 3.0 * f->prefill; /* backward = 2 x forward */
 
-    f->decode_attn_proj = attn_proj;
-    f->decode_ffn = ffn;
-    f->decode_lm_head = lm_head;
-    f->decode_attn_scores = scores_decode;
-    f->decode_per_token = attn_proj + ffn + lm_head + scores_decode;
-
     f->prefill_bytes = weights_touched(arch, rep, batch * seq) + (double)rep->kv.bytes;
-    f->decode_bytes = weights_touched(arch, rep, batch) + batch * kv_read_bytes;
+    if (!arch->encoder_only) { /* an encoder has no decode step: it generates nothing */
+        f->decode_attn_proj = attn_proj;
+        f->decode_ffn = ffn;
+        f->decode_lm_head = lm_head;
+        f->decode_attn_scores = scores_decode;
+        f->decode_per_token = attn_proj + ffn + lm_head + scores_decode;
+        f->decode_bytes = weights_touched(arch, rep, batch) + batch * kv_read_bytes;
+    }
     double decode_step = batch * f->decode_per_token;
     f->prefill_intensity = f->prefill_bytes > 0 ? f->prefill / f->prefill_bytes : 0;
     f->decode_intensity = f->decode_bytes > 0 ? decode_step / f->decode_bytes : 0;

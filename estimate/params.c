@@ -18,6 +18,7 @@ static const char *const component_names[LP_EST_COMPONENT_COUNT] = {
     [LP_EST_ROUTER] = "router",
     [LP_EST_NORMS] = "norms",
     [LP_EST_LM_HEAD] = "lm_head",
+    [LP_EST_POOLER] = "pooler",
 };
 
 const char *lp_est_component_name(lp_est_component component)
@@ -128,6 +129,10 @@ static int64_t layer_kv_values(const lp_arch *arch, int64_t layer)
 bool lp_est_layer_kv_bytes_per_token(const lp_arch *arch, int64_t layer, const lp_est_dtype *dtype,
                                      uint64_t *bytes)
 {
+    if (arch->encoder_only) { /* the whole sequence is processed at once: nothing is cached */
+        *bytes = 0;
+        return true;
+    }
     /* Caches store one row per head (K and V separately), so block types pad per head row. */
     if (arch->mla)
         return lp_est_dtype_bytes(dtype, 1, (uint64_t)(arch->kv_lora_rank + arch->qk_rope_head_dim),
@@ -332,14 +337,19 @@ int lp_est_global_parts(const lp_arch *arch, lp_est_part *parts)
                                                 : arch->n_ctx + arch->pos_offset;
         add_matrix(&list, LP_EST_POS_EMBED, "position embedding", rows, h);
     }
+    add_matrix(&list, LP_EST_EMBED, "token type embedding", arch->n_token_types, h);
     if (arch->embed_norm)
         add_norm(&list, arch, LP_EST_NORMS, "embedding norm", h);
     if (arch->final_norm)
         add_norm(&list, arch, LP_EST_NORMS, "final norm", h);
-    if (!arch->tied_embeddings) {
+    if (!arch->tied_embeddings && !arch->encoder_only) {
         add_matrix(&list, LP_EST_LM_HEAD, "lm_head", arch->vocab_size, embed_dim);
         if (arch->bias_lm_head)
             add_vector(&list, LP_EST_LM_HEAD, "lm_head bias", arch->vocab_size);
+    }
+    if (arch->pooler) {
+        add_matrix(&list, LP_EST_POOLER, "pooler", h, h);
+        add_vector(&list, LP_EST_POOLER, "pooler bias", h);
     }
     return list.n;
 }

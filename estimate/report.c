@@ -143,17 +143,19 @@ static void print_memory(FILE *out, const lp_est_report *rep)
             fmt_int((int64_t)rep->total_bytes, b));
 }
 
-static void print_flops(FILE *out, const lp_est_report *rep)
+static void print_prefill_flops(FILE *out, const lp_arch *arch, const lp_est_report *rep)
 {
     const lp_est_flops *f = &rep->flops;
-    char a[48], b[48], c[48], label[96];
+    char a[48], b[48], label[96];
     snprintf(label, sizeof label, "flops: prefill, batch %lld x %lld tokens",
              (long long)rep->batch, (long long)rep->seq);
-    fprintf(out, "\n%-46s %14s %14s\n", label, "causal", "dense attn");
+    fprintf(out, "\n%-46s %14s %14s\n", label, arch->encoder_only ? "both ways" : "causal",
+            "dense attn");
     fprintf(out, "  %-44s %14s %14s\n", "attention projections", fmt_flops(f->prefill_attn_proj, a),
             fmt_flops(f->prefill_attn_proj, b));
     fprintf(out, "  %-44s %14s %14s\n", "attention scores + weighted sum",
-            fmt_flops(f->prefill_attn_scores_causal, a), fmt_flops(f->prefill_attn_scores_dense, b));
+            fmt_flops(f->prefill_attn_scores_causal, a),
+            fmt_flops(f->prefill_attn_scores_dense, b));
     fprintf(out, "  %-44s %14s %14s\n", "FFN / active experts + router",
             fmt_flops(f->prefill_ffn, a), fmt_flops(f->prefill_ffn, b));
     fprintf(out, "  %-44s %14s %14s\n", "lm_head (every position)",
@@ -162,6 +164,16 @@ static void print_flops(FILE *out, const lp_est_report *rep)
             fmt_flops(f->prefill_dense, b));
     fprintf(out, "  %-44s %14s\n", "training step (forward + backward = 3x)",
             fmt_flops(f->training, a));
+}
+
+static void print_decode_flops(FILE *out, const lp_arch *arch, const lp_est_report *rep)
+{
+    const lp_est_flops *f = &rep->flops;
+    char a[48], label[96];
+    if (arch->encoder_only) {
+        fprintf(out, "flops: decode: none (an encoder generates nothing)\n");
+        return;
+    }
     snprintf(label, sizeof label, "flops: decode, 1 token at context %lld",
              (long long)rep->context);
     fprintf(out, "%-46s %14s\n", label, "per token");
@@ -171,21 +183,29 @@ static void print_flops(FILE *out, const lp_est_report *rep)
     fprintf(out, "  %-44s %14s\n", "FFN / active experts + router", fmt_flops(f->decode_ffn, a));
     fprintf(out, "  %-44s %14s\n", "lm_head", fmt_flops(f->decode_lm_head, a));
     fprintf(out, "  %-44s %14s\n", "total", fmt_flops(f->decode_per_token, a));
+}
+
+static void print_roofline(FILE *out, const lp_arch *arch, const lp_est_report *rep)
+{
+    const lp_est_flops *f = &rep->flops;
+    char a[48], b[48], label[96];
     fprintf(out, "arithmetic intensity\n");
     fprintf(out, "  %-44s %9.1f FLOP/B  (%s over %s)\n", "prefill", f->prefill_intensity,
             fmt_flops(f->prefill, a), fmt_bytes((uint64_t)f->prefill_bytes, b));
     snprintf(label, sizeof label, "decode step, batch %lld", (long long)rep->batch);
-    fprintf(out, "  %-44s %9.1f FLOP/B  (%s over %s)\n", label, f->decode_intensity,
-            fmt_flops((double)rep->batch * f->decode_per_token, a),
-            fmt_bytes((uint64_t)f->decode_bytes, c));
-    if (rep->hw_set) {
-        fprintf(out, "roofline on %s (%s)\n", rep->hw.name, rep->hw.label);
-        fprintf(out, "  %-44s %14s  %s-bound\n", "prefill", fmt_seconds(f->prefill_seconds, a),
-                f->prefill_compute_bound ? "compute" : "memory");
+    if (!arch->encoder_only)
+        fprintf(out, "  %-44s %9.1f FLOP/B  (%s over %s)\n", label, f->decode_intensity,
+                fmt_flops((double)rep->batch * f->decode_per_token, a),
+                fmt_bytes((uint64_t)f->decode_bytes, b));
+    if (!rep->hw_set)
+        return;
+    fprintf(out, "roofline on %s (%s)\n", rep->hw.name, rep->hw.label);
+    fprintf(out, "  %-44s %14s  %s-bound\n", "prefill", fmt_seconds(f->prefill_seconds, a),
+            f->prefill_compute_bound ? "compute" : "memory");
+    if (!arch->encoder_only)
         fprintf(out, "  %-44s %14s  %s-bound, at most %.0f tokens/s\n", label,
                 fmt_seconds(f->decode_seconds, a), f->decode_compute_bound ? "compute" : "memory",
                 f->decode_seconds > 0 ? (double)rep->batch / f->decode_seconds : 0.0);
-    }
 }
 
 static void print_rope(FILE *out, const lp_arch *arch, const lp_est_report *rep, bool table)
@@ -245,10 +265,18 @@ void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep,
     fprintf(out, "  %-14s batch %lld, seq %lld, decode context %lld, weights %s, KV cache %s\n",
             "settings", (long long)rep->batch, (long long)rep->seq, (long long)rep->context,
             rep->weight_dtypes[0].name, rep->kv_dtype.name);
+    if (arch->assumed_family[0])
+        fprintf(out, "  %-14s %s's rules: model_type '%s' is not one loupe knows (see warnings)\n",
+                "ASSUMED", arch->assumed_family, arch->family);
+    if (arch->encoder_only)
+        fprintf(out, "  %-14s bidirectional encoder: no KV cache, no LM head, no decode step\n",
+                "encoder");
     print_defaults(out, arch, rep);
     print_params(out, rep);
     print_memory(out, rep);
-    print_flops(out, rep);
+    print_prefill_flops(out, arch, rep);
+    print_decode_flops(out, arch, rep);
+    print_roofline(out, arch, rep);
     if (rep->budget > 0) {
         fprintf(out, "\nfit in %s (weights + KV + activations)\n", fmt_bytes(rep->budget, a));
         snprintf(b, sizeof b, "largest seq at batch %lld", (long long)rep->batch);
@@ -319,7 +347,8 @@ void lp_est_print_side_by_side(FILE *out, const lp_arch *const *archs,
         ROW("decode step time bound", fmt_seconds(rep->flops.decode_seconds, buf));
     }
     if (reps[0]->budget > 0) {
-        ROW("max seq in budget", rep->fit_max_seq < 0 ? "unbounded" : fmt_int(rep->fit_max_seq, buf));
+        ROW("max seq in budget",
+            rep->fit_max_seq < 0 ? "unbounded" : fmt_int(rep->fit_max_seq, buf));
         ROW("max batch in budget",
             rep->fit_max_batch < 0 ? "unbounded" : fmt_int(rep->fit_max_batch, buf));
     }
@@ -375,6 +404,8 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
     json_t *doc = json_object();
     put(doc, "model", json_string(model_name(arch)), &ok);
     put(doc, "family", json_string(arch->family), &ok);
+    put(doc, "assumed_family",
+        arch->assumed_family[0] ? json_string(arch->assumed_family) : json_null(), &ok);
     put(doc, "source", json_string(arch->source), &ok);
 
     json_t *set = json_object();
@@ -436,7 +467,8 @@ json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
     put(mem, "weights", wlist, &ok);
     put(mem, "stored_weights_bytes",
         rep->stored_weight_bytes ? ju64(rep->stored_weight_bytes) : json_null(), &ok);
-    put(mem, "stored_tensor_values", rep->stored_params ? json_integer(rep->stored_params) : json_null(), &ok);
+    put(mem, "stored_tensor_values",
+        rep->stored_params ? json_integer(rep->stored_params) : json_null(), &ok);
     put(mem, "activations_bytes", ju64(rep->activation_bytes), &ok);
     put(mem, "kv_cache_bytes", ju64(rep->kv.bytes), &ok);
     put(mem, "total_bytes", ju64(rep->total_bytes), &ok);

@@ -197,6 +197,16 @@ check_total falcon_rw_1b 1311625216 '{"alibi":true,"architectures":["FalconForCa
 # active (derived, not published exactly): everything but 56 of the 64 experts per layer
 expect_json_int active 14249270784 "$LOUPE" estimate "$TMP/qwen2_57b.json" --json
 
+# A model_type loupe does not know: counted with Llama's rules, which the text and JSON say;
+# --strict refuses it with one line. (The families it once miscounted are in test_families.c.)
+sed 's/"model_type": "llama"/"model_type": "mysterylm"/' "$tiny" >"$TMP/mystery.json"
+expect_stdout_contains "[unknown_model_type] model_type 'mysterylm'" "$LOUPE" estimate "$TMP/mystery.json"
+expect_stdout_contains '"assumed_family": "llama"' "$LOUPE" estimate "$TMP/mystery.json" --json
+expect_stdout_contains '"assumed_family": null' "$LOUPE" estimate "$tiny" --json
+expect_one_line_error "$LOUPE" estimate "$TMP/mystery.json" --strict
+expect_stderr_contains "--strict refuses" "$LOUPE" estimate "$TMP/mystery.json" --strict
+expect_status 0 "$LOUPE" estimate "$tiny" --strict
+
 # every real config in ../shared: exact total (and active when truth has one)
 require_shared
 # the real tiny model: llama2.c header, HF folder (tied, 260,032) and GGUF metadata (the converter
