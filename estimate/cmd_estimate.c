@@ -23,7 +23,14 @@ typedef struct estimate_opts {
     const char *weight_dtype, *kv_dtype, *hw;
     uint64_t budget, max_memory, max_kv;
     bool per_layer, rope, json, strict;
+    /* deployment */
+    int64_t tp, pp, dp, ep, devices, max_model_len, block_size;
+    double gpu_memory_utilization;
+    uint64_t device_memory;
+    const char *link;
 } estimate_opts;
+
+#define MAX_RANKS 65536
 
 static const lp_option estimate_options[] = {
     LP_OPT_COUNT_OF(estimate_opts, batch, "batch", "B", 0, 0, "sequences (default 1)"),
@@ -39,9 +46,11 @@ static const lp_option estimate_options[] = {
                      "KV cache type (default: the weight dtype; f16 for quantized weights)"),
     LP_OPT_COUNT_OF(estimate_opts, chunk, "chunk", "N", 0, 0,
                     "tokens whose activations are live at once (default 2048)"),
-    LP_OPT_STRING_OF(estimate_opts, hw, "hw", "NAME|FLOPS,BPS",
+    LP_OPT_STRING_OF(estimate_opts, hw, "hw", "NAME|local|FLOPS,BPS[,MEM]",
                      "roofline hardware: h100-sxm h100-pcie h200 a100-80gb a100-40gb\n"
-                     "rtx-4090 mi300x, or peak FLOP/s and bytes/s (\"989T,3.35T\")"),
+                     "rtx-4090 mi300x; local (this machine, measured: f32 FMA peak and a\n"
+                     "streaming read); or peak FLOP/s, bytes/s and optionally memory\n"
+                     "(\"989T,3.35T\", \"989T,3.35T,80GiB\")"),
     LP_OPT_SIZE_OF(estimate_opts, budget, "budget", "SIZE",
                    "largest seq and batch fitting weights + KV + activations (24GiB)"),
     LP_OPT_SIZE_OF(estimate_opts, max_memory, "max-memory", "SIZE",
@@ -52,6 +61,28 @@ static const lp_option estimate_options[] = {
     LP_OPT_FLAG_OF(estimate_opts, rope, "rope", "per-frequency RoPE wavelength table"),
     LP_OPT_FLAG_OF(estimate_opts, json, "json",
                    "one JSON document per model; an array of them for several models"),
+    LP_OPT_INT_OF(estimate_opts, tp, "tp", "N", 1, MAX_RANKS,
+                  "tensor parallel ranks: column/row-split projections, vocab-parallel\n"
+                  "embedding and head, kv heads split (one per rank, replicated, beyond them)"),
+    LP_OPT_INT_OF(estimate_opts, pp, "pp", "N", 1, LP_EST_MAX_STAGES,
+                  "pipeline stages of consecutive layers (embedding first, head last)"),
+    LP_OPT_INT_OF(estimate_opts, dp, "dp", "N", 1, MAX_RANKS,
+                  "data parallel replicas (default: --devices / (tp x pp), or --ep / tp)"),
+    LP_OPT_INT_OF(estimate_opts, ep, "ep", "N", 1, MAX_RANKS,
+                  "expert parallel ranks: whole experts spread over them; as in vLLM it\n"
+                  "spans tp x dp ranks (shared experts stay split by tp)"),
+    LP_OPT_INT_OF(estimate_opts, devices, "devices", "N", 1, MAX_RANKS,
+                  "devices in all (alone: --tp N); must equal tp x pp x dp"),
+    LP_OPT_NUMBER_OF(estimate_opts, gpu_memory_utilization, "gpu-memory-utilization", "U", 0.01,
+                     1.0, "fraction of each device's memory the engine may use (default 0.9)"),
+    LP_OPT_SIZE_OF(estimate_opts, device_memory, "device-memory", "SIZE",
+                   "memory per device (default: the --hw preset's)"),
+    LP_OPT_COUNT_OF(estimate_opts, max_model_len, "max-model-len", "L", 0, 0,
+                    "tokens per sequence for the concurrency figure (default: T)"),
+    LP_OPT_INT_OF(estimate_opts, block_size, "block-size", "B", 1, 1 << 20,
+                  "paged-attention block in tokens: KV blocks and whole-block sequences"),
+    LP_OPT_STRING_OF(estimate_opts, link, "link", "NVLink4|NVLink3|PCIe5|PCIe4|GBPS",
+                     "link between devices, for the communication time (GB/s one way)"),
     LP_OPT_FLAG_OF(estimate_opts, strict, "strict",
                    "refuse a config whose model_type loupe does not know (default: count it\n"
                    "with Llama's rules and say so in a warning and in \"assumed_family\")"),
@@ -130,6 +161,30 @@ static int take_size(const char *name, uint64_t value, uint64_t *out)
     return 0;
 }
 
+/* The deployment options into opts->deploy (0 = not given, as the library expects). */
+static int resolve_deploy(const estimate_opts *o, lp_est_options *opts)
+{
+    lp_est_deploy_options *d = &opts->deploy;
+    d->tp = o->tp;
+    d->pp = o->pp;
+    d->dp = o->dp;
+    d->ep = o->ep;
+    d->devices = o->devices;
+    d->gpu_memory_utilization = o->gpu_memory_utilization;
+    d->block_size = o->block_size;
+    int rc;
+    if ((rc = take_count("max-model-len", o->max_model_len, &d->max_model_len)) != 0 ||
+        (rc = take_size("device-memory", o->device_memory, &d->device_memory)) != 0)
+        return rc;
+    if (o->link) {
+        if (!lp_est_link_parse(o->link, &d->link))
+            return lp_cli_usage_error(CMD, "--link '%s': want NVLink4, NVLink3, PCIe5, PCIe4 or "
+                                           "GB/s one way such as 200", o->link);
+        d->link_set = true;
+    }
+    return 0;
+}
+
 /* The parsed table values into the library's options: dtype and hardware names resolved. */
 static int resolve_args(const estimate_opts *o, estimate_args *a)
 {
@@ -148,7 +203,12 @@ static int resolve_args(const estimate_opts *o, estimate_args *a)
                                            "int8, q8_0, q4_0, ...)", o->kv_dtype);
         opts->kv_dtype_set = true;
     }
-    if (o->hw) {
+    if (o->hw && strcmp(o->hw, "local") == 0) {
+        lp_error err = {0};
+        if (lp_est_hw_measure(0, 0, &opts->hw, &err) != LP_OK)
+            return lp_cli_fail(CMD, &err);
+        opts->hw_set = true;
+    } else if (o->hw) {
         if (!lp_est_hw_parse(o->hw, &opts->hw))
             return lp_cli_usage_error(CMD, "--hw '%s': want a preset (h100-sxm, h100-pcie, "
                                            "h200, a100-80gb, a100-40gb, rtx-4090, mi300x) or "
@@ -160,9 +220,9 @@ static int resolve_args(const estimate_opts *o, estimate_args *a)
         (rc = take_size("max-kv", o->max_kv, &opts->max_kv)) != 0)
         return rc;
     a->json = o->json;
-    opts->strict = o->strict;
     a->flags = (o->per_layer ? LP_EST_PRINT_PER_LAYER : 0) | (o->rope ? LP_EST_PRINT_ROPE : 0);
-    return 0;
+    opts->strict = o->strict;
+    return resolve_deploy(o, opts);
 }
 
 static int parse_args(int argc, char **argv, estimate_args *a)
@@ -170,8 +230,8 @@ static int parse_args(int argc, char **argv, estimate_args *a)
     memset(a, 0, sizeof *a);
     lp_est_options_init(&a->opts);
     estimate_opts o = {0};
-    o.batch = o.seq = o.context = o.chunk = COUNT_UNSET;
-    o.budget = o.max_memory = o.max_kv = SIZE_UNSET;
+    o.batch = o.seq = o.context = o.chunk = o.max_model_len = COUNT_UNSET;
+    o.budget = o.max_memory = o.max_kv = o.device_memory = SIZE_UNSET;
     int rc = lp_cli_parse(&estimate_spec, argc, argv, &o, a->inputs, &a->n_inputs);
     if (rc != LP_CLI_PARSED)
         return rc;

@@ -253,6 +253,9 @@ lp_status lp_estimate(const lp_arch *arch, const lp_est_options *opts, lp_est_re
     rep->max_kv = opts->max_kv;
     rep->gate_memory_exceeded = opts->max_memory > 0 && rep->total_bytes > opts->max_memory;
     rep->gate_kv_exceeded = opts->max_kv > 0 && rep->kv.bytes > opts->max_kv;
+    st = lp_est_deploy_compute(arch, opts, rep, err); /* per device, and the gates with it */
+    if (st != LP_OK)
+        return st;
 
     lp_est_rope_report(arch, &rep->rope);
     lp_est_audit(arch, opts, rep);

@@ -1,86 +1,11 @@
-/* FLOPs of prefill, decode and training, arithmetic intensity, roofline and hardware presets. */
+/* FLOPs of prefill, decode and training, arithmetic intensity and the single-device roofline. */
 #include "estimate/estimate.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "estimate/estimate_internal.h"
-
-/* Published peak figures: dense (no sparsity) bf16 tensor throughput and memory bandwidth. */
-static const lp_est_hw presets[] = {
-    {"h100-sxm", "NVIDIA H100 SXM5 80GB datasheet: 989 TFLOP/s bf16 dense, 3.35 TB/s HBM3",
-     989e12, 3.35e12},
-    {"h100-pcie", "NVIDIA H100 PCIe 80GB datasheet: 756 TFLOP/s bf16 dense, 2.0 TB/s HBM2e",
-     756e12, 2.0e12},
-    {"h200", "NVIDIA H200 SXM datasheet: 989 TFLOP/s bf16 dense, 4.8 TB/s HBM3e", 989e12,
-     4.8e12},
-    {"a100-80gb", "NVIDIA A100 80GB SXM datasheet: 312 TFLOP/s bf16 dense, 2.039 TB/s HBM2e",
-     312e12, 2.039e12},
-    {"a100-40gb", "NVIDIA A100 40GB datasheet: 312 TFLOP/s bf16 dense, 1.555 TB/s HBM2", 312e12,
-     1.555e12},
-    {"rtx-4090",
-     "NVIDIA Ada whitepaper, RTX 4090: 165.2 TFLOP/s bf16 dense (fp32 accumulate), 1.008 TB/s "
-     "GDDR6X",
-     165.2e12, 1.008e12},
-    {"mi300x", "AMD Instinct MI300X datasheet: 1307.4 TFLOP/s bf16 dense, 5.3 TB/s HBM3",
-     1307.4e12, 5.3e12},
-};
-#define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
-
-const lp_est_hw *lp_est_hw_preset(int index)
-{
-    return index >= 0 && index < N_PRESETS ? &presets[index] : NULL;
-}
-
-/* A positive number with an optional k/M/G/T/P suffix. */
-static bool parse_rate(const char *text, size_t len, double *out)
-{
-    char buf[64];
-    if (len == 0 || len >= sizeof buf)
-        return false;
-    memcpy(buf, text, len);
-    buf[len] = '\0';
-    char *end;
-    double v = strtod(buf, &end);
-    if (end == buf || !isfinite(v) || v <= 0)
-        return false;
-    static const char suffixes[] = "kMGTP";
-    static const double scales[] = {1e3, 1e6, 1e9, 1e12, 1e15};
-    if (*end) {
-        const char *s = strchr(suffixes, *end);
-        if (!s || end[1] != '\0')
-            return false;
-        v *= scales[s - suffixes];
-    }
-    *out = v;
-    return true;
-}
-
-bool lp_est_hw_parse(const char *text, lp_est_hw *out)
-{
-    memset(out, 0, sizeof *out);
-    if (!text)
-        return false;
-    for (int i = 0; i < N_PRESETS; i++) {
-        if (strcasecmp(text, presets[i].name) == 0) {
-            *out = presets[i];
-            return true;
-        }
-    }
-    const char *comma = strchr(text, ',');
-    if (!comma)
-        return false;
-    if (!parse_rate(text, (size_t)(comma - text), &out->flops_per_s) ||
-        !parse_rate(comma + 1, strlen(comma + 1), &out->bytes_per_s))
-        return false;
-    snprintf(out->name, sizeof out->name, "custom");
-    snprintf(out->label, sizeof out->label, "user figures: %g FLOP/s, %g B/s", out->flops_per_s,
-             out->bytes_per_s);
-    return true;
-}
 
 /* Weight bytes read when n tokens are routed: every non-expert weight, and the routed experts
  * each token batch touches at least once, expected under uniform routing:
@@ -173,4 +98,48 @@ void lp_est_compute_flops(const lp_arch *arch, lp_est_report *rep)
         f->decode_compute_bound = compute >= memory;
         f->decode_seconds = compute >= memory ? compute : memory;
     }
+}
+
+lp_status lp_est_predict_times(const lp_arch *arch, const lp_est_dtype *weight_dtype,
+                               int64_t tokens, bool logits_last_only, const lp_est_hw *hw,
+                               lp_est_times *out, lp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (tokens <= 0 || !hw || !(hw->flops_per_s > 0) || !(hw->bytes_per_s > 0))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "lp_est_predict_times: want tokens > 0 and positive peaks (got %lld)",
+                            (long long)tokens);
+    lp_est_options opts;
+    lp_est_options_init(&opts);
+    opts.seq = tokens;
+    opts.batch = 1;
+    if (weight_dtype) {
+        opts.weight_dtypes[0] = *weight_dtype;
+        opts.n_weight_dtypes = 1;
+    }
+    opts.hw = *hw;
+    opts.hw_set = true;
+    lp_est_report *rep = malloc(sizeof *rep); /* large: per-layer tables */
+    if (!rep)
+        return lp_error_set(err, LP_ERR_NOMEM, "lp_est_predict_times: out of memory");
+    lp_status st = lp_estimate(arch, &opts, rep, err);
+    if (st == LP_OK) {
+        const lp_est_flops *f = &rep->flops;
+        /* the prefill's head for the last position only: (tokens - 1) positions fewer */
+        double skipped = logits_last_only ? (double)(tokens - 1) * f->decode_lm_head : 0.0;
+        out->prefill_flops = f->prefill - skipped;
+        out->prefill_bytes = f->prefill_bytes;
+        out->decode_flops = f->decode_per_token;
+        out->decode_bytes = f->decode_bytes;
+        double compute = out->prefill_flops / hw->flops_per_s;
+        double memory = out->prefill_bytes / hw->bytes_per_s;
+        out->prefill_compute_bound = compute >= memory;
+        out->prefill_seconds = compute >= memory ? compute : memory;
+        compute = out->decode_flops / hw->flops_per_s;
+        memory = out->decode_bytes / hw->bytes_per_s;
+        out->decode_compute_bound = compute >= memory;
+        out->decode_seconds = compute >= memory ? compute : memory;
+    }
+    free(rep);
+    return st;
 }

@@ -154,10 +154,21 @@ double lp_est_causal_pairs(int64_t seq, int64_t window)
 
 /* ---- the tensor list --------------------------------------------------------------------- */
 
+/* The parts being listed, and how tensor parallelism splits the next ones (set with
+ * splitting(); deploy.c reads it, the counts ignore it). */
 typedef struct part_list {
     lp_est_part *parts;
     int n;
+    lp_est_split split;
+    int64_t split_groups;
+    bool head_side;
 } part_list;
+
+static void splitting(part_list *list, lp_est_split split, int64_t groups)
+{
+    list->split = split;
+    list->split_groups = groups;
+}
 
 static void add_part(part_list *list, lp_est_component comp, const char *name, int64_t rows,
                      int64_t cols, int64_t copies, int64_t active_copies, bool is_matrix)
@@ -173,6 +184,9 @@ static void add_part(part_list *list, lp_est_component comp, const char *name, i
     p->copies = copies;
     p->active_copies = active_copies;
     p->is_matrix = is_matrix;
+    p->split = list->split;
+    p->split_groups = list->split_groups;
+    p->head_side = list->head_side;
 }
 
 static void add_matrix(part_list *list, lp_est_component comp, const char *name, int64_t out,
@@ -201,16 +215,21 @@ static void add_ffn(part_list *list, const lp_arch *arch, lp_est_component comp,
 {
     int64_t h = arch->hidden_size;
     bool gated = arch->ffn_kind != LP_FFN_MLP;
+    /* gate/up column-parallel, down row-parallel (its bias whole) */
+    splitting(list, LP_EST_SPLIT_ROWS, f);
     if (gated)
         add_part(list, comp, "gate", f, h, copies, active_copies, true);
     add_part(list, comp, "up", f, h, copies, active_copies, true);
-    add_part(list, comp, "down", h, f, copies, active_copies, true);
     if (arch->bias_mlp) {
         if (gated)
             add_part(list, comp, "gate bias", f, 1, copies, active_copies, false);
         add_part(list, comp, "up bias", f, 1, copies, active_copies, false);
-        add_part(list, comp, "down bias", h, 1, copies, active_copies, false);
     }
+    splitting(list, LP_EST_SPLIT_COLS, f);
+    add_part(list, comp, "down", h, f, copies, active_copies, true);
+    splitting(list, LP_EST_SPLIT_NONE, 0);
+    if (arch->bias_mlp)
+        add_part(list, comp, "down bias", h, 1, copies, active_copies, false);
 }
 
 static void add_attention(part_list *list, const lp_arch *arch, int64_t layer)
@@ -218,47 +237,70 @@ static void add_attention(part_list *list, const lp_arch *arch, int64_t layer)
     int64_t h = arch->hidden_size;
     int64_t heads = arch->n_heads;
     if (arch->mla) {
+        /* vLLM: the down-projections q_a and kv_a and their norms are replicated; q_b (or q),
+         * kv_b are split by heads, o by its input heads */
         int64_t qk_head = arch->qk_nope_head_dim + arch->qk_rope_head_dim;
         if (arch->q_lora_rank > 0) {
+            splitting(list, LP_EST_SPLIT_NONE, 0);
             add_matrix(list, LP_EST_ATTN, "q_a", arch->q_lora_rank, h);
             if (arch->bias_qkv)
                 add_vector(list, LP_EST_ATTN, "q_a bias", arch->q_lora_rank);
             add_vector(list, LP_EST_ATTN, "q_a norm", arch->q_lora_rank); /* RMSNorm */
+            splitting(list, LP_EST_SPLIT_ROWS, heads);
             add_matrix(list, LP_EST_ATTN, "q_b", heads * qk_head, arch->q_lora_rank);
         } else {
+            splitting(list, LP_EST_SPLIT_ROWS, heads);
             add_matrix(list, LP_EST_ATTN, "q", heads * qk_head, h);
         }
+        splitting(list, LP_EST_SPLIT_NONE, 0);
         add_matrix(list, LP_EST_ATTN, "kv_a", arch->kv_lora_rank + arch->qk_rope_head_dim, h);
         if (arch->bias_qkv)
             add_vector(list, LP_EST_ATTN, "kv_a bias", arch->kv_lora_rank + arch->qk_rope_head_dim);
         add_vector(list, LP_EST_ATTN, "kv_a norm", arch->kv_lora_rank);
+        splitting(list, LP_EST_SPLIT_ROWS, heads);
         add_matrix(list, LP_EST_ATTN, "kv_b", heads * (arch->qk_nope_head_dim + arch->v_head_dim),
                    arch->kv_lora_rank);
+        splitting(list, LP_EST_SPLIT_COLS, heads);
         add_matrix(list, LP_EST_ATTN, "o", h, heads * arch->v_head_dim);
+        splitting(list, LP_EST_SPLIT_NONE, 0);
         if (arch->bias_o)
             add_vector(list, LP_EST_ATTN, "o bias", h);
         return;
     }
     int64_t head_dim = lp_est_head_dim(arch);
     int64_t q_dim = heads * head_dim;
-    int64_t kv_dim = lp_est_layer_kv_heads(arch, layer) * head_dim;
+    int64_t kv_heads = lp_est_layer_kv_heads(arch, layer);
+    int64_t kv_dim = kv_heads * head_dim;
+    /* q by heads, k/v by kv heads (QKVParallelLinear), o by its input heads; the o bias, and
+     * norms shared by all heads, whole on every rank */
+    splitting(list, LP_EST_SPLIT_ROWS, heads);
     add_matrix(list, LP_EST_ATTN, "q", q_dim, h);
+    if (arch->bias_qkv)
+        add_vector(list, LP_EST_ATTN, "q bias", q_dim);
+    splitting(list, LP_EST_SPLIT_KV, kv_heads);
     add_matrix(list, LP_EST_ATTN, "k", kv_dim, h);
     add_matrix(list, LP_EST_ATTN, "v", kv_dim, h);
     if (arch->bias_qkv) {
-        add_vector(list, LP_EST_ATTN, "q bias", q_dim);
         add_vector(list, LP_EST_ATTN, "k bias", kv_dim);
         add_vector(list, LP_EST_ATTN, "v bias", kv_dim);
     }
+    splitting(list, LP_EST_SPLIT_COLS, heads);
     add_matrix(list, LP_EST_ATTN, "o", h, q_dim);
+    splitting(list, LP_EST_SPLIT_NONE, 0);
     if (arch->bias_o)
         add_vector(list, LP_EST_ATTN, "o bias", h);
+    splitting(list, LP_EST_SPLIT_ROWS, heads);
     if (arch->attn_sinks)
         add_vector(list, LP_EST_ATTN, "attention sinks", heads);
-    if (arch->qk_norm_per_head) { /* StableLM 2: one weight-only norm for every head */
+    if (arch->qk_norm_per_head) { /* StableLM 2, Cohere: one weight-only norm for every head */
         add_vector(list, LP_EST_ATTN, "q norms", q_dim);
+        splitting(list, LP_EST_SPLIT_KV, kv_heads);
         add_vector(list, LP_EST_ATTN, "k norms", kv_dim);
-    } else if (arch->qk_norm_full) { /* OLMo 2: over all heads at once */
+    }
+    splitting(list, LP_EST_SPLIT_NONE, 0);
+    if (arch->qk_norm_per_head)
+        return;
+    if (arch->qk_norm_full) { /* OLMo 2: over all heads at once (vLLM all-gathers q, k) */
         add_norm(list, arch, LP_EST_ATTN, "q norm", q_dim);
         add_norm(list, arch, LP_EST_ATTN, "k norm", kv_dim);
     } else if (arch->qk_norm) { /* Qwen3, Gemma 3: one head_dim vector shared by all heads */
@@ -310,7 +352,7 @@ static void add_moe(part_list *list, const lp_arch *arch)
 
 int lp_est_layer_parts(const lp_arch *arch, int64_t layer, lp_est_part *parts)
 {
-    part_list list = {parts, 0};
+    part_list list = {parts, 0, LP_EST_SPLIT_NONE, 0, false};
     add_attention(&list, arch, layer);
     add_layer_norms(&list, arch);
     if (lp_est_layer_is_moe(arch, layer))
@@ -322,16 +364,18 @@ int lp_est_layer_parts(const lp_arch *arch, int64_t layer, lp_est_part *parts)
 
 int lp_est_global_parts(const lp_arch *arch, lp_est_part *parts)
 {
-    part_list list = {parts, 0};
+    part_list list = {parts, 0, LP_EST_SPLIT_NONE, 0, false};
     int64_t h = arch->hidden_size;
     /* OPT-350m: the vocabulary tables are embed_proj_dim wide, with bias-free projections to
-     * and from hidden at either end of the stack */
+     * and from hidden at either end of the stack. The first pipeline stage holds what comes
+     * before the layers, the last what comes after; vocabulary tables are vocab-parallel, the
+     * rest replicated (vLLM's OPT projections are ReplicatedLinear). */
     int64_t embed_dim = lp_est_embed_dim(arch);
+    splitting(&list, LP_EST_SPLIT_VOCAB, arch->vocab_size);
     add_matrix(&list, LP_EST_EMBED, "token embedding", arch->vocab_size, embed_dim);
-    if (embed_dim != h) {
+    splitting(&list, LP_EST_SPLIT_NONE, 0);
+    if (embed_dim != h)
         add_matrix(&list, LP_EST_EMBED, "project_in", h, embed_dim);
-        add_matrix(&list, LP_EST_EMBED, "project_out", embed_dim, h);
-    }
     if (arch->pos_kind == LP_POS_LEARNED) {
         int64_t rows = arch->pos_table_rows > 0 ? arch->pos_table_rows
                                                 : arch->n_ctx + arch->pos_offset;
@@ -340,12 +384,17 @@ int lp_est_global_parts(const lp_arch *arch, lp_est_part *parts)
     add_matrix(&list, LP_EST_EMBED, "token type embedding", arch->n_token_types, h);
     if (arch->embed_norm)
         add_norm(&list, arch, LP_EST_NORMS, "embedding norm", h);
+    list.head_side = true;
+    if (embed_dim != h)
+        add_matrix(&list, LP_EST_EMBED, "project_out", embed_dim, h);
     if (arch->final_norm)
         add_norm(&list, arch, LP_EST_NORMS, "final norm", h);
     if (!arch->tied_embeddings && !arch->encoder_only) {
+        splitting(&list, LP_EST_SPLIT_VOCAB, arch->vocab_size);
         add_matrix(&list, LP_EST_LM_HEAD, "lm_head", arch->vocab_size, embed_dim);
         if (arch->bias_lm_head)
             add_vector(&list, LP_EST_LM_HEAD, "lm_head bias", arch->vocab_size);
+        splitting(&list, LP_EST_SPLIT_NONE, 0);
     }
     if (arch->pooler) {
         add_matrix(&list, LP_EST_POOLER, "pooler", h, h);
@@ -358,7 +407,7 @@ static int mtp_extra_parts(const lp_arch *arch, lp_est_part *parts)
 {
     /* DeepSeek V3 MTP module: enorm, hnorm, eh_proj [hidden, 2 hidden], its decoder layer and a
      * final norm; the embedding and output head are shared with the main model. */
-    part_list list = {parts, 0};
+    part_list list = {parts, 0, LP_EST_SPLIT_NONE, 0, false};
     int64_t h = arch->hidden_size;
     add_norm(&list, arch, LP_EST_NORMS, "mtp enorm", h);
     add_norm(&list, arch, LP_EST_NORMS, "mtp hnorm", h);
