@@ -165,6 +165,34 @@ static void audit_rope_scaling(const lp_arch *arch, lp_est_report *rep)
                     kind, sc->factor, (long long)sc->original_ctx, claimed, (long long)arch->n_ctx);
 }
 
+/* Heads: kv heads that do not divide the query heads, head_dim x heads != hidden. */
+static void audit_heads(const lp_arch *arch, lp_est_report *rep)
+{
+    if (arch->mla)
+        return;
+    int64_t reported = -1;
+    for (int64_t l = 0; l < arch->n_layers; l++) {
+        int64_t kv = lp_est_layer_kv_heads(arch, l);
+        if (kv > 0 && arch->n_heads % kv != 0 && kv != reported) {
+            lp_est_warn(rep, "kv_heads_not_dividing",
+                        "layer %lld: %lld kv heads do not divide %lld query heads (GQA needs "
+                        "each kv head shared by a whole number of query heads)",
+                        (long long)l, (long long)kv, (long long)arch->n_heads);
+            reported = kv;
+        }
+    }
+    int64_t head_dim = lp_est_head_dim(arch);
+    if (head_dim * arch->n_heads != arch->hidden_size)
+        lp_est_warn(rep, "head_dim_times_heads_not_hidden",
+                    "head_dim %lld x %lld heads = %lld != hidden_size %lld: %s",
+                    (long long)head_dim, (long long)arch->n_heads,
+                    (long long)(head_dim * arch->n_heads), (long long)arch->hidden_size,
+                    arch->head_dim_explicit
+                        ? "legitimate when the config sets head_dim (Gemma, Qwen3); q and o "
+                          "are sized heads x head_dim, not hidden"
+                        : "head_dim was derived, so the config is inconsistent");
+}
+
 void lp_est_audit(const lp_arch *arch, const lp_est_options *opts, lp_est_report *rep)
 {
     if (arch->assumed_family[0])
@@ -173,29 +201,7 @@ void lp_est_audit(const lp_arch *arch, const lp_est_options *opts, lp_est_report
                     "RMSNorm, no biases, untied, RoPE), which its modeling code may not follow; "
                     "--strict refuses",
                     arch->family, arch->assumed_family);
-    if (!arch->mla) {
-        int64_t reported = -1;
-        for (int64_t l = 0; l < arch->n_layers; l++) {
-            int64_t kv = lp_est_layer_kv_heads(arch, l);
-            if (kv > 0 && arch->n_heads % kv != 0 && kv != reported) {
-                lp_est_warn(rep, "kv_heads_not_dividing",
-                            "layer %lld: %lld kv heads do not divide %lld query heads (GQA needs "
-                            "each kv head shared by a whole number of query heads)",
-                            (long long)l, (long long)kv, (long long)arch->n_heads);
-                reported = kv;
-            }
-        }
-        int64_t head_dim = lp_est_head_dim(arch);
-        if (head_dim * arch->n_heads != arch->hidden_size)
-            lp_est_warn(rep, "head_dim_times_heads_not_hidden",
-                        "head_dim %lld x %lld heads = %lld != hidden_size %lld: %s",
-                        (long long)head_dim, (long long)arch->n_heads,
-                        (long long)(head_dim * arch->n_heads), (long long)arch->hidden_size,
-                        arch->head_dim_explicit
-                            ? "legitimate when the config sets head_dim (Gemma, Qwen3); q and o "
-                              "are sized heads x head_dim, not hidden"
-                            : "head_dim was derived, so the config is inconsistent");
-    }
+    audit_heads(arch, rep);
     if (arch->vocab_size % 64 != 0)
         lp_est_warn(rep, "vocab_not_multiple_of_64",
                     "vocab_size %lld is not a multiple of 64 (%lld would be): GEMM tiles and "

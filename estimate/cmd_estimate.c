@@ -273,6 +273,52 @@ static void inspect_weights(const char *input, lp_est_options *opts)
     lp_weights_close(w);
 }
 
+/* One JSON document, or an array of them for several models. */
+static int print_json(const lp_arch *archs, const lp_est_report *reps, int n, int flags)
+{
+    json_t *out = n == 1 ? NULL : json_array();
+    bool ok = n == 1 || out != NULL;
+    for (int i = 0; i < n && ok; i++) {
+        json_t *doc = lp_est_to_json(&archs[i], &reps[i], flags);
+        if (!doc)
+            ok = false;
+        else if (n == 1)
+            out = doc;
+        else if (json_array_append_new(out, doc) != 0)
+            ok = false;
+    }
+    char *text = ok ? json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(out);
+    if (!text) {
+        fprintf(stderr, "loupe %s: out of memory while writing JSON\n", CMD);
+        return LP_EXIT_USAGE;
+    }
+    fputs(text, stdout);
+    fputc('\n', stdout);
+    free(text);
+    return LP_EXIT_OK;
+}
+
+static void print_reports(const lp_arch *archs, const lp_est_report *reps, int n, int flags)
+{
+    if (n == 1) {
+        lp_est_print_text(stdout, &archs[0], &reps[0], flags);
+        return;
+    }
+    const lp_arch *ap[MAX_INPUTS];
+    const lp_est_report *rp[MAX_INPUTS];
+    for (int i = 0; i < n; i++) {
+        ap[i] = &archs[i];
+        rp[i] = &reps[i];
+    }
+    lp_est_print_side_by_side(stdout, ap, rp, n);
+    if (flags)
+        for (int i = 0; i < n; i++) {
+            fputc('\n', stdout);
+            lp_est_print_text(stdout, &archs[i], &reps[i], flags);
+        }
+}
+
 static int run_estimate(int argc, char **argv)
 {
     estimate_args args;
@@ -301,48 +347,13 @@ static int run_estimate(int argc, char **argv)
         if (lp_estimate(&archs[i], &opts, &reps[i], &err) != LP_OK)
             rc = lp_cli_fail(CMD, &err);
     }
-    if (rc == LP_EXIT_OK && args.json) {
-        json_t *out = n == 1 ? NULL : json_array();
-        bool ok = n == 1 || out != NULL;
-        for (int i = 0; i < n && ok; i++) {
-            json_t *doc = lp_est_to_json(&archs[i], &reps[i], args.flags);
-            if (!doc)
-                ok = false;
-            else if (n == 1)
-                out = doc;
-            else if (json_array_append_new(out, doc) != 0)
-                ok = false;
-        }
-        char *text = ok ? json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-        json_decref(out);
-        if (!text) {
-            fprintf(stderr, "loupe %s: out of memory while writing JSON\n", CMD);
-            rc = LP_EXIT_USAGE;
-        } else {
-            fputs(text, stdout);
-            fputc('\n', stdout);
-            free(text);
-        }
-    } else if (rc == LP_EXIT_OK && n == 1) {
-        lp_est_print_text(stdout, &archs[0], &reps[0], args.flags);
-    } else if (rc == LP_EXIT_OK) {
-        const lp_arch *ap[MAX_INPUTS];
-        const lp_est_report *rp[MAX_INPUTS];
-        for (int i = 0; i < n; i++) {
-            ap[i] = &archs[i];
-            rp[i] = &reps[i];
-        }
-        lp_est_print_side_by_side(stdout, ap, rp, n);
-        if (args.flags)
-            for (int i = 0; i < n; i++) {
-                fputc('\n', stdout);
-                lp_est_print_text(stdout, &archs[i], &reps[i], args.flags);
-            }
-    }
-    if (rc == LP_EXIT_OK)
-        for (int i = 0; i < n; i++)
-            if (reps[i].gate_memory_exceeded || reps[i].gate_kv_exceeded)
-                rc = LP_EXIT_CHECK_FAILED;
+    if (rc == LP_EXIT_OK && args.json)
+        rc = print_json(archs, reps, n, args.flags);
+    else if (rc == LP_EXIT_OK)
+        print_reports(archs, reps, n, args.flags);
+    for (int i = 0; i < n && rc == LP_EXIT_OK; i++)
+        if (reps[i].gate_memory_exceeded || reps[i].gate_kv_exceeded)
+            rc = LP_EXIT_CHECK_FAILED;
     free(archs);
     free(reps);
     return rc;

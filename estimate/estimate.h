@@ -292,7 +292,8 @@ typedef struct lp_est_deploy {
     lp_est_device device[LP_EST_MAX_STAGES];
     /* communication, per token and device */
     double tp_allreduce_bytes;   /* one TP all-reduce message: hidden x activation bytes */
-    int64_t tp_allreduces_per_layer;
+    int64_t tp_allreduces_per_layer; /* 2 (after attention, after the FFN); 1 in a MoE layer
+                                        with EP, whose experts send all-to-all instead */
     double pp_handoff_bytes;     /* hidden state + residual sent at each stage boundary */
     double ep_alltoall_bytes;    /* dispatch + combine leaving a device per MoE layer */
     lp_est_link link;

@@ -22,16 +22,18 @@ static double weights_touched(const lp_arch *arch, const lp_est_report *rep, dou
     return all - experts + experts * (1.0 - miss);
 }
 
-void lp_est_compute_flops(const lp_arch *arch, lp_est_report *rep)
-{
-    lp_est_flops *f = &rep->flops;
-    double batch = (double)rep->batch;
-    double seq = (double)rep->seq;
+/* Per token of one sequence, summed over the layers: matmul FLOPs of the attention and of the
+ * FFN/experts, attention-score FLOPs of a prefill (causal and dense) and of a decode step, and
+ * the KV bytes a decode step reads. */
+typedef struct layer_sums {
+    double attn_proj, ffn, scores_causal, scores_dense, scores_decode, kv_read_bytes;
+} layer_sums;
 
-    /* matmul weights used per token, split by where they sit */
-    double attn_proj = 0, ffn = 0, scores_causal = 0, scores_dense = 0, scores_decode = 0;
+static void sum_layers(const lp_arch *arch, const lp_est_report *rep, layer_sums *t)
+{
+    double seq = (double)rep->seq;
     lp_est_part parts[LP_EST_MAX_PARTS];
-    double kv_read_bytes = 0;
+    memset(t, 0, sizeof *t);
     for (int64_t l = 0; l < arch->n_layers; l++) {
         int n = lp_est_layer_parts(arch, l, parts);
         for (int i = 0; i < n; i++) {
@@ -40,24 +42,36 @@ void lp_est_compute_flops(const lp_arch *arch, lp_est_report *rep)
             double active = (double)parts[i].rows * (double)parts[i].cols *
                             (double)parts[i].active_copies;
             if (parts[i].comp == LP_EST_ATTN)
-                attn_proj += 2.0 * active;
+                t->attn_proj += 2.0 * active;
             else
-                ffn += 2.0 * active;
+                t->ffn += 2.0 * active;
         }
         const lp_est_layer *layer = &rep->params.layers[l];
         /* QK^T: 2 x heads x qk_dim per key; weights x V: 2 x heads x v_dim per key */
         double per_key = 2.0 * (double)layer->n_heads *
                          (double)(layer->attn_qk_dim + layer->attn_v_dim);
         /* an encoder attends both ways: every query sees every key */
-        scores_causal += per_key * (arch->encoder_only
-                                        ? seq * seq
-                                        : lp_est_causal_pairs(rep->seq, layer->window));
-        scores_dense += per_key * seq * seq;
+        t->scores_causal += per_key * (arch->encoder_only
+                                           ? seq * seq
+                                           : lp_est_causal_pairs(rep->seq, layer->window));
+        t->scores_dense += per_key * seq * seq;
         double keys = (double)(layer->window > 0 && layer->window < rep->context ? layer->window
                                                                                  : rep->context);
-        scores_decode += per_key * keys;
-        kv_read_bytes += (double)layer->kv_bytes_per_token * keys;
+        t->scores_decode += per_key * keys;
+        t->kv_read_bytes += (double)layer->kv_bytes_per_token * keys;
     }
+}
+
+void lp_est_compute_flops(const lp_arch *arch, lp_est_report *rep)
+{
+    lp_est_flops *f = &rep->flops;
+    double batch = (double)rep->batch;
+    double seq = (double)rep->seq;
+    layer_sums t;
+    sum_layers(arch, rep, &t);
+    double attn_proj = t.attn_proj, ffn = t.ffn, scores_causal = t.scores_causal;
+    double scores_dense = t.scores_dense, scores_decode = t.scores_decode;
+    double kv_read_bytes = t.kv_read_bytes;
     /* the output projection costs the same whether or not it is tied to the embedding; an
      * encoder has none (its pooler's 2 h^2 per sequence is left out) */
     double embed_dim = (double)lp_est_embed_dim(arch);

@@ -232,39 +232,47 @@ static void add_ffn(part_list *list, const lp_arch *arch, lp_est_component comp,
         add_part(list, comp, "down bias", h, 1, copies, active_copies, false);
 }
 
+/* DeepSeek's multi-head latent attention. */
+static void add_mla(part_list *list, const lp_arch *arch)
+{
+    int64_t h = arch->hidden_size;
+    int64_t heads = arch->n_heads;
+    /* vLLM: the down-projections q_a and kv_a and their norms are replicated; q_b (or q),
+     * kv_b are split by heads, o by its input heads */
+    int64_t qk_head = arch->qk_nope_head_dim + arch->qk_rope_head_dim;
+    if (arch->q_lora_rank > 0) {
+        splitting(list, LP_EST_SPLIT_NONE, 0);
+        add_matrix(list, LP_EST_ATTN, "q_a", arch->q_lora_rank, h);
+        if (arch->bias_qkv)
+            add_vector(list, LP_EST_ATTN, "q_a bias", arch->q_lora_rank);
+        add_vector(list, LP_EST_ATTN, "q_a norm", arch->q_lora_rank); /* RMSNorm */
+        splitting(list, LP_EST_SPLIT_ROWS, heads);
+        add_matrix(list, LP_EST_ATTN, "q_b", heads * qk_head, arch->q_lora_rank);
+    } else {
+        splitting(list, LP_EST_SPLIT_ROWS, heads);
+        add_matrix(list, LP_EST_ATTN, "q", heads * qk_head, h);
+    }
+    splitting(list, LP_EST_SPLIT_NONE, 0);
+    add_matrix(list, LP_EST_ATTN, "kv_a", arch->kv_lora_rank + arch->qk_rope_head_dim, h);
+    if (arch->bias_qkv)
+        add_vector(list, LP_EST_ATTN, "kv_a bias", arch->kv_lora_rank + arch->qk_rope_head_dim);
+    add_vector(list, LP_EST_ATTN, "kv_a norm", arch->kv_lora_rank);
+    splitting(list, LP_EST_SPLIT_ROWS, heads);
+    add_matrix(list, LP_EST_ATTN, "kv_b", heads * (arch->qk_nope_head_dim + arch->v_head_dim),
+               arch->kv_lora_rank);
+    splitting(list, LP_EST_SPLIT_COLS, heads);
+    add_matrix(list, LP_EST_ATTN, "o", h, heads * arch->v_head_dim);
+    splitting(list, LP_EST_SPLIT_NONE, 0);
+    if (arch->bias_o)
+        add_vector(list, LP_EST_ATTN, "o bias", h);
+}
+
 static void add_attention(part_list *list, const lp_arch *arch, int64_t layer)
 {
     int64_t h = arch->hidden_size;
     int64_t heads = arch->n_heads;
     if (arch->mla) {
-        /* vLLM: the down-projections q_a and kv_a and their norms are replicated; q_b (or q),
-         * kv_b are split by heads, o by its input heads */
-        int64_t qk_head = arch->qk_nope_head_dim + arch->qk_rope_head_dim;
-        if (arch->q_lora_rank > 0) {
-            splitting(list, LP_EST_SPLIT_NONE, 0);
-            add_matrix(list, LP_EST_ATTN, "q_a", arch->q_lora_rank, h);
-            if (arch->bias_qkv)
-                add_vector(list, LP_EST_ATTN, "q_a bias", arch->q_lora_rank);
-            add_vector(list, LP_EST_ATTN, "q_a norm", arch->q_lora_rank); /* RMSNorm */
-            splitting(list, LP_EST_SPLIT_ROWS, heads);
-            add_matrix(list, LP_EST_ATTN, "q_b", heads * qk_head, arch->q_lora_rank);
-        } else {
-            splitting(list, LP_EST_SPLIT_ROWS, heads);
-            add_matrix(list, LP_EST_ATTN, "q", heads * qk_head, h);
-        }
-        splitting(list, LP_EST_SPLIT_NONE, 0);
-        add_matrix(list, LP_EST_ATTN, "kv_a", arch->kv_lora_rank + arch->qk_rope_head_dim, h);
-        if (arch->bias_qkv)
-            add_vector(list, LP_EST_ATTN, "kv_a bias", arch->kv_lora_rank + arch->qk_rope_head_dim);
-        add_vector(list, LP_EST_ATTN, "kv_a norm", arch->kv_lora_rank);
-        splitting(list, LP_EST_SPLIT_ROWS, heads);
-        add_matrix(list, LP_EST_ATTN, "kv_b", heads * (arch->qk_nope_head_dim + arch->v_head_dim),
-                   arch->kv_lora_rank);
-        splitting(list, LP_EST_SPLIT_COLS, heads);
-        add_matrix(list, LP_EST_ATTN, "o", h, heads * arch->v_head_dim);
-        splitting(list, LP_EST_SPLIT_NONE, 0);
-        if (arch->bias_o)
-            add_vector(list, LP_EST_ATTN, "o bias", h);
+        add_mla(list, arch);
         return;
     }
     int64_t head_dim = lp_est_head_dim(arch);

@@ -92,21 +92,27 @@ static void print_serving(FILE *out, const lp_est_report *rep)
     if (d->block_size > 0)
         fprintf(out, "  %s blocks of %lld tokens per device\n", fmt_int(d->kv_blocks, a),
                 (long long)d->block_size);
-    fprintf(out, "  max concurrent sequences per replica: %s (%.2fx), x %lld replicas = %s\n",
-            fmt_int(d->max_concurrent_sequences, a), d->max_concurrency, (long long)d->dp,
-            fmt_int(d->max_concurrent_sequences * d->dp, b));
+    fprintf(out, "  max concurrent sequences per replica: %s (%.2fx)",
+            fmt_int(d->max_concurrent_sequences, a), d->max_concurrency);
+    if (d->dp > 1)
+        fprintf(out, "; %lld replicas: %s", (long long)d->dp,
+                fmt_int(d->max_concurrent_sequences * d->dp, b));
+    fputc('\n', out);
 }
 
 static void print_comm(FILE *out, const lp_arch *arch, const lp_est_report *rep)
 {
     const lp_est_deploy *d = &rep->deploy;
-    char a[48];
+    char a[48], b[48];
     fprintf(out, "communication per token (%s activations)\n", rep->act_dtype.name);
     if (d->tp > 1)
-        fprintf(out, "  TP: %lld all-reduces per layer of %s, ring: %.0f B sent per device each\n",
-                (long long)d->tp_allreduces_per_layer,
+        fprintf(out, "  TP: all-reduces of %s after attention and after the FFN%s; a ring sends "
+                     "%s from each device\n",
                 fmt_bytes((uint64_t)d->tp_allreduce_bytes, a),
-                2.0 * (double)(d->tp - 1) / (double)d->tp * d->tp_allreduce_bytes);
+                d->ep > 1 ? " (not after an EP MoE layer)" : "",
+                fmt_bytes((uint64_t)(2.0 * (double)(d->tp - 1) / (double)d->tp *
+                                     d->tp_allreduce_bytes),
+                          b));
     if (d->pp > 1)
         fprintf(out, "  PP: hidden state + residual, %s per stage boundary\n",
                 fmt_bytes((uint64_t)d->pp_handoff_bytes, a));
