@@ -20,6 +20,16 @@
  *   json_t *doc = lp_est_to_json(&arch, rep, 0);      // caller json_decref()s
  *   free(rep);
  *
+ * A deployment (estimate/DEPLOY.md): set opts.deploy and read rep->deploy, one device[] entry
+ * per pipeline stage.
+ *
+ *   opts.deploy.tp = 8;                                 // vLLM's placement
+ *   opts.deploy.max_model_len = 131072;
+ *   lp_est_hw_parse("h100-sxm", &opts.hw);              // its memory: 81,559 MiB
+ *   opts.hw_set = true;
+ *   lp_estimate(&arch, &opts, rep, &err);
+ *   rep->deploy.device[0].weights_bytes, rep->deploy.max_concurrent_sequences
+ *
  * Conventions (the README's "loupe estimate" section has the formulas):
  * - Parameter and byte counts are exact int64/uint64 computed with overflow checks.
  * - FLOPs count matrix multiplies only, 2 per multiply-add, as doubles (exact below 2^53).
