@@ -12,6 +12,7 @@
 
 #include "core/cli/cli.h"
 #include "core/mapfile.h"
+#include "estimate/estimate.h"
 #include "trace/kernels/kernels.h"
 #include "trace/synth/synth.h"
 #include "trace/trace.h"
@@ -423,6 +424,39 @@ static lp_status time_prefill(const lp_model *model, const lp_batch *batch, lp_p
     return st;
 }
 
+/* What loupe estimate predicts for the full 22-layer pass on this machine (its FMA peak and
+ * streaming read measured now, on the same threads), next to the measured pass. */
+static void print_prediction(const char *model_dir, int threads, int64_t n_tokens,
+                             double measured)
+{
+    lp_error err = {0};
+    lp_arch arch;
+    lp_est_hw hw;
+    lp_est_dtype f32;
+    lp_est_times t;
+    char *config = lp_path_join(model_dir, "config.json");
+    lp_status st = config ? lp_arch_from_hf_config(config, &arch, &err)
+                          : lp_error_set(&err, LP_ERR_NOMEM, "bench: out of memory");
+    free(config);
+    if (st == LP_OK) {
+        arch.n_layers = TL_LAYERS; /* the model built has fewer; the times are for all 22 */
+        st = lp_arch_finish(&arch, &err);
+    }
+    lp_est_dtype_parse("f32", &f32);
+    if (st == LP_OK)
+        st = lp_est_hw_measure(threads, 0, &hw, &err);
+    if (st == LP_OK)
+        st = lp_est_predict_times(&arch, &f32, n_tokens, true, &hw, &t, &err);
+    if (st != LP_OK) {
+        printf("  predicted: not available (%s)\n", err.msg);
+        return;
+    }
+    printf("  predicted (loupe estimate on %.1f GFLOP/s FMA peak, %.1f GB/s read, %d threads): "
+           "22 layers %.3f s, %s-bound; measured %.3f s = %.2fx the prediction\n",
+           hw.flops_per_s * 1e-9, hw.bytes_per_s * 1e-9, threads, t.prefill_seconds,
+           t.prefill_compute_bound ? "compute" : "memory", measured, measured / t.prefill_seconds);
+}
+
 static void print_prefill(const prefill_result *bare, const prefill_result *probed, int n_layers,
                           int64_t n_tokens, double blas_gflops)
 {
@@ -468,9 +502,11 @@ static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_toke
         st = time_prefill(model, &batch, pool, false, n_layers, reps, yardstick, &bare, err);
     if (st == LP_OK)
         st = time_prefill(model, &batch, pool, true, n_layers, reps, yardstick, &probed, err);
-    if (st == LP_OK)
+    if (st == LP_OK) {
         print_prefill(&bare, &probed, n_layers, n_tokens,
                       yardstick ? yardstick_gflops(yardstick) : 0.0);
+        print_prediction(model_dir, pool ? lp_pool_threads(pool) : 1, n_tokens, bare.full);
+    }
     lp_model_close(model);
     free(tokens);
     return st;

@@ -97,6 +97,10 @@ json_t *lp_arch_to_json(const lp_arch *a)
     put_bool(o, "embed_norm", a->embed_norm, &ok);
     put_bool(o, "final_norm", a->final_norm, &ok);
     put_bool(o, "post_norm", a->post_norm, &ok);
+    put_text(o, "assumed_family", a->assumed_family, sizeof a->assumed_family, &ok);
+    put_bool(o, "encoder_only", a->encoder_only, &ok);
+    put_int(o, "n_token_types", a->n_token_types, &ok);
+    put_bool(o, "pooler", a->pooler, &ok);
 
     put_str(o, "pos_kind", lp_pos_kind_name(a->pos_kind), &ok);
     put_int(o, "pos_table_rows", a->pos_table_rows, &ok);
