@@ -395,7 +395,6 @@ lp_status lp_est_deploy_compute(const lp_arch *arch, const lp_est_options *opts,
     fill_serving(arch, rep, opts, d);
     d->link = opts->deploy.link;
     d->link_set = opts->deploy.link_set;
-    lp_est_deploy_times(arch, rep);
     /* the gates hold for every device */
     rep->gate_memory_exceeded = rep->gate_kv_exceeded = false;
     for (int i = 0; i < d->n_devices; i++) {

@@ -10,11 +10,6 @@
 #define DEFAULT_PREFILL_CHUNK 2048
 #define FIT_SEARCH_MAX ((int64_t)1 << 40)
 
-void lp_est_options_init(lp_est_options *opts)
-{
-    memset(opts, 0, sizeof *opts);
-    opts->lm_head_tensor_present = -1;
-}
 
 /* Widest activation row of any layer's FFN: dense width, or top-k experts plus shared ones. */
 static int64_t ffn_live_width(const lp_arch *arch)
@@ -260,9 +255,55 @@ lp_status lp_estimate(const lp_arch *arch, const lp_est_options *opts, lp_est_re
     rep->gate_memory_exceeded = rep->max_memory > 0 && rep->total_bytes > rep->max_memory;
     rep->gate_kv_exceeded = rep->max_kv > 0 && rep->kv.bytes > rep->max_kv;
     st = lp_est_deploy_compute(arch, opts, rep, err); /* per device, and the gates with it */
+    if (st == LP_OK && rep->deploy.present)
+        lp_est_deploy_times(arch, rep); /* times read the placement; placement needs no times */
     if (st != LP_OK)
         return st;
     lp_est_rope_report(arch, &rep->rope);
     lp_est_audit(arch, opts, rep);
     return LP_OK;
+}
+
+lp_status lp_est_predict_times(const lp_arch *arch, const lp_est_dtype *weight_dtype,
+                               int64_t tokens, bool logits_last_only, const lp_est_hw *hw,
+                               lp_est_times *out, lp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (tokens <= 0 || !hw || !(hw->flops_per_s > 0) || !(hw->bytes_per_s > 0))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "lp_est_predict_times: want tokens > 0 and positive peaks (got %lld)",
+                            (long long)tokens);
+    lp_est_options opts;
+    lp_est_options_init(&opts);
+    opts.seq = tokens;
+    opts.batch = 1;
+    if (weight_dtype) {
+        opts.weight_dtypes[0] = *weight_dtype;
+        opts.n_weight_dtypes = 1;
+    }
+    opts.hw = *hw;
+    opts.hw_set = true;
+    lp_est_report *rep = malloc(sizeof *rep); /* large: per-layer tables */
+    if (!rep)
+        return lp_error_set(err, LP_ERR_NOMEM, "lp_est_predict_times: out of memory");
+    lp_status st = lp_estimate(arch, &opts, rep, err);
+    if (st == LP_OK) {
+        const lp_est_flops *f = &rep->flops;
+        /* the prefill's head for the last position only: (tokens - 1) positions fewer */
+        double skipped = logits_last_only ? (double)(tokens - 1) * f->decode_lm_head : 0.0;
+        out->prefill_flops = f->prefill - skipped;
+        out->prefill_bytes = f->prefill_bytes;
+        out->decode_flops = f->decode_per_token;
+        out->decode_bytes = f->decode_bytes;
+        double compute = out->prefill_flops / hw->flops_per_s;
+        double memory = out->prefill_bytes / hw->bytes_per_s;
+        out->prefill_compute_bound = compute >= memory;
+        out->prefill_seconds = compute >= memory ? compute : memory;
+        compute = out->decode_flops / hw->flops_per_s;
+        memory = out->decode_bytes / hw->bytes_per_s;
+        out->decode_compute_bound = compute >= memory;
+        out->decode_seconds = compute >= memory ? compute : memory;
+    }
+    free(rep);
+    return st;
 }

@@ -14,16 +14,6 @@ static const char *fmt_int(int64_t v, char *buf) { return lp_format_int(v, buf, 
 static const char *fmt_bytes(uint64_t v, char *buf) { return lp_format_bytes(v, buf, 48); }
 static const char *fmt_flops(double v, char *buf) { return lp_format_flops(v, buf, 48); }
 
-const char *lp_est_format_seconds(double s, char *buf)
-{
-    if (s >= 1.0)
-        snprintf(buf, 48, "%.3g s", s);
-    else if (s >= 1e-3)
-        snprintf(buf, 48, "%.3g ms", s * 1e3);
-    else
-        snprintf(buf, 48, "%.3g us", s * 1e6);
-    return buf;
-}
 
 static const char *fmt_window(int64_t window, char *buf)
 {

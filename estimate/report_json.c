@@ -3,31 +3,6 @@
 
 #include "estimate/estimate_internal.h"
 
-json_t *lp_est_json_u64(uint64_t v)
-{
-    return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
-}
-
-void lp_est_json_put(json_t *obj, const char *key, json_t *value, bool *ok)
-{
-    if (!obj) {
-        json_decref(value);
-        *ok = false;
-    } else if (json_object_set_new(obj, key, value) != 0) { /* it releases value; NULL fails */
-        *ok = false;
-    }
-}
-
-void lp_est_json_append(json_t *array, json_t *value, bool *ok)
-{
-    if (!array) {
-        json_decref(value);
-        *ok = false;
-    } else if (json_array_append_new(array, value) != 0) {
-        *ok = false;
-    }
-}
-
 #define put lp_est_json_put
 #define append lp_est_json_append
 #define ju64 lp_est_json_u64
