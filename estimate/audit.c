@@ -9,7 +9,7 @@
 static const double TWO_PI = 6.283185307179586;
 
 /* Local names so this file does not depend on inspect's string tables. */
-const char *est_scaling_name(lp_rope_scaling_kind kind)
+const char *lp_est_scaling_name(lp_rope_scaling_kind kind)
 {
     static const char *const names[LP_ROPE_SCALING_KIND_COUNT] = {
         "none", "linear", "dynamic", "llama3", "yarn", "longrope",
@@ -25,7 +25,8 @@ static int64_t rope_dim_of(const lp_arch *arch)
         return arch->qk_rope_head_dim;
     if (arch->rope_dim > 0)
         return arch->rope_dim;
-    double d = (double)est_head_dim(arch) * (arch->partial_rotary > 0 ? arch->partial_rotary : 1.0);
+    double partial = arch->partial_rotary > 0 ? arch->partial_rotary : 1.0;
+    double d = (double)lp_est_head_dim(arch) * partial;
     return (int64_t)d;
 }
 
@@ -35,7 +36,7 @@ static double yarn_correction_dim(double num_rotations, double dim, double base,
     return dim * log(ctx / (num_rotations * TWO_PI)) / (2.0 * log(base));
 }
 
-void est_rope_report(const lp_arch *arch, lp_est_rope *rope)
+void lp_est_rope_report(const lp_arch *arch, lp_est_rope *rope)
 {
     memset(rope, 0, sizeof *rope);
     int64_t dim = rope_dim_of(arch);
@@ -137,11 +138,11 @@ static void audit_rope_scaling(const lp_arch *arch, lp_est_report *rep)
     const lp_rope_scaling *sc = &arch->rope_scaling;
     if (sc->kind == LP_ROPE_SCALING_NONE)
         return;
-    const char *kind = est_scaling_name(sc->kind);
+    const char *kind = lp_est_scaling_name(sc->kind);
     if (sc->factor <= 1.0 && sc->kind != LP_ROPE_SCALING_LONGROPE) {
-        est_warn(rep, "rope_scaling_inconsistent",
-                 "rope_scaling %s factor %g does not extend the context (factor <= 1)", kind,
-                 sc->factor);
+        lp_est_warn(rep, "rope_scaling_inconsistent",
+                    "rope_scaling %s factor %g does not extend the context (factor <= 1)", kind,
+                    sc->factor);
         return;
     }
     if (sc->original_ctx <= 0 || arch->n_ctx <= 0)
@@ -151,82 +152,95 @@ static void audit_rope_scaling(const lp_arch *arch, lp_est_report *rep)
         /* llama3 scales only the low frequencies, so n_ctx need not equal factor x original
          * (Llama 3.1: 8 x 8192 vs 131072); only a context that is not extended is suspicious */
         if (arch->n_ctx <= sc->original_ctx)
-            est_warn(rep, "rope_scaling_inconsistent",
-                     "rope_scaling llama3 factor %g with original context %lld, but "
-                     "max_position_embeddings %lld is not larger",
-                     sc->factor, (long long)sc->original_ctx, (long long)arch->n_ctx);
+            lp_est_warn(rep, "rope_scaling_inconsistent",
+                        "rope_scaling llama3 factor %g with original context %lld, but "
+                        "max_position_embeddings %lld is not larger",
+                        sc->factor, (long long)sc->original_ctx, (long long)arch->n_ctx);
         return;
     }
     if (fabs(claimed - (double)arch->n_ctx) > 0.01 * claimed)
-        est_warn(rep, "rope_scaling_inconsistent",
-                 "rope_scaling %s factor %g x original context %lld = %.0f tokens, but "
-                 "max_position_embeddings is %lld",
-                 kind, sc->factor, (long long)sc->original_ctx, claimed, (long long)arch->n_ctx);
+        lp_est_warn(rep, "rope_scaling_inconsistent",
+                    "rope_scaling %s factor %g x original context %lld = %.0f tokens, but "
+                    "max_position_embeddings is %lld",
+                    kind, sc->factor, (long long)sc->original_ctx, claimed, (long long)arch->n_ctx);
 }
 
-void est_audit(const lp_arch *arch, const lp_est_options *opts, lp_est_report *rep)
+/* Heads: kv heads that do not divide the query heads, head_dim x heads != hidden. */
+static void audit_heads(const lp_arch *arch, lp_est_report *rep)
 {
-    if (!arch->mla) {
-        int64_t reported = -1;
-        for (int64_t l = 0; l < arch->n_layers; l++) {
-            int64_t kv = est_layer_kv_heads(arch, l);
-            if (kv > 0 && arch->n_heads % kv != 0 && kv != reported) {
-                est_warn(rep, "kv_heads_not_dividing",
-                         "layer %lld: %lld kv heads do not divide %lld query heads (GQA needs "
-                         "each kv head shared by a whole number of query heads)",
-                         (long long)l, (long long)kv, (long long)arch->n_heads);
-                reported = kv;
-            }
+    if (arch->mla)
+        return;
+    int64_t reported = -1;
+    for (int64_t l = 0; l < arch->n_layers; l++) {
+        int64_t kv = lp_est_layer_kv_heads(arch, l);
+        if (kv > 0 && arch->n_heads % kv != 0 && kv != reported) {
+            lp_est_warn(rep, "kv_heads_not_dividing",
+                        "layer %lld: %lld kv heads do not divide %lld query heads (GQA needs "
+                        "each kv head shared by a whole number of query heads)",
+                        (long long)l, (long long)kv, (long long)arch->n_heads);
+            reported = kv;
         }
-        int64_t head_dim = est_head_dim(arch);
-        if (head_dim * arch->n_heads != arch->hidden_size)
-            est_warn(rep, "head_dim_times_heads_not_hidden",
-                     "head_dim %lld x %lld heads = %lld != hidden_size %lld: %s", (long long)head_dim,
-                     (long long)arch->n_heads, (long long)(head_dim * arch->n_heads),
-                     (long long)arch->hidden_size,
-                     arch->head_dim_explicit
-                         ? "legitimate when the config sets head_dim (Gemma, Qwen3); q and o "
-                           "are sized heads x head_dim, not hidden"
-                         : "head_dim was derived, so the config is inconsistent");
     }
+    int64_t head_dim = lp_est_head_dim(arch);
+    if (head_dim * arch->n_heads != arch->hidden_size)
+        lp_est_warn(rep, "head_dim_times_heads_not_hidden",
+                    "head_dim %lld x %lld heads = %lld != hidden_size %lld: %s",
+                    (long long)head_dim, (long long)arch->n_heads,
+                    (long long)(head_dim * arch->n_heads), (long long)arch->hidden_size,
+                    arch->head_dim_explicit
+                        ? "legitimate when the config sets head_dim (Gemma, Qwen3); q and o "
+                          "are sized heads x head_dim, not hidden"
+                        : "head_dim was derived, so the config is inconsistent");
+}
+
+void lp_est_audit(const lp_arch *arch, const lp_est_options *opts, lp_est_report *rep)
+{
+    if (arch->assumed_family[0])
+        lp_est_warn(rep, "unknown_model_type",
+                    "model_type '%s' is not one loupe knows: counted with %s's rules (SwiGLU, "
+                    "RMSNorm, no biases, untied, RoPE), which its modeling code may not follow; "
+                    "--strict refuses",
+                    arch->family, arch->assumed_family);
+    audit_heads(arch, rep);
     if (arch->vocab_size % 64 != 0)
-        est_warn(rep, "vocab_not_multiple_of_64",
-                 "vocab_size %lld is not a multiple of 64 (%lld would be): GEMM tiles and "
-                 "tensor-parallel shards of the embedding and lm_head are ragged",
-                 (long long)arch->vocab_size, (long long)((arch->vocab_size + 63) / 64 * 64));
+        lp_est_warn(rep, "vocab_not_multiple_of_64",
+                    "vocab_size %lld is not a multiple of 64 (%lld would be): GEMM tiles and "
+                    "tensor-parallel shards of the embedding and lm_head are ragged",
+                    (long long)arch->vocab_size, (long long)((arch->vocab_size + 63) / 64 * 64));
     if (arch->n_experts > 0 && arch->n_experts_per_tok > arch->n_experts)
-        est_warn(rep, "experts_per_token_exceeds_experts",
-                 "num_experts_per_tok %lld > %lld experts", (long long)arch->n_experts_per_tok,
-                 (long long)arch->n_experts);
+        lp_est_warn(rep, "experts_per_token_exceeds_experts",
+                    "num_experts_per_tok %lld > %lld experts", (long long)arch->n_experts_per_tok,
+                    (long long)arch->n_experts);
     audit_rope_scaling(arch, rep);
 
     int64_t widest = arch->sliding_window;
     for (int64_t l = 0; l < arch->n_layers; l++)
-        if (est_layer_window(arch, l) > widest)
-            widest = est_layer_window(arch, l);
+        if (lp_est_layer_window(arch, l) > widest)
+            widest = lp_est_layer_window(arch, l);
     if (widest > 0 && arch->n_ctx > 0 && widest > arch->n_ctx)
-        est_warn(rep, "sliding_window_exceeds_context",
-                 "sliding window %lld > context %lld: the window never limits attention or the "
-                 "KV cache",
-                 (long long)widest, (long long)arch->n_ctx);
+        lp_est_warn(rep, "sliding_window_exceeds_context",
+                    "sliding window %lld > context %lld: the window never limits attention or the "
+                    "KV cache",
+                    (long long)widest, (long long)arch->n_ctx);
 
     if (arch->tied_embeddings && opts->lm_head_tensor_present == 1)
-        est_warn(rep, "tied_but_lm_head_present",
-                 "tie_word_embeddings is set but the weights contain a separate lm_head/output "
-                 "tensor: the tied count (%lld) omits %lld stored parameters",
-                 (long long)rep->params.total,
-                 (long long)(arch->vocab_size * est_embed_dim(arch)));
+        lp_est_warn(rep, "tied_but_lm_head_present",
+                    "tie_word_embeddings is set but the weights contain a separate lm_head/output "
+                    "tensor: the tied count (%lld) omits %lld stored parameters",
+                    (long long)rep->params.total,
+                    (long long)(arch->vocab_size * lp_est_embed_dim(arch)));
 
     if (arch->n_ctx > 0 && rep->seq > arch->n_ctx)
-        est_warn(rep, "seq_exceeds_context",
-                 "--seq %lld exceeds the trained context %lld (max_position_embeddings)",
-                 (long long)rep->seq, (long long)arch->n_ctx);
+        lp_est_warn(rep, "seq_exceeds_context",
+                    "--seq %lld exceeds the trained context %lld (max_position_embeddings)",
+                    (long long)rep->seq, (long long)arch->n_ctx);
     if (arch->pos_kind == LP_POS_ROPE && rope_dim_of(arch) / 2 > ((int64_t)1 << 16))
-        est_warn(rep, "rope_report_skipped",
-                 "rope_dim %lld: more than 2^16 rotary pairs, RoPE report skipped",
-                 (long long)rope_dim_of(arch));
+        lp_est_warn(rep, "rope_report_skipped",
+                    "rope_dim %lld: more than 2^16 rotary pairs, RoPE report skipped",
+                    (long long)rope_dim_of(arch));
     if (rep->rope.present && !rep->rope.scaling_modelled)
-        est_warn(rep, "rope_scaling_not_modelled",
-                 "rope_scaling %s uses per-dimension factors that the RoPE report does not model",
-                 est_scaling_name(arch->rope_scaling.kind));
+        lp_est_warn(rep, "rope_scaling_not_modelled",
+                    "rope_scaling %s uses per-dimension factors that the RoPE report does not "
+                    "model",
+                    lp_est_scaling_name(arch->rope_scaling.kind));
 }

@@ -12,67 +12,112 @@
 #define CMD "estimate"
 #define MAX_INPUTS 16
 
-static const char usage[] =
-    "usage: loupe estimate MODEL... [options]\n"
-    "\n"
-    "Exact parameter counts, weight memory, KV cache, FLOPs, roofline and memory fit from a\n"
-    "config alone (no weights are read). MODEL is a YAML card, a Hugging Face config.json or\n"
-    "model folder, a GGUF file (metadata only), or the name of a card in configs/\n"
-    "(loupe estimate llama-3-8b). Several models print side by side.\n"
-    "\n"
-    "options:\n"
-    "  --batch B             sequences (default 1)\n"
-    "  --seq T               tokens per sequence (default: the trained context, else 4096);\n"
-    "                        suffixes k = 1000, Ki = 1024\n"
-    "  --context C           decode context for the per-token decode cost (default: T)\n"
-    "  --weight-dtype D[,D]  f32|bf16|f16|fp8|int8|int4|q8_0|q4_k|... (repeatable; default:\n"
-    "                        the config's torch_dtype, else bf16); the first one is used for\n"
-    "                        totals, fit and gates\n"
-    "  --kv-dtype D          KV cache type (default: the weight dtype; f16 for quantized weights)\n"
-    "  --chunk N             tokens whose activations are live at once (default 2048)\n"
-    "  --hw NAME|FLOPS,BPS   roofline hardware: h100-sxm h100-pcie h200 a100-80gb a100-40gb\n"
-    "                        rtx-4090 mi300x, or peak FLOP/s and bytes/s (\"989T,3.35T\")\n"
-    "  --budget SIZE         largest seq and batch fitting weights + KV + activations (24GiB)\n"
-    "  --max-memory SIZE     exit 1 when weights + KV + activations exceed SIZE\n"
-    "  --max-kv SIZE         exit 1 when the KV cache exceeds SIZE\n"
-    "  --per-layer           per-layer table (params, window, KV)\n"
-    "  --rope                per-frequency RoPE wavelength table\n"
-    "  --json                one JSON document per model; an array of them for several models\n"
-    "\n"
-    "exit status: 0 ok, 1 a --max-memory/--max-kv gate was exceeded, 2 bad usage or input\n";
+/* Options left at these values were not given. Counts are range-checked here, not by the table,
+ * so that the message can name the limit; a size of 0 is refused (it would switch a gate off). */
+#define COUNT_UNSET INT64_MIN
+#define SIZE_UNSET UINT64_MAX
+#define MAX_COUNT ((int64_t)1 << 40) /* beyond any deployment; above it byte counts overflow */
+
+typedef struct estimate_opts {
+    int64_t batch, seq, context, chunk;
+    const char *weight_dtype, *kv_dtype, *hw;
+    uint64_t budget, max_memory, max_kv;
+    bool per_layer, rope, json, strict;
+    /* deployment */
+    int64_t tp, pp, dp, ep, devices, max_model_len, block_size;
+    double gpu_memory_utilization;
+    uint64_t device_memory;
+    const char *link;
+} estimate_opts;
+
+#define MAX_RANKS 65536
+
+static const lp_option estimate_options[] = {
+    LP_OPT_COUNT_OF(estimate_opts, batch, "batch", "B", 0, 0, "sequences (default 1)"),
+    LP_OPT_COUNT_OF(estimate_opts, seq, "seq", "T", 0, 0,
+                    "tokens per sequence (default: the trained context, else 4096);\n"
+                    "suffixes k = 1000, Ki = 1024"),
+    LP_OPT_COUNT_OF(estimate_opts, context, "context", "C", 0, 0,
+                    "decode context for the per-token decode cost (default: T)"),
+    LP_OPT_STRING_OF(estimate_opts, weight_dtype, "weight-dtype", "D[,D...]",
+                     "f32|bf16|f16|fp8|int8|int4|q8_0|q4_k|... (default: the config's\n"
+                     "torch_dtype, else bf16); the first one is used for totals, fit and gates"),
+    LP_OPT_STRING_OF(estimate_opts, kv_dtype, "kv-dtype", "D",
+                     "KV cache type (default: the weight dtype; f16 for quantized weights)"),
+    LP_OPT_COUNT_OF(estimate_opts, chunk, "chunk", "N", 0, 0,
+                    "tokens whose activations are live at once (default 2048)"),
+    LP_OPT_STRING_OF(estimate_opts, hw, "hw", "NAME|local|FLOPS,BPS[,MEM]",
+                     "roofline hardware: h100-sxm h100-pcie h200 a100-80gb a100-40gb\n"
+                     "rtx-4090 mi300x; local (this machine, measured: f32 FMA peak and a\n"
+                     "streaming read); or peak FLOP/s, bytes/s and optionally memory\n"
+                     "(\"989T,3.35T\", \"989T,3.35T,80GiB\")"),
+    LP_OPT_SIZE_OF(estimate_opts, budget, "budget", "SIZE",
+                   "largest seq and batch fitting weights + KV + activations (24GiB)"),
+    LP_OPT_SIZE_OF(estimate_opts, max_memory, "max-memory", "SIZE",
+                   "exit 1 when weights + KV + activations exceed SIZE"),
+    LP_OPT_SIZE_OF(estimate_opts, max_kv, "max-kv", "SIZE",
+                   "exit 1 when the KV cache exceeds SIZE"),
+    LP_OPT_FLAG_OF(estimate_opts, per_layer, "per-layer", "per-layer table (params, window, KV)"),
+    LP_OPT_FLAG_OF(estimate_opts, rope, "rope", "per-frequency RoPE wavelength table"),
+    LP_OPT_FLAG_OF(estimate_opts, json, "json",
+                   "one JSON document per model; an array of them for several models"),
+    LP_OPT_INT_OF(estimate_opts, tp, "tp", "N", 1, MAX_RANKS,
+                  "tensor parallel ranks: column/row-split projections, vocab-parallel\n"
+                  "embedding and head, kv heads split (one per rank, replicated, beyond them)"),
+    LP_OPT_INT_OF(estimate_opts, pp, "pp", "N", 1, LP_EST_MAX_STAGES,
+                  "pipeline stages of consecutive layers (embedding first, head last)"),
+    LP_OPT_INT_OF(estimate_opts, dp, "dp", "N", 1, MAX_RANKS,
+                  "data parallel replicas (default: --devices / (tp x pp), or --ep / tp)"),
+    LP_OPT_INT_OF(estimate_opts, ep, "ep", "N", 1, MAX_RANKS,
+                  "expert parallel ranks: whole experts spread over them; as in vLLM it\n"
+                  "spans tp x dp ranks (shared experts stay split by tp)"),
+    LP_OPT_INT_OF(estimate_opts, devices, "devices", "N", 1, MAX_RANKS,
+                  "devices in all (alone: --tp N); must equal tp x pp x dp"),
+    LP_OPT_NUMBER_OF(estimate_opts, gpu_memory_utilization, "gpu-memory-utilization", "U", 0.01,
+                     1.0, "fraction of each device's memory the engine may use (default 0.9)"),
+    LP_OPT_SIZE_OF(estimate_opts, device_memory, "device-memory", "SIZE",
+                   "memory per device (default: the --hw preset's)"),
+    LP_OPT_COUNT_OF(estimate_opts, max_model_len, "max-model-len", "L", 0, 0,
+                    "tokens per sequence for the concurrency figure (default: T)"),
+    LP_OPT_INT_OF(estimate_opts, block_size, "block-size", "B", 1, 1 << 20,
+                  "paged-attention block in tokens: KV blocks and whole-block sequences"),
+    LP_OPT_STRING_OF(estimate_opts, link, "link", "NVLink4|NVLink3|PCIe5|PCIe4|GBPS",
+                     "link between devices, for the communication time (GB/s one way)"),
+    LP_OPT_FLAG_OF(estimate_opts, strict, "strict",
+                   "refuse a config whose model_type loupe does not know (default: count it\n"
+                   "with Llama's rules and say so in a warning and in \"assumed_family\")"),
+    LP_OPT_END_OF_TABLE,
+};
+
+static const lp_cli_spec estimate_spec = {
+    .name = CMD,
+    .summary = "exact parameters, memory, KV cache and FLOPs from a config",
+    .synopsis = "MODEL... [options]",
+    .description =
+        "Exact parameter counts, weight memory, KV cache, FLOPs, roofline and memory fit from a\n"
+        "config alone (no weights are read). MODEL is a YAML card, a Hugging Face config.json or\n"
+        "model folder, a GGUF file (metadata only), or the name of a card in configs/\n"
+        "(loupe estimate llama-3-8b). Several models print side by side.",
+    .options = estimate_options,
+    .min_positional = 1,
+    .max_positional = MAX_INPUTS,
+    .notes = "exit status: 0 ok, 1 a --max-memory/--max-kv gate was exceeded, 2 bad usage or input",
+};
 
 typedef struct estimate_args {
-    const char *inputs[MAX_INPUTS];
+    const char *inputs[LP_CLI_MAX_POSITIONAL];
     int n_inputs;
     lp_est_options opts;
     bool json;
     int flags;
 } estimate_args;
 
-static int parse_positive(const char *name, const char *value, int64_t *out)
-{
-    int64_t v;
-    if (!lp_parse_count(value, &v) || v <= 0)
-        return lp_cli_usage_error(CMD, "%s '%s': want a positive whole number", name, value);
-    /* 2^40 tokens or sequences is far beyond any real deployment; above it byte counts overflow */
-    if (v > ((int64_t)1 << 40))
-        return lp_cli_usage_error(CMD, "%s %s is too large (limit 2^40 = 1099511627776)", name,
-                                  value);
-    *out = v;
-    return 0;
-}
-
-static int parse_size(const char *name, const char *value, uint64_t *out)
-{
-    if (!lp_parse_size(value, out) || *out == 0)
-        return lp_cli_usage_error(CMD, "%s '%s': want a size such as 24GiB, 80GB or 512MiB", name,
-                                  value);
-    return 0;
-}
-
 static int add_weight_dtypes(estimate_args *a, const char *value)
 {
     char buf[256];
+    if (strlen(value) >= sizeof buf)
+        return lp_cli_usage_error(CMD, "--weight-dtype: list longer than %zu bytes",
+                                  sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", value);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -90,68 +135,107 @@ static int add_weight_dtypes(estimate_args *a, const char *value)
     return 0;
 }
 
+/* A count option: COUNT_UNSET stays 0 (the library's default); others must be in 1..2^40. */
+static int take_count(const char *name, int64_t value, int64_t *out)
+{
+    if (value == COUNT_UNSET) {
+        *out = 0;
+        return 0;
+    }
+    if (value <= 0)
+        return lp_cli_usage_error(CMD, "--%s %lld: want a positive whole number", name,
+                                  (long long)value);
+    if (value > MAX_COUNT)
+        return lp_cli_usage_error(CMD, "--%s %lld is too large (limit 2^40 = %lld)", name,
+                                  (long long)value, (long long)MAX_COUNT);
+    *out = value;
+    return 0;
+}
+
+/* A size option: SIZE_UNSET stays off; an explicit 0 is refused. */
+static int take_size(const char *name, uint64_t value, uint64_t *out)
+{
+    if (value == 0)
+        return lp_cli_usage_error(CMD, "--%s 0: want a size such as 24GiB, 80GB or 512MiB", name);
+    *out = value == SIZE_UNSET ? 0 : value;
+    return 0;
+}
+
+/* The deployment options into opts->deploy (0 = not given, as the library expects). */
+static int resolve_deploy(const estimate_opts *o, lp_est_options *opts)
+{
+    lp_est_deploy_options *d = &opts->deploy;
+    d->tp = o->tp;
+    d->pp = o->pp;
+    d->dp = o->dp;
+    d->ep = o->ep;
+    d->devices = o->devices;
+    d->gpu_memory_utilization = o->gpu_memory_utilization;
+    d->block_size = o->block_size;
+    int rc;
+    if ((rc = take_count("max-model-len", o->max_model_len, &d->max_model_len)) != 0 ||
+        (rc = take_size("device-memory", o->device_memory, &d->device_memory)) != 0)
+        return rc;
+    if (o->link) {
+        if (!lp_est_link_parse(o->link, &d->link))
+            return lp_cli_usage_error(CMD, "--link '%s': want NVLink4, NVLink3, PCIe5, PCIe4 or "
+                                           "GB/s one way such as 200", o->link);
+        d->link_set = true;
+    }
+    return 0;
+}
+
+/* The parsed table values into the library's options: dtype and hardware names resolved. */
+static int resolve_args(const estimate_opts *o, estimate_args *a)
+{
+    lp_est_options *opts = &a->opts;
+    int rc;
+    if ((rc = take_count("batch", o->batch, &opts->batch)) != 0 ||
+        (rc = take_count("seq", o->seq, &opts->seq)) != 0 ||
+        (rc = take_count("context", o->context, &opts->context)) != 0 ||
+        (rc = take_count("chunk", o->chunk, &opts->prefill_chunk)) != 0)
+        return rc;
+    if (o->weight_dtype && (rc = add_weight_dtypes(a, o->weight_dtype)) != 0)
+        return rc;
+    if (o->kv_dtype) {
+        if (!lp_est_dtype_parse(o->kv_dtype, &opts->kv_dtype))
+            return lp_cli_usage_error(CMD, "--kv-dtype '%s': unknown type (f32, bf16, f16, fp8, "
+                                           "int8, q8_0, q4_0, ...)", o->kv_dtype);
+        opts->kv_dtype_set = true;
+    }
+    if (o->hw && strcmp(o->hw, "local") == 0) {
+        lp_error err = {0};
+        if (lp_est_hw_measure(0, 0, &opts->hw, &err) != LP_OK)
+            return lp_cli_fail(CMD, &err);
+        opts->hw_set = true;
+    } else if (o->hw) {
+        if (!lp_est_hw_parse(o->hw, &opts->hw))
+            return lp_cli_usage_error(CMD, "--hw '%s': want a preset (h100-sxm, h100-pcie, "
+                                           "h200, a100-80gb, a100-40gb, rtx-4090, mi300x) or "
+                                           "FLOPS,BYTES_PER_S such as 989T,3.35T", o->hw);
+        opts->hw_set = true;
+    }
+    if ((rc = take_size("budget", o->budget, &opts->budget)) != 0 ||
+        (rc = take_size("max-memory", o->max_memory, &opts->max_memory)) != 0 ||
+        (rc = take_size("max-kv", o->max_kv, &opts->max_kv)) != 0)
+        return rc;
+    a->json = o->json;
+    a->flags = (o->per_layer ? LP_EST_PRINT_PER_LAYER : 0) | (o->rope ? LP_EST_PRINT_ROPE : 0);
+    opts->strict = o->strict;
+    return resolve_deploy(o, opts);
+}
+
 static int parse_args(int argc, char **argv, estimate_args *a)
 {
     memset(a, 0, sizeof *a);
     lp_est_options_init(&a->opts);
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r, rc = 0;
-        const char *arg = argv[i];
-        if (lp_cli_flag(arg, "--json")) {
-            a->json = true;
-        } else if (lp_cli_flag(arg, "--per-layer")) {
-            a->flags |= LP_EST_PRINT_PER_LAYER;
-        } else if (lp_cli_flag(arg, "--rope")) {
-            a->flags |= LP_EST_PRINT_ROPE;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--batch", &v)) != 0) {
-            rc = r < 0 ? LP_EXIT_USAGE : parse_positive("--batch", v, &a->opts.batch);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--seq", &v)) != 0) {
-            rc = r < 0 ? LP_EXIT_USAGE : parse_positive("--seq", v, &a->opts.seq);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--context", &v)) != 0) {
-            rc = r < 0 ? LP_EXIT_USAGE : parse_positive("--context", v, &a->opts.context);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--chunk", &v)) != 0) {
-            rc = r < 0 ? LP_EXIT_USAGE : parse_positive("--chunk", v, &a->opts.prefill_chunk);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--weight-dtype", &v)) != 0) {
-            rc = r < 0 ? LP_EXIT_USAGE : add_weight_dtypes(a, v);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--kv-dtype", &v)) != 0) {
-            if (r < 0)
-                rc = LP_EXIT_USAGE;
-            else if (!lp_est_dtype_parse(v, &a->opts.kv_dtype))
-                rc = lp_cli_usage_error(CMD, "--kv-dtype '%s': unknown type (f32, bf16, f16, "
-                                             "fp8, int8, q8_0, q4_0, ...)", v);
-            else
-                a->opts.kv_dtype_set = true;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--hw", &v)) != 0) {
-            if (r < 0)
-                rc = LP_EXIT_USAGE;
-            else if (!lp_est_hw_parse(v, &a->opts.hw))
-                rc = lp_cli_usage_error(CMD, "--hw '%s': want a preset (h100-sxm, h100-pcie, "
-                                             "h200, a100-80gb, a100-40gb, rtx-4090, mi300x) or "
-                                             "FLOPS,BYTES_PER_S such as 989T,3.35T", v);
-            else
-                a->opts.hw_set = true;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--budget", &v)) != 0) {
-            rc = r < 0 ? LP_EXIT_USAGE : parse_size("--budget", v, &a->opts.budget);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--max-memory", &v)) != 0) {
-            rc = r < 0 ? LP_EXIT_USAGE : parse_size("--max-memory", v, &a->opts.max_memory);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--max-kv", &v)) != 0) {
-            rc = r < 0 ? LP_EXIT_USAGE : parse_size("--max-kv", v, &a->opts.max_kv);
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            rc = lp_cli_usage_error(CMD, "unknown option '%s' (see loupe help estimate)", arg);
-        } else {
-            if (a->n_inputs >= MAX_INPUTS)
-                rc = lp_cli_usage_error(CMD, "at most %d models at once", MAX_INPUTS);
-            else
-                a->inputs[a->n_inputs++] = arg;
-        }
-        if (rc != 0)
-            return rc;
-    }
-    if (a->n_inputs == 0)
-        return lp_cli_usage_error(CMD, "no model given (a card name, config.json, folder, .yaml "
-                                       "or .gguf; see loupe help estimate)");
-    return 0;
+    estimate_opts o = {0};
+    o.batch = o.seq = o.context = o.chunk = o.max_model_len = COUNT_UNSET;
+    o.budget = o.max_memory = o.max_kv = o.device_memory = SIZE_UNSET;
+    int rc = lp_cli_parse(&estimate_spec, argc, argv, &o, a->inputs, &a->n_inputs);
+    if (rc != LP_CLI_PARSED)
+        return rc;
+    return resolve_args(&o, a);
 }
 
 /* What the weights beside the config say, when there are any: whether they hold a separate
@@ -163,7 +247,8 @@ static void inspect_weights(const char *input, lp_est_options *opts)
     if (!has_weights && lp_path_is_dir(input) == 1) {
         char *single = lp_path_join(input, "model.safetensors");
         char *index = lp_path_join(input, "model.safetensors.index.json");
-        has_weights = (single && lp_path_exists(single) == 1) || (index && lp_path_exists(index) == 1);
+        has_weights = (single && lp_path_exists(single) == 1) ||
+                      (index && lp_path_exists(index) == 1);
         free(single);
         free(index);
     }
@@ -186,6 +271,52 @@ static void inspect_weights(const char *input, lp_est_options *opts)
         opts->stored_params = values;
     }
     lp_weights_close(w);
+}
+
+/* One JSON document, or an array of them for several models. */
+static int print_json(const lp_arch *archs, const lp_est_report *reps, int n, int flags)
+{
+    json_t *out = n == 1 ? NULL : json_array();
+    bool ok = n == 1 || out != NULL;
+    for (int i = 0; i < n && ok; i++) {
+        json_t *doc = lp_est_to_json(&archs[i], &reps[i], flags);
+        if (!doc)
+            ok = false;
+        else if (n == 1)
+            out = doc;
+        else if (json_array_append_new(out, doc) != 0)
+            ok = false;
+    }
+    char *text = ok ? json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(out);
+    if (!text) {
+        fprintf(stderr, "loupe %s: out of memory while writing JSON\n", CMD);
+        return LP_EXIT_USAGE;
+    }
+    fputs(text, stdout);
+    fputc('\n', stdout);
+    free(text);
+    return LP_EXIT_OK;
+}
+
+static void print_reports(const lp_arch *archs, const lp_est_report *reps, int n, int flags)
+{
+    if (n == 1) {
+        lp_est_print_text(stdout, &archs[0], &reps[0], flags);
+        return;
+    }
+    const lp_arch *ap[MAX_INPUTS];
+    const lp_est_report *rp[MAX_INPUTS];
+    for (int i = 0; i < n; i++) {
+        ap[i] = &archs[i];
+        rp[i] = &reps[i];
+    }
+    lp_est_print_side_by_side(stdout, ap, rp, n);
+    if (flags)
+        for (int i = 0; i < n; i++) {
+            fputc('\n', stdout);
+            lp_est_print_text(stdout, &archs[i], &reps[i], flags);
+        }
 }
 
 static int run_estimate(int argc, char **argv)
@@ -216,57 +347,16 @@ static int run_estimate(int argc, char **argv)
         if (lp_estimate(&archs[i], &opts, &reps[i], &err) != LP_OK)
             rc = lp_cli_fail(CMD, &err);
     }
-    if (rc == LP_EXIT_OK && args.json) {
-        json_t *out = n == 1 ? NULL : json_array();
-        bool ok = n == 1 || out != NULL;
-        for (int i = 0; i < n && ok; i++) {
-            json_t *doc = lp_est_to_json(&archs[i], &reps[i], args.flags);
-            if (!doc)
-                ok = false;
-            else if (n == 1)
-                out = doc;
-            else if (json_array_append_new(out, doc) != 0)
-                ok = false;
-        }
-        char *text = ok ? json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-        json_decref(out);
-        if (!text) {
-            fprintf(stderr, "loupe %s: out of memory while writing JSON\n", CMD);
-            rc = LP_EXIT_USAGE;
-        } else {
-            fputs(text, stdout);
-            fputc('\n', stdout);
-            free(text);
-        }
-    } else if (rc == LP_EXIT_OK && n == 1) {
-        lp_est_print_text(stdout, &archs[0], &reps[0], args.flags);
-    } else if (rc == LP_EXIT_OK) {
-        const lp_arch *ap[MAX_INPUTS];
-        const lp_est_report *rp[MAX_INPUTS];
-        for (int i = 0; i < n; i++) {
-            ap[i] = &archs[i];
-            rp[i] = &reps[i];
-        }
-        lp_est_print_side_by_side(stdout, ap, rp, n);
-        if (args.flags)
-            for (int i = 0; i < n; i++) {
-                fputc('\n', stdout);
-                lp_est_print_text(stdout, &archs[i], &reps[i], args.flags);
-            }
-    }
-    if (rc == LP_EXIT_OK)
-        for (int i = 0; i < n; i++)
-            if (reps[i].gate_memory_exceeded || reps[i].gate_kv_exceeded)
-                rc = LP_EXIT_CHECK_FAILED;
+    if (rc == LP_EXIT_OK && args.json)
+        rc = print_json(archs, reps, n, args.flags);
+    else if (rc == LP_EXIT_OK)
+        print_reports(archs, reps, n, args.flags);
+    for (int i = 0; i < n && rc == LP_EXIT_OK; i++)
+        if (reps[i].gate_memory_exceeded || reps[i].gate_kv_exceeded)
+            rc = LP_EXIT_CHECK_FAILED;
     free(archs);
     free(reps);
     return rc;
 }
-
-static const lp_cli_spec estimate_spec = {
-    .name = "estimate",
-    .summary = "exact parameters, memory, KV cache and FLOPs from a config",
-    .legacy_usage = usage,
-};
 
 const lp_command lp_command_estimate = {&estimate_spec, run_estimate};

@@ -20,6 +20,16 @@
  *   json_t *doc = lp_est_to_json(&arch, rep, 0);      // caller json_decref()s
  *   free(rep);
  *
+ * A deployment (estimate/DEPLOY.md): set opts.deploy and read rep->deploy, one device[] entry
+ * per pipeline stage.
+ *
+ *   opts.deploy.tp = 8;                                 // vLLM's placement
+ *   opts.deploy.max_model_len = 131072;
+ *   lp_est_hw_parse("h100-sxm", &opts.hw);              // its memory: 81,559 MiB
+ *   opts.hw_set = true;
+ *   lp_estimate(&arch, &opts, rep, &err);
+ *   rep->deploy.device[0].weights_bytes, rep->deploy.max_concurrent_sequences
+ *
  * Conventions (the README's "loupe estimate" section has the formulas):
  * - Parameter and byte counts are exact int64/uint64 computed with overflow checks.
  * - FLOPs count matrix multiplies only, 2 per multiply-add, as doubles (exact below 2^53).
@@ -51,6 +61,7 @@ typedef enum lp_est_component {
     LP_EST_ROUTER,         /* router matrices and score biases */
     LP_EST_NORMS,          /* per-block norms, embedding norm, final norm */
     LP_EST_LM_HEAD,        /* untied output projection (+ bias); 0 when tied */
+    LP_EST_POOLER,         /* BERT-style encoders: the pooler's dense layer */
     LP_EST_COMPONENT_COUNT
 } lp_est_component;
 
@@ -74,19 +85,52 @@ double lp_est_dtype_bits(const lp_est_dtype *dtype);
 bool lp_est_dtype_bytes(const lp_est_dtype *dtype, uint64_t n_rows, uint64_t row_len,
                         uint64_t *bytes);
 
-/* Hardware for the roofline. */
+/* Hardware for the roofline (one device). */
 typedef struct lp_est_hw {
     char name[48];
-    char label[128]; /* where the figures come from */
+    char label[160]; /* where the figures come from */
     double flops_per_s;
     double bytes_per_s;
+    uint64_t memory_bytes; /* device memory as the driver reports it; 0 unknown */
 } lp_est_hw;
 
-/* "h100-sxm", "a100-80gb", ... or "FLOPS,BYTES_PER_S" with optional k/M/G/T/P suffixes
- * ("989T,3.35T"). false on anything else. */
+/* "h100-sxm", "a100-80gb", ... or "FLOPS,BYTES_PER_S[,MEMORY]" with optional k/M/G/T/P suffixes
+ * on the rates and a size for the memory ("989T,3.35T,80GiB"). false on anything else. */
 bool lp_est_hw_parse(const char *text, lp_est_hw *out);
 /* The presets, for --help: index 0.. until NULL. */
 const lp_est_hw *lp_est_hw_preset(int index);
+
+/* This machine, measured as `loupe bench` would run on it: the f32 FMA peak of `threads`
+ * threads (a register-only loop of independent fused multiply-adds, AVX2+FMA when the CPU has
+ * them, else plain C), the bandwidth of a streaming read of read_bytes (0 = 256 MiB, several
+ * times any last-level cache; best of 3 passes) by as many threads, and the physical memory.
+ * Takes about half a second. threads <= 0 = every online CPU. */
+lp_status lp_est_hw_measure(int threads, uint64_t read_bytes, lp_est_hw *out, lp_error *err);
+
+/* A link between the devices of a deployment: bytes per second in one direction per device. */
+typedef struct lp_est_link {
+    char name[32];
+    double bytes_per_s;
+} lp_est_link;
+
+/* "NVLink4" (H100: 900 GB/s both ways = 450 GB/s each), "NVLink3" (A100: 300 GB/s), "PCIe5"
+ * (x16: 64 GB/s), "PCIe4" (32 GB/s), or a number of GB/s ("200"). false on anything else. */
+bool lp_est_link_parse(const char *text, lp_est_link *out);
+
+/* A deployment: the model split over devices as vLLM places it (tensor parallel column/row
+ * splits with vocab-parallel embedding and head, KV heads split by TP and replicated when TP
+ * exceeds them, MoE experts split by TP or spread by expert parallelism over tp x dp ranks,
+ * pipeline stages of consecutive layers). Any field set (non-zero) turns the device view on. */
+typedef struct lp_est_deploy_options {
+    int64_t tp, pp, dp, ep; /* 0 = not given: 1, or derived (dp from --devices, dp from --ep) */
+    int64_t devices;        /* 0 = tp x pp x dp */
+    double gpu_memory_utilization; /* fraction of device memory the engine may use; 0 = 0.9 */
+    uint64_t device_memory; /* bytes per device; 0 = the hardware's */
+    int64_t max_model_len;  /* tokens per sequence for the concurrency figure; 0 = seq */
+    int64_t block_size;     /* paged-attention block in tokens; 0 = no paging granularity */
+    lp_est_link link;
+    bool link_set;
+} lp_est_deploy_options;
 
 #define LP_EST_MAX_DTYPES 8
 #define LP_EST_MAX_WARNINGS 32
@@ -109,6 +153,8 @@ typedef struct lp_est_options {
     int lm_head_tensor_present; /* -1 unknown, 0 no, 1 yes (from the weights, when given) */
     uint64_t stored_weight_bytes; /* tensor bytes of the weights beside the config; 0 unknown */
     int64_t stored_params;        /* their element count (buffers included); 0 unknown */
+    bool strict; /* refuse (LP_ERR_UNSUPPORTED) a description read with assumed family rules */
+    lp_est_deploy_options deploy;
 } lp_est_options;
 
 void lp_est_options_init(lp_est_options *opts);
@@ -205,6 +251,77 @@ typedef struct lp_est_rope {
     lp_est_rope_freq freqs[LP_EST_MAX_ROPE_PAIRS];
 } lp_est_rope;
 
+typedef enum lp_est_bound {
+    LP_EST_BOUND_COMPUTE,
+    LP_EST_BOUND_MEMORY,
+    LP_EST_BOUND_LINK,
+    LP_EST_BOUND_COUNT
+} lp_est_bound;
+
+const char *lp_est_bound_name(lp_est_bound bound); /* "compute", "memory", "link" */
+
+/* One phase (a prefill, a decode step) on one device: the FLOPs it computes, the bytes it moves
+ * from memory and over the link, the time each takes at the peaks, and the largest of the three
+ * (the bound; a roofline assumes they overlap). */
+typedef struct lp_est_phase {
+    double flops, bytes, link_bytes;
+    double compute_seconds, memory_seconds, link_seconds;
+    double seconds;
+    lp_est_bound bound;
+} lp_est_phase;
+
+#define LP_EST_MAX_STAGES 64
+
+/* One device role. Under the splits loupe accepts every TP and EP rank of a pipeline stage holds
+ * the same amount, so a role is a stage: n_devices = tp x dp devices, tp_rank 0..tp-1 and
+ * ep_rank 0..ep-1 alike. */
+typedef struct lp_est_device {
+    int64_t pp_stage, first_layer, n_layers;
+    int64_t n_devices;
+    bool holds_embedding, holds_lm_head; /* beyond its layers (tied + pp > 1: both on the last) */
+    int64_t experts;  /* routed experts per MoE layer held here; 0 for a dense model */
+    int64_t kv_heads; /* kv heads a layer holds here (the most of any layer); 0 for MLA (latent) */
+    uint64_t weights_bytes;      /* at the first weight dtype */
+    uint64_t kv_bytes_per_token; /* the stage's layers, each token up to the windows */
+    uint64_t kv_cache_bytes;     /* at the report's batch x seq */
+    uint64_t activations_bytes;
+    uint64_t total_bytes;        /* weights + KV cache + activations */
+    uint64_t kv_budget_bytes;    /* usable - weights - activations; 0 when nothing is left */
+    bool fits;                   /* total within usable memory (false when memory is unknown) */
+    lp_est_phase prefill, decode; /* with hardware: batch x seq tokens; one step of batch */
+} lp_est_device;
+
+typedef struct lp_est_deploy {
+    bool present;
+    int64_t tp, pp, dp, ep, devices;
+    int64_t kv_head_replicas; /* TP ranks holding the same kv head (tp / kv heads when more) */
+    int64_t vocab_padded;     /* vLLM pads the vocabulary to a multiple of 64 ... */
+    int64_t vocab_per_rank;   /* ... and gives each TP rank padded / tp rows */
+    int64_t moe_tp;           /* ways each expert is split: tp x dp without EP, 1 with EP */
+    int n_devices;            /* entries in device[] (= pp) */
+    lp_est_device device[LP_EST_MAX_STAGES];
+    /* communication, per token and device */
+    double tp_allreduce_bytes;   /* one TP all-reduce message: hidden x activation bytes */
+    int64_t tp_allreduces_per_layer; /* 2 (after attention, after the FFN); 1 in a MoE layer
+                                        with EP, whose experts send all-to-all instead */
+    double pp_handoff_bytes;     /* hidden state + residual sent at each stage boundary */
+    double ep_alltoall_bytes;    /* dispatch + combine leaving a device per MoE layer */
+    lp_est_link link;
+    bool link_set;
+    /* serving (when device memory is known) */
+    bool memory_known;
+    double gpu_memory_utilization;
+    uint64_t device_memory, usable_bytes;
+    int64_t max_model_len, block_size;
+    uint64_t kv_bytes_per_sequence;  /* one sequence of max_model_len on the busiest device */
+    int64_t kv_blocks;               /* per device, the fewest of any stage; 0 without blocks */
+    int64_t max_concurrent_sequences; /* per replica; -1 = no KV cache bounds it (encoder) */
+    double max_concurrency;          /* before rounding down (vLLM logs it as "N.NNx") */
+    /* one pass of a replica, its stages one after another (with hardware) */
+    double prefill_seconds, decode_seconds;
+    lp_est_bound prefill_bound, decode_bound; /* of the slowest stage */
+} lp_est_deploy;
+
 typedef struct lp_est_report {
     /* the settings actually used, defaults filled in */
     int64_t batch;
@@ -251,6 +368,7 @@ typedef struct lp_est_report {
     bool gate_kv_exceeded;
 
     lp_est_rope rope;
+    lp_est_deploy deploy; /* present when opts.deploy asked for a device view */
     lp_est_warning warnings[LP_EST_MAX_WARNINGS];
     int n_warnings;
 } lp_est_report;
@@ -272,6 +390,21 @@ lp_status lp_est_kv_bytes(const lp_arch *arch, const lp_est_dtype *kv_dtype, int
 lp_status lp_estimate(const lp_arch *arch, const lp_est_options *opts, lp_est_report *out,
                       lp_error *err);
 
+/* Roofline times of one device running the whole model: a prefill of `tokens` tokens of one
+ * sequence and one decode step at context `tokens`, weights stored as weight_dtype (NULL = the
+ * config's), KV cache at the same type, activations f32 for f32 weights. logits_last_only: the
+ * prefill computes the lm_head for its last position only, as loupe trace and bench do. This is
+ * what trace/bench print next to their measured times (with a measured hw, lp_est_hw_measure). */
+typedef struct lp_est_times {
+    double prefill_flops, prefill_bytes, prefill_seconds;
+    double decode_flops, decode_bytes, decode_seconds;
+    bool prefill_compute_bound, decode_compute_bound;
+} lp_est_times;
+
+lp_status lp_est_predict_times(const lp_arch *arch, const lp_est_dtype *weight_dtype,
+                               int64_t tokens, bool logits_last_only, const lp_est_hw *hw,
+                               lp_est_times *out, lp_error *err);
+
 /* Weights + KV + activations at (batch, seq) for the report's dtypes; false on overflow. */
 bool lp_est_memory_at(const lp_arch *arch, const lp_est_report *rep, int64_t batch, int64_t seq,
                       uint64_t *bytes);
@@ -283,7 +416,8 @@ void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep,
 /* Several models side by side (key figures only). */
 void lp_est_print_side_by_side(FILE *out, const lp_arch *const *archs,
                                const lp_est_report *const *reps, int n);
-/* The --json document (keys in the README's "loupe estimate" section); NULL on allocation failure. */
+/* The --json document (keys in the README's "loupe estimate" section); NULL on allocation
+ * failure. */
 json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags);
 
 #endif

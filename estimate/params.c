@@ -18,6 +18,7 @@ static const char *const component_names[LP_EST_COMPONENT_COUNT] = {
     [LP_EST_ROUTER] = "router",
     [LP_EST_NORMS] = "norms",
     [LP_EST_LM_HEAD] = "lm_head",
+    [LP_EST_POOLER] = "pooler",
 };
 
 const char *lp_est_component_name(lp_est_component component)
@@ -80,65 +81,69 @@ bool lp_est_dtype_bytes(const lp_est_dtype *dtype, uint64_t n_rows, uint64_t row
 
 /* ---- the per-layer view of an lp_arch ---------------------------------------------------- */
 
-int64_t est_head_dim(const lp_arch *arch)
+int64_t lp_est_head_dim(const lp_arch *arch)
 {
     if (arch->head_dim > 0)
         return arch->head_dim;
     return arch->n_heads > 0 ? arch->hidden_size / arch->n_heads : 0;
 }
 
-int64_t est_embed_dim(const lp_arch *arch)
+int64_t lp_est_embed_dim(const lp_arch *arch)
 {
     return arch->embed_proj_dim > 0 ? arch->embed_proj_dim : arch->hidden_size;
 }
 
 static bool layer_in_range(int64_t layer) { return layer >= 0 && layer < LP_MAX_LAYERS; }
 
-int64_t est_layer_kv_heads(const lp_arch *arch, int64_t layer)
+int64_t lp_est_layer_kv_heads(const lp_arch *arch, int64_t layer)
 {
     if (layer_in_range(layer) && arch->layer_kv_heads[layer] > 0)
         return arch->layer_kv_heads[layer];
     return arch->n_kv_heads > 0 ? arch->n_kv_heads : arch->n_heads;
 }
 
-int64_t est_layer_ffn_hidden(const lp_arch *arch, int64_t layer)
+int64_t lp_est_layer_ffn_hidden(const lp_arch *arch, int64_t layer)
 {
     if (layer_in_range(layer) && arch->layer_ffn_hidden[layer] > 0)
         return arch->layer_ffn_hidden[layer];
     return arch->ffn_hidden;
 }
 
-int64_t est_layer_window(const lp_arch *arch, int64_t layer)
+int64_t lp_est_layer_window(const lp_arch *arch, int64_t layer)
 {
     return layer_in_range(layer) && arch->layer_window[layer] > 0 ? arch->layer_window[layer] : 0;
 }
 
-bool est_layer_is_moe(const lp_arch *arch, int64_t layer)
+bool lp_est_layer_is_moe(const lp_arch *arch, int64_t layer)
 {
     return arch->n_experts > 0 && layer_in_range(layer) && arch->layer_moe[layer];
 }
 
-int64_t est_layer_kv_values(const lp_arch *arch, int64_t layer)
+static int64_t layer_kv_values(const lp_arch *arch, int64_t layer)
 {
     if (arch->mla)
         return arch->kv_lora_rank + arch->qk_rope_head_dim; /* one latent, shared by K and V */
-    return est_layer_kv_heads(arch, layer) * 2 * est_head_dim(arch);
+    return lp_est_layer_kv_heads(arch, layer) * 2 * lp_est_head_dim(arch);
 }
 
-bool est_layer_kv_bytes_per_token(const lp_arch *arch, int64_t layer, const lp_est_dtype *dtype,
-                                  uint64_t *bytes)
+bool lp_est_layer_kv_bytes_per_token(const lp_arch *arch, int64_t layer, const lp_est_dtype *dtype,
+                                     uint64_t *bytes)
 {
+    if (arch->encoder_only) { /* the whole sequence is processed at once: nothing is cached */
+        *bytes = 0;
+        return true;
+    }
     /* Caches store one row per head (K and V separately), so block types pad per head row. */
     if (arch->mla)
         return lp_est_dtype_bytes(dtype, 1, (uint64_t)(arch->kv_lora_rank + arch->qk_rope_head_dim),
                                   bytes);
     uint64_t rows;
-    if (!lp_mul_u64((uint64_t)est_layer_kv_heads(arch, layer), 2, &rows))
+    if (!lp_mul_u64((uint64_t)lp_est_layer_kv_heads(arch, layer), 2, &rows))
         return false;
-    return lp_est_dtype_bytes(dtype, rows, (uint64_t)est_head_dim(arch), bytes);
+    return lp_est_dtype_bytes(dtype, rows, (uint64_t)lp_est_head_dim(arch), bytes);
 }
 
-double est_causal_pairs(int64_t seq, int64_t window)
+double lp_est_causal_pairs(int64_t seq, int64_t window)
 {
     double t = (double)seq;
     if (window <= 0 || window >= seq)
@@ -149,18 +154,29 @@ double est_causal_pairs(int64_t seq, int64_t window)
 
 /* ---- the tensor list --------------------------------------------------------------------- */
 
+/* The parts being listed, and how tensor parallelism splits the next ones (set with
+ * splitting(); deploy.c reads it, the counts ignore it). */
 typedef struct part_list {
-    est_part *parts;
+    lp_est_part *parts;
     int n;
+    lp_est_split split;
+    int64_t split_groups;
+    bool head_side;
 } part_list;
+
+static void splitting(part_list *list, lp_est_split split, int64_t groups)
+{
+    list->split = split;
+    list->split_groups = groups;
+}
 
 static void add_part(part_list *list, lp_est_component comp, const char *name, int64_t rows,
                      int64_t cols, int64_t copies, int64_t active_copies, bool is_matrix)
 {
     if (rows <= 0 || cols <= 0 || copies <= 0)
         return;
-    LP_ASSERT(list->n < EST_MAX_PARTS);
-    est_part *p = &list->parts[list->n++];
+    LP_ASSERT(list->n < LP_EST_MAX_PARTS);
+    lp_est_part *p = &list->parts[list->n++];
     p->comp = comp;
     p->name = name;
     p->rows = rows;
@@ -168,6 +184,9 @@ static void add_part(part_list *list, lp_est_component comp, const char *name, i
     p->copies = copies;
     p->active_copies = active_copies;
     p->is_matrix = is_matrix;
+    p->split = list->split;
+    p->split_groups = list->split_groups;
+    p->head_side = list->head_side;
 }
 
 static void add_matrix(part_list *list, lp_est_component comp, const char *name, int64_t out,
@@ -196,16 +215,56 @@ static void add_ffn(part_list *list, const lp_arch *arch, lp_est_component comp,
 {
     int64_t h = arch->hidden_size;
     bool gated = arch->ffn_kind != LP_FFN_MLP;
+    /* gate/up column-parallel, down row-parallel (its bias whole) */
+    splitting(list, LP_EST_SPLIT_ROWS, f);
     if (gated)
         add_part(list, comp, "gate", f, h, copies, active_copies, true);
     add_part(list, comp, "up", f, h, copies, active_copies, true);
-    add_part(list, comp, "down", h, f, copies, active_copies, true);
     if (arch->bias_mlp) {
         if (gated)
             add_part(list, comp, "gate bias", f, 1, copies, active_copies, false);
         add_part(list, comp, "up bias", f, 1, copies, active_copies, false);
-        add_part(list, comp, "down bias", h, 1, copies, active_copies, false);
     }
+    splitting(list, LP_EST_SPLIT_COLS, f);
+    add_part(list, comp, "down", h, f, copies, active_copies, true);
+    splitting(list, LP_EST_SPLIT_NONE, 0);
+    if (arch->bias_mlp)
+        add_part(list, comp, "down bias", h, 1, copies, active_copies, false);
+}
+
+/* DeepSeek's multi-head latent attention. */
+static void add_mla(part_list *list, const lp_arch *arch)
+{
+    int64_t h = arch->hidden_size;
+    int64_t heads = arch->n_heads;
+    /* vLLM: the down-projections q_a and kv_a and their norms are replicated; q_b (or q),
+     * kv_b are split by heads, o by its input heads */
+    int64_t qk_head = arch->qk_nope_head_dim + arch->qk_rope_head_dim;
+    if (arch->q_lora_rank > 0) {
+        splitting(list, LP_EST_SPLIT_NONE, 0);
+        add_matrix(list, LP_EST_ATTN, "q_a", arch->q_lora_rank, h);
+        if (arch->bias_qkv)
+            add_vector(list, LP_EST_ATTN, "q_a bias", arch->q_lora_rank);
+        add_vector(list, LP_EST_ATTN, "q_a norm", arch->q_lora_rank); /* RMSNorm */
+        splitting(list, LP_EST_SPLIT_ROWS, heads);
+        add_matrix(list, LP_EST_ATTN, "q_b", heads * qk_head, arch->q_lora_rank);
+    } else {
+        splitting(list, LP_EST_SPLIT_ROWS, heads);
+        add_matrix(list, LP_EST_ATTN, "q", heads * qk_head, h);
+    }
+    splitting(list, LP_EST_SPLIT_NONE, 0);
+    add_matrix(list, LP_EST_ATTN, "kv_a", arch->kv_lora_rank + arch->qk_rope_head_dim, h);
+    if (arch->bias_qkv)
+        add_vector(list, LP_EST_ATTN, "kv_a bias", arch->kv_lora_rank + arch->qk_rope_head_dim);
+    add_vector(list, LP_EST_ATTN, "kv_a norm", arch->kv_lora_rank);
+    splitting(list, LP_EST_SPLIT_ROWS, heads);
+    add_matrix(list, LP_EST_ATTN, "kv_b", heads * (arch->qk_nope_head_dim + arch->v_head_dim),
+               arch->kv_lora_rank);
+    splitting(list, LP_EST_SPLIT_COLS, heads);
+    add_matrix(list, LP_EST_ATTN, "o", h, heads * arch->v_head_dim);
+    splitting(list, LP_EST_SPLIT_NONE, 0);
+    if (arch->bias_o)
+        add_vector(list, LP_EST_ATTN, "o bias", h);
 }
 
 static void add_attention(part_list *list, const lp_arch *arch, int64_t layer)
@@ -213,47 +272,43 @@ static void add_attention(part_list *list, const lp_arch *arch, int64_t layer)
     int64_t h = arch->hidden_size;
     int64_t heads = arch->n_heads;
     if (arch->mla) {
-        int64_t qk_head = arch->qk_nope_head_dim + arch->qk_rope_head_dim;
-        if (arch->q_lora_rank > 0) {
-            add_matrix(list, LP_EST_ATTN, "q_a", arch->q_lora_rank, h);
-            if (arch->bias_qkv)
-                add_vector(list, LP_EST_ATTN, "q_a bias", arch->q_lora_rank);
-            add_vector(list, LP_EST_ATTN, "q_a norm", arch->q_lora_rank); /* RMSNorm */
-            add_matrix(list, LP_EST_ATTN, "q_b", heads * qk_head, arch->q_lora_rank);
-        } else {
-            add_matrix(list, LP_EST_ATTN, "q", heads * qk_head, h);
-        }
-        add_matrix(list, LP_EST_ATTN, "kv_a", arch->kv_lora_rank + arch->qk_rope_head_dim, h);
-        if (arch->bias_qkv)
-            add_vector(list, LP_EST_ATTN, "kv_a bias", arch->kv_lora_rank + arch->qk_rope_head_dim);
-        add_vector(list, LP_EST_ATTN, "kv_a norm", arch->kv_lora_rank);
-        add_matrix(list, LP_EST_ATTN, "kv_b", heads * (arch->qk_nope_head_dim + arch->v_head_dim),
-                   arch->kv_lora_rank);
-        add_matrix(list, LP_EST_ATTN, "o", h, heads * arch->v_head_dim);
-        if (arch->bias_o)
-            add_vector(list, LP_EST_ATTN, "o bias", h);
+        add_mla(list, arch);
         return;
     }
-    int64_t head_dim = est_head_dim(arch);
+    int64_t head_dim = lp_est_head_dim(arch);
     int64_t q_dim = heads * head_dim;
-    int64_t kv_dim = est_layer_kv_heads(arch, layer) * head_dim;
+    int64_t kv_heads = lp_est_layer_kv_heads(arch, layer);
+    int64_t kv_dim = kv_heads * head_dim;
+    /* q by heads, k/v by kv heads (QKVParallelLinear), o by its input heads; the o bias, and
+     * norms shared by all heads, whole on every rank */
+    splitting(list, LP_EST_SPLIT_ROWS, heads);
     add_matrix(list, LP_EST_ATTN, "q", q_dim, h);
+    if (arch->bias_qkv)
+        add_vector(list, LP_EST_ATTN, "q bias", q_dim);
+    splitting(list, LP_EST_SPLIT_KV, kv_heads);
     add_matrix(list, LP_EST_ATTN, "k", kv_dim, h);
     add_matrix(list, LP_EST_ATTN, "v", kv_dim, h);
     if (arch->bias_qkv) {
-        add_vector(list, LP_EST_ATTN, "q bias", q_dim);
         add_vector(list, LP_EST_ATTN, "k bias", kv_dim);
         add_vector(list, LP_EST_ATTN, "v bias", kv_dim);
     }
+    splitting(list, LP_EST_SPLIT_COLS, heads);
     add_matrix(list, LP_EST_ATTN, "o", h, q_dim);
+    splitting(list, LP_EST_SPLIT_NONE, 0);
     if (arch->bias_o)
         add_vector(list, LP_EST_ATTN, "o bias", h);
+    splitting(list, LP_EST_SPLIT_ROWS, heads);
     if (arch->attn_sinks)
         add_vector(list, LP_EST_ATTN, "attention sinks", heads);
-    if (arch->qk_norm_per_head) { /* StableLM 2: one weight-only norm for every head */
+    if (arch->qk_norm_per_head) { /* StableLM 2, Cohere: one weight-only norm for every head */
         add_vector(list, LP_EST_ATTN, "q norms", q_dim);
+        splitting(list, LP_EST_SPLIT_KV, kv_heads);
         add_vector(list, LP_EST_ATTN, "k norms", kv_dim);
-    } else if (arch->qk_norm_full) { /* OLMo 2: over all heads at once */
+    }
+    splitting(list, LP_EST_SPLIT_NONE, 0);
+    if (arch->qk_norm_per_head)
+        return;
+    if (arch->qk_norm_full) { /* OLMo 2: over all heads at once (vLLM all-gathers q, k) */
         add_norm(list, arch, LP_EST_ATTN, "q norm", q_dim);
         add_norm(list, arch, LP_EST_ATTN, "k norm", kv_dim);
     } else if (arch->qk_norm) { /* Qwen3, Gemma 3: one head_dim vector shared by all heads */
@@ -303,52 +358,64 @@ static void add_moe(part_list *list, const lp_arch *arch)
         add_matrix(list, LP_EST_SHARED_EXPERTS, "shared expert gate", 1, h);
 }
 
-int est_layer_parts(const lp_arch *arch, int64_t layer, est_part *parts)
+int lp_est_layer_parts(const lp_arch *arch, int64_t layer, lp_est_part *parts)
 {
-    part_list list = {parts, 0};
+    part_list list = {parts, 0, LP_EST_SPLIT_NONE, 0, false};
     add_attention(&list, arch, layer);
     add_layer_norms(&list, arch);
-    if (est_layer_is_moe(arch, layer))
+    if (lp_est_layer_is_moe(arch, layer))
         add_moe(&list, arch);
     else
-        add_ffn(&list, arch, LP_EST_FFN, est_layer_ffn_hidden(arch, layer), 1, 1);
+        add_ffn(&list, arch, LP_EST_FFN, lp_est_layer_ffn_hidden(arch, layer), 1, 1);
     return list.n;
 }
 
-int est_global_parts(const lp_arch *arch, est_part *parts)
+int lp_est_global_parts(const lp_arch *arch, lp_est_part *parts)
 {
-    part_list list = {parts, 0};
+    part_list list = {parts, 0, LP_EST_SPLIT_NONE, 0, false};
     int64_t h = arch->hidden_size;
     /* OPT-350m: the vocabulary tables are embed_proj_dim wide, with bias-free projections to
-     * and from hidden at either end of the stack */
-    int64_t embed_dim = est_embed_dim(arch);
+     * and from hidden at either end of the stack. The first pipeline stage holds what comes
+     * before the layers, the last what comes after; vocabulary tables are vocab-parallel, the
+     * rest replicated (vLLM's OPT projections are ReplicatedLinear). */
+    int64_t embed_dim = lp_est_embed_dim(arch);
+    splitting(&list, LP_EST_SPLIT_VOCAB, arch->vocab_size);
     add_matrix(&list, LP_EST_EMBED, "token embedding", arch->vocab_size, embed_dim);
-    if (embed_dim != h) {
+    splitting(&list, LP_EST_SPLIT_NONE, 0);
+    if (embed_dim != h)
         add_matrix(&list, LP_EST_EMBED, "project_in", h, embed_dim);
-        add_matrix(&list, LP_EST_EMBED, "project_out", embed_dim, h);
-    }
     if (arch->pos_kind == LP_POS_LEARNED) {
         int64_t rows = arch->pos_table_rows > 0 ? arch->pos_table_rows
                                                 : arch->n_ctx + arch->pos_offset;
         add_matrix(&list, LP_EST_POS_EMBED, "position embedding", rows, h);
     }
+    add_matrix(&list, LP_EST_EMBED, "token type embedding", arch->n_token_types, h);
     if (arch->embed_norm)
         add_norm(&list, arch, LP_EST_NORMS, "embedding norm", h);
+    list.head_side = true;
+    if (embed_dim != h)
+        add_matrix(&list, LP_EST_EMBED, "project_out", embed_dim, h);
     if (arch->final_norm)
         add_norm(&list, arch, LP_EST_NORMS, "final norm", h);
-    if (!arch->tied_embeddings) {
+    if (!arch->tied_embeddings && !arch->encoder_only) {
+        splitting(&list, LP_EST_SPLIT_VOCAB, arch->vocab_size);
         add_matrix(&list, LP_EST_LM_HEAD, "lm_head", arch->vocab_size, embed_dim);
         if (arch->bias_lm_head)
             add_vector(&list, LP_EST_LM_HEAD, "lm_head bias", arch->vocab_size);
+        splitting(&list, LP_EST_SPLIT_NONE, 0);
+    }
+    if (arch->pooler) {
+        add_matrix(&list, LP_EST_POOLER, "pooler", h, h);
+        add_vector(&list, LP_EST_POOLER, "pooler bias", h);
     }
     return list.n;
 }
 
-int est_mtp_extra_parts(const lp_arch *arch, est_part *parts)
+static int mtp_extra_parts(const lp_arch *arch, lp_est_part *parts)
 {
     /* DeepSeek V3 MTP module: enorm, hnorm, eh_proj [hidden, 2 hidden], its decoder layer and a
      * final norm; the embedding and output head are shared with the main model. */
-    part_list list = {parts, 0};
+    part_list list = {parts, 0, LP_EST_SPLIT_NONE, 0, false};
     int64_t h = arch->hidden_size;
     add_norm(&list, arch, LP_EST_NORMS, "mtp enorm", h);
     add_norm(&list, arch, LP_EST_NORMS, "mtp hnorm", h);
@@ -357,7 +424,7 @@ int est_mtp_extra_parts(const lp_arch *arch, est_part *parts)
     return list.n;
 }
 
-bool est_part_elems(const est_part *part, int64_t *elems, int64_t *active_elems)
+static bool part_elems(const lp_est_part *part, int64_t *elems, int64_t *active_elems)
 {
     int64_t one, all, active;
     if (!lp_mul_i64(part->rows, part->cols, &one) || !lp_mul_i64(one, part->copies, &all) ||
@@ -368,7 +435,7 @@ bool est_part_elems(const est_part *part, int64_t *elems, int64_t *active_elems)
     return true;
 }
 
-bool est_part_bytes(const est_part *part, const lp_est_dtype *dtype, uint64_t *bytes)
+bool lp_est_part_bytes(const lp_est_part *part, const lp_est_dtype *dtype, uint64_t *bytes)
 {
     uint64_t one;
     if (part->is_matrix) {
@@ -397,7 +464,7 @@ static lp_status check_arch(const lp_arch *arch, lp_error *err)
                             "%s: hidden_size %lld, vocab_size %lld, n_heads %lld must be > 0",
                             src, (long long)arch->hidden_size, (long long)arch->vocab_size,
                             (long long)arch->n_heads);
-    if (!arch->mla && est_head_dim(arch) <= 0)
+    if (!arch->mla && lp_est_head_dim(arch) <= 0)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: head_dim is 0 (hidden %lld / heads %lld)",
                             src, (long long)arch->hidden_size, (long long)arch->n_heads);
     if (arch->mla && (arch->kv_lora_rank <= 0 || arch->v_head_dim <= 0 ||
@@ -409,7 +476,7 @@ static lp_status check_arch(const lp_arch *arch, lp_error *err)
                             (long long)arch->qk_nope_head_dim, (long long)arch->qk_rope_head_dim);
     if (arch->n_experts > 0 && arch->expert_ffn_hidden <= 0)
         for (int64_t l = 0; l < arch->n_layers; l++)
-            if (est_layer_is_moe(arch, l))
+            if (lp_est_layer_is_moe(arch, l))
                 return lp_error_set(err, LP_ERR_FORMAT,
                                     "%s: %lld experts but expert_ffn_hidden is %lld", src,
                                     (long long)arch->n_experts, (long long)arch->expert_ffn_hidden);
@@ -423,12 +490,12 @@ static lp_status overflow(const lp_arch *arch, const char *what, lp_error *err)
 }
 
 /* Add the parts to totals; layer may be NULL. */
-static lp_status sum_parts(const lp_arch *arch, const est_part *parts, int n, int64_t *by_comp,
+static lp_status sum_parts(const lp_arch *arch, const lp_est_part *parts, int n, int64_t *by_comp,
                            int64_t *active_by_comp, int64_t *matrix_params, lp_error *err)
 {
     for (int i = 0; i < n; i++) {
         int64_t all, active;
-        if (!est_part_elems(&parts[i], &all, &active) ||
+        if (!part_elems(&parts[i], &all, &active) ||
             !lp_add_i64(by_comp[parts[i].comp], all, &by_comp[parts[i].comp]) ||
             !lp_add_i64(active_by_comp[parts[i].comp], active, &active_by_comp[parts[i].comp]))
             return overflow(arch, parts[i].name, err);
@@ -457,11 +524,11 @@ lp_status lp_est_count_params(const lp_arch *arch, lp_est_params *out, lp_error 
     if (st != LP_OK)
         return st;
     out->n_layers = arch->n_layers;
-    est_part parts[EST_MAX_PARTS];
+    lp_est_part parts[LP_EST_MAX_PARTS];
     for (int64_t l = 0; l < arch->n_layers && l < LP_MAX_LAYERS; l++) {
         lp_est_layer *layer = &out->layers[l];
         int64_t active_by_comp[LP_EST_COMPONENT_COUNT] = {0};
-        int n = est_layer_parts(arch, l, parts);
+        int n = lp_est_layer_parts(arch, l, parts);
         st = sum_parts(arch, parts, n, layer->by_component, active_by_comp, &out->matrix_params,
                        err);
         if (st == LP_OK)
@@ -475,16 +542,16 @@ lp_status lp_est_count_params(const lp_arch *arch, lp_est_params *out, lp_error 
                 !lp_add_i64(out->active_by_component[c], active_by_comp[c],
                             &out->active_by_component[c]))
                 return overflow(arch, "parameter total", err);
-        layer->moe = est_layer_is_moe(arch, l);
-        layer->window = est_layer_window(arch, l);
-        layer->kv_heads = arch->mla ? 1 : est_layer_kv_heads(arch, l);
-        layer->kv_values_per_token = est_layer_kv_values(arch, l);
+        layer->moe = lp_est_layer_is_moe(arch, l);
+        layer->window = lp_est_layer_window(arch, l);
+        layer->kv_heads = arch->mla ? 1 : lp_est_layer_kv_heads(arch, l);
+        layer->kv_values_per_token = layer_kv_values(arch, l);
         layer->n_heads = arch->n_heads;
         layer->attn_qk_dim = arch->mla ? arch->qk_nope_head_dim + arch->qk_rope_head_dim
-                                       : est_head_dim(arch);
-        layer->attn_v_dim = arch->mla ? arch->v_head_dim : est_head_dim(arch);
+                                       : lp_est_head_dim(arch);
+        layer->attn_v_dim = arch->mla ? arch->v_head_dim : lp_est_head_dim(arch);
     }
-    int n = est_global_parts(arch, parts);
+    int n = lp_est_global_parts(arch, parts);
     st = sum_parts(arch, parts, n, out->by_component, out->active_by_component,
                    &out->matrix_params, err);
     if (st == LP_OK)
@@ -499,7 +566,7 @@ lp_status lp_est_count_params(const lp_arch *arch, lp_est_params *out, lp_error 
         int64_t by_comp[LP_EST_COMPONENT_COUNT] = {0}, act[LP_EST_COMPONENT_COUNT] = {0};
         int64_t one = 0;
         int64_t last = arch->n_layers - 1 < LP_MAX_LAYERS ? arch->n_layers - 1 : 0;
-        n = est_mtp_extra_parts(arch, parts);
+        n = mtp_extra_parts(arch, parts);
         st = sum_parts(arch, parts, n, by_comp, act, NULL, err);
         if (st == LP_OK)
             st = total_of(arch, by_comp, &one, err);
@@ -518,13 +585,13 @@ lp_status lp_est_weight_bytes(const lp_arch *arch, const lp_est_dtype *dtype, ui
     lp_status st = check_arch(arch, err);
     if (st != LP_OK)
         return st;
-    est_part parts[EST_MAX_PARTS];
+    lp_est_part parts[LP_EST_MAX_PARTS];
     uint64_t total = 0, experts = 0;
     for (int64_t l = -1; l < arch->n_layers; l++) {
-        int n = l < 0 ? est_global_parts(arch, parts) : est_layer_parts(arch, l, parts);
+        int n = l < 0 ? lp_est_global_parts(arch, parts) : lp_est_layer_parts(arch, l, parts);
         for (int i = 0; i < n; i++) {
             uint64_t b;
-            if (!est_part_bytes(&parts[i], dtype, &b) || !lp_add_u64(total, b, &total))
+            if (!lp_est_part_bytes(&parts[i], dtype, &b) || !lp_add_u64(total, b, &total))
                 return overflow(arch, "weight bytes", err);
             if (parts[i].comp == LP_EST_EXPERTS && !lp_add_u64(experts, b, &experts))
                 return overflow(arch, "weight bytes", err);
@@ -548,9 +615,9 @@ lp_status lp_est_kv_bytes(const lp_arch *arch, const lp_est_dtype *kv_dtype, int
     uint64_t total = 0;
     for (int64_t l = 0; l < arch->n_layers; l++) {
         uint64_t per_token, layer_bytes;
-        int64_t window = est_layer_window(arch, l);
+        int64_t window = lp_est_layer_window(arch, l);
         uint64_t tokens = (uint64_t)(window > 0 && window < seq ? window : seq);
-        if (!est_layer_kv_bytes_per_token(arch, l, kv_dtype, &per_token) ||
+        if (!lp_est_layer_kv_bytes_per_token(arch, l, kv_dtype, &per_token) ||
             !lp_mul_u64(per_token, tokens, &layer_bytes) ||
             !lp_mul_u64(layer_bytes, (uint64_t)batch, &layer_bytes) ||
             !lp_add_u64(total, layer_bytes, &total))
@@ -562,7 +629,7 @@ lp_status lp_est_kv_bytes(const lp_arch *arch, const lp_est_dtype *kv_dtype, int
     return LP_OK;
 }
 
-void est_warn(lp_est_report *rep, const char *code, const char *fmt, ...)
+void lp_est_warn(lp_est_report *rep, const char *code, const char *fmt, ...)
 {
     if (rep->n_warnings >= LP_EST_MAX_WARNINGS)
         return;

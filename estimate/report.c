@@ -14,16 +14,6 @@ static const char *fmt_int(int64_t v, char *buf) { return lp_format_int(v, buf, 
 static const char *fmt_bytes(uint64_t v, char *buf) { return lp_format_bytes(v, buf, 48); }
 static const char *fmt_flops(double v, char *buf) { return lp_format_flops(v, buf, 48); }
 
-static const char *fmt_seconds(double s, char *buf)
-{
-    if (s >= 1.0)
-        snprintf(buf, 48, "%.3g s", s);
-    else if (s >= 1e-3)
-        snprintf(buf, 48, "%.3g ms", s * 1e3);
-    else
-        snprintf(buf, 48, "%.3g us", s * 1e6);
-    return buf;
-}
 
 static const char *fmt_window(int64_t window, char *buf)
 {
@@ -45,7 +35,7 @@ static const char *fmt_fit(int64_t v, char *buf)
     return buf;
 }
 
-static const char *model_name(const lp_arch *arch)
+const char *lp_est_model_name(const lp_arch *arch)
 {
     if (arch->name[0])
         return arch->name;
@@ -143,17 +133,19 @@ static void print_memory(FILE *out, const lp_est_report *rep)
             fmt_int((int64_t)rep->total_bytes, b));
 }
 
-static void print_flops(FILE *out, const lp_est_report *rep)
+static void print_prefill_flops(FILE *out, const lp_arch *arch, const lp_est_report *rep)
 {
     const lp_est_flops *f = &rep->flops;
-    char a[48], b[48], c[48], label[96];
+    char a[48], b[48], label[96];
     snprintf(label, sizeof label, "flops: prefill, batch %lld x %lld tokens",
              (long long)rep->batch, (long long)rep->seq);
-    fprintf(out, "\n%-46s %14s %14s\n", label, "causal", "dense attn");
+    fprintf(out, "\n%-46s %14s %14s\n", label, arch->encoder_only ? "both ways" : "causal",
+            "dense attn");
     fprintf(out, "  %-44s %14s %14s\n", "attention projections", fmt_flops(f->prefill_attn_proj, a),
             fmt_flops(f->prefill_attn_proj, b));
     fprintf(out, "  %-44s %14s %14s\n", "attention scores + weighted sum",
-            fmt_flops(f->prefill_attn_scores_causal, a), fmt_flops(f->prefill_attn_scores_dense, b));
+            fmt_flops(f->prefill_attn_scores_causal, a),
+            fmt_flops(f->prefill_attn_scores_dense, b));
     fprintf(out, "  %-44s %14s %14s\n", "FFN / active experts + router",
             fmt_flops(f->prefill_ffn, a), fmt_flops(f->prefill_ffn, b));
     fprintf(out, "  %-44s %14s %14s\n", "lm_head (every position)",
@@ -162,6 +154,16 @@ static void print_flops(FILE *out, const lp_est_report *rep)
             fmt_flops(f->prefill_dense, b));
     fprintf(out, "  %-44s %14s\n", "training step (forward + backward = 3x)",
             fmt_flops(f->training, a));
+}
+
+static void print_decode_flops(FILE *out, const lp_arch *arch, const lp_est_report *rep)
+{
+    const lp_est_flops *f = &rep->flops;
+    char a[48], label[96];
+    if (arch->encoder_only) {
+        fprintf(out, "flops: decode: none (an encoder generates nothing)\n");
+        return;
+    }
     snprintf(label, sizeof label, "flops: decode, 1 token at context %lld",
              (long long)rep->context);
     fprintf(out, "%-46s %14s\n", label, "per token");
@@ -171,21 +173,31 @@ static void print_flops(FILE *out, const lp_est_report *rep)
     fprintf(out, "  %-44s %14s\n", "FFN / active experts + router", fmt_flops(f->decode_ffn, a));
     fprintf(out, "  %-44s %14s\n", "lm_head", fmt_flops(f->decode_lm_head, a));
     fprintf(out, "  %-44s %14s\n", "total", fmt_flops(f->decode_per_token, a));
+}
+
+static void print_roofline(FILE *out, const lp_arch *arch, const lp_est_report *rep)
+{
+    const lp_est_flops *f = &rep->flops;
+    char a[48], b[48], label[96];
     fprintf(out, "arithmetic intensity\n");
     fprintf(out, "  %-44s %9.1f FLOP/B  (%s over %s)\n", "prefill", f->prefill_intensity,
             fmt_flops(f->prefill, a), fmt_bytes((uint64_t)f->prefill_bytes, b));
     snprintf(label, sizeof label, "decode step, batch %lld", (long long)rep->batch);
-    fprintf(out, "  %-44s %9.1f FLOP/B  (%s over %s)\n", label, f->decode_intensity,
-            fmt_flops((double)rep->batch * f->decode_per_token, a),
-            fmt_bytes((uint64_t)f->decode_bytes, c));
-    if (rep->hw_set) {
-        fprintf(out, "roofline on %s (%s)\n", rep->hw.name, rep->hw.label);
-        fprintf(out, "  %-44s %14s  %s-bound\n", "prefill", fmt_seconds(f->prefill_seconds, a),
-                f->prefill_compute_bound ? "compute" : "memory");
+    if (!arch->encoder_only)
+        fprintf(out, "  %-44s %9.1f FLOP/B  (%s over %s)\n", label, f->decode_intensity,
+                fmt_flops((double)rep->batch * f->decode_per_token, a),
+                fmt_bytes((uint64_t)f->decode_bytes, b));
+    if (!rep->hw_set)
+        return;
+    fprintf(out, "roofline on %s (%s)\n", rep->hw.name, rep->hw.label);
+    fprintf(out, "  %-44s %14s  %s-bound\n", "prefill",
+            lp_est_format_seconds(f->prefill_seconds, a),
+            f->prefill_compute_bound ? "compute" : "memory");
+    if (!arch->encoder_only)
         fprintf(out, "  %-44s %14s  %s-bound, at most %.0f tokens/s\n", label,
-                fmt_seconds(f->decode_seconds, a), f->decode_compute_bound ? "compute" : "memory",
+                lp_est_format_seconds(f->decode_seconds, a),
+                f->decode_compute_bound ? "compute" : "memory",
                 f->decode_seconds > 0 ? (double)rep->batch / f->decode_seconds : 0.0);
-    }
 }
 
 static void print_rope(FILE *out, const lp_arch *arch, const lp_est_report *rep, bool table)
@@ -203,12 +215,12 @@ static void print_rope(FILE *out, const lp_arch *arch, const lp_est_report *rep,
         if (r->scaling_modelled)
             fprintf(out, "  %s scaling x%g changes %lld pairs; at %lld tokens %lld pairs never "
                          "complete a rotation\n",
-                    est_scaling_name(arch->rope_scaling.kind), arch->rope_scaling.factor,
+                    lp_est_scaling_name(arch->rope_scaling.kind), arch->rope_scaling.factor,
                     (long long)r->pairs_changed, (long long)r->target_ctx,
                     (long long)r->pairs_no_rotation_scaled);
         else
             fprintf(out, "  %s scaling: per-dimension factors, not modelled\n",
-                    est_scaling_name(arch->rope_scaling.kind));
+                    lp_est_scaling_name(arch->rope_scaling.kind));
     }
     if (arch->rope_local_theta > 0 && arch->rope_local_theta != r->theta)
         fprintf(out, "  sliding-window layers use theta %g without scaling\n",
@@ -237,18 +249,54 @@ static void print_per_layer(FILE *out, const lp_est_report *rep)
     }
 }
 
+/* The gates: on the whole model, or with a device view on the busiest device. */
+static void print_gates(FILE *out, const lp_est_report *rep)
+{
+    char a[48], b[48];
+    if (rep->max_memory == 0 && rep->max_kv == 0)
+        return;
+    uint64_t total = rep->total_bytes, kv = rep->kv.bytes;
+    const char *where = "";
+    if (rep->deploy.present) {
+        total = kv = 0;
+        for (int i = 0; i < rep->deploy.n_devices; i++) {
+            const lp_est_device *dev = &rep->deploy.device[i];
+            total = dev->total_bytes > total ? dev->total_bytes : total;
+            kv = dev->kv_cache_bytes > kv ? dev->kv_cache_bytes : kv;
+        }
+        where = " on the busiest device";
+    }
+    fprintf(out, "\ngate\n");
+    if (rep->max_memory > 0)
+        fprintf(out, "  %-44s %s: total %s%s vs limit %s\n", "--max-memory",
+                rep->gate_memory_exceeded ? "EXCEEDED" : "ok", fmt_bytes(total, a), where,
+                fmt_bytes(rep->max_memory, b));
+    if (rep->max_kv > 0)
+        fprintf(out, "  %-44s %s: KV cache %s%s vs limit %s\n", "--max-kv",
+                rep->gate_kv_exceeded ? "EXCEEDED" : "ok", fmt_bytes(kv, a), where,
+                fmt_bytes(rep->max_kv, b));
+}
+
 void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep, int flags)
 {
     char a[48], b[48];
-    fprintf(out, "%s  (%s, from %s)\n", model_name(arch), arch->family[0] ? arch->family : "?",
-            arch->source[0] ? arch->source : "?");
+    fprintf(out, "%s  (%s, from %s)\n", lp_est_model_name(arch),
+            arch->family[0] ? arch->family : "?", arch->source[0] ? arch->source : "?");
     fprintf(out, "  %-14s batch %lld, seq %lld, decode context %lld, weights %s, KV cache %s\n",
             "settings", (long long)rep->batch, (long long)rep->seq, (long long)rep->context,
             rep->weight_dtypes[0].name, rep->kv_dtype.name);
+    if (arch->assumed_family[0])
+        fprintf(out, "  %-14s %s's rules: model_type '%s' is not one loupe knows (see warnings)\n",
+                "ASSUMED", arch->assumed_family, arch->family);
+    if (arch->encoder_only)
+        fprintf(out, "  %-14s bidirectional encoder: no KV cache, no LM head, no decode step\n",
+                "encoder");
     print_defaults(out, arch, rep);
     print_params(out, rep);
     print_memory(out, rep);
-    print_flops(out, rep);
+    print_prefill_flops(out, arch, rep);
+    print_decode_flops(out, arch, rep);
+    print_roofline(out, arch, rep);
     if (rep->budget > 0) {
         fprintf(out, "\nfit in %s (weights + KV + activations)\n", fmt_bytes(rep->budget, a));
         snprintf(b, sizeof b, "largest seq at batch %lld", (long long)rep->batch);
@@ -259,6 +307,7 @@ void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep,
         snprintf(b, sizeof b, "largest batch at seq %lld", (long long)rep->seq);
         fprintf(out, "  %-44s %s\n", b, fmt_fit(rep->fit_max_batch, a));
     }
+    lp_est_print_deploy(out, arch, rep);
     print_rope(out, arch, rep, (flags & LP_EST_PRINT_ROPE) != 0);
     if (flags & LP_EST_PRINT_PER_LAYER)
         print_per_layer(out, rep);
@@ -267,17 +316,7 @@ void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep,
         for (int i = 0; i < rep->n_warnings; i++)
             fprintf(out, "  [%s] %s\n", rep->warnings[i].code, rep->warnings[i].msg);
     }
-    if (rep->max_memory > 0 || rep->max_kv > 0) {
-        fprintf(out, "\ngate\n");
-        if (rep->max_memory > 0)
-            fprintf(out, "  %-44s %s: total %s vs limit %s\n", "--max-memory",
-                    rep->gate_memory_exceeded ? "EXCEEDED" : "ok", fmt_bytes(rep->total_bytes, a),
-                    fmt_bytes(rep->max_memory, b));
-        if (rep->max_kv > 0)
-            fprintf(out, "  %-44s %s: KV cache %s vs limit %s\n", "--max-kv",
-                    rep->gate_kv_exceeded ? "EXCEEDED" : "ok", fmt_bytes(rep->kv.bytes, a),
-                    fmt_bytes(rep->max_kv, b));
-    }
+    print_gates(out, rep);
 }
 
 void lp_est_print_side_by_side(FILE *out, const lp_arch *const *archs,
@@ -287,7 +326,7 @@ void lp_est_print_side_by_side(FILE *out, const lp_arch *const *archs,
     fprintf(out, "%-30s", "");
     for (int i = 0; i < n; i++) {
         char name[24];
-        snprintf(name, sizeof name, "%.22s", model_name(archs[i]));
+        snprintf(name, sizeof name, "%.22s", lp_est_model_name(archs[i]));
         fprintf(out, " %22s", name);
     }
     fputc('\n', out);
@@ -315,11 +354,12 @@ void lp_est_print_side_by_side(FILE *out, const lp_arch *const *archs,
     ROW("decode FLOPs/token", fmt_flops(rep->flops.decode_per_token, buf));
     ROW("training FLOPs", fmt_flops(rep->flops.training, buf));
     if (reps[0]->hw_set) {
-        ROW("prefill time bound", fmt_seconds(rep->flops.prefill_seconds, buf));
-        ROW("decode step time bound", fmt_seconds(rep->flops.decode_seconds, buf));
+        ROW("prefill time bound", lp_est_format_seconds(rep->flops.prefill_seconds, buf));
+        ROW("decode step time bound", lp_est_format_seconds(rep->flops.decode_seconds, buf));
     }
     if (reps[0]->budget > 0) {
-        ROW("max seq in budget", rep->fit_max_seq < 0 ? "unbounded" : fmt_int(rep->fit_max_seq, buf));
+        ROW("max seq in budget",
+            rep->fit_max_seq < 0 ? "unbounded" : fmt_int(rep->fit_max_seq, buf));
         ROW("max batch in budget",
             rep->fit_max_batch < 0 ? "unbounded" : fmt_int(rep->fit_max_batch, buf));
     }
@@ -327,245 +367,6 @@ void lp_est_print_side_by_side(FILE *out, const lp_arch *const *archs,
 #undef ROW
     for (int i = 0; i < n; i++)
         for (int w = 0; w < reps[i]->n_warnings; w++)
-            fprintf(out, "  %s: [%s] %s\n", model_name(archs[i]), reps[i]->warnings[w].code,
+            fprintf(out, "  %s: [%s] %s\n", lp_est_model_name(archs[i]), reps[i]->warnings[w].code,
                     reps[i]->warnings[w].msg);
-}
-
-/* ---- JSON -------------------------------------------------------------------------------- */
-
-static json_t *ju64(uint64_t v)
-{
-    return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
-}
-
-static json_t *jfit(int64_t v) { return v < 0 ? json_string("unbounded") : json_integer(v); }
-
-/* Sets key to value; remembers a failure in *ok (jansson returns -1 on NULL values). */
-static void put(json_t *obj, const char *key, json_t *value, bool *ok)
-{
-    if (!obj) {
-        json_decref(value);
-        *ok = false;
-    } else if (json_object_set_new(obj, key, value) != 0) { /* it releases value */
-        *ok = false;
-    }
-}
-
-static void append(json_t *array, json_t *value, bool *ok)
-{
-    if (!array) {
-        json_decref(value);
-        *ok = false;
-    } else if (json_array_append_new(array, value) != 0) {
-        *ok = false;
-    }
-}
-
-static json_t *dtype_json(const lp_est_dtype *d, bool *ok)
-{
-    json_t *o = json_object();
-    put(o, "name", json_string(d->name), ok);
-    put(o, "bits_per_weight", json_real(lp_est_dtype_bits(d)), ok);
-    return o;
-}
-
-json_t *lp_est_to_json(const lp_arch *arch, const lp_est_report *rep, int flags)
-{
-    bool ok = true;
-    json_t *doc = json_object();
-    put(doc, "model", json_string(model_name(arch)), &ok);
-    put(doc, "family", json_string(arch->family), &ok);
-    put(doc, "source", json_string(arch->source), &ok);
-
-    json_t *set = json_object();
-    put(set, "batch", json_integer(rep->batch), &ok);
-    put(set, "seq", json_integer(rep->seq), &ok);
-    put(set, "context", json_integer(rep->context), &ok);
-    put(set, "weight_dtype", json_string(rep->weight_dtypes[0].name), &ok);
-    put(set, "kv_dtype", json_string(rep->kv_dtype.name), &ok);
-    put(set, "activation_dtype", json_string(rep->act_dtype.name), &ok);
-    put(set, "prefill_chunk", json_integer(rep->prefill_chunk), &ok);
-    json_t *defaults = json_array();
-    if (rep->batch_defaulted)
-        append(defaults, json_string("batch"), &ok);
-    if (rep->seq_defaulted)
-        append(defaults, json_string("seq"), &ok);
-    if (rep->weight_dtype_defaulted)
-        append(defaults, json_string("weight_dtype"), &ok);
-    if (rep->kv_dtype_defaulted)
-        append(defaults, json_string("kv_dtype"), &ok);
-    put(set, "defaulted", defaults, &ok);
-    put(doc, "settings", set, &ok);
-
-    const lp_est_params *p = &rep->params;
-    json_t *params = json_object();
-    put(params, "total", json_integer(p->total), &ok);
-    put(params, "active", json_integer(p->active), &ok);
-    json_t *by = json_object(), *aby = json_object();
-    for (int c = 0; c < LP_EST_COMPONENT_COUNT; c++) {
-        put(by, lp_est_component_name((lp_est_component)c), json_integer(p->by_component[c]), &ok);
-        put(aby, lp_est_component_name((lp_est_component)c),
-            json_integer(p->active_by_component[c]), &ok);
-    }
-    put(params, "by_component", by, &ok);
-    put(params, "active_by_component", aby, &ok);
-    put(params, "mtp_not_in_total", json_integer(p->mtp), &ok);
-    json_t *kinds = json_array();
-    for (int k = 0; k < rep->n_kinds; k++) {
-        json_t *kind = json_object();
-        put(kind, "label", json_string(rep->kinds[k].label), &ok);
-        put(kind, "n_layers", json_integer(rep->kinds[k].n_layers), &ok);
-        put(kind, "first_layer", json_integer(rep->kinds[k].first_layer), &ok);
-        put(kind, "params_per_layer", json_integer(rep->kinds[k].params_per_layer), &ok);
-        put(kind, "active_per_layer", json_integer(rep->kinds[k].active_per_layer), &ok);
-        put(kind, "window", json_integer(rep->kinds[k].window), &ok);
-        put(kind, "kv_bytes_per_token", ju64(rep->kinds[k].kv_bytes_per_token), &ok);
-        append(kinds, kind, &ok);
-    }
-    put(params, "by_layer_kind", kinds, &ok);
-    put(doc, "params", params, &ok);
-
-    json_t *mem = json_object();
-    put(mem, "weights_bytes", ju64(rep->weight_bytes[0]), &ok);
-    json_t *wlist = json_array();
-    for (int d = 0; d < rep->n_weight_dtypes; d++) {
-        json_t *w = dtype_json(&rep->weight_dtypes[d], &ok);
-        put(w, "bytes", ju64(rep->weight_bytes[d]), &ok);
-        append(wlist, w, &ok);
-    }
-    put(mem, "weights", wlist, &ok);
-    put(mem, "stored_weights_bytes",
-        rep->stored_weight_bytes ? ju64(rep->stored_weight_bytes) : json_null(), &ok);
-    put(mem, "stored_tensor_values", rep->stored_params ? json_integer(rep->stored_params) : json_null(), &ok);
-    put(mem, "activations_bytes", ju64(rep->activation_bytes), &ok);
-    put(mem, "kv_cache_bytes", ju64(rep->kv.bytes), &ok);
-    put(mem, "total_bytes", ju64(rep->total_bytes), &ok);
-    put(doc, "memory", mem, &ok);
-
-    json_t *kv = json_object();
-    put(kv, "dtype", json_string(rep->kv_dtype.name), &ok);
-    put(kv, "bytes_per_token", ju64(rep->kv.bytes_per_token), &ok);
-    put(kv, "bytes_per_token_full_layers", ju64(rep->kv.bytes_per_token_full_layers), &ok);
-    put(kv, "bytes", ju64(rep->kv.bytes), &ok);
-    put(kv, "batch", json_integer(rep->batch), &ok);
-    put(kv, "seq", json_integer(rep->seq), &ok);
-    if (flags & LP_EST_PRINT_PER_LAYER) {
-        json_t *layers = json_array();
-        for (int64_t l = 0; l < p->n_layers; l++) {
-            const lp_est_layer *layer = &p->layers[l];
-            json_t *o = json_object();
-            put(o, "layer", json_integer(l), &ok);
-            put(o, "moe", json_boolean(layer->moe), &ok);
-            put(o, "window", json_integer(layer->window), &ok);
-            put(o, "kv_heads", json_integer(layer->kv_heads), &ok);
-            put(o, "params", json_integer(layer->params), &ok);
-            put(o, "active_params", json_integer(layer->active_params), &ok);
-            put(o, "kv_values_per_token", json_integer(layer->kv_values_per_token), &ok);
-            put(o, "kv_bytes_per_token", ju64(layer->kv_bytes_per_token), &ok);
-            put(o, "kv_tokens", ju64(layer->kv_tokens), &ok);
-            put(o, "kv_bytes", ju64(layer->kv_bytes), &ok);
-            append(layers, o, &ok);
-        }
-        put(kv, "per_layer", layers, &ok);
-    }
-    put(doc, "kv_cache", kv, &ok);
-
-    const lp_est_flops *f = &rep->flops;
-    json_t *fl = json_object();
-    put(fl, "prefill", json_real(f->prefill), &ok);
-    put(fl, "prefill_dense_attention", json_real(f->prefill_dense), &ok);
-    put(fl, "decode_per_token", json_real(f->decode_per_token), &ok);
-    put(fl, "training", json_real(f->training), &ok);
-    json_t *pb = json_object();
-    put(pb, "attention_projections", json_real(f->prefill_attn_proj), &ok);
-    put(pb, "attention_scores_causal", json_real(f->prefill_attn_scores_causal), &ok);
-    put(pb, "attention_scores_dense", json_real(f->prefill_attn_scores_dense), &ok);
-    put(pb, "ffn", json_real(f->prefill_ffn), &ok);
-    put(pb, "lm_head", json_real(f->prefill_lm_head), &ok);
-    put(fl, "prefill_breakdown", pb, &ok);
-    json_t *db = json_object();
-    put(db, "attention_projections", json_real(f->decode_attn_proj), &ok);
-    put(db, "attention_scores", json_real(f->decode_attn_scores), &ok);
-    put(db, "ffn", json_real(f->decode_ffn), &ok);
-    put(db, "lm_head", json_real(f->decode_lm_head), &ok);
-    put(fl, "decode_breakdown", db, &ok);
-    json_t *ai = json_object();
-    put(ai, "prefill", json_real(f->prefill_intensity), &ok);
-    put(ai, "decode", json_real(f->decode_intensity), &ok);
-    put(ai, "prefill_bytes", json_real(f->prefill_bytes), &ok);
-    put(ai, "decode_step_bytes", json_real(f->decode_bytes), &ok);
-    put(fl, "intensity", ai, &ok);
-    put(doc, "flops", fl, &ok);
-
-    if (rep->hw_set) {
-        json_t *rl = json_object();
-        put(rl, "hw", json_string(rep->hw.name), &ok);
-        put(rl, "source", json_string(rep->hw.label), &ok);
-        put(rl, "flops_per_s", json_real(rep->hw.flops_per_s), &ok);
-        put(rl, "bytes_per_s", json_real(rep->hw.bytes_per_s), &ok);
-        put(rl, "prefill_seconds", json_real(f->prefill_seconds), &ok);
-        put(rl, "prefill_bound", json_string(f->prefill_compute_bound ? "compute" : "memory"), &ok);
-        put(rl, "decode_step_seconds", json_real(f->decode_seconds), &ok);
-        put(rl, "decode_bound", json_string(f->decode_compute_bound ? "compute" : "memory"), &ok);
-        put(doc, "roofline", rl, &ok);
-    } else {
-        put(doc, "roofline", json_null(), &ok);
-    }
-
-    if (rep->budget > 0) {
-        json_t *fit = json_object();
-        put(fit, "budget_bytes", ju64(rep->budget), &ok);
-        put(fit, "max_seq", jfit(rep->fit_max_seq), &ok);
-        put(fit, "max_batch", jfit(rep->fit_max_batch), &ok);
-        put(doc, "fit", fit, &ok);
-    } else {
-        put(doc, "fit", json_null(), &ok);
-    }
-
-    if (rep->rope.present) {
-        const lp_est_rope *r = &rep->rope;
-        json_t *ro = json_object();
-        put(ro, "rope_dim", json_integer(r->rope_dim), &ok);
-        put(ro, "theta", json_real(r->theta), &ok);
-        put(ro, "scaling", json_string(est_scaling_name(arch->rope_scaling.kind)), &ok);
-        put(ro, "trained_ctx", json_integer(r->trained_ctx), &ok);
-        put(ro, "target_ctx", json_integer(r->target_ctx), &ok);
-        put(ro, "pairs", json_integer(r->n_pairs), &ok);
-        put(ro, "pairs_no_rotation", json_integer(r->pairs_no_rotation), &ok);
-        put(ro, "pairs_no_rotation_scaled", json_integer(r->pairs_no_rotation_scaled), &ok);
-        put(ro, "pairs_changed_by_scaling", json_integer(r->pairs_changed), &ok);
-        put(ro, "scaling_modelled", json_boolean(r->scaling_modelled), &ok);
-        json_t *wl = json_array(), *swl = json_array();
-        for (int64_t i = 0; i < r->n_stored; i++) {
-            append(wl, json_real(r->freqs[i].wavelength), &ok);
-            append(swl, json_real(r->freqs[i].scaled_wavelength), &ok);
-        }
-        put(ro, "wavelengths", wl, &ok);
-        put(ro, "scaled_wavelengths", swl, &ok);
-        put(doc, "rope", ro, &ok);
-    } else {
-        put(doc, "rope", json_null(), &ok);
-    }
-
-    json_t *gate = json_object();
-    put(gate, "max_memory_bytes", rep->max_memory ? ju64(rep->max_memory) : json_null(), &ok);
-    put(gate, "max_kv_bytes", rep->max_kv ? ju64(rep->max_kv) : json_null(), &ok);
-    put(gate, "memory_exceeded", json_boolean(rep->gate_memory_exceeded), &ok);
-    put(gate, "kv_exceeded", json_boolean(rep->gate_kv_exceeded), &ok);
-    put(doc, "gate", gate, &ok);
-
-    json_t *warnings = json_array();
-    for (int i = 0; i < rep->n_warnings; i++) {
-        json_t *w = json_object();
-        put(w, "code", json_string(rep->warnings[i].code), &ok);
-        put(w, "message", json_string(rep->warnings[i].msg), &ok);
-        append(warnings, w, &ok);
-    }
-    put(doc, "warnings", warnings, &ok);
-
-    if (!ok) {
-        json_decref(doc);
-        return NULL;
-    }
-    return doc;
 }

@@ -186,6 +186,17 @@ typedef struct lp_arch {
     /* Post-norm blocks (OPT do_layer_norm_before false): each sublayer's LayerNorm is applied
      * after its residual add instead of before the sublayer; same tensors, other graph. */
     bool post_norm;
+    /* A config.json whose model_type the reader does not know is read with the rules of a
+     * family it does know; this names that family ("llama"), so that every figure derived from
+     * the description can say so. Empty when the model_type is known. */
+    char assumed_family[32];
+    /* BERT-style encoders (bert, roberta, xlm-roberta), counted as the bare encoder model
+     * (BertModel): bidirectional attention, no KV cache, no LM head. n_token_types is the
+     * segment embedding table (type_vocab_size rows of hidden_size); pooler is BertPooler's
+     * dense hidden x hidden + bias on the first token. */
+    bool encoder_only;
+    int64_t n_token_types;
+    bool pooler;
 } lp_arch;
 
 /* Defaults every reader starts from: all zero except eps 1e-5, theta 10000, partial 1.0,

@@ -31,7 +31,7 @@ static char *dup_text(const char *s)
     return d;
 }
 
-static void xml_escape_to(FILE *f, const char *s)
+void lp_render_escape(FILE *f, const char *s, bool apostrophe)
 {
     for (; *s; s++) {
         switch (*s) {
@@ -39,6 +39,9 @@ static void xml_escape_to(FILE *f, const char *s)
         case '>': fputs("&gt;", f); break;
         case '&': fputs("&amp;", f); break;
         case '"': fputs("&quot;", f); break;
+        case '\'':
+            fputs(apostrophe ? "&#39;" : "'", f);
+            break;
         default: fputc(*s, f); break;
         }
     }
@@ -47,9 +50,9 @@ static void xml_escape_to(FILE *f, const char *s)
 static void svg_inject(lp_canvas *c)
 {
     fputs("\n<title>", c->file);
-    xml_escape_to(c->file, c->title ? c->title : "");
+    lp_render_escape(c->file, c->title ? c->title : "", false);
     fputs("</title>\n<desc>", c->file);
-    xml_escape_to(c->file, c->desc ? c->desc : "");
+    lp_render_escape(c->file, c->desc ? c->desc : "", false);
     fputs("</desc>", c->file);
 }
 
@@ -95,16 +98,51 @@ static void canvas_free(lp_canvas *c)
     memset(c, 0, sizeof *c);
 }
 
-lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height, int zoom,
-                          const char *title, lp_error *err)
+lp_status lp_render_check_path(const char *path, lp_error *err)
 {
-    memset(c, 0, sizeof *c);
-    c->format = lp_image_format_from_path(path);
-    if (c->format == LP_IMAGE_COUNT)
+    if (lp_image_format_from_path(path) == LP_IMAGE_COUNT)
         return lp_error_set(err, LP_ERR_USAGE,
                             "%s: unknown picture format (the extension must be .png, .svg or "
                             ".pdf)",
                             path);
+    return LP_OK;
+}
+
+/* The cairo surface of c->format, zoom times larger for PNG; the SVG one streams into
+ * c->tmp_path through svg_write. */
+static lp_status create_surface(lp_canvas *c, int zoom, lp_error *err)
+{
+    switch (c->format) {
+    case LP_IMAGE_PNG:
+        c->surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, c->width * zoom,
+                                                c->height * zoom);
+        break;
+    case LP_IMAGE_SVG:
+        c->file = fopen(c->tmp_path, "wb");
+        if (!c->file)
+            return lp_error_set(err, LP_ERR_IO, "%s: cannot write: %s", c->tmp_path,
+                                strerror(errno));
+        c->surface = cairo_svg_surface_create_for_stream(svg_write, c, c->width, c->height);
+        break;
+    case LP_IMAGE_PDF:
+        c->surface = cairo_pdf_surface_create(c->tmp_path, c->width, c->height);
+        if (cairo_surface_status(c->surface) == CAIRO_STATUS_SUCCESS)
+            cairo_pdf_surface_set_metadata(c->surface, CAIRO_PDF_METADATA_TITLE, c->title);
+        break;
+    default:
+        break;
+    }
+    return LP_OK;
+}
+
+lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height, int zoom,
+                          const char *title, lp_error *err)
+{
+    memset(c, 0, sizeof *c);
+    lp_status s = lp_render_check_path(path, err);
+    if (s != LP_OK)
+        return s;
+    c->format = lp_image_format_from_path(path);
     if (zoom < 1 || zoom > 4 || c->format != LP_IMAGE_PNG)
         zoom = 1; /* vector formats have no pixels to multiply */
     if (width < 1 || height < 1 || (int64_t)width * height * zoom * zoom > MAX_PIXELS)
@@ -125,27 +163,9 @@ lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
     /* Keep the extension last in the temporary name: nothing else reads it, but it helps a user
      * who finds one after a crash. */
     snprintf(c->tmp_path, n + 5, "%s.tmp", path);
-    switch (c->format) {
-    case LP_IMAGE_PNG:
-        c->surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, width * zoom, height * zoom);
-        break;
-    case LP_IMAGE_SVG:
-        c->file = fopen(c->tmp_path, "wb");
-        if (!c->file) {
-            lp_status s = lp_error_set(err, LP_ERR_IO, "%s: cannot write: %s", c->tmp_path,
-                                       strerror(errno));
-            canvas_free(c);
-            return s;
-        }
-        c->surface = cairo_svg_surface_create_for_stream(svg_write, c, width, height);
-        break;
-    case LP_IMAGE_PDF:
-        c->surface = cairo_pdf_surface_create(c->tmp_path, width, height);
-        if (cairo_surface_status(c->surface) == CAIRO_STATUS_SUCCESS)
-            cairo_pdf_surface_set_metadata(c->surface, CAIRO_PDF_METADATA_TITLE, c->title);
-        break;
-    default:
-        break;
+    if ((s = create_surface(c, zoom, err)) != LP_OK) {
+        canvas_free(c);
+        return s;
     }
     cairo_status_t cs = cairo_surface_status(c->surface);
     if (cs == CAIRO_STATUS_SUCCESS) {
@@ -153,8 +173,8 @@ lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
         cs = cairo_status(c->cr);
     }
     if (cs != CAIRO_STATUS_SUCCESS) {
-        lp_status s = lp_error_set(err, LP_ERR_CAIRO, "%s: cannot create a %d x %d picture: %s",
-                                   path, width, height, cairo_status_to_string(cs));
+        s = lp_error_set(err, LP_ERR_CAIRO, "%s: cannot create a %d x %d picture: %s", path,
+                         width, height, cairo_status_to_string(cs));
         lp_canvas_abort(c);
         return s;
     }
@@ -163,6 +183,15 @@ lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
     if (zoom > 1)
         cairo_scale(c->cr, zoom, zoom); /* cells are painted NEAREST: an exact integer upscale */
     return LP_OK;
+}
+
+lp_status lp_canvas_begin_titled(lp_canvas *c, const char *path, int64_t width, int64_t height,
+                                 int zoom, const char *title, lp_error *err)
+{
+    int title_w = lp_title_width(title);
+    if (width < title_w)
+        width = title_w;
+    return lp_canvas_begin(c, path, (int)width, (int)height, zoom, title, err);
 }
 
 void lp_canvas_note(lp_canvas *c, const char *text)
@@ -349,7 +378,7 @@ void lp_draw_title(lp_canvas *c, const char *title, const char *subtitle, const 
     }
 }
 
-void lp_render_run_caption(const lp_render_run *run, char *buf, size_t size)
+void lp_render_run_caption(const lp_store_run *run, char *buf, size_t size)
 {
     snprintf(buf, size, "%s (%s), run %lld", run->model[0] ? run->model : "?",
              run->architecture[0] ? run->architecture : "?", (long long)run->id);
@@ -385,25 +414,11 @@ static double nice_step(double range, int want)
     return nice * p;
 }
 
-void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
-                      const lp_render_options *opt, double vmax, const char *label)
+/* The values labelled on a colorbar, the top first (nearer ticks give way to it); ticks[64]. */
+static int colorbar_ticks(const lp_render_options *opt, double vmax, double *ticks)
 {
-    cairo_t *cr = c->cr;
-    /* 256 bands, one per table entry: the bar shows exactly the colours the map can use. */
-    for (int i = 0; i < 256; i++) {
-        double y0 = y + h - (i + 1) * h / 256.0;
-        lp_set_rgb(cr, lp_colormap_rgb(opt->colormap, (i + 0.5) / 256.0));
-        cairo_rectangle(cr, x, y0, w, h / 256.0 + 0.5);
-        cairo_fill(cr);
-    }
-    cairo_set_source_rgb(cr, LP_INK_R, LP_INK_G, LP_INK_B);
-    cairo_set_line_width(cr, 1);
-    cairo_rectangle(cr, x + 0.5, y + 0.5, w - 1, h - 1);
-    cairo_stroke(cr);
-
-    double ticks[64];
     int n_ticks = 0;
-    ticks[n_ticks++] = vmax; /* the top is always labelled; nearer ticks give way to it */
+    ticks[n_ticks++] = vmax;
     if (opt->scale == LP_SCALE_LOG) {
         double floor_v = opt->log_floor > 0 ? opt->log_floor : 1e-4;
         for (int e = (int)ceil(log10(floor_v) - 1e-9); e <= (int)floor(log10(vmax) + 1e-9) &&
@@ -412,25 +427,33 @@ void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
             ticks[n_ticks++] = pow(10, e);
         if (n_ticks < 2)
             ticks[n_ticks++] = floor_v;
-    } else {
-        double step = nice_step(vmax, 4);
-        for (double v = 0; v <= vmax * (1 + 1e-9) && n_ticks < 40; v += step)
-            ticks[n_ticks++] = v;
-        if (opt->scale == LP_SCALE_POWER) {
-            /* the power scale widens the bottom: label round values there (1, 2, 5 x 10^e below
-             * the first linear step); the spacing filter below keeps those that fit */
-            int e_top = (int)floor(log10(step));
-            for (int e = e_top; e >= e_top - 4 && n_ticks < 60; e--) {
-                static const double mant[] = {5, 2, 1};
-                for (size_t i = 0; i < 3 && n_ticks < 60; i++) {
-                    double v = mant[i] * pow(10, e);
-                    if (v < step * (1 - 1e-9))
-                        ticks[n_ticks++] = v;
-                }
+        return n_ticks;
+    }
+    double step = nice_step(vmax, 4);
+    for (double v = 0; v <= vmax * (1 + 1e-9) && n_ticks < 40; v += step)
+        ticks[n_ticks++] = v;
+    if (opt->scale == LP_SCALE_POWER) {
+        /* the power scale widens the bottom: label round values there (1, 2, 5 x 10^e below
+         * the first linear step); the spacing filter keeps those that fit */
+        int e_top = (int)floor(log10(step));
+        for (int e = e_top; e >= e_top - 4 && n_ticks < 60; e--) {
+            static const double mant[] = {5, 2, 1};
+            for (size_t i = 0; i < 3 && n_ticks < 60; i++) {
+                double v = mant[i] * pow(10, e);
+                if (v < step * (1 - 1e-9))
+                    ticks[n_ticks++] = v;
             }
         }
     }
-    /* place, drop any label that would touch the one below it */
+    return n_ticks;
+}
+
+/* Place the ticks, dropping any label that would touch one already placed. */
+static void draw_ticks(lp_canvas *c, double x, double y, double w, double h,
+                       const lp_render_options *opt, double vmax, const double *ticks,
+                       int n_ticks)
+{
+    cairo_t *cr = c->cr;
     lp_text_style st = lp_text_style_default(11);
     st.valign = LP_ALIGN_CENTER;
     double placed[64];
@@ -453,6 +476,26 @@ void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
         format_tick(ticks[i], buf, sizeof buf);
         lp_draw_text(c, buf, x + w + 7, ty, &st);
     }
+}
+
+void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
+                      const lp_render_options *opt, double vmax, const char *label)
+{
+    cairo_t *cr = c->cr;
+    /* 256 bands, one per table entry: the bar shows exactly the colours the map can use. */
+    for (int i = 0; i < 256; i++) {
+        double y0 = y + h - (i + 1) * h / 256.0;
+        lp_set_rgb(cr, lp_colormap_rgb(opt->colormap, (i + 0.5) / 256.0));
+        cairo_rectangle(cr, x, y0, w, h / 256.0 + 0.5);
+        cairo_fill(cr);
+    }
+    cairo_set_source_rgb(cr, LP_INK_R, LP_INK_G, LP_INK_B);
+    cairo_set_line_width(cr, 1);
+    cairo_rectangle(cr, x + 0.5, y + 0.5, w - 1, h - 1);
+    cairo_stroke(cr);
+    double ticks[64];
+    int n_ticks = colorbar_ticks(opt, vmax, ticks);
+    draw_ticks(c, x, y, w, h, opt, vmax, ticks, n_ticks);
     if (label && *label) {
         lp_text_style ls = lp_text_style_default(11);
         ls.rgb = (lp_rgb){0x55, 0x55, 0x55};
@@ -464,6 +507,68 @@ void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
 }
 
 /* ---- the map ---- */
+
+/* A display cell's colour: bad data, a leak (the larger of its values), allowed, or masked. */
+static lp_rgb cell_rgb(const lp_pooled_map *map, int64_t idx, const lp_render_options *opt,
+                       double vmax, lp_rgb masked)
+{
+    uint8_t f = map->flags[idx];
+    if (f & LP_CELL_NAN)
+        return lp_render_bad_rgb;
+    if (f & LP_CELL_LEAK) {
+        double v = (double)map->masked_max[idx];
+        if ((f & LP_CELL_ALLOWED) && (double)map->allowed_max[idx] > v)
+            v = (double)map->allowed_max[idx];
+        return lp_colormap_rgb(opt->colormap, lp_scale_apply(opt, vmax, v));
+    }
+    if (f & LP_CELL_ALLOWED)
+        return lp_colormap_rgb(opt->colormap,
+                               lp_scale_apply(opt, vmax, (double)map->allowed_max[idx]));
+    return masked;
+}
+
+/* The map's pixels, cell_w x cell_h per display cell (colours computed once per cell). */
+static void fill_cells(cairo_surface_t *img, const lp_pooled_map *map,
+                       const lp_render_options *opt, double vmax, int cell_w, int cell_h)
+{
+    cairo_surface_flush(img);
+    unsigned char *data = cairo_image_surface_get_data(img);
+    int stride = cairo_image_surface_get_stride(img);
+    lp_rgb masked = lp_render_masked_rgb(opt);
+    for (int64_t r = 0; r < map->rows; r++) {
+        for (int64_t col = 0; col < map->cols; col++) {
+            lp_rgb rgb = cell_rgb(map, r * map->cols + col, opt, vmax, masked);
+            uint32_t px = 0xff000000u | ((uint32_t)rgb.r << 16) | ((uint32_t)rgb.g << 8) | rgb.b;
+            for (int dy = 0; dy < cell_h; dy++) {
+                unsigned char *line = data + (size_t)(r * cell_h + dy) * (size_t)stride;
+                for (int dx = 0; dx < cell_w; dx++)
+                    memcpy(line + 4 * (size_t)(col * cell_w + dx), &px, 4);
+            }
+        }
+    }
+    cairo_surface_mark_dirty(img);
+}
+
+/* Leak marker: a red outline inside the cell, when cells are big enough to carry one; the caller
+ * also counts leaks in the subtitle, so small cells still announce them. */
+static void outline_leaks(lp_canvas *c, const lp_pooled_map *map, double x, double y,
+                          int cell_w, int cell_h)
+{
+    int cell = cell_w < cell_h ? cell_w : cell_h;
+    if (map->n_leak_cells == 0 || cell < 3)
+        return;
+    cairo_save(c->cr);
+    lp_set_rgb(c->cr, lp_render_leak_rgb);
+    double lw = cell >= 12 ? 2 : 1;
+    cairo_set_line_width(c->cr, lw);
+    for (int64_t r = 0; r < map->rows; r++)
+        for (int64_t col = 0; col < map->cols; col++)
+            if (map->flags[r * map->cols + col] & LP_CELL_LEAK)
+                cairo_rectangle(c->cr, x + col * cell_w + lw / 2, y + r * cell_h + lw / 2,
+                                cell_w - lw, cell_h - lw);
+    cairo_stroke(c->cr);
+    cairo_restore(c->cr);
+}
 
 lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_options *opt,
                       double vmax, double x, double y, int cell_w, int cell_h, lp_error *err)
@@ -483,37 +588,7 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
         return lp_error_set(err, LP_ERR_CAIRO, "map image %d x %d: %s", w, h,
                             cairo_status_to_string(cs));
     }
-    cairo_surface_flush(img);
-    unsigned char *data = cairo_image_surface_get_data(img);
-    int stride = cairo_image_surface_get_stride(img);
-    lp_rgb masked = lp_render_masked_rgb(opt);
-    /* precomputed colours: the scale is applied once per cell, not once per pixel */
-    for (int64_t r = 0; r < map->rows; r++) {
-        for (int64_t col = 0; col < map->cols; col++) {
-            int64_t idx = r * map->cols + col;
-            uint8_t f = map->flags[idx];
-            lp_rgb rgb;
-            if (f & LP_CELL_NAN)
-                rgb = lp_render_bad_rgb;
-            else if (f & LP_CELL_LEAK) {
-                double v = (double)map->masked_max[idx];
-                if ((f & LP_CELL_ALLOWED) && (double)map->allowed_max[idx] > v)
-                    v = (double)map->allowed_max[idx];
-                rgb = lp_colormap_rgb(opt->colormap, lp_scale_apply(opt, vmax, v));
-            } else if (f & LP_CELL_ALLOWED)
-                rgb = lp_colormap_rgb(opt->colormap,
-                                      lp_scale_apply(opt, vmax, (double)map->allowed_max[idx]));
-            else
-                rgb = masked;
-            uint32_t px = 0xff000000u | ((uint32_t)rgb.r << 16) | ((uint32_t)rgb.g << 8) | rgb.b;
-            for (int dy = 0; dy < cell_h; dy++) {
-                unsigned char *line = data + (size_t)(r * cell_h + dy) * (size_t)stride;
-                for (int dx = 0; dx < cell_w; dx++)
-                    memcpy(line + 4 * (size_t)(col * cell_w + dx), &px, 4);
-            }
-        }
-    }
-    cairo_surface_mark_dirty(img);
+    fill_cells(img, map, opt, vmax, cell_w, cell_h);
     cairo_save(c->cr);
     cairo_set_source_surface(c->cr, img, x, y);
     cairo_pattern_set_filter(cairo_get_source(c->cr), CAIRO_FILTER_NEAREST);
@@ -521,23 +596,7 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
     cairo_fill(c->cr);
     cairo_restore(c->cr);
     cairo_surface_destroy(img);
-
-    /* Leak marker: a red outline inside the cell, when cells are big enough to carry one; the
-     * caller also counts leaks in the subtitle, so small cells still announce them. */
-    int cell = cell_w < cell_h ? cell_w : cell_h;
-    if (map->n_leak_cells > 0 && cell >= 3) {
-        cairo_save(c->cr);
-        lp_set_rgb(c->cr, lp_render_leak_rgb);
-        double lw = cell >= 12 ? 2 : 1;
-        cairo_set_line_width(c->cr, lw);
-        for (int64_t r = 0; r < map->rows; r++)
-            for (int64_t col = 0; col < map->cols; col++)
-                if (map->flags[r * map->cols + col] & LP_CELL_LEAK)
-                    cairo_rectangle(c->cr, x + col * cell_w + lw / 2, y + r * cell_h + lw / 2,
-                                    cell_w - lw, cell_h - lw);
-        cairo_stroke(c->cr);
-        cairo_restore(c->cr);
-    }
+    outline_leaks(c, map, x, y, cell_w, cell_h);
     /* frame */
     cairo_set_source_rgb(c->cr, LP_INK_R, LP_INK_G, LP_INK_B);
     cairo_set_line_width(c->cr, 1);

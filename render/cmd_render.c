@@ -1,50 +1,93 @@
-/* `loupe render`: pictures of a trace database (argument parsing; the drawing is in render/). */
+/* `loupe render`: pictures of a trace database (options from a table; the drawing is in render/,
+ * the reading in trace/store/). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/cli/cli.h"
 #include "render/render.h"
 
-#define RENDER_USAGE                                                                              \
-    "usage: loupe render DB [--run N] WHAT [OPTIONS] -o OUT\n"                                    \
-    "\n"                                                                                          \
-    "Draw pictures of a trace database written by `loupe trace` / `loupe leak`. The format\n"    \
-    "follows OUT's extension: .png, .svg or .pdf.\n"                                             \
-    "\n"                                                                                          \
-    "WHAT (one of):\n"                                                                            \
-    "  --layer L --head H   one head's attention map: queries down, keys across, token labels\n" \
-    "  --layer L --grid     all heads of layer L as small multiples with a shared scale\n"       \
-    "  --overview           every layer x head as thumbnails on one sheet\n"                     \
-    "  --stats NAME         layers x heads matrix of a head statistic, values written in:\n"     \
-    "                       entropy, max_prob, sink, prev_token, self, distance, local_frac,\n"  \
-    "                       output_norm\n"                                                        \
-    "  --leak               per-layer max |difference| of a `loupe leak` run (log axis)\n"       \
-    "  --all DIR            every picture of the run into DIR, plus DIR/index.html\n"            \
-    "\n"                                                                                          \
-    "OPTIONS:\n"                                                                                  \
-    "  -o, --output OUT     the picture to write (not with --all)\n"                             \
-    "  --run N              run id (default: the latest complete trace run; --leak: the latest\n"   \
-    "                       complete run with leak checks)\n" \
-    "  --colormap NAME      viridis (default), magma, gray\n"                                    \
-    "  --scale NAME         linear (default, [0, max]), log (floor --floor), power (--gamma)\n"  \
-    "  --gamma G            power-scale exponent (default 0.5)\n"                               \
-    "  --floor F            log-scale floor (default 1e-4)\n"                                    \
-    "  --vmax V             top of the scale (default: the largest value drawn)\n"              \
-    "  --leak-threshold T   masked cells above T are drawn as leaks (default 0)\n"              \
-    "  --size PX            largest side of a single map (default 800); longer maps are\n"       \
-    "                       max-pooled in blocks\n"                                               \
-    "  --cell PX            pixels per cell, lowered to fit --size (default: the largest\n"      \
-    "                       that fits, at most 24)\n"                                           \
-    "  --thumb PX           panel side for --grid (default 160) and --overview (default 64)\n"   \
-    "  --range A:B          one head: show positions A..B-1 only (keys, and the queries there)\n" \
-    "  --zoom N             PNG: N device pixels per layout pixel (1..4, default 1; 2 for HiDPI)\n" \
-    "  --masked-color HEX   colour of masked cells (default d9d9d9; f2e6d0 with gray)\n"         \
-    "\n"                                                                                          \
-    "Masked cells (future keys, or outside the run's window) are drawn in the masked colour;\n"  \
-    "a masked cell holding probability (a leak) keeps its colormap colour with a red outline.\n" \
-    "Exit status: 0 written, 2 bad usage or input (one line on stderr).\n"
-
 static const char *const CMD = "render";
+
+typedef struct render_opts {
+    int64_t run, layer, head; /* layer, head: -1 = not given */
+    const char *output, *all, *stats;
+    bool grid, overview, leak;
+    const char *colormap, *scale, *range, *masked_color;
+    double gamma, log_floor, vmax, leak_threshold; /* vmax NAN = not given */
+    int64_t size, cell, thumb, zoom;
+} render_opts;
+
+static const lp_option render_options[] = {
+    LP_OPT_INT_OF(render_opts, layer, "layer", "L", 0, (double)INT64_MAX,
+                  "the layer of --head or --grid"),
+    LP_OPT_INT_OF(render_opts, head, "head", "H", 0, (double)INT64_MAX,
+                  "with --layer L: one head's attention map, queries down, keys across"),
+    LP_OPT_FLAG_OF(render_opts, grid, "grid",
+                   "with --layer L: all heads of the layer as small multiples, one scale"),
+    LP_OPT_FLAG_OF(render_opts, overview, "overview", "every layer x head as thumbnails"),
+    LP_OPT_STRING_OF(render_opts, stats, "stats", "NAME",
+                     "layers x heads matrix of a head statistic, values written in: entropy,\n"
+                     "max_prob, sink, prev_token, self, distance, local_frac, output_norm"),
+    LP_OPT_FLAG_OF(render_opts, leak, "leak",
+                   "per-layer max |difference| of a `loupe leak` run (log axis)"),
+    LP_OPT_STRING_OF(render_opts, all, "all", "DIR",
+                     "every picture of the run into DIR, plus DIR/index.html"),
+    LP_OPT_STRING_OF(render_opts, output, "output", "OUT", "the picture to write (not with --all)"),
+    LP_OPT_INT_OF(render_opts, run, "run", "N", 1, (double)INT64_MAX,
+                  "run id (default: the latest complete trace run; --leak: the latest\n"
+                  "complete run with leak checks)"),
+    LP_OPT_STRING_OF(render_opts, colormap, "colormap", "NAME", "viridis (default), magma, gray"),
+    LP_OPT_STRING_OF(render_opts, scale, "scale", "NAME",
+                     "linear (default, [0, max]), log (floor --floor), power (--gamma)"),
+    LP_OPT_NUMBER_OF(render_opts, gamma, "gamma", "G", 0, 0, "power-scale exponent (default 0.5)"),
+    LP_OPT_NUMBER_OF(render_opts, log_floor, "floor", "F", 0, 0, "log-scale floor (default 1e-4)"),
+    LP_OPT_NUMBER_OF(render_opts, vmax, "vmax", "V", 0, 0,
+                     "top of the scale (default: the largest value drawn)"),
+    LP_OPT_NUMBER_OF(render_opts, leak_threshold, "leak-threshold", "T", 0, 0,
+                     "masked cells above T are drawn as leaks (default 0)"),
+    LP_OPT_INT_OF(render_opts, size, "size", "PX", 16, 4096,
+                  "largest side of a single map (default 800); longer maps are\n"
+                  "max-pooled in blocks"),
+    LP_OPT_INT_OF(render_opts, cell, "cell", "PX", 1, 256,
+                  "pixels per cell, lowered to fit --size (default: the largest that\n"
+                  "fits, at most 24)"),
+    LP_OPT_INT_OF(render_opts, thumb, "thumb", "PX", 8, 1024,
+                  "panel side for --grid (default 160) and --overview (default 64)"),
+    LP_OPT_STRING_OF(render_opts, range, "range", "A:B",
+                     "one head: show positions A..B-1 only (keys, and the queries there)"),
+    LP_OPT_INT_OF(render_opts, zoom, "zoom", "N", 1, 4,
+                  "PNG: N device pixels per layout pixel (default 1; 2 for HiDPI)"),
+    LP_OPT_STRING_OF(render_opts, masked_color, "masked-color", "HEX",
+                     "colour of masked cells (default d9d9d9; f2e6d0 with gray)"),
+    LP_OPT_END_OF_TABLE,
+};
+
+static const lp_cli_alias render_aliases[] = {{"o", "output"}, {NULL, NULL}};
+
+static const lp_cli_spec render_spec = {
+    .name = "render",
+    .summary = "draw attention heatmaps, head statistics and leak plots",
+    .synopsis = "DB [--run N] WHAT [options] -o OUT",
+    .description =
+        "Draw pictures of a trace database written by `loupe trace` / `loupe leak`. The format\n"
+        "follows OUT's extension: .png, .svg or .pdf.\n"
+        "\n"
+        "WHAT is one of: --layer L --head H, --layer L --grid, --overview, --stats NAME, --leak,\n"
+        "--all DIR.",
+    .options = render_options,
+    .min_positional = 1,
+    .max_positional = 1,
+    .notes =
+        "Masked cells (future keys, or outside the run's window) are drawn in the masked colour;\n"
+        "a masked cell holding probability (a leak) keeps its colormap colour with a red outline.\n"
+        "Exit status: 0 written, 2 bad usage or input (one line on stderr).",
+    .aliases = render_aliases,
+};
+
+typedef enum what { WHAT_HEAD, WHAT_GRID, WHAT_OVERVIEW, WHAT_STATS, WHAT_LEAK, WHAT_ALL } what;
+
+/* ---- from options to a picture request -------------------------------------------------------- */
 
 static bool parse_hex_rgb(const char *text, lp_rgb *out)
 {
@@ -93,136 +136,48 @@ static bool parse_range(const char *text, int64_t *lo, int64_t *hi)
     return lp_parse_i64(colon + 1, hi) && *hi > *lo;
 }
 
-typedef enum what { WHAT_NONE, WHAT_HEAD, WHAT_GRID, WHAT_OVERVIEW, WHAT_STATS, WHAT_LEAK, WHAT_ALL } what;
-
-static int parse_int_option(const char *name, const char *value, int64_t lo, int64_t hi,
-                            int64_t *out)
+/* The drawing options from the command's: names, numbers with their own limits, colours. */
+static int drawing_options(const render_opts *o, lp_render_options *opt)
 {
-    if (!lp_parse_i64(value, out) || *out < lo || *out > hi)
-        return lp_cli_usage_error(CMD, "%s '%s': want an integer in [%lld, %lld]", name, value,
-                                  (long long)lo, (long long)hi);
-    return 0;
+    lp_render_options_default(opt);
+    if (o->colormap && (opt->colormap = lp_colormap_from_name(o->colormap)) == LP_COLORMAP_COUNT)
+        return lp_cli_usage_error(CMD, "--colormap '%s': want viridis, magma or gray", o->colormap);
+    if (o->scale && (opt->scale = lp_scale_from_name(o->scale)) == LP_SCALE_COUNT)
+        return lp_cli_usage_error(CMD, "--scale '%s': want linear, log or power", o->scale);
+    const struct {
+        const char *name;
+        double value;
+    } positive[] = {{"gamma", o->gamma}, {"floor", o->log_floor}, {"vmax", o->vmax}};
+    for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
+        if (!(positive[i].value > 0) && !isnan(positive[i].value))
+            return lp_cli_usage_error(CMD, "--%s %g: want a number > 0", positive[i].name,
+                                      positive[i].value);
+    if (!(o->leak_threshold >= 0))
+        return lp_cli_usage_error(CMD, "--leak-threshold %g: want a number >= 0",
+                                  o->leak_threshold);
+    opt->gamma = o->gamma;
+    opt->log_floor = o->log_floor;
+    opt->vmax = isnan(o->vmax) ? 0 : o->vmax;
+    opt->leak_threshold = o->leak_threshold;
+    opt->size = (int)o->size;
+    opt->cell = (int)o->cell;
+    opt->thumb = (int)o->thumb;
+    opt->zoom = (int)o->zoom;
+    if (o->range && !parse_range(o->range, &opt->range_lo, &opt->range_hi))
+        return lp_cli_usage_error(CMD, "--range '%s': want A:B with 0 <= A < B", o->range);
+    if (o->masked_color && !parse_hex_rgb(o->masked_color, &opt->masked_rgb))
+        return lp_cli_usage_error(CMD, "--masked-color '%s': want RRGGBB hex", o->masked_color);
+    opt->masked_rgb_set = o->masked_color != NULL;
+    return LP_CLI_PARSED;
 }
 
-static int parse_positive(const char *name, const char *value, double *out)
+/* Exactly one thing to draw, with what it needs. */
+static int choose_what(const render_opts *o, what *w)
 {
-    if (!lp_parse_f64(value, out) || !(*out > 0))
-        return lp_cli_usage_error(CMD, "%s '%s': want a number > 0", name, value);
-    return 0;
-}
-
-static int run_render(int argc, char **argv)
-{
-    const char *db_path = NULL, *out = NULL, *all_dir = NULL, *stat_name = NULL;
-    int64_t run_id = 0, layer = -1, head = -1;
-    bool have_layer = false, have_head = false, grid = false, overview = false, leak = false;
-    lp_render_options opt;
-    lp_render_options_default(&opt);
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
-        int64_t n;
-        double d;
-        if ((r = lp_cli_option(CMD, argc, argv, &i, "--run", &v)) != 0) {
-            if (r < 0 || parse_int_option("--run", v, 1, INT64_MAX, &run_id))
-                return LP_EXIT_USAGE;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--layer", &v)) != 0) {
-            if (r < 0 || parse_int_option("--layer", v, 0, INT64_MAX, &layer))
-                return LP_EXIT_USAGE;
-            have_layer = true;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--head", &v)) != 0) {
-            if (r < 0 || parse_int_option("--head", v, 0, INT64_MAX, &head))
-                return LP_EXIT_USAGE;
-            have_head = true;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--output", &v)) != 0 ||
-                   (r = lp_cli_option(CMD, argc, argv, &i, "-o", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            out = v;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--all", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            all_dir = v;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--stats", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            stat_name = v;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--colormap", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            opt.colormap = lp_colormap_from_name(v);
-            if (opt.colormap == LP_COLORMAP_COUNT)
-                return lp_cli_usage_error(CMD, "--colormap '%s': want viridis, magma or gray", v);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--scale", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            opt.scale = lp_scale_from_name(v);
-            if (opt.scale == LP_SCALE_COUNT)
-                return lp_cli_usage_error(CMD, "--scale '%s': want linear, log or power", v);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--gamma", &v)) != 0) {
-            if (r < 0 || parse_positive("--gamma", v, &opt.gamma))
-                return LP_EXIT_USAGE;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--floor", &v)) != 0) {
-            if (r < 0 || parse_positive("--floor", v, &opt.log_floor))
-                return LP_EXIT_USAGE;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--vmax", &v)) != 0) {
-            if (r < 0 || parse_positive("--vmax", v, &opt.vmax))
-                return LP_EXIT_USAGE;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--leak-threshold", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (!lp_parse_f64(v, &d) || d < 0)
-                return lp_cli_usage_error(CMD, "--leak-threshold '%s': want a number >= 0", v);
-            opt.leak_threshold = d;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--size", &v)) != 0) {
-            if (r < 0 || parse_int_option("--size", v, 16, 4096, &n))
-                return LP_EXIT_USAGE;
-            opt.size = (int)n;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--cell", &v)) != 0) {
-            if (r < 0 || parse_int_option("--cell", v, 1, 256, &n))
-                return LP_EXIT_USAGE;
-            opt.cell = (int)n;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--thumb", &v)) != 0) {
-            if (r < 0 || parse_int_option("--thumb", v, 8, 1024, &n))
-                return LP_EXIT_USAGE;
-            opt.thumb = (int)n;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--zoom", &v)) != 0) {
-            if (r < 0 || parse_int_option("--zoom", v, 1, 4, &n))
-                return LP_EXIT_USAGE;
-            opt.zoom = (int)n;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--range", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (!parse_range(v, &opt.range_lo, &opt.range_hi))
-                return lp_cli_usage_error(CMD, "--range '%s': want A:B with 0 <= A < B", v);
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--masked-color", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (!parse_hex_rgb(v, &opt.masked_rgb))
-                return lp_cli_usage_error(CMD, "--masked-color '%s': want RRGGBB hex", v);
-            opt.masked_rgb_set = true;
-        } else if (lp_cli_flag(argv[i], "--grid")) {
-            grid = true;
-        } else if (lp_cli_flag(argv[i], "--overview")) {
-            overview = true;
-        } else if (lp_cli_flag(argv[i], "--leak")) {
-            leak = true;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return lp_cli_usage_error(CMD, "unknown option '%s' (see loupe help render)", argv[i]);
-        } else if (!db_path) {
-            db_path = argv[i];
-        } else {
-            return lp_cli_usage_error(CMD, "unexpected argument '%s' (one DB only)", argv[i]);
-        }
-    }
-    if (!db_path)
-        return lp_cli_usage_error(CMD, "no database given (usage: loupe render DB ... -o OUT)");
-
-    /* exactly one thing to draw */
-    what w = WHAT_NONE;
-    int n_what = (have_head || (have_layer && !grid && !overview && !stat_name && !leak &&
-                                !all_dir)) +
-                 grid + overview + (stat_name != NULL) + leak + (all_dir != NULL);
+    bool have_layer = o->layer >= 0, have_head = o->head >= 0;
+    int n_what = (have_head || (have_layer && !o->grid && !o->overview && !o->stats && !o->leak &&
+                                !o->all)) +
+                 o->grid + o->overview + (o->stats != NULL) + o->leak + (o->all != NULL);
     if (n_what != 1)
         return lp_cli_usage_error(CMD, n_what == 0
                                            ? "nothing to draw: give --layer L --head H, --layer "
@@ -230,98 +185,134 @@ static int run_render(int argc, char **argv)
                                              "--all DIR"
                                            : "give only one of --head, --grid, --overview, "
                                              "--stats, --leak, --all");
-    if (have_head || (have_layer && !grid))
-        w = WHAT_HEAD;
-    else if (grid)
-        w = WHAT_GRID;
-    else if (overview)
-        w = WHAT_OVERVIEW;
-    else if (stat_name)
-        w = WHAT_STATS;
-    else if (leak)
-        w = WHAT_LEAK;
-    else
-        w = WHAT_ALL;
-    if (w == WHAT_HEAD && (!have_layer || !have_head))
+    *w = have_head || (have_layer && !o->grid) ? WHAT_HEAD
+         : o->grid                             ? WHAT_GRID
+         : o->overview                         ? WHAT_OVERVIEW
+         : o->stats                            ? WHAT_STATS
+         : o->leak                             ? WHAT_LEAK
+                                               : WHAT_ALL;
+    if (*w == WHAT_HEAD && (!have_layer || !have_head))
         return lp_cli_usage_error(CMD, "one head needs both --layer L and --head H");
-    if (w == WHAT_GRID && !have_layer)
+    if (*w == WHAT_GRID && !have_layer)
         return lp_cli_usage_error(CMD, "--grid needs --layer L");
-    if (have_layer && w != WHAT_HEAD && w != WHAT_GRID)
+    if (have_layer && *w != WHAT_HEAD && *w != WHAT_GRID)
         return lp_cli_usage_error(CMD, "--layer goes with --head or --grid only");
-    lp_head_stat stat = LP_STAT_COUNT;
-    if (w == WHAT_STATS) {
-        stat = lp_head_stat_from_name(stat_name);
-        if (stat == LP_STAT_COUNT)
-            return lp_cli_usage_error(CMD,
-                                      "--stats '%s': unknown statistic (want entropy, max_prob, "
-                                      "sink, prev_token, self, distance, local_frac, "
-                                      "output_norm)",
-                                      stat_name);
-    }
-    if ((opt.range_lo != 0 || opt.range_hi != 0) && w != WHAT_HEAD)
+    if (o->range && *w != WHAT_HEAD)
         return lp_cli_usage_error(CMD, "--range goes with --layer L --head H only");
-    if (w == WHAT_ALL && out)
-        return lp_cli_usage_error(CMD, "--all DIR writes its own files: drop -o");
-    if (w != WHAT_ALL) {
-        if (!out)
-            return lp_cli_usage_error(CMD, "no output: give -o OUT.png|.svg|.pdf");
-        if (lp_image_format_from_path(out) == LP_IMAGE_COUNT)
-            return lp_cli_usage_error(CMD,
-                                      "%s: unknown picture format (the extension must be .png, "
-                                      ".svg or .pdf)",
-                                      out);
-    }
+    return LP_CLI_PARSED;
+}
 
-    lp_error err = {0};
-    lp_render_db *db;
-    if (lp_render_db_open(db_path, &db, &err) != LP_OK)
-        return lp_cli_fail(CMD, &err);
-    lp_render_run run;
-    bool incomplete = false;
-    if (w == WHAT_LEAK && run_id == 0 && lp_render_db_latest_leak_run(db, &run_id, &err) != LP_OK) {
-        lp_render_db_close(db);
-        return lp_cli_fail(CMD, &err);
+/* Where the picture goes: its own files for --all, else -o OUT with a known extension. */
+static int check_output(const render_opts *o, what w)
+{
+    if (w == WHAT_ALL)
+        return o->output ? lp_cli_usage_error(CMD, "--all DIR writes its own files: drop -o")
+                         : LP_CLI_PARSED;
+    if (!o->output)
+        return lp_cli_usage_error(CMD, "no output: give -o OUT.png|.svg|.pdf");
+    if (lp_image_format_from_path(o->output) == LP_IMAGE_COUNT)
+        return lp_cli_usage_error(CMD,
+                                  "%s: unknown picture format (the extension must be .png, .svg "
+                                  "or .pdf)",
+                                  o->output);
+    return LP_CLI_PARSED;
+}
+
+static int parse(int argc, char **argv, render_opts *o, const char **db_path, what *w,
+                 lp_render_options *opt, lp_head_stat *stat)
+{
+    /* the drawing defaults of lp_render_options_default; vmax NAN: not given (0 = automatic) */
+    *o = (render_opts){.layer = -1, .head = -1, .gamma = 0.5, .log_floor = 1e-4,
+                       .vmax = (double)NAN, .size = 800, .zoom = 1};
+    const char *pos[LP_CLI_MAX_POSITIONAL];
+    int rc = lp_cli_parse(&render_spec, argc, argv, o, pos, NULL);
+    if (rc == LP_CLI_PARSED)
+        rc = choose_what(o, w);
+    if (rc == LP_CLI_PARSED)
+        rc = drawing_options(o, opt);
+    if (rc == LP_CLI_PARSED)
+        rc = check_output(o, *w);
+    if (rc != LP_CLI_PARSED)
+        return rc;
+    *db_path = pos[0];
+    *stat = *w == WHAT_STATS ? lp_head_stat_from_name(o->stats) : LP_STAT_COUNT;
+    if (*w == WHAT_STATS && *stat == LP_STAT_COUNT)
+        return lp_cli_usage_error(CMD,
+                                  "--stats '%s': unknown statistic (want entropy, max_prob, sink, "
+                                  "prev_token, self, distance, local_frac, output_norm)",
+                                  o->stats);
+    return LP_CLI_PARSED;
+}
+
+/* ---- the command ------------------------------------------------------------------------------ */
+
+/* The run to draw: the one named, else --leak's latest leak run; pictures of maps and statistics
+ * prefer trace runs, and a database holding only other kinds falls back to its latest complete
+ * run. */
+static lp_status pick_run(lp_store *db, int64_t run_id, what w, lp_store_run *run,
+                          bool *incomplete, lp_error *err)
+{
+    if (w == WHAT_LEAK && run_id == 0) {
+        lp_status st = lp_store_latest_leak_run(db, &run_id, err);
+        if (st != LP_OK)
+            return st;
     }
-    /* Pictures of maps and statistics prefer trace runs; a database holding only other kinds
-     * of runs falls back to its latest complete run. */
-    lp_status picked = lp_render_db_pick_run_kind(db, run_id, w == WHAT_LEAK ? NULL : "trace",
-                                                  &run, &incomplete, &err);
-    if (picked == LP_ERR_NOT_FOUND && run_id == 0 && w != WHAT_LEAK)
-        picked = lp_render_db_pick_run_kind(db, 0, NULL, &run, &incomplete, &err);
-    if (picked != LP_OK) {
-        lp_render_db_close(db);
+    lp_status st = lp_store_read_run(db, run_id, w == WHAT_LEAK ? NULL : "trace", run, incomplete,
+                                     err);
+    if (st == LP_ERR_NOT_FOUND && run_id == 0 && w != WHAT_LEAK)
+        st = lp_store_read_run(db, 0, NULL, run, incomplete, err);
+    return st;
+}
+
+static lp_status draw(lp_store *db, const lp_store_run *run, const render_opts *o, what w,
+                      lp_head_stat stat, const lp_render_options *opt, int64_t *n_files,
+                      lp_error *err)
+{
+    switch (w) {
+    case WHAT_HEAD: return lp_render_head(db, run, o->layer, o->head, opt, o->output, err);
+    case WHAT_GRID: return lp_render_layer_grid(db, run, o->layer, opt, o->output, err);
+    case WHAT_OVERVIEW: return lp_render_overview(db, run, opt, o->output, err);
+    case WHAT_STATS: return lp_render_stat_matrix(db, run, stat, opt, o->output, err);
+    case WHAT_LEAK: return lp_render_leak_plot(db, run, opt, o->output, err);
+    default: return lp_render_gallery(db, run, opt, o->all, n_files, err);
+    }
+}
+
+static int run_render(int argc, char **argv)
+{
+    render_opts o;
+    const char *db_path;
+    what w = WHAT_ALL;
+    lp_render_options opt;
+    lp_head_stat stat;
+    int rc = parse(argc, argv, &o, &db_path, &w, &opt, &stat);
+    if (rc != LP_CLI_PARSED)
+        return rc;
+    lp_error err = {0};
+    lp_store *db;
+    lp_store_run run;
+    bool incomplete = false;
+    if (lp_store_open_read(db_path, &db, &err) != LP_OK)
+        return lp_cli_fail(CMD, &err);
+    if (pick_run(db, o.run, w, &run, &incomplete, &err) != LP_OK) {
+        lp_store_close(db);
         return lp_cli_fail(CMD, &err);
     }
     if (incomplete)
         fprintf(stderr, "loupe render: warning: run %lld is '%s', not complete: drawing what it "
                         "holds\n",
                 (long long)run.id, run.status);
-    lp_status s = LP_OK;
     int64_t n_files = 0;
-    switch (w) {
-    case WHAT_HEAD: s = lp_render_head(db, &run, layer, head, &opt, out, &err); break;
-    case WHAT_GRID: s = lp_render_layer_grid(db, &run, layer, &opt, out, &err); break;
-    case WHAT_OVERVIEW: s = lp_render_overview(db, &run, &opt, out, &err); break;
-    case WHAT_STATS: s = lp_render_stat_matrix(db, &run, stat, &opt, out, &err); break;
-    case WHAT_LEAK: s = lp_render_leak_plot(db, &run, &opt, out, &err); break;
-    case WHAT_ALL: s = lp_render_gallery(db, &run, &opt, all_dir, &n_files, &err); break;
-    default: break;
-    }
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    lp_status s = draw(db, &run, &o, w, stat, &opt, &n_files, &err);
+    lp_store_run_clear(&run);
+    lp_store_close(db);
     if (s != LP_OK)
         return lp_cli_fail(CMD, &err);
     if (w == WHAT_ALL)
-        printf("wrote %lld pictures and %s/index.html\n", (long long)n_files, all_dir);
+        printf("wrote %lld pictures and %s/index.html\n", (long long)n_files, o.all);
     else
-        printf("wrote %s\n", out);
+        printf("wrote %s\n", o.output);
     return LP_EXIT_OK;
 }
-
-static const lp_cli_spec render_spec = {
-    .name = "render",
-    .summary = "draw attention heatmaps, head statistics and leak plots",
-    .legacy_usage = RENDER_USAGE,
-};
 
 const lp_command lp_command_render = {&render_spec, run_render};

@@ -28,9 +28,6 @@ void lp_render_options_default(lp_render_options *opt)
 
 static const char *const colormap_names[LP_COLORMAP_COUNT] = {"viridis", "magma", "gray"};
 static const char *const scale_names[LP_SCALE_COUNT] = {"linear", "log", "power"};
-static const char *const stat_names[LP_STAT_COUNT] = {
-    "entropy", "max_prob", "sink", "prev_token", "self", "distance", "local_frac", "output_norm",
-};
 
 const char *lp_colormap_name(lp_colormap cmap)
 {
@@ -58,23 +55,6 @@ lp_scale lp_scale_from_name(const char *name)
         if (strcasecmp(name, scale_names[i]) == 0)
             return (lp_scale)i;
     return LP_SCALE_COUNT;
-}
-
-const char *lp_head_stat_name(lp_head_stat stat)
-{
-    return (unsigned)stat < LP_STAT_COUNT ? stat_names[stat] : "?";
-}
-
-lp_head_stat lp_head_stat_from_name(const char *name)
-{
-    for (int i = 0; i < LP_STAT_COUNT; i++)
-        if (strcasecmp(name, stat_names[i]) == 0)
-            return (lp_head_stat)i;
-    /* the spellings people reach for first */
-    if (strcasecmp(name, "prev") == 0 || strcasecmp(name, "previous-token") == 0 ||
-        strcasecmp(name, "previous_token") == 0)
-        return LP_STAT_PREV_TOKEN;
-    return LP_STAT_COUNT;
 }
 
 lp_image_format lp_image_format_from_path(const char *path)

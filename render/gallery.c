@@ -41,29 +41,11 @@ static lp_status add_item(gallery *g, const char *file, const char *caption, int
     return LP_OK;
 }
 
-static void html_escape(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        case '\'': fputs("&#39;", f); break;
-        default: fputc(*s, f); break;
-        }
-    }
-}
+static void html_escape(FILE *f, const char *s) { lp_render_escape(f, s, true); }
 
-static lp_status write_index(const char *dir, const lp_render_run *run, const gallery *g,
-                             const char *note, lp_error *err)
+/* The page's head, its title and the line about the run. */
+static void write_index_head(FILE *f, const lp_store_run *run, const char *note)
 {
-    char path[4096], tmp[4100];
-    snprintf(path, sizeof path, "%s/index.html", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return lp_error_set(err, LP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
     char caption[320];
     lp_render_run_caption(run, caption, sizeof caption);
     fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>loupe: ",
@@ -89,6 +71,24 @@ static lp_status write_index(const char *dir, const lp_render_run *run, const ga
         html_escape(f, run->prompt);
         fputs("</q></p>\n", f);
     }
+}
+
+static void write_figure(FILE *f, const gallery_item *it)
+{
+    fputs("<figure><a href=\"", f);
+    html_escape(f, it->file);
+    fputs("\"><img src=\"", f);
+    html_escape(f, it->file);
+    fputs("\" alt=\"", f);
+    html_escape(f, it->caption);
+    fputs("\" loading=\"lazy\"></a><figcaption>", f);
+    html_escape(f, it->caption);
+    fputs("</figcaption></figure>\n", f);
+}
+
+/* The pictures by section, single heads under a heading per layer. */
+static void write_sections(FILE *f, const gallery *g)
+{
     static const char *const sections[] = {"Overview", "Head statistics", "Leak check",
                                            "Layers", "Heads"};
     for (int sec = 0; sec < 5; sec++) {
@@ -105,17 +105,23 @@ static lp_status write_index(const char *dir, const lp_render_run *run, const ga
                 fprintf(f, "<h3 id=\"layer-%lld\">Layer %lld</h3>\n", (long long)layer,
                         (long long)layer);
             }
-            fputs("<figure><a href=\"", f);
-            html_escape(f, g->items[i].file);
-            fputs("\"><img src=\"", f);
-            html_escape(f, g->items[i].file);
-            fputs("\" alt=\"", f);
-            html_escape(f, g->items[i].caption);
-            fputs("\" loading=\"lazy\"></a><figcaption>", f);
-            html_escape(f, g->items[i].caption);
-            fputs("</figcaption></figure>\n", f);
+            write_figure(f, &g->items[i]);
         }
     }
+}
+
+/* index.html, written to a temporary file and renamed. */
+static lp_status write_index(const char *dir, const lp_store_run *run, const gallery *g,
+                             const char *note, lp_error *err)
+{
+    char path[4096], tmp[4100];
+    snprintf(path, sizeof path, "%s/index.html", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return lp_error_set(err, LP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    write_index_head(f, run, note);
+    write_sections(f, g);
     fputs("</body>\n</html>\n", f);
     bool bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad) {
@@ -129,119 +135,162 @@ static lp_status write_index(const char *dir, const lp_render_run *run, const ga
     return LP_OK;
 }
 
-lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
+/* ---- the pictures ----------------------------------------------------------------------------- */
+
+/* What the gallery is writing: where, what it has, and what the index should say is missing. */
+typedef struct gallery_job {
+    lp_store *db;
+    const lp_store_run *run;
+    const lp_render_options *opt;
+    const char *dir;
+    gallery g;
+    char note[200];
+    bool have_maps;
+} gallery_job;
+
+static void add_note(gallery_job *j, const char *text)
+{
+    size_t len = strlen(j->note);
+    snprintf(j->note + len, sizeof j->note - len, "%s%s", len ? " " : "", text);
+}
+
+static void picture_path(const gallery_job *j, const char *file, char *path, size_t size)
+{
+    snprintf(path, size, "%s/%s", j->dir, file);
+}
+
+/* Maps may be stored for a selection of layers and heads, or not at all (--maps none): draw what
+ * is there and skip the rest. */
+static lp_status add_overview(gallery_job *j, lp_error *err)
+{
+    char path[4096];
+    picture_path(j, "overview.png", path, sizeof path);
+    lp_status s = lp_render_overview(j->db, j->run, j->opt, path, err);
+    j->have_maps = s != LP_ERR_NOT_FOUND;
+    if (s == LP_OK)
+        return add_item(&j->g, "overview.png", "all layers x heads", 0, -1, err);
+    if (s != LP_ERR_NOT_FOUND)
+        return s;
+    snprintf(j->note, sizeof j->note, "This run stored no attention maps (maps_dtype '%s').",
+             j->run->maps_dtype);
+    return LP_OK;
+}
+
+static lp_status add_stats(gallery_job *j, lp_error *err)
+{
+    char path[4096], file[96], caption[160];
+    for (int st_i = 0; st_i < LP_STAT_COUNT; st_i++) {
+        snprintf(file, sizeof file, "stat_%s.png", lp_head_stat_name((lp_head_stat)st_i));
+        picture_path(j, file, path, sizeof path);
+        lp_error stat_err = {0};
+        lp_status ss = lp_render_stat_matrix(j->db, j->run, (lp_head_stat)st_i, j->opt, path,
+                                             &stat_err);
+        if (ss == LP_ERR_NOT_FOUND) {
+            add_note(j, "This run has no head statistics."); /* a run without head_stats */
+            return LP_OK;
+        }
+        if (ss) {
+            *err = stat_err;
+            return ss;
+        }
+        snprintf(caption, sizeof caption, "%s per head", lp_head_stat_name((lp_head_stat)st_i));
+        if ((ss = add_item(&j->g, file, caption, 1, -1, err)) != LP_OK)
+            return ss;
+    }
+    return LP_OK;
+}
+
+/* The run's own leak checks, else those of the latest leak run (`loupe leak` records its checks
+ * under a run of its own). */
+static lp_status add_leak(gallery_job *j, lp_error *err)
+{
+    char path[4096], caption[160];
+    picture_path(j, "leak.png", path, sizeof path);
+    lp_error leak_err = {0};
+    lp_status ls = lp_render_leak_plot(j->db, j->run, j->opt, path, &leak_err);
+    int64_t leak_run_id = j->run->id;
+    if (ls == LP_ERR_NOT_FOUND) {
+        lp_store_run leak_run;
+        bool incomplete;
+        int64_t latest;
+        if (lp_store_latest_leak_run(j->db, &latest, &leak_err) == LP_OK &&
+            lp_store_read_run(j->db, latest, NULL, &leak_run, &incomplete, &leak_err) == LP_OK) {
+            ls = lp_render_leak_plot(j->db, &leak_run, j->opt, path, &leak_err);
+            leak_run_id = leak_run.id;
+            lp_store_run_clear(&leak_run);
+        }
+    }
+    if (ls == LP_ERR_NOT_FOUND)
+        return LP_OK;
+    if (ls != LP_OK) {
+        *err = leak_err;
+        return ls;
+    }
+    snprintf(caption, sizeof caption, "leak check (run %lld): max |difference| per layer",
+             (long long)leak_run_id);
+    return add_item(&j->g, "leak.png", caption, 2, -1, err);
+}
+
+/* A grid per layer, then every head; a layer or head whose maps were not stored is skipped. */
+static lp_status add_maps(gallery_job *j, lp_error *err)
+{
+    char path[4096], file[96], caption[160];
+    lp_status s = LP_OK;
+    for (int64_t l = 0; l < j->run->n_layers && s == LP_OK; l++) {
+        snprintf(file, sizeof file, "layer_%lld_grid.png", (long long)l);
+        picture_path(j, file, path, sizeof path);
+        s = lp_render_layer_grid(j->db, j->run, l, j->opt, path, err);
+        snprintf(caption, sizeof caption, "layer %lld, all heads", (long long)l);
+        s = s == LP_OK ? add_item(&j->g, file, caption, 3, l, err) : s;
+        s = s == LP_ERR_NOT_FOUND ? LP_OK : s;
+    }
+    for (int64_t i = 0; i < j->run->n_layers * j->run->n_heads && s == LP_OK; i++) {
+        int64_t l = i / j->run->n_heads, h = i % j->run->n_heads;
+        snprintf(file, sizeof file, "layer_%lld_head_%lld.png", (long long)l, (long long)h);
+        picture_path(j, file, path, sizeof path);
+        s = lp_render_head(j->db, j->run, l, h, j->opt, path, err);
+        snprintf(caption, sizeof caption, "layer %lld, head %lld", (long long)l, (long long)h);
+        s = s == LP_OK ? add_item(&j->g, file, caption, 4, l, err) : s;
+        s = s == LP_ERR_NOT_FOUND ? LP_OK : s;
+    }
+    return s;
+}
+
+static lp_status make_dir(const char *dir, lp_error *err)
+{
+    if (strlen(dir) > 3800)
+        return lp_error_set(err, LP_ERR_RANGE, "%s: folder name longer than 3800 bytes", dir);
+    struct stat st;
+    if (stat(dir, &st) == 0)
+        return S_ISDIR(st.st_mode)
+                   ? LP_OK
+                   : lp_error_set(err, LP_ERR_IO, "%s: exists and is not a folder", dir);
+    if (mkdir(dir, 0777) != 0)
+        return lp_error_set(err, LP_ERR_IO, "%s: cannot create folder: %s", dir, strerror(errno));
+    return LP_OK;
+}
+
+lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
                             const lp_render_options *opt, const char *dir, int64_t *n_files,
                             lp_error *err)
 {
     if (n_files)
         *n_files = 0;
-    if (strlen(dir) > 3800)
-        return lp_error_set(err, LP_ERR_RANGE, "%s: folder name longer than 3800 bytes", dir);
-    struct stat st;
-    if (stat(dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode))
-            return lp_error_set(err, LP_ERR_IO, "%s: exists and is not a folder", dir);
-    } else if (mkdir(dir, 0777) != 0) {
-        return lp_error_set(err, LP_ERR_IO, "%s: cannot create folder: %s", dir, strerror(errno));
-    }
-    gallery g = {0};
-    char path[4096], file[96], caption[160];
-    lp_status s = LP_OK;
-    char note[200] = "";
-
-    snprintf(file, sizeof file, "overview.png");
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    /* Maps may be stored for a selection of layers and heads, or not at all (--maps none):
-     * draw what is there and skip the rest. */
-    bool have_maps = true;
-    s = lp_render_overview(db, run, opt, path, err);
-    if (s == LP_OK) {
-        s = add_item(&g, file, "all layers x heads", 0, -1, err);
-    } else if (s == LP_ERR_NOT_FOUND) {
-        have_maps = false;
-        s = LP_OK;
-        snprintf(note, sizeof note, "This run stored no attention maps (maps_dtype '%s').",
-                 run->maps_dtype);
-    }
-
-    bool have_stats = true;
-    for (int st_i = 0; st_i < LP_STAT_COUNT && s == LP_OK && have_stats; st_i++) {
-        snprintf(file, sizeof file, "stat_%s.png", lp_head_stat_name((lp_head_stat)st_i));
-        snprintf(path, sizeof path, "%s/%s", dir, file);
-        lp_error stat_err = {0};
-        lp_status ss = lp_render_stat_matrix(db, run, (lp_head_stat)st_i, opt, path, &stat_err);
-        if (ss == LP_ERR_NOT_FOUND) {
-            have_stats = false; /* a run without head_stats: the index says so */
-            size_t len = strlen(note);
-            snprintf(note + len, sizeof note - len, "%sThis run has no head statistics.",
-                     len ? " " : "");
-        } else if (ss) {
-            s = ss;
-            *err = stat_err;
-        } else {
-            snprintf(caption, sizeof caption, "%s per head", lp_head_stat_name((lp_head_stat)st_i));
-            s = add_item(&g, file, caption, 1, -1, err);
-        }
-    }
-
-    if (s == LP_OK) {
-        snprintf(file, sizeof file, "leak.png");
-        snprintf(path, sizeof path, "%s/%s", dir, file);
-        lp_error leak_err = {0};
-        lp_status ls = lp_render_leak_plot(db, run, opt, path, &leak_err);
-        int64_t leak_run_id = run->id;
-        if (ls == LP_ERR_NOT_FOUND) {
-            /* `loupe leak` records its checks under a run of its own: show the latest one. */
-            lp_render_run leak_run;
-            bool incomplete;
-            int64_t latest;
-            if (lp_render_db_latest_leak_run(db, &latest, &leak_err) == LP_OK &&
-                lp_render_db_pick_run_kind(db, latest, NULL, &leak_run, &incomplete, &leak_err) ==
-                    LP_OK) {
-                ls = lp_render_leak_plot(db, &leak_run, opt, path, &leak_err);
-                leak_run_id = leak_run.id;
-                lp_render_run_clear(&leak_run);
-            }
-        }
-        if (ls == LP_OK) {
-            snprintf(caption, sizeof caption, "leak check (run %lld): max |difference| per layer",
-                     (long long)leak_run_id);
-            s = add_item(&g, file, caption, 2, -1, err);
-        } else if (ls != LP_ERR_NOT_FOUND) {
-            s = ls;
-            *err = leak_err;
-        }
-    }
-
-    for (int64_t l = 0; l < run->n_layers && s == LP_OK && have_maps; l++) {
-        snprintf(file, sizeof file, "layer_%lld_grid.png", (long long)l);
-        snprintf(path, sizeof path, "%s/%s", dir, file);
-        s = lp_render_layer_grid(db, run, l, opt, path, err);
-        if (s == LP_OK) {
-            snprintf(caption, sizeof caption, "layer %lld, all heads", (long long)l);
-            s = add_item(&g, file, caption, 3, l, err);
-        } else if (s == LP_ERR_NOT_FOUND) {
-            s = LP_OK; /* no map of this layer was stored */
-        }
-    }
-    for (int64_t l = 0; l < run->n_layers && s == LP_OK && have_maps; l++) {
-        for (int64_t h = 0; h < run->n_heads && s == LP_OK; h++) {
-            snprintf(file, sizeof file, "layer_%lld_head_%lld.png", (long long)l, (long long)h);
-            snprintf(path, sizeof path, "%s/%s", dir, file);
-            s = lp_render_head(db, run, l, h, opt, path, err);
-            if (s == LP_OK) {
-                snprintf(caption, sizeof caption, "layer %lld, head %lld", (long long)l,
-                         (long long)h);
-                s = add_item(&g, file, caption, 4, l, err);
-            } else if (s == LP_ERR_NOT_FOUND) {
-                s = LP_OK;
-            }
-        }
-    }
+    lp_status s = make_dir(dir, err);
+    if (s)
+        return s;
+    gallery_job j = {db, run, opt, dir, {0}, "", true};
+    s = add_overview(&j, err);
     if (s == LP_OK)
-        s = write_index(dir, run, &g, note, err);
+        s = add_stats(&j, err);
+    if (s == LP_OK)
+        s = add_leak(&j, err);
+    if (s == LP_OK && j.have_maps)
+        s = add_maps(&j, err);
+    if (s == LP_OK)
+        s = write_index(dir, run, &j.g, j.note, err);
     if (s == LP_OK && n_files)
-        *n_files = g.n;
-    free(g.items);
+        *n_files = j.g.n;
+    free(j.g.items);
     return s;
 }

@@ -21,11 +21,13 @@ static void free_maps(lp_pooled_map *maps, int64_t n)
     free(maps);
 }
 
-/* Read maps[i] for the given (layer, head) pairs, pooled to at most `cells` a side. */
-static lp_status read_maps(lp_render_db *db, const lp_render_run *run, const int64_t *layers,
-                           const int64_t *heads, int64_t n, int64_t cells, double threshold,
-                           lp_pooled_map **out, lp_error *err)
+/* Read maps[(l - layer0) * n_heads + h] for layers [layer0, layer0 + n_layers) and every head,
+ * pooled to at most `cells` a side. */
+static lp_status read_maps(lp_store *db, const lp_store_run *run, int64_t layer0,
+                           int64_t n_layers, int64_t cells, double threshold, lp_pooled_map **out,
+                           lp_error *err)
 {
+    int64_t n = n_layers * run->n_heads;
     lp_pooled_map *maps = calloc((size_t)n, sizeof *maps);
     if (!maps)
         return lp_error_set(err, LP_ERR_NOMEM, "%lld maps: out of memory", (long long)n);
@@ -35,8 +37,8 @@ static lp_status read_maps(lp_render_db *db, const lp_render_run *run, const int
     lp_error first_missing = {0};
     for (int64_t i = 0; i < n; i++) {
         lp_error one = {0};
-        lp_status s = lp_render_db_read_map(db, run, layers[i], heads[i], cells, threshold,
-                                            &maps[i], &one);
+        lp_status s = lp_render_read_map(db, run, layer0 + i / run->n_heads, i % run->n_heads,
+                                         cells, threshold, 0, 0, &maps[i], &one);
         if (s == LP_ERR_NOT_FOUND) {
             if (!first_missing.code)
                 first_missing = one;
@@ -88,20 +90,6 @@ static void draw_missing(lp_canvas *c, double x, double y, double side)
     }
 }
 
-static void summarize(const lp_pooled_map *maps, int64_t n, float *max_value, int64_t *leaks,
-                      int64_t *leaky_maps)
-{
-    *max_value = 0;
-    *leaks = 0;
-    *leaky_maps = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (maps[i].max_value > *max_value)
-            *max_value = maps[i].max_value;
-        *leaks += maps[i].n_leak_cells;
-        *leaky_maps += maps[i].n_leak_cells > 0;
-    }
-}
-
 /* Largest cell size that fits a map of these display cells into a thumb x thumb box. */
 static int thumb_cell(const lp_pooled_map *m, int thumb)
 {
@@ -126,130 +114,245 @@ static int fitted_slot(const lp_pooled_map *maps, int64_t n, int thumb)
     return (int)slot;
 }
 
-lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64_t layer,
+/* The maps of a sheet with their shared scale, and the panel side they fit. */
+typedef struct sheet {
+    lp_pooled_map *maps;
+    int64_t n;
+    int64_t leaks, leaky; /* leaking cells, and maps holding any */
+    double vmax;
+    int thumb_asked, thumb; /* the panel side asked for, and the side whole cells take */
+} sheet;
+
+static lp_status read_sheet(lp_store *db, const lp_store_run *run, int64_t layer0,
+                            int64_t n_layers, int thumb, const lp_render_options *opt, sheet *sh,
+                            lp_error *err)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->n = n_layers * run->n_heads;
+    lp_status s = read_maps(db, run, layer0, n_layers, thumb, opt->leak_threshold, &sh->maps, err);
+    if (s)
+        return s;
+    float max_value = 0;
+    for (int64_t i = 0; i < sh->n; i++) {
+        if (sh->maps[i].max_value > max_value)
+            max_value = sh->maps[i].max_value;
+        sh->leaks += sh->maps[i].n_leak_cells;
+        sh->leaky += sh->maps[i].n_leak_cells > 0;
+    }
+    sh->vmax = lp_render_vmax(opt, (double)max_value);
+    sh->thumb_asked = thumb;
+    sh->thumb = fitted_slot(sh->maps, sh->n, thumb);
+    return LP_OK;
+}
+
+/* The canvas with its title lines; a sheet that leaks says so, counting its `unit`s. */
+static lp_status begin_sheet(lp_canvas *c, const sheet *sh, const lp_render_options *opt,
+                             const char *out_path, int64_t width, int64_t height,
+                             const char *title, const char *subtitle, const char *unit,
+                             const char *suffix, lp_error *err)
+{
+    char warning[160] = "";
+    if (sh->leaks > 0)
+        snprintf(warning, sizeof warning,
+                 "LEAK: %lld masked cells hold probability > %g, in %lld %s%s%s",
+                 (long long)sh->leaks, opt->leak_threshold, (long long)sh->leaky, unit,
+                 sh->leaky == 1 ? "" : "s", suffix);
+    lp_status s = lp_canvas_begin_titled(c, out_path, width, height, opt->zoom, title, err);
+    if (s == LP_OK)
+        lp_draw_title(c, title, subtitle, warning);
+    return s;
+}
+
+/* ---- one layer's heads ------------------------------------------------------------------------ */
+
+enum { GRID_GAP = 14, GRID_LABEL_H = 20, GRID_LEFT = 24, GRID_TOP = 84, GRID_RIGHT = 120,
+       GRID_BOTTOM = 24 };
+
+static void draw_grid_panels(lp_canvas *c, const sheet *sh, int64_t cols,
+                             const lp_render_options *opt, lp_status *s, lp_error *err)
+{
+    lp_text_style st = lp_text_style_default(12);
+    for (int64_t h = 0; h < sh->n && *s == LP_OK; h++) {
+        const lp_pooled_map *m = &sh->maps[h];
+        double x = GRID_LEFT + (h % cols) * (sh->thumb + GRID_GAP);
+        double y = GRID_TOP + (h / cols) * (sh->thumb + GRID_LABEL_H + GRID_GAP);
+        char label[64];
+        snprintf(label, sizeof label, "head %lld%s", (long long)h,
+                 m->n_leak_cells > 0 ? "  LEAK" : "");
+        st.rgb = m->n_leak_cells > 0 ? lp_render_leak_rgb : (lp_rgb){0x22, 0x22, 0x22};
+        st.bold = m->n_leak_cells > 0;
+        lp_draw_text(c, label, x, y, &st);
+        int cell = thumb_cell(m, sh->thumb_asked);
+        if (m->rows == 0)
+            draw_missing(c, x, y + GRID_LABEL_H, sh->thumb);
+        else
+            *s = lp_draw_map(c, m, opt, sh->vmax, x, y + GRID_LABEL_H, cell, cell, err);
+    }
+}
+
+static lp_status draw_grid(const lp_store_run *run, int64_t layer, const sheet *sh,
+                           const lp_render_options *opt, const char *out_path, lp_error *err)
+{
+    int64_t n = sh->n, thumb = sh->thumb;
+    int64_t cols = (int64_t)ceil(sqrt((double)n));
+    int64_t rows = (n + cols - 1) / cols;
+    int64_t sheet_w = cols * (thumb + GRID_GAP) - GRID_GAP;
+    int64_t width = GRID_LEFT + sheet_w + GRID_RIGHT;
+    int64_t height = GRID_TOP + rows * (thumb + GRID_LABEL_H + GRID_GAP) + GRID_BOTTOM;
+    if (width < 520)
+        width = 520; /* room for the title */
+    if (height < GRID_TOP + 200 + GRID_BOTTOM)
+        height = GRID_TOP + 200 + GRID_BOTTOM;
+    if (width > 16384 || height > 16384)
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "grid of %lld heads at --thumb %d is %lld x %lld pixels, over "
+                            "16384: use a smaller --thumb",
+                            (long long)n, sh->thumb, (long long)width, (long long)height);
+    char caption[320], title[400], subtitle[200];
+    lp_render_run_caption(run, caption, sizeof caption);
+    snprintf(title, sizeof title, "layer %lld, all %lld heads: %s", (long long)layer,
+             (long long)n, caption);
+    snprintf(subtitle, sizeof subtitle, "%lld queries x %lld keys, shared %s scale up to %.3g, %s",
+             (long long)first_present(sh->maps, n)->n_q, (long long)first_present(sh->maps, n)->n_k,
+             lp_scale_name(opt->scale), sh->vmax, lp_colormap_name(opt->colormap));
+    lp_canvas c;
+    lp_status s = begin_sheet(&c, sh, opt, out_path, width, height, title, subtitle, "head", "",
+                              err);
+    if (s)
+        return s;
+    draw_grid_panels(&c, sh, cols, opt, &s, err);
+    if (s) {
+        lp_canvas_abort(&c);
+        return s;
+    }
+    double bar_h = rows * (thumb + GRID_LABEL_H + GRID_GAP) - GRID_GAP - GRID_LABEL_H;
+    bar_h = bar_h > 400 ? 400 : (bar_h < 160 ? 160 : bar_h);
+    lp_draw_colorbar(&c, GRID_LEFT + sheet_w + 28, GRID_TOP + GRID_LABEL_H, 16, bar_h, opt,
+                     sh->vmax, "probability");
+    return lp_canvas_end(&c, err);
+}
+
+lp_status lp_render_layer_grid(lp_store *db, const lp_store_run *run, int64_t layer,
                                const lp_render_options *opt, const char *out_path, lp_error *err)
 {
     if (layer < 0 || layer >= run->n_layers)
         return lp_error_set(err, LP_ERR_RANGE, "--layer %lld: run %lld has layers 0..%lld",
                             (long long)layer, (long long)run->id, (long long)run->n_layers - 1);
-    if (lp_image_format_from_path(out_path) == LP_IMAGE_COUNT)
-        return lp_error_set(err, LP_ERR_USAGE,
-                            "%s: unknown picture format (the extension must be .png, .svg or "
-                            ".pdf)",
-                            out_path);
+    lp_status s = lp_render_check_path(out_path, err);
+    if (s)
+        return s;
     int thumb = opt->thumb > 0 ? opt->thumb : 160;
     if (thumb < 8 || thumb > 2048)
         return lp_error_set(err, LP_ERR_RANGE, "--thumb %d: must be in [8, 2048] pixels", thumb);
-    int64_t n = run->n_heads;
-    int64_t *layers = malloc((size_t)n * sizeof *layers);
-    int64_t *heads = malloc((size_t)n * sizeof *heads);
-    if (!layers || !heads) {
-        free(layers);
-        free(heads);
-        return lp_error_set(err, LP_ERR_NOMEM, "grid: out of memory");
-    }
-    for (int64_t h = 0; h < n; h++) {
-        layers[h] = layer;
-        heads[h] = h;
-    }
-    lp_pooled_map *maps = NULL;
-    lp_status s = read_maps(db, run, layers, heads, n, thumb, opt->leak_threshold, &maps, err);
-    free(layers);
-    free(heads);
+    sheet sh;
+    s = read_sheet(db, run, layer, 1, thumb, opt, &sh, err);
     if (s == LP_ERR_NOT_FOUND)
         return lp_error_set(err, s, "run %lld stored no attention map for any head of layer %lld",
                             (long long)run->id, (long long)layer);
     if (s)
         return s;
-    float max_value;
-    int64_t leaks, leaky;
-    summarize(maps, n, &max_value, &leaks, &leaky);
-    double vmax = lp_render_vmax(opt, (double)max_value);
-    const int thumb_asked = thumb;
-    thumb = fitted_slot(maps, n, thumb_asked);
+    s = draw_grid(run, layer, &sh, opt, out_path, err);
+    free_maps(sh.maps, sh.n);
+    return s;
+}
 
-    int64_t cols = (int64_t)ceil(sqrt((double)n));
-    int64_t rows = (n + cols - 1) / cols;
-    const int gap = 14, label_h = 20, left = 24, top = 84, right = 120, bottom = 24;
-    int64_t sheet_w = cols * (thumb + gap) - gap;
-    int64_t width = left + sheet_w + right;
-    int64_t height = top + rows * (thumb + label_h + gap) + bottom;
-    if (width < 520)
-        width = 520; /* room for the title */
-    if (height < top + 200 + bottom)
-        height = top + 200 + bottom;
-    if (width > 16384 || height > 16384) {
-        free_maps(maps, n);
-        return lp_error_set(err, LP_ERR_RANGE,
-                            "grid of %lld heads at --thumb %d is %lld x %lld pixels, over "
-                            "16384: use a smaller --thumb",
-                            (long long)n, thumb, (long long)width, (long long)height);
+/* ---- every layer x head ----------------------------------------------------------------------- */
+
+enum { OVERVIEW_LEFT = 64, OVERVIEW_TOP = 104, OVERVIEW_RIGHT = 110, OVERVIEW_BOTTOM = 24 };
+
+/* Row and column labels, thinned like the token axes. */
+static void draw_overview_labels(lp_canvas *c, const lp_store_run *run, int thumb, int gap)
+{
+    int64_t stride = (16 + thumb + gap - 1) / (thumb + gap);
+    lp_text_style st = lp_text_style_default(11);
+    st.halign = LP_ALIGN_END;
+    st.valign = LP_ALIGN_CENTER;
+    for (int64_t l = 0; l < run->n_layers; l += stride) {
+        char label[32];
+        snprintf(label, sizeof label, "L%lld", (long long)l);
+        lp_draw_text(c, label, OVERVIEW_LEFT - 8, OVERVIEW_TOP + l * (thumb + gap) + thumb / 2.0,
+                     &st);
     }
-    char caption[320], title[400], subtitle[200], warning[160] = "";
+    int64_t col_stride = (28 + thumb + gap - 1) / (thumb + gap);
+    st.halign = LP_ALIGN_CENTER;
+    st.valign = LP_ALIGN_END;
+    for (int64_t h = 0; h < run->n_heads; h += col_stride) {
+        char label[32];
+        snprintf(label, sizeof label, "H%lld", (long long)h);
+        lp_draw_text(c, label, OVERVIEW_LEFT + h * (thumb + gap) + thumb / 2.0, OVERVIEW_TOP - 6,
+                     &st);
+    }
+}
+
+static lp_status draw_overview_panels(lp_canvas *c, const sheet *sh, int64_t n_h, int gap,
+                                      const lp_render_options *opt, lp_error *err)
+{
+    for (int64_t i = 0; i < sh->n; i++) {
+        const lp_pooled_map *m = &sh->maps[i];
+        double x = OVERVIEW_LEFT + (i % n_h) * (sh->thumb + gap);
+        double y = OVERVIEW_TOP + (i / n_h) * (sh->thumb + gap);
+        if (m->rows == 0) {
+            draw_missing(c, x, y, sh->thumb);
+            continue;
+        }
+        int cell = thumb_cell(m, sh->thumb_asked);
+        lp_status s = lp_draw_map(c, m, opt, sh->vmax, x, y, cell, cell, err);
+        if (s)
+            return s;
+        if (m->n_leak_cells > 0) {
+            /* a whole thumbnail is too small for cell outlines to be seen: frame it */
+            cairo_save(c->cr);
+            lp_set_rgb(c->cr, lp_render_leak_rgb);
+            cairo_set_line_width(c->cr, 2);
+            cairo_rectangle(c->cr, x - 2, y - 2, cell * m->cols + 4, cell * m->rows + 4);
+            cairo_stroke(c->cr);
+            cairo_restore(c->cr);
+        }
+    }
+    return LP_OK;
+}
+
+static lp_status draw_overview(const lp_store_run *run, const sheet *sh,
+                               const lp_render_options *opt, const char *out_path, lp_error *err)
+{
+    int64_t n_l = run->n_layers, n_h = run->n_heads;
+    const int gap = sh->thumb >= 32 ? 6 : 3;
+    int64_t sheet_w = n_h * (sh->thumb + gap) - gap, sheet_h = n_l * (sh->thumb + gap) - gap;
+    int64_t width = OVERVIEW_LEFT + sheet_w + OVERVIEW_RIGHT;
+    int64_t height = OVERVIEW_TOP + (sheet_h > 140 ? sheet_h : 140) + OVERVIEW_BOTTOM;
+    if (width < 560)
+        width = 560; /* room for the title */
+    char caption[320], title[400], subtitle[200];
     lp_render_run_caption(run, caption, sizeof caption);
-    snprintf(title, sizeof title, "layer %lld, all %lld heads: %s", (long long)layer,
-             (long long)n, caption);
-    snprintf(subtitle, sizeof subtitle, "%lld queries x %lld keys, shared %s scale up to %.3g, %s",
-             (long long)first_present(maps, n)->n_q, (long long)first_present(maps, n)->n_k,
-             lp_scale_name(opt->scale), vmax,
-             lp_colormap_name(opt->colormap));
-    if (leaks > 0)
-        snprintf(warning, sizeof warning, "LEAK: %lld masked cells hold probability > %g, in %lld head%s",
-                 (long long)leaks, opt->leak_threshold, (long long)leaky, leaky == 1 ? "" : "s");
+    snprintf(title, sizeof title, "all layers x heads: %s", caption);
+    snprintf(subtitle, sizeof subtitle, "%lld layers x %lld heads, %lld tokens, shared %s scale up "
+             "to %.3g, %s",
+             (long long)n_l, (long long)n_h, (long long)first_present(sh->maps, sh->n)->n_k,
+             lp_scale_name(opt->scale), sh->vmax, lp_colormap_name(opt->colormap));
     lp_canvas c;
-    int title_w = lp_title_width(title);
-    if (width < title_w)
-        width = title_w;
-    s = lp_canvas_begin(&c, out_path, (int)width, (int)height, opt->zoom, title, err);
-    if (s) {
-        free_maps(maps, n);
+    lp_status s = begin_sheet(&c, sh, opt, out_path, width, height, title, subtitle, "map",
+                              " (framed red)", err);
+    if (s)
         return s;
-    }
-    lp_draw_title(&c, title, subtitle, warning);
-    lp_text_style st = lp_text_style_default(12);
-    for (int64_t h = 0; h < n && s == LP_OK; h++) {
-        double x = left + (h % cols) * (thumb + gap);
-        double y = top + (h / cols) * (thumb + label_h + gap);
-        char label[64];
-        snprintf(label, sizeof label, "head %lld%s", (long long)h,
-                 maps[h].n_leak_cells > 0 ? "  LEAK" : "");
-        st.rgb = maps[h].n_leak_cells > 0 ? lp_render_leak_rgb : (lp_rgb){0x22, 0x22, 0x22};
-        st.bold = maps[h].n_leak_cells > 0;
-        lp_draw_text(&c, label, x, y, &st);
-        if (maps[h].rows == 0)
-            draw_missing(&c, x, y + label_h, thumb);
-        else
-            s = lp_draw_map(&c, &maps[h], opt, vmax, x, y + label_h,
-                            thumb_cell(&maps[h], thumb_asked), thumb_cell(&maps[h], thumb_asked),
-                            err);
-    }
-    if (s == LP_OK) {
-        double bar_h = rows * (thumb + label_h + gap) - gap - label_h;
-        if (bar_h > 400)
-            bar_h = 400;
-        if (bar_h < 160)
-            bar_h = 160;
-        lp_draw_colorbar(&c, left + sheet_w + 28, top + label_h, 16, bar_h, opt, vmax,
-                         "probability");
-    }
-    free_maps(maps, n);
-    if (s) {
+    draw_overview_labels(&c, run, sh->thumb, gap);
+    if ((s = draw_overview_panels(&c, sh, n_h, gap, opt, err)) != LP_OK) {
         lp_canvas_abort(&c);
         return s;
     }
+    double bar_h = n_l * (sh->thumb + gap) - gap;
+    bar_h = bar_h > 400 ? 400 : (bar_h < 120 ? 120 : bar_h);
+    lp_draw_colorbar(&c, OVERVIEW_LEFT + sheet_w + 28, OVERVIEW_TOP, 16, bar_h, opt, sh->vmax,
+                     "probability");
     return lp_canvas_end(&c, err);
 }
 
-lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
+lp_status lp_render_overview(lp_store *db, const lp_store_run *run,
                              const lp_render_options *opt, const char *out_path, lp_error *err)
 {
-    if (lp_image_format_from_path(out_path) == LP_IMAGE_COUNT)
-        return lp_error_set(err, LP_ERR_USAGE,
-                            "%s: unknown picture format (the extension must be .png, .svg or "
-                            ".pdf)",
-                            out_path);
-    int64_t n_l = run->n_layers, n_h = run->n_heads;
-    int64_t longest = n_l > n_h ? n_l : n_h;
+    lp_status s = lp_render_check_path(out_path, err);
+    if (s)
+        return s;
+    int64_t longest = run->n_layers > run->n_heads ? run->n_layers : run->n_heads;
     int thumb = opt->thumb > 0 ? opt->thumb : 64;
     if (thumb < 4 || thumb > 1024)
         return lp_error_set(err, LP_ERR_RANGE, "--thumb %d: must be in [4, 1024] pixels", thumb);
@@ -258,111 +361,14 @@ lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
         int64_t fit = OVERVIEW_MAX_SIDE / longest - 4;
         thumb = (int)(fit < OVERVIEW_MIN_THUMB ? OVERVIEW_MIN_THUMB : fit);
     }
-    int64_t n = n_l * n_h;
-    int64_t *layers = malloc((size_t)n * sizeof *layers);
-    int64_t *heads = malloc((size_t)n * sizeof *heads);
-    if (!layers || !heads) {
-        free(layers);
-        free(heads);
-        return lp_error_set(err, LP_ERR_NOMEM, "overview: out of memory");
-    }
-    for (int64_t i = 0; i < n; i++) {
-        layers[i] = i / n_h;
-        heads[i] = i % n_h;
-    }
-    lp_pooled_map *maps = NULL;
-    lp_status s = read_maps(db, run, layers, heads, n, thumb, opt->leak_threshold, &maps, err);
-    free(layers);
-    free(heads);
+    sheet sh;
+    s = read_sheet(db, run, 0, run->n_layers, thumb, opt, &sh, err);
     if (s == LP_ERR_NOT_FOUND)
         return lp_error_set(err, s, "run %lld stored no attention maps (maps_dtype '%s')",
                             (long long)run->id, run->maps_dtype);
     if (s)
         return s;
-    float max_value;
-    int64_t leaks, leaky;
-    summarize(maps, n, &max_value, &leaks, &leaky);
-    double vmax = lp_render_vmax(opt, (double)max_value);
-    const int thumb_asked = thumb;
-    thumb = fitted_slot(maps, n, thumb_asked);
-
-    const int gap = thumb >= 32 ? 6 : 3, left = 64, top = 104, right = 110, bottom = 24;
-    int64_t sheet_w = n_h * (thumb + gap) - gap, sheet_h = n_l * (thumb + gap) - gap;
-    int64_t width = left + sheet_w + right;
-    int64_t height = top + (sheet_h > 140 ? sheet_h : 140) + bottom;
-    if (width < 560)
-        width = 560; /* room for the title */
-    char caption[320], title[400], subtitle[200], warning[160] = "";
-    lp_render_run_caption(run, caption, sizeof caption);
-    snprintf(title, sizeof title, "all layers x heads: %s", caption);
-    snprintf(subtitle, sizeof subtitle, "%lld layers x %lld heads, %lld tokens, shared %s scale up "
-             "to %.3g, %s",
-             (long long)n_l, (long long)n_h, (long long)first_present(maps, n)->n_k,
-             lp_scale_name(opt->scale),
-             vmax, lp_colormap_name(opt->colormap));
-    if (leaks > 0)
-        snprintf(warning, sizeof warning,
-                 "LEAK: %lld masked cells hold probability > %g, in %lld map%s (framed red)",
-                 (long long)leaks, opt->leak_threshold, (long long)leaky, leaky == 1 ? "" : "s");
-    lp_canvas c;
-    int title_w = lp_title_width(title);
-    if (width < title_w)
-        width = title_w;
-    s = lp_canvas_begin(&c, out_path, (int)width, (int)height, opt->zoom, title, err);
-    if (s) {
-        free_maps(maps, n);
-        return s;
-    }
-    lp_draw_title(&c, title, subtitle, warning);
-    /* row and column labels, thinned like the token axes */
-    int64_t stride = (16 + thumb + gap - 1) / (thumb + gap);
-    lp_text_style st = lp_text_style_default(11);
-    st.halign = LP_ALIGN_END;
-    st.valign = LP_ALIGN_CENTER;
-    for (int64_t l = 0; l < n_l; l += stride) {
-        char label[32];
-        snprintf(label, sizeof label, "L%lld", (long long)l);
-        lp_draw_text(&c, label, left - 8, top + l * (thumb + gap) + thumb / 2.0, &st);
-    }
-    int64_t col_stride = (28 + thumb + gap - 1) / (thumb + gap);
-    st.halign = LP_ALIGN_CENTER;
-    st.valign = LP_ALIGN_END;
-    for (int64_t h = 0; h < n_h; h += col_stride) {
-        char label[32];
-        snprintf(label, sizeof label, "H%lld", (long long)h);
-        lp_draw_text(&c, label, left + h * (thumb + gap) + thumb / 2.0, top - 6, &st);
-    }
-    for (int64_t i = 0; i < n && s == LP_OK; i++) {
-        double x = left + (i % n_h) * (thumb + gap);
-        double y = top + (i / n_h) * (thumb + gap);
-        if (maps[i].rows == 0) {
-            draw_missing(&c, x, y, thumb);
-            continue;
-        }
-        int cell = thumb_cell(&maps[i], thumb_asked);
-        s = lp_draw_map(&c, &maps[i], opt, vmax, x, y, cell, cell, err);
-        if (s == LP_OK && maps[i].n_leak_cells > 0) {
-            /* a whole thumbnail is too small for cell outlines to be seen: frame it */
-            cairo_save(c.cr);
-            lp_set_rgb(c.cr, lp_render_leak_rgb);
-            cairo_set_line_width(c.cr, 2);
-            cairo_rectangle(c.cr, x - 2, y - 2, cell * maps[i].cols + 4, cell * maps[i].rows + 4);
-            cairo_stroke(c.cr);
-            cairo_restore(c.cr);
-        }
-    }
-    if (s == LP_OK) {
-        double bar_h = n_l * (thumb + gap) - gap;
-        if (bar_h > 400)
-            bar_h = 400;
-        if (bar_h < 120)
-            bar_h = 120;
-        lp_draw_colorbar(&c, left + sheet_w + 28, top, 16, bar_h, opt, vmax, "probability");
-    }
-    free_maps(maps, n);
-    if (s) {
-        lp_canvas_abort(&c);
-        return s;
-    }
-    return lp_canvas_end(&c, err);
+    s = draw_overview(run, &sh, opt, out_path, err);
+    free_maps(sh.maps, sh.n);
+    return s;
 }

@@ -111,7 +111,135 @@ static void scale_caption(const lp_render_options *opt, double vmax, char *buf, 
     }
 }
 
-lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t layer, int64_t head,
+/* The map, its picture's geometry and the token labels of one head. */
+typedef struct head_picture {
+    lp_pooled_map map;
+    lp_heatmap_layout lay;
+    char **pieces;
+    int64_t n_pieces;
+} head_picture;
+
+static void head_picture_free(head_picture *hp)
+{
+    lp_pooled_map_free(&hp->map);
+    lp_store_free_texts(hp->pieces, hp->n_pieces);
+}
+
+static lp_status read_head(lp_store *db, const lp_store_run *run, int64_t layer, int64_t head,
+                           const lp_render_options *opt, head_picture *hp, lp_error *err)
+{
+    memset(hp, 0, sizeof *hp);
+    lp_status s = lp_render_heatmap_layout(1, 1, opt, &hp->lay, err); /* validates the options */
+    if (s)
+        return s;
+    s = lp_render_read_map(db, run, layer, head, opt->size, opt->leak_threshold, opt->range_lo,
+                           opt->range_hi, &hp->map, err);
+    if (s)
+        return s;
+    s = lp_render_heatmap_layout(hp->map.shown_q, hp->map.shown_k, opt, &hp->lay, err);
+    if (s == LP_OK)
+        s = lp_render_read_labels(db, run->id, &hp->pieces, &hp->n_pieces, err);
+    if (s)
+        head_picture_free(hp);
+    return s;
+}
+
+/* "N queries x M keys, showing ..., max-pooled ..., window ..., scale, colormap, masked #rgb". */
+static void head_subtitle(const lp_store_run *run, int64_t layer, const lp_pooled_map *map,
+                          const lp_render_options *opt, double vmax, char *buf, size_t size)
+{
+    char scale_text[96], pooled[64] = "", window_text[48] = "", shown[96] = "";
+    scale_caption(opt, vmax, scale_text, sizeof scale_text);
+    lp_rgb masked = lp_render_masked_rgb(opt);
+    if (map->block > 1)
+        snprintf(pooled, sizeof pooled, ", max-pooled %lldx%lld", (long long)map->block,
+                 (long long)map->block);
+    int64_t window = lp_store_run_window(run, layer);
+    if (window > 0)
+        snprintf(window_text, sizeof window_text, ", window %lld", (long long)window);
+    if (map->shown_q != map->n_q || map->shown_k != map->n_k)
+        snprintf(shown, sizeof shown, ", showing positions %lld:%lld", (long long)map->col0,
+                 (long long)(map->col0 + map->shown_k));
+    snprintf(buf, size, "%lld queries x %lld keys%s%s%s, %s, %s, masked #%02x%02x%02x",
+             (long long)map->n_q, (long long)map->n_k, shown, pooled, window_text, scale_text,
+             lp_colormap_name(opt->colormap), masked.r, masked.g, masked.b);
+}
+
+/* Labels: one per display cell, thinned so lines never overlap. Thinned or pooled axes label
+ * round positions (every 1, 2, 5 x 10^k tokens), each at the display cell that holds it; whole
+ * axes label every cell. */
+static void draw_token_axes(lp_canvas *c, const head_picture *hp)
+{
+    const lp_pooled_map *map = &hp->map;
+    const lp_heatmap_layout *lay = &hp->lay;
+    int64_t stride = (LABEL_PITCH + lay->cell - 1) / lay->cell;
+    int64_t row_stride = (LABEL_PITCH + lay->cell_h - 1) / lay->cell_h;
+    bool with_pos = stride > 1 || row_stride > 1 || map->block > 1 || map->col0 > 0;
+    lp_text_style st = lp_text_style_default(lay->cell >= LABEL_PITCH ? 11 : 10);
+    st.halign = LP_ALIGN_END;
+    st.valign = LP_ALIGN_CENTER;
+    st.max_width = LP_RENDER_MARGIN_LEFT - 16;
+    char label[160];
+    int64_t q_first = map->n_k - map->n_q + map->row0; /* position of the first row shown */
+    int64_t row_step = label_step(row_stride * map->block);
+    for (int64_t p = first_multiple(q_first, row_step); p < q_first + map->shown_q; p += row_step) {
+        int64_t r = (p - q_first) / map->block;
+        axis_label(label, sizeof label, hp->pieces, hp->n_pieces, p, with_pos);
+        lp_draw_text(c, label, lay->map_x - 6, lay->map_y + (r + 0.5) * lay->cell_h, &st);
+    }
+    st.angle = -LP_RENDER_PI / 2;
+    st.max_width = LP_RENDER_MARGIN_BOTTOM - 14;
+    int64_t col_step = label_step(stride * map->block);
+    int map_h = (int)map->rows * lay->cell_h;
+    for (int64_t p = first_multiple(map->col0, col_step); p < map->col0 + map->shown_k;
+         p += col_step) {
+        int64_t k = (p - map->col0) / map->block;
+        axis_label(label, sizeof label, hp->pieces, hp->n_pieces, p, with_pos);
+        lp_draw_text(c, label, lay->map_x + (k + 0.5) * lay->cell, lay->map_y + map_h + 6, &st);
+    }
+    lp_text_style axis = lp_text_style_default(11);
+    axis.rgb = (lp_rgb){0x66, 0x66, 0x66};
+    axis.halign = LP_ALIGN_END;
+    axis.valign = LP_ALIGN_END;
+    lp_draw_text(c, "query \xe2\x86\x93  key \xe2\x86\x92", lay->map_x - 6, lay->map_y - 4, &axis);
+}
+
+static lp_status draw_head(const lp_store_run *run, int64_t layer, int64_t head,
+                           const head_picture *hp, const lp_render_options *opt,
+                           const char *out_path, lp_error *err)
+{
+    const lp_pooled_map *map = &hp->map;
+    const lp_heatmap_layout *lay = &hp->lay;
+    char caption[320], title[400], subtitle[400], warning[160] = "";
+    double vmax = lp_render_vmax(opt, (double)map->max_value);
+    lp_render_run_caption(run, caption, sizeof caption);
+    snprintf(title, sizeof title, "layer %lld, head %lld: %s", (long long)layer, (long long)head,
+             caption);
+    head_subtitle(run, layer, map, opt, vmax, subtitle, sizeof subtitle);
+    if (map->n_leak_cells > 0)
+        snprintf(warning, sizeof warning, "LEAK: %lld masked cells hold probability > %g",
+                 (long long)map->n_leak_cells, opt->leak_threshold);
+    else if (map->n_bad_cells > 0)
+        snprintf(warning, sizeof warning, "%lld cells are NaN or negative (magenta)",
+                 (long long)map->n_bad_cells);
+    lp_canvas c;
+    lp_status s = lp_canvas_begin(&c, out_path, lay->width, lay->height, opt->zoom, title, err);
+    if (s)
+        return s;
+    lp_draw_title(&c, title, subtitle, warning);
+    s = lp_draw_map(&c, map, opt, vmax, lay->map_x, lay->map_y, lay->cell, lay->cell_h, err);
+    if (s) {
+        lp_canvas_abort(&c);
+        return s;
+    }
+    draw_token_axes(&c, hp);
+    int map_w = (int)map->cols * lay->cell, map_h = (int)map->rows * lay->cell_h;
+    double bar_h = map_h > 200 ? map_h : 200;
+    lp_draw_colorbar(&c, lay->map_x + map_w + 24, lay->map_y, 16, bar_h, opt, vmax, "probability");
+    return lp_canvas_end(&c, err);
+}
+
+lp_status lp_render_head(lp_store *db, const lp_store_run *run, int64_t layer, int64_t head,
                          const lp_render_options *opt, const char *out_path, lp_error *err)
 {
     if (layer < 0 || layer >= run->n_layers)
@@ -120,116 +248,13 @@ lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t lay
     if (head < 0 || head >= run->n_heads)
         return lp_error_set(err, LP_ERR_RANGE, "--head %lld: run %lld has heads 0..%lld",
                             (long long)head, (long long)run->id, (long long)run->n_heads - 1);
-    if (lp_image_format_from_path(out_path) == LP_IMAGE_COUNT)
-        return lp_error_set(err, LP_ERR_USAGE,
-                            "%s: unknown picture format (the extension must be .png, .svg or "
-                            ".pdf)",
-                            out_path);
-    lp_heatmap_layout lay;
-    lp_status s = lp_render_heatmap_layout(1, 1, opt, &lay, err); /* validates the options */
-    if (s)
-        return s;
-    lp_pooled_map map;
-    s = lp_render_db_read_map_range(db, run, layer, head, opt->size, opt->leak_threshold,
-                                    opt->range_lo, opt->range_hi, &map, err);
-    if (s)
-        return s;
-    s = lp_render_heatmap_layout(map.shown_q, map.shown_k, opt, &lay, err);
-    char **pieces = NULL;
-    int64_t n_pieces = 0;
+    head_picture hp;
+    lp_status s = lp_render_check_path(out_path, err);
     if (s == LP_OK)
-        s = lp_render_db_tokens(db, run->id, &pieces, &n_pieces, err);
-    if (s) {
-        lp_pooled_map_free(&map);
+        s = read_head(db, run, layer, head, opt, &hp, err);
+    if (s)
         return s;
-    }
-
-    char caption[320], title[400], subtitle[400], warning[160] = "", scale_text[96];
-    double vmax = lp_render_vmax(opt, (double)map.max_value);
-    lp_render_run_caption(run, caption, sizeof caption);
-    snprintf(title, sizeof title, "layer %lld, head %lld: %s", (long long)layer,
-             (long long)head, caption);
-    scale_caption(opt, vmax, scale_text, sizeof scale_text);
-    lp_rgb masked = lp_render_masked_rgb(opt);
-    char pooled[64] = "";
-    if (map.block > 1)
-        snprintf(pooled, sizeof pooled, ", max-pooled %lldx%lld", (long long)map.block,
-                 (long long)map.block);
-    int64_t window = lp_render_run_window(run, layer);
-    char window_text[48] = "";
-    if (window > 0)
-        snprintf(window_text, sizeof window_text, ", window %lld", (long long)window);
-    char shown[96] = "";
-    if (map.shown_q != map.n_q || map.shown_k != map.n_k)
-        snprintf(shown, sizeof shown, ", showing positions %lld:%lld",
-                 (long long)map.col0, (long long)(map.col0 + map.shown_k));
-    snprintf(subtitle, sizeof subtitle,
-             "%lld queries x %lld keys%s%s%s, %s, %s, masked #%02x%02x%02x", (long long)map.n_q,
-             (long long)map.n_k, shown, pooled, window_text, scale_text,
-             lp_colormap_name(opt->colormap), masked.r, masked.g, masked.b);
-    if (map.n_leak_cells > 0)
-        snprintf(warning, sizeof warning, "LEAK: %lld masked cells hold probability > %g",
-                 (long long)map.n_leak_cells, opt->leak_threshold);
-    else if (map.n_bad_cells > 0)
-        snprintf(warning, sizeof warning, "%lld cells are NaN or negative (magenta)",
-                 (long long)map.n_bad_cells);
-
-    lp_canvas c;
-    s = lp_canvas_begin(&c, out_path, lay.width, lay.height, opt->zoom, title, err);
-    if (s) {
-        lp_pooled_map_free(&map);
-        lp_render_free_pieces(pieces, n_pieces);
-        return s;
-    }
-    lp_draw_title(&c, title, subtitle, warning);
-    s = lp_draw_map(&c, &map, opt, vmax, lay.map_x, lay.map_y, lay.cell, lay.cell_h, err);
-    int map_w = (int)map.cols * lay.cell, map_h = (int)map.rows * lay.cell_h;
-
-    if (s == LP_OK) {
-        /* Labels: one per display cell, thinned so lines never overlap. */
-        int64_t stride = (LABEL_PITCH + lay.cell - 1) / lay.cell;
-        int64_t row_stride = (LABEL_PITCH + lay.cell_h - 1) / lay.cell_h;
-        bool with_pos = stride > 1 || row_stride > 1 || map.block > 1 || map.col0 > 0;
-        double font_px = lay.cell >= LABEL_PITCH ? 11 : 10;
-        lp_text_style st = lp_text_style_default(font_px);
-        st.halign = LP_ALIGN_END;
-        st.valign = LP_ALIGN_CENTER;
-        st.max_width = LP_RENDER_MARGIN_LEFT - 16;
-        char label[160];
-        /* Thinned or pooled axes label round positions (every 1, 2, 5 x 10^k tokens), each at
-         * the display cell that holds it; whole axes label every cell. */
-        int64_t q_first = map.n_k - map.n_q + map.row0; /* position of the first row shown */
-        int64_t row_step = label_step(row_stride * map.block);
-        for (int64_t p = first_multiple(q_first, row_step); p < q_first + map.shown_q;
-             p += row_step) {
-            int64_t r = (p - q_first) / map.block;
-            axis_label(label, sizeof label, pieces, n_pieces, p, with_pos);
-            lp_draw_text(&c, label, lay.map_x - 6, lay.map_y + (r + 0.5) * lay.cell_h, &st);
-        }
-        st.angle = -LP_RENDER_PI / 2;
-        st.max_width = LP_RENDER_MARGIN_BOTTOM - 14;
-        int64_t col_step = label_step(stride * map.block);
-        for (int64_t p = first_multiple(map.col0, col_step); p < map.col0 + map.shown_k;
-             p += col_step) {
-            int64_t k = (p - map.col0) / map.block;
-            axis_label(label, sizeof label, pieces, n_pieces, p, with_pos);
-            lp_draw_text(&c, label, lay.map_x + (k + 0.5) * lay.cell, lay.map_y + map_h + 6, &st);
-        }
-        lp_text_style axis = lp_text_style_default(11);
-        axis.rgb = (lp_rgb){0x66, 0x66, 0x66};
-        axis.halign = LP_ALIGN_END;
-        axis.valign = LP_ALIGN_END;
-        lp_draw_text(&c, "query \xe2\x86\x93  key \xe2\x86\x92", lay.map_x - 6, lay.map_y - 4,
-                     &axis);
-        double bar_h = map_h > 200 ? map_h : 200;
-        lp_draw_colorbar(&c, lay.map_x + map_w + 24, lay.map_y, 16, bar_h, opt, vmax,
-                         "probability");
-    }
-    lp_pooled_map_free(&map);
-    lp_render_free_pieces(pieces, n_pieces);
-    if (s) {
-        lp_canvas_abort(&c);
-        return s;
-    }
-    return lp_canvas_end(&c, err);
+    s = draw_head(run, layer, head, &hp, opt, out_path, err);
+    head_picture_free(&hp);
+    return s;
 }

@@ -2,16 +2,17 @@
  * leak plots, drawn with cairo and pango into PNG, SVG or PDF (chosen by the output's extension).
  *
  *   lp_error err = {0};
- *   lp_render_db *db;
- *   lp_render_run run;
+ *   lp_store *db;                                      // trace/store/store.h reads the database
+ *   lp_store_run run;
  *   bool incomplete;
- *   if (lp_render_db_open("trace.db", &db, &err) != LP_OK) ...
- *   if (lp_render_db_pick_run(db, 0, &run, &incomplete, &err) != LP_OK) ...   // 0 = latest complete
+ *   if (lp_store_open_read("trace.db", &db, &err) != LP_OK) ...
+ *   if (lp_store_read_run(db, 0, "trace", &run, &incomplete, &err) != LP_OK) ... // latest complete
  *   lp_render_options opt;
  *   lp_render_options_default(&opt);
  *   opt.scale = LP_SCALE_LOG;
  *   if (lp_render_head(db, &run, 3, 1, &opt, "l3h1.png", &err) != LP_OK) ...
- *   lp_render_db_close(db);
+ *   lp_store_run_clear(&run);
+ *   lp_store_close(db);
  *
  * Conventions (README, "loupe render"):
  *  - Maps are [n_q, n_k]: query positions down, key positions across. Query i sits at absolute
@@ -21,8 +22,8 @@
  *    opt.leak_threshold (default 0: any nonzero value) is a leak: it keeps its colormap colour and
  *    gets a red outline, and the picture's subtitle counts the leak cells.
  *  - Maps larger than the canvas are reduced by max-pooling square blocks of block x block tokens,
- *    streamed row by row from the blob (sqlite3_blob_read), so one bright cell is never lost and
- *    memory is O(canvas + one row).
+ *    streamed row by row from the store (lp_store_map_read), so one bright cell is never lost
+ *    and memory is O(canvas + one row).
  *  - Files are written to "OUT.tmp" and renamed on success: a failed render leaves no half file.
  */
 #ifndef LP_RENDER_RENDER_H
@@ -32,6 +33,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "trace/store/store.h"
 
 typedef enum lp_colormap {
     LP_COLORMAP_VIRIDIS,
@@ -58,19 +60,6 @@ typedef struct lp_rgb {
     uint8_t r, g, b;
 } lp_rgb;
 
-/* The statistics of head_stats a matrix can show. */
-typedef enum lp_head_stat {
-    LP_STAT_ENTROPY,
-    LP_STAT_MAX_PROB,
-    LP_STAT_SINK,
-    LP_STAT_PREV_TOKEN,
-    LP_STAT_SELF,
-    LP_STAT_DISTANCE,
-    LP_STAT_LOCAL_FRAC,
-    LP_STAT_OUTPUT_NORM,
-    LP_STAT_COUNT
-} lp_head_stat;
-
 typedef struct lp_render_options {
     lp_colormap colormap;
     lp_scale scale;
@@ -95,8 +84,6 @@ const char *lp_colormap_name(lp_colormap cmap);
 lp_colormap lp_colormap_from_name(const char *name);
 const char *lp_scale_name(lp_scale scale);
 lp_scale lp_scale_from_name(const char *name);
-const char *lp_head_stat_name(lp_head_stat stat);
-lp_head_stat lp_head_stat_from_name(const char *name);
 /* From a path's extension (.png, .svg, .pdf; case-insensitive); COUNT if none of these. */
 lp_image_format lp_image_format_from_path(const char *path);
 
@@ -108,40 +95,7 @@ double lp_scale_apply(const lp_render_options *opt, double vmax, double value);
 /* The masked-cell colour these options use. */
 lp_rgb lp_render_masked_rgb(const lp_render_options *opt);
 
-/* ---- the trace database, read-only ---- */
-
-typedef struct lp_render_db lp_render_db;
-
-typedef struct lp_render_run {
-    int64_t id;
-    char status[32];
-    char kind[16];
-    char model[256];        /* basename of model_path */
-    char architecture[64];
-    int64_t n_tokens;
-    int64_t n_layers;
-    int64_t n_heads;
-    char maps_dtype[8];
-    int64_t window;                /* sliding window of every layer, 0 = none */
-    int64_t *layer_window;         /* [n_layers] from arch_json when it says, else NULL; owned */
-    bool causal;                   /* false when arch_json says the attention is bidirectional */
-    char prompt[256];              /* the run's prompt, cut to fit ("" when none) */
-} lp_render_run;
-
-lp_status lp_render_db_open(const char *path, lp_render_db **out, lp_error *err);
-void lp_render_db_close(lp_render_db *db);
-
-/* run_id 0: the latest run whose status is 'complete' (kind 'trace' preferred when kind is NULL,
- * else of that kind). A named run that is not complete is returned with *incomplete = true (the
- * CLI warns). Fills *run; free it with lp_render_run_clear. */
-lp_status lp_render_db_pick_run(lp_render_db *db, int64_t run_id, lp_render_run *run,
-                                bool *incomplete, lp_error *err);
-lp_status lp_render_db_pick_run_kind(lp_render_db *db, int64_t run_id, const char *kind,
-                                     lp_render_run *run, bool *incomplete, lp_error *err);
-void lp_render_run_clear(lp_render_run *run);
-
-/* The window that applies to a layer of the run (0 = none). */
-int64_t lp_render_run_window(const lp_render_run *run, int64_t layer);
+/* ---- maps and labels read from the trace store ---- */
 
 /* A map reduced to rows x cols display cells, each the max over a block x block square.
  * Per cell: the largest allowed value, the largest masked value, and which kinds it covers. */
@@ -166,43 +120,26 @@ typedef struct lp_pooled_map {
     int64_t shown_q, shown_k; /* query rows and keys shown (n_q, n_k for the whole map) */
 } lp_pooled_map;
 
-/* Read one head's map, max-pooled so that neither side exceeds max_cells display cells
- * (block = ceil(max(n_q, n_k) / max_cells)). Streams the blob row by row. */
-lp_status lp_render_db_read_map(lp_render_db *db, const lp_render_run *run, int64_t layer,
-                                int64_t head, int64_t max_cells, double leak_threshold,
-                                lp_pooled_map *map, lp_error *err);
-/* The same for the positions [pos_lo, pos_hi) only (pos_hi 0 = to the end): keys in that range,
- * and the query rows at those positions. LP_ERR_RANGE when it misses the map. */
-lp_status lp_render_db_read_map_range(lp_render_db *db, const lp_render_run *run, int64_t layer,
-                                      int64_t head, int64_t max_cells, double leak_threshold,
-                                      int64_t pos_lo, int64_t pos_hi, lp_pooled_map *map,
-                                      lp_error *err);
+/* Read one head's map of the run, max-pooled so that neither side exceeds max_cells display
+ * cells (block = ceil(longest shown side / max_cells)), for the positions [pos_lo, pos_hi) only
+ * (pos_hi 0 = to the end; 0, 0 = the whole map): keys in that range, and the query rows at those
+ * positions. Streams the map row by row through lp_store_map_read, so memory is the pooled grid
+ * and one row. LP_ERR_NOT_FOUND when the run stored no such map; LP_ERR_RANGE when the range
+ * misses it. */
+lp_status lp_render_read_map(lp_store *db, const lp_store_run *run, int64_t layer, int64_t head,
+                             int64_t max_cells, double leak_threshold, int64_t pos_lo,
+                             int64_t pos_hi, lp_pooled_map *map, lp_error *err);
 void lp_pooled_map_free(lp_pooled_map *map);
 
-/* The token pieces of a run, in position order, made visible for labels (see
- * lp_render_visible_piece). *pieces is an array of n strings; free with lp_render_free_pieces. */
-lp_status lp_render_db_tokens(lp_render_db *db, int64_t run_id, char ***pieces, int64_t *n,
-                              lp_error *err);
-void lp_render_free_pieces(char **pieces, int64_t n);
+/* The token texts of a run, in position order, made visible for labels (see
+ * lp_render_visible_piece). *labels is an array of n strings; free with lp_store_free_texts. */
+lp_status lp_render_read_labels(lp_store *db, int64_t run_id, char ***labels, int64_t *n,
+                                lp_error *err);
 
 /* A token piece as a label: ' ' and U+2581 become U+2423 (open box), '\n' U+23CE, '\t' U+21E5,
  * '\r' U+240D, other control bytes their U+2400 control picture, invalid UTF-8 U+FFFD; cut to
  * max_chars characters with a trailing ellipsis. Returns a malloc'ed string or NULL (no memory). */
 char *lp_render_visible_piece(const char *piece, int max_chars);
-
-/* head_stats of a run as a [n_layers * n_heads] matrix (NaN where a row is missing). */
-lp_status lp_render_db_head_stat(lp_render_db *db, const lp_render_run *run, lp_head_stat stat,
-                                 double **values, lp_error *err);
-
-/* The latest complete run that has 'perturbation' leak checks, whatever its kind;
- * LP_ERR_NOT_FOUND ("no leak runs") when there is none. */
-lp_status lp_render_db_latest_leak_run(lp_render_db *db, int64_t *run_id, lp_error *err);
-
-/* Per-layer max_abs_diff of the 'perturbation' leak checks of a run: layers[i], diffs[i], and
- * whether any check of that layer failed. layer -1 is the logits. LP_ERR_NOT_FOUND when the run
- * has no such rows. Caller frees the three arrays. */
-lp_status lp_render_db_leak_diffs(lp_render_db *db, int64_t run_id, int64_t **layers,
-                                  double **diffs, bool **failed, int64_t *n, lp_error *err);
 
 /* ---- pictures ---- */
 
@@ -232,24 +169,24 @@ lp_status lp_render_heatmap_layout(int64_t n_q, int64_t n_k, const lp_render_opt
                                    lp_heatmap_layout *layout, lp_error *err);
 
 /* One head's map. */
-lp_status lp_render_head(lp_render_db *db, const lp_render_run *run, int64_t layer, int64_t head,
+lp_status lp_render_head(lp_store *db, const lp_store_run *run, int64_t layer, int64_t head,
                          const lp_render_options *opt, const char *out_path, lp_error *err);
 /* All heads of a layer as small multiples with a shared scale. */
-lp_status lp_render_layer_grid(lp_render_db *db, const lp_render_run *run, int64_t layer,
+lp_status lp_render_layer_grid(lp_store *db, const lp_store_run *run, int64_t layer,
                                const lp_render_options *opt, const char *out_path, lp_error *err);
 /* Every layer x head as thumbnails on one sheet, with a shared scale. */
-lp_status lp_render_overview(lp_render_db *db, const lp_render_run *run,
+lp_status lp_render_overview(lp_store *db, const lp_store_run *run,
                              const lp_render_options *opt, const char *out_path, lp_error *err);
 /* A layers x heads matrix coloured by one statistic, annotated with the values. */
-lp_status lp_render_stat_matrix(lp_render_db *db, const lp_render_run *run, lp_head_stat stat,
+lp_status lp_render_stat_matrix(lp_store *db, const lp_store_run *run, lp_head_stat stat,
                                 const lp_render_options *opt, const char *out_path,
                                 lp_error *err);
 /* The per-layer max difference of a leak run's perturbation checks, on a log axis. */
-lp_status lp_render_leak_plot(lp_render_db *db, const lp_render_run *run,
+lp_status lp_render_leak_plot(lp_store *db, const lp_store_run *run,
                               const lp_render_options *opt, const char *out_path, lp_error *err);
 /* Every picture of a run into dir (created if missing) plus index.html linking them. *n_files
  * (may be NULL) receives how many pictures were written. */
-lp_status lp_render_gallery(lp_render_db *db, const lp_render_run *run,
+lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
                             const lp_render_options *opt, const char *dir, int64_t *n_files,
                             lp_error *err);
 

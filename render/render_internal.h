@@ -44,6 +44,13 @@ typedef struct lp_canvas {
  * callers never see the zoom. */
 lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height, int zoom,
                           const char *title, lp_error *err);
+/* The same, widened to fit the title line (lp_title_width). */
+lp_status lp_canvas_begin_titled(lp_canvas *c, const char *path, int64_t width, int64_t height,
+                                 int zoom, const char *title, lp_error *err);
+/* LP_ERR_USAGE unless the path ends in .png, .svg or .pdf. */
+lp_status lp_render_check_path(const char *path, lp_error *err);
+/* Text into XML or HTML: < > & " escaped, and ' too when apostrophe (HTML attributes). */
+void lp_render_escape(FILE *f, const char *s, bool apostrophe);
 /* Remember a label for the SVG <desc> (no-op for other formats). */
 void lp_canvas_note(lp_canvas *c, const char *text);
 /* Finish, write, rename; frees everything either way. */
@@ -83,7 +90,7 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
 double lp_render_vmax(const lp_render_options *opt, double max_value);
 
 /* "model (arch), run N" into buf. */
-void lp_render_run_caption(const lp_render_run *run, char *buf, size_t size);
+void lp_render_run_caption(const lp_store_run *run, char *buf, size_t size);
 
 /* Width a picture needs to show this title whole (margins included). */
 int lp_title_width(const char *title);

@@ -12,33 +12,10 @@
 
 #include "core/cli/cli.h"
 #include "core/mapfile.h"
-#include "inspect/formats/safetensors_write.h"
+#include "estimate/estimate.h"
 #include "trace/kernels/kernels.h"
+#include "trace/synth/synth.h"
 #include "trace/trace.h"
-
-#define BENCH_USAGE                                                                                \
-    "usage: loupe bench [--threads N] [--reps N] [--m M] [--gemm-only | --prefill-only]\n"         \
-    "                   [--layers L] [--tokens T] [--dir DIR]\n"                                     \
-    "\n"                                                                                           \
-    "  GEMM: times C[M, N] = A[M, K] . B[N, K]^T for the prefill shapes M=512, K,N in\n"           \
-    "  {2048, 5632} with loupe's packed GEMM and, when libopenblas.so.0 can be loaded, with\n"     \
-    "  OpenBLAS's cblas_sgemm on the same operands and thread count (loaded at run time, never\n"  \
-    "  linked). One warm-up each, then the best of --reps interleaved runs. Exit status 1 when\n"  \
-    "  loupe's and OpenBLAS's products differ by more than 1e-4 of the largest entry.\n"         \
-    "\n"                                                                                           \
-    "  Prefill: writes a TinyLlama-1.1B-shaped model with random f32 weights (hidden 2048, 32\n"    \
-    "  heads, 4 KV heads, FFN 5632, vocab 32000; --layers of its 22 layers, default 2) to a\n"    \
-    "  temporary folder, runs a T-token prefill (default 512) without and with every probe, and\n" \
-    "  reports tokens/s for the full 22-layer model: the embedding/classifier time plus 22 times\n" \
-    "  the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.\n"       \
-    "\n"                                                                                           \
-    "  --threads N     worker threads for loupe and OpenBLAS (default: all cores)\n"               \
-    "  --reps N        timed repetitions per measurement (default 5 GEMM, 3 prefill)\n"            \
-    "  --m M           rows of A in the GEMM part (default 512)\n"                                 \
-    "  --gemm-only     skip the prefill part;  --prefill-only  skip the GEMM part\n"               \
-    "  --layers L      layers actually built and timed (1..22, default 2)\n"                       \
-    "  --tokens T      prefill length (default 512)\n"                                             \
-    "  --dir DIR       where the temporary model goes (default $TMPDIR or /tmp)\n"
 
 /* cblas_sgemm's enums as the CBLAS standard fixes them. */
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
@@ -154,78 +131,90 @@ static void best_seconds(const gemm_case *g, int reps, bool with_blas, double *t
     }
 }
 
+/* The worst difference between loupe's C and OpenBLAS's on the same operands, relative to the
+ * largest entry (NaN sticks); -1 when there is no memory for the second product. */
+static double blas_disagreement(const gemm_case *g, double t_blas)
+{
+    int64_t n = g->m * g->n;
+    float *c_blas = malloc((size_t)n * sizeof(float));
+    if (!c_blas)
+        return -1.0;
+    run_loupe(g);
+    gemm_case gb = *g;
+    gb.c = c_blas;
+    run_openblas(&gb);
+    blas_settle(t_blas);
+    double worst = 0.0, largest = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)g->c[i] - (double)c_blas[i]);
+        if (!(d <= worst))
+            worst = d; /* NaN sticks */
+        if (fabs((double)c_blas[i]) > largest)
+            largest = fabs((double)c_blas[i]);
+    }
+    free(c_blas);
+    return worst / (largest > 0.0 ? largest : 1.0);
+}
+
+/* Time one shape and print its line; false when loupe and OpenBLAS disagree. */
+static bool time_gemm_shape(const gemm_case *g, int reps, bool have_blas)
+{
+    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    double t_loupe, t_blas;
+    best_seconds(g, reps, have_blas, &t_loupe, &t_blas);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lld x %lld x %lld", (long long)g->m, (long long)g->n,
+             (long long)g->k);
+    if (!have_blas) {
+        printf("%-24s %12.1f %12s %8s\n", shape, flops / t_loupe * 1e-9, "-", "-");
+        return true;
+    }
+    /* The two must compute the same product: the worst difference relative to the largest
+     * entry, against 1e-4 (f32 sums of k <= 5632 terms agree to ~1e-6). */
+    double rel = blas_disagreement(g, t_blas);
+    rel = rel < 0.0 ? 0.0 : rel; /* no memory to compare: nothing measured against */
+    printf("%-24s %12.1f %12.1f %7.0f%%   %.1e\n", shape, flops / t_loupe * 1e-9,
+           flops / t_blas * 1e-9, 100.0 * t_blas / t_loupe, rel);
+    if (rel <= 1e-4)
+        return true;
+    fprintf(stderr, "loupe bench: loupe and OpenBLAS disagree on %s: relative difference %.3g "
+                    "> 1e-4\n", shape, rel);
+    return false;
+}
+
 /* Prints one line per shape; exit status 1 when loupe and OpenBLAS disagree. */
 static int bench_gemm(int64_t m, int threads, int reps, lp_pool *pool, const openblas_lib *blas,
                       bool have_blas)
 {
-    bool mismatch = false;
+    bool agree = true;
     static const int64_t sizes[2] = {2048, 5632};
     printf("%-24s %12s %12s %8s   %s\n", "GEMM  M x N x K", "loupe GF/s", "OpenBLAS", "ratio",
            have_blas ? "agreement (max |loupe - OpenBLAS| / max |C|)" : "");
+    if (have_blas && blas->set_threads)
+        blas->set_threads(threads);
     for (int ik = 0; ik < 2; ik++)
         for (int in = 0; in < 2; in++) {
             int64_t k = sizes[ik], n = sizes[in];
             float *a = malloc((size_t)(m * k) * sizeof(float));
             float *b = malloc((size_t)(n * k) * sizeof(float));
             float *c = malloc((size_t)(m * n) * sizeof(float));
+            if (a && b && c) {
+                fill_random(a, m * k, 1);
+                fill_random(b, n * k, 2);
+                gemm_case g = {m, n, k, a, b, c, pool, blas};
+                agree = time_gemm_shape(&g, reps, have_blas) && agree;
+                fflush(stdout);
+            }
+            free(a);
+            free(b);
+            free(c);
             if (!a || !b || !c) {
-                free(a);
-                free(b);
-                free(c);
                 fprintf(stderr, "loupe bench: out of memory for a %lld x %lld x %lld GEMM\n",
                         (long long)m, (long long)n, (long long)k);
                 return LP_EXIT_USAGE;
             }
-            fill_random(a, m * k, 1);
-            fill_random(b, n * k, 2);
-            gemm_case g = {m, n, k, a, b, c, pool, blas};
-            double flops = 2.0 * (double)m * (double)n * (double)k;
-            if (have_blas && blas->set_threads)
-                blas->set_threads(threads);
-            double t_loupe, t_blas;
-            best_seconds(&g, reps, have_blas, &t_loupe, &t_blas);
-            char shape[64];
-            snprintf(shape, sizeof shape, "%lld x %lld x %lld", (long long)m, (long long)n,
-                     (long long)k);
-            if (have_blas) {
-                /* The two must compute the same product: the worst difference relative to the
-                 * largest entry, against 1e-4 (f32 sums of k <= 5632 terms agree to ~1e-6). */
-                double worst = 0.0, largest = 0.0;
-                float *c_blas = malloc((size_t)(m * n) * sizeof(float));
-                if (c_blas) {
-                    run_loupe(&g);
-                    gemm_case gb = g;
-                    gb.c = c_blas;
-                    run_openblas(&gb);
-                    blas_settle(t_blas);
-                    for (int64_t i = 0; i < m * n; i++) {
-                        double d = fabs((double)c[i] - (double)c_blas[i]);
-                        if (!(d <= worst))
-                            worst = d; /* NaN sticks */
-                        if (fabs((double)c_blas[i]) > largest)
-                            largest = fabs((double)c_blas[i]);
-                    }
-                    free(c_blas);
-                }
-                double rel = worst / (largest > 0.0 ? largest : 1.0);
-                printf("%-24s %12.1f %12.1f %7.0f%%   %.1e\n", shape,
-                       flops / t_loupe * 1e-9, flops / t_blas * 1e-9, 100.0 * t_blas / t_loupe,
-                       rel);
-                if (!(rel <= 1e-4)) {
-                    fprintf(stderr, "loupe bench: loupe and OpenBLAS disagree on %s: relative "
-                                    "difference %.3g > 1e-4\n",
-                            shape, rel);
-                    mismatch = true;
-                }
-            }
-            else
-                printf("%-24s %12.1f %12s %8s\n", shape, flops / t_loupe * 1e-9, "-", "-");
-            fflush(stdout);
-            free(a);
-            free(b);
-            free(c);
         }
-    return mismatch ? LP_EXIT_CHECK_FAILED : LP_EXIT_OK;
+    return agree ? LP_EXIT_OK : LP_EXIT_CHECK_FAILED;
 }
 
 /* ---- prefill of a TinyLlama-1.1B-shaped model (its config.json's numbers) */
@@ -248,94 +237,19 @@ static double tl_layer_flops_per_token(void)
     return 2.0 * (2.0 * TL_HIDDEN * TL_HIDDEN + 2.0 * kv * TL_HIDDEN + 3.0 * TL_FFN * TL_HIDDEN);
 }
 
-static lp_status add_tensor(lp_st_writer *w, const char *name, int64_t rows, int64_t cols,
-                            float *buf, float value, uint64_t seed, lp_error *err)
-{
-    int64_t shape[2] = {rows, cols};
-    int64_t n = rows * (cols > 0 ? cols : 1);
-    if (value != 0.0f)
-        for (int64_t i = 0; i < n; i++)
-            buf[i] = value;
-    else {
-        fill_random(buf, n, seed);
-        for (int64_t i = 0; i < n; i++)
-            buf[i] *= 0.04f; /* about N(0, 0.02^2)-sized, like an initialized model */
-    }
-    return lp_st_writer_add(w, name, LP_DTYPE_F32, cols > 0 ? 2 : 1, shape, buf, err);
-}
-
-/* config.json + model.safetensors in dir; embeddings tied (the logits are computed for the last
+/* TinyLlama-1.1B's config.json numbers with --layers of its layers, random f32 weights about
+ * the size of an initialized model's; embeddings tied (the logits are computed for the last
  * position only, so an untied classifier would cost the same and double the file). */
 static lp_status write_tinyllama(const char *dir, int n_layers, lp_error *err)
 {
-    char *config_path = lp_path_join(dir, "config.json");
-    char *model_path = lp_path_join(dir, "model.safetensors");
-    lp_st_writer *w = NULL;
-    float *buf = malloc((size_t)TL_VOCAB * TL_HIDDEN * sizeof(float));
-    lp_status st = LP_OK;
-    if (!config_path || !model_path || !buf) {
-        st = lp_error_set(err, LP_ERR_NOMEM, "bench model: out of memory");
-        goto done;
-    }
-    FILE *f = fopen(config_path, "w");
-    if (!f) {
-        st = lp_error_set(err, LP_ERR_IO, "%s: %s", config_path, strerror(errno));
-        goto done;
-    }
-    fprintf(f,
-            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\",\n"
-            " \"hidden_size\": %d, \"intermediate_size\": %d, \"num_attention_heads\": %d,\n"
-            " \"num_key_value_heads\": %d, \"num_hidden_layers\": %d, \"vocab_size\": %d,\n"
-            " \"max_position_embeddings\": 2048, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0,\n"
-            " \"hidden_act\": \"silu\", \"tie_word_embeddings\": true, \"torch_dtype\": \"float32\"}\n",
-            TL_HIDDEN, TL_FFN, TL_HEADS, TL_KV_HEADS, n_layers, TL_VOCAB);
-    if (fclose(f) != 0) {
-        st = lp_error_set(err, LP_ERR_IO, "%s: %s", config_path, strerror(errno));
-        goto done;
-    }
-    if ((st = lp_st_writer_create(&w, err)) != LP_OK)
-        goto done;
-    uint64_t seed = 10;
-    if ((st = add_tensor(w, "model.embed_tokens.weight", TL_VOCAB, TL_HIDDEN, buf, 0.0f, seed++,
-                         err)) != LP_OK)
-        goto done;
-    for (int l = 0; l < n_layers && st == LP_OK; l++) {
-        static const struct {
-            const char *name;
-            int rows, cols;
-        } parts[] = {
-            {"self_attn.q_proj.weight", TL_HIDDEN, TL_HIDDEN},
-            {"self_attn.k_proj.weight", TL_KV_HEADS * TL_HEAD_DIM, TL_HIDDEN},
-            {"self_attn.v_proj.weight", TL_KV_HEADS * TL_HEAD_DIM, TL_HIDDEN},
-            {"self_attn.o_proj.weight", TL_HIDDEN, TL_HIDDEN},
-            {"mlp.gate_proj.weight", TL_FFN, TL_HIDDEN},
-            {"mlp.up_proj.weight", TL_FFN, TL_HIDDEN},
-            {"mlp.down_proj.weight", TL_HIDDEN, TL_FFN},
-        };
-        char name[128];
-        for (size_t i = 0; i < sizeof parts / sizeof parts[0] && st == LP_OK; i++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, parts[i].name);
-            st = add_tensor(w, name, parts[i].rows, parts[i].cols, buf, 0.0f, seed++, err);
-        }
-        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-        if (st == LP_OK)
-            st = add_tensor(w, name, TL_HIDDEN, 0, buf, 1.0f, 0, err);
-        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-        if (st == LP_OK)
-            st = add_tensor(w, name, TL_HIDDEN, 0, buf, 1.0f, 0, err);
-    }
-    if (st == LP_OK)
-        st = add_tensor(w, "model.norm.weight", TL_HIDDEN, 0, buf, 1.0f, 0, err);
-    free(buf);
-    buf = NULL;
-    if (st == LP_OK)
-        st = lp_st_writer_write(w, model_path, err);
-done:
-    lp_st_writer_destroy(w);
-    free(buf);
-    free(config_path);
-    free(model_path);
-    return st;
+    lp_synth_spec spec = {
+        .family = LP_SYNTH_LLAMA, .vocab = TL_VOCAB, .hidden = TL_HIDDEN, .n_layers = n_layers,
+        .n_heads = TL_HEADS, .n_kv_heads = TL_KV_HEADS, .head_dim = TL_HEAD_DIM, .ffn = TL_FFN,
+        .n_ctx = 2048, .norm_eps = 1e-5, .rope_theta = 10000.0, .tied = true, .bos_id = 1,
+        .eos_id = 2, .dtype = LP_DTYPE_F32, .vector_dtype = LP_DTYPE_F32, .seed = 10,
+        .scale = 0.02,
+    };
+    return lp_synth_write_family(dir, &spec, err);
 }
 
 static void remove_model_dir(const char *dir)
@@ -455,6 +369,25 @@ static double yardstick_gflops(const blas_yardstick *y)
     return sum / 4.0;
 }
 
+/* The pass just timed, if it is the best so far: its total, median layer and tail. */
+static void keep_if_best(const layer_clock *clock, double total, double *dur, prefill_result *out)
+{
+    if (total >= out->total)
+        return;
+    int n_layers = clock->n_layers;
+    double prev = clock->start;
+    for (int l = 0; l < n_layers; l++) {
+        dur[l] = clock->end[l] - prev;
+        prev = clock->end[l];
+    }
+    qsort(dur, (size_t)n_layers, sizeof *dur, cmp_double);
+    out->total = total;
+    out->layer = n_layers % 2 ? dur[n_layers / 2]
+                              : 0.5 * (dur[n_layers / 2 - 1] + dur[n_layers / 2]);
+    out->tail = total - (prev - clock->start);
+    out->full = out->tail + (double)TL_LAYERS * out->layer;
+}
+
 static lp_status time_prefill(const lp_model *model, const lp_batch *batch, lp_pool *pool,
                               bool probes, int n_layers, int reps, blas_yardstick *yardstick,
                               prefill_result *out, lp_error *err)
@@ -483,22 +416,99 @@ static lp_status time_prefill(const lp_model *model, const lp_batch *batch, lp_p
         double total = now_seconds() - clock.start;
         if (st == LP_OK && r > 0 && yardstick)
             yardstick_run(yardstick);
-        if (st != LP_OK || r == 0 || total >= out->total)
-            continue;
-        double prev = clock.start;
-        for (int l = 0; l < n_layers; l++) {
-            dur[l] = end[l] - prev;
-            prev = end[l];
-        }
-        qsort(dur, (size_t)n_layers, sizeof *dur, cmp_double);
-        out->total = total;
-        out->layer = n_layers % 2 ? dur[n_layers / 2]
-                                  : 0.5 * (dur[n_layers / 2 - 1] + dur[n_layers / 2]);
-        out->tail = total - (prev - clock.start);
-        out->full = out->tail + (double)TL_LAYERS * out->layer;
+        if (st == LP_OK && r > 0)
+            keep_if_best(&clock, total, dur, out);
     }
     free(end);
     free(dur);
+    return st;
+}
+
+/* What loupe estimate predicts for the full 22-layer pass on this machine (its FMA peak and
+ * streaming read measured now, on the same threads), next to the measured pass. */
+static void print_prediction(const char *model_dir, int threads, int64_t n_tokens,
+                             double measured)
+{
+    lp_error err = {0};
+    lp_arch arch;
+    lp_est_hw hw;
+    lp_est_dtype f32;
+    lp_est_times t;
+    char *config = lp_path_join(model_dir, "config.json");
+    lp_status st = config ? lp_arch_from_hf_config(config, &arch, &err)
+                          : lp_error_set(&err, LP_ERR_NOMEM, "bench: out of memory");
+    free(config);
+    if (st == LP_OK) {
+        arch.n_layers = TL_LAYERS; /* the model built has fewer; the times are for all 22 */
+        st = lp_arch_finish(&arch, &err);
+    }
+    lp_est_dtype_parse("f32", &f32);
+    if (st == LP_OK)
+        st = lp_est_hw_measure(threads, 0, &hw, &err);
+    if (st == LP_OK)
+        st = lp_est_predict_times(&arch, &f32, n_tokens, true, &hw, &t, &err);
+    if (st != LP_OK) {
+        printf("  predicted: not available (%s)\n", err.msg);
+        return;
+    }
+    printf("  predicted (loupe estimate on %.1f GFLOP/s FMA peak, %.1f GB/s read, %d threads): "
+           "22 layers %.3f s, %s-bound; measured %.3f s = %.2fx the prediction\n",
+           hw.flops_per_s * 1e-9, hw.bytes_per_s * 1e-9, threads, t.prefill_seconds,
+           t.prefill_compute_bound ? "compute" : "memory", measured, measured / t.prefill_seconds);
+}
+
+static void print_prefill(const prefill_result *bare, const prefill_result *probed, int n_layers,
+                          int64_t n_tokens, double blas_gflops)
+{
+    if (blas_gflops > 0.0)
+        printf("  OpenBLAS GEMM timed after each pass: best per shape, mean %.1f GFLOP/s over the "
+               "4 shapes\n",
+               blas_gflops);
+    double flops = tl_layer_flops_per_token() * (double)TL_LAYERS * (double)n_tokens;
+    const prefill_result *rs[2] = {bare, probed};
+    const char *names[2] = {"probes off", "all probes"};
+    for (int i = 0; i < 2; i++) {
+        double gflops = flops / rs[i]->full * 1e-9;
+        printf("  %-10s  %d-layer pass %.3f s: layer %.3f s, tail %.3f s -> 22 layers %.2f s = "
+               "%.1f tokens/s, %.1f GFLOP/s of matmul",
+               names[i], n_layers, rs[i]->total, rs[i]->layer, rs[i]->tail, rs[i]->full,
+               (double)n_tokens / rs[i]->full, gflops);
+        if (blas_gflops > 0.0)
+            printf(" = %.0f%% of OpenBLAS's GEMM", 100.0 * gflops / blas_gflops);
+        if (i == 1)
+            printf(" (%.2fx the bare pass)", rs[i]->full / bare->full);
+        printf("\n");
+    }
+}
+
+/* Write the model, open it and time both passes on seeded random tokens. */
+static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_tokens, int reps,
+                             lp_pool *pool, blas_yardstick *yardstick, lp_error *err)
+{
+    int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
+    lp_model *model = NULL;
+    lp_status st = tokens ? write_tinyllama(model_dir, n_layers, err)
+                          : lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
+    if (st == LP_OK)
+        st = lp_model_open(model_dir, &model, err);
+    uint64_t state = 12345;
+    for (int64_t t = 0; st == LP_OK && t < n_tokens; t++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[t] = (int32_t)((state >> 33) % TL_VOCAB);
+    }
+    lp_batch batch = lp_batch_single(tokens, n_tokens);
+    prefill_result bare, probed;
+    if (st == LP_OK)
+        st = time_prefill(model, &batch, pool, false, n_layers, reps, yardstick, &bare, err);
+    if (st == LP_OK)
+        st = time_prefill(model, &batch, pool, true, n_layers, reps, yardstick, &probed, err);
+    if (st == LP_OK) {
+        print_prefill(&bare, &probed, n_layers, n_tokens,
+                      yardstick ? yardstick_gflops(yardstick) : 0.0);
+        print_prediction(model_dir, pool ? lp_pool_threads(pool) : 1, n_tokens, bare.full);
+    }
+    lp_model_close(model);
+    free(tokens);
     return st;
 }
 
@@ -534,154 +544,121 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
            "1 warm-up, then best of %d passes\n",
            n_layers, TL_LAYERS, model_dir, reps);
     fflush(stdout);
-    lp_model *model = NULL;
-    int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
-    int status = LP_EXIT_OK;
-    lp_status st = tokens ? write_tinyllama(model_dir, n_layers, &err)
-                          : lp_error_set(&err, LP_ERR_NOMEM, "bench: out of memory");
-    if (st == LP_OK)
-        st = lp_model_open(model_dir, &model, &err);
-    if (st == LP_OK) {
-        uint64_t state = 12345;
-        for (int64_t t = 0; t < n_tokens; t++) {
-            state = state * 6364136223846793005ull + 1442695040888963407ull;
-            tokens[t] = (int32_t)((state >> 33) % TL_VOCAB);
-        }
-        lp_batch batch = lp_batch_single(tokens, n_tokens);
-        prefill_result bare, probed;
-        st = time_prefill(model, &batch, pool, false, n_layers, reps, yardstick, &bare, &err);
-        if (st == LP_OK)
-            st = time_prefill(model, &batch, pool, true, n_layers, reps, yardstick, &probed,
-                              &err);
-        double blas_gflops = yardstick ? yardstick_gflops(yardstick) : 0.0;
-        if (st == LP_OK && blas_gflops > 0.0)
-            printf("  OpenBLAS GEMM timed after each pass: best per shape, mean %.1f GFLOP/s over "
-                   "the 4 shapes\n",
-                   blas_gflops);
-        if (st == LP_OK) {
-            double flops = tl_layer_flops_per_token() * (double)TL_LAYERS * (double)n_tokens;
-            const prefill_result *rs[2] = {&bare, &probed};
-            const char *names[2] = {"probes off", "all probes"};
-            for (int i = 0; i < 2; i++) {
-                double gflops = flops / rs[i]->full * 1e-9;
-                printf("  %-10s  %d-layer pass %.3f s: layer %.3f s, tail %.3f s -> 22 layers "
-                       "%.2f s = %.1f tokens/s, %.1f GFLOP/s of matmul",
-                       names[i], n_layers, rs[i]->total, rs[i]->layer, rs[i]->tail, rs[i]->full,
-                       (double)n_tokens / rs[i]->full, gflops);
-                if (blas_gflops > 0.0)
-                    printf(" = %.0f%% of OpenBLAS's GEMM", 100.0 * gflops / blas_gflops);
-                if (i == 1)
-                    printf(" (%.2fx the bare pass)", rs[i]->full / bare.full);
-                printf("\n");
-            }
-        }
-    }
-    if (st != LP_OK)
-        status = lp_cli_fail("bench", &err);
-    lp_model_close(model);
-    free(tokens);
+    lp_status st = run_prefill(model_dir, n_layers, n_tokens, reps, pool, yardstick, &err);
     remove_model_dir(model_dir);
     if (yardstick)
         yardstick_free(yardstick);
+    return st == LP_OK ? LP_EXIT_OK : lp_cli_fail("bench", &err);
+}
+
+/* ---- the command ----------------------------------------------------------------------------- */
+
+typedef struct bench_opts {
+    int64_t threads, reps, m, layers, tokens;
+    bool gemm_only, prefill_only;
+    const char *dir;
+} bench_opts;
+
+static const lp_option bench_options[] = {
+    LP_OPT_INT_OF(bench_opts, threads, "threads", "N", 1, 1024,
+                  "worker threads for loupe and OpenBLAS (default: all cores)"),
+    LP_OPT_INT_OF(bench_opts, reps, "reps", "N", 1, 1000,
+                  "timed repetitions per measurement (default 5 GEMM, 3 prefill)"),
+    LP_OPT_INT_OF(bench_opts, m, "m", "M", 1, 65536, "rows of A in the GEMM part (default 512)"),
+    LP_OPT_FLAG_OF(bench_opts, gemm_only, "gemm-only", "skip the prefill part"),
+    LP_OPT_FLAG_OF(bench_opts, prefill_only, "prefill-only", "skip the GEMM part"),
+    LP_OPT_INT_OF(bench_opts, layers, "layers", "L", 1, TL_LAYERS,
+                  "layers actually built and timed (default 2)"),
+    LP_OPT_INT_OF(bench_opts, tokens, "tokens", "T", 1, 2048, "prefill length (default 512)"),
+    LP_OPT_STRING_OF(bench_opts, dir, "dir", "DIR",
+                     "where the temporary model goes (default $TMPDIR or /tmp)"),
+    LP_OPT_END_OF_TABLE,
+};
+
+static const lp_cli_spec bench_spec = {
+    .name = "bench",
+    .summary = "benchmark the GEMM and the prefill",
+    .synopsis = "[--gemm-only | --prefill-only] [options]",
+    .description =
+        "GEMM: times C[M, N] = A[M, K] . B[N, K]^T for the prefill shapes M=512, K,N in\n"
+        "{2048, 5632} with loupe's packed GEMM and, when libopenblas.so.0 can be loaded, with\n"
+        "OpenBLAS's cblas_sgemm on the same operands and thread count (loaded at run time, never\n"
+        "linked). One warm-up each, then the best of --reps interleaved runs.\n"
+        "\n"
+        "Prefill: writes a TinyLlama-1.1B-shaped model with random f32 weights (hidden 2048, 32\n"
+        "heads, 4 KV heads, FFN 5632, vocab 32000; --layers of its 22 layers, default 2) to a\n"
+        "temporary folder, runs a T-token prefill (default 512) without and with every probe, and\n"
+        "reports tokens/s for the full 22-layer model: the embedding/classifier time plus 22 times\n"
+        "the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.",
+    .options = bench_options,
+    .min_positional = 0,
+    .max_positional = 0,
+    .notes = "Exit status: 0 done, 1 loupe's and OpenBLAS's products differ by more than 1e-4 of\n"
+             "the largest entry, 2 bad usage or a failure (memory, disk).",
+};
+
+static void print_header(int argc, char **argv, int64_t threads, const openblas_lib *blas,
+                         bool have_blas)
+{
+    printf("command: loupe");
+    for (int i = 0; i < argc; i++)
+        printf(" %s", argv[i]);
+    printf("\nkernels: %s, threads: %lld\n", lp_isa_name(lp_kernels_isa()), (long long)threads);
+    if (have_blas)
+        printf("OpenBLAS: libopenblas.so.0 (core %s), %lld threads\n",
+               blas->corename ? blas->corename() : "?", (long long)threads);
+    else
+        printf("OpenBLAS not found (libopenblas.so.0): loupe figures only\n");
+}
+
+/* Both parts (or the one asked for) on one pool; the GEMM's disagreement does not stop the
+ * prefill, its exit status stays. */
+static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *blas, bool have_blas)
+{
+    int status = LP_EXIT_OK;
+    if (!o->prefill_only) {
+        int reps = (int)(o->reps > 0 ? o->reps : 5);
+        printf("GEMM method: 1 warm-up each, then best of %d runs alternating loupe and "
+               "OpenBLAS (a pause of up to 0.3 s after each OpenBLAS call lets its polling workers "
+               "sleep)\n",
+               reps);
+        status = bench_gemm(o->m, (int)o->threads, reps, pool, blas, have_blas);
+    }
+    if ((status == LP_EXIT_OK || status == LP_EXIT_CHECK_FAILED) && !o->gemm_only) {
+        int prefill_status = bench_prefill((int)o->threads, (int)(o->reps > 0 ? o->reps : 3),
+                                           (int)o->layers, o->tokens, o->dir, pool,
+                                           have_blas ? blas : NULL);
+        if (prefill_status != LP_EXIT_OK)
+            status = prefill_status;
+    }
     return status;
 }
 
 static int run_bench(int argc, char **argv)
 {
-    int64_t threads = lp_cpu_count(), reps = -1, m = 512, layers = 2, tokens = 512;
-    bool gemm_only = false, prefill_only = false;
-    const char *dir = getenv("TMPDIR");
-    if (!dir || !*dir)
-        dir = "/tmp";
-    for (int i = 1; i < argc; i++) {
-        const char *value;
-        int rc;
-        if (lp_cli_flag(argv[i], "--help") || lp_cli_flag(argv[i], "-h")) {
-            fputs(BENCH_USAGE, stdout);
-            return LP_EXIT_OK;
-        }
-        if (lp_cli_flag(argv[i], "--gemm-only")) {
-            gemm_only = true;
-            continue;
-        }
-        if (lp_cli_flag(argv[i], "--prefill-only")) {
-            prefill_only = true;
-            continue;
-        }
-        if ((rc = lp_cli_option("bench", argc, argv, &i, "--dir", &value)) != 0) {
-            if (rc < 0)
-                return LP_EXIT_USAGE;
-            if (!lp_path_is_dir(value))
-                return lp_cli_usage_error("bench", "--dir '%s': not a folder", value);
-            dir = value;
-            continue;
-        }
-        static const struct {
-            const char *name;
-            int64_t lo, hi;
-        } ints[] = {{"--threads", 1, 1024}, {"--reps", 1, 1000}, {"--m", 1, 65536},
-                    {"--layers", 1, TL_LAYERS}, {"--tokens", 1, 2048}};
-        int64_t *targets[] = {&threads, &reps, &m, &layers, &tokens};
-        bool matched = false;
-        for (size_t o = 0; o < sizeof ints / sizeof ints[0] && !matched; o++) {
-            if ((rc = lp_cli_option("bench", argc, argv, &i, ints[o].name, &value)) == 0)
-                continue;
-            if (rc < 0)
-                return LP_EXIT_USAGE;
-            if (!lp_parse_i64(value, targets[o]) || *targets[o] < ints[o].lo ||
-                *targets[o] > ints[o].hi)
-                return lp_cli_usage_error("bench", "%s '%s': want an integer in %lld..%lld",
-                                          ints[o].name, value, (long long)ints[o].lo,
-                                          (long long)ints[o].hi);
-            matched = true;
-        }
-        if (!matched)
-            return lp_cli_usage_error("bench", "unknown option '%s' (see loupe bench --help)",
-                                      argv[i]);
-    }
-    if (gemm_only && prefill_only)
+    bench_opts o = {lp_cpu_count(), -1, 512, 2, 512, false, false, NULL};
+    const char *pos[LP_CLI_MAX_POSITIONAL];
+    int rc = lp_cli_parse(&bench_spec, argc, argv, &o, pos, NULL);
+    if (rc != LP_CLI_PARSED)
+        return rc;
+    if (o.dir && !lp_path_is_dir(o.dir))
+        return lp_cli_usage_error("bench", "--dir '%s': not a folder", o.dir);
+    if (!o.dir)
+        o.dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if (o.gemm_only && o.prefill_only)
         return lp_cli_usage_error("bench", "--gemm-only and --prefill-only exclude each other");
-
     lp_error err = {0};
     lp_pool *pool = NULL;
-    if (lp_pool_create((int)threads, &pool, &err) != LP_OK)
+    if (lp_pool_create((int)o.threads, &pool, &err) != LP_OK)
         return lp_cli_fail("bench", &err);
-
-    printf("command: loupe");
-    for (int i = 0; i < argc; i++)
-        printf(" %s", argv[i]);
-    printf("\nkernels: %s, threads: %lld\n", lp_isa_name(lp_kernels_isa()), (long long)threads);
-    int status = LP_EXIT_OK;
     openblas_lib blas;
     bool have_blas = openblas_load(&blas);
-    if (have_blas)
-        printf("OpenBLAS: libopenblas.so.0 (core %s), %lld threads\n",
-               blas.corename ? blas.corename() : "?", (long long)threads);
-    else
-        printf("OpenBLAS not found (libopenblas.so.0): loupe figures only\n");
-    if (!prefill_only) {
-        printf("GEMM method: 1 warm-up each, then best of %lld runs alternating loupe and "
-               "OpenBLAS (a pause of up to 0.3 s after each OpenBLAS call lets its polling workers "
-               "sleep)\n",
-               (long long)(reps > 0 ? reps : 5));
-        status = bench_gemm(m, (int)threads, (int)(reps > 0 ? reps : 5), pool, &blas, have_blas);
-    }
-    if ((status == LP_EXIT_OK || status == LP_EXIT_CHECK_FAILED) && !gemm_only) {
-        int prefill_status = bench_prefill((int)threads, (int)(reps > 0 ? reps : 3), (int)layers,
-                                           tokens, dir, pool, have_blas ? &blas : NULL);
-        if (prefill_status != LP_EXIT_OK)
-            status = prefill_status;
-    }
+    print_header(argc, argv, o.threads, &blas, have_blas);
+    int status = run_parts(&o, pool, &blas, have_blas);
     if (have_blas)
         dlclose(blas.handle);
     lp_pool_destroy(pool);
     return status;
 }
-
-static const lp_cli_spec bench_spec = {
-    .name = "bench",
-    .summary = "benchmark the GEMM and the prefill",
-    .legacy_usage = BENCH_USAGE,
-};
 
 const lp_command lp_command_bench = {&bench_spec, run_bench};

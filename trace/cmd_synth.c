@@ -5,7 +5,6 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "core/cli/cli.h"
 #include "inspect/inspect.h"
@@ -13,26 +12,49 @@
 
 #define CMD "synth"
 
-static const char usage[] =
-    "usage: loupe synth OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check]\n"
-    "\n"
-    "Write a small Llama-style model whose attention heads are planted with known behaviours,\n"
-    "so every command can be tried offline on a model with a known answer. OUT_DIR is created\n"
-    "if missing; a folder that is neither empty nor an earlier synth output is refused.\n"
-    "\n"
-    "  OUT_DIR         gets config.json, model.safetensors, tokenizer.json, planted_heads.json\n"
-    "  --seed N        token identities and noise heads (default 1); same seed, same bytes\n"
-    "  --dtype D       stored weights: f32 (default), bf16 or f16\n"
-    "  --check         then run the model on the demo prompt and show that each planted head\n"
-    "                  tops its statistic (exit 1 if one does not)\n"
-    "  --fault NAME    for tests: plant a head wrongly (prev-no-phase: the previous-token head\n"
-    "                  loses its phase and attends to itself; no-prev-write: it writes nothing,\n"
-    "                  so the induction head has nothing to match)\n"
-    "\n"
-    "Planted heads: layer 0 head 1 previous token, head 3 sink (<s>), head 4 local window,\n"
-    "head 6 uniform; layer 1 head 5 induction. All other heads are seeded noise.\n"
-    "Exit status: 0 written (and found), 1 --check did not find a planted head, 2 bad usage or an\n"
-    "output folder that is not ours.\n";
+typedef struct synth_opts {
+    int64_t seed;
+    int dtype; /* index into dtype_choices */
+    int fault; /* an lp_synth_fault: fault_choices is in the enum's order */
+    bool check;
+} synth_opts;
+
+static const char *const dtype_choices[] = {"f32", "bf16", "f16", NULL};
+static const lp_dtype dtype_values[] = {LP_DTYPE_F32, LP_DTYPE_BF16, LP_DTYPE_F16};
+static const char *const fault_choices[] = {"none", "prev-no-phase", "no-prev-write", NULL};
+
+static const lp_option synth_options[] = {
+    LP_OPT_INT_OF(synth_opts, seed, "seed", "N", 0, 9007199254740992.0,
+                  "token identities and noise heads (default 1); same seed, same bytes"),
+    LP_OPT_ENUM_OF(synth_opts, dtype, "dtype", dtype_choices, "stored weights (default f32)"),
+    LP_OPT_FLAG_OF(synth_opts, check, "check",
+                   "then run the model on the demo prompt and show that each planted head\n"
+                   "tops its statistic (exit 1 if one does not)"),
+    LP_OPT_ENUM_OF(synth_opts, fault, "fault", fault_choices,
+                   "for tests: plant a head wrongly (prev-no-phase: the previous-token head\n"
+                   "loses its phase and attends to itself; no-prev-write: it writes nothing,\n"
+                   "so the induction head has nothing to match)"),
+    LP_OPT_END_OF_TABLE,
+};
+
+static const lp_cli_spec synth_spec = {
+    .name = "synth",
+    .summary = "write a small model with planted attention heads",
+    .synopsis = "OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check]",
+    .description =
+        "Write a small Llama-style model whose attention heads are planted with known behaviours,\n"
+        "so every command can be tried offline on a model with a known answer. OUT_DIR is created\n"
+        "if missing; a folder that is neither empty nor an earlier synth output is refused.\n"
+        "OUT_DIR gets config.json, model.safetensors, tokenizer.json and planted_heads.json.",
+    .options = synth_options,
+    .min_positional = 1,
+    .max_positional = 1,
+    .notes =
+        "Planted heads: layer 0 head 1 previous token, head 3 sink (<s>), head 4 local window,\n"
+        "head 6 uniform; layer 1 head 5 induction. All other heads are seeded noise.\n"
+        "Exit status: 0 written (and found), 1 --check did not find a planted head, 2 bad usage or an\n"
+        "output folder that is not ours.",
+};
 
 static int print_check(const char *out_dir)
 {
@@ -69,65 +91,10 @@ static int print_check(const char *out_dir)
     return rep.passed ? LP_EXIT_OK : LP_EXIT_CHECK_FAILED;
 }
 
-static int run_synth(int argc, char **argv)
+/* Read the folder back: the counts printed are the ones loupe's readers see. */
+static int print_written(const char *out_dir, const lp_synth_options *opts)
 {
-    lp_synth_options opts;
-    lp_synth_options_init(&opts);
-    const char *out_dir = NULL;
-    bool check = false;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
-        if ((r = lp_cli_option(CMD, argc, argv, &i, "--seed", &v)) != 0) {
-            int64_t seed;
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (!lp_parse_i64(v, &seed) || seed < 0)
-                return lp_cli_usage_error(CMD, "--seed '%s': want an integer >= 0", v);
-            opts.seed = (uint64_t)seed;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--dtype", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            lp_dtype d = lp_dtype_from_name(v);
-            if (d != LP_DTYPE_F32 && d != LP_DTYPE_BF16 && d != LP_DTYPE_F16)
-                return lp_cli_usage_error(CMD, "--dtype '%s': want f32, bf16 or f16", v);
-            opts.dtype = d;
-        } else if ((r = lp_cli_option(CMD, argc, argv, &i, "--fault", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (strcmp(v, "none") == 0)
-                opts.fault = LP_SYNTH_FAULT_NONE;
-            else if (strcmp(v, "prev-no-phase") == 0)
-                opts.fault = LP_SYNTH_FAULT_PREV_NO_PHASE;
-            else if (strcmp(v, "no-prev-write") == 0)
-                opts.fault = LP_SYNTH_FAULT_NO_PREV_WRITE;
-            else
-                return lp_cli_usage_error(CMD, "--fault '%s': want none, prev-no-phase or "
-                                          "no-prev-write", v);
-        } else if (lp_cli_flag(argv[i], "--check")) {
-            check = true;
-        } else if (lp_cli_flag(argv[i], "--help") || lp_cli_flag(argv[i], "-h")) {
-            fputs(usage, stdout);
-            return LP_EXIT_OK;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return lp_cli_usage_error(CMD, "unknown option '%s' (see loupe synth --help)",
-                                      argv[i]);
-        } else if (!out_dir) {
-            out_dir = argv[i];
-        } else {
-            return lp_cli_usage_error(CMD, "unexpected argument '%s': one OUT_DIR only",
-                                      argv[i]);
-        }
-    }
-    if (!out_dir)
-        return lp_cli_usage_error(CMD, "no OUT_DIR given (usage: loupe synth OUT_DIR [--seed N] "
-                                  "[--dtype f32|bf16|f16])");
-
     lp_error err = {0};
-    if (lp_synth_write(out_dir, &opts, &err) != LP_OK)
-        return lp_cli_fail(CMD, &err);
-
-    /* Read it back: the counts printed are the ones loupe's readers see. */
     lp_weights *w = NULL;
     lp_tokenizer *tok = NULL;
     if (lp_weights_open(out_dir, &w, &err) != LP_OK ||
@@ -145,8 +112,8 @@ static int run_synth(int argc, char **argv)
     const lp_arch *a = lp_weights_arch(w);
     char pbuf[32], bbuf[32];
     static const char *const fault_names[] = {"", ", fault prev-no-phase", ", fault no-prev-write"};
-    printf("wrote %s (seed %" PRIu64 ", %s%s)\n", out_dir, opts.seed, lp_dtype_name(opts.dtype),
-           fault_names[opts.fault]);
+    printf("wrote %s (seed %" PRIu64 ", %s%s)\n", out_dir, opts->seed, lp_dtype_name(opts->dtype),
+           fault_names[opts->fault]);
     printf("  config.json         llama: hidden %" PRId64 ", %" PRId64 " layers, %" PRId64
            " heads x %" PRId64 ", rope_theta %.0f, tied embeddings\n",
            a ? a->hidden_size : 0, a ? a->n_layers : 0, a ? a->n_heads : 0, a ? a->head_dim : 0,
@@ -155,25 +122,45 @@ static int run_synth(int argc, char **argv)
            lp_format_int(params, pbuf, sizeof pbuf), lp_format_bytes(bytes, bbuf, sizeof bbuf));
     printf("  tokenizer.json      %" PRId64 " tokens (%s: whole words, byte fallback)\n",
            lp_tokenizer_vocab_size(tok), lp_tokenizer_kind(tok));
+    lp_tokenizer_close(tok);
+    lp_weights_close(w);
+    return LP_EXIT_OK;
+}
+
+static void print_planted(void)
+{
     size_t n;
     const lp_synth_head *heads = lp_synth_planted_heads(&n);
     printf("  planted_heads.json  %zu planted heads:\n", n);
     for (size_t i = 0; i < n; i++)
         printf("    layer %d head %d  %s\n", heads[i].layer, heads[i].head,
                lp_synth_behaviour_name(heads[i].behaviour));
-    lp_tokenizer_close(tok);
-    lp_weights_close(w);
-    if (!check) {
-        printf("try: loupe trace %s --prompt \"%s\"\n", out_dir, LP_SYNTH_DEMO_PROMPT);
-        return LP_EXIT_OK;
-    }
-    return print_check(out_dir);
 }
 
-static const lp_cli_spec synth_spec = {
-    .name = "synth",
-    .summary = "write a small model with planted attention heads",
-    .legacy_usage = usage,
-};
+static int run_synth(int argc, char **argv)
+{
+    synth_opts o = {1, 0, LP_SYNTH_FAULT_NONE, false};
+    const char *pos[LP_CLI_MAX_POSITIONAL];
+    int rc = lp_cli_parse(&synth_spec, argc, argv, &o, pos, NULL);
+    if (rc != LP_CLI_PARSED)
+        return rc;
+    const char *out_dir = pos[0];
+    lp_synth_options opts;
+    lp_synth_options_init(&opts);
+    opts.seed = (uint64_t)o.seed;
+    opts.dtype = dtype_values[o.dtype];
+    opts.fault = (lp_synth_fault)o.fault;
+    lp_error err = {0};
+    if (lp_synth_write(out_dir, &opts, &err) != LP_OK)
+        return lp_cli_fail(CMD, &err);
+    int status = print_written(out_dir, &opts);
+    if (status != LP_EXIT_OK)
+        return status;
+    print_planted();
+    if (o.check)
+        return print_check(out_dir);
+    printf("try: loupe trace %s --prompt \"%s\"\n", out_dir, LP_SYNTH_DEMO_PROMPT);
+    return LP_EXIT_OK;
+}
 
 const lp_command lp_command_synth = {&synth_spec, run_synth};

@@ -10,161 +10,87 @@
 
 #include "core/checked.h"
 #include "core/cli/cli.h"
-#include "core/mapfile.h"
+#include "core/cli/input.h"
 #include "inspect/tokenizer/tokenizer.h"
+#include "trace/store/store.h"
 
 #define CMD "trace"
 #define SUMMARY_TOP 5
 
-static const char usage[] =
-    "usage: loupe trace MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS) [options]\n"
-    "\n"
-    "Run the model's forward pass on the CPU and record what every head did into a SQLite\n"
-    "database (schema: see README, \"The trace database\").\n"
-    "\n"
-    "  MODEL                model folder, .safetensors, .gguf or llama2.c .bin\n"
-    "  --prompt TEXT        text to tokenize (special tokens such as BOS are added)\n"
-    "  --prompt-file FILE   read the text from FILE (one trailing newline is dropped)\n"
-    "  --tokens IDS         token ids, comma separated: 1,403,407\n"
-    "  --tokenizer FILE     tokenizer.json, llama2.c tokenizer .bin or .gguf (default: beside\n"
-    "                       the model; llama2.c checkpoints need it)\n"
-    "  --db FILE            database, created if missing, runs appended (default loupe.db)\n"
-    "  --layers LIST        layers whose attention maps are stored: 0,2-4 or all (default)\n"
-    "  --heads LIST         heads whose maps are stored (default all)\n"
-    "  --maps f16|f32|none  map precision (default f16); head statistics are always stored\n"
-    "  --logits topk|full   top-k predictions per position (default) or full f32 logits too\n"
-    "  --top-k K            predictions per position (default 5)\n"
-    "  --threads N          worker threads (default: all CPUs); results are repeatable per N\n"
-    "  --local-window W     head_stats.local_frac counts keys within W positions (default 8)\n"
-    "  --max-map-bytes SIZE refuse a run whose stored maps would exceed SIZE (default 4GiB;\n"
-    "                       maps grow with tokens squared: narrow --layers/--heads or --maps none)\n"
-    "\n"
-    "Prints the run id, token count, time and the last position's top predictions.\n"
-    "Exit status: 0 ok, 2 bad usage or input.\n";
-
-typedef struct trace_args {
-    const char *model;
-    const char *prompt;
-    const char *prompt_file;
-    const char *tokens;
-    const char *tokenizer;
+typedef struct trace_opts {
+    lp_input_opts input;
     const char *db;
     const char *layers;
     const char *heads;
-    lp_maps_dtype maps;
-    lp_logits_mode logits;
+    int maps;   /* lp_maps_dtype: the index in maps_names */
+    int logits; /* lp_logits_mode: the index in logits_names */
     int64_t top_k;
     int64_t threads;
     int64_t local_window;
     uint64_t max_map_bytes;
-} trace_args;
+} trace_opts;
 
-static int parse_args(int argc, char **argv, trace_args *a)
-{
-    memset(a, 0, sizeof *a);
-    a->db = "loupe.db";
-    a->maps = LP_MAPS_F16;
-    a->logits = LP_LOGITS_TOPK;
-    a->top_k = 5;
-    a->threads = lp_cpu_count();
-    a->local_window = 8;
-    a->max_map_bytes = 4ull << 30;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
-        if ((r = lp_cli_option(CMD, argc, argv, &i, "--max-map-bytes", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (!lp_parse_size(v, &a->max_map_bytes))
-                return lp_cli_usage_error(CMD, "--max-map-bytes '%s': expected a size such as 4GiB",
-                                          v);
-            continue;
-        }
-#define OPT(name, field)                                              \
-    if ((r = lp_cli_option(CMD, argc, argv, &i, name, &v)) != 0) {    \
-        if (r < 0)                                                    \
-            return LP_EXIT_USAGE;                                     \
-        a->field = v;                                                 \
-        continue;                                                     \
-    }
-        OPT("--prompt", prompt)
-        OPT("--prompt-file", prompt_file)
-        OPT("--tokens", tokens)
-        OPT("--tokenizer", tokenizer)
-        OPT("--db", db)
-        OPT("--layers", layers)
-        OPT("--heads", heads)
-#undef OPT
-        if ((r = lp_cli_option(CMD, argc, argv, &i, "--maps", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (strcmp(v, "f16") == 0) a->maps = LP_MAPS_F16;
-            else if (strcmp(v, "f32") == 0) a->maps = LP_MAPS_F32;
-            else if (strcmp(v, "none") == 0) a->maps = LP_MAPS_NONE;
-            else return lp_cli_usage_error(CMD, "--maps '%s': expected f16, f32 or none", v);
-            continue;
-        }
-        if ((r = lp_cli_option(CMD, argc, argv, &i, "--logits", &v)) != 0) {
-            if (r < 0)
-                return LP_EXIT_USAGE;
-            if (strcmp(v, "topk") == 0) a->logits = LP_LOGITS_TOPK;
-            else if (strcmp(v, "full") == 0) a->logits = LP_LOGITS_FULL;
-            else return lp_cli_usage_error(CMD, "--logits '%s': expected topk or full", v);
-            continue;
-        }
-        struct { const char *name; int64_t *field; int64_t lo, hi; } nums[] = {
-            {"--top-k", &a->top_k, 1, 1000},
-            {"--threads", &a->threads, 1, 256},
-            {"--local-window", &a->local_window, 1, INT64_MAX / 2},
-        };
-        bool matched = false;
-        for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
-            if ((r = lp_cli_option(CMD, argc, argv, &i, nums[k].name, &v)) != 0) {
-                if (r < 0)
-                    return LP_EXIT_USAGE;
-                int64_t n;
-                if (!lp_parse_i64(v, &n) || n < nums[k].lo || n > nums[k].hi)
-                    return lp_cli_usage_error(CMD, "%s '%s': expected an integer in [%lld, %lld]",
-                                              nums[k].name, v, (long long)nums[k].lo,
-                                              (long long)nums[k].hi);
-                *nums[k].field = n;
-                matched = true;
-                break;
-            }
-        }
-        if (matched)
-            continue;
-        if (argv[i][0] == '-' && argv[i][1] != '\0')
-            return lp_cli_usage_error(CMD, "unknown option '%s' (see loupe help trace)", argv[i]);
-        if (a->model)
-            return lp_cli_usage_error(CMD, "unexpected argument '%s' (one MODEL only)", argv[i]);
-        a->model = argv[i];
-    }
-    if (!a->model)
-        return lp_cli_usage_error(CMD, "missing MODEL (see loupe help trace)");
-    int n_inputs = (a->prompt != NULL) + (a->prompt_file != NULL) + (a->tokens != NULL);
-    if (n_inputs != 1)
-        return lp_cli_usage_error(CMD, "give exactly one of --prompt, --prompt-file, --tokens "
-                                       "(got %d)", n_inputs);
-    return LP_EXIT_OK;
-}
+static const char *const maps_names[] = {"f16", "f32", "none", NULL};
+static const char *const logits_names[] = {"topk", "full", NULL};
+
+static const lp_option trace_options[] = {
+    LP_OPT_TABLE_OF(trace_opts, input, lp_input_options),
+    LP_OPT_STRING_OF(trace_opts, db, "db", "FILE",
+                     "database, created if missing, runs appended (default loupe.db)"),
+    LP_OPT_STRING_OF(trace_opts, layers, "layers", "LIST",
+                     "layers whose attention maps are stored: 0,2-4 or all (default)"),
+    LP_OPT_STRING_OF(trace_opts, heads, "heads", "LIST", "heads whose maps are stored (default all)"),
+    LP_OPT_ENUM_OF(trace_opts, maps, "maps", maps_names,
+                   "map precision (default f16); head statistics are always stored"),
+    LP_OPT_ENUM_OF(trace_opts, logits, "logits", logits_names,
+                   "top-k predictions per position (default) or full f32 logits too"),
+    LP_OPT_INT_OF(trace_opts, top_k, "top-k", "K", 1, 1000,
+                  "predictions per position (default 5)"),
+    LP_OPT_INT_OF(trace_opts, threads, "threads", "N", 1, 256,
+                  "worker threads (default: all CPUs); results are repeatable per N"),
+    LP_OPT_INT_OF(trace_opts, local_window, "local-window", "W", 1, (double)(INT64_MAX / 2),
+                  "head_stats.local_frac counts keys within W positions (default 8)"),
+    LP_OPT_SIZE_OF(trace_opts, max_map_bytes, "max-map-bytes", "SIZE",
+                   "refuse a run whose stored maps would exceed SIZE (default 4GiB;\n"
+                   "maps grow with tokens squared: narrow --layers/--heads or --maps none)"),
+    LP_OPT_END_OF_TABLE,
+};
+
+static const lp_cli_spec trace_spec = {
+    .name = "trace",
+    .summary = "run the forward pass and record attention into SQLite",
+    .synopsis = "MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS) [options]",
+    .description =
+        "Run the model's forward pass on the CPU and record what every head did into a SQLite\n"
+        "database (schema: trace/store/schema.sql).\n"
+        "\n"
+        "MODEL is a model folder, .safetensors, .gguf or llama2.c .bin (llama2.c checkpoints\n"
+        "need a tokenizer beside them, or --tokenizer, for text).",
+    .options = trace_options,
+    .min_positional = 1,
+    .max_positional = 1,
+    .notes = "Prints the run id, token count, time and the last position's top predictions.\n"
+             "Exit status: 0 ok, 2 bad usage or input.",
+};
+
+/* ---- checks before a run row exists ----------------------------------------------------------- */
 
 /* Maps grow with tokens squared: a long prompt with every head selected would fill the disk (and
  * the store's memory) long before the pass ends, so the run is refused before it starts. */
-static lp_status check_map_budget(const trace_args *a, const lp_arch *arch, const bool *layer_sel,
+static lp_status check_map_budget(const trace_opts *o, const lp_arch *arch, const bool *layer_sel,
                                   const bool *head_sel, int64_t n_tokens, lp_error *err)
 {
-    if (a->maps == LP_MAPS_NONE)
+    if (o->maps == LP_MAPS_NONE)
         return LP_OK;
     uint64_t n_maps = 0;
     for (int64_t l = 0; l < arch->n_layers; l++)
         for (int64_t h = 0; h < arch->n_heads; h++)
             n_maps += layer_sel[l] && head_sel[h];
     uint64_t cells = 0, bytes = 0;
-    uint64_t elem = a->maps == LP_MAPS_F32 ? 4 : 2;
+    uint64_t elem = o->maps == LP_MAPS_F32 ? 4 : 2;
     bool overflow = !lp_mul_u64((uint64_t)n_tokens, (uint64_t)n_tokens, &cells) ||
                     !lp_mul_u64(cells, elem, &bytes) || !lp_mul_u64(bytes, n_maps, &bytes);
-    if (overflow || bytes > a->max_map_bytes) {
+    if (overflow || bytes > o->max_map_bytes) {
         char want[32], limit[32];
         return lp_error_set(err, LP_ERR_RANGE,
                             "%lld tokens x %llu maps would store %s of attention maps, over "
@@ -173,20 +99,67 @@ static lp_status check_map_budget(const trace_args *a, const lp_arch *arch, cons
                             (long long)n_tokens, (unsigned long long)n_maps,
                             overflow ? "more than 2^64 bytes"
                                      : lp_format_bytes(bytes, want, sizeof want),
-                            lp_format_bytes(a->max_map_bytes, limit, sizeof limit));
+                            lp_format_bytes(o->max_map_bytes, limit, sizeof limit));
     }
     return LP_OK;
 }
 
-/* The tokenizer: --tokenizer, else the GGUF vocabulary, else tokenizer.json beside the model. */
-static lp_status find_tokenizer(const trace_args *a, const lp_weights *w, lp_tokenizer **tok,
-                                lp_error *err)
+/* What one run needs, gathered before anything is recorded. */
+typedef struct trace_job {
+    const char *model_path;
+    lp_model *model;
+    lp_input in;
+    bool *layer_sel, *head_sel; /* [n_layers], [n_heads] */
+    lp_pool *pool;
+    lp_store *store;
+} trace_job;
+
+static void job_free(trace_job *j)
 {
-    if (a->tokenizer)
-        return lp_tokenizer_open(a->tokenizer, tok, err);
-    return lp_tokenizer_for_model(a->model, lp_weights_gguf(w),
-                                  lp_weights_format_of(w) == LP_FORMAT_LLAMA2C, tok, err);
+    lp_store_close(j->store);
+    if (j->pool)
+        lp_pool_destroy(j->pool);
+    lp_input_free(&j->in);
+    lp_model_close(j->model);
+    free(j->layer_sel);
+    free(j->head_sel);
 }
+
+static lp_status select_maps(trace_job *j, const trace_opts *o, lp_error *err)
+{
+    const lp_arch *arch = lp_model_arch(j->model);
+    j->layer_sel = malloc((size_t)arch->n_layers * sizeof(bool));
+    j->head_sel = malloc((size_t)arch->n_heads * sizeof(bool));
+    if (!j->layer_sel || !j->head_sel)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    if (lp_parse_index_list(o->layers, arch->n_layers, j->layer_sel, err) != LP_OK) {
+        lp_error_prefix(err, "--layers ");
+        return LP_ERR_USAGE;
+    }
+    if (lp_parse_index_list(o->heads, arch->n_heads, j->head_sel, err) != LP_OK) {
+        lp_error_prefix(err, "--heads ");
+        return LP_ERR_USAGE;
+    }
+    return check_map_budget(o, arch, j->layer_sel, j->head_sel, (int64_t)j->in.n_ids, err);
+}
+
+/* Model, tokens, selection, threads, database: every refusal happens here, before a run row. */
+static lp_status prepare(trace_job *j, const trace_opts *o, lp_error *err)
+{
+    lp_status st = lp_model_open(j->model_path, &j->model, err);
+    if (st == LP_OK)
+        st = lp_input_load_for_weights(&o->input, j->model_path, lp_model_weights(j->model),
+                                       NULL, &j->in, err);
+    /* Checked before a run row exists, so bad ids never leave a failed run behind. */
+    lp_batch batch = lp_batch_single(j->in.ids, (int64_t)j->in.n_ids);
+    if (st || (st = lp_forward_check(j->model, &batch, err)) || (st = select_maps(j, o, err)))
+        return st;
+    if (o->threads > 1 && (st = lp_pool_create((int)o->threads, &j->pool, err)))
+        return st;
+    return lp_store_open(o->db, &j->store, err);
+}
+
+/* ---- the pass --------------------------------------------------------------------------------- */
 
 /* Passes everything to the store and keeps the last position's logits for the summary. */
 typedef struct tee_ctx {
@@ -196,7 +169,6 @@ typedef struct tee_ctx {
     int64_t n_top;
     double t0;
     int64_t n_tokens;
-    bool tty;
 } tee_ctx;
 
 static bool tee_want(void *ctx, const lp_site *site)
@@ -238,6 +210,47 @@ static void progress(void *ctx, int64_t batch, int layer, int n_layers)
     fflush(stderr);
 }
 
+/* The run: its row, the pass through the store (and the summary's tee), the commit. */
+static lp_status record(trace_job *j, const trace_opts *o, tee_ctx *tee, int64_t *run_id,
+                        double *seconds, lp_error *err)
+{
+    lp_store_opts sopts;
+    lp_store_opts_init(&sopts);
+    sopts.maps = (lp_maps_dtype)o->maps;
+    sopts.layers = j->layer_sel;
+    sopts.heads = j->head_sel;
+    sopts.logits = (lp_logits_mode)o->logits;
+    sopts.top_k = o->top_k;
+    sopts.local_window = o->local_window;
+    lp_run_info info = lp_run_info_for_model("trace", j->model_path, j->model, j->in.text,
+                                             j->in.ids, (int64_t)j->in.n_ids, j->in.tokenizer,
+                                             (int)o->threads);
+    lp_status st = lp_store_begin_run(j->store, &info, &sopts, run_id, err);
+    if (st != LP_OK)
+        return st;
+    *tee = (tee_ctx){lp_store_observer(j->store), (int64_t)j->in.n_ids - 1, {{0, 0, 0}}, 0,
+                     now_seconds(), (int64_t)j->in.n_ids};
+    lp_observer obs = {tee, tee_want, tee_observe};
+    lp_forward_opts fopts;
+    lp_forward_opts_init(&fopts);
+    fopts.observer = &obs;
+    fopts.pool = j->pool;
+    fopts.local_window = o->local_window;
+    if (isatty(STDERR_FILENO)) {
+        fopts.progress = progress;
+        fopts.progress_ctx = tee;
+    }
+    lp_batch batch = lp_batch_single(j->in.ids, (int64_t)j->in.n_ids);
+    if ((st = lp_forward(j->model, &batch, &fopts, err)) != LP_OK) {
+        lp_store_abort_run(j->store);
+        return st;
+    }
+    *seconds = now_seconds() - tee->t0;
+    return lp_store_end_run(j->store, *seconds, err);
+}
+
+/* ---- the summary ------------------------------------------------------------------------------ */
+
 /* A piece made printable for the one-line summary: quotes and control bytes escaped. */
 static void print_piece(const lp_tokenizer *tok, int32_t id)
 {
@@ -259,153 +272,46 @@ static void print_piece(const lp_tokenizer *tok, int32_t id)
     free(label);
 }
 
-static int run_trace(int argc, char **argv)
+static void print_summary(const trace_job *j, const trace_opts *o, const tee_ctx *tee,
+                          int64_t run_id, double seconds)
 {
-    trace_args a;
-    int rc = parse_args(argc, argv, &a);
-    if (rc != LP_EXIT_OK)
-        return rc;
-    lp_error err = {0};
-    lp_model *model = NULL;
-    lp_tokenizer *tok = NULL;
-    lp_store *store = NULL;
-    lp_pool *pool = NULL;
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    char *prompt_buf = NULL;
-    bool *layer_sel = NULL, *head_sel = NULL;
-    const char *prompt = a.prompt;
-    rc = LP_EXIT_USAGE;
-
-    if (a.tokens && lp_parse_token_ids(a.tokens, &ids, &n_ids, &err) != LP_OK)
-        goto fail;
-    if (a.prompt_file) {
-        if (lp_read_prompt_file(a.prompt_file, &prompt_buf, NULL, &err) != LP_OK)
-            goto fail;
-        prompt = prompt_buf;
-    }
-    if (lp_model_open(a.model, &model, &err) != LP_OK)
-        goto fail;
-    const lp_arch *arch = lp_model_arch(model);
-    const lp_weights *w = lp_model_weights(model);
-    if (find_tokenizer(&a, w, &tok, &err) != LP_OK) {
-        /* A tokenizer is only needed for --prompt; for --tokens the pieces become "<id>". */
-        if (prompt || a.tokenizer)
-            goto fail;
-        tok = NULL;
-        memset(&err, 0, sizeof err);
-    }
-    if (prompt) {
-        if (lp_tokenizer_encode(tok, prompt, strlen(prompt), true, &ids, &n_ids, &err) != LP_OK)
-            goto fail;
-        if (n_ids == 0) {
-            lp_error_set(&err, LP_ERR_USAGE, "the prompt encodes to no tokens");
-            goto fail;
-        }
-    }
-    /* Checked before a run row exists, so bad ids never leave a failed run behind. */
-    lp_batch batch = lp_batch_single(ids, (int64_t)n_ids);
-    if (lp_forward_check(model, &batch, &err) != LP_OK)
-        goto fail;
-    layer_sel = malloc((size_t)arch->n_layers * sizeof(bool));
-    head_sel = malloc((size_t)arch->n_heads * sizeof(bool));
-    if (!layer_sel || !head_sel) {
-        lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    if (lp_parse_index_list(a.layers, arch->n_layers, layer_sel, &err) != LP_OK) {
-        lp_error_prefix(&err, "--layers ");
-        goto fail;
-    }
-    if (lp_parse_index_list(a.heads, arch->n_heads, head_sel, &err) != LP_OK) {
-        lp_error_prefix(&err, "--heads ");
-        goto fail;
-    }
-    if (check_map_budget(&a, arch, layer_sel, head_sel, (int64_t)n_ids, &err) != LP_OK)
-        goto fail;
-    if (a.threads > 1 && lp_pool_create((int)a.threads, &pool, &err) != LP_OK)
-        goto fail;
-    if (lp_store_open(a.db, &store, &err) != LP_OK)
-        goto fail;
-
-    lp_store_opts sopts;
-    lp_store_opts_init(&sopts);
-    sopts.maps = a.maps;
-    sopts.layers = layer_sel;
-    sopts.heads = head_sel;
-    sopts.logits = a.logits;
-    sopts.top_k = a.top_k;
-    sopts.local_window = a.local_window;
-    lp_run_info info;
-    memset(&info, 0, sizeof info);
-    info.kind = "trace";
-    info.model_path = a.model;
-    info.model_format = lp_weights_format_name(lp_weights_format_of(w));
-    info.arch = arch;
-    info.prompt = prompt;
-    info.tokens = ids;
-    info.n_tokens = (int64_t)n_ids;
-    info.tokenizer = tok;
-    info.n_threads = (int)a.threads;
-    int64_t run_id;
-    if (lp_store_begin_run(store, &info, &sopts, &run_id, &err) != LP_OK)
-        goto fail;
-
-    tee_ctx tee = {lp_store_observer(store), (int64_t)n_ids - 1, {{0, 0, 0}}, 0, now_seconds(),
-                   (int64_t)n_ids, isatty(STDERR_FILENO) != 0};
-    lp_observer obs = {&tee, tee_want, tee_observe};
-    lp_forward_opts fopts;
-    lp_forward_opts_init(&fopts);
-    fopts.observer = &obs;
-    fopts.pool = pool;
-    fopts.local_window = a.local_window;
-    if (tee.tty) {
-        fopts.progress = progress;
-        fopts.progress_ctx = &tee;
-    }
-    if (lp_forward(model, &batch, &fopts, &err) != LP_OK) {
-        lp_store_abort_run(store);
-        goto fail;
-    }
-    double seconds = now_seconds() - tee.t0;
-    if (lp_store_end_run(store, seconds, &err) != LP_OK)
-        goto fail;
-
+    const lp_arch *arch = lp_model_arch(j->model);
+    size_t n_ids = j->in.n_ids;
     printf("run %lld in %s: %zu token%s, %lld layers x %lld heads, %.3f s (%.0f tokens/s), %lld "
            "thread%s, isa %s\n",
-           (long long)run_id, a.db, n_ids, n_ids == 1 ? "" : "s", (long long)arch->n_layers,
-           (long long)arch->n_heads,
-           seconds, seconds > 0 ? (double)n_ids / seconds : 0.0, (long long)a.threads,
-           a.threads == 1 ? "" : "s", lp_isa_name(lp_kernels_isa()));
+           (long long)run_id, o->db, n_ids, n_ids == 1 ? "" : "s", (long long)arch->n_layers,
+           (long long)arch->n_heads, seconds, seconds > 0 ? (double)n_ids / seconds : 0.0,
+           (long long)o->threads, o->threads == 1 ? "" : "s", lp_isa_name(lp_kernels_isa()));
     printf("next token after position %zu:", n_ids - 1);
-    for (int64_t k = 0; k < tee.n_top; k++) {
+    for (int64_t k = 0; k < tee->n_top; k++) {
         printf(" ");
-        print_piece(tok, tee.top[k].token_id);
-        printf(" %.3f", (double)tee.top[k].prob);
+        print_piece(j->in.tokenizer, tee->top[k].token_id);
+        printf(" %.3f", (double)tee->top[k].prob);
     }
     printf("\n");
-    rc = LP_EXIT_OK;
-    goto done;
-fail:
-    rc = lp_cli_fail(CMD, &err);
-done:
-    lp_store_close(store);
-    if (pool)
-        lp_pool_destroy(pool);
-    if (tok)
-        lp_tokenizer_close(tok);
-    lp_model_close(model);
-    free(ids);
-    free(prompt_buf);
-    free(layer_sel);
-    free(head_sel);
-    return rc;
 }
 
-static const lp_cli_spec trace_spec = {
-    .name = "trace",
-    .summary = "run the forward pass and record attention into SQLite",
-    .legacy_usage = usage,
-};
+static int run_trace(int argc, char **argv)
+{
+    trace_opts o = {.db = "loupe.db", .maps = LP_MAPS_F16, .logits = LP_LOGITS_TOPK, .top_k = 5,
+                    .threads = lp_cpu_count(), .local_window = 8, .max_map_bytes = 4ull << 30};
+    const char *pos[LP_CLI_MAX_POSITIONAL];
+    int rc = lp_cli_parse(&trace_spec, argc, argv, &o, pos, NULL);
+    if (rc != LP_CLI_PARSED)
+        return rc;
+    trace_job job = {.model_path = pos[0]};
+    tee_ctx tee;
+    int64_t run_id;
+    double seconds;
+    lp_error err = {0};
+    if (prepare(&job, &o, &err) != LP_OK ||
+        record(&job, &o, &tee, &run_id, &seconds, &err) != LP_OK) {
+        job_free(&job);
+        return lp_cli_fail(CMD, &err);
+    }
+    print_summary(&job, &o, &tee, run_id, seconds);
+    job_free(&job);
+    return LP_EXIT_OK;
+}
 
 const lp_command lp_command_trace = {&trace_spec, run_trace};

@@ -1,5 +1,5 @@
-/* The instrumented forward pass (a runnable model, observers at named sites) and the SQLite trace
- * store, which is one such observer.
+/* The instrumented forward pass: a runnable model and observers at named sites. The SQLite trace
+ * store (trace/store/store.h) and the leak checker (trace/leak/leak.h) are two such observers.
  *
  *   lp_model *model;
  *   if (lp_model_open("stories260K.gguf", &model, &err) != LP_OK) ...   // any lp_weights_open path
@@ -11,18 +11,6 @@
  *   lp_forward_opts_init(&opts);
  *   lp_forward(model, &batch, &opts, &err);
  *
- *   // Recording into SQLite: the store is an observer.
- *   lp_store *store;
- *   lp_store_open("loupe.db", &store, &err);            // creates the schema, WAL mode
- *   lp_store_opts sopts;
- *   lp_store_opts_init(&sopts);                          // all layers/heads, f16 maps, top-5
- *   lp_run_info info = {...};                            // model path, prompt, tokens, pieces
- *   int64_t run_id;
- *   lp_store_begin_run(store, &info, &sopts, &run_id, &err);  // row 'running', committed at once
- *   opts.observer = lp_store_observer(store);
- *   if (lp_forward(model, &batch, &opts, &err) != LP_OK) lp_store_abort_run(store);
- *   else lp_store_end_run(store, seconds, &err);         // one transaction, status 'complete'
- *   lp_store_close(store);
  *   lp_model_close(model);
  *
  *   // Your own observer: say which sites you want, receive borrowed views of them.
@@ -184,8 +172,17 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
  * table length), so callers can refuse bad input before recording anything. */
 lp_status lp_forward_check(const lp_model *model, const lp_batch *batch, lp_error *err);
 
-/* Bytes of scratch lp_forward allocates for n_tokens (one arena, sized up front). */
-uint64_t lp_forward_scratch_bytes(const lp_model *model, int64_t n_tokens, bool want_probs);
+/* Bytes of scratch lp_forward allocates for a sequence of n_tokens on n_threads threads: one
+ * arena, sized up front, holding the residual stream and sublayer buffers of the widest layer,
+ * row statistics, a logits chunk, MoE routing and, when attention_maps (an observer that wants
+ * ATTN_PROBS, as loupe trace's default --maps f16 does), one [T, T] f32 probability slot per
+ * thread (at most one per head). Weights are not counted: they stay in the mmap. Needs only the
+ * arch, so a config can be sized before any weights exist:
+ *   uint64_t bytes = lp_forward_scratch_bytes(&arch, 4096, 8, true);
+ * 0 when the arch lacks a dimension (layers, heads, head_dim, hidden, vocab), n_tokens is
+ * outside 1 .. 2^20, n_threads < 1, or the size overflows. */
+uint64_t lp_forward_scratch_bytes(const lp_arch *arch, int64_t n_tokens, int n_threads,
+                                  bool attention_maps);
 
 /* ---------------------------------------------------------------------------------------------
  * Probes: per-head summaries and predictions.
@@ -224,65 +221,5 @@ int64_t lp_top_k(const float *logits, int64_t vocab, int64_t k, lp_prediction *o
 /* Parse an index list "0,2-4,7" with every index < limit into mask[limit] (true = chosen).
  * "all" or "" chooses everything. Bad syntax or an index >= limit is LP_ERR_USAGE naming it. */
 lp_status lp_parse_index_list(const char *text, int64_t limit, bool *mask, lp_error *err);
-
-/* ---------------------------------------------------------------------------------------------
- * The SQLite trace store (schema: trace/store/schema.sql, documented in the README).
- */
-
-#define LP_STORE_SCHEMA_VERSION 1
-
-typedef struct lp_store lp_store;
-struct sqlite3;
-struct lp_tokenizer;
-
-typedef enum lp_maps_dtype { LP_MAPS_F16, LP_MAPS_F32, LP_MAPS_NONE, LP_MAPS_COUNT } lp_maps_dtype;
-typedef enum lp_logits_mode { LP_LOGITS_TOPK, LP_LOGITS_FULL, LP_LOGITS_MODE_COUNT } lp_logits_mode;
-
-typedef struct lp_store_opts {
-    lp_maps_dtype maps;
-    const bool *layers;   /* [n_layers] whose maps to store, NULL = all (stats: always all) */
-    const bool *heads;    /* [n_heads], NULL = all */
-    lp_logits_mode logits;
-    int64_t top_k;        /* predictions per position (default 5) */
-    int64_t local_window; /* recorded with head_stats; must equal the forward's (default 8) */
-} lp_store_opts;
-
-void lp_store_opts_init(lp_store_opts *opts);
-
-/* What the runs row records. Strings are copied. */
-typedef struct lp_run_info {
-    const char *kind;         /* "trace" (default when NULL) or "leak" */
-    const char *model_path;
-    const char *model_format; /* "safetensors", "gguf", "llama2c" */
-    const lp_arch *arch;
-    const char *prompt;       /* may be NULL */
-    const int32_t *tokens;    /* [n_tokens] of batch item 0 */
-    int64_t n_tokens;
-    const struct lp_tokenizer *tokenizer; /* pieces for tokens and predictions; NULL = "<id>" */
-    int n_threads;
-} lp_run_info;
-
-/* Open or create the database (WAL mode), create the schema if missing; a database whose
- * meta.schema_version is newer than LP_STORE_SCHEMA_VERSION is refused (LP_ERR_UNSUPPORTED). */
-lp_status lp_store_open(const char *path, lp_store **out, lp_error *err);
-/* Rolls back a run still open. NULL is fine. */
-void lp_store_close(lp_store *store);
-/* The connection, for callers' own tables and queries (leak_checks). Borrowed. */
-struct sqlite3 *lp_store_db(lp_store *store);
-
-/* Insert the runs row with status 'running' and commit it at once (a killed run stays visibly
- * incomplete), then open the run's transaction and insert its tokens. */
-lp_status lp_store_begin_run(lp_store *store, const lp_run_info *info, const lp_store_opts *opts,
-                             int64_t *run_id, lp_error *err);
-/* The observer recording into the open run (stats for every head, maps for the selection,
- * predictions or full logits, MoE routing). Borrowed: valid until lp_store_close. Records batch
- * item 0 only. */
-const lp_observer *lp_store_observer(lp_store *store);
-/* Write the aggregates (head_stats, expert routing), set status 'complete', finished_at and
- * seconds, and commit. */
-lp_status lp_store_end_run(lp_store *store, double seconds, lp_error *err);
-/* Roll back the run's data; its row stays 'running' (or becomes 'failed' if that can be
- * written). */
-void lp_store_abort_run(lp_store *store);
 
 #endif

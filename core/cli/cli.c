@@ -114,16 +114,14 @@ static int store_value(const char *cmd, const found_option *f, const char *value
 
 /* ---- parsing --------------------------------------------------------------------------------- */
 
-/* argv[*i] starts with "--": find the option, take its value, store it. */
-static int parse_long(const lp_cli_spec *spec, int argc, char **argv, int *i, char *opts)
+/* The option called name[0..name_len) (eq: its "=VALUE" part or NULL): take its value, store it. */
+static int parse_named(const lp_cli_spec *spec, int argc, char **argv, int *i, const char *name,
+                       size_t name_len, const char *eq, char *opts)
 {
-    const char *arg = argv[*i] + 2;
-    const char *eq = strchr(arg, '=');
-    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
     found_option f;
-    if (!find_option(spec->options, 0, arg, name_len, &f))
+    if (!find_option(spec->options, 0, name, name_len, &f))
         return lp_cli_usage_error(spec->name, "unknown option '--%.*s' (see loupe %s --help)",
-                                  (int)name_len, arg, spec->name);
+                                  (int)name_len, name, spec->name);
     if (f.opt->kind == LP_OPT_FLAG) {
         if (eq)
             return lp_cli_usage_error(spec->name, "--%s takes no value (got '%s')", f.opt->name,
@@ -140,6 +138,27 @@ static int parse_long(const lp_cli_spec *spec, int argc, char **argv, int *i, ch
     return store_value(spec->name, &f, value, opts);
 }
 
+/* argv[*i] starts with "--": find the option, take its value, store it. */
+static int parse_long(const lp_cli_spec *spec, int argc, char **argv, int *i, char *opts)
+{
+    const char *arg = argv[*i] + 2;
+    const char *eq = strchr(arg, '=');
+    return parse_named(spec, argc, argv, i, arg, eq ? (size_t)(eq - arg) : strlen(arg), eq, opts);
+}
+
+/* argv[*i] is "-X" or "-X=VALUE": the long option an alias stands for. */
+static int parse_alias(const lp_cli_spec *spec, int argc, char **argv, int *i, char *opts)
+{
+    const char *arg = argv[*i] + 1;
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    for (const lp_cli_alias *a = spec->aliases; a && a->alias; a++)
+        if (strlen(a->alias) == len && strncmp(a->alias, arg, len) == 0)
+            return parse_named(spec, argc, argv, i, a->name, strlen(a->name), eq, opts);
+    return lp_cli_usage_error(spec->name, "unknown option '%s' (see loupe %s --help)", argv[*i],
+                              spec->name);
+}
+
 int lp_cli_parse(const lp_cli_spec *spec, int argc, char **argv, void *opts,
                  const char **positional, int *n_positional)
 {
@@ -152,10 +171,8 @@ int lp_cli_parse(const lp_cli_spec *spec, int argc, char **argv, void *opts,
             continue;
         }
         if (!options_done && arg[0] == '-' && arg[1] != '\0') {
-            if (arg[1] != '-')
-                return lp_cli_usage_error(spec->name, "unknown option '%s' (see loupe %s --help)",
-                                          arg, spec->name);
-            int rc = parse_long(spec, argc, argv, &i, (char *)opts);
+            int rc = arg[1] == '-' ? parse_long(spec, argc, argv, &i, (char *)opts)
+                                   : parse_alias(spec, argc, argv, &i, (char *)opts);
             if (rc != LP_CLI_PARSED)
                 return rc;
             continue;
@@ -175,9 +192,15 @@ int lp_cli_parse(const lp_cli_spec *spec, int argc, char **argv, void *opts,
 
 /* ---- help ------------------------------------------------------------------------------------ */
 
-static void option_label(const lp_option *o, char *buf, size_t size)
+static void option_label(const lp_option *o, const lp_cli_alias *aliases, char *buf,
+                         size_t size)
 {
-    int n = snprintf(buf, size, "--%s", o->name);
+    const char *alias = NULL;
+    for (const lp_cli_alias *a = aliases; a && a->alias; a++)
+        if (strcmp(a->name, o->name) == 0)
+            alias = a->alias;
+    int n = alias ? snprintf(buf, size, "-%s, --%s", alias, o->name)
+                  : snprintf(buf, size, "--%s", o->name);
     if (n < 0 || (size_t)n >= size || o->kind == LP_OPT_FLAG)
         return;
     if (o->kind == LP_OPT_ENUM) {
@@ -200,15 +223,15 @@ static void print_help_text(FILE *out, const char *help)
     fputc('\n', out);
 }
 
-static void print_options(FILE *out, const lp_option *table)
+static void print_options(FILE *out, const lp_option *table, const lp_cli_alias *aliases)
 {
     for (const lp_option *o = table; o && o->kind != LP_OPT_END; o++) {
         if (o->kind == LP_OPT_TABLE) {
-            print_options(out, o->table);
+            print_options(out, o->table, aliases);
             continue;
         }
         char label[256];
-        option_label(o, label, sizeof label);
+        option_label(o, aliases, label, sizeof label);
         int width = fprintf(out, "  %s", label);
         if (width + 2 > HELP_NAME_COLUMN)
             fprintf(out, "\n%*s", HELP_NAME_COLUMN, "");
@@ -229,7 +252,7 @@ void lp_cli_print_help(const lp_cli_spec *spec, FILE *out)
         fprintf(out, "\n%s\n", spec->description);
     if (spec->options && spec->options->kind != LP_OPT_END) {
         fputs("\noptions:\n", out);
-        print_options(out, spec->options);
+        print_options(out, spec->options, spec->aliases);
     }
     if (spec->notes)
         fprintf(out, "\n%s\n", spec->notes);

@@ -93,6 +93,12 @@ typedef struct lp_option {
 
 #define LP_CLI_MAX_POSITIONAL 16
 
+/* A single-dash spelling of a long option: {"o", "output"} makes "-o FILE" mean "--output FILE". */
+typedef struct lp_cli_alias {
+    const char *alias; /* without the dash */
+    const char *name;  /* the long option's name */
+} lp_cli_alias;
+
 typedef struct lp_cli_spec {
     const char *name;        /* "trace" */
     const char *summary;     /* one line for `loupe --help` */
@@ -101,6 +107,7 @@ typedef struct lp_cli_spec {
     const lp_option *options;
     int min_positional, max_positional;
     const char *notes; /* after the options: examples, exit status */
+    const lp_cli_alias *aliases; /* ends with {NULL, NULL}; NULL = none */
     /* Transition only: a command not yet on a table prints this hand-written usage and parses
      * argv itself with the helpers at the end of this header. Removed once all are converted. */
     const char *legacy_usage;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/mapfile.h"
+#include "inspect/inspect.h"
 
 const lp_option lp_input_options[] = {
     LP_OPT_STRING_OF(lp_input_opts, prompt, "prompt", "TEXT",
@@ -79,6 +80,15 @@ lp_status lp_input_load(const lp_input_opts *opts, const char *model_path,
     if (out->tokenizer == NULL)
         memset(err, 0, sizeof *err); /* a missing optional tokenizer is not an error */
     return LP_OK;
+}
+
+lp_status lp_input_load_for_weights(const lp_input_opts *opts, const char *model_path,
+                                    const lp_weights *weights, const char *default_text,
+                                    lp_input *out, lp_error *err)
+{
+    return lp_input_load(opts, model_path, lp_weights_gguf(weights),
+                         lp_weights_format_of(weights) == LP_FORMAT_LLAMA2C, default_text, out,
+                         err);
 }
 
 void lp_input_free(lp_input *in)

@@ -47,6 +47,13 @@ typedef struct lp_input {
 lp_status lp_input_load(const lp_input_opts *opts, const char *model_path,
                         const struct lp_gguf *gguf, bool is_llama2c, const char *default_text,
                         lp_input *out, lp_error *err);
+struct lp_weights;
+
+/* lp_input_load with the tokenizer that goes with open weights (their GGUF vocabulary, a
+ * llama2.c tokenizer beside the checkpoint, tokenizer.json beside the model). */
+lp_status lp_input_load_for_weights(const lp_input_opts *opts, const char *model_path,
+                                    const struct lp_weights *weights, const char *default_text,
+                                    lp_input *out, lp_error *err);
 void lp_input_free(lp_input *in);
 
 #endif

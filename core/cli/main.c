@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/cli/cli.h"
+#include "core/cli/gen_docs.h"
 
 static const lp_command *const commands[] = {
     &lp_command_inspect, &lp_command_estimate, &lp_command_tokenize, &lp_command_trace,
@@ -27,13 +28,27 @@ static const lp_command *find_command(const char *name)
 
 static void print_help(FILE *out)
 {
-    fprintf(out, "loupe %s: look inside transformer language models\n\n"
+    fprintf(out, "loupe %s: " LP_CLI_TAGLINE "\n\n"
                  "usage: loupe COMMAND [ARGS...]\n"
                  "       loupe help COMMAND | loupe --help | loupe --version\n\ncommands:\n",
             LP_VERSION);
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(out, "  %-10s %s\n", commands[i]->spec->name, commands[i]->spec->summary);
-    fprintf(out, "\nexit status: 0 ok, 1 a check failed, 2 bad usage or input\n");
+    fprintf(out, "\nexit status: " LP_CLI_EXIT_STATUS "\n");
+}
+
+static int generate_docs(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "loupe: usage: loupe --generate-docs DIR\n");
+        return LP_EXIT_USAGE;
+    }
+    lp_error err = {0};
+    if (lp_cli_generate_docs(argv[2], &err) != LP_OK) {
+        fprintf(stderr, "loupe: %s\n", err.msg);
+        return LP_EXIT_USAGE;
+    }
+    return LP_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -48,9 +63,11 @@ int main(int argc, char **argv)
         return LP_EXIT_OK;
     }
     if (strcmp(first, "--version") == 0 || strcmp(first, "version") == 0) {
-        printf("loupe %s\n", LP_VERSION);
+        printf("loupe %s (git %s)\n", lp_version(), lp_version_revision());
         return LP_EXIT_OK;
     }
+    if (strcmp(first, "--generate-docs") == 0) /* hidden: the build's man pages and completions */
+        return generate_docs(argc, argv);
     if (strcmp(first, "help") == 0) {
         if (argc < 3) {
             print_help(stdout);

@@ -46,6 +46,7 @@ static const json_field FIELDS[] = {
     F(J_BOOL, post_attn_norm), F(J_BOOL, post_ffn_norm), F(J_BOOL, qk_norm),
     F(J_BOOL, qk_norm_full), F(J_BOOL, qk_norm_per_head), F(J_BOOL, no_input_norm),
     F(J_BOOL, embed_norm), F(J_BOOL, final_norm), F(J_BOOL, post_norm),
+    F(J_TEXT, assumed_family), F(J_BOOL, encoder_only), F(J_INT, n_token_types), F(J_BOOL, pooler),
     F(J_POS, pos_kind), F(J_INT, pos_table_rows), F(J_INT, pos_offset), F(J_NUM, rope_theta),
     F(J_NUM, partial_rotary), F(J_INT, rope_dim), F(J_LAYOUT, rope_layout),
     F(J_ROPE_SCALING, rope_scaling), F(J_NUM, rope_local_theta), F(J_INT, n_ctx),

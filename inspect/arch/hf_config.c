@@ -246,10 +246,23 @@ static const family_rules FAMILIES[] = {
     {"deepseek_v2", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
     {"deepseek_v3", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
     {"starcoder2", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_ROPE, true, true, false},
+    {"gpt_oss", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    /* read further by apply_family_quirks below */
+    {"chatglm", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"qwen", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"internlm", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"internlm2", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"baichuan", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    {"cohere", LP_FFN_SWIGLU, LP_NORM_LAYER, LP_POS_ROPE, true, false, true},
+    {"gpt_bigcode", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_LEARNED, true, true, false},
+    {"bert", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_LEARNED, true, true, false},
+    {"roberta", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_LEARNED, true, true, false},
+    {"xlm-roberta", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_LEARNED, true, true, false},
 };
 
-/* Families that are not listed are read like Llama (the most common layout), which is what
- * most "llama-compatible" model types (SmolLM, TinyLlama, Yi, InternLM2 conversions) are. */
+/* A model_type that is not listed is read like Llama (the most common layout, and what many
+ * "llama-compatible" types are), and arch->assumed_family says so: nothing derived from such a
+ * description may pass for exact. */
 static const family_rules LLAMA_LIKE = {"", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false,
                                         false, false};
 
@@ -759,6 +772,202 @@ static const char *model_type_from_architectures(const hf_reader *r)
     return NULL;
 }
 
+/* ---- families read beyond the shared keys --------------------------------------------------
+ * ChatGLM, Qwen (v1), InternLM and Baichuan ship their modeling code in their Hugging Face
+ * repositories (trust_remote_code); Cohere, GPT-BigCode and the BERT family are in transformers.
+ * Each function states what its modeling file hard-codes; the parameter counts that follow are
+ * derived by hand beside the tests (tests/estimate/test_estimate.c). */
+
+/* A positive count under key, if present, into *out. */
+static lp_status quirk_count(const hf_reader *r, const char *key, int64_t *out)
+{
+    const char *used;
+    int64_t v = *out;
+    lp_status st = hf_opt_count(r, (const char *const[]){key, NULL}, &v, &used);
+    if (st != LP_OK)
+        return st;
+    if (used && v == 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': 0 must be at least 1", r->path,
+                            key);
+    *out = v;
+    return LP_OK;
+}
+
+/* kv_channels (ChatGLM, Qwen): the width of one head, stated by the config. */
+static lp_status quirk_kv_channels(const hf_reader *r, lp_arch *a)
+{
+    int64_t d = 0;
+    lp_status st = quirk_count(r, "kv_channels", &d);
+    if (st == LP_OK && d > 0) {
+        a->head_dim = d;
+        a->head_dim_explicit = true;
+    }
+    return st;
+}
+
+static lp_status quirks_chatglm(const hf_reader *r, lp_arch *a)
+{
+    /* modeling_chatglm.py (THUDM/chatglm2-6b, chatglm3-6b, glm-4-9b): padded_vocab_size rows of
+     * embedding and output_layer; query_key_value [(heads + 2 x multi_query_group_num) x
+     * kv_channels, hidden] with a bias when add_qkv_bias; dense and the MLP biased only when
+     * add_bias_linear; dense_h_to_4h fuses gate and up (SwiGLU); RMSNorm unless rmsnorm is false;
+     * a final norm when post_layer_norm; RoPE over the first half of each head in adjacent pairs,
+     * base 10000 x rope_ratio. */
+    lp_status st;
+    bool mqa = false, qkv_bias = false, linear_bias = false, rms = true, final_norm = true;
+    double ratio = 1.0;
+    if ((st = quirk_count(r, "padded_vocab_size", &a->vocab_size)) != LP_OK ||
+        (st = quirk_kv_channels(r, a)) != LP_OK ||
+        (st = hf_bool(r, "multi_query_attention", &mqa, NULL)) != LP_OK ||
+        (st = hf_bool(r, "add_qkv_bias", &qkv_bias, NULL)) != LP_OK ||
+        (st = hf_bool(r, "add_bias_linear", &linear_bias, NULL)) != LP_OK ||
+        (st = hf_bool(r, "rmsnorm", &rms, NULL)) != LP_OK ||
+        (st = hf_bool(r, "post_layer_norm", &final_norm, NULL)) != LP_OK ||
+        (st = hf_num(r, "layernorm_epsilon", &a->norm_eps, NULL)) != LP_OK ||
+        (st = hf_num(r, "rope_ratio", &ratio, NULL)) != LP_OK)
+        return st;
+    if (mqa) {
+        a->n_kv_heads = 1;
+        if ((st = quirk_count(r, "multi_query_group_num", &a->n_kv_heads)) != LP_OK)
+            return st;
+    }
+    a->bias_qkv = qkv_bias;
+    a->bias_o = a->bias_mlp = linear_bias;
+    a->norm_kind = rms ? LP_NORM_RMS : LP_NORM_LAYER;
+    a->bias_norm = !rms;
+    a->final_norm = final_norm;
+    if (!(ratio > 0.0))
+        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key 'rope_ratio': %g must be positive",
+                            r->path, ratio);
+    a->rope_theta = 10000.0 * ratio;
+    a->rope_dim = a->head_dim / 2;
+    a->partial_rotary = 0.5;
+    a->rope_layout = LP_ROPE_ADJACENT;
+    return LP_OK;
+}
+
+static lp_status quirks_qwen(const hf_reader *r, lp_arch *a)
+{
+    /* modeling_qwen.py (Qwen/Qwen-1_8B, -7B, -14B, -72B): QWenMLP's w1 and w2 are
+     * intermediate_size / 2 wide (the config states twice the width); c_attn always has a
+     * bias, c_proj and the MLP only when no_bias is false; kv_channels is the head width. */
+    bool no_bias = true;
+    lp_status st;
+    if ((st = quirk_kv_channels(r, a)) != LP_OK ||
+        (st = hf_bool(r, "no_bias", &no_bias, NULL)) != LP_OK)
+        return st;
+    if (a->ffn_hidden % 2 != 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: key 'intermediate_size': %lld is odd, but Qwen's MLP is half "
+                            "of it wide", r->path, (long long)a->ffn_hidden);
+    a->ffn_hidden /= 2;
+    a->bias_qkv = true;
+    a->bias_o = a->bias_mlp = !no_bias;
+    return LP_OK;
+}
+
+static lp_status quirks_internlm(const hf_reader *r, lp_arch *a)
+{
+    /* modeling_internlm.py / modeling_internlm2.py: q/k/v/o (InternLM2: wqkv and wo) carry a
+     * bias when config.bias, which defaults to true; the rest is Llama's layout. */
+    bool bias = true;
+    lp_status st = hf_bool(r, "bias", &bias, NULL);
+    a->bias_qkv = a->bias_o = bias;
+    return st;
+}
+
+static lp_status quirks_baichuan(const hf_reader *r, lp_arch *a)
+{
+    /* modeling_baichuan.py: W_pack [3 hidden, hidden] and the rest bias-free, as Llama; the
+     * 13B models use ALiBi instead of RoPE and give their context as model_max_length. vLLM
+     * tells them apart by hidden_size 4096 (7B, RoPE); so does this. */
+    if (a->hidden_size != 4096)
+        a->pos_kind = LP_POS_ALIBI;
+    return a->n_ctx == 0 ? quirk_count(r, "model_max_length", &a->n_ctx) : LP_OK;
+}
+
+static lp_status quirks_cohere(const hf_reader *r, lp_arch *a)
+{
+    /* modeling_cohere.py: one CohereLayerNorm (weight only) feeds attention and MLP in parallel;
+     * with use_qk_norm, q and k get per-head norms [heads, head_dim] and [kv heads, head_dim]. */
+    a->bias_norm = false;
+    lp_status st = hf_bool(r, "use_qk_norm", &a->qk_norm, NULL);
+    a->qk_norm_per_head = a->qk_norm;
+    return st;
+}
+
+static lp_status quirks_gpt_bigcode(const hf_reader *r, lp_arch *a)
+{
+    /* modeling_gpt_bigcode.py: multi_query defaults to true (one shared k/v head, c_attn
+     * [hidden + 2 head_dim, hidden]); learned positions n_positions; biases everywhere; tied. */
+    bool multi_query = true;
+    lp_status st = hf_bool(r, "multi_query", &multi_query, NULL);
+    a->n_kv_heads = multi_query ? 1 : a->n_heads;
+    return st;
+}
+
+static lp_status quirks_bert(const hf_reader *r, lp_arch *a)
+{
+    /* modeling_bert.py / modeling_roberta.py, counted as BertModel: word, position and
+     * token-type embeddings and their LayerNorm; post-norm blocks (attention.output.LayerNorm,
+     * output.LayerNorm) with biases everywhere; no final norm; the pooler; no LM head. RoBERTa's
+     * positions start at padding_idx + 1 = 2, so max_position_embeddings (514) holds 2 more rows
+     * than the context. */
+    const char *pos_type = NULL;
+    lp_status st;
+    a->n_token_types = 2; /* BertConfig's type_vocab_size default */
+    if ((st = hf_str(r, "position_embedding_type", &pos_type)) != LP_OK ||
+        (st = hf_opt_count(r, KEYS("type_vocab_size"), &a->n_token_types, NULL)) != LP_OK)
+        return st;
+    if (pos_type && strcmp(pos_type, "absolute") != 0)
+        return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
+                            "%s: key 'position_embedding_type': \"%.40s\" is not supported "
+                            "(absolute)", r->path, pos_type);
+    if (a->n_ctx == 0)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: missing required key 'max_position_embeddings'", r->path);
+    if (!is_family(a, "bert") && a->n_ctx > 2) {
+        a->pos_offset = 2;
+        a->pos_table_rows = a->n_ctx;
+        a->n_ctx -= 2;
+    }
+    a->encoder_only = a->pooler = a->post_norm = a->embed_norm = true;
+    a->final_norm = false;
+    return LP_OK;
+}
+
+static lp_status quirks_phi(const hf_reader *r, lp_arch *a)
+{
+    /* The original Phi-1.5/Phi-2 configs give the rotated width as rotary_dim (32 of 64); the
+     * transformers ones as partial_rotary_factor, read above. */
+    int64_t rotary_dim = 0;
+    lp_status st = quirk_count(r, "rotary_dim", &rotary_dim);
+    if (st == LP_OK && rotary_dim > 0 && rotary_dim <= a->head_dim) {
+        a->rope_dim = rotary_dim;
+        a->partial_rotary = (double)rotary_dim / (double)a->head_dim;
+    }
+    return st;
+}
+
+static lp_status apply_family_quirks(const hf_reader *r, lp_arch *a)
+{
+    static const struct {
+        const char *family;
+        lp_status (*apply)(const hf_reader *r, lp_arch *a);
+    } quirks[] = {
+        {"chatglm", quirks_chatglm},   {"qwen", quirks_qwen},
+        {"internlm", quirks_internlm}, {"internlm2", quirks_internlm},
+        {"baichuan", quirks_baichuan}, {"cohere", quirks_cohere},
+        {"gpt_bigcode", quirks_gpt_bigcode}, {"bert", quirks_bert},
+        {"roberta", quirks_bert},      {"xlm-roberta", quirks_bert},
+        {"phi", quirks_phi},
+    };
+    for (size_t i = 0; i < sizeof quirks / sizeof quirks[0]; i++)
+        if (is_family(a, quirks[i].family))
+            return quirks[i].apply(r, a);
+    return LP_OK;
+}
+
 
 /* ---- the groups of keys ---------------------------------------------------------------------- */
 
@@ -781,6 +990,10 @@ static lp_status read_family(const hf_reader *r, lp_arch *a, const family_rules 
     *refined_web = strcmp(model_type, "RefinedWeb") == 0;
     if (*refined_web || strcmp(model_type, "RefinedWebModel") == 0)
         model_type = "falcon";
+    /* Phi-1.5 and Phi-2 as first released (remote code, before transformers' PhiModel): the
+     * same tensors under other names and keys (n_embd, rotary_dim, n_inner null). */
+    if (strcmp(model_type, "phi-msft") == 0 || strcmp(model_type, "mixformer-sequential") == 0)
+        model_type = "phi";
     size_t bad = strspn(model_type, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                     "0123456789_-.");
     if (model_type[bad])
@@ -799,6 +1012,13 @@ static lp_status read_family(const hf_reader *r, lp_arch *a, const family_rules 
     for (size_t i = 0; i < N_ROWS(FAMILIES); i++)
         if (strcmp(model_type, FAMILIES[i].model_type) == 0)
             *rules = &FAMILIES[i];
+    if (*rules == &LLAMA_LIKE)
+        snprintf(a->assumed_family, sizeof a->assumed_family, "llama");
+    if (is_family(a, "chatglm") && !hf_get(r, "ffn_hidden_size") && hf_get(r, "inner_hidden_size"))
+        return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
+                            "%s: key 'inner_hidden_size': the first ChatGLM-6B layout (GLM "
+                            "blocks, 2-D positions) is not supported; ChatGLM2/3 and GLM-4 are",
+                            r->path);
     a->ffn_kind = (*rules)->ffn_kind;
     a->norm_kind = (*rules)->norm_kind;
     a->pos_kind = (*rules)->pos_kind;
@@ -1209,7 +1429,8 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
         (st = read_head_dim(r, a)) != LP_OK || (st = read_positions(r, a)) != LP_OK ||
         (st = read_ffn(r, a, rules)) != LP_OK || (st = read_norms(r, a)) != LP_OK ||
         (st = read_biases(r, a)) != LP_OK || (st = read_attention_details(r, a)) != LP_OK ||
-        (st = parse_windows(r, a)) != LP_OK || (st = parse_moe(r, a)) != LP_OK)
+        (st = apply_family_quirks(r, a)) != LP_OK || (st = parse_windows(r, a)) != LP_OK ||
+        (st = parse_moe(r, a)) != LP_OK)
         return st;
     return read_embeddings(r, a, rules);
 }

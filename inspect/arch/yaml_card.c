@@ -53,6 +53,7 @@ static const card_field FIELDS[] = {
     {"model", "dtype", F_DTYPE, A(storage_dtype), false},
     {"model", "bos_token_id", F_INT, A(bos_token_id), false},
     {"model", "eos_token_id", F_INT, A(eos_token_id), false},
+    {"model", "assumed_family", F_STR, A(assumed_family), false},
 
     {"dims", "vocab_size", F_INT, A(vocab_size), true},
     {"dims", "hidden_size", F_INT, A(hidden_size), true},
@@ -130,6 +131,7 @@ static const card_field FIELDS[] = {
 
     {"block", "parallel", F_BOOL, A(parallel_block), false},
     {"block", "parallel_two_norms", F_BOOL, A(parallel_two_norms), false},
+    {"block", "encoder_only", F_BOOL, A(encoder_only), false},
 
     {"embeddings", "tied", F_BOOL, A(tied_embeddings), true},
     {"embeddings", "scale", F_NUM, A(embed_scale), false},
@@ -137,6 +139,8 @@ static const card_field FIELDS[] = {
     {"embeddings", "lm_head_bias", F_BOOL, A(bias_lm_head), false},
     {"embeddings", "final_logit_softcap", F_NUM, A(final_logit_softcap), false},
     {"embeddings", "n_mtp_layers", F_INT, A(n_mtp_layers), false},
+    {"embeddings", "token_types", F_INT, A(n_token_types), false},
+    {"embeddings", "pooler", F_BOOL, A(pooler), false},
 };
 #define N_FIELDS (sizeof FIELDS / sizeof FIELDS[0])
 

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# CLI: loupe bench flags and a tiny run (M=6, one repetition) whose output names every shape.
+# CLI: loupe bench flags (parsed from its option table) and a tiny run (M=6, one repetition) whose
+# output names every shape.
 source "$(dirname "$0")/cli_lib.sh"
 
 expect_status 0 "$LOUPE" bench --help
-expect_stdout_contains "--threads" "$LOUPE" bench --help
+expect_stdout_contains "--threads N" "$LOUPE" bench --help
+expect_stdout_contains "--dir DIR" "$LOUPE" help bench
 expect_one_line_error "$LOUPE" bench --threads 0
-expect_stderr_contains "loupe bench: --threads '0'" "$LOUPE" bench --threads 0
+expect_stderr_contains "loupe bench: --threads: '0' is not a whole number in 1..1024" "$LOUPE" bench --threads 0
 expect_one_line_error "$LOUPE" bench --threads abc
 expect_one_line_error "$LOUPE" bench --reps -1
 expect_one_line_error "$LOUPE" bench --frobnicate
 expect_one_line_error "$LOUPE" bench --threads
+expect_one_line_error "$LOUPE" bench --threads=3 extra
+expect_one_line_error "$LOUPE" bench --gemm-only=yes
 
 expect_status 0 "$LOUPE" bench --m 6 --reps 1 --threads 2 --gemm-only
 for shape in "6 x 2048 x 2048" "6 x 5632 x 2048" "6 x 2048 x 5632" "6 x 5632 x 5632"; do

@@ -197,6 +197,90 @@ check_total falcon_rw_1b 1311625216 '{"alibi":true,"architectures":["FalconForCa
 # active (derived, not published exactly): everything but 56 of the 64 experts per layer
 expect_json_int active 14249270784 "$LOUPE" estimate "$TMP/qwen2_57b.json" --json
 
+# A model_type loupe does not know: counted with Llama's rules, which the text and JSON say;
+# --strict refuses it with one line. (The families it once miscounted are in test_families.c.)
+sed 's/"model_type": "llama"/"model_type": "mysterylm"/' "$tiny" >"$TMP/mystery.json"
+expect_stdout_contains "[unknown_model_type] model_type 'mysterylm'" "$LOUPE" estimate "$TMP/mystery.json"
+expect_stdout_contains '"assumed_family": "llama"' "$LOUPE" estimate "$TMP/mystery.json" --json
+expect_stdout_contains '"assumed_family": null' "$LOUPE" estimate "$tiny" --json
+expect_one_line_error "$LOUPE" estimate "$TMP/mystery.json" --strict
+expect_stderr_contains "--strict refuses" "$LOUPE" estimate "$TMP/mystery.json" --strict
+expect_status 0 "$LOUPE" estimate "$tiny" --strict
+
+# Deployments (figures derived in tests/estimate/test_deploy.c). json_after SECTION KEY: the
+# first integer KEY after "SECTION": in the pretty-printed output.
+json_after() { sed -n "/\"$1\": /,\$p" "$TMP/out" | grep -o "\"$2\": [0-9]*" | head -n 1 | grep -o '[0-9]*$'; }
+expect_after() {
+  local section=$1 key=$2 want=$3; shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local got
+  got=$(json_after "$section" "$key")
+  if [ "$got" = "$want" ]; then ok; else bad "$section.$key = '$got', want $want: $*"; fi
+}
+expect_stdout_contains "--tp N" "$LOUPE" help estimate
+expect_stdout_contains "--max-model-len L" "$LOUPE" help estimate
+# the tiny Llama on 2 devices: vocab 1000 pads to 1024, 512 rows per rank; per rank and layer
+# q 32 x 64, k, v one kv head 2 x 8 x 64, o 64 x 32, FFN 3 x 64 x 64, norms 128 = 17,536;
+# x 4 + 2 x 512 x 64 + 64 = 135,744 values, bf16 271,488 B; KV per token 4 x 1 x 16 x 2 = 128 B
+expect_after devices weights_bytes 271488 "$LOUPE" estimate "$tiny" --json --tp 2
+expect_after devices kv_bytes_per_token 128 "$LOUPE" estimate "$tiny" --json --tp 2
+expect_stdout_contains "deployment: tp 2 x pp 1 x dp 1 = 2 devices" "$LOUPE" estimate "$tiny" --tp 2
+expect_stdout_contains "device memory unknown" "$LOUPE" estimate "$tiny" --tp 2
+"$LOUPE" estimate "$tiny" --json --pp 2 --tp 2 >"$TMP/out" 2>"$TMP/err"
+if [ "$(grep -c '"pp_stage"' "$TMP/out")" -eq 2 ]; then ok; else bad "--pp 2 should give two device entries"; fi
+for key in '"deployment"' '"devices"' '"serving"' '"tp_rank"' '"ep_rank"' '"kv_cache_bytes"' \
+           '"activations_bytes"' '"total_bytes"' '"max_concurrent_sequences"' '"communication_per_token"'; do
+  if grep -qF -- "$key" "$TMP/out"; then ok; else bad "--json --pp 2 lacks $key"; fi
+done
+# custom hardware with memory: serving appears. 0.9 x 1 GiB = 966,367,641 B usable; weights
+# 271,488; activations 256 tokens x (2 x 64 + 4 x 8 + 1 x 16 + 2 x 64) x 2 + 4 x 1000 logits =
+# 159,648; left 965,936,505 over 32,768 B per 256-token sequence: 29,478 sequences
+expect_after serving max_concurrent_sequences 29478 "$LOUPE" estimate "$tiny" --json --tp 2 --hw 1T,1T,1GiB
+expect_after devices activations_bytes 159648 "$LOUPE" estimate "$tiny" --json --tp 2 --hw 1T,1T,1GiB
+expect_stdout_contains "max concurrent sequences per replica: 29,478" "$LOUPE" estimate "$tiny" --tp 2 --hw 1T,1T,1GiB
+expect_stdout_contains "link-bound" "$LOUPE" estimate "$tiny" --tp 2 --hw 1P,1P --link 0.001
+# the gates hold per device: the device total passes, one byte less fails
+"$LOUPE" estimate "$tiny" --json --tp 2 >"$TMP/out" 2>"$TMP/err"
+dev_total=$(json_after devices total_bytes)
+expect_status 0 "$LOUPE" estimate "$tiny" --tp 2 --max-memory "$dev_total"
+expect_status 1 "$LOUPE" estimate "$tiny" --tp 2 --max-memory "$((dev_total - 1))"
+# impossible splits and bad figures: one line, exit 2
+expect_one_line_error "$LOUPE" estimate "$tiny" --tp 3
+expect_stderr_contains "8 attention heads" "$LOUPE" estimate "$tiny" --tp 3
+expect_one_line_error "$LOUPE" estimate "$tiny" --pp 5
+expect_stderr_contains "4 layers" "$LOUPE" estimate "$tiny" --pp 5
+expect_one_line_error "$LOUPE" estimate "$tiny" --ep 2
+expect_stderr_contains "no experts" "$LOUPE" estimate "$tiny" --ep 2
+expect_one_line_error "$LOUPE" estimate "$tiny" --tp 2 --devices 3
+expect_one_line_error "$LOUPE" estimate "$tiny" --tp 2 --link warp-drive
+expect_one_line_error "$LOUPE" estimate "$tiny" --gpu-memory-utilization 1.5
+expect_one_line_error "$LOUPE" estimate "$tiny" --device-memory 0
+expect_one_line_error "$LOUPE" estimate "$tiny" --pp 65
+# --hw local measures this machine (a second or less)
+expect_stdout_contains "roofline on local (this machine, measured" "$LOUPE" estimate "$tiny" --hw local
+if [ -f "${LOUPE_CONFIGS:-/nonexistent}/llama-3.1-405b.yaml" ]; then
+  # Llama-3.1-405B, fp8, TP 8 on H100s at 128k: 50,735,300,608 B of weights per device, 6 sequences
+  a405=(estimate llama-3.1-405b --tp 8 --weight-dtype fp8 --kv-dtype fp8 --seq 128Ki --hw h100-sxm --block-size 16)
+  expect_after devices weights_bytes 50735300608 "$LOUPE" "${a405[@]}" --json
+  expect_after devices kv_cache_bytes 4227858432 "$LOUPE" "${a405[@]}" --json
+  expect_after serving max_concurrent_sequences 6 "$LOUPE" "${a405[@]}" --json
+  expect_after serving kv_blocks 50445 "$LOUPE" "${a405[@]}" --json
+  expect_stdout_contains "max concurrent sequences per replica: 6 (6.16x)" "$LOUPE" "${a405[@]}"
+  # bf16 does not fit an 80 GB device at TP 8: the table says so
+  expect_stdout_contains "NO" "$LOUPE" estimate llama-3.1-405b --tp 8 --hw h100-sxm
+  expect_after serving max_concurrent_sequences 15 "$LOUPE" estimate deepseek-v3 --dp 8 --ep 8 --weight-dtype fp8 --kv-dtype bf16 --hw h200 --seq 32768 --json
+fi
+expect_one_line_error "$LOUPE" estimate "$TMP/mixtral8x22b.json" --ep 3
+expect_stderr_contains "8 experts" "$LOUPE" estimate "$TMP/mixtral8x22b.json" --ep 3
+# BERT-style encoders have no KV cache to bound concurrency
+cat >"$TMP/bert.json" <<'JSON'
+{"model_type": "bert", "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
+ "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 512,
+ "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12}
+JSON
+expect_json_int total 109482240 "$LOUPE" estimate "$TMP/bert.json" --json
+expect_stdout_contains "no KV cache" "$LOUPE" estimate "$TMP/bert.json" --tp 2 --hw h100-sxm
+
 # every real config in ../shared: exact total (and active when truth has one)
 require_shared
 # the real tiny model: llama2.c header, HF folder (tied, 260,032) and GGUF metadata (the converter

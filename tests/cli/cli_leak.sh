@@ -49,6 +49,12 @@ expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --inject sideways
 expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --tokens 1,2
 expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --frobnicate
 expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --maps f8
+expect_one_line_error "$LOUPE" leak "$TMP/a.gguf" "$TMP/b.gguf"
+expect_one_line_error "$LOUPE" leak "$TMP/no-model.gguf" --prompt hi --tokens 1,2
+expect_one_line_error "$LOUPE" leak --mask "$TMP/x.npy" --masked-below 5
+expect_one_line_error "$LOUPE" leak --mask "$TMP/x.npy" --format sparse
+expect_one_line_error "$LOUPE" leak --mask "$TMP/x.npy" --window 3
+expect_stdout_contains "loupe leak" "$LOUPE" help leak
 expect_stderr_contains "loupe leak: " "$LOUPE" leak --mask "$TMP/none.npy"
 
 T=8
@@ -197,6 +203,12 @@ if [ $have_sqlite -eq 1 ]; then
   expect_eq "40|40|0" "$(sqlite3 "$DB2" "SELECT (SELECT count(*) FROM attention WHERE run_id = 1), (SELECT count(*) FROM head_stats WHERE run_id = 1), (SELECT count(*) FROM attention WHERE run_id = 2)")" "recorded maps"
   # layer 0 head 0, query 0: the off-by-one mask gives key 1 weight (f16 bytes 2..3 nonzero)
   expect_eq 1 "$(sqlite3 "$DB2" "SELECT hex(substr(probs, 3, 2)) != '0000' FROM attention WHERE run_id = 1 AND layer = 0 AND head = 0")" "leaking cell recorded"
+fi
+# --tokens goes through the same input step as trace: the model's own vocabulary labels the ids.
+DB3="$TMP/ids.db"
+expect_status 0 "$LOUPE" leak "$M/stories260K.gguf" --tokens 1,403,407,261,378 --db "$DB3"
+if [ $have_sqlite -eq 1 ]; then
+  expect_eq "▁Once" "$(sqlite3 "$DB3" "SELECT piece FROM tokens WHERE run_id = 1 AND pos = 1")" "leak --tokens piece"
 fi
 
 finish

@@ -51,6 +51,11 @@ is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a
 expect_status 0 "$LOUPE" render "$DB" --layer 0 --head 1 -o "$TMP/h.png"
 if [ -f "$TMP/h.png" ] && is_png "$TMP/h.png"; then ok; else bad "h.png is not a PNG"; fi
 expect_stdout_contains "wrote $TMP/h.png" "$LOUPE" render "$DB" --layer 0 --head 1 -o "$TMP/h.png"
+# -o is --output; both spellings take "=VALUE" too; the generated help names both
+expect_stdout_contains "wrote $TMP/h2.png" "$LOUPE" render "$DB" --layer 0 --head 1 --output "$TMP/h2.png"
+expect_stdout_contains "wrote $TMP/h3.png" "$LOUPE" render "$DB" --layer 0 --head 1 -o="$TMP/h3.png"
+expect_stdout_contains "-o, --output OUT" "$LOUPE" help render
+expect_one_line_error "$LOUPE" render "$DB" --layer 0 --head 1 -x "$TMP/h.png"
 # SVG carries the token labels as text
 expect_status 0 "$LOUPE" render "$DB" --layer 0 --head 0 -o "$TMP/h.svg" --colormap magma --scale log
 if grep -q '␣the' "$TMP/h.svg" && grep -q '世界' "$TMP/h.svg" && grep -q '&lt;s&gt;' "$TMP/h.svg"; then
@@ -104,6 +109,11 @@ expect_one_line_error "$LOUPE" render "$DB" --grid -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --overview --grid --layer 0 -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --scale cubic
 expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --size 3
+expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --gamma 0
+expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --vmax -1
+expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --leak-threshold -0.5
+expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --masked-color 12345g
+expect_one_line_error "$LOUPE" render "$DB" "$DB" --overview -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --range 1:3
 expect_one_line_error "$LOUPE" render "$DB" --layer 0 --head 0 -o "$TMP/x.png" --range 3:2
 expect_one_line_error "$LOUPE" render "$DB" --layer 0 --head 0 -o "$TMP/x.png" --range 2:9

@@ -5,90 +5,69 @@
 
 #include <cairo.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/dtype.h"
 #include "render/render.h"
-
-extern const char lp_schema_sql[];
+#include "store_test_util.h"
 
 #define ATTN_INSERT "INSERT INTO attention (run_id, layer, head, n_q, n_k, dtype, probs) VALUES "
 
-/* ---- building databases with planted maps ---- */
+/* ---- building databases with planted maps (plain SQL through lp_store_sql) ---- */
 
 static void tmp_path(char *buf, size_t size, const char *name)
 {
     snprintf(buf, size, "%s/render_%ld_%s", lp_test_tmp_dir(), (long)getpid(), name);
 }
 
-static void exec_sql(sqlite3 *db, const char *sql)
+/* A fresh database with loupe's schema, made by the store itself. */
+static void new_db(const char *path)
 {
-    char *msg = NULL;
-    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
-    if (rc != SQLITE_OK)
-        fprintf(stderr, "sql failed: %s\n", msg ? msg : "?");
-    sqlite3_free(msg);
-    assert_int_equal(rc, SQLITE_OK);
-}
-
-static sqlite3 *new_db(const char *path)
-{
+    char side[600];
     unlink(path);
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    exec_sql(db, lp_schema_sql);
-    return db;
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+    lp_store *store;
+    lp_error err = {0};
+    if (lp_store_open(path, &store, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    lp_store_close(store);
 }
 
-static void add_run(sqlite3 *db, int64_t id, const char *status, const char *kind,
+static void add_run(const char *db, int64_t id, const char *status, const char *kind,
                     int64_t n_tokens, int64_t n_layers, int64_t n_heads, const char *arch_json)
 {
-    sqlite3_stmt *st;
-    assert_int_equal(
-        sqlite3_prepare_v2(db,
-                           "INSERT INTO runs (id, status, kind, model_path, model_format, "
-                           "architecture, arch_json, n_tokens, n_layers, n_heads, n_threads, isa, "
-                           "loupe_version, maps_dtype, started_at) VALUES (?1, ?2, ?3, "
-                           "'/models/tiny-test', 'safetensors', 'llama', ?4, ?5, ?6, ?7, 1, 'ref', "
-                           "'0.1.0', 'f32', '2026-01-01')",
-                           -1, &st, NULL),
-        SQLITE_OK);
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, status, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
-    if (arch_json)
-        sqlite3_bind_text(st, 4, arch_json, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 5, n_tokens);
-    sqlite3_bind_int64(st, 6, n_layers);
-    sqlite3_bind_int64(st, 7, n_heads);
-    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
-    sqlite3_finalize(st);
+    char *arch = lp_test_sql_text_literal(arch_json);
+    lp_test_sql_exec(db,
+                     "INSERT INTO runs (id, status, kind, model_path, model_format, "
+                     "architecture, arch_json, n_tokens, n_layers, n_heads, n_threads, isa, "
+                     "loupe_version, maps_dtype, started_at) VALUES (%lld, '%s', '%s', "
+                     "'/models/tiny-test', 'safetensors', 'llama', %s, %lld, %lld, %lld, 1, 'ref', "
+                     "'0.1.0', 'f32', '2026-01-01')",
+                     (long long)id, status, kind, arch, (long long)n_tokens, (long long)n_layers,
+                     (long long)n_heads);
+    free(arch);
 }
 
-static void add_tokens(sqlite3 *db, int64_t run, const char *const *pieces, int64_t n)
+static void add_tokens(const char *db, int64_t run, const char *const *pieces, int64_t n)
 {
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db,
-                                        "INSERT INTO tokens (run_id, pos, token_id, piece) "
-                                        "VALUES (?1, ?2, ?3, ?4)",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
     for (int64_t i = 0; i < n; i++) {
-        sqlite3_bind_int64(st, 1, run);
-        sqlite3_bind_int64(st, 2, i);
-        sqlite3_bind_int64(st, 3, 100 + i);
-        sqlite3_bind_text(st, 4, pieces[i], -1, SQLITE_STATIC);
-        assert_int_equal(sqlite3_step(st), SQLITE_DONE);
-        sqlite3_reset(st);
+        char *piece = lp_test_sql_text_literal(pieces[i]);
+        lp_test_sql_exec(db,
+                         "INSERT INTO tokens (run_id, pos, token_id, piece) VALUES (%lld, %lld, "
+                         "%lld, %s)",
+                         (long long)run, (long long)i, (long long)(100 + i), piece);
+        free(piece);
     }
-    sqlite3_finalize(st);
 }
 
 /* values: row-major [n_q, n_k] floats, stored as f32 or f16 */
-static void add_map(sqlite3 *db, int64_t run, int64_t layer, int64_t head, int64_t n_q,
+static void add_map(const char *db, int64_t run, int64_t layer, int64_t head, int64_t n_q,
                     int64_t n_k, const float *values, bool f16)
 {
     size_t n = (size_t)(n_q * n_k);
@@ -103,21 +82,11 @@ static void add_map(sqlite3 *db, int64_t run, int64_t layer, int64_t head, int64
             memcpy(blob + 4 * i, &values[i], 4);
         }
     }
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db,
-                                        "INSERT INTO attention (run_id, layer, head, n_q, n_k, dtype, probs) "
-                                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    sqlite3_bind_int64(st, 1, run);
-    sqlite3_bind_int64(st, 2, layer);
-    sqlite3_bind_int64(st, 3, head);
-    sqlite3_bind_int64(st, 4, n_q);
-    sqlite3_bind_int64(st, 5, n_k);
-    sqlite3_bind_text(st, 6, f16 ? "f16" : "f32", -1, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 7, blob, (int)bytes, SQLITE_STATIC);
-    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
-    sqlite3_finalize(st);
+    char *literal = lp_test_sql_blob_literal(blob, bytes);
+    lp_test_sql_exec(db, ATTN_INSERT "(%lld, %lld, %lld, %lld, %lld, '%s', %s)", (long long)run,
+                     (long long)layer, (long long)head, (long long)n_q, (long long)n_k,
+                     f16 ? "f16" : "f32", literal);
+    free(literal);
     free(blob);
 }
 
@@ -131,27 +100,57 @@ static void causal_uniform(float *v, int64_t n_q, int64_t n_k)
     }
 }
 
-static void add_stats(sqlite3 *db, int64_t run, int64_t n_layers, int64_t n_heads)
+static void add_stats(const char *db, int64_t run, int64_t n_layers, int64_t n_heads)
 {
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db,
-                                        "INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, sink, "
-                                        "prev_token, self, distance, local_frac, local_window, "
-                                        "output_norm) VALUES (?1, ?2, ?3, ?4, 0.5, ?5, "
-                                        "0.25, 0.1, 1.5, 0.9, 8, 2.0)",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
     for (int64_t l = 0; l < n_layers; l++)
-        for (int64_t h = 0; h < n_heads; h++) {
-            sqlite3_bind_int64(st, 1, run);
-            sqlite3_bind_int64(st, 2, l);
-            sqlite3_bind_int64(st, 3, h);
-            sqlite3_bind_double(st, 4, 0.1 * (double)(l * n_heads + h)); /* entropy */
-            sqlite3_bind_double(st, 5, l == 0 && h == 0 ? 1.0 : 0.0);     /* sink */
-            assert_int_equal(sqlite3_step(st), SQLITE_DONE);
-            sqlite3_reset(st);
-        }
-    sqlite3_finalize(st);
+        for (int64_t h = 0; h < n_heads; h++)
+            lp_test_sql_exec(db,
+                             "INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, "
+                             "sink, prev_token, self, distance, local_frac, local_window, "
+                             "output_norm) VALUES (%lld, %lld, %lld, %.17g, 0.5, %.17g, 0.25, "
+                             "0.1, 1.5, 0.9, 8, 2.0)",
+                             (long long)run, (long long)l, (long long)h,
+                             0.1 * (double)(l * n_heads + h), /* entropy */
+                             l == 0 && h == 0 ? 1.0 : 0.0);   /* sink */
+}
+
+/* 3 layers x 4 heads of 6 tokens, every map and statistic stored, and perturbation checks of
+ * which layer 2 and the logits failed. */
+static void multi_db(const char *db_path)
+{
+    new_db(db_path);
+    const int64_t n_l = 3, n_h = 4, n = 6;
+    add_run(db_path, 1, "complete", "trace", n, n_l, n_h, NULL);
+    float v[36];
+    causal_uniform(v, n, n);
+    for (int64_t l = 0; l < n_l; l++)
+        for (int64_t h = 0; h < n_h; h++)
+            add_map(db_path, 1, l, h, n, n, v, true);
+    add_stats(db_path, 1, n_l, n_h);
+    lp_test_sql_exec(db_path, "INSERT INTO leak_checks (run_id, check_name, passed, layer, position, "
+                  "max_abs_diff, detail) VALUES (1, 'perturbation', 1, 0, 3, 0.0, 'ok'),"
+                  "(1, 'perturbation', 1, 1, 3, 1e-7, 'ok'),"
+                  "(1, 'perturbation', 0, 2, 3, 0.25, 'leak'),"
+                  "(1, 'perturbation', 0, -1, 3, 0.5, 'leak')");
+}
+
+/* The database read-only and its run run_id (0: the latest complete one); the test fails with
+ * the store's message otherwise. */
+static void close_run(lp_store *db, lp_store_run *run)
+{
+    lp_store_run_clear(run);
+    lp_store_close(db);
+}
+
+static lp_store *open_run(const char *db_path, int64_t run_id, lp_store_run *run)
+{
+    lp_error err = {0};
+    lp_store *db;
+    bool incomplete;
+    if (lp_store_open_read(db_path, &db, &err) != LP_OK ||
+        lp_store_read_run(db, run_id, NULL, run, &incomplete, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    return db;
 }
 
 /* ---- reading pictures back ---- */
@@ -194,6 +193,53 @@ static lp_rgb cell_pixel(const png_image *img, const lp_heatmap_layout *lay, int
 {
     return pixel(img, lay->map_x + (int)(k * lay->cell) + lay->cell / 2,
                  lay->map_y + (int)(q * lay->cell_h) + lay->cell_h / 2);
+}
+
+/* One run of 1 layer x 2 heads over 4 tokens: head 0 with planted values, head 1 leaking. */
+static void planted_db(const char *db_path)
+{
+    new_db(db_path);
+    add_run(db_path, 1, "complete", "trace", 4, 1, 2, NULL);
+    static const char *const pieces[] = {"<s>", " the", " cat", "\n"};
+    add_tokens(db_path, 1, pieces, 4);
+    /* head 0: row 3 holds 1, 0.5, 0 at keys 0..2; row 0 at key 0 holds 1 */
+    float v[16] = {0};
+    v[0 * 4 + 0] = 1.0f;
+    v[3 * 4 + 0] = 1.0f;
+    v[3 * 4 + 1] = 0.5f;
+    v[3 * 4 + 2] = 0.0f;
+    add_map(db_path, 1, 0, 0, 4, 4, v, false);
+    /* head 1: a leak above the diagonal at (0, 2) */
+    float w[16] = {0};
+    w[0] = 1.0f;
+    w[0 * 4 + 2] = 0.5f;
+    add_map(db_path, 1, 0, 1, 4, 4, w, true);
+}
+
+/* The leak cell (head 1, query 0, key 2) keeps its colour inside a red outline, until a
+ * threshold above it makes it an ordinary masked cell. */
+static void check_leak_cell(lp_store *db, const lp_store_run *run, const lp_heatmap_layout *lay,
+                            const char *png)
+{
+    lp_error err = {0};
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    opt.cell = 60;
+    lp_rgb masked = lp_render_masked_rgb(&opt);
+    assert_int_equal(lp_render_head(db, run, 0, 1, &opt, png, &err), LP_OK);
+    png_image img = load_png(png);
+    lp_rgb leak = cell_pixel(&img, lay, 0, 2);
+    assert_rgb_equal(leak, lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
+    assert_false(leak.r == masked.r && leak.g == masked.g && leak.b == masked.b);
+    assert_rgb_equal(pixel(&img, lay->map_x + 2 * lay->cell, lay->map_y + lay->cell / 2),
+                     ((lp_rgb){0xe8, 0x11, 0x2d}));
+    assert_rgb_equal(cell_pixel(&img, lay, 0, 3), masked); /* its zero neighbour stays grey */
+    cairo_surface_destroy(img.surface);
+    opt.leak_threshold = 0.6;
+    assert_int_equal(lp_render_head(db, run, 0, 1, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    assert_rgb_equal(cell_pixel(&img, lay, 0, 2), masked);
+    cairo_surface_destroy(img.surface);
 }
 
 static char *read_text_file(const char *path)
@@ -352,31 +398,11 @@ static void test_planted_map_pixels(void **state)
     char db_path[512], png[512];
     tmp_path(db_path, sizeof db_path, "planted.db");
     tmp_path(png, sizeof png, "planted.png");
-    sqlite3 *sdb = new_db(db_path);
-    add_run(sdb, 1, "complete", "trace", 4, 1, 2, NULL);
-    static const char *const pieces[] = {"<s>", " the", " cat", "\n"};
-    add_tokens(sdb, 1, pieces, 4);
-    /* head 0: row 3 holds 1, 0.5, 0 at keys 0..2; row 0 at key 0 holds 1 */
-    float v[16] = {0};
-    v[0 * 4 + 0] = 1.0f;
-    v[3 * 4 + 0] = 1.0f;
-    v[3 * 4 + 1] = 0.5f;
-    v[3 * 4 + 2] = 0.0f;
-    add_map(sdb, 1, 0, 0, 4, 4, v, false);
-    /* head 1: a leak above the diagonal at (0, 2) */
-    float w[16] = {0};
-    w[0] = 1.0f;
-    w[0 * 4 + 2] = 0.5f;
-    add_map(sdb, 1, 0, 1, 4, 4, w, true);
-    sqlite3_close(sdb);
-
+    planted_db(db_path);
     lp_error err = {0};
-    lp_render_db *db;
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    lp_render_run run;
-    bool incomplete;
-    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
-    assert_false(incomplete);
+    lp_store_run run;
+    lp_store *db = open_run(db_path, 0, &run);
+    assert_string_equal(run.status, "complete");
     assert_int_equal(run.id, 1);
     assert_string_equal(run.model, "tiny-test");
 
@@ -424,28 +450,8 @@ static void test_planted_map_pixels(void **state)
     assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), masked);
     cairo_surface_destroy(img.surface);
 
-    /* the leak: colormap colour in the middle, red outline at the edge, not the masked grey */
-    lp_render_options_default(&opt);
-    opt.cell = 60;
-    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_OK);
-    img = load_png(png);
-    lp_rgb leak = cell_pixel(&img, &lay, 0, 2);
-    assert_rgb_equal(leak, lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
-    assert_false(leak.r == masked.r && leak.g == masked.g && leak.b == masked.b);
-    assert_rgb_equal(pixel(&img, lay.map_x + 2 * lay.cell, lay.map_y + lay.cell / 2),
-                     ((lp_rgb){0xe8, 0x11, 0x2d}));
-    assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), masked); /* its zero neighbour stays grey */
-    cairo_surface_destroy(img.surface);
-
-    /* with a threshold above the leak, it is an ordinary masked cell again */
-    opt.leak_threshold = 0.6;
-    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_OK);
-    img = load_png(png);
-    assert_rgb_equal(cell_pixel(&img, &lay, 0, 2), masked);
-    cairo_surface_destroy(img.surface);
-
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    check_leak_cell(db, &run, &lay, png);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
 }
@@ -457,25 +463,38 @@ static void test_maxpool_long_map(void **state)
     char db_path[512], png[512];
     tmp_path(db_path, sizeof db_path, "long.db");
     tmp_path(png, sizeof png, "long.png");
-    sqlite3 *sdb = new_db(db_path);
+    new_db(db_path);
     const int64_t n = 4096;
-    add_run(sdb, 1, "complete", "trace", n, 1, 1, NULL);
-    /* a zero blob written in place: the bright cell, and one leak far above the diagonal */
-    exec_sql(sdb, ATTN_INSERT "(1, 0, 0, 4096, 4096, 'f16', zeroblob(33554432))");
-    sqlite3_blob *blob;
-    assert_int_equal(sqlite3_blob_open(sdb, "main", "attention", "probs", 1, 1, &blob), SQLITE_OK);
+    add_run(db_path, 1, "complete", "trace", n, 1, 1, NULL);
+    /* The bright cell, and one leak far above the diagonal, in an otherwise zero blob. SQLite
+     * builds the concatenation in memory (twice the blob), so a child process plants it: the
+     * peak memory measured below is the render's alone. */
     uint16_t one = lp_f32_to_f16(1.0f), small = lp_f32_to_f16(0.01f);
-    assert_int_equal(sqlite3_blob_write(blob, &one, 2, (int)((3001 * n + 1234) * 2)), SQLITE_OK);
-    assert_int_equal(sqlite3_blob_write(blob, &small, 2, (int)((10 * n + 4000) * 2)), SQLITE_OK);
-    sqlite3_blob_close(blob);
-    sqlite3_close(sdb);
+    int64_t at_one = (3001 * n + 1234) * 2, at_small = (10 * n + 4000) * 2;
+    char *one_hex = lp_test_sql_blob_literal(&one, 2), *small_hex = lp_test_sql_blob_literal(&small, 2);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        lp_error perr = {0};
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 ATTN_INSERT "(1, 0, 0, 4096, 4096, 'f16', CAST(zeroblob(%lld) || %s || "
+                 "zeroblob(%lld) || %s || zeroblob(%lld) AS BLOB))",
+                 (long long)at_small, small_hex, (long long)(at_one - at_small - 2), one_hex,
+                 (long long)(n * n * 2 - at_one - 2));
+        _exit(lp_store_sql(db_path, sql, NULL, NULL, &perr) == LP_OK ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    free(one_hex);
+    free(small_hex);
+    assert_int_equal(lp_test_sql_int(db_path, "SELECT length(probs) FROM attention"), n * n * 2);
 
     lp_error err = {0};
-    lp_render_db *db;
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    lp_render_run run;
-    bool incomplete;
-    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    lp_store_run run;
+    lp_store *db = open_run(db_path, 0, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
     opt.size = 512;
@@ -483,7 +502,7 @@ static void test_maxpool_long_map(void **state)
     assert_int_equal(lp_render_heatmap_layout(n, n, &opt, &lay, &err), LP_OK);
 
     lp_pooled_map map;
-    assert_int_equal(lp_render_db_read_map(db, &run, 0, 0, 512, 0, &map, &err), LP_OK);
+    assert_int_equal(lp_render_read_map(db, &run, 0, 0, 512, 0, 0, 0, &map, &err), LP_OK);
     assert_int_equal(map.block, 8);
     assert_int_equal(map.rows, 512);
     assert_true(map.allowed_max[(3001 / 8) * 512 + 1234 / 8] == 1.0f);
@@ -520,8 +539,7 @@ static void test_maxpool_long_map(void **state)
     assert_rgb_equal(pixel(&img, lay.map_x + 4000 / 8, lay.map_y + 10 / 8),
                      lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.01));
     cairo_surface_destroy(img.surface);
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
 }
@@ -536,21 +554,17 @@ static void test_svg_pdf_and_formats(void **state)
     tmp_path(svg, sizeof svg, "map.svg");
     tmp_path(pdf, sizeof pdf, "map.pdf");
     tmp_path(bad, sizeof bad, "map.jpg");
-    sqlite3 *sdb = new_db(db_path);
-    add_run(sdb, 7, "complete", "trace", 5, 1, 1, NULL);
+    new_db(db_path);
+    add_run(db_path, 7, "complete", "trace", 5, 1, 1, NULL);
     static const char *const pieces[] = {"<s>", " the", "\xe4\xb8\x96\xe7\x95\x8c", "&amp", "\n"};
-    add_tokens(sdb, 7, pieces, 5);
+    add_tokens(db_path, 7, pieces, 5);
     float v[25];
     causal_uniform(v, 5, 5);
-    add_map(sdb, 7, 0, 0, 5, 5, v, false);
-    sqlite3_close(sdb);
+    add_map(db_path, 7, 0, 0, 5, 5, v, false);
 
     lp_error err = {0};
-    lp_render_db *db;
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    lp_render_run run;
-    bool incomplete;
-    assert_int_equal(lp_render_db_pick_run(db, 7, &run, &incomplete, &err), LP_OK);
+    lp_store_run run;
+    lp_store *db = open_run(db_path, 7, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
     assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, svg, &err), LP_OK);
@@ -574,8 +588,7 @@ static void test_svg_pdf_and_formats(void **state)
     assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, bad, &err), LP_ERR_USAGE);
     assert_non_null(strstr(err.msg, ".png, .svg or .pdf"));
     assert_false(file_exists(bad));
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    close_run(db, &run);
     unlink(db_path);
     unlink(svg);
     unlink(pdf);
@@ -588,37 +601,36 @@ static void test_runs_and_errors(void **state)
     tmp_path(db_path, sizeof db_path, "runs.db");
     tmp_path(png, sizeof png, "runs.png");
     tmp_path(junk, sizeof junk, "junk.db");
-    sqlite3 *sdb = new_db(db_path);
-    add_run(sdb, 1, "complete", "trace", 3, 2, 2, NULL);
-    add_run(sdb, 2, "complete", "leak", 3, 2, 2, NULL);
-    add_run(sdb, 3, "running", "trace", 3, 2, 2, NULL);
+    new_db(db_path);
+    add_run(db_path, 1, "complete", "trace", 3, 2, 2, NULL);
+    add_run(db_path, 2, "complete", "leak", 3, 2, 2, NULL);
+    add_run(db_path, 3, "running", "trace", 3, 2, 2, NULL);
     float v[9];
     causal_uniform(v, 3, 3);
-    add_map(sdb, 1, 0, 0, 3, 3, v, false);
+    add_map(db_path, 1, 0, 0, 3, 3, v, false);
     /* a blob one byte short of n_q * n_k * 4 */
-    exec_sql(sdb, ATTN_INSERT "(1, 1, 0, 3, 3, 'f32', zeroblob(35))");
-    exec_sql(sdb, ATTN_INSERT "(1, 1, 1, 4, 3, 'f32', zeroblob(48))");
-    sqlite3_close(sdb);
+    lp_test_sql_exec(db_path, ATTN_INSERT "(1, 1, 0, 3, 3, 'f32', zeroblob(35))");
+    lp_test_sql_exec(db_path, ATTN_INSERT "(1, 1, 1, 4, 3, 'f32', zeroblob(48))");
 
     lp_error err = {0};
-    lp_render_db *db;
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    lp_render_run run;
+    lp_store *db;
+    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
+    lp_store_run run;
     bool incomplete;
     /* latest complete trace run is 1, not the running 3 nor the leak run 2 */
-    assert_int_equal(lp_render_db_pick_run_kind(db, 0, "trace", &run, &incomplete, &err), LP_OK);
+    assert_int_equal(lp_store_read_run(db, 0, "trace", &run, &incomplete, &err), LP_OK);
     assert_int_equal(run.id, 1);
-    lp_render_run_clear(&run);
-    assert_int_equal(lp_render_db_pick_run_kind(db, 0, "leak", &run, &incomplete, &err), LP_OK);
+    lp_store_run_clear(&run);
+    assert_int_equal(lp_store_read_run(db, 0, "leak", &run, &incomplete, &err), LP_OK);
     assert_int_equal(run.id, 2);
-    lp_render_run_clear(&run);
-    assert_int_equal(lp_render_db_pick_run(db, 3, &run, &incomplete, &err), LP_OK);
+    lp_store_run_clear(&run);
+    assert_int_equal(lp_store_read_run(db, 3, NULL, &run, &incomplete, &err), LP_OK);
     assert_true(incomplete);
-    lp_render_run_clear(&run);
-    assert_int_equal(lp_render_db_pick_run(db, 99, &run, &incomplete, &err), LP_ERR_NOT_FOUND);
+    lp_store_run_clear(&run);
+    assert_int_equal(lp_store_read_run(db, 99, NULL, &run, &incomplete, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "no run with id 99"));
 
-    assert_int_equal(lp_render_db_pick_run(db, 1, &run, &incomplete, &err), LP_OK);
+    assert_int_equal(lp_store_read_run(db, 1, NULL, &run, &incomplete, &err), LP_OK);
     lp_render_options opt;
     lp_render_options_default(&opt);
     assert_int_equal(lp_render_head(db, &run, 2, 0, &opt, png, &err), LP_ERR_RANGE);
@@ -636,25 +648,20 @@ static void test_runs_and_errors(void **state)
     assert_int_equal(lp_render_leak_plot(db, &run, &opt, png, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "perturbation"));
     int64_t leak_run;
-    assert_int_equal(lp_render_db_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_store_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "no leak runs"));
     assert_false(file_exists(png));
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    close_run(db, &run);
 
     /* a database from before head_stats and leak_checks existed: no rows, not an SQL error */
-    sdb = NULL;
-    assert_int_equal(sqlite3_open(db_path, &sdb), SQLITE_OK);
-    exec_sql(sdb, "DROP TABLE head_stats; DROP TABLE leak_checks");
-    sqlite3_close(sdb);
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    assert_int_equal(lp_render_db_pick_run(db, 1, &run, &incomplete, &err), LP_OK);
+    lp_test_sql_exec(db_path, "DROP TABLE head_stats; DROP TABLE leak_checks");
+    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
+    assert_int_equal(lp_store_read_run(db, 1, NULL, &run, &incomplete, &err), LP_OK);
     assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, png, &err),
                      LP_ERR_NOT_FOUND);
     assert_int_equal(lp_render_leak_plot(db, &run, &opt, png, &err), LP_ERR_NOT_FOUND);
-    assert_int_equal(lp_render_db_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    assert_int_equal(lp_store_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
+    close_run(db, &run);
 
     /* not a database, and no file at all */
     FILE *f = fopen(junk, "wb");
@@ -662,10 +669,10 @@ static void test_runs_and_errors(void **state)
     for (int i = 0; i < 200; i++)
         fputs("this is not sqlite ", f);
     fclose(f);
-    assert_int_not_equal(lp_render_db_open(junk, &db, &err), LP_OK);
+    assert_int_not_equal(lp_store_open_read(junk, &db, &err), LP_OK);
     assert_non_null(strstr(err.msg, junk));
     unlink(junk);
-    assert_int_equal(lp_render_db_open(junk, &db, &err), LP_ERR_IO);
+    assert_int_equal(lp_store_open_read(junk, &db, &err), LP_ERR_IO);
     unlink(db_path);
 }
 
@@ -676,34 +683,62 @@ static void test_window_mask(void **state)
     char db_path[512], png[512];
     tmp_path(db_path, sizeof db_path, "window.db");
     tmp_path(png, sizeof png, "window.png");
-    sqlite3 *sdb = new_db(db_path);
-    add_run(sdb, 1, "complete", "trace", 4, 2, 1, "{\"sliding_window\": 0, \"layer_window\": [0, 2]}");
+    new_db(db_path);
+    add_run(db_path, 1, "complete", "trace", 4, 2, 1, "{\"sliding_window\": 0, \"layer_window\": [0, 2]}");
     float v[16];
     causal_uniform(v, 4, 4);
-    add_map(sdb, 1, 0, 0, 4, 4, v, false);
-    add_map(sdb, 1, 1, 0, 4, 4, v, false); /* mass outside the window of 2: leaks in layer 1 */
-    sqlite3_close(sdb);
+    add_map(db_path, 1, 0, 0, 4, 4, v, false);
+    add_map(db_path, 1, 1, 0, 4, 4, v, false); /* mass outside the window of 2: leaks in layer 1 */
     lp_error err = {0};
-    lp_render_db *db;
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    lp_render_run run;
-    bool incomplete;
-    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
-    assert_int_equal(lp_render_run_window(&run, 0), 0);
-    assert_int_equal(lp_render_run_window(&run, 1), 2);
+    lp_store_run run;
+    lp_store *db = open_run(db_path, 0, &run);
+    assert_int_equal(lp_store_run_window(&run, 0), 0);
+    assert_int_equal(lp_store_run_window(&run, 1), 2);
     lp_pooled_map map;
-    assert_int_equal(lp_render_db_read_map(db, &run, 0, 0, 100, 0, &map, &err), LP_OK);
+    assert_int_equal(lp_render_read_map(db, &run, 0, 0, 100, 0, 0, 0, &map, &err), LP_OK);
     assert_int_equal(map.n_leak_cells, 0);
     lp_pooled_map_free(&map);
-    assert_int_equal(lp_render_db_read_map(db, &run, 1, 0, 100, 0, &map, &err), LP_OK);
+    assert_int_equal(lp_render_read_map(db, &run, 1, 0, 100, 0, 0, 0, &map, &err), LP_OK);
     /* rows 2 and 3 see keys {1,2} and {2,3}: keys 0 (row 2) and 0, 1 (row 3) leak */
     assert_int_equal(map.n_leak_cells, 3);
     assert_true(map.flags[3 * 4 + 0] & LP_CELL_LEAK);
     assert_false(map.flags[3 * 4 + 2] & LP_CELL_MASKED);
     lp_pooled_map_free(&map);
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    close_run(db, &run);
     unlink(db_path);
+}
+
+/* --all: every picture of the run, and an index.html whose every link exists. */
+static void check_gallery(lp_store *db, const lp_store_run *run)
+{
+    lp_error err = {0};
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    char dir[512], path[700];
+    tmp_path(dir, sizeof dir, "gallery");
+    int64_t n_files = 0;
+    assert_int_equal(lp_render_gallery(db, run, &opt, dir, &n_files, &err), LP_OK);
+    /* overview + 8 stats + leak + 3 grids + 12 heads */
+    assert_int_equal(n_files, 1 + 8 + 1 + 3 + 12);
+    snprintf(path, sizeof path, "%s/index.html", dir);
+    char *text = read_text_file(path);
+    int64_t links = 0;
+    for (const char *p = strstr(text, "href=\""); p; p = strstr(p + 1, "href=\"")) {
+        char name[128];
+        const char *start = p + 6, *end = strchr(start, '"');
+        assert_non_null(end);
+        snprintf(name, sizeof name, "%.*s", (int)(end - start), start);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (!file_exists(path))
+            fail_msg("index.html links %s, which does not exist", name);
+        links++;
+        unlink(path);
+    }
+    assert_int_equal(links, n_files);
+    free(text);
+    snprintf(path, sizeof path, "%s/index.html", dir);
+    unlink(path);
+    rmdir(dir);
 }
 
 /* Grid, overview, stat matrix (colour of a planted value) and leak plot all draw. */
@@ -714,27 +749,10 @@ static void test_grid_overview_stats_leak(void **state)
     tmp_path(db_path, sizeof db_path, "multi.db");
     tmp_path(png, sizeof png, "multi.png");
     tmp_path(svg, sizeof svg, "multi.svg");
-    sqlite3 *sdb = new_db(db_path);
-    const int64_t n_l = 3, n_h = 4, n = 6;
-    add_run(sdb, 1, "complete", "trace", n, n_l, n_h, NULL);
-    float v[36];
-    causal_uniform(v, n, n);
-    for (int64_t l = 0; l < n_l; l++)
-        for (int64_t h = 0; h < n_h; h++)
-            add_map(sdb, 1, l, h, n, n, v, true);
-    add_stats(sdb, 1, n_l, n_h);
-    exec_sql(sdb, "INSERT INTO leak_checks (run_id, check_name, passed, layer, position, "
-                  "max_abs_diff, detail) VALUES (1, 'perturbation', 1, 0, 3, 0.0, 'ok'),"
-                  "(1, 'perturbation', 1, 1, 3, 1e-7, 'ok'),"
-                  "(1, 'perturbation', 0, 2, 3, 0.25, 'leak'),"
-                  "(1, 'perturbation', 0, -1, 3, 0.5, 'leak')");
-    sqlite3_close(sdb);
+    multi_db(db_path);
     lp_error err = {0};
-    lp_render_db *db;
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    lp_render_run run;
-    bool incomplete;
-    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    lp_store_run run;
+    lp_store *db = open_run(db_path, 0, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
 
@@ -766,12 +784,12 @@ static void test_grid_overview_stats_leak(void **state)
     free(text);
 
     int64_t leak_run = 0;
-    assert_int_equal(lp_render_db_latest_leak_run(db, &leak_run, &err), LP_OK);
+    assert_int_equal(lp_store_latest_leak_run(db, &leak_run, &err), LP_OK);
     assert_int_equal(leak_run, 1); /* checks recorded under a trace run count too */
     int64_t *layers, count;
     double *diffs;
     bool *failed;
-    assert_int_equal(lp_render_db_leak_diffs(db, 1, &layers, &diffs, &failed, &count, &err),
+    assert_int_equal(lp_store_read_leak_diffs(db, 1, &layers, &diffs, &failed, &count, &err),
                      LP_OK);
     assert_int_equal(count, 4);
     assert_int_equal(layers[0], -1);
@@ -785,35 +803,8 @@ static void test_grid_overview_stats_leak(void **state)
     assert_non_null(strstr(text, "logits"));
     assert_non_null(strstr(text, "2 of 4 layers failed"));
     free(text);
-
-    char dir[512], path[700];
-    tmp_path(dir, sizeof dir, "gallery");
-    int64_t n_files = 0;
-    assert_int_equal(lp_render_gallery(db, &run, &opt, dir, &n_files, &err), LP_OK);
-    /* overview + 8 stats + leak + 3 grids + 12 heads */
-    assert_int_equal(n_files, 1 + 8 + 1 + 3 + 12);
-    snprintf(path, sizeof path, "%s/index.html", dir);
-    text = read_text_file(path);
-    int64_t links = 0;
-    for (const char *p = strstr(text, "href=\""); p; p = strstr(p + 1, "href=\"")) {
-        char name[128];
-        const char *start = p + 6, *end = strchr(start, '"');
-        assert_non_null(end);
-        snprintf(name, sizeof name, "%.*s", (int)(end - start), start);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        if (!file_exists(path))
-            fail_msg("index.html links %s, which does not exist", name);
-        links++;
-        unlink(path);
-    }
-    assert_int_equal(links, n_files);
-    free(text);
-    snprintf(path, sizeof path, "%s/index.html", dir);
-    unlink(path);
-    rmdir(dir);
-
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    check_gallery(db, &run);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
     unlink(svg);
@@ -827,27 +818,23 @@ static void test_decode_nan_and_selection(void **state)
     char db_path[512], png[512];
     tmp_path(db_path, sizeof db_path, "decode.db");
     tmp_path(png, sizeof png, "decode.png");
-    sqlite3 *sdb = new_db(db_path);
-    add_run(sdb, 1, "complete", "trace", 5, 1, 3, NULL);
+    new_db(db_path);
+    add_run(db_path, 1, "complete", "trace", 5, 1, 3, NULL);
     /* 2 queries at positions 3 and 4 over 5 keys */
     float v[10] = {0};
     v[0 * 5 + 3] = 1.0f;     /* query at position 3 sees keys 0..3 */
     v[1 * 5 + 2] = 0.5f;
     v[1 * 5 + 1] = NAN;
-    add_map(sdb, 1, 0, 0, 2, 5, v, false);
-    add_map(sdb, 1, 0, 2, 2, 5, v, true); /* head 1 not stored */
-    add_run(sdb, 2, "complete", "trace", 300, 1, 1, NULL);
+    add_map(db_path, 1, 0, 0, 2, 5, v, false);
+    add_map(db_path, 1, 0, 2, 2, 5, v, true); /* head 1 not stored */
+    add_run(db_path, 2, "complete", "trace", 300, 1, 1, NULL);
     float strip[300] = {0};
     strip[299] = 1.0f;
-    add_map(sdb, 2, 0, 0, 1, 300, strip, true);
-    sqlite3_close(sdb);
+    add_map(db_path, 2, 0, 0, 1, 300, strip, true);
 
     lp_error err = {0};
-    lp_render_db *db;
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    lp_render_run run;
-    bool incomplete;
-    assert_int_equal(lp_render_db_pick_run(db, 1, &run, &incomplete, &err), LP_OK);
+    lp_store_run run;
+    lp_store *db = open_run(db_path, 1, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
     opt.cell = 40;
@@ -885,10 +872,11 @@ static void test_decode_nan_and_selection(void **state)
         unlink(path);
     }
     assert_int_equal(rmdir(dir), 0); /* nothing else was left there */
-    lp_render_run_clear(&run);
+    lp_store_run_clear(&run);
 
     /* one query over 300 keys: rows stretched so the strip is readable */
-    assert_int_equal(lp_render_db_pick_run(db, 2, &run, &incomplete, &err), LP_OK);
+    bool incomplete;
+    assert_int_equal(lp_store_read_run(db, 2, NULL, &run, &incomplete, &err), LP_OK);
     lp_render_options_default(&opt);
     assert_int_equal(lp_render_heatmap_layout(1, 300, &opt, &lay, &err), LP_OK);
     assert_int_equal(lay.cell, 2);
@@ -901,8 +889,7 @@ static void test_decode_nan_and_selection(void **state)
     assert_rgb_equal(pixel(&img, lay.map_x + 298 * 2, lay.map_y + 12),
                      lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0));
     cairo_surface_destroy(img.surface);
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
 }
@@ -915,25 +902,21 @@ static void test_range_window(void **state)
     tmp_path(db_path, sizeof db_path, "range.db");
     tmp_path(png, sizeof png, "range.png");
     tmp_path(svg, sizeof svg, "range.svg");
-    sqlite3 *sdb = new_db(db_path);
-    add_run(sdb, 1, "complete", "trace", 8, 1, 1, NULL);
+    new_db(db_path);
+    add_run(db_path, 1, "complete", "trace", 8, 1, 1, NULL);
     static const char *const pieces[] = {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"};
-    add_tokens(sdb, 1, pieces, 8);
+    add_tokens(db_path, 1, pieces, 8);
     float v[64] = {0};
     v[5 * 8 + 3] = 1.0f;  /* inside the window */
     v[7 * 8 + 0] = 0.75f; /* outside it: must not set the scale */
     v[2 * 8 + 2] = 0.5f;
-    add_map(sdb, 1, 0, 0, 8, 8, v, false);
-    sqlite3_close(sdb);
+    add_map(db_path, 1, 0, 0, 8, 8, v, false);
     lp_error err = {0};
-    lp_render_db *db;
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    lp_render_run run;
-    bool incomplete;
-    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    lp_store_run run;
+    lp_store *db = open_run(db_path, 0, &run);
 
     lp_pooled_map map;
-    assert_int_equal(lp_render_db_read_map_range(db, &run, 0, 0, 100, 0, 2, 6, &map, &err), LP_OK);
+    assert_int_equal(lp_render_read_map(db, &run, 0, 0, 100, 0, 2, 6, &map, &err), LP_OK);
     assert_int_equal(map.rows, 4);
     assert_int_equal(map.cols, 4);
     assert_int_equal(map.row0, 2);
@@ -942,7 +925,7 @@ static void test_range_window(void **state)
     assert_true(map.allowed_max[3 * 4 + 1] == 1.0f);  /* position 5, key 3 */
     assert_true(map.flags[0 * 4 + 3] == LP_CELL_MASKED); /* position 2, key 5 */
     lp_pooled_map_free(&map);
-    assert_int_equal(lp_render_db_read_map_range(db, &run, 0, 0, 100, 0, 6, 9, &map, &err),
+    assert_int_equal(lp_render_read_map(db, &run, 0, 0, 100, 0, 6, 9, &map, &err),
                      LP_ERR_RANGE);
     assert_non_null(strstr(err.msg, "--range 6:9"));
 
@@ -966,8 +949,7 @@ static void test_range_window(void **state)
     assert_null(strstr(text, "p6"));
     assert_non_null(strstr(text, "showing positions 2:6"));
     free(text);
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    close_run(db, &run);
     unlink(db_path);
     unlink(png);
     unlink(svg);
@@ -980,20 +962,17 @@ static void test_hostile_attention_rows(void **state)
     (void)state;
     char db_path[512];
     tmp_path(db_path, sizeof db_path, "hostile.db");
-    sqlite3 *sdb = new_db(db_path);
-    add_run(sdb, 1, "complete", "trace", 8, 1, 300, NULL);
+    new_db(db_path);
+    add_run(db_path, 1, "complete", "trace", 8, 1, 300, NULL);
     static const char *const dtypes[] = {"f16", "f32"};
     uint64_t seed = 12345;
     int64_t n_q[300], n_k[300], bytes[300];
     int dt[300];
-    sqlite3_stmt *st;
     /* dtype outside the CHECK is refused by SQLite itself, so only sizes are hostile here */
-    assert_int_equal(sqlite3_prepare_v2(sdb,
-                                        "INSERT INTO attention (run_id, layer, head, n_q, n_k, "
-                                        "dtype, probs) VALUES (1, 0, ?1, ?2, ?3, ?4, "
-                                        "randomblob(?5))",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
+    size_t sql_cap = 300 * 160 + 64, sql_len = 0;
+    char *sql = malloc(sql_cap);
+    assert_non_null(sql);
+    sql_len += (size_t)snprintf(sql, sql_cap, "BEGIN;");
     for (int h = 0; h < 300; h++) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
         n_q[h] = (int64_t)((seed >> 33) % 43) - 2;
@@ -1004,29 +983,24 @@ static void test_hostile_attention_rows(void **state)
         bytes[h] = (seed >> 20) & 1 ? honest : (int64_t)((seed >> 8) % 4000) + 1;
         if (bytes[h] < 1)
             bytes[h] = 1;
-        sqlite3_bind_int(st, 1, h);
-        sqlite3_bind_int64(st, 2, n_q[h]);
-        sqlite3_bind_int64(st, 3, n_k[h]);
-        sqlite3_bind_text(st, 4, dtypes[dt[h]], -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, bytes[h]);
-        assert_int_equal(sqlite3_step(st), SQLITE_DONE);
-        sqlite3_reset(st);
+        sql_len += (size_t)snprintf(sql + sql_len, sql_cap - sql_len,
+                                    ATTN_INSERT "(1, 0, %d, %lld, %lld, '%s', randomblob(%lld));",
+                                    h, (long long)n_q[h], (long long)n_k[h], dtypes[dt[h]],
+                                    (long long)bytes[h]);
     }
-    sqlite3_finalize(st);
-    sqlite3_close(sdb);
+    snprintf(sql + sql_len, sql_cap - sql_len, "COMMIT;");
+    lp_test_sql_exec(db_path, "%s", sql);
+    free(sql);
 
     lp_error err = {0};
-    lp_render_db *db;
-    assert_int_equal(lp_render_db_open(db_path, &db, &err), LP_OK);
-    lp_render_run run;
-    bool incomplete;
-    assert_int_equal(lp_render_db_pick_run(db, 0, &run, &incomplete, &err), LP_OK);
+    lp_store_run run;
+    lp_store *db = open_run(db_path, 0, &run);
     int n_ok = 0;
     for (int h = 0; h < 300; h++) {
         bool consistent = n_q[h] >= 1 && n_k[h] >= 1 && n_q[h] <= n_k[h] &&
                           bytes[h] == n_q[h] * n_k[h] * (dt[h] ? 4 : 2);
         lp_pooled_map map;
-        lp_status got = lp_render_db_read_map(db, &run, 0, h, 7, 0, &map, &err);
+        lp_status got = lp_render_read_map(db, &run, 0, h, 7, 0, 0, 0, &map, &err);
         if (consistent) {
             if (got != LP_OK)
                 fail_msg("head %d (%lld x %lld %s, %lld bytes): %s", h, (long long)n_q[h],
@@ -1040,8 +1014,7 @@ static void test_hostile_attention_rows(void **state)
         }
     }
     assert_true(n_ok > 20); /* the generator made both kinds */
-    lp_render_run_clear(&run);
-    lp_render_db_close(db);
+    close_run(db, &run);
     unlink(db_path);
 }
 

@@ -1,5 +1,7 @@
 /* The tests' reference forward pass: each family written out the way its Hugging Face modeling
- * file computes it, in double, one loop per formula. Slow and obvious on purpose. */
+ * file computes it, in double, one loop per formula. Slow and obvious on purpose. Writing a model
+ * to disk is trace/synth's job (lp_synth_write_family); this file only says which of its arrays
+ * each tensor is. */
 #include "ref_forward.h"
 
 #include <math.h>
@@ -8,7 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "inspect/formats/safetensors_write.h"
+#include "trace/synth/synth.h"
 
 /* ---- random weights ---- */
 
@@ -375,19 +377,18 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                     z += (rp[e] = exp(rp[e] - mx));
                 for (int64_t e = 0; e < E; e++)
                     rp[e] /= z;
+                /* the K best by rank, not by the pass's repeated argmax: an expert's rank is
+                 * how many beat it (a higher probability, or the same and a lower id) */
                 int32_t *chosen = out->experts + (l * T + t) * K;
                 double wsum = 0;
-                for (int64_t j = 0; j < K; j++) {
-                    int64_t best = -1;
-                    for (int64_t e = 0; e < E; e++) {
-                        bool taken = false;
-                        for (int64_t i = 0; i < j; i++)
-                            taken = taken || chosen[i] == e;
-                        if (!taken && (best < 0 || rp[e] > rp[best]))
-                            best = e;
+                for (int64_t e = 0; e < E; e++) {
+                    int64_t rank = 0;
+                    for (int64_t o = 0; o < E; o++)
+                        rank += rp[o] > rp[e] || (rp[o] == rp[e] && o < e);
+                    if (rank < K) {
+                        chosen[rank] = (int32_t)e;
+                        wsum += rp[e];
                     }
-                    chosen[j] = (int32_t)best;
-                    wsum += rp[best];
                 }
                 for (int64_t i = 0; i < H; i++)
                     tmp[i] = 0;
@@ -438,236 +439,105 @@ done:
     return ok;
 }
 
-/* ---- writing a random model as a Hugging Face folder ---- */
+/* ---- writing the model as a Hugging Face folder: trace/synth's family writer, asked for each
+ * tensor by role and filled from the reference model's own arrays ---- */
 
-static bool write_ok;
-static lp_dtype write_dtype = LP_DTYPE_F32; /* of 2-D tensors; vectors stay f32 */
-
-static bool add_f32(lp_st_writer *w, const char *name, int n_dims, int64_t d0, int64_t d1,
-                    const float *data)
+static lp_synth_family synth_family(const ref_config *c)
 {
-    int64_t shape[2] = {d0, d1};
+    switch (c->family) {
+    case REF_GPT2: return LP_SYNTH_GPT2;
+    case REF_MIXTRAL: return LP_SYNTH_MIXTRAL;
+    case REF_GEMMA: return LP_SYNTH_GEMMA;
+    case REF_GEMMA2: return LP_SYNTH_GEMMA2;
+    case REF_GEMMA3: return LP_SYNTH_GEMMA3;
+    default:
+        return c->qk_norm    ? LP_SYNTH_QWEN3
+               : c->qkv_bias ? LP_SYNTH_QWEN2
+               : c->window > 0 ? LP_SYNTH_MISTRAL
+                               : LP_SYNTH_LLAMA;
+    }
+}
+
+/* The reference array behind a tensor of layer L (expert e), NULL when the model has none. */
+static const float *layer_tensor(const ref_layer *L, const lp_synth_tensor *t)
+{
+    bool b = t->is_bias;
+    if (t->expert >= 0)
+        switch (t->role) {
+        case LP_ROLE_EXPERT_GATE: return L->e_gate[t->expert];
+        case LP_ROLE_EXPERT_UP: return L->e_up[t->expert];
+        case LP_ROLE_EXPERT_DOWN: return L->e_down[t->expert];
+        default: return NULL;
+        }
+    switch (t->role) {
+    case LP_ROLE_ATTN_NORM: return b ? L->attn_norm_b : L->attn_norm;
+    case LP_ROLE_ATTN_Q: return b ? L->bq : L->wq;
+    case LP_ROLE_ATTN_K: return b ? L->bk : L->wk;
+    case LP_ROLE_ATTN_V: return b ? L->bv : L->wv;
+    case LP_ROLE_ATTN_O: return b ? L->bo : L->wo;
+    case LP_ROLE_ATTN_Q_NORM: return L->q_norm;
+    case LP_ROLE_ATTN_K_NORM: return L->k_norm;
+    case LP_ROLE_ATTN_POST_NORM: return L->post_attn_norm;
+    case LP_ROLE_FFN_NORM: return b ? L->ffn_norm_b : L->ffn_norm;
+    case LP_ROLE_FFN_POST_NORM: return L->post_ffn_norm;
+    case LP_ROLE_ROUTER: return L->router;
+    case LP_ROLE_FFN_GATE: return L->w_gate;
+    case LP_ROLE_FFN_UP: return b ? L->b_up : L->w_up;
+    case LP_ROLE_FFN_DOWN: return b ? L->b_down : L->w_down;
+    default: return NULL;
+    }
+}
+
+static const float *model_tensor(const ref_model *m, const lp_synth_tensor *t)
+{
+    if (t->layer >= 0)
+        return t->layer < m->cfg.n_layers ? layer_tensor(&m->layers[t->layer], t) : NULL;
+    switch (t->role) {
+    case LP_ROLE_TOKEN_EMBD: return m->embed;
+    case LP_ROLE_POS_EMBD: return m->pos;
+    case LP_ROLE_OUTPUT_NORM: return t->is_bias ? m->out_norm_b : m->out_norm;
+    case LP_ROLE_LM_HEAD: return m->lm_head;
+    default: return NULL;
+    }
+}
+
+static lp_status fill_from_model(void *ctx, const lp_synth_tensor *t, float *data, lp_error *err)
+{
+    const float *src = model_tensor(ctx, t);
+    if (!src)
+        return lp_error_set(err, LP_ERR_USAGE, "ref_model: no array for %s (role %s, layer %d)",
+                            t->name, lp_role_name(t->role), t->layer);
+    memcpy(data, src, (size_t)(t->rows * (t->cols > 0 ? t->cols : 1)) * sizeof *data);
+    return LP_OK;
+}
+
+bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype)
+{
+    const ref_config *c = &m->cfg;
+    /* every field the family writer reads, so no default of lp_synth_spec_init is needed */
+    lp_synth_spec spec = {
+        .family = synth_family(c), .vocab = c->vocab, .hidden = c->hidden,
+        .n_layers = c->n_layers, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim, .ffn = c->ffn, .rope_dim = c->rope_dim,
+        .n_ctx = c->family == REF_GPT2 ? c->n_positions : 256, .norm_eps = c->eps,
+        .rope_theta = c->theta, .tied = c->tied, .n_experts = c->n_experts, .top_k = c->top_k,
+        .window = c->window, .sliding_pattern = c->sliding_pattern,
+        .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,
+        .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap, .bos_id = 1,
+        .eos_id = 2, .dtype = matrix_dtype, .vector_dtype = LP_DTYPE_F32,
+        .fill = fill_from_model, .fill_ctx = (void *)m,
+    };
     lp_error err = {0};
-    lp_dtype dtype = n_dims == 2 ? write_dtype : LP_DTYPE_F32;
-    if (lp_st_writer_add_f32_as(w, name, dtype, n_dims, shape, data, &err) != LP_OK) {
+    if (lp_synth_write_family(dir, &spec, &err) != LP_OK) {
         fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
-        write_ok = false;
         return false;
     }
     return true;
 }
 
-/* [rows, cols] -> [cols, rows] (GPT-2's Conv1D stores weights input-major). */
-static float *transpose(const float *src, int64_t rows, int64_t cols)
-{
-    float *dst = malloc((size_t)(rows * cols) * sizeof(float));
-    if (!dst) {
-        write_ok = false;
-        return NULL;
-    }
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            dst[c * rows + r] = src[r * cols + c];
-    return dst;
-}
-
-static bool write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    bool ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok;
-}
-
 bool ref_model_write_hf(const ref_model *m, const char *dir)
 {
-    const ref_config *c = &m->cfg;
-    int64_t H = c->hidden, F = c->ffn, QD = c->n_heads * c->head_dim;
-    int64_t KVD = c->n_kv_heads * c->head_dim;
-    char cmd[600], path[600], name[160];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    if (system(cmd) != 0)
-        return false;
-    lp_st_writer *w;
-    lp_error err = {0};
-    if (lp_st_writer_create(&w, &err) != LP_OK)
-        return false;
-    write_ok = true;
-    lp_st_writer_set_metadata(w, "format", "pt", &err);
-    char config[2048];
-    if (c->family == REF_GPT2) {
-        add_f32(w, "wte.weight", 2, c->vocab, H, m->embed);
-        add_f32(w, "wpe.weight", 2, c->n_positions, H, m->pos);
-        for (int64_t l = 0; l < c->n_layers; l++) {
-            const ref_layer *L = &m->layers[l];
-            /* fused c_attn [H, 3H] (Conv1D) and its bias [3H] */
-            float *qkv = malloc((size_t)(3 * QD * H) * sizeof(float));
-            float *bqkv = malloc((size_t)(3 * QD) * sizeof(float));
-            if (!qkv || !bqkv) {
-                free(qkv);
-                free(bqkv);
-                lp_st_writer_destroy(w);
-                return false;
-            }
-            memcpy(qkv, L->wq, (size_t)(QD * H) * sizeof(float));
-            memcpy(qkv + QD * H, L->wk, (size_t)(QD * H) * sizeof(float));
-            memcpy(qkv + 2 * QD * H, L->wv, (size_t)(QD * H) * sizeof(float));
-            memcpy(bqkv, L->bq, (size_t)QD * sizeof(float));
-            memcpy(bqkv + QD, L->bk, (size_t)QD * sizeof(float));
-            memcpy(bqkv + 2 * QD, L->bv, (size_t)QD * sizeof(float));
-            float *t_qkv = transpose(qkv, 3 * QD, H);
-            float *t_o = transpose(L->wo, H, QD);
-            float *t_fc = transpose(L->w_up, F, H);
-            float *t_proj = transpose(L->w_down, H, F);
-#define NM(fmt) (snprintf(name, sizeof name, fmt, (long long)l), name)
-            add_f32(w, NM("h.%lld.ln_1.weight"), 1, H, 0, L->attn_norm);
-            add_f32(w, NM("h.%lld.ln_1.bias"), 1, H, 0, L->attn_norm_b);
-            add_f32(w, NM("h.%lld.attn.c_attn.weight"), 2, H, 3 * QD, t_qkv);
-            add_f32(w, NM("h.%lld.attn.c_attn.bias"), 1, 3 * QD, 0, bqkv);
-            add_f32(w, NM("h.%lld.attn.c_proj.weight"), 2, QD, H, t_o);
-            add_f32(w, NM("h.%lld.attn.c_proj.bias"), 1, H, 0, L->bo);
-            add_f32(w, NM("h.%lld.ln_2.weight"), 1, H, 0, L->ffn_norm);
-            add_f32(w, NM("h.%lld.ln_2.bias"), 1, H, 0, L->ffn_norm_b);
-            add_f32(w, NM("h.%lld.mlp.c_fc.weight"), 2, H, F, t_fc);
-            add_f32(w, NM("h.%lld.mlp.c_fc.bias"), 1, F, 0, L->b_up);
-            add_f32(w, NM("h.%lld.mlp.c_proj.weight"), 2, F, H, t_proj);
-            add_f32(w, NM("h.%lld.mlp.c_proj.bias"), 1, H, 0, L->b_down);
-            free(qkv);
-            free(bqkv);
-            free(t_qkv);
-            free(t_o);
-            free(t_fc);
-            free(t_proj);
-        }
-        add_f32(w, "ln_f.weight", 1, H, 0, m->out_norm);
-        add_f32(w, "ln_f.bias", 1, H, 0, m->out_norm_b);
-        snprintf(config, sizeof config,
-                 "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
-                 "\"vocab_size\": %lld, \"n_embd\": %lld, \"n_layer\": %lld, \"n_head\": %lld, "
-                 "\"n_positions\": %lld, \"n_ctx\": %lld, \"n_inner\": %lld, "
-                 "\"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": %g, "
-                 "\"tie_word_embeddings\": true, \"torch_dtype\": \"float32\"}",
-                 (long long)c->vocab, (long long)H, (long long)c->n_layers,
-                 (long long)c->n_heads, (long long)c->n_positions, (long long)c->n_positions,
-                 (long long)F, c->eps);
-    } else {
-        add_f32(w, "model.embed_tokens.weight", 2, c->vocab, H, m->embed);
-        for (int64_t l = 0; l < c->n_layers; l++) {
-            const ref_layer *L = &m->layers[l];
-            add_f32(w, NM("model.layers.%lld.input_layernorm.weight"), 1, H, 0, L->attn_norm);
-            add_f32(w, NM("model.layers.%lld.self_attn.q_proj.weight"), 2, QD, H, L->wq);
-            add_f32(w, NM("model.layers.%lld.self_attn.k_proj.weight"), 2, KVD, H, L->wk);
-            add_f32(w, NM("model.layers.%lld.self_attn.v_proj.weight"), 2, KVD, H, L->wv);
-            add_f32(w, NM("model.layers.%lld.self_attn.o_proj.weight"), 2, H, QD, L->wo);
-            if (L->q_norm) {
-                add_f32(w, NM("model.layers.%lld.self_attn.q_norm.weight"), 1, c->head_dim, 0, L->q_norm);
-                add_f32(w, NM("model.layers.%lld.self_attn.k_norm.weight"), 1, c->head_dim, 0, L->k_norm);
-            }
-            if (L->bq) {
-                add_f32(w, NM("model.layers.%lld.self_attn.q_proj.bias"), 1, QD, 0, L->bq);
-                add_f32(w, NM("model.layers.%lld.self_attn.k_proj.bias"), 1, KVD, 0, L->bk);
-                add_f32(w, NM("model.layers.%lld.self_attn.v_proj.bias"), 1, KVD, 0, L->bv);
-            }
-            if (has_post_norms(c)) {
-                add_f32(w, NM("model.layers.%lld.post_attention_layernorm.weight"), 1, H, 0,
-                        L->post_attn_norm);
-                add_f32(w, NM("model.layers.%lld.pre_feedforward_layernorm.weight"), 1, H, 0,
-                        L->ffn_norm);
-                add_f32(w, NM("model.layers.%lld.post_feedforward_layernorm.weight"), 1, H, 0,
-                        L->post_ffn_norm);
-            } else {
-                add_f32(w, NM("model.layers.%lld.post_attention_layernorm.weight"), 1, H, 0,
-                        L->ffn_norm);
-            }
-            if (c->family == REF_MIXTRAL) {
-                add_f32(w, NM("model.layers.%lld.block_sparse_moe.gate.weight"), 2, c->n_experts,
-                        H, L->router);
-                for (int64_t e = 0; e < c->n_experts; e++) {
-                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w1.weight", (long long)l, (long long)e);
-                    add_f32(w, name, 2, F, H, L->e_gate[e]);
-                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight", (long long)l, (long long)e);
-                    add_f32(w, name, 2, H, F, L->e_down[e]);
-                    snprintf(name, sizeof name, "model.layers.%lld.block_sparse_moe.experts.%lld.w3.weight", (long long)l, (long long)e);
-                    add_f32(w, name, 2, F, H, L->e_up[e]);
-                }
-            } else {
-                add_f32(w, NM("model.layers.%lld.mlp.gate_proj.weight"), 2, F, H, L->w_gate);
-                add_f32(w, NM("model.layers.%lld.mlp.up_proj.weight"), 2, F, H, L->w_up);
-                add_f32(w, NM("model.layers.%lld.mlp.down_proj.weight"), 2, H, F, L->w_down);
-            }
-#undef NM
-        }
-        add_f32(w, "model.norm.weight", 1, H, 0, m->out_norm);
-        if (!c->tied)
-            add_f32(w, "lm_head.weight", 2, c->vocab, H, m->lm_head);
-        const char *type = c->family == REF_MIXTRAL ? "mixtral"
-                           : c->family == REF_GEMMA2 ? "gemma2"
-                           : c->family == REF_GEMMA  ? "gemma"
-                           : c->family == REF_GEMMA3 ? "gemma3_text"
-                           : c->qk_norm              ? "qwen3"
-                           : c->qkv_bias             ? "qwen2"
-                                                     : "llama";
-        char extra[512] = "";
-        if (c->family == REF_MIXTRAL)
-            snprintf(extra, sizeof extra, ", \"num_local_experts\": %lld, \"num_experts_per_tok\": %lld, \"sliding_window\": null",
-                     (long long)c->n_experts, (long long)c->top_k);
-        else if (c->family == REF_GEMMA2)
-            snprintf(extra, sizeof extra,
-                     ", \"head_dim\": %lld, \"query_pre_attn_scalar\": %g, \"sliding_window\": %lld, "
-                     "\"attn_logit_softcapping\": %g, \"final_logit_softcapping\": %g, "
-                     "\"hidden_activation\": \"gelu_pytorch_tanh\"",
-                     (long long)c->head_dim, c->query_pre_attn_scalar, (long long)c->window,
-                     c->attn_softcap, c->final_softcap);
-        else if (c->family == REF_GEMMA3)
-            snprintf(extra, sizeof extra,
-                     ", \"head_dim\": %lld, \"query_pre_attn_scalar\": %g, \"sliding_window\": %lld, "
-                     "\"sliding_window_pattern\": %lld, \"rope_local_base_freq\": %g, "
-                     "\"attn_logit_softcapping\": null, \"final_logit_softcapping\": null, "
-                     "\"hidden_activation\": \"gelu_pytorch_tanh\"",
-                     (long long)c->head_dim, c->query_pre_attn_scalar, (long long)c->window,
-                     (long long)c->sliding_pattern, c->local_theta);
-        else if (c->family == REF_GEMMA)
-            snprintf(extra, sizeof extra,
-                     ", \"head_dim\": %lld, \"hidden_activation\": \"gelu_pytorch_tanh\"",
-                     (long long)c->head_dim);
-        else if (c->qk_norm)
-            snprintf(extra, sizeof extra, ", \"head_dim\": %lld", (long long)c->head_dim);
-        else if (c->rope_dim > 0 && c->rope_dim < c->head_dim)
-            snprintf(extra, sizeof extra, ", \"partial_rotary_factor\": %g",
-                     (double)c->rope_dim / (double)c->head_dim);
-        else if (c->qkv_bias)
-            snprintf(extra, sizeof extra, ", \"use_sliding_window\": false, \"sliding_window\": 4096");
-        else if (c->window > 0)
-            snprintf(extra, sizeof extra, ", \"sliding_window\": %lld", (long long)c->window);
-        snprintf(config, sizeof config,
-                 "{\"model_type\": \"%s\", \"vocab_size\": %lld, \"hidden_size\": %lld, "
-                 "\"intermediate_size\": %lld, \"num_hidden_layers\": %lld, "
-                 "\"num_attention_heads\": %lld, \"num_key_value_heads\": %lld, "
-                 "\"max_position_embeddings\": 256, \"rms_norm_eps\": %g, \"rope_theta\": %g, "
-                 "\"hidden_act\": \"silu\", \"tie_word_embeddings\": %s, "
-                 "\"torch_dtype\": \"float32\"%s}",
-                 c->family == REF_LLAMA && c->window > 0 ? "mistral" : type, (long long)c->vocab,
-                 (long long)H, (long long)F, (long long)c->n_layers, (long long)c->n_heads,
-                 (long long)c->n_kv_heads, c->eps, c->theta, c->tied ? "true" : "false", extra);
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (write_ok && lp_st_writer_write(w, path, &err) != LP_OK) {
-        fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
-        write_ok = false;
-    }
-    lp_st_writer_destroy(w);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    return write_ok && write_text(path, config);
-}
-
-
-bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype)
-{
-    write_dtype = matrix_dtype;
-    bool ok = ref_model_write_hf(m, dir);
-    write_dtype = LP_DTYPE_F32;
-    return ok;
+    return ref_model_write_hf_as(m, dir, LP_DTYPE_F32);
 }
 
 static void round_array(float *p, int64_t n, lp_dtype dtype)

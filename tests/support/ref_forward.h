@@ -1,6 +1,7 @@
 /* A straightforward plain-C forward pass for tests: naive loops in double, no tiling, no kernels,
- * no loader. Tests build a random model in memory, write it to disk for the real pass, and check
- * the real pass's outputs against this one.
+ * no loader. Tests build a random model in memory, write it to disk for the real pass (through
+ * trace/synth's family writer, so link lp_trace), and check the real pass's outputs against this
+ * one.
  *
  *   ref_config cfg = {.family = REF_LLAMA, .vocab = 64, .hidden = 32, ...};
  *   ref_model m;
@@ -86,8 +87,9 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m);
 void ref_model_free(ref_model *m);
 
 /* Write m as a Hugging Face folder in dir (created): config.json and model.safetensors with
- * the family's HF tensor names (GPT-2: fused Conv1D c_attn stored [in, out]). False on error
- * (message on stderr). */
+ * the family's HF tensor names (GPT-2: fused Conv1D c_attn stored [in, out]), by
+ * lp_synth_write_family. REF_LLAMA is written as Qwen3 with qk_norm, Qwen2 with qkv_bias,
+ * Mistral with a window. False on error (message on stderr). */
 bool ref_model_write_hf(const ref_model *m, const char *dir);
 
 /* The same with every 2-D tensor stored as matrix_dtype (F32, F16 or BF16); round the model

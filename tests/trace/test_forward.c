@@ -142,6 +142,13 @@ static void run_capture(const lp_model *model, const int32_t *ids, int64_t T, lp
         fail_msg("lp_forward: %s", err.msg);
 }
 
+static void remove_dir(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static uint64_t rng_next(uint64_t *s);
 
 /* ---- golden: stories260K ---- */
@@ -334,50 +341,121 @@ static void test_stories_quant_greedy(void **state)
 
 /* ---- random models written by the test ---- */
 
+/* A family written by the family writer in each of its matrix dtypes and run on T seeded
+ * tokens: the real pass must match the double-precision reference within the budget, for every
+ * ISA (logits, attention probabilities, residual stream, head outputs; MoE: the same experts). */
 typedef struct random_case {
     const char *name;
     ref_config cfg;
     int64_t T;
+    lp_dtype dtypes[2]; /* the matrix dtypes it is written in */
+    int n_dtypes;
+    double budget;      /* expected: max |real - reference| */
 } random_case;
 
 static const random_case random_cases[] = {
     {"gpt2", {.family = REF_GPT2, .vocab = 97, .hidden = 48, .n_layers = 2, .n_heads = 4,
               .n_kv_heads = 4, .head_dim = 12, .ffn = 192, .n_positions = 64, .eps = 1e-5,
-              .tied = true, .scale = 0.15}, 19},
+              .tied = true, .scale = 0.15},
+     19, {LP_DTYPE_F32, LP_DTYPE_F16}, 2, 1e-4},
     {"mixtral", {.family = REF_MIXTRAL, .vocab = 101, .hidden = 32, .n_layers = 2, .n_heads = 4,
                  .n_kv_heads = 2, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
-                 .n_experts = 4, .top_k = 2, .scale = 0.2}, 23},
+                 .n_experts = 4, .top_k = 2, .scale = 0.2},
+     23, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
     {"gemma2", {.family = REF_GEMMA2, .vocab = 89, .hidden = 32, .n_layers = 3, .n_heads = 4,
                 .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
                 .tied = true, .window = 5, .query_pre_attn_scalar = 24, .attn_softcap = 5.0,
-                .final_softcap = 3.0, .scale = 0.2}, 17},
+                .final_softcap = 3.0, .scale = 0.2},
+     17, {LP_DTYPE_F32}, 1, 1e-4},
     {"qwen2", {.family = REF_LLAMA, .vocab = 83, .hidden = 32, .n_layers = 2, .n_heads = 4,
                .n_kv_heads = 2, .head_dim = 8, .ffn = 56, .eps = 1e-6, .theta = 1000000,
-               .qkv_bias = true, .scale = 0.2}, 15},
+               .qkv_bias = true, .scale = 0.2},
+     15, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
     {"mistral", {.family = REF_LLAMA, .vocab = 71, .hidden = 32, .n_layers = 2, .n_heads = 4,
                  .n_kv_heads = 1, .head_dim = 8, .ffn = 44, .eps = 1e-5, .theta = 10000,
-                 .window = 4, .scale = 0.2}, 13},
+                 .window = 4, .scale = 0.2},
+     13, {LP_DTYPE_F16}, 1, 1e-4},
     {"gemma", {.family = REF_GEMMA, .vocab = 79, .hidden = 32, .n_layers = 2, .n_heads = 4,
                .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
-               .tied = true, .scale = 0.2}, 12},
+               .tied = true, .scale = 0.2},
+     12, {LP_DTYPE_BF16}, 1, 1e-4},
     {"qwen3", {.family = REF_LLAMA, .vocab = 73, .hidden = 32, .n_layers = 2, .n_heads = 4,
                .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
-               .qk_norm = true, .scale = 0.2}, 11},
+               .qk_norm = true, .scale = 0.2},
+     11, {LP_DTYPE_F32}, 1, 1e-4},
     {"partial", {.family = REF_LLAMA, .vocab = 59, .hidden = 32, .n_layers = 2, .n_heads = 4,
                  .n_kv_heads = 4, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
-                 .rope_dim = 4, .scale = 0.3}, 16},
+                 .rope_dim = 4, .scale = 0.3},
+     16, {LP_DTYPE_F32}, 1, 1e-4},
     {"gemma3", {.family = REF_GEMMA3, .vocab = 67, .hidden = 32, .n_layers = 6, .n_heads = 4,
                 .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
                 .tied = true, .window = 3, .sliding_pattern = 3, .local_theta = 10000,
-                .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2}, 14},
+                .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2},
+     14, {LP_DTYPE_BF16}, 1, 1e-4},
     /* longer than one 256-row FFN chunk, so chunked dense and expert FFNs are compared too */
     {"moe-long", {.family = REF_MIXTRAL, .vocab = 61, .hidden = 16, .n_layers = 1, .n_heads = 2,
                   .n_kv_heads = 1, .head_dim = 8, .ffn = 24, .eps = 1e-5, .theta = 10000,
-                  .n_experts = 3, .top_k = 2, .scale = 0.3}, 450}, /* some expert gets >= 300 */
+                  .n_experts = 3, .top_k = 2, .scale = 0.3},
+     450, {LP_DTYPE_F32}, 1, 1e-4}, /* T = 450: some expert gets >= 300 */
     {"gpt2-long", {.family = REF_GPT2, .vocab = 53, .hidden = 16, .n_layers = 1, .n_heads = 2,
                    .n_kv_heads = 2, .head_dim = 8, .ffn = 32, .n_positions = 400, .eps = 1e-5,
-                   .tied = true, .scale = 0.2}, 333},
+                   .tied = true, .scale = 0.2},
+     333, {LP_DTYPE_F32}, 1, 1e-4},
 };
+
+/* Tokens of a case: a seeded LCG below vocab. */
+static void case_tokens(int32_t *ids, int64_t T, int64_t vocab)
+{
+    uint64_t s = 12345;
+    for (int64_t t = 0; t < T; t++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[t] = (int32_t)((s >> 33) % (uint64_t)vocab);
+    }
+}
+
+/* Run the model under every ISA the CPU has and compare each with the reference: logits,
+ * probabilities, residual stream and head outputs within budget, the same experts. */
+static void compare_with_ref(const char *label, const lp_model *model, const int32_t *ids,
+                             int64_t T, const ref_config *cfg, const ref_outputs *ref,
+                             double budget)
+{
+    lp_isa chosen = lp_kernels_isa();
+    int64_t L = cfg->n_layers, NH = cfg->n_heads;
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++) {
+        if (!lp_kernels_set_isa((lp_isa)isa))
+            continue;
+        capture cap;
+        run_capture(model, ids, T, NULL, &cap);
+        double dl = max_abs_diff(cap.logits, ref->logits, T * cfg->vocab);
+        double dp = max_abs_diff(cap.probs, ref->probs, L * NH * T * T);
+        double dr = max_abs_diff(cap.resid, ref->resid, L * T * cfg->hidden);
+        double dh = max_abs_diff(cap.head_out, ref->head_out, L * T * NH * cfg->head_dim);
+        int64_t expert_mismatch = 0;
+        for (int64_t i = 0; i < L * T * cfg->top_k; i++)
+            expert_mismatch += cap.experts[i] != ref->experts[i];
+        printf("  %-18s %-4s T=%2lld  logits %.2e  probs %.2e  resid %.2e  head_out %.2e  "
+               "experts differ %lld (budget %.0e)\n",
+               label, lp_isa_name((lp_isa)isa), (long long)T, dl, dp, dr, dh,
+               (long long)expert_mismatch, budget);
+        assert_true(dl <= budget);
+        assert_true(dp <= budget);
+        assert_true(dr <= budget);
+        assert_true(dh <= budget);
+        assert_int_equal(expert_mismatch, 0);
+        capture_free(&cap);
+    }
+    assert_true(lp_kernels_set_isa(chosen));
+}
+
+/* The largest distance of any logit from logit 0 of row 0: signal, or the comparison proves
+ * nothing. */
+static double logit_spread(const ref_outputs *ref, int64_t n)
+{
+    double spread = 0;
+    for (int64_t i = 1; i < n; i++)
+        spread = fmax(spread, fabs((double)ref->logits[i] - (double)ref->logits[0]));
+    return spread;
+}
 
 static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
 {
@@ -389,11 +467,7 @@ static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
     assert_true(ref_model_write_hf_as(&m, dir, matrix_dtype));
     int32_t ids[512];
     assert_true(rc->T <= 512);
-    uint64_t s = 12345;
-    for (int64_t t = 0; t < rc->T; t++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        ids[t] = (int32_t)((s >> 33) % (uint64_t)rc->cfg.vocab);
-    }
+    case_tokens(ids, rc->T, rc->cfg.vocab);
     ref_outputs ref;
     assert_true(ref_forward(&m, ids, rc->T, &ref));
     lp_model *model;
@@ -403,81 +477,21 @@ static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
     const lp_arch *a = lp_model_arch(model);
     assert_int_equal(a->n_layers, rc->cfg.n_layers);
     assert_int_equal(a->head_dim, rc->cfg.head_dim);
-    /* Every kernel ISA the CPU has, each against the same reference. */
-    lp_isa chosen = lp_kernels_isa();
-    for (int isa = 0; isa < LP_ISA_COUNT; isa++) {
-        if (!lp_kernels_set_isa((lp_isa)isa))
-            continue;
-        capture cap;
-        run_capture(model, ids, rc->T, NULL, &cap);
-        int64_t T = rc->T, L = rc->cfg.n_layers, NH = rc->cfg.n_heads;
-        double dl = max_abs_diff(cap.logits, ref.logits, T * rc->cfg.vocab);
-        double dp = max_abs_diff(cap.probs, ref.probs, L * NH * T * T);
-        double dr = max_abs_diff(cap.resid, ref.resid, L * T * rc->cfg.hidden);
-        double dh = max_abs_diff(cap.head_out, ref.head_out, L * T * NH * rc->cfg.head_dim);
-        int64_t expert_mismatch = 0;
-        if (rc->cfg.family == REF_MIXTRAL)
-            for (int64_t i = 0; i < L * T * rc->cfg.top_k; i++)
-                expert_mismatch += cap.experts[i] != ref.experts[i];
-        printf("  %-8s %-4s %-4s T=%2lld  logits %.2e  probs %.2e  resid %.2e  head_out %.2e  "
-               "experts differ %lld\n",
-               rc->name, lp_dtype_name(matrix_dtype), lp_isa_name((lp_isa)isa), (long long)T, dl,
-               dp, dr, dh, (long long)expert_mismatch);
-        assert_true(dl <= 1e-4);
-        assert_true(dp <= 1e-4);
-        assert_true(dr <= 1e-4);
-        assert_true(dh <= 1e-4);
-        assert_int_equal(expert_mismatch, 0);
-        capture_free(&cap);
-    }
-    assert_true(lp_kernels_set_isa(chosen));
-    /* The logits must carry signal, or the comparison proves nothing. */
-    double spread = 0;
-    for (int64_t i = 1; i < rc->cfg.vocab; i++)
-        spread = fmax(spread, fabs((double)ref.logits[i] - (double)ref.logits[0]));
-    assert_true(spread > 1e-2);
+    char label[64];
+    snprintf(label, sizeof label, "%s %s", rc->name, lp_dtype_name(matrix_dtype));
+    compare_with_ref(label, model, ids, rc->T, &rc->cfg, &ref, rc->budget);
+    assert_true(logit_spread(&ref, rc->cfg.vocab) > 1e-2);
     lp_model_close(model);
     ref_outputs_free(&ref);
     ref_model_free(&m);
-    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "%s", "");
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    remove_dir(dir);
 }
 
-static void test_random_gpt2(void **state)
+static void test_random_case(void **state)
 {
-    (void)state;
-    check_random_case(&random_cases[0], LP_DTYPE_F32);
-    check_random_case(&random_cases[0], LP_DTYPE_F16); /* transposed f16 Conv1D */
-}
-static void test_random_mixtral(void **state)
-{
-    (void)state;
-    check_random_case(&random_cases[1], LP_DTYPE_F32);
-    check_random_case(&random_cases[1], LP_DTYPE_BF16);
-}
-static void test_random_gemma2(void **state) { (void)state; check_random_case(&random_cases[2], LP_DTYPE_F32); }
-static void test_random_qwen2(void **state)
-{
-    (void)state;
-    check_random_case(&random_cases[3], LP_DTYPE_F32);
-    check_random_case(&random_cases[3], LP_DTYPE_BF16);
-}
-static void test_random_mistral(void **state) { (void)state; check_random_case(&random_cases[4], LP_DTYPE_F16); }
-static void test_random_gemma(void **state) { (void)state; check_random_case(&random_cases[5], LP_DTYPE_BF16); }
-static void test_random_qwen3(void **state) { (void)state; check_random_case(&random_cases[6], LP_DTYPE_F32); }
-static void test_random_gemma3(void **state) { (void)state; check_random_case(&random_cases[8], LP_DTYPE_BF16); }
-static void test_random_long(void **state)
-{
-    (void)state;
-    check_random_case(&random_cases[9], LP_DTYPE_F32);
-    check_random_case(&random_cases[10], LP_DTYPE_F32);
-}
-static void test_random_partial_rotary(void **state)
-{
-    (void)state;
-    check_random_case(&random_cases[7], LP_DTYPE_F32);
+    const random_case *rc = *state;
+    for (int i = 0; i < rc->n_dtypes; i++)
+        check_random_case(rc, rc->dtypes[i]);
 }
 
 /* ---- a GGUF llama whose matrices are Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 ---- */
@@ -549,91 +563,70 @@ static void gguf_tensor(lp_gw *w, const char *name, lp_dtype dtype, int64_t rows
     gguf_data[n_gguf_data++] = data;
 }
 
-static void test_gguf_quant_types(void **state)
+/* The GGUF hyperparameters of a reference config under arch's prefix: the keys llama.cpp's
+ * converter writes for it (GPT-2: LayerNorm epsilon and no kv head count; Gemma: key and value
+ * lengths; experts when there are any). */
+static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32_t n_ctx)
 {
-    (void)state;
-    ref_config cfg = {.family = REF_LLAMA, .vocab = 48, .hidden = 256, .n_layers = 2,
-                      .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .ffn = 256, .eps = 1e-5,
-                      .theta = 10000, .rope_adjacent = true, .scale = 0.05};
-    ref_model m;
-    assert_true(ref_model_random(&cfg, 4242, &m));
-    lp_gw w;
-    lp_gw_init(&w, 3);
-    lp_gw_kv_str(&w, "general.architecture", "llama");
-    lp_gw_kv_u32(&w, "llama.block_count", 2);
-    lp_gw_kv_u32(&w, "llama.context_length", 128);
-    lp_gw_kv_u32(&w, "llama.embedding_length", 256);
-    lp_gw_kv_u32(&w, "llama.feed_forward_length", 256);
-    lp_gw_kv_u32(&w, "llama.attention.head_count", 4);
-    lp_gw_kv_u32(&w, "llama.attention.head_count_kv", 2);
-    lp_gw_kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    lp_gw_kv_u32(&w, "llama.vocab_size", 48);
+    char key[96];
+#define KV(name, value) \
+    (snprintf(key, sizeof key, "%s." name, arch), lp_gw_kv_u32(w, key, (uint32_t)(value)))
+    lp_gw_kv_str(w, "general.architecture", arch);
+    KV("block_count", c->n_layers);
+    KV("context_length", n_ctx);
+    KV("embedding_length", c->hidden);
+    KV("feed_forward_length", c->ffn);
+    KV("attention.head_count", c->n_heads);
+    if (c->family != REF_GPT2)
+        KV("attention.head_count_kv", c->n_kv_heads);
+    if (c->n_experts > 0) {
+        KV("expert_count", c->n_experts);
+        KV("expert_used_count", c->top_k);
+    }
+    if (c->family == REF_GEMMA) {
+        KV("attention.key_length", c->head_dim);
+        KV("attention.value_length", c->head_dim);
+    }
+    KV("vocab_size", c->vocab);
+#undef KV
+    snprintf(key, sizeof key, "%s.attention.%s", arch,
+             c->family == REF_GPT2 ? "layer_norm_epsilon" : "layer_norm_rms_epsilon");
+    lp_gw_kv_f32(w, key, (float)c->eps);
+}
+
+/* Every matrix type the issue names, one per tensor: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16. */
+static void write_gguf_quant(lp_gw *w, ref_model *m)
+{
+    gguf_hparams(w, "llama", &m->cfg, 128);
     uint64_t seed = 99;
     /* Every matrix type the issue names, one per tensor. */
-    gguf_tensor(&w, "token_embd.weight", LP_DTYPE_Q8_0, 48, 256, &seed, m.embed);
+    gguf_tensor(w, "token_embd.weight", LP_DTYPE_Q8_0, 48, 256, &seed, m->embed);
     char name[64];
     for (int l = 0; l < 2; l++) {
-        ref_layer *L = &m.layers[l];
+        ref_layer *L = &m->layers[l];
         int64_t ne1[1] = {256};
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
-        lp_gw_tensor(&w, name, 1, ne1, 0, L->attn_norm, 256 * 4);
+        lp_gw_tensor(w, name, 1, ne1, 0, L->attn_norm, 256 * 4);
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
-        lp_gw_tensor(&w, name, 1, ne1, 0, L->ffn_norm, 256 * 4);
+        lp_gw_tensor(w, name, 1, ne1, 0, L->ffn_norm, 256 * 4);
         snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
-        gguf_tensor(&w, name, LP_DTYPE_Q4_K, 256, 256, &seed, L->wq);
+        gguf_tensor(w, name, LP_DTYPE_Q4_K, 256, 256, &seed, L->wq);
         snprintf(name, sizeof name, "blk.%d.attn_k.weight", l);
-        gguf_tensor(&w, name, LP_DTYPE_Q6_K, 128, 256, &seed, L->wk);
+        gguf_tensor(w, name, LP_DTYPE_Q6_K, 128, 256, &seed, L->wk);
         snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
-        gguf_tensor(&w, name, LP_DTYPE_Q8_0, 128, 256, &seed, L->wv);
+        gguf_tensor(w, name, LP_DTYPE_Q8_0, 128, 256, &seed, L->wv);
         snprintf(name, sizeof name, "blk.%d.attn_output.weight", l);
-        gguf_tensor(&w, name, LP_DTYPE_Q4_0, 256, 256, &seed, L->wo);
+        gguf_tensor(w, name, LP_DTYPE_Q4_0, 256, 256, &seed, L->wo);
         snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", l);
-        gguf_tensor(&w, name, LP_DTYPE_Q5_0, 256, 256, &seed, L->w_gate);
+        gguf_tensor(w, name, LP_DTYPE_Q5_0, 256, 256, &seed, L->w_gate);
         snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
-        gguf_tensor(&w, name, l == 0 ? LP_DTYPE_Q4_K : LP_DTYPE_F16, 256, 256, &seed, L->w_up);
+        gguf_tensor(w, name, l == 0 ? LP_DTYPE_Q4_K : LP_DTYPE_F16, 256, 256, &seed, L->w_up);
         snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
-        gguf_tensor(&w, name, LP_DTYPE_Q6_K, 256, 256, &seed, L->w_down);
+        gguf_tensor(w, name, LP_DTYPE_Q6_K, 256, 256, &seed, L->w_down);
     }
     int64_t ne1[1] = {256};
-    lp_gw_tensor(&w, "output_norm.weight", 1, ne1, 0, m.out_norm, 256 * 4);
-    gguf_tensor(&w, "output.weight", LP_DTYPE_F16, 48, 256, &seed, m.lm_head);
-    assert_true(lp_gw_finish(&w));
-    char path[512];
-    snprintf(path, sizeof path, "%s/forward_quant_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
-    assert_true(lp_gw_write(&w, path));
-    lp_gw_free(&w);
-    while (n_gguf_data > 0)
-        free(gguf_data[--n_gguf_data]);
-
-    int32_t ids[12] = {1, 7, 33, 2, 47, 0, 19, 19, 5, 40, 11, 3};
-    ref_outputs ref;
-    assert_true(ref_forward(&m, ids, 12, &ref));
-    lp_model *model;
-    lp_error err = {0};
-    if (lp_model_open(path, &model, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    capture cap;
-    run_capture(model, ids, 12, NULL, &cap);
-    double dl = max_abs_diff(cap.logits, ref.logits, 12 * 48);
-    double dp = max_abs_diff(cap.probs, ref.probs, 2 * 4 * 12 * 12);
-    double dr = max_abs_diff(cap.resid, ref.resid, 2 * 12 * 256);
-    double spread = 0, resid_max = 0;
-    for (int64_t i = 0; i < 12 * 48; i++)
-        spread = fmax(spread, fabs((double)ref.logits[i]));
-    for (int64_t i = 0; i < 2 * 12 * 256; i++)
-        resid_max = fmax(resid_max, fabs((double)ref.resid[i]));
-    printf("  gguf Q8_0/Q4_0/Q5_0/Q4_K/Q6_K/F16: logits %.2e (|logit| up to %.2f)  probs %.2e  "
-           "resid %.2e (|resid| up to %.1f, relative %.1e)\n", dl, spread, dp, dr, resid_max,
-           dr / resid_max);
-    assert_true(spread > 0.1);
-    assert_true(dl <= 1e-4);
-    assert_true(dp <= 1e-4);
-    assert_true(dr <= 1e-4);
-    capture_free(&cap);
-    lp_model_close(model);
-    ref_outputs_free(&ref);
-    ref_model_free(&m);
-    remove(path);
+    lp_gw_tensor(w, "output_norm.weight", 1, ne1, 0, m->out_norm, 256 * 4);
+    gguf_tensor(w, "output.weight", LP_DTYPE_F16, 48, 256, &seed, m->lm_head);
 }
 
 /* ---- batch, padding, faults, determinism, errors (on a random llama) ---- */
@@ -651,13 +644,6 @@ static lp_model *small_llama(ref_model *m, char *dir, size_t dir_size)
     if (lp_model_open(dir, &model, &err) != LP_OK)
         fail_msg("%s", err.msg);
     return model;
-}
-
-static void remove_dir(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
 }
 
 static void test_padding_batch(void **state)
@@ -867,43 +853,25 @@ static void gguf_experts(lp_gw *w, const char *name, int64_t n_experts, int64_t 
     gguf_data[n_gguf_data++] = data;
 }
 
-static void test_gguf_moe(void **state)
+/* llama arch with expert_count; experts fused in 3-D Q8_0 tensors. */
+static void write_gguf_moe(lp_gw *w, ref_model *m)
 {
-    (void)state;
-    ref_config cfg = {.family = REF_MIXTRAL, .vocab = 40, .hidden = 64, .n_layers = 2,
-                      .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .ffn = 32, .eps = 1e-5,
-                      .theta = 10000, .rope_adjacent = true, .n_experts = 4, .top_k = 2,
-                      .scale = 0.2};
-    ref_model m;
-    assert_true(ref_model_random(&cfg, 777, &m));
-    lp_gw w;
-    lp_gw_init(&w, 3);
-    lp_gw_kv_str(&w, "general.architecture", "llama");
-    lp_gw_kv_u32(&w, "llama.block_count", 2);
-    lp_gw_kv_u32(&w, "llama.context_length", 64);
-    lp_gw_kv_u32(&w, "llama.embedding_length", 64);
-    lp_gw_kv_u32(&w, "llama.feed_forward_length", 32);
-    lp_gw_kv_u32(&w, "llama.attention.head_count", 4);
-    lp_gw_kv_u32(&w, "llama.attention.head_count_kv", 2);
-    lp_gw_kv_u32(&w, "llama.expert_count", 4);
-    lp_gw_kv_u32(&w, "llama.expert_used_count", 2);
-    lp_gw_kv_u32(&w, "llama.vocab_size", 40);
-    lp_gw_kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_hparams(w, "llama", &m->cfg, 64); /* with expert_count: Mixtral */
     uint64_t seed = 5;
     int64_t ne_h[1] = {64}, ne_emb[2] = {64, 40};
-    lp_gw_tensor(&w, "token_embd.weight", 2, ne_emb, 0, m.embed, 40 * 64 * 4);
-    lp_gw_tensor(&w, "output.weight", 2, ne_emb, 0, m.lm_head, 40 * 64 * 4);
-    lp_gw_tensor(&w, "output_norm.weight", 1, ne_h, 0, m.out_norm, 64 * 4);
+    lp_gw_tensor(w, "token_embd.weight", 2, ne_emb, 0, m->embed, 40 * 64 * 4);
+    lp_gw_tensor(w, "output.weight", 2, ne_emb, 0, m->lm_head, 40 * 64 * 4);
+    lp_gw_tensor(w, "output_norm.weight", 1, ne_h, 0, m->out_norm, 64 * 4);
     char name[64];
     for (int l = 0; l < 2; l++) {
-        ref_layer *L = &m.layers[l];
+        ref_layer *L = &m->layers[l];
         int64_t ne_q[2] = {64, 64}, ne_kv[2] = {64, 32}, ne_r[2] = {64, 4};
 #define T2(fmt, ne, data, bytes) \
-    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(&w, name, 2, ne, 0, data, bytes))
+    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(w, name, 2, ne, 0, data, bytes))
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
-        lp_gw_tensor(&w, name, 1, ne_h, 0, L->attn_norm, 64 * 4);
+        lp_gw_tensor(w, name, 1, ne_h, 0, L->attn_norm, 64 * 4);
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
-        lp_gw_tensor(&w, name, 1, ne_h, 0, L->ffn_norm, 64 * 4);
+        lp_gw_tensor(w, name, 1, ne_h, 0, L->ffn_norm, 64 * 4);
         T2("blk.%d.attn_q.weight", ne_q, L->wq, 64 * 64 * 4);
         T2("blk.%d.attn_k.weight", ne_kv, L->wk, 32 * 64 * 4);
         T2("blk.%d.attn_v.weight", ne_kv, L->wv, 32 * 64 * 4);
@@ -911,45 +879,12 @@ static void test_gguf_moe(void **state)
         T2("blk.%d.ffn_gate_inp.weight", ne_r, L->router, 4 * 64 * 4);
 #undef T2
         snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
-        gguf_experts(&w, name, 4, 32, 64, &seed, L->e_gate);
+        gguf_experts(w, name, 4, 32, 64, &seed, L->e_gate);
         snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
-        gguf_experts(&w, name, 4, 32, 64, &seed, L->e_up);
+        gguf_experts(w, name, 4, 32, 64, &seed, L->e_up);
         snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
-        gguf_experts(&w, name, 4, 64, 32, &seed, L->e_down);
+        gguf_experts(w, name, 4, 64, 32, &seed, L->e_down);
     }
-    assert_true(lp_gw_finish(&w));
-    char path[512];
-    snprintf(path, sizeof path, "%s/forward_moe_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
-    assert_true(lp_gw_write(&w, path));
-    lp_gw_free(&w);
-    while (n_gguf_data > 0)
-        free(gguf_data[--n_gguf_data]);
-
-    int32_t ids[15] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 39};
-    ref_outputs ref;
-    assert_true(ref_forward(&m, ids, 15, &ref));
-    lp_model *model;
-    lp_error err = {0};
-    if (lp_model_open(path, &model, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    assert_string_equal(lp_model_arch(model)->family, "mixtral");
-    capture cap;
-    run_capture(model, ids, 15, NULL, &cap);
-    double dl = max_abs_diff(cap.logits, ref.logits, 15 * 40);
-    double dr = max_abs_diff(cap.resid, ref.resid, 2 * 15 * 64);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < 2 * 15 * 2; i++)
-        differ += cap.experts[i] != ref.experts[i];
-    printf("  gguf mixtral (fused Q8_0 experts): logits %.2e  resid %.2e  experts differ %lld\n",
-           dl, dr, (long long)differ);
-    assert_true(dl <= 1e-4);
-    assert_true(dr <= 1e-4);
-    assert_int_equal(differ, 0);
-    capture_free(&cap);
-    lp_model_close(model);
-    ref_outputs_free(&ref);
-    ref_model_free(&m);
-    remove(path);
 }
 
 /* ---- a GGUF Gemma as llama.cpp's converter writes it: norm weights stored as 1 + w ---- */
@@ -965,40 +900,23 @@ static float *plus_one(const float *w, int64_t n)
     return out;
 }
 
-static void test_gguf_gemma_norms(void **state)
+/* Gemma as llama.cpp's converter writes it: norm weights stored as 1 + w. */
+static void write_gguf_gemma(lp_gw *w, ref_model *m)
 {
-    (void)state;
-    ref_config cfg = {.family = REF_GEMMA, .vocab = 40, .hidden = 32, .n_layers = 2,
-                      .n_heads = 4, .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6,
-                      .theta = 10000, .tied = true, .scale = 0.2};
-    ref_model m;
-    assert_true(ref_model_random(&cfg, 31, &m));
-    lp_gw w;
-    lp_gw_init(&w, 3);
-    lp_gw_kv_str(&w, "general.architecture", "gemma");
-    lp_gw_kv_u32(&w, "gemma.block_count", 2);
-    lp_gw_kv_u32(&w, "gemma.context_length", 64);
-    lp_gw_kv_u32(&w, "gemma.embedding_length", 32);
-    lp_gw_kv_u32(&w, "gemma.feed_forward_length", 48);
-    lp_gw_kv_u32(&w, "gemma.attention.head_count", 4);
-    lp_gw_kv_u32(&w, "gemma.attention.head_count_kv", 1);
-    lp_gw_kv_u32(&w, "gemma.attention.key_length", 16);
-    lp_gw_kv_u32(&w, "gemma.attention.value_length", 16);
-    lp_gw_kv_u32(&w, "gemma.vocab_size", 40);
-    lp_gw_kv_f32(&w, "gemma.attention.layer_norm_rms_epsilon", 1e-6f);
+    gguf_hparams(w, "gemma", &m->cfg, 64);
     int64_t ne_h[1] = {32}, ne_emb[2] = {32, 40}, ne_q[2] = {32, 64}, ne_kv[2] = {32, 16},
             ne_o[2] = {64, 32}, ne_up[2] = {32, 48}, ne_down[2] = {48, 32};
-    lp_gw_tensor(&w, "token_embd.weight", 2, ne_emb, 0, m.embed, 40 * 32 * 4);
-    lp_gw_tensor(&w, "output_norm.weight", 1, ne_h, 0, plus_one(m.out_norm, 32), 32 * 4);
+    lp_gw_tensor(w, "token_embd.weight", 2, ne_emb, 0, m->embed, 40 * 32 * 4);
+    lp_gw_tensor(w, "output_norm.weight", 1, ne_h, 0, plus_one(m->out_norm, 32), 32 * 4);
     char name[64];
     for (int l = 0; l < 2; l++) {
-        ref_layer *L = &m.layers[l];
+        ref_layer *L = &m->layers[l];
 #define T2(fmt, ne, data, bytes) \
-    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(&w, name, 2, ne, 0, data, bytes))
+    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(w, name, 2, ne, 0, data, bytes))
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
-        lp_gw_tensor(&w, name, 1, ne_h, 0, plus_one(L->attn_norm, 32), 32 * 4);
+        lp_gw_tensor(w, name, 1, ne_h, 0, plus_one(L->attn_norm, 32), 32 * 4);
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
-        lp_gw_tensor(&w, name, 1, ne_h, 0, plus_one(L->ffn_norm, 32), 32 * 4);
+        lp_gw_tensor(w, name, 1, ne_h, 0, plus_one(L->ffn_norm, 32), 32 * 4);
         T2("blk.%d.attn_q.weight", ne_q, L->wq, 64 * 32 * 4);
         T2("blk.%d.attn_k.weight", ne_kv, L->wk, 16 * 32 * 4);
         T2("blk.%d.attn_v.weight", ne_kv, L->wv, 16 * 32 * 4);
@@ -1008,66 +926,26 @@ static void test_gguf_gemma_norms(void **state)
         T2("blk.%d.ffn_down.weight", ne_down, L->w_down, 32 * 48 * 4);
 #undef T2
     }
-    assert_true(lp_gw_finish(&w));
-    char path[512];
-    snprintf(path, sizeof path, "%s/forward_gemma_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
-    assert_true(lp_gw_write(&w, path));
-    lp_gw_free(&w);
-    while (n_gguf_data > 0)
-        free(gguf_data[--n_gguf_data]);
-
-    int32_t ids[10] = {2, 17, 5, 39, 0, 11, 11, 23, 8, 30};
-    ref_outputs ref;
-    assert_true(ref_forward(&m, ids, 10, &ref));
-    lp_model *model;
-    lp_error err = {0};
-    if (lp_model_open(path, &model, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    capture cap;
-    run_capture(model, ids, 10, NULL, &cap);
-    double dl = max_abs_diff(cap.logits, ref.logits, 10 * 40);
-    double dr = max_abs_diff(cap.resid, ref.resid, 2 * 10 * 32);
-    printf("  gguf gemma (norms stored as 1 + w): logits %.2e  resid %.2e\n", dl, dr);
-    assert_true(dl <= 1e-4);
-    assert_true(dr <= 1e-4);
-    capture_free(&cap);
-    lp_model_close(model);
-    ref_outputs_free(&ref);
-    ref_model_free(&m);
-    remove(path);
 }
 
 /* ---- a GGUF GPT-2: learned positions, fused qkv stored [out, in] (the converter transposes
  * Conv1D back), LayerNorm biases ---- */
 
-static void test_gguf_gpt2(void **state)
+/* Learned positions, fused qkv stored [out, in] (the converter transposes Conv1D back),
+ * LayerNorm biases. */
+static void write_gguf_gpt2(lp_gw *w, ref_model *m)
 {
-    (void)state;
-    ref_config cfg = {.family = REF_GPT2, .vocab = 50, .hidden = 32, .n_layers = 2,
-                      .n_heads = 4, .n_kv_heads = 4, .head_dim = 8, .ffn = 64, .n_positions = 24,
-                      .eps = 1e-5, .tied = true, .scale = 0.2};
-    ref_model m;
-    assert_true(ref_model_random(&cfg, 8, &m));
-    lp_gw w;
-    lp_gw_init(&w, 3);
-    lp_gw_kv_str(&w, "general.architecture", "gpt2");
-    lp_gw_kv_u32(&w, "gpt2.block_count", 2);
-    lp_gw_kv_u32(&w, "gpt2.context_length", 24);
-    lp_gw_kv_u32(&w, "gpt2.embedding_length", 32);
-    lp_gw_kv_u32(&w, "gpt2.feed_forward_length", 64);
-    lp_gw_kv_u32(&w, "gpt2.attention.head_count", 4);
-    lp_gw_kv_u32(&w, "gpt2.vocab_size", 50);
-    lp_gw_kv_f32(&w, "gpt2.attention.layer_norm_epsilon", 1e-5f);
+    gguf_hparams(w, "gpt2", &m->cfg, 24);
     int64_t ne_h[1] = {32}, ne_emb[2] = {32, 50}, ne_pos[2] = {32, 24}, ne_qkv[2] = {32, 96},
             ne_b3[1] = {96}, ne_o[2] = {32, 32}, ne_up[2] = {32, 64}, ne_b64[1] = {64},
             ne_down[2] = {64, 32};
-    lp_gw_tensor(&w, "token_embd.weight", 2, ne_emb, 0, m.embed, 50 * 32 * 4);
-    lp_gw_tensor(&w, "position_embd.weight", 2, ne_pos, 0, m.pos, 24 * 32 * 4);
-    lp_gw_tensor(&w, "output_norm.weight", 1, ne_h, 0, m.out_norm, 32 * 4);
-    lp_gw_tensor(&w, "output_norm.bias", 1, ne_h, 0, m.out_norm_b, 32 * 4);
+    lp_gw_tensor(w, "token_embd.weight", 2, ne_emb, 0, m->embed, 50 * 32 * 4);
+    lp_gw_tensor(w, "position_embd.weight", 2, ne_pos, 0, m->pos, 24 * 32 * 4);
+    lp_gw_tensor(w, "output_norm.weight", 1, ne_h, 0, m->out_norm, 32 * 4);
+    lp_gw_tensor(w, "output_norm.bias", 1, ne_h, 0, m->out_norm_b, 32 * 4);
     char name[64];
     for (int l = 0; l < 2; l++) {
-        ref_layer *L = &m.layers[l];
+        ref_layer *L = &m->layers[l];
         float *qkv = malloc(96 * 32 * sizeof(float)), *bqkv = malloc(96 * sizeof(float));
         assert_non_null(qkv);
         assert_non_null(bqkv);
@@ -1080,7 +958,7 @@ static void test_gguf_gpt2(void **state)
         gguf_data[n_gguf_data++] = (uint8_t *)qkv;
         gguf_data[n_gguf_data++] = (uint8_t *)bqkv;
 #define T(fmt, nd, ne, data, bytes) \
-    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(&w, name, nd, ne, 0, data, bytes))
+    (snprintf(name, sizeof name, fmt, l), lp_gw_tensor(w, name, nd, ne, 0, data, bytes))
         T("blk.%d.attn_norm.weight", 1, ne_h, L->attn_norm, 32 * 4);
         T("blk.%d.attn_norm.bias", 1, ne_h, L->attn_norm_b, 32 * 4);
         T("blk.%d.attn_qkv.weight", 2, ne_qkv, qkv, 96 * 32 * 4);
@@ -1095,40 +973,123 @@ static void test_gguf_gpt2(void **state)
         T("blk.%d.ffn_down.bias", 1, ne_h, L->b_down, 32 * 4);
 #undef T
     }
+}
+
+/* ---- GGUF files the test writes, against the reference: one row per family ---- */
+
+typedef struct gguf_case {
+    const char *name;
+    ref_config cfg;
+    uint64_t seed;
+    void (*write)(lp_gw *w, ref_model *m); /* metadata and tensors; m takes the stored values */
+    int64_t T;
+    int32_t ids[24];
+    const char *family;  /* expected: lp_arch.family */
+    double min_spread;   /* expected: the logits carry at least this much signal */
+    double budget;       /* expected: max |real - reference| */
+} gguf_case;
+
+static const gguf_case gguf_cases[] = {
+    {"gguf-quant",
+     {.family = REF_LLAMA, .vocab = 48, .hidden = 256, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 64, .ffn = 256, .eps = 1e-5, .theta = 10000,
+      .rope_adjacent = true, .scale = 0.05},
+     4242, write_gguf_quant, 12, {1, 7, 33, 2, 47, 0, 19, 19, 5, 40, 11, 3}, "llama", 0.1, 1e-4},
+    {"gguf-moe",
+     {.family = REF_MIXTRAL, .vocab = 40, .hidden = 64, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 16, .ffn = 32, .eps = 1e-5, .theta = 10000,
+      .rope_adjacent = true, .n_experts = 4, .top_k = 2, .scale = 0.2},
+     777, write_gguf_moe, 15, {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 39}, "mixtral", 1e-2, 1e-4},
+    {"gguf-gemma-norms",
+     {.family = REF_GEMMA, .vocab = 40, .hidden = 32, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000, .tied = true,
+      .scale = 0.2},
+     31, write_gguf_gemma, 10, {2, 17, 5, 39, 0, 11, 11, 23, 8, 30}, "gemma", 1e-2, 1e-4},
+    {"gguf-gpt2",
+     {.family = REF_GPT2, .vocab = 50, .hidden = 32, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 4, .head_dim = 8, .ffn = 64, .n_positions = 24, .eps = 1e-5, .tied = true,
+      .scale = 0.2},
+     8, write_gguf_gpt2, 24, /* (t * 17 + 3) % 50: the whole learned position table */
+     {3, 20, 37, 4, 21, 38, 5, 22, 39, 6, 23, 40, 7, 24, 41, 8, 25, 42, 9, 26, 43, 10, 27, 44},
+     "gpt2", 1e-2, 1e-4},
+};
+
+static void test_gguf_case(void **state)
+{
+    const gguf_case *gc = *state;
+    ref_model m;
+    assert_true(ref_model_random(&gc->cfg, gc->seed, &m));
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    gc->write(&w, &m);
     assert_true(lp_gw_finish(&w));
     char path[512];
-    snprintf(path, sizeof path, "%s/forward_gpt2_%ld.gguf", lp_test_tmp_dir(), (long)getpid());
+    snprintf(path, sizeof path, "%s/forward_%s_%ld.gguf", lp_test_tmp_dir(), gc->name,
+             (long)getpid());
     assert_true(lp_gw_write(&w, path));
     lp_gw_free(&w);
     while (n_gguf_data > 0)
         free(gguf_data[--n_gguf_data]);
-
-    int32_t ids[24];
-    for (int t = 0; t < 24; t++)
-        ids[t] = (t * 17 + 3) % 50;
     ref_outputs ref;
-    assert_true(ref_forward(&m, ids, 24, &ref));
+    assert_true(ref_forward(&m, gc->ids, gc->T, &ref));
     lp_model *model;
     lp_error err = {0};
     if (lp_model_open(path, &model, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    capture cap;
-    run_capture(model, ids, 24, NULL, &cap);
-    double dl = max_abs_diff(cap.logits, ref.logits, 24 * 50);
-    double dp = max_abs_diff(cap.probs, ref.probs, 2 * 4 * 24 * 24);
-    printf("  gguf gpt2: logits %.2e  probs %.2e\n", dl, dp);
-    assert_true(dl <= 1e-4);
-    assert_true(dp <= 1e-4);
-    capture_free(&cap);
-    /* one position past the learned table is refused before anything runs */
-    int32_t more[25] = {0};
-    lp_batch too_long = lp_batch_single(more, 25);
-    assert_int_equal(lp_forward_check(model, &too_long, &err), LP_ERR_RANGE);
-    assert_non_null(strstr(err.msg, "24 positions"));
+        fail_msg("%s: %s", gc->name, err.msg);
+    assert_string_equal(lp_model_arch(model)->family, gc->family);
+    compare_with_ref(gc->name, model, gc->ids, gc->T, &gc->cfg, &ref, gc->budget);
+    double spread = logit_spread(&ref, gc->T * gc->cfg.vocab);
+    printf("  %-18s logits spread %.3f (at least %.2f)\n", gc->name, spread, gc->min_spread);
+    assert_true(spread > gc->min_spread);
+    if (gc->cfg.n_positions > 0) {
+        /* one position past the learned table is refused before anything runs */
+        int32_t more[64] = {0};
+        lp_batch too_long = lp_batch_single(more, gc->cfg.n_positions + 1);
+        char want[64];
+        snprintf(want, sizeof want, "%lld positions", (long long)gc->cfg.n_positions);
+        assert_int_equal(lp_forward_check(model, &too_long, &err), LP_ERR_RANGE);
+        assert_non_null(strstr(err.msg, want));
+    }
     lp_model_close(model);
     ref_outputs_free(&ref);
     ref_model_free(&m);
     remove(path);
+}
+
+/* ---- the scratch size a config needs (what loupe estimate can print) ---- */
+
+static void test_scratch_bytes(void **state)
+{
+    (void)state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = small_llama(&m, dir, sizeof dir);
+    const lp_arch *a = lp_model_arch(model); /* 4 heads, hidden 32, vocab 61 */
+    const int64_t T = 20;
+    uint64_t bare = lp_forward_scratch_bytes(a, T, 1, false);
+    uint64_t one_map = lp_forward_scratch_bytes(a, T, 1, true);
+    uint64_t two_maps = lp_forward_scratch_bytes(a, T, 2, true);
+    printf("  scratch for T=20: %llu bytes bare, %llu with maps on 1 thread, %llu on 2\n",
+           (unsigned long long)bare, (unsigned long long)one_map, (unsigned long long)two_maps);
+    /* at least the residual stream, the normed input, the sublayer output and the logits */
+    assert_true(bare >= (uint64_t)(3 * T * 32 + T * 61) * 4);
+    /* each thread's probability slot is one [T, T] f32 map (T*T*4 = 1600: no rounding) */
+    assert_int_equal(two_maps - one_map, T * T * 4);
+    assert_true(one_map > bare + T * T * 4 - 128 && one_map <= bare + T * T * 4 + 128);
+    /* no maps: threads cost nothing; maps: never more slots than heads */
+    assert_int_equal(lp_forward_scratch_bytes(a, T, 8, false), bare);
+    assert_int_equal(lp_forward_scratch_bytes(a, T, 100, true), lp_forward_scratch_bytes(a, T, 4, true));
+    assert_true(lp_forward_scratch_bytes(a, 2 * T, 1, false) > bare);
+    /* nothing to size */
+    lp_arch empty;
+    memset(&empty, 0, sizeof empty);
+    assert_int_equal(lp_forward_scratch_bytes(&empty, T, 1, true), 0);
+    assert_int_equal(lp_forward_scratch_bytes(a, 0, 1, true), 0);
+    assert_int_equal(lp_forward_scratch_bytes(a, T, 0, true), 0);
+    assert_int_equal(lp_forward_scratch_bytes(NULL, T, 1, true), 0);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
 }
 
 /* ---- RoPE frequencies with scaling (Hugging Face's _compute_*_parameters) ---- */
@@ -1281,28 +1242,31 @@ static void test_safetensors_writer(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest unit[] = {
+    static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_safetensors_writer),
-        cmocka_unit_test(test_random_gpt2),
-        cmocka_unit_test(test_random_mixtral),
-        cmocka_unit_test(test_random_gemma2),
-        cmocka_unit_test(test_random_qwen2),
-        cmocka_unit_test(test_random_mistral),
-        cmocka_unit_test(test_random_gemma),
-        cmocka_unit_test(test_random_qwen3),
-        cmocka_unit_test(test_random_partial_rotary),
-        cmocka_unit_test(test_random_gemma3),
-        cmocka_unit_test(test_random_long),
-        cmocka_unit_test(test_gguf_quant_types),
-        cmocka_unit_test(test_gguf_moe),
-        cmocka_unit_test(test_gguf_gemma_norms),
-        cmocka_unit_test(test_gguf_gpt2),
         cmocka_unit_test(test_padding_batch),
         cmocka_unit_test(test_determinism_threads),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_rope_scaling),
+        cmocka_unit_test(test_scratch_bytes),
     };
-    int failed = cmocka_run_group_tests_name("forward", unit, NULL, NULL);
+    /* one test per table row, named after it, with the row as its state */
+    enum { N_FIXED = sizeof fixed / sizeof fixed[0],
+           N_RANDOM = sizeof random_cases / sizeof random_cases[0],
+           N_GGUF = sizeof gguf_cases / sizeof gguf_cases[0] };
+    struct CMUnitTest unit[N_FIXED + N_RANDOM + N_GGUF];
+    size_t n = 0;
+    for (size_t i = 0; i < N_FIXED; i++)
+        unit[n++] = fixed[i];
+    for (size_t i = 0; i < N_RANDOM; i++)
+        unit[n++] = (struct CMUnitTest){random_cases[i].name, test_random_case, NULL, NULL,
+                                        (void *)&random_cases[i]};
+    for (size_t i = 0; i < N_GGUF; i++)
+        unit[n++] = (struct CMUnitTest){gguf_cases[i].name, test_gguf_case, NULL, NULL,
+                                        (void *)&gguf_cases[i]};
+    /* _cmocka_run_group_tests is what cmocka_run_group_tests_name expands to, with the count
+     * given instead of taken from an array's size */
+    int failed = _cmocka_run_group_tests("forward", unit, n, NULL, NULL);
     if (!lp_test_shared_dir()) {
         printf("SKIP golden stories260K tests: ../shared not found (set LOUPE_SHARED)\n");
         return failed;

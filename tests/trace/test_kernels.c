@@ -1,59 +1,20 @@
 /* Kernel tests: every ISA against ref (GEMM on odd shapes, vector kernels), lp_linear on every
- * weight dtype against dequantize-then-ref, thread-count determinism, attention against a naive
- * softmax(QK^T)V written here, RoPE against its formula. No timing assertions.
+ * weight dtype against dequantize-then-ref, thread-count determinism, RoPE against its formula.
+ * Attention has its own file (test_attention.c). No timing assertions.
+ *
+ * Dispatch: every ISA's table is complete (no NULL slot) and is ref's with that ISA's overrides.
  *
  * Error budgets are stated next to each check and the observed worst value is printed, so a
  * regression in accuracy shows up in the log before it crosses the budget. */
-#include "test_util.h"
-
-#include <math.h>
+#include "kernels_test_util.h"
 
 #include "core/dtype.h"
 #include "inspect/formats/quant.h"
 #include "trace/kernels/kernels.h"
-#include "trace/kernels/mask.h"
-
-/* ---- helpers */
-
-static uint64_t rng_state = 0x243F6A8885A308D3ull;
-
-static float rnd(void) /* uniform in [-1, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 40) / (double)(1ull << 23) - 1.0);
-}
-
-static float *rnd_array(int64_t n)
-{
-    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    assert_non_null(x);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = rnd();
-    return x;
-}
-
-static float *nan_array(int64_t n)
-{
-    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    assert_non_null(x);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = NAN;
-    return x;
-}
-
-/* The ISAs this CPU runs, ref first. */
-static int available_isas(lp_isa *out)
-{
-    int n = 0;
-    for (int isa = 0; isa < LP_ISA_COUNT; isa++)
-        if (lp_kernels_set_isa((lp_isa)isa))
-            out[n++] = (lp_isa)isa;
-    return n;
-}
+#include "trace/kernels/kernels_internal.h"
 
 /* ---- GEMM */
+
 
 /* Budget: |c - ref| <= 2e-6 * sum_p |a_ip b_jp| (+1e-30): float accumulation of k products in
  * kc-long FMA chains is good to ~sqrt(k) * 6e-8 of that sum; observed values are printed. */
@@ -410,336 +371,6 @@ static void test_pool(void **state)
     lp_pool_destroy(NULL);
 }
 
-/* ---- attention against a naive softmax(QK^T)V */
-
-typedef struct attn_case {
-    const char *name;
-    int64_t n_q, n_k, head_dim, v_dim, window;
-    bool causal;
-    int64_t pad_left, pad_right;
-    float softcap, scale;
-} attn_case;
-
-/* The naive version: masks cell by cell with lp_mask_allows_reference (the definition, not the
- * interval code the kernel uses), softmax in double. */
-static void naive_attention(const lp_attn_args *a, double *out, double *probs)
-{
-    double *s = malloc((size_t)a->n_k * sizeof(double));
-    assert_non_null(s);
-    for (int64_t i = 0; i < a->n_q; i++) {
-        double max = -HUGE_VAL;
-        for (int64_t j = 0; j < a->n_k; j++) {
-            s[j] = -HUGE_VAL;
-            if (!lp_mask_allows_reference(a->mask, a->batch, i, j))
-                continue;
-            double dot = 0.0;
-            for (int64_t d = 0; d < a->head_dim; d++)
-                dot += (double)a->q[i * a->q_stride + d] * (double)a->k[j * a->k_stride + d];
-            dot *= (double)a->scale;
-            if (a->softcap > 0.0f)
-                dot = (double)a->softcap * tanh(dot / (double)a->softcap);
-            s[j] = dot;
-            if (dot > max)
-                max = dot;
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < a->n_k; j++) {
-            s[j] = isinf(max) ? 0.0 : exp(s[j] - max);
-            sum += s[j];
-        }
-        for (int64_t j = 0; j < a->n_k; j++)
-            probs[i * a->n_k + j] = sum > 0.0 ? s[j] / sum : 0.0;
-        for (int64_t d = 0; d < a->v_dim; d++) {
-            double o = 0.0;
-            for (int64_t j = 0; j < a->n_k; j++)
-                o += probs[i * a->n_k + j] * (double)a->v[j * a->v_stride + d];
-            out[i * a->v_dim + d] = o;
-        }
-    }
-    free(s);
-}
-
-static void run_attention_case(const attn_case *tc, void (*fn)(const lp_attn_args *), const char *fn_name)
-{
-    const int64_t q_stride = tc->head_dim + 3, k_stride = tc->head_dim + 5, v_stride = tc->v_dim + 1,
-                  out_stride = tc->v_dim + 2;
-    float *q = rnd_array(tc->n_q * q_stride), *k = rnd_array(tc->n_k * k_stride);
-    float *v = rnd_array(tc->n_k * v_stride);
-    /* batch item 1 carries the padding, item 0 none: checks the batch index is honoured */
-    int64_t pad_left[2] = {0, tc->pad_left}, pad_right[2] = {0, tc->pad_right};
-    lp_mask_spec mask = lp_mask_causal(tc->n_q, tc->n_k);
-    mask.causal = tc->causal;
-    mask.window = tc->window;
-    mask.pad_left = pad_left;
-    mask.pad_right = pad_right;
-    lp_attn_args a = {0};
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.n_q = tc->n_q;
-    a.n_k = tc->n_k;
-    a.head_dim = tc->head_dim;
-    a.v_dim = tc->v_dim;
-    a.q_stride = q_stride;
-    a.k_stride = k_stride;
-    a.v_stride = v_stride;
-    a.out_stride = out_stride;
-    a.scale = tc->scale;
-    a.softcap = tc->softcap;
-    a.mask = &mask;
-    a.batch = 1;
-    a.local_window = 4;
-    double *want_out = malloc((size_t)(tc->n_q * tc->v_dim) * sizeof(double));
-    double *want_p = malloc((size_t)(tc->n_q * tc->n_k) * sizeof(double));
-    assert_non_null(want_out);
-    assert_non_null(want_p);
-    naive_attention(&a, want_out, want_p);
-
-    for (int with_probs = 0; with_probs < 2; with_probs++) {
-        float *out = nan_array(tc->n_q * out_stride);
-        float *probs = with_probs ? nan_array(tc->n_q * tc->n_k) : NULL;
-        lp_attn_row_stats *stats = malloc((size_t)tc->n_q * sizeof *stats);
-        assert_non_null(stats);
-        a.out = out;
-        a.probs = probs;
-        a.row_stats = stats;
-        fn(&a);
-        double worst_out = 0.0, worst_p = 0.0, worst_stat = 0.0;
-        for (int64_t i = 0; i < tc->n_q; i++) {
-            double pos = (double)(mask.q_pos0 + i);
-            for (int64_t d = 0; d < tc->v_dim; d++) {
-                double e = fabs((double)out[i * out_stride + d] - want_out[i * tc->v_dim + d]);
-                assert_false(isnan(out[i * out_stride + d]));
-                if (e > worst_out)
-                    worst_out = e;
-            }
-            double sum = 0.0, entropy = 0.0, maxp = 0.0, dist = 0.0, local = 0.0;
-            for (int64_t j = 0; j < tc->n_k; j++) {
-                double p = want_p[i * tc->n_k + j];
-                if (probs) {
-                    double e = fabs((double)probs[i * tc->n_k + j] - p);
-                    if (e > worst_p)
-                        worst_p = e;
-                    if (p == 0.0) /* masked cells are exactly zero (above the diagonal, ...) */
-                        assert_true(probs[i * tc->n_k + j] == 0.0f);
-                }
-                sum += p;
-                if (p > 0.0)
-                    entropy -= p * log(p);
-                if (p > maxp)
-                    maxp = p;
-                dist += p * (pos - (double)j);
-                if (pos - (double)j < 4.0)
-                    local += p;
-            }
-            if (probs) {
-                double row = 0.0;
-                for (int64_t j = 0; j < tc->n_k; j++)
-                    row += (double)probs[i * tc->n_k + j];
-                assert_true(fabs(row - sum) <= 1e-5); /* 1 for visible rows, 0 fully masked */
-            }
-            const lp_attn_row_stats *st = &stats[i];
-            double self = pos < (double)tc->n_k ? want_p[i * tc->n_k + (int64_t)pos] : 0.0;
-            double prev = pos >= 1.0 && pos - 1.0 < (double)tc->n_k
-                              ? want_p[i * tc->n_k + (int64_t)pos - 1]
-                              : 0.0;
-            double diffs[8] = {(double)st->row_sum - sum,
-                               (double)st->entropy - entropy,
-                               (double)st->max_prob - maxp,
-                               ((double)st->distance - dist) / (1.0 + dist),
-                               (double)st->local - local,
-                               (double)st->sink - want_p[i * tc->n_k],
-                               (double)st->self - self,
-                               (double)st->prev - prev};
-            for (int d = 0; d < 8; d++)
-                if (fabs(diffs[d]) > worst_stat)
-                    worst_stat = fabs(diffs[d]);
-        }
-        printf("attention %-14s %-5s %s probs=%d: worst |out| %.1e (budget 2e-6), |p| %.1e "
-               "(1e-6), stats %.1e (5e-5)\n",
-               tc->name, fn_name, lp_isa_name(lp_kernels_isa()), with_probs, worst_out, worst_p,
-               worst_stat);
-        assert_true(worst_out <= 2e-6);
-        assert_true(worst_p <= 1e-6);
-        assert_true(worst_stat <= 5e-5);
-        free(out);
-        free(probs);
-        free(stats);
-    }
-    free(q);
-    free(k);
-    free(v);
-    free(want_out);
-    free(want_p);
-}
-
-static void test_attention(void **state)
-{
-    (void)state;
-    static const attn_case cases[] = {
-        /* name            n_q  n_k  hd  vd  W   causal pl pr softcap scale */
-        {"causal", 37, 37, 24, 20, 0, true, 0, 0, 0.0f, 0.2041f},
-        {"causal-long", 150, 150, 16, 16, 0, true, 0, 0, 0.0f, 0.9f}, /* > 2 key blocks */
-        {"window5", 40, 40, 8, 12, 5, true, 0, 0, 0.0f, 0.35f},
-        {"window1", 9, 9, 8, 8, 1, true, 0, 0, 0.0f, 0.35f},          /* only itself */
-        {"decode-br", 7, 140, 12, 10, 0, true, 0, 0, 0.0f, 0.3f},     /* n_q < n_k */
-        {"decode-window", 3, 90, 12, 10, 16, true, 0, 0, 0.0f, 0.3f},
-        {"padding", 30, 30, 16, 16, 0, true, 4, 3, 0.0f, 0.25f},      /* masked rows too */
-        {"softcap", 33, 33, 16, 16, 0, true, 0, 0, 3.0f, 2.0f},
-        {"full", 20, 26, 16, 8, 0, false, 0, 0, 0.0f, 0.25f},         /* encoder style */
-        {"full-pad", 26, 26, 16, 8, 0, false, 2, 5, 0.0f, 0.25f},
-        {"wide-head", 70, 70, 64, 80, 0, true, 0, 0, 0.0f, 0.125f}, /* 64-column chunks + tail */
-    };
-    lp_isa isas[LP_ISA_COUNT];
-    int n_isas = available_isas(isas);
-    for (int s = 0; s < n_isas; s++) {
-        assert_true(lp_kernels_set_isa(isas[s]));
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            run_attention_case(&cases[c], lp_attention, "tiled");
-            if (s == 0)
-                run_attention_case(&cases[c], lp_attention_ref, "ref");
-        }
-    }
-}
-
-/* Same inputs, same bits: the attention of every head run on pools of 1 and 2 threads. */
-typedef struct heads_ctx {
-    lp_attn_args base;
-    float *out;   /* [n_heads, n_q, v_dim] */
-    float *probs; /* [n_heads, n_q, n_k] */
-    const float *q_all;
-} heads_ctx;
-
-static void run_one_head(void *ctx, int64_t head)
-{
-    heads_ctx *h = ctx;
-    lp_attn_args a = h->base;
-    a.q = h->q_all + head * a.n_q * a.q_stride;
-    a.out = h->out + head * a.n_q * a.v_dim;
-    a.probs = h->probs + head * a.n_q * a.n_k;
-    a.row_stats = NULL;
-    lp_attention(&a);
-}
-
-static void test_attention_threads(void **state)
-{
-    (void)state;
-    const int64_t n_heads = 5, n = 90, hd = 16;
-    float *q = rnd_array(n_heads * n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
-    lp_mask_spec mask = lp_mask_causal(n, n);
-    float *outs[2], *probs[2];
-    for (int t = 0; t < 2; t++) {
-        lp_pool *pool;
-        assert_int_equal(lp_pool_create(t + 1, &pool, NULL), LP_OK);
-        outs[t] = nan_array(n_heads * n * hd);
-        probs[t] = nan_array(n_heads * n * n);
-        heads_ctx h = {{NULL, k, v, NULL, n, n, hd, hd, hd, hd, hd, hd, 0.25f, 0.0f, &mask, 0, NULL,
-                        NULL, 0},
-                       outs[t], probs[t], q};
-        lp_pool_run(pool, n_heads, run_one_head, &h);
-        lp_pool_destroy(pool);
-    }
-    assert_memory_equal(outs[0], outs[1], (size_t)(n_heads * n * hd) * sizeof(float));
-    assert_memory_equal(probs[0], probs[1], (size_t)(n_heads * n * n) * sizeof(float));
-    for (int t = 0; t < 2; t++) {
-        free(outs[t]);
-        free(probs[t]);
-    }
-    free(q);
-    free(k);
-    free(v);
-}
-
-/* A NaN in q row 3 poisons that row only; a NaN in key 7 poisons exactly the rows that see key 7
- * (causal, window 5: rows 7..11). Poisoned rows are NaN in output, visible probabilities and
- * statistics, never a plausible distribution; the other rows are untouched. */
-static void test_attention_nan(void **state)
-{
-    (void)state;
-    const int64_t n = 20, hd = 8;
-    lp_isa isas[LP_ISA_COUNT];
-    int n_isas = available_isas(isas);
-    float *q = rnd_array(n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
-    lp_mask_spec mask = lp_mask_causal(n, n);
-    mask.window = 5;
-    void (*fns[2])(const lp_attn_args *) = {lp_attention, lp_attention_ref};
-    for (int si = 0; si < n_isas; si++) {
-        assert_true(lp_kernels_set_isa(isas[si]));
-        for (int f = 0; f < 2; f++) {
-            float clean_out[20 * 8], out[20 * 8], clean_p[20 * 20], probs[20 * 20];
-            lp_attn_row_stats stats[20];
-            lp_attn_args a = {q, k, v, clean_out, n, n, hd, hd, hd, hd, hd, hd, 0.3f, 0.0f, &mask, 0,
-                              clean_p, stats, 4};
-            fns[f](&a);
-            for (int which = 0; which < 2; which++) {
-                float *poisoned = which == 0 ? q + 3 * hd : k + 7 * hd;
-                float saved = poisoned[2];
-                poisoned[2] = NAN;
-                a.out = out;
-                a.probs = probs;
-                fns[f](&a);
-                poisoned[2] = saved;
-                for (int64_t i = 0; i < n; i++) {
-                    bool bad = which == 0 ? i == 3 : (i >= 7 && i < 12);
-                    for (int64_t d = 0; d < hd; d++)
-                        assert_true(bad ? isnan(out[i * hd + d])
-                                        : out[i * hd + d] == clean_out[i * hd + d]);
-                    for (int64_t j = 0; j < n; j++) {
-                        bool visible = j <= i && i - j < 5;
-                        if (bad && visible)
-                            assert_true(isnan(probs[i * n + j]));
-                        else
-                            assert_true(probs[i * n + j] == clean_p[i * n + j]);
-                    }
-                    assert_true(bad ? isnan(stats[i].row_sum) && isnan(stats[i].entropy)
-                                    : stats[i].row_sum == 1.0f);
-                }
-            }
-        }
-        /* NaN propagates through the vector kernels too */
-        float x[11];
-        for (int i = 0; i < 11; i++)
-            x[i] = (float)i;
-        x[9] = NAN;
-        lp_softmax(x, 11);
-        for (int i = 0; i < 11; i++)
-            assert_true(isnan(x[i]));
-        float g[9] = {1, 2, 3, 4, 5, 6, NAN, 8, 9}, u[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-        lp_silu_mul(g, u, 9);
-        assert_true(isnan(g[6]) && !isnan(g[5]));
-    }
-    free(q);
-    free(k);
-    free(v);
-}
-
-/* The window boundary both ways: with W = 5 query p sees p-4 .. p and not p-5. */
-static void test_attention_window_boundary(void **state)
-{
-    (void)state;
-    const int64_t n = 12, hd = 4, w = 5;
-    float *q = rnd_array(n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
-    float out[12 * 4], probs[12 * 12];
-    lp_mask_spec mask = lp_mask_causal(n, n);
-    mask.window = w;
-    lp_attn_args a = {q, k, v, out, n, n, hd, hd, hd, hd, hd, hd, 0.5f, 0.0f, &mask, 0, probs,
-                      NULL, 0};
-    lp_attention(&a);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < n; j++) {
-            bool visible = j <= i && i - j < w;
-            if (visible)
-                assert_true(probs[i * n + j] > 0.0f);
-            else
-                assert_true(probs[i * n + j] == 0.0f);
-        }
-    free(q);
-    free(k);
-    free(v);
-}
-
-/* ---- RoPE and the vector kernels against their formulas */
-
 static void test_rope(void **state)
 {
     (void)state;
@@ -916,6 +547,62 @@ static void test_vector_kernels(void **state)
         assert_true(masked[i] == 0.0f);
 }
 
+/* ---- dispatch: every ISA's table is ref's with the ISA's overrides, and complete */
+
+static bool same_gemm(const lp_gemm_config *a, const lp_gemm_config *b)
+{
+    return a->mr == b->mr && a->nr == b->nr && a->kc == b->kc && a->mc == b->mc &&
+           a->nc == b->nc && a->ukernel == b->ukernel && a->pack_a == b->pack_a &&
+           a->pack_b == b->pack_b;
+}
+
+static void test_dispatch_tables(void **state)
+{
+    (void)state;
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++) {
+        const lp_kernel_table *t = lp_kernels_table_for((lp_isa)isa);
+        assert_non_null(t);
+        const char *missing = lp_kernels_missing_slot(t);
+        if (missing)
+            fail_msg("%s table: slot %s is empty", lp_isa_name((lp_isa)isa), missing);
+        assert_int_equal(t->isa, isa);
+        printf("dispatch %s: tile %dx%d, blocks kc %lld mc %lld nc %lld\n",
+               lp_isa_name((lp_isa)isa), t->gemm.mr, t->gemm.nr, (long long)t->gemm.kc,
+               (long long)t->gemm.mc, (long long)t->gemm.nc);
+    }
+    assert_null(lp_kernels_table_for(LP_ISA_COUNT));
+    /* ref's own table is the spec: the dispatch copy of it is the same table */
+    const lp_kernel_table *ref = lp_kernels_table_for(LP_ISA_REF);
+    assert_true(same_gemm(&ref->gemm, &lp_kernels_ref_table.gemm));
+#define LP_SAME_SLOT(slot) assert_true(ref->slot == lp_kernels_ref_table.slot);
+    LP_KERNEL_SLOTS(LP_SAME_SLOT)
+#undef LP_SAME_SLOT
+    /* AVX2 overrides the micro-kernel, and with it the whole tile */
+    const lp_kernel_table *avx2 = lp_kernels_table_for(LP_ISA_AVX2);
+    assert_true(avx2->gemm.ukernel != lp_kernels_ref_table.gemm.ukernel);
+    assert_int_equal(avx2->gemm.mr, 6);
+    assert_int_equal(avx2->gemm.nr, 16);
+
+    /* An ISA that overrides one slot keeps ref's kernels in every other, tile included. */
+    lp_kernel_table partial;
+    memset(&partial, 0, sizeof partial);
+    partial.isa = LP_ISA_AVX2;
+    partial.dot = avx2->dot;
+    lp_kernel_table merged = lp_kernels_ref_table;
+    lp_kernels_override(&merged, &partial);
+    assert_null(lp_kernels_missing_slot(&merged));
+    assert_int_equal(merged.isa, LP_ISA_AVX2);
+    assert_true(merged.dot == avx2->dot);
+    assert_true(merged.softmax == lp_kernels_ref_table.softmax);
+    assert_true(same_gemm(&merged.gemm, &lp_kernels_ref_table.gemm));
+    /* and an empty slot is named */
+    merged.rope_rotate = NULL;
+    assert_string_equal(lp_kernels_missing_slot(&merged), "rope_rotate");
+    merged = lp_kernels_ref_table;
+    merged.gemm.kc = 100; /* not whole GGUF blocks */
+    assert_non_null(lp_kernels_missing_slot(&merged));
+}
+
 static void test_isa_names(void **state)
 {
     (void)state;
@@ -930,16 +617,13 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_names),
+        cmocka_unit_test(test_dispatch_tables),
         cmocka_unit_test(test_gemm_odd_shapes),
         cmocka_unit_test(test_gemm_strides),
         cmocka_unit_test(test_gemm_thread_determinism),
         cmocka_unit_test(test_linear_dtypes),
         cmocka_unit_test(test_linear_errors),
         cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_attention_window_boundary),
-        cmocka_unit_test(test_attention_threads),
-        cmocka_unit_test(test_attention_nan),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_vector_kernels),
     };

@@ -503,15 +503,23 @@ static void test_mask_heads_and_docs(void **state)
 /* Padded batches: [3, 1, T, T] for an unpadded item, 3 left-padding and 4 right-padding
  * tokens. The correct mask passes with the padding given; the padding on the wrong axis leaks
  * the left padding to real queries; Hugging Face's unmasked padding rows are not compared. */
+/* Three items of T tokens: unpadded, 3 padding tokens on the left, 4 on the right. */
+enum { PAD_B = 3 };
+
+static void padding_real(uint8_t *real)
+{
+    static const int64_t pl[PAD_B] = {0, 3, 0}, pr[PAD_B] = {0, 0, 4};
+    for (int b = 0; b < PAD_B; b++)
+        for (int t = 0; t < T; t++)
+            real[b * T + t] = t >= pl[b] && t < T - pr[b];
+}
+
 static void test_mask_padding(void **state)
 {
     (void)state;
-    enum { B = 3 };
-    static const int64_t pl[B] = {0, 3, 0}, pr[B] = {0, 0, 4};
+    enum { B = PAD_B };
     uint8_t real[B * T];
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            real[b * T + t] = t >= pl[b] && t < T - pr[b];
+    padding_real(real);
     uint8_t good[B * T * T], axis[B * T * T], unmasked_rows[B * T * T];
     for (int b = 0; b < B; b++)
         for (int q = 0; q < T; q++)
@@ -568,8 +576,16 @@ static void test_mask_padding(void **state)
     mo.real_len = T - 1;
     assert_int_equal(lp_leak_check_mask(good, LP_DTYPE_BOOL, 4, shape, "good", &mo, &rep, &err),
                      LP_ERR_USAGE);
+}
 
-    /* the padding file readers: text lines and .npy */
+/* The padding file readers: text lines and .npy. */
+static void test_padding_files(void **state)
+{
+    (void)state;
+    enum { B = PAD_B };
+    uint8_t real[B * T];
+    padding_real(real);
+    lp_error err = {0};
     char path[512];
     tmp_path(path, sizeof path, "pad.txt");
     FILE *f = fopen(path, "w");
@@ -620,84 +636,94 @@ static float *additive_mask(float fill, bool blind_row0)
     return m;
 }
 
+/* Additive fills, as a causal [T, T] f32 mask, and what each becomes in f32, f16 and bf16. */
+typedef struct fill_case {
+    const char *name;
+    float fill;
+    bool blind_row0;     /* row 0 fully masked too */
+    bool passed, weak;
+    int64_t nan_rows;    /* softmax NaN as given (f32) */
+    int64_t leaks;
+    bool overflows[3];   /* f32, f16, bf16: a finite fill that rounds to -inf */
+    int64_t nan_rows_in[3];
+} fill_case;
+
+static const fill_case fill_cases[] = {
+    /* -inf is exact; fp16 and bf16 keep it; no fully masked row, so no NaN */
+    {"-inf", -INFINITY, false, true, false, 0, 0, {false, false, false}, {0, 0, 0}},
+    /* with a fully masked row: NaN in every dtype, and that row's key 0 is blocked */
+    {"-inf, row 0 blind", -INFINITY, true, false, false, 1, 0, {false, false, false}, {1, 1, 1}},
+    /* fine in fp32 and bf16, -inf in fp16: the blind row is NaN only in fp16 */
+    {"-1e9, row 0 blind", -1e9f, true, false, false, 0, 0, {false, true, false}, {0, 1, 0}},
+    /* representable in fp16 */
+    {"-1e4", -1e4f, false, true, false, 0, 0, {false, false, false}, {0, 0, 0}},
+    /* too weak: its cells count as visible, so the whole future leaks */
+    {"-100", -100.0f, false, false, true, 0, T * (T - 1) / 2, {false, false, false}, {0, 0, 0}},
+    /* torch.finfo(float32).min: exact in fp32, -inf in fp16 and bf16 (bf16's largest finite
+     * value is below it) */
+    {"finfo(f32).min", -3.4028234663852886e38f, false, true, false, 0, 0, {false, true, true},
+     {0, 0, 0}},
+};
+
+static void check_fill_case(const fill_case *c, lp_leak_mask_report *rep, lp_error *err)
+{
+    int64_t shape2[2] = {T, T};
+    float *m = additive_mask(c->fill, c->blind_row0);
+    assert_int_equal(check_npy("fill.npy", "<f4", 2, shape2, m, T * T * 4, "causal", rep, err),
+                     LP_OK);
+    free(m);
+    assert_int_equal(rep->encoding, LP_MASK_ENC_ADDITIVE);
+    assert_true(rep->has_fill && rep->fill == c->fill);
+    if (lp_leak_mask_passed(rep) != c->passed || rep->weak_fill != c->weak ||
+        rep->nan_rows != c->nan_rows || rep->leak_count != c->leaks)
+        fail_msg("%s: passed %d weak %d nan_rows %lld leaks %lld", c->name,
+                 lp_leak_mask_passed(rep), rep->weak_fill, (long long)rep->nan_rows,
+                 (long long)rep->leak_count);
+    for (int d = 0; d < 3; d++)
+        if (rep->fills[d].overflows != c->overflows[d] ||
+            rep->fills[d].nan_rows != c->nan_rows_in[d])
+            fail_msg("%s: %s overflows %d, nan rows %lld", c->name,
+                     lp_dtype_name(rep->fills[d].dtype), rep->fills[d].overflows,
+                     (long long)rep->fills[d].nan_rows);
+    assert_int_equal(rep->fully_masked_rows, c->blind_row0);
+    assert_int_equal(rep->blocked_count, c->blind_row0);
+}
+
+/* Score gaps: how far above a visible key a masked one must score to get weight. */
+static void test_mask_fill_gaps(void **state)
+{
+    (void)state;
+    lp_error err = {0};
+    lp_leak_mask_report rep;
+    for (size_t i = 0; i < sizeof fill_cases / sizeof fill_cases[0]; i++) {
+        check_fill_case(&fill_cases[i], &rep, &err);
+        const fill_case *c = &fill_cases[i];
+        if (c->fill == -1e4f) { /* score + fill overflows fp16 only below about -55520 */
+            assert_true(rep.fills[1].value == -10000.0f);
+            assert_true(fabs(rep.fills[1].overflow_score - -55520.0) < 1.0);
+            assert_true(fabs(rep.leak_gap - (1e4 - 20.72)) < 0.01);
+        }
+        if (c->fill == -100.0f) /* the report says the score gap at which it leaks */
+            assert_true(fabs(rep.leak_gap - 79.28) < 0.01);
+        if (isinf(c->fill))
+            assert_true(isinf(rep.fills[1].value) && isinf(rep.leak_gap));
+        if (isfinite(c->fill) && c->fill < -1e38f) /* any negative score overflows it in f32 */
+            assert_true(rep.fills[0].overflow_score < -1e30 &&
+                        rep.fills[0].overflow_score > -1e32);
+        lp_leak_mask_report_free(&rep);
+    }
+}
+
+/* NaN and +inf cells; a mask stored as f16. */
 static void test_mask_additive(void **state)
 {
     (void)state;
     lp_error err = {0};
     lp_leak_mask_report rep;
     int64_t shape2[2] = {T, T};
-
-    /* -inf: exact; fp16 and bf16 keep -inf; no fully masked row, so no NaN */
-    float *m = additive_mask(-INFINITY, false);
-    assert_int_equal(check_npy("inf.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_int_equal(rep.encoding, LP_MASK_ENC_ADDITIVE);
-    assert_true(lp_leak_mask_passed(&rep));
-    assert_true(rep.has_fill && isinf(rep.fill));
-    assert_true(isinf(rep.fills[1].value));
-    assert_false(rep.fills[1].overflows);
-    assert_int_equal(rep.fills[1].nan_rows, 0);
-    lp_leak_mask_report_free(&rep);
-    free(m);
-    /* -inf with a fully masked row: NaN in every dtype, and that row's key 0 is blocked */
-    m = additive_mask(-INFINITY, true);
-    assert_int_equal(check_npy("inf0.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_int_equal(rep.nan_rows, 1);
-    assert_int_equal(rep.fully_masked_rows, 1);
-    assert_int_equal(rep.fills[0].nan_rows, 1);
-    assert_int_equal(rep.fills[1].nan_rows, 1);
-    assert_int_equal(rep.blocked_count, 1);
-    assert_false(lp_leak_mask_passed(&rep));
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
-    /* -1e9: fine in fp32 and bf16, -inf in fp16; the blind row is NaN only in fp16 */
-    m = additive_mask(-1e9f, true);
-    assert_int_equal(check_npy("1e9.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_true(rep.fill == -1e9f);
-    assert_false(rep.fills[0].overflows);
-    assert_true(rep.fills[1].overflows);
-    assert_true(isinf(rep.fills[1].value));
-    assert_false(rep.fills[2].overflows);
-    assert_int_equal(rep.nan_rows, 0);
-    assert_int_equal(rep.fills[0].nan_rows, 0);
-    assert_int_equal(rep.fills[1].nan_rows, 1);
-    assert_int_equal(rep.fills[2].nan_rows, 0);
-    assert_int_equal(rep.leak_count, 0);
-    assert_false(rep.weak_fill);
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
-    /* -1e4: representable in fp16 (no overflow), passes; score + fill overflows fp16 only for
-     * scores below about -55520 */
-    m = additive_mask(-1e4f, false);
-    assert_int_equal(check_npy("1e4.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_true(lp_leak_mask_passed(&rep));
-    assert_false(rep.fills[1].overflows);
-    assert_true(rep.fills[1].value == -10000.0f);
-    assert_true(fabs(rep.fills[1].overflow_score - -55520.0) < 1.0);
-    assert_true(fabs(rep.leak_gap - (1e4 - 20.72)) < 0.01);
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
-    /* -100: too weak; its cells count as visible, so the future leaks, and the report says the
-     * score gap at which it does (79.3) */
-    m = additive_mask(-100.0f, false);
-    assert_int_equal(check_npy("100.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_true(rep.weak_fill);
-    assert_int_equal(rep.leak_count, T * (T - 1) / 2);
-    assert_true(fabs(rep.leak_gap - 79.28) < 0.01);
-    assert_false(lp_leak_mask_passed(&rep));
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
     /* a NaN and a +inf cell: both rows give NaN; NaN cells count as visible (leaks above the
      * diagonal) */
-    m = additive_mask(-INFINITY, false);
+    float *m = additive_mask(-INFINITY, false);
     m[2 * T + 5] = NAN;
     m[4 * T + 1] = INFINITY;
     assert_int_equal(check_npy("nan.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
@@ -708,18 +734,6 @@ static void test_mask_additive(void **state)
     assert_int_equal(rep.leaks[0].query, 2);
     assert_int_equal(rep.leaks[0].key, 5);
     assert_false(lp_leak_mask_passed(&rep));
-    lp_leak_mask_report_free(&rep);
-    free(m);
-
-    /* torch.finfo(float32).min: exact in fp32, but -inf in fp16 AND bf16 (bf16's largest finite
-     * value is below it), and any negative score overflows it in fp32 */
-    m = additive_mask(-3.4028234663852886e38f, false);
-    assert_int_equal(check_npy("fmin.npy", "<f4", 2, shape2, m, T * T * 4, "causal", &rep, &err),
-                     LP_OK);
-    assert_true(lp_leak_mask_passed(&rep));
-    assert_false(rep.fills[0].overflows);
-    assert_true(rep.fills[1].overflows && rep.fills[2].overflows);
-    assert_true(rep.fills[0].overflow_score < -1e30 && rep.fills[0].overflow_score > -1e32);
     lp_leak_mask_report_free(&rep);
     free(m);
 
@@ -734,6 +748,68 @@ static void test_mask_additive(void **state)
     assert_true(rep.fill == -65504.0f);
     assert_true(rep.fills[1].overflow_score > -20.0 && rep.fills[1].overflow_score < 0.0);
     lp_leak_mask_report_free(&rep);
+}
+
+/* One causal [T, T] bool tensor named "mask" in a .safetensors file. */
+static void write_causal_safetensors(const char *path)
+{
+    lp_error err = {0};
+    lp_st_writer *w;
+    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
+    uint8_t *c = bool_mask(1, 1, T, RULE_CAUSAL, 0, -1, -1, RULE_CAUSAL);
+    int64_t shape_tt[2] = {T, T};
+    assert_int_equal(lp_st_writer_add(w, "mask", LP_DTYPE_BOOL, 2, shape_tt, c, &err), LP_OK);
+    assert_int_equal(lp_st_writer_write(w, path, &err), LP_OK);
+    lp_st_writer_destroy(w);
+    free(c);
+}
+
+/* Corrupt headers of a mask file: each an error naming the problem, never a read past the
+ * file. */
+static void check_corrupt_headers(const char *inner)
+{
+    lp_error err = {0};
+    lp_leak_mask_report rep;
+    lp_leak_mask_opts mo;
+    lp_leak_mask_opts_init(&mo);
+    write_causal_safetensors(inner);
+    FILE *f, *g = fopen(inner, "rb");
+    assert_non_null(g);
+    uint8_t image[4096];
+    size_t size = fread(image, 1, sizeof image, g);
+    fclose(g);
+    assert_true(size > 8 && size < sizeof image);
+    struct {
+        const char *what;
+        size_t at;
+        const char *bytes;
+        size_t n;
+        size_t cut; /* 0 = keep the size */
+        const char *msg;
+    } bad[] = {
+        {"length past the end", 0, "\xff\xff\x00\x00\x00\x00\x00\x00", 8, 0, "exceeds the file"},
+        {"truncated data", 0, NULL, 0, 0, "outside the"},
+        {"not JSON", 8, "[", 1, 0, "header byte"},
+        {"short file", 0, NULL, 0, 5, "shorter than"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint8_t copy[4096];
+        memcpy(copy, image, size);
+        size_t n = size;
+        if (bad[i].bytes)
+            memcpy(copy + bad[i].at, bad[i].bytes, bad[i].n);
+        if (i == 1)
+            n = size - 7; /* the data offsets now point past the end */
+        if (bad[i].cut)
+            n = bad[i].cut;
+        f = fopen(inner, "wb");
+        assert_non_null(f);
+        fwrite(copy, 1, n, f);
+        fclose(f);
+        lp_status st = lp_leak_check_mask_file(inner, &mo, &rep, &err);
+        if (st == LP_OK || !strstr(err.msg, bad[i].msg))
+            fail_msg("%s: status %d, '%s'", bad[i].what, (int)st, err.msg);
+    }
 }
 
 static void test_mask_safetensors(void **state)
@@ -805,59 +881,15 @@ static void test_mask_safetensors(void **state)
     assert_non_null(f);
     fprintf(f, "{\"model_type\": \"my-own-arch\", \"broken");
     fclose(f);
-    assert_int_equal(lp_st_writer_create(&w, &err), LP_OK);
-    uint8_t *c = bool_mask(1, 1, T, RULE_CAUSAL, 0, -1, -1, RULE_CAUSAL);
-    int64_t shape_tt[2] = {T, T};
-    assert_int_equal(lp_st_writer_add(w, "mask", LP_DTYPE_BOOL, 2, shape_tt, c, &err), LP_OK);
-    assert_int_equal(lp_st_writer_write(w, inner, &err), LP_OK);
-    lp_st_writer_destroy(w);
+    write_causal_safetensors(inner);
     lp_leak_mask_opts_init(&mo);
     assert_int_equal(lp_leak_check_mask_file(inner, &mo, &rep, &err), LP_OK);
     assert_true(lp_leak_mask_passed(&rep));
     lp_leak_mask_report_free(&rep);
-
-    /* corrupt headers: each an error naming the problem, never a read past the file */
-    FILE *g = fopen(inner, "rb");
-    assert_non_null(g);
-    uint8_t image[4096];
-    size_t size = fread(image, 1, sizeof image, g);
-    fclose(g);
-    assert_true(size > 8 && size < sizeof image);
-    struct {
-        const char *what;
-        size_t at;
-        const char *bytes;
-        size_t n;
-        size_t cut; /* 0 = keep the size */
-        const char *msg;
-    } bad[] = {
-        {"length past the end", 0, "\xff\xff\x00\x00\x00\x00\x00\x00", 8, 0, "exceeds the file"},
-        {"truncated data", 0, NULL, 0, 0, "outside the"},
-        {"not JSON", 8, "[", 1, 0, "header byte"},
-        {"short file", 0, NULL, 0, 5, "shorter than"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        uint8_t copy[4096];
-        memcpy(copy, image, size);
-        size_t n = size;
-        if (bad[i].bytes)
-            memcpy(copy + bad[i].at, bad[i].bytes, bad[i].n);
-        if (i == 1)
-            n = size - 7; /* the data offsets now point past the end */
-        if (bad[i].cut)
-            n = bad[i].cut;
-        f = fopen(inner, "wb");
-        assert_non_null(f);
-        fwrite(copy, 1, n, f);
-        fclose(f);
-        lp_status st = lp_leak_check_mask_file(inner, &mo, &rep, &err);
-        if (st == LP_OK || !strstr(err.msg, bad[i].msg))
-            fail_msg("%s: status %d, '%s'", bad[i].what, (int)st, err.msg);
-    }
+    check_corrupt_headers(inner);
     unlink(inner);
     unlink(cfg);
     rmdir(dir);
-    free(c);
 }
 
 static void test_mask_bad_files(void **state)
@@ -898,26 +930,29 @@ typedef struct family_case {
     const char *name;
     ref_config cfg;
     int64_t T;
+    /* clean: bit for bit (dense), or within the MoE tolerance with at most this |diff| */
+    bool bitwise;
+    double max_diff;
 } family_case;
 
 static const family_case family_cases[] = {
     {"gpt2", {.family = REF_GPT2, .vocab = 97, .hidden = 48, .n_layers = 2, .n_heads = 4,
               .n_kv_heads = 4, .head_dim = 12, .ffn = 192, .n_positions = 64, .eps = 1e-5,
-              .tied = true, .scale = 0.15}, 19},
+              .tied = true, .scale = 0.15}, 19, true, 0.0},
     {"mixtral", {.family = REF_MIXTRAL, .vocab = 101, .hidden = 32, .n_layers = 2, .n_heads = 4,
                  .n_kv_heads = 2, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
-                 .n_experts = 4, .top_k = 2, .scale = 0.2}, 23},
+                 .n_experts = 4, .top_k = 2, .scale = 0.2}, 23, false, 1e-4},
     {"gemma2", {.family = REF_GEMMA2, .vocab = 89, .hidden = 32, .n_layers = 3, .n_heads = 4,
                 .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
                 .tied = true, .window = 5, .query_pre_attn_scalar = 24, .attn_softcap = 5.0,
-                .final_softcap = 3.0, .scale = 0.2}, 17},
+                .final_softcap = 3.0, .scale = 0.2}, 17, true, 0.0},
     {"mistral", {.family = REF_LLAMA, .vocab = 71, .hidden = 32, .n_layers = 2, .n_heads = 4,
                  .n_kv_heads = 1, .head_dim = 8, .ffn = 44, .eps = 1e-5, .theta = 10000,
-                 .window = 4, .scale = 0.2}, 13},
+                 .window = 4, .scale = 0.2}, 13, true, 0.0},
     {"gemma3", {.family = REF_GEMMA3, .vocab = 67, .hidden = 32, .n_layers = 6, .n_heads = 4,
                 .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
                 .tied = true, .window = 3, .sliding_pattern = 3, .local_theta = 10000,
-                .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2}, 14},
+                .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2}, 14, true, 0.0},
 };
 
 /* Every family is clean (the alignment check aside: a random model with tied embeddings does
@@ -965,18 +1000,16 @@ static void test_model_families(void **state)
                 assert_true(clean);
                 assert_int_equal(r.leak_count, 0);
                 /* dense: bit for bit; MoE: within the stated tolerance, and not hidden */
-                if (fc->cfg.n_experts > 0) {
+                double worst = 0.0;
+                for (int l = 0; l <= r.n_layers; l++)
+                    worst = fmax(worst, r.layer_max_diff[l]);
+                printf("  %-8s perturbation: bitwise %d, max |diff| %.3g (budget %.0e)\n",
+                       fc->name, r.bitwise, worst, fc->max_diff);
+                assert_true(worst <= fc->max_diff);
+                if (fc->bitwise)
+                    assert_true(r.bitwise && r.tolerance == 0.0);
+                else
                     assert_true(r.tolerance > 0.0);
-                    double worst = 0.0;
-                    for (int l = 0; l <= r.n_layers; l++)
-                        worst = fmax(worst, r.layer_max_diff[l]);
-                    printf("  %-8s MoE perturbation: bitwise %d, max |diff| %.3g\n", fc->name,
-                           r.bitwise, worst);
-                    assert_true(worst < 1e-4);
-                } else {
-                    assert_true(r.bitwise);
-                    assert_true(r.tolerance == 0.0);
-                }
             } else {
                 assert_false(clean);
                 assert_string_equal(r.diagnosis, lp_mask_fault_name(opts.fault));
@@ -1058,79 +1091,93 @@ static void test_model_clean(void **state)
     lp_model_close(m);
 }
 
+/* Each fault, without and with a forced window, and where its first sign shows. */
+typedef struct fault_case {
+    lp_mask_fault fault;
+    int64_t window;
+    int first_diff_layer; /* perturbation: -2 = nothing from the future reaches the past */
+    int64_t leak_batch, leak_query, leak_key; /* the first listed leaking cell; -1 = none listed
+                                                 or not checked */
+} fault_case;
+
+static const fault_case fault_cases[] = {
+    {LP_MASK_FAULT_OFF_BY_ONE, 0, 0, 0, 0, 1},       {LP_MASK_FAULT_OFF_BY_ONE, 4, 0, 0, 0, 1},
+    {LP_MASK_FAULT_TRANSPOSED, 0, 0, 0, 0, 1},       {LP_MASK_FAULT_TRANSPOSED, 4, 0, 0, 0, 1},
+    {LP_MASK_FAULT_NO_MASK, 0, 0, 0, 0, 1},          {LP_MASK_FAULT_NO_MASK, 4, 0, 0, 0, 1},
+    {LP_MASK_FAULT_WINDOW_PLUS_ONE, 0, -2, -1, -1, -1},
+    {LP_MASK_FAULT_WINDOW_PLUS_ONE, 4, -2, 0, 4, 0}, /* key q-4 visible to query q */
+    {LP_MASK_FAULT_PAD_AXIS, 0, -2, 1, -1, -1},      {LP_MASK_FAULT_PAD_AXIS, 4, -2, 1, -1, -1},
+};
+
+/* pad-axis: a real query of the left-padded item sees a padding key; the kernel on the padded
+ * spec lets real queries 3..12 of item 1 each see its 3 padding keys; and the left-padded item's
+ * real tokens no longer compute what the unpadded ones do, from layer 0 on, at its first real
+ * position (5 = 20 / 4). */
+static void check_pad_axis(const lp_leak_model_report *r)
+{
+    assert_true(r->structural.leak_padding_key > 0);
+    assert_true(r->leaks[0].key < 5);
+    bool kernel = false, padded = false;
+    const char *want = "left/right padding: 30 leaking, 0 blocked cells (kernel: 30 ";
+    for (int64_t i = 0; i < r->n_checks; i++) {
+        const lp_leak_check *c = &r->checks[i];
+        kernel = kernel || strstr(c->detail, want) != NULL;
+        if (strstr(c->detail, "padded batch: hidden states of") && c->layer == 0) {
+            assert_false(c->passed);
+            assert_int_equal(c->position, 5);
+            assert_true(c->max_abs_diff > 1e-3);
+            assert_non_null(strstr(c->detail, "item 1 (left-padded)"));
+            padded = true;
+        }
+    }
+    assert_true(kernel && padded);
+}
+
+static void check_fault(const fault_case *fc, const lp_leak_model_report *r)
+{
+    assert_false(r->passed);
+    assert_true(r->leak_count > 0);
+    if (strcmp(r->diagnosis, lp_mask_fault_name(fc->fault)) != 0)
+        print_error("inject %s window %lld: diagnosed %s\n", lp_mask_fault_name(fc->fault),
+                    (long long)fc->window, r->diagnosis);
+    assert_string_equal(r->diagnosis, lp_mask_fault_name(fc->fault));
+    assert_int_equal(r->first_diff_layer, fc->first_diff_layer);
+    if (fc->first_diff_layer == 0) {
+        /* the perturbation test sees it at the first cut, and the maps show the future */
+        assert_int_equal(r->first_diff_cut, 0);
+        assert_int_equal(r->first_diff_position, 0);
+        assert_false(r->bitwise);
+        assert_true(r->layer_max_diff[0] > 0.0);
+        assert_true(r->attn.leak_count > 0);
+    }
+    if (fc->leak_batch >= 0)
+        assert_int_equal(r->leaks[0].batch, fc->leak_batch);
+    if (fc->leak_query >= 0) {
+        assert_int_equal(r->leaks[0].query, fc->leak_query);
+        assert_int_equal(r->leaks[0].key, fc->leak_key);
+    }
+    if (fc->fault == LP_MASK_FAULT_OFF_BY_ONE)
+        assert_int_equal(r->attn.leak_future, 0);
+    if (fc->fault == LP_MASK_FAULT_WINDOW_PLUS_ONE && fc->window > 0)
+        assert_int_equal(r->attn.leak_window_edge, r->attn.leak_count);
+    if (fc->fault == LP_MASK_FAULT_PAD_AXIS)
+        check_pad_axis(r);
+}
+
 static void test_model_faults(void **state)
 {
     (void)state;
     lp_model *m = stories();
     lp_error err = {0};
-    for (int f = LP_MASK_FAULT_NONE + 1; f < LP_MASK_FAULT_COUNT; f++) {
-        for (int with_window = 0; with_window < 2; with_window++) {
-            lp_leak_model_opts opts;
-            lp_leak_model_opts_init(&opts);
-            opts.fault = (lp_mask_fault)f;
-            opts.window = with_window ? 4 : 0;
-            lp_leak_model_report r;
-            assert_int_equal(lp_leak_check_model(m, prompt_ids, 20, &opts, &r, &err), LP_OK);
-            assert_false(r.passed);
-            assert_true(r.leak_count > 0);
-            if (strcmp(r.diagnosis, lp_mask_fault_name(opts.fault)) != 0)
-                print_error("inject %s window %lld: diagnosed %s\n", lp_mask_fault_name(opts.fault),
-                            (long long)opts.window, r.diagnosis);
-            assert_string_equal(r.diagnosis, lp_mask_fault_name(opts.fault));
-            bool future = f == LP_MASK_FAULT_OFF_BY_ONE || f == LP_MASK_FAULT_TRANSPOSED ||
-                          f == LP_MASK_FAULT_NO_MASK;
-            if (future) {
-                /* the perturbation test sees it, at the first layer, at the first cut */
-                assert_int_equal(r.first_diff_layer, 0);
-                assert_int_equal(r.first_diff_cut, 0);
-                assert_int_equal(r.first_diff_position, 0);
-                assert_false(r.bitwise);
-                assert_true(r.layer_max_diff[0] > 0.0);
-                /* the attention maps show the future with nonzero probability */
-                assert_true(r.attn.leak_count > 0);
-                assert_int_equal(r.leaks[0].batch, 0);
-                assert_int_equal(r.leaks[0].query, 0);
-                assert_int_equal(r.leaks[0].key, 1);
-            } else {
-                assert_int_equal(r.first_diff_layer, -2); /* nothing from the future */
-            }
-            if (f == LP_MASK_FAULT_OFF_BY_ONE)
-                assert_int_equal(r.attn.leak_future, 0);
-            if (f == LP_MASK_FAULT_WINDOW_PLUS_ONE && with_window) {
-                /* with a window the attention maps catch it: key q-4 visible to query q */
-                assert_true(r.attn.leak_count > 0);
-                assert_int_equal(r.attn.leak_window_edge, r.attn.leak_count);
-                assert_int_equal(r.leaks[0].query, 4);
-                assert_int_equal(r.leaks[0].key, 0);
-            }
-            if (f == LP_MASK_FAULT_PAD_AXIS) {
-                /* the padded batch: a real query of the left-padded item sees a padding key */
-                assert_true(r.structural.leak_padding_key > 0);
-                assert_int_equal(r.leaks[0].batch, 1);
-                assert_true(r.leaks[0].key < 5); /* pad = 20 / 4 */
-                /* the kernel on the padded spec: real queries 3..12 of item 1 each see its 3
-                 * padding keys */
-                bool found = false;
-                const char *want = "left/right padding: 30 leaking, 0 blocked cells (kernel: 30 ";
-                for (int64_t i = 0; i < r.n_checks; i++)
-                    found = found || strstr(r.checks[i].detail, want) != NULL;
-                assert_true(found);
-                /* and the left-padded item's real tokens no longer compute what the unpadded
-                 * ones do, from layer 0 on, at its first real position (5) */
-                found = false;
-                for (int64_t i = 0; i < r.n_checks; i++)
-                    if (strstr(r.checks[i].detail, "padded batch: hidden states of") &&
-                        r.checks[i].layer == 0) {
-                        assert_false(r.checks[i].passed);
-                        assert_int_equal(r.checks[i].position, 5);
-                        assert_true(r.checks[i].max_abs_diff > 1e-3);
-                        assert_non_null(strstr(r.checks[i].detail, "item 1 (left-padded)"));
-                        found = true;
-                    }
-                assert_true(found);
-            }
-            lp_leak_model_report_free(&r);
-        }
+    for (size_t i = 0; i < sizeof fault_cases / sizeof fault_cases[0]; i++) {
+        lp_leak_model_opts opts;
+        lp_leak_model_opts_init(&opts);
+        opts.fault = fault_cases[i].fault;
+        opts.window = fault_cases[i].window;
+        lp_leak_model_report r;
+        assert_int_equal(lp_leak_check_model(m, prompt_ids, 20, &opts, &r, &err), LP_OK);
+        check_fault(&fault_cases[i], &r);
+        lp_leak_model_report_free(&r);
     }
     lp_model_close(m);
 }
@@ -1140,8 +1187,9 @@ int main(void)
     const struct CMUnitTest unit[] = {
         cmocka_unit_test(test_definitions),       cmocka_unit_test(test_decode_alignment),
         cmocka_unit_test(test_engine_faults),     cmocka_unit_test(test_mask_bool_npy),
-        cmocka_unit_test(test_mask_heads_and_docs), cmocka_unit_test(test_mask_additive),
-        cmocka_unit_test(test_mask_padding),
+        cmocka_unit_test(test_mask_heads_and_docs), cmocka_unit_test(test_mask_fill_gaps),
+        cmocka_unit_test(test_mask_additive),
+        cmocka_unit_test(test_mask_padding),     cmocka_unit_test(test_padding_files),
         cmocka_unit_test(test_mask_safetensors),  cmocka_unit_test(test_mask_bad_files),
         cmocka_unit_test(test_alignment),         cmocka_unit_test(test_model_families),
     };

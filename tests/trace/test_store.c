@@ -1,17 +1,20 @@
 /* Tests of the SQLite trace store: what a run writes (maps, head statistics, predictions, logits,
- * MoE routing) against tests/support/ref_forward.c, selections, f16 maps, killed and failed runs, and
- * refusing a database from a newer loupe. */
+ * MoE routing) against tests/support/ref_forward.c, read back through the store's typed reads;
+ * selections and f16 maps; killed and failed runs; leak-check rows; refusing a database from a
+ * newer loupe and migrating an older one. Rows the store never writes are planted, and rows it
+ * wrote looked at, with plain SQL through lp_store_sql (tests/support/store_test_util.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "test_util.h"
 
 #include <jansson.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/dtype.h"
 #include "ref_forward.h"
+#include "store_test_util.h"
+#include "trace/store/store.h"
 #include "trace/trace.h"
 
 typedef struct fixture {
@@ -59,6 +62,17 @@ static void fixture_free(fixture *f)
     assert_int_equal(system(cmd), 0);
 }
 
+/* The fixture and a store writing into its database. */
+static lp_store *fixture_open(fixture *f, ref_family family, const char *tag)
+{
+    fixture_init(f, family, tag);
+    lp_store *store;
+    lp_error err = {0};
+    if (lp_store_open(f->db, &store, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    return store;
+}
+
 /* One complete traced run; returns its id. */
 static int64_t trace_run(fixture *f, lp_store *store, const lp_store_opts *sopts)
 {
@@ -87,29 +101,8 @@ static int64_t trace_run(fixture *f, lp_store *store, const lp_store_opts *sopts
     return run_id;
 }
 
-static int64_t query_int(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
-        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
-    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(q, 0);
-    sqlite3_finalize(q);
-    return v;
-}
-
-static void query_text(sqlite3 *db, const char *sql, char *buf, size_t size)
-{
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
-        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
-    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-    const unsigned char *t = sqlite3_column_text(q, 0);
-    snprintf(buf, size, "%s", t ? (const char *)t : "(null)");
-    sqlite3_finalize(q);
-}
-
-/* Head statistics recomputed here from the reference probabilities, the README's definitions. */
+/* Head statistics recomputed here from the reference probabilities, the README's definitions, in
+ * the order of lp_head_stat. */
 static void expected_stats(const fixture *f, int64_t l, int64_t h, int64_t window, double *out)
 {
     int64_t T = f->T, NH = f->cfg.n_heads;
@@ -142,177 +135,268 @@ static void expected_stats(const fixture *f, int64_t l, int64_t h, int64_t windo
         }
         norm += sqrt(ss);
     }
-    out[0] = ent / (double)T;
-    out[1] = mx / (double)T;
-    out[2] = sink / (double)T;
-    out[3] = prev / (double)(T - 1);
-    out[4] = self / (double)T;
-    out[5] = dist / (double)T;
-    out[6] = local / (double)T;
-    out[7] = norm / (double)T;
+    double values[LP_STAT_COUNT] = {ent / (double)T,      mx / (double)T,   sink / (double)T,
+                                    prev / (double)(T - 1), self / (double)T, dist / (double)T,
+                                    local / (double)T,    norm / (double)T};
+    memcpy(out, values, sizeof values);
 }
 
-static void test_complete_run_f32(void **state)
+/* ---- what a run writes, case by case ---------------------------------------------------------- */
+
+typedef struct store_case {
+    const char *name;
+    ref_family family;
+    lp_maps_dtype maps;
+    lp_logits_mode logits;
+    int64_t top_k, local_window;
+    const char *layers, *heads; /* map selection, lp_parse_index_list syntax */
+    double map_tolerance;       /* max |stored - reference| probability (f16 spacing near 1 is
+                                   4.9e-4) */
+} store_case;
+
+static const store_case store_cases[] = {
+    {"llama: f32 maps, full logits, top-3, window 3", REF_LLAMA, LP_MAPS_F32, LP_LOGITS_FULL, 3, 3,
+     "all", "all", 1e-5},
+    {"llama: f16 maps of layer 1, heads 0 and 2", REF_LLAMA, LP_MAPS_F16, LP_LOGITS_TOPK, 5, 8,
+     "1", "0,2", 5e-4},
+    {"llama: no maps, statistics only", REF_LLAMA, LP_MAPS_NONE, LP_LOGITS_TOPK, 5, 8, "all", "all",
+     0},
+    {"mixtral: f16 maps and expert routing", REF_MIXTRAL, LP_MAPS_F16, LP_LOGITS_TOPK, 2, 8, "all",
+     "all", 5e-4},
+};
+
+/* Every stored map equals the reference; the maps not selected are not there. */
+static void check_maps(const fixture *f, lp_store *rd, const lp_store_run *run,
+                       const store_case *c, const bool *layers, const bool *heads)
 {
-    (void)state;
-    fixture f;
-    fixture_init(&f, REF_LLAMA, "f32");
-    lp_store *store;
-    lp_error err = {0};
-    assert_int_equal(lp_store_open(f.db, &store, &err), LP_OK);
-    lp_store_opts sopts;
-    lp_store_opts_init(&sopts);
-    sopts.maps = LP_MAPS_F32;
-    sopts.logits = LP_LOGITS_FULL;
-    sopts.top_k = 3;
-    sopts.local_window = 3;
-    int64_t run1 = trace_run(&f, store, &sopts);
-    int64_t run2 = trace_run(&f, store, &sopts); /* runs are appended */
-    assert_true(run2 > run1);
-    sqlite3 *db = lp_store_db(store);
-    char sql[256], text[256];
-    snprintf(sql, sizeof sql, "SELECT status FROM runs WHERE id = %lld", (long long)run1);
-    query_text(db, sql, text, sizeof text);
-    assert_string_equal(text, "complete");
-    query_text(db, "SELECT value FROM meta WHERE key = 'schema_version'", text, sizeof text);
-    assert_string_equal(text, "1");
-    query_text(db, "PRAGMA journal_mode", text, sizeof text);
-    assert_string_equal(text, "wal");
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM tokens WHERE run_id = %lld", (long long)run1);
-    assert_int_equal(query_int(db, sql), f.T);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM attention WHERE run_id = %lld", (long long)run1);
-    assert_int_equal(query_int(db, sql), f.cfg.n_layers * f.cfg.n_heads);
-
-    /* Maps: exact f32 blobs equal to the reference probabilities. */
-    sqlite3_stmt *q;
-    snprintf(sql, sizeof sql, "SELECT layer, head, n_q, n_k, dtype, probs FROM attention WHERE run_id = %lld",
-             (long long)run1);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+    int64_t T = f->T, NH = f->cfg.n_heads, n_stored = 0;
     double worst = 0;
-    int64_t T = f.T, NH = f.cfg.n_heads;
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        int64_t l = sqlite3_column_int64(q, 0), h = sqlite3_column_int64(q, 1);
-        assert_int_equal(sqlite3_column_int64(q, 2), T);
-        assert_int_equal(sqlite3_column_int64(q, 3), T);
-        assert_string_equal((const char *)sqlite3_column_text(q, 4), "f32");
-        assert_int_equal(sqlite3_column_bytes(q, 5), T * T * 4);
-        const uint8_t *blob = sqlite3_column_blob(q, 5);
-        for (int64_t i = 0; i < T * T; i++)
-            worst = fmax(worst, fabs((double)lp_load_f32(blob + 4 * i) -
-                                     (double)f.ref.probs[(l * NH + h) * T * T + i]));
+    float *row = malloc((size_t)T * sizeof *row);
+    assert_non_null(row);
+    for (int64_t l = 0; l < f->cfg.n_layers; l++) {
+        for (int64_t h = 0; h < NH; h++) {
+            lp_store_map *map;
+            lp_error err = {0};
+            lp_status st = lp_store_map_open(rd, run, l, h, &map, &err);
+            if (c->maps == LP_MAPS_NONE || !layers[l] || !heads[h]) {
+                assert_int_equal(st, LP_ERR_NOT_FOUND);
+                continue;
+            }
+            if (st != LP_OK)
+                fail_msg("%s: layer %lld head %lld: %s", c->name, (long long)l, (long long)h,
+                         err.msg);
+            int64_t n_q, n_k;
+            lp_store_map_shape(map, &n_q, &n_k);
+            assert_int_equal(n_q, T);
+            assert_int_equal(n_k, T);
+            for (int64_t q = 0; q < T; q++) {
+                assert_int_equal(lp_store_map_read(map, q, 0, T, row, &err), LP_OK);
+                for (int64_t k = 0; k < T; k++)
+                    worst = fmax(worst, fabs((double)row[k] -
+                                             (double)f->ref.probs[((l * NH + h) * T + q) * T + k]));
+            }
+            lp_store_map_close(map);
+            n_stored++;
+        }
     }
-    sqlite3_finalize(q);
-    printf("  f32 maps vs reference: %.2e\n", worst);
-    assert_true(worst <= 1e-5);
+    free(row);
+    const char *dtype = c->maps == LP_MAPS_F32 ? "f32" : "f16";
+    assert_int_equal(lp_test_sql_int(f->db, "SELECT count(*) FROM attention WHERE run_id = %lld "
+                                            "AND dtype = '%s'",
+                                     (long long)run->id, dtype),
+                     n_stored);
+    printf("  %s: %lld maps vs reference %.2e (budget %.0e)\n", c->name, (long long)n_stored,
+           worst, c->map_tolerance);
+    assert_true(worst <= c->map_tolerance);
+}
 
-    /* Head statistics against definitions applied to the reference probabilities. */
-    snprintf(sql, sizeof sql, "SELECT layer, head, entropy, max_prob, sink, prev_token, self, distance, "
-             "local_frac, local_window, output_norm FROM head_stats WHERE run_id = %lld", (long long)run1);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
-    int64_t rows = 0;
-    worst = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        double want[8];
-        expected_stats(&f, sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1), 3, want);
-        for (int i = 0; i < 7; i++)
-            worst = fmax(worst, fabs(sqlite3_column_double(q, 2 + i) - want[i]));
-        worst = fmax(worst, fabs(sqlite3_column_double(q, 10) - want[7]));
-        assert_int_equal(sqlite3_column_int64(q, 9), 3);
-        rows++;
+/* Statistics of every head, whatever the map selection. */
+static void check_head_stats(const fixture *f, lp_store *rd, const lp_store_run *run,
+                             const store_case *c)
+{
+    int64_t NH = f->cfg.n_heads, LH = f->cfg.n_layers * NH;
+    double worst = 0;
+    for (int s = 0; s < LP_STAT_COUNT; s++) {
+        double *values;
+        lp_error err = {0};
+        if (lp_store_read_head_stat(rd, run, (lp_head_stat)s, &values, &err) != LP_OK)
+            fail_msg("%s: %s", c->name, err.msg);
+        for (int64_t i = 0; i < LH; i++) {
+            double want[LP_STAT_COUNT];
+            expected_stats(f, i / NH, i % NH, c->local_window, want);
+            worst = fmax(worst, fabs(values[i] - want[s]));
+        }
+        free(values);
     }
-    sqlite3_finalize(q);
-    printf("  head_stats vs definitions: %.2e over %lld heads\n", worst, (long long)rows);
-    assert_int_equal(rows, f.cfg.n_layers * NH);
+    printf("  %s: head_stats vs definitions %.2e over %lld heads\n", c->name, worst,
+           (long long)LH);
     assert_true(worst <= 1e-5);
+    assert_int_equal(lp_test_sql_int(f->db, "SELECT count(*) FROM head_stats WHERE run_id = %lld "
+                                            "AND local_window = %lld",
+                                     (long long)run->id, (long long)c->local_window),
+                     LH);
+}
 
-    /* Predictions: top-1 is the reference argmax, probabilities sum below 1 and are ordered. */
-    int64_t V = f.cfg.vocab;
+/* Top-1 is the reference argmax, probabilities are ordered by rank. */
+static void check_predictions(const fixture *f, int64_t run_id, const store_case *c)
+{
+    int64_t V = f->cfg.vocab, T = f->T;
     for (int64_t t = 0; t < T; t++) {
         int64_t best = 0;
         for (int64_t i = 1; i < V; i++)
-            if (f.ref.logits[t * V + i] > f.ref.logits[t * V + best])
+            if (f->ref.logits[t * V + i] > f->ref.logits[t * V + best])
                 best = i;
-        snprintf(sql, sizeof sql, "SELECT token_id FROM predictions WHERE run_id = %lld AND pos = %lld "
-                 "AND rank = 0", (long long)run1, (long long)t);
-        assert_int_equal(query_int(db, sql), best);
+        assert_int_equal(lp_test_sql_int(f->db, "SELECT token_id FROM predictions WHERE run_id = "
+                                                "%lld AND pos = %lld AND rank = 0",
+                                         (long long)run_id, (long long)t),
+                         best);
     }
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM predictions WHERE run_id = %lld", (long long)run1);
-    assert_int_equal(query_int(db, sql), T * 3);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM predictions a JOIN predictions b ON a.run_id = b.run_id "
-             "AND a.pos = b.pos AND b.rank = a.rank + 1 WHERE a.run_id = %lld AND b.prob > a.prob",
-             (long long)run1);
-    assert_int_equal(query_int(db, sql), 0);
+    assert_int_equal(lp_test_sql_int(f->db, "SELECT count(*) FROM predictions WHERE run_id = %lld",
+                                     (long long)run_id),
+                     T * c->top_k);
+    assert_int_equal(lp_test_sql_int(f->db, "SELECT count(*) FROM predictions a JOIN predictions b "
+                                            "ON a.run_id = b.run_id AND a.pos = b.pos AND b.rank = "
+                                            "a.rank + 1 WHERE a.run_id = %lld AND b.prob > a.prob",
+                                     (long long)run_id),
+                     0);
+}
 
-    /* Full logits: little-endian f32 rows equal to the reference. */
-    snprintf(sql, sizeof sql, "SELECT pos, data FROM logits WHERE run_id = %lld ORDER BY pos", (long long)run1);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
-    worst = 0;
-    rows = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        int64_t t = sqlite3_column_int64(q, 0);
-        assert_int_equal(sqlite3_column_bytes(q, 1), V * 4);
-        const uint8_t *blob = sqlite3_column_blob(q, 1);
-        for (int64_t i = 0; i < V; i++)
-            worst = fmax(worst, fabs((double)lp_load_f32(blob + 4 * i) - (double)f.ref.logits[t * V + i]));
-        rows++;
+typedef struct logits_check {
+    const fixture *f;
+    int64_t rows;
+    double worst;
+} logits_check;
+
+static lp_status logits_row(void *ctx, const lp_sql_value *cols, int n_cols, lp_error *err)
+{
+    (void)err;
+    logits_check *lc = ctx;
+    int64_t V = lc->f->cfg.vocab, t = cols[0].i;
+    assert_int_equal(n_cols, 2);
+    assert_int_equal(cols[1].type, LP_SQL_BLOB);
+    assert_int_equal(cols[1].bytes, V * 4);
+    for (int64_t i = 0; i < V; i++)
+        lc->worst = fmax(lc->worst, fabs((double)lp_load_f32((const uint8_t *)cols[1].data + 4 * i) -
+                                         (double)lc->f->ref.logits[t * V + i]));
+    lc->rows++;
+    return LP_OK;
+}
+
+/* Full logits: little-endian f32 rows equal to the reference; none unless asked for. */
+static void check_logits(const fixture *f, int64_t run_id, const store_case *c)
+{
+    logits_check lc = {f, 0, 0};
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT pos, data FROM logits WHERE run_id = %lld ORDER BY pos",
+             (long long)run_id);
+    lp_error err = {0};
+    assert_int_equal(lp_store_sql(f->db, sql, logits_row, &lc, &err), LP_OK);
+    assert_int_equal(lc.rows, c->logits == LP_LOGITS_FULL ? f->T : 0);
+    if (lc.rows > 0)
+        printf("  %s: full logits vs reference %.2e\n", c->name, lc.worst);
+    assert_true(lc.worst <= 1e-4);
+}
+
+/* MoE: tokens per expert equal the reference's routing; router entropy within [0, ln E]. */
+static void check_routing(const fixture *f, int64_t run_id)
+{
+    int64_t L = f->cfg.n_layers, E = f->cfg.n_experts, K = f->cfg.top_k, T = f->T;
+    for (int64_t l = 0; l < L; l++) {
+        for (int64_t e = 0; e < E; e++) {
+            int64_t want = 0;
+            for (int64_t i = 0; i < T * K; i++)
+                want += f->ref.experts[l * T * K + i] == e;
+            assert_int_equal(lp_test_sql_int(f->db, "SELECT tokens FROM expert_routing WHERE "
+                                                    "run_id = %lld AND layer = %lld AND expert = "
+                                                    "%lld",
+                                             (long long)run_id, (long long)l, (long long)e),
+                             want);
+        }
     }
-    sqlite3_finalize(q);
-    assert_int_equal(rows, T);
-    printf("  full logits vs reference: %.2e\n", worst);
-    assert_true(worst <= 1e-4);
+    assert_int_equal(lp_test_sql_int(f->db, "SELECT count(*) FROM router_stats WHERE run_id = %lld "
+                                            "AND mean_entropy > 0 AND mean_entropy <= %.17g",
+                                     (long long)run_id, log((double)E) + 1e-9),
+                     L);
+    assert_int_equal(lp_test_sql_int(f->db, "SELECT count(*) FROM expert_routing WHERE run_id = "
+                                            "%lld AND tokens > 0 AND (mean_weight <= 0 OR "
+                                            "mean_weight > 1)",
+                                     (long long)run_id),
+                     0);
+}
+
+static void run_store_case(const store_case *c)
+{
+    fixture f;
+    lp_store *store = fixture_open(&f, c->family, c->family == REF_MIXTRAL ? "moe" : "llama");
+    bool layers[8], heads[8];
+    lp_error err = {0};
+    assert_int_equal(lp_parse_index_list(c->layers, f.cfg.n_layers, layers, &err), LP_OK);
+    assert_int_equal(lp_parse_index_list(c->heads, f.cfg.n_heads, heads, &err), LP_OK);
+    lp_store_opts sopts;
+    lp_store_opts_init(&sopts);
+    sopts.maps = c->maps;
+    sopts.logits = c->logits;
+    sopts.top_k = c->top_k;
+    sopts.local_window = c->local_window;
+    sopts.layers = layers;
+    sopts.heads = heads;
+    int64_t run_id = trace_run(&f, store, &sopts);
+
+    lp_store *rd;
+    lp_store_run run;
+    bool incomplete;
+    assert_int_equal(lp_store_open_read(f.db, &rd, &err), LP_OK);
+    assert_int_equal(lp_store_read_run(rd, 0, "trace", &run, &incomplete, &err), LP_OK);
+    assert_int_equal(run.id, run_id);
+    assert_false(incomplete);
+    assert_string_equal(run.status, "complete");
+    assert_int_equal(run.n_tokens, f.T);
+    assert_int_equal(run.n_layers, f.cfg.n_layers);
+    assert_string_equal(run.maps_dtype, c->maps == LP_MAPS_F32   ? "f32"
+                                        : c->maps == LP_MAPS_F16 ? "f16"
+                                                                 : "none");
+    assert_string_equal(run.prompt, "a test prompt");
+    char **texts;
+    int64_t n_texts;
+    assert_int_equal(lp_store_read_tokens(rd, run_id, &texts, &n_texts, &err), LP_OK);
+    assert_int_equal(n_texts, f.T);
+    assert_string_equal(texts[0], "<3>"); /* no tokenizer: the id is the piece */
+    lp_store_free_texts(texts, n_texts);
+    check_maps(&f, rd, &run, c, layers, heads);
+    check_head_stats(&f, rd, &run, c);
+    lp_store_run_clear(&run);
+    lp_store_close(rd);
+    check_predictions(&f, run_id, c);
+    check_logits(&f, run_id, c);
+    if (f.cfg.n_experts > 0)
+        check_routing(&f, run_id);
     lp_store_close(store);
     fixture_free(&f);
 }
 
-static void test_f16_maps_and_selection(void **state)
+static void test_store_cases(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof store_cases / sizeof store_cases[0]; i++)
+        run_store_case(&store_cases[i]);
+}
+
+/* Runs are appended to one database in WAL mode with its schema version. */
+static void test_schema_and_appended_runs(void **state)
 {
     (void)state;
     fixture f;
-    fixture_init(&f, REF_LLAMA, "f16");
-    lp_store *store;
-    lp_error err = {0};
-    assert_int_equal(lp_store_open(f.db, &store, &err), LP_OK);
-    bool layers[2] = {false, true}, heads[4] = {true, false, true, false};
-    lp_store_opts sopts;
-    lp_store_opts_init(&sopts);
-    sopts.layers = layers;
-    sopts.heads = heads;
-    int64_t run = trace_run(&f, store, &sopts);
-    sqlite3 *db = lp_store_db(store);
-    char sql[256];
-    snprintf(sql, sizeof sql, "SELECT layer, head, dtype, probs FROM attention WHERE run_id = %lld "
-             "ORDER BY layer, head", (long long)run);
-    sqlite3_stmt *q;
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
-    int64_t T = f.T, NH = f.cfg.n_heads, n = 0;
-    double worst = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        int64_t l = sqlite3_column_int64(q, 0), h = sqlite3_column_int64(q, 1);
-        assert_int_equal(l, 1);
-        assert_true(h == 0 || h == 2);
-        assert_string_equal((const char *)sqlite3_column_text(q, 2), "f16");
-        assert_int_equal(sqlite3_column_bytes(q, 3), T * T * 2);
-        const uint8_t *blob = sqlite3_column_blob(q, 3);
-        for (int64_t i = 0; i < T * T; i++)
-            worst = fmax(worst, fabs((double)lp_f16_to_f32(lp_load_u16(blob + 2 * i)) -
-                                     (double)f.ref.probs[(l * NH + h) * T * T + i]));
-        n++;
-    }
-    sqlite3_finalize(q);
-    printf("  f16 maps vs reference: %.2e (f16 spacing near 1 is 4.9e-4)\n", worst);
-    assert_int_equal(n, 2);
-    assert_true(worst <= 5e-4);
-    /* statistics are stored for every head regardless of the map selection */
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM head_stats WHERE run_id = %lld", (long long)run);
-    assert_int_equal(query_int(db, sql), 2 * NH);
-
-    /* --maps none: no attention rows, stats still there */
-    sopts.maps = LP_MAPS_NONE;
-    run = trace_run(&f, store, &sopts);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM attention WHERE run_id = %lld", (long long)run);
-    assert_int_equal(query_int(db, sql), 0);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM head_stats WHERE run_id = %lld", (long long)run);
-    assert_int_equal(query_int(db, sql), 2 * NH);
+    lp_store *store = fixture_open(&f, REF_LLAMA, "append");
+    int64_t run1 = trace_run(&f, store, NULL);
+    int64_t run2 = trace_run(&f, store, NULL);
+    assert_true(run2 > run1);
+    char text[64];
+    assert_string_equal(lp_test_sql_text(f.db, text, sizeof text, "SELECT value FROM meta WHERE "
+                                                                  "key = 'schema_version'"),
+                        "1");
+    assert_string_equal(lp_test_sql_text(f.db, text, sizeof text, "PRAGMA journal_mode"), "wal");
+    assert_int_equal(lp_test_sql_int(f.db, "SELECT count(*) FROM runs WHERE status = 'complete'"),
+                     2);
     lp_store_close(store);
     fixture_free(&f);
 }
@@ -357,13 +441,14 @@ static void test_killed_and_failed_runs(void **state)
     lp_store *store;
     lp_error err = {0};
     assert_int_equal(lp_store_open(f.db, &store, &err), LP_OK);
-    sqlite3 *db = lp_store_db(store);
     char text[64];
-    query_text(db, "SELECT status FROM runs WHERE id = 1", text, sizeof text);
-    assert_string_equal(text, "running");
-    assert_int_equal(query_int(db, "SELECT count(*) FROM tokens WHERE run_id = 1"), 0);
-    assert_int_equal(query_int(db, "SELECT count(*) FROM attention WHERE run_id = 1"), 0);
-    assert_int_equal(query_int(db, "SELECT count(*) FROM runs WHERE status = 'complete'"), 0);
+    assert_string_equal(lp_test_sql_text(f.db, text, sizeof text,
+                                         "SELECT status FROM runs WHERE id = 1"),
+                        "running");
+    assert_int_equal(lp_test_sql_int(f.db, "SELECT count(*) FROM tokens WHERE run_id = 1"), 0);
+    assert_int_equal(lp_test_sql_int(f.db, "SELECT count(*) FROM attention WHERE run_id = 1"), 0);
+    assert_int_equal(lp_test_sql_int(f.db, "SELECT count(*) FROM runs WHERE status = 'complete'"),
+                     0);
 
     /* An aborted run leaves no data and says 'failed'. */
     lp_run_info info;
@@ -374,18 +459,117 @@ static void test_killed_and_failed_runs(void **state)
     int64_t run_id;
     assert_int_equal(lp_store_begin_run(store, &info, NULL, &run_id, &err), LP_OK);
     lp_store_abort_run(store);
-    char sql[128];
-    snprintf(sql, sizeof sql, "SELECT status FROM runs WHERE id = %lld", (long long)run_id);
-    query_text(db, sql, text, sizeof text);
-    assert_string_equal(text, "failed");
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM tokens WHERE run_id = %lld", (long long)run_id);
-    assert_int_equal(query_int(db, sql), 0);
+    assert_string_equal(lp_test_sql_text(f.db, text, sizeof text,
+                                         "SELECT status FROM runs WHERE id = %lld",
+                                         (long long)run_id),
+                        "failed");
+    assert_int_equal(lp_test_sql_int(f.db, "SELECT count(*) FROM tokens WHERE run_id = %lld",
+                                     (long long)run_id),
+                     0);
     /* A second begin without an end is refused. */
     assert_int_equal(lp_store_begin_run(store, &info, NULL, &run_id, &err), LP_OK);
     assert_int_equal(lp_store_begin_run(store, &info, NULL, &run_id, &err), LP_ERR_USAGE);
     lp_store_close(store); /* rolls the open run back */
     fixture_free(&f);
 }
+
+/* ---- leak checks: rows in, rows out ----------------------------------------------------------- */
+
+typedef struct leak_row_case {
+    lp_leak_check in;
+    const char *stored; /* layer|position|max_abs_diff as SQLite prints them (NULL = empty) */
+} leak_row_case;
+
+static const leak_row_case leak_rows[] = {
+    {{"perturbation", true, 0, 3, 0.0, "ok"}, "0|3|0.0"},
+    {{"perturbation", false, 1, 3, 0.125, "leak"}, "1|3|0.125"},
+    {{"perturbation", false, -1, 5, 0.5, "logits"}, "-1|5|0.5"}, /* -1: the logits */
+    {{"attention_map", true, 1, -1, (double)NAN, "clean"}, "1||"},
+    {{"structural", false, -1, 7, (double)NAN, "spec"}, "|7|"}, /* -1: not per layer */
+    {{"alignment", true, -1, -1, (double)NAN, "loss"}, "||"},
+};
+
+static void test_leak_check_rows(void **state)
+{
+    (void)state;
+    fixture f;
+    lp_store *store = fixture_open(&f, REF_LLAMA, "leakrows");
+    lp_error err = {0};
+    size_t n = sizeof leak_rows / sizeof leak_rows[0];
+    lp_leak_check checks[sizeof leak_rows / sizeof leak_rows[0]];
+    for (size_t i = 0; i < n; i++)
+        checks[i] = leak_rows[i].in;
+    assert_int_equal(lp_store_add_leak_checks(store, checks, (int64_t)n, &err), LP_ERR_USAGE);
+    lp_run_info info;
+    memset(&info, 0, sizeof info);
+    info.kind = "leak";
+    info.arch = lp_model_arch(f.model);
+    info.tokens = f.ids;
+    info.n_tokens = f.T;
+    int64_t run_id, mask_run;
+    assert_int_equal(lp_store_begin_run(store, &info, NULL, &run_id, &err), LP_OK);
+    assert_int_equal(lp_store_add_leak_checks(store, checks, (int64_t)n, &err), LP_OK);
+    assert_int_equal(lp_store_end_run(store, 0.1, &err), LP_OK);
+    lp_leak_check mask = {"mask", false, -1, 2, (double)NAN, "obo.npy as causal"};
+    assert_int_equal(lp_store_add_mask_run(store, "/tmp/obo.npy", 8, 2, &mask, &mask_run, &err),
+                     LP_OK);
+    assert_true(mask_run > run_id);
+    lp_store_close(store);
+
+    for (size_t i = 0; i < n; i++) {
+        char got[128];
+        lp_test_sql_text(f.db, got, sizeof got,
+                         "SELECT coalesce(layer, '') || '|' || coalesce(position, '') || '|' || "
+                         "coalesce(max_abs_diff, '') FROM leak_checks WHERE run_id = %lld AND "
+                         "detail = '%s'",
+                         (long long)run_id, leak_rows[i].in.detail);
+        if (strcmp(got, leak_rows[i].stored) != 0)
+            fail_msg("row %zu (%s): stored '%s', want '%s'", i, leak_rows[i].in.name, got,
+                     leak_rows[i].stored);
+    }
+    char text[256];
+    assert_string_equal(lp_test_sql_text(f.db, text, sizeof text,
+                                         "SELECT status || ' ' || kind || ' ' || model_format || "
+                                         "' ' || architecture || ' ' || n_tokens || ' ' || "
+                                         "n_layers || ' ' || n_heads FROM runs WHERE id = %lld",
+                                         (long long)mask_run),
+                        "complete leak npy mask 8 0 2");
+    assert_string_equal(lp_test_sql_text(f.db, text, sizeof text,
+                                         "SELECT check_name || ' ' || passed || ' ' || "
+                                         "coalesce(layer, 'null') || ' ' || position FROM "
+                                         "leak_checks WHERE run_id = %lld",
+                                         (long long)mask_run),
+                        "mask 0 null 2");
+
+    /* Read back per layer: the logits (-1) first, in layer order, failures flagged. */
+    lp_store *rd;
+    assert_int_equal(lp_store_open_read(f.db, &rd, &err), LP_OK);
+    int64_t latest, *layers, n_layers;
+    double *diffs;
+    bool *failed;
+    assert_int_equal(lp_store_latest_leak_run(rd, &latest, &err), LP_OK);
+    assert_int_equal(latest, run_id); /* the mask run has no perturbation rows */
+    assert_int_equal(lp_store_read_leak_diffs(rd, run_id, &layers, &diffs, &failed, &n_layers,
+                                              &err),
+                     LP_OK);
+    assert_int_equal(n_layers, 3);
+    assert_int_equal(layers[0], -1);
+    assert_true(diffs[0] == 0.5 && failed[0]);
+    assert_true(diffs[1] == 0.0 && !failed[1]);
+    assert_true(diffs[2] == 0.125 && failed[2]);
+    free(layers);
+    free(diffs);
+    free(failed);
+    assert_int_equal(lp_store_read_leak_diffs(rd, mask_run, &layers, &diffs, &failed, &n_layers,
+                                              &err),
+                     LP_ERR_NOT_FOUND);
+    /* a read-only store writes nothing */
+    assert_int_equal(lp_store_begin_run(rd, &info, NULL, &run_id, &err), LP_ERR_USAGE);
+    lp_store_close(rd);
+    fixture_free(&f);
+}
+
+/* ---- databases from other loupes, and from no loupe at all ------------------------------------ */
 
 static void test_newer_schema_refused(void **state)
 {
@@ -396,27 +580,24 @@ static void test_newer_schema_refused(void **state)
     lp_store *store;
     lp_error err = {0};
     assert_int_equal(lp_store_open(path, &store, &err), LP_OK);
-    assert_int_equal(sqlite3_exec(lp_store_db(store),
-                                  "UPDATE meta SET value = '99' WHERE key = 'schema_version'", NULL,
-                                  NULL, NULL), SQLITE_OK);
     lp_store_close(store);
+    lp_test_sql_exec(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
     assert_int_equal(lp_store_open(path, &store, &err), LP_ERR_UNSUPPORTED);
     printf("  %s\n", err.msg);
     assert_non_null(strstr(err.msg, "99"));
     assert_null(strchr(err.msg, '\n'));
+    assert_int_equal(lp_store_open_read(path, &store, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "schema_version 99 is newer"));
 
     /* A version-1 database from before tokens.label: the column is added, runs still work. */
     remove(path);
-    sqlite3 *old_db;
-    assert_int_equal(sqlite3_open(path, &old_db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(old_db,
-                                  "CREATE TABLE tokens (run_id INTEGER NOT NULL, pos INTEGER NOT "
-                                  "NULL, token_id INTEGER NOT NULL, piece TEXT NOT NULL, PRIMARY "
-                                  "KEY (run_id, pos))", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(old_db);
+    lp_test_sql_exec(path, "CREATE TABLE tokens (run_id INTEGER NOT NULL, pos INTEGER NOT NULL, "
+                           "token_id INTEGER NOT NULL, piece TEXT NOT NULL, PRIMARY KEY (run_id, "
+                           "pos))");
     assert_int_equal(lp_store_open(path, &store, &err), LP_OK);
-    assert_int_equal(query_int(lp_store_db(store), "SELECT count(*) FROM pragma_table_info('tokens') "
-                                                   "WHERE name = 'label'"), 1);
+    assert_int_equal(lp_test_sql_int(path, "SELECT count(*) FROM pragma_table_info('tokens') "
+                                           "WHERE name = 'label'"),
+                     1);
     lp_store_close(store);
 
     /* Not a database at all. */
@@ -432,40 +613,11 @@ static void test_newer_schema_refused(void **state)
     remove(wal);
     assert_int_equal(lp_store_open(path, &store, &err), LP_ERR_SQLITE);
     printf("  %s\n", err.msg);
+    assert_int_equal(lp_store_open_read(path, &store, &err), LP_ERR_SQLITE);
+    assert_non_null(strstr(err.msg, path));
     remove(path);
-}
-
-static void test_moe_routing(void **state)
-{
-    (void)state;
-    fixture f;
-    fixture_init(&f, REF_MIXTRAL, "moe");
-    lp_store *store;
-    lp_error err = {0};
-    assert_int_equal(lp_store_open(f.db, &store, &err), LP_OK);
-    int64_t run = trace_run(&f, store, NULL);
-    sqlite3 *db = lp_store_db(store);
-    int64_t L = f.cfg.n_layers, E = f.cfg.n_experts, K = f.cfg.top_k, T = f.T;
-    for (int64_t l = 0; l < L; l++) {
-        for (int64_t e = 0; e < E; e++) {
-            int64_t want = 0;
-            for (int64_t i = 0; i < T * K; i++)
-                want += f.ref.experts[l * T * K + i] == e;
-            char sql[200];
-            snprintf(sql, sizeof sql, "SELECT tokens FROM expert_routing WHERE run_id = %lld AND "
-                     "layer = %lld AND expert = %lld", (long long)run, (long long)l, (long long)e);
-            assert_int_equal(query_int(db, sql), want);
-        }
-    }
-    char sql[200];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM router_stats WHERE run_id = %lld AND "
-             "mean_entropy > 0 AND mean_entropy <= %f", (long long)run, log((double)E) + 1e-9);
-    assert_int_equal(query_int(db, sql), L);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM expert_routing WHERE run_id = %lld AND tokens > 0 "
-             "AND (mean_weight <= 0 OR mean_weight > 1)", (long long)run);
-    assert_int_equal(query_int(db, sql), 0);
-    lp_store_close(store);
-    fixture_free(&f);
+    assert_int_equal(lp_store_open_read(path, &store, &err), LP_ERR_IO);
+    assert_non_null(strstr(err.msg, "no such file"));
 }
 
 static void test_index_list_and_top_k(void **state)
@@ -497,6 +649,24 @@ static void test_index_list_and_top_k(void **state)
     assert_int_equal(lp_top_k(logits, 3, 10, top), 3); /* k clipped to vocab */
 }
 
+typedef struct token_rows {
+    json_t *ids, *tokens;
+    size_t n;
+} token_rows;
+
+static lp_status token_row(void *ctx, const lp_sql_value *cols, int n_cols, lp_error *err)
+{
+    (void)err;
+    token_rows *tr = ctx;
+    assert_int_equal(n_cols, 2);
+    assert_true(tr->n < json_array_size(tr->ids));
+    assert_int_equal(cols[0].i, json_integer_value(json_array_get(tr->ids, tr->n)));
+    assert_string_equal((const char *)cols[1].data,
+                        json_string_value(json_array_get(tr->tokens, tr->n)));
+    tr->n++;
+    return LP_OK;
+}
+
 /* `loupe trace --prompt` on a model folder with a real tokenizer.json beside it: the stored ids
  * and pieces are Hugging Face's (../shared/tokenizers/tinyllama/reference.json). */
 static void test_cli_tokenizer_beside_model(void **state)
@@ -515,10 +685,10 @@ static void test_cli_tokenizer_beside_model(void **state)
     assert_non_null(ref);
     json_t *c0 = json_array_get(json_object_get(ref, "cases"), 0);
     const char *text = json_string_value(json_object_get(c0, "text"));
-    json_t *want_ids = json_object_get(json_object_get(c0, "with_special_tokens"), "ids");
-    json_t *want_tokens = json_object_get(json_object_get(c0, "with_special_tokens"), "tokens");
+    token_rows tr = {json_object_get(json_object_get(c0, "with_special_tokens"), "ids"),
+                     json_object_get(json_object_get(c0, "with_special_tokens"), "tokens"), 0};
     assert_non_null(text);
-    assert_true(json_array_size(want_ids) > 3);
+    assert_true(json_array_size(tr.ids) > 3);
 
     ref_config cfg = {.family = REF_LLAMA, .vocab = 32000, .hidden = 16, .n_layers = 1,
                       .n_heads = 2, .n_kv_heads = 1, .head_dim = 8, .ffn = 16, .eps = 1e-5,
@@ -536,27 +706,14 @@ static void test_cli_tokenizer_beside_model(void **state)
              dir, text, db);
     assert_int_equal(system(cmd), 0);
 
-    sqlite3 *conn;
-    assert_int_equal(sqlite3_open(db, &conn), SQLITE_OK);
-    sqlite3_stmt *q;
-    assert_int_equal(sqlite3_prepare_v2(conn, "SELECT pos, token_id, piece FROM tokens WHERE "
-                                              "run_id = 1 ORDER BY pos", -1, &q, NULL), SQLITE_OK);
-    size_t n = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        assert_true(n < json_array_size(want_ids));
-        assert_int_equal(sqlite3_column_int64(q, 1),
-                         json_integer_value(json_array_get(want_ids, n)));
-        assert_string_equal((const char *)sqlite3_column_text(q, 2),
-                            json_string_value(json_array_get(want_tokens, n)));
-        n++;
-    }
-    sqlite3_finalize(q);
-    assert_int_equal(n, json_array_size(want_ids));
-    char sql[64];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE status = 'complete'");
-    assert_int_equal(query_int(conn, sql), 1);
-    sqlite3_close(conn);
-    printf("  %zu tokens of \"%.30s...\" stored as Hugging Face's ids and pieces\n", n, text);
+    lp_error err = {0};
+    assert_int_equal(lp_store_sql(db, "SELECT token_id, piece FROM tokens WHERE run_id = 1 ORDER "
+                                      "BY pos",
+                                  token_row, &tr, &err),
+                     LP_OK);
+    assert_int_equal(tr.n, json_array_size(tr.ids));
+    assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'complete'"), 1);
+    printf("  %zu tokens of \"%.30s...\" stored as Hugging Face's ids and pieces\n", tr.n, text);
     json_decref(ref);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
@@ -566,11 +723,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_index_list_and_top_k),
-        cmocka_unit_test(test_complete_run_f32),
-        cmocka_unit_test(test_f16_maps_and_selection),
+        cmocka_unit_test(test_store_cases),
+        cmocka_unit_test(test_schema_and_appended_runs),
         cmocka_unit_test(test_killed_and_failed_runs),
+        cmocka_unit_test(test_leak_check_rows),
         cmocka_unit_test(test_newer_schema_refused),
-        cmocka_unit_test(test_moe_routing),
         cmocka_unit_test(test_cli_tokenizer_beside_model),
     };
     return cmocka_run_group_tests_name("store", tests, NULL, NULL);

@@ -1,6 +1,8 @@
-/* Tests of the synthetic model (trace/synth/synth.h): it loads, its tokenizer gives whole words, and
- * the real forward pass finds every planted head where the generator says it is. Broken
- * plantings (lp_synth_fault) must fail the same checks, so the checks can fail. */
+/* Tests of the synthetic models (trace/synth/synth.h). The planted model: it loads, its tokenizer
+ * gives whole words, and the real forward pass finds every planted head where the generator says
+ * it is; broken plantings (lp_synth_fault) must fail the same checks, so the checks can fail.
+ * The family writer: a table of families, each read back with its names, roles and layout, and
+ * the specs it must refuse. */
 #define _POSIX_C_SOURCE 200809L
 #include "test_util.h"
 
@@ -72,10 +74,15 @@ typedef struct capture {
     float *logits; /* [n_tokens, vocab] */
 } capture;
 
+/* Maps that fit the fixed arrays (a model larger than the planted one is not recorded) and the
+ * logits. */
 static bool cap_want(void *ctx, const lp_site *site)
 {
-    (void)ctx;
-    return site->kind == LP_SITE_ATTN_PROBS || site->kind == LP_SITE_LOGITS;
+    const capture *c = ctx;
+    if (site->kind == LP_SITE_LOGITS)
+        return true;
+    return site->kind == LP_SITE_ATTN_PROBS && site->layer < N_L && site->head < N_H &&
+           c->n_tokens <= T_MAX;
 }
 
 static lp_status cap_observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
@@ -180,13 +187,12 @@ static void run_and_measure(const char *dir, measured *m)
             }
             hm->induction /= n_ind;
         }
-    /* Predictions in the second copy: row q predicts token q + 1. */
+    /* Predictions in the second copy: row q predicts token q + 1 (top-1 by the trace's own
+     * lp_top_k, not lp_synth_check's loop). */
     for (int64_t q = second; q + 1 < T; q++) {
-        const float *lg = c->logits + q * c->vocab;
-        int64_t best = 0;
-        for (int64_t v = 1; v < c->vocab; v++)
-            if (lg[v] > lg[best])
-                best = v;
+        lp_prediction top;
+        assert_int_equal(lp_top_k(c->logits + q * c->vocab, c->vocab, 1, &top), 1);
+        int64_t best = top.token_id;
         int occurrences = 0;
         for (int64_t k = 1; k < second; k++)
             occurrences += m->tokens[k] == m->tokens[q];
@@ -557,6 +563,177 @@ static void test_refuses_foreign_folder(void **state)
     remove_synth_dir(dir);
 }
 
+/* ---- models of any family (lp_synth_write_family) -------------------------------------------- */
+
+/* Each family's tiny default model, written with the random fill: what the reader must find. */
+typedef struct family_case {
+    lp_synth_family family;
+    const char *arch_family;  /* lp_arch.family as the reader names it */
+    size_t n_tensors;         /* 2 layers; by hand from the family's layout */
+    const char *probe;        /* a tensor name the family has ... */
+    lp_role probe_role;       /* ... its role ... */
+    bool probe_transposed;    /* ... and whether it is stored [in, out] */
+    float norm_identity;      /* what the random fill writes into a norm weight */
+} family_case;
+
+static const family_case family_cases[] = {
+    /* embed + 2 x (2 norms, q k v o, gate up down) + norm + lm_head */
+    {LP_SYNTH_LLAMA, "llama", 21, "model.layers.1.mlp.gate_proj.weight", LP_ROLE_FFN_GATE, false, 1.0f},
+    {LP_SYNTH_MISTRAL, "mistral", 21, "model.layers.0.self_attn.o_proj.weight", LP_ROLE_ATTN_O, false, 1.0f},
+    /* + q, k, v biases per layer */
+    {LP_SYNTH_QWEN2, "qwen2", 27, "model.layers.1.self_attn.v_proj.bias", LP_ROLE_ATTN_V, false, 1.0f},
+    /* + q, k norms per layer */
+    {LP_SYNTH_QWEN3, "qwen3", 25, "model.layers.0.self_attn.k_norm.weight", LP_ROLE_ATTN_K_NORM, false, 1.0f},
+    /* per layer 2 norms, q k v o, router, 4 experts x 3 */
+    {LP_SYNTH_MIXTRAL, "mixtral", 41, "model.layers.1.block_sparse_moe.experts.3.w2.weight", LP_ROLE_EXPERT_DOWN, false, 1.0f},
+    /* tied: no lm_head */
+    {LP_SYNTH_GEMMA, "gemma", 20, "model.layers.1.post_attention_layernorm.weight", LP_ROLE_FFN_NORM, false, 0.0f},
+    /* four norms per layer */
+    {LP_SYNTH_GEMMA2, "gemma2", 24, "model.layers.1.post_attention_layernorm.weight", LP_ROLE_ATTN_POST_NORM, false, 0.0f},
+    {LP_SYNTH_GEMMA3, "gemma3_text", 28, "model.layers.0.pre_feedforward_layernorm.weight", LP_ROLE_FFN_NORM, false, 0.0f},
+    /* wte, wpe, 2 x 12 (weight and bias of ln_1, c_attn, c_proj, ln_2, c_fc, mlp.c_proj), ln_f x 2 */
+    {LP_SYNTH_GPT2, "gpt2", 28, "h.1.attn.c_attn.weight", LP_ROLE_ATTN_QKV, true, 1.0f},
+};
+
+static void check_family_case(const family_case *fc)
+{
+    char dir[512];
+    scratch_dir(dir, sizeof dir, lp_synth_family_name(fc->family));
+    lp_synth_spec spec;
+    lp_synth_spec_init(&spec, fc->family);
+    lp_error err = {0};
+    if (lp_synth_write_family(dir, &spec, &err) != LP_OK)
+        fail_msg("%s: %s", lp_synth_family_name(fc->family), err.msg);
+    lp_model *model;
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("%s: %s", lp_synth_family_name(fc->family), err.msg);
+    const lp_weights *w = lp_model_weights(model);
+    const lp_arch *a = lp_model_arch(model);
+    print_message("  %-8s -> %-12s %zu tensors\n", lp_synth_family_name(fc->family), a->family,
+                  lp_weights_count(w));
+    assert_string_equal(a->family, fc->arch_family);
+    assert_int_equal(lp_weights_count(w), fc->n_tensors);
+    assert_int_equal(a->n_layers, spec.n_layers);
+    assert_int_equal(a->hidden_size, spec.hidden);
+    assert_int_equal(a->n_kv_heads, spec.n_kv_heads);
+    assert_int_equal(a->tied_embeddings, spec.tied);
+    const lp_tensor *t = lp_weights_find_name(w, fc->probe);
+    if (!t)
+        fail_msg("%s: no tensor %s", lp_synth_family_name(fc->family), fc->probe);
+    assert_int_equal(t->role, fc->probe_role);
+    assert_int_equal(t->transposed, fc->probe_transposed);
+    /* the random fill: norms are the identity, matrices spread over [-scale, scale] */
+    const lp_tensor *norm = lp_weights_find(w, LP_ROLE_FFN_NORM, 1, -1, false);
+    const lp_tensor *embd = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
+    float nv[32], row[32];
+    assert_int_equal(lp_tensor_rows_f32(norm, 0, 1, nv, &err), LP_OK);
+    assert_int_equal(lp_tensor_rows_f32(embd, 5, 1, row, &err), LP_OK);
+    float lo = row[0], hi = row[0];
+    for (int i = 0; i < 32; i++) {
+        assert_true(nv[i] == fc->norm_identity);
+        lo = row[i] < lo ? row[i] : lo;
+        hi = row[i] > hi ? row[i] : hi;
+    }
+    assert_true(lo >= -0.02f && hi <= 0.02f && hi - lo > 0.01f);
+    /* and the forward pass runs on it */
+    int32_t ids[6] = {1, 5, 9, 13, 5, 63};
+    lp_batch batch = lp_batch_single(ids, 6);
+    assert_int_equal(lp_forward(model, &batch, NULL, &err), LP_OK);
+    lp_model_close(model);
+    remove_synth_dir(dir);
+}
+
+static void test_family_models(void **state)
+{
+    (void)state;
+    assert_int_equal(sizeof family_cases / sizeof family_cases[0], LP_SYNTH_FAMILY_COUNT);
+    for (size_t i = 0; i < sizeof family_cases / sizeof family_cases[0]; i++)
+        check_family_case(&family_cases[i]);
+}
+
+/* What lp_synth_write_family refuses, and the word its message names. */
+typedef struct bad_spec_case {
+    lp_synth_family family;
+    int64_t n_heads, n_kv_heads, top_k, rope_dim;
+    lp_dtype dtype;
+    const char *message;
+} bad_spec_case;
+
+static void test_family_bad_specs(void **state)
+{
+    (void)state;
+    static const bad_spec_case cases[] = {
+        {LP_SYNTH_LLAMA, 4, 3, 0, 0, LP_DTYPE_F32, "3 kv heads do not divide 4 heads"},
+        {LP_SYNTH_GPT2, 4, 2, 0, 0, LP_DTYPE_F32, "n_kv_heads = n_heads"},
+        {LP_SYNTH_MIXTRAL, 4, 2, 5, 0, LP_DTYPE_F32, "top_k 5 of 4 experts"},
+        {LP_SYNTH_QWEN3, 4, 2, 0, 9, LP_DTYPE_F32, "rope_dim 9"},
+        {LP_SYNTH_GEMMA, 4, 1, 0, 0, LP_DTYPE_Q8_0, "q8_0"},
+        {LP_SYNTH_FAMILY_COUNT, 4, 2, 0, 0, LP_DTYPE_F32, "family"},
+    };
+    char dir[512];
+    scratch_dir(dir, sizeof dir, "badspec");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bad_spec_case *bc = &cases[i];
+        lp_synth_spec spec;
+        lp_synth_spec_init(&spec, bc->family == LP_SYNTH_FAMILY_COUNT ? LP_SYNTH_LLAMA : bc->family);
+        spec.family = bc->family;
+        spec.n_heads = bc->n_heads;
+        spec.n_kv_heads = bc->n_kv_heads;
+        if (bc->top_k)
+            spec.top_k = bc->top_k;
+        spec.rope_dim = bc->rope_dim;
+        spec.dtype = bc->dtype;
+        lp_error err = {0};
+        assert_int_equal(lp_synth_write_family(dir, &spec, &err), LP_ERR_USAGE);
+        if (!strstr(err.msg, bc->message))
+            fail_msg("case %zu: '%s' does not say '%s'", i, err.msg, bc->message);
+        assert_false(lp_path_exists(dir)); /* refused before anything is written */
+    }
+}
+
+/* A fill of one's own is asked for every tensor, in the logical [out, in] layout, and its
+ * values come back through the reader (GPT-2's c_attn transposed back by the catalogue). */
+static lp_status fill_by_position(void *ctx, const lp_synth_tensor *t, float *data, lp_error *err)
+{
+    int *calls = ctx;
+    (void)err;
+    ++*calls;
+    int64_t cols = t->cols > 0 ? t->cols : 1;
+    for (int64_t r = 0; r < t->rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            data[r * cols + c] = (float)(t->role * 1000 + r) + (float)c / 1024.0f;
+    return LP_OK;
+}
+
+static void test_family_own_fill(void **state)
+{
+    (void)state;
+    char dir[512];
+    scratch_dir(dir, sizeof dir, "ownfill");
+    lp_synth_spec spec;
+    lp_synth_spec_init(&spec, LP_SYNTH_GPT2);
+    int calls = 0;
+    spec.fill = fill_by_position;
+    spec.fill_ctx = &calls;
+    lp_error err = {0};
+    assert_int_equal(lp_synth_write_family(dir, &spec, &err), LP_OK);
+    /* 28 tensors, c_attn's weight and bias asked for as three parts each: 2 x 2 x 2 more */
+    assert_int_equal(calls, 28 + 8);
+    lp_weights *w;
+    assert_int_equal(lp_weights_open(dir, &w, &err), LP_OK);
+    const lp_tensor *qkv = lp_weights_find_name(w, "h.0.attn.c_attn.weight");
+    assert_non_null(qkv);
+    assert_int_equal(qkv->shape[0], 32); /* stored [in 32, out 96] */
+    assert_int_equal(qkv->shape[1], 96);
+    float row[96];
+    assert_int_equal(lp_tensor_rows_f32(qkv, 3, 1, row, &err), LP_OK); /* input 3's weights */
+    assert_true(row[0] == (float)(LP_ROLE_ATTN_Q * 1000 + 0) + 3.0f / 1024.0f);
+    assert_true(row[32 + 7] == (float)(LP_ROLE_ATTN_K * 1000 + 7) + 3.0f / 1024.0f);
+    assert_true(row[64 + 31] == (float)(LP_ROLE_ATTN_V * 1000 + 31) + 3.0f / 1024.0f);
+    lp_weights_close(w);
+    remove_synth_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -567,6 +744,9 @@ int main(void)
         cmocka_unit_test(test_broken_plantings_fail),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_refuses_foreign_folder),
+        cmocka_unit_test(test_family_models),
+        cmocka_unit_test(test_family_bad_specs),
+        cmocka_unit_test(test_family_own_fill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,7 @@ void lp_forward_opts_init(lp_forward_opts *opts)
 /* Scratch layout for one sequence of T tokens; every buffer 64-byte aligned in one arena. */
 typedef struct scratch_plan {
     int64_t T;
+    int64_t q_dim, kv_dim, ffn; /* the widest layer's (lp_layer_shape_of) */
     int64_t n_prob_slots; /* heads computed at once, each with its own [T, T] slot */
     int64_t slot_stride;  /* floats between slots: T*T rounded up to a cache line, so threads
                              writing neighbouring slots never share one */
@@ -70,17 +71,42 @@ static bool plan_add(uint64_t *total, uint64_t n, uint64_t size)
     return lp_add_u64(*total, round64(bytes) + 64, total);
 }
 
-static bool make_plan(const lp_model *m, int64_t T, bool want_probs, int n_threads,
+static void widest_layer(const lp_arch *a, scratch_plan *p)
+{
+    p->q_dim = p->kv_dim = p->ffn = 0;
+    for (int l = 0; l < a->n_layers; l++) {
+        lp_layer_shape ls = lp_layer_shape_of(a, l);
+        p->q_dim = ls.q_dim > p->q_dim ? ls.q_dim : p->q_dim;
+        p->kv_dim = ls.kv_dim > p->kv_dim ? ls.kv_dim : p->kv_dim;
+        p->ffn = ls.ffn_hidden > p->ffn ? ls.ffn_hidden : p->ffn;
+    }
+}
+
+/* The [T, T] probability slots: one per head computed at once. */
+static bool plan_prob_slots(const lp_arch *a, bool want_probs, int n_threads, scratch_plan *p,
+                            uint64_t *total)
+{
+    uint64_t t = (uint64_t)p->T, tt, slots;
+    p->n_prob_slots = want_probs ? (n_threads < a->n_heads ? n_threads : a->n_heads) : 0;
+    p->slot_stride = 0;
+    if (p->n_prob_slots == 0)
+        return true;
+    if (!lp_mul_u64(t, t, &tt) || tt >= ((uint64_t)1 << 40))
+        return false;
+    tt = (tt + 15) / 16 * 16;
+    p->slot_stride = (int64_t)tt;
+    return lp_mul_u64((uint64_t)p->n_prob_slots, tt, &slots) && plan_add(total, slots, 4);
+}
+
+static bool make_plan(const lp_arch *a, int64_t T, bool want_probs, int n_threads,
                       scratch_plan *p)
 {
-    const lp_arch *a = &m->arch;
-    uint64_t t = (uint64_t)T, H = (uint64_t)a->hidden_size;
-    uint64_t qkv_w = (uint64_t)(m->max_q_dim + 2 * m->max_kv_dim);
-    uint64_t ffn = (uint64_t)m->max_ffn, total = 0;
+    uint64_t t = (uint64_t)T, H = (uint64_t)a->hidden_size, total = 0;
     uint64_t E = (uint64_t)(a->n_experts > 0 ? a->n_experts : 0);
     uint64_t K = (uint64_t)(a->n_experts_per_tok > 0 ? a->n_experts_per_tok : 0);
     p->T = T;
-    p->n_prob_slots = want_probs ? (n_threads < a->n_heads ? n_threads : a->n_heads) : 0;
+    widest_layer(a, p);
+    uint64_t qkv_w = (uint64_t)(p->q_dim + 2 * p->kv_dim), ffn = (uint64_t)p->ffn;
     int64_t rows = (int64_t)(LOGITS_CHUNK_FLOATS / (uint64_t)a->vocab_size);
     if (rows < 1)
         rows = 1;
@@ -88,18 +114,12 @@ static bool make_plan(const lp_model *m, int64_t T, bool want_probs, int n_threa
     p->ffn_rows = T < FFN_CHUNK_ROWS ? T : FFN_CHUNK_ROWS;
     uint64_t fr = (uint64_t)p->ffn_rows;
     bool ok = plan_add(&total, t * 3, H * 4) && plan_add(&total, t, qkv_w * 4) &&
-              plan_add(&total, t, (uint64_t)m->max_q_dim * 4) && plan_add(&total, fr, 2 * ffn * 4) &&
-              plan_add(&total, fr, ffn * 4) && plan_add(&total, (uint64_t)a->n_heads * t, sizeof(lp_attn_row_stats)) &&
+              plan_add(&total, t, (uint64_t)p->q_dim * 4) && plan_add(&total, fr, 2 * ffn * 4) &&
+              plan_add(&total, fr, ffn * 4) &&
+              plan_add(&total, (uint64_t)a->n_heads * t, sizeof(lp_attn_row_stats)) &&
               plan_add(&total, (uint64_t)p->logits_rows, (uint64_t)a->vocab_size * 4) &&
               plan_add(&total, 2 * (uint64_t)(a->rope_dim / 2 + 1), 4) && plan_add(&total, t, 8);
-    p->slot_stride = 0;
-    if (ok && p->n_prob_slots > 0) {
-        uint64_t tt, slots;
-        ok = lp_mul_u64(t, t, &tt) && tt < ((uint64_t)1 << 40);
-        tt = (tt + 15) / 16 * 16;
-        p->slot_stride = (int64_t)tt;
-        ok = ok && lp_mul_u64((uint64_t)p->n_prob_slots, tt, &slots) && plan_add(&total, slots, 4);
-    }
+    ok = ok && plan_prob_slots(a, want_probs, n_threads, p, &total);
     if (ok && E > 0)
         ok = plan_add(&total, t, E * 4) && plan_add(&total, t, K * 4) && plan_add(&total, t, K * 4) &&
              plan_add(&total, t, 8) && plan_add(&total, fr * 2, H * 4);
@@ -107,10 +127,16 @@ static bool make_plan(const lp_model *m, int64_t T, bool want_probs, int n_threa
     return ok && total < ((uint64_t)1 << 46);
 }
 
-uint64_t lp_forward_scratch_bytes(const lp_model *model, int64_t n_tokens, bool want_probs)
+uint64_t lp_forward_scratch_bytes(const lp_arch *arch, int64_t n_tokens, int n_threads,
+                                  bool attention_maps)
 {
     scratch_plan p;
-    if (n_tokens <= 0 || !make_plan(model, n_tokens, want_probs, 1, &p))
+    /* The dimensions make_plan divides by or loops over must be there. */
+    if (!arch || n_tokens <= 0 || n_tokens > MAX_TOKENS || n_threads < 1 || arch->n_layers <= 0 ||
+        arch->n_layers > LP_MAX_LAYERS || arch->n_heads <= 0 || arch->head_dim <= 0 ||
+        arch->hidden_size <= 0 || arch->vocab_size <= 0)
+        return 0;
+    if (!make_plan(arch, n_tokens, attention_maps, n_threads, &p))
         return 0;
     return p.total;
 }
@@ -121,19 +147,30 @@ static void *take(lp_arena *arena, uint64_t n, uint64_t size)
     return lp_arena_alloc(arena, (size_t)(bytes > 0 ? bytes : 1));
 }
 
-static bool carve(lp_arena *arena, const lp_model *m, const scratch_plan *p, scratch *s)
+static bool carve_moe(lp_arena *arena, const lp_arch *a, const scratch_plan *p, scratch *s)
 {
-    const lp_arch *a = &m->arch;
-    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size;
+    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
+    uint64_t E = (uint64_t)a->n_experts, K = (uint64_t)a->n_experts_per_tok;
+    s->router = take(arena, T * E, 4);
+    s->chosen = take(arena, T * K, 4);
+    s->chosen_w = take(arena, T * K, 4);
+    s->tok_list = take(arena, T, 8);
+    s->gather = take(arena, FR * H, 4);
+    s->expert_out = take(arena, FR * H, 4);
+    return s->router && s->chosen && s->chosen_w && s->tok_list && s->gather && s->expert_out;
+}
+
+static bool carve(lp_arena *arena, const lp_arch *a, const scratch_plan *p, scratch *s)
+{
+    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
     memset(s, 0, sizeof *s);
     s->x = take(arena, T * H, 4);
     s->xn = take(arena, T * H, 4);
     s->tmp = take(arena, T * H, 4);
-    s->qkv = take(arena, T * (uint64_t)(m->max_q_dim + 2 * m->max_kv_dim), 4);
-    s->attn = take(arena, T * (uint64_t)m->max_q_dim, 4);
-    uint64_t FR = (uint64_t)p->ffn_rows;
-    s->gate = take(arena, FR * 2 * (uint64_t)m->max_ffn, 4);
-    s->up = take(arena, FR * (uint64_t)m->max_ffn, 4);
+    s->qkv = take(arena, T * (uint64_t)(p->q_dim + 2 * p->kv_dim), 4);
+    s->attn = take(arena, T * (uint64_t)p->q_dim, 4);
+    s->gate = take(arena, FR * 2 * (uint64_t)p->ffn, 4);
+    s->up = take(arena, FR * (uint64_t)p->ffn, 4);
     s->row_stats = take(arena, (uint64_t)a->n_heads * T, sizeof(lp_attn_row_stats));
     s->logits = take(arena, (uint64_t)p->logits_rows * (uint64_t)a->vocab_size, 4);
     s->inv_freq = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
@@ -145,18 +182,7 @@ static bool carve(lp_arena *arena, const lp_model *m, const scratch_plan *p, scr
         s->probs = take(arena, (uint64_t)p->n_prob_slots * (uint64_t)p->slot_stride, 4);
         ok = ok && s->probs;
     }
-    if (a->n_experts > 0) {
-        uint64_t E = (uint64_t)a->n_experts, K = (uint64_t)a->n_experts_per_tok;
-        s->router = take(arena, T * E, 4);
-        s->chosen = take(arena, T * K, 4);
-        s->chosen_w = take(arena, T * K, 4);
-        s->tok_list = take(arena, T, 8);
-        s->gather = take(arena, FR * H, 4);
-        s->expert_out = take(arena, FR * H, 4);
-        ok = ok && s->router && s->chosen && s->chosen_w && s->tok_list && s->gather &&
-             s->expert_out;
-    }
-    return ok;
+    return ok && (a->n_experts <= 0 || carve_moe(arena, a, p, s));
 }
 
 /* The state of one call, shared by the helpers below. */
@@ -219,6 +245,20 @@ static lp_status linear(const pass *p, const float *x, int64_t rows, const lp_ma
     return lp_linear(x, rows, w, bias, y, p->pool, p->err);
 }
 
+/* A sublayer's output in s->tmp: its post norm (Gemma 2/3), the observer's site, then the
+ * residual add. */
+static lp_status finish_sublayer(pass *p, int l, const lp_norm_weights *post, lp_site_kind site)
+{
+    int64_t T = p->T, H = p->m->arch.hidden_size;
+    scratch *s = &p->s;
+    if (post->present)
+        apply_norm(p, post, s->tmp, s->tmp, T);
+    lp_status st = emit_matrix(p, site, l, s->tmp, T, H, H);
+    if (st == LP_OK)
+        lp_add(s->x, s->tmp, T * H);
+    return st;
+}
+
 /* ---- attention ---- */
 
 typedef struct head_task {
@@ -239,27 +279,17 @@ static void run_head(void *ctx, int64_t task)
     int64_t group = a->n_heads / h->L->n_kv_heads; /* query heads per kv head */
     int64_t kv_head = head / group;
     int64_t hd = a->head_dim, T = p->T;
-    lp_attn_args args;
-    memset(&args, 0, sizeof args);
-    args.q = h->q + head * hd;
-    args.k = h->k + kv_head * hd;
-    args.v = h->v + kv_head * hd;
-    args.out = p->s.attn + head * hd;
-    args.n_q = T;
-    args.n_k = T;
-    args.head_dim = hd;
-    args.v_dim = hd;
-    args.q_stride = h->q_stride;
-    args.k_stride = h->kv_stride;
-    args.v_stride = h->kv_stride;
-    args.out_stride = h->L->q_dim;
-    args.scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd));
-    args.softcap = (float)a->attn_logit_softcap;
-    args.mask = &p->mask;
-    args.batch = p->b;
-    args.probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL;
-    args.row_stats = p->s.row_stats + (int64_t)head * T;
-    args.local_window = p->opts->local_window;
+    /* GQA: query head `head` reads kv head head / group; q, k, v are rows of the projections */
+    lp_attn_args args = {
+        .q = h->q + head * hd, .k = h->k + kv_head * hd, .v = h->v + kv_head * hd,
+        .out = p->s.attn + head * hd, .n_q = T, .n_k = T, .head_dim = hd, .v_dim = hd,
+        .q_stride = h->q_stride, .k_stride = h->kv_stride, .v_stride = h->kv_stride,
+        .out_stride = h->L->q_dim,
+        .scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd)),
+        .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
+        .probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL,
+        .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
+    };
     lp_attention(&args);
 }
 
@@ -273,118 +303,152 @@ static void pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t)
     }
 }
 
-static lp_status attention_block(pass *p, int l)
+/* The layer's q, k and v rows, views into s->qkv: fused projections interleave them per row,
+ * separate ones fill contiguous [T, q_dim], [T, kv_dim], [T, kv_dim] blocks. */
+typedef struct qkv_views {
+    float *q, *k, *v;
+    int64_t q_stride, kv_stride;
+} qkv_views;
+
+static lp_status project_qkv(pass *p, const lp_layer_weights *L, qkv_views *x)
 {
-    const lp_model *m = p->m;
-    const lp_arch *a = &m->arch;
-    const lp_layer_weights *L = &m->layers[l];
-    int64_t T = p->T, H = a->hidden_size, hd = a->head_dim;
-    int64_t qkv_w = L->q_dim + 2 * L->kv_dim;
     scratch *s = &p->s;
+    int64_t T = p->T;
     lp_status st;
-
-    apply_norm(p, &L->attn_norm, s->xn, s->x, T);
-    float *q = s->qkv, *k, *v;
-    int64_t stride;
+    x->q = s->qkv;
     if (L->fused_qkv) {
-        if ((st = linear(p, s->xn, T, &L->qkv, L->qkv_bias, s->qkv)))
-            return st;
-        stride = qkv_w;
-        k = q + L->q_dim;
-        v = k + L->kv_dim;
-    } else {
-        /* Separate projections into contiguous [T, q_dim], [T, kv_dim], [T, kv_dim] blocks. */
-        k = q + T * L->q_dim;
-        v = k + T * L->kv_dim;
-        if ((st = linear(p, s->xn, T, &L->q, L->q_bias, q)) ||
-            (st = linear(p, s->xn, T, &L->k, L->k_bias, k)) ||
-            (st = linear(p, s->xn, T, &L->v, L->v_bias, v)))
-            return st;
-        stride = 0; /* per-tensor strides below */
+        x->q_stride = x->kv_stride = L->q_dim + 2 * L->kv_dim;
+        x->k = x->q + L->q_dim;
+        x->v = x->k + L->kv_dim;
+        return linear(p, s->xn, T, &L->qkv, L->qkv_bias, s->qkv);
     }
-    int64_t q_stride = stride ? stride : L->q_dim;
-    int64_t kv_stride = stride ? stride : L->kv_dim;
+    x->q_stride = L->q_dim;
+    x->kv_stride = L->kv_dim;
+    x->k = x->q + T * L->q_dim;
+    x->v = x->k + T * L->kv_dim;
+    if ((st = linear(p, s->xn, T, &L->q, L->q_bias, x->q)) ||
+        (st = linear(p, s->xn, T, &L->k, L->k_bias, x->k)))
+        return st;
+    return linear(p, s->xn, T, &L->v, L->v_bias, x->v);
+}
 
-    /* Per-head q/k norms (Qwen3, Gemma 3), then RoPE, position by position. */
+/* Per-head q/k norms (Qwen3, Gemma 3), then RoPE, position by position. Sliding layers of a
+ * model with a local theta (Gemma 3) rotate with it and without the global attention factor. */
+static lp_status rotate_qk(pass *p, const lp_layer_weights *L, const qkv_views *x)
+{
+    const lp_arch *a = &p->m->arch;
+    scratch *s = &p->s;
+    int64_t hd = a->head_dim;
     bool local_rope = L->window > 0 && a->rope_local_theta > 0;
     const float *inv_freq = local_rope ? s->inv_freq_local : s->inv_freq;
-    float attn_factor = 1.0f;
+    float attn_factor = 1.0f, unused;
+    lp_status st;
     if (a->pos_kind == LP_POS_ROPE) {
-        float unused;
-        if ((st = lp_model_rope_freqs(m, T, false, s->inv_freq, &attn_factor, p->err)))
+        if ((st = lp_model_rope_freqs(p->m, p->T, false, s->inv_freq, &attn_factor, p->err)))
             return st;
-        if (local_rope && (st = lp_model_rope_freqs(m, T, true, s->inv_freq_local, &unused, p->err)))
+        if (local_rope && (st = lp_model_rope_freqs(p->m, p->T, true, s->inv_freq_local, &unused,
+                                                    p->err)))
             return st;
         if (local_rope)
             attn_factor = 1.0f;
     }
-    for (int64_t t = 0; t < T; t++) {
-        float *qt = q + t * q_stride, *kt = k + t * kv_stride;
-        if (L->q_norm)
-            for (int64_t h = 0; h < a->n_heads; h++)
-                lp_rmsnorm(qt + h * hd, qt + h * hd, L->q_norm, hd, (float)a->norm_eps,
-                           a->norm_weight_plus_one);
-        if (L->k_norm)
-            for (int64_t h = 0; h < L->n_kv_heads; h++)
-                lp_rmsnorm(kt + h * hd, kt + h * hd, L->k_norm, hd, (float)a->norm_eps,
-                           a->norm_weight_plus_one);
+    bool adjacent = a->rope_layout == LP_ROPE_ADJACENT;
+    float eps = (float)a->norm_eps;
+    for (int64_t t = 0; t < p->T; t++) {
+        float *qt = x->q + t * x->q_stride, *kt = x->k + t * x->kv_stride;
+        for (int64_t h = 0; L->q_norm && h < a->n_heads; h++)
+            lp_rmsnorm(qt + h * hd, qt + h * hd, L->q_norm, hd, eps, a->norm_weight_plus_one);
+        for (int64_t h = 0; L->k_norm && h < L->n_kv_heads; h++)
+            lp_rmsnorm(kt + h * hd, kt + h * hd, L->k_norm, hd, eps, a->norm_weight_plus_one);
         if (a->pos_kind == LP_POS_ROPE) {
-            bool adjacent = a->rope_layout == LP_ROPE_ADJACENT;
-            lp_rope(qt, a->n_heads, hd, a->rope_dim, s->positions[t], inv_freq, attn_factor, adjacent);
-            lp_rope(kt, L->n_kv_heads, hd, a->rope_dim, s->positions[t], inv_freq, attn_factor,
-                    adjacent);
+            int64_t pos = s->positions[t];
+            lp_rope(qt, a->n_heads, hd, a->rope_dim, pos, inv_freq, attn_factor, adjacent);
+            lp_rope(kt, L->n_kv_heads, hd, a->rope_dim, pos, inv_freq, attn_factor, adjacent);
         }
     }
+    return LP_OK;
+}
 
-    int64_t window = p->opts->window_override > 0 ? p->opts->window_override
-                     : p->opts->sliding_window     ? L->window
-                                                   : 0;
-    p->mask.window = window;
+/* Hand the maps and statistics of heads h0 .. h0+n-1 (just computed, probabilities in slots
+ * 0 .. n-1 when with_probs) to the observer. */
+static lp_status emit_head_maps(pass *p, int l, int h0, int64_t n, bool with_probs)
+{
+    scratch *s = &p->s;
+    int64_t T = p->T;
+    lp_status st;
+    for (int64_t i = 0; i < n; i++) {
+        int head = h0 + (int)i;
+        const lp_attn_row_stats *rs = s->row_stats + (int64_t)head * T;
+        if (with_probs && wants(p, LP_SITE_ATTN_PROBS, l, head)) {
+            lp_view view = {s->probs + i * p->plan.slot_stride, T, T, T, 0, rs, NULL};
+            if ((st = emit(p, LP_SITE_ATTN_PROBS, l, head, &view)))
+                return st;
+        }
+        if (wants(p, LP_SITE_ATTN_STATS, l, head)) {
+            lp_view view = {NULL, T, 0, 0, 0, rs, NULL};
+            if ((st = emit(p, LP_SITE_ATTN_STATS, l, head, &view)))
+                return st;
+        }
+    }
+    return LP_OK;
+}
 
-    /* Heads in groups of n_prob_slots when probabilities are wanted (each needs a [T, T] slot),
-     * else all at once. */
+/* Every head, in groups of n_prob_slots when probabilities are wanted (each needs a [T, T]
+ * slot), else all at once; maps and statistics go to the observer group by group. */
+static lp_status run_heads(pass *p, int l, const lp_layer_weights *L, const qkv_views *x)
+{
+    const lp_arch *a = &p->m->arch;
     bool any_probs = false;
     for (int h = 0; h < a->n_heads && !any_probs; h++)
         any_probs = wants(p, LP_SITE_ATTN_PROBS, l, h);
     /* An observer that said no to every map up front gets none now either (no slots exist). */
-    any_probs = any_probs && s->probs != NULL;
+    any_probs = any_probs && p->s.probs != NULL;
     int64_t group = any_probs ? p->plan.n_prob_slots : a->n_heads;
     if (group < 1)
         group = 1;
     for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
         int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
-        head_task task = {p, L, q_stride, kv_stride, q, k, v, h0, any_probs};
+        head_task task = {p, L, x->q_stride, x->kv_stride, x->q, x->k, x->v, h0, any_probs};
         pool_or_serial(p->pool, n, run_head, &task);
-        for (int64_t i = 0; i < n; i++) {
-            int head = h0 + (int)i;
-            const lp_attn_row_stats *rs = s->row_stats + (int64_t)head * T;
-            if (any_probs && wants(p, LP_SITE_ATTN_PROBS, l, head)) {
-                lp_view view = {s->probs + i * p->plan.slot_stride, T, T, T, 0, rs, NULL};
-                if ((st = emit(p, LP_SITE_ATTN_PROBS, l, head, &view)))
-                    return st;
-            }
-            if (wants(p, LP_SITE_ATTN_STATS, l, head)) {
-                lp_view view = {NULL, T, 0, 0, 0, rs, NULL};
-                if ((st = emit(p, LP_SITE_ATTN_STATS, l, head, &view)))
-                    return st;
-            }
-        }
+        lp_status st = emit_head_maps(p, l, h0, n, any_probs);
+        if (st != LP_OK)
+            return st;
     }
-    for (int h = 0; h < a->n_heads; h++) {
-        if (wants(p, LP_SITE_HEAD_OUTPUT, l, h)) {
-            lp_view view = {s->attn + (int64_t)h * hd, T, hd, L->q_dim, 0, NULL, NULL};
-            if ((st = emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view)))
-                return st;
-        }
-    }
-    if ((st = linear(p, s->attn, T, &L->o, L->o_bias, s->tmp)))
-        return st;
-    if (L->post_attn_norm.present)
-        apply_norm(p, &L->post_attn_norm, s->tmp, s->tmp, T);
-    if ((st = emit_matrix(p, LP_SITE_ATTN_OUT, l, s->tmp, T, H, H)))
-        return st;
-    lp_add(s->x, s->tmp, T * H);
     return LP_OK;
+}
+
+static lp_status emit_head_outputs(pass *p, int l, const lp_layer_weights *L)
+{
+    const lp_arch *a = &p->m->arch;
+    for (int h = 0; h < a->n_heads; h++) {
+        if (!wants(p, LP_SITE_HEAD_OUTPUT, l, h))
+            continue;
+        lp_view view = {p->s.attn + (int64_t)h * a->head_dim, p->T, a->head_dim, L->q_dim, 0, NULL,
+                        NULL};
+        lp_status st = emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+static lp_status attention_block(pass *p, int l)
+{
+    const lp_layer_weights *L = &p->m->layers[l];
+    int64_t T = p->T;
+    scratch *s = &p->s;
+    qkv_views x;
+    lp_status st;
+    apply_norm(p, &L->attn_norm, s->xn, s->x, T);
+    if ((st = project_qkv(p, L, &x)) || (st = rotate_qk(p, L, &x)))
+        return st;
+    p->mask.window = p->opts->window_override > 0 ? p->opts->window_override
+                     : p->opts->sliding_window     ? L->window
+                                                   : 0;
+    if ((st = run_heads(p, l, L, &x)) || (st = emit_head_outputs(p, l, L)) ||
+        (st = linear(p, s->attn, T, &L->o, L->o_bias, s->tmp)))
+        return st;
+    return finish_sublayer(p, l, &L->post_attn_norm, LP_SITE_ATTN_OUT);
 }
 
 /* ---- feed-forward ---- */
@@ -452,104 +516,123 @@ static lp_status dense_ffn(pass *p, const lp_layer_weights *L, const float *in, 
     return LP_OK;
 }
 
-static lp_status moe_ffn(pass *p, int l)
+/* Token t's top-k experts by router probability r[E] (ties: lower id), best first, and their
+ * mixing weights (renormalized over the chosen ones where the family does that). */
+static void choose_experts(const lp_model *m, const float *r, int64_t E, int64_t K,
+                           int32_t *chosen, float *w)
 {
-    const lp_model *m = p->m;
-    const lp_arch *a = &m->arch;
-    const lp_layer_weights *L = &m->layers[l];
-    int64_t T = p->T, H = a->hidden_size, E = a->n_experts, K = a->n_experts_per_tok;
-    int64_t F = L->ffn_hidden;
-    scratch *s = &p->s;
-    lp_status st;
+    double sum = 0.0;
+    for (int64_t j = 0; j < K; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++) {
+            bool taken = false;
+            for (int64_t i = 0; i < j; i++)
+                taken = taken || chosen[i] == e;
+            if (!taken && (best < 0 || r[e] > r[best]))
+                best = e;
+        }
+        chosen[j] = best;
+        w[j] = r[best];
+        sum += (double)r[best];
+    }
+    if (m->renorm_topk && sum > 0)
+        for (int64_t j = 0; j < K; j++)
+            w[j] = (float)((double)w[j] / sum);
+}
 
-    if ((st = linear(p, s->xn, T, &L->router, L->router_bias, s->router)))
+/* The router over every token, its choices, and the ROUTER site. */
+static lp_status route_tokens(pass *p, int l, const lp_layer_weights *L)
+{
+    const lp_arch *a = &p->m->arch;
+    int64_t T = p->T, E = a->n_experts, K = a->n_experts_per_tok;
+    scratch *s = &p->s;
+    lp_status st = linear(p, s->xn, T, &L->router, L->router_bias, s->router);
+    if (st != LP_OK)
         return st;
     for (int64_t t = 0; t < T; t++) {
-        float *r = s->router + t * E;
-        lp_softmax(r, E);
-        int32_t *chosen = s->chosen + t * K;
-        float *w = s->chosen_w + t * K;
-        double sum = 0.0;
-        for (int64_t j = 0; j < K; j++) {
-            int32_t best = -1;
-            for (int32_t e = 0; e < E; e++) {
-                bool taken = false;
-                for (int64_t i = 0; i < j; i++)
-                    taken = taken || chosen[i] == e;
-                if (!taken && (best < 0 || r[e] > r[best]))
-                    best = e;
-            }
-            chosen[j] = best;
-            w[j] = r[best];
-            sum += (double)r[best];
-        }
-        if (m->renorm_topk && sum > 0)
-            for (int64_t j = 0; j < K; j++)
-                w[j] = (float)((double)w[j] / sum);
+        lp_softmax(s->router + t * E, E);
+        choose_experts(p->m, s->router + t * E, E, K, s->chosen + t * K, s->chosen_w + t * K);
     }
-    if (wants(p, LP_SITE_ROUTER, l, -1)) {
-        lp_router_view rv = {E, K, s->chosen, s->chosen_w};
-        lp_view view = {s->router, T, E, E, 0, NULL, &rv};
-        if ((st = emit(p, LP_SITE_ROUTER, l, -1, &view)))
+    if (!wants(p, LP_SITE_ROUTER, l, -1))
+        return LP_OK;
+    lp_router_view rv = {E, K, s->chosen, s->chosen_w};
+    lp_view view = {s->router, T, E, E, 0, NULL, &rv};
+    return emit(p, LP_SITE_ROUTER, l, -1, &view);
+}
+
+/* Expert e's weight in token t's mixture (0 when not chosen). */
+static float expert_weight(const scratch *s, int64_t K, int64_t t, int32_t e)
+{
+    float w = 0.0f;
+    for (int64_t j = 0; j < K; j++)
+        if (s->chosen[t * K + j] == e)
+            w = s->chosen_w[t * K + j];
+    return w;
+}
+
+/* Expert e over the tokens routed to it, ffn_rows at a time, its weighted output added into
+ * s->tmp in token order. */
+static lp_status run_expert(pass *p, const lp_layer_weights *L, int32_t e)
+{
+    const lp_arch *a = &p->m->arch;
+    int64_t T = p->T, H = a->hidden_size, K = a->n_experts_per_tok, F = L->ffn_hidden;
+    scratch *s = &p->s;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < K; j++)
+            if (s->chosen[t * K + j] == e)
+                s->tok_list[n++] = t;
+    const lp_expert_weights *X = &L->experts[e];
+    lp_status st;
+    for (int64_t i0 = 0; i0 < n; i0 += p->plan.ffn_rows) {
+        int64_t c = n - i0 < p->plan.ffn_rows ? n - i0 : p->plan.ffn_rows;
+        const int64_t *toks = s->tok_list + i0;
+        for (int64_t i = 0; i < c; i++)
+            memcpy(s->gather + i * H, s->xn + toks[i] * H, (size_t)H * sizeof(float));
+        if ((st = linear(p, s->gather, c, &X->gate, NULL, s->gate)) ||
+            (st = linear(p, s->gather, c, &X->up, NULL, s->up)))
             return st;
-    }
-    memset(s->tmp, 0, (size_t)(T * H) * sizeof(float));
-    /* Expert by expert, over the tokens routed to it; the weighted sum is added in a fixed
-     * (expert, token) order, so the result does not depend on threads. */
-    for (int32_t e = 0; e < E; e++) {
-        int64_t n = 0;
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t j = 0; j < K; j++)
-                if (s->chosen[t * K + j] == e)
-                    s->tok_list[n++] = t;
-        const lp_expert_weights *X = &L->experts[e];
-        for (int64_t i0 = 0; i0 < n; i0 += p->plan.ffn_rows) {
-            int64_t c = n - i0 < p->plan.ffn_rows ? n - i0 : p->plan.ffn_rows;
-            const int64_t *toks = s->tok_list + i0;
-            for (int64_t i = 0; i < c; i++)
-                memcpy(s->gather + i * H, s->xn + toks[i] * H, (size_t)H * sizeof(float));
-            if ((st = linear(p, s->gather, c, &X->gate, NULL, s->gate)) ||
-                (st = linear(p, s->gather, c, &X->up, NULL, s->up)))
-                return st;
-            activate(a, s->gate, s->up, c * F);
-            if ((st = linear(p, s->gate, c, &X->down, NULL, s->expert_out)))
-                return st;
-            for (int64_t i = 0; i < c; i++) {
-                int64_t t = toks[i];
-                float w = 0.0f;
-                for (int64_t j = 0; j < K; j++)
-                    if (s->chosen[t * K + j] == e)
-                        w = s->chosen_w[t * K + j];
-                float *dst = s->tmp + t * H;
-                const float *src = s->expert_out + i * H;
-                for (int64_t d = 0; d < H; d++)
-                    dst[d] += w * src[d];
-            }
+        activate(a, s->gate, s->up, c * F);
+        if ((st = linear(p, s->gate, c, &X->down, NULL, s->expert_out)))
+            return st;
+        for (int64_t i = 0; i < c; i++) {
+            float w = expert_weight(s, K, toks[i], e);
+            float *dst = s->tmp + toks[i] * H;
+            const float *src = s->expert_out + i * H;
+            for (int64_t d = 0; d < H; d++)
+                dst[d] += w * src[d];
         }
     }
     return LP_OK;
 }
 
+static lp_status moe_ffn(pass *p, int l)
+{
+    const lp_layer_weights *L = &p->m->layers[l];
+    int64_t T = p->T, H = p->m->arch.hidden_size;
+    lp_status st = route_tokens(p, l, L);
+    if (st != LP_OK)
+        return st;
+    memset(p->s.tmp, 0, (size_t)(T * H) * sizeof(float));
+    /* Expert by expert, over the tokens routed to it; the weighted sum is added in a fixed
+     * (expert, token) order, so the result does not depend on threads. */
+    for (int32_t e = 0; e < p->m->arch.n_experts; e++)
+        if ((st = run_expert(p, L, e)) != LP_OK)
+            return st;
+    return LP_OK;
+}
+
 static lp_status ffn_block(pass *p, int l)
 {
-    const lp_model *m = p->m;
-    const lp_layer_weights *L = &m->layers[l];
-    int64_t T = p->T, H = m->arch.hidden_size;
+    const lp_layer_weights *L = &p->m->layers[l];
     scratch *s = &p->s;
     lp_status st;
-    apply_norm(p, &L->ffn_norm, s->xn, s->x, T);
+    apply_norm(p, &L->ffn_norm, s->xn, s->x, p->T);
     if (L->moe)
         st = moe_ffn(p, l);
     else
-        st = dense_ffn(p, L, s->xn, T, s->tmp);
-    if (st)
-        return st;
-    if (L->post_ffn_norm.present)
-        apply_norm(p, &L->post_ffn_norm, s->tmp, s->tmp, T);
-    if ((st = emit_matrix(p, LP_SITE_FFN_OUT, l, s->tmp, T, H, H)))
-        return st;
-    lp_add(s->x, s->tmp, T * H);
-    return LP_OK;
+        st = dense_ffn(p, L, s->xn, p->T, s->tmp);
+    return st ? st : finish_sublayer(p, l, &L->post_ffn_norm, LP_SITE_FFN_OUT);
 }
 
 /* ---- embeddings and logits ---- */
@@ -654,6 +737,47 @@ lp_status lp_forward_check(const lp_model *m, const lp_batch *batch, lp_error *e
     return LP_OK;
 }
 
+/* [T, T] probability slots only if the observer wants some head's map (asked up front; a
+ * store with --maps none must not pay T*T per thread). */
+static bool any_map_wanted(pass *p, const lp_batch *batch)
+{
+    const lp_arch *a = &p->m->arch;
+    bool maybe = false;
+    for (int64_t b = 0; b < batch->n_seqs && !maybe && p->obs && p->obs->want; b++) {
+        p->b = b;
+        for (int l = 0; l < a->n_layers && !maybe; l++)
+            for (int h = 0; h < a->n_heads && !maybe; h++)
+                maybe = wants(p, LP_SITE_ATTN_PROBS, l, h);
+    }
+    p->b = 0;
+    return maybe;
+}
+
+/* Batch item b: positions and mask, embedding, every layer, logits. */
+static lp_status run_sequence(pass *p, const lp_batch *batch, int64_t b)
+{
+    const lp_arch *a = &p->m->arch;
+    p->b = b;
+    int64_t pad_left = batch->pad_left ? batch->pad_left[b] : 0;
+    for (int64_t t = 0; t < p->T; t++)
+        p->s.positions[t] = t >= pad_left ? t - pad_left : 0;
+    p->mask = lp_mask_causal(p->T, p->T);
+    p->mask.pad_left = batch->pad_left;
+    p->mask.pad_right = batch->pad_right;
+    p->mask.fault = p->opts->mask_fault;
+    lp_status st = embed(p, batch->tokens + b * p->T);
+    for (int l = 0; l < a->n_layers && st == LP_OK; l++) {
+        st = attention_block(p, l);
+        if (st == LP_OK)
+            st = ffn_block(p, l);
+        if (st == LP_OK)
+            st = emit_matrix(p, LP_SITE_RESID, l, p->s.x, p->T, a->hidden_size, a->hidden_size);
+        if (st == LP_OK && p->opts->progress)
+            p->opts->progress(p->opts->progress_ctx, b, l, (int)a->n_layers);
+    }
+    return st == LP_OK ? logits(p) : st;
+}
+
 lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forward_opts *opts_in,
                      lp_error *err)
 {
@@ -665,7 +789,6 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
     lp_status st = lp_forward_check(model, batch, err);
     if (st != LP_OK)
         return st;
-    const lp_arch *a = &model->arch;
     pass p;
     memset(&p, 0, sizeof p);
     p.m = model;
@@ -674,51 +797,20 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
     p.pool = opts_in->pool;
     p.T = batch->n_tokens;
     p.err = err;
-
-    /* [T, T] probability slots only if the observer wants some head's map (asked up front; a
-     * store with --maps none must not pay T*T per thread). */
-    bool maybe_probs = false;
-    for (int64_t b = 0; b < batch->n_seqs && !maybe_probs && p.obs && p.obs->want; b++) {
-        p.b = b;
-        for (int l = 0; l < a->n_layers && !maybe_probs; l++)
-            for (int h = 0; h < a->n_heads && !maybe_probs; h++)
-                maybe_probs = wants(&p, LP_SITE_ATTN_PROBS, l, h);
-    }
-    p.b = 0;
     int n_threads = p.pool ? lp_pool_threads(p.pool) : 1;
-    if (!make_plan(model, p.T, maybe_probs, n_threads, &p.plan))
+    if (!make_plan(&model->arch, p.T, any_map_wanted(&p, batch), n_threads, &p.plan))
         return lp_error_set(err, LP_ERR_RANGE, "forward: scratch for %lld tokens overflows",
                             (long long)p.T);
     lp_arena *arena;
     if ((st = lp_arena_create((size_t)p.plan.total, &arena, err)) != LP_OK)
         return st;
-    if (!carve(arena, model, &p.plan, &p.s)) {
+    if (!carve(arena, &model->arch, &p.plan, &p.s)) {
         lp_arena_destroy(arena);
         return lp_error_set(err, LP_ERR_NOMEM, "forward: scratch plan of %llu bytes too small "
                                                "(bug)", (unsigned long long)p.plan.total);
     }
-    for (int64_t b = 0; b < batch->n_seqs && st == LP_OK; b++) {
-        p.b = b;
-        int64_t pad_left = batch->pad_left ? batch->pad_left[b] : 0;
-        for (int64_t t = 0; t < p.T; t++)
-            p.s.positions[t] = t >= pad_left ? t - pad_left : 0;
-        p.mask = lp_mask_causal(p.T, p.T);
-        p.mask.pad_left = batch->pad_left;
-        p.mask.pad_right = batch->pad_right;
-        p.mask.fault = opts_in->mask_fault;
-        st = embed(&p, batch->tokens + b * p.T);
-        for (int l = 0; l < a->n_layers && st == LP_OK; l++) {
-            st = attention_block(&p, l);
-            if (st == LP_OK)
-                st = ffn_block(&p, l);
-            if (st == LP_OK)
-                st = emit_matrix(&p, LP_SITE_RESID, l, p.s.x, p.T, a->hidden_size, a->hidden_size);
-            if (st == LP_OK && opts_in->progress)
-                opts_in->progress(opts_in->progress_ctx, b, l, (int)a->n_layers);
-        }
-        if (st == LP_OK)
-            st = logits(&p);
-    }
+    for (int64_t b = 0; b < batch->n_seqs && st == LP_OK; b++)
+        st = run_sequence(&p, batch, b);
     lp_arena_destroy(arena);
     return st;
 }

@@ -48,6 +48,18 @@ typedef struct lp_layer_weights {
     lp_expert_weights *experts; /* [n_experts] */
 } lp_layer_weights;
 
+/* The shape of layer l as the arch describes it: the one definition model_load.c binds tensors
+ * to and forward.c sizes its scratch by (lp_forward_scratch_bytes takes an arch alone). */
+typedef struct lp_layer_shape {
+    int64_t n_kv_heads;
+    int64_t q_dim;      /* n_heads * head_dim */
+    int64_t kv_dim;     /* n_kv_heads * head_dim */
+    int64_t ffn_hidden; /* dense width, or each expert's */
+    bool moe;
+} lp_layer_shape;
+
+lp_layer_shape lp_layer_shape_of(const lp_arch *arch, int layer);
+
 struct lp_model {
     lp_arch arch;
     const lp_weights *weights;
@@ -61,7 +73,6 @@ struct lp_model {
     float *lm_head_bias;
     lp_layer_weights *layers;   /* [n_layers] */
 
-    int64_t max_q_dim, max_kv_dim, max_ffn; /* scratch sizing over layers */
     bool renorm_topk;           /* mixing weights = softmax over the chosen experts */
 
     void **owned; /* every small f32 vector we allocated */

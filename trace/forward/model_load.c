@@ -66,6 +66,47 @@ static const char *where(char *buf, size_t size, lp_role role, int layer, int ex
     return buf;
 }
 
+/* The dtypes lp_linear computes with; refused at binding so the message names the tensor. */
+static lp_status check_matrix_dtype(const lp_model *m, const lp_tensor *t, lp_error *err)
+{
+    bool is_quant = lp_dtype_get(t->dtype)->is_quant;
+    bool dtype_ok = t->dtype == LP_DTYPE_F32 || t->dtype == LP_DTYPE_F16 ||
+                    t->dtype == LP_DTYPE_BF16 || (is_quant && lp_dequantize_supported(t->dtype));
+    if (!dtype_ok)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: tensor '%s': dtype %s is not supported by the forward pass (f32, "
+                            "f16, bf16 and GGUF block types)",
+                            lp_weights_path(m->weights), t->name, lp_dtype_name(t->dtype));
+    if (t->transposed && is_quant)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tensor '%s': transposed %s weights",
+                            lp_weights_path(m->weights), t->name, lp_dtype_name(t->dtype));
+    return LP_OK;
+}
+
+/* Bytes of one stored row and where matrix `slice` of a stacked tensor starts (0 when the tensor
+ * is the matrix itself), checked against the tensor's size. */
+static lp_status locate_matrix(const lp_model *m, const lp_tensor *t, int64_t slice,
+                               int64_t stored_rows, int64_t stored_cols, uint64_t *row_bytes,
+                               uint64_t *offset, lp_error *err)
+{
+    uint64_t matrix_bytes;
+    if (!lp_dtype_bytes_for(t->dtype, (uint64_t)stored_cols, row_bytes) ||
+        !lp_mul_u64(*row_bytes, (uint64_t)stored_rows, &matrix_bytes))
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: tensor '%s': rows of %lld %s values are not whole blocks",
+                            lp_weights_path(m->weights), t->name, (long long)stored_cols,
+                            lp_dtype_name(t->dtype));
+    *offset = 0;
+    if (slice >= 0 && !lp_mul_u64(matrix_bytes, (uint64_t)slice, offset))
+        return lp_error_set(err, LP_ERR_RANGE, "%s: tensor '%s': slice offset overflows",
+                            lp_weights_path(m->weights), t->name);
+    if (*offset + matrix_bytes > t->n_bytes)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': %llu bytes, slice %lld needs %llu",
+                            lp_weights_path(m->weights), t->name, (unsigned long long)t->n_bytes,
+                            (long long)slice, (unsigned long long)(*offset + matrix_bytes));
+    return LP_OK;
+}
+
 /* A weight matrix view [rows = out, cols = in]. rows/cols <= 0 means "any". */
 static lp_status bind_matrix(lp_model *m, lp_role role, int layer, int expert, int64_t rows,
                              int64_t cols, bool required, lp_matrix *out, bool *found,
@@ -95,40 +136,15 @@ static lp_status bind_matrix(lp_model *m, lp_role role, int layer, int expert, i
                             "%s: tensor '%s': shape [%lld, %lld] (out, in), expected [%lld, %lld]",
                             lp_weights_path(m->weights), t->name, (long long)r, (long long)c,
                             (long long)rows, (long long)cols);
-    /* The dtypes lp_linear computes with; refused here so the message names the tensor. */
-    bool dtype_ok = t->dtype == LP_DTYPE_F32 || t->dtype == LP_DTYPE_F16 ||
-                    t->dtype == LP_DTYPE_BF16 ||
-                    (lp_dtype_get(t->dtype)->is_quant && lp_dequantize_supported(t->dtype));
-    if (!dtype_ok)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: tensor '%s': dtype %s is not supported by the forward pass (f32, "
-                            "f16, bf16 and GGUF block types)",
-                            lp_weights_path(m->weights), t->name, lp_dtype_name(t->dtype));
-    if (t->transposed && lp_dtype_get(t->dtype)->is_quant)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tensor '%s': transposed %s weights",
-                            lp_weights_path(m->weights), t->name, lp_dtype_name(t->dtype));
-    uint64_t row_bytes, matrix_bytes;
-    if (!lp_dtype_bytes_for(t->dtype, (uint64_t)stored_cols, &row_bytes) ||
-        !lp_mul_u64(row_bytes, (uint64_t)stored_rows, &matrix_bytes))
-        return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: tensor '%s': rows of %lld %s values are not whole blocks",
-                            lp_weights_path(m->weights), t->name, (long long)stored_cols,
-                            lp_dtype_name(t->dtype));
-    uint64_t offset = 0;
-    if (slice >= 0 && !lp_mul_u64(matrix_bytes, (uint64_t)slice, &offset))
-        return lp_error_set(err, LP_ERR_RANGE, "%s: tensor '%s': slice offset overflows",
-                            lp_weights_path(m->weights), t->name);
-    if (offset + matrix_bytes > t->n_bytes)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': %llu bytes, slice %lld needs %llu",
-                            lp_weights_path(m->weights), t->name, (unsigned long long)t->n_bytes,
-                            (long long)slice, (unsigned long long)(offset + matrix_bytes));
-    out->dtype = t->dtype;
-    out->data = (const uint8_t *)t->data + offset;
-    out->rows = r;
-    out->cols = c;
+    uint64_t row_bytes = 0, offset = 0;
+    lp_status st = check_matrix_dtype(m, t, err);
+    if (st == LP_OK)
+        st = locate_matrix(m, t, slice, stored_rows, stored_cols, &row_bytes, &offset, err);
+    if (st != LP_OK)
+        return st;
     /* Stride between stored rows: for a transposed (Conv1D) tensor these are input rows. */
-    out->row_bytes = row_bytes;
-    out->transposed = t->transposed;
+    lp_matrix view = {t->dtype, (const uint8_t *)t->data + offset, r, c, row_bytes, t->transposed};
+    *out = view;
     return LP_OK;
 }
 
@@ -176,36 +192,39 @@ static lp_status bind_norm(lp_model *m, lp_role role, int layer, int64_t n, bool
     return st;
 }
 
+/* The first piece of the arch's graph this pass does not have, or NULL: refused rather than
+ * computed wrong. */
+static const char *missing_piece(const lp_arch *a)
+{
+    if (a->mla)
+        return "multi-head latent attention";
+    if (a->pos_kind == LP_POS_ALIBI)
+        return "ALiBi positions";
+    if (a->parallel_block)
+        return "parallel attention/MLP blocks";
+    if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0 || a->router_score_bias)
+        return "shared experts / biased routers";
+    if (a->no_input_norm || a->qk_norm_full || a->embed_norm || a->post_norm ||
+        a->embed_proj_dim > 0)
+        return "this norm placement";
+    if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE)
+        return "longrope scaling";
+    return NULL;
+}
+
 static lp_status check_supported(const lp_arch *a, const char *path, lp_error *err)
 {
     /* Families whose graphs need pieces this pass does not have (attention sinks, clamped
-     * SwiGLU, biased top-k softmax); refused rather than computed wrong. */
+     * SwiGLU, biased top-k softmax) and that no flag of the arch shows. */
     static const char *const refused[] = {"gpt_oss", "gpt-oss", "falcon_h1", "mamba", "rwkv", NULL};
     for (size_t i = 0; refused[i]; i++)
         if (strcmp(a->family, refused[i]) == 0)
             return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: family '%s' is not supported by trace",
                                 path, a->family);
-    if (a->mla)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: multi-head latent attention (%s) is not supported by trace", path,
-                            a->family);
-    if (a->pos_kind == LP_POS_ALIBI)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: ALiBi positions (%s) are not supported",
-                            path, a->family);
-    if (a->parallel_block)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: parallel attention/MLP blocks (%s) are not supported", path,
-                            a->family);
-    if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0 || a->router_score_bias)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "%s: shared experts / biased routers (%s) are not supported", path,
-                            a->family);
-    if (a->no_input_norm || a->qk_norm_full || a->embed_norm || a->post_norm ||
-        a->embed_proj_dim > 0)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: %s's norm placement is not supported",
-                            path, a->family);
-    if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: longrope scaling is not supported", path);
+    const char *missing = missing_piece(a);
+    if (missing)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: %s (%s): not supported by trace", path,
+                            missing, a->family);
     if (a->pos_kind == LP_POS_ROPE && (a->rope_dim <= 0 || a->rope_dim % 2 != 0 ||
                                        a->rope_dim > a->head_dim))
         return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_dim %lld must be even and <= head_dim %lld",
@@ -221,24 +240,28 @@ static lp_status check_supported(const lp_arch *a, const char *path, lp_error *e
     return LP_OK;
 }
 
-static lp_status bind_layer(lp_model *m, int l, lp_error *err)
+lp_layer_shape lp_layer_shape_of(const lp_arch *a, int l)
+{
+    lp_layer_shape ls;
+    ls.n_kv_heads = a->layer_kv_heads[l] > 0 ? a->layer_kv_heads[l] : a->n_kv_heads;
+    ls.q_dim = a->n_heads * a->head_dim;
+    ls.kv_dim = ls.n_kv_heads * a->head_dim;
+    ls.moe = a->n_experts > 0 && a->layer_moe[l];
+    if (ls.moe)
+        ls.ffn_hidden = a->expert_ffn_hidden > 0 ? a->expert_ffn_hidden : a->ffn_hidden;
+    else
+        ls.ffn_hidden = a->layer_ffn_hidden[l] > 0 ? a->layer_ffn_hidden[l] : a->ffn_hidden;
+    return ls;
+}
+
+/* q, k, v (or the fused qkv) with their biases, the per-head q/k norms, o. */
+static lp_status bind_attention(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
 {
     const lp_arch *a = &m->arch;
-    lp_layer_weights *L = &m->layers[l];
     int64_t hidden = a->hidden_size;
-    L->n_kv_heads = a->layer_kv_heads[l] > 0 ? a->layer_kv_heads[l] : a->n_kv_heads;
-    if (L->n_kv_heads <= 0 || a->n_heads % L->n_kv_heads != 0)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: layer %d: %lld kv heads do not divide %lld heads",
-                            a->source, l, (long long)L->n_kv_heads, (long long)a->n_heads);
-    L->q_dim = a->n_heads * a->head_dim;
-    L->kv_dim = L->n_kv_heads * a->head_dim;
-    L->window = a->layer_window[l];
-    lp_status st;
-
-    if ((st = bind_norm(m, LP_ROLE_ATTN_NORM, l, hidden, true, &L->attn_norm, err)) != LP_OK)
-        return st;
     bool found;
-    if ((st = bind_matrix(m, LP_ROLE_ATTN_Q, l, -1, L->q_dim, hidden, false, &L->q, &found, err)) != LP_OK)
+    lp_status st;
+    if ((st = bind_matrix(m, LP_ROLE_ATTN_Q, l, -1, L->q_dim, hidden, false, &L->q, &found, err)))
         return st;
     if (found) {
         if ((st = bind_matrix(m, LP_ROLE_ATTN_K, l, -1, L->kv_dim, hidden, true, &L->k, NULL, err)) ||
@@ -254,13 +277,88 @@ static lp_status bind_layer(lp_model *m, int l, lp_error *err)
             (st = bind_vector(m, LP_ROLE_ATTN_QKV, l, true, n, false, &L->qkv_bias, err)))
             return st;
     }
-    if (a->qk_norm) {
-        if ((st = bind_vector(m, LP_ROLE_ATTN_Q_NORM, l, false, a->head_dim, true, &L->q_norm, err)) ||
-            (st = bind_vector(m, LP_ROLE_ATTN_K_NORM, l, false, a->head_dim, true, &L->k_norm, err)))
+    if (a->qk_norm &&
+        ((st = bind_vector(m, LP_ROLE_ATTN_Q_NORM, l, false, a->head_dim, true, &L->q_norm, err)) ||
+         (st = bind_vector(m, LP_ROLE_ATTN_K_NORM, l, false, a->head_dim, true, &L->k_norm, err))))
+        return st;
+    if ((st = bind_matrix(m, LP_ROLE_ATTN_O, l, -1, hidden, L->q_dim, true, &L->o, NULL, err)))
+        return st;
+    return bind_vector(m, LP_ROLE_ATTN_O, l, true, hidden, false, &L->o_bias, err);
+}
+
+/* The router and every expert's gate, up and down. */
+static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    int64_t E = a->n_experts, F = L->ffn_hidden, hidden = a->hidden_size;
+    lp_status st;
+    if (a->n_experts_per_tok <= 0 || a->n_experts_per_tok > E)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: %lld experts per token of %lld experts",
+                            a->source, (long long)a->n_experts_per_tok, (long long)E);
+    if ((st = bind_matrix(m, LP_ROLE_ROUTER, l, -1, E, hidden, true, &L->router, NULL, err)) ||
+        (st = bind_vector(m, LP_ROLE_ROUTER, l, true, E, false, &L->router_bias, err)))
+        return st;
+    L->experts = model_alloc(m, (size_t)E * sizeof *L->experts);
+    if (!L->experts)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding %lld experts", (long long)E);
+    for (int e = 0; e < E; e++) {
+        lp_expert_weights *X = &L->experts[e];
+        if ((st = bind_matrix(m, LP_ROLE_EXPERT_GATE, l, e, F, hidden, true, &X->gate, NULL, err)) ||
+            (st = bind_matrix(m, LP_ROLE_EXPERT_UP, l, e, F, hidden, true, &X->up, NULL, err)) ||
+            (st = bind_matrix(m, LP_ROLE_EXPERT_DOWN, l, e, hidden, F, true, &X->down, NULL, err)))
             return st;
     }
-    if ((st = bind_matrix(m, LP_ROLE_ATTN_O, l, -1, hidden, L->q_dim, true, &L->o, NULL, err)) ||
-        (st = bind_vector(m, LP_ROLE_ATTN_O, l, true, hidden, false, &L->o_bias, err)))
+    return LP_OK;
+}
+
+/* A dense FFN: up alone (MLP), gate and up, or the fused gate_up; then down. */
+static lp_status bind_dense_ffn(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+{
+    int64_t F = L->ffn_hidden, hidden = m->arch.hidden_size;
+    bool found;
+    lp_status st;
+    if (m->arch.ffn_kind == LP_FFN_MLP) {
+        if ((st = bind_matrix(m, LP_ROLE_FFN_UP, l, -1, F, hidden, true, &L->up, NULL, err)) ||
+            (st = bind_vector(m, LP_ROLE_FFN_UP, l, true, F, false, &L->up_bias, err)))
+            return st;
+    } else {
+        if ((st = bind_matrix(m, LP_ROLE_FFN_GATE, l, -1, F, hidden, false, &L->gate, &found,
+                              err)))
+            return st;
+        L->fused_gate_up = !found;
+        if (found && ((st = bind_matrix(m, LP_ROLE_FFN_UP, l, -1, F, hidden, true, &L->up, NULL,
+                                        err)) ||
+                      (st = bind_vector(m, LP_ROLE_FFN_GATE, l, true, F, false, &L->gate_bias,
+                                        err)) ||
+                      (st = bind_vector(m, LP_ROLE_FFN_UP, l, true, F, false, &L->up_bias, err))))
+            return st;
+        if (!found && (st = bind_matrix(m, LP_ROLE_FFN_GATE_UP, l, -1, 2 * F, hidden, true,
+                                        &L->gate_up, NULL, err)))
+            return st;
+    }
+    if ((st = bind_matrix(m, LP_ROLE_FFN_DOWN, l, -1, hidden, F, true, &L->down, NULL, err)))
+        return st;
+    return bind_vector(m, LP_ROLE_FFN_DOWN, l, true, hidden, false, &L->down_bias, err);
+}
+
+static lp_status bind_layer(lp_model *m, int l, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    lp_layer_weights *L = &m->layers[l];
+    int64_t hidden = a->hidden_size;
+    lp_layer_shape ls = lp_layer_shape_of(a, l);
+    if (ls.n_kv_heads <= 0 || a->n_heads % ls.n_kv_heads != 0)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: layer %d: %lld kv heads do not divide %lld heads",
+                            a->source, l, (long long)ls.n_kv_heads, (long long)a->n_heads);
+    L->n_kv_heads = ls.n_kv_heads;
+    L->q_dim = ls.q_dim;
+    L->kv_dim = ls.kv_dim;
+    L->ffn_hidden = ls.ffn_hidden;
+    L->moe = ls.moe;
+    L->window = a->layer_window[l];
+    lp_status st;
+    if ((st = bind_norm(m, LP_ROLE_ATTN_NORM, l, hidden, true, &L->attn_norm, err)) ||
+        (st = bind_attention(m, l, L, err)))
         return st;
     if (a->post_attn_norm &&
         (st = bind_norm(m, LP_ROLE_ATTN_POST_NORM, l, hidden, true, &L->post_attn_norm, err)))
@@ -270,52 +368,53 @@ static lp_status bind_layer(lp_model *m, int l, lp_error *err)
     if (a->post_ffn_norm &&
         (st = bind_norm(m, LP_ROLE_FFN_POST_NORM, l, hidden, true, &L->post_ffn_norm, err)))
         return st;
+    return L->moe ? bind_experts(m, l, L, err) : bind_dense_ffn(m, l, L, err);
+}
 
-    L->moe = a->n_experts > 0 && a->layer_moe[l];
-    if (L->moe) {
-        int64_t E = a->n_experts, F = a->expert_ffn_hidden > 0 ? a->expert_ffn_hidden : a->ffn_hidden;
-        if (a->n_experts_per_tok <= 0 || a->n_experts_per_tok > E)
-            return lp_error_set(err, LP_ERR_FORMAT, "%s: %lld experts per token of %lld experts",
-                                a->source, (long long)a->n_experts_per_tok, (long long)E);
-        L->ffn_hidden = F;
-        if ((st = bind_matrix(m, LP_ROLE_ROUTER, l, -1, E, hidden, true, &L->router, NULL, err)) ||
-            (st = bind_vector(m, LP_ROLE_ROUTER, l, true, E, false, &L->router_bias, err)))
-            return st;
-        L->experts = model_alloc(m, (size_t)E * sizeof *L->experts);
-        if (!L->experts)
-            return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding %lld experts", (long long)E);
-        for (int e = 0; e < E; e++) {
-            lp_expert_weights *X = &L->experts[e];
-            if ((st = bind_matrix(m, LP_ROLE_EXPERT_GATE, l, e, F, hidden, true, &X->gate, NULL, err)) ||
-                (st = bind_matrix(m, LP_ROLE_EXPERT_UP, l, e, F, hidden, true, &X->up, NULL, err)) ||
-                (st = bind_matrix(m, LP_ROLE_EXPERT_DOWN, l, e, hidden, F, true, &X->down, NULL, err)))
-                return st;
-        }
+/* The token embedding ([vocab, hidden] at least) and the learned position table. */
+static lp_status bind_embeddings(lp_model *m, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    int64_t hidden = a->hidden_size;
+    m->tok_embd = lp_weights_find(m->weights, LP_ROLE_TOKEN_EMBD, -1, -1, false);
+    if (!m->tok_embd || m->tok_embd->n_dims != 2 || m->tok_embd->shape[1] != hidden ||
+        m->tok_embd->shape[0] < a->vocab_size)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            m->tok_embd ? "%s: token embedding '%s' is not [vocab %lld, hidden %lld]"
+                                        : "%s: no token embedding tensor%s (vocab %lld, hidden %lld)",
+                            lp_weights_path(m->weights), m->tok_embd ? m->tok_embd->name : "",
+                            (long long)a->vocab_size, (long long)hidden);
+    if (a->pos_kind != LP_POS_LEARNED)
         return LP_OK;
-    }
-    int64_t F = a->layer_ffn_hidden[l] > 0 ? a->layer_ffn_hidden[l] : a->ffn_hidden;
-    L->ffn_hidden = F;
-    if (a->ffn_kind == LP_FFN_MLP) {
-        if ((st = bind_matrix(m, LP_ROLE_FFN_UP, l, -1, F, hidden, true, &L->up, NULL, err)) ||
-            (st = bind_vector(m, LP_ROLE_FFN_UP, l, true, F, false, &L->up_bias, err)))
-            return st;
-    } else {
-        if ((st = bind_matrix(m, LP_ROLE_FFN_GATE, l, -1, F, hidden, false, &L->gate, &found, err)))
-            return st;
-        if (found) {
-            if ((st = bind_matrix(m, LP_ROLE_FFN_UP, l, -1, F, hidden, true, &L->up, NULL, err)) ||
-                (st = bind_vector(m, LP_ROLE_FFN_GATE, l, true, F, false, &L->gate_bias, err)) ||
-                (st = bind_vector(m, LP_ROLE_FFN_UP, l, true, F, false, &L->up_bias, err)))
-                return st;
-        } else {
-            L->fused_gate_up = true;
-            if ((st = bind_matrix(m, LP_ROLE_FFN_GATE_UP, l, -1, 2 * F, hidden, true, &L->gate_up, NULL, err)))
-                return st;
-        }
-    }
-    if ((st = bind_matrix(m, LP_ROLE_FFN_DOWN, l, -1, hidden, F, true, &L->down, NULL, err)) ||
-        (st = bind_vector(m, LP_ROLE_FFN_DOWN, l, true, hidden, false, &L->down_bias, err)))
+    m->pos_embd = lp_weights_find(m->weights, LP_ROLE_POS_EMBD, -1, -1, false);
+    if (!m->pos_embd || m->pos_embd->n_dims != 2 || m->pos_embd->shape[1] != hidden)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: learned position table missing or not "
+                                                "[n, hidden %lld]",
+                            lp_weights_path(m->weights), (long long)hidden);
+    return LP_OK;
+}
+
+/* The final norm and the classifier (the embedding itself when tied) with its bias. */
+static lp_status bind_output(lp_model *m, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    int64_t hidden = a->hidden_size;
+    bool found;
+    lp_status st;
+    if ((st = bind_norm(m, LP_ROLE_OUTPUT_NORM, -1, hidden, a->final_norm, &m->out_norm, err)) ||
+        (st = bind_matrix(m, LP_ROLE_LM_HEAD, -1, -1, a->vocab_size, hidden, false, &m->lm_head,
+                          &found, err)))
         return st;
+    if (!found) {
+        /* Tied classifier: the embedding table itself (first vocab_size rows). */
+        if ((st = bind_matrix(m, LP_ROLE_TOKEN_EMBD, -1, -1, -1, hidden, true, &m->lm_head, NULL,
+                              err)))
+            return st;
+        m->lm_head.rows = a->vocab_size;
+    }
+    if (a->bias_lm_head)
+        return bind_vector(m, LP_ROLE_LM_HEAD, -1, true, a->vocab_size, false, &m->lm_head_bias,
+                           err);
     return LP_OK;
 }
 
@@ -338,65 +437,24 @@ lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, 
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
     m->arch = *arch;
     m->weights = weights;
-    const lp_arch *a = &m->arch;
-    int64_t hidden = a->hidden_size;
-
-    m->layers = model_alloc(m, (size_t)a->n_layers * sizeof *m->layers);
-    if (!m->layers) {
+    m->layers = model_alloc(m, (size_t)m->arch.n_layers * sizeof *m->layers);
+    if (!m->layers)
         st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
-        goto fail;
+    else
+        memset(m->layers, 0, (size_t)m->arch.n_layers * sizeof *m->layers);
+    if (st == LP_OK)
+        st = bind_embeddings(m, err);
+    for (int l = 0; l < m->arch.n_layers && st == LP_OK; l++)
+        st = bind_layer(m, l, err);
+    if (st == LP_OK)
+        st = bind_output(m, err);
+    if (st != LP_OK) {
+        lp_model_close(m);
+        return st;
     }
-    memset(m->layers, 0, (size_t)a->n_layers * sizeof *m->layers);
-
-    m->tok_embd = lp_weights_find(weights, LP_ROLE_TOKEN_EMBD, -1, -1, false);
-    if (!m->tok_embd || m->tok_embd->n_dims != 2 || m->tok_embd->shape[1] != hidden ||
-        m->tok_embd->shape[0] < a->vocab_size) {
-        st = lp_error_set(err, LP_ERR_FORMAT,
-                          m->tok_embd ? "%s: token embedding '%s' is not [vocab %lld, hidden %lld]"
-                                      : "%s: no token embedding tensor%s (vocab %lld, hidden %lld)",
-                          lp_weights_path(weights), m->tok_embd ? m->tok_embd->name : "",
-                          (long long)a->vocab_size, (long long)hidden);
-        goto fail;
-    }
-    if (a->pos_kind == LP_POS_LEARNED) {
-        m->pos_embd = lp_weights_find(weights, LP_ROLE_POS_EMBD, -1, -1, false);
-        if (!m->pos_embd || m->pos_embd->n_dims != 2 || m->pos_embd->shape[1] != hidden) {
-            st = lp_error_set(err, LP_ERR_FORMAT, "%s: learned position table missing or not "
-                                                  "[n, hidden %lld]",
-                              lp_weights_path(weights), (long long)hidden);
-            goto fail;
-        }
-    }
-    for (int l = 0; l < a->n_layers; l++) {
-        if ((st = bind_layer(m, l, err)) != LP_OK)
-            goto fail;
-        lp_layer_weights *L = &m->layers[l];
-        if (L->q_dim > m->max_q_dim) m->max_q_dim = L->q_dim;
-        if (L->kv_dim > m->max_kv_dim) m->max_kv_dim = L->kv_dim;
-        if (L->ffn_hidden > m->max_ffn) m->max_ffn = L->ffn_hidden;
-    }
-    if ((st = bind_norm(m, LP_ROLE_OUTPUT_NORM, -1, hidden, a->final_norm, &m->out_norm, err)))
-        goto fail;
-    bool found;
-    if ((st = bind_matrix(m, LP_ROLE_LM_HEAD, -1, -1, a->vocab_size, hidden, false, &m->lm_head,
-                          &found, err)))
-        goto fail;
-    if (!found) {
-        /* Tied classifier: the embedding table itself (first vocab_size rows). */
-        if ((st = bind_matrix(m, LP_ROLE_TOKEN_EMBD, -1, -1, -1, hidden, true, &m->lm_head, NULL,
-                              err)))
-            goto fail;
-        m->lm_head.rows = a->vocab_size;
-    }
-    if (a->bias_lm_head &&
-        (st = bind_vector(m, LP_ROLE_LM_HEAD, -1, true, a->vocab_size, false, &m->lm_head_bias, err)))
-        goto fail;
-    m->renorm_topk = a->norm_topk_prob || strcmp(a->family, "mixtral") == 0;
+    m->renorm_topk = m->arch.norm_topk_prob || strcmp(m->arch.family, "mixtral") == 0;
     *out = m;
     return LP_OK;
-fail:
-    lp_model_close(m);
-    return st;
 }
 
 lp_status lp_model_open(const char *path, lp_model **out, lp_error *err)
@@ -438,80 +496,106 @@ static double yarn_correction_dim(double n_rot, double dim, double base, double 
     return dim * log(max_pos / (n_rot * 2.0 * LP_PI)) / (2.0 * log(base));
 }
 
+/* What scaling one call applies: the kind, factor and base, YaRN's ramp bounds. */
+typedef struct rope_plan {
+    lp_rope_scaling_kind kind;
+    double base, factor, orig; /* orig: the context the scaling is measured against */
+    double low, high;          /* YaRN: pairs below low extrapolate, above high interpolate */
+} rope_plan;
+
+/* Dynamic NTK: grow the base once the sequence outruns the context. HF measures against
+ * max_position_embeddings here, not original_max_position_embeddings. */
+static double dynamic_base(const lp_arch *a, const rope_plan *r, int64_t n_tokens)
+{
+    double ctx = a->n_ctx > 0 ? (double)a->n_ctx : r->orig, dim = (double)a->rope_dim;
+    if (ctx <= 0)
+        ctx = (double)n_tokens;
+    double seq = (double)n_tokens > ctx ? (double)n_tokens : ctx;
+    return r->base * pow(r->factor * seq / ctx - (r->factor - 1.0),
+                         dim / (double)(a->rope_dim - 2 > 0 ? a->rope_dim - 2 : 1));
+}
+
+static lp_status plan_rope(const lp_arch *a, int64_t n_tokens, bool local, rope_plan *r,
+                           float *attn_factor, lp_error *err)
+{
+    const lp_rope_scaling *s = &a->rope_scaling;
+    r->base = local && a->rope_local_theta > 0 ? a->rope_local_theta : a->rope_theta;
+    r->orig = s->original_ctx > 0 ? (double)s->original_ctx : (double)a->n_ctx;
+    r->kind = local ? LP_ROPE_SCALING_NONE : s->kind;
+    r->factor = s->factor;
+    r->low = r->high = 0;
+    *attn_factor = 1.0f;
+    if (r->base <= 0)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_theta %g must be positive", a->source,
+                            r->base);
+    /* YaRN without a factor: the ratio of the context to the original one (HF's fallback). */
+    if (r->kind == LP_ROPE_SCALING_YARN && !(r->factor > 0) && s->original_ctx > 0 && a->n_ctx > 0)
+        r->factor = (double)a->n_ctx / (double)s->original_ctx;
+    if (r->kind != LP_ROPE_SCALING_NONE && !(r->factor > 0))
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_scaling.factor %g must be positive",
+                            a->source, r->factor);
+    if (r->kind == LP_ROPE_SCALING_DYNAMIC)
+        r->base = dynamic_base(a, r, n_tokens);
+    if (r->kind == LP_ROPE_SCALING_YARN) {
+        double dim = (double)a->rope_dim;
+        double beta_fast = s->beta_fast > 0 ? s->beta_fast : 32.0;
+        double beta_slow = s->beta_slow > 0 ? s->beta_slow : 1.0;
+        r->low = floor(yarn_correction_dim(beta_fast, dim, r->base, r->orig));
+        r->high = ceil(yarn_correction_dim(beta_slow, dim, r->base, r->orig));
+        if (r->low < 0) r->low = 0;
+        if (r->high > dim - 1) r->high = dim - 1;
+        if (r->low == r->high) r->high += 0.001;
+        *attn_factor = (float)(s->attention_factor > 0 ? s->attention_factor
+                                                       : yarn_get_mscale(r->factor));
+    }
+    return LP_OK;
+}
+
+/* Llama 3.1's scaling of one frequency: high frequencies unchanged, low ones divided by the
+ * factor, a smooth blend between. */
+static double llama3_freq(const lp_rope_scaling *s, double orig, double factor, double f)
+{
+    double low_f = s->low_freq_factor > 0 ? s->low_freq_factor : 1.0;
+    double high_f = s->high_freq_factor > 0 ? s->high_freq_factor : 4.0;
+    double low_wavelen = orig / low_f, high_wavelen = orig / high_f;
+    double wavelen = 2.0 * LP_PI / f;
+    if (wavelen < high_wavelen)
+        return f;
+    if (wavelen > low_wavelen)
+        return f / factor;
+    double smooth = (orig / wavelen - low_f) / (high_f - low_f);
+    return (1.0 - smooth) * f / factor + smooth * f;
+}
+
+/* The inverse frequency of pair i under the plan. */
+static double scaled_freq(const lp_arch *a, const rope_plan *r, int64_t i)
+{
+    double f = 1.0 / pow(r->base, (double)(2 * i) / (double)a->rope_dim);
+    switch (r->kind) {
+    case LP_ROPE_SCALING_LINEAR:
+        return f / r->factor;
+    case LP_ROPE_SCALING_LLAMA3:
+        return llama3_freq(&a->rope_scaling, r->orig, r->factor, f);
+    case LP_ROPE_SCALING_YARN: {
+        double ramp = ((double)i - r->low) / (r->high - r->low);
+        ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
+        double extrapolation = 1.0 - ramp;
+        return (f / r->factor) * (1.0 - extrapolation) + f * extrapolation;
+    }
+    default:
+        return f;
+    }
+}
+
 lp_status lp_model_rope_freqs(const lp_model *model, int64_t n_tokens, bool local, float *inv_freq,
                               float *attn_factor, lp_error *err)
 {
     const lp_arch *a = &model->arch;
-    const lp_rope_scaling *s = &a->rope_scaling;
-    int64_t dim = a->rope_dim;
-    int64_t half = dim / 2;
-    double base = local && a->rope_local_theta > 0 ? a->rope_local_theta : a->rope_theta;
-    double orig = s->original_ctx > 0 ? (double)s->original_ctx : (double)a->n_ctx;
-    lp_rope_scaling_kind kind = local ? LP_ROPE_SCALING_NONE : s->kind;
-    double factor = s->factor;
-    *attn_factor = 1.0f;
-    if (base <= 0)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_theta %g must be positive", a->source, base);
-    /* YaRN without a factor: the ratio of the context to the original one (HF's fallback). */
-    if (kind == LP_ROPE_SCALING_YARN && !(factor > 0) && s->original_ctx > 0 && a->n_ctx > 0)
-        factor = (double)a->n_ctx / (double)s->original_ctx;
-    if (kind != LP_ROPE_SCALING_NONE && !(factor > 0))
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_scaling.factor %g must be positive",
-                            a->source, factor);
-    if (kind == LP_ROPE_SCALING_DYNAMIC) {
-        /* Dynamic NTK: grow the base once the sequence outruns the context. HF measures against
-         * max_position_embeddings here, not original_max_position_embeddings. */
-        double ctx = a->n_ctx > 0 ? (double)a->n_ctx : orig;
-        if (ctx <= 0)
-            ctx = (double)n_tokens;
-        double seq = (double)n_tokens > ctx ? (double)n_tokens : ctx;
-        base = base * pow(factor * seq / ctx - (factor - 1.0),
-                          (double)dim / (double)(dim - 2 > 0 ? dim - 2 : 1));
-    }
-    double low = 0, high = 0;
-    if (kind == LP_ROPE_SCALING_YARN) {
-        double beta_fast = s->beta_fast > 0 ? s->beta_fast : 32.0;
-        double beta_slow = s->beta_slow > 0 ? s->beta_slow : 1.0;
-        low = floor(yarn_correction_dim(beta_fast, (double)dim, base, orig));
-        high = ceil(yarn_correction_dim(beta_slow, (double)dim, base, orig));
-        if (low < 0) low = 0;
-        if (high > (double)(dim - 1)) high = (double)(dim - 1);
-        if (low == high) high += 0.001;
-        *attn_factor = (float)(s->attention_factor > 0 ? s->attention_factor
-                                                       : yarn_get_mscale(factor));
-    }
-    for (int64_t i = 0; i < half; i++) {
-        double f = 1.0 / pow(base, (double)(2 * i) / (double)dim);
-        switch (kind) {
-        case LP_ROPE_SCALING_LINEAR:
-            f /= factor;
-            break;
-        case LP_ROPE_SCALING_LLAMA3: {
-            double low_f = s->low_freq_factor > 0 ? s->low_freq_factor : 1.0;
-            double high_f = s->high_freq_factor > 0 ? s->high_freq_factor : 4.0;
-            double low_wavelen = orig / low_f, high_wavelen = orig / high_f;
-            double wavelen = 2.0 * LP_PI / f;
-            if (wavelen < high_wavelen) {
-                /* high frequencies: unchanged */
-            } else if (wavelen > low_wavelen) {
-                f /= factor;
-            } else {
-                double smooth = (orig / wavelen - low_f) / (high_f - low_f);
-                f = (1.0 - smooth) * f / factor + smooth * f;
-            }
-            break;
-        }
-        case LP_ROPE_SCALING_YARN: {
-            double ramp = ((double)i - low) / (high - low);
-            ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
-            double extrapolation = 1.0 - ramp;
-            f = (f / factor) * (1.0 - extrapolation) + f * extrapolation;
-            break;
-        }
-        default:
-            break;
-        }
-        inv_freq[i] = (float)f;
-    }
+    rope_plan r;
+    lp_status st = plan_rope(a, n_tokens, local, &r, attn_factor, err);
+    if (st != LP_OK)
+        return st;
+    for (int64_t i = 0; i < a->rope_dim / 2; i++)
+        inv_freq[i] = (float)scaled_freq(a, &r, i);
     return LP_OK;
 }

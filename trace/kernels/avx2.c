@@ -11,11 +11,8 @@
 /* ---- GEMM micro-kernel: a 6x16 tile of C in 12 ymm accumulators; per k step two B loads, six
  * A broadcasts, twelve FMAs. Edge tiles are computed in full (the packed panels are zero-padded)
  * and only their real part is stored. */
-void lp_gemm_f32_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                           int m_edge, int n_edge, bool accumulate);
-
-void lp_gemm_f32_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                           int m_edge, int n_edge, bool accumulate)
+static void gemm_f32_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                               int m_edge, int n_edge, bool accumulate)
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
@@ -425,14 +422,7 @@ static void layernorm_avx2(float *y, const float *x, const float *weight, const 
             v = _mm256_add_ps(v, _mm256_loadu_ps(bias + i));
         _mm256_storeu_ps(y + i, v);
     }
-    for (; i < n; i++) {
-        float v = (x[i] - mean) * inv_std;
-        if (weight)
-            v *= weight[i];
-        if (bias)
-            v += bias[i];
-        y[i] = v;
-    }
+    lp_layernorm_scalar(y, x, weight, bias, i, n, mean, inv_std);
 }
 
 static void softmax_avx2(float *x, int64_t n)
@@ -509,7 +499,7 @@ static void silu_mul_avx2(float *gate, const float *up, int64_t n)
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
     if (i < n)
-        lp_silu_mul_ref(gate + i, up + i, n - i);
+        lp_kernels_ref_table.silu_mul(gate + i, up + i, n - i);
 }
 
 static void gelu_mul_avx2(float *gate, const float *up, int64_t n, bool tanh_approx)
@@ -519,7 +509,7 @@ static void gelu_mul_avx2(float *gate, const float *up, int64_t n, bool tanh_app
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(gelu8(_mm256_loadu_ps(gate + i), tanh_approx),
                                                  _mm256_loadu_ps(up + i)));
     if (i < n)
-        lp_gelu_mul_ref(gate + i, up + i, n - i, tanh_approx);
+        lp_kernels_ref_table.gelu_mul(gate + i, up + i, n - i, tanh_approx);
 }
 
 static void gelu_avx2(float *x, int64_t n, bool tanh_approx)
@@ -528,7 +518,7 @@ static void gelu_avx2(float *x, int64_t n, bool tanh_approx)
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(x + i, gelu8(_mm256_loadu_ps(x + i), tanh_approx));
     if (i < n)
-        lp_gelu_ref(x + i, n - i, tanh_approx);
+        lp_kernels_ref_table.gelu(x + i, n - i, tanh_approx);
 }
 
 static void silu_avx2(float *x, int64_t n)
@@ -537,7 +527,7 @@ static void silu_avx2(float *x, int64_t n)
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(x + i, silu8(_mm256_loadu_ps(x + i)));
     if (i < n)
-        lp_silu_ref(x + i, n - i);
+        lp_kernels_ref_table.silu(x + i, n - i);
 }
 
 static void add_avx2(float *y, const float *x, int64_t n)
@@ -564,11 +554,7 @@ static void rope_rotate_avx2(float *x, int64_t n_heads, int64_t head_dim, int64_
                 _mm256_storeu_ps(head + i, _mm256_fmadd_ps(v, _mm256_loadu_ps(c + i),
                                                            _mm256_mul_ps(swapped, _mm256_loadu_ps(s + i))));
             }
-            for (; i + 1 < rot_dim; i += 2) {
-                float x0 = head[i], x1 = head[i + 1];
-                head[i] = x0 * c[i] + x1 * s[i];
-                head[i + 1] = x1 * c[i + 1] + x0 * s[i + 1];
-            }
+            lp_rope_adjacent_scalar(head, c, s, i, rot_dim);
         } else {
             for (; i + 8 <= half; i += 8) {
                 __m256 x0 = _mm256_loadu_ps(head + i), x1 = _mm256_loadu_ps(head + half + i);
@@ -576,27 +562,19 @@ static void rope_rotate_avx2(float *x, int64_t n_heads, int64_t head_dim, int64_
                 _mm256_storeu_ps(head + i, _mm256_fmsub_ps(x0, cv, _mm256_mul_ps(x1, sv)));
                 _mm256_storeu_ps(head + half + i, _mm256_fmadd_ps(x0, sv, _mm256_mul_ps(x1, cv)));
             }
-            for (; i < half; i++) {
-                float x0 = head[i], x1 = head[i + half];
-                head[i] = x0 * c[i] - x1 * s[i];
-                head[i + half] = x0 * s[i] + x1 * c[i];
-            }
+            lp_rope_halves_scalar(head, c, s, i, half);
         }
     }
 }
 
-/* Block sizes for Zen/Haswell-class cores: a 16 KiB B micro-panel (kc x 16) stays in L1 while the
- * mc x kc A block (144 KiB) streams from L2; nc bounds the packed B block (4 MiB) in L3. */
-const lp_kernel_table lp_kernels_avx2_table = {
+/* What AVX2 overrides in ref's table (dispatch.c starts from a copy of ref's; a slot left out
+ * here keeps the plain C kernel). Block sizes for Zen/Haswell-class cores: a 16 KiB B
+ * micro-panel (kc x 16) stays in L1 while the mc x kc A block (144 KiB) streams from L2; nc bounds
+ * the packed B block (4 MiB) in L3. */
+const lp_kernel_table lp_kernels_avx2_overrides = {
     .isa = LP_ISA_AVX2,
-    .mr = 6,
-    .nr = 16,
-    .kc = 256,
-    .mc = 144,
-    .nc = 4096,
-    .gemm_ukernel = lp_gemm_f32_avx2_6x16,
-    .pack_a = pack_a_6_avx2,
-    .pack_b = pack_b_16_avx2,
+    .gemm = {.mr = 6, .nr = 16, .kc = 256, .mc = 144, .nc = 4096, .ukernel = gemm_f32_avx2_6x16,
+             .pack_a = pack_a_6_avx2, .pack_b = pack_b_16_avx2},
     .f16_to_f32 = f16_to_f32_avx2,
     .bf16_to_f32 = bf16_to_f32_avx2,
     .dot = dot_avx2,

@@ -1,5 +1,6 @@
-/* Runtime kernel dispatch: detect the CPU once, start from ref and take the best ISA it runs;
- * LP_ISA=ref|avx2 in the environment forces one. Also the public vector-kernel entry points. */
+/* Runtime kernel dispatch: build each ISA's table (ref's, then the ISA's overrides), detect the
+ * CPU once and take the best table it runs; LP_ISA=ref|avx2 in the environment forces one. Also
+ * the public vector-kernel entry points. */
 #include "trace/kernels/kernels.h"
 
 #include <math.h>
@@ -13,17 +14,24 @@
 #include <cpuid.h>
 #endif
 
+/* One complete table per ISA, built once from ref's and the ISA's overrides. */
+static lp_kernel_table tables[LP_ISA_COUNT];
 static const lp_kernel_table *active_table = &lp_kernels_ref_table;
 static pthread_once_t dispatch_once = PTHREAD_ONCE_INIT;
 
 static const char *const isa_names[LP_ISA_COUNT] = {[LP_ISA_REF] = "ref", [LP_ISA_AVX2] = "avx2"};
+
+/* What each ISA changes in ref's table; ref itself changes nothing. */
+static const lp_kernel_table *const isa_overrides[LP_ISA_COUNT] = {
+    [LP_ISA_AVX2] = &lp_kernels_avx2_overrides,
+};
 
 const char *lp_isa_name(lp_isa isa)
 {
     return (unsigned)isa < LP_ISA_COUNT ? isa_names[isa] : "unknown";
 }
 
-bool lp_kernels_cpu_has(lp_isa isa)
+static bool cpu_has(lp_isa isa)
 {
     switch (isa) {
     case LP_ISA_REF:
@@ -44,30 +52,58 @@ bool lp_kernels_cpu_has(lp_isa isa)
     }
 }
 
-static const lp_kernel_table *table_for(lp_isa isa)
+void lp_kernels_override(lp_kernel_table *table, const lp_kernel_table *overrides)
 {
-    switch (isa) {
-    case LP_ISA_AVX2:
-        return &lp_kernels_avx2_table;
-    default:
-        return &lp_kernels_ref_table;
+    table->isa = overrides->isa;
+    if (overrides->gemm.ukernel)
+        table->gemm = overrides->gemm;
+#define LP_TAKE_SLOT(slot)                                                                         \
+    if (overrides->slot)                                                                           \
+        table->slot = overrides->slot;
+    LP_KERNEL_SLOTS(LP_TAKE_SLOT)
+#undef LP_TAKE_SLOT
+}
+
+const char *lp_kernels_missing_slot(const lp_kernel_table *t)
+{
+    const lp_gemm_config *g = &t->gemm;
+    if (!g->ukernel || !g->pack_a || !g->pack_b)
+        return "gemm";
+    if (g->mr <= 0 || g->nr <= 0 || g->mc <= 0 || g->nc <= 0 || g->kc <= 0 || g->kc % 256 != 0)
+        return "gemm block sizes";
+#define LP_CHECK_SLOT(slot)                                                                        \
+    if (!t->slot)                                                                                  \
+        return #slot;
+    LP_KERNEL_SLOTS(LP_CHECK_SLOT)
+#undef LP_CHECK_SLOT
+    return NULL;
+}
+
+static void build_tables(void)
+{
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++) {
+        tables[isa] = lp_kernels_ref_table;
+        if (isa_overrides[isa])
+            lp_kernels_override(&tables[isa], isa_overrides[isa]);
+        LP_ASSERT(tables[isa].isa == (lp_isa)isa && !lp_kernels_missing_slot(&tables[isa]));
     }
 }
 
 static void dispatch_init(void)
 {
+    build_tables();
     lp_isa best = LP_ISA_REF;
-    if (lp_kernels_cpu_has(LP_ISA_AVX2))
+    if (cpu_has(LP_ISA_AVX2))
         best = LP_ISA_AVX2;
     const char *forced = getenv("LP_ISA");
     if (forced && *forced) {
         /* An unknown or unsupported name keeps the detected best: the trace records which ISA
          * actually ran, so a typo cannot go unnoticed. */
         for (int isa = 0; isa < LP_ISA_COUNT; isa++)
-            if (strcmp(forced, isa_names[isa]) == 0 && lp_kernels_cpu_has((lp_isa)isa))
+            if (strcmp(forced, isa_names[isa]) == 0 && cpu_has((lp_isa)isa))
                 best = (lp_isa)isa;
     }
-    active_table = table_for(best);
+    active_table = &tables[best];
 }
 
 const lp_kernel_table *lp_kernels_table(void)
@@ -76,14 +112,20 @@ const lp_kernel_table *lp_kernels_table(void)
     return active_table;
 }
 
+const lp_kernel_table *lp_kernels_table_for(lp_isa isa)
+{
+    pthread_once(&dispatch_once, dispatch_init);
+    return (unsigned)isa < LP_ISA_COUNT ? &tables[isa] : NULL;
+}
+
 lp_isa lp_kernels_isa(void) { return lp_kernels_table()->isa; }
 
 bool lp_kernels_set_isa(lp_isa isa)
 {
     pthread_once(&dispatch_once, dispatch_init);
-    if ((unsigned)isa >= LP_ISA_COUNT || !lp_kernels_cpu_has(isa))
+    if ((unsigned)isa >= LP_ISA_COUNT || !cpu_has(isa))
         return false;
-    active_table = table_for(isa);
+    active_table = &tables[isa];
     return true;
 }
 
@@ -117,45 +159,29 @@ void lp_silu(float *x, int64_t n) { lp_kernels_table()->silu(x, n); }
 
 void lp_add(float *y, const float *x, int64_t n) { lp_kernels_table()->add(y, x, n); }
 
-/* RoPE: cos/sin are computed once per call (one position) and shared by all heads; the angle is
- * pos * inv_freq rounded to float, as Hugging Face computes it in float32. The coefficients are
- * laid out per rotated dim so that both pair layouts rotate with plain vector multiplies. */
+/* RoPE: cos/sin are computed once per call (one position) and shared by all heads. The
+ * coefficients are laid out per rotated dim so that both pair layouts rotate with plain vector
+ * multiplies; rotations wider than the buffer go pair by pair through ref's formula. */
 void lp_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
              const float *inv_freq, float attn_scale, bool adjacent_pairs)
 {
-    enum { CHUNK = 256 }; /* rotated dims per round; heads wider than that go in rounds */
-    float c[CHUNK], s[CHUNK];
-    const lp_kernel_table *kt = lp_kernels_table();
-    int64_t half = rot_dim / 2;
-    float pos_f = (float)pos;
-    if (rot_dim <= CHUNK) {
-        for (int64_t i = 0; i < half; i++) {
-            float angle = pos_f * inv_freq[i];
-            float cv = (float)cos((double)angle) * attn_scale;
-            float sv = (float)sin((double)angle) * attn_scale;
-            if (adjacent_pairs) {
-                c[2 * i] = c[2 * i + 1] = cv;
-                s[2 * i] = -sv;
-                s[2 * i + 1] = sv;
-            } else {
-                c[i] = cv;
-                s[i] = sv;
-            }
-        }
-        kt->rope_rotate(x, n_heads, head_dim, rot_dim, c, s, adjacent_pairs);
+    enum { MAX_ROT = 256 };
+    if (rot_dim > MAX_ROT) {
+        lp_rope_ref(x, n_heads, head_dim, rot_dim, pos, inv_freq, attn_scale, adjacent_pairs);
         return;
     }
-    /* Very wide rotations (none known today): the scalar formula, pair by pair. */
-    for (int64_t h = 0; h < n_heads; h++) {
-        float *head = x + h * head_dim;
-        for (int64_t i = 0; i < half; i++) {
-            float angle = pos_f * inv_freq[i];
-            float cv = (float)cos((double)angle) * attn_scale;
-            float sv = (float)sin((double)angle) * attn_scale;
-            int64_t i0 = adjacent_pairs ? 2 * i : i, i1 = adjacent_pairs ? 2 * i + 1 : i + half;
-            float x0 = head[i0], x1 = head[i1];
-            head[i0] = x0 * cv - x1 * sv;
-            head[i1] = x0 * sv + x1 * cv;
+    float c[MAX_ROT], s[MAX_ROT];
+    for (int64_t i = 0; i < rot_dim / 2; i++) {
+        float cv, sv;
+        lp_rope_coeff((float)pos, inv_freq[i], attn_scale, &cv, &sv);
+        if (adjacent_pairs) {
+            c[2 * i] = c[2 * i + 1] = cv;
+            s[2 * i] = -sv;
+            s[2 * i + 1] = sv;
+        } else {
+            c[i] = cv;
+            s[i] = sv;
         }
     }
+    lp_kernels_table()->rope_rotate(x, n_heads, head_dim, rot_dim, c, s, adjacent_pairs);
 }

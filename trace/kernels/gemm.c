@@ -51,8 +51,8 @@ static float *alloc_floats(int64_t count)
 static void pack_a(const lp_kernel_table *kt, const float *a, int64_t lda, int64_t mc, int64_t kc,
                    float *dst)
 {
-    for (int64_t r0 = 0; r0 < mc; r0 += kt->mr)
-        kt->pack_a(a + r0 * lda, lda, min_i64(kt->mr, mc - r0), kc, dst + r0 * kc);
+    for (int64_t r0 = 0; r0 < mc; r0 += kt->gemm.mr)
+        kt->gemm.pack_a(a + r0 * lda, lda, min_i64(kt->gemm.mr, mc - r0), kc, dst + r0 * kc);
 }
 
 /* kc values of stored row `row` from element `col0`, as f32 in seg (or a direct pointer). */
@@ -91,7 +91,7 @@ static const float *load_row_segment(const gemm_job *job, int64_t row, int64_t c
 static lp_status pack_b(const gemm_job *job, int64_t jc, int64_t nc, int64_t pc, int64_t kc,
                         float *dst, float *seg, lp_error *err)
 {
-    const int nr = job->kt->nr;
+    const int nr = job->kt->gemm.nr;
     const gemm_b_source *b = &job->b;
     for (int64_t j0 = 0; j0 < nc; j0 += nr) {
         int64_t cols = min_i64(nr, nc - j0);
@@ -114,7 +114,7 @@ static lp_status pack_b(const gemm_job *job, int64_t jc, int64_t nc, int64_t pc,
         const uint8_t *first = b->data + (uint64_t)(jc + j0) * b->row_bytes + (uint64_t)pc * 4;
         if (b->dtype == LP_DTYPE_F32 && b->row_bytes % sizeof(float) == 0 &&
             (uintptr_t)first % _Alignof(float) == 0) {
-            job->kt->pack_b((const float *)(const void *)first,
+            job->kt->gemm.pack_b((const float *)(const void *)first,
                             (int64_t)(b->row_bytes / sizeof(float)), cols, kc, panel);
             continue;
         }
@@ -127,7 +127,7 @@ static lp_status pack_b(const gemm_job *job, int64_t jc, int64_t nc, int64_t pc,
             if (src != row)
                 memcpy(row, src, (size_t)kc * sizeof(float));
         }
-        job->kt->pack_b(seg, kc, cols, kc, panel);
+        job->kt->gemm.pack_b(seg, kc, cols, kc, panel);
     }
     return LP_OK;
 }
@@ -162,8 +162,8 @@ static lp_status gemv_part(const gemm_job *job, int64_t j_begin, int64_t j_end, 
     float seg[GEMV_MAX_KC];
     for (int64_t j = j_begin; j < j_end; j++) {
         float acc[GEMV_MAX_M] = {0};
-        for (int64_t pc = 0; pc < job->k; pc += kt->kc) {
-            int64_t kc = min_i64(kt->kc, job->k - pc);
+        for (int64_t pc = 0; pc < job->k; pc += kt->gemm.kc) {
+            int64_t kc = min_i64(kt->gemm.kc, job->k - pc);
             lp_status st;
             const float *w = load_row_segment(job, j, pc, kc, seg, err, &st);
             if (st != LP_OK)
@@ -179,92 +179,126 @@ static lp_status gemv_part(const gemm_job *job, int64_t j_begin, int64_t j_end, 
     return LP_OK;
 }
 
+/* The block of C one part computes: rows [i0, i1) x columns [j0, j1), whole panels of its
+ * partitioned dimension. */
+typedef struct c_block {
+    int64_t i0, i1, j0, j1;
+} c_block;
+
+static c_block part_block(const gemm_job *job, int64_t part)
+{
+    const int mr = job->kt->gemm.mr, nr = job->kt->gemm.nr;
+    c_block r = {0, job->m, 0, job->n};
+    if (job->split_rows) {
+        int64_t panels = (job->m + mr - 1) / mr;
+        r.i0 = min_i64(job->m, panels * part / job->n_parts * mr);
+        r.i1 = min_i64(job->m, panels * (part + 1) / job->n_parts * mr);
+    } else {
+        int64_t panels = (job->n + nr - 1) / nr;
+        r.j0 = min_i64(job->n, panels * part / job->n_parts * nr);
+        r.j1 = min_i64(job->n, panels * (part + 1) / job->n_parts * nr);
+    }
+    return r;
+}
+
+/* The packed blocks of one part, 64-byte aligned in its scratch. */
+typedef struct packed_scratch {
+    float *b_pack; /* [nc, kc] NR-column panels */
+    float *a_pack; /* [mc, kc] MR-row panels */
+    float *seg;    /* [NR, kc] weight rows converted to f32 */
+} packed_scratch;
+
+/* The two inner loops (BLIS's macro-kernel): every MR x NR tile of the packed mc x nc block. */
+static void macro_kernel(const gemm_job *job, const packed_scratch *ps, int64_t ic, int64_t mc,
+                         int64_t jc, int64_t nc, int64_t kc, bool acc)
+{
+    const lp_gemm_config *g = &job->kt->gemm;
+    for (int64_t jr = 0; jr < nc; jr += g->nr) {
+        int n_edge = (int)min_i64(g->nr, nc - jr);
+        for (int64_t ir = 0; ir < mc; ir += g->mr) {
+            int m_edge = (int)min_i64(g->mr, mc - ir);
+            g->ukernel(kc, ps->a_pack + ir * kc, ps->b_pack + jr * kc,
+                       job->c + (ic + ir) * job->ldc + jc + jr, job->ldc, m_edge, n_edge, acc);
+        }
+    }
+}
+
+/* The three outer loops over a part's block: NC columns, KC deep (pack B), MC rows (pack A). */
+static lp_status packed_loops(const gemm_job *job, const c_block *r, const packed_scratch *ps,
+                              lp_error *err)
+{
+    const lp_gemm_config *g = &job->kt->gemm;
+    for (int64_t jc = r->j0; jc < r->j1; jc += g->nc) {
+        int64_t nc = min_i64(g->nc, r->j1 - jc);
+        for (int64_t pc = 0; pc < job->k; pc += g->kc) {
+            int64_t kc = min_i64(g->kc, job->k - pc);
+            lp_status st = pack_b(job, jc, nc, pc, kc, ps->b_pack, ps->seg, err);
+            if (st != LP_OK)
+                return st;
+            for (int64_t ic = r->i0; ic < r->i1; ic += g->mc) {
+                int64_t mc = min_i64(g->mc, r->i1 - ic);
+                pack_a(job->kt, job->a + ic * job->lda + pc, job->lda, mc, kc, ps->a_pack);
+                macro_kernel(job, ps, ic, mc, jc, nc, kc, job->accumulate || pc > 0);
+            }
+        }
+    }
+    return LP_OK;
+}
+
+/* One part through the packed GEMM, its scratch from the pool (kept across runs) or malloc. */
+static lp_status gemm_packed(const gemm_job *job, int64_t part, const c_block *r, lp_error *err)
+{
+    const lp_gemm_config *g = &job->kt->gemm;
+    int64_t kc_max = min_i64(g->kc, job->k);
+    int64_t nc_max = min_i64(g->nc, round_up(r->j1 - r->j0, g->nr));
+    int64_t mc_max = min_i64(g->mc, round_up(r->i1 - r->i0, g->mr));
+    /* one block: packed B (nc x kc), packed A (mc x kc), NR row segments, each 64-aligned */
+    int64_t b_floats = round_up(nc_max * kc_max, 16), a_floats = round_up(mc_max * kc_max, 16);
+    int64_t seg_floats = round_up((kc_max > g->nr ? kc_max : g->nr) * g->nr, 16); /* [NR, kc] */
+    int64_t total = b_floats + a_floats + seg_floats;
+    float *scratch = job->pool ? lp_pool_scratch(job->pool, part, (size_t)total * sizeof(float))
+                               : alloc_floats(total);
+    if (!scratch) {
+        if (job->status)
+            return lp_error_set(err, LP_ERR_NOMEM,
+                                "GEMM scratch: out of memory for %lld x %lld panels",
+                                (long long)nc_max, (long long)kc_max);
+        gemm_unpacked(job, r->i0, r->i1, r->j0, r->j1);
+        return LP_OK;
+    }
+    packed_scratch ps = {scratch, scratch + b_floats, scratch + b_floats + a_floats};
+    lp_status st = packed_loops(job, r, &ps, err);
+    if (!job->pool)
+        free(scratch);
+    return st;
+}
+
 static void gemm_part(void *ctx, int64_t part)
 {
     const gemm_job *job = ctx;
-    const lp_kernel_table *kt = job->kt;
-    const int mr = kt->mr, nr = kt->nr;
-    int64_t i_begin = 0, i_end = job->m, j_begin = 0, j_end = job->n;
-    if (job->split_rows) {
-        int64_t panels = (job->m + mr - 1) / mr;
-        i_begin = min_i64(job->m, panels * part / job->n_parts * mr);
-        i_end = min_i64(job->m, panels * (part + 1) / job->n_parts * mr);
-    } else {
-        int64_t panels = (job->n + nr - 1) / nr;
-        j_begin = min_i64(job->n, panels * part / job->n_parts * nr);
-        j_end = min_i64(job->n, panels * (part + 1) / job->n_parts * nr);
-    }
-    if (i_begin >= i_end || j_begin >= j_end)
+    c_block r = part_block(job, part);
+    if (r.i0 >= r.i1 || r.j0 >= r.j1)
         return;
-
+    lp_error *err = job->errors ? &job->errors[part] : NULL;
+    lp_status st = LP_OK;
     if (job->k == 0) {
         if (!job->accumulate)
-            for (int64_t i = i_begin; i < i_end; i++)
-                memset(job->c + i * job->ldc + j_begin, 0, (size_t)(j_end - j_begin) * sizeof(float));
-    } else if (job->m <= GEMV_MAX_M && !job->b.transposed && kt->kc <= GEMV_MAX_KC) {
-        lp_status st = gemv_part(job, j_begin, j_end, job->errors ? &job->errors[part] : NULL);
-        if (st != LP_OK) {
-            if (job->status)
-                job->status[part] = st;
-            return;
-        }
+            for (int64_t i = r.i0; i < r.i1; i++)
+                memset(job->c + i * job->ldc + r.j0, 0, (size_t)(r.j1 - r.j0) * sizeof(float));
+    } else if (job->m <= GEMV_MAX_M && !job->b.transposed && job->kt->gemm.kc <= GEMV_MAX_KC) {
+        st = gemv_part(job, r.j0, r.j1, err);
     } else {
-        int64_t kc_max = min_i64(kt->kc, job->k);
-        int64_t nc_max = min_i64(kt->nc, round_up(j_end - j_begin, nr));
-        int64_t mc_max = min_i64(kt->mc, round_up(i_end - i_begin, mr));
-        /* one block: packed B (nc x kc), packed A (mc x kc), NR row segments, each 64-aligned */
-        int64_t b_floats = round_up(nc_max * kc_max, 16), a_floats = round_up(mc_max * kc_max, 16);
-        int64_t seg_floats = round_up((kc_max > nr ? kc_max : nr) * nr, 16); /* [NR, kc] */
-        int64_t total = b_floats + a_floats + seg_floats;
-        float *scratch = job->pool ? lp_pool_scratch(job->pool, part, (size_t)total * sizeof(float))
-                                   : alloc_floats(total);
-        if (!scratch) {
-            if (job->status) {
-                job->status[part] = lp_error_set(&job->errors[part], LP_ERR_NOMEM,
-                                                 "GEMM scratch: out of memory for %lld x %lld panels",
-                                                 (long long)nc_max, (long long)kc_max);
-                return;
-            }
-            gemm_unpacked(job, i_begin, i_end, j_begin, j_end);
-            return;
-        }
-        float *b_pack = scratch, *a_pack = scratch + b_floats, *seg = a_pack + a_floats;
-        for (int64_t jc = j_begin; jc < j_end; jc += kt->nc) {
-            int64_t nc = min_i64(kt->nc, j_end - jc);
-            for (int64_t pc = 0; pc < job->k; pc += kt->kc) {
-                int64_t kc = min_i64(kt->kc, job->k - pc);
-                lp_status st = pack_b(job, jc, nc, pc, kc, b_pack, seg,
-                                      job->errors ? &job->errors[part] : NULL);
-                if (st != LP_OK) {
-                    if (job->status)
-                        job->status[part] = st;
-                    if (!job->pool)
-                        free(scratch);
-                    return;
-                }
-                bool acc = job->accumulate || pc > 0;
-                for (int64_t ic = i_begin; ic < i_end; ic += kt->mc) {
-                    int64_t mc = min_i64(kt->mc, i_end - ic);
-                    pack_a(kt, job->a + ic * job->lda + pc, job->lda, mc, kc, a_pack);
-                    for (int64_t jr = 0; jr < nc; jr += nr) {
-                        int n_edge = (int)min_i64(nr, nc - jr);
-                        for (int64_t ir = 0; ir < mc; ir += mr) {
-                            int m_edge = (int)min_i64(mr, mc - ir);
-                            kt->gemm_ukernel(kc, a_pack + ir * kc, b_pack + jr * kc,
-                                             job->c + (ic + ir) * job->ldc + jc + jr, job->ldc,
-                                             m_edge, n_edge, acc);
-                        }
-                    }
-                }
-            }
-        }
-        if (!job->pool)
-            free(scratch);
+        st = gemm_packed(job, part, &r, err);
+    }
+    if (st != LP_OK) {
+        if (job->status)
+            job->status[part] = st;
+        return;
     }
     if (job->bias)
-        for (int64_t i = i_begin; i < i_end; i++) {
+        for (int64_t i = r.i0; i < r.i1; i++) {
             float *row = job->c + i * job->ldc;
-            for (int64_t j = j_begin; j < j_end; j++)
+            for (int64_t j = r.j0; j < r.j1; j++)
                 row[j] += job->bias[j];
         }
 }
@@ -275,18 +309,17 @@ static void plan_parts(gemm_job *job, lp_pool *pool)
         pool = NULL; /* nested inside a task: run serially, with private scratch */
     job->pool = pool;
     int threads = lp_pool_threads(pool);
-    int64_t col_panels = (job->n + job->kt->nr - 1) / job->kt->nr;
-    int64_t row_panels = (job->m + job->kt->mr - 1) / job->kt->mr;
+    int64_t col_panels = (job->n + job->kt->gemm.nr - 1) / job->kt->gemm.nr;
+    int64_t row_panels = (job->m + job->kt->gemm.mr - 1) / job->kt->gemm.mr;
     job->split_rows = col_panels < threads && row_panels > col_panels;
     int64_t panels = job->split_rows ? row_panels : col_panels;
     job->n_parts = (int)(panels < threads ? (panels > 0 ? panels : 1) : threads);
 }
 
-void lp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                 int64_t ldb, float *c, int64_t ldc, bool accumulate, lp_pool *pool)
+/* A job over A [m, k] (row stride lda) and the weights b, into C [m, n] (row stride ldc). */
+static gemm_job make_job(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         gemm_b_source b, float *c, int64_t ldc)
 {
-    if (m <= 0 || n <= 0)
-        return;
     gemm_job job;
     memset(&job, 0, sizeof job);
     job.kt = lp_kernels_table();
@@ -295,11 +328,19 @@ void lp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, c
     job.k = k;
     job.a = a;
     job.lda = lda;
-    job.b.dtype = LP_DTYPE_F32;
-    job.b.data = (const uint8_t *)b;
-    job.b.row_bytes = (uint64_t)ldb * sizeof(float);
+    job.b = b;
     job.c = c;
     job.ldc = ldc;
+    return job;
+}
+
+void lp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float *c, int64_t ldc, bool accumulate, lp_pool *pool)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    gemm_b_source src = {LP_DTYPE_F32, (const uint8_t *)b, (uint64_t)ldb * sizeof(float), false};
+    gemm_job job = make_job(m, n, k, a, lda, src, c, ldc);
     job.accumulate = accumulate;
     plan_parts(&job, pool);
     lp_pool_run(job.pool, job.n_parts, gemm_part, &job);
@@ -312,8 +353,9 @@ static bool linear_dtype_ok(lp_dtype dtype)
     return lp_dtype_get(dtype)->is_quant && lp_dequantize_supported(dtype);
 }
 
-lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *bias, float *y,
-                    lp_pool *pool, lp_error *err)
+/* The weight matrix lp_linear can compute with: a supported dtype, whole blocks per row, stored
+ * rows that fit their stride. */
+static lp_status check_matrix(int64_t m, const lp_matrix *w, lp_error *err)
 {
     const lp_dtype_info *info = lp_dtype_get(w->dtype);
     if (!linear_dtype_ok(w->dtype))
@@ -330,7 +372,6 @@ lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *
         return lp_error_set(err, LP_ERR_FORMAT,
                             "linear: %s row of %lld values is not a whole number of %u-value blocks",
                             info->name, (long long)w->cols, info->block_elems);
-    /* The stored rows must fit their stride. */
     uint64_t stored_row_elems = (uint64_t)(w->transposed ? w->rows : w->cols), need;
     if (!lp_dtype_bytes_for(w->dtype, stored_row_elems, &need))
         return lp_error_set(err, LP_ERR_RANGE, "linear: row of %llu %s values overflows",
@@ -340,46 +381,46 @@ lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *
                             "linear: row stride %llu bytes is less than one %s row of %llu values (%llu bytes)",
                             (unsigned long long)w->row_bytes, info->name,
                             (unsigned long long)stored_row_elems, (unsigned long long)need);
-    if (m == 0 || w->rows == 0)
-        return LP_OK;
+    return LP_OK;
+}
+
+/* Run the job's parts and return the first part's failure (parts fail only on bad blocks or
+ * memory). */
+static lp_status run_parts(gemm_job *job, lp_error *err)
+{
+    job->status = calloc((size_t)job->n_parts, sizeof *job->status);
+    job->errors = calloc((size_t)job->n_parts, sizeof *job->errors);
+    lp_status result = LP_OK;
+    if (!job->status || !job->errors) {
+        result = lp_error_set(err, LP_ERR_NOMEM, "linear: out of memory");
+    } else {
+        lp_pool_run(job->pool, job->n_parts, gemm_part, job);
+        for (int part = 0; part < job->n_parts && result == LP_OK; part++)
+            if (job->status[part] != LP_OK) {
+                result = job->status[part];
+                if (err)
+                    *err = job->errors[part];
+                lp_error_prefix(err, "linear: ");
+            }
+    }
+    free(job->status);
+    free(job->errors);
+    return result;
+}
+
+lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *bias, float *y,
+                    lp_pool *pool, lp_error *err)
+{
+    lp_status st = check_matrix(m, w, err);
+    if (st != LP_OK || m == 0 || w->rows == 0)
+        return st;
     /* y must not overlap x: threads write C while others still pack A (programmer misuse) */
     uintptr_t x0 = (uintptr_t)x, x1 = (uintptr_t)(x + m * w->cols);
     uintptr_t y0 = (uintptr_t)y, y1 = (uintptr_t)(y + m * w->rows);
     LP_ASSERT(x1 <= y0 || y1 <= x0 || w->cols == 0);
-
-    gemm_job job;
-    memset(&job, 0, sizeof job);
-    job.kt = lp_kernels_table();
-    job.m = m;
-    job.n = w->rows;
-    job.k = w->cols;
-    job.a = x;
-    job.lda = w->cols;
-    job.b.dtype = w->dtype;
-    job.b.data = w->data;
-    job.b.row_bytes = w->row_bytes;
-    job.b.transposed = w->transposed;
-    job.c = y;
-    job.ldc = w->rows;
+    gemm_b_source src = {w->dtype, w->data, w->row_bytes, w->transposed};
+    gemm_job job = make_job(m, w->rows, w->cols, x, w->cols, src, y, w->rows);
     job.bias = bias;
     plan_parts(&job, pool);
-    job.status = calloc((size_t)job.n_parts, sizeof *job.status);
-    job.errors = calloc((size_t)job.n_parts, sizeof *job.errors);
-    if (!job.status || !job.errors) {
-        free(job.status);
-        free(job.errors);
-        return lp_error_set(err, LP_ERR_NOMEM, "linear: out of memory");
-    }
-    lp_pool_run(job.pool, job.n_parts, gemm_part, &job);
-    lp_status result = LP_OK;
-    for (int part = 0; part < job.n_parts && result == LP_OK; part++)
-        if (job.status[part] != LP_OK) {
-            result = job.status[part];
-            if (err)
-                *err = job.errors[part];
-            lp_error_prefix(err, "linear: ");
-        }
-    free(job.status);
-    free(job.errors);
-    return result;
+    return run_parts(&job, err);
 }

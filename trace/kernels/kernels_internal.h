@@ -1,7 +1,12 @@
 /* The dispatch table shared by ref.c, avx2.c, dispatch.c, gemm.c and attention.c.
  *
  *   const lp_kernel_table *kt = lp_kernels_table();   // chosen once; LP_ISA=ref|avx2 forces one
- *   kt->gemm_ukernel(kc, a_panel, b_panel, c, ldc, m_edge, n_edge, accumulate);
+ *   kt->gemm.ukernel(kc, a_panel, b_panel, c, ldc, m_edge, n_edge, accumulate);
+ *
+ * Tables are built as BLIS builds its contexts: each ISA's table starts as a copy of ref's and
+ * takes the ISA's overrides (lp_kernels_override), so a slot an ISA does not provide falls back
+ * to the plain C kernel instead of being NULL. Tile and block sizes are data in the table
+ * (lp_gemm_config), never constants in gemm.c.
  *
  * Packed GEMM layouts (C[m, n] = A[m, k] . B[n, k]^T, blocks of kc along k):
  *
@@ -30,25 +35,41 @@
 #ifndef LP_TRACE_KERNELS_INTERNAL_H
 #define LP_TRACE_KERNELS_INTERNAL_H
 
+#include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "trace/kernels/kernels.h"
 
 /* c[0..m_edge)[0..n_edge) (+)= a_panel . b_panel over kc steps; ldc in elements. */
 typedef void (*lp_gemm_ukernel_fn)(int64_t kc, const float *a, const float *b, float *c,
                                    int64_t ldc, int m_edge, int n_edge, bool accumulate);
+/* Rows [0, rows) of src (row stride ld floats), kc values from each, into one MR-row A panel or
+ * NR-column B panel (layouts above); rows past `rows` are zero. */
+typedef void (*lp_gemm_pack_fn)(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
+
+/* The GEMM of one ISA: its register tile, cache blocks and the three functions built for that
+ * tile. They go together: an ISA that overrides the micro-kernel overrides all of it. */
+typedef struct lp_gemm_config {
+    int mr, nr;             /* register tile of the micro-kernel */
+    int64_t kc, mc, nc;     /* cache blocks; kc is a multiple of 256 (whole GGUF blocks) */
+    lp_gemm_ukernel_fn ukernel;
+    lp_gemm_pack_fn pack_a; /* MR rows */
+    lp_gemm_pack_fn pack_b; /* NR rows of the weights */
+} lp_gemm_config;
+
+/* Every function slot of the table after the GEMM, in declaration order; dispatch.c merges and
+ * checks tables slot by slot with it, and the _Static_assert below keeps it complete. */
+#define LP_KERNEL_SLOTS(X)                                                                         \
+    X(f16_to_f32) X(bf16_to_f32) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
+    X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
+    X(rope_rotate)
 
 typedef struct lp_kernel_table {
     lp_isa isa;
-    /* GEMM: tile and cache block sizes are data, per ISA. kc must be a multiple of 256. */
-    int mr, nr;
-    int64_t kc, mc, nc;
-    lp_gemm_ukernel_fn gemm_ukernel;
-    /* Packing (layouts above): rows [0, rows) of src (row stride ld floats), kc values from each,
-     * into one MR-row A panel / NR-column B panel; rows past `rows` are zero. */
-    void (*pack_a)(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
-    void (*pack_b)(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
+    lp_gemm_config gemm;
     /* Row conversions used while packing. */
     void (*f16_to_f32)(const void *src, float *dst, int64_t n); /* unaligned ok */
     void (*bf16_to_f32)(const void *src, float *dst, int64_t n);
@@ -83,43 +104,104 @@ typedef struct lp_kernel_table {
                         const float *c, const float *s, bool adjacent_pairs);
 } lp_kernel_table;
 
+#define LP_KERNEL_COUNT_SLOT(slot) +1
+_Static_assert(sizeof(lp_kernel_table) - offsetof(lp_kernel_table, f16_to_f32) ==
+                   (0 LP_KERNEL_SLOTS(LP_KERNEL_COUNT_SLOT)) * sizeof(void (*)(void)),
+               "every function slot after the GEMM is listed in LP_KERNEL_SLOTS");
+
 /* The table in use (never NULL). */
 const lp_kernel_table *lp_kernels_table(void);
+/* The complete table of an ISA, whether or not this CPU runs it (tests); NULL past the enum. */
+const lp_kernel_table *lp_kernels_table_for(lp_isa isa);
+/* Overlay an ISA's overrides on a table: every non-NULL slot replaces the table's, and a GEMM
+ * with a micro-kernel replaces the whole GEMM configuration. */
+void lp_kernels_override(lp_kernel_table *table, const lp_kernel_table *overrides);
+/* The name of the first empty slot or zero block size, or NULL for a table that is complete. */
+const char *lp_kernels_missing_slot(const lp_kernel_table *table);
 
-/* ref.c: the plain C spec of every kernel. */
+/* ref.c: the plain C spec of every kernel, complete. Its slots are also the tails the SIMD
+ * kernels call for the last n % width elements. */
 extern const lp_kernel_table lp_kernels_ref_table;
-void lp_gemm_f32_ref_4x8(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                         int m_edge, int n_edge, bool accumulate);
-void lp_pack_panel_ref(const float *src, int64_t ld, int64_t rows, int64_t kc, int width,
-                       float *dst);
-void lp_f16_to_f32_ref(const void *src, float *dst, int64_t n);
-void lp_bf16_to_f32_ref(const void *src, float *dst, int64_t n);
-float lp_dot_ref(const float *x, const float *y, int64_t n);
-void lp_axpy_ref(float *y, float a, const float *x, int64_t n);
-void lp_scale_ref(float *y, float a, int64_t n);
-float lp_exp_sum_ref(float *x, int64_t n, float max);
-void lp_scores_ref(const float *q, const float *k, int64_t k_stride, int64_t n_keys,
-                   int64_t head_dim, float scale, float *s);
-void lp_weighted_sum_ref(float *out, const float *w, const float *v, int64_t v_stride,
-                         int64_t n_keys, int64_t v_dim);
-void lp_rmsnorm_ref(float *y, const float *x, const float *weight, int64_t n, float eps,
-                    bool weight_plus_one);
-void lp_layernorm_ref(float *y, const float *x, const float *weight, const float *bias, int64_t n,
-                      float eps);
-void lp_softmax_ref(float *x, int64_t n);
-void lp_silu_mul_ref(float *gate, const float *up, int64_t n);
-void lp_gelu_mul_ref(float *gate, const float *up, int64_t n, bool tanh_approx);
-void lp_gelu_ref(float *x, int64_t n, bool tanh_approx);
-void lp_silu_ref(float *x, int64_t n);
-void lp_add_ref(float *y, const float *x, int64_t n);
-void lp_rope_rotate_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
-                        const float *c, const float *s, bool adjacent_pairs);
+/* Rotate with cos/sin computed pair by pair: rotations wider than dispatch's coefficient
+ * buffer (none known today) take this path. Same arguments as lp_rope. */
+void lp_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
+                 const float *inv_freq, float attn_scale, bool adjacent_pairs);
 
-/* avx2.c: AVX2 + FMA + F16C; only called after dispatch checked the CPU. */
-extern const lp_kernel_table lp_kernels_avx2_table;
+/* cos and sin of pair i at position pos, scaled: the angle is pos * inv_freq rounded to float,
+ * as Hugging Face computes it in float32. */
+static inline void lp_rope_coeff(float pos, float inv_freq, float attn_scale, float *cos_out,
+                                 float *sin_out)
+{
+    float angle = pos * inv_freq;
+    *cos_out = (float)cos((double)angle) * attn_scale;
+    *sin_out = (float)sin((double)angle) * attn_scale;
+}
 
-/* True for ISAs this CPU can run. */
-bool lp_kernels_cpu_has(lp_isa isa);
+/* The scalar step of every layernorm, for x[i0 .. n): ref's whole row, a SIMD kernel's tail. */
+static inline void lp_layernorm_scalar(float *y, const float *x, const float *weight,
+                                       const float *bias, int64_t i0, int64_t n, float mean,
+                                       float inv_std)
+{
+    for (int64_t i = i0; i < n; i++) {
+        float v = (x[i] - mean) * inv_std;
+        if (weight)
+            v *= weight[i];
+        if (bias)
+            v += bias[i];
+        y[i] = v;
+    }
+}
+
+/* The scalar RoPE steps on one head (layouts and coefficients as rope_rotate's): adjacent pairs
+ * (i, i+1) from dim i0, halves pairs (i, i + half) from pair i0. Ref's whole head, a SIMD
+ * kernel's tail. */
+static inline void lp_rope_adjacent_scalar(float *head, const float *c, const float *s,
+                                           int64_t i0, int64_t rot_dim)
+{
+    for (int64_t i = i0; i + 1 < rot_dim; i += 2) {
+        float x0 = head[i], x1 = head[i + 1];
+        head[i] = x0 * c[i] + x1 * s[i];
+        head[i + 1] = x1 * c[i + 1] + x0 * s[i + 1];
+    }
+}
+
+static inline void lp_rope_halves_scalar(float *head, const float *c, const float *s, int64_t i0,
+                                         int64_t half)
+{
+    for (int64_t i = i0; i < half; i++) {
+        float x0 = head[i], x1 = head[i + half];
+        head[i] = x0 * c[i] - x1 * s[i];
+        head[i + half] = x0 * s[i] + x1 * c[i];
+    }
+}
+
+/* The K/V element type of an attention call: 0 (a zeroed lp_attn_args) means f32. Anything but
+ * f32, f16 and bf16 is programmer misuse. */
+static inline lp_dtype lp_attn_kv_dtype(const lp_attn_args *a)
+{
+    lp_dtype dt = a->kv_dtype == LP_DTYPE_INVALID ? LP_DTYPE_F32 : a->kv_dtype;
+    LP_ASSERT(dt == LP_DTYPE_F32 || dt == LP_DTYPE_F16 || dt == LP_DTYPE_BF16);
+    return dt;
+}
+
+/* Element d of row j of a K or V matrix (row stride in elements) as f32. */
+static inline float lp_attn_kv_at(lp_dtype dt, const void *base, int64_t stride, int64_t j,
+                                  int64_t d)
+{
+    const uint8_t *bytes = base;
+    int64_t index = j * stride + d;
+    if (dt == LP_DTYPE_F32) {
+        float v;
+        memcpy(&v, bytes + index * 4, 4);
+        return v;
+    }
+    uint16_t h = lp_load_u16(bytes + index * 2);
+    return dt == LP_DTYPE_F16 ? lp_f16_to_f32(h) : lp_bf16_to_f32(h);
+}
+
+/* avx2.c: AVX2 + FMA + F16C overrides (data only: no code of that file runs before dispatch
+ * has checked the CPU). */
+extern const lp_kernel_table lp_kernels_avx2_overrides;
 
 /* pool.c: true inside a task of lp_pool_run (a nested run would execute serially). */
 bool lp_pool_in_worker(void);

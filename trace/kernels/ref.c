@@ -20,8 +20,8 @@ void lp_gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t ld
 }
 
 /* A 4x8 register tile in plain C: what the packed GEMM runs under LP_ISA=ref. */
-void lp_gemm_f32_ref_4x8(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                         int m_edge, int n_edge, bool accumulate)
+static void gemm_f32_ref_4x8(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                             int m_edge, int n_edge, bool accumulate)
 {
     float tile[4][8];
     memset(tile, 0, sizeof tile);
@@ -38,8 +38,8 @@ void lp_gemm_f32_ref_4x8(int64_t kc, const float *a, const float *b, float *c, i
 }
 
 /* One panel of `width` interleaved rows: dst[p * width + r] = src[r * ld + p]. */
-void lp_pack_panel_ref(const float *src, int64_t ld, int64_t rows, int64_t kc, int width,
-                       float *dst)
+static void pack_panel_ref(const float *src, int64_t ld, int64_t rows, int64_t kc, int width,
+                           float *dst)
 {
     for (int64_t r = 0; r < width; r++) {
         if (r < rows)
@@ -53,29 +53,29 @@ void lp_pack_panel_ref(const float *src, int64_t ld, int64_t rows, int64_t kc, i
 
 static void pack_a_4(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst)
 {
-    lp_pack_panel_ref(src, ld, rows, kc, 4, dst);
+    pack_panel_ref(src, ld, rows, kc, 4, dst);
 }
 
 static void pack_b_8(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst)
 {
-    lp_pack_panel_ref(src, ld, rows, kc, 8, dst);
+    pack_panel_ref(src, ld, rows, kc, 8, dst);
 }
 
-void lp_f16_to_f32_ref(const void *src, float *dst, int64_t n)
+static void f16_to_f32_ref(const void *src, float *dst, int64_t n)
 {
     const uint8_t *bytes = src;
     for (int64_t i = 0; i < n; i++)
         dst[i] = lp_f16_to_f32(lp_load_u16(bytes + 2 * i));
 }
 
-void lp_bf16_to_f32_ref(const void *src, float *dst, int64_t n)
+static void bf16_to_f32_ref(const void *src, float *dst, int64_t n)
 {
     const uint8_t *bytes = src;
     for (int64_t i = 0; i < n; i++)
         dst[i] = lp_bf16_to_f32(lp_load_u16(bytes + 2 * i));
 }
 
-float lp_dot_ref(const float *x, const float *y, int64_t n)
+static float dot_ref(const float *x, const float *y, int64_t n)
 {
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++)
@@ -83,19 +83,19 @@ float lp_dot_ref(const float *x, const float *y, int64_t n)
     return sum;
 }
 
-void lp_axpy_ref(float *y, float a, const float *x, int64_t n)
+static void axpy_ref(float *y, float a, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i];
 }
 
-void lp_scale_ref(float *y, float a, int64_t n)
+static void scale_ref(float *y, float a, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] *= a;
 }
 
-float lp_exp_sum_ref(float *x, int64_t n, float max)
+static float exp_sum_ref(float *x, int64_t n, float max)
 {
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) {
@@ -105,22 +105,22 @@ float lp_exp_sum_ref(float *x, int64_t n, float max)
     return sum;
 }
 
-void lp_scores_ref(const float *q, const float *k, int64_t k_stride, int64_t n_keys,
-                   int64_t head_dim, float scale, float *s)
+static void scores_ref(const float *q, const float *k, int64_t k_stride, int64_t n_keys,
+                       int64_t head_dim, float scale, float *s)
 {
     for (int64_t j = 0; j < n_keys; j++)
-        s[j] = lp_dot_ref(q, k + j * k_stride, head_dim) * scale;
+        s[j] = dot_ref(q, k + j * k_stride, head_dim) * scale;
 }
 
-void lp_weighted_sum_ref(float *out, const float *w, const float *v, int64_t v_stride,
-                         int64_t n_keys, int64_t v_dim)
+static void weighted_sum_ref(float *out, const float *w, const float *v, int64_t v_stride,
+                             int64_t n_keys, int64_t v_dim)
 {
     for (int64_t j = 0; j < n_keys; j++)
-        lp_axpy_ref(out, w[j], v + j * v_stride, v_dim);
+        axpy_ref(out, w[j], v + j * v_stride, v_dim);
 }
 
-void lp_rmsnorm_ref(float *y, const float *x, const float *weight, int64_t n, float eps,
-                    bool weight_plus_one)
+static void rmsnorm_ref(float *y, const float *x, const float *weight, int64_t n, float eps,
+                        bool weight_plus_one)
 {
     double sum_sq = 0.0;
     for (int64_t i = 0; i < n; i++)
@@ -132,8 +132,8 @@ void lp_rmsnorm_ref(float *y, const float *x, const float *weight, int64_t n, fl
     }
 }
 
-void lp_layernorm_ref(float *y, const float *x, const float *weight, const float *bias, int64_t n,
-                      float eps)
+static void layernorm_ref(float *y, const float *x, const float *weight, const float *bias,
+                          int64_t n, float eps)
 {
     double mean = 0.0, var = 0.0;
     for (int64_t i = 0; i < n; i++)
@@ -143,18 +143,10 @@ void lp_layernorm_ref(float *y, const float *x, const float *weight, const float
         var += ((double)x[i] - mean) * ((double)x[i] - mean);
     var /= (double)(n > 0 ? n : 1);
     float inv_std = (float)(1.0 / sqrt(var + (double)eps));
-    float mean_f = (float)mean;
-    for (int64_t i = 0; i < n; i++) {
-        float v = (x[i] - mean_f) * inv_std;
-        if (weight)
-            v *= weight[i];
-        if (bias)
-            v += bias[i];
-        y[i] = v;
-    }
+    lp_layernorm_scalar(y, x, weight, bias, 0, n, (float)mean, inv_std);
 }
 
-void lp_softmax_ref(float *x, int64_t n)
+static void softmax_ref(float *x, int64_t n)
 {
     if (n <= 0)
         return;
@@ -166,14 +158,13 @@ void lp_softmax_ref(float *x, int64_t n)
         memset(x, 0, (size_t)n * sizeof *x);
         return;
     }
-    float sum = lp_exp_sum_ref(x, n, max);
+    float sum = exp_sum_ref(x, n, max);
     float inv = 1.0f / sum;
     for (int64_t i = 0; i < n; i++)
         x[i] *= inv;
 }
 
 static float silu1(float v) { return v / (1.0f + expf(-v)); }
-
 static float gelu1(float v, bool tanh_approx)
 {
     if (tanh_approx) {
@@ -183,54 +174,62 @@ static float gelu1(float v, bool tanh_approx)
     return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
 }
 
-void lp_silu_mul_ref(float *gate, const float *up, int64_t n)
+static void silu_mul_ref(float *gate, const float *up, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         gate[i] = silu1(gate[i]) * up[i];
 }
 
-void lp_gelu_mul_ref(float *gate, const float *up, int64_t n, bool tanh_approx)
+static void gelu_mul_ref(float *gate, const float *up, int64_t n, bool tanh_approx)
 {
     for (int64_t i = 0; i < n; i++)
         gate[i] = gelu1(gate[i], tanh_approx) * up[i];
 }
 
-void lp_gelu_ref(float *x, int64_t n, bool tanh_approx)
+static void gelu_ref(float *x, int64_t n, bool tanh_approx)
 {
     for (int64_t i = 0; i < n; i++)
         x[i] = gelu1(x[i], tanh_approx);
 }
 
-void lp_silu_ref(float *x, int64_t n)
+static void silu_ref(float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         x[i] = silu1(x[i]);
 }
 
-void lp_add_ref(float *y, const float *x, int64_t n)
+static void add_ref(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += x[i];
 }
 
-void lp_rope_rotate_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
-                        const float *c, const float *s, bool adjacent_pairs)
+static void rope_rotate_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
+                            const float *c, const float *s, bool adjacent_pairs)
+{
+    for (int64_t h = 0; h < n_heads; h++) {
+        if (adjacent_pairs)
+            lp_rope_adjacent_scalar(x + h * head_dim, c, s, 0, rot_dim);
+        else
+            lp_rope_halves_scalar(x + h * head_dim, c, s, 0, rot_dim / 2);
+    }
+}
+
+/* RoPE pair by pair, cos and sin computed per pair and head: no coefficient buffer, so any
+ * rotation width goes (dispatch.c sends the ones wider than its buffer here). */
+void lp_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
+                 const float *inv_freq, float attn_scale, bool adjacent_pairs)
 {
     int64_t half = rot_dim / 2;
     for (int64_t h = 0; h < n_heads; h++) {
         float *head = x + h * head_dim;
-        if (adjacent_pairs) {
-            for (int64_t i = 0; i + 1 < rot_dim; i += 2) {
-                float x0 = head[i], x1 = head[i + 1];
-                head[i] = x0 * c[i] + x1 * s[i];
-                head[i + 1] = x1 * c[i + 1] + x0 * s[i + 1];
-            }
-        } else {
-            for (int64_t i = 0; i < half; i++) {
-                float x0 = head[i], x1 = head[i + half];
-                head[i] = x0 * c[i] - x1 * s[i];
-                head[i + half] = x0 * s[i] + x1 * c[i];
-            }
+        for (int64_t i = 0; i < half; i++) {
+            float cv, sv;
+            lp_rope_coeff((float)pos, inv_freq[i], attn_scale, &cv, &sv);
+            int64_t i0 = adjacent_pairs ? 2 * i : i, i1 = adjacent_pairs ? 2 * i + 1 : i + half;
+            float x0 = head[i0], x1 = head[i1];
+            head[i0] = x0 * cv - x1 * sv;
+            head[i1] = x0 * sv + x1 * cv;
         }
     }
 }
@@ -240,25 +239,109 @@ void lp_rope_rotate_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rot
 
 static float ref_score(const lp_attn_args *a, int64_t i, int64_t j)
 {
+    lp_dtype dt = lp_attn_kv_dtype(a);
     double dot = 0.0;
     for (int64_t d = 0; d < a->head_dim; d++)
-        dot += (double)a->q[i * a->q_stride + d] * (double)a->k[j * a->k_stride + d];
+        dot += (double)a->q[i * a->q_stride + d] * (double)lp_attn_kv_at(dt, a->k, a->k_stride, j, d);
     double s = dot * (double)a->scale;
     if (a->softcap > 0.0f)
         s = (double)a->softcap * tanh(s / (double)a->softcap);
+    int64_t pos = a->mask->q_pos0 + i;
+    s += (double)a->alibi_slope * (double)(j - pos);
     return (float)s;
+}
+
+/* Query row i's visible keys [lo, hi), clipped to the keys given. */
+static void ref_row_range(const lp_attn_args *a, int64_t i, int64_t *lo, int64_t *hi)
+{
+    lp_mask_row_range(a->mask, a->batch, i, lo, hi);
+    if (*hi > a->n_k)
+        *hi = a->n_k;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
+/* A poisoned row: NaN wherever a value would depend on it. */
+static void ref_poison_row(const lp_attn_args *a, int64_t lo, int64_t hi, float *out, float *prow,
+                           lp_attn_row_stats *st)
+{
+    for (int64_t d = 0; d < a->v_dim; d++)
+        out[d] = NAN;
+    for (int64_t j = lo; prow && j < hi; j++)
+        prow[j] = NAN;
+    st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
+    st->distance = st->local = st->row_sum = st->learned_sink = NAN;
+}
+
+/* The row's softmax maximum and denominator over keys [lo, hi) and the learned sink, in double. */
+static void ref_row_norm(const lp_attn_args *a, int64_t i, int64_t lo, int64_t hi, double *max,
+                         double *sum)
+{
+    *max = a->has_sink ? (double)a->sink_logit : -HUGE_VAL;
+    for (int64_t j = lo; j < hi; j++) {
+        double s = (double)ref_score(a, i, j);
+        if (s > *max)
+            *max = s;
+    }
+    *sum = a->has_sink ? exp((double)a->sink_logit - *max) : 0.0;
+    for (int64_t j = lo; j < hi; j++)
+        *sum += exp((double)ref_score(a, i, j) - *max);
+}
+
+/* The softmax of a row with visible keys [lo, hi) (and the learned sink): output, probabilities
+ * and statistics, all in double from the recomputed scores. */
+static void ref_softmax_row(const lp_attn_args *a, int64_t i, int64_t lo, int64_t hi, float *out,
+                            float *prow, lp_attn_row_stats *st)
+{
+    int64_t pos = a->mask->q_pos0 + i;
+    lp_dtype dt = lp_attn_kv_dtype(a);
+    double max, sum;
+    ref_row_norm(a, i, lo, hi, &max, &sum);
+    for (int64_t d = 0; d < a->v_dim; d++) {
+        double o = 0.0;
+        for (int64_t j = lo; j < hi; j++)
+            o += exp((double)ref_score(a, i, j) - max) / sum *
+                 (double)lp_attn_kv_at(dt, a->v, a->v_stride, j, d);
+        out[d] = (float)o;
+    }
+    double entropy = 0.0, dist = 0.0, local = 0.0, total = 0.0, best = 0.0;
+    for (int64_t j = lo; j < hi; j++) {
+        double p = exp((double)ref_score(a, i, j) - max) / sum;
+        if (prow)
+            prow[j] = (float)p;
+        if (p > 0.0)
+            entropy -= p * log(p);
+        dist += p * (double)(pos - j);
+        if (pos - j < a->local_window)
+            local += p;
+        total += p;
+        if (p > best)
+            best = p;
+        if (j == 0)
+            st->sink = (float)p;
+        if (j == pos - 1)
+            st->prev = (float)p;
+        if (j == pos)
+            st->self = (float)p;
+    }
+    if (a->has_sink) {
+        double p = exp((double)a->sink_logit - max) / sum;
+        if (p > 0.0)
+            entropy -= p * log(p); /* the entropy is of the whole distribution, sink included */
+        st->learned_sink = (float)p;
+    }
+    st->entropy = (float)entropy;
+    st->max_prob = (float)best;
+    st->distance = (float)dist;
+    st->local = (float)local;
+    st->row_sum = (float)total;
 }
 
 void lp_attention_ref(const lp_attn_args *a)
 {
     for (int64_t i = 0; i < a->n_q; i++) {
         int64_t lo, hi;
-        lp_mask_row_range(a->mask, a->batch, i, &lo, &hi);
-        if (hi > a->n_k)
-            hi = a->n_k;
-        if (lo > hi)
-            lo = hi;
-        int64_t pos = a->mask->q_pos0 + i;
+        ref_row_range(a, i, &lo, &hi);
         float *out = a->out + i * a->out_stride;
         float *prow = a->probs ? a->probs + i * a->n_k : NULL;
         lp_attn_row_stats st;
@@ -268,89 +351,25 @@ void lp_attention_ref(const lp_attn_args *a)
         if (prow)
             for (int64_t j = 0; j < a->n_k; j++)
                 prow[j] = 0.0f;
-        bool finite = true;
+        bool finite = !a->has_sink || isfinite(a->sink_logit);
         for (int64_t j = lo; j < hi; j++)
             finite = finite && isfinite(ref_score(a, i, j));
-        if (!finite) { /* poisoned row: NaN wherever a value would depend on it */
-            for (int64_t d = 0; d < a->v_dim; d++)
-                out[d] = NAN;
-            for (int64_t j = lo; prow && j < hi; j++)
-                prow[j] = NAN;
-            st.entropy = st.max_prob = st.sink = st.prev = st.self = NAN;
-            st.distance = st.local = st.row_sum = NAN;
-        } else if (lo < hi) {
-            double max = -HUGE_VAL, sum = 0.0;
-            for (int64_t j = lo; j < hi; j++) {
-                double s = (double)ref_score(a, i, j);
-                if (s > max)
-                    max = s;
-            }
-            for (int64_t j = lo; j < hi; j++)
-                sum += exp((double)ref_score(a, i, j) - max);
-            double acc_entropy = 0.0, acc_dist = 0.0, acc_local = 0.0, acc_sum = 0.0,
-                   acc_max = 0.0;
-            for (int64_t d = 0; d < a->v_dim; d++) {
-                double o = 0.0;
-                for (int64_t j = lo; j < hi; j++)
-                    o += exp((double)ref_score(a, i, j) - max) / sum *
-                         (double)a->v[j * a->v_stride + d];
-                out[d] = (float)o;
-            }
-            for (int64_t j = lo; j < hi; j++) {
-                double p = exp((double)ref_score(a, i, j) - max) / sum;
-                if (prow)
-                    prow[j] = (float)p;
-                if (p > 0.0)
-                    acc_entropy -= p * log(p);
-                acc_dist += p * (double)(pos - j);
-                if (pos - j < a->local_window)
-                    acc_local += p;
-                acc_sum += p;
-                if (p > acc_max)
-                    acc_max = p;
-                if (j == 0)
-                    st.sink = (float)p;
-                if (j == pos - 1)
-                    st.prev = (float)p;
-                if (j == pos)
-                    st.self = (float)p;
-            }
-            st.entropy = (float)acc_entropy;
-            st.max_prob = (float)acc_max;
-            st.distance = (float)acc_dist;
-            st.local = (float)acc_local;
-            st.row_sum = (float)acc_sum;
-        }
+        if (!finite)
+            ref_poison_row(a, lo, hi, out, prow, &st);
+        else if (lo < hi || a->has_sink)
+            ref_softmax_row(a, i, lo, hi, out, prow, &st);
         if (a->row_stats)
             a->row_stats[i] = st;
     }
 }
 
+/* Every slot is the function named <slot>_ref above: a slot without one does not compile, so this
+ * table is complete by construction and is the fallback of every other ISA's. */
+#define LP_REF_SLOT(slot) .slot = slot##_ref,
 const lp_kernel_table lp_kernels_ref_table = {
     .isa = LP_ISA_REF,
-    .mr = 4,
-    .nr = 8,
-    .kc = 256,
-    .mc = 128,
-    .nc = 2048,
-    .gemm_ukernel = lp_gemm_f32_ref_4x8,
-    .pack_a = pack_a_4,
-    .pack_b = pack_b_8,
-    .f16_to_f32 = lp_f16_to_f32_ref,
-    .bf16_to_f32 = lp_bf16_to_f32_ref,
-    .dot = lp_dot_ref,
-    .axpy = lp_axpy_ref,
-    .scale = lp_scale_ref,
-    .scores = lp_scores_ref,
-    .weighted_sum = lp_weighted_sum_ref,
-    .exp_sum = lp_exp_sum_ref,
-    .rmsnorm = lp_rmsnorm_ref,
-    .layernorm = lp_layernorm_ref,
-    .softmax = lp_softmax_ref,
-    .silu_mul = lp_silu_mul_ref,
-    .gelu_mul = lp_gelu_mul_ref,
-    .gelu = lp_gelu_ref,
-    .silu = lp_silu_ref,
-    .add = lp_add_ref,
-    .rope_rotate = lp_rope_rotate_ref,
+    .gemm = {.mr = 4, .nr = 8, .kc = 256, .mc = 128, .nc = 2048, .ukernel = gemm_f32_ref_4x8,
+             .pack_a = pack_a_4, .pack_b = pack_b_8},
+    LP_KERNEL_SLOTS(LP_REF_SLOT)
 };
+#undef LP_REF_SLOT

@@ -78,39 +78,27 @@ static lp_status read_int_rows_npy(const char *path, int64_t **out, int64_t *row
     return LP_OK;
 }
 
-lp_status lp_leak_read_int_rows(const char *path, int64_t **out, int64_t *rows, int64_t *cols,
-                                lp_error *err)
+static bool ends_number(char c)
 {
-    *out = NULL;
-    size_t len = strlen(path);
-    if (len >= 4 && strcmp(path + len - 4, ".npy") == 0)
-        return read_int_rows_npy(path, out, rows, cols, err);
-    char *text = NULL;
-    size_t size = 0;
-    lp_status st = lp_read_file(path, MAX_TEXT_FILE_BYTES, &text, &size, err);
-    if (st != LP_OK)
-        return st;
-    /* Every value takes at least one byte: the count is bounded by the file size. */
-    int64_t *values = malloc((size + 1) * sizeof *values);
-    if (!values) {
-        free(text);
-        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %zu values", path, size);
-    }
+    return c == '\0' || c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Rows of integers separated by commas or blanks, one row per line (blank lines skipped, every
+ * row as long as the first), into values (room for one per byte of text). */
+static lp_status parse_int_text(const char *path, const char *text, int64_t *values,
+                                int64_t *rows, int64_t *cols, lp_error *err)
+{
     int64_t n = 0, n_rows = 0, row_len = -1, in_row = 0;
-    const char *p = text;
-    for (;;) {
+    for (const char *p = text;;) {
         while (*p == ' ' || *p == '\t' || *p == '\r' || *p == ',')
             p++;
         if (*p == '\n' || *p == '\0') {
+            if (in_row > 0 && row_len >= 0 && in_row != row_len)
+                return lp_error_set(err, LP_ERR_FORMAT,
+                                    "%s: line %lld has %lld values, the first had %lld", path,
+                                    (long long)(n_rows + 1), (long long)in_row,
+                                    (long long)row_len);
             if (in_row > 0) {
-                if (row_len >= 0 && in_row != row_len) {
-                    free(values);
-                    free(text);
-                    return lp_error_set(err, LP_ERR_FORMAT,
-                                        "%s: line %lld has %lld values, the first had %lld", path,
-                                        (long long)(n_rows + 1), (long long)in_row,
-                                        (long long)row_len);
-                }
                 row_len = in_row;
                 n_rows++;
                 in_row = 0;
@@ -120,31 +108,46 @@ lp_status lp_leak_read_int_rows(const char *path, int64_t **out, int64_t *rows, 
             p++;
             continue;
         }
-        const char *start = p;
         char *end;
         errno = 0;
         long long v = strtoll(p, &end, 10);
-        if (end == p || errno != 0 ||
-            (*end != '\0' && *end != ',' && *end != ' ' && *end != '\t' && *end != '\n' &&
-             *end != '\r')) {
-            lp_error_set(err, LP_ERR_FORMAT, "%s: byte %zu: expected an integer", path,
-                         (size_t)(start - text));
-            free(values);
-            free(text);
-            return LP_ERR_FORMAT;
-        }
+        if (end == p || errno != 0 || !ends_number(*end))
+            return lp_error_set(err, LP_ERR_FORMAT, "%s: byte %zu: expected an integer", path,
+                                (size_t)(p - text));
         values[n++] = (int64_t)v;
         in_row++;
         p = end;
     }
-    free(text);
-    if (n_rows == 0) {
-        free(values);
+    if (n_rows == 0)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: no values", path);
-    }
-    *out = values;
     *rows = n_rows;
     *cols = row_len;
+    return LP_OK;
+}
+
+lp_status lp_leak_read_int_rows(const char *path, int64_t **out, int64_t *rows, int64_t *cols,
+                                lp_error *err)
+{
+    *out = NULL;
+    if (lp_ends_with(path, ".npy"))
+        return read_int_rows_npy(path, out, rows, cols, err);
+    char *text = NULL;
+    size_t size = 0;
+    lp_status st = lp_read_file(path, MAX_TEXT_FILE_BYTES, &text, &size, err);
+    if (st != LP_OK)
+        return st;
+    /* Every value takes at least one byte: the count is bounded by the file size. */
+    int64_t *values = malloc((size + 1) * sizeof *values);
+    if (!values)
+        st = lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %zu values", path, size);
+    else
+        st = parse_int_text(path, text, values, rows, cols, err);
+    free(text);
+    if (st != LP_OK) {
+        free(values);
+        return st;
+    }
+    *out = values;
     return LP_OK;
 }
 

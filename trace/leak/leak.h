@@ -1,5 +1,5 @@
 /* The leak checker: proves that no position sees the future, in mask tensors users dump from their
- * own code (leak_mask.c) and in a real forward pass of a model (leak_model.c).
+ * own code (mask_file.c) and in a real forward pass of a model (model_check.c).
  *
  *   // A mask tensor against its definition.
  *   lp_leak_mask_opts mo;
@@ -41,6 +41,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "trace/store/store.h"
 #include "trace/trace.h"
 
 #define LP_LEAK_MAX_LISTED 20            /* coordinates listed by default (all are counted) */
@@ -244,15 +245,7 @@ typedef struct lp_leak_model_opts {
 
 void lp_leak_model_opts_init(lp_leak_model_opts *opts);
 
-/* One result row, as stored in leak_checks. */
-typedef struct lp_leak_check {
-    char name[24];        /* "perturbation", "attention_map", "structural", "alignment" */
-    bool passed;
-    int layer;            /* -1 for the logits or when not per layer */
-    int64_t position;     /* cut point, first bad position, or -1 */
-    double max_abs_diff;  /* perturbation: max |difference| at positions <= cut; else NAN */
-    char detail[256];
-} lp_leak_check;
+/* The result rows (lp_leak_check, one leak_checks row each) are defined by the store. */
 
 /* A leaking attention cell of a real pass. */
 typedef struct lp_leak_model_coord {

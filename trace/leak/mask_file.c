@@ -135,14 +135,12 @@ static void fill_verdict(lp_fill_verdict *v, lp_dtype dt, float fill)
         v->overflow_score = -(inf_at + (double)v->value); /* score + fill <= -inf_at */
 }
 
-lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, const int64_t *shape,
-                             const char *name, const lp_leak_mask_opts *opts,
-                             lp_leak_mask_report *out, lp_error *err)
+/* Rank, dimensions, squareness, dtype and encoding, and that the document ids and the padding
+ * fit the mask; fills out's shape fields. */
+static lp_status check_shape(lp_dtype dtype, int n_dims, const int64_t *shape, const char *name,
+                             const lp_leak_mask_opts *opts, lp_leak_mask_report *out,
+                             lp_error *err)
 {
-    const uint8_t *data = data_v;
-    memset(out, 0, sizeof *out);
-    out->dtype = dtype;
-    out->n_dims = n_dims;
     if (n_dims != 2 && n_dims != 4) {
         char dims[128] = "";
         size_t used = 0;
@@ -181,6 +179,13 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
         return lp_error_set(err, LP_ERR_USAGE, "%s: an additive mask needs a float dtype, not %s",
                             name, lp_dtype_name(dtype));
     out->encoding = enc;
+    return LP_OK;
+}
+
+/* The document ids and the padding must give one value per position: [T] or [B, T]. */
+static lp_status check_side_inputs(const char *name, const lp_leak_mask_opts *opts,
+                                   const lp_leak_mask_report *out, lp_error *err)
+{
     if (opts->def.kind == LP_LEAK_DEF_DOC &&
         (opts->def.n_doc_ids != out->T ||
          (opts->def.n_doc_rows != 1 && opts->def.n_doc_rows != out->n_batch)))
@@ -196,12 +201,129 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
                             "%lld positions (need [T] or [B, T])",
                             name, (long long)opts->n_real_batch, (long long)opts->real_len,
                             (long long)out->n_batch, (long long)out->T);
+    return LP_OK;
+}
+
+/* Additive masks: the fill is the most negative value; what it becomes in f32, f16, bf16. */
+static void find_fill(lp_leak_mask_report *out, const uint8_t *data, lp_dtype dtype,
+                      double masked_below)
+{
+    float fill = 0.0f;
+    for (int64_t i = 0; i < out->n_cells; i++) {
+        double v = cell_value(data, dtype, i);
+        if (v < (double)fill)
+            fill = (float)v;
+    }
+    out->has_fill = fill < 0.0f;
+    out->fill = fill;
+    out->weak_fill = out->has_fill && (double)fill > masked_below;
+    out->leak_gap = isinf(fill) ? (double)INFINITY : -(double)fill + LP_LEAK_NEGLIGIBLE_LOG;
+    fill_verdict(&out->fills[0], LP_DTYPE_F32, fill);
+    fill_verdict(&out->fills[1], LP_DTYPE_F16, fill);
+    fill_verdict(&out->fills[2], LP_DTYPE_BF16, fill);
+}
+
+/* What one query row has seen so far. */
+typedef struct mask_row {
+    bool any_visible, has_nan;
+    bool all_inf[3]; /* every cell -inf in f32, f16, bf16 (softmax NaN) */
+} mask_row;
+
+/* An additive cell: visible unless <= masked_below; NaN and +inf poison the whole row (inf - inf
+ * in the softmax's max subtraction), so they are never "masked". */
+static bool additive_visible(double v, double masked_below, mask_row *row,
+                             lp_leak_mask_report *out)
+{
+    bool visible;
+    if (isnan(v) || (isinf(v) && v > 0)) {
+        row->has_nan = true;
+        out->nan_cells++;
+        visible = true;
+    } else {
+        visible = v > masked_below;
+    }
+    /* A cell is -inf in a narrower dtype when its rounding overflows; conversions only while the
+     * row can still be all -inf. */
+    float f = (float)v;
+    if (row->all_inf[0])
+        row->all_inf[0] = isinf(f) && f < 0;
+    if (row->all_inf[1]) {
+        float h16 = lp_f16_to_f32(lp_f32_to_f16(f));
+        row->all_inf[1] = isinf(h16) && h16 < 0;
+    }
+    if (row->all_inf[2]) {
+        float b16 = lp_bf16_to_f32(lp_f32_to_bf16(f));
+        row->all_inf[2] = isinf(b16) && b16 < 0;
+    }
+    return visible;
+}
+
+/* The mask's cell (q, k) of item b, head h against the definition. */
+static void judge_cell(lp_leak_mask_report *out, const lp_leak_mask_opts *opts,
+                       const uint8_t *real, int64_t max_listed, lp_leak_coord c, bool visible)
+{
+    bool ref = lp_leak_def_allows(&opts->def, c.batch, c.query, c.key) && (!real || real[c.key]);
+    if (visible && !ref) {
+        out->leak_count++;
+        list_add(out->leaks, &out->n_leaks_listed, max_listed, c);
+        classify_leak(&out->cells, &opts->def, real, c.query, c.key);
+    } else if (!visible && ref) {
+        out->blocked_count++;
+        list_add(out->blocked, &out->n_blocked_listed, max_listed, c);
+        if (c.key < c.query)
+            out->cells.blocked_past++;
+    }
+}
+
+/* One query row: T cells starting at cell index `cell`. */
+static void check_row(lp_leak_mask_report *out, const lp_leak_mask_opts *opts, const uint8_t *data,
+                      lp_dtype dtype, int64_t b, int64_t h, int64_t q, int64_t cell)
+{
+    int64_t T = out->T, max_listed = opts->max_listed > 0 ? opts->max_listed : 0;
+    bool additive = out->encoding == LP_MASK_ENC_ADDITIVE;
+    const uint8_t *real = opts->real ? opts->real + (opts->n_real_batch == 1 ? 0 : b) * T : NULL;
+    bool padding_row = real && !real[q];
+    out->padding_rows += padding_row;
+    mask_row row = {false, false, {true, true, true}};
+    for (int64_t k = 0; k < T; k++) {
+        double v = cell_value(data, dtype, cell + k);
+        bool visible = additive ? additive_visible(v, opts->masked_below, &row, out)
+                                : (v != 0.0) != opts->true_means_masked;
+        row.any_visible = row.any_visible || (visible && !isnan(v));
+        if (!padding_row)
+            judge_cell(out, opts, real, max_listed, (lp_leak_coord){b, h, q, k}, visible);
+    }
+    if (!row.any_visible && !row.has_nan && !padding_row) {
+        out->fully_masked_rows++;
+        list_add(out->masked_rows, &out->n_masked_rows_listed, max_listed,
+                 (lp_leak_coord){b, h, q, -1});
+    }
+    if (additive) {
+        if (row.has_nan || row.all_inf[0])
+            out->nan_rows++;
+        for (int d = 0; d < 3; d++)
+            out->fills[d].nan_rows += row.has_nan || row.all_inf[d];
+    }
+}
+
+lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, const int64_t *shape,
+                             const char *name, const lp_leak_mask_opts *opts,
+                             lp_leak_mask_report *out, lp_error *err)
+{
+    const uint8_t *data = data_v;
+    memset(out, 0, sizeof *out);
+    out->dtype = dtype;
+    out->n_dims = n_dims;
+    lp_status st = check_shape(dtype, n_dims, shape, name, opts, out, err);
+    if (st == LP_OK)
+        st = check_side_inputs(name, opts, out, err);
+    if (st != LP_OK)
+        return st;
     int64_t n_cells = 1;
     for (int d = 0; d < n_dims; d++)
         if (!lp_mul_i64(n_cells, shape[d], &n_cells))
             return lp_error_set(err, LP_ERR_RANGE, "%s: mask size overflows", name);
     out->n_cells = n_cells;
-
     int64_t max_listed = opts->max_listed > 0 ? opts->max_listed : 0;
     size_t list_bytes = (size_t)(max_listed > 0 ? max_listed : 1) * sizeof(lp_leak_coord);
     out->leaks = malloc(list_bytes);
@@ -211,93 +333,13 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
         lp_leak_mask_report_free(out);
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
     }
-
-    bool additive = enc == LP_MASK_ENC_ADDITIVE;
-    double masked_below = opts->masked_below;
-    /* Pass 1 (additive): the fill is the most negative value. */
-    float fill = 0.0f;
-    if (additive) {
-        for (int64_t i = 0; i < n_cells; i++) {
-            double v = cell_value(data, dtype, i);
-            if (v < (double)fill)
-                fill = (float)v;
-        }
-        out->has_fill = fill < 0.0f;
-        out->fill = fill;
-        out->weak_fill = out->has_fill && (double)fill > masked_below;
-        out->leak_gap = isinf(fill) ? (double)INFINITY : -(double)fill + LP_LEAK_NEGLIGIBLE_LOG;
-        fill_verdict(&out->fills[0], LP_DTYPE_F32, fill);
-        fill_verdict(&out->fills[1], LP_DTYPE_F16, fill);
-        fill_verdict(&out->fills[2], LP_DTYPE_BF16, fill);
-    }
-
-    int64_t T = out->T, cell = 0;
+    if (out->encoding == LP_MASK_ENC_ADDITIVE)
+        find_fill(out, data, dtype, opts->masked_below);
+    int64_t cell = 0;
     for (int64_t b = 0; b < out->n_batch; b++)
         for (int64_t h = 0; h < out->n_heads; h++)
-            for (int64_t q = 0; q < T; q++) {
-                const uint8_t *real =
-                    opts->real ? opts->real + (opts->n_real_batch == 1 ? 0 : b) * T : NULL;
-                bool padding_row = real && !real[q];
-                out->padding_rows += padding_row;
-                bool any_visible = false, has_nan = false;
-                bool all_inf[3] = {true, true, true};
-                for (int64_t k = 0; k < T; k++, cell++) {
-                    double v = cell_value(data, dtype, cell);
-                    bool visible;
-                    if (additive) {
-                        if (isnan(v) || (isinf(v) && v > 0)) {
-                            /* NaN poisons the whole row, and so does +inf (inf - inf in the
-                             * softmax's max subtraction): never "masked" */
-                            has_nan = true;
-                            out->nan_cells++;
-                            visible = true;
-                        } else {
-                            visible = v > masked_below;
-                        }
-                        /* A cell is -inf in a narrower dtype when its rounding overflows;
-                         * conversions only while the row can still be all -inf. */
-                        float f = (float)v;
-                        if (all_inf[0])
-                            all_inf[0] = isinf(f) && f < 0;
-                        if (all_inf[1]) {
-                            float h16 = lp_f16_to_f32(lp_f32_to_f16(f));
-                            all_inf[1] = isinf(h16) && h16 < 0;
-                        }
-                        if (all_inf[2]) {
-                            float b16 = lp_bf16_to_f32(lp_f32_to_bf16(f));
-                            all_inf[2] = isinf(b16) && b16 < 0;
-                        }
-                    } else {
-                        visible = (v != 0.0) != opts->true_means_masked;
-                    }
-                    any_visible = any_visible || (visible && !isnan(v));
-                    if (padding_row)
-                        continue;
-                    bool ref = lp_leak_def_allows(&opts->def, b, q, k) && (!real || real[k]);
-                    lp_leak_coord c = {b, h, q, k};
-                    if (visible && !ref) {
-                        out->leak_count++;
-                        list_add(out->leaks, &out->n_leaks_listed, max_listed, c);
-                        classify_leak(&out->cells, &opts->def, real, q, k);
-                    } else if (!visible && ref) {
-                        out->blocked_count++;
-                        list_add(out->blocked, &out->n_blocked_listed, max_listed, c);
-                        if (k < q)
-                            out->cells.blocked_past++;
-                    }
-                }
-                if (!any_visible && !has_nan && !padding_row) {
-                    out->fully_masked_rows++;
-                    lp_leak_coord c = {b, h, q, -1};
-                    list_add(out->masked_rows, &out->n_masked_rows_listed, max_listed, c);
-                }
-                if (additive) {
-                    if (has_nan || all_inf[0])
-                        out->nan_rows++;
-                    for (int d = 0; d < 3; d++)
-                        out->fills[d].nan_rows += has_nan || all_inf[d];
-                }
-            }
+            for (int64_t q = 0; q < out->T; q++, cell += out->T)
+                check_row(out, opts, data, dtype, b, h, q, cell);
     out->cells.blocked_count = out->blocked_count;
     out->diagnosis = lp_leak_diagnose(&out->cells);
     return LP_OK;
@@ -348,8 +390,9 @@ typedef struct st_mask {
     char name[256];
 } st_mask;
 
-static lp_status st_find_mask(const lp_mapped_file *map, const char *file, const char *want,
-                              st_mask *out, lp_error *err)
+/* The header's JSON object (*header_len bytes after the 8-byte length); caller json_decref's. */
+static lp_status st_header(const lp_mapped_file *map, const char *file, json_t **root,
+                           uint64_t *header_len, lp_error *err)
 {
     if (map->size < 8 || !map->data)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: %zu bytes, shorter than the 8-byte header "
@@ -360,81 +403,114 @@ static lp_status st_find_mask(const lp_mapped_file *map, const char *file, const
                             "%s: header length %llu exceeds the file (%zu bytes) or %u bytes", file,
                             (unsigned long long)n, map->size, MAX_ST_HEADER_BYTES);
     json_error_t jerr;
-    json_t *root = json_loadb((const char *)map->data + 8, (size_t)n, JSON_REJECT_DUPLICATES,
-                              &jerr);
-    if (!root || !json_is_object(root)) {
-        json_decref(root);
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: header byte %d: %s", file, 8 + jerr.position,
-                            root ? "not a JSON object" : jerr.text);
+    *root = json_loadb((const char *)map->data + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!*root || !json_is_object(*root)) {
+        lp_status st = lp_error_set(err, LP_ERR_FORMAT, "%s: header byte %d: %s", file,
+                                    8 + jerr.position, *root ? "not a JSON object" : jerr.text);
+        json_decref(*root);
+        *root = NULL;
+        return st;
     }
+    *header_len = n;
+    return LP_OK;
+}
+
+/* The entry named `want`, or the only tensor when want is NULL; its name into out->name. */
+static lp_status st_pick(json_t *root, const char *file, const char *want, st_mask *out,
+                         json_t **entry, lp_error *err)
+{
     const char *key;
-    json_t *value, *entry = NULL;
+    json_t *value;
     size_t n_tensors = 0;
+    *entry = NULL;
     json_object_foreach(root, key, value) {
         if (strcmp(key, "__metadata__") == 0)
             continue;
         n_tensors++;
         if (want ? strcmp(key, want) == 0 : n_tensors == 1) {
-            entry = value;
+            *entry = value;
             snprintf(out->name, sizeof out->name, "%s", key);
         }
     }
-    lp_status st = LP_OK;
-    if (want && !entry)
-        st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tensor named '%s'", file, want);
-    else if (!want && n_tensors != 1)
-        st = lp_error_set(err, LP_ERR_USAGE,
-                          "%s: %zu tensors in the file; name the mask with --tensor NAME", file,
-                          n_tensors);
-    if (st != LP_OK) {
-        json_decref(root);
-        return st;
+    if (want && !*entry)
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no tensor named '%s'", file, want);
+    if (!want && n_tensors != 1)
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: %zu tensors in the file; name the mask with --tensor NAME", file,
+                            n_tensors);
+    return LP_OK;
+}
+
+/* dtype and shape of the entry; *count the number of values. */
+static lp_status st_dtype_shape(json_t *dtype, json_t *shape, const char *file, st_mask *out,
+                                uint64_t *count, lp_error *err)
+{
+    out->dtype = lp_dtype_from_name(json_string_value(dtype));
+    if (out->dtype == LP_DTYPE_INVALID || lp_dtype_get(out->dtype)->block_elems != 1)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tensor '%s': dtype '%s' is not a "
+                            "safetensors element type loupe reads", file, out->name,
+                            json_string_value(dtype));
+    size_t rank = json_array_size(shape);
+    if (rank > LP_MAX_DIMS)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': rank %zu (limit %d)", file,
+                            out->name, rank, LP_MAX_DIMS);
+    *count = 1;
+    for (size_t d = 0; d < rank; d++) {
+        json_t *dim = json_array_get(shape, d);
+        json_int_t v = json_is_integer(dim) ? json_integer_value(dim) : -1;
+        if (v < 0 || !lp_mul_u64(*count, (uint64_t)v, count))
+            return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': dimension %zu is not a "
+                                "non-negative size", file, out->name, d);
+        out->shape[d] = (int64_t)v;
     }
+    out->n_dims = (int)rank;
+    return LP_OK;
+}
+
+/* The entry's dtype, shape and data_offsets, checked against the data the file holds. */
+static lp_status st_read_entry(json_t *entry, const lp_mapped_file *map, uint64_t header_len,
+                               const char *file, st_mask *out, lp_error *err)
+{
     json_t *dtype = json_object_get(entry, "dtype"), *shape = json_object_get(entry, "shape");
     json_t *offsets = json_object_get(entry, "data_offsets");
     if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) ||
         json_array_size(offsets) != 2 || !json_is_integer(json_array_get(offsets, 0)) ||
-        !json_is_integer(json_array_get(offsets, 1))) {
-        json_decref(root);
+        !json_is_integer(json_array_get(offsets, 1)))
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: tensor '%s': needs dtype, shape and data_offsets [begin, end]",
                             file, out->name);
-    }
-    out->dtype = lp_dtype_from_name(json_string_value(dtype));
-    if (out->dtype == LP_DTYPE_INVALID || lp_dtype_get(out->dtype)->block_elems != 1)
-        st = lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tensor '%s': dtype '%s' is not a "
-                          "safetensors element type loupe reads", file, out->name,
-                          json_string_value(dtype));
-    size_t rank = json_array_size(shape);
-    uint64_t count = 1;
-    if (st == LP_OK && rank > LP_MAX_DIMS)
-        st = lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': rank %zu (limit %d)", file,
-                          out->name, rank, LP_MAX_DIMS);
-    for (size_t d = 0; d < rank && st == LP_OK; d++) {
-        json_t *dim = json_array_get(shape, d);
-        json_int_t v = json_is_integer(dim) ? json_integer_value(dim) : -1;
-        if (v < 0 || !lp_mul_u64(count, (uint64_t)v, &count))
-            st = lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': dimension %zu is not a "
-                              "non-negative size", file, out->name, d);
-        out->shape[d] = (int64_t)v;
-    }
-    out->n_dims = (int)rank;
+    uint64_t count = 0;
+    lp_status st = st_dtype_shape(dtype, shape, file, out, &count, err);
+    if (st != LP_OK)
+        return st;
     json_int_t begin = json_integer_value(json_array_get(offsets, 0));
     json_int_t end = json_integer_value(json_array_get(offsets, 1));
-    uint64_t need = 0, available = map->size - 8 - n;
-    if (st == LP_OK && (begin < 0 || end < begin || (uint64_t)end > available))
-        st = lp_error_set(err, LP_ERR_FORMAT,
-                          "%s: tensor '%s': data_offsets [%lld, %lld] outside the %llu data bytes",
-                          file, out->name, (long long)begin, (long long)end,
-                          (unsigned long long)available);
-    if (st == LP_OK && (!lp_dtype_bytes_for(out->dtype, count, &need) ||
-                        need != (uint64_t)(end - begin)))
-        st = lp_error_set(err, LP_ERR_FORMAT,
-                          "%s: tensor '%s': %lld data bytes for %llu %s values (need %llu)", file,
-                          out->name, (long long)(end - begin), (unsigned long long)count,
-                          lp_dtype_name(out->dtype), (unsigned long long)need);
+    uint64_t need = 0, available = map->size - 8 - header_len;
+    if (begin < 0 || end < begin || (uint64_t)end > available)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: tensor '%s': data_offsets [%lld, %lld] outside the %llu data "
+                            "bytes",
+                            file, out->name, (long long)begin, (long long)end,
+                            (unsigned long long)available);
+    if (!lp_dtype_bytes_for(out->dtype, count, &need) || need != (uint64_t)(end - begin))
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: tensor '%s': %lld data bytes for %llu %s values (need %llu)",
+                            file, out->name, (long long)(end - begin), (unsigned long long)count,
+                            lp_dtype_name(out->dtype), (unsigned long long)need);
+    out->data = map->data + 8 + header_len + (uint64_t)begin;
+    return LP_OK;
+}
+
+static lp_status st_find_mask(const lp_mapped_file *map, const char *file, const char *want,
+                              st_mask *out, lp_error *err)
+{
+    json_t *root = NULL, *entry;
+    uint64_t header_len = 0;
+    lp_status st = st_header(map, file, &root, &header_len, err);
     if (st == LP_OK)
-        out->data = map->data + 8 + n + (uint64_t)begin;
+        st = st_pick(root, file, want, out, &entry, err);
+    if (st == LP_OK)
+        st = st_read_entry(entry, map, header_len, file, out, err);
     json_decref(root);
     return st;
 }

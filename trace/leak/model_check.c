@@ -164,6 +164,45 @@ static void add_leak_coord(leak_obs *o, int64_t batch, int layer, int head, int6
     }
 }
 
+/* One row's cells: *sum of the finite probabilities, and whether any is NaN/Inf, any key is
+ * allowed by the definition, any nonzero probability sits where it forbids. */
+typedef struct row_scan {
+    double sum;
+    bool nonfinite, any_ref, leaks;
+} row_scan;
+
+static row_scan scan_row(leak_obs *o, const lp_site *site, const lp_mask_spec *spec,
+                         lp_leak_cell_stats *st, layer_attn *la, const float *row, int64_t q,
+                         int64_t n_keys)
+{
+    row_scan rs = {0.0, false, false, false};
+    for (int64_t k = 0; k < n_keys; k++) {
+        float p = row[k];
+        if (!isfinite(p)) {
+            rs.nonfinite = true;
+            la->nonfinite++;
+            continue;
+        }
+        rs.sum += (double)p;
+        bool ref = lp_mask_allows_reference(spec, site->batch, q, k);
+        rs.any_ref = rs.any_ref || ref;
+        /* Only nonzero probabilities are evidence: an allowed key can legitimately get exactly 0
+         * (its score ~104 below the row max underflows exp in fp32), so hidden keys are judged
+         * by the row sums here and by the mask specs cell by cell. */
+        if (p != 0.0f) {
+            lp_leak_cell_add(st, spec, site->batch, site->head, q, k, true);
+            if (!ref) {
+                la->leaks++;
+                rs.leaks = true;
+                add_leak_coord(o, site->batch, site->layer, site->head, q, k, p);
+            }
+        } else if (ref) {
+            la->zero_visible++;
+        }
+    }
+    return rs;
+}
+
 /* One head's [T, T] probabilities against the definition: leaks (nonzero where forbidden), rows
  * that do not sum to 1 (0 for rows the definition leaves empty), NaN/Inf. */
 static void check_probs(leak_obs *o, const lp_site *site, const lp_view *v)
@@ -175,45 +214,18 @@ static void check_probs(leak_obs *o, const lp_site *site, const lp_view *v)
     spec.pad_left = o->mode == MODE_PADDED ? o->pad_left : NULL;
     spec.pad_right = o->mode == MODE_PADDED ? o->pad_right : NULL;
     for (int64_t q = 0; q < v->rows; q++) {
-        const float *row = v->data + q * v->stride;
-        double sum = 0.0;
-        bool nonfinite = false, any_ref = false, row_leaks = false;
-        for (int64_t k = 0; k < v->cols; k++) {
-            float p = row[k];
-            if (!isfinite(p)) {
-                nonfinite = true;
-                la->nonfinite++;
-                continue;
-            }
-            sum += (double)p;
-            bool ref = lp_mask_allows_reference(&spec, site->batch, q, k);
-            any_ref = any_ref || ref;
-            /* Only nonzero probabilities are evidence: an allowed key can legitimately get
-             * exactly 0 (its score ~104 below the row max underflows exp in fp32), so hidden
-             * keys are judged by the row sums here and by the mask specs cell by cell. */
-            if (p != 0.0f) {
-                lp_leak_cell_add(st, &spec, site->batch, site->head, q, k, true);
-                if (!ref) {
-                    la->leaks++;
-                    row_leaks = true;
-                    add_leak_coord(o, site->batch, site->layer, site->head, q, k, p);
-                }
-            } else if (ref) {
-                la->zero_visible++;
-            }
-        }
-        bool bad = nonfinite || row_leaks;
-        if (nonfinite)
+        row_scan rs = scan_row(o, site, &spec, st, la, v->data + q * v->stride, q, v->cols);
+        bool bad = rs.nonfinite || rs.leaks;
+        if (rs.nonfinite)
             o->r->nan_rows++;
-        if (sum == 0.0 && !nonfinite)
+        if (rs.sum == 0.0 && !rs.nonfinite)
             la->masked_rows++;
-        double want = any_ref ? 1.0 : 0.0;
-        double row_err = fabs(sum - want);
-        if (!nonfinite && row_err > la->max_row_err)
+        double row_err = fabs(rs.sum - (rs.any_ref ? 1.0 : 0.0));
+        if (!rs.nonfinite && row_err > la->max_row_err)
             la->max_row_err = row_err;
         /* A fully masked row must be all zeros; any other row sums to 1, so a row gone blind
          * where the definition allows keys fails here. */
-        if (!nonfinite && row_err > LP_LEAK_ROW_SUM_TOL && !(sum == 0.0 && !any_ref)) {
+        if (!rs.nonfinite && row_err > LP_LEAK_ROW_SUM_TOL && !(rs.sum == 0.0 && !rs.any_ref)) {
             la->bad_rows++;
             bad = true;
         }
@@ -440,12 +452,41 @@ static void kernel_check(const lp_mask_spec *spec, int64_t n_batch, int64_t *lea
     }
 }
 
+/* The row of one mask spec: the spec against the definition, then the kernel on it. */
+static lp_status spec_check(lp_leak_model_report *r, int64_t *cap, const char *what,
+                            const lp_leak_cell_stats *cs, int64_t kernel_leaks,
+                            int64_t kernel_bad_rows, lp_error *err)
+{
+    if (cs->leak_count == 0 && cs->blocked_count == 0 && kernel_leaks == 0 && kernel_bad_rows == 0)
+        return add_check(r, cap, "structural", true, -1, -1, NO_DIFF, err,
+                         "mask spec %s: every cell equals the definition; the attention kernel "
+                         "puts no probability outside it and every row sums to 1",
+                         what);
+    if (cs->leak_count == 0 && cs->blocked_count == 0)
+        return add_check(r, cap, "structural", false, -1, -1, NO_DIFF, err,
+                         "mask spec %s: the spec is right but the attention kernel puts "
+                         "probability on %lld forbidden cells and %lld rows do not sum to 1",
+                         what, (long long)kernel_leaks, (long long)kernel_bad_rows);
+    if (cs->leak_count > 0)
+        return add_check(r, cap, "structural", false, -1, cs->first_leak.query, NO_DIFF, err,
+                         "mask spec %s: %lld leaking, %lld blocked cells (kernel: %lld nonzero "
+                         "probabilities outside the definition); first leak batch %lld query "
+                         "%lld key %lld (%s)",
+                         what, (long long)cs->leak_count, (long long)cs->blocked_count,
+                         (long long)kernel_leaks, (long long)cs->first_leak.batch,
+                         (long long)cs->first_leak.query, (long long)cs->first_leak.key,
+                         lp_leak_diagnose(cs));
+    return add_check(r, cap, "structural", false, -1, cs->first_blocked.query, NO_DIFF, err,
+                     "mask spec %s: %lld blocked cells; first batch %lld query %lld key %lld",
+                     what, (long long)cs->blocked_count, (long long)cs->first_blocked.batch,
+                     (long long)cs->first_blocked.query, (long long)cs->first_blocked.key);
+}
+
 static lp_status structural_specs(leak_obs *o, int64_t *cap, lp_error *err)
 {
-    lp_leak_model_report *r = o->r;
     /* Three items of 13 keys: unpadded, 3 left, 4 right; plus decode and chunked prefill. */
     static const int64_t pad_left[3] = {0, 3, 0}, pad_right[3] = {0, 0, 4};
-    struct {
+    static const struct {
         const char *what;
         int64_t n_q, n_k, window, n_batch;
         bool padded;
@@ -459,7 +500,6 @@ static lp_status structural_specs(leak_obs *o, int64_t *cap, lp_error *err)
         {"batch of 3, left/right padding", 13, 13, 0, 3, true},
         {"batch of 3, left/right padding, window 5", 13, 13, 5, 3, true},
     };
-    lp_status st;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         lp_mask_spec spec = lp_mask_causal(cases[i].n_q, cases[i].n_k);
         spec.window = cases[i].window;
@@ -471,37 +511,11 @@ static lp_status structural_specs(leak_obs *o, int64_t *cap, lp_error *err)
         lp_leak_cell_stats cs;
         memset(&cs, 0, sizeof cs);
         lp_leak_check_mask_spec(&spec, cases[i].n_batch, &cs);
-        merge_stats(&r->structural, &cs);
+        merge_stats(&o->r->structural, &cs);
         int64_t kernel_leaks, kernel_bad_rows;
         kernel_check(&spec, cases[i].n_batch, &kernel_leaks, &kernel_bad_rows);
-        bool ok = cs.leak_count == 0 && cs.blocked_count == 0 && kernel_leaks == 0 &&
-                  kernel_bad_rows == 0;
-        if (ok)
-            st = add_check(r, cap, "structural", true, -1, -1, NO_DIFF, err,
-                           "mask spec %s: every cell equals the definition; the attention kernel "
-                           "puts no probability outside it and every row sums to 1",
-                           cases[i].what);
-        else if (cs.leak_count == 0 && cs.blocked_count == 0)
-            st = add_check(r, cap, "structural", false, -1, -1, NO_DIFF, err,
-                           "mask spec %s: the spec is right but the attention kernel puts "
-                           "probability on %lld forbidden cells and %lld rows do not sum to 1",
-                           cases[i].what, (long long)kernel_leaks, (long long)kernel_bad_rows);
-        else if (cs.leak_count > 0)
-            st = add_check(r, cap, "structural", false, -1, cs.first_leak.query, NO_DIFF, err,
-                           "mask spec %s: %lld leaking, %lld blocked cells (kernel: %lld nonzero "
-                           "probabilities outside the definition); first leak batch %lld query "
-                           "%lld key %lld (%s)",
-                           cases[i].what, (long long)cs.leak_count, (long long)cs.blocked_count,
-                           (long long)kernel_leaks,
-                           (long long)cs.first_leak.batch, (long long)cs.first_leak.query,
-                           (long long)cs.first_leak.key, lp_leak_diagnose(&cs));
-        else
-            st = add_check(r, cap, "structural", false, -1, cs.first_blocked.query, NO_DIFF, err,
-                           "mask spec %s: %lld blocked cells; first batch %lld query %lld key "
-                           "%lld",
-                           cases[i].what, (long long)cs.blocked_count,
-                           (long long)cs.first_blocked.batch, (long long)cs.first_blocked.query,
-                           (long long)cs.first_blocked.key);
+        lp_status st = spec_check(o->r, cap, cases[i].what, &cs, kernel_leaks, kernel_bad_rows,
+                                  err);
         if (st != LP_OK)
             return st;
     }
@@ -572,60 +586,37 @@ static lp_status attention_checks(leak_obs *o, layer_attn *la, bool padded, int6
     return LP_OK;
 }
 
-/* The padded batch of the structural test: three copies of (a prefix of) the prompt, one
- * unpadded, one left-padded, one right-padded. */
-static lp_status padded_batch_check(const lp_model *model, const int32_t *ids, int64_t n_ids,
-                                    leak_obs *o, int64_t *cap, lp_error *err)
+/* The observer's buffers for a padded batch of T tokens per item (T <= 24). */
+static lp_status alloc_padded(leak_obs *o, int64_t T, lp_error *err)
 {
-    int64_t T = n_ids < 24 ? n_ids : 24;
-    if (T < 4)
-        return LP_OK; /* too short to pad meaningfully; the mask specs cover padding */
-    /* three lengths: T, T - T/4 (left-padded), T - T/3 (right-padded) */
-    int64_t pad = T / 4, pad2 = T / 3;
-    int64_t pl[3] = {0, pad, 0}, pr[3] = {0, 0, pad2};
-    int32_t *tokens = alloc_array(3, T, sizeof(int32_t));
-    layer_attn *la = alloc_array(o->n_layers, 1, sizeof(layer_attn));
     int64_t resid_rows = (int64_t)o->n_layers * T; /* both bounded: T <= 24, layers <= 512 */
     int slots = o->n_layers + 1;
     o->pad_T = T;
+    o->padded_attn = alloc_array(o->n_layers, 1, sizeof(layer_attn));
     o->pad_ref_resid = alloc_array(resid_rows, o->H, sizeof(float));
     o->pad_ref_logits = alloc_array(T, o->V, sizeof(float));
     o->pad_max = alloc_array(slots, 1, sizeof(double));
     o->pad_bad = alloc_array(slots, 1, sizeof(int64_t));
     o->pad_first_item = alloc_array(slots, 1, sizeof(int64_t));
     o->pad_first_pos = alloc_array(slots, 1, sizeof(int64_t));
-    lp_status st = LP_OK;
-    if (!tokens || !la || !o->pad_ref_resid || !o->pad_ref_logits || !o->pad_max || !o->pad_bad ||
-        !o->pad_first_item || !o->pad_first_pos) {
-        st = lp_error_set(err, LP_ERR_NOMEM, "leak: out of memory for the padded batch");
-        goto done;
-    }
+    if (!o->padded_attn || !o->pad_ref_resid || !o->pad_ref_logits || !o->pad_max ||
+        !o->pad_bad || !o->pad_first_item || !o->pad_first_pos)
+        return lp_error_set(err, LP_ERR_NOMEM, "leak: out of memory for the padded batch");
     for (int l = 0; l < o->n_layers; l++)
-        la[l].first_bad_row = -1;
+        o->padded_attn[l].first_bad_row = -1;
     for (int i = 0; i < slots; i++)
         o->pad_first_item[i] = o->pad_first_pos[i] = -1;
-    /* item 0: the prompt; item 1: padding then the prompt's first T - pad tokens; item 2: the
-     * first T - pad2 tokens then padding. Padding cells hold an id other than the first token's
-     * (the mask must hide them whatever they hold; a copy of the first token would hide a leak
-     * into the first real position). */
-    int32_t pad_id = (int32_t)((ids[0] + 1) % o->V);
-    for (int64_t t = 0; t < T; t++) {
-        tokens[t] = ids[t];
-        tokens[T + t] = t < pad ? pad_id : ids[t - pad];
-        tokens[2 * T + t] = t < T - pad2 ? ids[t] : pad_id;
-    }
-    lp_batch batch = {3, T, tokens, pl, pr};
-    o->mode = MODE_PADDED;
-    o->pad_left = pl;
-    o->pad_right = pr;
-    o->padded_attn = la;
-    st = run_pass(model, &batch, o, err);
-    if (st == LP_OK)
-        st = attention_checks(o, la, true, cap, err);
-    for (int slot = 0; slot < slots && st == LP_OK; slot++) {
-        lp_leak_model_report *r = o->r;
+    return LP_OK;
+}
+
+/* One row per layer (and the logits): the padded items' real rows against the unpadded item. */
+static lp_status padded_checks(leak_obs *o, int64_t *cap, lp_error *err)
+{
+    lp_leak_model_report *r = o->r;
+    for (int slot = 0; slot <= o->n_layers; slot++) {
         int layer = slot == o->n_layers ? -1 : slot;
         const char *what = layer < 0 ? "logits" : "hidden states";
+        lp_status st;
         if (o->pad_bad[slot] == 0 && o->pad_max[slot] == 0.0)
             st = add_check(r, cap, "structural", true, layer, -1, 0.0, err,
                            "padded batch: %s of the real tokens of the left- and right-padded "
@@ -646,22 +637,252 @@ static lp_status padded_batch_check(const lp_model *model, const int32_t *ids, i
                            (long long)o->pad_first_item[slot],
                            o->pad_first_item[slot] == 1 ? "left" : "right",
                            (long long)o->pad_first_pos[slot]);
+        if (st != LP_OK)
+            return st;
     }
-done:
-    o->padded_attn = NULL;
-    o->pad_left = o->pad_right = NULL;
-    free(o->pad_ref_resid);
-    free(o->pad_ref_logits);
-    free(o->pad_max);
-    free(o->pad_bad);
-    free(o->pad_first_item);
-    free(o->pad_first_pos);
-    o->pad_ref_resid = o->pad_ref_logits = NULL;
-    o->pad_max = NULL;
-    o->pad_bad = o->pad_first_item = o->pad_first_pos = NULL;
+    return LP_OK;
+}
+
+/* The padded batch of the structural test: three copies of (a prefix of) the prompt, one
+ * unpadded, one left-padded, one right-padded. */
+static lp_status padded_batch_check(const lp_model *model, const int32_t *ids, int64_t n_ids,
+                                    leak_obs *o, int64_t *cap, lp_error *err)
+{
+    int64_t T = n_ids < 24 ? n_ids : 24;
+    if (T < 4)
+        return LP_OK; /* too short to pad meaningfully; the mask specs cover padding */
+    /* three lengths: T, T - T/4 (left-padded), T - T/3 (right-padded) */
+    int64_t pad = T / 4, pad2 = T / 3;
+    int64_t pl[3] = {0, pad, 0}, pr[3] = {0, 0, pad2};
+    int32_t *tokens = alloc_array(3, T, sizeof(int32_t));
+    lp_status st = tokens ? alloc_padded(o, T, err)
+                          : lp_error_set(err, LP_ERR_NOMEM, "leak: out of memory for the padded "
+                                                            "batch");
+    if (st == LP_OK) {
+        /* item 0: the prompt; item 1: padding then the prompt's first T - pad tokens; item 2:
+         * the first T - pad2 tokens then padding. Padding cells hold an id other than the first
+         * token's (the mask must hide them whatever they hold; a copy of the first token would
+         * hide a leak into the first real position). */
+        int32_t pad_id = (int32_t)((ids[0] + 1) % o->V);
+        for (int64_t t = 0; t < T; t++) {
+            tokens[t] = ids[t];
+            tokens[T + t] = t < pad ? pad_id : ids[t - pad];
+            tokens[2 * T + t] = t < T - pad2 ? ids[t] : pad_id;
+        }
+        lp_batch batch = {3, T, tokens, pl, pr};
+        o->mode = MODE_PADDED;
+        o->pad_left = pl;
+        o->pad_right = pr;
+        st = run_pass(model, &batch, o, err);
+    }
+    if (st == LP_OK)
+        st = attention_checks(o, o->padded_attn, true, cap, err);
+    if (st == LP_OK)
+        st = padded_checks(o, cap, err);
+    o->pad_left = o->pad_right = NULL; /* the buffers go with the observer (free_obs) */
     free(tokens);
-    free(la);
     return st;
+}
+
+/* The report's defaults, the observer's baseline and per-cut buffers, and the report's arrays. */
+static lp_status setup(const lp_model *model, int64_t n_ids, const lp_leak_model_opts *opts,
+                       leak_obs *o, lp_leak_model_report *r, int64_t max_cuts, lp_error *err)
+{
+    const lp_arch *arch = lp_model_arch(model);
+    memset(o, 0, sizeof *o);
+    o->model = model;
+    o->opts = opts;
+    o->r = r;
+    o->T = n_ids;
+    o->H = arch->hidden_size;
+    o->V = arch->vocab_size;
+    o->n_layers = (int)arch->n_layers;
+    /* Dense models compute each position from its own rows in a fixed order: bitwise. An MoE
+     * layer gathers the tokens routed to each expert into one GEMM whose row count therefore
+     * depends on the other tokens (future ones included), and the kernel sums differently for
+     * 1-2 rows (GEMV) than for more (packed GEMM): differences of a few ulps are legitimate. */
+    o->tolerance = arch->n_experts > 0 ? LP_LEAK_MOE_TOLERANCE : 0.0;
+    r->tolerance = o->tolerance;
+    r->n_tokens = n_ids;
+    r->n_layers = o->n_layers;
+    int64_t resid_floats;
+    if (!lp_mul_i64(arch->n_layers, n_ids, &resid_floats))
+        resid_floats = -1;
+    o->base_resid = alloc_array(resid_floats, o->H, sizeof(float));
+    o->base_logits = alloc_array(n_ids, o->V, sizeof(float));
+    o->cut_max = alloc_array(o->n_layers + 1, 1, sizeof(double));
+    o->cut_first_pos = alloc_array(o->n_layers + 1, 1, sizeof(int64_t));
+    o->attn = alloc_array(o->n_layers, 1, sizeof(layer_attn));
+    r->cuts = alloc_array(max_cuts, 1, sizeof(int64_t));
+    r->layer_max_diff = alloc_array(o->n_layers + 1, 1, sizeof(double));
+    r->leaks = alloc_array(opts->max_listed > 0 ? opts->max_listed : 1, 1,
+                           sizeof(lp_leak_model_coord));
+    if (!o->base_resid || !o->base_logits || !o->cut_max || !o->cut_first_pos || !o->attn ||
+        !r->cuts || !r->layer_max_diff || !r->leaks)
+        return lp_error_set(err, LP_ERR_NOMEM,
+                            "leak: out of memory for the baseline of %lld tokens x %lld layers",
+                            (long long)n_ids, (long long)arch->n_layers);
+    for (int l = 0; l < o->n_layers; l++)
+        o->attn[l].first_bad_row = -1;
+    return LP_OK;
+}
+
+/* Every buffer of the observer: the baseline's, the cuts', the padded batch's. */
+static void free_obs(leak_obs *o)
+{
+    void *owned[] = {o->base_resid,     o->base_logits,  o->cut_max,       o->cut_first_pos,
+                     o->attn,           o->padded_attn,  o->pad_ref_resid, o->pad_ref_logits,
+                     o->pad_max,        o->pad_bad,      o->pad_first_item, o->pad_first_pos};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        free(owned[i]);
+    memset(o, 0, sizeof *o);
+}
+
+/* The loss with labels shifted by one against not shifted, from the baseline's logits. */
+static lp_status alignment_check(leak_obs *o, const int32_t *ids, int64_t n_ids, int64_t *cap,
+                                 lp_error *err)
+{
+    lp_leak_model_report *r = o->r;
+    double uniform = log((double)o->V);
+    r->alignment_flagged = lp_leak_alignment(o->base_logits, o->V, ids, n_ids, &r->loss_next,
+                                             &r->loss_same);
+    return add_check(r, cap, "alignment", !r->alignment_flagged, -1, -1, NO_DIFF, err,
+                     "loss with labels shifted by one %.4f nats, unshifted %.4f nats, uniform "
+                     "%.4f%s",
+                     r->loss_next, r->loss_same, uniform,
+                     r->alignment_flagged ? ": the model predicts the current token better "
+                                            "than the next (label or mask bug)"
+                     : r->loss_same < r->loss_next
+                         ? " (neither beats a uniform guess: the text is unpredictable to the "
+                           "model, not flagged)"
+                         : "");
+}
+
+static bool has_cut(const lp_leak_model_report *r, int64_t c)
+{
+    for (int64_t j = 0; j < r->n_cuts; j++)
+        if (r->cuts[j] == c)
+            return true;
+    return false;
+}
+
+/* First, middle, last and random cut points (distinct), in increasing order. */
+static void choose_cuts(lp_leak_model_report *r, int64_t n_ids, int64_t max_cuts, uint64_t *rng)
+{
+    int64_t last = n_ids - 2;
+    int64_t want[3] = {0, last / 2, last};
+    for (int64_t i = 0; i < max_cuts; i++) {
+        int64_t c = i < 3 ? want[i] : (int64_t)(next_random(rng) % (uint64_t)(last + 1));
+        bool seen = has_cut(r, c);
+        /* a repeated random cut draws again (bounded: n_ids - 1 distinct cuts exist) */
+        for (int tries = 0; seen && i >= 3 && tries < 64; tries++) {
+            c = (int64_t)(next_random(rng) % (uint64_t)(last + 1));
+            seen = has_cut(r, c);
+        }
+        if (!seen)
+            r->cuts[r->n_cuts++] = c;
+    }
+    for (int64_t i = 1; i < r->n_cuts; i++)
+        for (int64_t j = i; j > 0 && r->cuts[j - 1] > r->cuts[j]; j--) {
+            int64_t tmp = r->cuts[j];
+            r->cuts[j] = r->cuts[j - 1];
+            r->cuts[j - 1] = tmp;
+        }
+}
+
+/* One row per layer (and the logits) of a cut's comparison with the baseline. */
+static lp_status cut_checks(leak_obs *o, int64_t cut, int64_t n_ids, int64_t *cap, lp_error *err)
+{
+    lp_leak_model_report *r = o->r;
+    for (int slot = 0; slot <= o->n_layers; slot++) {
+        int layer = slot == o->n_layers ? -1 : slot;
+        bool same = o->cut_first_pos[slot] < 0;
+        double m = o->cut_max[slot];
+        if (m > r->layer_max_diff[slot])
+            r->layer_max_diff[slot] = m;
+        if (!same && r->first_diff_layer == -2) {
+            r->first_diff_layer = layer;
+            r->first_diff_position = o->cut_first_pos[slot];
+            r->first_diff_cut = cut;
+        }
+        const char *what = layer < 0 ? "logits" : "hidden state";
+        lp_status st;
+        if (same && m > 0.0)
+            st = add_check(r, cap, "perturbation", true, layer, cut, m, err,
+                           "cut %lld: %s at positions 0..%lld within %.0e relative (max |diff| "
+                           "%.3g): MoE expert GEMMs change row count with routing, and with it "
+                           "their summation order",
+                           (long long)cut, what, (long long)cut, o->tolerance, m);
+        else if (same)
+            st = add_check(r, cap, "perturbation", true, layer, cut, 0.0, err,
+                           "cut %lld: %s at positions 0..%lld identical bit for bit after "
+                           "replacing the %lld later tokens",
+                           (long long)cut, what, (long long)cut, (long long)(n_ids - 1 - cut));
+        else
+            st = add_check(r, cap, "perturbation", false, layer, o->cut_first_pos[slot], m, err,
+                           "cut %lld: %s changes at position %lld <= cut when later tokens "
+                           "change (max |diff| %.3g)",
+                           (long long)cut, what, (long long)o->cut_first_pos[slot], m);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+/* Every token after the cut replaced by a different one; positions <= cut must not move. */
+static lp_status perturb(const lp_model *model, const int32_t *ids, int64_t n_ids, int64_t cut,
+                         leak_obs *o, int32_t *perturbed, uint64_t *rng, int64_t *cap,
+                         lp_error *err)
+{
+    memcpy(perturbed, ids, (size_t)n_ids * sizeof(int32_t));
+    for (int64_t t = cut + 1; t < n_ids; t++) {
+        uint64_t others = (uint64_t)(o->V > 1 ? o->V - 1 : 1);
+        int64_t shift = 1 + (int64_t)(next_random(rng) % others);
+        perturbed[t] = (int32_t)((ids[t] + shift) % o->V);
+    }
+    for (int l = 0; l <= o->n_layers; l++) {
+        o->cut_max[l] = 0.0;
+        o->cut_first_pos[l] = -1;
+    }
+    o->cut = cut;
+    o->mode = MODE_PERTURBED;
+    lp_batch pb = lp_batch_single(perturbed, n_ids);
+    lp_status st = run_pass(model, &pb, o, err);
+    return st != LP_OK ? st : cut_checks(o, cut, n_ids, cap, err);
+}
+
+static lp_status perturbation_checks(const lp_model *model, const int32_t *ids, int64_t n_ids,
+                                     int64_t max_cuts, leak_obs *o, int64_t *cap, lp_error *err)
+{
+    uint64_t rng = o->opts->seed;
+    choose_cuts(o->r, n_ids, max_cuts, &rng);
+    int32_t *perturbed = alloc_array(n_ids, 1, sizeof(int32_t));
+    if (!perturbed)
+        return lp_error_set(err, LP_ERR_NOMEM, "leak: out of memory for %lld tokens",
+                            (long long)n_ids);
+    lp_status st = LP_OK;
+    for (int64_t ci = 0; ci < o->r->n_cuts && st == LP_OK; ci++)
+        st = perturb(model, ids, n_ids, o->r->cuts[ci], o, perturbed, &rng, cap, err);
+    free(perturbed);
+    return st;
+}
+
+/* The verdict and the bug's name, from every leak seen. */
+static void verdict(lp_leak_model_report *r)
+{
+    lp_leak_cell_stats all = r->attn;
+    merge_stats(&all, &r->structural);
+    r->leak_count = all.leak_count;
+    r->blocked_count = all.blocked_count;
+    r->diagnosis = lp_leak_diagnose(&all);
+    bool perturbation_ok = r->first_diff_layer == -2;
+    if (r->leak_count == 0 && !perturbation_ok)
+        r->diagnosis = "leak";
+    else if (r->leak_count == 0 && r->blocked_count == 0 && r->alignment_flagged)
+        r->diagnosis = "alignment";
+    r->passed = true;
+    for (int64_t i = 0; i < r->n_checks; i++)
+        r->passed = r->passed && r->checks[i].passed;
 }
 
 lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t n_ids,
@@ -686,190 +907,31 @@ lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t
     lp_status st = lp_forward_check(model, &single, err);
     if (st != LP_OK)
         return st;
-    const lp_arch *arch = lp_model_arch(model);
-    leak_obs o;
-    memset(&o, 0, sizeof o);
-    o.model = model;
-    o.opts = opts_in;
-    o.r = r;
-    o.T = n_ids;
-    o.H = arch->hidden_size;
-    o.V = arch->vocab_size;
-    o.n_layers = (int)arch->n_layers;
-    /* Dense models compute each position from its own rows in a fixed order: bitwise. An MoE
-     * layer gathers the tokens routed to each expert into one GEMM whose row count therefore
-     * depends on the other tokens (future ones included), and the kernel sums differently for
-     * 1-2 rows (GEMV) than for more (packed GEMM): differences of a few ulps are legitimate. */
-    o.tolerance = arch->n_experts > 0 ? LP_LEAK_MOE_TOLERANCE : 0.0;
-    r->tolerance = o.tolerance;
-    r->n_tokens = n_ids;
-    r->n_layers = o.n_layers;
     int64_t cap = 0;
     int64_t max_cuts = 3 + (opts_in->n_random_cuts > 0 ? opts_in->n_random_cuts : 0);
     if (max_cuts > n_ids - 1)
         max_cuts = n_ids - 1;
-
-    int64_t resid_floats;
-    int32_t *perturbed = NULL;
-    if (!lp_mul_i64(arch->n_layers, n_ids, &resid_floats))
-        resid_floats = -1;
-    o.base_resid = alloc_array(resid_floats, o.H, sizeof(float));
-    o.base_logits = alloc_array(n_ids, o.V, sizeof(float));
-    o.cut_max = alloc_array(o.n_layers + 1, 1, sizeof(double));
-    o.cut_first_pos = alloc_array(o.n_layers + 1, 1, sizeof(int64_t));
-    o.attn = alloc_array(o.n_layers, 1, sizeof(layer_attn));
-    r->cuts = alloc_array(max_cuts, 1, sizeof(int64_t));
-    r->layer_max_diff = alloc_array(o.n_layers + 1, 1, sizeof(double));
-    r->leaks = alloc_array(opts_in->max_listed > 0 ? opts_in->max_listed : 1, 1,
-                           sizeof(lp_leak_model_coord));
-    perturbed = alloc_array(n_ids, 1, sizeof(int32_t));
-    if (!o.base_resid || !o.base_logits || !o.cut_max || !o.cut_first_pos || !o.attn || !r->cuts ||
-        !r->layer_max_diff || !r->leaks || !perturbed) {
-        st = lp_error_set(err, LP_ERR_NOMEM,
-                          "leak: out of memory for the baseline of %lld tokens x %lld layers",
-                          (long long)n_ids, (long long)arch->n_layers);
-        goto done;
-    }
-    for (int l = 0; l < o.n_layers; l++)
-        o.attn[l].first_bad_row = -1;
-
-    /* 1. Baseline: keeps residuals and logits, checks every attention map. */
+    leak_obs o;
+    st = setup(model, n_ids, opts_in, &o, r, max_cuts, err);
+    /* 1. Baseline: keeps residuals and logits, checks every attention map; 2. alignment;
+     * 3. perturbation of the future at each cut; 4. structural: the engine's masks cell by cell,
+     * and a padded batch through the engine. */
     o.mode = MODE_BASELINE;
-    if ((st = run_pass(model, &single, &o, err)) != LP_OK)
-        goto done;
-    if ((st = attention_checks(&o, o.attn, false, &cap, err)) != LP_OK)
-        goto done;
-
-    /* 2. Alignment: the loss with labels shifted by one against not shifted. */
-    {
-        double uniform = log((double)o.V);
-        r->alignment_flagged = lp_leak_alignment(o.base_logits, o.V, ids, n_ids, &r->loss_next,
-                                                 &r->loss_same);
-        st = add_check(r, &cap, "alignment", !r->alignment_flagged, -1, -1, NO_DIFF, err,
-                       "loss with labels shifted by one %.4f nats, unshifted %.4f nats, uniform "
-                       "%.4f%s",
-                       r->loss_next, r->loss_same, uniform,
-                       r->alignment_flagged ? ": the model predicts the current token better "
-                                              "than the next (label or mask bug)"
-                       : r->loss_same < r->loss_next
-                           ? " (neither beats a uniform guess: the text is unpredictable to the "
-                             "model, not flagged)"
-                           : "");
-        if (st != LP_OK)
-            goto done;
-    }
-
-    /* 3. Perturbation: first, middle, last and random cut points; every token after the cut is
-     * replaced by a different one. */
-    {
-        uint64_t rng = opts_in->seed;
-        int64_t last = n_ids - 2;
-        int64_t want[3] = {0, last / 2, last};
-        for (int64_t i = 0; i < max_cuts; i++) {
-            int64_t c = i < 3 ? want[i] : (int64_t)(next_random(&rng) % (uint64_t)(last + 1));
-            bool seen = false;
-            for (int64_t j = 0; j < r->n_cuts; j++)
-                seen = seen || r->cuts[j] == c;
-            /* a repeated random cut draws again (bounded: n_ids - 1 distinct cuts exist) */
-            for (int tries = 0; seen && i >= 3 && tries < 64; tries++) {
-                c = (int64_t)(next_random(&rng) % (uint64_t)(last + 1));
-                seen = false;
-                for (int64_t j = 0; j < r->n_cuts; j++)
-                    seen = seen || r->cuts[j] == c;
-            }
-            if (!seen)
-                r->cuts[r->n_cuts++] = c;
-        }
-        /* in increasing order, for readable reports */
-        for (int64_t i = 1; i < r->n_cuts; i++)
-            for (int64_t j = i; j > 0 && r->cuts[j - 1] > r->cuts[j]; j--) {
-                int64_t tmp = r->cuts[j];
-                r->cuts[j] = r->cuts[j - 1];
-                r->cuts[j - 1] = tmp;
-            }
-        for (int64_t ci = 0; ci < r->n_cuts; ci++) {
-            int64_t cut = r->cuts[ci];
-            memcpy(perturbed, ids, (size_t)n_ids * sizeof(int32_t));
-            for (int64_t t = cut + 1; t < n_ids; t++) {
-                uint64_t others = (uint64_t)(o.V > 1 ? o.V - 1 : 1);
-                int64_t shift = 1 + (int64_t)(next_random(&rng) % others);
-                perturbed[t] = (int32_t)((ids[t] + shift) % o.V);
-            }
-            for (int l = 0; l <= o.n_layers; l++) {
-                o.cut_max[l] = 0.0;
-                o.cut_first_pos[l] = -1;
-            }
-            o.cut = cut;
-            o.mode = MODE_PERTURBED;
-            lp_batch pb = lp_batch_single(perturbed, n_ids);
-            if ((st = run_pass(model, &pb, &o, err)) != LP_OK)
-                goto done;
-            for (int slot = 0; slot <= o.n_layers; slot++) {
-                int layer = slot == o.n_layers ? -1 : slot;
-                bool same = o.cut_first_pos[slot] < 0;
-                if (o.cut_max[slot] > r->layer_max_diff[slot])
-                    r->layer_max_diff[slot] = o.cut_max[slot];
-                if (!same && r->first_diff_layer == -2) {
-                    r->first_diff_layer = layer;
-                    r->first_diff_position = o.cut_first_pos[slot];
-                    r->first_diff_cut = cut;
-                }
-                const char *what = layer < 0 ? "logits" : "hidden state";
-                if (same && o.cut_max[slot] > 0.0)
-                    st = add_check(r, &cap, "perturbation", true, layer, cut, o.cut_max[slot], err,
-                                   "cut %lld: %s at positions 0..%lld within %.0e relative (max "
-                                   "|diff| %.3g): MoE expert GEMMs change row count with routing, "
-                                   "and with it their summation order",
-                                   (long long)cut, what, (long long)cut, o.tolerance,
-                                   o.cut_max[slot]);
-                else if (same)
-                    st = add_check(r, &cap, "perturbation", true, layer, cut, 0.0, err,
-                                   "cut %lld: %s at positions 0..%lld identical bit for bit after "
-                                   "replacing the %lld later tokens",
-                                   (long long)cut, what, (long long)cut,
-                                   (long long)(n_ids - 1 - cut));
-                else
-                    st = add_check(r, &cap, "perturbation", false, layer, o.cut_first_pos[slot],
-                                   o.cut_max[slot], err,
-                                   "cut %lld: %s changes at position %lld <= cut when later "
-                                   "tokens change (max |diff| %.3g)",
-                                   (long long)cut, what, (long long)o.cut_first_pos[slot],
-                                   o.cut_max[slot]);
-                if (st != LP_OK)
-                    goto done;
-            }
-        }
-    }
-
-    /* 4. Structural: the engine's masks cell by cell, and a padded batch through the engine. */
-    if ((st = structural_specs(&o, &cap, err)) != LP_OK)
-        goto done;
-    if ((st = padded_batch_check(model, ids, n_ids, &o, &cap, err)) != LP_OK)
-        goto done;
-
-    /* Verdict and the bug's name, from every leak seen. */
-    {
-        lp_leak_cell_stats all = r->attn;
-        merge_stats(&all, &r->structural);
-        r->leak_count = all.leak_count;
-        r->blocked_count = all.blocked_count;
-        r->diagnosis = lp_leak_diagnose(&all);
-        bool perturbation_ok = r->first_diff_layer == -2;
-        if (r->leak_count == 0 && !perturbation_ok)
-            r->diagnosis = "leak";
-        else if (r->leak_count == 0 && r->blocked_count == 0 && r->alignment_flagged)
-            r->diagnosis = "alignment";
-        r->passed = true;
-        for (int64_t i = 0; i < r->n_checks; i++)
-            r->passed = r->passed && r->checks[i].passed;
-    }
-done:
-    free(o.base_resid);
-    free(o.base_logits);
-    free(o.cut_max);
-    free(o.cut_first_pos);
-    free(o.attn);
-    free(perturbed);
+    if (st == LP_OK)
+        st = run_pass(model, &single, &o, err);
+    if (st == LP_OK)
+        st = attention_checks(&o, o.attn, false, &cap, err);
+    if (st == LP_OK)
+        st = alignment_check(&o, ids, n_ids, &cap, err);
+    if (st == LP_OK)
+        st = perturbation_checks(model, ids, n_ids, max_cuts, &o, &cap, err);
+    if (st == LP_OK)
+        st = structural_specs(&o, &cap, err);
+    if (st == LP_OK)
+        st = padded_batch_check(model, ids, n_ids, &o, &cap, err);
+    if (st == LP_OK)
+        verdict(r);
+    free_obs(&o);
     if (st != LP_OK)
         lp_leak_model_report_free(r);
     return st;

@@ -1,4 +1,4 @@
--- loupe trace database schema (see README, "The trace database").
+-- loupe trace database schema (documented in trace/README.md, "The trace database").
 -- Created once per database; schema_version in `meta` guards migrations.
 PRAGMA foreign_keys = ON;
 

@@ -1,6 +1,7 @@
-/* The SQLite trace store: schema, runs committed in one transaction, and the recording observer. */
+/* Writing the trace store: the schema, runs committed in one transaction, the recording observer,
+ * and the leak checker's rows. */
 #define _POSIX_C_SOURCE 200809L
-#include "trace/trace.h"
+#include "trace/store/store.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,71 +9,51 @@
 #include <string.h>
 
 #include <jansson.h>
-#include <sqlite3.h>
 
+#include "core/dtype.h"
 #include "core/text.h"
 #include "core/version.h"
-#include "core/dtype.h"
 #include "inspect/arch/arch_json.h"
 #include "inspect/tokenizer/tokenizer.h"
+#include "trace/store/store_internal.h"
 
-extern const char lp_schema_sql[];
-
-enum {
-    STMT_ATTENTION,
-    STMT_HEAD_STATS,
-    STMT_PREDICTION,
-    STMT_LOGITS,
-    STMT_ROUTING,
-    STMT_ROUTER_STATS,
-    STMT_TOKEN,
-    STMT_COUNT
+static const char *const stmt_sql[LP_STMT_COUNT] = {
+    [LP_STMT_ATTENTION] = "INSERT INTO attention (run_id, layer, head, n_q, n_k, dtype, probs) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?)",
+    [LP_STMT_HEAD_STATS] = "INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, sink, "
+                           "prev_token, self, distance, local_frac, local_window, output_norm) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [LP_STMT_PREDICTION] = "INSERT INTO predictions (run_id, pos, rank, token_id, piece, prob, "
+                           "logit) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    [LP_STMT_LOGITS] = "INSERT INTO logits (run_id, pos, data) VALUES (?, ?, ?)",
+    [LP_STMT_ROUTING] = "INSERT INTO expert_routing (run_id, layer, expert, tokens, mean_weight) "
+                        "VALUES (?, ?, ?, ?, ?)",
+    [LP_STMT_ROUTER_STATS] = "INSERT INTO router_stats (run_id, layer, mean_entropy) "
+                             "VALUES (?, ?, ?)",
+    [LP_STMT_TOKEN] = "INSERT INTO tokens (run_id, pos, token_id, piece, label) "
+                      "VALUES (?, ?, ?, ?, ?)",
+    [LP_STMT_LEAK_CHECK] = "INSERT INTO leak_checks (run_id, check_name, passed, layer, position, "
+                           "max_abs_diff, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
 };
 
-static const char *const stmt_sql[STMT_COUNT] = {
-    [STMT_ATTENTION] = "INSERT INTO attention (run_id, layer, head, n_q, n_k, dtype, probs) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)",
-    [STMT_HEAD_STATS] = "INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, sink, "
-                        "prev_token, self, distance, local_frac, local_window, output_norm) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    [STMT_PREDICTION] = "INSERT INTO predictions (run_id, pos, rank, token_id, piece, prob, logit) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-    [STMT_LOGITS] = "INSERT INTO logits (run_id, pos, data) VALUES (?, ?, ?)",
-    [STMT_ROUTING] = "INSERT INTO expert_routing (run_id, layer, expert, tokens, mean_weight) "
-                     "VALUES (?, ?, ?, ?, ?)",
-    [STMT_ROUTER_STATS] = "INSERT INTO router_stats (run_id, layer, mean_entropy) VALUES (?, ?, ?)",
-    [STMT_TOKEN] = "INSERT INTO tokens (run_id, pos, token_id, piece, label) VALUES (?, ?, ?, ?, ?)",
-};
+#define NOW_SQL "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
-struct lp_store {
-    sqlite3 *db;
-    char *path;
-    sqlite3_stmt *stmt[STMT_COUNT];
-    lp_observer observer;
-
-    /* The open run. */
-    bool in_run;
-    int64_t run_id;
-    lp_store_opts opts;
-    bool *layer_sel;   /* [n_layers] */
-    bool *head_sel;    /* [n_heads] */
-    int64_t n_layers, n_heads, n_experts;
-    const lp_tokenizer *tok;
-    lp_head_stats *stats;   /* [n_layers, n_heads] */
-    bool *stats_seen;       /* [n_layers, n_heads] */
-    int64_t *expert_tokens; /* [n_layers, n_experts] */
-    double *expert_weight;  /* [n_layers, n_experts] summed mixing weights */
-    double *router_entropy; /* [n_layers] summed */
-    int64_t *router_rows;   /* [n_layers] */
-    uint16_t *f16;          /* conversion buffer */
-    size_t f16_cap;
-    lp_prediction *top;     /* [top_k] */
-};
-
-static lp_status sql_error(lp_store *s, const char *what, lp_error *err)
-{
-    return lp_error_set(err, LP_ERR_SQLITE, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
-}
+/* The one-off statements. */
+static const char sql_foreign_tables[] =
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT "
+    "IN ('meta', 'runs', 'tokens', 'attention', 'head_stats', 'predictions', 'logits', "
+    "'expert_routing', 'router_stats', 'leak_checks') ORDER BY name";
+static const char sql_insert_run[] =
+    "INSERT INTO runs (status, kind, model_path, model_format, architecture, arch_json, prompt, "
+    "n_tokens, n_layers, n_heads, n_threads, isa, loupe_version, maps_dtype, started_at) VALUES "
+    "('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " NOW_SQL ")";
+static const char sql_complete_run[] = "UPDATE runs SET status = 'complete', finished_at = "
+                                       NOW_SQL ", seconds = ? WHERE id = ?";
+static const char sql_insert_mask_run[] =
+    "INSERT INTO runs (status, kind, model_path, model_format, architecture, n_tokens, n_layers, "
+    "n_heads, n_threads, isa, loupe_version, maps_dtype, started_at, finished_at, seconds) VALUES "
+    "('complete', 'leak', ?, ?, 'mask', ?, 0, ?, 1, 'none', ?, 'none', " NOW_SQL ", " NOW_SQL
+    ", 0)";
 
 static lp_status exec(lp_store *s, const char *sql, lp_error *err)
 {
@@ -86,6 +67,18 @@ static lp_status exec(lp_store *s, const char *sql, lp_error *err)
     return LP_OK;
 }
 
+/* Run a prepared statement once and reset it; the bound blobs are SQLITE_STATIC (not copied). */
+static lp_status step(lp_store *s, int which, lp_error *err)
+{
+    sqlite3_stmt *q = s->stmt[which];
+    int rc = sqlite3_step(q);
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q);
+    if (rc != SQLITE_DONE)
+        return lp_store_sql_error(s, "insert", err);
+    return LP_OK;
+}
+
 void lp_store_opts_init(lp_store_opts *opts)
 {
     memset(opts, 0, sizeof *opts);
@@ -95,34 +88,32 @@ void lp_store_opts_init(lp_store_opts *opts)
     opts->local_window = 8;
 }
 
-/* The schema_version a database says it has; 0 when it has none (new or pre-versioning). */
-static lp_status read_schema_version(lp_store *s, int64_t *version, lp_error *err)
+lp_run_info lp_run_info_for_model(const char *kind, const char *model_path, const lp_model *model,
+                                  const char *prompt, const int32_t *tokens, int64_t n_tokens,
+                                  const struct lp_tokenizer *tokenizer, int n_threads)
 {
-    *version = 0;
+    const lp_weights *w = lp_model_weights(model);
+    lp_run_info info = {kind,   model_path, lp_weights_format_name(lp_weights_format_of(w)),
+                        lp_model_arch(model), prompt, tokens, n_tokens, tokenizer, n_threads};
+    return info;
+}
+
+/* ---- opening ---------------------------------------------------------------------------------- */
+
+/* A table loupe never made, when the database has no meta.schema_version. */
+static lp_status check_foreign_tables(lp_store *s, lp_error *err)
+{
     sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-                           -1, &q, NULL) != SQLITE_OK)
-        return sql_error(s, "reading the schema", err);
-    bool has_meta = sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) > 0;
+    lp_status st = lp_store_prepare(s, sql_foreign_tables, &q, "reading the schema", err);
+    if (st != LP_OK)
+        return st;
+    if (sqlite3_step(q) == SQLITE_ROW)
+        st = lp_error_set(err, LP_ERR_FORMAT,
+                          "%s: not a loupe trace database (it has a table '%s' and no "
+                          "meta.schema_version); use another --db",
+                          s->path, (const char *)sqlite3_column_text(q, 0));
     sqlite3_finalize(q);
-    if (!has_meta)
-        return LP_OK;
-    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &q,
-                           NULL) != SQLITE_OK)
-        return sql_error(s, "reading meta.schema_version", err);
-    if (sqlite3_step(q) == SQLITE_ROW) {
-        const unsigned char *text = sqlite3_column_text(q, 0);
-        if (!text || !lp_parse_i64((const char *)text, version)) {
-            lp_status st = lp_error_set(err, LP_ERR_FORMAT, "%s: meta.schema_version '%s' is not a "
-                                                            "number", s->path,
-                                        text ? (const char *)text : "(null)");
-            sqlite3_finalize(q);
-            return st;
-        }
-    }
-    sqlite3_finalize(q);
-    return LP_OK;
+    return st;
 }
 
 /* A database without meta.schema_version is new, or a loupe database from before versioning. One
@@ -136,32 +127,11 @@ static lp_status check_unversioned(lp_store *s, lp_error *err)
         {"tokens", "SELECT run_id, pos, token_id, piece FROM tokens LIMIT 0"},
         {"attention", "SELECT run_id, layer, head, probs FROM attention LIMIT 0"},
     };
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
-                           "'sqlite_%' AND name NOT IN ('meta', 'runs', 'tokens', 'attention', "
-                           "'head_stats', 'predictions', 'logits', 'expert_routing', "
-                           "'router_stats', 'leak_checks') ORDER BY name",
-                           -1, &q, NULL) != SQLITE_OK)
-        return sql_error(s, "reading the schema", err);
-    lp_status st = LP_OK;
-    if (sqlite3_step(q) == SQLITE_ROW)
-        st = lp_error_set(err, LP_ERR_FORMAT,
-                          "%s: not a loupe trace database (it has a table '%s' and no "
-                          "meta.schema_version); use another --db",
-                          s->path, (const char *)sqlite3_column_text(q, 0));
-    sqlite3_finalize(q);
+    lp_status st = check_foreign_tables(s, err);
     for (size_t i = 0; st == LP_OK && i < sizeof probes / sizeof probes[0]; i++) {
-        sqlite3_stmt *probe;
-        char exists_sql[128];
-        snprintf(exists_sql, sizeof exists_sql,
-                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '%s'", probes[i][0]);
-        if (sqlite3_prepare_v2(s->db, exists_sql, -1, &probe, NULL) != SQLITE_OK)
-            return sql_error(s, "reading the schema", err);
-        bool exists = sqlite3_step(probe) == SQLITE_ROW;
-        sqlite3_finalize(probe);
-        if (!exists)
+        if (!lp_store_table_exists(s, probes[i][0]))
             continue;
+        sqlite3_stmt *probe;
         if (sqlite3_prepare_v2(s->db, probes[i][1], -1, &probe, NULL) != SQLITE_OK)
             st = lp_error_set(err, LP_ERR_FORMAT,
                               "%s: not a loupe trace database (its table '%s' lacks loupe's "
@@ -172,74 +142,68 @@ static lp_status check_unversioned(lp_store *s, lp_error *err)
     return st;
 }
 
+static lp_status create_schema(lp_store *s, lp_error *err)
+{
+    /* WAL: readers (render, users' SQL) never block the writer, and a killed writer leaves the
+     * last committed state intact. */
+    lp_status st;
+    if ((st = exec(s, "PRAGMA journal_mode = WAL", err)) || (st = exec(s, lp_schema_sql, err)) ||
+        (st = exec(s, "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '1')",
+                   err)))
+        return st;
+    /* tokens.label came after the first version-1 databases were written; add it to those. */
+    sqlite3_stmt *probe;
+    if (sqlite3_prepare_v2(s->db, "SELECT label FROM tokens LIMIT 0", -1, &probe, NULL) !=
+        SQLITE_OK)
+        return exec(s, "ALTER TABLE tokens ADD COLUMN label TEXT", err);
+    sqlite3_finalize(probe);
+    return LP_OK;
+}
+
+static lp_status prepare_statements(lp_store *s, lp_error *err)
+{
+    for (int i = 0; i < LP_STMT_COUNT; i++)
+        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[i],
+                               NULL) != SQLITE_OK)
+            return lp_store_sql_error(s, "preparing statements (is this a loupe database?)", err);
+    return LP_OK;
+}
+
 static bool store_want(void *ctx, const lp_site *site);
 static lp_status store_observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err);
 
 lp_status lp_store_open(const char *path, lp_store **out, lp_error *err)
 {
     *out = NULL;
-    lp_store *s = calloc(1, sizeof *s);
+    lp_store *s = lp_store_alloc(path, err);
     if (!s)
-        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
-    s->path = malloc(strlen(path) + 1);
-    if (!s->path) {
-        free(s);
-        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
-    }
-    strcpy(s->path, path);
+        return LP_ERR_NOMEM;
     lp_status st;
-    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+    int64_t version;
+    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+        SQLITE_OK) {
         st = lp_error_set(err, LP_ERR_SQLITE, "%s: cannot open: %s", path,
                           s->db ? sqlite3_errmsg(s->db) : "out of memory");
-        goto fail;
+        lp_store_free(s);
+        return st;
     }
     sqlite3_busy_timeout(s->db, 10000);
-    int64_t version;
-    if ((st = read_schema_version(s, &version, err)))
-        goto fail;
-    if (version > LP_STORE_SCHEMA_VERSION) {
-        st = lp_error_set(err, LP_ERR_UNSUPPORTED,
-                          "%s: meta.schema_version %lld is newer than this loupe's %d (upgrade "
-                          "loupe or use another --db)",
-                          path, (long long)version, LP_STORE_SCHEMA_VERSION);
-        goto fail;
-    }
-    if (version == 0 && (st = check_unversioned(s, err)))
-        goto fail;
-    /* WAL: readers (render, users' SQL) never block the writer, and a killed writer leaves the
-     * last committed state intact. */
-    if ((st = exec(s, "PRAGMA journal_mode = WAL", err)) ||
-        (st = exec(s, lp_schema_sql, err)) ||
-        (st = exec(s, "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '1')",
-                   err)))
-        goto fail;
-    /* tokens.label came after the first version-1 databases were written; add it to those. */
-    sqlite3_stmt *probe;
-    if (sqlite3_prepare_v2(s->db, "SELECT label FROM tokens LIMIT 0", -1, &probe, NULL) != SQLITE_OK) {
-        if ((st = exec(s, "ALTER TABLE tokens ADD COLUMN label TEXT", err)))
-            goto fail;
-    } else {
-        sqlite3_finalize(probe);
-    }
-    for (int i = 0; i < STMT_COUNT; i++) {
-        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[i],
-                               NULL) != SQLITE_OK) {
-            st = sql_error(s, "preparing statements (is this a loupe database?)", err);
-            goto fail;
-        }
+    if ((st = lp_store_check_version(s, "upgrade loupe or use another --db", &version, err)) ||
+        (version == 0 && (st = check_unversioned(s, err))) || (st = create_schema(s, err)) ||
+        (st = prepare_statements(s, err))) {
+        lp_store_free(s);
+        return st;
     }
     s->observer.ctx = s;
     s->observer.want = store_want;
     s->observer.observe = store_observe;
     *out = s;
     return LP_OK;
-fail:
-    lp_store_close(s);
-    return st;
 }
 
-struct sqlite3 *lp_store_db(lp_store *store) { return store->db; }
 const lp_observer *lp_store_observer(lp_store *store) { return &store->observer; }
+
+/* ---- beginning a run -------------------------------------------------------------------------- */
 
 static void free_run(lp_store *s)
 {
@@ -263,31 +227,12 @@ static void free_run(lp_store *s)
     s->in_run = false;
 }
 
-void lp_store_close(lp_store *store)
+static void mark_failed(lp_store *s)
 {
-    if (!store)
-        return;
-    if (store->in_run)
-        lp_store_abort_run(store);
-    for (int i = 0; i < STMT_COUNT; i++)
-        sqlite3_finalize(store->stmt[i]);
-    if (store->db)
-        sqlite3_close(store->db);
-    free_run(store);
-    free(store->path);
-    free(store);
-}
-
-/* Run a prepared statement once and reset it; the bound blobs are SQLITE_STATIC (not copied). */
-static lp_status step(lp_store *s, int which, lp_error *err)
-{
-    sqlite3_stmt *q = s->stmt[which];
-    int rc = sqlite3_step(q);
-    sqlite3_reset(q);
-    sqlite3_clear_bindings(q);
-    if (rc != SQLITE_DONE)
-        return sql_error(s, "insert", err);
-    return LP_OK;
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE runs SET status = 'failed' WHERE id = %lld",
+             (long long)s->run_id);
+    sqlite3_exec(s->db, sql, NULL, NULL, NULL);
 }
 
 static void piece_of(const lp_store *s, int32_t id, char *buf, size_t size, const char **out)
@@ -301,49 +246,39 @@ static void piece_of(const lp_store *s, int32_t id, char *buf, size_t size, cons
     }
 }
 
-lp_status lp_store_begin_run(lp_store *s, const lp_run_info *info, const lp_store_opts *opts_in,
-                             int64_t *run_id, lp_error *err)
+static void bind_text_or_null(sqlite3_stmt *q, int col, const char *text)
 {
-    lp_store_opts defaults;
-    if (!opts_in) {
-        lp_store_opts_init(&defaults);
-        opts_in = &defaults;
-    }
-    if (s->in_run)
-        return lp_error_set(err, LP_ERR_USAGE, "%s: a run is already open", s->path);
+    if (text)
+        sqlite3_bind_text(q, col, text, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(q, col);
+}
+
+/* The runs row, 'running', committed at once (autocommit): durable before any data, so a killed
+ * run shows as such. */
+static lp_status insert_run_row(lp_store *s, const lp_run_info *info, lp_maps_dtype maps,
+                                lp_error *err)
+{
     const lp_arch *a = info->arch;
-    if (!a || info->n_tokens < 0 || (info->n_tokens > 0 && !info->tokens))
-        return lp_error_set(err, LP_ERR_USAGE, "%s: run info lacks the arch or tokens", s->path);
     char *arch_text = NULL;
     json_t *arch_json = lp_arch_to_json(a);
     if (arch_json) {
         arch_text = json_dumps(arch_json, JSON_COMPACT);
         json_decref(arch_json);
     }
-    const char *maps_name = opts_in->maps == LP_MAPS_F32 ? "f32" : opts_in->maps == LP_MAPS_NONE ? "none" : "f16";
+    const char *maps_name = maps == LP_MAPS_F32 ? "f32" : maps == LP_MAPS_NONE ? "none" : "f16";
     sqlite3_stmt *q;
-    lp_status st = LP_OK;
-    if (sqlite3_prepare_v2(s->db,
-                           "INSERT INTO runs (status, kind, model_path, model_format, architecture, "
-                           "arch_json, prompt, n_tokens, n_layers, n_heads, n_threads, isa, "
-                           "loupe_version, maps_dtype, started_at) VALUES ('running', ?, ?, ?, ?, "
-                           "?, ?, ?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-                           -1, &q, NULL) != SQLITE_OK) {
+    lp_status st = lp_store_prepare(s, sql_insert_run, &q, "preparing the runs insert", err);
+    if (st != LP_OK) {
         free(arch_text);
-        return sql_error(s, "preparing the runs insert", err);
+        return st;
     }
     sqlite3_bind_text(q, 1, info->kind ? info->kind : "trace", -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(q, 2, info->model_path ? info->model_path : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(q, 3, info->model_format ? info->model_format : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(q, 4, a->family, -1, SQLITE_TRANSIENT);
-    if (arch_text)
-        sqlite3_bind_text(q, 5, arch_text, -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(q, 5);
-    if (info->prompt)
-        sqlite3_bind_text(q, 6, info->prompt, -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(q, 6);
+    bind_text_or_null(q, 5, arch_text);
+    bind_text_or_null(q, 6, info->prompt);
     sqlite3_bind_int64(q, 7, info->n_tokens);
     sqlite3_bind_int64(q, 8, a->n_layers);
     sqlite3_bind_int64(q, 9, a->n_heads);
@@ -351,16 +286,21 @@ lp_status lp_store_begin_run(lp_store *s, const lp_run_info *info, const lp_stor
     sqlite3_bind_text(q, 11, lp_isa_name(lp_kernels_isa()), -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 12, LP_VERSION, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 13, maps_name, -1, SQLITE_STATIC);
-    /* Autocommit: the 'running' row is durable before any data, so a killed run shows as such. */
     int rc = sqlite3_step(q);
     sqlite3_finalize(q);
     free(arch_text);
     if (rc != SQLITE_DONE)
-        return sql_error(s, "inserting the run", err);
+        return lp_store_sql_error(s, "inserting the run", err);
     s->run_id = sqlite3_last_insert_rowid(s->db);
-    *run_id = s->run_id;
+    return LP_OK;
+}
 
-    s->opts = *opts_in;
+/* The aggregates the observer accumulates over the pass, and the map selection. */
+static lp_status alloc_run_state(lp_store *s, const lp_run_info *info, const lp_store_opts *opts,
+                                 lp_error *err)
+{
+    const lp_arch *a = info->arch;
+    s->opts = *opts;
     s->n_layers = a->n_layers;
     s->n_heads = a->n_heads;
     s->n_experts = a->n_experts > 0 ? a->n_experts : 0;
@@ -378,48 +318,68 @@ lp_status lp_store_begin_run(lp_store *s, const lp_run_info *info, const lp_stor
     s->router_rows = calloc((size_t)s->n_layers, sizeof(int64_t));
     s->top = malloc((size_t)top_k * sizeof *s->top);
     if (!s->layer_sel || !s->head_sel || !s->stats || !s->stats_seen || !s->expert_tokens ||
-        !s->expert_weight || !s->router_entropy || !s->router_rows || !s->top) {
-        free_run(s);
-        st = lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", s->path);
-        goto mark_failed;
-    }
+        !s->expert_weight || !s->router_entropy || !s->router_rows || !s->top)
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", s->path);
     for (int64_t l = 0; l < s->n_layers; l++)
-        s->layer_sel[l] = opts_in->layers ? opts_in->layers[l] : true;
+        s->layer_sel[l] = opts->layers ? opts->layers[l] : true;
     for (int64_t h = 0; h < s->n_heads; h++)
-        s->head_sel[h] = opts_in->heads ? opts_in->heads[h] : true;
+        s->head_sel[h] = opts->heads ? opts->heads[h] : true;
     s->opts.layers = s->layer_sel;
     s->opts.heads = s->head_sel;
+    return LP_OK;
+}
 
-    if ((st = exec(s, "BEGIN IMMEDIATE", err)) != LP_OK) {
-        free_run(s);
-        goto mark_failed;
-    }
-    s->in_run = true;
+static lp_status insert_tokens(lp_store *s, const lp_run_info *info, lp_error *err)
+{
     for (int64_t t = 0; t < info->n_tokens; t++) {
         char buf[32];
         const char *piece;
         piece_of(s, info->tokens[t], buf, sizeof buf, &piece);
         char *label = s->tok ? lp_tokenizer_label(s->tok, info->tokens[t]) : NULL;
-        sqlite3_stmt *ins = s->stmt[STMT_TOKEN];
+        sqlite3_stmt *ins = s->stmt[LP_STMT_TOKEN];
         sqlite3_bind_int64(ins, 1, s->run_id);
         sqlite3_bind_int64(ins, 2, t);
         sqlite3_bind_int64(ins, 3, info->tokens[t]);
         sqlite3_bind_text(ins, 4, piece, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(ins, 5, label ? label : piece, -1, SQLITE_TRANSIENT);
-        st = step(s, STMT_TOKEN, err);
+        lp_status st = step(s, LP_STMT_TOKEN, err);
         free(label);
-        if (st != LP_OK) {
-            lp_store_abort_run(s);
+        if (st != LP_OK)
             return st;
-        }
     }
     return LP_OK;
-mark_failed:;
-    char sql[96];
-    snprintf(sql, sizeof sql, "UPDATE runs SET status = 'failed' WHERE id = %lld", (long long)s->run_id);
-    sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+}
+
+lp_status lp_store_begin_run(lp_store *s, const lp_run_info *info, const lp_store_opts *opts,
+                             int64_t *run_id, lp_error *err)
+{
+    lp_store_opts defaults;
+    if (!opts) {
+        lp_store_opts_init(&defaults);
+        opts = &defaults;
+    }
+    if (s->read_only)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: opened read-only", s->path);
+    if (s->in_run)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: a run is already open", s->path);
+    if (!info->arch || info->n_tokens < 0 || (info->n_tokens > 0 && !info->tokens))
+        return lp_error_set(err, LP_ERR_USAGE, "%s: run info lacks the arch or tokens", s->path);
+    lp_status st = insert_run_row(s, info, opts->maps, err);
+    if (st != LP_OK)
+        return st;
+    *run_id = s->run_id;
+    if ((st = alloc_run_state(s, info, opts, err)) || (st = exec(s, "BEGIN IMMEDIATE", err))) {
+        free_run(s);
+        mark_failed(s);
+        return st;
+    }
+    s->in_run = true;
+    if ((st = insert_tokens(s, info, err)) != LP_OK)
+        lp_store_abort_run(s);
     return st;
 }
+
+/* ---- the recording observer ------------------------------------------------------------------- */
 
 static bool store_want(void *ctx, const lp_site *site)
 {
@@ -441,42 +401,52 @@ static bool store_want(void *ctx, const lp_site *site)
     }
 }
 
+/* The map as the blob to bind: the view itself when it already is contiguous f32, else converted
+ * into the store's buffer. */
+static lp_status map_blob(lp_store *s, const lp_view *v, const void **blob, uint64_t *bytes,
+                          lp_error *err)
+{
+    uint64_t n = (uint64_t)v->rows * (uint64_t)v->cols;
+    if (s->opts.maps == LP_MAPS_F32 && v->stride == v->cols) {
+        *blob = v->data;
+        *bytes = n * 4;
+        return LP_OK;
+    }
+    size_t elem = s->opts.maps == LP_MAPS_F32 ? 4 : 2;
+    if (n * elem > s->f16_cap) {
+        free(s->f16);
+        s->f16 = malloc((size_t)(n * elem));
+        s->f16_cap = s->f16 ? (size_t)(n * elem) : 0;
+        if (!s->f16)
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for a %lldx%lld map",
+                                s->path, (long long)v->rows, (long long)v->cols);
+    }
+    for (int64_t r = 0; r < v->rows; r++) {
+        const float *row = v->data + r * v->stride;
+        if (elem == 4) {
+            memcpy((float *)(void *)s->f16 + r * v->cols, row, (size_t)v->cols * 4);
+        } else {
+            uint16_t *dst = s->f16 + r * v->cols;
+            for (int64_t c = 0; c < v->cols; c++)
+                dst[c] = lp_f32_to_f16(row[c]);
+        }
+    }
+    *blob = s->f16;
+    *bytes = n * elem;
+    return LP_OK;
+}
+
 static lp_status store_probs(lp_store *s, const lp_site *site, const lp_view *v, lp_error *err)
 {
-    sqlite3_stmt *q = s->stmt[STMT_ATTENTION];
-    uint64_t n = (uint64_t)v->rows * (uint64_t)v->cols;
-    const void *blob;
-    uint64_t bytes;
-    bool contiguous = v->stride == v->cols;
-    if (s->opts.maps == LP_MAPS_F32 && contiguous) {
-        blob = v->data;
-        bytes = n * 4;
-    } else {
-        size_t elem = s->opts.maps == LP_MAPS_F32 ? 4 : 2;
-        if (n * elem > s->f16_cap) {
-            free(s->f16);
-            s->f16 = malloc((size_t)(n * elem));
-            s->f16_cap = s->f16 ? (size_t)(n * elem) : 0;
-            if (!s->f16)
-                return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for a %lldx%lld map",
-                                    s->path, (long long)v->rows, (long long)v->cols);
-        }
-        for (int64_t r = 0; r < v->rows; r++) {
-            const float *row = v->data + r * v->stride;
-            if (elem == 4) {
-                memcpy((float *)(void *)s->f16 + r * v->cols, row, (size_t)v->cols * 4);
-            } else {
-                uint16_t *dst = s->f16 + r * v->cols;
-                for (int64_t c = 0; c < v->cols; c++)
-                    dst[c] = lp_f32_to_f16(row[c]);
-            }
-        }
-        blob = s->f16;
-        bytes = n * elem;
-    }
+    const void *blob = NULL;
+    uint64_t bytes = 0;
+    lp_status st = map_blob(s, v, &blob, &bytes, err);
+    if (st != LP_OK)
+        return st;
     if (bytes > 0x7fffffff)
         return lp_error_set(err, LP_ERR_RANGE, "%s: attention map of %llu bytes exceeds SQLite's "
                                                "blob limit", s->path, (unsigned long long)bytes);
+    sqlite3_stmt *q = s->stmt[LP_STMT_ATTENTION];
     sqlite3_bind_int64(q, 1, s->run_id);
     sqlite3_bind_int(q, 2, site->layer);
     sqlite3_bind_int(q, 3, site->head);
@@ -484,7 +454,37 @@ static lp_status store_probs(lp_store *s, const lp_site *site, const lp_view *v,
     sqlite3_bind_int64(q, 5, v->cols);
     sqlite3_bind_text(q, 6, s->opts.maps == LP_MAPS_F32 ? "f32" : "f16", -1, SQLITE_STATIC);
     sqlite3_bind_blob(q, 7, blob, (int)bytes, SQLITE_STATIC);
-    return step(s, STMT_ATTENTION, err);
+    return step(s, LP_STMT_ATTENTION, err);
+}
+
+/* The top-k predictions of one position. */
+static lp_status store_predictions(lp_store *s, const float *row, int64_t vocab, int64_t pos,
+                                   lp_error *err)
+{
+    int64_t n = lp_top_k(row, vocab, s->opts.top_k > 0 ? s->opts.top_k : 1, s->top);
+    for (int64_t k = 0; k < n; k++) {
+        if (!isfinite(s->top[k].logit))
+            return lp_error_set(err, LP_ERR_RANGE,
+                                "position %lld: logit of token %ld is %g (the model overflows "
+                                "or its weights hold NaN/Inf)",
+                                (long long)pos, (long)s->top[k].token_id,
+                                (double)s->top[k].logit);
+        char buf[32];
+        const char *piece;
+        piece_of(s, s->top[k].token_id, buf, sizeof buf, &piece);
+        sqlite3_stmt *q = s->stmt[LP_STMT_PREDICTION];
+        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 2, pos);
+        sqlite3_bind_int64(q, 3, k);
+        sqlite3_bind_int64(q, 4, s->top[k].token_id);
+        sqlite3_bind_text(q, 5, piece, -1, SQLITE_STATIC);
+        sqlite3_bind_double(q, 6, (double)s->top[k].prob);
+        sqlite3_bind_double(q, 7, (double)s->top[k].logit);
+        lp_status st = step(s, LP_STMT_PREDICTION, err);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
 }
 
 static lp_status store_logits(lp_store *s, const lp_view *v, lp_error *err)
@@ -494,37 +494,42 @@ static lp_status store_logits(lp_store *s, const lp_view *v, lp_error *err)
         const float *row = v->data + r * v->stride;
         int64_t pos = v->row0 + r;
         if (s->opts.logits == LP_LOGITS_FULL) {
-            sqlite3_stmt *q = s->stmt[STMT_LOGITS];
+            sqlite3_stmt *q = s->stmt[LP_STMT_LOGITS];
             sqlite3_bind_int64(q, 1, s->run_id);
             sqlite3_bind_int64(q, 2, pos);
             sqlite3_bind_blob(q, 3, row, (int)(v->cols * 4), SQLITE_STATIC);
-            if ((st = step(s, STMT_LOGITS, err)))
+            if ((st = step(s, LP_STMT_LOGITS, err)))
                 return st;
         }
-        int64_t n = lp_top_k(row, v->cols, s->opts.top_k > 0 ? s->opts.top_k : 1, s->top);
-        for (int64_t k = 0; k < n; k++) {
-            if (!isfinite(s->top[k].logit))
-                return lp_error_set(err, LP_ERR_RANGE,
-                                    "position %lld: logit of token %ld is %g (the model overflows "
-                                    "or its weights hold NaN/Inf)",
-                                    (long long)pos, (long)s->top[k].token_id,
-                                    (double)s->top[k].logit);
-            char buf[32];
-            const char *piece;
-            piece_of(s, s->top[k].token_id, buf, sizeof buf, &piece);
-            sqlite3_stmt *q = s->stmt[STMT_PREDICTION];
-            sqlite3_bind_int64(q, 1, s->run_id);
-            sqlite3_bind_int64(q, 2, pos);
-            sqlite3_bind_int64(q, 3, k);
-            sqlite3_bind_int64(q, 4, s->top[k].token_id);
-            sqlite3_bind_text(q, 5, piece, -1, SQLITE_STATIC);
-            sqlite3_bind_double(q, 6, (double)s->top[k].prob);
-            sqlite3_bind_double(q, 7, (double)s->top[k].logit);
-            if ((st = step(s, STMT_PREDICTION, err)))
-                return st;
-        }
+        if ((st = store_predictions(s, row, v->cols, pos, err)))
+            return st;
     }
     return LP_OK;
+}
+
+/* Expert counts, mixing weights and router entropy, summed over the tokens of one MoE layer. */
+static void observe_router(lp_store *s, const lp_site *site, const lp_view *v)
+{
+    const lp_router_view *r = v->router;
+    if (!r || r->n_experts != s->n_experts || site->layer < 0 || site->layer >= s->n_layers)
+        return;
+    int64_t E = r->n_experts, l = site->layer;
+    for (int64_t t = 0; t < v->rows; t++) {
+        const float *p = v->data + t * v->stride;
+        double h = 0.0;
+        for (int64_t e = 0; e < E; e++)
+            if (p[e] > 0.0f)
+                h -= (double)p[e] * log((double)p[e]);
+        s->router_entropy[l] += h;
+        s->router_rows[l]++;
+        for (int64_t j = 0; j < r->top_k; j++) {
+            int32_t e = r->experts[t * r->top_k + j];
+            if (e >= 0 && e < E) {
+                s->expert_tokens[l * E + e]++;
+                s->expert_weight[l * E + e] += (double)r->weights[t * r->top_k + j];
+            }
+        }
+    }
 }
 
 static lp_status store_observe(void *ctx, const lp_site *site, const lp_view *v, lp_error *err)
@@ -546,32 +551,79 @@ static lp_status store_observe(void *ctx, const lp_site *site, const lp_view *v,
         return LP_OK;
     case LP_SITE_LOGITS:
         return store_logits(s, v, err);
-    case LP_SITE_ROUTER: {
-        const lp_router_view *r = v->router;
-        if (!r || r->n_experts != s->n_experts || site->layer < 0 || site->layer >= s->n_layers)
-            return LP_OK;
-        int64_t E = r->n_experts, l = site->layer;
-        for (int64_t t = 0; t < v->rows; t++) {
-            const float *p = v->data + t * v->stride;
-            double h = 0.0;
-            for (int64_t e = 0; e < E; e++)
-                if (p[e] > 0.0f)
-                    h -= (double)p[e] * log((double)p[e]);
-            s->router_entropy[l] += h;
-            s->router_rows[l]++;
-            for (int64_t j = 0; j < r->top_k; j++) {
-                int32_t e = r->experts[t * r->top_k + j];
-                if (e >= 0 && e < E) {
-                    s->expert_tokens[l * E + e]++;
-                    s->expert_weight[l * E + e] += (double)r->weights[t * r->top_k + j];
-                }
-            }
-        }
+    case LP_SITE_ROUTER:
+        observe_router(s, site, v);
         return LP_OK;
-    }
     default:
         return LP_OK;
     }
+}
+
+/* ---- ending a run ----------------------------------------------------------------------------- */
+
+static lp_status write_head_stats(lp_store *s, int64_t l, lp_error *err)
+{
+    for (int64_t h = 0; h < s->n_heads; h++) {
+        size_t slot = (size_t)(l * s->n_heads + h);
+        if (!s->stats_seen[slot])
+            continue;
+        const lp_head_stats *hs = &s->stats[slot];
+        if (!isfinite(hs->entropy) || !isfinite(hs->output_norm))
+            return lp_error_set(err, LP_ERR_RANGE,
+                                "layer %lld head %lld: attention statistics are not finite "
+                                "(entropy %g, output norm %g)",
+                                (long long)l, (long long)h, hs->entropy, hs->output_norm);
+        sqlite3_stmt *q = s->stmt[LP_STMT_HEAD_STATS];
+        double values[] = {hs->entropy,  hs->max_prob, hs->sink,       hs->prev_token,
+                           hs->self,     hs->distance, hs->local_frac};
+        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 2, l);
+        sqlite3_bind_int64(q, 3, h);
+        for (int i = 0; i < 7; i++)
+            sqlite3_bind_double(q, 4 + i, values[i]);
+        sqlite3_bind_int64(q, 11, s->opts.local_window);
+        sqlite3_bind_double(q, 12, hs->output_norm);
+        lp_status st = step(s, LP_STMT_HEAD_STATS, err);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+static lp_status write_routing(lp_store *s, int64_t l, lp_error *err)
+{
+    lp_status st;
+    for (int64_t e = 0; e < s->n_experts; e++) {
+        sqlite3_stmt *q = s->stmt[LP_STMT_ROUTING];
+        int64_t n = s->expert_tokens[l * s->n_experts + e];
+        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 2, l);
+        sqlite3_bind_int64(q, 3, e);
+        sqlite3_bind_int64(q, 4, n);
+        sqlite3_bind_double(q, 5,
+                            n > 0 ? s->expert_weight[l * s->n_experts + e] / (double)n : 0.0);
+        if ((st = step(s, LP_STMT_ROUTING, err)))
+            return st;
+    }
+    sqlite3_stmt *q = s->stmt[LP_STMT_ROUTER_STATS];
+    sqlite3_bind_int64(q, 1, s->run_id);
+    sqlite3_bind_int64(q, 2, l);
+    sqlite3_bind_double(q, 3, s->router_entropy[l] / (double)s->router_rows[l]);
+    return step(s, LP_STMT_ROUTER_STATS, err);
+}
+
+static lp_status mark_complete(lp_store *s, double seconds, lp_error *err)
+{
+    sqlite3_stmt *q;
+    lp_status st = lp_store_prepare(s, sql_complete_run, &q, "preparing the run update", err);
+    if (st != LP_OK)
+        return st;
+    sqlite3_bind_double(q, 1, seconds);
+    sqlite3_bind_int64(q, 2, s->run_id);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        st = lp_store_sql_error(s, "completing the run", err);
+    sqlite3_finalize(q);
+    return st;
 }
 
 lp_status lp_store_end_run(lp_store *s, double seconds, lp_error *err)
@@ -580,68 +632,12 @@ lp_status lp_store_end_run(lp_store *s, double seconds, lp_error *err)
         return lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
     lp_status st = LP_OK;
     for (int64_t l = 0; l < s->n_layers && st == LP_OK; l++) {
-        for (int64_t h = 0; h < s->n_heads && st == LP_OK; h++) {
-            size_t slot = (size_t)(l * s->n_heads + h);
-            if (!s->stats_seen[slot])
-                continue;
-            const lp_head_stats *hs = &s->stats[slot];
-            if (!isfinite(hs->entropy) || !isfinite(hs->output_norm)) {
-                st = lp_error_set(err, LP_ERR_RANGE,
-                                  "layer %lld head %lld: attention statistics are not finite "
-                                  "(entropy %g, output norm %g)",
-                                  (long long)l, (long long)h, hs->entropy, hs->output_norm);
-                break;
-            }
-            sqlite3_stmt *q = s->stmt[STMT_HEAD_STATS];
-            sqlite3_bind_int64(q, 1, s->run_id);
-            sqlite3_bind_int64(q, 2, l);
-            sqlite3_bind_int64(q, 3, h);
-            sqlite3_bind_double(q, 4, hs->entropy);
-            sqlite3_bind_double(q, 5, hs->max_prob);
-            sqlite3_bind_double(q, 6, hs->sink);
-            sqlite3_bind_double(q, 7, hs->prev_token);
-            sqlite3_bind_double(q, 8, hs->self);
-            sqlite3_bind_double(q, 9, hs->distance);
-            sqlite3_bind_double(q, 10, hs->local_frac);
-            sqlite3_bind_int64(q, 11, s->opts.local_window);
-            sqlite3_bind_double(q, 12, hs->output_norm);
-            st = step(s, STMT_HEAD_STATS, err);
-        }
-        if (s->n_experts > 0 && s->router_rows[l] > 0) {
-            for (int64_t e = 0; e < s->n_experts && st == LP_OK; e++) {
-                sqlite3_stmt *q = s->stmt[STMT_ROUTING];
-                int64_t n = s->expert_tokens[l * s->n_experts + e];
-                sqlite3_bind_int64(q, 1, s->run_id);
-                sqlite3_bind_int64(q, 2, l);
-                sqlite3_bind_int64(q, 3, e);
-                sqlite3_bind_int64(q, 4, n);
-                sqlite3_bind_double(q, 5, n > 0 ? s->expert_weight[l * s->n_experts + e] / (double)n : 0.0);
-                st = step(s, STMT_ROUTING, err);
-            }
-            if (st == LP_OK) {
-                sqlite3_stmt *q = s->stmt[STMT_ROUTER_STATS];
-                sqlite3_bind_int64(q, 1, s->run_id);
-                sqlite3_bind_int64(q, 2, l);
-                sqlite3_bind_double(q, 3, s->router_entropy[l] / (double)s->router_rows[l]);
-                st = step(s, STMT_ROUTER_STATS, err);
-            }
-        }
+        st = write_head_stats(s, l, err);
+        if (st == LP_OK && s->n_experts > 0 && s->router_rows[l] > 0)
+            st = write_routing(s, l, err);
     }
-    if (st == LP_OK) {
-        sqlite3_stmt *q;
-        if (sqlite3_prepare_v2(s->db,
-                               "UPDATE runs SET status = 'complete', finished_at = "
-                               "strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), seconds = ? WHERE id = ?",
-                               -1, &q, NULL) != SQLITE_OK) {
-            st = sql_error(s, "preparing the run update", err);
-        } else {
-            sqlite3_bind_double(q, 1, seconds);
-            sqlite3_bind_int64(q, 2, s->run_id);
-            if (sqlite3_step(q) != SQLITE_DONE)
-                st = sql_error(s, "completing the run", err);
-            sqlite3_finalize(q);
-        }
-    }
+    if (st == LP_OK)
+        st = mark_complete(s, seconds, err);
     if (st == LP_OK)
         st = exec(s, "COMMIT", err);
     if (st != LP_OK) {
@@ -657,9 +653,96 @@ void lp_store_abort_run(lp_store *s)
     if (!s || !s->in_run)
         return;
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    char sql[96];
-    snprintf(sql, sizeof sql, "UPDATE runs SET status = 'failed' WHERE id = %lld",
-             (long long)s->run_id);
-    sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    mark_failed(s);
     free_run(s);
+}
+
+/* Here rather than beside lp_store_free: closing rolls back a run still open, which is the
+ * writer's business (a read-only store never has one). */
+void lp_store_close(lp_store *store)
+{
+    if (!store)
+        return;
+    if (store->in_run)
+        lp_store_abort_run(store);
+    lp_store_free(store);
+}
+
+/* ---- leak checks ------------------------------------------------------------------------------ */
+
+static lp_status insert_leak_check(lp_store *s, int64_t run_id, const lp_leak_check *c,
+                                   lp_error *err)
+{
+    sqlite3_stmt *q = s->stmt[LP_STMT_LEAK_CHECK];
+    sqlite3_bind_int64(q, 1, run_id);
+    sqlite3_bind_text(q, 2, c->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 3, c->passed);
+    /* layer -1 means the logits only for perturbation; elsewhere the check is not per layer */
+    if (c->layer == -1 && strcmp(c->name, "perturbation") != 0)
+        sqlite3_bind_null(q, 4);
+    else
+        sqlite3_bind_int(q, 4, c->layer);
+    if (c->position < 0)
+        sqlite3_bind_null(q, 5);
+    else
+        sqlite3_bind_int64(q, 5, c->position);
+    if (isnan(c->max_abs_diff))
+        sqlite3_bind_null(q, 6);
+    else
+        sqlite3_bind_double(q, 6, c->max_abs_diff);
+    sqlite3_bind_text(q, 7, c->detail, -1, SQLITE_STATIC);
+    return step(s, LP_STMT_LEAK_CHECK, err);
+}
+
+lp_status lp_store_add_leak_checks(lp_store *s, const lp_leak_check *checks, int64_t n,
+                                   lp_error *err)
+{
+    if (!s->in_run)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
+    for (int64_t i = 0; i < n; i++) {
+        lp_status st = insert_leak_check(s, s->run_id, &checks[i], err);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+static lp_status insert_mask_row(lp_store *s, const char *mask_path, int64_t n_tokens,
+                                 int64_t n_heads, lp_error *err)
+{
+    sqlite3_stmt *q;
+    lp_status st = lp_store_prepare(s, sql_insert_mask_run, &q, "inserting the run", err);
+    if (st != LP_OK)
+        return st;
+    const char *dot = strrchr(mask_path, '.');
+    sqlite3_bind_text(q, 1, mask_path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, dot ? dot + 1 : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, n_tokens);
+    sqlite3_bind_int64(q, 4, n_heads);
+    sqlite3_bind_text(q, 5, LP_VERSION, -1, SQLITE_STATIC);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        st = lp_store_sql_error(s, "inserting the run", err);
+    sqlite3_finalize(q);
+    return st;
+}
+
+lp_status lp_store_add_mask_run(lp_store *s, const char *mask_path, int64_t n_tokens,
+                                int64_t n_heads, const lp_leak_check *check, int64_t *run_id,
+                                lp_error *err)
+{
+    if (s->in_run)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: a run is already open", s->path);
+    lp_status st = exec(s, "BEGIN", err);
+    if (st != LP_OK)
+        return st;
+    st = insert_mask_row(s, mask_path, n_tokens, n_heads, err);
+    if (st == LP_OK) {
+        *run_id = sqlite3_last_insert_rowid(s->db);
+        st = insert_leak_check(s, *run_id, check, err);
+    }
+    if (st == LP_OK)
+        st = exec(s, "COMMIT", err);
+    if (st != LP_OK)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
 }

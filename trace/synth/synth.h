@@ -1,5 +1,7 @@
-/* `loupe synth`: write a small Llama-style model whose attention heads are planted with known
- * behaviours, so every tool can be shown (and tested) offline on a model with a known answer.
+/* Synthetic models written by loupe itself, so every tool can be shown and tested offline: the
+ * small Llama-style model of `loupe synth` whose attention heads are planted with known
+ * behaviours, and models of any supported family with random (or caller-supplied) weights, for
+ * `loupe bench` and the tests.
  *
  *   lp_synth_options opts;
  *   lp_synth_options_init(&opts);          // seed 1, f32, no fault
@@ -11,7 +13,13 @@
  *   size_t n;
  *   const lp_synth_head *heads = lp_synth_planted_heads(&n);       // layer, head, behaviour
  *
- * The model (all weights computed here from the design below; nothing is trained or copied):
+ *   lp_synth_spec spec;
+ *   lp_synth_spec_init(&spec, LP_SYNTH_MIXTRAL);   // a tiny Mixtral; change any field
+ *   spec.n_layers = 4;
+ *   if (lp_synth_write_family("moe-model", &spec, &err) != LP_OK) ...
+ *   // moe-model/{config.json, model.safetensors} with Hugging Face's names and keys
+ *
+ * The planted model (all weights computed from the design below; nothing is trained or copied):
  *   hidden 512, 2 layers, 8 heads of head_dim 64 (MHA), SwiGLU FFN of width 64 whose down
  *   projection is tiny, RMSNorm weights 1, rope_theta 1e6 (HF "halves" layout: pair i of a head
  *   is dims (i, i+32)), tied embeddings, a SentencePiece-style BPE vocabulary of whole words.
@@ -37,14 +45,15 @@
  *   to copy does not predict its own token).
  *   Every other head is noise: seeded random weights, labelled "noise".
  */
-#ifndef LP_RENDER_SYNTH_H
-#define LP_RENDER_SYNTH_H
+#ifndef LP_TRACE_SYNTH_H
+#define LP_TRACE_SYNTH_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "inspect/inspect.h"
 
 /* A prompt with a repeated sentence: the planted heads all show on it, and the second copy is
  * predicted token by token by the induction head. */
@@ -154,5 +163,84 @@ const char *lp_synth_behaviour_name(lp_synth_behaviour behaviour);
 /* Shape of the written model, for callers that check it. */
 enum { LP_SYNTH_HIDDEN = 512, LP_SYNTH_LAYERS = 2, LP_SYNTH_HEADS = 8, LP_SYNTH_HEAD_DIM = 64,
        LP_SYNTH_FFN = 64 };
+
+/* ---- Models of any family ----------------------------------------------------------------------
+ *
+ * config.json and model.safetensors as Hugging Face writes them for the family: its tensor names
+ * and layouts (GPT-2's fused Conv1D c_attn stored [in, out], Mixtral's w1/w2/w3 experts, Gemma 2's
+ * four norms per layer, Qwen2's q/k/v biases) and its config keys. The weights come from
+ * spec->fill, asked once per tensor in the order the file stores them, in the layout the forward
+ * pass computes with: [rows = out features, cols = in features], row-major f32 (cols 0 for a
+ * vector); the writer fuses and transposes where the family stores tensors so (GPT-2's c_attn is
+ * asked for as its q, k and v parts). Without a fill, weights are uniform in [-scale, scale] from
+ * a splitmix64 stream seeded by spec->seed, norm weights are the identity (1, or 0 where the
+ * family computes 1 + w) and norm biases 0.
+ *
+ * Families differ by data: a table of tensors (name, role, shape, storage, which families have
+ * it) and a table of config keys, in family.c. */
+
+typedef enum lp_synth_family {
+    LP_SYNTH_LLAMA,   /* RMSNorm, RoPE (halves), SwiGLU, GQA */
+    LP_SYNTH_MISTRAL, /* llama with a sliding window on every layer */
+    LP_SYNTH_QWEN2,   /* llama with q/k/v biases */
+    LP_SYNTH_QWEN3,   /* llama with per-head q/k RMSNorm */
+    LP_SYNTH_MIXTRAL, /* llama attention, top-k routed SwiGLU experts */
+    LP_SYNTH_GEMMA,   /* (1 + w) RMSNorm, sqrt(hidden) embedding scale, GeGLU (tanh), tied */
+    LP_SYNTH_GEMMA2,  /* Gemma + post norms, alternating sliding window, soft-caps */
+    LP_SYNTH_GEMMA3,  /* Gemma 2 without soft-caps, q/k norms, a local RoPE base */
+    LP_SYNTH_GPT2,    /* LayerNorm with biases, learned positions, gelu_new MLP, Conv1D, tied */
+    LP_SYNTH_FAMILY_COUNT
+} lp_synth_family;
+
+/* One tensor the writer asks for. */
+typedef struct lp_synth_tensor {
+    const char *name;   /* as stored (GPT-2's fused c_attn for its q, k, v parts) */
+    lp_role role;       /* inspect.h's role: LP_ROLE_ATTN_Q, LP_ROLE_FFN_NORM, ... */
+    int layer;          /* -1 outside the layers */
+    int expert;         /* -1 unless an expert's */
+    bool is_bias;
+    int64_t rows, cols; /* [out, in]; cols 0 for a vector */
+} lp_synth_tensor;
+
+/* Fill data[rows * max(cols, 1)] (zeroed beforehand) with tensor t's weights. */
+typedef lp_status (*lp_synth_fill_fn)(void *ctx, const lp_synth_tensor *t, float *data,
+                                      lp_error *err);
+
+typedef struct lp_synth_spec {
+    lp_synth_family family;
+    int64_t vocab, hidden, n_layers, n_heads, n_kv_heads, head_dim, ffn;
+    int64_t n_ctx;                /* max_position_embeddings (GPT-2: learned positions) */
+    int64_t rope_dim;             /* rotated dims per head (partial rotary); 0 = head_dim */
+    double norm_eps, rope_theta;
+    bool tied;                    /* the classifier is the embedding (no lm_head tensor) */
+    int64_t n_experts, top_k;     /* Mixtral */
+    int64_t window;               /* sliding window: Mistral (every layer), Gemma 2 and 3 */
+    int64_t sliding_pattern;      /* Gemma 3: layers l with (l + 1) % pattern == 0 are global */
+    double local_theta;           /* Gemma 3: RoPE base of the sliding layers */
+    double query_pre_attn_scalar; /* Gemma 2 and 3: scores scaled by its -1/2 power */
+    double attn_softcap, final_softcap; /* Gemma 2 */
+    int64_t bos_id, eos_id;
+    lp_dtype dtype;               /* matrices: F32, F16 or BF16 (rounded to nearest even) */
+    lp_dtype vector_dtype;        /* norms and biases: F32, F16 or BF16 */
+    uint64_t seed;                /* the random fill */
+    double scale;                 /* the random fill: uniform in [-scale, scale] */
+    lp_synth_fill_fn fill;        /* NULL = the random fill */
+    void *fill_ctx;
+} lp_synth_spec;
+
+/* A tiny model of the family (vocab 64, hidden 32, 2 layers, 4 heads of 8, f32, seed 1, scale
+ * 0.02) with the family's usual settings (Mixtral 4 experts top 2, Gemma windows of 16, ...). */
+void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
+
+/* Write config.json and model.safetensors into out_dir, creating it (and missing parents) when
+ * needed and replacing those two files when present; other files are left alone, so give each
+ * model a folder of its own. Built in memory, written under temporary names and renamed only
+ * when both are written. A spec its family cannot have (heads that do not divide, GPT-2 with
+ * GQA, top_k > n_experts, a quant dtype, ...) is LP_ERR_USAGE naming the field; a fill's error
+ * is returned as it is. */
+lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
+
+/* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2". */
+const char *lp_synth_family_name(lp_synth_family family);
 
 #endif

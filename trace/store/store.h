@@ -1,0 +1,242 @@
+/* The SQLite trace store: `loupe trace` and `loupe leak` write runs into it (the store is an
+ * observer of the forward pass), `loupe render` reads them back through the typed calls below.
+ * Every SQL statement loupe runs is in trace/store/; the schema is trace/store/schema.sql.
+ *
+ *   // Writing a run.
+ *   lp_store *store;
+ *   lp_store_open("loupe.db", &store, &err);            // creates the schema, WAL mode
+ *   lp_store_opts sopts;
+ *   lp_store_opts_init(&sopts);                          // all layers/heads, f16 maps, top-5
+ *   lp_run_info info = {...};                            // model path, prompt, tokens, pieces
+ *   int64_t run_id;
+ *   lp_store_begin_run(store, &info, &sopts, &run_id, &err);  // row 'running', committed at once
+ *   opts.observer = lp_store_observer(store);
+ *   if (lp_forward(model, &batch, &opts, &err) != LP_OK) lp_store_abort_run(store);
+ *   else lp_store_end_run(store, seconds, &err);         // one transaction, status 'complete'
+ *   lp_store_close(store);
+ *
+ *   // Reading it back (read-only; a writer may be busy at the same time).
+ *   lp_store_open_read("loupe.db", &store, &err);
+ *   lp_store_run run;
+ *   bool incomplete;
+ *   lp_store_read_run(store, 0, "trace", &run, &incomplete, &err);   // 0 = latest complete
+ *   lp_store_map *map;
+ *   lp_store_map_open(store, &run, layer, head, &map, &err);        // one attention map
+ *   lp_store_map_read(map, row, 0, n_k, values, &err);              // streamed, row by row
+ *   lp_store_map_close(map);
+ *   lp_store_run_clear(&run);
+ *   lp_store_close(store);
+ */
+#ifndef LP_TRACE_STORE_STORE_H
+#define LP_TRACE_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "trace/trace.h"
+
+#define LP_STORE_SCHEMA_VERSION 1
+
+typedef struct lp_store lp_store;
+struct lp_tokenizer;
+
+/* ---------------------------------------------------------------------------------------------
+ * Writing runs.
+ */
+
+typedef enum lp_maps_dtype { LP_MAPS_F16, LP_MAPS_F32, LP_MAPS_NONE, LP_MAPS_COUNT } lp_maps_dtype;
+typedef enum lp_logits_mode { LP_LOGITS_TOPK, LP_LOGITS_FULL, LP_LOGITS_MODE_COUNT } lp_logits_mode;
+
+typedef struct lp_store_opts {
+    lp_maps_dtype maps;
+    const bool *layers;   /* [n_layers] whose maps to store, NULL = all (stats: always all) */
+    const bool *heads;    /* [n_heads], NULL = all */
+    lp_logits_mode logits;
+    int64_t top_k;        /* predictions per position (default 5) */
+    int64_t local_window; /* recorded with head_stats; must equal the forward's (default 8) */
+} lp_store_opts;
+
+void lp_store_opts_init(lp_store_opts *opts);
+
+/* What the runs row records. Strings are copied. */
+typedef struct lp_run_info {
+    const char *kind;         /* "trace" (default when NULL) or "leak" */
+    const char *model_path;
+    const char *model_format; /* "safetensors", "gguf", "llama2c" */
+    const lp_arch *arch;
+    const char *prompt;       /* may be NULL */
+    const int32_t *tokens;    /* [n_tokens] of batch item 0 */
+    int64_t n_tokens;
+    const struct lp_tokenizer *tokenizer; /* pieces for tokens and predictions; NULL = "<id>" */
+    int n_threads;
+} lp_run_info;
+
+/* The run info of a model opened with lp_model_open (its format and arch) for these tokens. */
+lp_run_info lp_run_info_for_model(const char *kind, const char *model_path, const lp_model *model,
+                                  const char *prompt, const int32_t *tokens, int64_t n_tokens,
+                                  const struct lp_tokenizer *tokenizer, int n_threads);
+
+/* Open or create the database (WAL mode), create the schema if missing; a database whose
+ * meta.schema_version is newer than LP_STORE_SCHEMA_VERSION is refused (LP_ERR_UNSUPPORTED), and
+ * so is one with tables loupe never made (LP_ERR_FORMAT, before anything is written). */
+lp_status lp_store_open(const char *path, lp_store **out, lp_error *err);
+/* Rolls back a run still open. NULL is fine. */
+void lp_store_close(lp_store *store);
+
+/* Insert the runs row with status 'running' and commit it at once (a killed run stays visibly
+ * incomplete), then open the run's transaction and insert its tokens. */
+lp_status lp_store_begin_run(lp_store *store, const lp_run_info *info, const lp_store_opts *opts,
+                             int64_t *run_id, lp_error *err);
+/* The observer recording into the open run (stats for every head, maps for the selection,
+ * predictions or full logits, MoE routing). Borrowed: valid until lp_store_close. Records batch
+ * item 0 only. */
+const lp_observer *lp_store_observer(lp_store *store);
+/* Write the aggregates (head_stats, expert routing), set status 'complete', finished_at and
+ * seconds, and commit. */
+lp_status lp_store_end_run(lp_store *store, double seconds, lp_error *err);
+/* Roll back the run's data; its row stays 'running' (or becomes 'failed' if that can be
+ * written). */
+void lp_store_abort_run(lp_store *store);
+
+/* One row of leak_checks: a result of `loupe leak`. */
+typedef struct lp_leak_check {
+    char name[24];        /* "perturbation", "attention_map", "structural", "alignment", "mask" */
+    bool passed;
+    int layer;            /* -1 for the logits (perturbation) or when not per layer (NULL) */
+    int64_t position;     /* cut point, first bad position, or -1 (NULL) */
+    double max_abs_diff;  /* perturbation: max |difference| at positions <= cut; NAN = NULL */
+    char detail[256];
+} lp_leak_check;
+
+/* Add n leak_checks rows to the open run (inside its transaction: they commit with it). */
+lp_status lp_store_add_leak_checks(lp_store *store, const lp_leak_check *checks, int64_t n,
+                                   lp_error *err);
+/* A mask file's check as a run of its own, in one transaction: a 'complete' runs row of kind
+ * 'leak' and architecture 'mask' (model_path the file, model_format its extension, n_tokens T,
+ * n_heads the mask's heads, no layers) and its one leak_checks row. No run may be open. */
+lp_status lp_store_add_mask_run(lp_store *store, const char *mask_path, int64_t n_tokens,
+                                int64_t n_heads, const lp_leak_check *check, int64_t *run_id,
+                                lp_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Reading runs (typed; `loupe render` reads nothing else).
+ */
+
+/* Open an existing trace database read-only. A file that is no SQLite database, or one without
+ * loupe's runs, attention and tokens tables, is LP_ERR_SQLITE / LP_ERR_FORMAT; one whose
+ * meta.schema_version is newer than this loupe's is LP_ERR_UNSUPPORTED (a newer loupe may have
+ * changed what the columns mean); older databases read as they are. Close with lp_store_close. */
+lp_status lp_store_open_read(const char *path, lp_store **out, lp_error *err);
+
+/* A runs row, with the mask its arch_json describes. */
+typedef struct lp_store_run {
+    int64_t id;
+    char status[32];
+    char kind[16];
+    char model[256];        /* basename of model_path */
+    char architecture[64];
+    int64_t n_tokens;
+    int64_t n_layers;       /* in [1, 65536]: larger counts are refused as corrupt */
+    int64_t n_heads;        /* in [1, 65536] */
+    char maps_dtype[8];
+    int64_t window;         /* sliding window of every layer, 0 = none */
+    int64_t *layer_window;  /* [n_layers] from arch_json when it says, else NULL; owned */
+    bool causal;            /* false when arch_json says the attention is bidirectional */
+    char prompt[256];       /* the run's prompt, cut to fit on a character boundary ("" = none) */
+} lp_store_run;
+
+/* run_id > 0: that run (*incomplete = true when its status is not 'complete'); 0: the latest
+ * complete run, of `kind` unless kind is NULL. LP_ERR_NOT_FOUND says what the database holds
+ * instead. Free *run with lp_store_run_clear. */
+lp_status lp_store_read_run(lp_store *store, int64_t run_id, const char *kind, lp_store_run *run,
+                            bool *incomplete, lp_error *err);
+void lp_store_run_clear(lp_store_run *run);
+/* The window that applies to a layer of the run (0 = none). */
+int64_t lp_store_run_window(const lp_store_run *run, int64_t layer);
+
+/* One stored attention map, open for streaming: n_q rows of n_k probabilities (attention.probs,
+ * little-endian f16 or f32, row-major, checked against its stored shape when opened). Reads go
+ * through sqlite3_blob_read, so memory is one row whatever the map's size. */
+typedef struct lp_store_map lp_store_map;
+
+/* LP_ERR_NOT_FOUND when the run stored no map for (layer, head); LP_ERR_FORMAT naming the row
+ * when its dtype, shape or blob length disagree (need 1 <= n_q <= n_k, blob n_q * n_k * size). */
+lp_status lp_store_map_open(lp_store *store, const lp_store_run *run, int64_t layer, int64_t head,
+                            lp_store_map **out, lp_error *err);
+void lp_store_map_shape(const lp_store_map *map, int64_t *n_q, int64_t *n_k);
+/* Keys [col0, col0 + n) of query row `row` as floats into out[n]. */
+lp_status lp_store_map_read(lp_store_map *map, int64_t row, int64_t col0, int64_t n, float *out,
+                            lp_error *err);
+/* NULL is fine. */
+void lp_store_map_close(lp_store_map *map);
+
+/* The text of each token of a run in position order: tokens.label (what the piece stands for,
+ * "Ġthe" -> " the") where the database has it, else the piece. *texts[n] are malloc'd strings
+ * (NULL for a position without a row); free with lp_store_free_texts. */
+lp_status lp_store_read_tokens(lp_store *store, int64_t run_id, char ***texts, int64_t *n,
+                               lp_error *err);
+void lp_store_free_texts(char **texts, int64_t n);
+
+/* The per-head statistics of head_stats, one column each. */
+typedef enum lp_head_stat {
+    LP_STAT_ENTROPY,
+    LP_STAT_MAX_PROB,
+    LP_STAT_SINK,
+    LP_STAT_PREV_TOKEN,
+    LP_STAT_SELF,
+    LP_STAT_DISTANCE,
+    LP_STAT_LOCAL_FRAC,
+    LP_STAT_OUTPUT_NORM,
+    LP_STAT_COUNT
+} lp_head_stat;
+
+/* The column name ("prev_token"); lp_head_stat_from_name also takes "prev", "previous_token"
+ * (any case) and returns LP_STAT_COUNT for unknown names. */
+const char *lp_head_stat_name(lp_head_stat stat);
+lp_head_stat lp_head_stat_from_name(const char *name);
+
+/* One statistic of a run as a [n_layers * n_heads] matrix (NaN where a row is missing; malloc'd).
+ * LP_ERR_NOT_FOUND when the run has no head_stats rows. */
+lp_status lp_store_read_head_stat(lp_store *store, const lp_store_run *run, lp_head_stat stat,
+                                  double **values, lp_error *err);
+
+/* The latest complete run that has 'perturbation' leak checks, whatever its kind;
+ * LP_ERR_NOT_FOUND ("no leak runs") when there is none. */
+lp_status lp_store_latest_leak_run(lp_store *store, int64_t *run_id, lp_error *err);
+
+/* Per-layer max_abs_diff of the 'perturbation' leak checks of a run, in layer order: layers[i],
+ * diffs[i] (NaN where NULL), and whether any check of that layer failed. layer -1 is the logits.
+ * LP_ERR_NOT_FOUND when the run has no such rows. Caller frees the three arrays. */
+lp_status lp_store_read_leak_diffs(lp_store *store, int64_t run_id, int64_t **layers,
+                                   double **diffs, bool **failed, int64_t *n, lp_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Plain SQL, for tests and tools: the typed calls above are all loupe itself uses. This runs SQL
+ * the caller writes on the database at `path` over a connection of its own (the file is created
+ * if missing; no schema is made), so tests can plant what the store never writes (hostile shapes,
+ * an older schema, a newer version) and look at what it wrote.
+ */
+
+typedef enum lp_sql_type { LP_SQL_NULL, LP_SQL_INT, LP_SQL_REAL, LP_SQL_TEXT, LP_SQL_BLOB } lp_sql_type;
+
+/* One column of a result row. Borrowed: valid during the row callback only. */
+typedef struct lp_sql_value {
+    lp_sql_type type;
+    int64_t i;          /* INT (and REAL truncated) */
+    double d;           /* REAL (and INT converted) */
+    const void *data;   /* TEXT (NUL-terminated) or BLOB bytes; NULL for NULL */
+    size_t bytes;
+} lp_sql_value;
+
+/* Called once per result row; a non-OK status stops the statement and is returned. */
+typedef lp_status (*lp_sql_row_fn)(void *ctx, const lp_sql_value *cols, int n_cols,
+                                   lp_error *err);
+
+/* Run every statement of `sql` in turn; rows of each go to row(ctx, ...) (row may be NULL).
+ * SQLite's errors are LP_ERR_SQLITE with its own words and the statement that failed. */
+lp_status lp_store_sql(const char *path, const char *sql, lp_sql_row_fn row, void *ctx,
+                       lp_error *err);
+
+#endif

@@ -1,0 +1,549 @@
+/* Models of any family as Hugging Face writes them. Families differ by data: which tensors they
+ * have, under which names, in which layout (the tensor table), and which config keys (the key
+ * table); one writer walks both. */
+#include "trace/synth/synth.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "trace/synth/synth_internal.h"
+
+/* ---- the families ------------------------------------------------------------------------------ */
+
+#define FAM(f) (1u << (f))
+enum {
+    ALL = FAM(LP_SYNTH_FAMILY_COUNT) - 1,
+    GPT2 = FAM(LP_SYNTH_GPT2),
+    DECODER = ALL & ~GPT2, /* "model.layers.N..." names, RMSNorm, RoPE */
+    MOE = FAM(LP_SYNTH_MIXTRAL),
+    GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
+    POST_NORMS = FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3), /* four norms per layer */
+    QK_NORM = FAM(LP_SYNTH_QWEN3) | FAM(LP_SYNTH_GEMMA3),
+    QKV_BIAS = FAM(LP_SYNTH_QWEN2),
+    NORM_PLUS_ONE = GEMMAS, /* norms compute x * (1 + w): the identity is w = 0 */
+};
+
+typedef struct family_info {
+    const char *name;
+    const char *model_type;
+    const char *architecture;
+    const char *act; /* hidden_act (GPT-2: activation_function) */
+} family_info;
+
+static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
+    [LP_SYNTH_LLAMA] = {"llama", "llama", "LlamaForCausalLM", "silu"},
+    [LP_SYNTH_MISTRAL] = {"mistral", "mistral", "MistralForCausalLM", "silu"},
+    [LP_SYNTH_QWEN2] = {"qwen2", "qwen2", "Qwen2ForCausalLM", "silu"},
+    [LP_SYNTH_QWEN3] = {"qwen3", "qwen3", "Qwen3ForCausalLM", "silu"},
+    [LP_SYNTH_MIXTRAL] = {"mixtral", "mixtral", "MixtralForCausalLM", "silu"},
+    [LP_SYNTH_GEMMA] = {"gemma", "gemma", "GemmaForCausalLM", "gelu_pytorch_tanh"},
+    [LP_SYNTH_GEMMA2] = {"gemma2", "gemma2", "Gemma2ForCausalLM", "gelu_pytorch_tanh"},
+    [LP_SYNTH_GEMMA3] = {"gemma3", "gemma3_text", "Gemma3ForCausalLM", "gelu_pytorch_tanh"},
+    [LP_SYNTH_GPT2] = {"gpt2", "gpt2", "GPT2LMHeadModel", "gelu_new"},
+};
+
+static bool has(const lp_synth_spec *spec, unsigned families)
+{
+    return (FAM(spec->family) & families) != 0;
+}
+
+const char *lp_synth_family_name(lp_synth_family family)
+{
+    return (unsigned)family < LP_SYNTH_FAMILY_COUNT ? FAMILIES[family].name : "invalid";
+}
+
+void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
+{
+    memset(spec, 0, sizeof *spec);
+    spec->family = family;
+    spec->vocab = 64;
+    spec->hidden = 32;
+    spec->n_layers = 2;
+    spec->n_heads = 4;
+    spec->n_kv_heads = has(spec, GPT2 | GEMMAS) ? (family == LP_SYNTH_GPT2 ? 4 : 1) : 2;
+    spec->head_dim = 8;
+    spec->ffn = 64;
+    spec->n_ctx = 256;
+    spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e-6 : 1e-5;
+    spec->rope_theta = has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e6 : 1e4;
+    spec->tied = has(spec, GEMMAS | GPT2);
+    if (has(spec, MOE)) {
+        spec->n_experts = 4;
+        spec->top_k = 2;
+    }
+    spec->window = has(spec, FAM(LP_SYNTH_MISTRAL) | POST_NORMS) ? 16 : 0;
+    spec->sliding_pattern = has(spec, FAM(LP_SYNTH_GEMMA3)) ? 6 : 0;
+    spec->local_theta = has(spec, FAM(LP_SYNTH_GEMMA3)) ? 1e4 : 0;
+    spec->query_pre_attn_scalar = has(spec, POST_NORMS) ? (double)spec->head_dim : 0;
+    if (has(spec, FAM(LP_SYNTH_GEMMA2))) {
+        spec->attn_softcap = 50.0;
+        spec->final_softcap = 30.0;
+    }
+    spec->bos_id = 1;
+    spec->eos_id = 2;
+    spec->dtype = spec->vector_dtype = LP_DTYPE_F32;
+    spec->seed = 1;
+    spec->scale = 0.02;
+}
+
+static bool plain_float(lp_dtype d)
+{
+    return d == LP_DTYPE_F32 || d == LP_DTYPE_F16 || d == LP_DTYPE_BF16;
+}
+
+static lp_status check_shape(const lp_synth_spec *s, lp_error *err)
+{
+    const char *name = lp_synth_family_name(s->family);
+    if (s->vocab <= 0 || s->hidden <= 0 || s->n_heads <= 0 || s->n_kv_heads <= 0 ||
+        s->head_dim <= 0 || s->ffn <= 0 || s->n_ctx <= 0)
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: every size must be positive (vocab %lld, hidden %lld, heads %lld, "
+                            "kv heads %lld, head_dim %lld, ffn %lld, n_ctx %lld)",
+                            name, (long long)s->vocab, (long long)s->hidden, (long long)s->n_heads,
+                            (long long)s->n_kv_heads, (long long)s->head_dim, (long long)s->ffn,
+                            (long long)s->n_ctx);
+    if (s->n_layers <= 0 || s->n_layers > LP_MAX_LAYERS)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: n_layers %lld outside 1..%d", name,
+                            (long long)s->n_layers, LP_MAX_LAYERS);
+    if (s->n_heads % s->n_kv_heads != 0)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: %lld kv heads do not divide %lld heads", name,
+                            (long long)s->n_kv_heads, (long long)s->n_heads);
+    if (s->rope_dim < 0 || s->rope_dim > s->head_dim || s->rope_dim % 2 != 0)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: rope_dim %lld must be even and <= head_dim %lld",
+                            name, (long long)s->rope_dim, (long long)s->head_dim);
+    return LP_OK;
+}
+
+lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
+{
+    if ((unsigned)s->family >= LP_SYNTH_FAMILY_COUNT)
+        return lp_error_set(err, LP_ERR_USAGE, "family %d is not one of 0..%d", (int)s->family,
+                            LP_SYNTH_FAMILY_COUNT - 1);
+    lp_status st = check_shape(s, err);
+    if (st != LP_OK)
+        return st;
+    const char *name = lp_synth_family_name(s->family);
+    if (has(s, GPT2) && (s->n_kv_heads != s->n_heads || s->n_heads * s->head_dim != s->hidden))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "gpt2: needs n_kv_heads = n_heads and n_heads x head_dim = hidden "
+                            "(%lld, %lld x %lld, %lld)",
+                            (long long)s->n_kv_heads, (long long)s->n_heads,
+                            (long long)s->head_dim, (long long)s->hidden);
+    if (has(s, MOE) && (s->n_experts < 1 || s->top_k < 1 || s->top_k > s->n_experts))
+        return lp_error_set(err, LP_ERR_USAGE, "%s: top_k %lld of %lld experts", name,
+                            (long long)s->top_k, (long long)s->n_experts);
+    if (!plain_float(s->dtype) || !plain_float(s->vector_dtype))
+        return lp_error_set(err, LP_ERR_USAGE, "%s: dtype '%s' / vector dtype '%s': want f32, "
+                                               "f16 or bf16",
+                            name, lp_dtype_name(s->dtype), lp_dtype_name(s->vector_dtype));
+    return LP_OK;
+}
+
+/* ---- the tensor table ----------------------------------------------------------------------- */
+
+typedef enum dim { D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS } dim;
+
+/* Where a row stands: before the layers, in each layer, in each expert of each layer, after. */
+typedef enum scope { FIRST, LAYER, EXPERT, LAST } scope;
+
+typedef enum storage {
+    PLAIN,     /* [rows, cols] as the pass computes with it */
+    CONV1D,    /* GPT-2's Conv1D: stored [cols, rows] */
+    QKV_PARTS, /* GPT-2's c_attn: the q, k and v parts stacked, a matrix stored as Conv1D */
+} storage;
+
+typedef struct tensor_row {
+    scope scope;
+    const char *name; /* printf format: the layer, then the expert */
+    lp_role role;
+    bool is_bias;
+    dim rows, cols;
+    storage storage;
+    unsigned families;
+    bool untied_only; /* a separate classifier */
+} tensor_row;
+
+/* A matrix, a vector (norm weight), a bias, a Conv1D matrix, GPT-2's fused q/k/v. */
+#define MAT(sc, name, role, rows, cols, fam) {sc, name, LP_ROLE_##role, false, rows, cols, PLAIN, fam, false}
+#define VEC(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, false, rows, D_NONE, PLAIN, fam, false}
+#define BIAS(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, true, rows, D_NONE, PLAIN, fam, false}
+#define CONV(sc, name, role, rows, cols) {sc, name, LP_ROLE_##role, false, rows, cols, CONV1D, GPT2, false}
+#define L_ "model.layers.%d."
+#define E_ L_ "block_sparse_moe.experts.%d."
+static const tensor_row TENSORS[] = {
+    MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER),
+    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, DECODER),
+    MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER),
+    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER),
+    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, DECODER),
+    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, DECODER),
+    VEC(LAYER, L_ "self_attn.q_norm.weight", ATTN_Q_NORM, D_HEAD, QK_NORM),
+    VEC(LAYER, L_ "self_attn.k_norm.weight", ATTN_K_NORM, D_HEAD, QK_NORM),
+    BIAS(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, QKV_BIAS),
+    BIAS(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, QKV_BIAS),
+    BIAS(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, QKV_BIAS),
+    /* one name: the FFN's norm in Llama, the attention's post norm in Gemma 2 and 3 */
+    VEC(LAYER, L_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN, DECODER & ~POST_NORMS),
+    VEC(LAYER, L_ "post_attention_layernorm.weight", ATTN_POST_NORM, D_HIDDEN, POST_NORMS),
+    VEC(LAYER, L_ "pre_feedforward_layernorm.weight", FFN_NORM, D_HIDDEN, POST_NORMS),
+    VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS),
+    MAT(LAYER, L_ "block_sparse_moe.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, MOE),
+    MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, DECODER & ~MOE),
+    MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, DECODER & ~MOE),
+    MAT(LAYER, L_ "mlp.down_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, DECODER & ~MOE),
+    MAT(EXPERT, E_ "w1.weight", EXPERT_GATE, D_FFN, D_HIDDEN, MOE),
+    MAT(EXPERT, E_ "w2.weight", EXPERT_DOWN, D_HIDDEN, D_FFN, MOE),
+    MAT(EXPERT, E_ "w3.weight", EXPERT_UP, D_FFN, D_HIDDEN, MOE),
+    VEC(LAST, "model.norm.weight", OUTPUT_NORM, D_HIDDEN, DECODER),
+    {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER, true},
+
+    MAT(FIRST, "wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPT2),
+    MAT(FIRST, "wpe.weight", POS_EMBD, D_POS, D_HIDDEN, GPT2),
+    VEC(LAYER, "h.%d.ln_1.weight", ATTN_NORM, D_HIDDEN, GPT2),
+    BIAS(LAYER, "h.%d.ln_1.bias", ATTN_NORM, D_HIDDEN, GPT2),
+    {LAYER, "h.%d.attn.c_attn.weight", LP_ROLE_ATTN_QKV, false, D_QKV, D_HIDDEN, QKV_PARTS, GPT2, false},
+    {LAYER, "h.%d.attn.c_attn.bias", LP_ROLE_ATTN_QKV, true, D_QKV, D_NONE, QKV_PARTS, GPT2, false},
+    CONV(LAYER, "h.%d.attn.c_proj.weight", ATTN_O, D_HIDDEN, D_Q),
+    BIAS(LAYER, "h.%d.attn.c_proj.bias", ATTN_O, D_HIDDEN, GPT2),
+    VEC(LAYER, "h.%d.ln_2.weight", FFN_NORM, D_HIDDEN, GPT2),
+    BIAS(LAYER, "h.%d.ln_2.bias", FFN_NORM, D_HIDDEN, GPT2),
+    CONV(LAYER, "h.%d.mlp.c_fc.weight", FFN_UP, D_FFN, D_HIDDEN),
+    BIAS(LAYER, "h.%d.mlp.c_fc.bias", FFN_UP, D_FFN, GPT2),
+    CONV(LAYER, "h.%d.mlp.c_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN),
+    BIAS(LAYER, "h.%d.mlp.c_proj.bias", FFN_DOWN, D_HIDDEN, GPT2),
+    VEC(LAST, "ln_f.weight", OUTPUT_NORM, D_HIDDEN, GPT2),
+    BIAS(LAST, "ln_f.bias", OUTPUT_NORM, D_HIDDEN, GPT2),
+};
+#undef MAT
+#undef VEC
+#undef BIAS
+#undef CONV
+#undef L_
+#undef E_
+#define N_TENSORS (sizeof TENSORS / sizeof TENSORS[0])
+
+static int64_t dim_size(const lp_synth_spec *s, dim d)
+{
+    switch (d) {
+    case D_VOCAB: return s->vocab;
+    case D_HIDDEN: return s->hidden;
+    case D_Q: return s->n_heads * s->head_dim;
+    case D_KV: return s->n_kv_heads * s->head_dim;
+    case D_QKV: return (s->n_heads + 2 * s->n_kv_heads) * s->head_dim;
+    case D_FFN: return s->ffn;
+    case D_HEAD: return s->head_dim;
+    case D_EXPERTS: return s->n_experts;
+    case D_POS: return s->n_ctx;
+    default: return 0;
+    }
+}
+
+/* ---- filling and storing one tensor ----------------------------------------------------------- */
+
+typedef struct writer {
+    const lp_synth_spec *spec;
+    lp_st_writer *w;
+    lp_synth_rng rng; /* the random fill's stream */
+} writer;
+
+static bool is_norm(lp_role role)
+{
+    return role == LP_ROLE_ATTN_NORM || role == LP_ROLE_FFN_NORM || role == LP_ROLE_ATTN_POST_NORM ||
+           role == LP_ROLE_FFN_POST_NORM || role == LP_ROLE_ATTN_Q_NORM ||
+           role == LP_ROLE_ATTN_K_NORM || role == LP_ROLE_OUTPUT_NORM || role == LP_ROLE_EMBD_NORM;
+}
+
+static lp_status random_fill(void *ctx, const lp_synth_tensor *t, float *data, lp_error *err)
+{
+    writer *wr = ctx;
+    (void)err;
+    int64_t n = t->rows * (t->cols > 0 ? t->cols : 1);
+    if (is_norm(t->role)) {
+        float identity = t->is_bias || has(wr->spec, NORM_PLUS_ONE) ? 0.0f : 1.0f;
+        for (int64_t i = 0; i < n; i++)
+            data[i] = identity;
+        return LP_OK;
+    }
+    for (int64_t i = 0; i < n; i++)
+        data[i] = (float)(wr->spec->scale * (2.0 * lp_synth_rng_uniform(&wr->rng) - 1.0));
+    return LP_OK;
+}
+
+static lp_status fill(writer *wr, const lp_synth_tensor *t, float *data, lp_error *err)
+{
+    const lp_synth_spec *s = wr->spec;
+    return s->fill ? s->fill(s->fill_ctx, t, data, err) : random_fill(wr, t, data, err);
+}
+
+/* GPT-2's c_attn: the q, k and v parts asked for one by one, stacked [q; k; v]. */
+static lp_status fill_qkv_parts(writer *wr, const lp_synth_tensor *t, float *data, lp_error *err)
+{
+    static const lp_role parts[3] = {LP_ROLE_ATTN_Q, LP_ROLE_ATTN_K, LP_ROLE_ATTN_V};
+    int64_t q = dim_size(wr->spec, D_Q), kv = dim_size(wr->spec, D_KV);
+    int64_t width = t->cols > 0 ? t->cols : 1, row0 = 0;
+    for (int i = 0; i < 3; i++) {
+        lp_synth_tensor part = *t;
+        part.role = parts[i];
+        part.rows = i == 0 ? q : kv;
+        lp_status st = fill(wr, &part, data + row0 * width, err);
+        if (st != LP_OK)
+            return st;
+        row0 += part.rows;
+    }
+    return LP_OK;
+}
+
+/* [rows, cols] -> [cols, rows] in place through a copy; false when out of memory. */
+static bool transpose(float *data, int64_t rows, int64_t cols)
+{
+    float *copy = malloc((size_t)(rows * cols) * sizeof *copy);
+    if (!copy)
+        return false;
+    memcpy(copy, data, (size_t)(rows * cols) * sizeof *copy);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            data[c * rows + r] = copy[r * cols + c];
+    free(copy);
+    return true;
+}
+
+static lp_status store(writer *wr, const tensor_row *row, const lp_synth_tensor *t, float *data,
+                       lp_error *err)
+{
+    bool matrix = t->cols > 0;
+    int64_t shape[2] = {t->rows, t->cols};
+    if (matrix && row->storage != PLAIN) { /* Conv1D: stored [in, out] */
+        if (!transpose(data, t->rows, t->cols))
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", t->name);
+        shape[0] = t->cols;
+        shape[1] = t->rows;
+    }
+    const lp_synth_spec *s = wr->spec;
+    return lp_st_writer_add_f32_as(wr->w, t->name, matrix ? s->dtype : s->vector_dtype,
+                                   matrix ? 2 : 1, shape, data, err);
+}
+
+static lp_status write_row(writer *wr, const tensor_row *row, int layer, int expert, lp_error *err)
+{
+    char name[160];
+    snprintf(name, sizeof name, row->name, layer, expert);
+    lp_synth_tensor t = {name, row->role, layer, expert, row->is_bias,
+                         dim_size(wr->spec, row->rows), dim_size(wr->spec, row->cols)};
+    uint64_t n;
+    if (!lp_mul_u64((uint64_t)t.rows, (uint64_t)(t.cols > 0 ? t.cols : 1), &n) ||
+        n > SIZE_MAX / sizeof(float))
+        return lp_error_set(err, LP_ERR_RANGE, "%s: [%lld, %lld] is too large", name,
+                            (long long)t.rows, (long long)t.cols);
+    float *data = calloc((size_t)(n ? n : 1), sizeof *data);
+    if (!data)
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %llu values", name,
+                            (unsigned long long)n);
+    lp_status st = row->storage == QKV_PARTS ? fill_qkv_parts(wr, &t, data, err)
+                                             : fill(wr, &t, data, err);
+    if (st == LP_OK)
+        st = store(wr, row, &t, data, err);
+    free(data);
+    return st;
+}
+
+/* The rows of one scope the family has, in table order. */
+static lp_status write_scope(writer *wr, scope sc, int layer, int expert, lp_error *err)
+{
+    for (size_t i = 0; i < N_TENSORS; i++) {
+        const tensor_row *row = &TENSORS[i];
+        if (row->scope != sc || !has(wr->spec, row->families) || (row->untied_only && wr->spec->tied))
+            continue;
+        lp_status st = write_row(wr, row, layer, expert, err);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+lp_status lp_synth_add_tensors(const lp_synth_spec *spec, lp_st_writer *w, lp_error *err)
+{
+    writer wr = {spec, w, {spec->seed}};
+    lp_status st = write_scope(&wr, FIRST, -1, -1, err);
+    for (int l = 0; l < spec->n_layers && st == LP_OK; l++) {
+        st = write_scope(&wr, LAYER, l, -1, err);
+        for (int e = 0; has(spec, MOE) && e < spec->n_experts && st == LP_OK; e++)
+            st = write_scope(&wr, EXPERT, l, e, err);
+    }
+    if (st == LP_OK)
+        st = write_scope(&wr, LAST, -1, -1, err);
+    if (st == LP_OK)
+        st = lp_st_writer_set_metadata(w, "format", "pt", err);
+    return st;
+}
+
+/* ---- the key table ------------------------------------------------------------------------------ */
+
+typedef enum key_kind {
+    K_INT,  /* an int64_t field of the spec */
+    K_REAL, /* a double field */
+    K_BOOL, /* a bool field */
+    K_JSON, /* a constant, as JSON text */
+    K_ARCHITECTURES,
+    K_MODEL_TYPE,
+    K_ACT,
+    K_TORCH_DTYPE,
+    K_PARTIAL_ROTARY, /* rope_dim / head_dim; left out when every dim rotates */
+} key_kind;
+
+typedef struct config_key {
+    const char *key;  /* NULL: json is an object of several keys */
+    key_kind kind;
+    size_t offset;    /* K_INT, K_REAL, K_BOOL */
+    const char *json; /* K_JSON */
+    unsigned families;
+} config_key;
+
+/* A spec field, a constant every model of the families carries (CONSTS: several, as one JSON
+ * object whose keys go in in its order), a value derived from the spec. */
+#define FIELD(key, kind, field, fam) {key, kind, offsetof(lp_synth_spec, field), NULL, fam}
+#define CONST(key, json, fam) {key, K_JSON, 0, json, fam}
+#define CONSTS(json, fam) {NULL, K_JSON, 0, json, fam}
+#define DERIVED(key, kind, fam) {key, kind, 0, NULL, fam}
+static const config_key KEYS[] = {
+    DERIVED("architectures", K_ARCHITECTURES, ALL),
+    DERIVED("model_type", K_MODEL_TYPE, ALL),
+    FIELD("vocab_size", K_INT, vocab, ALL),
+    FIELD("hidden_size", K_INT, hidden, DECODER),
+    FIELD("intermediate_size", K_INT, ffn, DECODER),
+    FIELD("num_hidden_layers", K_INT, n_layers, DECODER),
+    FIELD("num_attention_heads", K_INT, n_heads, DECODER),
+    FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER),
+    FIELD("head_dim", K_INT, head_dim, DECODER),
+    DERIVED("hidden_act", K_ACT, DECODER),
+    FIELD("max_position_embeddings", K_INT, n_ctx, DECODER),
+    FIELD("rms_norm_eps", K_REAL, norm_eps, DECODER),
+    FIELD("rope_theta", K_REAL, rope_theta, DECODER),
+    CONSTS("{\"rope_scaling\": null, \"attention_bias\": false, \"attention_dropout\": 0.0, "
+           "\"mlp_bias\": false}", DECODER),
+    FIELD("tie_word_embeddings", K_BOOL, tied, ALL),
+    FIELD("bos_token_id", K_INT, bos_id, DECODER),
+    FIELD("eos_token_id", K_INT, eos_id, DECODER),
+    CONSTS("{\"pad_token_id\": null, \"initializer_range\": 0.02, \"pretraining_tp\": 1, "
+           "\"use_cache\": true}", DECODER),
+    DERIVED("torch_dtype", K_TORCH_DTYPE, ALL),
+    DERIVED("partial_rotary_factor", K_PARTIAL_ROTARY, DECODER),
+    FIELD("sliding_window", K_INT, window, FAM(LP_SYNTH_MISTRAL) | POST_NORMS),
+    /* Qwen2.5's configs carry a window that use_sliding_window turns off */
+    CONST("use_sliding_window", "false", QKV_BIAS),
+    CONST("sliding_window", "4096", QKV_BIAS),
+    FIELD("num_local_experts", K_INT, n_experts, MOE),
+    FIELD("num_experts_per_tok", K_INT, top_k, MOE),
+    CONST("sliding_window", "null", MOE),
+    FIELD("query_pre_attn_scalar", K_REAL, query_pre_attn_scalar, POST_NORMS),
+    FIELD("sliding_window_pattern", K_INT, sliding_pattern, FAM(LP_SYNTH_GEMMA3)),
+    FIELD("rope_local_base_freq", K_REAL, local_theta, FAM(LP_SYNTH_GEMMA3)),
+    FIELD("attn_logit_softcapping", K_REAL, attn_softcap, FAM(LP_SYNTH_GEMMA2)),
+    FIELD("final_logit_softcapping", K_REAL, final_softcap, FAM(LP_SYNTH_GEMMA2)),
+    CONST("attn_logit_softcapping", "null", FAM(LP_SYNTH_GEMMA3)),
+    CONST("final_logit_softcapping", "null", FAM(LP_SYNTH_GEMMA3)),
+    CONST("hidden_activation", "\"gelu_pytorch_tanh\"", GEMMAS),
+    /* GPT-2 names the same sizes its own way */
+    FIELD("n_embd", K_INT, hidden, GPT2), FIELD("n_layer", K_INT, n_layers, GPT2),
+    FIELD("n_head", K_INT, n_heads, GPT2), FIELD("n_inner", K_INT, ffn, GPT2),
+    FIELD("n_positions", K_INT, n_ctx, GPT2), FIELD("n_ctx", K_INT, n_ctx, GPT2),
+    DERIVED("activation_function", K_ACT, GPT2),
+    FIELD("layer_norm_epsilon", K_REAL, norm_eps, GPT2),
+};
+#undef FIELD
+#undef CONST
+#undef CONSTS
+#undef DERIVED
+
+static const char *torch_dtype_name(lp_dtype dtype)
+{
+    return dtype == LP_DTYPE_BF16 ? "bfloat16" : dtype == LP_DTYPE_F16 ? "float16" : "float32";
+}
+
+/* The key's value for the spec; *skip when the key is left out. NULL on OOM. */
+static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip)
+{
+    const char *base = (const char *)s + k->offset;
+    const family_info *f = &FAMILIES[s->family];
+    *skip = false;
+    switch (k->kind) {
+    case K_INT: return json_integer(*(const int64_t *)(const void *)base);
+    case K_REAL: return json_real(*(const double *)(const void *)base);
+    case K_BOOL: return json_boolean(*(const bool *)(const void *)base);
+    case K_JSON: return json_loads(k->json, JSON_DECODE_ANY, NULL);
+    case K_ARCHITECTURES: return json_pack("[s]", f->architecture);
+    case K_MODEL_TYPE: return json_string(f->model_type);
+    case K_ACT: return json_string(f->act);
+    case K_TORCH_DTYPE: return json_string(torch_dtype_name(s->dtype));
+    case K_PARTIAL_ROTARY:
+        *skip = s->rope_dim == 0 || s->rope_dim == s->head_dim;
+        return *skip ? NULL : json_real((double)s->rope_dim / (double)s->head_dim);
+    }
+    return NULL;
+}
+
+void lp_synth_put(json_t *obj, const char *key, json_t *value, bool *ok)
+{
+    if (!value || json_object_set_new(obj, key, value) != 0)
+        *ok = false;
+}
+
+void lp_synth_append(json_t *arr, json_t *value, bool *ok)
+{
+    if (!value || json_array_append_new(arr, value) != 0)
+        *ok = false;
+}
+
+json_t *lp_synth_config_json(const lp_synth_spec *spec)
+{
+    json_t *config = json_object();
+    bool ok = config != NULL;
+    for (size_t i = 0; ok && i < sizeof KEYS / sizeof KEYS[0]; i++) {
+        bool skip;
+        if (!has(spec, KEYS[i].families))
+            continue;
+        json_t *value = key_value(&KEYS[i], spec, &skip);
+        if (skip)
+            continue;
+        if (KEYS[i].key) {
+            lp_synth_put(config, KEYS[i].key, value, &ok);
+            continue;
+        }
+        /* several constants: their keys in their order */
+        if (!value || json_object_update(config, value) != 0)
+            ok = false;
+        json_decref(value);
+    }
+    if (!ok) {
+        json_decref(config);
+        return NULL;
+    }
+    return config;
+}
+
+/* ---- the writer ---------------------------------------------------------------------------------- */
+
+lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err)
+{
+    if (!out_dir || !*out_dir)
+        return lp_error_set(err, LP_ERR_USAGE, "no output folder given (the path is empty)");
+    lp_status st = lp_synth_check_spec(spec, err);
+    if (st != LP_OK)
+        return st;
+    lp_st_writer *w = NULL;
+    json_t *config = NULL;
+    if ((st = lp_st_writer_create(&w, err)) == LP_OK &&
+        (st = lp_synth_add_tensors(spec, w, err)) == LP_OK) {
+        config = lp_synth_config_json(spec);
+        if (!config)
+            st = lp_error_set(err, LP_ERR_NOMEM, "out of memory building config.json");
+    }
+    if (st == LP_OK) {
+        lp_synth_file files[] = {{"model.safetensors", w, NULL}, {"config.json", NULL, config}};
+        st = lp_synth_commit(out_dir, files, 2, err);
+    }
+    json_decref(config);
+    lp_st_writer_destroy(w);
+    return st;
+}
