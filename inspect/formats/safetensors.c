@@ -703,7 +703,8 @@ static lp_status read_entry(st_scan *s, size_t key_at, st_entry *e)
         s->cap_dims = cap;
     }
     e->dims_at = s->n_dims;
-    memcpy(s->dims + s->n_dims, f.dims, f.n_dims * sizeof *f.dims);
+    if (f.n_dims > 0) /* a scalar has none, and s->dims may still be NULL */
+        memcpy(s->dims + s->n_dims, f.dims, f.n_dims * sizeof *f.dims);
     s->n_dims += f.n_dims;
     return LP_OK;
 }
