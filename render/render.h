@@ -184,10 +184,39 @@ lp_status lp_render_stat_matrix(lp_store *db, const lp_store_run *run, lp_head_s
 /* The per-layer max difference of a leak run's perturbation checks, on a log axis. */
 lp_status lp_render_leak_plot(lp_store *db, const lp_store_run *run,
                               const lp_render_options *opt, const char *out_path, lp_error *err);
-/* Every picture of a run into dir (created if missing) plus index.html linking them. *n_files
- * (may be NULL) receives how many pictures were written. */
+
+/* ---- the interactive viewer: one self-contained HTML file ---- */
+
+/* How much of the run the page embeds. The maps go in as 1 byte per display cell (a square-root
+ * code, see render/README.md "The HTML viewer"), so max_map_bytes is the number of cells: when
+ * the stored maps hold more, every head is max-pooled to the same largest side that fits. */
+typedef struct lp_viewer_options {
+    uint64_t max_map_bytes; /* default 64 MiB */
+    int64_t layer;          /* only this layer's heads; -1 = every layer (default) */
+} lp_viewer_options;
+
+void lp_viewer_options_default(lp_viewer_options *vopt);
+
+/* What the page holds, for the command's report and the tests. */
+typedef struct lp_viewer_report {
+    int64_t n_maps;          /* heads with an embedded map */
+    int64_t max_block;       /* tokens per embedded cell (1 = every map at full resolution) */
+    uint64_t map_cells;      /* embedded cells (bytes before base64), thumbnails included */
+    uint64_t file_bytes;     /* the whole page */
+} lp_viewer_report;
+
+/* The viewer page of one run: head view, text view, overview, statistics and the run's other
+ * sections (leak checks, predictions), written to out_path through OUT.tmp and a rename. opt gives
+ * the initial colormap, scale and leak threshold. report may be NULL. */
+lp_status lp_render_viewer(lp_store *db, const lp_store_run *run, const lp_render_options *opt,
+                           const lp_viewer_options *vopt, const char *out_path,
+                           lp_viewer_report *report, lp_error *err);
+
+/* Every picture of a run into dir (created if missing), the viewer as dir/viewer.html (vopt: its
+ * options, NULL = the defaults), and index.html linking them. *n_files (may be NULL) receives how
+ * many pictures were written (the viewer not counted). */
 lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
-                            const lp_render_options *opt, const char *dir, int64_t *n_files,
-                            lp_error *err);
+                            const lp_render_options *opt, const lp_viewer_options *vopt,
+                            const char *dir, int64_t *n_files, lp_error *err);
 
 #endif

@@ -128,8 +128,8 @@ if [ -f "$TMP/gallery/index.html" ]; then
     n_links=$((n_links + 1))
     [ -f "$TMP/gallery/$f" ] || { missing=$((missing + 1)); echo "missing: $f" >&2; }
   done
-  # overview + 8 stats + 2 grids + 4 heads (no leak run in this database)
-  if [ "$n_links" -eq 15 ] && [ "$missing" -eq 0 ]; then ok; else bad "index.html: $n_links links, $missing missing"; fi
+  # overview + 8 stats + 2 grids + 4 heads (no leak run in this database) + viewer.html
+  if [ "$n_links" -eq 16 ] && [ "$missing" -eq 0 ]; then ok; else bad "index.html: $n_links links, $missing missing"; fi
   if grep -q 'layer_0_head_1.png' "$TMP/gallery/index.html"; then ok; else bad "no head picture linked"; fi
 else
   bad "--all wrote no index.html"
@@ -180,10 +180,10 @@ if [ -n "$SHARED" ] && [ -d "$SHARED/models/stories260K" ]; then
       ok; else bad "real.svg lacks the token labels or the title"; fi
     expect_one_line_error "$LOUPE" render "$RDB" --layer 5 --head 0 -o "$TMP/x.png"
     expect_status 0 "$LOUPE" render "$RDB" --all "$TMP/real"
-    # 5 layers x 8 heads: overview + 8 statistics + 5 grids + 40 heads
+    # 5 layers x 8 heads: overview + 8 statistics + 5 grids + 40 heads, and the viewer
     n_links=$(grep -o 'href="[^"]*"' "$TMP/real/index.html" 2>/dev/null | wc -l)
     n_png=$(find "$TMP/real" -name '*.png' | wc -l)
-    if [ "$n_links" -eq 54 ] && [ "$n_png" -eq 54 ]; then ok; else bad "real gallery: $n_links links, $n_png pictures, want 54"; fi
+    if [ "$n_links" -eq 55 ] && [ "$n_png" -eq 54 ] && [ -s "$TMP/real/viewer.html" ]; then ok; else bad "real gallery: $n_links links, $n_png pictures, want 55 and 54"; fi
     # the leak plot, once `loupe leak` records perturbation checks
     "$LOUPE" leak "$M/stories260K.gguf" --prompt "Once upon a time" --db "$RDB" >/dev/null 2>"$TMP/leak.err"
     if grep -q "not built yet" "$TMP/leak.err"; then

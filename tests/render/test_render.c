@@ -717,7 +717,7 @@ static void check_gallery(lp_store *db, const lp_store_run *run)
     char dir[512], path[700];
     tmp_path(dir, sizeof dir, "gallery");
     int64_t n_files = 0;
-    assert_int_equal(lp_render_gallery(db, run, &opt, dir, &n_files, &err), LP_OK);
+    assert_int_equal(lp_render_gallery(db, run, &opt, NULL, dir, &n_files, &err), LP_OK);
     /* overview + 8 stats + leak + 3 grids + 12 heads */
     assert_int_equal(n_files, 1 + 8 + 1 + 3 + 12);
     snprintf(path, sizeof path, "%s/index.html", dir);
@@ -734,7 +734,7 @@ static void check_gallery(lp_store *db, const lp_store_run *run)
         links++;
         unlink(path);
     }
-    assert_int_equal(links, n_files);
+    assert_int_equal(links, n_files + 1); /* the pictures and viewer.html */
     free(text);
     snprintf(path, sizeof path, "%s/index.html", dir);
     unlink(path);
@@ -857,7 +857,7 @@ static void test_decode_nan_and_selection(void **state)
     char dir[512], path[700];
     tmp_path(dir, sizeof dir, "selgallery");
     int64_t n_files;
-    assert_int_equal(lp_render_gallery(db, &run, &opt, dir, &n_files, &err), LP_OK);
+    assert_int_equal(lp_render_gallery(db, &run, &opt, NULL, dir, &n_files, &err), LP_OK);
     assert_int_equal(n_files, 1 + 1 + 2); /* overview, one grid, two heads; no stats */
     snprintf(path, sizeof path, "%s/index.html", dir);
     char *text = read_text_file(path);
@@ -865,7 +865,8 @@ static void test_decode_nan_and_selection(void **state)
     assert_null(strstr(text, "layer_0_head_1.png"));
     free(text);
     static const char *const names[] = {"index.html", "overview.png", "layer_0_grid.png",
-                                        "layer_0_head_0.png", "layer_0_head_2.png"};
+                                        "layer_0_head_0.png", "layer_0_head_2.png",
+                                        "viewer.html"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         assert_true(file_exists(path));
