@@ -135,6 +135,22 @@ else
   bad "--all wrote no index.html"
 fi
 expect_one_line_error "$LOUPE" render "$DB" --all "$TMP/gallery" -o "$TMP/x.png"
+if [ -s "$TMP/gallery/viewer.html" ] && grep -q 'href="viewer.html"' "$TMP/gallery/index.html"; then
+  ok; else bad "--all wrote or linked no viewer.html"; fi
+
+# --html: one file that asks for nothing outside itself; --layer narrows it; bad requests refused
+# 4 maps of 4 x 4 cells, and the leak plane of layer 0 head 1
+expect_stdout_contains "wrote $TMP/v.html: 4 maps, 80 embedded bytes" "$LOUPE" render "$DB" --html "$TMP/v.html"
+if grep -q 'id="loupe-data"' "$TMP/v.html" && grep -q "default-src 'none'" "$TMP/v.html" &&
+   ! grep -qiE '<(script|link|img|iframe)[^>]* (src|href)=' "$TMP/v.html"; then
+  ok; else bad "v.html is not self-contained"; fi
+expect_stdout_contains "2 maps" "$LOUPE" render "$DB" --layer 1 --html "$TMP/v1.html"
+expect_stdout_contains "max-pooled" "$LOUPE" render "$DB" --html "$TMP/v2.html" --max-map-bytes 20
+expect_one_line_error "$LOUPE" render "$DB" --html "$TMP/v.html" -o "$TMP/x.png"
+expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --max-map-bytes 1MiB
+expect_one_line_error "$LOUPE" render "$DB" --html "$TMP/v3.html" --max-map-bytes 3
+expect_one_line_error "$LOUPE" render "$DB" --html "$TMP/no/such/dir/v.html"
+if [ ! -e "$TMP/v3.html" ] && [ ! -e "$TMP/x.png" ]; then ok; else bad "a refused --html left a file"; fi
 
 # a leak run of its own: --leak finds it, and --all of the trace run links its plot
 sqlite3 "$DB" "INSERT INTO runs (id, status, kind, model_path, model_format, architecture, n_tokens,
