@@ -219,4 +219,25 @@ lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
                             const lp_render_options *opt, const lp_viewer_options *vopt,
                             const char *dir, int64_t *n_files, lp_error *err);
 
+/* ---- leaving loupe for Python: a run as safetensors or npz ---- */
+
+typedef enum lp_export_format { LP_EXPORT_SAFETENSORS, LP_EXPORT_NPZ, LP_EXPORT_COUNT } lp_export_format;
+
+/* From a path's extension (.safetensors, .npz; case-insensitive); COUNT if neither. */
+lp_export_format lp_export_format_from_path(const char *path);
+
+typedef struct lp_export_report {
+    int64_t n_tensors;
+    uint64_t bytes;          /* the whole file */
+    bool attention_stacked;  /* one [layers, heads, n_q, n_k] tensor rather than one per head */
+} lp_export_report;
+
+/* The run's maps (one tensor per stored head, or one stack when every head was stored with one
+ * shape), head statistics, token ids, predictions and full logits, with the runs row and the token
+ * texts as metadata, into path (format by extension; written to PATH.tmp and renamed). The
+ * layout is in render/export.c and render/README.md. Memory: one map row plus the run's tables.
+ * report may be NULL. */
+lp_status lp_render_export(lp_store *db, const lp_store_run *run, const char *path,
+                           lp_export_report *report, lp_error *err);
+
 #endif
