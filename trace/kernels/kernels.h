@@ -67,20 +67,34 @@ typedef struct lp_attn_row_stats {
     float self;     /* on the query's own position */
     float distance; /* expected query - key distance */
     float local;    /* mass on keys with query - key < local_window */
-    float row_sum;  /* sum of probabilities (1 unless the row is fully masked: 0) */
+    float row_sum;  /* sum of probabilities over the keys (1, less with a learned sink, 0 for a
+                       row that sees no key) */
+    float learned_sink; /* probability on the learned sink logit (gpt-oss), 0 without one */
 } lp_attn_row_stats;
 
-/* One attention head (or a group sharing K/V). q: [n_q, head_dim] with row stride q_stride;
- * k: [n_k, head_dim] stride k_stride; v: [n_k, v_dim] stride v_stride; out: [n_q, v_dim] stride
- * out_stride. Tiled with an online softmax; probs (optional, [n_q, n_k] row-major) receives the
- * exact probabilities, 0 on masked cells; row_stats (optional, [n_q]). */
+/* One attention head. q: [n_q, head_dim] f32 with row stride q_stride; k: [n_k, head_dim] and
+ * v: [n_k, v_dim] in kv_dtype (f32, f16 or bf16; converted to f32 as blocks are loaded) with row
+ * strides k_stride, v_stride in elements; out: [n_q, v_dim] f32 stride out_stride. Tiled with an
+ * online softmax; probs (optional, [n_q, n_k] row-major) receives the exact probabilities, 0 on
+ * masked cells; row_stats (optional, [n_q]).
+ *
+ * The score of query row i (position pos = mask->q_pos0 + i) and key j (position j) is
+ *     s = softcap(scale * q_i . k_j) + alibi_slope * (j - pos)
+ * softcap(x) = softcap * tanh(x / softcap) when softcap > 0. The ALiBi bias (BLOOM, MPT,
+ * Falcon-RW; the caller computes each head's slope) is 0 on the diagonal and negative to the
+ * left. A learned sink (gpt-oss: has_sink, sink_logit) joins the softmax denominator as one more
+ * logit without a value row, so the probabilities over the keys sum to 1 - learned_sink; a row
+ * that sees no key then puts all its mass on the sink and its output is 0. Decode and chunked
+ * prefill pass n_q < n_k with the mask's q_pos0 = n_k - n_q (bottom-right alignment). v_dim may
+ * differ from head_dim (MLA). A non-finite score or sink logit poisons its row: output, visible
+ * probabilities and statistics become NaN. */
 typedef struct lp_attn_args {
     const float *q;
-    const float *k;
-    const float *v;
+    const void *k;      /* kv_dtype elements */
+    const void *v;      /* kv_dtype elements */
     float *out;
     int64_t n_q, n_k, head_dim, v_dim;
-    int64_t q_stride, k_stride, v_stride, out_stride;
+    int64_t q_stride, k_stride, v_stride, out_stride; /* in elements */
     float scale;        /* usually 1/sqrt(head_dim) */
     float softcap;      /* 0 = off; else scores = softcap * tanh(scores / softcap) */
     const lp_mask_spec *mask;
@@ -88,6 +102,10 @@ typedef struct lp_attn_args {
     float *probs;
     lp_attn_row_stats *row_stats;
     int64_t local_window; /* for row_stats.local */
+    float alibi_slope;  /* 0 = no ALiBi bias */
+    bool has_sink;      /* a learned sink logit joins the softmax */
+    float sink_logit;
+    lp_dtype kv_dtype;  /* LP_DTYPE_F32 (also when left 0), LP_DTYPE_F16 or LP_DTYPE_BF16 */
 } lp_attn_args;
 
 void lp_attention(const lp_attn_args *args);

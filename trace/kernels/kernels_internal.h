@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "trace/kernels/kernels.h"
 
@@ -172,6 +173,30 @@ static inline void lp_rope_halves_scalar(float *head, const float *c, const floa
         head[i] = x0 * c[i] - x1 * s[i];
         head[i + half] = x0 * s[i] + x1 * c[i];
     }
+}
+
+/* The K/V element type of an attention call: 0 (a zeroed lp_attn_args) means f32. Anything but
+ * f32, f16 and bf16 is programmer misuse. */
+static inline lp_dtype lp_attn_kv_dtype(const lp_attn_args *a)
+{
+    lp_dtype dt = a->kv_dtype == LP_DTYPE_INVALID ? LP_DTYPE_F32 : a->kv_dtype;
+    LP_ASSERT(dt == LP_DTYPE_F32 || dt == LP_DTYPE_F16 || dt == LP_DTYPE_BF16);
+    return dt;
+}
+
+/* Element d of row j of a K or V matrix (row stride in elements) as f32. */
+static inline float lp_attn_kv_at(lp_dtype dt, const void *base, int64_t stride, int64_t j,
+                                  int64_t d)
+{
+    const uint8_t *bytes = base;
+    int64_t index = j * stride + d;
+    if (dt == LP_DTYPE_F32) {
+        float v;
+        memcpy(&v, bytes + index * 4, 4);
+        return v;
+    }
+    uint16_t h = lp_load_u16(bytes + index * 2);
+    return dt == LP_DTYPE_F16 ? lp_f16_to_f32(h) : lp_bf16_to_f32(h);
 }
 
 /* avx2.c: AVX2 + FMA + F16C overrides (data only: no code of that file runs before dispatch

@@ -239,12 +239,15 @@ void lp_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, i
 
 static float ref_score(const lp_attn_args *a, int64_t i, int64_t j)
 {
+    lp_dtype dt = lp_attn_kv_dtype(a);
     double dot = 0.0;
     for (int64_t d = 0; d < a->head_dim; d++)
-        dot += (double)a->q[i * a->q_stride + d] * (double)a->k[j * a->k_stride + d];
+        dot += (double)a->q[i * a->q_stride + d] * (double)lp_attn_kv_at(dt, a->k, a->k_stride, j, d);
     double s = dot * (double)a->scale;
     if (a->softcap > 0.0f)
         s = (double)a->softcap * tanh(s / (double)a->softcap);
+    int64_t pos = a->mask->q_pos0 + i;
+    s += (double)a->alibi_slope * (double)(j - pos);
     return (float)s;
 }
 
@@ -267,27 +270,38 @@ static void ref_poison_row(const lp_attn_args *a, int64_t lo, int64_t hi, float 
     for (int64_t j = lo; prow && j < hi; j++)
         prow[j] = NAN;
     st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
-    st->distance = st->local = st->row_sum = NAN;
+    st->distance = st->local = st->row_sum = st->learned_sink = NAN;
 }
 
-/* The softmax of a row with visible keys [lo, hi): output, probabilities and statistics, all in
- * double from the recomputed scores. */
+/* The row's softmax maximum and denominator over keys [lo, hi) and the learned sink, in double. */
+static void ref_row_norm(const lp_attn_args *a, int64_t i, int64_t lo, int64_t hi, double *max,
+                         double *sum)
+{
+    *max = a->has_sink ? (double)a->sink_logit : -HUGE_VAL;
+    for (int64_t j = lo; j < hi; j++) {
+        double s = (double)ref_score(a, i, j);
+        if (s > *max)
+            *max = s;
+    }
+    *sum = a->has_sink ? exp((double)a->sink_logit - *max) : 0.0;
+    for (int64_t j = lo; j < hi; j++)
+        *sum += exp((double)ref_score(a, i, j) - *max);
+}
+
+/* The softmax of a row with visible keys [lo, hi) (and the learned sink): output, probabilities
+ * and statistics, all in double from the recomputed scores. */
 static void ref_softmax_row(const lp_attn_args *a, int64_t i, int64_t lo, int64_t hi, float *out,
                             float *prow, lp_attn_row_stats *st)
 {
     int64_t pos = a->mask->q_pos0 + i;
-    double max = -HUGE_VAL, sum = 0.0;
-    for (int64_t j = lo; j < hi; j++) {
-        double s = (double)ref_score(a, i, j);
-        if (s > max)
-            max = s;
-    }
-    for (int64_t j = lo; j < hi; j++)
-        sum += exp((double)ref_score(a, i, j) - max);
+    lp_dtype dt = lp_attn_kv_dtype(a);
+    double max, sum;
+    ref_row_norm(a, i, lo, hi, &max, &sum);
     for (int64_t d = 0; d < a->v_dim; d++) {
         double o = 0.0;
         for (int64_t j = lo; j < hi; j++)
-            o += exp((double)ref_score(a, i, j) - max) / sum * (double)a->v[j * a->v_stride + d];
+            o += exp((double)ref_score(a, i, j) - max) / sum *
+                 (double)lp_attn_kv_at(dt, a->v, a->v_stride, j, d);
         out[d] = (float)o;
     }
     double entropy = 0.0, dist = 0.0, local = 0.0, total = 0.0, best = 0.0;
@@ -310,6 +324,12 @@ static void ref_softmax_row(const lp_attn_args *a, int64_t i, int64_t lo, int64_
         if (j == pos)
             st->self = (float)p;
     }
+    if (a->has_sink) {
+        double p = exp((double)a->sink_logit - max) / sum;
+        if (p > 0.0)
+            entropy -= p * log(p); /* the entropy is of the whole distribution, sink included */
+        st->learned_sink = (float)p;
+    }
     st->entropy = (float)entropy;
     st->max_prob = (float)best;
     st->distance = (float)dist;
@@ -331,12 +351,12 @@ void lp_attention_ref(const lp_attn_args *a)
         if (prow)
             for (int64_t j = 0; j < a->n_k; j++)
                 prow[j] = 0.0f;
-        bool finite = true;
+        bool finite = !a->has_sink || isfinite(a->sink_logit);
         for (int64_t j = lo; j < hi; j++)
             finite = finite && isfinite(ref_score(a, i, j));
         if (!finite)
             ref_poison_row(a, lo, hi, out, prow, &st);
-        else if (lo < hi)
+        else if (lo < hi || a->has_sink)
             ref_softmax_row(a, i, lo, hi, out, prow, &st);
         if (a->row_stats)
             a->row_stats[i] = st;

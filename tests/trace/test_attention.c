@@ -1,0 +1,453 @@
+/* Attention tests: every ISA's kernel and the reference against a naive softmax(QK^T)V written
+ * here (double precision, masks cell by cell from the definition), on causal, window, padding,
+ * decode (queries at q_pos0 > 0 against a longer key range), softcap, ALiBi, learned sinks, f16 and
+ * bf16 K/V and v_dim != head_dim; NaN-prefilled outputs; NaN poisoning; thread determinism.
+ *
+ * Error budgets are stated next to each check and the observed worst value is printed. */
+#include "kernels_test_util.h"
+
+#include "core/dtype.h"
+#include "trace/kernels/kernels_internal.h"
+#include "trace/kernels/mask.h"
+
+/* ---- the naive version */
+
+/* Masks cell by cell with lp_mask_allows_reference (the definition, not the interval code the
+ * kernels use), softmax in double, the learned sink as one more logit without a value. k and v
+ * are f32 (the values the kernel's f16/bf16 storage decodes to). */
+static void naive_attention(const lp_attn_args *a, const float *k, const float *v, double *out,
+                            double *probs, double *sink_p)
+{
+    double *s = malloc((size_t)(a->n_k > 0 ? a->n_k : 1) * sizeof(double));
+    assert_non_null(s);
+    for (int64_t i = 0; i < a->n_q; i++) {
+        double max = a->has_sink ? (double)a->sink_logit : -HUGE_VAL;
+        int64_t pos = a->mask->q_pos0 + i;
+        for (int64_t j = 0; j < a->n_k; j++) {
+            s[j] = -HUGE_VAL;
+            if (!lp_mask_allows_reference(a->mask, a->batch, i, j))
+                continue;
+            double dot = 0.0;
+            for (int64_t d = 0; d < a->head_dim; d++)
+                dot += (double)a->q[i * a->q_stride + d] * (double)k[j * a->k_stride + d];
+            dot *= (double)a->scale;
+            if (a->softcap > 0.0f)
+                dot = (double)a->softcap * tanh(dot / (double)a->softcap);
+            dot += (double)a->alibi_slope * (double)(j - pos);
+            s[j] = dot;
+            if (dot > max)
+                max = dot;
+        }
+        double sink_w = a->has_sink ? exp((double)a->sink_logit - max) : 0.0, sum = sink_w;
+        for (int64_t j = 0; j < a->n_k; j++) {
+            s[j] = isinf(max) ? 0.0 : exp(s[j] - max);
+            sum += s[j];
+        }
+        sink_p[i] = sum > 0.0 ? sink_w / sum : 0.0;
+        for (int64_t j = 0; j < a->n_k; j++)
+            probs[i * a->n_k + j] = sum > 0.0 ? s[j] / sum : 0.0;
+        for (int64_t d = 0; d < a->v_dim; d++) {
+            double o = 0.0;
+            for (int64_t j = 0; j < a->n_k; j++)
+                o += probs[i * a->n_k + j] * (double)v[j * a->v_stride + d];
+            out[i * a->v_dim + d] = o;
+        }
+    }
+    free(s);
+}
+
+/* ---- cases */
+
+typedef struct attn_case {
+    const char *name;
+    int64_t n_q, n_k, head_dim, v_dim, window;
+    bool causal;
+    int64_t pad_left, pad_right;
+    float softcap, scale;
+    int64_t q_pos0;  /* -1: bottom-right (n_k - n_q) */
+    float alibi;     /* slope, 0 = none */
+    bool has_sink;
+    float sink;
+    lp_dtype kv;     /* 0 = f32 */
+} attn_case;
+
+/* K or V storage in the case's dtype, and the f32 values it decodes to (what naive sees). */
+typedef struct kv_store {
+    void *data;
+    float *decoded;
+} kv_store;
+
+static kv_store make_kv(lp_dtype dt, int64_t n)
+{
+    kv_store s = {NULL, rnd_array(n)};
+    if (dt == LP_DTYPE_INVALID || dt == LP_DTYPE_F32) {
+        s.data = s.decoded;
+        return s;
+    }
+    uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * 2);
+    assert_non_null(h);
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = dt == LP_DTYPE_F16 ? lp_f32_to_f16(s.decoded[i]) : lp_f32_to_bf16(s.decoded[i]);
+        s.decoded[i] = dt == LP_DTYPE_F16 ? lp_f16_to_f32(h[i]) : lp_bf16_to_f32(h[i]);
+    }
+    s.data = h;
+    return s;
+}
+
+static void free_kv(kv_store *s)
+{
+    if (s->data != s->decoded)
+        free(s->data);
+    free(s->decoded);
+}
+
+/* What naive says for one case: outputs, probabilities, sink mass. */
+typedef struct attn_want {
+    double *out, *p, *sink;
+} attn_want;
+
+/* The worst differences of one run from naive's. */
+typedef struct attn_errors {
+    double out, p, stat;
+} attn_errors;
+
+/* Compare the statistics of row i with those computed here from naive's probabilities. */
+static double stats_error(const attn_case *tc, const lp_mask_spec *mask, const attn_want *w,
+                          const lp_attn_row_stats *st, int64_t i, int64_t local_window)
+{
+    double pos = (double)(mask->q_pos0 + i), sum = 0.0, entropy = 0.0, maxp = 0.0, dist = 0.0;
+    double local = 0.0;
+    const double *prow = w->p + i * tc->n_k;
+    for (int64_t j = 0; j < tc->n_k; j++) {
+        double p = prow[j];
+        sum += p;
+        if (p > 0.0)
+            entropy -= p * log(p);
+        if (p > maxp)
+            maxp = p;
+        dist += p * (pos - (double)j);
+        if (pos - (double)j < (double)local_window)
+            local += p;
+    }
+    if (w->sink[i] > 0.0)
+        entropy -= w->sink[i] * log(w->sink[i]);
+    double self = pos >= 0.0 && pos < (double)tc->n_k ? prow[(int64_t)pos] : 0.0;
+    double prev = pos >= 1.0 && pos - 1.0 < (double)tc->n_k ? prow[(int64_t)pos - 1] : 0.0;
+    double diffs[9] = {(double)st->row_sum - sum,
+                       (double)st->entropy - entropy,
+                       (double)st->max_prob - maxp,
+                       ((double)st->distance - dist) / (1.0 + fabs(dist)),
+                       (double)st->local - local,
+                       (double)st->sink - (tc->n_k > 0 ? prow[0] : 0.0),
+                       (double)st->self - self,
+                       (double)st->prev - prev,
+                       (double)st->learned_sink - w->sink[i]};
+    double worst = 0.0;
+    for (int d = 0; d < 9; d++)
+        if (!(fabs(diffs[d]) <= worst))
+            worst = fabs(diffs[d]); /* NaN sticks */
+    return worst;
+}
+
+/* Compare one run's output, probabilities (optional) and statistics with naive's. */
+static attn_errors compare_run(const attn_case *tc, const lp_attn_args *a, const attn_want *w)
+{
+    attn_errors e = {0.0, 0.0, 0.0};
+    for (int64_t i = 0; i < tc->n_q; i++) {
+        for (int64_t d = 0; d < tc->v_dim; d++) {
+            double diff = fabs((double)a->out[i * a->out_stride + d] - w->out[i * tc->v_dim + d]);
+            if (!(diff <= e.out))
+                e.out = diff;
+        }
+        for (int64_t d = tc->v_dim; d < a->out_stride; d++)
+            assert_true(isnan(a->out[i * a->out_stride + d])); /* padding columns untouched */
+        double row = 0.0;
+        for (int64_t j = 0; a->probs && j < tc->n_k; j++) {
+            double p = w->p[i * tc->n_k + j], got = (double)a->probs[i * tc->n_k + j];
+            if (!(fabs(got - p) <= e.p))
+                e.p = fabs(got - p);
+            if (p == 0.0) /* masked cells are exactly zero (above the diagonal, ...) */
+                assert_true(got == 0.0);
+            row += got;
+        }
+        if (a->probs) /* 1 for visible rows (less the sink's mass), 0 when fully masked */
+            assert_true(fabs(row + w->sink[i] - (w->sink[i] > 0.0 || row > 0.0 ? 1.0 : 0.0)) <= 1e-5);
+        double se = stats_error(tc, a->mask, w, &a->row_stats[i], i, a->local_window);
+        if (!(se <= e.stat))
+            e.stat = se;
+    }
+    return e;
+}
+
+static void run_attention_case(const attn_case *tc, void (*fn)(const lp_attn_args *),
+                               const char *fn_name)
+{
+    const int64_t q_stride = tc->head_dim + 3, k_stride = tc->head_dim + 5,
+                  v_stride = tc->v_dim + 1, out_stride = tc->v_dim + 2;
+    float *q = rnd_array(tc->n_q * q_stride);
+    kv_store k = make_kv(tc->kv, tc->n_k * k_stride), v = make_kv(tc->kv, tc->n_k * v_stride);
+    /* batch item 1 carries the padding, item 0 none: checks the batch index is honoured */
+    int64_t pad_left[2] = {0, tc->pad_left}, pad_right[2] = {0, tc->pad_right};
+    lp_mask_spec mask = lp_mask_causal(tc->n_q, tc->n_k);
+    mask.causal = tc->causal;
+    mask.window = tc->window;
+    mask.pad_left = pad_left;
+    mask.pad_right = pad_right;
+    if (tc->q_pos0 >= 0)
+        mask.q_pos0 = tc->q_pos0;
+    lp_attn_args a = {
+        .q = q, .k = k.data, .v = v.data, .n_q = tc->n_q, .n_k = tc->n_k,
+        .head_dim = tc->head_dim, .v_dim = tc->v_dim, .q_stride = q_stride, .k_stride = k_stride,
+        .v_stride = v_stride, .out_stride = out_stride, .scale = tc->scale,
+        .softcap = tc->softcap, .mask = &mask, .batch = 1, .local_window = 4,
+        .alibi_slope = tc->alibi, .has_sink = tc->has_sink, .sink_logit = tc->sink,
+        .kv_dtype = tc->kv,
+    };
+    attn_want w = {malloc((size_t)(tc->n_q * tc->v_dim + 1) * sizeof(double)),
+                   malloc((size_t)(tc->n_q * tc->n_k + 1) * sizeof(double)),
+                   malloc((size_t)(tc->n_q + 1) * sizeof(double))};
+    assert_true(w.out && w.p && w.sink);
+    naive_attention(&a, k.decoded, v.decoded, w.out, w.p, w.sink);
+    for (int with_probs = 0; with_probs < 2; with_probs++) {
+        a.out = nan_array(tc->n_q * out_stride);
+        a.probs = with_probs ? nan_array(tc->n_q * tc->n_k) : NULL;
+        a.row_stats = malloc((size_t)(tc->n_q + 1) * sizeof *a.row_stats);
+        assert_non_null(a.row_stats);
+        fn(&a);
+        attn_errors e = compare_run(tc, &a, &w);
+        printf("attention %-16s %-5s %-4s probs=%d: worst |out| %.1e (budget 2e-6), |p| %.1e "
+               "(1e-6), stats %.1e (5e-5)\n",
+               tc->name, fn_name, lp_isa_name(lp_kernels_isa()), with_probs, e.out, e.p, e.stat);
+        assert_true(e.out <= 2e-6);
+        assert_true(e.p <= 1e-6);
+        assert_true(e.stat <= 5e-5);
+        free(a.out);
+        free(a.probs);
+        free(a.row_stats);
+    }
+    free(q);
+    free_kv(&k);
+    free_kv(&v);
+    free(w.out);
+    free(w.p);
+    free(w.sink);
+}
+
+#define F16 LP_DTYPE_F16
+#define BF16 LP_DTYPE_BF16
+
+/* The mask and argument cases every attention path must get right. */
+static const attn_case basic_cases[] = {
+    /* name              n_q  n_k  hd  vd  W   causal pl pr softcap scale  q_pos0 alibi sink  kv */
+    {"causal",           37,  37,  24, 20, 0,  true,  0, 0, 0.0f, 0.2041f, -1, 0.0f, false, 0, 0},
+    {"causal-long",      150, 150, 16, 16, 0,  true,  0, 0, 0.0f, 0.9f,    -1, 0.0f, false, 0, 0},
+    {"window5",          40,  40,  8,  12, 5,  true,  0, 0, 0.0f, 0.35f,   -1, 0.0f, false, 0, 0},
+    {"window1",          9,   9,   8,  8,  1,  true,  0, 0, 0.0f, 0.35f,   -1, 0.0f, false, 0, 0},
+    {"decode-br",        7,   140, 12, 10, 0,  true,  0, 0, 0.0f, 0.3f,    -1, 0.0f, false, 0, 0},
+    {"decode-1",         1,   77,  16, 24, 0,  true,  0, 0, 0.0f, 0.3f,    -1, 0.0f, false, 0, 0},
+    {"decode-window",    3,   90,  12, 10, 16, true,  0, 0, 0.0f, 0.3f,    -1, 0.0f, false, 0, 0},
+    {"chunk-middle",     20,  80,  16, 16, 0,  true,  0, 0, 0.0f, 0.3f,    50, 0.0f, false, 0, 0},
+    {"padding",          30,  30,  16, 16, 0,  true,  4, 3, 0.0f, 0.25f,   -1, 0.0f, false, 0, 0},
+    {"softcap",          33,  33,  16, 16, 0,  true,  0, 0, 3.0f, 2.0f,    -1, 0.0f, false, 0, 0},
+    {"full",             20,  26,  16, 8,  0,  false, 0, 0, 0.0f, 0.25f,   -1, 0.0f, false, 0, 0},
+    {"full-pad",         26,  26,  16, 8,  0,  false, 2, 5, 0.0f, 0.25f,   -1, 0.0f, false, 0, 0},
+    {"wide-head",        70,  70,  64, 80, 0,  true,  0, 0, 0.0f, 0.125f,  -1, 0.0f, false, 0, 0},
+    {"mla-dims",         45,  45,  96, 64, 0,  true,  0, 0, 0.0f, 0.1f,    -1, 0.0f, false, 0, 0},
+    {"alibi",            41,  41,  16, 16, 0,  true,  0, 0, 0.0f, 0.25f,   -1, 0.25f, false, 0, 0},
+    {"alibi-full",       23,  23,  16, 16, 0,  false, 0, 0, 0.0f, 0.25f,   -1, 0.0625f, false, 0, 0},
+    {"alibi-decode",     2,   70,  16, 16, 0,  true,  0, 0, 0.0f, 0.25f,   -1, 0.125f, false, 0, 0},
+    {"sink",             36,  36,  16, 16, 0,  true,  0, 0, 0.0f, 0.25f,   -1, 0.0f, true, 1.5f, 0},
+    {"sink-window",      36,  36,  16, 16, 6,  true,  0, 0, 0.0f, 0.25f,   -1, 0.0f, true, 3.0f, 0},
+    {"sink-pad",         20,  20,  16, 16, 0,  true,  3, 2, 0.0f, 0.25f,   -1, 0.0f, true, -1.0f, 0},
+    {"f16-kv",           50,  50,  32, 24, 0,  true,  0, 0, 0.0f, 0.2f,    -1, 0.0f, false, 0, F16},
+    {"bf16-kv",          50,  50,  32, 24, 0,  true,  0, 0, 0.0f, 0.2f,    -1, 0.0f, false, 0, BF16},
+    {"f16-decode",       1,   130, 64, 64, 0,  true,  0, 0, 0.0f, 0.125f,  -1, 0.0f, false, 0, F16},
+    {"bf16-everything",  19,  83,  20, 12, 9,  true,  0, 0, 2.0f, 0.5f,    -1, 0.1f, true, 0.5f, BF16},
+};
+
+static void test_attention_cases(void **state)
+{
+    (void)state;
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    for (int s = 0; s < n_isas; s++) {
+        assert_true(lp_kernels_set_isa(isas[s]));
+        for (size_t c = 0; c < sizeof basic_cases / sizeof basic_cases[0]; c++) {
+            run_attention_case(&basic_cases[c], lp_attention, "tiled");
+            if (s == 0)
+                run_attention_case(&basic_cases[c], lp_attention_ref, "ref");
+        }
+    }
+}
+
+/* Same inputs, same bits: the attention of every head run on pools of 1 and 2 threads. */
+typedef struct heads_ctx {
+    lp_attn_args base;
+    float *out;   /* [n_heads, n_q, v_dim] */
+    float *probs; /* [n_heads, n_q, n_k] */
+    const float *q_all;
+} heads_ctx;
+
+static void run_one_head(void *ctx, int64_t head)
+{
+    heads_ctx *h = ctx;
+    lp_attn_args a = h->base;
+    a.q = h->q_all + head * a.n_q * a.q_stride;
+    a.out = h->out + head * a.n_q * a.v_dim;
+    a.probs = h->probs + head * a.n_q * a.n_k;
+    a.row_stats = NULL;
+    lp_attention(&a);
+}
+
+static void test_attention_threads(void **state)
+{
+    (void)state;
+    const int64_t n_heads = 5, n = 90, hd = 16;
+    float *q = rnd_array(n_heads * n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
+    lp_mask_spec mask = lp_mask_causal(n, n);
+    float *outs[2], *probs[2];
+    for (int t = 0; t < 2; t++) {
+        lp_pool *pool;
+        assert_int_equal(lp_pool_create(t + 1, &pool, NULL), LP_OK);
+        outs[t] = nan_array(n_heads * n * hd);
+        probs[t] = nan_array(n_heads * n * n);
+        heads_ctx h = {{.k = k, .v = v, .n_q = n, .n_k = n, .head_dim = hd, .v_dim = hd,
+                        .q_stride = hd, .k_stride = hd, .v_stride = hd, .out_stride = hd,
+                        .scale = 0.25f, .mask = &mask},
+                       outs[t], probs[t], q};
+        lp_pool_run(pool, n_heads, run_one_head, &h);
+        lp_pool_destroy(pool);
+    }
+    assert_memory_equal(outs[0], outs[1], (size_t)(n_heads * n * hd) * sizeof(float));
+    assert_memory_equal(probs[0], probs[1], (size_t)(n_heads * n * n) * sizeof(float));
+    for (int t = 0; t < 2; t++) {
+        free(outs[t]);
+        free(probs[t]);
+    }
+    free(q);
+    free(k);
+    free(v);
+}
+
+/* Check one poisoned run against the clean one: rows in `bad` NaN in output, visible
+ * probabilities and statistics; the others bit for bit as before. */
+static void check_poisoned(const float *out, const float *clean_out, const float *probs,
+                           const float *clean_p, const lp_attn_row_stats *stats, int64_t n,
+                           int64_t hd, int64_t window, bool (*bad)(int64_t row, int which),
+                           int which)
+{
+    for (int64_t i = 0; i < n; i++) {
+        bool is_bad = bad(i, which);
+        for (int64_t d = 0; d < hd; d++)
+            assert_true(is_bad ? isnan(out[i * hd + d]) : out[i * hd + d] == clean_out[i * hd + d]);
+        for (int64_t j = 0; j < n; j++) {
+            bool visible = j <= i && i - j < window;
+            if (is_bad && visible)
+                assert_true(isnan(probs[i * n + j]));
+            else
+                assert_true(probs[i * n + j] == clean_p[i * n + j]);
+        }
+        assert_true(is_bad ? isnan(stats[i].row_sum) && isnan(stats[i].entropy)
+                           : stats[i].row_sum == 1.0f);
+    }
+}
+
+/* which 0: NaN in q row 3; 1: NaN in key 7 (rows 7..11 see it with causal window 5); 2: a NaN
+ * sink logit (every row). */
+static bool poisoned_row(int64_t i, int which)
+{
+    return which == 0 ? i == 3 : which == 1 ? (i >= 7 && i < 12) : true;
+}
+
+/* A NaN in q row 3 poisons that row only; a NaN in key 7 poisons exactly the rows that see key 7;
+ * a NaN sink logit poisons every row. Poisoned rows are NaN in output, visible probabilities and
+ * statistics, never a plausible distribution; the other rows are untouched. */
+static void test_attention_nan(void **state)
+{
+    (void)state;
+    enum { N = 20, HD = 8 };
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    float *q = rnd_array(N * HD), *k = rnd_array(N * HD), *v = rnd_array(N * HD);
+    lp_mask_spec mask = lp_mask_causal(N, N);
+    mask.window = 5;
+    void (*fns[2])(const lp_attn_args *) = {lp_attention, lp_attention_ref};
+    for (int si = 0; si < n_isas; si++) {
+        assert_true(lp_kernels_set_isa(isas[si]));
+        for (int f = 0; f < 2; f++) {
+            float clean_out[N * HD], out[N * HD], clean_p[N * N], probs[N * N];
+            lp_attn_row_stats stats[N];
+            lp_attn_args a = {.q = q, .k = k, .v = v, .out = clean_out, .n_q = N, .n_k = N,
+                              .head_dim = HD, .v_dim = HD, .q_stride = HD, .k_stride = HD,
+                              .v_stride = HD, .out_stride = HD, .scale = 0.3f, .mask = &mask,
+                              .probs = clean_p, .row_stats = stats, .local_window = 4};
+            fns[f](&a);
+            for (int which = 0; which < 3; which++) {
+                float *poisoned = which == 0 ? q + 3 * HD : k + 7 * HD;
+                float saved = poisoned[2];
+                if (which < 2)
+                    poisoned[2] = NAN;
+                a.out = out;
+                a.probs = probs;
+                a.has_sink = which == 2;
+                a.sink_logit = NAN;
+                fns[f](&a);
+                poisoned[2] = saved;
+                a.has_sink = false;
+                check_poisoned(out, clean_out, probs, clean_p, stats, N, HD, 5, poisoned_row,
+                               which);
+            }
+        }
+        /* NaN propagates through the vector kernels too */
+        float x[11];
+        for (int i = 0; i < 11; i++)
+            x[i] = (float)i;
+        x[9] = NAN;
+        lp_softmax(x, 11);
+        for (int i = 0; i < 11; i++)
+            assert_true(isnan(x[i]));
+        float g[9] = {1, 2, 3, 4, 5, 6, NAN, 8, 9}, u[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+        lp_silu_mul(g, u, 9);
+        assert_true(isnan(g[6]) && !isnan(g[5]));
+    }
+    free(q);
+    free(k);
+    free(v);
+}
+
+/* The window boundary both ways: with W = 5 query p sees p-4 .. p and not p-5. */
+static void test_attention_window_boundary(void **state)
+{
+    (void)state;
+    enum { N = 12, HD = 4, W = 5 };
+    float *q = rnd_array(N * HD), *k = rnd_array(N * HD), *v = rnd_array(N * HD);
+    float out[N * HD], probs[N * N];
+    lp_mask_spec mask = lp_mask_causal(N, N);
+    mask.window = W;
+    lp_attn_args a = {.q = q, .k = k, .v = v, .out = out, .n_q = N, .n_k = N, .head_dim = HD,
+                      .v_dim = HD, .q_stride = HD, .k_stride = HD, .v_stride = HD,
+                      .out_stride = HD, .scale = 0.5f, .mask = &mask, .probs = probs};
+    lp_attention(&a);
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < N; j++) {
+            bool visible = j <= i && i - j < W;
+            if (visible)
+                assert_true(probs[i * N + j] > 0.0f);
+            else
+                assert_true(probs[i * N + j] == 0.0f);
+        }
+    free(q);
+    free(k);
+    free(v);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention_cases),
+        cmocka_unit_test(test_attention_window_boundary),
+        cmocka_unit_test(test_attention_threads),
+        cmocka_unit_test(test_attention_nan),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
