@@ -35,6 +35,7 @@
 #include "core/checked.h"
 #include "core/dtype.h"
 #include "render/export_internal.h"
+#include "render/render_internal.h"
 
 lp_export_format lp_export_format_from_path(const char *path)
 {
@@ -244,18 +245,6 @@ lp_status lp_export_emit(lp_export_job *j, const lp_export_tensor *t, lp_error *
 
 /* ---- metadata --------------------------------------------------------------------------------- */
 
-/* A string from the database as JSON text; invalid UTF-8 shown with U+FFFD rather than lost. */
-static json_t *text(const char *s)
-{
-    json_t *j = json_string(s ? s : "");
-    if (j)
-        return j;
-    char *visible = lp_render_visible_piece(s, 1 << 20);
-    j = json_string(visible ? visible : "?");
-    free(visible);
-    return j;
-}
-
 static lp_status token_texts(lp_export_job *j, json_t *meta, lp_error *err)
 {
     char **texts;
@@ -264,16 +253,16 @@ static lp_status token_texts(lp_export_job *j, json_t *meta, lp_error *err)
     if (st != LP_OK)
         return st;
     json_t *list = json_array();
+    bool ok = true;
     for (int64_t i = 0; i < n; i++)
-        json_array_append_new(list, texts[i] ? text(texts[i]) : json_null());
+        lp_render_json_push(&ok, list, texts[i] ? lp_render_json_text(texts[i]) : json_null());
     lp_store_free_texts(texts, n);
-    char *dump = json_dumps(list, JSON_COMPACT);
+    char *dump = ok ? json_dumps(list, JSON_COMPACT) : NULL;
     json_decref(list);
-    if (!dump)
-        return lp_error_set(err, LP_ERR_NOMEM, "export: out of memory (tokens)");
-    json_object_set_new(meta, "tokens", json_string(dump));
+    if (dump)
+        lp_render_json_set(&ok, meta, "tokens", json_string(dump));
     free(dump);
-    return LP_OK;
+    return dump && ok ? LP_OK : lp_error_set(err, LP_ERR_NOMEM, "export: out of memory (tokens)");
 }
 
 /* The metadata object: the runs row, the token texts, the layout version. */
@@ -285,15 +274,15 @@ static lp_status build_metadata(lp_export_job *j, lp_error *err)
     if (st != LP_OK)
         return st;
     j->meta = json_object();
-    if (!j->meta)
-        st = lp_error_set(err, LP_ERR_NOMEM, "export: out of memory (metadata)");
-    for (int64_t i = 0; i < n && st == LP_OK; i++)
-        json_object_set_new(j->meta, keys[i], text(values[i]));
+    bool ok = true;
+    for (int64_t i = 0; i < n; i++)
+        lp_render_json_set(&ok, j->meta, keys[i], lp_render_json_text(values[i]));
     lp_store_free_texts(keys, n);
     lp_store_free_texts(values, n);
-    if (st == LP_OK)
-        json_object_set_new(j->meta, "loupe_export", json_string("1"));
-    return st == LP_OK ? token_texts(j, j->meta, err) : st;
+    lp_render_json_set(&ok, j->meta, "loupe_export", json_string("1"));
+    if (!ok)
+        return lp_error_set(err, LP_ERR_NOMEM, "export: out of memory (metadata)");
+    return token_texts(j, j->meta, err);
 }
 
 /* ---- the whole file --------------------------------------------------------------------------- */

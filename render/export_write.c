@@ -2,6 +2,7 @@
  * a zip of stored .npy members. Both stream the tensors through lp_export_emit. */
 #define _POSIX_C_SOURCE 200809L
 #include "render/export_internal.h"
+#include "render/render_internal.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -48,18 +49,18 @@ static void put32(unsigned char *p, uint32_t v)
 
 /* ---- safetensors ------------------------------------------------------------------------------ */
 
-static json_t *shape_json(const lp_export_tensor *t)
+static json_t *shape_json(const lp_export_tensor *t, bool *ok)
 {
     json_t *shape = json_array();
     for (int d = 0; d < t->n_dims; d++)
-        json_array_append_new(shape, json_integer(t->shape[d]));
+        lp_render_json_push(ok, shape, json_integer(t->shape[d]));
     return shape;
 }
 
 lp_status lp_export_write_safetensors(lp_export_job *j, lp_error *err)
 {
     json_t *header = json_object();
-    json_object_set(header, "__metadata__", j->meta);
+    bool ok = json_object_set(header, "__metadata__", j->meta) == 0;
     uint64_t offset = 0;
     for (int64_t i = 0; i < j->n; i++) {
         const lp_export_tensor *t = &j->t[i];
@@ -68,15 +69,15 @@ lp_status lp_export_write_safetensors(lp_export_job *j, lp_error *err)
         for (char *c = dtype; *c; c++)
             *c = (char)toupper((unsigned char)*c);
         json_t *e = json_object(), *offsets = json_array();
-        json_array_append_new(offsets, json_integer((json_int_t)offset));
-        json_array_append_new(offsets, json_integer((json_int_t)(offset + t->bytes)));
-        json_object_set_new(e, "dtype", json_string(dtype));
-        json_object_set_new(e, "shape", shape_json(t));
-        json_object_set_new(e, "data_offsets", offsets);
-        json_object_set_new(header, t->name, e);
+        lp_render_json_push(&ok, offsets, json_integer((json_int_t)offset));
+        lp_render_json_push(&ok, offsets, json_integer((json_int_t)(offset + t->bytes)));
+        lp_render_json_set(&ok, e, "dtype", json_string(dtype));
+        lp_render_json_set(&ok, e, "shape", shape_json(t, &ok));
+        lp_render_json_set(&ok, e, "data_offsets", offsets);
+        lp_render_json_set(&ok, header, t->name, e);
         offset += t->bytes;
     }
-    char *text = json_dumps(header, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *text = ok ? json_dumps(header, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(header);
     if (!text)
         return lp_error_set(err, LP_ERR_NOMEM, "export: out of memory (safetensors header)");

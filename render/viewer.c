@@ -39,6 +39,11 @@ void lp_viewer_options_default(lp_viewer_options *vopt)
     vopt->layer = -1;
 }
 
+static lp_status out_of_memory(lp_error *err)
+{
+    return lp_error_set(err, LP_ERR_NOMEM, "viewer: out of memory (the page's JSON)");
+}
+
 /* ---- writing bytes ---------------------------------------------------------------------------- */
 
 static void write_base64(FILE *f, const uint8_t *data, size_t n)
@@ -236,12 +241,13 @@ static lp_status embed_grid(FILE *f, const lp_pooled_map *map, char kind, int64_
     *cells_written += n * (has_x && kind == 'm' ? 2 : 1);
     free(cells);
     free(x);
-    json_object_set_new(desc, "block", json_integer(map->block));
-    json_object_set_new(desc, "rows", json_integer(map->rows));
-    json_object_set_new(desc, "cols", json_integer(map->cols));
-    json_object_set_new(desc, "vmax", json_real(vmax));
-    json_object_set_new(desc, "x", json_boolean(has_x && kind == 'm'));
-    return LP_OK;
+    bool ok = true;
+    lp_render_json_set(&ok, desc, "block", json_integer(map->block));
+    lp_render_json_set(&ok, desc, "rows", json_integer(map->rows));
+    lp_render_json_set(&ok, desc, "cols", json_integer(map->cols));
+    lp_render_json_set(&ok, desc, "vmax", json_real(vmax));
+    lp_render_json_set(&ok, desc, "x", json_boolean(has_x && kind == 'm'));
+    return ok ? LP_OK : out_of_memory(err);
 }
 
 /* Head i: its map at `side`, a thumbnail when that is large, and its entry in `list`. */
@@ -255,13 +261,14 @@ static lp_status embed_head(FILE *f, lp_store *db, const lp_store_run *run, cons
     if (st != LP_OK)
         return st;
     json_t *e = json_object();
-    json_object_set_new(e, "layer", json_integer(h->layer));
-    json_object_set_new(e, "head", json_integer(h->head));
-    json_object_set_new(e, "n_q", json_integer(map.n_q));
-    json_object_set_new(e, "n_k", json_integer(map.n_k));
-    json_object_set_new(e, "n_leak_cells", json_integer(map.n_leak_cells));
-    json_object_set_new(e, "n_bad_cells", json_integer(map.n_bad_cells));
-    json_object_set_new(e, "id", json_integer(index));
+    bool ok = true;
+    lp_render_json_set(&ok, e, "layer", json_integer(h->layer));
+    lp_render_json_set(&ok, e, "head", json_integer(h->head));
+    lp_render_json_set(&ok, e, "n_q", json_integer(map.n_q));
+    lp_render_json_set(&ok, e, "n_k", json_integer(map.n_k));
+    lp_render_json_set(&ok, e, "n_leak_cells", json_integer(map.n_leak_cells));
+    lp_render_json_set(&ok, e, "n_bad_cells", json_integer(map.n_bad_cells));
+    lp_render_json_set(&ok, e, "id", json_integer(index));
     st = embed_grid(f, &map, 'm', index, e, cells, err);
     *max_block = map.block > *max_block ? map.block : *max_block;
     bool thumb = map.rows * map.cols > THUMB_CELLS * THUMB_CELLS;
@@ -272,11 +279,11 @@ static lp_status embed_head(FILE *f, lp_store *db, const lp_store_run *run, cons
         json_t *t = json_object();
         if (st == LP_OK)
             st = embed_grid(f, &map, 't', index, t, cells, err);
-        json_object_set_new(e, "thumb", t);
+        lp_render_json_set(&ok, e, "thumb", t);
         lp_pooled_map_free(&map);
     }
-    json_array_append_new(list, e);
-    return st;
+    lp_render_json_push(&ok, list, e);
+    return st == LP_OK && !ok ? out_of_memory(err) : st;
 }
 
 /* Every listed head's blocks, and the "maps" member of the data. */
@@ -292,18 +299,19 @@ static lp_status embed_maps(FILE *f, lp_store *db, const lp_store_run *run,
     if (n > 0)
         st = choose_side(heads, n, vopt->max_map_bytes, &side, err);
     json_t *maps = json_object(), *list = json_array();
-    json_object_set_new(maps, "encoding", json_string("sqrt8"));
-    json_object_set_new(maps, "budget_bytes", json_integer((json_int_t)vopt->max_map_bytes));
-    json_object_set_new(maps, "heads", list);
-    json_object_set_new(root, "maps", maps);
+    bool ok = true;
+    lp_render_json_set(&ok, maps, "encoding", json_string("sqrt8"));
+    lp_render_json_set(&ok, maps, "budget_bytes", json_integer((json_int_t)vopt->max_map_bytes));
+    lp_render_json_set(&ok, maps, "heads", list);
+    lp_render_json_set(&ok, root, "maps", maps);
     for (int64_t i = 0; i < n && st == LP_OK; i++)
         st = embed_head(f, db, run, &heads[i], i, side, opt->leak_threshold, list,
                         &rep->map_cells, &rep->max_block, err);
     rep->n_maps = st == LP_OK ? n : 0;
-    json_object_set_new(maps, "embedded_bytes", json_integer((json_int_t)rep->map_cells));
-    json_object_set_new(maps, "max_block", json_integer(rep->max_block));
+    lp_render_json_set(&ok, maps, "embedded_bytes", json_integer((json_int_t)rep->map_cells));
+    lp_render_json_set(&ok, maps, "max_block", json_integer(rep->max_block));
     free(heads);
-    return st;
+    return st == LP_OK && !ok ? out_of_memory(err) : st;
 }
 
 /* ---- the page --------------------------------------------------------------------------------- */

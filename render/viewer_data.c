@@ -20,17 +20,9 @@
 /* Longest token text kept for the page (labels are cut further when drawn). */
 #define TOKEN_MAX_CHARS 200
 
-/* A string from the database as JSON: itself when it is valid UTF-8, else its visible form (bad
- * bytes as U+FFFD), so one bad row never costs the page. */
-static json_t *text(const char *s)
+static lp_status out_of_memory(lp_error *err)
 {
-    json_t *j = json_string(s ? s : "");
-    if (j)
-        return j;
-    char *visible = lp_render_visible_piece(s, TOKEN_MAX_CHARS);
-    j = json_string(visible ? visible : "?");
-    free(visible);
-    return j;
+    return lp_error_set(err, LP_ERR_NOMEM, "viewer: out of memory (the page's JSON)");
 }
 
 /* A number, or null for NaN and infinities (JSON has neither). */
@@ -45,24 +37,26 @@ static json_t *hex_rgb(lp_rgb c)
 
 /* ---- always there ----------------------------------------------------------------------------- */
 
-static json_t *describe_run_row(const lp_store_run *run)
+static json_t *describe_run_row(const lp_store_run *run, bool *ok_out)
 {
+    bool ok = true;
     json_t *r = json_object();
-    json_object_set_new(r, "id", json_integer(run->id));
-    json_object_set_new(r, "status", text(run->status));
-    json_object_set_new(r, "kind", text(run->kind));
-    json_object_set_new(r, "model", text(run->model));
-    json_object_set_new(r, "architecture", text(run->architecture));
-    json_object_set_new(r, "n_tokens", json_integer(run->n_tokens));
-    json_object_set_new(r, "n_layers", json_integer(run->n_layers));
-    json_object_set_new(r, "n_heads", json_integer(run->n_heads));
-    json_object_set_new(r, "maps_dtype", text(run->maps_dtype));
-    json_object_set_new(r, "prompt", text(run->prompt));
-    json_object_set_new(r, "causal", json_boolean(run->causal));
+    lp_render_json_set(&ok, r, "id", json_integer(run->id));
+    lp_render_json_set(&ok, r, "status", lp_render_json_text(run->status));
+    lp_render_json_set(&ok, r, "kind", lp_render_json_text(run->kind));
+    lp_render_json_set(&ok, r, "model", lp_render_json_text(run->model));
+    lp_render_json_set(&ok, r, "architecture", lp_render_json_text(run->architecture));
+    lp_render_json_set(&ok, r, "n_tokens", json_integer(run->n_tokens));
+    lp_render_json_set(&ok, r, "n_layers", json_integer(run->n_layers));
+    lp_render_json_set(&ok, r, "n_heads", json_integer(run->n_heads));
+    lp_render_json_set(&ok, r, "maps_dtype", lp_render_json_text(run->maps_dtype));
+    lp_render_json_set(&ok, r, "prompt", lp_render_json_text(run->prompt));
+    lp_render_json_set(&ok, r, "causal", json_boolean(run->causal));
     json_t *windows = json_array();
     for (int64_t l = 0; l < run->n_layers; l++)
-        json_array_append_new(windows, json_integer(lp_store_run_window(run, l)));
-    json_object_set_new(r, "window", windows);
+        lp_render_json_push(&ok, windows, json_integer(lp_store_run_window(run, l)));
+    lp_render_json_set(&ok, r, "window", windows);
+    *ok_out &= ok;
     return r;
 }
 
@@ -80,6 +74,7 @@ static lp_status describe_tokens(lp_store *db, const lp_store_run *run, json_t *
     if (lp_store_read_token_ids(db, run->id, &ids, &n_ids, &ids_err) != LP_OK)
         n_ids = 0; /* ids are a courtesy: texts alone still make the page */
     json_t *list = json_array();
+    bool ok = true;
     for (int64_t i = 0; i < n && st == LP_OK; i++) {
         char *visible = lp_render_visible_piece(texts[i] ? texts[i] : "?", TOKEN_MAX_CHARS);
         if (!visible) {
@@ -87,21 +82,22 @@ static lp_status describe_tokens(lp_store *db, const lp_store_run *run, json_t *
             break;
         }
         json_t *t = json_object();
-        json_object_set_new(t, "text", text(visible));
-        json_object_set_new(t, "id", json_integer(i < n_ids ? ids[i] : -1));
-        json_array_append_new(list, t);
+        lp_render_json_set(&ok, t, "text", lp_render_json_text(visible));
+        lp_render_json_set(&ok, t, "id", json_integer(i < n_ids ? ids[i] : -1));
+        lp_render_json_push(&ok, list, t);
         free(visible);
     }
-    json_object_set_new(root, "tokens", list);
+    lp_render_json_set(&ok, root, "tokens", list);
     lp_store_free_texts(texts, n);
     free(ids);
-    return st;
+    return st == LP_OK && !ok ? out_of_memory(err) : st;
 }
 
 /* The 256 entries of each colormap as "rrggbb..." (entry i is lp_colormap_rgb at its centre), the
  * masked colour each uses, and the initial choices. */
-static json_t *describe_options(const lp_render_options *opt)
+static json_t *describe_options(const lp_render_options *opt, bool *ok_out)
 {
+    bool ok = true;
     json_t *o = json_object(), *maps = json_object(), *masked = json_object();
     for (int c = 0; c < LP_COLORMAP_COUNT; c++) {
         char table[256 * 6 + 1];
@@ -109,21 +105,22 @@ static json_t *describe_options(const lp_render_options *opt)
             lp_rgb rgb = lp_colormap_rgb((lp_colormap)c, ((double)i + 0.5) / 256.0);
             snprintf(table + 6 * i, 7, "%02x%02x%02x", rgb.r, rgb.g, rgb.b);
         }
-        json_object_set_new(maps, lp_colormap_name((lp_colormap)c), json_string(table));
+        lp_render_json_set(&ok, maps, lp_colormap_name((lp_colormap)c), json_string(table));
         lp_render_options each = *opt;
         each.colormap = (lp_colormap)c;
-        json_object_set_new(masked, lp_colormap_name((lp_colormap)c),
+        lp_render_json_set(&ok, masked, lp_colormap_name((lp_colormap)c),
                             hex_rgb(lp_render_masked_rgb(&each)));
     }
-    json_object_set_new(o, "colormaps", maps);
-    json_object_set_new(o, "masked", masked);
-    json_object_set_new(o, "leak_rgb", hex_rgb(lp_render_leak_rgb));
-    json_object_set_new(o, "bad_rgb", hex_rgb(lp_render_bad_rgb));
-    json_object_set_new(o, "colormap", json_string(lp_colormap_name(opt->colormap)));
-    json_object_set_new(o, "scale", json_string(lp_scale_name(opt->scale)));
-    json_object_set_new(o, "log_floor", json_real(opt->log_floor));
-    json_object_set_new(o, "gamma", json_real(opt->gamma));
-    json_object_set_new(o, "leak_threshold", json_real(opt->leak_threshold));
+    lp_render_json_set(&ok, o, "colormaps", maps);
+    lp_render_json_set(&ok, o, "masked", masked);
+    lp_render_json_set(&ok, o, "leak_rgb", hex_rgb(lp_render_leak_rgb));
+    lp_render_json_set(&ok, o, "bad_rgb", hex_rgb(lp_render_bad_rgb));
+    lp_render_json_set(&ok, o, "colormap", json_string(lp_colormap_name(opt->colormap)));
+    lp_render_json_set(&ok, o, "scale", json_string(lp_scale_name(opt->scale)));
+    lp_render_json_set(&ok, o, "log_floor", json_real(opt->log_floor));
+    lp_render_json_set(&ok, o, "gamma", json_real(opt->gamma));
+    lp_render_json_set(&ok, o, "leak_threshold", json_real(opt->leak_threshold));
+    *ok_out &= ok;
     return o;
 }
 
@@ -134,8 +131,9 @@ static lp_status section_stats(lp_store *db, const lp_store_run *run, json_t **o
                                lp_error *err)
 {
     json_t *s = json_object(), *names = json_array(), *values = json_object();
-    json_object_set_new(s, "names", names);
-    json_object_set_new(s, "values", values);
+    bool ok = true;
+    lp_render_json_set(&ok, s, "names", names);
+    lp_render_json_set(&ok, s, "values", values);
     *out = s;
     for (int i = 0; i < LP_STAT_COUNT; i++) {
         double *v;
@@ -144,12 +142,12 @@ static lp_status section_stats(lp_store *db, const lp_store_run *run, json_t **o
             return st;
         json_t *list = json_array();
         for (int64_t j = 0; j < run->n_layers * run->n_heads; j++)
-            json_array_append_new(list, number(v[j]));
+            lp_render_json_push(&ok, list, number(v[j]));
         free(v);
-        json_array_append_new(names, json_string(lp_head_stat_name((lp_head_stat)i)));
-        json_object_set_new(values, lp_head_stat_name((lp_head_stat)i), list);
+        lp_render_json_push(&ok, names, json_string(lp_head_stat_name((lp_head_stat)i)));
+        lp_render_json_set(&ok, values, lp_head_stat_name((lp_head_stat)i), list);
     }
-    return LP_OK;
+    return ok ? LP_OK : out_of_memory(err);
 }
 
 /* leak_checks of this run, else of the latest leak run (`loupe leak` records its checks under a
@@ -165,25 +163,25 @@ static lp_status section_leak(lp_store *db, const lp_store_run *run, json_t **ou
     if (st != LP_OK)
         return st;
     json_t *s = json_object(), *list = json_array();
-    bool passed = true;
+    bool passed = true, ok = true;
     for (int64_t i = 0; i < n; i++) {
         json_t *c = json_object();
-        json_object_set_new(c, "name", text(checks[i].name));
-        json_object_set_new(c, "passed", json_boolean(checks[i].passed));
-        json_object_set_new(c, "layer", json_integer(checks[i].layer));
-        json_object_set_new(c, "position", json_integer(checks[i].position));
-        json_object_set_new(c, "max_abs_diff", number(checks[i].max_abs_diff));
-        json_object_set_new(c, "detail", text(checks[i].detail));
-        json_array_append_new(list, c);
+        lp_render_json_set(&ok, c, "name", lp_render_json_text(checks[i].name));
+        lp_render_json_set(&ok, c, "passed", json_boolean(checks[i].passed));
+        lp_render_json_set(&ok, c, "layer", json_integer(checks[i].layer));
+        lp_render_json_set(&ok, c, "position", json_integer(checks[i].position));
+        lp_render_json_set(&ok, c, "max_abs_diff", number(checks[i].max_abs_diff));
+        lp_render_json_set(&ok, c, "detail", lp_render_json_text(checks[i].detail));
+        lp_render_json_push(&ok, list, c);
         passed &= checks[i].passed;
     }
     free(checks);
-    json_object_set_new(s, "run_id", json_integer(leak_run));
-    json_object_set_new(s, "own", json_boolean(leak_run == run->id));
-    json_object_set_new(s, "passed", json_boolean(passed));
-    json_object_set_new(s, "checks", list);
+    lp_render_json_set(&ok, s, "run_id", json_integer(leak_run));
+    lp_render_json_set(&ok, s, "own", json_boolean(leak_run == run->id));
+    lp_render_json_set(&ok, s, "passed", json_boolean(passed));
+    lp_render_json_set(&ok, s, "checks", list);
     *out = s;
-    return LP_OK;
+    return ok ? LP_OK : out_of_memory(err);
 }
 
 /* predictions: {"k", "token_id": [n_pos * k], "prob": [...], "piece": [...]} (rank-major). */
@@ -195,22 +193,23 @@ static lp_status section_predictions(lp_store *db, const lp_store_run *run, json
     if (st != LP_OK)
         return st;
     json_t *s = json_object(), *ids = json_array(), *probs = json_array(), *pieces = json_array();
+    bool ok = true;
     for (int64_t i = 0; i < p.n_pos * p.k && st == LP_OK; i++) {
         char *visible = p.piece[i] ? lp_render_visible_piece(p.piece[i], 48) : NULL;
         if (p.piece[i] && !visible)
             st = lp_error_set(err, LP_ERR_NOMEM, "viewer: out of memory (predictions)");
-        json_array_append_new(ids, json_integer(p.token_id[i]));
-        json_array_append_new(probs, number(p.prob[i]));
-        json_array_append_new(pieces, visible ? text(visible) : json_null());
+        lp_render_json_push(&ok, ids, json_integer(p.token_id[i]));
+        lp_render_json_push(&ok, probs, number(p.prob[i]));
+        lp_render_json_push(&ok, pieces, visible ? lp_render_json_text(visible) : json_null());
         free(visible);
     }
-    json_object_set_new(s, "k", json_integer(p.k));
-    json_object_set_new(s, "token_id", ids);
-    json_object_set_new(s, "prob", probs);
-    json_object_set_new(s, "piece", pieces);
+    lp_render_json_set(&ok, s, "k", json_integer(p.k));
+    lp_render_json_set(&ok, s, "token_id", ids);
+    lp_render_json_set(&ok, s, "prob", probs);
+    lp_render_json_set(&ok, s, "piece", pieces);
     lp_store_predictions_clear(&p);
     *out = s;
-    return st;
+    return st == LP_OK && !ok ? out_of_memory(err) : st;
 }
 
 typedef lp_status (*section_fn)(lp_store *db, const lp_store_run *run, json_t **out,
@@ -229,13 +228,14 @@ static lp_status describe_sections(lp_store *db, const lp_store_run *run, json_t
                                    lp_error *err)
 {
     json_t *all = json_object();
-    json_object_set_new(root, "sections", all);
+    bool ok = true;
+    lp_render_json_set(&ok, root, "sections", all);
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
         json_t *s = NULL;
         lp_error section_err = {0};
         lp_status st = sections[i].read(db, run, &s, &section_err);
         if (st == LP_OK) {
-            json_object_set_new(all, sections[i].name, s);
+            lp_render_json_set(&ok, all, sections[i].name, s);
             continue;
         }
         json_decref(s);
@@ -245,7 +245,7 @@ static lp_status describe_sections(lp_store *db, const lp_store_run *run, json_t
             return st;
         }
     }
-    return LP_OK;
+    return ok ? LP_OK : out_of_memory(err);
 }
 
 lp_status lp_viewer_describe_run(lp_store *db, const lp_store_run *run,
@@ -253,11 +253,14 @@ lp_status lp_viewer_describe_run(lp_store *db, const lp_store_run *run,
 {
     char caption[320];
     lp_render_run_caption(run, caption, sizeof caption);
-    json_object_set_new(root, "format", json_string("loupe-viewer"));
-    json_object_set_new(root, "version", json_integer(1));
-    json_object_set_new(root, "title", text(caption));
-    json_object_set_new(root, "run", describe_run_row(run));
-    json_object_set_new(root, "options", describe_options(opt));
+    bool ok = true;
+    lp_render_json_set(&ok, root, "format", json_string("loupe-viewer"));
+    lp_render_json_set(&ok, root, "version", json_integer(1));
+    lp_render_json_set(&ok, root, "title", lp_render_json_text(caption));
+    lp_render_json_set(&ok, root, "run", describe_run_row(run, &ok));
+    lp_render_json_set(&ok, root, "options", describe_options(opt, &ok));
+    if (!ok)
+        return out_of_memory(err);
     lp_status st = describe_tokens(db, run, root, err);
     if (st == LP_OK)
         st = describe_sections(db, run, root, err);

@@ -103,15 +103,21 @@ static uint8_t code_of(double p, double vmax)
 static const char *const hostile[] = {"<s>", "</script><script>alert(1)</script>",
                                       "<!--<script>", "\"q'&amp;\x01", "cat"};
 
+/* Head 0's map: uniform over the keys each query sees, and 0.0625 at query 4, key 1. */
+static void planted_values(float v[25])
+{
+    causal_uniform(v, 5, 5);
+    v[4 * 5 + 1] = 0.0625f;
+}
+
 /* 1 layer x 3 heads of 5 tokens: a planted head, a leaking head, head 2 not stored. */
 static void planted_db(const char *db_path)
 {
     new_db(db_path);
     add_run(db_path, 1, "complete", "trace", 5, 1, 3, NULL);
     add_tokens(db_path, 1, hostile, 5);
-    float v[25] = {0};
-    causal_uniform(v, 5, 5);
-    v[4 * 5 + 1] = 0.0625f;
+    float v[25];
+    planted_values(v);
     add_map(db_path, 1, 0, 0, 5, 5, v, false);
     v[0 * 5 + 3] = 0.5f; /* query 0 sees key 3: a leak */
     add_map(db_path, 1, 0, 1, 5, 5, v, false);
@@ -283,9 +289,8 @@ static void test_export_safetensors(void **state)
     char db_path[512];
     tmp_path(db_path, sizeof db_path, "export.db");
     planted_db(db_path);
-    float v[25] = {0};
-    causal_uniform(v, 5, 5);
-    v[4 * 5 + 1] = 0.0625f;
+    float v[25];
+    planted_values(v);
     check_export(db_path, 1, "attention.layer_0.head_0", 2, v); /* head 2 missing: one per head */
     float w[25];
     causal_uniform(w, 5, 5);

@@ -1,6 +1,7 @@
 /* Reading what a run holds beyond its maps, typed: token ids, top-k predictions, full logits,
  * every leak check, and the runs row as text (for `loupe export` and the HTML viewer). Each is
  * optional data: LP_ERR_NOT_FOUND when the run (or the database) has none. */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include "trace/store/store.h"
 
 #include <math.h>
@@ -52,15 +53,8 @@ static lp_status query_int(lp_store *s, const char *sql, int64_t run_id, const c
     return rc == SQLITE_ROW ? LP_OK : lp_store_sql_error(s, what, err);
 }
 
-static char *copy_text(const unsigned char *text)
-{
-    const char *src = text ? (const char *)text : "";
-    size_t n = strlen(src);
-    char *out = malloc(n + 1);
-    if (out)
-        memcpy(out, src, n + 1);
-    return out;
-}
+/* A column's text as a malloc'd string ("" for NULL); NULL when out of memory. */
+static char *copy_text(const unsigned char *text) { return strdup(text ? (const char *)text : ""); }
 
 static lp_status no_rows(const lp_store *s, int64_t run_id, const char *table, lp_error *err)
 {
