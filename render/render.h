@@ -188,7 +188,7 @@ lp_status lp_render_leak_plot(lp_store *db, const lp_store_run *run,
 /* ---- the interactive viewer: one self-contained HTML file ---- */
 
 /* How much of the run the page embeds. The maps go in as 1 byte per display cell (a square-root
- * code, see render/README.md "The HTML viewer"), so max_map_bytes is the number of cells: when
+ * code, laid out in render/viewer.c), so max_map_bytes is the number of cells: when
  * the stored maps hold more, every head is max-pooled to the same largest side that fits. */
 typedef struct lp_viewer_options {
     uint64_t max_map_bytes; /* default 64 MiB */
@@ -235,7 +235,7 @@ typedef struct lp_export_report {
 /* The run's maps (one tensor per stored head, or one stack when every head was stored with one
  * shape), head statistics, token ids, predictions and full logits, with the runs row and the token
  * texts as metadata, into path (format by extension; written to PATH.tmp and renamed). The
- * layout is in render/export.c and render/README.md. Memory: one map row plus the run's tables.
+ * layout is in render/export.c. Memory: one map row plus the run's tables.
  * report may be NULL. */
 lp_status lp_render_export(lp_store *db, const lp_store_run *run, const char *path,
                            lp_export_report *report, lp_error *err);

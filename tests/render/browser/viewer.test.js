@@ -13,7 +13,10 @@ const puppeteer = require('puppeteer-core');
 
 const LOUPE = process.env.LOUPE_BIN;
 const SOURCE = process.env.LOUPE_SOURCE;
-const CHROMIUM = process.env.LOUPE_CHROMIUM || '/usr/bin/chromium';
+// Chromium by default; LOUPE_BROWSER=firefox drives Debian's firefox-esr over WebDriver BiDi.
+const FIREFOX = process.env.LOUPE_BROWSER === 'firefox';
+const BROWSER = FIREFOX ? process.env.LOUPE_FIREFOX || '/usr/bin/firefox-esr'
+  : process.env.LOUPE_CHROMIUM || '/usr/bin/chromium';
 const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
@@ -175,9 +178,17 @@ async function openPage(browser, file, stray, errors) {
 
 async function launch(dir) {
   const profile = fs.mkdtempSync(path.join(dir, 'profile-'));
-  const browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true,
-    args: FLAGS.concat(['--user-data-dir=' + profile]), ignoreDefaultArgs: ['--headless=new'] });
+  // puppeteer's Firefox profile turns off updates, telemetry and the other background requests
+  const browser = FIREFOX
+    ? await puppeteer.launch({ browser: 'firefox', executablePath: BROWSER, headless: true, userDataDir: profile })
+    : await puppeteer.launch({ executablePath: BROWSER, headless: true,
+      args: FLAGS.concat(['--user-data-dir=' + profile]), ignoreDefaultArgs: ['--headless=new'] });
   return { browser, profile };
+}
+
+// The page's JavaScript heap (Chromium only: Firefox's BiDi has no metrics).
+async function heapMiB(page) {
+  return FIREFOX ? NaN : +((await page.metrics()).JSHeapUsedSize / 1048576).toFixed(1);
 }
 
 const pixel = (page, r, c) => page.evaluate((r, c) => {
@@ -304,8 +315,8 @@ async function checkLong(browser, file, stray, errors) {
   const z = await page.evaluate(() => window.loupeViewer.state.zoom);
   const on = await pixel(page, 1000, 1000), off = await pixel(page, 1000, 998);
   check(z > s0 * 10 && same(on, top) && same(off, bottom), 'long map zoomed ' + z.toFixed(1) + 'x: cell 1000,1000 is 0.5 and 1000,998 is 0 (' + on + ' / ' + off + ')');
-  const heap = (await page.metrics()).JSHeapUsedSize;
-  console.log('long map (' + LONG_T + ' tokens): opened in ' + ms + ' ms, JS heap ' + (heap / 1048576).toFixed(1) + ' MiB');
+  const heap = await heapMiB(page);
+  console.log('long map (' + LONG_T + ' tokens) in ' + path.basename(BROWSER) + ': opened in ' + ms + ' ms' + (isNaN(heap) ? '' : ', JS heap ' + heap + ' MiB'));
   await page.close();
 }
 
@@ -340,7 +351,7 @@ async function measure(file, shot) {
   const t0 = Date.now();
   for (let i = 0; i < 5; i++) await page.keyboard.press('ArrowRight');
   const stepMs = (Date.now() - t0) / 5;
-  const m = await page.metrics();
+  const heap = await heapMiB(page);
   const rss = browserRss(browser.process().pid);
   if (shot) { // the head named by LOUPE_SHOT_HEAD=L,H (default the first), its last row's top key hovered
     const [l, h] = (process.env.LOUPE_SHOT_HEAD || '').split(',').map(Number);
@@ -355,7 +366,7 @@ async function measure(file, shot) {
     await page.screenshot({ path: shot });
   }
   console.log(JSON.stringify({ file, bytes: fs.statSync(file).size, open_ms: ms, head_step_ms: stepMs,
-    js_heap_mib: +(m.JSHeapUsedSize / 1048576).toFixed(1), browser_pss_mib: +(rss / 1048576).toFixed(1),
+    browser: path.basename(BROWSER), js_heap_mib: heap, browser_pss_mib: +(rss / 1048576).toFixed(1),
     stray_requests: stray.length, errors }));
   await browser.close();
   fs.rmSync(profile, { recursive: true, force: true });
@@ -391,7 +402,7 @@ async function main() {
   execFileSync(LOUPE, ['render', db, '--run', '2', '--html', path.join(dir, 'long.html')]);
   execFileSync(LOUPE, ['render', db, '--run', '2', '--html', path.join(dir, 'pooled.html'), '--max-map-bytes', '100000']);
   const { browser, profile } = await launch(dir);
-  check(browser.process().spawnfile === CHROMIUM, 'the browser is ' + CHROMIUM + ' (' + await browser.version() + ')');
+  check(browser.process().spawnfile === BROWSER, 'the browser is ' + BROWSER + ' (' + await browser.version() + ')');
   const stray = [], errors = [];
   try {
     const { page } = await openPage(browser, html, stray, errors);
