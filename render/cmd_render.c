@@ -75,7 +75,7 @@ static const lp_cli_alias render_aliases[] = {{"o", "output"}, {NULL, NULL}};
 
 static const lp_cli_spec render_spec = {
     .name = "render",
-    .summary = "draw attention heatmaps, head statistics and leak plots",
+    .summary = "draw attention heatmaps, head statistics, leak plots and the HTML viewer",
     .synopsis = "DB [--run N] WHAT [options] -o OUT",
     .description =
         "Draw pictures of a trace database written by `loupe trace` / `loupe leak`. The format\n"

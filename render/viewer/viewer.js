@@ -876,6 +876,7 @@
       const cells = leaking.reduce((s, h) => s + h.n_leak_cells, 0);
       box.append(make('span', 'LEAK: ' + cells + ' masked cells in ' + leaking.length + ' maps hold probability > ' + OPT.leak_threshold, 'banner bad'));
     }
+    if (!HEADS.length) box.append(make('span', 'this run stored no attention maps (maps_dtype ' + RUN.maps_dtype + '): statistics and predictions only', 'banner'));
     if (DATA.maps.max_block > 1) box.append(make('span', 'maps embedded in blocks of up to ' + DATA.maps.max_block + ' tokens (--max-map-bytes ' + DATA.maps.budget_bytes + ')', 'banner'));
   }
 

@@ -200,6 +200,7 @@ if [ -n "$SHARED" ] && [ -d "$SHARED/models/stories260K" ]; then
     n_links=$(grep -o 'href="[^"]*"' "$TMP/real/index.html" 2>/dev/null | wc -l)
     n_png=$(find "$TMP/real" -name '*.png' | wc -l)
     if [ "$n_links" -eq 55 ] && [ "$n_png" -eq 54 ] && [ -s "$TMP/real/viewer.html" ]; then ok; else bad "real gallery: $n_links links, $n_png pictures, want 55 and 54"; fi
+    expect_stdout_contains "40 maps" "$LOUPE" render "$RDB" --html "$TMP/real.html"
     # the leak plot, once `loupe leak` records perturbation checks
     "$LOUPE" leak "$M/stories260K.gguf" --prompt "Once upon a time" --db "$RDB" >/dev/null 2>"$TMP/leak.err"
     if grep -q "not built yet" "$TMP/leak.err"; then

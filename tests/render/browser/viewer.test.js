@@ -357,12 +357,14 @@ async function measure(file, shot) {
     const [l, h] = (process.env.LOUPE_SHOT_HEAD || '').split(',').map(Number);
     if (isFinite(l) && isFinite(h)) await page.evaluate((l, h) => window.loupeViewer.openHead(l, h), l, h);
     const last = await page.evaluate(() => {
-      const v = window.loupeViewer;
-      return v.data.maps.heads.find((x) => x.layer === v.state.layer && x.head === v.state.head).rows - 1;
+      const v = window.loupeViewer, h = v.data.maps.heads.find((x) => x.layer === v.state.layer && x.head === v.state.head);
+      return h ? h.rows - 1 : -1;
     });
-    await hover(page, last, 0);
-    const top = await page.evaluate(() => Number(document.querySelector('#hover-info h2 + table td').textContent));
-    await hover(page, last, isFinite(top) ? top : 0);
+    if (last >= 0) {
+      await hover(page, last, 0);
+      const top = await page.evaluate(() => Number(document.querySelector('#hover-info h2 + table td').textContent));
+      await hover(page, last, isFinite(top) ? top : 0);
+    }
     await page.screenshot({ path: shot });
   }
   console.log(JSON.stringify({ file, bytes: fs.statSync(file).size, open_ms: ms, head_step_ms: stepMs,
