@@ -226,7 +226,8 @@
     const avail = Math.max(240, Math.min(800, window.innerWidth - 640));
     const longest = Math.max(h.rows, h.cols);
     const fit = avail / longest;
-    const base = fit >= 1 ? Math.min(MAX_CELL_PX, Math.floor(fit)) : fit;
+    // whole pixels per cell keep cells crisp; below 4 px the frame is filled instead
+    const base = fit >= 4 ? Math.min(MAX_CELL_PX, Math.floor(fit)) : fit;
     const s = base * state.zoom;
     const w = Math.ceil(h.cols * base), hgt = Math.ceil(h.rows * base);
     return { base: base, s: s, w: w, h: hgt, ox: MARGIN.left + state.panX, oy: MARGIN.top + state.panY };
