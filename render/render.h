@@ -1,5 +1,6 @@
 /* Pictures of a trace database: attention heatmaps, small multiples, head-statistics matrices and
- * leak plots, drawn with cairo and pango into PNG, SVG or PDF (chosen by the output's extension).
+ * leak plots, drawn with cairo and pango into PNG, SVG or PDF (chosen by the output's extension);
+ * the interactive viewer (one self-contained HTML file); a run exported as safetensors or npz.
  *
  *   lp_error err = {0};
  *   lp_store *db;                                      // trace/store/store.h reads the database
@@ -11,6 +12,10 @@
  *   lp_render_options_default(&opt);
  *   opt.scale = LP_SCALE_LOG;
  *   if (lp_render_head(db, &run, 3, 1, &opt, "l3h1.png", &err) != LP_OK) ...
+ *   lp_viewer_options vopt;
+ *   lp_viewer_options_default(&vopt);                  // 64 MiB of map cells at most
+ *   if (lp_render_viewer(db, &run, &opt, &vopt, "run.html", NULL, &err) != LP_OK) ... // one file
+ *   if (lp_render_export(db, &run, "run.npz", NULL, &err) != LP_OK) ...  // or .safetensors
  *   lp_store_run_clear(&run);
  *   lp_store_close(db);
  *

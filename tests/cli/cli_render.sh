@@ -150,6 +150,7 @@ expect_one_line_error "$LOUPE" render "$DB" --html "$TMP/v.html" -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --max-map-bytes 1MiB
 expect_one_line_error "$LOUPE" render "$DB" --html "$TMP/v3.html" --max-map-bytes 3
 expect_one_line_error "$LOUPE" render "$DB" --html "$TMP/no/such/dir/v.html"
+expect_stderr_contains "--layer 2: run 1 has layers 0..1" "$LOUPE" render "$DB" --layer 2 --html "$TMP/v3.html"
 if [ ! -e "$TMP/v3.html" ] && [ ! -e "$TMP/x.png" ]; then ok; else bad "a refused --html left a file"; fi
 
 # a leak run of its own: --leak finds it, and --all of the trace run links its plot
