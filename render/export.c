@@ -17,8 +17,7 @@
  * safetensors: u64 header length N, N bytes of JSON {"__metadata__": {...}, name: {"dtype",
  * "shape", "data_offsets": [begin, end]}} space-padded so the data starts 8-aligned, the data.
  * npz: a zip of stored (uncompressed) members NAME.npy (format 1.0, header padded to 64 bytes) and
- * metadata.json; no ZIP64, so members and the file stay under 4 GiB (larger is LP_ERR_RANGE:
- * use .safetensors). */
+ * metadata.json, with ZIP64 sizes and offsets throughout (any size; render/export_write.c). */
 #define _POSIX_C_SOURCE 200809L
 #include "render/render.h"
 

@@ -95,7 +95,11 @@ lp_status lp_export_write_safetensors(lp_export_job *j, lp_error *err)
     return st;
 }
 
-/* ---- npz -------------------------------------------------------------------------------------- */
+/* ---- npz ----------------------------------------------------------------------------------------
+ *
+ * Every member carries ZIP64 sizes (and the central directory ZIP64 offsets, closed by a ZIP64
+ * end record), small or not: one layout for any size, so the tests exercise the path a 6 GB
+ * [22, 32, 2048, 2048] map tensor takes. zipfile, numpy.load and unzip read it. */
 
 /* A member's name, size and where its local header is, for the central directory. */
 typedef struct zip_entry {
@@ -104,8 +108,15 @@ typedef struct zip_entry {
     uint64_t size, offset;
 } zip_entry;
 
-#define ZIP_LIMIT 0xffffffffu /* no ZIP64: sizes and offsets must fit 32 bits */
-#define ZIP_DATE 0x0021       /* 1980-01-01, so the same run gives the same bytes */
+#define ZIP_DATE 0x0021  /* 1980-01-01, so the same run gives the same bytes */
+#define ZIP_VERSION 45   /* ZIP64 */
+#define ZIP_FFFF 0xffffffffu
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    put32(p, (uint32_t)v);
+    put32(p + 4, (uint32_t)(v >> 32));
+}
 
 /* The .npy header of a tensor (format 1.0): magic, version, u16 length, the dict, padded with
  * spaces and a newline so the data starts 64-aligned. Returns its length (<= 256). */
@@ -132,31 +143,33 @@ static size_t npy_header(const lp_export_tensor *t, unsigned char out[256])
     return total;
 }
 
+/* Local header + name + ZIP64 extra (both sizes); the CRC is patched in after the data. */
 static void local_header(lp_export_job *j, const zip_entry *e)
 {
-    unsigned char h[30] = {0};
+    unsigned char h[30 + 20] = {0}, *x = h + 30;
     size_t name_len = strlen(e->name);
     put32(h, 0x04034b50);
-    put16(h + 4, 20);       /* version needed */
+    put16(h + 4, ZIP_VERSION);
     put16(h + 12, ZIP_DATE);
-    put32(h + 14, e->crc);  /* patched after the data */
-    put32(h + 18, (uint32_t)e->size);
-    put32(h + 22, (uint32_t)e->size);
+    put32(h + 18, ZIP_FFFF); /* sizes in the extra */
+    put32(h + 22, ZIP_FFFF);
     put16(h + 26, (uint32_t)name_len);
-    lp_export_out(j, h, sizeof h);
+    put16(h + 28, 20);
+    put16(x, 0x0001);
+    put16(x + 2, 16);
+    put64(x + 4, e->size);
+    put64(x + 12, e->size);
+    lp_export_out(j, h, 30);
     lp_export_out(j, e->name, name_len);
+    lp_export_out(j, x, 20);
 }
 
-/* One member: local header, the bytes `body` writes, then the CRC patched into the header. */
+/* One member: local header, its bytes (an npy header and a tensor, or text), then the CRC
+ * patched into the header. */
 static lp_status member(lp_export_job *j, zip_entry *e, const unsigned char *head, size_t head_len,
                         const lp_export_tensor *t, const char *text, lp_error *err)
 {
     e->offset = j->written;
-    if (e->offset + 30 + strlen(e->name) + e->size > ZIP_LIMIT)
-        return lp_error_set(err, LP_ERR_RANGE,
-                            "npz member '%s' would end past 4 GiB (this writer makes no ZIP64): "
-                            "export to .safetensors instead",
-                            e->name);
     local_header(j, e);
     j->crc = 0;
     lp_export_out(j, head, head_len);
@@ -172,38 +185,60 @@ static lp_status member(lp_export_job *j, zip_entry *e, const unsigned char *hea
     return st;
 }
 
+static void central_entry(lp_export_job *j, const zip_entry *e)
+{
+    unsigned char h[46 + 28] = {0}, *x = h + 46;
+    size_t name_len = strlen(e->name);
+    put32(h, 0x02014b50);
+    put16(h + 4, ZIP_VERSION); /* made by */
+    put16(h + 6, ZIP_VERSION); /* needed */
+    put16(h + 14, ZIP_DATE);
+    put32(h + 16, e->crc);
+    put32(h + 20, ZIP_FFFF); /* sizes and offset in the extra */
+    put32(h + 24, ZIP_FFFF);
+    put16(h + 28, (uint32_t)name_len);
+    put16(h + 30, 28);
+    put32(h + 42, ZIP_FFFF);
+    put16(x, 0x0001);
+    put16(x + 2, 24);
+    put64(x + 4, e->size);
+    put64(x + 12, e->size);
+    put64(x + 20, e->offset);
+    lp_export_out(j, h, 46);
+    lp_export_out(j, e->name, name_len);
+    lp_export_out(j, x, 28);
+}
+
+/* The central directory, the ZIP64 end record and its locator, and the classic end record
+ * (its counts and offsets all "see ZIP64"). */
 static void central_directory(lp_export_job *j, const zip_entry *entries, int64_t n)
 {
     uint64_t start = j->written;
-    for (int64_t i = 0; i < n; i++) {
-        unsigned char h[46] = {0};
-        size_t name_len = strlen(entries[i].name);
-        put32(h, 0x02014b50);
-        put16(h + 4, 20); /* made by */
-        put16(h + 6, 20); /* needed */
-        put16(h + 14, ZIP_DATE);
-        put32(h + 16, entries[i].crc);
-        put32(h + 20, (uint32_t)entries[i].size);
-        put32(h + 24, (uint32_t)entries[i].size);
-        put16(h + 28, (uint32_t)name_len);
-        put32(h + 42, (uint32_t)entries[i].offset);
-        lp_export_out(j, h, sizeof h);
-        lp_export_out(j, entries[i].name, name_len);
-    }
-    unsigned char end[22] = {0};
+    for (int64_t i = 0; i < n; i++)
+        central_entry(j, &entries[i]);
+    uint64_t size = j->written - start, end64 = j->written;
+    unsigned char r[56 + 20 + 22] = {0}, *loc = r + 56, *end = loc + 20;
+    put32(r, 0x06064b50);
+    put64(r + 4, 44); /* bytes after this field */
+    put16(r + 12, ZIP_VERSION);
+    put16(r + 14, ZIP_VERSION);
+    put64(r + 24, (uint64_t)n);
+    put64(r + 32, (uint64_t)n);
+    put64(r + 40, size);
+    put64(r + 48, start);
+    put32(loc, 0x07064b50);
+    put64(loc + 8, end64);
+    put32(loc + 16, 1); /* disks */
     put32(end, 0x06054b50);
-    put16(end + 8, (uint32_t)n);
-    put16(end + 10, (uint32_t)n);
-    put32(end + 12, (uint32_t)(j->written - start));
-    put32(end + 16, (uint32_t)start);
-    lp_export_out(j, end, sizeof end);
+    put16(end + 8, 0xffff);
+    put16(end + 10, 0xffff);
+    put32(end + 12, ZIP_FFFF);
+    put32(end + 16, ZIP_FFFF);
+    lp_export_out(j, r, sizeof r);
 }
 
 lp_status lp_export_write_npz(lp_export_job *j, lp_error *err)
 {
-    if (j->n + 1 > 0xffff)
-        return lp_error_set(err, LP_ERR_RANGE, "npz: %lld members, over zip's 65535 without "
-                            "ZIP64: export to .safetensors instead", (long long)(j->n + 1));
     zip_entry *entries = calloc((size_t)j->n + 1, sizeof *entries);
     char *meta = json_dumps(j->meta, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     lp_status st = entries && meta ? LP_OK
@@ -221,10 +256,6 @@ lp_status lp_export_write_npz(lp_export_job *j, lp_error *err)
         m->size = strlen(meta);
         st = member(j, m, NULL, 0, NULL, meta, err);
     }
-    if (st == LP_OK && j->written + 46 * ((uint64_t)j->n + 1) + 22 + 80 * ((uint64_t)j->n + 1) >
-                           ZIP_LIMIT)
-        st = lp_error_set(err, LP_ERR_RANGE, "npz: the file would pass 4 GiB (this writer makes "
-                          "no ZIP64): export to .safetensors instead");
     if (st == LP_OK)
         central_directory(j, entries, j->n + 1);
     free(entries);
