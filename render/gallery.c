@@ -280,9 +280,7 @@ static lp_status add_viewer(const gallery_job *j, const lp_viewer_options *vopt,
 {
     char path[4096];
     picture_path(j, "viewer.html", path, sizeof path);
-    lp_viewer_options defaults;
-    lp_viewer_options_default(&defaults);
-    return lp_render_viewer(j->db, j->run, j->opt, vopt ? vopt : &defaults, path, NULL, err);
+    return lp_render_viewer(j->db, j->run, j->opt, vopt, path, NULL, err);
 }
 
 lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,

@@ -212,7 +212,8 @@ typedef struct lp_viewer_report {
 
 /* The viewer page of one run: head view, text view, overview, statistics and the run's other
  * sections (leak checks, predictions), written to out_path through OUT.tmp and a rename. opt gives
- * the initial colormap, scale and leak threshold. report may be NULL. */
+ * the initial colormap, scale and leak threshold; vopt NULL means the defaults. report may be
+ * NULL. */
 lp_status lp_render_viewer(lp_store *db, const lp_store_run *run, const lp_render_options *opt,
                            const lp_viewer_options *vopt, const char *out_path,
                            lp_viewer_report *report, lp_error *err);

@@ -350,6 +350,11 @@ lp_status lp_render_viewer(lp_store *db, const lp_store_run *run, const lp_rende
                            lp_viewer_report *report, lp_error *err)
 {
     lp_viewer_report rep = {0};
+    lp_viewer_options defaults;
+    if (!vopt) {
+        lp_viewer_options_default(&defaults);
+        vopt = &defaults;
+    }
     if (vopt->layer >= run->n_layers)
         return lp_error_set(err, LP_ERR_RANGE, "--layer %lld: run %lld has layers 0..%lld",
                             (long long)vopt->layer, (long long)run->id,
