@@ -11,8 +11,9 @@ static const char *const CMD = "render";
 
 typedef struct render_opts {
     int64_t run, layer, head; /* layer, head: -1 = not given */
-    const char *output, *all, *stats;
+    const char *output, *all, *stats, *html;
     bool grid, overview, leak;
+    uint64_t max_map_bytes;
     const char *colormap, *scale, *range, *masked_color;
     double gamma, log_floor, vmax, leak_threshold; /* vmax NAN = not given */
     int64_t size, cell, thumb, zoom;
@@ -31,8 +32,12 @@ static const lp_option render_options[] = {
                      "max_prob, sink, prev_token, self, distance, local_frac, output_norm"),
     LP_OPT_FLAG_OF(render_opts, leak, "leak",
                    "per-layer max |difference| of a `loupe leak` run (log axis)"),
+    LP_OPT_STRING_OF(render_opts, html, "html", "OUT.html",
+                     "the interactive viewer: one self-contained HTML file (with --layer L:\n"
+                     "that layer's heads only)"),
     LP_OPT_STRING_OF(render_opts, all, "all", "DIR",
-                     "every picture of the run into DIR, plus DIR/index.html"),
+                     "every picture of the run into DIR, plus DIR/index.html and\n"
+                     "DIR/viewer.html"),
     LP_OPT_STRING_OF(render_opts, output, "output", "OUT", "the picture to write (not with --all)"),
     LP_OPT_INT_OF(render_opts, run, "run", "N", 1, (double)INT64_MAX,
                   "run id (default: the latest complete trace run; --leak: the latest\n"
@@ -60,6 +65,9 @@ static const lp_option render_options[] = {
                   "PNG: N device pixels per layout pixel (default 1; 2 for HiDPI)"),
     LP_OPT_STRING_OF(render_opts, masked_color, "masked-color", "HEX",
                      "colour of masked cells (default d9d9d9; f2e6d0 with gray)"),
+    LP_OPT_SIZE_OF(render_opts, max_map_bytes, "max-map-bytes", "SIZE",
+                   "--html, --all: map cells the viewer embeds, 1 byte each (default\n"
+                   "64MiB); beyond it every map is max-pooled to the largest size that fits"),
     LP_OPT_END_OF_TABLE,
 };
 
@@ -67,14 +75,18 @@ static const lp_cli_alias render_aliases[] = {{"o", "output"}, {NULL, NULL}};
 
 static const lp_cli_spec render_spec = {
     .name = "render",
-    .summary = "draw attention heatmaps, head statistics and leak plots",
+    .summary = "draw attention heatmaps, head statistics, leak plots and the HTML viewer",
     .synopsis = "DB [--run N] WHAT [options] -o OUT",
     .description =
         "Draw pictures of a trace database written by `loupe trace` / `loupe leak`. The format\n"
         "follows OUT's extension: .png, .svg or .pdf.\n"
         "\n"
         "WHAT is one of: --layer L --head H, --layer L --grid, --overview, --stats NAME, --leak,\n"
-        "--all DIR.",
+        "--html OUT.html, --all DIR.\n"
+        "\n"
+        "--html writes one file that needs nothing else (no network, no other files): the head\n"
+        "view (zoom, pan, hover), the text view, the overview, the statistics and the leak checks\n"
+        "and predictions the run has.",
     .options = render_options,
     .min_positional = 1,
     .max_positional = 1,
@@ -85,7 +97,15 @@ static const lp_cli_spec render_spec = {
     .aliases = render_aliases,
 };
 
-typedef enum what { WHAT_HEAD, WHAT_GRID, WHAT_OVERVIEW, WHAT_STATS, WHAT_LEAK, WHAT_ALL } what;
+typedef enum what {
+    WHAT_HEAD,
+    WHAT_GRID,
+    WHAT_OVERVIEW,
+    WHAT_STATS,
+    WHAT_LEAK,
+    WHAT_HTML,
+    WHAT_ALL
+} what;
 
 /* ---- from options to a picture request -------------------------------------------------------- */
 
@@ -171,42 +191,48 @@ static int drawing_options(const render_opts *o, lp_render_options *opt)
     return LP_CLI_PARSED;
 }
 
-/* Exactly one thing to draw, with what it needs. */
+/* Exactly one thing to draw, with what it needs. --layer alone means one head (--head missing is
+ * then the error); with --grid or --html it narrows those to the layer. */
 static int choose_what(const render_opts *o, what *w)
 {
     bool have_layer = o->layer >= 0, have_head = o->head >= 0;
-    int n_what = (have_head || (have_layer && !o->grid && !o->overview && !o->stats && !o->leak &&
-                                !o->all)) +
-                 o->grid + o->overview + (o->stats != NULL) + o->leak + (o->all != NULL);
-    if (n_what != 1)
-        return lp_cli_usage_error(CMD, n_what == 0
+    int n_other = o->grid + o->overview + (o->stats != NULL) + o->leak + (o->html != NULL) +
+                  (o->all != NULL);
+    bool head = have_head || (have_layer && n_other == 0);
+    if (head + n_other != 1)
+        return lp_cli_usage_error(CMD, head + n_other == 0
                                            ? "nothing to draw: give --layer L --head H, --layer "
-                                             "L --grid, --overview, --stats NAME, --leak or "
-                                             "--all DIR"
+                                             "L --grid, --overview, --stats NAME, --leak, --html "
+                                             "OUT.html or --all DIR"
                                            : "give only one of --head, --grid, --overview, "
-                                             "--stats, --leak, --all");
-    *w = have_head || (have_layer && !o->grid) ? WHAT_HEAD
-         : o->grid                             ? WHAT_GRID
-         : o->overview                         ? WHAT_OVERVIEW
-         : o->stats                            ? WHAT_STATS
-         : o->leak                             ? WHAT_LEAK
-                                               : WHAT_ALL;
+                                             "--stats, --leak, --html, --all");
+    *w = head          ? WHAT_HEAD
+         : o->grid     ? WHAT_GRID
+         : o->overview ? WHAT_OVERVIEW
+         : o->stats    ? WHAT_STATS
+         : o->leak     ? WHAT_LEAK
+         : o->html     ? WHAT_HTML
+                       : WHAT_ALL;
     if (*w == WHAT_HEAD && (!have_layer || !have_head))
         return lp_cli_usage_error(CMD, "one head needs both --layer L and --head H");
     if (*w == WHAT_GRID && !have_layer)
         return lp_cli_usage_error(CMD, "--grid needs --layer L");
-    if (have_layer && *w != WHAT_HEAD && *w != WHAT_GRID)
-        return lp_cli_usage_error(CMD, "--layer goes with --head or --grid only");
+    if (have_layer && *w != WHAT_HEAD && *w != WHAT_GRID && *w != WHAT_HTML)
+        return lp_cli_usage_error(CMD, "--layer goes with --head, --grid or --html only");
     if (o->range && *w != WHAT_HEAD)
         return lp_cli_usage_error(CMD, "--range goes with --layer L --head H only");
+    if (o->max_map_bytes != 0 && *w != WHAT_HTML && *w != WHAT_ALL)
+        return lp_cli_usage_error(CMD, "--max-map-bytes goes with --html or --all only");
     return LP_CLI_PARSED;
 }
 
 /* Where the picture goes: its own files for --all, else -o OUT with a known extension. */
 static int check_output(const render_opts *o, what w)
 {
-    if (w == WHAT_ALL)
-        return o->output ? lp_cli_usage_error(CMD, "--all DIR writes its own files: drop -o")
+    if (w == WHAT_ALL || w == WHAT_HTML)
+        return o->output ? lp_cli_usage_error(CMD, "%s writes its own file%s: drop -o",
+                                              w == WHAT_ALL ? "--all DIR" : "--html OUT.html",
+                                              w == WHAT_ALL ? "s" : "")
                          : LP_CLI_PARSED;
     if (!o->output)
         return lp_cli_usage_error(CMD, "no output: give -o OUT.png|.svg|.pdf");
@@ -266,15 +292,21 @@ static lp_status pick_run(lp_store *db, int64_t run_id, what w, lp_store_run *ru
 
 static lp_status draw(lp_store *db, const lp_store_run *run, const render_opts *o, what w,
                       lp_head_stat stat, const lp_render_options *opt, int64_t *n_files,
-                      lp_error *err)
+                      lp_viewer_report *page, lp_error *err)
 {
+    lp_viewer_options vopt;
+    lp_viewer_options_default(&vopt);
+    if (o->max_map_bytes)
+        vopt.max_map_bytes = o->max_map_bytes;
+    vopt.layer = o->layer;
     switch (w) {
     case WHAT_HEAD: return lp_render_head(db, run, o->layer, o->head, opt, o->output, err);
     case WHAT_GRID: return lp_render_layer_grid(db, run, o->layer, opt, o->output, err);
     case WHAT_OVERVIEW: return lp_render_overview(db, run, opt, o->output, err);
     case WHAT_STATS: return lp_render_stat_matrix(db, run, stat, opt, o->output, err);
     case WHAT_LEAK: return lp_render_leak_plot(db, run, opt, o->output, err);
-    default: return lp_render_gallery(db, run, opt, o->all, n_files, err);
+    case WHAT_HTML: return lp_render_viewer(db, run, opt, &vopt, o->html, page, err);
+    default: return lp_render_gallery(db, run, opt, &vopt, o->all, n_files, err);
     }
 }
 
@@ -303,13 +335,20 @@ static int run_render(int argc, char **argv)
                         "holds\n",
                 (long long)run.id, run.status);
     int64_t n_files = 0;
-    lp_status s = draw(db, &run, &o, w, stat, &opt, &n_files, &err);
+    lp_viewer_report page = {0};
+    lp_status s = draw(db, &run, &o, w, stat, &opt, &n_files, &page, &err);
     lp_store_run_clear(&run);
     lp_store_close(db);
     if (s != LP_OK)
         return lp_cli_fail(CMD, &err);
+    char size[32];
     if (w == WHAT_ALL)
-        printf("wrote %lld pictures and %s/index.html\n", (long long)n_files, o.all);
+        printf("wrote %lld pictures, %s/viewer.html and %s/index.html\n", (long long)n_files,
+               o.all, o.all);
+    else if (w == WHAT_HTML)
+        printf("wrote %s: %lld maps%s, %llu embedded bytes, %s\n", o.html, (long long)page.n_maps,
+               page.max_block > 1 ? " (max-pooled to fit --max-map-bytes)" : "",
+               (unsigned long long)page.map_cells, lp_format_bytes(page.file_bytes, size, sizeof size));
     else
         printf("wrote %s\n", o.output);
     return LP_EXIT_OK;

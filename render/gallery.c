@@ -43,8 +43,8 @@ static lp_status add_item(gallery *g, const char *file, const char *caption, int
 
 static void html_escape(FILE *f, const char *s) { lp_render_escape(f, s, true); }
 
-/* The page's head, its title and the line about the run. */
-static void write_index_head(FILE *f, const lp_store_run *run, const char *note)
+/* The page's head, its title, the line about the run and the link to the viewer. */
+static void write_index_head(FILE *f, const lp_store_run *run, const char *note, bool viewer)
 {
     char caption[320];
     lp_render_run_caption(run, caption, sizeof caption);
@@ -71,6 +71,11 @@ static void write_index_head(FILE *f, const lp_store_run *run, const char *note)
         html_escape(f, run->prompt);
         fputs("</q></p>\n", f);
     }
+    if (viewer)
+        fputs("<p><a href=\"viewer.html\">Open the interactive viewer</a> (one file, works "
+              "offline): zoom into any head, hover for tokens and probabilities, the text view, "
+              "sortable statistics.</p>\n",
+              f);
 }
 
 static void write_figure(FILE *f, const gallery_item *it)
@@ -112,7 +117,7 @@ static void write_sections(FILE *f, const gallery *g)
 
 /* index.html, written to a temporary file and renamed. */
 static lp_status write_index(const char *dir, const lp_store_run *run, const gallery *g,
-                             const char *note, lp_error *err)
+                             const char *note, bool viewer, lp_error *err)
 {
     char path[4096], tmp[4100];
     snprintf(path, sizeof path, "%s/index.html", dir);
@@ -120,7 +125,7 @@ static lp_status write_index(const char *dir, const lp_store_run *run, const gal
     FILE *f = fopen(tmp, "w");
     if (!f)
         return lp_error_set(err, LP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    write_index_head(f, run, note);
+    write_index_head(f, run, note, viewer);
     write_sections(f, g);
     fputs("</body>\n</html>\n", f);
     bool bad = ferror(f) != 0;
@@ -270,9 +275,17 @@ static lp_status make_dir(const char *dir, lp_error *err)
     return LP_OK;
 }
 
+/* The viewer beside the pictures. */
+static lp_status add_viewer(const gallery_job *j, const lp_viewer_options *vopt, lp_error *err)
+{
+    char path[4096];
+    picture_path(j, "viewer.html", path, sizeof path);
+    return lp_render_viewer(j->db, j->run, j->opt, vopt, path, NULL, err);
+}
+
 lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
-                            const lp_render_options *opt, const char *dir, int64_t *n_files,
-                            lp_error *err)
+                            const lp_render_options *opt, const lp_viewer_options *vopt,
+                            const char *dir, int64_t *n_files, lp_error *err)
 {
     if (n_files)
         *n_files = 0;
@@ -288,7 +301,9 @@ lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
     if (s == LP_OK && j.have_maps)
         s = add_maps(&j, err);
     if (s == LP_OK)
-        s = write_index(dir, run, &j.g, j.note, err);
+        s = add_viewer(&j, vopt, err);
+    if (s == LP_OK)
+        s = write_index(dir, run, &j.g, j.note, true, err);
     if (s == LP_OK && n_files)
         *n_files = j.g.n;
     free(j.g.items);

@@ -1,5 +1,6 @@
 /* Pictures of a trace database: attention heatmaps, small multiples, head-statistics matrices and
- * leak plots, drawn with cairo and pango into PNG, SVG or PDF (chosen by the output's extension).
+ * leak plots, drawn with cairo and pango into PNG, SVG or PDF (chosen by the output's extension);
+ * the interactive viewer (one self-contained HTML file); a run exported as safetensors or npz.
  *
  *   lp_error err = {0};
  *   lp_store *db;                                      // trace/store/store.h reads the database
@@ -11,6 +12,10 @@
  *   lp_render_options_default(&opt);
  *   opt.scale = LP_SCALE_LOG;
  *   if (lp_render_head(db, &run, 3, 1, &opt, "l3h1.png", &err) != LP_OK) ...
+ *   lp_viewer_options vopt;
+ *   lp_viewer_options_default(&vopt);                  // 64 MiB of map cells at most
+ *   if (lp_render_viewer(db, &run, &opt, &vopt, "run.html", NULL, &err) != LP_OK) ... // one file
+ *   if (lp_render_export(db, &run, "run.npz", NULL, &err) != LP_OK) ...  // or .safetensors
  *   lp_store_run_clear(&run);
  *   lp_store_close(db);
  *
@@ -184,10 +189,61 @@ lp_status lp_render_stat_matrix(lp_store *db, const lp_store_run *run, lp_head_s
 /* The per-layer max difference of a leak run's perturbation checks, on a log axis. */
 lp_status lp_render_leak_plot(lp_store *db, const lp_store_run *run,
                               const lp_render_options *opt, const char *out_path, lp_error *err);
-/* Every picture of a run into dir (created if missing) plus index.html linking them. *n_files
- * (may be NULL) receives how many pictures were written. */
+
+/* ---- the interactive viewer: one self-contained HTML file ---- */
+
+/* How much of the run the page embeds. The maps go in as 1 byte per display cell (a square-root
+ * code, laid out in render/viewer.c), so max_map_bytes is the number of cells: when
+ * the stored maps hold more, every head is max-pooled to the same largest side that fits. */
+typedef struct lp_viewer_options {
+    uint64_t max_map_bytes; /* default 64 MiB */
+    int64_t layer;          /* only this layer's heads; -1 = every layer (default) */
+} lp_viewer_options;
+
+void lp_viewer_options_default(lp_viewer_options *vopt);
+
+/* What the page holds, for the command's report and the tests. */
+typedef struct lp_viewer_report {
+    int64_t n_maps;          /* heads with an embedded map */
+    int64_t max_block;       /* tokens per embedded cell (1 = every map at full resolution) */
+    uint64_t map_cells;      /* embedded cells (bytes before base64), thumbnails included */
+    uint64_t file_bytes;     /* the whole page */
+} lp_viewer_report;
+
+/* The viewer page of one run: head view, text view, overview, statistics and the run's other
+ * sections (leak checks, predictions), written to out_path through OUT.tmp and a rename. opt gives
+ * the initial colormap, scale and leak threshold; vopt NULL means the defaults. report may be
+ * NULL. */
+lp_status lp_render_viewer(lp_store *db, const lp_store_run *run, const lp_render_options *opt,
+                           const lp_viewer_options *vopt, const char *out_path,
+                           lp_viewer_report *report, lp_error *err);
+
+/* Every picture of a run into dir (created if missing), the viewer as dir/viewer.html (vopt: its
+ * options, NULL = the defaults), and index.html linking them. *n_files (may be NULL) receives how
+ * many pictures were written (the viewer not counted). */
 lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
-                            const lp_render_options *opt, const char *dir, int64_t *n_files,
-                            lp_error *err);
+                            const lp_render_options *opt, const lp_viewer_options *vopt,
+                            const char *dir, int64_t *n_files, lp_error *err);
+
+/* ---- leaving loupe for Python: a run as safetensors or npz ---- */
+
+typedef enum lp_export_format { LP_EXPORT_SAFETENSORS, LP_EXPORT_NPZ, LP_EXPORT_COUNT } lp_export_format;
+
+/* From a path's extension (.safetensors, .npz; case-insensitive); COUNT if neither. */
+lp_export_format lp_export_format_from_path(const char *path);
+
+typedef struct lp_export_report {
+    int64_t n_tensors;
+    uint64_t bytes;          /* the whole file */
+    bool attention_stacked;  /* one [layers, heads, n_q, n_k] tensor rather than one per head */
+} lp_export_report;
+
+/* The run's maps (one tensor per stored head, or one stack when every head was stored with one
+ * shape), head statistics, token ids, predictions and full logits, with the runs row and the token
+ * texts as metadata, into path (format by extension; written to PATH.tmp and renamed). The
+ * layout is in render/export.c. Memory: one map row plus the run's tables.
+ * report may be NULL. */
+lp_status lp_render_export(lp_store *db, const lp_store_run *run, const char *path,
+                           lp_export_report *report, lp_error *err);
 
 #endif

@@ -4,6 +4,7 @@
 #define LP_RENDER_RENDER_INTERNAL_H
 
 #include <cairo.h>
+#include <jansson.h>
 #include <stdio.h>
 
 #include "render/render.h"
@@ -99,5 +100,13 @@ int lp_title_width(const char *title);
 void lp_draw_title(lp_canvas *c, const char *title, const char *subtitle, const char *warning);
 
 void lp_set_rgb(cairo_t *cr, lp_rgb rgb);
+
+/* json_object_set_new / json_array_append_new that clear *ok when jansson runs out of memory
+ * (render/json.c); a NULL value (a failed json_string, ...) counts as running out too. */
+void lp_render_json_set(bool *ok, json_t *obj, const char *key, json_t *value);
+void lp_render_json_push(bool *ok, json_t *array, json_t *value);
+/* A string from the database as JSON text: itself when it is valid UTF-8, else its visible form
+ * (bad bytes as U+FFFD), so one bad row never costs the file. NULL only when out of memory. */
+json_t *lp_render_json_text(const char *s);
 
 #endif

@@ -158,6 +158,7 @@ extern const lp_command lp_command_estimate;
 extern const lp_command lp_command_trace;
 extern const lp_command lp_command_leak;
 extern const lp_command lp_command_render;
+extern const lp_command lp_command_export;
 extern const lp_command lp_command_synth;
 extern const lp_command lp_command_bench;
 extern const lp_command lp_command_demo;

@@ -44,7 +44,7 @@ anchors() {
        }' "$1"
 }
 
-readmes=$(cd "$src" && find . \( -path './build*' -o -path ./.git \) -prune -o -name README.md -print | sed 's|^\./||' | sort)
+readmes=$(cd "$src" && find . \( -path './build*' -o -path ./.git -o -name node_modules \) -prune -o -name README.md -print | sed 's|^\./||' | sort)
 for md in $readmes; do
   dir=$(dirname "$md")
   while read -r line target; do

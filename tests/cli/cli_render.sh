@@ -128,13 +128,30 @@ if [ -f "$TMP/gallery/index.html" ]; then
     n_links=$((n_links + 1))
     [ -f "$TMP/gallery/$f" ] || { missing=$((missing + 1)); echo "missing: $f" >&2; }
   done
-  # overview + 8 stats + 2 grids + 4 heads (no leak run in this database)
-  if [ "$n_links" -eq 15 ] && [ "$missing" -eq 0 ]; then ok; else bad "index.html: $n_links links, $missing missing"; fi
+  # overview + 8 stats + 2 grids + 4 heads (no leak run in this database) + viewer.html
+  if [ "$n_links" -eq 16 ] && [ "$missing" -eq 0 ]; then ok; else bad "index.html: $n_links links, $missing missing"; fi
   if grep -q 'layer_0_head_1.png' "$TMP/gallery/index.html"; then ok; else bad "no head picture linked"; fi
 else
   bad "--all wrote no index.html"
 fi
 expect_one_line_error "$LOUPE" render "$DB" --all "$TMP/gallery" -o "$TMP/x.png"
+if [ -s "$TMP/gallery/viewer.html" ] && grep -q 'href="viewer.html"' "$TMP/gallery/index.html"; then
+  ok; else bad "--all wrote or linked no viewer.html"; fi
+
+# --html: one file that asks for nothing outside itself; --layer narrows it; bad requests refused
+# 4 maps of 4 x 4 cells, and the leak plane of layer 0 head 1
+expect_stdout_contains "wrote $TMP/v.html: 4 maps, 80 embedded bytes" "$LOUPE" render "$DB" --html "$TMP/v.html"
+if grep -q 'id="loupe-data"' "$TMP/v.html" && grep -q "default-src 'none'" "$TMP/v.html" &&
+   ! grep -qiE '<(script|link|img|iframe)[^>]* (src|href)=' "$TMP/v.html"; then
+  ok; else bad "v.html is not self-contained"; fi
+expect_stdout_contains "2 maps" "$LOUPE" render "$DB" --layer 1 --html "$TMP/v1.html"
+expect_stdout_contains "max-pooled" "$LOUPE" render "$DB" --html "$TMP/v2.html" --max-map-bytes 20
+expect_one_line_error "$LOUPE" render "$DB" --html "$TMP/v.html" -o "$TMP/x.png"
+expect_one_line_error "$LOUPE" render "$DB" --overview -o "$TMP/x.png" --max-map-bytes 1MiB
+expect_one_line_error "$LOUPE" render "$DB" --html "$TMP/v3.html" --max-map-bytes 3
+expect_one_line_error "$LOUPE" render "$DB" --html "$TMP/no/such/dir/v.html"
+expect_stderr_contains "--layer 2: run 1 has layers 0..1" "$LOUPE" render "$DB" --layer 2 --html "$TMP/v3.html"
+if [ ! -e "$TMP/v3.html" ] && [ ! -e "$TMP/x.png" ]; then ok; else bad "a refused --html left a file"; fi
 
 # a leak run of its own: --leak finds it, and --all of the trace run links its plot
 sqlite3 "$DB" "INSERT INTO runs (id, status, kind, model_path, model_format, architecture, n_tokens,
@@ -180,10 +197,11 @@ if [ -n "$SHARED" ] && [ -d "$SHARED/models/stories260K" ]; then
       ok; else bad "real.svg lacks the token labels or the title"; fi
     expect_one_line_error "$LOUPE" render "$RDB" --layer 5 --head 0 -o "$TMP/x.png"
     expect_status 0 "$LOUPE" render "$RDB" --all "$TMP/real"
-    # 5 layers x 8 heads: overview + 8 statistics + 5 grids + 40 heads
+    # 5 layers x 8 heads: overview + 8 statistics + 5 grids + 40 heads, and the viewer
     n_links=$(grep -o 'href="[^"]*"' "$TMP/real/index.html" 2>/dev/null | wc -l)
     n_png=$(find "$TMP/real" -name '*.png' | wc -l)
-    if [ "$n_links" -eq 54 ] && [ "$n_png" -eq 54 ]; then ok; else bad "real gallery: $n_links links, $n_png pictures, want 54"; fi
+    if [ "$n_links" -eq 55 ] && [ "$n_png" -eq 54 ] && [ -s "$TMP/real/viewer.html" ]; then ok; else bad "real gallery: $n_links links, $n_png pictures, want 55 and 54"; fi
+    expect_stdout_contains "40 maps" "$LOUPE" render "$RDB" --html "$TMP/real.html"
     # the leak plot, once `loupe leak` records perturbation checks
     "$LOUPE" leak "$M/stories260K.gguf" --prompt "Once upon a time" --db "$RDB" >/dev/null 2>"$TMP/leak.err"
     if grep -q "not built yet" "$TMP/leak.err"; then

@@ -10,109 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/dtype.h"
-#include "render/render.h"
-#include "store_test_util.h"
-
-#define ATTN_INSERT "INSERT INTO attention (run_id, layer, head, n_q, n_k, dtype, probs) VALUES "
-
-/* ---- building databases with planted maps (plain SQL through lp_store_sql) ---- */
-
-static void tmp_path(char *buf, size_t size, const char *name)
-{
-    snprintf(buf, size, "%s/render_%ld_%s", lp_test_tmp_dir(), (long)getpid(), name);
-}
-
-/* A fresh database with loupe's schema, made by the store itself. */
-static void new_db(const char *path)
-{
-    char side[600];
-    unlink(path);
-    snprintf(side, sizeof side, "%s-wal", path);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", path);
-    unlink(side);
-    lp_store *store;
-    lp_error err = {0};
-    if (lp_store_open(path, &store, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    lp_store_close(store);
-}
-
-static void add_run(const char *db, int64_t id, const char *status, const char *kind,
-                    int64_t n_tokens, int64_t n_layers, int64_t n_heads, const char *arch_json)
-{
-    char *arch = lp_test_sql_text_literal(arch_json);
-    lp_test_sql_exec(db,
-                     "INSERT INTO runs (id, status, kind, model_path, model_format, "
-                     "architecture, arch_json, n_tokens, n_layers, n_heads, n_threads, isa, "
-                     "loupe_version, maps_dtype, started_at) VALUES (%lld, '%s', '%s', "
-                     "'/models/tiny-test', 'safetensors', 'llama', %s, %lld, %lld, %lld, 1, 'ref', "
-                     "'0.1.0', 'f32', '2026-01-01')",
-                     (long long)id, status, kind, arch, (long long)n_tokens, (long long)n_layers,
-                     (long long)n_heads);
-    free(arch);
-}
-
-static void add_tokens(const char *db, int64_t run, const char *const *pieces, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        char *piece = lp_test_sql_text_literal(pieces[i]);
-        lp_test_sql_exec(db,
-                         "INSERT INTO tokens (run_id, pos, token_id, piece) VALUES (%lld, %lld, "
-                         "%lld, %s)",
-                         (long long)run, (long long)i, (long long)(100 + i), piece);
-        free(piece);
-    }
-}
-
-/* values: row-major [n_q, n_k] floats, stored as f32 or f16 */
-static void add_map(const char *db, int64_t run, int64_t layer, int64_t head, int64_t n_q,
-                    int64_t n_k, const float *values, bool f16)
-{
-    size_t n = (size_t)(n_q * n_k);
-    size_t bytes = n * (f16 ? 2 : 4);
-    unsigned char *blob = malloc(bytes);
-    assert_non_null(blob);
-    for (size_t i = 0; i < n; i++) {
-        if (f16) {
-            uint16_t h = lp_f32_to_f16(values[i]);
-            memcpy(blob + 2 * i, &h, 2);
-        } else {
-            memcpy(blob + 4 * i, &values[i], 4);
-        }
-    }
-    char *literal = lp_test_sql_blob_literal(blob, bytes);
-    lp_test_sql_exec(db, ATTN_INSERT "(%lld, %lld, %lld, %lld, %lld, '%s', %s)", (long long)run,
-                     (long long)layer, (long long)head, (long long)n_q, (long long)n_k,
-                     f16 ? "f16" : "f32", literal);
-    free(literal);
-    free(blob);
-}
-
-/* A causal map: row i spreads its mass evenly over keys 0..i (bottom-right aligned). */
-static void causal_uniform(float *v, int64_t n_q, int64_t n_k)
-{
-    for (int64_t i = 0; i < n_q; i++) {
-        int64_t pos = n_k - n_q + i;
-        for (int64_t j = 0; j < n_k; j++)
-            v[i * n_k + j] = j <= pos ? 1.0f / (float)(pos + 1) : 0.0f;
-    }
-}
-
-static void add_stats(const char *db, int64_t run, int64_t n_layers, int64_t n_heads)
-{
-    for (int64_t l = 0; l < n_layers; l++)
-        for (int64_t h = 0; h < n_heads; h++)
-            lp_test_sql_exec(db,
-                             "INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, "
-                             "sink, prev_token, self, distance, local_frac, local_window, "
-                             "output_norm) VALUES (%lld, %lld, %lld, %.17g, 0.5, %.17g, 0.25, "
-                             "0.1, 1.5, 0.9, 8, 2.0)",
-                             (long long)run, (long long)l, (long long)h,
-                             0.1 * (double)(l * n_heads + h), /* entropy */
-                             l == 0 && h == 0 ? 1.0 : 0.0);   /* sink */
-}
+#include "render_test_db.h"
 
 /* 3 layers x 4 heads of 6 tokens, every map and statistic stored, and perturbation checks of
  * which layer 2 and the logits failed. */
@@ -132,25 +30,6 @@ static void multi_db(const char *db_path)
                   "(1, 'perturbation', 1, 1, 3, 1e-7, 'ok'),"
                   "(1, 'perturbation', 0, 2, 3, 0.25, 'leak'),"
                   "(1, 'perturbation', 0, -1, 3, 0.5, 'leak')");
-}
-
-/* The database read-only and its run run_id (0: the latest complete one); the test fails with
- * the store's message otherwise. */
-static void close_run(lp_store *db, lp_store_run *run)
-{
-    lp_store_run_clear(run);
-    lp_store_close(db);
-}
-
-static lp_store *open_run(const char *db_path, int64_t run_id, lp_store_run *run)
-{
-    lp_error err = {0};
-    lp_store *db;
-    bool incomplete;
-    if (lp_store_open_read(db_path, &db, &err) != LP_OK ||
-        lp_store_read_run(db, run_id, NULL, run, &incomplete, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    return db;
 }
 
 /* ---- reading pictures back ---- */
@@ -241,23 +120,6 @@ static void check_leak_cell(lp_store *db, const lp_store_run *run, const lp_heat
     assert_rgb_equal(cell_pixel(&img, lay, 0, 2), masked);
     cairo_surface_destroy(img.surface);
 }
-
-static char *read_text_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
 
 /* ---- tests ---- */
 
@@ -717,7 +579,7 @@ static void check_gallery(lp_store *db, const lp_store_run *run)
     char dir[512], path[700];
     tmp_path(dir, sizeof dir, "gallery");
     int64_t n_files = 0;
-    assert_int_equal(lp_render_gallery(db, run, &opt, dir, &n_files, &err), LP_OK);
+    assert_int_equal(lp_render_gallery(db, run, &opt, NULL, dir, &n_files, &err), LP_OK);
     /* overview + 8 stats + leak + 3 grids + 12 heads */
     assert_int_equal(n_files, 1 + 8 + 1 + 3 + 12);
     snprintf(path, sizeof path, "%s/index.html", dir);
@@ -734,7 +596,7 @@ static void check_gallery(lp_store *db, const lp_store_run *run)
         links++;
         unlink(path);
     }
-    assert_int_equal(links, n_files);
+    assert_int_equal(links, n_files + 1); /* the pictures and viewer.html */
     free(text);
     snprintf(path, sizeof path, "%s/index.html", dir);
     unlink(path);
@@ -857,7 +719,7 @@ static void test_decode_nan_and_selection(void **state)
     char dir[512], path[700];
     tmp_path(dir, sizeof dir, "selgallery");
     int64_t n_files;
-    assert_int_equal(lp_render_gallery(db, &run, &opt, dir, &n_files, &err), LP_OK);
+    assert_int_equal(lp_render_gallery(db, &run, &opt, NULL, dir, &n_files, &err), LP_OK);
     assert_int_equal(n_files, 1 + 1 + 2); /* overview, one grid, two heads; no stats */
     snprintf(path, sizeof path, "%s/index.html", dir);
     char *text = read_text_file(path);
@@ -865,7 +727,8 @@ static void test_decode_nan_and_selection(void **state)
     assert_null(strstr(text, "layer_0_head_1.png"));
     free(text);
     static const char *const names[] = {"index.html", "overview.png", "layer_0_grid.png",
-                                        "layer_0_head_0.png", "layer_0_head_2.png"};
+                                        "layer_0_head_0.png", "layer_0_head_2.png",
+                                        "viewer.html"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         assert_true(file_exists(path));

@@ -178,3 +178,15 @@ void lp_store_map_close(lp_store_map *map)
     free(map->raw);
     free(map);
 }
+
+int lp_store_map_elem_size(const lp_store_map *map) { return (int)map->elem; }
+
+lp_status lp_store_map_read_raw(lp_store_map *m, int64_t row, void *out, lp_error *err)
+{
+    LP_ASSERT(row >= 0 && row < m->n_q);
+    uint64_t bytes = (uint64_t)m->n_k * m->elem; /* one row; check_map bounded the blob by INT_MAX */
+    uint64_t offset = (uint64_t)row * bytes;
+    if (sqlite3_blob_read(m->blob, out, (int)bytes, (int)offset) != SQLITE_OK)
+        return lp_store_sql_error(m->store, "reading attention blob", err);
+    return LP_OK;
+}

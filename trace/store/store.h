@@ -213,6 +213,53 @@ lp_status lp_store_read_leak_diffs(lp_store *store, int64_t run_id, int64_t **la
                                    double **diffs, bool **failed, int64_t *n, lp_error *err);
 
 /* ---------------------------------------------------------------------------------------------
+ * Reading what a run holds beyond maps (trace/store/read_rows.c): for `loupe export` and the HTML
+ * viewer. Each returns LP_ERR_NOT_FOUND when the run has no such rows (or the database predates
+ * the table), so callers can treat the data as optional.
+ */
+
+/* The stored map's element size in bytes (2: f16, 4: f32) and its dtype name ("f16", "f32"). */
+int lp_store_map_elem_size(const lp_store_map *map);
+/* Keys [0, n_k) of query row `row` as the stored little-endian bytes into out[n_k * elem]. */
+lp_status lp_store_map_read_raw(lp_store_map *map, int64_t row, void *out, lp_error *err);
+
+/* tokens.token_id in position order into *ids[n] (malloc'd; -1 for a position without a row). */
+lp_status lp_store_read_token_ids(lp_store *store, int64_t run_id, int32_t **ids, int64_t *n,
+                                  lp_error *err);
+
+/* The predictions table of a run as [n_pos, k] arrays, rank-major within a position: token_id
+ * (-1 where missing), prob and logit (NaN where missing), piece (NULL where missing; free with
+ * lp_store_free_texts(pieces, n_pos * k)). k is the largest rank + 1, n_pos the run's n_tokens. */
+typedef struct lp_store_predictions {
+    int64_t n_pos, k;
+    int32_t *token_id; /* [n_pos * k] */
+    double *prob;      /* [n_pos * k] */
+    double *logit;     /* [n_pos * k] */
+    char **piece;      /* [n_pos * k] */
+} lp_store_predictions;
+lp_status lp_store_read_predictions(lp_store *store, const lp_store_run *run,
+                                    lp_store_predictions *out, lp_error *err);
+void lp_store_predictions_clear(lp_store_predictions *p);
+
+/* Full logits (`loupe trace --logits full`): how many positions have a row and the vocabulary
+ * size (every row must have the same length, a multiple of 4 bytes: LP_ERR_FORMAT otherwise),
+ * then one position's f32 values into out[vocab] (NaN-filled when that position has no row). */
+lp_status lp_store_logits_shape(lp_store *store, const lp_store_run *run, int64_t *n_rows,
+                                int64_t *vocab, lp_error *err);
+lp_status lp_store_read_logits(lp_store *store, const lp_store_run *run, int64_t pos,
+                               int64_t vocab, float *out, lp_error *err);
+
+/* Every leak_checks row of a run, in insertion order (malloc'd *checks[n]). */
+lp_status lp_store_read_leak_checks(lp_store *store, int64_t run_id, lp_leak_check **checks,
+                                    int64_t *n, lp_error *err);
+
+/* The runs row as text: every column of the row (whatever this database's schema has), in
+ * column order, NULL columns left out. keys/values are malloc'd strings; free both with
+ * lp_store_free_texts(x, n). */
+lp_status lp_store_read_run_fields(lp_store *store, int64_t run_id, char ***keys,
+                                   char ***values, int64_t *n, lp_error *err);
+
+/* ---------------------------------------------------------------------------------------------
  * Plain SQL, for tests and tools: the typed calls above are all loupe itself uses. This runs SQL
  * the caller writes on the database at `path` over a connection of its own (the file is created
  * if missing; no schema is made), so tests can plant what the store never writes (hostile shapes,

@@ -1,0 +1,268 @@
+/* The viewer's JSON: the run, its tokens, the drawing options and colormaps, and the optional
+ * sections (head statistics, leak checks, predictions), each read through trace/store/store.h.
+ *
+ * Adding a section (a table another engineer adds to the store, say head importance):
+ *   1. a function `static lp_status section_NAME(lp_store *, const lp_store_run *, json_t **out,
+ *      lp_error *)` below that reads it through a typed store call and returns LP_ERR_NOT_FOUND
+ *      when the run has none (the section is then left out of the page);
+ *   2. a row in `sections[]`;
+ *   3. a panel in render/viewer/viewer.js (`PANELS`) that draws data.sections.NAME.
+ * Every string goes in as JSON text; the page inserts it with textContent, never as HTML. */
+#include "render/viewer_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "render/render_internal.h"
+
+/* Longest token text kept for the page (labels are cut further when drawn). */
+#define TOKEN_MAX_CHARS 200
+
+static lp_status out_of_memory(lp_error *err)
+{
+    return lp_error_set(err, LP_ERR_NOMEM, "viewer: out of memory (the page's JSON)");
+}
+
+/* A number, or null for NaN and infinities (JSON has neither). */
+static json_t *number(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *hex_rgb(lp_rgb c)
+{
+    char buf[8];
+    snprintf(buf, sizeof buf, "#%02x%02x%02x", c.r, c.g, c.b);
+    return json_string(buf);
+}
+
+/* ---- always there ----------------------------------------------------------------------------- */
+
+static json_t *describe_run_row(const lp_store_run *run, bool *ok_out)
+{
+    bool ok = true;
+    json_t *r = json_object();
+    lp_render_json_set(&ok, r, "id", json_integer(run->id));
+    lp_render_json_set(&ok, r, "status", lp_render_json_text(run->status));
+    lp_render_json_set(&ok, r, "kind", lp_render_json_text(run->kind));
+    lp_render_json_set(&ok, r, "model", lp_render_json_text(run->model));
+    lp_render_json_set(&ok, r, "architecture", lp_render_json_text(run->architecture));
+    lp_render_json_set(&ok, r, "n_tokens", json_integer(run->n_tokens));
+    lp_render_json_set(&ok, r, "n_layers", json_integer(run->n_layers));
+    lp_render_json_set(&ok, r, "n_heads", json_integer(run->n_heads));
+    lp_render_json_set(&ok, r, "maps_dtype", lp_render_json_text(run->maps_dtype));
+    lp_render_json_set(&ok, r, "prompt", lp_render_json_text(run->prompt));
+    lp_render_json_set(&ok, r, "causal", json_boolean(run->causal));
+    json_t *windows = json_array();
+    for (int64_t l = 0; l < run->n_layers; l++)
+        lp_render_json_push(&ok, windows, json_integer(lp_store_run_window(run, l)));
+    lp_render_json_set(&ok, r, "window", windows);
+    *ok_out &= ok;
+    return r;
+}
+
+/* Token texts made visible (lp_render_visible_piece) with their ids. */
+static lp_status describe_tokens(lp_store *db, const lp_store_run *run, json_t *root,
+                                 lp_error *err)
+{
+    char **texts = NULL;
+    int64_t n = 0, n_ids = 0;
+    int32_t *ids = NULL;
+    lp_status st = lp_store_read_tokens(db, run->id, &texts, &n, err);
+    if (st != LP_OK)
+        return st;
+    lp_error ids_err = {0};
+    if (lp_store_read_token_ids(db, run->id, &ids, &n_ids, &ids_err) != LP_OK)
+        n_ids = 0; /* ids are a courtesy: texts alone still make the page */
+    json_t *list = json_array();
+    bool ok = true;
+    for (int64_t i = 0; i < n && st == LP_OK; i++) {
+        char *visible = lp_render_visible_piece(texts[i] ? texts[i] : "?", TOKEN_MAX_CHARS);
+        if (!visible) {
+            st = lp_error_set(err, LP_ERR_NOMEM, "viewer: out of memory (tokens)");
+            break;
+        }
+        json_t *t = json_object();
+        lp_render_json_set(&ok, t, "text", lp_render_json_text(visible));
+        lp_render_json_set(&ok, t, "id", json_integer(i < n_ids ? ids[i] : -1));
+        lp_render_json_push(&ok, list, t);
+        free(visible);
+    }
+    lp_render_json_set(&ok, root, "tokens", list);
+    lp_store_free_texts(texts, n);
+    free(ids);
+    return st == LP_OK && !ok ? out_of_memory(err) : st;
+}
+
+/* The 256 entries of each colormap as "rrggbb..." (entry i is lp_colormap_rgb at its centre), the
+ * masked colour each uses, and the initial choices. */
+static json_t *describe_options(const lp_render_options *opt, bool *ok_out)
+{
+    bool ok = true;
+    json_t *o = json_object(), *maps = json_object(), *masked = json_object();
+    for (int c = 0; c < LP_COLORMAP_COUNT; c++) {
+        char table[256 * 6 + 1];
+        for (int i = 0; i < 256; i++) {
+            lp_rgb rgb = lp_colormap_rgb((lp_colormap)c, ((double)i + 0.5) / 256.0);
+            snprintf(table + 6 * i, 7, "%02x%02x%02x", rgb.r, rgb.g, rgb.b);
+        }
+        lp_render_json_set(&ok, maps, lp_colormap_name((lp_colormap)c), json_string(table));
+        lp_render_options each = *opt;
+        each.colormap = (lp_colormap)c;
+        lp_render_json_set(&ok, masked, lp_colormap_name((lp_colormap)c),
+                            hex_rgb(lp_render_masked_rgb(&each)));
+    }
+    lp_render_json_set(&ok, o, "colormaps", maps);
+    lp_render_json_set(&ok, o, "masked", masked);
+    lp_render_json_set(&ok, o, "leak_rgb", hex_rgb(lp_render_leak_rgb));
+    lp_render_json_set(&ok, o, "bad_rgb", hex_rgb(lp_render_bad_rgb));
+    lp_render_json_set(&ok, o, "colormap", json_string(lp_colormap_name(opt->colormap)));
+    lp_render_json_set(&ok, o, "scale", json_string(lp_scale_name(opt->scale)));
+    lp_render_json_set(&ok, o, "log_floor", json_real(opt->log_floor));
+    lp_render_json_set(&ok, o, "gamma", json_real(opt->gamma));
+    lp_render_json_set(&ok, o, "leak_threshold", json_real(opt->leak_threshold));
+    *ok_out &= ok;
+    return o;
+}
+
+/* ---- optional sections ------------------------------------------------------------------------ */
+
+/* head_stats: {"names": [...], "values": {"entropy": [n_layers * n_heads], ...}} */
+static lp_status section_stats(lp_store *db, const lp_store_run *run, json_t **out,
+                               lp_error *err)
+{
+    json_t *s = json_object(), *names = json_array(), *values = json_object();
+    bool ok = true;
+    lp_render_json_set(&ok, s, "names", names);
+    lp_render_json_set(&ok, s, "values", values);
+    *out = s;
+    for (int i = 0; i < LP_STAT_COUNT; i++) {
+        double *v;
+        lp_status st = lp_store_read_head_stat(db, run, (lp_head_stat)i, &v, err);
+        if (st != LP_OK)
+            return st;
+        json_t *list = json_array();
+        for (int64_t j = 0; j < run->n_layers * run->n_heads; j++)
+            lp_render_json_push(&ok, list, number(v[j]));
+        free(v);
+        lp_render_json_push(&ok, names, json_string(lp_head_stat_name((lp_head_stat)i)));
+        lp_render_json_set(&ok, values, lp_head_stat_name((lp_head_stat)i), list);
+    }
+    return ok ? LP_OK : out_of_memory(err);
+}
+
+/* leak_checks of this run, else of the latest leak run (`loupe leak` records its checks under a
+ * run of its own): {"run_id", "own", "passed", "checks": [{name, passed, layer, position,
+ * max_abs_diff, detail}]} */
+static lp_status section_leak(lp_store *db, const lp_store_run *run, json_t **out, lp_error *err)
+{
+    int64_t leak_run = run->id, n;
+    lp_leak_check *checks;
+    lp_status st = lp_store_read_leak_checks(db, leak_run, &checks, &n, err);
+    if (st == LP_ERR_NOT_FOUND && lp_store_latest_leak_run(db, &leak_run, err) == LP_OK)
+        st = lp_store_read_leak_checks(db, leak_run, &checks, &n, err);
+    if (st != LP_OK)
+        return st;
+    json_t *s = json_object(), *list = json_array();
+    bool passed = true, ok = true;
+    for (int64_t i = 0; i < n; i++) {
+        json_t *c = json_object();
+        lp_render_json_set(&ok, c, "name", lp_render_json_text(checks[i].name));
+        lp_render_json_set(&ok, c, "passed", json_boolean(checks[i].passed));
+        lp_render_json_set(&ok, c, "layer", json_integer(checks[i].layer));
+        lp_render_json_set(&ok, c, "position", json_integer(checks[i].position));
+        lp_render_json_set(&ok, c, "max_abs_diff", number(checks[i].max_abs_diff));
+        lp_render_json_set(&ok, c, "detail", lp_render_json_text(checks[i].detail));
+        lp_render_json_push(&ok, list, c);
+        passed &= checks[i].passed;
+    }
+    free(checks);
+    lp_render_json_set(&ok, s, "run_id", json_integer(leak_run));
+    lp_render_json_set(&ok, s, "own", json_boolean(leak_run == run->id));
+    lp_render_json_set(&ok, s, "passed", json_boolean(passed));
+    lp_render_json_set(&ok, s, "checks", list);
+    *out = s;
+    return ok ? LP_OK : out_of_memory(err);
+}
+
+/* predictions: {"k", "token_id": [n_pos * k], "prob": [...], "piece": [...]} (rank-major). */
+static lp_status section_predictions(lp_store *db, const lp_store_run *run, json_t **out,
+                                     lp_error *err)
+{
+    lp_store_predictions p;
+    lp_status st = lp_store_read_predictions(db, run, &p, err);
+    if (st != LP_OK)
+        return st;
+    json_t *s = json_object(), *ids = json_array(), *probs = json_array(), *pieces = json_array();
+    bool ok = true;
+    for (int64_t i = 0; i < p.n_pos * p.k && st == LP_OK; i++) {
+        char *visible = p.piece[i] ? lp_render_visible_piece(p.piece[i], 48) : NULL;
+        if (p.piece[i] && !visible)
+            st = lp_error_set(err, LP_ERR_NOMEM, "viewer: out of memory (predictions)");
+        lp_render_json_push(&ok, ids, json_integer(p.token_id[i]));
+        lp_render_json_push(&ok, probs, number(p.prob[i]));
+        lp_render_json_push(&ok, pieces, visible ? lp_render_json_text(visible) : json_null());
+        free(visible);
+    }
+    lp_render_json_set(&ok, s, "k", json_integer(p.k));
+    lp_render_json_set(&ok, s, "token_id", ids);
+    lp_render_json_set(&ok, s, "prob", probs);
+    lp_render_json_set(&ok, s, "piece", pieces);
+    lp_store_predictions_clear(&p);
+    *out = s;
+    return st == LP_OK && !ok ? out_of_memory(err) : st;
+}
+
+typedef lp_status (*section_fn)(lp_store *db, const lp_store_run *run, json_t **out,
+                                lp_error *err);
+
+static const struct {
+    const char *name;
+    section_fn read;
+} sections[] = {
+    {"stats", section_stats},
+    {"leak", section_leak},
+    {"predictions", section_predictions},
+};
+
+static lp_status describe_sections(lp_store *db, const lp_store_run *run, json_t *root,
+                                   lp_error *err)
+{
+    json_t *all = json_object();
+    bool ok = true;
+    lp_render_json_set(&ok, root, "sections", all);
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
+        json_t *s = NULL;
+        lp_error section_err = {0};
+        lp_status st = sections[i].read(db, run, &s, &section_err);
+        if (st == LP_OK) {
+            lp_render_json_set(&ok, all, sections[i].name, s);
+            continue;
+        }
+        json_decref(s);
+        if (st != LP_ERR_NOT_FOUND) {
+            if (err)
+                *err = section_err;
+            return st;
+        }
+    }
+    return ok ? LP_OK : out_of_memory(err);
+}
+
+lp_status lp_viewer_describe_run(lp_store *db, const lp_store_run *run,
+                                 const lp_render_options *opt, json_t *root, lp_error *err)
+{
+    char caption[320];
+    lp_render_run_caption(run, caption, sizeof caption);
+    bool ok = true;
+    lp_render_json_set(&ok, root, "format", json_string("loupe-viewer"));
+    lp_render_json_set(&ok, root, "version", json_integer(1));
+    lp_render_json_set(&ok, root, "title", lp_render_json_text(caption));
+    lp_render_json_set(&ok, root, "run", describe_run_row(run, &ok));
+    lp_render_json_set(&ok, root, "options", describe_options(opt, &ok));
+    if (!ok)
+        return out_of_memory(err);
+    lp_status st = describe_tokens(db, run, root, err);
+    if (st == LP_OK)
+        st = describe_sections(db, run, root, err);
+    return st;
+}
