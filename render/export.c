@@ -171,15 +171,6 @@ static lp_status plan_outputs(lp_export_job *j, lp_error *err)
 
 /* ---- streaming the data ----------------------------------------------------------------------- */
 
-void lp_export_out(lp_export_job *j, const void *data, size_t n)
-{
-    if (n == 0)
-        return;
-    if (fwrite(data, 1, n, j->f) != n)
-        j->write_failed = true;
-    j->crc = lp_export_crc32(j->crc, data, n);
-    j->written += n;
-}
 
 static lp_status emit_map(lp_export_job *j, int64_t layer, int64_t head, lp_error *err)
 {
@@ -320,7 +311,7 @@ lp_status lp_render_export(lp_store *db, const lp_store_run *run, const char *pa
     if (format == LP_EXPORT_COUNT)
         return lp_error_set(err, LP_ERR_USAGE, "%s: unknown format (the extension must be "
                             ".safetensors or .npz)", path);
-    lp_export_job j = {.db = db, .run = run};
+    lp_export_job j = {.db = db, .run = run, .emit = lp_export_emit};
     lp_status st = plan_attention(&j, err);
     if (st == LP_OK)
         st = plan_tables(&j, err);

@@ -47,6 +47,9 @@ typedef struct lp_export_job {
     uint32_t crc;                   /* CRC-32 of what lp_export_out wrote since reset */
     uint64_t written;
     bool write_failed;
+    /* One tensor's data, streamed through lp_export_out: the format writers call it for each
+     * tensor (lp_export_emit), so they need nothing else of export.c. */
+    lp_status (*emit)(struct lp_export_job *j, const lp_export_tensor *t, lp_error *err);
 } lp_export_job;
 
 /* Bytes to the file, counted and folded into j->crc. */
@@ -56,7 +59,7 @@ lp_status lp_export_emit(lp_export_job *j, const lp_export_tensor *t, lp_error *
 /* The zip CRC-32 (IEEE, reflected) of data, continuing from crc (0 to start). */
 uint32_t lp_export_crc32(uint32_t crc, const void *data, size_t n);
 
-/* The two formats: header, every tensor through lp_export_emit, trailer. */
+/* The two formats: header, every tensor through j->emit, trailer. */
 lp_status lp_export_write_safetensors(lp_export_job *j, lp_error *err);
 lp_status lp_export_write_npz(lp_export_job *j, lp_error *err);
 

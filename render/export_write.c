@@ -35,6 +35,16 @@ uint32_t lp_export_crc32(uint32_t crc, const void *data, size_t n)
     return ~crc;
 }
 
+void lp_export_out(lp_export_job *j, const void *data, size_t n)
+{
+    if (n == 0)
+        return;
+    if (fwrite(data, 1, n, j->f) != n)
+        j->write_failed = true;
+    j->crc = lp_export_crc32(j->crc, data, n);
+    j->written += n;
+}
+
 static void put16(unsigned char *p, uint32_t v)
 {
     p[0] = (unsigned char)v;
@@ -91,7 +101,7 @@ lp_status lp_export_write_safetensors(lp_export_job *j, lp_error *err)
     free(text);
     lp_status st = LP_OK;
     for (int64_t i = 0; i < j->n && st == LP_OK; i++)
-        st = lp_export_emit(j, &j->t[i], err);
+        st = j->emit(j, &j->t[i], err);
     return st;
 }
 
@@ -173,7 +183,7 @@ static lp_status member(lp_export_job *j, zip_entry *e, const unsigned char *hea
     local_header(j, e);
     j->crc = 0;
     lp_export_out(j, head, head_len);
-    lp_status st = t ? lp_export_emit(j, t, err) : LP_OK;
+    lp_status st = t ? j->emit(j, t, err) : LP_OK;
     if (text)
         lp_export_out(j, text, strlen(text));
     e->crc = j->crc;

@@ -243,10 +243,6 @@ static void print_options(FILE *out, const lp_option *table, const lp_cli_alias 
 
 void lp_cli_print_help(const lp_cli_spec *spec, FILE *out)
 {
-    if (spec->legacy_usage) {
-        fputs(spec->legacy_usage, out);
-        return;
-    }
     fprintf(out, "usage: loupe %s %s\n", spec->name, spec->synopsis ? spec->synopsis : "");
     if (spec->description)
         fprintf(out, "\n%s\n", spec->description);
@@ -276,29 +272,3 @@ int lp_cli_fail(const char *cmd, const lp_error *err)
     fprintf(stderr, "loupe %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
     return LP_EXIT_USAGE;
 }
-
-/* ---- transition helpers (see legacy_usage in cli.h) -------------------------------------------- */
-
-int lp_cli_option(const char *cmd, int argc, char **argv, int *i, const char *name,
-                  const char **value)
-{
-    const char *arg = argv[*i];
-    size_t len = strlen(name);
-    if (strncmp(arg, name, len) != 0)
-        return 0;
-    if (arg[len] == '=') {
-        *value = arg + len + 1;
-        return 1;
-    }
-    if (arg[len] != '\0')
-        return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "loupe %s: option %s needs a value\n", cmd, name);
-        return -1;
-    }
-    *i += 1;
-    *value = argv[*i];
-    return 1;
-}
-
-bool lp_cli_flag(const char *arg, const char *name) { return strcmp(arg, name) == 0; }

@@ -108,9 +108,6 @@ typedef struct lp_cli_spec {
     int min_positional, max_positional;
     const char *notes; /* after the options: examples, exit status */
     const lp_cli_alias *aliases; /* ends with {NULL, NULL}; NULL = none */
-    /* Transition only: a command not yet on a table prints this hand-written usage and parses
-     * argv itself with the helpers at the end of this header. Removed once all are converted. */
-    const char *legacy_usage;
 } lp_cli_spec;
 
 typedef struct lp_command {
@@ -144,13 +141,6 @@ int lp_cli_usage_error(const char *cmd, const char *fmt, ...)
 
 /* Print "loupe CMD: <err->msg>" and return the exit status an error of this kind deserves (2). */
 int lp_cli_fail(const char *cmd, const lp_error *err);
-
-/* Transition only (see legacy_usage): hand parsing of "--name VALUE" / "--name=VALUE". Returns 1
- * on a match (advancing *i past a separate value), 0 when argv[*i] is not this option, -1 after
- * printing "option --name needs a value". */
-int lp_cli_option(const char *cmd, int argc, char **argv, int *i, const char *name,
-                  const char **value);
-bool lp_cli_flag(const char *arg, const char *name);
 
 extern const lp_command lp_command_inspect;
 extern const lp_command lp_command_tokenize;

@@ -1,5 +1,5 @@
 /* Every command's options as one flat list for the man page and completion generators: walked
- * from the option table, or read from a legacy usage text until that command is converted. */
+ * from the option table. */
 #include "core/cli/gen_docs_internal.h"
 
 #include <string.h>
@@ -151,148 +151,6 @@ static lp_status collect_table(lp_doc_command *c, const lp_option *table, lp_err
     return LP_OK;
 }
 
-/* ---- from a legacy usage text ---------------------------------------------------------------- */
-
-static bool next_token(const char **p, const char *end, span *tok)
-{
-    while (*p < end && **p == ' ')
-        (*p)++;
-    const char *start = *p;
-    while (*p < end && **p != ' ')
-        (*p)++;
-    *tok = (span){start, (size_t)(*p - start)};
-    return tok->n > 0;
-}
-
-/* "[--seed" -> "--seed", "N]" -> "N", "D[,D]" stays (its brackets balance). */
-static span strip_brackets(span t)
-{
-    while (t.n && (t.p[0] == '[' || t.p[0] == '(')) {
-        t.p++;
-        t.n--;
-    }
-    int open = 0, close = 0;
-    for (size_t i = 0; i < t.n; i++) {
-        open += t.p[i] == '[';
-        close += t.p[i] == ']';
-    }
-    while (t.n && (t.p[t.n - 1] == ')' || t.p[t.n - 1] == ',' ||
-                   (t.p[t.n - 1] == ']' && close > open))) {
-        close -= t.p[t.n - 1] == ']';
-        t.n--;
-    }
-    return t;
-}
-
-static bool is_long_option(span t) { return t.n > 2 && t.p[0] == '-' && t.p[1] == '-'; }
-
-/* "--name=VALUE" -> "name" */
-static span option_name(span t)
-{
-    span name = {t.p + 2, t.n - 2};
-    const char *eq = memchr(name.p, '=', name.n);
-    if (eq)
-        name.n = (size_t)(eq - name.p);
-    return name;
-}
-
-/* A usage line: "usage: loupe trace MODEL (--prompt TEXT | --tokens IDS) [--db FILE]". */
-static lp_status scan_usage_line(lp_doc_command *c, const char *p, const char *end, lp_error *err)
-{
-    span tok;
-    while (next_token(&p, end, &tok)) {
-        span t = strip_brackets(tok);
-        if (!is_long_option(t) || !span_is_name(option_name(t)))
-            continue;
-        span metavar = {"", 0};
-        char last = tok.p[tok.n - 1];
-        const char *after = p;
-        span next;
-        if (last != ']' && last != ')' && next_token(&after, end, &next) &&
-            !strchr("-|[(", next.p[0])) {
-            metavar = strip_brackets(next);
-            p = after;
-        }
-        lp_status st = add_option(c, option_name(t), metavar, (span){"", 0}, NULL, err);
-        if (st)
-            return st;
-    }
-    return LP_OK;
-}
-
-/* The help on an option line: after the label's two-space gap, up to a second option documented
- * on the same line ("--gemm-only   skip the prefill part;  --prefill-only  ..."). */
-static span line_help(const char *p, const char *end)
-{
-    while (p < end && *p == ' ')
-        p++;
-    const char *stop = p;
-    while (stop < end && !(stop + 3 < end && memcmp(stop, "  --", 4) == 0))
-        stop++;
-    while (stop > p && stop[-1] == ' ')
-        stop--;
-    return (span){p, (size_t)(stop - p)};
-}
-
-/* An option line: "  --db FILE            database ..." or "  --layer L --head H   ...". The
- * label ends at two spaces; a lone word after an option's metavar starts the help. */
-static lp_status scan_option_line(lp_doc_command *c, const char *p, const char *end, lp_error *err)
-{
-    while (p < end && *p == ' ')
-        p++;
-    if (end - p > 4 && p[0] == '-' && p[1] != '-' && p[2] == ',' && p[3] == ' ')
-        p += 4; /* "-o, --output OUT": the long form */
-    if (end - p < 3 || memcmp(p, "--", 2) != 0)
-        return LP_OK;
-    const char *label_end = p;
-    while (label_end < end && !(label_end + 1 < end && label_end[0] == ' ' && label_end[1] == ' '))
-        label_end++;
-    span names[8], metavars[8];
-    int n = 0;
-    const char *help_start = label_end;
-    span tok;
-    for (const char *q = p; next_token(&q, label_end, &tok);) {
-        if (is_long_option(tok) && n < 8 && span_is_name(option_name(strip_brackets(tok)))) {
-            names[n] = option_name(strip_brackets(tok));
-            metavars[n++] = (span){"", 0};
-        } else if (n > 0 && metavars[n - 1].n == 0 && !is_long_option(tok)) {
-            metavars[n - 1] = tok;
-        } else {
-            help_start = tok.p;
-            break;
-        }
-    }
-    span help = line_help(help_start, end);
-    for (int i = 0; i < n; i++) {
-        lp_status st = add_option(c, names[i], metavars[i], help, NULL, err);
-        if (st)
-            return st;
-    }
-    return LP_OK;
-}
-
-/* The usage lines run up to the first blank line; the option lines follow. */
-static lp_status collect_legacy(lp_doc_command *c, const char *usage, lp_error *err)
-{
-    bool in_usage = true;
-    for (const char *line = usage; *line;) {
-        const char *end = strchr(line, '\n');
-        if (!end)
-            end = line + strlen(line);
-        lp_status st = LP_OK;
-        if (end == line)
-            in_usage = false;
-        else if (in_usage)
-            st = scan_usage_line(c, line, end, err);
-        else
-            st = scan_option_line(c, line, end, err);
-        if (st)
-            return st;
-        line = *end ? end + 1 : end;
-    }
-    return LP_OK;
-}
-
 /* ---- the list ---------------------------------------------------------------------------------- */
 
 lp_status lp_doc_collect(const lp_cli_spec *spec, lp_doc_command *out, lp_error *err)
@@ -301,8 +159,7 @@ lp_status lp_doc_collect(const lp_cli_spec *spec, lp_doc_command *out, lp_error 
     out->n_options = 0;
     if (!span_is_name(span_of(spec->name)))
         return lp_error_set(err, LP_ERR_RANGE, "command name '%s' is not [a-z0-9-]+", spec->name);
-    lp_status st = spec->legacy_usage ? collect_legacy(out, spec->legacy_usage, err)
-                                      : collect_table(out, spec->options, err);
+    lp_status st = collect_table(out, spec->options, err);
     if (st)
         return st;
     /* main() answers --help for every command, before the command's own parser. */

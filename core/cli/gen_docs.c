@@ -139,36 +139,6 @@ static void man_options(FILE *f, const lp_doc_command *doc)
     }
 }
 
-/* The usage lines of a legacy text: "usage: loupe X ..." and "       loupe X ..." start a form,
- * other lines continue it. Returns where the text after them starts. */
-static const char *man_legacy_synopsis(FILE *f, const lp_cli_spec *spec)
-{
-    const char *p = spec->legacy_usage;
-    size_t prefix_len = strlen(spec->name) + 6; /* "loupe NAME" */
-    bool first = true;
-    while (*p && *p != '\n') {
-        const char *end = strchr(p, '\n');
-        if (!end)
-            end = p + strlen(p);
-        const char *s = p;
-        if (strncmp(s, "usage:", 6) == 0)
-            s += 6;
-        while (s < end && *s == ' ')
-            s++;
-        if (strncmp(s, "loupe ", 6) == 0 && strncmp(s + 6, spec->name, prefix_len - 6) == 0) {
-            fprintf(f, "%s.B loupe %s\n", first ? "" : ".br\n", spec->name);
-            s += prefix_len;
-            first = false;
-        }
-        while (s < end && *s == ' ')
-            s++;
-        roff_styled(f, s, (size_t)(end - s));
-        fputc('\n', f);
-        p = *end ? end + 1 : end;
-    }
-    return *p ? p + 1 : p;
-}
-
 static void write_command_page(FILE *f, const lp_doc_command *doc)
 {
     const lp_cli_spec *spec = doc->spec;
@@ -176,25 +146,18 @@ static void write_command_page(FILE *f, const lp_doc_command *doc)
     snprintf(page, sizeof page, "loupe-%s", spec->name);
     roff_header(f, page, spec->summary);
     fputs(".SH SYNOPSIS\n", f);
-    if (spec->legacy_usage) {
-        const char *rest = man_legacy_synopsis(f, spec);
-        fputs(".SH DESCRIPTION\n.nf\n", f);
-        roff_text(f, rest, strlen(rest));
-        fputs(rest[0] && rest[strlen(rest) - 1] != '\n' ? "\n.fi\n" : ".fi\n", f);
-    } else {
-        fprintf(f, ".B loupe %s\n", spec->name);
-        roff_styled(f, spec->synopsis ? spec->synopsis : "", spec->synopsis ? strlen(spec->synopsis) : 0);
-        fputc('\n', f);
-        if (spec->description) {
-            fputs(".SH DESCRIPTION\n", f);
-            roff_paragraphs(f, spec->description);
-        }
-        fputs(".SH OPTIONS\n", f);
-        man_options(f, doc);
-        if (spec->notes) {
-            fputs(".SH NOTES\n", f);
-            roff_paragraphs(f, spec->notes);
-        }
+    fprintf(f, ".B loupe %s\n", spec->name);
+    roff_styled(f, spec->synopsis ? spec->synopsis : "", spec->synopsis ? strlen(spec->synopsis) : 0);
+    fputc('\n', f);
+    if (spec->description) {
+        fputs(".SH DESCRIPTION\n", f);
+        roff_paragraphs(f, spec->description);
+    }
+    fputs(".SH OPTIONS\n", f);
+    man_options(f, doc);
+    if (spec->notes) {
+        fputs(".SH NOTES\n", f);
+        roff_paragraphs(f, spec->notes);
     }
     fputs(".SH SEE ALSO\n.BR loupe (1)\n", f);
 }

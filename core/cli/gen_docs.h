@@ -1,7 +1,5 @@
 /* Man pages and shell completions generated from the command table (core/cli/main.c) and each
  * command's option table, so that they say what `--help` says and cannot drift from the parser.
- * A command not yet on a table (spec.legacy_usage) is documented from its usage text: the man
- * page shows it as written, the completions take the options its usage lines name.
  *
  *   lp_error err = {0};
  *   if (lp_cli_generate_docs("build/docs", &err) != LP_OK)

@@ -16,8 +16,7 @@ typedef struct lp_doc_option {
     char metavar[96];  /* "" = a flag */
     char choices[192]; /* the allowed values, space separated ("f16 f32 none"); "" = any */
     char help[100];    /* the help on one line, cut at a word (completions show one line) */
-    const char *full_help; /* the whole help (man pages): options from a table and --help; NULL
-                            * for those read from a legacy usage text */
+    const char *full_help; /* the whole help (man pages) */
 } lp_doc_option;
 
 typedef struct lp_doc_command {
@@ -26,8 +25,7 @@ typedef struct lp_doc_command {
     int n_options;
 } lp_doc_command;
 
-/* Fill out from the spec's table, or from spec->legacy_usage: options named on the usage lines
- * ("[--seed N]") and on lines that start with one ("  --db FILE   database ..."). */
+/* Fill out from the spec's option table (nested tables included), then --help. */
 lp_status lp_doc_collect(const lp_cli_spec *spec, lp_doc_command *out, lp_error *err);
 
 /* The option's value names a file or folder (FILE, DIR, PATH, OUT, DB in its metavar). */

@@ -105,7 +105,8 @@ library_objects() {
     local rel=${o#"$build"/}
     local module=${rel%%/CMakeFiles/*}
     local inner=${rel#*/CMakeFiles/*.dir/}
-    echo "$module/${inner%.o} $o"
+    # a stale object whose source was moved or split away is not part of the library any more
+    [ -f "$src/$module/${inner%.o}" ] && echo "$module/${inner%.o} $o"
   done
 }
 

@@ -68,47 +68,6 @@ static void test_from_table(void **state)
     free(c);
 }
 
-static const char legacy_usage[] =
-    "usage: loupe old MODEL [--seed N] [--dtype f32|bf16|f16] [--check]\n"
-    "                 [--gemm-only | --prefill-only] [--kind causal|window:W]\n"
-    "\n"
-    "Prose that mentions --not-an-option is not an option line.\n"
-    "  --seed N        token identities (default 1)\n"
-    "  -o, --output OUT     the picture to write\n"
-    "  --layer L --head H   one head's attention map\n"
-    "  --max-map-bytes SIZE refuse a run whose maps exceed SIZE\n"
-    "  --gemm-only     skip the prefill part;  --prefill-only  skip the GEMM part\n"
-    "  --hw NAME|FLOPS,BPS  roofline hardware\n"
-    "--tokens 1,2,3      decode these ids\n";
-
-static void test_from_legacy_usage(void **state)
-{
-    (void)state;
-    lp_cli_spec spec = {.name = "old", .summary = "s", .legacy_usage = legacy_usage};
-    lp_doc_command *c = collect(&spec, LP_OK);
-    assert_null(find(c, "not-an-option"));
-    assert_string_equal(find(c, "seed")->metavar, "N");
-    assert_string_equal(find(c, "seed")->help, "token identities (default 1)");
-    assert_null(find(c, "seed")->full_help);
-    assert_string_equal(find(c, "dtype")->choices, "f32 bf16 f16");
-    assert_string_equal(find(c, "check")->metavar, "");
-    assert_string_equal(find(c, "gemm-only")->metavar, "");
-    assert_string_equal(find(c, "gemm-only")->help, "skip the prefill part;");
-    assert_string_equal(find(c, "prefill-only")->metavar, "");
-    assert_string_equal(find(c, "kind")->metavar, "causal|window:W");
-    assert_string_equal(find(c, "kind")->choices, ""); /* W is a placeholder, not a value */
-    assert_string_equal(find(c, "output")->metavar, "OUT");
-    assert_string_equal(find(c, "layer")->metavar, "L");
-    assert_string_equal(find(c, "head")->metavar, "H");
-    assert_string_equal(find(c, "head")->help, "one head's attention map");
-    assert_string_equal(find(c, "max-map-bytes")->metavar, "SIZE");
-    assert_string_equal(find(c, "max-map-bytes")->help, "refuse a run whose maps exceed SIZE");
-    assert_string_equal(find(c, "hw")->choices, "");
-    assert_string_equal(find(c, "tokens")->metavar, "1,2,3");
-    assert_non_null(find(c, "help"));
-    free(c);
-}
-
 static void test_limits(void **state)
 {
     (void)state;
@@ -189,7 +148,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_from_table),
-        cmocka_unit_test(test_from_legacy_usage),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_completion_scripts),
     };
