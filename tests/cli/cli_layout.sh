@@ -180,7 +180,8 @@ check_d() {
   for lib in $(libraries); do
     nm -g --defined-only "$lib" | awk -v lib="${lib#"$build"/}" '
       /:$/ { member = substr($0, 1, length($0) - 1); next }
-      NF == 3 && $3 !~ /^lp_/ { print lib "(" member "): exports " $3 " (" $2 "), not lp_" }'
+      # names that begin with "__" are the compiler own (ASan: __odr_asan.*), not ours
+      NF == 3 && $3 !~ /^lp_/ && $3 !~ /^__/ { print lib "(" member "): exports " $3 " (" $2 "), not lp_" }'
   done
 }
 
