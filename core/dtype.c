@@ -12,6 +12,8 @@ static const lp_dtype_info dtype_table[LP_DTYPE_COUNT] = {
     [LP_DTYPE_BF16] = {"bf16", 1, 2, true, false},
     [LP_DTYPE_F8_E4M3] = {"f8_e4m3", 1, 1, true, false},
     [LP_DTYPE_F8_E5M2] = {"f8_e5m2", 1, 1, true, false},
+    [LP_DTYPE_F8_E8M0] = {"f8_e8m0", 1, 1, true, false},
+    [LP_DTYPE_F4_E2M1] = {"f4_e2m1", 2, 1, true, false},
     [LP_DTYPE_I64] = {"i64", 1, 8, false, false},
     [LP_DTYPE_I32] = {"i32", 1, 4, false, false},
     [LP_DTYPE_I16] = {"i16", 1, 2, false, false},
@@ -186,4 +188,17 @@ float lp_f8_e5m2_to_f32(uint8_t v)
 {
     /* E5M2 is the top byte of an IEEE half. */
     return lp_f16_to_f32((uint16_t)((uint16_t)v << 8));
+}
+
+float lp_f8_e8m0_to_f32(uint8_t v)
+{
+    /* ldexpf gives 2^-127 for v = 0 exactly (a float32 subnormal) */
+    return v == 0xFF ? NAN : ldexpf(1.0f, (int)v - 127);
+}
+
+float lp_f4_e2m1_to_f32(uint8_t v)
+{
+    static const float values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                     -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    return values[v & 0xF];
 }

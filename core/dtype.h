@@ -6,7 +6,7 @@
  *   uint64_t bytes;
  *   if (!lp_dtype_bytes_for(LP_DTYPE_Q4_K, n_elements, &bytes)) ... // overflow or partial block
  *
- * Block dequantization (Q4_0 ... Q6_K, IQ*) lives in inspect/formats/quant.h.
+ * Block dequantization (Q4_0 ... Q6_K, IQ*, MXFP4) lives in inspect/formats/quant.h.
  */
 #ifndef LP_CORE_DTYPE_H
 #define LP_CORE_DTYPE_H
@@ -24,6 +24,8 @@ typedef enum lp_dtype {
     LP_DTYPE_BF16,
     LP_DTYPE_F8_E4M3,
     LP_DTYPE_F8_E5M2,
+    LP_DTYPE_F8_E8M0, /* an exponent alone, 2^(e-127): MX block scales (safetensors F8_E8M0) */
+    LP_DTYPE_F4_E2M1, /* 4-bit floats, two a byte, the first in the low nibble (safetensors F4) */
     LP_DTYPE_I64,
     LP_DTYPE_I32,
     LP_DTYPE_I16,
@@ -63,7 +65,8 @@ typedef enum lp_dtype {
 
 typedef struct lp_dtype_info {
     const char *name;        /* lower-case canonical name: "f32", "bf16", "q4_k", "f8_e4m3" */
-    uint32_t block_elems;    /* values per block: 1 for plain types, 32 or 256 for quants */
+    uint32_t block_elems;    /* values per block: 1 for plain types (2 for f4_e2m1, two values a
+                                byte), 32 or 256 for quants */
     uint32_t block_bytes;    /* bytes per block, scales included */
     bool is_float;           /* a plain floating type */
     bool is_quant;           /* a GGUF block type */
@@ -90,6 +93,10 @@ float lp_bf16_to_f32(uint16_t b);
 uint16_t lp_f32_to_bf16(float f);
 float lp_f8_e4m3_to_f32(uint8_t v);
 float lp_f8_e5m2_to_f32(uint8_t v);
+/* E8M0: 2^(v-127); 0xFF is NaN (OCP MX spec). */
+float lp_f8_e8m0_to_f32(uint8_t v);
+/* E2M1 in the low 4 bits of v: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (-0 included). */
+float lp_f4_e2m1_to_f32(uint8_t v);
 
 /* Unaligned little-endian loads from mapped files (memcpy, never a cast). */
 static inline uint16_t lp_load_u16(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }

@@ -20,6 +20,10 @@
  *   tq1_0 {u8 qs[48]; u8 qh[4]; f16 d}         ternary, 5 (qs) or 4 (qh) trits per byte
  *   tq2_0 {u8 qs[64]; f16 d}                   ternary, 2 bits per value
  *   mxfp4 {u8 e (E8M0); u8 qs[16]}             x = 2^(e-128) * fp4 value (doubled table)
+ *
+ * Plain 4-bit floats (safetensors F4 = f4_e2m1): two values a byte, value 2i in the low nibble and
+ * 2i + 1 in the high one. gpt-oss's split MXFP4 (lp_dequantize_mxfp4): 16 such bytes a block of
+ * 32 values, and one E8M0 exponent a block in a second array.
  */
 #include "inspect/formats/quant.h"
 
@@ -356,7 +360,7 @@ static bool plain_supported(lp_dtype dtype)
 {
     switch (dtype) {
     case LP_DTYPE_F64: case LP_DTYPE_F32: case LP_DTYPE_F16: case LP_DTYPE_BF16:
-    case LP_DTYPE_F8_E4M3: case LP_DTYPE_F8_E5M2:
+    case LP_DTYPE_F8_E4M3: case LP_DTYPE_F8_E5M2: case LP_DTYPE_F8_E8M0: case LP_DTYPE_F4_E2M1:
     case LP_DTYPE_I64: case LP_DTYPE_I32: case LP_DTYPE_I16: case LP_DTYPE_I8:
     case LP_DTYPE_U64: case LP_DTYPE_U32: case LP_DTYPE_U16: case LP_DTYPE_U8: case LP_DTYPE_BOOL:
         return true;
@@ -397,6 +401,16 @@ static bool convert_float(lp_dtype dtype, const uint8_t *s, int64_t n, float *y)
     case LP_DTYPE_F8_E5M2:
         for (int64_t i = 0; i < n; i++)
             y[i] = lp_f8_e5m2_to_f32(s[i]);
+        return true;
+    case LP_DTYPE_F8_E8M0:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = lp_f8_e8m0_to_f32(s[i]);
+        return true;
+    case LP_DTYPE_F4_E2M1: /* n is even: lp_dequantize checked whole two-value blocks */
+        for (int64_t i = 0; i < n / 2; i++) {
+            y[2 * i] = lp_f4_e2m1_to_f32(s[i] & 0xF);
+            y[2 * i + 1] = lp_f4_e2m1_to_f32(s[i] >> 4);
+        }
         return true;
     default: return false;
     }
@@ -480,4 +494,23 @@ lp_status lp_rows_to_f32(const lp_rows *rows, int64_t row_begin, int64_t n_rows,
     if (status != LP_OK)
         lp_error_prefix(err, "tensor '%s': ", rows->name);
     return status;
+}
+
+lp_status lp_dequantize_mxfp4(const uint8_t *blocks, const uint8_t *scales, int64_t n_blocks,
+                              float *dst, lp_error *err)
+{
+    if (n_blocks < 0)
+        return lp_error_set(err, LP_ERR_USAGE, "dequantize mxfp4: %lld blocks", (long long)n_blocks);
+    for (int64_t b = 0; b < n_blocks; b++) {
+        /* ldexpf, not lp_f8_e8m0_to_f32: as Hugging Face's and ggml's converters, scale 0xFF is
+         * 2^128 (values overflow to +-inf, zeros become NaN) rather than NaN outright */
+        int exponent = (int)scales[b] - 127;
+        const uint8_t *q = blocks + 16 * b;
+        float *y = dst + 32 * b;
+        for (int j = 0; j < 16; j++) {
+            y[2 * j] = ldexpf(lp_f4_e2m1_to_f32(q[j] & 0xF), exponent);
+            y[2 * j + 1] = ldexpf(lp_f4_e2m1_to_f32(q[j] >> 4), exponent);
+        }
+    }
+    return LP_OK;
 }

@@ -1,9 +1,11 @@
-/* Dequantization of GGUF block types (ggml's layouts) and plain dtypes to float32.
+/* Dequantization of GGUF block types (ggml's layouts), gpt-oss's MXFP4 and plain dtypes to
+ * float32.
  *
  *   float out[256];
  *   lp_dequantize(LP_DTYPE_Q4_K, block_ptr, 256, out, &err);   // n must be whole blocks
  *   lp_rows rows = {"wq", LP_DTYPE_Q4_K, data, 4096 * 4096, 4096};
  *   lp_rows_to_f32(&rows, 3, 1, out4096, &err);                // row 3 alone
+ *   lp_dequantize_mxfp4(blocks, scales, 90, out2880, &err);    // gpt-oss: [90, 16] + [90]
  *
  * Every function reads exactly lp_dtype_bytes_for(dtype, n) bytes from src. lp_rows_to_f32 is the
  * one conversion of stored values to float32: the tensor catalogue and .npy both use it.
@@ -39,5 +41,17 @@ typedef struct lp_rows {
  * not whole blocks, LP_ERR_UNSUPPORTED for a dtype without a conversion. */
 lp_status lp_rows_to_f32(const lp_rows *rows, int64_t row_begin, int64_t n_rows, float *dst,
                          lp_error *err);
+
+/* MXFP4 as gpt-oss's safetensors hold it, values and scales in two tensors (U8 or F4 "*_blocks",
+ * U8 or F8_E8M0 "*_scales"):
+ *   blocks  [n_blocks, 16] bytes: 32 E2M1 values a block, two a byte, value 2j in the low nibble
+ *           and 2j + 1 in the high one
+ *   scales  [n_blocks] E8M0 exponents
+ *   dst[32 * b + i] = e2m1(value i of block b) * 2^(scales[b] - 127)        [n_blocks * 32]
+ * as transformers' convert_moe_packed_tensors computes it. GGUF's MXFP4 (LP_DTYPE_MXFP4: the scale
+ * byte first in each block, then values 0..15 in the low nibbles and 16..31 in the high ones) is
+ * lp_dequantize's. LP_ERR_USAGE for n_blocks < 0. */
+lp_status lp_dequantize_mxfp4(const uint8_t *blocks, const uint8_t *scales, int64_t n_blocks,
+                              float *dst, lp_error *err);
 
 #endif

@@ -12,8 +12,9 @@
  *   offset 8 + N    data section     tensors back to back; [begin, end) are relative to its start
  *
  * Rules (as the reference Rust loader enforces them, plus duplicate keys): the header starts with
- * '{' and lies inside the file; the JSON is valid UTF-8 with no duplicate keys; every tensor's
- * end - begin equals dtype size x product(shape) (64-bit, overflow-checked); sorted by begin, the
+ * '{' after optional JSON whitespace and lies inside the file; the JSON is valid UTF-8 with no duplicate keys; every tensor's
+ * end - begin equals dtype size x product(shape) (64-bit, overflow-checked; F4 holds two values
+ * a byte, and a shape that ends mid-byte is refused); sorted by begin, the
  * ranges are contiguous, start at 0, never overlap, and end exactly at the end of the file.
  *
  * The header is read by a strict single-pass scanner written for this one shape of JSON rather
@@ -97,9 +98,10 @@ static lp_dtype dtype_from_st(const char *s, bool *known_unsupported)
         {"I64", LP_DTYPE_I64},         {"I32", LP_DTYPE_I32},         {"I16", LP_DTYPE_I16},
         {"I8", LP_DTYPE_I8},           {"U64", LP_DTYPE_U64},         {"U32", LP_DTYPE_U32},
         {"U16", LP_DTYPE_U16},         {"U8", LP_DTYPE_U8},           {"BOOL", LP_DTYPE_BOOL},
+        {"F8_E8M0", LP_DTYPE_F8_E8M0}, {"F4", LP_DTYPE_F4_E2M1},
     };
     /* Newer safetensors dtypes that loupe has no lp_dtype for (yet). */
-    static const char *const later[] = {"F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64", NULL};
+    static const char *const later[] = {"F6_E2M3", "F6_E3M2", "C64", NULL};
     *known_unsupported = false;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i].name, s) == 0)
@@ -667,6 +669,12 @@ static lp_status check_entry(st_scan *s, const st_fields *f, st_entry *e)
         return entry_error(s, f->key_at, LP_ERR_FORMAT,
                            "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before start",
                            key, begin, end);
+    /* F4 packs two values a byte; the reference loader refuses a shape that ends mid-byte */
+    if (n_elements % lp_dtype_get(f->dtype)->block_elems != 0)
+        return entry_error(s, f->key_at, LP_ERR_FORMAT,
+                           "tensor '%s': %" PRIu64 " values of %s do not fill whole bytes (%u a "
+                           "byte)",
+                           key, n_elements, f->dtype_name, lp_dtype_get(f->dtype)->block_elems);
     if (!lp_dtype_bytes_for(f->dtype, n_elements, &bytes))
         return entry_error(s, f->key_at, LP_ERR_FORMAT,
                            "tensor '%s': byte size of %" PRIu64 " x %s overflows 64 bits", key,
@@ -947,9 +955,18 @@ static lp_status check_header_length(const uint8_t *data, size_t size, const cha
                             "%s: header length %" PRIu64
                             " at byte 0 runs past the end of the file (%zu bytes)",
                             name, *header_len, size);
-    if (*header_len == 0 || data[8] != '{')
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: header at byte 8 does not start with '{'",
-                            name);
+    /* The reference loader (serde_json) skips JSON whitespace before the object, and so do we. */
+    size_t at = 8;
+    while (at < 8 + *header_len &&
+           (data[at] == ' ' || data[at] == '\t' || data[at] == '\n' || data[at] == '\r'))
+        at++;
+    if (*header_len == 0 || at == 8 + *header_len)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: header of %" PRIu64 " bytes at byte 8 %s",
+                            name, *header_len, *header_len ? "holds only whitespace" : "is empty");
+    if (data[at] != '{')
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: header does not start with '{' (byte %zu is "
+                            "0x%02X)",
+                            name, at, data[at]);
     return LP_OK;
 }
 

@@ -44,6 +44,8 @@ static const char *st_dtype_name(lp_dtype dtype)
     case LP_DTYPE_BF16: return "BF16";
     case LP_DTYPE_F8_E4M3: return "F8_E4M3";
     case LP_DTYPE_F8_E5M2: return "F8_E5M2";
+    case LP_DTYPE_F8_E8M0: return "F8_E8M0";
+    case LP_DTYPE_F4_E2M1: return "F4";
     case LP_DTYPE_I64: return "I64";
     case LP_DTYPE_I32: return "I32";
     case LP_DTYPE_I16: return "I16";
@@ -124,6 +126,11 @@ static lp_status check_tensor(const lp_st_writer *writer, const char *name, lp_d
                                 "safetensors writer: tensor '%s': element count overflows 64 bits",
                                 name);
     }
+    if (n_elements % lp_dtype_get(dtype)->block_elems != 0)
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "safetensors writer: tensor '%s': %llu %s values do not fill whole "
+                            "bytes",
+                            name, (unsigned long long)n_elements, lp_dtype_name(dtype));
     if (!lp_dtype_bytes_for(dtype, n_elements, n_bytes) || *n_bytes > (uint64_t)SIZE_MAX / 2)
         return lp_error_set(err, LP_ERR_RANGE,
                             "safetensors writer: tensor '%s': byte size overflows", name);

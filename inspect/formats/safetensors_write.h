@@ -15,7 +15,8 @@
  *                       padded with spaces so that 8+N is a multiple of 8 (aligned data)
  *   bytes [8+N, end)    tensor data back to back, row-major, little-endian, in insertion order;
  *                       data_offsets are relative to 8+N, half-open, with no gaps.
- * Plain dtypes only (F64 F32 F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16 I8 U64 U32 U16 U8 BOOL).
+ * Plain dtypes only (F64 F32 F16 BF16 F8_E4M3 F8_E5M2 F8_E8M0 F4 I64 I32 I16 I8 U64 U32 U16 U8
+ * BOOL; F4 packs two values a byte, so its element count must be even).
  */
 #ifndef LP_INSPECT_SAFETENSORS_WRITER_H
 #define LP_INSPECT_SAFETENSORS_WRITER_H

@@ -48,4 +48,43 @@ int64_t lp_tokenizer_vocab_size(const lp_tokenizer *tok);
 const char *lp_tokenizer_kind(const lp_tokenizer *tok); /* "bpe-bytelevel", "bpe-sentencepiece",
                                                            "llama2c", ... */
 
+/* ---- prompt files: JSON lines (prompts.c) ----
+ * One JSON object per line, {"text": "..."} or {"tokens": [1, 403, 407]}, each with an optional
+ * "id" (a string, or an integer kept as its decimal text):
+ *
+ *   {"id": "cat", "text": "The cat sat on the mat."}
+ *   {"tokens": [1, 450, 6635]}
+ *
+ *   lp_prompts p;
+ *   if (lp_prompts_read("prompts.jsonl", &p, &err) != LP_OK) ...  // "prompts.jsonl:3:14: ..."
+ *   for (size_t i = 0; i < p.n; i++) ... p.items[i].text or p.items[i].tokens ...
+ *   lp_prompts_free(&p);
+ *
+ * Strict: exactly one of "text" and "tokens"; no other key; no key twice; ids unique in the file;
+ * text non-empty, valid UTF-8 without NUL (escapes \uXXXX included, surrogates paired); tokens a
+ * non-empty array of integers in [0, 2^31 - 1]. Lines are split at "\n"; "\r\n" ends a line too;
+ * empty and blank lines are skipped; a UTF-8 byte order mark opening the file is skipped. A file
+ * without any prompt is an error. Each error is LP_ERR_FORMAT (LP_ERR_IO, LP_ERR_NOMEM) with one
+ * line "file:line:col: what", col counting bytes from 1. Vocabulary range checks are the
+ * caller's. */
+typedef struct lp_prompt {
+    char *id;        /* NULL when the line has none */
+    char *text;      /* NUL-terminated UTF-8; NULL for a "tokens" line */
+    size_t text_len;
+    int32_t *tokens; /* [n_tokens]; NULL for a "text" line */
+    size_t n_tokens;
+    int64_t line;    /* where it stands in the file, from 1 */
+} lp_prompt;
+
+typedef struct lp_prompts {
+    lp_prompt *items; /* [n], in file order; owned, freed by lp_prompts_free */
+    size_t n;
+} lp_prompts;
+
+lp_status lp_prompts_read(const char *path, lp_prompts *out, lp_error *err);
+/* The same over data[0, size) in memory; name stands for the file in messages. */
+lp_status lp_prompts_parse(const char *name, const char *data, size_t size, lp_prompts *out,
+                           lp_error *err);
+void lp_prompts_free(lp_prompts *prompts);
+
 #endif

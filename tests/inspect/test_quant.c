@@ -212,6 +212,57 @@ static void test_mxfp4(void **state)
     check_values("mxfp4", got, want, 64);
 }
 
+/* Plain E2M1 (safetensors F4) over every byte, E8M0 over every exponent, and gpt-oss's split MXFP4
+ * against GGUF's MXFP4 blocks holding the same numbers in ggml's layout. */
+static void test_f4_e8m0_and_split_mxfp4(void **state)
+{
+    (void)state;
+    static const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    uint8_t bytes[256];
+    float got[512], want[512];
+    for (int b = 0; b < 256; b++) {
+        bytes[b] = (uint8_t)b;
+        for (int k = 0; k < 2; k++) { /* the low nibble is the first value */
+            int q = k ? b >> 4 : b & 15;
+            want[2 * b + k] = (q & 8) ? -e2m1[q & 7] : e2m1[q & 7];
+        }
+    }
+    dequant_ok(LP_DTYPE_F4_E2M1, bytes, 512, got);
+    for (int i = 0; i < 512; i++)
+        if (got[i] != want[i] || signbit(got[i]) != signbit(want[i]))
+            fail_msg("f4_e2m1 value %d (byte 0x%02X): got %g, want %g", i, i / 2, (double)got[i],
+                     (double)want[i]);
+    lp_error err = {0};
+    assert_int_equal(lp_dequantize(LP_DTYPE_F4_E2M1, bytes, 3, got, &err), LP_ERR_USAGE);
+    dequant_ok(LP_DTYPE_F8_E8M0, bytes, 256, got);
+    for (int e = 0; e < 255; e++)
+        if (got[e] != ldexpf(1.0f, e - 127))
+            fail_msg("f8_e8m0 %d: got %g", e, (double)got[e]);
+    assert_true(isnan(got[255]));
+    /* three blocks: scales 2^3, 2^-2 and 2^-127 (the smallest, subnormal results) */
+    uint8_t blocks[3 * 16], scales[3] = {130, 125, 0}, gguf[3 * 17];
+    for (int b = 0; b < 3; b++) {
+        int q[32];
+        for (int i = 0; i < 32; i++)
+            q[i] = (i * 5 + 3 * b) % 16;
+        for (int j = 0; j < 16; j++) {
+            blocks[16 * b + j] = (uint8_t)(q[2 * j] | q[2 * j + 1] << 4);
+            gguf[17 * b + 1 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+        }
+        gguf[17 * b] = scales[b];
+        for (int i = 0; i < 32; i++)
+            want[32 * b + i] = ldexpf((q[i] & 8) ? -e2m1[q[i] & 7] : e2m1[q[i] & 7], scales[b] - 127);
+    }
+    for (int i = 0; i < 96; i++)
+        got[i] = NAN;
+    assert_int_equal(lp_dequantize_mxfp4(blocks, scales, 3, got, &err), LP_OK);
+    check_values("split mxfp4", got, want, 96);
+    float from_gguf[96];
+    dequant_ok(LP_DTYPE_MXFP4, gguf, 96, from_gguf);
+    check_values("split mxfp4 vs gguf mxfp4", got, from_gguf, 96);
+    assert_int_equal(lp_dequantize_mxfp4(blocks, scales, -1, got, &err), LP_ERR_USAGE);
+}
+
 /* ---- 256-value K types ------------------------------------------------------------------------ */
 
 /* 2-bit packing shared by q2_K, q3_K: 128-value halves, byte l of a 32-byte run holds values l,
@@ -581,7 +632,8 @@ int main(void)
         cmocka_unit_test(test_q4_0),        cmocka_unit_test(test_q4_1),
         cmocka_unit_test(test_q5_0),        cmocka_unit_test(test_q5_1),
         cmocka_unit_test(test_q8_0_and_q8_1), cmocka_unit_test(test_iq4_nl),
-        cmocka_unit_test(test_mxfp4),       cmocka_unit_test(test_q2_k),
+        cmocka_unit_test(test_mxfp4),       cmocka_unit_test(test_f4_e8m0_and_split_mxfp4),
+        cmocka_unit_test(test_q2_k),
         cmocka_unit_test(test_q3_k),        cmocka_unit_test(test_q4_k),
         cmocka_unit_test(test_q5_k),        cmocka_unit_test(test_q6_k),
         cmocka_unit_test(test_q8_k),        cmocka_unit_test(test_iq4_xs),

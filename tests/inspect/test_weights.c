@@ -205,6 +205,8 @@ static void test_safetensors_dtypes(void **state)
     int64_t i64[4] = {-5, 0, 7, 1 << 20};
     double f64[4] = {0.5, -0.25, 1e30, -3.0};
     uint8_t e4m3[4] = {0x38, 0x7e, 0xb8, 0x00}; /* 1, 448, -1, 0 */
+    uint8_t f4[2] = {0x21, 0xF9};               /* 0.5, 1 | -0.5, -6: low nibble first */
+    uint8_t e8m0[4] = {127, 128, 0, 120};       /* 1, 2, 2^-127, 2^-7 */
     assert_int_equal(lp_st_writer_add(st, "f16", LP_DTYPE_F16, 1, shape, f16, &err), LP_OK);
     assert_int_equal(lp_st_writer_add(st, "bf16", LP_DTYPE_BF16, 1, shape, bf16, &err), LP_OK);
     assert_int_equal(lp_st_writer_add(st, "i8", LP_DTYPE_I8, 1, shape, i8, &err), LP_OK);
@@ -212,6 +214,8 @@ static void test_safetensors_dtypes(void **state)
     assert_int_equal(lp_st_writer_add(st, "i64", LP_DTYPE_I64, 1, shape, i64, &err), LP_OK);
     assert_int_equal(lp_st_writer_add(st, "f64", LP_DTYPE_F64, 1, shape, f64, &err), LP_OK);
     assert_int_equal(lp_st_writer_add(st, "e4m3", LP_DTYPE_F8_E4M3, 1, shape, e4m3, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(st, "f4", LP_DTYPE_F4_E2M1, 1, shape, f4, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(st, "e8m0", LP_DTYPE_F8_E8M0, 1, shape, e8m0, &err), LP_OK);
     assert_int_equal(lp_st_writer_write(st, path, &err), LP_OK);
     lp_st_writer_destroy(st);
     lp_weights *w = open_ok(path);
@@ -227,6 +231,8 @@ static void test_safetensors_dtypes(void **state)
         {"i64", {-5.0f, 0.0f, 7.0f, 1048576.0f}},
         {"f64", {0.5f, -0.25f, 1e30f, -3.0f}},
         {"e4m3", {1.0f, 448.0f, -1.0f, 0.0f}},
+        {"f4", {0.5f, 1.0f, -0.5f, -6.0f}},
+        {"e8m0", {1.0f, 2.0f, 0x1p-127f, 0x1p-7f}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const lp_tensor *t = lp_weights_find_name(w, cases[c].name);
@@ -381,8 +387,23 @@ static void test_safetensors_malformed(void **state)
     assert_int_equal(lp_weights_count(w), 0);
     lp_weights_close(w);
     /* a dtype of a later safetensors version is unsupported, not malformed */
-    write_raw_st(path, "{\"a\": {\"dtype\": \"F8_E8M0\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1);
-    expect_open_error(path, LP_ERR_UNSUPPORTED, "F8_E8M0", NULL);
+    write_raw_st(path, "{\"a\": {\"dtype\": \"F6_E2M3\", \"shape\": [4], \"data_offsets\": [0, 3]}}", 3);
+    expect_open_error(path, LP_ERR_UNSUPPORTED, "F6_E2M3", NULL);
+    /* F4 packs two values a byte: a shape that ends mid-byte is refused as the reference does */
+    write_raw_st(path, "{\"a\": {\"dtype\": \"F4\", \"shape\": [3], \"data_offsets\": [0, 2]}}", 2);
+    expect_open_error(path, LP_ERR_FORMAT, "tensor 'a': 3 values of F4 do not fill whole bytes", NULL);
+    write_raw_st(path, "{\"a\": {\"dtype\": \"F4\", \"shape\": [2, 3], \"data_offsets\": [0, 4]}}", 4);
+    expect_open_error(path, LP_ERR_FORMAT, "hold 4 bytes but dtype F4 x shape needs 3", NULL);
+    /* the reference loader (serde_json) skips whitespace before the object */
+    write_raw_st(path, " \t\r\n{\"a\": {\"dtype\": \"F4\", \"shape\": [2, 3], \"data_offsets\": [0, 3]}}", 3);
+    w = open_ok(path);
+    assert_int_equal(lp_weights_count(w), 1);
+    assert_int_equal(lp_weights_find_name(w, "a")->dtype, LP_DTYPE_F4_E2M1);
+    lp_weights_close(w);
+    write_raw_st(path, "   \n", 0);
+    expect_open_error(path, LP_ERR_FORMAT, "header of 4 bytes at byte 8 holds only whitespace", NULL);
+    write_raw_st(path, "  x{}", 0);
+    expect_open_error(path, LP_ERR_FORMAT, "header does not start with '{' (byte 10 is 0x78)", NULL);
     /* truncation of a real file, at every 97th byte: always an error, never a crash */
     char dir[600];
     make_dir(dir, sizeof dir, "trunc_src");
