@@ -31,6 +31,7 @@
 
 #define LP_MAX_LAYERS 512 /* more is refused with an error naming the limit */
 #define LP_MAX_DIMS 8
+#define LP_MAX_ROPE_FACTORS 256 /* longrope factors per list (rope_dim / 2); more is refused */
 
 typedef enum lp_ffn_kind {
     LP_FFN_MLP,    /* up -> act -> down, usually with biases (GPT-2, OPT, BLOOM, Phi-2, Falcon) */
@@ -82,6 +83,11 @@ typedef struct lp_rope_scaling {
     double beta_fast; /* yarn */
     double beta_slow;
     double attention_factor; /* yarn/longrope mscale; 0 = derive */
+    /* longrope (Phi-3): one divisor of the inverse frequency per rotated pair, short_factor for
+     * sequences up to original_ctx, long_factor beyond; n_factors = rope_dim / 2, 0 if not given */
+    int64_t n_factors;
+    double short_factor[LP_MAX_ROPE_FACTORS];
+    double long_factor[LP_MAX_ROPE_FACTORS];
 } lp_rope_scaling;
 
 typedef struct lp_arch {
@@ -197,10 +203,15 @@ typedef struct lp_arch {
     bool encoder_only;
     int64_t n_token_types;
     bool pooler;
+    /* ALiBi (BLOOM, MPT, Falcon-RW): the largest slope exponent, MPT's alibi_bias_max; 8 unless a
+     * config says otherwise. Slopes are lp_alibi_slopes' rule for any head count. */
+    double alibi_max_bias;
+    /* MPT clip_qkv: the fused q/k/v projection is clamped to [-qkv_clip, qkv_clip]; 0 = off. */
+    double qkv_clip;
 } lp_arch;
 
 /* Defaults every reader starts from: all zero except eps 1e-5, theta 10000, partial 1.0,
- * embed_scale 1.0, final_norm true, token ids -1. */
+ * embed_scale 1.0, final_norm true, token ids -1, alibi_max_bias 8. */
 void lp_arch_init(lp_arch *arch);
 
 /* Fill the derived fields (head_dim, rope_dim, per-layer arrays where left zero) and check the
@@ -277,6 +288,8 @@ typedef enum lp_role {
     LP_ROLE_SHARED_EXPERT_GATE, /* Qwen MoE sigmoid gate on the shared expert */
     LP_ROLE_OUTPUT_NORM,
     LP_ROLE_LM_HEAD,
+    LP_ROLE_EMBD_PROJ_IN,  /* OPT project_in [hidden, word_embed_proj_dim] */
+    LP_ROLE_EMBD_PROJ_OUT, /* OPT project_out [word_embed_proj_dim, hidden] */
     LP_ROLE_ROPE_FREQS, /* stored buffers that are not parameters */
     LP_ROLE_ATTN_MASK_BUFFER,
     LP_ROLE_COUNT

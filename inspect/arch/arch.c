@@ -21,6 +21,7 @@ void lp_arch_init(lp_arch *arch)
     arch->bos_token_id = -1;
     arch->eos_token_id = -1;
     arch->storage_dtype = LP_DTYPE_INVALID;
+    arch->alibi_max_bias = 8.0;
 }
 
 bool lp_arch_name_in(const char *name, const char *names)
@@ -156,6 +157,39 @@ static lp_status finish_heads(lp_arch *arch, lp_error *err)
     return LP_OK;
 }
 
+/* longrope's factor lists: one per rotated pair; meaningless (and cleared) for other kinds. */
+static lp_status finish_rope_factors(lp_arch *arch, lp_error *err)
+{
+    lp_rope_scaling *s = &arch->rope_scaling;
+    if (s->kind != LP_ROPE_SCALING_LONGROPE) {
+        s->n_factors = 0;
+        memset(s->short_factor, 0, sizeof s->short_factor);
+        memset(s->long_factor, 0, sizeof s->long_factor);
+        return LP_OK;
+    }
+    if (s->n_factors != 0 && s->n_factors != arch->rope_dim / 2)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: longrope has %lld short/long factors, want rope_dim / 2 = %lld",
+                            source_of(arch), (long long)s->n_factors,
+                            (long long)(arch->rope_dim / 2));
+    return LP_OK;
+}
+
+/* ALiBi's bias (0 without ALiBi, so descriptions of one model compare equal) and MPT's
+ * clip, checked. */
+static lp_status finish_alibi_clip(lp_arch *arch, lp_error *err)
+{
+    if (arch->pos_kind != LP_POS_ALIBI)
+        arch->alibi_max_bias = 0.0;
+    else if (!(arch->alibi_max_bias > 0.0) || !isfinite(arch->alibi_max_bias))
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: alibi_max_bias %g must be positive",
+                            source_of(arch), arch->alibi_max_bias);
+    if (!(arch->qkv_clip >= 0.0) || !isfinite(arch->qkv_clip))
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: qkv_clip %g must be a number >= 0 (0 = off)",
+                            source_of(arch), arch->qkv_clip);
+    return LP_OK;
+}
+
 /* RoPE's settings checked (rope_dim derived); without RoPE they mean nothing and are normalized
  * so that two descriptions of one model compare equal whichever reader filled them. */
 static lp_status finish_rope(lp_arch *arch, lp_error *err)
@@ -176,8 +210,9 @@ static lp_status finish_rope(lp_arch *arch, lp_error *err)
     if (!(arch->partial_rotary > 0.0 && arch->partial_rotary <= 1.0))
         return lp_error_set(err, LP_ERR_FORMAT, "%s: partial_rotary %g must be in (0, 1]", src,
                             arch->partial_rotary);
+    /* int(head_dim * partial_rotary_factor), as transformers computes the rotated width */
     if (arch->rope_dim == 0)
-        arch->rope_dim = (int64_t)llround((double)arch->head_dim * arch->partial_rotary);
+        arch->rope_dim = (int64_t)((double)arch->head_dim * arch->partial_rotary);
     if (arch->rope_dim < 0 || arch->rope_dim > arch->head_dim || arch->rope_dim % 2 != 0)
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: rope_dim %lld must be even and at most head_dim %lld", src,
@@ -188,7 +223,7 @@ static lp_status finish_rope(lp_arch *arch, lp_error *err)
                             "%s: rope_scaling %s needs a positive factor, got %g", src,
                             lp_rope_scaling_name(arch->rope_scaling.kind),
                             arch->rope_scaling.factor);
-    return LP_OK;
+    return finish_rope_factors(arch, err);
 }
 
 /* Experts checked; a dense model's expert settings (a family default, a stray key) cleared. */
@@ -293,7 +328,7 @@ lp_status lp_arch_finish(lp_arch *arch, lp_error *err)
     if (!(arch->norm_eps > 0.0) || !isfinite(arch->norm_eps))
         return lp_error_set(err, LP_ERR_FORMAT, "%s: norm_eps %g must be a positive number", src,
                             arch->norm_eps);
-    if ((st = finish_rope(arch, err)) != LP_OK)
+    if ((st = finish_rope(arch, err)) != LP_OK || (st = finish_alibi_clip(arch, err)) != LP_OK)
         return st;
     if (arch->pos_kind == LP_POS_LEARNED && arch->pos_table_rows == 0) {
         if (arch->n_ctx == 0)

@@ -23,6 +23,8 @@ typedef enum json_kind {
     J_SCALING,
     J_DTYPE,        /* null when unknown rather than "invalid" */
     J_ROPE_SCALING, /* the object of ROPE_SCALING_FIELDS */
+    J_NUM_SET,      /* double, left out when 0 (fields most families do not have) */
+    J_INT_SET,      /* int64_t, left out when 0 */
 } json_kind;
 
 typedef struct json_field {
@@ -62,13 +64,13 @@ static const json_field FIELDS[] = {
     F(J_BOOL, parallel_block), F(J_BOOL, parallel_two_norms), F(J_NUM, embed_scale),
     F(J_NUM, attn_logit_softcap), F(J_NUM, final_logit_softcap), F(J_NUM, query_scale),
     F(J_INT, n_mtp_layers), F(J_DTYPE, storage_dtype), F(J_INT, bos_token_id),
-    F(J_INT, eos_token_id),
+    F(J_INT, eos_token_id), F(J_NUM_SET, alibi_max_bias), F(J_NUM_SET, qkv_clip),
 };
 
 static const json_field ROPE_SCALING_FIELDS[] = {
     RS(J_SCALING, kind), RS(J_NUM, factor), RS(J_INT, original_ctx),
     RS(J_NUM, low_freq_factor), RS(J_NUM, high_freq_factor), RS(J_NUM, beta_fast),
-    RS(J_NUM, beta_slow), RS(J_NUM, attention_factor),
+    RS(J_NUM, beta_slow), RS(J_NUM, attention_factor), RS(J_INT_SET, n_factors),
 };
 
 _Static_assert(sizeof(lp_ffn_kind) == sizeof(int) && sizeof(lp_activation) == sizeof(int) &&
@@ -132,9 +134,11 @@ static json_t *field_json(const lp_arch *a, const json_field *f)
     switch (f->kind) {
     case J_TEXT: return text_json(p, f->size);
     case J_INT:
+    case J_INT_SET:
         memcpy(&i, p, sizeof i);
         return json_integer((json_int_t)i);
     case J_NUM:
+    case J_NUM_SET:
         memcpy(&d, p, sizeof d);
         return json_real(d);
     case J_BOOL: return json_boolean(*(const bool *)(const void *)p);
@@ -149,10 +153,25 @@ static json_t *field_json(const lp_arch *a, const json_field *f)
     }
 }
 
+/* A J_*_SET field that holds 0 (absent). */
+static bool left_out(const lp_arch *a, const json_field *f)
+{
+    const char *p = (const char *)a + f->offset;
+    int64_t i;
+    double d;
+    if (f->kind == J_INT_SET)
+        return memcpy(&i, p, sizeof i), i == 0;
+    if (f->kind == J_NUM_SET)
+        return memcpy(&d, p, sizeof d), d == 0.0;
+    return false;
+}
+
 static json_t *object_json(const lp_arch *a, const json_field *fields, size_t n_fields)
 {
     json_t *o = json_object();
     for (size_t k = 0; o && k < n_fields; k++) {
+        if (left_out(a, &fields[k]))
+            continue;
         json_t *v = field_json(a, &fields[k]);
         if (!v || json_object_set_new(o, fields[k].key, v) != 0) {
             json_decref(o);

@@ -71,6 +71,7 @@ static const card_field FIELDS[] = {
     {"attention", "query_pre_attn_scalar", F_SPECIAL, NONE, false},
     {"attention", "logit_softcap", F_NUM, A(attn_logit_softcap), false},
     {"attention", "sinks", F_BOOL, A(attn_sinks), false},
+    {"attention", "qkv_clip", F_NUM, A(qkv_clip), false},
     {"attention", "sliding_window", F_INT, A(sliding_window), false},
     {"attention", "window_layers", F_SPECIAL, NONE, false},
     {"attention", "window_pattern", F_SPECIAL, NONE, false},
@@ -107,6 +108,7 @@ static const card_field FIELDS[] = {
     {"positions", "partial_rotary", F_NUM, A(partial_rotary), false},
     {"positions", "rope_dim", F_INT, A(rope_dim), false},
     {"positions", "rope_layout", F_LAYOUT, A(rope_layout), false},
+    {"positions", "alibi_max_bias", F_NUM, A(alibi_max_bias), false},
     {"positions.rope_scaling", "kind", F_SCALING, RS(kind), true},
     {"positions.rope_scaling", "factor", F_NUM, RS(factor), false},
     {"positions.rope_scaling", "original_ctx", F_INT, RS(original_ctx), false},
@@ -117,6 +119,8 @@ static const card_field FIELDS[] = {
     {"positions.rope_scaling", "attention_factor", F_NUM, RS(attention_factor), false},
     {"positions.rope_scaling", "mscale", F_SPECIAL, NONE, false},
     {"positions.rope_scaling", "mscale_all_dim", F_SPECIAL, NONE, false},
+    {"positions.rope_scaling", "short_factor", F_SPECIAL, NONE, false},
+    {"positions.rope_scaling", "long_factor", F_SPECIAL, NONE, false},
 
     {"norm", "kind", F_NORM, A(norm_kind), true},
     {"norm", "eps", F_NUM, A(norm_eps), true},
@@ -462,6 +466,55 @@ static lp_status read_per_layer(const card_reader *r, yaml_node_t *node, const c
     return st;
 }
 
+/* A list of numbers [1.0, 1.5, ...] of at most max_items entries. */
+static lp_status read_num_list(const card_reader *r, yaml_node_t *node, const char *key,
+                               double *items, int64_t max_items, int64_t *n_items)
+{
+    if (node->type != YAML_SEQUENCE_NODE)
+        return at(r, node, "key '%s': expected a list like [1.0, 1.5]", key);
+    int64_t n = 0;
+    for (yaml_node_item_t *it = node->data.sequence.items.start;
+         it < node->data.sequence.items.top; it++, n++) {
+        if (n >= max_items)
+            return at(r, node, "key '%s': more than %lld entries", key, (long long)max_items);
+        lp_status st = read_num(r, yaml_document_get_node(r->doc, *it), key, &items[n]);
+        if (st != LP_OK)
+            return st;
+    }
+    *n_items = n;
+    return LP_OK;
+}
+
+/* longrope's short_factor and long_factor: both or neither, of one length, every value
+ * positive. */
+static lp_status read_rope_factors(card_reader *r, lp_arch *a)
+{
+    lp_rope_scaling *s = &a->rope_scaling;
+    yaml_node_t *sn = given(r, "positions.rope_scaling", "short_factor");
+    yaml_node_t *ln = given(r, "positions.rope_scaling", "long_factor");
+    if (!sn && !ln)
+        return LP_OK;
+    if (!sn || !ln)
+        return at(r, sn ? sn : ln, "key '%s' needs %s too", sn ? "short_factor" : "long_factor",
+                  sn ? "long_factor" : "short_factor");
+    int64_t n_short = 0, n_long = 0;
+    lp_status st = read_num_list(r, sn, "short_factor", s->short_factor, LP_MAX_ROPE_FACTORS,
+                                 &n_short);
+    if (st == LP_OK)
+        st = read_num_list(r, ln, "long_factor", s->long_factor, LP_MAX_ROPE_FACTORS, &n_long);
+    if (st != LP_OK)
+        return st;
+    if (n_short != n_long)
+        return at(r, ln, "key 'long_factor': %lld entries, short_factor has %lld",
+                  (long long)n_long, (long long)n_short);
+    for (int64_t i = 0; i < n_short; i++)
+        if (!(s->short_factor[i] > 0) || !(s->long_factor[i] > 0))
+            return at(r, s->short_factor[i] > 0 ? ln : sn,
+                      "key 'rope_scaling': factor %lld must be positive", (long long)i);
+    s->n_factors = n_short;
+    return LP_OK;
+}
+
 static double yarn_mscale(double scale, double m)
 {
     return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
@@ -513,6 +566,8 @@ static lp_status check_dependent_keys(card_reader *r, const lp_arch *a)
                   scaling || strcmp(f->key, "partial_rotary") == 0) &&
                  a->pos_kind != LP_POS_ROPE)
             needs = "positions.kind rope";
+        else if (strcmp(f->key, "alibi_max_bias") == 0 && a->pos_kind != LP_POS_ALIBI)
+            needs = "positions.kind alibi";
         if (needs)
             return at(r, r->seen[i], "key '%s.%s' needs %s", f->group, f->key, needs);
     }
@@ -679,7 +734,7 @@ static lp_status finish_specials(card_reader *r, lp_arch *a)
     lp_status st;
     if ((st = check_required(r, a)) != LP_OK || (st = check_dependent_keys(r, a)) != LP_OK ||
         (st = read_heads(r, a, &head_dim)) != LP_OK || (st = read_scales(r, a, head_dim)) != LP_OK ||
-        (st = read_windows(r, a)) != LP_OK)
+        (st = read_windows(r, a)) != LP_OK || (st = read_rope_factors(r, a)) != LP_OK)
         return st;
     return read_layer_lists(r, a);
 }
@@ -934,8 +989,24 @@ static void write_windows(FILE *out, const lp_arch *a)
     fputs("]\n", out);
 }
 
+static void write_num_list(FILE *out, const char *key, const double *v, int64_t n)
+{
+    fprintf(out, "    %s: [", key);
+    for (int64_t i = 0; i < n; i++) {
+        char buf[40];
+        format_num(v[i], buf, sizeof buf);
+        fprintf(out, "%s%s", i ? ", " : "", buf);
+    }
+    fputs("]\n", out);
+}
+
 static void write_specials(FILE *out, const char *group, const lp_arch *a, const char *url)
 {
+    const lp_rope_scaling *rs = &a->rope_scaling;
+    if (strcmp(group, "positions.rope_scaling") == 0 && rs->n_factors > 0) {
+        write_num_list(out, "short_factor", rs->short_factor, rs->n_factors);
+        write_num_list(out, "long_factor", rs->long_factor, rs->n_factors);
+    }
     int64_t n = a->n_layers;
     if (strcmp(group, "model") == 0 && url)
         fprintf(out, "  config_url: %s\n", url);
@@ -982,6 +1053,8 @@ static void write_group(FILE *out, const char *group, const lp_arch *arch, const
         bool rope_field = strcmp(f->group, "positions") == 0 && strncmp(f->key, "rope", 4) == 0;
         if (rope_field && arch->pos_kind != LP_POS_ROPE)
             continue;
+        if (strcmp(f->key, "alibi_max_bias") == 0 && arch->pos_kind != LP_POS_ALIBI)
+            continue;
         bool show = f->always || !field_is_default(f, arch, def) ||
                     strcmp(f->key, "rope_theta") == 0;
         if (!show)
@@ -1003,7 +1076,7 @@ lp_status lp_arch_write_yaml(const lp_arch *arch, const char *config_url, FILE *
     def.n_kv_heads = arch->n_kv_heads;
     if (arch->pos_kind == LP_POS_ROPE) {
         def.rope_dim = arch->mla ? arch->qk_rope_head_dim
-                                 : (int64_t)llround((double)arch->head_dim * arch->partial_rotary);
+                                 : (int64_t)((double)arch->head_dim * arch->partial_rotary);
         def.partial_rotary = arch->mla ? (double)arch->qk_rope_head_dim / (double)arch->head_dim
                                        : 1.0;
     } else {

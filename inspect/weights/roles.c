@@ -43,6 +43,8 @@ static const char *const role_names[LP_ROLE_COUNT] = {
     [LP_ROLE_SHARED_EXPERT_GATE] = "shared_expert_gate",
     [LP_ROLE_OUTPUT_NORM] = "output_norm",
     [LP_ROLE_LM_HEAD] = "lm_head",
+    [LP_ROLE_EMBD_PROJ_IN] = "embd_proj_in",
+    [LP_ROLE_EMBD_PROJ_OUT] = "embd_proj_out",
     [LP_ROLE_ROPE_FREQS] = "rope_freqs",
     [LP_ROLE_ATTN_MASK_BUFFER] = "attn_mask_buffer",
 };

@@ -126,7 +126,10 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_I(n_mtp_layers) SAME_I(storage_dtype) SAME_I(bos_token_id) SAME_I(eos_token_id)
     SAME_I(router_bias) SAME_I(attn_sinks) SAME_I(qk_norm_per_head)
     SAME_I(embed_proj_dim) SAME_I(post_norm) SAME_I(encoder_only) SAME_I(n_token_types)
-    SAME_I(pooler)
+    SAME_I(pooler) SAME_D(alibi_max_bias) SAME_D(qkv_clip) SAME_I(rope_scaling.n_factors)
+    for (int i = 0; i < LP_MAX_ROPE_FACTORS; i++) {
+        SAME_D(rope_scaling.short_factor[i]) SAME_D(rope_scaling.long_factor[i])
+    }
     if (strcmp(a->assumed_family, b->assumed_family) != 0) {
         snprintf(why, why_size, "assumed_family: '%s' vs '%s'", a->assumed_family,
                  b->assumed_family);
@@ -194,9 +197,9 @@ static void test_defaults_and_names(void **state)
      * below, to the card schema (FIELDS in inspect/arch/yaml_card.c, configs/README.md), to
      * inspect/arch/arch_json.c and to the HF reader; then update these numbers and the field named
      * here (the last one). A bool that fits in the trailing padding slips past sizeof. */
-    size_t end_of_fields = offsetof(lp_arch, pooler) + sizeof(bool);
-    if (end_of_fields != 13689 || sizeof(lp_arch) != 13696)
-        fail_msg("lp_arch's fields end at byte %zu, not 13689 (or sizeof changed): see above",
+    size_t end_of_fields = offsetof(lp_arch, qkv_clip) + sizeof(double);
+    if (end_of_fields != 17816 || sizeof(lp_arch) != 17816)
+        fail_msg("lp_arch's fields end at byte %zu, not 17816 (or sizeof changed): see above",
                  end_of_fields);
     lp_arch a;
     lp_arch_init(&a);

@@ -1,9 +1,76 @@
-/* The bound model behind lp_model: per-layer weight views (mmap-borrowed matrices, f32 copies of
- * the small vectors) and the rope tables, shared by model_load.c and forward.c. */
+/* The bound model behind lp_model: the block description every family is told apart by, per-layer
+ * weight views (mmap-borrowed matrices, f32 copies of the small vectors) and the rope tables,
+ * shared by model_load.c and forward.c. */
 #ifndef LP_TRACE_MODEL_INTERNAL_H
 #define LP_TRACE_MODEL_INTERNAL_H
 
 #include "trace/trace.h"
+
+/* ---- the block description: what makes one family's layer differ from another's ------------
+ *
+ * forward.c runs one loop for every family; these values choose its branches. They come from the
+ * arch alone (lp_block_of), except the fused-q/k/v layout, which also depends on how the file
+ * stores the matrix (lp_qkv_layout_of). */
+
+/* How the two sublayers meet the residual stream x. */
+typedef enum lp_residual_kind {
+    LP_RESIDUAL_SEQUENTIAL, /* x += attn(n1 x); x += ffn(n2 x)        Llama, GPT-2, OLMo 2, ... */
+    LP_RESIDUAL_PARALLEL,   /* x += attn(n1 x) + ffn(n2 x)            GPT-NeoX, GPT-J, Phi, Falcon */
+    LP_RESIDUAL_POST_NORM,  /* x = n1(x + attn x); x = n2(x + ffn x)  OPT with do_layer_norm_before
+                               false */
+    LP_RESIDUAL_KIND_COUNT
+} lp_residual_kind;
+
+/* Where a fused q/k/v projection keeps its rows. */
+typedef enum lp_qkv_layout {
+    LP_QKV_SEPARATE, /* three matrices */
+    LP_QKV_CONCAT,   /* one matrix, rows q | k | v: GPT-2 c_attn, Phi-3 qkv_proj, MPT Wqkv, every
+                        GGUF attn_qkv (llama.cpp's converters reorder the others into this) */
+    LP_QKV_GROUPED,  /* rows per kv group g: [q of the group's heads, k_g, v_g]: Falcon's
+                        query_key_value (one group = the 7B layout, one head per group = the per-
+                        head [h][q, k, v] layout that GPT-NeoX and BLOOM store) */
+    LP_QKV_LAYOUT_COUNT
+} lp_qkv_layout;
+
+/* Norms of q and k after the projection, before RoPE. Their kind (RMS or LayerNorm, bias or not)
+ * is the arch's norm_kind, as in every family that has them. */
+typedef enum lp_qk_norm_kind {
+    LP_QK_NORM_NONE,
+    LP_QK_NORM_SHARED, /* one [head_dim] norm applied to every head: Qwen3, Gemma 3, Phi */
+    LP_QK_NORM_EACH,   /* a norm of its own per head, [n_heads, head_dim] / [n_kv, head_dim]:
+                          StableLM 2, Cohere */
+    LP_QK_NORM_WHOLE,  /* one norm over the whole projection, [q_dim] / [kv_dim]: OLMo 2 */
+    LP_QK_NORM_KIND_COUNT
+} lp_qk_norm_kind;
+
+typedef struct lp_block_desc {
+    lp_residual_kind residual;
+    bool input_norms;        /* n1, n2 before the sublayers (false: OLMo 2 norms only outputs) */
+    bool shared_input_norm;  /* parallel with one norm feeding both branches (GPT-J, Phi, Falcon
+                                7B, StableLM 2), else n2 is the FFN's own */
+    bool post_attn_norm;     /* a norm on each sublayer's output before the add (Gemma 2/3
+                                sandwich, OLMo 2) */
+    bool post_ffn_norm;
+    lp_qk_norm_kind qk_norm;
+    lp_pos_kind positions;
+    double alibi_scale;      /* ALiBi slopes are multiplied by this: 1, or 1/sqrt(head_dim) where
+                                the family adds the bias before the softmax scale (Falcon) */
+    double qkv_clip;         /* q, k, v clamped to [-c, c] (MPT clip_qkv); 0 = off */
+    bool embed_norm;         /* a norm right after the embedding (BLOOM) */
+    int64_t embed_dim;       /* width of the token embedding and of the classifier's input:
+                                hidden, or OPT's word_embed_proj_dim with project_in/out */
+} lp_block_desc;
+
+/* The description an arch implies; the one definition forward.c sizes its scratch by. */
+lp_block_desc lp_block_of(const lp_arch *arch);
+
+/* The layout a fused q/k/v matrix of this arch has in a file of this format. */
+lp_qkv_layout lp_qkv_layout_of(const lp_arch *arch, lp_weights_format format);
+
+/* ALiBi slopes of n_heads heads with the given maximum bias (BLOOM, MPT and llama.cpp use 8):
+ * for the largest power of two p <= n_heads, head h < p has 2^(-max_bias (h + 1) / p); the rest
+ * take the odd powers of the next step, 2^(-max_bias (2 (h - p) + 1) / (2 p)). */
+void lp_alibi_slopes(int64_t n_heads, double max_bias, double *slopes);
 
 typedef struct lp_norm_weights {
     float *weight; /* [n] or NULL (unweighted) */
@@ -24,12 +91,14 @@ typedef struct lp_layer_weights {
     int64_t window; /* keys seen including self; 0 = full causal */
 
     lp_norm_weights attn_norm;
-    bool fused_qkv;
+    lp_qkv_layout qkv_layout;
     lp_matrix q, k, v;  /* [q_dim, hidden], [kv_dim, hidden] x2 */
     lp_matrix qkv;      /* fused [q_dim + 2 kv_dim, hidden] */
     float *q_bias, *k_bias, *v_bias; /* or NULL */
     float *qkv_bias;    /* fused [q_dim + 2 kv_dim] or NULL */
-    float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (qk_norm) or NULL */
+    /* q/k norm weights and biases as block.qk_norm shapes them: [head_dim] shared, [heads,
+     * head_dim] each, [q_dim] / [kv_dim] whole; NULL when absent */
+    float *q_norm, *k_norm, *q_norm_bias, *k_norm_bias;
     lp_matrix o;        /* [hidden, q_dim] */
     float *o_bias;
     lp_norm_weights post_attn_norm;
@@ -62,15 +131,20 @@ lp_layer_shape lp_layer_shape_of(const lp_arch *arch, int layer);
 
 struct lp_model {
     lp_arch arch;
+    lp_block_desc block;
     const lp_weights *weights;
     lp_weights *owned_weights; /* closed by lp_model_close when we opened them */
 
-    const lp_tensor *tok_embd;  /* [vocab, hidden] rows fetched per token */
+    const lp_tensor *tok_embd;  /* [vocab, embed_dim] rows fetched per token */
     const lp_tensor *pos_embd;  /* [n_positions, hidden] or NULL */
     lp_norm_weights embed_norm;
     lp_norm_weights out_norm;
-    lp_matrix lm_head;          /* [vocab, hidden] (the embedding when tied) */
+    lp_matrix lm_head;          /* [vocab, embed_dim] (the embedding when tied) */
     float *lm_head_bias;
+    bool has_proj;              /* OPT: project_in [hidden, embed_dim], project_out [embed_dim,
+                                   hidden] */
+    lp_matrix project_in, project_out;
+    float *alibi_slopes;        /* [n_heads], block.alibi_scale applied; NULL without ALiBi */
     lp_layer_weights *layers;   /* [n_layers] */
 
     bool renorm_topk;           /* mixing weights = softmax over the chosen experts */
@@ -79,8 +153,9 @@ struct lp_model {
     size_t n_owned, cap_owned;
 };
 
-/* inv_freq[rope_dim/2] for a sequence of n_tokens (dynamic NTK depends on it) and the cos/sin
- * multiplier (YaRN's attention factor). local: Gemma 3's sliding-layer theta. */
+/* inv_freq[rope_dim/2] for a call whose longest sequence is n_tokens (dynamic NTK and longrope's
+ * choice of factors depend on it) and the cos/sin multiplier (YaRN's and longrope's attention
+ * factor). local: Gemma 3's sliding-layer theta. */
 lp_status lp_model_rope_freqs(const lp_model *model, int64_t n_tokens, bool local, float *inv_freq,
                               float *attn_factor, lp_error *err);
 

@@ -163,16 +163,20 @@ static lp_status bind_vector(lp_model *m, lp_role role, int layer, bool is_bias,
                             lp_weights_path(m->weights), where(buf, sizeof buf, role, layer, -1),
                             is_bias ? " bias" : "");
     }
+    /* A vector is one tensor of n values in any shape (per-head norms come as [heads,
+     * head_dim]), or row `slice` of a stack of them. */
     int64_t len = t->shape[t->n_dims - 1];
-    int64_t expect_elems = slice >= 0 ? len * t->shape[0] : len;
-    if (len != n || t->n_elements != expect_elems)
+    bool fits = slice >= 0 ? len == n && t->n_elements == len * t->shape[0]
+                           : t->n_elements == n && len > 0;
+    if (!fits)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': %lld values, expected %lld",
                             lp_weights_path(m->weights), t->name, (long long)t->n_elements,
                             (long long)n);
     float *v = model_alloc(m, (size_t)n * sizeof *v);
     if (!v)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
-    lp_status st = lp_tensor_rows_f32(t, slice >= 0 ? slice : 0, 1, v, err);
+    lp_status st = slice >= 0 ? lp_tensor_rows_f32(t, slice, 1, v, err)
+                              : lp_tensor_rows_f32(t, 0, n / len, v, err);
     if (st != LP_OK)
         return st;
     *out = v;
@@ -240,6 +244,54 @@ static lp_status check_supported(const lp_arch *a, const char *path, lp_error *e
     return LP_OK;
 }
 
+lp_block_desc lp_block_of(const lp_arch *a)
+{
+    lp_block_desc b;
+    memset(&b, 0, sizeof b);
+    b.residual = a->post_norm        ? LP_RESIDUAL_POST_NORM
+                 : a->parallel_block ? LP_RESIDUAL_PARALLEL
+                                     : LP_RESIDUAL_SEQUENTIAL;
+    b.input_norms = !a->no_input_norm && !a->post_norm;
+    b.shared_input_norm = a->parallel_block && !a->parallel_two_norms;
+    b.post_attn_norm = a->post_attn_norm;
+    b.post_ffn_norm = a->post_ffn_norm;
+    b.qk_norm = a->qk_norm_full       ? LP_QK_NORM_WHOLE
+                : a->qk_norm_per_head ? LP_QK_NORM_EACH
+                : a->qk_norm          ? LP_QK_NORM_SHARED
+                                      : LP_QK_NORM_NONE;
+    b.positions = a->pos_kind;
+    /* Falcon adds the bias to q.k and scales the sum (modeling_falcon.py: (scores + alibi) *
+     * inv_norm_factor); BLOOM and MPT add it to the scaled scores. */
+    b.alibi_scale = strcmp(a->family, "falcon") == 0 && a->head_dim > 0
+                        ? 1.0 / sqrt((double)a->head_dim)
+                        : 1.0;
+    b.qkv_clip = a->qkv_clip;
+    b.embed_norm = a->embed_norm;
+    b.embed_dim = a->embed_proj_dim > 0 ? a->embed_proj_dim : a->hidden_size;
+    return b;
+}
+
+lp_qkv_layout lp_qkv_layout_of(const lp_arch *a, lp_weights_format format)
+{
+    /* Hugging Face's Falcon, GPT-NeoX and BLOOM (and InternLM2's wqkv) keep q, k and v of a kv
+     * group together; llama.cpp's converters reorder them into q | k | v, as GPT-2 stores. */
+    static const char *const grouped[] = {"falcon", "gpt_neox", "bloom", "internlm2", NULL};
+    for (size_t i = 0; format == LP_FORMAT_SAFETENSORS && grouped[i]; i++)
+        if (strcmp(a->family, grouped[i]) == 0)
+            return LP_QKV_GROUPED;
+    return LP_QKV_CONCAT;
+}
+
+void lp_alibi_slopes(int64_t n_heads, double max_bias, double *slopes)
+{
+    int64_t p = 1;
+    while (p * 2 <= n_heads)
+        p *= 2;
+    for (int64_t h = 0; h < n_heads; h++)
+        slopes[h] = h < p ? pow(2.0, -max_bias * (double)(h + 1) / (double)p)
+                          : pow(2.0, -max_bias * (double)(2 * (h - p) + 1) / (double)(2 * p));
+}
+
 lp_layer_shape lp_layer_shape_of(const lp_arch *a, int l)
 {
     lp_layer_shape ls;
@@ -254,7 +306,60 @@ lp_layer_shape lp_layer_shape_of(const lp_arch *a, int l)
     return ls;
 }
 
-/* q, k, v (or the fused qkv) with their biases, the per-head q/k norms, o. */
+/* A q or k norm of n values (see lp_qk_norm_kind): one tensor of n values, or, for one norm per
+ * head, one [head_dim] tensor per head (Hugging Face's StableLM keeps them as norms.H, which the
+ * catalogue gives the head as its expert index). */
+static lp_status bind_qk_norm(lp_model *m, lp_role role, int l, int64_t n, int64_t n_heads,
+                              float **weight, float **bias, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    int64_t hd = a->head_dim;
+    bool each = m->block.qk_norm == LP_QK_NORM_EACH;
+    bool has_bias = a->norm_kind == LP_NORM_LAYER;
+    if (!each || lp_weights_find(m->weights, role, l, -1, false)) {
+        lp_status st = bind_vector(m, role, l, false, n, true, weight, err);
+        if (st == LP_OK && has_bias)
+            st = bind_vector(m, role, l, true, n, false, bias, err);
+        return st;
+    }
+    *weight = model_alloc(m, (size_t)n * sizeof **weight);
+    if (!*weight)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding %s", lp_role_name(role));
+    for (int h = 0; h < n_heads; h++) {
+        char buf[96];
+        int64_t slice;
+        const lp_tensor *t = find_tensor(m, role, l, h, false, &slice);
+        if (!t || t->n_elements != hd || slice >= 0)
+            return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor %s of %lld values not found",
+                                lp_weights_path(m->weights), where(buf, sizeof buf, role, l, h),
+                                (long long)hd);
+        lp_status st = lp_tensor_rows_f32(t, 0, 1, *weight + h * hd, err);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+/* The q and k norms the block description asks for. */
+static lp_status bind_qk_norms(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+{
+    int64_t hd = m->arch.head_dim, nq = hd, nk = hd;
+    if (m->block.qk_norm == LP_QK_NORM_NONE)
+        return LP_OK;
+    if (m->block.qk_norm != LP_QK_NORM_SHARED) {
+        nq = L->q_dim;
+        nk = L->kv_dim;
+    }
+    lp_status st = bind_qk_norm(m, LP_ROLE_ATTN_Q_NORM, l, nq, m->arch.n_heads, &L->q_norm,
+                                &L->q_norm_bias, err);
+    if (st != LP_OK)
+        return st;
+    return bind_qk_norm(m, LP_ROLE_ATTN_K_NORM, l, nk, L->n_kv_heads, &L->k_norm,
+                        &L->k_norm_bias, err);
+}
+
+/* q, k, v (or the fused qkv, in the layout its format stores) with their biases, the q/k norms,
+ * o. */
 static lp_status bind_attention(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
 {
     const lp_arch *a = &m->arch;
@@ -264,6 +369,7 @@ static lp_status bind_attention(lp_model *m, int l, lp_layer_weights *L, lp_erro
     if ((st = bind_matrix(m, LP_ROLE_ATTN_Q, l, -1, L->q_dim, hidden, false, &L->q, &found, err)))
         return st;
     if (found) {
+        L->qkv_layout = LP_QKV_SEPARATE;
         if ((st = bind_matrix(m, LP_ROLE_ATTN_K, l, -1, L->kv_dim, hidden, true, &L->k, NULL, err)) ||
             (st = bind_matrix(m, LP_ROLE_ATTN_V, l, -1, L->kv_dim, hidden, true, &L->v, NULL, err)) ||
             (st = bind_vector(m, LP_ROLE_ATTN_Q, l, true, L->q_dim, false, &L->q_bias, err)) ||
@@ -271,17 +377,14 @@ static lp_status bind_attention(lp_model *m, int l, lp_layer_weights *L, lp_erro
             (st = bind_vector(m, LP_ROLE_ATTN_V, l, true, L->kv_dim, false, &L->v_bias, err)))
             return st;
     } else {
-        L->fused_qkv = true;
+        L->qkv_layout = lp_qkv_layout_of(a, lp_weights_format_of(m->weights));
         int64_t n = L->q_dim + 2 * L->kv_dim;
         if ((st = bind_matrix(m, LP_ROLE_ATTN_QKV, l, -1, n, hidden, true, &L->qkv, NULL, err)) ||
             (st = bind_vector(m, LP_ROLE_ATTN_QKV, l, true, n, false, &L->qkv_bias, err)))
             return st;
     }
-    if (a->qk_norm &&
-        ((st = bind_vector(m, LP_ROLE_ATTN_Q_NORM, l, false, a->head_dim, true, &L->q_norm, err)) ||
-         (st = bind_vector(m, LP_ROLE_ATTN_K_NORM, l, false, a->head_dim, true, &L->k_norm, err))))
-        return st;
-    if ((st = bind_matrix(m, LP_ROLE_ATTN_O, l, -1, hidden, L->q_dim, true, &L->o, NULL, err)))
+    if ((st = bind_qk_norms(m, l, L, err)) ||
+        (st = bind_matrix(m, LP_ROLE_ATTN_O, l, -1, hidden, L->q_dim, true, &L->o, NULL, err)))
         return st;
     return bind_vector(m, LP_ROLE_ATTN_O, l, true, hidden, false, &L->o_bias, err);
 }
@@ -311,41 +414,73 @@ static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error 
     return LP_OK;
 }
 
-/* A dense FFN: up alone (MLP), gate and up, or the fused gate_up; then down. */
-static lp_status bind_dense_ffn(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+/* A gated FFN's gate and up: apart (with their biases), fused as gate_up, or fused and stored
+ * as ffn_up of 2 ffn rows (llama.cpp's phi3). */
+static lp_status bind_gate_up(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
 {
     int64_t F = L->ffn_hidden, hidden = m->arch.hidden_size;
     bool found;
+    lp_status st;
+    if ((st = bind_matrix(m, LP_ROLE_FFN_GATE, l, -1, F, hidden, false, &L->gate, &found, err)))
+        return st;
+    if (found) {
+        if ((st = bind_matrix(m, LP_ROLE_FFN_UP, l, -1, F, hidden, true, &L->up, NULL, err)) ||
+            (st = bind_vector(m, LP_ROLE_FFN_GATE, l, true, F, false, &L->gate_bias, err)))
+            return st;
+        return bind_vector(m, LP_ROLE_FFN_UP, l, true, F, false, &L->up_bias, err);
+    }
+    L->fused_gate_up = true;
+    if ((st = bind_matrix(m, LP_ROLE_FFN_GATE_UP, l, -1, 2 * F, hidden, false, &L->gate_up,
+                          &found, err)) ||
+        found)
+        return st;
+    return bind_matrix(m, LP_ROLE_FFN_UP, l, -1, 2 * F, hidden, true, &L->gate_up, NULL, err);
+}
+
+/* A dense FFN: up alone (MLP) or gate and up; then down. */
+static lp_status bind_dense_ffn(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+{
+    int64_t F = L->ffn_hidden, hidden = m->arch.hidden_size;
     lp_status st;
     if (m->arch.ffn_kind == LP_FFN_MLP) {
         if ((st = bind_matrix(m, LP_ROLE_FFN_UP, l, -1, F, hidden, true, &L->up, NULL, err)) ||
             (st = bind_vector(m, LP_ROLE_FFN_UP, l, true, F, false, &L->up_bias, err)))
             return st;
-    } else {
-        if ((st = bind_matrix(m, LP_ROLE_FFN_GATE, l, -1, F, hidden, false, &L->gate, &found,
-                              err)))
-            return st;
-        L->fused_gate_up = !found;
-        if (found && ((st = bind_matrix(m, LP_ROLE_FFN_UP, l, -1, F, hidden, true, &L->up, NULL,
-                                        err)) ||
-                      (st = bind_vector(m, LP_ROLE_FFN_GATE, l, true, F, false, &L->gate_bias,
-                                        err)) ||
-                      (st = bind_vector(m, LP_ROLE_FFN_UP, l, true, F, false, &L->up_bias, err))))
-            return st;
-        if (!found && (st = bind_matrix(m, LP_ROLE_FFN_GATE_UP, l, -1, 2 * F, hidden, true,
-                                        &L->gate_up, NULL, err)))
-            return st;
+    } else if ((st = bind_gate_up(m, l, L, err))) {
+        return st;
     }
     if ((st = bind_matrix(m, LP_ROLE_FFN_DOWN, l, -1, hidden, F, true, &L->down, NULL, err)))
         return st;
     return bind_vector(m, LP_ROLE_FFN_DOWN, l, true, hidden, false, &L->down_bias, err);
 }
 
+/* Layer l's four norms, each bound where the block description has it: the input norms (also
+ * the post-add norms of a post-norm block; the FFN's own unless a parallel block shares one)
+ * and the output norms. */
+static lp_status bind_layer_norms(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+{
+    const lp_block_desc *b = &m->block;
+    int64_t hidden = m->arch.hidden_size;
+    bool inputs = b->input_norms || b->residual == LP_RESIDUAL_POST_NORM;
+    lp_status st;
+    if (inputs && (st = bind_norm(m, LP_ROLE_ATTN_NORM, l, hidden, true, &L->attn_norm, err)))
+        return st;
+    if (inputs && !b->shared_input_norm &&
+        (st = bind_norm(m, LP_ROLE_FFN_NORM, l, hidden, true, &L->ffn_norm, err)))
+        return st;
+    if (b->post_attn_norm &&
+        (st = bind_norm(m, LP_ROLE_ATTN_POST_NORM, l, hidden, true, &L->post_attn_norm, err)))
+        return st;
+    if (b->post_ffn_norm &&
+        (st = bind_norm(m, LP_ROLE_FFN_POST_NORM, l, hidden, true, &L->post_ffn_norm, err)))
+        return st;
+    return LP_OK;
+}
+
 static lp_status bind_layer(lp_model *m, int l, lp_error *err)
 {
     const lp_arch *a = &m->arch;
     lp_layer_weights *L = &m->layers[l];
-    int64_t hidden = a->hidden_size;
     lp_layer_shape ls = lp_layer_shape_of(a, l);
     if (ls.n_kv_heads <= 0 || a->n_heads % ls.n_kv_heads != 0)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: layer %d: %lld kv heads do not divide %lld heads",
@@ -357,33 +492,36 @@ static lp_status bind_layer(lp_model *m, int l, lp_error *err)
     L->moe = ls.moe;
     L->window = a->layer_window[l];
     lp_status st;
-    if ((st = bind_norm(m, LP_ROLE_ATTN_NORM, l, hidden, true, &L->attn_norm, err)) ||
-        (st = bind_attention(m, l, L, err)))
-        return st;
-    if (a->post_attn_norm &&
-        (st = bind_norm(m, LP_ROLE_ATTN_POST_NORM, l, hidden, true, &L->post_attn_norm, err)))
-        return st;
-    if ((st = bind_norm(m, LP_ROLE_FFN_NORM, l, hidden, true, &L->ffn_norm, err)))
-        return st;
-    if (a->post_ffn_norm &&
-        (st = bind_norm(m, LP_ROLE_FFN_POST_NORM, l, hidden, true, &L->post_ffn_norm, err)))
+    if ((st = bind_layer_norms(m, l, L, err)) || (st = bind_attention(m, l, L, err)))
         return st;
     return L->moe ? bind_experts(m, l, L, err) : bind_dense_ffn(m, l, L, err);
 }
 
-/* The token embedding ([vocab, hidden] at least) and the learned position table. */
+/* The token embedding ([vocab, embed_dim] at least), OPT's projections to and from it, the
+ * learned position table and BLOOM's embedding norm. */
 static lp_status bind_embeddings(lp_model *m, lp_error *err)
 {
     const lp_arch *a = &m->arch;
-    int64_t hidden = a->hidden_size;
+    int64_t hidden = a->hidden_size, E = m->block.embed_dim;
+    lp_status st;
     m->tok_embd = lp_weights_find(m->weights, LP_ROLE_TOKEN_EMBD, -1, -1, false);
-    if (!m->tok_embd || m->tok_embd->n_dims != 2 || m->tok_embd->shape[1] != hidden ||
+    if (!m->tok_embd || m->tok_embd->n_dims != 2 || m->tok_embd->shape[1] != E ||
         m->tok_embd->shape[0] < a->vocab_size)
         return lp_error_set(err, LP_ERR_FORMAT,
-                            m->tok_embd ? "%s: token embedding '%s' is not [vocab %lld, hidden %lld]"
-                                        : "%s: no token embedding tensor%s (vocab %lld, hidden %lld)",
+                            m->tok_embd ? "%s: token embedding '%s' is not [vocab %lld, %lld]"
+                                        : "%s: no token embedding tensor%s (vocab %lld, width %lld)",
                             lp_weights_path(m->weights), m->tok_embd ? m->tok_embd->name : "",
-                            (long long)a->vocab_size, (long long)hidden);
+                            (long long)a->vocab_size, (long long)E);
+    m->has_proj = E != hidden;
+    if (m->has_proj &&
+        ((st = bind_matrix(m, LP_ROLE_EMBD_PROJ_IN, -1, -1, hidden, E, true, &m->project_in, NULL,
+                           err)) ||
+         (st = bind_matrix(m, LP_ROLE_EMBD_PROJ_OUT, -1, -1, E, hidden, true, &m->project_out,
+                           NULL, err))))
+        return st;
+    if (m->block.embed_norm &&
+        (st = bind_norm(m, LP_ROLE_EMBD_NORM, -1, hidden, true, &m->embed_norm, err)))
+        return st;
     if (a->pos_kind != LP_POS_LEARNED)
         return LP_OK;
     m->pos_embd = lp_weights_find(m->weights, LP_ROLE_POS_EMBD, -1, -1, false);
@@ -398,16 +536,16 @@ static lp_status bind_embeddings(lp_model *m, lp_error *err)
 static lp_status bind_output(lp_model *m, lp_error *err)
 {
     const lp_arch *a = &m->arch;
-    int64_t hidden = a->hidden_size;
+    int64_t hidden = a->hidden_size, E = m->block.embed_dim;
     bool found;
     lp_status st;
     if ((st = bind_norm(m, LP_ROLE_OUTPUT_NORM, -1, hidden, a->final_norm, &m->out_norm, err)) ||
-        (st = bind_matrix(m, LP_ROLE_LM_HEAD, -1, -1, a->vocab_size, hidden, false, &m->lm_head,
+        (st = bind_matrix(m, LP_ROLE_LM_HEAD, -1, -1, a->vocab_size, E, false, &m->lm_head,
                           &found, err)))
         return st;
     if (!found) {
         /* Tied classifier: the embedding table itself (first vocab_size rows). */
-        if ((st = bind_matrix(m, LP_ROLE_TOKEN_EMBD, -1, -1, -1, hidden, true, &m->lm_head, NULL,
+        if ((st = bind_matrix(m, LP_ROLE_TOKEN_EMBD, -1, -1, -1, E, true, &m->lm_head, NULL,
                               err)))
             return st;
         m->lm_head.rows = a->vocab_size;
@@ -415,6 +553,23 @@ static lp_status bind_output(lp_model *m, lp_error *err)
     if (a->bias_lm_head)
         return bind_vector(m, LP_ROLE_LM_HEAD, -1, true, a->vocab_size, false, &m->lm_head_bias,
                            err);
+    return LP_OK;
+}
+
+/* Each head's ALiBi slope, scaled as the family adds the bias. */
+static lp_status bind_alibi(lp_model *m, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    if (m->block.positions != LP_POS_ALIBI)
+        return LP_OK;
+    double *slopes = model_alloc(m, (size_t)a->n_heads * sizeof *slopes);
+    m->alibi_slopes = model_alloc(m, (size_t)a->n_heads * sizeof *m->alibi_slopes);
+    if (!slopes || !m->alibi_slopes)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory for %lld ALiBi slopes",
+                            (long long)a->n_heads);
+    lp_alibi_slopes(a->n_heads, a->alibi_max_bias, slopes);
+    for (int64_t h = 0; h < a->n_heads; h++)
+        m->alibi_slopes[h] = (float)(slopes[h] * m->block.alibi_scale);
     return LP_OK;
 }
 
@@ -436,6 +591,7 @@ lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, 
     if (!m)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
     m->arch = *arch;
+    m->block = lp_block_of(arch);
     m->weights = weights;
     m->layers = model_alloc(m, (size_t)m->arch.n_layers * sizeof *m->layers);
     if (!m->layers)
@@ -448,6 +604,8 @@ lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, 
         st = bind_layer(m, l, err);
     if (st == LP_OK)
         st = bind_output(m, err);
+    if (st == LP_OK)
+        st = bind_alibi(m, err);
     if (st != LP_OK) {
         lp_model_close(m);
         return st;
@@ -501,6 +659,7 @@ typedef struct rope_plan {
     lp_rope_scaling_kind kind;
     double base, factor, orig; /* orig: the context the scaling is measured against */
     double low, high;          /* YaRN: pairs below low extrapolate, above high interpolate */
+    const double *ext;         /* longrope: the divisor of each pair's frequency */
 } rope_plan;
 
 /* Dynamic NTK: grow the base once the sequence outruns the context. HF measures against
@@ -513,6 +672,25 @@ static double dynamic_base(const lp_arch *a, const rope_plan *r, int64_t n_token
     double seq = (double)n_tokens > ctx ? (double)n_tokens : ctx;
     return r->base * pow(r->factor * seq / ctx - (r->factor - 1.0),
                          dim / (double)(a->rope_dim - 2 > 0 ? a->rope_dim - 2 : 1));
+}
+
+/* Longrope as transformers' _compute_longrope_parameters: the short factors while the call's
+ * longest sequence fits the original context, the long ones beyond it; the attention factor as
+ * given, else sqrt(1 + ln s / ln original) with s = max_position_embeddings / original (Phi-3
+ * measures s so whenever it states original_max_position_embeddings), else the config's
+ * factor. */
+static lp_status plan_longrope(const lp_arch *a, int64_t n_tokens, rope_plan *r,
+                               float *attn_factor)
+{
+    const lp_rope_scaling *s = &a->rope_scaling;
+    double orig = s->original_ctx > 0 ? (double)s->original_ctx : (double)a->n_ctx;
+    double scale = s->original_ctx > 0 && a->n_ctx > 0 ? (double)a->n_ctx / orig : s->factor;
+    r->ext = (double)n_tokens > orig ? s->long_factor : s->short_factor;
+    if (s->attention_factor > 0)
+        *attn_factor = (float)s->attention_factor;
+    else if (scale > 1.0 && orig > 1.0)
+        *attn_factor = (float)sqrt(1.0 + log(scale) / log(orig));
+    return LP_OK;
 }
 
 static lp_status plan_rope(const lp_arch *a, int64_t n_tokens, bool local, rope_plan *r,
@@ -528,6 +706,9 @@ static lp_status plan_rope(const lp_arch *a, int64_t n_tokens, bool local, rope_
     if (r->base <= 0)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_theta %g must be positive", a->source,
                             r->base);
+    r->ext = NULL;
+    if (r->kind == LP_ROPE_SCALING_LONGROPE)
+        return plan_longrope(a, n_tokens, r, attn_factor);
     /* YaRN without a factor: the ratio of the context to the original one (HF's fallback). */
     if (r->kind == LP_ROPE_SCALING_YARN && !(r->factor > 0) && s->original_ctx > 0 && a->n_ctx > 0)
         r->factor = (double)a->n_ctx / (double)s->original_ctx;
@@ -582,6 +763,8 @@ static double scaled_freq(const lp_arch *a, const rope_plan *r, int64_t i)
         double extrapolation = 1.0 - ramp;
         return (f / r->factor) * (1.0 - extrapolation) + f * extrapolation;
     }
+    case LP_ROPE_SCALING_LONGROPE:
+        return f / r->ext[i];
     default:
         return f;
     }

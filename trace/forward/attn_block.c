@@ -1,0 +1,255 @@
+/* The attention sublayer of every family: q/k/v projections (apart, concatenated or grouped per
+ * kv head), clipping, q/k norms (shared per head, one per head, or over the whole projection),
+ * positions (RoPE with any scaling, ALiBi, none), the heads, o_proj and the post norm. The
+ * block description (model_internal.h) picks each branch. */
+#include "trace/forward/forward_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct head_task {
+    const lp_fw_pass *p;
+    const lp_layer_weights *L;
+    int64_t q_stride, kv_stride;
+    const float *q, *k, *v;
+    int head0; /* first head of this group; task i runs head head0 + i into probability slot i */
+    bool with_probs;
+} head_task;
+
+static void run_head(void *ctx, int64_t task)
+{
+    const head_task *h = ctx;
+    const lp_fw_pass *p = h->p;
+    const lp_model *m = p->m;
+    const lp_arch *a = &m->arch;
+    int head = h->head0 + (int)task;
+    int64_t group = a->n_heads / h->L->n_kv_heads; /* query heads per kv head */
+    int64_t kv_head = head / group;
+    int64_t hd = a->head_dim, T = p->T;
+    /* GQA: query head `head` reads kv head head / group; q, k, v are rows of the projections */
+    lp_attn_args args = {
+        .q = h->q + head * hd, .k = h->k + kv_head * hd, .v = h->v + kv_head * hd,
+        .out = p->s.attn + head * hd, .n_q = T, .n_k = T, .head_dim = hd, .v_dim = hd,
+        .q_stride = h->q_stride, .k_stride = h->kv_stride, .v_stride = h->kv_stride,
+        .out_stride = h->L->q_dim,
+        .scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd)),
+        .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
+        .probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL,
+        .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
+        .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f,
+    };
+    lp_attention(&args);
+}
+
+/* The layer's q, k and v rows, views into s->qkv: fused projections interleave them per row,
+ * separate ones fill contiguous [T, q_dim], [T, kv_dim], [T, kv_dim] blocks. */
+typedef struct qkv_views {
+    float *q, *k, *v;
+    int64_t q_stride, kv_stride;
+} qkv_views;
+
+/* A grouped row [g][q of the group's heads, k_g, v_g] rewritten in place as q | k | v. */
+static void regroup_row(const lp_fw_pass *p, const lp_layer_weights *L, float *row)
+{
+    int64_t hd = p->m->arch.head_dim, groups = L->n_kv_heads;
+    int64_t q_per_group = L->q_dim / groups, width = L->q_dim + 2 * L->kv_dim;
+    float *src = p->s.qkv_row;
+    memcpy(src, row, (size_t)width * sizeof *src);
+    for (int64_t g = 0; g < groups; g++) {
+        const float *grp = src + g * (q_per_group + 2 * hd);
+        memcpy(row + g * q_per_group, grp, (size_t)q_per_group * sizeof *row);
+        memcpy(row + L->q_dim + g * hd, grp + q_per_group, (size_t)hd * sizeof *row);
+        memcpy(row + L->q_dim + L->kv_dim + g * hd, grp + q_per_group + hd,
+               (size_t)hd * sizeof *row);
+    }
+}
+
+/* MPT's clip_qkv: every q, k and v value clamped to [-c, c]. */
+static void clip_qkv(float *x, int64_t n, double c)
+{
+    float lo = (float)-c, hi = (float)c;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+}
+
+static lp_status project_qkv(lp_fw_pass *p, const lp_layer_weights *L, const float *in,
+                             qkv_views *x)
+{
+    lp_fw_scratch *s = &p->s;
+    int64_t T = p->T, width = L->q_dim + 2 * L->kv_dim;
+    lp_status st;
+    x->q = s->qkv;
+    if (L->qkv_layout != LP_QKV_SEPARATE) {
+        x->q_stride = x->kv_stride = width;
+        x->k = x->q + L->q_dim;
+        x->v = x->k + L->kv_dim;
+        if ((st = lp_fw_linear(p, in, T, &L->qkv, L->qkv_bias, s->qkv)))
+            return st;
+        for (int64_t t = 0; L->qkv_layout == LP_QKV_GROUPED && t < T; t++)
+            regroup_row(p, L, s->qkv + t * width);
+    } else {
+        x->q_stride = L->q_dim;
+        x->kv_stride = L->kv_dim;
+        x->k = x->q + T * L->q_dim;
+        x->v = x->k + T * L->kv_dim;
+        if ((st = lp_fw_linear(p, in, T, &L->q, L->q_bias, x->q)) ||
+            (st = lp_fw_linear(p, in, T, &L->k, L->k_bias, x->k)) ||
+            (st = lp_fw_linear(p, in, T, &L->v, L->v_bias, x->v)))
+            return st;
+    }
+    /* either layout fills T * width values from s->qkv on */
+    if (p->m->block.qkv_clip > 0)
+        clip_qkv(s->qkv, T * width, p->m->block.qkv_clip);
+    return LP_OK;
+}
+
+/* One position's q and k rows normed as the block says, in place. */
+static void norm_qk(const lp_fw_pass *p, const lp_layer_weights *L, float *q, float *k)
+{
+    const lp_arch *a = &p->m->arch;
+    int64_t hd = a->head_dim;
+    switch (p->m->block.qk_norm) {
+    case LP_QK_NORM_SHARED:
+        lp_fw_norm_rows(a, L->q_norm, L->q_norm_bias, q, q, a->n_heads, hd);
+        lp_fw_norm_rows(a, L->k_norm, L->k_norm_bias, k, k, L->n_kv_heads, hd);
+        break;
+    case LP_QK_NORM_EACH:
+        for (int64_t h = 0; h < a->n_heads; h++)
+            lp_fw_norm_rows(a, L->q_norm + h * hd, L->q_norm_bias ? L->q_norm_bias + h * hd : NULL,
+                            q + h * hd, q + h * hd, 1, hd);
+        for (int64_t h = 0; h < L->n_kv_heads; h++)
+            lp_fw_norm_rows(a, L->k_norm + h * hd, L->k_norm_bias ? L->k_norm_bias + h * hd : NULL,
+                            k + h * hd, k + h * hd, 1, hd);
+        break;
+    case LP_QK_NORM_WHOLE:
+        lp_fw_norm_rows(a, L->q_norm, L->q_norm_bias, q, q, 1, L->q_dim);
+        lp_fw_norm_rows(a, L->k_norm, L->k_norm_bias, k, k, 1, L->kv_dim);
+        break;
+    default:
+        break;
+    }
+}
+
+/* The layer's inverse frequencies and cos/sin factor: sliding layers of a model with a local
+ * theta (Gemma 3) rotate with it and without the global attention factor. */
+static lp_status layer_freqs(lp_fw_pass *p, const lp_layer_weights *L, const float **inv_freq,
+                             float *attn_factor)
+{
+    const lp_arch *a = &p->m->arch;
+    bool local = L->window > 0 && a->rope_local_theta > 0;
+    float unused;
+    lp_status st = lp_model_rope_freqs(p->m, p->rope_len, false, p->s.inv_freq, attn_factor,
+                                       p->err);
+    if (st == LP_OK && local) {
+        st = lp_model_rope_freqs(p->m, p->rope_len, true, p->s.inv_freq_local, &unused, p->err);
+        *attn_factor = 1.0f;
+    }
+    *inv_freq = local ? p->s.inv_freq_local : p->s.inv_freq;
+    return st;
+}
+
+/* q/k norms, then RoPE, position by position. */
+static lp_status position_qk(lp_fw_pass *p, const lp_layer_weights *L, const qkv_views *x)
+{
+    const lp_arch *a = &p->m->arch;
+    bool rope = p->m->block.positions == LP_POS_ROPE;
+    const float *inv_freq = NULL;
+    float attn_factor = 1.0f;
+    lp_status st;
+    if (rope && (st = layer_freqs(p, L, &inv_freq, &attn_factor)))
+        return st;
+    bool adjacent = a->rope_layout == LP_ROPE_ADJACENT;
+    int64_t hd = a->head_dim;
+    for (int64_t t = 0; t < p->T; t++) {
+        float *qt = x->q + t * x->q_stride, *kt = x->k + t * x->kv_stride;
+        norm_qk(p, L, qt, kt);
+        if (rope) {
+            int64_t pos = p->s.positions[t];
+            lp_rope(qt, a->n_heads, hd, a->rope_dim, pos, inv_freq, attn_factor, adjacent);
+            lp_rope(kt, L->n_kv_heads, hd, a->rope_dim, pos, inv_freq, attn_factor, adjacent);
+        }
+    }
+    return LP_OK;
+}
+
+/* Hand the maps and statistics of heads h0 .. h0+n-1 (just computed, probabilities in slots
+ * 0 .. n-1 when with_probs) to the observer. */
+static lp_status emit_head_maps(lp_fw_pass *p, int l, int h0, int64_t n, bool with_probs)
+{
+    lp_fw_scratch *s = &p->s;
+    int64_t T = p->T;
+    lp_status st;
+    for (int64_t i = 0; i < n; i++) {
+        int head = h0 + (int)i;
+        const lp_attn_row_stats *rs = s->row_stats + (int64_t)head * T;
+        if (with_probs && lp_fw_wants(p, LP_SITE_ATTN_PROBS, l, head)) {
+            lp_view view = {s->probs + i * p->plan.slot_stride, T, T, T, 0, rs, NULL};
+            if ((st = lp_fw_emit(p, LP_SITE_ATTN_PROBS, l, head, &view)))
+                return st;
+        }
+        if (lp_fw_wants(p, LP_SITE_ATTN_STATS, l, head)) {
+            lp_view view = {NULL, T, 0, 0, 0, rs, NULL};
+            if ((st = lp_fw_emit(p, LP_SITE_ATTN_STATS, l, head, &view)))
+                return st;
+        }
+    }
+    return LP_OK;
+}
+
+/* Every head, in groups of n_prob_slots when probabilities are wanted (each needs a [T, T]
+ * slot), else all at once; maps and statistics go to the observer group by group. */
+static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, const qkv_views *x)
+{
+    const lp_arch *a = &p->m->arch;
+    bool any_probs = false;
+    for (int h = 0; h < a->n_heads && !any_probs; h++)
+        any_probs = lp_fw_wants(p, LP_SITE_ATTN_PROBS, l, h);
+    /* An observer that said no to every map up front gets none now either (no slots exist). */
+    any_probs = any_probs && p->s.probs != NULL;
+    int64_t group = any_probs ? p->plan.n_prob_slots : a->n_heads;
+    if (group < 1)
+        group = 1;
+    for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
+        int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
+        head_task task = {p, L, x->q_stride, x->kv_stride, x->q, x->k, x->v, h0, any_probs};
+        lp_fw_pool_or_serial(p->pool, n, run_head, &task);
+        lp_status st = emit_head_maps(p, l, h0, n, any_probs);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+static lp_status emit_head_outputs(lp_fw_pass *p, int l, const lp_layer_weights *L)
+{
+    const lp_arch *a = &p->m->arch;
+    for (int h = 0; h < a->n_heads; h++) {
+        if (!lp_fw_wants(p, LP_SITE_HEAD_OUTPUT, l, h))
+            continue;
+        lp_view view = {p->s.attn + (int64_t)h * a->head_dim, p->T, a->head_dim, L->q_dim, 0, NULL,
+                        NULL};
+        lp_status st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
+{
+    const lp_layer_weights *L = &p->m->layers[l];
+    int64_t T = p->T, H = p->m->arch.hidden_size;
+    qkv_views x;
+    lp_status st;
+    if ((st = project_qkv(p, L, in, &x)) || (st = position_qk(p, L, &x)))
+        return st;
+    p->mask.window = p->opts->window_override > 0 ? p->opts->window_override
+                     : p->opts->sliding_window     ? L->window
+                                                   : 0;
+    if ((st = run_heads(p, l, L, &x)) || (st = emit_head_outputs(p, l, L)) ||
+        (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
+        return st;
+    if (L->post_attn_norm.present)
+        lp_fw_norm(p, &L->post_attn_norm, out, out, T);
+    return lp_fw_emit_matrix(p, LP_SITE_ATTN_OUT, l, out, T, H, H);
+}

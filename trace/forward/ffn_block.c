@@ -1,0 +1,187 @@
+/* The feed-forward sublayer: a plain MLP with its activation, a gated one (gate and up apart or
+ * fused), or routed experts; then the post norm and the FFN_OUT site. */
+#include "trace/forward/forward_internal.h"
+
+#include <string.h>
+
+static void activate(const lp_arch *a, float *gate, const float *up, int64_t n)
+{
+    bool tanh_approx = a->act == LP_ACT_GELU_TANH;
+    if (up) {
+        if (a->ffn_kind == LP_FFN_GEGLU || a->act == LP_ACT_GELU || a->act == LP_ACT_GELU_TANH)
+            lp_gelu_mul(gate, up, n, tanh_approx);
+        else
+            lp_silu_mul(gate, up, n);
+        return;
+    }
+    switch (a->act) {
+    case LP_ACT_SILU: lp_silu(gate, n); break;
+    case LP_ACT_RELU:
+        for (int64_t i = 0; i < n; i++)
+            gate[i] = gate[i] > 0.0f ? gate[i] : 0.0f;
+        break;
+    default: lp_gelu(gate, n, tanh_approx); break;
+    }
+}
+
+/* The FFN of `rows` rows (at most ffn_rows), in -> out. */
+static lp_status dense_ffn_chunk(lp_fw_pass *p, const lp_layer_weights *L, const float *in,
+                                 int64_t rows, float *out)
+{
+    const lp_arch *a = &p->m->arch;
+    int64_t F = L->ffn_hidden;
+    lp_fw_scratch *s = &p->s;
+    lp_status st;
+    if (a->ffn_kind == LP_FFN_MLP) {
+        if ((st = lp_fw_linear(p, in, rows, &L->up, L->up_bias, s->gate)))
+            return st;
+        activate(a, s->gate, NULL, rows * F);
+    } else if (L->fused_gate_up) {
+        /* [gate | up] per row; compact the gate half after activation. */
+        if ((st = lp_fw_linear(p, in, rows, &L->gate_up, NULL, s->gate)))
+            return st;
+        for (int64_t t = 0; t < rows; t++) {
+            float *row = s->gate + t * 2 * F;
+            activate(a, row, row + F, F);
+            memmove(s->gate + t * F, row, (size_t)F * sizeof(float));
+        }
+    } else {
+        if ((st = lp_fw_linear(p, in, rows, &L->gate, L->gate_bias, s->gate)) ||
+            (st = lp_fw_linear(p, in, rows, &L->up, L->up_bias, s->up)))
+            return st;
+        activate(a, s->gate, s->up, rows * F);
+    }
+    return lp_fw_linear(p, s->gate, rows, &L->down, L->down_bias, out);
+}
+
+static lp_status dense_ffn(lp_fw_pass *p, const lp_layer_weights *L, const float *in,
+                           int64_t rows, float *out)
+{
+    int64_t H = p->m->arch.hidden_size, chunk = p->plan.ffn_rows;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        lp_status st = dense_ffn_chunk(p, L, in + r0 * H, n, out + r0 * H);
+        if (st != LP_OK)
+            return st;
+    }
+    return LP_OK;
+}
+
+/* Token t's top-k experts by router probability r[E] (ties: lower id), best first, and their
+ * mixing weights (renormalized over the chosen ones where the family does that). */
+static void choose_experts(const lp_model *m, const float *r, int64_t E, int64_t K,
+                           int32_t *chosen, float *w)
+{
+    double sum = 0.0;
+    for (int64_t j = 0; j < K; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++) {
+            bool taken = false;
+            for (int64_t i = 0; i < j; i++)
+                taken = taken || chosen[i] == e;
+            if (!taken && (best < 0 || r[e] > r[best]))
+                best = e;
+        }
+        chosen[j] = best;
+        w[j] = r[best];
+        sum += (double)r[best];
+    }
+    if (m->renorm_topk && sum > 0)
+        for (int64_t j = 0; j < K; j++)
+            w[j] = (float)((double)w[j] / sum);
+}
+
+/* The router over every token of in, its choices, and the ROUTER site. */
+static lp_status route_tokens(lp_fw_pass *p, int l, const lp_layer_weights *L, const float *in)
+{
+    const lp_arch *a = &p->m->arch;
+    int64_t T = p->T, E = a->n_experts, K = a->n_experts_per_tok;
+    lp_fw_scratch *s = &p->s;
+    lp_status st = lp_fw_linear(p, in, T, &L->router, L->router_bias, s->router);
+    if (st != LP_OK)
+        return st;
+    for (int64_t t = 0; t < T; t++) {
+        lp_softmax(s->router + t * E, E);
+        choose_experts(p->m, s->router + t * E, E, K, s->chosen + t * K, s->chosen_w + t * K);
+    }
+    if (!lp_fw_wants(p, LP_SITE_ROUTER, l, -1))
+        return LP_OK;
+    lp_router_view rv = {E, K, s->chosen, s->chosen_w};
+    lp_view view = {s->router, T, E, E, 0, NULL, &rv};
+    return lp_fw_emit(p, LP_SITE_ROUTER, l, -1, &view);
+}
+
+/* Expert e's weight in token t's mixture (0 when not chosen). */
+static float expert_weight(const lp_fw_scratch *s, int64_t K, int64_t t, int32_t e)
+{
+    float w = 0.0f;
+    for (int64_t j = 0; j < K; j++)
+        if (s->chosen[t * K + j] == e)
+            w = s->chosen_w[t * K + j];
+    return w;
+}
+
+/* Expert e over the tokens routed to it, ffn_rows at a time, its weighted output added into
+ * out in token order. */
+static lp_status run_expert(lp_fw_pass *p, const lp_layer_weights *L, int32_t e, const float *in,
+                            float *out)
+{
+    const lp_arch *a = &p->m->arch;
+    int64_t T = p->T, H = a->hidden_size, K = a->n_experts_per_tok, F = L->ffn_hidden;
+    lp_fw_scratch *s = &p->s;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < K; j++)
+            if (s->chosen[t * K + j] == e)
+                s->tok_list[n++] = t;
+    const lp_expert_weights *X = &L->experts[e];
+    lp_status st;
+    for (int64_t i0 = 0; i0 < n; i0 += p->plan.ffn_rows) {
+        int64_t c = n - i0 < p->plan.ffn_rows ? n - i0 : p->plan.ffn_rows;
+        const int64_t *toks = s->tok_list + i0;
+        for (int64_t i = 0; i < c; i++)
+            memcpy(s->gather + i * H, in + toks[i] * H, (size_t)H * sizeof(float));
+        if ((st = lp_fw_linear(p, s->gather, c, &X->gate, NULL, s->gate)) ||
+            (st = lp_fw_linear(p, s->gather, c, &X->up, NULL, s->up)))
+            return st;
+        activate(a, s->gate, s->up, c * F);
+        if ((st = lp_fw_linear(p, s->gate, c, &X->down, NULL, s->expert_out)))
+            return st;
+        for (int64_t i = 0; i < c; i++) {
+            float w = expert_weight(s, K, toks[i], e);
+            float *dst = out + toks[i] * H;
+            const float *src = s->expert_out + i * H;
+            for (int64_t d = 0; d < H; d++)
+                dst[d] += w * src[d];
+        }
+    }
+    return LP_OK;
+}
+
+static lp_status moe_ffn(lp_fw_pass *p, int l, const float *in, float *out)
+{
+    const lp_layer_weights *L = &p->m->layers[l];
+    int64_t T = p->T, H = p->m->arch.hidden_size;
+    lp_status st = route_tokens(p, l, L, in);
+    if (st != LP_OK)
+        return st;
+    memset(out, 0, (size_t)(T * H) * sizeof(float));
+    /* Expert by expert, over the tokens routed to it; the weighted sum is added in a fixed
+     * (expert, token) order, so the result does not depend on threads. */
+    for (int32_t e = 0; e < p->m->arch.n_experts; e++)
+        if ((st = run_expert(p, L, e, in, out)) != LP_OK)
+            return st;
+    return LP_OK;
+}
+
+lp_status lp_fw_ffn(lp_fw_pass *p, int l, const float *in, float *out)
+{
+    const lp_layer_weights *L = &p->m->layers[l];
+    int64_t T = p->T, H = p->m->arch.hidden_size;
+    lp_status st = L->moe ? moe_ffn(p, l, in, out) : dense_ffn(p, L, in, T, out);
+    if (st != LP_OK)
+        return st;
+    if (L->post_ffn_norm.present)
+        lp_fw_norm(p, &L->post_ffn_norm, out, out, T);
+    return lp_fw_emit_matrix(p, LP_SITE_FFN_OUT, l, out, T, H, H);
+}

@@ -1,0 +1,102 @@
+/* What the files of the forward pass share: one call's state (the pass), its scratch, and the
+ * helpers every sublayer uses. forward.c runs the layers; attn_block.c and ffn_block.c are the two
+ * sublayers; pass.c sizes the scratch and talks to the observer. Calls go one way only:
+ * forward.c -> attn_block.c, ffn_block.c -> pass.c.
+ *
+ *   pass p = ...;                                   // forward.c fills it per call
+ *   const float *in = lp_fw_block_input(&p, &L->attn_norm);
+ *   lp_fw_attention(&p, l, in, p.s.tmp);            // ATTN_OUT emitted inside
+ */
+#ifndef LP_TRACE_FORWARD_INTERNAL_H
+#define LP_TRACE_FORWARD_INTERNAL_H
+
+#include "trace/forward/model_internal.h"
+#include "trace/trace.h"
+
+/* Scratch layout for one sequence of T tokens; every buffer 64-byte aligned in one arena. */
+typedef struct lp_fw_plan {
+    int64_t T;
+    int64_t q_dim, kv_dim, ffn; /* the widest layer's (lp_layer_shape_of) */
+    int64_t n_prob_slots; /* heads computed at once, each with its own [T, T] slot */
+    int64_t slot_stride;  /* floats between slots: T*T rounded up to a cache line, so threads
+                             writing neighbouring slots never share one */
+    int64_t logits_rows;  /* rows per logits chunk */
+    int64_t ffn_rows;     /* rows per FFN chunk */
+    uint64_t total;
+} lp_fw_plan;
+
+typedef struct lp_fw_scratch {
+    float *x;        /* [T, hidden] residual stream */
+    float *xn;       /* [T, hidden] normed input of a sublayer */
+    float *tmp;      /* [T, hidden] sublayer output before the residual add */
+    float *ffn_out;  /* [T, hidden] the FFN's output beside the attention's (parallel blocks) */
+    float *embed;    /* [T, embed_dim] token rows before project_in, after project_out (OPT) */
+    float *qkv;      /* [T, q_dim + 2 kv_dim] (q | k | v per row) */
+    float *qkv_row;  /* [q_dim + 2 kv_dim] one fused row while it is regrouped */
+    float *attn;     /* [T, q_dim] head outputs, head h at columns h*head_dim */
+    float *gate;     /* [ffn_rows, 2 ffn] (fused gate|up needs both halves) */
+    float *up;       /* [ffn_rows, ffn] */
+    float *probs;    /* [n_prob_slots, slot_stride >= T*T] or NULL */
+    lp_attn_row_stats *row_stats; /* [n_heads, T] */
+    float *logits;   /* [logits_rows, vocab] */
+    float *inv_freq; /* [rope_dim / 2] */
+    float *inv_freq_local;
+    int64_t *positions; /* [T] */
+    /* MoE */
+    float *router;      /* [T, n_experts] softmax over all experts */
+    int32_t *chosen;    /* [T, top_k] */
+    float *chosen_w;    /* [T, top_k] */
+    int64_t *tok_list;  /* [T] tokens routed to one expert */
+    float *gather;      /* [ffn_rows, hidden] */
+    float *expert_out;  /* [ffn_rows, hidden] */
+} lp_fw_scratch;
+
+/* The state of one call, shared by the sublayers. */
+typedef struct lp_fw_pass {
+    const lp_model *m;
+    const lp_forward_opts *opts;
+    const lp_observer *obs;
+    lp_pool *pool;
+    lp_fw_scratch s;
+    lp_fw_plan plan;
+    int64_t b;        /* batch item */
+    int64_t T;
+    int64_t rope_len; /* the call's longest real sequence: what dynamic NTK and longrope see */
+    lp_mask_spec mask;
+    lp_error *err;
+} lp_fw_pass;
+
+/* pass.c: the plan (false on overflow) and the arena's buffers (false when it is too small). */
+bool lp_fw_make_plan(const lp_arch *a, int64_t T, bool want_probs, int n_threads, lp_fw_plan *p);
+struct lp_arena;
+bool lp_fw_carve(struct lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_scratch *s);
+
+/* pass.c: the observer. */
+bool lp_fw_wants(const lp_fw_pass *p, lp_site_kind kind, int layer, int head);
+lp_status lp_fw_emit(const lp_fw_pass *p, lp_site_kind kind, int layer, int head,
+                     const lp_view *view);
+lp_status lp_fw_emit_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, const float *data,
+                            int64_t rows, int64_t cols, int64_t stride);
+
+/* pass.c: the arch's norm (RMS or LayerNorm) over `rows` rows of n values, dst may be src;
+ * weight and bias may be NULL. */
+void lp_fw_norm_rows(const lp_arch *a, const float *weight, const float *bias, float *dst,
+                     const float *src, int64_t rows, int64_t n);
+/* A hidden-wide norm of the layer (or the final one) over T rows. */
+void lp_fw_norm(const lp_fw_pass *p, const lp_norm_weights *nw, float *dst, const float *src,
+                int64_t rows);
+/* The input of a sublayer: its norm of x into xn, or x itself when the block has no input
+ * norms (OLMo 2) or none is given. */
+const float *lp_fw_block_input(lp_fw_pass *p, const lp_norm_weights *nw);
+lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
+                       const float *bias, float *y);
+void lp_fw_pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t), void *ctx);
+
+/* attn_block.c: layer l's attention over in [T, hidden] into out [T, hidden], its post norm
+ * applied and ATTN_OUT (and every per-head site) emitted. */
+lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out);
+
+/* ffn_block.c: layer l's FFN (dense or experts) over in into out, post norm, FFN_OUT. */
+lp_status lp_fw_ffn(lp_fw_pass *p, int l, const float *in, float *out);
+
+#endif

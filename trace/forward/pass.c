@@ -1,0 +1,223 @@
+/* The forward pass's ground floor: one call's scratch (planned, then carved from one arena), the
+ * observer calls, norms and linear layers as every sublayer uses them. */
+#include "trace/forward/forward_internal.h"
+
+#include <string.h>
+
+#include "core/arena.h"
+#include "core/checked.h"
+
+/* Logits are computed in chunks of rows so a 150k vocabulary never needs [T, vocab] at once. */
+#define LOGITS_CHUNK_FLOATS (4u << 20)
+/* The FFN runs over at most this many rows at a time, so its [rows, ffn] scratch stays small for
+ * long prompts (GEMMs of 256 rows are already at full speed). */
+#define FFN_CHUNK_ROWS 256
+
+static uint64_t round64(uint64_t n) { return (n + 63) / 64 * 64; }
+
+/* Adds n elements of `size` bytes to *total; false on overflow. */
+static bool plan_add(uint64_t *total, uint64_t n, uint64_t size)
+{
+    uint64_t bytes;
+    if (!lp_mul_u64(n, size, &bytes))
+        return false;
+    return lp_add_u64(*total, round64(bytes) + 64, total);
+}
+
+static void widest_layer(const lp_arch *a, lp_fw_plan *p)
+{
+    p->q_dim = p->kv_dim = p->ffn = 0;
+    for (int l = 0; l < a->n_layers; l++) {
+        lp_layer_shape ls = lp_layer_shape_of(a, l);
+        p->q_dim = ls.q_dim > p->q_dim ? ls.q_dim : p->q_dim;
+        p->kv_dim = ls.kv_dim > p->kv_dim ? ls.kv_dim : p->kv_dim;
+        p->ffn = ls.ffn_hidden > p->ffn ? ls.ffn_hidden : p->ffn;
+    }
+}
+
+/* The [T, T] probability slots: one per head computed at once. */
+static bool plan_prob_slots(const lp_arch *a, bool want_probs, int n_threads, lp_fw_plan *p,
+                            uint64_t *total)
+{
+    uint64_t t = (uint64_t)p->T, tt, slots;
+    p->n_prob_slots = want_probs ? (n_threads < a->n_heads ? n_threads : a->n_heads) : 0;
+    p->slot_stride = 0;
+    if (p->n_prob_slots == 0)
+        return true;
+    if (!lp_mul_u64(t, t, &tt) || tt >= ((uint64_t)1 << 40))
+        return false;
+    tt = (tt + 15) / 16 * 16;
+    p->slot_stride = (int64_t)tt;
+    return lp_mul_u64((uint64_t)p->n_prob_slots, tt, &slots) && plan_add(total, slots, 4);
+}
+
+/* The buffers only some blocks need: the parallel FFN's output, OPT's projected embeddings,
+ * the MoE routing. */
+static bool plan_block_extras(const lp_arch *a, const lp_fw_plan *p, uint64_t *total)
+{
+    lp_block_desc b = lp_block_of(a);
+    uint64_t t = (uint64_t)p->T, H = (uint64_t)a->hidden_size, fr = (uint64_t)p->ffn_rows;
+    uint64_t E = (uint64_t)(a->n_experts > 0 ? a->n_experts : 0);
+    uint64_t K = (uint64_t)(a->n_experts_per_tok > 0 ? a->n_experts_per_tok : 0);
+    bool ok = true;
+    if (b.residual == LP_RESIDUAL_PARALLEL)
+        ok = plan_add(total, t, H * 4);
+    if (ok && a->embed_proj_dim > 0)
+        ok = plan_add(total, t, (uint64_t)a->embed_proj_dim * 4);
+    if (ok && E > 0)
+        ok = plan_add(total, t, E * 4) && plan_add(total, t, K * 4) && plan_add(total, t, K * 4) &&
+             plan_add(total, t, 8) && plan_add(total, fr * 2, H * 4);
+    return ok;
+}
+
+bool lp_fw_make_plan(const lp_arch *a, int64_t T, bool want_probs, int n_threads, lp_fw_plan *p)
+{
+    uint64_t t = (uint64_t)T, H = (uint64_t)a->hidden_size, total = 0;
+    p->T = T;
+    widest_layer(a, p);
+    uint64_t qkv_w = (uint64_t)(p->q_dim + 2 * p->kv_dim), ffn = (uint64_t)p->ffn;
+    int64_t rows = (int64_t)(LOGITS_CHUNK_FLOATS / (uint64_t)a->vocab_size);
+    if (rows < 1)
+        rows = 1;
+    p->logits_rows = rows < T ? rows : T;
+    p->ffn_rows = T < FFN_CHUNK_ROWS ? T : FFN_CHUNK_ROWS;
+    uint64_t fr = (uint64_t)p->ffn_rows;
+    bool ok = plan_add(&total, t * 3, H * 4) && plan_add(&total, t, qkv_w * 4) &&
+              plan_add(&total, 1, qkv_w * 4) &&
+              plan_add(&total, t, (uint64_t)p->q_dim * 4) && plan_add(&total, fr, 2 * ffn * 4) &&
+              plan_add(&total, fr, ffn * 4) &&
+              plan_add(&total, (uint64_t)a->n_heads * t, sizeof(lp_attn_row_stats)) &&
+              plan_add(&total, (uint64_t)p->logits_rows, (uint64_t)a->vocab_size * 4) &&
+              plan_add(&total, 2 * (uint64_t)(a->rope_dim / 2 + 1), 4) && plan_add(&total, t, 8);
+    ok = ok && plan_prob_slots(a, want_probs, n_threads, p, &total) &&
+         plan_block_extras(a, p, &total);
+    p->total = total;
+    return ok && total < ((uint64_t)1 << 46);
+}
+
+static void *take(lp_arena *arena, uint64_t n, uint64_t size)
+{
+    uint64_t bytes = n * size; /* planned with overflow checks in lp_fw_make_plan */
+    return lp_arena_alloc(arena, (size_t)(bytes > 0 ? bytes : 1));
+}
+
+static bool carve_extras(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_scratch *s)
+{
+    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
+    bool ok = true;
+    if (lp_block_of(a).residual == LP_RESIDUAL_PARALLEL)
+        ok = (s->ffn_out = take(arena, T * H, 4)) != NULL;
+    if (ok && a->embed_proj_dim > 0)
+        ok = (s->embed = take(arena, T * (uint64_t)a->embed_proj_dim, 4)) != NULL;
+    if (!ok || a->n_experts <= 0)
+        return ok;
+    uint64_t E = (uint64_t)a->n_experts, K = (uint64_t)a->n_experts_per_tok;
+    s->router = take(arena, T * E, 4);
+    s->chosen = take(arena, T * K, 4);
+    s->chosen_w = take(arena, T * K, 4);
+    s->tok_list = take(arena, T, 8);
+    s->gather = take(arena, FR * H, 4);
+    s->expert_out = take(arena, FR * H, 4);
+    return s->router && s->chosen && s->chosen_w && s->tok_list && s->gather && s->expert_out;
+}
+
+bool lp_fw_carve(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_scratch *s)
+{
+    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
+    uint64_t qkv_w = (uint64_t)(p->q_dim + 2 * p->kv_dim);
+    memset(s, 0, sizeof *s);
+    s->x = take(arena, T * H, 4);
+    s->xn = take(arena, T * H, 4);
+    s->tmp = take(arena, T * H, 4);
+    s->qkv = take(arena, T * qkv_w, 4);
+    s->qkv_row = take(arena, qkv_w, 4);
+    s->attn = take(arena, T * (uint64_t)p->q_dim, 4);
+    s->gate = take(arena, FR * 2 * (uint64_t)p->ffn, 4);
+    s->up = take(arena, FR * (uint64_t)p->ffn, 4);
+    s->row_stats = take(arena, (uint64_t)a->n_heads * T, sizeof(lp_attn_row_stats));
+    s->logits = take(arena, (uint64_t)p->logits_rows * (uint64_t)a->vocab_size, 4);
+    s->inv_freq = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
+    s->inv_freq_local = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
+    s->positions = take(arena, T, 8);
+    bool ok = s->x && s->xn && s->tmp && s->qkv && s->qkv_row && s->attn && s->gate && s->up &&
+              s->row_stats && s->logits && s->inv_freq && s->inv_freq_local && s->positions;
+    if (p->n_prob_slots > 0) {
+        s->probs = take(arena, (uint64_t)p->n_prob_slots * (uint64_t)p->slot_stride, 4);
+        ok = ok && s->probs;
+    }
+    return ok && carve_extras(arena, a, p, s);
+}
+
+/* ---- the observer ---- */
+
+bool lp_fw_wants(const lp_fw_pass *p, lp_site_kind kind, int layer, int head)
+{
+    if (!p->obs || !p->obs->want || !p->obs->observe)
+        return false;
+    lp_site site = {kind, p->b, layer, head};
+    return p->obs->want(p->obs->ctx, &site);
+}
+
+lp_status lp_fw_emit(const lp_fw_pass *p, lp_site_kind kind, int layer, int head,
+                     const lp_view *view)
+{
+    lp_site site = {kind, p->b, layer, head};
+    lp_status st = p->obs->observe(p->obs->ctx, &site, view, p->err);
+    if (st != LP_OK && p->err && p->err->code == LP_OK)
+        lp_error_set(p->err, st, "observer failed at %d/%d", layer, head);
+    return st;
+}
+
+lp_status lp_fw_emit_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, const float *data,
+                            int64_t rows, int64_t cols, int64_t stride)
+{
+    if (!lp_fw_wants(p, kind, layer, -1))
+        return LP_OK;
+    lp_view v = {data, rows, cols, stride, 0, NULL, NULL};
+    return lp_fw_emit(p, kind, layer, -1, &v);
+}
+
+/* ---- norms and linear layers ---- */
+
+void lp_fw_norm_rows(const lp_arch *a, const float *weight, const float *bias, float *dst,
+                     const float *src, int64_t rows, int64_t n)
+{
+    for (int64_t t = 0; t < rows; t++) {
+        if (a->norm_kind == LP_NORM_LAYER)
+            lp_layernorm(dst + t * n, src + t * n, weight, bias, n, (float)a->norm_eps);
+        else
+            lp_rmsnorm(dst + t * n, src + t * n, weight, n, (float)a->norm_eps,
+                       a->norm_weight_plus_one);
+    }
+}
+
+void lp_fw_norm(const lp_fw_pass *p, const lp_norm_weights *nw, float *dst, const float *src,
+                int64_t rows)
+{
+    const lp_arch *a = &p->m->arch;
+    lp_fw_norm_rows(a, nw->weight, nw->bias, dst, src, rows, a->hidden_size);
+}
+
+const float *lp_fw_block_input(lp_fw_pass *p, const lp_norm_weights *nw)
+{
+    if (!p->m->block.input_norms || !nw->present)
+        return p->s.x;
+    lp_fw_norm(p, nw, p->s.xn, p->s.x, p->T);
+    return p->s.xn;
+}
+
+lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
+                       const float *bias, float *y)
+{
+    return lp_linear(x, rows, w, bias, y, p->pool, p->err);
+}
+
+void lp_fw_pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t), void *ctx)
+{
+    if (pool && n > 1) {
+        lp_pool_run(pool, n, fn, ctx);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            fn(ctx, i);
+    }
+}
