@@ -27,6 +27,13 @@ typedef enum ref_family {
     REF_GEMMA,   /* Gemma 1: Gemma 2 without post norms, windows, soft-caps; 1/sqrt(head_dim) */
     REF_GEMMA3,  /* Gemma 3: Gemma 2's block without soft-caps, (1 + w) q/k norms, layers with
                     (l + 1) % sliding_pattern != 0 slide and rotate with local_theta */
+    REF_NEOX,    /* GPT-NeoX / Pythia: LayerNorm + bias, biases on q/k/v/o and the MLP, exact
+                    (erf) GELU MLP, partial RoPE (halves), untied bias-free embed_out; parallel
+                    residual x + attn(ln1 x) + mlp(ln2 x) when cfg.parallel, else sequential */
+    REF_PHI,     /* Phi-1/1.5/2: one LayerNorm feeding attention and MLP in parallel, biases on
+                    q/k/v/dense/fc1/fc2, gelu_new, partial RoPE (halves), biased lm_head */
+    REF_GPTJ,    /* GPT-J: Phi's parallel block with bias-free q/k/v/out_proj, biased fc_in/fc_out
+                    and lm_head, gelu_new, partial RoPE on adjacent (rotate-every-two) pairs */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -48,6 +55,7 @@ typedef struct ref_config {
     bool qk_norm;             /* Qwen3: per-head RMSNorm of q and k before RoPE */
     int64_t sliding_pattern;  /* Gemma 3 */
     double local_theta;       /* Gemma 3: RoPE base of sliding layers */
+    bool parallel;            /* GPT-NeoX: use_parallel_residual */
 } ref_config;
 
 typedef struct ref_layer {
@@ -70,6 +78,7 @@ typedef struct ref_model {
     float *pos;       /* [n_positions, hidden] GPT-2 */
     float *out_norm, *out_norm_b;
     float *lm_head;   /* [vocab, hidden]; == embed when tied */
+    float *lm_head_b; /* [vocab] (Phi, GPT-J) or NULL */
     ref_layer *layers;
 } ref_model;
 
