@@ -174,6 +174,22 @@ static void print_summary(json_t *r)
     }
 }
 
+/* A GGUF without a usable description: its key/values, one a line, long values cut. */
+static void print_metadata(json_t *meta)
+{
+    const char *key;
+    json_t *v;
+    printf("\nmetadata      %zu keys\n", json_object_size(meta));
+    json_object_foreach (meta, key, v) {
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(9));
+        size_t len = text ? strlen(text) : 0;
+        printf("  %-40s %.*s%s\n", key, len > 96 ? 96 : (int)len, text ? text : "?",
+               len > 96 ? "..." : "");
+        free(text);
+    }
+    printf("\n");
+}
+
 static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *stats)
 {
     size_t n_files = json_array_size(json_object_get(r, "files"));
@@ -186,6 +202,9 @@ static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *st
         print_arch(arch);
     else
         printf("architecture  none found%s%s\n", note[0] ? ": " : "", note);
+    json_t *meta = json_object_get(r, "metadata");
+    if (meta)
+        print_metadata(meta);
     print_tensors(w, stats);
     print_summary(r);
 }

@@ -47,6 +47,10 @@ lp_status lp_inspect_write_report_json(FILE *f, json_t *report, const lp_weights
 /* lp_inspect_build_report + lp_inspect_write_report_json: `loupe inspect --json`. */
 lp_status lp_inspect_write_json(const lp_weights *weights, bool stats, FILE *out, lp_error *err);
 
+/* A GGUF's key/values as one JSON object (scalars as values, arrays as {"array": element type,
+ * "length", "head": first elements}); an empty object for other formats, NULL out of memory. */
+json_t *lp_gguf_metadata_json(const lp_weights *w);
+
 /* "[4096, 11008]" */
 void lp_format_shape(char *buf, size_t size, const int64_t *shape, int n_dims);
 
