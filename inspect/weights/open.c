@@ -52,6 +52,10 @@ static lp_status load_config(lp_weights *w, const char *dir, lp_error *err)
         status = lp_arch_from_hf_config(config, w->arch, err);
         if (status != LP_OK)
             status = keep_unsupported(w, status, err);
+        if (status == LP_OK) { /* kept for --strict's list of keys loupe does not read */
+            w->config_path = config;
+            config = NULL;
+        }
     }
     free(config);
     return status;

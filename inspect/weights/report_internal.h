@@ -51,6 +51,13 @@ lp_status lp_inspect_write_json(const lp_weights *weights, bool stats, FILE *out
  * "length", "head": first elements}); an empty object for other formats, NULL out of memory. */
 json_t *lp_gguf_metadata_json(const lp_weights *w);
 
+/* --strict: append the check "config_keys" to checks, failing when config_path (a config.json)
+ * has top-level keys the reader never looks up, and naming them. */
+lp_status lp_inspect_config_keys_check(const char *config_path, json_t *checks, lp_error *err);
+
+/* The config.json the weights' description came from, or NULL (GGUF, llama2.c, none beside). */
+const char *lp_weights_config_path(const lp_weights *w);
+
 /* "[4096, 11008]" */
 void lp_format_shape(char *buf, size_t size, const int64_t *shape, int n_dims);
 

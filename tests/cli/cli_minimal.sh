@@ -57,4 +57,34 @@ grep -qE '^  a.weight +unknown +f32 +\[2, 2\]' "$TMP/out" && ok || bad "lonely: 
 grep -qF "architecture  none found" "$TMP/out" && ok || bad "lonely: architecture line"
 mkdir "$TMP/lonely" && cp "$TMP/lonely.safetensors" "$TMP/lonely/model.safetensors"
 expect_status 0 "$LOUPE" inspect "$TMP/lonely"
+# configs with keys loupe does not read: valid; --strict lists them in a failed check
+mkdir "$TMP/cfg"
+cat >"$TMP/cfg/config.json" <<'JSON'
+{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+ "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 128,
+ "use_cache": true, "attention_dropout": 0.0, "frobnicate_heads": 3, "text_config_like": {},
+ "transformers_version": "4.40.0"}
+JSON
+expect_status 0 "$LOUPE" inspect "$TMP/cfg/config.json"
+grep -qF config_keys "$TMP/out" && bad "config_keys listed without --strict" || ok
+expect_status 1 "$LOUPE" inspect --strict "$TMP/cfg/config.json"
+grep -qF "FAIL  config_keys          2 keys of $TMP/cfg/config.json not read by loupe: frobnicate_heads, text_config_like" "$TMP/out" && ok || bad "--strict: $(cat "$TMP/out")"
+expect_status 1 "$LOUPE" inspect --strict --json "$TMP/cfg"
+python3 - "$TMP/out" <<'PY' && ok || bad "--strict --json: wrong checks"
+import json, sys
+c = json.load(open(sys.argv[1]))["checks"]
+assert len(c) == 1 and c[0]["name"] == "config_keys" and c[0]["passed"] is False, c
+assert "frobnicate_heads, text_config_like" in c[0]["detail"], c
+PY
+# beside weights: the check joins the others
+cp "$TMP/lonely.safetensors" "$TMP/cfg/model.safetensors"
+expect_status 1 "$LOUPE" inspect --strict "$TMP/cfg"
+grep -qF "FAIL  config_keys" "$TMP/out" && ok || bad "--strict with weights: no config_keys check"
+python3 - "$TMP/cfg/config.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+del d["frobnicate_heads"], d["text_config_like"]
+json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_stdout_contains "PASS  config_keys          every key of $TMP/cfg/config.json is read" "$LOUPE" inspect --strict "$TMP/cfg/config.json"
 finish
