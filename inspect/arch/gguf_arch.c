@@ -727,6 +727,9 @@ static void read_tensor_facts(const lp_gguf *g, lp_arch *a, const gguf_family *f
         a->parallel_two_norms = has_layer_tensor(g, "attn_norm_2.weight");
     if (lp_arch_name_in(fam->gguf_name, "stablelm phi2"))
         a->qk_norm = has_layer_tensor(g, "attn_q_norm.weight");
+    /* StableLM's q/k norms are one per head, stacked [n_heads, head_dim] by the converter */
+    if (strcmp(fam->gguf_name, "stablelm") == 0)
+        a->qk_norm_per_head = a->qk_norm;
     a->storage_dtype = dominant_dtype(g);
 }
 

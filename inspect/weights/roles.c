@@ -390,6 +390,22 @@ static void assign_hf(lp_tensor *t, const char *base, const char *family, bool i
         t->role = lookup(hf_expert, erest);
         if (t->role != LP_ROLE_UNKNOWN)
             t->expert = expert;
+        return;
+    }
+    /* StableLM's per-head q/k LayerNorms, "self_attn.q_layernorm.norms.H": the head is given
+     * as the expert index */
+    const char *p = strstr(rest, ".norms.");
+    size_t stem = p ? (size_t)(p - rest) : 0;
+    int head = p ? parse_index(p + 7, strlen(p + 7)) : -1;
+    char owner[64];
+    if (head >= 0 && stem < sizeof owner) {
+        memcpy(owner, rest, stem);
+        owner[stem] = '\0';
+        lp_role r = lookup(hf_layer, owner);
+        if (r == LP_ROLE_ATTN_Q_NORM || r == LP_ROLE_ATTN_K_NORM) {
+            t->role = r;
+            t->expert = head;
+        }
     }
 }
 

@@ -967,6 +967,10 @@ static void test_roles(void **state)
         {"h.2.mlp.fc_out.weight", "gptj", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_DOWN, 2, -1, false, false},
         {"transformer.h.2.attn.bias", "gptj", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_MASK_BUFFER, 2, -1, false, false},
         {"wte.weight", "gptj", LP_FORMAT_SAFETENSORS, LP_ROLE_TOKEN_EMBD, -1, -1, false, false},
+        /* StableLM's per-head q/k LayerNorms: the head as the expert index */
+        {"model.layers.2.self_attn.q_layernorm.norms.7.weight", "stablelm", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_Q_NORM, 2, 7, false, false},
+        {"layers.2.self_attn.k_layernorm.norms.1.weight", "stablelm", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_K_NORM, 2, 1, false, false},
+        {"model.layers.2.mlp.norms.1.weight", "stablelm", LP_FORMAT_SAFETENSORS, LP_ROLE_UNKNOWN, -1, -1, false, false},
         /* Phi without "model." */
         {"layers.1.self_attn.dense.weight", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_O, 1, -1, false, false},
         {"final_layernorm.weight", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_OUTPUT_NORM, -1, -1, false, false},

@@ -57,13 +57,20 @@ static bool is_layernorm_mlp(const ref_config *c)
 /* attention and MLP both read the block's input; one norm feeds both (Phi, GPT-J) */
 static bool is_parallel(const ref_config *c)
 {
-    return (c->family == REF_NEOX && c->parallel) || c->family == REF_PHI ||
-           c->family == REF_GPTJ;
+    return ((c->family == REF_NEOX || c->family == REF_STABLELM) && c->parallel) ||
+           c->family == REF_PHI || c->family == REF_GPTJ;
 }
 static bool shares_input_norm(const ref_config *c)
 {
-    return c->family == REF_PHI || c->family == REF_GPTJ;
+    return c->family == REF_PHI || c->family == REF_GPTJ ||
+           (c->family == REF_STABLELM && c->parallel);
 }
+static bool uses_layernorm(const ref_config *c)
+{
+    return is_layernorm_mlp(c) || c->family == REF_STABLELM;
+}
+/* StableLM: each head's q and k norm is its own */
+static bool qk_norm_each_head(const ref_config *c) { return c->family == REF_STABLELM; }
 
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
 {
@@ -86,7 +93,7 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
     if (c->family == REF_GPT2)
         RT(m->pos, c->n_positions * H, sc, 0.0);
     RT(m->out_norm, H, 0.1, norm_offset);
-    if (is_layernorm_mlp(c))
+    if (uses_layernorm(c))
         RT(m->out_norm_b, H, 0.1, 0.0);
     if (c->tied)
         m->lm_head = m->embed;
@@ -105,10 +112,12 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
         RT(L->wo, H * q_dim(c), sc, 0.0);
         if (!shares_input_norm(c))
             RT(L->ffn_norm, H, 0.1, norm_offset);
-        if (is_layernorm_mlp(c)) {
+        if (uses_layernorm(c)) {
             RT(L->attn_norm_b, H, 0.1, 0.0);
             if (!shares_input_norm(c))
                 RT(L->ffn_norm_b, H, 0.1, 0.0);
+        }
+        if (is_layernorm_mlp(c)) {
             RT(L->b_up, F, 0.1, 0.0);
             RT(L->b_down, H, 0.1, 0.0);
         }
@@ -124,8 +133,10 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->bv, kv_dim(c), 0.1, 0.0);
         }
         if (c->qk_norm) {
-            RT(L->q_norm, c->head_dim, 0.1, norm_offset);
-            RT(L->k_norm, c->head_dim, 0.1, norm_offset);
+            int64_t nq = qk_norm_each_head(c) ? q_dim(c) : c->head_dim;
+            int64_t nk = qk_norm_each_head(c) ? kv_dim(c) : c->head_dim;
+            RT(L->q_norm, nq, 0.1, norm_offset);
+            RT(L->k_norm, nk, 0.1, norm_offset);
         }
         if (has_post_norms(c)) {
             RT(L->post_attn_norm, H, 0.1, 0.0);
@@ -214,7 +225,7 @@ static void matvec(double *y, const float *w, const float *b, const double *x, i
 static void norm(const ref_config *c, double *y, const double *x, const float *w, const float *b,
                  int64_t n)
 {
-    if (is_layernorm_mlp(c)) {
+    if (uses_layernorm(c)) {
         double mean = 0, var = 0;
         for (int64_t i = 0; i < n; i++)
             mean += x[i];
@@ -223,7 +234,7 @@ static void norm(const ref_config *c, double *y, const double *x, const float *w
             var += (x[i] - mean) * (x[i] - mean);
         var /= (double)n;
         for (int64_t i = 0; i < n; i++)
-            y[i] = (x[i] - mean) / sqrt(var + c->eps) * (double)w[i] + (double)b[i];
+            y[i] = (x[i] - mean) / sqrt(var + c->eps) * (double)w[i] + (b ? (double)b[i] : 0.0);
         return;
     }
     double ss = 0;
@@ -337,11 +348,13 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                 double tmp_head[512];
                 for (int64_t h = 0; h < nh; h++) {
                     memcpy(tmp_head, q + t * QD + h * hd, (size_t)hd * sizeof(double));
-                    norm(c, q + t * QD + h * hd, tmp_head, Ly->q_norm, NULL, hd);
+                    norm(c, q + t * QD + h * hd, tmp_head,
+                         Ly->q_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
                 }
                 for (int64_t h = 0; h < c->n_kv_heads; h++) {
                     memcpy(tmp_head, k + t * KVD + h * hd, (size_t)hd * sizeof(double));
-                    norm(c, k + t * KVD + h * hd, tmp_head, Ly->k_norm, NULL, hd);
+                    norm(c, k + t * KVD + h * hd, tmp_head,
+                         Ly->k_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
                 }
             }
             if (c->family != REF_GPT2) {
@@ -488,6 +501,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_NEOX: return LP_SYNTH_NEOX;
     case REF_PHI: return LP_SYNTH_PHI;
     case REF_GPTJ: return LP_SYNTH_GPTJ;
+    case REF_STABLELM: return LP_SYNTH_STABLELM;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -502,6 +516,9 @@ static const float *layer_tensor(const ref_layer *L, const lp_synth_tensor *t)
     bool b = t->is_bias;
     if (t->expert >= 0)
         switch (t->role) {
+        /* StableLM's per-head norms: the head's slice */
+        case LP_ROLE_ATTN_Q_NORM: return L->q_norm + t->expert * t->rows;
+        case LP_ROLE_ATTN_K_NORM: return L->k_norm + t->expert * t->rows;
         case LP_ROLE_EXPERT_GATE: return L->e_gate[t->expert];
         case LP_ROLE_EXPERT_UP: return L->e_up[t->expert];
         case LP_ROLE_EXPERT_DOWN: return L->e_down[t->expert];
@@ -562,7 +579,7 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .window = c->window, .sliding_pattern = c->sliding_pattern,
         .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,
         .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap,
-        .parallel = c->parallel, .bos_id = 1,
+        .parallel = c->parallel, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm, .bos_id = 1,
         .eos_id = 2, .dtype = matrix_dtype, .vector_dtype = LP_DTYPE_F32,
         .fill = fill_from_model, .fill_ctx = (void *)m,
     };

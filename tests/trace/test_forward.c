@@ -423,6 +423,17 @@ static const random_case random_cases[] = {
               .n_kv_heads = 3, .head_dim = 12, .ffn = 48, .eps = 1e-5, .theta = 10000,
               .rope_dim = 4, .rope_adjacent = true, .scale = 0.2},
      18, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    /* StableLM 2 (12B's layout: parallel, per-head q/k LayerNorms; 1.6B's q/k/v biases) and
+     * StableLM-3B-4E1T's sequential block */
+    {"stablelm2", {.family = REF_STABLELM, .vocab = 69, .hidden = 40, .n_layers = 2,
+                   .n_heads = 4, .n_kv_heads = 2, .head_dim = 10, .ffn = 52, .eps = 1e-5,
+                   .theta = 10000, .rope_dim = 2, .parallel = true, .qk_norm = true,
+                   .qkv_bias = true, .scale = 0.2},
+     16, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"stablelm-3b", {.family = REF_STABLELM, .vocab = 59, .hidden = 36, .n_layers = 2,
+                     .n_heads = 3, .n_kv_heads = 3, .head_dim = 12, .ffn = 40, .eps = 1e-5,
+                     .theta = 10000, .rope_dim = 4, .scale = 0.2},
+     15, {LP_DTYPE_F16}, 1, 1e-4},
 };
 
 /* Tokens of a case: a seeded LCG below vocab. */
@@ -601,7 +612,7 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     KV("attention.head_count", c->n_heads);
     /* llama.cpp's gpt2, gptneox and gptj converters write no kv head count */
     bool layer_norm = c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
-                      c->family == REF_GPTJ;
+                      c->family == REF_GPTJ || c->family == REF_STABLELM;
     if (c->family != REF_GPT2 && c->family != REF_NEOX && c->family != REF_GPTJ)
         KV("attention.head_count_kv", c->n_kv_heads);
     if (c->rope_dim > 0)
@@ -619,7 +630,7 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     snprintf(key, sizeof key, "%s.attention.%s", arch,
              layer_norm ? "layer_norm_epsilon" : "layer_norm_rms_epsilon");
     lp_gw_kv_f32(w, key, (float)c->eps);
-    if (c->family == REF_NEOX) {
+    if (c->family == REF_NEOX || c->family == REF_STABLELM) {
         snprintf(key, sizeof key, "%s.use_parallel_residual", arch);
         lp_gw_kv_bool(w, key, c->parallel);
     }
@@ -1060,6 +1071,10 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
                 gguf_f32(w, "blk.%d.attn_v.bias", l, KV, 0, L->bv);
             }
         }
+        if (L->q_norm) { /* StableLM: the per-head norms stacked [heads, head_dim] */
+            gguf_f32(w, "blk.%d.attn_q_norm.weight", l, c->n_heads, c->head_dim, L->q_norm);
+            gguf_f32(w, "blk.%d.attn_k_norm.weight", l, c->n_kv_heads, c->head_dim, L->k_norm);
+        }
         gguf_f32(w, "blk.%d.attn_output.weight", l, H, Q, L->wo);
         if (L->bo)
             gguf_f32(w, "blk.%d.attn_output.bias", l, H, 0, L->bo);
@@ -1067,10 +1082,14 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
             gguf_f32(w, "blk.%d.ffn_norm.weight", l, H, 0, L->ffn_norm);
             gguf_f32(w, "blk.%d.ffn_norm.bias", l, H, 0, L->ffn_norm_b);
         }
+        if (L->w_gate)
+            gguf_f32(w, "blk.%d.ffn_gate.weight", l, F, H, L->w_gate);
         gguf_f32(w, "blk.%d.ffn_up.weight", l, F, H, L->w_up);
-        gguf_f32(w, "blk.%d.ffn_up.bias", l, F, 0, L->b_up);
         gguf_f32(w, "blk.%d.ffn_down.weight", l, H, F, L->w_down);
-        gguf_f32(w, "blk.%d.ffn_down.bias", l, H, 0, L->b_down);
+        if (L->b_up) {
+            gguf_f32(w, "blk.%d.ffn_up.bias", l, F, 0, L->b_up);
+            gguf_f32(w, "blk.%d.ffn_down.bias", l, H, 0, L->b_down);
+        }
     }
     gguf_f32(w, "output_norm.weight", -1, H, 0, m->out_norm);
     gguf_f32(w, "output_norm.bias", -1, H, 0, m->out_norm_b);
@@ -1084,6 +1103,10 @@ static void write_gguf_neox(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m,
 /* phi2: q, k, v apart (transformers' PhiForCausalLM), biased output */
 static void write_gguf_phi2(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "phi2", false); }
 static void write_gguf_gptj(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "gptj", false); }
+static void write_gguf_stablelm(lp_gw *w, ref_model *m)
+{
+    gguf_layernorm_model(w, m, "stablelm", false);
+}
 
 /* ---- GGUF files the test writes, against the reference: one row per family ---- */
 
@@ -1143,6 +1166,17 @@ static const gguf_case gguf_cases[] = {
       .n_kv_heads = 3, .head_dim = 12, .ffn = 48, .eps = 1e-5, .theta = 10000, .rope_dim = 6,
       .rope_adjacent = true, .scale = 0.2},
      10, write_gguf_gptj, 11, {0, 42, 17, 17, 5, 29, 33, 1, 8, 40, 21}, "gptj", 1e-2, 1e-4},
+    {"gguf-stablelm2",
+     {.family = REF_STABLELM, .vocab = 51, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 10, .ffn = 44, .eps = 1e-5, .theta = 10000, .rope_dim = 2,
+      .parallel = true, .qk_norm = true, .qkv_bias = true, .scale = 0.2},
+     12, write_gguf_stablelm, 13, {7, 50, 3, 3, 21, 0, 14, 36, 9, 44, 2, 27, 19}, "stablelm", 1e-2,
+     1e-4},
+    {"gguf-stablelm-3b",
+     {.family = REF_STABLELM, .vocab = 51, .hidden = 36, .n_layers = 2, .n_heads = 3,
+      .n_kv_heads = 3, .head_dim = 12, .ffn = 44, .eps = 1e-5, .theta = 10000, .rope_dim = 4,
+      .scale = 0.2},
+     13, write_gguf_stablelm, 10, {1, 49, 30, 30, 8, 17, 0, 42, 23, 5}, "stablelm", 1e-2, 1e-4},
 };
 
 static void test_gguf_case(void **state)

@@ -601,6 +601,8 @@ static const family_case family_cases[] = {
     {LP_SYNTH_PHI, "phi", 33, "model.layers.0.self_attn.dense.bias", LP_ROLE_ATTN_O, false, 1.0f},
     /* wte, 2 x 10 (ln_1 x 2, q k v out_proj, fc_in x 2, fc_out x 2), ln_f x 2, lm_head x 2 */
     {LP_SYNTH_GPTJ, "gptj", 25, "transformer.h.1.mlp.fc_in.weight", LP_ROLE_FFN_UP, false, 1.0f},
+    /* embed, 2 x 11 (norms x 2 x 2, q k v o, gate up down), final norm x 2, lm_head */
+    {LP_SYNTH_STABLELM, "stablelm", 26, "model.layers.1.post_attention_layernorm.bias", LP_ROLE_FFN_NORM, false, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)

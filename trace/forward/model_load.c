@@ -198,7 +198,7 @@ static lp_status bind_norm(lp_model *m, lp_role role, int layer, int64_t n, bool
 
 /* Families whose block shape is proven against the tests' reference forward; a new piece of the
  * block description stays refused for the others until their family is tested. */
-static const char *const PARALLEL_TESTED[] = {"gpt_neox", "phi", "gptj", NULL};
+static const char *const PARALLEL_TESTED[] = {"gpt_neox", "phi", "gptj", "stablelm", NULL};
 
 static bool family_tested(const char *family, const char *const *tested)
 {

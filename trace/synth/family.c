@@ -20,9 +20,11 @@ enum {
     NEOX = FAM(LP_SYNTH_NEOX),
     PHI = FAM(LP_SYNTH_PHI),
     GPTJ = FAM(LP_SYNTH_GPTJ),
+    STABLELM = FAM(LP_SYNTH_STABLELM),
     LAYERNORM = GPT2 | NEOX | PHI | GPTJ, /* LayerNorm with bias, plain MLP, head_dim derived */
-    DECODER = ALL & ~LAYERNORM, /* Llama-like: "model.layers.N..." names, RMSNorm, RoPE */
-    HF_SIZES = DECODER | NEOX | PHI, /* hidden_size, num_hidden_layers, ... */
+    HEAD_DIM_DERIVED = LAYERNORM | STABLELM, /* head_dim = hidden / heads, no key for it */
+    DECODER = ALL & ~HEAD_DIM_DERIVED, /* Llama-like: "model.layers.N..." names, RMSNorm, RoPE */
+    HF_SIZES = DECODER | NEOX | PHI | STABLELM, /* hidden_size, num_hidden_layers, ... */
     MHA_ONLY = GPT2 | NEOX | GPTJ,
     MOE = FAM(LP_SYNTH_MIXTRAL),
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
@@ -52,6 +54,7 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_NEOX] = {"gpt_neox", "gpt_neox", "GPTNeoXForCausalLM", "gelu"},
     [LP_SYNTH_PHI] = {"phi", "phi", "PhiForCausalLM", "gelu_new"},
     [LP_SYNTH_GPTJ] = {"gptj", "gptj", "GPTJForCausalLM", "gelu_new"},
+    [LP_SYNTH_STABLELM] = {"stablelm", "stablelm", "StableLmForCausalLM", "silu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -81,7 +84,7 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->tied = has(spec, GEMMAS | GPT2);
     /* the published defaults' fractions: Pythia's rotary_pct 0.25, Phi-2's 0.4 (here 0.5 of 8
      * dims), GPT-J's rotary_dim 64 of 256 */
-    spec->rope_dim = has(spec, NEOX | GPTJ) ? 2 : has(spec, PHI) ? 4 : 0;
+    spec->rope_dim = has(spec, NEOX | GPTJ | STABLELM) ? 2 : has(spec, PHI) ? 4 : 0;
     spec->parallel = has(spec, NEOX);
     if (has(spec, MOE)) {
         spec->n_experts = 4;
@@ -140,7 +143,7 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
         return st;
     const char *name = lp_synth_family_name(s->family);
     /* these families derive head_dim from hidden / heads; most have no kv head count */
-    if (has(s, LAYERNORM) && s->n_heads * s->head_dim != s->hidden)
+    if (has(s, HEAD_DIM_DERIVED) && s->n_heads * s->head_dim != s->hidden)
         return lp_error_set(err, LP_ERR_USAGE, "%s: needs n_heads x head_dim = hidden (%lld x "
                                                "%lld, %lld)",
                             name, (long long)s->n_heads, (long long)s->head_dim,
@@ -162,8 +165,13 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
 
 typedef enum dim { D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS } dim;
 
-/* Where a row stands: before the layers, in each layer, in each expert of each layer, after. */
-typedef enum scope { FIRST, LAYER, EXPERT, LAST } scope;
+/* Where a row stands: before the layers, in each layer, in each expert, query head or kv head of
+ * each layer (the index in the name's second %d), after. */
+typedef enum scope { FIRST, LAYER, EXPERT, HEAD, KV_HEAD, LAST } scope;
+
+/* When a row is written, beyond its families: always, only with a separate classifier, only in
+ * a sequential block, only with the spec's q/k/v biases, only with its q/k norms. */
+enum { C_ALWAYS = 0, C_UNTIED = 1, C_SEQUENTIAL = 2, C_QKV_BIAS = 4, C_QK_NORM = 8 };
 
 typedef enum storage {
     PLAIN,     /* [rows, cols] as the pass computes with it */
@@ -180,27 +188,34 @@ typedef struct tensor_row {
     dim rows, cols;
     storage storage;
     unsigned families;
-    bool untied_only; /* a separate classifier */
+    unsigned when; /* C_* */
 } tensor_row;
 
 /* A matrix, a vector (norm weight), a bias, a Conv1D matrix, GPT-2's fused q/k/v. */
-#define MAT(sc, name, role, rows, cols, fam) {sc, name, LP_ROLE_##role, false, rows, cols, PLAIN, fam, false}
-#define VEC(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, false, rows, D_NONE, PLAIN, fam, false}
-#define BIAS(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, true, rows, D_NONE, PLAIN, fam, false}
-#define CONV(sc, name, role, rows, cols) {sc, name, LP_ROLE_##role, false, rows, cols, CONV1D, GPT2, false}
+#define MAT(sc, name, role, rows, cols, fam) {sc, name, LP_ROLE_##role, false, rows, cols, PLAIN, fam, C_ALWAYS}
+#define VEC(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, false, rows, D_NONE, PLAIN, fam, C_ALWAYS}
+#define BIAS(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, true, rows, D_NONE, PLAIN, fam, C_ALWAYS}
+#define CONV(sc, name, role, rows, cols) {sc, name, LP_ROLE_##role, false, rows, cols, CONV1D, GPT2, C_ALWAYS}
+#define VEC_IF(sc, name, role, rows, fam, when) {sc, name, LP_ROLE_##role, false, rows, D_NONE, PLAIN, fam, when}
+#define BIAS_IF(sc, name, role, rows, fam, when) {sc, name, LP_ROLE_##role, true, rows, D_NONE, PLAIN, fam, when}
 #define L_ "model.layers.%d."
 #define E_ L_ "block_sparse_moe.experts.%d."
 #define NX_ "gpt_neox.layers.%d."
 #define J_ "transformer.h.%d."
-#define GROUPED(name, is_bias, cols) {LAYER, NX_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, NEOX, false}
+#define GROUPED(name, is_bias, cols) {LAYER, NX_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, NEOX, C_ALWAYS}
 static const tensor_row TENSORS[] = {
-    MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER | PHI),
-    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, DECODER | PHI),
-    BIAS(LAYER, L_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, PHI),
-    MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER | PHI),
-    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER | PHI),
-    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, DECODER | PHI),
-    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, DECODER),
+    MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER | PHI | STABLELM),
+    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, DECODER | PHI | STABLELM),
+    BIAS(LAYER, L_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER | PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER | PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, DECODER | PHI | STABLELM),
+    BIAS_IF(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, STABLELM, C_QKV_BIAS),
+    BIAS_IF(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, STABLELM, C_QKV_BIAS),
+    BIAS_IF(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, STABLELM, C_QKV_BIAS),
+    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, DECODER | STABLELM),
+    VEC_IF(HEAD, L_ "self_attn.q_layernorm.norms.%d.weight", ATTN_Q_NORM, D_HEAD, STABLELM, C_QK_NORM),
+    VEC_IF(KV_HEAD, L_ "self_attn.k_layernorm.norms.%d.weight", ATTN_K_NORM, D_HEAD, STABLELM, C_QK_NORM),
     MAT(LAYER, L_ "self_attn.dense.weight", ATTN_O, D_HIDDEN, D_Q, PHI),
     BIAS(LAYER, L_ "self_attn.dense.bias", ATTN_O, D_HIDDEN, PHI),
     VEC(LAYER, L_ "self_attn.q_norm.weight", ATTN_Q_NORM, D_HEAD, QK_NORM),
@@ -213,22 +228,26 @@ static const tensor_row TENSORS[] = {
     MAT(LAYER, L_ "mlp.fc2.weight", FFN_DOWN, D_HIDDEN, D_FFN, PHI),
     BIAS(LAYER, L_ "mlp.fc2.bias", FFN_DOWN, D_HIDDEN, PHI),
     /* one name: the FFN's norm in Llama, the attention's post norm in Gemma 2 and 3 */
-    VEC(LAYER, L_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN, DECODER & ~POST_NORMS),
+    /* StableLM 2's parallel block has no second norm */
+    VEC_IF(LAYER, L_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN,
+           (DECODER & ~POST_NORMS) | STABLELM, C_SEQUENTIAL),
+    BIAS_IF(LAYER, L_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, STABLELM, C_SEQUENTIAL),
     VEC(LAYER, L_ "post_attention_layernorm.weight", ATTN_POST_NORM, D_HIDDEN, POST_NORMS),
     VEC(LAYER, L_ "pre_feedforward_layernorm.weight", FFN_NORM, D_HIDDEN, POST_NORMS),
     VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS),
     MAT(LAYER, L_ "block_sparse_moe.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, MOE),
-    MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, DECODER & ~MOE),
-    MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, DECODER & ~MOE),
-    MAT(LAYER, L_ "mlp.down_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, DECODER & ~MOE),
+    MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
+    MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
+    MAT(LAYER, L_ "mlp.down_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, (DECODER & ~MOE) | STABLELM),
     MAT(EXPERT, E_ "w1.weight", EXPERT_GATE, D_FFN, D_HIDDEN, MOE),
     MAT(EXPERT, E_ "w2.weight", EXPERT_DOWN, D_HIDDEN, D_FFN, MOE),
     MAT(EXPERT, E_ "w3.weight", EXPERT_UP, D_FFN, D_HIDDEN, MOE),
-    VEC(LAST, "model.norm.weight", OUTPUT_NORM, D_HIDDEN, DECODER),
+    VEC(LAST, "model.norm.weight", OUTPUT_NORM, D_HIDDEN, DECODER | STABLELM),
+    BIAS(LAST, "model.norm.bias", OUTPUT_NORM, D_HIDDEN, STABLELM),
     VEC(LAST, "model.final_layernorm.weight", OUTPUT_NORM, D_HIDDEN, PHI),
     BIAS(LAST, "model.final_layernorm.bias", OUTPUT_NORM, D_HIDDEN, PHI),
-    {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER | PHI | GPTJ, true},
-    {LAST, "lm_head.bias", LP_ROLE_LM_HEAD, true, D_VOCAB, D_NONE, PLAIN, PHI | GPTJ, true},
+    {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER | PHI | GPTJ | STABLELM, C_UNTIED},
+    {LAST, "lm_head.bias", LP_ROLE_LM_HEAD, true, D_VOCAB, D_NONE, PLAIN, PHI | GPTJ, C_UNTIED},
 
     MAT(FIRST, "gpt_neox.embed_in.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, NEOX),
     VEC(LAYER, NX_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, NEOX),
@@ -245,7 +264,7 @@ static const tensor_row TENSORS[] = {
     BIAS(LAYER, NX_ "mlp.dense_4h_to_h.bias", FFN_DOWN, D_HIDDEN, NEOX),
     VEC(LAST, "gpt_neox.final_layer_norm.weight", OUTPUT_NORM, D_HIDDEN, NEOX),
     BIAS(LAST, "gpt_neox.final_layer_norm.bias", OUTPUT_NORM, D_HIDDEN, NEOX),
-    {LAST, "embed_out.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, NEOX, true},
+    {LAST, "embed_out.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, NEOX, C_UNTIED},
 
     MAT(FIRST, "transformer.wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPTJ),
     VEC(LAYER, J_ "ln_1.weight", ATTN_NORM, D_HIDDEN, GPTJ),
@@ -282,6 +301,8 @@ static const tensor_row TENSORS[] = {
 #undef VEC
 #undef BIAS
 #undef CONV
+#undef VEC_IF
+#undef BIAS_IF
 #undef L_
 #undef E_
 #undef NX_
@@ -442,12 +463,19 @@ static lp_status write_row(writer *wr, const tensor_row *row, int layer, int exp
     return st;
 }
 
+/* Whether the spec asks for a row with these conditions. */
+static bool row_wanted(const lp_synth_spec *s, unsigned when)
+{
+    return !((when & C_UNTIED) && s->tied) && !((when & C_SEQUENTIAL) && s->parallel) &&
+           !((when & C_QKV_BIAS) && !s->qkv_bias) && !((when & C_QK_NORM) && !s->qk_norm);
+}
+
 /* The rows of one scope the family has, in table order. */
 static lp_status write_scope(writer *wr, scope sc, int layer, int expert, lp_error *err)
 {
     for (size_t i = 0; i < N_TENSORS; i++) {
         const tensor_row *row = &TENSORS[i];
-        if (row->scope != sc || !has(wr->spec, row->families) || (row->untied_only && wr->spec->tied))
+        if (row->scope != sc || !has(wr->spec, row->families) || !row_wanted(wr->spec, row->when))
             continue;
         lp_status st = write_row(wr, row, layer, expert, err);
         if (st != LP_OK)
@@ -464,6 +492,10 @@ lp_status lp_synth_add_tensors(const lp_synth_spec *spec, lp_st_writer *w, lp_er
         st = write_scope(&wr, LAYER, l, -1, err);
         for (int e = 0; has(spec, MOE) && e < spec->n_experts && st == LP_OK; e++)
             st = write_scope(&wr, EXPERT, l, e, err);
+        for (int h = 0; h < spec->n_heads && st == LP_OK; h++)
+            st = write_scope(&wr, HEAD, l, h, err);
+        for (int h = 0; h < spec->n_kv_heads && st == LP_OK; h++)
+            st = write_scope(&wr, KV_HEAD, l, h, err);
     }
     if (st == LP_OK)
         st = write_scope(&wr, LAST, -1, -1, err);
@@ -510,16 +542,18 @@ static const config_key KEYS[] = {
     FIELD("intermediate_size", K_INT, ffn, HF_SIZES),
     FIELD("num_hidden_layers", K_INT, n_layers, HF_SIZES),
     FIELD("num_attention_heads", K_INT, n_heads, HF_SIZES),
-    FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER | PHI),
+    FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER | PHI | STABLELM),
     FIELD("head_dim", K_INT, head_dim, DECODER),
     DERIVED("hidden_act", K_ACT, HF_SIZES),
     FIELD("max_position_embeddings", K_INT, n_ctx, HF_SIZES),
     FIELD("rms_norm_eps", K_REAL, norm_eps, DECODER),
-    FIELD("layer_norm_eps", K_REAL, norm_eps, NEOX | PHI),
-    FIELD("rope_theta", K_REAL, rope_theta, DECODER | PHI),
+    FIELD("layer_norm_eps", K_REAL, norm_eps, NEOX | PHI | STABLELM),
+    FIELD("rope_theta", K_REAL, rope_theta, DECODER | PHI | STABLELM),
     FIELD("rotary_emb_base", K_REAL, rope_theta, NEOX),
     DERIVED("rotary_pct", K_ROTARY_FRACTION, NEOX),
-    FIELD("use_parallel_residual", K_BOOL, parallel, NEOX),
+    FIELD("use_parallel_residual", K_BOOL, parallel, NEOX | STABLELM),
+    FIELD("use_qkv_bias", K_BOOL, qkv_bias, STABLELM),
+    FIELD("qk_layernorm", K_BOOL, qk_norm, STABLELM),
     CONSTS("{\"rope_scaling\": null, \"attention_bias\": false, \"attention_dropout\": 0.0, "
            "\"mlp_bias\": false}", DECODER),
     CONSTS("{\"rope_scaling\": null, \"attention_bias\": true, \"attention_dropout\": 0.0, "
@@ -531,10 +565,12 @@ static const config_key KEYS[] = {
     FIELD("eos_token_id", K_INT, eos_id, ALL & ~GPT2),
     CONSTS("{\"pad_token_id\": null, \"initializer_range\": 0.02, \"pretraining_tp\": 1, "
            "\"use_cache\": true}", DECODER),
-    CONSTS("{\"initializer_range\": 0.02, \"use_cache\": true}", NEOX | PHI | GPTJ),
+    CONSTS("{\"initializer_range\": 0.02, \"use_cache\": true}", NEOX | PHI | GPTJ | STABLELM),
+    CONSTS("{\"rope_scaling\": null, \"attention_dropout\": 0.0, \"hidden_dropout\": 0.0}",
+           STABLELM),
     DERIVED("torch_dtype", K_TORCH_DTYPE, ALL),
     DERIVED("partial_rotary_factor", K_PARTIAL_ROTARY, DECODER),
-    DERIVED("partial_rotary_factor", K_ROTARY_FRACTION, PHI),
+    DERIVED("partial_rotary_factor", K_ROTARY_FRACTION, PHI | STABLELM),
     FIELD("sliding_window", K_INT, window, FAM(LP_SYNTH_MISTRAL) | POST_NORMS),
     /* Qwen2.5's configs carry a window that use_sliding_window turns off */
     CONST("use_sliding_window", "false", QKV_BIAS),
