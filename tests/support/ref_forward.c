@@ -52,18 +52,28 @@ static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim;
 static bool is_layernorm_mlp(const ref_config *c)
 {
     return c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
-           c->family == REF_GPTJ;
+           c->family == REF_GPTJ || c->family == REF_FALCON;
+}
+/* biases on the MLP's two matrices; on q, k, v and o (Falcon: its one "bias" switch) */
+static bool has_mlp_bias(const ref_config *c)
+{
+    return c->family == REF_FALCON ? c->qkv_bias : is_layernorm_mlp(c);
+}
+static bool has_attn_bias(const ref_config *c)
+{
+    return c->family == REF_FALCON ? c->qkv_bias : is_layernorm_mlp(c) && c->family != REF_GPTJ;
 }
 /* attention and MLP both read the block's input; one norm feeds both (Phi, GPT-J) */
 static bool is_parallel(const ref_config *c)
 {
     return ((c->family == REF_NEOX || c->family == REF_STABLELM) && c->parallel) ||
-           c->family == REF_PHI || c->family == REF_GPTJ;
+           c->family == REF_PHI || c->family == REF_GPTJ ||
+           (c->family == REF_FALCON && (c->parallel || c->new_arch));
 }
 static bool shares_input_norm(const ref_config *c)
 {
     return c->family == REF_PHI || c->family == REF_GPTJ ||
-           (c->family == REF_STABLELM && c->parallel);
+           ((c->family == REF_STABLELM || c->family == REF_FALCON) && c->parallel && !c->new_arch);
 }
 static bool uses_layernorm(const ref_config *c)
 {
@@ -117,17 +127,17 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             if (!shares_input_norm(c))
                 RT(L->ffn_norm_b, H, 0.1, 0.0);
         }
-        if (is_layernorm_mlp(c)) {
+        if (has_mlp_bias(c)) {
             RT(L->b_up, F, 0.1, 0.0);
             RT(L->b_down, H, 0.1, 0.0);
         }
-        if (is_layernorm_mlp(c) && c->family != REF_GPTJ) {
+        if (has_attn_bias(c)) {
             RT(L->bq, q_dim(c), 0.1, 0.0);
             RT(L->bk, kv_dim(c), 0.1, 0.0);
             RT(L->bv, kv_dim(c), 0.1, 0.0);
             RT(L->bo, H, 0.1, 0.0);
         }
-        if (c->qkv_bias) {
+        if (c->qkv_bias && c->family != REF_FALCON) {
             RT(L->bq, q_dim(c), 0.1, 0.0);
             RT(L->bk, kv_dim(c), 0.1, 0.0);
             RT(L->bv, kv_dim(c), 0.1, 0.0);
@@ -281,9 +291,10 @@ static void mlp(const ref_config *c, double *out, const double *x, const float *
     int64_t H = c->hidden, F = c->ffn;
     matvec(u, w_up, b_up, x, F, H);
     if (is_layernorm_mlp(c)) {
-        /* GPT-NeoX's "gelu" is the exact one; GPT-2, Phi and GPT-J use gelu_new (tanh) */
+        /* GPT-NeoX's and Falcon's "gelu" is the exact one; GPT-2, Phi and GPT-J use gelu_new */
+        bool exact = c->family == REF_NEOX || c->family == REF_FALCON;
         for (int64_t i = 0; i < F; i++)
-            g[i] = c->family == REF_NEOX ? gelu_erf(u[i]) : gelu_tanh(u[i]);
+            g[i] = exact ? gelu_erf(u[i]) : gelu_tanh(u[i]);
     } else {
         matvec(g, w_gate, NULL, x, F, H);
         for (int64_t i = 0; i < F; i++)
@@ -331,6 +342,17 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
     double scale = has_post_norms(c) && c->query_pre_attn_scalar > 0
                        ? 1.0 / sqrt(c->query_pre_attn_scalar)
                        : 1.0 / sqrt((double)hd);
+    /* ALiBi slopes (Press et al.; BLOOM's build_alibi_tensor): for the largest power of two
+     * n <= heads, 2^(-8 (h + 1) / n); the remaining heads take every other slope of 2n heads */
+    double slopes[64] = {0};
+    if (c->alibi) {
+        int64_t pow2 = 1;
+        while (pow2 * 2 <= nh)
+            pow2 *= 2;
+        for (int64_t h = 0; h < nh && h < 64; h++)
+            slopes[h] = h < pow2 ? pow(2.0, -8.0 * (double)(h + 1) / (double)pow2)
+                                 : pow(2.0, -4.0 * (double)(2 * (h - pow2) + 1) / (double)pow2);
+    }
     for (int64_t l = 0; l < L; l++) {
         const ref_layer *Ly = &m->layers[l];
         int64_t window = c->family == REF_GEMMA2 ? (l % 2 == 0 ? c->window : 0)
@@ -357,7 +379,7 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                          Ly->k_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
                 }
             }
-            if (c->family != REF_GPT2) {
+            if (c->family != REF_GPT2 && !c->alibi) {
                 rope(c, theta, q + t * QD, nh, t);
                 rope(c, theta, k + t * KVD, c->n_kv_heads, t);
             }
@@ -374,6 +396,10 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                     double d = 0;
                     for (int64_t i = 0; i < hd; i++)
                         d += q[t * QD + h * hd + i] * k[s * KVD + kvh * hd + i];
+                    /* Falcon adds the ALiBi bias (key position times the head's slope) to
+                     * q.k and scales the sum */
+                    if (c->alibi)
+                        d += slopes[h] * (double)s;
                     d *= scale;
                     if (c->attn_softcap > 0)
                         d = c->attn_softcap * tanh(d / c->attn_softcap);
@@ -502,6 +528,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_PHI: return LP_SYNTH_PHI;
     case REF_GPTJ: return LP_SYNTH_GPTJ;
     case REF_STABLELM: return LP_SYNTH_STABLELM;
+    case REF_FALCON: return LP_SYNTH_FALCON;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -579,7 +606,8 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .window = c->window, .sliding_pattern = c->sliding_pattern,
         .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,
         .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap,
-        .parallel = c->parallel, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm, .bos_id = 1,
+        .parallel = c->parallel, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm,
+        .new_arch = c->new_arch, .alibi = c->alibi, .bos_id = 1,
         .eos_id = 2, .dtype = matrix_dtype, .vector_dtype = LP_DTYPE_F32,
         .fill = fill_from_model, .fill_ctx = (void *)m,
     };

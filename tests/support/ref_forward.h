@@ -38,6 +38,11 @@ typedef enum ref_family {
                     qkv_bias, a bias-free LayerNorm of its own per head on q and k when qk_norm,
                     partial RoPE (halves); StableLM 2's parallel block with one norm when
                     cfg.parallel, StableLM-3B's sequential block otherwise */
+    REF_FALCON,  /* Falcon: LayerNorm + bias, exact GELU MLP, full RoPE (halves) or ALiBi added
+                    before the 1/sqrt(head_dim) scale (cfg.alibi); biases on every linear layer
+                    when cfg.qkv_bias (Falcon's "bias"); cfg.new_arch: ln_attn + ln_mlp feeding
+                    attention and MLP in parallel, grouped kv heads; else one input norm, in
+                    parallel when cfg.parallel (7B, multi-query), sequential otherwise */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -60,7 +65,9 @@ typedef struct ref_config {
                                  LayerNorm of each head's own) */
     int64_t sliding_pattern;  /* Gemma 3 */
     double local_theta;       /* Gemma 3: RoPE base of sliding layers */
-    bool parallel;            /* GPT-NeoX, StableLM: use_parallel_residual */
+    bool parallel;            /* GPT-NeoX, StableLM: use_parallel_residual; Falcon: parallel_attn */
+    bool new_arch;            /* Falcon: new_decoder_architecture */
+    bool alibi;               /* Falcon: ALiBi instead of RoPE */
 } ref_config;
 
 typedef struct ref_layer {

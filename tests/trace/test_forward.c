@@ -434,6 +434,23 @@ static const random_case random_cases[] = {
                      .n_heads = 3, .n_kv_heads = 3, .head_dim = 12, .ffn = 40, .eps = 1e-5,
                      .theta = 10000, .rope_dim = 4, .scale = 0.2},
      15, {LP_DTYPE_F16}, 1, 1e-4},
+    /* Falcon-7B (multi-query, one norm, parallel, tied, no biases; no num_kv_heads,
+     * ffn_hidden_size or activation in its config), 40B/180B (new decoder architecture: ln_attn
+     * and ln_mlp, query_key_value grouped per kv head) and RefinedWeb-1B's ALiBi variant
+     * (sequential, biases, 6 heads: not a power of two) */
+    {"falcon-7b", {.family = REF_FALCON, .vocab = 63, .hidden = 36, .n_layers = 2, .n_heads = 3,
+                   .n_kv_heads = 1, .head_dim = 12, .ffn = 144, .eps = 1e-5, .theta = 10000,
+                   .parallel = true, .tied = true, .scale = 0.2},
+     17, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"falcon-40b", {.family = REF_FALCON, .vocab = 67, .hidden = 60, .n_layers = 2, .n_heads = 6,
+                    .n_kv_heads = 2, .head_dim = 10, .ffn = 64, .eps = 1e-5, .theta = 10000,
+                    .parallel = true, .new_arch = true, .scale = 0.2},
+     16, {LP_DTYPE_F32}, 1, 1e-4},
+    {"falcon-alibi", {.family = REF_FALCON, .vocab = 71, .hidden = 36, .n_layers = 2,
+                      .n_heads = 6, .n_kv_heads = 6, .head_dim = 6, .ffn = 144, .eps = 1e-5,
+                      .theta = 10000, .alibi = true, .qkv_bias = true, .tied = true,
+                      .scale = 0.3},
+     20, {LP_DTYPE_F32}, 1, 1e-4},
 };
 
 /* Tokens of a case: a seeded LCG below vocab. */
@@ -612,7 +629,8 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     KV("attention.head_count", c->n_heads);
     /* llama.cpp's gpt2, gptneox and gptj converters write no kv head count */
     bool layer_norm = c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
-                      c->family == REF_GPTJ || c->family == REF_STABLELM;
+                      c->family == REF_GPTJ || c->family == REF_STABLELM ||
+                      c->family == REF_FALCON;
     if (c->family != REF_GPT2 && c->family != REF_NEOX && c->family != REF_GPTJ)
         KV("attention.head_count_kv", c->n_kv_heads);
     if (c->rope_dim > 0)
@@ -1059,8 +1077,9 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
         if (fused_qkv) {
             gguf_f32(w, "blk.%d.attn_qkv.weight", l, Q + 2 * KV, H,
                      gguf_concat3(L->wq, L->wk, L->wv, Q * H, KV * H));
-            gguf_f32(w, "blk.%d.attn_qkv.bias", l, Q + 2 * KV, 0,
-                     gguf_concat3(L->bq, L->bk, L->bv, Q, KV));
+            if (L->bq)
+                gguf_f32(w, "blk.%d.attn_qkv.bias", l, Q + 2 * KV, 0,
+                         gguf_concat3(L->bq, L->bk, L->bv, Q, KV));
         } else {
             gguf_f32(w, "blk.%d.attn_q.weight", l, Q, H, L->wq);
             gguf_f32(w, "blk.%d.attn_k.weight", l, KV, H, L->wk);
@@ -1078,7 +1097,10 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
         gguf_f32(w, "blk.%d.attn_output.weight", l, H, Q, L->wo);
         if (L->bo)
             gguf_f32(w, "blk.%d.attn_output.bias", l, H, 0, L->bo);
-        if (L->ffn_norm) {
+        if (L->ffn_norm && c->family == REF_FALCON) { /* ln_mlp */
+            gguf_f32(w, "blk.%d.attn_norm_2.weight", l, H, 0, L->ffn_norm);
+            gguf_f32(w, "blk.%d.attn_norm_2.bias", l, H, 0, L->ffn_norm_b);
+        } else if (L->ffn_norm) {
             gguf_f32(w, "blk.%d.ffn_norm.weight", l, H, 0, L->ffn_norm);
             gguf_f32(w, "blk.%d.ffn_norm.bias", l, H, 0, L->ffn_norm_b);
         }
@@ -1093,7 +1115,8 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
     }
     gguf_f32(w, "output_norm.weight", -1, H, 0, m->out_norm);
     gguf_f32(w, "output_norm.bias", -1, H, 0, m->out_norm_b);
-    gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
+    if (!c->tied)
+        gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
     if (m->lm_head_b)
         gguf_f32(w, "output.bias", -1, c->vocab, 0, m->lm_head_b);
 }
@@ -1103,6 +1126,8 @@ static void write_gguf_neox(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m,
 /* phi2: q, k, v apart (transformers' PhiForCausalLM), biased output */
 static void write_gguf_phi2(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "phi2", false); }
 static void write_gguf_gptj(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "gptj", false); }
+/* falcon: query_key_value reordered into q | k | v (7B's multi-query layout already is) */
+static void write_gguf_falcon(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "falcon", true); }
 static void write_gguf_stablelm(lp_gw *w, ref_model *m)
 {
     gguf_layernorm_model(w, m, "stablelm", false);
@@ -1177,6 +1202,16 @@ static const gguf_case gguf_cases[] = {
       .n_kv_heads = 3, .head_dim = 12, .ffn = 44, .eps = 1e-5, .theta = 10000, .rope_dim = 4,
       .scale = 0.2},
      13, write_gguf_stablelm, 10, {1, 49, 30, 30, 8, 17, 0, 42, 23, 5}, "stablelm", 1e-2, 1e-4},
+    {"gguf-falcon-7b",
+     {.family = REF_FALCON, .vocab = 57, .hidden = 36, .n_layers = 2, .n_heads = 3,
+      .n_kv_heads = 1, .head_dim = 12, .ffn = 144, .eps = 1e-5, .theta = 10000, .parallel = true,
+      .tied = true, .scale = 0.2},
+     14, write_gguf_falcon, 12, {3, 56, 20, 20, 1, 44, 9, 0, 31, 12, 50, 7}, "falcon", 1e-2, 1e-4},
+    {"gguf-falcon-40b",
+     {.family = REF_FALCON, .vocab = 57, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 10, .ffn = 48, .eps = 1e-5, .theta = 10000, .parallel = true,
+      .new_arch = true, .scale = 0.2},
+     15, write_gguf_falcon, 11, {5, 2, 40, 40, 17, 33, 0, 56, 8, 21, 13}, "falcon", 1e-2, 1e-4},
 };
 
 static void test_gguf_case(void **state)

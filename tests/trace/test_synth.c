@@ -603,6 +603,9 @@ static const family_case family_cases[] = {
     {LP_SYNTH_GPTJ, "gptj", 25, "transformer.h.1.mlp.fc_in.weight", LP_ROLE_FFN_UP, false, 1.0f},
     /* embed, 2 x 11 (norms x 2 x 2, q k v o, gate up down), final norm x 2, lm_head */
     {LP_SYNTH_STABLELM, "stablelm", 26, "model.layers.1.post_attention_layernorm.bias", LP_ROLE_FFN_NORM, false, 1.0f},
+    /* Falcon-7B: word_embeddings, 2 x (input_layernorm x 2, query_key_value, dense, 2 MLP),
+     * ln_f x 2; tied */
+    {LP_SYNTH_FALCON, "falcon", 15, "transformer.h.0.self_attention.query_key_value.weight", LP_ROLE_ATTN_QKV, false, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)

@@ -198,7 +198,9 @@ static lp_status bind_norm(lp_model *m, lp_role role, int layer, int64_t n, bool
 
 /* Families whose block shape is proven against the tests' reference forward; a new piece of the
  * block description stays refused for the others until their family is tested. */
-static const char *const PARALLEL_TESTED[] = {"gpt_neox", "phi", "gptj", "stablelm", NULL};
+static const char *const PARALLEL_TESTED[] = {"gpt_neox", "phi", "gptj", "stablelm", "falcon",
+                                              NULL};
+static const char *const ALIBI_TESTED[] = {"falcon", NULL};
 
 static bool family_tested(const char *family, const char *const *tested)
 {
@@ -214,7 +216,7 @@ static const char *missing_piece(const lp_arch *a)
 {
     if (a->mla)
         return "multi-head latent attention";
-    if (a->pos_kind == LP_POS_ALIBI)
+    if (a->pos_kind == LP_POS_ALIBI && !family_tested(a->family, ALIBI_TESTED))
         return "ALiBi positions";
     if (a->parallel_block && !family_tested(a->family, PARALLEL_TESTED))
         return "parallel attention/MLP blocks";
