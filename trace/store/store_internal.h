@@ -47,7 +47,23 @@ struct lp_store {
     uint16_t *f16;          /* conversion buffer */
     size_t f16_cap;
     lp_prediction *top;     /* [top_k] */
+    /* generation (opts.seq_len > 0): write_gen.c */
+    int64_t *map_rowid;            /* [n_layers, n_heads] attention rowid, 0 = not yet */
+    lp_attn_row_stats *gen_rows;   /* [n_layers, n_heads, seq_len] */
+    double *gen_norm;              /* [n_layers, n_heads] summed output norms of rows */
+    sqlite3_blob *blob;
+    int64_t gen_total;             /* positions the run ends with */
 };
+
+/* write_gen.c: the generation observer's pieces and the cut at a stop token. */
+lp_status lp_store_gen_begin(lp_store *s, lp_error *err);
+void lp_store_gen_free(lp_store *s);
+lp_status lp_store_gen_probs(lp_store *s, const lp_site *site, const lp_view *v, lp_error *err);
+void lp_store_gen_stats(lp_store *s, const lp_site *site, const lp_view *v);
+void lp_store_gen_norms(lp_store *s, const lp_site *site, const lp_view *v);
+/* Head statistics over all rows into s->stats, before they are written. */
+void lp_store_gen_finish_stats(lp_store *s, int64_t n_total);
+lp_status lp_store_gen_cut_maps(lp_store *s, int64_t n_total, lp_error *err);
 
 /* A handle for path with no connection yet; NULL when out of memory (err says so). */
 lp_store *lp_store_alloc(const char *path, lp_error *err);
