@@ -8,6 +8,7 @@
 #include "core/checked.h"
 #include "core/cli/cli.h"
 #include "core/mapfile.h"
+#include "inspect/formats/detect.h"
 
 #define CMD "estimate"
 #define MAX_INPUTS 16
@@ -236,8 +237,9 @@ static int parse_args(int argc, char **argv, estimate_args *a)
  * (safetensors JSON header, GGUF metadata). */
 static void inspect_weights(const char *input, lp_est_options *opts)
 {
-    bool has_weights = lp_ends_with(input, ".gguf");
-    if (!has_weights && lp_path_is_dir(input) == 1) {
+    lp_file_kind kind = lp_detect_format(input);
+    bool has_weights = kind == LP_FILE_GGUF;
+    if (kind == LP_FILE_FOLDER) {
         char *single = lp_path_join(input, "model.safetensors");
         char *index = lp_path_join(input, "model.safetensors.index.json");
         has_weights = (single && lp_path_exists(single) == 1) ||
