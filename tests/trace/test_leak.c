@@ -980,6 +980,14 @@ static void test_mask_bad_files(void **state)
     assert_int_not_equal(check_npy("trunc.npy", "<f4", 2, sq, few, sizeof few, "causal", &rep,
                                    &err),
                          LP_OK);
+    /* a .npy is known by its magic (lp_detect_format), not its name: a causal mask saved as
+     * "mask.data" is checked, and passes */
+    uint8_t *causal = bool_mask(1, 1, T, RULE_CAUSAL, 0, 0, 0, RULE_CAUSAL);
+    assert_int_equal(check_npy("mask.data", "|b1", 2, sq, causal, T * T, "causal", &rep, &err),
+                     LP_OK);
+    assert_true(lp_leak_mask_passed(&rep));
+    lp_leak_mask_report_free(&rep);
+    free(causal);
     /* not a mask file at all */
     lp_leak_mask_opts mo;
     lp_leak_mask_opts_init(&mo);

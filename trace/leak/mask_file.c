@@ -12,6 +12,7 @@
 #include "core/checked.h"
 #include "core/mapfile.h"
 #include "inspect/inspect.h"
+#include "inspect/formats/detect.h"
 #include "inspect/formats/npy.h"
 
 void lp_leak_mask_opts_init(lp_leak_mask_opts *opts)
@@ -559,7 +560,8 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
     memset(out, 0, sizeof *out);
     lp_status st;
     const char *base = lp_path_basename(path);
-    if (lp_ends_with(path, ".npy")) {
+    lp_file_kind kind = lp_detect_format(path);
+    if (kind == LP_FILE_NPY) {
         lp_npy npy;
         if ((st = lp_npy_open(path, &npy, err)) != LP_OK)
             return st;
@@ -569,7 +571,7 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
         lp_npy_close(&npy);
         return st;
     }
-    if (lp_ends_with(path, ".safetensors")) {
+    if (kind == LP_FILE_SAFETENSORS) {
         lp_mapped_file map;
         if ((st = lp_map_file(path, &map, err)) != LP_OK)
             return st;
@@ -578,6 +580,6 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
         return st;
     }
     return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                        "%s: not a mask file (expected .npy or .safetensors)",
-                        path);
+                        "%s: not a mask file (expected .npy or .safetensors, found %s)", path,
+                        lp_file_kind_name(kind));
 }
