@@ -45,7 +45,7 @@ static bool is_gemma(const ref_config *c)
 /* Gemma 2/3: norms after attention and FFN too */
 static bool has_post_norms(const ref_config *c)
 {
-    return c->family == REF_GEMMA2 || c->family == REF_GEMMA3;
+    return c->family == REF_GEMMA2 || c->family == REF_GEMMA3 || c->family == REF_OLMO2;
 }
 static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim; }
 /* LayerNorm with bias and a plain (ungated) MLP */
@@ -81,6 +81,9 @@ static bool uses_layernorm(const ref_config *c)
 }
 /* StableLM: each head's q and k norm is its own */
 static bool qk_norm_each_head(const ref_config *c) { return c->family == REF_STABLELM; }
+/* OLMo 2: one q norm over all heads, one k norm; and no norms before the sublayers */
+static bool qk_norm_whole(const ref_config *c) { return c->family == REF_OLMO2; }
+static bool has_input_norms(const ref_config *c) { return c->family != REF_OLMO2; }
 
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
 {
@@ -143,14 +146,15 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->bv, kv_dim(c), 0.1, 0.0);
         }
         if (c->qk_norm) {
-            int64_t nq = qk_norm_each_head(c) ? q_dim(c) : c->head_dim;
-            int64_t nk = qk_norm_each_head(c) ? kv_dim(c) : c->head_dim;
+            bool wide = qk_norm_each_head(c) || qk_norm_whole(c);
+            int64_t nq = wide ? q_dim(c) : c->head_dim;
+            int64_t nk = wide ? kv_dim(c) : c->head_dim;
             RT(L->q_norm, nq, 0.1, norm_offset);
             RT(L->k_norm, nk, 0.1, norm_offset);
         }
         if (has_post_norms(c)) {
-            RT(L->post_attn_norm, H, 0.1, 0.0);
-            RT(L->post_ffn_norm, H, 0.1, 0.0);
+            RT(L->post_attn_norm, H, 0.1, norm_offset);
+            RT(L->post_ffn_norm, H, 0.1, norm_offset);
         }
         if (c->family == REF_MIXTRAL) {
             RT(L->router, c->n_experts * H, 1.0, 0.0);
@@ -361,11 +365,26 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                              : c->window;
         double theta = c->family == REF_GEMMA3 && window > 0 ? c->local_theta : c->theta;
         for (int64_t t = 0; t < T; t++) {
-            norm(c, xn + t * H, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
+            if (has_input_norms(c))
+                norm(c, xn + t * H, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
+            else
+                memcpy(xn + t * H, x + t * H, (size_t)H * sizeof(double));
             matvec(q + t * QD, Ly->wq, Ly->bq, xn + t * H, QD, H);
             matvec(k + t * KVD, Ly->wk, Ly->bk, xn + t * H, KVD, H);
             matvec(v + t * KVD, Ly->wv, Ly->bv, xn + t * H, KVD, H);
-            if (c->qk_norm) {
+            if (c->qk_norm && qk_norm_whole(c)) {
+                /* one RMSNorm over the whole projection, on a copy */
+                double *cp = malloc((size_t)(QD > KVD ? QD : KVD) * sizeof *cp);
+                if (!cp) {
+                    ok = false;
+                    goto done;
+                }
+                memcpy(cp, q + t * QD, (size_t)QD * sizeof *cp);
+                norm(c, q + t * QD, cp, Ly->q_norm, NULL, QD);
+                memcpy(cp, k + t * KVD, (size_t)KVD * sizeof *cp);
+                norm(c, k + t * KVD, cp, Ly->k_norm, NULL, KVD);
+                free(cp);
+            } else if (c->qk_norm) {
                 /* per-head RMSNorm over head_dim, on a copy (norm() reads and writes) */
                 double tmp_head[512];
                 for (int64_t h = 0; h < nh; h++) {
@@ -437,7 +456,9 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
         }
         for (int64_t t = 0; t < T; t++) {
             double *h_in = xn + t * H;
-            if (shares_input_norm(c))
+            if (!has_input_norms(c))
+                memcpy(h_in, x + t * H, (size_t)H * sizeof(double));
+            else if (shares_input_norm(c))
                 norm(c, h_in, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
             else
                 norm(c, h_in, x + t * H, Ly->ffn_norm, Ly->ffn_norm_b, H);
@@ -529,6 +550,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_GPTJ: return LP_SYNTH_GPTJ;
     case REF_STABLELM: return LP_SYNTH_STABLELM;
     case REF_FALCON: return LP_SYNTH_FALCON;
+    case REF_OLMO2: return LP_SYNTH_OLMO2;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2

@@ -43,6 +43,9 @@ typedef enum ref_family {
                     when cfg.qkv_bias (Falcon's "bias"); cfg.new_arch: ln_attn + ln_mlp feeding
                     attention and MLP in parallel, grouped kv heads; else one input norm, in
                     parallel when cfg.parallel (7B, multi-query), sequential otherwise */
+    REF_OLMO2,   /* OLMo 2: Llama's SwiGLU and RoPE with no input norms; RMSNorm on each
+                    sublayer's output before the residual add; q and k RMSNorm over the whole
+                    projection ([q_dim], [kv_dim]) before RoPE */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -82,7 +85,7 @@ typedef struct ref_layer {
     float *router;                    /* [n_experts, hidden] */
     float **e_gate, **e_up, **e_down; /* [n_experts] of [ffn, hidden], [ffn, hidden], [hidden, ffn] */
     float *q_norm, *k_norm;           /* [head_dim] (qk_norm); StableLM: [n_heads, head_dim],
-                                         [n_kv_heads, head_dim] */
+                                         [n_kv_heads, head_dim]; OLMo 2: [q_dim], [kv_dim] */
 } ref_layer;
 
 typedef struct ref_model {

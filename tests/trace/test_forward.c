@@ -451,6 +451,11 @@ static const random_case random_cases[] = {
                       .theta = 10000, .alibi = true, .qkv_bias = true, .tied = true,
                       .scale = 0.3},
      20, {LP_DTYPE_F32}, 1, 1e-4},
+    /* OLMo 2: output norms only, q/k norms over the whole projection (GQA: [q_dim], [kv_dim]) */
+    {"olmo2", {.family = REF_OLMO2, .vocab = 73, .hidden = 36, .n_layers = 2, .n_heads = 3,
+               .n_kv_heads = 1, .head_dim = 12, .ffn = 44, .eps = 1e-6, .theta = 500000,
+               .qk_norm = true, .scale = 0.2},
+     18, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
 };
 
 /* Tokens of a case: a seeded LCG below vocab. */
@@ -635,6 +640,10 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
         KV("attention.head_count_kv", c->n_kv_heads);
     if (c->rope_dim > 0)
         KV("rope.dimension_count", c->rope_dim);
+    if (c->theta > 0 && c->theta != 10000) {
+        snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+        lp_gw_kv_f32(w, key, (float)c->theta);
+    }
     if (c->n_experts > 0) {
         KV("expert_count", c->n_experts);
         KV("expert_used_count", c->top_k);
@@ -1133,6 +1142,31 @@ static void write_gguf_stablelm(lp_gw *w, ref_model *m)
     gguf_layernorm_model(w, m, "stablelm", false);
 }
 
+/* olmo2: no input norms; post_attention_norm and post_ffw_norm; q/k norms [q_dim], [kv_dim] */
+static void write_gguf_olmo2(lp_gw *w, ref_model *m)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->ffn, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+    gguf_hparams(w, "olmo2", c, 64);
+    gguf_f32(w, "token_embd.weight", -1, c->vocab, H, m->embed);
+    for (int l = 0; l < c->n_layers; l++) {
+        const ref_layer *L = &m->layers[l];
+        gguf_f32(w, "blk.%d.attn_q.weight", l, Q, H, L->wq);
+        gguf_f32(w, "blk.%d.attn_k.weight", l, KV, H, L->wk);
+        gguf_f32(w, "blk.%d.attn_v.weight", l, KV, H, L->wv);
+        gguf_f32(w, "blk.%d.attn_q_norm.weight", l, Q, 0, L->q_norm);
+        gguf_f32(w, "blk.%d.attn_k_norm.weight", l, KV, 0, L->k_norm);
+        gguf_f32(w, "blk.%d.attn_output.weight", l, H, Q, L->wo);
+        gguf_f32(w, "blk.%d.post_attention_norm.weight", l, H, 0, L->post_attn_norm);
+        gguf_f32(w, "blk.%d.ffn_gate.weight", l, F, H, L->w_gate);
+        gguf_f32(w, "blk.%d.ffn_up.weight", l, F, H, L->w_up);
+        gguf_f32(w, "blk.%d.ffn_down.weight", l, H, F, L->w_down);
+        gguf_f32(w, "blk.%d.post_ffw_norm.weight", l, H, 0, L->post_ffn_norm);
+    }
+    gguf_f32(w, "output_norm.weight", -1, H, 0, m->out_norm);
+    gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
+}
+
 /* ---- GGUF files the test writes, against the reference: one row per family ---- */
 
 typedef struct gguf_case {
@@ -1212,6 +1246,11 @@ static const gguf_case gguf_cases[] = {
       .n_kv_heads = 2, .head_dim = 10, .ffn = 48, .eps = 1e-5, .theta = 10000, .parallel = true,
       .new_arch = true, .scale = 0.2},
      15, write_gguf_falcon, 11, {5, 2, 40, 40, 17, 33, 0, 56, 8, 21, 13}, "falcon", 1e-2, 1e-4},
+    {"gguf-olmo2",
+     {.family = REF_OLMO2, .vocab = 45, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-6, .theta = 500000, .qk_norm = true,
+      .scale = 0.2},
+     16, write_gguf_olmo2, 12, {1, 44, 22, 22, 9, 0, 35, 17, 4, 28, 40, 13}, "olmo2", 1e-2, 1e-4},
 };
 
 static void test_gguf_case(void **state)

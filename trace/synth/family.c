@@ -22,6 +22,7 @@ enum {
     GPTJ = FAM(LP_SYNTH_GPTJ),
     STABLELM = FAM(LP_SYNTH_STABLELM),
     FALCON = FAM(LP_SYNTH_FALCON),
+    OLMO2 = FAM(LP_SYNTH_OLMO2), /* a DECODER without input norms */
     LAYERNORM = GPT2 | NEOX | PHI | GPTJ | FALCON, /* LayerNorm with bias, plain MLP, head_dim
                                                      derived */
     HEAD_DIM_DERIVED = LAYERNORM | STABLELM, /* head_dim = hidden / heads, no key for it */
@@ -58,6 +59,7 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_GPTJ] = {"gptj", "gptj", "GPTJForCausalLM", "gelu_new"},
     [LP_SYNTH_STABLELM] = {"stablelm", "stablelm", "StableLmForCausalLM", "silu"},
     [LP_SYNTH_FALCON] = {"falcon", "falcon", "FalconForCausalLM", "gelu"},
+    [LP_SYNTH_OLMO2] = {"olmo2", "olmo2", "Olmo2ForCausalLM", "silu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -219,7 +221,7 @@ typedef struct tensor_row {
 #define F_QKV(name, is_bias, cols, when) {LAYER, F_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, FALCON, when}
 static const tensor_row TENSORS[] = {
     MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER | PHI | STABLELM),
-    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, DECODER | PHI | STABLELM),
+    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, (DECODER & ~OLMO2) | PHI | STABLELM),
     BIAS(LAYER, L_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, PHI | STABLELM),
     MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER | PHI | STABLELM),
     MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER | PHI | STABLELM),
@@ -234,6 +236,8 @@ static const tensor_row TENSORS[] = {
     BIAS(LAYER, L_ "self_attn.dense.bias", ATTN_O, D_HIDDEN, PHI),
     VEC(LAYER, L_ "self_attn.q_norm.weight", ATTN_Q_NORM, D_HEAD, QK_NORM),
     VEC(LAYER, L_ "self_attn.k_norm.weight", ATTN_K_NORM, D_HEAD, QK_NORM),
+    VEC(LAYER, L_ "self_attn.q_norm.weight", ATTN_Q_NORM, D_Q, OLMO2),
+    VEC(LAYER, L_ "self_attn.k_norm.weight", ATTN_K_NORM, D_KV, OLMO2),
     BIAS(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, QKV_BIAS | PHI),
     BIAS(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, QKV_BIAS | PHI),
     BIAS(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, QKV_BIAS | PHI),
@@ -244,11 +248,11 @@ static const tensor_row TENSORS[] = {
     /* one name: the FFN's norm in Llama, the attention's post norm in Gemma 2 and 3 */
     /* StableLM 2's parallel block has no second norm */
     VEC_IF(LAYER, L_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN,
-           (DECODER & ~POST_NORMS) | STABLELM, C_SEQUENTIAL),
+           (DECODER & ~POST_NORMS & ~OLMO2) | STABLELM, C_SEQUENTIAL),
     BIAS_IF(LAYER, L_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, STABLELM, C_SEQUENTIAL),
-    VEC(LAYER, L_ "post_attention_layernorm.weight", ATTN_POST_NORM, D_HIDDEN, POST_NORMS),
+    VEC(LAYER, L_ "post_attention_layernorm.weight", ATTN_POST_NORM, D_HIDDEN, POST_NORMS | OLMO2),
     VEC(LAYER, L_ "pre_feedforward_layernorm.weight", FFN_NORM, D_HIDDEN, POST_NORMS),
-    VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS),
+    VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS | OLMO2),
     MAT(LAYER, L_ "block_sparse_moe.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, MOE),
     MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
     MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
@@ -583,7 +587,7 @@ static const config_key KEYS[] = {
     FIELD("num_hidden_layers", K_INT, n_layers, HF_SIZES),
     FIELD("num_attention_heads", K_INT, n_heads, HF_SIZES),
     FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER | PHI | STABLELM),
-    FIELD("head_dim", K_INT, head_dim, DECODER),
+    FIELD("head_dim", K_INT, head_dim, DECODER & ~OLMO2),
     DERIVED("hidden_act", K_ACT, HF_SIZES),
     FIELD("max_position_embeddings", K_INT, n_ctx, HF_SIZES),
     FIELD("rms_norm_eps", K_REAL, norm_eps, DECODER),
