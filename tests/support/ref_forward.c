@@ -52,7 +52,7 @@ static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim;
 static bool is_layernorm_mlp(const ref_config *c)
 {
     return c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
-           c->family == REF_GPTJ || c->family == REF_FALCON;
+           c->family == REF_GPTJ || c->family == REF_FALCON || c->family == REF_BLOOM;
 }
 /* biases on the MLP's two matrices; on q, k, v and o (Falcon: its one "bias" switch) */
 static bool has_mlp_bias(const ref_config *c)
@@ -114,6 +114,10 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
         RT(m->lm_head, c->vocab * H, sc, 0.0);
     if (c->family == REF_PHI || c->family == REF_GPTJ)
         RT(m->lm_head_b, c->vocab, 0.1, 0.0);
+    if (c->family == REF_BLOOM) {
+        RT(m->embed_norm, H, 0.1, 1.0);
+        RT(m->embed_norm_b, H, 0.1, 0.0);
+    }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     ok = ok && m->layers;
     for (int64_t l = 0; ok && l < c->n_layers; l++) {
@@ -209,6 +213,8 @@ void ref_model_free(ref_model *m)
     free(m->out_norm);
     free(m->out_norm_b);
     free(m->lm_head_b);
+    free(m->embed_norm);
+    free(m->embed_norm_b);
     memset(m, 0, sizeof *m);
 }
 
@@ -343,6 +349,11 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
             if (c->family == REF_GPT2)
                 x[t * H + i] += (double)m->pos[t * H + i];
         }
+    if (m->embed_norm) /* BLOOM: word_embeddings_layernorm */
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(tmp2, x + t * H, (size_t)H * sizeof(double));
+            norm(c, x + t * H, tmp2, m->embed_norm, m->embed_norm_b, H);
+        }
     double scale = has_post_norms(c) && c->query_pre_attn_scalar > 0
                        ? 1.0 / sqrt(c->query_pre_attn_scalar)
                        : 1.0 / sqrt((double)hd);
@@ -417,9 +428,12 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                         d += q[t * QD + h * hd + i] * k[s * KVD + kvh * hd + i];
                     /* Falcon adds the ALiBi bias (key position times the head's slope) to
                      * q.k and scales the sum */
-                    if (c->alibi)
+                    if (c->alibi && c->family == REF_FALCON)
                         d += slopes[h] * (double)s;
                     d *= scale;
+                    /* BLOOM adds it to the scaled scores (baddbmm with beta 1) */
+                    if (c->alibi && c->family != REF_FALCON)
+                        d += slopes[h] * (double)s;
                     if (c->attn_softcap > 0)
                         d = c->attn_softcap * tanh(d / c->attn_softcap);
                     sc[s] = d;
@@ -551,6 +565,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_STABLELM: return LP_SYNTH_STABLELM;
     case REF_FALCON: return LP_SYNTH_FALCON;
     case REF_OLMO2: return LP_SYNTH_OLMO2;
+    case REF_BLOOM: return LP_SYNTH_BLOOM;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -601,6 +616,7 @@ static const float *model_tensor(const ref_model *m, const lp_synth_tensor *t)
     case LP_ROLE_POS_EMBD: return m->pos;
     case LP_ROLE_OUTPUT_NORM: return t->is_bias ? m->out_norm_b : m->out_norm;
     case LP_ROLE_LM_HEAD: return t->is_bias ? m->lm_head_b : m->lm_head;
+    case LP_ROLE_EMBD_NORM: return t->is_bias ? m->embed_norm_b : m->embed_norm;
     default: return NULL;
     }
 }

@@ -43,6 +43,9 @@ typedef enum ref_family {
                     when cfg.qkv_bias (Falcon's "bias"); cfg.new_arch: ln_attn + ln_mlp feeding
                     attention and MLP in parallel, grouped kv heads; else one input norm, in
                     parallel when cfg.parallel (7B, multi-query), sequential otherwise */
+    REF_BLOOM,   /* BLOOM: LayerNorm + bias after the embedding and in every block, biases
+                    everywhere, per-head fused q/k/v, bloom_gelu (tanh), ALiBi added after the
+                    1/sqrt(head_dim) scale (cfg.alibi), no RoPE, sequential, tied */
     REF_OLMO2,   /* OLMo 2: Llama's SwiGLU and RoPE with no input norms; RMSNorm on each
                     sublayer's output before the residual add; q and k RMSNorm over the whole
                     projection ([q_dim], [kv_dim]) before RoPE */
@@ -95,6 +98,7 @@ typedef struct ref_model {
     float *out_norm, *out_norm_b;
     float *lm_head;   /* [vocab, hidden]; == embed when tied */
     float *lm_head_b; /* [vocab] (Phi, GPT-J) or NULL */
+    float *embed_norm, *embed_norm_b; /* BLOOM's word_embeddings_layernorm, or NULL */
     ref_layer *layers;
 } ref_model;
 

@@ -451,6 +451,16 @@ static const random_case random_cases[] = {
                       .theta = 10000, .alibi = true, .qkv_bias = true, .tied = true,
                       .scale = 0.3},
      20, {LP_DTYPE_F32}, 1, 1e-4},
+    /* BLOOM: embedding LayerNorm, per-head query_key_value, ALiBi after the scale on 5 heads
+     * (not a power of two: the odd slopes of the next power) and on 8 */
+    {"bloom", {.family = REF_BLOOM, .vocab = 79, .hidden = 30, .n_layers = 2, .n_heads = 5,
+               .n_kv_heads = 5, .head_dim = 6, .ffn = 120, .eps = 1e-5, .alibi = true,
+               .qkv_bias = true, .tied = true, .scale = 0.3},
+     22, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"bloom-8-heads", {.family = REF_BLOOM, .vocab = 51, .hidden = 80, .n_layers = 1,
+                       .n_heads = 8, .n_kv_heads = 8, .head_dim = 10, .ffn = 320, .eps = 1e-5,
+                       .alibi = true, .qkv_bias = true, .tied = true, .scale = 0.3},
+     14, {LP_DTYPE_F16}, 1, 1e-4},
     /* OLMo 2: output norms only, q/k norms over the whole projection (GQA: [q_dim], [kv_dim]) */
     {"olmo2", {.family = REF_OLMO2, .vocab = 73, .hidden = 36, .n_layers = 2, .n_heads = 3,
                .n_kv_heads = 1, .head_dim = 12, .ffn = 44, .eps = 1e-6, .theta = 500000,
@@ -635,7 +645,7 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     /* llama.cpp's gpt2, gptneox and gptj converters write no kv head count */
     bool layer_norm = c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
                       c->family == REF_GPTJ || c->family == REF_STABLELM ||
-                      c->family == REF_FALCON;
+                      c->family == REF_FALCON || c->family == REF_BLOOM;
     if (c->family != REF_GPT2 && c->family != REF_NEOX && c->family != REF_GPTJ)
         KV("attention.head_count_kv", c->n_kv_heads);
     if (c->rope_dim > 0)
@@ -1079,6 +1089,10 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
     int64_t H = c->hidden, F = c->ffn, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
     gguf_hparams(w, arch, c, 64);
     gguf_f32(w, "token_embd.weight", -1, c->vocab, H, m->embed);
+    if (m->embed_norm) {
+        gguf_f32(w, "token_embd_norm.weight", -1, H, 0, m->embed_norm);
+        gguf_f32(w, "token_embd_norm.bias", -1, H, 0, m->embed_norm_b);
+    }
     for (int l = 0; l < c->n_layers; l++) {
         const ref_layer *L = &m->layers[l];
         gguf_f32(w, "blk.%d.attn_norm.weight", l, H, 0, L->attn_norm);
@@ -1137,6 +1151,8 @@ static void write_gguf_phi2(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m,
 static void write_gguf_gptj(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "gptj", false); }
 /* falcon: query_key_value reordered into q | k | v (7B's multi-query layout already is) */
 static void write_gguf_falcon(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "falcon", true); }
+/* bloom: query_key_value reordered into q | k | v; tied */
+static void write_gguf_bloom(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "bloom", true); }
 static void write_gguf_stablelm(lp_gw *w, ref_model *m)
 {
     gguf_layernorm_model(w, m, "stablelm", false);
@@ -1246,6 +1262,12 @@ static const gguf_case gguf_cases[] = {
       .n_kv_heads = 2, .head_dim = 10, .ffn = 48, .eps = 1e-5, .theta = 10000, .parallel = true,
       .new_arch = true, .scale = 0.2},
      15, write_gguf_falcon, 11, {5, 2, 40, 40, 17, 33, 0, 56, 8, 21, 13}, "falcon", 1e-2, 1e-4},
+    {"gguf-bloom",
+     {.family = REF_BLOOM, .vocab = 41, .hidden = 36, .n_layers = 2, .n_heads = 6,
+      .n_kv_heads = 6, .head_dim = 6, .ffn = 144, .eps = 1e-5, .alibi = true, .qkv_bias = true,
+      .tied = true, .scale = 0.3},
+     17, write_gguf_bloom, 13, {0, 40, 12, 12, 5, 33, 21, 8, 1, 39, 26, 14, 3}, "bloom", 1e-2,
+     1e-4},
     {"gguf-olmo2",
      {.family = REF_OLMO2, .vocab = 45, .hidden = 40, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-6, .theta = 500000, .qk_norm = true,

@@ -606,6 +606,9 @@ static const family_case family_cases[] = {
     /* Falcon-7B: word_embeddings, 2 x (input_layernorm x 2, query_key_value, dense, 2 MLP),
      * ln_f x 2; tied */
     {LP_SYNTH_FALCON, "falcon", 15, "transformer.h.0.self_attention.query_key_value.weight", LP_ROLE_ATTN_QKV, false, 1.0f},
+    /* word_embeddings + its norm x 2, 2 x 12 (weight and bias of 2 norms, query_key_value,
+     * dense, 2 MLP), ln_f x 2; tied */
+    {LP_SYNTH_BLOOM, "bloom", 29, "transformer.word_embeddings_layernorm.bias", LP_ROLE_EMBD_NORM, false, 1.0f},
     /* embed, 2 x (q k v o, q_norm, k_norm, 2 post norms, gate up down), norm, lm_head */
     {LP_SYNTH_OLMO2, "olmo2", 25, "model.layers.1.self_attn.q_norm.weight", LP_ROLE_ATTN_Q_NORM, false, 1.0f},
 };

@@ -23,12 +23,14 @@ enum {
     STABLELM = FAM(LP_SYNTH_STABLELM),
     FALCON = FAM(LP_SYNTH_FALCON),
     OLMO2 = FAM(LP_SYNTH_OLMO2), /* a DECODER without input norms */
-    LAYERNORM = GPT2 | NEOX | PHI | GPTJ | FALCON, /* LayerNorm with bias, plain MLP, head_dim
-                                                     derived */
+    BLOOM = FAM(LP_SYNTH_BLOOM),
+    FALCON_BLOCK = FALCON | BLOOM, /* transformer.h.N.self_attention..., mlp.dense_* */
+    LAYERNORM = GPT2 | NEOX | PHI | GPTJ | FALCON | BLOOM, /* LayerNorm with bias, plain MLP,
+                                                             head_dim derived */
     HEAD_DIM_DERIVED = LAYERNORM | STABLELM, /* head_dim = hidden / heads, no key for it */
     DECODER = ALL & ~HEAD_DIM_DERIVED, /* Llama-like: "model.layers.N..." names, RMSNorm, RoPE */
     HF_SIZES = DECODER | NEOX | PHI | STABLELM, /* hidden_size, num_hidden_layers, ... */
-    MHA_ONLY = GPT2 | NEOX | GPTJ,
+    MHA_ONLY = GPT2 | NEOX | GPTJ | BLOOM,
     MOE = FAM(LP_SYNTH_MIXTRAL),
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
     POST_NORMS = FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3), /* four norms per layer */
@@ -60,6 +62,7 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_STABLELM] = {"stablelm", "stablelm", "StableLmForCausalLM", "silu"},
     [LP_SYNTH_FALCON] = {"falcon", "falcon", "FalconForCausalLM", "gelu"},
     [LP_SYNTH_OLMO2] = {"olmo2", "olmo2", "Olmo2ForCausalLM", "silu"},
+    [LP_SYNTH_BLOOM] = {"bloom", "bloom", "BloomForCausalLM", "bloom_gelu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -86,9 +89,11 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->n_ctx = 256;
     spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e-6 : 1e-5;
     spec->rope_theta = has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e6 : 1e4;
-    spec->tied = has(spec, GEMMAS | GPT2 | FALCON);
-    if (has(spec, FALCON)) /* Falcon-7B: multi-query, parallel, FFN 4 x hidden */
+    spec->tied = has(spec, GEMMAS | GPT2 | FALCON_BLOCK);
+    if (has(spec, FALCON_BLOCK)) /* Falcon-7B: multi-query, parallel; BLOOM: always 4 x hidden */
         spec->ffn = 4 * spec->hidden;
+    spec->qkv_bias = has(spec, BLOOM);
+    spec->alibi = has(spec, BLOOM);
     /* the published defaults' fractions: Pythia's rotary_pct 0.25, Phi-2's 0.4 (here 0.5 of 8
      * dims), GPT-J's rotary_dim 64 of 256 */
     spec->rope_dim = has(spec, NEOX | GPTJ | STABLELM) ? 2 : has(spec, PHI) ? 4 : 0;
@@ -159,6 +164,11 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
         return lp_error_set(err, LP_ERR_USAGE, "falcon: without new_arch, n_kv_heads is 1 "
                                                "(multi_query) or n_heads, not %lld",
                             (long long)s->n_kv_heads);
+    if (has(s, BLOOM) && (s->ffn != 4 * s->hidden || !s->qkv_bias || !s->alibi || s->parallel ||
+                          s->new_arch))
+        return lp_error_set(err, LP_ERR_USAGE, "bloom: needs ffn = 4 x hidden (%lld, %lld), "
+                                               "biases, ALiBi and a sequential block",
+                            (long long)s->ffn, (long long)s->hidden);
     if (has(s, FALCON) && s->new_arch && !s->parallel)
         return lp_error_set(err, LP_ERR_USAGE, "falcon: new_arch blocks are always parallel");
     if (has(s, MHA_ONLY) && s->n_kv_heads != s->n_heads)
@@ -218,7 +228,7 @@ typedef struct tensor_row {
 #define J_ "transformer.h.%d."
 #define F_ "transformer.h.%d."
 #define GROUPED(name, is_bias, cols) {LAYER, NX_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, NEOX, C_ALWAYS}
-#define F_QKV(name, is_bias, cols, when) {LAYER, F_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, FALCON, when}
+#define F_QKV(name, is_bias, cols, when) {LAYER, F_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, FALCON_BLOCK, when}
 static const tensor_row TENSORS[] = {
     MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER | PHI | STABLELM),
     VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, (DECODER & ~OLMO2) | PHI | STABLELM),
@@ -295,28 +305,30 @@ static const tensor_row TENSORS[] = {
     BIAS(LAYER, J_ "mlp.fc_in.bias", FFN_UP, D_FFN, GPTJ),
     MAT(LAYER, J_ "mlp.fc_out.weight", FFN_DOWN, D_HIDDEN, D_FFN, GPTJ),
     BIAS(LAYER, J_ "mlp.fc_out.bias", FFN_DOWN, D_HIDDEN, GPTJ),
-    VEC(LAST, "transformer.ln_f.weight", OUTPUT_NORM, D_HIDDEN, GPTJ | FALCON),
-    BIAS(LAST, "transformer.ln_f.bias", OUTPUT_NORM, D_HIDDEN, GPTJ | FALCON),
+    VEC(LAST, "transformer.ln_f.weight", OUTPUT_NORM, D_HIDDEN, GPTJ | FALCON_BLOCK),
+    BIAS(LAST, "transformer.ln_f.bias", OUTPUT_NORM, D_HIDDEN, GPTJ | FALCON_BLOCK),
 
-    MAT(FIRST, "transformer.word_embeddings.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, FALCON),
-    VEC_IF(LAYER, F_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, FALCON, C_OLD_ARCH),
-    BIAS_IF(LAYER, F_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, FALCON, C_OLD_ARCH),
+    MAT(FIRST, "transformer.word_embeddings.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, FALCON_BLOCK),
+    VEC(FIRST, "transformer.word_embeddings_layernorm.weight", EMBD_NORM, D_HIDDEN, BLOOM),
+    BIAS(FIRST, "transformer.word_embeddings_layernorm.bias", EMBD_NORM, D_HIDDEN, BLOOM),
+    VEC_IF(LAYER, F_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, FALCON_BLOCK, C_OLD_ARCH),
+    BIAS_IF(LAYER, F_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, FALCON_BLOCK, C_OLD_ARCH),
     VEC_IF(LAYER, F_ "ln_attn.weight", ATTN_NORM, D_HIDDEN, FALCON, C_NEW_ARCH),
     BIAS_IF(LAYER, F_ "ln_attn.bias", ATTN_NORM, D_HIDDEN, FALCON, C_NEW_ARCH),
     VEC_IF(LAYER, F_ "ln_mlp.weight", FFN_NORM, D_HIDDEN, FALCON, C_NEW_ARCH),
     BIAS_IF(LAYER, F_ "ln_mlp.bias", FFN_NORM, D_HIDDEN, FALCON, C_NEW_ARCH),
     F_QKV("self_attention.query_key_value.weight", false, D_HIDDEN, C_ALWAYS),
     F_QKV("self_attention.query_key_value.bias", true, D_NONE, C_QKV_BIAS),
-    MAT(LAYER, F_ "self_attention.dense.weight", ATTN_O, D_HIDDEN, D_Q, FALCON),
-    BIAS_IF(LAYER, F_ "self_attention.dense.bias", ATTN_O, D_HIDDEN, FALCON, C_QKV_BIAS),
-    VEC_IF(LAYER, F_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN, FALCON,
+    MAT(LAYER, F_ "self_attention.dense.weight", ATTN_O, D_HIDDEN, D_Q, FALCON_BLOCK),
+    BIAS_IF(LAYER, F_ "self_attention.dense.bias", ATTN_O, D_HIDDEN, FALCON_BLOCK, C_QKV_BIAS),
+    VEC_IF(LAYER, F_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN, FALCON_BLOCK,
            C_SEQUENTIAL | C_OLD_ARCH),
-    BIAS_IF(LAYER, F_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, FALCON,
+    BIAS_IF(LAYER, F_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, FALCON_BLOCK,
             C_SEQUENTIAL | C_OLD_ARCH),
-    MAT(LAYER, F_ "mlp.dense_h_to_4h.weight", FFN_UP, D_FFN, D_HIDDEN, FALCON),
-    BIAS_IF(LAYER, F_ "mlp.dense_h_to_4h.bias", FFN_UP, D_FFN, FALCON, C_QKV_BIAS),
-    MAT(LAYER, F_ "mlp.dense_4h_to_h.weight", FFN_DOWN, D_HIDDEN, D_FFN, FALCON),
-    BIAS_IF(LAYER, F_ "mlp.dense_4h_to_h.bias", FFN_DOWN, D_HIDDEN, FALCON, C_QKV_BIAS),
+    MAT(LAYER, F_ "mlp.dense_h_to_4h.weight", FFN_UP, D_FFN, D_HIDDEN, FALCON_BLOCK),
+    BIAS_IF(LAYER, F_ "mlp.dense_h_to_4h.bias", FFN_UP, D_FFN, FALCON_BLOCK, C_QKV_BIAS),
+    MAT(LAYER, F_ "mlp.dense_4h_to_h.weight", FFN_DOWN, D_HIDDEN, D_FFN, FALCON_BLOCK),
+    BIAS_IF(LAYER, F_ "mlp.dense_4h_to_h.bias", FFN_DOWN, D_HIDDEN, FALCON_BLOCK, C_QKV_BIAS),
 
     MAT(FIRST, "wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPT2),
     MAT(FIRST, "wpe.weight", POS_EMBD, D_POS, D_HIDDEN, GPT2),
@@ -655,6 +667,12 @@ static const config_key KEYS[] = {
     FIELD("rope_theta", K_REAL, rope_theta, FALCON),
     CONSTS("{\"hidden_dropout\": 0.0, \"attention_dropout\": 0.0, \"initializer_range\": 0.02, "
            "\"use_cache\": true}", FALCON),
+    /* BLOOM: BloomConfig's names (the FFN is always 4 x hidden) */
+    FIELD("hidden_size", K_INT, hidden, BLOOM), FIELD("n_layer", K_INT, n_layers, BLOOM),
+    FIELD("n_head", K_INT, n_heads, BLOOM), FIELD("layer_norm_epsilon", K_REAL, norm_eps, BLOOM),
+    CONSTS("{\"apply_residual_connection_post_layernorm\": false, \"slow_but_exact\": false, "
+           "\"attention_dropout\": 0.0, \"hidden_dropout\": 0.0, \"initializer_range\": 0.02, "
+           "\"pretraining_tp\": 1, \"use_cache\": true}", BLOOM),
 };
 #undef FIELD
 #undef CONST

@@ -206,6 +206,9 @@ typedef enum lp_synth_family {
                          (parallel_attn), spec.qkv_bias (Falcon's "bias": every linear layer),
                          spec.alibi (ALiBi instead of RoPE); config keys as FalconConfig
                          publishes them (no ffn_hidden_size when it is 4 x hidden) */
+    LP_SYNTH_BLOOM,   /* BLOOM: transformer.* names (Falcon's block names), word_embeddings_layernorm,
+                         per-head query_key_value, biases everywhere, ALiBi, tied; n_layer and
+                         n_head keys; FFN 4 x hidden */
     LP_SYNTH_OLMO2,   /* OLMo 2: Llama's names without input_layernorm; post_attention_layernorm
                          and post_feedforward_layernorm on the sublayer outputs; q_norm [q_dim]
                          and k_norm [kv_dim] over the whole projections */
@@ -264,7 +267,7 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
 lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
- * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "olmo2". */
+ * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "olmo2". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif
