@@ -82,22 +82,17 @@ static const lp_option trace_options[] = {
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec trace_spec = {
-    .name = "trace",
-    .summary = "run the forward pass and record attention into SQLite",
-    .synopsis = "MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS) [options]",
+LP_CLI_COMMAND(trace, run_trace, trace_options, 1, 1,
+               "run the forward pass and record attention into SQLite",
+               "MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS) [options]",
     .description =
         "Run the model's forward pass on the CPU and record what every head did into a SQLite\n"
         "database (schema: trace/store/schema.sql).\n"
         "\n"
         "MODEL is a model folder, .safetensors, .gguf or llama2.c .bin (llama2.c checkpoints\n"
         "need a tokenizer beside them, or --tokenizer, for text).",
-    .options = trace_options,
-    .min_positional = 1,
-    .max_positional = 1,
     .notes = "Prints the run id, token count, time and the last position's top predictions.\n"
-             "Exit status: 0 ok, 2 bad usage or input.",
-};
+             "Exit status: 0 ok, 2 bad usage or input.");
 
 /* ---- checks before a run row exists ----------------------------------------------------------- */
 
@@ -405,9 +400,7 @@ static int run_trace(int argc, char **argv)
     trace_opts o = {.db = "loupe.db", .maps = LP_MAPS_F16, .logits = LP_LOGITS_TOPK, .top_p = 1.0,
                     .threads = lp_cpu_count(), .local_window = 8, .max_map_bytes = 4ull << 30};
     const char *pos[LP_CLI_MAX_POSITIONAL];
-    int rc = lp_cli_parse(&trace_spec, argc, argv, &o, pos, NULL);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&trace_spec, argc, argv, &o, pos, NULL);
     trace_job job = {.model_path = pos[0]};
     tee_ctx tee;
     int64_t run_id;
@@ -422,5 +415,3 @@ static int run_trace(int argc, char **argv)
     job_free(&job);
     return LP_EXIT_OK;
 }
-
-const lp_command lp_command_trace = {&trace_spec, run_trace};

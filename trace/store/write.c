@@ -57,13 +57,8 @@ static const char sql_insert_mask_run[] =
 
 static lp_status exec(lp_store *s, const char *sql, lp_error *err)
 {
-    char *msg = NULL;
-    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        lp_status st = lp_error_set(err, LP_ERR_SQLITE, "%s: %s", s->path,
-                                    msg ? msg : sqlite3_errmsg(s->db));
-        sqlite3_free(msg);
-        return st;
-    }
+    if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return lp_store_sql_error(s, NULL, err);
     return LP_OK;
 }
 
@@ -206,6 +201,10 @@ lp_status lp_store_open(const char *path, lp_store **out, lp_error *err)
         return LP_ERR_NOMEM;
     lp_status st;
     int64_t version;
+    if ((st = lp_store_check_writable(path, err)) != LP_OK) {
+        lp_store_free(s);
+        return st;
+    }
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
         st = lp_error_set(err, LP_ERR_SQLITE, "%s: cannot open: %s", path,
@@ -213,7 +212,7 @@ lp_status lp_store_open(const char *path, lp_store **out, lp_error *err)
         lp_store_free(s);
         return st;
     }
-    sqlite3_busy_timeout(s->db, 10000);
+    sqlite3_busy_timeout(s->db, LP_STORE_BUSY_TIMEOUT_MS);
     if ((st = lp_store_check_version(s, "upgrade loupe or use another --db", &version, err)) ||
         (version == 0 && (st = check_unversioned(s, err))) || (st = create_schema(s, err)) ||
         (st = prepare_statements(s, err))) {
