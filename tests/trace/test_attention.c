@@ -306,8 +306,11 @@ static void test_attention_tiles(void **state)
         double worst_qk = 0.0, worst_pv = 0.0;
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
             for (int rows = 1; rows <= LP_ATTN_MR; rows++) {
-                int64_t hd = dims[di], qs = hd + 3;
-                float *q = rnd_array(LP_ATTN_MR * qs);
+                int64_t hd = dims[di];
+                float *q = aligned_alloc(64, (size_t)((hd * LP_ATTN_MR * 4 + 63) / 64 * 64));
+                assert_non_null(q);
+                for (int64_t i = 0; i < hd * LP_ATTN_MR; i++)
+                    q[i] = rnd();
                 float *kp = aligned_alloc(64, (size_t)((hd * LP_ATTN_NR * 4 + 63) / 64 * 64));
                 assert_non_null(kp);
                 for (int64_t i = 0; i < hd * LP_ATTN_NR; i++)
@@ -315,8 +318,8 @@ static void test_attention_tiles(void **state)
                 float s[LP_ATTN_MR * 20], s_ref[LP_ATTN_MR * 20];
                 for (int i = 0; i < LP_ATTN_MR * 20; i++)
                     s[i] = s_ref[i] = NAN;
-                kt->attn_qk(q, qs, rows, kp, hd, 0.3f, s, 20);
-                ref->attn_qk(q, qs, rows, kp, hd, 0.3f, s_ref, 20);
+                kt->attn_qk(q, rows, kp, hd, 0.3f, s, 20);
+                ref->attn_qk(q, rows, kp, hd, 0.3f, s_ref, 20);
                 for (int r = 0; r < LP_ATTN_MR; r++)
                     for (int c = 0; c < LP_ATTN_NR; c++) {
                         if (r >= rows) {
@@ -325,7 +328,7 @@ static void test_attention_tiles(void **state)
                         }
                         double mag = 0.0;
                         for (int64_t d = 0; d < hd; d++)
-                            mag += fabs(0.3 * (double)q[r * qs + d] * (double)kp[d * LP_ATTN_NR + c]);
+                            mag += fabs(0.3 * (double)q[d * LP_ATTN_MR + r] * (double)kp[d * LP_ATTN_NR + c]);
                         double e = fabs((double)s[r * 20 + c] - (double)s_ref[r * 20 + c]) /
                                    (mag + 1e-30);
                         assert_false(isnan(s[r * 20 + c]));

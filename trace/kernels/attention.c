@@ -2,7 +2,7 @@
  * buffer; exact probabilities and per-row statistics on request.
  *
  * The keys the call needs are packed once into panels of 16 (kp[panel][d][16], converted from
- * f16/bf16 as they are packed; f16/bf16 V rows are converted once too). Query rows are taken
+ * f16/bf16 as they are packed) and its V rows copied contiguous (converted likewise). Query rows are taken
  * LP_ATTN_MR (6) at a time and keys ATT_BK (64) at a time:
  *   scores  S[6][64] = Q tile . K block^T   by the attn_qk micro-kernel (6 x 16 per panel, the
  *                                           GEMM's register tile, q broadcast from its rows)
@@ -52,7 +52,8 @@ typedef struct att_call {
     float *kp;        /* ceil((khi - kbase) / 16) panels of [head_dim][16], zero past khi */
     const float *v0;  /* V row kbase as f32 */
     int64_t v_stride; /* between f32 V rows */
-    float *v_conv;    /* owned f32 copy of f16/bf16 V rows, or NULL */
+    float *v_conv;    /* owned contiguous f32 copy of the V rows */
+    float *qp;        /* the current query tile, packed [head_dim][LP_ATTN_MR] */
 } att_call;
 
 static float *alloc_aligned_floats(int64_t n)
@@ -93,18 +94,18 @@ static bool call_pack(att_call *c)
             dst[d * LP_ATTN_NR] = src ? src[d] : 0.0f;
     }
     free(row);
-    if (dt == LP_DTYPE_F32) {
-        c->v0 = (const float *)a->v + c->kbase * a->v_stride;
-        c->v_stride = a->v_stride;
-        return true;
-    }
+    /* V rows copied contiguous: rows of a [T, heads * dim] projection are kilobytes apart, and
+     * 64 of them at such a stride fall into a few L1 sets */
     int64_t vd = a->v_dim;
-    c->v_conv = malloc((size_t)(n * vd > 0 ? n * vd : 1) * sizeof(float));
+    c->v_conv = alloc_aligned_floats(n * vd);
     if (!c->v_conv)
         return false;
     for (int64_t j = 0; j < n; j++) {
-        const void *stored = (const uint8_t *)a->v + (uint64_t)((c->kbase + j) * a->v_stride) * 2;
-        if (dt == LP_DTYPE_F16)
+        const void *stored = (const uint8_t *)a->v +
+                             (uint64_t)((c->kbase + j) * a->v_stride) * (dt == LP_DTYPE_F32 ? 4 : 2);
+        if (dt == LP_DTYPE_F32)
+            memcpy(c->v_conv + j * vd, stored, (size_t)vd * sizeof(float));
+        else if (dt == LP_DTYPE_F16)
             c->kt->f16_to_f32(stored, c->v_conv + j * vd, vd);
         else
             c->kt->bf16_to_f32(stored, c->v_conv + j * vd, vd);
@@ -114,14 +115,25 @@ static bool call_pack(att_call *c)
     return true;
 }
 
-/* Raw scores of tile rows [i0, i0 + rows) against keys [kb, kb + kn): S[r * ATT_BK + j]. */
-static void tile_scores(const att_call *c, int64_t i0, int rows, int64_t kb, int64_t kn, float *S)
+/* Query rows [i0, i0 + rows) as a k-major panel qp[d * LP_ATTN_MR + r], rows past `rows`
+ * repeating the last one. */
+static void pack_queries(const lp_attn_args *a, int64_t i0, int rows, float *qp)
+{
+    for (int r = 0; r < LP_ATTN_MR; r++) {
+        const float *q = a->q + (i0 + (r < rows ? r : rows - 1)) * a->q_stride;
+        for (int64_t d = 0; d < a->head_dim; d++)
+            qp[d * LP_ATTN_MR + r] = q[d];
+    }
+}
+
+/* Raw scores of the packed query tile against keys [kb, kb + kn): S[r * ATT_BK + j]. */
+static void tile_scores(const att_call *c, const float *qp, int rows, int64_t kb, int64_t kn,
+                        float *S)
 {
     const lp_attn_args *a = c->a;
     const float *kp = c->kp + (kb - c->kbase) * a->head_dim;
     for (int64_t p = 0; p * LP_ATTN_NR < kn; p++)
-        c->kt->attn_qk(a->q + i0 * a->q_stride, a->q_stride, rows,
-                       kp + p * LP_ATTN_NR * a->head_dim, a->head_dim, a->scale,
+        c->kt->attn_qk(qp, rows, kp + p * LP_ATTN_NR * a->head_dim, a->head_dim, a->scale,
                        S + p * LP_ATTN_NR, ATT_BK);
 }
 
@@ -307,6 +319,7 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
     row_state rs[LP_ATTN_MR];
     float S[LP_ATTN_MR * ATT_BK], P[LP_ATTN_MR * ATT_BK];
     int64_t k_lo = a->n_k, k_hi = 0; /* the keys any row of the tile sees */
+    pack_queries(a, i0, rows, c->qp);
     for (int r = 0; r < rows; r++) {
         row_init(a, i0 + r, &rs[r]);
         if (rs[r].lo < rs[r].hi) {
@@ -318,7 +331,7 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
     int64_t kb_first = k_lo / ATT_BK * ATT_BK;
     for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
         int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
-        tile_scores(c, i0, rows, kb, kn, S);
+        tile_scores(c, c->qp, rows, kb, kn, S);
         for (int r = 0; r < rows; r++)
             row_take_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK, P + r * ATT_BK);
         kt->attn_pv(P, ATT_BK, rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
@@ -332,7 +345,7 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
         row_probs_frame(a, &rs[r], i0 + r);
     for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
         int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
-        tile_scores(c, i0, rows, kb, kn, S);
+        tile_scores(c, c->qp, rows, kb, kn, S);
         for (int r = 0; r < rows; r++)
             row_probs_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK);
     }
@@ -340,7 +353,7 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
 
 void lp_attention(const lp_attn_args *a)
 {
-    att_call c = {lp_kernels_table(), a, 0, 0, 0, 0, NULL, NULL, 0, NULL};
+    att_call c = {lp_kernels_table(), a, 0, 0, 0, 0, NULL, NULL, 0, NULL, NULL};
     lp_attn_rows(a, &c.row_begin, &c.row_end);
     /* the keys any computed row sees */
     int64_t k_lo = a->n_k, k_hi = 0;
@@ -355,7 +368,9 @@ void lp_attention(const lp_attn_args *a)
     }
     c.kbase = k_lo < k_hi ? k_lo / ATT_BK * ATT_BK : 0;
     c.khi = k_lo < k_hi ? k_hi : 0;
-    if (!call_pack(&c)) { /* no scratch: the reference needs none */
+    c.qp = alloc_aligned_floats(LP_ATTN_MR * a->head_dim);
+    if (!c.qp || !call_pack(&c)) { /* no scratch: the reference needs none */
+        free(c.qp);
         free(c.kp);
         free(c.v_conv);
         lp_attention_ref(a);
@@ -365,6 +380,7 @@ void lp_attention(const lp_attn_args *a)
         int rows = c.row_end - i0 < LP_ATTN_MR ? (int)(c.row_end - i0) : LP_ATTN_MR;
         query_tile(&c, i0, rows);
     }
+    free(c.qp);
     free(c.kp);
     free(c.v_conv);
 }

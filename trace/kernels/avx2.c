@@ -567,40 +567,37 @@ static void rope_rotate_avx2(float *x, int64_t n_heads, int64_t head_dim, int64_
     }
 }
 
-/* ---- blocked attention tiles: the GEMM's 6x16 register tile. Rows past `rows` repeat the last
- * real row (computed, never stored), so the loops do not branch. */
+/* ---- blocked attention tiles: the GEMM's 6x16 register tile. Rows past `rows` (zero or
+ * repeated rows in the packed panels) are computed and never stored, so the loops do not
+ * branch. */
 
-static void attn_qk_avx2(const float *q, int64_t q_stride, int rows, const float *kp,
-                         int64_t head_dim, float scale, float *s, int64_t ld_s)
+static void attn_qk_avx2(const float *qp, int rows, const float *kp, int64_t head_dim,
+                         float scale, float *s, int64_t ld_s)
 {
-    const float *qr[LP_ATTN_MR];
-    for (int r = 0; r < LP_ATTN_MR; r++)
-        qr[r] = q + (r < rows ? r : rows - 1) * q_stride;
-    const float *q0 = qr[0], *q1 = qr[1], *q2 = qr[2], *q3 = qr[3], *q4 = qr[4], *q5 = qr[5];
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
     __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
     __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-    for (int64_t d = 0; d < head_dim; d++, kp += LP_ATTN_NR) {
+    for (int64_t d = 0; d < head_dim; d++, kp += LP_ATTN_NR, qp += LP_ATTN_MR) {
         __m256 b0 = _mm256_load_ps(kp), b1 = _mm256_load_ps(kp + 8);
-        __m256 av = _mm256_broadcast_ss(q0 + d);
+        __m256 av = _mm256_broadcast_ss(qp + 0);
         c00 = _mm256_fmadd_ps(av, b0, c00);
         c01 = _mm256_fmadd_ps(av, b1, c01);
-        av = _mm256_broadcast_ss(q1 + d);
+        av = _mm256_broadcast_ss(qp + 1);
         c10 = _mm256_fmadd_ps(av, b0, c10);
         c11 = _mm256_fmadd_ps(av, b1, c11);
-        av = _mm256_broadcast_ss(q2 + d);
+        av = _mm256_broadcast_ss(qp + 2);
         c20 = _mm256_fmadd_ps(av, b0, c20);
         c21 = _mm256_fmadd_ps(av, b1, c21);
-        av = _mm256_broadcast_ss(q3 + d);
+        av = _mm256_broadcast_ss(qp + 3);
         c30 = _mm256_fmadd_ps(av, b0, c30);
         c31 = _mm256_fmadd_ps(av, b1, c31);
-        av = _mm256_broadcast_ss(q4 + d);
+        av = _mm256_broadcast_ss(qp + 4);
         c40 = _mm256_fmadd_ps(av, b0, c40);
         c41 = _mm256_fmadd_ps(av, b1, c41);
-        av = _mm256_broadcast_ss(q5 + d);
+        av = _mm256_broadcast_ss(qp + 5);
         c50 = _mm256_fmadd_ps(av, b0, c50);
         c51 = _mm256_fmadd_ps(av, b1, c51);
     }

@@ -110,11 +110,11 @@ typedef struct lp_kernel_table {
     void (*rope_rotate)(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
                         const float *c, const float *s, bool adjacent_pairs);
     /* Blocked attention (attention.c), tiles of up to LP_ATTN_MR query rows:
-     * s[r * ld_s + c] = scale * (q row r . key c) for r < rows, c < 16, from one packed key
-     * panel kp[d * 16 + c] (16 keys, head_dim deep, 32-byte aligned); rows past `rows` are not
-     * written. */
-    void (*attn_qk)(const float *q, int64_t q_stride, int rows, const float *kp,
-                    int64_t head_dim, float scale, float *s, int64_t ld_s);
+     * s[r * ld_s + c] = scale * (q row r . key c) for r < rows, c < 16, from a packed query
+     * panel qp[d * LP_ATTN_MR + r] and a packed key panel kp[d * 16 + c] (16 keys), both
+     * head_dim deep and 32-byte aligned; rows past `rows` are not written. */
+    void (*attn_qk)(const float *qp, int rows, const float *kp, int64_t head_dim, float scale,
+                    float *s, int64_t ld_s);
     /* out[r * out_stride + d] += sum_{j < n_keys} p[r * ld_p + j] * v[j * v_stride + d] for
      * r < rows, d < v_dim. */
     void (*attn_pv)(const float *p, int64_t ld_p, int rows, int64_t n_keys, const float *v,

@@ -367,15 +367,14 @@ void lp_attention_ref(const lp_attn_args *a)
 
 /* ---- blocked attention tiles (attention.c) */
 
-static void attn_qk_ref(const float *q, int64_t q_stride, int rows, const float *kp,
-                        int64_t head_dim, float scale, float *s, int64_t ld_s)
+static void attn_qk_ref(const float *qp, int rows, const float *kp, int64_t head_dim,
+                        float scale, float *s, int64_t ld_s)
 {
     for (int r = 0; r < rows; r++) {
         float acc[LP_ATTN_NR] = {0};
-        const float *qr = q + r * q_stride;
         for (int64_t d = 0; d < head_dim; d++)
             for (int c = 0; c < LP_ATTN_NR; c++)
-                acc[c] += qr[d] * kp[d * LP_ATTN_NR + c];
+                acc[c] += qp[d * LP_ATTN_MR + r] * kp[d * LP_ATTN_NR + c];
         for (int c = 0; c < LP_ATTN_NR; c++)
             s[r * ld_s + c] = acc[c] * scale;
     }
