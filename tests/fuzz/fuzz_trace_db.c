@@ -23,42 +23,9 @@
 
 #include "trace/store/store.h"
 
+#include "fuzz_scratch.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char scratch_dir[4096];
-static char scratch_file[4096 + 16];
-
-/* The database and the -wal/-shm files SQLite may leave beside it. */
-static void remove_db(void)
-{
-    char side[4096 + 32];
-    snprintf(side, sizeof side, "%s-wal", scratch_file);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", scratch_file);
-    unlink(side);
-    unlink(scratch_file);
-}
-
-static void remove_scratch(void)
-{
-    remove_db();
-    rmdir(scratch_dir);
-}
-
-static const char *scratch_path(void)
-{
-    if (scratch_file[0])
-        return scratch_file;
-    const char *tmp = getenv("LOUPE_TEST_TMP");
-    snprintf(scratch_dir, sizeof scratch_dir, "%s/fuzz_trace_db.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (mkdtemp(scratch_dir) == NULL) {
-        perror("fuzz_trace_db: scratch folder");
-        abort(); /* the harness cannot run, not a finding */
-    }
-    snprintf(scratch_file, sizeof scratch_file, "%s/runs.db", scratch_dir);
-    atexit(remove_scratch);
-    return scratch_file;
-}
 
 static void require(int cond, const char *what)
 {
@@ -165,7 +132,7 @@ static void read_run(lp_store *s, int64_t run_id)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *path = scratch_path();
+    const char *path = lp_fuzz_scratch_path("fuzz_trace_db", "runs.db");
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0) {
         perror("fuzz_trace_db: scratch file");
@@ -182,7 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_error(lp_store_latest_leak_run(s, &leak_run, &err), &err);
         lp_store_close(s);
     }
-    remove_db();
+    lp_fuzz_scratch_clear();
     return 0;
 }
 
