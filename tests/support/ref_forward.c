@@ -49,6 +49,17 @@ static bool has_post_norms(const ref_config *c)
 }
 static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim; }
 
+bool ref_layer_routed(const ref_config *c, int64_t l)
+{
+    if (c->family == REF_MIXTRAL)
+        return true;
+    if (c->family != REF_QWEN_MOE || (l < 64 && (c->mlp_only >> l) & 1))
+        return false;
+    return (l + 1) % (c->sparse_step > 0 ? c->sparse_step : 1) == 0;
+}
+/* One routed expert's width */
+static int64_t expert_ffn(const ref_config *c) { return c->expert_ffn > 0 ? c->expert_ffn : c->ffn; }
+
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
 {
     memset(m, 0, sizeof *m);
@@ -109,16 +120,23 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->post_attn_norm, H, 0.1, 0.0);
             RT(L->post_ffn_norm, H, 0.1, 0.0);
         }
-        if (c->family == REF_MIXTRAL) {
+        if (ref_layer_routed(c, l)) {
+            int64_t EF = expert_ffn(c), SF = c->shared_ffn;
             RT(L->router, c->n_experts * H, 1.0, 0.0);
             L->e_gate = calloc((size_t)c->n_experts, sizeof(float *));
             L->e_up = calloc((size_t)c->n_experts, sizeof(float *));
             L->e_down = calloc((size_t)c->n_experts, sizeof(float *));
             ok = ok && L->e_gate && L->e_up && L->e_down;
             for (int64_t e = 0; ok && e < c->n_experts; e++) {
-                RT(L->e_gate[e], F * H, sc, 0.0);
-                RT(L->e_up[e], F * H, sc, 0.0);
-                RT(L->e_down[e], H * F, sc, 0.0);
+                RT(L->e_gate[e], EF * H, sc, 0.0);
+                RT(L->e_up[e], EF * H, sc, 0.0);
+                RT(L->e_down[e], H * EF, sc, 0.0);
+            }
+            if (SF > 0) {
+                RT(L->s_gate, SF * H, sc, 0.0);
+                RT(L->s_up, SF * H, sc, 0.0);
+                RT(L->s_down, H * SF, sc, 0.0);
+                RT(L->s_gate_w, H, 1.0, 0.0);
             }
         } else {
             if (c->family != REF_GPT2)
@@ -141,10 +159,10 @@ void ref_model_free(ref_model *m)
             float *ps[] = {L->attn_norm, L->attn_norm_b, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
                            L->bv, L->bo, L->post_attn_norm, L->ffn_norm, L->ffn_norm_b, L->w_gate,
                            L->w_up, L->w_down, L->b_up, L->b_down, L->post_ffn_norm, L->router,
-                           L->q_norm, L->k_norm};
+                           L->q_norm, L->k_norm, L->s_gate, L->s_up, L->s_down, L->s_gate_w};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 free(ps[i]);
-            for (int64_t e = 0; e < m->cfg.n_experts; e++) {
+            for (int64_t e = 0; L->e_gate && e < m->cfg.n_experts; e++) {
                 if (L->e_gate) free(L->e_gate[e]);
                 if (L->e_up) free(L->e_up[e]);
                 if (L->e_down) free(L->e_down[e]);
@@ -238,11 +256,11 @@ static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, 
 }
 
 /* The FFN of one token: dense, or an expert's SwiGLU. */
-static void mlp(const ref_config *c, double *out, const double *x, const float *w_gate,
-                const float *w_up, const float *w_down, const float *b_up, const float *b_down,
-                double *g, double *u)
+static void mlp_w(const ref_config *c, int64_t F, double *out, const double *x,
+                  const float *w_gate, const float *w_up, const float *w_down, const float *b_up,
+                  const float *b_down, double *g, double *u)
 {
-    int64_t H = c->hidden, F = c->ffn;
+    int64_t H = c->hidden;
     matvec(u, w_up, b_up, x, F, H);
     if (c->family == REF_GPT2) {
         for (int64_t i = 0; i < F; i++)
@@ -253,6 +271,61 @@ static void mlp(const ref_config *c, double *out, const double *x, const float *
             g[i] = (is_gemma(c) ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
     }
     matvec(out, w_down, b_down, g, H, F);
+}
+
+static void mlp(const ref_config *c, double *out, const double *x, const float *w_gate,
+                const float *w_up, const float *w_down, const float *b_up, const float *b_down,
+                double *g, double *u)
+{
+    mlp_w(c, c->ffn, out, x, w_gate, w_up, w_down, b_up, b_down, g, u);
+}
+
+/* The routed FFN of one token: softmax router over every expert, the K best by rank (an
+ * expert's rank is how many beat it: a higher probability, or the same and a lower id), their
+ * outputs mixed by the probabilities (renormalized over the K for Mixtral and with norm_topk),
+ * plus the shared expert scaled by sigmoid(s_gate_w . x). tmp2 is [hidden] scratch. */
+static void moe_ffn(const ref_config *c, const ref_layer *Ly, double *out, const double *x,
+                    double *rp, int32_t *chosen, double *tmp2, double *g, double *u)
+{
+    int64_t H = c->hidden, E = c->n_experts, K = c->top_k;
+    matvec(rp, Ly->router, NULL, x, E, H);
+    double mx = -INFINITY, z = 0;
+    for (int64_t e = 0; e < E; e++)
+        mx = rp[e] > mx ? rp[e] : mx;
+    for (int64_t e = 0; e < E; e++)
+        z += (rp[e] = exp(rp[e] - mx));
+    for (int64_t e = 0; e < E; e++)
+        rp[e] /= z;
+    double wsum = 0;
+    for (int64_t e = 0; e < E; e++) {
+        int64_t rank = 0;
+        for (int64_t o = 0; o < E; o++)
+            rank += rp[o] > rp[e] || (rp[o] == rp[e] && o < e);
+        if (rank < K) {
+            chosen[rank] = (int32_t)e;
+            wsum += rp[e];
+        }
+    }
+    bool renorm = c->family == REF_MIXTRAL || c->norm_topk;
+    for (int64_t i = 0; i < H; i++)
+        out[i] = 0;
+    for (int64_t j = 0; j < K; j++) {
+        int64_t e = chosen[j];
+        mlp_w(c, expert_ffn(c), tmp2, x, Ly->e_gate[e], Ly->e_up[e], Ly->e_down[e], NULL, NULL, g,
+              u);
+        double w = renorm ? rp[e] / wsum : rp[e];
+        for (int64_t i = 0; i < H; i++)
+            out[i] += w * tmp2[i];
+    }
+    if (c->shared_ffn <= 0)
+        return;
+    mlp_w(c, c->shared_ffn, tmp2, x, Ly->s_gate, Ly->s_up, Ly->s_down, NULL, NULL, g, u);
+    double zg = 0;
+    for (int64_t i = 0; i < H; i++)
+        zg += (double)Ly->s_gate_w[i] * x[i];
+    double sg = 1.0 / (1.0 + exp(-zg));
+    for (int64_t i = 0; i < H; i++)
+        out[i] += sg * tmp2[i];
 }
 
 bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outputs *out)
@@ -275,7 +348,9 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
     double *att = calloc((size_t)(T * QD), sizeof(double));
     double *tmp = calloc((size_t)(H > V ? H : V), sizeof(double));
     double *tmp2 = calloc((size_t)H, sizeof(double));
-    double *g = calloc((size_t)F, sizeof(double)), *u = calloc((size_t)F, sizeof(double));
+    int64_t FW = F > expert_ffn(c) ? F : expert_ffn(c);
+    FW = FW > c->shared_ffn ? FW : c->shared_ffn;
+    double *g = calloc((size_t)FW, sizeof(double)), *u = calloc((size_t)FW, sizeof(double));
     double *sc = calloc((size_t)T, sizeof(double));
     double *rp = calloc((size_t)(E > 0 ? E : 1), sizeof(double));
     bool ok = out->logits && out->probs && out->resid && out->head_out && out->experts && x &&
@@ -368,36 +443,8 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
         for (int64_t t = 0; t < T; t++) {
             double *h_in = xn + t * H;
             norm(c, h_in, x + t * H, Ly->ffn_norm, Ly->ffn_norm_b, H);
-            if (c->family == REF_MIXTRAL) {
-                matvec(rp, Ly->router, NULL, h_in, E, H);
-                double mx = -INFINITY, z = 0;
-                for (int64_t e = 0; e < E; e++)
-                    mx = rp[e] > mx ? rp[e] : mx;
-                for (int64_t e = 0; e < E; e++)
-                    z += (rp[e] = exp(rp[e] - mx));
-                for (int64_t e = 0; e < E; e++)
-                    rp[e] /= z;
-                /* the K best by rank, not by the pass's repeated argmax: an expert's rank is
-                 * how many beat it (a higher probability, or the same and a lower id) */
-                int32_t *chosen = out->experts + (l * T + t) * K;
-                double wsum = 0;
-                for (int64_t e = 0; e < E; e++) {
-                    int64_t rank = 0;
-                    for (int64_t o = 0; o < E; o++)
-                        rank += rp[o] > rp[e] || (rp[o] == rp[e] && o < e);
-                    if (rank < K) {
-                        chosen[rank] = (int32_t)e;
-                        wsum += rp[e];
-                    }
-                }
-                for (int64_t i = 0; i < H; i++)
-                    tmp[i] = 0;
-                for (int64_t j = 0; j < K; j++) {
-                    int64_t e = chosen[j];
-                    mlp(c, tmp2, h_in, Ly->e_gate[e], Ly->e_up[e], Ly->e_down[e], NULL, NULL, g, u);
-                    for (int64_t i = 0; i < H; i++)
-                        tmp[i] += rp[e] / wsum * tmp2[i];
-                }
+            if (ref_layer_routed(c, l)) {
+                moe_ffn(c, Ly, tmp, h_in, rp, out->experts + (l * T + t) * K, tmp2, g, u);
             } else {
                 mlp(c, tmp, h_in, Ly->w_gate, Ly->w_up, Ly->w_down, Ly->b_up, Ly->b_down, g, u);
             }
@@ -450,6 +497,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_GEMMA: return LP_SYNTH_GEMMA;
     case REF_GEMMA2: return LP_SYNTH_GEMMA2;
     case REF_GEMMA3: return LP_SYNTH_GEMMA3;
+    case REF_QWEN_MOE: return c->qk_norm ? LP_SYNTH_QWEN3_MOE : LP_SYNTH_QWEN2_MOE;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -484,6 +532,10 @@ static const float *layer_tensor(const ref_layer *L, const lp_synth_tensor *t)
     case LP_ROLE_FFN_GATE: return L->w_gate;
     case LP_ROLE_FFN_UP: return b ? L->b_up : L->w_up;
     case LP_ROLE_FFN_DOWN: return b ? L->b_down : L->w_down;
+    case LP_ROLE_SHARED_GATE: return L->s_gate;
+    case LP_ROLE_SHARED_UP: return L->s_up;
+    case LP_ROLE_SHARED_DOWN: return L->s_down;
+    case LP_ROLE_SHARED_EXPERT_GATE: return L->s_gate_w;
     default: return NULL;
     }
 }
@@ -523,10 +575,14 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .rope_theta = c->theta, .tied = c->tied, .n_experts = c->n_experts, .top_k = c->top_k,
         .window = c->window, .sliding_pattern = c->sliding_pattern,
         .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,
-        .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap, .bos_id = 1,
+        .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap,
+        .expert_ffn = c->expert_ffn, .shared_ffn = c->shared_ffn, .sparse_step = c->sparse_step,
+        .norm_topk_prob = c->norm_topk, .bos_id = 1,
         .eos_id = 2, .dtype = matrix_dtype, .vector_dtype = LP_DTYPE_F32,
         .fill = fill_from_model, .fill_ctx = (void *)m,
     };
+    for (int64_t l = 0; l < c->n_layers && l < 64; l++)
+        spec.dense_layer[l] = (c->mlp_only >> l) & 1;
     lp_error err = {0};
     if (lp_synth_write_family(dir, &spec, &err) != LP_OK) {
         fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
@@ -568,11 +624,18 @@ void ref_model_round_matrices(ref_model *m, lp_dtype dtype)
         round_array(L->w_gate, F * H, dtype);
         round_array(L->w_up, F * H, dtype);
         round_array(L->w_down, H * F, dtype);
+        if (!ref_layer_routed(c, l))
+            continue;
+        int64_t EF = expert_ffn(c), SF = c->shared_ffn;
         round_array(L->router, c->n_experts * H, dtype);
         for (int64_t e = 0; e < c->n_experts; e++) {
-            round_array(L->e_gate[e], F * H, dtype);
-            round_array(L->e_up[e], F * H, dtype);
-            round_array(L->e_down[e], H * F, dtype);
+            round_array(L->e_gate[e], EF * H, dtype);
+            round_array(L->e_up[e], EF * H, dtype);
+            round_array(L->e_down[e], H * EF, dtype);
         }
+        round_array(L->s_gate, SF * H, dtype);
+        round_array(L->s_up, SF * H, dtype);
+        round_array(L->s_down, H * SF, dtype);
+        round_array(L->s_gate_w, H, dtype);
     }
 }

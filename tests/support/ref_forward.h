@@ -27,6 +27,9 @@ typedef enum ref_family {
     REF_GEMMA,   /* Gemma 1: Gemma 2 without post norms, windows, soft-caps; 1/sqrt(head_dim) */
     REF_GEMMA3,  /* Gemma 3: Gemma 2's block without soft-caps, (1 + w) q/k norms, layers with
                     (l + 1) % sliding_pattern != 0 slide and rotate with local_theta */
+    REF_QWEN_MOE, /* Qwen2-MoE (qkv_bias, shared expert behind a sigmoid gate) or Qwen3-MoE
+                     (qk_norm): softmax router over all experts, top-k, renormalized only with
+                     norm_topk; dense layers where (l + 1) % sparse_step != 0 or in mlp_only */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -48,6 +51,11 @@ typedef struct ref_config {
     bool qk_norm;             /* Qwen3: per-head RMSNorm of q and k before RoPE */
     int64_t sliding_pattern;  /* Gemma 3 */
     double local_theta;       /* Gemma 3: RoPE base of sliding layers */
+    /* Qwen MoE: each expert's width (0 = ffn), the shared expert's (0 = none), the sparse step
+     * (0 = 1), the dense layers (bit l), whether the top-k weights are renormalized */
+    int64_t expert_ffn, shared_ffn, sparse_step;
+    uint64_t mlp_only;
+    bool norm_topk;
 } ref_config;
 
 typedef struct ref_layer {
@@ -62,6 +70,8 @@ typedef struct ref_layer {
     float *router;                    /* [n_experts, hidden] */
     float **e_gate, **e_up, **e_down; /* [n_experts] of [ffn, hidden], [ffn, hidden], [hidden, ffn] */
     float *q_norm, *k_norm;           /* [head_dim] (qk_norm) */
+    float *s_gate, *s_up, *s_down;    /* shared expert [shared_ffn, hidden] x2, [hidden, shared_ffn] */
+    float *s_gate_w;                  /* [hidden] its sigmoid gate */
 } ref_layer;
 
 typedef struct ref_model {
@@ -81,6 +91,9 @@ typedef struct ref_outputs {
     float *head_out; /* [n_layers, T, n_heads * head_dim] attention outputs before o_proj */
     int32_t *experts; /* [n_layers, T, top_k] chosen experts (MoE), best first */
 } ref_outputs;
+
+/* Whether layer l routes its tokens to experts (Mixtral: every layer). */
+bool ref_layer_routed(const ref_config *cfg, int64_t l);
 
 /* Fill m with deterministic pseudo-random weights (xorshift from seed). Returns false on OOM. */
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m);

@@ -593,6 +593,11 @@ static const family_case family_cases[] = {
     {LP_SYNTH_GEMMA3, "gemma3_text", 28, "model.layers.0.pre_feedforward_layernorm.weight", LP_ROLE_FFN_NORM, false, 0.0f},
     /* wte, wpe, 2 x 12 (weight and bias of ln_1, c_attn, c_proj, ln_2, c_fc, mlp.c_proj), ln_f x 2 */
     {LP_SYNTH_GPT2, "gpt2", 28, "h.1.attn.c_attn.weight", LP_ROLE_ATTN_QKV, true, 1.0f},
+    /* per layer 2 norms, q k v o and their 3 biases, router, 4 experts x 3, the shared expert's 3
+     * and its gate */
+    {LP_SYNTH_QWEN2_MOE, "qwen2_moe", 55, "model.layers.1.mlp.shared_expert_gate.weight", LP_ROLE_SHARED_EXPERT_GATE, false, 1.0f},
+    /* per layer 2 norms, q k v o, q/k norms, router, 4 experts x 3 */
+    {LP_SYNTH_QWEN3_MOE, "qwen3_moe", 45, "model.layers.0.mlp.experts.2.up_proj.weight", LP_ROLE_EXPERT_UP, false, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)

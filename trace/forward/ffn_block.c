@@ -2,6 +2,7 @@
  * fused), or routed experts; then the post norm and the FFN_OUT site. */
 #include "trace/forward/forward_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 static void activate(const lp_arch *a, float *gate, const float *up, int64_t n)
@@ -121,36 +122,72 @@ static float expert_weight(const lp_fw_scratch *s, int64_t K, int64_t t, int32_t
     return w;
 }
 
+/* One gated expert (F wide) over `rows` rows of in (rows <= ffn_rows) into s->expert_out. */
+static lp_status expert_rows(lp_fw_pass *p, const lp_expert_weights *X, int64_t F,
+                             const float *in, int64_t rows)
+{
+    lp_fw_scratch *s = &p->s;
+    lp_status st;
+    if ((st = lp_fw_linear(p, in, rows, &X->gate, NULL, s->gate)) ||
+        (st = lp_fw_linear(p, in, rows, &X->up, NULL, s->up)))
+        return st;
+    activate(&p->m->arch, s->gate, s->up, rows * F);
+    return lp_fw_linear(p, s->gate, rows, &X->down, NULL, s->expert_out);
+}
+
 /* Expert e over the tokens routed to it, ffn_rows at a time, its weighted output added into
  * out in token order. */
 static lp_status run_expert(lp_fw_pass *p, const lp_layer_weights *L, int32_t e, const float *in,
                             float *out)
 {
     const lp_arch *a = &p->m->arch;
-    int64_t T = p->T, H = a->hidden_size, K = a->n_experts_per_tok, F = L->ffn_hidden;
+    int64_t T = p->T, H = a->hidden_size, K = a->n_experts_per_tok;
     lp_fw_scratch *s = &p->s;
     int64_t n = 0;
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < K; j++)
             if (s->chosen[t * K + j] == e)
                 s->tok_list[n++] = t;
-    const lp_expert_weights *X = &L->experts[e];
-    lp_status st;
     for (int64_t i0 = 0; i0 < n; i0 += p->plan.ffn_rows) {
         int64_t c = n - i0 < p->plan.ffn_rows ? n - i0 : p->plan.ffn_rows;
         const int64_t *toks = s->tok_list + i0;
         for (int64_t i = 0; i < c; i++)
             memcpy(s->gather + i * H, in + toks[i] * H, (size_t)H * sizeof(float));
-        if ((st = lp_fw_linear(p, s->gather, c, &X->gate, NULL, s->gate)) ||
-            (st = lp_fw_linear(p, s->gather, c, &X->up, NULL, s->up)))
-            return st;
-        activate(a, s->gate, s->up, c * F);
-        if ((st = lp_fw_linear(p, s->gate, c, &X->down, NULL, s->expert_out)))
+        lp_status st = expert_rows(p, &L->experts[e], L->ffn_hidden, s->gather, c);
+        if (st != LP_OK)
             return st;
         for (int64_t i = 0; i < c; i++) {
             float w = expert_weight(s, K, toks[i], e);
             float *dst = out + toks[i] * H;
             const float *src = s->expert_out + i * H;
+            for (int64_t d = 0; d < H; d++)
+                dst[d] += w * src[d];
+        }
+    }
+    return LP_OK;
+}
+
+/* The shared expert over every token, added into out: scaled by sigmoid(shared_gate . x) where
+ * the family gates it (Qwen MoE), as it is (DeepSeek). */
+static lp_status run_shared_expert(lp_fw_pass *p, const lp_layer_weights *L, const float *in,
+                                   float *out)
+{
+    int64_t T = p->T, H = p->m->arch.hidden_size;
+    for (int64_t r0 = 0; r0 < T; r0 += p->plan.ffn_rows) {
+        int64_t c = T - r0 < p->plan.ffn_rows ? T - r0 : p->plan.ffn_rows;
+        lp_status st = expert_rows(p, &L->shared, L->shared_ffn, in + r0 * H, c);
+        if (st != LP_OK)
+            return st;
+        for (int64_t i = 0; i < c; i++) {
+            const float *x = in + (r0 + i) * H, *src = p->s.expert_out + i * H;
+            float *dst = out + (r0 + i) * H;
+            float w = 1.0f;
+            if (L->shared_gate) {
+                double z = 0.0;
+                for (int64_t d = 0; d < H; d++)
+                    z += (double)L->shared_gate[d] * (double)x[d];
+                w = (float)(1.0 / (1.0 + exp(-z)));
+            }
             for (int64_t d = 0; d < H; d++)
                 dst[d] += w * src[d];
         }
@@ -171,7 +208,7 @@ static lp_status moe_ffn(lp_fw_pass *p, int l, const float *in, float *out)
     for (int32_t e = 0; e < p->m->arch.n_experts; e++)
         if ((st = run_expert(p, L, e, in, out)) != LP_OK)
             return st;
-    return LP_OK;
+    return L->shared_ffn > 0 ? run_shared_expert(p, L, in, out) : LP_OK;
 }
 
 lp_status lp_fw_ffn(lp_fw_pass *p, int l, const float *in, float *out)

@@ -115,6 +115,12 @@ typedef struct lp_layer_weights {
     lp_matrix router;          /* [n_experts, hidden] */
     float *router_bias;
     lp_expert_weights *experts; /* [n_experts] */
+    /* The always-on expert beside the routed ones (Qwen MoE's shared_expert, DeepSeek's
+     * n_shared_experts as one MLP of their summed width); shared_ffn 0 = none. */
+    lp_expert_weights shared;
+    int64_t shared_ffn;
+    float *shared_gate;        /* [hidden]: Qwen MoE scales the shared expert by
+                                  sigmoid(shared_gate . x); NULL = ungated */
 } lp_layer_weights;
 
 /* The shape of layer l as the arch describes it: the one definition model_load.c binds tensors
@@ -124,6 +130,7 @@ typedef struct lp_layer_shape {
     int64_t q_dim;      /* n_heads * head_dim */
     int64_t kv_dim;     /* n_kv_heads * head_dim */
     int64_t ffn_hidden; /* dense width, or each expert's */
+    int64_t shared_ffn; /* MoE layers: the shared expert's width, 0 = none */
     bool moe;
 } lp_layer_shape;
 

@@ -206,7 +206,7 @@ static const char *missing_piece(const lp_arch *a)
         return "ALiBi positions";
     if (a->parallel_block)
         return "parallel attention/MLP blocks";
-    if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0 || a->router_score_bias)
+    if (a->n_shared_experts > 0 || a->router_score_bias)
         return "shared experts / biased routers";
     if (a->no_input_norm || a->qk_norm_full || a->embed_norm || a->post_norm ||
         a->embed_proj_dim > 0)
@@ -299,9 +299,14 @@ lp_layer_shape lp_layer_shape_of(const lp_arch *a, int l)
     ls.q_dim = a->n_heads * a->head_dim;
     ls.kv_dim = ls.n_kv_heads * a->head_dim;
     ls.moe = a->n_experts > 0 && a->layer_moe[l];
-    if (ls.moe)
+    ls.shared_ffn = 0;
+    if (ls.moe) {
         ls.ffn_hidden = a->expert_ffn_hidden > 0 ? a->expert_ffn_hidden : a->ffn_hidden;
-    else
+        /* Qwen MoE: one shared expert of its own width; DeepSeek: n_shared_experts of the
+         * routed width, one MLP as transformers builds it */
+        ls.shared_ffn = a->shared_expert_ffn_hidden > 0 ? a->shared_expert_ffn_hidden
+                                                        : a->n_shared_experts * ls.ffn_hidden;
+    } else
         ls.ffn_hidden = a->layer_ffn_hidden[l] > 0 ? a->layer_ffn_hidden[l] : a->ffn_hidden;
     return ls;
 }
@@ -389,6 +394,27 @@ static lp_status bind_attention(lp_model *m, int l, lp_layer_weights *L, lp_erro
     return bind_vector(m, LP_ROLE_ATTN_O, l, true, hidden, false, &L->o_bias, err);
 }
 
+/* The shared expert's gate, up and down, and its sigmoid gate ([1, hidden] in Hugging Face's
+ * files, [hidden] in llama.cpp's ffn_gate_inp_shexp: one vector either way). */
+static lp_status bind_shared_expert(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    int64_t S = lp_layer_shape_of(a, l).shared_ffn, hidden = a->hidden_size;
+    lp_expert_weights *X = &L->shared;
+    lp_status st;
+    L->shared_ffn = S;
+    if (S <= 0)
+        return LP_OK;
+    if ((st = bind_matrix(m, LP_ROLE_SHARED_GATE, l, -1, S, hidden, true, &X->gate, NULL, err)) ||
+        (st = bind_matrix(m, LP_ROLE_SHARED_UP, l, -1, S, hidden, true, &X->up, NULL, err)) ||
+        (st = bind_matrix(m, LP_ROLE_SHARED_DOWN, l, -1, hidden, S, true, &X->down, NULL, err)))
+        return st;
+    if (!a->shared_expert_gate)
+        return LP_OK;
+    return bind_vector(m, LP_ROLE_SHARED_EXPERT_GATE, l, false, hidden, true, &L->shared_gate,
+                       err);
+}
+
 /* The router and every expert's gate, up and down. */
 static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
 {
@@ -411,7 +437,7 @@ static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error 
             (st = bind_matrix(m, LP_ROLE_EXPERT_DOWN, l, e, hidden, F, true, &X->down, NULL, err)))
             return st;
     }
-    return LP_OK;
+    return bind_shared_expert(m, l, L, err);
 }
 
 /* A gated FFN's gate and up: apart (with their biases), fused as gate_up, or fused and stored

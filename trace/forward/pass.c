@@ -32,6 +32,7 @@ static void widest_layer(const lp_arch *a, lp_fw_plan *p)
         p->q_dim = ls.q_dim > p->q_dim ? ls.q_dim : p->q_dim;
         p->kv_dim = ls.kv_dim > p->kv_dim ? ls.kv_dim : p->kv_dim;
         p->ffn = ls.ffn_hidden > p->ffn ? ls.ffn_hidden : p->ffn;
+        p->ffn = ls.shared_ffn > p->ffn ? ls.shared_ffn : p->ffn;
     }
 }
 

@@ -20,8 +20,9 @@ enum {
     MOE = FAM(LP_SYNTH_MIXTRAL),
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
     POST_NORMS = FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3), /* four norms per layer */
-    QK_NORM = FAM(LP_SYNTH_QWEN3) | FAM(LP_SYNTH_GEMMA3),
-    QKV_BIAS = FAM(LP_SYNTH_QWEN2),
+    QWEN_MOES = FAM(LP_SYNTH_QWEN2_MOE) | FAM(LP_SYNTH_QWEN3_MOE),
+    QK_NORM = FAM(LP_SYNTH_QWEN3) | FAM(LP_SYNTH_GEMMA3) | FAM(LP_SYNTH_QWEN3_MOE),
+    QKV_BIAS = FAM(LP_SYNTH_QWEN2) | FAM(LP_SYNTH_QWEN2_MOE),
     NORM_PLUS_ONE = GEMMAS, /* norms compute x * (1 + w): the identity is w = 0 */
 };
 
@@ -42,6 +43,8 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_GEMMA2] = {"gemma2", "gemma2", "Gemma2ForCausalLM", "gelu_pytorch_tanh"},
     [LP_SYNTH_GEMMA3] = {"gemma3", "gemma3_text", "Gemma3ForCausalLM", "gelu_pytorch_tanh"},
     [LP_SYNTH_GPT2] = {"gpt2", "gpt2", "GPT2LMHeadModel", "gelu_new"},
+    [LP_SYNTH_QWEN2_MOE] = {"qwen2_moe", "qwen2_moe", "Qwen2MoeForCausalLM", "silu"},
+    [LP_SYNTH_QWEN3_MOE] = {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM", "silu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -66,12 +69,18 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->head_dim = 8;
     spec->ffn = 64;
     spec->n_ctx = 256;
-    spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e-6 : 1e-5;
-    spec->rope_theta = has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e6 : 1e4;
+    spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3) | QWEN_MOES) ? 1e-6 : 1e-5;
+    spec->rope_theta =
+        has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3) | QWEN_MOES) ? 1e6 : 1e4;
     spec->tied = has(spec, GEMMAS | GPT2);
-    if (has(spec, MOE)) {
+    if (has(spec, MOE | QWEN_MOES)) {
         spec->n_experts = 4;
         spec->top_k = 2;
+    }
+    if (has(spec, QWEN_MOES)) {
+        spec->expert_ffn = 16;
+        spec->shared_ffn = has(spec, FAM(LP_SYNTH_QWEN2_MOE)) ? 48 : 0;
+        spec->sparse_step = 1;
     }
     spec->window = has(spec, FAM(LP_SYNTH_MISTRAL) | POST_NORMS) ? 16 : 0;
     spec->sliding_pattern = has(spec, FAM(LP_SYNTH_GEMMA3)) ? 6 : 0;
@@ -131,9 +140,18 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
                             "(%lld, %lld x %lld, %lld)",
                             (long long)s->n_kv_heads, (long long)s->n_heads,
                             (long long)s->head_dim, (long long)s->hidden);
-    if (has(s, MOE) && (s->n_experts < 1 || s->top_k < 1 || s->top_k > s->n_experts))
+    if (has(s, MOE | QWEN_MOES) && (s->n_experts < 1 || s->top_k < 1 || s->top_k > s->n_experts))
         return lp_error_set(err, LP_ERR_USAGE, "%s: top_k %lld of %lld experts", name,
                             (long long)s->top_k, (long long)s->n_experts);
+    if (has(s, QWEN_MOES) && (s->expert_ffn < 0 || s->shared_ffn < 0 || s->sparse_step < 0))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: expert_ffn %lld, shared_ffn %lld, sparse_step %lld must not be "
+                            "negative",
+                            name, (long long)s->expert_ffn, (long long)s->shared_ffn,
+                            (long long)s->sparse_step);
+    if (has(s, FAM(LP_SYNTH_QWEN3_MOE)) && s->shared_ffn > 0)
+        return lp_error_set(err, LP_ERR_USAGE, "qwen3_moe: has no shared expert (shared_ffn %lld)",
+                            (long long)s->shared_ffn);
     if (!plain_float(s->dtype) || !plain_float(s->vector_dtype))
         return lp_error_set(err, LP_ERR_USAGE, "%s: dtype '%s' / vector dtype '%s': want f32, "
                                                "f16 or bf16",
@@ -143,7 +161,10 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
 
 /* ---- the tensor table ----------------------------------------------------------------------- */
 
-typedef enum dim { D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS } dim;
+typedef enum dim {
+    D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS,
+    D_EXPERT_FFN, D_SHARED_FFN, D_ONE
+} dim;
 
 /* Where a row stands: before the layers, in each layer, in each expert of each layer, after. */
 typedef enum scope { FIRST, LAYER, EXPERT, LAST } scope;
@@ -172,6 +193,7 @@ typedef struct tensor_row {
 #define CONV(sc, name, role, rows, cols) {sc, name, LP_ROLE_##role, false, rows, cols, CONV1D, GPT2, false}
 #define L_ "model.layers.%d."
 #define E_ L_ "block_sparse_moe.experts.%d."
+#define QE_ L_ "mlp.experts.%d."
 static const tensor_row TENSORS[] = {
     MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER),
     VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, DECODER),
@@ -196,6 +218,16 @@ static const tensor_row TENSORS[] = {
     MAT(EXPERT, E_ "w1.weight", EXPERT_GATE, D_FFN, D_HIDDEN, MOE),
     MAT(EXPERT, E_ "w2.weight", EXPERT_DOWN, D_HIDDEN, D_FFN, MOE),
     MAT(EXPERT, E_ "w3.weight", EXPERT_UP, D_FFN, D_HIDDEN, MOE),
+    /* Qwen MoE: a routed layer has the router, the experts and the shared expert with its gate; a
+     * dense layer (mlp_only_layers, decoder_sparse_step) the plain MLP */
+    MAT(LAYER, L_ "mlp.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, QWEN_MOES),
+    MAT(EXPERT, QE_ "gate_proj.weight", EXPERT_GATE, D_EXPERT_FFN, D_HIDDEN, QWEN_MOES),
+    MAT(EXPERT, QE_ "up_proj.weight", EXPERT_UP, D_EXPERT_FFN, D_HIDDEN, QWEN_MOES),
+    MAT(EXPERT, QE_ "down_proj.weight", EXPERT_DOWN, D_HIDDEN, D_EXPERT_FFN, QWEN_MOES),
+    MAT(LAYER, L_ "mlp.shared_expert.gate_proj.weight", SHARED_GATE, D_SHARED_FFN, D_HIDDEN, QWEN_MOES),
+    MAT(LAYER, L_ "mlp.shared_expert.up_proj.weight", SHARED_UP, D_SHARED_FFN, D_HIDDEN, QWEN_MOES),
+    MAT(LAYER, L_ "mlp.shared_expert.down_proj.weight", SHARED_DOWN, D_HIDDEN, D_SHARED_FFN, QWEN_MOES),
+    MAT(LAYER, L_ "mlp.shared_expert_gate.weight", SHARED_EXPERT_GATE, D_ONE, D_HIDDEN, QWEN_MOES),
     VEC(LAST, "model.norm.weight", OUTPUT_NORM, D_HIDDEN, DECODER),
     {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER, true},
 
@@ -222,6 +254,7 @@ static const tensor_row TENSORS[] = {
 #undef CONV
 #undef L_
 #undef E_
+#undef QE_
 #define N_TENSORS (sizeof TENSORS / sizeof TENSORS[0])
 
 static int64_t dim_size(const lp_synth_spec *s, dim d)
@@ -236,6 +269,9 @@ static int64_t dim_size(const lp_synth_spec *s, dim d)
     case D_HEAD: return s->head_dim;
     case D_EXPERTS: return s->n_experts;
     case D_POS: return s->n_ctx;
+    case D_EXPERT_FFN: return s->expert_ffn > 0 ? s->expert_ffn : s->ffn;
+    case D_SHARED_FFN: return s->shared_ffn;
+    case D_ONE: return 1;
     default: return 0;
     }
 }
@@ -348,12 +384,44 @@ static lp_status write_row(writer *wr, const tensor_row *row, int layer, int exp
     return st;
 }
 
+bool lp_synth_layer_routed(const lp_synth_spec *spec, int layer)
+{
+    if (has(spec, MOE))
+        return true;
+    if (!has(spec, QWEN_MOES) || layer < 0 || layer >= LP_MAX_LAYERS || spec->dense_layer[layer])
+        return false;
+    int64_t step = spec->sparse_step > 0 ? spec->sparse_step : 1;
+    return (layer + 1) % step == 0;
+}
+
+/* Whether a layer row belongs in this layer: a routed layer has no dense MLP, a dense one no
+ * router or shared expert, and a shared expert needs a width. */
+static bool row_in_layer(const lp_synth_spec *s, const tensor_row *row, int layer)
+{
+    if (row->scope != LAYER || !has(s, QWEN_MOES))
+        return true;
+    bool routed = lp_synth_layer_routed(s, layer);
+    switch (row->role) {
+    case LP_ROLE_FFN_GATE:
+    case LP_ROLE_FFN_UP:
+    case LP_ROLE_FFN_DOWN: return !routed;
+    case LP_ROLE_ROUTER: return routed;
+    case LP_ROLE_SHARED_GATE:
+    case LP_ROLE_SHARED_UP:
+    case LP_ROLE_SHARED_DOWN:
+    case LP_ROLE_SHARED_EXPERT_GATE: return routed && s->shared_ffn > 0;
+    default: return true;
+    }
+}
+
 /* The rows of one scope the family has, in table order. */
 static lp_status write_scope(writer *wr, scope sc, int layer, int expert, lp_error *err)
 {
     for (size_t i = 0; i < N_TENSORS; i++) {
         const tensor_row *row = &TENSORS[i];
         if (row->scope != sc || !has(wr->spec, row->families) || (row->untied_only && wr->spec->tied))
+            continue;
+        if (!row_in_layer(wr->spec, row, layer))
             continue;
         lp_status st = write_row(wr, row, layer, expert, err);
         if (st != LP_OK)
@@ -368,7 +436,7 @@ lp_status lp_synth_add_tensors(const lp_synth_spec *spec, lp_st_writer *w, lp_er
     lp_status st = write_scope(&wr, FIRST, -1, -1, err);
     for (int l = 0; l < spec->n_layers && st == LP_OK; l++) {
         st = write_scope(&wr, LAYER, l, -1, err);
-        for (int e = 0; has(spec, MOE) && e < spec->n_experts && st == LP_OK; e++)
+        for (int e = 0; lp_synth_layer_routed(spec, l) && e < spec->n_experts && st == LP_OK; e++)
             st = write_scope(&wr, EXPERT, l, e, err);
     }
     if (st == LP_OK)
@@ -390,6 +458,9 @@ typedef enum key_kind {
     K_ACT,
     K_TORCH_DTYPE,
     K_PARTIAL_ROTARY, /* rope_dim / head_dim; left out when every dim rotates */
+    K_MLP_ONLY,       /* the dense_layer list */
+    K_EXPERT_FFN,     /* expert_ffn, else ffn */
+    K_SPARSE_STEP,    /* sparse_step, else 1 */
 } key_kind;
 
 typedef struct config_key {
@@ -435,6 +506,14 @@ static const config_key KEYS[] = {
     CONST("sliding_window", "4096", QKV_BIAS),
     FIELD("num_local_experts", K_INT, n_experts, MOE),
     FIELD("num_experts_per_tok", K_INT, top_k, MOE),
+    FIELD("num_experts", K_INT, n_experts, QWEN_MOES),
+    FIELD("num_experts_per_tok", K_INT, top_k, QWEN_MOES),
+    DERIVED("moe_intermediate_size", K_EXPERT_FFN, QWEN_MOES),
+    FIELD("shared_expert_intermediate_size", K_INT, shared_ffn, FAM(LP_SYNTH_QWEN2_MOE)),
+    DERIVED("decoder_sparse_step", K_SPARSE_STEP, QWEN_MOES),
+    DERIVED("mlp_only_layers", K_MLP_ONLY, QWEN_MOES),
+    FIELD("norm_topk_prob", K_BOOL, norm_topk_prob, QWEN_MOES),
+    CONSTS("{\"output_router_logits\": false, \"router_aux_loss_coef\": 0.001}", QWEN_MOES),
     CONST("sliding_window", "null", MOE),
     FIELD("query_pre_attn_scalar", K_REAL, query_pre_attn_scalar, POST_NORMS),
     FIELD("sliding_window_pattern", K_INT, sliding_pattern, FAM(LP_SYNTH_GEMMA3)),
@@ -479,6 +558,18 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
     case K_PARTIAL_ROTARY:
         *skip = s->rope_dim == 0 || s->rope_dim == s->head_dim;
         return *skip ? NULL : json_real((double)s->rope_dim / (double)s->head_dim);
+    case K_MLP_ONLY: {
+        json_t *list = json_array();
+        bool ok = list != NULL;
+        for (int64_t l = 0; ok && l < s->n_layers; l++)
+            if (s->dense_layer[l])
+                lp_synth_append(list, json_integer(l), &ok);
+        if (!ok)
+            json_decref(list);
+        return ok ? list : NULL;
+    }
+    case K_EXPERT_FFN: return json_integer(s->expert_ffn > 0 ? s->expert_ffn : s->ffn);
+    case K_SPARSE_STEP: return json_integer(s->sparse_step > 0 ? s->sparse_step : 1);
     }
     return NULL;
 }

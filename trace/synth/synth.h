@@ -189,6 +189,9 @@ typedef enum lp_synth_family {
     LP_SYNTH_GEMMA2,  /* Gemma + post norms, alternating sliding window, soft-caps */
     LP_SYNTH_GEMMA3,  /* Gemma 2 without soft-caps, q/k norms, a local RoPE base */
     LP_SYNTH_GPT2,    /* LayerNorm with biases, learned positions, gelu_new MLP, Conv1D, tied */
+    LP_SYNTH_QWEN2_MOE, /* Qwen2's attention, routed experts plus a sigmoid-gated shared expert,
+                           dense layers by decoder_sparse_step / mlp_only_layers */
+    LP_SYNTH_QWEN3_MOE, /* Qwen3's attention (q/k norms), routed experts, no shared expert */
     LP_SYNTH_FAMILY_COUNT
 } lp_synth_family;
 
@@ -213,7 +216,13 @@ typedef struct lp_synth_spec {
     int64_t rope_dim;             /* rotated dims per head (partial rotary); 0 = head_dim */
     double norm_eps, rope_theta;
     bool tied;                    /* the classifier is the embedding (no lm_head tensor) */
-    int64_t n_experts, top_k;     /* Mixtral */
+    int64_t n_experts, top_k;     /* Mixtral, Qwen MoE */
+    /* Qwen MoE: moe_intermediate_size (0 = ffn), shared_expert_intermediate_size (0 = no
+     * shared expert), norm_topk_prob; layer l is routed when (l + 1) % sparse_step == 0 (0 is
+     * taken as 1) and dense_layer[l] is false (mlp_only_layers), else a dense MLP of width ffn */
+    int64_t expert_ffn, shared_ffn, sparse_step;
+    bool norm_topk_prob;
+    bool dense_layer[LP_MAX_LAYERS];
     int64_t window;               /* sliding window: Mistral (every layer), Gemma 2 and 3 */
     int64_t sliding_pattern;      /* Gemma 3: layers l with (l + 1) % pattern == 0 are global */
     double local_theta;           /* Gemma 3: RoPE base of the sliding layers */
@@ -229,7 +238,12 @@ typedef struct lp_synth_spec {
 } lp_synth_spec;
 
 /* A tiny model of the family (vocab 64, hidden 32, 2 layers, 4 heads of 8, f32, seed 1, scale
- * 0.02) with the family's usual settings (Mixtral 4 experts top 2, Gemma windows of 16, ...). */
+ * 0.02) with the family's usual settings (Mixtral 4 experts top 2, Gemma windows of 16, Qwen MoE
+ * 4 experts top 2 of width 16 and a shared expert of 48 for Qwen2-MoE, ...). */
+
+/* Whether layer l of the spec has routed experts (every layer of Mixtral; Qwen MoE by
+ * sparse_step and dense_layer). */
+bool lp_synth_layer_routed(const lp_synth_spec *spec, int layer);
 void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
 
 /* Write config.json and model.safetensors into out_dir, creating it (and missing parents) when
@@ -240,7 +254,8 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
  * is returned as it is. */
 lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 
-/* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2". */
+/* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
+ * "qwen2_moe", "qwen3_moe". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif
