@@ -330,6 +330,24 @@ static void test_moe_layer_selection(void **state)
     assert_int_equal(a->n_shared_experts, 0);
     check_round_trip(a, "qwen2_moe");
 
+    /* keys left out take Qwen2MoeConfig's and Qwen3MoeConfig's defaults */
+    a = parse_hf_text("qwen2_moe_defaults.json",
+        "{\"model_type\": \"qwen2_moe\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 256}");
+    assert_int_equal(a->n_experts, 60);
+    assert_int_equal(a->n_experts_per_tok, 4);
+    assert_int_equal(a->expert_ffn_hidden, 1408);
+    assert_int_equal(a->shared_expert_ffn_hidden, 5632);
+    assert_true(a->layer_moe[0] && a->layer_moe[1] && !a->norm_topk_prob);
+    a = parse_hf_text("qwen3_moe_defaults.json",
+        "{\"model_type\": \"qwen3_moe\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 256}");
+    assert_int_equal(a->n_experts, 128);
+    assert_int_equal(a->n_experts_per_tok, 8);
+    assert_int_equal(a->expert_ffn_hidden, 768);
+    assert_int_equal(a->shared_expert_ffn_hidden, 0);
+    assert_false(a->shared_expert_gate);
+
     /* deepseek_v3: first_k_dense_replace dense layers, then MoE every moe_layer_freq */
     a = parse_hf_text("deepseek.json",
         "{\"model_type\": \"deepseek_v3\", \"vocab_size\": 1000, \"hidden_size\": 64,"
