@@ -627,10 +627,37 @@ static lp_status read_deepseek_moe_layers(const hf_reader *r, lp_arch *a)
                             "%s: key 'moe_layer_freq': 0 must be at least 1", r->path);
     for (int64_t l = first_dense; l < a->n_layers; l++)
         a->layer_moe[l] = l % freq == 0;
-    const char *topk_method = NULL;
-    if ((st = hf_str(r, "topk_method", &topk_method)) != LP_OK)
+    const char *topk_method = NULL, *scoring = NULL;
+    if ((st = hf_str(r, "topk_method", &topk_method)) != LP_OK ||
+        (st = hf_str(r, "scoring_func", &scoring)) != LP_OK)
         return st;
-    a->router_score_bias = topk_method && strcmp(topk_method, "noaux_tc") == 0;
+    bool v3 = is_family(a, "deepseek_v3");
+    /* DeepseekV3Config: noaux_tc, 8 groups of which 4, scaling 2.5, normalized; V2: greedy */
+    if (!topk_method)
+        topk_method = v3 ? "noaux_tc" : "greedy";
+    a->router_score_bias = strcmp(topk_method, "noaux_tc") == 0;
+    a->router_sigmoid = scoring ? strcmp(scoring, "sigmoid") == 0 : v3;
+    bool grouped = a->router_score_bias || strcmp(topk_method, "group_limited_greedy") == 0;
+    int64_t groups = v3 ? 8 : 0, topk_groups = v3 ? 4 : 0;
+    double scaling = v3 ? 2.5 : 1.0;
+    if ((st = hf_opt_count(r, KEYS("n_group"), &groups, NULL)) != LP_OK ||
+        (st = hf_opt_count(r, KEYS("topk_group"), &topk_groups, NULL)) != LP_OK ||
+        (st = hf_num(r, "routed_scaling_factor", &scaling, NULL)) != LP_OK)
+        return st;
+    if (v3 && !hf_get(r, "norm_topk_prob"))
+        a->norm_topk_prob = true;
+    if (grouped && groups > 1) {
+        if (a->n_experts % groups != 0 || topk_groups < 1 || topk_groups > groups ||
+            topk_groups * (a->n_experts / groups) < a->n_experts_per_tok)
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: keys 'n_group' %lld / 'topk_group' %lld: %lld experts do not "
+                                "split into groups that hold the %lld chosen",
+                                r->path, (long long)groups, (long long)topk_groups,
+                                (long long)a->n_experts, (long long)a->n_experts_per_tok);
+        a->n_expert_groups = groups;
+        a->topk_groups = topk_groups;
+    }
+    a->routed_scaling = scaling == 1.0 ? 0.0 : scaling;
     return LP_OK;
 }
 

@@ -127,6 +127,7 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_I(router_bias) SAME_I(attn_sinks) SAME_I(qk_norm_per_head)
     SAME_I(embed_proj_dim) SAME_I(post_norm) SAME_I(encoder_only) SAME_I(n_token_types)
     SAME_I(pooler) SAME_D(alibi_max_bias) SAME_D(qkv_clip) SAME_I(rope_scaling.n_factors)
+    SAME_I(router_sigmoid) SAME_I(n_expert_groups) SAME_I(topk_groups) SAME_D(routed_scaling)
     for (int i = 0; i < LP_MAX_ROPE_FACTORS; i++) {
         SAME_D(rope_scaling.short_factor[i]) SAME_D(rope_scaling.long_factor[i])
     }
@@ -197,9 +198,9 @@ static void test_defaults_and_names(void **state)
      * below, to the card schema (FIELDS in inspect/arch/yaml_card.c, configs/README.md), to
      * inspect/arch/arch_json.c and to the HF reader; then update these numbers and the field named
      * here (the last one). A bool that fits in the trailing padding slips past sizeof. */
-    size_t end_of_fields = offsetof(lp_arch, qkv_clip) + sizeof(double);
-    if (end_of_fields != 17816 || sizeof(lp_arch) != 17816)
-        fail_msg("lp_arch's fields end at byte %zu, not 17816 (or sizeof changed): see above",
+    size_t end_of_fields = offsetof(lp_arch, routed_scaling) + sizeof(double);
+    if (end_of_fields != 17848 || sizeof(lp_arch) != 17848)
+        fail_msg("lp_arch's fields end at byte %zu, not 17848 (or sizeof changed): see above",
                  end_of_fields);
     lp_arch a;
     lp_arch_init(&a);

@@ -85,7 +85,7 @@ static inline void capture_init(capture *c, const lp_arch *a, int64_t T)
     c->H = a->hidden_size;
     c->L = a->n_layers;
     c->NH = a->n_heads;
-    c->HD = a->head_dim;
+    c->HD = a->mla ? a->v_head_dim : a->head_dim; /* one head's output */
     c->K = a->n_experts_per_tok > 0 ? a->n_experts_per_tok : 1;
     c->logits = calloc((size_t)(T * c->V), sizeof(float));
     c->probs = calloc((size_t)(c->L * c->NH * T * T), sizeof(float));
@@ -171,7 +171,7 @@ static inline void compare_with_ref(const char *label, const lp_model *model, co
         double dl = max_abs_diff(cap.logits, ref->logits, T * cfg->vocab);
         double dp = max_abs_diff(cap.probs, ref->probs, L * NH * T * T);
         double dr = max_abs_diff(cap.resid, ref->resid, L * T * cfg->hidden);
-        double dh = max_abs_diff(cap.head_out, ref->head_out, L * T * NH * cfg->head_dim);
+        double dh = max_abs_diff(cap.head_out, ref->head_out, L * T * NH * ref_head_out_width(cfg));
         int64_t expert_mismatch = 0;
         for (int64_t i = 0; i < L * T * cfg->top_k; i++)
             expert_mismatch += cap.experts[i] != ref->experts[i];

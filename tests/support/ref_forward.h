@@ -30,6 +30,10 @@ typedef enum ref_family {
     REF_QWEN_MOE, /* Qwen2-MoE (qkv_bias, shared expert behind a sigmoid gate) or Qwen3-MoE
                      (qk_norm): softmax router over all experts, top-k, renormalized only with
                      norm_topk; dense layers where (l + 1) % sparse_step != 0 or in mlp_only */
+    REF_DEEPSEEK, /* multi-head latent attention (q_lora or a plain q; kv_lora; head_dim = nope +
+                     rope_dim, adjacent RoPE pairs, the k rope part shared by every head;
+                     v_dim-wide values), layers below first_dense dense, n_shared experts of
+                     expert_ffn, softmax (V2) or sigmoid + score bias (V3) router with groups */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -56,6 +60,10 @@ typedef struct ref_config {
     int64_t expert_ffn, shared_ffn, sparse_step;
     uint64_t mlp_only;
     bool norm_topk;
+    /* DeepSeek */
+    int64_t q_lora, kv_lora, v_dim, first_dense, n_shared, n_groups, topk_groups;
+    double routed_scaling; /* 0 = 1 */
+    bool v3;               /* sigmoid scores, e_score_correction_bias, noaux_tc groups */
 } ref_config;
 
 typedef struct ref_layer {
@@ -72,6 +80,10 @@ typedef struct ref_layer {
     float *q_norm, *k_norm;           /* [head_dim] (qk_norm) */
     float *s_gate, *s_up, *s_down;    /* shared expert [shared_ffn, hidden] x2, [hidden, shared_ffn] */
     float *s_gate_w;                  /* [hidden] its sigmoid gate */
+    float *q_a, *q_a_norm, *q_b;      /* MLA [q_lora, hidden], [q_lora], [n_heads head_dim, q_lora] */
+    float *kv_a, *kv_a_norm, *kv_b;   /* [kv_lora + rope, hidden], [kv_lora],
+                                         [n_heads (nope + v_dim), kv_lora] */
+    float *score_bias;                /* [n_experts] V3 */
 } ref_layer;
 
 typedef struct ref_model {
@@ -94,6 +106,9 @@ typedef struct ref_outputs {
 
 /* Whether layer l routes its tokens to experts (Mixtral: every layer). */
 bool ref_layer_routed(const ref_config *cfg, int64_t l);
+
+/* The width of one head's output (v_dim for DeepSeek, else head_dim). */
+int64_t ref_head_out_width(const ref_config *cfg);
 
 /* Fill m with deterministic pseudo-random weights (xorshift from seed). Returns false on OOM. */
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m);

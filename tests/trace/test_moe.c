@@ -1,6 +1,8 @@
 /* The MoE families beyond Mixtral against tests/support's reference forward: Qwen2-MoE (shared
  * expert behind its sigmoid gate, raw top-k probabilities unless norm_topk_prob, dense layers by
- * decoder_sparse_step and mlp_only_layers) and Qwen3-MoE (q/k norms, renormalized top-k), written
+ * decoder_sparse_step and mlp_only_layers), Qwen3-MoE (q/k norms, renormalized top-k) and
+ * DeepSeek V2 / V2-Lite / V3 (latent attention with and without q_lora, greedy, group-limited
+ * and noaux_tc routing, sigmoid scores with their correction, routed scaling), written
  * by the family writer as safetensors and by hand as llama.cpp's GGUF (fused ffn_*_exps, the
  * ffn_*_shexp shared expert, the 1-D ffn_gate_inp_shexp), on odd shapes; and the routing the
  * store records for them. */
@@ -48,6 +50,31 @@ static const moe_case moe_cases[] = {
                    .qk_norm = true, .n_experts = 7, .top_k = 3, .expert_ffn = 18,
                    .norm_topk = true, .scale = 0.2},
      15, LP_DTYPE_F32, "qwen3_moe", 2},
+    /* DeepSeek-V2-Lite's shape: plain q, greedy softmax top-k, 2 shared experts, 1 dense layer;
+     * heads of 10 nope + 4 rope dims, values 9 wide */
+    {"deepseek-v2-lite", {.family = REF_DEEPSEEK, .vocab = 89, .hidden = 32, .n_layers = 3,
+                          .n_heads = 3, .n_kv_heads = 3, .head_dim = 14, .rope_dim = 4,
+                          .ffn = 44, .eps = 1e-6, .theta = 10000, .rope_adjacent = true,
+                          .kv_lora = 12, .v_dim = 9, .first_dense = 1, .n_experts = 6, .top_k = 2,
+                          .expert_ffn = 14, .n_shared = 2, .scale = 0.2},
+     17, LP_DTYPE_F32, "deepseek_v2", 2},
+    /* DeepSeek-V2's: q_lora, group-limited (3 groups of 2, the best 2 searched), scaled */
+    {"deepseek-v2", {.family = REF_DEEPSEEK, .vocab = 77, .hidden = 32, .n_layers = 3,
+                     .n_heads = 4, .n_kv_heads = 4, .head_dim = 10, .rope_dim = 6, .ffn = 36,
+                     .eps = 1e-6, .theta = 10000, .rope_adjacent = true, .q_lora = 10,
+                     .kv_lora = 14, .v_dim = 11, .first_dense = 1, .n_experts = 6, .top_k = 3,
+                     .expert_ffn = 12, .n_shared = 1, .n_groups = 3, .topk_groups = 2,
+                     .routed_scaling = 1.5, .scale = 0.2},
+     15, LP_DTYPE_BF16, "deepseek_v2", 2},
+    /* DeepSeek-V3's: sigmoid scores, score correction, 4 groups of 2 scored by their best two,
+     * 2 searched, renormalized and scaled by 2.5 */
+    {"deepseek-v3", {.family = REF_DEEPSEEK, .vocab = 67, .hidden = 32, .n_layers = 3,
+                     .n_heads = 2, .n_kv_heads = 2, .head_dim = 12, .rope_dim = 4, .ffn = 40,
+                     .eps = 1e-6, .theta = 10000, .rope_adjacent = true, .q_lora = 12,
+                     .kv_lora = 10, .v_dim = 12, .first_dense = 1, .n_experts = 8, .top_k = 3,
+                     .expert_ffn = 10, .n_shared = 1, .n_groups = 4, .topk_groups = 2,
+                     .routed_scaling = 2.5, .v3 = true, .norm_topk = true, .scale = 0.2},
+     19, LP_DTYPE_F32, "deepseek_v3", 2},
     /* longer than one 256-row FFN chunk: the shared expert runs in two chunks */
     {"qwen2-moe-long", {.family = REF_QWEN_MOE, .vocab = 53, .hidden = 16, .n_layers = 1,
                         .n_heads = 2, .n_kv_heads = 1, .head_dim = 8, .ffn = 24, .eps = 1e-6,
@@ -97,6 +124,12 @@ static void test_moe_case(void **state)
     assert_int_equal(count_routed(&mc->cfg), mc->n_routed);
     assert_int_equal(a->shared_expert_ffn_hidden, mc->cfg.shared_ffn);
     assert_int_equal(a->norm_topk_prob, mc->cfg.norm_topk);
+    assert_int_equal(a->mla, mc->cfg.family == REF_DEEPSEEK);
+    assert_int_equal(a->n_shared_experts, mc->cfg.n_shared);
+    assert_int_equal(a->n_expert_groups, mc->cfg.n_groups > 1 ? mc->cfg.n_groups : 0);
+    assert_int_equal(a->router_sigmoid, mc->cfg.v3);
+    assert_int_equal(a->router_score_bias, mc->cfg.v3);
+    assert_true(a->routed_scaling == (mc->cfg.routed_scaling == 1.0 ? 0.0 : mc->cfg.routed_scaling));
     char label[64];
     snprintf(label, sizeof label, "%s %s", mc->name, lp_dtype_name(mc->dtype));
     compare_with_ref(label, model, ids, mc->T, &mc->cfg, &ref, 1e-4);

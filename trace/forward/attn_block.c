@@ -9,32 +9,30 @@
 
 typedef struct head_task {
     const lp_fw_pass *p;
-    const lp_layer_weights *L;
-    int64_t q_stride, kv_stride;
-    const float *q, *k, *v;
+    const lp_fw_heads *h;
     int head0; /* first head of this group; task i runs head head0 + i into probability slot i */
     bool with_probs;
 } head_task;
 
 static void run_head(void *ctx, int64_t task)
 {
-    const head_task *h = ctx;
-    const lp_fw_pass *p = h->p;
+    const head_task *ht = ctx;
+    const lp_fw_heads *h = ht->h;
+    const lp_fw_pass *p = ht->p;
     const lp_model *m = p->m;
     const lp_arch *a = &m->arch;
-    int head = h->head0 + (int)task;
-    int64_t group = a->n_heads / h->L->n_kv_heads; /* query heads per kv head */
-    int64_t kv_head = head / group;
-    int64_t hd = a->head_dim, T = p->T;
+    int head = ht->head0 + (int)task;
+    int64_t kv_head = head / h->group, T = p->T;
     /* GQA: query head `head` reads kv head head / group; q, k, v are rows of the projections */
     lp_attn_args args = {
-        .q = h->q + head * hd, .k = h->k + kv_head * hd, .v = h->v + kv_head * hd,
-        .out = p->s.attn + head * hd, .n_q = T, .n_k = T, .head_dim = hd, .v_dim = hd,
-        .q_stride = h->q_stride, .k_stride = h->kv_stride, .v_stride = h->kv_stride,
-        .out_stride = h->L->q_dim,
-        .scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd)),
+        .q = h->q + head * h->q_step, .k = h->k + kv_head * h->k_step,
+        .v = h->v + kv_head * h->v_step, .out = p->s.attn + head * h->v_dim, .n_q = T, .n_k = T,
+        .head_dim = h->head_dim, .v_dim = h->v_dim, .q_stride = h->q_stride,
+        .k_stride = h->k_stride, .v_stride = h->v_stride, .out_stride = a->n_heads * h->v_dim,
+        .scale = a->query_scale > 0 ? (float)a->query_scale
+                                    : (float)(1.0 / sqrt((double)h->head_dim)),
         .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
-        .probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL,
+        .probs = ht->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL,
         .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
         .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f,
     };
@@ -198,7 +196,7 @@ static lp_status emit_head_maps(lp_fw_pass *p, int l, int h0, int64_t n, bool wi
 
 /* Every head, in groups of n_prob_slots when probabilities are wanted (each needs a [T, T]
  * slot), else all at once; maps and statistics go to the observer group by group. */
-static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, const qkv_views *x)
+lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
 {
     const lp_arch *a = &p->m->arch;
     bool any_probs = false;
@@ -211,7 +209,7 @@ static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, cons
         group = 1;
     for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
         int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
-        head_task task = {p, L, x->q_stride, x->kv_stride, x->q, x->k, x->v, h0, any_probs};
+        head_task task = {p, heads, h0, any_probs};
         lp_fw_pool_or_serial(p->pool, n, run_head, &task);
         lp_status st = emit_head_maps(p, l, h0, n, any_probs);
         if (st != LP_OK)
@@ -220,19 +218,26 @@ static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, cons
     return LP_OK;
 }
 
-static lp_status emit_head_outputs(lp_fw_pass *p, int l, const lp_layer_weights *L)
+lp_status lp_fw_emit_head_outputs(lp_fw_pass *p, int l, int64_t width)
 {
     const lp_arch *a = &p->m->arch;
     for (int h = 0; h < a->n_heads; h++) {
         if (!lp_fw_wants(p, LP_SITE_HEAD_OUTPUT, l, h))
             continue;
-        lp_view view = {p->s.attn + (int64_t)h * a->head_dim, p->T, a->head_dim, L->q_dim, 0, NULL,
+        lp_view view = {p->s.attn + (int64_t)h * width, p->T, width, a->n_heads * width, 0, NULL,
                         NULL};
         lp_status st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view);
         if (st != LP_OK)
             return st;
     }
     return LP_OK;
+}
+
+void lp_fw_set_window(lp_fw_pass *p, const lp_layer_weights *L)
+{
+    p->mask.window = p->opts->window_override > 0 ? p->opts->window_override
+                     : p->opts->sliding_window     ? L->window
+                                                   : 0;
 }
 
 lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
@@ -243,10 +248,11 @@ lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
     lp_status st;
     if ((st = project_qkv(p, L, in, &x)) || (st = position_qk(p, L, &x)))
         return st;
-    p->mask.window = p->opts->window_override > 0 ? p->opts->window_override
-                     : p->opts->sliding_window     ? L->window
-                                                   : 0;
-    if ((st = run_heads(p, l, L, &x)) || (st = emit_head_outputs(p, l, L)) ||
+    lp_fw_set_window(p, L);
+    int64_t hd = p->m->arch.head_dim;
+    lp_fw_heads heads = {x.q, x.k, x.v, x.q_stride, x.kv_stride, x.kv_stride, hd, hd, hd,
+                         hd, hd, p->m->arch.n_heads / L->n_kv_heads};
+    if ((st = lp_fw_run_heads(p, l, &heads)) || (st = lp_fw_emit_head_outputs(p, l, hd)) ||
         (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
         return st;
     if (L->post_attn_norm.present)

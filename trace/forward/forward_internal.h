@@ -49,6 +49,8 @@ typedef struct lp_fw_scratch {
     int64_t *tok_list;  /* [T] tokens routed to one expert */
     float *gather;      /* [ffn_rows, hidden] */
     float *expert_out;  /* [ffn_rows, hidden] */
+    float *router_sel;  /* [2 n_experts] one token's scores for the choice, its group scores */
+    float *mla;         /* [T, q_lora + 2 kv_lora + rope + n_heads (nope + v)] (MLA) */
 } lp_fw_scratch;
 
 /* The state of one call, shared by the sublayers. */
@@ -95,6 +97,26 @@ void lp_fw_pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t),
 /* attn_block.c: layer l's attention over in [T, hidden] into out [T, hidden], its post norm
  * applied and ATTN_OUT (and every per-head site) emitted. */
 lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out);
+
+/* Where the heads of one layer read q, k and v: head h's query at q + h * q_step (rows
+ * q_stride apart), its kv head h / group's key at k + (h / group) * k_step and value at
+ * v + (h / group) * v_step; scores over head_dim values, outputs v_dim wide into s.attn at
+ * h * v_dim (rows n_heads * v_dim apart). */
+typedef struct lp_fw_heads {
+    const float *q, *k, *v;
+    int64_t q_stride, k_stride, v_stride;
+    int64_t q_step, k_step, v_step;
+    int64_t head_dim, v_dim, group;
+} lp_fw_heads;
+
+/* attn_block.c: every head (maps and statistics to the observer), the HEAD_OUTPUT sites of
+ * heads width wide, and the layer's mask window. */
+lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *h);
+lp_status lp_fw_emit_head_outputs(lp_fw_pass *p, int l, int64_t width);
+void lp_fw_set_window(lp_fw_pass *p, const lp_layer_weights *L);
+
+/* mla_block.c: DeepSeek's multi-head latent attention, the same contract as lp_fw_attention. */
+lp_status lp_fw_mla_attention(lp_fw_pass *p, int l, const float *in, float *out);
 
 /* ffn_block.c: layer l's FFN (dense or experts) over in into out, post norm, FFN_OUT. */
 lp_status lp_fw_ffn(lp_fw_pass *p, int l, const float *in, float *out);

@@ -21,6 +21,8 @@ enum {
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
     POST_NORMS = FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3), /* four norms per layer */
     QWEN_MOES = FAM(LP_SYNTH_QWEN2_MOE) | FAM(LP_SYNTH_QWEN3_MOE),
+    V3 = FAM(LP_SYNTH_DEEPSEEK_V3),
+    DEEPSEEKS = FAM(LP_SYNTH_DEEPSEEK_V2) | V3, /* latent attention */
     QK_NORM = FAM(LP_SYNTH_QWEN3) | FAM(LP_SYNTH_GEMMA3) | FAM(LP_SYNTH_QWEN3_MOE),
     QKV_BIAS = FAM(LP_SYNTH_QWEN2) | FAM(LP_SYNTH_QWEN2_MOE),
     NORM_PLUS_ONE = GEMMAS, /* norms compute x * (1 + w): the identity is w = 0 */
@@ -45,6 +47,8 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_GPT2] = {"gpt2", "gpt2", "GPT2LMHeadModel", "gelu_new"},
     [LP_SYNTH_QWEN2_MOE] = {"qwen2_moe", "qwen2_moe", "Qwen2MoeForCausalLM", "silu"},
     [LP_SYNTH_QWEN3_MOE] = {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM", "silu"},
+    [LP_SYNTH_DEEPSEEK_V2] = {"deepseek_v2", "deepseek_v2", "DeepseekV2ForCausalLM", "silu"},
+    [LP_SYNTH_DEEPSEEK_V3] = {"deepseek_v3", "deepseek_v3", "DeepseekV3ForCausalLM", "silu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -73,9 +77,25 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->rope_theta =
         has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3) | QWEN_MOES) ? 1e6 : 1e4;
     spec->tied = has(spec, GEMMAS | GPT2);
-    if (has(spec, MOE | QWEN_MOES)) {
+    if (has(spec, MOE | QWEN_MOES | DEEPSEEKS)) {
         spec->n_experts = 4;
         spec->top_k = 2;
+    }
+    if (has(spec, DEEPSEEKS)) {
+        /* heads of 8 nope + 4 rope dims, values 8 wide, one leading dense layer */
+        spec->n_kv_heads = spec->n_heads;
+        spec->head_dim = 12;
+        spec->rope_dim = 4;
+        spec->v_head_dim = 8;
+        spec->kv_lora = 16;
+        spec->q_lora = has(spec, V3) ? 16 : 0;
+        spec->expert_ffn = 16;
+        spec->n_shared = 1;
+        spec->first_dense = 1;
+        spec->norm_topk_prob = has(spec, V3);
+        spec->n_groups = has(spec, V3) ? 2 : 0;
+        spec->topk_groups = has(spec, V3) ? 1 : 0;
+        spec->routed_scaling = has(spec, V3) ? 2.5 : 0;
     }
     if (has(spec, QWEN_MOES)) {
         spec->expert_ffn = 16;
@@ -140,7 +160,7 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
                             "(%lld, %lld x %lld, %lld)",
                             (long long)s->n_kv_heads, (long long)s->n_heads,
                             (long long)s->head_dim, (long long)s->hidden);
-    if (has(s, MOE | QWEN_MOES) && (s->n_experts < 1 || s->top_k < 1 || s->top_k > s->n_experts))
+    if (has(s, MOE | QWEN_MOES | DEEPSEEKS) && (s->n_experts < 1 || s->top_k < 1 || s->top_k > s->n_experts))
         return lp_error_set(err, LP_ERR_USAGE, "%s: top_k %lld of %lld experts", name,
                             (long long)s->top_k, (long long)s->n_experts);
     if (has(s, QWEN_MOES) && (s->expert_ffn < 0 || s->shared_ffn < 0 || s->sparse_step < 0))
@@ -149,6 +169,19 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
                             "negative",
                             name, (long long)s->expert_ffn, (long long)s->shared_ffn,
                             (long long)s->sparse_step);
+    if (has(s, DEEPSEEKS) &&
+        (s->kv_lora < 1 || s->v_head_dim < 1 || s->rope_dim < 2 || s->rope_dim >= s->head_dim ||
+         s->q_lora < 0 || s->n_shared < 0 || s->first_dense < 0 || s->n_groups < 0 ||
+         (s->n_groups > 1 && (s->n_experts % s->n_groups != 0 || s->topk_groups < 1 ||
+                              s->topk_groups > s->n_groups ||
+                              s->topk_groups * (s->n_experts / s->n_groups) < s->top_k))))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: kv_lora %lld, v_head_dim %lld, rope_dim %lld of head_dim %lld, "
+                            "%lld groups of which %lld for top_k %lld of %lld experts",
+                            name, (long long)s->kv_lora, (long long)s->v_head_dim,
+                            (long long)s->rope_dim, (long long)s->head_dim,
+                            (long long)s->n_groups, (long long)s->topk_groups,
+                            (long long)s->top_k, (long long)s->n_experts);
     if (has(s, FAM(LP_SYNTH_QWEN3_MOE)) && s->shared_ffn > 0)
         return lp_error_set(err, LP_ERR_USAGE, "qwen3_moe: has no shared expert (shared_ffn %lld)",
                             (long long)s->shared_ffn);
@@ -163,7 +196,8 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
 
 typedef enum dim {
     D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS,
-    D_EXPERT_FFN, D_SHARED_FFN, D_ONE
+    D_EXPERT_FFN, D_SHARED_FFN, D_ONE,
+    D_Q_LORA, D_KV_A, D_KV_LORA, D_KV_B, D_HEADS_V /* MLA */
 } dim;
 
 /* Where a row stands: before the layers, in each layer, in each expert of each layer, after. */
@@ -198,9 +232,17 @@ static const tensor_row TENSORS[] = {
     MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER),
     VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, DECODER),
     MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER),
-    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER),
-    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, DECODER),
-    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, DECODER),
+    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER & ~DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, DECODER & ~DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, DECODER & ~DEEPSEEKS),
+    /* DeepSeek's latent attention (q_proj above when there is no q_lora_rank) */
+    MAT(LAYER, L_ "self_attn.q_a_proj.weight", ATTN_Q_A, D_Q_LORA, D_HIDDEN, DEEPSEEKS),
+    VEC(LAYER, L_ "self_attn.q_a_layernorm.weight", ATTN_Q_A_NORM, D_Q_LORA, DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.q_b_proj.weight", ATTN_Q_B, D_Q, D_Q_LORA, DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.kv_a_proj_with_mqa.weight", ATTN_KV_A, D_KV_A, D_HIDDEN, DEEPSEEKS),
+    VEC(LAYER, L_ "self_attn.kv_a_layernorm.weight", ATTN_KV_A_NORM, D_KV_LORA, DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.kv_b_proj.weight", ATTN_KV_B, D_KV_B, D_KV_LORA, DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_HEADS_V, DEEPSEEKS),
     VEC(LAYER, L_ "self_attn.q_norm.weight", ATTN_Q_NORM, D_HEAD, QK_NORM),
     VEC(LAYER, L_ "self_attn.k_norm.weight", ATTN_K_NORM, D_HEAD, QK_NORM),
     BIAS(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, QKV_BIAS),
@@ -220,10 +262,14 @@ static const tensor_row TENSORS[] = {
     MAT(EXPERT, E_ "w3.weight", EXPERT_UP, D_FFN, D_HIDDEN, MOE),
     /* Qwen MoE: a routed layer has the router, the experts and the shared expert with its gate; a
      * dense layer (mlp_only_layers, decoder_sparse_step) the plain MLP */
-    MAT(LAYER, L_ "mlp.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, QWEN_MOES),
-    MAT(EXPERT, QE_ "gate_proj.weight", EXPERT_GATE, D_EXPERT_FFN, D_HIDDEN, QWEN_MOES),
-    MAT(EXPERT, QE_ "up_proj.weight", EXPERT_UP, D_EXPERT_FFN, D_HIDDEN, QWEN_MOES),
-    MAT(EXPERT, QE_ "down_proj.weight", EXPERT_DOWN, D_HIDDEN, D_EXPERT_FFN, QWEN_MOES),
+    MAT(LAYER, L_ "mlp.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, QWEN_MOES | DEEPSEEKS),
+    VEC(LAYER, L_ "mlp.gate.e_score_correction_bias", ROUTER_BIAS, D_EXPERTS, V3),
+    MAT(EXPERT, QE_ "gate_proj.weight", EXPERT_GATE, D_EXPERT_FFN, D_HIDDEN, QWEN_MOES | DEEPSEEKS),
+    MAT(EXPERT, QE_ "up_proj.weight", EXPERT_UP, D_EXPERT_FFN, D_HIDDEN, QWEN_MOES | DEEPSEEKS),
+    MAT(EXPERT, QE_ "down_proj.weight", EXPERT_DOWN, D_HIDDEN, D_EXPERT_FFN, QWEN_MOES | DEEPSEEKS),
+    MAT(LAYER, L_ "mlp.shared_experts.gate_proj.weight", SHARED_GATE, D_SHARED_FFN, D_HIDDEN, DEEPSEEKS),
+    MAT(LAYER, L_ "mlp.shared_experts.up_proj.weight", SHARED_UP, D_SHARED_FFN, D_HIDDEN, DEEPSEEKS),
+    MAT(LAYER, L_ "mlp.shared_experts.down_proj.weight", SHARED_DOWN, D_HIDDEN, D_SHARED_FFN, DEEPSEEKS),
     MAT(LAYER, L_ "mlp.shared_expert.gate_proj.weight", SHARED_GATE, D_SHARED_FFN, D_HIDDEN, QWEN_MOES),
     MAT(LAYER, L_ "mlp.shared_expert.up_proj.weight", SHARED_UP, D_SHARED_FFN, D_HIDDEN, QWEN_MOES),
     MAT(LAYER, L_ "mlp.shared_expert.down_proj.weight", SHARED_DOWN, D_HIDDEN, D_SHARED_FFN, QWEN_MOES),
@@ -270,7 +316,14 @@ static int64_t dim_size(const lp_synth_spec *s, dim d)
     case D_EXPERTS: return s->n_experts;
     case D_POS: return s->n_ctx;
     case D_EXPERT_FFN: return s->expert_ffn > 0 ? s->expert_ffn : s->ffn;
-    case D_SHARED_FFN: return s->shared_ffn;
+    case D_SHARED_FFN:
+        return s->shared_ffn > 0 ? s->shared_ffn
+                                 : s->n_shared * (s->expert_ffn > 0 ? s->expert_ffn : s->ffn);
+    case D_Q_LORA: return s->q_lora;
+    case D_KV_A: return s->kv_lora + s->rope_dim;
+    case D_KV_LORA: return s->kv_lora;
+    case D_KV_B: return s->n_heads * (s->head_dim - s->rope_dim + s->v_head_dim);
+    case D_HEADS_V: return s->n_heads * s->v_head_dim;
     case D_ONE: return 1;
     default: return 0;
     }
@@ -288,7 +341,8 @@ static bool is_norm(lp_role role)
 {
     return role == LP_ROLE_ATTN_NORM || role == LP_ROLE_FFN_NORM || role == LP_ROLE_ATTN_POST_NORM ||
            role == LP_ROLE_FFN_POST_NORM || role == LP_ROLE_ATTN_Q_NORM ||
-           role == LP_ROLE_ATTN_K_NORM || role == LP_ROLE_OUTPUT_NORM || role == LP_ROLE_EMBD_NORM;
+           role == LP_ROLE_ATTN_K_NORM || role == LP_ROLE_OUTPUT_NORM || role == LP_ROLE_EMBD_NORM ||
+           role == LP_ROLE_ATTN_Q_A_NORM || role == LP_ROLE_ATTN_KV_A_NORM;
 }
 
 static lp_status random_fill(void *ctx, const lp_synth_tensor *t, float *data, lp_error *err)
@@ -388,6 +442,8 @@ bool lp_synth_layer_routed(const lp_synth_spec *spec, int layer)
 {
     if (has(spec, MOE))
         return true;
+    if (has(spec, DEEPSEEKS))
+        return layer >= spec->first_dense;
     if (!has(spec, QWEN_MOES) || layer < 0 || layer >= LP_MAX_LAYERS || spec->dense_layer[layer])
         return false;
     int64_t step = spec->sparse_step > 0 ? spec->sparse_step : 1;
@@ -398,18 +454,23 @@ bool lp_synth_layer_routed(const lp_synth_spec *spec, int layer)
  * router or shared expert, and a shared expert needs a width. */
 static bool row_in_layer(const lp_synth_spec *s, const tensor_row *row, int layer)
 {
-    if (row->scope != LAYER || !has(s, QWEN_MOES))
+    if (row->scope != LAYER || !has(s, QWEN_MOES | DEEPSEEKS))
         return true;
     bool routed = lp_synth_layer_routed(s, layer);
     switch (row->role) {
+    case LP_ROLE_ATTN_Q: return s->q_lora == 0;
+    case LP_ROLE_ATTN_Q_A:
+    case LP_ROLE_ATTN_Q_A_NORM:
+    case LP_ROLE_ATTN_Q_B: return s->q_lora > 0;
+    case LP_ROLE_ROUTER_BIAS: return routed;
     case LP_ROLE_FFN_GATE:
     case LP_ROLE_FFN_UP:
     case LP_ROLE_FFN_DOWN: return !routed;
     case LP_ROLE_ROUTER: return routed;
     case LP_ROLE_SHARED_GATE:
     case LP_ROLE_SHARED_UP:
-    case LP_ROLE_SHARED_DOWN:
-    case LP_ROLE_SHARED_EXPERT_GATE: return routed && s->shared_ffn > 0;
+    case LP_ROLE_SHARED_DOWN: return routed && dim_size(s, D_SHARED_FFN) > 0;
+    case LP_ROLE_SHARED_EXPERT_GATE: return routed && dim_size(s, D_SHARED_FFN) > 0;
     default: return true;
     }
 }
@@ -461,6 +522,11 @@ typedef enum key_kind {
     K_MLP_ONLY,       /* the dense_layer list */
     K_EXPERT_FFN,     /* expert_ffn, else ffn */
     K_SPARSE_STEP,    /* sparse_step, else 1 */
+    K_Q_LORA,         /* q_lora, null when 0 */
+    K_NOPE,           /* head_dim - rope_dim */
+    K_TOPK_METHOD,    /* DeepSeek's, from the family and the groups */
+    K_SCORING,        /* sigmoid for V3, softmax for V2 */
+    K_SCALING,        /* routed_scaling, else 1 */
 } key_kind;
 
 typedef struct config_key {
@@ -514,6 +580,23 @@ static const config_key KEYS[] = {
     DERIVED("mlp_only_layers", K_MLP_ONLY, QWEN_MOES),
     FIELD("norm_topk_prob", K_BOOL, norm_topk_prob, QWEN_MOES),
     CONSTS("{\"output_router_logits\": false, \"router_aux_loss_coef\": 0.001}", QWEN_MOES),
+    FIELD("n_routed_experts", K_INT, n_experts, DEEPSEEKS),
+    FIELD("num_experts_per_tok", K_INT, top_k, DEEPSEEKS),
+    DERIVED("moe_intermediate_size", K_EXPERT_FFN, DEEPSEEKS),
+    FIELD("n_shared_experts", K_INT, n_shared, DEEPSEEKS),
+    FIELD("first_k_dense_replace", K_INT, first_dense, DEEPSEEKS),
+    CONST("moe_layer_freq", "1", DEEPSEEKS),
+    FIELD("norm_topk_prob", K_BOOL, norm_topk_prob, DEEPSEEKS),
+    DERIVED("routed_scaling_factor", K_SCALING, DEEPSEEKS),
+    DERIVED("topk_method", K_TOPK_METHOD, DEEPSEEKS),
+    DERIVED("scoring_func", K_SCORING, DEEPSEEKS),
+    FIELD("n_group", K_INT, n_groups, DEEPSEEKS),
+    FIELD("topk_group", K_INT, topk_groups, DEEPSEEKS),
+    DERIVED("q_lora_rank", K_Q_LORA, DEEPSEEKS),
+    FIELD("kv_lora_rank", K_INT, kv_lora, DEEPSEEKS),
+    FIELD("qk_rope_head_dim", K_INT, rope_dim, DEEPSEEKS),
+    DERIVED("qk_nope_head_dim", K_NOPE, DEEPSEEKS),
+    FIELD("v_head_dim", K_INT, v_head_dim, DEEPSEEKS),
     CONST("sliding_window", "null", MOE),
     FIELD("query_pre_attn_scalar", K_REAL, query_pre_attn_scalar, POST_NORMS),
     FIELD("sliding_window_pattern", K_INT, sliding_pattern, FAM(LP_SYNTH_GEMMA3)),
@@ -570,6 +653,14 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
     }
     case K_EXPERT_FFN: return json_integer(s->expert_ffn > 0 ? s->expert_ffn : s->ffn);
     case K_SPARSE_STEP: return json_integer(s->sparse_step > 0 ? s->sparse_step : 1);
+    case K_Q_LORA: return s->q_lora > 0 ? json_integer(s->q_lora) : json_null();
+    case K_NOPE: return json_integer(s->head_dim - s->rope_dim);
+    case K_TOPK_METHOD:
+        return json_string(has(s, V3) ? "noaux_tc"
+                           : s->n_groups > 1 ? "group_limited_greedy"
+                                             : "greedy");
+    case K_SCORING: return json_string(has(s, V3) ? "sigmoid" : "softmax");
+    case K_SCALING: return json_real(s->routed_scaling > 0 ? s->routed_scaling : 1.0);
     }
     return NULL;
 }

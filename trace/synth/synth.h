@@ -192,6 +192,9 @@ typedef enum lp_synth_family {
     LP_SYNTH_QWEN2_MOE, /* Qwen2's attention, routed experts plus a sigmoid-gated shared expert,
                            dense layers by decoder_sparse_step / mlp_only_layers */
     LP_SYNTH_QWEN3_MOE, /* Qwen3's attention (q/k norms), routed experts, no shared expert */
+    LP_SYNTH_DEEPSEEK_V2, /* latent attention (q_proj or q_a/q_b, kv_a, kv_b), softmax router,
+                             greedy or group-limited top-k, shared experts, leading dense layers */
+    LP_SYNTH_DEEPSEEK_V3, /* V2 with a sigmoid router and e_score_correction_bias (noaux_tc) */
     LP_SYNTH_FAMILY_COUNT
 } lp_synth_family;
 
@@ -223,6 +226,11 @@ typedef struct lp_synth_spec {
     int64_t expert_ffn, shared_ffn, sparse_step;
     bool norm_topk_prob;
     bool dense_layer[LP_MAX_LAYERS];
+    /* DeepSeek: q_lora_rank (0 = a plain q_proj), kv_lora_rank, v_head_dim (qk_rope_head_dim is
+     * rope_dim, qk_nope_head_dim head_dim - rope_dim); n_shared experts of expert_ffn; layers
+     * below first_dense dense; n_groups / topk_groups (0 = greedy); routed_scaling (0 = 1) */
+    int64_t q_lora, kv_lora, v_head_dim, n_shared, first_dense, n_groups, topk_groups;
+    double routed_scaling;
     int64_t window;               /* sliding window: Mistral (every layer), Gemma 2 and 3 */
     int64_t sliding_pattern;      /* Gemma 3: layers l with (l + 1) % pattern == 0 are global */
     double local_theta;           /* Gemma 3: RoPE base of the sliding layers */
@@ -255,7 +263,7 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
 lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
- * "qwen2_moe", "qwen3_moe". */
+ * "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif
