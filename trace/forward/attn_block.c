@@ -23,18 +23,22 @@ static void run_head(void *ctx, int64_t task)
     const lp_arch *a = &m->arch;
     int head = ht->head0 + (int)task;
     int64_t kv_head = head / h->group, T = p->T;
-    /* GQA: query head `head` reads kv head head / group; q, k, v are rows of the projections */
+    const lp_fw_kv_source *kv = &h->kv;
+    size_t elem = kv->dtype == LP_DTYPE_F32 ? 4 : 2;
+    size_t k_off = (size_t)(kv_head * kv->head_stride) * elem;
+    size_t v_off = (size_t)(kv_head * h->v_step) * elem;
+    /* GQA: query head `head` reads kv head head / group */
     lp_attn_args args = {
-        .q = h->q + head * h->q_step, .k = h->k + kv_head * h->k_step,
-        .v = h->v + kv_head * h->v_step, .out = p->s.attn + head * h->v_dim, .n_q = T, .n_k = T,
-        .head_dim = h->head_dim, .v_dim = h->v_dim, .q_stride = h->q_stride,
-        .k_stride = h->k_stride, .v_stride = h->v_stride, .out_stride = a->n_heads * h->v_dim,
+        .q = h->q + head * h->q_step, .k = (const char *)kv->k + k_off,
+        .v = (const char *)kv->v + v_off, .out = p->s.attn + head * h->v_dim, .n_q = T,
+        .n_k = p->n_k, .head_dim = h->head_dim, .v_dim = h->v_dim, .q_stride = h->q_stride,
+        .k_stride = kv->k_stride, .v_stride = kv->v_stride, .out_stride = a->n_heads * h->v_dim,
         .scale = a->query_scale > 0 ? (float)a->query_scale
                                     : (float)(1.0 / sqrt((double)h->head_dim)),
         .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
         .probs = ht->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL,
         .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
-        .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f,
+        .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f, .kv_dtype = kv->dtype,
     };
     lp_attention(&args);
 }
@@ -181,12 +185,13 @@ static lp_status emit_head_maps(lp_fw_pass *p, int l, int h0, int64_t n, bool wi
         int head = h0 + (int)i;
         const lp_attn_row_stats *rs = s->row_stats + (int64_t)head * T;
         if (with_probs && lp_fw_wants(p, LP_SITE_ATTN_PROBS, l, head)) {
-            lp_view view = {s->probs + i * p->plan.slot_stride, T, T, T, 0, rs, NULL};
+            lp_view view = {s->probs + i * p->plan.slot_stride, T, p->n_k, p->n_k, p->pos0, rs,
+                            NULL};
             if ((st = lp_fw_emit(p, LP_SITE_ATTN_PROBS, l, head, &view)))
                 return st;
         }
         if (lp_fw_wants(p, LP_SITE_ATTN_STATS, l, head)) {
-            lp_view view = {NULL, T, 0, 0, 0, rs, NULL};
+            lp_view view = {NULL, T, 0, 0, p->pos0, rs, NULL};
             if ((st = lp_fw_emit(p, LP_SITE_ATTN_STATS, l, head, &view)))
                 return st;
         }
@@ -224,20 +229,13 @@ lp_status lp_fw_emit_head_outputs(lp_fw_pass *p, int l, int64_t width)
     for (int h = 0; h < a->n_heads; h++) {
         if (!lp_fw_wants(p, LP_SITE_HEAD_OUTPUT, l, h))
             continue;
-        lp_view view = {p->s.attn + (int64_t)h * width, p->T, width, a->n_heads * width, 0, NULL,
-                        NULL};
+        lp_view view = {p->s.attn + (int64_t)h * width, p->T, width, a->n_heads * width, p->pos0,
+                        NULL, NULL};
         lp_status st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view);
         if (st != LP_OK)
             return st;
     }
     return LP_OK;
-}
-
-void lp_fw_set_window(lp_fw_pass *p, const lp_layer_weights *L)
-{
-    p->mask.window = p->opts->window_override > 0 ? p->opts->window_override
-                     : p->opts->sliding_window     ? L->window
-                                                   : 0;
 }
 
 lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
@@ -248,10 +246,14 @@ lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
     lp_status st;
     if ((st = project_qkv(p, L, in, &x)) || (st = position_qk(p, L, &x)))
         return st;
-    lp_fw_set_window(p, L);
+    p->mask.window = lp_fw_layer_window(p->opts, L);
+    /* the plain pass reads the projections; a cached call reads what the cache holds */
+    lp_fw_kv_source kv = {x.k, x.v, x.kv_stride, x.kv_stride, p->m->arch.head_dim, LP_DTYPE_F32};
+    if (p->kv && (st = lp_fw_kv_append(p, l, x.k, x.v, x.kv_stride, &kv)))
+        return st;
     int64_t hd = p->m->arch.head_dim;
-    lp_fw_heads heads = {x.q, x.k, x.v, x.q_stride, x.kv_stride, x.kv_stride, hd, hd, hd,
-                         hd, hd, p->m->arch.n_heads / L->n_kv_heads};
+    lp_fw_heads heads = {x.q, x.q_stride, hd, kv, kv.head_stride, hd, hd,
+                         p->m->arch.n_heads / L->n_kv_heads};
     if ((st = lp_fw_run_heads(p, l, &heads)) || (st = lp_fw_emit_head_outputs(p, l, hd)) ||
         (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
         return st;

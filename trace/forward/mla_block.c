@@ -81,13 +81,18 @@ lp_status lp_fw_mla_attention(lp_fw_pass *p, int l, const float *in, float *out)
     float *kva = p->s.mla + T * a->q_lora_rank, *latent = kva + T * (kvr + rope);
     float *kvb = latent + T * kvr;
     lp_status st;
+    if (p->kv)
+        return lp_error_set(p->err, LP_ERR_UNSUPPORTED,
+                            "%s: a KV cache for multi-head latent attention: run the whole "
+                            "sequence in one call",
+                            a->source);
     if ((st = project(p, L, in, q, kva, latent, kvb)) ||
         (st = rotate_and_assemble(p, q, k, kva, kvb)))
         return st;
-    lp_fw_set_window(p, L);
+    p->mask.window = lp_fw_layer_window(p->opts, L);
     /* every head its own key and value: group 1; values read in place from kv_b's rows */
-    lp_fw_heads heads = {q, k, kvb + nope, nh * hd, nh * hd, nh * (nope + v), hd, hd, nope + v,
-                         hd, v, 1};
+    lp_fw_kv_source kv = {k, kvb + nope, nh * hd, nh * (nope + v), hd, LP_DTYPE_F32};
+    lp_fw_heads heads = {q, nh * hd, hd, kv, nope + v, hd, v, 1};
     if ((st = lp_fw_run_heads(p, l, &heads)) || (st = lp_fw_emit_head_outputs(p, l, v)) ||
         (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
         return st;
