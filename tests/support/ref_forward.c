@@ -339,6 +339,30 @@ static double gelu_tanh(double v)
 
 static double gelu_erf(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
 
+/* DeepSeek's yarn_get_mscale */
+static double yarn_m(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * log(factor) + 1.0; }
+
+/* DeepSeek's YaRN frequency of pair i (extrapolated below the beta_fast correction dim,
+ * interpolated by the factor above beta_slow's, a linear ramp between) and *mag, the cos/sin
+ * magnitude. */
+static double yarn_freq(const ref_config *c, double base, int64_t dim, int64_t i, double extra,
+                        double *mag)
+{
+    const double pi = 3.14159265358979323846;
+    double orig = (double)c->yarn_orig, d = (double)dim;
+    double low = floor(d * log(orig / (32.0 * 2 * pi)) / (2 * log(base)));
+    double high = ceil(d * log(orig / (1.0 * 2 * pi)) / (2 * log(base)));
+    low = low < 0 ? 0 : low;
+    high = high > d - 1 ? d - 1 : high;
+    if (low == high)
+        high += 0.001;
+    double ramp = ((double)i - low) / (high - low);
+    ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+    double keep = 1.0 - ramp; /* the share of the extrapolated frequency */
+    *mag = yarn_m(c->yarn_factor, c->yarn_mscale) / yarn_m(c->yarn_factor, c->yarn_mscale_all);
+    return extra / c->yarn_factor * (1.0 - keep) + extra * keep;
+}
+
 static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, int64_t pos)
 {
     int64_t hd = c->head_dim, rot = c->rope_dim > 0 ? c->rope_dim : hd, half = rot / 2;
@@ -346,8 +370,10 @@ static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, 
         double *x = v + h * hd;
         for (int64_t i = 0; i < half; i++) {
             /* inv_freq over the rotated dims only, as HF's partial_rotary_factor does */
-            double freq = pow(theta, -(double)(2 * i) / (double)rot);
-            double a = (double)pos * freq, cs = cos(a), sn = sin(a);
+            double freq = pow(theta, -(double)(2 * i) / (double)rot), mag = 1.0;
+            if (c->yarn_factor > 0)
+                freq = yarn_freq(c, theta, rot, i, freq, &mag);
+            double a = (double)pos * freq, cs = cos(a) * mag, sn = sin(a) * mag;
             int64_t i0 = c->rope_adjacent ? 2 * i : i;
             int64_t i1 = c->rope_adjacent ? 2 * i + 1 : i + half;
             double x0 = x[i0], x1 = x[i1];
@@ -510,6 +536,8 @@ static bool mla_attention(const ref_config *c, const ref_layer *Ly, const double
         }
     }
     double scale = 1.0 / sqrt((double)hd);
+    if (c->yarn_factor > 0) /* DeepSeek: the softmax scale carries mscale_all_dim squared */
+        scale *= yarn_m(c->yarn_factor, c->yarn_mscale_all) * yarn_m(c->yarn_factor, c->yarn_mscale_all);
     for (int64_t h = 0; ok && h < nh; h++) {
         for (int64_t t = 0; t < T; t++) {
             double mx = -INFINITY, z = 0;
@@ -876,7 +904,9 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .norm_topk_prob = c->norm_topk, .q_lora = c->q_lora, .kv_lora = c->kv_lora,
         .v_head_dim = c->v_dim, .n_shared = c->n_shared, .first_dense = c->first_dense,
         .n_groups = c->n_groups, .topk_groups = c->topk_groups,
-        .routed_scaling = c->routed_scaling, .bos_id = 1,
+        .routed_scaling = c->routed_scaling, .yarn_factor = c->yarn_factor,
+        .yarn_orig = c->yarn_orig, .yarn_mscale = c->yarn_mscale,
+        .yarn_mscale_all = c->yarn_mscale_all, .bos_id = 1,
         .eos_id = 2, .dtype = matrix_dtype, .vector_dtype = LP_DTYPE_F32,
         .fill = fill_from_model, .fill_ctx = (void *)m,
     };

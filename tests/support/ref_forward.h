@@ -90,6 +90,11 @@ typedef struct ref_config {
     int64_t q_lora, kv_lora, v_dim, first_dense, n_shared, n_groups, topk_groups;
     double routed_scaling; /* 0 = 1 */
     bool v3;               /* sigmoid scores, e_score_correction_bias, noaux_tc groups */
+    /* DeepSeek's YaRN (yarn_factor 0 = plain RoPE): original context, beta 32 / 1, cos/sin times
+     * m(mscale) / m(mscale_all_dim) and the softmax scale times m(mscale_all_dim)^2, with
+     * m(x) = 0.1 x ln(factor) + 1 */
+    double yarn_factor, yarn_mscale, yarn_mscale_all;
+    int64_t yarn_orig;
 } ref_config;
 
 typedef struct ref_layer {

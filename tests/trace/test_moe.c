@@ -58,6 +58,15 @@ static const moe_case moe_cases[] = {
                           .kv_lora = 12, .v_dim = 9, .first_dense = 1, .n_experts = 6, .top_k = 2,
                           .expert_ffn = 14, .n_shared = 2, .scale = 0.2},
      17, LP_DTYPE_F32, "deepseek_v2", 2},
+    /* the same with YaRN as DeepSeek ships it (factor, original context 8 of 256, mscale and
+     * mscale_all_dim apart so both the cos/sin magnitude and the softmax scale show) */
+    {"deepseek-v2-yarn", {.family = REF_DEEPSEEK, .vocab = 89, .hidden = 32, .n_layers = 2,
+                          .n_heads = 3, .n_kv_heads = 3, .head_dim = 14, .rope_dim = 6,
+                          .ffn = 44, .eps = 1e-6, .theta = 10000, .rope_adjacent = true,
+                          .kv_lora = 12, .v_dim = 9, .first_dense = 1, .n_experts = 6, .top_k = 2,
+                          .expert_ffn = 14, .n_shared = 2, .yarn_factor = 4, .yarn_orig = 8,
+                          .yarn_mscale = 0.9, .yarn_mscale_all = 0.7, .scale = 0.3},
+     21, LP_DTYPE_F32, "deepseek_v2", 1},
     /* DeepSeek-V2's: q_lora, group-limited (3 groups of 2, the best 2 searched), scaled */
     {"deepseek-v2", {.family = REF_DEEPSEEK, .vocab = 77, .hidden = 32, .n_layers = 3,
                      .n_heads = 4, .n_kv_heads = 4, .head_dim = 10, .rope_dim = 6, .ffn = 36,
@@ -125,6 +134,9 @@ static void test_moe_case(void **state)
     assert_int_equal(a->shared_expert_ffn_hidden, mc->cfg.shared_ffn);
     assert_int_equal(a->norm_topk_prob, mc->cfg.norm_topk);
     assert_int_equal(a->mla, mc->cfg.family == REF_DEEPSEEK);
+    if (mc->cfg.yarn_factor > 0) /* DeepSeek's YaRN: mscale_all_dim squared in the softmax */
+        assert_true(a->rope_scaling.kind == LP_ROPE_SCALING_YARN && a->query_scale > 0 &&
+                    a->rope_scaling.attention_factor > 0);
     assert_int_equal(a->n_shared_experts, mc->cfg.n_shared);
     assert_int_equal(a->n_expert_groups, mc->cfg.n_groups > 1 ? mc->cfg.n_groups : 0);
     assert_int_equal(a->router_sigmoid, mc->cfg.v3);

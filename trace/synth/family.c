@@ -714,6 +714,7 @@ typedef enum key_kind {
     K_TOPK_METHOD,    /* DeepSeek's, from the family and the groups */
     K_SCORING,        /* sigmoid for V3, softmax for V2 */
     K_SCALING,        /* routed_scaling, else 1 */
+    K_YARN,           /* DeepSeek's rope_scaling object; left out without a yarn factor */
 } key_kind;
 
 typedef struct config_key {
@@ -798,6 +799,7 @@ static const config_key KEYS[] = {
     FIELD("qk_rope_head_dim", K_INT, rope_dim, DEEPSEEKS),
     DERIVED("qk_nope_head_dim", K_NOPE, DEEPSEEKS),
     FIELD("v_head_dim", K_INT, v_head_dim, DEEPSEEKS),
+    DERIVED("rope_scaling", K_YARN, DEEPSEEKS),
     CONST("sliding_window", "null", MOE),
     FIELD("query_pre_attn_scalar", K_REAL, query_pre_attn_scalar, POST_NORMS),
     FIELD("sliding_window_pattern", K_INT, sliding_pattern, FAM(LP_SYNTH_GEMMA3)),
@@ -906,6 +908,13 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
                                              : "greedy");
     case K_SCORING: return json_string(has(s, V3) ? "sigmoid" : "softmax");
     case K_SCALING: return json_real(s->routed_scaling > 0 ? s->routed_scaling : 1.0);
+    case K_YARN:
+        *skip = !(s->yarn_factor > 0);
+        return *skip ? NULL
+                     : json_pack("{s:s, s:f, s:I, s:f, s:f, s:f, s:f}", "type", "yarn", "factor",
+                                 s->yarn_factor, "original_max_position_embeddings",
+                                 (json_int_t)s->yarn_orig, "beta_fast", 32.0, "beta_slow", 1.0,
+                                 "mscale", s->yarn_mscale, "mscale_all_dim", s->yarn_mscale_all);
     }
     return NULL;
 }

@@ -254,6 +254,10 @@ typedef struct lp_synth_spec {
      * below first_dense dense; n_groups / topk_groups (0 = greedy); routed_scaling (0 = 1) */
     int64_t q_lora, kv_lora, v_head_dim, n_shared, first_dense, n_groups, topk_groups;
     double routed_scaling;
+    /* DeepSeek's rope_scaling yarn: factor (0 = none), original_max_position_embeddings, mscale
+     * and mscale_all_dim (beta_fast 32, beta_slow 1) */
+    double yarn_factor, yarn_mscale, yarn_mscale_all;
+    int64_t yarn_orig;
     int64_t window;               /* sliding window: Mistral (every layer), Gemma 2 and 3 */
     int64_t sliding_pattern;      /* Gemma 3: layers l with (l + 1) % pattern == 0 are global */
     double local_theta;           /* Gemma 3: RoPE base of the sliding layers */
