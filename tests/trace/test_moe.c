@@ -300,6 +300,87 @@ static void write_gguf_qwen_moe(lp_gw *w, const ref_model *m, const char *arch)
     }
 }
 
+/* Every expert's matrix of one role in one 3-D F32 tensor [E, rows, cols] (fused as llama.cpp
+ * stores them). */
+static void gguf_experts_f32(lp_gw *w, const char *fmt, int l, int64_t E, int64_t rows,
+                             int64_t cols, float *const *per_expert)
+{
+    char name[96];
+    snprintf(name, sizeof name, fmt, l);
+    float *data = keep(malloc((size_t)(E * rows * cols) * sizeof(float)));
+    for (int64_t e = 0; e < E; e++)
+        memcpy(data + e * rows * cols, per_expert[e], (size_t)(rows * cols) * sizeof(float));
+    int64_t ne[3] = {cols, rows, E};
+    lp_gw_tensor(w, name, 3, ne, 0, data, (uint64_t)(E * rows * cols) * sizeof(float));
+}
+
+/* DeepSeek as llama.cpp's deepseek2 converter writes it (the combined attn_kv_b form): MLA's
+ * ranks and head sizes, the leading dense layers, shared experts, the router's gating function,
+ * groups, normalization and scale, V3's exp_probs_b. */
+static void write_gguf_deepseek2(lp_gw *w, const ref_model *m)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, V = c->vocab, nh = c->n_heads, hd = c->head_dim, rot = c->rope_dim;
+    int64_t nope = hd - rot, vd = c->v_dim, qr = c->q_lora, kvr = c->kv_lora;
+    int64_t E = c->n_experts, EF = c->expert_ffn, SF = c->n_shared * EF;
+    struct { const char *name; int64_t value; } kv[] = {
+        {"block_count", c->n_layers}, {"context_length", 256}, {"embedding_length", H},
+        {"feed_forward_length", c->ffn}, {"attention.head_count", nh},
+        {"attention.head_count_kv", nh}, {"attention.key_length", hd},
+        {"attention.value_length", vd}, {"attention.kv_lora_rank", kvr},
+        {"attention.q_lora_rank", qr}, {"rope.dimension_count", rot}, {"expert_count", E},
+        {"expert_used_count", c->top_k}, {"expert_feed_forward_length", EF},
+        {"expert_shared_count", c->n_shared}, {"leading_dense_block_count", c->first_dense},
+        {"expert_gating_func", c->v3 ? 2 : 1}, {"expert_group_count", c->n_groups},
+        {"expert_group_used_count", c->topk_groups}, {"vocab_size", V},
+    };
+    char key[96];
+    lp_gw_kv_str(w, "general.architecture", "deepseek2");
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+        snprintf(key, sizeof key, "deepseek2.%s", kv[i].name);
+        lp_gw_kv_u32(w, key, (uint32_t)kv[i].value);
+    }
+    lp_gw_kv_f32(w, "deepseek2.attention.layer_norm_rms_epsilon", (float)c->eps);
+    lp_gw_kv_f32(w, "deepseek2.rope.freq_base", (float)c->theta);
+    lp_gw_kv_bool(w, "deepseek2.expert_weights_norm", c->norm_topk);
+    lp_gw_kv_f32(w, "deepseek2.expert_weights_scale",
+                 (float)(c->routed_scaling > 0 ? c->routed_scaling : 1.0));
+    f32_tensor(w, "token_embd.weight", 0, 2, H, V, m->embed);
+    f32_tensor(w, "output_norm.weight", 0, 1, H, 0, m->out_norm);
+    f32_tensor(w, "output.weight", 0, 2, H, V, m->lm_head);
+    for (int l = 0; l < c->n_layers; l++) {
+        const ref_layer *L = &m->layers[l];
+        f32_tensor(w, "blk.%d.attn_norm.weight", l, 1, H, 0, L->attn_norm);
+        if (qr > 0) {
+            f32_tensor(w, "blk.%d.attn_q_a.weight", l, 2, H, qr, L->q_a);
+            f32_tensor(w, "blk.%d.attn_q_a_norm.weight", l, 1, qr, 0, L->q_a_norm);
+            f32_tensor(w, "blk.%d.attn_q_b.weight", l, 2, qr, nh * hd, L->q_b);
+        } else {
+            f32_tensor(w, "blk.%d.attn_q.weight", l, 2, H, nh * hd, L->wq);
+        }
+        f32_tensor(w, "blk.%d.attn_kv_a_mqa.weight", l, 2, H, kvr + rot, L->kv_a);
+        f32_tensor(w, "blk.%d.attn_kv_a_norm.weight", l, 1, kvr, 0, L->kv_a_norm);
+        f32_tensor(w, "blk.%d.attn_kv_b.weight", l, 2, kvr, nh * (nope + vd), L->kv_b);
+        f32_tensor(w, "blk.%d.attn_output.weight", l, 2, nh * vd, H, L->wo);
+        f32_tensor(w, "blk.%d.ffn_norm.weight", l, 1, H, 0, L->ffn_norm);
+        if (!ref_layer_routed(c, l)) {
+            f32_tensor(w, "blk.%d.ffn_gate.weight", l, 2, H, c->ffn, L->w_gate);
+            f32_tensor(w, "blk.%d.ffn_up.weight", l, 2, H, c->ffn, L->w_up);
+            f32_tensor(w, "blk.%d.ffn_down.weight", l, 2, c->ffn, H, L->w_down);
+            continue;
+        }
+        f32_tensor(w, "blk.%d.ffn_gate_inp.weight", l, 2, H, E, L->router);
+        if (c->v3)
+            f32_tensor(w, "blk.%d.exp_probs_b.bias", l, 1, E, 0, L->score_bias);
+        gguf_experts_f32(w, "blk.%d.ffn_gate_exps.weight", l, E, EF, H, L->e_gate);
+        gguf_experts_f32(w, "blk.%d.ffn_up_exps.weight", l, E, EF, H, L->e_up);
+        gguf_experts_f32(w, "blk.%d.ffn_down_exps.weight", l, E, H, EF, L->e_down);
+        f32_tensor(w, "blk.%d.ffn_gate_shexp.weight", l, 2, H, SF, L->s_gate);
+        f32_tensor(w, "blk.%d.ffn_up_shexp.weight", l, 2, H, SF, L->s_up);
+        f32_tensor(w, "blk.%d.ffn_down_shexp.weight", l, 2, SF, H, L->s_down);
+    }
+}
+
 typedef struct gguf_moe_case {
     const char *name, *arch, *family;
     ref_config cfg;
@@ -319,6 +400,21 @@ static const gguf_moe_case gguf_moe_cases[] = {
       .n_kv_heads = 2, .head_dim = 12, .ffn = 40, .eps = 1e-6, .theta = 10000, .qk_norm = true,
       .n_experts = 5, .top_k = 2, .expert_ffn = 32, .norm_topk = true, .scale = 0.2},
      11},
+    /* DeepSeek-V2-Lite's layout (plain q, greedy) and V3's (q_lora, sigmoid, exp_probs_b,
+     * groups, scale) with odd head sizes */
+    {"gguf-deepseek2-lite", "deepseek2", "deepseek_v2",
+     {.family = REF_DEEPSEEK, .vocab = 45, .hidden = 24, .n_layers = 2, .n_heads = 3,
+      .n_kv_heads = 3, .head_dim = 14, .rope_dim = 4, .ffn = 36, .eps = 1e-6, .theta = 10000,
+      .rope_adjacent = true, .kv_lora = 10, .v_dim = 9, .first_dense = 1, .n_experts = 4,
+      .top_k = 2, .expert_ffn = 12, .n_shared = 2, .scale = 0.25},
+     13},
+    {"gguf-deepseek2-v3", "deepseek2", "deepseek_v2",
+     {.family = REF_DEEPSEEK, .vocab = 45, .hidden = 24, .n_layers = 2, .n_heads = 2,
+      .n_kv_heads = 2, .head_dim = 10, .rope_dim = 4, .ffn = 36, .eps = 1e-6, .theta = 10000,
+      .rope_adjacent = true, .q_lora = 8, .kv_lora = 10, .v_dim = 11, .first_dense = 1,
+      .n_experts = 8, .top_k = 3, .expert_ffn = 12, .n_shared = 1, .n_groups = 4,
+      .topk_groups = 2, .routed_scaling = 2.5, .v3 = true, .norm_topk = true, .scale = 0.25},
+     15},
 };
 
 static void test_gguf_moe_case(void **state)
@@ -328,7 +424,10 @@ static void test_gguf_moe_case(void **state)
     assert_true(ref_model_random(&gc->cfg, 0x6b + (uint64_t)gc->T, &m));
     lp_gw w;
     lp_gw_init(&w, 3);
-    write_gguf_qwen_moe(&w, &m, gc->arch);
+    if (strcmp(gc->arch, "deepseek2") == 0)
+        write_gguf_deepseek2(&w, &m);
+    else
+        write_gguf_qwen_moe(&w, &m, gc->arch);
     assert_true(lp_gw_finish(&w));
     char path[512];
     snprintf(path, sizeof path, "%s/moe_%s_%ld.gguf", lp_test_tmp_dir(), gc->name, (long)getpid());
