@@ -186,6 +186,11 @@ lp_status lp_render_overview(lp_store *db, const lp_store_run *run,
 lp_status lp_render_stat_matrix(lp_store *db, const lp_store_run *run, lp_head_stat stat,
                                 const lp_render_options *opt, const char *out_path,
                                 lp_error *err);
+/* The same for a dataset's aggregate (loupe trace --prompts): each head's mean over the runs,
+ * the largest standard deviation in the subtitle. */
+lp_status lp_render_dataset_stat(lp_store *db, const char *dataset, lp_head_stat stat,
+                                 const lp_render_options *opt, const char *out_path,
+                                 lp_error *err);
 /* The per-layer max difference of a leak run's perturbation checks, on a log axis. */
 lp_status lp_render_leak_plot(lp_store *db, const lp_store_run *run,
                               const lp_render_options *opt, const char *out_path, lp_error *err);

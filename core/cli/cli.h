@@ -179,5 +179,6 @@ extern const lp_command lp_command_export;
 extern const lp_command lp_command_synth;
 extern const lp_command lp_command_bench;
 extern const lp_command lp_command_demo;
+extern const lp_command lp_command_merge;
 
 #endif
