@@ -298,6 +298,15 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
  * is returned as it is. */
 lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 
+/* A tiny spec of the family a card or config describes (loupe synth --like): 2 layers of 4 heads
+ * x 8, vocab 64, with the card's rules carried over: multi-head / multi-query / grouped (groups of
+ * 2), the rotated fraction (even, at least 2 dims), tied or not, norm epsilon, RoPE base,
+ * parallel or sequential, Falcon's new architecture and bias, StableLM's q/k norms and biases,
+ * ALiBi, OPT's post-norm and projected embeddings (half the width), Mixtral's experts (at most
+ * 4), Gemma 2's soft-caps and Gemma 3's window pattern. LP_ERR_UNSUPPORTED for a family without
+ * a writer (shared-expert MoE, MLA, gpt-oss, Phi-3, ...). */
+lp_status lp_synth_spec_like(const lp_arch *arch, lp_synth_spec *spec, lp_error *err);
+
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
  * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "opt", "olmo2", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3". */
