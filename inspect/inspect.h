@@ -277,6 +277,8 @@ typedef enum lp_role {
     LP_ROLE_ATTN_KV_A,
     LP_ROLE_ATTN_KV_A_NORM,
     LP_ROLE_ATTN_KV_B,
+    LP_ROLE_ATTN_K_B, /* llama.cpp's kv_b split per head: [n_heads, kv_lora_rank, nope] */
+    LP_ROLE_ATTN_V_B, /* [n_heads, v_head_dim, kv_lora_rank] */
     LP_ROLE_FFN_NORM,
     LP_ROLE_FFN_GATE,
     LP_ROLE_FFN_UP,

@@ -317,7 +317,7 @@ static void gguf_experts_f32(lp_gw *w, const char *fmt, int l, int64_t E, int64_
 /* DeepSeek as llama.cpp's deepseek2 converter writes it (the combined attn_kv_b form): MLA's
  * ranks and head sizes, the leading dense layers, shared experts, the router's gating function,
  * groups, normalization and scale, V3's exp_probs_b. */
-static void write_gguf_deepseek2(lp_gw *w, const ref_model *m)
+static void write_gguf_deepseek2(lp_gw *w, const ref_model *m, bool split)
 {
     const ref_config *c = &m->cfg;
     int64_t H = c->hidden, V = c->vocab, nh = c->n_heads, hd = c->head_dim, rot = c->rope_dim;
@@ -360,7 +360,27 @@ static void write_gguf_deepseek2(lp_gw *w, const ref_model *m)
         }
         f32_tensor(w, "blk.%d.attn_kv_a_mqa.weight", l, 2, H, kvr + rot, L->kv_a);
         f32_tensor(w, "blk.%d.attn_kv_a_norm.weight", l, 1, kvr, 0, L->kv_a_norm);
-        f32_tensor(w, "blk.%d.attn_kv_b.weight", l, 2, kvr, nh * (nope + vd), L->kv_b);
+        if (split) {
+            /* llama.cpp's newer converter: kv_b per head as k_b [kvr, nope] (transposed) and
+             * v_b [v, kvr] */
+            float *kb = keep(malloc((size_t)(nh * kvr * nope) * sizeof(float)));
+            float *vb = keep(malloc((size_t)(nh * vd * kvr) * sizeof(float)));
+            for (int64_t h = 0; h < nh; h++)
+                for (int64_t r = 0; r < kvr; r++) {
+                    for (int64_t i = 0; i < nope; i++)
+                        kb[(h * kvr + r) * nope + i] = L->kv_b[(h * (nope + vd) + i) * kvr + r];
+                    for (int64_t j = 0; j < vd; j++)
+                        vb[(h * vd + j) * kvr + r] = L->kv_b[(h * (nope + vd) + nope + j) * kvr + r];
+                }
+            char name[96];
+            int64_t ne_k[3] = {nope, kvr, nh}, ne_v[3] = {kvr, vd, nh};
+            snprintf(name, sizeof name, "blk.%d.attn_k_b.weight", l);
+            lp_gw_tensor(w, name, 3, ne_k, 0, kb, (uint64_t)(nh * kvr * nope) * sizeof(float));
+            snprintf(name, sizeof name, "blk.%d.attn_v_b.weight", l);
+            lp_gw_tensor(w, name, 3, ne_v, 0, vb, (uint64_t)(nh * vd * kvr) * sizeof(float));
+        } else {
+            f32_tensor(w, "blk.%d.attn_kv_b.weight", l, 2, kvr, nh * (nope + vd), L->kv_b);
+        }
         f32_tensor(w, "blk.%d.attn_output.weight", l, 2, nh * vd, H, L->wo);
         f32_tensor(w, "blk.%d.ffn_norm.weight", l, 1, H, 0, L->ffn_norm);
         if (!ref_layer_routed(c, l)) {
@@ -385,6 +405,7 @@ typedef struct gguf_moe_case {
     const char *name, *arch, *family;
     ref_config cfg;
     int64_t T;
+    bool split_kv_b; /* deepseek2: attn_k_b / attn_v_b instead of attn_kv_b */
 } gguf_moe_case;
 
 /* Q8_0 rows need whole 32-value blocks: hidden and expert width are multiples of 32; the rest
@@ -394,12 +415,12 @@ static const gguf_moe_case gguf_moe_cases[] = {
      {.family = REF_QWEN_MOE, .vocab = 45, .hidden = 64, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .head_dim = 12, .ffn = 40, .eps = 1e-6, .theta = 10000, .qkv_bias = true,
       .n_experts = 4, .top_k = 2, .expert_ffn = 32, .shared_ffn = 40, .scale = 0.2},
-     13},
+     13, false},
     {"gguf-qwen3moe", "qwen3moe", "qwen3_moe",
      {.family = REF_QWEN_MOE, .vocab = 45, .hidden = 64, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .head_dim = 12, .ffn = 40, .eps = 1e-6, .theta = 10000, .qk_norm = true,
       .n_experts = 5, .top_k = 2, .expert_ffn = 32, .norm_topk = true, .scale = 0.2},
-     11},
+     11, false},
     /* DeepSeek-V2-Lite's layout (plain q, greedy) and V3's (q_lora, sigmoid, exp_probs_b,
      * groups, scale) with odd head sizes */
     {"gguf-deepseek2-lite", "deepseek2", "deepseek_v2",
@@ -407,14 +428,20 @@ static const gguf_moe_case gguf_moe_cases[] = {
       .n_kv_heads = 3, .head_dim = 14, .rope_dim = 4, .ffn = 36, .eps = 1e-6, .theta = 10000,
       .rope_adjacent = true, .kv_lora = 10, .v_dim = 9, .first_dense = 1, .n_experts = 4,
       .top_k = 2, .expert_ffn = 12, .n_shared = 2, .scale = 0.25},
-     13},
+     13, false},
     {"gguf-deepseek2-v3", "deepseek2", "deepseek_v2",
      {.family = REF_DEEPSEEK, .vocab = 45, .hidden = 24, .n_layers = 2, .n_heads = 2,
       .n_kv_heads = 2, .head_dim = 10, .rope_dim = 4, .ffn = 36, .eps = 1e-6, .theta = 10000,
       .rope_adjacent = true, .q_lora = 8, .kv_lora = 10, .v_dim = 11, .first_dense = 1,
       .n_experts = 8, .top_k = 3, .expert_ffn = 12, .n_shared = 1, .n_groups = 4,
       .topk_groups = 2, .routed_scaling = 2.5, .v3 = true, .norm_topk = true, .scale = 0.25},
-     15},
+     15, false},
+    {"gguf-deepseek2-split", "deepseek2", "deepseek_v2",
+     {.family = REF_DEEPSEEK, .vocab = 45, .hidden = 24, .n_layers = 2, .n_heads = 3,
+      .n_kv_heads = 3, .head_dim = 14, .rope_dim = 4, .ffn = 36, .eps = 1e-6, .theta = 10000,
+      .rope_adjacent = true, .kv_lora = 10, .v_dim = 9, .first_dense = 1, .n_experts = 4,
+      .top_k = 2, .expert_ffn = 12, .n_shared = 2, .scale = 0.25},
+     13, true},
 };
 
 static void test_gguf_moe_case(void **state)
@@ -425,7 +452,7 @@ static void test_gguf_moe_case(void **state)
     lp_gw w;
     lp_gw_init(&w, 3);
     if (strcmp(gc->arch, "deepseek2") == 0)
-        write_gguf_deepseek2(&w, &m);
+        write_gguf_deepseek2(&w, &m, gc->split_kv_b);
     else
         write_gguf_qwen_moe(&w, &m, gc->arch);
     assert_true(lp_gw_finish(&w));
@@ -525,7 +552,7 @@ static void test_store_routing(void **state)
 
 int main(void)
 {
-    struct CMUnitTest tests[16];
+    struct CMUnitTest tests[32];
     size_t n = 0;
     for (size_t i = 0; i < sizeof moe_cases / sizeof moe_cases[0]; i++) {
         struct CMUnitTest t = {moe_cases[i].name, test_moe_case, NULL, NULL,

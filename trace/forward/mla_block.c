@@ -40,7 +40,22 @@ static lp_status project(lp_fw_pass *p, const lp_layer_weights *L, const float *
     for (int64_t t = 0; t < T; t++)
         memcpy(latent + t * kvr, kva + t * (kvr + rope), (size_t)kvr * sizeof *latent);
     norm_rows(latent, T, kvr, kvr, L->kv_a_norm);
-    return lp_fw_linear(p, latent, T, &L->kv_b, NULL, kvb);
+    if (!L->k_b)
+        return lp_fw_linear(p, latent, T, &L->kv_b, NULL, kvb);
+    /* the split form: head by head into s.attn (free until the heads run), then into place */
+    int64_t nh = a->n_heads, nope = a->qk_nope_head_dim, v = a->v_head_dim;
+    float *part = p->s.attn;
+    for (int64_t h = 0; h < nh; h++) {
+        for (int half = 0; half < 2; half++) {
+            int64_t width = half ? v : nope, off = h * (nope + v) + (half ? nope : 0);
+            if ((st = lp_fw_linear(p, latent, T, half ? &L->v_b[h] : &L->k_b[h], NULL, part)))
+                return st;
+            for (int64_t t = 0; t < T; t++)
+                memcpy(kvb + t * nh * (nope + v) + off, part + t * width,
+                       (size_t)width * sizeof *kvb);
+        }
+    }
+    return LP_OK;
 }
 
 /* RoPE on every head's rope part of q and on the shared k_rope, then each head's key

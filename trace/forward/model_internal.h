@@ -109,6 +109,8 @@ typedef struct lp_layer_weights {
      * norm(latent) per head [k_nope | v]. */
     lp_matrix q_a, q_b, kv_a, kv_b;
     float *q_a_norm, *kv_a_norm;
+    lp_matrix *k_b, *v_b; /* [n_heads] each: llama.cpp's split kv_b (attn_k_b stored [kv_lora,
+                             nope] per head, transposed; attn_v_b [v, kv_lora]); NULL = kv_b */
     lp_norm_weights post_attn_norm;
 
     lp_norm_weights ffn_norm;

@@ -422,6 +422,49 @@ static lp_status bind_attention(lp_model *m, int l, lp_layer_weights *L, lp_erro
     return bind_vector(m, LP_ROLE_ATTN_O, l, true, hidden, false, &L->o_bias, err);
 }
 
+/* One [n_heads, a, b] tensor of layer l as n_heads matrices [out, in]: [b, a] read transposed
+ * (attn_k_b's [kv_lora, nope] per head) or [a, b] as stored (attn_v_b's [v, kv_lora]). */
+static lp_status bind_per_head(lp_model *m, lp_role role, int l, int64_t a_dim, int64_t b_dim,
+                               bool transposed, lp_matrix **out, lp_error *err)
+{
+    int64_t nh = m->arch.n_heads;
+    const lp_tensor *t = lp_weights_find(m->weights, role, l, -1, false);
+    if (!t || t->n_dims != 3 || t->shape[0] != nh || t->shape[1] != a_dim || t->shape[2] != b_dim)
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor %s (layer %d): want [%lld, %lld, %lld]",
+                            lp_weights_path(m->weights), t ? t->name : lp_role_name(role), l,
+                            (long long)nh, (long long)a_dim, (long long)b_dim);
+    lp_status st = check_matrix_dtype(m, t, err);
+    if (st == LP_OK && transposed && lp_dtype_get(t->dtype)->is_quant)
+        st = lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tensor '%s': %s per-head k_b is read "
+                                                   "transposed, which quantized blocks do not allow",
+                          lp_weights_path(m->weights), t->name, lp_dtype_name(t->dtype));
+    *out = model_alloc(m, (size_t)nh * sizeof **out);
+    if (st == LP_OK && !*out)
+        st = lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
+    for (int64_t h = 0; st == LP_OK && h < nh; h++) {
+        uint64_t row_bytes, offset;
+        if ((st = locate_matrix(m, t, h, a_dim, b_dim, &row_bytes, &offset, err)) != LP_OK)
+            break;
+        lp_matrix view = {t->dtype, (const uint8_t *)t->data + offset,
+                          transposed ? b_dim : a_dim, transposed ? a_dim : b_dim, row_bytes,
+                          transposed};
+        (*out)[h] = view;
+    }
+    return st;
+}
+
+/* llama.cpp's split kv_b: attn_k_b [n_heads, kv_lora, nope], attn_v_b [n_heads, v, kv_lora]. */
+static lp_status bind_split_kv_b(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    lp_status st = bind_per_head(m, LP_ROLE_ATTN_K_B, l, a->kv_lora_rank, a->qk_nope_head_dim,
+                                 true, &L->k_b, err);
+    if (st != LP_OK)
+        return st;
+    return bind_per_head(m, LP_ROLE_ATTN_V_B, l, a->v_head_dim, a->kv_lora_rank, false, &L->v_b,
+                         err);
+}
+
 /* DeepSeek's latent attention: q (with or without its low-rank pair and their norm), the
  * latent kv projection, its norm, the per-head expansion and o. */
 static lp_status bind_mla(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
@@ -448,11 +491,12 @@ static lp_status bind_mla(lp_model *m, int l, lp_layer_weights *L, lp_error *err
     }
     if ((st = bind_matrix(m, LP_ROLE_ATTN_KV_A, l, -1, kvr + rope, H, true, &L->kv_a, NULL, err)) ||
         (st = bind_vector(m, LP_ROLE_ATTN_KV_A_NORM, l, false, kvr, true, &L->kv_a_norm, err)) ||
-        (st = bind_matrix(m, LP_ROLE_ATTN_KV_B, l, -1, nh * (nope + v), kvr, true, &L->kv_b, NULL,
-                          err)) ||
         (st = bind_matrix(m, LP_ROLE_ATTN_O, l, -1, H, nh * v, true, &L->o, NULL, err)))
         return st;
-    return LP_OK;
+    if (lp_weights_find(m->weights, LP_ROLE_ATTN_K_B, l, -1, false))
+        return bind_split_kv_b(m, l, L, err);
+    return bind_matrix(m, LP_ROLE_ATTN_KV_B, l, -1, nh * (nope + v), kvr, true, &L->kv_b, NULL,
+                       err);
 }
 
 /* The shared expert's gate, up and down, and its sigmoid gate ([1, hidden] in Hugging Face's
