@@ -104,11 +104,14 @@ static lp_status check_foreign_tables(lp_store *s, lp_error *err)
     lp_status st = lp_store_prepare(s, sql_foreign_tables, &q, "reading the schema", err);
     if (st != LP_OK)
         return st;
+    char name[128];
     if (sqlite3_step(q) == SQLITE_ROW)
         st = lp_error_set(err, LP_ERR_FORMAT,
                           "%s: not a loupe trace database (it has a table '%s' and no "
                           "meta.schema_version); use another --db",
-                          s->path, (const char *)sqlite3_column_text(q, 0));
+                          s->path,
+                          lp_store_one_line((const char *)sqlite3_column_text(q, 0), name,
+                                            sizeof name));
     sqlite3_finalize(q);
     return st;
 }
@@ -129,11 +132,13 @@ static lp_status check_unversioned(lp_store *s, lp_error *err)
         if (!lp_store_table_exists(s, probes[i][0]))
             continue;
         sqlite3_stmt *probe;
+        char why[256];
         if (sqlite3_prepare_v2(s->db, probes[i][1], -1, &probe, NULL) != SQLITE_OK)
             st = lp_error_set(err, LP_ERR_FORMAT,
                               "%s: not a loupe trace database (its table '%s' lacks loupe's "
                               "columns: %s); use another --db",
-                              s->path, probes[i][0], sqlite3_errmsg(s->db));
+                              s->path, probes[i][0],
+                              lp_store_one_line(sqlite3_errmsg(s->db), why, sizeof why));
         sqlite3_finalize(probe);
     }
     return st;
@@ -219,8 +224,10 @@ lp_status lp_store_open(const char *path, lp_store **out, lp_error *err)
     }
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
+        char why[256];
         st = lp_error_set(err, LP_ERR_SQLITE, "%s: cannot open: %s", path,
-                          s->db ? sqlite3_errmsg(s->db) : "out of memory");
+                          s->db ? lp_store_one_line(sqlite3_errmsg(s->db), why, sizeof why)
+                                : "out of memory");
         lp_store_free(s);
         return st;
     }
