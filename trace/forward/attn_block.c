@@ -224,12 +224,15 @@ static lp_status emit_head_outputs(lp_fw_pass *p, int l, const lp_layer_weights 
 {
     const lp_arch *a = &p->m->arch;
     for (int h = 0; h < a->n_heads; h++) {
+        lp_status st = lp_fw_edit(p, LP_SITE_HEAD_OUTPUT, l, h, p->s.attn + (int64_t)h * a->head_dim,
+                                  p->T, a->head_dim, L->q_dim);
+        if (st != LP_OK)
+            return st;
         if (!lp_fw_wants(p, LP_SITE_HEAD_OUTPUT, l, h))
             continue;
         lp_view view = {p->s.attn + (int64_t)h * a->head_dim, p->T, a->head_dim, L->q_dim, 0, NULL,
                         NULL};
-        lp_status st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view);
-        if (st != LP_OK)
+        if ((st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view)) != LP_OK)
             return st;
     }
     return LP_OK;
@@ -251,5 +254,5 @@ lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
         return st;
     if (L->post_attn_norm.present)
         lp_fw_norm(p, &L->post_attn_norm, out, out, T);
-    return lp_fw_emit_matrix(p, LP_SITE_ATTN_OUT, l, out, T, H, H);
+    return lp_fw_hook_matrix(p, LP_SITE_ATTN_OUT, l, out, T, H, H);
 }
