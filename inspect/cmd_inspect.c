@@ -1,4 +1,5 @@
 /* `loupe inspect PATH`: parse options, open the model or config, print the report. */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 typedef struct inspect_opts {
     bool stats;
     bool json;
+    bool strict;
 } inspect_opts;
 
 static const lp_option inspect_options[] = {
@@ -24,13 +26,16 @@ static const lp_option inspect_options[] = {
                    "(dequantized) values; reads every tensor"),
     LP_OPT_FLAG_OF(inspect_opts, json, "json",
                    "one JSON document: format, architecture, params.total, tensors[], checks[]"),
+    LP_OPT_FLAG_OF(inspect_opts, strict, "strict",
+                   "also check that loupe reads every top-level key of config.json: the\n"
+                   "check config_keys lists the keys it does not (and fails)"),
     LP_OPT_END_OF_TABLE,
 };
 
 static const lp_cli_spec inspect_spec = {
     .name = "inspect",
     .summary = "read a model's config and weights: architecture, tensors, checks",
-    .synopsis = "PATH [--stats] [--json]",
+    .synopsis = "PATH [--stats] [--json] [--strict]",
     .description =
         "Read a model's description and weights without running it.\n"
         "\n"
@@ -174,6 +179,22 @@ static void print_summary(json_t *r)
     }
 }
 
+/* A GGUF without a usable description: its key/values, one a line, long values cut. */
+static void print_metadata(json_t *meta)
+{
+    const char *key;
+    json_t *v;
+    printf("\nmetadata      %zu keys\n", json_object_size(meta));
+    json_object_foreach (meta, key, v) {
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(9));
+        size_t len = text ? strlen(text) : 0;
+        printf("  %-40s %.*s%s\n", key, len > 96 ? 96 : (int)len, text ? text : "?",
+               len > 96 ? "..." : "");
+        free(text);
+    }
+    printf("\n");
+}
+
 static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *stats)
 {
     size_t n_files = json_array_size(json_object_get(r, "files"));
@@ -186,6 +207,9 @@ static void print_text(json_t *r, const lp_weights *w, const lp_tensor_stats *st
         print_arch(arch);
     else
         printf("architecture  none found%s%s\n", note[0] ? ": " : "", note);
+    json_t *meta = json_object_get(r, "metadata");
+    if (meta)
+        print_metadata(meta);
     print_tensors(w, stats);
     print_summary(r);
 }
@@ -201,7 +225,7 @@ static bool is_config_path(const char *path)
 }
 
 /* --json of a description without weights: the members a weights report has, empty. */
-static int print_config_json(const char *path, const lp_arch *arch)
+static int print_config_json(const char *path, const lp_arch *arch, json_t *checks)
 {
     json_t *r = json_object();
     json_t *params = json_object();
@@ -212,7 +236,7 @@ static int print_config_json(const char *path, const lp_arch *arch)
         json_object_set_new(params, "total", json_integer(0));
         json_object_set_new(r, "params", params);
         json_object_set_new(r, "tensors", json_array());
-        json_object_set_new(r, "checks", json_array());
+        json_object_set(r, "checks", checks);
     } else {
         json_decref(params);
     }
@@ -228,24 +252,63 @@ static int print_config_json(const char *path, const lp_arch *arch)
     return LP_EXIT_OK;
 }
 
+static bool any_failed(json_t *checks)
+{
+    for (size_t i = 0; i < json_array_size(checks); i++)
+        if (!json_is_true(json_object_get(json_array_get(checks, i), "passed")))
+            return true;
+    return false;
+}
+
+/* --strict on a description without weights: config_keys for a config.json (a folder's, or the
+ * file itself); YAML cards already refuse unknown keys. */
+static lp_status config_checks(const char *path, bool strict, json_t *checks, lp_error *err)
+{
+    if (!strict)
+        return LP_OK;
+    char *config = lp_path_is_dir(path) ? lp_path_join(path, "config.json") : strdup(path);
+    if (!config)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    lp_status st = LP_OK;
+    if (lp_detect_format(config) == LP_FILE_CONFIG_JSON)
+        st = lp_inspect_config_keys_check(config, checks, err);
+    free(config);
+    return st;
+}
+
 /* A config file (or a folder with config.json and no weights): the architecture alone. */
-static int inspect_config(const char *path, bool json)
+static int inspect_config(const char *path, bool json, bool strict)
 {
     lp_arch *arch = malloc(sizeof *arch);
+    json_t *checks = json_array();
     lp_error err = {0};
-    if (!arch) {
+    if (!arch || !checks) {
+        free(arch);
+        json_decref(checks);
         lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
         return lp_cli_fail("inspect", &err);
     }
     int rc = LP_EXIT_OK;
-    if (lp_arch_load(path, arch, &err) != LP_OK) {
+    if (lp_arch_load(path, arch, &err) != LP_OK ||
+        config_checks(path, strict, checks, &err) != LP_OK) {
         rc = lp_cli_fail("inspect", &err);
     } else if (json) {
-        rc = print_config_json(path, arch);
+        rc = print_config_json(path, arch, checks);
     } else {
         printf("path          %s\nformat        config (no weights)\n", path);
         print_arch(arch);
+        if (json_array_size(checks))
+            printf("\nchecks\n");
+        for (size_t i = 0; i < json_array_size(checks); i++) {
+            json_t *c = json_array_get(checks, i);
+            printf("  %s  %-20s %s\n", json_is_true(json_object_get(c, "passed")) ? "PASS" : "FAIL",
+                   json_string_value(json_object_get(c, "name")),
+                   json_string_value(json_object_get(c, "detail")));
+        }
     }
+    if (rc == LP_EXIT_OK && any_failed(checks))
+        rc = LP_EXIT_CHECK_FAILED;
+    json_decref(checks);
     free(arch);
     return rc;
 }
@@ -260,7 +323,7 @@ static int run_inspect(int argc, char **argv)
     const char *path = pos[0];
     bool stats = o.stats, json = o.json;
     if (is_config_path(path))
-        return inspect_config(path, json);
+        return inspect_config(path, json, o.strict);
     lp_weights *w;
     lp_error err = {0};
     lp_status status = lp_weights_open(path, &w, &err);
@@ -269,21 +332,23 @@ static int run_inspect(int argc, char **argv)
         bool has_config = config && lp_path_exists(config);
         free(config);
         if (has_config)
-            return inspect_config(path, json);
+            return inspect_config(path, json, o.strict);
     }
     if (status != LP_OK)
         return lp_cli_fail("inspect", &err);
-    json_t *report;
+    json_t *report = NULL;
     lp_tensor_stats *all_stats = NULL;
-    if ((status = lp_inspect_build_report(w, stats, false, &report, &all_stats, &err)) != LP_OK) {
+    if ((status = lp_inspect_build_report(w, stats, false, &report, &all_stats, &err)) != LP_OK ||
+        (o.strict && lp_weights_config_path(w) &&
+         (status = lp_inspect_config_keys_check(lp_weights_config_path(w),
+                                                json_object_get(report, "checks"), &err)) !=
+             LP_OK)) {
+        json_decref(report);
+        free(all_stats);
         lp_weights_close(w);
         return lp_cli_fail("inspect", &err);
     }
-    bool failed = false;
-    json_t *checks = json_object_get(report, "checks");
-    for (size_t i = 0; i < json_array_size(checks); i++)
-        if (!json_is_true(json_object_get(json_array_get(checks, i), "passed")))
-            failed = true;
+    bool failed = any_failed(json_object_get(report, "checks"));
     if (json)
         status = lp_inspect_write_report_json(stdout, report, w, all_stats, &err);
     else

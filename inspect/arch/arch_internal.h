@@ -62,6 +62,13 @@ lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, 
 lp_status lp_arch_from_yaml_text(const char *text, size_t size, const char *name, lp_arch *out,
                                  lp_error *err);
 
+/* The top-level keys of a config.json (and of its text_config, as "text_config.KEY") that the
+ * rules never look up and that are not known to leave the network unchanged (bookkeeping,
+ * generation defaults, dropout: hf_config.c's no_effect_key), in file order, as a JSON array of strings (caller json_decref()s *keys).
+ * Fails as lp_arch_from_hf_config does on a config it cannot read. */
+struct json_t;
+lp_status lp_hf_config_unread_keys(const char *path, struct json_t **keys, lp_error *err);
+
 /* The description a llama2.c header gives (what run.c hard-codes, plus the header's dims);
  * path is the checkpoint's, for arch->source and messages. */
 lp_status lp_arch_from_llama2c_header(const lp_llama2c_header *header, const char *path,

@@ -127,7 +127,8 @@ static lp_status require_count(const reader *r, const char *suffix, int64_t *out
     char key[256];
     key_of(r, suffix, key, sizeof key);
     if (!found)
-        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: missing required key '%s'", r->file, key);
+        return lp_error_set(r->err, LP_ERR_NOT_FOUND, "%s: missing required key '%s'", r->file,
+                            key);
     if (*out <= 0)
         return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': %lld must be at least 1",
                             r->file, key, (long long)*out);
@@ -405,7 +406,7 @@ static lp_status read_moe(const reader *r, lp_arch *a, const char *gguf_name)
     if ((st = opt_count(r, "expert_used_count", &a->n_experts_per_tok, &found)) != LP_OK)
         return st;
     if (!found)
-        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: missing required key '%s' for %lld experts",
+        return lp_error_set(r->err, LP_ERR_NOT_FOUND, "%s: missing required key '%s' for %lld experts",
                             r->file, key_of(r, "expert_used_count", key, sizeof key),
                             (long long)a->n_experts);
     if ((st = opt_count(r, "expert_feed_forward_length", &a->expert_ffn_hidden, &found)) != LP_OK)
@@ -498,7 +499,7 @@ static lp_status find_family(const lp_gguf *g, const char *file, const gguf_fami
                             "in the first shard)",
                             file, (long long)split_no + 1, (long long)split_count);
     if (lp_gguf_find_key(g, "general.architecture") < 0)
-        return lp_error_set(err, LP_ERR_FORMAT, "%s: missing required key 'general.architecture'",
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: missing required key 'general.architecture'",
                             file);
     if (!lp_gguf_get_str(g, "general.architecture", &arch_name, &arch_len))
         return lp_error_set(err, LP_ERR_FORMAT,
@@ -559,7 +560,8 @@ static lp_status read_dims(const reader *r, lp_arch *a)
         LP_OK)
         return st;
     if (!found || a->n_heads == 0)
-        return lp_error_set(r->err, LP_ERR_FORMAT, "%s: missing required key '%s'", r->file, key);
+        return lp_error_set(r->err, found ? LP_ERR_FORMAT : LP_ERR_NOT_FOUND,
+                            "%s: missing required key '%s'", r->file, key);
     for (int64_t l = 0; l < a->n_layers; l++)
         if (heads[l] != a->n_heads && heads[l] != 0)
             return lp_error_set(r->err, LP_ERR_UNSUPPORTED,

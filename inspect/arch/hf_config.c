@@ -27,6 +27,7 @@ typedef struct hf_reader {
     const json_t *obj;  /* text_config when present, else the root */
     const json_t *root;
     lp_error *err;
+    json_t *seen; /* keys looked up (an object used as a set), or NULL when nobody asks */
 } hf_reader;
 
 static const char *json_type_name(const json_t *value)
@@ -47,10 +48,20 @@ static const char *json_type_name(const json_t *value)
 /* The value of key, from text_config first, then the root; NULL when absent or null. */
 static const json_t *hf_get(const hf_reader *r, const char *key)
 {
+    if (r->seen)
+        json_object_set_new(r->seen, key, json_true());
     const json_t *v = json_object_get(r->obj, key);
     if (!v && r->obj != r->root)
         v = json_object_get(r->root, key);
     return v && !json_is_null(v) ? v : NULL;
+}
+
+/* A key the rules know but do not need in this config (it matters only with a setting this
+ * config does not have): not listed by --strict. */
+static void hf_mark(const hf_reader *r, const char *key)
+{
+    if (r->seen)
+        json_object_set_new(r->seen, key, json_true());
 }
 
 static lp_status hf_type_error(const hf_reader *r, const char *key, const char *want,
@@ -488,11 +499,13 @@ static lp_status parse_rope_scaling(const hf_reader *r, lp_arch *a)
         key = "rope_parameters";
         rs = hf_get(r, key);
     }
-    if (!rs)
+    if (!rs) {
+        hf_mark(r, "original_max_position_embeddings"); /* Phi-3's, for longrope only */
         return LP_OK;
+    }
     if (!json_is_object(rs))
         return hf_type_error(r, key, "an object", rs);
-    hf_reader sub = {r->path, rs, rs, r->err};
+    hf_reader sub = {r->path, rs, rs, r->err, NULL}; /* nested keys are not listed */
     lp_rope_scaling *s = &a->rope_scaling;
     lp_status st = hf_num(&sub, "rope_theta", &a->rope_theta, NULL);
     if (st != LP_OK || (st = rope_scaling_kind(&sub, key, &s->kind)) != LP_OK ||
@@ -557,6 +570,8 @@ static lp_status parse_windows(const hf_reader *r, lp_arch *a)
         return st;
     if (!use_sw)
         a->sliding_window = 0;
+    if (a->sliding_window == 0)
+        hf_mark(r, "max_window_layers"); /* Qwen's, read only when a window is used */
 
     bool have_types;
     if ((st = parse_layer_types(r, a, &have_types)) != LP_OK || have_types)
@@ -761,6 +776,8 @@ static const char *model_type_from_architectures(const hf_reader *r)
         {"DeepseekV2", "deepseek_v2"}, {"DeepseekV3", "deepseek_v3"}, {"StableLm", "stablelm"},
         {"Olmo2", "olmo2"},
     };
+    if (r->seen)
+        json_object_set_new(r->seen, "architectures", json_true());
     const json_t *archs = json_object_get(r->root, "architectures");
     const json_t *first = json_is_array(archs) ? json_array_get(archs, 0) : NULL;
     const char *name = json_is_string(first) ? json_string_value(first) : NULL;
@@ -1205,6 +1222,7 @@ static lp_status read_activation(const hf_reader *r, lp_arch *a)
     const char *act_key = "hidden_act", *act = NULL;
     lp_status st = LP_OK;
     if (family_prefix(a, "gemma")) {
+        hf_mark(r, "hidden_act"); /* overridden, as transformers' Gemma does */
         act_key = "hidden_activation";
         st = hf_str(r, act_key, &act);
         if (!act)
@@ -1435,8 +1453,9 @@ static lp_status parse_config(const hf_reader *r, lp_arch *a)
     return read_embeddings(r, a, rules);
 }
 
-lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, lp_arch *out,
-                               lp_error *err)
+/* The config in text as a description; with seen, every key the rules look up is recorded. */
+static lp_status hf_parse(const char *text, size_t size, const char *name, lp_arch *out,
+                          json_t **root_out, json_t *seen, lp_error *err)
 {
     lp_arch_init(out);
     snprintf(out->source, sizeof out->source, "%s", name);
@@ -1449,17 +1468,106 @@ lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, 
         json_decref(root);
         return lp_error_set(err, LP_ERR_FORMAT, "%s: the top level is not a JSON object", name);
     }
-    hf_reader r = {name, root, root, err};
+    hf_reader r = {name, root, root, err, seen};
     /* Multimodal wrappers (Gemma 3, Llava, ...) keep the language model in text_config. */
     const json_t *text_config = json_object_get(root, "text_config");
     if (text_config && json_is_object(text_config))
         r.obj = text_config;
+    if (seen)
+        json_object_set_new(seen, "text_config", json_true());
     set_name(out, name);
     lp_status st = parse_config(&r, out);
-    json_decref(root);
+    if (st == LP_OK)
+        st = lp_arch_finish(out, err);
+    if (st == LP_OK && root_out)
+        *root_out = root;
+    else
+        json_decref(root);
+    return st;
+}
+
+lp_status lp_arch_from_hf_json(const char *text, size_t size, const char *name, lp_arch *out,
+                               lp_error *err)
+{
+    return hf_parse(text, size, name, out, NULL, NULL, err);
+}
+
+/* Keys transformers' PretrainedConfig and the training code keep that cannot change what the
+ * network computes at inference (bookkeeping, generation defaults, training-only settings):
+ * known, so --strict does not list them. Dropout rates are recognised by their name. */
+static bool no_effect_key(const char *key)
+{
+    static const char *const keys[] = {
+        "_name_or_path", "transformers_version", "architectures", "auto_map", "model_type",
+        "use_cache", "initializer_range", "init_std", "initializer_factor", "pretraining_tp",
+        "output_attentions", "output_hidden_states", "return_dict", "torchscript",
+        "use_bfloat16", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+        "tokenizer_class", "prefix", "task_specific_params", "problem_type", "id2label",
+        "label2id", "finetuning_task", "is_encoder_decoder", "is_decoder",
+        "add_cross_attention", "tie_encoder_decoder", "chunk_size_feed_forward",
+        "gradient_checkpointing", "max_length", "min_length", "do_sample", "early_stopping",
+        "num_beams", "num_beam_groups", "temperature", "top_k", "top_p", "typical_p",
+        "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "bad_words_ids",
+        "num_return_sequences", "diversity_penalty", "remove_invalid_values",
+        "forced_bos_token_id", "forced_eos_token_id", "output_scores",
+        "return_dict_in_generate", "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty",
+        "suppress_tokens", "begin_suppress_tokens", "cross_attention_hidden_size",
+        "tf_legacy_loss", "pruned_heads", "bos_token_id", "eos_token_id", "layerdrop",
+        "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha", "seq_aux",
+        "unk_token_id",
+    };
+    size_t len = strlen(key);
+    if ((len >= 7 && strcmp(key + len - 7, "dropout") == 0) ||
+        (len >= 5 && strcmp(key + len - 5, "pdrop") == 0) || strstr(key, "dropout_") ||
+        strncmp(key, "summary_", 8) == 0) /* GPT-2's sequence-classification head */
+        return true;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(key, keys[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Keys of obj not in seen and not known to have no effect, appended to list as prefix + key. */
+static void list_unread(const json_t *obj, const json_t *seen, const char *prefix, json_t *list)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach ((json_t *)obj, key, v) {
+        if (json_object_get(seen, key) || no_effect_key(key))
+            continue;
+        char full[512];
+        snprintf(full, sizeof full, "%s%s", prefix, key);
+        json_array_append_new(list, json_string(full));
+    }
+}
+
+lp_status lp_hf_config_unread_keys(const char *path, json_t **keys, lp_error *err)
+{
+    *keys = NULL;
+    char *text;
+    size_t size;
+    lp_status st = lp_read_file(path, HF_CONFIG_MAX_BYTES, &text, &size, err);
     if (st != LP_OK)
         return st;
-    return lp_arch_finish(out, err);
+    json_t *seen = json_object(), *list = json_array(), *root = NULL;
+    lp_arch arch;
+    if (!seen || !list)
+        st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    else
+        st = hf_parse(text, size, path, &arch, &root, seen, err);
+    free(text);
+    if (st == LP_OK) {
+        list_unread(root, seen, "", list);
+        const json_t *tc = json_object_get(root, "text_config");
+        if (json_is_object(tc))
+            list_unread(tc, seen, "text_config.", list);
+        *keys = list;
+        list = NULL;
+    }
+    json_decref(root);
+    json_decref(seen);
+    json_decref(list);
+    return st;
 }
 
 lp_status lp_arch_from_hf_config(const char *config_json_path, lp_arch *out, lp_error *err)

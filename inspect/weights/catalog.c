@@ -238,6 +238,7 @@ void lp_weights_close(lp_weights *w)
     if (w->gguf)
         lp_gguf_close(w->gguf);
     free(w->arch);
+    free(w->config_path);
     free(w->path);
     free(w);
 }

@@ -52,6 +52,10 @@ static lp_status load_config(lp_weights *w, const char *dir, lp_error *err)
         status = lp_arch_from_hf_config(config, w->arch, err);
         if (status != LP_OK)
             status = keep_unsupported(w, status, err);
+        if (status == LP_OK) { /* kept for --strict's list of keys loupe does not read */
+            w->config_path = config;
+            config = NULL;
+        }
     }
     free(config);
     return status;
@@ -233,6 +237,12 @@ static lp_status open_gguf(lp_weights *w, const char *path, lp_error *err)
     if ((status = new_arch(w, err)) != LP_OK)
         return status;
     status = lp_arch_from_gguf(w->gguf, w->arch, err);
+    if (status == LP_ERR_NOT_FOUND) {
+        /* a valid file without the hyperparameters (a vocabulary-only GGUF, a bare
+         * general.architecture): listed, its description reported incomplete by a check */
+        w->arch_incomplete = true;
+        status = LP_ERR_UNSUPPORTED;
+    }
     if (status != LP_OK && (status = keep_unsupported(w, status, err)) != LP_OK)
         return status;
     lp_weights_file_sink file = {w, 0};

@@ -928,6 +928,8 @@ static void report_head(report_build *b)
                         w->arch ? lp_arch_to_json(w->arch) : json_null());
     if (w->arch_note[0])
         json_object_set_new(b->report, "architecture_note", json_string(w->arch_note));
+    if (w->gguf && !w->arch) /* nothing describes the file: show what it says about itself */
+        json_object_set_new(b->report, "metadata", lp_gguf_metadata_json(w));
 }
 
 /* One tensor: its statistics, its row (embed_tensors), the totals by dtype and by role. */
@@ -1000,6 +1002,11 @@ static lp_status report_body(report_build *b, lp_error *err)
     if (status != LP_OK)
         return status;
     report_totals(b);
+    if (b->w->arch_incomplete) {
+        char detail[LP_ERROR_MSG_MAX + 32];
+        snprintf(detail, sizeof detail, "incomplete: %s", b->w->arch_note);
+        json_array_append_new(b->checks, make_check("architecture", false, detail));
+    }
     if (b->w->arch) {
         arch_checks(b->w, b->checks, &status, err);
         if (status != LP_OK)

@@ -47,6 +47,17 @@ lp_status lp_inspect_write_report_json(FILE *f, json_t *report, const lp_weights
 /* lp_inspect_build_report + lp_inspect_write_report_json: `loupe inspect --json`. */
 lp_status lp_inspect_write_json(const lp_weights *weights, bool stats, FILE *out, lp_error *err);
 
+/* A GGUF's key/values as one JSON object (scalars as values, arrays as {"array": element type,
+ * "length", "head": first elements}); an empty object for other formats, NULL out of memory. */
+json_t *lp_gguf_metadata_json(const lp_weights *w);
+
+/* --strict: append the check "config_keys" to checks, failing when config_path (a config.json)
+ * has top-level keys the reader never looks up, and naming them. */
+lp_status lp_inspect_config_keys_check(const char *config_path, json_t *checks, lp_error *err);
+
+/* The config.json the weights' description came from, or NULL (GGUF, llama2.c, none beside). */
+const char *lp_weights_config_path(const lp_weights *w);
+
 /* "[4096, 11008]" */
 void lp_format_shape(char *buf, size_t size, const int64_t *shape, int n_dims);
 

@@ -39,6 +39,8 @@ struct lp_weights {
     lp_arch *arch;            /* NULL when the weights came without a description */
     struct lp_gguf *gguf;     /* GGUF weights only */
     char arch_note[LP_ERROR_MSG_MAX]; /* why arch is NULL although a description was found */
+    char *config_path;        /* the config.json the description was read from, or NULL */
+    bool arch_incomplete;     /* a GGUF that lacks required hyperparameters: a failed check */
     bool files_borrowed;      /* files[] point at caller memory (fuzzing): never unmapped */
 };
 

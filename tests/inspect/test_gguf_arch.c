@@ -134,7 +134,7 @@ static void test_errors(void **state)
     lp_gw_init(&w, 3);
     lp_gw_kv_str(&w, "general.architecture", "llama");
     lp_gw_kv_u32(&w, "llama.embedding_length", 64);
-    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
+    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "gen.gguf: missing required key 'llama.block_count'"));
 
     base_kvs(&w, "llama");
@@ -148,7 +148,7 @@ static void test_errors(void **state)
     assert_non_null(strstr(err.msg, "'llama.feed_forward_length': 18446744073709551616 is too large"));
 
     lp_gw_init(&w, 3);
-    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
+    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "general.architecture"));
 
     /* a later shard of a split file: no metadata, by design */
@@ -246,7 +246,7 @@ static void test_mixtral(void **state)
     base_kvs(&w, "llama");
     lp_gw_kv_u32(&w, "llama.feed_forward_length", 224);
     lp_gw_kv_u32(&w, "llama.expert_count", 8);
-    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
+    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "llama.expert_used_count"));
 }
 

@@ -292,6 +292,131 @@ static void test_linear_dtypes(void **state)
     lp_pool_destroy(pool);
 }
 
+/* ---- lp_matvec: stored rows read directly, against a float64 dot of the dequantized rows */
+
+/* One weight matrix of n rows x k values in dtype, stored with a stride wider than the row, and
+ * its dense float copy (the values the stored form means). */
+static uint8_t *matvec_weights(lp_dtype dtype, int64_t n, int64_t k, lp_matrix *w, float *dense)
+{
+    const lp_dtype_info *info = lp_dtype_get(dtype);
+    uint64_t row_bytes;
+    assert_true(lp_dtype_bytes_for(dtype, (uint64_t)k, &row_bytes));
+    *w = (lp_matrix){dtype, NULL, n, k, row_bytes + 4, false};
+    uint8_t *storage = calloc((size_t)(w->row_bytes * (uint64_t)n), 1);
+    assert_non_null(storage);
+    for (int64_t r = 0; r < n; r++) {
+        uint8_t *row = storage + r * w->row_bytes;
+        if (info->is_quant) {
+            fill_quant_blocks(dtype, row, row_bytes);
+            assert_int_equal(lp_dequantize(dtype, row, k, dense + r * k, NULL), LP_OK);
+            continue;
+        }
+        for (int64_t c = 0; c < k; c++) {
+            float v = rnd();
+            if (dtype == LP_DTYPE_F32) {
+                memcpy(row + 4 * c, &v, 4);
+            } else {
+                fill_f16_like(row + 2 * c, v, dtype == LP_DTYPE_BF16);
+                v = dtype == LP_DTYPE_BF16 ? lp_bf16_to_f32(lp_load_u16(row + 2 * c))
+                                           : lp_f16_to_f32(lp_load_u16(row + 2 * c));
+            }
+            dense[r * k + c] = v;
+        }
+    }
+    w->data = storage;
+    return storage;
+}
+
+/* Budget: |y - exact| <= 1e-6 * sum_j |w_j x_j| + 1e-6 * |bias| (float sums of k <= 1024
+ * products in a few chains; the reference sums in double). Observed values are printed. */
+static double matvec_error(const lp_matrix *w, const float *dense, const float *x,
+                           const float *bias, const float *y)
+{
+    double worst = 0.0;
+    for (int64_t r = 0; r < w->rows; r++) {
+        double exact = bias[r], mag = 1e-6 * fabs(bias[r]) + 1e-30;
+        for (int64_t c = 0; c < w->cols; c++) {
+            exact += (double)dense[r * w->cols + c] * (double)x[c];
+            mag += fabs((double)dense[r * w->cols + c] * (double)x[c]);
+        }
+        if (isnan(y[r]))
+            fail_msg("matvec %s row %lld is NaN", lp_dtype_get(w->dtype)->name, (long long)r);
+        double e = fabs((double)y[r] - exact) / mag;
+        if (e > worst)
+            worst = e;
+    }
+    return worst;
+}
+
+static void test_matvec_dtypes(void **state)
+{
+    (void)state;
+    static const linear_case cases[] = {
+        {LP_DTYPE_F32, 37, 259, false}, {LP_DTYPE_F16, 37, 259, false},
+        {LP_DTYPE_BF16, 37, 259, false}, {LP_DTYPE_F32, 5, 1024, false},
+        {LP_DTYPE_Q8_0, 41, 416, false}, {LP_DTYPE_Q4_K, 29, 768, false},
+        {LP_DTYPE_Q4_K, 1, 256, false},
+    };
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    lp_pool *pool;
+    assert_int_equal(lp_pool_create(2, &pool, NULL), LP_OK);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const linear_case *lc = &cases[ci];
+        assert_true(lp_matvec_supported(lc->dtype));
+        float *dense = malloc((size_t)(lc->n * lc->k) * sizeof(float));
+        assert_non_null(dense);
+        lp_matrix w;
+        uint8_t *storage = matvec_weights(lc->dtype, lc->n, lc->k, &w, dense);
+        float *x = rnd_array(lc->k), *bias = rnd_array(lc->n), *y = nan_array(lc->n);
+        lp_error err = {0};
+        assert_int_equal(lp_matvec_ref(x, &w, bias, y, &err), LP_OK);
+        double worst = matvec_error(&w, dense, x, bias, y);
+        printf("matvec %s n=%lld k=%lld ref: worst |err|/sum|wx| = %.2e (budget 1e-6)\n",
+               lp_dtype_get(lc->dtype)->name, (long long)lc->n, (long long)lc->k, worst);
+        assert_true(worst <= 1e-6);
+        for (int s = 0; s < n_isas; s++) {
+            assert_true(lp_kernels_set_isa(isas[s]));
+            for (int with_pool = 0; with_pool < 2; with_pool++) {
+                float *yi = nan_array(lc->n);
+                lp_status st = lp_matvec(x, &w, bias, yi, with_pool ? pool : NULL, &err);
+                if (st != LP_OK)
+                    fail_msg("matvec %s: %s", lp_dtype_get(lc->dtype)->name, err.msg);
+                double e = matvec_error(&w, dense, x, bias, yi);
+                printf("matvec %s n=%lld k=%lld %s %s: worst |err|/sum|wx| = %.2e (budget 1e-6)\n",
+                       lp_dtype_get(lc->dtype)->name, (long long)lc->n, (long long)lc->k,
+                       lp_isa_name(isas[s]), with_pool ? "2 threads" : "1 thread", e);
+                assert_true(e <= 1e-6);
+                free(yi);
+            }
+        }
+        free(x);
+        free(bias);
+        free(y);
+        free(dense);
+        free(storage);
+    }
+    lp_pool_destroy(pool);
+}
+
+static void test_matvec_errors(void **state)
+{
+    (void)state;
+    float x[256] = {0}, y[8];
+    uint8_t data[4096] = {0};
+    lp_error err = {0};
+    lp_matrix q40 = {LP_DTYPE_Q4_0, data, 2, 256, 144, false};
+    assert_false(lp_matvec_supported(LP_DTYPE_Q4_0));
+    assert_int_equal(lp_matvec(x, &q40, NULL, y, NULL, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "q4_0"));
+    lp_matrix tr = {LP_DTYPE_F32, data, 2, 8, 32, true};
+    assert_int_equal(lp_matvec(x, &tr, NULL, y, NULL, &err), LP_ERR_UNSUPPORTED);
+    lp_matrix partial = {LP_DTYPE_Q8_0, data, 2, 40, 64, false};
+    assert_int_equal(lp_matvec(x, &partial, NULL, y, NULL, &err), LP_ERR_FORMAT);
+    lp_matrix narrow = {LP_DTYPE_F32, data, 2, 64, 100, false};
+    assert_int_equal(lp_matvec(x, &narrow, NULL, y, NULL, &err), LP_ERR_FORMAT);
+}
+
 static void test_linear_errors(void **state)
 {
     (void)state;
@@ -623,6 +748,8 @@ int main(void)
         cmocka_unit_test(test_gemm_thread_determinism),
         cmocka_unit_test(test_linear_dtypes),
         cmocka_unit_test(test_linear_errors),
+        cmocka_unit_test(test_matvec_dtypes),
+        cmocka_unit_test(test_matvec_errors),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_vector_kernels),

@@ -567,6 +567,134 @@ static void rope_rotate_avx2(float *x, int64_t n_heads, int64_t head_dim, int64_
     }
 }
 
+/* ---- matrix-vector rows: four independent accumulators of 8 lanes hide the FMA latency while
+ * the row streams from memory; quant blocks are widened to f32 in registers. */
+
+static float row_dot_f32_avx2(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    (void)x_sums;
+    const float *w = row;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= k; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < k; i++)
+        sum += w[i] * x[i];
+    return sum;
+}
+
+static inline __m256 load_f16x8(const uint8_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+static inline __m256 load_bf16x8(const uint8_t *p)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+#define LP_ROW_DOT_HALF(name, load, scalar)                                                        \
+    static float name(const void *row, const float *x, const float *x_sums, int64_t k)            \
+    {                                                                                              \
+        (void)x_sums;                                                                              \
+        const uint8_t *w = row;                                                                    \
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                 \
+        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();                                 \
+        int64_t i = 0;                                                                             \
+        for (; i + 32 <= k; i += 32) {                                                             \
+            a0 = _mm256_fmadd_ps(load(w + 2 * i), _mm256_loadu_ps(x + i), a0);                     \
+            a1 = _mm256_fmadd_ps(load(w + 2 * i + 16), _mm256_loadu_ps(x + i + 8), a1);            \
+            a2 = _mm256_fmadd_ps(load(w + 2 * i + 32), _mm256_loadu_ps(x + i + 16), a2);           \
+            a3 = _mm256_fmadd_ps(load(w + 2 * i + 48), _mm256_loadu_ps(x + i + 24), a3);           \
+        }                                                                                          \
+        for (; i + 8 <= k; i += 8)                                                                 \
+            a0 = _mm256_fmadd_ps(load(w + 2 * i), _mm256_loadu_ps(x + i), a0);                     \
+        float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));             \
+        for (; i < k; i++)                                                                         \
+            sum += scalar(lp_load_u16(w + 2 * i)) * x[i];                                          \
+        return sum;                                                                                \
+    }
+LP_ROW_DOT_HALF(row_dot_f16_avx2, load_f16x8, lp_f16_to_f32)
+LP_ROW_DOT_HALF(row_dot_bf16_avx2, load_bf16x8, lp_bf16_to_f32)
+#undef LP_ROW_DOT_HALF
+
+static inline float f16_scalar_avx2(const uint8_t *p)
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(lp_load_u16(p))));
+}
+
+/* Q8_0: each block's 32 int8 values are widened 8 at a time and dotted with x into a block sum,
+ * which joins the row sum scaled by the block's d. */
+static float row_dot_q8_0_avx2(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    (void)x_sums;
+    const uint8_t *b = row;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t i0 = 0; i0 < k; i0 += 32, b += 34) {
+        const float *xb = x + i0;
+        __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                      _mm_loadl_epi64((const __m128i *)(const void *)(b + 2)))),
+                                  _mm256_loadu_ps(xb));
+        __m256 s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                      _mm_loadl_epi64((const __m128i *)(const void *)(b + 10)))),
+                                  _mm256_loadu_ps(xb + 8));
+        s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                 _mm_loadl_epi64((const __m128i *)(const void *)(b + 18)))),
+                             _mm256_loadu_ps(xb + 16), s0);
+        s1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                 _mm_loadl_epi64((const __m128i *)(const void *)(b + 26)))),
+                             _mm256_loadu_ps(xb + 24), s1);
+        __m256 d = _mm256_set1_ps(f16_scalar_avx2(b));
+        acc0 = _mm256_fmadd_ps(d, s0, acc0);
+        acc1 = _mm256_fmadd_ps(d, s1, acc1);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+/* Q4_K: each 32-byte slice of nibbles holds two groups (low nibbles: group 2p, high: 2p + 1);
+ * their dot products with x are scaled by d * scale, and dmin * min * sum(x of the group) is
+ * taken off per group. */
+static float row_dot_q4_k_avx2(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    const uint8_t *b = row;
+    const __m256i low4 = _mm256_set1_epi32(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (int64_t i0 = 0; i0 < k; i0 += 256, b += 144) {
+        float d = f16_scalar_avx2(b), dmin = f16_scalar_avx2(b + 2);
+        const uint8_t *q = b + 16;
+        for (int p = 0; p < 4; p++, q += 32) {
+            int sc0, m0, sc1, m1;
+            lp_q4_k_scale_min(b + 4, 2 * p, &sc0, &m0);
+            lp_q4_k_scale_min(b + 4, 2 * p + 1, &sc1, &m1);
+            const float *x0 = x + i0 + 64 * p, *x1 = x0 + 32;
+            __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+            for (int j = 0; j < 32; j += 8) {
+                __m256i w = _mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(const void *)(q + j)));
+                lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(w, low4)),
+                                     _mm256_loadu_ps(x0 + j), lo);
+                hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w, 4)),
+                                     _mm256_loadu_ps(x1 + j), hi);
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc0), lo, acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc1), hi, acc);
+            mins += dmin * ((float)m0 * x_sums[(i0 >> 5) + 2 * p] +
+                            (float)m1 * x_sums[(i0 >> 5) + 2 * p + 1]);
+        }
+    }
+    return hsum(acc) - mins;
+}
+
 /* What AVX2 overrides in ref's table (dispatch.c starts from a copy of ref's; a slot left out
  * here keeps the plain C kernel). Block sizes for Zen/Haswell-class cores: a 16 KiB B
  * micro-panel (kc x 16) stays in L1 while the mc x kc A block (144 KiB) streams from L2; nc bounds
@@ -592,4 +720,9 @@ const lp_kernel_table lp_kernels_avx2_overrides = {
     .silu = silu_avx2,
     .add = add_avx2,
     .rope_rotate = rope_rotate_avx2,
+    .row_dot_f32 = row_dot_f32_avx2,
+    .row_dot_f16 = row_dot_f16_avx2,
+    .row_dot_bf16 = row_dot_bf16_avx2,
+    .row_dot_q8_0 = row_dot_q8_0_avx2,
+    .row_dot_q4_k = row_dot_q4_k_avx2,
 };

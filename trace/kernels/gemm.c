@@ -355,7 +355,7 @@ static bool linear_dtype_ok(lp_dtype dtype)
 
 /* The weight matrix lp_linear can compute with: a supported dtype, whole blocks per row, stored
  * rows that fit their stride. */
-static lp_status check_matrix(int64_t m, const lp_matrix *w, lp_error *err)
+lp_status lp_linear_check(int64_t m, const lp_matrix *w, lp_error *err)
 {
     const lp_dtype_info *info = lp_dtype_get(w->dtype);
     if (!linear_dtype_ok(w->dtype))
@@ -411,7 +411,7 @@ static lp_status run_parts(gemm_job *job, lp_error *err)
 lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *bias, float *y,
                     lp_pool *pool, lp_error *err)
 {
-    lp_status st = check_matrix(m, w, err);
+    lp_status st = lp_linear_check(m, w, err);
     if (st != LP_OK || m == 0 || w->rows == 0)
         return st;
     /* y must not overlap x: threads write C while others still pack A (programmer misuse) */

@@ -50,6 +50,20 @@ void lp_pool_run(lp_pool *pool, int64_t n_tasks, void (*fn)(void *ctx, int64_t t
 lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *bias, float *y,
                     lp_pool *pool, lp_error *err);
 
+/* Decode: y[n] = W[n, k] . x[k] (+ bias) for one vector, reading W's stored rows directly, block
+ * by block, with no dequantized copy: the step of generation that streams every weight once.
+ * F32, F16, BF16, Q8_0 and Q4_K rows (row-major, not transposed); other dtypes and transposed
+ * weights return LP_ERR_UNSUPPORTED (lp_linear with m = 1 takes them). Rows are split across
+ * the pool's threads; each row's sum is computed the same way whatever the thread count.
+ *   lp_matrix w = {LP_DTYPE_Q4_K, data, 5632, 2048, row_bytes, false};
+ *   if (lp_matvec(x, &w, NULL, y, pool, &err) != LP_OK) ...
+ * lp_matvec_ref is the plain C spec (same checks, one thread). */
+bool lp_matvec_supported(lp_dtype dtype);
+lp_status lp_matvec(const float *x, const lp_matrix *w, const float *bias, float *y, lp_pool *pool,
+                    lp_error *err);
+lp_status lp_matvec_ref(const float *x, const lp_matrix *w, const float *bias, float *y,
+                        lp_error *err);
+
 /* Plain f32 GEMM: C[m, n] = A[m, k] . B[n, k]^T (+ C if accumulate). Leading dims in elements. */
 void lp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                  int64_t ldb, float *c, int64_t ldc, bool accumulate, lp_pool *pool);

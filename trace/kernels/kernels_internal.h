@@ -60,12 +60,15 @@ typedef struct lp_gemm_config {
     lp_gemm_pack_fn pack_b; /* NR rows of the weights */
 } lp_gemm_config;
 
+/* The dot product of one stored weight row with x (lp_matvec; x_sums as the table says). */
+typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_sums, int64_t k);
+
 /* Every function slot of the table after the GEMM, in declaration order; dispatch.c merges and
  * checks tables slot by slot with it, and the _Static_assert below keeps it complete. */
 #define LP_KERNEL_SLOTS(X)                                                                         \
     X(f16_to_f32) X(bf16_to_f32) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
-    X(rope_rotate)
+    X(rope_rotate) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k)
 
 typedef struct lp_kernel_table {
     lp_isa isa;
@@ -102,6 +105,10 @@ typedef struct lp_kernel_table {
      *           with c = (cos_i, cos_i), s = (-sin_i, +sin_i) per pair. */
     void (*rope_rotate)(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
                         const float *c, const float *s, bool adjacent_pairs);
+    /* Matrix-vector rows (lp_matvec): the dot product of one stored weight row of k values with
+     * x, read in its own format. x_sums[b] = sum of x[32 b .. 32 b + 32) (Q4_K's min term);
+     * the other formats ignore it. */
+    lp_row_dot_fn row_dot_f32, row_dot_f16, row_dot_bf16, row_dot_q8_0, row_dot_q4_k;
 } lp_kernel_table;
 
 #define LP_KERNEL_COUNT_SLOT(slot) +1
@@ -198,6 +205,23 @@ static inline float lp_attn_kv_at(lp_dtype dt, const void *base, int64_t stride,
     uint16_t h = lp_load_u16(bytes + index * 2);
     return dt == LP_DTYPE_F16 ? lp_f16_to_f32(h) : lp_bf16_to_f32(h);
 }
+
+/* The 6-bit scale and min of group j (0..7) of a Q4_K block from its 12 packed bytes: groups 0-3
+ * in the low 6 bits of bytes j and j + 4, groups 4-7 from the nibbles of bytes j + 4 plus the
+ * top two bits of bytes j - 4 and j. */
+static inline void lp_q4_k_scale_min(const uint8_t *packed, int j, int *scale, int *min)
+{
+    if (j < 4) {
+        *scale = packed[j] & 63;
+        *min = packed[j + 4] & 63;
+    } else {
+        *scale = (packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4);
+        *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+    }
+}
+
+/* gemm.c: lp_linear's checks of a weight matrix for m input rows (dtype, shape, stride). */
+lp_status lp_linear_check(int64_t m, const lp_matrix *w, lp_error *err);
 
 /* avx2.c: AVX2 + FMA + F16C overrides (data only: no code of that file runs before dispatch
  * has checked the CPU). */

@@ -363,6 +363,79 @@ void lp_attention_ref(const lp_attn_args *a)
     }
 }
 
+/* ---- matrix-vector rows: each value converted from its stored form as it is multiplied */
+
+static float row_dot_f32_ref(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    (void)x_sums;
+    const uint8_t *bytes = row;
+    double sum = 0.0;
+    for (int64_t i = 0; i < k; i++) {
+        float w;
+        memcpy(&w, bytes + 4 * i, 4);
+        sum += (double)w * (double)x[i];
+    }
+    return (float)sum;
+}
+
+static float row_dot_f16_ref(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    (void)x_sums;
+    const uint8_t *bytes = row;
+    double sum = 0.0;
+    for (int64_t i = 0; i < k; i++)
+        sum += (double)lp_f16_to_f32(lp_load_u16(bytes + 2 * i)) * (double)x[i];
+    return (float)sum;
+}
+
+static float row_dot_bf16_ref(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    (void)x_sums;
+    const uint8_t *bytes = row;
+    double sum = 0.0;
+    for (int64_t i = 0; i < k; i++)
+        sum += (double)lp_bf16_to_f32(lp_load_u16(bytes + 2 * i)) * (double)x[i];
+    return (float)sum;
+}
+
+/* Q8_0 blocks {f16 d; i8 q[32]}: w = d * q. */
+static float row_dot_q8_0_ref(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    (void)x_sums;
+    const uint8_t *b = row;
+    double sum = 0.0;
+    for (int64_t i0 = 0; i0 < k; i0 += 32, b += 34) {
+        double block = 0.0;
+        for (int j = 0; j < 32; j++)
+            block += (double)(int8_t)b[2 + j] * (double)x[i0 + j];
+        sum += (double)lp_f16_to_f32(lp_load_u16(b)) * block;
+    }
+    return (float)sum;
+}
+
+/* Q4_K blocks {f16 d, dmin; u8 scales[12]; u8 q[128]} of 256 values in 8 groups of 32: group g
+ * has w = d * scale_g * q - dmin * min_g, its nibbles in bytes 32 (g / 2) .. + 32, low nibbles
+ * for even g and high for odd. The min term is dmin * min_g * (sum of x over the group). */
+static float row_dot_q4_k_ref(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    const uint8_t *b = row;
+    double sum = 0.0;
+    for (int64_t i0 = 0; i0 < k; i0 += 256, b += 144) {
+        double d = lp_f16_to_f32(lp_load_u16(b)), dmin = lp_f16_to_f32(lp_load_u16(b + 2));
+        for (int g = 0; g < 8; g++) {
+            int scale, min;
+            lp_q4_k_scale_min(b + 4, g, &scale, &min);
+            const uint8_t *q = b + 16 + 32 * (g / 2);
+            const float *xg = x + i0 + 32 * g;
+            double dot = 0.0;
+            for (int j = 0; j < 32; j++)
+                dot += (double)((g % 2) ? q[j] >> 4 : q[j] & 0x0f) * (double)xg[j];
+            sum += d * scale * dot - dmin * min * (double)x_sums[(i0 >> 5) + g];
+        }
+    }
+    return (float)sum;
+}
+
 /* Every slot is the function named <slot>_ref above: a slot without one does not compile, so this
  * table is complete by construction and is the fallback of every other ISA's. */
 #define LP_REF_SLOT(slot) .slot = slot##_ref,

@@ -1,0 +1,97 @@
+/* lp_matvec: one vector times a weight matrix read in its stored format (decode's step). The
+ * row kernels (row_dot_* in the dispatch table) widen each block to f32 in registers, so the
+ * weights are streamed once and never copied; the rows are split into one contiguous range per
+ * pool thread. */
+#include "trace/kernels/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace/kernels/kernels_internal.h"
+
+bool lp_matvec_supported(lp_dtype dtype)
+{
+    return dtype == LP_DTYPE_F32 || dtype == LP_DTYPE_F16 || dtype == LP_DTYPE_BF16 ||
+           dtype == LP_DTYPE_Q8_0 || dtype == LP_DTYPE_Q4_K;
+}
+
+static lp_row_dot_fn row_dot_for(const lp_kernel_table *kt, lp_dtype dtype)
+{
+    switch (dtype) {
+    case LP_DTYPE_F32: return kt->row_dot_f32;
+    case LP_DTYPE_F16: return kt->row_dot_f16;
+    case LP_DTYPE_BF16: return kt->row_dot_bf16;
+    case LP_DTYPE_Q8_0: return kt->row_dot_q8_0;
+    case LP_DTYPE_Q4_K: return kt->row_dot_q4_k;
+    default: return NULL;
+    }
+}
+
+typedef struct matvec_job {
+    lp_row_dot_fn dot;
+    const float *x, *x_sums, *bias;
+    const uint8_t *data;
+    uint64_t row_bytes;
+    int64_t rows, cols, n_tasks;
+    float *y;
+} matvec_job;
+
+static void matvec_task(void *ctx, int64_t task)
+{
+    const matvec_job *j = ctx;
+    int64_t r0 = j->rows * task / j->n_tasks, r1 = j->rows * (task + 1) / j->n_tasks;
+    for (int64_t r = r0; r < r1; r++) {
+        float v = j->dot(j->data + (uint64_t)r * j->row_bytes, j->x, j->x_sums, j->cols);
+        j->y[r] = j->bias ? v + j->bias[r] : v;
+    }
+}
+
+static lp_status matvec_run(const lp_kernel_table *kt, const float *x, const lp_matrix *w,
+                            const float *bias, float *y, lp_pool *pool, lp_error *err)
+{
+    lp_status st = lp_linear_check(1, w, err);
+    if (st != LP_OK)
+        return st;
+    if (!lp_matvec_supported(w->dtype) || w->transposed)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "matvec: %s%s weights not supported",
+                            w->transposed ? "transposed " : "", lp_dtype_get(w->dtype)->name);
+    if (w->rows == 0)
+        return LP_OK;
+    /* Q4_K's min term needs the sum of x over each group of 32 values */
+    int64_t n_sums = w->dtype == LP_DTYPE_Q4_K ? w->cols / 32 : 0;
+    float *x_sums = NULL;
+    if (n_sums > 0) {
+        x_sums = malloc((size_t)n_sums * sizeof *x_sums);
+        if (!x_sums)
+            return lp_error_set(err, LP_ERR_NOMEM, "matvec: %lld group sums",
+                                (long long)n_sums);
+        for (int64_t g = 0; g < n_sums; g++) {
+            float s = 0.0f;
+            for (int j = 0; j < 32; j++)
+                s += x[32 * g + j];
+            x_sums[g] = s;
+        }
+    }
+    int64_t threads = pool ? lp_pool_threads(pool) : 1;
+    matvec_job job = {row_dot_for(kt, w->dtype), x, x_sums, bias, w->data, w->row_bytes,
+                      w->rows, w->cols, threads < w->rows ? threads : w->rows, y};
+    if (pool && job.n_tasks > 1 && !lp_pool_in_worker())
+        lp_pool_run(pool, job.n_tasks, matvec_task, &job);
+    else
+        for (int64_t t = 0; t < job.n_tasks; t++)
+            matvec_task(&job, t);
+    free(x_sums);
+    return LP_OK;
+}
+
+lp_status lp_matvec(const float *x, const lp_matrix *w, const float *bias, float *y, lp_pool *pool,
+                    lp_error *err)
+{
+    return matvec_run(lp_kernels_table(), x, w, bias, y, pool, err);
+}
+
+lp_status lp_matvec_ref(const float *x, const lp_matrix *w, const float *bias, float *y,
+                        lp_error *err)
+{
+    return matvec_run(&lp_kernels_ref_table, x, w, bias, y, NULL, err);
+}
