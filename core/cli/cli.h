@@ -152,5 +152,7 @@ extern const lp_command lp_command_export;
 extern const lp_command lp_command_synth;
 extern const lp_command lp_command_bench;
 extern const lp_command lp_command_demo;
+extern const lp_command lp_command_eval;
+extern const lp_command lp_command_ablate;
 
 #endif

@@ -121,6 +121,33 @@ lp_status lp_store_add_mask_run(lp_store *store, const char *mask_path, int64_t 
                                 lp_error *err);
 
 /* ---------------------------------------------------------------------------------------------
+ * Analysis results (trace/store/analysis.c): rows added to the open run, committed with it.
+ */
+
+/* One eval_results row: how a run's tokens scored (loupe eval). */
+typedef struct lp_store_eval {
+    int64_t n_tokens, n_scored, n_windows, context, stride;
+    double nll, ppl;
+    int64_t n_bytes;      /* bytes of the text, 0 = token ids (NULL) */
+    double bits_per_byte; /* NaN = NULL */
+} lp_store_eval;
+
+/* The eval_results row and its token_nll rows (nll[n_tokens - 1], NaN = not scored). */
+lp_status lp_store_add_eval(lp_store *store, const lp_store_eval *eval, const int32_t *ids,
+                            const double *nll, lp_error *err);
+/* token_nll rows alone: nll[p] is the NLL of ids[p + 1] after position p (NaN rows skipped). */
+lp_status lp_store_add_token_nll(lp_store *store, const int32_t *ids, const double *nll,
+                                 int64_t n_tokens, lp_error *err);
+/* head_importance rows: nll[n_layers * n_heads] with each head ablated by `method`. */
+lp_status lp_store_add_head_importance(lp_store *store, const char *method, int64_t n_layers,
+                                       int64_t n_heads, const double *nll, double clean_nll,
+                                       lp_error *err);
+/* pruning_plan rows: step i removes (layers[i], heads[i]) on top of steps < i; nll[i] after it. */
+lp_status lp_store_add_pruning_plan(lp_store *store, const int64_t *layers, const int64_t *heads,
+                                    const double *nll, int64_t n_steps, bool iterative,
+                                    lp_error *err);
+
+/* ---------------------------------------------------------------------------------------------
  * Reading runs (typed; `loupe render` reads nothing else).
  */
 

@@ -42,7 +42,8 @@ static const char *const stmt_sql[LP_STMT_COUNT] = {
 static const char sql_foreign_tables[] =
     "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT "
     "IN ('meta', 'runs', 'tokens', 'attention', 'head_stats', 'predictions', 'logits', "
-    "'expert_routing', 'router_stats', 'leak_checks') ORDER BY name";
+    "'expert_routing', 'router_stats', 'leak_checks', 'eval_results', 'token_nll', "
+    "'head_importance', 'pruning_plan') ORDER BY name";
 static const char sql_insert_run[] =
     "INSERT INTO runs (status, kind, model_path, model_format, architecture, arch_json, prompt, "
     "n_tokens, n_layers, n_heads, n_threads, isa, loupe_version, maps_dtype, started_at) VALUES "
@@ -154,10 +155,14 @@ static lp_status create_schema(lp_store *s, lp_error *err)
     /* tokens.label came after the first version-1 databases were written; add it to those. */
     sqlite3_stmt *probe;
     if (sqlite3_prepare_v2(s->db, "SELECT label FROM tokens LIMIT 0", -1, &probe, NULL) !=
-        SQLITE_OK)
-        return exec(s, "ALTER TABLE tokens ADD COLUMN label TEXT", err);
-    sqlite3_finalize(probe);
-    return LP_OK;
+        SQLITE_OK) {
+        if ((st = exec(s, "ALTER TABLE tokens ADD COLUMN label TEXT", err)))
+            return st;
+    } else {
+        sqlite3_finalize(probe);
+    }
+    /* migration step (issue 13): the analysis tables, added to databases that predate them */
+    return lp_store_create_analysis_tables(s, err);
 }
 
 static lp_status prepare_statements(lp_store *s, lp_error *err)

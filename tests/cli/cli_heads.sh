@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# CLI: `loupe eval` and `loupe ablate` on the planted-head model (written by loupe synth) and on
+# stories260K: JSON shapes, what lands in the database, one-line errors with exit 2.
+source "$(dirname "$0")/cli_lib.sh"
+
+DB="$TMP/h.db"
+expect_one_line_error "$LOUPE" eval
+expect_one_line_error "$LOUPE" ablate
+expect_one_line_error "$LOUPE" eval "$TMP/no-such-model" --tokens 1,2
+expect_one_line_error "$LOUPE" ablate "$TMP/x" --tokens 1,2 --method half
+expect_one_line_error "$LOUPE" ablate "$TMP/x" --tokens 1,2 --prune 0
+
+M="$TMP/synth"
+expect_status 0 "$LOUPE" synth "$M"
+P="the cat sat on the mat and the dog ran to the park . the cat sat on the mat and the dog ran to the park ."
+expect_one_line_error "$LOUPE" eval "$M" --tokens 1 --db "$DB"
+expect_one_line_error "$LOUPE" eval "$M" --tokens 1,2,99999 --db "$DB"
+expect_one_line_error "$LOUPE" eval "$M" --prompt "$P" --prompts "$TMP/p.jsonl" --db "$DB"
+expect_one_line_error "$LOUPE" eval "$M" --prompt "$P" --context 8 --stride 9 --db "$DB"
+expect_one_line_error "$LOUPE" ablate "$M" --prompt "$P" --prune 17 --db "$DB"
+expect_one_line_error "$LOUPE" ablate "$M" --prompt "$P" --iterative --db "$DB"
+expect_one_line_error "$LOUPE" ablate "$M" --prompt "$P" --patch-from-tokens 1,2 --db "$DB"
+
+# eval: text gives bits per byte, ids do not; --json carries n_tokens, nll, ppl = exp(nll)
+out=$("$LOUPE" eval "$M" --prompt "$P" --db "$DB" --json)
+if python3 -c 'import json,math,sys; d=json.loads(sys.argv[1]); assert d["n_tokens"]==29 and d["n_scored"]==28; assert abs(math.exp(d["nll"])-d["ppl"])<1e-9*d["ppl"]; assert d["bits_per_byte"]>0' "$out"; then ok; else bad "eval --json: $out"; fi
+expect_stdout_contains "29 tokens, 28 scored in 1 window" "$LOUPE" eval "$M" --prompt "$P" --db "$DB"
+expect_stdout_contains "28 scored in 7 windows (context 8, stride 4)" "$LOUPE" eval "$M" --prompt "$P" --context 8 --stride 4 --db "$DB"
+printf '{"id": "twice", "text": "%s"}\n{"tokens": [1, 5, 6, 7]}\n' "$P" > "$TMP/p.jsonl"
+out=$("$LOUPE" eval "$M" --prompts "$TMP/p.jsonl" --db "$DB" --json)
+if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); p=d["prompts"]; assert len(p)==2 and p[0]["id"]=="twice" and p[1]["bits_per_byte"] is None; assert d["n_tokens"]==33; s=sum(x["nll"]*x["n_scored"] for x in p)/sum(x["n_scored"] for x in p); assert abs(s-d["nll"])<1e-9' "$out"; then ok; else bad "eval --prompts --json: $out"; fi
+printf '{"text": ""}\n' > "$TMP/bad.jsonl"
+expect_stderr_contains "bad.jsonl:1" "$LOUPE" eval "$M" --prompts "$TMP/bad.jsonl" --db "$DB"
+
+# ablate: the planted heads top the importance list; the JSON has every head and the plan
+out=$("$LOUPE" ablate "$M" --prompt "$P" --db "$DB" --prune 3 --json)
+if python3 -c '
+import json,sys
+d=json.loads(sys.argv[1]); h=d["heads"]
+assert d["method"]=="zero" and len(h)==16
+for x in h: assert abs(x["nll"]-d["clean_nll"]-x["delta"])<1e-12
+top=sorted(h,key=lambda x:-x["delta"])[:2]
+assert {(x["layer"],x["head"]) for x in top}=={(1,5),(0,1)}, top
+pr=d["pruned"]; low=sorted(h,key=lambda x:(x["delta"],x["layer"],x["head"]))[:3]
+assert pr["heads"]==[[x["layer"],x["head"]] for x in low]
+assert pr["nll"]==pr["curve"][-1] and pr["params"]==3*4*64*512 and pr["kv_groups"]==3  # MHA: each head its own KV group
+' "$out"; then ok; else bad "ablate --json: $out"; fi
+expect_stdout_contains "x the naive 16 full passes" "$LOUPE" ablate "$M" --prompt "$P" --db "$DB" --method mean
+expect_stdout_contains "restored" "$LOUPE" ablate "$M" --tokens 1,5,6,7,5,6 --patch-from-tokens 1,8,9,7,8,9 --db "$DB"
+if command -v sqlite3 >/dev/null; then
+  n=$(sqlite3 "$DB" "SELECT count(*) FROM head_importance h JOIN runs r ON r.id = h.run_id WHERE r.kind = 'ablate' AND r.status = 'complete' AND h.method = 'zero'")
+  [ "$n" = 16 ] && ok || bad "head_importance rows: $n"
+  n=$(sqlite3 "$DB" "SELECT count(*) FROM pruning_plan")
+  [ "$n" = 3 ] && ok || bad "pruning_plan rows: $n"
+  n=$(sqlite3 "$DB" "SELECT count(*) FROM token_nll WHERE run_id = (SELECT min(id) FROM runs WHERE kind = 'eval')")
+  [ "$n" = 28 ] && ok || bad "token_nll rows: $n"
+fi
+
+finish

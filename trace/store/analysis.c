@@ -1,0 +1,193 @@
+/* The analysis tables (loupe eval, loupe ablate): their schema, created on every open (the one
+ * migration step older databases need: CREATE IF NOT EXISTS adds them), and their writes into the
+ * open run's transaction. */
+#include "trace/store/store.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "trace/store/store_internal.h"
+
+/* ---- schema (documented in trace/README.md, "The trace database") ---- */
+static const char analysis_schema[] =
+    /* loupe eval: one row per run */
+    "CREATE TABLE IF NOT EXISTS eval_results (\n"
+    "    run_id        INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    n_tokens      INTEGER NOT NULL,\n"
+    "    n_scored      INTEGER NOT NULL,\n"
+    "    n_windows     INTEGER NOT NULL,\n"
+    "    context       INTEGER NOT NULL,\n"
+    "    stride        INTEGER NOT NULL,\n"
+    "    nll           REAL NOT NULL,\n"
+    "    ppl           REAL NOT NULL,\n"
+    "    n_bytes       INTEGER,\n"
+    "    bits_per_byte REAL\n"
+    ");\n"
+    /* next-token NLL after position pos (of the token at pos + 1) */
+    "CREATE TABLE IF NOT EXISTS token_nll (\n"
+    "    run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    pos       INTEGER NOT NULL,\n"
+    "    target_id INTEGER NOT NULL,\n"
+    "    nll       REAL NOT NULL,\n"
+    "    PRIMARY KEY (run_id, pos)\n"
+    ");\n"
+    /* loupe ablate: the mean NLL with one head ablated */
+    "CREATE TABLE IF NOT EXISTS head_importance (\n"
+    "    run_id  INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    layer   INTEGER NOT NULL,\n"
+    "    head    INTEGER NOT NULL,\n"
+    "    method  TEXT NOT NULL,\n"
+    "    nll     REAL NOT NULL,\n"
+    "    delta   REAL NOT NULL,\n"
+    "    PRIMARY KEY (run_id, layer, head, method)\n"
+    ");\n"
+    /* loupe ablate --prune: heads removed together, in order, and the NLL after each step */
+    "CREATE TABLE IF NOT EXISTS pruning_plan (\n"
+    "    run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    step      INTEGER NOT NULL,\n"
+    "    layer     INTEGER NOT NULL,\n"
+    "    head      INTEGER NOT NULL,\n"
+    "    nll       REAL NOT NULL,\n"
+    "    iterative INTEGER NOT NULL,\n"
+    "    PRIMARY KEY (run_id, step)\n"
+    ");\n";
+
+lp_status lp_store_create_analysis_tables(lp_store *s, lp_error *err)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(s->db, analysis_schema, NULL, NULL, &msg) != SQLITE_OK) {
+        lp_status st = lp_error_set(err, LP_ERR_SQLITE, "%s: creating the analysis tables: %s",
+                                    s->path, msg ? msg : sqlite3_errmsg(s->db));
+        sqlite3_free(msg);
+        return st;
+    }
+    return LP_OK;
+}
+
+/* ---- writes ---- */
+
+static lp_status need_run(lp_store *s, lp_error *err)
+{
+    return s->in_run ? LP_OK : lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
+}
+
+static void bind_real_or_null(sqlite3_stmt *q, int i, double v)
+{
+    if (isnan(v))
+        sqlite3_bind_null(q, i);
+    else
+        sqlite3_bind_double(q, i, v);
+}
+
+lp_status lp_store_add_eval(lp_store *s, const lp_store_eval *e, const int32_t *ids,
+                            const double *nll, lp_error *err)
+{
+    lp_status st = need_run(s, err);
+    sqlite3_stmt *q = NULL;
+    if (st != LP_OK ||
+        (st = lp_store_prepare(s,
+                               "INSERT INTO eval_results (run_id, n_tokens, n_scored, n_windows, "
+                               "context, stride, nll, ppl, n_bytes, bits_per_byte) VALUES "
+                               "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                               &q, "inserting eval_results", err)))
+        return st;
+    sqlite3_bind_int64(q, 1, s->run_id);
+    sqlite3_bind_int64(q, 2, e->n_tokens);
+    sqlite3_bind_int64(q, 3, e->n_scored);
+    sqlite3_bind_int64(q, 4, e->n_windows);
+    sqlite3_bind_int64(q, 5, e->context);
+    sqlite3_bind_int64(q, 6, e->stride);
+    sqlite3_bind_double(q, 7, e->nll);
+    sqlite3_bind_double(q, 8, e->ppl);
+    if (e->n_bytes > 0)
+        sqlite3_bind_int64(q, 9, e->n_bytes);
+    else
+        sqlite3_bind_null(q, 9);
+    bind_real_or_null(q, 10, e->bits_per_byte);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        st = lp_store_sql_error(s, "inserting eval_results", err);
+    sqlite3_finalize(q);
+    if (st != LP_OK)
+        return st;
+    return lp_store_add_token_nll(s, ids, nll, e->n_tokens, err);
+}
+
+lp_status lp_store_add_token_nll(lp_store *s, const int32_t *ids, const double *nll,
+                                 int64_t n_tokens, lp_error *err)
+{
+    lp_status st = need_run(s, err);
+    sqlite3_stmt *q = NULL;
+    if (st != LP_OK ||
+        (st = lp_store_prepare(s,
+                               "INSERT INTO token_nll (run_id, pos, target_id, nll) VALUES "
+                               "(?1, ?2, ?3, ?4)",
+                               &q, "inserting token_nll", err)))
+        return st;
+    for (int64_t p = 0; p + 1 < n_tokens && st == LP_OK; p++) {
+        if (isnan(nll[p]))
+            continue; /* a window start that nothing predicted */
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 2, p);
+        sqlite3_bind_int64(q, 3, ids[p + 1]);
+        sqlite3_bind_double(q, 4, nll[p]);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            st = lp_store_sql_error(s, "inserting token_nll", err);
+    }
+    sqlite3_finalize(q);
+    return st;
+}
+
+lp_status lp_store_add_head_importance(lp_store *s, const char *method, int64_t n_layers,
+                                       int64_t n_heads, const double *nll, double clean_nll,
+                                       lp_error *err)
+{
+    lp_status st = need_run(s, err);
+    sqlite3_stmt *q = NULL;
+    if (st != LP_OK ||
+        (st = lp_store_prepare(s,
+                               "INSERT INTO head_importance (run_id, layer, head, method, nll, "
+                               "delta) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                               &q, "inserting head_importance", err)))
+        return st;
+    for (int64_t i = 0; i < n_layers * n_heads && st == LP_OK; i++) {
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 2, i / n_heads);
+        sqlite3_bind_int64(q, 3, i % n_heads);
+        sqlite3_bind_text(q, 4, method, -1, SQLITE_STATIC);
+        sqlite3_bind_double(q, 5, nll[i]);
+        sqlite3_bind_double(q, 6, nll[i] - clean_nll);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            st = lp_store_sql_error(s, "inserting head_importance", err);
+    }
+    sqlite3_finalize(q);
+    return st;
+}
+
+lp_status lp_store_add_pruning_plan(lp_store *s, const int64_t *layers, const int64_t *heads,
+                                    const double *nll, int64_t n_steps, bool iterative,
+                                    lp_error *err)
+{
+    lp_status st = need_run(s, err);
+    sqlite3_stmt *q = NULL;
+    if (st != LP_OK ||
+        (st = lp_store_prepare(s,
+                               "INSERT INTO pruning_plan (run_id, step, layer, head, nll, "
+                               "iterative) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                               &q, "inserting pruning_plan", err)))
+        return st;
+    for (int64_t i = 0; i < n_steps && st == LP_OK; i++) {
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 2, i);
+        sqlite3_bind_int64(q, 3, layers[i]);
+        sqlite3_bind_int64(q, 4, heads[i]);
+        sqlite3_bind_double(q, 5, nll[i]);
+        sqlite3_bind_int(q, 6, iterative);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            st = lp_store_sql_error(s, "inserting pruning_plan", err);
+    }
+    sqlite3_finalize(q);
+    return st;
+}
