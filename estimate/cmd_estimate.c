@@ -8,6 +8,7 @@
 #include "core/checked.h"
 #include "core/cli/cli.h"
 #include "core/mapfile.h"
+#include "inspect/formats/detect.h"
 
 #define CMD "estimate"
 #define MAX_INPUTS 16
@@ -89,20 +90,15 @@ static const lp_option estimate_options[] = {
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec estimate_spec = {
-    .name = CMD,
-    .summary = "exact parameters, memory, KV cache and FLOPs from a config",
-    .synopsis = "MODEL... [options]",
+LP_CLI_COMMAND(estimate, run_estimate, estimate_options, 1, MAX_INPUTS,
+               "exact parameters, memory, KV cache and FLOPs from a config",
+               "MODEL... [options]",
     .description =
         "Exact parameter counts, weight memory, KV cache, FLOPs, roofline and memory fit from a\n"
         "config alone (no weights are read). MODEL is a YAML card, a Hugging Face config.json or\n"
         "model folder, a GGUF file (metadata only), or the name of a card in configs/\n"
         "(loupe estimate llama-3-8b). Several models print side by side.",
-    .options = estimate_options,
-    .min_positional = 1,
-    .max_positional = MAX_INPUTS,
-    .notes = "exit status: 0 ok, 1 a --max-memory/--max-kv gate was exceeded, 2 bad usage or input",
-};
+    .notes = "exit status: 0 ok, 1 a --max-memory/--max-kv gate was exceeded, 2 bad usage or input");
 
 typedef struct estimate_args {
     const char *inputs[LP_CLI_MAX_POSITIONAL];
@@ -232,9 +228,7 @@ static int parse_args(int argc, char **argv, estimate_args *a)
     estimate_opts o = {0};
     o.batch = o.seq = o.context = o.chunk = o.max_model_len = COUNT_UNSET;
     o.budget = o.max_memory = o.max_kv = o.device_memory = SIZE_UNSET;
-    int rc = lp_cli_parse(&estimate_spec, argc, argv, &o, a->inputs, &a->n_inputs);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&estimate_spec, argc, argv, &o, a->inputs, &a->n_inputs);
     return resolve_args(&o, a);
 }
 
@@ -243,8 +237,9 @@ static int parse_args(int argc, char **argv, estimate_args *a)
  * (safetensors JSON header, GGUF metadata). */
 static void inspect_weights(const char *input, lp_est_options *opts)
 {
-    bool has_weights = lp_ends_with(input, ".gguf");
-    if (!has_weights && lp_path_is_dir(input) == 1) {
+    lp_file_kind kind = lp_detect_format(input);
+    bool has_weights = kind == LP_FILE_GGUF;
+    if (kind == LP_FILE_FOLDER) {
         char *single = lp_path_join(input, "model.safetensors");
         char *index = lp_path_join(input, "model.safetensors.index.json");
         has_weights = (single && lp_path_exists(single) == 1) ||
@@ -358,5 +353,3 @@ static int run_estimate(int argc, char **argv)
     free(reps);
     return rc;
 }
-
-const lp_command lp_command_estimate = {&estimate_spec, run_estimate};

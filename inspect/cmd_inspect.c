@@ -32,24 +32,19 @@ static const lp_option inspect_options[] = {
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec inspect_spec = {
-    .name = "inspect",
-    .summary = "read a model's config and weights: architecture, tensors, checks",
-    .synopsis = "PATH [--stats] [--json] [--strict]",
+LP_CLI_COMMAND(inspect, run_inspect, inspect_options, 1, 1,
+               "read a model's config and weights: architecture, tensors, checks",
+               "PATH [--stats] [--json] [--strict]",
     .description =
         "Read a model's description and weights without running it.\n"
         "\n"
         "PATH is a model folder (config.json + model.safetensors or model.safetensors.index.json,\n"
         "or one .gguf / llama2.c .bin), a .safetensors, .safetensors.index.json, .gguf or .bin\n"
         "file, or a config file (config.json, *.yaml card): then only the architecture.",
-    .options = inspect_options,
-    .min_positional = 1,
-    .max_positional = 1,
     .notes =
         "Checks: every tensor the architecture expects is present with the expected shape, no\n"
         "unexpected tensors, tied embeddings consistent with the config (with --stats: all values\n"
-        "finite). Exit status: 0 all checks pass, 1 a check failed, 2 unreadable or invalid input.",
-};
+        "finite). Exit status: 0 all checks pass, 1 a check failed, 2 unreadable or invalid input.");
 
 /* ---- text output ---------------------------------------------------------------------------- */
 
@@ -317,9 +312,7 @@ static int run_inspect(int argc, char **argv)
 {
     inspect_opts o = {0};
     const char *pos[LP_CLI_MAX_POSITIONAL];
-    int rc = lp_cli_parse(&inspect_spec, argc, argv, &o, pos, NULL);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&inspect_spec, argc, argv, &o, pos, NULL);
     const char *path = pos[0];
     bool stats = o.stats, json = o.json;
     if (is_config_path(path))
@@ -360,5 +353,3 @@ static int run_inspect(int argc, char **argv)
         return lp_cli_fail("inspect", &err);
     return failed ? LP_EXIT_CHECK_FAILED : LP_EXIT_OK;
 }
-
-const lp_command lp_command_inspect = {&inspect_spec, run_inspect};

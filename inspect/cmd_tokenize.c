@@ -27,10 +27,9 @@ static const lp_option tokenize_options[] = {
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec tokenize_spec = {
-    .name = "tokenize",
-    .summary = "tokenize text with a model's tokenizer",
-    .synopsis = "TOKENIZER_OR_MODEL (--text TEXT | --prompt-file FILE | --tokens IDS) [options]",
+LP_CLI_COMMAND(tokenize, run_tokenize, tokenize_options, 0, 1,
+               "tokenize text with a model's tokenizer",
+               "TOKENIZER_OR_MODEL (--text TEXT | --prompt-file FILE | --tokens IDS) [options]",
     .description =
         "Encode text with a model's tokenizer (ids equal Hugging Face's), or decode ids.\n"
         "\n"
@@ -38,14 +37,10 @@ static const lp_cli_spec tokenize_spec = {
         "folder or file with a tokenizer.json (or tokenizer.bin, tok*.bin, .gguf) beside it; it\n"
         "may be left out when --tokenizer names the tokenizer (needed for llama2.c checkpoints).\n"
         "--tokens decodes the ids instead: pieces, labels and the decoded text.",
-    .options = tokenize_options,
-    .min_positional = 0,
-    .max_positional = 1,
     .notes =
         "Text output: one row per token: position, id, label (the text the token stands for,\n"
         "quoted; newline as \\n, tab as \\t, bytes that are not UTF-8 as \\xNN) and the stored\n"
-        "piece. Exit status: 0 ok, 2 bad usage or unreadable input.",
-};
+        "piece. Exit status: 0 ok, 2 bad usage or unreadable input.");
 
 static void json_string(FILE *out, const char *s)
 {
@@ -237,9 +232,7 @@ static int run_tokenize(int argc, char **argv)
     tokenize_opts o = {0};
     const char *pos[LP_CLI_MAX_POSITIONAL];
     int n_pos = 0;
-    int rc = lp_cli_parse(&tokenize_spec, argc, argv, &o, pos, &n_pos);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&tokenize_spec, argc, argv, &o, pos, &n_pos);
     const char *source = n_pos ? pos[0] : NULL;
     int n_given = (o.input.prompt != NULL) + (o.input.prompt_file != NULL) +
                   (o.input.tokens != NULL);
@@ -254,6 +247,7 @@ static int run_tokenize(int argc, char **argv)
     const char *text;
     size_t text_len;
     char *file_text;
+    int rc;
     if ((rc = read_text(&o, &text, &text_len, &file_text)) != LP_EXIT_OK)
         return rc;
     lp_error err = {0};
@@ -281,5 +275,3 @@ static int run_tokenize(int argc, char **argv)
     lp_tokenizer_close(tok);
     return status;
 }
-
-const lp_command lp_command_tokenize = {&tokenize_spec, run_tokenize};

@@ -22,10 +22,9 @@ static const lp_option export_options[] = {
 
 static const lp_cli_alias export_aliases[] = {{"o", "output"}, {NULL, NULL}};
 
-static const lp_cli_spec export_spec = {
-    .name = "export",
-    .summary = "write a traced run as safetensors or npz for Python",
-    .synopsis = "DB [--run N] -o FILE.safetensors|FILE.npz",
+LP_CLI_COMMAND(export, run_export, export_options, 1, 1,
+               "write a traced run as safetensors or npz for Python",
+               "DB [--run N] -o FILE.safetensors|FILE.npz",
     .description =
         "Write one run of a trace database as a file that safetensors, numpy.load and PyTorch\n"
         "read without loupe: the attention maps (one [layers, heads, n_q, n_k] tensor when every\n"
@@ -33,21 +32,15 @@ static const lp_cli_spec export_spec = {
         "tokens, predictions.token_id/prob/logit [tokens, k] and logits [tokens, vocab] when the\n"
         "run stored them. The runs row and the token texts are the metadata (safetensors'\n"
         "__metadata__; metadata.json inside the npz).",
-    .options = export_options,
-    .min_positional = 1,
-    .max_positional = 1,
     .notes = "Example: loupe export demo-out/trace.db -o run1.npz\n"
              "Exit status: 0 written, 2 bad usage or input (one line on stderr).",
-    .aliases = export_aliases,
-};
+    .aliases = export_aliases);
 
 static int run_export(int argc, char **argv)
 {
     export_opts o = {0};
     const char *pos[LP_CLI_MAX_POSITIONAL];
-    int rc = lp_cli_parse(&export_spec, argc, argv, &o, pos, NULL);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&export_spec, argc, argv, &o, pos, NULL);
     if (!o.output)
         return lp_cli_usage_error(CMD, "no output: give -o FILE.safetensors or -o FILE.npz");
     if (lp_export_format_from_path(o.output) == LP_EXPORT_COUNT)
@@ -82,5 +75,3 @@ static int run_export(int argc, char **argv)
            lp_format_bytes(rep.bytes, size, sizeof size));
     return LP_EXIT_OK;
 }
-
-const lp_command lp_command_export = {&export_spec, run_export};

@@ -73,10 +73,9 @@ static const lp_option render_options[] = {
 
 static const lp_cli_alias render_aliases[] = {{"o", "output"}, {NULL, NULL}};
 
-static const lp_cli_spec render_spec = {
-    .name = "render",
-    .summary = "draw attention heatmaps, head statistics, leak plots and the HTML viewer",
-    .synopsis = "DB [--run N] WHAT [options] -o OUT",
+LP_CLI_COMMAND(render, run_render, render_options, 1, 1,
+               "draw attention heatmaps, head statistics, leak plots and the HTML viewer",
+               "DB [--run N] WHAT [options] -o OUT",
     .description =
         "Draw pictures of a trace database written by `loupe trace` / `loupe leak`. The format\n"
         "follows OUT's extension: .png, .svg or .pdf.\n"
@@ -87,15 +86,11 @@ static const lp_cli_spec render_spec = {
         "--html writes one file that needs nothing else (no network, no other files): the head\n"
         "view (zoom, pan, hover), the text view, the overview, the statistics and the leak checks\n"
         "and predictions the run has.",
-    .options = render_options,
-    .min_positional = 1,
-    .max_positional = 1,
     .notes =
         "Masked cells (future keys, or outside the run's window) are drawn in the masked colour;\n"
         "a masked cell holding probability (a leak) keeps its colormap colour with a red outline.\n"
         "Exit status: 0 written, 2 bad usage or input (one line on stderr).",
-    .aliases = render_aliases,
-};
+    .aliases = render_aliases);
 
 typedef enum what {
     WHAT_HEAD,
@@ -353,5 +348,3 @@ static int run_render(int argc, char **argv)
         printf("wrote %s\n", o.output);
     return LP_EXIT_OK;
 }
-
-const lp_command lp_command_render = {&render_spec, run_render};

@@ -575,10 +575,9 @@ static const lp_option bench_options[] = {
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec bench_spec = {
-    .name = "bench",
-    .summary = "benchmark the GEMM and the prefill",
-    .synopsis = "[--gemm-only | --prefill-only] [options]",
+LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
+               "benchmark the GEMM and the prefill",
+               "[--gemm-only | --prefill-only] [options]",
     .description =
         "GEMM: times C[M, N] = A[M, K] . B[N, K]^T for the prefill shapes M=512, K,N in\n"
         "{2048, 5632} with loupe's packed GEMM and, when libopenblas.so.0 can be loaded, with\n"
@@ -590,12 +589,8 @@ static const lp_cli_spec bench_spec = {
         "temporary folder, runs a T-token prefill (default 512) without and with every probe, and\n"
         "reports tokens/s for the full 22-layer model: the embedding/classifier time plus 22 times\n"
         "the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.",
-    .options = bench_options,
-    .min_positional = 0,
-    .max_positional = 0,
     .notes = "Exit status: 0 done, 1 loupe's and OpenBLAS's products differ by more than 1e-4 of\n"
-             "the largest entry, 2 bad usage or a failure (memory, disk).",
-};
+             "the largest entry, 2 bad usage or a failure (memory, disk).");
 
 static void print_header(int argc, char **argv, int64_t threads, const openblas_lib *blas,
                          bool have_blas)
@@ -638,9 +633,7 @@ static int run_bench(int argc, char **argv)
 {
     bench_opts o = {lp_cpu_count(), -1, 512, 2, 512, false, false, NULL};
     const char *pos[LP_CLI_MAX_POSITIONAL];
-    int rc = lp_cli_parse(&bench_spec, argc, argv, &o, pos, NULL);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&bench_spec, argc, argv, &o, pos, NULL);
     if (o.dir && !lp_path_is_dir(o.dir))
         return lp_cli_usage_error("bench", "--dir '%s': not a folder", o.dir);
     if (!o.dir)
@@ -660,5 +653,3 @@ static int run_bench(int argc, char **argv)
     lp_pool_destroy(pool);
     return status;
 }
-
-const lp_command lp_command_bench = {&bench_spec, run_bench};

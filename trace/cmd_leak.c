@@ -81,11 +81,10 @@ static const lp_option leak_options[] = {
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec leak_spec = {
-    .name = "leak",
-    .summary = "prove that no position sees the future",
-    .synopsis = "(MODEL [--prompt TEXT | --prompt-file FILE | --tokens IDS] | --mask FILE "
-                "[--kind DEF]) [options]",
+LP_CLI_COMMAND(leak, run_leak, leak_options, 0, 1,
+               "prove that no position sees the future",
+               "(MODEL [--prompt TEXT | --prompt-file FILE | --tokens IDS] | --mask FILE "
+               "[--kind DEF]) [options]",
     .description =
         "Prove that no position sees the future.\n"
         "\n"
@@ -100,11 +99,7 @@ static const lp_cli_spec leak_spec = {
         "  alignment      loss with labels shifted by one versus unshifted\n"
         "\n"
         "On a mask tensor (--mask FILE): every cell against its definition (--kind).",
-    .options = leak_options,
-    .min_positional = 0,
-    .max_positional = 1,
-    .notes = "Exit status: 0 no leak, 1 a leak, blocked cells, NaN or a failed check, 2 bad input.",
-};
+    .notes = "Exit status: 0 no leak, 1 a leak, blocked cells, NaN or a failed check, 2 bad input.");
 
 /* The options of one mode given to the other. */
 static int check_mode(const leak_opts *o, const char *model)
@@ -138,9 +133,7 @@ static int parse(int argc, char **argv, leak_opts *o, const char **model, lp_mas
                      .maps = LP_MAPS_F16};
     const char *pos[LP_CLI_MAX_POSITIONAL];
     int n_pos = 0;
-    int rc = lp_cli_parse(&leak_spec, argc, argv, o, pos, &n_pos);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&leak_spec, argc, argv, o, pos, &n_pos);
     *model = n_pos > 0 ? pos[0] : NULL;
     *fault = o->inject ? lp_mask_fault_from_name(o->inject) : LP_MASK_FAULT_NONE;
     if (*fault == LP_MASK_FAULT_COUNT || (o->inject && *fault == LP_MASK_FAULT_NONE))
@@ -674,5 +667,3 @@ static int run_leak(int argc, char **argv)
         return rc;
     return o.mask ? run_mask(&o) : run_model(model, fault, &o);
 }
-
-const lp_command lp_command_leak = {&leak_spec, run_leak};

@@ -37,24 +37,19 @@ static const lp_option synth_options[] = {
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec synth_spec = {
-    .name = "synth",
-    .summary = "write a small model with planted attention heads",
-    .synopsis = "OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check]",
+LP_CLI_COMMAND(synth, run_synth, synth_options, 1, 1,
+               "write a small model with planted attention heads",
+               "OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check]",
     .description =
         "Write a small Llama-style model whose attention heads are planted with known behaviours,\n"
         "so every command can be tried offline on a model with a known answer. OUT_DIR is created\n"
         "if missing; a folder that is neither empty nor an earlier synth output is refused.\n"
         "OUT_DIR gets config.json, model.safetensors, tokenizer.json and planted_heads.json.",
-    .options = synth_options,
-    .min_positional = 1,
-    .max_positional = 1,
     .notes =
         "Planted heads: layer 0 head 1 previous token, head 3 sink (<s>), head 4 local window,\n"
         "head 6 uniform; layer 1 head 5 induction. All other heads are seeded noise.\n"
         "Exit status: 0 written (and found), 1 --check did not find a planted head, 2 bad usage or an\n"
-        "output folder that is not ours.",
-};
+        "output folder that is not ours.");
 
 static int print_check(const char *out_dir)
 {
@@ -141,9 +136,7 @@ static int run_synth(int argc, char **argv)
 {
     synth_opts o = {1, 0, LP_SYNTH_FAULT_NONE, false};
     const char *pos[LP_CLI_MAX_POSITIONAL];
-    int rc = lp_cli_parse(&synth_spec, argc, argv, &o, pos, NULL);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&synth_spec, argc, argv, &o, pos, NULL);
     const char *out_dir = pos[0];
     lp_synth_options opts;
     lp_synth_options_init(&opts);
@@ -162,5 +155,3 @@ static int run_synth(int argc, char **argv)
     printf("try: loupe trace %s --prompt \"%s\"\n", out_dir, LP_SYNTH_DEMO_PROMPT);
     return LP_EXIT_OK;
 }
-
-const lp_command lp_command_synth = {&synth_spec, run_synth};

@@ -11,6 +11,7 @@
 #include "core/checked.h"
 #include "core/cli/cli.h"
 #include "core/cli/input.h"
+#include "estimate/estimate.h"
 #include "inspect/tokenizer/tokenizer.h"
 #include "trace/store/store.h"
 
@@ -25,10 +26,20 @@ typedef struct trace_opts {
     int maps;   /* lp_maps_dtype: the index in maps_names */
     int logits; /* lp_logits_mode: the index in logits_names */
     int64_t top_k;
+    int64_t predictions;
     int64_t threads;
     int64_t local_window;
     uint64_t max_map_bytes;
+    /* generation */
+    int64_t generate;
+    double temperature;
+    double top_p;
+    int64_t seed;
+    bool stop_at_eos;
+    int kv_dtype; /* index in kv_dtype_names; 0 = the default */
 } trace_opts;
+
+static const char *const kv_dtype_names[] = {"auto", "f32", "f16", "bf16", "q8_0", NULL};
 
 static const char *const maps_names[] = {"f16", "f32", "none", NULL};
 static const char *const logits_names[] = {"topk", "full", NULL};
@@ -45,7 +56,22 @@ static const lp_option trace_options[] = {
     LP_OPT_ENUM_OF(trace_opts, logits, "logits", logits_names,
                    "top-k predictions per position (default) or full f32 logits too"),
     LP_OPT_INT_OF(trace_opts, top_k, "top-k", "K", 1, 1000,
-                  "predictions per position (default 5)"),
+                  "predictions per position (default 5); with --generate: sample\n"
+                  "among the K most likely tokens only (predictions: --predictions)"),
+    LP_OPT_INT_OF(trace_opts, predictions, "predictions", "K", 1, 1000,
+                  "predictions stored per position (default 5, or --top-k without --generate)"),
+    LP_OPT_INT_OF(trace_opts, generate, "generate", "N", 0, 1 << 20,
+                  "after the prompt, generate N tokens with a KV cache (each fed through too)"),
+    LP_OPT_NUMBER_OF(trace_opts, temperature, "temperature", "T", 0, 1000,
+                     "sample from softmax(logits / T) (default 0: greedy argmax)"),
+    LP_OPT_NUMBER_OF(trace_opts, top_p, "top-p", "P", 1e-9, 1,
+                     "sample from the smallest set of tokens whose probability reaches P (default 1)"),
+    LP_OPT_INT_OF(trace_opts, seed, "seed", "S", 0, 9007199254740992.0,
+                  "sampling seed (default 0); the same seed draws the same tokens"),
+    LP_OPT_FLAG_OF(trace_opts, stop_at_eos, "stop-at-eos",
+                   "stop once the model's eos_token_id was generated (and fed through)"),
+    LP_OPT_ENUM_OF(trace_opts, kv_dtype, "kv-dtype", kv_dtype_names,
+                   "KV cache type (default auto: f16 for quantized weights, else theirs)"),
     LP_OPT_INT_OF(trace_opts, threads, "threads", "N", 1, 256,
                   "worker threads (default: all CPUs); results are repeatable per N"),
     LP_OPT_INT_OF(trace_opts, local_window, "local-window", "W", 1, (double)(INT64_MAX / 2),
@@ -56,22 +82,17 @@ static const lp_option trace_options[] = {
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec trace_spec = {
-    .name = "trace",
-    .summary = "run the forward pass and record attention into SQLite",
-    .synopsis = "MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS) [options]",
+LP_CLI_COMMAND(trace, run_trace, trace_options, 1, 1,
+               "run the forward pass and record attention into SQLite",
+               "MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS) [options]",
     .description =
         "Run the model's forward pass on the CPU and record what every head did into a SQLite\n"
         "database (schema: trace/store/schema.sql).\n"
         "\n"
         "MODEL is a model folder, .safetensors, .gguf or llama2.c .bin (llama2.c checkpoints\n"
         "need a tokenizer beside them, or --tokenizer, for text).",
-    .options = trace_options,
-    .min_positional = 1,
-    .max_positional = 1,
     .notes = "Prints the run id, token count, time and the last position's top predictions.\n"
-             "Exit status: 0 ok, 2 bad usage or input.",
-};
+             "Exit status: 0 ok, 2 bad usage or input.");
 
 /* ---- checks before a run row exists ----------------------------------------------------------- */
 
@@ -112,6 +133,11 @@ typedef struct trace_job {
     bool *layer_sel, *head_sel; /* [n_layers], [n_heads] */
     lp_pool *pool;
     lp_store *store;
+    /* generation */
+    int32_t *seq;     /* [prompt + generate] */
+    int64_t n_seq;
+    uint64_t kv_bytes;
+    lp_dtype kv_dtype;
 } trace_job;
 
 static void job_free(trace_job *j)
@@ -123,6 +149,7 @@ static void job_free(trace_job *j)
     lp_model_close(j->model);
     free(j->layer_sel);
     free(j->head_sel);
+    free(j->seq);
 }
 
 static lp_status select_maps(trace_job *j, const trace_opts *o, lp_error *err)
@@ -140,7 +167,8 @@ static lp_status select_maps(trace_job *j, const trace_opts *o, lp_error *err)
         lp_error_prefix(err, "--heads ");
         return LP_ERR_USAGE;
     }
-    return check_map_budget(o, arch, j->layer_sel, j->head_sel, (int64_t)j->in.n_ids, err);
+    return check_map_budget(o, arch, j->layer_sel, j->head_sel, (int64_t)j->in.n_ids + o->generate,
+                            err);
 }
 
 /* Model, tokens, selection, threads, database: every refusal happens here, before a run row. */
@@ -154,6 +182,16 @@ static lp_status prepare(trace_job *j, const trace_opts *o, lp_error *err)
     lp_batch batch = lp_batch_single(j->in.ids, (int64_t)j->in.n_ids);
     if (st || (st = lp_forward_check(j->model, &batch, err)) || (st = select_maps(j, o, err)))
         return st;
+    if (o->generate > 0 && o->stop_at_eos && lp_model_arch(j->model)->eos_token_id < 0)
+        return lp_error_set(err, LP_ERR_USAGE, "--stop-at-eos: %s names no eos_token_id",
+                            j->model_path);
+    if (o->generate > 0) {
+        j->kv_dtype = o->kv_dtype > 0 ? lp_dtype_from_name(kv_dtype_names[o->kv_dtype])
+                                      : lp_kv_default_dtype(j->model);
+        j->seq = malloc((j->in.n_ids + (size_t)o->generate) * sizeof *j->seq);
+        if (!j->seq)
+            return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    }
     if (o->threads > 1 && (st = lp_pool_create((int)o->threads, &j->pool, err)))
         return st;
     return lp_store_open(o->db, &j->store, err);
@@ -169,6 +207,7 @@ typedef struct tee_ctx {
     int64_t n_top;
     double t0;
     int64_t n_tokens;
+    int64_t latest;
 } tee_ctx;
 
 static bool tee_want(void *ctx, const lp_site *site)
@@ -180,9 +219,14 @@ static bool tee_want(void *ctx, const lp_site *site)
 static lp_status tee_observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
 {
     tee_ctx *t = ctx;
-    if (site->kind == LP_SITE_LOGITS && site->batch == 0 && view->row0 + view->rows - 1 == t->last_pos)
+    /* last_pos -1 (generation): the latest position seen */
+    int64_t last = view->row0 + view->rows - 1;
+    bool keep = last == t->last_pos || (t->last_pos < 0 && last > t->latest);
+    if (site->kind == LP_SITE_LOGITS && site->batch == 0 && keep) {
+        t->latest = last;
         t->n_top = lp_top_k(view->data + (view->rows - 1) * view->stride, view->cols, SUMMARY_TOP,
                             t->top);
+    }
     if (t->store->want(t->store->ctx, site))
         return t->store->observe(t->store->ctx, site, view, err);
     return LP_OK;
@@ -210,6 +254,32 @@ static void progress(void *ctx, int64_t batch, int layer, int n_layers)
     fflush(stderr);
 }
 
+/* A generation: prefill and decode steps through the store, the generated tokens recorded. */
+static lp_status record_generation(trace_job *j, const trace_opts *o, const lp_forward_opts *fopts,
+                                   tee_ctx *tee, double *seconds, lp_error *err)
+{
+    lp_generate_opts gen;
+    lp_generate_opts_init(&gen);
+    gen.n_new = o->generate;
+    gen.temperature = o->temperature;
+    gen.top_k = o->top_k; /* 0 when not given: every token */
+    gen.top_p = o->top_p;
+    gen.seed = (uint64_t)o->seed;
+    gen.stop_id = o->stop_at_eos ? (int32_t)lp_model_arch(j->model)->eos_token_id : -1;
+    gen.kv_dtype = j->kv_dtype;
+    lp_status st = lp_generate(j->model, j->in.ids, (int64_t)j->in.n_ids, &gen, fopts, j->seq,
+                               &j->n_seq, &j->kv_bytes, err);
+    if (st == LP_OK)
+        st = lp_store_set_generated(j->store, j->seq, (int64_t)j->in.n_ids, j->n_seq, j->kv_bytes,
+                                    lp_dtype_name(j->kv_dtype), err);
+    if (st != LP_OK) {
+        lp_store_abort_run(j->store);
+        return st;
+    }
+    *seconds = now_seconds() - tee->t0;
+    return lp_store_end_run(j->store, *seconds, err);
+}
+
 /* The run: its row, the pass through the store (and the summary's tee), the commit. */
 static lp_status record(trace_job *j, const trace_opts *o, tee_ctx *tee, int64_t *run_id,
                         double *seconds, lp_error *err)
@@ -220,26 +290,32 @@ static lp_status record(trace_job *j, const trace_opts *o, tee_ctx *tee, int64_t
     sopts.layers = j->layer_sel;
     sopts.heads = j->head_sel;
     sopts.logits = (lp_logits_mode)o->logits;
-    sopts.top_k = o->top_k;
+    /* --top-k is the predictions' count unless it filters --generate's sampling */
+    sopts.top_k = o->predictions > 0                 ? o->predictions
+                  : o->generate == 0 && o->top_k > 0 ? o->top_k
+                                                     : 5;
     sopts.local_window = o->local_window;
+    sopts.seq_len = o->generate > 0 ? (int64_t)j->in.n_ids + o->generate : 0;
     lp_run_info info = lp_run_info_for_model("trace", j->model_path, j->model, j->in.text,
                                              j->in.ids, (int64_t)j->in.n_ids, j->in.tokenizer,
                                              (int)o->threads);
     lp_status st = lp_store_begin_run(j->store, &info, &sopts, run_id, err);
     if (st != LP_OK)
         return st;
-    *tee = (tee_ctx){lp_store_observer(j->store), (int64_t)j->in.n_ids - 1, {{0, 0, 0}}, 0,
-                     now_seconds(), (int64_t)j->in.n_ids};
+    *tee = (tee_ctx){lp_store_observer(j->store), o->generate > 0 ? -1 : (int64_t)j->in.n_ids - 1,
+                     {{0, 0, 0}}, 0, now_seconds(), (int64_t)j->in.n_ids, -1};
     lp_observer obs = {tee, tee_want, tee_observe};
     lp_forward_opts fopts;
     lp_forward_opts_init(&fopts);
     fopts.observer = &obs;
     fopts.pool = j->pool;
     fopts.local_window = o->local_window;
-    if (isatty(STDERR_FILENO)) {
+    if (isatty(STDERR_FILENO) && o->generate == 0) {
         fopts.progress = progress;
         fopts.progress_ctx = tee;
     }
+    if (o->generate > 0)
+        return record_generation(j, o, &fopts, tee, seconds, err);
     lp_batch batch = lp_batch_single(j->in.ids, (int64_t)j->in.n_ids);
     if ((st = lp_forward(j->model, &batch, &fopts, err)) != LP_OK) {
         lp_store_abort_run(j->store);
@@ -272,17 +348,45 @@ static void print_piece(const lp_tokenizer *tok, int32_t id)
     free(label);
 }
 
+/* The generated tokens and the cache: its bytes beside what loupe estimate predicts. */
+static void print_generation(const trace_job *j, const trace_opts *o)
+{
+    size_t n_ids = j->in.n_ids;
+    printf("generated %lld token%s:", (long long)(j->n_seq - (int64_t)n_ids),
+           j->n_seq - (int64_t)n_ids == 1 ? "" : "s");
+    for (int64_t t = (int64_t)n_ids; t < j->n_seq; t++) {
+        printf(" ");
+        print_piece(j->in.tokenizer, j->seq[t]);
+    }
+    printf("\n");
+    lp_est_dtype ed;
+    uint64_t est = 0;
+    lp_error err = {0};
+    bool have = lp_est_dtype_parse(lp_dtype_name(j->kv_dtype), &ed) &&
+                lp_est_kv_bytes(lp_model_arch(j->model), &ed, 1,
+                                (int64_t)n_ids + o->generate, &est, &err) == LP_OK;
+    char got[32], want[32];
+    printf("kv cache %s: %llu bytes (%s) for %lld positions; loupe estimate: %s\n",
+           lp_dtype_name(j->kv_dtype), (unsigned long long)j->kv_bytes,
+           lp_format_bytes(j->kv_bytes, got, sizeof got), (long long)((int64_t)n_ids + o->generate),
+           have ? (snprintf(want, sizeof want, "%llu bytes", (unsigned long long)est), want)
+                : "unavailable");
+}
+
 static void print_summary(const trace_job *j, const trace_opts *o, const tee_ctx *tee,
                           int64_t run_id, double seconds)
 {
     const lp_arch *arch = lp_model_arch(j->model);
-    size_t n_ids = j->in.n_ids;
+    size_t n_ids = o->generate > 0 ? (size_t)j->n_seq : j->in.n_ids;
     printf("run %lld in %s: %zu token%s, %lld layers x %lld heads, %.3f s (%.0f tokens/s), %lld "
            "thread%s, isa %s\n",
            (long long)run_id, o->db, n_ids, n_ids == 1 ? "" : "s", (long long)arch->n_layers,
            (long long)arch->n_heads, seconds, seconds > 0 ? (double)n_ids / seconds : 0.0,
            (long long)o->threads, o->threads == 1 ? "" : "s", lp_isa_name(lp_kernels_isa()));
-    printf("next token after position %zu:", n_ids - 1);
+    if (o->generate > 0)
+        print_generation(j, o);
+    printf("next token after position %lld:", (long long)(o->generate > 0 ? j->n_seq - 1
+                                                                          : (int64_t)n_ids - 1));
     for (int64_t k = 0; k < tee->n_top; k++) {
         printf(" ");
         print_piece(j->in.tokenizer, tee->top[k].token_id);
@@ -293,12 +397,10 @@ static void print_summary(const trace_job *j, const trace_opts *o, const tee_ctx
 
 static int run_trace(int argc, char **argv)
 {
-    trace_opts o = {.db = "loupe.db", .maps = LP_MAPS_F16, .logits = LP_LOGITS_TOPK, .top_k = 5,
+    trace_opts o = {.db = "loupe.db", .maps = LP_MAPS_F16, .logits = LP_LOGITS_TOPK, .top_p = 1.0,
                     .threads = lp_cpu_count(), .local_window = 8, .max_map_bytes = 4ull << 30};
     const char *pos[LP_CLI_MAX_POSITIONAL];
-    int rc = lp_cli_parse(&trace_spec, argc, argv, &o, pos, NULL);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&trace_spec, argc, argv, &o, pos, NULL);
     trace_job job = {.model_path = pos[0]};
     tee_ctx tee;
     int64_t run_id;
@@ -313,5 +415,3 @@ static int run_trace(int argc, char **argv)
     job_free(&job);
     return LP_EXIT_OK;
 }
-
-const lp_command lp_command_trace = {&trace_spec, run_trace};

@@ -214,6 +214,88 @@ uint64_t lp_forward_scratch_bytes(const lp_arch *arch, int64_t n_tokens, int n_t
                                   bool attention_maps);
 
 /* ---------------------------------------------------------------------------------------------
+ * The KV cache and incremental decoding (trace/forward/kv_cache.c, trace/forward/decode.c).
+ *
+ *   lp_kv_cache *kv;
+ *   lp_kv_cache_create(model, T + N, LP_DTYPE_INVALID, &opts, LP_KV_FAULT_NONE, &kv, &err);
+ *   lp_forward_cached(model, kv, prompt, T, &opts, &err);   // prefill: positions 0 .. T-1
+ *   lp_forward_cached(model, kv, &next, 1, &opts, &err);    // decode: position T, against T keys
+ *   lp_kv_cache_destroy(kv);
+ *
+ * Layout per layer [n_kv_heads, slots, head_dim] in the cache dtype (f32, f16, bf16 or q8_0, whose
+ * rows are ceil(head_dim / 32) blocks of 34 bytes); slots = ctx, or for a sliding-window layer
+ * min(ctx, window) used as a ring (position p in slot p % window), as vLLM and llama.cpp keep
+ * it. New keys are written into the cache before the new queries attend, so every query reads the
+ * keys at the cache's precision. In lp_forward_cached the sites carry rows for the new tokens
+ * only: view->row0 is the absolute position of the first, ATTN_PROBS is [n_new, len + n_new]
+ * (bottom-right causal: row r sits at position row0 + r), LOGITS rows are positions row0 + r.
+ */
+
+typedef struct lp_kv_cache lp_kv_cache;
+
+/* Deliberately broken caches, so `loupe leak`'s decode check can prove it catches each. */
+typedef enum lp_kv_fault {
+    LP_KV_FAULT_NONE,
+    LP_KV_FAULT_CACHE_OFF_BY_ONE, /* a decode step writes its K/V one slot late */
+    LP_KV_FAULT_ROPE_STALE,       /* the decode position is not advanced */
+    LP_KV_FAULT_MASK_TOP_LEFT,    /* the causal mask aligned top-left when n_q != n_k */
+    LP_KV_FAULT_COUNT
+} lp_kv_fault;
+
+const char *lp_kv_fault_name(lp_kv_fault fault);        /* "cache-off-by-one", ... */
+lp_kv_fault lp_kv_fault_from_name(const char *name);    /* COUNT when unknown */
+
+/* The default cache dtype: f16 for quantized weights, else the weights' dtype (f32, f16, bf16). */
+lp_dtype lp_kv_default_dtype(const lp_model *model);
+
+/* A cache for ctx positions. dtype INVALID = lp_kv_default_dtype; others than f32/f16/bf16/q8_0
+ * are LP_ERR_UNSUPPORTED. opts (NULL = defaults) gives the windows (sliding_window,
+ * window_override) the later calls must use too. Every allocation is checked. */
+lp_status lp_kv_cache_create(const lp_model *model, int64_t ctx, lp_dtype dtype,
+                             const lp_forward_opts *opts, lp_kv_fault fault, lp_kv_cache **out,
+                             lp_error *err);
+void lp_kv_cache_destroy(lp_kv_cache *cache); /* NULL is fine */
+int64_t lp_kv_cache_len(const lp_kv_cache *cache);   /* positions processed so far */
+int64_t lp_kv_cache_ctx(const lp_kv_cache *cache);
+lp_dtype lp_kv_cache_dtype(const lp_kv_cache *cache);
+uint64_t lp_kv_cache_bytes(const lp_kv_cache *cache); /* K and V of every layer, as allocated */
+
+/* n new tokens of one sequence at positions len .. len+n-1, attending to the cache and to each
+ * other; their K/V join the cache. len + n must not exceed the cache's ctx (LP_ERR_RANGE). */
+lp_status lp_forward_cached(const lp_model *model, lp_kv_cache *cache, const int32_t *tokens,
+                            int64_t n, const lp_forward_opts *opts, lp_error *err);
+
+/* Generation: prefill, then one decode step per new token, the last one fed through too, so all
+ * T + N positions have been processed. Greedy (argmax, ties to the lower id) when temperature
+ * <= 0; else softmax(logits / temperature) restricted to the top_k best (0 = all) and to the
+ * smallest set whose probability reaches top_p (1 = all), sampled with a generator seeded by
+ * seed (repeatable). */
+typedef struct lp_generate_opts {
+    int64_t n_new;
+    double temperature;
+    int64_t top_k;
+    double top_p;
+    uint64_t seed;
+    int32_t stop_id; /* >= 0: stop after this token was generated (and fed through) */
+    lp_dtype kv_dtype;  /* INVALID = lp_kv_default_dtype */
+    lp_kv_fault fault;
+} lp_generate_opts;
+
+void lp_generate_opts_init(lp_generate_opts *opts);
+
+/* out[T + n_new] receives the prompt and the generated tokens; *n_out their count (less than
+ * T + n_new when stop_id was met); *kv_bytes the cache's size. opts->observer sees the prefill's
+ * sites, then each step's. */
+lp_status lp_generate(const lp_model *model, const int32_t *prompt, int64_t n_prompt,
+                      const lp_generate_opts *gen, const lp_forward_opts *opts, int32_t *out,
+                      int64_t *n_out, uint64_t *kv_bytes, lp_error *err);
+
+/* The sampling rule alone over one logits row: the chosen id into *out; *rng_state is advanced
+ * (seed it with gen->seed). LP_ERR_NOMEM when its [vocab] scratch cannot be had. */
+lp_status lp_sample_token(const float *logits, int64_t vocab, const lp_generate_opts *gen,
+                          uint64_t *rng_state, int32_t *out, lp_error *err);
+
+/* ---------------------------------------------------------------------------------------------
  * Probes: per-head summaries and predictions.
  */
 

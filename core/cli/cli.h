@@ -115,6 +115,33 @@ typedef struct lp_command {
     int (*run)(int argc, char **argv);
 } lp_command;
 
+/* One command's spec and its lp_command, so a cmd_*.c states only what is its own:
+ *
+ *   LP_CLI_COMMAND(inspect, run_inspect, inspect_options, 1, 1,
+ *                  "read a model's config and weights", "PATH [--stats] [--json]",
+ *                  .description = "...", .notes = "...");
+ *
+ * defines `static const lp_cli_spec inspect_spec` (name "inspect", the option table, the range
+ * of positional arguments, summary, synopsis, then any further designated fields) and
+ * `const lp_command lp_command_inspect`. run_fn is declared static here, so it is defined below
+ * and parses with &inspect_spec. */
+#define LP_CLI_COMMAND(cmd, run_fn, options_, min_pos, max_pos, summary_, synopsis_, ...)        \
+    static int run_fn(int argc, char **argv);                                                    \
+    static const lp_cli_spec cmd##_spec = {.name = #cmd, .summary = summary_,                     \
+                                           .synopsis = synopsis_, .options = options_,           \
+                                           .min_positional = min_pos, .max_positional = max_pos, \
+                                           __VA_ARGS__};                                         \
+    const lp_command lp_command_##cmd = {&cmd##_spec, run_fn}
+
+/* Parse into opts and the positional arguments, or return the exit status from the calling run
+ * function (the usage error is printed already). */
+#define LP_CLI_PARSE_OR_RETURN(spec, argc, argv, opts, positional, n_positional)                  \
+    do {                                                                                          \
+        int lp_cli_rc_ = lp_cli_parse(spec, argc, argv, opts, positional, n_positional);          \
+        if (lp_cli_rc_ != LP_CLI_PARSED)                                                          \
+            return lp_cli_rc_;                                                                    \
+    } while (0)
+
 /* Returned by lp_cli_parse when everything parsed; any other value is the exit status to return
  * (the one-line message was printed on stderr). */
 #define LP_CLI_PARSED (-1)

@@ -24,10 +24,9 @@ static const lp_option demo_options[] = {
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec demo_spec = {
-    .name = "demo",
-    .summary = "the whole tour on a synthetic model, no download needed",
-    .synopsis = "[OUT_DIR] [--card NAME] [--threads N]",
+LP_CLI_COMMAND(demo, demo_main, demo_options, 0, 1,
+               "the whole tour on a synthetic model, no download needed",
+               "[OUT_DIR] [--card NAME] [--threads N]",
     .description =
         "Runs the main job end to end without any download and writes everything into OUT_DIR\n"
         "(default: demo-out):\n"
@@ -37,11 +36,7 @@ static const lp_cli_spec demo_spec = {
         "  4. loupe trace OUT_DIR/model --prompt TEXT --db OUT_DIR/trace.db\n"
         "  5. loupe leak OUT_DIR/model --db OUT_DIR/trace.db\n"
         "  6. loupe render OUT_DIR/trace.db --all OUT_DIR/pictures\n"
-        "and names the gallery (OUT_DIR/pictures/index.html) at the end.",
-    .options = demo_options,
-    .min_positional = 0,
-    .max_positional = 1,
-};
+        "and names the gallery (OUT_DIR/pictures/index.html) at the end.",);
 
 static bool demo_is_dir(const char *path)
 {
@@ -103,9 +98,7 @@ static int demo_main(int argc, char **argv)
     demo_opts o = {"llama-3-8b", 0};
     const char *pos[LP_CLI_MAX_POSITIONAL];
     int n_pos = 0;
-    int rc = lp_cli_parse(&demo_spec, argc, argv, &o, pos, &n_pos);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&demo_spec, argc, argv, &o, pos, &n_pos);
     const char *out_dir = n_pos > 0 ? pos[0] : "demo-out";
     if (mkdir(out_dir, 0755) != 0 && !demo_is_dir(out_dir))
         return lp_cli_usage_error("demo", "%s: cannot create the output folder", out_dir);
@@ -121,5 +114,3 @@ static int demo_main(int argc, char **argv)
     printf("\ndemo complete: open %s/index.html (trace database: %s)\n", p.pictures, p.db);
     return LP_EXIT_OK;
 }
-
-const lp_command lp_command_demo = {&demo_spec, demo_main};

@@ -55,6 +55,9 @@ static const gguf_family FAMILIES[] = {
     {"starcoder2", "starcoder2", LP_FFN_MLP, LP_ACT_GELU_TANH, LP_NORM_LAYER, LP_POS_ROPE, LP_ROPE_HALVES, true, true, false},
     {"stablelm", "stablelm", LP_FFN_SWIGLU, LP_ACT_SILU, LP_NORM_LAYER, LP_POS_ROPE, LP_ROPE_HALVES, false, false, false},
     {"gptneox", "gpt_neox", LP_FFN_MLP, LP_ACT_GELU, LP_NORM_LAYER, LP_POS_ROPE, LP_ROPE_HALVES, false, true, true},
+    /* GPT-J: llama.cpp's graph rotates adjacent pairs (rotate_every_two); biases where the
+     * tensors have them */
+    {"gptj", "gptj", LP_FFN_MLP, LP_ACT_GELU_TANH, LP_NORM_LAYER, LP_POS_ROPE, LP_ROPE_ADJACENT, false, false, true},
     {"bloom", "bloom", LP_FFN_MLP, LP_ACT_GELU_TANH, LP_NORM_LAYER, LP_POS_ALIBI, LP_ROPE_HALVES, true, true, false},
     {"olmo2", "olmo2", LP_FFN_SWIGLU, LP_ACT_SILU, LP_NORM_RMS, LP_POS_ROPE, LP_ROPE_HALVES, false, false, false},
     {"gpt-oss", "gpt_oss", LP_FFN_SWIGLU, LP_ACT_SILU, LP_NORM_RMS, LP_POS_ROPE, LP_ROPE_HALVES, false, false, false},
@@ -513,7 +516,7 @@ static lp_status find_family(const lp_gguf *g, const char *file, const gguf_fami
     return lp_error_set(err, LP_ERR_UNSUPPORTED,
                         "%s: general.architecture \"%.*s\" is not supported (llama, qwen2, "
                         "qwen2moe, qwen3, qwen3moe, gemma, gemma2, gemma3, phi2, phi3, gpt2, "
-                        "falcon, deepseek2, starcoder2, stablelm, gptneox, bloom, olmo2, "
+                        "falcon, deepseek2, starcoder2, stablelm, gptneox, gptj, bloom, olmo2, "
                         "gpt-oss)",
                         file, (int)(arch_len > 40 ? 40 : arch_len), arch_name);
 }
@@ -724,6 +727,9 @@ static void read_tensor_facts(const lp_gguf *g, lp_arch *a, const gguf_family *f
         a->parallel_two_norms = has_layer_tensor(g, "attn_norm_2.weight");
     if (lp_arch_name_in(fam->gguf_name, "stablelm phi2"))
         a->qk_norm = has_layer_tensor(g, "attn_q_norm.weight");
+    /* StableLM's q/k norms are one per head, stacked [n_heads, head_dim] by the converter */
+    if (strcmp(fam->gguf_name, "stablelm") == 0)
+        a->qk_norm_per_head = a->qk_norm;
     a->storage_dtype = dominant_dtype(g);
 }
 

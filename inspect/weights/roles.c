@@ -169,6 +169,7 @@ static const name_role llama2c_layer[] = {
 
 static const name_role hf_global[] = {
     {"embed_tokens", LP_ROLE_TOKEN_EMBD},      /* llama-style, opt */
+    {"embed_in", LP_ROLE_TOKEN_EMBD},          /* gpt-neox */
     {"wte", LP_ROLE_TOKEN_EMBD},               /* gpt2 */
     {"word_embeddings", LP_ROLE_TOKEN_EMBD},   /* bloom, falcon */
     {"embed_positions", LP_ROLE_POS_EMBD},     /* opt */
@@ -218,6 +219,14 @@ static const name_role hf_layer[] = {
     {"attn.masked_bias", LP_ROLE_ATTN_MASK_BUFFER},
     {"self_attention.query_key_value", LP_ROLE_ATTN_QKV}, /* bloom, falcon */
     {"self_attention.dense", LP_ROLE_ATTN_O},
+    {"attention.query_key_value", LP_ROLE_ATTN_QKV}, /* gpt-neox */
+    {"attention.dense", LP_ROLE_ATTN_O},
+    {"attention.rotary_emb.inv_freq", LP_ROLE_ROPE_FREQS},
+    {"attention.masked_bias", LP_ROLE_ATTN_MASK_BUFFER},
+    {"attn.q_proj", LP_ROLE_ATTN_Q},         /* gpt-j */
+    {"attn.k_proj", LP_ROLE_ATTN_K},
+    {"attn.v_proj", LP_ROLE_ATTN_V},
+    {"attn.out_proj", LP_ROLE_ATTN_O},
     /* dense FFN */
     {"mlp.gate_proj", LP_ROLE_FFN_GATE},
     {"mlp.up_proj", LP_ROLE_FFN_UP},
@@ -231,6 +240,8 @@ static const name_role hf_layer[] = {
     {"mlp.c_proj", LP_ROLE_FFN_DOWN},
     {"mlp.dense_h_to_4h", LP_ROLE_FFN_UP},   /* bloom, falcon */
     {"mlp.dense_4h_to_h", LP_ROLE_FFN_DOWN},
+    {"mlp.fc_in", LP_ROLE_FFN_UP},           /* gpt-j */
+    {"mlp.fc_out", LP_ROLE_FFN_DOWN},
     /* MoE */
     {"block_sparse_moe.gate", LP_ROLE_ROUTER}, /* mixtral */
     {"mlp.gate", LP_ROLE_ROUTER},              /* qwen2_moe, qwen3_moe, deepseek */
@@ -364,8 +375,9 @@ static void assign_hf(lp_tensor *t, const char *base, const char *family, bool i
         t->role = post_attention_is_post_norm(family) ? LP_ROLE_ATTN_POST_NORM : LP_ROLE_FFN_NORM;
         return;
     }
-    if (is_bias && strcmp(rest, "attn") == 0) {
-        /* GPT-2's "h.N.attn.bias" is its causal-mask buffer, not a bias of anything */
+    if (is_bias && (strcmp(rest, "attn") == 0 || strcmp(rest, "attention") == 0)) {
+        /* GPT-2's and GPT-J's "h.N.attn.bias", old GPT-NeoX checkpoints' "attention.bias": the
+         * causal-mask buffer, not a bias of anything */
         t->role = LP_ROLE_ATTN_MASK_BUFFER;
         return;
     }
@@ -378,6 +390,22 @@ static void assign_hf(lp_tensor *t, const char *base, const char *family, bool i
         t->role = lookup(hf_expert, erest);
         if (t->role != LP_ROLE_UNKNOWN)
             t->expert = expert;
+        return;
+    }
+    /* StableLM's per-head q/k LayerNorms, "self_attn.q_layernorm.norms.H": the head is given
+     * as the expert index */
+    const char *p = strstr(rest, ".norms.");
+    size_t stem = p ? (size_t)(p - rest) : 0;
+    int head = p ? parse_index(p + 7, strlen(p + 7)) : -1;
+    char owner[64];
+    if (head >= 0 && stem < sizeof owner) {
+        memcpy(owner, rest, stem);
+        owner[stem] = '\0';
+        lp_role r = lookup(hf_layer, owner);
+        if (r == LP_ROLE_ATTN_Q_NORM || r == LP_ROLE_ATTN_K_NORM) {
+            t->role = r;
+            t->expert = head;
+        }
     }
 }
 

@@ -179,7 +179,7 @@ else
   old_fp=$(db="$old" fingerprint 1)
   expect_status 0 "$LOUPE" trace "$model" --tokens "$short_ids" --db "$old" --threads 1
   got=$(sqlite3 "$old" "SELECT value FROM meta WHERE key = 'schema_version'")
-  if [ "$got" = "1" ]; then ok; else bad "migrated database has schema_version '$got', want 1"; fi
+  if [ "$got" = "2" ]; then ok; else bad "migrated database has schema_version '$got', want 2"; fi
   if sqlite3 "$old" "SELECT count(label) FROM tokens WHERE run_id = 2" | grep -qx 8; then ok; else
     bad "migrated database: the new run has no token labels"; fi
   if [ "$(db="$old" fingerprint 1)" = "$old_fp" ]; then ok; else bad "migration changed the old run"; fi

@@ -76,6 +76,12 @@ expect_eq 7 "$(json_field "$TMP/obo.json" leak_count)" "off-by-one leak_count"
 expect_eq 0 "$(json_field "$TMP/obo.json" blocked_count)" "off-by-one blocked_count"
 expect_eq 0 "$(json_field "$TMP/obo.json" nan_rows)" "off-by-one nan_rows"
 if grep -q '"leaks": \[' "$TMP/obo.json" && grep -q '"key": 7' "$TMP/obo.json"; then ok; else bad "off-by-one JSON lacks the leak list"; fi
+# one stray allowed cell above the diagonal is not no-mask: named with its coordinates
+npy_mask "$TMP/stray.npy" '|b1' $T 'k <= q || (q == 2 && k == 6) ? 1 : 0'
+npy_mask "$TMP/ones.npy" '|b1' $T '1'
+expect_status 1 "$LOUPE" leak --mask "$TMP/stray.npy"
+grep -qF "verdict: LEAK (stray cells)" "$TMP/out" && grep -qF "batch 0 head 0 query 2 key 6" "$TMP/out" && ok || bad "stray cell: $(cat "$TMP/out")"
+expect_stdout_contains "verdict: LEAK (no-mask)" "$LOUPE" leak --mask "$TMP/ones.npy"
 # a window of 3: blocked as causal, clean as window:3, leaking as window:2, blocked as window:4
 expect_status 1 "$LOUPE" leak --mask "$TMP/win3.npy"
 "$LOUPE" leak --mask "$TMP/win3.npy" --json >"$TMP/w.json"

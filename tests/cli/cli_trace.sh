@@ -75,9 +75,9 @@ if [ "$have_sqlite" -eq 1 ]; then
   expect_eq "0|40" "$(q "SELECT (SELECT count(*) FROM attention WHERE run_id = 8), (SELECT count(*) FROM head_stats WHERE run_id = 8)")" "maps none"
 
   # A database from a newer loupe is refused.
-  q "UPDATE meta SET value = '2' WHERE key = 'schema_version'"
+  q "UPDATE meta SET value = '99' WHERE key = 'schema_version'"
   expect_one_line_error "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,2 --db "$DB"
-  expect_stderr_contains "schema_version 2 is newer" "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,2 --db "$DB"
+  expect_stderr_contains "schema_version 99 is newer" "$LOUPE" trace "$M/stories260K.gguf" --tokens 1,2 --db "$DB"
 else
   echo "note: sqlite3 CLI not found; database content checks skipped"
 fi

@@ -948,6 +948,32 @@ static void test_roles(void **state)
         {"model.layers.9.mlp.shared_experts.gate_proj.weight", "deepseek_v2", LP_FORMAT_SAFETENSORS, LP_ROLE_SHARED_GATE, 9, -1, false, false},
         {"model.layers.9.mlp.gate.e_score_correction_bias", "deepseek_v3", LP_FORMAT_SAFETENSORS, LP_ROLE_ROUTER_BIAS, 9, -1, false, false},
         {"model.layers.9.mlp.experts.255.down_proj.weight", "deepseek_v3", LP_FORMAT_SAFETENSORS, LP_ROLE_EXPERT_DOWN, 9, 255, false, false},
+        /* GPT-NeoX with and without its class prefix, and its buffers */
+        {"gpt_neox.embed_in.weight", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_TOKEN_EMBD, -1, -1, false, false},
+        {"embed_in.weight", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_TOKEN_EMBD, -1, -1, false, false},
+        {"embed_out.weight", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_LM_HEAD, -1, -1, false, false},
+        {"gpt_neox.layers.3.attention.query_key_value.bias", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_QKV, 3, -1, true, false},
+        {"layers.3.attention.query_key_value.weight", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_QKV, 3, -1, false, false},
+        {"gpt_neox.layers.3.attention.dense.weight", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_O, 3, -1, false, false},
+        {"gpt_neox.layers.3.post_attention_layernorm.bias", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_NORM, 3, -1, true, false},
+        {"gpt_neox.final_layer_norm.weight", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_OUTPUT_NORM, -1, -1, false, false},
+        {"gpt_neox.layers.3.attention.bias", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_MASK_BUFFER, 3, -1, false, false},
+        {"gpt_neox.layers.3.attention.masked_bias", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_MASK_BUFFER, 3, -1, false, false},
+        {"gpt_neox.layers.3.attention.rotary_emb.inv_freq", "gpt_neox", LP_FORMAT_SAFETENSORS, LP_ROLE_ROPE_FREQS, 3, -1, false, false},
+        /* GPT-J, with and without "transformer." */
+        {"transformer.h.2.attn.q_proj.weight", "gptj", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_Q, 2, -1, false, false},
+        {"h.2.attn.out_proj.weight", "gptj", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_O, 2, -1, false, false},
+        {"transformer.h.2.mlp.fc_in.bias", "gptj", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_UP, 2, -1, true, false},
+        {"h.2.mlp.fc_out.weight", "gptj", LP_FORMAT_SAFETENSORS, LP_ROLE_FFN_DOWN, 2, -1, false, false},
+        {"transformer.h.2.attn.bias", "gptj", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_MASK_BUFFER, 2, -1, false, false},
+        {"wte.weight", "gptj", LP_FORMAT_SAFETENSORS, LP_ROLE_TOKEN_EMBD, -1, -1, false, false},
+        /* StableLM's per-head q/k LayerNorms: the head as the expert index */
+        {"model.layers.2.self_attn.q_layernorm.norms.7.weight", "stablelm", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_Q_NORM, 2, 7, false, false},
+        {"layers.2.self_attn.k_layernorm.norms.1.weight", "stablelm", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_K_NORM, 2, 1, false, false},
+        {"model.layers.2.mlp.norms.1.weight", "stablelm", LP_FORMAT_SAFETENSORS, LP_ROLE_UNKNOWN, -1, -1, false, false},
+        /* Phi without "model." */
+        {"layers.1.self_attn.dense.weight", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_O, 1, -1, false, false},
+        {"final_layernorm.weight", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_OUTPUT_NORM, -1, -1, false, false},
         {"model.layers.9.something_new.weight", "llama", LP_FORMAT_SAFETENSORS, LP_ROLE_UNKNOWN, -1, -1, false, false},
         /* GGUF */
         {"token_embd.weight", "", LP_FORMAT_GGUF, LP_ROLE_TOKEN_EMBD, -1, -1, false, false},

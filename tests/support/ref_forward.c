@@ -48,6 +48,29 @@ static bool has_post_norms(const ref_config *c)
     return c->family == REF_GEMMA2 || c->family == REF_GEMMA3;
 }
 static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim; }
+/* LayerNorm with bias and a plain (ungated) MLP */
+static bool is_layernorm_mlp(const ref_config *c)
+{
+    return c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
+           c->family == REF_GPTJ;
+}
+/* attention and MLP both read the block's input; one norm feeds both (Phi, GPT-J) */
+static bool is_parallel(const ref_config *c)
+{
+    return ((c->family == REF_NEOX || c->family == REF_STABLELM) && c->parallel) ||
+           c->family == REF_PHI || c->family == REF_GPTJ;
+}
+static bool shares_input_norm(const ref_config *c)
+{
+    return c->family == REF_PHI || c->family == REF_GPTJ ||
+           (c->family == REF_STABLELM && c->parallel);
+}
+static bool uses_layernorm(const ref_config *c)
+{
+    return is_layernorm_mlp(c) || c->family == REF_STABLELM;
+}
+/* StableLM: each head's q and k norm is its own */
+static bool qk_norm_each_head(const ref_config *c) { return c->family == REF_STABLELM; }
 
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
 {
@@ -70,12 +93,14 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
     if (c->family == REF_GPT2)
         RT(m->pos, c->n_positions * H, sc, 0.0);
     RT(m->out_norm, H, 0.1, norm_offset);
-    if (c->family == REF_GPT2)
+    if (uses_layernorm(c))
         RT(m->out_norm_b, H, 0.1, 0.0);
     if (c->tied)
         m->lm_head = m->embed;
     else
         RT(m->lm_head, c->vocab * H, sc, 0.0);
+    if (c->family == REF_PHI || c->family == REF_GPTJ)
+        RT(m->lm_head_b, c->vocab, 0.1, 0.0);
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     ok = ok && m->layers;
     for (int64_t l = 0; ok && l < c->n_layers; l++) {
@@ -85,16 +110,22 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
         RT(L->wk, kv_dim(c) * H, sc, 0.0);
         RT(L->wv, kv_dim(c) * H, sc, 0.0);
         RT(L->wo, H * q_dim(c), sc, 0.0);
-        RT(L->ffn_norm, H, 0.1, norm_offset);
-        if (c->family == REF_GPT2) {
+        if (!shares_input_norm(c))
+            RT(L->ffn_norm, H, 0.1, norm_offset);
+        if (uses_layernorm(c)) {
             RT(L->attn_norm_b, H, 0.1, 0.0);
-            RT(L->ffn_norm_b, H, 0.1, 0.0);
+            if (!shares_input_norm(c))
+                RT(L->ffn_norm_b, H, 0.1, 0.0);
+        }
+        if (is_layernorm_mlp(c)) {
+            RT(L->b_up, F, 0.1, 0.0);
+            RT(L->b_down, H, 0.1, 0.0);
+        }
+        if (is_layernorm_mlp(c) && c->family != REF_GPTJ) {
             RT(L->bq, q_dim(c), 0.1, 0.0);
             RT(L->bk, kv_dim(c), 0.1, 0.0);
             RT(L->bv, kv_dim(c), 0.1, 0.0);
             RT(L->bo, H, 0.1, 0.0);
-            RT(L->b_up, F, 0.1, 0.0);
-            RT(L->b_down, H, 0.1, 0.0);
         }
         if (c->qkv_bias) {
             RT(L->bq, q_dim(c), 0.1, 0.0);
@@ -102,8 +133,10 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->bv, kv_dim(c), 0.1, 0.0);
         }
         if (c->qk_norm) {
-            RT(L->q_norm, c->head_dim, 0.1, norm_offset);
-            RT(L->k_norm, c->head_dim, 0.1, norm_offset);
+            int64_t nq = qk_norm_each_head(c) ? q_dim(c) : c->head_dim;
+            int64_t nk = qk_norm_each_head(c) ? kv_dim(c) : c->head_dim;
+            RT(L->q_norm, nq, 0.1, norm_offset);
+            RT(L->k_norm, nk, 0.1, norm_offset);
         }
         if (has_post_norms(c)) {
             RT(L->post_attn_norm, H, 0.1, 0.0);
@@ -121,7 +154,7 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
                 RT(L->e_down[e], H * F, sc, 0.0);
             }
         } else {
-            if (c->family != REF_GPT2)
+            if (!is_layernorm_mlp(c))
                 RT(L->w_gate, F * H, sc, 0.0);
             RT(L->w_up, F * H, sc, 0.0);
             RT(L->w_down, H * F, sc, 0.0);
@@ -161,6 +194,7 @@ void ref_model_free(ref_model *m)
     free(m->pos);
     free(m->out_norm);
     free(m->out_norm_b);
+    free(m->lm_head_b);
     memset(m, 0, sizeof *m);
 }
 
@@ -191,7 +225,7 @@ static void matvec(double *y, const float *w, const float *b, const double *x, i
 static void norm(const ref_config *c, double *y, const double *x, const float *w, const float *b,
                  int64_t n)
 {
-    if (c->family == REF_GPT2) {
+    if (uses_layernorm(c)) {
         double mean = 0, var = 0;
         for (int64_t i = 0; i < n; i++)
             mean += x[i];
@@ -200,7 +234,7 @@ static void norm(const ref_config *c, double *y, const double *x, const float *w
             var += (x[i] - mean) * (x[i] - mean);
         var /= (double)n;
         for (int64_t i = 0; i < n; i++)
-            y[i] = (x[i] - mean) / sqrt(var + c->eps) * (double)w[i] + (double)b[i];
+            y[i] = (x[i] - mean) / sqrt(var + c->eps) * (double)w[i] + (b ? (double)b[i] : 0.0);
         return;
     }
     double ss = 0;
@@ -218,6 +252,8 @@ static double gelu_tanh(double v)
 {
     return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
 }
+
+static double gelu_erf(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
 
 static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, int64_t pos)
 {
@@ -244,9 +280,10 @@ static void mlp(const ref_config *c, double *out, const double *x, const float *
 {
     int64_t H = c->hidden, F = c->ffn;
     matvec(u, w_up, b_up, x, F, H);
-    if (c->family == REF_GPT2) {
+    if (is_layernorm_mlp(c)) {
+        /* GPT-NeoX's "gelu" is the exact one; GPT-2, Phi and GPT-J use gelu_new (tanh) */
         for (int64_t i = 0; i < F; i++)
-            g[i] = gelu_tanh(u[i]);
+            g[i] = c->family == REF_NEOX ? gelu_erf(u[i]) : gelu_tanh(u[i]);
     } else {
         matvec(g, w_gate, NULL, x, F, H);
         for (int64_t i = 0; i < F; i++)
@@ -277,9 +314,10 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
     double *tmp2 = calloc((size_t)H, sizeof(double));
     double *g = calloc((size_t)F, sizeof(double)), *u = calloc((size_t)F, sizeof(double));
     double *sc = calloc((size_t)T, sizeof(double));
+    double *ao = calloc((size_t)(T * H), sizeof(double)); /* attention's output, per token */
     double *rp = calloc((size_t)(E > 0 ? E : 1), sizeof(double));
     bool ok = out->logits && out->probs && out->resid && out->head_out && out->experts && x &&
-              xn && q && k && v && att && tmp && tmp2 && g && u && sc && rp;
+              xn && q && k && v && att && tmp && tmp2 && g && u && sc && rp && ao;
     if (!ok)
         goto done;
 
@@ -310,11 +348,13 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                 double tmp_head[512];
                 for (int64_t h = 0; h < nh; h++) {
                     memcpy(tmp_head, q + t * QD + h * hd, (size_t)hd * sizeof(double));
-                    norm(c, q + t * QD + h * hd, tmp_head, Ly->q_norm, NULL, hd);
+                    norm(c, q + t * QD + h * hd, tmp_head,
+                         Ly->q_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
                 }
                 for (int64_t h = 0; h < c->n_kv_heads; h++) {
                     memcpy(tmp_head, k + t * KVD + h * hd, (size_t)hd * sizeof(double));
-                    norm(c, k + t * KVD + h * hd, tmp_head, Ly->k_norm, NULL, hd);
+                    norm(c, k + t * KVD + h * hd, tmp_head,
+                         Ly->k_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
                 }
             }
             if (c->family != REF_GPT2) {
@@ -362,12 +402,19 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                 norm(c, tmp2, tmp, Ly->post_attn_norm, NULL, H);
                 memcpy(tmp, tmp2, (size_t)H * sizeof(double));
             }
-            for (int64_t i = 0; i < H; i++)
-                x[t * H + i] += tmp[i];
+            /* a parallel block adds it together with the MLP's, which reads the same x */
+            for (int64_t i = 0; i < H; i++) {
+                ao[t * H + i] = tmp[i];
+                if (!is_parallel(c))
+                    x[t * H + i] += tmp[i];
+            }
         }
         for (int64_t t = 0; t < T; t++) {
             double *h_in = xn + t * H;
-            norm(c, h_in, x + t * H, Ly->ffn_norm, Ly->ffn_norm_b, H);
+            if (shares_input_norm(c))
+                norm(c, h_in, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
+            else
+                norm(c, h_in, x + t * H, Ly->ffn_norm, Ly->ffn_norm_b, H);
             if (c->family == REF_MIXTRAL) {
                 matvec(rp, Ly->router, NULL, h_in, E, H);
                 double mx = -INFINITY, z = 0;
@@ -406,14 +453,14 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                 memcpy(tmp, tmp2, (size_t)H * sizeof(double));
             }
             for (int64_t i = 0; i < H; i++)
-                x[t * H + i] += tmp[i];
+                x[t * H + i] += tmp[i] + (is_parallel(c) ? ao[t * H + i] : 0.0);
         }
         for (int64_t i = 0; i < T * H; i++)
             out->resid[l * T * H + i] = (float)x[i];
     }
     for (int64_t t = 0; t < T; t++) {
         norm(c, tmp2, x + t * H, m->out_norm, m->out_norm_b, H);
-        matvec(tmp, m->lm_head, NULL, tmp2, V, H);
+        matvec(tmp, m->lm_head, m->lm_head_b, tmp2, V, H);
         for (int64_t i = 0; i < V; i++) {
             double z = tmp[i];
             if (c->final_softcap > 0)
@@ -434,6 +481,7 @@ done:
     free(u);
     free(sc);
     free(rp);
+    free(ao);
     if (!ok)
         ref_outputs_free(out);
     return ok;
@@ -450,6 +498,10 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_GEMMA: return LP_SYNTH_GEMMA;
     case REF_GEMMA2: return LP_SYNTH_GEMMA2;
     case REF_GEMMA3: return LP_SYNTH_GEMMA3;
+    case REF_NEOX: return LP_SYNTH_NEOX;
+    case REF_PHI: return LP_SYNTH_PHI;
+    case REF_GPTJ: return LP_SYNTH_GPTJ;
+    case REF_STABLELM: return LP_SYNTH_STABLELM;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -464,6 +516,9 @@ static const float *layer_tensor(const ref_layer *L, const lp_synth_tensor *t)
     bool b = t->is_bias;
     if (t->expert >= 0)
         switch (t->role) {
+        /* StableLM's per-head norms: the head's slice */
+        case LP_ROLE_ATTN_Q_NORM: return L->q_norm + t->expert * t->rows;
+        case LP_ROLE_ATTN_K_NORM: return L->k_norm + t->expert * t->rows;
         case LP_ROLE_EXPERT_GATE: return L->e_gate[t->expert];
         case LP_ROLE_EXPERT_UP: return L->e_up[t->expert];
         case LP_ROLE_EXPERT_DOWN: return L->e_down[t->expert];
@@ -496,7 +551,7 @@ static const float *model_tensor(const ref_model *m, const lp_synth_tensor *t)
     case LP_ROLE_TOKEN_EMBD: return m->embed;
     case LP_ROLE_POS_EMBD: return m->pos;
     case LP_ROLE_OUTPUT_NORM: return t->is_bias ? m->out_norm_b : m->out_norm;
-    case LP_ROLE_LM_HEAD: return m->lm_head;
+    case LP_ROLE_LM_HEAD: return t->is_bias ? m->lm_head_b : m->lm_head;
     default: return NULL;
     }
 }
@@ -523,7 +578,8 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .rope_theta = c->theta, .tied = c->tied, .n_experts = c->n_experts, .top_k = c->top_k,
         .window = c->window, .sliding_pattern = c->sliding_pattern,
         .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,
-        .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap, .bos_id = 1,
+        .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap,
+        .parallel = c->parallel, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm, .bos_id = 1,
         .eos_id = 2, .dtype = matrix_dtype, .vector_dtype = LP_DTYPE_F32,
         .fill = fill_from_model, .fill_ctx = (void *)m,
     };

@@ -27,6 +27,17 @@ typedef enum ref_family {
     REF_GEMMA,   /* Gemma 1: Gemma 2 without post norms, windows, soft-caps; 1/sqrt(head_dim) */
     REF_GEMMA3,  /* Gemma 3: Gemma 2's block without soft-caps, (1 + w) q/k norms, layers with
                     (l + 1) % sliding_pattern != 0 slide and rotate with local_theta */
+    REF_NEOX,    /* GPT-NeoX / Pythia: LayerNorm + bias, biases on q/k/v/o and the MLP, exact
+                    (erf) GELU MLP, partial RoPE (halves), untied bias-free embed_out; parallel
+                    residual x + attn(ln1 x) + mlp(ln2 x) when cfg.parallel, else sequential */
+    REF_PHI,     /* Phi-1/1.5/2: one LayerNorm feeding attention and MLP in parallel, biases on
+                    q/k/v/dense/fc1/fc2, gelu_new, partial RoPE (halves), biased lm_head */
+    REF_GPTJ,    /* GPT-J: Phi's parallel block with bias-free q/k/v/out_proj, biased fc_in/fc_out
+                    and lm_head, gelu_new, partial RoPE on adjacent (rotate-every-two) pairs */
+    REF_STABLELM, /* StableLM: LayerNorm + bias, SwiGLU without biases, q/k/v biases when
+                    qkv_bias, a bias-free LayerNorm of its own per head on q and k when qk_norm,
+                    partial RoPE (halves); StableLM 2's parallel block with one norm when
+                    cfg.parallel, StableLM-3B's sequential block otherwise */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -45,9 +56,11 @@ typedef struct ref_config {
     double attn_softcap, final_softcap;
     double scale;             /* weights uniform in [-scale, scale] */
     int64_t rope_dim;         /* rotated dims per head (partial_rotary_factor); 0 = head_dim */
-    bool qk_norm;             /* Qwen3: per-head RMSNorm of q and k before RoPE */
+    bool qk_norm;             /* Qwen3: per-head RMSNorm of q and k before RoPE (StableLM: a
+                                 LayerNorm of each head's own) */
     int64_t sliding_pattern;  /* Gemma 3 */
     double local_theta;       /* Gemma 3: RoPE base of sliding layers */
+    bool parallel;            /* GPT-NeoX, StableLM: use_parallel_residual */
 } ref_config;
 
 typedef struct ref_layer {
@@ -61,7 +74,8 @@ typedef struct ref_layer {
     float *post_ffn_norm;             /* Gemma 2 */
     float *router;                    /* [n_experts, hidden] */
     float **e_gate, **e_up, **e_down; /* [n_experts] of [ffn, hidden], [ffn, hidden], [hidden, ffn] */
-    float *q_norm, *k_norm;           /* [head_dim] (qk_norm) */
+    float *q_norm, *k_norm;           /* [head_dim] (qk_norm); StableLM: [n_heads, head_dim],
+                                         [n_kv_heads, head_dim] */
 } ref_layer;
 
 typedef struct ref_model {
@@ -70,6 +84,7 @@ typedef struct ref_model {
     float *pos;       /* [n_positions, hidden] GPT-2 */
     float *out_norm, *out_norm_b;
     float *lm_head;   /* [vocab, hidden]; == embed when tied */
+    float *lm_head_b; /* [vocab] (Phi, GPT-J) or NULL */
     ref_layer *layers;
 } ref_model;
 

@@ -401,6 +401,39 @@ static const random_case random_cases[] = {
                    .n_kv_heads = 2, .head_dim = 8, .ffn = 32, .n_positions = 400, .eps = 1e-5,
                    .tied = true, .scale = 0.2},
      333, {LP_DTYPE_F32}, 1, 1e-4},
+    /* the dense families with parallel blocks, on odd shapes: head_dim 12 or 10 (not a multiple
+     * of 8), vocabularies not a multiple of 16, partial rotary */
+    {"neox", {.family = REF_NEOX, .vocab = 61, .hidden = 36, .n_layers = 2, .n_heads = 3,
+              .n_kv_heads = 3, .head_dim = 12, .ffn = 72, .eps = 1e-5, .theta = 10000,
+              .rope_dim = 6, .parallel = true, .scale = 0.2},
+     21, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"neox-sequential", {.family = REF_NEOX, .vocab = 45, .hidden = 36, .n_layers = 2,
+                         .n_heads = 3, .n_kv_heads = 3, .head_dim = 12, .ffn = 40, .eps = 1e-5,
+                         .theta = 10000, .rope_dim = 4, .parallel = false, .scale = 0.2},
+     17, {LP_DTYPE_F16}, 1, 1e-4},
+    {"neox-long", {.family = REF_NEOX, .vocab = 37, .hidden = 20, .n_layers = 1, .n_heads = 2,
+                   .n_kv_heads = 2, .head_dim = 10, .ffn = 24, .eps = 1e-5, .theta = 10000,
+                   .rope_dim = 2, .parallel = true, .scale = 0.3},
+     300, {LP_DTYPE_F32}, 1, 1e-4}, /* past one 256-row FFN chunk */
+    {"phi", {.family = REF_PHI, .vocab = 77, .hidden = 40, .n_layers = 2, .n_heads = 4,
+             .n_kv_heads = 2, .head_dim = 10, .ffn = 56, .eps = 1e-5, .theta = 10000,
+             .rope_dim = 4, .scale = 0.2},
+     19, {LP_DTYPE_F32, LP_DTYPE_F16}, 2, 1e-4},
+    {"gptj", {.family = REF_GPTJ, .vocab = 83, .hidden = 36, .n_layers = 2, .n_heads = 3,
+              .n_kv_heads = 3, .head_dim = 12, .ffn = 48, .eps = 1e-5, .theta = 10000,
+              .rope_dim = 4, .rope_adjacent = true, .scale = 0.2},
+     18, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    /* StableLM 2 (12B's layout: parallel, per-head q/k LayerNorms; 1.6B's q/k/v biases) and
+     * StableLM-3B-4E1T's sequential block */
+    {"stablelm2", {.family = REF_STABLELM, .vocab = 69, .hidden = 40, .n_layers = 2,
+                   .n_heads = 4, .n_kv_heads = 2, .head_dim = 10, .ffn = 52, .eps = 1e-5,
+                   .theta = 10000, .rope_dim = 2, .parallel = true, .qk_norm = true,
+                   .qkv_bias = true, .scale = 0.2},
+     16, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"stablelm-3b", {.family = REF_STABLELM, .vocab = 59, .hidden = 36, .n_layers = 2,
+                     .n_heads = 3, .n_kv_heads = 3, .head_dim = 12, .ffn = 40, .eps = 1e-5,
+                     .theta = 10000, .rope_dim = 4, .scale = 0.2},
+     15, {LP_DTYPE_F16}, 1, 1e-4},
 };
 
 /* Tokens of a case: a seeded LCG below vocab. */
@@ -577,8 +610,13 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     KV("embedding_length", c->hidden);
     KV("feed_forward_length", c->ffn);
     KV("attention.head_count", c->n_heads);
-    if (c->family != REF_GPT2)
+    /* llama.cpp's gpt2, gptneox and gptj converters write no kv head count */
+    bool layer_norm = c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
+                      c->family == REF_GPTJ || c->family == REF_STABLELM;
+    if (c->family != REF_GPT2 && c->family != REF_NEOX && c->family != REF_GPTJ)
         KV("attention.head_count_kv", c->n_kv_heads);
+    if (c->rope_dim > 0)
+        KV("rope.dimension_count", c->rope_dim);
     if (c->n_experts > 0) {
         KV("expert_count", c->n_experts);
         KV("expert_used_count", c->top_k);
@@ -590,8 +628,12 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     KV("vocab_size", c->vocab);
 #undef KV
     snprintf(key, sizeof key, "%s.attention.%s", arch,
-             c->family == REF_GPT2 ? "layer_norm_epsilon" : "layer_norm_rms_epsilon");
+             layer_norm ? "layer_norm_epsilon" : "layer_norm_rms_epsilon");
     lp_gw_kv_f32(w, key, (float)c->eps);
+    if (c->family == REF_NEOX || c->family == REF_STABLELM) {
+        snprintf(key, sizeof key, "%s.use_parallel_residual", arch);
+        lp_gw_kv_bool(w, key, c->parallel);
+    }
 }
 
 /* Every matrix type the issue names, one per tensor: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16. */
@@ -975,6 +1017,97 @@ static void write_gguf_gpt2(lp_gw *w, ref_model *m)
     }
 }
 
+/* ---- GGUF GPT-NeoX, Phi-2 and GPT-J as llama.cpp names them: f32 tensors straight from the
+ * reference model's arrays, q | k | v fused where the converter fuses them ---- */
+
+/* One f32 tensor of [rows, cols] (cols 0: a vector), named after layer l when the name has %d. */
+static void gguf_f32(lp_gw *w, const char *fmt, int l, int64_t rows, int64_t cols,
+                     const float *data)
+{
+    char name[64];
+    snprintf(name, sizeof name, fmt, l);
+    assert_non_null(data);
+    int64_t ne[2] = {cols > 0 ? cols : rows, rows};
+    lp_gw_tensor(w, name, cols > 0 ? 2 : 1, ne, 0, data, (size_t)(rows * (cols > 0 ? cols : 1)) * 4);
+}
+
+/* q | k | v rows (or biases) of one layer in one kept buffer. */
+static const float *gguf_concat3(const float *q, const float *k, const float *v, int64_t nq,
+                                 int64_t nkv)
+{
+    float *out = malloc((size_t)(nq + 2 * nkv) * sizeof *out);
+    assert_non_null(out);
+    memcpy(out, q, (size_t)nq * sizeof *out);
+    memcpy(out + nq, k, (size_t)nkv * sizeof *out);
+    memcpy(out + nq + nkv, v, (size_t)nkv * sizeof *out);
+    assert_true(n_gguf_data < 64);
+    gguf_data[n_gguf_data++] = (uint8_t *)out;
+    return out;
+}
+
+/* The norms, MLP and output every LayerNorm family shares; the attention is the caller's. */
+static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool fused_qkv)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->ffn, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+    gguf_hparams(w, arch, c, 64);
+    gguf_f32(w, "token_embd.weight", -1, c->vocab, H, m->embed);
+    for (int l = 0; l < c->n_layers; l++) {
+        const ref_layer *L = &m->layers[l];
+        gguf_f32(w, "blk.%d.attn_norm.weight", l, H, 0, L->attn_norm);
+        gguf_f32(w, "blk.%d.attn_norm.bias", l, H, 0, L->attn_norm_b);
+        if (fused_qkv) {
+            gguf_f32(w, "blk.%d.attn_qkv.weight", l, Q + 2 * KV, H,
+                     gguf_concat3(L->wq, L->wk, L->wv, Q * H, KV * H));
+            gguf_f32(w, "blk.%d.attn_qkv.bias", l, Q + 2 * KV, 0,
+                     gguf_concat3(L->bq, L->bk, L->bv, Q, KV));
+        } else {
+            gguf_f32(w, "blk.%d.attn_q.weight", l, Q, H, L->wq);
+            gguf_f32(w, "blk.%d.attn_k.weight", l, KV, H, L->wk);
+            gguf_f32(w, "blk.%d.attn_v.weight", l, KV, H, L->wv);
+            if (L->bq) {
+                gguf_f32(w, "blk.%d.attn_q.bias", l, Q, 0, L->bq);
+                gguf_f32(w, "blk.%d.attn_k.bias", l, KV, 0, L->bk);
+                gguf_f32(w, "blk.%d.attn_v.bias", l, KV, 0, L->bv);
+            }
+        }
+        if (L->q_norm) { /* StableLM: the per-head norms stacked [heads, head_dim] */
+            gguf_f32(w, "blk.%d.attn_q_norm.weight", l, c->n_heads, c->head_dim, L->q_norm);
+            gguf_f32(w, "blk.%d.attn_k_norm.weight", l, c->n_kv_heads, c->head_dim, L->k_norm);
+        }
+        gguf_f32(w, "blk.%d.attn_output.weight", l, H, Q, L->wo);
+        if (L->bo)
+            gguf_f32(w, "blk.%d.attn_output.bias", l, H, 0, L->bo);
+        if (L->ffn_norm) {
+            gguf_f32(w, "blk.%d.ffn_norm.weight", l, H, 0, L->ffn_norm);
+            gguf_f32(w, "blk.%d.ffn_norm.bias", l, H, 0, L->ffn_norm_b);
+        }
+        if (L->w_gate)
+            gguf_f32(w, "blk.%d.ffn_gate.weight", l, F, H, L->w_gate);
+        gguf_f32(w, "blk.%d.ffn_up.weight", l, F, H, L->w_up);
+        gguf_f32(w, "blk.%d.ffn_down.weight", l, H, F, L->w_down);
+        if (L->b_up) {
+            gguf_f32(w, "blk.%d.ffn_up.bias", l, F, 0, L->b_up);
+            gguf_f32(w, "blk.%d.ffn_down.bias", l, H, 0, L->b_down);
+        }
+    }
+    gguf_f32(w, "output_norm.weight", -1, H, 0, m->out_norm);
+    gguf_f32(w, "output_norm.bias", -1, H, 0, m->out_norm_b);
+    gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
+    if (m->lm_head_b)
+        gguf_f32(w, "output.bias", -1, c->vocab, 0, m->lm_head_b);
+}
+
+/* gptneox: the converter reorders query_key_value's per-head [q_h, k_h, v_h] into q | k | v */
+static void write_gguf_neox(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "gptneox", true); }
+/* phi2: q, k, v apart (transformers' PhiForCausalLM), biased output */
+static void write_gguf_phi2(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "phi2", false); }
+static void write_gguf_gptj(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "gptj", false); }
+static void write_gguf_stablelm(lp_gw *w, ref_model *m)
+{
+    gguf_layernorm_model(w, m, "stablelm", false);
+}
+
 /* ---- GGUF files the test writes, against the reference: one row per family ---- */
 
 typedef struct gguf_case {
@@ -1012,6 +1145,38 @@ static const gguf_case gguf_cases[] = {
      8, write_gguf_gpt2, 24, /* (t * 17 + 3) % 50: the whole learned position table */
      {3, 20, 37, 4, 21, 38, 5, 22, 39, 6, 23, 40, 7, 24, 41, 8, 25, 42, 9, 26, 43, 10, 27, 44},
      "gpt2", 1e-2, 1e-4},
+    {"gguf-neox",
+     {.family = REF_NEOX, .vocab = 47, .hidden = 36, .n_layers = 2, .n_heads = 3,
+      .n_kv_heads = 3, .head_dim = 12, .ffn = 40, .eps = 1e-5, .theta = 10000, .rope_dim = 6,
+      .parallel = true, .scale = 0.2},
+     5, write_gguf_neox, 14, {1, 46, 3, 3, 17, 0, 22, 9, 30, 41, 8, 8, 2, 45}, "gpt_neox", 1e-2,
+     1e-4},
+    {"gguf-neox-sequential",
+     {.family = REF_NEOX, .vocab = 47, .hidden = 36, .n_layers = 2, .n_heads = 3,
+      .n_kv_heads = 3, .head_dim = 12, .ffn = 40, .eps = 1e-5, .theta = 10000, .rope_dim = 4,
+      .parallel = false, .scale = 0.2},
+     6, write_gguf_neox, 12, {4, 40, 12, 7, 7, 33, 1, 0, 19, 28, 46, 5}, "gpt_neox", 1e-2, 1e-4},
+    {"gguf-phi2",
+     {.family = REF_PHI, .vocab = 53, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 4, .head_dim = 10, .ffn = 48, .eps = 1e-5, .theta = 10000, .rope_dim = 4,
+      .scale = 0.2},
+     9, write_gguf_phi2, 13, {2, 52, 11, 11, 30, 7, 44, 0, 19, 38, 25, 6, 13}, "phi", 1e-2, 1e-4},
+    {"gguf-gptj",
+     {.family = REF_GPTJ, .vocab = 43, .hidden = 36, .n_layers = 2, .n_heads = 3,
+      .n_kv_heads = 3, .head_dim = 12, .ffn = 48, .eps = 1e-5, .theta = 10000, .rope_dim = 6,
+      .rope_adjacent = true, .scale = 0.2},
+     10, write_gguf_gptj, 11, {0, 42, 17, 17, 5, 29, 33, 1, 8, 40, 21}, "gptj", 1e-2, 1e-4},
+    {"gguf-stablelm2",
+     {.family = REF_STABLELM, .vocab = 51, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 10, .ffn = 44, .eps = 1e-5, .theta = 10000, .rope_dim = 2,
+      .parallel = true, .qk_norm = true, .qkv_bias = true, .scale = 0.2},
+     12, write_gguf_stablelm, 13, {7, 50, 3, 3, 21, 0, 14, 36, 9, 44, 2, 27, 19}, "stablelm", 1e-2,
+     1e-4},
+    {"gguf-stablelm-3b",
+     {.family = REF_STABLELM, .vocab = 51, .hidden = 36, .n_layers = 2, .n_heads = 3,
+      .n_kv_heads = 3, .head_dim = 12, .ffn = 44, .eps = 1e-5, .theta = 10000, .rope_dim = 4,
+      .scale = 0.2},
+     13, write_gguf_stablelm, 10, {1, 49, 30, 30, 8, 17, 0, 42, 23, 5}, "stablelm", 1e-2, 1e-4},
 };
 
 static void test_gguf_case(void **state)

@@ -305,6 +305,69 @@ static void test_alignment(void **state)
 
 enum { T = 12 };
 
+/* A few future cells shown are "stray cells" with their coordinates; "no-mask" and
+ * "off-by-one" need their whole pattern (every future cell, every (q, q + 1)). */
+static void test_mask_stray_cells(void **state)
+{
+    (void)state;
+    lp_error err = {0};
+    lp_leak_mask_report rep;
+    int64_t shape2[2] = {T, T}, shape4[4] = {2, 3, T, T};
+    struct {
+        const char *name;
+        cell_rule rule;
+        int64_t q, k; /* one more cell allowed (q < 0: none) */
+        int64_t clear_q, clear_k; /* one cell hidden (clear_q < 0: none) */
+        int64_t leaks;
+        const char *diagnosis;
+    } cases[] = {
+        {"stray_far.npy", RULE_CAUSAL, 2, 7, -1, -1, 1, "stray cells"},
+        {"stray_next.npy", RULE_CAUSAL, 4, 5, -1, -1, 1, "stray cells"},
+        {"stray_last.npy", RULE_CAUSAL, 0, T - 1, -1, -1, 1, "stray cells"},
+        /* all of the upper triangle but one cell: not no-mask */
+        {"almost_ones.npy", RULE_ALL, -1, -1, 3, 9, T * (T - 1) / 2 - 1, "stray cells"},
+        /* the super-diagonal but one cell: not off-by-one */
+        {"almost_obo.npy", RULE_OFF_BY_ONE, -1, -1, 6, 7, T - 2, "stray cells"},
+        {"ones.npy", RULE_ALL, -1, -1, -1, -1, T * (T - 1) / 2, "no-mask"},
+        {"obo.npy", RULE_OFF_BY_ONE, -1, -1, -1, -1, T - 1, "off-by-one"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t *m = bool_mask(1, 1, T, cases[i].rule, 0, -1, -1, RULE_CAUSAL);
+        if (cases[i].q >= 0)
+            m[cases[i].q * T + cases[i].k] = 1;
+        if (cases[i].clear_q >= 0)
+            m[cases[i].clear_q * T + cases[i].clear_k] = 0;
+        assert_int_equal(check_npy(cases[i].name, "|b1", 2, shape2, m, T * T, "causal", &rep,
+                                   &err),
+                         LP_OK);
+        if (strcmp(rep.diagnosis, cases[i].diagnosis) != 0)
+            print_error("case %s: %s\n", cases[i].name, rep.diagnosis);
+        assert_string_equal(rep.diagnosis, cases[i].diagnosis);
+        assert_int_equal(rep.leak_count, cases[i].leaks);
+        if (cases[i].q >= 0) {
+            assert_int_equal(rep.n_leaks_listed, 1);
+            assert_int_equal(rep.leaks[0].query, cases[i].q);
+            assert_int_equal(rep.leaks[0].key, cases[i].k);
+        }
+        lp_leak_mask_report_free(&rep);
+        free(m);
+    }
+    /* [B, H, T, T]: one stray cell in item 1, head 2 */
+    uint8_t *m = bool_mask(2, 3, T, RULE_CAUSAL, 0, -1, -1, RULE_CAUSAL);
+    m[((1 * 3 + 2) * T + 1) * T + 8] = 1;
+    assert_int_equal(check_npy("stray4.npy", "|b1", 4, shape4, m, 2 * 3 * T * T, "causal", &rep,
+                               &err),
+                     LP_OK);
+    assert_string_equal(rep.diagnosis, "stray cells");
+    assert_int_equal(rep.leak_count, 1);
+    assert_int_equal(rep.leaks[0].batch, 1);
+    assert_int_equal(rep.leaks[0].head, 2);
+    assert_int_equal(rep.leaks[0].query, 1);
+    assert_int_equal(rep.leaks[0].key, 8);
+    lp_leak_mask_report_free(&rep);
+    free(m);
+}
+
 static void test_mask_bool_npy(void **state)
 {
     (void)state;
@@ -917,6 +980,14 @@ static void test_mask_bad_files(void **state)
     assert_int_not_equal(check_npy("trunc.npy", "<f4", 2, sq, few, sizeof few, "causal", &rep,
                                    &err),
                          LP_OK);
+    /* a .npy is known by its magic (lp_detect_format), not its name: a causal mask saved as
+     * "mask.data" is checked, and passes */
+    uint8_t *causal = bool_mask(1, 1, T, RULE_CAUSAL, 0, 0, 0, RULE_CAUSAL);
+    assert_int_equal(check_npy("mask.data", "|b1", 2, sq, causal, T * T, "causal", &rep, &err),
+                     LP_OK);
+    assert_true(lp_leak_mask_passed(&rep));
+    lp_leak_mask_report_free(&rep);
+    free(causal);
     /* not a mask file at all */
     lp_leak_mask_opts mo;
     lp_leak_mask_opts_init(&mo);
@@ -1187,6 +1258,7 @@ int main(void)
     const struct CMUnitTest unit[] = {
         cmocka_unit_test(test_definitions),       cmocka_unit_test(test_decode_alignment),
         cmocka_unit_test(test_engine_faults),     cmocka_unit_test(test_mask_bool_npy),
+        cmocka_unit_test(test_mask_stray_cells),
         cmocka_unit_test(test_mask_heads_and_docs), cmocka_unit_test(test_mask_fill_gaps),
         cmocka_unit_test(test_mask_additive),
         cmocka_unit_test(test_mask_padding),     cmocka_unit_test(test_padding_files),

@@ -393,7 +393,7 @@ static void test_schema_and_appended_runs(void **state)
     char text[64];
     assert_string_equal(lp_test_sql_text(f.db, text, sizeof text, "SELECT value FROM meta WHERE "
                                                                   "key = 'schema_version'"),
-                        "1");
+                        "2");
     assert_string_equal(lp_test_sql_text(f.db, text, sizeof text, "PRAGMA journal_mode"), "wal");
     assert_int_equal(lp_test_sql_int(f.db, "SELECT count(*) FROM runs WHERE status = 'complete'"),
                      2);

@@ -593,6 +593,16 @@ static const family_case family_cases[] = {
     {LP_SYNTH_GEMMA3, "gemma3_text", 28, "model.layers.0.pre_feedforward_layernorm.weight", LP_ROLE_FFN_NORM, false, 0.0f},
     /* wte, wpe, 2 x 12 (weight and bias of ln_1, c_attn, c_proj, ln_2, c_fc, mlp.c_proj), ln_f x 2 */
     {LP_SYNTH_GPT2, "gpt2", 28, "h.1.attn.c_attn.weight", LP_ROLE_ATTN_QKV, true, 1.0f},
+    /* embed_in, 2 x 12 (weight and bias of 2 norms, query_key_value, dense, 2 MLP), final norm
+     * x 2, embed_out */
+    {LP_SYNTH_NEOX, "gpt_neox", 28, "gpt_neox.layers.1.attention.query_key_value.weight", LP_ROLE_ATTN_QKV, false, 1.0f},
+    /* embed, 2 x 14 (norm x 2, q k v and their biases, dense x 2, fc1 x 2, fc2 x 2), final
+     * norm x 2, lm_head x 2 */
+    {LP_SYNTH_PHI, "phi", 33, "model.layers.0.self_attn.dense.bias", LP_ROLE_ATTN_O, false, 1.0f},
+    /* wte, 2 x 10 (ln_1 x 2, q k v out_proj, fc_in x 2, fc_out x 2), ln_f x 2, lm_head x 2 */
+    {LP_SYNTH_GPTJ, "gptj", 25, "transformer.h.1.mlp.fc_in.weight", LP_ROLE_FFN_UP, false, 1.0f},
+    /* embed, 2 x 11 (norms x 2 x 2, q k v o, gate up down), final norm x 2, lm_head */
+    {LP_SYNTH_STABLELM, "stablelm", 26, "model.layers.1.post_attention_layernorm.bias", LP_ROLE_FFN_NORM, false, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)
@@ -624,6 +634,8 @@ static void check_family_case(const family_case *fc)
     assert_int_equal(t->transposed, fc->probe_transposed);
     /* the random fill: norms are the identity, matrices spread over [-scale, scale] */
     const lp_tensor *norm = lp_weights_find(w, LP_ROLE_FFN_NORM, 1, -1, false);
+    if (!norm) /* one norm feeds both branches (Phi, GPT-J) */
+        norm = lp_weights_find(w, LP_ROLE_ATTN_NORM, 1, -1, false);
     const lp_tensor *embd = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
     float nv[32], row[32];
     assert_int_equal(lp_tensor_rows_f32(norm, 0, 1, nv, &err), LP_OK);

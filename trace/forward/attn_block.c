@@ -10,8 +10,9 @@
 typedef struct head_task {
     const lp_fw_pass *p;
     const lp_layer_weights *L;
-    int64_t q_stride, kv_stride;
-    const float *q, *k, *v;
+    int64_t q_stride;
+    const float *q;
+    const lp_fw_kv_source *kv;
     int head0; /* first head of this group; task i runs head head0 + i into probability slot i */
     bool with_probs;
 } head_task;
@@ -26,17 +27,20 @@ static void run_head(void *ctx, int64_t task)
     int64_t group = a->n_heads / h->L->n_kv_heads; /* query heads per kv head */
     int64_t kv_head = head / group;
     int64_t hd = a->head_dim, T = p->T;
-    /* GQA: query head `head` reads kv head head / group; q, k, v are rows of the projections */
+    const lp_fw_kv_source *kv = h->kv;
+    size_t elem = kv->dtype == LP_DTYPE_F32 ? 4 : 2;
+    size_t off = (size_t)(kv_head * kv->head_stride) * elem;
+    /* GQA: query head `head` reads kv head head / group */
     lp_attn_args args = {
-        .q = h->q + head * hd, .k = h->k + kv_head * hd, .v = h->v + kv_head * hd,
-        .out = p->s.attn + head * hd, .n_q = T, .n_k = T, .head_dim = hd, .v_dim = hd,
-        .q_stride = h->q_stride, .k_stride = h->kv_stride, .v_stride = h->kv_stride,
+        .q = h->q + head * hd, .k = (const char *)kv->k + off, .v = (const char *)kv->v + off,
+        .out = p->s.attn + head * hd, .n_q = T, .n_k = p->n_k, .head_dim = hd, .v_dim = hd,
+        .q_stride = h->q_stride, .k_stride = kv->k_stride, .v_stride = kv->v_stride,
         .out_stride = h->L->q_dim,
         .scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd)),
         .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
         .probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL,
         .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
-        .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f,
+        .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f, .kv_dtype = kv->dtype,
     };
     lp_attention(&args);
 }
@@ -183,12 +187,13 @@ static lp_status emit_head_maps(lp_fw_pass *p, int l, int h0, int64_t n, bool wi
         int head = h0 + (int)i;
         const lp_attn_row_stats *rs = s->row_stats + (int64_t)head * T;
         if (with_probs && lp_fw_wants(p, LP_SITE_ATTN_PROBS, l, head)) {
-            lp_view view = {s->probs + i * p->plan.slot_stride, T, T, T, 0, rs, NULL};
+            lp_view view = {s->probs + i * p->plan.slot_stride, T, p->n_k, p->n_k, p->pos0, rs,
+                            NULL};
             if ((st = lp_fw_emit(p, LP_SITE_ATTN_PROBS, l, head, &view)))
                 return st;
         }
         if (lp_fw_wants(p, LP_SITE_ATTN_STATS, l, head)) {
-            lp_view view = {NULL, T, 0, 0, 0, rs, NULL};
+            lp_view view = {NULL, T, 0, 0, p->pos0, rs, NULL};
             if ((st = lp_fw_emit(p, LP_SITE_ATTN_STATS, l, head, &view)))
                 return st;
         }
@@ -198,7 +203,8 @@ static lp_status emit_head_maps(lp_fw_pass *p, int l, int h0, int64_t n, bool wi
 
 /* Every head, in groups of n_prob_slots when probabilities are wanted (each needs a [T, T]
  * slot), else all at once; maps and statistics go to the observer group by group. */
-static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, const qkv_views *x)
+static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, const qkv_views *x,
+                           const lp_fw_kv_source *kv)
 {
     const lp_arch *a = &p->m->arch;
     bool any_probs = false;
@@ -211,7 +217,7 @@ static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, cons
         group = 1;
     for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
         int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
-        head_task task = {p, L, x->q_stride, x->kv_stride, x->q, x->k, x->v, h0, any_probs};
+        head_task task = {p, L, x->q_stride, x->q, kv, h0, any_probs};
         lp_fw_pool_or_serial(p->pool, n, run_head, &task);
         lp_status st = emit_head_maps(p, l, h0, n, any_probs);
         if (st != LP_OK)
@@ -230,8 +236,8 @@ static lp_status emit_head_outputs(lp_fw_pass *p, int l, const lp_layer_weights 
             return st;
         if (!lp_fw_wants(p, LP_SITE_HEAD_OUTPUT, l, h))
             continue;
-        lp_view view = {p->s.attn + (int64_t)h * a->head_dim, p->T, a->head_dim, L->q_dim, 0, NULL,
-                        NULL};
+        lp_view view = {p->s.attn + (int64_t)h * a->head_dim, p->T, a->head_dim, L->q_dim, p->pos0,
+                        NULL, NULL};
         if ((st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view)) != LP_OK)
             return st;
     }
@@ -246,10 +252,12 @@ lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
     lp_status st;
     if ((st = project_qkv(p, L, in, &x)) || (st = position_qk(p, L, &x)))
         return st;
-    p->mask.window = p->opts->window_override > 0 ? p->opts->window_override
-                     : p->opts->sliding_window     ? L->window
-                                                   : 0;
-    if ((st = run_heads(p, l, L, &x)) || (st = emit_head_outputs(p, l, L)) ||
+    p->mask.window = lp_fw_layer_window(p->opts, L);
+    /* the plain pass reads the projections; a cached call reads what the cache holds */
+    lp_fw_kv_source kv = {x.k, x.v, x.kv_stride, x.kv_stride, p->m->arch.head_dim, LP_DTYPE_F32};
+    if (p->kv && (st = lp_fw_kv_append(p, l, x.k, x.v, x.kv_stride, &kv)))
+        return st;
+    if ((st = run_heads(p, l, L, &x, &kv)) || (st = emit_head_outputs(p, l, L)) ||
         (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
         return st;
     if (L->post_attn_norm.present)

@@ -116,7 +116,7 @@ static lp_status logits(pass *p)
                 s->logits[i] = cap * tanhf(s->logits[i] / cap);
         }
         if (want) {
-            lp_view view = {s->logits, rows, V, V, r0, NULL, NULL};
+            lp_view view = {s->logits, rows, V, V, p->pos0 + r0, NULL, NULL};
             if ((st = lp_fw_emit(p, LP_SITE_LOGITS, -1, -1, &view)))
                 return st;
         }
@@ -255,9 +255,12 @@ static lp_status run_sequence(pass *p, const lp_batch *batch, int64_t b)
     const lp_arch *a = &p->m->arch;
     p->b = b;
     int64_t pad_left = batch->pad_left ? batch->pad_left[b] : 0;
+    int64_t rope0 = p->kv ? lp_fw_kv_rope_pos0(p->kv, p->pos0) : 0;
     for (int64_t t = 0; t < p->T; t++)
-        p->s.positions[t] = t >= pad_left ? t - pad_left : 0;
-    p->mask = lp_mask_causal(p->T, p->T);
+        p->s.positions[t] = t >= pad_left ? rope0 + t - pad_left : 0;
+    p->mask = lp_mask_causal(p->T, p->n_k);
+    if (p->kv && lp_fw_kv_top_left(p->kv))
+        p->mask.q_pos0 = 0;
     p->mask.pad_left = batch->pad_left;
     p->mask.pad_right = batch->pad_right;
     p->mask.fault = p->opts->mask_fault;
@@ -292,8 +295,9 @@ static int64_t longest_sequence(const lp_batch *batch)
     return longest;
 }
 
-lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forward_opts *opts_in,
-                     lp_error *err)
+/* The pass over a batch, or (kv != NULL) over one sequence's new tokens against the cache. */
+static lp_status forward_run(const lp_model *model, const lp_batch *batch,
+                             const lp_forward_opts *opts_in, lp_kv_cache *kv, lp_error *err)
 {
     lp_forward_opts defaults;
     if (!opts_in) {
@@ -316,9 +320,14 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
     p.pool = opts_in->pool;
     p.T = batch->n_tokens;
     p.err = err;
-    p.rope_len = longest_sequence(batch);
+    p.kv = kv;
+    p.pos0 = kv ? lp_kv_cache_len(kv) : 0;
+    p.n_k = p.pos0 + p.T;
+    p.rope_len = kv ? p.n_k : longest_sequence(batch);
     int n_threads = p.pool ? lp_pool_threads(p.pool) : 1;
-    if (!lp_fw_make_plan(&model->arch, p.T, any_map_wanted(&p, batch), n_threads, &p.plan))
+    bool gather = kv && lp_fw_kv_needs_gather(kv);
+    if (!lp_fw_make_plan_kv(&model->arch, p.T, p.n_k, gather, any_map_wanted(&p, batch),
+                            n_threads, &p.plan))
         return lp_error_set(err, LP_ERR_RANGE, "forward: scratch for %lld tokens overflows",
                             (long long)p.T);
     lp_arena *arena;
@@ -332,5 +341,32 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
     for (int64_t b = 0; b < batch->n_seqs && st == LP_OK; b++)
         st = run_sequence(&p, batch, b);
     lp_arena_destroy(arena);
+    if (st == LP_OK && kv)
+        lp_fw_kv_advance(kv, p.T);
     return st;
+}
+
+lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forward_opts *opts_in,
+                     lp_error *err)
+{
+    return forward_run(model, batch, opts_in, NULL, err);
+}
+
+lp_status lp_forward_cached(const lp_model *model, lp_kv_cache *cache, const int32_t *tokens,
+                            int64_t n, const lp_forward_opts *opts, lp_error *err)
+{
+    int64_t len = lp_kv_cache_len(cache), ctx = lp_kv_cache_ctx(cache);
+    if (n <= 0 || n > ctx - len)
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "forward: %lld new tokens after %lld do not fit the KV cache of %lld "
+                            "positions",
+                            (long long)n, (long long)len, (long long)ctx);
+    if (model->pos_embd && len + n > model->pos_embd->shape[0] - model->arch.pos_offset)
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "forward: position %lld exceeds the learned position table (%lld "
+                            "positions)",
+                            (long long)(len + n - 1),
+                            (long long)(model->pos_embd->shape[0] - model->arch.pos_offset));
+    lp_batch batch = lp_batch_single(tokens, n);
+    return forward_run(model, &batch, opts, cache, err);
 }

@@ -22,6 +22,8 @@ typedef struct lp_fw_plan {
                              writing neighbouring slots never share one */
     int64_t logits_rows;  /* rows per logits chunk */
     int64_t ffn_rows;     /* rows per FFN chunk */
+    int64_t n_k;          /* keys per probability row (T, or the cache's length after the call) */
+    bool kv_gather;       /* carve the KV gather buffers */
     uint64_t total;
 } lp_fw_plan;
 
@@ -49,6 +51,8 @@ typedef struct lp_fw_scratch {
     int64_t *tok_list;  /* [T] tokens routed to one expert */
     float *gather;      /* [ffn_rows, hidden] */
     float *expert_out;  /* [ffn_rows, hidden] */
+    /* KV cache calls that gather keys (rolling or q8_0 caches): [kv_dim, n_k] f32 each */
+    float *kv_k, *kv_v;
 } lp_fw_scratch;
 
 /* The state of one call, shared by the sublayers. */
@@ -62,12 +66,19 @@ typedef struct lp_fw_pass {
     int64_t b;        /* batch item */
     int64_t T;
     int64_t rope_len; /* the call's longest real sequence: what dynamic NTK and longrope see */
+    struct lp_kv_cache *kv; /* lp_forward_cached: the cache, else NULL */
+    int64_t pos0;     /* absolute position of row 0 (the cache's length before the call; else 0) */
+    int64_t n_k;      /* keys each head attends over: pos0 + T */
     lp_mask_spec mask;
     lp_error *err;
 } lp_fw_pass;
 
-/* pass.c: the plan (false on overflow) and the arena's buffers (false when it is too small). */
+/* pass.c: the plan (false on overflow) and the arena's buffers (false when it is too small).
+ * lp_fw_make_plan_kv plans T new rows against n_k keys (probability slots [T, n_k]) and, with
+ * gather, the KV cache's f32 gather buffers. */
 bool lp_fw_make_plan(const lp_arch *a, int64_t T, bool want_probs, int n_threads, lp_fw_plan *p);
+bool lp_fw_make_plan_kv(const lp_arch *a, int64_t T, int64_t n_k, bool gather, bool want_probs,
+                        int n_threads, lp_fw_plan *p);
 struct lp_arena;
 bool lp_fw_carve(struct lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_scratch *s);
 
@@ -98,6 +109,28 @@ const float *lp_fw_block_input(lp_fw_pass *p, const lp_norm_weights *nw);
 lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
                        const float *bias, float *y);
 void lp_fw_pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t), void *ctx);
+
+/* The keys and values the heads of one layer read: the projections themselves (plain pass), the
+ * cache's own rows, or the gather buffers. Kv head g's rows start at element g * head_stride. */
+typedef struct lp_fw_kv_source {
+    const void *k, *v;
+    int64_t k_stride, v_stride; /* elements between keys */
+    int64_t head_stride;        /* elements between kv heads */
+    lp_dtype dtype;             /* f32, f16 or bf16 */
+} lp_fw_kv_source;
+
+/* kv_cache.c: the window layer L attends with under opts (0 = none); the cache's rings use it. */
+int64_t lp_fw_layer_window(const lp_forward_opts *opts, const lp_layer_weights *L);
+/* kv_cache.c: write the new rows k, v ([T, kv_dim], row stride kv_stride) of layer l into the
+ * cache and say where the heads read all pos0 + T keys from. */
+lp_status lp_fw_kv_append(lp_fw_pass *p, int l, const float *k, const float *v, int64_t kv_stride,
+                          lp_fw_kv_source *src);
+/* kv_cache.c: what the cache changes in a call: the RoPE position of row 0 (rope-stale keeps
+ * the first decode position) and the mask alignment (mask-top-left). */
+int64_t lp_fw_kv_rope_pos0(const struct lp_kv_cache *kv, int64_t pos0);
+bool lp_fw_kv_top_left(const struct lp_kv_cache *kv);
+bool lp_fw_kv_needs_gather(const struct lp_kv_cache *kv);
+void lp_fw_kv_advance(struct lp_kv_cache *kv, int64_t n);
 
 /* attn_block.c: layer l's attention over in [T, hidden] into out [T, hidden], its post norm
  * applied and ATTN_OUT (and every per-head site) emitted. */

@@ -44,7 +44,7 @@ static bool plan_prob_slots(const lp_arch *a, bool want_probs, int n_threads, lp
     p->slot_stride = 0;
     if (p->n_prob_slots == 0)
         return true;
-    if (!lp_mul_u64(t, t, &tt) || tt >= ((uint64_t)1 << 40))
+    if (!lp_mul_u64(t, (uint64_t)p->n_k, &tt) || tt >= ((uint64_t)1 << 40))
         return false;
     tt = (tt + 15) / 16 * 16;
     p->slot_stride = (int64_t)tt;
@@ -72,8 +72,16 @@ static bool plan_block_extras(const lp_arch *a, const lp_fw_plan *p, uint64_t *t
 
 bool lp_fw_make_plan(const lp_arch *a, int64_t T, bool want_probs, int n_threads, lp_fw_plan *p)
 {
+    return lp_fw_make_plan_kv(a, T, T, false, want_probs, n_threads, p);
+}
+
+bool lp_fw_make_plan_kv(const lp_arch *a, int64_t T, int64_t n_k, bool gather, bool want_probs,
+                        int n_threads, lp_fw_plan *p)
+{
     uint64_t t = (uint64_t)T, H = (uint64_t)a->hidden_size, total = 0;
     p->T = T;
+    p->n_k = n_k;
+    p->kv_gather = gather;
     widest_layer(a, p);
     uint64_t qkv_w = (uint64_t)(p->q_dim + 2 * p->kv_dim), ffn = (uint64_t)p->ffn;
     int64_t rows = (int64_t)(LOGITS_CHUNK_FLOATS / (uint64_t)a->vocab_size);
@@ -91,6 +99,8 @@ bool lp_fw_make_plan(const lp_arch *a, int64_t T, bool want_probs, int n_threads
               plan_add(&total, 2 * (uint64_t)(a->rope_dim / 2 + 1), 4) && plan_add(&total, t, 8);
     ok = ok && plan_prob_slots(a, want_probs, n_threads, p, &total) &&
          plan_block_extras(a, p, &total);
+    if (ok && gather)
+        ok = plan_add(&total, 2 * (uint64_t)n_k, (uint64_t)p->kv_dim * 4);
     p->total = total;
     return ok && total < ((uint64_t)1 << 46);
 }
@@ -145,6 +155,11 @@ bool lp_fw_carve(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_s
         s->probs = take(arena, (uint64_t)p->n_prob_slots * (uint64_t)p->slot_stride, 4);
         ok = ok && s->probs;
     }
+    if (ok && p->kv_gather) {
+        s->kv_k = take(arena, (uint64_t)p->n_k * (uint64_t)p->kv_dim, 4);
+        s->kv_v = take(arena, (uint64_t)p->n_k * (uint64_t)p->kv_dim, 4);
+        ok = s->kv_k && s->kv_v;
+    }
     return ok && carve_extras(arena, a, p, s);
 }
 
@@ -173,7 +188,7 @@ lp_status lp_fw_emit_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, c
 {
     if (!lp_fw_wants(p, kind, layer, -1))
         return LP_OK;
-    lp_view v = {data, rows, cols, stride, 0, NULL, NULL};
+    lp_view v = {data, rows, cols, stride, p->pos0, NULL, NULL};
     return lp_fw_emit(p, kind, layer, -1, &v);
 }
 

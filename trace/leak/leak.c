@@ -9,6 +9,7 @@
 
 #include "core/text.h"
 #include "core/mapfile.h"
+#include "inspect/formats/detect.h"
 #include "inspect/formats/npy.h"
 
 #define MAX_TEXT_FILE_BYTES (256u << 20)
@@ -129,7 +130,8 @@ lp_status lp_leak_read_int_rows(const char *path, int64_t **out, int64_t *rows, 
                                 lp_error *err)
 {
     *out = NULL;
-    if (lp_ends_with(path, ".npy"))
+    /* .npy by its magic (or its name, so a damaged one gets the npy reader's error); else text */
+    if (lp_detect_format(path) == LP_FILE_NPY)
         return read_int_rows_npy(path, out, rows, cols, err);
     char *text = NULL;
     size_t size = 0;

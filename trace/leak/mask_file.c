@@ -12,6 +12,7 @@
 #include "core/checked.h"
 #include "core/mapfile.h"
 #include "inspect/inspect.h"
+#include "inspect/formats/detect.h"
 #include "inspect/formats/npy.h"
 
 void lp_leak_mask_opts_init(lp_leak_mask_opts *opts)
@@ -258,10 +259,23 @@ static bool additive_visible(double v, double masked_below, mask_row *row,
     return visible;
 }
 
+/* The future cells of the compared rows (key > query, real keys) and how many the mask shows:
+ * "no-mask" needs every one of them visible, "off-by-one" every (q, q + 1). */
+typedef struct future_cells {
+    int64_t upper, upper_visible, next, next_visible;
+} future_cells;
+
 /* The mask's cell (q, k) of item b, head h against the definition. */
 static void judge_cell(lp_leak_mask_report *out, const lp_leak_mask_opts *opts,
-                       const uint8_t *real, int64_t max_listed, lp_leak_coord c, bool visible)
+                       const uint8_t *real, int64_t max_listed, lp_leak_coord c, bool visible,
+                       future_cells *fc)
 {
+    if (c.key > c.query && (!real || real[c.key])) {
+        fc->upper++;
+        fc->upper_visible += visible;
+        fc->next += c.key == c.query + 1;
+        fc->next_visible += visible && c.key == c.query + 1;
+    }
     bool ref = lp_leak_def_allows(&opts->def, c.batch, c.query, c.key) && (!real || real[c.key]);
     if (visible && !ref) {
         out->leak_count++;
@@ -277,7 +291,8 @@ static void judge_cell(lp_leak_mask_report *out, const lp_leak_mask_opts *opts,
 
 /* One query row: T cells starting at cell index `cell`. */
 static void check_row(lp_leak_mask_report *out, const lp_leak_mask_opts *opts, const uint8_t *data,
-                      lp_dtype dtype, int64_t b, int64_t h, int64_t q, int64_t cell)
+                      lp_dtype dtype, int64_t b, int64_t h, int64_t q, int64_t cell,
+                      future_cells *fc)
 {
     int64_t T = out->T, max_listed = opts->max_listed > 0 ? opts->max_listed : 0;
     bool additive = out->encoding == LP_MASK_ENC_ADDITIVE;
@@ -291,7 +306,7 @@ static void check_row(lp_leak_mask_report *out, const lp_leak_mask_opts *opts, c
                                 : (v != 0.0) != opts->true_means_masked;
         row.any_visible = row.any_visible || (visible && !isnan(v));
         if (!padding_row)
-            judge_cell(out, opts, real, max_listed, (lp_leak_coord){b, h, q, k}, visible);
+            judge_cell(out, opts, real, max_listed, (lp_leak_coord){b, h, q, k}, visible, fc);
     }
     if (!row.any_visible && !row.has_nan && !padding_row) {
         out->fully_masked_rows++;
@@ -336,12 +351,20 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
     if (out->encoding == LP_MASK_ENC_ADDITIVE)
         find_fill(out, data, dtype, opts->masked_below);
     int64_t cell = 0;
+    future_cells fc = {0, 0, 0, 0};
     for (int64_t b = 0; b < out->n_batch; b++)
         for (int64_t h = 0; h < out->n_heads; h++)
             for (int64_t q = 0; q < out->T; q++, cell += out->T)
-                check_row(out, opts, data, dtype, b, h, q, cell);
+                check_row(out, opts, data, dtype, b, h, q, cell, &fc);
     out->cells.blocked_count = out->blocked_count;
     out->diagnosis = lp_leak_diagnose(&out->cells);
+    /* A name for a whole pattern only when the whole pattern is there: a few future cells shown
+     * are stray cells (listed with their coordinates), not a missing mask. */
+    const char *no_mask = lp_mask_fault_name(LP_MASK_FAULT_NO_MASK);
+    const char *off_by_one = lp_mask_fault_name(LP_MASK_FAULT_OFF_BY_ONE);
+    if ((strcmp(out->diagnosis, no_mask) == 0 && fc.upper_visible < fc.upper) ||
+        (strcmp(out->diagnosis, off_by_one) == 0 && fc.next_visible < fc.next))
+        out->diagnosis = "stray cells";
     return LP_OK;
 }
 
@@ -537,7 +560,8 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
     memset(out, 0, sizeof *out);
     lp_status st;
     const char *base = lp_path_basename(path);
-    if (lp_ends_with(path, ".npy")) {
+    lp_file_kind kind = lp_detect_format(path);
+    if (kind == LP_FILE_NPY) {
         lp_npy npy;
         if ((st = lp_npy_open(path, &npy, err)) != LP_OK)
             return st;
@@ -547,7 +571,7 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
         lp_npy_close(&npy);
         return st;
     }
-    if (lp_ends_with(path, ".safetensors")) {
+    if (kind == LP_FILE_SAFETENSORS) {
         lp_mapped_file map;
         if ((st = lp_map_file(path, &map, err)) != LP_OK)
             return st;
@@ -556,6 +580,6 @@ lp_status lp_leak_check_mask_file(const char *path, const lp_leak_mask_opts *opt
         return st;
     }
     return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                        "%s: not a mask file (expected .npy or .safetensors)",
-                        path);
+                        "%s: not a mask file (expected .npy or .safetensors, found %s)", path,
+                        lp_file_kind_name(kind));
 }

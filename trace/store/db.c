@@ -1,10 +1,13 @@
 /* The connection the writer and the reader share: the handle, SQLite's errors in one wording, and
  * the schema-version check (one place for both sides). */
+#define _POSIX_C_SOURCE 200809L /* access */
 #include "trace/store/store.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/text.h"
 #include "trace/store/store_internal.h"
@@ -36,10 +39,105 @@ void lp_store_free(lp_store *store)
     free(store);
 }
 
+/* What SQLite's short message leaves out: whose lock, which OS error. */
+static void fault_hint(sqlite3 *db, char *buf, size_t size)
+{
+    int code = sqlite3_extended_errcode(db) & 0xff, os = sqlite3_system_errno(db);
+    buf[0] = '\0';
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+        snprintf(buf, size, " (another connection held the write lock past the %d s busy timeout)",
+                 LP_STORE_BUSY_TIMEOUT_MS / 1000);
+    else if ((code == SQLITE_IOERR || code == SQLITE_FULL || code == SQLITE_CANTOPEN ||
+              code == SQLITE_READONLY) && os != 0)
+        snprintf(buf, size, " (%s)", strerror(os));
+    else if (code == SQLITE_READONLY)
+        snprintf(buf, size, " (the file or its folder is not writable)");
+}
+
 lp_status lp_store_sql_error(const lp_store *store, const char *what, lp_error *err)
 {
-    return lp_error_set(err, LP_ERR_SQLITE, "%s: %s: %s", store->path, what,
-                        sqlite3_errmsg(store->db));
+    char hint[128];
+    fault_hint(store->db, hint, sizeof hint);
+    return lp_error_set(err, LP_ERR_SQLITE, "%s: %s%s%s%s", store->path, what ? what : "",
+                        what ? ": " : "", sqlite3_errmsg(store->db), hint);
+}
+
+/* The folder of path ("." for a bare name) into buf. */
+static void folder_of(const char *path, char *buf, size_t size)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(buf, size, ".");
+    else if (slash == path)
+        snprintf(buf, size, "/");
+    else
+        snprintf(buf, size, "%.*s", (int)(slash - path), path);
+}
+
+lp_status lp_store_check_writable(const char *path, lp_error *err)
+{
+    char dir[4096];
+    folder_of(path, dir, sizeof dir);
+    if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
+        return lp_error_set(err, LP_ERR_IO,
+                            "%s: the database file is not writable (%s); loupe trace records its "
+                            "runs there: use another --db",
+                            path, strerror(errno));
+    if (access(dir, W_OK | X_OK) != 0)
+        return lp_error_set(err, LP_ERR_IO,
+                            "%s: its folder %s is not writable (%s); SQLite keeps the -wal and "
+                            "-shm files beside the database: use another --db",
+                            path, dir, strerror(errno));
+    return LP_OK;
+}
+
+/* A database in a folder nobody may write (a read-only mount, a shared archive): WAL readers need
+ * the -shm file beside it, which cannot be made there. Without a -wal file every committed run is
+ * in the database file itself, so it is read as immutable. */
+static bool read_immutable(const char *path)
+{
+    char dir[4096], wal[4200];
+    folder_of(path, dir, sizeof dir);
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    return access(dir, W_OK) != 0 && access(wal, F_OK) != 0;
+}
+
+/* "file:" URI of path with ?immutable=1 (%, ? and # escaped), or NULL when out of memory. */
+static char *immutable_uri(const char *path)
+{
+    size_t len = strlen(path);
+    char *uri = malloc(len * 3 + 32);
+    if (!uri)
+        return NULL;
+    size_t n = (size_t)sprintf(uri, "file:");
+    for (const char *p = path; *p; p++)
+        n += (size_t)(*p == '%' || *p == '?' || *p == '#' ? sprintf(uri + n, "%%%02X", *p)
+                                                          : sprintf(uri + n, "%c", *p));
+    sprintf(uri + n, "?immutable=1");
+    return uri;
+}
+
+lp_status lp_store_connect_read(lp_store *s, lp_error *err)
+{
+    if (sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return lp_store_sql_error(s, "cannot open", err);
+    sqlite3_busy_timeout(s->db, LP_STORE_BUSY_TIMEOUT_MS);
+    int rc = sqlite3_exec(s->db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    int code = sqlite3_errcode(s->db);
+    if (rc == SQLITE_OK || (code != SQLITE_READONLY && code != SQLITE_CANTOPEN) ||
+        !read_immutable(s->path))
+        return LP_OK; /* other failures are the callers' to name */
+    sqlite3_close(s->db);
+    s->db = NULL;
+    char *uri = immutable_uri(s->path);
+    if (!uri)
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", s->path);
+    rc = sqlite3_open_v2(uri, &s->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    free(uri);
+    if (rc != SQLITE_OK)
+        return lp_store_sql_error(s, "cannot open", err);
+    sqlite3_busy_timeout(s->db, LP_STORE_BUSY_TIMEOUT_MS);
+    return LP_OK;
 }
 
 lp_status lp_store_prepare(lp_store *store, const char *sql, sqlite3_stmt **stmt,

@@ -82,15 +82,9 @@ lp_status lp_store_open_read(const char *path, lp_store **out, lp_error *err)
     s->read_only = true;
     lp_status st;
     int64_t version;
-    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        st = lp_store_sql_error(s, "cannot open", err);
-        lp_store_free(s);
-        return st;
-    }
     /* A WAL reader can still meet a brief lock while `loupe trace` checkpoints or resets the WAL:
-     * wait for it instead of failing with "database is locked". */
-    sqlite3_busy_timeout(s->db, 10000);
-    if ((st = check_trace_tables(s, err)) ||
+     * the connection waits for it instead of failing with "database is locked". */
+    if ((st = lp_store_connect_read(s, err)) || (st = check_trace_tables(s, err)) ||
         (st = lp_store_check_version(s, "upgrade loupe", &version, err))) {
         lp_store_free(s);
         return st;

@@ -370,3 +370,21 @@ lp_status lp_store_read_run_fields(lp_store *s, int64_t run_id, char ***keys, ch
     *values = v;
     return LP_OK;
 }
+
+lp_status lp_store_read_first_generated(lp_store *s, int64_t run_id, int64_t *pos, lp_error *err)
+{
+    *pos = -1;
+    sqlite3_stmt *probe;
+    /* databases from before schema version 2 have no generated column: nothing was generated */
+    if (sqlite3_prepare_v2(s->db, "SELECT generated FROM tokens LIMIT 0", -1, &probe, NULL) !=
+        SQLITE_OK)
+        return LP_OK;
+    sqlite3_finalize(probe);
+    int64_t first;
+    bool none;
+    lp_status st = query_int(s, "SELECT min(pos) FROM tokens WHERE run_id = ?1 AND generated = 1",
+                             run_id, "reading tokens", &first, &none, err);
+    if (st == LP_OK && !none)
+        *pos = first;
+    return st;
+}

@@ -25,7 +25,9 @@ CREATE TABLE IF NOT EXISTS runs (
     maps_dtype    TEXT NOT NULL,                    -- 'f16', 'f32' or 'none'
     started_at    TEXT NOT NULL,
     finished_at   TEXT,
-    seconds       REAL
+    seconds       REAL,
+    kv_bytes      INTEGER,                          -- generation: the KV cache's bytes, else NULL
+    kv_dtype      TEXT                              -- generation: 'f32', 'f16', 'bf16', 'q8_0'
 );
 
 CREATE TABLE IF NOT EXISTS tokens (
@@ -34,6 +36,7 @@ CREATE TABLE IF NOT EXISTS tokens (
     token_id INTEGER NOT NULL,
     piece    TEXT NOT NULL,                -- the vocabulary string, as stored ("▁the", "Ġthe")
     label    TEXT,                         -- the text it stands for, for axis labels
+    generated INTEGER NOT NULL DEFAULT 0,  -- 1 for tokens loupe trace --generate produced
     PRIMARY KEY (run_id, pos)
 );
 

@@ -37,7 +37,7 @@
 #include "core/error.h"
 #include "trace/trace.h"
 
-#define LP_STORE_SCHEMA_VERSION 1
+#define LP_STORE_SCHEMA_VERSION 2
 
 typedef struct lp_store lp_store;
 struct lp_tokenizer;
@@ -56,6 +56,10 @@ typedef struct lp_store_opts {
     lp_logits_mode logits;
     int64_t top_k;        /* predictions per position (default 5) */
     int64_t local_window; /* recorded with head_stats; must equal the forward's (default 8) */
+    /* Generation (lp_generate): the positions the run will hold (prompt + new tokens), 0 = the
+     * pass's own. Maps are then [seq_len, seq_len], filled row by row as each call's rows arrive
+     * (view->row0 on), and head statistics cover every row of every call. */
+    int64_t seq_len;
 } lp_store_opts;
 
 void lp_store_opts_init(lp_store_opts *opts);
@@ -96,6 +100,13 @@ const lp_observer *lp_store_observer(lp_store *store);
 /* Write the aggregates (head_stats, expert routing), set status 'complete', finished_at and
  * seconds, and commit. */
 lp_status lp_store_end_run(lp_store *store, double seconds, lp_error *err);
+/* Generation: the tokens after the prompt (n_total - n_prompt of them, positions continuing,
+ * tokens.generated = 1), runs.n_tokens = n_total, runs.kv_bytes and kv_dtype. Call before
+ * lp_store_end_run; when n_total < opts.seq_len (a stop token) the maps are cut to
+ * [n_total, n_total]. */
+lp_status lp_store_set_generated(lp_store *store, const int32_t *tokens, int64_t n_prompt,
+                                 int64_t n_total, uint64_t kv_bytes, const char *kv_dtype,
+                                 lp_error *err);
 /* Roll back the run's data; its row stays 'running' (or becomes 'failed' if that can be
  * written). */
 void lp_store_abort_run(lp_store *store);
@@ -249,6 +260,11 @@ lp_status lp_store_read_leak_diffs(lp_store *store, int64_t run_id, int64_t **la
 int lp_store_map_elem_size(const lp_store_map *map);
 /* Keys [0, n_k) of query row `row` as the stored little-endian bytes into out[n_k * elem]. */
 lp_status lp_store_map_read_raw(lp_store_map *map, int64_t row, void *out, lp_error *err);
+
+/* The position of the run's first generated token (tokens.generated = 1), or -1 when it has none
+ * (a prefill-only run, or a database from before generation). */
+lp_status lp_store_read_first_generated(lp_store *store, int64_t run_id, int64_t *pos,
+                                        lp_error *err);
 
 /* tokens.token_id in position order into *ids[n] (malloc'd; -1 for a position without a row). */
 lp_status lp_store_read_token_ids(lp_store *store, int64_t run_id, int32_t **ids, int64_t *n,

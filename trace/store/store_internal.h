@@ -47,15 +47,43 @@ struct lp_store {
     uint16_t *f16;          /* conversion buffer */
     size_t f16_cap;
     lp_prediction *top;     /* [top_k] */
+    /* generation (opts.seq_len > 0): write_gen.c */
+    int64_t *map_rowid;            /* [n_layers, n_heads] attention rowid, 0 = not yet */
+    lp_attn_row_stats *gen_rows;   /* [n_layers, n_heads, seq_len] */
+    double *gen_norm;              /* [n_layers, n_heads] summed output norms of rows */
+    sqlite3_blob *blob;
+    int64_t gen_total;             /* positions the run ends with */
 };
+
+/* write_gen.c: the generation observer's pieces and the cut at a stop token. */
+lp_status lp_store_gen_begin(lp_store *s, lp_error *err);
+void lp_store_gen_free(lp_store *s);
+lp_status lp_store_gen_probs(lp_store *s, const lp_site *site, const lp_view *v, lp_error *err);
+void lp_store_gen_stats(lp_store *s, const lp_site *site, const lp_view *v);
+void lp_store_gen_norms(lp_store *s, const lp_site *site, const lp_view *v);
+/* Head statistics over all rows into s->stats, before they are written. */
+void lp_store_gen_finish_stats(lp_store *s, int64_t n_total);
+lp_status lp_store_gen_cut_maps(lp_store *s, int64_t n_total, lp_error *err);
 
 /* A handle for path with no connection yet; NULL when out of memory (err says so). */
 lp_store *lp_store_alloc(const char *path, lp_error *err);
 /* Finalizes the statements, closes the connection, frees the handle (no run may be open). */
 void lp_store_free(lp_store *store);
 
-/* "PATH: WHAT: sqlite's message" as LP_ERR_SQLITE. */
+/* How long a connection waits for another's write lock before SQLITE_BUSY. */
+#define LP_STORE_BUSY_TIMEOUT_MS 10000
+
+/* "PATH: WHAT: sqlite's message (hint)" as LP_ERR_SQLITE (what may be NULL). The hint names the
+ * busy timeout for a lock held too long and the OS error (No space left on device, File too
+ * large, Permission denied) for I/O, full-disk, open and read-only failures. */
 lp_status lp_store_sql_error(const lp_store *store, const char *what, lp_error *err);
+/* Before a writer opens path: the file (when it exists) and its folder must be writable; one
+ * line naming which is not (LP_ERR_IO). */
+lp_status lp_store_check_writable(const char *path, lp_error *err);
+/* Open store->path read-only with the busy timeout. In a folder that cannot be written and with
+ * no -wal file (so every commit is in the file), the database is opened immutable, since WAL's
+ * -shm cannot be created there. */
+lp_status lp_store_connect_read(lp_store *store, lp_error *err);
 /* sqlite3_prepare_v2 with that error (what: "reading runs", ...). */
 lp_status lp_store_prepare(lp_store *store, const char *sql, sqlite3_stmt **stmt,
                            const char *what, lp_error *err);

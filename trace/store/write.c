@@ -30,8 +30,8 @@ static const char *const stmt_sql[LP_STMT_COUNT] = {
                         "VALUES (?, ?, ?, ?, ?)",
     [LP_STMT_ROUTER_STATS] = "INSERT INTO router_stats (run_id, layer, mean_entropy) "
                              "VALUES (?, ?, ?)",
-    [LP_STMT_TOKEN] = "INSERT INTO tokens (run_id, pos, token_id, piece, label) "
-                      "VALUES (?, ?, ?, ?, ?)",
+    [LP_STMT_TOKEN] = "INSERT INTO tokens (run_id, pos, token_id, piece, label, generated) "
+                      "VALUES (?, ?, ?, ?, ?, ?)",
     [LP_STMT_LEAK_CHECK] = "INSERT INTO leak_checks (run_id, check_name, passed, layer, position, "
                            "max_abs_diff, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
 };
@@ -58,13 +58,8 @@ static const char sql_insert_mask_run[] =
 
 static lp_status exec(lp_store *s, const char *sql, lp_error *err)
 {
-    char *msg = NULL;
-    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        lp_status st = lp_error_set(err, LP_ERR_SQLITE, "%s: %s", s->path,
-                                    msg ? msg : sqlite3_errmsg(s->db));
-        sqlite3_free(msg);
-        return st;
-    }
+    if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return lp_store_sql_error(s, NULL, err);
     return LP_OK;
 }
 
@@ -143,26 +138,51 @@ static lp_status check_unversioned(lp_store *s, lp_error *err)
     return st;
 }
 
+/* True when `table` has `column` (a probe statement compiles). */
+static bool has_column(lp_store *s, const char *table, const char *column)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT %s FROM %s LIMIT 0", column, table);
+    sqlite3_stmt *probe;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &probe, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_finalize(probe);
+    return true;
+}
+
+/* ---- migration: every column added since the first databases, then schema_version ----------
+ * Version 1 -> 2 (generation, issue 12): tokens.generated, runs.kv_bytes, runs.kv_dtype.
+ * (tokens.label came during version 1.) A column is added only where it is missing, so a
+ * database any earlier loupe wrote reaches the current schema in one step. */
+static lp_status migrate(lp_store *s, lp_error *err)
+{
+    static const char *const added[][3] = {
+        {"tokens", "label", "ALTER TABLE tokens ADD COLUMN label TEXT"},
+        {"tokens", "generated", "ALTER TABLE tokens ADD COLUMN generated INTEGER NOT NULL DEFAULT 0"},
+        {"runs", "kv_bytes", "ALTER TABLE runs ADD COLUMN kv_bytes INTEGER"},
+        {"runs", "kv_dtype", "ALTER TABLE runs ADD COLUMN kv_dtype TEXT"},
+    };
+    lp_status st = LP_OK;
+    for (size_t i = 0; st == LP_OK && i < sizeof added / sizeof added[0]; i++)
+        if (!has_column(s, added[i][0], added[i][1]))
+            st = exec(s, added[i][2], err);
+    char sql[96];
+    snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', "
+             "'%d')", LP_STORE_SCHEMA_VERSION);
+    return st == LP_OK ? exec(s, sql, err) : st;
+}
+
 static lp_status create_schema(lp_store *s, lp_error *err)
 {
     /* WAL: readers (render, users' SQL) never block the writer, and a killed writer leaves the
      * last committed state intact. */
     lp_status st;
-    if ((st = exec(s, "PRAGMA journal_mode = WAL", err)) || (st = exec(s, lp_schema_sql, err)) ||
-        (st = exec(s, "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '1')",
-                   err)))
+    if ((st = exec(s, "PRAGMA journal_mode = WAL", err)) || (st = exec(s, lp_schema_sql, err)))
         return st;
-    /* tokens.label came after the first version-1 databases were written; add it to those. */
-    sqlite3_stmt *probe;
-    if (sqlite3_prepare_v2(s->db, "SELECT label FROM tokens LIMIT 0", -1, &probe, NULL) !=
-        SQLITE_OK) {
-        if ((st = exec(s, "ALTER TABLE tokens ADD COLUMN label TEXT", err)))
-            return st;
-    } else {
-        sqlite3_finalize(probe);
-    }
     /* migration step (issue 13): the analysis tables, added to databases that predate them */
-    return lp_store_create_analysis_tables(s, err);
+    if ((st = lp_store_create_analysis_tables(s, err)))
+        return st;
+    return migrate(s, err);
 }
 
 static lp_status prepare_statements(lp_store *s, lp_error *err)
@@ -185,6 +205,10 @@ lp_status lp_store_open(const char *path, lp_store **out, lp_error *err)
         return LP_ERR_NOMEM;
     lp_status st;
     int64_t version;
+    if ((st = lp_store_check_writable(path, err)) != LP_OK) {
+        lp_store_free(s);
+        return st;
+    }
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
         st = lp_error_set(err, LP_ERR_SQLITE, "%s: cannot open: %s", path,
@@ -192,7 +216,7 @@ lp_status lp_store_open(const char *path, lp_store **out, lp_error *err)
         lp_store_free(s);
         return st;
     }
-    sqlite3_busy_timeout(s->db, 10000);
+    sqlite3_busy_timeout(s->db, LP_STORE_BUSY_TIMEOUT_MS);
     if ((st = lp_store_check_version(s, "upgrade loupe or use another --db", &version, err)) ||
         (version == 0 && (st = check_unversioned(s, err))) || (st = create_schema(s, err)) ||
         (st = prepare_statements(s, err))) {
@@ -222,6 +246,7 @@ static void free_run(lp_store *s)
     free(s->router_rows);
     free(s->f16);
     free(s->top);
+    lp_store_gen_free(s);
     s->layer_sel = s->head_sel = s->stats_seen = NULL;
     s->stats = NULL;
     s->expert_tokens = s->router_rows = NULL;
@@ -331,28 +356,64 @@ static lp_status alloc_run_state(lp_store *s, const lp_run_info *info, const lp_
         s->head_sel[h] = opts->heads ? opts->heads[h] : true;
     s->opts.layers = s->layer_sel;
     s->opts.heads = s->head_sel;
-    return LP_OK;
+    s->gen_total = opts->seq_len;
+    return opts->seq_len > 0 ? lp_store_gen_begin(s, err) : LP_OK;
 }
 
-static lp_status insert_tokens(lp_store *s, const lp_run_info *info, lp_error *err)
+/* tokens[t0 .. t1) at their positions; generated: 1 for tokens a generation produced. */
+static lp_status insert_token_range(lp_store *s, const int32_t *tokens, int64_t t0, int64_t t1,
+                                    int generated, lp_error *err)
 {
-    for (int64_t t = 0; t < info->n_tokens; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         char buf[32];
         const char *piece;
-        piece_of(s, info->tokens[t], buf, sizeof buf, &piece);
-        char *label = s->tok ? lp_tokenizer_label(s->tok, info->tokens[t]) : NULL;
+        piece_of(s, tokens[t], buf, sizeof buf, &piece);
+        char *label = s->tok ? lp_tokenizer_label(s->tok, tokens[t]) : NULL;
         sqlite3_stmt *ins = s->stmt[LP_STMT_TOKEN];
         sqlite3_bind_int64(ins, 1, s->run_id);
         sqlite3_bind_int64(ins, 2, t);
-        sqlite3_bind_int64(ins, 3, info->tokens[t]);
+        sqlite3_bind_int64(ins, 3, tokens[t]);
         sqlite3_bind_text(ins, 4, piece, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(ins, 5, label ? label : piece, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(ins, 6, generated);
         lp_status st = step(s, LP_STMT_TOKEN, err);
         free(label);
         if (st != LP_OK)
             return st;
     }
     return LP_OK;
+}
+
+static lp_status insert_tokens(lp_store *s, const lp_run_info *info, lp_error *err)
+{
+    return insert_token_range(s, info->tokens, 0, info->n_tokens, 0, err);
+}
+
+lp_status lp_store_set_generated(lp_store *s, const int32_t *tokens, int64_t n_prompt,
+                                 int64_t n_total, uint64_t kv_bytes, const char *kv_dtype,
+                                 lp_error *err)
+{
+    if (!s->in_run || s->opts.seq_len <= 0 || n_total > s->opts.seq_len || n_prompt > n_total)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: no generation run open for %lld tokens",
+                            s->path, (long long)n_total);
+    lp_status st = insert_token_range(s, tokens, n_prompt, n_total, 1, err);
+    if (st == LP_OK && n_total < s->opts.seq_len)
+        st = lp_store_gen_cut_maps(s, n_total, err);
+    if (st != LP_OK)
+        return st;
+    s->gen_total = n_total;
+    sqlite3_stmt *q;
+    if ((st = lp_store_prepare(s, "UPDATE runs SET n_tokens = ?, kv_bytes = ?, kv_dtype = ? "
+                                  "WHERE id = ?", &q, "recording the generation", err)))
+        return st;
+    sqlite3_bind_int64(q, 1, n_total);
+    sqlite3_bind_int64(q, 2, (int64_t)kv_bytes);
+    sqlite3_bind_text(q, 3, kv_dtype, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(q, 4, s->run_id);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        st = lp_store_sql_error(s, "recording the generation", err);
+    sqlite3_finalize(q);
+    return st;
 }
 
 lp_status lp_store_begin_run(lp_store *s, const lp_run_info *info, const lp_store_opts *opts,
@@ -541,6 +602,18 @@ static lp_status store_observe(void *ctx, const lp_site *site, const lp_view *v,
 {
     lp_store *s = ctx;
     size_t slot = (size_t)(site->layer * s->n_heads + site->head);
+    if (s->opts.seq_len > 0) { /* a generation: rows of many calls make one run */
+        if (site->kind == LP_SITE_ATTN_PROBS)
+            return lp_store_gen_probs(s, site, v, err);
+        if (site->kind == LP_SITE_ATTN_STATS) {
+            lp_store_gen_stats(s, site, v);
+            return LP_OK;
+        }
+        if (site->kind == LP_SITE_HEAD_OUTPUT) {
+            lp_store_gen_norms(s, site, v);
+            return LP_OK;
+        }
+    }
     switch (site->kind) {
     case LP_SITE_ATTN_PROBS:
         return store_probs(s, site, v, err);
@@ -636,6 +709,8 @@ lp_status lp_store_end_run(lp_store *s, double seconds, lp_error *err)
     if (!s->in_run)
         return lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
     lp_status st = LP_OK;
+    if (s->opts.seq_len > 0)
+        lp_store_gen_finish_stats(s, s->gen_total);
     for (int64_t l = 0; l < s->n_layers && st == LP_OK; l++) {
         st = write_head_stats(s, l, err);
         if (st == LP_OK && s->n_experts > 0 && s->router_rows[l] > 0)

@@ -3,6 +3,7 @@
  * table); one writer walks both. */
 #include "trace/synth/synth.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,15 @@
 enum {
     ALL = FAM(LP_SYNTH_FAMILY_COUNT) - 1,
     GPT2 = FAM(LP_SYNTH_GPT2),
-    DECODER = ALL & ~GPT2, /* "model.layers.N..." names, RMSNorm, RoPE */
+    NEOX = FAM(LP_SYNTH_NEOX),
+    PHI = FAM(LP_SYNTH_PHI),
+    GPTJ = FAM(LP_SYNTH_GPTJ),
+    STABLELM = FAM(LP_SYNTH_STABLELM),
+    LAYERNORM = GPT2 | NEOX | PHI | GPTJ, /* LayerNorm with bias, plain MLP, head_dim derived */
+    HEAD_DIM_DERIVED = LAYERNORM | STABLELM, /* head_dim = hidden / heads, no key for it */
+    DECODER = ALL & ~HEAD_DIM_DERIVED, /* Llama-like: "model.layers.N..." names, RMSNorm, RoPE */
+    HF_SIZES = DECODER | NEOX | PHI | STABLELM, /* hidden_size, num_hidden_layers, ... */
+    MHA_ONLY = GPT2 | NEOX | GPTJ,
     MOE = FAM(LP_SYNTH_MIXTRAL),
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
     POST_NORMS = FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3), /* four norms per layer */
@@ -42,6 +51,10 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_GEMMA2] = {"gemma2", "gemma2", "Gemma2ForCausalLM", "gelu_pytorch_tanh"},
     [LP_SYNTH_GEMMA3] = {"gemma3", "gemma3_text", "Gemma3ForCausalLM", "gelu_pytorch_tanh"},
     [LP_SYNTH_GPT2] = {"gpt2", "gpt2", "GPT2LMHeadModel", "gelu_new"},
+    [LP_SYNTH_NEOX] = {"gpt_neox", "gpt_neox", "GPTNeoXForCausalLM", "gelu"},
+    [LP_SYNTH_PHI] = {"phi", "phi", "PhiForCausalLM", "gelu_new"},
+    [LP_SYNTH_GPTJ] = {"gptj", "gptj", "GPTJForCausalLM", "gelu_new"},
+    [LP_SYNTH_STABLELM] = {"stablelm", "stablelm", "StableLmForCausalLM", "silu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -62,13 +75,17 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->hidden = 32;
     spec->n_layers = 2;
     spec->n_heads = 4;
-    spec->n_kv_heads = has(spec, GPT2 | GEMMAS) ? (family == LP_SYNTH_GPT2 ? 4 : 1) : 2;
+    spec->n_kv_heads = has(spec, LAYERNORM) ? 4 : has(spec, GEMMAS) ? 1 : 2;
     spec->head_dim = 8;
     spec->ffn = 64;
     spec->n_ctx = 256;
     spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e-6 : 1e-5;
     spec->rope_theta = has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e6 : 1e4;
     spec->tied = has(spec, GEMMAS | GPT2);
+    /* the published defaults' fractions: Pythia's rotary_pct 0.25, Phi-2's 0.4 (here 0.5 of 8
+     * dims), GPT-J's rotary_dim 64 of 256 */
+    spec->rope_dim = has(spec, NEOX | GPTJ | STABLELM) ? 2 : has(spec, PHI) ? 4 : 0;
+    spec->parallel = has(spec, NEOX);
     if (has(spec, MOE)) {
         spec->n_experts = 4;
         spec->top_k = 2;
@@ -125,12 +142,15 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
     if (st != LP_OK)
         return st;
     const char *name = lp_synth_family_name(s->family);
-    if (has(s, GPT2) && (s->n_kv_heads != s->n_heads || s->n_heads * s->head_dim != s->hidden))
-        return lp_error_set(err, LP_ERR_USAGE,
-                            "gpt2: needs n_kv_heads = n_heads and n_heads x head_dim = hidden "
-                            "(%lld, %lld x %lld, %lld)",
-                            (long long)s->n_kv_heads, (long long)s->n_heads,
-                            (long long)s->head_dim, (long long)s->hidden);
+    /* these families derive head_dim from hidden / heads; most have no kv head count */
+    if (has(s, HEAD_DIM_DERIVED) && s->n_heads * s->head_dim != s->hidden)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: needs n_heads x head_dim = hidden (%lld x "
+                                               "%lld, %lld)",
+                            name, (long long)s->n_heads, (long long)s->head_dim,
+                            (long long)s->hidden);
+    if (has(s, MHA_ONLY) && s->n_kv_heads != s->n_heads)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: needs n_kv_heads = n_heads (%lld, %lld)",
+                            name, (long long)s->n_kv_heads, (long long)s->n_heads);
     if (has(s, MOE) && (s->n_experts < 1 || s->top_k < 1 || s->top_k > s->n_experts))
         return lp_error_set(err, LP_ERR_USAGE, "%s: top_k %lld of %lld experts", name,
                             (long long)s->top_k, (long long)s->n_experts);
@@ -145,13 +165,19 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
 
 typedef enum dim { D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS } dim;
 
-/* Where a row stands: before the layers, in each layer, in each expert of each layer, after. */
-typedef enum scope { FIRST, LAYER, EXPERT, LAST } scope;
+/* Where a row stands: before the layers, in each layer, in each expert, query head or kv head of
+ * each layer (the index in the name's second %d), after. */
+typedef enum scope { FIRST, LAYER, EXPERT, HEAD, KV_HEAD, LAST } scope;
+
+/* When a row is written, beyond its families: always, only with a separate classifier, only in
+ * a sequential block, only with the spec's q/k/v biases, only with its q/k norms. */
+enum { C_ALWAYS = 0, C_UNTIED = 1, C_SEQUENTIAL = 2, C_QKV_BIAS = 4, C_QK_NORM = 8 };
 
 typedef enum storage {
     PLAIN,     /* [rows, cols] as the pass computes with it */
     CONV1D,    /* GPT-2's Conv1D: stored [cols, rows] */
     QKV_PARTS, /* GPT-2's c_attn: the q, k and v parts stacked, a matrix stored as Conv1D */
+    QKV_GROUPED, /* GPT-NeoX's query_key_value: per kv group [its q heads, k, v], as Linear */
 } storage;
 
 typedef struct tensor_row {
@@ -162,42 +188,97 @@ typedef struct tensor_row {
     dim rows, cols;
     storage storage;
     unsigned families;
-    bool untied_only; /* a separate classifier */
+    unsigned when; /* C_* */
 } tensor_row;
 
 /* A matrix, a vector (norm weight), a bias, a Conv1D matrix, GPT-2's fused q/k/v. */
-#define MAT(sc, name, role, rows, cols, fam) {sc, name, LP_ROLE_##role, false, rows, cols, PLAIN, fam, false}
-#define VEC(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, false, rows, D_NONE, PLAIN, fam, false}
-#define BIAS(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, true, rows, D_NONE, PLAIN, fam, false}
-#define CONV(sc, name, role, rows, cols) {sc, name, LP_ROLE_##role, false, rows, cols, CONV1D, GPT2, false}
+#define MAT(sc, name, role, rows, cols, fam) {sc, name, LP_ROLE_##role, false, rows, cols, PLAIN, fam, C_ALWAYS}
+#define VEC(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, false, rows, D_NONE, PLAIN, fam, C_ALWAYS}
+#define BIAS(sc, name, role, rows, fam) {sc, name, LP_ROLE_##role, true, rows, D_NONE, PLAIN, fam, C_ALWAYS}
+#define CONV(sc, name, role, rows, cols) {sc, name, LP_ROLE_##role, false, rows, cols, CONV1D, GPT2, C_ALWAYS}
+#define VEC_IF(sc, name, role, rows, fam, when) {sc, name, LP_ROLE_##role, false, rows, D_NONE, PLAIN, fam, when}
+#define BIAS_IF(sc, name, role, rows, fam, when) {sc, name, LP_ROLE_##role, true, rows, D_NONE, PLAIN, fam, when}
 #define L_ "model.layers.%d."
 #define E_ L_ "block_sparse_moe.experts.%d."
+#define NX_ "gpt_neox.layers.%d."
+#define J_ "transformer.h.%d."
+#define GROUPED(name, is_bias, cols) {LAYER, NX_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, NEOX, C_ALWAYS}
 static const tensor_row TENSORS[] = {
-    MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER),
-    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, DECODER),
-    MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER),
-    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER),
-    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, DECODER),
-    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, DECODER),
+    MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER | PHI | STABLELM),
+    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, DECODER | PHI | STABLELM),
+    BIAS(LAYER, L_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER | PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER | PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, DECODER | PHI | STABLELM),
+    BIAS_IF(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, STABLELM, C_QKV_BIAS),
+    BIAS_IF(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, STABLELM, C_QKV_BIAS),
+    BIAS_IF(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, STABLELM, C_QKV_BIAS),
+    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, DECODER | STABLELM),
+    VEC_IF(HEAD, L_ "self_attn.q_layernorm.norms.%d.weight", ATTN_Q_NORM, D_HEAD, STABLELM, C_QK_NORM),
+    VEC_IF(KV_HEAD, L_ "self_attn.k_layernorm.norms.%d.weight", ATTN_K_NORM, D_HEAD, STABLELM, C_QK_NORM),
+    MAT(LAYER, L_ "self_attn.dense.weight", ATTN_O, D_HIDDEN, D_Q, PHI),
+    BIAS(LAYER, L_ "self_attn.dense.bias", ATTN_O, D_HIDDEN, PHI),
     VEC(LAYER, L_ "self_attn.q_norm.weight", ATTN_Q_NORM, D_HEAD, QK_NORM),
     VEC(LAYER, L_ "self_attn.k_norm.weight", ATTN_K_NORM, D_HEAD, QK_NORM),
-    BIAS(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, QKV_BIAS),
-    BIAS(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, QKV_BIAS),
-    BIAS(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, QKV_BIAS),
+    BIAS(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, QKV_BIAS | PHI),
+    BIAS(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, QKV_BIAS | PHI),
+    BIAS(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, QKV_BIAS | PHI),
+    MAT(LAYER, L_ "mlp.fc1.weight", FFN_UP, D_FFN, D_HIDDEN, PHI),
+    BIAS(LAYER, L_ "mlp.fc1.bias", FFN_UP, D_FFN, PHI),
+    MAT(LAYER, L_ "mlp.fc2.weight", FFN_DOWN, D_HIDDEN, D_FFN, PHI),
+    BIAS(LAYER, L_ "mlp.fc2.bias", FFN_DOWN, D_HIDDEN, PHI),
     /* one name: the FFN's norm in Llama, the attention's post norm in Gemma 2 and 3 */
-    VEC(LAYER, L_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN, DECODER & ~POST_NORMS),
+    /* StableLM 2's parallel block has no second norm */
+    VEC_IF(LAYER, L_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN,
+           (DECODER & ~POST_NORMS) | STABLELM, C_SEQUENTIAL),
+    BIAS_IF(LAYER, L_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, STABLELM, C_SEQUENTIAL),
     VEC(LAYER, L_ "post_attention_layernorm.weight", ATTN_POST_NORM, D_HIDDEN, POST_NORMS),
     VEC(LAYER, L_ "pre_feedforward_layernorm.weight", FFN_NORM, D_HIDDEN, POST_NORMS),
     VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS),
     MAT(LAYER, L_ "block_sparse_moe.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, MOE),
-    MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, DECODER & ~MOE),
-    MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, DECODER & ~MOE),
-    MAT(LAYER, L_ "mlp.down_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, DECODER & ~MOE),
+    MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
+    MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
+    MAT(LAYER, L_ "mlp.down_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, (DECODER & ~MOE) | STABLELM),
     MAT(EXPERT, E_ "w1.weight", EXPERT_GATE, D_FFN, D_HIDDEN, MOE),
     MAT(EXPERT, E_ "w2.weight", EXPERT_DOWN, D_HIDDEN, D_FFN, MOE),
     MAT(EXPERT, E_ "w3.weight", EXPERT_UP, D_FFN, D_HIDDEN, MOE),
-    VEC(LAST, "model.norm.weight", OUTPUT_NORM, D_HIDDEN, DECODER),
-    {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER, true},
+    VEC(LAST, "model.norm.weight", OUTPUT_NORM, D_HIDDEN, DECODER | STABLELM),
+    BIAS(LAST, "model.norm.bias", OUTPUT_NORM, D_HIDDEN, STABLELM),
+    VEC(LAST, "model.final_layernorm.weight", OUTPUT_NORM, D_HIDDEN, PHI),
+    BIAS(LAST, "model.final_layernorm.bias", OUTPUT_NORM, D_HIDDEN, PHI),
+    {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER | PHI | GPTJ | STABLELM, C_UNTIED},
+    {LAST, "lm_head.bias", LP_ROLE_LM_HEAD, true, D_VOCAB, D_NONE, PLAIN, PHI | GPTJ, C_UNTIED},
+
+    MAT(FIRST, "gpt_neox.embed_in.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, NEOX),
+    VEC(LAYER, NX_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, NEOX),
+    BIAS(LAYER, NX_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, NEOX),
+    VEC(LAYER, NX_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN, NEOX),
+    BIAS(LAYER, NX_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, NEOX),
+    GROUPED("attention.query_key_value.weight", false, D_HIDDEN),
+    GROUPED("attention.query_key_value.bias", true, D_NONE),
+    MAT(LAYER, NX_ "attention.dense.weight", ATTN_O, D_HIDDEN, D_Q, NEOX),
+    BIAS(LAYER, NX_ "attention.dense.bias", ATTN_O, D_HIDDEN, NEOX),
+    MAT(LAYER, NX_ "mlp.dense_h_to_4h.weight", FFN_UP, D_FFN, D_HIDDEN, NEOX),
+    BIAS(LAYER, NX_ "mlp.dense_h_to_4h.bias", FFN_UP, D_FFN, NEOX),
+    MAT(LAYER, NX_ "mlp.dense_4h_to_h.weight", FFN_DOWN, D_HIDDEN, D_FFN, NEOX),
+    BIAS(LAYER, NX_ "mlp.dense_4h_to_h.bias", FFN_DOWN, D_HIDDEN, NEOX),
+    VEC(LAST, "gpt_neox.final_layer_norm.weight", OUTPUT_NORM, D_HIDDEN, NEOX),
+    BIAS(LAST, "gpt_neox.final_layer_norm.bias", OUTPUT_NORM, D_HIDDEN, NEOX),
+    {LAST, "embed_out.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, NEOX, C_UNTIED},
+
+    MAT(FIRST, "transformer.wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPTJ),
+    VEC(LAYER, J_ "ln_1.weight", ATTN_NORM, D_HIDDEN, GPTJ),
+    BIAS(LAYER, J_ "ln_1.bias", ATTN_NORM, D_HIDDEN, GPTJ),
+    MAT(LAYER, J_ "attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, GPTJ),
+    MAT(LAYER, J_ "attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, GPTJ),
+    MAT(LAYER, J_ "attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, GPTJ),
+    MAT(LAYER, J_ "attn.out_proj.weight", ATTN_O, D_HIDDEN, D_Q, GPTJ),
+    MAT(LAYER, J_ "mlp.fc_in.weight", FFN_UP, D_FFN, D_HIDDEN, GPTJ),
+    BIAS(LAYER, J_ "mlp.fc_in.bias", FFN_UP, D_FFN, GPTJ),
+    MAT(LAYER, J_ "mlp.fc_out.weight", FFN_DOWN, D_HIDDEN, D_FFN, GPTJ),
+    BIAS(LAYER, J_ "mlp.fc_out.bias", FFN_DOWN, D_HIDDEN, GPTJ),
+    VEC(LAST, "transformer.ln_f.weight", OUTPUT_NORM, D_HIDDEN, GPTJ),
+    BIAS(LAST, "transformer.ln_f.bias", OUTPUT_NORM, D_HIDDEN, GPTJ),
 
     MAT(FIRST, "wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPT2),
     MAT(FIRST, "wpe.weight", POS_EMBD, D_POS, D_HIDDEN, GPT2),
@@ -220,8 +301,13 @@ static const tensor_row TENSORS[] = {
 #undef VEC
 #undef BIAS
 #undef CONV
+#undef VEC_IF
+#undef BIAS_IF
 #undef L_
 #undef E_
+#undef NX_
+#undef J_
+#undef GROUPED
 #define N_TENSORS (sizeof TENSORS / sizeof TENSORS[0])
 
 static int64_t dim_size(const lp_synth_spec *s, dim d)
@@ -295,6 +381,34 @@ static lp_status fill_qkv_parts(writer *wr, const lp_synth_tensor *t, float *dat
     return LP_OK;
 }
 
+/* GPT-NeoX's query_key_value: the q, k and v parts asked for one by one, then laid out per kv
+ * group g as [the q rows of g's heads, k_g, v_g] (one head per group: [q_h, k_h, v_h]). */
+static lp_status fill_qkv_grouped(writer *wr, const lp_synth_tensor *t, float *data,
+                                  lp_error *err)
+{
+    const lp_synth_spec *s = wr->spec;
+    int64_t width = t->cols > 0 ? t->cols : 1, hd = s->head_dim, G = s->n_kv_heads;
+    int64_t per = s->n_heads / G, n = t->rows * width;
+    float *parts = malloc((size_t)n * sizeof *parts);
+    if (!parts)
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", t->name);
+    memset(parts, 0, (size_t)n * sizeof *parts);
+    lp_status st = fill_qkv_parts(wr, t, parts, err);
+    const float *q = parts, *k = q + s->n_heads * hd * width, *v = k + G * hd * width;
+    size_t block = (size_t)(hd * width) * sizeof *data;
+    float *dst = data;
+    for (int64_t g = 0; st == LP_OK && g < G; g++) {
+        memcpy(dst, q + g * per * hd * width, (size_t)per * block);
+        dst += per * hd * width;
+        memcpy(dst, k + g * hd * width, block);
+        dst += hd * width;
+        memcpy(dst, v + g * hd * width, block);
+        dst += hd * width;
+    }
+    free(parts);
+    return st;
+}
+
 /* [rows, cols] -> [cols, rows] in place through a copy; false when out of memory. */
 static bool transpose(float *data, int64_t rows, int64_t cols)
 {
@@ -314,7 +428,7 @@ static lp_status store(writer *wr, const tensor_row *row, const lp_synth_tensor 
 {
     bool matrix = t->cols > 0;
     int64_t shape[2] = {t->rows, t->cols};
-    if (matrix && row->storage != PLAIN) { /* Conv1D: stored [in, out] */
+    if (matrix && (row->storage == CONV1D || row->storage == QKV_PARTS)) { /* stored [in, out] */
         if (!transpose(data, t->rows, t->cols))
             return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", t->name);
         shape[0] = t->cols;
@@ -340,12 +454,20 @@ static lp_status write_row(writer *wr, const tensor_row *row, int layer, int exp
     if (!data)
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for %llu values", name,
                             (unsigned long long)n);
-    lp_status st = row->storage == QKV_PARTS ? fill_qkv_parts(wr, &t, data, err)
-                                             : fill(wr, &t, data, err);
+    lp_status st = row->storage == QKV_PARTS     ? fill_qkv_parts(wr, &t, data, err)
+                   : row->storage == QKV_GROUPED ? fill_qkv_grouped(wr, &t, data, err)
+                                                 : fill(wr, &t, data, err);
     if (st == LP_OK)
         st = store(wr, row, &t, data, err);
     free(data);
     return st;
+}
+
+/* Whether the spec asks for a row with these conditions. */
+static bool row_wanted(const lp_synth_spec *s, unsigned when)
+{
+    return !((when & C_UNTIED) && s->tied) && !((when & C_SEQUENTIAL) && s->parallel) &&
+           !((when & C_QKV_BIAS) && !s->qkv_bias) && !((when & C_QK_NORM) && !s->qk_norm);
 }
 
 /* The rows of one scope the family has, in table order. */
@@ -353,7 +475,7 @@ static lp_status write_scope(writer *wr, scope sc, int layer, int expert, lp_err
 {
     for (size_t i = 0; i < N_TENSORS; i++) {
         const tensor_row *row = &TENSORS[i];
-        if (row->scope != sc || !has(wr->spec, row->families) || (row->untied_only && wr->spec->tied))
+        if (row->scope != sc || !has(wr->spec, row->families) || !row_wanted(wr->spec, row->when))
             continue;
         lp_status st = write_row(wr, row, layer, expert, err);
         if (st != LP_OK)
@@ -370,6 +492,10 @@ lp_status lp_synth_add_tensors(const lp_synth_spec *spec, lp_st_writer *w, lp_er
         st = write_scope(&wr, LAYER, l, -1, err);
         for (int e = 0; has(spec, MOE) && e < spec->n_experts && st == LP_OK; e++)
             st = write_scope(&wr, EXPERT, l, e, err);
+        for (int h = 0; h < spec->n_heads && st == LP_OK; h++)
+            st = write_scope(&wr, HEAD, l, h, err);
+        for (int h = 0; h < spec->n_kv_heads && st == LP_OK; h++)
+            st = write_scope(&wr, KV_HEAD, l, h, err);
     }
     if (st == LP_OK)
         st = write_scope(&wr, LAST, -1, -1, err);
@@ -390,6 +516,8 @@ typedef enum key_kind {
     K_ACT,
     K_TORCH_DTYPE,
     K_PARTIAL_ROTARY, /* rope_dim / head_dim; left out when every dim rotates */
+    K_ROTARY_FRACTION, /* rope_dim / head_dim, always (the family's default is not 1) */
+    K_ROTARY_DIM,     /* rope_dim, or head_dim when every dim rotates (GPT-J) */
 } key_kind;
 
 typedef struct config_key {
@@ -410,25 +538,39 @@ static const config_key KEYS[] = {
     DERIVED("architectures", K_ARCHITECTURES, ALL),
     DERIVED("model_type", K_MODEL_TYPE, ALL),
     FIELD("vocab_size", K_INT, vocab, ALL),
-    FIELD("hidden_size", K_INT, hidden, DECODER),
-    FIELD("intermediate_size", K_INT, ffn, DECODER),
-    FIELD("num_hidden_layers", K_INT, n_layers, DECODER),
-    FIELD("num_attention_heads", K_INT, n_heads, DECODER),
-    FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER),
+    FIELD("hidden_size", K_INT, hidden, HF_SIZES),
+    FIELD("intermediate_size", K_INT, ffn, HF_SIZES),
+    FIELD("num_hidden_layers", K_INT, n_layers, HF_SIZES),
+    FIELD("num_attention_heads", K_INT, n_heads, HF_SIZES),
+    FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER | PHI | STABLELM),
     FIELD("head_dim", K_INT, head_dim, DECODER),
-    DERIVED("hidden_act", K_ACT, DECODER),
-    FIELD("max_position_embeddings", K_INT, n_ctx, DECODER),
+    DERIVED("hidden_act", K_ACT, HF_SIZES),
+    FIELD("max_position_embeddings", K_INT, n_ctx, HF_SIZES),
     FIELD("rms_norm_eps", K_REAL, norm_eps, DECODER),
-    FIELD("rope_theta", K_REAL, rope_theta, DECODER),
+    FIELD("layer_norm_eps", K_REAL, norm_eps, NEOX | PHI | STABLELM),
+    FIELD("rope_theta", K_REAL, rope_theta, DECODER | PHI | STABLELM),
+    FIELD("rotary_emb_base", K_REAL, rope_theta, NEOX),
+    DERIVED("rotary_pct", K_ROTARY_FRACTION, NEOX),
+    FIELD("use_parallel_residual", K_BOOL, parallel, NEOX | STABLELM),
+    FIELD("use_qkv_bias", K_BOOL, qkv_bias, STABLELM),
+    FIELD("qk_layernorm", K_BOOL, qk_norm, STABLELM),
     CONSTS("{\"rope_scaling\": null, \"attention_bias\": false, \"attention_dropout\": 0.0, "
            "\"mlp_bias\": false}", DECODER),
+    CONSTS("{\"rope_scaling\": null, \"attention_bias\": true, \"attention_dropout\": 0.0, "
+           "\"hidden_dropout\": 0.0, \"classifier_dropout\": 0.1}", NEOX),
+    CONSTS("{\"qk_layernorm\": false, \"rope_scaling\": null, \"resid_pdrop\": 0.1, "
+           "\"embd_pdrop\": 0.0, \"attention_dropout\": 0.0}", PHI),
     FIELD("tie_word_embeddings", K_BOOL, tied, ALL),
-    FIELD("bos_token_id", K_INT, bos_id, DECODER),
-    FIELD("eos_token_id", K_INT, eos_id, DECODER),
+    FIELD("bos_token_id", K_INT, bos_id, ALL & ~GPT2),
+    FIELD("eos_token_id", K_INT, eos_id, ALL & ~GPT2),
     CONSTS("{\"pad_token_id\": null, \"initializer_range\": 0.02, \"pretraining_tp\": 1, "
            "\"use_cache\": true}", DECODER),
+    CONSTS("{\"initializer_range\": 0.02, \"use_cache\": true}", NEOX | PHI | GPTJ | STABLELM),
+    CONSTS("{\"rope_scaling\": null, \"attention_dropout\": 0.0, \"hidden_dropout\": 0.0}",
+           STABLELM),
     DERIVED("torch_dtype", K_TORCH_DTYPE, ALL),
     DERIVED("partial_rotary_factor", K_PARTIAL_ROTARY, DECODER),
+    DERIVED("partial_rotary_factor", K_ROTARY_FRACTION, PHI | STABLELM),
     FIELD("sliding_window", K_INT, window, FAM(LP_SYNTH_MISTRAL) | POST_NORMS),
     /* Qwen2.5's configs carry a window that use_sliding_window turns off */
     CONST("use_sliding_window", "false", QKV_BIAS),
@@ -450,6 +592,13 @@ static const config_key KEYS[] = {
     FIELD("n_positions", K_INT, n_ctx, GPT2), FIELD("n_ctx", K_INT, n_ctx, GPT2),
     DERIVED("activation_function", K_ACT, GPT2),
     FIELD("layer_norm_epsilon", K_REAL, norm_eps, GPT2),
+    /* GPT-J: GPT-2's key names with RoPE */
+    FIELD("n_embd", K_INT, hidden, GPTJ), FIELD("n_layer", K_INT, n_layers, GPTJ),
+    FIELD("n_head", K_INT, n_heads, GPTJ), FIELD("n_inner", K_INT, ffn, GPTJ),
+    FIELD("n_positions", K_INT, n_ctx, GPTJ), DERIVED("rotary_dim", K_ROTARY_DIM, GPTJ),
+    DERIVED("activation_function", K_ACT, GPTJ),
+    FIELD("layer_norm_epsilon", K_REAL, norm_eps, GPTJ),
+    CONSTS("{\"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}", GPTJ),
 };
 #undef FIELD
 #undef CONST
@@ -459,6 +608,16 @@ static const config_key KEYS[] = {
 static const char *torch_dtype_name(lp_dtype dtype)
 {
     return dtype == LP_DTYPE_BF16 ? "bfloat16" : dtype == LP_DTYPE_F16 ? "float16" : "float32";
+}
+
+/* rope_dim / head_dim as config.json carries it (10 significant digits), rounded up so that
+ * int(head_dim * fraction), the reader's rule and transformers', gives rope_dim back (4 of 12
+ * is 0.3333333334, not 0.3333333333). */
+static double rotary_fraction(const lp_synth_spec *s)
+{
+    if (s->rope_dim <= 0 || s->rope_dim == s->head_dim)
+        return 1.0;
+    return ceil((double)s->rope_dim / (double)s->head_dim * 1e10) / 1e10;
 }
 
 /* The key's value for the spec; *skip when the key is left out. NULL on OOM. */
@@ -478,7 +637,9 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
     case K_TORCH_DTYPE: return json_string(torch_dtype_name(s->dtype));
     case K_PARTIAL_ROTARY:
         *skip = s->rope_dim == 0 || s->rope_dim == s->head_dim;
-        return *skip ? NULL : json_real((double)s->rope_dim / (double)s->head_dim);
+        return *skip ? NULL : json_real(rotary_fraction(s));
+    case K_ROTARY_FRACTION: return json_real(rotary_fraction(s));
+    case K_ROTARY_DIM: return json_integer(s->rope_dim > 0 ? s->rope_dim : s->head_dim);
     }
     return NULL;
 }

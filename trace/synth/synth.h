@@ -189,6 +189,17 @@ typedef enum lp_synth_family {
     LP_SYNTH_GEMMA2,  /* Gemma + post norms, alternating sliding window, soft-caps */
     LP_SYNTH_GEMMA3,  /* Gemma 2 without soft-caps, q/k norms, a local RoPE base */
     LP_SYNTH_GPT2,    /* LayerNorm with biases, learned positions, gelu_new MLP, Conv1D, tied */
+    LP_SYNTH_NEOX,    /* GPT-NeoX / Pythia: gpt_neox.* names, fused query_key_value in the per-head
+                         [q_h, k_h, v_h] layout, LayerNorm biases, exact GELU MLP, rotary_pct,
+                         use_parallel_residual (spec.parallel), untied embed_out */
+    LP_SYNTH_PHI,     /* Phi-1/1.5/2: model.* names, one input LayerNorm per layer, q/k/v/dense and
+                         fc1/fc2 with biases, gelu_new, partial_rotary_factor, biased lm_head */
+    LP_SYNTH_GPTJ,    /* GPT-J: transformer.h.N names, ln_1 only, bias-free q/k/v/out_proj, biased
+                         fc_in/fc_out and lm_head, rotary_dim (rotate-every-two pairs) */
+    LP_SYNTH_STABLELM, /* StableLM: model.* names, LayerNorms with bias, SwiGLU, partial rotary;
+                         spec.parallel (StableLM 2: no post_attention_layernorm), spec.qkv_bias
+                         (use_qkv_bias), spec.qk_norm (qk_layernorm: q_layernorm.norms.H, one
+                         bias-free LayerNorm per head) */
     LP_SYNTH_FAMILY_COUNT
 } lp_synth_family;
 
@@ -219,6 +230,8 @@ typedef struct lp_synth_spec {
     double local_theta;           /* Gemma 3: RoPE base of the sliding layers */
     double query_pre_attn_scalar; /* Gemma 2 and 3: scores scaled by its -1/2 power */
     double attn_softcap, final_softcap; /* Gemma 2 */
+    bool parallel;                /* GPT-NeoX, StableLM: use_parallel_residual */
+    bool qkv_bias, qk_norm;       /* StableLM: use_qkv_bias, qk_layernorm */
     int64_t bos_id, eos_id;
     lp_dtype dtype;               /* matrices: F32, F16 or BF16 (rounded to nearest even) */
     lp_dtype vector_dtype;        /* norms and biases: F32, F16 or BF16 */
@@ -240,7 +253,8 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
  * is returned as it is. */
 lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 
-/* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2". */
+/* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
+ * "gpt_neox", "phi", "gptj", "stablelm". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif

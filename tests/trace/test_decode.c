@@ -1,0 +1,404 @@
+/* The KV cache and generation: incremental decoding (a prefix's prefill, then one token at a
+ * time) against one full prefill, for every family the reference forward writes, past sliding
+ * windows, with f32/f16/bf16/q8_0 caches; greedy generation against the float64 reference's
+ * argmax chain; seeded sampling; the cache's bytes against lp_est_kv_bytes; the injected faults. */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#include "estimate/estimate.h"
+#include "ref_forward.h"
+#include "trace/trace.h"
+
+/* Logits and the last layer's residual stream by absolute position. */
+typedef struct keep {
+    int64_t n, V, H, L;
+    float *logits; /* [n, V] */
+    float *resid;  /* [n, H] of the last layer */
+} keep;
+
+static bool keep_want(void *ctx, const lp_site *site)
+{
+    const keep *k = ctx;
+    return site->batch == 0 && (site->kind == LP_SITE_LOGITS ||
+                                (site->kind == LP_SITE_RESID && site->layer == k->L - 1));
+}
+
+static lp_status keep_observe(void *ctx, const lp_site *site, const lp_view *v, lp_error *err)
+{
+    keep *k = ctx;
+    (void)err;
+    bool lg = site->kind == LP_SITE_LOGITS;
+    int64_t w = lg ? k->V : k->H;
+    for (int64_t r = 0; r < v->rows; r++) {
+        assert_true(v->row0 + r < k->n);
+        memcpy((lg ? k->logits : k->resid) + (v->row0 + r) * w, v->data + r * v->stride,
+               (size_t)w * sizeof(float));
+    }
+    return LP_OK;
+}
+
+static void keep_init(keep *k, const lp_arch *a, int64_t n)
+{
+    k->n = n;
+    k->V = a->vocab_size;
+    k->H = a->hidden_size;
+    k->L = a->n_layers;
+    k->logits = calloc((size_t)(n * k->V), sizeof(float));
+    k->resid = calloc((size_t)(n * k->H), sizeof(float));
+    assert_non_null(k->logits);
+    assert_non_null(k->resid);
+}
+
+static void keep_free(keep *k)
+{
+    free(k->logits);
+    free(k->resid);
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m))
+            m = isnan(d) ? (double)INFINITY : d;
+    }
+    return m;
+}
+
+static void full_prefill(const lp_model *model, const int32_t *ids, int64_t T, keep *k)
+{
+    keep_init(k, lp_model_arch(model), T);
+    lp_observer obs = {k, keep_want, keep_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    lp_batch b = lp_batch_single(ids, T);
+    lp_error err = {0};
+    if (lp_forward(model, &b, &opts, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+}
+
+/* Prefill of `prefix` tokens, then one at a time, into a cache of dtype. */
+static void incremental(const lp_model *model, const int32_t *ids, int64_t T, int64_t prefix,
+                        lp_dtype dtype, lp_kv_fault fault, keep *k)
+{
+    keep_init(k, lp_model_arch(model), T);
+    lp_observer obs = {k, keep_want, keep_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    lp_kv_cache *kv;
+    lp_error err = {0};
+    if (lp_kv_cache_create(model, T, dtype, &opts, fault, &kv, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(lp_forward_cached(model, kv, ids, prefix, &opts, &err), LP_OK);
+    for (int64_t t = prefix; t < T; t++)
+        if (lp_forward_cached(model, kv, ids + t, 1, &opts, &err) != LP_OK)
+            fail_msg("%s", err.msg);
+    assert_int_equal(lp_kv_cache_len(kv), T);
+    /* one more does not fit */
+    assert_int_equal(lp_forward_cached(model, kv, ids, 1, &opts, &err), LP_ERR_RANGE);
+    lp_kv_cache_destroy(kv);
+}
+
+typedef struct decode_case {
+    const char *name;
+    ref_config cfg;
+    int64_t T, prefix;
+} decode_case;
+
+/* Windows of 3..5 with T well past them: the rings wrap several times. */
+static const decode_case cases[] = {
+    {"llama-gqa", {.family = REF_LLAMA, .vocab = 83, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                   .n_kv_heads = 2, .head_dim = 8, .ffn = 56, .eps = 1e-6, .theta = 10000,
+                   .scale = 0.25}, 21, 5},
+    {"qwen2", {.family = REF_LLAMA, .vocab = 83, .hidden = 32, .n_layers = 2, .n_heads = 4,
+               .n_kv_heads = 2, .head_dim = 8, .ffn = 56, .eps = 1e-6, .theta = 1000000,
+               .qkv_bias = true, .scale = 0.2}, 15, 1},
+    {"qwen3", {.family = REF_LLAMA, .vocab = 73, .hidden = 32, .n_layers = 2, .n_heads = 4,
+               .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
+               .qk_norm = true, .scale = 0.2}, 14, 4},
+    {"mistral-swa", {.family = REF_LLAMA, .vocab = 71, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                     .n_kv_heads = 1, .head_dim = 8, .ffn = 44, .eps = 1e-5, .theta = 10000,
+                     .window = 4, .scale = 0.25}, 19, 6},
+    {"gpt2", {.family = REF_GPT2, .vocab = 97, .hidden = 48, .n_layers = 2, .n_heads = 4,
+              .n_kv_heads = 4, .head_dim = 12, .ffn = 192, .n_positions = 64, .eps = 1e-5,
+              .tied = true, .scale = 0.15}, 17, 3},
+    {"gemma2-swa", {.family = REF_GEMMA2, .vocab = 89, .hidden = 32, .n_layers = 3, .n_heads = 4,
+                    .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
+                    .tied = true, .window = 5, .query_pre_attn_scalar = 24, .attn_softcap = 5.0,
+                    .final_softcap = 3.0, .scale = 0.2}, 18, 2},
+    {"gemma3-swa", {.family = REF_GEMMA3, .vocab = 67, .hidden = 32, .n_layers = 6, .n_heads = 4,
+                    .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
+                    .tied = true, .window = 3, .sliding_pattern = 3, .local_theta = 10000,
+                    .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2}, 16, 7},
+    {"mixtral", {.family = REF_MIXTRAL, .vocab = 101, .hidden = 32, .n_layers = 2, .n_heads = 4,
+                 .n_kv_heads = 2, .head_dim = 8, .ffn = 40, .eps = 1e-5, .theta = 10000,
+                 .n_experts = 4, .top_k = 2, .scale = 0.2}, 13, 4},
+    {"gemma", {.family = REF_GEMMA, .vocab = 79, .hidden = 32, .n_layers = 2, .n_heads = 4,
+               .n_kv_heads = 1, .head_dim = 16, .ffn = 48, .eps = 1e-6, .theta = 10000,
+               .tied = true, .scale = 0.2}, 12, 3},
+};
+
+static void case_tokens(int32_t *ids, int64_t T, int64_t vocab)
+{
+    uint64_t s = 777;
+    for (int64_t t = 0; t < T; t++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[t] = (int32_t)((s >> 33) % (uint64_t)vocab);
+    }
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static lp_model *open_case(const decode_case *dc, ref_model *m, char *dir, size_t size)
+{
+    assert_true(ref_model_random(&dc->cfg, 0xdec0de + (uint64_t)dc->cfg.family, m));
+    snprintf(dir, size, "%s/decode_%s_%ld", lp_test_tmp_dir(), dc->name, (long)getpid());
+    assert_true(ref_model_write_hf_as(m, dir, LP_DTYPE_F32));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("%s: %s", dc->name, err.msg);
+    return model;
+}
+
+/* f32 cache: incremental equals prefill within F32_TOL (summation order differs: the new row's
+ * GEMM has one row). f16/bf16/q8_0 caches round K and V: their figures are printed and bounded
+ * loosely, and must differ from f32's (the rounding is really applied). */
+#define F32_TOL 2e-5
+
+static void test_decode_equals_prefill(void **state)
+{
+    const decode_case *dc = *state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = open_case(dc, &m, dir, sizeof dir);
+    int32_t ids[64];
+    case_tokens(ids, dc->T, dc->cfg.vocab);
+    keep full;
+    full_prefill(model, ids, dc->T, &full);
+    static const lp_dtype dtypes[] = {LP_DTYPE_F32, LP_DTYPE_F16, LP_DTYPE_BF16, LP_DTYPE_Q8_0};
+    static const double tol[] = {F32_TOL, 2e-2, 1.5e-1, 1.5e-1};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+        keep inc;
+        incremental(model, ids, dc->T, dc->prefix, dtypes[d], LP_KV_FAULT_NONE, &inc);
+        double dl = max_abs_diff(full.logits, inc.logits, dc->T * full.V);
+        double dr = max_abs_diff(full.resid, inc.resid, dc->T * full.H);
+        printf("  %-12s cache %-5s T=%2lld prefix %lld: max |dlogit| %.2e  |dhidden| %.2e "
+               "(tolerance %.0e)\n",
+               dc->name, lp_dtype_name(dtypes[d]), (long long)dc->T, (long long)dc->prefix, dl,
+               dr, tol[d]);
+        assert_true(dl <= tol[d]);
+        assert_true(dr <= tol[d] * 10);
+        if (dtypes[d] != LP_DTYPE_F32)
+            assert_true(dl > 0.0);
+        keep_free(&inc);
+    }
+    keep_free(&full);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+/* Each fault moves the logits of the decoded positions far beyond F32_TOL. */
+static void test_decode_faults(void **state)
+{
+    const decode_case *dc = *state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = open_case(dc, &m, dir, sizeof dir);
+    int32_t ids[64];
+    case_tokens(ids, dc->T, dc->cfg.vocab);
+    keep full;
+    full_prefill(model, ids, dc->T, &full);
+    for (int f = 1; f < LP_KV_FAULT_COUNT; f++) {
+        keep inc;
+        incremental(model, ids, dc->T, dc->prefix, LP_DTYPE_F32, (lp_kv_fault)f, &inc);
+        double dl = max_abs_diff(full.logits, inc.logits, dc->T * full.V);
+        /* the prefill part is untouched by every fault */
+        double d_prefix = max_abs_diff(full.logits, inc.logits, dc->prefix * full.V);
+        printf("  %-12s fault %-16s max |dlogit| %.2e (prefix %.2e)\n", dc->name,
+               lp_kv_fault_name((lp_kv_fault)f), dl, d_prefix);
+        assert_true(dl > 100 * F32_TOL);
+        assert_true(d_prefix <= F32_TOL);
+        keep_free(&inc);
+    }
+    assert_int_equal(lp_kv_fault_from_name("rope-stale"), LP_KV_FAULT_ROPE_STALE);
+    assert_int_equal(lp_kv_fault_from_name("nope"), LP_KV_FAULT_COUNT);
+    keep_free(&full);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+static int64_t argmax_f(const float *x, int64_t n)
+{
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* Greedy generation equals the float64 reference's argmax chain: the reference runs the whole
+ * sequence so far and picks the argmax of its last row, step by step; the generated ids must be
+ * the same and the logits of every position within the reference budget. */
+static void test_greedy_equals_reference(void **state)
+{
+    const decode_case *dc = *state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = open_case(dc, &m, dir, sizeof dir);
+    int64_t P = dc->prefix > 1 ? dc->prefix : 2, N = 8, V = dc->cfg.vocab;
+    int32_t ids[64], out[64];
+    case_tokens(ids, P, V);
+    keep k;
+    keep_init(&k, lp_model_arch(model), P + N);
+    lp_observer obs = {&k, keep_want, keep_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    lp_generate_opts gen;
+    lp_generate_opts_init(&gen);
+    gen.n_new = N;
+    gen.kv_dtype = LP_DTYPE_F32;
+    int64_t n_out;
+    uint64_t kv_bytes;
+    lp_error err = {0};
+    if (lp_generate(model, ids, P, &gen, &opts, out, &n_out, &kv_bytes, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(n_out, P + N);
+    memcpy(ids + P, out + P, (size_t)N * sizeof(int32_t));
+    ref_outputs ref;
+    assert_true(ref_forward(&m, ids, P + N, &ref));
+    double worst = 0;
+    for (int64_t t = P - 1; t < P + N - 1; t++) {
+        int64_t want = argmax_f(ref.logits + t * V, V);
+        /* a near tie may go either way in f32; the reference's margin says whether it is one */
+        float best = ref.logits[t * V + want];
+        float second = -INFINITY;
+        for (int64_t i = 0; i < V; i++)
+            if (i != want && ref.logits[t * V + i] > second)
+                second = ref.logits[t * V + i];
+        if (best - second > 1e-3f)
+            assert_int_equal(out[t + 1], want);
+    }
+    worst = max_abs_diff(k.logits, ref.logits, (P + N) * V);
+    printf("  %-12s greedy %lld tokens after %lld: ids = reference argmax chain, max |dlogit| "
+           "%.2e\n",
+           dc->name, (long long)N, (long long)P, worst);
+    assert_true(worst <= 1e-4);
+    ref_outputs_free(&ref);
+    keep_free(&k);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+/* The cache's allocated bytes are what loupe estimate predicts for the same context and dtype. */
+static void test_kv_bytes_match_estimate(void **state)
+{
+    const decode_case *dc = *state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = open_case(dc, &m, dir, sizeof dir);
+    static const char *const names[] = {"f32", "f16", "bf16", "q8_0"};
+    for (int64_t ctx = 1; ctx <= 40; ctx += 13) {
+        for (size_t d = 0; d < 4; d++) {
+            lp_kv_cache *kv;
+            lp_error err = {0};
+            assert_int_equal(lp_kv_cache_create(model, ctx, lp_dtype_from_name(names[d]), NULL,
+                                                LP_KV_FAULT_NONE, &kv, &err),
+                             LP_OK);
+            lp_est_dtype ed;
+            assert_true(lp_est_dtype_parse(names[d], &ed));
+            uint64_t want;
+            assert_int_equal(lp_est_kv_bytes(lp_model_arch(model), &ed, 1, ctx, &want, &err),
+                             LP_OK);
+            assert_int_equal(lp_kv_cache_bytes(kv), want);
+            lp_kv_cache_destroy(kv);
+        }
+    }
+    lp_error err = {0};
+    lp_kv_cache *kv;
+    assert_int_equal(lp_kv_cache_create(model, 8, LP_DTYPE_Q4_K, NULL, LP_KV_FAULT_NONE, &kv,
+                                        &err),
+                     LP_ERR_UNSUPPORTED);
+    assert_int_equal(lp_kv_default_dtype(model), LP_DTYPE_F32);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+/* Sampling: the same seed draws the same tokens, top_k = 1 is greedy, a tiny top_p is greedy,
+ * and a high temperature over a flat distribution spreads its draws. */
+static void test_sampling(void **state)
+{
+    (void)state;
+    float logits[6] = {1.0f, 3.0f, 3.0f, 0.5f, -1.0f, 2.9f};
+    lp_generate_opts g;
+    lp_generate_opts_init(&g);
+    lp_error err = {0};
+    uint64_t rng = 1;
+    int32_t id;
+    assert_int_equal(lp_sample_token(logits, 6, &g, &rng, &id, &err), LP_OK);
+    assert_int_equal(id, 1); /* greedy: tie between 1 and 2 goes to the lower id */
+    g.temperature = 1.0;
+    g.top_k = 1;
+    assert_int_equal(lp_sample_token(logits, 6, &g, &rng, &id, &err), LP_OK);
+    assert_int_equal(id, 1);
+    g.top_k = 0;
+    g.top_p = 1e-6;
+    assert_int_equal(lp_sample_token(logits, 6, &g, &rng, &id, &err), LP_OK);
+    assert_int_equal(id, 1);
+    g.top_p = 1.0;
+    g.temperature = 50.0;
+    int32_t a[64], b[64];
+    int seen[6] = {0};
+    uint64_t r1 = 42, r2 = 42;
+    for (int i = 0; i < 64; i++) {
+        assert_int_equal(lp_sample_token(logits, 6, &g, &r1, &a[i], &err), LP_OK);
+        assert_int_equal(lp_sample_token(logits, 6, &g, &r2, &b[i], &err), LP_OK);
+        assert_int_equal(a[i], b[i]);
+        seen[a[i]]++;
+    }
+    int distinct = 0;
+    for (int i = 0; i < 6; i++)
+        distinct += seen[i] > 0;
+    assert_true(distinct >= 4);
+    /* top_k = 2 keeps ids 1 and 2 only */
+    g.top_k = 2;
+    for (int i = 0; i < 32; i++) {
+        assert_int_equal(lp_sample_token(logits, 6, &g, &r1, &id, &err), LP_OK);
+        assert_true(id == 1 || id == 2);
+    }
+}
+
+int main(void)
+{
+    enum { N = sizeof cases / sizeof cases[0] };
+    struct CMUnitTest tests[4 * N + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < N; i++) {
+        tests[n++] = (struct CMUnitTest){cases[i].name, test_decode_equals_prefill, NULL, NULL,
+                                         (void *)&cases[i]};
+        tests[n++] = (struct CMUnitTest){cases[i].name, test_decode_faults, NULL, NULL,
+                                         (void *)&cases[i]};
+        tests[n++] = (struct CMUnitTest){cases[i].name, test_greedy_equals_reference, NULL,
+                                         NULL, (void *)&cases[i]};
+        tests[n++] = (struct CMUnitTest){cases[i].name, test_kv_bytes_match_estimate, NULL,
+                                         NULL, (void *)&cases[i]};
+    }
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sampling);
+    return _cmocka_run_group_tests("decode", tests, n, NULL, NULL);
+}
