@@ -192,6 +192,12 @@ typedef struct lp_forward_opts {
 
 void lp_forward_opts_init(lp_forward_opts *opts);
 
+/* The classifier alone: rows x [rows, hidden] of a residual stream through the final norm (and
+ * OPT's project_out), the LM head and any final soft-cap into logits [rows, vocab], the same
+ * kernels the pass uses (the logit lens: RESID of the last layer gives the pass's own logits). */
+lp_status lp_model_unembed(const lp_model *model, const float *x, int64_t rows, lp_pool *pool,
+                           float *logits, lp_error *err);
+
 /* Run the pass. Token ids must be < vocab_size and n_tokens <= a bound derived from the arch
  * (learned position tables) and memory; violations are LP_ERR_RANGE naming the value. */
 lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forward_opts *opts,

@@ -56,4 +56,17 @@ if command -v sqlite3 >/dev/null; then
   [ "$n" = 28 ] && ok || bad "token_nll rows: $n"
 fi
 
+# trace --logit-lens: per layer and position the top-k readout; the last layer is the real logits
+expect_one_line_error "$LOUPE" trace "$M" --prompt "$P" --logit-lens --generate 2 --db "$DB"
+expect_status 0 "$LOUPE" trace "$M" --prompt "$P" --logit-lens --maps none --db "$TMP/lens.db"
+if command -v sqlite3 >/dev/null; then
+  n=$(sqlite3 "$TMP/lens.db" "SELECT count(*) FROM logit_lens WHERE layer = 1 AND rank = 0")
+  [ "$n" = 29 ] && ok || bad "logit_lens rows of the last layer: $n"
+  n=$(sqlite3 "$TMP/lens.db" "SELECT count(*) FROM logit_lens l JOIN predictions p ON p.run_id = l.run_id AND p.pos = l.pos AND p.rank = l.rank WHERE l.layer = 1 AND (l.token_id != p.token_id OR l.prob != p.prob)")
+  [ "$n" = 0 ] && ok || bad "the last layer's lens differs from the predictions in $n rows"
+  lens=$(sqlite3 "$TMP/lens.db" "SELECT printf('%.9f', nll) FROM logit_lens_layers WHERE layer = 1")
+  ev=$("$LOUPE" eval "$M" --prompt "$P" --db "$DB" --json | python3 -c 'import json,sys; print("%.9f" % json.load(sys.stdin)["nll"])')
+  [ "$lens" = "$ev" ] && ok || bad "last layer's lens nll $lens != eval's $ev"
+fi
+
 finish

@@ -330,6 +330,80 @@ static void test_planted_heads(void **state)
     remove_dir(dir);
 }
 
+/* The logit lens against the reference: each layer's residual (ref resid) through RMSNorm and
+ * the LM head in double; top-1 tokens agree where the reference's margin is clear, per-layer NLL
+ * within 1e-5, and the last layer equals the pass's own NLL. */
+static void test_logit_lens(void **state)
+{
+    (void)state;
+    ref_model m;
+    assert_true(ref_model_random(&llama4, 31, &m));
+    char dir[512];
+    lp_model *model = open_written(&m, "lens", dir, sizeof dir);
+    const int64_t T = 12, V = llama4.vocab, H = llama4.hidden, L = llama4.n_layers;
+    int32_t ids[12];
+    for (int64_t t = 0; t < T; t++)
+        ids[t] = (int32_t)((t * 11 + 2) % V);
+    lp_logit_lens *lens;
+    lp_error err = {0};
+    assert_int_equal(lp_logit_lens_create(model, ids, T, 3, NULL, &lens, &err), LP_OK);
+    double nll[11];
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = lp_logit_lens_observer(lens);
+    assert_int_equal(lp_score_pass(model, ids, T, &opts, nll, &err), LP_OK);
+    assert_true(fabs(lens->layer_nll[L - 1] - lp_mean_range(nll, 0, T - 1)) < 1e-12);
+    ref_outputs out;
+    assert_true(ref_forward(&m, ids, T, &out));
+    double worst = 0;
+    int64_t agree = 0, clear = 0;
+    for (int64_t l = 0; l < L; l++) {
+        double sum = 0;
+        for (int64_t t = 0; t < T; t++) {
+            const float *x = out.resid + (l * T + t) * H;
+            double ms = 0, xn[32], logit[64];
+            for (int64_t c = 0; c < H; c++)
+                ms += (double)x[c] * (double)x[c];
+            double inv = 1.0 / sqrt(ms / (double)H + llama4.eps);
+            for (int64_t c = 0; c < H; c++)
+                xn[c] = (double)x[c] * inv * (double)m.out_norm[c];
+            int64_t best = 0, second = -1;
+            for (int64_t v = 0; v < V; v++) {
+                logit[v] = 0;
+                for (int64_t c = 0; c < H; c++)
+                    logit[v] += (double)m.lm_head[v * H + c] * xn[c];
+            }
+            for (int64_t v = 1; v < V; v++)
+                if (logit[v] > logit[best])
+                    best = v;
+            for (int64_t v = 0; v < V; v++)
+                if (v != best && (second < 0 || logit[v] > logit[second]))
+                    second = v;
+            if (logit[best] - logit[second] > 1e-4) {
+                clear++;
+                agree += lens->token[(l * T + t) * lens->k] == (int32_t)best;
+            }
+            if (t + 1 < T) {
+                double mx = logit[best], z = 0;
+                for (int64_t v = 0; v < V; v++)
+                    z += exp(logit[v] - mx);
+                sum += log(z) + mx - logit[ids[t + 1]];
+            }
+        }
+        worst = fmax(worst, fabs(sum / (double)(T - 1) - lens->layer_nll[l]));
+    }
+    printf("logit lens: per-layer nll within %.2e of the reference; top-1 agrees %lld/%lld\n",
+           worst, (long long)agree, (long long)clear);
+    assert_true(worst < 1e-5);
+    assert_int_equal(agree, clear);
+    assert_true(clear > L * T / 2);
+    ref_outputs_free(&out);
+    lp_logit_lens_free(lens);
+    lp_model_close(model);
+    remove_dir(dir);
+    ref_model_free(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -337,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_mean_ablation),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_planted_heads),
+        cmocka_unit_test(test_logit_lens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

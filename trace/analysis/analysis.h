@@ -140,4 +140,36 @@ typedef struct lp_prune_savings {
 void lp_prune_savings_of(const lp_arch *arch, const int64_t *layers, const int64_t *heads,
                          int64_t n, int64_t context, int64_t kv_bytes, lp_prune_savings *out);
 
+/* ---------------------------------------------------------------------------------------------
+ * The logit lens: the residual stream after every layer through the final norm and the LM head
+ * (lp_model_unembed). An observer: chain it into a pass (it wants RESID of batch item 0).
+ *
+ *   lp_logit_lens *lens;
+ *   lp_logit_lens_create(model, ids, T, 5, pool, &lens, &err);
+ *   opts.observer = lp_logit_lens_observer(lens);     // or call it from your own observer
+ *   lp_forward(...);
+ *   lens->token[(l * T + pos) * k + rank], lens->prob[...], lens->layer_nll[l]
+ *   lp_logit_lens_free(lens);
+ */
+typedef struct lp_logit_lens {
+    int64_t n_layers, T, k;
+    int32_t *token;    /* [n_layers, T, k] top-k token ids, rank 0 the argmax (ties: lower id) */
+    float *prob;       /* [n_layers, T, k] softmax over the whole vocabulary */
+    double *layer_nll; /* [n_layers] mean next-token NLL over positions 0..T-2 (NaN if T < 2) */
+    bool *seen;        /* [n_layers] */
+    /* private */
+    const lp_model *model;
+    const int32_t *ids;
+    lp_pool *pool;
+    float *logits;     /* [chunk, vocab] */
+    int64_t chunk;
+    lp_prediction *top;
+    lp_observer observer;
+} lp_logit_lens;
+
+lp_status lp_logit_lens_create(const lp_model *model, const int32_t *ids, int64_t T, int64_t k,
+                               lp_pool *pool, lp_logit_lens **out, lp_error *err);
+void lp_logit_lens_free(lp_logit_lens *lens);
+const lp_observer *lp_logit_lens_observer(lp_logit_lens *lens); /* borrowed */
+
 #endif

@@ -50,6 +50,22 @@ static const char analysis_schema[] =
     "    nll       REAL NOT NULL,\n"
     "    iterative INTEGER NOT NULL,\n"
     "    PRIMARY KEY (run_id, step)\n"
+    ");\n"
+    /* loupe trace --logit-lens: every layer's residual read out by the classifier */
+    "CREATE TABLE IF NOT EXISTS logit_lens (\n"
+    "    run_id   INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    layer    INTEGER NOT NULL,\n"
+    "    pos      INTEGER NOT NULL,\n"
+    "    rank     INTEGER NOT NULL,\n"
+    "    token_id INTEGER NOT NULL,\n"
+    "    prob     REAL NOT NULL,\n"
+    "    PRIMARY KEY (run_id, layer, pos, rank)\n"
+    ");\n"
+    "CREATE TABLE IF NOT EXISTS logit_lens_layers (\n"
+    "    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    layer  INTEGER NOT NULL,\n"
+    "    nll    REAL,\n"
+    "    PRIMARY KEY (run_id, layer)\n"
     ");\n";
 
 lp_status lp_store_create_analysis_tables(lp_store *s, lp_error *err)
@@ -189,5 +205,49 @@ lp_status lp_store_add_pruning_plan(lp_store *s, const int64_t *layers, const in
             st = lp_store_sql_error(s, "inserting pruning_plan", err);
     }
     sqlite3_finalize(q);
+    return st;
+}
+
+lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, int64_t k,
+                                  const int32_t *tokens, const float *probs,
+                                  const double *layer_nll, lp_error *err)
+{
+    lp_status st = need_run(s, err);
+    sqlite3_stmt *q = NULL, *ql = NULL;
+    if (st != LP_OK ||
+        (st = lp_store_prepare(s,
+                               "INSERT INTO logit_lens (run_id, layer, pos, rank, token_id, prob) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                               &q, "inserting logit_lens", err)) ||
+        (st = lp_store_prepare(s,
+                               "INSERT INTO logit_lens_layers (run_id, layer, nll) VALUES "
+                               "(?1, ?2, ?3)",
+                               &ql, "inserting logit_lens_layers", err))) {
+        sqlite3_finalize(q);
+        return st;
+    }
+    for (int64_t i = 0; i < n_layers * n_pos * k && st == LP_OK; i++) {
+        if (tokens[i] < 0)
+            continue;
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 2, i / (n_pos * k));
+        sqlite3_bind_int64(q, 3, (i / k) % n_pos);
+        sqlite3_bind_int64(q, 4, i % k);
+        sqlite3_bind_int64(q, 5, tokens[i]);
+        sqlite3_bind_double(q, 6, (double)probs[i]);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            st = lp_store_sql_error(s, "inserting logit_lens", err);
+    }
+    for (int64_t l = 0; l < n_layers && st == LP_OK; l++) {
+        sqlite3_reset(ql);
+        sqlite3_bind_int64(ql, 1, s->run_id);
+        sqlite3_bind_int64(ql, 2, l);
+        bind_real_or_null(ql, 3, layer_nll[l]);
+        if (sqlite3_step(ql) != SQLITE_DONE)
+            st = lp_store_sql_error(s, "inserting logit_lens_layers", err);
+    }
+    sqlite3_finalize(q);
+    sqlite3_finalize(ql);
     return st;
 }

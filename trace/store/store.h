@@ -158,6 +158,12 @@ lp_status lp_store_add_pruning_plan(lp_store *store, const int64_t *layers, cons
                                     const double *nll, int64_t n_steps, bool iterative,
                                     lp_error *err);
 
+/* logit_lens rows (tokens/probs [n_layers, n_pos, k], rank-major; token -1 = no row) and
+ * logit_lens_layers rows (layer_nll[n_layers], NaN = NULL). */
+lp_status lp_store_add_logit_lens(lp_store *store, int64_t n_layers, int64_t n_pos, int64_t k,
+                                  const int32_t *tokens, const float *probs,
+                                  const double *layer_nll, lp_error *err);
+
 /* ---------------------------------------------------------------------------------------------
  * Reading runs (typed; `loupe render` reads nothing else).
  */
