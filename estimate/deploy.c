@@ -17,7 +17,7 @@
  * - MoE layers (FusedMoE) see tp x dp ranks: without expert parallelism every expert is split
  *   tp x dp ways; with it (ep = tp x dp) each rank holds E / ep whole experts. Shared experts are
  *   ordinary MLPs split by tp.
- * Megatron-LM and DeepSpeed differ: see estimate/DEPLOY.md. */
+ * Megatron-LM and DeepSpeed differ: see estimate/README.md. */
 #include "estimate/estimate.h"
 
 #include <math.h>

@@ -20,7 +20,7 @@
  *   json_t *doc = lp_est_to_json(&arch, rep, 0);      // caller json_decref()s
  *   free(rep);
  *
- * A deployment (estimate/DEPLOY.md): set opts.deploy and read rep->deploy, one device[] entry
+ * A deployment (estimate/README.md): set opts.deploy and read rep->deploy, one device[] entry
  * per pipeline stage.
  *
  *   opts.deploy.tp = 8;                                 // vLLM's placement

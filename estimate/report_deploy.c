@@ -27,7 +27,7 @@ static void print_mesh(FILE *out, const lp_arch *arch, const lp_est_deploy *d)
 {
     char a[48], b[48];
     fprintf(out, "\ndeployment: tp %lld x pp %lld x dp %lld = %lld devices, ep %lld "
-                 "(vLLM's placement; estimate/DEPLOY.md)\n",
+                 "(vLLM's placement; estimate/README.md)\n",
             (long long)d->tp, (long long)d->pp, (long long)d->dp, (long long)d->devices,
             (long long)d->ep);
     fprintf(out, "  vocabulary padded to %s rows (a multiple of 64): %s per TP rank\n",

@@ -117,6 +117,7 @@ typedef struct head_picture {
     lp_heatmap_layout lay;
     char **pieces;
     int64_t n_pieces;
+    int64_t first_generated; /* position of the first generated token, -1 = none */
 } head_picture;
 
 static void head_picture_free(head_picture *hp)
@@ -139,16 +140,50 @@ static lp_status read_head(lp_store *db, const lp_store_run *run, int64_t layer,
     s = lp_render_heatmap_layout(hp->map.shown_q, hp->map.shown_k, opt, &hp->lay, err);
     if (s == LP_OK)
         s = lp_render_read_labels(db, run->id, &hp->pieces, &hp->n_pieces, err);
+    if (s == LP_OK)
+        s = lp_store_read_first_generated(db, run->id, &hp->first_generated, err);
     if (s)
         head_picture_free(hp);
     return s;
 }
 
+/* Generation: a line before the first generated query row and one before its key column, so the
+ * prompt's square and the generated rows below it are told apart (when they are shown). */
+static void draw_generation_boundary(lp_canvas *c, const head_picture *hp)
+{
+    const lp_pooled_map *map = &hp->map;
+    const lp_heatmap_layout *lay = &hp->lay;
+    int64_t g = hp->first_generated;
+    if (g <= 0)
+        return;
+    int64_t q_first = map->n_k - map->n_q + map->row0;
+    double map_w = (double)map->cols * lay->cell, map_h = (double)map->rows * lay->cell_h;
+    cairo_t *cr = c->cr;
+    cairo_save(cr);
+    lp_set_rgb(cr, (lp_rgb){0xff, 0x8c, 0x00});
+    cairo_set_line_width(cr, 1.5);
+    double dash[] = {4.0, 3.0};
+    cairo_set_dash(cr, dash, 2, 0);
+    if (g > q_first && g < q_first + map->shown_q) {
+        double y = lay->map_y + (double)(g - q_first) / (double)map->block * lay->cell_h;
+        cairo_move_to(cr, lay->map_x, y);
+        cairo_line_to(cr, lay->map_x + map_w, y);
+    }
+    if (g > map->col0 && g < map->col0 + map->shown_k) {
+        double x = lay->map_x + (double)(g - map->col0) / (double)map->block * lay->cell;
+        cairo_move_to(cr, x, lay->map_y);
+        cairo_line_to(cr, x, lay->map_y + map_h);
+    }
+    cairo_stroke(cr);
+    cairo_restore(cr);
+}
+
 /* "N queries x M keys, showing ..., max-pooled ..., window ..., scale, colormap, masked #rgb". */
-static void head_subtitle(const lp_store_run *run, int64_t layer, const lp_pooled_map *map,
+static void head_subtitle(const lp_store_run *run, int64_t layer, const head_picture *hp,
                           const lp_render_options *opt, double vmax, char *buf, size_t size)
 {
-    char scale_text[96], pooled[64] = "", window_text[48] = "", shown[96] = "";
+    const lp_pooled_map *map = &hp->map;
+    char scale_text[96], pooled[64] = "", window_text[80] = "", shown[96] = "";
     scale_caption(opt, vmax, scale_text, sizeof scale_text);
     lp_rgb masked = lp_render_masked_rgb(opt);
     if (map->block > 1)
@@ -157,6 +192,11 @@ static void head_subtitle(const lp_store_run *run, int64_t layer, const lp_poole
     int64_t window = lp_store_run_window(run, layer);
     if (window > 0)
         snprintf(window_text, sizeof window_text, ", window %lld", (long long)window);
+    if (hp->first_generated > 0) {
+        size_t used = strlen(window_text);
+        snprintf(window_text + used, sizeof window_text - used,
+                 ", generated from %lld (dashed)", (long long)hp->first_generated);
+    }
     if (map->shown_q != map->n_q || map->shown_k != map->n_k)
         snprintf(shown, sizeof shown, ", showing positions %lld:%lld", (long long)map->col0,
                  (long long)(map->col0 + map->shown_k));
@@ -215,7 +255,7 @@ static lp_status draw_head(const lp_store_run *run, int64_t layer, int64_t head,
     lp_render_run_caption(run, caption, sizeof caption);
     snprintf(title, sizeof title, "layer %lld, head %lld: %s", (long long)layer, (long long)head,
              caption);
-    head_subtitle(run, layer, map, opt, vmax, subtitle, sizeof subtitle);
+    head_subtitle(run, layer, hp, opt, vmax, subtitle, sizeof subtitle);
     if (map->n_leak_cells > 0)
         snprintf(warning, sizeof warning, "LEAK: %lld masked cells hold probability > %g",
                  (long long)map->n_leak_cells, opt->leak_threshold);
@@ -233,6 +273,7 @@ static lp_status draw_head(const lp_store_run *run, int64_t layer, int64_t head,
         return s;
     }
     draw_token_axes(&c, hp);
+    draw_generation_boundary(&c, hp);
     int map_w = (int)map->cols * lay->cell, map_h = (int)map->rows * lay->cell_h;
     double bar_h = map_h > 200 ? map_h : 200;
     lp_draw_colorbar(&c, lay->map_x + map_w + 24, lay->map_y, 16, bar_h, opt, vmax, "probability");

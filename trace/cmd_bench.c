@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/cli/cli.h"
@@ -551,12 +552,201 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
     return st == LP_OK ? LP_EXIT_OK : lp_cli_fail("bench", &err);
 }
 
+/* ---- attention: the blocked kernels beside the FMA peak, and an attention-heavy prefill */
+
+enum { AH_HIDDEN = 512, AH_HEADS = 8, AH_HEAD_DIM = 64, AH_FFN = 1024, AH_LAYERS = 2,
+       AH_VOCAB = 32000 };
+
+typedef struct attn_bench {
+    const float *q, *k, *v;
+    float *out;
+    int64_t T, D, heads, n_chunks;
+    int64_t edges[65]; /* row chunk edges of equal causal work */
+    lp_mask_spec mask;
+} attn_bench;
+
+static void attn_bench_item(void *ctx, int64_t item)
+{
+    const attn_bench *b = ctx;
+    int64_t h = item / b->n_chunks, c = item % b->n_chunks, stride = b->heads * b->D;
+    lp_attn_args a = {.q = b->q + h * b->D, .k = b->k + h * b->D, .v = b->v + h * b->D,
+                      .out = b->out + h * b->D, .n_q = b->T, .n_k = b->T, .head_dim = b->D,
+                      .v_dim = b->D, .q_stride = stride, .k_stride = stride, .v_stride = stride,
+                      .out_stride = stride, .scale = (float)(1.0 / sqrt((double)b->D)),
+                      .mask = &b->mask, .row_begin = b->edges[c], .row_end = b->edges[c + 1]};
+    lp_attention(&a);
+}
+
+/* Causal T x T attention of `heads` heads of D dims, items (head, row chunk) over the pool;
+ * GFLOP/s counts 2 D flops per visible (query, key) pair for each of Q.K and P.V. */
+static bool time_attention(int64_t T, int64_t D, int reps, lp_pool *pool, double peak_gflops)
+{
+    const int64_t heads = AH_HEADS, n = T * heads * D;
+    float *q = malloc((size_t)n * sizeof *q), *k = malloc((size_t)n * sizeof *k);
+    float *v = malloc((size_t)n * sizeof *v), *out = malloc((size_t)n * sizeof *out);
+    bool ok = q && k && v && out;
+    if (ok) {
+        fill_random(q, n, 3);
+        fill_random(k, n, 4);
+        fill_random(v, n, 5);
+        attn_bench b = {q, k, v, out, T, D, heads, 1, {0}, lp_mask_causal(T, T)};
+        int threads = pool ? lp_pool_threads(pool) : 1;
+        b.n_chunks = threads < 64 ? threads : 64;
+        for (int64_t c = 0; c <= b.n_chunks; c++) /* row r costs r + 1: edges at T sqrt(c / C) */
+            b.edges[c] = (int64_t)((double)T * sqrt((double)c / (double)b.n_chunks) + 0.5);
+        b.edges[b.n_chunks] = T;
+        double best = HUGE_VAL;
+        for (int r = 0; r <= reps; r++) {
+            double t0 = now_seconds();
+            lp_pool_run(pool, heads * b.n_chunks, attn_bench_item, &b);
+            double t = now_seconds() - t0;
+            if (r > 0 && t < best)
+                best = t;
+        }
+        double gflops = 2.0 * (double)D * (double)T * (double)(T + 1) * (double)heads / best * 1e-9;
+        printf("  causal %5lld x %-5lld head_dim %3lld, %d heads: %.3f s, %.1f GFLOP/s = %.0f%% of "
+               "the FMA peak\n",
+               (long long)T, (long long)T, (long long)D, (int)heads, best, gflops,
+               100.0 * gflops / peak_gflops);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    return ok;
+}
+
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
+}
+
+/* FLOPs of one attention-heavy pass of T tokens: the linear layers plus causal attention. */
+static double ah_pass_flops(int64_t T)
+{
+    double linear = 2.0 * (4.0 * AH_HIDDEN * AH_HIDDEN + 3.0 * AH_FFN * AH_HIDDEN) * (double)T;
+    double attention = 2.0 * AH_HEAD_DIM * (double)T * (double)(T + 1) * AH_HEADS;
+    return (linear + attention) * AH_LAYERS;
+}
+
+/* The attention-heavy model: bare passes at each T, then every probe at the first T. */
+static lp_status time_attention_passes(const char *dir, const int64_t *Ts, int n_T, int reps,
+                                       lp_pool *pool, double blas_gflops, lp_error *err)
+{
+    lp_synth_spec spec = {
+        .family = LP_SYNTH_LLAMA, .vocab = AH_VOCAB, .hidden = AH_HIDDEN, .n_layers = AH_LAYERS,
+        .n_heads = AH_HEADS, .n_kv_heads = AH_HEADS, .head_dim = AH_HEAD_DIM, .ffn = AH_FFN,
+        .n_ctx = 32768, .norm_eps = 1e-5, .rope_theta = 10000.0, .tied = true, .bos_id = 1,
+        .eos_id = 2, .dtype = LP_DTYPE_F32, .vector_dtype = LP_DTYPE_F32, .seed = 11,
+        .scale = 0.02,
+    };
+    int64_t t_max = 0;
+    for (int i = 0; i < n_T; i++)
+        t_max = Ts[i] > t_max ? Ts[i] : t_max;
+    lp_model *model = NULL;
+    int32_t *tokens = malloc((size_t)t_max * sizeof *tokens);
+    lp_status st = tokens ? lp_synth_write_family(dir, &spec, err)
+                          : lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
+    if (st == LP_OK)
+        st = lp_model_open(dir, &model, err);
+    for (int64_t t = 0; st == LP_OK && t < t_max; t++)
+        tokens[t] = (int32_t)((t * 7919 + 13) % AH_VOCAB);
+    printf("  whole pass: hidden %d, %d heads of %d, %d layers, FFN %d, vocab %d, f32, logits "
+           "for the last position; GFLOP/s counts the linear layers and causal attention\n",
+           AH_HIDDEN, AH_HEADS, AH_HEAD_DIM, AH_LAYERS, AH_FFN, AH_VOCAB);
+    double bare_first = 0.0;
+    for (int i = 0; st == LP_OK && i <= n_T; i++) {
+        bool probes = i == n_T; /* the last round: every probe at the first T */
+        int64_t T = probes ? Ts[0] : Ts[i];
+        lp_batch batch = lp_batch_single(tokens, T);
+        prefill_result r;
+        st = time_prefill(model, &batch, pool, probes, AH_LAYERS, reps, NULL, &r, err);
+        if (st != LP_OK)
+            break;
+        double gflops = ah_pass_flops(T) / r.total * 1e-9;
+        printf("  T %5lld %-10s %.3f s, %.1f tokens/s, %.1f GFLOP/s", (long long)T,
+               probes ? "all probes" : "maps none", r.total, (double)T / r.total, gflops);
+        if (blas_gflops > 0.0)
+            printf(" = %.0f%% of OpenBLAS's GEMM", 100.0 * gflops / blas_gflops);
+        if (probes)
+            printf(" (%.2fx the bare pass)", r.total / bare_first);
+        else
+            printf(", peak RSS so far %.0f MB", peak_rss_mb());
+        printf("\n");
+        fflush(stdout);
+        if (i == 0)
+            bare_first = r.total;
+    }
+    lp_model_close(model);
+    free(tokens);
+    return st;
+}
+
+static int bench_attention(int threads, int reps, int64_t tokens, int64_t head_dim,
+                           const char *dir, lp_pool *pool, const openblas_lib *blas)
+{
+    lp_error err = {0};
+    lp_est_hw hw;
+    if (lp_est_hw_measure(threads, 0, &hw, &err) != LP_OK)
+        return lp_cli_fail("bench", &err);
+    double blas_gflops = 0.0;
+    blas_yardstick y;
+    if (blas && yardstick_init(&y, blas, threads)) {
+        for (int r = 0; r < 3; r++)
+            yardstick_run(&y);
+        blas_gflops = yardstick_gflops(&y);
+    }
+    if (blas)
+        yardstick_free(&y);
+    printf("\nattention: blocked kernels, %d threads; FMA peak %.1f GFLOP/s (register-only FMA "
+           "loop per thread, measured now)",
+           threads, hw.flops_per_s * 1e-9);
+    if (blas_gflops > 0.0)
+        printf("; OpenBLAS sgemm %.1f GFLOP/s (best of 3, mean of the 4 prefill shapes)",
+               blas_gflops);
+    printf("\n");
+    int64_t T = tokens > 0 ? tokens : 4096;
+    int64_t dims[2] = {64, 128};
+    for (int i = 0; i < 2; i++) {
+        if (head_dim > 0 && i > 0)
+            break;
+        if (!time_attention(T, head_dim > 0 ? head_dim : dims[i], reps, pool,
+                            hw.flops_per_s * 1e-9)) {
+            fprintf(stderr, "loupe bench: out of memory for a %lld-token attention\n",
+                    (long long)T);
+            return LP_EXIT_USAGE;
+        }
+        fflush(stdout);
+    }
+    char template_path[4096];
+    int len = snprintf(template_path, sizeof template_path, "%s/loupe-bench-XXXXXX", dir);
+    if (len < 0 || (size_t)len >= sizeof template_path)
+        return lp_cli_usage_error("bench", "--dir '%s': path longer than %zu bytes", dir,
+                                  sizeof template_path - 20);
+    char *model_dir = mkdtemp(template_path);
+    if (!model_dir) {
+        lp_error_set(&err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", dir,
+                     strerror(errno));
+        return lp_cli_fail("bench", &err);
+    }
+    int64_t Ts[2] = {4096, 8192};
+    if (tokens > 0)
+        Ts[0] = tokens;
+    lp_status st = time_attention_passes(model_dir, Ts, tokens > 0 ? 1 : 2, reps, pool,
+                                         blas_gflops, &err);
+    remove_model_dir(model_dir);
+    return st == LP_OK ? LP_EXIT_OK : lp_cli_fail("bench", &err);
+}
+
 /* ---- the command ----------------------------------------------------------------------------- */
 
 typedef struct bench_opts {
     int64_t threads, reps, m, layers, tokens;
     bool gemm_only, prefill_only;
     const char *dir;
+    bool attention;
+    int64_t head_dim;
 } bench_opts;
 
 static const lp_option bench_options[] = {
@@ -569,15 +759,21 @@ static const lp_option bench_options[] = {
     LP_OPT_FLAG_OF(bench_opts, prefill_only, "prefill-only", "skip the GEMM part"),
     LP_OPT_INT_OF(bench_opts, layers, "layers", "L", 1, TL_LAYERS,
                   "layers actually built and timed (default 2)"),
-    LP_OPT_INT_OF(bench_opts, tokens, "tokens", "T", 1, 2048, "prefill length (default 512)"),
+    LP_OPT_INT_OF(bench_opts, tokens, "tokens", "T", 1, 32768,
+                  "prefill length (default 512, at most 2048); with --attention the attention "
+                  "length (default 4096, and whole passes at 4096 and 8192)"),
+    LP_OPT_FLAG_OF(bench_opts, attention, "attention",
+                   "only the attention part: kernels and an attention-heavy prefill"),
+    LP_OPT_INT_OF(bench_opts, head_dim, "head-dim", "D", 1, 512,
+                  "with --attention: one head dim (default 64 and 128)"),
     LP_OPT_STRING_OF(bench_opts, dir, "dir", "DIR",
                      "where the temporary model goes (default $TMPDIR or /tmp)"),
     LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
-               "benchmark the GEMM and the prefill",
-               "[--gemm-only | --prefill-only] [options]",
+               "benchmark the GEMM, the prefill and attention",
+               "[--gemm-only | --prefill-only | --attention] [options]",
     .description =
         "GEMM: times C[M, N] = A[M, K] . B[N, K]^T for the prefill shapes M=512, K,N in\n"
         "{2048, 5632} with loupe's packed GEMM and, when libopenblas.so.0 can be loaded, with\n"
@@ -588,7 +784,14 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "heads, 4 KV heads, FFN 5632, vocab 32000; --layers of its 22 layers, default 2) to a\n"
         "temporary folder, runs a T-token prefill (default 512) without and with every probe, and\n"
         "reports tokens/s for the full 22-layer model: the embedding/classifier time plus 22 times\n"
-        "the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.",
+        "the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.\n"
+        "\n"
+        "Attention (--attention, alone): the FMA peak of the threads (register-only loop) and\n"
+        "OpenBLAS's sgemm, measured now; causal T x T attention of 8 heads at head_dim 64 and\n"
+        "128 (--tokens, default 4096; --head-dim for one) in GFLOP/s and % of that peak; whole\n"
+        "passes of an attention-heavy model (hidden 512, 8 heads of 64, 2 layers, FFN 1024) at\n"
+        "4096 and 8192 tokens without probes, then with every probe at the first length, with\n"
+        "the peak RSS.",
     .notes = "Exit status: 0 done, 1 loupe's and OpenBLAS's products differ by more than 1e-4 of\n"
              "the largest entry, 2 bad usage or a failure (memory, disk).");
 
@@ -611,6 +814,9 @@ static void print_header(int argc, char **argv, int64_t threads, const openblas_
 static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *blas, bool have_blas)
 {
     int status = LP_EXIT_OK;
+    if (o->attention)
+        return bench_attention((int)o->threads, (int)(o->reps > 0 ? o->reps : 2), o->tokens,
+                               o->head_dim, o->dir, pool, have_blas ? blas : NULL);
     if (!o->prefill_only) {
         int reps = (int)(o->reps > 0 ? o->reps : 5);
         printf("GEMM method: 1 warm-up each, then best of %d runs alternating loupe and "
@@ -621,7 +827,8 @@ static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *bla
     }
     if ((status == LP_EXIT_OK || status == LP_EXIT_CHECK_FAILED) && !o->gemm_only) {
         int prefill_status = bench_prefill((int)o->threads, (int)(o->reps > 0 ? o->reps : 3),
-                                           (int)o->layers, o->tokens, o->dir, pool,
+                                           (int)o->layers, o->tokens > 0 ? o->tokens : 512,
+                                           o->dir, pool,
                                            have_blas ? blas : NULL);
         if (prefill_status != LP_EXIT_OK)
             status = prefill_status;
@@ -631,7 +838,7 @@ static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *bla
 
 static int run_bench(int argc, char **argv)
 {
-    bench_opts o = {lp_cpu_count(), -1, 512, 2, 512, false, false, NULL};
+    bench_opts o = {lp_cpu_count(), -1, 512, 2, -1, false, false, NULL, false, -1};
     const char *pos[LP_CLI_MAX_POSITIONAL];
     LP_CLI_PARSE_OR_RETURN(&bench_spec, argc, argv, &o, pos, NULL);
     if (o.dir && !lp_path_is_dir(o.dir))
@@ -640,6 +847,13 @@ static int run_bench(int argc, char **argv)
         o.dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     if (o.gemm_only && o.prefill_only)
         return lp_cli_usage_error("bench", "--gemm-only and --prefill-only exclude each other");
+    if (o.attention && (o.gemm_only || o.prefill_only))
+        return lp_cli_usage_error("bench", "--attention excludes --gemm-only and --prefill-only");
+    if (!o.attention && o.head_dim > 0)
+        return lp_cli_usage_error("bench", "--head-dim needs --attention");
+    if (!o.attention && o.tokens > 2048)
+        return lp_cli_usage_error("bench", "--tokens %lld: the prefill part takes at most 2048 "
+                                  "(--attention takes up to 32768)", (long long)o.tokens);
     lp_error err = {0};
     lp_pool *pool = NULL;
     if (lp_pool_create((int)o.threads, &pool, &err) != LP_OK)

@@ -42,7 +42,8 @@ static const lp_option leak_options[] = {
     LP_OPT_TABLE_OF(leak_opts, input, lp_input_options),
     LP_OPT_STRING_OF(leak_opts, inject, "inject", "FAULT",
                      "model: build a broken mask (off-by-one, transposed, no-mask, window+1,\n"
-                     "pad-axis) to prove the checks catch it"),
+                     "pad-axis) or KV cache (cache-off-by-one, rope-stale, mask-top-left)\n"
+                     "to prove the checks catch it"),
     LP_OPT_INT_OF(leak_opts, window, "window", "W", 1, (double)(INT64_MAX / 4),
                   "model: force a sliding window of W keys (itself included) on every layer"),
     LP_OPT_INT_OF(leak_opts, cuts, "cuts", "N", 0, 1000,
@@ -97,6 +98,9 @@ LP_CLI_COMMAND(leak, run_leak, leak_options, 0, 1,
         "  structural     the engine's masks cell by cell against the definition (causal, window,\n"
         "                 decode alignment, left/right padding), and a padded batch through the model\n"
         "  alignment      loss with labels shifted by one versus unshifted\n"
+        "  decode         a prefill of half the tokens then one at a time through the KV cache\n"
+        "                 equals one prefill (hidden states and logits; f32 cache within 1e-4\n"
+        "                 relative, f16 cache within 5e-2)\n"
         "\n"
         "On a mask tensor (--mask FILE): every cell against its definition (--kind).",
     .notes = "Exit status: 0 no leak, 1 a leak, blocked cells, NaN or a failed check, 2 bad input.");
@@ -126,7 +130,8 @@ static int check_mode(const leak_opts *o, const char *model)
     return LP_CLI_PARSED;
 }
 
-static int parse(int argc, char **argv, leak_opts *o, const char **model, lp_mask_fault *fault)
+static int parse(int argc, char **argv, leak_opts *o, const char **model, lp_mask_fault *fault,
+                 lp_kv_fault *kv_fault)
 {
     *o = (leak_opts){.kind = "causal", .format = -1, .masked_below = LP_LEAK_MASKED_BELOW,
                      .cuts = 2, .seed = 1, .threads = 1, .max_listed = LP_LEAK_MAX_LISTED,
@@ -136,10 +141,17 @@ static int parse(int argc, char **argv, leak_opts *o, const char **model, lp_mas
     LP_CLI_PARSE_OR_RETURN(&leak_spec, argc, argv, o, pos, &n_pos);
     *model = n_pos > 0 ? pos[0] : NULL;
     *fault = o->inject ? lp_mask_fault_from_name(o->inject) : LP_MASK_FAULT_NONE;
-    if (*fault == LP_MASK_FAULT_COUNT || (o->inject && *fault == LP_MASK_FAULT_NONE))
+    *kv_fault = LP_KV_FAULT_NONE;
+    if (*fault == LP_MASK_FAULT_COUNT) { /* a KV cache fault, then */
+        *kv_fault = lp_kv_fault_from_name(o->inject);
+        *fault = LP_MASK_FAULT_NONE;
+    }
+    if (*kv_fault == LP_KV_FAULT_COUNT ||
+        (o->inject && *fault == LP_MASK_FAULT_NONE && *kv_fault == LP_KV_FAULT_NONE))
         return lp_cli_usage_error(CMD,
                                   "--inject '%s': expected off-by-one, transposed, no-mask, "
-                                  "window+1 or pad-axis",
+                                  "window+1, pad-axis, cache-off-by-one, rope-stale or "
+                                  "mask-top-left",
                                   o->inject);
     return check_mode(o, *model);
 }
@@ -390,6 +402,8 @@ static int run_mask(const leak_opts *o)
 typedef struct leak_job {
     const char *model_path;
     lp_mask_fault fault;
+    lp_kv_fault kv_fault;
+    lp_leak_decode_report decode;
     lp_model *model;
     lp_input in;
     lp_pool *pool;
@@ -452,6 +466,28 @@ static lp_status begin_record(leak_job *j, const leak_opts *o, lp_error *err)
     return lp_store_begin_run(j->store, &info, &sopts, &j->run_id, err);
 }
 
+/* The decode check's rows join the report's; its failure names the diagnosis when nothing else
+ * failed. */
+static lp_status add_decode_check(leak_job *j, const leak_opts *o, lp_error *err)
+{
+    lp_leak_decode_opts dopts = {.fault = j->kv_fault, .window = o->window, .pool = j->pool};
+    lp_status st = lp_leak_check_decode(j->model, j->in.ids, (int64_t)j->in.n_ids, &dopts,
+                                        &j->decode, err);
+    if (st != LP_OK)
+        return st;
+    lp_leak_model_report *r = &j->rep;
+    lp_leak_check *grown = realloc(r->checks, (size_t)(r->n_checks + 2) * sizeof *grown);
+    if (!grown)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    r->checks = grown;
+    memcpy(r->checks + r->n_checks, j->decode.checks, sizeof j->decode.checks);
+    r->n_checks += 2;
+    if (!j->decode.passed && r->passed)
+        r->diagnosis = j->decode.diagnosis;
+    r->passed = r->passed && j->decode.passed;
+    return LP_OK;
+}
+
 /* Every model check, and with --db its rows committed with the run. */
 static lp_status check_model(leak_job *j, const leak_opts *o, lp_error *err)
 {
@@ -465,6 +501,8 @@ static lp_status check_model(leak_job *j, const leak_opts *o, lp_error *err)
                              .record = j->store ? lp_store_observer(j->store) : NULL};
     double t0 = now_seconds();
     st = lp_leak_check_model(j->model, j->in.ids, (int64_t)j->in.n_ids, &mo, &j->rep, err);
+    if (st == LP_OK)
+        st = add_decode_check(j, o, err);
     j->seconds = now_seconds() - t0;
     if (st == LP_OK && j->store &&
         (st = lp_store_add_leak_checks(j->store, j->rep.checks, j->rep.n_checks, err)) == LP_OK)
@@ -514,7 +552,8 @@ static int print_model_json(const leak_job *j, const leak_opts *o)
 {
     const lp_leak_model_report *rep = &j->rep;
     json_t *root = json_pack("{s:s, s:I, s:s, s:I, s:I, s:s}", "model", j->model_path, "n_tokens",
-                             (json_int_t)j->in.n_ids, "inject", lp_mask_fault_name(j->fault),
+                             (json_int_t)j->in.n_ids, "inject", j->kv_fault != LP_KV_FAULT_NONE ? lp_kv_fault_name(j->kv_fault)
+                                                       : lp_mask_fault_name(j->fault),
                              "window", (json_int_t)o->window, "threads", (json_int_t)o->threads,
                              "isa", lp_isa_name(lp_kernels_isa()));
     if (j->run_id)
@@ -532,6 +571,17 @@ static int print_model_json(const leak_job *j, const leak_opts *o)
         "loss_same", rep->loss_same, "flagged", (int)rep->alignment_flagged, "checks", checks);
     json_object_update(root, verdict);
     json_decref(verdict);
+    const lp_leak_decode_report *d = &j->decode;
+    json_object_set_new(root, "decode",
+                        json_pack("{s:b, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:f, s:f}", "passed",
+                                  (int)d->passed, "diagnosis", d->diagnosis, "prefix",
+                                  (json_int_t)d->prefix, "window", (json_int_t)d->window,
+                                  "logit_diff", num_or_null(d->logit_diff), "hidden_diff",
+                                  num_or_null(d->hidden_diff), "f16_logit_diff",
+                                  num_or_null(d->f16_logit_diff), "f16_hidden_diff",
+                                  num_or_null(d->f16_hidden_diff), "tolerance",
+                                  LP_LEAK_DECODE_TOLERANCE, "f16_tolerance",
+                                  LP_LEAK_DECODE_F16_TOLERANCE));
     return print_json(root);
 }
 
@@ -583,7 +633,8 @@ static void print_perturbation(const lp_leak_model_report *rep, int64_t n_layers
     print_family(rep, "perturbation", text);
 }
 
-static void print_families(const lp_leak_model_report *rep, int64_t n_layers)
+static void print_families(const lp_leak_model_report *rep, const lp_leak_decode_report *d,
+                           int64_t n_layers)
 {
     char text[256];
     print_perturbation(rep, n_layers);
@@ -600,6 +651,12 @@ static void print_families(const lp_leak_model_report *rep, int64_t n_layers)
              rep->loss_next, rep->loss_same,
              rep->loss_next <= rep->loss_same ? "" : " (neither beats a uniform guess)");
     print_family(rep, "alignment", text);
+    snprintf(text, sizeof text,
+             "prefill of %lld then one token at a time: relative |dlogit| %.1e, |dhidden| %.1e "
+             "(f32 cache), %.1e, %.1e (f16)",
+             (long long)d->prefix, d->logit_diff, d->hidden_diff, d->f16_logit_diff,
+             d->f16_hidden_diff);
+    print_family(rep, "decode", text);
 }
 
 /* Where the first difference and the leaking cells are. */
@@ -628,10 +685,13 @@ static void print_model_text(const leak_job *j, const leak_opts *o)
     printf("%s: %zu tokens, %lld layers x %lld heads, %.2f s, %lld thread%s, isa %s, inject %s%s",
            j->model_path, j->in.n_ids, (long long)arch->n_layers, (long long)arch->n_heads,
            j->seconds, (long long)o->threads, o->threads == 1 ? "" : "s",
-           lp_isa_name(lp_kernels_isa()), lp_mask_fault_name(j->fault), j->run_id ? "" : "\n");
+           lp_isa_name(lp_kernels_isa()),
+           j->kv_fault != LP_KV_FAULT_NONE ? lp_kv_fault_name(j->kv_fault)
+                                           : lp_mask_fault_name(j->fault),
+           j->run_id ? "" : "\n");
     if (j->run_id)
         printf(", run %lld in %s\n", (long long)j->run_id, o->db);
-    print_families(&j->rep, arch->n_layers);
+    print_families(&j->rep, &j->decode, arch->n_layers);
     print_findings(&j->rep);
     if (j->rep.passed)
         printf("verdict: PASS (no position sees the future)\n");
@@ -639,9 +699,10 @@ static void print_model_text(const leak_job *j, const leak_opts *o)
         printf("verdict: FAIL (%s)\n", j->rep.diagnosis);
 }
 
-static int run_model(const char *model_path, lp_mask_fault fault, const leak_opts *o)
+static int run_model(const char *model_path, lp_mask_fault fault, lp_kv_fault kv_fault,
+                     const leak_opts *o)
 {
-    leak_job job = {.model_path = model_path, .fault = fault};
+    leak_job job = {.model_path = model_path, .fault = fault, .kv_fault = kv_fault};
     lp_error err = {0};
     int rc;
     if (prepare(&job, o, &err) != LP_OK || check_model(&job, o, &err) != LP_OK)
@@ -662,8 +723,9 @@ static int run_leak(int argc, char **argv)
     leak_opts o;
     const char *model;
     lp_mask_fault fault;
-    int rc = parse(argc, argv, &o, &model, &fault);
+    lp_kv_fault kv_fault;
+    int rc = parse(argc, argv, &o, &model, &fault, &kv_fault);
     if (rc != LP_CLI_PARSED)
         return rc;
-    return o.mask ? run_mask(&o) : run_model(model, fault, &o);
+    return o.mask ? run_mask(&o) : run_model(model, fault, kv_fault, &o);
 }

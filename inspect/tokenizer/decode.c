@@ -11,6 +11,7 @@
 typedef struct str_vec {
     lp_tok_buf *v;
     size_t n;
+    bool *text; /* [n] or NULL: token k is LP_TOK_FLAG_TEXT, passed through ByteLevel as it is */
 } str_vec;
 
 static void strs_free(str_vec *s)
@@ -18,7 +19,9 @@ static void strs_free(str_vec *s)
     for (size_t k = 0; k < s->n; k++)
         lp_tok_buf_free(&s->v[k]);
     free(s->v);
+    free(s->text);
     s->v = NULL;
+    s->text = NULL;
     s->n = 0;
 }
 
@@ -53,7 +56,7 @@ static lp_status dec_bytelevel(str_vec *strs)
         const char *s = strs->v[k].data ? strs->v[k].data : "";
         size_t len = strs->v[k].len;
         lp_tok_buf bytes = {0};
-        bool ok = true;
+        bool ok = !(strs->text && strs->text[k]);
         size_t i = 0;
         while (i < len && ok) {
             int32_t cp = lp_utf8_next(s, len, &i);
@@ -269,9 +272,12 @@ lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_
 {
     LP_ASSERT(tok && text && (ids || n_ids == 0));
     *text = NULL;
-    str_vec strs = {calloc(n_ids ? n_ids : 1, sizeof(lp_tok_buf)), 0};
-    if (!strs.v)
+    str_vec strs = {calloc(n_ids ? n_ids : 1, sizeof(lp_tok_buf)), 0,
+                    calloc(n_ids ? n_ids : 1, sizeof(bool))};
+    if (!strs.v || !strs.text) {
+        strs_free(&strs);
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory decoding %zu ids", n_ids);
+    }
     for (size_t k = 0; k < n_ids; k++) {
         int32_t id = ids[k];
         if (id < 0 || id >= tok->n_vocab || !tok->pieces[id]) {
@@ -282,6 +288,7 @@ lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_
         }
         if (skip_special && (tok->flags[id] & LP_TOK_FLAG_SPECIAL))
             continue;
+        strs.text[strs.n] = (tok->flags[id] & LP_TOK_FLAG_TEXT) != 0;
         lp_tok_buf *b = &strs.v[strs.n++];
         lp_tok_buf_put(b, tok->pieces[id], tok->piece_len[id]);
         if (b->failed) {
@@ -352,7 +359,8 @@ char *lp_tokenizer_label(const lp_tokenizer *tok, int32_t id)
         return NULL;
     const char *p = tok->pieces[id];
     size_t len = tok->piece_len[id];
-    if (tok->flags[id] & (LP_TOK_FLAG_SPECIAL | LP_TOK_FLAG_ADDED | LP_TOK_FLAG_CONTROL)) {
+    if (tok->flags[id] &
+        (LP_TOK_FLAG_SPECIAL | LP_TOK_FLAG_ADDED | LP_TOK_FLAG_CONTROL | LP_TOK_FLAG_TEXT)) {
         /* special tokens read best as written; llama2.c stores BOS as "\n<s>\n" */
         while (len && is_space_byte(*p))
             p++, len--;
@@ -360,7 +368,7 @@ char *lp_tokenizer_label(const lp_tokenizer *tok, int32_t id)
             len--;
         return escape_label(p, len);
     }
-    str_vec strs = {calloc(1, sizeof(lp_tok_buf)), 1};
+    str_vec strs = {calloc(1, sizeof(lp_tok_buf)), 1, NULL};
     if (!strs.v)
         return NULL;
     lp_tok_buf_put(&strs.v[0], p, len);

@@ -141,6 +141,8 @@ static lp_status read_token(const gguf_vocab *v, lp_tokenizer *tok, uint64_t i)
     }
     if (type == GGUF_TOKEN_CONTROL)
         tok->flags[i] |= LP_TOK_FLAG_SPECIAL | LP_TOK_FLAG_CONTROL;
+    if (type == GGUF_TOKEN_USER_DEFINED)
+        tok->flags[i] |= LP_TOK_FLAG_TEXT;
     if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_USER_DEFINED) {
         lp_tok_added *a = lp_tok_append((void **)&tok->added, &tok->n_added, sizeof *a);
         if (!a || !(a->content = lp_tok_strndup(s, len)))

@@ -271,8 +271,10 @@ struct lp_tokenizer {
 };
 
 /* flags[id]: SPECIAL = skipped by decode(skip_special); ADDED = an added token that is not a
- * model piece (kept out of the BPE vocabulary map); CONTROL = a GGUF control token. */
-enum { LP_TOK_FLAG_SPECIAL = 1, LP_TOK_FLAG_ADDED = 2, LP_TOK_FLAG_CONTROL = 8 };
+ * model piece (kept out of the BPE vocabulary map); CONTROL = a GGUF control token; TEXT = a
+ * GGUF user-defined token, decoded as its text (llama.cpp copies it; the byte-level alphabet
+ * would turn DeepSeek-Coder's 'À' into the lone byte 0xC0). */
+enum { LP_TOK_FLAG_SPECIAL = 1, LP_TOK_FLAG_ADDED = 2, LP_TOK_FLAG_CONTROL = 8, LP_TOK_FLAG_TEXT = 16 };
 
 /* ---- the handle and its vocabulary (vocab.c) ---- */
 lp_tokenizer *lp_tok_new(const char *path, const char *kind);

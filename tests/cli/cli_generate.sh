@@ -32,6 +32,13 @@ expect_eq "12" "$(q "SELECT count(*) FROM tokens t JOIN predictions p ON p.run_i
 expect_eq "1" "$(q "SELECT max(abs(a.prob - b.prob)) < 1e-5 FROM predictions a JOIN predictions b ON a.pos = b.pos AND a.rank = b.rank AND a.run_id = 1 AND b.run_id = 2")" "decode probabilities = prefill's"
 expect_eq "1" "$(q "SELECT max(abs(a.entropy - b.entropy)) < 1e-5 AND max(abs(a.output_norm - b.output_norm)) < 1e-4 FROM head_stats a JOIN head_stats b ON a.layer = b.layer AND a.head = b.head AND a.run_id = 1 AND b.run_id = 2")" "head statistics over the whole sequence"
 
+# render marks the prompt/generation boundary: a dashed line before query row 5 and key 5 of
+# the 17 x 17 map; the prefill-only run of the same tokens has none.
+expect_status 0 "$LOUPE" render "$DB" --run 1 --layer 1 --head 2 -o "$TMP/gen.svg"
+expect_status 0 "$LOUPE" render "$DB" --run 2 --layer 1 --head 2 -o "$TMP/prefill.svg"
+expect_eq "1 0" "$(grep -c stroke-dasharray "$TMP/gen.svg") $(grep -c stroke-dasharray "$TMP/prefill.svg")" "boundary drawn for generation only"
+expect_eq "1" "$(grep -c 'generated from 5' "$TMP/gen.svg")" "subtitle names the boundary"
+
 # Seeded sampling repeats itself.
 a=$("$LOUPE" trace "$M" --prompt "Once upon a time" --generate 10 --temperature 0.9 --top-k 20 --top-p 0.95 --seed 7 --db "$DB" --maps none | grep generated)
 b=$("$LOUPE" trace "$M" --prompt "Once upon a time" --generate 10 --temperature 0.9 --top-k 20 --top-p 0.95 --seed 7 --db "$DB" --maps none | grep generated)

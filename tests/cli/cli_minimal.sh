@@ -41,6 +41,12 @@ out=$("$LOUPE" tokenize "$TMP/vocab_only.gguf" --tokens 1,264,264 --no-special -
 [ "$out" = '{"ids": [1, 264, 264], "pieces": ["<s>", "▁hi", "▁hi"], "text": "hi hi"}' ] && ok || bad "vocab_only decode: $out"
 out=$("$LOUPE" tokenize "$TMP/vocab_bpe.gguf" --text "hi hi" --json)
 [ "$out" = '{"ids": [96, 97], "pieces": ["hi", "Ġhi"]}' ] && ok || bad "vocab_bpe tokenize: $out"
+# a user-defined token is matched in the text and decoded as its text, as llama.cpp does (the
+# byte-level alphabet would make 'À' the lone byte 0xC0: invalid UTF-8)
+out=$("$LOUPE" tokenize "$TMP/vocab_bpe.gguf" --text "hiÀ hi<|EOT|>" --json)
+[ "$out" = '{"ids": [96, 98, 97, 99], "pieces": ["hi", "À", "Ġhi", "<|EOT|>"]}' ] && ok || bad "user-defined encode: $out"
+out=$("$LOUPE" tokenize "$TMP/vocab_bpe.gguf" --tokens 96,98,97,99 --json)
+[ "$out" = '{"ids": [96, 98, 97, 99], "pieces": ["hi", "À", "Ġhi", "<|EOT|>"], "text": "hiÀ hi<|EOT|>"}' ] && ok || bad "user-defined decode: $out"
 
 # the models that need the description still refuse it, in one line
 expect_one_line_error "$LOUPE" estimate "$TMP/arch_only.gguf"

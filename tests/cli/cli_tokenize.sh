@@ -2,16 +2,19 @@
 # CLI: `loupe tokenize` output formats, special tokens, decoding and one-line errors.
 source "$(dirname "$0")/cli_lib.sh"
 
-# usage errors need no shared data
-expect_one_line_error "$LOUPE" tokenize
-expect_one_line_error "$LOUPE" tokenize "$TMP/nothing.json" --text hi
-expect_stderr_contains "no such file" "$LOUPE" tokenize "$TMP/nothing.json" --text hi
-printf '{\n "model": {"vocab": {"a": 0,,}}\n}\n' >"$TMP/bad.json"
-expect_one_line_error "$LOUPE" tokenize "$TMP/bad.json" --text hi
-expect_stderr_contains "bad.json:2:" "$LOUPE" tokenize "$TMP/bad.json" --text hi
-printf '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' >"$TMP/wp.json"
-expect_one_line_error "$LOUPE" tokenize "$TMP/wp.json" --text hi
-expect_stderr_contains "WordPiece" "$LOUPE" tokenize "$TMP/wp.json" --text hi
+# What needs no ../shared (LOUPE_PART=local runs only this, LOUPE_PART=shared skips it).
+if local_part; then
+  # usage errors need no shared data
+  expect_one_line_error "$LOUPE" tokenize
+  expect_one_line_error "$LOUPE" tokenize "$TMP/nothing.json" --text hi
+  expect_stderr_contains "no such file" "$LOUPE" tokenize "$TMP/nothing.json" --text hi
+  printf '{\n "model": {"vocab": {"a": 0,,}}\n}\n' >"$TMP/bad.json"
+  expect_one_line_error "$LOUPE" tokenize "$TMP/bad.json" --text hi
+  expect_stderr_contains "bad.json:2:" "$LOUPE" tokenize "$TMP/bad.json" --text hi
+  printf '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' >"$TMP/wp.json"
+  expect_one_line_error "$LOUPE" tokenize "$TMP/wp.json" --text hi
+  expect_stderr_contains "WordPiece" "$LOUPE" tokenize "$TMP/wp.json" --text hi
+fi
 
 require_shared
 TOK="$SHARED/tokenizers"

@@ -5,16 +5,19 @@ source "$(dirname "$0")/cli_lib.sh"
 
 DB="$TMP/t.db"
 
-# Usage errors need no model.
-expect_one_line_error "$LOUPE" trace
-expect_one_line_error "$LOUPE" trace "$TMP/no-such-model.gguf" --tokens 1,2
-expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --prompt hi --tokens 1,2
-expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,,2
-expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --maps f8
-expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --threads 0
-expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --logits some
-expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --frobnicate
-expect_stderr_contains "loupe trace: " "$LOUPE" trace "$TMP/no-such-model.gguf" --tokens 1,2
+# What needs no ../shared (LOUPE_PART=local runs only this, LOUPE_PART=shared skips it).
+if local_part; then
+  # Usage errors need no model.
+  expect_one_line_error "$LOUPE" trace
+  expect_one_line_error "$LOUPE" trace "$TMP/no-such-model.gguf" --tokens 1,2
+  expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --prompt hi --tokens 1,2
+  expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,,2
+  expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --maps f8
+  expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --threads 0
+  expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --logits some
+  expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --frobnicate
+  expect_stderr_contains "loupe trace: " "$LOUPE" trace "$TMP/no-such-model.gguf" --tokens 1,2
+fi
 
 require_shared
 M="$SHARED/models/stories260K"

@@ -41,12 +41,16 @@ def spm_vocab():
 
 
 def bpe_vocab():
+    """Byte-level BPE; then a user-defined token (type 4) 'À' as DeepSeek-Coder has (ids
+    32000-32012), whose text is not byte-level, and a control token."""
     alphabet = [chr(c) for c in range(ord("!"), ord("~") + 1)] + ["\u0120"]
-    toks = alphabet + ["\u0120h", "hi", "\u0120hi"]
+    toks = alphabet + ["\u0120h", "hi", "\u0120hi", "\u00c0", "<|EOT|>"]
+    types = [1] * (len(toks) - 2) + [4, 3]
     merges = ["\u0120 h", "h i", "\u0120h i"]
     return [kv("general.architecture", STR, "gpt2"), kv("tokenizer.ggml.model", STR, "gpt2"),
             kv("tokenizer.ggml.pre", STR, "gpt-2"),
             kv("tokenizer.ggml.tokens", ARR, (STR, toks)),
+            kv("tokenizer.ggml.token_type", ARR, (I32, types)),
             kv("tokenizer.ggml.merges", ARR, (STR, merges))]
 
 

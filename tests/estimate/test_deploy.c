@@ -1,6 +1,6 @@
 /* Deployments: per-device weights, KV cache and totals, concurrency and communication under
  * vLLM's placement, each figure derived by hand beside its check (the rules are in
- * estimate/deploy.c and estimate/DEPLOY.md); the refusals of impossible splits; the predicted
+ * estimate/deploy.c and estimate/README.md); the refusals of impossible splits; the predicted
  * times that trace and bench print; --hw local's measurement.
  *
  * Common to the serving figures: an H100 80GB reports 81,559 MiB = 85,520,809,984 B; vLLM's

@@ -455,6 +455,120 @@ static void test_gguf_built_llama(void **state)
     run_gguf_reference("tinyllama", "llama", "", true);
 }
 
+/* ---- llama.cpp's vocabulary conformance suites ----
+ * models/ggml-vocab-NAME.gguf.inp (cases joined by "\n__ggml_vocab_test__\n") and .out (one line
+ * of ids per case, as llama.cpp's test-tokenizer-0 writes them: no BOS, special tokens parsed in
+ * the text), copied into tests/inspect/vocab/. The .gguf vocabularies themselves are not kept;
+ * each is built from the tokenizer.json in ../shared that has the same vocabulary. */
+
+static char *read_source_file(const char *rel, size_t *len)
+{
+    const char *src = getenv("LOUPE_SOURCE");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", src ? src : ".", rel);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    char *buf = NULL;
+    size_t cap = 0, n = 0, got;
+    do {
+        if (n + 4096 > cap) {
+            cap = (n + 4096) * 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+        got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+    } while (got > 0);
+    fclose(f);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* Cases of one suite that loupe encodes exactly as llama.cpp; *total the number of cases. */
+static int run_vocab_suite(const char *name, const char *folder, const char *model,
+                           const char *pre, int *total)
+{
+    gbuf buf = {0};
+    build_gguf_from_json(folder, model, pre, false, &buf);
+    lp_gguf *g = NULL;
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err) != LP_OK ||
+        lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+        fail_msg("%s: %s", name, err.msg);
+    char rel[256];
+    size_t inp_len, out_len;
+    snprintf(rel, sizeof rel, "tests/inspect/vocab/ggml-vocab-%s.gguf.inp", name);
+    char *inp = read_source_file(rel, &inp_len);
+    snprintf(rel, sizeof rel, "tests/inspect/vocab/ggml-vocab-%s.gguf.out", name);
+    char *out = read_source_file(rel, &out_len);
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    int exact = 0;
+    *total = 0;
+    char *text = inp, *line = out;
+    for (char *end; (end = strstr(text, sep)) != NULL; text = end + strlen(sep)) {
+        char *eol = strchr(line, '\n');
+        assert_non_null(eol);
+        *eol = '\0';
+        size_t n;
+        int32_t *ids = encode(tok, text, (size_t)(end - text), true, &n);
+        bool same = true;
+        size_t k = 0;
+        for (char *p = line, *q; same; p = q) {
+            long v = strtol(p, &q, 10);
+            if (q == p)
+                break;
+            same = k < n && ids[k++] == v;
+        }
+        same = same && k == n;
+        if (same) {
+            exact++;
+        } else {
+            printf("vocab %s case %d differs: \"%.*s\"\n  want%s\n  got ", name, *total,
+                   (int)(end - text > 60 ? 60 : end - text), text, line);
+            for (size_t j = 0; j < n; j++)
+                printf(" %d", ids[j]);
+            printf("\n");
+        }
+        free(ids);
+        (*total)++;
+        line = eol + 1;
+    }
+    printf("vocab %s (%s, pre '%s', from %s): %d of %d cases exact\n", name, model, pre, folder,
+           exact, *total);
+    free(inp);
+    free(out);
+    lp_tokenizer_close(tok);
+    lp_gguf_close(g);
+    free(buf.d);
+    return exact;
+}
+
+static void test_llama_vocab_suites(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *folder, *model, *pre;
+        int cases;
+    } suites[] = {
+        {"gpt-2", "gpt2", "gpt2", "gpt-2", 43},
+        {"qwen2", "qwen3", "gpt2", "qwen2", 43},
+        {"llama-spm", "tinyllama", "llama", "", 43},
+        {"tinyllama", "tinyllama", "llama", "", 11},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
+        int total;
+        int exact = run_vocab_suite(suites[i].name, suites[i].folder, suites[i].model,
+                                    suites[i].pre, &total);
+        assert_int_equal(total, suites[i].cases);
+        failed += total - exact;
+    }
+    assert_int_equal(failed, 0);
+}
+
 /* Every tokenizer.ggml.pre family compiles and splits as its regexes say. */
 static void test_gguf_pre_families(void **state)
 {
@@ -1397,6 +1511,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_gguf_built_gpt2),
             cmocka_unit_test(test_gguf_built_qwen3),
             cmocka_unit_test(test_gguf_built_llama),
+            cmocka_unit_test(test_llama_vocab_suites),
             cmocka_unit_test(test_gguf_pre_families),
             cmocka_unit_test(test_gpt2_rules),
             cmocka_unit_test(test_gpt2_round_trip),

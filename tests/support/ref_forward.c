@@ -45,25 +45,35 @@ static bool is_gemma(const ref_config *c)
 /* Gemma 2/3: norms after attention and FFN too */
 static bool has_post_norms(const ref_config *c)
 {
-    return c->family == REF_GEMMA2 || c->family == REF_GEMMA3;
+    return c->family == REF_GEMMA2 || c->family == REF_GEMMA3 || c->family == REF_OLMO2;
 }
 static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim; }
 /* LayerNorm with bias and a plain (ungated) MLP */
 static bool is_layernorm_mlp(const ref_config *c)
 {
     return c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
-           c->family == REF_GPTJ;
+           c->family == REF_GPTJ || c->family == REF_FALCON || c->family == REF_BLOOM;
+}
+/* biases on the MLP's two matrices; on q, k, v and o (Falcon: its one "bias" switch) */
+static bool has_mlp_bias(const ref_config *c)
+{
+    return c->family == REF_FALCON ? c->qkv_bias : is_layernorm_mlp(c);
+}
+static bool has_attn_bias(const ref_config *c)
+{
+    return c->family == REF_FALCON ? c->qkv_bias : is_layernorm_mlp(c) && c->family != REF_GPTJ;
 }
 /* attention and MLP both read the block's input; one norm feeds both (Phi, GPT-J) */
 static bool is_parallel(const ref_config *c)
 {
     return ((c->family == REF_NEOX || c->family == REF_STABLELM) && c->parallel) ||
-           c->family == REF_PHI || c->family == REF_GPTJ;
+           c->family == REF_PHI || c->family == REF_GPTJ ||
+           (c->family == REF_FALCON && (c->parallel || c->new_arch));
 }
 static bool shares_input_norm(const ref_config *c)
 {
     return c->family == REF_PHI || c->family == REF_GPTJ ||
-           (c->family == REF_STABLELM && c->parallel);
+           ((c->family == REF_STABLELM || c->family == REF_FALCON) && c->parallel && !c->new_arch);
 }
 static bool uses_layernorm(const ref_config *c)
 {
@@ -71,6 +81,9 @@ static bool uses_layernorm(const ref_config *c)
 }
 /* StableLM: each head's q and k norm is its own */
 static bool qk_norm_each_head(const ref_config *c) { return c->family == REF_STABLELM; }
+/* OLMo 2: one q norm over all heads, one k norm; and no norms before the sublayers */
+static bool qk_norm_whole(const ref_config *c) { return c->family == REF_OLMO2; }
+static bool has_input_norms(const ref_config *c) { return c->family != REF_OLMO2; }
 
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
 {
@@ -101,6 +114,10 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
         RT(m->lm_head, c->vocab * H, sc, 0.0);
     if (c->family == REF_PHI || c->family == REF_GPTJ)
         RT(m->lm_head_b, c->vocab, 0.1, 0.0);
+    if (c->family == REF_BLOOM) {
+        RT(m->embed_norm, H, 0.1, 1.0);
+        RT(m->embed_norm_b, H, 0.1, 0.0);
+    }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     ok = ok && m->layers;
     for (int64_t l = 0; ok && l < c->n_layers; l++) {
@@ -117,30 +134,31 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             if (!shares_input_norm(c))
                 RT(L->ffn_norm_b, H, 0.1, 0.0);
         }
-        if (is_layernorm_mlp(c)) {
+        if (has_mlp_bias(c)) {
             RT(L->b_up, F, 0.1, 0.0);
             RT(L->b_down, H, 0.1, 0.0);
         }
-        if (is_layernorm_mlp(c) && c->family != REF_GPTJ) {
+        if (has_attn_bias(c)) {
             RT(L->bq, q_dim(c), 0.1, 0.0);
             RT(L->bk, kv_dim(c), 0.1, 0.0);
             RT(L->bv, kv_dim(c), 0.1, 0.0);
             RT(L->bo, H, 0.1, 0.0);
         }
-        if (c->qkv_bias) {
+        if (c->qkv_bias && c->family != REF_FALCON) {
             RT(L->bq, q_dim(c), 0.1, 0.0);
             RT(L->bk, kv_dim(c), 0.1, 0.0);
             RT(L->bv, kv_dim(c), 0.1, 0.0);
         }
         if (c->qk_norm) {
-            int64_t nq = qk_norm_each_head(c) ? q_dim(c) : c->head_dim;
-            int64_t nk = qk_norm_each_head(c) ? kv_dim(c) : c->head_dim;
+            bool wide = qk_norm_each_head(c) || qk_norm_whole(c);
+            int64_t nq = wide ? q_dim(c) : c->head_dim;
+            int64_t nk = wide ? kv_dim(c) : c->head_dim;
             RT(L->q_norm, nq, 0.1, norm_offset);
             RT(L->k_norm, nk, 0.1, norm_offset);
         }
         if (has_post_norms(c)) {
-            RT(L->post_attn_norm, H, 0.1, 0.0);
-            RT(L->post_ffn_norm, H, 0.1, 0.0);
+            RT(L->post_attn_norm, H, 0.1, norm_offset);
+            RT(L->post_ffn_norm, H, 0.1, norm_offset);
         }
         if (c->family == REF_MIXTRAL) {
             RT(L->router, c->n_experts * H, 1.0, 0.0);
@@ -195,6 +213,8 @@ void ref_model_free(ref_model *m)
     free(m->out_norm);
     free(m->out_norm_b);
     free(m->lm_head_b);
+    free(m->embed_norm);
+    free(m->embed_norm_b);
     memset(m, 0, sizeof *m);
 }
 
@@ -281,9 +301,10 @@ static void mlp(const ref_config *c, double *out, const double *x, const float *
     int64_t H = c->hidden, F = c->ffn;
     matvec(u, w_up, b_up, x, F, H);
     if (is_layernorm_mlp(c)) {
-        /* GPT-NeoX's "gelu" is the exact one; GPT-2, Phi and GPT-J use gelu_new (tanh) */
+        /* GPT-NeoX's and Falcon's "gelu" is the exact one; GPT-2, Phi and GPT-J use gelu_new */
+        bool exact = c->family == REF_NEOX || c->family == REF_FALCON;
         for (int64_t i = 0; i < F; i++)
-            g[i] = c->family == REF_NEOX ? gelu_erf(u[i]) : gelu_tanh(u[i]);
+            g[i] = exact ? gelu_erf(u[i]) : gelu_tanh(u[i]);
     } else {
         matvec(g, w_gate, NULL, x, F, H);
         for (int64_t i = 0; i < F; i++)
@@ -328,9 +349,25 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
             if (c->family == REF_GPT2)
                 x[t * H + i] += (double)m->pos[t * H + i];
         }
+    if (m->embed_norm) /* BLOOM: word_embeddings_layernorm */
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(tmp2, x + t * H, (size_t)H * sizeof(double));
+            norm(c, x + t * H, tmp2, m->embed_norm, m->embed_norm_b, H);
+        }
     double scale = has_post_norms(c) && c->query_pre_attn_scalar > 0
                        ? 1.0 / sqrt(c->query_pre_attn_scalar)
                        : 1.0 / sqrt((double)hd);
+    /* ALiBi slopes (Press et al.; BLOOM's build_alibi_tensor): for the largest power of two
+     * n <= heads, 2^(-8 (h + 1) / n); the remaining heads take every other slope of 2n heads */
+    double slopes[64] = {0};
+    if (c->alibi) {
+        int64_t pow2 = 1;
+        while (pow2 * 2 <= nh)
+            pow2 *= 2;
+        for (int64_t h = 0; h < nh && h < 64; h++)
+            slopes[h] = h < pow2 ? pow(2.0, -8.0 * (double)(h + 1) / (double)pow2)
+                                 : pow(2.0, -4.0 * (double)(2 * (h - pow2) + 1) / (double)pow2);
+    }
     for (int64_t l = 0; l < L; l++) {
         const ref_layer *Ly = &m->layers[l];
         int64_t window = c->family == REF_GEMMA2 ? (l % 2 == 0 ? c->window : 0)
@@ -339,11 +376,26 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                              : c->window;
         double theta = c->family == REF_GEMMA3 && window > 0 ? c->local_theta : c->theta;
         for (int64_t t = 0; t < T; t++) {
-            norm(c, xn + t * H, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
+            if (has_input_norms(c))
+                norm(c, xn + t * H, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
+            else
+                memcpy(xn + t * H, x + t * H, (size_t)H * sizeof(double));
             matvec(q + t * QD, Ly->wq, Ly->bq, xn + t * H, QD, H);
             matvec(k + t * KVD, Ly->wk, Ly->bk, xn + t * H, KVD, H);
             matvec(v + t * KVD, Ly->wv, Ly->bv, xn + t * H, KVD, H);
-            if (c->qk_norm) {
+            if (c->qk_norm && qk_norm_whole(c)) {
+                /* one RMSNorm over the whole projection, on a copy */
+                double *cp = malloc((size_t)(QD > KVD ? QD : KVD) * sizeof *cp);
+                if (!cp) {
+                    ok = false;
+                    goto done;
+                }
+                memcpy(cp, q + t * QD, (size_t)QD * sizeof *cp);
+                norm(c, q + t * QD, cp, Ly->q_norm, NULL, QD);
+                memcpy(cp, k + t * KVD, (size_t)KVD * sizeof *cp);
+                norm(c, k + t * KVD, cp, Ly->k_norm, NULL, KVD);
+                free(cp);
+            } else if (c->qk_norm) {
                 /* per-head RMSNorm over head_dim, on a copy (norm() reads and writes) */
                 double tmp_head[512];
                 for (int64_t h = 0; h < nh; h++) {
@@ -357,7 +409,7 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                          Ly->k_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
                 }
             }
-            if (c->family != REF_GPT2) {
+            if (c->family != REF_GPT2 && !c->alibi) {
                 rope(c, theta, q + t * QD, nh, t);
                 rope(c, theta, k + t * KVD, c->n_kv_heads, t);
             }
@@ -374,7 +426,14 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                     double d = 0;
                     for (int64_t i = 0; i < hd; i++)
                         d += q[t * QD + h * hd + i] * k[s * KVD + kvh * hd + i];
+                    /* Falcon adds the ALiBi bias (key position times the head's slope) to
+                     * q.k and scales the sum */
+                    if (c->alibi && c->family == REF_FALCON)
+                        d += slopes[h] * (double)s;
                     d *= scale;
+                    /* BLOOM adds it to the scaled scores (baddbmm with beta 1) */
+                    if (c->alibi && c->family != REF_FALCON)
+                        d += slopes[h] * (double)s;
                     if (c->attn_softcap > 0)
                         d = c->attn_softcap * tanh(d / c->attn_softcap);
                     sc[s] = d;
@@ -411,7 +470,9 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
         }
         for (int64_t t = 0; t < T; t++) {
             double *h_in = xn + t * H;
-            if (shares_input_norm(c))
+            if (!has_input_norms(c))
+                memcpy(h_in, x + t * H, (size_t)H * sizeof(double));
+            else if (shares_input_norm(c))
                 norm(c, h_in, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
             else
                 norm(c, h_in, x + t * H, Ly->ffn_norm, Ly->ffn_norm_b, H);
@@ -502,6 +563,9 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_PHI: return LP_SYNTH_PHI;
     case REF_GPTJ: return LP_SYNTH_GPTJ;
     case REF_STABLELM: return LP_SYNTH_STABLELM;
+    case REF_FALCON: return LP_SYNTH_FALCON;
+    case REF_OLMO2: return LP_SYNTH_OLMO2;
+    case REF_BLOOM: return LP_SYNTH_BLOOM;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -552,6 +616,7 @@ static const float *model_tensor(const ref_model *m, const lp_synth_tensor *t)
     case LP_ROLE_POS_EMBD: return m->pos;
     case LP_ROLE_OUTPUT_NORM: return t->is_bias ? m->out_norm_b : m->out_norm;
     case LP_ROLE_LM_HEAD: return t->is_bias ? m->lm_head_b : m->lm_head;
+    case LP_ROLE_EMBD_NORM: return t->is_bias ? m->embed_norm_b : m->embed_norm;
     default: return NULL;
     }
 }
@@ -579,7 +644,8 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .window = c->window, .sliding_pattern = c->sliding_pattern,
         .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,
         .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap,
-        .parallel = c->parallel, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm, .bos_id = 1,
+        .parallel = c->parallel, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm,
+        .new_arch = c->new_arch, .alibi = c->alibi, .bos_id = 1,
         .eos_id = 2, .dtype = matrix_dtype, .vector_dtype = LP_DTYPE_F32,
         .fill = fill_from_model, .fill_ctx = (void *)m,
     };

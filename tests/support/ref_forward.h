@@ -38,6 +38,17 @@ typedef enum ref_family {
                     qkv_bias, a bias-free LayerNorm of its own per head on q and k when qk_norm,
                     partial RoPE (halves); StableLM 2's parallel block with one norm when
                     cfg.parallel, StableLM-3B's sequential block otherwise */
+    REF_FALCON,  /* Falcon: LayerNorm + bias, exact GELU MLP, full RoPE (halves) or ALiBi added
+                    before the 1/sqrt(head_dim) scale (cfg.alibi); biases on every linear layer
+                    when cfg.qkv_bias (Falcon's "bias"); cfg.new_arch: ln_attn + ln_mlp feeding
+                    attention and MLP in parallel, grouped kv heads; else one input norm, in
+                    parallel when cfg.parallel (7B, multi-query), sequential otherwise */
+    REF_BLOOM,   /* BLOOM: LayerNorm + bias after the embedding and in every block, biases
+                    everywhere, per-head fused q/k/v, bloom_gelu (tanh), ALiBi added after the
+                    1/sqrt(head_dim) scale (cfg.alibi), no RoPE, sequential, tied */
+    REF_OLMO2,   /* OLMo 2: Llama's SwiGLU and RoPE with no input norms; RMSNorm on each
+                    sublayer's output before the residual add; q and k RMSNorm over the whole
+                    projection ([q_dim], [kv_dim]) before RoPE */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -60,7 +71,9 @@ typedef struct ref_config {
                                  LayerNorm of each head's own) */
     int64_t sliding_pattern;  /* Gemma 3 */
     double local_theta;       /* Gemma 3: RoPE base of sliding layers */
-    bool parallel;            /* GPT-NeoX, StableLM: use_parallel_residual */
+    bool parallel;            /* GPT-NeoX, StableLM: use_parallel_residual; Falcon: parallel_attn */
+    bool new_arch;            /* Falcon: new_decoder_architecture */
+    bool alibi;               /* Falcon: ALiBi instead of RoPE */
 } ref_config;
 
 typedef struct ref_layer {
@@ -75,7 +88,7 @@ typedef struct ref_layer {
     float *router;                    /* [n_experts, hidden] */
     float **e_gate, **e_up, **e_down; /* [n_experts] of [ffn, hidden], [ffn, hidden], [hidden, ffn] */
     float *q_norm, *k_norm;           /* [head_dim] (qk_norm); StableLM: [n_heads, head_dim],
-                                         [n_kv_heads, head_dim] */
+                                         [n_kv_heads, head_dim]; OLMo 2: [q_dim], [kv_dim] */
 } ref_layer;
 
 typedef struct ref_model {
@@ -85,6 +98,7 @@ typedef struct ref_model {
     float *out_norm, *out_norm_b;
     float *lm_head;   /* [vocab, hidden]; == embed when tied */
     float *lm_head_b; /* [vocab] (Phi, GPT-J) or NULL */
+    float *embed_norm, *embed_norm_b; /* BLOOM's word_embeddings_layernorm, or NULL */
     ref_layer *layers;
 } ref_model;
 

@@ -263,6 +263,15 @@ static const attn_case basic_cases[] = {
     {"bf16-kv",          50,  50,  32, 24, 0,  true,  0, 0, 0.0f, 0.2f,    -1, 0.0f, false, 0, BF16},
     {"f16-decode",       1,   130, 64, 64, 0,  true,  0, 0, 0.0f, 0.125f,  -1, 0.0f, false, 0, F16},
     {"bf16-everything",  19,  83,  20, 12, 9,  true,  0, 0, 2.0f, 0.5f,    -1, 0.1f, true, 0.5f, BF16},
+    /* the blocked kernel's shapes: real head dims, T not a multiple of the 6-row tile or the
+     * 64-key block, windows and chunks that cut blocks in the middle */
+    {"hd64-203",         203, 203, 64, 64, 0,  true,  0, 0, 0.0f, 0.125f,  -1, 0.0f, false, 0, 0},
+    {"hd80-131",         131, 131, 80, 80, 0,  true,  0, 0, 0.0f, 0.1118f, -1, 0.0f, false, 0, 0},
+    {"hd96-win37",       100, 100, 96, 96, 37, true,  0, 0, 0.0f, 0.102f,  -1, 0.0f, false, 0, 0},
+    {"hd128-150",        150, 150, 128, 128, 0, true, 0, 0, 0.0f, 0.0884f, -1, 0.0f, false, 0, 0},
+    {"hd256-77",         77,  77,  256, 256, 0, true, 0, 0, 0.0f, 0.0625f, -1, 0.0f, false, 0, 0},
+    {"hd128-chunk-f16",  29,  157, 128, 128, 0, true, 0, 0, 0.0f, 0.0884f, 101, 0.0f, false, 0, F16},
+    {"hd64-all-bf16",    70,  70,  64, 64, 20, true,  5, 3, 30.0f, 0.125f, -1, 0.05f, true, 2.0f, BF16},
 };
 
 static void test_attention_cases(void **state)
@@ -278,6 +287,156 @@ static void test_attention_cases(void **state)
                 run_attention_case(&basic_cases[c], lp_attention_ref, "ref");
         }
     }
+}
+
+/* The tile micro-kernels of every ISA against ref's: attn_qk on head dims 1..33 and 64..256,
+ * attn_pv on 1..6 rows, 1..64 keys and v_dims with 16-, 8- and 1-wide tails, block_max with
+ * and without non-finite values. Budget: |err| <= 1e-6 x sum |terms| (float sums in another
+ * order); outputs NaN-prefilled, rows past `rows` must stay NaN. */
+static void test_attention_tiles(void **state)
+{
+    (void)state;
+    const lp_kernel_table *ref = lp_kernels_table_for(LP_ISA_REF);
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    static const int64_t dims[] = {1, 7, 33, 64, 80, 96, 128, 256};
+    static const int64_t v_dims[] = {1, 8, 12, 16, 20, 64, 80, 100};
+    for (int si = 0; si < n_isas; si++) {
+        const lp_kernel_table *kt = lp_kernels_table_for(isas[si]);
+        double worst_qk = 0.0, worst_pv = 0.0;
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+            for (int rows = 1; rows <= LP_ATTN_MR; rows++) {
+                int64_t hd = dims[di];
+                float *q = aligned_alloc(64, (size_t)((hd * LP_ATTN_MR * 4 + 63) / 64 * 64));
+                assert_non_null(q);
+                for (int64_t i = 0; i < hd * LP_ATTN_MR; i++)
+                    q[i] = rnd();
+                float *kp = aligned_alloc(64, (size_t)((hd * LP_ATTN_NR * 4 + 63) / 64 * 64));
+                assert_non_null(kp);
+                for (int64_t i = 0; i < hd * LP_ATTN_NR; i++)
+                    kp[i] = rnd();
+                float s[LP_ATTN_MR * 20], s_ref[LP_ATTN_MR * 20];
+                for (int i = 0; i < LP_ATTN_MR * 20; i++)
+                    s[i] = s_ref[i] = NAN;
+                kt->attn_qk(q, rows, kp, hd, 0.3f, s, 20);
+                ref->attn_qk(q, rows, kp, hd, 0.3f, s_ref, 20);
+                for (int r = 0; r < LP_ATTN_MR; r++)
+                    for (int c = 0; c < LP_ATTN_NR; c++) {
+                        if (r >= rows) {
+                            assert_true(isnan(s[r * 20 + c]));
+                            continue;
+                        }
+                        double mag = 0.0;
+                        for (int64_t d = 0; d < hd; d++)
+                            mag += fabs(0.3 * (double)q[d * LP_ATTN_MR + r] * (double)kp[d * LP_ATTN_NR + c]);
+                        double e = fabs((double)s[r * 20 + c] - (double)s_ref[r * 20 + c]) /
+                                   (mag + 1e-30);
+                        assert_false(isnan(s[r * 20 + c]));
+                        worst_qk = e > worst_qk ? e : worst_qk;
+                    }
+                free(q);
+                free(kp);
+            }
+        for (size_t vi = 0; vi < sizeof v_dims / sizeof v_dims[0]; vi++)
+            for (int rows = 1; rows <= LP_ATTN_MR; rows++)
+                for (int64_t nk = 1; nk <= 64; nk += 21) {
+                    int64_t vd = v_dims[vi], vs = vd + 1, os = vd + 2;
+                    float *p = rnd_array(LP_ATTN_MR * 64), *v = rnd_array(nk * vs);
+                    float *o = rnd_array(LP_ATTN_MR * os), *o_ref = malloc(sizeof(float) *
+                                                                          (size_t)(LP_ATTN_MR * os));
+                    assert_non_null(o_ref);
+                    for (int64_t i = rows * os; i < LP_ATTN_MR * os; i++)
+                        o[i] = NAN;
+                    memcpy(o_ref, o, sizeof(float) * (size_t)(LP_ATTN_MR * os));
+                    kt->attn_pv(p, 64, rows, nk, v, vs, o, os, vd);
+                    ref->attn_pv(p, 64, rows, nk, v, vs, o_ref, os, vd);
+                    for (int r = 0; r < LP_ATTN_MR; r++)
+                        for (int64_t d = 0; d < vd; d++) {
+                            if (r >= rows) {
+                                assert_true(isnan(o[r * os + d]));
+                                continue;
+                            }
+                            double mag = 1.0;
+                            for (int64_t j = 0; j < nk; j++)
+                                mag += fabs((double)p[r * 64 + j] * (double)v[j * vs + d]);
+                            double e = fabs((double)o[r * os + d] - (double)o_ref[r * os + d]) / mag;
+                            assert_false(isnan(o[r * os + d]));
+                            worst_pv = e > worst_pv ? e : worst_pv;
+                        }
+                    free(p);
+                    free(v);
+                    free(o);
+                    free(o_ref);
+                }
+        for (int64_t n = 0; n <= 19; n++) {
+            float x[19];
+            float want = -INFINITY;
+            for (int64_t i = 0; i < n; i++) {
+                x[i] = rnd();
+                want = x[i] > want ? x[i] : want;
+            }
+            bool finite = false;
+            assert_true(kt->block_max(x, n, &finite) == want && finite);
+            for (int64_t bad = 0; bad < n; bad++) {
+                float saved = x[bad];
+                x[bad] = bad % 2 ? NAN : INFINITY;
+                kt->block_max(x, n, &finite);
+                assert_false(finite);
+                x[bad] = saved;
+            }
+        }
+        printf("attention tiles %s: attn_qk worst |err|/sum|qk| %.1e (budget 1e-6), attn_pv "
+               "worst |err|/(1+sum|pv|) %.1e (budget 1e-6)\n",
+               lp_isa_name(isas[si]), worst_qk, worst_pv);
+        assert_true(worst_qk <= 1e-6);
+        assert_true(worst_pv <= 1e-6);
+    }
+}
+
+/* A head computed in row ranges (as the forward pass splits it across threads) equals the
+ * whole call bit for bit: outputs, probabilities and statistics, every ISA. */
+static void test_attention_row_ranges(void **state)
+{
+    (void)state;
+    const int64_t n = 211, hd = 64;
+    float *q = rnd_array(n * hd), *k = rnd_array(n * hd), *v = rnd_array(n * hd);
+    lp_mask_spec mask = lp_mask_causal(n, n);
+    static const int64_t cuts[] = {0, 1, 50, 149, 150, 211};
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    for (int si = 0; si < n_isas; si++) {
+        assert_true(lp_kernels_set_isa(isas[si]));
+        float *out[2] = {nan_array(n * hd), nan_array(n * hd)};
+        float *probs[2] = {nan_array(n * n), nan_array(n * n)};
+        lp_attn_row_stats *st[2] = {calloc((size_t)n, sizeof **st), calloc((size_t)n, sizeof **st)};
+        assert_true(st[0] && st[1]);
+        for (int split = 0; split < 2; split++) {
+            lp_attn_args a = {.q = q, .k = k, .v = v, .out = out[split], .n_q = n, .n_k = n,
+                              .head_dim = hd, .v_dim = hd, .q_stride = hd, .k_stride = hd,
+                              .v_stride = hd, .out_stride = hd, .scale = 0.125f, .mask = &mask,
+                              .probs = probs[split], .row_stats = st[split], .local_window = 8};
+            if (!split) {
+                lp_attention(&a);
+                continue;
+            }
+            for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++) {
+                a.row_begin = cuts[c];
+                a.row_end = cuts[c + 1];
+                lp_attention(&a);
+            }
+        }
+        assert_memory_equal(out[0], out[1], (size_t)(n * hd) * sizeof(float));
+        assert_memory_equal(probs[0], probs[1], (size_t)(n * n) * sizeof(float));
+        assert_memory_equal(st[0], st[1], (size_t)n * sizeof **st);
+        for (int t = 0; t < 2; t++) {
+            free(out[t]);
+            free(probs[t]);
+            free(st[t]);
+        }
+    }
+    free(q);
+    free(k);
+    free(v);
 }
 
 /* Same inputs, same bits: the attention of every head run on pools of 1 and 2 threads. */
@@ -447,6 +606,8 @@ int main(void)
         cmocka_unit_test(test_attention_cases),
         cmocka_unit_test(test_attention_window_boundary),
         cmocka_unit_test(test_attention_threads),
+        cmocka_unit_test(test_attention_tiles),
+        cmocka_unit_test(test_attention_row_ranges),
         cmocka_unit_test(test_attention_nan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

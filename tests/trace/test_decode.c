@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "estimate/estimate.h"
+#include "trace/leak/leak.h"
 #include "ref_forward.h"
 #include "trace/trace.h"
 
@@ -241,6 +242,43 @@ static void test_decode_faults(void **state)
     remove_dir(dir);
 }
 
+/* loupe leak's decode check: a clean model passes with figures inside the tolerances, each
+ * injected fault fails and is named. */
+static void test_leak_decode(void **state)
+{
+    const decode_case *dc = *state;
+    ref_model m;
+    char dir[512];
+    lp_model *model = open_case(dc, &m, dir, sizeof dir);
+    int32_t ids[64];
+    case_tokens(ids, dc->T, dc->cfg.vocab);
+    lp_error err = {0};
+    for (int f = 0; f < LP_KV_FAULT_COUNT; f++) {
+        lp_leak_decode_opts o = {.fault = (lp_kv_fault)f};
+        lp_leak_decode_report r;
+        if (lp_leak_check_decode(model, ids, dc->T, &o, &r, &err) != LP_OK)
+            fail_msg("%s", err.msg);
+        printf("  %-12s leak decode, inject %-16s -> %s (f32 %.1e/%.1e, f16 %.1e/%.1e, "
+               "window %lld)\n",
+               dc->name, lp_kv_fault_name((lp_kv_fault)f), r.diagnosis, r.logit_diff,
+               r.hidden_diff, r.f16_logit_diff, r.f16_hidden_diff, (long long)r.window);
+        assert_string_equal(r.checks[0].name, "decode");
+        assert_int_equal(r.passed, f == LP_KV_FAULT_NONE);
+        assert_string_equal(r.diagnosis, f == LP_KV_FAULT_NONE ? "none"
+                                                               : lp_kv_fault_name((lp_kv_fault)f));
+        if (f == LP_KV_FAULT_NONE) {
+            assert_true(r.checks[0].passed && r.checks[1].passed);
+            assert_true(r.logit_diff <= LP_LEAK_DECODE_TOLERANCE);
+            assert_true(r.f16_logit_diff > 0.0);
+            if (dc->cfg.window > 0)
+                assert_true(dc->T > r.window && r.window > 0);
+        }
+    }
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
 static int64_t argmax_f(const float *x, int64_t n)
 {
     int64_t b = 0;
@@ -387,7 +425,7 @@ static void test_sampling(void **state)
 int main(void)
 {
     enum { N = sizeof cases / sizeof cases[0] };
-    struct CMUnitTest tests[4 * N + 1];
+    struct CMUnitTest tests[5 * N + 1];
     size_t n = 0;
     for (size_t i = 0; i < N; i++) {
         tests[n++] = (struct CMUnitTest){cases[i].name, test_decode_equals_prefill, NULL, NULL,
@@ -398,6 +436,8 @@ int main(void)
                                          NULL, (void *)&cases[i]};
         tests[n++] = (struct CMUnitTest){cases[i].name, test_kv_bytes_match_estimate, NULL,
                                          NULL, (void *)&cases[i]};
+        tests[n++] = (struct CMUnitTest){cases[i].name, test_leak_decode, NULL, NULL,
+                                         (void *)&cases[i]};
     }
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sampling);
     return _cmocka_run_group_tests("decode", tests, n, NULL, NULL);

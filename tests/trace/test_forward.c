@@ -434,6 +434,38 @@ static const random_case random_cases[] = {
                      .n_heads = 3, .n_kv_heads = 3, .head_dim = 12, .ffn = 40, .eps = 1e-5,
                      .theta = 10000, .rope_dim = 4, .scale = 0.2},
      15, {LP_DTYPE_F16}, 1, 1e-4},
+    /* Falcon-7B (multi-query, one norm, parallel, tied, no biases; no num_kv_heads,
+     * ffn_hidden_size or activation in its config), 40B/180B (new decoder architecture: ln_attn
+     * and ln_mlp, query_key_value grouped per kv head) and RefinedWeb-1B's ALiBi variant
+     * (sequential, biases, 6 heads: not a power of two) */
+    {"falcon-7b", {.family = REF_FALCON, .vocab = 63, .hidden = 36, .n_layers = 2, .n_heads = 3,
+                   .n_kv_heads = 1, .head_dim = 12, .ffn = 144, .eps = 1e-5, .theta = 10000,
+                   .parallel = true, .tied = true, .scale = 0.2},
+     17, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"falcon-40b", {.family = REF_FALCON, .vocab = 67, .hidden = 60, .n_layers = 2, .n_heads = 6,
+                    .n_kv_heads = 2, .head_dim = 10, .ffn = 64, .eps = 1e-5, .theta = 10000,
+                    .parallel = true, .new_arch = true, .scale = 0.2},
+     16, {LP_DTYPE_F32}, 1, 1e-4},
+    {"falcon-alibi", {.family = REF_FALCON, .vocab = 71, .hidden = 36, .n_layers = 2,
+                      .n_heads = 6, .n_kv_heads = 6, .head_dim = 6, .ffn = 144, .eps = 1e-5,
+                      .theta = 10000, .alibi = true, .qkv_bias = true, .tied = true,
+                      .scale = 0.3},
+     20, {LP_DTYPE_F32}, 1, 1e-4},
+    /* BLOOM: embedding LayerNorm, per-head query_key_value, ALiBi after the scale on 5 heads
+     * (not a power of two: the odd slopes of the next power) and on 8 */
+    {"bloom", {.family = REF_BLOOM, .vocab = 79, .hidden = 30, .n_layers = 2, .n_heads = 5,
+               .n_kv_heads = 5, .head_dim = 6, .ffn = 120, .eps = 1e-5, .alibi = true,
+               .qkv_bias = true, .tied = true, .scale = 0.3},
+     22, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"bloom-8-heads", {.family = REF_BLOOM, .vocab = 51, .hidden = 80, .n_layers = 1,
+                       .n_heads = 8, .n_kv_heads = 8, .head_dim = 10, .ffn = 320, .eps = 1e-5,
+                       .alibi = true, .qkv_bias = true, .tied = true, .scale = 0.3},
+     14, {LP_DTYPE_F16}, 1, 1e-4},
+    /* OLMo 2: output norms only, q/k norms over the whole projection (GQA: [q_dim], [kv_dim]) */
+    {"olmo2", {.family = REF_OLMO2, .vocab = 73, .hidden = 36, .n_layers = 2, .n_heads = 3,
+               .n_kv_heads = 1, .head_dim = 12, .ffn = 44, .eps = 1e-6, .theta = 500000,
+               .qk_norm = true, .scale = 0.2},
+     18, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
 };
 
 /* Tokens of a case: a seeded LCG below vocab. */
@@ -612,11 +644,16 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     KV("attention.head_count", c->n_heads);
     /* llama.cpp's gpt2, gptneox and gptj converters write no kv head count */
     bool layer_norm = c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
-                      c->family == REF_GPTJ || c->family == REF_STABLELM;
+                      c->family == REF_GPTJ || c->family == REF_STABLELM ||
+                      c->family == REF_FALCON || c->family == REF_BLOOM;
     if (c->family != REF_GPT2 && c->family != REF_NEOX && c->family != REF_GPTJ)
         KV("attention.head_count_kv", c->n_kv_heads);
     if (c->rope_dim > 0)
         KV("rope.dimension_count", c->rope_dim);
+    if (c->theta > 0 && c->theta != 10000) {
+        snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+        lp_gw_kv_f32(w, key, (float)c->theta);
+    }
     if (c->n_experts > 0) {
         KV("expert_count", c->n_experts);
         KV("expert_used_count", c->top_k);
@@ -1052,6 +1089,10 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
     int64_t H = c->hidden, F = c->ffn, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
     gguf_hparams(w, arch, c, 64);
     gguf_f32(w, "token_embd.weight", -1, c->vocab, H, m->embed);
+    if (m->embed_norm) {
+        gguf_f32(w, "token_embd_norm.weight", -1, H, 0, m->embed_norm);
+        gguf_f32(w, "token_embd_norm.bias", -1, H, 0, m->embed_norm_b);
+    }
     for (int l = 0; l < c->n_layers; l++) {
         const ref_layer *L = &m->layers[l];
         gguf_f32(w, "blk.%d.attn_norm.weight", l, H, 0, L->attn_norm);
@@ -1059,8 +1100,9 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
         if (fused_qkv) {
             gguf_f32(w, "blk.%d.attn_qkv.weight", l, Q + 2 * KV, H,
                      gguf_concat3(L->wq, L->wk, L->wv, Q * H, KV * H));
-            gguf_f32(w, "blk.%d.attn_qkv.bias", l, Q + 2 * KV, 0,
-                     gguf_concat3(L->bq, L->bk, L->bv, Q, KV));
+            if (L->bq)
+                gguf_f32(w, "blk.%d.attn_qkv.bias", l, Q + 2 * KV, 0,
+                         gguf_concat3(L->bq, L->bk, L->bv, Q, KV));
         } else {
             gguf_f32(w, "blk.%d.attn_q.weight", l, Q, H, L->wq);
             gguf_f32(w, "blk.%d.attn_k.weight", l, KV, H, L->wk);
@@ -1078,7 +1120,10 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
         gguf_f32(w, "blk.%d.attn_output.weight", l, H, Q, L->wo);
         if (L->bo)
             gguf_f32(w, "blk.%d.attn_output.bias", l, H, 0, L->bo);
-        if (L->ffn_norm) {
+        if (L->ffn_norm && c->family == REF_FALCON) { /* ln_mlp */
+            gguf_f32(w, "blk.%d.attn_norm_2.weight", l, H, 0, L->ffn_norm);
+            gguf_f32(w, "blk.%d.attn_norm_2.bias", l, H, 0, L->ffn_norm_b);
+        } else if (L->ffn_norm) {
             gguf_f32(w, "blk.%d.ffn_norm.weight", l, H, 0, L->ffn_norm);
             gguf_f32(w, "blk.%d.ffn_norm.bias", l, H, 0, L->ffn_norm_b);
         }
@@ -1093,7 +1138,8 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
     }
     gguf_f32(w, "output_norm.weight", -1, H, 0, m->out_norm);
     gguf_f32(w, "output_norm.bias", -1, H, 0, m->out_norm_b);
-    gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
+    if (!c->tied)
+        gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
     if (m->lm_head_b)
         gguf_f32(w, "output.bias", -1, c->vocab, 0, m->lm_head_b);
 }
@@ -1103,9 +1149,38 @@ static void write_gguf_neox(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m,
 /* phi2: q, k, v apart (transformers' PhiForCausalLM), biased output */
 static void write_gguf_phi2(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "phi2", false); }
 static void write_gguf_gptj(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "gptj", false); }
+/* falcon: query_key_value reordered into q | k | v (7B's multi-query layout already is) */
+static void write_gguf_falcon(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "falcon", true); }
+/* bloom: query_key_value reordered into q | k | v; tied */
+static void write_gguf_bloom(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "bloom", true); }
 static void write_gguf_stablelm(lp_gw *w, ref_model *m)
 {
     gguf_layernorm_model(w, m, "stablelm", false);
+}
+
+/* olmo2: no input norms; post_attention_norm and post_ffw_norm; q/k norms [q_dim], [kv_dim] */
+static void write_gguf_olmo2(lp_gw *w, ref_model *m)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->ffn, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+    gguf_hparams(w, "olmo2", c, 64);
+    gguf_f32(w, "token_embd.weight", -1, c->vocab, H, m->embed);
+    for (int l = 0; l < c->n_layers; l++) {
+        const ref_layer *L = &m->layers[l];
+        gguf_f32(w, "blk.%d.attn_q.weight", l, Q, H, L->wq);
+        gguf_f32(w, "blk.%d.attn_k.weight", l, KV, H, L->wk);
+        gguf_f32(w, "blk.%d.attn_v.weight", l, KV, H, L->wv);
+        gguf_f32(w, "blk.%d.attn_q_norm.weight", l, Q, 0, L->q_norm);
+        gguf_f32(w, "blk.%d.attn_k_norm.weight", l, KV, 0, L->k_norm);
+        gguf_f32(w, "blk.%d.attn_output.weight", l, H, Q, L->wo);
+        gguf_f32(w, "blk.%d.post_attention_norm.weight", l, H, 0, L->post_attn_norm);
+        gguf_f32(w, "blk.%d.ffn_gate.weight", l, F, H, L->w_gate);
+        gguf_f32(w, "blk.%d.ffn_up.weight", l, F, H, L->w_up);
+        gguf_f32(w, "blk.%d.ffn_down.weight", l, H, F, L->w_down);
+        gguf_f32(w, "blk.%d.post_ffw_norm.weight", l, H, 0, L->post_ffn_norm);
+    }
+    gguf_f32(w, "output_norm.weight", -1, H, 0, m->out_norm);
+    gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
 }
 
 /* ---- GGUF files the test writes, against the reference: one row per family ---- */
@@ -1177,6 +1252,27 @@ static const gguf_case gguf_cases[] = {
       .n_kv_heads = 3, .head_dim = 12, .ffn = 44, .eps = 1e-5, .theta = 10000, .rope_dim = 4,
       .scale = 0.2},
      13, write_gguf_stablelm, 10, {1, 49, 30, 30, 8, 17, 0, 42, 23, 5}, "stablelm", 1e-2, 1e-4},
+    {"gguf-falcon-7b",
+     {.family = REF_FALCON, .vocab = 57, .hidden = 36, .n_layers = 2, .n_heads = 3,
+      .n_kv_heads = 1, .head_dim = 12, .ffn = 144, .eps = 1e-5, .theta = 10000, .parallel = true,
+      .tied = true, .scale = 0.2},
+     14, write_gguf_falcon, 12, {3, 56, 20, 20, 1, 44, 9, 0, 31, 12, 50, 7}, "falcon", 1e-2, 1e-4},
+    {"gguf-falcon-40b",
+     {.family = REF_FALCON, .vocab = 57, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 10, .ffn = 48, .eps = 1e-5, .theta = 10000, .parallel = true,
+      .new_arch = true, .scale = 0.2},
+     15, write_gguf_falcon, 11, {5, 2, 40, 40, 17, 33, 0, 56, 8, 21, 13}, "falcon", 1e-2, 1e-4},
+    {"gguf-bloom",
+     {.family = REF_BLOOM, .vocab = 41, .hidden = 36, .n_layers = 2, .n_heads = 6,
+      .n_kv_heads = 6, .head_dim = 6, .ffn = 144, .eps = 1e-5, .alibi = true, .qkv_bias = true,
+      .tied = true, .scale = 0.3},
+     17, write_gguf_bloom, 13, {0, 40, 12, 12, 5, 33, 21, 8, 1, 39, 26, 14, 3}, "bloom", 1e-2,
+     1e-4},
+    {"gguf-olmo2",
+     {.family = REF_OLMO2, .vocab = 45, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-6, .theta = 500000, .qk_norm = true,
+      .scale = 0.2},
+     16, write_gguf_olmo2, 12, {1, 44, 22, 22, 9, 0, 35, 17, 4, 28, 40, 13}, "olmo2", 1e-2, 1e-4},
 };
 
 static void test_gguf_case(void **state)

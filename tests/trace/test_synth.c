@@ -603,6 +603,14 @@ static const family_case family_cases[] = {
     {LP_SYNTH_GPTJ, "gptj", 25, "transformer.h.1.mlp.fc_in.weight", LP_ROLE_FFN_UP, false, 1.0f},
     /* embed, 2 x 11 (norms x 2 x 2, q k v o, gate up down), final norm x 2, lm_head */
     {LP_SYNTH_STABLELM, "stablelm", 26, "model.layers.1.post_attention_layernorm.bias", LP_ROLE_FFN_NORM, false, 1.0f},
+    /* Falcon-7B: word_embeddings, 2 x (input_layernorm x 2, query_key_value, dense, 2 MLP),
+     * ln_f x 2; tied */
+    {LP_SYNTH_FALCON, "falcon", 15, "transformer.h.0.self_attention.query_key_value.weight", LP_ROLE_ATTN_QKV, false, 1.0f},
+    /* word_embeddings + its norm x 2, 2 x 12 (weight and bias of 2 norms, query_key_value,
+     * dense, 2 MLP), ln_f x 2; tied */
+    {LP_SYNTH_BLOOM, "bloom", 29, "transformer.word_embeddings_layernorm.bias", LP_ROLE_EMBD_NORM, false, 1.0f},
+    /* embed, 2 x (q k v o, q_norm, k_norm, 2 post norms, gate up down), norm, lm_head */
+    {LP_SYNTH_OLMO2, "olmo2", 25, "model.layers.1.self_attn.q_norm.weight", LP_ROLE_ATTN_Q_NORM, false, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)
@@ -636,6 +644,8 @@ static void check_family_case(const family_case *fc)
     const lp_tensor *norm = lp_weights_find(w, LP_ROLE_FFN_NORM, 1, -1, false);
     if (!norm) /* one norm feeds both branches (Phi, GPT-J) */
         norm = lp_weights_find(w, LP_ROLE_ATTN_NORM, 1, -1, false);
+    if (!norm) /* only output norms (OLMo 2) */
+        norm = lp_weights_find(w, LP_ROLE_FFN_POST_NORM, 1, -1, false);
     const lp_tensor *embd = lp_weights_find(w, LP_ROLE_TOKEN_EMBD, -1, -1, false);
     float nv[32], row[32];
     assert_int_equal(lp_tensor_rows_f32(norm, 0, 1, nv, &err), LP_OK);

@@ -7,14 +7,20 @@
 #include <math.h>
 #include <string.h>
 
+/* At most this many row chunks per head (one per thread). */
+enum { LP_FW_MAX_CHUNKS = 64 };
+
 typedef struct head_task {
     const lp_fw_pass *p;
     const lp_layer_weights *L;
     int64_t q_stride;
     const float *q;
     const lp_fw_kv_source *kv;
-    int head0; /* first head of this group; task i runs head head0 + i into probability slot i */
+    int head0; /* first head of this group; task i runs head head0 + i / n_chunks into
+                  probability slot i / n_chunks, query rows of chunk i % n_chunks */
     bool with_probs;
+    int n_chunks;
+    int64_t chunk_rows[LP_FW_MAX_CHUNKS + 1]; /* row boundaries of the chunks */
 } head_task;
 
 static void run_head(void *ctx, int64_t task)
@@ -23,7 +29,8 @@ static void run_head(void *ctx, int64_t task)
     const lp_fw_pass *p = h->p;
     const lp_model *m = p->m;
     const lp_arch *a = &m->arch;
-    int head = h->head0 + (int)task;
+    int64_t slot = task / h->n_chunks, chunk = task % h->n_chunks;
+    int head = h->head0 + (int)slot;
     int64_t group = a->n_heads / h->L->n_kv_heads; /* query heads per kv head */
     int64_t kv_head = head / group;
     int64_t hd = a->head_dim, T = p->T;
@@ -38,9 +45,10 @@ static void run_head(void *ctx, int64_t task)
         .out_stride = h->L->q_dim,
         .scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd)),
         .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
-        .probs = h->with_probs ? p->s.probs + task * p->plan.slot_stride : NULL,
+        .probs = h->with_probs ? p->s.probs + slot * p->plan.slot_stride : NULL,
         .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
         .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f, .kv_dtype = kv->dtype,
+        .row_begin = h->chunk_rows[chunk], .row_end = h->chunk_rows[chunk + 1],
     };
     lp_attention(&args);
 }
@@ -201,6 +209,35 @@ static lp_status emit_head_maps(lp_fw_pass *p, int l, int h0, int64_t n, bool wi
     return LP_OK;
 }
 
+/* Split the query rows into one chunk per thread of equal attention work (the visible keys
+ * summed over the rows: causal rows grow along the prompt, so the chunks shrink), so that
+ * (head, chunk) items balance whatever the head count. */
+static void plan_chunks(const lp_fw_pass *p, head_task *task)
+{
+    int64_t T = p->T, threads = p->pool ? lp_pool_threads(p->pool) : 1;
+    task->n_chunks = (int)(threads < LP_FW_MAX_CHUNKS ? threads : LP_FW_MAX_CHUNKS);
+    if (T < 64 || task->n_chunks < 1)
+        task->n_chunks = 1;
+    double total = 0.0;
+    for (int64_t i = 0; i < T; i++) {
+        int64_t lo, hi;
+        lp_mask_row_range(&p->mask, p->b, i, &lo, &hi);
+        total += (double)(hi - lo) + 1.0; /* + 1: a row costs something even when masked */
+    }
+    task->chunk_rows[0] = 0;
+    double seen = 0.0;
+    int c = 1;
+    for (int64_t i = 0; i < T && c < task->n_chunks; i++) {
+        int64_t lo, hi;
+        lp_mask_row_range(&p->mask, p->b, i, &lo, &hi);
+        seen += (double)(hi - lo) + 1.0;
+        if (seen >= total * c / task->n_chunks)
+            task->chunk_rows[c++] = i + 1;
+    }
+    while (c <= task->n_chunks)
+        task->chunk_rows[c++] = T;
+}
+
 /* Every head, in groups of n_prob_slots when probabilities are wanted (each needs a [T, T]
  * slot), else all at once; maps and statistics go to the observer group by group. */
 static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, const qkv_views *x,
@@ -217,8 +254,9 @@ static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, cons
         group = 1;
     for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
         int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
-        head_task task = {p, L, x->q_stride, x->q, kv, h0, any_probs};
-        lp_fw_pool_or_serial(p->pool, n, run_head, &task);
+        head_task task = {p, L, x->q_stride, x->q, kv, h0, any_probs, 1, {0}};
+        plan_chunks(p, &task);
+        lp_fw_pool_or_serial(p->pool, n * task.n_chunks, run_head, &task);
         lp_status st = emit_head_maps(p, l, h0, n, any_probs);
         if (st != LP_OK)
             return st;

@@ -198,7 +198,11 @@ static lp_status bind_norm(lp_model *m, lp_role role, int layer, int64_t n, bool
 
 /* Families whose block shape is proven against the tests' reference forward; a new piece of the
  * block description stays refused for the others until their family is tested. */
-static const char *const PARALLEL_TESTED[] = {"gpt_neox", "phi", "gptj", "stablelm", NULL};
+static const char *const PARALLEL_TESTED[] = {"gpt_neox", "phi", "gptj", "stablelm", "falcon",
+                                              NULL};
+static const char *const ALIBI_TESTED[] = {"falcon", "bloom", NULL};
+static const char *const EMBED_NORM_TESTED[] = {"bloom", NULL};
+static const char *const OLMO2_TESTED[] = {"olmo2", NULL}; /* output-only norms, whole q/k norms */
 
 static bool family_tested(const char *family, const char *const *tested)
 {
@@ -214,13 +218,14 @@ static const char *missing_piece(const lp_arch *a)
 {
     if (a->mla)
         return "multi-head latent attention";
-    if (a->pos_kind == LP_POS_ALIBI)
+    if (a->pos_kind == LP_POS_ALIBI && !family_tested(a->family, ALIBI_TESTED))
         return "ALiBi positions";
     if (a->parallel_block && !family_tested(a->family, PARALLEL_TESTED))
         return "parallel attention/MLP blocks";
     if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0 || a->router_score_bias)
         return "shared experts / biased routers";
-    if (a->no_input_norm || a->qk_norm_full || a->embed_norm || a->post_norm ||
+    if (((a->no_input_norm || a->qk_norm_full) && !family_tested(a->family, OLMO2_TESTED)) ||
+        (a->embed_norm && !family_tested(a->family, EMBED_NORM_TESTED)) || a->post_norm ||
         a->embed_proj_dim > 0)
         return "this norm placement";
     if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE)

@@ -1,23 +1,29 @@
-/* Tiled attention with an online softmax (FlashAttention's scheme): no T x T buffer; exact
- * probabilities and per-row statistics on request.
+/* Blocked attention with an online softmax (FlashAttention's scheme on the CPU): no T x T
+ * buffer; exact probabilities and per-row statistics on request.
  *
- * Query rows are taken BQ at a time and keys BK at a time, so a key block (BK x head_dim) stays in
- * L1 while the BQ rows visit it. Each row keeps a running max m, sum l = sum exp(s - m) and its
- * output accumulator (the out row itself); a new block with a larger max rescales them by
- * exp(m_old - m_new). The statistics are kept the same way, relative to the running max:
+ * The keys the call needs are packed once into panels of 16 (kp[panel][d][16], converted from
+ * f16/bf16 as they are packed) and its V rows copied contiguous (converted likewise). Query rows are taken
+ * LP_ATTN_MR (6) at a time and keys ATT_BK (64) at a time:
+ *   scores  S[6][64] = Q tile . K block^T   by the attn_qk micro-kernel (6 x 16 per panel, the
+ *                                           GEMM's register tile, q broadcast from its rows)
+ *   softmax per row over the block's visible keys: running max m, sum l = sum exp(s - m), the
+ *           output row rescaled by exp(m_old - m_new) when the block raises the max
+ *   output  O[6][v_dim] += P[6][64] . V block   by the attn_pv micro-kernel
+ * Blocks no row of the tile sees are skipped (causal: everything right of the diagonal block;
+ * window: everything left of it); in the blocks that are partly visible, each row's keys outside
+ * its range get weight 0. The statistics are kept the same way, relative to the running max:
  *   e_sum = sum exp(s - m) * (s - m)        entropy = log l - e_sum / l
  *   d_sum = sum exp(s - m) * (pos - j)      distance = d_sum / l
  *   w_sum = sum over local keys exp(s - m)  local = w_sum / l
  * and rescale as e_sum' = a * (e_sum + (m_old - m_new) * l) with a = exp(m_old - m_new).
- * When probs is requested, a second pass over the row's blocks (after its final m and l are
- * known) recomputes the scores and writes p = exp(s - m) / l: exact, not rescaled.
+ * When probs is requested, a second pass over the tile's blocks (after its final m and l are
+ * known) recomputes the scores with the same micro-kernel on the same tile and writes
+ * p = exp(s - m) / l: exact, not rescaled, bit for bit the scores of the first pass.
  * A learned sink starts each row as if one key with score sink_logit and a zero value row had
- * been seen (m = sink_logit, l = 1); the max probability uses the largest real score kmax. K/V
- * stored in f16/bf16 are converted to f32 block by block into scratch (the reference runs
- * instead when that scratch cannot be allocated).
- * Scores are computed by the same code in both passes, so they agree bit for bit. A non-finite
- * score (NaN or overflow in q or k) poisons its row: output, visible probabilities and statistics
- * become NaN instead of a plausible-looking distribution.
+ * been seen (m = sink_logit, l = 1); the max probability uses the largest real score kmax.
+ * A non-finite score (NaN or overflow in q or k) poisons its row: output, visible probabilities
+ * and statistics become NaN instead of a plausible-looking distribution. When the packed copy
+ * cannot be allocated the reference runs instead (it needs no scratch).
  */
 #include "trace/kernels/kernels.h"
 
@@ -27,7 +33,7 @@
 
 #include "trace/kernels/kernels_internal.h"
 
-enum { ATT_BQ = 16, ATT_BK = 64 };
+enum { ATT_BK = 64 };
 
 typedef struct row_state {
     int64_t lo, hi, pos;
@@ -37,65 +43,110 @@ typedef struct row_state {
     bool poisoned; /* a non-finite score: the row's output, probabilities and stats are NaN */
 } row_state;
 
-/* Keys [k0, k0 + n) of K and V as f32 rows: the stored rows themselves, or converted into the
- * caller's scratch. */
-typedef struct kv_block {
-    const float *k, *v; /* row k0 of the block */
-    int64_t k_stride, v_stride;
-    int64_t k0;
-} kv_block;
+/* The packed keys and f32 values of one call: keys [kbase, khi) (kbase a multiple of ATT_BK). */
+typedef struct att_call {
+    const lp_kernel_table *kt;
+    const lp_attn_args *a;
+    int64_t row_begin, row_end;
+    int64_t kbase, khi;
+    float *kp;        /* ceil((khi - kbase) / 16) panels of [head_dim][16], zero past khi */
+    const float *v0;  /* V row kbase as f32 */
+    int64_t v_stride; /* between f32 V rows */
+    float *v_conv;    /* owned contiguous f32 copy of the V rows */
+    float *qp;        /* the current query tile, packed [head_dim][LP_ATTN_MR] */
+} att_call;
 
-typedef struct kv_scratch {
-    lp_dtype dtype;
-    float *k, *v; /* [ATT_BK, head_dim], [ATT_BK, v_dim]; NULL for f32 */
-} kv_scratch;
-
-static void convert_rows(const lp_kernel_table *kt, lp_dtype dt, const void *base, int64_t stride,
-                         int64_t j0, int64_t n, int64_t dim, float *dst)
+static float *alloc_aligned_floats(int64_t n)
 {
-    const uint8_t *bytes = base;
+    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
+    return aligned_alloc(64, bytes);
+}
+
+/* Pack keys [kbase, khi) into 16-key panels, converting f16/bf16 rows on the way; V likewise
+ * when it is not f32. false when out of memory. */
+static bool call_pack(att_call *c)
+{
+    const lp_attn_args *a = c->a;
+    lp_dtype dt = lp_attn_kv_dtype(a);
+    int64_t hd = a->head_dim, n = c->khi - c->kbase;
+    int64_t panels = (n + LP_ATTN_NR - 1) / LP_ATTN_NR;
+    c->kp = alloc_aligned_floats(panels * LP_ATTN_NR * hd);
+    float *row = dt == LP_DTYPE_F32 ? NULL : malloc((size_t)(hd > 0 ? hd : 1) * sizeof(float));
+    if (!c->kp || (dt != LP_DTYPE_F32 && !row)) {
+        free(row);
+        return false;
+    }
+    for (int64_t j = 0; j < panels * LP_ATTN_NR; j++) {
+        float *dst = c->kp + (j / LP_ATTN_NR) * LP_ATTN_NR * hd + j % LP_ATTN_NR;
+        const float *src = NULL;
+        int64_t key = c->kbase + j;
+        if (key < c->khi && dt == LP_DTYPE_F32) {
+            src = (const float *)a->k + key * a->k_stride;
+        } else if (key < c->khi) {
+            const void *stored = (const uint8_t *)a->k + (uint64_t)(key * a->k_stride) * 2;
+            if (dt == LP_DTYPE_F16)
+                c->kt->f16_to_f32(stored, row, hd);
+            else
+                c->kt->bf16_to_f32(stored, row, hd);
+            src = row;
+        }
+        for (int64_t d = 0; d < hd; d++)
+            dst[d * LP_ATTN_NR] = src ? src[d] : 0.0f;
+    }
+    free(row);
+    /* V rows copied contiguous: rows of a [T, heads * dim] projection are kilobytes apart, and
+     * 64 of them at such a stride fall into a few L1 sets */
+    int64_t vd = a->v_dim;
+    c->v_conv = alloc_aligned_floats(n * vd);
+    if (!c->v_conv)
+        return false;
     for (int64_t j = 0; j < n; j++) {
-        const void *row = bytes + (uint64_t)((j0 + j) * stride) * 2;
-        if (dt == LP_DTYPE_F16)
-            kt->f16_to_f32(row, dst + j * dim, dim);
+        const void *stored = (const uint8_t *)a->v +
+                             (uint64_t)((c->kbase + j) * a->v_stride) * (dt == LP_DTYPE_F32 ? 4 : 2);
+        if (dt == LP_DTYPE_F32)
+            memcpy(c->v_conv + j * vd, stored, (size_t)vd * sizeof(float));
+        else if (dt == LP_DTYPE_F16)
+            c->kt->f16_to_f32(stored, c->v_conv + j * vd, vd);
         else
-            kt->bf16_to_f32(row, dst + j * dim, dim);
+            c->kt->bf16_to_f32(stored, c->v_conv + j * vd, vd);
+    }
+    c->v0 = c->v_conv;
+    c->v_stride = vd;
+    return true;
+}
+
+/* Query rows [i0, i0 + rows) as a k-major panel qp[d * LP_ATTN_MR + r], rows past `rows`
+ * repeating the last one. */
+static void pack_queries(const lp_attn_args *a, int64_t i0, int rows, float *qp)
+{
+    for (int r = 0; r < LP_ATTN_MR; r++) {
+        const float *q = a->q + (i0 + (r < rows ? r : rows - 1)) * a->q_stride;
+        for (int64_t d = 0; d < a->head_dim; d++)
+            qp[d * LP_ATTN_MR + r] = q[d];
     }
 }
 
-static kv_block load_block(const lp_kernel_table *kt, const lp_attn_args *a, const kv_scratch *ks,
-                           int64_t k0, int64_t n, bool with_v)
+/* Raw scores of the packed query tile against keys [kb, kb + kn): S[r * ATT_BK + j]. */
+static void tile_scores(const att_call *c, const float *qp, int rows, int64_t kb, int64_t kn,
+                        float *S)
 {
-    kv_block b = {NULL, NULL, a->k_stride, a->v_stride, k0};
-    if (ks->dtype == LP_DTYPE_F32) {
-        b.k = (const float *)a->k + k0 * a->k_stride;
-        b.v = (const float *)a->v + k0 * a->v_stride;
-        return b;
-    }
-    convert_rows(kt, ks->dtype, a->k, a->k_stride, k0, n, a->head_dim, ks->k);
-    b.k = ks->k;
-    b.k_stride = a->head_dim;
-    if (with_v)
-        convert_rows(kt, ks->dtype, a->v, a->v_stride, k0, n, a->v_dim, ks->v);
-    b.v = ks->v;
-    b.v_stride = a->v_dim;
-    return b;
+    const lp_attn_args *a = c->a;
+    const float *kp = c->kp + (kb - c->kbase) * a->head_dim;
+    for (int64_t p = 0; p * LP_ATTN_NR < kn; p++)
+        c->kt->attn_qk(qp, rows, kp + p * LP_ATTN_NR * a->head_dim, a->head_dim, a->scale,
+                       S + p * LP_ATTN_NR, ATT_BK);
 }
 
-/* Final scores of query row q (at position pos) against keys [j0, j1) of the block into
- * s[0 .. j1-j0): scaled dot products, softcap, ALiBi bias. */
-static void block_scores(const lp_kernel_table *kt, const lp_attn_args *a, const kv_block *b,
-                         const float *q, int64_t pos, int64_t j0, int64_t j1, float *s)
+/* Softcap and ALiBi on the scores s[0 .. n) of keys j0 .. j0 + n for a query at pos. */
+static void finish_scores(const lp_attn_args *a, float *s, int64_t j0, int64_t n, int64_t pos)
 {
-    kt->scores(q, b->k + (j0 - b->k0) * b->k_stride, b->k_stride, j1 - j0, a->head_dim, a->scale,
-               s);
     if (a->softcap > 0.0f) {
         float inv = 1.0f / a->softcap;
-        for (int64_t j = 0; j < j1 - j0; j++)
+        for (int64_t j = 0; j < n; j++)
             s[j] = a->softcap * tanhf(s[j] * inv);
     }
     if (a->alibi_slope != 0.0f)
-        for (int64_t j = 0; j < j1 - j0; j++)
+        for (int64_t j = 0; j < n; j++)
             s[j] += a->alibi_slope * (float)(j0 + j - pos);
 }
 
@@ -140,37 +191,35 @@ static void keep_marked_scores(row_state *rs, int64_t j0, int64_t j1, const floa
         rs->s_self = s[rs->pos - j0];
 }
 
-/* Pass 1 for query row i and the key block at k0: fold the row's visible keys of the block into
- * its running max, sum, statistics and output. s, s_raw: [ATT_BK] scratch. */
-static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, const kv_block *b,
-                           row_state *rs, int64_t i, float *s, float *s_raw)
+/* Pass 1 for query row i and the block of keys [kb, kb + kn): fold the row's visible keys of
+ * the block into its running max, sum and statistics, rescale its output row when the max
+ * rises, and leave the weights exp(s - m) in p[0 .. kn) (0 for keys the row does not see), for
+ * the tile's P x V. s: the block's raw scores for this row. */
+static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row_state *rs,
+                           int64_t i, int64_t kb, int64_t kn, float *s, float *p)
 {
     const bool want_stats = a->row_stats != NULL;
-    int64_t j0 = rs->lo > b->k0 ? rs->lo : b->k0;
-    int64_t j1 = rs->hi < b->k0 + ATT_BK ? rs->hi : b->k0 + ATT_BK;
+    memset(p, 0, (size_t)kn * sizeof *p);
+    int64_t j0 = rs->lo > kb ? rs->lo : kb;
+    int64_t j1 = rs->hi < kb + kn ? rs->hi : kb + kn;
     if (j0 >= j1 || rs->poisoned)
         return;
-    float *out = a->out + i * a->out_stride;
     int64_t count = j1 - j0;
-    block_scores(kt, a, b, a->q + i * a->q_stride, rs->pos, j0, j1, s);
-    float block_max = -INFINITY;
-    bool finite = true;
-    for (int64_t j = 0; j < count; j++) {
-        finite = finite && isfinite(s[j]);
-        if (s[j] > block_max)
-            block_max = s[j];
-    }
+    float *sv = s + (j0 - kb), *pv = p + (j0 - kb);
+    finish_scores(a, sv, j0, count, rs->pos);
+    bool finite;
+    float block_max = kt->block_max(sv, count, &finite);
     if (!finite) {
         rs->poisoned = true;
         return;
     }
     if (want_stats)
-        keep_marked_scores(rs, j0, j1, s);
+        keep_marked_scores(rs, j0, j1, sv);
     if (block_max > rs->kmax)
         rs->kmax = block_max;
     if (block_max > rs->m) {
         if (rs->m != -INFINITY)
-            kt->scale(out, expf(rs->m - block_max), a->v_dim);
+            kt->scale(a->out + i * a->out_stride, expf(rs->m - block_max), a->v_dim);
         if (want_stats)
             rescale_stats(rs, block_max);
         else if (rs->m != -INFINITY)
@@ -178,18 +227,16 @@ static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, con
         rs->m = block_max;
     }
     float m = rs->m;
-    if (want_stats)
-        memcpy(s_raw, s, (size_t)count * sizeof(float));
-    rs->l += kt->exp_sum(s, count, m); /* s now holds the weights exp(s - m) */
+    memcpy(pv, sv, (size_t)count * sizeof *pv);
+    rs->l += kt->exp_sum(pv, count, m); /* pv now holds the weights exp(s - m) */
     if (want_stats)
         for (int64_t j = 0; j < count; j++) {
             int64_t dist = rs->pos - (j0 + j);
-            rs->e_sum += s[j] * (s_raw[j] - m);
-            rs->d_sum += s[j] * (float)dist;
+            rs->e_sum += pv[j] * (sv[j] - m);
+            rs->d_sum += pv[j] * (float)dist;
             if (dist < a->local_window)
-                rs->w_sum += s[j];
+                rs->w_sum += pv[j];
         }
-    kt->weighted_sum(out, s, b->v + (j0 - b->k0) * b->v_stride, b->v_stride, count, a->v_dim);
 }
 
 /* A row with no mass at all: no visible key and no sink. */
@@ -233,10 +280,9 @@ static void row_finish(const lp_kernel_table *kt, const lp_attn_args *a, const r
         row_stats(a, rs, &a->row_stats[i]);
 }
 
-/* Pass 2 for query row i: exact probabilities, block by block, zeros outside the visible
- * range. */
-static void row_probs(const lp_kernel_table *kt, const lp_attn_args *a, const kv_scratch *ks,
-                      const row_state *rs, int64_t i)
+/* Before pass 2: row i's probabilities are 0 outside its visible keys (all of them for an
+ * empty row), NaN inside them for a poisoned row. */
+static void row_probs_frame(const lp_attn_args *a, const row_state *rs, int64_t i)
 {
     float *prow = a->probs + i * a->n_k;
     if (row_empty(rs) && !rs->poisoned) {
@@ -245,69 +291,96 @@ static void row_probs(const lp_kernel_table *kt, const lp_attn_args *a, const kv
     }
     memset(prow, 0, (size_t)rs->lo * sizeof(float));
     memset(prow + rs->hi, 0, (size_t)(a->n_k - rs->hi) * sizeof(float));
-    if (rs->poisoned) {
+    if (rs->poisoned)
         for (int64_t j = rs->lo; j < rs->hi; j++)
             prow[j] = NAN;
-        return;
-    }
-    const float *q = a->q + i * a->q_stride;
-    float inv_l = 1.0f / rs->l;
-    for (int64_t k0 = rs->lo / ATT_BK * ATT_BK; k0 < rs->hi; k0 += ATT_BK) {
-        int64_t j0 = rs->lo > k0 ? rs->lo : k0;
-        int64_t j1 = rs->hi < k0 + ATT_BK ? rs->hi : k0 + ATT_BK;
-        kv_block b = load_block(kt, a, ks, j0, j1 - j0, false);
-        block_scores(kt, a, &b, q, rs->pos, j0, j1, prow + j0);
-        kt->exp_sum(prow + j0, j1 - j0, rs->m);
-        kt->scale(prow + j0, inv_l, j1 - j0);
-    }
 }
 
-/* One block of ATT_BQ query rows from q0: both passes. */
-static void query_block(const lp_kernel_table *kt, const lp_attn_args *a, const kv_scratch *ks,
-                        int64_t q0, row_state *rows)
+/* Pass 2 for row i and the block [kb, kb + kn): exact probabilities of its visible keys. */
+static void row_probs_block(const lp_kernel_table *kt, const lp_attn_args *a, const row_state *rs,
+                            int64_t i, int64_t kb, int64_t kn, float *s)
 {
-    float s[ATT_BK], s_raw[ATT_BK];
-    int64_t bq = a->n_q - q0 < ATT_BQ ? a->n_q - q0 : ATT_BQ;
-    int64_t k_lo = a->n_k, k_hi = 0; /* the keys any row of the block sees */
-    for (int64_t r = 0; r < bq; r++) {
-        row_init(a, q0 + r, &rows[r]);
-        if (rows[r].lo < rows[r].hi) {
-            k_lo = rows[r].lo < k_lo ? rows[r].lo : k_lo;
-            k_hi = rows[r].hi > k_hi ? rows[r].hi : k_hi;
+    int64_t j0 = rs->lo > kb ? rs->lo : kb;
+    int64_t j1 = rs->hi < kb + kn ? rs->hi : kb + kn;
+    if (j0 >= j1 || rs->poisoned || row_empty(rs))
+        return;
+    float *dst = a->probs + i * a->n_k + j0, *sv = s + (j0 - kb);
+    finish_scores(a, sv, j0, j1 - j0, rs->pos);
+    memcpy(dst, sv, (size_t)(j1 - j0) * sizeof *dst);
+    kt->exp_sum(dst, j1 - j0, rs->m);
+    kt->scale(dst, 1.0f / rs->l, j1 - j0);
+}
+
+/* One tile of up to LP_ATTN_MR query rows from i0: both passes. */
+static void query_tile(const att_call *c, int64_t i0, int rows)
+{
+    const lp_kernel_table *kt = c->kt;
+    const lp_attn_args *a = c->a;
+    row_state rs[LP_ATTN_MR];
+    float S[LP_ATTN_MR * ATT_BK], P[LP_ATTN_MR * ATT_BK];
+    int64_t k_lo = a->n_k, k_hi = 0; /* the keys any row of the tile sees */
+    pack_queries(a, i0, rows, c->qp);
+    for (int r = 0; r < rows; r++) {
+        row_init(a, i0 + r, &rs[r]);
+        if (rs[r].lo < rs[r].hi) {
+            k_lo = rs[r].lo < k_lo ? rs[r].lo : k_lo;
+            k_hi = rs[r].hi > k_hi ? rs[r].hi : k_hi;
         }
     }
-    /* pass 1: online softmax over key blocks, aligned to ATT_BK so both passes see the same
-     * blocks */
-    for (int64_t k0 = k_lo / ATT_BK * ATT_BK; k0 < k_hi; k0 += ATT_BK) {
-        int64_t n = a->n_k - k0 < ATT_BK ? a->n_k - k0 : ATT_BK;
-        kv_block b = load_block(kt, a, ks, k0, n, true);
-        for (int64_t r = 0; r < bq; r++)
-            row_take_block(kt, a, &b, &rows[r], q0 + r, s, s_raw);
+    /* blocks aligned to ATT_BK from key 0, so both passes see the same blocks */
+    int64_t kb_first = k_lo / ATT_BK * ATT_BK;
+    for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
+        int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
+        tile_scores(c, c->qp, rows, kb, kn, S);
+        for (int r = 0; r < rows; r++)
+            row_take_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK, P + r * ATT_BK);
+        kt->attn_pv(P, ATT_BK, rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
+                    a->out + i0 * a->out_stride, a->out_stride, a->v_dim);
     }
-    for (int64_t r = 0; r < bq; r++)
-        row_finish(kt, a, &rows[r], q0 + r);
-    if (a->probs)
-        for (int64_t r = 0; r < bq; r++)
-            row_probs(kt, a, ks, &rows[r], q0 + r);
+    for (int r = 0; r < rows; r++)
+        row_finish(kt, a, &rs[r], i0 + r);
+    if (!a->probs)
+        return;
+    for (int r = 0; r < rows; r++)
+        row_probs_frame(a, &rs[r], i0 + r);
+    for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
+        int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
+        tile_scores(c, c->qp, rows, kb, kn, S);
+        for (int r = 0; r < rows; r++)
+            row_probs_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK);
+    }
 }
 
 void lp_attention(const lp_attn_args *a)
 {
-    const lp_kernel_table *kt = lp_kernels_table();
-    row_state rows[ATT_BQ];
-    kv_scratch ks = {lp_attn_kv_dtype(a), NULL, NULL};
-    if (ks.dtype != LP_DTYPE_F32) {
-        ks.k = malloc((size_t)(ATT_BK * a->head_dim) * sizeof(float));
-        ks.v = malloc((size_t)(ATT_BK * (a->v_dim > 0 ? a->v_dim : 1)) * sizeof(float));
-        if (!ks.k || !ks.v) { /* no scratch: the reference needs none */
-            free(ks.k);
-            free(ks.v);
-            lp_attention_ref(a);
-            return;
+    att_call c = {lp_kernels_table(), a, 0, 0, 0, 0, NULL, NULL, 0, NULL, NULL};
+    lp_attn_rows(a, &c.row_begin, &c.row_end);
+    /* the keys any computed row sees */
+    int64_t k_lo = a->n_k, k_hi = 0;
+    for (int64_t i = c.row_begin; i < c.row_end; i++) {
+        int64_t lo, hi;
+        lp_mask_row_range(a->mask, a->batch, i, &lo, &hi);
+        hi = hi < a->n_k ? hi : a->n_k;
+        if (lo < hi) {
+            k_lo = lo < k_lo ? lo : k_lo;
+            k_hi = hi > k_hi ? hi : k_hi;
         }
     }
-    for (int64_t q0 = 0; q0 < a->n_q; q0 += ATT_BQ)
-        query_block(kt, a, &ks, q0, rows);
-    free(ks.k);
-    free(ks.v);
+    c.kbase = k_lo < k_hi ? k_lo / ATT_BK * ATT_BK : 0;
+    c.khi = k_lo < k_hi ? k_hi : 0;
+    c.qp = alloc_aligned_floats(LP_ATTN_MR * a->head_dim);
+    if (!c.qp || !call_pack(&c)) { /* no scratch: the reference needs none */
+        free(c.qp);
+        free(c.kp);
+        free(c.v_conv);
+        lp_attention_ref(a);
+        return;
+    }
+    for (int64_t i0 = c.row_begin; i0 < c.row_end; i0 += LP_ATTN_MR) {
+        int rows = c.row_end - i0 < LP_ATTN_MR ? (int)(c.row_end - i0) : LP_ATTN_MR;
+        query_tile(&c, i0, rows);
+    }
+    free(c.qp);
+    free(c.kp);
+    free(c.v_conv);
 }

@@ -120,6 +120,9 @@ typedef struct lp_attn_args {
     bool has_sink;      /* a learned sink logit joins the softmax */
     float sink_logit;
     lp_dtype kv_dtype;  /* LP_DTYPE_F32 (also when left 0), LP_DTYPE_F16 or LP_DTYPE_BF16 */
+    /* Only query rows [row_begin, row_end) are computed (out, probs and row_stats rows of the
+     * others untouched): how callers split one head across threads. Both 0 = every row. */
+    int64_t row_begin, row_end;
 } lp_attn_args;
 
 void lp_attention(const lp_attn_args *args);

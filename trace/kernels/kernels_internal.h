@@ -60,6 +60,10 @@ typedef struct lp_gemm_config {
     lp_gemm_pack_fn pack_b; /* NR rows of the weights */
 } lp_gemm_config;
 
+/* Query rows per attention tile (attn_qk / attn_pv): six rows x 16 keys = 12 ymm accumulators,
+ * the GEMM's register tile. */
+enum { LP_ATTN_MR = 6, LP_ATTN_NR = 16 };
+
 /* The dot product of one stored weight row with x (lp_matvec; x_sums as the table says). */
 typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_sums, int64_t k);
 
@@ -68,7 +72,7 @@ typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_s
 #define LP_KERNEL_SLOTS(X)                                                                         \
     X(f16_to_f32) X(bf16_to_f32) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
-    X(rope_rotate) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k)
+    X(rope_rotate) X(attn_qk) X(attn_pv) X(block_max) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k)
 
 typedef struct lp_kernel_table {
     lp_isa isa;
@@ -105,6 +109,18 @@ typedef struct lp_kernel_table {
      *           with c = (cos_i, cos_i), s = (-sin_i, +sin_i) per pair. */
     void (*rope_rotate)(float *x, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
                         const float *c, const float *s, bool adjacent_pairs);
+    /* Blocked attention (attention.c), tiles of up to LP_ATTN_MR query rows:
+     * s[r * ld_s + c] = scale * (q row r . key c) for r < rows, c < 16, from a packed query
+     * panel qp[d * LP_ATTN_MR + r] and a packed key panel kp[d * 16 + c] (16 keys), both
+     * head_dim deep and 32-byte aligned; rows past `rows` are not written. */
+    void (*attn_qk)(const float *qp, int rows, const float *kp, int64_t head_dim, float scale,
+                    float *s, int64_t ld_s);
+    /* out[r * out_stride + d] += sum_{j < n_keys} p[r * ld_p + j] * v[j * v_stride + d] for
+     * r < rows, d < v_dim. */
+    void (*attn_pv)(const float *p, int64_t ld_p, int rows, int64_t n_keys, const float *v,
+                    int64_t v_stride, float *out, int64_t out_stride, int64_t v_dim);
+    /* The largest of x[0..n) (-inf for n = 0); *all_finite = no NaN or infinity among them. */
+    float (*block_max)(const float *x, int64_t n, bool *all_finite);
     /* Matrix-vector rows (lp_matvec): the dot product of one stored weight row of k values with
      * x, read in its own format. x_sums[b] = sum of x[32 b .. 32 b + 32) (Q4_K's min term);
      * the other formats ignore it. */
@@ -189,6 +205,22 @@ static inline lp_dtype lp_attn_kv_dtype(const lp_attn_args *a)
     lp_dtype dt = a->kv_dtype == LP_DTYPE_INVALID ? LP_DTYPE_F32 : a->kv_dtype;
     LP_ASSERT(dt == LP_DTYPE_F32 || dt == LP_DTYPE_F16 || dt == LP_DTYPE_BF16);
     return dt;
+}
+
+/* The query rows an attention call computes: [row_begin, row_end) clamped to [0, n_q), or every
+ * row when both are 0. */
+static inline void lp_attn_rows(const lp_attn_args *a, int64_t *begin, int64_t *end)
+{
+    *begin = a->row_begin;
+    *end = a->row_end;
+    if (*begin == 0 && *end == 0)
+        *end = a->n_q;
+    if (*end > a->n_q)
+        *end = a->n_q;
+    if (*begin < 0)
+        *begin = 0;
+    if (*begin > *end)
+        *begin = *end;
 }
 
 /* Element d of row j of a K or V matrix (row stride in elements) as f32. */

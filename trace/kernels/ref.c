@@ -339,7 +339,9 @@ static void ref_softmax_row(const lp_attn_args *a, int64_t i, int64_t lo, int64_
 
 void lp_attention_ref(const lp_attn_args *a)
 {
-    for (int64_t i = 0; i < a->n_q; i++) {
+    int64_t begin, end;
+    lp_attn_rows(a, &begin, &end);
+    for (int64_t i = begin; i < end; i++) {
         int64_t lo, hi;
         ref_row_range(a, i, &lo, &hi);
         float *out = a->out + i * a->out_stride;
@@ -361,6 +363,42 @@ void lp_attention_ref(const lp_attn_args *a)
         if (a->row_stats)
             a->row_stats[i] = st;
     }
+}
+
+/* ---- blocked attention tiles (attention.c) */
+
+static void attn_qk_ref(const float *qp, int rows, const float *kp, int64_t head_dim,
+                        float scale, float *s, int64_t ld_s)
+{
+    for (int r = 0; r < rows; r++) {
+        float acc[LP_ATTN_NR] = {0};
+        for (int64_t d = 0; d < head_dim; d++)
+            for (int c = 0; c < LP_ATTN_NR; c++)
+                acc[c] += qp[d * LP_ATTN_MR + r] * kp[d * LP_ATTN_NR + c];
+        for (int c = 0; c < LP_ATTN_NR; c++)
+            s[r * ld_s + c] = acc[c] * scale;
+    }
+}
+
+static void attn_pv_ref(const float *p, int64_t ld_p, int rows, int64_t n_keys, const float *v,
+                        int64_t v_stride, float *out, int64_t out_stride, int64_t v_dim)
+{
+    for (int r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n_keys; j++)
+            axpy_ref(out + r * out_stride, p[r * ld_p + j], v + j * v_stride, v_dim);
+}
+
+static float block_max_ref(const float *x, int64_t n, bool *all_finite)
+{
+    float max = -INFINITY;
+    bool finite = true;
+    for (int64_t i = 0; i < n; i++) {
+        finite = finite && isfinite(x[i]);
+        if (x[i] > max)
+            max = x[i];
+    }
+    *all_finite = finite;
+    return max;
 }
 
 /* ---- matrix-vector rows: each value converted from its stored form as it is multiplied */

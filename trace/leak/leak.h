@@ -305,4 +305,37 @@ lp_status lp_leak_check_model(const lp_model *model, const int32_t *ids, int64_t
                               lp_error *err);
 void lp_leak_model_report_free(lp_leak_model_report *rep);
 
+/* ---------------------------------------------------------------------------------------------
+ * The decode check (decode_check.c): incremental decoding through the KV cache (a prefill of the
+ * first half, then one token at a time) against one prefill of the same tokens, hidden states of
+ * every layer and logits at every position, with an f32 cache and with an f16 one. Differences
+ * are relative to each row's largest magnitude. A failure is named from its signature at layer 0
+ * ("mask-top-left", "cache-off-by-one", "rope-stale"; lp_kv_fault injects each).
+ */
+
+#define LP_LEAK_DECODE_TOLERANCE 1e-4      /* f32 cache: only summation order differs */
+#define LP_LEAK_DECODE_F16_TOLERANCE 5e-2  /* f16 cache: K/V rounded to 11 bits */
+
+typedef struct lp_leak_decode_opts {
+    lp_kv_fault fault;
+    int64_t window; /* > 0: this window on every layer (as lp_leak_model_opts.window) */
+    lp_pool *pool;
+} lp_leak_decode_opts;
+
+typedef struct lp_leak_decode_report {
+    int64_t prefix;           /* positions prefilled before decoding one at a time */
+    int64_t window;           /* the widest window of any layer (0 = none) */
+    double logit_diff, hidden_diff;         /* f32 cache: max relative difference */
+    double f16_logit_diff, f16_hidden_diff; /* f16 cache */
+    int64_t first_pos;        /* first position over tolerance (when !passed) */
+    int first_layer;          /* its layer, -1 = the logits */
+    const char *diagnosis;    /* "none", "mask-top-left", "cache-off-by-one", "rope-stale" */
+    bool passed;
+    lp_leak_check checks[2];  /* "decode" rows: f32 cache, f16 cache */
+} lp_leak_decode_report;
+
+lp_status lp_leak_check_decode(const lp_model *model, const int32_t *ids, int64_t n,
+                               const lp_leak_decode_opts *opts, lp_leak_decode_report *rep,
+                               lp_error *err);
+
 #endif

@@ -21,11 +21,16 @@ enum {
     PHI = FAM(LP_SYNTH_PHI),
     GPTJ = FAM(LP_SYNTH_GPTJ),
     STABLELM = FAM(LP_SYNTH_STABLELM),
-    LAYERNORM = GPT2 | NEOX | PHI | GPTJ, /* LayerNorm with bias, plain MLP, head_dim derived */
+    FALCON = FAM(LP_SYNTH_FALCON),
+    OLMO2 = FAM(LP_SYNTH_OLMO2), /* a DECODER without input norms */
+    BLOOM = FAM(LP_SYNTH_BLOOM),
+    FALCON_BLOCK = FALCON | BLOOM, /* transformer.h.N.self_attention..., mlp.dense_* */
+    LAYERNORM = GPT2 | NEOX | PHI | GPTJ | FALCON | BLOOM, /* LayerNorm with bias, plain MLP,
+                                                             head_dim derived */
     HEAD_DIM_DERIVED = LAYERNORM | STABLELM, /* head_dim = hidden / heads, no key for it */
     DECODER = ALL & ~HEAD_DIM_DERIVED, /* Llama-like: "model.layers.N..." names, RMSNorm, RoPE */
     HF_SIZES = DECODER | NEOX | PHI | STABLELM, /* hidden_size, num_hidden_layers, ... */
-    MHA_ONLY = GPT2 | NEOX | GPTJ,
+    MHA_ONLY = GPT2 | NEOX | GPTJ | BLOOM,
     MOE = FAM(LP_SYNTH_MIXTRAL),
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
     POST_NORMS = FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3), /* four norms per layer */
@@ -55,6 +60,9 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_PHI] = {"phi", "phi", "PhiForCausalLM", "gelu_new"},
     [LP_SYNTH_GPTJ] = {"gptj", "gptj", "GPTJForCausalLM", "gelu_new"},
     [LP_SYNTH_STABLELM] = {"stablelm", "stablelm", "StableLmForCausalLM", "silu"},
+    [LP_SYNTH_FALCON] = {"falcon", "falcon", "FalconForCausalLM", "gelu"},
+    [LP_SYNTH_OLMO2] = {"olmo2", "olmo2", "Olmo2ForCausalLM", "silu"},
+    [LP_SYNTH_BLOOM] = {"bloom", "bloom", "BloomForCausalLM", "bloom_gelu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -75,17 +83,21 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->hidden = 32;
     spec->n_layers = 2;
     spec->n_heads = 4;
-    spec->n_kv_heads = has(spec, LAYERNORM) ? 4 : has(spec, GEMMAS) ? 1 : 2;
+    spec->n_kv_heads = has(spec, GEMMAS | FALCON) ? 1 : has(spec, LAYERNORM) ? 4 : 2;
     spec->head_dim = 8;
     spec->ffn = 64;
     spec->n_ctx = 256;
     spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e-6 : 1e-5;
     spec->rope_theta = has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e6 : 1e4;
-    spec->tied = has(spec, GEMMAS | GPT2);
+    spec->tied = has(spec, GEMMAS | GPT2 | FALCON_BLOCK);
+    if (has(spec, FALCON_BLOCK)) /* Falcon-7B: multi-query, parallel; BLOOM: always 4 x hidden */
+        spec->ffn = 4 * spec->hidden;
+    spec->qkv_bias = has(spec, BLOOM);
+    spec->alibi = has(spec, BLOOM);
     /* the published defaults' fractions: Pythia's rotary_pct 0.25, Phi-2's 0.4 (here 0.5 of 8
      * dims), GPT-J's rotary_dim 64 of 256 */
     spec->rope_dim = has(spec, NEOX | GPTJ | STABLELM) ? 2 : has(spec, PHI) ? 4 : 0;
-    spec->parallel = has(spec, NEOX);
+    spec->parallel = has(spec, NEOX | FALCON);
     if (has(spec, MOE)) {
         spec->n_experts = 4;
         spec->top_k = 2;
@@ -148,6 +160,17 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
                                                "%lld, %lld)",
                             name, (long long)s->n_heads, (long long)s->head_dim,
                             (long long)s->hidden);
+    if (has(s, FALCON) && !s->new_arch && s->n_kv_heads != 1 && s->n_kv_heads != s->n_heads)
+        return lp_error_set(err, LP_ERR_USAGE, "falcon: without new_arch, n_kv_heads is 1 "
+                                               "(multi_query) or n_heads, not %lld",
+                            (long long)s->n_kv_heads);
+    if (has(s, BLOOM) && (s->ffn != 4 * s->hidden || !s->qkv_bias || !s->alibi || s->parallel ||
+                          s->new_arch))
+        return lp_error_set(err, LP_ERR_USAGE, "bloom: needs ffn = 4 x hidden (%lld, %lld), "
+                                               "biases, ALiBi and a sequential block",
+                            (long long)s->ffn, (long long)s->hidden);
+    if (has(s, FALCON) && s->new_arch && !s->parallel)
+        return lp_error_set(err, LP_ERR_USAGE, "falcon: new_arch blocks are always parallel");
     if (has(s, MHA_ONLY) && s->n_kv_heads != s->n_heads)
         return lp_error_set(err, LP_ERR_USAGE, "%s: needs n_kv_heads = n_heads (%lld, %lld)",
                             name, (long long)s->n_kv_heads, (long long)s->n_heads);
@@ -171,7 +194,8 @@ typedef enum scope { FIRST, LAYER, EXPERT, HEAD, KV_HEAD, LAST } scope;
 
 /* When a row is written, beyond its families: always, only with a separate classifier, only in
  * a sequential block, only with the spec's q/k/v biases, only with its q/k norms. */
-enum { C_ALWAYS = 0, C_UNTIED = 1, C_SEQUENTIAL = 2, C_QKV_BIAS = 4, C_QK_NORM = 8 };
+enum { C_ALWAYS = 0, C_UNTIED = 1, C_SEQUENTIAL = 2, C_QKV_BIAS = 4, C_QK_NORM = 8,
+       C_NEW_ARCH = 16, C_OLD_ARCH = 32 /* Falcon's new_decoder_architecture or not */ };
 
 typedef enum storage {
     PLAIN,     /* [rows, cols] as the pass computes with it */
@@ -202,10 +226,12 @@ typedef struct tensor_row {
 #define E_ L_ "block_sparse_moe.experts.%d."
 #define NX_ "gpt_neox.layers.%d."
 #define J_ "transformer.h.%d."
+#define F_ "transformer.h.%d."
 #define GROUPED(name, is_bias, cols) {LAYER, NX_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, NEOX, C_ALWAYS}
+#define F_QKV(name, is_bias, cols, when) {LAYER, F_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, FALCON_BLOCK, when}
 static const tensor_row TENSORS[] = {
     MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER | PHI | STABLELM),
-    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, DECODER | PHI | STABLELM),
+    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, (DECODER & ~OLMO2) | PHI | STABLELM),
     BIAS(LAYER, L_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, PHI | STABLELM),
     MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER | PHI | STABLELM),
     MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER | PHI | STABLELM),
@@ -220,6 +246,8 @@ static const tensor_row TENSORS[] = {
     BIAS(LAYER, L_ "self_attn.dense.bias", ATTN_O, D_HIDDEN, PHI),
     VEC(LAYER, L_ "self_attn.q_norm.weight", ATTN_Q_NORM, D_HEAD, QK_NORM),
     VEC(LAYER, L_ "self_attn.k_norm.weight", ATTN_K_NORM, D_HEAD, QK_NORM),
+    VEC(LAYER, L_ "self_attn.q_norm.weight", ATTN_Q_NORM, D_Q, OLMO2),
+    VEC(LAYER, L_ "self_attn.k_norm.weight", ATTN_K_NORM, D_KV, OLMO2),
     BIAS(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, QKV_BIAS | PHI),
     BIAS(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, QKV_BIAS | PHI),
     BIAS(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, QKV_BIAS | PHI),
@@ -230,11 +258,11 @@ static const tensor_row TENSORS[] = {
     /* one name: the FFN's norm in Llama, the attention's post norm in Gemma 2 and 3 */
     /* StableLM 2's parallel block has no second norm */
     VEC_IF(LAYER, L_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN,
-           (DECODER & ~POST_NORMS) | STABLELM, C_SEQUENTIAL),
+           (DECODER & ~POST_NORMS & ~OLMO2) | STABLELM, C_SEQUENTIAL),
     BIAS_IF(LAYER, L_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, STABLELM, C_SEQUENTIAL),
-    VEC(LAYER, L_ "post_attention_layernorm.weight", ATTN_POST_NORM, D_HIDDEN, POST_NORMS),
+    VEC(LAYER, L_ "post_attention_layernorm.weight", ATTN_POST_NORM, D_HIDDEN, POST_NORMS | OLMO2),
     VEC(LAYER, L_ "pre_feedforward_layernorm.weight", FFN_NORM, D_HIDDEN, POST_NORMS),
-    VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS),
+    VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS | OLMO2),
     MAT(LAYER, L_ "block_sparse_moe.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, MOE),
     MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
     MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
@@ -246,7 +274,7 @@ static const tensor_row TENSORS[] = {
     BIAS(LAST, "model.norm.bias", OUTPUT_NORM, D_HIDDEN, STABLELM),
     VEC(LAST, "model.final_layernorm.weight", OUTPUT_NORM, D_HIDDEN, PHI),
     BIAS(LAST, "model.final_layernorm.bias", OUTPUT_NORM, D_HIDDEN, PHI),
-    {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER | PHI | GPTJ | STABLELM, C_UNTIED},
+    {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER | PHI | GPTJ | STABLELM | FALCON, C_UNTIED},
     {LAST, "lm_head.bias", LP_ROLE_LM_HEAD, true, D_VOCAB, D_NONE, PLAIN, PHI | GPTJ, C_UNTIED},
 
     MAT(FIRST, "gpt_neox.embed_in.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, NEOX),
@@ -277,8 +305,30 @@ static const tensor_row TENSORS[] = {
     BIAS(LAYER, J_ "mlp.fc_in.bias", FFN_UP, D_FFN, GPTJ),
     MAT(LAYER, J_ "mlp.fc_out.weight", FFN_DOWN, D_HIDDEN, D_FFN, GPTJ),
     BIAS(LAYER, J_ "mlp.fc_out.bias", FFN_DOWN, D_HIDDEN, GPTJ),
-    VEC(LAST, "transformer.ln_f.weight", OUTPUT_NORM, D_HIDDEN, GPTJ),
-    BIAS(LAST, "transformer.ln_f.bias", OUTPUT_NORM, D_HIDDEN, GPTJ),
+    VEC(LAST, "transformer.ln_f.weight", OUTPUT_NORM, D_HIDDEN, GPTJ | FALCON_BLOCK),
+    BIAS(LAST, "transformer.ln_f.bias", OUTPUT_NORM, D_HIDDEN, GPTJ | FALCON_BLOCK),
+
+    MAT(FIRST, "transformer.word_embeddings.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, FALCON_BLOCK),
+    VEC(FIRST, "transformer.word_embeddings_layernorm.weight", EMBD_NORM, D_HIDDEN, BLOOM),
+    BIAS(FIRST, "transformer.word_embeddings_layernorm.bias", EMBD_NORM, D_HIDDEN, BLOOM),
+    VEC_IF(LAYER, F_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, FALCON_BLOCK, C_OLD_ARCH),
+    BIAS_IF(LAYER, F_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, FALCON_BLOCK, C_OLD_ARCH),
+    VEC_IF(LAYER, F_ "ln_attn.weight", ATTN_NORM, D_HIDDEN, FALCON, C_NEW_ARCH),
+    BIAS_IF(LAYER, F_ "ln_attn.bias", ATTN_NORM, D_HIDDEN, FALCON, C_NEW_ARCH),
+    VEC_IF(LAYER, F_ "ln_mlp.weight", FFN_NORM, D_HIDDEN, FALCON, C_NEW_ARCH),
+    BIAS_IF(LAYER, F_ "ln_mlp.bias", FFN_NORM, D_HIDDEN, FALCON, C_NEW_ARCH),
+    F_QKV("self_attention.query_key_value.weight", false, D_HIDDEN, C_ALWAYS),
+    F_QKV("self_attention.query_key_value.bias", true, D_NONE, C_QKV_BIAS),
+    MAT(LAYER, F_ "self_attention.dense.weight", ATTN_O, D_HIDDEN, D_Q, FALCON_BLOCK),
+    BIAS_IF(LAYER, F_ "self_attention.dense.bias", ATTN_O, D_HIDDEN, FALCON_BLOCK, C_QKV_BIAS),
+    VEC_IF(LAYER, F_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN, FALCON_BLOCK,
+           C_SEQUENTIAL | C_OLD_ARCH),
+    BIAS_IF(LAYER, F_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, FALCON_BLOCK,
+            C_SEQUENTIAL | C_OLD_ARCH),
+    MAT(LAYER, F_ "mlp.dense_h_to_4h.weight", FFN_UP, D_FFN, D_HIDDEN, FALCON_BLOCK),
+    BIAS_IF(LAYER, F_ "mlp.dense_h_to_4h.bias", FFN_UP, D_FFN, FALCON_BLOCK, C_QKV_BIAS),
+    MAT(LAYER, F_ "mlp.dense_4h_to_h.weight", FFN_DOWN, D_HIDDEN, D_FFN, FALCON_BLOCK),
+    BIAS_IF(LAYER, F_ "mlp.dense_4h_to_h.bias", FFN_DOWN, D_HIDDEN, FALCON_BLOCK, C_QKV_BIAS),
 
     MAT(FIRST, "wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPT2),
     MAT(FIRST, "wpe.weight", POS_EMBD, D_POS, D_HIDDEN, GPT2),
@@ -307,7 +357,9 @@ static const tensor_row TENSORS[] = {
 #undef E_
 #undef NX_
 #undef J_
+#undef F_
 #undef GROUPED
+#undef F_QKV
 #define N_TENSORS (sizeof TENSORS / sizeof TENSORS[0])
 
 static int64_t dim_size(const lp_synth_spec *s, dim d)
@@ -467,7 +519,8 @@ static lp_status write_row(writer *wr, const tensor_row *row, int layer, int exp
 static bool row_wanted(const lp_synth_spec *s, unsigned when)
 {
     return !((when & C_UNTIED) && s->tied) && !((when & C_SEQUENTIAL) && s->parallel) &&
-           !((when & C_QKV_BIAS) && !s->qkv_bias) && !((when & C_QK_NORM) && !s->qk_norm);
+           !((when & C_QKV_BIAS) && !s->qkv_bias) && !((when & C_QK_NORM) && !s->qk_norm) &&
+           !((when & C_NEW_ARCH) && !s->new_arch) && !((when & C_OLD_ARCH) && s->new_arch);
 }
 
 /* The rows of one scope the family has, in table order. */
@@ -518,6 +571,9 @@ typedef enum key_kind {
     K_PARTIAL_ROTARY, /* rope_dim / head_dim; left out when every dim rotates */
     K_ROTARY_FRACTION, /* rope_dim / head_dim, always (the family's default is not 1) */
     K_ROTARY_DIM,     /* rope_dim, or head_dim when every dim rotates (GPT-J) */
+    K_FALCON_KV,      /* num_kv_heads, only with the new decoder architecture */
+    K_MULTI_QUERY,    /* Falcon's multi_query: one kv head in the old architecture */
+    K_FFN_UNLESS_4X,  /* ffn_hidden_size, left out when it is FalconConfig's 4 x hidden */
 } key_kind;
 
 typedef struct config_key {
@@ -543,7 +599,7 @@ static const config_key KEYS[] = {
     FIELD("num_hidden_layers", K_INT, n_layers, HF_SIZES),
     FIELD("num_attention_heads", K_INT, n_heads, HF_SIZES),
     FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER | PHI | STABLELM),
-    FIELD("head_dim", K_INT, head_dim, DECODER),
+    FIELD("head_dim", K_INT, head_dim, DECODER & ~OLMO2),
     DERIVED("hidden_act", K_ACT, HF_SIZES),
     FIELD("max_position_embeddings", K_INT, n_ctx, HF_SIZES),
     FIELD("rms_norm_eps", K_REAL, norm_eps, DECODER),
@@ -599,6 +655,24 @@ static const config_key KEYS[] = {
     DERIVED("activation_function", K_ACT, GPTJ),
     FIELD("layer_norm_epsilon", K_REAL, norm_eps, GPTJ),
     CONSTS("{\"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}", GPTJ),
+    /* Falcon: FalconConfig's names; Falcon-7B's config.json leaves out num_kv_heads,
+     * ffn_hidden_size and activation, as here */
+    FIELD("hidden_size", K_INT, hidden, FALCON), FIELD("num_hidden_layers", K_INT, n_layers, FALCON),
+    FIELD("num_attention_heads", K_INT, n_heads, FALCON),
+    DERIVED("num_kv_heads", K_FALCON_KV, FALCON), DERIVED("multi_query", K_MULTI_QUERY, FALCON),
+    FIELD("new_decoder_architecture", K_BOOL, new_arch, FALCON),
+    FIELD("parallel_attn", K_BOOL, parallel, FALCON), FIELD("bias", K_BOOL, qkv_bias, FALCON),
+    FIELD("alibi", K_BOOL, alibi, FALCON), DERIVED("ffn_hidden_size", K_FFN_UNLESS_4X, FALCON),
+    FIELD("layer_norm_epsilon", K_REAL, norm_eps, FALCON),
+    FIELD("rope_theta", K_REAL, rope_theta, FALCON),
+    CONSTS("{\"hidden_dropout\": 0.0, \"attention_dropout\": 0.0, \"initializer_range\": 0.02, "
+           "\"use_cache\": true}", FALCON),
+    /* BLOOM: BloomConfig's names (the FFN is always 4 x hidden) */
+    FIELD("hidden_size", K_INT, hidden, BLOOM), FIELD("n_layer", K_INT, n_layers, BLOOM),
+    FIELD("n_head", K_INT, n_heads, BLOOM), FIELD("layer_norm_epsilon", K_REAL, norm_eps, BLOOM),
+    CONSTS("{\"apply_residual_connection_post_layernorm\": false, \"slow_but_exact\": false, "
+           "\"attention_dropout\": 0.0, \"hidden_dropout\": 0.0, \"initializer_range\": 0.02, "
+           "\"pretraining_tp\": 1, \"use_cache\": true}", BLOOM),
 };
 #undef FIELD
 #undef CONST
@@ -640,6 +714,13 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
         return *skip ? NULL : json_real(rotary_fraction(s));
     case K_ROTARY_FRACTION: return json_real(rotary_fraction(s));
     case K_ROTARY_DIM: return json_integer(s->rope_dim > 0 ? s->rope_dim : s->head_dim);
+    case K_FALCON_KV:
+        *skip = !s->new_arch;
+        return *skip ? NULL : json_integer(s->n_kv_heads);
+    case K_MULTI_QUERY: return json_boolean(!s->new_arch && s->n_kv_heads == 1);
+    case K_FFN_UNLESS_4X:
+        *skip = s->ffn == 4 * s->hidden;
+        return *skip ? NULL : json_integer(s->ffn);
     }
     return NULL;
 }

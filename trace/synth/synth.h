@@ -200,6 +200,18 @@ typedef enum lp_synth_family {
                          spec.parallel (StableLM 2: no post_attention_layernorm), spec.qkv_bias
                          (use_qkv_bias), spec.qk_norm (qk_layernorm: q_layernorm.norms.H, one
                          bias-free LayerNorm per head) */
+    LP_SYNTH_FALCON,  /* Falcon: transformer.* names, query_key_value grouped per kv head (7B's
+                         multi-query: [q heads, k, v]), LayerNorms with bias, exact GELU MLP;
+                         spec.new_arch (ln_attn + ln_mlp, num_kv_heads), spec.parallel
+                         (parallel_attn), spec.qkv_bias (Falcon's "bias": every linear layer),
+                         spec.alibi (ALiBi instead of RoPE); config keys as FalconConfig
+                         publishes them (no ffn_hidden_size when it is 4 x hidden) */
+    LP_SYNTH_BLOOM,   /* BLOOM: transformer.* names (Falcon's block names), word_embeddings_layernorm,
+                         per-head query_key_value, biases everywhere, ALiBi, tied; n_layer and
+                         n_head keys; FFN 4 x hidden */
+    LP_SYNTH_OLMO2,   /* OLMo 2: Llama's names without input_layernorm; post_attention_layernorm
+                         and post_feedforward_layernorm on the sublayer outputs; q_norm [q_dim]
+                         and k_norm [kv_dim] over the whole projections */
     LP_SYNTH_FAMILY_COUNT
 } lp_synth_family;
 
@@ -231,7 +243,8 @@ typedef struct lp_synth_spec {
     double query_pre_attn_scalar; /* Gemma 2 and 3: scores scaled by its -1/2 power */
     double attn_softcap, final_softcap; /* Gemma 2 */
     bool parallel;                /* GPT-NeoX, StableLM: use_parallel_residual */
-    bool qkv_bias, qk_norm;       /* StableLM: use_qkv_bias, qk_layernorm */
+    bool qkv_bias, qk_norm;       /* StableLM: use_qkv_bias, qk_layernorm; Falcon: bias */
+    bool new_arch, alibi;         /* Falcon: new_decoder_architecture, alibi */
     int64_t bos_id, eos_id;
     lp_dtype dtype;               /* matrices: F32, F16 or BF16 (rounded to nearest even) */
     lp_dtype vector_dtype;        /* norms and biases: F32, F16 or BF16 */
@@ -254,7 +267,7 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
 lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
- * "gpt_neox", "phi", "gptj", "stablelm". */
+ * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "olmo2". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif
