@@ -69,4 +69,20 @@ if command -v sqlite3 >/dev/null; then
   [ "$lens" = "$ev" ] && ok || bad "last layer's lens nll $lens != eval's $ev"
 fi
 
+# render: the importance matrix (latest ablate run by default), the logit lens, --all has both
+expect_status 0 "$LOUPE" render "$DB" --importance -o "$TMP/imp.png"
+expect_status 0 "$LOUPE" render "$TMP/lens.db" --logit-lens -o "$TMP/lens.png"
+expect_one_line_error "$LOUPE" render "$TMP/lens.db" --importance -o "$TMP/none.png"
+expect_one_line_error "$LOUPE" render "$DB" --logit-lens --run 1 -o "$TMP/none.png"
+"$LOUPE" ablate "$M" --prompt "$P" --db "$TMP/lens.db" >/dev/null
+expect_status 0 "$LOUPE" render "$TMP/lens.db" --all "$TMP/gallery"
+for f in importance.png logit_lens.png; do
+  if [ -s "$TMP/gallery/$f" ] && grep -q "$f" "$TMP/gallery/index.html"; then ok; else bad "--all lacks $f"; fi
+done
+
+# loupe demo shows the importance matrix of the planted model
+"$LOUPE" demo "$TMP/demo" --threads 1 >"$TMP/demo.out" 2>&1
+if [ -s "$TMP/demo/pictures/importance.png" ] && grep -q importance.png "$TMP/demo/pictures/index.html" &&
+   grep -q '^    1    5 ' "$TMP/demo.out"; then ok; else bad "the demo lacks the importance matrix"; fi
+
 finish

@@ -1,10 +1,15 @@
 /* The analysis tables (loupe eval, loupe ablate): their schema, created on every open (the one
  * migration step older databases need: CREATE IF NOT EXISTS adds them), and their writes into the
  * open run's transaction. */
+#define _POSIX_C_SOURCE 200809L
 #include "trace/store/store.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "inspect/tokenizer/tokenizer.h"
 
 #include "trace/store/store_internal.h"
 
@@ -58,6 +63,7 @@ static const char analysis_schema[] =
     "    pos      INTEGER NOT NULL,\n"
     "    rank     INTEGER NOT NULL,\n"
     "    token_id INTEGER NOT NULL,\n"
+    "    piece    TEXT NOT NULL,\n"
     "    prob     REAL NOT NULL,\n"
     "    PRIMARY KEY (run_id, layer, pos, rank)\n"
     ");\n"
@@ -216,8 +222,8 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
     sqlite3_stmt *q = NULL, *ql = NULL;
     if (st != LP_OK ||
         (st = lp_store_prepare(s,
-                               "INSERT INTO logit_lens (run_id, layer, pos, rank, token_id, prob) "
-                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                               "INSERT INTO logit_lens (run_id, layer, pos, rank, token_id, piece, "
+                               "prob) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                                &q, "inserting logit_lens", err)) ||
         (st = lp_store_prepare(s,
                                "INSERT INTO logit_lens_layers (run_id, layer, nll) VALUES "
@@ -235,7 +241,14 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
         sqlite3_bind_int64(q, 3, (i / k) % n_pos);
         sqlite3_bind_int64(q, 4, i % k);
         sqlite3_bind_int64(q, 5, tokens[i]);
-        sqlite3_bind_double(q, 6, (double)probs[i]);
+        const char *piece = s->tok ? lp_tokenizer_piece(s->tok, tokens[i]) : NULL;
+        char buf[32];
+        if (!piece) {
+            snprintf(buf, sizeof buf, "<%ld>", (long)tokens[i]);
+            piece = buf;
+        }
+        sqlite3_bind_text(q, 6, piece, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_double(q, 7, (double)probs[i]);
         if (sqlite3_step(q) != SQLITE_DONE)
             st = lp_store_sql_error(s, "inserting logit_lens", err);
     }
@@ -249,5 +262,149 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
     }
     sqlite3_finalize(q);
     sqlite3_finalize(ql);
+    return st;
+}
+
+/* ---- reads (for loupe render) ---- */
+
+/* Prepared with run_id bound to ?1. */
+static lp_status prepare_run(lp_store *s, const char *sql, int64_t run_id, sqlite3_stmt **q,
+                             const char *what, lp_error *err)
+{
+    lp_status st = lp_store_prepare(s, sql, q, what, err);
+    if (st == LP_OK)
+        sqlite3_bind_int64(*q, 1, run_id);
+    return st;
+}
+
+lp_status lp_store_read_importance(lp_store *s, const lp_store_run *run, double **delta,
+                                   char method[16], lp_error *err)
+{
+    *delta = NULL;
+    method[0] = '\0';
+    if (!lp_store_table_exists(s, "head_importance"))
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no head_importance table (run `loupe "
+                            "ablate` first)", s->path);
+    sqlite3_stmt *q;
+    lp_status st = prepare_run(s,
+                               "SELECT layer, head, delta, method FROM head_importance WHERE "
+                               "run_id = ?1 AND method = (SELECT method FROM head_importance "
+                               "WHERE run_id = ?1 ORDER BY method = 'zero' DESC, method LIMIT 1)",
+                               run->id, &q, "reading head_importance", err);
+    if (st != LP_OK)
+        return st;
+    int64_t n = run->n_layers * run->n_heads, got = 0;
+    double *v = malloc((size_t)n * sizeof *v);
+    if (!v) {
+        sqlite3_finalize(q);
+        return lp_error_set(err, LP_ERR_NOMEM, "head_importance: out of memory");
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[i] = NAN;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        int64_t l = sqlite3_column_int64(q, 0), h = sqlite3_column_int64(q, 1);
+        if (l < 0 || l >= run->n_layers || h < 0 || h >= run->n_heads)
+            continue; /* outside the run's shape: not drawn */
+        v[l * run->n_heads + h] = sqlite3_column_double(q, 2);
+        snprintf(method, 16, "%s", (const char *)sqlite3_column_text(q, 3));
+        got++;
+    }
+    if (rc != SQLITE_DONE)
+        st = lp_store_sql_error(s, "reading head_importance", err);
+    else if (got == 0)
+        st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: run %lld has no head_importance rows (run "
+                          "`loupe ablate` first, or name its run with --run)",
+                          s->path, (long long)run->id);
+    sqlite3_finalize(q);
+    if (st != LP_OK) {
+        free(v);
+        return st;
+    }
+    *delta = v;
+    return LP_OK;
+}
+
+lp_status lp_store_latest_run_of_kind(lp_store *s, const char *kind, int64_t *run_id,
+                                      lp_error *err)
+{
+    sqlite3_stmt *q;
+    lp_status st = lp_store_prepare(s, "SELECT max(id) FROM runs WHERE status = 'complete' AND "
+                                    "kind = ?1", &q, "reading runs", err);
+    if (st != LP_OK)
+        return st;
+    sqlite3_bind_text(q, 1, kind, -1, SQLITE_STATIC);
+    *run_id = 0;
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+        *run_id = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return *run_id > 0 ? LP_OK
+                       : lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no complete '%s' runs",
+                                      s->path, kind);
+}
+
+void lp_store_logit_lens_clear(lp_store_logit_lens *lens)
+{
+    lp_store_free_texts(lens->piece, lens->n_layers * lens->n_pos);
+    free(lens->prob);
+    free(lens->layer_nll);
+    memset(lens, 0, sizeof *lens);
+}
+
+lp_status lp_store_read_logit_lens(lp_store *s, const lp_store_run *run,
+                                   lp_store_logit_lens *out, lp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!lp_store_table_exists(s, "logit_lens"))
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: no logit_lens table (trace with "
+                            "--logit-lens first)", s->path);
+    int64_t L = run->n_layers, T = run->n_tokens;
+    out->n_layers = L;
+    out->n_pos = T;
+    out->piece = calloc((size_t)(L * T), sizeof *out->piece);
+    out->prob = malloc((size_t)(L * T) * sizeof *out->prob);
+    out->layer_nll = malloc((size_t)L * sizeof *out->layer_nll);
+    if (!out->piece || !out->prob || !out->layer_nll) {
+        lp_store_logit_lens_clear(out);
+        return lp_error_set(err, LP_ERR_NOMEM, "logit_lens: out of memory");
+    }
+    for (int64_t i = 0; i < L * T; i++)
+        out->prob[i] = NAN;
+    for (int64_t l = 0; l < L; l++)
+        out->layer_nll[l] = NAN;
+    sqlite3_stmt *q = NULL;
+    lp_status st = prepare_run(s, "SELECT layer, pos, piece, prob FROM logit_lens WHERE run_id = "
+                               "?1 AND rank = 0", run->id, &q, "reading logit_lens", err);
+    int64_t got = 0;
+    int rc = SQLITE_DONE;
+    while (st == LP_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        int64_t l = sqlite3_column_int64(q, 0), p = sqlite3_column_int64(q, 1);
+        const char *piece = (const char *)sqlite3_column_text(q, 2);
+        if (l < 0 || l >= L || p < 0 || p >= T || !piece)
+            continue;
+        free(out->piece[l * T + p]);
+        out->piece[l * T + p] = strdup(piece);
+        out->prob[l * T + p] = sqlite3_column_double(q, 3);
+        got++;
+    }
+    if (st == LP_OK && rc != SQLITE_DONE)
+        st = lp_store_sql_error(s, "reading logit_lens", err);
+    sqlite3_finalize(q);
+    if (st == LP_OK && got == 0)
+        st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: run %lld has no logit_lens rows (trace "
+                          "with --logit-lens, or name its run with --run)",
+                          s->path, (long long)run->id);
+    if (st == LP_OK && (st = prepare_run(s, "SELECT layer, nll FROM logit_lens_layers WHERE "
+                                         "run_id = ?1", run->id, &q,
+                                         "reading logit_lens_layers", err)) == LP_OK) {
+        while (sqlite3_step(q) == SQLITE_ROW) {
+            int64_t l = sqlite3_column_int64(q, 0);
+            if (l >= 0 && l < L && sqlite3_column_type(q, 1) != SQLITE_NULL)
+                out->layer_nll[l] = sqlite3_column_double(q, 1);
+        }
+        sqlite3_finalize(q);
+    }
+    if (st != LP_OK)
+        lp_store_logit_lens_clear(out);
     return st;
 }

@@ -257,6 +257,31 @@ lp_status lp_store_read_leak_diffs(lp_store *store, int64_t run_id, int64_t **la
                                    double **diffs, bool **failed, int64_t *n, lp_error *err);
 
 /* ---------------------------------------------------------------------------------------------
+ * Reading analysis results (trace/store/analysis.c), for `loupe render`.
+ */
+
+/* head_importance deltas of a run as [n_layers * n_heads] (NaN where missing; malloc'd), of
+ * method 'zero' when the run has it, else the first by name; *method names it. LP_ERR_NOT_FOUND
+ * when the run has none. */
+lp_status lp_store_read_importance(lp_store *store, const lp_store_run *run, double **delta,
+                                   char method[16], lp_error *err);
+/* The latest complete run of `kind` ("ablate", "eval", ...); LP_ERR_NOT_FOUND when none. */
+lp_status lp_store_latest_run_of_kind(lp_store *store, const char *kind, int64_t *run_id,
+                                      lp_error *err);
+
+/* The logit lens of a run, rank 0 only: [n_layers * n_pos] pieces (NULL where missing) and
+ * probabilities (NaN where missing), and per-layer NLL (NaN where NULL). */
+typedef struct lp_store_logit_lens {
+    int64_t n_layers, n_pos;
+    char **piece;
+    double *prob;
+    double *layer_nll;
+} lp_store_logit_lens;
+lp_status lp_store_read_logit_lens(lp_store *store, const lp_store_run *run,
+                                   lp_store_logit_lens *out, lp_error *err);
+void lp_store_logit_lens_clear(lp_store_logit_lens *lens);
+
+/* ---------------------------------------------------------------------------------------------
  * Reading what a run holds beyond maps (trace/store/read_rows.c): for `loupe export` and the HTML
  * viewer. Each returns LP_ERR_NOT_FOUND when the run has no such rows (or the database predates
  * the table), so callers can treat the data as optional.
