@@ -24,9 +24,10 @@ typedef struct estimate_opts {
     const char *weight_dtype, *kv_dtype, *hw;
     uint64_t budget, max_memory, max_kv;
     bool per_layer, rope, json, strict;
-    /* deployment */
-    int64_t tp, pp, dp, ep, devices, max_model_len, block_size;
-    double gpu_memory_utilization;
+    /* deployment: the ranks, the utilization and the block size go straight to the library (0 =
+     * not given, as it expects); these three are resolved first */
+    lp_est_deploy_options deploy;
+    int64_t max_model_len;
     uint64_t device_memory;
     const char *link;
 } estimate_opts;
@@ -62,25 +63,25 @@ static const lp_option estimate_options[] = {
     LP_OPT_FLAG_OF(estimate_opts, rope, "rope", "per-frequency RoPE wavelength table"),
     LP_OPT_FLAG_OF(estimate_opts, json, "json",
                    "one JSON document per model; an array of them for several models"),
-    LP_OPT_INT_OF(estimate_opts, tp, "tp", "N", 1, MAX_RANKS,
+    LP_OPT_INT_OF(estimate_opts, deploy.tp, "tp", "N", 1, MAX_RANKS,
                   "tensor parallel ranks: column/row-split projections, vocab-parallel\n"
                   "embedding and head, kv heads split (one per rank, replicated, beyond them)"),
-    LP_OPT_INT_OF(estimate_opts, pp, "pp", "N", 1, LP_EST_MAX_STAGES,
+    LP_OPT_INT_OF(estimate_opts, deploy.pp, "pp", "N", 1, LP_EST_MAX_STAGES,
                   "pipeline stages of consecutive layers (embedding first, head last)"),
-    LP_OPT_INT_OF(estimate_opts, dp, "dp", "N", 1, MAX_RANKS,
+    LP_OPT_INT_OF(estimate_opts, deploy.dp, "dp", "N", 1, MAX_RANKS,
                   "data parallel replicas (default: --devices / (tp x pp), or --ep / tp)"),
-    LP_OPT_INT_OF(estimate_opts, ep, "ep", "N", 1, MAX_RANKS,
+    LP_OPT_INT_OF(estimate_opts, deploy.ep, "ep", "N", 1, MAX_RANKS,
                   "expert parallel ranks: whole experts spread over them; as in vLLM it\n"
                   "spans tp x dp ranks (shared experts stay split by tp)"),
-    LP_OPT_INT_OF(estimate_opts, devices, "devices", "N", 1, MAX_RANKS,
+    LP_OPT_INT_OF(estimate_opts, deploy.devices, "devices", "N", 1, MAX_RANKS,
                   "devices in all (alone: --tp N); must equal tp x pp x dp"),
-    LP_OPT_NUMBER_OF(estimate_opts, gpu_memory_utilization, "gpu-memory-utilization", "U", 0.01,
-                     1.0, "fraction of each device's memory the engine may use (default 0.9)"),
+    LP_OPT_NUMBER_OF(estimate_opts, deploy.gpu_memory_utilization, "gpu-memory-utilization", "U",
+                     0.01, 1.0, "fraction of each device's memory the engine may use (default 0.9)"),
     LP_OPT_SIZE_OF(estimate_opts, device_memory, "device-memory", "SIZE",
                    "memory per device (default: the --hw preset's)"),
     LP_OPT_COUNT_OF(estimate_opts, max_model_len, "max-model-len", "L", 0, 0,
                     "tokens per sequence for the concurrency figure (default: T)"),
-    LP_OPT_INT_OF(estimate_opts, block_size, "block-size", "B", 1, 1 << 20,
+    LP_OPT_INT_OF(estimate_opts, deploy.block_size, "block-size", "B", 1, 1 << 20,
                   "paged-attention block in tokens: KV blocks and whole-block sequences"),
     LP_OPT_STRING_OF(estimate_opts, link, "link", "NVLink4|NVLink3|PCIe5|PCIe4|GBPS",
                      "link between devices, for the communication time (GB/s one way)"),
@@ -161,13 +162,7 @@ static int take_size(const char *name, uint64_t value, uint64_t *out)
 static int resolve_deploy(const estimate_opts *o, lp_est_options *opts)
 {
     lp_est_deploy_options *d = &opts->deploy;
-    d->tp = o->tp;
-    d->pp = o->pp;
-    d->dp = o->dp;
-    d->ep = o->ep;
-    d->devices = o->devices;
-    d->gpu_memory_utilization = o->gpu_memory_utilization;
-    d->block_size = o->block_size;
+    *d = o->deploy;
     int rc;
     if ((rc = take_count("max-model-len", o->max_model_len, &d->max_model_len)) != 0 ||
         (rc = take_size("device-memory", o->device_memory, &d->device_memory)) != 0)

@@ -122,12 +122,10 @@ static void describe_kinds(const lp_arch *arch, lp_est_report *rep)
                 snprintf(rep->kinds[k].label, sizeof rep->kinds[k].label, "other layers");
             } else {
                 lp_est_layer_kind *kind = &rep->kinds[rep->n_kinds++];
-                memset(kind, 0, sizeof *kind);
-                kind->first_layer = l;
-                kind->params_per_layer = layer->params;
-                kind->active_per_layer = layer->active_params;
-                kind->kv_bytes_per_token = layer->kv_bytes_per_token;
-                kind->window = layer->window;
+                *kind = (lp_est_layer_kind){.first_layer = l, .params_per_layer = layer->params,
+                                            .active_per_layer = layer->active_params,
+                                            .kv_bytes_per_token = layer->kv_bytes_per_token,
+                                            .window = layer->window};
                 char attn[40], ffn[64];
                 if (layer->window > 0)
                     snprintf(attn, sizeof attn, "sliding window %lld", (long long)layer->window);

@@ -176,17 +176,10 @@ static void add_part(part_list *list, lp_est_component comp, const char *name, i
     if (rows <= 0 || cols <= 0 || copies <= 0)
         return;
     LP_ASSERT(list->n < LP_EST_MAX_PARTS);
-    lp_est_part *p = &list->parts[list->n++];
-    p->comp = comp;
-    p->name = name;
-    p->rows = rows;
-    p->cols = cols;
-    p->copies = copies;
-    p->active_copies = active_copies;
-    p->is_matrix = is_matrix;
-    p->split = list->split;
-    p->split_groups = list->split_groups;
-    p->head_side = list->head_side;
+    list->parts[list->n++] = (lp_est_part){
+        .comp = comp, .name = name, .rows = rows, .cols = cols, .copies = copies,
+        .active_copies = active_copies, .is_matrix = is_matrix, .split = list->split,
+        .split_groups = list->split_groups, .head_side = list->head_side};
 }
 
 static void add_matrix(part_list *list, lp_est_component comp, const char *name, int64_t out,

@@ -11,7 +11,7 @@ static const char *const CMD = "render";
 
 typedef struct render_opts {
     int64_t run, layer, head; /* layer, head: -1 = not given */
-    const char *output, *all, *stats, *html;
+    const char *output, *all, *stats, *html, *dataset;
     bool grid, overview, leak, importance, logit_lens;
     uint64_t max_map_bytes;
     const char *colormap, *scale, *range, *masked_color;
@@ -30,6 +30,9 @@ static const lp_option render_options[] = {
     LP_OPT_STRING_OF(render_opts, stats, "stats", "NAME",
                      "layers x heads matrix of a head statistic, values written in: entropy,\n"
                      "max_prob, sink, prev_token, self, distance, local_frac, output_norm"),
+    LP_OPT_STRING_OF(render_opts, dataset, "dataset", "NAME",
+                     "with --stats: the dataset's aggregate (loupe trace --prompts), each head's\n"
+                     "mean over its runs, instead of one run"),
     LP_OPT_FLAG_OF(render_opts, leak, "leak",
                    "per-layer max |difference| of a `loupe leak` run (log axis)"),
     LP_OPT_FLAG_OF(render_opts, importance, "importance",
@@ -227,6 +230,10 @@ static int choose_what(const render_opts *o, what *w)
         return lp_cli_usage_error(CMD, "--layer goes with --head, --grid or --html only");
     if (o->range && *w != WHAT_HEAD)
         return lp_cli_usage_error(CMD, "--range goes with --layer L --head H only");
+    if (o->dataset && *w != WHAT_STATS)
+        return lp_cli_usage_error(CMD, "--dataset NAME goes with --stats only");
+    if (o->dataset && o->run)
+        return lp_cli_usage_error(CMD, "--dataset NAME draws all its runs: drop --run");
     if (o->max_map_bytes != 0 && *w != WHAT_HTML && *w != WHAT_ALL)
         return lp_cli_usage_error(CMD, "--max-map-bytes goes with --html or --all only");
     return LP_CLI_PARSED;
@@ -339,6 +346,14 @@ static int run_render(int argc, char **argv)
     bool incomplete = false;
     if (lp_store_open_read(db_path, &db, &err) != LP_OK)
         return lp_cli_fail(CMD, &err);
+    if (o.dataset) {
+        lp_status ds = lp_render_dataset_stat(db, o.dataset, stat, &opt, o.output, &err);
+        lp_store_close(db);
+        if (ds != LP_OK)
+            return lp_cli_fail(CMD, &err);
+        printf("wrote %s\n", o.output);
+        return LP_EXIT_OK;
+    }
     if (pick_run(db, o.run, w, &run, &incomplete, &err) != LP_OK) {
         lp_store_close(db);
         return lp_cli_fail(CMD, &err);

@@ -12,18 +12,10 @@ const lp_rgb lp_render_bad_rgb = {0xff, 0x00, 0xff};
 
 void lp_render_options_default(lp_render_options *opt)
 {
-    memset(opt, 0, sizeof *opt);
-    opt->colormap = LP_COLORMAP_VIRIDIS;
-    opt->scale = LP_SCALE_LINEAR;
-    opt->gamma = 0.5;
-    opt->log_floor = 1e-4;
-    opt->vmax = 0;
-    opt->leak_threshold = 0;
-    opt->size = 800;
-    opt->cell = 0;
-    opt->thumb = 0;
-    opt->masked_rgb_set = false;
-    opt->zoom = 1;
+    /* everything not named is 0: vmax and cell automatic, leak threshold 0, default thumbs,
+     * the colormap's own masked colour */
+    *opt = (lp_render_options){.colormap = LP_COLORMAP_VIRIDIS, .scale = LP_SCALE_LINEAR,
+                               .gamma = 0.5, .log_floor = 1e-4, .size = 800, .zoom = 1};
 }
 
 static const char *const colormap_names[LP_COLORMAP_COUNT] = {"viridis", "magma", "gray"};

@@ -203,6 +203,11 @@ lp_status lp_render_value_matrix(const double *values, int64_t n_layers, int64_t
 /* t in [-1, 1] -> blue .. white (0) .. red. */
 lp_rgb lp_diverging_rgb(double t);
 
+/* The same for a dataset's aggregate (loupe trace --prompts): each head's mean over the runs,
+ * the largest standard deviation in the subtitle. */
+lp_status lp_render_dataset_stat(lp_store *db, const char *dataset, lp_head_stat stat,
+                                 const lp_render_options *opt, const char *out_path,
+                                 lp_error *err);
 /* The per-layer max difference of a leak run's perturbation checks, on a log axis. */
 lp_status lp_render_leak_plot(lp_store *db, const lp_store_run *run,
                               const lp_render_options *opt, const char *out_path, lp_error *err);

@@ -53,10 +53,9 @@ typedef struct stat_sheet {
 
 enum { STAT_LEFT = 64, STAT_TOP = 104, STAT_RIGHT = 140, STAT_BOTTOM = 30 };
 
-static stat_sheet stat_layout(const lp_store_run *run)
+static stat_sheet stat_layout(int64_t n_layers, int64_t n_heads)
 {
-    stat_sheet g = {run->n_layers, run->n_heads, 1400 / run->n_heads, 1000 / run->n_layers, 0, 0,
-                    false};
+    stat_sheet g = {n_layers, n_heads, 1400 / n_heads, 1000 / n_layers, 0, 0, false};
     g.cell_w = g.cell_w > 56 ? 56 : (g.cell_w < 8 ? 8 : g.cell_w);
     g.cell_h = g.cell_h > 30 ? 30 : (g.cell_h < 6 ? 6 : g.cell_h);
     g.annotate = g.cell_w >= 34 && g.cell_h >= 14;
@@ -142,32 +141,25 @@ static void draw_stat_axes(lp_canvas *c, const stat_sheet *g)
     }
 }
 
-lp_status lp_render_stat_matrix(lp_store *db, const lp_store_run *run, lp_head_stat stat,
-                                const lp_render_options *opt, const char *out_path, lp_error *err)
+/* The sheet of a statistic's values [n_l * n_h] under a title; subtitle_tail ends its line. */
+static lp_status draw_stat_sheet(const double *values, int64_t n_l, int64_t n_h, lp_head_stat stat,
+                                 const char *title, const char *subtitle_tail,
+                                 const lp_render_options *opt, const char *out_path, lp_error *err)
 {
-    double *values;
-    lp_status s = lp_render_check_path(out_path, err);
-    if (s == LP_OK)
-        s = lp_store_read_head_stat(db, run, stat, &values, err);
-    if (s)
-        return s;
-    stat_sheet g = stat_layout(run);
+    stat_sheet g = stat_layout(n_l, n_h);
     double vmax = stat_vmax(stat, values, g.n_l * g.n_h, opt);
     /* a stat matrix is always linear: its values are not probabilities of one row */
     lp_render_options lin = *opt;
     lin.scale = LP_SCALE_LINEAR;
-    char caption[320], title[400], subtitle[200];
-    lp_render_run_caption(run, caption, sizeof caption);
-    snprintf(title, sizeof title, "%s per head: %s", lp_head_stat_name(stat), caption);
-    snprintf(subtitle, sizeof subtitle, "%lld layers x %lld heads, %s, linear [0, %.3g], %s%s",
+    char subtitle[400];
+    snprintf(subtitle, sizeof subtitle, "%lld layers x %lld heads, %s, linear [0, %.3g], %s%s%s",
              (long long)g.n_l, (long long)g.n_h, stat_unit(stat), vmax,
-             lp_colormap_name(opt->colormap), g.annotate ? "" : " (too many heads to write values)");
+             lp_colormap_name(opt->colormap), g.annotate ? "" : " (too many heads to write values)",
+             subtitle_tail);
     lp_canvas c;
-    s = lp_canvas_begin_titled(&c, out_path, g.width, g.height, opt->zoom, title, err);
-    if (s) {
-        free(values);
+    lp_status s = lp_canvas_begin_titled(&c, out_path, g.width, g.height, opt->zoom, title, err);
+    if (s)
         return s;
-    }
     lp_draw_title(&c, title, subtitle, NULL);
     draw_stat_cells(&c, &g, values, &lin, opt, vmax);
     draw_stat_axes(&c, &g);
@@ -178,8 +170,47 @@ lp_status lp_render_stat_matrix(lp_store *db, const lp_store_run *run, lp_head_s
         bar_h = 400;
     lp_draw_colorbar(&c, STAT_LEFT + g.n_h * g.cell_w + 24, STAT_TOP, 16, bar_h, &lin, vmax,
                      lp_head_stat_name(stat));
-    free(values);
     return lp_canvas_end(&c, err);
+}
+
+lp_status lp_render_stat_matrix(lp_store *db, const lp_store_run *run, lp_head_stat stat,
+                                const lp_render_options *opt, const char *out_path, lp_error *err)
+{
+    double *values;
+    lp_status s = lp_render_check_path(out_path, err);
+    if (s == LP_OK)
+        s = lp_store_read_head_stat(db, run, stat, &values, err);
+    if (s)
+        return s;
+    char caption[320], title[400];
+    lp_render_run_caption(run, caption, sizeof caption);
+    snprintf(title, sizeof title, "%s per head: %s", lp_head_stat_name(stat), caption);
+    s = draw_stat_sheet(values, run->n_layers, run->n_heads, stat, title, "", opt, out_path, err);
+    free(values);
+    return s;
+}
+
+lp_status lp_render_dataset_stat(lp_store *db, const char *dataset, lp_head_stat stat,
+                                 const lp_render_options *opt, const char *out_path, lp_error *err)
+{
+    double *mean = NULL, *std = NULL;
+    int64_t n_l, n_h, n_runs;
+    lp_status s = lp_render_check_path(out_path, err);
+    if (s == LP_OK)
+        s = lp_store_read_dataset_stat(db, dataset, stat, &n_l, &n_h, &mean, &std, &n_runs, err);
+    if (s)
+        return s;
+    double top_std = 0;
+    for (int64_t i = 0; i < n_l * n_h; i++)
+        top_std = isfinite(std[i]) && std[i] > top_std ? std[i] : top_std;
+    char title[400], tail[160];
+    snprintf(title, sizeof title, "%s per head: dataset %s, mean over %lld runs",
+             lp_head_stat_name(stat), dataset, (long long)n_runs);
+    snprintf(tail, sizeof tail, "; std over runs up to %.3g", top_std);
+    s = draw_stat_sheet(mean, n_l, n_h, stat, title, tail, opt, out_path, err);
+    free(mean);
+    free(std);
+    return s;
 }
 
 /* ---- the leak plot ---------------------------------------------------------------------------- */

@@ -60,7 +60,9 @@ static json_t *describe_run_row(const lp_store_run *run, bool *ok_out)
     return r;
 }
 
-/* Token texts made visible (lp_render_visible_piece) with their ids. */
+/* Token texts made visible (lp_render_visible_piece) with their ids, "generated": true on the
+ * tokens `loupe trace --generate` produced, and root.first_generated, their first position
+ * (both left out for a run without generated tokens). */
 static lp_status describe_tokens(lp_store *db, const lp_store_run *run, json_t *root,
                                  lp_error *err)
 {
@@ -73,8 +75,19 @@ static lp_status describe_tokens(lp_store *db, const lp_store_run *run, json_t *
     lp_error ids_err = {0};
     if (lp_store_read_token_ids(db, run->id, &ids, &n_ids, &ids_err) != LP_OK)
         n_ids = 0; /* ids are a courtesy: texts alone still make the page */
+    /* `--generate` appends its tokens after the prompt: every position from the first generated
+     * one on was generated (-1: none was) */
+    int64_t first_generated = -1;
+    st = lp_store_read_first_generated(db, run->id, &first_generated, err);
+    if (st != LP_OK) {
+        lp_store_free_texts(texts, n);
+        free(ids);
+        return st;
+    }
     json_t *list = json_array();
     bool ok = true;
+    if (first_generated >= 0)
+        lp_render_json_set(&ok, root, "first_generated", json_integer(first_generated));
     for (int64_t i = 0; i < n && st == LP_OK; i++) {
         char *visible = lp_render_visible_piece(texts[i] ? texts[i] : "?", TOKEN_MAX_CHARS);
         if (!visible) {
@@ -84,6 +97,8 @@ static lp_status describe_tokens(lp_store *db, const lp_store_run *run, json_t *
         json_t *t = json_object();
         lp_render_json_set(&ok, t, "text", lp_render_json_text(visible));
         lp_render_json_set(&ok, t, "id", json_integer(i < n_ids ? ids[i] : -1));
+        if (first_generated >= 0 && i >= first_generated)
+            lp_render_json_set(&ok, t, "generated", json_true());
         lp_render_json_push(&ok, list, t);
         free(visible);
     }

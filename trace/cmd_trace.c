@@ -11,6 +11,7 @@
 #include "core/checked.h"
 #include "core/cli/cli.h"
 #include "core/cli/input.h"
+#include "core/mapfile.h"
 #include "estimate/estimate.h"
 #include "inspect/tokenizer/tokenizer.h"
 #include "trace/analysis/analysis.h"
@@ -39,6 +40,10 @@ typedef struct trace_opts {
     bool stop_at_eos;
     int kv_dtype; /* index in kv_dtype_names; 0 = the default */
     bool logit_lens;
+    /* datasets */
+    const char *prompts;
+    const char *dataset;
+    const char *shard;
 } trace_opts;
 
 static const char *const kv_dtype_names[] = {"auto", "f32", "f16", "bf16", "q8_0", NULL};
@@ -75,6 +80,13 @@ static const lp_option trace_options[] = {
     LP_OPT_FLAG_OF(trace_opts, logit_lens, "logit-lens",
                    "also read every layer's residual through the final norm and LM head\n"
                    "(tables logit_lens, logit_lens_layers; not with --generate)"),
+    LP_OPT_STRING_OF(trace_opts, prompts, "prompts", "FILE",
+                     "JSON lines ({\"text\": ...} or {\"tokens\": [...]}, optional \"id\"): one\n"
+                     "run per prompt, a named dataset with aggregated head statistics"),
+    LP_OPT_STRING_OF(trace_opts, dataset, "dataset", "NAME",
+                     "the dataset's name (default: the prompts file's name)"),
+    LP_OPT_STRING_OF(trace_opts, shard, "shard", "I/N",
+                     "with --prompts: only every N-th prompt from index I (0 <= I < N)"),
     LP_OPT_ENUM_OF(trace_opts, kv_dtype, "kv-dtype", kv_dtype_names,
                    "KV cache type (default auto: f16 for quantized weights, else theirs)"),
     LP_OPT_INT_OF(trace_opts, threads, "threads", "N", 1, 256,
@@ -143,6 +155,10 @@ typedef struct trace_job {
     int64_t n_seq;
     uint64_t kv_bytes;
     lp_dtype kv_dtype;
+    /* --prompts: the run's dataset, prompt index and id */
+    const char *dataset;
+    int64_t prompt_index;
+    const char *prompt_id;
 } trace_job;
 
 static void job_free(trace_job *j)
@@ -313,6 +329,9 @@ static lp_status record(trace_job *j, const trace_opts *o, tee_ctx *tee, int64_t
     lp_run_info info = lp_run_info_for_model("trace", j->model_path, j->model, j->in.text,
                                              j->in.ids, (int64_t)j->in.n_ids, j->in.tokenizer,
                                              (int)o->threads);
+    info.dataset = j->dataset;
+    info.prompt_index = j->prompt_index;
+    info.prompt_id = j->prompt_id;
     lp_status st = lp_store_begin_run(j->store, &info, &sopts, run_id, err);
     if (st != LP_OK)
         return st;
@@ -421,6 +440,187 @@ static void print_summary(const trace_job *j, const trace_opts *o, const tee_ctx
     printf("\n");
 }
 
+/* ---- datasets: --prompts FILE ---------------------------------------------------------------- */
+
+typedef struct dataset_job {
+    lp_prompts prompts;
+    int64_t shard_i, shard_n;
+    int32_t **ids;  /* [prompts.n]: the ids of the prompts this shard runs, else NULL */
+    size_t *n_ids;
+    char name[256];
+} dataset_job;
+
+static void dataset_free(dataset_job *d)
+{
+    for (size_t i = 0; d->ids && i < d->prompts.n; i++)
+        free(d->ids[i]);
+    free(d->ids);
+    free(d->n_ids);
+    lp_prompts_free(&d->prompts);
+}
+
+static lp_status parse_shard(const char *text, int64_t *i, int64_t *n, lp_error *err)
+{
+    *i = 0;
+    *n = 1;
+    if (!text)
+        return LP_OK;
+    long long a, b;
+    char tail;
+    if (sscanf(text, "%lld/%lld%c", &a, &b, &tail) != 2 || b < 1 || a < 0 || a >= b)
+        return lp_error_set(err, LP_ERR_USAGE, "--shard '%s': expected I/N with 0 <= I < N", text);
+    *i = a;
+    *n = b;
+    return LP_OK;
+}
+
+/* The file, the shard's prompts encoded and checked (ids, lengths, map budget) before any run
+ * row exists; the model, tokenizer, pool and database as for one prompt. */
+static lp_status prepare_dataset(trace_job *j, dataset_job *d, const trace_opts *o, lp_error *err)
+{
+    lp_status st = lp_prompts_read(o->prompts, &d->prompts, err);
+    if (st == LP_OK)
+        st = parse_shard(o->shard, &d->shard_i, &d->shard_n, err);
+    if (st != LP_OK)
+        return st;
+    const char *base = lp_path_basename(o->prompts);
+    snprintf(d->name, sizeof d->name, "%s", o->dataset ? o->dataset : base);
+    const char *first_text = NULL;
+    for (size_t i = 0; i < d->prompts.n && !first_text; i++)
+        first_text = d->prompts.items[i].text;
+    lp_input_opts in_opts = o->input;
+    if (!first_text)
+        in_opts.tokens = "0"; /* token lines only: a tokenizer is optional */
+    if ((st = lp_model_open(j->model_path, &j->model, err)) ||
+        (st = lp_input_load_for_weights(&in_opts, j->model_path, lp_model_weights(j->model),
+                                        first_text, &j->in, err)))
+        return st;
+    d->ids = calloc(d->prompts.n, sizeof *d->ids);
+    d->n_ids = calloc(d->prompts.n, sizeof *d->n_ids);
+    if (!d->ids || !d->n_ids)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    size_t longest = 0;
+    for (size_t i = (size_t)d->shard_i; i < d->prompts.n; i += (size_t)d->shard_n) {
+        const lp_prompt *pr = &d->prompts.items[i];
+        if (pr->text) {
+            if ((st = lp_tokenizer_encode(j->in.tokenizer, pr->text, pr->text_len, true,
+                                          &d->ids[i], &d->n_ids[i], err)))
+                break;
+        } else if ((d->ids[i] = malloc(pr->n_tokens * sizeof(int32_t)))) {
+            memcpy(d->ids[i], pr->tokens, pr->n_tokens * sizeof(int32_t));
+            d->n_ids[i] = pr->n_tokens;
+        } else {
+            st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+            break;
+        }
+        lp_batch batch = lp_batch_single(d->ids[i], (int64_t)d->n_ids[i]);
+        if ((st = lp_forward_check(j->model, &batch, err))) {
+            lp_error_prefix(err, "%s:%lld: ", o->prompts, (long long)pr->line);
+            break;
+        }
+        longest = d->n_ids[i] > longest ? d->n_ids[i] : longest;
+    }
+    if (st != LP_OK)
+        return st;
+    /* the selection and budget of the longest prompt bound every run's */
+    size_t keep_n = j->in.n_ids;
+    j->in.n_ids = longest > 0 ? longest : 1;
+    st = select_maps(j, o, err);
+    j->in.n_ids = keep_n;
+    if (st == LP_OK && o->generate > 0) {
+        j->kv_dtype = o->kv_dtype > 0 ? lp_dtype_from_name(kv_dtype_names[o->kv_dtype])
+                                      : lp_kv_default_dtype(j->model);
+        if (!(j->seq = malloc((longest + (size_t)o->generate) * sizeof *j->seq)))
+            st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    }
+    if (st == LP_OK && o->threads > 1)
+        st = lp_pool_create((int)o->threads, &j->pool, err);
+    if (st == LP_OK)
+        st = lp_store_open(o->db, &j->store, err);
+    if (st == LP_OK)
+        st = lp_store_add_dataset(j->store, d->name, o->prompts, (int64_t)d->prompts.n, err);
+    return st;
+}
+
+/* "loupe trace: prompts 3/10  412 tokens/s  ETA 4.1 s": redrawn on a terminal, else a line at
+ * every tenth of the shard. */
+static void dataset_progress(int64_t done, int64_t total, int64_t tokens, double elapsed)
+{
+    bool tty = isatty(STDERR_FILENO);
+    int64_t every = total / 10 > 0 ? total / 10 : 1;
+    if (!tty && done % every != 0 && done != total)
+        return;
+    double eta = done > 0 ? elapsed * (double)(total - done) / (double)done : 0.0;
+    fprintf(stderr, "%sloupe trace: prompts %lld/%lld  %.0f tokens/s  ETA %.1f s%s",
+            tty ? "\r" : "", (long long)done, (long long)total,
+            elapsed > 0 ? (double)tokens / elapsed : 0.0, eta, tty ? "   " : "\n");
+    if (tty && done == total)
+        fprintf(stderr, "\n");
+    fflush(stderr);
+}
+
+static lp_status run_dataset_prompts(trace_job *j, dataset_job *d, const trace_opts *o,
+                                     int64_t *first_run, int64_t *n_runs, int64_t *n_tokens,
+                                     double *seconds, lp_error *err)
+{
+    int32_t *keep_ids = j->in.ids;
+    size_t keep_n = j->in.n_ids;
+    const char *keep_text = j->in.text;
+    int64_t total = 0;
+    for (size_t i = (size_t)d->shard_i; i < d->prompts.n; i += (size_t)d->shard_n)
+        total++;
+    double t0 = now_seconds();
+    lp_status st = LP_OK;
+    *first_run = 0;
+    j->dataset = d->name;
+    for (size_t i = (size_t)d->shard_i; i < d->prompts.n && st == LP_OK;
+         i += (size_t)d->shard_n) {
+        j->in.ids = d->ids[i];
+        j->in.n_ids = d->n_ids[i];
+        j->in.text = d->prompts.items[i].text;
+        j->prompt_index = (int64_t)i;
+        j->prompt_id = d->prompts.items[i].id;
+        tee_ctx tee;
+        int64_t run_id;
+        double secs;
+        st = record(j, o, &tee, &run_id, &secs, err);
+        if (st != LP_OK)
+            break;
+        *first_run = *first_run ? *first_run : run_id;
+        (*n_runs)++;
+        *n_tokens += o->generate > 0 ? j->n_seq : (int64_t)j->in.n_ids;
+        dataset_progress(*n_runs, total, *n_tokens, now_seconds() - t0);
+    }
+    j->in.ids = keep_ids;
+    j->in.n_ids = keep_n;
+    j->in.text = keep_text;
+    *seconds = now_seconds() - t0;
+    return st == LP_OK ? lp_store_update_dataset_stats(j->store, d->name, err) : st;
+}
+
+static int run_dataset(trace_job *j, const trace_opts *o)
+{
+    dataset_job d;
+    memset(&d, 0, sizeof d);
+    lp_error err = {0};
+    int64_t first = 0, n_runs = 0, n_tokens = 0;
+    double seconds = 0;
+    if (prepare_dataset(j, &d, o, &err) != LP_OK ||
+        run_dataset_prompts(j, &d, o, &first, &n_runs, &n_tokens, &seconds, &err) != LP_OK) {
+        dataset_free(&d);
+        job_free(j);
+        return lp_cli_fail(CMD, &err);
+    }
+    printf("dataset %s in %s: %lld of %zu prompts (shard %lld/%lld), runs %lld..%lld, %lld tokens, "
+           "%.3f s (%.0f tokens/s)\n",
+           d.name, o->db, (long long)n_runs, d.prompts.n, (long long)d.shard_i,
+           (long long)d.shard_n, (long long)first, (long long)(first + n_runs - 1),
+           (long long)n_tokens, seconds, seconds > 0 ? (double)n_tokens / seconds : 0.0);
+    dataset_free(&d);
+    job_free(j);
+    return LP_EXIT_OK;
+}
+
 static int run_trace(int argc, char **argv)
 {
     trace_opts o = {.db = "loupe.db", .maps = LP_MAPS_F16, .logits = LP_LOGITS_TOPK, .top_p = 1.0,
@@ -428,6 +628,12 @@ static int run_trace(int argc, char **argv)
     const char *pos[LP_CLI_MAX_POSITIONAL];
     LP_CLI_PARSE_OR_RETURN(&trace_spec, argc, argv, &o, pos, NULL);
     trace_job job = {.model_path = pos[0]};
+    if (o.prompts && (o.input.prompt || o.input.prompt_file || o.input.tokens))
+        return lp_cli_usage_error(CMD, "--prompts FILE replaces --prompt, --prompt-file, --tokens");
+    if (!o.prompts && (o.dataset || o.shard))
+        return lp_cli_usage_error(CMD, "--dataset and --shard go with --prompts FILE");
+    if (o.prompts)
+        return run_dataset(&job, &o);
     tee_ctx tee;
     int64_t run_id;
     double seconds;

@@ -173,6 +173,8 @@ static const name_role hf_global[] = {
     {"wte", LP_ROLE_TOKEN_EMBD},               /* gpt2 */
     {"word_embeddings", LP_ROLE_TOKEN_EMBD},   /* bloom, falcon */
     {"embed_positions", LP_ROLE_POS_EMBD},     /* opt */
+    {"project_in", LP_ROLE_EMBD_PROJ_IN},      /* opt: word_embed_proj_dim -> hidden */
+    {"project_out", LP_ROLE_EMBD_PROJ_OUT},    /* opt: hidden -> word_embed_proj_dim */
     {"wpe", LP_ROLE_POS_EMBD},                 /* gpt2 */
     {"word_embeddings_layernorm", LP_ROLE_EMBD_NORM}, /* bloom */
     {"norm", LP_ROLE_OUTPUT_NORM},             /* llama-style */

@@ -22,6 +22,10 @@
   const SECTIONS = DATA.sections || {};
   const HEADS = DATA.maps.heads;
   const HEAD_BY_KEY = new Map(HEADS.map((h) => [h.layer + '/' + h.head, h]));
+  // The first generated position (`loupe trace --generate`), or null: tokens from it on are marked
+  // on both axes, in the text view, and a line on the maps separates them from the prompt.
+  const FIRST_GEN = Number.isInteger(DATA.first_generated) ? DATA.first_generated : null;
+  const GEN_RGB = '#e69f00'; // Okabe-Ito orange: the prompt/generated boundary on the maps
   // Okabe & Ito's colour-blind-safe palette, for heads drawn together in the text view.
   const HEAD_COLOURS = ['#0072b2', '#e69f00', '#009e73', '#cc79a7', '#56b4e9', '#d55e00',
     '#f0e442', '#000000'];
@@ -56,11 +60,12 @@
     return String(Number(v.toPrecision(4)));
   }
   function tokenText(pos) { const t = TOKENS[pos]; return t ? t.text : '?'; }
+  function isGenerated(pos) { return FIRST_GEN !== null && pos >= FIRST_GEN; }
   function cut(text, n) {
     const chars = Array.from(text);
     return chars.length > n ? chars.slice(0, n).join('') + '…' : text;
   }
-  function tok(pos) { return make('span', tokenText(pos), 'tok'); }
+  function tok(pos) { return make('span', tokenText(pos), isGenerated(pos) ? 'tok generated' : 'tok'); }
   function niceStep(min) {
     for (let p = 1; ; p *= 10) for (const m of [1, 2, 5]) if (m * p >= min) return m * p;
   }
@@ -274,6 +279,26 @@
     }
   }
 
+  // Where the generated tokens start, as a cell edge of map h (fractional inside a pooled block):
+  // {r, c}, each null when that axis holds no prompt/generated boundary.
+  function genEdge(h) {
+    if (FIRST_GEN === null) return null;
+    const q0 = h.n_k - h.n_q;
+    const r = FIRST_GEN > q0 && FIRST_GEN < h.n_k ? (FIRST_GEN - q0) / h.block : null;
+    const c = FIRST_GEN > 0 && FIRST_GEN < h.n_k ? FIRST_GEN / h.block : null;
+    return r === null && c === null ? null : { r: r, c: c };
+  }
+
+  // The boundary as two lines `width` px wide across the map drawn at (ox, oy), s px per cell: a
+  // row line above the first generated query, a column line left of the first generated key.
+  function drawGenBoundary(ctx, h, ox, oy, s, width) {
+    const e = genEdge(h);
+    if (!e) return;
+    ctx.fillStyle = GEN_RGB;
+    if (e.r !== null) ctx.fillRect(ox, Math.round(oy + e.r * s) - width / 2, h.cols * s, width);
+    if (e.c !== null) ctx.fillRect(Math.round(ox + e.c * s) - width / 2, oy, width, h.rows * s);
+  }
+
   // Axis labels as text (selectable), one per LABEL_PITCH px at round positions when thinned.
   function drawLabels(h, g) {
     const ql = $('query-labels'), kl = $('key-labels');
@@ -286,7 +311,7 @@
       const y = g.oy + (r + 0.5) * g.s;
       if (y < MARGIN.top || y > MARGIN.top + g.h) continue;
       const pos = q0 + r * h.block;
-      const span = make('span', (withPos ? pos + ' ' : '') + cut(tokenText(pos), 20));
+      const span = make('span', (withPos ? pos + ' ' : '') + cut(tokenText(pos), 20), isGenerated(pos) ? 'generated' : '');
       span.style.left = (MARGIN.left - 2) + 'px';
       span.style.top = y + 'px';
       ql.append(span);
@@ -295,7 +320,7 @@
       const x = g.ox + (c + 0.5) * g.s;
       if (x < MARGIN.left || x > MARGIN.left + g.w) continue;
       const pos = c * h.block;
-      const span = make('span', (withPos ? pos + ' ' : '') + cut(tokenText(pos), 20));
+      const span = make('span', (withPos ? pos + ' ' : '') + cut(tokenText(pos), 20), isGenerated(pos) ? 'generated' : '');
       span.style.left = x + 'px';
       span.style.top = (MARGIN.top + g.h + 2) + 'px';
       kl.append(span);
@@ -339,6 +364,7 @@
     ctx.imageSmoothingEnabled = false;
     drawTiles(ctx, h, d, g);
     outlineLeaks(ctx, h, d, g);
+    drawGenBoundary(ctx, h, g.ox, g.oy, g.s, 2);
     ctx.restore();
     ctx.strokeStyle = '#888';
     ctx.strokeRect(MARGIN.left - 0.5, MARGIN.top - 0.5, g.w + 1, g.h + 1);
@@ -375,6 +401,13 @@
   }
 
   function span(a, b) { return b - a > 1 ? a + '–' + (b - 1) : String(a); }
+  // "generated" or "prompt" for positions [a, b) of a generated run ("prompt + generated" when a
+  // pooled block straddles the boundary); nothing for a run without generated tokens.
+  function genNote(a, b) {
+    if (FIRST_GEN === null) return make('span', '');
+    const text = isGenerated(a) ? 'generated' : isGenerated(b - 1) ? 'prompt + generated' : 'prompt';
+    return make('span', text, isGenerated(b - 1) ? 'generated' : '');
+  }
 
   // Hover panel: the cell's tokens, positions and probability, the row's top keys, predictions.
   function showHover(h, r, c) {
@@ -384,8 +417,8 @@
     const k0 = c * h.block, k1 = Math.min(h.n_k, k0 + h.block);
     const cv = cellValue(h, lv, r, c);
     const t = make('table');
-    t.append(row([make('span', 'query'), make('span', span(q0, q1)), tok(q0)]));
-    t.append(row([make('span', 'key'), make('span', span(k0, k1)), tok(k0)]));
+    t.append(row([make('span', 'query'), make('span', span(q0, q1)), tok(q0), genNote(q0, q1)]));
+    t.append(row([make('span', 'key'), make('span', span(k0, k1)), tok(k0), genNote(k0, k1)]));
     t.append(row([make('span', h.block > 1 ? 'max p' : 'p'), make('span', fmt(cv.v), 'prob'), make('span', cv.kind)]));
     info.append(t);
     info.append(make('h2', 'Top keys of this row'));
@@ -501,7 +534,8 @@
       const div = make('div', cut(tokenText(pos), 32));
       div.title = 'position ' + pos;
       div.dataset.pos = pos;
-      if (TOKENS[pos] && TOKENS[pos].generated) div.classList.add('generated');
+      if (isGenerated(pos)) div.classList.add('generated');
+      if (pos === FIRST_GEN) div.classList.add('first-generated');
       if (state.selected && state.selected.side === side && state.selected.pos === pos) div.classList.add('selected');
       div.addEventListener('click', () => {
         const same = state.selected && state.selected.side === side && state.selected.pos === pos;
@@ -636,6 +670,7 @@
     const cell = size / Math.max(g.rows, g.cols);
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(grid, x, y, g.cols * cell, g.rows * cell);
+    drawGenBoundary(ctx, h, x, y, size / Math.max(h.rows, h.cols), 1);
     if (h.n_leak_cells > 0) {
       ctx.strokeStyle = OPT.leak_rgb;
       ctx.lineWidth = 2;
@@ -877,6 +912,12 @@
       const cells = leaking.reduce((s, h) => s + h.n_leak_cells, 0);
       box.append(make('span', 'LEAK: ' + cells + ' masked cells in ' + leaking.length + ' maps hold probability > ' + OPT.leak_threshold, 'banner bad'));
     }
+    if (FIRST_GEN !== null) {
+      const b = make('span', 'generated: positions ' + FIRST_GEN + '–' + (RUN.n_tokens - 1) + ' (' + (RUN.n_tokens - FIRST_GEN) + ' tokens after a ' + FIRST_GEN + '-token prompt), in ', 'banner');
+      b.append(make('span', 'this colour', 'generated'), ' and past the orange line on the maps');
+      b.id = 'generated-banner';
+      box.append(b);
+    }
     if (!HEADS.length) box.append(make('span', 'this run stored no attention maps (maps_dtype ' + RUN.maps_dtype + '): statistics and predictions only', 'banner'));
     if (DATA.maps.max_block > 1) box.append(make('span', 'maps embedded in blocks of up to ' + DATA.maps.max_block + ' tokens (--max-map-bytes ' + DATA.maps.budget_bytes + ')', 'banner'));
   }
@@ -911,7 +952,8 @@
   function init() {
     document.title = DATA.title;
     $('title').textContent = DATA.title;
-    $('subtitle').textContent = RUN.n_layers + ' layers × ' + RUN.n_heads + ' heads, ' + RUN.n_tokens + ' tokens, status ' + RUN.status + (RUN.prompt ? ' · prompt: ' + RUN.prompt : '');
+    const tokens = FIRST_GEN === null ? RUN.n_tokens + ' tokens' : RUN.n_tokens + ' tokens (' + FIRST_GEN + ' prompt + ' + (RUN.n_tokens - FIRST_GEN) + ' generated)';
+    $('subtitle').textContent = RUN.n_layers + ' layers × ' + RUN.n_heads + ' heads, ' + tokens + ', status ' + RUN.status + (RUN.prompt ? ' · prompt: ' + RUN.prompt : '');
     fillSelect($('layer-select'), RUN.n_layers, (v) => { state.layer = v; });
     fillSelect($('head-select'), RUN.n_heads, (v) => { state.head = v; });
     const scale = $('scale-select'), cmap = $('colormap-select');

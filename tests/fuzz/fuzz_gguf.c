@@ -67,42 +67,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
-#ifndef LP_FUZZ_LIBFUZZER
-int main(int argc, char **argv)
-{
-    int n_read = 0;
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (!f) {
-            fprintf(stderr, "fuzz_gguf: %s: cannot open\n", argv[i]);
-            return 2;
-        }
-        size_t cap = 1 << 16, size = 0;
-        uint8_t *buf = malloc(cap);
-        size_t got;
-        while (buf && (got = fread(buf + size, 1, cap - size, f)) > 0) {
-            size += got;
-            if (size == cap) {
-                uint8_t *grown = realloc(buf, cap * 2);
-                if (!grown) {
-                    free(buf);
-                    buf = NULL;
-                    break;
-                }
-                buf = grown;
-                cap *= 2;
-            }
-        }
-        fclose(f);
-        if (!buf) {
-            fprintf(stderr, "fuzz_gguf: %s: out of memory\n", argv[i]);
-            return 2;
-        }
-        LLVMFuzzerTestOneInput(buf, size);
-        free(buf);
-        n_read++;
-    }
-    printf("replayed %d inputs\n", n_read);
-    return n_read > 0 ? 0 : 2;
-}
-#endif
+#include "fuzz_replay.h"
+LP_FUZZ_REPLAY_MAIN("fuzz_gguf")

@@ -70,40 +70,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
+#include "fuzz_replay.h"
 #ifndef LP_FUZZ_LIBFUZZER
 int main(int argc, char **argv)
 {
-    int failed = 0;
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (!f) {
-            fprintf(stderr, "%s: cannot open\n", argv[i]);
-            failed = 1;
-            continue;
-        }
-        uint8_t *buf = NULL;
-        size_t size = 0, cap = 0, n;
-        uint8_t chunk[65536];
-        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-            if (size + n > cap) {
-                cap = (size + n) * 2;
-                uint8_t *grown = realloc(buf, cap);
-                if (!grown) {
-                    free(buf);
-                    fclose(f);
-                    return 2;
-                }
-                buf = grown;
-            }
-            memcpy(buf + size, chunk, n);
-            size += n;
-        }
-        fclose(f);
-        LLVMFuzzerTestOneInput(buf ? buf : chunk, size);
-        free(buf);
-    }
-    printf("replayed %d file%s, %ld checked as masks\n", argc - 1, argc == 2 ? "" : "s",
-           n_checked);
-    return failed;
+    int rc = lp_fuzz_replay("fuzz_leak_mask", argc, argv);
+    printf("fuzz_leak_mask: %ld checked as masks\n", n_checked);
+    return rc;
 }
 #endif

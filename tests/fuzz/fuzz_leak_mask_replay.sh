@@ -58,5 +58,5 @@ out=$("$FUZZ" "$dir"/*.npy "$dir"/*.safetensors)
 echo "$out"
 # the well-formed square masks (b, u8, i64, f32, f16, f64, one) and the copies whose flipped data
 # byte still parses must reach the checker, or this replays nothing but parse errors
-checked=$(echo "$out" | sed -n 's/.*, \([0-9]*\) checked as masks/\1/p')
+checked=$(echo "$out" | sed -n 's/.* \([0-9]*\) checked as masks/\1/p')
 [ "${checked:-0}" -ge 9 ] || { echo "only ${checked:-0} inputs reached the checker"; exit 1; }

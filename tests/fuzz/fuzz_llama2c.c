@@ -24,31 +24,9 @@
 #include "inspect/tokenizer/tokenizer.h"
 #include "inspect/weights/report_internal.h"
 
+#include "fuzz_scratch.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char scratch_dir[4096];
-static char scratch_file[4096 + 16];
-
-static void remove_scratch(void)
-{
-    unlink(scratch_file);
-    rmdir(scratch_dir);
-}
-
-static const char *scratch_path(void)
-{
-    if (scratch_file[0])
-        return scratch_file;
-    const char *tmp = getenv("LOUPE_TEST_TMP");
-    snprintf(scratch_dir, sizeof scratch_dir, "%s/fuzz_llama2c.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (mkdtemp(scratch_dir) == NULL) {
-        perror("fuzz_llama2c: scratch folder");
-        abort(); /* the harness cannot run, not a finding */
-    }
-    snprintf(scratch_file, sizeof scratch_file, "%s/model.bin", scratch_dir);
-    atexit(remove_scratch);
-    return scratch_file;
-}
 
 static void require_message(const lp_error *err)
 {
@@ -60,7 +38,7 @@ static void require_message(const lp_error *err)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *path = scratch_path();
+    const char *path = lp_fuzz_scratch_path("fuzz_llama2c", "model.bin");
     FILE *f = fopen(path, "wb");
     if (!f || (size > 0 && fwrite(data, 1, size, f) != size) || fclose(f) != 0) {
         perror("fuzz_llama2c: writing the scratch file");

@@ -7,6 +7,9 @@
  *
  *   fuzz_npy tests/fuzz/npy ../shared/models/stories260K/reference/cat_mat/tokens.npy
  *
+ * A target with a main of its own (a --mutate mode, a summary line) includes this too and calls
+ * lp_fuzz_replay() and lp_fuzz_read_file() from it.
+ *
  * Folders are read one level deep (a corpus folder and its regress/ subfolder are two
  * arguments). Exit status 0 when at least one input ran, 2 when an argument cannot be read or
  * nothing was given; a crash is the sanitizer's or the target's abort().
@@ -24,13 +27,16 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Reads at most 64 MiB: corpus files are small, and a seed that large is a mistake. */
-static int lp_fuzz_replay_file(const char *prog, const char *path, long *n_run)
+/* The whole of a file in an exactly sized heap copy (1 byte for an empty file, so never NULL on
+ * success), which the caller frees; NULL after a message on stderr. Reads at most 64 MiB: corpus
+ * files are small, and a seed that large is a mistake. Also for targets with a main of their own
+ * (a --mutate mode) that read seeds. */
+static inline uint8_t *lp_fuzz_read_file(const char *prog, const char *path, size_t *size_out)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "%s: %s: cannot open\n", prog, path);
-        return 2;
+        return NULL;
     }
     size_t cap = 1 << 16, size = 0, got;
     uint8_t *buf = malloc(cap);
@@ -41,7 +47,7 @@ static int lp_fuzz_replay_file(const char *prog, const char *path, long *n_run)
                 fprintf(stderr, "%s: %s: larger than 64 MiB, not a corpus file\n", prog, path);
                 free(buf);
                 fclose(f);
-                return 2;
+                return NULL;
             }
             uint8_t *grown = realloc(buf, cap * 2);
             if (!grown) {
@@ -54,25 +60,31 @@ static int lp_fuzz_replay_file(const char *prog, const char *path, long *n_run)
         }
     }
     fclose(f);
-    if (!buf) {
-        fprintf(stderr, "%s: %s: out of memory\n", prog, path);
-        return 2;
-    }
-    uint8_t *exact = malloc(size ? size : 1);
+    uint8_t *exact = buf ? malloc(size ? size : 1) : NULL;
     if (!exact) {
         free(buf);
         fprintf(stderr, "%s: %s: out of memory\n", prog, path);
-        return 2;
+        return NULL;
     }
     memcpy(exact, buf, size);
     free(buf);
-    LLVMFuzzerTestOneInput(exact, size);
-    free(exact);
+    *size_out = size;
+    return exact;
+}
+
+static inline int lp_fuzz_replay_file(const char *prog, const char *path, long *n_run)
+{
+    size_t size;
+    uint8_t *data = lp_fuzz_read_file(prog, path, &size);
+    if (!data)
+        return 2;
+    LLVMFuzzerTestOneInput(data, size);
+    free(data);
     (*n_run)++;
     return 0;
 }
 
-static int lp_fuzz_replay(const char *prog, int argc, char **argv)
+static inline int lp_fuzz_replay(const char *prog, int argc, char **argv)
 {
     long n_run = 0;
     for (int i = 1; i < argc; i++) {

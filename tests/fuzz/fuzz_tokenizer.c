@@ -180,32 +180,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
+#include "fuzz_replay.h"
 #ifndef LP_FUZZ_LIBFUZZER
-static uint8_t *read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, n = 0, got;
-    uint8_t *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            uint8_t *grown = realloc(buf, cap * 2);
-            if (!grown) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    *size = n;
-    return buf;
-}
-
 static uint32_t rng_state = 2463534242u;
 
 static uint32_t rng(void)
@@ -225,11 +201,9 @@ static int mutate(long rounds, int n_files, char **files)
     int n_seeds = 0;
     for (int i = 0; i < n_files && n_seeds < 14; i++) {
         size_t size;
-        uint8_t *body = read_file(files[i], &size);
-        if (!body) {
-            fprintf(stderr, "fuzz_tokenizer: %s: cannot read\n", files[i]);
+        uint8_t *body = lp_fuzz_read_file("fuzz_tokenizer", files[i], &size);
+        if (!body)
             return 2;
-        }
         uint8_t *seed = malloc(size + 1);
         if (!seed)
             return 2;
@@ -293,17 +267,6 @@ int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "--mutate") == 0)
         return mutate(strtol(argv[2], NULL, 10), argc - 3, argv + 3);
-    for (int i = 1; i < argc; i++) {
-        size_t size;
-        uint8_t *buf = read_file(argv[i], &size);
-        if (!buf) {
-            fprintf(stderr, "fuzz_tokenizer: %s: cannot read\n", argv[i]);
-            return 2;
-        }
-        LLVMFuzzerTestOneInput(buf, size);
-        free(buf);
-    }
-    printf("fuzz_tokenizer: replayed %d inputs\n", argc - 1);
-    return 0;
+    return lp_fuzz_replay("fuzz_tokenizer", argc, argv);
 }
 #endif

@@ -42,33 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
+#include "fuzz_replay.h"
 #ifndef LP_FUZZ_LIBFUZZER
-static uint8_t *read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            uint8_t *bigger = realloc(buf, cap * 2);
-            if (!bigger) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = bigger;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    *size = n;
-    return buf;
-}
-
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint64_t rng(void)
@@ -163,11 +138,9 @@ int main(int argc, char **argv)
             if (seed)
                 memcpy(seed, builtin, size);
         } else {
-            seed = read_all(argv[first + k - 2], &size);
-            if (!seed) {
-                fprintf(stderr, "fuzz_weights: cannot read %s\n", argv[first + k - 2]);
+            seed = lp_fuzz_read_file("fuzz_weights", argv[first + k - 2], &size);
+            if (!seed)
                 return 2;
-            }
         }
         if (!seed)
             return 2;

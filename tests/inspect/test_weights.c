@@ -971,6 +971,8 @@ static void test_roles(void **state)
         {"model.layers.2.self_attn.q_layernorm.norms.7.weight", "stablelm", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_Q_NORM, 2, 7, false, false},
         {"layers.2.self_attn.k_layernorm.norms.1.weight", "stablelm", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_K_NORM, 2, 1, false, false},
         {"model.layers.2.mlp.norms.1.weight", "stablelm", LP_FORMAT_SAFETENSORS, LP_ROLE_UNKNOWN, -1, -1, false, false},
+        {"model.decoder.project_in.weight", "opt", LP_FORMAT_SAFETENSORS, LP_ROLE_EMBD_PROJ_IN, -1, -1, false, false},
+        {"decoder.project_out.weight", "opt", LP_FORMAT_SAFETENSORS, LP_ROLE_EMBD_PROJ_OUT, -1, -1, false, false},
         /* Phi without "model." */
         {"layers.1.self_attn.dense.weight", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_ATTN_O, 1, -1, false, false},
         {"final_layernorm.weight", "phi", LP_FORMAT_SAFETENSORS, LP_ROLE_OUTPUT_NORM, -1, -1, false, false},

@@ -52,8 +52,11 @@ static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim;
 static bool is_layernorm_mlp(const ref_config *c)
 {
     return c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
-           c->family == REF_GPTJ || c->family == REF_FALCON || c->family == REF_BLOOM;
+           c->family == REF_GPTJ || c->family == REF_FALCON || c->family == REF_BLOOM ||
+           c->family == REF_OPT;
 }
+/* OPT's token embedding width (project_in / project_out when it is not hidden) */
+static int64_t embed_dim(const ref_config *c) { return c->embed_dim > 0 ? c->embed_dim : c->hidden; }
 /* biases on the MLP's two matrices; on q, k, v and o (Falcon: its one "bias" switch) */
 static bool has_mlp_bias(const ref_config *c)
 {
@@ -83,7 +86,10 @@ static bool uses_layernorm(const ref_config *c)
 static bool qk_norm_each_head(const ref_config *c) { return c->family == REF_STABLELM; }
 /* OLMo 2: one q norm over all heads, one k norm; and no norms before the sublayers */
 static bool qk_norm_whole(const ref_config *c) { return c->family == REF_OLMO2; }
-static bool has_input_norms(const ref_config *c) { return c->family != REF_OLMO2; }
+static bool has_input_norms(const ref_config *c)
+{
+    return c->family != REF_OLMO2 && !(c->family == REF_OPT && c->post_norm);
+}
 
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
 {
@@ -102,16 +108,20 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
         (ptr) = rand_tensor(&s, (n), (scale), (off));     \
         ok = ok && (ptr) != NULL;                         \
     } while (0)
-    RT(m->embed, c->vocab * H, gemma ? sc / 4 : sc, 0.0);
-    if (c->family == REF_GPT2)
-        RT(m->pos, c->n_positions * H, sc, 0.0);
+    RT(m->embed, c->vocab * embed_dim(c), gemma ? sc / 4 : sc, 0.0);
+    if (c->family == REF_GPT2 || c->family == REF_OPT) /* OPT's table has 2 rows more */
+        RT(m->pos, (c->n_positions + (c->family == REF_OPT ? 2 : 0)) * H, sc, 0.0);
+    if (embed_dim(c) != H) {
+        RT(m->project_in, H * embed_dim(c), sc * 4, 0.0);
+        RT(m->project_out, embed_dim(c) * H, sc * 4, 0.0);
+    }
     RT(m->out_norm, H, 0.1, norm_offset);
     if (uses_layernorm(c))
         RT(m->out_norm_b, H, 0.1, 0.0);
     if (c->tied)
         m->lm_head = m->embed;
     else
-        RT(m->lm_head, c->vocab * H, sc, 0.0);
+        RT(m->lm_head, c->vocab * embed_dim(c), sc, 0.0);
     if (c->family == REF_PHI || c->family == REF_GPTJ)
         RT(m->lm_head_b, c->vocab, 0.1, 0.0);
     if (c->family == REF_BLOOM) {
@@ -215,6 +225,8 @@ void ref_model_free(ref_model *m)
     free(m->lm_head_b);
     free(m->embed_norm);
     free(m->embed_norm_b);
+    free(m->project_in);
+    free(m->project_out);
     memset(m, 0, sizeof *m);
 }
 
@@ -304,7 +316,9 @@ static void mlp(const ref_config *c, double *out, const double *x, const float *
         /* GPT-NeoX's and Falcon's "gelu" is the exact one; GPT-2, Phi and GPT-J use gelu_new */
         bool exact = c->family == REF_NEOX || c->family == REF_FALCON;
         for (int64_t i = 0; i < F; i++)
-            g[i] = exact ? gelu_erf(u[i]) : gelu_tanh(u[i]);
+            g[i] = c->family == REF_OPT ? (u[i] > 0 ? u[i] : 0.0)
+                   : exact              ? gelu_erf(u[i])
+                                        : gelu_tanh(u[i]);
     } else {
         matvec(g, w_gate, NULL, x, F, H);
         for (int64_t i = 0; i < F; i++)
@@ -343,12 +357,25 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
         goto done;
 
     double embed_scale = is_gemma(c) ? sqrt((double)H) : 1.0;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t i = 0; i < H; i++) {
-            x[t * H + i] = (double)m->embed[(int64_t)tokens[t] * H + i] * embed_scale;
-            if (c->family == REF_GPT2)
-                x[t * H + i] += (double)m->pos[t * H + i];
-        }
+    int64_t ED = embed_dim(c);
+    double *row = calloc((size_t)ED, sizeof *row);
+    if (!row) {
+        ok = false;
+        goto done;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < ED; i++)
+            row[i] = (double)m->embed[(int64_t)tokens[t] * ED + i] * embed_scale;
+        if (m->project_in)
+            matvec(x + t * H, m->project_in, NULL, row, H, ED);
+        else
+            memcpy(x + t * H, row, (size_t)H * sizeof *row);
+        /* GPT-2 reads position t, OPT's table position t + 2 */
+        int64_t pos_row = c->family == REF_OPT ? t + 2 : t;
+        for (int64_t i = 0; i < H && (c->family == REF_GPT2 || c->family == REF_OPT); i++)
+            x[t * H + i] += (double)m->pos[pos_row * H + i];
+    }
+    free(row);
     if (m->embed_norm) /* BLOOM: word_embeddings_layernorm */
         for (int64_t t = 0; t < T; t++) {
             memcpy(tmp2, x + t * H, (size_t)H * sizeof(double));
@@ -409,7 +436,7 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                          Ly->k_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
                 }
             }
-            if (c->family != REF_GPT2 && !c->alibi) {
+            if (c->family != REF_GPT2 && c->family != REF_OPT && !c->alibi) { /* learned or ALiBi */
                 rope(c, theta, q + t * QD, nh, t);
                 rope(c, theta, k + t * KVD, c->n_kv_heads, t);
             }
@@ -467,6 +494,10 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                 if (!is_parallel(c))
                     x[t * H + i] += tmp[i];
             }
+            if (c->post_norm) { /* OPT: the norm after the add */
+                memcpy(tmp2, x + t * H, (size_t)H * sizeof(double));
+                norm(c, x + t * H, tmp2, Ly->attn_norm, Ly->attn_norm_b, H);
+            }
         }
         for (int64_t t = 0; t < T; t++) {
             double *h_in = xn + t * H;
@@ -515,13 +546,26 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
             }
             for (int64_t i = 0; i < H; i++)
                 x[t * H + i] += tmp[i] + (is_parallel(c) ? ao[t * H + i] : 0.0);
+            if (c->post_norm) {
+                memcpy(tmp2, x + t * H, (size_t)H * sizeof(double));
+                norm(c, x + t * H, tmp2, Ly->ffn_norm, Ly->ffn_norm_b, H);
+            }
         }
         for (int64_t i = 0; i < T * H; i++)
             out->resid[l * T * H + i] = (float)x[i];
     }
     for (int64_t t = 0; t < T; t++) {
-        norm(c, tmp2, x + t * H, m->out_norm, m->out_norm_b, H);
-        matvec(tmp, m->lm_head, m->lm_head_b, tmp2, V, H);
+        if (c->post_norm) /* OPT-350m: no final norm */
+            memcpy(tmp2, x + t * H, (size_t)H * sizeof(double));
+        else
+            norm(c, tmp2, x + t * H, m->out_norm, m->out_norm_b, H);
+        const double *cls_in = tmp2;
+        double cls_row[512];
+        if (m->project_out) {
+            matvec(cls_row, m->project_out, NULL, tmp2, ED, H);
+            cls_in = cls_row;
+        }
+        matvec(tmp, m->lm_head, m->lm_head_b, cls_in, V, ED);
         for (int64_t i = 0; i < V; i++) {
             double z = tmp[i];
             if (c->final_softcap > 0)
@@ -566,6 +610,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_FALCON: return LP_SYNTH_FALCON;
     case REF_OLMO2: return LP_SYNTH_OLMO2;
     case REF_BLOOM: return LP_SYNTH_BLOOM;
+    case REF_OPT: return LP_SYNTH_OPT;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -617,6 +662,8 @@ static const float *model_tensor(const ref_model *m, const lp_synth_tensor *t)
     case LP_ROLE_OUTPUT_NORM: return t->is_bias ? m->out_norm_b : m->out_norm;
     case LP_ROLE_LM_HEAD: return t->is_bias ? m->lm_head_b : m->lm_head;
     case LP_ROLE_EMBD_NORM: return t->is_bias ? m->embed_norm_b : m->embed_norm;
+    case LP_ROLE_EMBD_PROJ_IN: return m->project_in;
+    case LP_ROLE_EMBD_PROJ_OUT: return m->project_out;
     default: return NULL;
     }
 }
@@ -639,7 +686,8 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .family = synth_family(c), .vocab = c->vocab, .hidden = c->hidden,
         .n_layers = c->n_layers, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
         .head_dim = c->head_dim, .ffn = c->ffn, .rope_dim = c->rope_dim,
-        .n_ctx = c->family == REF_GPT2 ? c->n_positions : 256, .norm_eps = c->eps,
+        .n_ctx = c->family == REF_GPT2 || c->family == REF_OPT ? c->n_positions : 256,
+        .norm_eps = c->eps, .post_norm = c->post_norm, .embed_dim = c->embed_dim,
         .rope_theta = c->theta, .tied = c->tied, .n_experts = c->n_experts, .top_k = c->top_k,
         .window = c->window, .sliding_pattern = c->sliding_pattern,
         .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,
@@ -677,10 +725,13 @@ void ref_model_round_matrices(ref_model *m, lp_dtype dtype)
     const ref_config *c = &m->cfg;
     int64_t H = c->hidden, F = c->ffn, QD = c->n_heads * c->head_dim;
     int64_t KVD = c->n_kv_heads * c->head_dim;
-    round_array(m->embed, c->vocab * H, dtype);
-    round_array(m->pos, c->n_positions * H, dtype);
+    int64_t E = embed_dim(c);
+    round_array(m->embed, c->vocab * E, dtype);
+    round_array(m->pos, (c->n_positions + (c->family == REF_OPT ? 2 : 0)) * H, dtype);
     if (m->lm_head != m->embed)
-        round_array(m->lm_head, c->vocab * H, dtype);
+        round_array(m->lm_head, c->vocab * E, dtype);
+    round_array(m->project_in, H * E, dtype);
+    round_array(m->project_out, E * H, dtype);
     for (int64_t l = 0; l < c->n_layers; l++) {
         ref_layer *L = &m->layers[l];
         round_array(L->wq, QD * H, dtype);

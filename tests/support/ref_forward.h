@@ -46,6 +46,10 @@ typedef enum ref_family {
     REF_BLOOM,   /* BLOOM: LayerNorm + bias after the embedding and in every block, biases
                     everywhere, per-head fused q/k/v, bloom_gelu (tanh), ALiBi added after the
                     1/sqrt(head_dim) scale (cfg.alibi), no RoPE, sequential, tied */
+    REF_OPT,     /* OPT: LayerNorm + bias, biases everywhere, ReLU MLP, learned positions read at
+                    pos + 2, tied; cfg.embed_dim != hidden: embeddings of that width with
+                    project_in / project_out around the stack; cfg.post_norm
+                    (do_layer_norm_before false): x = ln(x + sublayer(x)), no final norm */
     REF_OLMO2,   /* OLMo 2: Llama's SwiGLU and RoPE with no input norms; RMSNorm on each
                     sublayer's output before the residual add; q and k RMSNorm over the whole
                     projection ([q_dim], [kv_dim]) before RoPE */
@@ -74,6 +78,8 @@ typedef struct ref_config {
     bool parallel;            /* GPT-NeoX, StableLM: use_parallel_residual; Falcon: parallel_attn */
     bool new_arch;            /* Falcon: new_decoder_architecture */
     bool alibi;               /* Falcon: ALiBi instead of RoPE */
+    bool post_norm;           /* OPT: do_layer_norm_before false */
+    int64_t embed_dim;        /* OPT: word_embed_proj_dim; 0 = hidden */
 } ref_config;
 
 typedef struct ref_layer {
@@ -93,12 +99,13 @@ typedef struct ref_layer {
 
 typedef struct ref_model {
     ref_config cfg;
-    float *embed;     /* [vocab, hidden] */
+    float *embed;     /* [vocab, hidden] ([vocab, embed_dim] for OPT) */
     float *pos;       /* [n_positions, hidden] GPT-2 */
     float *out_norm, *out_norm_b;
     float *lm_head;   /* [vocab, hidden]; == embed when tied */
     float *lm_head_b; /* [vocab] (Phi, GPT-J) or NULL */
     float *embed_norm, *embed_norm_b; /* BLOOM's word_embeddings_layernorm, or NULL */
+    float *project_in, *project_out;  /* OPT: [hidden, embed_dim], [embed_dim, hidden] or NULL */
     ref_layer *layers;
 } ref_model;
 

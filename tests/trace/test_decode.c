@@ -11,6 +11,8 @@
 #include "estimate/estimate.h"
 #include "trace/leak/leak.h"
 #include "ref_forward.h"
+#include "store_test_util.h"
+#include "trace/store/store.h"
 #include "trace/trace.h"
 
 /* Logits and the last layer's residual stream by absolute position. */
@@ -343,6 +345,109 @@ static void test_greedy_equals_reference(void **state)
     remove_dir(dir);
 }
 
+/* A generation that stops at a token: the run ends there, its maps are cut to [n, n] and equal
+ * (f32 maps) a prefill's of the same tokens within 1e-5; head statistics cover those n rows. */
+static void test_stop_and_store(void **state)
+{
+    const decode_case *dc = *state;
+    ref_model m;
+    char dir[512], db[600];
+    lp_model *model = open_case(dc, &m, dir, sizeof dir);
+    snprintf(db, sizeof db, "%s/decode_%s_%ld.db", lp_test_tmp_dir(), dc->name, (long)getpid());
+    remove(db);
+    int64_t P = 4, N = 6;
+    int32_t ids[64], out[64];
+    case_tokens(ids, P, dc->cfg.vocab);
+    lp_generate_opts gen;
+    lp_generate_opts_init(&gen);
+    gen.n_new = N;
+    gen.kv_dtype = LP_DTYPE_F32;
+    int64_t n_out;
+    uint64_t kv_bytes;
+    lp_error err = {0};
+    assert_int_equal(lp_generate(model, ids, P, &gen, NULL, out, &n_out, &kv_bytes, &err), LP_OK);
+    /* stop at the second generated token, unless it repeats the first */
+    int64_t stop_at = out[P + 1] != out[P] ? P + 1 : P;
+    gen.stop_id = out[stop_at];
+    int64_t want = stop_at + 1;
+    lp_store *store;
+    assert_int_equal(lp_store_open(db, &store, &err), LP_OK);
+    lp_store_opts so;
+    lp_store_opts_init(&so);
+    so.maps = LP_MAPS_F32;
+    so.seq_len = P + N;
+    lp_run_info info = lp_run_info_for_model("trace", dir, model, NULL, ids, P, NULL, 1);
+    int64_t run;
+    assert_int_equal(lp_store_begin_run(store, &info, &so, &run, &err), LP_OK);
+    lp_forward_opts fo;
+    lp_forward_opts_init(&fo);
+    fo.observer = lp_store_observer(store);
+    if (lp_generate(model, ids, P, &gen, &fo, out, &n_out, &kv_bytes, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(n_out, want);
+    assert_int_equal(lp_store_set_generated(store, out, P, n_out, kv_bytes, "f32", &err), LP_OK);
+    assert_int_equal(lp_store_end_run(store, 0.0, &err), LP_OK);
+    /* the same tokens as one prefill, into run 2 */
+    so.seq_len = 0;
+    info.tokens = out;
+    info.n_tokens = n_out;
+    assert_int_equal(lp_store_begin_run(store, &info, &so, &run, &err), LP_OK);
+    lp_batch b = lp_batch_single(out, n_out);
+    assert_int_equal(lp_forward(model, &b, &fo, &err), LP_OK);
+    assert_int_equal(lp_store_end_run(store, 0.0, &err), LP_OK);
+    lp_store_close(store);
+    int64_t L = dc->cfg.n_layers, H = dc->cfg.n_heads;
+    assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM attention WHERE run_id = 1 AND "
+                                         "n_q = %lld AND n_k = %lld AND length(probs) = %lld",
+                                     (long long)want, (long long)want,
+                                     (long long)(want * want * 4)),
+                     L * H);
+    assert_int_equal(lp_test_sql_int(db, "SELECT n_tokens FROM runs WHERE id = 1"), want);
+    assert_int_equal(lp_test_sql_int(db, "SELECT sum(generated) FROM tokens WHERE run_id = 1"),
+                     want - P);
+    assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM head_stats a JOIN head_stats b ON "
+                                         "a.layer = b.layer AND a.head = b.head AND a.run_id = 1 "
+                                         "AND b.run_id = 2 WHERE abs(a.entropy - b.entropy) < 1e-5 "
+                                         "AND abs(a.sink - b.sink) < 1e-5 AND abs(a.output_norm - "
+                                         "b.output_norm) < 1e-4"),
+                     L * H);
+    /* the maps, value by value */
+    lp_store *rd;
+    assert_int_equal(lp_store_open_read(db, &rd, &err), LP_OK);
+    double worst = 0;
+    for (int64_t run_id = 1; run_id <= 1; run_id++) {
+        lp_store_run r1, r2;
+        bool inc;
+        assert_int_equal(lp_store_read_run(rd, 1, NULL, &r1, &inc, &err), LP_OK);
+        assert_int_equal(lp_store_read_run(rd, 2, NULL, &r2, &inc, &err), LP_OK);
+        for (int64_t l = 0; l < L; l++)
+            for (int64_t h = 0; h < H; h++) {
+                lp_store_map *a, *c;
+                assert_int_equal(lp_store_map_open(rd, &r1, l, h, &a, &err), LP_OK);
+                assert_int_equal(lp_store_map_open(rd, &r2, l, h, &c, &err), LP_OK);
+                float ra[64], rc[64];
+                for (int64_t q = 0; q < want; q++) {
+                    assert_int_equal(lp_store_map_read(a, q, 0, want, ra, &err), LP_OK);
+                    assert_int_equal(lp_store_map_read(c, q, 0, want, rc, &err), LP_OK);
+                    double d = max_abs_diff(ra, rc, want);
+                    worst = d > worst ? d : worst;
+                }
+                lp_store_map_close(a);
+                lp_store_map_close(c);
+            }
+        lp_store_run_clear(&r1);
+        lp_store_run_clear(&r2);
+    }
+    lp_store_close(rd);
+    printf("  %-12s stop after %lld tokens: maps [%lld, %lld] = prefill's within %.1e\n",
+           dc->name, (long long)(want - P), (long long)want, (long long)want, worst);
+    assert_true(worst <= 1e-5);
+    remove(db);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
 /* The cache's allocated bytes are what loupe estimate predicts for the same context and dtype. */
 static void test_kv_bytes_match_estimate(void **state)
 {
@@ -425,7 +530,7 @@ static void test_sampling(void **state)
 int main(void)
 {
     enum { N = sizeof cases / sizeof cases[0] };
-    struct CMUnitTest tests[5 * N + 1];
+    struct CMUnitTest tests[6 * N + 1];
     size_t n = 0;
     for (size_t i = 0; i < N; i++) {
         tests[n++] = (struct CMUnitTest){cases[i].name, test_decode_equals_prefill, NULL, NULL,
@@ -437,6 +542,8 @@ int main(void)
         tests[n++] = (struct CMUnitTest){cases[i].name, test_kv_bytes_match_estimate, NULL,
                                          NULL, (void *)&cases[i]};
         tests[n++] = (struct CMUnitTest){cases[i].name, test_leak_decode, NULL, NULL,
+                                         (void *)&cases[i]};
+        tests[n++] = (struct CMUnitTest){cases[i].name, test_stop_and_store, NULL, NULL,
                                          (void *)&cases[i]};
     }
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sampling);

@@ -461,6 +461,16 @@ static const random_case random_cases[] = {
                        .n_heads = 8, .n_kv_heads = 8, .head_dim = 10, .ffn = 320, .eps = 1e-5,
                        .alibi = true, .qkv_bias = true, .tied = true, .scale = 0.3},
      14, {LP_DTYPE_F16}, 1, 1e-4},
+    /* OPT-125m (pre-norm) and OPT-350m (post-norm, word_embed_proj_dim 512 of 1024: project_in
+     * and project_out, no final norm); learned positions at pos + 2, ReLU */
+    {"opt-125m", {.family = REF_OPT, .vocab = 87, .hidden = 36, .n_layers = 2, .n_heads = 3,
+                  .n_kv_heads = 3, .head_dim = 12, .ffn = 72, .n_positions = 40, .eps = 1e-5,
+                  .tied = true, .scale = 0.2},
+     23, {LP_DTYPE_F32, LP_DTYPE_F16}, 2, 1e-4},
+    {"opt-350m", {.family = REF_OPT, .vocab = 61, .hidden = 40, .n_layers = 2, .n_heads = 4,
+                  .n_kv_heads = 4, .head_dim = 10, .ffn = 80, .n_positions = 30, .eps = 1e-5,
+                  .tied = true, .post_norm = true, .embed_dim = 20, .scale = 0.2},
+     30, {LP_DTYPE_F32}, 1, 1e-4}, /* the whole position table */
     /* OLMo 2: output norms only, q/k norms over the whole projection (GQA: [q_dim], [kv_dim]) */
     {"olmo2", {.family = REF_OLMO2, .vocab = 73, .hidden = 36, .n_layers = 2, .n_heads = 3,
                .n_kv_heads = 1, .head_dim = 12, .ffn = 44, .eps = 1e-6, .theta = 500000,

@@ -609,6 +609,9 @@ static const family_case family_cases[] = {
     /* word_embeddings + its norm x 2, 2 x 12 (weight and bias of 2 norms, query_key_value,
      * dense, 2 MLP), ln_f x 2; tied */
     {LP_SYNTH_BLOOM, "bloom", 29, "transformer.word_embeddings_layernorm.bias", LP_ROLE_EMBD_NORM, false, 1.0f},
+    /* embed_tokens, embed_positions, 2 x 16 (weight and bias of q k v out_proj, 2 norms, fc1,
+     * fc2), final_layer_norm x 2; tied */
+    {LP_SYNTH_OPT, "opt", 36, "model.decoder.layers.1.final_layer_norm.weight", LP_ROLE_FFN_NORM, false, 1.0f},
     /* embed, 2 x (q k v o, q_norm, k_norm, 2 post norms, gate up down), norm, lm_head */
     {LP_SYNTH_OLMO2, "olmo2", 25, "model.layers.1.self_attn.q_norm.weight", LP_ROLE_ATTN_Q_NORM, false, 1.0f},
 };

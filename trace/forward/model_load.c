@@ -202,6 +202,7 @@ static const char *const PARALLEL_TESTED[] = {"gpt_neox", "phi", "gptj", "stable
                                               NULL};
 static const char *const ALIBI_TESTED[] = {"falcon", "bloom", NULL};
 static const char *const EMBED_NORM_TESTED[] = {"bloom", NULL};
+static const char *const POST_NORM_TESTED[] = {"opt", NULL}; /* and projected embeddings */
 static const char *const OLMO2_TESTED[] = {"olmo2", NULL}; /* output-only norms, whole q/k norms */
 
 static bool family_tested(const char *family, const char *const *tested)
@@ -225,8 +226,8 @@ static const char *missing_piece(const lp_arch *a)
     if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0 || a->router_score_bias)
         return "shared experts / biased routers";
     if (((a->no_input_norm || a->qk_norm_full) && !family_tested(a->family, OLMO2_TESTED)) ||
-        (a->embed_norm && !family_tested(a->family, EMBED_NORM_TESTED)) || a->post_norm ||
-        a->embed_proj_dim > 0)
+        (a->embed_norm && !family_tested(a->family, EMBED_NORM_TESTED)) ||
+        ((a->post_norm || a->embed_proj_dim > 0) && !family_tested(a->family, POST_NORM_TESTED)))
         return "this norm placement";
     if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE)
         return "longrope scaling";

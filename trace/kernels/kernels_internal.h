@@ -252,7 +252,7 @@ static inline void lp_q4_k_scale_min(const uint8_t *packed, int j, int *scale, i
     }
 }
 
-/* gemm.c: lp_linear's checks of a weight matrix for m input rows (dtype, shape, stride). */
+/* matvec.c: lp_linear's checks of a weight matrix for m input rows (dtype, shape, stride). */
 lp_status lp_linear_check(int64_t m, const lp_matrix *w, lp_error *err);
 
 /* avx2.c: AVX2 + FMA + F16C overrides (data only: no code of that file runs before dispatch

@@ -1,4 +1,4 @@
-/* lp_matvec: one vector times a weight matrix read in its stored format (decode's step). The
+/* lp_linear's weight checks, and lp_matvec: one vector times a weight matrix read in its stored format (decode's step). The
  * row kernels (row_dot_* in the dispatch table) widen each block to f32 in registers, so the
  * weights are streamed once and never copied; the rows are split into one contiguous range per
  * pool thread. */
@@ -7,7 +7,46 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "inspect/formats/quant.h"
 #include "trace/kernels/kernels_internal.h"
+
+static bool linear_dtype_ok(lp_dtype dtype)
+{
+    if (dtype == LP_DTYPE_F32 || dtype == LP_DTYPE_F16 || dtype == LP_DTYPE_BF16)
+        return true;
+    return lp_dtype_get(dtype)->is_quant && lp_dequantize_supported(dtype);
+}
+
+/* The weight matrix lp_linear can compute with: a supported dtype, whole blocks per row, stored
+ * rows that fit their stride. */
+lp_status lp_linear_check(int64_t m, const lp_matrix *w, lp_error *err)
+{
+    const lp_dtype_info *info = lp_dtype_get(w->dtype);
+    if (!linear_dtype_ok(w->dtype))
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "linear: weight dtype %s not supported",
+                            info->name);
+    if (m < 0 || w->rows < 0 || w->cols < 0)
+        return lp_error_set(err, LP_ERR_RANGE, "linear: negative shape m=%lld [%lld, %lld]",
+                            (long long)m, (long long)w->rows, (long long)w->cols);
+    if (w->transposed && info->is_quant)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "linear: transposed (Conv1D) weights in %s not supported (f32/f16/bf16 only)",
+                            info->name);
+    if (info->is_quant && w->cols % info->block_elems != 0)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "linear: %s row of %lld values is not a whole number of %u-value blocks",
+                            info->name, (long long)w->cols, info->block_elems);
+    uint64_t stored_row_elems = (uint64_t)(w->transposed ? w->rows : w->cols), need;
+    if (!lp_dtype_bytes_for(w->dtype, stored_row_elems, &need))
+        return lp_error_set(err, LP_ERR_RANGE, "linear: row of %llu %s values overflows",
+                            (unsigned long long)stored_row_elems, info->name);
+    if (w->row_bytes < need)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "linear: row stride %llu bytes is less than one %s row of %llu values (%llu bytes)",
+                            (unsigned long long)w->row_bytes, info->name,
+                            (unsigned long long)stored_row_elems, (unsigned long long)need);
+    return LP_OK;
+}
 
 bool lp_matvec_supported(lp_dtype dtype)
 {

@@ -420,20 +420,12 @@ static void kernel_check(const lp_mask_spec *spec, int64_t n_batch, int64_t *lea
     if (spec->n_q > KERNEL_MAX_KEYS || spec->n_k > KERNEL_MAX_KEYS)
         return;
     for (int64_t b = 0; b < n_batch; b++) {
-        lp_attn_args args;
-        memset(&args, 0, sizeof args);
-        args.q = q;
-        args.k = k;
-        args.v = v;
-        args.out = out;
-        args.n_q = spec->n_q;
-        args.n_k = spec->n_k;
-        args.head_dim = args.v_dim = KERNEL_HEAD_DIM;
-        args.q_stride = args.k_stride = args.v_stride = args.out_stride = KERNEL_HEAD_DIM;
-        args.scale = 0.35f;
-        args.mask = spec;
-        args.batch = b;
-        args.probs = probs;
+        lp_attn_args args = {
+            .q = q, .k = k, .v = v, .out = out, .n_q = spec->n_q, .n_k = spec->n_k,
+            .head_dim = KERNEL_HEAD_DIM, .v_dim = KERNEL_HEAD_DIM, .q_stride = KERNEL_HEAD_DIM,
+            .k_stride = KERNEL_HEAD_DIM, .v_stride = KERNEL_HEAD_DIM,
+            .out_stride = KERNEL_HEAD_DIM, .scale = 0.35f, .mask = spec, .batch = b,
+            .probs = probs};
         lp_attention(&args);
         for (int64_t r = 0; r < spec->n_q; r++) {
             double sum = 0.0;

@@ -27,7 +27,10 @@ CREATE TABLE IF NOT EXISTS runs (
     finished_at   TEXT,
     seconds       REAL,
     kv_bytes      INTEGER,                          -- generation: the KV cache's bytes, else NULL
-    kv_dtype      TEXT                              -- generation: 'f32', 'f16', 'bf16', 'q8_0'
+    kv_dtype      TEXT,                             -- generation: 'f32', 'f16', 'bf16', 'q8_0'
+    dataset       TEXT,                             -- --prompts: the dataset's name, else NULL
+    prompt_index  INTEGER,                          -- --prompts: the prompt's line order, from 0
+    prompt_id     TEXT                              -- --prompts: the line's "id", or NULL
 );
 
 CREATE TABLE IF NOT EXISTS tokens (
@@ -102,6 +105,25 @@ CREATE TABLE IF NOT EXISTS router_stats (
     layer          INTEGER NOT NULL,
     mean_entropy   REAL NOT NULL,
     PRIMARY KEY (run_id, layer)
+);
+
+-- Datasets (loupe trace --prompts): one row per name; runs.dataset points here.
+CREATE TABLE IF NOT EXISTS datasets (
+    name       TEXT PRIMARY KEY,
+    source     TEXT NOT NULL,      -- the prompts file
+    n_prompts  INTEGER NOT NULL    -- prompts in the file (all shards)
+);
+-- Head statistics aggregated over a dataset's complete runs, recomputed after each dataset run
+-- and by loupe merge: mean and (population) standard deviation over runs.
+CREATE TABLE IF NOT EXISTS dataset_stats (
+    dataset  TEXT NOT NULL,
+    layer    INTEGER NOT NULL,
+    head     INTEGER NOT NULL,
+    stat     TEXT NOT NULL,        -- a head_stats column: 'entropy', 'prev_token', ...
+    n_runs   INTEGER NOT NULL,
+    mean     REAL NOT NULL,
+    std      REAL NOT NULL,
+    PRIMARY KEY (dataset, layer, head, stat)
 );
 
 -- Results of `loupe leak`.

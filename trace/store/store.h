@@ -75,6 +75,11 @@ typedef struct lp_run_info {
     int64_t n_tokens;
     const struct lp_tokenizer *tokenizer; /* pieces for tokens and predictions; NULL = "<id>" */
     int n_threads;
+    /* --prompts: the dataset the run belongs to (NULL = none), the prompt's index in its file
+     * and its "id" (may be NULL) */
+    const char *dataset;
+    int64_t prompt_index;
+    const char *prompt_id;
 } lp_run_info;
 
 /* The run info of a model opened with lp_model_open (its format and arch) for these tokens. */
@@ -110,6 +115,21 @@ lp_status lp_store_set_generated(lp_store *store, const int32_t *tokens, int64_t
 /* Roll back the run's data; its row stays 'running' (or becomes 'failed' if that can be
  * written). */
 void lp_store_abort_run(lp_store *store);
+
+/* Datasets (trace/store/dataset.c). The datasets row for name (source: the prompts file,
+ * n_prompts: its prompts, all shards), inserted if missing; no run may be open. */
+lp_status lp_store_add_dataset(lp_store *store, const char *name, const char *source,
+                               int64_t n_prompts, lp_error *err);
+/* Recompute dataset_stats of one dataset (NULL: every dataset) from the head_stats of its
+ * complete runs: per layer, head and statistic the mean and population standard deviation over
+ * runs. One transaction; no run may be open. */
+lp_status lp_store_update_dataset_stats(lp_store *store, const char *name, lp_error *err);
+/* Combine databases: OUT (created; refused when it holds runs) receives every run of each IN in
+ * turn, renumbered after the runs already there, with every row that names a run_id; datasets
+ * rows are merged by name and dataset_stats recomputed. An IN whose meta.schema_version differs
+ * from this loupe's is refused with one line before anything is written. */
+lp_status lp_store_merge(const char *out_path, const char *const *in_paths, int n_in,
+                         int64_t *n_runs, lp_error *err);
 
 /* One row of leak_checks: a result of `loupe leak`. */
 typedef struct lp_leak_check {
@@ -291,6 +311,13 @@ void lp_store_logit_lens_clear(lp_store_logit_lens *lens);
 int lp_store_map_elem_size(const lp_store_map *map);
 /* Keys [0, n_k) of query row `row` as the stored little-endian bytes into out[n_k * elem]. */
 lp_status lp_store_map_read_raw(lp_store_map *map, int64_t row, void *out, lp_error *err);
+
+/* One statistic of a dataset's aggregate: mean and std as [n_layers * n_heads] matrices (NaN
+ * where missing; malloc'd), the runs aggregated. LP_ERR_NOT_FOUND names the datasets the
+ * database holds when it has no such dataset. */
+lp_status lp_store_read_dataset_stat(lp_store *store, const char *name, lp_head_stat stat,
+                                     int64_t *n_layers, int64_t *n_heads, double **mean,
+                                     double **std, int64_t *n_runs, lp_error *err);
 
 /* The position of the run's first generated token (tokens.generated = 1), or -1 when it has none
  * (a prefill-only run, or a database from before generation). */

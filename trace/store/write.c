@@ -42,12 +42,14 @@ static const char *const stmt_sql[LP_STMT_COUNT] = {
 static const char sql_foreign_tables[] =
     "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT "
     "IN ('meta', 'runs', 'tokens', 'attention', 'head_stats', 'predictions', 'logits', "
-    "'expert_routing', 'router_stats', 'leak_checks', 'eval_results', 'token_nll', "
-    "'head_importance', 'pruning_plan', 'logit_lens', 'logit_lens_layers') ORDER BY name";
+    "'expert_routing', 'router_stats', 'leak_checks', 'datasets', 'dataset_stats', "
+    "'eval_results', 'token_nll', 'head_importance', 'pruning_plan', 'logit_lens', "
+    "'logit_lens_layers') ORDER BY name";
 static const char sql_insert_run[] =
     "INSERT INTO runs (status, kind, model_path, model_format, architecture, arch_json, prompt, "
-    "n_tokens, n_layers, n_heads, n_threads, isa, loupe_version, maps_dtype, started_at) VALUES "
-    "('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " NOW_SQL ")";
+    "n_tokens, n_layers, n_heads, n_threads, isa, loupe_version, maps_dtype, dataset, "
+    "prompt_index, prompt_id, started_at) VALUES "
+    "('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " NOW_SQL ")";
 static const char sql_complete_run[] = "UPDATE runs SET status = 'complete', finished_at = "
                                        NOW_SQL ", seconds = ? WHERE id = ?";
 static const char sql_insert_mask_run[] =
@@ -90,7 +92,8 @@ lp_run_info lp_run_info_for_model(const char *kind, const char *model_path, cons
 {
     const lp_weights *w = lp_model_weights(model);
     lp_run_info info = {kind,   model_path, lp_weights_format_name(lp_weights_format_of(w)),
-                        lp_model_arch(model), prompt, tokens, n_tokens, tokenizer, n_threads};
+                        lp_model_arch(model), prompt, tokens, n_tokens, tokenizer, n_threads,
+                        NULL, 0, NULL};
     return info;
 }
 
@@ -151,7 +154,9 @@ static bool has_column(lp_store *s, const char *table, const char *column)
 }
 
 /* ---- migration: every column added since the first databases, then schema_version ----------
- * Version 1 -> 2 (generation, issue 12): tokens.generated, runs.kv_bytes, runs.kv_dtype.
+ * Version 1 -> 2 (generation and datasets, issue 12): tokens.generated, runs.kv_bytes,
+ * runs.kv_dtype, runs.dataset, runs.prompt_index, runs.prompt_id (the tables datasets and
+ * dataset_stats come from schema.sql's CREATE IF NOT EXISTS).
  * (tokens.label came during version 1.) A column is added only where it is missing, so a
  * database any earlier loupe wrote reaches the current schema in one step. */
 static lp_status migrate(lp_store *s, lp_error *err)
@@ -161,6 +166,9 @@ static lp_status migrate(lp_store *s, lp_error *err)
         {"tokens", "generated", "ALTER TABLE tokens ADD COLUMN generated INTEGER NOT NULL DEFAULT 0"},
         {"runs", "kv_bytes", "ALTER TABLE runs ADD COLUMN kv_bytes INTEGER"},
         {"runs", "kv_dtype", "ALTER TABLE runs ADD COLUMN kv_dtype TEXT"},
+        {"runs", "dataset", "ALTER TABLE runs ADD COLUMN dataset TEXT"},
+        {"runs", "prompt_index", "ALTER TABLE runs ADD COLUMN prompt_index INTEGER"},
+        {"runs", "prompt_id", "ALTER TABLE runs ADD COLUMN prompt_id TEXT"},
     };
     lp_status st = LP_OK;
     for (size_t i = 0; st == LP_OK && i < sizeof added / sizeof added[0]; i++)
@@ -316,6 +324,12 @@ static lp_status insert_run_row(lp_store *s, const lp_run_info *info, lp_maps_dt
     sqlite3_bind_text(q, 11, lp_isa_name(lp_kernels_isa()), -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 12, LP_VERSION, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 13, maps_name, -1, SQLITE_STATIC);
+    bind_text_or_null(q, 14, info->dataset);
+    if (info->dataset)
+        sqlite3_bind_int64(q, 15, info->prompt_index);
+    else
+        sqlite3_bind_null(q, 15);
+    bind_text_or_null(q, 16, info->dataset ? info->prompt_id : NULL);
     int rc = sqlite3_step(q);
     sqlite3_finalize(q);
     free(arch_text);

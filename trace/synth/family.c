@@ -25,12 +25,13 @@ enum {
     OLMO2 = FAM(LP_SYNTH_OLMO2), /* a DECODER without input norms */
     BLOOM = FAM(LP_SYNTH_BLOOM),
     FALCON_BLOCK = FALCON | BLOOM, /* transformer.h.N.self_attention..., mlp.dense_* */
-    LAYERNORM = GPT2 | NEOX | PHI | GPTJ | FALCON | BLOOM, /* LayerNorm with bias, plain MLP,
-                                                             head_dim derived */
+    OPT = FAM(LP_SYNTH_OPT),
+    LAYERNORM = GPT2 | NEOX | PHI | GPTJ | FALCON | BLOOM | OPT, /* LayerNorm with bias, plain
+                                                                   MLP, head_dim derived */
     HEAD_DIM_DERIVED = LAYERNORM | STABLELM, /* head_dim = hidden / heads, no key for it */
     DECODER = ALL & ~HEAD_DIM_DERIVED, /* Llama-like: "model.layers.N..." names, RMSNorm, RoPE */
     HF_SIZES = DECODER | NEOX | PHI | STABLELM, /* hidden_size, num_hidden_layers, ... */
-    MHA_ONLY = GPT2 | NEOX | GPTJ | BLOOM,
+    MHA_ONLY = GPT2 | NEOX | GPTJ | BLOOM | OPT,
     MOE = FAM(LP_SYNTH_MIXTRAL),
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
     POST_NORMS = FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3), /* four norms per layer */
@@ -63,6 +64,7 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_FALCON] = {"falcon", "falcon", "FalconForCausalLM", "gelu"},
     [LP_SYNTH_OLMO2] = {"olmo2", "olmo2", "Olmo2ForCausalLM", "silu"},
     [LP_SYNTH_BLOOM] = {"bloom", "bloom", "BloomForCausalLM", "bloom_gelu"},
+    [LP_SYNTH_OPT] = {"opt", "opt", "OPTForCausalLM", "relu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -89,7 +91,7 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->n_ctx = 256;
     spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e-6 : 1e-5;
     spec->rope_theta = has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e6 : 1e4;
-    spec->tied = has(spec, GEMMAS | GPT2 | FALCON_BLOCK);
+    spec->tied = has(spec, GEMMAS | GPT2 | FALCON_BLOCK | OPT);
     if (has(spec, FALCON_BLOCK)) /* Falcon-7B: multi-query, parallel; BLOOM: always 4 x hidden */
         spec->ffn = 4 * spec->hidden;
     spec->qkv_bias = has(spec, BLOOM);
@@ -169,6 +171,12 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
         return lp_error_set(err, LP_ERR_USAGE, "bloom: needs ffn = 4 x hidden (%lld, %lld), "
                                                "biases, ALiBi and a sequential block",
                             (long long)s->ffn, (long long)s->hidden);
+    if (s->embed_dim < 0 || (s->embed_dim > 0 && !has(s, OPT)))
+        return lp_error_set(err, LP_ERR_USAGE, "%s: embed_dim %lld: only OPT projects its "
+                                               "embeddings",
+                            name, (long long)s->embed_dim);
+    if (has(s, OPT) && !s->tied)
+        return lp_error_set(err, LP_ERR_USAGE, "opt: the classifier is the embedding (tied)");
     if (has(s, FALCON) && s->new_arch && !s->parallel)
         return lp_error_set(err, LP_ERR_USAGE, "falcon: new_arch blocks are always parallel");
     if (has(s, MHA_ONLY) && s->n_kv_heads != s->n_heads)
@@ -186,7 +194,11 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
 
 /* ---- the tensor table ----------------------------------------------------------------------- */
 
-typedef enum dim { D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS } dim;
+typedef enum dim {
+    D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS,
+    D_POS_OPT, /* OPT's table: 2 rows before position 0 */
+    D_EMBED,   /* the token embedding's width: OPT's word_embed_proj_dim, else hidden */
+} dim;
 
 /* Where a row stands: before the layers, in each layer, in each expert, query head or kv head of
  * each layer (the index in the name's second %d), after. */
@@ -195,7 +207,8 @@ typedef enum scope { FIRST, LAYER, EXPERT, HEAD, KV_HEAD, LAST } scope;
 /* When a row is written, beyond its families: always, only with a separate classifier, only in
  * a sequential block, only with the spec's q/k/v biases, only with its q/k norms. */
 enum { C_ALWAYS = 0, C_UNTIED = 1, C_SEQUENTIAL = 2, C_QKV_BIAS = 4, C_QK_NORM = 8,
-       C_NEW_ARCH = 16, C_OLD_ARCH = 32 /* Falcon's new_decoder_architecture or not */ };
+       C_NEW_ARCH = 16, C_OLD_ARCH = 32, /* Falcon's new_decoder_architecture or not */
+       C_PRE_NORM = 64, C_PROJ = 128 /* OPT: do_layer_norm_before, word_embed_proj_dim */ };
 
 typedef enum storage {
     PLAIN,     /* [rows, cols] as the pass computes with it */
@@ -308,6 +321,31 @@ static const tensor_row TENSORS[] = {
     VEC(LAST, "transformer.ln_f.weight", OUTPUT_NORM, D_HIDDEN, GPTJ | FALCON_BLOCK),
     BIAS(LAST, "transformer.ln_f.bias", OUTPUT_NORM, D_HIDDEN, GPTJ | FALCON_BLOCK),
 
+#define O_ "model.decoder.layers.%d."
+    MAT(FIRST, "model.decoder.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_EMBED, OPT),
+    MAT(FIRST, "model.decoder.embed_positions.weight", POS_EMBD, D_POS_OPT, D_HIDDEN, OPT),
+    {FIRST, "model.decoder.project_in.weight", LP_ROLE_EMBD_PROJ_IN, false, D_HIDDEN, D_EMBED, PLAIN, OPT, C_PROJ},
+    {FIRST, "model.decoder.project_out.weight", LP_ROLE_EMBD_PROJ_OUT, false, D_EMBED, D_HIDDEN, PLAIN, OPT, C_PROJ},
+    MAT(LAYER, O_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, OPT),
+    BIAS(LAYER, O_ "self_attn.q_proj.bias", ATTN_Q, D_Q, OPT),
+    MAT(LAYER, O_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, OPT),
+    BIAS(LAYER, O_ "self_attn.k_proj.bias", ATTN_K, D_KV, OPT),
+    MAT(LAYER, O_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, OPT),
+    BIAS(LAYER, O_ "self_attn.v_proj.bias", ATTN_V, D_KV, OPT),
+    MAT(LAYER, O_ "self_attn.out_proj.weight", ATTN_O, D_HIDDEN, D_Q, OPT),
+    BIAS(LAYER, O_ "self_attn.out_proj.bias", ATTN_O, D_HIDDEN, OPT),
+    VEC(LAYER, O_ "self_attn_layer_norm.weight", ATTN_NORM, D_HIDDEN, OPT),
+    BIAS(LAYER, O_ "self_attn_layer_norm.bias", ATTN_NORM, D_HIDDEN, OPT),
+    MAT(LAYER, O_ "fc1.weight", FFN_UP, D_FFN, D_HIDDEN, OPT),
+    BIAS(LAYER, O_ "fc1.bias", FFN_UP, D_FFN, OPT),
+    MAT(LAYER, O_ "fc2.weight", FFN_DOWN, D_HIDDEN, D_FFN, OPT),
+    BIAS(LAYER, O_ "fc2.bias", FFN_DOWN, D_HIDDEN, OPT),
+    VEC(LAYER, O_ "final_layer_norm.weight", FFN_NORM, D_HIDDEN, OPT),
+    BIAS(LAYER, O_ "final_layer_norm.bias", FFN_NORM, D_HIDDEN, OPT),
+    VEC_IF(LAST, "model.decoder.final_layer_norm.weight", OUTPUT_NORM, D_HIDDEN, OPT, C_PRE_NORM),
+    BIAS_IF(LAST, "model.decoder.final_layer_norm.bias", OUTPUT_NORM, D_HIDDEN, OPT, C_PRE_NORM),
+#undef O_
+
     MAT(FIRST, "transformer.word_embeddings.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, FALCON_BLOCK),
     VEC(FIRST, "transformer.word_embeddings_layernorm.weight", EMBD_NORM, D_HIDDEN, BLOOM),
     BIAS(FIRST, "transformer.word_embeddings_layernorm.bias", EMBD_NORM, D_HIDDEN, BLOOM),
@@ -374,6 +412,8 @@ static int64_t dim_size(const lp_synth_spec *s, dim d)
     case D_HEAD: return s->head_dim;
     case D_EXPERTS: return s->n_experts;
     case D_POS: return s->n_ctx;
+    case D_POS_OPT: return s->n_ctx + 2;
+    case D_EMBED: return s->embed_dim > 0 ? s->embed_dim : s->hidden;
     default: return 0;
     }
 }
@@ -520,7 +560,9 @@ static bool row_wanted(const lp_synth_spec *s, unsigned when)
 {
     return !((when & C_UNTIED) && s->tied) && !((when & C_SEQUENTIAL) && s->parallel) &&
            !((when & C_QKV_BIAS) && !s->qkv_bias) && !((when & C_QK_NORM) && !s->qk_norm) &&
-           !((when & C_NEW_ARCH) && !s->new_arch) && !((when & C_OLD_ARCH) && s->new_arch);
+           !((when & C_NEW_ARCH) && !s->new_arch) && !((when & C_OLD_ARCH) && s->new_arch) &&
+           !((when & C_PRE_NORM) && s->post_norm) &&
+           !((when & C_PROJ) && !(s->embed_dim > 0 && s->embed_dim != s->hidden));
 }
 
 /* The rows of one scope the family has, in table order. */
@@ -574,6 +616,8 @@ typedef enum key_kind {
     K_FALCON_KV,      /* num_kv_heads, only with the new decoder architecture */
     K_MULTI_QUERY,    /* Falcon's multi_query: one kv head in the old architecture */
     K_FFN_UNLESS_4X,  /* ffn_hidden_size, left out when it is FalconConfig's 4 x hidden */
+    K_EMBED_DIM,      /* OPT's word_embed_proj_dim: embed_dim, or hidden */
+    K_PRE_NORM,       /* OPT's do_layer_norm_before: not post_norm */
 } key_kind;
 
 typedef struct config_key {
@@ -667,6 +711,16 @@ static const config_key KEYS[] = {
     FIELD("rope_theta", K_REAL, rope_theta, FALCON),
     CONSTS("{\"hidden_dropout\": 0.0, \"attention_dropout\": 0.0, \"initializer_range\": 0.02, "
            "\"use_cache\": true}", FALCON),
+    /* OPT: OPTConfig's names */
+    FIELD("hidden_size", K_INT, hidden, OPT), FIELD("num_hidden_layers", K_INT, n_layers, OPT),
+    FIELD("num_attention_heads", K_INT, n_heads, OPT), FIELD("ffn_dim", K_INT, ffn, OPT),
+    FIELD("max_position_embeddings", K_INT, n_ctx, OPT),
+    DERIVED("word_embed_proj_dim", K_EMBED_DIM, OPT),
+    DERIVED("do_layer_norm_before", K_PRE_NORM, OPT),
+    DERIVED("activation_function", K_ACT, OPT),
+    CONSTS("{\"enable_bias\": true, \"layer_norm_elementwise_affine\": true, "
+           "\"_remove_final_layer_norm\": false, \"dropout\": 0.1, \"attention_dropout\": 0.0, "
+           "\"init_std\": 0.02, \"use_cache\": true}", OPT),
     /* BLOOM: BloomConfig's names (the FFN is always 4 x hidden) */
     FIELD("hidden_size", K_INT, hidden, BLOOM), FIELD("n_layer", K_INT, n_layers, BLOOM),
     FIELD("n_head", K_INT, n_heads, BLOOM), FIELD("layer_norm_epsilon", K_REAL, norm_eps, BLOOM),
@@ -718,6 +772,8 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
         *skip = !s->new_arch;
         return *skip ? NULL : json_integer(s->n_kv_heads);
     case K_MULTI_QUERY: return json_boolean(!s->new_arch && s->n_kv_heads == 1);
+    case K_EMBED_DIM: return json_integer(s->embed_dim > 0 ? s->embed_dim : s->hidden);
+    case K_PRE_NORM: return json_boolean(!s->post_norm);
     case K_FFN_UNLESS_4X:
         *skip = s->ffn == 4 * s->hidden;
         return *skip ? NULL : json_integer(s->ffn);

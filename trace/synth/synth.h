@@ -209,6 +209,10 @@ typedef enum lp_synth_family {
     LP_SYNTH_BLOOM,   /* BLOOM: transformer.* names (Falcon's block names), word_embeddings_layernorm,
                          per-head query_key_value, biases everywhere, ALiBi, tied; n_layer and
                          n_head keys; FFN 4 x hidden */
+    LP_SYNTH_OPT,     /* OPT: model.decoder.* names, learned positions with 2 extra rows, ReLU,
+                         biases everywhere, tied; spec.post_norm (do_layer_norm_before false: no
+                         final_layer_norm), spec.embed_dim (word_embed_proj_dim, project_in and
+                         project_out when it is not hidden) */
     LP_SYNTH_OLMO2,   /* OLMo 2: Llama's names without input_layernorm; post_attention_layernorm
                          and post_feedforward_layernorm on the sublayer outputs; q_norm [q_dim]
                          and k_norm [kv_dim] over the whole projections */
@@ -245,6 +249,8 @@ typedef struct lp_synth_spec {
     bool parallel;                /* GPT-NeoX, StableLM: use_parallel_residual */
     bool qkv_bias, qk_norm;       /* StableLM: use_qkv_bias, qk_layernorm; Falcon: bias */
     bool new_arch, alibi;         /* Falcon: new_decoder_architecture, alibi */
+    bool post_norm;               /* OPT: do_layer_norm_before false */
+    int64_t embed_dim;            /* OPT: word_embed_proj_dim; 0 = hidden */
     int64_t bos_id, eos_id;
     lp_dtype dtype;               /* matrices: F32, F16 or BF16 (rounded to nearest even) */
     lp_dtype vector_dtype;        /* norms and biases: F32, F16 or BF16 */
@@ -267,7 +273,7 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
 lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
- * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "olmo2". */
+ * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "opt", "olmo2". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif

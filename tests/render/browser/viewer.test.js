@@ -303,6 +303,7 @@ async function checkHostile(page, html) {
   const scripts = (html.match(/<script\b/g) || []).length, ends = (html.match(/<\/script/gi) || []).length;
   check(scripts === ends, 'the file: every </script> closes one of ours (' + scripts + ' opened, ' + ends + ' closed)');
   check(!/\b(src|href)\s*=\s*["']?(https?:|\/\/)/i.test(html), 'the file names no remote resource');
+  check(await page.evaluate(() => document.querySelectorAll('.generated').length) === 0, 'a run without generated tokens marks none');
 }
 
 async function checkLong(browser, file, stray, errors) {
@@ -329,6 +330,61 @@ async function checkPooled(browser, file, stray, errors) {
   check(Math.abs(h.prob - 0.5) < 2 / 254 && /query\s*\d+–\d+/.test(h.text), 'pooled map: hover shows the block\'s positions and its max p ' + h.prob);
   await page.close();
 }
+
+// A run of `loupe trace --generate` on loupe synth's model: the generated tokens are marked on
+// both axes, in the hover, the text view and the banner, and a line on the map separates them.
+function buildGenerated(dir) {
+  const model = path.join(dir, 'synth'), db = path.join(dir, 'gen.db');
+  for (const f of [db, db + '-wal', db + '-shm']) fs.rmSync(f, { force: true });
+  fs.rmSync(model, { recursive: true, force: true });
+  execFileSync(LOUPE, ['synth', model], { stdio: 'ignore' });
+  execFileSync(LOUPE, ['trace', model, '--prompt', 'the cat sat on the mat .', '--generate', '4', '--db', db], { stdio: 'ignore' });
+  const [first, n] = execFileSync('sqlite3', [db, 'SELECT (SELECT min(pos) FROM tokens WHERE run_id = 1 AND generated = 1), n_tokens FROM runs WHERE id = 1'], { encoding: 'utf8' }).trim().split('|').map(Number);
+  const html = path.join(dir, 'gen.html');
+  execFileSync(LOUPE, ['render', db, '--html', html]);
+  return { html, first, n };
+}
+
+const pixelAt = (page, x, y) => page.evaluate((x, y) => {
+  const d = document.getElementById('head-canvas').getContext('2d').getImageData(x, y, 1, 1).data;
+  return [d[0], d[1], d[2]];
+}, x, y);
+
+async function checkGenerated(browser, gen, stray, errors) {
+  const { first, n } = gen;
+  check(first === n - 4, 'generated run: the store marks the last 4 of ' + n + ' tokens generated (first ' + first + ')');
+  const { page } = await openPage(browser, gen.html, stray, errors);
+  const data = await page.evaluate(() => window.loupeViewer.data);
+  const flags = data.tokens.map((t) => t.generated === true);
+  check(data.first_generated === first && flags.every((g, i) => g === (i >= first)), 'the page marks exactly positions ' + first + '.. generated');
+  const labels = await page.evaluate(() => ['query', 'key'].map((a) => Array.from(document.querySelectorAll('#' + a + '-labels span')).map((s) => s.classList.contains('generated'))));
+  for (const [axis, l] of [['query', labels[0]], ['key', labels[1]]]) {
+    check(l.length === n && l.every((g, i) => g === (i >= first)), axis + ' axis: the labels of positions ' + first + '.. (and only those) are marked generated');
+  }
+  // the boundary: a column line left of key `first`, a row line above query `first`
+  const geo = await page.evaluate((first, n) => {
+    const v = window.loupeViewer, a = v.cellCenter(0, 0), b = v.cellCenter(1, 1), s = b.x - a.x;
+    return { s, x: v.cellCenter(n - 1, first).x - s / 2, yRow: v.cellCenter(n - 1, 0).y, y: v.cellCenter(first, 0).y - s / 2, xCol: v.cellCenter(first, 0).x };
+  }, first, n);
+  const line = hexRgb('#e69f00');
+  const onCol = await pixelAt(page, Math.round(geo.x), Math.round(geo.yRow)), onRow = await pixelAt(page, Math.round(geo.xCol), Math.round(geo.y));
+  const inside = await pixelAt(page, Math.round(geo.x + geo.s / 2), Math.round(geo.yRow));
+  check(same(onCol, line) && same(onRow, line) && !same(inside, line), 'the map: an orange line at key ' + first + ' and at query ' + first + ', cells beside it keep their colours (' + onCol + ' / ' + onRow + ' / ' + inside + ')');
+  let h = await hover(page, n - 1, 0);
+  check(/query\s*\d+\S*\s*generated/.test(h.text) && /key\s*0\S*\s*prompt/.test(h.text), 'hover on the last row: its query is generated, key 0 is prompt');
+  h = await hover(page, 0, 0);
+  check(!h.text.includes('generated'), 'hover on row 0: nothing generated');
+  const banner = await page.$eval('#generated-banner', (b) => b.textContent);
+  check(banner.includes('positions ' + first + '–' + (n - 1)), 'the banner names the generated positions: ' + banner);
+  await page.keyboard.press('t');
+  const text = await page.evaluate(() => ['queries', 'keys'].map((c) => Array.from(document.querySelectorAll('#text-' + c + ' div.generated')).map((d) => Number(d.dataset.pos))));
+  const want = Array.from({ length: n - first }, (_, i) => first + i);
+  const firstDiv = await page.$$eval('#text-queries div.first-generated', (d) => d.map((e) => Number(e.dataset.pos)));
+  check(same(text[0], want) && same(text[1], want) && same(firstDiv, [first]), 'text view: positions ' + first + '.. marked generated in both columns, the boundary above ' + first);
+  await page.close();
+}
+
+function hexRgb(hex) { return [1, 3, 5].map((i) => parseInt(hex.substr(i, 2), 16)); }
 
 async function screenshot(page, file) {
   await page.evaluate(() => window.loupeViewer.openHead(0, 0));
@@ -403,6 +459,7 @@ async function main() {
   execFileSync(LOUPE, ['render', db, '--run', '1', '--html', html]);
   execFileSync(LOUPE, ['render', db, '--run', '2', '--html', path.join(dir, 'long.html')]);
   execFileSync(LOUPE, ['render', db, '--run', '2', '--html', path.join(dir, 'pooled.html'), '--max-map-bytes', '100000']);
+  const gen = buildGenerated(dir);
   const { browser, profile } = await launch(dir);
   check(browser.process().spawnfile === BROWSER, 'the browser is ' + BROWSER + ' (' + await browser.version() + ')');
   const stray = [], errors = [];
@@ -419,6 +476,7 @@ async function main() {
     await page.close();
     await checkLong(browser, path.join(dir, 'long.html'), stray, errors);
     await checkPooled(browser, path.join(dir, 'pooled.html'), stray, errors);
+    await checkGenerated(browser, gen, stray, errors);
   } finally {
     await browser.close();
     fs.rmSync(profile, { recursive: true, force: true });
