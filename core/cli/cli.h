@@ -181,6 +181,7 @@ extern const lp_command lp_command_bench;
 extern const lp_command lp_command_demo;
 extern const lp_command lp_command_eval;
 extern const lp_command lp_command_ablate;
+extern const lp_command lp_command_diff;
 extern const lp_command lp_command_merge;
 
 #endif

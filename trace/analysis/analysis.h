@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "trace/store/store.h"
 #include "trace/trace.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -171,5 +172,24 @@ lp_status lp_logit_lens_create(const lp_model *model, const int32_t *ids, int64_
                                lp_pool *pool, lp_logit_lens **out, lp_error *err);
 void lp_logit_lens_free(lp_logit_lens *lens);
 const lp_observer *lp_logit_lens_observer(lp_logit_lens *lens); /* borrowed */
+
+/* ---------------------------------------------------------------------------------------------
+ * Run-to-run differences (trace/analysis/diff.c), read from two stores: runs over the same
+ * tokens (else LP_ERR_USAGE naming the first differing position) and the same heads.
+ */
+typedef struct lp_run_diff {
+    int64_t n_layers, n_heads, T;
+    int64_t n_maps;      /* heads whose maps both runs stored */
+    double *js;          /* [L * H] mean Jensen-Shannon divergence of the rows (nats); NaN: no map */
+    double *max_abs;     /* [L * H] max |p_A - p_B| over the map */
+    double *stat_delta;  /* [L * H, LP_STAT_COUNT] B - A of every head statistic (NaN: missing) */
+    bool has_kl;         /* both runs stored full logits */
+    double *kl;          /* [T] KL(A || B) of the next-token distributions (NaN without logits) */
+    bool *argmax_agree;  /* [T] from full logits, else from the predictions' rank 0 */
+} lp_run_diff;
+
+lp_status lp_diff_runs(lp_store *a, const lp_store_run *run_a, lp_store *b,
+                       const lp_store_run *run_b, lp_run_diff **out, lp_error *err);
+void lp_run_diff_free(lp_run_diff *diff);
 
 #endif
