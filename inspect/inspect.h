@@ -208,6 +208,13 @@ typedef struct lp_arch {
     double alibi_max_bias;
     /* MPT clip_qkv: the fused q/k/v projection is clamped to [-qkv_clip, qkv_clip]; 0 = off. */
     double qkv_clip;
+    /* DeepSeek routing: sigmoid scores instead of a softmax (V3, scoring_func sigmoid); the
+     * experts in n_expert_groups equal groups of which only the topk_groups best are searched
+     * (0 = no grouping: topk_method greedy); the chosen weights multiplied by routed_scaling
+     * (0 = 1). */
+    bool router_sigmoid;
+    int64_t n_expert_groups, topk_groups;
+    double routed_scaling;
 } lp_arch;
 
 /* Defaults every reader starts from: all zero except eps 1e-5, theta 10000, partial 1.0,

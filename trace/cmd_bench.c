@@ -739,6 +739,216 @@ static int bench_attention(int threads, int reps, int64_t tokens, int64_t head_d
     return st == LP_OK ? LP_EXIT_OK : lp_cli_fail("bench", &err);
 }
 
+/* ---- decode: one token's step of a TinyLlama-shaped model straight on the kernels */
+
+enum { DEC_CTX = 512, DEC_MATS = 7 };
+
+/* The weights of the decode step in one buffer: per layer q, k, v, o, gate, up, down, then the
+ * classifier; values random but valid in the dtype (quant blocks get sane f16 scales). */
+typedef struct decode_model {
+    lp_dtype dtype;
+    int n_layers;
+    uint8_t *data;
+    uint64_t weight_bytes;
+    lp_matrix *mats; /* [n_layers * DEC_MATS + 1] */
+    uint16_t *kv;    /* f16 cache [n_layers][2][kv heads][DEC_CTX][head_dim] */
+} decode_model;
+
+static const int64_t dec_shapes[DEC_MATS][2] = {
+    {TL_HIDDEN, TL_HIDDEN}, {TL_KV_HEADS * TL_HEAD_DIM, TL_HIDDEN},
+    {TL_KV_HEADS * TL_HEAD_DIM, TL_HIDDEN}, {TL_HIDDEN, TL_HIDDEN}, {TL_FFN, TL_HIDDEN},
+    {TL_FFN, TL_HIDDEN}, {TL_HIDDEN, TL_FFN}};
+
+static void fill_weight_bytes(lp_dtype dt, uint8_t *dst, uint64_t bytes, uint64_t seed)
+{
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull + 7;
+    if (dt == LP_DTYPE_F32 || dt == LP_DTYPE_F16) {
+        for (uint64_t i = 0; i < bytes / (dt == LP_DTYPE_F32 ? 4 : 2); i++) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            float v = (float)((double)(state >> 40) / (double)(1ull << 24) - 0.5) * 0.04f;
+            if (dt == LP_DTYPE_F32) {
+                memcpy(dst + 4 * i, &v, 4);
+            } else {
+                uint16_t h = lp_f32_to_f16(v);
+                memcpy(dst + 2 * i, &h, 2);
+            }
+        }
+        return;
+    }
+    for (uint64_t i = 0; i + 8 <= bytes; i += 8) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        memcpy(dst + i, &state, 8);
+    }
+    const lp_dtype_info *info = lp_dtype_get(dt);
+    uint16_t d = lp_f32_to_f16(0.001f);
+    for (uint64_t off = 0; off + info->block_bytes <= bytes; off += info->block_bytes) {
+        memcpy(dst + off, &d, 2); /* d; Q4_K's dmin follows */
+        if (dt == LP_DTYPE_Q4_K)
+            memcpy(dst + off + 2, &d, 2);
+    }
+}
+
+static void decode_model_free(decode_model *dm)
+{
+    free(dm->data);
+    free(dm->mats);
+    free(dm->kv);
+}
+
+static bool decode_model_build(decode_model *dm, lp_dtype dt, int n_layers)
+{
+    memset(dm, 0, sizeof *dm);
+    dm->dtype = dt;
+    dm->n_layers = n_layers;
+    int n_mats = n_layers * DEC_MATS + 1;
+    dm->mats = calloc((size_t)n_mats, sizeof *dm->mats);
+    if (!dm->mats)
+        return false;
+    uint64_t total = 0;
+    for (int i = 0; i < n_mats; i++) {
+        int64_t rows = i == n_mats - 1 ? TL_VOCAB : dec_shapes[i % DEC_MATS][0];
+        int64_t cols = i == n_mats - 1 ? TL_HIDDEN : dec_shapes[i % DEC_MATS][1];
+        uint64_t row_bytes;
+        if (!lp_dtype_bytes_for(dt, (uint64_t)cols, &row_bytes))
+            return false;
+        dm->mats[i] = (lp_matrix){dt, NULL, rows, cols, row_bytes, false};
+        total += row_bytes * (uint64_t)rows;
+    }
+    dm->data = malloc((size_t)total);
+    size_t kv_elems = (size_t)n_layers * 2 * TL_KV_HEADS * DEC_CTX * TL_HEAD_DIM;
+    dm->kv = malloc(kv_elems * sizeof *dm->kv);
+    if (!dm->data || !dm->kv)
+        return false;
+    dm->weight_bytes = total;
+    uint64_t off = 0;
+    for (int i = 0; i < n_mats; i++) {
+        dm->mats[i].data = dm->data + off;
+        uint64_t bytes = dm->mats[i].row_bytes * (uint64_t)dm->mats[i].rows;
+        fill_weight_bytes(dt, dm->data + off, bytes, (uint64_t)i + 1);
+        off += bytes;
+    }
+    fill_weight_bytes(LP_DTYPE_F16, (uint8_t *)dm->kv, kv_elems * 2, 99);
+    return true;
+}
+
+typedef struct decode_heads {
+    const float *q;
+    const uint16_t *k, *v; /* this layer's [kv heads][DEC_CTX][head_dim] */
+    float *out;
+    lp_mask_spec mask;
+} decode_heads;
+
+static void decode_head(void *ctx, int64_t head)
+{
+    const decode_heads *d = ctx;
+    int64_t g = head / (TL_HEADS / TL_KV_HEADS);
+    lp_attn_args a = {.q = d->q + head * TL_HEAD_DIM,
+                      .k = d->k + g * DEC_CTX * TL_HEAD_DIM,
+                      .v = d->v + g * DEC_CTX * TL_HEAD_DIM,
+                      .out = d->out + head * TL_HEAD_DIM, .n_q = 1, .n_k = DEC_CTX,
+                      .head_dim = TL_HEAD_DIM, .v_dim = TL_HEAD_DIM, .q_stride = TL_HIDDEN,
+                      .k_stride = TL_HEAD_DIM, .v_stride = TL_HEAD_DIM, .out_stride = TL_HIDDEN,
+                      .scale = 0.125f, .mask = &d->mask, .kv_dtype = LP_DTYPE_F16};
+    lp_attention(&a);
+}
+
+/* One step: per layer the seven matrix-vector products, attention of 32 heads over the 512
+ * cached f16 keys, SwiGLU and the residual; then the classifier. */
+static lp_status decode_step(const decode_model *dm, float *buf, lp_pool *pool, lp_error *err)
+{
+    float *x = buf, *q = x + TL_HIDDEN, *k = q + TL_HIDDEN, *v = k + TL_HIDDEN;
+    float *att = v + TL_HIDDEN, *o = att + TL_HIDDEN, *gate = o + TL_HIDDEN, *up = gate + TL_FFN;
+    float *logits = up + TL_FFN;
+    lp_status st = LP_OK;
+    for (int l = 0; l < dm->n_layers && st == LP_OK; l++) {
+        const lp_matrix *w = dm->mats + l * DEC_MATS;
+        size_t kv_layer = (size_t)2 * TL_KV_HEADS * DEC_CTX * TL_HEAD_DIM;
+        decode_heads heads = {q, dm->kv + l * kv_layer, dm->kv + l * kv_layer + kv_layer / 2,
+                              att, lp_mask_causal(1, DEC_CTX)};
+        if ((st = lp_matvec(x, &w[0], NULL, q, pool, err)) ||
+            (st = lp_matvec(x, &w[1], NULL, k, pool, err)) ||
+            (st = lp_matvec(x, &w[2], NULL, v, pool, err)))
+            break;
+        lp_pool_run(pool, TL_HEADS, decode_head, &heads);
+        if ((st = lp_matvec(att, &w[3], NULL, o, pool, err)))
+            break;
+        lp_add(x, o, TL_HIDDEN);
+        if ((st = lp_matvec(x, &w[4], NULL, gate, pool, err)) ||
+            (st = lp_matvec(x, &w[5], NULL, up, pool, err)))
+            break;
+        lp_silu_mul(gate, up, TL_FFN);
+        if ((st = lp_matvec(gate, &w[6], NULL, o, pool, err)))
+            break;
+        lp_add(x, o, TL_HIDDEN);
+        lp_rmsnorm(x, x, NULL, TL_HIDDEN, 1e-5f, false);
+    }
+    if (st == LP_OK)
+        st = lp_matvec(x, &dm->mats[dm->n_layers * DEC_MATS], NULL, logits, pool, err);
+    return st;
+}
+
+static int bench_decode(int threads, int reps, int n_layers, lp_pool *pool)
+{
+    lp_error err = {0};
+    lp_est_hw hw;
+    if (lp_est_hw_measure(threads, 0, &hw, &err) != LP_OK)
+        return lp_cli_fail("bench", &err);
+    double bw = hw.bytes_per_s;
+    printf("\ndecode: TinyLlama-1.1B shape (hidden %d, %d heads / %d KV, FFN %d, vocab %d), %d of "
+           "%d layers, random weights, f16 KV cache at %d context, %d threads; one step = 7 "
+           "matrix-vector products and the cached attention per layer, then the classifier\n",
+           TL_HIDDEN, TL_HEADS, TL_KV_HEADS, TL_FFN, TL_VOCAB, n_layers, TL_LAYERS, DEC_CTX,
+           threads);
+    printf("  memory bandwidth %.1f GB/s (streaming read of 256 MiB by %d threads, measured now); "
+           "1 warm-up, then best of %d steps\n",
+           bw * 1e-9, threads, reps);
+    static const lp_dtype dts[4] = {LP_DTYPE_F32, LP_DTYPE_F16, LP_DTYPE_Q8_0, LP_DTYPE_Q4_K};
+    float *buf = calloc((size_t)(8 * TL_HIDDEN + 2 * TL_FFN + TL_VOCAB), sizeof *buf);
+    if (!buf) {
+        fprintf(stderr, "loupe bench: out of memory\n");
+        return LP_EXIT_USAGE;
+    }
+    int status = LP_EXIT_OK;
+    for (int i = 0; i < 4 && status == LP_EXIT_OK; i++) {
+        decode_model dm;
+        if (!decode_model_build(&dm, dts[i], n_layers)) {
+            decode_model_free(&dm);
+            fprintf(stderr, "loupe bench: out of memory for the %s decode model\n",
+                    lp_dtype_get(dts[i])->name);
+            status = LP_EXIT_USAGE;
+            break;
+        }
+        fill_random(buf, TL_HIDDEN, 6);
+        double best = HUGE_VAL;
+        for (int r = 0; r <= reps; r++) {
+            double t0 = now_seconds();
+            if (decode_step(&dm, buf, pool, &err) != LP_OK) {
+                status = lp_cli_fail("bench", &err);
+                break;
+            }
+            double t = now_seconds() - t0;
+            if (r > 0 && t < best)
+                best = t;
+        }
+        uint64_t kv_bytes = (uint64_t)n_layers * 2 * TL_KV_HEADS * DEC_CTX * TL_HEAD_DIM * 2;
+        double bytes = (double)(dm.weight_bytes + kv_bytes), bound = bw / bytes;
+        if (status == LP_EXIT_OK)
+            printf("  %-5s %7.1f MB a step (weights %.1f + KV %.1f): %.3f s = %.2f tokens/s, %.1f "
+                   "GB/s = %.0f%% of the bandwidth bound (%.2f tokens/s)\n",
+                   lp_dtype_get(dts[i])->name, bytes * 1e-6, (double)dm.weight_bytes * 1e-6,
+                   (double)kv_bytes * 1e-6, best, 1.0 / best, bytes / best * 1e-9,
+                   100.0 / best / bound, bound);
+        fflush(stdout);
+        decode_model_free(&dm);
+    }
+    free(buf);
+    return status;
+}
+
 /* ---- the command ----------------------------------------------------------------------------- */
 
 typedef struct bench_opts {
@@ -747,6 +957,7 @@ typedef struct bench_opts {
     const char *dir;
     bool attention;
     int64_t head_dim;
+    bool decode;
 } bench_opts;
 
 static const lp_option bench_options[] = {
@@ -766,6 +977,8 @@ static const lp_option bench_options[] = {
                    "only the attention part: kernels and an attention-heavy prefill"),
     LP_OPT_INT_OF(bench_opts, head_dim, "head-dim", "D", 1, 512,
                   "with --attention: one head dim (default 64 and 128)"),
+    LP_OPT_FLAG_OF(bench_opts, decode, "decode",
+                   "only the decode part: tokens/s of one step beside the memory bandwidth"),
     LP_OPT_STRING_OF(bench_opts, dir, "dir", "DIR",
                      "where the temporary model goes (default $TMPDIR or /tmp)"),
     LP_OPT_END_OF_TABLE,
@@ -773,7 +986,7 @@ static const lp_option bench_options[] = {
 
 LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
                "benchmark the GEMM, the prefill and attention",
-               "[--gemm-only | --prefill-only | --attention] [options]",
+               "[--gemm-only | --prefill-only | --attention | --decode] [options]",
     .description =
         "GEMM: times C[M, N] = A[M, K] . B[N, K]^T for the prefill shapes M=512, K,N in\n"
         "{2048, 5632} with loupe's packed GEMM and, when libopenblas.so.0 can be loaded, with\n"
@@ -791,7 +1004,14 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "128 (--tokens, default 4096; --head-dim for one) in GFLOP/s and % of that peak; whole\n"
         "passes of an attention-heavy model (hidden 512, 8 heads of 64, 2 layers, FFN 1024) at\n"
         "4096 and 8192 tokens without probes, then with every probe at the first length, with\n"
-        "the peak RSS.",
+        "the peak RSS.\n"
+        "\n"
+        "Decode (--decode, alone): one token's step of the TinyLlama shape (all 22 layers, or\n"
+        "--layers) on the kernels: per layer the q, k, v, o, gate, up, down matrix-vector products\n"
+        "reading F32, F16, Q8_0 and Q4_K weights in place and 32 heads over an f16 KV cache of\n"
+        "512 positions, then the 32000-row classifier; tokens/s beside the bound of the memory\n"
+        "bandwidth measured now (a streaming read larger than the L3) over the bytes a step\n"
+        "reads. F32 needs 4.4 GB of memory at 22 layers.",
     .notes = "Exit status: 0 done, 1 loupe's and OpenBLAS's products differ by more than 1e-4 of\n"
              "the largest entry, 2 bad usage or a failure (memory, disk).");
 
@@ -814,6 +1034,9 @@ static void print_header(int argc, char **argv, int64_t threads, const openblas_
 static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *blas, bool have_blas)
 {
     int status = LP_EXIT_OK;
+    if (o->decode)
+        return bench_decode((int)o->threads, (int)(o->reps > 0 ? o->reps : 5),
+                            (int)(o->layers > 0 ? o->layers : TL_LAYERS), pool);
     if (o->attention)
         return bench_attention((int)o->threads, (int)(o->reps > 0 ? o->reps : 2), o->tokens,
                                o->head_dim, o->dir, pool, have_blas ? blas : NULL);
@@ -827,7 +1050,7 @@ static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *bla
     }
     if ((status == LP_EXIT_OK || status == LP_EXIT_CHECK_FAILED) && !o->gemm_only) {
         int prefill_status = bench_prefill((int)o->threads, (int)(o->reps > 0 ? o->reps : 3),
-                                           (int)o->layers, o->tokens > 0 ? o->tokens : 512,
+                                           (int)(o->layers > 0 ? o->layers : 2), o->tokens > 0 ? o->tokens : 512,
                                            o->dir, pool,
                                            have_blas ? blas : NULL);
         if (prefill_status != LP_EXIT_OK)
@@ -838,7 +1061,7 @@ static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *bla
 
 static int run_bench(int argc, char **argv)
 {
-    bench_opts o = {lp_cpu_count(), -1, 512, 2, -1, false, false, NULL, false, -1};
+    bench_opts o = {lp_cpu_count(), -1, 512, -1, -1, false, false, NULL, false, -1, false};
     const char *pos[LP_CLI_MAX_POSITIONAL];
     LP_CLI_PARSE_OR_RETURN(&bench_spec, argc, argv, &o, pos, NULL);
     if (o.dir && !lp_path_is_dir(o.dir))
@@ -847,8 +1070,11 @@ static int run_bench(int argc, char **argv)
         o.dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     if (o.gemm_only && o.prefill_only)
         return lp_cli_usage_error("bench", "--gemm-only and --prefill-only exclude each other");
-    if (o.attention && (o.gemm_only || o.prefill_only))
-        return lp_cli_usage_error("bench", "--attention excludes --gemm-only and --prefill-only");
+    if ((o.attention || o.decode) && (o.gemm_only || o.prefill_only))
+        return lp_cli_usage_error("bench", "--%s excludes --gemm-only and --prefill-only",
+                                  o.attention ? "attention" : "decode");
+    if (o.attention && o.decode)
+        return lp_cli_usage_error("bench", "--attention and --decode exclude each other");
     if (!o.attention && o.head_dim > 0)
         return lp_cli_usage_error("bench", "--head-dim needs --attention");
     if (!o.attention && o.tokens > 2048)

@@ -17,6 +17,8 @@ typedef struct synth_opts {
     int dtype; /* index into dtype_choices */
     int fault; /* an lp_synth_fault: fault_choices is in the enum's order */
     bool check;
+    const char *like; /* a card or config: a random model of its family instead */
+    int64_t layers;   /* with --like; 0 = 2 */
 } synth_opts;
 
 static const char *const dtype_choices[] = {"f32", "bf16", "f16", NULL};
@@ -30,6 +32,11 @@ static const lp_option synth_options[] = {
     LP_OPT_FLAG_OF(synth_opts, check, "check",
                    "then run the model on the demo prompt and show that each planted head\n"
                    "tops its statistic (exit 1 if one does not)"),
+    LP_OPT_STRING_OF(synth_opts, like, "like", "CARD",
+                     "instead: a small random-weight model of the family that CARD (a YAML card,\n"
+                     "config.json or catalogue name) describes, with its rules and that family's\n"
+                     "Hugging Face tensor names and config keys (config.json, model.safetensors)"),
+    LP_OPT_INT_OF(synth_opts, layers, "layers", "N", 1, 64, "with --like: layers (default 2)"),
     LP_OPT_ENUM_OF(synth_opts, fault, "fault", fault_choices,
                    "for tests: plant a head wrongly (prev-no-phase: the previous-token head\n"
                    "loses its phase and attends to itself; no-prev-write: it writes nothing,\n"
@@ -39,7 +46,7 @@ static const lp_option synth_options[] = {
 
 LP_CLI_COMMAND(synth, run_synth, synth_options, 1, 1,
                "write a small model with planted attention heads",
-               "OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check]",
+               "OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check] [--like CARD [--layers N]]",
     .description =
         "Write a small Llama-style model whose attention heads are planted with known behaviours,\n"
         "so every command can be tried offline on a model with a known answer. OUT_DIR is created\n"
@@ -132,12 +139,42 @@ static void print_planted(void)
                lp_synth_behaviour_name(heads[i].behaviour));
 }
 
+/* --like CARD: the card's family, small, random weights. */
+static int run_like(const char *out_dir, const synth_opts *o)
+{
+    lp_arch arch;
+    lp_synth_spec spec;
+    lp_error err = {0};
+    if (o->check || o->fault != LP_SYNTH_FAULT_NONE) {
+        lp_error_set(&err, LP_ERR_USAGE, "--like writes random weights: no --check or --fault");
+        return lp_cli_fail(CMD, &err);
+    }
+    if (lp_arch_load(o->like, &arch, &err) != LP_OK ||
+        lp_synth_spec_like(&arch, &spec, &err) != LP_OK)
+        return lp_cli_fail(CMD, &err);
+    spec.seed = (uint64_t)o->seed;
+    spec.dtype = dtype_values[o->dtype];
+    if (o->layers > 0)
+        spec.n_layers = o->layers;
+    if (lp_synth_write_family(out_dir, &spec, &err) != LP_OK)
+        return lp_cli_fail(CMD, &err);
+    printf("wrote %s like %s: %s, %" PRId64 " layers, hidden %" PRId64 ", %" PRId64 " heads (%" PRId64
+           " kv) x %" PRId64 ", vocab %" PRId64 ", seed %" PRIu64 ", %s\n",
+           out_dir, arch.name[0] ? arch.name : o->like, lp_synth_family_name(spec.family),
+           spec.n_layers, spec.hidden, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.vocab,
+           spec.seed, lp_dtype_name(spec.dtype));
+    printf("try: loupe trace %s --tokens 1,5,9,13,5,9\n", out_dir);
+    return LP_EXIT_OK;
+}
+
 static int run_synth(int argc, char **argv)
 {
-    synth_opts o = {1, 0, LP_SYNTH_FAULT_NONE, false};
+    synth_opts o = {1, 0, LP_SYNTH_FAULT_NONE, false, NULL, 0};
     const char *pos[LP_CLI_MAX_POSITIONAL];
     LP_CLI_PARSE_OR_RETURN(&synth_spec, argc, argv, &o, pos, NULL);
     const char *out_dir = pos[0];
+    if (o.like)
+        return run_like(out_dir, &o);
     lp_synth_options opts;
     lp_synth_options_init(&opts);
     opts.seed = (uint64_t)o.seed;

@@ -44,7 +44,11 @@ typedef struct trace_opts {
     const char *prompts;
     const char *dataset;
     const char *shard;
+    int64_t batch_size;
+    int padding; /* 0 right, 1 left */
 } trace_opts;
+
+static const char *const padding_names[] = {"right", "left", NULL};
 
 static const char *const kv_dtype_names[] = {"auto", "f32", "f16", "bf16", "q8_0", NULL};
 
@@ -87,6 +91,11 @@ static const lp_option trace_options[] = {
                      "the dataset's name (default: the prompts file's name)"),
     LP_OPT_STRING_OF(trace_opts, shard, "shard", "I/N",
                      "with --prompts: only every N-th prompt from index I (0 <= I < N)"),
+    LP_OPT_INT_OF(trace_opts, batch_size, "batch-size", "B", 1, 4096,
+                  "with --prompts: run B prompts together, padded to the longest; each is\n"
+                  "still stored as its own run"),
+    LP_OPT_ENUM_OF(trace_opts, padding, "padding", padding_names,
+                   "where a batch pads its shorter prompts (default right)"),
     LP_OPT_ENUM_OF(trace_opts, kv_dtype, "kv-dtype", kv_dtype_names,
                    "KV cache type (default auto: f16 for quantized weights, else theirs)"),
     LP_OPT_INT_OF(trace_opts, threads, "threads", "N", 1, 256,
@@ -311,20 +320,24 @@ static lp_status record_generation(trace_job *j, const trace_opts *o, const lp_f
 }
 
 /* The run: its row, the pass through the store (and the summary's tee), the commit. */
+static void store_opts_of(const trace_job *j, const trace_opts *o, lp_store_opts *sopts)
+{
+    lp_store_opts_init(sopts);
+    sopts->maps = (lp_maps_dtype)o->maps;
+    sopts->layers = j->layer_sel;
+    sopts->heads = j->head_sel;
+    sopts->logits = (lp_logits_mode)o->logits;
+    sopts->top_k = o->predictions > 0                 ? o->predictions
+                   : o->generate == 0 && o->top_k > 0 ? o->top_k
+                                                      : 5;
+    sopts->local_window = o->local_window;
+}
+
 static lp_status record(trace_job *j, const trace_opts *o, tee_ctx *tee, int64_t *run_id,
                         double *seconds, lp_error *err)
 {
     lp_store_opts sopts;
-    lp_store_opts_init(&sopts);
-    sopts.maps = (lp_maps_dtype)o->maps;
-    sopts.layers = j->layer_sel;
-    sopts.heads = j->head_sel;
-    sopts.logits = (lp_logits_mode)o->logits;
-    /* --top-k is the predictions' count unless it filters --generate's sampling */
-    sopts.top_k = o->predictions > 0                 ? o->predictions
-                  : o->generate == 0 && o->top_k > 0 ? o->top_k
-                                                     : 5;
-    sopts.local_window = o->local_window;
+    store_opts_of(j, o, &sopts);
     sopts.seq_len = o->generate > 0 ? (int64_t)j->in.n_ids + o->generate : 0;
     lp_run_info info = lp_run_info_for_model("trace", j->model_path, j->model, j->in.text,
                                              j->in.ids, (int64_t)j->in.n_ids, j->in.tokenizer,
@@ -559,6 +572,95 @@ static void dataset_progress(int64_t done, int64_t total, int64_t tokens, double
     fflush(stderr);
 }
 
+/* Prompts sel[0 .. n) of the shard as one padded batch: every sequence its own run. */
+static lp_status record_batch(trace_job *j, dataset_job *d, const trace_opts *o,
+                              const size_t *sel, int64_t n, int64_t batch_id, int64_t *first_run,
+                              lp_error *err)
+{
+    int64_t T = 0;
+    for (int64_t b = 0; b < n; b++)
+        T = (int64_t)d->n_ids[sel[b]] > T ? (int64_t)d->n_ids[sel[b]] : T;
+    int32_t *tokens = calloc((size_t)(n * T), sizeof *tokens); /* padding: id 0 */
+    int64_t *pl = calloc((size_t)n, sizeof *pl), *pr = calloc((size_t)n, sizeof *pr);
+    lp_run_info *infos = calloc((size_t)n, sizeof *infos);
+    int64_t *run_ids = calloc((size_t)n, sizeof *run_ids);
+    lp_status st = tokens && pl && pr && infos && run_ids ? LP_OK
+                                               : lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    for (int64_t b = 0; b < n && st == LP_OK; b++) {
+        size_t i = sel[b];
+        int64_t len = (int64_t)d->n_ids[i], pad = T - len;
+        pl[b] = o->padding == 1 ? pad : 0;
+        pr[b] = pad - pl[b];
+        memcpy(tokens + b * T + pl[b], d->ids[i], (size_t)len * sizeof *tokens);
+        infos[b] = lp_run_info_for_model("trace", j->model_path, j->model,
+                                         d->prompts.items[i].text, d->ids[i], len,
+                                         j->in.tokenizer, (int)o->threads);
+        infos[b].dataset = d->name;
+        infos[b].prompt_index = (int64_t)i;
+        infos[b].prompt_id = d->prompts.items[i].id;
+        infos[b].in_batch = true;
+        infos[b].batch_id = batch_id;
+        infos[b].batch_index = b;
+        infos[b].pad_left = pl[b];
+        infos[b].pad_right = pr[b];
+    }
+    lp_store_opts sopts;
+    store_opts_of(j, o, &sopts);
+    lp_store_batch *rec = NULL;
+    double t0 = now_seconds();
+    if (st == LP_OK)
+        st = lp_store_batch_create(j->store, &sopts, infos, n, T, &rec, err);
+    if (st == LP_OK) {
+        lp_forward_opts fopts;
+        lp_forward_opts_init(&fopts);
+        fopts.observer = lp_store_batch_observer(rec);
+        fopts.pool = j->pool;
+        fopts.local_window = o->local_window;
+        lp_batch batch = {n, T, tokens, pl, pr};
+        st = lp_forward(j->model, &batch, &fopts, err);
+        if (st == LP_OK)
+            st = lp_store_batch_finish(rec, now_seconds() - t0, run_ids, err);
+        if (st == LP_OK && *first_run == 0)
+            *first_run = run_ids[0];
+    }
+    lp_store_batch_destroy(rec);
+    free(tokens);
+    free(pl);
+    free(pr);
+    free(infos);
+    free(run_ids);
+    return st;
+}
+
+static lp_status run_dataset_batches(trace_job *j, dataset_job *d, const trace_opts *o,
+                                     int64_t *first_run, int64_t *n_runs, int64_t *n_tokens,
+                                     lp_error *err)
+{
+    size_t *sel = malloc((size_t)o->batch_size * sizeof *sel);
+    if (!sel)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    int64_t total = 0, n = 0, batch_id = 0;
+    for (size_t i = (size_t)d->shard_i; i < d->prompts.n; i += (size_t)d->shard_n)
+        total++;
+    double t0 = now_seconds();
+    lp_status st = LP_OK;
+    for (size_t i = (size_t)d->shard_i; i < d->prompts.n && st == LP_OK; i += (size_t)d->shard_n) {
+        sel[n++] = i;
+        bool last = i + (size_t)d->shard_n >= d->prompts.n;
+        if (n < o->batch_size && !last)
+            continue;
+        st = record_batch(j, d, o, sel, n, batch_id++, first_run, err);
+        for (int64_t b = 0; b < n && st == LP_OK; b++)
+            *n_tokens += (int64_t)d->n_ids[sel[b]];
+        *n_runs += st == LP_OK ? n : 0;
+        n = 0;
+        if (st == LP_OK)
+            dataset_progress(*n_runs, total, *n_tokens, now_seconds() - t0);
+    }
+    free(sel);
+    return st;
+}
+
 static lp_status run_dataset_prompts(trace_job *j, dataset_job *d, const trace_opts *o,
                                      int64_t *first_run, int64_t *n_runs, int64_t *n_tokens,
                                      double *seconds, lp_error *err)
@@ -573,6 +675,11 @@ static lp_status run_dataset_prompts(trace_job *j, dataset_job *d, const trace_o
     lp_status st = LP_OK;
     *first_run = 0;
     j->dataset = d->name;
+    if (o->batch_size > 0) {
+        st = run_dataset_batches(j, d, o, first_run, n_runs, n_tokens, err);
+        *seconds = now_seconds() - t0;
+        return st == LP_OK ? lp_store_update_dataset_stats(j->store, d->name, err) : st;
+    }
     for (size_t i = (size_t)d->shard_i; i < d->prompts.n && st == LP_OK;
          i += (size_t)d->shard_n) {
         j->in.ids = d->ids[i];
@@ -630,8 +737,10 @@ static int run_trace(int argc, char **argv)
     trace_job job = {.model_path = pos[0]};
     if (o.prompts && (o.input.prompt || o.input.prompt_file || o.input.tokens))
         return lp_cli_usage_error(CMD, "--prompts FILE replaces --prompt, --prompt-file, --tokens");
-    if (!o.prompts && (o.dataset || o.shard))
-        return lp_cli_usage_error(CMD, "--dataset and --shard go with --prompts FILE");
+    if (!o.prompts && (o.dataset || o.shard || o.batch_size))
+        return lp_cli_usage_error(CMD, "--dataset, --shard and --batch-size go with --prompts FILE");
+    if (o.batch_size && o.generate)
+        return lp_cli_usage_error(CMD, "--batch-size runs prefills only: drop --generate");
     if (o.prompts)
         return run_dataset(&job, &o);
     tee_ctx tee;

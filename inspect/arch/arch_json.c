@@ -25,6 +25,7 @@ typedef enum json_kind {
     J_ROPE_SCALING, /* the object of ROPE_SCALING_FIELDS */
     J_NUM_SET,      /* double, left out when 0 (fields most families do not have) */
     J_INT_SET,      /* int64_t, left out when 0 */
+    J_BOOL_SET,     /* bool, left out when false */
 } json_kind;
 
 typedef struct json_field {
@@ -65,6 +66,8 @@ static const json_field FIELDS[] = {
     F(J_NUM, attn_logit_softcap), F(J_NUM, final_logit_softcap), F(J_NUM, query_scale),
     F(J_INT, n_mtp_layers), F(J_DTYPE, storage_dtype), F(J_INT, bos_token_id),
     F(J_INT, eos_token_id), F(J_NUM_SET, alibi_max_bias), F(J_NUM_SET, qkv_clip),
+    F(J_BOOL_SET, router_sigmoid), F(J_INT_SET, n_expert_groups), F(J_INT_SET, topk_groups),
+    F(J_NUM_SET, routed_scaling),
 };
 
 static const json_field ROPE_SCALING_FIELDS[] = {
@@ -141,7 +144,8 @@ static json_t *field_json(const lp_arch *a, const json_field *f)
     case J_NUM_SET:
         memcpy(&d, p, sizeof d);
         return json_real(d);
-    case J_BOOL: return json_boolean(*(const bool *)(const void *)p);
+    case J_BOOL:
+    case J_BOOL_SET: return json_boolean(*(const bool *)(const void *)p);
     case J_LAYERS_INT: return layers_json(p, false, n);
     case J_LAYERS_BOOL: return layers_json(p, true, n);
     case J_ROPE_SCALING:
@@ -163,6 +167,8 @@ static bool left_out(const lp_arch *a, const json_field *f)
         return memcpy(&i, p, sizeof i), i == 0;
     if (f->kind == J_NUM_SET)
         return memcpy(&d, p, sizeof d), d == 0.0;
+    if (f->kind == J_BOOL_SET)
+        return !*(const bool *)(const void *)p;
     return false;
 }
 

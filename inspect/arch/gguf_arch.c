@@ -440,6 +440,16 @@ static lp_status read_moe(const reader *r, lp_arch *a, const char *gguf_name)
             return st;
         /* DeepSeek V3's sigmoid router comes with a per-expert score bias */
         a->router_score_bias = has_layer_tensor(r->g, "exp_probs_b.bias") || gating == 2;
+        /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID */
+        a->router_sigmoid = gating == 2;
+        double scale = 0.0;
+        if ((st = opt_count(r, "expert_group_count", &a->n_expert_groups, NULL)) != LP_OK ||
+            (st = opt_count(r, "expert_group_used_count", &a->topk_groups, NULL)) != LP_OK ||
+            (st = opt_float(r, "expert_weights_scale", &scale, NULL)) != LP_OK)
+            return st;
+        if (a->n_expert_groups <= 1)
+            a->n_expert_groups = a->topk_groups = 0;
+        a->routed_scaling = scale == 1.0 ? 0.0 : scale;
     }
     for (int64_t l = first_dense; l < a->n_layers; l++) {
         a->layer_moe[l] = true;

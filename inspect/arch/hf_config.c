@@ -627,11 +627,56 @@ static lp_status read_deepseek_moe_layers(const hf_reader *r, lp_arch *a)
                             "%s: key 'moe_layer_freq': 0 must be at least 1", r->path);
     for (int64_t l = first_dense; l < a->n_layers; l++)
         a->layer_moe[l] = l % freq == 0;
-    const char *topk_method = NULL;
-    if ((st = hf_str(r, "topk_method", &topk_method)) != LP_OK)
+    const char *topk_method = NULL, *scoring = NULL;
+    if ((st = hf_str(r, "topk_method", &topk_method)) != LP_OK ||
+        (st = hf_str(r, "scoring_func", &scoring)) != LP_OK)
         return st;
-    a->router_score_bias = topk_method && strcmp(topk_method, "noaux_tc") == 0;
+    bool v3 = is_family(a, "deepseek_v3");
+    /* DeepseekV3Config: noaux_tc, 8 groups of which 4, scaling 2.5, normalized; V2: greedy */
+    if (!topk_method)
+        topk_method = v3 ? "noaux_tc" : "greedy";
+    a->router_score_bias = strcmp(topk_method, "noaux_tc") == 0;
+    a->router_sigmoid = scoring ? strcmp(scoring, "sigmoid") == 0 : v3;
+    bool grouped = a->router_score_bias || strcmp(topk_method, "group_limited_greedy") == 0;
+    int64_t groups = v3 ? 8 : 0, topk_groups = v3 ? 4 : 0;
+    double scaling = v3 ? 2.5 : 1.0;
+    if ((st = hf_opt_count(r, KEYS("n_group"), &groups, NULL)) != LP_OK ||
+        (st = hf_opt_count(r, KEYS("topk_group"), &topk_groups, NULL)) != LP_OK ||
+        (st = hf_num(r, "routed_scaling_factor", &scaling, NULL)) != LP_OK)
+        return st;
+    if (v3 && !hf_get(r, "norm_topk_prob"))
+        a->norm_topk_prob = true;
+    if (grouped && groups > 1) {
+        if (a->n_experts % groups != 0 || topk_groups < 1 || topk_groups > groups ||
+            topk_groups * (a->n_experts / groups) < a->n_experts_per_tok)
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: keys 'n_group' %lld / 'topk_group' %lld: %lld experts do not "
+                                "split into groups that hold the %lld chosen",
+                                r->path, (long long)groups, (long long)topk_groups,
+                                (long long)a->n_experts, (long long)a->n_experts_per_tok);
+        a->n_expert_groups = groups;
+        a->topk_groups = topk_groups;
+    }
+    a->routed_scaling = scaling == 1.0 ? 0.0 : scaling;
     return LP_OK;
+}
+
+/* What Qwen2MoeConfig and Qwen3MoeConfig put in for a key the config leaves out. */
+typedef struct moe_class_defaults {
+    const char *family;
+    int64_t n_experts, top_k, expert_ffn, shared_ffn;
+} moe_class_defaults;
+
+static const moe_class_defaults *moe_defaults_of(const lp_arch *a)
+{
+    static const moe_class_defaults table[] = {
+        {"qwen2_moe", 60, 4, 1408, 5632},
+        {"qwen3_moe", 128, 8, 768, 0},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (is_family(a, table[i].family))
+            return &table[i];
+    return NULL;
 }
 
 /* Qwen MoE style: decoder_sparse_step and mlp_only_layers choose the MoE layers. */
@@ -658,9 +703,13 @@ static lp_status read_qwen_moe_layers(const hf_reader *r, lp_arch *a)
                                 r->path, i, (long long)a->n_layers - 1);
         a->layer_moe[l] = false;
     }
+    const char *used;
     if ((st = hf_opt_count(r, KEYS("shared_expert_intermediate_size"),
-                           &a->shared_expert_ffn_hidden, NULL)) != LP_OK)
+                           &a->shared_expert_ffn_hidden, &used)) != LP_OK)
         return st;
+    const moe_class_defaults *d = moe_defaults_of(a);
+    if (!used && d)
+        a->shared_expert_ffn_hidden = d->shared_ffn;
     a->shared_expert_gate = a->shared_expert_ffn_hidden > 0;
     return LP_OK;
 }
@@ -669,14 +718,21 @@ static lp_status read_qwen_moe_layers(const hf_reader *r, lp_arch *a)
 static lp_status read_expert_counts(const hf_reader *r, lp_arch *a, bool *any)
 {
     const char *used;
+    const moe_class_defaults *d = moe_defaults_of(a);
     lp_status st = hf_opt_count(r, KEYS("num_local_experts", "num_experts", "n_routed_experts"),
                                 &a->n_experts, &used);
+    if (st == LP_OK && !used && d)
+        a->n_experts = d->n_experts;
     *any = st == LP_OK && a->n_experts > 0;
     if (!*any)
         return st;
     if ((st = hf_opt_count(r, KEYS("num_experts_per_tok", "moe_top_k", "top_k"),
                            &a->n_experts_per_tok, &used)) != LP_OK)
         return st;
+    if (!used && d) {
+        a->n_experts_per_tok = d->top_k;
+        used = "num_experts_per_tok";
+    }
     if (!used)
         return lp_error_set(r->err, LP_ERR_FORMAT,
                             "%s: missing required key 'num_experts_per_tok' for %lld experts",
@@ -710,7 +766,7 @@ static lp_status parse_moe(const hf_reader *r, lp_arch *a)
         LP_OK)
         return st;
     if (!used)
-        a->expert_ffn_hidden = a->ffn_hidden;
+        a->expert_ffn_hidden = moe_defaults_of(a) ? moe_defaults_of(a)->expert_ffn : a->ffn_hidden;
     if (family_prefix(a, "deepseek") || hf_get(r, "first_k_dense_replace"))
         return read_deepseek_moe_layers(r, a);
     return read_qwen_moe_layers(r, a);

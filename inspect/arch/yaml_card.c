@@ -98,6 +98,10 @@ static const card_field FIELDS[] = {
     {"moe", "router_score_bias", F_BOOL, A(router_score_bias), false},
     {"moe", "router_bias", F_BOOL, A(router_bias), false},
     {"moe", "norm_topk_prob", F_BOOL, A(norm_topk_prob), true},
+    {"moe", "router_sigmoid", F_BOOL, A(router_sigmoid), false},
+    {"moe", "expert_groups", F_INT, A(n_expert_groups), false},
+    {"moe", "topk_groups", F_INT, A(topk_groups), false},
+    {"moe", "routed_scaling", F_NUM, A(routed_scaling), false},
     {"moe", "dense_layers", F_SPECIAL, NONE, false},
 
     {"positions", "kind", F_POS, A(pos_kind), true},

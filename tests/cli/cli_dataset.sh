@@ -56,6 +56,19 @@ expect_one_line_error "$LOUPE" merge "$TMP/m2.db" "$TMP/s0.db" "$TMP/old.db"
 expect_stderr_contains "schema_version 1" "$LOUPE" merge "$TMP/m3.db" "$TMP/s0.db" "$TMP/old.db"
 expect_eq "0" "$(sqlite3 "$TMP/m3.db" "SELECT count(*) FROM runs")" "nothing merged"
 
+# Padded batches: each sequence its own run (batch id, index, padding recorded) computing what
+# it computes alone: right padding bit for bit, left padding within 1e-4 (observed 7e-6 logits).
+B="$TMP/batch.db"
+expect_status 0 "$LOUPE" trace "$M" --prompts "$P" --dataset alone --db "$B" --logits full --maps f32 --threads 1
+expect_status 0 "$LOUPE" trace "$M" --prompts "$P" --dataset right --batch-size 3 --db "$B" --logits full --maps f32 --threads 1
+expect_status 0 "$LOUPE" trace "$M" --prompts "$P" --dataset left --batch-size 3 --padding left --db "$B" --logits full --maps f32 --threads 1
+expect_eq "0|0|0|6|0|5 2|0|2|7|0|4 4|1|1|7|0|8" "$(sqlite3 "$B" "SELECT group_concat(prompt_index || '|' || batch_id || '|' || batch_index || '|' || pad_left || '|' || pad_right || '|' || n_tokens, ' ') FROM runs WHERE dataset = 'left' AND pad_left > 0")" "batch columns (left padding)"
+cmp_out=$(python3 "$(dirname "$0")/batch_compare.py" "$B" alone right left)
+echo "$cmp_out"
+expect_eq "right tokens True logits 0.00e+00 maps 0.00e+00" "$(echo "$cmp_out" | sed -n 1p | sed 's/ stats.*//')" "right padding = alone"
+expect_eq "True" "$(echo "$cmp_out" | sed -n 2p | python3 -c "import sys; f = sys.stdin.read().split(); print(f[2] == 'True' and float(f[4]) < 1e-4 and float(f[6]) < 1e-4 and float(f[8]) < 1e-4)")" "left padding = alone within 1e-4"
+expect_one_line_error "$LOUPE" trace "$M" --prompts "$P" --batch-size 2 --generate 3 --db "$B"
+
 # The aggregate drawn; an unknown dataset is one line, exit 2.
 expect_stdout_contains "wrote" "$LOUPE" render "$ALL" --dataset stories --stats prev_token -o "$TMP/ds.svg"
 expect_eq "2" "$(grep -c 'dataset stories, mean over 5 runs' "$TMP/ds.svg")" "dataset picture title"

@@ -168,4 +168,10 @@ for f in text trunc; do
   one_line_fault "$f.db" "$LOUPE" export "$TMP/$f.db" --run 1 -o "$TMP/$f.safetensors"
   [ "$(md5sum <"$TMP/$f.db")" = "$sum" ] && [ ! -e "$TMP/$f.png" ] && ok || bad "$f.db was written to"
 done
+# a table name with a newline in a damaged schema (found by fuzz_trace_db) stays one line
+bad_schema="$(dirname "$0")/../fuzz/trace_db/regress/newline_in_schema_name.sqlite"
+cp "$bad_schema" "$TMP/schema.db"
+one_line_fault "malformed database schema (router_s" "$LOUPE" render "$TMP/schema.db" --run 1 --layer 0 --head 0 -o "$TMP/schema.png"
+grep -qF '\x0A)' "$TMP/err" && ok || bad "the newline is not escaped: $(cat "$TMP/err")"
+one_line_fault "malformed database schema" "$LOUPE" trace "$model" --tokens "$short" --db "$TMP/schema.db"
 finish

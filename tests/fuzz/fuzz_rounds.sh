@@ -2,7 +2,7 @@
 # Fuzzing in rounds that add up: each target runs under libFuzzer + ASan + UBSan starting from its
 # kept corpus (tests/fuzz/<target>/corpus/, merged and minimized after each round so it stays
 # small), its seeds and regressions and ../shared's real files; every round appends one line to
-# tests/fuzz/rounds.tsv (UTC time, target, seconds, inputs executed, corpus files, findings), so
+# tests/fuzz/rounds.tsv (UTC time, target, seconds spent, inputs executed, corpus files, findings), so
 # the hours spent on a target are the sum of its lines. A finding stops that target's round and
 # is kept as build-fuzz/fuzz-artifacts/<target>-crash-*; fix it, copy the input into
 # tests/fuzz/<target>/regress/ and run again.
@@ -10,6 +10,7 @@
 #   SECONDS_PER_TARGET (default 300)  libFuzzer's -max_total_time for each target this round
 #   TARGETS (default: all)            e.g. TARGETS="prompts cli trace_db"
 #   BUILD_DIR (default build-fuzz)
+#   NO_BUILD=1                        use the fuzz_*_libfuzzer binaries already in BUILD_DIR
 #   fuzz_rounds.sh --summary          hours, inputs and findings per target from rounds.tsv
 #
 # The machine is shared: one fuzzer at a time, under nice -n 19 (take what others leave).
@@ -33,11 +34,13 @@ targets="${TARGETS:-$all}"
 shared="${LOUPE_SHARED:-$root/../shared}"
 artifacts="$build/fuzz-artifacts"
 command -v clang >/dev/null || { echo "fuzz_rounds: clang not found (sh .ci/setup fuzz)" >&2; exit 2; }
-CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOUPE_FUZZ=ON \
-  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" >/dev/null
-bins=""
-for t in $targets; do bins="$bins fuzz_${t}_libfuzzer"; done
-nice -n 19 cmake --build "$build" -j1 --target $bins
+if [ -z "${NO_BUILD:-}" ]; then
+  CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOUPE_FUZZ=ON \
+    -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" >/dev/null
+  bins=""
+  for t in $targets; do bins="$bins fuzz_${t}_libfuzzer"; done
+  nice -n 19 cmake --build "$build" -j1 --target $bins
+fi
 mkdir -p "$artifacts"
 [ -f "$log" ] || printf 'utc\ttarget\tseconds\tinputs\tcorpus_files\tfindings\n' >"$log"
 work="$(mktemp -d "${TMPDIR:-/tmp}/loupe-rounds.XXXXXX")"
@@ -72,6 +75,7 @@ for t in $targets; do
   done
   echo "== fuzz_$t: ${seconds}s from $(ls "$corpus" | wc -l) corpus files and $(ls "$seeds" | wc -l) seeds"
   findings=0
+  started=$(date +%s)
   if ! LOUPE_SHARED="$shared" LOUPE_TEST_TMP="$work" nice -n 19 "$bin" "$corpus" "$seeds" \
         -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2048 \
         -malloc_limit_mb=1024 -close_fd_mask=3 -print_final_stats=1 \
@@ -81,6 +85,7 @@ for t in $targets; do
     echo "fuzz_$t: FINDING; last lines of its log:" >&2
     tail -n 30 "$work/$t.log" >&2
   fi
+  spent=$(( $(date +%s) - started )) # a finding ends the round early
   inputs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log" | tail -n 1)
   # keep the corpus minimal: only inputs that add coverage survive the merge
   mkdir -p "$work/$t-min"
@@ -91,7 +96,7 @@ for t in $targets; do
     cp "$work/$t-min"/* "$corpus"/
   fi
   n_corpus=$(ls "$corpus" | wc -l)
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$t" "$seconds" "${inputs:-0}" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$t" "$spent" "${inputs:-0}" \
     "$n_corpus" "$findings" >>"$log"
   echo "fuzz_$t: ${inputs:-0} inputs, corpus $n_corpus files, findings $findings"
 done

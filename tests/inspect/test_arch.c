@@ -127,6 +127,7 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_I(router_bias) SAME_I(attn_sinks) SAME_I(qk_norm_per_head)
     SAME_I(embed_proj_dim) SAME_I(post_norm) SAME_I(encoder_only) SAME_I(n_token_types)
     SAME_I(pooler) SAME_D(alibi_max_bias) SAME_D(qkv_clip) SAME_I(rope_scaling.n_factors)
+    SAME_I(router_sigmoid) SAME_I(n_expert_groups) SAME_I(topk_groups) SAME_D(routed_scaling)
     for (int i = 0; i < LP_MAX_ROPE_FACTORS; i++) {
         SAME_D(rope_scaling.short_factor[i]) SAME_D(rope_scaling.long_factor[i])
     }
@@ -197,9 +198,9 @@ static void test_defaults_and_names(void **state)
      * below, to the card schema (FIELDS in inspect/arch/yaml_card.c, configs/README.md), to
      * inspect/arch/arch_json.c and to the HF reader; then update these numbers and the field named
      * here (the last one). A bool that fits in the trailing padding slips past sizeof. */
-    size_t end_of_fields = offsetof(lp_arch, qkv_clip) + sizeof(double);
-    if (end_of_fields != 17816 || sizeof(lp_arch) != 17816)
-        fail_msg("lp_arch's fields end at byte %zu, not 17816 (or sizeof changed): see above",
+    size_t end_of_fields = offsetof(lp_arch, routed_scaling) + sizeof(double);
+    if (end_of_fields != 17848 || sizeof(lp_arch) != 17848)
+        fail_msg("lp_arch's fields end at byte %zu, not 17848 (or sizeof changed): see above",
                  end_of_fields);
     lp_arch a;
     lp_arch_init(&a);
@@ -329,6 +330,24 @@ static void test_moe_layer_selection(void **state)
     assert_true(a->shared_expert_gate);
     assert_int_equal(a->n_shared_experts, 0);
     check_round_trip(a, "qwen2_moe");
+
+    /* keys left out take Qwen2MoeConfig's and Qwen3MoeConfig's defaults */
+    a = parse_hf_text("qwen2_moe_defaults.json",
+        "{\"model_type\": \"qwen2_moe\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 256}");
+    assert_int_equal(a->n_experts, 60);
+    assert_int_equal(a->n_experts_per_tok, 4);
+    assert_int_equal(a->expert_ffn_hidden, 1408);
+    assert_int_equal(a->shared_expert_ffn_hidden, 5632);
+    assert_true(a->layer_moe[0] && a->layer_moe[1] && !a->norm_topk_prob);
+    a = parse_hf_text("qwen3_moe_defaults.json",
+        "{\"model_type\": \"qwen3_moe\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 256}");
+    assert_int_equal(a->n_experts, 128);
+    assert_int_equal(a->n_experts_per_tok, 8);
+    assert_int_equal(a->expert_ffn_hidden, 768);
+    assert_int_equal(a->shared_expert_ffn_hidden, 0);
+    assert_false(a->shared_expert_gate);
 
     /* deepseek_v3: first_k_dense_replace dense layers, then MoE every moe_layer_freq */
     a = parse_hf_text("deepseek.json",

@@ -48,6 +48,36 @@ static bool has_post_norms(const ref_config *c)
     return c->family == REF_GEMMA2 || c->family == REF_GEMMA3 || c->family == REF_OLMO2;
 }
 static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim; }
+
+bool ref_layer_routed(const ref_config *c, int64_t l)
+{
+    if (c->family == REF_MIXTRAL)
+        return true;
+    if (c->family == REF_DEEPSEEK)
+        return l >= c->first_dense;
+    if (c->family != REF_QWEN_MOE || (l < 64 && (c->mlp_only >> l) & 1))
+        return false;
+    return (l + 1) % (c->sparse_step > 0 ? c->sparse_step : 1) == 0;
+}
+/* One routed expert's width */
+static int64_t expert_ffn(const ref_config *c) { return c->expert_ffn > 0 ? c->expert_ffn : c->ffn; }
+/* The shared expert's width: Qwen's own, DeepSeek's n_shared routed widths */
+static int64_t shared_width(const ref_config *c)
+{
+    return c->family == REF_DEEPSEEK ? c->n_shared * expert_ffn(c) : c->shared_ffn;
+}
+/* MLA: the per-head dims */
+static int64_t nope_dim(const ref_config *c) { return c->head_dim - c->rope_dim; }
+static int64_t o_width(const ref_config *c)
+{
+    return c->family == REF_DEEPSEEK ? c->n_heads * c->v_dim : q_dim(c);
+}
+
+int64_t ref_head_out_width(const ref_config *c)
+{
+    return c->family == REF_DEEPSEEK ? c->v_dim : c->head_dim;
+}
+
 /* LayerNorm with bias and a plain (ungated) MLP */
 static bool is_layernorm_mlp(const ref_config *c)
 {
@@ -136,7 +166,18 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
         RT(L->wq, q_dim(c) * H, sc, 0.0);
         RT(L->wk, kv_dim(c) * H, sc, 0.0);
         RT(L->wv, kv_dim(c) * H, sc, 0.0);
-        RT(L->wo, H * q_dim(c), sc, 0.0);
+        RT(L->wo, H * o_width(c), sc, 0.0);
+        if (c->family == REF_DEEPSEEK) {
+            int64_t kvr = c->kv_lora, qr = c->q_lora;
+            if (qr > 0) {
+                RT(L->q_a, qr * H, sc, 0.0);
+                RT(L->q_a_norm, qr, 0.1, 1.0);
+                RT(L->q_b, q_dim(c) * qr, sc, 0.0);
+            }
+            RT(L->kv_a, (kvr + c->rope_dim) * H, sc, 0.0);
+            RT(L->kv_a_norm, kvr, 0.1, 1.0);
+            RT(L->kv_b, c->n_heads * (nope_dim(c) + c->v_dim) * kvr, sc, 0.0);
+        }
         if (!shares_input_norm(c))
             RT(L->ffn_norm, H, 0.1, norm_offset);
         if (uses_layernorm(c)) {
@@ -170,16 +211,26 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->post_attn_norm, H, 0.1, norm_offset);
             RT(L->post_ffn_norm, H, 0.1, norm_offset);
         }
-        if (c->family == REF_MIXTRAL) {
+        if (ref_layer_routed(c, l)) {
+            int64_t EF = expert_ffn(c), SF = shared_width(c);
             RT(L->router, c->n_experts * H, 1.0, 0.0);
+            if (c->v3)
+                RT(L->score_bias, c->n_experts, 0.3, 0.0);
             L->e_gate = calloc((size_t)c->n_experts, sizeof(float *));
             L->e_up = calloc((size_t)c->n_experts, sizeof(float *));
             L->e_down = calloc((size_t)c->n_experts, sizeof(float *));
             ok = ok && L->e_gate && L->e_up && L->e_down;
             for (int64_t e = 0; ok && e < c->n_experts; e++) {
-                RT(L->e_gate[e], F * H, sc, 0.0);
-                RT(L->e_up[e], F * H, sc, 0.0);
-                RT(L->e_down[e], H * F, sc, 0.0);
+                RT(L->e_gate[e], EF * H, sc, 0.0);
+                RT(L->e_up[e], EF * H, sc, 0.0);
+                RT(L->e_down[e], H * EF, sc, 0.0);
+            }
+            if (SF > 0) {
+                RT(L->s_gate, SF * H, sc, 0.0);
+                RT(L->s_up, SF * H, sc, 0.0);
+                RT(L->s_down, H * SF, sc, 0.0);
+                if (c->family == REF_QWEN_MOE)
+                    RT(L->s_gate_w, H, 1.0, 0.0);
             }
         } else {
             if (!is_layernorm_mlp(c))
@@ -202,10 +253,12 @@ void ref_model_free(ref_model *m)
             float *ps[] = {L->attn_norm, L->attn_norm_b, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
                            L->bv, L->bo, L->post_attn_norm, L->ffn_norm, L->ffn_norm_b, L->w_gate,
                            L->w_up, L->w_down, L->b_up, L->b_down, L->post_ffn_norm, L->router,
-                           L->q_norm, L->k_norm};
+                           L->q_norm, L->k_norm, L->s_gate, L->s_up, L->s_down, L->s_gate_w,
+                           L->q_a, L->q_a_norm, L->q_b, L->kv_a, L->kv_a_norm, L->kv_b,
+                           L->score_bias};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 free(ps[i]);
-            for (int64_t e = 0; e < m->cfg.n_experts; e++) {
+            for (int64_t e = 0; L->e_gate && e < m->cfg.n_experts; e++) {
                 if (L->e_gate) free(L->e_gate[e]);
                 if (L->e_up) free(L->e_up[e]);
                 if (L->e_down) free(L->e_down[e]);
@@ -279,6 +332,17 @@ static void norm(const ref_config *c, double *y, const double *x, const float *w
     }
 }
 
+/* RMSNorm with its own eps (DeepSeek's latent norms) */
+static void rms_eps(double *y, const double *x, const float *w, int64_t n, double eps)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double inv = 1.0 / sqrt(ss / (double)n + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * inv * (double)w[i];
+}
+
 static double silu(double v) { return v / (1.0 + exp(-v)); }
 static double gelu_tanh(double v)
 {
@@ -287,6 +351,30 @@ static double gelu_tanh(double v)
 
 static double gelu_erf(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
 
+/* DeepSeek's yarn_get_mscale */
+static double yarn_m(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * log(factor) + 1.0; }
+
+/* DeepSeek's YaRN frequency of pair i (extrapolated below the beta_fast correction dim,
+ * interpolated by the factor above beta_slow's, a linear ramp between) and *mag, the cos/sin
+ * magnitude. */
+static double yarn_freq(const ref_config *c, double base, int64_t dim, int64_t i, double extra,
+                        double *mag)
+{
+    const double pi = 3.14159265358979323846;
+    double orig = (double)c->yarn_orig, d = (double)dim;
+    double low = floor(d * log(orig / (32.0 * 2 * pi)) / (2 * log(base)));
+    double high = ceil(d * log(orig / (1.0 * 2 * pi)) / (2 * log(base)));
+    low = low < 0 ? 0 : low;
+    high = high > d - 1 ? d - 1 : high;
+    if (low == high)
+        high += 0.001;
+    double ramp = ((double)i - low) / (high - low);
+    ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+    double keep = 1.0 - ramp; /* the share of the extrapolated frequency */
+    *mag = yarn_m(c->yarn_factor, c->yarn_mscale) / yarn_m(c->yarn_factor, c->yarn_mscale_all);
+    return extra / c->yarn_factor * (1.0 - keep) + extra * keep;
+}
+
 static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, int64_t pos)
 {
     int64_t hd = c->head_dim, rot = c->rope_dim > 0 ? c->rope_dim : hd, half = rot / 2;
@@ -294,8 +382,10 @@ static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, 
         double *x = v + h * hd;
         for (int64_t i = 0; i < half; i++) {
             /* inv_freq over the rotated dims only, as HF's partial_rotary_factor does */
-            double freq = pow(theta, -(double)(2 * i) / (double)rot);
-            double a = (double)pos * freq, cs = cos(a), sn = sin(a);
+            double freq = pow(theta, -(double)(2 * i) / (double)rot), mag = 1.0;
+            if (c->yarn_factor > 0)
+                freq = yarn_freq(c, theta, rot, i, freq, &mag);
+            double a = (double)pos * freq, cs = cos(a) * mag, sn = sin(a) * mag;
             int64_t i0 = c->rope_adjacent ? 2 * i : i;
             int64_t i1 = c->rope_adjacent ? 2 * i + 1 : i + half;
             double x0 = x[i0], x1 = x[i1];
@@ -306,11 +396,11 @@ static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, 
 }
 
 /* The FFN of one token: dense, or an expert's SwiGLU. */
-static void mlp(const ref_config *c, double *out, const double *x, const float *w_gate,
-                const float *w_up, const float *w_down, const float *b_up, const float *b_down,
-                double *g, double *u)
+static void mlp_w(const ref_config *c, int64_t F, double *out, const double *x,
+                  const float *w_gate, const float *w_up, const float *w_down, const float *b_up,
+                  const float *b_down, double *g, double *u)
 {
-    int64_t H = c->hidden, F = c->ffn;
+    int64_t H = c->hidden;
     matvec(u, w_up, b_up, x, F, H);
     if (is_layernorm_mlp(c)) {
         /* GPT-NeoX's and Falcon's "gelu" is the exact one; GPT-2, Phi and GPT-J use gelu_new */
@@ -327,6 +417,174 @@ static void mlp(const ref_config *c, double *out, const double *x, const float *
     matvec(out, w_down, b_down, g, H, F);
 }
 
+static void mlp(const ref_config *c, double *out, const double *x, const float *w_gate,
+                const float *w_up, const float *w_down, const float *b_up, const float *b_down,
+                double *g, double *u)
+{
+    mlp_w(c, c->ffn, out, x, w_gate, w_up, w_down, b_up, b_down, g, u);
+}
+
+/* The routed FFN of one token: softmax router over every expert, the K best by rank (an
+ * expert's rank is how many beat it: a higher probability, or the same and a lower id), their
+ * outputs mixed by the probabilities (renormalized over the K for Mixtral and with norm_topk),
+ * plus the shared expert scaled by sigmoid(s_gate_w . x). tmp2 is [hidden] scratch. */
+static void moe_ffn(const ref_config *c, const ref_layer *Ly, double *out, const double *x,
+                    double *rp, int32_t *chosen, double *tmp2, double *g, double *u)
+{
+    int64_t H = c->hidden, E = c->n_experts, K = c->top_k;
+    matvec(rp, Ly->router, NULL, x, E, H);
+    if (c->v3) {
+        for (int64_t e = 0; e < E; e++)
+            rp[e] = 1.0 / (1.0 + exp(-rp[e]));
+    } else {
+        double mx = -INFINITY, z = 0;
+        for (int64_t e = 0; e < E; e++)
+            mx = rp[e] > mx ? rp[e] : mx;
+        for (int64_t e = 0; e < E; e++)
+            z += (rp[e] = exp(rp[e] - mx));
+        for (int64_t e = 0; e < E; e++)
+            rp[e] /= z;
+    }
+    /* the choice ranks sel: the scores plus V3's bias, -inf outside the kept groups */
+    double sel[256];
+    for (int64_t e = 0; e < E; e++)
+        sel[e] = rp[e] + (Ly->score_bias ? (double)Ly->score_bias[e] : 0.0);
+    if (c->n_groups > 1) {
+        int64_t G = c->n_groups, n = E / G;
+        double gs[64];
+        for (int64_t gi = 0; gi < G; gi++) {
+            /* V2: the group's best expert; V3: the sum of its best two */
+            double b1 = -INFINITY, b2 = -INFINITY;
+            for (int64_t i = 0; i < n; i++) {
+                double v = sel[gi * n + i];
+                if (v > b1) {
+                    b2 = b1;
+                    b1 = v;
+                } else if (v > b2) {
+                    b2 = v;
+                }
+            }
+            gs[gi] = c->v3 && n > 1 ? b1 + b2 : b1;
+        }
+        for (int64_t gi = 0; gi < G; gi++) {
+            int64_t rank = 0;
+            for (int64_t o = 0; o < G; o++)
+                rank += gs[o] > gs[gi] || (gs[o] == gs[gi] && o < gi);
+            for (int64_t i = 0; rank >= c->topk_groups && i < n; i++)
+                sel[gi * n + i] = -INFINITY;
+        }
+    }
+    double wsum = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (sel[e] == -(double)INFINITY)
+            continue;
+        int64_t rank = 0;
+        for (int64_t o = 0; o < E; o++)
+            rank += sel[o] > sel[e] || (sel[o] == sel[e] && o < e);
+        if (rank < K) {
+            chosen[rank] = (int32_t)e;
+            wsum += rp[e];
+        }
+    }
+    bool renorm = c->family == REF_MIXTRAL || c->norm_topk;
+    /* DeepSeek: routed_scaling_factor, which V2 leaves out when it renormalizes */
+    double scale = c->routed_scaling > 0 && (c->v3 || !renorm) ? c->routed_scaling : 1.0;
+    for (int64_t i = 0; i < H; i++)
+        out[i] = 0;
+    for (int64_t j = 0; j < K; j++) {
+        int64_t e = chosen[j];
+        mlp_w(c, expert_ffn(c), tmp2, x, Ly->e_gate[e], Ly->e_up[e], Ly->e_down[e], NULL, NULL, g,
+              u);
+        double w = (renorm ? rp[e] / wsum : rp[e]) * scale;
+        for (int64_t i = 0; i < H; i++)
+            out[i] += w * tmp2[i];
+    }
+    if (shared_width(c) <= 0)
+        return;
+    mlp_w(c, shared_width(c), tmp2, x, Ly->s_gate, Ly->s_up, Ly->s_down, NULL, NULL, g, u);
+    double zg = 0;
+    for (int64_t i = 0; Ly->s_gate_w && i < H; i++)
+        zg += (double)Ly->s_gate_w[i] * x[i];
+    double sg = Ly->s_gate_w ? 1.0 / (1.0 + exp(-zg)) : 1.0;
+    for (int64_t i = 0; i < H; i++)
+        out[i] += sg * tmp2[i];
+}
+
+/* DeepSeek's latent attention over the normed inputs xn [T, hidden] of layer l: the head
+ * outputs into att [T, n_heads v_dim] and out's head_out, the probabilities into out. */
+static bool mla_attention(const ref_config *c, const ref_layer *Ly, const double *xn, int64_t T,
+                          int64_t l, double theta, double *att, ref_outputs *out)
+{
+    int64_t H = c->hidden, nh = c->n_heads, hd = c->head_dim, rot = c->rope_dim;
+    int64_t nope = nope_dim(c), vd = c->v_dim, qr = c->q_lora, kvr = c->kv_lora;
+    int64_t kvw = nh * (nope + vd);
+    double *q = calloc((size_t)(T * nh * hd), sizeof(double));
+    double *k = calloc((size_t)(T * nh * hd), sizeof(double));
+    double *v = calloc((size_t)(T * nh * vd), sizeof(double));
+    double *a = calloc((size_t)(qr + kvr + rot + 1), sizeof(double));
+    double *an = calloc((size_t)(qr + kvr + 1), sizeof(double));
+    double *kvb = calloc((size_t)kvw, sizeof(double)), *sc = calloc((size_t)T, sizeof(double));
+    bool ok = q && k && v && a && an && kvb && sc;
+    for (int64_t t = 0; ok && t < T; t++) {
+        double *qt = q + t * nh * hd;
+        if (qr > 0) {
+            matvec(a, Ly->q_a, NULL, xn + t * H, qr, H);
+            rms_eps(an, a, Ly->q_a_norm, qr, 1e-6);
+            matvec(qt, Ly->q_b, NULL, an, nh * hd, qr);
+        } else {
+            matvec(qt, Ly->wq, NULL, xn + t * H, nh * hd, H);
+        }
+        matvec(a, Ly->kv_a, NULL, xn + t * H, kvr + rot, H);
+        rms_eps(an, a, Ly->kv_a_norm, kvr, 1e-6);
+        matvec(kvb, Ly->kv_b, NULL, an, kvw, kvr);
+        double *kpe = a + kvr; /* one rope head shared by all */
+        rope(c, theta, qt + nope, nh, t);
+        rope(c, theta, kpe, 1, t);
+        for (int64_t h = 0; h < nh; h++) {
+            for (int64_t i = 0; i < nope; i++)
+                k[(t * nh + h) * hd + i] = kvb[h * (nope + vd) + i];
+            for (int64_t i = 0; i < rot; i++)
+                k[(t * nh + h) * hd + nope + i] = kpe[i];
+            for (int64_t i = 0; i < vd; i++)
+                v[(t * nh + h) * vd + i] = kvb[h * (nope + vd) + nope + i];
+        }
+    }
+    double scale = 1.0 / sqrt((double)hd);
+    if (c->yarn_factor > 0) /* DeepSeek: the softmax scale carries mscale_all_dim squared */
+        scale *= yarn_m(c->yarn_factor, c->yarn_mscale_all) * yarn_m(c->yarn_factor, c->yarn_mscale_all);
+    for (int64_t h = 0; ok && h < nh; h++) {
+        for (int64_t t = 0; t < T; t++) {
+            double mx = -INFINITY, z = 0;
+            for (int64_t s2 = 0; s2 <= t; s2++) {
+                double d = 0;
+                for (int64_t i = 0; i < hd; i++)
+                    d += q[(t * nh + h) * hd + i] * k[(s2 * nh + h) * hd + i];
+                sc[s2] = d * scale;
+                mx = sc[s2] > mx ? sc[s2] : mx;
+            }
+            for (int64_t s2 = 0; s2 <= t; s2++)
+                z += (sc[s2] = exp(sc[s2] - mx));
+            for (int64_t i = 0; i < vd; i++) {
+                double o = 0;
+                for (int64_t s2 = 0; s2 <= t; s2++)
+                    o += sc[s2] / z * v[(s2 * nh + h) * vd + i];
+                att[t * nh * vd + h * vd + i] = o;
+                out->head_out[(l * T + t) * nh * vd + h * vd + i] = (float)o;
+            }
+            for (int64_t s2 = 0; s2 <= t; s2++)
+                out->probs[((l * nh + h) * T + t) * T + s2] = (float)(sc[s2] / z);
+        }
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(a);
+    free(an);
+    free(kvb);
+    free(sc);
+    return ok;
+}
+
 bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outputs *out)
 {
     const ref_config *c = &m->cfg;
@@ -337,17 +595,20 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
     out->logits = calloc((size_t)(T * V), sizeof(float));
     out->probs = calloc((size_t)(L * nh * T * T), sizeof(float));
     out->resid = calloc((size_t)(L * T * H), sizeof(float));
-    out->head_out = calloc((size_t)(L * T * QD), sizeof(float));
+    int64_t OW = o_width(c) > QD ? o_width(c) : QD; /* head outputs per token */
+    out->head_out = calloc((size_t)(L * T * OW), sizeof(float));
     out->experts = calloc((size_t)(L * T * (K > 0 ? K : 1)), sizeof(int32_t));
     double *x = calloc((size_t)(T * H), sizeof(double));
     double *xn = calloc((size_t)(T * H), sizeof(double));
     double *q = calloc((size_t)(T * QD), sizeof(double));
     double *k = calloc((size_t)(T * KVD), sizeof(double));
     double *v = calloc((size_t)(T * KVD), sizeof(double));
-    double *att = calloc((size_t)(T * QD), sizeof(double));
+    double *att = calloc((size_t)(T * OW), sizeof(double));
     double *tmp = calloc((size_t)(H > V ? H : V), sizeof(double));
     double *tmp2 = calloc((size_t)H, sizeof(double));
-    double *g = calloc((size_t)F, sizeof(double)), *u = calloc((size_t)F, sizeof(double));
+    int64_t FW = F > expert_ffn(c) ? F : expert_ffn(c);
+    FW = FW > shared_width(c) ? FW : shared_width(c);
+    double *g = calloc((size_t)FW, sizeof(double)), *u = calloc((size_t)FW, sizeof(double));
     double *sc = calloc((size_t)T, sizeof(double));
     double *ao = calloc((size_t)(T * H), sizeof(double)); /* attention's output, per token */
     double *rp = calloc((size_t)(E > 0 ? E : 1), sizeof(double));
@@ -402,88 +663,97 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                              ? ((l + 1) % c->sliding_pattern != 0 ? c->window : 0)
                              : c->window;
         double theta = c->family == REF_GEMMA3 && window > 0 ? c->local_theta : c->theta;
-        for (int64_t t = 0; t < T; t++) {
-            if (has_input_norms(c))
+        if (c->family == REF_DEEPSEEK) {
+            for (int64_t t = 0; t < T; t++)
                 norm(c, xn + t * H, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
-            else
-                memcpy(xn + t * H, x + t * H, (size_t)H * sizeof(double));
-            matvec(q + t * QD, Ly->wq, Ly->bq, xn + t * H, QD, H);
-            matvec(k + t * KVD, Ly->wk, Ly->bk, xn + t * H, KVD, H);
-            matvec(v + t * KVD, Ly->wv, Ly->bv, xn + t * H, KVD, H);
-            if (c->qk_norm && qk_norm_whole(c)) {
-                /* one RMSNorm over the whole projection, on a copy */
-                double *cp = malloc((size_t)(QD > KVD ? QD : KVD) * sizeof *cp);
-                if (!cp) {
-                    ok = false;
-                    goto done;
-                }
-                memcpy(cp, q + t * QD, (size_t)QD * sizeof *cp);
-                norm(c, q + t * QD, cp, Ly->q_norm, NULL, QD);
-                memcpy(cp, k + t * KVD, (size_t)KVD * sizeof *cp);
-                norm(c, k + t * KVD, cp, Ly->k_norm, NULL, KVD);
-                free(cp);
-            } else if (c->qk_norm) {
-                /* per-head RMSNorm over head_dim, on a copy (norm() reads and writes) */
-                double tmp_head[512];
-                for (int64_t h = 0; h < nh; h++) {
-                    memcpy(tmp_head, q + t * QD + h * hd, (size_t)hd * sizeof(double));
-                    norm(c, q + t * QD + h * hd, tmp_head,
-                         Ly->q_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
-                }
-                for (int64_t h = 0; h < c->n_kv_heads; h++) {
-                    memcpy(tmp_head, k + t * KVD + h * hd, (size_t)hd * sizeof(double));
-                    norm(c, k + t * KVD + h * hd, tmp_head,
-                         Ly->k_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
-                }
+            if (!mla_attention(c, Ly, xn, T, l, theta, att, out)) {
+                ok = false;
+                goto done;
             }
-            if (c->family != REF_GPT2 && c->family != REF_OPT && !c->alibi) { /* learned or ALiBi */
-                rope(c, theta, q + t * QD, nh, t);
-                rope(c, theta, k + t * KVD, c->n_kv_heads, t);
-            }
-        }
-        for (int64_t h = 0; h < nh; h++) {
-            int64_t kvh = h / (nh / c->n_kv_heads);
+        } else {
             for (int64_t t = 0; t < T; t++) {
-                double max = -INFINITY, sum = 0;
-                for (int64_t s = 0; s <= t; s++) {
-                    if (window > 0 && t - s >= window) {
-                        sc[s] = -INFINITY;
-                        continue;
+                if (has_input_norms(c))
+                    norm(c, xn + t * H, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
+                else
+                    memcpy(xn + t * H, x + t * H, (size_t)H * sizeof(double));
+                matvec(q + t * QD, Ly->wq, Ly->bq, xn + t * H, QD, H);
+                matvec(k + t * KVD, Ly->wk, Ly->bk, xn + t * H, KVD, H);
+                matvec(v + t * KVD, Ly->wv, Ly->bv, xn + t * H, KVD, H);
+                if (c->qk_norm && qk_norm_whole(c)) {
+                    /* one RMSNorm over the whole projection, on a copy */
+                    double *cp = malloc((size_t)(QD > KVD ? QD : KVD) * sizeof *cp);
+                    if (!cp) {
+                        ok = false;
+                        goto done;
                     }
-                    double d = 0;
-                    for (int64_t i = 0; i < hd; i++)
-                        d += q[t * QD + h * hd + i] * k[s * KVD + kvh * hd + i];
-                    /* Falcon adds the ALiBi bias (key position times the head's slope) to
-                     * q.k and scales the sum */
-                    if (c->alibi && c->family == REF_FALCON)
-                        d += slopes[h] * (double)s;
-                    d *= scale;
-                    /* BLOOM adds it to the scaled scores (baddbmm with beta 1) */
-                    if (c->alibi && c->family != REF_FALCON)
-                        d += slopes[h] * (double)s;
-                    if (c->attn_softcap > 0)
-                        d = c->attn_softcap * tanh(d / c->attn_softcap);
-                    sc[s] = d;
-                    if (d > max)
-                        max = d;
+                    memcpy(cp, q + t * QD, (size_t)QD * sizeof *cp);
+                    norm(c, q + t * QD, cp, Ly->q_norm, NULL, QD);
+                    memcpy(cp, k + t * KVD, (size_t)KVD * sizeof *cp);
+                    norm(c, k + t * KVD, cp, Ly->k_norm, NULL, KVD);
+                    free(cp);
+                } else if (c->qk_norm) {
+                    /* per-head RMSNorm over head_dim, on a copy (norm() reads and writes) */
+                    double tmp_head[512];
+                    for (int64_t h = 0; h < nh; h++) {
+                        memcpy(tmp_head, q + t * QD + h * hd, (size_t)hd * sizeof(double));
+                        norm(c, q + t * QD + h * hd, tmp_head,
+                             Ly->q_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
+                    }
+                    for (int64_t h = 0; h < c->n_kv_heads; h++) {
+                        memcpy(tmp_head, k + t * KVD + h * hd, (size_t)hd * sizeof(double));
+                        norm(c, k + t * KVD + h * hd, tmp_head,
+                             Ly->k_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
+                    }
                 }
-                for (int64_t s = 0; s <= t; s++) {
-                    sc[s] = sc[s] == -(double)INFINITY ? 0.0 : exp(sc[s] - max);
-                    sum += sc[s];
+                if (c->family != REF_GPT2 && c->family != REF_OPT && !c->alibi) { /* learned or ALiBi */
+                    rope(c, theta, q + t * QD, nh, t);
+                    rope(c, theta, k + t * KVD, c->n_kv_heads, t);
                 }
-                for (int64_t i = 0; i < hd; i++) {
-                    double o = 0;
+            }
+            for (int64_t h = 0; h < nh; h++) {
+                int64_t kvh = h / (nh / c->n_kv_heads);
+                for (int64_t t = 0; t < T; t++) {
+                    double max = -INFINITY, sum = 0;
+                    for (int64_t s = 0; s <= t; s++) {
+                        if (window > 0 && t - s >= window) {
+                            sc[s] = -INFINITY;
+                            continue;
+                        }
+                        double d = 0;
+                        for (int64_t i = 0; i < hd; i++)
+                            d += q[t * QD + h * hd + i] * k[s * KVD + kvh * hd + i];
+                        /* Falcon adds the ALiBi bias (key position times the head's slope) to
+                         * q.k and scales the sum */
+                        if (c->alibi && c->family == REF_FALCON)
+                            d += slopes[h] * (double)s;
+                        d *= scale;
+                        /* BLOOM adds it to the scaled scores (baddbmm with beta 1) */
+                        if (c->alibi && c->family != REF_FALCON)
+                            d += slopes[h] * (double)s;
+                        if (c->attn_softcap > 0)
+                            d = c->attn_softcap * tanh(d / c->attn_softcap);
+                        sc[s] = d;
+                        if (d > max)
+                            max = d;
+                    }
+                    for (int64_t s = 0; s <= t; s++) {
+                        sc[s] = sc[s] == -(double)INFINITY ? 0.0 : exp(sc[s] - max);
+                        sum += sc[s];
+                    }
+                    for (int64_t i = 0; i < hd; i++) {
+                        double o = 0;
+                        for (int64_t s = 0; s <= t; s++)
+                            o += sc[s] / sum * v[s * KVD + kvh * hd + i];
+                        att[t * QD + h * hd + i] = o;
+                        out->head_out[(l * T + t) * QD + h * hd + i] = (float)o;
+                    }
                     for (int64_t s = 0; s <= t; s++)
-                        o += sc[s] / sum * v[s * KVD + kvh * hd + i];
-                    att[t * QD + h * hd + i] = o;
-                    out->head_out[(l * T + t) * QD + h * hd + i] = (float)o;
+                        out->probs[((l * nh + h) * T + t) * T + s] = (float)(sc[s] / sum);
                 }
-                for (int64_t s = 0; s <= t; s++)
-                    out->probs[((l * nh + h) * T + t) * T + s] = (float)(sc[s] / sum);
             }
         }
         for (int64_t t = 0; t < T; t++) {
-            matvec(tmp, Ly->wo, Ly->bo, att + t * QD, H, QD);
+            matvec(tmp, Ly->wo, Ly->bo, att + t * o_width(c), H, o_width(c));
             if (Ly->post_attn_norm) {
                 norm(c, tmp2, tmp, Ly->post_attn_norm, NULL, H);
                 memcpy(tmp, tmp2, (size_t)H * sizeof(double));
@@ -507,36 +777,8 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                 norm(c, h_in, x + t * H, Ly->attn_norm, Ly->attn_norm_b, H);
             else
                 norm(c, h_in, x + t * H, Ly->ffn_norm, Ly->ffn_norm_b, H);
-            if (c->family == REF_MIXTRAL) {
-                matvec(rp, Ly->router, NULL, h_in, E, H);
-                double mx = -INFINITY, z = 0;
-                for (int64_t e = 0; e < E; e++)
-                    mx = rp[e] > mx ? rp[e] : mx;
-                for (int64_t e = 0; e < E; e++)
-                    z += (rp[e] = exp(rp[e] - mx));
-                for (int64_t e = 0; e < E; e++)
-                    rp[e] /= z;
-                /* the K best by rank, not by the pass's repeated argmax: an expert's rank is
-                 * how many beat it (a higher probability, or the same and a lower id) */
-                int32_t *chosen = out->experts + (l * T + t) * K;
-                double wsum = 0;
-                for (int64_t e = 0; e < E; e++) {
-                    int64_t rank = 0;
-                    for (int64_t o = 0; o < E; o++)
-                        rank += rp[o] > rp[e] || (rp[o] == rp[e] && o < e);
-                    if (rank < K) {
-                        chosen[rank] = (int32_t)e;
-                        wsum += rp[e];
-                    }
-                }
-                for (int64_t i = 0; i < H; i++)
-                    tmp[i] = 0;
-                for (int64_t j = 0; j < K; j++) {
-                    int64_t e = chosen[j];
-                    mlp(c, tmp2, h_in, Ly->e_gate[e], Ly->e_up[e], Ly->e_down[e], NULL, NULL, g, u);
-                    for (int64_t i = 0; i < H; i++)
-                        tmp[i] += rp[e] / wsum * tmp2[i];
-                }
+            if (ref_layer_routed(c, l)) {
+                moe_ffn(c, Ly, tmp, h_in, rp, out->experts + (l * T + t) * K, tmp2, g, u);
             } else {
                 mlp(c, tmp, h_in, Ly->w_gate, Ly->w_up, Ly->w_down, Ly->b_up, Ly->b_down, g, u);
             }
@@ -603,6 +845,8 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_GEMMA: return LP_SYNTH_GEMMA;
     case REF_GEMMA2: return LP_SYNTH_GEMMA2;
     case REF_GEMMA3: return LP_SYNTH_GEMMA3;
+    case REF_QWEN_MOE: return c->qk_norm ? LP_SYNTH_QWEN3_MOE : LP_SYNTH_QWEN2_MOE;
+    case REF_DEEPSEEK: return c->v3 ? LP_SYNTH_DEEPSEEK_V3 : LP_SYNTH_DEEPSEEK_V2;
     case REF_NEOX: return LP_SYNTH_NEOX;
     case REF_PHI: return LP_SYNTH_PHI;
     case REF_GPTJ: return LP_SYNTH_GPTJ;
@@ -648,6 +892,17 @@ static const float *layer_tensor(const ref_layer *L, const lp_synth_tensor *t)
     case LP_ROLE_FFN_GATE: return L->w_gate;
     case LP_ROLE_FFN_UP: return b ? L->b_up : L->w_up;
     case LP_ROLE_FFN_DOWN: return b ? L->b_down : L->w_down;
+    case LP_ROLE_SHARED_GATE: return L->s_gate;
+    case LP_ROLE_SHARED_UP: return L->s_up;
+    case LP_ROLE_SHARED_DOWN: return L->s_down;
+    case LP_ROLE_SHARED_EXPERT_GATE: return L->s_gate_w;
+    case LP_ROLE_ATTN_Q_A: return L->q_a;
+    case LP_ROLE_ATTN_Q_A_NORM: return L->q_a_norm;
+    case LP_ROLE_ATTN_Q_B: return L->q_b;
+    case LP_ROLE_ATTN_KV_A: return L->kv_a;
+    case LP_ROLE_ATTN_KV_A_NORM: return L->kv_a_norm;
+    case LP_ROLE_ATTN_KV_B: return L->kv_b;
+    case LP_ROLE_ROUTER_BIAS: return L->score_bias;
     default: return NULL;
     }
 }
@@ -693,10 +948,18 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,
         .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap,
         .parallel = c->parallel, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm,
-        .new_arch = c->new_arch, .alibi = c->alibi, .bos_id = 1,
+        .new_arch = c->new_arch, .alibi = c->alibi, .expert_ffn = c->expert_ffn, .shared_ffn = c->shared_ffn, .sparse_step = c->sparse_step,
+        .norm_topk_prob = c->norm_topk, .q_lora = c->q_lora, .kv_lora = c->kv_lora,
+        .v_head_dim = c->v_dim, .n_shared = c->n_shared, .first_dense = c->first_dense,
+        .n_groups = c->n_groups, .topk_groups = c->topk_groups,
+        .routed_scaling = c->routed_scaling, .yarn_factor = c->yarn_factor,
+        .yarn_orig = c->yarn_orig, .yarn_mscale = c->yarn_mscale,
+        .yarn_mscale_all = c->yarn_mscale_all, .bos_id = 1,
         .eos_id = 2, .dtype = matrix_dtype, .vector_dtype = LP_DTYPE_F32,
         .fill = fill_from_model, .fill_ctx = (void *)m,
     };
+    for (int64_t l = 0; l < c->n_layers && l < 64; l++)
+        spec.dense_layer[l] = (c->mlp_only >> l) & 1;
     lp_error err = {0};
     if (lp_synth_write_family(dir, &spec, &err) != LP_OK) {
         fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
@@ -737,15 +1000,28 @@ void ref_model_round_matrices(ref_model *m, lp_dtype dtype)
         round_array(L->wq, QD * H, dtype);
         round_array(L->wk, KVD * H, dtype);
         round_array(L->wv, KVD * H, dtype);
-        round_array(L->wo, H * QD, dtype);
+        round_array(L->wo, H * o_width(c), dtype);
+        if (c->family == REF_DEEPSEEK) {
+            round_array(L->q_a, c->q_lora * H, dtype);
+            round_array(L->q_b, QD * c->q_lora, dtype);
+            round_array(L->kv_a, (c->kv_lora + c->rope_dim) * H, dtype);
+            round_array(L->kv_b, c->n_heads * (nope_dim(c) + c->v_dim) * c->kv_lora, dtype);
+        }
         round_array(L->w_gate, F * H, dtype);
         round_array(L->w_up, F * H, dtype);
         round_array(L->w_down, H * F, dtype);
+        if (!ref_layer_routed(c, l))
+            continue;
+        int64_t EF = expert_ffn(c), SF = shared_width(c);
         round_array(L->router, c->n_experts * H, dtype);
         for (int64_t e = 0; e < c->n_experts; e++) {
-            round_array(L->e_gate[e], F * H, dtype);
-            round_array(L->e_up[e], F * H, dtype);
-            round_array(L->e_down[e], H * F, dtype);
+            round_array(L->e_gate[e], EF * H, dtype);
+            round_array(L->e_up[e], EF * H, dtype);
+            round_array(L->e_down[e], H * EF, dtype);
         }
+        round_array(L->s_gate, SF * H, dtype);
+        round_array(L->s_up, SF * H, dtype);
+        round_array(L->s_down, H * SF, dtype);
+        round_array(L->s_gate_w, H, dtype);
     }
 }

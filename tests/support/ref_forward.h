@@ -53,6 +53,13 @@ typedef enum ref_family {
     REF_OLMO2,   /* OLMo 2: Llama's SwiGLU and RoPE with no input norms; RMSNorm on each
                     sublayer's output before the residual add; q and k RMSNorm over the whole
                     projection ([q_dim], [kv_dim]) before RoPE */
+    REF_QWEN_MOE, /* Qwen2-MoE (qkv_bias, shared expert behind a sigmoid gate) or Qwen3-MoE
+                     (qk_norm): softmax router over all experts, top-k, renormalized only with
+                     norm_topk; dense layers where (l + 1) % sparse_step != 0 or in mlp_only */
+    REF_DEEPSEEK, /* multi-head latent attention (q_lora or a plain q; kv_lora; head_dim = nope +
+                     rope_dim, adjacent RoPE pairs, the k rope part shared by every head;
+                     v_dim-wide values), layers below first_dense dense, n_shared experts of
+                     expert_ffn, softmax (V2) or sigmoid + score bias (V3) router with groups */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -80,6 +87,20 @@ typedef struct ref_config {
     bool alibi;               /* Falcon: ALiBi instead of RoPE */
     bool post_norm;           /* OPT: do_layer_norm_before false */
     int64_t embed_dim;        /* OPT: word_embed_proj_dim; 0 = hidden */
+    /* Qwen MoE: each expert's width (0 = ffn), the shared expert's (0 = none), the sparse step
+     * (0 = 1), the dense layers (bit l), whether the top-k weights are renormalized */
+    int64_t expert_ffn, shared_ffn, sparse_step;
+    uint64_t mlp_only;
+    bool norm_topk;
+    /* DeepSeek */
+    int64_t q_lora, kv_lora, v_dim, first_dense, n_shared, n_groups, topk_groups;
+    double routed_scaling; /* 0 = 1 */
+    bool v3;               /* sigmoid scores, e_score_correction_bias, noaux_tc groups */
+    /* DeepSeek's YaRN (yarn_factor 0 = plain RoPE): original context, beta 32 / 1, cos/sin times
+     * m(mscale) / m(mscale_all_dim) and the softmax scale times m(mscale_all_dim)^2, with
+     * m(x) = 0.1 x ln(factor) + 1 */
+    double yarn_factor, yarn_mscale, yarn_mscale_all;
+    int64_t yarn_orig;
 } ref_config;
 
 typedef struct ref_layer {
@@ -95,6 +116,12 @@ typedef struct ref_layer {
     float **e_gate, **e_up, **e_down; /* [n_experts] of [ffn, hidden], [ffn, hidden], [hidden, ffn] */
     float *q_norm, *k_norm;           /* [head_dim] (qk_norm); StableLM: [n_heads, head_dim],
                                          [n_kv_heads, head_dim]; OLMo 2: [q_dim], [kv_dim] */
+    float *s_gate, *s_up, *s_down;    /* shared expert [shared_ffn, hidden] x2, [hidden, shared_ffn] */
+    float *s_gate_w;                  /* [hidden] its sigmoid gate */
+    float *q_a, *q_a_norm, *q_b;      /* MLA [q_lora, hidden], [q_lora], [n_heads head_dim, q_lora] */
+    float *kv_a, *kv_a_norm, *kv_b;   /* [kv_lora + rope, hidden], [kv_lora],
+                                         [n_heads (nope + v_dim), kv_lora] */
+    float *score_bias;                /* [n_experts] V3 */
 } ref_layer;
 
 typedef struct ref_model {
@@ -117,6 +144,12 @@ typedef struct ref_outputs {
     float *head_out; /* [n_layers, T, n_heads * head_dim] attention outputs before o_proj */
     int32_t *experts; /* [n_layers, T, top_k] chosen experts (MoE), best first */
 } ref_outputs;
+
+/* Whether layer l routes its tokens to experts (Mixtral: every layer). */
+bool ref_layer_routed(const ref_config *cfg, int64_t l);
+
+/* The width of one head's output (v_dim for DeepSeek, else head_dim). */
+int64_t ref_head_out_width(const ref_config *cfg);
 
 /* Fill m with deterministic pseudo-random weights (xorshift from seed). Returns false on OOM. */
 bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m);

@@ -614,6 +614,16 @@ static const family_case family_cases[] = {
     {LP_SYNTH_OPT, "opt", 36, "model.decoder.layers.1.final_layer_norm.weight", LP_ROLE_FFN_NORM, false, 1.0f},
     /* embed, 2 x (q k v o, q_norm, k_norm, 2 post norms, gate up down), norm, lm_head */
     {LP_SYNTH_OLMO2, "olmo2", 25, "model.layers.1.self_attn.q_norm.weight", LP_ROLE_ATTN_Q_NORM, false, 1.0f},
+    /* per layer 2 norms, q k v o and their 3 biases, router, 4 experts x 3, the shared expert's 3
+     * and its gate */
+    {LP_SYNTH_QWEN2_MOE, "qwen2_moe", 55, "model.layers.1.mlp.shared_expert_gate.weight", LP_ROLE_SHARED_EXPERT_GATE, false, 1.0f},
+    /* per layer 2 norms, q k v o, q/k norms, router, 4 experts x 3 */
+    {LP_SYNTH_QWEN3_MOE, "qwen3_moe", 45, "model.layers.0.mlp.experts.2.up_proj.weight", LP_ROLE_EXPERT_UP, false, 1.0f},
+    /* 2 norms and q, kv_a, its norm, kv_b, o per layer; layer 0 dense (3), layer 1 router, 4
+     * experts x 3 and the shared experts' 3 */
+    {LP_SYNTH_DEEPSEEK_V2, "deepseek_v2", 36, "model.layers.1.self_attn.kv_a_proj_with_mqa.weight", LP_ROLE_ATTN_KV_A, false, 1.0f},
+    /* + q_a, its norm and q_b instead of q, and the score correction */
+    {LP_SYNTH_DEEPSEEK_V3, "deepseek_v3", 41, "model.layers.1.mlp.gate.e_score_correction_bias", LP_ROLE_ROUTER_BIAS, false, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)

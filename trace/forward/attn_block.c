@@ -12,10 +12,7 @@ enum { LP_FW_MAX_CHUNKS = 64 };
 
 typedef struct head_task {
     const lp_fw_pass *p;
-    const lp_layer_weights *L;
-    int64_t q_stride;
-    const float *q;
-    const lp_fw_kv_source *kv;
+    const lp_fw_heads *h;
     int head0; /* first head of this group; task i runs head head0 + i / n_chunks into
                   probability slot i / n_chunks, query rows of chunk i % n_chunks */
     bool with_probs;
@@ -25,30 +22,31 @@ typedef struct head_task {
 
 static void run_head(void *ctx, int64_t task)
 {
-    const head_task *h = ctx;
-    const lp_fw_pass *p = h->p;
+    const head_task *ht = ctx;
+    const lp_fw_heads *h = ht->h;
+    const lp_fw_pass *p = ht->p;
     const lp_model *m = p->m;
     const lp_arch *a = &m->arch;
-    int64_t slot = task / h->n_chunks, chunk = task % h->n_chunks;
-    int head = h->head0 + (int)slot;
-    int64_t group = a->n_heads / h->L->n_kv_heads; /* query heads per kv head */
-    int64_t kv_head = head / group;
-    int64_t hd = a->head_dim, T = p->T;
-    const lp_fw_kv_source *kv = h->kv;
+    int64_t slot = task / ht->n_chunks, chunk = task % ht->n_chunks;
+    int head = ht->head0 + (int)slot;
+    int64_t kv_head = head / h->group, T = p->T;
+    const lp_fw_kv_source *kv = &h->kv;
     size_t elem = kv->dtype == LP_DTYPE_F32 ? 4 : 2;
-    size_t off = (size_t)(kv_head * kv->head_stride) * elem;
+    size_t k_off = (size_t)(kv_head * kv->head_stride) * elem;
+    size_t v_off = (size_t)(kv_head * h->v_step) * elem;
     /* GQA: query head `head` reads kv head head / group */
     lp_attn_args args = {
-        .q = h->q + head * hd, .k = (const char *)kv->k + off, .v = (const char *)kv->v + off,
-        .out = p->s.attn + head * hd, .n_q = T, .n_k = p->n_k, .head_dim = hd, .v_dim = hd,
-        .q_stride = h->q_stride, .k_stride = kv->k_stride, .v_stride = kv->v_stride,
-        .out_stride = h->L->q_dim,
-        .scale = a->query_scale > 0 ? (float)a->query_scale : (float)(1.0 / sqrt((double)hd)),
+        .q = h->q + head * h->q_step, .k = (const char *)kv->k + k_off,
+        .v = (const char *)kv->v + v_off, .out = p->s.attn + head * h->v_dim, .n_q = T,
+        .n_k = p->n_k, .head_dim = h->head_dim, .v_dim = h->v_dim, .q_stride = h->q_stride,
+        .k_stride = kv->k_stride, .v_stride = kv->v_stride, .out_stride = a->n_heads * h->v_dim,
+        .scale = a->query_scale > 0 ? (float)a->query_scale
+                                    : (float)(1.0 / sqrt((double)h->head_dim)),
         .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
-        .probs = h->with_probs ? p->s.probs + slot * p->plan.slot_stride : NULL,
+        .probs = ht->with_probs ? p->s.probs + slot * p->plan.slot_stride : NULL,
         .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
         .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f, .kv_dtype = kv->dtype,
-        .row_begin = h->chunk_rows[chunk], .row_end = h->chunk_rows[chunk + 1],
+        .row_begin = ht->chunk_rows[chunk], .row_end = ht->chunk_rows[chunk + 1],
     };
     lp_attention(&args);
 }
@@ -240,8 +238,7 @@ static void plan_chunks(const lp_fw_pass *p, head_task *task)
 
 /* Every head, in groups of n_prob_slots when probabilities are wanted (each needs a [T, T]
  * slot), else all at once; maps and statistics go to the observer group by group. */
-static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, const qkv_views *x,
-                           const lp_fw_kv_source *kv)
+lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
 {
     const lp_arch *a = &p->m->arch;
     bool any_probs = false;
@@ -254,7 +251,7 @@ static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, cons
         group = 1;
     for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
         int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
-        head_task task = {p, L, x->q_stride, x->q, kv, h0, any_probs, 1, {0}};
+        head_task task = {p, heads, h0, any_probs, 1, {0}};
         plan_chunks(p, &task);
         lp_fw_pool_or_serial(p->pool, n * task.n_chunks, run_head, &task);
         lp_status st = emit_head_maps(p, l, h0, n, any_probs);
@@ -264,17 +261,17 @@ static lp_status run_heads(lp_fw_pass *p, int l, const lp_layer_weights *L, cons
     return LP_OK;
 }
 
-static lp_status emit_head_outputs(lp_fw_pass *p, int l, const lp_layer_weights *L)
+lp_status lp_fw_emit_head_outputs(lp_fw_pass *p, int l, int64_t width)
 {
     const lp_arch *a = &p->m->arch;
     for (int h = 0; h < a->n_heads; h++) {
-        lp_status st = lp_fw_edit(p, LP_SITE_HEAD_OUTPUT, l, h, p->s.attn + (int64_t)h * a->head_dim,
-                                  p->T, a->head_dim, L->q_dim);
+        lp_status st = lp_fw_edit(p, LP_SITE_HEAD_OUTPUT, l, h, p->s.attn + (int64_t)h * width,
+                                  p->T, width, a->n_heads * width);
         if (st != LP_OK)
             return st;
         if (!lp_fw_wants(p, LP_SITE_HEAD_OUTPUT, l, h))
             continue;
-        lp_view view = {p->s.attn + (int64_t)h * a->head_dim, p->T, a->head_dim, L->q_dim, p->pos0,
+        lp_view view = {p->s.attn + (int64_t)h * width, p->T, width, a->n_heads * width, p->pos0,
                         NULL, NULL};
         if ((st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view)) != LP_OK)
             return st;
@@ -295,7 +292,10 @@ lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
     lp_fw_kv_source kv = {x.k, x.v, x.kv_stride, x.kv_stride, p->m->arch.head_dim, LP_DTYPE_F32};
     if (p->kv && (st = lp_fw_kv_append(p, l, x.k, x.v, x.kv_stride, &kv)))
         return st;
-    if ((st = run_heads(p, l, L, &x, &kv)) || (st = emit_head_outputs(p, l, L)) ||
+    int64_t hd = p->m->arch.head_dim;
+    lp_fw_heads heads = {x.q, x.q_stride, hd, kv, kv.head_stride, hd, hd,
+                         p->m->arch.n_heads / L->n_kv_heads};
+    if ((st = lp_fw_run_heads(p, l, &heads)) || (st = lp_fw_emit_head_outputs(p, l, hd)) ||
         (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
         return st;
     if (L->post_attn_norm.present)

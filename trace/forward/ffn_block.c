@@ -2,6 +2,7 @@
  * fused), or routed experts; then the post norm and the FFN_OUT site. */
 #include "trace/forward/forward_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 static void activate(const lp_arch *a, float *gate, const float *up, int64_t n)
@@ -67,28 +68,87 @@ static lp_status dense_ffn(lp_fw_pass *p, const lp_layer_weights *L, const float
     return LP_OK;
 }
 
-/* Token t's top-k experts by router probability r[E] (ties: lower id), best first, and their
- * mixing weights (renormalized over the chosen ones where the family does that). */
-static void choose_experts(const lp_model *m, const float *r, int64_t E, int64_t K,
-                           int32_t *chosen, float *w)
+/* The index of the best value of v[n] not yet in taken[n_taken] and not -inf (ties: lower
+ * index), or -1. */
+static int32_t best_free(const float *v, int64_t n, const int32_t *taken, int64_t n_taken)
 {
+    int32_t best = -1;
+    for (int32_t e = 0; e < n; e++) {
+        bool used = v[e] == -INFINITY;
+        for (int64_t i = 0; i < n_taken && !used; i++)
+            used = taken[i] == e;
+        if (!used && (best < 0 || v[e] > v[best]))
+            best = e;
+    }
+    return best;
+}
+
+/* DeepSeek's group-limited choice: the experts in G equal groups, each group scored by its best
+ * expert (V2) or the sum of its best two (V3, with the score correction), and every expert
+ * outside the topk_groups best groups (ties: lower group) set to -inf in sel. gs: [G] scratch. */
+static void limit_groups(const lp_arch *a, float *sel, float *gs, int64_t E)
+{
+    int64_t G = a->n_expert_groups, n = E / G;
+    int32_t top2[2], kept[LP_FW_MAX_GROUPS];
+    for (int64_t g = 0; g < G; g++) {
+        const float *v = sel + g * n;
+        top2[0] = best_free(v, n, top2, 0);
+        gs[g] = v[top2[0]];
+        if (a->router_score_bias && n > 1) {
+            top2[1] = best_free(v, n, top2, 1);
+            gs[g] += v[top2[1]];
+        }
+    }
+    int64_t K = a->topk_groups < LP_FW_MAX_GROUPS ? a->topk_groups : LP_FW_MAX_GROUPS;
+    for (int64_t j = 0; j < K; j++)
+        kept[j] = best_free(gs, G, kept, j);
+    for (int64_t g = 0; g < G; g++) {
+        bool keep = false;
+        for (int64_t j = 0; j < K && !keep; j++)
+            keep = kept[j] == g;
+        for (int64_t i = 0; !keep && i < n; i++)
+            sel[g * n + i] = -INFINITY;
+    }
+}
+
+/* Token t's scores r[E] (router logits in: a softmax over all experts, or a sigmoid for
+ * DeepSeek V3), its top-k experts by score plus the score correction (ties: lower id), best
+ * first, within the best groups where the family groups them, and their mixing weights: the
+ * scores, renormalized over the chosen ones where the family does that, times the routed
+ * scaling (DeepSeek V2 scales only what it does not renormalize). sel: [2 E] scratch. */
+static void choose_experts(const lp_model *m, const lp_layer_weights *L, float *r, float *sel,
+                           int64_t E, int64_t K, int32_t *chosen, float *w)
+{
+    const lp_arch *a = &m->arch;
+    if (a->router_sigmoid)
+        for (int64_t e = 0; e < E; e++)
+            r[e] = (float)(1.0 / (1.0 + exp(-(double)r[e])));
+    else
+        lp_softmax(r, E);
+    for (int64_t e = 0; e < E; e++)
+        sel[e] = r[e] + (L->score_bias ? L->score_bias[e] : 0.0f);
+    if (a->n_expert_groups > 1)
+        limit_groups(a, sel, sel + E, E);
     double sum = 0.0;
     for (int64_t j = 0; j < K; j++) {
-        int32_t best = -1;
-        for (int32_t e = 0; e < E; e++) {
-            bool taken = false;
-            for (int64_t i = 0; i < j; i++)
-                taken = taken || chosen[i] == e;
-            if (!taken && (best < 0 || r[e] > r[best]))
-                best = e;
-        }
-        chosen[j] = best;
-        w[j] = r[best];
-        sum += (double)r[best];
+        chosen[j] = best_free(sel, E, chosen, j);
+        w[j] = chosen[j] >= 0 ? r[chosen[j]] : 0.0f;
+        sum += (double)w[j];
     }
     if (m->renorm_topk && sum > 0)
         for (int64_t j = 0; j < K; j++)
             w[j] = (float)((double)w[j] / sum);
+    if (a->routed_scaling > 0 && (a->router_sigmoid || !m->renorm_topk))
+        for (int64_t j = 0; j < K; j++)
+            w[j] = (float)((double)w[j] * a->routed_scaling);
+    if (!a->router_sigmoid)
+        return;
+    /* the ROUTER site and router_stats see a distribution: the scores over their sum */
+    double z = 0.0;
+    for (int64_t e = 0; e < E; e++)
+        z += (double)r[e];
+    for (int64_t e = 0; e < E; e++)
+        r[e] = (float)((double)r[e] / z);
 }
 
 /* The router over every token of in, its choices, and the ROUTER site. */
@@ -100,10 +160,9 @@ static lp_status route_tokens(lp_fw_pass *p, int l, const lp_layer_weights *L, c
     lp_status st = lp_fw_linear(p, in, T, &L->router, L->router_bias, s->router);
     if (st != LP_OK)
         return st;
-    for (int64_t t = 0; t < T; t++) {
-        lp_softmax(s->router + t * E, E);
-        choose_experts(p->m, s->router + t * E, E, K, s->chosen + t * K, s->chosen_w + t * K);
-    }
+    for (int64_t t = 0; t < T; t++)
+        choose_experts(p->m, L, s->router + t * E, s->router_sel, E, K, s->chosen + t * K,
+                       s->chosen_w + t * K);
     if (!lp_fw_wants(p, LP_SITE_ROUTER, l, -1))
         return LP_OK;
     lp_router_view rv = {E, K, s->chosen, s->chosen_w};
@@ -121,36 +180,72 @@ static float expert_weight(const lp_fw_scratch *s, int64_t K, int64_t t, int32_t
     return w;
 }
 
+/* One gated expert (F wide) over `rows` rows of in (rows <= ffn_rows) into s->expert_out. */
+static lp_status expert_rows(lp_fw_pass *p, const lp_expert_weights *X, int64_t F,
+                             const float *in, int64_t rows)
+{
+    lp_fw_scratch *s = &p->s;
+    lp_status st;
+    if ((st = lp_fw_linear(p, in, rows, &X->gate, NULL, s->gate)) ||
+        (st = lp_fw_linear(p, in, rows, &X->up, NULL, s->up)))
+        return st;
+    activate(&p->m->arch, s->gate, s->up, rows * F);
+    return lp_fw_linear(p, s->gate, rows, &X->down, NULL, s->expert_out);
+}
+
 /* Expert e over the tokens routed to it, ffn_rows at a time, its weighted output added into
  * out in token order. */
 static lp_status run_expert(lp_fw_pass *p, const lp_layer_weights *L, int32_t e, const float *in,
                             float *out)
 {
     const lp_arch *a = &p->m->arch;
-    int64_t T = p->T, H = a->hidden_size, K = a->n_experts_per_tok, F = L->ffn_hidden;
+    int64_t T = p->T, H = a->hidden_size, K = a->n_experts_per_tok;
     lp_fw_scratch *s = &p->s;
     int64_t n = 0;
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < K; j++)
             if (s->chosen[t * K + j] == e)
                 s->tok_list[n++] = t;
-    const lp_expert_weights *X = &L->experts[e];
-    lp_status st;
     for (int64_t i0 = 0; i0 < n; i0 += p->plan.ffn_rows) {
         int64_t c = n - i0 < p->plan.ffn_rows ? n - i0 : p->plan.ffn_rows;
         const int64_t *toks = s->tok_list + i0;
         for (int64_t i = 0; i < c; i++)
             memcpy(s->gather + i * H, in + toks[i] * H, (size_t)H * sizeof(float));
-        if ((st = lp_fw_linear(p, s->gather, c, &X->gate, NULL, s->gate)) ||
-            (st = lp_fw_linear(p, s->gather, c, &X->up, NULL, s->up)))
-            return st;
-        activate(a, s->gate, s->up, c * F);
-        if ((st = lp_fw_linear(p, s->gate, c, &X->down, NULL, s->expert_out)))
+        lp_status st = expert_rows(p, &L->experts[e], L->ffn_hidden, s->gather, c);
+        if (st != LP_OK)
             return st;
         for (int64_t i = 0; i < c; i++) {
             float w = expert_weight(s, K, toks[i], e);
             float *dst = out + toks[i] * H;
             const float *src = s->expert_out + i * H;
+            for (int64_t d = 0; d < H; d++)
+                dst[d] += w * src[d];
+        }
+    }
+    return LP_OK;
+}
+
+/* The shared expert over every token, added into out: scaled by sigmoid(shared_gate . x) where
+ * the family gates it (Qwen MoE), as it is (DeepSeek). */
+static lp_status run_shared_expert(lp_fw_pass *p, const lp_layer_weights *L, const float *in,
+                                   float *out)
+{
+    int64_t T = p->T, H = p->m->arch.hidden_size;
+    for (int64_t r0 = 0; r0 < T; r0 += p->plan.ffn_rows) {
+        int64_t c = T - r0 < p->plan.ffn_rows ? T - r0 : p->plan.ffn_rows;
+        lp_status st = expert_rows(p, &L->shared, L->shared_ffn, in + r0 * H, c);
+        if (st != LP_OK)
+            return st;
+        for (int64_t i = 0; i < c; i++) {
+            const float *x = in + (r0 + i) * H, *src = p->s.expert_out + i * H;
+            float *dst = out + (r0 + i) * H;
+            float w = 1.0f;
+            if (L->shared_gate) {
+                double z = 0.0;
+                for (int64_t d = 0; d < H; d++)
+                    z += (double)L->shared_gate[d] * (double)x[d];
+                w = (float)(1.0 / (1.0 + exp(-z)));
+            }
             for (int64_t d = 0; d < H; d++)
                 dst[d] += w * src[d];
         }
@@ -171,7 +266,7 @@ static lp_status moe_ffn(lp_fw_pass *p, int l, const float *in, float *out)
     for (int32_t e = 0; e < p->m->arch.n_experts; e++)
         if ((st = run_expert(p, L, e, in, out)) != LP_OK)
             return st;
-    return LP_OK;
+    return L->shared_ffn > 0 ? run_shared_expert(p, L, in, out) : LP_OK;
 }
 
 lp_status lp_fw_ffn(lp_fw_pass *p, int l, const float *in, float *out)

@@ -126,12 +126,18 @@ static lp_status logits(pass *p)
 
 /* ---- one layer, as the block description says ---- */
 
+/* The attention sublayer: DeepSeek's latent attention or everyone else's. */
+static lp_status attention(pass *p, int l, const float *in, float *out)
+{
+    return p->m->arch.mla ? lp_fw_mla_attention(p, l, in, out) : lp_fw_attention(p, l, in, out);
+}
+
 static lp_status sequential_layer(pass *p, int l)
 {
     const lp_layer_weights *L = &p->m->layers[l];
     int64_t n = p->T * p->m->arch.hidden_size;
     lp_fw_scratch *s = &p->s;
-    lp_status st = lp_fw_attention(p, l, lp_fw_block_input(p, &L->attn_norm), s->tmp);
+    lp_status st = attention(p, l, lp_fw_block_input(p, &L->attn_norm), s->tmp);
     if (st != LP_OK)
         return st;
     lp_add(s->x, s->tmp, n);
@@ -149,7 +155,7 @@ static lp_status parallel_layer(pass *p, int l)
     int64_t n = p->T * p->m->arch.hidden_size;
     lp_fw_scratch *s = &p->s;
     const float *in = lp_fw_block_input(p, &L->attn_norm);
-    lp_status st = lp_fw_attention(p, l, in, s->tmp);
+    lp_status st = attention(p, l, in, s->tmp);
     if (st != LP_OK)
         return st;
     if (!p->m->block.shared_input_norm)
@@ -167,7 +173,7 @@ static lp_status post_norm_layer(pass *p, int l)
     const lp_layer_weights *L = &p->m->layers[l];
     int64_t T = p->T, n = T * p->m->arch.hidden_size;
     lp_fw_scratch *s = &p->s;
-    lp_status st = lp_fw_attention(p, l, s->x, s->tmp);
+    lp_status st = attention(p, l, s->x, s->tmp);
     if (st != LP_OK)
         return st;
     lp_add(s->x, s->tmp, n);

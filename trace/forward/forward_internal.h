@@ -53,6 +53,8 @@ typedef struct lp_fw_scratch {
     float *expert_out;  /* [ffn_rows, hidden] */
     /* KV cache calls that gather keys (rolling or q8_0 caches): [kv_dim, n_k] f32 each */
     float *kv_k, *kv_v;
+    float *router_sel;  /* [2 n_experts] one token's scores for the choice, its group scores */
+    float *mla;         /* [T, q_lora + 2 kv_lora + rope + n_heads (nope + v)] (MLA) */
 } lp_fw_scratch;
 
 /* The state of one call, shared by the sublayers. */
@@ -135,6 +137,26 @@ void lp_fw_kv_advance(struct lp_kv_cache *kv, int64_t n);
 /* attn_block.c: layer l's attention over in [T, hidden] into out [T, hidden], its post norm
  * applied and ATTN_OUT (and every per-head site) emitted. */
 lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out);
+
+/* Where the heads of one layer read: head h's query at q + h * q_step (rows q_stride apart),
+ * its kv head h / group's key as kv says and its value at kv.v + (h / group) * v_step; scores
+ * over head_dim values, outputs v_dim wide into s.attn at h * v_dim (rows n_heads * v_dim
+ * apart). */
+typedef struct lp_fw_heads {
+    const float *q;
+    int64_t q_stride, q_step;
+    lp_fw_kv_source kv;
+    int64_t v_step;
+    int64_t head_dim, v_dim, group;
+} lp_fw_heads;
+
+/* attn_block.c: every head (maps and statistics to the observer) and the HEAD_OUTPUT sites of
+ * heads width wide. */
+lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads);
+lp_status lp_fw_emit_head_outputs(lp_fw_pass *p, int l, int64_t width);
+
+/* mla_block.c: DeepSeek's multi-head latent attention, the same contract as lp_fw_attention. */
+lp_status lp_fw_mla_attention(lp_fw_pass *p, int l, const float *in, float *out);
 
 /* ffn_block.c: layer l's FFN (dense or experts) over in into out, post norm, FFN_OUT. */
 lp_status lp_fw_ffn(lp_fw_pass *p, int l, const float *in, float *out);

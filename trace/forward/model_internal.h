@@ -78,6 +78,9 @@ typedef struct lp_norm_weights {
     bool present;
 } lp_norm_weights;
 
+/* Expert groups of DeepSeek's group-limited routing a model may have (V3: 8). */
+#define LP_FW_MAX_GROUPS 64
+
 typedef struct lp_expert_weights {
     lp_matrix gate; /* [expert_ffn, hidden] */
     lp_matrix up;   /* [expert_ffn, hidden] */
@@ -99,8 +102,13 @@ typedef struct lp_layer_weights {
     /* q/k norm weights and biases as block.qk_norm shapes them: [head_dim] shared, [heads,
      * head_dim] each, [q_dim] / [kv_dim] whole; NULL when absent */
     float *q_norm, *k_norm, *q_norm_bias, *k_norm_bias;
-    lp_matrix o;        /* [hidden, q_dim] */
+    lp_matrix o;        /* [hidden, q_dim] (MLA: [hidden, n_heads * v_head_dim]) */
     float *o_bias;
+    /* MLA (DeepSeek): q = q_b(norm(q_a x)) with q_lora_rank, else q (above) x, per head
+     * [nope | rope]; kv_a x = [latent (kv_lora_rank) | k_rope (one shared head)]; kv_b
+     * norm(latent) per head [k_nope | v]. */
+    lp_matrix q_a, q_b, kv_a, kv_b;
+    float *q_a_norm, *kv_a_norm;
     lp_norm_weights post_attn_norm;
 
     lp_norm_weights ffn_norm;
@@ -114,7 +122,15 @@ typedef struct lp_layer_weights {
     bool moe;
     lp_matrix router;          /* [n_experts, hidden] */
     float *router_bias;
+    float *score_bias;         /* [n_experts] DeepSeek V3's e_score_correction_bias: added to
+                                  the scores for the choice only */
     lp_expert_weights *experts; /* [n_experts] */
+    /* The always-on expert beside the routed ones (Qwen MoE's shared_expert, DeepSeek's
+     * n_shared_experts as one MLP of their summed width); shared_ffn 0 = none. */
+    lp_expert_weights shared;
+    int64_t shared_ffn;
+    float *shared_gate;        /* [hidden]: Qwen MoE scales the shared expert by
+                                  sigmoid(shared_gate . x); NULL = ungated */
 } lp_layer_weights;
 
 /* The shape of layer l as the arch describes it: the one definition model_load.c binds tensors
@@ -124,6 +140,7 @@ typedef struct lp_layer_shape {
     int64_t q_dim;      /* n_heads * head_dim */
     int64_t kv_dim;     /* n_kv_heads * head_dim */
     int64_t ffn_hidden; /* dense width, or each expert's */
+    int64_t shared_ffn; /* MoE layers: the shared expert's width, 0 = none */
     bool moe;
 } lp_layer_shape;
 

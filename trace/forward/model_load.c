@@ -217,14 +217,10 @@ static bool family_tested(const char *family, const char *const *tested)
  * computed wrong. */
 static const char *missing_piece(const lp_arch *a)
 {
-    if (a->mla)
-        return "multi-head latent attention";
     if (a->pos_kind == LP_POS_ALIBI && !family_tested(a->family, ALIBI_TESTED))
         return "ALiBi positions";
     if (a->parallel_block && !family_tested(a->family, PARALLEL_TESTED))
         return "parallel attention/MLP blocks";
-    if (a->n_shared_experts > 0 || a->shared_expert_ffn_hidden > 0 || a->router_score_bias)
-        return "shared experts / biased routers";
     if (((a->no_input_norm || a->qk_norm_full) && !family_tested(a->family, OLMO2_TESTED)) ||
         (a->embed_norm && !family_tested(a->family, EMBED_NORM_TESTED)) ||
         ((a->post_norm || a->embed_proj_dim > 0) && !family_tested(a->family, POST_NORM_TESTED)))
@@ -316,10 +312,21 @@ lp_layer_shape lp_layer_shape_of(const lp_arch *a, int l)
     ls.n_kv_heads = a->layer_kv_heads[l] > 0 ? a->layer_kv_heads[l] : a->n_kv_heads;
     ls.q_dim = a->n_heads * a->head_dim;
     ls.kv_dim = ls.n_kv_heads * a->head_dim;
+    if (a->mla) {
+        /* every head has its own latent key and value; outputs are v_head_dim wide */
+        ls.n_kv_heads = a->n_heads;
+        ls.q_dim = a->n_heads * (a->v_head_dim > a->head_dim ? a->v_head_dim : a->head_dim);
+        ls.kv_dim = a->n_heads * a->head_dim;
+    }
     ls.moe = a->n_experts > 0 && a->layer_moe[l];
-    if (ls.moe)
+    ls.shared_ffn = 0;
+    if (ls.moe) {
         ls.ffn_hidden = a->expert_ffn_hidden > 0 ? a->expert_ffn_hidden : a->ffn_hidden;
-    else
+        /* Qwen MoE: one shared expert of its own width; DeepSeek: n_shared_experts of the
+         * routed width, one MLP as transformers builds it */
+        ls.shared_ffn = a->shared_expert_ffn_hidden > 0 ? a->shared_expert_ffn_hidden
+                                                        : a->n_shared_experts * ls.ffn_hidden;
+    } else
         ls.ffn_hidden = a->layer_ffn_hidden[l] > 0 ? a->layer_ffn_hidden[l] : a->ffn_hidden;
     return ls;
 }
@@ -407,6 +414,60 @@ static lp_status bind_attention(lp_model *m, int l, lp_layer_weights *L, lp_erro
     return bind_vector(m, LP_ROLE_ATTN_O, l, true, hidden, false, &L->o_bias, err);
 }
 
+/* DeepSeek's latent attention: q (with or without its low-rank pair and their norm), the
+ * latent kv projection, its norm, the per-head expansion and o. */
+static lp_status bind_mla(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    int64_t H = a->hidden_size, nh = a->n_heads, hd = a->head_dim, rope = a->qk_rope_head_dim;
+    int64_t nope = a->qk_nope_head_dim, v = a->v_head_dim, qr = a->q_lora_rank;
+    int64_t kvr = a->kv_lora_rank;
+    lp_status st;
+    if (nope + rope != hd || v <= 0 || kvr <= 0 || rope != a->rope_dim)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: MLA head dims: qk_nope_head_dim %lld + qk_rope_head_dim %lld must "
+                            "be head_dim %lld (rope_dim %lld), v_head_dim %lld and kv_lora_rank "
+                            "%lld positive",
+                            a->source, (long long)nope, (long long)rope, (long long)hd,
+                            (long long)a->rope_dim, (long long)v, (long long)kvr);
+    if (qr > 0) {
+        if ((st = bind_matrix(m, LP_ROLE_ATTN_Q_A, l, -1, qr, H, true, &L->q_a, NULL, err)) ||
+            (st = bind_vector(m, LP_ROLE_ATTN_Q_A_NORM, l, false, qr, true, &L->q_a_norm, err)) ||
+            (st = bind_matrix(m, LP_ROLE_ATTN_Q_B, l, -1, nh * hd, qr, true, &L->q_b, NULL, err)))
+            return st;
+    } else if ((st = bind_matrix(m, LP_ROLE_ATTN_Q, l, -1, nh * hd, H, true, &L->q, NULL, err))) {
+        return st;
+    }
+    if ((st = bind_matrix(m, LP_ROLE_ATTN_KV_A, l, -1, kvr + rope, H, true, &L->kv_a, NULL, err)) ||
+        (st = bind_vector(m, LP_ROLE_ATTN_KV_A_NORM, l, false, kvr, true, &L->kv_a_norm, err)) ||
+        (st = bind_matrix(m, LP_ROLE_ATTN_KV_B, l, -1, nh * (nope + v), kvr, true, &L->kv_b, NULL,
+                          err)) ||
+        (st = bind_matrix(m, LP_ROLE_ATTN_O, l, -1, H, nh * v, true, &L->o, NULL, err)))
+        return st;
+    return LP_OK;
+}
+
+/* The shared expert's gate, up and down, and its sigmoid gate ([1, hidden] in Hugging Face's
+ * files, [hidden] in llama.cpp's ffn_gate_inp_shexp: one vector either way). */
+static lp_status bind_shared_expert(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
+{
+    const lp_arch *a = &m->arch;
+    int64_t S = lp_layer_shape_of(a, l).shared_ffn, hidden = a->hidden_size;
+    lp_expert_weights *X = &L->shared;
+    lp_status st;
+    L->shared_ffn = S;
+    if (S <= 0)
+        return LP_OK;
+    if ((st = bind_matrix(m, LP_ROLE_SHARED_GATE, l, -1, S, hidden, true, &X->gate, NULL, err)) ||
+        (st = bind_matrix(m, LP_ROLE_SHARED_UP, l, -1, S, hidden, true, &X->up, NULL, err)) ||
+        (st = bind_matrix(m, LP_ROLE_SHARED_DOWN, l, -1, hidden, S, true, &X->down, NULL, err)))
+        return st;
+    if (!a->shared_expert_gate)
+        return LP_OK;
+    return bind_vector(m, LP_ROLE_SHARED_EXPERT_GATE, l, false, hidden, true, &L->shared_gate,
+                       err);
+}
+
 /* The router and every expert's gate, up and down. */
 static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
 {
@@ -416,9 +477,22 @@ static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error 
     if (a->n_experts_per_tok <= 0 || a->n_experts_per_tok > E)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: %lld experts per token of %lld experts",
                             a->source, (long long)a->n_experts_per_tok, (long long)E);
+    if (a->n_expert_groups > LP_FW_MAX_GROUPS || a->topk_groups > a->n_expert_groups ||
+        (a->n_expert_groups > 1 && E % a->n_expert_groups != 0))
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: %lld experts in %lld groups, %lld of them searched (at most %d "
+                            "groups that divide the experts)",
+                            a->source, (long long)E, (long long)a->n_expert_groups,
+                            (long long)a->topk_groups, LP_FW_MAX_GROUPS);
     if ((st = bind_matrix(m, LP_ROLE_ROUTER, l, -1, E, hidden, true, &L->router, NULL, err)) ||
         (st = bind_vector(m, LP_ROLE_ROUTER, l, true, E, false, &L->router_bias, err)))
         return st;
+    if (a->router_score_bias) {
+        /* HF's e_score_correction_bias has no .bias suffix, llama.cpp's exp_probs_b.bias has */
+        bool gguf_name = lp_weights_find(m->weights, LP_ROLE_ROUTER_BIAS, l, -1, true) != NULL;
+        if ((st = bind_vector(m, LP_ROLE_ROUTER_BIAS, l, gguf_name, E, true, &L->score_bias, err)))
+            return st;
+    }
     L->experts = model_alloc(m, (size_t)E * sizeof *L->experts);
     if (!L->experts)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding %lld experts", (long long)E);
@@ -429,7 +503,7 @@ static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error 
             (st = bind_matrix(m, LP_ROLE_EXPERT_DOWN, l, e, hidden, F, true, &X->down, NULL, err)))
             return st;
     }
-    return LP_OK;
+    return bind_shared_expert(m, l, L, err);
 }
 
 /* A gated FFN's gate and up: apart (with their biases), fused as gate_up, or fused and stored
@@ -510,7 +584,8 @@ static lp_status bind_layer(lp_model *m, int l, lp_error *err)
     L->moe = ls.moe;
     L->window = a->layer_window[l];
     lp_status st;
-    if ((st = bind_layer_norms(m, l, L, err)) || (st = bind_attention(m, l, L, err)))
+    if ((st = bind_layer_norms(m, l, L, err)) ||
+        (st = a->mla ? bind_mla(m, l, L, err) : bind_attention(m, l, L, err)))
         return st;
     return L->moe ? bind_experts(m, l, L, err) : bind_dense_ffn(m, l, L, err);
 }

@@ -32,6 +32,7 @@ static void widest_layer(const lp_arch *a, lp_fw_plan *p)
         p->q_dim = ls.q_dim > p->q_dim ? ls.q_dim : p->q_dim;
         p->kv_dim = ls.kv_dim > p->kv_dim ? ls.kv_dim : p->kv_dim;
         p->ffn = ls.ffn_hidden > p->ffn ? ls.ffn_hidden : p->ffn;
+        p->ffn = ls.shared_ffn > p->ffn ? ls.shared_ffn : p->ffn;
     }
 }
 
@@ -51,6 +52,13 @@ static bool plan_prob_slots(const lp_arch *a, bool want_probs, int n_threads, lp
     return lp_mul_u64((uint64_t)p->n_prob_slots, tt, &slots) && plan_add(total, slots, 4);
 }
 
+/* MLA's per-token scratch: q_a's output, kv_a's, the normed latent, kv_b's. */
+static uint64_t mla_width(const lp_arch *a)
+{
+    return (uint64_t)(a->q_lora_rank + 2 * a->kv_lora_rank + a->qk_rope_head_dim +
+                      a->n_heads * (a->qk_nope_head_dim + a->v_head_dim));
+}
+
 /* The buffers only some blocks need: the parallel FFN's output, OPT's projected embeddings,
  * the MoE routing. */
 static bool plan_block_extras(const lp_arch *a, const lp_fw_plan *p, uint64_t *total)
@@ -66,7 +74,9 @@ static bool plan_block_extras(const lp_arch *a, const lp_fw_plan *p, uint64_t *t
         ok = plan_add(total, t, (uint64_t)a->embed_proj_dim * 4);
     if (ok && E > 0)
         ok = plan_add(total, t, E * 4) && plan_add(total, t, K * 4) && plan_add(total, t, K * 4) &&
-             plan_add(total, t, 8) && plan_add(total, fr * 2, H * 4);
+             plan_add(total, t, 8) && plan_add(total, fr * 2, H * 4) && plan_add(total, 2, E * 4);
+    if (ok && a->mla)
+        ok = plan_add(total, t, mla_width(a) * 4);
     return ok;
 }
 
@@ -119,6 +129,8 @@ static bool carve_extras(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p,
         ok = (s->ffn_out = take(arena, T * H, 4)) != NULL;
     if (ok && a->embed_proj_dim > 0)
         ok = (s->embed = take(arena, T * (uint64_t)a->embed_proj_dim, 4)) != NULL;
+    if (ok && a->mla)
+        ok = (s->mla = take(arena, T * mla_width(a), 4)) != NULL;
     if (!ok || a->n_experts <= 0)
         return ok;
     uint64_t E = (uint64_t)a->n_experts, K = (uint64_t)a->n_experts_per_tok;
@@ -128,7 +140,9 @@ static bool carve_extras(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p,
     s->tok_list = take(arena, T, 8);
     s->gather = take(arena, FR * H, 4);
     s->expert_out = take(arena, FR * H, 4);
-    return s->router && s->chosen && s->chosen_w && s->tok_list && s->gather && s->expert_out;
+    s->router_sel = take(arena, 2 * E, 4);
+    return s->router && s->chosen && s->chosen_w && s->tok_list && s->gather && s->expert_out &&
+           s->router_sel;
 }
 
 bool lp_fw_carve(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_scratch *s)

@@ -54,12 +54,27 @@ static void fault_hint(sqlite3 *db, char *buf, size_t size)
         snprintf(buf, size, " (the file or its folder is not writable)");
 }
 
+const char *lp_store_one_line(const char *text, char *buf, size_t size)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)(text ? text : ""); *p && n + 5 < size;
+         p++)
+        n += (size_t)(*p < 0x20 || *p == 0x7F ? snprintf(buf + n, size - n, "\\x%02X", *p)
+                                              : snprintf(buf + n, size - n, "%c", *p));
+    buf[n] = '\0';
+    return buf;
+}
+
 lp_status lp_store_sql_error(const lp_store *store, const char *what, lp_error *err)
 {
-    char hint[128];
+    char hint[128], msg[LP_ERROR_MSG_MAX];
     fault_hint(store->db, hint, sizeof hint);
+    /* SQLite quotes names from the file ("malformed database schema (NAME)"): a hostile file
+     * must not break the one-line message */
     return lp_error_set(err, LP_ERR_SQLITE, "%s: %s%s%s%s", store->path, what ? what : "",
-                        what ? ": " : "", sqlite3_errmsg(store->db), hint);
+                        what ? ": " : "", lp_store_one_line(sqlite3_errmsg(store->db), msg,
+                                                            sizeof msg),
+                        hint);
 }
 
 /* The folder of path ("." for a bare name) into buf. */
@@ -192,9 +207,11 @@ lp_status lp_store_check_version(lp_store *store, const char *advice, int64_t *v
         return st;
     if (sqlite3_step(q) == SQLITE_ROW) {
         const char *text = (const char *)sqlite3_column_text(q, 0);
+        char shown[64];
         if (!text || !lp_parse_i64(text, version))
             st = lp_error_set(err, LP_ERR_FORMAT, "%s: meta.schema_version '%s' is not a number",
-                              store->path, text ? text : "(null)");
+                              store->path, text ? lp_store_one_line(text, shown, sizeof shown)
+                                                : "(null)");
     }
     sqlite3_finalize(q);
     /* A newer loupe may have changed what the columns mean: refuse rather than misread. */

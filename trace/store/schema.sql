@@ -30,7 +30,11 @@ CREATE TABLE IF NOT EXISTS runs (
     kv_dtype      TEXT,                             -- generation: 'f32', 'f16', 'bf16', 'q8_0'
     dataset       TEXT,                             -- --prompts: the dataset's name, else NULL
     prompt_index  INTEGER,                          -- --prompts: the prompt's line order, from 0
-    prompt_id     TEXT                              -- --prompts: the line's "id", or NULL
+    prompt_id     TEXT,                             -- --prompts: the line's "id", or NULL
+    batch_id      INTEGER,                          -- --batch-size: the batch (from 0), else NULL
+    batch_index   INTEGER,                          -- the sequence's index in its batch
+    pad_left      INTEGER,                          -- padding tokens before the sequence
+    pad_right     INTEGER                           -- and after it
 );
 
 CREATE TABLE IF NOT EXISTS tokens (

@@ -80,6 +80,9 @@ typedef struct lp_run_info {
     const char *dataset;
     int64_t prompt_index;
     const char *prompt_id;
+    /* --batch-size: the sequence's batch, index in it and padding (in_batch false = none) */
+    bool in_batch;
+    int64_t batch_id, batch_index, pad_left, pad_right;
 } lp_run_info;
 
 /* The run info of a model opened with lp_model_open (its format and arch) for these tokens. */
@@ -115,6 +118,23 @@ lp_status lp_store_set_generated(lp_store *store, const int32_t *tokens, int64_t
 /* Roll back the run's data; its row stays 'running' (or becomes 'failed' if that can be
  * written). */
 void lp_store_abort_run(lp_store *store);
+
+/* Padded batches (trace/store/batch.c): an observer that records every sequence of one
+ * lp_forward batch as its own run, infos[b] describing sequence b (its real tokens, n_tokens
+ * of them, and its padding within the batch's T tokens). Each sequence's sites are cropped to its
+ * real tokens; its row statistics are recomputed from the cropped probabilities, so they refer
+ * to the sequence's own positions (key 0 = its first real token). Sequence b's run opens when
+ * its first site arrives and ends when the next one's does (the pass runs them in order);
+ * lp_store_batch_finish ends the last. run_ids[n_seqs] receives the ids. */
+typedef struct lp_store_batch lp_store_batch;
+lp_status lp_store_batch_create(lp_store *store, const lp_store_opts *opts,
+                                const lp_run_info *infos, int64_t n_seqs, int64_t n_tokens,
+                                lp_store_batch **out, lp_error *err);
+const lp_observer *lp_store_batch_observer(lp_store_batch *batch);
+lp_status lp_store_batch_finish(lp_store_batch *batch, double seconds, int64_t *run_ids,
+                                lp_error *err);
+/* Aborts a run still open. NULL is fine. */
+void lp_store_batch_destroy(lp_store_batch *batch);
 
 /* Datasets (trace/store/dataset.c). The datasets row for name (source: the prompts file,
  * n_prompts: its prompts, all shards), inserted if missing; no run may be open. */

@@ -73,6 +73,9 @@ void lp_store_free(lp_store *store);
 /* How long a connection waits for another's write lock before SQLITE_BUSY. */
 #define LP_STORE_BUSY_TIMEOUT_MS 10000
 
+/* text for a one-line message: control bytes (a newline in a table name from the file) become
+ * \xNN; cut to fit buf. Returns buf. */
+const char *lp_store_one_line(const char *text, char *buf, size_t size);
 /* "PATH: WHAT: sqlite's message (hint)" as LP_ERR_SQLITE (what may be NULL). The hint names the
  * busy timeout for a lock held too long and the OS error (No space left on device, File too
  * large, Permission denied) for I/O, full-disk, open and read-only failures. */

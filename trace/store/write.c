@@ -48,8 +48,8 @@ static const char sql_foreign_tables[] =
 static const char sql_insert_run[] =
     "INSERT INTO runs (status, kind, model_path, model_format, architecture, arch_json, prompt, "
     "n_tokens, n_layers, n_heads, n_threads, isa, loupe_version, maps_dtype, dataset, "
-    "prompt_index, prompt_id, started_at) VALUES "
-    "('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " NOW_SQL ")";
+    "prompt_index, prompt_id, batch_id, batch_index, pad_left, pad_right, started_at) VALUES "
+    "('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " NOW_SQL ")";
 static const char sql_complete_run[] = "UPDATE runs SET status = 'complete', finished_at = "
                                        NOW_SQL ", seconds = ? WHERE id = ?";
 static const char sql_insert_mask_run[] =
@@ -93,7 +93,7 @@ lp_run_info lp_run_info_for_model(const char *kind, const char *model_path, cons
     const lp_weights *w = lp_model_weights(model);
     lp_run_info info = {kind,   model_path, lp_weights_format_name(lp_weights_format_of(w)),
                         lp_model_arch(model), prompt, tokens, n_tokens, tokenizer, n_threads,
-                        NULL, 0, NULL};
+                        NULL, 0, NULL, false, 0, 0, 0, 0};
     return info;
 }
 
@@ -106,11 +106,14 @@ static lp_status check_foreign_tables(lp_store *s, lp_error *err)
     lp_status st = lp_store_prepare(s, sql_foreign_tables, &q, "reading the schema", err);
     if (st != LP_OK)
         return st;
+    char name[128];
     if (sqlite3_step(q) == SQLITE_ROW)
         st = lp_error_set(err, LP_ERR_FORMAT,
                           "%s: not a loupe trace database (it has a table '%s' and no "
                           "meta.schema_version); use another --db",
-                          s->path, (const char *)sqlite3_column_text(q, 0));
+                          s->path,
+                          lp_store_one_line((const char *)sqlite3_column_text(q, 0), name,
+                                            sizeof name));
     sqlite3_finalize(q);
     return st;
 }
@@ -131,11 +134,13 @@ static lp_status check_unversioned(lp_store *s, lp_error *err)
         if (!lp_store_table_exists(s, probes[i][0]))
             continue;
         sqlite3_stmt *probe;
+        char why[256];
         if (sqlite3_prepare_v2(s->db, probes[i][1], -1, &probe, NULL) != SQLITE_OK)
             st = lp_error_set(err, LP_ERR_FORMAT,
                               "%s: not a loupe trace database (its table '%s' lacks loupe's "
                               "columns: %s); use another --db",
-                              s->path, probes[i][0], sqlite3_errmsg(s->db));
+                              s->path, probes[i][0],
+                              lp_store_one_line(sqlite3_errmsg(s->db), why, sizeof why));
         sqlite3_finalize(probe);
     }
     return st;
@@ -155,7 +160,8 @@ static bool has_column(lp_store *s, const char *table, const char *column)
 
 /* ---- migration: every column added since the first databases, then schema_version ----------
  * Version 1 -> 2 (generation and datasets, issue 12): tokens.generated, runs.kv_bytes,
- * runs.kv_dtype, runs.dataset, runs.prompt_index, runs.prompt_id (the tables datasets and
+ * runs.kv_dtype, runs.dataset, runs.prompt_index, runs.prompt_id, runs.batch_id,
+ * runs.batch_index, runs.pad_left, runs.pad_right (the tables datasets and
  * dataset_stats come from schema.sql's CREATE IF NOT EXISTS).
  * (tokens.label came during version 1.) A column is added only where it is missing, so a
  * database any earlier loupe wrote reaches the current schema in one step. */
@@ -169,6 +175,10 @@ static lp_status migrate(lp_store *s, lp_error *err)
         {"runs", "dataset", "ALTER TABLE runs ADD COLUMN dataset TEXT"},
         {"runs", "prompt_index", "ALTER TABLE runs ADD COLUMN prompt_index INTEGER"},
         {"runs", "prompt_id", "ALTER TABLE runs ADD COLUMN prompt_id TEXT"},
+        {"runs", "batch_id", "ALTER TABLE runs ADD COLUMN batch_id INTEGER"},
+        {"runs", "batch_index", "ALTER TABLE runs ADD COLUMN batch_index INTEGER"},
+        {"runs", "pad_left", "ALTER TABLE runs ADD COLUMN pad_left INTEGER"},
+        {"runs", "pad_right", "ALTER TABLE runs ADD COLUMN pad_right INTEGER"},
     };
     lp_status st = LP_OK;
     for (size_t i = 0; st == LP_OK && i < sizeof added / sizeof added[0]; i++)
@@ -219,8 +229,10 @@ lp_status lp_store_open(const char *path, lp_store **out, lp_error *err)
     }
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
+        char why[256];
         st = lp_error_set(err, LP_ERR_SQLITE, "%s: cannot open: %s", path,
-                          s->db ? sqlite3_errmsg(s->db) : "out of memory");
+                          s->db ? lp_store_one_line(sqlite3_errmsg(s->db), why, sizeof why)
+                                : "out of memory");
         lp_store_free(s);
         return st;
     }
@@ -330,6 +342,13 @@ static lp_status insert_run_row(lp_store *s, const lp_run_info *info, lp_maps_dt
     else
         sqlite3_bind_null(q, 15);
     bind_text_or_null(q, 16, info->dataset ? info->prompt_id : NULL);
+    int64_t batch_cols[4] = {info->batch_id, info->batch_index, info->pad_left, info->pad_right};
+    for (int i = 0; i < 4; i++) {
+        if (info->in_batch)
+            sqlite3_bind_int64(q, 17 + i, batch_cols[i]);
+        else
+            sqlite3_bind_null(q, 17 + i);
+    }
     int rc = sqlite3_step(q);
     sqlite3_finalize(q);
     free(arch_text);

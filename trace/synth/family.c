@@ -35,8 +35,11 @@ enum {
     MOE = FAM(LP_SYNTH_MIXTRAL),
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
     POST_NORMS = FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3), /* four norms per layer */
-    QK_NORM = FAM(LP_SYNTH_QWEN3) | FAM(LP_SYNTH_GEMMA3),
-    QKV_BIAS = FAM(LP_SYNTH_QWEN2),
+    QWEN_MOES = FAM(LP_SYNTH_QWEN2_MOE) | FAM(LP_SYNTH_QWEN3_MOE),
+    V3 = FAM(LP_SYNTH_DEEPSEEK_V3),
+    DEEPSEEKS = FAM(LP_SYNTH_DEEPSEEK_V2) | V3, /* latent attention */
+    QK_NORM = FAM(LP_SYNTH_QWEN3) | FAM(LP_SYNTH_GEMMA3) | FAM(LP_SYNTH_QWEN3_MOE),
+    QKV_BIAS = FAM(LP_SYNTH_QWEN2) | FAM(LP_SYNTH_QWEN2_MOE),
     NORM_PLUS_ONE = GEMMAS, /* norms compute x * (1 + w): the identity is w = 0 */
 };
 
@@ -65,6 +68,10 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_OLMO2] = {"olmo2", "olmo2", "Olmo2ForCausalLM", "silu"},
     [LP_SYNTH_BLOOM] = {"bloom", "bloom", "BloomForCausalLM", "bloom_gelu"},
     [LP_SYNTH_OPT] = {"opt", "opt", "OPTForCausalLM", "relu"},
+    [LP_SYNTH_QWEN2_MOE] = {"qwen2_moe", "qwen2_moe", "Qwen2MoeForCausalLM", "silu"},
+    [LP_SYNTH_QWEN3_MOE] = {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM", "silu"},
+    [LP_SYNTH_DEEPSEEK_V2] = {"deepseek_v2", "deepseek_v2", "DeepseekV2ForCausalLM", "silu"},
+    [LP_SYNTH_DEEPSEEK_V3] = {"deepseek_v3", "deepseek_v3", "DeepseekV3ForCausalLM", "silu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -89,8 +96,9 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->head_dim = 8;
     spec->ffn = 64;
     spec->n_ctx = 256;
-    spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e-6 : 1e-5;
-    spec->rope_theta = has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3)) ? 1e6 : 1e4;
+    spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3) | QWEN_MOES) ? 1e-6 : 1e-5;
+    spec->rope_theta =
+        has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3) | QWEN_MOES) ? 1e6 : 1e4;
     spec->tied = has(spec, GEMMAS | GPT2 | FALCON_BLOCK | OPT);
     if (has(spec, FALCON_BLOCK)) /* Falcon-7B: multi-query, parallel; BLOOM: always 4 x hidden */
         spec->ffn = 4 * spec->hidden;
@@ -100,9 +108,30 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
      * dims), GPT-J's rotary_dim 64 of 256 */
     spec->rope_dim = has(spec, NEOX | GPTJ | STABLELM) ? 2 : has(spec, PHI) ? 4 : 0;
     spec->parallel = has(spec, NEOX | FALCON);
-    if (has(spec, MOE)) {
+    if (has(spec, MOE | QWEN_MOES | DEEPSEEKS)) {
         spec->n_experts = 4;
         spec->top_k = 2;
+    }
+    if (has(spec, QWEN_MOES)) {
+        spec->expert_ffn = 16;
+        spec->shared_ffn = has(spec, FAM(LP_SYNTH_QWEN2_MOE)) ? 48 : 0;
+        spec->sparse_step = 1;
+    }
+    if (has(spec, DEEPSEEKS)) {
+        /* heads of 8 nope + 4 rope dims, values 8 wide, one leading dense layer */
+        spec->n_kv_heads = spec->n_heads;
+        spec->head_dim = 12;
+        spec->rope_dim = 4;
+        spec->v_head_dim = 8;
+        spec->kv_lora = 16;
+        spec->q_lora = has(spec, V3) ? 16 : 0;
+        spec->expert_ffn = 16;
+        spec->n_shared = 1;
+        spec->first_dense = 1;
+        spec->norm_topk_prob = has(spec, V3);
+        spec->n_groups = has(spec, V3) ? 2 : 0;
+        spec->topk_groups = has(spec, V3) ? 1 : 0;
+        spec->routed_scaling = has(spec, V3) ? 2.5 : 0;
     }
     spec->window = has(spec, FAM(LP_SYNTH_MISTRAL) | POST_NORMS) ? 16 : 0;
     spec->sliding_pattern = has(spec, FAM(LP_SYNTH_GEMMA3)) ? 6 : 0;
@@ -182,9 +211,32 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
     if (has(s, MHA_ONLY) && s->n_kv_heads != s->n_heads)
         return lp_error_set(err, LP_ERR_USAGE, "%s: needs n_kv_heads = n_heads (%lld, %lld)",
                             name, (long long)s->n_kv_heads, (long long)s->n_heads);
-    if (has(s, MOE) && (s->n_experts < 1 || s->top_k < 1 || s->top_k > s->n_experts))
+    if (has(s, MOE | QWEN_MOES | DEEPSEEKS) &&
+        (s->n_experts < 1 || s->top_k < 1 || s->top_k > s->n_experts))
         return lp_error_set(err, LP_ERR_USAGE, "%s: top_k %lld of %lld experts", name,
                             (long long)s->top_k, (long long)s->n_experts);
+    if (has(s, QWEN_MOES) && (s->expert_ffn < 0 || s->shared_ffn < 0 || s->sparse_step < 0))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: expert_ffn %lld, shared_ffn %lld, sparse_step %lld must not be "
+                            "negative",
+                            name, (long long)s->expert_ffn, (long long)s->shared_ffn,
+                            (long long)s->sparse_step);
+    if (has(s, DEEPSEEKS) &&
+        (s->kv_lora < 1 || s->v_head_dim < 1 || s->rope_dim < 2 || s->rope_dim >= s->head_dim ||
+         s->q_lora < 0 || s->n_shared < 0 || s->first_dense < 0 || s->n_groups < 0 ||
+         (s->n_groups > 1 && (s->n_experts % s->n_groups != 0 || s->topk_groups < 1 ||
+                              s->topk_groups > s->n_groups ||
+                              s->topk_groups * (s->n_experts / s->n_groups) < s->top_k))))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "%s: kv_lora %lld, v_head_dim %lld, rope_dim %lld of head_dim %lld, "
+                            "%lld groups of which %lld for top_k %lld of %lld experts",
+                            name, (long long)s->kv_lora, (long long)s->v_head_dim,
+                            (long long)s->rope_dim, (long long)s->head_dim,
+                            (long long)s->n_groups, (long long)s->topk_groups,
+                            (long long)s->top_k, (long long)s->n_experts);
+    if (has(s, FAM(LP_SYNTH_QWEN3_MOE)) && s->shared_ffn > 0)
+        return lp_error_set(err, LP_ERR_USAGE, "qwen3_moe: has no shared expert (shared_ffn %lld)",
+                            (long long)s->shared_ffn);
     if (!plain_float(s->dtype) || !plain_float(s->vector_dtype))
         return lp_error_set(err, LP_ERR_USAGE, "%s: dtype '%s' / vector dtype '%s': want f32, "
                                                "f16 or bf16",
@@ -198,6 +250,8 @@ typedef enum dim {
     D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS,
     D_POS_OPT, /* OPT's table: 2 rows before position 0 */
     D_EMBED,   /* the token embedding's width: OPT's word_embed_proj_dim, else hidden */
+    D_EXPERT_FFN, D_SHARED_FFN, D_ONE,
+    D_Q_LORA, D_KV_A, D_KV_LORA, D_KV_B, D_HEADS_V /* MLA */
 } dim;
 
 /* Where a row stands: before the layers, in each layer, in each expert, query head or kv head of
@@ -237,6 +291,7 @@ typedef struct tensor_row {
 #define BIAS_IF(sc, name, role, rows, fam, when) {sc, name, LP_ROLE_##role, true, rows, D_NONE, PLAIN, fam, when}
 #define L_ "model.layers.%d."
 #define E_ L_ "block_sparse_moe.experts.%d."
+#define QE_ L_ "mlp.experts.%d."
 #define NX_ "gpt_neox.layers.%d."
 #define J_ "transformer.h.%d."
 #define F_ "transformer.h.%d."
@@ -247,12 +302,20 @@ static const tensor_row TENSORS[] = {
     VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, (DECODER & ~OLMO2) | PHI | STABLELM),
     BIAS(LAYER, L_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, PHI | STABLELM),
     MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER | PHI | STABLELM),
-    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, DECODER | PHI | STABLELM),
-    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, DECODER | PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS) | PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS) | PHI | STABLELM),
     BIAS_IF(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, STABLELM, C_QKV_BIAS),
     BIAS_IF(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, STABLELM, C_QKV_BIAS),
     BIAS_IF(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, STABLELM, C_QKV_BIAS),
-    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, DECODER | STABLELM),
+    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, (DECODER & ~DEEPSEEKS) | STABLELM),
+    /* DeepSeek's latent attention (q_proj above when there is no q_lora_rank) */
+    MAT(LAYER, L_ "self_attn.q_a_proj.weight", ATTN_Q_A, D_Q_LORA, D_HIDDEN, DEEPSEEKS),
+    VEC(LAYER, L_ "self_attn.q_a_layernorm.weight", ATTN_Q_A_NORM, D_Q_LORA, DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.q_b_proj.weight", ATTN_Q_B, D_Q, D_Q_LORA, DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.kv_a_proj_with_mqa.weight", ATTN_KV_A, D_KV_A, D_HIDDEN, DEEPSEEKS),
+    VEC(LAYER, L_ "self_attn.kv_a_layernorm.weight", ATTN_KV_A_NORM, D_KV_LORA, DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.kv_b_proj.weight", ATTN_KV_B, D_KV_B, D_KV_LORA, DEEPSEEKS),
+    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_HEADS_V, DEEPSEEKS),
     VEC_IF(HEAD, L_ "self_attn.q_layernorm.norms.%d.weight", ATTN_Q_NORM, D_HEAD, STABLELM, C_QK_NORM),
     VEC_IF(KV_HEAD, L_ "self_attn.k_layernorm.norms.%d.weight", ATTN_K_NORM, D_HEAD, STABLELM, C_QK_NORM),
     MAT(LAYER, L_ "self_attn.dense.weight", ATTN_O, D_HIDDEN, D_Q, PHI),
@@ -283,6 +346,21 @@ static const tensor_row TENSORS[] = {
     MAT(EXPERT, E_ "w1.weight", EXPERT_GATE, D_FFN, D_HIDDEN, MOE),
     MAT(EXPERT, E_ "w2.weight", EXPERT_DOWN, D_HIDDEN, D_FFN, MOE),
     MAT(EXPERT, E_ "w3.weight", EXPERT_UP, D_FFN, D_HIDDEN, MOE),
+    /* Qwen MoE and DeepSeek: a routed layer has the router, the experts and the shared expert(s)
+     * (Qwen's with its gate); a dense layer (mlp_only_layers, decoder_sparse_step,
+     * first_k_dense_replace) the plain MLP */
+    MAT(LAYER, L_ "mlp.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, QWEN_MOES | DEEPSEEKS),
+    VEC(LAYER, L_ "mlp.gate.e_score_correction_bias", ROUTER_BIAS, D_EXPERTS, V3),
+    MAT(EXPERT, QE_ "gate_proj.weight", EXPERT_GATE, D_EXPERT_FFN, D_HIDDEN, QWEN_MOES | DEEPSEEKS),
+    MAT(EXPERT, QE_ "up_proj.weight", EXPERT_UP, D_EXPERT_FFN, D_HIDDEN, QWEN_MOES | DEEPSEEKS),
+    MAT(EXPERT, QE_ "down_proj.weight", EXPERT_DOWN, D_HIDDEN, D_EXPERT_FFN, QWEN_MOES | DEEPSEEKS),
+    MAT(LAYER, L_ "mlp.shared_expert.gate_proj.weight", SHARED_GATE, D_SHARED_FFN, D_HIDDEN, QWEN_MOES),
+    MAT(LAYER, L_ "mlp.shared_expert.up_proj.weight", SHARED_UP, D_SHARED_FFN, D_HIDDEN, QWEN_MOES),
+    MAT(LAYER, L_ "mlp.shared_expert.down_proj.weight", SHARED_DOWN, D_HIDDEN, D_SHARED_FFN, QWEN_MOES),
+    MAT(LAYER, L_ "mlp.shared_expert_gate.weight", SHARED_EXPERT_GATE, D_ONE, D_HIDDEN, QWEN_MOES),
+    MAT(LAYER, L_ "mlp.shared_experts.gate_proj.weight", SHARED_GATE, D_SHARED_FFN, D_HIDDEN, DEEPSEEKS),
+    MAT(LAYER, L_ "mlp.shared_experts.up_proj.weight", SHARED_UP, D_SHARED_FFN, D_HIDDEN, DEEPSEEKS),
+    MAT(LAYER, L_ "mlp.shared_experts.down_proj.weight", SHARED_DOWN, D_HIDDEN, D_SHARED_FFN, DEEPSEEKS),
     VEC(LAST, "model.norm.weight", OUTPUT_NORM, D_HIDDEN, DECODER | STABLELM),
     BIAS(LAST, "model.norm.bias", OUTPUT_NORM, D_HIDDEN, STABLELM),
     VEC(LAST, "model.final_layernorm.weight", OUTPUT_NORM, D_HIDDEN, PHI),
@@ -393,6 +471,7 @@ static const tensor_row TENSORS[] = {
 #undef BIAS_IF
 #undef L_
 #undef E_
+#undef QE_
 #undef NX_
 #undef J_
 #undef F_
@@ -414,6 +493,16 @@ static int64_t dim_size(const lp_synth_spec *s, dim d)
     case D_POS: return s->n_ctx;
     case D_POS_OPT: return s->n_ctx + 2;
     case D_EMBED: return s->embed_dim > 0 ? s->embed_dim : s->hidden;
+    case D_EXPERT_FFN: return s->expert_ffn > 0 ? s->expert_ffn : s->ffn;
+    case D_SHARED_FFN:
+        return s->shared_ffn > 0 ? s->shared_ffn
+                                 : s->n_shared * (s->expert_ffn > 0 ? s->expert_ffn : s->ffn);
+    case D_ONE: return 1;
+    case D_Q_LORA: return s->q_lora;
+    case D_KV_A: return s->kv_lora + s->rope_dim;
+    case D_KV_LORA: return s->kv_lora;
+    case D_KV_B: return s->n_heads * (s->head_dim - s->rope_dim + s->v_head_dim);
+    case D_HEADS_V: return s->n_heads * s->v_head_dim;
     default: return 0;
     }
 }
@@ -430,7 +519,8 @@ static bool is_norm(lp_role role)
 {
     return role == LP_ROLE_ATTN_NORM || role == LP_ROLE_FFN_NORM || role == LP_ROLE_ATTN_POST_NORM ||
            role == LP_ROLE_FFN_POST_NORM || role == LP_ROLE_ATTN_Q_NORM ||
-           role == LP_ROLE_ATTN_K_NORM || role == LP_ROLE_OUTPUT_NORM || role == LP_ROLE_EMBD_NORM;
+           role == LP_ROLE_ATTN_K_NORM || role == LP_ROLE_OUTPUT_NORM || role == LP_ROLE_EMBD_NORM ||
+           role == LP_ROLE_ATTN_Q_A_NORM || role == LP_ROLE_ATTN_KV_A_NORM;
 }
 
 static lp_status random_fill(void *ctx, const lp_synth_tensor *t, float *data, lp_error *err)
@@ -565,12 +655,52 @@ static bool row_wanted(const lp_synth_spec *s, unsigned when)
            !((when & C_PROJ) && !(s->embed_dim > 0 && s->embed_dim != s->hidden));
 }
 
+bool lp_synth_layer_routed(const lp_synth_spec *spec, int layer)
+{
+    if (has(spec, MOE))
+        return true;
+    if (has(spec, DEEPSEEKS))
+        return layer >= spec->first_dense;
+    if (!has(spec, QWEN_MOES) || layer < 0 || layer >= LP_MAX_LAYERS || spec->dense_layer[layer])
+        return false;
+    int64_t step = spec->sparse_step > 0 ? spec->sparse_step : 1;
+    return (layer + 1) % step == 0;
+}
+
+/* Whether a layer row of Qwen MoE or DeepSeek belongs in this layer: a routed layer has no
+ * dense MLP, a dense one no router or shared expert; a shared expert needs a width; DeepSeek's
+ * q is q_proj or q_a/q_b by q_lora. */
+static bool row_in_layer(const lp_synth_spec *s, const tensor_row *row, int layer)
+{
+    if (row->scope != LAYER || !has(s, QWEN_MOES | DEEPSEEKS))
+        return true;
+    bool routed = lp_synth_layer_routed(s, layer);
+    bool shared = routed && dim_size(s, D_SHARED_FFN) > 0;
+    switch (row->role) {
+    case LP_ROLE_ATTN_Q: return s->q_lora == 0;
+    case LP_ROLE_ATTN_Q_A:
+    case LP_ROLE_ATTN_Q_A_NORM:
+    case LP_ROLE_ATTN_Q_B: return s->q_lora > 0;
+    case LP_ROLE_FFN_GATE:
+    case LP_ROLE_FFN_UP:
+    case LP_ROLE_FFN_DOWN: return !routed;
+    case LP_ROLE_ROUTER:
+    case LP_ROLE_ROUTER_BIAS: return routed;
+    case LP_ROLE_SHARED_GATE:
+    case LP_ROLE_SHARED_UP:
+    case LP_ROLE_SHARED_DOWN:
+    case LP_ROLE_SHARED_EXPERT_GATE: return shared;
+    default: return true;
+    }
+}
+
 /* The rows of one scope the family has, in table order. */
 static lp_status write_scope(writer *wr, scope sc, int layer, int expert, lp_error *err)
 {
     for (size_t i = 0; i < N_TENSORS; i++) {
         const tensor_row *row = &TENSORS[i];
-        if (row->scope != sc || !has(wr->spec, row->families) || !row_wanted(wr->spec, row->when))
+        if (row->scope != sc || !has(wr->spec, row->families) || !row_wanted(wr->spec, row->when) ||
+            !row_in_layer(wr->spec, row, layer))
             continue;
         lp_status st = write_row(wr, row, layer, expert, err);
         if (st != LP_OK)
@@ -585,7 +715,7 @@ lp_status lp_synth_add_tensors(const lp_synth_spec *spec, lp_st_writer *w, lp_er
     lp_status st = write_scope(&wr, FIRST, -1, -1, err);
     for (int l = 0; l < spec->n_layers && st == LP_OK; l++) {
         st = write_scope(&wr, LAYER, l, -1, err);
-        for (int e = 0; has(spec, MOE) && e < spec->n_experts && st == LP_OK; e++)
+        for (int e = 0; lp_synth_layer_routed(spec, l) && e < spec->n_experts && st == LP_OK; e++)
             st = write_scope(&wr, EXPERT, l, e, err);
         for (int h = 0; h < spec->n_heads && st == LP_OK; h++)
             st = write_scope(&wr, HEAD, l, h, err);
@@ -618,6 +748,15 @@ typedef enum key_kind {
     K_FFN_UNLESS_4X,  /* ffn_hidden_size, left out when it is FalconConfig's 4 x hidden */
     K_EMBED_DIM,      /* OPT's word_embed_proj_dim: embed_dim, or hidden */
     K_PRE_NORM,       /* OPT's do_layer_norm_before: not post_norm */
+    K_MLP_ONLY,       /* the dense_layer list */
+    K_EXPERT_FFN,     /* expert_ffn, else ffn */
+    K_SPARSE_STEP,    /* sparse_step, else 1 */
+    K_Q_LORA,         /* q_lora, null when 0 */
+    K_NOPE,           /* head_dim - rope_dim */
+    K_TOPK_METHOD,    /* DeepSeek's, from the family and the groups */
+    K_SCORING,        /* sigmoid for V3, softmax for V2 */
+    K_SCALING,        /* routed_scaling, else 1 */
+    K_YARN,           /* DeepSeek's rope_scaling object; left out without a yarn factor */
 } key_kind;
 
 typedef struct config_key {
@@ -677,6 +816,32 @@ static const config_key KEYS[] = {
     CONST("sliding_window", "4096", QKV_BIAS),
     FIELD("num_local_experts", K_INT, n_experts, MOE),
     FIELD("num_experts_per_tok", K_INT, top_k, MOE),
+    FIELD("num_experts", K_INT, n_experts, QWEN_MOES),
+    FIELD("num_experts_per_tok", K_INT, top_k, QWEN_MOES),
+    DERIVED("moe_intermediate_size", K_EXPERT_FFN, QWEN_MOES),
+    FIELD("shared_expert_intermediate_size", K_INT, shared_ffn, FAM(LP_SYNTH_QWEN2_MOE)),
+    DERIVED("decoder_sparse_step", K_SPARSE_STEP, QWEN_MOES),
+    DERIVED("mlp_only_layers", K_MLP_ONLY, QWEN_MOES),
+    FIELD("norm_topk_prob", K_BOOL, norm_topk_prob, QWEN_MOES),
+    CONSTS("{\"output_router_logits\": false, \"router_aux_loss_coef\": 0.001}", QWEN_MOES),
+    FIELD("n_routed_experts", K_INT, n_experts, DEEPSEEKS),
+    FIELD("num_experts_per_tok", K_INT, top_k, DEEPSEEKS),
+    DERIVED("moe_intermediate_size", K_EXPERT_FFN, DEEPSEEKS),
+    FIELD("n_shared_experts", K_INT, n_shared, DEEPSEEKS),
+    FIELD("first_k_dense_replace", K_INT, first_dense, DEEPSEEKS),
+    CONST("moe_layer_freq", "1", DEEPSEEKS),
+    FIELD("norm_topk_prob", K_BOOL, norm_topk_prob, DEEPSEEKS),
+    DERIVED("routed_scaling_factor", K_SCALING, DEEPSEEKS),
+    DERIVED("topk_method", K_TOPK_METHOD, DEEPSEEKS),
+    DERIVED("scoring_func", K_SCORING, DEEPSEEKS),
+    FIELD("n_group", K_INT, n_groups, DEEPSEEKS),
+    FIELD("topk_group", K_INT, topk_groups, DEEPSEEKS),
+    DERIVED("q_lora_rank", K_Q_LORA, DEEPSEEKS),
+    FIELD("kv_lora_rank", K_INT, kv_lora, DEEPSEEKS),
+    FIELD("qk_rope_head_dim", K_INT, rope_dim, DEEPSEEKS),
+    DERIVED("qk_nope_head_dim", K_NOPE, DEEPSEEKS),
+    FIELD("v_head_dim", K_INT, v_head_dim, DEEPSEEKS),
+    DERIVED("rope_scaling", K_YARN, DEEPSEEKS),
     CONST("sliding_window", "null", MOE),
     FIELD("query_pre_attn_scalar", K_REAL, query_pre_attn_scalar, POST_NORMS),
     FIELD("sliding_window_pattern", K_INT, sliding_pattern, FAM(LP_SYNTH_GEMMA3)),
@@ -777,6 +942,33 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
     case K_FFN_UNLESS_4X:
         *skip = s->ffn == 4 * s->hidden;
         return *skip ? NULL : json_integer(s->ffn);
+    case K_MLP_ONLY: {
+        json_t *list = json_array();
+        bool ok = list != NULL;
+        for (int64_t l = 0; ok && l < s->n_layers; l++)
+            if (s->dense_layer[l])
+                lp_synth_append(list, json_integer(l), &ok);
+        if (!ok)
+            json_decref(list);
+        return ok ? list : NULL;
+    }
+    case K_EXPERT_FFN: return json_integer(s->expert_ffn > 0 ? s->expert_ffn : s->ffn);
+    case K_SPARSE_STEP: return json_integer(s->sparse_step > 0 ? s->sparse_step : 1);
+    case K_Q_LORA: return s->q_lora > 0 ? json_integer(s->q_lora) : json_null();
+    case K_NOPE: return json_integer(s->head_dim - s->rope_dim);
+    case K_TOPK_METHOD:
+        return json_string(has(s, V3) ? "noaux_tc"
+                           : s->n_groups > 1 ? "group_limited_greedy"
+                                             : "greedy");
+    case K_SCORING: return json_string(has(s, V3) ? "sigmoid" : "softmax");
+    case K_SCALING: return json_real(s->routed_scaling > 0 ? s->routed_scaling : 1.0);
+    case K_YARN:
+        *skip = !(s->yarn_factor > 0);
+        return *skip ? NULL
+                     : json_pack("{s:s, s:f, s:I, s:f, s:f, s:f, s:f}", "type", "yarn", "factor",
+                                 s->yarn_factor, "original_max_position_embeddings",
+                                 (json_int_t)s->yarn_orig, "beta_fast", 32.0, "beta_slow", 1.0,
+                                 "mscale", s->yarn_mscale, "mscale_all_dim", s->yarn_mscale_all);
     }
     return NULL;
 }

@@ -216,6 +216,12 @@ typedef enum lp_synth_family {
     LP_SYNTH_OLMO2,   /* OLMo 2: Llama's names without input_layernorm; post_attention_layernorm
                          and post_feedforward_layernorm on the sublayer outputs; q_norm [q_dim]
                          and k_norm [kv_dim] over the whole projections */
+    LP_SYNTH_QWEN2_MOE, /* Qwen2's attention, routed experts plus a sigmoid-gated shared expert,
+                           dense layers by decoder_sparse_step / mlp_only_layers */
+    LP_SYNTH_QWEN3_MOE, /* Qwen3's attention (q/k norms), routed experts, no shared expert */
+    LP_SYNTH_DEEPSEEK_V2, /* latent attention (q_proj or q_a/q_b, kv_a, kv_b), softmax router,
+                             greedy or group-limited top-k, shared experts, leading dense layers */
+    LP_SYNTH_DEEPSEEK_V3, /* V2 with a sigmoid router and e_score_correction_bias (noaux_tc) */
     LP_SYNTH_FAMILY_COUNT
 } lp_synth_family;
 
@@ -240,7 +246,22 @@ typedef struct lp_synth_spec {
     int64_t rope_dim;             /* rotated dims per head (partial rotary); 0 = head_dim */
     double norm_eps, rope_theta;
     bool tied;                    /* the classifier is the embedding (no lm_head tensor) */
-    int64_t n_experts, top_k;     /* Mixtral */
+    int64_t n_experts, top_k;     /* Mixtral, Qwen MoE */
+    /* Qwen MoE: moe_intermediate_size (0 = ffn), shared_expert_intermediate_size (0 = no
+     * shared expert), norm_topk_prob; layer l is routed when (l + 1) % sparse_step == 0 (0 is
+     * taken as 1) and dense_layer[l] is false (mlp_only_layers), else a dense MLP of width ffn */
+    int64_t expert_ffn, shared_ffn, sparse_step;
+    bool norm_topk_prob;
+    bool dense_layer[LP_MAX_LAYERS];
+    /* DeepSeek: q_lora_rank (0 = a plain q_proj), kv_lora_rank, v_head_dim (qk_rope_head_dim is
+     * rope_dim, qk_nope_head_dim head_dim - rope_dim); n_shared experts of expert_ffn; layers
+     * below first_dense dense; n_groups / topk_groups (0 = greedy); routed_scaling (0 = 1) */
+    int64_t q_lora, kv_lora, v_head_dim, n_shared, first_dense, n_groups, topk_groups;
+    double routed_scaling;
+    /* DeepSeek's rope_scaling yarn: factor (0 = none), original_max_position_embeddings, mscale
+     * and mscale_all_dim (beta_fast 32, beta_slow 1) */
+    double yarn_factor, yarn_mscale, yarn_mscale_all;
+    int64_t yarn_orig;
     int64_t window;               /* sliding window: Mistral (every layer), Gemma 2 and 3 */
     int64_t sliding_pattern;      /* Gemma 3: layers l with (l + 1) % pattern == 0 are global */
     double local_theta;           /* Gemma 3: RoPE base of the sliding layers */
@@ -261,7 +282,12 @@ typedef struct lp_synth_spec {
 } lp_synth_spec;
 
 /* A tiny model of the family (vocab 64, hidden 32, 2 layers, 4 heads of 8, f32, seed 1, scale
- * 0.02) with the family's usual settings (Mixtral 4 experts top 2, Gemma windows of 16, ...). */
+ * 0.02) with the family's usual settings (Mixtral 4 experts top 2, Gemma windows of 16, Qwen MoE
+ * 4 experts top 2 of width 16 and a shared expert of 48 for Qwen2-MoE, ...). */
+
+/* Whether layer l of the spec has routed experts (every layer of Mixtral; Qwen MoE by
+ * sparse_step and dense_layer). */
+bool lp_synth_layer_routed(const lp_synth_spec *spec, int layer);
 void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
 
 /* Write config.json and model.safetensors into out_dir, creating it (and missing parents) when
@@ -272,8 +298,18 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
  * is returned as it is. */
 lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 
+/* A tiny spec of the family a card or config describes (loupe synth --like): 2 layers of 4 heads
+ * x 8, vocab 64, with the card's rules carried over: multi-head / multi-query / grouped (groups of
+ * 2), the rotated fraction (even, at least 2 dims), tied or not, norm epsilon, RoPE base,
+ * parallel or sequential, Falcon's new architecture and bias, StableLM's q/k norms and biases,
+ * ALiBi, OPT's post-norm and projected embeddings (half the width), Mixtral's experts (at most
+ * 4), Gemma 2's soft-caps and Gemma 3's window pattern. LP_ERR_UNSUPPORTED for a family without
+ * a writer (shared-expert MoE, MLA, gpt-oss, Phi-3, ...). */
+lp_status lp_synth_spec_like(const lp_arch *arch, lp_synth_spec *spec, lp_error *err);
+
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
- * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "opt", "olmo2". */
+ * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "opt", "olmo2", "qwen2_moe",
+ * "qwen3_moe", "deepseek_v2", "deepseek_v3". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif

@@ -1,0 +1,106 @@
+/* A tiny model "like" a card or config: the family's writer with the card's rules (parallel or
+ * sequential, biases, q/k norms, rotated fraction, ALiBi, norms, kv grouping, experts, windows)
+ * and small sizes, so every supported card can be traced without a download. */
+#include "trace/synth/synth.h"
+
+#include <string.h>
+
+typedef struct family_name {
+    const char *family; /* lp_arch.family */
+    lp_synth_family synth;
+} family_name;
+
+static const family_name FAMILY_NAMES[] = {
+    {"llama", LP_SYNTH_LLAMA},     {"mistral", LP_SYNTH_MISTRAL}, {"qwen2", LP_SYNTH_QWEN2},
+    {"qwen3", LP_SYNTH_QWEN3},     {"mixtral", LP_SYNTH_MIXTRAL}, {"gemma", LP_SYNTH_GEMMA},
+    {"gemma2", LP_SYNTH_GEMMA2},   {"gemma3", LP_SYNTH_GEMMA3},   {"gemma3_text", LP_SYNTH_GEMMA3},
+    {"gpt2", LP_SYNTH_GPT2},       {"gpt_neox", LP_SYNTH_NEOX},   {"phi", LP_SYNTH_PHI},
+    {"gptj", LP_SYNTH_GPTJ},       {"stablelm", LP_SYNTH_STABLELM}, {"falcon", LP_SYNTH_FALCON},
+    {"bloom", LP_SYNTH_BLOOM},     {"opt", LP_SYNTH_OPT},         {"olmo2", LP_SYNTH_OLMO2},
+};
+
+/* kv heads of a 4-head copy: multi-head stays multi-head, multi-query stays multi-query,
+ * grouped keeps groups of 2 */
+static int64_t small_kv_heads(const lp_arch *a, int64_t heads)
+{
+    int64_t kv = a->n_kv_heads > 0 ? a->n_kv_heads : a->n_heads;
+    if (kv >= a->n_heads)
+        return heads;
+    return kv == 1 ? 1 : heads / 2;
+}
+
+/* The rotated dims of a head_dim-wide head at the card's fraction: even, at least 2. */
+static int64_t small_rope_dim(const lp_arch *a, int64_t head_dim)
+{
+    double frac = a->partial_rotary > 0 ? a->partial_rotary : 1.0;
+    if (frac >= 1.0)
+        return 0;
+    int64_t r = (int64_t)((double)head_dim * frac) / 2 * 2;
+    return r < 2 ? 2 : r;
+}
+
+/* Gemma 3: every pattern-th layer is global; the first layer without a window says which. */
+static int64_t window_pattern(const lp_arch *a)
+{
+    for (int l = 0; l < a->n_layers && l < LP_MAX_LAYERS; l++)
+        if (a->layer_window[l] == 0)
+            return l + 1;
+    return 0;
+}
+
+lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *err)
+{
+    const family_name *f = NULL;
+    for (size_t i = 0; i < sizeof FAMILY_NAMES / sizeof FAMILY_NAMES[0]; i++)
+        if (strcmp(a->family, FAMILY_NAMES[i].family) == 0)
+            f = &FAMILY_NAMES[i];
+    /* a llama-style card with a window everywhere is Mistral's layout */
+    lp_synth_family fam = f ? f->synth : LP_SYNTH_FAMILY_COUNT;
+    if (fam == LP_SYNTH_LLAMA && a->sliding_window > 0)
+        fam = LP_SYNTH_MISTRAL;
+    if (fam == LP_SYNTH_FAMILY_COUNT || a->n_shared_experts > 0 || a->mla)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "%s: family '%s' has no synthetic writer (synth --like writes llama, "
+                            "mistral, qwen2, qwen3, mixtral, gemma, gemma2, gemma3, gpt2, "
+                            "gpt_neox, phi, gptj, stablelm, falcon, bloom, opt, olmo2)",
+                            a->source, a->family);
+    lp_synth_spec_init(spec, fam);
+    spec->n_kv_heads = small_kv_heads(a, spec->n_heads);
+    spec->rope_dim = small_rope_dim(a, spec->head_dim);
+    spec->tied = a->tied_embeddings;
+    if (a->norm_eps > 0)
+        spec->norm_eps = a->norm_eps;
+    if (a->rope_theta > 0 && fam != LP_SYNTH_GPTJ) /* GPT-J's base is fixed */
+        spec->rope_theta = a->rope_theta;
+    spec->parallel = a->parallel_block;
+    spec->qkv_bias = fam == LP_SYNTH_BLOOM || (fam == LP_SYNTH_FALCON || fam == LP_SYNTH_STABLELM
+                                                   ? a->bias_qkv
+                                                   : spec->qkv_bias);
+    spec->qk_norm = fam == LP_SYNTH_STABLELM && (a->qk_norm || a->qk_norm_per_head);
+    spec->alibi = a->pos_kind == LP_POS_ALIBI;
+    if (fam == LP_SYNTH_FALCON) {
+        spec->new_arch = a->parallel_two_norms;
+        spec->parallel = a->parallel_block || spec->new_arch;
+        if (!spec->new_arch && spec->n_kv_heads != 1)
+            spec->n_kv_heads = spec->n_heads;
+    }
+    spec->post_norm = a->post_norm;
+    if (a->embed_proj_dim > 0 && a->embed_proj_dim != a->hidden_size)
+        spec->embed_dim = spec->hidden / 2;
+    if (fam == LP_SYNTH_MIXTRAL) {
+        spec->n_experts = a->n_experts < 4 ? a->n_experts : 4;
+        spec->top_k = a->n_experts_per_tok < spec->n_experts ? a->n_experts_per_tok
+                                                             : spec->n_experts;
+    }
+    if (fam == LP_SYNTH_GEMMA3 && window_pattern(a) > 0)
+        spec->sliding_pattern = window_pattern(a);
+    if (fam == LP_SYNTH_GEMMA2) {
+        spec->attn_softcap = a->attn_logit_softcap;
+        spec->final_softcap = a->final_logit_softcap;
+    }
+    if (a->bos_token_id >= 0 && a->bos_token_id < spec->vocab)
+        spec->bos_id = a->bos_token_id;
+    if (a->eos_token_id >= 0 && a->eos_token_id < spec->vocab)
+        spec->eos_id = a->eos_token_id;
+    return LP_OK;
+}
