@@ -269,6 +269,9 @@ lp_status lp_ablate_heads(const lp_model *model, const int32_t *ids, int64_t T,
     if (T < 2)
         return lp_error_set(err, LP_ERR_USAGE, "ablate: %lld token%s: need at least 2",
                             (long long)T, T == 1 ? "" : "s");
+    if (a->mla)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "ablate: MLA heads (value width %lld, not "
+                            "head_dim) are not ablated yet", (long long)a->v_head_dim);
     if (o->method == LP_ABLATE_PATCH && !o->patch_ids)
         return lp_error_set(err, LP_ERR_USAGE, "ablate: patching needs a second prompt");
     lp_ablation *ab = NULL;
