@@ -1,5 +1,5 @@
 /* The viewer's JSON: the run, its tokens, the drawing options and colormaps, and the optional
- * sections (head statistics, leak checks, predictions), each read through trace/store/store.h.
+ * sections (head statistics, leak checks, predictions, head importance, logit lens), each read through trace/store/store.h.
  *
  * Adding a section (a table another engineer adds to the store, say head importance):
  *   1. a function `static lp_status section_NAME(lp_store *, const lp_store_run *, json_t **out,
@@ -109,7 +109,7 @@ static lp_status describe_tokens(lp_store *db, const lp_store_run *run, json_t *
 }
 
 /* The 256 entries of each colormap as "rrggbb..." (entry i is lp_colormap_rgb at its centre), the
- * masked colour each uses, and the initial choices. */
+ * diverging map's (lp_diverging_rgb), the masked colour each uses, and the initial choices. */
 static json_t *describe_options(const lp_render_options *opt, bool *ok_out)
 {
     bool ok = true;
@@ -127,6 +127,12 @@ static json_t *describe_options(const lp_render_options *opt, bool *ok_out)
                             hex_rgb(lp_render_masked_rgb(&each)));
     }
     lp_render_json_set(&ok, o, "colormaps", maps);
+    char diverging[256 * 6 + 1]; /* lp_diverging_rgb over [-1, 1], for signed matrices */
+    for (int i = 0; i < 256; i++) {
+        lp_rgb rgb = lp_diverging_rgb(-1.0 + 2.0 * ((double)i + 0.5) / 256.0);
+        snprintf(diverging + 6 * i, 7, "%02x%02x%02x", rgb.r, rgb.g, rgb.b);
+    }
+    lp_render_json_set(&ok, o, "diverging", json_string(diverging));
     lp_render_json_set(&ok, o, "masked", masked);
     lp_render_json_set(&ok, o, "leak_rgb", hex_rgb(lp_render_leak_rgb));
     lp_render_json_set(&ok, o, "bad_rgb", hex_rgb(lp_render_bad_rgb));
@@ -227,6 +233,74 @@ static lp_status section_predictions(lp_store *db, const lp_store_run *run, json
     return st == LP_OK && !ok ? out_of_memory(err) : st;
 }
 
+/* importance (`loupe ablate`) of this run, else of the latest ablate run (which records its own
+ * run, as `loupe render --importance` finds it): {"run_id", "own", "method", "delta": [n_layers *
+ * n_heads]} (delta = ablated NLL - clean NLL, null where a head has no row). */
+static lp_status section_importance(lp_store *db, const lp_store_run *run, json_t **out,
+                                    lp_error *err)
+{
+    int64_t from = run->id;
+    double *delta = NULL;
+    char method[16];
+    lp_status st = lp_store_read_importance(db, run, &delta, method, err);
+    lp_store_run other = {0};
+    bool incomplete;
+    if (st == LP_ERR_NOT_FOUND && lp_store_latest_run_of_kind(db, "ablate", &from, err) == LP_OK &&
+        from != run->id &&
+        (st = lp_store_read_run(db, from, NULL, &other, &incomplete, err)) == LP_OK) {
+        /* its heads must be this run's for the matrix to open them */
+        st = other.n_layers == run->n_layers && other.n_heads == run->n_heads
+                 ? lp_store_read_importance(db, &other, &delta, method, err)
+                 : LP_ERR_NOT_FOUND;
+        lp_store_run_clear(&other);
+    }
+    if (st != LP_OK)
+        return st;
+    json_t *s = json_object(), *list = json_array();
+    bool ok = true;
+    for (int64_t i = 0; i < run->n_layers * run->n_heads; i++)
+        lp_render_json_push(&ok, list, number(delta[i]));
+    free(delta);
+    lp_render_json_set(&ok, s, "run_id", json_integer(from));
+    lp_render_json_set(&ok, s, "own", json_boolean(from == run->id));
+    lp_render_json_set(&ok, s, "method", lp_render_json_text(method));
+    lp_render_json_set(&ok, s, "delta", list);
+    *out = s;
+    return ok ? LP_OK : out_of_memory(err);
+}
+
+/* logit_lens (`loupe trace --logit-lens`): {"n_layers", "n_pos", "piece": [layer * n_pos + pos]
+ * (the readout's top token, null where none), "prob": [...], "layer_nll": [n_layers]}. */
+static lp_status section_logit_lens(lp_store *db, const lp_store_run *run, json_t **out,
+                                    lp_error *err)
+{
+    lp_store_logit_lens lens;
+    lp_status st = lp_store_read_logit_lens(db, run, &lens, err);
+    if (st != LP_OK)
+        return st;
+    json_t *s = json_object(), *pieces = json_array(), *probs = json_array(),
+           *nll = json_array();
+    bool ok = true;
+    for (int64_t i = 0; i < lens.n_layers * lens.n_pos && st == LP_OK; i++) {
+        char *visible = lens.piece[i] ? lp_render_visible_piece(lens.piece[i], 48) : NULL;
+        if (lens.piece[i] && !visible)
+            st = lp_error_set(err, LP_ERR_NOMEM, "viewer: out of memory (logit lens)");
+        lp_render_json_push(&ok, pieces, visible ? lp_render_json_text(visible) : json_null());
+        lp_render_json_push(&ok, probs, number(lens.prob[i]));
+        free(visible);
+    }
+    for (int64_t l = 0; l < lens.n_layers; l++)
+        lp_render_json_push(&ok, nll, number(lens.layer_nll[l]));
+    lp_render_json_set(&ok, s, "n_layers", json_integer(lens.n_layers));
+    lp_render_json_set(&ok, s, "n_pos", json_integer(lens.n_pos));
+    lp_render_json_set(&ok, s, "piece", pieces);
+    lp_render_json_set(&ok, s, "prob", probs);
+    lp_render_json_set(&ok, s, "layer_nll", nll);
+    lp_store_logit_lens_clear(&lens);
+    *out = s;
+    return st == LP_OK && !ok ? out_of_memory(err) : st;
+}
+
 typedef lp_status (*section_fn)(lp_store *db, const lp_store_run *run, json_t **out,
                                 lp_error *err);
 
@@ -237,6 +311,8 @@ static const struct {
     {"stats", section_stats},
     {"leak", section_leak},
     {"predictions", section_predictions},
+    {"importance", section_importance},
+    {"logit_lens", section_logit_lens},
 };
 
 static lp_status describe_sections(lp_store *db, const lp_store_run *run, json_t *root,

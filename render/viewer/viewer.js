@@ -692,11 +692,10 @@
   // Fractions of mass sit on a fixed [0, 1]; the others run from 0 to their largest value.
   const FRACTIONS = ['max_prob', 'sink', 'prev_token', 'self', 'local_frac'];
 
-  function drawStatsMatrix(stats) {
-    const name = state.stat, values = stats.values[name], box = $('stats-matrix');
-    clear(box);
-    const top = FRACTIONS.includes(name) ? 1 : values.reduce((m, v) => (v !== null && v > m ? v : m), 0) || 1;
-    const table = make('table'), head = make('tr');
+  // A layers x heads table of values[layer * n_heads + head], each cell coloured by paint(v) (an
+  // [r, g, b]; null values grey), written with `digits` decimals; a click opens the head.
+  function headMatrix(values, name, digits, paint) {
+    const table = make('table', null, 'head-matrix'), head = make('tr');
     head.append(make('th', 'L \\ H'));
     for (let h = 0; h < RUN.n_heads; h++) head.append(make('th', h));
     table.append(head);
@@ -705,18 +704,40 @@
       tr.append(make('th', l));
       for (let h = 0; h < RUN.n_heads; h++) {
         const v = values[l * RUN.n_heads + h];
-        const td = make('td', v === null ? '–' : v.toFixed(2));
-        const i = Math.min(255, Math.floor(Math.max(0, Math.min(1, (v || 0) / top)) * 256));
-        const tab = TABLES[state.colormap];
-        td.style.background = v === null ? '#eee' : cssRgb([tab[3 * i], tab[3 * i + 1], tab[3 * i + 2]]);
-        td.style.color = v !== null && i < 128 && state.colormap !== 'gray' ? '#fff' : '#000';
+        const td = make('td', v === null ? '–' : v.toFixed(digits));
+        const rgb = v === null ? [238, 238, 238] : paint(v);
+        td.style.background = cssRgb(rgb);
+        td.style.color = inkOn(rgb);
         td.title = 'layer ' + l + ' head ' + h + ': ' + name + ' ' + fmt(v);
+        td.dataset.layer = l;
+        td.dataset.head = h;
         td.addEventListener('click', () => openHead(l, h));
         tr.append(td);
       }
       table.append(tr);
     }
-    box.append(table);
+    return table;
+  }
+  function largest(values) { return values.reduce((m, v) => (v !== null && v > m ? v : m), 0); }
+  // Text on a background: dark on light, white on dark (Rec. 601 luma).
+  function inkOn(rgb) { return 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 140 ? '#111' : '#fff'; }
+  // The colormap at t in [0, 1].
+  function mapRgb(t) {
+    const i = Math.min(255, Math.floor(Math.max(0, Math.min(1, t || 0)) * 256)), tab = TABLES[state.colormap];
+    return [tab[3 * i], tab[3 * i + 1], tab[3 * i + 2]];
+  }
+  // The diverging map of the static pictures (render/importance.c) at t in [-1, 1]: blue, white, red.
+  const DIVERGING = parseTable(OPT.diverging);
+  function divergingRgb(t) {
+    const i = Math.min(255, Math.floor((Math.max(-1, Math.min(1, t || 0)) + 1) * 128));
+    return [DIVERGING[3 * i], DIVERGING[3 * i + 1], DIVERGING[3 * i + 2]];
+  }
+
+  function drawStatsMatrix(stats) {
+    const name = state.stat, values = stats.values[name], box = $('stats-matrix');
+    clear(box);
+    const top = FRACTIONS.includes(name) ? 1 : largest(values) || 1;
+    box.append(headMatrix(values, name, 2, (v) => mapRgb(v / top)));
   }
 
   function drawStatsTable(stats) {
@@ -788,7 +809,86 @@
     return t;
   }
 
+  // Head importance (`loupe ablate`): the NLL rise when each head is ablated, as a layers x heads
+  // matrix (a head whose removal does not raise it in the masked colour) and the heads that matter
+  // most; a click on either opens the head.
+  function renderImportance(box, s) {
+    const where = s.own ? 'this run' : 'ablate run ' + s.run_id;
+    const vmax = s.delta.reduce((m, v) => (v !== null && Math.abs(v) > m ? Math.abs(v) : m), 0) || 1;
+    box.append(make('p', 'Each cell: how much the mean next-token NLL (nats) rises when that head is ablated (' + s.method + ', ' + where + '): red, removing the head hurts; blue, it helps; white, no change (scale ±' + fmt(vmax) + '). Click a head to open it.', 'hint'));
+    box.append(headMatrix(s.delta, 'NLL rise', 3, (v) => divergingRgb(v / vmax)));
+    box.append(make('h2', 'Heads that matter most'));
+    const order = s.delta.map((d, i) => [d, i]).filter(([d]) => d !== null).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
+    const t = make('table', null, 'importance-top'), head = make('tr');
+    for (const k of ['layer', 'head', 'NLL rise']) head.append(make('th', k));
+    t.append(head);
+    for (const [d, i] of order.slice(0, 10)) {
+      const l = Math.floor(i / RUN.n_heads), h = i % RUN.n_heads, tr = make('tr');
+      for (const v of [l, h, fmt(d)]) tr.append(make('td', v));
+      tr.addEventListener('click', () => openHead(l, h));
+      t.append(tr);
+    }
+    box.append(t);
+  }
+
+  // Logit lens (`loupe trace --logit-lens`): layers x positions, each cell the top token the
+  // residual after that layer reads out as (its probability the cell's colour), the input tokens
+  // above, the layer's mean next-token NLL at the right; LENS_WINDOW positions at a time.
+  const LENS_WINDOW = 32;
+  function renderLogitLens(box, s) {
+    const controls = make('p'), grid = make('div');
+    const start = make('input');
+    start.type = 'number';
+    start.min = 0;
+    start.max = Math.max(0, s.n_pos - 1);
+    start.value = 0;
+    start.id = 'lens-start';
+    const label = make('label', 'from position ');
+    label.append(start);
+    controls.append(label);
+    const draw = () => {
+      clear(grid);
+      const first = Math.min(Math.max(0, Number(start.value) || 0), Math.max(0, s.n_pos - 1));
+      const count = Math.min(LENS_WINDOW, s.n_pos - first);
+      const table = make('table', null, 'lens-grid'), head = make('tr');
+      head.append(make('th', 'layer \\ pos'));
+      for (let p = first; p < first + count; p++) {
+        const th = make('th');
+        th.append(make('span', p), make('br'), tok(p));
+        head.append(th);
+      }
+      head.append(make('th', 'NLL'));
+      table.append(head);
+      for (let l = 0; l < s.n_layers; l++) {
+        const tr = make('tr');
+        tr.append(make('th', l));
+        for (let p = first; p < first + count; p++) {
+          const piece = s.piece[l * s.n_pos + p], prob = s.prob[l * s.n_pos + p];
+          const td = make('td', piece === null ? '–' : cut(piece, 12));
+          td.dataset.layer = l;
+          td.dataset.pos = p;
+          if (piece !== null) {
+            const rgb = mapRgb(prob);
+            td.style.background = cssRgb(rgb);
+            td.style.color = inkOn(rgb);
+            td.title = 'after layer ' + l + ', position ' + p + ': ' + piece + ' p ' + fmt(prob);
+          }
+          tr.append(td);
+        }
+        tr.append(make('td', fmt(s.layer_nll[l]), 'lens-nll'));
+        table.append(tr);
+      }
+      grid.append(table);
+    };
+    start.addEventListener('change', draw);
+    box.append(make('p', 'Each cell: the most likely next token when the residual stream after that layer goes through the final norm and the LM head, coloured by its probability; the last layer is the model\'s own prediction. NLL: the layer\'s mean next-token NLL (nats).', 'hint'));
+    box.append(controls, grid);
+    draw();
+  }
+
   const PANELS = [
+    { name: 'importance', title: 'Importance', render: renderImportance },
+    { name: 'logit_lens', title: 'Logit lens', render: renderLogitLens },
     {
       name: 'leak', title: 'Leak check',
       banner: (s) => {

@@ -384,6 +384,82 @@ async function checkGenerated(browser, gen, stray, errors) {
   await page.close();
 }
 
+// `loupe trace --logit-lens` and `loupe ablate` (its own run) on loupe synth's model, read back
+// from the database as the page must show them.
+function buildAnalysis(dir) {
+  const model = path.join(dir, 'synth'), db = path.join(dir, 'heads.db');
+  for (const f of [db, db + '-wal', db + '-shm']) fs.rmSync(f, { force: true });
+  const prompt = 'the cat sat on the mat . the cat sat on the mat .';
+  execFileSync(LOUPE, ['trace', model, '--prompt', prompt, '--logit-lens', '--db', db], { stdio: 'ignore' });
+  execFileSync(LOUPE, ['ablate', model, '--prompt', prompt, '--db', db], { stdio: 'ignore' });
+  const q = (sql) => JSON.parse(execFileSync('sqlite3', ['-json', db, sql], { encoding: 'utf8' }) || '[]');
+  const html = path.join(dir, 'heads.html');
+  execFileSync(LOUPE, ['render', db, '--html', html]); // the trace run: the lens, and the ablate run's importance
+  return { html,
+    runs: q('SELECT id, kind FROM runs ORDER BY id'),
+    importance: q("SELECT run_id, layer, head, delta FROM head_importance WHERE method = 'zero'"),
+    lens: q('SELECT layer, pos, piece, prob FROM logit_lens WHERE run_id = 1 AND rank = 0'),
+    lensNll: q('SELECT layer, nll FROM logit_lens_layers WHERE run_id = 1 ORDER BY layer') };
+}
+
+// What lp_render_visible_piece shows for a piece.
+function visible(piece) {
+  return Array.from(piece).map((c) => (c === ' ' || c === '\u2581' ? '\u2423' : c === '\n' ? '\u23ce' : c === '\t' ? '\u21e5'
+    : c < ' ' ? String.fromCharCode(0x2400 + c.charCodeAt(0)) : c === '\u007f' ? '\u2421' : c)).join('');
+}
+
+async function checkImportance(page, a, n_heads) {
+  const ablate = a.runs.find((r) => r.kind === 'ablate');
+  check(a.runs[0].kind === 'trace' && ablate && a.importance.length > 0 && a.importance.every((r) => r.run_id === ablate.id), 'loupe ablate stored its importance under run ' + (ablate && ablate.id));
+  await page.evaluate(() => window.loupeViewer.setView('importance'));
+  const cells = await page.$$eval('#view-importance .head-matrix td', (tds) => tds.map((t) => [Number(t.dataset.layer), Number(t.dataset.head), t.textContent]));
+  const data = await page.evaluate(() => window.loupeViewer.data.sections.importance);
+  let bad = 0;
+  for (const r of a.importance) {
+    const got = data.delta[r.layer * n_heads + r.head], cell = cells.find(([l, h]) => l === r.layer && h === r.head);
+    if (!(Math.abs(got - r.delta) <= 1e-8 * Math.abs(r.delta) + 1e-15) || !cell || cell[2] !== got.toFixed(3)) bad++;
+  }
+  check(bad === 0 && cells.length === a.importance.length && data.run_id === ablate.id && !data.own, 'importance matrix: every head\'s NLL rise (9 digits) as stored by ablate run ' + ablate.id + ' (' + bad + ' differ)');
+  const best = a.importance.slice().sort((x, y) => y.delta - x.delta || x.layer - y.layer || x.head - y.head)[0];
+  const top = await page.$eval('#view-importance .importance-top tr:nth-child(2)', (tr) => Array.from(tr.children).map((c) => c.textContent));
+  check(Number(top[0]) === best.layer && Number(top[1]) === best.head, 'the head that matters most is layer ' + best.layer + ' head ' + best.head + ' (' + top + ')');
+  const sel = '#view-importance .head-matrix td[data-layer="' + best.layer + '"][data-head="' + best.head + '"]';
+  const bg = await page.$eval(sel, (td) => td.style.background), red = tableRgb(await page.evaluate(() => window.loupeViewer.data.options.diverging), 255);
+  check(bg === 'rgb(' + red.join(', ') + ')', 'importance matrix: the largest rise has the diverging map\'s red end (' + bg + ')');
+  await page.click(sel);
+  const s = await page.evaluate(() => [window.loupeViewer.state.view, window.loupeViewer.state.layer, window.loupeViewer.state.head]);
+  check(same(s, ['head', best.layer, best.head]), 'importance matrix: a click opens layer ' + best.layer + ' head ' + best.head + ' (' + s + ')');
+}
+
+async function checkLogitLens(page, a, n_layers, n_tokens) {
+  await page.evaluate(() => window.loupeViewer.setView('logit_lens'));
+  const grid = await page.$$eval('#view-logit_lens .lens-grid tr', (trs) => trs.slice(1).map((tr) => Array.from(tr.querySelectorAll('td')).map((td) => td.textContent)));
+  const want = Math.min(32, n_tokens);
+  check(grid.length === n_layers && grid.every((r) => r.length === want + 1), 'logit lens: ' + grid.length + ' layers x ' + (grid[0] || []).length + ' cells (' + n_layers + ' x ' + want + ' positions + NLL)');
+  let bad = 0;
+  for (const r of a.lens) {
+    if (r.pos >= want) continue;
+    const text = visible(r.piece), shown = Array.from(text).length > 12 ? Array.from(text).slice(0, 12).join('') + '…' : text;
+    if (grid[r.layer][r.pos] !== shown) { bad++; if (bad < 4) console.error('  lens ' + r.layer + ',' + r.pos + ': ' + grid[r.layer][r.pos] + ' want ' + shown); }
+  }
+  check(bad === 0 && a.lens.length === n_layers * n_tokens, 'logit lens: every cell shows the stored top token of its layer and position (' + bad + ' differ of ' + a.lens.length + ')');
+  const nll = grid.map((r) => Number(r[want]));
+  check(a.lensNll.every((r) => Math.abs(nll[r.layer] - r.nll) <= 5e-4 * Math.abs(r.nll)), 'logit lens: each layer\'s NLL as stored (' + nll + ')');
+  const last = await page.$eval('#view-logit_lens .lens-grid td[data-layer="' + (n_layers - 1) + '"][data-pos="1"]', (td) => td.style.background);
+  check(last.startsWith('rgb('), 'logit lens: cells are coloured by probability (' + last + ')');
+  await page.$eval('#lens-start', (e) => { e.value = '5'; e.dispatchEvent(new Event('change')); });
+  const first = await page.$eval('#view-logit_lens .lens-grid td[data-pos]', (td) => Number(td.dataset.pos));
+  check(first === 5, 'logit lens: "from position 5" starts the grid at 5 (' + first + ')');
+}
+
+async function checkAnalysis(browser, a, stray, errors) {
+  const { page } = await openPage(browser, a.html, stray, errors);
+  const run = await page.evaluate(() => window.loupeViewer.data.run);
+  await checkImportance(page, a, run.n_heads);
+  await checkLogitLens(page, a, run.n_layers, run.n_tokens);
+  await page.close();
+}
+
 function hexRgb(hex) { return [1, 3, 5].map((i) => parseInt(hex.substr(i, 2), 16)); }
 
 async function screenshot(page, file) {
@@ -459,7 +535,7 @@ async function main() {
   execFileSync(LOUPE, ['render', db, '--run', '1', '--html', html]);
   execFileSync(LOUPE, ['render', db, '--run', '2', '--html', path.join(dir, 'long.html')]);
   execFileSync(LOUPE, ['render', db, '--run', '2', '--html', path.join(dir, 'pooled.html'), '--max-map-bytes', '100000']);
-  const gen = buildGenerated(dir);
+  const gen = buildGenerated(dir), analysis = buildAnalysis(dir);
   const { browser, profile } = await launch(dir);
   check(browser.process().spawnfile === BROWSER, 'the browser is ' + BROWSER + ' (' + await browser.version() + ')');
   const stray = [], errors = [];
@@ -477,6 +553,7 @@ async function main() {
     await checkLong(browser, path.join(dir, 'long.html'), stray, errors);
     await checkPooled(browser, path.join(dir, 'pooled.html'), stray, errors);
     await checkGenerated(browser, gen, stray, errors);
+    await checkAnalysis(browser, analysis, stray, errors);
   } finally {
     await browser.close();
     fs.rmSync(profile, { recursive: true, force: true });
