@@ -12,7 +12,7 @@ static const char *const CMD = "render";
 typedef struct render_opts {
     int64_t run, layer, head; /* layer, head: -1 = not given */
     const char *output, *all, *stats, *html, *dataset;
-    bool grid, overview, leak;
+    bool grid, overview, leak, importance, logit_lens;
     uint64_t max_map_bytes;
     const char *colormap, *scale, *range, *masked_color;
     double gamma, log_floor, vmax, leak_threshold; /* vmax NAN = not given */
@@ -35,6 +35,11 @@ static const lp_option render_options[] = {
                      "mean over its runs, instead of one run"),
     LP_OPT_FLAG_OF(render_opts, leak, "leak",
                    "per-layer max |difference| of a `loupe leak` run (log axis)"),
+    LP_OPT_FLAG_OF(render_opts, importance, "importance",
+                   "layers x heads matrix of `loupe ablate`'s NLL deltas (default run: the\n"
+                   "latest complete ablate run)"),
+    LP_OPT_FLAG_OF(render_opts, logit_lens, "logit-lens",
+                   "layers x positions grid of a `loupe trace --logit-lens` run's top tokens"),
     LP_OPT_STRING_OF(render_opts, html, "html", "OUT.html",
                      "the interactive viewer: one self-contained HTML file (with --layer L:\n"
                      "that layer's heads only)"),
@@ -84,7 +89,7 @@ LP_CLI_COMMAND(render, run_render, render_options, 1, 1,
         "follows OUT's extension: .png, .svg or .pdf.\n"
         "\n"
         "WHAT is one of: --layer L --head H, --layer L --grid, --overview, --stats NAME, --leak,\n"
-        "--html OUT.html, --all DIR.\n"
+        "--importance, --logit-lens, --html OUT.html, --all DIR.\n"
         "\n"
         "--html writes one file that needs nothing else (no network, no other files): the head\n"
         "view (zoom, pan, hover), the text view, the overview, the statistics and the leak checks\n"
@@ -101,6 +106,8 @@ typedef enum what {
     WHAT_OVERVIEW,
     WHAT_STATS,
     WHAT_LEAK,
+    WHAT_IMPORTANCE,
+    WHAT_LOGIT_LENS,
     WHAT_HTML,
     WHAT_ALL
 } what;
@@ -194,21 +201,25 @@ static int drawing_options(const render_opts *o, lp_render_options *opt)
 static int choose_what(const render_opts *o, what *w)
 {
     bool have_layer = o->layer >= 0, have_head = o->head >= 0;
-    int n_other = o->grid + o->overview + (o->stats != NULL) + o->leak + (o->html != NULL) +
-                  (o->all != NULL);
+    int n_other = o->grid + o->overview + (o->stats != NULL) + o->leak + o->importance +
+                  o->logit_lens + (o->html != NULL) + (o->all != NULL);
     bool head = have_head || (have_layer && n_other == 0);
     if (head + n_other != 1)
         return lp_cli_usage_error(CMD, head + n_other == 0
                                            ? "nothing to draw: give --layer L --head H, --layer "
-                                             "L --grid, --overview, --stats NAME, --leak, --html "
-                                             "OUT.html or --all DIR"
+                                             "L --grid, --overview, --stats NAME, --leak, "
+                                             "--importance, --logit-lens, --html OUT.html or "
+                                             "--all DIR"
                                            : "give only one of --head, --grid, --overview, "
-                                             "--stats, --leak, --html, --all");
+                                             "--stats, --leak, --importance, --logit-lens, "
+                                             "--html, --all");
     *w = head          ? WHAT_HEAD
          : o->grid     ? WHAT_GRID
          : o->overview ? WHAT_OVERVIEW
          : o->stats    ? WHAT_STATS
          : o->leak     ? WHAT_LEAK
+         : o->importance ? WHAT_IMPORTANCE
+         : o->logit_lens ? WHAT_LOGIT_LENS
          : o->html     ? WHAT_HTML
                        : WHAT_ALL;
     if (*w == WHAT_HEAD && (!have_layer || !have_head))
@@ -285,6 +296,11 @@ static lp_status pick_run(lp_store *db, int64_t run_id, what w, lp_store_run *ru
         if (st != LP_OK)
             return st;
     }
+    if (w == WHAT_IMPORTANCE && run_id == 0) {
+        lp_status st = lp_store_latest_run_of_kind(db, "ablate", &run_id, err);
+        if (st != LP_OK)
+            return st;
+    }
     lp_status st = lp_store_read_run(db, run_id, w == WHAT_LEAK ? NULL : "trace", run, incomplete,
                                      err);
     if (st == LP_ERR_NOT_FOUND && run_id == 0 && w != WHAT_LEAK)
@@ -307,6 +323,8 @@ static lp_status draw(lp_store *db, const lp_store_run *run, const render_opts *
     case WHAT_OVERVIEW: return lp_render_overview(db, run, opt, o->output, err);
     case WHAT_STATS: return lp_render_stat_matrix(db, run, stat, opt, o->output, err);
     case WHAT_LEAK: return lp_render_leak_plot(db, run, opt, o->output, err);
+    case WHAT_IMPORTANCE: return lp_render_importance(db, run, opt, o->output, err);
+    case WHAT_LOGIT_LENS: return lp_render_logit_lens(db, run, opt, o->output, err);
     case WHAT_HTML: return lp_render_viewer(db, run, opt, &vopt, o->html, page, err);
     default: return lp_render_gallery(db, run, opt, &vopt, o->all, n_files, err);
     }

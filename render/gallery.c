@@ -13,7 +13,8 @@
 typedef struct gallery_item {
     char file[96];
     char caption[160];
-    int section; /* 0 overview, 1 statistics, 2 leak, 3 layer grids, 4 single heads */
+    int section; /* 0 overview, 1 statistics, 2 leak, 3 layer grids, 4 single heads, 5 which
+                    heads matter (importance, logit lens; shown after the statistics) */
     int64_t layer; /* single heads: grouped under a heading per layer */
 } gallery_item;
 
@@ -95,8 +96,10 @@ static void write_figure(FILE *f, const gallery_item *it)
 static void write_sections(FILE *f, const gallery *g)
 {
     static const char *const sections[] = {"Overview", "Head statistics", "Leak check",
-                                           "Layers", "Heads"};
-    for (int sec = 0; sec < 5; sec++) {
+                                           "Layers", "Heads", "Which heads matter"};
+    static const int order[] = {0, 1, 5, 2, 3, 4};
+    for (int o = 0; o < 6; o++) {
+        int sec = order[o];
         bool any = false;
         int64_t layer = -1;
         for (int64_t i = 0; i < g->n; i++) {
@@ -236,6 +239,46 @@ static lp_status add_leak(gallery_job *j, lp_error *err)
     return add_item(&j->g, "leak.png", caption, 2, -1, err);
 }
 
+/* The importance matrix of the run's own ablation, else of the latest ablate run (`loupe ablate`
+ * records under a run of its own); the run's logit lens. Either is left out when missing. */
+static lp_status add_heads_matter(gallery_job *j, lp_error *err)
+{
+    char path[4096], caption[160];
+    lp_error local = {0};
+    picture_path(j, "importance.png", path, sizeof path);
+    lp_status s = lp_render_importance(j->db, j->run, j->opt, path, &local);
+    int64_t run_id = j->run->id;
+    if (s == LP_ERR_NOT_FOUND) {
+        lp_store_run ab;
+        bool incomplete;
+        if (lp_store_latest_run_of_kind(j->db, "ablate", &run_id, &local) == LP_OK &&
+            lp_store_read_run(j->db, run_id, NULL, &ab, &incomplete, &local) == LP_OK) {
+            s = lp_render_importance(j->db, &ab, j->opt, path, &local);
+            lp_store_run_clear(&ab);
+        }
+    }
+    if (s == LP_OK) {
+        snprintf(caption, sizeof caption, "head importance (run %lld): NLL delta when ablated",
+                 (long long)run_id);
+        s = add_item(&j->g, "importance.png", caption, 5, -1, err);
+    } else if (s != LP_ERR_NOT_FOUND) {
+        *err = local;
+        return s;
+    }
+    if (s != LP_OK && s != LP_ERR_NOT_FOUND)
+        return s;
+    picture_path(j, "logit_lens.png", path, sizeof path);
+    s = lp_render_logit_lens(j->db, j->run, j->opt, path, &local);
+    if (s == LP_ERR_NOT_FOUND)
+        return LP_OK;
+    if (s != LP_OK) {
+        *err = local;
+        return s;
+    }
+    return add_item(&j->g, "logit_lens.png", "logit lens: top token per layer and position", 5,
+                    -1, err);
+}
+
 /* A grid per layer, then every head; a layer or head whose maps were not stored is skipped. */
 static lp_status add_maps(gallery_job *j, lp_error *err)
 {
@@ -298,6 +341,8 @@ lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
         s = add_stats(&j, err);
     if (s == LP_OK)
         s = add_leak(&j, err);
+    if (s == LP_OK)
+        s = add_heads_matter(&j, err);
     if (s == LP_OK && j.have_maps)
         s = add_maps(&j, err);
     if (s == LP_OK)

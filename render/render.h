@@ -186,6 +186,23 @@ lp_status lp_render_overview(lp_store *db, const lp_store_run *run,
 lp_status lp_render_stat_matrix(lp_store *db, const lp_store_run *run, lp_head_stat stat,
                                 const lp_render_options *opt, const char *out_path,
                                 lp_error *err);
+/* `loupe ablate`'s head_importance deltas as a layers x heads matrix on a diverging colormap
+ * centred on 0, values written in (render/importance.c). */
+lp_status lp_render_importance(lp_store *db, const lp_store_run *run,
+                               const lp_render_options *opt, const char *out_path, lp_error *err);
+/* `loupe trace --logit-lens`: layers x positions, the top token's text in each cell coloured by
+ * its probability, each layer's mean NLL at the right. */
+lp_status lp_render_logit_lens(lp_store *db, const lp_store_run *run,
+                               const lp_render_options *opt, const char *out_path, lp_error *err);
+/* Any layers x heads matrix of signed values on the diverging colormap (|value| <= vmax, vmax
+ * from opt or the largest |value|). */
+lp_status lp_render_value_matrix(const double *values, int64_t n_layers, int64_t n_heads,
+                                 const char *title, const char *subtitle, const char *bar_label,
+                                 const lp_render_options *opt, const char *out_path,
+                                 lp_error *err);
+/* t in [-1, 1] -> blue .. white (0) .. red. */
+lp_rgb lp_diverging_rgb(double t);
+
 /* The same for a dataset's aggregate (loupe trace --prompts): each head's mean over the runs,
  * the largest standard deviation in the subtitle. */
 lp_status lp_render_dataset_stat(lp_store *db, const char *dataset, lp_head_stat stat,

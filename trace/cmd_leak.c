@@ -476,12 +476,13 @@ static lp_status add_decode_check(leak_job *j, const leak_opts *o, lp_error *err
     if (st != LP_OK)
         return st;
     lp_leak_model_report *r = &j->rep;
-    lp_leak_check *grown = realloc(r->checks, (size_t)(r->n_checks + 2) * sizeof *grown);
+    int add = j->decode.n_checks;
+    lp_leak_check *grown = realloc(r->checks, (size_t)(r->n_checks + add + 1) * sizeof *grown);
     if (!grown)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
     r->checks = grown;
-    memcpy(r->checks + r->n_checks, j->decode.checks, sizeof j->decode.checks);
-    r->n_checks += 2;
+    memcpy(r->checks + r->n_checks, j->decode.checks, (size_t)add * sizeof *grown);
+    r->n_checks += add;
     if (!j->decode.passed && r->passed)
         r->diagnosis = j->decode.diagnosis;
     r->passed = r->passed && j->decode.passed;
@@ -573,8 +574,8 @@ static int print_model_json(const leak_job *j, const leak_opts *o)
     json_decref(verdict);
     const lp_leak_decode_report *d = &j->decode;
     json_object_set_new(root, "decode",
-                        json_pack("{s:b, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:f, s:f}", "passed",
-                                  (int)d->passed, "diagnosis", d->diagnosis, "prefix",
+                        json_pack("{s:b, s:b, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:f, s:f}",
+                                  "passed", (int)d->passed, "skipped", (int)d->skipped, "diagnosis", d->diagnosis, "prefix",
                                   (json_int_t)d->prefix, "window", (json_int_t)d->window,
                                   "logit_diff", num_or_null(d->logit_diff), "hidden_diff",
                                   num_or_null(d->hidden_diff), "f16_logit_diff",
@@ -656,7 +657,11 @@ static void print_families(const lp_leak_model_report *rep, const lp_leak_decode
              "(f32 cache), %.1e, %.1e (f16)",
              (long long)d->prefix, d->logit_diff, d->hidden_diff, d->f16_logit_diff,
              d->f16_hidden_diff);
-    print_family(rep, "decode", text);
+    if (d->skipped)
+        printf("  %-14s skip  multi-head latent attention: its latent cache is not built yet\n",
+               "decode");
+    else
+        print_family(rep, "decode", text);
 }
 
 /* Where the first difference and the leaking cells are. */

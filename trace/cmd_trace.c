@@ -14,6 +14,7 @@
 #include "core/mapfile.h"
 #include "estimate/estimate.h"
 #include "inspect/tokenizer/tokenizer.h"
+#include "trace/analysis/analysis.h"
 #include "trace/store/store.h"
 
 #define CMD "trace"
@@ -38,6 +39,7 @@ typedef struct trace_opts {
     int64_t seed;
     bool stop_at_eos;
     int kv_dtype; /* index in kv_dtype_names; 0 = the default */
+    bool logit_lens;
     /* datasets */
     const char *prompts;
     const char *dataset;
@@ -79,6 +81,9 @@ static const lp_option trace_options[] = {
                   "sampling seed (default 0); the same seed draws the same tokens"),
     LP_OPT_FLAG_OF(trace_opts, stop_at_eos, "stop-at-eos",
                    "stop once the model's eos_token_id was generated (and fed through)"),
+    LP_OPT_FLAG_OF(trace_opts, logit_lens, "logit-lens",
+                   "also read every layer's residual through the final norm and LM head\n"
+                   "(tables logit_lens, logit_lens_layers; not with --generate)"),
     LP_OPT_STRING_OF(trace_opts, prompts, "prompts", "FILE",
                      "JSON lines ({\"text\": ...} or {\"tokens\": [...]}, optional \"id\"): one\n"
                      "run per prompt, a named dataset with aggregated head statistics"),
@@ -207,6 +212,13 @@ static lp_status prepare(trace_job *j, const trace_opts *o, lp_error *err)
     lp_batch batch = lp_batch_single(j->in.ids, (int64_t)j->in.n_ids);
     if (st || (st = lp_forward_check(j->model, &batch, err)) || (st = select_maps(j, o, err)))
         return st;
+    if (o->generate > 0 && lp_model_arch(j->model)->mla)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "--generate: %s uses multi-head latent attention, whose latent KV "
+                            "cache is not built yet",
+                            j->model_path);
+    if (o->generate > 0 && o->logit_lens)
+        return lp_error_set(err, LP_ERR_USAGE, "--logit-lens reads one prefill: not with --generate");
     if (o->generate > 0 && o->stop_at_eos && lp_model_arch(j->model)->eos_token_id < 0)
         return lp_error_set(err, LP_ERR_USAGE, "--stop-at-eos: %s names no eos_token_id",
                             j->model_path);
@@ -233,12 +245,15 @@ typedef struct tee_ctx {
     double t0;
     int64_t n_tokens;
     int64_t latest;
+    lp_logit_lens *lens; /* --logit-lens, else NULL */
 } tee_ctx;
 
 static bool tee_want(void *ctx, const lp_site *site)
 {
     tee_ctx *t = ctx;
-    return site->kind == LP_SITE_LOGITS || t->store->want(t->store->ctx, site);
+    const lp_observer *lens = t->lens ? lp_logit_lens_observer(t->lens) : NULL;
+    return site->kind == LP_SITE_LOGITS || t->store->want(t->store->ctx, site) ||
+           (lens && lens->want(lens->ctx, site));
 }
 
 static lp_status tee_observe(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
@@ -252,9 +267,13 @@ static lp_status tee_observe(void *ctx, const lp_site *site, const lp_view *view
         t->n_top = lp_top_k(view->data + (view->rows - 1) * view->stride, view->cols, SUMMARY_TOP,
                             t->top);
     }
-    if (t->store->want(t->store->ctx, site))
-        return t->store->observe(t->store->ctx, site, view, err);
-    return LP_OK;
+    const lp_observer *lens = t->lens ? lp_logit_lens_observer(t->lens) : NULL;
+    lp_status st = LP_OK;
+    if (lens && lens->want(lens->ctx, site))
+        st = lens->observe(lens->ctx, site, view, err);
+    if (st == LP_OK && t->store->want(t->store->ctx, site))
+        st = t->store->observe(t->store->ctx, site, view, err);
+    return st;
 }
 
 static double now_seconds(void)
@@ -334,8 +353,14 @@ static lp_status record(trace_job *j, const trace_opts *o, tee_ctx *tee, int64_t
     lp_status st = lp_store_begin_run(j->store, &info, &sopts, run_id, err);
     if (st != LP_OK)
         return st;
+    lp_logit_lens *lens = NULL;
+    if (o->logit_lens && (st = lp_logit_lens_create(j->model, j->in.ids, (int64_t)j->in.n_ids,
+                                                    sopts.top_k, j->pool, &lens, err))) {
+        lp_store_abort_run(j->store);
+        return st;
+    }
     *tee = (tee_ctx){lp_store_observer(j->store), o->generate > 0 ? -1 : (int64_t)j->in.n_ids - 1,
-                     {{0, 0, 0}}, 0, now_seconds(), (int64_t)j->in.n_ids, -1};
+                     {{0, 0, 0}}, 0, now_seconds(), (int64_t)j->in.n_ids, -1, lens};
     lp_observer obs = {tee, tee_want, tee_observe};
     lp_forward_opts fopts;
     lp_forward_opts_init(&fopts);
@@ -349,7 +374,13 @@ static lp_status record(trace_job *j, const trace_opts *o, tee_ctx *tee, int64_t
     if (o->generate > 0)
         return record_generation(j, o, &fopts, tee, seconds, err);
     lp_batch batch = lp_batch_single(j->in.ids, (int64_t)j->in.n_ids);
-    if ((st = lp_forward(j->model, &batch, &fopts, err)) != LP_OK) {
+    st = lp_forward(j->model, &batch, &fopts, err);
+    if (st == LP_OK && lens)
+        st = lp_store_add_logit_lens(j->store, lens->n_layers, lens->T, lens->k, lens->token,
+                                     lens->prob, lens->layer_nll, err);
+    lp_logit_lens_free(lens);
+    tee->lens = NULL;
+    if (st != LP_OK) {
         lp_store_abort_run(j->store);
         return st;
     }
@@ -514,6 +545,11 @@ static lp_status prepare_dataset(trace_job *j, dataset_job *d, const trace_opts 
     j->in.n_ids = longest > 0 ? longest : 1;
     st = select_maps(j, o, err);
     j->in.n_ids = keep_n;
+    if (st == LP_OK && o->generate > 0 && lp_model_arch(j->model)->mla)
+        st = lp_error_set(err, LP_ERR_UNSUPPORTED,
+                          "--generate: %s uses multi-head latent attention, whose latent KV cache "
+                          "is not built yet",
+                          j->model_path);
     if (st == LP_OK && o->generate > 0) {
         j->kv_dtype = o->kv_dtype > 0 ? lp_dtype_from_name(kv_dtype_names[o->kv_dtype])
                                       : lp_kv_default_dtype(j->model);

@@ -128,6 +128,28 @@ typedef struct lp_observer {
     lp_status (*observe)(void *ctx, const lp_site *site, const lp_view *view, lp_error *err);
 } lp_observer;
 
+/* Interventions: like an observer, but the data at the site is writable and what the hook leaves
+ * there is what the pass goes on with (TransformerLens hooks, nnsight interventions). Editable
+ * sites: EMBED, HEAD_OUTPUT (the head's head_dim slice entering o_proj: zero it and the head is
+ * ablated, o_proj's bias stays), ATTN_OUT, FFN_OUT, RESID. The edit runs before the observer
+ * sees the site, so observers see the edited data. The pass does not know what a hook is for.
+ *
+ *   static bool want(void *ctx, const lp_site *s)
+ *   { return s->kind == LP_SITE_HEAD_OUTPUT && s->layer == 1 && s->head == 5; }
+ *   static lp_status zero(void *ctx, const lp_site *s, float *data, int64_t rows, int64_t cols,
+ *                         int64_t stride, lp_error *err)
+ *   { for (r < rows) memset(data + r * stride, 0, cols * sizeof *data); return LP_OK; }
+ *   lp_intervention iv = {NULL, want, zero};
+ *   opts.intervention = &iv;
+ */
+typedef struct lp_intervention {
+    void *ctx;
+    bool (*want)(void *ctx, const lp_site *site); /* NULL = edits nothing */
+    /* data [rows, cols], row stride `stride`, writable; a non-OK status stops the pass. */
+    lp_status (*edit)(void *ctx, const lp_site *site, float *data, int64_t rows, int64_t cols,
+                      int64_t stride, lp_error *err);
+} lp_intervention;
+
 /* ---------------------------------------------------------------------------------------------
  * The forward pass.
  */
@@ -156,12 +178,25 @@ typedef struct lp_forward_opts {
     int64_t window_override;     /* > 0: this window on every layer instead (tests) */
     int64_t local_window;        /* row_stats.local counts keys with q - k < this (default 8) */
     bool logits_last_only;       /* compute logits for the last position only */
+    const lp_intervention *intervention; /* NULL = none */
+    /* Resume at layer start_layer (> 0) from start_resid [n_seqs, n_tokens, hidden], the
+     * residual stream entering it (as RESID of layer start_layer - 1 gave it): earlier layers
+     * and EMBED are skipped, so a caller that stored a clean run recomputes only what an edit
+     * at or after start_layer can change. 0 = the whole pass. */
+    int start_layer;
+    const float *start_resid;
     /* Progress, called after each layer of each batch item; NULL = none. */
     void (*progress)(void *ctx, int64_t batch, int layer, int n_layers);
     void *progress_ctx;
 } lp_forward_opts;
 
 void lp_forward_opts_init(lp_forward_opts *opts);
+
+/* The classifier alone: rows x [rows, hidden] of a residual stream through the final norm (and
+ * OPT's project_out), the LM head and any final soft-cap into logits [rows, vocab], the same
+ * kernels the pass uses (the logit lens: RESID of the last layer gives the pass's own logits). */
+lp_status lp_model_unembed(const lp_model *model, const float *x, int64_t rows, lp_pool *pool,
+                           float *logits, lp_error *err);
 
 /* Run the pass. Token ids must be < vocab_size and n_tokens <= a bound derived from the arch
  * (learned position tables) and memory; violations are LP_ERR_RANGE naming the value. */

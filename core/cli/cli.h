@@ -179,6 +179,9 @@ extern const lp_command lp_command_export;
 extern const lp_command lp_command_synth;
 extern const lp_command lp_command_bench;
 extern const lp_command lp_command_demo;
+extern const lp_command lp_command_eval;
+extern const lp_command lp_command_ablate;
+extern const lp_command lp_command_diff;
 extern const lp_command lp_command_merge;
 
 #endif

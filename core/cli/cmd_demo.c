@@ -35,7 +35,8 @@ LP_CLI_COMMAND(demo, demo_main, demo_options, 0, 1,
         "  3. loupe inspect OUT_DIR/model\n"
         "  4. loupe trace OUT_DIR/model --prompt TEXT --db OUT_DIR/trace.db\n"
         "  5. loupe leak OUT_DIR/model --db OUT_DIR/trace.db\n"
-        "  6. loupe render OUT_DIR/trace.db --all OUT_DIR/pictures\n"
+        "  6. loupe ablate OUT_DIR/model --prompt TEXT --db OUT_DIR/trace.db  (which heads matter)\n"
+        "  7. loupe render OUT_DIR/trace.db --all OUT_DIR/pictures\n"
         "and names the gallery (OUT_DIR/pictures/index.html) at the end.",);
 
 static bool demo_is_dir(const char *path)
@@ -83,6 +84,7 @@ static int run_tour(const demo_opts *o, demo_paths *p)
         {&lp_command_trace, o->threads > 0 ? 8 : 6,
          {"trace", p->model, "--prompt", prompt, "--db", p->db, "--threads", p->threads}},
         {&lp_command_leak, 6, {"leak", p->model, "--prompt", prompt, "--db", p->db}},
+        {&lp_command_ablate, 6, {"ablate", p->model, "--prompt", prompt, "--db", p->db}},
         {&lp_command_render, 4, {"render", p->db, "--all", p->pictures}},
     };
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {

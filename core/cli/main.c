@@ -9,6 +9,7 @@ static const lp_command *const commands[] = {
     &lp_command_inspect, &lp_command_estimate, &lp_command_tokenize, &lp_command_trace,
     &lp_command_leak,    &lp_command_render,   &lp_command_synth,    &lp_command_demo,
     &lp_command_bench,   &lp_command_export,   &lp_command_merge,
+    &lp_command_eval,    &lp_command_ablate,   &lp_command_diff,
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -490,6 +490,40 @@ static lp_status read_yarn(const hf_reader *sub, lp_arch *a)
     return LP_OK;
 }
 
+/* longrope's short_factor and long_factor: arrays of one length (at most LP_MAX_ROPE_FACTORS)
+ * of positive numbers; their length is checked against rope_dim / 2 when the arch is finished. */
+static lp_status read_longrope_factors(const hf_reader *sub, const char *key, lp_rope_scaling *s)
+{
+    static const char *const names[2] = {"short_factor", "long_factor"};
+    double *dst[2] = {s->short_factor, s->long_factor};
+    size_t n[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(sub->obj, names[i]);
+        if (!v)
+            continue;
+        if (!json_is_array(v) || json_array_size(v) > LP_MAX_ROPE_FACTORS)
+            return lp_error_set(sub->err, LP_ERR_FORMAT,
+                                "%s: key '%s.%s': expected an array of at most %d numbers",
+                                sub->path, key, names[i], LP_MAX_ROPE_FACTORS);
+        n[i] = json_array_size(v);
+        for (size_t j = 0; j < n[i]; j++) {
+            const json_t *x = json_array_get(v, j);
+            double d = json_is_number(x) ? json_number_value(x) : 0.0;
+            if (!(d > 0.0))
+                return lp_error_set(sub->err, LP_ERR_FORMAT,
+                                    "%s: key '%s.%s[%zu]': expected a positive number", sub->path,
+                                    key, names[i], j);
+            dst[i][j] = d;
+        }
+    }
+    if (n[0] != n[1])
+        return lp_error_set(sub->err, LP_ERR_FORMAT,
+                            "%s: key '%s': short_factor has %zu values, long_factor %zu", sub->path,
+                            key, n[0], n[1]);
+    s->n_factors = (int64_t)n[0];
+    return LP_OK;
+}
+
 /* rope_scaling (or transformers v5 rope_parameters). */
 static lp_status parse_rope_scaling(const hf_reader *r, lp_arch *a)
 {
@@ -517,6 +551,8 @@ static lp_status parse_rope_scaling(const hf_reader *r, lp_arch *a)
         if ((st = hf_int(r, "original_max_position_embeddings", &s->original_ctx, NULL)) != LP_OK)
             return st;
     if (s->kind == LP_ROPE_SCALING_YARN && (st = read_yarn(&sub, a)) != LP_OK)
+        return st;
+    if (s->kind == LP_ROPE_SCALING_LONGROPE && (st = read_longrope_factors(&sub, key, s)) != LP_OK)
         return st;
     if (s->kind == LP_ROPE_SCALING_LONGROPE && s->factor == 0.0 && s->original_ctx > 0 &&
         a->n_ctx > 0)

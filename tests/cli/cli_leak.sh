@@ -2,21 +2,14 @@
 # CLI: `loupe leak` on mask files the test writes (exit 0 clean, 1 leak/blocked/NaN, 2 bad input)
 # and on stories260K (clean passes; every --inject fault is caught and named), --json and --db.
 source "$(dirname "$0")/cli_lib.sh"
+source "$(dirname "$0")/../support/npy.sh"
 
 # npy_mask FILE DESCR T EXPR: a [T, T] .npy whose cell (q, k) is EXPR (bash arithmetic, 0 or 1)
 # as one byte (|b1, |u1) or as an f32 additive value (<f4: 1 -> 0.0, 0 -> FILL).
 npy_mask() {
   local file=$1 descr=$2 T=$3 expr=$4 fill=${5:-}
-  local dict="{'descr': '$descr', 'fortran_order': False, 'shape': ($T, $T), }"
-  local total=$((10 + ${#dict} + 1)) pad
-  pad=$(( (64 - total % 64) % 64 ))
-  local hlen=$(( ${#dict} + pad + 1 ))
   {
-    printf '\x93NUMPY\x01\x00'
-    printf "\\x$(printf %02x $((hlen & 255)))\\x$(printf %02x $((hlen >> 8)))"
-    printf '%s' "$dict"
-    printf '%*s' "$pad" ''
-    printf '\n'
+    npy_header "$descr" "$T, $T"
     local q k v
     for ((q = 0; q < T; q++)); do
       for ((k = 0; k < T; k++)); do
@@ -138,12 +131,7 @@ if local_part; then
   expect_one_line_error "$LOUPE" leak --mask "$TMP/trunc.npy"
   # npy_raw FILE DESCR SHAPE BYTES: a header for any descr/shape, then BYTES zero bytes
   npy_raw() {
-    local dict="{'descr': '$2', 'fortran_order': False, 'shape': ($3), }"
-    local total=$((10 + ${#dict} + 1)) pad
-    pad=$(( (64 - total % 64) % 64 ))
-    local hlen=$(( ${#dict} + pad + 1 ))
-    { printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $((hlen & 255)))\\x$(printf %02x $((hlen >> 8)))"
-      printf '%s' "$dict"; printf '%*s' "$pad" ''; printf '\n'; head -c "$4" /dev/zero; } >"$1"
+    { npy_header "$2" "$3"; head -c "$4" /dev/zero; } >"$1"
   }
   npy_raw "$TMP/rank3.npy" '|b1' '2, 4, 4' 32
   npy_raw "$TMP/rank1.npy" '|b1' '16,' 16

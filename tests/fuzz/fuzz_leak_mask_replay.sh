@@ -6,14 +6,10 @@ set -eu
 FUZZ=${1:?usage: fuzz_leak_mask_replay.sh FUZZ_LEAK_MASK}
 dir="$(mktemp -d "${LOUPE_TEST_TMP:-/tmp}/fuzz_leak.XXXXXX")"
 trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/../support/npy.sh"
 # npy FILE DESCR SHAPE BYTES_PER_CELL N_CELLS: a header and N_CELLS cells of a causal pattern
 npy() {
-  local dict="{'descr': '$2', 'fortran_order': False, 'shape': ($3), }"
-  local total=$((10 + ${#dict} + 1)) pad
-  pad=$(( (64 - total % 64) % 64 ))
-  local hlen=$(( ${#dict} + pad + 1 ))
-  { printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $((hlen & 255)))\\x$(printf %02x $((hlen >> 8)))"
-    printf '%s' "$dict"; printf '%*s' "$pad" ''; printf '\n'
+  { npy_header "$2" "$3"
     local i
     for ((i = 0; i < $5; i++)); do
       if [ $((i % 7)) -lt 4 ]; then head -c "$4" /dev/zero; else printf '\xff%.0s' $(seq "$4"); fi

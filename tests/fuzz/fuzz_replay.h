@@ -129,6 +129,17 @@ static inline int lp_fuzz_replay(const char *prog, int argc, char **argv)
     return n_run > 0 ? 0 : 2;
 }
 
+/* A fixed xorshift64 sequence for --mutate modes: the same inputs on every run and machine. */
+static uint64_t lp_fuzz_rand_state = 0x9e3779b97f4a7c15ull;
+
+static inline uint64_t lp_fuzz_rand(void)
+{
+    lp_fuzz_rand_state ^= lp_fuzz_rand_state << 13;
+    lp_fuzz_rand_state ^= lp_fuzz_rand_state >> 7;
+    lp_fuzz_rand_state ^= lp_fuzz_rand_state << 17;
+    return lp_fuzz_rand_state;
+}
+
 #define LP_FUZZ_REPLAY_MAIN(prog)                                                             \
     int main(int argc, char **argv) { return lp_fuzz_replay(prog, argc, argv); }
 #else

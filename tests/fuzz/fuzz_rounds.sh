@@ -22,9 +22,9 @@ all="gguf weights tokenizer arch llama2c encode leak_mask st_index prompts cli t
 
 if [ "${1:-}" = "--summary" ]; then
   [ -f "$log" ] || { echo "no rounds yet ($log)"; exit 0; }
+  printf "%-10s %6s %8s %14s %7s %8s\n" target rounds hours inputs corpus findings
   awk -F'\t' 'NR > 1 { s[$2] += $3; n[$2] += $4; f[$2] += $6; c[$2] = $5; r[$2]++ }
-    END { printf "%-10s %6s %8s %14s %7s %8s\n", "target", "rounds", "hours", "inputs", "corpus", "findings";
-          for (t in s) printf "%-10s %6d %8.2f %14d %7d %8d\n", t, r[t], s[t] / 3600, n[t], c[t], f[t] }' "$log" | sort
+    END { for (t in s) printf "%-10s %6d %8.2f %14d %7d %8d\n", t, r[t], s[t] / 3600, n[t], c[t], f[t] }' "$log" | sort
   exit 0
 fi
 

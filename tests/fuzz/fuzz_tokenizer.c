@@ -182,15 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #include "fuzz_replay.h"
 #ifndef LP_FUZZ_LIBFUZZER
-static uint32_t rng_state = 2463534242u;
-
-static uint32_t rng(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
-}
+static uint32_t rng(void) { return (uint32_t)(lp_fuzz_rand() >> 32); }
 
 /* --mutate N [SEEDS...]: N inputs, each a seed (a file, a built-in tokenizer.json, or random
  * text) with a few bytes changed and maybe cut short. */

@@ -44,15 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #include "fuzz_replay.h"
 #ifndef LP_FUZZ_LIBFUZZER
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+#define rng lp_fuzz_rand
 
 /* One mutation of seed into buf (same capacity as seed); returns the new size. */
 static size_t mutate(const uint8_t *seed, size_t size, uint8_t *buf)

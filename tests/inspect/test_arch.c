@@ -455,8 +455,10 @@ static const struct {
      "{\"model_type\": \"phi3\", \"vocab_size\": 32064, \"hidden_size\": 3072,"
      " \"num_hidden_layers\": 2, \"num_attention_heads\": 32, \"intermediate_size\": 8192,"
      " \"max_position_embeddings\": 131072, \"original_max_position_embeddings\": 4096,"
-     " \"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1.0, 1.1],"
-     " \"long_factor\": [1.0, 2.0]}, \"sliding_window\": 262144}",
+     " \"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, "
+     "1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.1],"
+     " \"long_factor\": [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, "
+     "1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0]}, \"sliding_window\": 262144}",
      "rope_scaling.kind=longrope rope_scaling.original_ctx=4096 rope_scaling.factor=32", true},
     /* a DeepSeek-style MoE under another name (GLM-4.5 keeps first_k_dense_replace) */
     {"glm_moe.json",

@@ -351,6 +351,18 @@ static double gelu_tanh(double v)
 
 static double gelu_erf(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
 
+/* longrope (Phi-3): the factor set of a call of T tokens and the cos/sin multiplier */
+static const double *longrope_factors(const ref_config *c, int64_t T, double *mscale)
+{
+    *mscale = 1.0;
+    if (c->longrope_orig <= 0)
+        return NULL;
+    double s = (double)c->n_ctx / (double)c->longrope_orig;
+    if (s > 1.0)
+        *mscale = sqrt(1.0 + log(s) / log((double)c->longrope_orig));
+    return T > c->longrope_orig ? c->long_factor : c->short_factor;
+}
+
 /* DeepSeek's yarn_get_mscale */
 static double yarn_m(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * log(factor) + 1.0; }
 
@@ -375,14 +387,16 @@ static double yarn_freq(const ref_config *c, double base, int64_t dim, int64_t i
     return extra / c->yarn_factor * (1.0 - keep) + extra * keep;
 }
 
-static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, int64_t pos)
+static void rope(const ref_config *c, double theta, double *v, int64_t n_heads, int64_t pos,
+                 const double *ext, double mscale)
 {
     int64_t hd = c->head_dim, rot = c->rope_dim > 0 ? c->rope_dim : hd, half = rot / 2;
     for (int64_t h = 0; h < n_heads; h++) {
         double *x = v + h * hd;
         for (int64_t i = 0; i < half; i++) {
             /* inv_freq over the rotated dims only, as HF's partial_rotary_factor does */
-            double freq = pow(theta, -(double)(2 * i) / (double)rot), mag = 1.0;
+            double freq = pow(theta, -(double)(2 * i) / (double)rot) / (ext ? ext[i] : 1.0);
+            double mag = mscale;
             if (c->yarn_factor > 0)
                 freq = yarn_freq(c, theta, rot, i, freq, &mag);
             double a = (double)pos * freq, cs = cos(a) * mag, sn = sin(a) * mag;
@@ -538,8 +552,8 @@ static bool mla_attention(const ref_config *c, const ref_layer *Ly, const double
         rms_eps(an, a, Ly->kv_a_norm, kvr, 1e-6);
         matvec(kvb, Ly->kv_b, NULL, an, kvw, kvr);
         double *kpe = a + kvr; /* one rope head shared by all */
-        rope(c, theta, qt + nope, nh, t);
-        rope(c, theta, kpe, 1, t);
+        rope(c, theta, qt + nope, nh, t, NULL, 1.0);
+        rope(c, theta, kpe, 1, t, NULL, 1.0);
         for (int64_t h = 0; h < nh; h++) {
             for (int64_t i = 0; i < nope; i++)
                 k[(t * nh + h) * hd + i] = kvb[h * (nope + vd) + i];
@@ -656,6 +670,8 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
             slopes[h] = h < pow2 ? pow(2.0, -8.0 * (double)(h + 1) / (double)pow2)
                                  : pow(2.0, -4.0 * (double)(2 * (h - pow2) + 1) / (double)pow2);
     }
+    double mscale;
+    const double *ext = longrope_factors(c, T, &mscale);
     for (int64_t l = 0; l < L; l++) {
         const ref_layer *Ly = &m->layers[l];
         int64_t window = c->family == REF_GEMMA2 ? (l % 2 == 0 ? c->window : 0)
@@ -706,8 +722,8 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                     }
                 }
                 if (c->family != REF_GPT2 && c->family != REF_OPT && !c->alibi) { /* learned or ALiBi */
-                    rope(c, theta, q + t * QD, nh, t);
-                    rope(c, theta, k + t * KVD, c->n_kv_heads, t);
+                    rope(c, theta, q + t * QD, nh, t, ext, mscale);
+                    rope(c, theta, k + t * KVD, c->n_kv_heads, t, ext, mscale);
                 }
             }
             for (int64_t h = 0; h < nh; h++) {
@@ -855,6 +871,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_OLMO2: return LP_SYNTH_OLMO2;
     case REF_BLOOM: return LP_SYNTH_BLOOM;
     case REF_OPT: return LP_SYNTH_OPT;
+    case REF_PHI3: return LP_SYNTH_PHI3;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -941,8 +958,12 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .family = synth_family(c), .vocab = c->vocab, .hidden = c->hidden,
         .n_layers = c->n_layers, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
         .head_dim = c->head_dim, .ffn = c->ffn, .rope_dim = c->rope_dim,
-        .n_ctx = c->family == REF_GPT2 || c->family == REF_OPT ? c->n_positions : 256,
+        .n_ctx = c->family == REF_GPT2 || c->family == REF_OPT ? c->n_positions
+                 : c->n_ctx > 0                               ? c->n_ctx
+                                                              : 256,
         .norm_eps = c->eps, .post_norm = c->post_norm, .embed_dim = c->embed_dim,
+        .orig_ctx = c->longrope_orig, .short_factor = c->short_factor,
+        .long_factor = c->long_factor,
         .rope_theta = c->theta, .tied = c->tied, .n_experts = c->n_experts, .top_k = c->top_k,
         .window = c->window, .sliding_pattern = c->sliding_pattern,
         .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,

@@ -50,6 +50,12 @@ typedef enum ref_family {
                     pos + 2, tied; cfg.embed_dim != hidden: embeddings of that width with
                     project_in / project_out around the stack; cfg.post_norm
                     (do_layer_norm_before false): x = ln(x + sublayer(x)), no final norm */
+    REF_PHI3,    /* Phi-3: Llama's block (RMSNorm, SwiGLU, RoPE on halves, partial rotary) with
+                    q/k/v fused as qkv_proj and gate/up as gate_up_proj (the writer's layout);
+                    longrope when cfg.longrope_orig > 0: every pair's frequency divided by
+                    long_factor[i] when the sequence is longer than longrope_orig, else by
+                    short_factor[i]; cos and sin times sqrt(1 + ln(s) / ln(orig)), s = n_ctx /
+                    orig */
     REF_OLMO2,   /* OLMo 2: Llama's SwiGLU and RoPE with no input norms; RMSNorm on each
                     sublayer's output before the residual add; q and k RMSNorm over the whole
                     projection ([q_dim], [kv_dim]) before RoPE */
@@ -87,6 +93,9 @@ typedef struct ref_config {
     bool alibi;               /* Falcon: ALiBi instead of RoPE */
     bool post_norm;           /* OPT: do_layer_norm_before false */
     int64_t embed_dim;        /* OPT: word_embed_proj_dim; 0 = hidden */
+    int64_t longrope_orig;    /* Phi-3: original_max_position_embeddings; 0 = no longrope */
+    int64_t n_ctx;            /* Phi-3: max_position_embeddings (longrope's scale) */
+    double short_factor[32], long_factor[32]; /* Phi-3: one per rotated pair */
     /* Qwen MoE: each expert's width (0 = ffn), the shared expert's (0 = none), the sparse step
      * (0 = 1), the dense layers (bit l), whether the top-k weights are renormalized */
     int64_t expert_ffn, shared_ffn, sparse_step;

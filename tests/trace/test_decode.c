@@ -415,29 +415,27 @@ static void test_stop_and_store(void **state)
     lp_store *rd;
     assert_int_equal(lp_store_open_read(db, &rd, &err), LP_OK);
     double worst = 0;
-    for (int64_t run_id = 1; run_id <= 1; run_id++) {
-        lp_store_run r1, r2;
-        bool inc;
-        assert_int_equal(lp_store_read_run(rd, 1, NULL, &r1, &inc, &err), LP_OK);
-        assert_int_equal(lp_store_read_run(rd, 2, NULL, &r2, &inc, &err), LP_OK);
-        for (int64_t l = 0; l < L; l++)
-            for (int64_t h = 0; h < H; h++) {
-                lp_store_map *a, *c;
-                assert_int_equal(lp_store_map_open(rd, &r1, l, h, &a, &err), LP_OK);
-                assert_int_equal(lp_store_map_open(rd, &r2, l, h, &c, &err), LP_OK);
-                float ra[64], rc[64];
-                for (int64_t q = 0; q < want; q++) {
-                    assert_int_equal(lp_store_map_read(a, q, 0, want, ra, &err), LP_OK);
-                    assert_int_equal(lp_store_map_read(c, q, 0, want, rc, &err), LP_OK);
-                    double d = max_abs_diff(ra, rc, want);
-                    worst = d > worst ? d : worst;
-                }
-                lp_store_map_close(a);
-                lp_store_map_close(c);
+    lp_store_run r1, r2;
+    bool inc;
+    assert_int_equal(lp_store_read_run(rd, 1, NULL, &r1, &inc, &err), LP_OK);
+    assert_int_equal(lp_store_read_run(rd, 2, NULL, &r2, &inc, &err), LP_OK);
+    for (int64_t l = 0; l < L; l++)
+        for (int64_t h = 0; h < H; h++) {
+            lp_store_map *a, *c;
+            assert_int_equal(lp_store_map_open(rd, &r1, l, h, &a, &err), LP_OK);
+            assert_int_equal(lp_store_map_open(rd, &r2, l, h, &c, &err), LP_OK);
+            float ra[64], rc[64];
+            for (int64_t q = 0; q < want; q++) {
+                assert_int_equal(lp_store_map_read(a, q, 0, want, ra, &err), LP_OK);
+                assert_int_equal(lp_store_map_read(c, q, 0, want, rc, &err), LP_OK);
+                double d = max_abs_diff(ra, rc, want);
+                worst = d > worst ? d : worst;
             }
-        lp_store_run_clear(&r1);
-        lp_store_run_clear(&r2);
-    }
+            lp_store_map_close(a);
+            lp_store_map_close(c);
+        }
+    lp_store_run_clear(&r1);
+    lp_store_run_clear(&r2);
     lp_store_close(rd);
     printf("  %-12s stop after %lld tokens: maps [%lld, %lld] = prefill's within %.1e\n",
            dc->name, (long long)(want - P), (long long)want, (long long)want, worst);

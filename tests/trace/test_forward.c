@@ -342,6 +342,25 @@ static const random_case random_cases[] = {
                   .n_kv_heads = 4, .head_dim = 10, .ffn = 80, .n_positions = 30, .eps = 1e-5,
                   .tied = true, .post_norm = true, .embed_dim = 20, .scale = 0.2},
      30, {LP_DTYPE_F32}, 1, 1e-4}, /* the whole position table */
+    /* Phi-3 / Phi-4-mini: fused qkv_proj and gate_up_proj, partial rotary 0.6 of 10, longrope
+     * (original context 16 of 64: the short factors up to 16 tokens, the long ones beyond,
+     * cos/sin times sqrt(1 + ln 4 / ln 16)); and Phi-3-mini-4k without scaling */
+    {"phi3-longrope-short", {.family = REF_PHI3, .vocab = 67, .hidden = 40, .n_layers = 2,
+                             .n_heads = 4, .n_kv_heads = 2, .head_dim = 10, .ffn = 36,
+                             .eps = 1e-5, .theta = 10000, .rope_dim = 6, .longrope_orig = 16,
+                             .n_ctx = 64, .short_factor = {1.0, 1.25, 2.5},
+                             .long_factor = {1.5, 4.0, 9.0}, .scale = 0.3},
+     16, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"phi3-longrope-long", {.family = REF_PHI3, .vocab = 67, .hidden = 40, .n_layers = 2,
+                            .n_heads = 4, .n_kv_heads = 2, .head_dim = 10, .ffn = 36,
+                            .eps = 1e-5, .theta = 10000, .rope_dim = 6, .longrope_orig = 16,
+                            .n_ctx = 64, .short_factor = {1.0, 1.25, 2.5},
+                            .long_factor = {1.5, 4.0, 9.0}, .scale = 0.3},
+     40, {LP_DTYPE_F32}, 1, 1e-4},
+    {"phi3-4k", {.family = REF_PHI3, .vocab = 53, .hidden = 36, .n_layers = 2, .n_heads = 3,
+                 .n_kv_heads = 3, .head_dim = 12, .ffn = 40, .eps = 1e-5, .theta = 10000,
+                 .scale = 0.3},
+     19, {LP_DTYPE_F16}, 1, 1e-4},
     /* OLMo 2: output norms only, q/k norms over the whole projection (GQA: [q_dim], [kv_dim]) */
     {"olmo2", {.family = REF_OLMO2, .vocab = 73, .hidden = 36, .n_layers = 2, .n_heads = 3,
                .n_kv_heads = 1, .head_dim = 12, .ffn = 44, .eps = 1e-6, .theta = 500000,
@@ -1010,6 +1029,33 @@ static void write_gguf_olmo2(lp_gw *w, ref_model *m)
     gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
 }
 
+/* phi3: attn_qkv (q | k | v) and gate | up fused as one ffn_up of 2 x ffn rows */
+static void write_gguf_phi3(lp_gw *w, ref_model *m)
+{
+    const ref_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->ffn, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+    gguf_hparams(w, "phi3", c, 64);
+    gguf_f32(w, "token_embd.weight", -1, c->vocab, H, m->embed);
+    for (int l = 0; l < c->n_layers; l++) {
+        const ref_layer *L = &m->layers[l];
+        gguf_f32(w, "blk.%d.attn_norm.weight", l, H, 0, L->attn_norm);
+        gguf_f32(w, "blk.%d.attn_qkv.weight", l, Q + 2 * KV, H,
+                 gguf_concat3(L->wq, L->wk, L->wv, Q * H, KV * H));
+        gguf_f32(w, "blk.%d.attn_output.weight", l, H, Q, L->wo);
+        gguf_f32(w, "blk.%d.ffn_norm.weight", l, H, 0, L->ffn_norm);
+        float *gate_up = malloc((size_t)(2 * F * H) * sizeof *gate_up);
+        assert_non_null(gate_up);
+        memcpy(gate_up, L->w_gate, (size_t)(F * H) * sizeof *gate_up);
+        memcpy(gate_up + F * H, L->w_up, (size_t)(F * H) * sizeof *gate_up);
+        assert_true(n_gguf_data < 64);
+        gguf_data[n_gguf_data++] = (uint8_t *)gate_up;
+        gguf_f32(w, "blk.%d.ffn_up.weight", l, 2 * F, H, gate_up);
+        gguf_f32(w, "blk.%d.ffn_down.weight", l, H, F, L->w_down);
+    }
+    gguf_f32(w, "output_norm.weight", -1, H, 0, m->out_norm);
+    gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
+}
+
 /* ---- GGUF files the test writes, against the reference: one row per family ---- */
 
 typedef struct gguf_case {
@@ -1095,6 +1141,11 @@ static const gguf_case gguf_cases[] = {
       .tied = true, .scale = 0.3},
      17, write_gguf_bloom, 13, {0, 40, 12, 12, 5, 33, 21, 8, 1, 39, 26, 14, 3}, "bloom", 1e-2,
      1e-4},
+    {"gguf-phi3",
+     {.family = REF_PHI3, .vocab = 45, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-5, .theta = 10000, .rope_dim = 6,
+      .scale = 0.3},
+     18, write_gguf_phi3, 12, {2, 44, 30, 30, 7, 11, 0, 39, 16, 25, 3, 41}, "phi3", 1e-2, 1e-4},
     {"gguf-olmo2",
      {.family = REF_OLMO2, .vocab = 45, .hidden = 40, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-6, .theta = 500000, .qk_norm = true,

@@ -612,6 +612,8 @@ static const family_case family_cases[] = {
     /* embed_tokens, embed_positions, 2 x 16 (weight and bias of q k v out_proj, 2 norms, fc1,
      * fc2), final_layer_norm x 2; tied */
     {LP_SYNTH_OPT, "opt", 36, "model.decoder.layers.1.final_layer_norm.weight", LP_ROLE_FFN_NORM, false, 1.0f},
+    /* embed, 2 x (2 norms, qkv_proj, o_proj, gate_up_proj, down_proj), norm, lm_head */
+    {LP_SYNTH_PHI3, "phi3", 15, "model.layers.1.mlp.gate_up_proj.weight", LP_ROLE_FFN_GATE_UP, false, 1.0f},
     /* embed, 2 x (q k v o, q_norm, k_norm, 2 post norms, gate up down), norm, lm_head */
     {LP_SYNTH_OLMO2, "olmo2", 25, "model.layers.1.self_attn.q_norm.weight", LP_ROLE_ATTN_Q_NORM, false, 1.0f},
     /* per layer 2 norms, q k v o and their 3 biases, router, 4 experts x 3, the shared expert's 3

@@ -265,12 +265,15 @@ lp_status lp_fw_emit_head_outputs(lp_fw_pass *p, int l, int64_t width)
 {
     const lp_arch *a = &p->m->arch;
     for (int h = 0; h < a->n_heads; h++) {
+        lp_status st = lp_fw_edit(p, LP_SITE_HEAD_OUTPUT, l, h, p->s.attn + (int64_t)h * width,
+                                  p->T, width, a->n_heads * width);
+        if (st != LP_OK)
+            return st;
         if (!lp_fw_wants(p, LP_SITE_HEAD_OUTPUT, l, h))
             continue;
         lp_view view = {p->s.attn + (int64_t)h * width, p->T, width, a->n_heads * width, p->pos0,
                         NULL, NULL};
-        lp_status st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view);
-        if (st != LP_OK)
+        if ((st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view)) != LP_OK)
             return st;
     }
     return LP_OK;
@@ -297,5 +300,5 @@ lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
         return st;
     if (L->post_attn_norm.present)
         lp_fw_norm(p, &L->post_attn_norm, out, out, T);
-    return lp_fw_emit_matrix(p, LP_SITE_ATTN_OUT, l, out, T, H, H);
+    return lp_fw_hook_matrix(p, LP_SITE_ATTN_OUT, l, out, T, H, H);
 }

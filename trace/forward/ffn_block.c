@@ -278,5 +278,5 @@ lp_status lp_fw_ffn(lp_fw_pass *p, int l, const float *in, float *out)
         return st;
     if (L->post_ffn_norm.present)
         lp_fw_norm(p, &L->post_ffn_norm, out, out, T);
-    return lp_fw_emit_matrix(p, LP_SITE_FFN_OUT, l, out, T, H, H);
+    return lp_fw_hook_matrix(p, LP_SITE_FFN_OUT, l, out, T, H, H);
 }

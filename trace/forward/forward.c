@@ -69,7 +69,7 @@ static lp_status embed(pass *p, const int32_t *tokens)
     }
     if (m->embed_norm.present)
         lp_fw_norm(p, &m->embed_norm, s->x, s->x, T);
-    return lp_fw_emit_matrix(p, LP_SITE_EMBED, -1, s->x, T, H, H);
+    return lp_fw_hook_matrix(p, LP_SITE_EMBED, -1, s->x, T, H, H);
 }
 
 /* The classifier's input from row `first` on: the final norm (if any), then OPT's project_out;
@@ -270,11 +270,17 @@ static lp_status run_sequence(pass *p, const lp_batch *batch, int64_t b)
     p->mask.pad_left = batch->pad_left;
     p->mask.pad_right = batch->pad_right;
     p->mask.fault = p->opts->mask_fault;
-    lp_status st = embed(p, batch->tokens + b * p->T);
-    for (int l = 0; l < a->n_layers && st == LP_OK; l++) {
+    int first = p->opts->start_layer;
+    int64_t n = p->T * a->hidden_size;
+    lp_status st = LP_OK;
+    if (first > 0)
+        memcpy(p->s.x, p->opts->start_resid + b * n, (size_t)n * sizeof(float));
+    else
+        st = embed(p, batch->tokens + b * p->T);
+    for (int l = first; l < a->n_layers && st == LP_OK; l++) {
         st = run_layer(p, l);
         if (st == LP_OK)
-            st = lp_fw_emit_matrix(p, LP_SITE_RESID, l, p->s.x, p->T, a->hidden_size,
+            st = lp_fw_hook_matrix(p, LP_SITE_RESID, l, p->s.x, p->T, a->hidden_size,
                                    a->hidden_size);
         if (st == LP_OK && p->opts->progress)
             p->opts->progress(p->opts->progress_ctx, b, l, (int)a->n_layers);
@@ -307,6 +313,11 @@ static lp_status forward_run(const lp_model *model, const lp_batch *batch,
     lp_status st = lp_forward_check(model, batch, err);
     if (st != LP_OK)
         return st;
+    if (opts_in->start_layer < 0 || opts_in->start_layer >= model->arch.n_layers ||
+        (opts_in->start_layer > 0 && !opts_in->start_resid))
+        return lp_error_set(err, LP_ERR_USAGE,
+                            "forward: start_layer %d outside [0, %lld) or without start_resid",
+                            opts_in->start_layer, (long long)model->arch.n_layers);
     pass p;
     memset(&p, 0, sizeof p);
     p.m = model;

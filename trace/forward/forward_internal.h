@@ -91,6 +91,13 @@ lp_status lp_fw_emit(const lp_fw_pass *p, lp_site_kind kind, int layer, int head
 lp_status lp_fw_emit_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, const float *data,
                             int64_t rows, int64_t cols, int64_t stride);
 
+/* pass.c: the intervention (lp_fw_edit: LP_OK when it wants nothing here), then the observer,
+ * at a site whose data the pass owns. */
+lp_status lp_fw_edit(const lp_fw_pass *p, lp_site_kind kind, int layer, int head, float *data,
+                     int64_t rows, int64_t cols, int64_t stride);
+lp_status lp_fw_hook_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, float *data,
+                            int64_t rows, int64_t cols, int64_t stride);
+
 /* pass.c: the arch's norm (RMS or LayerNorm) over `rows` rows of n values, dst may be src;
  * weight and bias may be NULL. */
 void lp_fw_norm_rows(const lp_arch *a, const float *weight, const float *bias, float *dst,

@@ -58,13 +58,12 @@ lp_status lp_sample_token(const float *logits, int64_t vocab, const lp_generate_
     if (!c)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory for sampling over %lld tokens",
                             (long long)vocab);
-    double mx = -INFINITY, sum = 0.0;
+    double mx = -INFINITY;
     for (int64_t i = 0; i < vocab; i++)
         mx = (double)logits[i] > mx ? (double)logits[i] : mx;
     for (int64_t i = 0; i < vocab; i++) {
         c[i].p = exp(((double)logits[i] - mx) / gen->temperature);
         c[i].id = (int32_t)i;
-        sum += c[i].p;
     }
     qsort(c, (size_t)vocab, sizeof *c, cand_cmp);
     int64_t n = gen->top_k > 0 && gen->top_k < vocab ? gen->top_k : vocab;
@@ -83,7 +82,6 @@ lp_status lp_sample_token(const float *logits, int64_t vocab, const lp_generate_
             }
         }
     }
-    (void)sum;
     /* a uniform draw in [0, kept) from the top 53 bits */
     double u = (double)(next_u64(rng) >> 11) * (1.0 / 9007199254740992.0) * kept, acc = 0.0;
     int32_t chosen = c[n - 1].id;

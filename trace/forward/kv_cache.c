@@ -109,6 +109,11 @@ lp_status lp_kv_cache_create(const lp_model *model, int64_t ctx, lp_dtype dtype,
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "KV cache dtype %s is not supported (f32, f16, bf16, q8_0)",
                             lp_dtype_name(dtype));
+    if (a->mla)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                            "KV cache: multi-head latent attention (%s) would cache the latent; "
+                            "not supported yet",
+                            a->family);
     if (ctx < 1 || ctx > (1 << 20))
         return lp_error_set(err, LP_ERR_RANGE, "KV cache of %lld positions (1 .. 2^20)",
                             (long long)ctx);

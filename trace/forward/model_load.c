@@ -203,6 +203,7 @@ static const char *const PARALLEL_TESTED[] = {"gpt_neox", "phi", "gptj", "stable
 static const char *const ALIBI_TESTED[] = {"falcon", "bloom", NULL};
 static const char *const EMBED_NORM_TESTED[] = {"bloom", NULL};
 static const char *const POST_NORM_TESTED[] = {"opt", NULL}; /* and projected embeddings */
+static const char *const LONGROPE_TESTED[] = {"phi3", NULL};
 static const char *const OLMO2_TESTED[] = {"olmo2", NULL}; /* output-only norms, whole q/k norms */
 
 static bool family_tested(const char *family, const char *const *tested)
@@ -225,7 +226,8 @@ static const char *missing_piece(const lp_arch *a)
         (a->embed_norm && !family_tested(a->family, EMBED_NORM_TESTED)) ||
         ((a->post_norm || a->embed_proj_dim > 0) && !family_tested(a->family, POST_NORM_TESTED)))
         return "this norm placement";
-    if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE)
+    if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE &&
+        !family_tested(a->family, LONGROPE_TESTED))
         return "longrope scaling";
     return NULL;
 }
@@ -243,6 +245,12 @@ static lp_status check_supported(const lp_arch *a, const char *path, lp_error *e
     if (missing)
         return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: %s (%s): not supported by trace", path,
                             missing, a->family);
+    if (a->pos_kind == LP_POS_ROPE && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE &&
+        a->rope_scaling.n_factors != a->rope_dim / 2)
+        return lp_error_set(err, LP_ERR_FORMAT,
+                            "%s: longrope needs short_factor and long_factor of rope_dim / 2 = %lld "
+                            "values, has %lld",
+                            path, (long long)(a->rope_dim / 2), (long long)a->rope_scaling.n_factors);
     if (a->pos_kind == LP_POS_ROPE && (a->rope_dim <= 0 || a->rope_dim % 2 != 0 ||
                                        a->rope_dim > a->head_dim))
         return lp_error_set(err, LP_ERR_FORMAT, "%s: rope_dim %lld must be even and <= head_dim %lld",

@@ -206,6 +206,26 @@ lp_status lp_fw_emit_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, c
     return lp_fw_emit(p, kind, layer, -1, &v);
 }
 
+lp_status lp_fw_edit(const lp_fw_pass *p, lp_site_kind kind, int layer, int head, float *data,
+                     int64_t rows, int64_t cols, int64_t stride)
+{
+    const lp_intervention *iv = p->opts->intervention;
+    lp_site site = {kind, p->b, layer, head};
+    if (!iv || !iv->want || !iv->edit || !iv->want(iv->ctx, &site))
+        return LP_OK;
+    lp_status st = iv->edit(iv->ctx, &site, data, rows, cols, stride, p->err);
+    if (st != LP_OK && p->err && p->err->code == LP_OK)
+        lp_error_set(p->err, st, "intervention failed at %d/%d", layer, head);
+    return st;
+}
+
+lp_status lp_fw_hook_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, float *data,
+                            int64_t rows, int64_t cols, int64_t stride)
+{
+    lp_status st = lp_fw_edit(p, kind, layer, -1, data, rows, cols, stride);
+    return st != LP_OK ? st : lp_fw_emit_matrix(p, kind, layer, data, rows, cols, stride);
+}
+
 /* ---- norms and linear layers ---- */
 
 void lp_fw_norm_rows(const lp_arch *a, const float *weight, const float *bias, float *dst,

@@ -193,28 +193,34 @@ static void keep_marked_scores(row_state *rs, int64_t j0, int64_t j1, const floa
 
 /* Pass 1 for query row i and the block of keys [kb, kb + kn): fold the row's visible keys of
  * the block into its running max, sum and statistics, rescale its output row when the max
- * rises, and leave the weights exp(s - m) in p[0 .. kn) (0 for keys the row does not see), for
- * the tile's P x V. s: the block's raw scores for this row. */
+ * rises, and turn the row's scores s[0 .. kn) in place into the weights exp(s - m) for the
+ * tile's P x V (0 for keys the row does not see). raw: [ATT_BK] scratch for the statistics. */
 static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row_state *rs,
-                           int64_t i, int64_t kb, int64_t kn, float *s, float *p)
+                           int64_t i, int64_t kb, int64_t kn, float *s, float *raw)
 {
     const bool want_stats = a->row_stats != NULL;
-    memset(p, 0, (size_t)kn * sizeof *p);
     int64_t j0 = rs->lo > kb ? rs->lo : kb;
     int64_t j1 = rs->hi < kb + kn ? rs->hi : kb + kn;
-    if (j0 >= j1 || rs->poisoned)
+    if (j0 >= j1 || rs->poisoned) {
+        memset(s, 0, (size_t)kn * sizeof *s);
         return;
+    }
     int64_t count = j1 - j0;
-    float *sv = s + (j0 - kb), *pv = p + (j0 - kb);
+    float *sv = s + (j0 - kb);
+    memset(s, 0, (size_t)(j0 - kb) * sizeof *s);
+    memset(s + (j1 - kb), 0, (size_t)(kb + kn - j1) * sizeof *s);
     finish_scores(a, sv, j0, count, rs->pos);
     bool finite;
     float block_max = kt->block_max(sv, count, &finite);
     if (!finite) {
         rs->poisoned = true;
+        memset(sv, 0, (size_t)count * sizeof *sv);
         return;
     }
-    if (want_stats)
+    if (want_stats) {
         keep_marked_scores(rs, j0, j1, sv);
+        memcpy(raw, sv, (size_t)count * sizeof *raw);
+    }
     if (block_max > rs->kmax)
         rs->kmax = block_max;
     if (block_max > rs->m) {
@@ -227,15 +233,14 @@ static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row
         rs->m = block_max;
     }
     float m = rs->m;
-    memcpy(pv, sv, (size_t)count * sizeof *pv);
-    rs->l += kt->exp_sum(pv, count, m); /* pv now holds the weights exp(s - m) */
+    rs->l += kt->exp_sum(sv, count, m); /* sv now holds the weights exp(s - m) */
     if (want_stats)
         for (int64_t j = 0; j < count; j++) {
             int64_t dist = rs->pos - (j0 + j);
-            rs->e_sum += pv[j] * (sv[j] - m);
-            rs->d_sum += pv[j] * (float)dist;
+            rs->e_sum += sv[j] * (raw[j] - m);
+            rs->d_sum += sv[j] * (float)dist;
             if (dist < a->local_window)
-                rs->w_sum += pv[j];
+                rs->w_sum += sv[j];
         }
 }
 
@@ -317,7 +322,7 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
     const lp_kernel_table *kt = c->kt;
     const lp_attn_args *a = c->a;
     row_state rs[LP_ATTN_MR];
-    float S[LP_ATTN_MR * ATT_BK], P[LP_ATTN_MR * ATT_BK];
+    float S[LP_ATTN_MR * ATT_BK], raw[ATT_BK];
     int64_t k_lo = a->n_k, k_hi = 0; /* the keys any row of the tile sees */
     pack_queries(a, i0, rows, c->qp);
     for (int r = 0; r < rows; r++) {
@@ -333,8 +338,8 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
         int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
         tile_scores(c, c->qp, rows, kb, kn, S);
         for (int r = 0; r < rows; r++)
-            row_take_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK, P + r * ATT_BK);
-        kt->attn_pv(P, ATT_BK, rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
+            row_take_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK, raw);
+        kt->attn_pv(S, ATT_BK, rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
                     a->out + i0 * a->out_stride, a->out_stride, a->v_dim);
     }
     for (int r = 0; r < rows; r++)

@@ -172,6 +172,39 @@ lp_status lp_store_add_mask_run(lp_store *store, const char *mask_path, int64_t 
                                 lp_error *err);
 
 /* ---------------------------------------------------------------------------------------------
+ * Analysis results (trace/store/analysis.c): rows added to the open run, committed with it.
+ */
+
+/* One eval_results row: how a run's tokens scored (loupe eval). */
+typedef struct lp_store_eval {
+    int64_t n_tokens, n_scored, n_windows, context, stride;
+    double nll, ppl;
+    int64_t n_bytes;      /* bytes of the text, 0 = token ids (NULL) */
+    double bits_per_byte; /* NaN = NULL */
+} lp_store_eval;
+
+/* The eval_results row and its token_nll rows (nll[n_tokens - 1], NaN = not scored). */
+lp_status lp_store_add_eval(lp_store *store, const lp_store_eval *eval, const int32_t *ids,
+                            const double *nll, lp_error *err);
+/* token_nll rows alone: nll[p] is the NLL of ids[p + 1] after position p (NaN rows skipped). */
+lp_status lp_store_add_token_nll(lp_store *store, const int32_t *ids, const double *nll,
+                                 int64_t n_tokens, lp_error *err);
+/* head_importance rows: nll[n_layers * n_heads] with each head ablated by `method`. */
+lp_status lp_store_add_head_importance(lp_store *store, const char *method, int64_t n_layers,
+                                       int64_t n_heads, const double *nll, double clean_nll,
+                                       lp_error *err);
+/* pruning_plan rows: step i removes (layers[i], heads[i]) on top of steps < i; nll[i] after it. */
+lp_status lp_store_add_pruning_plan(lp_store *store, const int64_t *layers, const int64_t *heads,
+                                    const double *nll, int64_t n_steps, bool iterative,
+                                    lp_error *err);
+
+/* logit_lens rows (tokens/probs [n_layers, n_pos, k], rank-major; token -1 = no row) and
+ * logit_lens_layers rows (layer_nll[n_layers], NaN = NULL). */
+lp_status lp_store_add_logit_lens(lp_store *store, int64_t n_layers, int64_t n_pos, int64_t k,
+                                  const int32_t *tokens, const float *probs,
+                                  const double *layer_nll, lp_error *err);
+
+/* ---------------------------------------------------------------------------------------------
  * Reading runs (typed; `loupe render` reads nothing else).
  */
 
@@ -262,6 +295,31 @@ lp_status lp_store_latest_leak_run(lp_store *store, int64_t *run_id, lp_error *e
  * LP_ERR_NOT_FOUND when the run has no such rows. Caller frees the three arrays. */
 lp_status lp_store_read_leak_diffs(lp_store *store, int64_t run_id, int64_t **layers,
                                    double **diffs, bool **failed, int64_t *n, lp_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Reading analysis results (trace/store/analysis.c), for `loupe render`.
+ */
+
+/* head_importance deltas of a run as [n_layers * n_heads] (NaN where missing; malloc'd), of
+ * method 'zero' when the run has it, else the first by name; *method names it. LP_ERR_NOT_FOUND
+ * when the run has none. */
+lp_status lp_store_read_importance(lp_store *store, const lp_store_run *run, double **delta,
+                                   char method[16], lp_error *err);
+/* The latest complete run of `kind` ("ablate", "eval", ...); LP_ERR_NOT_FOUND when none. */
+lp_status lp_store_latest_run_of_kind(lp_store *store, const char *kind, int64_t *run_id,
+                                      lp_error *err);
+
+/* The logit lens of a run, rank 0 only: [n_layers * n_pos] pieces (NULL where missing) and
+ * probabilities (NaN where missing), and per-layer NLL (NaN where NULL). */
+typedef struct lp_store_logit_lens {
+    int64_t n_layers, n_pos;
+    char **piece;
+    double *prob;
+    double *layer_nll;
+} lp_store_logit_lens;
+lp_status lp_store_read_logit_lens(lp_store *store, const lp_store_run *run,
+                                   lp_store_logit_lens *out, lp_error *err);
+void lp_store_logit_lens_clear(lp_store_logit_lens *lens);
 
 /* ---------------------------------------------------------------------------------------------
  * Reading what a run holds beyond maps (trace/store/read_rows.c): for `loupe export` and the HTML

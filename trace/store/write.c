@@ -42,7 +42,9 @@ static const char *const stmt_sql[LP_STMT_COUNT] = {
 static const char sql_foreign_tables[] =
     "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT "
     "IN ('meta', 'runs', 'tokens', 'attention', 'head_stats', 'predictions', 'logits', "
-    "'expert_routing', 'router_stats', 'leak_checks', 'datasets', 'dataset_stats') ORDER BY name";
+    "'expert_routing', 'router_stats', 'leak_checks', 'datasets', 'dataset_stats', "
+    "'eval_results', 'token_nll', 'head_importance', 'pruning_plan', 'logit_lens', "
+    "'logit_lens_layers') ORDER BY name";
 static const char sql_insert_run[] =
     "INSERT INTO runs (status, kind, model_path, model_format, architecture, arch_json, prompt, "
     "n_tokens, n_layers, n_heads, n_threads, isa, loupe_version, maps_dtype, dataset, "
@@ -194,6 +196,9 @@ static lp_status create_schema(lp_store *s, lp_error *err)
      * last committed state intact. */
     lp_status st;
     if ((st = exec(s, "PRAGMA journal_mode = WAL", err)) || (st = exec(s, lp_schema_sql, err)))
+        return st;
+    /* migration step (issue 13): the analysis tables, added to databases that predate them */
+    if ((st = lp_store_create_analysis_tables(s, err)))
         return st;
     return migrate(s, err);
 }

@@ -26,6 +26,7 @@ enum {
     BLOOM = FAM(LP_SYNTH_BLOOM),
     FALCON_BLOCK = FALCON | BLOOM, /* transformer.h.N.self_attention..., mlp.dense_* */
     OPT = FAM(LP_SYNTH_OPT),
+    PHI3 = FAM(LP_SYNTH_PHI3), /* a DECODER with fused qkv_proj and gate_up_proj */
     LAYERNORM = GPT2 | NEOX | PHI | GPTJ | FALCON | BLOOM | OPT, /* LayerNorm with bias, plain
                                                                    MLP, head_dim derived */
     HEAD_DIM_DERIVED = LAYERNORM | STABLELM, /* head_dim = hidden / heads, no key for it */
@@ -68,6 +69,7 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_OLMO2] = {"olmo2", "olmo2", "Olmo2ForCausalLM", "silu"},
     [LP_SYNTH_BLOOM] = {"bloom", "bloom", "BloomForCausalLM", "bloom_gelu"},
     [LP_SYNTH_OPT] = {"opt", "opt", "OPTForCausalLM", "relu"},
+    [LP_SYNTH_PHI3] = {"phi3", "phi3", "Phi3ForCausalLM", "silu"},
     [LP_SYNTH_QWEN2_MOE] = {"qwen2_moe", "qwen2_moe", "Qwen2MoeForCausalLM", "silu"},
     [LP_SYNTH_QWEN3_MOE] = {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM", "silu"},
     [LP_SYNTH_DEEPSEEK_V2] = {"deepseek_v2", "deepseek_v2", "DeepseekV2ForCausalLM", "silu"},
@@ -186,7 +188,7 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
         return st;
     const char *name = lp_synth_family_name(s->family);
     /* these families derive head_dim from hidden / heads; most have no kv head count */
-    if (has(s, HEAD_DIM_DERIVED) && s->n_heads * s->head_dim != s->hidden)
+    if (has(s, HEAD_DIM_DERIVED | PHI3) && s->n_heads * s->head_dim != s->hidden)
         return lp_error_set(err, LP_ERR_USAGE, "%s: needs n_heads x head_dim = hidden (%lld x "
                                                "%lld, %lld)",
                             name, (long long)s->n_heads, (long long)s->head_dim,
@@ -250,6 +252,7 @@ typedef enum dim {
     D_NONE, D_VOCAB, D_HIDDEN, D_Q, D_KV, D_QKV, D_FFN, D_HEAD, D_EXPERTS, D_POS,
     D_POS_OPT, /* OPT's table: 2 rows before position 0 */
     D_EMBED,   /* the token embedding's width: OPT's word_embed_proj_dim, else hidden */
+    D_FFN2,    /* Phi-3's gate | up */
     D_EXPERT_FFN, D_SHARED_FFN, D_ONE,
     D_Q_LORA, D_KV_A, D_KV_LORA, D_KV_B, D_HEADS_V /* MLA */
 } dim;
@@ -269,6 +272,8 @@ typedef enum storage {
     CONV1D,    /* GPT-2's Conv1D: stored [cols, rows] */
     QKV_PARTS, /* GPT-2's c_attn: the q, k and v parts stacked, a matrix stored as Conv1D */
     QKV_GROUPED, /* GPT-NeoX's query_key_value: per kv group [its q heads, k, v], as Linear */
+    QKV_CONCAT,  /* Phi-3's qkv_proj: the q, k and v parts stacked, as Linear */
+    GATE_UP,     /* Phi-3's gate_up_proj: the gate and up parts stacked, as Linear */
 } storage;
 
 typedef struct tensor_row {
@@ -301,9 +306,10 @@ static const tensor_row TENSORS[] = {
     MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER | PHI | STABLELM),
     VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, (DECODER & ~OLMO2) | PHI | STABLELM),
     BIAS(LAYER, L_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, PHI | STABLELM),
-    MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, DECODER | PHI | STABLELM),
-    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS) | PHI | STABLELM),
-    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS) | PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, (DECODER & ~PHI3) | PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS & ~PHI3) | PHI | STABLELM),
+    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS & ~PHI3) | PHI | STABLELM),
+    {LAYER, L_ "self_attn.qkv_proj.weight", LP_ROLE_ATTN_QKV, false, D_QKV, D_HIDDEN, QKV_CONCAT, PHI3, C_ALWAYS},
     BIAS_IF(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, STABLELM, C_QKV_BIAS),
     BIAS_IF(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, STABLELM, C_QKV_BIAS),
     BIAS_IF(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, STABLELM, C_QKV_BIAS),
@@ -340,8 +346,9 @@ static const tensor_row TENSORS[] = {
     VEC(LAYER, L_ "pre_feedforward_layernorm.weight", FFN_NORM, D_HIDDEN, POST_NORMS),
     VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS | OLMO2),
     MAT(LAYER, L_ "block_sparse_moe.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, MOE),
-    MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
-    MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, (DECODER & ~MOE) | STABLELM),
+    MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, (DECODER & ~MOE & ~PHI3) | STABLELM),
+    MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, (DECODER & ~MOE & ~PHI3) | STABLELM),
+    {LAYER, L_ "mlp.gate_up_proj.weight", LP_ROLE_FFN_GATE_UP, false, D_FFN2, D_HIDDEN, GATE_UP, PHI3, C_ALWAYS},
     MAT(LAYER, L_ "mlp.down_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, (DECODER & ~MOE) | STABLELM),
     MAT(EXPERT, E_ "w1.weight", EXPERT_GATE, D_FFN, D_HIDDEN, MOE),
     MAT(EXPERT, E_ "w2.weight", EXPERT_DOWN, D_HIDDEN, D_FFN, MOE),
@@ -493,6 +500,7 @@ static int64_t dim_size(const lp_synth_spec *s, dim d)
     case D_POS: return s->n_ctx;
     case D_POS_OPT: return s->n_ctx + 2;
     case D_EMBED: return s->embed_dim > 0 ? s->embed_dim : s->hidden;
+    case D_FFN2: return 2 * s->ffn;
     case D_EXPERT_FFN: return s->expert_ffn > 0 ? s->expert_ffn : s->ffn;
     case D_SHARED_FFN:
         return s->shared_ffn > 0 ? s->shared_ffn
@@ -591,6 +599,17 @@ static lp_status fill_qkv_grouped(writer *wr, const lp_synth_tensor *t, float *d
     return st;
 }
 
+/* Phi-3's gate_up_proj: the gate, then the up part, asked for one by one. */
+static lp_status fill_gate_up(writer *wr, const lp_synth_tensor *t, float *data, lp_error *err)
+{
+    lp_synth_tensor part = *t;
+    part.rows = t->rows / 2;
+    part.role = LP_ROLE_FFN_GATE;
+    lp_status st = fill(wr, &part, data, err);
+    part.role = LP_ROLE_FFN_UP;
+    return st != LP_OK ? st : fill(wr, &part, data + part.rows * t->cols, err);
+}
+
 /* [rows, cols] -> [cols, rows] in place through a copy; false when out of memory. */
 static bool transpose(float *data, int64_t rows, int64_t cols)
 {
@@ -638,6 +657,8 @@ static lp_status write_row(writer *wr, const tensor_row *row, int layer, int exp
                             (unsigned long long)n);
     lp_status st = row->storage == QKV_PARTS     ? fill_qkv_parts(wr, &t, data, err)
                    : row->storage == QKV_GROUPED ? fill_qkv_grouped(wr, &t, data, err)
+                   : row->storage == QKV_CONCAT  ? fill_qkv_parts(wr, &t, data, err)
+                   : row->storage == GATE_UP     ? fill_gate_up(wr, &t, data, err)
                                                  : fill(wr, &t, data, err);
     if (st == LP_OK)
         st = store(wr, row, &t, data, err);
@@ -748,6 +769,8 @@ typedef enum key_kind {
     K_FFN_UNLESS_4X,  /* ffn_hidden_size, left out when it is FalconConfig's 4 x hidden */
     K_EMBED_DIM,      /* OPT's word_embed_proj_dim: embed_dim, or hidden */
     K_PRE_NORM,       /* OPT's do_layer_norm_before: not post_norm */
+    K_ORIG_CTX,       /* Phi-3's original_max_position_embeddings: orig_ctx, or n_ctx */
+    K_LONGROPE,       /* Phi-3's rope_scaling: longrope with its factors, or null */
     K_MLP_ONLY,       /* the dense_layer list */
     K_EXPERT_FFN,     /* expert_ffn, else ffn */
     K_SPARSE_STEP,    /* sparse_step, else 1 */
@@ -782,7 +805,7 @@ static const config_key KEYS[] = {
     FIELD("num_hidden_layers", K_INT, n_layers, HF_SIZES),
     FIELD("num_attention_heads", K_INT, n_heads, HF_SIZES),
     FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER | PHI | STABLELM),
-    FIELD("head_dim", K_INT, head_dim, DECODER & ~OLMO2),
+    FIELD("head_dim", K_INT, head_dim, DECODER & ~OLMO2 & ~PHI3),
     DERIVED("hidden_act", K_ACT, HF_SIZES),
     FIELD("max_position_embeddings", K_INT, n_ctx, HF_SIZES),
     FIELD("rms_norm_eps", K_REAL, norm_eps, DECODER),
@@ -810,6 +833,9 @@ static const config_key KEYS[] = {
     DERIVED("torch_dtype", K_TORCH_DTYPE, ALL),
     DERIVED("partial_rotary_factor", K_PARTIAL_ROTARY, DECODER),
     DERIVED("partial_rotary_factor", K_ROTARY_FRACTION, PHI | STABLELM),
+    DERIVED("original_max_position_embeddings", K_ORIG_CTX, PHI3),
+    DERIVED("rope_scaling", K_LONGROPE, PHI3),
+    CONST("sliding_window", "null", PHI3),
     FIELD("sliding_window", K_INT, window, FAM(LP_SYNTH_MISTRAL) | POST_NORMS),
     /* Qwen2.5's configs carry a window that use_sliding_window turns off */
     CONST("use_sliding_window", "false", QKV_BIAS),
@@ -913,6 +939,27 @@ static double rotary_fraction(const lp_synth_spec *s)
     return ceil((double)s->rope_dim / (double)s->head_dim * 1e10) / 1e10;
 }
 
+/* {"type": "longrope", "short_factor": [...], "long_factor": [...]}: one factor per rotated
+ * pair (1 where the spec gives none). NULL on OOM. */
+static json_t *longrope_json(const lp_synth_spec *s)
+{
+    int64_t n = (s->rope_dim > 0 ? s->rope_dim : s->head_dim) / 2;
+    json_t *sf = json_array(), *lf = json_array();
+    bool ok = sf && lf;
+    for (int64_t i = 0; ok && i < n; i++) {
+        lp_synth_append(sf, json_real(s->short_factor ? s->short_factor[i] : 1.0), &ok);
+        lp_synth_append(lf, json_real(s->long_factor ? s->long_factor[i] : 1.0), &ok);
+    }
+    json_t *obj = ok ? json_pack("{s:s, s:o, s:o}", "type", "longrope", "short_factor", sf,
+                                 "long_factor", lf)
+                     : NULL;
+    if (!ok) { /* json_pack took them otherwise */
+        json_decref(sf);
+        json_decref(lf);
+    }
+    return obj;
+}
+
 /* The key's value for the spec; *skip when the key is left out. NULL on OOM. */
 static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip)
 {
@@ -939,6 +986,8 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
     case K_MULTI_QUERY: return json_boolean(!s->new_arch && s->n_kv_heads == 1);
     case K_EMBED_DIM: return json_integer(s->embed_dim > 0 ? s->embed_dim : s->hidden);
     case K_PRE_NORM: return json_boolean(!s->post_norm);
+    case K_ORIG_CTX: return json_integer(s->orig_ctx > 0 ? s->orig_ctx : s->n_ctx);
+    case K_LONGROPE: return s->orig_ctx > 0 ? longrope_json(s) : json_null();
     case K_FFN_UNLESS_4X:
         *skip = s->ffn == 4 * s->hidden;
         return *skip ? NULL : json_integer(s->ffn);

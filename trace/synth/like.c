@@ -17,6 +17,7 @@ static const family_name FAMILY_NAMES[] = {
     {"gpt2", LP_SYNTH_GPT2},       {"gpt_neox", LP_SYNTH_NEOX},   {"phi", LP_SYNTH_PHI},
     {"gptj", LP_SYNTH_GPTJ},       {"stablelm", LP_SYNTH_STABLELM}, {"falcon", LP_SYNTH_FALCON},
     {"bloom", LP_SYNTH_BLOOM},     {"opt", LP_SYNTH_OPT},         {"olmo2", LP_SYNTH_OLMO2},
+    {"phi3", LP_SYNTH_PHI3},
     {"qwen2_moe", LP_SYNTH_QWEN2_MOE}, {"qwen3_moe", LP_SYNTH_QWEN3_MOE},
 };
 
@@ -84,7 +85,7 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "%s: family '%s' has no synthetic writer (synth --like writes llama, "
                             "mistral, qwen2, qwen3, mixtral, gemma, gemma2, gemma3, gpt2, "
-                            "gpt_neox, phi, gptj, stablelm, falcon, bloom, opt, olmo2, "
+                            "gpt_neox, phi, gptj, stablelm, falcon, bloom, opt, phi3, olmo2, "
                             "qwen2_moe, qwen3_moe)",
                             a->source, a->family);
     lp_synth_spec_init(spec, fam);
@@ -121,6 +122,11 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
     if (fam == LP_SYNTH_GEMMA2) {
         spec->attn_softcap = a->attn_logit_softcap;
         spec->final_softcap = a->final_logit_softcap;
+    }
+    /* longrope: an original context of 16 in 64 positions, unit factors */
+    if (fam == LP_SYNTH_PHI3 && a->rope_scaling.kind == LP_ROPE_SCALING_LONGROPE) {
+        spec->orig_ctx = 16;
+        spec->n_ctx = 64;
     }
     if (a->bos_token_id >= 0 && a->bos_token_id < spec->vocab)
         spec->bos_id = a->bos_token_id;

@@ -213,6 +213,10 @@ typedef enum lp_synth_family {
                          biases everywhere, tied; spec.post_norm (do_layer_norm_before false: no
                          final_layer_norm), spec.embed_dim (word_embed_proj_dim, project_in and
                          project_out when it is not hidden) */
+    LP_SYNTH_PHI3,    /* Phi-3: Llama's names with fused self_attn.qkv_proj (q | k | v) and
+                         mlp.gate_up_proj (gate | up); spec.orig_ctx > 0: longrope rope_scaling
+                         with spec's short and long factors (one per rotated pair; NULL: 1 each)
+                         and original_max_position_embeddings */
     LP_SYNTH_OLMO2,   /* OLMo 2: Llama's names without input_layernorm; post_attention_layernorm
                          and post_feedforward_layernorm on the sublayer outputs; q_norm [q_dim]
                          and k_norm [kv_dim] over the whole projections */
@@ -272,6 +276,8 @@ typedef struct lp_synth_spec {
     bool new_arch, alibi;         /* Falcon: new_decoder_architecture, alibi */
     bool post_norm;               /* OPT: do_layer_norm_before false */
     int64_t embed_dim;            /* OPT: word_embed_proj_dim; 0 = hidden */
+    int64_t orig_ctx;             /* Phi-3: original_max_position_embeddings; 0 = no longrope */
+    const double *short_factor, *long_factor; /* Phi-3 longrope: rope_dim / 2 each, or NULL */
     int64_t bos_id, eos_id;
     lp_dtype dtype;               /* matrices: F32, F16 or BF16 (rounded to nearest even) */
     lp_dtype vector_dtype;        /* norms and biases: F32, F16 or BF16 */
@@ -304,11 +310,11 @@ lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, 
  * parallel or sequential, Falcon's new architecture and bias, StableLM's q/k norms and biases,
  * ALiBi, OPT's post-norm and projected embeddings (half the width), Mixtral's experts (at most
  * 4), Gemma 2's soft-caps and Gemma 3's window pattern. LP_ERR_UNSUPPORTED for a family without
- * a writer (shared-expert MoE, MLA, gpt-oss, Phi-3, ...). */
+ * a writer (shared-expert MoE, MLA, gpt-oss, StarCoder2, ...). */
 lp_status lp_synth_spec_like(const lp_arch *arch, lp_synth_spec *spec, lp_error *err);
 
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
- * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "opt", "olmo2", "qwen2_moe",
+ * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "opt", "phi3", "olmo2", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3". */
 const char *lp_synth_family_name(lp_synth_family family);
 
