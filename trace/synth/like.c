@@ -18,7 +18,28 @@ static const family_name FAMILY_NAMES[] = {
     {"gptj", LP_SYNTH_GPTJ},       {"stablelm", LP_SYNTH_STABLELM}, {"falcon", LP_SYNTH_FALCON},
     {"bloom", LP_SYNTH_BLOOM},     {"opt", LP_SYNTH_OPT},         {"olmo2", LP_SYNTH_OLMO2},
     {"phi3", LP_SYNTH_PHI3},
+    {"qwen2_moe", LP_SYNTH_QWEN2_MOE}, {"qwen3_moe", LP_SYNTH_QWEN3_MOE},
 };
+
+/* Qwen MoE and DeepSeek: the card's routing rules on 4 experts (its dense leading layers, a
+ * shared expert when it has one, groups of 2 of which 1 when it groups, its scaling). */
+static void like_moe(const lp_arch *a, lp_synth_spec *spec)
+{
+    spec->norm_topk_prob = a->norm_topk_prob;
+    for (int l = 0; l < spec->n_layers && l < LP_MAX_LAYERS; l++)
+        spec->dense_layer[l] = a->n_experts > 0 && !a->layer_moe[l];
+    if (spec->family == LP_SYNTH_QWEN2_MOE && a->shared_expert_ffn_hidden == 0)
+        spec->shared_ffn = 0;
+    if (spec->family != LP_SYNTH_DEEPSEEK_V2 && spec->family != LP_SYNTH_DEEPSEEK_V3)
+        return;
+    spec->n_kv_heads = spec->n_heads;
+    spec->first_dense = spec->dense_layer[0] ? 1 : 0;
+    spec->n_shared = a->n_shared_experts > 0 ? 1 : 0;
+    spec->q_lora = a->q_lora_rank > 0 ? 16 : 0;
+    spec->n_groups = a->n_expert_groups > 1 ? 2 : 0;
+    spec->topk_groups = a->n_expert_groups > 1 ? 1 : 0;
+    spec->routed_scaling = a->routed_scaling;
+}
 
 /* kv heads of a 4-head copy: multi-head stays multi-head, multi-query stays multi-query,
  * grouped keeps groups of 2 */
@@ -59,11 +80,13 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
     lp_synth_family fam = f ? f->synth : LP_SYNTH_FAMILY_COUNT;
     if (fam == LP_SYNTH_LLAMA && a->sliding_window > 0)
         fam = LP_SYNTH_MISTRAL;
-    if (fam == LP_SYNTH_FAMILY_COUNT || a->n_shared_experts > 0 || a->mla)
+    /* DeepSeek's MLA: `loupe leak`'s decode check needs a KV cache MLA does not have yet */
+    if (fam == LP_SYNTH_FAMILY_COUNT || a->mla)
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "%s: family '%s' has no synthetic writer (synth --like writes llama, "
                             "mistral, qwen2, qwen3, mixtral, gemma, gemma2, gemma3, gpt2, "
-                            "gpt_neox, phi, gptj, stablelm, falcon, bloom, opt, phi3, olmo2)",
+                            "gpt_neox, phi, gptj, stablelm, falcon, bloom, opt, phi3, olmo2, "
+                            "qwen2_moe, qwen3_moe)",
                             a->source, a->family);
     lp_synth_spec_init(spec, fam);
     spec->n_kv_heads = small_kv_heads(a, spec->n_heads);
@@ -88,10 +111,11 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
     spec->post_norm = a->post_norm;
     if (a->embed_proj_dim > 0 && a->embed_proj_dim != a->hidden_size)
         spec->embed_dim = spec->hidden / 2;
-    if (fam == LP_SYNTH_MIXTRAL) {
+    if (spec->n_experts > 0) {
         spec->n_experts = a->n_experts < 4 ? a->n_experts : 4;
-        spec->top_k = a->n_experts_per_tok < spec->n_experts ? a->n_experts_per_tok
-                                                             : spec->n_experts;
+        spec->top_k = a->n_experts_per_tok < 2 ? a->n_experts_per_tok : 2;
+        if (fam != LP_SYNTH_MIXTRAL)
+            like_moe(a, spec);
     }
     if (fam == LP_SYNTH_GEMMA3 && window_pattern(a) > 0)
         spec->sliding_pattern = window_pattern(a);
