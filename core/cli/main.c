@@ -1,4 +1,5 @@
 /* loupe's entry point: the table of subcommands and the top-level flags. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -54,6 +55,11 @@ static int generate_docs(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+#ifdef SIGXFSZ
+    /* A file-size limit (ulimit -f) must turn into a failed write, which the store reports in one
+     * line and marks the run failed, not into a signal that kills loupe mid-transaction. */
+    signal(SIGXFSZ, SIG_IGN);
+#endif
     if (argc < 2) {
         print_help(stderr);
         return LP_EXIT_USAGE;
