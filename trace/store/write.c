@@ -190,17 +190,37 @@ static lp_status migrate(lp_store *s, lp_error *err)
     return st == LP_OK ? exec(s, sql, err) : st;
 }
 
+/* Switching a new database to WAL needs it alone; SQLite does not wait on the busy handler there
+ * when another connection is switching it too, so wait here, within the same busy timeout. */
+static lp_status set_wal(lp_store *s, lp_error *err)
+{
+    for (int waited_ms = 0;; waited_ms += 10) {
+        int rc = sqlite3_exec(s->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
+        if (rc == SQLITE_OK)
+            return LP_OK;
+        if ((rc & 0xff) != SQLITE_BUSY || waited_ms >= LP_STORE_BUSY_TIMEOUT_MS)
+            return lp_store_sql_error(s, NULL, err);
+        sqlite3_sleep(10);
+    }
+}
+
 static lp_status create_schema(lp_store *s, lp_error *err)
 {
     /* WAL: readers (render, users' SQL) never block the writer, and a killed writer leaves the
      * last committed state intact. */
-    lp_status st;
-    if ((st = exec(s, "PRAGMA journal_mode = WAL", err)) || (st = exec(s, lp_schema_sql, err)))
+    lp_status st = set_wal(s, err);
+    /* One write transaction taken up front: two loupes opening the same new database at once
+     * then queue on the busy timeout. Statement by statement, the second could find its read
+     * snapshot stale when it upgrades to write, which SQLite reports as busy at once. */
+    if (st || (st = exec(s, "BEGIN IMMEDIATE", err)))
         return st;
-    /* migration step (issue 13): the analysis tables, added to databases that predate them */
-    if ((st = lp_store_create_analysis_tables(s, err)))
-        return st;
-    return migrate(s, err);
+    if ((st = exec(s, lp_schema_sql, err)) == LP_OK &&
+        /* migration step (issue 13): the analysis tables, added to databases that predate them */
+        (st = lp_store_create_analysis_tables(s, err)) == LP_OK &&
+        (st = migrate(s, err)) == LP_OK && (st = exec(s, "COMMIT", err)) == LP_OK)
+        return LP_OK;
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
 }
 
 static lp_status prepare_statements(lp_store *s, lp_error *err)
