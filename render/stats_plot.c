@@ -13,7 +13,7 @@
 static bool stat_is_fraction(lp_head_stat stat)
 {
     return stat == LP_STAT_MAX_PROB || stat == LP_STAT_SINK || stat == LP_STAT_PREV_TOKEN ||
-           stat == LP_STAT_SELF || stat == LP_STAT_LOCAL_FRAC;
+           stat == LP_STAT_SELF || stat == LP_STAT_LOCAL_FRAC || stat == LP_STAT_LOW_MASS;
 }
 
 static const char *stat_unit(lp_head_stat stat)
@@ -22,6 +22,9 @@ static const char *stat_unit(lp_head_stat stat)
     case LP_STAT_ENTROPY: return "entropy (nats)";
     case LP_STAT_DISTANCE: return "distance (tokens)";
     case LP_STAT_OUTPUT_NORM: return "output L2 norm";
+    case LP_STAT_KEYS50: return "keys holding 50% of the mass";
+    case LP_STAT_KEYS90: return "keys holding 90% of the mass";
+    case LP_STAT_KEYS99: return "keys holding 99% of the mass";
     default: return "mass fraction";
     }
 }

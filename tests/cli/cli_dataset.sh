@@ -31,7 +31,7 @@ expect_eq "5|0,1,2,3,4|a,b,d" "$(sqlite3 "$ALL" "SELECT count(*), group_concat(p
 expect_eq "stories|5" "$(sqlite3 "$ALL" "SELECT name, n_prompts FROM datasets")" "datasets row"
 # the aggregate is the mean and population std over the runs
 expect_eq "0" "$(sqlite3 "$ALL" "SELECT count(*) FROM dataset_stats d JOIN (SELECT layer, head, avg(prev_token) AS mu, avg(prev_token * prev_token) - avg(prev_token) * avg(prev_token) AS var, count(*) AS n FROM head_stats GROUP BY layer, head) h USING (layer, head) WHERE d.stat = 'prev_token' AND (abs(d.mean - h.mu) > 1e-12 OR abs(d.std * d.std - h.var) > 1e-9 OR d.n_runs != h.n)")" "mean and std over runs"
-expect_eq "320" "$(sqlite3 "$ALL" "SELECT count(*) FROM dataset_stats")" "5 layers x 8 heads x 8 statistics"
+expect_eq "480" "$(sqlite3 "$ALL" "SELECT count(*) FROM dataset_stats")" "5 layers x 8 heads x 12 statistics"
 
 # Two shards, merged, equal the unsharded run row for row (run ids aside).
 expect_stdout_contains "3 of 5 prompts (shard 0/2)" "$LOUPE" trace "$M" --prompts "$P" --dataset stories --shard 0/2 --db "$TMP/s0.db" --threads 1

@@ -26,8 +26,8 @@ if [ ! -e "$TMP/x.npz" ] && [ ! -e "$TMP/x.txt" ]; then ok; else bad "a failed e
 expect_stdout_contains "-o, --output FILE" "$LOUPE" help export
 
 # the default run is the latest trace (run 2, every head, 15 tokens): attention as one tensor,
-# 8 statistics, tokens, 3 prediction tables, logits
-expect_stdout_contains "run 2, 14 tensors (attention as one tensor)" "$LOUPE" export "$DB" -o "$TMP/r2.safetensors"
+# 12 statistics, tokens, 3 prediction tables, logits
+expect_stdout_contains "run 2, 18 tensors (attention as one tensor)" "$LOUPE" export "$DB" -o "$TMP/r2.safetensors"
 expect_status 0 "$LOUPE" export "$DB" -o "$TMP/r2.npz"
 expect_status 0 "$LOUPE" export "$DB" --run 1 -o "$TMP/r1.npz"
 expect_stdout_contains "[2, 8, 15, 15]" "$LOUPE" inspect "$TMP/r2.safetensors"

@@ -128,8 +128,8 @@ if [ -f "$TMP/gallery/index.html" ]; then
     n_links=$((n_links + 1))
     [ -f "$TMP/gallery/$f" ] || { missing=$((missing + 1)); echo "missing: $f" >&2; }
   done
-  # overview + 8 stats + 2 grids + 4 heads (no leak run in this database) + viewer.html
-  if [ "$n_links" -eq 16 ] && [ "$missing" -eq 0 ]; then ok; else bad "index.html: $n_links links, $missing missing"; fi
+  # overview + 12 stats + 2 grids + 4 heads (no leak run in this database) + viewer.html
+  if [ "$n_links" -eq 20 ] && [ "$missing" -eq 0 ]; then ok; else bad "index.html: $n_links links, $missing missing"; fi
   if grep -q 'layer_0_head_1.png' "$TMP/gallery/index.html"; then ok; else bad "no head picture linked"; fi
 else
   bad "--all wrote no index.html"
@@ -176,8 +176,8 @@ if "$LOUPE" synth "$SYN/model" >/dev/null 2>"$TMP/synth.err" &&
      --db "$SYN/t.db" >/dev/null 2>"$TMP/strace.err"; then
   expect_status 0 "$LOUPE" render "$SYN/t.db" --all "$SYN/pics"
   n_png=$(find "$SYN/pics" -name '*.png' | wc -l)
-  # 2 layers x 8 heads: overview + 8 statistics + 2 grids + 16 heads
-  if [ "$n_png" -eq 27 ]; then ok; else bad "synth gallery: $n_png pictures, want 27"; fi
+  # 2 layers x 8 heads: overview + 12 statistics + 2 grids + 16 heads
+  if [ "$n_png" -eq 31 ]; then ok; else bad "synth gallery: $n_png pictures, want 31"; fi
   expect_status 0 "$LOUPE" render "$SYN/t.db" --stats sink -o "$SYN/sink.svg"
   # the planted sink head (layer 0 head 3) puts (nearly) all its mass on <s>
   if grep -q '^1.00$\|^0.9[5-9]$' "$SYN/sink.svg"; then ok; else bad "sink.svg: no head near 1.00"; fi
@@ -197,10 +197,10 @@ if [ -n "$SHARED" ] && [ -d "$SHARED/models/stories260K" ]; then
       ok; else bad "real.svg lacks the token labels or the title"; fi
     expect_one_line_error "$LOUPE" render "$RDB" --layer 5 --head 0 -o "$TMP/x.png"
     expect_status 0 "$LOUPE" render "$RDB" --all "$TMP/real"
-    # 5 layers x 8 heads: overview + 8 statistics + 5 grids + 40 heads, and the viewer
+    # 5 layers x 8 heads: overview + 12 statistics + 5 grids + 40 heads, and the viewer
     n_links=$(grep -o 'href="[^"]*"' "$TMP/real/index.html" 2>/dev/null | wc -l)
     n_png=$(find "$TMP/real" -name '*.png' | wc -l)
-    if [ "$n_links" -eq 55 ] && [ "$n_png" -eq 54 ] && [ -s "$TMP/real/viewer.html" ]; then ok; else bad "real gallery: $n_links links, $n_png pictures, want 55 and 54"; fi
+    if [ "$n_links" -eq 59 ] && [ "$n_png" -eq 58 ] && [ -s "$TMP/real/viewer.html" ]; then ok; else bad "real gallery: $n_links links, $n_png pictures, want 59 and 58"; fi
     expect_stdout_contains "40 maps" "$LOUPE" render "$RDB" --html "$TMP/real.html"
     # the leak plot, once `loupe leak` records perturbation checks
     "$LOUPE" leak "$M/stories260K.gguf" --prompt "Once upon a time" --db "$RDB" >/dev/null 2>"$TMP/leak.err"

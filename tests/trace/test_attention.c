@@ -600,6 +600,111 @@ static void test_attention_window_boundary(void **state)
     free(v);
 }
 
+/* ---- sparsity statistics */
+
+/* One query row at the last position of n keys, head_dim 1, q = 1: its scores are the k values. */
+static void sparsity_of_scores(void (*fn)(const lp_attn_args *), const float *scores, int64_t n,
+                               lp_attn_row_stats *st)
+{
+    float q = 1.0f, out = 0.0f, v[16] = {0};
+    lp_mask_spec mask = lp_mask_causal(1, n);
+    lp_attn_args a = {.q = &q, .k = scores, .v = v, .out = &out, .n_q = 1, .n_k = n,
+                      .head_dim = 1, .v_dim = 1, .q_stride = 1, .k_stride = 1, .v_stride = 1,
+                      .out_stride = 1, .scale = 1.0f, .mask = &mask, .row_stats = st,
+                      .local_window = 4};
+    fn(&a);
+}
+
+static void check_sparsity(const lp_attn_row_stats *st, float k50, float k90, float k99,
+                           double low)
+{
+    assert_true(st->keys50 == k50);
+    assert_true(st->keys90 == k90);
+    assert_true(st->keys99 == k99);
+    assert_true(fabs((double)st->low_mass - low) <= 1e-7);
+}
+
+/* Rows with known answers, through the spec function and both kernels on every ISA: uniform over
+ * 8 keys (4 / 8 / 8 keys, nothing below 1e-3), one-hot (1 / 1 / 1), and a geometric row
+ * p_j proportional to 2^-j over 10 keys (1 / 4 / 7 keys; only p_9 = 2^-9 / (2 - 2^-9) is below
+ * 1e-3). */
+static void test_attention_sparsity_known_rows(void **state)
+{
+    (void)state;
+    /* exact binary fractions summing to 1: sorted .5 .375 .0625 .0615234375 2^-10 */
+    float shuffled[5] = {0.0625f, 0.5f, 0.0009765625f, 0.375f, 0.0615234375f};
+    lp_attn_row_stats st;
+    lp_attn_row_sparsity(shuffled, 5, &st);
+    check_sparsity(&st, 1, 3, 4, 0.0009765625);
+    assert_true(shuffled[0] == 0.5f && shuffled[4] == 0.0009765625f);
+
+    float uniform[8] = {0}, one_hot[8] = {0}, geometric[10];
+    one_hot[3] = 100.0f;
+    for (int j = 0; j < 10; j++)
+        geometric[j] = -(float)j * logf(2.0f);
+    double low_geo = ldexp(1.0, -9) / (2.0 - ldexp(1.0, -9));
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    void (*fns[2])(const lp_attn_args *) = {lp_attention, lp_attention_ref};
+    for (int si = 0; si < n_isas; si++) {
+        assert_true(lp_kernels_set_isa(isas[si]));
+        for (int f = 0; f < 2; f++) {
+            sparsity_of_scores(fns[f], uniform, 8, &st);
+            check_sparsity(&st, 4, 8, 8, 0.0);
+            sparsity_of_scores(fns[f], one_hot, 8, &st);
+            check_sparsity(&st, 1, 1, 1, 0.0);
+            sparsity_of_scores(fns[f], geometric, 10, &st);
+            check_sparsity(&st, 1, 4, 7, low_geo);
+        }
+    }
+}
+
+/* On random causal heads every ISA's blocked kernel, with and without probabilities, gives the
+ * reference's key counts exactly and its low mass to 1e-6. */
+static void test_attention_sparsity_isas(void **state)
+{
+    (void)state;
+    enum { N = 150, HD = 16 };
+    float *q = rnd_array(N * HD), *k = rnd_array(N * HD), *v = rnd_array(N * HD);
+    float *out = malloc(N * HD * sizeof *out), *probs = malloc(N * N * sizeof *probs);
+    lp_attn_row_stats *want = malloc(N * sizeof *want), *got = malloc(N * sizeof *got);
+    assert_true(out && probs && want && got);
+    lp_mask_spec mask = lp_mask_causal(N, N);
+    lp_attn_args a = {.q = q, .k = k, .v = v, .out = out, .n_q = N, .n_k = N, .head_dim = HD,
+                      .v_dim = HD, .q_stride = HD, .k_stride = HD, .v_stride = HD,
+                      .out_stride = HD, .scale = 2.0f, .mask = &mask, .row_stats = want,
+                      .local_window = 4};
+    lp_attention_ref(&a);
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    for (int si = 0; si < n_isas; si++) {
+        assert_true(lp_kernels_set_isa(isas[si]));
+        for (int with_probs = 0; with_probs < 2; with_probs++) {
+            a.row_stats = got;
+            a.probs = with_probs ? probs : NULL;
+            lp_attention(&a);
+            double worst = 0.0;
+            for (int i = 0; i < N; i++) {
+                assert_true(got[i].keys50 == want[i].keys50);
+                assert_true(got[i].keys90 == want[i].keys90);
+                assert_true(got[i].keys99 == want[i].keys99);
+                double d = fabs((double)got[i].low_mass - (double)want[i].low_mass);
+                worst = d > worst ? d : worst;
+            }
+            printf("sparsity %-5s probs=%d: key counts equal the reference, worst |low_mass| %.1e "
+                   "(1e-6)\n", lp_isa_name(isas[si]), with_probs, worst);
+            assert_true(worst <= 1e-6);
+        }
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(probs);
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -609,6 +714,8 @@ int main(void)
         cmocka_unit_test(test_attention_tiles),
         cmocka_unit_test(test_attention_row_ranges),
         cmocka_unit_test(test_attention_nan),
+        cmocka_unit_test(test_attention_sparsity_known_rows),
+        cmocka_unit_test(test_attention_sparsity_isas),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -103,8 +103,38 @@ static int64_t trace_run(fixture *f, lp_store *store, const lp_store_opts *sopts
 
 /* Head statistics recomputed here from the reference probabilities, the README's definitions, in
  * the order of lp_head_stat. */
+static int double_larger_first(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a < b) - (a > b);
+}
+
+/* Sparsity of one reference row of n keys, from the definition: the fewest keys whose
+ * probabilities, largest first, reach 50% / 90% / 99% of the row's mass; the mass below 1e-3. */
+static void row_sparsity_definition(const float *row, int64_t n, double *acc)
+{
+    double sorted[512], total = 0;
+    assert_true(n <= 512);
+    for (int64_t k = 0; k < n; k++) {
+        sorted[k] = (double)row[k];
+        total += sorted[k];
+        if (row[k] < 1e-3f)
+            acc[3] += sorted[k];
+    }
+    qsort(sorted, (size_t)n, sizeof *sorted, double_larger_first);
+    const double fraction[3] = {0.5, 0.9, 0.99};
+    for (int f = 0; f < 3; f++) {
+        double sum = 0;
+        int64_t k = 0;
+        while (k < n && sum < fraction[f] * total)
+            sum += sorted[k++];
+        acc[f] += (double)k;
+    }
+}
+
 static void expected_stats(const fixture *f, int64_t l, int64_t h, int64_t window, double *out)
 {
+    double sparsity[4] = {0, 0, 0, 0};
     int64_t T = f->T, NH = f->cfg.n_heads;
     double ent = 0, mx = 0, sink = 0, prev = 0, self = 0, dist = 0, local = 0;
     for (int64_t q = 0; q < T; q++) {
@@ -120,6 +150,7 @@ static void expected_stats(const fixture *f, int64_t l, int64_t h, int64_t windo
                 local += p;
         }
         mx += rm;
+        row_sparsity_definition(row, q + 1, sparsity);
         sink += (double)row[0];
         self += (double)row[q];
         if (q >= 1)
@@ -137,7 +168,9 @@ static void expected_stats(const fixture *f, int64_t l, int64_t h, int64_t windo
     }
     double values[LP_STAT_COUNT] = {ent / (double)T,      mx / (double)T,   sink / (double)T,
                                     prev / (double)(T - 1), self / (double)T, dist / (double)T,
-                                    local / (double)T,    norm / (double)T};
+                                    local / (double)T,    norm / (double)T,
+                                    sparsity[0] / (double)T, sparsity[1] / (double)T,
+                                    sparsity[2] / (double)T, sparsity[3] / (double)T};
     memcpy(out, values, sizeof values);
 }
 

@@ -54,6 +54,7 @@ typedef struct att_call {
     int64_t v_stride; /* between f32 V rows */
     float *v_conv;    /* owned contiguous f32 copy of the V rows */
     float *qp;        /* the current query tile, packed [head_dim][LP_ATTN_MR] */
+    float *rowp;      /* with row_stats: [LP_ATTN_MR][n_k] probabilities for the sparsity sort */
 } att_call;
 
 static float *alloc_aligned_floats(int64_t n)
@@ -254,6 +255,7 @@ static void row_stats(const lp_attn_args *a, const row_state *rs, lp_attn_row_st
     if (rs->poisoned) {
         st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
         st->distance = st->local = st->row_sum = st->learned_sink = NAN;
+        st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
     } else if (!row_empty(rs)) {
         float inv_l = 1.0f / rs->l;
         float entropy = logf(rs->l) - rs->e_sum * inv_l;
@@ -301,15 +303,16 @@ static void row_probs_frame(const lp_attn_args *a, const row_state *rs, int64_t 
             prow[j] = NAN;
 }
 
-/* Pass 2 for row i and the block [kb, kb + kn): exact probabilities of its visible keys. */
+/* Pass 2 for a row and the block [kb, kb + kn): exact probabilities of its visible keys into
+ * prow[j0 .. j1). */
 static void row_probs_block(const lp_kernel_table *kt, const lp_attn_args *a, const row_state *rs,
-                            int64_t i, int64_t kb, int64_t kn, float *s)
+                            float *prow, int64_t kb, int64_t kn, float *s)
 {
     int64_t j0 = rs->lo > kb ? rs->lo : kb;
     int64_t j1 = rs->hi < kb + kn ? rs->hi : kb + kn;
     if (j0 >= j1 || rs->poisoned || row_empty(rs))
         return;
-    float *dst = a->probs + i * a->n_k + j0, *sv = s + (j0 - kb);
+    float *dst = prow + j0, *sv = s + (j0 - kb);
     finish_scores(a, sv, j0, j1 - j0, rs->pos);
     memcpy(dst, sv, (size_t)(j1 - j0) * sizeof *dst);
     kt->exp_sum(dst, j1 - j0, rs->m);
@@ -344,21 +347,33 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
     }
     for (int r = 0; r < rows; r++)
         row_finish(kt, a, &rs[r], i0 + r);
-    if (!a->probs)
+    if (!a->probs && !a->row_stats)
         return;
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows && a->probs; r++)
         row_probs_frame(a, &rs[r], i0 + r);
     for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
         int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
         tile_scores(c, c->qp, rows, kb, kn, S);
-        for (int r = 0; r < rows; r++)
-            row_probs_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK);
+        for (int r = 0; r < rows; r++) {
+            float *prow = a->probs ? a->probs + (i0 + r) * a->n_k : c->rowp + r * a->n_k;
+            row_probs_block(kt, a, &rs[r], prow, kb, kn, S + r * ATT_BK);
+        }
+    }
+    for (int r = 0; r < rows && a->row_stats; r++) {
+        const row_state *q = &rs[r];
+        if (q->poisoned || row_empty(q) || q->lo >= q->hi)
+            continue; /* NaN or 0 already */
+        float *sorted = c->rowp + r * a->n_k;
+        if (a->probs)
+            memcpy(sorted + q->lo, a->probs + (i0 + r) * a->n_k + q->lo,
+                   (size_t)(q->hi - q->lo) * sizeof *sorted);
+        lp_attn_row_sparsity(sorted + q->lo, q->hi - q->lo, &a->row_stats[i0 + r]);
     }
 }
 
 void lp_attention(const lp_attn_args *a)
 {
-    att_call c = {lp_kernels_table(), a, 0, 0, 0, 0, NULL, NULL, 0, NULL, NULL};
+    att_call c = {lp_kernels_table(), a, 0, 0, 0, 0, NULL, NULL, 0, NULL, NULL, NULL};
     lp_attn_rows(a, &c.row_begin, &c.row_end);
     /* the keys any computed row sees */
     int64_t k_lo = a->n_k, k_hi = 0;
@@ -374,7 +389,10 @@ void lp_attention(const lp_attn_args *a)
     c.kbase = k_lo < k_hi ? k_lo / ATT_BK * ATT_BK : 0;
     c.khi = k_lo < k_hi ? k_hi : 0;
     c.qp = alloc_aligned_floats(LP_ATTN_MR * a->head_dim);
-    if (!c.qp || !call_pack(&c)) { /* no scratch: the reference needs none */
+    if (a->row_stats)
+        c.rowp = alloc_aligned_floats(LP_ATTN_MR * a->n_k);
+    if (!c.qp || (a->row_stats && !c.rowp) || !call_pack(&c)) { /* the reference needs less */
+        free(c.rowp);
         free(c.qp);
         free(c.kp);
         free(c.v_conv);
@@ -385,6 +403,7 @@ void lp_attention(const lp_attn_args *a)
         int rows = c.row_end - i0 < LP_ATTN_MR ? (int)(c.row_end - i0) : LP_ATTN_MR;
         query_tile(&c, i0, rows);
     }
+    free(c.rowp);
     free(c.qp);
     free(c.kp);
     free(c.v_conv);

@@ -84,7 +84,15 @@ typedef struct lp_attn_row_stats {
     float row_sum;  /* sum of probabilities over the keys (1, less with a learned sink, 0 for a
                        row that sees no key) */
     float learned_sink; /* probability on the learned sink logit (gpt-oss), 0 without one */
+    /* Sparsity: the smallest k whose k largest key probabilities sum to at least 50%, 90%, 99%
+     * of the keys' mass (row_sum), and the mass of the keys with probability below 1e-3. */
+    float keys50, keys90, keys99;
+    float low_mass;
 } lp_attn_row_stats;
+
+/* The sparsity fields of st from the n visible probabilities p of one row (p is sorted in place,
+ * largest first; the sums run in double in that order). The spec both attention kernels use. */
+void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st);
 
 /* One attention head. q: [n_q, head_dim] f32 with row stride q_stride; k: [n_k, head_dim] and
  * v: [n_k, v_dim] in kv_dtype (f32, f16 or bf16; converted to f32 as blocks are loaded) with row

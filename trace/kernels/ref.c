@@ -2,6 +2,7 @@
 #include "trace/kernels/kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trace/kernels/kernels_internal.h"
@@ -271,6 +272,36 @@ static void ref_poison_row(const lp_attn_args *a, int64_t lo, int64_t hi, float 
         prow[j] = NAN;
     st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
     st->distance = st->local = st->row_sum = st->learned_sink = NAN;
+    st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
+}
+
+static int larger_first(const void *x, const void *y)
+{
+    float a = *(const float *)x, b = *(const float *)y;
+    return (a < b) - (a > b);
+}
+
+void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
+{
+    if (n > 1)
+        qsort(p, (size_t)n, sizeof *p, larger_first);
+    double total = 0.0, low = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        total += (double)p[j];
+        if (p[j] < 1e-3f)
+            low += (double)p[j];
+    }
+    static const double fraction[3] = {0.5, 0.9, 0.99};
+    float *keys[3] = {&st->keys50, &st->keys90, &st->keys99};
+    double acc = 0.0;
+    int64_t k = 0;
+    for (int f = 0; f < 3; f++) {
+        double want = fraction[f] * total;
+        while (k < n && acc < want)
+            acc += (double)p[k++];
+        *keys[f] = (float)k;
+    }
+    st->low_mass = (float)low;
 }
 
 /* The row's softmax maximum and denominator over keys [lo, hi) and the learned sink, in double. */
@@ -341,11 +372,14 @@ void lp_attention_ref(const lp_attn_args *a)
 {
     int64_t begin, end;
     lp_attn_rows(a, &begin, &end);
+    /* the sparsity statistics sort a copy of each row; without it they are NaN */
+    float *sorted = a->row_stats ? malloc((size_t)(a->n_k > 0 ? a->n_k : 1) * sizeof *sorted)
+                                 : NULL;
     for (int64_t i = begin; i < end; i++) {
         int64_t lo, hi;
         ref_row_range(a, i, &lo, &hi);
         float *out = a->out + i * a->out_stride;
-        float *prow = a->probs ? a->probs + i * a->n_k : NULL;
+        float *prow = a->probs ? a->probs + i * a->n_k : sorted;
         lp_attn_row_stats st;
         memset(&st, 0, sizeof st);
         for (int64_t d = 0; d < a->v_dim; d++)
@@ -360,9 +394,17 @@ void lp_attention_ref(const lp_attn_args *a)
             ref_poison_row(a, lo, hi, out, prow, &st);
         else if (lo < hi || a->has_sink)
             ref_softmax_row(a, i, lo, hi, out, prow, &st);
+        if (a->row_stats && finite && !sorted)
+            st.keys50 = st.keys90 = st.keys99 = st.low_mass = NAN;
+        else if (a->row_stats && finite && lo < hi) {
+            if (prow != sorted)
+                memcpy(sorted + lo, prow + lo, (size_t)(hi - lo) * sizeof *sorted);
+            lp_attn_row_sparsity(sorted + lo, hi - lo, &st);
+        }
         if (a->row_stats)
             a->row_stats[i] = st;
     }
+    free(sorted);
 }
 
 /* ---- blocked attention tiles (attention.c) */

@@ -49,9 +49,12 @@ static lp_status switch_to(lp_store_batch *b, int64_t seq, lp_error *err)
 }
 
 /* The row statistics of n cropped probability rows (query i at the sequence's position i). */
-static void row_stats_of(const float *p, int64_t n, int64_t stride, int64_t local_window,
-                         lp_attn_row_stats *out)
+static lp_status row_stats_of(const float *p, int64_t n, int64_t stride, int64_t local_window,
+                              lp_attn_row_stats *out, lp_error *err)
 {
+    float *sorted = malloc((size_t)(n > 0 ? n : 1) * sizeof *sorted);
+    if (!sorted)
+        return lp_error_set(err, LP_ERR_NOMEM, "batch: out of memory for a probability row");
     for (int64_t i = 0; i < n; i++) {
         const float *row = p + i * stride;
         double h = 0, mx = 0, d = 0, loc = 0, sum = 0;
@@ -75,7 +78,11 @@ static void row_stats_of(const float *p, int64_t n, int64_t stride, int64_t loca
         r->distance = (float)d;
         r->local = (float)loc;
         r->row_sum = (float)sum;
+        memcpy(sorted, row, (size_t)n * sizeof *sorted); /* the masked keys are 0 and sort last */
+        lp_attn_row_sparsity(sorted, n, r);
     }
+    free(sorted);
+    return LP_OK;
 }
 
 static lp_status batch_observe(void *ctx, const lp_site *site, const lp_view *v, lp_error *err)
@@ -92,7 +99,8 @@ static lp_status batch_observe(void *ctx, const lp_site *site, const lp_view *v,
     switch (site->kind) {
     case LP_SITE_ATTN_PROBS: {
         const float *p = v->data + a * v->stride + a;
-        row_stats_of(p, n, v->stride, b->opts.local_window, b->rows);
+        if ((st = row_stats_of(p, n, v->stride, b->opts.local_window, b->rows, err)))
+            return st;
         lp_view pv = {p, n, n, v->stride, 0, b->rows, NULL};
         if (inner->want(inner->ctx, &s0) && (st = inner->observe(inner->ctx, &s0, &pv, err)))
             return st;

@@ -369,6 +369,8 @@ static const stat_spelling stat_spellings[] = {
     {"sink", LP_STAT_SINK},             {"prev_token", LP_STAT_PREV_TOKEN},
     {"self", LP_STAT_SELF},             {"distance", LP_STAT_DISTANCE},
     {"local_frac", LP_STAT_LOCAL_FRAC}, {"output_norm", LP_STAT_OUTPUT_NORM},
+    {"keys50", LP_STAT_KEYS50},         {"keys90", LP_STAT_KEYS90},
+    {"keys99", LP_STAT_KEYS99},         {"low_mass", LP_STAT_LOW_MASS},
     {"prev", LP_STAT_PREV_TOKEN},       {"previous-token", LP_STAT_PREV_TOKEN},
     {"previous_token", LP_STAT_PREV_TOKEN},
 };

@@ -72,6 +72,10 @@ CREATE TABLE IF NOT EXISTS head_stats (
     local_frac    REAL NOT NULL,   -- mean mass within the local window
     local_window  INTEGER NOT NULL,
     output_norm   REAL NOT NULL,   -- mean L2 norm of the head's output vector
+    keys50        REAL,            -- mean smallest k whose top-k keys hold 50% of a row's mass
+    keys90        REAL,            -- likewise 90%
+    keys99        REAL,            -- likewise 99%
+    low_mass      REAL,            -- mean mass on keys with probability below 1e-3
     PRIMARY KEY (run_id, layer, head)
 );
 

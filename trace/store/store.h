@@ -286,6 +286,10 @@ typedef enum lp_head_stat {
     LP_STAT_DISTANCE,
     LP_STAT_LOCAL_FRAC,
     LP_STAT_OUTPUT_NORM,
+    LP_STAT_KEYS50, /* sparsity: mean keys holding 50% / 90% / 99% of a row's mass */
+    LP_STAT_KEYS90,
+    LP_STAT_KEYS99,
+    LP_STAT_LOW_MASS, /* mean mass on keys with probability below 1e-3 */
     LP_STAT_COUNT
 } lp_head_stat;
 

@@ -21,8 +21,9 @@ static const char *const stmt_sql[LP_STMT_COUNT] = {
     [LP_STMT_ATTENTION] = "INSERT INTO attention (run_id, layer, head, n_q, n_k, dtype, probs) "
                           "VALUES (?, ?, ?, ?, ?, ?, ?)",
     [LP_STMT_HEAD_STATS] = "INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, sink, "
-                           "prev_token, self, distance, local_frac, local_window, output_norm) "
-                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           "prev_token, self, distance, local_frac, local_window, output_norm, "
+                           "keys50, keys90, keys99, low_mass) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [LP_STMT_PREDICTION] = "INSERT INTO predictions (run_id, pos, rank, token_id, piece, prob, "
                            "logit) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [LP_STMT_LOGITS] = "INSERT INTO logits (run_id, pos, data) VALUES (?, ?, ?)",
@@ -179,6 +180,10 @@ static lp_status migrate(lp_store *s, lp_error *err)
         {"runs", "batch_index", "ALTER TABLE runs ADD COLUMN batch_index INTEGER"},
         {"runs", "pad_left", "ALTER TABLE runs ADD COLUMN pad_left INTEGER"},
         {"runs", "pad_right", "ALTER TABLE runs ADD COLUMN pad_right INTEGER"},
+        {"head_stats", "keys50", "ALTER TABLE head_stats ADD COLUMN keys50 REAL"},
+        {"head_stats", "keys90", "ALTER TABLE head_stats ADD COLUMN keys90 REAL"},
+        {"head_stats", "keys99", "ALTER TABLE head_stats ADD COLUMN keys99 REAL"},
+        {"head_stats", "low_mass", "ALTER TABLE head_stats ADD COLUMN low_mass REAL"},
     };
     lp_status st = LP_OK;
     for (size_t i = 0; st == LP_OK && i < sizeof added / sizeof added[0]; i++)
@@ -714,6 +719,9 @@ static lp_status write_head_stats(lp_store *s, int64_t l, lp_error *err)
             sqlite3_bind_double(q, 4 + i, values[i]);
         sqlite3_bind_int64(q, 11, s->opts.local_window);
         sqlite3_bind_double(q, 12, hs->output_norm);
+        double sparsity[] = {hs->keys50, hs->keys90, hs->keys99, hs->low_mass};
+        for (int i = 0; i < 4; i++)
+            sqlite3_bind_double(q, 13 + i, sparsity[i]);
         lp_status st = step(s, LP_STMT_HEAD_STATS, err);
         if (st != LP_OK)
             return st;
