@@ -48,10 +48,10 @@ async function main() {
   await write("INSERT INTO runs (id, status, kind, model_path, model_format, architecture, n_tokens, n_layers, n_heads, " +
     "n_threads, isa, loupe_version, maps_dtype, started_at) VALUES (1, 'complete', 'trace', '/models/scale-" + T + "x" + L +
     "x" + H + "', 'safetensors', 'llama', " + T + ', ' + L + ', ' + H + ", 2, 'avx2', '0.1.0', 'f16', 'now');\n");
-  for (let i = 0; i < T; i++) await write('INSERT INTO tokens VALUES (1, ' + i + ', ' + (100 + i) + ", ' tok" + i + "', NULL);\n");
+  for (let i = 0; i < T; i++) await write('INSERT INTO tokens (run_id, pos, token_id, piece, label) VALUES (1, ' + i + ', ' + (100 + i) + ", ' tok" + i + "', NULL);\n");
   for (let l = 0; l < L; l++) {
     for (let h = 0; h < H; h++) {
-      await write('INSERT INTO head_stats VALUES (1, ' + l + ', ' + h + ', ' + (1 + (l * H + h) % 5) + ', 0.5, ' +
+      await write('INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, sink, prev_token, self, distance, local_frac, local_window, output_norm) VALUES (1, ' + l + ', ' + h + ', ' + (1 + (l * H + h) % 5) + ', 0.5, ' +
         ((h % 3) / 3) + ', 0.2, 0.1, ' + (5 + h) + ', 0.4, 8, 1.0);\n');
       if (l < STORED) await write('INSERT INTO attention VALUES (1, ' + l + ', ' + h + ', ' + T + ', ' + T + ", 'f16', X'" + mapHex(l, h) + "');\n");
     }

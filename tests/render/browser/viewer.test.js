@@ -92,7 +92,7 @@ function buildDb(dir) {
       blobHex(rows).toString('hex') + "');\n";
   }
   for (let l = 0; l < 2; l++) for (let h = 0; h < 3; h++) {
-    sql += 'INSERT INTO head_stats VALUES (1, ' + l + ', ' + h + ', ' + (0.1 * (l * 3 + h)) +
+    sql += 'INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, sink, prev_token, self, distance, local_frac, local_window, output_norm) VALUES (1, ' + l + ', ' + h + ', ' + (0.1 * (l * 3 + h)) +
       ', 0.5, ' + (l === 1 && h === 1 ? 1 : 0) + ', 0.25, 0.1, 1.5, 0.9, 8, 2.0);\n';
   }
   sql += "INSERT INTO leak_checks VALUES (1, 'perturbation', 1, 0, 3, 0.0, " +
