@@ -17,24 +17,29 @@
 
 typedef struct diff_opts {
     bool json;
+    const char *db;
 } diff_opts;
 
 static const lp_option diff_options[] = {
     LP_OPT_FLAG_OF(diff_opts, json, "json", "one JSON document on stdout"),
+    LP_OPT_STRING_OF(diff_opts, db, "db", "FILE",
+                     "database the diff is stored in (default: A's database)"),
     LP_OPT_END_OF_TABLE,
 };
 
 static const lp_cli_spec diff_spec = {
     .name = "diff",
     .summary = "compare two runs over the same tokens: maps, predictions, statistics",
-    .synopsis = "A.db[:RUN] B.db[:RUN] [--json]",
+    .synopsis = "A.db[:RUN] B.db[:RUN] [--json] [--db DB]",
     .description =
         "Per head the mean Jensen-Shannon divergence (nats) of the attention rows and the\n"
         "largest |difference| of the maps (heads both runs stored), per position the KL\n"
         "divergence KL(A || B) of the next-token distributions (both runs traced with --logits\n"
         "full) and whether the argmax agrees, per head the change B - A of every statistic.\n"
         "RUN defaults to the database's latest complete trace run. Runs over different tokens\n"
-        "are refused, naming the first differing position. A run against itself is exactly 0.",
+        "are refused, naming the first differing position. A run against itself is exactly 0.\n"
+        "The result is stored in one transaction as a diffs row with its diff_heads and\n"
+        "diff_positions rows (see trace/README.md); `loupe render DB --diff` draws it.",
     .options = diff_options,
     .min_positional = 2,
     .max_positional = 2,
@@ -65,6 +70,8 @@ static lp_status open_side(const char *arg, side *s, lp_error *err)
     if (st == LP_OK)
         st = lp_store_read_run(s->store, s->run_id, "trace", &s->run, &incomplete, err);
     s->have_run = st == LP_OK;
+    if (st == LP_OK)
+        s->run_id = s->run.id; /* kept after close_side */
     if (st == LP_OK && incomplete)
         st = lp_error_set(err, LP_ERR_USAGE, "%s: run %lld is '%s', not complete", s->path,
                           (long long)s->run.id, s->run.status);
@@ -116,11 +123,29 @@ static summary summarize(const lp_run_diff *d)
 
 static json_t *real_or_null(double v) { return isnan(v) ? json_null() : json_real(v); }
 
-static void print_json(const side *a, const side *b, const lp_run_diff *d, const summary *s)
+static lp_status store_diff(const char *db, const side *a, const side *b, const lp_run_diff *d,
+                            int64_t *diff_id, lp_error *err)
+{
+    lp_store *store = NULL;
+    lp_store_diff row = {.a_db = a->path, .b_db = b->path, .a_run = a->run_id,
+                         .b_run = b->run_id, .n_tokens = d->T, .n_layers = d->n_layers,
+                         .n_heads = d->n_heads, .has_kl = d->has_kl, .js = d->js,
+                         .max_abs = d->max_abs, .kl = d->kl, .argmax_agree = d->argmax_agree};
+    lp_status st = lp_store_open(db, &store, err);
+    if (st == LP_OK)
+        st = lp_store_add_diff(store, &row, diff_id, err);
+    lp_store_close(store);
+    return st;
+}
+
+static void print_json(const side *a, const side *b, const lp_run_diff *d, const summary *s,
+                       const char *db, int64_t diff_id)
 {
     json_t *root = json_object(), *heads = json_array(), *pos = json_array();
-    json_object_set_new(root, "a", json_pack("{s:s,s:I}", "db", a->path, "run", (json_int_t)a->run.id));
-    json_object_set_new(root, "b", json_pack("{s:s,s:I}", "db", b->path, "run", (json_int_t)b->run.id));
+    json_object_set_new(root, "diff_id", json_integer(diff_id));
+    json_object_set_new(root, "db", json_string(db));
+    json_object_set_new(root, "a", json_pack("{s:s,s:I}", "db", a->path, "run", (json_int_t)a->run_id));
+    json_object_set_new(root, "b", json_pack("{s:s,s:I}", "db", b->path, "run", (json_int_t)b->run_id));
     json_object_set_new(root, "n_tokens", json_integer(d->T));
     json_object_set_new(root, "max_js", json_real(s->max_js));
     json_object_set_new(root, "mean_js", json_real(s->mean_js));
@@ -152,10 +177,11 @@ static void print_json(const side *a, const side *b, const lp_run_diff *d, const
     json_decref(root);
 }
 
-static void print_text(const side *a, const side *b, const lp_run_diff *d, const summary *s)
+static void print_text(const side *a, const side *b, const lp_run_diff *d, const summary *s,
+                       const char *db, int64_t diff_id)
 {
     printf("%s run %lld vs %s run %lld: %lld tokens, %lld heads with both maps\n", a->path,
-           (long long)a->run.id, b->path, (long long)b->run.id, (long long)d->T,
+           (long long)a->run_id, b->path, (long long)b->run_id, (long long)d->T,
            (long long)d->n_maps);
     if (s->js_at >= 0)
         printf("attention: mean JS %.3g nats, max %.3g (layer %lld head %lld), max |diff| %.3g\n",
@@ -167,6 +193,7 @@ static void print_text(const side *a, const side *b, const lp_run_diff *d, const
     else
         printf("next token: argmax agrees at %.1f%% of positions (trace with --logits full for "
                "KL)\n", 100 * s->agree);
+    printf("  (diff %lld in %s)\n", (long long)diff_id, db);
 }
 
 static int run_diff(int argc, char **argv)
@@ -184,16 +211,20 @@ static int run_diff(int argc, char **argv)
         st = open_side(pos[1], &b, &err);
     if (st == LP_OK)
         st = lp_diff_runs(a.store, &a.run, b.store, &b.run, &d, &err);
+    close_side(&a);
+    close_side(&b);
+    const char *db = o.db ? o.db : a.path;
+    int64_t diff_id = 0;
+    if (st == LP_OK)
+        st = store_diff(db, &a, &b, d, &diff_id, &err);
     if (st == LP_OK) {
         summary s = summarize(d);
         if (o.json)
-            print_json(&a, &b, d, &s);
+            print_json(&a, &b, d, &s, db, diff_id);
         else
-            print_text(&a, &b, d, &s);
+            print_text(&a, &b, d, &s, db, diff_id);
     }
     lp_run_diff_free(d);
-    close_side(&a);
-    close_side(&b);
     return st == LP_OK ? LP_EXIT_OK : lp_cli_fail(CMD, &err);
 }
 

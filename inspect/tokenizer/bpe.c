@@ -366,8 +366,56 @@ done:
     return st;
 }
 
+/* Hugging Face's WordPiece: from the start of what is left, the longest vocabulary string (after
+ * the first, with the continuing-subword prefix); a word with a stretch no string starts, or of
+ * more than max_input_chars code points, is the unknown token alone. */
+static lp_status wordpiece_word(const lp_tokenizer *tok, const char *w, size_t len,
+                                lp_tok_ids *out)
+{
+    int64_t n_chars = 0;
+    for (size_t i = 0; i < len; n_chars++)
+        lp_utf8_next(w, len, &i);
+    size_t mark = out->n;
+    lp_tok_buf probe = {0};
+    bool bad = n_chars > tok->max_input_chars;
+    for (size_t start = 0; start < len && !bad;) {
+        int32_t id = -1;
+        size_t end = len;
+        while (end > start) {
+            probe.len = 0;
+            if (start > 0)
+                lp_tok_buf_put(&probe, tok->cont_prefix, tok->cont_prefix_len);
+            lp_tok_buf_put(&probe, w + start, end - start);
+            if (probe.failed)
+                break;
+            if ((id = lp_tok_vocab_find(tok, probe.data, probe.len)) >= 0)
+                break;
+            size_t prev = end;
+            if (lp_utf8_prev(w, end, &prev) < 0 || prev < start)
+                prev = end - 1; /* a raw byte steps back alone */
+            end = prev;
+        }
+        if (probe.failed) {
+            lp_tok_buf_free(&probe);
+            return LP_ERR_NOMEM;
+        }
+        bad = id < 0;
+        if (!bad)
+            lp_tok_ids_push(out, id);
+        start = end;
+    }
+    lp_tok_buf_free(&probe);
+    if (bad) { /* the loader made sure the unknown token exists */
+        out->n = mark;
+        lp_tok_ids_push(out, tok->unk_id);
+    }
+    return out->failed ? LP_ERR_NOMEM : LP_OK;
+}
+
 lp_status lp_tok_bpe_word(const lp_tokenizer *tok, const char *w, size_t len, lp_tok_ids *out)
 {
+    if (tok->model == LP_TOK_MODEL_WORDPIECE)
+        return len ? wordpiece_word(tok, w, len, out) : LP_OK;
     if (len == 0)
         return LP_OK;
     if (len > UINT32_MAX / 2) /* symbol offsets and lengths are 32-bit */

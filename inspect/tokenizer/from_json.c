@@ -132,6 +132,53 @@ static lp_status read_norm_options(jctx *c, const json_t *n, const char *where, 
     return LP_OK;
 }
 
+static lp_tok_norm *add_norm(jctx *c, lp_tok_norm_kind kind)
+{
+    lp_tok_norm *norm = lp_tok_append((void **)&c->tok->norms, &c->tok->n_norms, sizeof *norm);
+    if (norm)
+        norm->kind = kind;
+    return norm;
+}
+
+/* A Replace of every match of regex by content (BertNormalizer's steps). */
+static lp_status add_regex_norm(jctx *c, const char *regex, const char *content, const char *where)
+{
+    lp_tok_norm *norm = add_norm(c, LP_TOK_NORM_REPLACE);
+    if (!norm || !(norm->content = lp_tok_strndup(content, strlen(content))))
+        return nomem(c);
+    norm->content_len = strlen(content);
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s: %s", c->name, where);
+    return lp_tok_compile_regex(regex, strlen(regex), &norm->re, buf, c->err);
+}
+
+/* BertNormalizer as the steps it is made of, in Hugging Face's order: clean_text drops NUL,
+ * U+FFFD and the other (C*) characters but tab, LF and CR, then turns whitespace into " ";
+ * handle_chinese_chars spaces ideographs apart; strip_accents (null: as lowercase) is NFD
+ * without the nonspacing marks (Mn); then lowercase. */
+static lp_status bert_normalizer(jctx *c, const json_t *n, const char *where)
+{
+    bool lowercase = jbool(n, "lowercase", true);
+    const json_t *strip = json_object_get(n, "strip_accents");
+    bool strip_accents = json_is_boolean(strip) ? json_is_true(strip) : lowercase;
+    lp_status st;
+    if (jbool(n, "clean_text", true) &&
+        ((st = add_regex_norm(c, "(?![\\t\\n\\r])[\\x{FFFD}\\p{C}]", "", where)) != LP_OK ||
+         (st = add_regex_norm(c, "\\s", " ", where)) != LP_OK))
+        return st;
+    if (jbool(n, "handle_chinese_chars", true) && !add_norm(c, LP_TOK_NORM_CJK_SPACES))
+        return nomem(c);
+    if (strip_accents) {
+        if (!add_norm(c, LP_TOK_NORM_NFD))
+            return nomem(c);
+        if ((st = add_regex_norm(c, "\\p{Mn}", "", where)) != LP_OK)
+            return st;
+    }
+    if (lowercase && !add_norm(c, LP_TOK_NORM_LOWERCASE))
+        return nomem(c);
+    return LP_OK;
+}
+
 static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
 {
     const char *type;
@@ -139,6 +186,8 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
     if (st != LP_OK || !type)
         return st;
     lp_tokenizer *tok = c->tok;
+    if (strcmp(type, "BertNormalizer") == 0)
+        return bert_normalizer(c, n, where);
     if (strcmp(type, "Precompiled") == 0) {
         /* SentencePiece's compiled normalization rules: an empty map changes nothing */
         const json_t *map = json_object_get(n, "precompiled_charsmap");
@@ -157,7 +206,7 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
     if (kind < 0)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: normalizer type '%s' is not "
                             "supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, "
-                            "ByteLevel, Sequence, empty Precompiled are)", c->name, where, type);
+                            "ByteLevel, BertNormalizer, Sequence, empty Precompiled are)", c->name, where, type);
     lp_tok_norm *norm = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *norm);
     if (!norm)
         return nomem(c);
@@ -537,15 +586,16 @@ static lp_status read_merge(jctx *c, const json_t *m, size_t index, const char *
                         "[\"a\", \"b\"]", c->name, index);
 }
 
-/* A BPE model ("type" may be missing in old files, GPT-2's: a vocab plus merges is BPE). */
+/* A BPE or WordPiece model ("type" may be missing in old files, GPT-2's: a vocab plus merges is
+ * BPE). */
 static lp_status check_model(jctx *c, const json_t *model)
 {
     if (!json_is_object(model))
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model: an object expected", c->name);
     const char *type = jstr(model, "type");
-    if (type && strcmp(type, "BPE") != 0)
+    if (type && strcmp(type, "BPE") != 0 && strcmp(type, "WordPiece") != 0)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: model.type '%s' is not supported "
-                            "(only BPE is)", c->name, type);
+                            "(BPE and WordPiece are)", c->name, type);
     if (!json_is_object(json_object_get(model, "vocab")))
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab: an object expected",
                             c->name);
@@ -662,26 +712,58 @@ static lp_status model_string(jctx *c, const json_t *model, const char *key, cha
     return (*out = lp_tok_strndup(v, *out_len)) ? LP_OK : nomem(c);
 }
 
+/* model.unk_token (in the vocabulary or an added token), or -1 when absent. */
+static lp_status read_unk(jctx *c, const char *unk)
+{
+    lp_tokenizer *tok = c->tok;
+    tok->unk_id = lp_tok_vocab_find(tok, unk, strlen(unk));
+    for (size_t k = 0; k < tok->n_added && tok->unk_id < 0; k++)
+        if (strcmp(tok->added[k].content, unk) == 0)
+            tok->unk_id = tok->added[k].id;
+    if (tok->unk_id < 0)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.unk_token '%.60s' is not in "
+                            "the vocabulary", c->name, unk);
+    return LP_OK;
+}
+
+/* WordPiece: unk_token ("[UNK]"), continuing_subword_prefix ("##"), max_input_chars_per_word
+ * (100), as Hugging Face defaults them. */
+static lp_status read_wordpiece_options(jctx *c, const json_t *model)
+{
+    lp_tokenizer *tok = c->tok;
+    tok->model = LP_TOK_MODEL_WORDPIECE;
+    const json_t *max = json_object_get(model, "max_input_chars_per_word");
+    if (max && !json_is_null(max) && (!json_is_integer(max) || json_integer_value(max) < 0))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.max_input_chars_per_word: a "
+                            "non-negative integer expected", c->name);
+    tok->max_input_chars = json_is_integer(max) ? (int64_t)json_integer_value(max) : 100;
+    const char *unk = jstr(model, "unk_token");
+    lp_status st = read_unk(c, unk ? unk : "[UNK]");
+    if (st != LP_OK)
+        return st;
+    const char *prefix = jstr(model, "continuing_subword_prefix");
+    tok->cont_prefix_len = strlen(prefix ? prefix : "##");
+    tok->cont_prefix = lp_tok_strndup(prefix ? prefix : "##", tok->cont_prefix_len);
+    return tok->cont_prefix ? LP_OK : nomem(c);
+}
+
 /* byte_fallback, fuse_unk, ignore_merges, unk_token (in the vocab or an added token), the
  * continuing-subword prefix and end-of-word suffix. */
 static lp_status read_model_options(jctx *c, const json_t *model)
 {
     lp_tokenizer *tok = c->tok;
     tok->model = LP_TOK_MODEL_BPE_MERGES;
+    const char *type = jstr(model, "type");
+    if (type && strcmp(type, "WordPiece") == 0)
+        return read_wordpiece_options(c, model);
     tok->byte_fallback = jbool(model, "byte_fallback", false);
     tok->fuse_unk = jbool(model, "fuse_unk", false);
     tok->ignore_merges = jbool(model, "ignore_merges", false);
     const char *unk = jstr(model, "unk_token");
-    if (unk) {
-        tok->unk_id = lp_tok_vocab_find(tok, unk, strlen(unk));
-        for (size_t k = 0; k < tok->n_added && tok->unk_id < 0; k++)
-            if (strcmp(tok->added[k].content, unk) == 0)
-                tok->unk_id = tok->added[k].id;
-        if (tok->unk_id < 0)
-            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.unk_token '%.60s' is not in "
-                                "the vocabulary", c->name, unk);
-    }
-    lp_status st = model_string(c, model, "continuing_subword_prefix", &tok->cont_prefix,
+    lp_status st = unk ? read_unk(c, unk) : LP_OK;
+    if (st != LP_OK)
+        return st;
+    st = model_string(c, model, "continuing_subword_prefix", &tok->cont_prefix,
                                 &tok->cont_prefix_len);
     if (st != LP_OK)
         return st;
@@ -743,6 +825,8 @@ static lp_status read_model(jctx *c, const json_t *model, const json_t *added, s
         (st = lp_tok_build_vocab_map(c->tok, c->err)) != LP_OK ||
         (st = read_model_options(c, model)) != LP_OK)
         return st;
+    if (c->tok->model == LP_TOK_MODEL_WORDPIECE)
+        return LP_OK;
     return read_merges(c, json_object_get(model, "merges"));
 }
 
@@ -760,7 +844,10 @@ static void set_kind(lp_tokenizer *tok)
             metaspace |= (n->pattern && strstr(n->pattern, meta)) ||
                          (n->content && strstr(n->content, meta));
     }
-    tok->kind = bytelevel ? "bpe-bytelevel" : metaspace ? "bpe-sentencepiece" : "bpe";
+    tok->kind = tok->model == LP_TOK_MODEL_WORDPIECE ? "wordpiece"
+                : bytelevel                          ? "bpe-bytelevel"
+                : metaspace                          ? "bpe-sentencepiece"
+                                                     : "bpe";
 }
 
 lp_status lp_tok_load_json_buffer(const char *path, const char *data, size_t size,

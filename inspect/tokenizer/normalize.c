@@ -273,6 +273,17 @@ static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cu
             lp_tok_buf_put(b, u, lp_utf8_put(lp_tok_byte_cps()[(unsigned char)cur[j]], u));
         }
         return LP_OK;
+    case LP_TOK_NORM_CJK_SPACES:
+        for (size_t j = 0; j < cur_len;) {
+            size_t at = j;
+            bool cjk = lp_uc_is_cjk_ideograph(lp_utf8_next(cur, cur_len, &j));
+            if (cjk)
+                lp_tok_buf_putc(b, ' ');
+            lp_tok_buf_put(b, cur + at, j - at);
+            if (cjk)
+                lp_tok_buf_putc(b, ' ');
+        }
+        return LP_OK;
     case LP_TOK_NORM_COUNT: break;
     }
     *skip = true;

@@ -46,7 +46,7 @@ lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_
                               bool skip_special, char **text, lp_error *err);
 int64_t lp_tokenizer_vocab_size(const lp_tokenizer *tok);
 const char *lp_tokenizer_kind(const lp_tokenizer *tok); /* "bpe-bytelevel", "bpe-sentencepiece",
-                                                           "llama2c", ... */
+                                                           "wordpiece", "llama2c", ... */
 
 /* ---- prompt files: JSON lines (prompts.c) ----
  * One JSON object per line, {"text": "..."} or {"tokens": [1, 403, 407]}, each with an optional

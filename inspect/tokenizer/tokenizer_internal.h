@@ -65,6 +65,8 @@ typedef enum lp_uc_form { LP_UC_NFC, LP_UC_NFD, LP_UC_NFKC, LP_UC_NFKD } lp_uc_f
  * kept as they are and act as starters. */
 lp_status lp_uc_normalize(lp_uc_form form, const char *s, size_t len, char **out,
                           size_t *out_len);
+/* Ideographs BertNormalizer surrounds with spaces (Hugging Face's is_chinese_char). */
+bool lp_uc_is_cjk_ideograph(int32_t cp);
 /* Lowercase with the simple mappings (plus U+0130 -> "i\u0307" as Rust's to_lowercase). */
 lp_status lp_uc_lowercase(const char *s, size_t len, char **out, size_t *out_len);
 int lp_uc_ccc_of(uint32_t cp);
@@ -114,6 +116,7 @@ typedef enum lp_tok_norm_kind {
     LP_TOK_NORM_REPLACE, /* literal pattern, or regex when re != NULL */
     LP_TOK_NORM_STRIP,
     LP_TOK_NORM_BYTELEVEL, /* bytes to GPT-2's printable alphabet */
+    LP_TOK_NORM_CJK_SPACES, /* BertNormalizer's handle_chinese_chars: " " around ideographs */
     LP_TOK_NORM_COUNT
 } lp_tok_norm_kind;
 
@@ -205,6 +208,7 @@ typedef enum lp_tok_model_kind {
     LP_TOK_MODEL_BPE_MERGES,  /* Hugging Face BPE: merges ranked by position */
     LP_TOK_MODEL_BPE_SCORES,  /* SentencePiece BPE: merge the highest-scoring vocabulary string */
     LP_TOK_MODEL_LLAMA2C,     /* run.c encode(): scores over stored piece strings, byte ids +3 */
+    LP_TOK_MODEL_WORDPIECE,   /* greedy longest vocabulary prefix, then cont_prefix + rest */
     LP_TOK_MODEL_COUNT
 } lp_tok_model_kind;
 
@@ -241,6 +245,7 @@ struct lp_tokenizer {
     int64_t n_merges;
     bool byte_fallback, fuse_unk, ignore_merges;
     int32_t unk_id; /* -1: none */
+    int64_t max_input_chars; /* WordPiece: longer words become unk_id */
     char *cont_prefix;
     size_t cont_prefix_len;
     char *eow_suffix;
@@ -322,7 +327,7 @@ lp_status lp_tok_pretokenize(const lp_tokenizer *tok, const char *s, size_t len,
                              bool at_text_start, lp_tok_splits *out);
 
 /* ---- models (bpe.c) ---- */
-/* One pre-token through the model: BPE by merge rank or by score. */
+/* One pre-token through the model: BPE by merge rank or by score, or WordPiece. */
 lp_status lp_tok_bpe_word(const lp_tokenizer *tok, const char *w, size_t len, lp_tok_ids *out);
 /* llama2.c run.c's encode() over the whole text. */
 lp_status lp_tok_encode_llama2c(const lp_tokenizer *tok, const char *text, size_t len,

@@ -91,6 +91,16 @@ bool lp_uc_is_space(int32_t cp)
            cp == 0x205F || cp == 0x3000;
 }
 
+bool lp_uc_is_cjk_ideograph(int32_t cp)
+{
+    /* the CJK blocks of Hugging Face tokenizers' BertNormalizer (Extension E from 0x2B920, as
+     * it has it) */
+    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+           (cp >= 0x20000 && cp <= 0x2A6DF) || (cp >= 0x2A700 && cp <= 0x2B73F) ||
+           (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B920 && cp <= 0x2CEAF) ||
+           (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
 /* ---- the byte-level alphabet (GPT-2's bytes_to_unicode) -------------------------------------- */
 
 static bool byte_is_printable(unsigned b)

@@ -25,6 +25,30 @@ assert len(d["heads"])==40 and all(h["js"]==0 and h["max_abs_diff"]==0 for h in 
 assert all(v==0 for h in d["heads"] for v in h["stat_delta"].values())
 assert all(p["kl"]==0 and p["argmax_agree"] for p in d["positions"])
 ' "$out"; then ok; else bad "a run against itself is not exactly 0: $out"; fi
+# the diff is stored in A's database (or --db): zeros for a run against itself, one
+# diff_heads row per head and one diff_positions row per position
+if python3 -c '
+import json,sqlite3,sys
+d=json.loads(sys.argv[1]); c=sqlite3.connect(sys.argv[2])
+a=c.execute("SELECT a_run,b_run,n_tokens,n_layers,n_heads,has_kl FROM diffs WHERE id=?",(d["diff_id"],)).fetchone()
+assert a==(1,1,d["n_tokens"],5,8,1), a
+h=c.execute("SELECT count(*),max(abs(js_mean)),max(max_abs) FROM diff_heads WHERE diff_id=?",(d["diff_id"],)).fetchone()
+assert h==(40,0.0,0.0), h
+p=c.execute("SELECT count(*),max(kl),min(argmax_agree) FROM diff_positions WHERE diff_id=?",(d["diff_id"],)).fetchone()
+assert p==(d["n_tokens"],0.0,1), p
+' "$out" "$TMP/stories260K.db"; then ok; else bad "the stored self-diff is not zeros: $out"; fi
+out=$("$LOUPE" diff "$TMP/stories260K.db" "$TMP/stories260K-Q4_K_M.db" --db "$TMP/diffs.db" --json)
+if python3 -c '
+import json,sqlite3,sys
+d=json.loads(sys.argv[1]); c=sqlite3.connect(sys.argv[2])
+assert d["diff_id"]==1 and d["db"]==sys.argv[2]
+js=[r[0] for r in c.execute("SELECT js_mean FROM diff_heads WHERE diff_id=1 ORDER BY layer,head")]
+assert js==[h["js"] for h in d["heads"]] and max(js)>0, js
+kl=[r[0] for r in c.execute("SELECT kl FROM diff_positions WHERE diff_id=1 ORDER BY pos")]
+assert kl==[p["kl"] for p in d["positions"]], kl
+assert c.execute("SELECT count(*) FROM runs").fetchone()[0]==0
+' "$out" "$TMP/diffs.db"; then ok; else bad "--db: the stored diff differs from the printed one: $out"; fi
+expect_one_line_error "$LOUPE" diff "$TMP/stories260K.db" "$TMP/stories260K.db" --db "$TMP/no/such/d.db"
 expect_one_line_error "$LOUPE" diff "$TMP/stories260K.db" "$TMP/other.db"
 expect_stderr_contains "differ from position 5 on" "$LOUPE" diff "$TMP/stories260K.db" "$TMP/other.db"
 expect_status 0 "$LOUPE" trace "$M/stories260K.gguf" --prompt "Once upon a day" --db "$TMP/other.db" --threads 1

@@ -13,7 +13,19 @@ if local_part; then
   expect_stderr_contains "bad.json:2:" "$LOUPE" tokenize "$TMP/bad.json" --text hi
   printf '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' >"$TMP/wp.json"
   expect_one_line_error "$LOUPE" tokenize "$TMP/wp.json" --text hi
-  expect_stderr_contains "WordPiece" "$LOUPE" tokenize "$TMP/wp.json" --text hi
+  expect_stderr_contains "unk_token '[UNK]'" "$LOUPE" tokenize "$TMP/wp.json" --text hi
+
+  # WordPiece (BERT): the tokenizer.json in tests/inspect/wordpiece, ids derived by hand
+  WP="${LOUPE_SOURCE:-.}/tests/inspect/wordpiece/tokenizer.json"
+  out=$("$LOUPE" tokenize "$WP" --text "Caf$(printf '\xc3\xa9') unaffable, $(printf '\xe4\xb8\xad')qqq!" --json)
+  want='{"ids": [2, 6, 7, 8, 9, 11, 16, 1, 13, 3], "pieces": ["[CLS]", "cafe", "un", "##aff", "##able", ",", "中", "[UNK]", "!", "[SEP]"]}'
+  if [ "$out" = "$want" ]; then ok; else bad "wordpiece json: got '$out', want '$want'"; fi
+  out=$("$LOUPE" tokenize "$WP" --text "Hello World" --no-special --json)
+  want='{"ids": [18, 19], "pieces": ["hello", "world"]}'
+  if [ "$out" = "$want" ]; then ok; else bad "wordpiece --no-special: got '$out', want '$want'"; fi
+  out=$("$LOUPE" tokenize "$WP" --tokens 2,7,8,9,11,18,3 --no-special --json)
+  case "$out" in *'"text": "unaffable, hello"'*) ok ;; *) bad "wordpiece decode: got '$out'" ;; esac
+  expect_stdout_contains "(wordpiece, 60 ids)" "$LOUPE" tokenize "$WP" --text hello
 fi
 
 require_shared

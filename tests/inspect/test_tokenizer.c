@@ -1292,6 +1292,98 @@ static void test_damaged_json(void **state)
 
 /* run.c's encode() on a tokenizer.bin written here: ids 0..2 specials, 3..258 bytes, then
  * " ", "a", "b", "ab" (score -0.0), "ba" (+0.0), " a" (-1). */
+/* tests/inspect/wordpiece/tokenizer.json: a BERT-style file (BertNormalizer with strip_accents
+ * null, BertPreTokenizer, WordPiece with "##" and 100 characters a word, [CLS] A [SEP]); every
+ * expected id follows from its 60-entry vocabulary by hand. */
+static void test_wordpiece_rules(void **state)
+{
+    (void)state;
+    const char *src = getenv("LOUPE_SOURCE");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/inspect/wordpiece/tokenizer.json", src ? src : ".");
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_open(path, &tok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_string_equal(lp_tokenizer_kind(tok), "wordpiece");
+    /* lowercase; punctuation split off; [CLS] (2) ... [SEP] (3) around the sequence */
+    expect_ids(tok, "Hello, World!", true, IDS(2, 18, 11, 19, 13, 3));
+    expect_ids(tok, "Hello, World!", false, IDS(18, 11, 19, 13));
+    /* accents stripped because lowercase is on (NFD, then the Mn marks dropped), upper too */
+    expect_ids(tok, "Caf\xC3\xA9 r\xC3\xA9sum\xC3\xA9 na\xC3\xAFve CAF\xC3\x89", false,
+               IDS(6, 32, 31, 6));
+    /* longest match first, then ## pieces: un ##aff ##able, play ##ing / ##ed / ##s */
+    expect_ids(tok, "unaffable playing played plays", false, IDS(7, 8, 9, 21, 20, 21, 22, 21, 10));
+    /* "50": no "50", so 5 ##0; $ and - are ASCII punctuation, ¿ is Unicode Po */
+    expect_ids(tok, "$50-x \xC2\xBFok?", false, IDS(27, 28, 29, 30, 33, 36, 55, 45));
+    /* ideographs get spaces around them even inside a word; one outside the vocab is [UNK] */
+    expect_ids(tok, "hello\xE4\xB8\xAD\xE6\x96\x87world \xE6\x97\xA5", false,
+               IDS(18, 16, 17, 19, 1));
+    /* a word with a stretch no piece starts ("qqq"; "xyz": x, then no ##y) is one [UNK] */
+    expect_ids(tok, "the qqq. xyz xx", false, IDS(5, 1, 12, 1, 33, 34));
+    /* clean_text: control characters, U+FFFD and U+200B (Cf) go, tab and NBSP are spaces */
+    expect_ids(tok, "hel\x01lo\tworld\xEF\xBF\xBD ok\xE2\x80\x8B" "ay\xC2\xA0" "ab", false,
+               IDS(18, 19, 55, 56, 57));
+    /* the special tokens are matched in the text before normalization */
+    expect_ids(tok, "[CLS] hello [MASK]", true, IDS(2, 2, 18, 4, 3));
+    /* other text is no special token: [ mask ] are three words, none in the vocabulary */
+    expect_ids(tok, "[mask]", false, IDS(1, 1, 1));
+    /* 100 characters are a word (a ##a ...), 101 are [UNK] */
+    char word[102];
+    memset(word, 'a', 101);
+    word[100] = 0;
+    size_t n;
+    int32_t *ids = encode(tok, word, 100, false, &n);
+    assert_int_equal(n, 100);
+    assert_int_equal(ids[0], 23);
+    for (size_t k = 1; k < n; k++)
+        assert_int_equal(ids[k], 24);
+    free(ids);
+    word[100] = 'a';
+    word[101] = 0;
+    expect_ids(tok, word, false, IDS(1));
+    /* the decoder: ## pieces join their word, others get a space, the space before , ! goes
+     * (per token, as Hugging Face does: "' s" stays apart) */
+    int32_t seq[] = {2, 7, 8, 9, 11, 18, 5, 6, 14, 15, 13, 3};
+    char *text = decode(tok, seq, 12, true);
+    assert_string_equal(text, "unaffable, hello the cafe ' s!");
+    free(text);
+    text = decode(tok, seq, 12, false);
+    assert_string_equal(text, "[CLS] unaffable, hello the cafe ' s! [SEP]");
+    free(text);
+    lp_tokenizer_close(tok);
+
+    /* the options: no lowercase keeps case and accents (strip_accents null follows it),
+     * strip_accents true strips them anyway, handle_chinese_chars false keeps 中文 one word,
+     * BertProcessing adds cls and sep, a small max_input_chars_per_word, another prefix */
+    static const char fmt[] =
+        "{\"normalizer\": {\"type\": \"BertNormalizer\", \"lowercase\": false, "
+        "\"strip_accents\": %s, \"handle_chinese_chars\": false}, "
+        "\"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}, "
+        "\"post_processor\": {\"type\": \"BertProcessing\", \"cls\": [\"<c>\", 5], "
+        "\"sep\": [\"<s>\", 6]}, "
+        "\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"?\", "
+        "\"continuing_subword_prefix\": \"+\", \"max_input_chars_per_word\": 4, \"vocab\": "
+        "{\"?\": 0, \"E\": 1, \"\xC3\x89\": 2, \"e\": 3, \"\xE4\xB8\xAD\": 4, \"<c>\": 5, "
+        "\"<s>\": 6, \"+e\": 7, \"+\xE6\x96\x87\": 8}}}";
+    char json[1024];
+    snprintf(json, sizeof json, fmt, "null");
+    tok = open_json("tok_wp_case.json", json);
+    expect_ids(tok, "\xC3\x89 E e ee \xE4\xB8\xAD\xE6\x96\x87", true, IDS(5, 2, 1, 3, 3, 7, 4, 8, 6));
+    expect_ids(tok, "eeeee", false, IDS(0)); /* 5 characters > 4 */
+    expect_ids(tok, "eeee", false, IDS(3, 7, 7, 7));
+    lp_tokenizer_close(tok);
+    snprintf(json, sizeof json, fmt, "true");
+    tok = open_json("tok_wp_strip.json", json);
+    expect_ids(tok, "\xC3\x89", false, IDS(1));
+    lp_tokenizer_close(tok);
+    /* no [UNK] in the vocabulary: refused at load, naming the token */
+    const char *bad_path = write_tmp("tok_wp_nounk.json",
+                                     "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}");
+    assert_int_equal(lp_tokenizer_open(bad_path, &tok, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "[UNK]"));
+}
+
 static void test_llama2c_rules(void **state)
 {
     (void)state;
@@ -1531,6 +1623,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_normalizers_and_post),
         cmocka_unit_test(test_damaged_json),
         cmocka_unit_test(test_llama2c_rules),
+        cmocka_unit_test(test_wordpiece_rules),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }

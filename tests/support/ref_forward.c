@@ -196,6 +196,10 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->bo, H, 0.1, 0.0);
         }
         if (c->qkv_bias && c->family != REF_FALCON) {
+            /* families with every bias drew q/k/v biases above: these replace them */
+            free(L->bq);
+            free(L->bk);
+            free(L->bv);
             RT(L->bq, q_dim(c), 0.1, 0.0);
             RT(L->bk, kv_dim(c), 0.1, 0.0);
             RT(L->bv, kv_dim(c), 0.1, 0.0);

@@ -724,8 +724,11 @@ static float row_dot_f32_avx2(const void *row, const float *x, const float *x_su
     for (; i + 8 <= k; i += 8)
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
     float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < k; i++)
-        sum += w[i] * x[i];
+    for (; i < k; i++) { /* GGUF rows need not be 4-byte aligned */
+        float wi;
+        memcpy(&wi, w + i, sizeof wi);
+        sum += wi * x[i];
+    }
     return sum;
 }
 

@@ -72,6 +72,34 @@ static const char analysis_schema[] =
     "    layer  INTEGER NOT NULL,\n"
     "    nll    REAL,\n"
     "    PRIMARY KEY (run_id, layer)\n"
+    ");\n"
+    /* loupe diff: one row per comparison of two runs (B's database may be another file) */
+    "CREATE TABLE IF NOT EXISTS diffs (\n"
+    "    id         INTEGER PRIMARY KEY,\n"
+    "    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),\n"
+    "    a_db       TEXT NOT NULL,\n"
+    "    a_run      INTEGER NOT NULL,\n"
+    "    b_db       TEXT NOT NULL,\n"
+    "    b_run      INTEGER NOT NULL,\n"
+    "    n_tokens   INTEGER NOT NULL,\n"
+    "    n_layers   INTEGER NOT NULL,\n"
+    "    n_heads    INTEGER NOT NULL,\n"
+    "    has_kl     INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE TABLE IF NOT EXISTS diff_heads (\n"
+    "    diff_id INTEGER NOT NULL REFERENCES diffs(id) ON DELETE CASCADE,\n"
+    "    layer   INTEGER NOT NULL,\n"
+    "    head    INTEGER NOT NULL,\n"
+    "    js_mean REAL,\n"
+    "    max_abs REAL,\n"
+    "    PRIMARY KEY (diff_id, layer, head)\n"
+    ");\n"
+    "CREATE TABLE IF NOT EXISTS diff_positions (\n"
+    "    diff_id      INTEGER NOT NULL REFERENCES diffs(id) ON DELETE CASCADE,\n"
+    "    pos          INTEGER NOT NULL,\n"
+    "    kl           REAL,\n"
+    "    argmax_agree INTEGER NOT NULL,\n"
+    "    PRIMARY KEY (diff_id, pos)\n"
     ");\n";
 
 lp_status lp_store_create_analysis_tables(lp_store *s, lp_error *err)
@@ -93,7 +121,7 @@ static lp_status need_run(lp_store *s, lp_error *err)
     return s->in_run ? LP_OK : lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
 }
 
-static void bind_real_or_null(sqlite3_stmt *q, int i, double v)
+void lp_store_bind_real_or_null(sqlite3_stmt *q, int i, double v)
 {
     if (isnan(v))
         sqlite3_bind_null(q, i);
@@ -125,7 +153,7 @@ lp_status lp_store_add_eval(lp_store *s, const lp_store_eval *e, const int32_t *
         sqlite3_bind_int64(q, 9, e->n_bytes);
     else
         sqlite3_bind_null(q, 9);
-    bind_real_or_null(q, 10, e->bits_per_byte);
+    lp_store_bind_real_or_null(q, 10, e->bits_per_byte);
     if (sqlite3_step(q) != SQLITE_DONE)
         st = lp_store_sql_error(s, "inserting eval_results", err);
     sqlite3_finalize(q);
@@ -256,7 +284,7 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
         sqlite3_reset(ql);
         sqlite3_bind_int64(ql, 1, s->run_id);
         sqlite3_bind_int64(ql, 2, l);
-        bind_real_or_null(ql, 3, layer_nll[l]);
+        lp_store_bind_real_or_null(ql, 3, layer_nll[l]);
         if (sqlite3_step(ql) != SQLITE_DONE)
             st = lp_store_sql_error(s, "inserting logit_lens_layers", err);
     }

@@ -204,6 +204,19 @@ lp_status lp_store_add_logit_lens(lp_store *store, int64_t n_layers, int64_t n_p
                                   const int32_t *tokens, const float *probs,
                                   const double *layer_nll, lp_error *err);
 
+/* loupe diff's result, stored as a diffs row with diff_heads (js[L * H], max_abs[L * H]) and
+ * diff_positions (kl[n_tokens], argmax_agree[n_tokens]) rows; NaN = NULL. */
+typedef struct lp_store_diff {
+    const char *a_db, *b_db;
+    int64_t a_run, b_run, n_tokens, n_layers, n_heads;
+    bool has_kl;
+    const double *js, *max_abs, *kl;
+    const bool *argmax_agree;
+} lp_store_diff;
+/* All of it in one transaction of its own (no run may be open); *diff_id the new diffs.id. */
+lp_status lp_store_add_diff(lp_store *store, const lp_store_diff *diff, int64_t *diff_id,
+                            lp_error *err);
+
 /* ---------------------------------------------------------------------------------------------
  * Reading runs (typed; `loupe render` reads nothing else).
  */

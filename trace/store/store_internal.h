@@ -102,5 +102,7 @@ lp_status lp_store_check_version(lp_store *store, const char *advice, int64_t *v
 /* analysis.c: the analysis tables (eval_results, token_nll, head_importance, pruning_plan),
  * CREATE IF NOT EXISTS, run on every writer open: the migration step for older databases. */
 lp_status lp_store_create_analysis_tables(lp_store *store, lp_error *err);
+/* Bind v, or NULL when it is NaN. */
+void lp_store_bind_real_or_null(sqlite3_stmt *q, int i, double v);
 
 #endif
