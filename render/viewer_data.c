@@ -159,6 +159,8 @@ static lp_status section_stats(lp_store *db, const lp_store_run *run, json_t **o
     for (int i = 0; i < LP_STAT_COUNT; i++) {
         double *v;
         lp_status st = lp_store_read_head_stat(db, run, (lp_head_stat)i, &v, err);
+        if (st == LP_ERR_NOT_FOUND && i >= LP_STAT_KEYS50)
+            break; /* traced before the sparsity columns: the viewer shows the others */
         if (st != LP_OK)
             return st;
         json_t *list = json_array();

@@ -128,8 +128,9 @@ if [ -f "$TMP/gallery/index.html" ]; then
     n_links=$((n_links + 1))
     [ -f "$TMP/gallery/$f" ] || { missing=$((missing + 1)); echo "missing: $f" >&2; }
   done
-  # overview + 12 stats + 2 grids + 4 heads (no leak run in this database) + viewer.html
-  if [ "$n_links" -eq 20 ] && [ "$missing" -eq 0 ]; then ok; else bad "index.html: $n_links links, $missing missing"; fi
+  # overview + 8 stats (the rows above leave the sparsity columns NULL) + 2 grids + 4 heads (no
+  # leak run in this database) + viewer.html
+  if [ "$n_links" -eq 16 ] && [ "$missing" -eq 0 ]; then ok; else bad "index.html: $n_links links, $missing missing"; fi
   if grep -q 'layer_0_head_1.png' "$TMP/gallery/index.html"; then ok; else bad "no head picture linked"; fi
 else
   bad "--all wrote no index.html"
@@ -179,6 +180,16 @@ if "$LOUPE" synth "$SYN/model" >/dev/null 2>"$TMP/synth.err" &&
   # 2 layers x 8 heads: overview + 12 statistics + 2 grids + 16 heads
   if [ "$n_png" -eq 31 ]; then ok; else bad "synth gallery: $n_png pictures, want 31"; fi
   expect_status 0 "$LOUPE" render "$SYN/t.db" --stats sink -o "$SYN/sink.svg"
+  expect_status 0 "$LOUPE" render "$SYN/t.db" --stats keys90 -o "$SYN/keys90.svg"
+  # a database from before the sparsity columns: --all draws the rest, --stats keys90 says why not
+  if command -v sqlite3 >/dev/null 2>&1; then
+    cp "$SYN/t.db" "$SYN/old.db"
+    sqlite3 "$SYN/old.db" "ALTER TABLE head_stats DROP COLUMN keys50; ALTER TABLE head_stats DROP COLUMN keys90; ALTER TABLE head_stats DROP COLUMN keys99; ALTER TABLE head_stats DROP COLUMN low_mass"
+    expect_status 0 "$LOUPE" render "$SYN/old.db" --all "$SYN/oldpics"
+    n_old=$(find "$SYN/oldpics" -name '*.png' | wc -l)
+    if [ "$n_old" -eq 27 ]; then ok; else bad "old database gallery: $n_old pictures, want 27"; fi
+    expect_one_line_error "$LOUPE" render "$SYN/old.db" --stats keys90 -o "$SYN/old.svg"
+  fi
   # the planted sink head (layer 0 head 3) puts (nearly) all its mass on <s>
   if grep -q '^1.00$\|^0.9[5-9]$' "$SYN/sink.svg"; then ok; else bad "sink.svg: no head near 1.00"; fi
 elif grep -q "not built yet" "$TMP/synth.err" "$TMP/strace.err" 2>/dev/null; then

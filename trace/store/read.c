@@ -388,7 +388,8 @@ lp_head_stat lp_head_stat_from_name(const char *name)
     return LP_STAT_COUNT;
 }
 
-/* Rows (layer, head, value) into out[n_layers * n_heads]. */
+/* Rows (layer, head, value) into out[n_layers * n_heads]; *rows counts the non-NULL values (a
+ * column added by a migration is NULL in the runs traced before it). */
 static lp_status fill_stats(lp_store *s, sqlite3_stmt *stmt, const lp_store_run *run,
                             double *out, int64_t *rows, lp_error *err)
 {
@@ -402,9 +403,9 @@ static lp_status fill_stats(lp_store *s, sqlite3_stmt *stmt, const lp_store_run 
                                 "run's %lld layers x %lld heads",
                                 s->path, (long long)run->id, (long long)layer, (long long)head,
                                 (long long)run->n_layers, (long long)run->n_heads);
-        out[layer * run->n_heads + head] = sqlite3_column_type(stmt, 2) == SQLITE_NULL
-                                               ? (double)NAN
-                                               : sqlite3_column_double(stmt, 2);
+        if (sqlite3_column_type(stmt, 2) == SQLITE_NULL)
+            continue; /* stays NaN */
+        out[layer * run->n_heads + head] = sqlite3_column_double(stmt, 2);
         (*rows)++;
     }
     return rc == SQLITE_DONE ? LP_OK : lp_store_sql_error(s, "reading head_stats", err);
@@ -421,10 +422,21 @@ lp_status lp_store_read_head_stat(lp_store *s, const lp_store_run *run, lp_head_
                             "table)", s->path, (long long)run->id);
     /* The column name comes from our own table, never from the user. */
     char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pragma_table_info('head_stats') WHERE name = "
+             "'%s'", lp_head_stat_name(stat));
+    sqlite3_stmt *probe;
+    lp_status st = lp_store_prepare(s, sql, &probe, "query failed", err);
+    if (st != LP_OK)
+        return st;
+    bool has = sqlite3_step(probe) == SQLITE_ROW && sqlite3_column_int64(probe, 0) > 0;
+    sqlite3_finalize(probe);
+    if (!has) /* a database no trace has written to since the column was added */
+        return lp_error_set(err, LP_ERR_NOT_FOUND, "%s: run %lld has no %s (traced before loupe "
+                            "recorded it)", s->path, (long long)run->id, lp_head_stat_name(stat));
     snprintf(sql, sizeof sql, "SELECT layer, head, %s FROM head_stats WHERE run_id = ?1",
              lp_head_stat_name(stat));
     sqlite3_stmt *stmt;
-    lp_status st = lp_store_prepare(s, sql, &stmt, "query failed", err);
+    st = lp_store_prepare(s, sql, &stmt, "query failed", err);
     if (st != LP_OK)
         return st;
     sqlite3_bind_int64(stmt, 1, run->id);
@@ -439,8 +451,10 @@ lp_status lp_store_read_head_stat(lp_store *s, const lp_store_run *run, lp_head_
         st = fill_stats(s, stmt, run, out, &rows, err);
     sqlite3_finalize(stmt);
     if (st == LP_OK && rows == 0)
-        st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: run %lld has no head_stats rows", s->path,
-                          (long long)run->id);
+        st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: run %lld has no head_stats rows%s",
+                          s->path, (long long)run->id,
+                          stat >= LP_STAT_KEYS50 ? " with this statistic (traced before loupe "
+                                                   "recorded it)" : "");
     if (st != LP_OK) {
         free(out);
         return st;
