@@ -70,6 +70,12 @@ expect_eq "True" "$(echo "$cmp_out" | sed -n 2p | python3 -c "import sys; f = sy
 expect_one_line_error "$LOUPE" trace "$M" --prompts "$P" --batch-size 2 --generate 3 --db "$B"
 
 # The aggregate drawn; an unknown dataset is one line, exit 2.
+# A run traced before a statistic's column existed has NULL there: the aggregate leaves it out
+cp "$TMP/s1.db" "$TMP/old.db"
+sqlite3 "$TMP/old.db" "UPDATE head_stats SET keys90 = NULL WHERE run_id = 1"
+expect_stdout_contains "merged 2 runs" "$LOUPE" merge "$TMP/oldm.db" "$TMP/old.db"
+expect_eq "1|0" "$(sqlite3 "$TMP/oldm.db" "SELECT min(n_runs), count(*) FILTER (WHERE abs(mean - (SELECT h.keys90 FROM head_stats h WHERE h.run_id = 2 AND h.layer = d.layer AND h.head = d.head)) > 1e-12) FROM dataset_stats d WHERE stat = 'keys90'")" "NULL statistics left out of the mean"
+expect_eq "2" "$(sqlite3 "$TMP/oldm.db" "SELECT min(n_runs) FROM dataset_stats WHERE stat = 'keys50'")" "other statistics keep both runs"
 expect_stdout_contains "wrote" "$LOUPE" render "$ALL" --dataset stories --stats prev_token -o "$TMP/ds.svg"
 expect_eq "2" "$(grep -c 'dataset stories, mean over 5 runs' "$TMP/ds.svg")" "dataset picture title"
 expect_one_line_error "$LOUPE" render "$ALL" --dataset nope --stats entropy -o "$TMP/nope.png"

@@ -80,8 +80,9 @@ static lp_status update_stat(lp_store *s, const char *col, const char *name, lp_
     snprintf(sql, sizeof sql,
              "SELECT r.dataset, h.layer, h.head, h.%s FROM head_stats h JOIN runs r ON r.id = "
              "h.run_id WHERE r.status = 'complete' AND r.dataset IS NOT NULL AND (?1 IS NULL OR "
-             "r.dataset = ?1) ORDER BY r.dataset, h.layer, h.head, r.prompt_index, r.id",
-             col);
+             "r.dataset = ?1) AND h.%s IS NOT NULL " /* runs traced before a column existed */
+             "ORDER BY r.dataset, h.layer, h.head, r.prompt_index, r.id",
+             col, col);
     sqlite3_stmt *q, *ins;
     lp_status st = lp_store_prepare(s, sql, &q, "aggregating the dataset", err);
     if (st != LP_OK)
