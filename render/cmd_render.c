@@ -336,6 +336,7 @@ static lp_status draw(lp_store *db, const char *db_path, const lp_store_run *run
     if (o->max_map_bytes)
         vopt.max_map_bytes = o->max_map_bytes;
     vopt.layer = o->layer;
+    vopt.db_path = db_path;
     switch (w) {
     case WHAT_HEAD: return lp_render_head(db, run, o->layer, o->head, opt, o->output, err);
     case WHAT_GRID: return lp_render_layer_grid(db, run, o->layer, opt, o->output, err);

@@ -234,6 +234,8 @@ lp_status lp_render_leak_plot(lp_store *db, const lp_store_run *run,
 typedef struct lp_viewer_options {
     uint64_t max_map_bytes; /* default 64 MiB */
     int64_t layer;          /* only this layer's heads; -1 = every layer (default) */
+    const char *db_path;    /* the database's file: a stored diff whose runs are both in it gets
+                             * its difference maps (NULL, the default: none) */
 } lp_viewer_options;
 
 void lp_viewer_options_default(lp_viewer_options *vopt);

@@ -91,6 +91,12 @@ expect_one_line_error "$LOUPE" render "$TMP/diffs.db" --diff-id 1 --overview -o 
 expect_one_line_error "$LOUPE" render "$TMP/diffs.db" --diff --run 1 -o "$TMP/x.png"
 expect_one_line_error "$LOUPE" render "$TMP/other.db" --diff -o "$TMP/x.png"
 expect_stderr_contains "no diffs stored" "$LOUPE" render "$TMP/other.db" --diff -o "$TMP/x.png"
+# --all: every stored diff's matrix and its most changed head's map, linked from index.html
+expect_status 0 "$LOUPE" render "$TMP/stories260K.db" --all "$TMP/pics"
+n_diff=$(grep -o 'href="diff_[0-9]*_[a-z0-9_]*\.png"' "$TMP/pics/index.html" | sort -u | wc -l)
+if [ "$n_diff" -eq 8 ] && grep -q 'What changed (loupe diff)' "$TMP/pics/index.html" &&
+   [ -f "$TMP/pics/diff_4_layer_2_head_2.png" ]; then
+  ok; else bad "--all links $n_diff diff pictures, want 8 (4 diffs), TQ2_0's at layer 2 head 2"; fi
 # B's database moved away: the matrix still draws (it is stored), the map says where B was
 mv "$Q4" "$TMP/moved.db"
 expect_status 0 "$LOUPE" render "$TMP/diffs.db" --diff -o "$TMP/js2.png"
