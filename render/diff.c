@@ -31,7 +31,7 @@ static void side_close(diff_side *s)
     memset(s, 0, sizeof *s);
 }
 
-static bool same_file(const char *a, const char *b)
+bool lp_render_same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
     return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
@@ -43,7 +43,7 @@ static bool same_file(const char *a, const char *b)
 static lp_status open_side_store(lp_store *db, const char *db_path, const char *stored,
                                  diff_side *s, lp_error *err)
 {
-    if (same_file(stored, db_path)) {
+    if (lp_render_same_file(stored, db_path)) {
         s->store = db;
         snprintf(s->path, sizeof s->path, "%s", db_path);
         return LP_OK;

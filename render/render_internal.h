@@ -93,6 +93,9 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
 lp_status lp_draw_signed_map(lp_canvas *c, const lp_pooled_map *map, double vmax, lp_rgb masked,
                              double x, double y, int cell_w, int cell_h, lp_error *err);
 
+/* True when both paths name one existing file (device and inode; NULL is never the same). */
+bool lp_render_same_file(const char *a, const char *b);
+
 /* A single head's token labels on both axes of a map drawn at lay (render/heatmap.c). */
 void lp_draw_token_axes(lp_canvas *c, const lp_pooled_map *map, const lp_heatmap_layout *lay,
                         char **pieces, int64_t n_pieces);
