@@ -569,41 +569,71 @@ static void test_llama_vocab_suites(void **state)
     assert_int_equal(failed, 0);
 }
 
-/* Every tokenizer.ggml.pre family compiles and splits as its regexes say. */
+/* A tokenizer.ggml.pre name over GPT-2's vocabulary; NULL with *st when refused. */
+static lp_tokenizer *gpt2_with_pre(const char *pre, lp_status *st, lp_error *err)
+{
+    gbuf buf = {0};
+    build_gguf_from_json("gpt2", "gpt2", pre, false, &buf);
+    lp_gguf *g = NULL;
+    assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, err), LP_OK);
+    lp_tokenizer *tok = NULL;
+    *st = lp_tokenizer_from_gguf(g, &tok, err);
+    lp_gguf_close(g);
+    free(buf.d);
+    return tok;
+}
+
+/* Every tokenizer.ggml.pre family compiles and splits as its regexes say (one name of each of
+ * llama.cpp's pre-tokenizer types). */
 static void test_gguf_pre_families(void **state)
 {
     (void)state;
-    static const char *const names[] = {"default", "llama-bpe", "qwen2", "starcoder",
-                                        "deepseek-coder", "deepseek-v3", "falcon", "smollm"};
+    static const char *const names[] = {
+        "default", "llama-bpe", "dbrx", "chatglm-bpe", "jais-2", "deepseek-llm", "deepseek-v3",
+        "spark2_5", "youtu", "deepseek-coder", "falcon", "starcoder", "smollm", "gpt-2", "mpt",
+        "qwen2", "qwen35", "bloom", "viking", "tekken", "chameleon", "gpt-4o",
+        "granite-embed-multi-97m", "tiny_aya", "bailingmoe", "seed-coder", "ufakzeka", "grok-2",
+        "laguna", "exaone-moe", "minicpm5", "command-r", "refact", "poro-chat", "gpt3-finnish",
+        "exaone", "minerva-7b", "codeshell", "olmo", "jais", "smaug-bpe", "stablelm2"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        gbuf buf = {0};
-        build_gguf_from_json("gpt2", "gpt2", names[k], false, &buf);
-        lp_gguf *g = NULL;
         lp_error err = {0};
-        assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err), LP_OK);
-        lp_tokenizer *tok = NULL;
-        if (lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+        lp_status st;
+        lp_tokenizer *tok = gpt2_with_pre(names[k], &st, &err);
+        if (st != LP_OK)
             fail_msg("pre '%s': %s", names[k], err.msg);
-        static const char text[] = "Hi 12345 you";
+        static const char text[] = "Hi 12345 you\n\n  x\xE4\xB8\xAD\xE6\x96\x87!";
         size_t n;
         int32_t *ids = encode(tok, text, strlen(text), false, &n);
         char *back = decode(tok, ids, n, false);
         assert_string_equal(back, text);
-        /* GPT-2's regex keeps " 12345" together ("Ġ123" "45"); starcoder's splits digits
-         * first: "Ġ" then one token per digit */
-        if (strcmp(names[k], "starcoder") == 0 || strcmp(names[k], "smollm") == 0) {
-            assert_int_equal(n, 1 + 1 + 5 + 1);
-            assert_string_equal(lp_tokenizer_piece(tok, ids[1]), "\xC4\xA0");
-            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "1");
-        } else if (strcmp(names[k], "default") == 0) {
-            assert_int_equal(n, 4);
-            assert_string_equal(lp_tokenizer_piece(tok, ids[1]), "\xC4\xA0" "123");
-        }
+        const char *second = lp_tokenizer_piece(tok, ids[1]);
+        /* GPT-2's regex keeps " 12345" together ("\u0120" "123" "45" after BPE); the
+         * families that split digits apart from their space leave "\u0120" alone */
+        bool lone_space = strcmp(second, "\xC4\xA0") == 0;
+        static const char lone[] = " default deepseek-llm deepseek-coder falcon starcoder smollm "
+                                   "viking qwen2 deepseek-v3 minicpm5 tiny_aya chameleon ";
+        static const char joined[] = " gpt-2 mpt bloom ";
+        char key[64];
+        snprintf(key, sizeof key, " %s ", names[k]);
+        if ((strstr(lone, key) && !lone_space) || (strstr(joined, key) && lone_space))
+            fail_msg("pre '%s': second piece '%s'", names[k], second);
+        if (strcmp(names[k], "deepseek-coder") == 0 || strcmp(names[k], "starcoder") == 0)
+            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "1"); /* one digit each */
+        if (strcmp(names[k], "default") == 0 || strcmp(names[k], "deepseek-llm") == 0)
+            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "123");
         free(back);
         free(ids);
         lp_tokenizer_close(tok);
-        lp_gguf_close(g);
-        free(buf.d);
+    }
+    /* what llama.cpp splits with code of its own is refused, naming it */
+    static const char *const refused[] = {"kimi-k2", "superbpe", "gemma4", "afmoe"};
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        lp_error err = {0};
+        lp_status st;
+        assert_null(gpt2_with_pre(refused[k], &st, &err));
+        assert_int_equal(st, LP_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err.msg, refused[k]));
+        assert_non_null(strstr(err.msg, "code of its own"));
     }
     /* an unknown name is refused, not guessed */
     gbuf buf = {0};
