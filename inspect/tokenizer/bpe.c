@@ -414,6 +414,14 @@ static lp_status wordpiece_word(const lp_tokenizer *tok, const char *w, size_t l
 
 lp_status lp_tok_bpe_word(const lp_tokenizer *tok, const char *w, size_t len, lp_tok_ids *out)
 {
+    if (tok->model == LP_TOK_MODEL_WORDPIECE && len && tok->word_prefix_len) {
+        lp_tok_buf word = {0};
+        lp_tok_buf_put(&word, tok->word_prefix, tok->word_prefix_len);
+        lp_tok_buf_put(&word, w, len);
+        lp_status st = word.failed ? LP_ERR_NOMEM : wordpiece_word(tok, word.data, word.len, out);
+        lp_tok_buf_free(&word);
+        return st;
+    }
     if (tok->model == LP_TOK_MODEL_WORDPIECE)
         return len ? wordpiece_word(tok, w, len, out) : LP_OK;
     if (len == 0)

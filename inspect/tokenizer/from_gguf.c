@@ -186,7 +186,8 @@ typedef struct gguf_vocab {
     const lp_gguf *g;
     const char *name; /* file name for messages */
     lp_error *err;
-    bool is_llama;    /* tokenizer.ggml.model "llama" (else "gpt2") */
+    bool is_llama;    /* tokenizer.ggml.model "llama" */
+    bool is_bert;     /* "bert" (else "gpt2") */
     int64_t kv_tokens, kv_scores, kv_types; /* -1 when absent */
     uint64_t n;       /* tokens */
 } gguf_vocab;
@@ -202,9 +203,10 @@ static lp_status check_vocab(gguf_vocab *v)
         return lp_error_set(v->err, LP_ERR_NOT_FOUND, "%s: no tokenizer.ggml.model: the file has "
                             "no vocabulary", v->name);
     v->is_llama = model_len == 5 && memcmp(model, "llama", 5) == 0;
-    if (!v->is_llama && !(model_len == 4 && memcmp(model, "gpt2", 4) == 0))
+    v->is_bert = model_len == 4 && memcmp(model, "bert", 4) == 0;
+    if (!v->is_llama && !v->is_bert && !(model_len == 4 && memcmp(model, "gpt2", 4) == 0))
         return lp_error_set(v->err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not "
-                            "supported (llama, gpt2 are)", v->name,
+                            "supported (llama, gpt2, bert are)", v->name,
                             (int)(model_len > 40 ? 40 : model_len), model);
     v->kv_tokens = lp_gguf_find_key(g, "tokenizer.ggml.tokens");
     if (v->kv_tokens < 0 || lp_gguf_kv_type(g, v->kv_tokens) != LP_GGUF_ARRAY ||
@@ -297,15 +299,19 @@ static lp_status push_special(lp_tokenizer *tok, int32_t id, const char *name, l
     return LP_OK;
 }
 
-/* BOS / EOS around the text per add_bos_token / add_eos_token (llama defaults to BOS on). */
+/* BOS / EOS around the text per add_bos_token / add_eos_token (llama defaults to BOS on); bert
+ * puts [CLS] (bos, default id 101) before and [SEP] (seperator_token_id, as llama.cpp spells
+ * the key, default 102) after, per add_sep_token (default on), as llama.cpp loads it. */
 static lp_status read_post(const gguf_vocab *v, lp_tokenizer *tok)
 {
-    bool add_bos = v->is_llama, add_eos = false;
-    int64_t bos = -1, eos = -1, n = (int64_t)v->n;
+    bool add_bos = v->is_llama || v->is_bert, add_eos = v->is_bert;
+    int64_t bos = v->is_bert ? 101 : -1, eos = v->is_bert ? 102 : -1, n = (int64_t)v->n;
     lp_gguf_get_bool(v->g, "tokenizer.ggml.add_bos_token", &add_bos);
-    lp_gguf_get_bool(v->g, "tokenizer.ggml.add_eos_token", &add_eos);
+    lp_gguf_get_bool(v->g, v->is_bert ? "tokenizer.ggml.add_sep_token"
+                                      : "tokenizer.ggml.add_eos_token", &add_eos);
     lp_gguf_get_int(v->g, "tokenizer.ggml.bos_token_id", &bos);
-    lp_gguf_get_int(v->g, "tokenizer.ggml.eos_token_id", &eos);
+    lp_gguf_get_int(v->g, v->is_bert ? "tokenizer.ggml.seperator_token_id"
+                                     : "tokenizer.ggml.eos_token_id", &eos);
     if (!(tok->post = calloc(3, sizeof *tok->post)))
         return nomem(v->name, v->err);
     lp_status st = LP_OK;
@@ -450,6 +456,79 @@ static lp_status setup_bytelevel(const gguf_vocab *v, lp_tokenizer *tok)
     return read_merges(v, tok);
 }
 
+/* A Replace of every match of regex by content. */
+static lp_status add_regex_norm(const gguf_vocab *v, lp_tokenizer *tok, const char *regex,
+                                const char *content)
+{
+    lp_tok_norm *norm = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *norm);
+    if (!norm || !set_strings(&norm->pattern, &norm->pattern_len, NULL, &norm->content,
+                              &norm->content_len, content))
+        return nomem(v->name, v->err);
+    norm->kind = LP_TOK_NORM_REPLACE;
+    return lp_tok_compile_regex(regex, strlen(regex), &norm->re, v->name, v->err);
+}
+
+static lp_status add_split_pre(const gguf_vocab *v, lp_tokenizer *tok, lp_tok_pre_kind kind,
+                               const char *regex, lp_tok_split_behavior behavior)
+{
+    lp_tok_pre *p = lp_tok_append((void **)&tok->pres, &tok->n_pres, sizeof *p);
+    if (!p)
+        return nomem(v->name, v->err);
+    p->kind = kind;
+    p->behavior = behavior;
+    return lp_tok_compile_regex(regex, strlen(regex), &p->re, v->name, v->err);
+}
+
+/* "bert": llama.cpp's WPM. Its preprocess is BERT's basic tokenizer: NFD, NUL, U+FFFD and
+ * control characters dropped, accents (Mn) dropped, lowercase, split at whitespace, each
+ * punctuation character, ASCII symbol and CJK ideograph a word of its own. Then per word
+ * "\u2581" + word, greedy longest vocabulary string from each position (the converter wrote
+ * word-initial pieces with U+2581 and continuations without their "##"); a word with a position
+ * no string starts is the unknown token (default id 100) alone. No length limit per word. */
+static lp_status setup_wordpiece(const gguf_vocab *v, lp_tokenizer *tok)
+{
+    static const char meta[] = "\xE2\x96\x81"; /* U+2581 */
+    tok->model = LP_TOK_MODEL_WORDPIECE;
+    tok->kind = "wordpiece";
+    tok->max_input_chars = INT64_MAX;
+    if (tok->unk_id < 0 && v->n > 100)
+        tok->unk_id = 100;
+    if (tok->unk_id < 0)
+        return lp_error_set(v->err, LP_ERR_FORMAT, "%s: a bert vocabulary needs an unknown "
+                            "token (tokenizer.ggml.unknown_token_id or token type 2)", v->name);
+    if (!set_strings(&tok->word_prefix, &tok->word_prefix_len, meta, &tok->cont_prefix,
+                     &tok->cont_prefix_len, ""))
+        return nomem(v->name, v->err);
+    lp_status st;
+    if ((st = add_regex_norm(v, tok, "(?![\\t\\n\\r])[\\x{FFFD}\\p{C}]", "")) != LP_OK ||
+        (st = add_regex_norm(v, tok, "\\s", " ")) != LP_OK)
+        return st;
+    lp_tok_norm *n = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *n);
+    if (!n)
+        return nomem(v->name, v->err);
+    n->kind = LP_TOK_NORM_CJK_SPACES;
+    if (!(n = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *n)))
+        return nomem(v->name, v->err);
+    n->kind = LP_TOK_NORM_NFD;
+    if ((st = add_regex_norm(v, tok, "\\p{Mn}", "")) != LP_OK)
+        return st;
+    if (!(n = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *n)))
+        return nomem(v->name, v->err);
+    n->kind = LP_TOK_NORM_LOWERCASE;
+    if ((st = add_split_pre(v, tok, LP_TOK_PRE_WHITESPACE_SPLIT, "\\s+",
+                            LP_TOK_SPLIT_REMOVED)) != LP_OK ||
+        (st = add_split_pre(v, tok, LP_TOK_PRE_PUNCTUATION, "[\\p{P}!-/:-@\\[-`{-~]",
+                            LP_TOK_SPLIT_ISOLATED)) != LP_OK)
+        return st;
+    /* "\u2581" is a space, but not before the first word (no clean-up of " ," as llama.cpp's
+     * clean_spaces does, the same as for tokenizer.json) */
+    lp_tok_dec *d = add_dec(tok, LP_TOK_DEC_METASPACE);
+    bool ok = d && set_strings(&d->pattern, &d->pattern_len, meta, NULL, NULL, NULL);
+    if (ok)
+        d->prepend_scheme = LP_TOK_PREPEND_FIRST;
+    return ok ? LP_OK : nomem(v->name, v->err);
+}
+
 lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp_error *err)
 {
     LP_ASSERT(g && out);
@@ -459,11 +538,15 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
     lp_status st = check_vocab(&v);
     if (st != LP_OK)
         return st;
-    lp_tokenizer *tok = lp_tok_new(path, v.is_llama ? "gguf-llama" : "gguf-gpt2");
+    lp_tokenizer *tok = lp_tok_new(path, v.is_llama  ? "gguf-llama"
+                                         : v.is_bert ? "gguf-bert"
+                                                     : "gguf-gpt2");
     if (!tok)
         return nomem(v.name, err);
     if ((st = read_tokens(&v, tok)) == LP_OK && (st = read_post(&v, tok)) == LP_OK)
-        st = v.is_llama ? setup_sentencepiece(&v, tok) : setup_bytelevel(&v, tok);
+        st = v.is_llama  ? setup_sentencepiece(&v, tok)
+             : v.is_bert ? setup_wordpiece(&v, tok)
+                         : setup_bytelevel(&v, tok);
     if (st == LP_OK)
         st = lp_tok_prepare_added(tok, err);
     if (st != LP_OK) {

@@ -248,6 +248,10 @@ struct lp_tokenizer {
     int64_t max_input_chars; /* WordPiece: longer words become unk_id */
     char *cont_prefix;
     size_t cont_prefix_len;
+    /* WordPiece: put before each word (llama.cpp's GGUF "bert" vocabularies spell word-initial
+     * pieces "\u2581un" and continuations "aff", where Hugging Face has "un" and "##aff") */
+    char *word_prefix;
+    size_t word_prefix_len;
     char *eow_suffix;
     size_t eow_suffix_len;
     int32_t byte_ids[256]; /* <0xXX> tokens, -1 if absent */

@@ -3,6 +3,7 @@
  * of our own, Unicode normalization, labels and malformed input. */
 #define _POSIX_C_SOURCE 200809L /* popen, for the bzip2'd NormalizationTest.txt */
 #include "test_util.h"
+#include "gguf_writer.h"
 
 #include <jansson.h>
 
@@ -1414,6 +1415,89 @@ static void test_wordpiece_rules(void **state)
     assert_non_null(strstr(err.msg, "[UNK]"));
 }
 
+/* A GGUF "bert" vocabulary as llama.cpp's converter writes BERT's (control tokens as they are,
+ * "##x" as "x", every other piece as "\u2581" + piece) from the WordPiece tokenizer.json
+ * fixture: llama.cpp's WPM encodes every string as Hugging Face's BertTokenizer does. */
+static void test_gguf_bert(void **state)
+{
+    (void)state;
+    const char *src = getenv("LOUPE_SOURCE");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/inspect/wordpiece/tokenizer.json", src ? src : ".");
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    const json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    size_t n = json_object_size(vocab);
+    char **tokens = calloc(n, sizeof *tokens);
+    int32_t *types = calloc(n, sizeof *types);
+    assert_non_null(tokens);
+    assert_non_null(types);
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)vocab, key, value)
+    {
+        size_t id = (size_t)json_integer_value(value);
+        assert_true(id < n);
+        bool control = key[0] == '[' && key[strlen(key) - 1] == ']';
+        types[id] = strcmp(key, "[UNK]") == 0 ? 2 : control ? 3 : 1;
+        tokens[id] = malloc(strlen(key) + 4);
+        assert_non_null(tokens[id]);
+        if (control)
+            strcpy(tokens[id], key);
+        else if (strncmp(key, "##", 2) == 0)
+            strcpy(tokens[id], key + 2);
+        else
+            sprintf(tokens[id], "\xE2\x96\x81%s", key);
+    }
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "tokenizer.ggml.model", "bert");
+    lp_gw_kv_arr_str(&w, "tokenizer.ggml.tokens", (const char *const *)tokens, n);
+    lp_gw_kv_arr_i32(&w, "tokenizer.ggml.token_type", types, n);
+    lp_gw_kv_u32(&w, "tokenizer.ggml.bos_token_id", 2);
+    lp_gw_kv_u32(&w, "tokenizer.ggml.seperator_token_id", 3);
+    assert_true(lp_gw_finish(&w));
+    lp_gguf *g = NULL;
+    lp_error err = {0};
+    assert_int_equal(lp_gguf_open_memory(w.buf, w.size, "bert.gguf", &g, &err), LP_OK);
+    lp_tokenizer *gtok = NULL, *jtok = NULL;
+    if (lp_tokenizer_from_gguf(g, &gtok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(lp_tokenizer_open(path, &jtok, &err), LP_OK);
+    assert_string_equal(lp_tokenizer_kind(gtok), "wordpiece");
+    static const char *const texts[] = {
+        "Hello, World!", "Caf\xC3\xA9 r\xC3\xA9sum\xC3\xA9 na\xC3\xAFve CAF\xC3\x89",
+        "unaffable playing played plays", "$50-x \xC2\xBFok?",
+        "hello\xE4\xB8\xAD\xE6\x96\x87world \xE6\x97\xA5", "the qqq. xyz xx",
+        "hel\x01lo\tworld\xEF\xBF\xBD ok\xE2\x80\x8B" "ay\xC2\xA0" "ab", "[CLS] hello [MASK]",
+        "[mask]", "  \n\n the\t\tcafe  ", ""};
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++)
+        for (int special = 0; special < 2; special++) {
+            size_t n_g, n_j;
+            int32_t *a = encode(gtok, texts[k], strlen(texts[k]), special, &n_g);
+            int32_t *b = encode(jtok, texts[k], strlen(texts[k]), special, &n_j);
+            if (n_g != n_j || (n_g && memcmp(a, b, n_g * sizeof *a) != 0))
+                fail_msg("bert gguf differs from tokenizer.json on \"%s\"", texts[k]);
+            free(a);
+            free(b);
+        }
+    /* the vocabulary's pieces decode back to words: \u2581 starts one, others continue it */
+    int32_t seq[] = {7, 8, 9, 11, 18};
+    char *text = decode(gtok, seq, 5, true);
+    assert_string_equal(text, "unaffable , hello");
+    free(text);
+    lp_tokenizer_close(gtok);
+    lp_tokenizer_close(jtok);
+    lp_gguf_close(g);
+    lp_gw_free(&w);
+    for (size_t k = 0; k < n; k++)
+        free(tokens[k]);
+    free(tokens);
+    free(types);
+    json_decref(root);
+}
+
 static void test_llama2c_rules(void **state)
 {
     (void)state;
@@ -1654,6 +1738,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_damaged_json),
         cmocka_unit_test(test_llama2c_rules),
         cmocka_unit_test(test_wordpiece_rules),
+        cmocka_unit_test(test_gguf_bert),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }
