@@ -1498,6 +1498,57 @@ static void test_gguf_bert(void **state)
     json_decref(root);
 }
 
+/* Unigram (tokenizer.json): expected ids worked out by hand from the scores (Hugging Face's
+ * rules: the highest total log-probability, ties to the piece found first, an uncovered
+ * character as <unk> at the lowest score minus 10, unknown runs fused, byte fallback). */
+#define UNIGRAM_JSON(byte_fallback)                                                              \
+    "{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "               \
+    "\"prepend_scheme\": \"always\", \"split\": true},"                                          \
+    " \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "                     \
+    "\"prepend_scheme\": \"always\", \"split\": true},"                                          \
+    " \"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"byte_fallback\": " byte_fallback ", "  \
+    "\"vocab\": [[\"<unk>\", 0.0], [\"\\u2581\", -1.0], [\"\\u2581a\", -2.0], [\"b\", -2.0],"     \
+    " [\"\\u2581ab\", -5.0], [\"c\", -3.0], [\"bc\", -1.5], [\"d\", -1.0], [\"e\", -1.0],"       \
+    " [\"de\", -2.0], [\"<0x21>\", -4.0]]}}"
+
+static void test_unigram_rules(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_json("unigram.json", UNIGRAM_JSON("false"));
+    assert_string_equal(lp_tokenizer_kind(tok), "unigram");
+    /* "\u2581abc": \u2581a + bc (-3.5) beats the longest first piece \u2581ab + c (-8) */
+    expect_ids(tok, "abc", false, IDS(2, 6));
+    expect_ids(tok, "abc abc", false, IDS(2, 6, 2, 6));
+    /* x, y, z have no piece: three unknowns (-15 each) fused into one <unk> */
+    expect_ids(tok, "xyz", false, IDS(1, 0));
+    /* d + e and de both score -2: de, reached first, stays */
+    expect_ids(tok, "de", false, IDS(1, 9));
+    /* without byte fallback "!" is unknown */
+    expect_ids(tok, "!", false, IDS(1, 0));
+    int32_t seq[] = {2, 6, 2, 6, 1, 9};
+    char *text = decode(tok, seq, 6, false);
+    assert_string_equal(text, "abc abc de");
+    free(text);
+    lp_tokenizer_close(tok);
+    tok = open_json("unigram_bytes.json", UNIGRAM_JSON("true"));
+    /* byte fallback: "!" is <0x21>; "x!" is one unknown run whose bytes are not all byte
+     * tokens, so it stays <unk> */
+    expect_ids(tok, "!", false, IDS(1, 10));
+    expect_ids(tok, "x!", false, IDS(1, 0));
+    expect_ids(tok, "a!bc", false, IDS(2, 10, 6));
+    lp_tokenizer_close(tok);
+    /* no unk_id: refused at load, naming the field */
+    const char *path = write_tmp("unigram_nounk.json",
+                                 "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.0]]}}");
+    lp_error err = {0};
+    assert_int_equal(lp_tokenizer_open(path, &tok, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "unk_id"));
+    path = write_tmp("unigram_bad.json",
+                     "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\"]]}}");
+    assert_int_equal(lp_tokenizer_open(path, &tok, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "model.vocab[0]"));
+}
+
 static void test_llama2c_rules(void **state)
 {
     (void)state;
@@ -1739,6 +1790,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_llama2c_rules),
         cmocka_unit_test(test_wordpiece_rules),
         cmocka_unit_test(test_gguf_bert),
+        cmocka_unit_test(test_unigram_rules),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }
