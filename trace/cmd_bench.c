@@ -557,57 +557,124 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
 enum { AH_HIDDEN = 512, AH_HEADS = 8, AH_HEAD_DIM = 64, AH_FFN = 1024, AH_LAYERS = 2,
        AH_VOCAB = 32000 };
 
+enum { ATTN_MAX_ITEMS = AH_HEADS * 64 };
+
 typedef struct attn_bench {
     const float *q, *k, *v;
     float *out;
-    int64_t T, D, heads, n_chunks;
+    int64_t T, D, heads, group, n_chunks; /* group: query heads per KV head */
     int64_t edges[65]; /* row chunk edges of equal causal work */
     lp_mask_spec mask;
+    /* per item of the last run: the CPU time of the thread that ran it and which thread it was
+     * (the address of a thread-local), for the load-independent scaling figure */
+    double item_cpu[ATTN_MAX_ITEMS];
+    const void *item_thread[ATTN_MAX_ITEMS];
 } attn_bench;
 
-static void attn_bench_item(void *ctx, int64_t item)
+static _Thread_local char bench_thread_tag;
+
+static double thread_cpu_seconds(void)
 {
-    const attn_bench *b = ctx;
-    int64_t h = item / b->n_chunks, c = item % b->n_chunks, stride = b->heads * b->D;
-    lp_attn_args a = {.q = b->q + h * b->D, .k = b->k + h * b->D, .v = b->v + h * b->D,
-                      .out = b->out + h * b->D, .n_q = b->T, .n_k = b->T, .head_dim = b->D,
-                      .v_dim = b->D, .q_stride = stride, .k_stride = stride, .v_stride = stride,
-                      .out_stride = stride, .scale = (float)(1.0 / sqrt((double)b->D)),
-                      .mask = &b->mask, .row_begin = b->edges[c], .row_end = b->edges[c + 1]};
-    lp_attention(&a);
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Causal T x T attention of `heads` heads of D dims, items (head, row chunk) over the pool;
- * GFLOP/s counts 2 D flops per visible (query, key) pair for each of Q.K and P.V. */
-static bool time_attention(int64_t T, int64_t D, int reps, lp_pool *pool, double peak_gflops)
+/* The CPU seconds of the busiest thread of the last run of n items (all of them for one thread):
+ * what the run would take on otherwise idle cores. Time other processes take from our threads is
+ * not counted; cache and memory contention between our threads is. */
+static double busiest_thread_cpu(const attn_bench *b, int64_t n)
+{
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double sum = 0.0;
+        bool first = true;
+        for (int64_t j = 0; j < n && first; j++)
+            first = !(j < i && b->item_thread[j] == b->item_thread[i]);
+        for (int64_t j = i; j < n && first; j++)
+            sum += b->item_thread[j] == b->item_thread[i] ? b->item_cpu[j] : 0.0;
+        worst = sum > worst ? sum : worst;
+    }
+    return worst;
+}
+
+/* Item (KV head, row chunk): the group's query heads in one call, sharing each K/V block. */
+static void attn_bench_item(void *ctx, int64_t item)
+{
+    attn_bench *b = ctx;
+    double cpu0 = thread_cpu_seconds();
+    int64_t kvh = item / b->n_chunks, c = item % b->n_chunks;
+    int64_t q_stride = b->heads * b->D, kv_stride = b->heads / b->group * b->D;
+    lp_attn_args a = {.q = b->q + kvh * b->group * b->D, .k = b->k + kvh * b->D,
+                      .v = b->v + kvh * b->D, .out = b->out + kvh * b->group * b->D, .n_q = b->T,
+                      .n_k = b->T, .head_dim = b->D, .v_dim = b->D, .q_stride = q_stride,
+                      .k_stride = kv_stride, .v_stride = kv_stride, .out_stride = q_stride,
+                      .scale = (float)(1.0 / sqrt((double)b->D)), .mask = &b->mask,
+                      .row_begin = b->edges[c], .row_end = b->edges[c + 1], .n_group = b->group,
+                      .q_head_stride = b->D, .out_head_stride = b->D};
+    lp_attention(&a);
+    b->item_cpu[item] = thread_cpu_seconds() - cpu0;
+    b->item_thread[item] = &bench_thread_tag;
+}
+
+/* Causal T x T attention of `heads` query heads of D dims, `group` of them per KV head, items
+ * (KV head, row chunk) over the pool, then the same items on the calling thread alone, rep by
+ * rep in turn (so both see the same load); GFLOP/s counts 2 D flops per visible (query, key)
+ * pair for each of Q.K and P.V. peak_gflops is the pool's. */
+static bool time_attention(int64_t T, int64_t D, int64_t group, int reps, lp_pool *pool,
+                           double peak_gflops)
 {
     const int64_t heads = AH_HEADS, n = T * heads * D;
-    float *q = malloc((size_t)n * sizeof *q), *k = malloc((size_t)n * sizeof *k);
-    float *v = malloc((size_t)n * sizeof *v), *out = malloc((size_t)n * sizeof *out);
+    int threads = pool ? lp_pool_threads(pool) : 1;
+    float *q = malloc((size_t)n * sizeof *q), *k = malloc((size_t)(n / group) * sizeof *k);
+    float *v = malloc((size_t)(n / group) * sizeof *v), *out = malloc((size_t)n * sizeof *out);
     bool ok = q && k && v && out;
     if (ok) {
         fill_random(q, n, 3);
-        fill_random(k, n, 4);
-        fill_random(v, n, 5);
-        attn_bench b = {q, k, v, out, T, D, heads, 1, {0}, lp_mask_causal(T, T)};
-        int threads = pool ? lp_pool_threads(pool) : 1;
+        fill_random(k, n / group, 4);
+        fill_random(v, n / group, 5);
+        static attn_bench b; /* 8 KB of per-item clocks: off the stack */
+        b = (attn_bench){q, k, v, out, T, D, heads, group, 1, {0}, lp_mask_causal(T, T), {0}, {0}};
         b.n_chunks = threads < 64 ? threads : 64;
         for (int64_t c = 0; c <= b.n_chunks; c++) /* row r costs r + 1: edges at T sqrt(c / C) */
             b.edges[c] = (int64_t)((double)T * sqrt((double)c / (double)b.n_chunks) + 0.5);
         b.edges[b.n_chunks] = T;
-        double best = HUGE_VAL;
+        int64_t items = heads / group * b.n_chunks;
+        double best = HUGE_VAL, best_one = HUGE_VAL, cpu = HUGE_VAL, cpu_one = HUGE_VAL;
         for (int r = 0; r <= reps; r++) {
             double t0 = now_seconds();
-            lp_pool_run(pool, heads * b.n_chunks, attn_bench_item, &b);
-            double t = now_seconds() - t0;
+            lp_pool_run(pool, items, attn_bench_item, &b);
+            double t = now_seconds() - t0, c = busiest_thread_cpu(&b, items);
             if (r > 0 && t < best)
                 best = t;
+            if (r > 0 && c < cpu)
+                cpu = c;
+            if (threads == 1)
+                continue;
+            t0 = now_seconds();
+            lp_pool_run(NULL, items, attn_bench_item, &b);
+            t = now_seconds() - t0;
+            c = busiest_thread_cpu(&b, items);
+            if (r > 0 && t < best_one)
+                best_one = t;
+            if (r > 0 && c < cpu_one)
+                cpu_one = c;
         }
-        double gflops = 2.0 * (double)D * (double)T * (double)(T + 1) * (double)heads / best * 1e-9;
-        printf("  causal %5lld x %-5lld head_dim %3lld, %d heads: %.3f s, %.1f GFLOP/s = %.0f%% of "
-               "the FMA peak\n",
-               (long long)T, (long long)T, (long long)D, (int)heads, best, gflops,
-               100.0 * gflops / peak_gflops);
+        double flops = 2.0 * (double)D * (double)T * (double)(T + 1) * (double)heads;
+        printf("  causal %5lld x %-5lld head_dim %3lld, %d heads", (long long)T, (long long)T,
+               (long long)D, (int)heads);
+        if (group > 1)
+            printf(" / %d KV", (int)(heads / group));
+        printf(": %.3f s, %.1f GFLOP/s = %.0f%% of the FMA peak", best, flops / best * 1e-9,
+               100.0 * flops / best * 1e-9 / peak_gflops);
+        printf("\n    CPU clock of the busiest thread %.3f s (%.0f%% of the peak on idle cores)",
+               cpu, 100.0 * flops / cpu * 1e-9 / peak_gflops);
+        if (threads > 1)
+            printf("; 1 thread: %.1f GFLOP/s = %.0f%% of one thread's peak; %d threads = %.2fx 1 "
+                   "thread by the wall clock, %.2fx by the CPU clocks",
+                   flops / best_one * 1e-9, 100.0 * flops / best_one * 1e-9 * threads / peak_gflops,
+                   threads, best_one / best, cpu_one / cpu);
+        printf("\n");
     }
     free(q);
     free(k);
@@ -707,11 +774,12 @@ static int bench_attention(int threads, int reps, int64_t tokens, int64_t head_d
                blas_gflops);
     printf("\n");
     int64_t T = tokens > 0 ? tokens : 4096;
-    int64_t dims[2] = {64, 128};
-    for (int i = 0; i < 2; i++) {
-        if (head_dim > 0 && i > 0)
-            break;
-        if (!time_attention(T, head_dim > 0 ? head_dim : dims[i], reps, pool,
+    /* head_dim 64 and 128 with one KV head per query head, then 128 with GQA (4 per KV head) */
+    int64_t dims[3] = {64, 128, 128}, groups[3] = {1, 1, 4};
+    for (int i = 0; i < 3; i++) {
+        if (head_dim > 0 && i == 1)
+            continue;
+        if (!time_attention(T, head_dim > 0 ? head_dim : dims[i], groups[i], reps, pool,
                             hw.flops_per_s * 1e-9)) {
             fprintf(stderr, "loupe bench: out of memory for a %lld-token attention\n",
                     (long long)T);
