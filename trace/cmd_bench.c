@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/cli/cli.h"
@@ -241,13 +242,13 @@ static double tl_layer_flops_per_token(void)
 /* TinyLlama-1.1B's config.json numbers with --layers of its layers, random f32 weights about
  * the size of an initialized model's; embeddings tied (the logits are computed for the last
  * position only, so an untied classifier would cost the same and double the file). */
-static lp_status write_tinyllama(const char *dir, int n_layers, lp_error *err)
+static lp_status write_tinyllama(const char *dir, int n_layers, lp_dtype dtype, lp_error *err)
 {
     lp_synth_spec spec = {
         .family = LP_SYNTH_LLAMA, .vocab = TL_VOCAB, .hidden = TL_HIDDEN, .n_layers = n_layers,
         .n_heads = TL_HEADS, .n_kv_heads = TL_KV_HEADS, .head_dim = TL_HEAD_DIM, .ffn = TL_FFN,
         .n_ctx = 2048, .norm_eps = 1e-5, .rope_theta = 10000.0, .tied = true, .bos_id = 1,
-        .eos_id = 2, .dtype = LP_DTYPE_F32, .vector_dtype = LP_DTYPE_F32, .seed = 10,
+        .eos_id = 2, .dtype = dtype, .vector_dtype = LP_DTYPE_F32, .seed = 10,
         .scale = 0.02,
     };
     return lp_synth_write_family(dir, &spec, err);
@@ -484,11 +485,12 @@ static void print_prefill(const prefill_result *bare, const prefill_result *prob
 
 /* Write the model, open it and time both passes on seeded random tokens. */
 static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_tokens, int reps,
-                             lp_pool *pool, blas_yardstick *yardstick, lp_error *err)
+                             lp_pool *pool, blas_yardstick *yardstick, double *bare_full,
+                             lp_error *err)
 {
     int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
     lp_model *model = NULL;
-    lp_status st = tokens ? write_tinyllama(model_dir, n_layers, err)
+    lp_status st = tokens ? write_tinyllama(model_dir, n_layers, LP_DTYPE_F32, err)
                           : lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
     if (st == LP_OK)
         st = lp_model_open(model_dir, &model, err);
@@ -507,14 +509,108 @@ static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_toke
         print_prefill(&bare, &probed, n_layers, n_tokens,
                       yardstick ? yardstick_gflops(yardstick) : 0.0);
         print_prediction(model_dir, pool ? lp_pool_threads(pool) : 1, n_tokens, bare.full);
+        *bare_full = bare.full;
     }
     lp_model_close(model);
     free(tokens);
     return st;
 }
 
+static void fill_weight_bytes(lp_dtype dt, uint8_t *dst, uint64_t bytes, uint64_t seed);
+
+/* The prefill's linear layers alone, y[T, N] = x[T, K] . W[N, K]^T on the four shapes (N, K in
+ * {2048, 5632}), with W stored in f32 and in dt, rep by rep in turn: best seconds per shape
+ * summed, so both dtypes see the same load. false when out of memory. */
+static bool time_linear_dtype(lp_dtype dt, int64_t T, int reps, lp_pool *pool, double *f32_s,
+                              double *dt_s)
+{
+    const lp_dtype dts[2] = {LP_DTYPE_F32, dt};
+    uint64_t bytes[2] = {0, 0};
+    for (int i = 0; i < 2; i++)
+        if (!lp_dtype_bytes_for(dts[i], 5632u * 5632u, &bytes[i]))
+            return false;
+    float *x = malloc((size_t)T * 5632 * sizeof *x), *y = malloc((size_t)T * 5632 * sizeof *y);
+    uint8_t *w[2] = {malloc(bytes[0]), malloc(bytes[1])};
+    bool ok = x && y && w[0] && w[1];
+    *f32_s = *dt_s = 0.0;
+    for (int i = 0; ok && i < 2; i++)
+        fill_weight_bytes(dts[i], w[i], bytes[i], 21);
+    if (ok)
+        fill_random(x, T * 5632, 22);
+    for (int shape = 0; ok && shape < 4; shape++) {
+        int64_t n = yardstick_sizes[shape % 2], k = yardstick_sizes[shape / 2];
+        double best[2] = {HUGE_VAL, HUGE_VAL};
+        for (int r = 0; ok && r <= reps; r++)
+            for (int i = 0; ok && i < 2; i++) {
+                uint64_t row_bytes;
+                ok = lp_dtype_bytes_for(dts[i], (uint64_t)k, &row_bytes);
+                lp_matrix m = {dts[i], w[i], n, k, row_bytes, false};
+                double t0 = now_seconds();
+                ok = ok && lp_linear(x, T, &m, NULL, y, pool, NULL) == LP_OK;
+                double t = now_seconds() - t0;
+                if (r > 0 && t < best[i])
+                    best[i] = t;
+            }
+        *f32_s += best[0];
+        *dt_s += best[1];
+    }
+    free(x);
+    free(y);
+    free(w[0]);
+    free(w[1]);
+    return ok;
+}
+
+/* --dtype: the linear layers in dt beside f32, and for f16/bf16 the bare prefill of the model
+ * stored in dt beside f32's (f32_full, timed just before). */
+static lp_status prefill_dtype(const char *model_dir, lp_dtype dt, int n_layers, int64_t n_tokens,
+                               int reps, lp_pool *pool, double f32_full, lp_error *err)
+{
+    double f32_s, dt_s;
+    const char *name = lp_dtype_get(dt)->name;
+    if (!time_linear_dtype(dt, n_tokens, reps, pool, &f32_s, &dt_s))
+        return lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory for the %s linear layers",
+                            name);
+    double flops = 0.0;
+    for (int shape = 0; shape < 4; shape++)
+        flops += 2.0 * (double)n_tokens * (double)yardstick_sizes[shape % 2] *
+                 (double)yardstick_sizes[shape / 2];
+    printf("  %s weights, linear layers alone (%lld x {2048, 5632}^2, best of %d, in turn with "
+           "f32): %.1f GFLOP/s = %.0f%% of f32's %.1f GFLOP/s\n",
+           name, (long long)n_tokens, reps, flops / dt_s * 1e-9, 100.0 * f32_s / dt_s,
+           flops / f32_s * 1e-9);
+    if (dt != LP_DTYPE_F16 && dt != LP_DTYPE_BF16)
+        return LP_OK; /* loupe synth writes float checkpoints only */
+    remove_model_dir(model_dir);
+    if (mkdir(model_dir, 0700) != 0)
+        return lp_error_set(err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", model_dir,
+                            strerror(errno));
+    int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
+    lp_model *model = NULL;
+    lp_status st = tokens ? write_tinyllama(model_dir, n_layers, dt, err)
+                          : lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
+    if (st == LP_OK)
+        st = lp_model_open(model_dir, &model, err);
+    uint64_t state = 12345; /* the tokens run_prefill used */
+    for (int64_t t = 0; st == LP_OK && t < n_tokens; t++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[t] = (int32_t)((state >> 33) % TL_VOCAB);
+    }
+    lp_batch batch = lp_batch_single(tokens, n_tokens);
+    prefill_result bare;
+    if (st == LP_OK)
+        st = time_prefill(model, &batch, pool, false, n_layers, reps, NULL, &bare, err);
+    if (st == LP_OK)
+        printf("  %s weights, probes off: 22 layers %.2f s = %.1f tokens/s = %.0f%% of f32's "
+               "speed (timed after it)\n",
+               name, bare.full, (double)n_tokens / bare.full, 100.0 * f32_full / bare.full);
+    lp_model_close(model);
+    free(tokens);
+    return st;
+}
+
 static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, const char *dir,
-                         lp_pool *pool, const openblas_lib *blas)
+                         lp_pool *pool, const openblas_lib *blas, lp_dtype dtype)
 {
     lp_error err = {0};
     char template_path[4096];
@@ -545,7 +641,11 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
            "1 warm-up, then best of %d passes\n",
            n_layers, TL_LAYERS, model_dir, reps);
     fflush(stdout);
-    lp_status st = run_prefill(model_dir, n_layers, n_tokens, reps, pool, yardstick, &err);
+    double f32_full = 0.0;
+    lp_status st = run_prefill(model_dir, n_layers, n_tokens, reps, pool, yardstick, &f32_full,
+                               &err);
+    if (st == LP_OK && dtype != LP_DTYPE_F32)
+        st = prefill_dtype(model_dir, dtype, n_layers, n_tokens, reps, pool, f32_full, &err);
     remove_model_dir(model_dir);
     if (yardstick)
         yardstick_free(yardstick);
@@ -830,7 +930,7 @@ static const int64_t dec_shapes[DEC_MATS][2] = {
 static void fill_weight_bytes(lp_dtype dt, uint8_t *dst, uint64_t bytes, uint64_t seed)
 {
     uint64_t state = seed * 0x9E3779B97F4A7C15ull + 7;
-    if (dt == LP_DTYPE_F32 || dt == LP_DTYPE_F16) {
+    if (dt == LP_DTYPE_F32 || dt == LP_DTYPE_F16 || dt == LP_DTYPE_BF16) {
         for (uint64_t i = 0; i < bytes / (dt == LP_DTYPE_F32 ? 4 : 2); i++) {
             state ^= state << 13;
             state ^= state >> 7;
@@ -839,7 +939,7 @@ static void fill_weight_bytes(lp_dtype dt, uint8_t *dst, uint64_t bytes, uint64_
             if (dt == LP_DTYPE_F32) {
                 memcpy(dst + 4 * i, &v, 4);
             } else {
-                uint16_t h = lp_f32_to_f16(v);
+                uint16_t h = dt == LP_DTYPE_F16 ? lp_f32_to_f16(v) : lp_f32_to_bf16(v);
                 memcpy(dst + 2 * i, &h, 2);
             }
         }
@@ -1026,6 +1126,8 @@ typedef struct bench_opts {
     bool attention;
     int64_t head_dim;
     bool decode;
+    const char *dtype;
+    lp_dtype weight_dtype; /* --dtype parsed; f32 without it */
 } bench_opts;
 
 static const lp_option bench_options[] = {
@@ -1047,6 +1149,9 @@ static const lp_option bench_options[] = {
                   "with --attention: one head dim (default 64 and 128)"),
     LP_OPT_FLAG_OF(bench_opts, decode, "decode",
                    "only the decode part: tokens/s of one step beside the memory bandwidth"),
+    LP_OPT_STRING_OF(bench_opts, dtype, "dtype", "TYPE",
+                     "prefill part: also time weights stored in f16, bf16, q8_0 or q4_k beside "
+                     "f32 in the same run"),
     LP_OPT_STRING_OF(bench_opts, dir, "dir", "DIR",
                      "where the temporary model goes (default $TMPDIR or /tmp)"),
     LP_OPT_END_OF_TABLE,
@@ -1120,7 +1225,7 @@ static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *bla
         int prefill_status = bench_prefill((int)o->threads, (int)(o->reps > 0 ? o->reps : 3),
                                            (int)(o->layers > 0 ? o->layers : 2), o->tokens > 0 ? o->tokens : 512,
                                            o->dir, pool,
-                                           have_blas ? blas : NULL);
+                                           have_blas ? blas : NULL, o->weight_dtype);
         if (prefill_status != LP_EXIT_OK)
             status = prefill_status;
     }
@@ -1129,7 +1234,8 @@ static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *bla
 
 static int run_bench(int argc, char **argv)
 {
-    bench_opts o = {lp_cpu_count(), -1, 512, -1, -1, false, false, NULL, false, -1, false};
+    bench_opts o = {lp_cpu_count(), -1, 512, -1, -1, false, false, NULL, false, -1, false, NULL,
+                    LP_DTYPE_F32};
     const char *pos[LP_CLI_MAX_POSITIONAL];
     LP_CLI_PARSE_OR_RETURN(&bench_spec, argc, argv, &o, pos, NULL);
     if (o.dir && !lp_path_is_dir(o.dir))
@@ -1143,6 +1249,17 @@ static int run_bench(int argc, char **argv)
                                   o.attention ? "attention" : "decode");
     if (o.attention && o.decode)
         return lp_cli_usage_error("bench", "--attention and --decode exclude each other");
+    if (o.dtype) {
+        o.weight_dtype = lp_dtype_from_name(o.dtype);
+        lp_dtype d = o.weight_dtype;
+        if (d != LP_DTYPE_F32 && d != LP_DTYPE_F16 && d != LP_DTYPE_BF16 && d != LP_DTYPE_Q8_0 &&
+            d != LP_DTYPE_Q4_K)
+            return lp_cli_usage_error("bench", "--dtype '%s': expected f32, f16, bf16, q8_0 or "
+                                      "q4_k", o.dtype);
+        if (o.attention || o.decode || o.gemm_only)
+            return lp_cli_usage_error("bench", "--dtype is for the prefill part (not with "
+                                      "--attention, --decode or --gemm-only)");
+    }
     if (!o.attention && o.head_dim > 0)
         return lp_cli_usage_error("bench", "--head-dim needs --attention");
     if (!o.attention && o.tokens > 2048)
