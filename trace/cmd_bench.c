@@ -483,22 +483,33 @@ static void print_prefill(const prefill_result *bare, const prefill_result *prob
     }
 }
 
+/* Write the model with weights in dtype, open it and draw the seeded random tokens (the same
+ * for every dtype); *tokens is the caller's to free, also on failure. */
+static lp_status open_tinyllama(const char *model_dir, int n_layers, lp_dtype dtype,
+                                int64_t n_tokens, lp_model **model, int32_t **tokens,
+                                lp_error *err)
+{
+    *tokens = malloc((size_t)n_tokens * sizeof **tokens);
+    lp_status st = *tokens ? write_tinyllama(model_dir, n_layers, dtype, err)
+                           : lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
+    if (st == LP_OK)
+        st = lp_model_open(model_dir, model, err);
+    uint64_t state = 12345;
+    for (int64_t t = 0; st == LP_OK && t < n_tokens; t++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        (*tokens)[t] = (int32_t)((state >> 33) % TL_VOCAB);
+    }
+    return st;
+}
+
 /* Write the model, open it and time both passes on seeded random tokens. */
 static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_tokens, int reps,
                              lp_pool *pool, blas_yardstick *yardstick, double *bare_full,
                              lp_error *err)
 {
-    int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
+    int32_t *tokens = NULL;
     lp_model *model = NULL;
-    lp_status st = tokens ? write_tinyllama(model_dir, n_layers, LP_DTYPE_F32, err)
-                          : lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
-    if (st == LP_OK)
-        st = lp_model_open(model_dir, &model, err);
-    uint64_t state = 12345;
-    for (int64_t t = 0; st == LP_OK && t < n_tokens; t++) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[t] = (int32_t)((state >> 33) % TL_VOCAB);
-    }
+    lp_status st = open_tinyllama(model_dir, n_layers, LP_DTYPE_F32, n_tokens, &model, &tokens, err);
     lp_batch batch = lp_batch_single(tokens, n_tokens);
     prefill_result bare, probed;
     if (st == LP_OK)
@@ -585,17 +596,9 @@ static lp_status prefill_dtype(const char *model_dir, lp_dtype dt, int n_layers,
     if (mkdir(model_dir, 0700) != 0)
         return lp_error_set(err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", model_dir,
                             strerror(errno));
-    int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
+    int32_t *tokens = NULL;
     lp_model *model = NULL;
-    lp_status st = tokens ? write_tinyllama(model_dir, n_layers, dt, err)
-                          : lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
-    if (st == LP_OK)
-        st = lp_model_open(model_dir, &model, err);
-    uint64_t state = 12345; /* the tokens run_prefill used */
-    for (int64_t t = 0; st == LP_OK && t < n_tokens; t++) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[t] = (int32_t)((state >> 33) % TL_VOCAB);
-    }
+    lp_status st = open_tinyllama(model_dir, n_layers, dt, n_tokens, &model, &tokens, err);
     lp_batch batch = lp_batch_single(tokens, n_tokens);
     prefill_result bare;
     if (st == LP_OK)
@@ -767,8 +770,8 @@ static bool time_attention(int64_t T, int64_t D, int64_t group, int reps, lp_poo
             printf(" / %d KV", (int)(heads / group));
         printf(": %.3f s, %.1f GFLOP/s = %.0f%% of the FMA peak", best, flops / best * 1e-9,
                100.0 * flops / best * 1e-9 / peak_gflops);
-        printf("\n    CPU clock of the busiest thread %.3f s (%.0f%% of the peak on idle cores)",
-               cpu, 100.0 * flops / cpu * 1e-9 / peak_gflops);
+        printf("\n    CPU clock of the busiest thread %.3f s = %.1f GFLOP/s in the threads' own time",
+               cpu, flops / cpu * 1e-9);
         if (threads > 1)
             printf("; 1 thread: %.1f GFLOP/s = %.0f%% of one thread's peak; %d threads = %.2fx 1 "
                    "thread by the wall clock, %.2fx by the CPU clocks",
@@ -1171,10 +1174,13 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "temporary folder, runs a T-token prefill (default 512) without and with every probe, and\n"
         "reports tokens/s for the full 22-layer model: the embedding/classifier time plus 22 times\n"
         "the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.\n"
+        "--dtype f16|bf16|q8_0|q4_k adds the linear layers with weights in that dtype beside\n"
+        "f32 (in turn, same reps) and, for f16/bf16, the bare prefill of the model in that dtype.\n"
         "\n"
         "Attention (--attention, alone): the FMA peak of the threads (register-only loop) and\n"
         "OpenBLAS's sgemm, measured now; causal T x T attention of 8 heads at head_dim 64 and\n"
-        "128 (--tokens, default 4096; --head-dim for one) in GFLOP/s and % of that peak; whole\n"
+        "128 and GQA 8/2 heads at 128 (--tokens, default 4096; --head-dim for one) in GFLOP/s and\n"
+        "% of that peak, with 1 thread beside (wall clock and busiest thread's CPU clock); whole\n"
         "passes of an attention-heavy model (hidden 512, 8 heads of 64, 2 layers, FFN 1024) at\n"
         "4096 and 8192 tokens without probes, then with every probe at the first length, with\n"
         "the peak RSS.\n"
