@@ -1,5 +1,5 @@
 /* `loupe diff` drawn: one head's difference map B - A on a diverging colormap centred on 0, and
- * the layers x heads matrix of the mean Jensen-Shannon divergence. The diff row names its two
+ * the layers x heads matrices of the mean Jensen-Shannon divergence and the largest |B - A|. The diff row names its two
  * runs by database path; the maps are read from there through the store's typed reads. */
 #define _POSIX_C_SOURCE 200809L
 #include "render/render.h"
@@ -314,7 +314,7 @@ lp_status lp_render_diff_matrix(lp_store *db, int64_t diff_id, const lp_render_o
              (long long)d.n_tokens, max_abs, kl,
              n_agree > 0 ? 100.0 * agree / (double)n_agree : 100.0);
     s = lp_render_matrix_picture(d.js, d.n_layers, d.n_heads, title, subtitle, "mean JS", true,
-                                 opt, out_path, err);
+                                 d.max_abs, "max |B - A|", opt, out_path, err);
     lp_store_diff_rows_clear(&d);
     return s;
 }

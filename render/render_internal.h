@@ -106,10 +106,12 @@ void lp_draw_diverging_bar(lp_canvas *c, double x, double y, double h, double vm
                            bool nonnegative, const char *label);
 
 /* lp_render_value_matrix, or for values >= 0 (nonnegative: white at 0 to red at vmax, values
- * written with 2 significant digits). */
+ * written with 2 significant digits); second (may be NULL) a panel beside it on its own scale
+ * (opt->vmax is the first panel's), its bar labelled second_label. */
 lp_status lp_render_matrix_picture(const double *values, int64_t n_layers, int64_t n_heads,
                                    const char *title, const char *subtitle, const char *bar_label,
-                                   bool nonnegative, const lp_render_options *opt,
+                                   bool nonnegative, const double *second,
+                                   const char *second_label, const lp_render_options *opt,
                                    const char *out_path, lp_error *err);
 
 /* The top of the scale for maps whose largest value is max_value. */
