@@ -468,17 +468,20 @@ static lp_status rope_scaling_kind(const hf_reader *sub, const char *key,
                         sub->path, key, type);
 }
 
-/* yarn: transformers' defaults for beta, and DeepSeek's mscale: the cos/sin are scaled by
+/* yarn: transformers' defaults for beta and truncate, and DeepSeek's mscale: the cos/sin are scaled by
  * mscale(mscale)/mscale(mscale_all_dim) and the softmax by mscale(mscale_all_dim)^2. */
 static lp_status read_yarn(const hf_reader *sub, lp_arch *a)
 {
     lp_rope_scaling *s = &a->rope_scaling;
     lp_arch_yarn_defaults(s);
     double mscale = 0.0, mscale_all_dim = 0.0;
+    bool truncate = true;
     lp_status st;
     if ((st = hf_num(sub, "mscale", &mscale, NULL)) != LP_OK ||
-        (st = hf_num(sub, "mscale_all_dim", &mscale_all_dim, NULL)) != LP_OK)
+        (st = hf_num(sub, "mscale_all_dim", &mscale_all_dim, NULL)) != LP_OK ||
+        (st = hf_bool(sub, "truncate", &truncate, NULL)) != LP_OK)
         return st;
+    s->yarn_unrounded = !truncate;
     if (s->attention_factor == 0.0 && mscale != 0.0 && mscale_all_dim != 0.0)
         s->attention_factor =
             yarn_mscale(s->factor, mscale) / yarn_mscale(s->factor, mscale_all_dim);

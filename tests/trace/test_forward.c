@@ -1347,6 +1347,24 @@ static void test_rope_scaling(void **state)
     assert_true(fabs((double)f[3] - pow(10000.0, -0.75) / 4.0) < 1e-9);
     lp_model_close(model);
 
+    /* YaRN's ramp between correction dims lo = 8 ln(64 / (32 2 pi)) / (2 ln 1e4) < 0 (clamped
+     * to 0) and hi = 8 ln(64 / (2 pi)) / (2 ln 1e4) = 1.008: truncated (transformers' default)
+     * hi is ceiled to 2 and pair 1 blends half and half; with truncate false (gpt-oss) it keeps
+     * 1 / 1.008 of the interpolated frequency. */
+    double hi = 8.0 * log(64.0 / (2.0 * pi)) / (2.0 * log(10000.0));
+    double f1 = pow(10000.0, -0.25);
+    for (int unrounded = 0; unrounded < 2; unrounded++) {
+        a.rope_scaling.yarn_unrounded = unrounded != 0;
+        assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+        assert_int_equal(lp_model_rope_freqs(model, 16, false, f, &attn, &err), LP_OK);
+        double ramp = unrounded ? 1.0 / hi : 0.5;
+        double want = (f1 / 4.0) * ramp + f1 * (1.0 - ramp);
+        assert_true(fabs((double)f[1] - want) <= 1e-6 * want);
+        assert_true(fabs((double)f[0] - 1.0) < 1e-7);
+        lp_model_close(model);
+    }
+    a.rope_scaling.yarn_unrounded = false;
+
     lp_model_close(base);
     ref_model_free(&m);
     remove_dir(dir);
