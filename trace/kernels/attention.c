@@ -21,6 +21,8 @@
  * p = exp(s - m) / l: exact, not rescaled, bit for bit the scores of the first pass.
  * A learned sink starts each row as if one key with score sink_logit and a zero value row had
  * been seen (m = sink_logit, l = 1); the max probability uses the largest real score kmax.
+ * GQA (n_group > 1): the group's query heads share the call's packed K/V; pass 1 runs each
+ * head's tile against a key block before moving to the next, so the block is in L1 for all.
  * A non-finite score (NaN or overflow in q or k) poisons its row: output, visible probabilities
  * and statistics become NaN instead of a plausible-looking distribution. When the packed copy
  * cannot be allocated the reference runs instead (it needs no scratch).
