@@ -364,8 +364,8 @@ static double neg_log_prob(const float *logits, int64_t V, int32_t id)
     return log(s) + m - (double)logits[id];
 }
 
-bool lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids, int64_t n_ids,
-                       double *loss_next, double *loss_same)
+lp_leak_alignment_verdict lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids,
+                                            int64_t n_ids, double *loss_next, double *loss_same)
 {
     double next = 0.0, same = 0.0;
     for (int64_t t = 0; t < n_ids; t++) {
@@ -376,7 +376,10 @@ bool lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids, int64
     }
     *loss_next = n_ids > 1 ? next / (double)(n_ids - 1) : 0.0;
     *loss_same = n_ids > 0 ? same / (double)n_ids : 0.0;
-    return n_ids > 1 && *loss_same < *loss_next && *loss_same < log((double)V);
+    double best = *loss_same < *loss_next ? *loss_same : *loss_next;
+    if (n_ids < 2 || log((double)V) - best < LP_LEAK_ALIGNMENT_MIN_SIGNAL)
+        return LP_ALIGNMENT_INCONCLUSIVE;
+    return *loss_same < *loss_next ? LP_ALIGNMENT_FLAGGED : LP_ALIGNMENT_OK;
 }
 
 /* ---- the structural test on mask specs ---- */
@@ -730,24 +733,29 @@ static void free_obs(leak_obs *o)
     memset(o, 0, sizeof *o);
 }
 
-/* The loss with labels shifted by one against not shifted, from the baseline's logits. */
+/* The loss with labels shifted by one against not shifted, from the baseline's logits. An
+ * inconclusive order passes: it is no evidence of a bug, and the row says why it was not judged. */
 static lp_status alignment_check(leak_obs *o, const int32_t *ids, int64_t n_ids, int64_t *cap,
                                  lp_error *err)
 {
     lp_leak_model_report *r = o->r;
     double uniform = log((double)o->V);
-    r->alignment_flagged = lp_leak_alignment(o->base_logits, o->V, ids, n_ids, &r->loss_next,
-                                             &r->loss_same);
+    lp_leak_alignment_verdict v =
+        lp_leak_alignment(o->base_logits, o->V, ids, n_ids, &r->loss_next, &r->loss_same);
+    r->alignment_flagged = v == LP_ALIGNMENT_FLAGGED;
+    r->alignment_inconclusive = v == LP_ALIGNMENT_INCONCLUSIVE;
+    double signal = uniform - (r->loss_same < r->loss_next ? r->loss_same : r->loss_next);
+    char why[224] = "";
+    if (r->alignment_flagged)
+        snprintf(why, sizeof why, ": the model predicts the current token better than the next "
+                 "(label or mask bug)");
+    else if (r->alignment_inconclusive)
+        snprintf(why, sizeof why, ": inconclusive, the better loss beats uniform by %.2f nats "
+                 "(< %.1f): random weights or unpredictable text, no signal to judge labels by", signal, LP_LEAK_ALIGNMENT_MIN_SIGNAL);
     return add_check(r, cap, "alignment", !r->alignment_flagged, -1, -1, NO_DIFF, err,
                      "loss with labels shifted by one %.4f nats, unshifted %.4f nats, uniform "
                      "%.4f%s",
-                     r->loss_next, r->loss_same, uniform,
-                     r->alignment_flagged ? ": the model predicts the current token better "
-                                            "than the next (label or mask bug)"
-                     : r->loss_same < r->loss_next
-                         ? " (neither beats a uniform guess: the text is unpredictable to the "
-                           "model, not flagged)"
-                         : "");
+                     r->loss_next, r->loss_same, uniform, why);
 }
 
 static bool has_cut(const lp_leak_model_report *r, int64_t c)
