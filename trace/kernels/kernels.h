@@ -93,6 +93,10 @@ typedef struct lp_attn_row_stats {
 /* The sparsity fields of st from the n visible probabilities p of one row (p is sorted in place,
  * largest first; the sums run in double in that order). The spec both attention kernels use. */
 void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st);
+/* For `loupe bench --attention` only: false makes lp_attention skip the sparsity sort (keys50..
+ * low_mass left 0), so the sort's cost is timed A/B in one process. Process-wide, default true;
+ * set it only while no pass runs (a hack owned up to: the forward options do not carry it). */
+void lp_attn_set_sparsity(bool on);
 
 /* One attention head. q: [n_q, head_dim] f32 with row stride q_stride; k: [n_k, head_dim] and
  * v: [n_k, v_dim] in kv_dtype (f32, f16 or bf16; converted to f32 as blocks are loaded) with row
@@ -131,6 +135,14 @@ typedef struct lp_attn_args {
     /* Only query rows [row_begin, row_end) are computed (out, probs and row_stats rows of the
      * others untouched): how callers split one head across threads. Both 0 = every row. */
     int64_t row_begin, row_end;
+    /* GQA: n_group query heads (0 or 1 = just this one) share this K and V. Head g of the group
+     * reads q + g * q_head_stride and writes out + g * out_head_stride, probs + g *
+     * probs_head_stride and row_stats + g * stats_head_stride; its ALiBi slope is
+     * alibi_slopes[g] when alibi_slopes is given, else alibi_slope. Each K/V block is packed
+     * once and multiplied by every head of the group while it is in L1. */
+    int64_t n_group;
+    int64_t q_head_stride, out_head_stride, probs_head_stride, stats_head_stride;
+    const float *alibi_slopes; /* [n_group] or NULL */
 } lp_attn_args;
 
 void lp_attention(const lp_attn_args *args);
