@@ -527,17 +527,35 @@ static lp_rgb cell_rgb(const lp_pooled_map *map, int64_t idx, const lp_render_op
     return masked;
 }
 
+/* How a painter colours display cell idx: the options' colormap, or the diverging one. */
+typedef struct cell_paint {
+    const lp_render_options *opt; /* NULL: signed values on the diverging colormap */
+    double vmax;
+    lp_rgb masked;
+} cell_paint;
+
+static lp_rgb signed_cell_rgb(const lp_pooled_map *map, int64_t idx, double vmax, lp_rgb masked)
+{
+    uint8_t f = map->flags[idx];
+    if (f & LP_CELL_NAN)
+        return lp_render_bad_rgb;
+    if (f & LP_CELL_ALLOWED)
+        return lp_diverging_rgb((double)map->allowed_max[idx] / vmax);
+    return masked;
+}
+
 /* The map's pixels, cell_w x cell_h per display cell (colours computed once per cell). */
-static void fill_cells(cairo_surface_t *img, const lp_pooled_map *map,
-                       const lp_render_options *opt, double vmax, int cell_w, int cell_h)
+static void fill_cells(cairo_surface_t *img, const lp_pooled_map *map, const cell_paint *paint,
+                       int cell_w, int cell_h)
 {
     cairo_surface_flush(img);
     unsigned char *data = cairo_image_surface_get_data(img);
     int stride = cairo_image_surface_get_stride(img);
-    lp_rgb masked = lp_render_masked_rgb(opt);
     for (int64_t r = 0; r < map->rows; r++) {
         for (int64_t col = 0; col < map->cols; col++) {
-            lp_rgb rgb = cell_rgb(map, r * map->cols + col, opt, vmax, masked);
+            int64_t idx = r * map->cols + col;
+            lp_rgb rgb = paint->opt ? cell_rgb(map, idx, paint->opt, paint->vmax, paint->masked)
+                                    : signed_cell_rgb(map, idx, paint->vmax, paint->masked);
             uint32_t px = 0xff000000u | ((uint32_t)rgb.r << 16) | ((uint32_t)rgb.g << 8) | rgb.b;
             for (int dy = 0; dy < cell_h; dy++) {
                 unsigned char *line = data + (size_t)(r * cell_h + dy) * (size_t)stride;
@@ -570,8 +588,8 @@ static void outline_leaks(lp_canvas *c, const lp_pooled_map *map, double x, doub
     cairo_restore(c->cr);
 }
 
-lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_options *opt,
-                      double vmax, double x, double y, int cell_w, int cell_h, lp_error *err)
+static lp_status paint_map(lp_canvas *c, const lp_pooled_map *map, const cell_paint *paint,
+                           double x, double y, int cell_w, int cell_h, lp_error *err)
 {
     /* Built at the final pixel size and painted 1:1, so every viewer shows crisp cells whether
      * the picture is PNG, SVG (an embedded PNG) or PDF; memory is the map's own pixels. */
@@ -588,7 +606,7 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
         return lp_error_set(err, LP_ERR_CAIRO, "map image %d x %d: %s", w, h,
                             cairo_status_to_string(cs));
     }
-    fill_cells(img, map, opt, vmax, cell_w, cell_h);
+    fill_cells(img, map, paint, cell_w, cell_h);
     cairo_save(c->cr);
     cairo_set_source_surface(c->cr, img, x, y);
     cairo_pattern_set_filter(cairo_get_source(c->cr), CAIRO_FILTER_NEAREST);
@@ -603,4 +621,18 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
     cairo_rectangle(c->cr, x - 0.5, y - 0.5, w + 1, h + 1);
     cairo_stroke(c->cr);
     return LP_OK;
+}
+
+lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_options *opt,
+                      double vmax, double x, double y, int cell_w, int cell_h, lp_error *err)
+{
+    cell_paint paint = {opt, vmax, lp_render_masked_rgb(opt)};
+    return paint_map(c, map, &paint, x, y, cell_w, cell_h, err);
+}
+
+lp_status lp_draw_signed_map(lp_canvas *c, const lp_pooled_map *map, double vmax, lp_rgb masked,
+                             double x, double y, int cell_w, int cell_h, lp_error *err)
+{
+    cell_paint paint = {NULL, vmax > 0 ? vmax : 1, masked};
+    return paint_map(c, map, &paint, x, y, cell_w, cell_h, err);
 }

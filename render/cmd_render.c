@@ -11,8 +11,9 @@ static const char *const CMD = "render";
 
 typedef struct render_opts {
     int64_t run, layer, head; /* layer, head: -1 = not given */
+    int64_t diff_id;          /* 0 = the latest diff */
     const char *output, *all, *stats, *html, *dataset;
-    bool grid, overview, leak, importance, logit_lens;
+    bool grid, overview, leak, importance, logit_lens, diff;
     uint64_t max_map_bytes;
     const char *colormap, *scale, *range, *masked_color;
     double gamma, log_floor, vmax, leak_threshold; /* vmax NAN = not given */
@@ -40,6 +41,11 @@ static const lp_option render_options[] = {
                    "latest complete ablate run)"),
     LP_OPT_FLAG_OF(render_opts, logit_lens, "logit-lens",
                    "layers x positions grid of a `loupe trace --logit-lens` run's top tokens"),
+    LP_OPT_FLAG_OF(render_opts, diff, "diff",
+                   "a `loupe diff`: the layers x heads matrix of mean JS divergence; with\n"
+                   "--layer L --head H that head's difference map B - A"),
+    LP_OPT_INT_OF(render_opts, diff_id, "diff-id", "N", 1, (double)INT64_MAX,
+                  "with --diff: which stored diff (default: the latest)"),
     LP_OPT_STRING_OF(render_opts, html, "html", "OUT.html",
                      "the interactive viewer: one self-contained HTML file (with --layer L:\n"
                      "that layer's heads only)"),
@@ -89,7 +95,7 @@ LP_CLI_COMMAND(render, run_render, render_options, 1, 1,
         "follows OUT's extension: .png, .svg or .pdf.\n"
         "\n"
         "WHAT is one of: --layer L --head H, --layer L --grid, --overview, --stats NAME, --leak,\n"
-        "--importance, --logit-lens, --html OUT.html, --all DIR.\n"
+        "--importance, --logit-lens, --diff [--layer L --head H], --html OUT.html, --all DIR.\n"
         "\n"
         "--html writes one file that needs nothing else (no network, no other files): the head\n"
         "view (zoom, pan, hover), the text view, the overview, the statistics and the leak checks\n"
@@ -108,6 +114,8 @@ typedef enum what {
     WHAT_LEAK,
     WHAT_IMPORTANCE,
     WHAT_LOGIT_LENS,
+    WHAT_DIFF,      /* the JS matrix */
+    WHAT_DIFF_HEAD, /* one head's difference map */
     WHAT_HTML,
     WHAT_ALL
 } what;
@@ -201,18 +209,27 @@ static int drawing_options(const render_opts *o, lp_render_options *opt)
 static int choose_what(const render_opts *o, what *w)
 {
     bool have_layer = o->layer >= 0, have_head = o->head >= 0;
+    if (o->diff_id && !o->diff)
+        return lp_cli_usage_error(CMD, "--diff-id N goes with --diff");
+    if (o->diff && o->run)
+        return lp_cli_usage_error(CMD, "--diff draws a stored diff, not a run: drop --run (name "
+                                       "the diff with --diff-id N)");
+    if (o->diff && have_layer != have_head)
+        return lp_cli_usage_error(CMD, "--diff with one head needs both --layer L and --head H");
     int n_other = o->grid + o->overview + (o->stats != NULL) + o->leak + o->importance +
-                  o->logit_lens + (o->html != NULL) + (o->all != NULL);
+                  o->logit_lens + o->diff + (o->html != NULL) + (o->all != NULL);
+    if (o->diff && have_head) /* the head's difference map */
+        have_layer = have_head = false;
     bool head = have_head || (have_layer && n_other == 0);
     if (head + n_other != 1)
         return lp_cli_usage_error(CMD, head + n_other == 0
                                            ? "nothing to draw: give --layer L --head H, --layer "
                                              "L --grid, --overview, --stats NAME, --leak, "
-                                             "--importance, --logit-lens, --html OUT.html or "
-                                             "--all DIR"
+                                             "--importance, --logit-lens, --diff, --html "
+                                             "OUT.html or --all DIR"
                                            : "give only one of --head, --grid, --overview, "
                                              "--stats, --leak, --importance, --logit-lens, "
-                                             "--html, --all");
+                                             "--diff, --html, --all");
     *w = head          ? WHAT_HEAD
          : o->grid     ? WHAT_GRID
          : o->overview ? WHAT_OVERVIEW
@@ -220,6 +237,7 @@ static int choose_what(const render_opts *o, what *w)
          : o->leak     ? WHAT_LEAK
          : o->importance ? WHAT_IMPORTANCE
          : o->logit_lens ? WHAT_LOGIT_LENS
+         : o->diff     ? (o->head >= 0 ? WHAT_DIFF_HEAD : WHAT_DIFF)
          : o->html     ? WHAT_HTML
                        : WHAT_ALL;
     if (*w == WHAT_HEAD && (!have_layer || !have_head))
@@ -308,7 +326,8 @@ static lp_status pick_run(lp_store *db, int64_t run_id, what w, lp_store_run *ru
     return st;
 }
 
-static lp_status draw(lp_store *db, const lp_store_run *run, const render_opts *o, what w,
+static lp_status draw(lp_store *db, const char *db_path, const lp_store_run *run,
+                      const render_opts *o, what w,
                       lp_head_stat stat, const lp_render_options *opt, int64_t *n_files,
                       lp_viewer_report *page, lp_error *err)
 {
@@ -317,6 +336,7 @@ static lp_status draw(lp_store *db, const lp_store_run *run, const render_opts *
     if (o->max_map_bytes)
         vopt.max_map_bytes = o->max_map_bytes;
     vopt.layer = o->layer;
+    vopt.db_path = db_path;
     switch (w) {
     case WHAT_HEAD: return lp_render_head(db, run, o->layer, o->head, opt, o->output, err);
     case WHAT_GRID: return lp_render_layer_grid(db, run, o->layer, opt, o->output, err);
@@ -325,6 +345,10 @@ static lp_status draw(lp_store *db, const lp_store_run *run, const render_opts *
     case WHAT_LEAK: return lp_render_leak_plot(db, run, opt, o->output, err);
     case WHAT_IMPORTANCE: return lp_render_importance(db, run, opt, o->output, err);
     case WHAT_LOGIT_LENS: return lp_render_logit_lens(db, run, opt, o->output, err);
+    case WHAT_DIFF: return lp_render_diff_matrix(db, o->diff_id, opt, o->output, err);
+    case WHAT_DIFF_HEAD:
+        return lp_render_diff_head(db, db_path, o->diff_id, o->layer, o->head, opt, o->output,
+                                   err);
     case WHAT_HTML: return lp_render_viewer(db, run, opt, &vopt, o->html, page, err);
     default: return lp_render_gallery(db, run, opt, &vopt, o->all, n_files, err);
     }
@@ -354,6 +378,14 @@ static int run_render(int argc, char **argv)
         printf("wrote %s\n", o.output);
         return LP_EXIT_OK;
     }
+    if (w == WHAT_DIFF || w == WHAT_DIFF_HEAD) { /* a diff is not a run */
+        lp_status ds = draw(db, db_path, NULL, &o, w, stat, &opt, NULL, NULL, &err);
+        lp_store_close(db);
+        if (ds != LP_OK)
+            return lp_cli_fail(CMD, &err);
+        printf("wrote %s\n", o.output);
+        return LP_EXIT_OK;
+    }
     if (pick_run(db, o.run, w, &run, &incomplete, &err) != LP_OK) {
         lp_store_close(db);
         return lp_cli_fail(CMD, &err);
@@ -364,7 +396,7 @@ static int run_render(int argc, char **argv)
                 (long long)run.id, run.status);
     int64_t n_files = 0;
     lp_viewer_report page = {0};
-    lp_status s = draw(db, &run, &o, w, stat, &opt, &n_files, &page, &err);
+    lp_status s = draw(db, db_path, &run, &o, w, stat, &opt, &n_files, &page, &err);
     lp_store_run_clear(&run);
     lp_store_close(db);
     if (s != LP_OK)

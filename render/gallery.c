@@ -3,7 +3,9 @@
 #include "render/render.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +16,8 @@ typedef struct gallery_item {
     char file[96];
     char caption[160];
     int section; /* 0 overview, 1 statistics, 2 leak, 3 layer grids, 4 single heads, 5 which
-                    heads matter (importance, logit lens; shown after the statistics) */
+                    heads matter (importance, logit lens; shown after the statistics), 6 the
+                    database's diffs (after those) */
     int64_t layer; /* single heads: grouped under a heading per layer */
 } gallery_item;
 
@@ -96,9 +99,10 @@ static void write_figure(FILE *f, const gallery_item *it)
 static void write_sections(FILE *f, const gallery *g)
 {
     static const char *const sections[] = {"Overview", "Head statistics", "Leak check",
-                                           "Layers", "Heads", "Which heads matter"};
-    static const int order[] = {0, 1, 5, 2, 3, 4};
-    for (int o = 0; o < 6; o++) {
+                                           "Layers", "Heads", "Which heads matter",
+                                           "What changed (loupe diff)"};
+    static const int order[] = {0, 1, 5, 6, 2, 3, 4};
+    for (int o = 0; o < 7; o++) {
         int sec = order[o];
         bool any = false;
         int64_t layer = -1;
@@ -283,6 +287,58 @@ static lp_status add_heads_matter(gallery_job *j, lp_error *err)
                     -1, err);
 }
 
+/* Every diff the database stores: its JS matrix, and the difference map of its most changed
+ * head when both runs' maps can be reached (else the index says why not). */
+static lp_status add_diffs(gallery_job *j, const char *db_path, lp_error *err)
+{
+    int64_t *ids = NULL, n = 0;
+    lp_status s = lp_store_list_diffs(j->db, &ids, &n, err);
+    char path[4096], file[96], caption[160];
+    for (int64_t i = 0; s == LP_OK && i < n; i++) {
+        snprintf(file, sizeof file, "diff_%lld_js.png", (long long)ids[i]);
+        picture_path(j, file, path, sizeof path);
+        if ((s = lp_render_diff_matrix(j->db, ids[i], j->opt, path, err)) != LP_OK)
+            break;
+        snprintf(caption, sizeof caption, "diff %lld: mean JS divergence per head",
+                 (long long)ids[i]);
+        if ((s = add_item(&j->g, file, caption, 6, -1, err)) != LP_OK)
+            break;
+        lp_store_diff_rows d;
+        if ((s = lp_store_read_diff(j->db, ids[i], &d, err)) != LP_OK)
+            break;
+        int64_t top = -1;
+        for (int64_t h = 0; h < d.n_layers * d.n_heads; h++)
+            if (isfinite(d.js[h]) && (top < 0 || d.js[h] > d.js[top]))
+                top = h;
+        int64_t l = top / d.n_heads, hh = top % d.n_heads;
+        lp_store_diff_rows_clear(&d);
+        if (top < 0)
+            continue; /* neither run stored maps */
+        snprintf(file, sizeof file, "diff_%lld_layer_%lld_head_%lld.png", (long long)ids[i],
+                 (long long)l, (long long)hh);
+        picture_path(j, file, path, sizeof path);
+        lp_error local = {0};
+        s = lp_render_diff_head(j->db, db_path, ids[i], l, hh, j->opt, path, &local);
+        if (s == LP_ERR_NOT_FOUND) {
+            char note[160];
+            snprintf(note, sizeof note, "Diff %lld's runs are not reachable from here: no "
+                     "difference map.", (long long)ids[i]);
+            add_note(j, note);
+            s = LP_OK;
+            continue;
+        }
+        if (s != LP_OK) {
+            *err = local;
+            break;
+        }
+        snprintf(caption, sizeof caption, "diff %lld: layer %lld head %lld (largest JS), B - A",
+                 (long long)ids[i], (long long)l, (long long)hh);
+        s = add_item(&j->g, file, caption, 6, -1, err);
+    }
+    free(ids);
+    return s;
+}
+
 /* A grid per layer, then every head; a layer or head whose maps were not stored is skipped. */
 static lp_status add_maps(gallery_job *j, lp_error *err)
 {
@@ -347,6 +403,8 @@ lp_status lp_render_gallery(lp_store *db, const lp_store_run *run,
         s = add_leak(&j, err);
     if (s == LP_OK)
         s = add_heads_matter(&j, err);
+    if (s == LP_OK)
+        s = add_diffs(&j, vopt ? vopt->db_path : NULL, err);
     if (s == LP_OK && j.have_maps)
         s = add_maps(&j, err);
     if (s == LP_OK)

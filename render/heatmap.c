@@ -208,10 +208,9 @@ static void head_subtitle(const lp_store_run *run, int64_t layer, const head_pic
 /* Labels: one per display cell, thinned so lines never overlap. Thinned or pooled axes label
  * round positions (every 1, 2, 5 x 10^k tokens), each at the display cell that holds it; whole
  * axes label every cell. */
-static void draw_token_axes(lp_canvas *c, const head_picture *hp)
+void lp_draw_token_axes(lp_canvas *c, const lp_pooled_map *map, const lp_heatmap_layout *lay,
+                        char **pieces, int64_t n_pieces)
 {
-    const lp_pooled_map *map = &hp->map;
-    const lp_heatmap_layout *lay = &hp->lay;
     int64_t stride = (LABEL_PITCH + lay->cell - 1) / lay->cell;
     int64_t row_stride = (LABEL_PITCH + lay->cell_h - 1) / lay->cell_h;
     bool with_pos = stride > 1 || row_stride > 1 || map->block > 1 || map->col0 > 0;
@@ -224,7 +223,7 @@ static void draw_token_axes(lp_canvas *c, const head_picture *hp)
     int64_t row_step = label_step(row_stride * map->block);
     for (int64_t p = first_multiple(q_first, row_step); p < q_first + map->shown_q; p += row_step) {
         int64_t r = (p - q_first) / map->block;
-        axis_label(label, sizeof label, hp->pieces, hp->n_pieces, p, with_pos);
+        axis_label(label, sizeof label, pieces, n_pieces, p, with_pos);
         lp_draw_text(c, label, lay->map_x - 6, lay->map_y + (r + 0.5) * lay->cell_h, &st);
     }
     st.angle = -LP_RENDER_PI / 2;
@@ -234,7 +233,7 @@ static void draw_token_axes(lp_canvas *c, const head_picture *hp)
     for (int64_t p = first_multiple(map->col0, col_step); p < map->col0 + map->shown_k;
          p += col_step) {
         int64_t k = (p - map->col0) / map->block;
-        axis_label(label, sizeof label, hp->pieces, hp->n_pieces, p, with_pos);
+        axis_label(label, sizeof label, pieces, n_pieces, p, with_pos);
         lp_draw_text(c, label, lay->map_x + (k + 0.5) * lay->cell, lay->map_y + map_h + 6, &st);
     }
     lp_text_style axis = lp_text_style_default(11);
@@ -272,7 +271,7 @@ static lp_status draw_head(const lp_store_run *run, int64_t layer, int64_t head,
         lp_canvas_abort(&c);
         return s;
     }
-    draw_token_axes(&c, hp);
+    lp_draw_token_axes(&c, map, lay, hp->pieces, hp->n_pieces);
     draw_generation_boundary(&c, hp);
     int map_w = (int)map->cols * lay->cell, map_h = (int)map->rows * lay->cell_h;
     double bar_h = map_h > 200 ? map_h : 200;

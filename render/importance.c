@@ -32,22 +32,23 @@ static lp_rgb ink_on(lp_rgb bg)
 
 enum { IMP_LEFT = 64, IMP_TOP = 104, IMP_RIGHT = 150, IMP_BOTTOM = 30 };
 
-/* A vertical diverging bar from -vmax (bottom) to +vmax (top) with three labels. */
-static void draw_diverging_bar(lp_canvas *c, double x, double y, double h, double vmax,
-                               const char *label)
+void lp_draw_diverging_bar(lp_canvas *c, double x, double y, double h, double vmax,
+                           bool nonnegative, const char *label)
 {
+    double lo = nonnegative ? 0.0 : -1.0; /* t at the bottom */
     for (int i = 0; i < (int)h; i++) {
-        lp_set_rgb(c->cr, lp_diverging_rgb(1.0 - 2.0 * (i + 0.5) / h));
+        lp_set_rgb(c->cr, lp_diverging_rgb(1.0 - (1.0 - lo) * (i + 0.5) / h));
         cairo_rectangle(c->cr, x, y + i, 16, 1);
         cairo_fill(c->cr);
     }
     lp_text_style st = lp_text_style_default(11);
     st.valign = LP_ALIGN_CENTER;
     char buf[32];
-    snprintf(buf, sizeof buf, "+%.3g", vmax);
+    snprintf(buf, sizeof buf, nonnegative ? "%.3g" : "+%.3g", vmax);
     lp_draw_text(c, buf, x + 22, y, &st);
-    lp_draw_text(c, "0", x + 22, y + h / 2, &st);
-    snprintf(buf, sizeof buf, "-%.3g", vmax);
+    snprintf(buf, sizeof buf, "%.3g", nonnegative ? vmax / 2 : 0.0);
+    lp_draw_text(c, buf, x + 22, y + h / 2, &st);
+    snprintf(buf, sizeof buf, nonnegative ? "0" : "-%.3g", vmax);
     lp_draw_text(c, buf, x + 22, y + h, &st);
     st.valign = LP_ALIGN_END;
     lp_draw_text(c, label, x, y - 8, &st);
@@ -57,6 +58,15 @@ lp_status lp_render_value_matrix(const double *values, int64_t n_l, int64_t n_h,
                                  const char *title, const char *subtitle, const char *bar_label,
                                  const lp_render_options *opt, const char *out_path,
                                  lp_error *err)
+{
+    return lp_render_matrix_picture(values, n_l, n_h, title, subtitle, bar_label, false, opt,
+                                    out_path, err);
+}
+
+lp_status lp_render_matrix_picture(const double *values, int64_t n_l, int64_t n_h,
+                                   const char *title, const char *subtitle, const char *bar_label,
+                                   bool nonnegative, const lp_render_options *opt,
+                                   const char *out_path, lp_error *err)
 {
     int64_t cw = 1400 / n_h, ch = 1000 / n_l;
     cw = cw > 56 ? 56 : (cw < 8 ? 8 : cw);
@@ -90,7 +100,9 @@ lp_status lp_render_value_matrix(const double *values, int64_t n_l, int64_t n_h,
             cairo_fill(c.cr);
             if (annotate) {
                 char buf[32];
-                if (isfinite(v))
+                if (isfinite(v) && nonnegative)
+                    snprintf(buf, sizeof buf, "%.2g", v);
+                else if (isfinite(v))
                     snprintf(buf, sizeof buf, fabs(v) < 10 ? "%+.2f" : "%+.0f", v);
                 else
                     snprintf(buf, sizeof buf, "-");
@@ -118,7 +130,8 @@ lp_status lp_render_value_matrix(const double *values, int64_t n_l, int64_t n_h,
         lp_draw_text(&c, label, IMP_LEFT + (h + 0.5) * cw, IMP_TOP - 6, &st);
     }
     double bar_h = n_l * ch < 160 ? 160 : (n_l * ch > 400 ? 400 : (double)(n_l * ch));
-    draw_diverging_bar(&c, IMP_LEFT + n_h * cw + 28, IMP_TOP + 8, bar_h - 16, vmax, bar_label);
+    lp_draw_diverging_bar(&c, IMP_LEFT + n_h * cw + 28, IMP_TOP + 8, bar_h - 16, vmax, nonnegative,
+                          bar_label);
     return lp_canvas_end(&c, err);
 }
 

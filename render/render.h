@@ -203,6 +203,20 @@ lp_status lp_render_value_matrix(const double *values, int64_t n_layers, int64_t
 /* t in [-1, 1] -> blue .. white (0) .. red. */
 lp_rgb lp_diverging_rgb(double t);
 
+/* `loupe diff` (render/diff.c), diff_id 0 = the latest stored in db. The layers x heads matrix of
+ * each head's mean Jensen-Shannon divergence (white at 0 to red, values written in), and one
+ * head's difference map B - A on the diverging colormap over [-vmax, vmax] (vmax the largest
+ * |difference| or opt->vmax), masked cells in the masked colour, A's token labels. The diff names
+ * its runs by the database paths diff was given: a path that is db_path's file is db itself,
+ * else it is opened as stored (relative to the current folder), else as the file of that name
+ * beside db_path; when neither opens, or the run there is gone or changed shape,
+ * LP_ERR_NOT_FOUND says which. */
+lp_status lp_render_diff_matrix(lp_store *db, int64_t diff_id, const lp_render_options *opt,
+                                const char *out_path, lp_error *err);
+lp_status lp_render_diff_head(lp_store *db, const char *db_path, int64_t diff_id, int64_t layer,
+                              int64_t head, const lp_render_options *opt, const char *out_path,
+                              lp_error *err);
+
 /* The same for a dataset's aggregate (loupe trace --prompts): each head's mean over the runs,
  * the largest standard deviation in the subtitle. */
 lp_status lp_render_dataset_stat(lp_store *db, const char *dataset, lp_head_stat stat,
@@ -220,6 +234,8 @@ lp_status lp_render_leak_plot(lp_store *db, const lp_store_run *run,
 typedef struct lp_viewer_options {
     uint64_t max_map_bytes; /* default 64 MiB */
     int64_t layer;          /* only this layer's heads; -1 = every layer (default) */
+    const char *db_path;    /* the database's file: a stored diff whose runs are both in it gets
+                             * its difference maps (NULL, the default: none) */
 } lp_viewer_options;
 
 void lp_viewer_options_default(lp_viewer_options *vopt);

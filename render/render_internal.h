@@ -87,6 +87,28 @@ void lp_draw_colorbar(lp_canvas *c, double x, double y, double w, double h,
 lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_options *opt,
                       double vmax, double x, double y, int cell_w, int cell_h, lp_error *err);
 
+/* A signed map (render/diff.c: allowed_max holds the value of largest |value| per display cell)
+ * on the diverging colormap over [-vmax, vmax]; masked cells in masked_rgb, NaN magenta, masked
+ * cells flagged LP_CELL_LEAK (they differ) outlined red. */
+lp_status lp_draw_signed_map(lp_canvas *c, const lp_pooled_map *map, double vmax, lp_rgb masked,
+                             double x, double y, int cell_w, int cell_h, lp_error *err);
+
+/* A single head's token labels on both axes of a map drawn at lay (render/heatmap.c). */
+void lp_draw_token_axes(lp_canvas *c, const lp_pooled_map *map, const lp_heatmap_layout *lay,
+                        char **pieces, int64_t n_pieces);
+
+/* A vertical bar of the diverging colormap, from -vmax (bottom) to +vmax (top), or from 0 to
+ * vmax (white to red) when nonnegative; labels at the ends and the middle, `label` above. */
+void lp_draw_diverging_bar(lp_canvas *c, double x, double y, double h, double vmax,
+                           bool nonnegative, const char *label);
+
+/* lp_render_value_matrix, or for values >= 0 (nonnegative: white at 0 to red at vmax, values
+ * written with 2 significant digits). */
+lp_status lp_render_matrix_picture(const double *values, int64_t n_layers, int64_t n_heads,
+                                   const char *title, const char *subtitle, const char *bar_label,
+                                   bool nonnegative, const lp_render_options *opt,
+                                   const char *out_path, lp_error *err);
+
 /* The top of the scale for maps whose largest value is max_value. */
 double lp_render_vmax(const lp_render_options *opt, double max_value);
 

@@ -37,6 +37,7 @@ void lp_viewer_options_default(lp_viewer_options *vopt)
 {
     vopt->max_map_bytes = (uint64_t)64 << 20;
     vopt->layer = -1;
+    vopt->db_path = NULL;
 }
 
 static lp_status out_of_memory(lp_error *err)

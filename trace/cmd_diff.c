@@ -130,7 +130,8 @@ static lp_status store_diff(const char *db, const side *a, const side *b, const 
     lp_store_diff row = {.a_db = a->path, .b_db = b->path, .a_run = a->run_id,
                          .b_run = b->run_id, .n_tokens = d->T, .n_layers = d->n_layers,
                          .n_heads = d->n_heads, .has_kl = d->has_kl, .js = d->js,
-                         .max_abs = d->max_abs, .kl = d->kl, .argmax_agree = d->argmax_agree};
+                         .max_abs = d->max_abs, .kl = d->kl, .stat_delta = d->stat_delta,
+                         .argmax_agree = d->argmax_agree};
     lp_status st = lp_store_open(db, &store, err);
     if (st == LP_OK)
         st = lp_store_add_diff(store, &row, diff_id, err);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "render_test_db.h"
+#include "trace/analysis/analysis.h"
 
 /* 3 layers x 4 heads of 6 tokens, every map and statistic stored, and perturbation checks of
  * which layer 2 and the logits failed. */
@@ -882,6 +883,141 @@ static void test_hostile_attention_rows(void **state)
     unlink(db_path);
 }
 
+/* Two runs over the same 4 tokens (1 layer x 2 heads): head 0's last row moves a quarter of its
+ * mass from key 0 to key 1, head 1 is stored for run 1 only. Diffed and stored, then drawn. */
+static void test_diff_pictures(void **state)
+{
+    (void)state;
+    char db_path[512], png[512];
+    tmp_path(db_path, sizeof db_path, "diff.db");
+    tmp_path(png, sizeof png, "diff.png");
+    new_db(db_path);
+    static const char *const pieces[] = {"<s>", " the", " cat", " sat"};
+    float v[16], w[16];
+    causal_uniform(v, 4, 4);
+    v[12] = 0.5f, v[13] = 0.25f, v[14] = 0.25f, v[15] = 0.0f;
+    memcpy(w, v, sizeof w);
+    w[12] = 0.25f, w[13] = 0.5f;
+    for (int64_t r = 1; r <= 2; r++) {
+        add_run(db_path, r, "complete", "trace", 4, 1, 2, NULL);
+        add_tokens(db_path, r, pieces, 4);
+        add_map(db_path, r, 0, 0, 4, 4, r == 1 ? v : w, false);
+        add_stats(db_path, r, 1, 2);
+        for (int64_t pos = 0; pos < 4; pos++) /* B's argmax differs at the last position */
+            lp_test_sql_exec(db_path, "INSERT INTO predictions (run_id, pos, rank, token_id, "
+                             "piece, prob, logit) VALUES (%lld, %lld, 0, %lld, 'x', 0.5, 1.0)",
+                             (long long)r, (long long)pos, (long long)(pos == 3 ? r : 0));
+    }
+    add_map(db_path, 1, 0, 1, 4, 4, v, false);
+    lp_error err = {0};
+    lp_store_run ra, rb;
+    lp_store *db = open_run(db_path, 1, &ra);
+    bool incomplete;
+    assert_int_equal(lp_store_read_run(db, 2, NULL, &rb, &incomplete, &err), LP_OK);
+    /* a run against itself is exactly 0 wherever both sides have the data */
+    lp_run_diff *self = NULL, *d = NULL;
+    if (lp_diff_runs(db, &ra, db, &ra, &self, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    for (int64_t i = 0; i < 2; i++) {
+        assert_true(self->js[i] == 0.0 && self->max_abs[i] == 0.0);
+        for (int k = 0; k < LP_STAT_COUNT; k++)
+            assert_true(self->stat_delta[i * LP_STAT_COUNT + k] == 0.0 ||
+                        (k >= LP_STAT_KEYS50 && isnan(self->stat_delta[i * LP_STAT_COUNT + k])));
+    }
+    assert_int_equal(lp_diff_runs(db, &ra, db, &rb, &d, &err), LP_OK);
+    assert_true(d->js[0] > 0 && fabs(d->max_abs[0] - 0.25) < 1e-7 && isnan(d->js[1]));
+    assert_true(d->argmax_agree[2] && !d->argmax_agree[3] && self->argmax_agree[3]);
+    lp_store *w_db;
+    assert_int_equal(lp_store_open(db_path, &w_db, &err), LP_OK);
+    int64_t id = 0;
+    lp_store_diff row = {.a_db = db_path, .b_db = db_path, .a_run = 1, .b_run = 2,
+                         .n_tokens = 4, .n_layers = 1, .n_heads = 2, .js = d->js,
+                         .max_abs = d->max_abs, .kl = d->kl, .stat_delta = d->stat_delta,
+                         .argmax_agree = d->argmax_agree};
+    assert_int_equal(lp_store_add_diff(w_db, &row, &id, &err), LP_OK);
+    /* a diff whose B is nowhere to be found */
+    row.b_db = "/nonexistent/b.db";
+    int64_t lost = 0;
+    assert_int_equal(lp_store_add_diff(w_db, &row, &lost, &err), LP_OK);
+    lp_store_close(w_db);
+    close_run(db, &ra);
+    lp_store_run_clear(&rb);
+    db = open_run(db_path, 1, &ra);
+
+    lp_store_diff_rows got;
+    assert_int_equal(lp_store_read_diff(db, id, &got, &err), LP_OK);
+    assert_true(got.js[0] == d->js[0] && isnan(got.js[1]) && got.max_abs[0] == d->max_abs[0]);
+    assert_true(got.stat_delta[LP_STAT_ENTROPY] == 0.0 && isnan(got.stat_delta[LP_STAT_KEYS50]));
+    assert_true(got.a_run == 1 && got.b_run == 2 && got.n_tokens == 4);
+    assert_true(got.argmax_agree[0] == 1 && got.argmax_agree[3] == 0 && isnan(got.kl[0]));
+    lp_store_diff_rows_clear(&got);
+    assert_int_equal(lp_store_read_diff(db, 0, &got, &err), LP_OK); /* the latest */
+    assert_int_equal(got.id, lost);
+    lp_store_diff_rows_clear(&got);
+    assert_int_equal(lp_store_read_diff(db, 99, &got, &err), LP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "no diff 99"));
+
+    /* the difference map: -0.25 blue, +0.25 red at vmax 0.25, unchanged white, masked grey */
+    lp_render_options opt;
+    lp_render_options_default(&opt);
+    opt.cell = 60;
+    lp_heatmap_layout lay;
+    assert_int_equal(lp_render_heatmap_layout(4, 4, &opt, &lay, &err), LP_OK);
+    assert_int_equal(lp_render_diff_head(db, db_path, id, 0, 0, &opt, png, &err), LP_OK);
+    png_image img = load_png(png);
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 0), ((lp_rgb){0x21, 0x66, 0xac}));
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 1), ((lp_rgb){0xb2, 0x18, 0x2b}));
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 2), ((lp_rgb){0xff, 0xff, 0xff}));
+    assert_rgb_equal(cell_pixel(&img, &lay, 1, 0), ((lp_rgb){0xff, 0xff, 0xff}));
+    assert_rgb_equal(cell_pixel(&img, &lay, 0, 1), lp_render_masked_rgb(&opt));
+    cairo_surface_destroy(img.surface);
+    /* --vmax 0.5: the same cells at half strength */
+    opt.vmax = 0.5;
+    assert_int_equal(lp_render_diff_head(db, db_path, id, 0, 0, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    assert_rgb_equal(cell_pixel(&img, &lay, 3, 1), lp_diverging_rgb(0.5));
+    cairo_surface_destroy(img.surface);
+    opt.vmax = 0;
+    /* head 1 has no map in run 2; B of the lost diff cannot be opened; heads out of range */
+    assert_int_equal(lp_render_diff_head(db, db_path, id, 0, 1, &opt, png, &err),
+                     LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_render_diff_head(db, db_path, lost, 0, 0, &opt, png, &err),
+                     LP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "'/nonexistent/b.db', which cannot be opened from here"));
+    assert_int_equal(lp_render_diff_head(db, db_path, id, 0, 2, &opt, png, &err), LP_ERR_RANGE);
+
+    /* the JS matrix: head 0 at the top of the scale (red), head 1 missing (masked colour);
+     * sampled by the cells' corners, away from the values written in */
+    assert_int_equal(lp_render_diff_matrix(db, id, &opt, png, &err), LP_OK);
+    img = load_png(png);
+    assert_rgb_equal(pixel(&img, 64 + 3, 104 + 3), ((lp_rgb){0xb2, 0x18, 0x2b}));
+    assert_rgb_equal(pixel(&img, 64 + 56 + 3, 104 + 3), lp_render_masked_rgb(&opt));
+    cairo_surface_destroy(img.surface);
+
+    /* a database from before diff_head_stats: the statistic changes read as NaN */
+    close_run(db, &ra);
+    lp_test_sql_exec(db_path, "DROP TABLE diff_head_stats");
+    db = open_run(db_path, 1, &ra);
+    assert_int_equal(lp_store_read_diff(db, id, &got, &err), LP_OK);
+    assert_true(got.js[0] == d->js[0] && isnan(got.stat_delta[LP_STAT_ENTROPY]));
+    lp_store_diff_rows_clear(&got);
+    close_run(db, &ra);
+    /* ... and the next writer creates it again */
+    assert_int_equal(lp_store_open(db_path, &w_db, &err), LP_OK);
+    lp_store_close(w_db);
+    db = open_run(db_path, 1, &ra);
+    int64_t *ids = NULL, n_ids = 0;
+    assert_int_equal(lp_store_list_diffs(db, &ids, &n_ids, &err), LP_OK);
+    assert_int_equal(n_ids, 2);
+    assert_true(ids[0] == id && ids[1] == lost);
+    free(ids);
+    close_run(db, &ra);
+    lp_run_diff_free(self);
+    lp_run_diff_free(d);
+    unlink(db_path);
+    unlink(png);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -897,6 +1033,7 @@ int main(void)
         cmocka_unit_test(test_decode_nan_and_selection),
         cmocka_unit_test(test_range_window),
         cmocka_unit_test(test_hostile_attention_rows),
+        cmocka_unit_test(test_diff_pictures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

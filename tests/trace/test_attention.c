@@ -393,6 +393,120 @@ static void test_attention_tiles(void **state)
     }
 }
 
+/* GQA and MQA: one call for the n_group query heads of a KV group (q interleaved per row as the
+ * forward pass stores it, outputs, maps and statistics per head) against naive per head (budgets
+ * as the basic cases') and against one call per head, bit for bit (same ISA, same sums). */
+typedef struct gqa_case {
+    const char *name;
+    int64_t n_q, n_k, head_dim, group, window;
+    bool per_head_alibi, has_sink;
+    lp_dtype kv;
+} gqa_case;
+
+static const gqa_case gqa_cases[] = {
+    {"gqa4-hd64-133", 133, 133, 64, 4, 0, false, false, 0},
+    {"gqa8-hd128-f16", 70, 70, 128, 8, 20, false, false, F16},
+    {"gqa4-hd96-bf16", 9, 100, 96, 4, 0, true, true, BF16},
+    {"mqa16-hd80", 47, 47, 80, 16, 0, true, false, 0},
+};
+
+static void run_gqa_case(const gqa_case *gc)
+{
+    const int64_t G = gc->group, hd = gc->head_dim, q_stride = G * hd + 3, out_stride = hd + 2;
+    float *q = rnd_array(gc->n_q * q_stride);
+    kv_store k = make_kv(gc->kv, gc->n_k * hd), v = make_kv(gc->kv, gc->n_k * hd);
+    float slopes[16];
+    for (int64_t g = 0; g < G; g++)
+        slopes[g] = 0.5f / (float)(g + 1);
+    lp_mask_spec mask = lp_mask_causal(gc->n_q, gc->n_k);
+    mask.window = gc->window;
+    attn_case tc = {gc->name, gc->n_q, gc->n_k, hd, hd, gc->window, true, 0, 0, 0.0f, 0.1f,
+                    -1, 0.0f, gc->has_sink, 0.75f, gc->kv};
+    lp_attn_args a = {
+        .q = q, .k = k.data, .v = v.data, .n_q = gc->n_q, .n_k = gc->n_k, .head_dim = hd,
+        .v_dim = hd, .q_stride = q_stride, .k_stride = hd, .v_stride = hd,
+        .out_stride = out_stride, .scale = tc.scale, .mask = &mask, .local_window = 4,
+        .has_sink = gc->has_sink, .sink_logit = tc.sink, .kv_dtype = gc->kv, .n_group = G,
+        .q_head_stride = hd, .out_head_stride = gc->n_q * out_stride,
+        .probs_head_stride = gc->n_q * gc->n_k, .stats_head_stride = gc->n_q,
+        .alibi_slopes = gc->per_head_alibi ? slopes : NULL,
+    };
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    for (int si = 0; si < n_isas; si++) {
+        assert_true(lp_kernels_set_isa(isas[si]));
+        for (int fi = 0; fi < 2; fi++) {
+            void (*fn)(const lp_attn_args *) = fi ? lp_attention_ref : lp_attention;
+            float *outs[2], *probs[2];
+            lp_attn_row_stats *st[2];
+            for (int split = 0; split < 2; split++) { /* 0: the group in one call, 1: per head */
+                outs[split] = nan_array(G * gc->n_q * out_stride);
+                probs[split] = nan_array(G * gc->n_q * gc->n_k);
+                st[split] = malloc((size_t)(G * gc->n_q) * sizeof **st);
+                assert_non_null(st[split]);
+                lp_attn_args call = a;
+                call.out = outs[split];
+                call.probs = probs[split];
+                call.row_stats = st[split];
+                if (!split) {
+                    fn(&call);
+                    continue;
+                }
+                for (int64_t g = 0; g < G; g++) {
+                    lp_attn_args head = lp_attn_group_head(&call, g);
+                    fn(&head);
+                }
+            }
+            attn_errors worst = {0.0, 0.0, 0.0};
+            for (int64_t g = 0; g < G; g++) {
+                lp_attn_args call = a;
+                call.out = outs[0];
+                call.probs = probs[0];
+                call.row_stats = st[0];
+                lp_attn_args head = lp_attn_group_head(&call, g);
+                tc.alibi = head.alibi_slope;
+                attn_want w = {malloc((size_t)(gc->n_q * hd) * sizeof(double)),
+                               malloc((size_t)(gc->n_q * gc->n_k) * sizeof(double)),
+                               malloc((size_t)gc->n_q * sizeof(double))};
+                assert_true(w.out && w.p && w.sink);
+                naive_attention(&head, k.decoded, v.decoded, w.out, w.p, w.sink);
+                attn_errors e = compare_run(&tc, &head, &w);
+                worst.out = e.out > worst.out || isnan(e.out) ? e.out : worst.out;
+                worst.p = e.p > worst.p || isnan(e.p) ? e.p : worst.p;
+                worst.stat = e.stat > worst.stat || isnan(e.stat) ? e.stat : worst.stat;
+                free(w.out);
+                free(w.p);
+                free(w.sink);
+            }
+            printf("attention %-16s %-5s %-4s group %2lld: worst |out| %.1e (budget 2e-6), |p| "
+                   "%.1e (1e-6), stats %.1e (5e-5); equal to one call per head\n",
+                   gc->name, fi ? "ref" : "tiled", lp_isa_name(lp_kernels_isa()), (long long)G,
+                   worst.out, worst.p, worst.stat);
+            assert_true(worst.out <= 2e-6);
+            assert_true(worst.p <= 1e-6);
+            assert_true(worst.stat <= 5e-5);
+            assert_memory_equal(outs[0], outs[1], (size_t)(G * gc->n_q * out_stride) * sizeof(float));
+            assert_memory_equal(probs[0], probs[1], (size_t)(G * gc->n_q * gc->n_k) * sizeof(float));
+            assert_memory_equal(st[0], st[1], (size_t)(G * gc->n_q) * sizeof **st);
+            for (int t = 0; t < 2; t++) {
+                free(outs[t]);
+                free(probs[t]);
+                free(st[t]);
+            }
+        }
+    }
+    free(q);
+    free_kv(&k);
+    free_kv(&v);
+}
+
+static void test_attention_gqa(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof gqa_cases / sizeof gqa_cases[0]; c++)
+        run_gqa_case(&gqa_cases[c]);
+}
+
 /* A head computed in row ranges (as the forward pass splits it across threads) equals the
  * whole call bit for bit: outputs, probabilities and statistics, every ISA. */
 static void test_attention_row_ranges(void **state)
@@ -713,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_attention_threads),
         cmocka_unit_test(test_attention_tiles),
         cmocka_unit_test(test_attention_row_ranges),
+        cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_attention_nan),
         cmocka_unit_test(test_attention_sparsity_known_rows),
         cmocka_unit_test(test_attention_sparsity_isas),

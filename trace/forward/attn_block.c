@@ -13,8 +13,11 @@ enum { LP_FW_MAX_CHUNKS = 64 };
 typedef struct head_task {
     const lp_fw_pass *p;
     const lp_fw_heads *h;
-    int head0; /* first head of this group; task i runs head head0 + i / n_chunks into
-                  probability slot i / n_chunks, query rows of chunk i % n_chunks */
+    int head0; /* first head of this round; task i runs heads_per_task heads from head0 +
+                  (i / n_chunks) * heads_per_task into the probability slots from there, query
+                  rows of chunk i % n_chunks */
+    int heads_per_task; /* the KV group when the round holds whole groups (they share each
+                           packed K/V block), else 1 */
     bool with_probs;
     int n_chunks;
     int64_t chunk_rows[LP_FW_MAX_CHUNKS + 1]; /* row boundaries of the chunks */
@@ -27,7 +30,7 @@ static void run_head(void *ctx, int64_t task)
     const lp_fw_pass *p = ht->p;
     const lp_model *m = p->m;
     const lp_arch *a = &m->arch;
-    int64_t slot = task / ht->n_chunks, chunk = task % ht->n_chunks;
+    int64_t slot = task / ht->n_chunks * ht->heads_per_task, chunk = task % ht->n_chunks;
     int head = ht->head0 + (int)slot;
     int64_t kv_head = head / h->group, T = p->T;
     const lp_fw_kv_source *kv = &h->kv;
@@ -47,6 +50,9 @@ static void run_head(void *ctx, int64_t task)
         .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
         .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f, .kv_dtype = kv->dtype,
         .row_begin = ht->chunk_rows[chunk], .row_end = ht->chunk_rows[chunk + 1],
+        .n_group = ht->heads_per_task, .q_head_stride = h->q_step, .out_head_stride = h->v_dim,
+        .probs_head_stride = p->plan.slot_stride, .stats_head_stride = T,
+        .alibi_slopes = m->alibi_slopes ? m->alibi_slopes + head : NULL,
     };
     lp_attention(&args);
 }
@@ -251,9 +257,10 @@ lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
         group = 1;
     for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
         int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
-        head_task task = {p, heads, h0, any_probs, 1, {0}};
+        bool whole_groups = heads->group > 1 && h0 % heads->group == 0 && n % heads->group == 0;
+        head_task task = {p, heads, h0, whole_groups ? (int)heads->group : 1, any_probs, 1, {0}};
         plan_chunks(p, &task);
-        lp_fw_pool_or_serial(p->pool, n * task.n_chunks, run_head, &task);
+        lp_fw_pool_or_serial(p->pool, n / task.heads_per_task * task.n_chunks, run_head, &task);
         lp_status st = emit_head_maps(p, l, h0, n, any_probs);
         if (st != LP_OK)
             return st;

@@ -21,6 +21,8 @@
  * p = exp(s - m) / l: exact, not rescaled, bit for bit the scores of the first pass.
  * A learned sink starts each row as if one key with score sink_logit and a zero value row had
  * been seen (m = sink_logit, l = 1); the max probability uses the largest real score kmax.
+ * GQA (n_group > 1): the group's query heads share the call's packed K/V; pass 1 runs each
+ * head's tile against a key block before moving to the next, so the block is in L1 for all.
  * A non-finite score (NaN or overflow in q or k) poisons its row: output, visible probabilities
  * and statistics become NaN instead of a plausible-looking distribution. When the packed copy
  * cannot be allocated the reference runs instead (it needs no scratch).
@@ -53,8 +55,11 @@ typedef struct att_call {
     const float *v0;  /* V row kbase as f32 */
     int64_t v_stride; /* between f32 V rows */
     float *v_conv;    /* owned contiguous f32 copy of the V rows */
-    float *qp;        /* the current query tile, packed [head_dim][LP_ATTN_MR] */
+    float *qp;        /* the current query tile of each head, packed [n_heads][head_dim][LP_ATTN_MR] */
     float *rowp;      /* with row_stats: [LP_ATTN_MR][n_k] probabilities for the sparsity sort */
+    int64_t n_heads;  /* the query heads of the KV group */
+    lp_attn_args *heads; /* [n_heads]: each head as a call of its own (lp_attn_group_head) */
+    row_state *rs;    /* [n_heads][LP_ATTN_MR]: the current tile's rows */
 } att_call;
 
 static float *alloc_aligned_floats(int64_t n)
@@ -319,41 +324,18 @@ static void row_probs_block(const lp_kernel_table *kt, const lp_attn_args *a, co
     kt->scale(dst, 1.0f / rs->l, j1 - j0);
 }
 
-/* One tile of up to LP_ATTN_MR query rows from i0: both passes. */
-static void query_tile(const att_call *c, int64_t i0, int rows)
+/* Pass 2 of one head's tile: exact probabilities (and the sparsity sort) once its rows' final
+ * m and l are known, the scores recomputed block by block as pass 1 computed them. */
+static void tile_probs(const att_call *c, const lp_attn_args *a, const row_state *rs,
+                       const float *qp, int64_t i0, int rows, int64_t kb_first, int64_t k_hi)
 {
     const lp_kernel_table *kt = c->kt;
-    const lp_attn_args *a = c->a;
-    row_state rs[LP_ATTN_MR];
-    float S[LP_ATTN_MR * ATT_BK], raw[ATT_BK];
-    int64_t k_lo = a->n_k, k_hi = 0; /* the keys any row of the tile sees */
-    pack_queries(a, i0, rows, c->qp);
-    for (int r = 0; r < rows; r++) {
-        row_init(a, i0 + r, &rs[r]);
-        if (rs[r].lo < rs[r].hi) {
-            k_lo = rs[r].lo < k_lo ? rs[r].lo : k_lo;
-            k_hi = rs[r].hi > k_hi ? rs[r].hi : k_hi;
-        }
-    }
-    /* blocks aligned to ATT_BK from key 0, so both passes see the same blocks */
-    int64_t kb_first = k_lo / ATT_BK * ATT_BK;
-    for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
-        int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
-        tile_scores(c, c->qp, rows, kb, kn, S);
-        for (int r = 0; r < rows; r++)
-            row_take_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK, raw);
-        kt->attn_pv(S, ATT_BK, rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
-                    a->out + i0 * a->out_stride, a->out_stride, a->v_dim);
-    }
-    for (int r = 0; r < rows; r++)
-        row_finish(kt, a, &rs[r], i0 + r);
-    if (!a->probs && !a->row_stats)
-        return;
+    float S[LP_ATTN_MR * ATT_BK];
     for (int r = 0; r < rows && a->probs; r++)
         row_probs_frame(a, &rs[r], i0 + r);
     for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
         int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
-        tile_scores(c, c->qp, rows, kb, kn, S);
+        tile_scores(c, qp, rows, kb, kn, S);
         for (int r = 0; r < rows; r++) {
             float *prow = a->probs ? a->probs + (i0 + r) * a->n_k : c->rowp + r * a->n_k;
             row_probs_block(kt, a, &rs[r], prow, kb, kn, S + r * ATT_BK);
@@ -371,9 +353,62 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
     }
 }
 
+/* One tile of up to LP_ATTN_MR query rows from i0, for every head of the group: both passes.
+ * Pass 1 runs the group's heads inside the key-block loop, so each packed 64-key block of K and
+ * V is read from L1 by all of them. */
+static void query_tile(const att_call *c, int64_t i0, int rows)
+{
+    const lp_kernel_table *kt = c->kt;
+    const int64_t hd = c->a->head_dim;
+    float S[LP_ATTN_MR * ATT_BK], raw[ATT_BK];
+    for (int64_t g = 0; g < c->n_heads; g++) {
+        pack_queries(&c->heads[g], i0, rows, c->qp + g * LP_ATTN_MR * hd);
+        for (int r = 0; r < rows; r++)
+            row_init(&c->heads[g], i0 + r, &c->rs[g * LP_ATTN_MR + r]);
+    }
+    int64_t k_lo = c->a->n_k, k_hi = 0; /* the keys any row of the tile sees (same mask per head) */
+    for (int r = 0; r < rows; r++)
+        if (c->rs[r].lo < c->rs[r].hi) {
+            k_lo = c->rs[r].lo < k_lo ? c->rs[r].lo : k_lo;
+            k_hi = c->rs[r].hi > k_hi ? c->rs[r].hi : k_hi;
+        }
+    /* blocks aligned to ATT_BK from key 0, so both passes see the same blocks */
+    int64_t kb_first = k_lo / ATT_BK * ATT_BK;
+    for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
+        int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
+        for (int64_t g = 0; g < c->n_heads; g++) {
+            const lp_attn_args *a = &c->heads[g];
+            row_state *rs = c->rs + g * LP_ATTN_MR;
+            tile_scores(c, c->qp + g * LP_ATTN_MR * hd, rows, kb, kn, S);
+            for (int r = 0; r < rows; r++)
+                row_take_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK, raw);
+            kt->attn_pv(S, ATT_BK, rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
+                        a->out + i0 * a->out_stride, a->out_stride, a->v_dim);
+        }
+    }
+    for (int64_t g = 0; g < c->n_heads; g++)
+        for (int r = 0; r < rows; r++)
+            row_finish(kt, &c->heads[g], &c->rs[g * LP_ATTN_MR + r], i0 + r);
+    if (!c->a->probs && !c->a->row_stats)
+        return;
+    for (int64_t g = 0; g < c->n_heads; g++)
+        tile_probs(c, &c->heads[g], c->rs + g * LP_ATTN_MR, c->qp + g * LP_ATTN_MR * hd, i0, rows,
+                   kb_first, k_hi);
+}
+
+static void call_free(att_call *c)
+{
+    free(c->rowp);
+    free(c->qp);
+    free(c->kp);
+    free(c->v_conv);
+    free(c->rs);
+    free(c->heads);
+}
+
 void lp_attention(const lp_attn_args *a)
 {
-    att_call c = {lp_kernels_table(), a, 0, 0, 0, 0, NULL, NULL, 0, NULL, NULL, NULL};
+    att_call c = {.kt = lp_kernels_table(), .a = a, .n_heads = lp_attn_group_size(a)};
     lp_attn_rows(a, &c.row_begin, &c.row_end);
     /* the keys any computed row sees */
     int64_t k_lo = a->n_k, k_hi = 0;
@@ -388,23 +423,21 @@ void lp_attention(const lp_attn_args *a)
     }
     c.kbase = k_lo < k_hi ? k_lo / ATT_BK * ATT_BK : 0;
     c.khi = k_lo < k_hi ? k_hi : 0;
-    c.qp = alloc_aligned_floats(LP_ATTN_MR * a->head_dim);
+    c.qp = alloc_aligned_floats(c.n_heads * LP_ATTN_MR * a->head_dim);
+    c.rs = malloc((size_t)c.n_heads * LP_ATTN_MR * sizeof *c.rs);
+    c.heads = malloc((size_t)c.n_heads * sizeof *c.heads);
     if (a->row_stats)
         c.rowp = alloc_aligned_floats(LP_ATTN_MR * a->n_k);
-    if (!c.qp || (a->row_stats && !c.rowp) || !call_pack(&c)) { /* the reference needs less */
-        free(c.rowp);
-        free(c.qp);
-        free(c.kp);
-        free(c.v_conv);
+    if (!c.qp || !c.rs || !c.heads || (a->row_stats && !c.rowp) || !call_pack(&c)) {
+        call_free(&c); /* the reference needs less */
         lp_attention_ref(a);
         return;
     }
+    for (int64_t g = 0; g < c.n_heads; g++)
+        c.heads[g] = lp_attn_group_head(a, g);
     for (int64_t i0 = c.row_begin; i0 < c.row_end; i0 += LP_ATTN_MR) {
         int rows = c.row_end - i0 < LP_ATTN_MR ? (int)(c.row_end - i0) : LP_ATTN_MR;
         query_tile(&c, i0, rows);
     }
-    free(c.rowp);
-    free(c.qp);
-    free(c.kp);
-    free(c.v_conv);
+    call_free(&c);
 }

@@ -131,6 +131,14 @@ typedef struct lp_attn_args {
     /* Only query rows [row_begin, row_end) are computed (out, probs and row_stats rows of the
      * others untouched): how callers split one head across threads. Both 0 = every row. */
     int64_t row_begin, row_end;
+    /* GQA: n_group query heads (0 or 1 = just this one) share this K and V. Head g of the group
+     * reads q + g * q_head_stride and writes out + g * out_head_stride, probs + g *
+     * probs_head_stride and row_stats + g * stats_head_stride; its ALiBi slope is
+     * alibi_slopes[g] when alibi_slopes is given, else alibi_slope. Each K/V block is packed
+     * once and multiplied by every head of the group while it is in L1. */
+    int64_t n_group;
+    int64_t q_head_stride, out_head_stride, probs_head_stride, stats_head_stride;
+    const float *alibi_slopes; /* [n_group] or NULL */
 } lp_attn_args;
 
 void lp_attention(const lp_attn_args *args);

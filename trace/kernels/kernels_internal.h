@@ -223,6 +223,29 @@ static inline void lp_attn_rows(const lp_attn_args *a, int64_t *begin, int64_t *
         *begin = *end;
 }
 
+/* The query heads an attention call computes against its K/V (n_group, at least 1). */
+static inline int64_t lp_attn_group_size(const lp_attn_args *a)
+{
+    return a->n_group > 1 ? a->n_group : 1;
+}
+
+/* Head g of a call's group as a call of its own (n_group 1): its q, out, probs, row_stats and
+ * ALiBi slope. */
+static inline lp_attn_args lp_attn_group_head(const lp_attn_args *a, int64_t g)
+{
+    lp_attn_args h = *a;
+    h.n_group = 1;
+    if (g == 0 && !a->alibi_slopes)
+        return h;
+    h.q = a->q + g * a->q_head_stride;
+    h.out = a->out + g * a->out_head_stride;
+    h.probs = a->probs ? a->probs + g * a->probs_head_stride : NULL;
+    h.row_stats = a->row_stats ? a->row_stats + g * a->stats_head_stride : NULL;
+    h.alibi_slope = a->alibi_slopes ? a->alibi_slopes[g] : a->alibi_slope;
+    h.alibi_slopes = NULL;
+    return h;
+}
+
 /* Element d of row j of a K or V matrix (row stride in elements) as f32. */
 static inline float lp_attn_kv_at(lp_dtype dt, const void *base, int64_t stride, int64_t j,
                                   int64_t d)

@@ -368,7 +368,18 @@ static void ref_softmax_row(const lp_attn_args *a, int64_t i, int64_t lo, int64_
     st->row_sum = (float)total;
 }
 
+static void attention_ref_head(const lp_attn_args *a);
+
 void lp_attention_ref(const lp_attn_args *a)
+{
+    for (int64_t g = 0; g < lp_attn_group_size(a); g++) {
+        lp_attn_args head = lp_attn_group_head(a, g);
+        attention_ref_head(&head);
+    }
+}
+
+/* One query head: every row materialized, softmax in the definition's order. */
+static void attention_ref_head(const lp_attn_args *a)
 {
     int64_t begin, end;
     lp_attn_rows(a, &begin, &end);

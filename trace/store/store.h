@@ -204,13 +204,14 @@ lp_status lp_store_add_logit_lens(lp_store *store, int64_t n_layers, int64_t n_p
                                   const int32_t *tokens, const float *probs,
                                   const double *layer_nll, lp_error *err);
 
-/* loupe diff's result, stored as a diffs row with diff_heads (js[L * H], max_abs[L * H]) and
- * diff_positions (kl[n_tokens], argmax_agree[n_tokens]) rows; NaN = NULL. */
+/* loupe diff's result, stored as a diffs row with diff_heads (js[L * H], max_abs[L * H]),
+ * diff_head_stats (stat_delta[(l * H + h) * LP_STAT_COUNT + stat], B - A of every head_stats
+ * column) and diff_positions (kl[n_tokens], argmax_agree[n_tokens]) rows; NaN = NULL. */
 typedef struct lp_store_diff {
     const char *a_db, *b_db;
     int64_t a_run, b_run, n_tokens, n_layers, n_heads;
     bool has_kl;
-    const double *js, *max_abs, *kl;
+    const double *js, *max_abs, *kl, *stat_delta;
     const bool *argmax_agree;
 } lp_store_diff;
 /* All of it in one transaction of its own (no run may be open); *diff_id the new diffs.id. */
@@ -337,6 +338,25 @@ typedef struct lp_store_logit_lens {
 lp_status lp_store_read_logit_lens(lp_store *store, const lp_store_run *run,
                                    lp_store_logit_lens *out, lp_error *err);
 void lp_store_logit_lens_clear(lp_store_logit_lens *lens);
+
+/* A stored `loupe diff` (trace/store/diff_store.c): the diffs row and its rows as arrays, NaN
+ * where NULL or missing. a_db/b_db are the paths as diff was given them (malloc'd). */
+typedef struct lp_store_diff_rows {
+    int64_t id, a_run, b_run, n_tokens, n_layers, n_heads;
+    char *a_db, *b_db;
+    bool has_kl;
+    double *js, *max_abs;  /* [n_layers * n_heads] */
+    double *stat_delta;    /* [n_layers * n_heads * LP_STAT_COUNT], NaN for databases before it */
+    double *kl;            /* [n_tokens] */
+    int8_t *argmax_agree;  /* [n_tokens] 1, 0, or -1 where the row is missing */
+} lp_store_diff_rows;
+/* diff_id > 0: that diff; 0: the latest. LP_ERR_NOT_FOUND (naming `loupe diff` and the ids the
+ * database has) when there is none; LP_ERR_FORMAT for a row whose shape is out of range. */
+lp_status lp_store_read_diff(lp_store *store, int64_t diff_id, lp_store_diff_rows *out,
+                             lp_error *err);
+void lp_store_diff_rows_clear(lp_store_diff_rows *d);
+/* The ids of every stored diff in order (*ids malloc'd, NULL when n is 0; none is not an error). */
+lp_status lp_store_list_diffs(lp_store *store, int64_t **ids, int64_t *n, lp_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Reading what a run holds beyond maps (trace/store/read_rows.c): for `loupe export` and the HTML

@@ -45,7 +45,7 @@ static const char sql_foreign_tables[] =
     "IN ('meta', 'runs', 'tokens', 'attention', 'head_stats', 'predictions', 'logits', "
     "'expert_routing', 'router_stats', 'leak_checks', 'datasets', 'dataset_stats', "
     "'eval_results', 'token_nll', 'head_importance', 'pruning_plan', 'logit_lens', "
-    "'logit_lens_layers', 'diffs', 'diff_heads', 'diff_positions') ORDER BY name";
+    "'logit_lens_layers', 'diffs', 'diff_heads', 'diff_head_stats', 'diff_positions') ORDER BY name";
 static const char sql_insert_run[] =
     "INSERT INTO runs (status, kind, model_path, model_format, architecture, arch_json, prompt, "
     "n_tokens, n_layers, n_heads, n_threads, isa, loupe_version, maps_dtype, dataset, "
