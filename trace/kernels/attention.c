@@ -46,6 +46,11 @@ typedef struct row_state {
 } row_state;
 
 /* The packed keys and f32 values of one call: keys [kbase, khi) (kbase a multiple of ATT_BK). */
+/* lp_attn_set_sparsity's switch (bench only). */
+static bool sparsity_on = true;
+
+void lp_attn_set_sparsity(bool on) { sparsity_on = on; }
+
 typedef struct att_call {
     const lp_kernel_table *kt;
     const lp_attn_args *a;
@@ -341,7 +346,7 @@ static void tile_probs(const att_call *c, const lp_attn_args *a, const row_state
             row_probs_block(kt, a, &rs[r], prow, kb, kn, S + r * ATT_BK);
         }
     }
-    for (int r = 0; r < rows && a->row_stats; r++) {
+    for (int r = 0; r < rows && a->row_stats && sparsity_on; r++) {
         const row_state *q = &rs[r];
         if (q->poisoned || row_empty(q) || q->lo >= q->hi)
             continue; /* NaN or 0 already */
