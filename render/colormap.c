@@ -138,3 +138,17 @@ double lp_render_vmax(const lp_render_options *opt, double max_value)
         return max_value;
     return 1.0; /* an all-zero map: any positive top draws it as the bottom colour */
 }
+
+/* t in [-1, 1] -> blue (#2166ac) .. white .. red (#b2182b), linear in each half. */
+lp_rgb lp_diverging_rgb(double t)
+{
+    if (!(t == t))
+        t = 0;
+    t = t < -1 ? -1 : (t > 1 ? 1 : t);
+    const double lo[3] = {0x21, 0x66, 0xac}, hi[3] = {0xb2, 0x18, 0x2b};
+    const double *end = t < 0 ? lo : hi;
+    double a = fabs(t), c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = 255.0 + (end[i] - 255.0) * a;
+    return (lp_rgb){(uint8_t)lround(c[0]), (uint8_t)lround(c[1]), (uint8_t)lround(c[2])};
+}

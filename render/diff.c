@@ -1,5 +1,5 @@
 /* `loupe diff` drawn: one head's difference map B - A on a diverging colormap centred on 0, and
- * the layers x heads matrix of the mean Jensen-Shannon divergence. The diff row names its two
+ * the layers x heads matrices of the mean Jensen-Shannon divergence and the largest |B - A|. The diff row names its two
  * runs by database path; the maps are read from there through the store's typed reads. */
 #define _POSIX_C_SOURCE 200809L
 #include "render/render.h"
@@ -31,7 +31,7 @@ static void side_close(diff_side *s)
     memset(s, 0, sizeof *s);
 }
 
-static bool same_file(const char *a, const char *b)
+bool lp_render_same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
     return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
@@ -43,7 +43,7 @@ static bool same_file(const char *a, const char *b)
 static lp_status open_side_store(lp_store *db, const char *db_path, const char *stored,
                                  diff_side *s, lp_error *err)
 {
-    if (same_file(stored, db_path)) {
+    if (lp_render_same_file(stored, db_path)) {
         s->store = db;
         snprintf(s->path, sizeof s->path, "%s", db_path);
         return LP_OK;
@@ -314,7 +314,7 @@ lp_status lp_render_diff_matrix(lp_store *db, int64_t diff_id, const lp_render_o
              (long long)d.n_tokens, max_abs, kl,
              n_agree > 0 ? 100.0 * agree / (double)n_agree : 100.0);
     s = lp_render_matrix_picture(d.js, d.n_layers, d.n_heads, title, subtitle, "mean JS", true,
-                                 opt, out_path, err);
+                                 d.max_abs, "max |B - A|", opt, out_path, err);
     lp_store_diff_rows_clear(&d);
     return s;
 }

@@ -10,20 +10,6 @@
 
 #include "render/render_internal.h"
 
-/* t in [-1, 1] -> blue (#2166ac) .. white .. red (#b2182b), linear in each half. */
-lp_rgb lp_diverging_rgb(double t)
-{
-    if (!(t == t))
-        t = 0;
-    t = t < -1 ? -1 : (t > 1 ? 1 : t);
-    const double lo[3] = {0x21, 0x66, 0xac}, hi[3] = {0xb2, 0x18, 0x2b};
-    const double *end = t < 0 ? lo : hi;
-    double a = fabs(t), c[3];
-    for (int i = 0; i < 3; i++)
-        c[i] = 255.0 + (end[i] - 255.0) * a;
-    return (lp_rgb){(uint8_t)lround(c[0]), (uint8_t)lround(c[1]), (uint8_t)lround(c[2])};
-}
-
 static lp_rgb ink_on(lp_rgb bg)
 {
     double y = 0.2126 * bg.r + 0.7152 * bg.g + 0.0722 * bg.b;
@@ -59,33 +45,21 @@ lp_status lp_render_value_matrix(const double *values, int64_t n_l, int64_t n_h,
                                  const lp_render_options *opt, const char *out_path,
                                  lp_error *err)
 {
-    return lp_render_matrix_picture(values, n_l, n_h, title, subtitle, bar_label, false, opt,
-                                    out_path, err);
+    return lp_render_matrix_picture(values, n_l, n_h, title, subtitle, bar_label, false, NULL,
+                                    NULL, opt, out_path, err);
 }
 
-lp_status lp_render_matrix_picture(const double *values, int64_t n_l, int64_t n_h,
-                                   const char *title, const char *subtitle, const char *bar_label,
-                                   bool nonnegative, const lp_render_options *opt,
-                                   const char *out_path, lp_error *err)
+/* One layers x heads panel with its left edge at x0: cells, values, frame, labels and its bar. */
+static void draw_matrix_panel(lp_canvas *c, const double *values, int64_t n_l, int64_t n_h,
+                              int64_t cw, int64_t ch, double x0, double vmax, bool nonnegative,
+                              const char *bar_label, const lp_render_options *opt)
 {
-    int64_t cw = 1400 / n_h, ch = 1000 / n_l;
-    cw = cw > 56 ? 56 : (cw < 8 ? 8 : cw);
-    ch = ch > 30 ? 30 : (ch < 6 ? 6 : ch);
-    bool annotate = cw >= 34 && ch >= 14;
-    int64_t width = IMP_LEFT + n_h * cw + IMP_RIGHT, height = IMP_TOP + n_l * ch + IMP_BOTTOM;
-    width = width < 560 ? 560 : width;
-    height = height < IMP_TOP + 160 + IMP_BOTTOM ? IMP_TOP + 160 + IMP_BOTTOM : height;
-    double vmax = opt->vmax; /* 0: the largest |value| */
-    if (vmax <= 0)
+    if (vmax <= 0) /* the largest |value| */
         for (int64_t i = 0; i < n_l * n_h; i++)
             if (isfinite(values[i]) && fabs(values[i]) > vmax)
                 vmax = fabs(values[i]);
     vmax = vmax > 0 ? vmax : 1;
-    lp_canvas c;
-    lp_status s = lp_canvas_begin_titled(&c, out_path, width, height, opt->zoom, title, err);
-    if (s)
-        return s;
-    lp_draw_title(&c, title, subtitle, NULL);
+    bool annotate = cw >= 34 && ch >= 14;
     lp_text_style vs = lp_text_style_default(ch >= 24 ? 11 : 10);
     vs.halign = LP_ALIGN_CENTER;
     vs.valign = LP_ALIGN_CENTER;
@@ -93,11 +67,11 @@ lp_status lp_render_matrix_picture(const double *values, int64_t n_l, int64_t n_
     lp_rgb missing = lp_render_masked_rgb(opt);
     for (int64_t l = 0; l < n_l; l++)
         for (int64_t h = 0; h < n_h; h++) {
-            double v = values[l * n_h + h], x = IMP_LEFT + h * cw, y = IMP_TOP + l * ch;
+            double v = values[l * n_h + h], x = x0 + h * cw, y = IMP_TOP + l * ch;
             lp_rgb bg = isfinite(v) ? lp_diverging_rgb(v / vmax) : missing;
-            lp_set_rgb(c.cr, bg);
-            cairo_rectangle(c.cr, x, y, cw, ch);
-            cairo_fill(c.cr);
+            lp_set_rgb(c->cr, bg);
+            cairo_rectangle(c->cr, x, y, cw, ch);
+            cairo_fill(c->cr);
             if (annotate) {
                 char buf[32];
                 if (isfinite(v) && nonnegative)
@@ -107,31 +81,56 @@ lp_status lp_render_matrix_picture(const double *values, int64_t n_l, int64_t n_
                 else
                     snprintf(buf, sizeof buf, "-");
                 vs.rgb = ink_on(bg);
-                lp_draw_text(&c, buf, x + cw / 2.0, y + ch / 2.0, &vs);
+                lp_draw_text(c, buf, x + cw / 2.0, y + ch / 2.0, &vs);
             }
         }
-    cairo_set_source_rgb(c.cr, LP_INK_R, LP_INK_G, LP_INK_B);
-    cairo_set_line_width(c.cr, 1);
-    cairo_rectangle(c.cr, IMP_LEFT - 0.5, IMP_TOP - 0.5, n_h * cw + 1, n_l * ch + 1);
-    cairo_stroke(c.cr);
+    cairo_set_source_rgb(c->cr, LP_INK_R, LP_INK_G, LP_INK_B);
+    cairo_set_line_width(c->cr, 1);
+    cairo_rectangle(c->cr, x0 - 0.5, IMP_TOP - 0.5, n_h * cw + 1, n_l * ch + 1);
+    cairo_stroke(c->cr);
     lp_text_style st = lp_text_style_default(11);
     st.halign = LP_ALIGN_END;
     st.valign = LP_ALIGN_CENTER;
     for (int64_t l = 0; l < n_l; l += (14 + ch - 1) / ch) {
         char label[32];
         snprintf(label, sizeof label, "L%lld", (long long)l);
-        lp_draw_text(&c, label, IMP_LEFT - 6, IMP_TOP + (l + 0.5) * ch, &st);
+        lp_draw_text(c, label, x0 - 6, IMP_TOP + (l + 0.5) * ch, &st);
     }
     st.halign = LP_ALIGN_CENTER;
     st.valign = LP_ALIGN_END;
     for (int64_t h = 0; h < n_h; h += (28 + cw - 1) / cw) {
         char label[32];
         snprintf(label, sizeof label, "H%lld", (long long)h);
-        lp_draw_text(&c, label, IMP_LEFT + (h + 0.5) * cw, IMP_TOP - 6, &st);
+        lp_draw_text(c, label, x0 + (h + 0.5) * cw, IMP_TOP - 6, &st);
     }
     double bar_h = n_l * ch < 160 ? 160 : (n_l * ch > 400 ? 400 : (double)(n_l * ch));
-    lp_draw_diverging_bar(&c, IMP_LEFT + n_h * cw + 28, IMP_TOP + 8, bar_h - 16, vmax, nonnegative,
+    lp_draw_diverging_bar(c, x0 + n_h * cw + 28, IMP_TOP + 8, bar_h - 16, vmax, nonnegative,
                           bar_label);
+}
+
+lp_status lp_render_matrix_picture(const double *values, int64_t n_l, int64_t n_h,
+                                   const char *title, const char *subtitle, const char *bar_label,
+                                   bool nonnegative, const double *second,
+                                   const char *second_label, const lp_render_options *opt,
+                                   const char *out_path, lp_error *err)
+{
+    int64_t cw = 1400 / n_h, ch = 1000 / n_l;
+    cw = cw > 56 ? 56 : (cw < 8 ? 8 : cw);
+    ch = ch > 30 ? 30 : (ch < 6 ? 6 : ch);
+    int64_t panel = IMP_LEFT + n_h * cw + IMP_RIGHT, height = IMP_TOP + n_l * ch + IMP_BOTTOM;
+    int64_t width = second ? 2 * panel : panel;
+    width = width < 560 ? 560 : width;
+    height = height < IMP_TOP + 160 + IMP_BOTTOM ? IMP_TOP + 160 + IMP_BOTTOM : height;
+    lp_canvas c;
+    lp_status s = lp_canvas_begin_titled(&c, out_path, width, height, opt->zoom, title, err);
+    if (s)
+        return s;
+    lp_draw_title(&c, title, subtitle, NULL);
+    draw_matrix_panel(&c, values, n_l, n_h, cw, ch, IMP_LEFT, opt->vmax, nonnegative, bar_label,
+                      opt);
+    if (second) /* its own scale: --vmax is the first panel's */
+        draw_matrix_panel(&c, second, n_l, n_h, cw, ch, (double)(panel + IMP_LEFT), 0,
+                          nonnegative, second_label, opt);
     return lp_canvas_end(&c, err);
 }
 

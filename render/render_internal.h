@@ -93,6 +93,9 @@ lp_status lp_draw_map(lp_canvas *c, const lp_pooled_map *map, const lp_render_op
 lp_status lp_draw_signed_map(lp_canvas *c, const lp_pooled_map *map, double vmax, lp_rgb masked,
                              double x, double y, int cell_w, int cell_h, lp_error *err);
 
+/* True when both paths name one existing file (device and inode; NULL is never the same). */
+bool lp_render_same_file(const char *a, const char *b);
+
 /* A single head's token labels on both axes of a map drawn at lay (render/heatmap.c). */
 void lp_draw_token_axes(lp_canvas *c, const lp_pooled_map *map, const lp_heatmap_layout *lay,
                         char **pieces, int64_t n_pieces);
@@ -103,10 +106,12 @@ void lp_draw_diverging_bar(lp_canvas *c, double x, double y, double h, double vm
                            bool nonnegative, const char *label);
 
 /* lp_render_value_matrix, or for values >= 0 (nonnegative: white at 0 to red at vmax, values
- * written with 2 significant digits). */
+ * written with 2 significant digits); second (may be NULL) a panel beside it on its own scale
+ * (opt->vmax is the first panel's), its bar labelled second_label. */
 lp_status lp_render_matrix_picture(const double *values, int64_t n_layers, int64_t n_heads,
                                    const char *title, const char *subtitle, const char *bar_label,
-                                   bool nonnegative, const lp_render_options *opt,
+                                   bool nonnegative, const double *second,
+                                   const char *second_label, const lp_render_options *opt,
                                    const char *out_path, lp_error *err);
 
 /* The top of the scale for maps whose largest value is max_value. */

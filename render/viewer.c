@@ -331,7 +331,7 @@ static lp_status write_page(FILE *f, lp_store *db, const lp_store_run *run,
     rep->max_block = 1;
     lp_status st = embed_maps(f, db, run, opt, vopt, root, rep, err);
     if (st == LP_OK)
-        st = lp_viewer_describe_run(db, run, opt, root, err);
+        st = lp_viewer_describe_run(db, run, opt, vopt, root, err);
     char *json = st == LP_OK ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     if (st == LP_OK && !json)

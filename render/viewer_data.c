@@ -1,5 +1,6 @@
 /* The viewer's JSON: the run, its tokens, the drawing options and colormaps, and the optional
- * sections (head statistics, leak checks, predictions, head importance, logit lens), each read through trace/store/store.h.
+ * sections (head statistics, leak checks, predictions, head importance, logit lens, diffs), each
+ * read through trace/store/store.h.
  *
  * Adding a section (a table another engineer adds to the store, say head importance):
  *   1. a function `static lp_status section_NAME(lp_store *, const lp_store_run *, json_t **out,
@@ -303,6 +304,125 @@ static lp_status section_logit_lens(lp_store *db, const lp_store_run *run, json_
     return st == LP_OK && !ok ? out_of_memory(err) : st;
 }
 
+/* Difference maps embedded per diff at most (floats as JSON numbers: a few MB of page). */
+#define DIFF_MAX_CELLS (1 << 18)
+
+/* One diff's B - A maps, [n_layers * n_heads] arrays of [n_q * n_k] (null where a run has no
+ * map), when both its runs are in the page's database and the maps fit DIFF_MAX_CELLS; else
+ * "maps_absent" says why. */
+static lp_status diff_maps(lp_store *db, const char *db_path, const lp_store_diff_rows *d,
+                           json_t *entry, bool *ok, lp_error *err)
+{
+    const char *why = NULL;
+    lp_store_run ra = {0}, rb = {0};
+    bool incomplete, have_a = false, have_b = false;
+    if (!lp_render_same_file(d->a_db, db_path) || !lp_render_same_file(d->b_db, db_path))
+        why = "the two runs are not both in this database";
+    else if (!(have_a = lp_store_read_run(db, d->a_run, NULL, &ra, &incomplete, NULL) == LP_OK) ||
+             !(have_b = lp_store_read_run(db, d->b_run, NULL, &rb, &incomplete, NULL) == LP_OK))
+        why = "a run of the diff is no longer in this database";
+    else if (d->n_layers * d->n_heads * d->n_tokens * d->n_tokens > DIFF_MAX_CELLS)
+        why = "the difference maps are too large to embed (render them with loupe render --diff)";
+    lp_status st = LP_OK;
+    float *row_a = NULL, *row_b = NULL;
+    json_t *maps = why ? NULL : json_array();
+    if (maps) {
+        row_a = malloc((size_t)(d->n_tokens > 0 ? d->n_tokens : 1) * sizeof *row_a);
+        row_b = malloc((size_t)(d->n_tokens > 0 ? d->n_tokens : 1) * sizeof *row_b);
+        if (!row_a || !row_b)
+            st = out_of_memory(err);
+    }
+    for (int64_t i = 0; maps && st == LP_OK && i < d->n_layers * d->n_heads; i++) {
+        lp_store_map *ma = NULL, *mb = NULL;
+        int64_t qa = 0, ka = 0, qb = 0, kb = 0;
+        if (lp_store_map_open(db, &ra, i / d->n_heads, i % d->n_heads, &ma, NULL) == LP_OK &&
+            lp_store_map_open(db, &rb, i / d->n_heads, i % d->n_heads, &mb, NULL) == LP_OK) {
+            lp_store_map_shape(ma, &qa, &ka);
+            lp_store_map_shape(mb, &qb, &kb);
+        }
+        if (!ma || !mb || qa != qb || ka != kb || ka > d->n_tokens) {
+            lp_render_json_push(ok, maps, json_null());
+        } else {
+            json_t *m = json_object(), *v = json_array();
+            for (int64_t q = 0; st == LP_OK && q < qa; q++) {
+                if ((st = lp_store_map_read(ma, q, 0, ka, row_a, err)) == LP_OK &&
+                    (st = lp_store_map_read(mb, q, 0, ka, row_b, err)) == LP_OK)
+                    for (int64_t k = 0; k < ka; k++)
+                        lp_render_json_push(ok, v, number((double)(row_b[k] - row_a[k])));
+            }
+            lp_render_json_set(ok, m, "n_q", json_integer(qa));
+            lp_render_json_set(ok, m, "n_k", json_integer(ka));
+            lp_render_json_set(ok, m, "diff", v);
+            lp_render_json_push(ok, maps, m);
+        }
+        lp_store_map_close(ma);
+        lp_store_map_close(mb);
+    }
+    free(row_a);
+    free(row_b);
+    if (have_a)
+        lp_store_run_clear(&ra);
+    if (have_b)
+        lp_store_run_clear(&rb);
+    if (maps)
+        lp_render_json_set(ok, entry, "maps", maps);
+    else
+        lp_render_json_set(ok, entry, "maps_absent", json_string(why));
+    return st;
+}
+
+static json_t *number_list(const double *v, int64_t n, bool *ok)
+{
+    json_t *list = json_array();
+    for (int64_t i = 0; i < n; i++)
+        lp_render_json_push(ok, list, number(v[i]));
+    return list;
+}
+
+/* diffs (`loupe diff`) stored in this database over this run's heads: [{"id", "a_db", "a_run",
+ * "b_db", "b_run", "n_tokens", "js", "max_abs" ([n_layers * n_heads]), "kl" ([n_tokens], null
+ * without full logits), "argmax_agree" ([n_tokens] 1/0, null where missing), and "maps" or
+ * "maps_absent"}], newest last. */
+static lp_status section_diffs(lp_store *db, const lp_store_run *run, const char *db_path,
+                               json_t **out, lp_error *err)
+{
+    int64_t *ids = NULL, n = 0;
+    lp_status st = lp_store_list_diffs(db, &ids, &n, err);
+    json_t *list = json_array();
+    bool ok = true;
+    for (int64_t i = 0; st == LP_OK && i < n; i++) {
+        lp_store_diff_rows d;
+        if ((st = lp_store_read_diff(db, ids[i], &d, err)) != LP_OK)
+            break;
+        if (d.n_layers == run->n_layers && d.n_heads == run->n_heads) {
+            json_t *e = json_object(), *agree = json_array();
+            lp_render_json_set(&ok, e, "id", json_integer(d.id));
+            lp_render_json_set(&ok, e, "a_db", lp_render_json_text(d.a_db));
+            lp_render_json_set(&ok, e, "a_run", json_integer(d.a_run));
+            lp_render_json_set(&ok, e, "b_db", lp_render_json_text(d.b_db));
+            lp_render_json_set(&ok, e, "b_run", json_integer(d.b_run));
+            lp_render_json_set(&ok, e, "n_tokens", json_integer(d.n_tokens));
+            lp_render_json_set(&ok, e, "js", number_list(d.js, d.n_layers * d.n_heads, &ok));
+            lp_render_json_set(&ok, e, "max_abs",
+                               number_list(d.max_abs, d.n_layers * d.n_heads, &ok));
+            lp_render_json_set(&ok, e, "kl", number_list(d.kl, d.n_tokens, &ok));
+            for (int64_t p = 0; p < d.n_tokens; p++)
+                lp_render_json_push(&ok, agree, d.argmax_agree[p] < 0
+                                                    ? json_null()
+                                                    : json_integer(d.argmax_agree[p]));
+            lp_render_json_set(&ok, e, "argmax_agree", agree);
+            st = diff_maps(db, db_path, &d, e, &ok, err);
+            lp_render_json_push(&ok, list, e);
+        }
+        lp_store_diff_rows_clear(&d);
+    }
+    free(ids);
+    if (st == LP_OK && json_array_size(list) == 0)
+        st = LP_ERR_NOT_FOUND;
+    *out = list;
+    return st == LP_OK && !ok ? out_of_memory(err) : st;
+}
+
 typedef lp_status (*section_fn)(lp_store *db, const lp_store_run *run, json_t **out,
                                 lp_error *err);
 
@@ -317,18 +437,21 @@ static const struct {
     {"logit_lens", section_logit_lens},
 };
 
-static lp_status describe_sections(lp_store *db, const lp_store_run *run, json_t *root,
-                                   lp_error *err)
+static lp_status describe_sections(lp_store *db, const lp_store_run *run, const char *db_path,
+                                   json_t *root, lp_error *err)
 {
     json_t *all = json_object();
     bool ok = true;
     lp_render_json_set(&ok, root, "sections", all);
-    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
+    /* the table's sections, then the diffs (which need the database's path) */
+    const size_t n_sections = sizeof sections / sizeof sections[0] + 1;
+    for (size_t i = 0; i < n_sections; i++) {
         json_t *s = NULL;
         lp_error section_err = {0};
-        lp_status st = sections[i].read(db, run, &s, &section_err);
+        lp_status st = i + 1 < n_sections ? sections[i].read(db, run, &s, &section_err)
+                                          : section_diffs(db, run, db_path, &s, &section_err);
         if (st == LP_OK) {
-            lp_render_json_set(&ok, all, sections[i].name, s);
+            lp_render_json_set(&ok, all, i + 1 < n_sections ? sections[i].name : "diffs", s);
             continue;
         }
         json_decref(s);
@@ -342,7 +465,8 @@ static lp_status describe_sections(lp_store *db, const lp_store_run *run, json_t
 }
 
 lp_status lp_viewer_describe_run(lp_store *db, const lp_store_run *run,
-                                 const lp_render_options *opt, json_t *root, lp_error *err)
+                                 const lp_render_options *opt, const lp_viewer_options *vopt,
+                                 json_t *root, lp_error *err)
 {
     char caption[320];
     lp_render_run_caption(run, caption, sizeof caption);
@@ -356,6 +480,6 @@ lp_status lp_viewer_describe_run(lp_store *db, const lp_store_run *run,
         return out_of_memory(err);
     lp_status st = describe_tokens(db, run, root, err);
     if (st == LP_OK)
-        st = describe_sections(db, run, root, err);
+        st = describe_sections(db, run, vopt ? vopt->db_path : NULL, root, err);
     return st;
 }

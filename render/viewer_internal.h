@@ -16,6 +16,7 @@ extern const unsigned char lp_viewer_js[];
 /* Everything but the maps into root: "format", "run", "title", "tokens", "options", "colormaps"
  * and "sections" (the optional data: each present only when the run has it). */
 lp_status lp_viewer_describe_run(lp_store *db, const lp_store_run *run,
-                                 const lp_render_options *opt, json_t *root, lp_error *err);
+                                 const lp_render_options *opt, const lp_viewer_options *vopt,
+                                 json_t *root, lp_error *err);
 
 #endif

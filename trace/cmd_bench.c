@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/cli/cli.h"
@@ -241,13 +242,13 @@ static double tl_layer_flops_per_token(void)
 /* TinyLlama-1.1B's config.json numbers with --layers of its layers, random f32 weights about
  * the size of an initialized model's; embeddings tied (the logits are computed for the last
  * position only, so an untied classifier would cost the same and double the file). */
-static lp_status write_tinyllama(const char *dir, int n_layers, lp_error *err)
+static lp_status write_tinyllama(const char *dir, int n_layers, lp_dtype dtype, lp_error *err)
 {
     lp_synth_spec spec = {
         .family = LP_SYNTH_LLAMA, .vocab = TL_VOCAB, .hidden = TL_HIDDEN, .n_layers = n_layers,
         .n_heads = TL_HEADS, .n_kv_heads = TL_KV_HEADS, .head_dim = TL_HEAD_DIM, .ffn = TL_FFN,
         .n_ctx = 2048, .norm_eps = 1e-5, .rope_theta = 10000.0, .tied = true, .bos_id = 1,
-        .eos_id = 2, .dtype = LP_DTYPE_F32, .vector_dtype = LP_DTYPE_F32, .seed = 10,
+        .eos_id = 2, .dtype = dtype, .vector_dtype = LP_DTYPE_F32, .seed = 10,
         .scale = 0.02,
     };
     return lp_synth_write_family(dir, &spec, err);
@@ -482,21 +483,33 @@ static void print_prefill(const prefill_result *bare, const prefill_result *prob
     }
 }
 
-/* Write the model, open it and time both passes on seeded random tokens. */
-static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_tokens, int reps,
-                             lp_pool *pool, blas_yardstick *yardstick, lp_error *err)
+/* Write the model with weights in dtype, open it and draw the seeded random tokens (the same
+ * for every dtype); *tokens is the caller's to free, also on failure. */
+static lp_status open_tinyllama(const char *model_dir, int n_layers, lp_dtype dtype,
+                                int64_t n_tokens, lp_model **model, int32_t **tokens,
+                                lp_error *err)
 {
-    int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
-    lp_model *model = NULL;
-    lp_status st = tokens ? write_tinyllama(model_dir, n_layers, err)
-                          : lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
+    *tokens = malloc((size_t)n_tokens * sizeof **tokens);
+    lp_status st = *tokens ? write_tinyllama(model_dir, n_layers, dtype, err)
+                           : lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory");
     if (st == LP_OK)
-        st = lp_model_open(model_dir, &model, err);
+        st = lp_model_open(model_dir, model, err);
     uint64_t state = 12345;
     for (int64_t t = 0; st == LP_OK && t < n_tokens; t++) {
         state = state * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[t] = (int32_t)((state >> 33) % TL_VOCAB);
+        (*tokens)[t] = (int32_t)((state >> 33) % TL_VOCAB);
     }
+    return st;
+}
+
+/* Write the model, open it and time both passes on seeded random tokens. */
+static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_tokens, int reps,
+                             lp_pool *pool, blas_yardstick *yardstick, double *bare_full,
+                             lp_error *err)
+{
+    int32_t *tokens = NULL;
+    lp_model *model = NULL;
+    lp_status st = open_tinyllama(model_dir, n_layers, LP_DTYPE_F32, n_tokens, &model, &tokens, err);
     lp_batch batch = lp_batch_single(tokens, n_tokens);
     prefill_result bare, probed;
     if (st == LP_OK)
@@ -507,14 +520,100 @@ static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_toke
         print_prefill(&bare, &probed, n_layers, n_tokens,
                       yardstick ? yardstick_gflops(yardstick) : 0.0);
         print_prediction(model_dir, pool ? lp_pool_threads(pool) : 1, n_tokens, bare.full);
+        *bare_full = bare.full;
     }
     lp_model_close(model);
     free(tokens);
     return st;
 }
 
+static void fill_weight_bytes(lp_dtype dt, uint8_t *dst, uint64_t bytes, uint64_t seed);
+
+/* The prefill's linear layers alone, y[T, N] = x[T, K] . W[N, K]^T on the four shapes (N, K in
+ * {2048, 5632}), with W stored in f32 and in dt, rep by rep in turn: best seconds per shape
+ * summed, so both dtypes see the same load. false when out of memory. */
+static bool time_linear_dtype(lp_dtype dt, int64_t T, int reps, lp_pool *pool, double *f32_s,
+                              double *dt_s)
+{
+    const lp_dtype dts[2] = {LP_DTYPE_F32, dt};
+    uint64_t bytes[2] = {0, 0};
+    for (int i = 0; i < 2; i++)
+        if (!lp_dtype_bytes_for(dts[i], 5632u * 5632u, &bytes[i]))
+            return false;
+    float *x = malloc((size_t)T * 5632 * sizeof *x), *y = malloc((size_t)T * 5632 * sizeof *y);
+    uint8_t *w[2] = {malloc(bytes[0]), malloc(bytes[1])};
+    bool ok = x && y && w[0] && w[1];
+    *f32_s = *dt_s = 0.0;
+    for (int i = 0; ok && i < 2; i++)
+        fill_weight_bytes(dts[i], w[i], bytes[i], 21);
+    if (ok)
+        fill_random(x, T * 5632, 22);
+    for (int shape = 0; ok && shape < 4; shape++) {
+        int64_t n = yardstick_sizes[shape % 2], k = yardstick_sizes[shape / 2];
+        double best[2] = {HUGE_VAL, HUGE_VAL};
+        for (int r = 0; ok && r <= reps; r++)
+            for (int i = 0; ok && i < 2; i++) {
+                uint64_t row_bytes;
+                ok = lp_dtype_bytes_for(dts[i], (uint64_t)k, &row_bytes);
+                lp_matrix m = {dts[i], w[i], n, k, row_bytes, false};
+                double t0 = now_seconds();
+                ok = ok && lp_linear(x, T, &m, NULL, y, pool, NULL) == LP_OK;
+                double t = now_seconds() - t0;
+                if (r > 0 && t < best[i])
+                    best[i] = t;
+            }
+        *f32_s += best[0];
+        *dt_s += best[1];
+    }
+    free(x);
+    free(y);
+    free(w[0]);
+    free(w[1]);
+    return ok;
+}
+
+/* --dtype: the linear layers in dt beside f32, and for f16/bf16 the bare prefill of the model
+ * stored in dt beside f32's (f32_full, timed just before). */
+static lp_status prefill_dtype(const char *model_dir, lp_dtype dt, int n_layers, int64_t n_tokens,
+                               int reps, lp_pool *pool, double f32_full, lp_error *err)
+{
+    double f32_s, dt_s;
+    const char *name = lp_dtype_get(dt)->name;
+    if (!time_linear_dtype(dt, n_tokens, reps, pool, &f32_s, &dt_s))
+        return lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory for the %s linear layers",
+                            name);
+    double flops = 0.0;
+    for (int shape = 0; shape < 4; shape++)
+        flops += 2.0 * (double)n_tokens * (double)yardstick_sizes[shape % 2] *
+                 (double)yardstick_sizes[shape / 2];
+    printf("  %s weights, linear layers alone (%lld x {2048, 5632}^2, best of %d, in turn with "
+           "f32): %.1f GFLOP/s = %.0f%% of f32's %.1f GFLOP/s\n",
+           name, (long long)n_tokens, reps, flops / dt_s * 1e-9, 100.0 * f32_s / dt_s,
+           flops / f32_s * 1e-9);
+    if (dt != LP_DTYPE_F16 && dt != LP_DTYPE_BF16)
+        return LP_OK; /* loupe synth writes float checkpoints only */
+    remove_model_dir(model_dir);
+    if (mkdir(model_dir, 0700) != 0)
+        return lp_error_set(err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", model_dir,
+                            strerror(errno));
+    int32_t *tokens = NULL;
+    lp_model *model = NULL;
+    lp_status st = open_tinyllama(model_dir, n_layers, dt, n_tokens, &model, &tokens, err);
+    lp_batch batch = lp_batch_single(tokens, n_tokens);
+    prefill_result bare;
+    if (st == LP_OK)
+        st = time_prefill(model, &batch, pool, false, n_layers, reps, NULL, &bare, err);
+    if (st == LP_OK)
+        printf("  %s weights, probes off: 22 layers %.2f s = %.1f tokens/s = %.0f%% of f32's "
+               "speed (timed after it)\n",
+               name, bare.full, (double)n_tokens / bare.full, 100.0 * f32_full / bare.full);
+    lp_model_close(model);
+    free(tokens);
+    return st;
+}
+
 static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, const char *dir,
-                         lp_pool *pool, const openblas_lib *blas)
+                         lp_pool *pool, const openblas_lib *blas, lp_dtype dtype)
 {
     lp_error err = {0};
     char template_path[4096];
@@ -545,7 +644,11 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
            "1 warm-up, then best of %d passes\n",
            n_layers, TL_LAYERS, model_dir, reps);
     fflush(stdout);
-    lp_status st = run_prefill(model_dir, n_layers, n_tokens, reps, pool, yardstick, &err);
+    double f32_full = 0.0;
+    lp_status st = run_prefill(model_dir, n_layers, n_tokens, reps, pool, yardstick, &f32_full,
+                               &err);
+    if (st == LP_OK && dtype != LP_DTYPE_F32)
+        st = prefill_dtype(model_dir, dtype, n_layers, n_tokens, reps, pool, f32_full, &err);
     remove_model_dir(model_dir);
     if (yardstick)
         yardstick_free(yardstick);
@@ -557,57 +660,124 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
 enum { AH_HIDDEN = 512, AH_HEADS = 8, AH_HEAD_DIM = 64, AH_FFN = 1024, AH_LAYERS = 2,
        AH_VOCAB = 32000 };
 
+enum { ATTN_MAX_ITEMS = AH_HEADS * 64 };
+
 typedef struct attn_bench {
     const float *q, *k, *v;
     float *out;
-    int64_t T, D, heads, n_chunks;
+    int64_t T, D, heads, group, n_chunks; /* group: query heads per KV head */
     int64_t edges[65]; /* row chunk edges of equal causal work */
     lp_mask_spec mask;
+    /* per item of the last run: the CPU time of the thread that ran it and which thread it was
+     * (the address of a thread-local), for the load-independent scaling figure */
+    double item_cpu[ATTN_MAX_ITEMS];
+    const void *item_thread[ATTN_MAX_ITEMS];
 } attn_bench;
 
-static void attn_bench_item(void *ctx, int64_t item)
+static _Thread_local char bench_thread_tag;
+
+static double thread_cpu_seconds(void)
 {
-    const attn_bench *b = ctx;
-    int64_t h = item / b->n_chunks, c = item % b->n_chunks, stride = b->heads * b->D;
-    lp_attn_args a = {.q = b->q + h * b->D, .k = b->k + h * b->D, .v = b->v + h * b->D,
-                      .out = b->out + h * b->D, .n_q = b->T, .n_k = b->T, .head_dim = b->D,
-                      .v_dim = b->D, .q_stride = stride, .k_stride = stride, .v_stride = stride,
-                      .out_stride = stride, .scale = (float)(1.0 / sqrt((double)b->D)),
-                      .mask = &b->mask, .row_begin = b->edges[c], .row_end = b->edges[c + 1]};
-    lp_attention(&a);
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Causal T x T attention of `heads` heads of D dims, items (head, row chunk) over the pool;
- * GFLOP/s counts 2 D flops per visible (query, key) pair for each of Q.K and P.V. */
-static bool time_attention(int64_t T, int64_t D, int reps, lp_pool *pool, double peak_gflops)
+/* The CPU seconds of the busiest thread of the last run of n items (all of them for one thread):
+ * what the run would take on otherwise idle cores. Time other processes take from our threads is
+ * not counted; cache and memory contention between our threads is. */
+static double busiest_thread_cpu(const attn_bench *b, int64_t n)
+{
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double sum = 0.0;
+        bool first = true;
+        for (int64_t j = 0; j < n && first; j++)
+            first = !(j < i && b->item_thread[j] == b->item_thread[i]);
+        for (int64_t j = i; j < n && first; j++)
+            sum += b->item_thread[j] == b->item_thread[i] ? b->item_cpu[j] : 0.0;
+        worst = sum > worst ? sum : worst;
+    }
+    return worst;
+}
+
+/* Item (KV head, row chunk): the group's query heads in one call, sharing each K/V block. */
+static void attn_bench_item(void *ctx, int64_t item)
+{
+    attn_bench *b = ctx;
+    double cpu0 = thread_cpu_seconds();
+    int64_t kvh = item / b->n_chunks, c = item % b->n_chunks;
+    int64_t q_stride = b->heads * b->D, kv_stride = b->heads / b->group * b->D;
+    lp_attn_args a = {.q = b->q + kvh * b->group * b->D, .k = b->k + kvh * b->D,
+                      .v = b->v + kvh * b->D, .out = b->out + kvh * b->group * b->D, .n_q = b->T,
+                      .n_k = b->T, .head_dim = b->D, .v_dim = b->D, .q_stride = q_stride,
+                      .k_stride = kv_stride, .v_stride = kv_stride, .out_stride = q_stride,
+                      .scale = (float)(1.0 / sqrt((double)b->D)), .mask = &b->mask,
+                      .row_begin = b->edges[c], .row_end = b->edges[c + 1], .n_group = b->group,
+                      .q_head_stride = b->D, .out_head_stride = b->D};
+    lp_attention(&a);
+    b->item_cpu[item] = thread_cpu_seconds() - cpu0;
+    b->item_thread[item] = &bench_thread_tag;
+}
+
+/* Causal T x T attention of `heads` query heads of D dims, `group` of them per KV head, items
+ * (KV head, row chunk) over the pool, then the same items on the calling thread alone, rep by
+ * rep in turn (so both see the same load); GFLOP/s counts 2 D flops per visible (query, key)
+ * pair for each of Q.K and P.V. peak_gflops is the pool's. */
+static bool time_attention(int64_t T, int64_t D, int64_t group, int reps, lp_pool *pool,
+                           double peak_gflops)
 {
     const int64_t heads = AH_HEADS, n = T * heads * D;
-    float *q = malloc((size_t)n * sizeof *q), *k = malloc((size_t)n * sizeof *k);
-    float *v = malloc((size_t)n * sizeof *v), *out = malloc((size_t)n * sizeof *out);
+    int threads = pool ? lp_pool_threads(pool) : 1;
+    float *q = malloc((size_t)n * sizeof *q), *k = malloc((size_t)(n / group) * sizeof *k);
+    float *v = malloc((size_t)(n / group) * sizeof *v), *out = malloc((size_t)n * sizeof *out);
     bool ok = q && k && v && out;
     if (ok) {
         fill_random(q, n, 3);
-        fill_random(k, n, 4);
-        fill_random(v, n, 5);
-        attn_bench b = {q, k, v, out, T, D, heads, 1, {0}, lp_mask_causal(T, T)};
-        int threads = pool ? lp_pool_threads(pool) : 1;
+        fill_random(k, n / group, 4);
+        fill_random(v, n / group, 5);
+        static attn_bench b; /* 8 KB of per-item clocks: off the stack */
+        b = (attn_bench){q, k, v, out, T, D, heads, group, 1, {0}, lp_mask_causal(T, T), {0}, {0}};
         b.n_chunks = threads < 64 ? threads : 64;
         for (int64_t c = 0; c <= b.n_chunks; c++) /* row r costs r + 1: edges at T sqrt(c / C) */
             b.edges[c] = (int64_t)((double)T * sqrt((double)c / (double)b.n_chunks) + 0.5);
         b.edges[b.n_chunks] = T;
-        double best = HUGE_VAL;
+        int64_t items = heads / group * b.n_chunks;
+        double best = HUGE_VAL, best_one = HUGE_VAL, cpu = HUGE_VAL, cpu_one = HUGE_VAL;
         for (int r = 0; r <= reps; r++) {
             double t0 = now_seconds();
-            lp_pool_run(pool, heads * b.n_chunks, attn_bench_item, &b);
-            double t = now_seconds() - t0;
+            lp_pool_run(pool, items, attn_bench_item, &b);
+            double t = now_seconds() - t0, c = busiest_thread_cpu(&b, items);
             if (r > 0 && t < best)
                 best = t;
+            if (r > 0 && c < cpu)
+                cpu = c;
+            if (threads == 1)
+                continue;
+            t0 = now_seconds();
+            lp_pool_run(NULL, items, attn_bench_item, &b);
+            t = now_seconds() - t0;
+            c = busiest_thread_cpu(&b, items);
+            if (r > 0 && t < best_one)
+                best_one = t;
+            if (r > 0 && c < cpu_one)
+                cpu_one = c;
         }
-        double gflops = 2.0 * (double)D * (double)T * (double)(T + 1) * (double)heads / best * 1e-9;
-        printf("  causal %5lld x %-5lld head_dim %3lld, %d heads: %.3f s, %.1f GFLOP/s = %.0f%% of "
-               "the FMA peak\n",
-               (long long)T, (long long)T, (long long)D, (int)heads, best, gflops,
-               100.0 * gflops / peak_gflops);
+        double flops = 2.0 * (double)D * (double)T * (double)(T + 1) * (double)heads;
+        printf("  causal %5lld x %-5lld head_dim %3lld, %d heads", (long long)T, (long long)T,
+               (long long)D, (int)heads);
+        if (group > 1)
+            printf(" / %d KV", (int)(heads / group));
+        printf(": %.3f s, %.1f GFLOP/s = %.0f%% of the FMA peak", best, flops / best * 1e-9,
+               100.0 * flops / best * 1e-9 / peak_gflops);
+        printf("\n    CPU clock of the busiest thread %.3f s = %.1f GFLOP/s in the threads' own time",
+               cpu, flops / cpu * 1e-9);
+        if (threads > 1)
+            printf("; 1 thread: %.1f GFLOP/s = %.0f%% of one thread's peak; %d threads = %.2fx 1 "
+                   "thread by the wall clock, %.2fx by the CPU clocks",
+                   flops / best_one * 1e-9, 100.0 * flops / best_one * 1e-9 * threads / peak_gflops,
+                   threads, best_one / best, cpu_one / cpu);
+        printf("\n");
     }
     free(q);
     free(k);
@@ -678,6 +848,24 @@ static lp_status time_attention_passes(const char *dir, const int64_t *Ts, int n
         if (i == 0)
             bare_first = r.total;
     }
+    /* The head statistics' sparsity sort, A/B: probed passes with and without it, interleaved
+     * so that a busy machine slows both alike; the best of each. */
+    double with_sort = HUGE_VAL, without = HUGE_VAL;
+    lp_batch batch = lp_batch_single(tokens, Ts[0]);
+    for (int rep = 0; st == LP_OK && rep < 2 * reps; rep++) {
+        prefill_result r;
+        lp_attn_set_sparsity(rep % 2 == 0);
+        st = time_prefill(model, &batch, pool, true, AH_LAYERS, 1, NULL, &r, err);
+        double *best = rep % 2 == 0 ? &with_sort : &without;
+        if (st == LP_OK && r.total < *best)
+            *best = r.total;
+    }
+    if (st == LP_OK)
+        printf("  T %5lld all probes %.3f s, without the sparsity sort %.3f s (best of %d "
+               "interleaved each): the sparsity statistics cost %.1f%% of the probed pass\n",
+               (long long)Ts[0], with_sort, without, reps,
+               100.0 * (with_sort - without) / with_sort);
+    lp_attn_set_sparsity(true);
     lp_model_close(model);
     free(tokens);
     return st;
@@ -707,11 +895,12 @@ static int bench_attention(int threads, int reps, int64_t tokens, int64_t head_d
                blas_gflops);
     printf("\n");
     int64_t T = tokens > 0 ? tokens : 4096;
-    int64_t dims[2] = {64, 128};
-    for (int i = 0; i < 2; i++) {
-        if (head_dim > 0 && i > 0)
-            break;
-        if (!time_attention(T, head_dim > 0 ? head_dim : dims[i], reps, pool,
+    /* head_dim 64 and 128 with one KV head per query head, then 128 with GQA (4 per KV head) */
+    int64_t dims[3] = {64, 128, 128}, groups[3] = {1, 1, 4};
+    for (int i = 0; i < 3; i++) {
+        if (head_dim > 0 && i == 1)
+            continue;
+        if (!time_attention(T, head_dim > 0 ? head_dim : dims[i], groups[i], reps, pool,
                             hw.flops_per_s * 1e-9)) {
             fprintf(stderr, "loupe bench: out of memory for a %lld-token attention\n",
                     (long long)T);
@@ -762,7 +951,7 @@ static const int64_t dec_shapes[DEC_MATS][2] = {
 static void fill_weight_bytes(lp_dtype dt, uint8_t *dst, uint64_t bytes, uint64_t seed)
 {
     uint64_t state = seed * 0x9E3779B97F4A7C15ull + 7;
-    if (dt == LP_DTYPE_F32 || dt == LP_DTYPE_F16) {
+    if (dt == LP_DTYPE_F32 || dt == LP_DTYPE_F16 || dt == LP_DTYPE_BF16) {
         for (uint64_t i = 0; i < bytes / (dt == LP_DTYPE_F32 ? 4 : 2); i++) {
             state ^= state << 13;
             state ^= state >> 7;
@@ -771,7 +960,7 @@ static void fill_weight_bytes(lp_dtype dt, uint8_t *dst, uint64_t bytes, uint64_
             if (dt == LP_DTYPE_F32) {
                 memcpy(dst + 4 * i, &v, 4);
             } else {
-                uint16_t h = lp_f32_to_f16(v);
+                uint16_t h = dt == LP_DTYPE_F16 ? lp_f32_to_f16(v) : lp_f32_to_bf16(v);
                 memcpy(dst + 2 * i, &h, 2);
             }
         }
@@ -958,6 +1147,8 @@ typedef struct bench_opts {
     bool attention;
     int64_t head_dim;
     bool decode;
+    const char *dtype;
+    lp_dtype weight_dtype; /* --dtype parsed; f32 without it */
 } bench_opts;
 
 static const lp_option bench_options[] = {
@@ -979,6 +1170,9 @@ static const lp_option bench_options[] = {
                   "with --attention: one head dim (default 64 and 128)"),
     LP_OPT_FLAG_OF(bench_opts, decode, "decode",
                    "only the decode part: tokens/s of one step beside the memory bandwidth"),
+    LP_OPT_STRING_OF(bench_opts, dtype, "dtype", "TYPE",
+                     "prefill part: also time weights stored in f16, bf16, q8_0 or q4_k beside "
+                     "f32 in the same run"),
     LP_OPT_STRING_OF(bench_opts, dir, "dir", "DIR",
                      "where the temporary model goes (default $TMPDIR or /tmp)"),
     LP_OPT_END_OF_TABLE,
@@ -998,12 +1192,16 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "temporary folder, runs a T-token prefill (default 512) without and with every probe, and\n"
         "reports tokens/s for the full 22-layer model: the embedding/classifier time plus 22 times\n"
         "the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.\n"
+        "--dtype f16|bf16|q8_0|q4_k adds the linear layers with weights in that dtype beside\n"
+        "f32 (in turn, same reps) and, for f16/bf16, the bare prefill of the model in that dtype.\n"
         "\n"
         "Attention (--attention, alone): the FMA peak of the threads (register-only loop) and\n"
         "OpenBLAS's sgemm, measured now; causal T x T attention of 8 heads at head_dim 64 and\n"
-        "128 (--tokens, default 4096; --head-dim for one) in GFLOP/s and % of that peak; whole\n"
+        "128 and GQA 8/2 heads at 128 (--tokens, default 4096; --head-dim for one) in GFLOP/s and\n"
+        "% of that peak, with 1 thread beside (wall clock and busiest thread's CPU clock); whole\n"
         "passes of an attention-heavy model (hidden 512, 8 heads of 64, 2 layers, FFN 1024) at\n"
-        "4096 and 8192 tokens without probes, then with every probe at the first length, with\n"
+        "4096 and 8192 tokens without probes, then with every probe at the first length and\n"
+        "again without the sparsity statistics' sort (their cost, A/B in one process), with\n"
         "the peak RSS.\n"
         "\n"
         "Decode (--decode, alone): one token's step of the TinyLlama shape (all 22 layers, or\n"
@@ -1052,7 +1250,7 @@ static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *bla
         int prefill_status = bench_prefill((int)o->threads, (int)(o->reps > 0 ? o->reps : 3),
                                            (int)(o->layers > 0 ? o->layers : 2), o->tokens > 0 ? o->tokens : 512,
                                            o->dir, pool,
-                                           have_blas ? blas : NULL);
+                                           have_blas ? blas : NULL, o->weight_dtype);
         if (prefill_status != LP_EXIT_OK)
             status = prefill_status;
     }
@@ -1061,7 +1259,8 @@ static int run_parts(const bench_opts *o, lp_pool *pool, const openblas_lib *bla
 
 static int run_bench(int argc, char **argv)
 {
-    bench_opts o = {lp_cpu_count(), -1, 512, -1, -1, false, false, NULL, false, -1, false};
+    bench_opts o = {lp_cpu_count(), -1, 512, -1, -1, false, false, NULL, false, -1, false, NULL,
+                    LP_DTYPE_F32};
     const char *pos[LP_CLI_MAX_POSITIONAL];
     LP_CLI_PARSE_OR_RETURN(&bench_spec, argc, argv, &o, pos, NULL);
     if (o.dir && !lp_path_is_dir(o.dir))
@@ -1075,6 +1274,17 @@ static int run_bench(int argc, char **argv)
                                   o.attention ? "attention" : "decode");
     if (o.attention && o.decode)
         return lp_cli_usage_error("bench", "--attention and --decode exclude each other");
+    if (o.dtype) {
+        o.weight_dtype = lp_dtype_from_name(o.dtype);
+        lp_dtype d = o.weight_dtype;
+        if (d != LP_DTYPE_F32 && d != LP_DTYPE_F16 && d != LP_DTYPE_BF16 && d != LP_DTYPE_Q8_0 &&
+            d != LP_DTYPE_Q4_K)
+            return lp_cli_usage_error("bench", "--dtype '%s': expected f32, f16, bf16, q8_0 or "
+                                      "q4_k", o.dtype);
+        if (o.attention || o.decode || o.gemm_only)
+            return lp_cli_usage_error("bench", "--dtype is for the prefill part (not with "
+                                      "--attention, --decode or --gemm-only)");
+    }
     if (!o.attention && o.head_dim > 0)
         return lp_cli_usage_error("bench", "--head-dim needs --attention");
     if (!o.attention && o.tokens > 2048)

@@ -215,12 +215,17 @@ static lp_status per_layer(const reader *r, const char *suffix, int64_t n_layers
     return LP_OK;
 }
 
-static bool has_tensor(const lp_gguf *g, const char *name)
+static int64_t find_tensor(const lp_gguf *g, const char *name)
 {
     for (int64_t i = 0; i < lp_gguf_n_tensors(g); i++)
         if (strcmp(lp_gguf_tensor_name(g, i), name) == 0)
-            return true;
-    return false;
+            return i;
+    return -1;
+}
+
+static bool has_tensor(const lp_gguf *g, const char *name)
+{
+    return find_tensor(g, name) >= 0;
 }
 
 /* A tensor of every layer's name pattern, e.g. "attn_q.bias" in any blk.N. */
@@ -325,6 +330,44 @@ static lp_status read_yarn(const reader *r, lp_arch *a)
     return st;
 }
 
+/* longrope's factors: llama.cpp's converter (Phi3MiniModel) writes long_factor and short_factor
+ * as one-dimensional F32 tensors of rope_dim / 2 values, not as keys. Both or neither. */
+static lp_status read_longrope_factors(const reader *r, lp_rope_scaling *s)
+{
+    static const char *const names[2] = {"rope_factors_short.weight", "rope_factors_long.weight"};
+    double *dst[2] = {s->short_factor, s->long_factor};
+    int64_t idx[2] = {find_tensor(r->g, names[0]), find_tensor(r->g, names[1])};
+    if (idx[0] < 0 && idx[1] < 0)
+        return LP_OK; /* the loader names what is missing against rope_dim */
+    for (int k = 0; k < 2; k++) {
+        if (idx[k] < 0)
+            return lp_error_set(r->err, LP_ERR_FORMAT, "%s: tensor '%s' is missing (its pair '%s' "
+                                "is there)", r->file, names[k], names[1 - k]);
+        int64_t n = lp_gguf_tensor_ne(r->g, idx[k], 0);
+        if (lp_gguf_tensor_dtype(r->g, idx[k]) != LP_DTYPE_F32 ||
+            lp_gguf_tensor_n_dims(r->g, idx[k]) != 1 || n <= 0 || n > LP_MAX_ROPE_FACTORS ||
+            lp_gguf_tensor_bytes(r->g, idx[k]) != (uint64_t)n * sizeof(float))
+            return lp_error_set(r->err, LP_ERR_FORMAT, "%s: tensor '%s': want a 1-D F32 tensor of "
+                                "1..%d values", r->file, names[k], LP_MAX_ROPE_FACTORS);
+        if (k == 1 && n != s->n_factors)
+            return lp_error_set(r->err, LP_ERR_FORMAT, "%s: tensor '%s' has %lld values, '%s' "
+                                "%lld", r->file, names[1], (long long)n, names[0],
+                                (long long)s->n_factors);
+        const unsigned char *data = lp_gguf_tensor_data(r->g, idx[k]);
+        for (int64_t i = 0; i < n; i++) {
+            float v;
+            memcpy(&v, data + (size_t)i * sizeof v, sizeof v); /* rows need not be aligned */
+            if (!(v > 0.0f) || !isfinite(v))
+                return lp_error_set(r->err, LP_ERR_FORMAT, "%s: tensor '%s' value %lld is %g "
+                                    "(factors divide a frequency: must be positive)", r->file,
+                                    names[k], (long long)i, (double)v);
+            dst[k][i] = (double)v;
+        }
+        s->n_factors = n;
+    }
+    return LP_OK;
+}
+
 static lp_status read_rope_scaling(const reader *r, lp_arch *a)
 {
     lp_rope_scaling *s = &a->rope_scaling;
@@ -352,6 +395,8 @@ static lp_status read_rope_scaling(const reader *r, lp_arch *a)
     if (s->kind == LP_ROPE_SCALING_LONGROPE && s->factor == 0.0 && s->original_ctx > 0 &&
         a->n_ctx > 0)
         s->factor = (double)a->n_ctx / (double)s->original_ctx;
+    if (s->kind == LP_ROPE_SCALING_LONGROPE)
+        return read_longrope_factors(r, s);
     return LP_OK;
 }
 

@@ -412,8 +412,106 @@ static lp_status wordpiece_word(const lp_tokenizer *tok, const char *w, size_t l
     return out->failed ? LP_ERR_NOMEM : LP_OK;
 }
 
+/* The ids of one Unigram piece of the best path: an unknown stretch is unk_id, or with byte
+ * fallback its bytes' <0xXX> tokens when all exist (Hugging Face's rule). */
+static void unigram_emit(const lp_tokenizer *tok, const char *w, size_t start, size_t end,
+                         int32_t id, lp_tok_ids *out)
+{
+    if (id != tok->unk_id || !tok->byte_fallback) {
+        lp_tok_ids_push(out, id);
+        return;
+    }
+    bool all = true;
+    for (size_t b = start; b < end && all; b++)
+        all = tok->byte_ids[(unsigned char)w[b]] >= 0;
+    if (!all) {
+        lp_tok_ids_push(out, id);
+        return;
+    }
+    for (size_t b = start; b < end; b++)
+        lp_tok_ids_push(out, tok->byte_ids[(unsigned char)w[b]]);
+}
+
+/* Hugging Face's Unigram encode_optimized: best[e] is the highest total score of pieces
+ * covering w[0, e); every vocabulary string starting at a character boundary extends it
+ * (a strictly higher score wins, so on ties the piece found first, from the earlier start,
+ * stays); a character no one-character piece covers may be the unknown token at unk_score.
+ * Back from the end, consecutive unknowns are one. */
+static lp_status unigram_word(const lp_tokenizer *tok, const char *w, size_t len,
+                              lp_tok_ids *out)
+{
+    typedef struct node {
+        double score;
+        int32_t id;    /* -1: not reached */
+        uint32_t from; /* start of the piece ending here */
+    } node;
+    node *best = malloc((len + 1) * sizeof *best);
+    if (!best)
+        return LP_ERR_NOMEM;
+    for (size_t i = 0; i <= len; i++)
+        best[i] = (node){0, -1, 0};
+    best[0].id = tok->unk_id; /* reached, score 0 */
+    for (size_t start = 0; start < len;) {
+        size_t char_end = start + lp_utf8_seq_len(w, len, start);
+        bool single = false;
+        if (best[start].id >= 0) {
+            size_t end = char_end;
+            while (end <= len && end - start <= tok->max_piece_len) {
+                int32_t id = lp_tok_vocab_find(tok, w + start, end - start);
+                if (id >= 0) {
+                    single |= end == char_end;
+                    double score = best[start].score + tok->unigram_scores[id];
+                    if (best[end].id < 0 || score > best[end].score)
+                        best[end] = (node){score, id, (uint32_t)start};
+                }
+                if (end == len)
+                    break;
+                end += lp_utf8_seq_len(w, len, end);
+            }
+            double score = best[start].score + tok->unk_score;
+            if (!single && (best[char_end].id < 0 || score > best[char_end].score))
+                best[char_end] = (node){score, tok->unk_id, (uint32_t)start};
+        }
+        start = char_end;
+    }
+    /* the path backwards, unknown runs fused, then emitted in order */
+    size_t n_path = 0;
+    for (size_t e = len; e > 0; e = best[e].from)
+        n_path++;
+    uint32_t *ends = malloc((n_path + 1) * sizeof *ends);
+    if (!ends) {
+        free(best);
+        return LP_ERR_NOMEM;
+    }
+    size_t k = n_path;
+    for (size_t e = len; e > 0; e = best[e].from)
+        ends[--k] = (uint32_t)e;
+    size_t start = 0;
+    for (k = 0; k < n_path; k++) {
+        int32_t id = best[ends[k]].id;
+        size_t end = ends[k];
+        while (id == tok->unk_id && k + 1 < n_path && best[ends[k + 1]].id == tok->unk_id)
+            end = ends[++k];
+        unigram_emit(tok, w, start, end, id, out);
+        start = end;
+    }
+    free(ends);
+    free(best);
+    return out->failed ? LP_ERR_NOMEM : LP_OK;
+}
+
 lp_status lp_tok_bpe_word(const lp_tokenizer *tok, const char *w, size_t len, lp_tok_ids *out)
 {
+    if (tok->model == LP_TOK_MODEL_UNIGRAM)
+        return len ? unigram_word(tok, w, len, out) : LP_OK;
+    if (tok->model == LP_TOK_MODEL_WORDPIECE && len && tok->word_prefix_len) {
+        lp_tok_buf word = {0};
+        lp_tok_buf_put(&word, tok->word_prefix, tok->word_prefix_len);
+        lp_tok_buf_put(&word, w, len);
+        lp_status st = word.failed ? LP_ERR_NOMEM : wordpiece_word(tok, word.data, word.len, out);
+        lp_tok_buf_free(&word);
+        return st;
+    }
     if (tok->model == LP_TOK_MODEL_WORDPIECE)
         return len ? wordpiece_word(tok, w, len, out) : LP_OK;
     if (len == 0)

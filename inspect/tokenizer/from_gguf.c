@@ -27,43 +27,156 @@ static lp_tok_dec *add_dec(lp_tokenizer *tok, lp_tok_dec_kind kind)
 }
 
 /* The regexes a tokenizer.ggml.pre name stands for, applied one after the other (each splits
- * the pieces of the previous one, keeping matches and gaps), as llama.cpp's llama-vocab.cpp
- * lists them; the single-regex families use the Hugging Face patterns they were converted from. */
-#define MAX_PRE_REGEXES 5
+ * the pieces of the previous one, keeping matches and gaps), exactly as llama.cpp's
+ * llama-vocab.cpp lists them per pre-tokenizer type, with the names its loader maps to each
+ * type. ignore_merges: a pre-token that is a whole vocabulary string is taken as it is (the
+ * families llama.cpp loads with ignore_merges = true, as their tokenizer.json says). */
+#define MAX_PRE_REGEXES 6
 typedef struct pre_family {
     const char *names; /* space-separated tokenizer.ggml.pre values */
+    bool ignore_merges;
     const char *regexes[MAX_PRE_REGEXES];
 } pre_family;
 
-static const char regex_digit[] = "\\p{N}";
-static const char regex_gpt2_no_tail[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+/* llama.cpp writes the contractions of the Hugging Face (?i:...) groups out by case */
+#define RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+#define RE_LLAMA3 RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+" \
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_QWEN2 RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+" \
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_BLOOM " ?[^(\\s|.,!?\xE2\x80\xA6\xE3\x80\x82\xEF\xBC\x8C\xE3\x80\x81\xE0\xA5\xA4\xDB\x94\xD8\x8C)]+"
+#define RE_DEEPSEEK3 "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?" \
+    "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* "uppercase-ish" runs: a letter not in a-z (tekken, gpt-4o) */
+#define RE_UPPER "((?=[\\p{L}])([^a-z]))"
+#define RE_LOWER "((?=[\\p{L}])([^A-Z]))"
+#define RE_CJK_KANA "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+"
+#define RE_CJK_HANGUL "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 
 static const pre_family pre_families[] = {
-    {" default gpt2 gpt-2 mpt olmo jais trillion ", {lp_tok_regex_gpt2}},
-    {" llama3 llama-v3 llama-bpe falcon3 pixtral dbrx smaug-bpe ", {lp_tok_regex_llama3}},
-    {" qwen2 qwen stablelm2 deepseek-r1-qwen megrez ", {lp_tok_regex_qwen2}},
-    {" starcoder refact command-r smollm codeshell exaone minerva-7b ",
-     {regex_digit, regex_gpt2_no_tail}},
-    {" deepseek-coder ",
-     {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}"
-      "\\x{AC00}-\\x{D7FF}]+", "\\p{N}"}},
-    {" deepseek-v3 ",
-     {"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
+    {" default ", false, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {" llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano ", true,
+     {RE_LLAMA3}},
+    {" dbrx smaug-bpe glm4 chatglm-bpe ", false, {RE_LLAMA3}},
+    {" jais-2 ", false,
+     {RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+      "\\s*[\\r\\n]+|\\s{512}(?!\\S)|\\s{256}(?!\\S)|\\s{128}(?!\\S)|\\s{64}(?!\\S)|"
+      "\\s{32}(?!\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)|\\s{4}(?!\\S)|\\s{1,2}(?!\\S)|\\s{1}"}},
+    {" deepseek-llm ", false,
+     {"[\\r\\n]",
+      /* the Latin, Greek, Cyrillic, Armenian, Georgian, Cherokee, ... letter ranges of
+       * DeepSeek LLM's tokenizer.json, as llama.cpp copies them */
+      "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}"
+      "\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}"
+      "\\x{37F}\\x{386}\\x{388}-\\x{38A}\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}"
+      "\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}"
+      "\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}\\x{1D00}-\\x{1D2B}"
+      "\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}"
+      "\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}\\x{1F5B}\\x{1F5D}"
+      "\\x{1F5F}-\\x{1F7D}\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}"
+      "\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}"
+      "\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}\\x{210A}-\\x{2113}\\x{2115}"
+      "\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}\\x{212F}-\\x{2134}"
+      "\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}"
+      "\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}"
+      "\\x{A640}-\\x{A66D}\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}"
+      "\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}"
+      "\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}"
+      "\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}"
+      "\\x{1E900}-\\x{1E943}]+",
+      "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
+      /* std::regex's "$" is the end of the piece only; PCRE2's would also match before a
+       * final newline */
+      "\\s+\\z", RE_CJK_HANGUL, "\\p{N}+"}},
+    {" deepseek-v3 hunyuan-dense joyai-llm hy_v4 ", false, {"\\p{N}{1,3}", RE_CJK_KANA, RE_DEEPSEEK3}},
+    {" spark2_5 ", false,
+     {"\\p{N}{1,3}", RE_CJK_KANA,
       "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?"
-      "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
-    {" falcon ",
-     {"[\\p{P}\\$\\+<=>\\^~\\|`]+", regex_gpt2_no_tail, "[0-9][0-9][0-9]"}},
+      "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+|[\\r\\n]|\\s+(?!\\S)|\\s+", "\\p{N}"}},
+    {" youtu ", true,
+     {"[\\x{AC00}-\\x{D7A3}\\x{3131}-\\x{318E}]+|[\\x{FF01}\\x{2026}\\x{201C}\\x{201D}\\x{2018}"
+      "\\x{2019}\\x{2014}\\x{FF1A}\\x{FF1B}\\x{FF0C}\\x{3001}-\\x{303F}\\x{FE30}-\\x{FE4F}]+|"
+      "[\\x{3105}-\\x{312F}]+|" RE_CJK_KANA,
+      "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?:"
+      RE_CONTRACTIONS ")?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}"
+      "\\p{Lo}\\p{M}]*(?:" RE_CONTRACTIONS ")?|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+      "\\s+(?!\\S)|\\s+"}},
+    {" deepseek-coder ", false,
+     {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_CJK_HANGUL, "\\p{N}"}},
+    {" falcon ", false, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
+    {" starcoder refact command-r smollm codeshell exaone minerva-7b mellum2 ", false,
+     {"\\p{N}", RE_GPT2}},
+    {" gpt-2 gpt2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert "
+     "jina-v1-en jina-v2-code roberta-bpe exaone4 mpt olmo jais trillion granite-docling ", false,
+     {RE_GPT2}},
+    {" qwen2 deepseek-r1-qwen kormo f2llmv2 stablelm2 megrez hunyuan solar-open ", false,
+     {RE_QWEN2}},
+    {" qwen35 ", false,
+     {RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+"
+      "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {" poro-chat bloom gpt3-finnish ", false, {RE_BLOOM}},
+    {" viking ", false, {RE_BLOOM, "\\p{N}"}},
+    {" tekken ", true,
+     {"[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+" RE_LOWER
+      "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {" chameleon ", false,
+     {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", "\\p{N}",
+      "[\\p{P}!-/:-@\\[-`{-~]", RE_GPT2}},
+    {" gpt-4o llama4 kanana2 talkie minimax-m2 ", false,
+     {"[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+(?:" RE_CONTRACTIONS ")?|[^\\r\\n\\p{L}\\p{N}]?"
+      RE_UPPER "+" RE_LOWER "*(?:" RE_CONTRACTIONS ")?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {" granite-embed-multi-97m ", true,
+     {"[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))*((?=[\\p{L}\\p{M}])([^A-Z]))+(?:"
+      RE_CONTRACTIONS ")?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))+((?=[\\p{L}\\p{M}])"
+      "([^A-Z]))*(?:" RE_CONTRACTIONS ")?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+      "\\s+(?!\\S)|\\s+"}},
+    {" tiny_aya cohere2moe ", false,
+     {"\\d{1,3}(?=(?:\\d{3})*\\b)",
+      "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?:"
+      RE_CONTRACTIONS ")?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}"
+      "\\p{Lo}\\p{M}]*(?:" RE_CONTRACTIONS ")?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {" bailingmoe bailingmoe2 llada-moe ", false,
+     {"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}"
+      "\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
+    {" seed-coder ", false,
+     {RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|"
+      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {" ufakzeka ", false,
+     {"[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+      "\\s+(?!\\S)|\\s+"}},
+    {" grok-2 ", false, {RE_QWEN2}},
+    {" laguna ", false, {"[^\\n]+|[\\n]+", RE_QWEN2}},
+    {" exaone-moe ", false,
+     {RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}| ?[^\\s"
+      "\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
+    {" minicpm5 ", true,
+     {"\\p{N}{1,3}", RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"
+      "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
 };
+
+/* Names llama.cpp knows whose splitting is not a regex sequence loupe can run: custom C++
+ * code (kimi-k2's Han rules, afmoe's digit grouping), a zero-width split (superbpe), or BPE
+ * on raw UTF-8 instead of bytes (gemma4, sarvam-moe, whitespace). */
+static const char refused_pres[] =
+    " kimi-k2 afmoe superbpe gemma4 granite-embed-multi-311m sarvam-moe whitespace ";
+
+/* " name " in a space-separated list of names. */
+static bool name_listed(const char *list, const char *name, size_t len)
+{
+    char key[80];
+    if (len == 0 || len + 3 > sizeof key || memchr(name, ' ', len) || memchr(name, 0, len))
+        return false;
+    snprintf(key, sizeof key, " %.*s ", (int)len, name);
+    return strstr(list, key) != NULL;
+}
 
 static const pre_family *find_pre(const char *pre, size_t len)
 {
-    char key[80];
-    if (len == 0 || len + 3 > sizeof key || memchr(pre, ' ', len))
-        return NULL;
-    snprintf(key, sizeof key, " %.*s ", (int)len, pre);
     for (size_t k = 0; k < sizeof pre_families / sizeof pre_families[0]; k++)
-        if (strstr(pre_families[k].names, key))
+        if (name_listed(pre_families[k].names, pre, len))
             return &pre_families[k];
     return NULL;
 }
@@ -73,7 +186,8 @@ typedef struct gguf_vocab {
     const lp_gguf *g;
     const char *name; /* file name for messages */
     lp_error *err;
-    bool is_llama;    /* tokenizer.ggml.model "llama" (else "gpt2") */
+    bool is_llama;    /* tokenizer.ggml.model "llama" */
+    bool is_bert;     /* "bert" (else "gpt2") */
     int64_t kv_tokens, kv_scores, kv_types; /* -1 when absent */
     uint64_t n;       /* tokens */
 } gguf_vocab;
@@ -89,9 +203,10 @@ static lp_status check_vocab(gguf_vocab *v)
         return lp_error_set(v->err, LP_ERR_NOT_FOUND, "%s: no tokenizer.ggml.model: the file has "
                             "no vocabulary", v->name);
     v->is_llama = model_len == 5 && memcmp(model, "llama", 5) == 0;
-    if (!v->is_llama && !(model_len == 4 && memcmp(model, "gpt2", 4) == 0))
+    v->is_bert = model_len == 4 && memcmp(model, "bert", 4) == 0;
+    if (!v->is_llama && !v->is_bert && !(model_len == 4 && memcmp(model, "gpt2", 4) == 0))
         return lp_error_set(v->err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not "
-                            "supported (llama, gpt2 are)", v->name,
+                            "supported (llama, gpt2, bert are)", v->name,
                             (int)(model_len > 40 ? 40 : model_len), model);
     v->kv_tokens = lp_gguf_find_key(g, "tokenizer.ggml.tokens");
     if (v->kv_tokens < 0 || lp_gguf_kv_type(g, v->kv_tokens) != LP_GGUF_ARRAY ||
@@ -184,15 +299,19 @@ static lp_status push_special(lp_tokenizer *tok, int32_t id, const char *name, l
     return LP_OK;
 }
 
-/* BOS / EOS around the text per add_bos_token / add_eos_token (llama defaults to BOS on). */
+/* BOS / EOS around the text per add_bos_token / add_eos_token (llama defaults to BOS on); bert
+ * puts [CLS] (bos, default id 101) before and [SEP] (seperator_token_id, as llama.cpp spells
+ * the key, default 102) after, per add_sep_token (default on), as llama.cpp loads it. */
 static lp_status read_post(const gguf_vocab *v, lp_tokenizer *tok)
 {
-    bool add_bos = v->is_llama, add_eos = false;
-    int64_t bos = -1, eos = -1, n = (int64_t)v->n;
+    bool add_bos = v->is_llama || v->is_bert, add_eos = v->is_bert;
+    int64_t bos = v->is_bert ? 101 : -1, eos = v->is_bert ? 102 : -1, n = (int64_t)v->n;
     lp_gguf_get_bool(v->g, "tokenizer.ggml.add_bos_token", &add_bos);
-    lp_gguf_get_bool(v->g, "tokenizer.ggml.add_eos_token", &add_eos);
+    lp_gguf_get_bool(v->g, v->is_bert ? "tokenizer.ggml.add_sep_token"
+                                      : "tokenizer.ggml.add_eos_token", &add_eos);
     lp_gguf_get_int(v->g, "tokenizer.ggml.bos_token_id", &bos);
-    lp_gguf_get_int(v->g, "tokenizer.ggml.eos_token_id", &eos);
+    lp_gguf_get_int(v->g, v->is_bert ? "tokenizer.ggml.seperator_token_id"
+                                     : "tokenizer.ggml.eos_token_id", &eos);
     if (!(tok->post = calloc(3, sizeof *tok->post)))
         return nomem(v->name, v->err);
     lp_status st = LP_OK;
@@ -307,11 +426,15 @@ static lp_status setup_bytelevel(const gguf_vocab *v, lp_tokenizer *tok)
     size_t pre_len = 7;
     lp_gguf_get_str(v->g, "tokenizer.ggml.pre", &pre, &pre_len);
     const pre_family *family = find_pre(pre, pre_len);
+    if (!family && name_listed(refused_pres, pre, pre_len))
+        return lp_error_set(v->err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not "
+                            "supported (llama.cpp splits it with code of its own, not a regex "
+                            "sequence)", v->name, (int)pre_len, pre);
     if (!family)
         return lp_error_set(v->err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not a "
-                            "pre-tokenizer loupe knows (gpt2, llama3, qwen2, starcoder, "
-                            "deepseek-coder, deepseek-v3, falcon families)", v->name,
+                            "pre-tokenizer llama.cpp lists", v->name,
                             (int)(pre_len > 40 ? 40 : pre_len), pre);
+    tok->ignore_merges = family->ignore_merges;
     size_t n_regexes = 0;
     while (n_regexes < MAX_PRE_REGEXES && family->regexes[n_regexes])
         n_regexes++;
@@ -333,6 +456,79 @@ static lp_status setup_bytelevel(const gguf_vocab *v, lp_tokenizer *tok)
     return read_merges(v, tok);
 }
 
+/* A Replace of every match of regex by content. */
+static lp_status add_regex_norm(const gguf_vocab *v, lp_tokenizer *tok, const char *regex,
+                                const char *content)
+{
+    lp_tok_norm *norm = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *norm);
+    if (!norm || !set_strings(&norm->pattern, &norm->pattern_len, NULL, &norm->content,
+                              &norm->content_len, content))
+        return nomem(v->name, v->err);
+    norm->kind = LP_TOK_NORM_REPLACE;
+    return lp_tok_compile_regex(regex, strlen(regex), &norm->re, v->name, v->err);
+}
+
+static lp_status add_split_pre(const gguf_vocab *v, lp_tokenizer *tok, lp_tok_pre_kind kind,
+                               const char *regex, lp_tok_split_behavior behavior)
+{
+    lp_tok_pre *p = lp_tok_append((void **)&tok->pres, &tok->n_pres, sizeof *p);
+    if (!p)
+        return nomem(v->name, v->err);
+    p->kind = kind;
+    p->behavior = behavior;
+    return lp_tok_compile_regex(regex, strlen(regex), &p->re, v->name, v->err);
+}
+
+/* "bert": llama.cpp's WPM. Its preprocess is BERT's basic tokenizer: NFD, NUL, U+FFFD and
+ * control characters dropped, accents (Mn) dropped, lowercase, split at whitespace, each
+ * punctuation character, ASCII symbol and CJK ideograph a word of its own. Then per word
+ * "\u2581" + word, greedy longest vocabulary string from each position (the converter wrote
+ * word-initial pieces with U+2581 and continuations without their "##"); a word with a position
+ * no string starts is the unknown token (default id 100) alone. No length limit per word. */
+static lp_status setup_wordpiece(const gguf_vocab *v, lp_tokenizer *tok)
+{
+    static const char meta[] = "\xE2\x96\x81"; /* U+2581 */
+    tok->model = LP_TOK_MODEL_WORDPIECE;
+    tok->kind = "wordpiece";
+    tok->max_input_chars = INT64_MAX;
+    if (tok->unk_id < 0 && v->n > 100)
+        tok->unk_id = 100;
+    if (tok->unk_id < 0)
+        return lp_error_set(v->err, LP_ERR_FORMAT, "%s: a bert vocabulary needs an unknown "
+                            "token (tokenizer.ggml.unknown_token_id or token type 2)", v->name);
+    if (!set_strings(&tok->word_prefix, &tok->word_prefix_len, meta, &tok->cont_prefix,
+                     &tok->cont_prefix_len, ""))
+        return nomem(v->name, v->err);
+    lp_status st;
+    if ((st = add_regex_norm(v, tok, "(?![\\t\\n\\r])[\\x{FFFD}\\p{C}]", "")) != LP_OK ||
+        (st = add_regex_norm(v, tok, "\\s", " ")) != LP_OK)
+        return st;
+    lp_tok_norm *n = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *n);
+    if (!n)
+        return nomem(v->name, v->err);
+    n->kind = LP_TOK_NORM_CJK_SPACES;
+    if (!(n = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *n)))
+        return nomem(v->name, v->err);
+    n->kind = LP_TOK_NORM_NFD;
+    if ((st = add_regex_norm(v, tok, "\\p{Mn}", "")) != LP_OK)
+        return st;
+    if (!(n = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *n)))
+        return nomem(v->name, v->err);
+    n->kind = LP_TOK_NORM_LOWERCASE;
+    if ((st = add_split_pre(v, tok, LP_TOK_PRE_WHITESPACE_SPLIT, "\\s+",
+                            LP_TOK_SPLIT_REMOVED)) != LP_OK ||
+        (st = add_split_pre(v, tok, LP_TOK_PRE_PUNCTUATION, "[\\p{P}!-/:-@\\[-`{-~]",
+                            LP_TOK_SPLIT_ISOLATED)) != LP_OK)
+        return st;
+    /* "\u2581" is a space, but not before the first word (no clean-up of " ," as llama.cpp's
+     * clean_spaces does, the same as for tokenizer.json) */
+    lp_tok_dec *d = add_dec(tok, LP_TOK_DEC_METASPACE);
+    bool ok = d && set_strings(&d->pattern, &d->pattern_len, meta, NULL, NULL, NULL);
+    if (ok)
+        d->prepend_scheme = LP_TOK_PREPEND_FIRST;
+    return ok ? LP_OK : nomem(v->name, v->err);
+}
+
 lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp_error *err)
 {
     LP_ASSERT(g && out);
@@ -342,11 +538,15 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
     lp_status st = check_vocab(&v);
     if (st != LP_OK)
         return st;
-    lp_tokenizer *tok = lp_tok_new(path, v.is_llama ? "gguf-llama" : "gguf-gpt2");
+    lp_tokenizer *tok = lp_tok_new(path, v.is_llama  ? "gguf-llama"
+                                         : v.is_bert ? "gguf-bert"
+                                                     : "gguf-gpt2");
     if (!tok)
         return nomem(v.name, err);
     if ((st = read_tokens(&v, tok)) == LP_OK && (st = read_post(&v, tok)) == LP_OK)
-        st = v.is_llama ? setup_sentencepiece(&v, tok) : setup_bytelevel(&v, tok);
+        st = v.is_llama  ? setup_sentencepiece(&v, tok)
+             : v.is_bert ? setup_wordpiece(&v, tok)
+                         : setup_bytelevel(&v, tok);
     if (st == LP_OK)
         st = lp_tok_prepare_added(tok, err);
     if (st != LP_OK) {

@@ -595,7 +595,7 @@ static lp_status check_model(jctx *c, const json_t *model)
     const char *type = jstr(model, "type");
     if (type && strcmp(type, "BPE") != 0 && strcmp(type, "WordPiece") != 0)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: model.type '%s' is not supported "
-                            "(BPE and WordPiece are)", c->name, type);
+                            "(BPE, WordPiece and Unigram are)", c->name, type);
     if (!json_is_object(json_object_get(model, "vocab")))
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab: an object expected",
                             c->name);
@@ -813,8 +813,71 @@ static lp_status read_merges(jctx *c, const json_t *merges)
     return st;
 }
 
+/* Unigram: "vocab": [[piece, score], ...] (id = position), "unk_id", "byte_fallback". */
+static lp_status read_unigram(jctx *c, const json_t *model, const json_t *added)
+{
+    const json_t *vocab = json_object_get(model, "vocab");
+    if (!json_is_array(vocab) || json_array_size(vocab) == 0)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab: a non-empty array of "
+                            "[piece, score] expected", c->name);
+    size_t n = json_array_size(vocab), i;
+    const json_t *item;
+    int64_t n_vocab = (int64_t)n;
+    json_array_foreach(added, i, item)
+    {
+        const json_t *id = json_object_get(item, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= INT32_MAX || !json_is_string(json_object_get(item, "content")))
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: added_tokens[%zu]: want an integer "
+                                "id and a string content", c->name, i);
+        if (json_integer_value(id) >= n_vocab)
+            n_vocab = json_integer_value(id) + 1;
+    }
+    if (n_vocab > INT32_MAX || n_vocab > (int64_t)n + (int64_t)json_array_size(added) + 1)
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: added_tokens: ids beyond the vocabulary "
+                            "leave holes", c->name);
+    lp_tokenizer *tok = c->tok;
+    lp_status st = lp_tok_alloc_vocab(tok, n_vocab, c->err);
+    if (st != LP_OK)
+        return st;
+    if (!(tok->unigram_scores = calloc((size_t)n_vocab, sizeof *tok->unigram_scores)))
+        return nomem(c);
+    double min_score = 0;
+    json_array_foreach(vocab, i, item)
+    {
+        const json_t *piece = json_array_get(item, 0), *score = json_array_get(item, 1);
+        if (json_array_size(item) != 2 || !json_is_string(piece) || !json_is_number(score))
+            return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab[%zu]: [piece, score] "
+                                "expected", c->name, i);
+        if ((st = lp_tok_set_piece(tok, (int32_t)i, json_string_value(piece),
+                                   json_string_length(piece), c->err)) != LP_OK)
+            return st;
+        tok->unigram_scores[i] = json_number_value(score);
+        if (i == 0 || tok->unigram_scores[i] < min_score)
+            min_score = tok->unigram_scores[i];
+        if (json_string_length(piece) > tok->max_piece_len)
+            tok->max_piece_len = (uint32_t)json_string_length(piece);
+    }
+    if ((st = read_added(c, added)) != LP_OK || (st = lp_tok_build_vocab_map(tok, c->err)) != LP_OK)
+        return st;
+    tok->model = LP_TOK_MODEL_UNIGRAM;
+    tok->unk_score = min_score - 10.0;
+    tok->byte_fallback = jbool(model, "byte_fallback", false);
+    const json_t *unk = json_object_get(model, "unk_id");
+    /* Hugging Face fails on the first unknown character without one; loupe refuses the file */
+    if (!json_is_integer(unk) || json_integer_value(unk) < 0 ||
+        json_integer_value(unk) >= (json_int_t)n)
+        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: model.unk_id: a Unigram model "
+                            "needs an unknown token id in [0, %zu)", c->name, n);
+    tok->unk_id = (int32_t)json_integer_value(unk);
+    return LP_OK;
+}
+
 static lp_status read_model(jctx *c, const json_t *model, const json_t *added, size_t file_size)
 {
+    const char *type = json_is_object(model) ? jstr(model, "type") : NULL;
+    if (type && strcmp(type, "Unigram") == 0)
+        return read_unigram(c, model, added);
     const json_t *vocab = json_object_get(model, "vocab");
     int64_t n_vocab = 0;
     lp_status st;
@@ -844,7 +907,8 @@ static void set_kind(lp_tokenizer *tok)
             metaspace |= (n->pattern && strstr(n->pattern, meta)) ||
                          (n->content && strstr(n->content, meta));
     }
-    tok->kind = tok->model == LP_TOK_MODEL_WORDPIECE ? "wordpiece"
+    tok->kind = tok->model == LP_TOK_MODEL_UNIGRAM     ? "unigram"
+                : tok->model == LP_TOK_MODEL_WORDPIECE ? "wordpiece"
                 : bytelevel                          ? "bpe-bytelevel"
                 : metaspace                          ? "bpe-sentencepiece"
                                                      : "bpe";

@@ -209,6 +209,7 @@ typedef enum lp_tok_model_kind {
     LP_TOK_MODEL_BPE_SCORES,  /* SentencePiece BPE: merge the highest-scoring vocabulary string */
     LP_TOK_MODEL_LLAMA2C,     /* run.c encode(): scores over stored piece strings, byte ids +3 */
     LP_TOK_MODEL_WORDPIECE,   /* greedy longest vocabulary prefix, then cont_prefix + rest */
+    LP_TOK_MODEL_UNIGRAM,     /* SentencePiece Unigram: Viterbi over piece log-probabilities */
     LP_TOK_MODEL_COUNT
 } lp_tok_model_kind;
 
@@ -238,6 +239,9 @@ struct lp_tokenizer {
     uint8_t *flags; /* [n_vocab] LP_TOK_FLAG_* */
     lp_tok_strmap vocab; /* model vocabulary: string -> id */
     float *scores;   /* [n_vocab] for the score models, else NULL */
+    double *unigram_scores; /* [n_vocab] Unigram log-probabilities (Hugging Face keeps f64) */
+    double unk_score;       /* Unigram: the lowest score minus 10, sentencepiece's penalty */
+    uint32_t max_piece_len; /* Unigram: longest piece in bytes */
 
     lp_tok_model_kind model;
     lp_tok_merge_slot *merges;
@@ -248,6 +252,10 @@ struct lp_tokenizer {
     int64_t max_input_chars; /* WordPiece: longer words become unk_id */
     char *cont_prefix;
     size_t cont_prefix_len;
+    /* WordPiece: put before each word (llama.cpp's GGUF "bert" vocabularies spell word-initial
+     * pieces "\u2581un" and continuations "aff", where Hugging Face has "un" and "##aff") */
+    char *word_prefix;
+    size_t word_prefix_len;
     char *eow_suffix;
     size_t eow_suffix_len;
     int32_t byte_ids[256]; /* <0xXX> tokens, -1 if absent */

@@ -364,6 +364,8 @@ void lp_tokenizer_close(lp_tokenizer *tok)
     free(tok->scores);
     free(tok->merges);
     free(tok->cont_prefix);
+    free(tok->word_prefix);
+    free(tok->unigram_scores);
     free(tok->eow_suffix);
     for (size_t k = 0; k < tok->n_added; k++) {
         free(tok->added[k].content);

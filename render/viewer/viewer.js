@@ -40,7 +40,7 @@
   const state = {
     view: 'head', layer: 0, head: 0, scale: OPT.scale, colormap: OPT.colormap,
     zoom: 1, panX: 0, panY: 0, textMode: 'head', textStart: 0, selected: null,
-    statSort: { key: 'layer', dir: 1 }, stat: null, hover: null,
+    statSort: { key: 'layer', dir: 1 }, stat: null, hover: null, diffHead: null,
   };
 
   /* ---- small helpers ------------------------------------------------------------------------ */
@@ -694,7 +694,7 @@
 
   // A layers x heads table of values[layer * n_heads + head], each cell coloured by paint(v) (an
   // [r, g, b]; null values grey), written with `digits` decimals; a click opens the head.
-  function headMatrix(values, name, digits, paint) {
+  function headMatrix(values, name, digits, paint, onClick) {
     const table = make('table', null, 'head-matrix'), head = make('tr');
     head.append(make('th', 'L \\ H'));
     for (let h = 0; h < RUN.n_heads; h++) head.append(make('th', h));
@@ -711,7 +711,7 @@
         td.title = 'layer ' + l + ' head ' + h + ': ' + name + ' ' + fmt(v);
         td.dataset.layer = l;
         td.dataset.head = h;
-        td.addEventListener('click', () => openHead(l, h));
+        td.addEventListener('click', () => (onClick || openHead)(l, h));
         tr.append(td);
       }
       table.append(tr);
@@ -886,9 +886,79 @@
     draw();
   }
 
+  // Diffs (`loupe diff` stored in this database): the layers x heads matrix of each head's mean
+  // Jensen-Shannon divergence (white at 0 to red at the largest, as render --diff draws it), the
+  // per-position strip of KL(A||B) with the positions where the argmax differs marked, and the
+  // clicked head's difference map B - A on the diverging colours (when both runs are here).
+  function renderDiffs(box, list) {
+    const pick = make('select'), body = make('div');
+    pick.id = 'diff-select';
+    for (const d of list) {
+      const o = make('option', 'diff ' + d.id + ': ' + d.a_db + ' run ' + d.a_run + ' vs ' + d.b_db + ' run ' + d.b_run);
+      o.value = d.id;
+      pick.append(o);
+    }
+    pick.value = list[list.length - 1].id;
+    const drawMap = (d, l, h, where) => {
+      clear(where);
+      state.diffHead = [l, h];
+      where.append(make('h2', 'Layer ' + l + ', head ' + h + ': B - A (mean JS ' + fmt(d.js[l * RUN.n_heads + h]) + ', max |diff| ' + fmt(d.max_abs[l * RUN.n_heads + h]) + ')'));
+      const m = d.maps ? d.maps[l * RUN.n_heads + h] : null;
+      if (!m) { where.append(make('p', d.maps ? 'One of the runs stored no map for this head.' : 'No difference map in this page: ' + d.maps_absent + '.', 'hint')); return; }
+      const vmax = m.diff.reduce((x, v) => (v !== null && Math.abs(v) > x ? Math.abs(v) : x), 0) || 1;
+      const cell = Math.max(3, Math.min(16, Math.floor(512 / m.n_k))), canvas = make('canvas');
+      canvas.id = 'diff-canvas';
+      canvas.width = m.n_k * cell;
+      canvas.height = m.n_q * cell;
+      canvas.dataset.cell = cell;
+      const g = canvas.getContext('2d'), masked = maskedRgb();
+      for (let q = 0; q < m.n_q; q++) {
+        for (let k = 0; k < m.n_k; k++) {
+          const v = m.diff[q * m.n_k + k], allowed = k <= m.n_k - m.n_q + q;
+          g.fillStyle = cssRgb(allowed && v !== null ? divergingRgb(v / vmax) : masked);
+          g.fillRect(k * cell, q * cell, cell, cell);
+        }
+      }
+      canvas.title = 'queries down, keys across; red: B attends more, blue: less (scale ±' + fmt(vmax) + ')';
+      where.append(make('p', 'Queries down, keys across; red: B attends more, blue: less, white: the same (scale ±' + fmt(vmax) + '); grey: masked.', 'hint'), canvas);
+    };
+    const draw = () => {
+      clear(body);
+      const d = list.find((x) => x.id === Number(pick.value));
+      const kl = d.kl.filter((v) => v !== null), agree = d.argmax_agree.filter((v) => v !== null);
+      const meanJs = d.js.filter((v) => v !== null), mean = (a) => a.reduce((x, v) => x + v, 0) / (a.length || 1);
+      body.append(make('p', 'A: ' + d.a_db + ' run ' + d.a_run + ', B: ' + d.b_db + ' run ' + d.b_run + ', ' + d.n_tokens + ' tokens. Mean JS ' + fmt(mean(meanJs)) + ' nats; next token: ' + (kl.length ? 'mean KL(A||B) ' + fmt(mean(kl)) + ' nats, ' : '') + 'argmax agrees at ' + (100 * mean(agree)).toFixed(1) + '% of positions. Click a head for its difference map.', 'hint'));
+      const top = largest(d.js) || 1, map = make('div');
+      map.id = 'diff-map';
+      body.append(headMatrix(d.js, 'mean JS', 4, (v) => divergingRgb(v / top), (l, h) => drawMap(d, l, h, map)));
+      body.append(make('h2', 'Per position: KL(A||B) of the next token; outlined where the argmax differs'));
+      const strip = make('table', null, 'diff-strip'), row = make('tr'), klTop = largest(d.kl) || 1;
+      for (let p = 0; p < d.n_tokens; p++) {
+        const td = make('td');
+        td.append(tok(p));
+        td.dataset.pos = p;
+        const v = d.kl[p];
+        if (v !== null) td.style.background = cssRgb(divergingRgb(v / klTop));
+        if (d.argmax_agree[p] === 0) td.className = 'disagree';
+        td.title = 'position ' + p + ': KL ' + fmt(v) + (d.argmax_agree[p] === 0 ? ', the argmax differs' : d.argmax_agree[p] === 1 ? ', the argmax agrees' : '');
+        row.append(td);
+      }
+      strip.append(row);
+      body.append(strip, map);
+      let best = 0;
+      for (let i = 1; i < d.js.length; i++) if (d.js[i] !== null && (d.js[best] === null || d.js[i] > d.js[best])) best = i;
+      drawMap(d, Math.floor(best / RUN.n_heads), best % RUN.n_heads, map);
+    };
+    pick.addEventListener('change', draw);
+    if (list.length > 1) box.append(pick);
+    box.append(body);
+    draw();
+  }
+
   const PANELS = [
     { name: 'importance', title: 'Importance', render: renderImportance },
     { name: 'logit_lens', title: 'Logit lens', render: renderLogitLens },
+    { name: 'diffs', title: 'Diffs', render: renderDiffs },
     {
       name: 'leak', title: 'Leak check',
       banner: (s) => {

@@ -4,8 +4,42 @@
 # differs more the coarser the quantization.
 source "$(dirname "$0")/cli_lib.sh"
 
+if local_part; then
 expect_one_line_error "$LOUPE" diff
 expect_one_line_error "$LOUPE" diff "$TMP/none.db" "$TMP/none.db"
+
+# Without ../shared: loupe synth's model against its no-prev-write fault (same tokenizer, same
+# tokens), both runs in one database; a self-diff stores exactly 0 in every column, render --diff
+# draws the matrix and a head's map, the viewer embeds the maps and --all links the pictures.
+SYN="$TMP/syn"
+PS="the cat sat on the mat . the cat sat on the mat ."
+expect_status 0 "$LOUPE" synth "$SYN/m"
+expect_status 0 "$LOUPE" synth "$SYN/fault" --fault no-prev-write
+for m in m fault; do
+  expect_status 0 "$LOUPE" trace "$SYN/$m" --prompt "$PS" --db "$SYN/t.db" --maps f32 --logits full
+done
+expect_status 0 "$LOUPE" diff "$SYN/t.db:1" "$SYN/t.db:1"
+expect_stdout_contains "(diff 2 in $SYN/t.db)" "$LOUPE" diff "$SYN/t.db:1" "$SYN/t.db:2"
+if python3 -c '
+import sqlite3,sys
+c=sqlite3.connect(sys.argv[1])
+assert c.execute("SELECT max(abs(js_mean)),max(max_abs),count(*) FROM diff_heads WHERE diff_id=1").fetchone()==(0.0,0.0,16)
+assert c.execute("SELECT max(abs(delta)),count(delta),count(*) FROM diff_head_stats WHERE diff_id=1").fetchone()==(0.0,16*12,16*12)
+assert c.execute("SELECT max(kl),min(argmax_agree) FROM diff_positions WHERE diff_id=1").fetchone()==(0.0,1)
+assert c.execute("SELECT max(js_mean) FROM diff_heads WHERE diff_id=2").fetchone()[0]>0
+assert c.execute("SELECT max(abs(delta)) FROM diff_head_stats WHERE diff_id=2 AND stat=\"prev_token\"").fetchone()[0]>0
+' "$SYN/t.db"; then ok; else bad "synth: the self-diff is not exactly 0 in every column, or the fault changed nothing"; fi
+expect_status 0 "$LOUPE" render "$SYN/t.db" --diff -o "$SYN/js.svg"
+if grep -q "diff 2: $SYN/t.db run 1 vs $SYN/t.db run 2" "$SYN/js.svg"; then ok; else bad "render --diff drew another diff than the latest"; fi
+expect_status 0 "$LOUPE" render "$SYN/t.db" --diff --diff-id 2 --layer 1 --head 5 -o "$SYN/h.png"
+expect_one_line_error "$LOUPE" render "$SYN/t.db" --diff --layer 1 --head 8 -o "$SYN/x.png"
+expect_one_line_error "$LOUPE" render "$SYN/t.db" --diff -o "$SYN/x.txt"
+expect_status 0 "$LOUPE" render "$SYN/t.db" --html "$SYN/v.html"
+if grep -q '"diffs":\[{"id":1' "$SYN/v.html" && grep -q '"maps":\[{"n_q"' "$SYN/v.html"; then
+  ok; else bad "the viewer lacks the diffs or their maps"; fi
+expect_status 0 "$LOUPE" render "$SYN/t.db" --all "$SYN/pics"
+if [ "$(grep -c 'href="diff_' "$SYN/pics/index.html")" -eq 4 ]; then ok; else bad "--all: want 4 diff pictures linked"; fi
+fi
 
 require_shared
 M="$SHARED/models/stories260K"

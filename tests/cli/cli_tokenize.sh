@@ -26,6 +26,18 @@ if local_part; then
   out=$("$LOUPE" tokenize "$WP" --tokens 2,7,8,9,11,18,3 --no-special --json)
   case "$out" in *'"text": "unaffable, hello"'*) ok ;; *) bad "wordpiece decode: got '$out'" ;; esac
   expect_stdout_contains "(wordpiece, 60 ids)" "$LOUPE" tokenize "$WP" --text hello
+  # Unigram: a hand-made SentencePiece-style file, ids worked out from the scores by hand
+  # ("\u2581a" + "bc" beats the longest first piece "\u2581ab" + "c"; x, y unknown: one <unk>)
+  printf '%s' '{"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true}, "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true}, "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["\u2581", -1.0], ["\u2581a", -2.0], ["b", -2.0], ["\u2581ab", -5.0], ["c", -3.0], ["bc", -1.5]]}}' >"$TMP/unigram.json"
+  out=$("$LOUPE" tokenize "$TMP/unigram.json" --text "abc xy" --json)
+  want='{"ids": [2, 6, 1, 0], "pieces": ["▁a", "bc", "▁", "<unk>"]}'
+  if [ "$out" = "$want" ]; then ok; else bad "unigram json: got '$out', want '$want'"; fi
+  out=$("$LOUPE" tokenize "$TMP/unigram.json" --tokens 2,6,2,6 --json)
+  case "$out" in *'"text": "abc abc"'*) ok ;; *) bad "unigram decode: got '$out'" ;; esac
+  expect_stdout_contains "(unigram, 7 ids)" "$LOUPE" tokenize "$TMP/unigram.json" --text abc
+  printf '%s' '{"model": {"type": "Unigram", "vocab": [["a", -1.0]]}}' >"$TMP/unigram_nounk.json"
+  expect_one_line_error "$LOUPE" tokenize "$TMP/unigram_nounk.json" --text a
+  expect_stderr_contains "model.unk_id" "$LOUPE" tokenize "$TMP/unigram_nounk.json" --text a
 fi
 
 require_shared

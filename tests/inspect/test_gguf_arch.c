@@ -499,10 +499,12 @@ static void test_phi3_longrope(void **state)
     lp_gw_kv_u32(&w, "phi3.rope.scaling.original_context_length", 512);
     lp_gw_kv_f32(&w, "phi3.rope.scaling.attn_factor", 1.25f);
     lp_gw_kv_u32(&w, "phi3.attention.sliding_window", 262);
-    static float factors[4];
+    /* head_dim 64 / 8 = 8: four rotated pairs, one factor each */
+    static const float long_factors[4] = {1.5f, 3.0f, 6.5f, 12.0f};
+    static const float short_factors[4] = {1.0f, 1.25f, 2.0f, 2.5f};
     const int64_t ne[1] = {4};
-    lp_gw_tensor(&w, "rope_factors_long.weight", 1, ne, 0, factors, sizeof factors);
-    lp_gw_tensor(&w, "rope_factors_short.weight", 1, ne, 0, factors, sizeof factors);
+    lp_gw_tensor(&w, "rope_factors_long.weight", 1, ne, 0, long_factors, sizeof long_factors);
+    lp_gw_tensor(&w, "rope_factors_short.weight", 1, ne, 0, short_factors, sizeof short_factors);
     lp_arch a;
     lp_error err = {0};
     assert_int_equal(arch_of(&w, &a, &err), LP_OK);
@@ -510,8 +512,31 @@ static void test_phi3_longrope(void **state)
     assert_int_equal(a.rope_scaling.original_ctx, 512);
     assert_true(a.rope_scaling.factor == 4.0); /* 2048 / 512 */
     assert_true(a.rope_scaling.attention_factor == 1.25);
+    assert_int_equal(a.rope_scaling.n_factors, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_true(a.rope_scaling.long_factor[i] == (double)long_factors[i]);
+        assert_true(a.rope_scaling.short_factor[i] == (double)short_factors[i]);
+    }
     for (int l = 0; l < 4; l++)
         assert_int_equal(a.layer_window[l], 262); /* every layer slides */
+
+    /* one list without the other, a zero factor, and a wrong count are refused by name */
+    base_kvs(&w, "phi3");
+    lp_gw_tensor(&w, "rope_factors_long.weight", 1, ne, 0, long_factors, sizeof long_factors);
+    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "tensor 'rope_factors_short.weight' is missing"));
+    static const float zero_factors[4] = {1.0f, 0.0f, 1.0f, 1.0f};
+    base_kvs(&w, "phi3");
+    lp_gw_tensor(&w, "rope_factors_long.weight", 1, ne, 0, long_factors, sizeof long_factors);
+    lp_gw_tensor(&w, "rope_factors_short.weight", 1, ne, 0, zero_factors, sizeof zero_factors);
+    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "'rope_factors_short.weight' value 1 is 0"));
+    const int64_t ne3[1] = {3};
+    base_kvs(&w, "phi3");
+    lp_gw_tensor(&w, "rope_factors_long.weight", 1, ne3, 0, long_factors, 3 * sizeof(float));
+    lp_gw_tensor(&w, "rope_factors_short.weight", 1, ne3, 0, short_factors, 3 * sizeof(float));
+    assert_int_equal(arch_of(&w, &a, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "want rope_dim / 2 = 4"));
 
     /* without the factor tensors: no scaling */
     base_kvs(&w, "phi3");

@@ -3,6 +3,7 @@
  * of our own, Unicode normalization, labels and malformed input. */
 #define _POSIX_C_SOURCE 200809L /* popen, for the bzip2'd NormalizationTest.txt */
 #include "test_util.h"
+#include "gguf_writer.h"
 
 #include <jansson.h>
 
@@ -569,41 +570,71 @@ static void test_llama_vocab_suites(void **state)
     assert_int_equal(failed, 0);
 }
 
-/* Every tokenizer.ggml.pre family compiles and splits as its regexes say. */
+/* A tokenizer.ggml.pre name over GPT-2's vocabulary; NULL with *st when refused. */
+static lp_tokenizer *gpt2_with_pre(const char *pre, lp_status *st, lp_error *err)
+{
+    gbuf buf = {0};
+    build_gguf_from_json("gpt2", "gpt2", pre, false, &buf);
+    lp_gguf *g = NULL;
+    assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, err), LP_OK);
+    lp_tokenizer *tok = NULL;
+    *st = lp_tokenizer_from_gguf(g, &tok, err);
+    lp_gguf_close(g);
+    free(buf.d);
+    return tok;
+}
+
+/* Every tokenizer.ggml.pre family compiles and splits as its regexes say (one name of each of
+ * llama.cpp's pre-tokenizer types). */
 static void test_gguf_pre_families(void **state)
 {
     (void)state;
-    static const char *const names[] = {"default", "llama-bpe", "qwen2", "starcoder",
-                                        "deepseek-coder", "deepseek-v3", "falcon", "smollm"};
+    static const char *const names[] = {
+        "default", "llama-bpe", "dbrx", "chatglm-bpe", "jais-2", "deepseek-llm", "deepseek-v3",
+        "spark2_5", "youtu", "deepseek-coder", "falcon", "starcoder", "smollm", "gpt-2", "mpt",
+        "qwen2", "qwen35", "bloom", "viking", "tekken", "chameleon", "gpt-4o",
+        "granite-embed-multi-97m", "tiny_aya", "bailingmoe", "seed-coder", "ufakzeka", "grok-2",
+        "laguna", "exaone-moe", "minicpm5", "command-r", "refact", "poro-chat", "gpt3-finnish",
+        "exaone", "minerva-7b", "codeshell", "olmo", "jais", "smaug-bpe", "stablelm2"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        gbuf buf = {0};
-        build_gguf_from_json("gpt2", "gpt2", names[k], false, &buf);
-        lp_gguf *g = NULL;
         lp_error err = {0};
-        assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err), LP_OK);
-        lp_tokenizer *tok = NULL;
-        if (lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+        lp_status st;
+        lp_tokenizer *tok = gpt2_with_pre(names[k], &st, &err);
+        if (st != LP_OK)
             fail_msg("pre '%s': %s", names[k], err.msg);
-        static const char text[] = "Hi 12345 you";
+        static const char text[] = "Hi 12345 you\n\n  x\xE4\xB8\xAD\xE6\x96\x87!";
         size_t n;
         int32_t *ids = encode(tok, text, strlen(text), false, &n);
         char *back = decode(tok, ids, n, false);
         assert_string_equal(back, text);
-        /* GPT-2's regex keeps " 12345" together ("Ġ123" "45"); starcoder's splits digits
-         * first: "Ġ" then one token per digit */
-        if (strcmp(names[k], "starcoder") == 0 || strcmp(names[k], "smollm") == 0) {
-            assert_int_equal(n, 1 + 1 + 5 + 1);
-            assert_string_equal(lp_tokenizer_piece(tok, ids[1]), "\xC4\xA0");
-            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "1");
-        } else if (strcmp(names[k], "default") == 0) {
-            assert_int_equal(n, 4);
-            assert_string_equal(lp_tokenizer_piece(tok, ids[1]), "\xC4\xA0" "123");
-        }
+        const char *second = lp_tokenizer_piece(tok, ids[1]);
+        /* GPT-2's regex keeps " 12345" together ("\u0120" "123" "45" after BPE); the
+         * families that split digits apart from their space leave "\u0120" alone */
+        bool lone_space = strcmp(second, "\xC4\xA0") == 0;
+        static const char lone[] = " default deepseek-llm deepseek-coder falcon starcoder smollm "
+                                   "viking qwen2 deepseek-v3 minicpm5 tiny_aya chameleon ";
+        static const char joined[] = " gpt-2 mpt bloom ";
+        char key[64];
+        snprintf(key, sizeof key, " %s ", names[k]);
+        if ((strstr(lone, key) && !lone_space) || (strstr(joined, key) && lone_space))
+            fail_msg("pre '%s': second piece '%s'", names[k], second);
+        if (strcmp(names[k], "deepseek-coder") == 0 || strcmp(names[k], "starcoder") == 0)
+            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "1"); /* one digit each */
+        if (strcmp(names[k], "default") == 0 || strcmp(names[k], "deepseek-llm") == 0)
+            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "123");
         free(back);
         free(ids);
         lp_tokenizer_close(tok);
-        lp_gguf_close(g);
-        free(buf.d);
+    }
+    /* what llama.cpp splits with code of its own is refused, naming it */
+    static const char *const refused[] = {"kimi-k2", "superbpe", "gemma4", "afmoe"};
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        lp_error err = {0};
+        lp_status st;
+        assert_null(gpt2_with_pre(refused[k], &st, &err));
+        assert_int_equal(st, LP_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err.msg, refused[k]));
+        assert_non_null(strstr(err.msg, "code of its own"));
     }
     /* an unknown name is refused, not guessed */
     gbuf buf = {0};
@@ -1384,6 +1415,140 @@ static void test_wordpiece_rules(void **state)
     assert_non_null(strstr(err.msg, "[UNK]"));
 }
 
+/* A GGUF "bert" vocabulary as llama.cpp's converter writes BERT's (control tokens as they are,
+ * "##x" as "x", every other piece as "\u2581" + piece) from the WordPiece tokenizer.json
+ * fixture: llama.cpp's WPM encodes every string as Hugging Face's BertTokenizer does. */
+static void test_gguf_bert(void **state)
+{
+    (void)state;
+    const char *src = getenv("LOUPE_SOURCE");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/inspect/wordpiece/tokenizer.json", src ? src : ".");
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    const json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    size_t n = json_object_size(vocab);
+    char **tokens = calloc(n, sizeof *tokens);
+    int32_t *types = calloc(n, sizeof *types);
+    assert_non_null(tokens);
+    assert_non_null(types);
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)vocab, key, value)
+    {
+        size_t id = (size_t)json_integer_value(value);
+        assert_true(id < n);
+        bool control = key[0] == '[' && key[strlen(key) - 1] == ']';
+        types[id] = strcmp(key, "[UNK]") == 0 ? 2 : control ? 3 : 1;
+        tokens[id] = malloc(strlen(key) + 4);
+        assert_non_null(tokens[id]);
+        if (control)
+            strcpy(tokens[id], key);
+        else if (strncmp(key, "##", 2) == 0)
+            strcpy(tokens[id], key + 2);
+        else
+            sprintf(tokens[id], "\xE2\x96\x81%s", key);
+    }
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "tokenizer.ggml.model", "bert");
+    lp_gw_kv_arr_str(&w, "tokenizer.ggml.tokens", (const char *const *)tokens, n);
+    lp_gw_kv_arr_i32(&w, "tokenizer.ggml.token_type", types, n);
+    lp_gw_kv_u32(&w, "tokenizer.ggml.bos_token_id", 2);
+    lp_gw_kv_u32(&w, "tokenizer.ggml.seperator_token_id", 3);
+    assert_true(lp_gw_finish(&w));
+    lp_gguf *g = NULL;
+    lp_error err = {0};
+    assert_int_equal(lp_gguf_open_memory(w.buf, w.size, "bert.gguf", &g, &err), LP_OK);
+    lp_tokenizer *gtok = NULL, *jtok = NULL;
+    if (lp_tokenizer_from_gguf(g, &gtok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(lp_tokenizer_open(path, &jtok, &err), LP_OK);
+    assert_string_equal(lp_tokenizer_kind(gtok), "wordpiece");
+    static const char *const texts[] = {
+        "Hello, World!", "Caf\xC3\xA9 r\xC3\xA9sum\xC3\xA9 na\xC3\xAFve CAF\xC3\x89",
+        "unaffable playing played plays", "$50-x \xC2\xBFok?",
+        "hello\xE4\xB8\xAD\xE6\x96\x87world \xE6\x97\xA5", "the qqq. xyz xx",
+        "hel\x01lo\tworld\xEF\xBF\xBD ok\xE2\x80\x8B" "ay\xC2\xA0" "ab", "[CLS] hello [MASK]",
+        "[mask]", "  \n\n the\t\tcafe  ", ""};
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++)
+        for (int special = 0; special < 2; special++) {
+            size_t n_g, n_j;
+            int32_t *a = encode(gtok, texts[k], strlen(texts[k]), special, &n_g);
+            int32_t *b = encode(jtok, texts[k], strlen(texts[k]), special, &n_j);
+            if (n_g != n_j || (n_g && memcmp(a, b, n_g * sizeof *a) != 0))
+                fail_msg("bert gguf differs from tokenizer.json on \"%s\"", texts[k]);
+            free(a);
+            free(b);
+        }
+    /* the vocabulary's pieces decode back to words: \u2581 starts one, others continue it */
+    int32_t seq[] = {7, 8, 9, 11, 18};
+    char *text = decode(gtok, seq, 5, true);
+    assert_string_equal(text, "unaffable , hello");
+    free(text);
+    lp_tokenizer_close(gtok);
+    lp_tokenizer_close(jtok);
+    lp_gguf_close(g);
+    lp_gw_free(&w);
+    for (size_t k = 0; k < n; k++)
+        free(tokens[k]);
+    free(tokens);
+    free(types);
+    json_decref(root);
+}
+
+/* Unigram (tokenizer.json): expected ids worked out by hand from the scores (Hugging Face's
+ * rules: the highest total log-probability, ties to the piece found first, an uncovered
+ * character as <unk> at the lowest score minus 10, unknown runs fused, byte fallback). */
+#define UNIGRAM_JSON(byte_fallback)                                                              \
+    "{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "               \
+    "\"prepend_scheme\": \"always\", \"split\": true},"                                          \
+    " \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "                     \
+    "\"prepend_scheme\": \"always\", \"split\": true},"                                          \
+    " \"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"byte_fallback\": " byte_fallback ", "  \
+    "\"vocab\": [[\"<unk>\", 0.0], [\"\\u2581\", -1.0], [\"\\u2581a\", -2.0], [\"b\", -2.0],"     \
+    " [\"\\u2581ab\", -5.0], [\"c\", -3.0], [\"bc\", -1.5], [\"d\", -1.0], [\"e\", -1.0],"       \
+    " [\"de\", -2.0], [\"<0x21>\", -4.0]]}}"
+
+static void test_unigram_rules(void **state)
+{
+    (void)state;
+    lp_tokenizer *tok = open_json("unigram.json", UNIGRAM_JSON("false"));
+    assert_string_equal(lp_tokenizer_kind(tok), "unigram");
+    /* "\u2581abc": \u2581a + bc (-3.5) beats the longest first piece \u2581ab + c (-8) */
+    expect_ids(tok, "abc", false, IDS(2, 6));
+    expect_ids(tok, "abc abc", false, IDS(2, 6, 2, 6));
+    /* x, y, z have no piece: three unknowns (-15 each) fused into one <unk> */
+    expect_ids(tok, "xyz", false, IDS(1, 0));
+    /* d + e and de both score -2: de, reached first, stays */
+    expect_ids(tok, "de", false, IDS(1, 9));
+    /* without byte fallback "!" is unknown */
+    expect_ids(tok, "!", false, IDS(1, 0));
+    int32_t seq[] = {2, 6, 2, 6, 1, 9};
+    char *text = decode(tok, seq, 6, false);
+    assert_string_equal(text, "abc abc de");
+    free(text);
+    lp_tokenizer_close(tok);
+    tok = open_json("unigram_bytes.json", UNIGRAM_JSON("true"));
+    /* byte fallback: "!" is <0x21>; "x!" is one unknown run whose bytes are not all byte
+     * tokens, so it stays <unk> */
+    expect_ids(tok, "!", false, IDS(1, 10));
+    expect_ids(tok, "x!", false, IDS(1, 0));
+    expect_ids(tok, "a!bc", false, IDS(2, 10, 6));
+    lp_tokenizer_close(tok);
+    /* no unk_id: refused at load, naming the field */
+    const char *path = write_tmp("unigram_nounk.json",
+                                 "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.0]]}}");
+    lp_error err = {0};
+    assert_int_equal(lp_tokenizer_open(path, &tok, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "unk_id"));
+    path = write_tmp("unigram_bad.json",
+                     "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\"]]}}");
+    assert_int_equal(lp_tokenizer_open(path, &tok, &err), LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "model.vocab[0]"));
+}
+
 static void test_llama2c_rules(void **state)
 {
     (void)state;
@@ -1624,6 +1789,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_damaged_json),
         cmocka_unit_test(test_llama2c_rules),
         cmocka_unit_test(test_wordpiece_rules),
+        cmocka_unit_test(test_gguf_bert),
+        cmocka_unit_test(test_unigram_rules),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }

@@ -992,6 +992,9 @@ static void test_diff_pictures(void **state)
     img = load_png(png);
     assert_rgb_equal(pixel(&img, 64 + 3, 104 + 3), ((lp_rgb){0xb2, 0x18, 0x2b}));
     assert_rgb_equal(pixel(&img, 64 + 56 + 3, 104 + 3), lp_render_masked_rgb(&opt));
+    /* the second panel, max |B - A| on its own scale, starts one panel (64 + 2 x 56 + 150) on;
+     * the picture may be wider, to fit the title */
+    assert_rgb_equal(pixel(&img, 326 + 64 + 3, 104 + 3), ((lp_rgb){0xb2, 0x18, 0x2b}));
     cairo_surface_destroy(img.surface);
 
     /* a database from before diff_head_stats: the statistic changes read as NaN */

@@ -1034,7 +1034,25 @@ static void write_gguf_phi3(lp_gw *w, ref_model *m)
 {
     const ref_config *c = &m->cfg;
     int64_t H = c->hidden, F = c->ffn, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
-    gguf_hparams(w, "phi3", c, 64);
+    gguf_hparams(w, "phi3", c, c->n_ctx > 0 ? (uint32_t)c->n_ctx : 64);
+    if (c->longrope_orig > 0) {
+        /* as convert_hf_to_gguf.py's Phi3MiniModel: the original context and the attention
+         * factor it derives as keys, the factors as F32 tensors of rope_dim / 2 */
+        double scale = (double)c->n_ctx / (double)c->longrope_orig;
+        lp_gw_kv_u32(w, "phi3.rope.scaling.original_context_length", (uint32_t)c->longrope_orig);
+        lp_gw_kv_f32(w, "phi3.rope.scaling.attn_factor",
+                     (float)sqrt(1.0 + log(scale) / log((double)c->longrope_orig)));
+        static float factors[2][LP_MAX_ROPE_FACTORS];
+        const int64_t ne[1] = {c->rope_dim / 2};
+        for (int64_t i = 0; i < c->rope_dim / 2; i++) {
+            factors[0][i] = (float)c->long_factor[i];
+            factors[1][i] = (float)c->short_factor[i];
+        }
+        lp_gw_tensor(w, "rope_factors_long.weight", 1, ne, 0, factors[0],
+                     (size_t)ne[0] * sizeof(float));
+        lp_gw_tensor(w, "rope_factors_short.weight", 1, ne, 0, factors[1],
+                     (size_t)ne[0] * sizeof(float));
+    }
     gguf_f32(w, "token_embd.weight", -1, c->vocab, H, m->embed);
     for (int l = 0; l < c->n_layers; l++) {
         const ref_layer *L = &m->layers[l];
@@ -1146,6 +1164,22 @@ static const gguf_case gguf_cases[] = {
       .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-5, .theta = 10000, .rope_dim = 6,
       .scale = 0.3},
      18, write_gguf_phi3, 12, {2, 44, 30, 30, 7, 11, 0, 39, 16, 25, 3, 41}, "phi3", 1e-2, 1e-4},
+    /* Phi-3 longrope as llama.cpp writes it (factors as tensors, original context 16 of 64):
+     * 12 tokens take the short factors, 22 the long ones, as the safetensors form does */
+    {"gguf-phi3-longrope-short",
+     {.family = REF_PHI3, .vocab = 67, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-5, .theta = 10000, .rope_dim = 6,
+      .longrope_orig = 16, .n_ctx = 64, .short_factor = {1.0, 1.25, 2.5},
+      .long_factor = {1.5, 4.0, 9.0}, .scale = 0.3},
+     16, write_gguf_phi3, 12, {2, 44, 30, 30, 7, 11, 0, 39, 16, 25, 3, 41}, "phi3", 1e-2, 1e-4},
+    {"gguf-phi3-longrope-long",
+     {.family = REF_PHI3, .vocab = 67, .hidden = 40, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-5, .theta = 10000, .rope_dim = 6,
+      .longrope_orig = 16, .n_ctx = 64, .short_factor = {1.0, 1.25, 2.5},
+      .long_factor = {1.5, 4.0, 9.0}, .scale = 0.3},
+     16, write_gguf_phi3, 22,
+     {2, 44, 30, 30, 7, 11, 0, 39, 16, 25, 3, 41, 60, 5, 5, 18, 66, 9, 33, 1, 50, 27}, "phi3",
+     1e-2, 1e-4},
     {"gguf-olmo2",
      {.family = REF_OLMO2, .vocab = 45, .hidden = 40, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-6, .theta = 500000, .qk_norm = true,

@@ -21,6 +21,8 @@
  * p = exp(s - m) / l: exact, not rescaled, bit for bit the scores of the first pass.
  * A learned sink starts each row as if one key with score sink_logit and a zero value row had
  * been seen (m = sink_logit, l = 1); the max probability uses the largest real score kmax.
+ * GQA (n_group > 1): the group's query heads share the call's packed K/V; pass 1 runs each
+ * head's tile against a key block before moving to the next, so the block is in L1 for all.
  * A non-finite score (NaN or overflow in q or k) poisons its row: output, visible probabilities
  * and statistics become NaN instead of a plausible-looking distribution. When the packed copy
  * cannot be allocated the reference runs instead (it needs no scratch).
@@ -44,6 +46,11 @@ typedef struct row_state {
 } row_state;
 
 /* The packed keys and f32 values of one call: keys [kbase, khi) (kbase a multiple of ATT_BK). */
+/* lp_attn_set_sparsity's switch (bench only). */
+static bool sparsity_on = true;
+
+void lp_attn_set_sparsity(bool on) { sparsity_on = on; }
+
 typedef struct att_call {
     const lp_kernel_table *kt;
     const lp_attn_args *a;
@@ -339,7 +346,7 @@ static void tile_probs(const att_call *c, const lp_attn_args *a, const row_state
             row_probs_block(kt, a, &rs[r], prow, kb, kn, S + r * ATT_BK);
         }
     }
-    for (int r = 0; r < rows && a->row_stats; r++) {
+    for (int r = 0; r < rows && a->row_stats && sparsity_on; r++) {
         const row_state *q = &rs[r];
         if (q->poisoned || row_empty(q) || q->lo >= q->hi)
             continue; /* NaN or 0 already */

@@ -93,6 +93,10 @@ typedef struct lp_attn_row_stats {
 /* The sparsity fields of st from the n visible probabilities p of one row (p is sorted in place,
  * largest first; the sums run in double in that order). The spec both attention kernels use. */
 void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st);
+/* For `loupe bench --attention` only: false makes lp_attention skip the sparsity sort (keys50..
+ * low_mass left 0), so the sort's cost is timed A/B in one process. Process-wide, default true;
+ * set it only while no pass runs (a hack owned up to: the forward options do not carry it). */
+void lp_attn_set_sparsity(bool on);
 
 /* One attention head. q: [n_q, head_dim] f32 with row stride q_stride; k: [n_k, head_dim] and
  * v: [n_k, v_dim] in kv_dtype (f32, f16 or bf16; converted to f32 as blocks are loaded) with row

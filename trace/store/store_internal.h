@@ -99,7 +99,8 @@ bool lp_store_table_exists(lp_store *store, const char *name);
 lp_status lp_store_check_version(lp_store *store, const char *advice, int64_t *version,
                                  lp_error *err);
 
-/* analysis.c: the analysis tables (eval_results, token_nll, head_importance, pruning_plan),
+/* analysis.c: the analysis tables (eval_results, token_nll, head_importance, pruning_plan,
+ * logit_lens, logit_lens_layers, diffs, diff_heads, diff_head_stats, diff_positions),
  * CREATE IF NOT EXISTS, run on every writer open: the migration step for older databases. */
 lp_status lp_store_create_analysis_tables(lp_store *store, lp_error *err);
 /* Bind v, or NULL when it is NaN. */

@@ -402,6 +402,66 @@ function buildAnalysis(dir) {
     lensNll: q('SELECT layer, nll FROM logit_lens_layers WHERE run_id = 1 ORDER BY layer') };
 }
 
+// `loupe diff` of loupe synth's model against its no-prev-write fault (the same tokenizer, so the
+// same tokens), both runs in one database with f32 maps and full logits, read back as stored.
+function buildDiff(dir) {
+  const model = path.join(dir, 'synth'), broken = path.join(dir, 'synth-fault'), db = path.join(dir, 'diff.db');
+  for (const f of [db, db + '-wal', db + '-shm']) fs.rmSync(f, { force: true });
+  fs.rmSync(broken, { recursive: true, force: true });
+  execFileSync(LOUPE, ['synth', broken, '--fault', 'no-prev-write'], { stdio: 'ignore' });
+  const prompt = 'the cat sat on the mat . the cat sat on the mat .';
+  for (const m of [model, broken]) execFileSync(LOUPE, ['trace', m, '--prompt', prompt, '--maps', 'f32', '--logits', 'full', '--db', db], { stdio: 'ignore' });
+  execFileSync(LOUPE, ['diff', db + ':1', db + ':2'], { stdio: 'ignore' });
+  const q = (sql) => JSON.parse(execFileSync('sqlite3', ['-json', db, sql], { encoding: 'utf8' }) || '[]');
+  const html = path.join(dir, 'diff.html');
+  execFileSync(LOUPE, ['render', db, '--run', '1', '--html', html]);
+  const f32 = (hexText) => { const b = Buffer.from(hexText, 'hex'), v = []; for (let i = 0; i < b.length; i += 4) v.push(b.readFloatLE(i)); return v; };
+  const maps = q('SELECT run_id, layer, head, n_q, n_k, hex(probs) AS probs FROM attention ORDER BY run_id, layer, head').map((r) => ({ ...r, probs: f32(r.probs) }));
+  return { html,
+    heads: q('SELECT layer, head, js_mean, max_abs FROM diff_heads WHERE diff_id = 1 ORDER BY layer, head'),
+    positions: q('SELECT pos, kl, argmax_agree FROM diff_positions WHERE diff_id = 1 ORDER BY pos'),
+    map: (run, l, h) => maps.find((m) => m.run_id === run && m.layer === l && m.head === h) };
+}
+
+async function checkDiff(browser, d, stray, errors) {
+  const { page } = await openPage(browser, d.html, stray, errors);
+  await page.evaluate(() => window.loupeViewer.setView('diffs'));
+  const data = await page.evaluate(() => window.loupeViewer.data);
+  const s = data.sections.diffs, n_heads = data.run.n_heads;
+  check(s && s.length === 1 && s[0].maps, 'diffs: the stored diff is in the page, with its maps (both runs are in this database)');
+  const cells = await page.$$eval('#view-diffs .head-matrix td', (tds) => tds.map((t) => [Number(t.dataset.layer), Number(t.dataset.head), t.textContent, t.style.background]));
+  let bad = 0;
+  for (const r of d.heads) {
+    const cell = cells.find(([l, h]) => l === r.layer && h === r.head);
+    if (!cell || cell[2] !== r.js_mean.toFixed(4)) bad++;
+  }
+  check(bad === 0 && cells.length === d.heads.length && d.heads.some((r) => r.js_mean > 0), 'diffs: every head\'s mean JS as stored (' + bad + ' differ of ' + d.heads.length + ')');
+  const order = d.heads.slice().sort((x, y) => y.js_mean - x.js_mean || x.layer - y.layer || x.head - y.head), top = order[0];
+  const diverging = data.options.diverging, red = tableRgb(diverging, 255), blue = tableRgb(diverging, 0);
+  const bg = cells.find(([l, h]) => l === top.layer && h === top.head)[3];
+  check(bg === 'rgb(' + red.join(', ') + ')', 'diffs: the most changed head (layer ' + top.layer + ' head ' + top.head + ') has the red end (' + bg + ')');
+  const strip = await page.$$eval('#view-diffs .diff-strip td', (tds) => tds.map((t) => [Number(t.dataset.pos), t.className, t.style.background]));
+  const want = d.positions.filter((p) => !p.argmax_agree).map((p) => p.pos), got = strip.filter((t) => t[1] === 'disagree').map((t) => t[0]);
+  const klTop = d.positions.reduce((m, p) => Math.max(m, p.kl), 0), klMax = d.positions.find((p) => p.kl === klTop);
+  check(strip.length === d.positions.length && same(got, want) && strip[klMax.pos][2] === 'rgb(' + red.join(', ') + ')', 'diffs: the per-position strip marks the argmax disagreements ' + JSON.stringify(want) + ' (' + JSON.stringify(got) + ') and the largest KL in red');
+  // a click on a head draws its difference map: the cell of largest |B - A| is the diverging end
+  // of its sign, a masked cell is the masked colour
+  const other = order[1]; /* the page opens with the top one drawn */
+  await page.click('#view-diffs .head-matrix td[data-layer="' + other.layer + '"][data-head="' + other.head + '"]');
+  const a = d.map(1, other.layer, other.head), b = d.map(2, other.layer, other.head);
+  let at = 0;
+  for (let i = 0; i < a.probs.length; i++) if (Math.abs(b.probs[i] - a.probs[i]) > Math.abs(b.probs[at] - a.probs[at])) at = i;
+  const q = Math.floor(at / a.n_k), k = at % a.n_k, sign = b.probs[at] - a.probs[at];
+  const px = await page.evaluate((q, k, q0, k0) => {
+    const c = document.getElementById('diff-canvas'), cell = Number(c.dataset.cell), g = c.getContext('2d');
+    const at = (r, cc) => Array.from(g.getImageData(cc * cell + cell / 2, r * cell + cell / 2, 1, 1).data.slice(0, 3));
+    return { hit: at(q, k), masked: at(q0, k0), state: window.loupeViewer.state.diffHead };
+  }, q, k, 0, a.n_k - 1);
+  const end = sign > 0 ? red : blue, masked = hexRgb(data.options.masked[data.options.colormap]);
+  check(Math.abs(sign) > 0 && same(px.state, [other.layer, other.head]) && same(px.hit, end) && same(px.masked, masked), 'diffs: layer ' + other.layer + ' head ' + other.head + '\'s map has B - A = ' + sign.toExponential(2) + ' at (' + q + ', ' + k + ') in ' + px.hit + ' (want ' + end + '), masked ' + px.masked);
+  await page.close();
+}
+
 // What lp_render_visible_piece shows for a piece.
 function visible(piece) {
   return Array.from(piece).map((c) => (c === ' ' || c === '\u2581' ? '\u2423' : c === '\n' ? '\u23ce' : c === '\t' ? '\u21e5'
@@ -535,7 +595,7 @@ async function main() {
   execFileSync(LOUPE, ['render', db, '--run', '1', '--html', html]);
   execFileSync(LOUPE, ['render', db, '--run', '2', '--html', path.join(dir, 'long.html')]);
   execFileSync(LOUPE, ['render', db, '--run', '2', '--html', path.join(dir, 'pooled.html'), '--max-map-bytes', '100000']);
-  const gen = buildGenerated(dir), analysis = buildAnalysis(dir);
+  const gen = buildGenerated(dir), analysis = buildAnalysis(dir), diff = buildDiff(dir);
   const { browser, profile } = await launch(dir);
   check(browser.process().spawnfile === BROWSER, 'the browser is ' + BROWSER + ' (' + await browser.version() + ')');
   const stray = [], errors = [];
@@ -554,6 +614,7 @@ async function main() {
     await checkPooled(browser, path.join(dir, 'pooled.html'), stray, errors);
     await checkGenerated(browser, gen, stray, errors);
     await checkAnalysis(browser, analysis, stray, errors);
+    await checkDiff(browser, diff, stray, errors);
   } finally {
     await browser.close();
     fs.rmSync(profile, { recursive: true, force: true });
