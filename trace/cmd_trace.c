@@ -212,11 +212,6 @@ static lp_status prepare(trace_job *j, const trace_opts *o, lp_error *err)
     lp_batch batch = lp_batch_single(j->in.ids, (int64_t)j->in.n_ids);
     if (st || (st = lp_forward_check(j->model, &batch, err)) || (st = select_maps(j, o, err)))
         return st;
-    if (o->generate > 0 && lp_model_arch(j->model)->mla)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "--generate: %s uses multi-head latent attention, whose latent KV "
-                            "cache is not built yet",
-                            j->model_path);
     if (o->generate > 0 && o->logit_lens)
         return lp_error_set(err, LP_ERR_USAGE, "--logit-lens reads one prefill: not with --generate");
     if (o->generate > 0 && o->stop_at_eos && lp_model_arch(j->model)->eos_token_id < 0)
@@ -545,11 +540,6 @@ static lp_status prepare_dataset(trace_job *j, dataset_job *d, const trace_opts 
     j->in.n_ids = longest > 0 ? longest : 1;
     st = select_maps(j, o, err);
     j->in.n_ids = keep_n;
-    if (st == LP_OK && o->generate > 0 && lp_model_arch(j->model)->mla)
-        st = lp_error_set(err, LP_ERR_UNSUPPORTED,
-                          "--generate: %s uses multi-head latent attention, whose latent KV cache "
-                          "is not built yet",
-                          j->model_path);
     if (st == LP_OK && o->generate > 0) {
         j->kv_dtype = o->kv_dtype > 0 ? lp_dtype_from_name(kv_dtype_names[o->kv_dtype])
                                       : lp_kv_default_dtype(j->model);

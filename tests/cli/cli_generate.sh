@@ -55,6 +55,18 @@ for dt in f32 f16 bf16 q8_0; do
   case "$out" in *"kv cache $dt: $got bytes"*"loupe estimate: $want bytes"*) ok ;; *) bad "summary for $dt: $out" ;; esac
 done
 
+# DeepSeek's MLA caches one [latent | k_rope] row per layer and position: kv_bytes = n_layers x
+# positions x row bytes (q8_0 pads the 16 + 4 wide row to one 34-byte block), as estimate says.
+DS="$TMP/ds"
+"$LOUPE" synth "$DS" --like "$(dirname "$0")/../../configs/deepseek-v3.yaml" >/dev/null
+for dt in f32 f16 q8_0; do
+  out=$("$LOUPE" trace "$DS" --tokens 1,5,9 --generate 6 --kv-dtype "$dt" --db "$DB" --maps none)
+  want=$("$LOUPE" estimate "$DS" --seq 9 --kv-dtype "$dt" --json | tr -d ' \n' | sed -n 's/.*"kv_cache":{[^}]*"bytes":\([0-9]*\).*/\1/p')
+  got=$(q "SELECT kv_bytes FROM runs WHERE id = (SELECT max(id) FROM runs) AND kv_dtype = '$dt'")
+  expect_eq "$want" "$got" "deepseek kv_bytes $dt"
+  case "$out" in *"generated 6 tokens"*"kv cache $dt: $got bytes"*"loupe estimate: $want bytes"*) ok ;; *) bad "deepseek summary for $dt: $out" ;; esac
+done
+
 # A version-1 database (no generated, kv_bytes, kv_dtype) is migrated by the next trace.
 OLD="$TMP/old.db"
 expect_status 0 "$LOUPE" trace "$M" --tokens 1,403 --db "$OLD" --maps none

@@ -42,6 +42,17 @@ for card in "$CONFIGS"/*.yaml; do
   fi
   expect_status 0 "$LOUPE" render "$M/t.db" --run 1 --overview -o "$M/overview.png"
   if [ -s "$M/overview.png" ]; then ok; else bad "render $name wrote no picture"; fi
+  # MLA cards also generate through the latent KV cache, its bytes what loupe estimate predicts
+  lora=$("$LOUPE" inspect "$M" --json 2>/dev/null | grep -o '"kv_lora_rank": *[0-9]*' | head -1 | grep -o '[0-9]*$')
+  if [ "${lora:-0}" -gt 0 ]; then
+    "$LOUPE" trace "$M" --tokens 1,5,9,13 --generate 6 --db "$M/g.db" >"$TMP/gen" 2>"$TMP/err"
+    kv=$(sed -n 's/^kv cache [a-z0-9_]*: \([0-9]*\) bytes .*loupe estimate: \([0-9]*\) bytes$/\1 \2/p' "$TMP/gen")
+    if grep -q '^generated 6 tokens' "$TMP/gen" && [ -n "$kv" ] && [ "${kv% *}" = "${kv#* }" ]; then
+      ok
+    else
+      bad "generate $name: $(head -c 300 "$TMP/err") $(grep 'kv cache' "$TMP/gen")"
+    fi
+  fi
   ran="$ran $name"
 done
 echo "traced, leak-checked and rendered:$ran"
@@ -49,7 +60,7 @@ echo "skipped (no synthetic writer, or trace refuses):$skipped"
 # the dense families this suite is about must all be in the first list
 for want in pythia-70m phi-2 gpt-j-6b falcon-7b bloomz-560m opt-125m opt-350m olmo-2-0425-1b \
             stablelm-2-12b stablelm-3b-4e1t gpt2 llama-3-8b gemma-2-2b gemma-3-1b mixtral-8x7b-v0.1 \
-            phi-3-mini-4k-instruct; do
+            phi-3-mini-4k-instruct deepseek-v2-lite deepseek-v3; do
   case " $ran " in *" $want "*) ok ;; *) bad "$want was not traced" ;; esac
 done
 finish

@@ -18,6 +18,7 @@
 #include "inspect/formats/quant.h"
 #include "ref_forward.h"
 #include "store_test_util.h"
+#include "trace/leak/leak.h"
 #include "trace/store/store.h"
 #include "trace/trace.h"
 
@@ -476,6 +477,18 @@ static void test_gguf_moe_case(void **state)
      * take x quantized to int8 per 32 values as llama.cpp does (gguf-qwen2moe: 8.5e-4 observed) */
     compare_with_ref(gc->name, model, ids, gc->T, &gc->cfg, &ref, 2e-3);
     assert_true(logit_spread(&ref, gc->T * gc->cfg.vocab) > 1e-2);
+    /* decoding through the KV cache (MLA: the latent; split attn_k_b/attn_v_b re-expand it head
+     * by head) equals the prefill, and a cache written one slot late is caught */
+    for (int f = 0; f < 2; f++) {
+        lp_leak_decode_opts dopts = {f ? LP_KV_FAULT_CACHE_OFF_BY_ONE : LP_KV_FAULT_NONE, 0, NULL};
+        lp_leak_decode_report rep;
+        if (lp_leak_check_decode(model, ids, gc->T, &dopts, &rep, &err) != LP_OK)
+            fail_msg("%s: decode: %s", gc->name, err.msg);
+        printf("  %-22s decode (%s): f32 %.1e, f16 %.1e -> %s\n", gc->name,
+               lp_kv_fault_name(dopts.fault), rep.logit_diff, rep.f16_logit_diff, rep.diagnosis);
+        assert_int_equal(rep.passed, f == 0);
+        assert_string_equal(rep.diagnosis, lp_kv_fault_name(dopts.fault));
+    }
     lp_model_close(model);
     ref_outputs_free(&ref);
     ref_model_free(&m);

@@ -54,7 +54,7 @@ typedef struct lp_fw_scratch {
     /* KV cache calls that gather keys (rolling or q8_0 caches): [kv_dim, n_k] f32 each */
     float *kv_k, *kv_v;
     float *router_sel;  /* [2 n_experts] one token's scores for the choice, its group scores */
-    float *mla;         /* [T, q_lora + 2 kv_lora + rope + n_heads (nope + v)] (MLA) */
+    float *mla; /* [n_k, q_lora + 2 kv_lora + rope + n_heads (nope + v + head_dim) + max(nope, v)] */
 } lp_fw_scratch;
 
 /* The state of one call, shared by the sublayers. */
@@ -127,6 +127,8 @@ int64_t lp_fw_layer_window(const lp_forward_opts *opts, const lp_layer_weights *
  * cache and say where the heads read all pos0 + T keys from. */
 lp_status lp_fw_kv_append(lp_fw_pass *p, int l, const float *k, const float *v, int64_t kv_stride,
                           lp_fw_kv_source *src);
+/* kv_cache.c: MLA's latent rows: the call's new ones stored, all n_k read back in place. */
+lp_status lp_fw_kv_latent(lp_fw_pass *p, int l, float *rows, int64_t stride);
 /* kv_cache.c: what the cache changes in a call: the RoPE position of row 0 (rope-stale keeps
  * the first decode position) and the mask alignment (mask-top-left). */
 int64_t lp_fw_kv_rope_pos0(const struct lp_kv_cache *kv, int64_t pos0);

@@ -1,5 +1,7 @@
 /* The KV cache: per layer [n_kv_heads, slots, head_dim] keys and values in f32, f16, bf16 or
- * q8_0; sliding-window layers keep a ring of min(ctx, window) slots. A call's new rows are
+ * q8_0; multi-head latent attention caches instead, per layer and position, one row [latent
+ * (kv_lora_rank, after kv_a_layernorm) | rotated k_rope (qk_rope_head_dim)] as DeepSeek and vLLM
+ * do, which decode expands back into every head's K_nope and V with kv_b; sliding-window layers keep a ring of min(ctx, window) slots. A call's new rows are
  * written before its queries attend, so every query reads keys at the cache's precision. The
  * heads read f32/f16/bf16 caches of full layers in place; rings and q8_0 caches are gathered, in
  * position order, into the pass's f32 buffers first (the kernel then sees key j at position j). */
@@ -22,13 +24,14 @@ typedef struct kv_layer {
     int64_t window;      /* the window the layer attends with (0 = none) */
     bool ring;
     uint64_t row_bytes;  /* one kv head at one slot */
-    uint8_t *k, *v;      /* [n_kv, slots, row_bytes] */
+    uint8_t *k, *v;      /* [n_kv, slots, row_bytes]; MLA: k holds the latent rows, v is NULL */
 } kv_layer;
 
 struct lp_kv_cache {
     const lp_model *model;
     lp_dtype dtype;
     int64_t ctx, len, head_dim;
+    int64_t latent_width; /* MLA: kv_lora_rank + qk_rope_head_dim, else 0 */
     int n_layers;
     kv_layer *layers;
     uint64_t bytes;
@@ -50,7 +53,7 @@ LP_NAMES_DEFINE(lp_kv_fault_name, lp_kv_fault_from_name, lp_kv_fault, fault_name
 lp_dtype lp_kv_default_dtype(const lp_model *model)
 {
     const lp_layer_weights *L = &model->layers[0];
-    lp_dtype d = L->qkv_layout != LP_QKV_SEPARATE ? L->qkv.dtype : L->k.dtype;
+    lp_dtype d = model->arch.mla ? L->kv_a.dtype : L->qkv_layout != LP_QKV_SEPARATE ? L->qkv.dtype : L->k.dtype;
     return d == LP_DTYPE_F32 || d == LP_DTYPE_BF16 ? d : LP_DTYPE_F16;
 }
 
@@ -100,11 +103,6 @@ lp_status lp_kv_cache_create(const lp_model *model, int64_t ctx, lp_dtype dtype,
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "KV cache dtype %s is not supported (f32, f16, bf16, q8_0)",
                             lp_dtype_name(dtype));
-    if (a->mla)
-        return lp_error_set(err, LP_ERR_UNSUPPORTED,
-                            "KV cache: multi-head latent attention (%s) would cache the latent; "
-                            "not supported yet",
-                            a->family);
     if (ctx < 1 || ctx > (1 << 20))
         return lp_error_set(err, LP_ERR_RANGE, "KV cache of %lld positions (1 .. 2^20)",
                             (long long)ctx);
@@ -120,26 +118,35 @@ lp_status lp_kv_cache_create(const lp_model *model, int64_t ctx, lp_dtype dtype,
     c->n_layers = (int)a->n_layers;
     c->fault = fault;
     c->stale_pos = -1;
-    if (!(c->row = malloc((size_t)row_bytes_of(dtype, a->head_dim)))) {
+    c->latent_width = a->mla ? a->kv_lora_rank + a->qk_rope_head_dim : 0;
+    int64_t row_width = a->mla ? c->latent_width : a->head_dim;
+    if (!(c->row = malloc((size_t)row_bytes_of(dtype, row_width)))) {
         lp_kv_cache_destroy(c);
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory for the KV cache");
     }
     for (int l = 0; l < c->n_layers; l++) {
         kv_layer *kl = &c->layers[l];
-        kl->n_kv = model->layers[l].n_kv_heads;
+        kl->n_kv = a->mla ? 1 : model->layers[l].n_kv_heads;
         kl->window = lp_fw_layer_window(opts, &model->layers[l]);
         kl->ring = kl->window > 0 && kl->window < ctx;
+        if (a->mla && kl->ring) {
+            lp_kv_cache_destroy(c);
+            return lp_error_set(err, LP_ERR_UNSUPPORTED,
+                                "KV cache: a sliding window (%lld) over multi-head latent "
+                                "attention (%s): DeepSeek's layers attend to every position",
+                                (long long)kl->window, a->family);
+        }
         kl->slots = kl->ring ? kl->window : ctx;
-        kl->row_bytes = row_bytes_of(dtype, a->head_dim);
+        kl->row_bytes = row_bytes_of(dtype, row_width);
         uint64_t bytes;
         if (!lp_mul_u64((uint64_t)(kl->n_kv * kl->slots), kl->row_bytes, &bytes) ||
-            !(kl->k = calloc(1, (size_t)bytes)) || !(kl->v = calloc(1, (size_t)bytes))) {
+            !(kl->k = calloc(1, (size_t)bytes)) || (!a->mla && !(kl->v = calloc(1, (size_t)bytes)))) {
             lp_kv_cache_destroy(c);
             return lp_error_set(err, LP_ERR_NOMEM,
                                 "out of memory for the KV cache (layer %d: %lld slots)", l,
                                 (long long)kl->slots);
         }
-        c->bytes += 2 * bytes;
+        c->bytes += a->mla ? bytes : 2 * bytes;
     }
     *out = c;
     return LP_OK;
@@ -324,5 +331,31 @@ lp_status lp_fw_kv_append(lp_fw_pass *p, int l, const float *k, const float *v, 
     uint64_t elems = kl->row_bytes / (c->dtype == LP_DTYPE_F32 ? 4u : 2u);
     *src = (lp_fw_kv_source){kl->k, kl->v, (int64_t)elems, (int64_t)elems,
                              kl->slots * (int64_t)elems, c->dtype};
+    return LP_OK;
+}
+
+/* MLA: the call's T new rows ([latent | k_rope], row stride `stride`) written at their positions,
+ * then every position 0 .. n_k - 1 read back into rows (in place: rows' first T rows are the new
+ * ones), so prefill and decode both see the latent at the cache's precision. */
+lp_status lp_fw_kv_latent(lp_fw_pass *p, int l, float *rows, int64_t stride)
+{
+    lp_kv_cache *c = p->kv;
+    kv_layer *kl = &c->layers[l];
+    int64_t w = c->latent_width, T = p->T, pos0 = p->pos0;
+    if (w <= 0)
+        return lp_error_set(p->err, LP_ERR_USAGE, "KV cache: layer %d holds no latent", l);
+    int64_t late = c->fault == LP_KV_FAULT_CACHE_OFF_BY_ONE && pos0 > 0 ? 1 : 0;
+    for (int64_t t = 0; t < T; t++) {
+        int64_t slot = slot_of(kl, pos0 + t + late);
+        encode_row(c->dtype, rows + t * stride, w, c->row);
+        if (slot >= 0)
+            memcpy(slot_row(kl, kl->k, 0, slot), c->row, (size_t)kl->row_bytes);
+    }
+    for (int64_t pos = 0; pos < p->n_k; pos++) {
+        lp_status st = decode_row(c->dtype, slot_row(kl, kl->k, 0, pos), w, rows + pos * stride,
+                                  p->err);
+        if (st != LP_OK)
+            return st;
+    }
     return LP_OK;
 }

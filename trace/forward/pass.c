@@ -52,11 +52,13 @@ static bool plan_prob_slots(const lp_arch *a, bool want_probs, int n_threads, lp
     return lp_mul_u64((uint64_t)p->n_prob_slots, tt, &slots) && plan_add(total, slots, 4);
 }
 
-/* MLA's per-token scratch: q_a's output, kv_a's, the normed latent, kv_b's. */
+/* MLA's per-key scratch (n_k rows: with a cache, every cached position's latent is expanded):
+ * q_a's output, kv_a's, the normed latent, kv_b's, the assembled keys, one split head's part. */
 static uint64_t mla_width(const lp_arch *a)
 {
+    int64_t part = a->qk_nope_head_dim > a->v_head_dim ? a->qk_nope_head_dim : a->v_head_dim;
     return (uint64_t)(a->q_lora_rank + 2 * a->kv_lora_rank + a->qk_rope_head_dim +
-                      a->n_heads * (a->qk_nope_head_dim + a->v_head_dim));
+                      a->n_heads * (a->qk_nope_head_dim + a->v_head_dim + a->head_dim) + part);
 }
 
 /* The buffers only some blocks need: the parallel FFN's output, OPT's projected embeddings,
@@ -76,7 +78,7 @@ static bool plan_block_extras(const lp_arch *a, const lp_fw_plan *p, uint64_t *t
         ok = plan_add(total, t, E * 4) && plan_add(total, t, K * 4) && plan_add(total, t, K * 4) &&
              plan_add(total, t, 8) && plan_add(total, fr * 2, H * 4) && plan_add(total, 2, E * 4);
     if (ok && a->mla)
-        ok = plan_add(total, t, mla_width(a) * 4);
+        ok = plan_add(total, (uint64_t)p->n_k, mla_width(a) * 4);
     return ok;
 }
 
@@ -130,7 +132,7 @@ static bool carve_extras(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p,
     if (ok && a->embed_proj_dim > 0)
         ok = (s->embed = take(arena, T * (uint64_t)a->embed_proj_dim, 4)) != NULL;
     if (ok && a->mla)
-        ok = (s->mla = take(arena, T * mla_width(a), 4)) != NULL;
+        ok = (s->mla = take(arena, (uint64_t)p->n_k * mla_width(a), 4)) != NULL;
     if (!ok || a->n_experts <= 0)
         return ok;
     uint64_t E = (uint64_t)a->n_experts, K = (uint64_t)a->n_experts_per_tok;

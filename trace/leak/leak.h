@@ -343,7 +343,7 @@ typedef struct lp_leak_decode_report {
     int first_layer;          /* its layer, -1 = the logits */
     const char *diagnosis;    /* "none", "mask-top-left", "cache-off-by-one", "rope-stale" */
     bool passed;
-    bool skipped;             /* MLA models: no latent cache yet, no rows */
+    bool skipped;             /* no family skips it now (MLA caches its latent) */
     int n_checks;             /* 2, or 0 when skipped */
     lp_leak_check checks[2];  /* "decode" rows: f32 cache, f16 cache */
 } lp_leak_decode_report;

@@ -19,6 +19,7 @@ static const family_name FAMILY_NAMES[] = {
     {"bloom", LP_SYNTH_BLOOM},     {"opt", LP_SYNTH_OPT},         {"olmo2", LP_SYNTH_OLMO2},
     {"phi3", LP_SYNTH_PHI3},
     {"qwen2_moe", LP_SYNTH_QWEN2_MOE}, {"qwen3_moe", LP_SYNTH_QWEN3_MOE},
+    {"deepseek_v2", LP_SYNTH_DEEPSEEK_V2}, {"deepseek_v3", LP_SYNTH_DEEPSEEK_V3},
 };
 
 /* Qwen MoE and DeepSeek: the card's routing rules on 4 experts (its dense leading layers, a
@@ -80,13 +81,12 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
     lp_synth_family fam = f ? f->synth : LP_SYNTH_FAMILY_COUNT;
     if (fam == LP_SYNTH_LLAMA && a->sliding_window > 0)
         fam = LP_SYNTH_MISTRAL;
-    /* DeepSeek's MLA: `loupe leak`'s decode check needs a KV cache MLA does not have yet */
-    if (fam == LP_SYNTH_FAMILY_COUNT || a->mla)
+    if (fam == LP_SYNTH_FAMILY_COUNT)
         return lp_error_set(err, LP_ERR_UNSUPPORTED,
                             "%s: family '%s' has no synthetic writer (synth --like writes llama, "
                             "mistral, qwen2, qwen3, mixtral, gemma, gemma2, gemma3, gpt2, "
                             "gpt_neox, phi, gptj, stablelm, falcon, bloom, opt, phi3, olmo2, "
-                            "qwen2_moe, qwen3_moe)",
+                            "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3)",
                             a->source, a->family);
     lp_synth_spec_init(spec, fam);
     spec->n_kv_heads = small_kv_heads(a, spec->n_heads);
