@@ -4,6 +4,8 @@
 #include <math.h>
 #include <strings.h>
 
+#include "core/names.h"
+
 static const lp_dtype_info dtype_table[LP_DTYPE_COUNT] = {
     [LP_DTYPE_INVALID] = {"invalid", 1, 0, false, false},
     [LP_DTYPE_F64] = {"f64", 1, 8, true, false},
@@ -59,27 +61,36 @@ const lp_dtype_info *lp_dtype_get(lp_dtype dtype)
 
 const char *lp_dtype_name(lp_dtype dtype) { return lp_dtype_get(dtype)->name; }
 
+/* Spellings other tools use for the same types; the canonical names come from dtype_table. */
+static const lp_name_entry dtype_aliases[] = {
+    {LP_DTYPE_F32, "float32"},
+    {LP_DTYPE_F32, "fp32"},
+    {LP_DTYPE_F16, "float16"},
+    {LP_DTYPE_F16, "fp16"},
+    {LP_DTYPE_F16, "half"},
+    {LP_DTYPE_BF16, "bfloat16"},
+    {LP_DTYPE_F64, "float64"},
+    {LP_DTYPE_F8_E4M3, "fp8"},
+    {LP_DTYPE_F8_E4M3, "f8"},
+    {LP_DTYPE_F8_E4M3, "e4m3"},
+    {LP_DTYPE_F8_E5M2, "e5m2"},
+    {LP_DTYPE_I8, "int8"},
+    {LP_DTYPE_U8, "uint8"},
+    {LP_DTYPE_I32, "int32"},
+    {LP_DTYPE_I64, "int64"},
+    {LP_DTYPE_I16, "int16"},
+};
+
 lp_dtype lp_dtype_from_name(const char *name)
 {
-    static const struct {
-        const char *alias;
-        lp_dtype dtype;
-    } aliases[] = {
-        {"float32", LP_DTYPE_F32}, {"fp32", LP_DTYPE_F32},    {"float16", LP_DTYPE_F16},
-        {"fp16", LP_DTYPE_F16},    {"half", LP_DTYPE_F16},    {"bfloat16", LP_DTYPE_BF16},
-        {"float64", LP_DTYPE_F64}, {"fp8", LP_DTYPE_F8_E4M3}, {"f8", LP_DTYPE_F8_E4M3},
-        {"e4m3", LP_DTYPE_F8_E4M3}, {"e5m2", LP_DTYPE_F8_E5M2}, {"int8", LP_DTYPE_I8},
-        {"uint8", LP_DTYPE_U8},    {"int32", LP_DTYPE_I32},   {"int64", LP_DTYPE_I64},
-        {"int16", LP_DTYPE_I16},
-    };
     if (!name)
         return LP_DTYPE_INVALID;
     for (int d = 1; d < LP_DTYPE_COUNT; d++)
         if (strcasecmp(name, dtype_table[d].name) == 0)
             return (lp_dtype)d;
-    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-        if (strcasecmp(name, aliases[i].alias) == 0)
-            return aliases[i].dtype;
+    int alias;
+    if (lp_names_value(dtype_aliases, LP_NAMES_LEN(dtype_aliases), name, true, &alias))
+        return (lp_dtype)alias;
     return LP_DTYPE_INVALID;
 }
 

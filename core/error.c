@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "core/names.h"
+
 lp_status lp_error_setv(lp_error *err, lp_status code, const char *fmt, va_list ap)
 {
     if (err) {
@@ -46,21 +48,17 @@ lp_status lp_error_prefix(lp_error *err, const char *fmt, ...)
     return err->code;
 }
 
-const char *lp_status_name(lp_status status)
-{
-    static const char *const names[LP_STATUS_COUNT] = {
-        [LP_OK] = "ok",
-        [LP_ERR_NOMEM] = "out of memory",
-        [LP_ERR_IO] = "i/o error",
-        [LP_ERR_FORMAT] = "format error",
-        [LP_ERR_UNSUPPORTED] = "unsupported",
-        [LP_ERR_RANGE] = "out of range",
-        [LP_ERR_SQLITE] = "sqlite error",
-        [LP_ERR_CAIRO] = "cairo error",
-        [LP_ERR_USAGE] = "usage error",
-        [LP_ERR_NOT_FOUND] = "not found",
-    };
-    if ((unsigned)status >= LP_STATUS_COUNT)
-        return "unknown status";
-    return names[status];
-}
+static const lp_name_entry status_names[] = {
+    {LP_OK, "ok"},
+    {LP_ERR_NOMEM, "out of memory"},
+    {LP_ERR_IO, "i/o error"},
+    {LP_ERR_FORMAT, "format error"},
+    {LP_ERR_UNSUPPORTED, "unsupported"},
+    {LP_ERR_RANGE, "out of range"},
+    {LP_ERR_SQLITE, "sqlite error"},
+    {LP_ERR_CAIRO, "cairo error"},
+    {LP_ERR_USAGE, "usage error"},
+    {LP_ERR_NOT_FOUND, "not found"},
+};
+
+LP_NAMES_DEFINE_WORD(lp_status_name, lp_status, status_names, "unknown status")

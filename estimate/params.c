@@ -6,27 +6,23 @@
 #include <strings.h>
 
 #include "core/checked.h"
+#include "core/names.h"
 #include "estimate/estimate_internal.h"
 
-static const char *const component_names[LP_EST_COMPONENT_COUNT] = {
-    [LP_EST_EMBED] = "embeddings",
-    [LP_EST_POS_EMBED] = "position_embeddings",
-    [LP_EST_ATTN] = "attention",
-    [LP_EST_FFN] = "ffn",
-    [LP_EST_EXPERTS] = "experts",
-    [LP_EST_SHARED_EXPERTS] = "shared_experts",
-    [LP_EST_ROUTER] = "router",
-    [LP_EST_NORMS] = "norms",
-    [LP_EST_LM_HEAD] = "lm_head",
-    [LP_EST_POOLER] = "pooler",
+static const lp_name_entry component_names[] = {
+    {LP_EST_EMBED, "embeddings"},
+    {LP_EST_POS_EMBED, "position_embeddings"},
+    {LP_EST_ATTN, "attention"},
+    {LP_EST_FFN, "ffn"},
+    {LP_EST_EXPERTS, "experts"},
+    {LP_EST_SHARED_EXPERTS, "shared_experts"},
+    {LP_EST_ROUTER, "router"},
+    {LP_EST_NORMS, "norms"},
+    {LP_EST_LM_HEAD, "lm_head"},
+    {LP_EST_POOLER, "pooler"},
 };
 
-const char *lp_est_component_name(lp_est_component component)
-{
-    if ((unsigned)component >= LP_EST_COMPONENT_COUNT)
-        return "invalid";
-    return component_names[component];
-}
+LP_NAMES_DEFINE_WORD(lp_est_component_name, lp_est_component, component_names, "invalid")
 
 /* ---- storage types ---------------------------------------------------------------------- */
 

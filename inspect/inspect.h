@@ -83,6 +83,9 @@ typedef struct lp_rope_scaling {
     double beta_fast; /* yarn */
     double beta_slow;
     double attention_factor; /* yarn/longrope mscale; 0 = derive */
+    /* yarn "truncate": false (gpt-oss) keeps the ramp's bounds fractional; true, transformers'
+     * default and what ggml always does, floors the lower one and ceils the upper one */
+    bool yarn_unrounded;
     /* longrope (Phi-3): one divisor of the inverse frequency per rotated pair, short_factor for
      * sequences up to original_ctx, long_factor beyond; n_factors = rope_dim / 2, 0 if not given */
     int64_t n_factors;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/names.h"
 #include "render/render_internal.h"
 
 const lp_rgb lp_render_leak_rgb = {0xe8, 0x11, 0x2d};
@@ -18,36 +19,22 @@ void lp_render_options_default(lp_render_options *opt)
                                .gamma = 0.5, .log_floor = 1e-4, .size = 800, .zoom = 1};
 }
 
-static const char *const colormap_names[LP_COLORMAP_COUNT] = {"viridis", "magma", "gray"};
-static const char *const scale_names[LP_SCALE_COUNT] = {"linear", "log", "power"};
+/* "grey" is read as gray but never printed: the first row of a value is its word */
+static const lp_name_entry colormap_names[] = {
+    {LP_COLORMAP_VIRIDIS, "viridis"},
+    {LP_COLORMAP_MAGMA, "magma"},
+    {LP_COLORMAP_GRAY, "gray"},
+    {LP_COLORMAP_GRAY, "grey"},
+};
+static const lp_name_entry scale_names[] = {
+    {LP_SCALE_LINEAR, "linear"},
+    {LP_SCALE_LOG, "log"},
+    {LP_SCALE_POWER, "power"},
+};
 
-const char *lp_colormap_name(lp_colormap cmap)
-{
-    return (unsigned)cmap < LP_COLORMAP_COUNT ? colormap_names[cmap] : "?";
-}
-
-lp_colormap lp_colormap_from_name(const char *name)
-{
-    for (int i = 0; i < LP_COLORMAP_COUNT; i++)
-        if (strcasecmp(name, colormap_names[i]) == 0)
-            return (lp_colormap)i;
-    if (strcasecmp(name, "grey") == 0)
-        return LP_COLORMAP_GRAY;
-    return LP_COLORMAP_COUNT;
-}
-
-const char *lp_scale_name(lp_scale scale)
-{
-    return (unsigned)scale < LP_SCALE_COUNT ? scale_names[scale] : "?";
-}
-
-lp_scale lp_scale_from_name(const char *name)
-{
-    for (int i = 0; i < LP_SCALE_COUNT; i++)
-        if (strcasecmp(name, scale_names[i]) == 0)
-            return (lp_scale)i;
-    return LP_SCALE_COUNT;
-}
+LP_NAMES_DEFINE(lp_colormap_name, lp_colormap_from_name, lp_colormap, colormap_names, "?", true,
+                LP_COLORMAP_COUNT)
+LP_NAMES_DEFINE(lp_scale_name, lp_scale_from_name, lp_scale, scale_names, "?", true, LP_SCALE_COUNT)
 
 lp_image_format lp_image_format_from_path(const char *path)
 {
@@ -55,12 +42,14 @@ lp_image_format lp_image_format_from_path(const char *path)
     const char *slash = strrchr(path, '/');
     if (!dot || (slash && dot < slash))
         return LP_IMAGE_COUNT;
-    if (strcasecmp(dot, ".png") == 0)
-        return LP_IMAGE_PNG;
-    if (strcasecmp(dot, ".svg") == 0)
-        return LP_IMAGE_SVG;
-    if (strcasecmp(dot, ".pdf") == 0)
-        return LP_IMAGE_PDF;
+    static const lp_name_entry image_suffixes[] = {
+        {LP_IMAGE_PNG, ".png"},
+        {LP_IMAGE_SVG, ".svg"},
+        {LP_IMAGE_PDF, ".pdf"},
+    };
+    int format;
+    if (lp_names_value(image_suffixes, LP_NAMES_LEN(image_suffixes), dot, true, &format))
+        return (lp_image_format)format;
     return LP_IMAGE_COUNT;
 }
 

@@ -565,11 +565,12 @@ static int print_model_json(const leak_job *j, const leak_opts *o)
     for (int64_t i = 0; i < rep->n_checks; i++)
         json_array_append_new(checks, check_json(&rep->checks[i]));
     json_t *verdict = json_pack(
-        "{s:b, s:s, s:I, s:I, s:I, s:o, s:o, s:{s:f, s:f, s:b}, s:o}", "passed", (int)rep->passed,
+        "{s:b, s:s, s:I, s:I, s:I, s:o, s:o, s:{s:f, s:f, s:b, s:b}, s:o}", "passed", (int)rep->passed,
         "diagnosis", rep->diagnosis, "leak_count", (json_int_t)rep->leak_count, "blocked_count",
         (json_int_t)rep->blocked_count, "nan_rows", (json_int_t)rep->nan_rows, "leaks", leaks,
         "perturbation", perturbation_json(rep), "alignment", "loss_next", rep->loss_next,
-        "loss_same", rep->loss_same, "flagged", (int)rep->alignment_flagged, "checks", checks);
+        "loss_same", rep->loss_same, "flagged", (int)rep->alignment_flagged, "inconclusive",
+        (int)rep->alignment_inconclusive, "checks", checks);
     json_object_update(root, verdict);
     json_decref(verdict);
     const lp_leak_decode_report *d = &j->decode;
@@ -648,10 +649,15 @@ static void print_families(const lp_leak_model_report *rep, const lp_leak_decode
     print_family(rep, "structural",
                  "causal, window, decode and padded masks equal the definition cell by cell; "
                  "padded batch: clean maps, real tokens compute what the unpadded prompt does");
-    snprintf(text, sizeof text, "loss with labels shifted %.3f nats, unshifted %.3f nats%s",
-             rep->loss_next, rep->loss_same,
-             rep->loss_next <= rep->loss_same ? "" : " (neither beats a uniform guess)");
-    print_family(rep, "alignment", text);
+    snprintf(text, sizeof text, "loss with labels shifted %.3f nats, unshifted %.3f nats",
+             rep->loss_next, rep->loss_same);
+    if (rep->alignment_inconclusive)
+        /* passes (no evidence of a bug) but is not called ok: nothing was judged */
+        printf("  %-14s --    inconclusive: %s, neither beats a uniform guess by %.1f nat "
+               "(random weights or unpredictable text: no signal to judge the labels by)\n",
+               "alignment", text, LP_LEAK_ALIGNMENT_MIN_SIGNAL);
+    else
+        print_family(rep, "alignment", text);
     snprintf(text, sizeof text,
              "prefill of %lld then one token at a time: relative |dlogit| %.1e, |dhidden| %.1e "
              "(f32 cache), %.1e, %.1e (f16)",

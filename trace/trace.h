@@ -341,6 +341,11 @@ typedef struct lp_prediction {
  * number written. */
 int64_t lp_top_k(const float *logits, int64_t vocab, int64_t k, lp_prediction *out);
 
+/* Softmax's denominator in double, shifted for range: returns sum_i exp(logits[i] - *max) and
+ * sets *max to the largest logit, so p_i = exp(logits[i] - *max) / sum and
+ * log-sum-exp = log(sum) + *max. */
+double lp_softmax_sum(const float *logits, int64_t vocab, double *max);
+
 /* Parse an index list "0,2-4,7" with every index < limit into mask[limit] (true = chosen).
  * "all" or "" chooses everything. Bad syntax or an index >= limit is LP_ERR_USAGE naming it. */
 lp_status lp_parse_index_list(const char *text, int64_t limit, bool *mask, lp_error *err);

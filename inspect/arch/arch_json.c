@@ -74,6 +74,7 @@ static const json_field ROPE_SCALING_FIELDS[] = {
     RS(J_SCALING, kind), RS(J_NUM, factor), RS(J_INT, original_ctx),
     RS(J_NUM, low_freq_factor), RS(J_NUM, high_freq_factor), RS(J_NUM, beta_fast),
     RS(J_NUM, beta_slow), RS(J_NUM, attention_factor), RS(J_INT_SET, n_factors),
+    RS(J_BOOL_SET, yarn_unrounded),
 };
 
 _Static_assert(sizeof(lp_ffn_kind) == sizeof(int) && sizeof(lp_activation) == sizeof(int) &&

@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "inspect/arch/arch_internal.h"
+#include "core/names.h"
 #include "inspect/inspect.h"
 
 #include <jansson.h>
@@ -378,21 +379,22 @@ static lp_status read_keys(const hf_reader *r, lp_arch *a, const hf_key *rows, s
 static lp_status parse_activation(const hf_reader *r, const char *key, const char *name,
                                   lp_activation *out)
 {
-    static const struct {
-        const char *name;
-        lp_activation act;
-    } table[] = {
-        {"silu", LP_ACT_SILU},           {"swish", LP_ACT_SILU},
-        {"gelu", LP_ACT_GELU},           {"gelu_python", LP_ACT_GELU},
-        {"gelu_new", LP_ACT_GELU_TANH},  {"gelu_pytorch_tanh", LP_ACT_GELU_TANH},
-        {"gelu_fast", LP_ACT_GELU_TANH}, {"gelu_accurate", LP_ACT_GELU_TANH},
-        {"relu", LP_ACT_RELU},
+    static const lp_name_entry activations[] = {
+        {LP_ACT_SILU, "silu"},
+        {LP_ACT_SILU, "swish"},
+        {LP_ACT_GELU, "gelu"},
+        {LP_ACT_GELU, "gelu_python"},
+        {LP_ACT_GELU_TANH, "gelu_new"},
+        {LP_ACT_GELU_TANH, "gelu_pytorch_tanh"},
+        {LP_ACT_GELU_TANH, "gelu_fast"},
+        {LP_ACT_GELU_TANH, "gelu_accurate"},
+        {LP_ACT_RELU, "relu"},
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (strcmp(name, table[i].name) == 0) {
-            *out = table[i].act;
-            return LP_OK;
-        }
+    int act;
+    if (lp_names_value(activations, LP_NAMES_LEN(activations), name, false, &act)) {
+        *out = (lp_activation)act;
+        return LP_OK;
+    }
     return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
                         "%s: key '%s': activation \"%s\" is not supported (silu, gelu, gelu_new, "
                         "gelu_pytorch_tanh, relu)",
@@ -468,17 +470,20 @@ static lp_status rope_scaling_kind(const hf_reader *sub, const char *key,
                         sub->path, key, type);
 }
 
-/* yarn: transformers' defaults for beta, and DeepSeek's mscale: the cos/sin are scaled by
+/* yarn: transformers' defaults for beta and truncate, and DeepSeek's mscale: the cos/sin are scaled by
  * mscale(mscale)/mscale(mscale_all_dim) and the softmax by mscale(mscale_all_dim)^2. */
 static lp_status read_yarn(const hf_reader *sub, lp_arch *a)
 {
     lp_rope_scaling *s = &a->rope_scaling;
     lp_arch_yarn_defaults(s);
     double mscale = 0.0, mscale_all_dim = 0.0;
+    bool truncate = true;
     lp_status st;
     if ((st = hf_num(sub, "mscale", &mscale, NULL)) != LP_OK ||
-        (st = hf_num(sub, "mscale_all_dim", &mscale_all_dim, NULL)) != LP_OK)
+        (st = hf_num(sub, "mscale_all_dim", &mscale_all_dim, NULL)) != LP_OK ||
+        (st = hf_bool(sub, "truncate", &truncate, NULL)) != LP_OK)
         return st;
+    s->yarn_unrounded = !truncate;
     if (s->attention_factor == 0.0 && mscale != 0.0 && mscale_all_dim != 0.0)
         s->attention_factor =
             yarn_mscale(s->factor, mscale) / yarn_mscale(s->factor, mscale_all_dim);

@@ -123,6 +123,7 @@ static const card_field FIELDS[] = {
     {"positions.rope_scaling", "attention_factor", F_NUM, RS(attention_factor), false},
     {"positions.rope_scaling", "mscale", F_SPECIAL, NONE, false},
     {"positions.rope_scaling", "mscale_all_dim", F_SPECIAL, NONE, false},
+    {"positions.rope_scaling", "truncate", F_SPECIAL, NONE, false},
     {"positions.rope_scaling", "short_factor", F_SPECIAL, NONE, false},
     {"positions.rope_scaling", "long_factor", F_SPECIAL, NONE, false},
 
@@ -611,8 +612,8 @@ static lp_status read_heads(card_reader *r, lp_arch *a, int64_t *head_dim)
     return LP_OK;
 }
 
-/* The norm bias (LayerNorm's default), query_pre_attn_scalar, and yarn's mscale pair (the same
- * derivation as for a DeepSeek config.json, hf_config.c). */
+/* The norm bias (LayerNorm's default), query_pre_attn_scalar, yarn's truncate and mscale pair
+ * (the same derivation as for a DeepSeek config.json, hf_config.c). */
 static lp_status read_scales(card_reader *r, lp_arch *a, int64_t head_dim)
 {
     yaml_node_t *n;
@@ -635,6 +636,11 @@ static lp_status read_scales(card_reader *r, lp_arch *a, int64_t head_dim)
     if ((m && (st = read_num(r, m, "mscale", &mscale)) != LP_OK) ||
         (m_all && (st = read_num(r, m_all, "mscale_all_dim", &mscale_all)) != LP_OK))
         return st;
+    bool truncate = true; /* yarn's ramp bounds rounded to whole pairs, transformers' default */
+    if ((n = given(r, "positions.rope_scaling", "truncate")) &&
+        (st = read_bool(r, n, "truncate", &truncate)) != LP_OK)
+        return st;
+    a->rope_scaling.yarn_unrounded = !truncate;
     if (mscale != 0.0 && mscale_all != 0.0 && a->rope_scaling.attention_factor == 0.0)
         a->rope_scaling.attention_factor = yarn_mscale(a->rope_scaling.factor, mscale) /
                                            yarn_mscale(a->rope_scaling.factor, mscale_all);
@@ -1011,6 +1017,8 @@ static void write_specials(FILE *out, const char *group, const lp_arch *a, const
         write_num_list(out, "short_factor", rs->short_factor, rs->n_factors);
         write_num_list(out, "long_factor", rs->long_factor, rs->n_factors);
     }
+    if (strcmp(group, "positions.rope_scaling") == 0 && rs->yarn_unrounded)
+        fputs("    truncate: false\n", out);
     int64_t n = a->n_layers;
     if (strcmp(group, "model") == 0 && url)
         fprintf(out, "  config_url: %s\n", url);

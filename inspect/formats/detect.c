@@ -7,11 +7,28 @@
 
 #include "core/dtype.h"
 #include "core/mapfile.h"
+#include "core/names.h"
 #include "core/text.h"
 #include "inspect/formats/formats_internal.h"
 
 #define LLAMA2C_MAGIC 0x616b3432u
 #define SAFETENSORS_MAX_HEADER 100000000ull
+
+static const lp_name_entry file_kind_names[] = {
+    {LP_FILE_UNKNOWN, "unknown"},
+    {LP_FILE_FOLDER, "folder"},
+    {LP_FILE_SAFETENSORS, "safetensors"},
+    {LP_FILE_SAFETENSORS_INDEX, "safetensors index"},
+    {LP_FILE_GGUF, "gguf"},
+    {LP_FILE_LLAMA2C, "llama2.c checkpoint"},
+    {LP_FILE_LLAMA2C_TOKENIZER, "llama2.c tokenizer"},
+    {LP_FILE_TOKENIZER_JSON, "tokenizer.json"},
+    {LP_FILE_CONFIG_JSON, "config.json"},
+    {LP_FILE_YAML_CARD, "yaml card"},
+    {LP_FILE_NPY, "npy"},
+};
+
+LP_NAMES_DEFINE_WORD(lp_file_kind_name, lp_file_kind, file_kind_names, "unknown")
 
 static bool is_json_text(const uint8_t *d, size_t size)
 {
@@ -33,19 +50,19 @@ static lp_file_kind json_kind(const char *name)
 
 static lp_file_kind kind_by_name(const char *name)
 {
-    static const struct {
-        const char *suffix;
-        lp_file_kind kind;
-    } suffixes[] = {
-        {".safetensors", LP_FILE_SAFETENSORS}, {".gguf", LP_FILE_GGUF},
-        {".bin", LP_FILE_LLAMA2C},             {".yaml", LP_FILE_YAML_CARD},
-        {".yml", LP_FILE_YAML_CARD},           {".npy", LP_FILE_NPY},
+    static const lp_name_entry suffixes[] = {
+        {LP_FILE_SAFETENSORS, ".safetensors"},
+        {LP_FILE_GGUF, ".gguf"},
+        {LP_FILE_LLAMA2C, ".bin"},
+        {LP_FILE_YAML_CARD, ".yaml"},
+        {LP_FILE_YAML_CARD, ".yml"},
+        {LP_FILE_NPY, ".npy"},
     };
     if (lp_ends_with(name, ".json"))
         return json_kind(name);
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
-        if (lp_ends_with(name, suffixes[i].suffix))
-            return suffixes[i].kind;
+    for (size_t i = 0; i < LP_NAMES_LEN(suffixes); i++)
+        if (lp_ends_with(name, suffixes[i].name))
+            return (lp_file_kind)suffixes[i].value;
     return LP_FILE_UNKNOWN;
 }
 
@@ -90,20 +107,3 @@ lp_file_kind lp_detect_format(const char *path)
     return kind;
 }
 
-const char *lp_file_kind_name(lp_file_kind kind)
-{
-    static const char *const names[LP_FILE_KIND_COUNT] = {
-        [LP_FILE_UNKNOWN] = "unknown",
-        [LP_FILE_FOLDER] = "folder",
-        [LP_FILE_SAFETENSORS] = "safetensors",
-        [LP_FILE_SAFETENSORS_INDEX] = "safetensors index",
-        [LP_FILE_GGUF] = "gguf",
-        [LP_FILE_LLAMA2C] = "llama2.c checkpoint",
-        [LP_FILE_LLAMA2C_TOKENIZER] = "llama2.c tokenizer",
-        [LP_FILE_TOKENIZER_JSON] = "tokenizer.json",
-        [LP_FILE_CONFIG_JSON] = "config.json",
-        [LP_FILE_YAML_CARD] = "yaml card",
-        [LP_FILE_NPY] = "npy",
-    };
-    return kind >= 0 && kind < LP_FILE_KIND_COUNT ? names[kind] : "unknown";
-}

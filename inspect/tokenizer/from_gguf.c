@@ -187,7 +187,8 @@ typedef struct gguf_vocab {
     const char *name; /* file name for messages */
     lp_error *err;
     bool is_llama;    /* tokenizer.ggml.model "llama" */
-    bool is_bert;     /* "bert" (else "gpt2") */
+    bool is_bert;     /* "bert" */
+    bool is_t5;       /* "t5" (else "gpt2") */
     int64_t kv_tokens, kv_scores, kv_types; /* -1 when absent */
     uint64_t n;       /* tokens */
 } gguf_vocab;
@@ -204,9 +205,11 @@ static lp_status check_vocab(gguf_vocab *v)
                             "no vocabulary", v->name);
     v->is_llama = model_len == 5 && memcmp(model, "llama", 5) == 0;
     v->is_bert = model_len == 4 && memcmp(model, "bert", 4) == 0;
-    if (!v->is_llama && !v->is_bert && !(model_len == 4 && memcmp(model, "gpt2", 4) == 0))
+    v->is_t5 = model_len == 2 && memcmp(model, "t5", 2) == 0;
+    if (!v->is_llama && !v->is_bert && !v->is_t5 &&
+        !(model_len == 4 && memcmp(model, "gpt2", 4) == 0))
         return lp_error_set(v->err, LP_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not "
-                            "supported (llama, gpt2, bert are)", v->name,
+                            "supported (llama, gpt2, bert, t5 are)", v->name,
                             (int)(model_len > 40 ? 40 : model_len), model);
     v->kv_tokens = lp_gguf_find_key(g, "tokenizer.ggml.tokens");
     if (v->kv_tokens < 0 || lp_gguf_kv_type(g, v->kv_tokens) != LP_GGUF_ARRAY ||
@@ -228,9 +231,9 @@ static lp_status check_vocab(gguf_vocab *v)
                                 "tokens %llu", v->name, arrays[k],
                                 (unsigned long long)lp_gguf_arr_len(g, kvs[k]),
                                 (unsigned long long)v->n);
-    if (v->is_llama && v->kv_scores < 0)
+    if ((v->is_llama || v->is_t5) && v->kv_scores < 0)
         return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.scores missing for a "
-                            "llama vocabulary", v->name);
+                            "%s vocabulary", v->name, v->is_t5 ? "t5" : "llama");
     return LP_OK;
 }
 
@@ -274,7 +277,8 @@ static lp_status read_token(const gguf_vocab *v, lp_tokenizer *tok, uint64_t i)
 static lp_status read_tokens(const gguf_vocab *v, lp_tokenizer *tok)
 {
     lp_status st = lp_tok_alloc_vocab(tok, (int64_t)v->n, v->err);
-    if (st == LP_OK && v->is_llama && !(tok->scores = calloc((size_t)v->n, sizeof *tok->scores)))
+    if (st == LP_OK && (v->is_llama || v->is_t5) &&
+        !(tok->scores = calloc((size_t)v->n, sizeof *tok->scores)))
         st = nomem(v->name, v->err);
     for (uint64_t i = 0; i < v->n && st == LP_OK; i++)
         st = read_token(v, tok, i);
@@ -304,8 +308,9 @@ static lp_status push_special(lp_tokenizer *tok, int32_t id, const char *name, l
  * the key, default 102) after, per add_sep_token (default on), as llama.cpp loads it. */
 static lp_status read_post(const gguf_vocab *v, lp_tokenizer *tok)
 {
-    bool add_bos = v->is_llama || v->is_bert, add_eos = v->is_bert;
-    int64_t bos = v->is_bert ? 101 : -1, eos = v->is_bert ? 102 : -1, n = (int64_t)v->n;
+    bool add_bos = v->is_llama || v->is_bert, add_eos = v->is_bert || v->is_t5;
+    int64_t bos = v->is_bert ? 101 : -1, eos = v->is_bert ? 102 : v->is_t5 ? 1 : -1;
+    int64_t n = (int64_t)v->n;
     lp_gguf_get_bool(v->g, "tokenizer.ggml.add_bos_token", &add_bos);
     lp_gguf_get_bool(v->g, v->is_bert ? "tokenizer.ggml.add_sep_token"
                                       : "tokenizer.ggml.add_eos_token", &add_eos);
@@ -529,6 +534,88 @@ static lp_status setup_wordpiece(const gguf_vocab *v, lp_tokenizer *tok)
     return ok ? LP_OK : nomem(v->name, v->err);
 }
 
+/* "t5": llama.cpp's UGM. The text (each stretch between special tokens) goes through the
+ * precompiled charsmap, spaces become U+2581 (one before the text unless add_space_prefix is
+ * false; with remove_extra_whitespaces, runs of spaces are one and the ends lose theirs), then
+ * one Viterbi over the whole of it: normal, user-defined (score 0) and unused tokens, the
+ * unknown token (default id 2) at the lowest normal score minus 10; EOS (default 1) after. */
+static lp_status setup_unigram(const gguf_vocab *v, lp_tokenizer *tok)
+{
+    static const char meta[] = "\xE2\x96\x81"; /* U+2581 */
+    tok->model = LP_TOK_MODEL_UNIGRAM;
+    tok->kind = "unigram";
+    if (tok->unk_id < 0 && v->n > 2)
+        tok->unk_id = 2;
+    if (tok->unk_id < 0)
+        return lp_error_set(v->err, LP_ERR_FORMAT, "%s: a t5 vocabulary needs an unknown token "
+                            "(tokenizer.ggml.unknown_token_id or token type 2)", v->name);
+    if (!(tok->unigram_scores = calloc((size_t)v->n, sizeof *tok->unigram_scores)))
+        return nomem(v->name, v->err);
+    double min_score = 0;
+    bool any = false;
+    for (uint64_t i = 0; i < v->n; i++) {
+        int64_t type = GGUF_TOKEN_NORMAL;
+        if (v->kv_types >= 0)
+            lp_gguf_arr_int(v->g, v->kv_types, i, &type);
+        tok->unigram_scores[i] = type == GGUF_TOKEN_USER_DEFINED ? 0.0 : (double)tok->scores[i];
+        if (type == GGUF_TOKEN_NORMAL && (!any || (double)tok->scores[i] < min_score)) {
+            min_score = (double)tok->scores[i];
+            any = true;
+        }
+        if (tok->piece_len[i] > tok->max_piece_len)
+            tok->max_piece_len = tok->piece_len[i];
+    }
+    tok->unk_score = min_score - 10.0;
+    int64_t kv = lp_gguf_find_key(v->g, "tokenizer.ggml.precompiled_charsmap");
+    if (kv >= 0) {
+        uint64_t len = lp_gguf_arr_len(v->g, kv);
+        lp_gguf_type type = lp_gguf_arr_type(v->g, kv);
+        if (lp_gguf_kv_type(v->g, kv) != LP_GGUF_ARRAY ||
+            (type != LP_GGUF_UINT8 && type != LP_GGUF_INT8))
+            return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.precompiled_charsmap: "
+                                "a byte array expected", v->name);
+        lp_tok_norm *n = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *n);
+        if (!n || !(n->pattern = malloc(len ? len : 1)))
+            return nomem(v->name, v->err);
+        n->kind = LP_TOK_NORM_PRECOMPILED;
+        n->pattern_len = len;
+        for (uint64_t i = 0; i < len; i++) {
+            int64_t b = 0;
+            lp_gguf_arr_int(v->g, kv, i, &b);
+            n->pattern[i] = (char)(unsigned char)b;
+        }
+        uint32_t xcda_size = 0;
+        if (len >= 4)
+            memcpy(&xcda_size, n->pattern, 4);
+        if (len < 4 || (uint64_t)xcda_size + 4 >= len)
+            return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.precompiled_charsmap: "
+                                "%llu bytes cannot hold the %llu-byte trie its first 4 bytes "
+                                "announce and the strings after it", v->name,
+                                (unsigned long long)len, (unsigned long long)xcda_size);
+    }
+    bool space_prefix = true, merge_spaces = false;
+    lp_gguf_get_bool(v->g, "tokenizer.ggml.add_space_prefix", &space_prefix);
+    lp_gguf_get_bool(v->g, "tokenizer.ggml.remove_extra_whitespaces", &merge_spaces);
+    lp_status st;
+    if (merge_spaces && ((st = add_regex_norm(v, tok, "^ +| +$", "")) != LP_OK ||
+                         (st = add_regex_norm(v, tok, " +", " ")) != LP_OK))
+        return st;
+    if (space_prefix || merge_spaces) {
+        /* merged spaces put one U+2581 before every word, the first too */
+        lp_tok_norm *p = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *p);
+        if (!p || !set_strings(&p->pattern, &p->pattern_len, meta, NULL, NULL, NULL))
+            return nomem(v->name, v->err);
+        p->kind = LP_TOK_NORM_PREPEND;
+    }
+    if ((st = add_regex_norm(v, tok, " ", meta)) != LP_OK)
+        return st;
+    lp_tok_dec *d = add_dec(tok, LP_TOK_DEC_METASPACE);
+    if (!d || !set_strings(&d->pattern, &d->pattern_len, meta, NULL, NULL, NULL))
+        return nomem(v->name, v->err);
+    d->prepend_scheme = space_prefix ? LP_TOK_PREPEND_FIRST : LP_TOK_PREPEND_NEVER;
+    return LP_OK;
+}
+
 lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp_error *err)
 {
     LP_ASSERT(g && out);
@@ -540,12 +627,14 @@ lp_status lp_tokenizer_from_gguf(const struct lp_gguf *g, lp_tokenizer **out, lp
         return st;
     lp_tokenizer *tok = lp_tok_new(path, v.is_llama  ? "gguf-llama"
                                          : v.is_bert ? "gguf-bert"
+                                         : v.is_t5   ? "gguf-t5"
                                                      : "gguf-gpt2");
     if (!tok)
         return nomem(v.name, err);
     if ((st = read_tokens(&v, tok)) == LP_OK && (st = read_post(&v, tok)) == LP_OK)
         st = v.is_llama  ? setup_sentencepiece(&v, tok)
              : v.is_bert ? setup_wordpiece(&v, tok)
+             : v.is_t5   ? setup_unigram(&v, tok)
                          : setup_bytelevel(&v, tok);
     if (st == LP_OK)
         st = lp_tok_prepare_added(tok, err);

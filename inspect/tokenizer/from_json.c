@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/mapfile.h"
+#include "core/names.h"
 
 typedef struct jctx {
     const char *name; /* file name for messages */
@@ -230,13 +231,14 @@ static int prepend_scheme_of(const json_t *obj)
 {
     const char *scheme = jstr(obj, "prepend_scheme");
     if (scheme) {
-        if (strcmp(scheme, "always") == 0)
-            return LP_TOK_PREPEND_ALWAYS;
-        if (strcmp(scheme, "first") == 0)
-            return LP_TOK_PREPEND_FIRST;
-        if (strcmp(scheme, "never") == 0)
-            return LP_TOK_PREPEND_NEVER;
-        return -1;
+        static const lp_name_entry schemes[] = {
+            {LP_TOK_PREPEND_ALWAYS, "always"},
+            {LP_TOK_PREPEND_FIRST, "first"},
+            {LP_TOK_PREPEND_NEVER, "never"},
+        };
+        int prepend;
+        return lp_names_value(schemes, LP_NAMES_LEN(schemes), scheme, false, &prepend) ? prepend
+                                                                                       : -1;
     }
     /* the older serialization: add_prefix_space */
     return jbool(obj, "add_prefix_space", true) ? LP_TOK_PREPEND_ALWAYS : LP_TOK_PREPEND_NEVER;

@@ -243,6 +243,73 @@ static lp_status norm_strip(const lp_tok_norm *n, const char *cur, size_t cur_le
 }
 
 /* One normalizer over cur into b (which starts empty); *skip when it leaves cur as it is. */
+/* sentencepiece's precompiled charsmap: a u32 byte size, that many bytes of XOR-compressed
+ * double-array trie nodes (BASE in bits 10-30, shifted by 8 when bit 9 is set; LCHECK in bits
+ * 0-7 plus bit 31, so that value nodes never match; LEAF in bit 8; a value node holds an offset
+ * into the NUL-terminated replacement strings that follow). The longest key at s[0, len), as
+ * llama.cpp walks it; 0 when none. The map comes from a stranger: every node index, offset and
+ * string end is checked, and what is out of bounds ends the match. */
+static size_t charsmap_match(const char *map, size_t map_len, const char *s, size_t len,
+                             const char **repl, size_t *repl_len)
+{
+    uint32_t xcda_size;
+    memcpy(&xcda_size, map, 4);
+    size_t n_nodes = xcda_size / 4;
+    const char *strings = map + 4 + xcda_size;
+    size_t strings_len = map_len - 4 - xcda_size;
+#define NODE(i, out) ((i) < n_nodes && (memcpy(&(out), map + 4 + (size_t)(i) * 4, 4), true))
+#define BASE(v) (((v) >> 10) << (((v) & (1u << 9)) >> 6))
+    uint32_t v, idx, best = 0, best_offset = 0;
+    if (!NODE(0, v))
+        return 0;
+    idx = BASE(v);
+    for (size_t k = 0; k < len && s[k] != 0; k++) {
+        unsigned char c = (unsigned char)s[k];
+        idx ^= c;
+        if (!NODE(idx, v) || (v & (0x800000FFu)) != c)
+            break;
+        bool leaf = (v >> 8) & 1;
+        idx ^= BASE(v);
+        if (leaf) {
+            if (!NODE(idx, v))
+                break;
+            best = (uint32_t)k + 1;
+            best_offset = v & 0x7FFFFFFFu;
+        }
+    }
+#undef NODE
+#undef BASE
+    if (best == 0 || best_offset >= strings_len)
+        return 0;
+    const char *end = memchr(strings + best_offset, 0, strings_len - best_offset);
+    if (!end)
+        return 0;
+    *repl = strings + best_offset;
+    *repl_len = (size_t)(end - *repl);
+    return best;
+}
+
+/* The charsmap over the text: at each position the longest key's replacement, else the
+ * character as it is, else (a byte that is not UTF-8) U+FFFD for that byte. */
+static void normalize_precompiled(const lp_tok_norm *n, const char *s, size_t len, lp_tok_buf *b)
+{
+    for (size_t j = 0; j < len;) {
+        const char *repl;
+        size_t repl_len, m = charsmap_match(n->pattern, n->pattern_len, s + j, len - j, &repl,
+                                            &repl_len);
+        if (m) {
+            lp_tok_buf_put(b, repl, repl_len);
+            j += m;
+            continue;
+        }
+        size_t at = j;
+        if (lp_utf8_next(s, len, &j) < 0)
+            lp_tok_buf_put(b, "\xEF\xBF\xBD", 3);
+        else
+            lp_tok_buf_put(b, s + at, j - at);
+    }
+}
+
 static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cur_len,
                                 lp_tok_buf *b, bool *skip)
 {
@@ -284,6 +351,7 @@ static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cu
                 lp_tok_buf_putc(b, ' ');
         }
         return LP_OK;
+    case LP_TOK_NORM_PRECOMPILED: normalize_precompiled(n, cur, cur_len, b); return LP_OK;
     case LP_TOK_NORM_COUNT: break;
     }
     *skip = true;

@@ -117,6 +117,7 @@ typedef enum lp_tok_norm_kind {
     LP_TOK_NORM_STRIP,
     LP_TOK_NORM_BYTELEVEL, /* bytes to GPT-2's printable alphabet */
     LP_TOK_NORM_CJK_SPACES, /* BertNormalizer's handle_chinese_chars: " " around ideographs */
+    LP_TOK_NORM_PRECOMPILED, /* sentencepiece's charsmap (pattern: the blob), llama.cpp's walk */
     LP_TOK_NORM_COUNT
 } lp_tok_norm_kind;
 

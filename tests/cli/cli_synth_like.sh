@@ -6,7 +6,6 @@ source "$(dirname "$0")/cli_lib.sh"
 CONFIGS="$(dirname "$0")/../../configs"
 IDS=1,5,9,13,5,9,20,33,41,2
 ran=""
-leak_pass=""
 skipped=""
 for card in "$CONFIGS"/*.yaml; do
   name=$(basename "$card" .yaml)
@@ -30,18 +29,17 @@ for card in "$CONFIGS"/*.yaml; do
   fi
   if [ $st -ne 0 ]; then bad "trace $name: exit $st: $(head -c 300 "$TMP/err")"; continue; fi
   ok
-  # every causal check passes; alignment (loss against the next token versus the current one) is
-  # a heuristic for trained models: random weights, and a tied classifier reading the token's own
-  # embedding, predict the current token a few hundredths of a nat better by construction, so
-  # its verdict is shown but not required
+  # every causal check passes and the verdict is PASS: on random weights the alignment heuristic
+  # (loss against the next token versus the current one) has no signal to judge by and must say
+  # inconclusive, not FAIL (a tied classifier tips random models toward the current token)
   "$LOUPE" leak "$M" --tokens "$IDS" --db "$M/t.db" >"$TMP/leak" 2>"$TMP/err"
   n_ok=$(grep -cE '^  (perturbation|attention_map|structural|decode) +ok ' "$TMP/leak")
-  if [ "$n_ok" -eq 4 ] && ! grep -E '^  [a-z_]+ +FAIL' "$TMP/leak" | grep -qv '^  alignment'; then
+  if [ "$n_ok" -eq 4 ] && grep -qE '^  alignment +(ok|-- +inconclusive:) ' "$TMP/leak" &&
+     grep -q '^verdict: PASS' "$TMP/leak"; then
     ok
   else
     bad "leak $name: $(grep -E 'FAIL|verdict' "$TMP/leak" | head -3)"
   fi
-  grep -q '^verdict: PASS' "$TMP/leak" && leak_pass="$leak_pass $name"
   expect_status 0 "$LOUPE" render "$M/t.db" --run 1 --overview -o "$M/overview.png"
   if [ -s "$M/overview.png" ]; then ok; else bad "render $name wrote no picture"; fi
   # MLA cards also generate through the latent KV cache, its bytes what loupe estimate predicts
@@ -59,7 +57,6 @@ for card in "$CONFIGS"/*.yaml; do
 done
 echo "traced, leak-checked and rendered:$ran"
 echo "skipped (no synthetic writer, or trace refuses):$skipped"
-echo "leak verdict PASS including the alignment heuristic:$leak_pass"
 # the dense families this suite is about must all be in the first list
 for want in pythia-70m phi-2 gpt-j-6b falcon-7b bloomz-560m opt-125m opt-350m olmo-2-0425-1b \
             stablelm-2-12b stablelm-3b-4e1t gpt2 llama-3-8b gemma-2-2b gemma-3-1b mixtral-8x7b-v0.1 \

@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/mapfile.h"
+#include "core/names.h"
 
 static void test_f16_round_trip(void **state)
 {
@@ -191,6 +192,40 @@ static void test_error_messages(void **state)
     assert_int_equal(strlen(err.msg), LP_ERROR_MSG_MAX - 1);
 }
 
+/* One table serves printing and parsing: the first row of a value is its word, every row parses,
+ * and what has no row falls back instead of reading past the table. */
+static void test_name_tables(void **state)
+{
+    (void)state;
+    static const lp_name_entry colours[] = {
+        {0, "gray"},
+        {0, "grey"},
+        {2, "red"},
+    };
+    const size_t n = LP_NAMES_LEN(colours);
+    assert_int_equal(n, 3);
+    assert_string_equal(lp_names_word(colours, n, 0, "?"), "gray");
+    assert_string_equal(lp_names_word(colours, n, 2, "?"), "red");
+    assert_string_equal(lp_names_word(colours, n, 1, "?"), "?");
+    assert_string_equal(lp_names_word(colours, n, -1, "?"), "?");
+    int v = 7;
+    assert_true(lp_names_value(colours, n, "grey", false, &v));
+    assert_int_equal(v, 0);
+    assert_true(lp_names_value(colours, n, "RED", true, &v));
+    assert_int_equal(v, 2);
+    v = 7;
+    assert_false(lp_names_value(colours, n, "RED", false, &v));
+    assert_false(lp_names_value(colours, n, NULL, true, &v));
+    assert_false(lp_names_value(colours, n, "blue", true, &v));
+    assert_int_equal(v, 7);
+    /* the library's tables through their public functions */
+    assert_string_equal(lp_status_name(LP_ERR_NOT_FOUND), "not found");
+    assert_string_equal(lp_status_name((lp_status)LP_STATUS_COUNT), "unknown status");
+    assert_int_equal(lp_dtype_from_name("BFloat16"), LP_DTYPE_BF16);
+    assert_int_equal(lp_dtype_from_name("half"), LP_DTYPE_F16);
+    assert_int_equal(lp_dtype_from_name("float128"), LP_DTYPE_INVALID);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -198,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_dtype_sizes),     cmocka_unit_test(test_arena),
         cmocka_unit_test(test_checked_and_parsing), cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_token_ids),       cmocka_unit_test(test_prompt_file),
+        cmocka_unit_test(test_name_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

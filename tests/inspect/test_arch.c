@@ -127,6 +127,7 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_I(router_bias) SAME_I(attn_sinks) SAME_I(qk_norm_per_head)
     SAME_I(embed_proj_dim) SAME_I(post_norm) SAME_I(encoder_only) SAME_I(n_token_types)
     SAME_I(pooler) SAME_D(alibi_max_bias) SAME_D(qkv_clip) SAME_I(rope_scaling.n_factors)
+    SAME_I(rope_scaling.yarn_unrounded)
     SAME_I(router_sigmoid) SAME_I(n_expert_groups) SAME_I(topk_groups) SAME_D(routed_scaling)
     for (int i = 0; i < LP_MAX_ROPE_FACTORS; i++) {
         SAME_D(rope_scaling.short_factor[i]) SAME_D(rope_scaling.long_factor[i])
@@ -199,8 +200,8 @@ static void test_defaults_and_names(void **state)
      * inspect/arch/arch_json.c and to the HF reader; then update these numbers and the field named
      * here (the last one). A bool that fits in the trailing padding slips past sizeof. */
     size_t end_of_fields = offsetof(lp_arch, routed_scaling) + sizeof(double);
-    if (end_of_fields != 17848 || sizeof(lp_arch) != 17848)
-        fail_msg("lp_arch's fields end at byte %zu, not 17848 (or sizeof changed): see above",
+    if (end_of_fields != 17856 || sizeof(lp_arch) != 17856)
+        fail_msg("lp_arch's fields end at byte %zu, not 17856 (or sizeof changed): see above",
                  end_of_fields);
     lp_arch a;
     lp_arch_init(&a);
@@ -1142,6 +1143,11 @@ static void test_cards_match_embedded_configs(void **state)
         char why[256];
         if (arch_diff(&card, &config, why, sizeof why))
             fail_msg("card %s differs from its config.json in %s", CARD_SOURCES[i][0], why);
+        /* gpt-oss's rope_scaling says truncate: false; every other yarn config leaves it */
+        bool unrounded = strcmp(CARD_SOURCES[i][0], "gpt-oss-20b") == 0;
+        if (config.rope_scaling.yarn_unrounded != unrounded)
+            fail_msg("%s: yarn truncate read as %s", CARD_SOURCES[i][0],
+                     config.rope_scaling.yarn_unrounded ? "false" : "true");
     }
 }
 

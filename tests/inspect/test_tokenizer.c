@@ -1549,6 +1549,93 @@ static void test_unigram_rules(void **state)
     assert_non_null(strstr(err.msg, "model.vocab[0]"));
 }
 
+/* A GGUF "t5" vocabulary (llama.cpp's UGM) with a charsmap made by hand: a double-array trie
+ * of two keys, "q" -> "k" and "qu" -> "K" (nodes: root BASE 1; 1^'q' = 112 a leaf with BASE 1,
+ * its value at 113 = offset 0 and its child 113^'u' = 4 a leaf with BASE 1, value at 5 =
+ * offset 2). Ids worked out by hand from the scores. */
+static lp_tokenizer *t5_gguf(lp_gw *w, bool merge_spaces, uint32_t xcda_bytes, lp_status *st,
+                             lp_error *err, lp_gguf **g)
+{
+    uint32_t nodes[114] = {0};
+    nodes[0] = 1u << 10;
+    nodes[112] = (1u << 10) | 0x100 | 'q';
+    nodes[113] = 0x80000000u | 0;
+    nodes[4] = (1u << 10) | 0x100 | 'u';
+    nodes[5] = 0x80000000u | 2;
+    static uint8_t map[4 + sizeof nodes + 4];
+    uint32_t size = sizeof nodes;
+    memcpy(map, &xcda_bytes, 4);
+    memcpy(map + 4, nodes, size);
+    memcpy(map + 4 + size, "k\0K\0", 4);
+    static const char *const tokens[] = {"<pad>", "</s>", "<unk>", "\xE2\x96\x81",
+                                         "\xE2\x96\x81K", "iz", "\xE2\x96\x81k", "i", "z",
+                                         "\xE2\x96\x81Kiz"};
+    static const int32_t types[] = {3, 3, 2, 1, 1, 1, 1, 1, 1, 1};
+    static const float scores[] = {0, 0, 0, -1, -2, -2, -2, -3, -3, -10};
+    lp_gw_init(w, 3);
+    lp_gw_kv_str(w, "tokenizer.ggml.model", "t5");
+    lp_gw_kv_arr_str(w, "tokenizer.ggml.tokens", tokens, 10);
+    lp_gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 10);
+    lp_gw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, 10);
+    lp_gw_kv_bool(w, "tokenizer.ggml.remove_extra_whitespaces", merge_spaces);
+    lp_gw_key(w, "tokenizer.ggml.precompiled_charsmap", 9);
+    lp_gw_u32(w, 0); /* uint8 elements */
+    lp_gw_u64(w, sizeof map);
+    lp_gw_bytes(w, map, sizeof map);
+    assert_true(lp_gw_finish(w));
+    assert_int_equal(lp_gguf_open_memory(w->buf, w->size, "t5.gguf", g, err), LP_OK);
+    lp_tokenizer *tok = NULL;
+    *st = lp_tokenizer_from_gguf(*g, &tok, err);
+    return tok;
+}
+
+static void test_gguf_t5(void **state)
+{
+    (void)state;
+    for (int merge = 0; merge < 2; merge++) {
+        lp_gw w;
+        lp_gguf *g = NULL;
+        lp_error err = {0};
+        lp_status st;
+        lp_tokenizer *tok = t5_gguf(&w, merge, 114 * 4, &st, &err, &g);
+        if (st != LP_OK)
+            fail_msg("%s", err.msg);
+        assert_string_equal(lp_tokenizer_kind(tok), "unigram");
+        /* "quiz q" -> "Kiz k" -> "\u2581Kiz\u2581k": \u2581K + iz (-4) beats \u2581Kiz (-10)
+         * and \u2581K i z (-8); then \u2581k; EOS after */
+        expect_ids(tok, "quiz q", true, IDS(4, 5, 6, 1));
+        expect_ids(tok, "quiz q", false, IDS(4, 5, 6));
+        /* a second space: its own \u2581, or merged away with remove_extra_whitespaces (the
+         * ends' spaces go too) */
+        if (merge)
+            expect_ids(tok, "  quiz   q ", false, IDS(4, 5, 6));
+        else
+            expect_ids(tok, "quiz  q", false, IDS(4, 5, 3, 6));
+        /* x is no piece: one <unk> for "xx"; a byte that is not UTF-8 is U+FFFD, unknown too */
+        expect_ids(tok, "qxx", false, IDS(6, 2));
+        expect_ids(tok, "q\xFF", false, IDS(6, 2));
+        /* special tokens are cut out first */
+        expect_ids(tok, "q</s>q", false, IDS(6, 1, 6));
+        int32_t seq[] = {4, 5, 6};
+        char *text = decode(tok, seq, 3, false);
+        assert_string_equal(text, "Kiz k");
+        free(text);
+        lp_tokenizer_close(tok);
+        lp_gguf_close(g);
+        lp_gw_free(&w);
+    }
+    /* a charsmap whose trie size runs past its end is refused at load */
+    lp_gw w;
+    lp_gguf *g = NULL;
+    lp_error err = {0};
+    lp_status st;
+    assert_null(t5_gguf(&w, false, 0xFFFFFFF0u, &st, &err, &g));
+    assert_int_equal(st, LP_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "precompiled_charsmap"));
+    lp_gguf_close(g);
+    lp_gw_free(&w);
+}
+
 static void test_llama2c_rules(void **state)
 {
     (void)state;
@@ -1791,6 +1878,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_wordpiece_rules),
         cmocka_unit_test(test_gguf_bert),
         cmocka_unit_test(test_unigram_rules),
+        cmocka_unit_test(test_gguf_t5),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }

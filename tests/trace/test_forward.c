@@ -1229,6 +1229,39 @@ static void test_gguf_case(void **state)
     remove(path);
 }
 
+/* ---- ALiBi slopes: MPT's rule against BLOOM's ---- */
+
+/* MPT's gen_slopes (modeling_mpt.py), written as it is: slopes 2^(-max (i + 1) / P) for the next
+ * power of two P >= n, then for n < P the odd-indexed ones followed by the even-indexed ones, cut
+ * to n. lp_alibi_slopes follows BLOOM's build_alibi_tensor (the largest power of two p <= n, then
+ * extra slopes interleaved at half steps) with MPT's alibi_bias_max in place of BLOOM's fixed 8:
+ * the two constructions agree for every head count, power of two or not. */
+static void test_alibi_slopes_mpt(void **state)
+{
+    (void)state;
+    static const int64_t counts[] = {1, 2, 3, 5, 6, 7, 12, 16, 40, 71};
+    static const double max_biases[] = {8.0, 16.0, 3.0};
+    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
+        for (size_t mi = 0; mi < sizeof max_biases / sizeof max_biases[0]; mi++) {
+            int64_t n = counts[ci], P = 1;
+            double max_bias = max_biases[mi], mine[128], mpt[256], ordered[256];
+            while (P < n)
+                P *= 2;
+            for (int64_t i = 0; i < P; i++)
+                mpt[i] = 1.0 / pow(2.0, (double)(i + 1) * (max_bias / (double)P));
+            int64_t k = 0;
+            for (int64_t i = P != n ? 1 : 0; i < P; i += P != n ? 2 : 1)
+                ordered[k++] = mpt[i];
+            for (int64_t i = 0; P != n && i < P; i += 2)
+                ordered[k++] = mpt[i];
+            lp_alibi_slopes(n, max_bias, mine);
+            for (int64_t h = 0; h < n; h++)
+                if (fabs(mine[h] - ordered[h]) > 1e-15 * ordered[h])
+                    fail_msg("%lld heads, alibi_bias_max %g: head %lld slope %.17g, MPT %.17g",
+                             (long long)n, max_bias, (long long)h, mine[h], ordered[h]);
+        }
+}
+
 /* ---- the scratch size a config needs (what loupe estimate can print) ---- */
 
 static void test_scratch_bytes(void **state)
@@ -1347,6 +1380,24 @@ static void test_rope_scaling(void **state)
     assert_true(fabs((double)f[3] - pow(10000.0, -0.75) / 4.0) < 1e-9);
     lp_model_close(model);
 
+    /* YaRN's ramp between correction dims lo = 8 ln(64 / (32 2 pi)) / (2 ln 1e4) < 0 (clamped
+     * to 0) and hi = 8 ln(64 / (2 pi)) / (2 ln 1e4) = 1.008: truncated (transformers' default)
+     * hi is ceiled to 2 and pair 1 blends half and half; with truncate false (gpt-oss) it keeps
+     * 1 / 1.008 of the interpolated frequency. */
+    double hi = 8.0 * log(64.0 / (2.0 * pi)) / (2.0 * log(10000.0));
+    double f1 = pow(10000.0, -0.25);
+    for (int unrounded = 0; unrounded < 2; unrounded++) {
+        a.rope_scaling.yarn_unrounded = unrounded != 0;
+        assert_int_equal(lp_model_from_weights(lp_model_weights(base), &a, &model, &err), LP_OK);
+        assert_int_equal(lp_model_rope_freqs(model, 16, false, f, &attn, &err), LP_OK);
+        double ramp = unrounded ? 1.0 / hi : 0.5;
+        double want = (f1 / 4.0) * ramp + f1 * (1.0 - ramp);
+        assert_true(fabs((double)f[1] - want) <= 1e-6 * want);
+        assert_true(fabs((double)f[0] - 1.0) < 1e-7);
+        lp_model_close(model);
+    }
+    a.rope_scaling.yarn_unrounded = false;
+
     lp_model_close(base);
     ref_model_free(&m);
     remove_dir(dir);
@@ -1422,6 +1473,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_scratch_bytes),
+        cmocka_unit_test(test_alibi_slopes_mpt),
     };
     /* one test per table row, named after it, with the row as its state */
     enum { N_FIXED = sizeof fixed / sizeof fixed[0],

@@ -680,6 +680,11 @@ static void test_index_list_and_top_k(void **state)
     double z = 2 * exp(3.0) + exp(1.0) + exp(-2.0) + exp(0.5);
     assert_true(fabs((double)top[0].prob - exp(3.0) / z) < 1e-6);
     assert_int_equal(lp_top_k(logits, 3, 10, top), 3); /* k clipped to vocab */
+    /* the shared softmax denominator top-k, eval's NLL and the leak alignment read */
+    double max = 0;
+    double sum = lp_softmax_sum(logits, 5, &max);
+    assert_true(max == 3.0);
+    assert_true(fabs(sum - z / exp(3.0)) < 1e-12);
 }
 
 typedef struct token_rows {

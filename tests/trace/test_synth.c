@@ -12,6 +12,7 @@
 #include "core/mapfile.h"
 #include "inspect/inspect.h"
 #include "inspect/tokenizer/tokenizer.h"
+#include "trace/leak/leak.h"
 #include "trace/synth/synth.h"
 #include "trace/trace.h"
 
@@ -115,6 +116,10 @@ typedef struct measured {
     int n_correct;           /* of those, top-1 = the next token */
     int n_unique;            /* of those, rows whose token occurs once per copy */
     int n_unique_correct;
+    /* loupe leak's alignment rule on the logits: against the prompt, and against labels
+     * shifted by one (label[t] = token[t + 1]) */
+    lp_leak_alignment_verdict alignment, alignment_shifted;
+    double loss_next, loss_same, shifted_same;
 } measured;
 
 static void run_and_measure(const char *dir, measured *m)
@@ -153,6 +158,11 @@ static void run_and_measure(const char *dir, measured *m)
         fail_msg("forward: %s", err.msg);
 
     const int64_t T = m->n_tokens, copy = (T - 1) / 2, second = 1 + copy;
+    double shifted_next;
+    m->alignment = lp_leak_alignment(c->logits, c->vocab, m->tokens, T, &m->loss_next,
+                                     &m->loss_same);
+    m->alignment_shifted = lp_leak_alignment(c->logits, c->vocab, m->tokens + 1, T - 1,
+                                             &shifted_next, &m->shifted_same);
     for (int l = 0; l < N_L; l++)
         for (int h = 0; h < N_H; h++) {
             head_measure *hm = &m->head[l][h];
@@ -422,6 +432,12 @@ static void test_planted_heads_found(void **state)
         print_message("  loss next %.3f, current %.3f\n", rep.loss_next, rep.loss_current);
         assert_true(rep.alignment_passed);
         assert_true(rep.loss_next + 2.0 < rep.loss_current);
+        /* loupe leak's rule agrees: judged (not inconclusive) and OK; against labels shifted
+         * by one the same logits are flagged */
+        print_message("  leak alignment: next %.3f, current %.3f; shifted labels %.3f\n",
+                      m.loss_next, m.loss_same, m.shifted_same);
+        assert_int_equal(m.alignment, LP_ALIGNMENT_OK);
+        assert_int_equal(m.alignment_shifted, LP_ALIGNMENT_FLAGGED);
         remove_synth_dir(dir);
     }
 }

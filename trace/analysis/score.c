@@ -23,12 +23,8 @@ static bool score_want(void *ctx, const lp_site *site)
 /* -log softmax(row)[target] in double: max-shifted log-sum-exp. */
 static double row_nll(const float *row, int64_t V, int32_t target)
 {
-    double mx = (double)row[0];
-    for (int64_t v = 1; v < V; v++)
-        mx = (double)row[v] > mx ? (double)row[v] : mx;
-    double sum = 0;
-    for (int64_t v = 0; v < V; v++)
-        sum += exp((double)row[v] - mx);
+    double mx;
+    double sum = lp_softmax_sum(row, V, &mx);
     return log(sum) + mx - (double)row[target];
 }
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/random.h"
+
 void lp_generate_opts_init(lp_generate_opts *opts)
 {
     memset(opts, 0, sizeof *opts);
@@ -13,15 +15,6 @@ void lp_generate_opts_init(lp_generate_opts *opts)
     opts->stop_id = -1;
     opts->kv_dtype = LP_DTYPE_INVALID;
     opts->fault = LP_KV_FAULT_NONE;
-}
-
-/* splitmix64: a full-period 64-bit generator; the same seed gives the same draws everywhere. */
-static uint64_t next_u64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 typedef struct cand {
@@ -83,7 +76,7 @@ lp_status lp_sample_token(const float *logits, int64_t vocab, const lp_generate_
         }
     }
     /* a uniform draw in [0, kept) from the top 53 bits */
-    double u = (double)(next_u64(rng) >> 11) * (1.0 / 9007199254740992.0) * kept, acc = 0.0;
+    double u = (double)(lp_splitmix64(rng) >> 11) * (1.0 / 9007199254740992.0) * kept, acc = 0.0;
     int32_t chosen = c[n - 1].id;
     for (int64_t i = 0; i < n; i++) {
         acc += c[i].p;

@@ -13,6 +13,7 @@
 
 #include "core/checked.h"
 #include "core/dtype.h"
+#include "core/names.h"
 #include "inspect/formats/quant.h"
 
 #define Q8_BLOCK 32
@@ -42,25 +43,15 @@ struct lp_kv_cache {
     int64_t stale_pos; /* rope-stale: the first decode position, -1 until one was made */
 };
 
-static const char *const fault_names[LP_KV_FAULT_COUNT] = {
-    [LP_KV_FAULT_NONE] = "none",
-    [LP_KV_FAULT_CACHE_OFF_BY_ONE] = "cache-off-by-one",
-    [LP_KV_FAULT_ROPE_STALE] = "rope-stale",
-    [LP_KV_FAULT_MASK_TOP_LEFT] = "mask-top-left",
+static const lp_name_entry fault_names[] = {
+    {LP_KV_FAULT_NONE, "none"},
+    {LP_KV_FAULT_CACHE_OFF_BY_ONE, "cache-off-by-one"},
+    {LP_KV_FAULT_ROPE_STALE, "rope-stale"},
+    {LP_KV_FAULT_MASK_TOP_LEFT, "mask-top-left"},
 };
 
-const char *lp_kv_fault_name(lp_kv_fault fault)
-{
-    return fault >= 0 && fault < LP_KV_FAULT_COUNT ? fault_names[fault] : "unknown";
-}
-
-lp_kv_fault lp_kv_fault_from_name(const char *name)
-{
-    for (int i = 0; name && i < LP_KV_FAULT_COUNT; i++)
-        if (strcmp(name, fault_names[i]) == 0)
-            return (lp_kv_fault)i;
-    return LP_KV_FAULT_COUNT;
-}
+LP_NAMES_DEFINE(lp_kv_fault_name, lp_kv_fault_from_name, lp_kv_fault, fault_names, "unknown", false,
+                LP_KV_FAULT_COUNT)
 
 lp_dtype lp_kv_default_dtype(const lp_model *model)
 {

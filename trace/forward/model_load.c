@@ -866,8 +866,12 @@ static lp_status plan_rope(const lp_arch *a, int64_t n_tokens, bool local, rope_
         double dim = (double)a->rope_dim;
         double beta_fast = s->beta_fast > 0 ? s->beta_fast : 32.0;
         double beta_slow = s->beta_slow > 0 ? s->beta_slow : 1.0;
-        r->low = floor(yarn_correction_dim(beta_fast, dim, r->base, r->orig));
-        r->high = ceil(yarn_correction_dim(beta_slow, dim, r->base, r->orig));
+        r->low = yarn_correction_dim(beta_fast, dim, r->base, r->orig);
+        r->high = yarn_correction_dim(beta_slow, dim, r->base, r->orig);
+        if (!s->yarn_unrounded) { /* transformers' truncate (default true), ggml always */
+            r->low = floor(r->low);
+            r->high = ceil(r->high);
+        }
         if (r->low < 0) r->low = 0;
         if (r->high > dim - 1) r->high = dim - 1;
         if (r->low == r->high) r->high += 0.001;

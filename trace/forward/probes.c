@@ -73,19 +73,27 @@ static int ranks_before(float a, int32_t ia, float b, int32_t ib)
     return a > b || (a == b && ia < ib);
 }
 
+double lp_softmax_sum(const float *logits, int64_t vocab, double *max)
+{
+    double top = -INFINITY;
+    for (int64_t i = 0; i < vocab; i++)
+        if ((double)logits[i] > top)
+            top = (double)logits[i];
+    double sum = 0.0;
+    for (int64_t i = 0; i < vocab; i++)
+        sum += exp((double)logits[i] - top);
+    *max = top;
+    return sum;
+}
+
 int64_t lp_top_k(const float *logits, int64_t vocab, int64_t k, lp_prediction *out)
 {
     if (k > vocab)
         k = vocab;
     if (k <= 0)
         return 0;
-    double max = -INFINITY;
-    for (int64_t i = 0; i < vocab; i++)
-        if ((double)logits[i] > max)
-            max = (double)logits[i];
-    double sum = 0.0;
-    for (int64_t i = 0; i < vocab; i++)
-        sum += exp((double)logits[i] - max);
+    double max;
+    double sum = lp_softmax_sum(logits, vocab, &max);
     int64_t n = 0;
     /* Insertion into a sorted list of k: O(vocab * k), fine for the small k we store. */
     for (int64_t i = 0; i < vocab; i++) {

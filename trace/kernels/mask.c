@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "core/names.h"
+
 lp_mask_spec lp_mask_causal(int64_t n_q, int64_t n_k)
 {
     lp_mask_spec mask;
@@ -82,24 +84,14 @@ bool lp_mask_allows_reference(const lp_mask_spec *mask, int64_t batch, int64_t r
     return true;
 }
 
-static const char *const fault_names[LP_MASK_FAULT_COUNT] = {
-    [LP_MASK_FAULT_NONE] = "none",
-    [LP_MASK_FAULT_OFF_BY_ONE] = "off-by-one",
-    [LP_MASK_FAULT_TRANSPOSED] = "transposed",
-    [LP_MASK_FAULT_NO_MASK] = "no-mask",
-    [LP_MASK_FAULT_WINDOW_PLUS_ONE] = "window+1",
-    [LP_MASK_FAULT_PAD_AXIS] = "pad-axis",
+static const lp_name_entry fault_names[] = {
+    {LP_MASK_FAULT_NONE, "none"},
+    {LP_MASK_FAULT_OFF_BY_ONE, "off-by-one"},
+    {LP_MASK_FAULT_TRANSPOSED, "transposed"},
+    {LP_MASK_FAULT_NO_MASK, "no-mask"},
+    {LP_MASK_FAULT_WINDOW_PLUS_ONE, "window+1"},
+    {LP_MASK_FAULT_PAD_AXIS, "pad-axis"},
 };
 
-const char *lp_mask_fault_name(lp_mask_fault fault)
-{
-    return (unsigned)fault < LP_MASK_FAULT_COUNT ? fault_names[fault] : "unknown";
-}
-
-lp_mask_fault lp_mask_fault_from_name(const char *name)
-{
-    for (int f = 0; f < LP_MASK_FAULT_COUNT; f++)
-        if (strcmp(name, fault_names[f]) == 0)
-            return (lp_mask_fault)f;
-    return LP_MASK_FAULT_COUNT;
-}
+LP_NAMES_DEFINE(lp_mask_fault_name, lp_mask_fault_from_name, lp_mask_fault, fault_names, "unknown",
+                false, LP_MASK_FAULT_COUNT)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "core/random.h"
 
 /* max_abs_diff of checks that compare no values (NULL in leak_checks) */
 #define NO_DIFF ((double)NAN)
@@ -35,15 +36,6 @@ void lp_leak_model_report_free(lp_leak_model_report *rep)
     rep->layer_max_diff = NULL;
     rep->leaks = NULL;
     rep->checks = NULL;
-}
-
-/* splitmix64: a small, well-mixed, reproducible sequence for cuts and replacement tokens. */
-static uint64_t next_random(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 static lp_status add_check(lp_leak_model_report *r, int64_t *cap, const char *name, bool passed,
@@ -354,18 +346,13 @@ static lp_status obs_observe(void *ctx, const lp_site *site, const lp_view *v, l
 /* -log softmax(logits)[id], in double. */
 static double neg_log_prob(const float *logits, int64_t V, int32_t id)
 {
-    double m = -(double)INFINITY;
-    for (int64_t i = 0; i < V; i++)
-        if ((double)logits[i] > m)
-            m = (double)logits[i];
-    double s = 0.0;
-    for (int64_t i = 0; i < V; i++)
-        s += exp((double)logits[i] - m);
+    double m;
+    double s = lp_softmax_sum(logits, V, &m);
     return log(s) + m - (double)logits[id];
 }
 
-bool lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids, int64_t n_ids,
-                       double *loss_next, double *loss_same)
+lp_leak_alignment_verdict lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids,
+                                            int64_t n_ids, double *loss_next, double *loss_same)
 {
     double next = 0.0, same = 0.0;
     for (int64_t t = 0; t < n_ids; t++) {
@@ -376,7 +363,10 @@ bool lp_leak_alignment(const float *logits, int64_t V, const int32_t *ids, int64
     }
     *loss_next = n_ids > 1 ? next / (double)(n_ids - 1) : 0.0;
     *loss_same = n_ids > 0 ? same / (double)n_ids : 0.0;
-    return n_ids > 1 && *loss_same < *loss_next && *loss_same < log((double)V);
+    double best = *loss_same < *loss_next ? *loss_same : *loss_next;
+    if (n_ids < 2 || log((double)V) - best < LP_LEAK_ALIGNMENT_MIN_SIGNAL)
+        return LP_ALIGNMENT_INCONCLUSIVE;
+    return *loss_same < *loss_next ? LP_ALIGNMENT_FLAGGED : LP_ALIGNMENT_OK;
 }
 
 /* ---- the structural test on mask specs ---- */
@@ -412,9 +402,9 @@ static void kernel_check(const lp_mask_spec *spec, int64_t n_batch, int64_t *lea
     float probs[KERNEL_MAX_KEYS * KERNEL_MAX_KEYS];
     uint64_t rng = 7;
     for (int i = 0; i < KERNEL_MAX_KEYS * KERNEL_HEAD_DIM; i++) {
-        q[i] = (float)(next_random(&rng) % 2001) / 1000.0f - 1.0f;
-        k[i] = (float)(next_random(&rng) % 2001) / 1000.0f - 1.0f;
-        v[i] = (float)(next_random(&rng) % 2001) / 1000.0f - 1.0f;
+        q[i] = (float)(lp_splitmix64(&rng) % 2001) / 1000.0f - 1.0f;
+        k[i] = (float)(lp_splitmix64(&rng) % 2001) / 1000.0f - 1.0f;
+        v[i] = (float)(lp_splitmix64(&rng) % 2001) / 1000.0f - 1.0f;
     }
     *leaks = *bad_rows = 0;
     if (spec->n_q > KERNEL_MAX_KEYS || spec->n_k > KERNEL_MAX_KEYS)
@@ -730,24 +720,29 @@ static void free_obs(leak_obs *o)
     memset(o, 0, sizeof *o);
 }
 
-/* The loss with labels shifted by one against not shifted, from the baseline's logits. */
+/* The loss with labels shifted by one against not shifted, from the baseline's logits. An
+ * inconclusive order passes: it is no evidence of a bug, and the row says why it was not judged. */
 static lp_status alignment_check(leak_obs *o, const int32_t *ids, int64_t n_ids, int64_t *cap,
                                  lp_error *err)
 {
     lp_leak_model_report *r = o->r;
     double uniform = log((double)o->V);
-    r->alignment_flagged = lp_leak_alignment(o->base_logits, o->V, ids, n_ids, &r->loss_next,
-                                             &r->loss_same);
+    lp_leak_alignment_verdict v =
+        lp_leak_alignment(o->base_logits, o->V, ids, n_ids, &r->loss_next, &r->loss_same);
+    r->alignment_flagged = v == LP_ALIGNMENT_FLAGGED;
+    r->alignment_inconclusive = v == LP_ALIGNMENT_INCONCLUSIVE;
+    double signal = uniform - (r->loss_same < r->loss_next ? r->loss_same : r->loss_next);
+    char why[224] = "";
+    if (r->alignment_flagged)
+        snprintf(why, sizeof why, ": the model predicts the current token better than the next "
+                 "(label or mask bug)");
+    else if (r->alignment_inconclusive)
+        snprintf(why, sizeof why, ": inconclusive, the better loss beats uniform by %.2f nats "
+                 "(< %.1f): random weights or unpredictable text, no signal to judge labels by", signal, LP_LEAK_ALIGNMENT_MIN_SIGNAL);
     return add_check(r, cap, "alignment", !r->alignment_flagged, -1, -1, NO_DIFF, err,
                      "loss with labels shifted by one %.4f nats, unshifted %.4f nats, uniform "
                      "%.4f%s",
-                     r->loss_next, r->loss_same, uniform,
-                     r->alignment_flagged ? ": the model predicts the current token better "
-                                            "than the next (label or mask bug)"
-                     : r->loss_same < r->loss_next
-                         ? " (neither beats a uniform guess: the text is unpredictable to the "
-                           "model, not flagged)"
-                         : "");
+                     r->loss_next, r->loss_same, uniform, why);
 }
 
 static bool has_cut(const lp_leak_model_report *r, int64_t c)
@@ -764,11 +759,11 @@ static void choose_cuts(lp_leak_model_report *r, int64_t n_ids, int64_t max_cuts
     int64_t last = n_ids - 2;
     int64_t want[3] = {0, last / 2, last};
     for (int64_t i = 0; i < max_cuts; i++) {
-        int64_t c = i < 3 ? want[i] : (int64_t)(next_random(rng) % (uint64_t)(last + 1));
+        int64_t c = i < 3 ? want[i] : (int64_t)(lp_splitmix64(rng) % (uint64_t)(last + 1));
         bool seen = has_cut(r, c);
         /* a repeated random cut draws again (bounded: n_ids - 1 distinct cuts exist) */
         for (int tries = 0; seen && i >= 3 && tries < 64; tries++) {
-            c = (int64_t)(next_random(rng) % (uint64_t)(last + 1));
+            c = (int64_t)(lp_splitmix64(rng) % (uint64_t)(last + 1));
             seen = has_cut(r, c);
         }
         if (!seen)
@@ -829,7 +824,7 @@ static lp_status perturb(const lp_model *model, const int32_t *ids, int64_t n_id
     memcpy(perturbed, ids, (size_t)n_ids * sizeof(int32_t));
     for (int64_t t = cut + 1; t < n_ids; t++) {
         uint64_t others = (uint64_t)(o->V > 1 ? o->V - 1 : 1);
-        int64_t shift = 1 + (int64_t)(next_random(rng) % others);
+        int64_t shift = 1 + (int64_t)(lp_splitmix64(rng) % others);
         perturbed[t] = (int32_t)((ids[t] + shift) % o->V);
     }
     for (int l = 0; l <= o->n_layers; l++) {

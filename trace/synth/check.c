@@ -174,11 +174,8 @@ static void judge_alignment(const check_capture *c, const int32_t *tokens, lp_sy
     double next = 0, same = 0;
     for (int64_t q = 0; q + 1 < T; q++) {
         const float *lg = c->logits + q * c->vocab;
-        double mx = -INFINITY, sum = 0;
-        for (int64_t v = 0; v < c->vocab; v++)
-            mx = (double)lg[v] > mx ? (double)lg[v] : mx;
-        for (int64_t v = 0; v < c->vocab; v++)
-            sum += exp((double)lg[v] - mx);
+        double mx;
+        double sum = lp_softmax_sum(lg, c->vocab, &mx);
         double log_z = mx + log(sum);
         next += log_z - (double)lg[tokens[q + 1]];
         same += log_z - (double)lg[tokens[q]];

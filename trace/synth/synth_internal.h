@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "core/random.h"
 #include "inspect/formats/safetensors_write.h"
 #include "trace/synth/synth.h"
 
@@ -22,10 +23,7 @@ typedef struct lp_synth_rng {
 
 static inline uint64_t lp_synth_rng_next(lp_synth_rng *r)
 {
-    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return lp_splitmix64(&r->state);
 }
 
 static inline double lp_synth_rng_uniform(lp_synth_rng *r) /* (0, 1) */
