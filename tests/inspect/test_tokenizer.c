@@ -271,7 +271,8 @@ static void build_gguf_from_json(const char *folder, const char *model, const ch
     json_t *root;
     if (strncmp(folder, "tests/", 6) == 0) {
         /* a tokenizer.json kept in the source tree beside its suite */
-        snprintf(rel, sizeof rel, "%s/%s/tokenizer.json", getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
+        const char *src = getenv("LOUPE_SOURCE");
+        snprintf(rel, sizeof rel, "%s/%s/tokenizer.json", src ? src : ".", folder);
         json_error_t jerr;
         root = json_load_file(rel, 0, &jerr);
         if (!root)
