@@ -476,8 +476,9 @@ static void test_gguf_moe_case(void **state)
     compare_with_ref(gc->name, model, ids, gc->T, &gc->cfg, &ref, 1e-4);
     assert_true(logit_spread(&ref, gc->T * gc->cfg.vocab) > 1e-2);
     /* decoding through the KV cache (MLA: the latent; split attn_k_b/attn_v_b re-expand it head
-     * by head) equals the prefill, and a cache written one slot late is caught */
-    for (int f = 0; f < 2 && strcmp(gc->arch, "deepseek2") == 0; f++) {
+     * by head) equals the prefill on every GGUF MoE form, and a cache written one slot late is
+     * caught */
+    for (int f = 0; f < 2; f++) {
         lp_leak_decode_opts dopts = {f ? LP_KV_FAULT_CACHE_OFF_BY_ONE : LP_KV_FAULT_NONE, 0, NULL};
         lp_leak_decode_report rep;
         if (lp_leak_check_decode(model, ids, gc->T, &dopts, &rep, &err) != LP_OK)
