@@ -411,8 +411,44 @@ static uint32_t sparse_key(uint32_t u, int level)
     return (u >> sparse_field_lo[level]) & ((1u << sparse_field_bits[level]) - 1u);
 }
 
+/* Scanning the buckets of one level down from `from`: the first whose mass takes den * acc to
+ * need (n_buckets if none); acc and *taken advance past the buckets before it. Below the first
+ * level every value shares one exponent, shift; at the first it is the key's top 7 bits. */
+static uint32_t crossing_bucket(const uint32_t *count, const uint64_t *mantissas, uint32_t from,
+                                int level, int shift, exact_sum *acc, int64_t *taken,
+                                uint32_t den, const exact_sum *need)
+{
+    for (uint32_t b = from + 1; b-- > 0;) {
+        if (!count[b])
+            continue;
+        if (level == 0)
+            shift = b >> 2 ? (int)(b >> 2) - 1 : 0;
+        exact_sum trial = *acc;
+        exact_add_shifted(&trial, mantissas[b], shift);
+        if (exact_reaches(&trial, den, need))
+            return b;
+        *acc = trial;
+        *taken += count[b];
+    }
+    return UINT32_MAX;
+}
+
+/* Moves the c values of p whose key at `level` is b to the front; returns how many. */
+static int64_t bucket_to_front(float *p, int64_t c, int level, uint32_t b)
+{
+    int64_t front = 0;
+    for (int64_t j = 0; j < c; j++)
+        if (sparse_key(prob_bits(p[j]), level) == b) {
+            float t = p[front];
+            p[front++] = p[j];
+            p[j] = t;
+        }
+    return front;
+}
+
 /* The smallest j such that den * (acc + the j largest of p[0..c)) >= need, given that all c reach
- * it; acc is advanced past what was taken. p is permuted. */
+ * it and share one first-level bucket (level >= 1); acc is advanced past what was taken. p is
+ * permuted. */
 static int64_t keys_needed(float *p, int64_t c, int level, exact_sum *acc, uint32_t den,
                            const exact_sum *need)
 {
@@ -429,11 +465,9 @@ static int64_t keys_needed(float *p, int64_t c, int level, exact_sum *acc, uint3
         }
         return j;
     }
-    uint32_t count[1u << 9];
-    uint64_t mantissas[1u << 9];
+    uint32_t count[1u << 7] = {0};
+    uint64_t mantissas[1u << 7] = {0};
     uint32_t n_buckets = 1u << sparse_field_bits[level];
-    memset(count, 0, n_buckets * sizeof *count);
-    memset(mantissas, 0, n_buckets * sizeof *mantissas);
     for (int64_t j = 0; j < c; j++) {
         uint32_t u = prob_bits(p[j]);
         uint32_t b = sparse_key(u, level);
@@ -441,49 +475,50 @@ static int64_t keys_needed(float *p, int64_t c, int level, exact_sum *acc, uint3
         mantissas[b] += bits_mantissa(u);
     }
     int64_t taken = 0;
-    uint32_t b = n_buckets;
-    while (b-- > 0) {
-        if (!count[b])
-            continue;
-        /* the bucket's exponent: from its key at the first level, shared by all c after it */
-        int shift = level == 0 ? (b >> 2 ? (int)(b >> 2) - 1 : 0) : bits_shift(prob_bits(p[0]));
-        exact_sum trial = *acc;
-        exact_add_shifted(&trial, mantissas[b], shift);
-        if (exact_reaches(&trial, den, need))
-            break;
-        *acc = trial;
-        taken += count[b];
-    }
+    uint32_t b = crossing_bucket(count, mantissas, n_buckets - 1, level,
+                                 bits_shift(prob_bits(p[0])), acc, &taken, den, need);
     LP_ASSERT(b < n_buckets); /* the whole of p reaches need */
-    int64_t front = 0;
-    for (int64_t j = 0; j < c; j++)
-        if (sparse_key(prob_bits(p[j]), level) == b) {
-            float t = p[front];
-            p[front++] = p[j];
-            p[j] = t;
-        }
+    int64_t front = bucket_to_front(p, c, level, b);
     return taken + keys_needed(p, front, level + 1, acc, den, need);
 }
 
 void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
 {
-    /* the mass and the mass below 1e-3 as mantissa sums per exponent, shifted once at the end */
-    uint64_t all[128] = {0}, below[128] = {0};
+    /* one pass: the first level's histogram (count and mantissa sum per bucket) and the mass
+     * below 1e-3 per exponent; the totals are shifted sums of those */
+    enum { TOP = 1u << 9 };
+    uint32_t count[TOP] = {0};
+    uint64_t mantissas[TOP] = {0}, below[128] = {0};
     const uint32_t low_bits = prob_bits(1e-3f);
     for (int64_t j = 0; j < n; j++) {
         uint32_t u = prob_bits(p[j]);
-        all[u >> 23] += bits_mantissa(u);
+        uint32_t b = sparse_key(u, 0);
+        count[b]++;
+        mantissas[b] += bits_mantissa(u);
         below[u >> 23] += u < low_bits ? bits_mantissa(u) : 0;
     }
     exact_sum total = {{0}}, low = {{0}};
-    for (int e = 0; e < 128; e++) {
-        exact_add_shifted(&total, all[e], e ? e - 1 : 0);
+    for (uint32_t b = 0; b < TOP; b++)
+        exact_add_shifted(&total, mantissas[b], b >> 2 ? (int)(b >> 2) - 1 : 0);
+    for (int e = 0; e < 128; e++)
         exact_add_shifted(&low, below[e], e ? e - 1 : 0);
-    }
-    int64_t k[3];
+    /* the thresholds cross at buckets in descending order: one scan from the top serves all */
+    int64_t k[3], taken = 0;
+    exact_sum acc = {{0}};
+    uint32_t from = TOP - 1;
     for (int f = 0; f < 3; f++) {
-        exact_sum need = exact_times(&total, sparsity_num[f]), acc = {{0}};
-        k[f] = keys_needed(p, n, 0, &acc, sparsity_den[f], &need);
+        exact_sum need = exact_times(&total, sparsity_num[f]);
+        if (exact_reaches(&acc, sparsity_den[f], &need) && taken == 0) {
+            k[f] = 0; /* a row of zeros */
+            continue;
+        }
+        uint32_t b = crossing_bucket(count, mantissas, from, 0, 0, &acc, &taken,
+                                     sparsity_den[f], &need);
+        LP_ASSERT(b < TOP);
+        exact_sum in_bucket = acc;
+        int64_t front = bucket_to_front(p, n, 0, b);
+        k[f] = taken + keys_needed(p, front, 1, &in_bucket, sparsity_den[f], &need);
+        from = b;
     }
     sparsity_fill(st, k, &low);
 }
