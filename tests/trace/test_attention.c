@@ -843,6 +843,11 @@ static void test_attention_sparsity_selection(void **state)
     lp_attn_row_stats st;
     lp_attn_row_sparsity(zeros, 5, &st);
     check_sparsity(&st, 0, 0, 0, 0.0);
+    float bad[3] = {0.5f, NAN, 0.5f}, negative[2] = {1.5f, -0.5f};
+    lp_attn_row_sparsity(bad, 3, &st);
+    assert_true(isnan(st.keys50) && isnan(st.keys99) && isnan(st.low_mass));
+    lp_attn_row_sparsity_sorted(negative, 2, &st);
+    assert_true(isnan(st.keys90));
     printf("sparsity selection: %d rows equal the sorted definition exactly\n", rows);
     free(row);
     free(a);

@@ -93,7 +93,8 @@ typedef struct lp_attn_row_stats {
 /* The sparsity fields of st from the n visible probabilities p (each in [0, 2)) of one row; p is
  * permuted. Every sum is exact (fixed point in units of 2^-149) and the thresholds are the
  * fractions 1/2, 9/10, 99/100, so no order or tie can change a count: radix selection over the
- * float bits, O(n). The spec both attention kernels use. */
+ * float bits, O(n). A value outside [0, 2) (NaN, negative) makes the four fields NaN. The
+ * spec both attention kernels use. */
 void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st);
 /* The same by the definition: p sorted in place, largest first, taken one by one (tests). */
 void lp_attn_row_sparsity_sorted(float *p, int64_t n, lp_attn_row_stats *st);

@@ -333,15 +333,28 @@ static double exact_value(const exact_sum *a)
     return ldexp(v, -149);
 }
 
-/* The float bits of a probability, -0 as 0; anything outside [0, 2) is a caller's bug. */
+/* The float bits of a probability, -0 as 0; values outside [0, 2) (NaN included) come out at
+ * or above PROB_BITS_END, and the row is refused before any sum. */
+enum { PROB_BITS_END = 0x40000000 };
 static uint32_t prob_bits(float p)
 {
     uint32_t u;
     memcpy(&u, &p, sizeof u);
-    if (u == 0x80000000u)
-        u = 0;
-    LP_ASSERT(u < 0x40000000u);
-    return u;
+    return u == 0x80000000u ? 0 : u;
+}
+
+/* A row with a value outside [0, 2): its sparsity is NaN rather than a count of garbage. */
+static bool sparsity_refused(const float *p, int64_t n, lp_attn_row_stats *st)
+{
+    uint32_t worst = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t u = prob_bits(p[j]);
+        worst = u > worst ? u : worst;
+    }
+    if (worst < PROB_BITS_END)
+        return false;
+    st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
+    return true;
 }
 
 static uint64_t bits_mantissa(uint32_t u)
@@ -376,6 +389,8 @@ static void sparsity_fill(lp_attn_row_stats *st, const int64_t k[3], const exact
 
 void lp_attn_row_sparsity_sorted(float *p, int64_t n, lp_attn_row_stats *st)
 {
+    if (sparsity_refused(p, n, st))
+        return;
     if (n > 1)
         qsort(p, (size_t)n, sizeof *p, larger_first);
     exact_sum total = {{0}}, low = {{0}};
@@ -484,6 +499,8 @@ static int64_t keys_needed(float *p, int64_t c, int level, exact_sum *acc, uint3
 
 void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
 {
+    if (sparsity_refused(p, n, st))
+        return;
     /* one pass: the first level's histogram (count and mantissa sum per bucket) and the mass
      * below 1e-3 per exponent; the totals are shifted sums of those */
     enum { TOP = 1u << 9 };
