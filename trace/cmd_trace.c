@@ -163,6 +163,7 @@ typedef struct trace_job {
     int32_t *seq;     /* [prompt + generate] */
     int64_t n_seq;
     uint64_t kv_bytes;
+    int64_t kv_rebuilt_at; /* longrope's switch: the length the cache was rebuilt at, or -1 */
     lp_dtype kv_dtype;
     /* --prompts: the run's dataset, prompt index and id */
     const char *dataset;
@@ -307,10 +308,12 @@ static lp_status record_generation(trace_job *j, const trace_opts *o, const lp_f
     gen.stop_id = o->stop_at_eos ? (int32_t)lp_model_arch(j->model)->eos_token_id : -1;
     gen.kv_dtype = j->kv_dtype;
     lp_status st = lp_generate(j->model, j->in.ids, (int64_t)j->in.n_ids, &gen, fopts, j->seq,
-                               &j->n_seq, &j->kv_bytes, err);
+                               &j->n_seq, &j->kv_bytes, &j->kv_rebuilt_at, err);
     if (st == LP_OK)
         st = lp_store_set_generated(j->store, j->seq, (int64_t)j->in.n_ids, j->n_seq, j->kv_bytes,
                                     lp_dtype_name(j->kv_dtype), err);
+    if (st == LP_OK && j->kv_rebuilt_at >= 0)
+        st = lp_store_set_kv_rebuilt(j->store, j->kv_rebuilt_at, err);
     if (st != LP_OK) {
         lp_store_abort_run(j->store);
         return st;
@@ -429,6 +432,10 @@ static void print_generation(const trace_job *j, const trace_opts *o)
            lp_format_bytes(j->kv_bytes, got, sizeof got), (long long)((int64_t)n_ids + o->generate),
            have ? (snprintf(want, sizeof want, "%llu bytes", (unsigned long long)est), want)
                 : "unavailable");
+    if (j->kv_rebuilt_at >= 0)
+        printf("longrope: past the original context the cache was rebuilt at %lld positions with "
+               "the long factors\n",
+               (long long)j->kv_rebuilt_at);
 }
 
 static void print_summary(const trace_job *j, const trace_opts *o, const tee_ctx *tee,

@@ -265,6 +265,9 @@ int64_t lp_kv_cache_len(const lp_kv_cache *cache);   /* positions processed so f
 int64_t lp_kv_cache_ctx(const lp_kv_cache *cache);
 lp_dtype lp_kv_cache_dtype(const lp_kv_cache *cache);
 uint64_t lp_kv_cache_bytes(const lp_kv_cache *cache); /* K and V of every layer, as allocated */
+/* The length at which longrope's switch to its long factors rebuilt the cache (the positions
+ * before it recomputed with the long factors), -1 when it did not. */
+int64_t lp_kv_cache_rebuilt_at(const lp_kv_cache *cache);
 
 /* n new tokens of one sequence at positions len .. len+n-1, attending to the cache and to each
  * other; their K/V join the cache. len + n must not exceed the cache's ctx (LP_ERR_RANGE). */
@@ -290,11 +293,12 @@ typedef struct lp_generate_opts {
 void lp_generate_opts_init(lp_generate_opts *opts);
 
 /* out[T + n_new] receives the prompt and the generated tokens; *n_out their count (less than
- * T + n_new when stop_id was met); *kv_bytes the cache's size. opts->observer sees the prefill's
- * sites, then each step's. */
+ * T + n_new when stop_id was met); *kv_bytes the cache's size; *kv_rebuilt_at (NULL = not wanted)
+ * the length at which longrope's switch rebuilt the cache, -1 when it did not. opts->observer
+ * sees the prefill's sites, then each step's. */
 lp_status lp_generate(const lp_model *model, const int32_t *prompt, int64_t n_prompt,
                       const lp_generate_opts *gen, const lp_forward_opts *opts, int32_t *out,
-                      int64_t *n_out, uint64_t *kv_bytes, lp_error *err);
+                      int64_t *n_out, uint64_t *kv_bytes, int64_t *kv_rebuilt_at, lp_error *err);
 
 /* The sampling rule alone over one logits row: the chosen id into *out; *rng_state is advanced
  * (seed it with gen->seed). LP_ERR_NOMEM when its [vocab] scratch cannot be had. */

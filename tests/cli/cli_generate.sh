@@ -67,6 +67,16 @@ for dt in f32 f16 q8_0; do
   case "$out" in *"generated 6 tokens"*"kv cache $dt: $got bytes"*"loupe estimate: $want bytes"*) ok ;; *) bad "deepseek summary for $dt: $out" ;; esac
 done
 
+# Longrope past its original context (8 here): the cache is rebuilt once, at 8 positions, and the
+# run says so; a run that stays inside it records NULL.
+PH="$TMP/phi3"
+"$LOUPE" synth "$PH" --like "$(dirname "$0")/../../configs/phi-3-mini-4k-instruct.yaml" >/dev/null
+python3 -c "import json,sys; p=sys.argv[1]+'/config.json'; c=json.load(open(p)); c['original_max_position_embeddings']=8; c['rope_scaling']={'type':'longrope','short_factor':[1.0,1.2,1.5,2.0],'long_factor':[1.5,3.0,6.0,9.0]}; json.dump(c,open(p,'w'))" "$PH"
+expect_stdout_contains "rebuilt at 8 positions" "$LOUPE" trace "$PH" --tokens 1,5,9,13,5 --generate 10 --db "$DB" --maps none
+expect_eq "8" "$(q "SELECT kv_rebuilt_at FROM runs WHERE id = (SELECT max(id) FROM runs)")" "kv_rebuilt_at past the switch"
+"$LOUPE" trace "$PH" --tokens 1,5,9 --generate 3 --db "$DB" --maps none >/dev/null
+expect_eq "" "$(q "SELECT kv_rebuilt_at FROM runs WHERE id = (SELECT max(id) FROM runs)")" "kv_rebuilt_at inside the original context"
+
 # A version-1 database (no generated, kv_bytes, kv_dtype) is migrated by the next trace.
 OLD="$TMP/old.db"
 expect_status 0 "$LOUPE" trace "$M" --tokens 1,403 --db "$OLD" --maps none

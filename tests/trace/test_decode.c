@@ -339,7 +339,7 @@ static void test_greedy_equals_reference(void **state)
     int64_t n_out;
     uint64_t kv_bytes;
     lp_error err = {0};
-    if (lp_generate(model, ids, P, &gen, &opts, out, &n_out, &kv_bytes, &err) != LP_OK)
+    if (lp_generate(model, ids, P, &gen, &opts, out, &n_out, &kv_bytes, NULL, &err) != LP_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(n_out, P + N);
     memcpy(ids + P, out + P, (size_t)N * sizeof(int32_t));
@@ -389,7 +389,7 @@ static void test_stop_and_store(void **state)
     int64_t n_out;
     uint64_t kv_bytes;
     lp_error err = {0};
-    assert_int_equal(lp_generate(model, ids, P, &gen, NULL, out, &n_out, &kv_bytes, &err), LP_OK);
+    assert_int_equal(lp_generate(model, ids, P, &gen, NULL, out, &n_out, &kv_bytes, NULL, &err), LP_OK);
     /* stop at the second generated token, unless it repeats the first */
     int64_t stop_at = out[P + 1] != out[P] ? P + 1 : P;
     gen.stop_id = out[stop_at];
@@ -406,7 +406,7 @@ static void test_stop_and_store(void **state)
     lp_forward_opts fo;
     lp_forward_opts_init(&fo);
     fo.observer = lp_store_observer(store);
-    if (lp_generate(model, ids, P, &gen, &fo, out, &n_out, &kv_bytes, &err) != LP_OK)
+    if (lp_generate(model, ids, P, &gen, &fo, out, &n_out, &kv_bytes, NULL, &err) != LP_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(n_out, want);
     assert_int_equal(lp_store_set_generated(store, out, P, n_out, kv_bytes, "f32", &err), LP_OK);
@@ -505,6 +505,67 @@ static void test_kv_bytes_match_estimate(void **state)
     remove_dir(dir);
 }
 
+/* Longrope (original context 8 of 32): a prompt of 5, decoding to 14. Position t's logits equal
+ * a prefill of the first t + 1 tokens, as Phi-3's generation computes them: short factors while
+ * t + 1 <= 8, and at the switch (length 9) the cache rebuilt with the long factors, so every later
+ * position equals a prefill of its length, all of whose positions rotate with the long ones.
+ * Without the rebuild the cached keys of positions 0..7 keep the short factors. */
+static void test_longrope_rebuild(void **state)
+{
+    (void)state;
+    enum { ORIG = 8, T = 14, P = 5 };
+    decode_case dc = {"phi3-longrope",
+                      {.family = REF_PHI3, .vocab = 67, .hidden = 40, .n_layers = 2, .n_heads = 4,
+                       .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-5, .theta = 10000,
+                       .rope_dim = 6, .longrope_orig = ORIG, .n_ctx = 32,
+                       .short_factor = {1.0, 1.25, 2.5}, .long_factor = {1.5, 4.0, 9.0},
+                       .scale = 0.3},
+                      T, P};
+    ref_model m;
+    char dir[512];
+    lp_model *model = open_case(&dc, &m, dir, sizeof dir);
+    int32_t ids[T];
+    case_tokens(ids, T, dc.cfg.vocab);
+    keep inc;
+    keep_init(&inc, lp_model_arch(model), T);
+    lp_observer obs = {&inc, keep_want, keep_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    lp_kv_cache *kv;
+    lp_error err = {0};
+    assert_int_equal(lp_kv_cache_create(model, T, LP_DTYPE_F32, &opts, LP_KV_FAULT_NONE, &kv, &err),
+                     LP_OK);
+    assert_int_equal(lp_forward_cached(model, kv, ids, P, &opts, &err), LP_OK);
+    for (int64_t t = P; t < T; t++) {
+        assert_int_equal(lp_forward_cached(model, kv, ids + t, 1, &opts, &err), LP_OK);
+        assert_int_equal(lp_kv_cache_rebuilt_at(kv), t + 1 > ORIG ? ORIG : -1);
+    }
+    double worst = 0, long_vs_short = 0;
+    for (int64_t t = 0; t < T; t++) {
+        keep pre;
+        full_prefill(model, ids, t + 1, &pre);
+        double d = max_abs_diff(pre.logits + t * pre.V, inc.logits + t * inc.V, pre.V);
+        worst = d > worst ? d : worst;
+        keep_free(&pre);
+    }
+    /* the factors matter: a prefill of all T positions differs at the short-factor ones */
+    keep all;
+    full_prefill(model, ids, T, &all);
+    long_vs_short = max_abs_diff(all.logits, inc.logits, P * all.V);
+    printf("  phi3-longrope prompt %d, decoded to %d past original %d: rebuilt at %lld, max "
+           "|dlogit| vs prefill of each length %.2e (long vs short factors %.2e)\n",
+           P, T, ORIG, (long long)lp_kv_cache_rebuilt_at(kv), worst, long_vs_short);
+    assert_true(worst <= F32_TOL);
+    assert_true(long_vs_short > 100 * F32_TOL);
+    keep_free(&all);
+    keep_free(&inc);
+    lp_kv_cache_destroy(kv);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
 /* Sampling: the same seed draws the same tokens, top_k = 1 is greedy, a tiny top_p is greedy,
  * and a high temperature over a flat distribution spreads its draws. */
 static void test_sampling(void **state)
@@ -552,7 +613,7 @@ static void test_sampling(void **state)
 int main(void)
 {
     enum { N = sizeof cases / sizeof cases[0] };
-    struct CMUnitTest tests[6 * N + 1];
+    struct CMUnitTest tests[6 * N + 2];
     size_t n = 0;
     for (size_t i = 0; i < N; i++) {
         tests[n++] = (struct CMUnitTest){cases[i].name, test_decode_equals_prefill, NULL, NULL,
@@ -569,5 +630,6 @@ int main(void)
                                          (void *)&cases[i]};
     }
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sampling);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_longrope_rebuild);
     return _cmocka_run_group_tests("decode", tests, n, NULL, NULL);
 }

@@ -473,12 +473,11 @@ static void test_gguf_moe_case(void **state)
         fail_msg("%s: %s", gc->name, err.msg);
     assert_string_equal(lp_model_arch(model)->family, gc->family);
     assert_int_equal(lp_model_arch(model)->head_dim, gc->cfg.head_dim);
-    /* 2e-3, not 1e-4: an expert that one token routes to runs lp_matvec, whose Q8_0 / Q4_K rows
-     * take x quantized to int8 per 32 values as llama.cpp does (gguf-qwen2moe: 8.5e-4 observed) */
-    compare_with_ref(gc->name, model, ids, gc->T, &gc->cfg, &ref, 2e-3);
+    compare_with_ref(gc->name, model, ids, gc->T, &gc->cfg, &ref, 1e-4);
     assert_true(logit_spread(&ref, gc->T * gc->cfg.vocab) > 1e-2);
     /* decoding through the KV cache (MLA: the latent; split attn_k_b/attn_v_b re-expand it head
-     * by head) equals the prefill, and a cache written one slot late is caught */
+     * by head) equals the prefill on every GGUF MoE form, and a cache written one slot late is
+     * caught */
     for (int f = 0; f < 2; f++) {
         lp_leak_decode_opts dopts = {f ? LP_KV_FAULT_CACHE_OFF_BY_ONE : LP_KV_FAULT_NONE, 0, NULL};
         lp_leak_decode_report rep;

@@ -329,7 +329,7 @@ static lp_status forward_run(const lp_model *model, const lp_batch *batch,
     p.kv = kv;
     p.pos0 = kv ? lp_kv_cache_len(kv) : 0;
     p.n_k = p.pos0 + p.T;
-    p.rope_len = kv ? p.n_k : longest_sequence(batch);
+    p.rope_len = kv ? lp_fw_kv_rope_len(kv, p.n_k) : longest_sequence(batch);
     int n_threads = p.pool ? lp_pool_threads(p.pool) : 1;
     bool gather = kv && lp_fw_kv_needs_gather(kv);
     if (!lp_fw_make_plan_kv(&model->arch, p.T, p.n_k, gather, any_map_wanted(&p, batch),
@@ -358,6 +358,25 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
     return forward_run(model, batch, opts_in, NULL, err);
 }
 
+/* Longrope's switch: the cached positions recomputed, unobserved (their rows were reported when
+ * they were made), with the factors of the new length. */
+static lp_status rebuild_for_longrope(const lp_model *model, lp_kv_cache *cache, int64_t total,
+                                      const lp_forward_opts *opts, lp_error *err)
+{
+    lp_forward_opts quiet;
+    if (opts)
+        quiet = *opts;
+    else
+        lp_forward_opts_init(&quiet);
+    quiet.observer = NULL;
+    int64_t n_old;
+    const int32_t *old = lp_fw_kv_begin_rebuild(cache, total, &n_old);
+    lp_batch batch = lp_batch_single(old, n_old);
+    lp_status st = forward_run(model, &batch, &quiet, cache, err);
+    lp_fw_kv_end_rebuild(cache);
+    return st;
+}
+
 lp_status lp_forward_cached(const lp_model *model, lp_kv_cache *cache, const int32_t *tokens,
                             int64_t n, const lp_forward_opts *opts, lp_error *err)
 {
@@ -373,6 +392,13 @@ lp_status lp_forward_cached(const lp_model *model, lp_kv_cache *cache, const int
                             "positions)",
                             (long long)(len + n - 1),
                             (long long)(model->pos_embd->shape[0] - model->arch.pos_offset));
+    const lp_rope_scaling *rs = &model->arch.rope_scaling;
+    int64_t orig = rs->original_ctx > 0 ? rs->original_ctx : model->arch.n_ctx;
+    lp_status st;
+    if (rs->kind == LP_ROPE_SCALING_LONGROPE && !model->arch.mla && len > 0 && len <= orig &&
+        len + n > orig && (st = rebuild_for_longrope(model, cache, len + n, opts, err)) != LP_OK)
+        return st;
+    lp_fw_kv_remember(cache, tokens, n);
     lp_batch batch = lp_batch_single(tokens, n);
     return forward_run(model, &batch, opts, cache, err);
 }

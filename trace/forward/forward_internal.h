@@ -127,6 +127,11 @@ int64_t lp_fw_layer_window(const lp_forward_opts *opts, const lp_layer_weights *
  * cache and say where the heads read all pos0 + T keys from. */
 lp_status lp_fw_kv_append(lp_fw_pass *p, int l, const float *k, const float *v, int64_t kv_stride,
                           lp_fw_kv_source *src);
+/* kv_cache.c: longrope's rebuild: the ids kept, the length RoPE sees, the rebuild's bounds. */
+void lp_fw_kv_remember(struct lp_kv_cache *kv, const int32_t *tokens, int64_t n);
+int64_t lp_fw_kv_rope_len(const struct lp_kv_cache *kv, int64_t n_k);
+const int32_t *lp_fw_kv_begin_rebuild(struct lp_kv_cache *kv, int64_t total, int64_t *n_old);
+void lp_fw_kv_end_rebuild(struct lp_kv_cache *kv);
 /* kv_cache.c: MLA's latent rows: the call's new ones stored, all n_k read back in place. */
 lp_status lp_fw_kv_latent(lp_fw_pass *p, int l, float *rows, int64_t stride);
 /* kv_cache.c: what the cache changes in a call: the RoPE position of row 0 (rope-stale keeps

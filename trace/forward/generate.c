@@ -119,7 +119,7 @@ static lp_status tee_observe(void *ctx, const lp_site *site, const lp_view *view
 
 lp_status lp_generate(const lp_model *model, const int32_t *prompt, int64_t n_prompt,
                       const lp_generate_opts *gen, const lp_forward_opts *opts_in, int32_t *out,
-                      int64_t *n_out, uint64_t *kv_bytes, lp_error *err)
+                      int64_t *n_out, uint64_t *kv_bytes, int64_t *kv_rebuilt_at, lp_error *err)
 {
     lp_forward_opts opts;
     if (opts_in)
@@ -164,6 +164,8 @@ lp_status lp_generate(const lp_model *model, const int32_t *prompt, int64_t n_pr
     }
     *n_out = n;
     *kv_bytes = lp_kv_cache_bytes(kv);
+    if (kv_rebuilt_at)
+        *kv_rebuilt_at = lp_kv_cache_rebuilt_at(kv);
     free(tee.last);
     lp_kv_cache_destroy(kv);
     return st;

@@ -36,6 +36,9 @@ struct lp_kv_cache {
     kv_layer *layers;
     uint64_t bytes;
     uint8_t *row; /* one encoded row */
+    int32_t *tokens;   /* [ctx] the ids processed, for a longrope rebuild */
+    int64_t rope_len;  /* > 0 while rebuilding: the length RoPE's factors are chosen for */
+    int64_t rebuilt_at; /* the length at which longrope's switch rebuilt the cache, -1 = never */
     lp_kv_fault fault;
     int64_t stale_pos; /* rope-stale: the first decode position, -1 until one was made */
 };
@@ -81,6 +84,7 @@ void lp_kv_cache_destroy(lp_kv_cache *c)
     }
     free(c->layers);
     free(c->row);
+    free(c->tokens);
     free(c);
 }
 
@@ -118,9 +122,11 @@ lp_status lp_kv_cache_create(const lp_model *model, int64_t ctx, lp_dtype dtype,
     c->n_layers = (int)a->n_layers;
     c->fault = fault;
     c->stale_pos = -1;
+    c->rebuilt_at = -1;
     c->latent_width = a->mla ? a->kv_lora_rank + a->qk_rope_head_dim : 0;
     int64_t row_width = a->mla ? c->latent_width : a->head_dim;
-    if (!(c->row = malloc((size_t)row_bytes_of(dtype, row_width)))) {
+    if (!(c->row = malloc((size_t)row_bytes_of(dtype, row_width))) ||
+        !(c->tokens = malloc((size_t)ctx * sizeof *c->tokens))) {
         lp_kv_cache_destroy(c);
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory for the KV cache");
     }
@@ -156,6 +162,31 @@ int64_t lp_kv_cache_len(const lp_kv_cache *c) { return c->len; }
 int64_t lp_kv_cache_ctx(const lp_kv_cache *c) { return c->ctx; }
 lp_dtype lp_kv_cache_dtype(const lp_kv_cache *c) { return c->dtype; }
 uint64_t lp_kv_cache_bytes(const lp_kv_cache *c) { return c->bytes; }
+int64_t lp_kv_cache_rebuilt_at(const lp_kv_cache *c) { return c->rebuilt_at; }
+
+int64_t lp_fw_kv_rope_len(const lp_kv_cache *c, int64_t n_k)
+{
+    return c->rope_len > n_k ? c->rope_len : n_k;
+}
+
+void lp_fw_kv_remember(lp_kv_cache *c, const int32_t *tokens, int64_t n)
+{
+    memcpy(c->tokens + c->len, tokens, (size_t)n * sizeof *tokens);
+}
+
+/* Phi-3's longrope switch (the long factors once the sequence passes the original context) as
+ * Phi3ForCausalLM.prepare_inputs_for_generation does it: the cache of the first len positions is
+ * dropped and recomputed, all its keys rotated with the factors of the new length total. */
+const int32_t *lp_fw_kv_begin_rebuild(lp_kv_cache *c, int64_t total, int64_t *n_old)
+{
+    *n_old = c->len;
+    c->rebuilt_at = c->len;
+    c->rope_len = total;
+    c->len = 0;
+    return c->tokens;
+}
+
+void lp_fw_kv_end_rebuild(lp_kv_cache *c) { c->rope_len = 0; }
 
 bool lp_fw_kv_needs_gather(const lp_kv_cache *c)
 {

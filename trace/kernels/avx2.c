@@ -773,79 +773,67 @@ static inline float f16_scalar_avx2(const uint8_t *p)
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(lp_load_u16(p))));
 }
 
-/* The 8 int32 sums of pairs of products of u (unsigned bytes) and s (signed bytes): maddubs
- * makes int16 pair sums (at most 2 * 127 * 127, no saturation for |s| <= 127), madd widens them. */
-static inline __m256i dot_u8_s8_avx2(__m256i u, __m256i s)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-/* Q8_0 against the quantized x: maddubs needs one unsigned operand, so it takes |w| and moves w's
- * sign onto x (as llama.cpp does); the block's integer sum joins the row scaled by d_w * d_x. */
-static float row_dot_q8_0_avx2(const void *row, const lp_q8_act *xq, const float *x_sums,
-                               int64_t k)
+/* Q8_0: each block's 32 int8 values are widened 8 at a time and dotted with x into a block sum,
+ * which joins the row sum scaled by the block's d. */
+static float row_dot_q8_0_avx2(const void *row, const float *x, const float *x_sums, int64_t k)
 {
     (void)x_sums;
     const uint8_t *b = row;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i0 = 0;
-    for (; i0 + 64 <= k; i0 += 64, b += 68, xq += 2) {
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
-        __m256i w1 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 36));
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xq[0].q);
-        __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)xq[1].q);
-        __m256i p0 = dot_u8_s8_avx2(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(x0, w0));
-        __m256i p1 = dot_u8_s8_avx2(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(x1, w1));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b) * xq[0].d), _mm256_cvtepi32_ps(p0),
-                               acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b + 34) * xq[1].d),
-                               _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; i0 < k; i0 += 32, b += 34, xq++) {
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xq->q);
-        __m256i p0 = dot_u8_s8_avx2(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(x0, w0));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b) * xq->d), _mm256_cvtepi32_ps(p0),
-                               acc0);
+    for (int64_t i0 = 0; i0 < k; i0 += 32, b += 34) {
+        const float *xb = x + i0;
+        __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                      _mm_loadl_epi64((const __m128i *)(const void *)(b + 2)))),
+                                  _mm256_loadu_ps(xb));
+        __m256 s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                      _mm_loadl_epi64((const __m128i *)(const void *)(b + 10)))),
+                                  _mm256_loadu_ps(xb + 8));
+        s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                 _mm_loadl_epi64((const __m128i *)(const void *)(b + 18)))),
+                             _mm256_loadu_ps(xb + 16), s0);
+        s1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                 _mm_loadl_epi64((const __m128i *)(const void *)(b + 26)))),
+                             _mm256_loadu_ps(xb + 24), s1);
+        __m256 d = _mm256_set1_ps(f16_scalar_avx2(b));
+        acc0 = _mm256_fmadd_ps(d, s0, acc0);
+        acc1 = _mm256_fmadd_ps(d, s1, acc1);
     }
     return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-/* Q4_K against the quantized x: the 8 scales and mins are unpacked once per super-block; each
- * 32-byte slice of nibbles is loaded once and split into its two groups (low nibbles: group 2p,
- * high: 2p + 1), each an integer dot product with one block of x scaled by d * scale * d_x; the
- * min term dmin * min * sum(x of the group) comes off at the end. */
-static float row_dot_q4_k_avx2(const void *row, const lp_q8_act *xq, const float *x_sums,
-                               int64_t k)
+/* Q4_K: each 32-byte slice of nibbles holds two groups (low nibbles: group 2p, high: 2p + 1);
+ * their dot products with x are scaled by d * scale, and dmin * min * sum(x of the group) is
+ * taken off per group. */
+static float row_dot_q4_k_avx2(const void *row, const float *x, const float *x_sums, int64_t k)
 {
     const uint8_t *b = row;
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi32(0x0f);
+    __m256 acc = _mm256_setzero_ps();
     float mins = 0.0f;
-    for (int64_t i0 = 0; i0 < k; i0 += 256, b += 144, xq += 8, x_sums += 8) {
+    for (int64_t i0 = 0; i0 < k; i0 += 256, b += 144) {
         float d = f16_scalar_avx2(b), dmin = f16_scalar_avx2(b + 2);
-        int scale[8], min[8];
-        for (int g = 0; g < 8; g++)
-            lp_q4_k_scale_min(b + 4, g, &scale[g], &min[g]);
         const uint8_t *q = b + 16;
         for (int p = 0; p < 4; p++, q += 32) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)q);
-            __m256i lo = _mm256_and_si256(v, low4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-            const lp_q8_act *x0 = xq + 2 * p, *x1 = x0 + 1;
-            __m256i p0 = dot_u8_s8_avx2(lo, _mm256_loadu_si256((const __m256i *)(const void *)x0->q));
-            __m256i p1 = dot_u8_s8_avx2(hi, _mm256_loadu_si256((const __m256i *)(const void *)x1->q));
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)scale[2 * p] * x0->d),
-                                   _mm256_cvtepi32_ps(p0), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)scale[2 * p + 1] * x1->d),
-                                   _mm256_cvtepi32_ps(p1), acc1);
+            int sc0, m0, sc1, m1;
+            lp_q4_k_scale_min(b + 4, 2 * p, &sc0, &m0);
+            lp_q4_k_scale_min(b + 4, 2 * p + 1, &sc1, &m1);
+            const float *x0 = x + i0 + 64 * p, *x1 = x0 + 32;
+            __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+            for (int j = 0; j < 32; j += 8) {
+                __m256i w = _mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(const void *)(q + j)));
+                lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(w, low4)),
+                                     _mm256_loadu_ps(x0 + j), lo);
+                hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w, 4)),
+                                     _mm256_loadu_ps(x1 + j), hi);
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc0), lo, acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc1), hi, acc);
+            mins += dmin * ((float)m0 * x_sums[(i0 >> 5) + 2 * p] +
+                            (float)m1 * x_sums[(i0 >> 5) + 2 * p + 1]);
         }
-        float m = 0.0f;
-        for (int g = 0; g < 8; g++)
-            m += (float)min[g] * x_sums[g];
-        mins += dmin * m;
     }
-    return hsum(_mm256_add_ps(acc0, acc1)) - mins;
+    return hsum(acc) - mins;
 }
 
 /* What AVX2 overrides in ref's table (dispatch.c starts from a copy of ref's; a slot left out

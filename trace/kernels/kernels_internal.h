@@ -67,17 +67,6 @@ enum { LP_ATTN_MR = 6, LP_ATTN_NR = 16 };
 /* The dot product of one stored weight row with x (lp_matvec; x_sums as the table says). */
 typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_sums, int64_t k);
 
-/* x quantized for the Q8_0 / Q4_K rows, one block per 32 values as llama.cpp's q8_0: x[i] is
- * about d * q[i], d = max |x| / 127. The rows then take integer dot products of their stored
- * bytes with q (half the bytes of an f32 x, a quarter of the instructions of widening every weight
- * to f32). lp_matvec quantizes x once per call, the same for every ISA. */
-typedef struct lp_q8_act {
-    float d;
-    int8_t q[32];
-} lp_q8_act;
-typedef float (*lp_row_dot_q8_fn)(const void *row, const lp_q8_act *xq, const float *x_sums,
-                                  int64_t k);
-
 /* Every function slot of the table after the GEMM, in declaration order; dispatch.c merges and
  * checks tables slot by slot with it, and the _Static_assert below keeps it complete. */
 #define LP_KERNEL_SLOTS(X)                                                                         \
@@ -133,10 +122,9 @@ typedef struct lp_kernel_table {
     /* The largest of x[0..n) (-inf for n = 0); *all_finite = no NaN or infinity among them. */
     float (*block_max)(const float *x, int64_t n, bool *all_finite);
     /* Matrix-vector rows (lp_matvec): the dot product of one stored weight row of k values with
-     * x, read in its own format; Q8_0 and Q4_K take x quantized (lp_q8_act). x_sums[b] = sum
-     * of block b of the quantized x, d * sum(q) (Q4_K's min term); the other formats ignore it. */
-    lp_row_dot_fn row_dot_f32, row_dot_f16, row_dot_bf16;
-    lp_row_dot_q8_fn row_dot_q8_0, row_dot_q4_k;
+     * x, read in its own format. x_sums[b] = sum of x[32 b .. 32 b + 32) (Q4_K's min term);
+     * the other formats ignore it. */
+    lp_row_dot_fn row_dot_f32, row_dot_f16, row_dot_bf16, row_dot_q8_0, row_dot_q4_k;
 } lp_kernel_table;
 
 #define LP_KERNEL_COUNT_SLOT(slot) +1

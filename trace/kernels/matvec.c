@@ -4,7 +4,6 @@
  * pool thread. */
 #include "trace/kernels/kernels.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,45 +60,15 @@ static lp_row_dot_fn row_dot_for(const lp_kernel_table *kt, lp_dtype dtype)
     case LP_DTYPE_F32: return kt->row_dot_f32;
     case LP_DTYPE_F16: return kt->row_dot_f16;
     case LP_DTYPE_BF16: return kt->row_dot_bf16;
-    default: return NULL;
-    }
-}
-
-static lp_row_dot_q8_fn row_dot_q8_for(const lp_kernel_table *kt, lp_dtype dtype)
-{
-    switch (dtype) {
     case LP_DTYPE_Q8_0: return kt->row_dot_q8_0;
     case LP_DTYPE_Q4_K: return kt->row_dot_q4_k;
     default: return NULL;
     }
 }
 
-/* x in blocks of 32 as int8 with one scale each (round to nearest, |q| <= 127 so the rows'
- * sign trick cannot overflow), and each block's sum d * sum(q) for Q4_K's min term: both terms
- * see the same rounded x, so the row is exactly w . (rounded x) up to float sums. */
-static void quantize_x_q8(const float *x, int64_t k, lp_q8_act *xq, float *x_sums)
-{
-    for (int64_t b = 0; b < k / 32; b++) {
-        const float *xb = x + 32 * b;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
-        float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
-        int32_t q_sum = 0;
-        xq[b].d = d;
-        for (int j = 0; j < 32; j++) {
-            xq[b].q[j] = (int8_t)lrintf(xb[j] * inv);
-            q_sum += xq[b].q[j];
-        }
-        x_sums[b] = d * (float)q_sum;
-    }
-}
-
 typedef struct matvec_job {
     lp_row_dot_fn dot;
-    lp_row_dot_q8_fn dot_q8;
     const float *x, *x_sums, *bias;
-    const lp_q8_act *xq;
     const uint8_t *data;
     uint64_t row_bytes;
     int64_t rows, cols, n_tasks;
@@ -111,9 +80,7 @@ static void matvec_task(void *ctx, int64_t task)
     const matvec_job *j = ctx;
     int64_t r0 = j->rows * task / j->n_tasks, r1 = j->rows * (task + 1) / j->n_tasks;
     for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = j->data + (uint64_t)r * j->row_bytes;
-        float v = j->dot_q8 ? j->dot_q8(row, j->xq, j->x_sums, j->cols)
-                            : j->dot(row, j->x, j->x_sums, j->cols);
+        float v = j->dot(j->data + (uint64_t)r * j->row_bytes, j->x, j->x_sums, j->cols);
         j->y[r] = j->bias ? v + j->bias[r] : v;
     }
 }
@@ -129,30 +96,30 @@ static lp_status matvec_run(const lp_kernel_table *kt, const float *x, const lp_
                             w->transposed ? "transposed " : "", lp_dtype_get(w->dtype)->name);
     if (w->rows == 0)
         return LP_OK;
-    /* Q8_0 and Q4_K rows take x quantized per 32 values (and Q4_K the sum of each block) */
-    lp_row_dot_q8_fn dot_q8 = row_dot_q8_for(kt, w->dtype);
-    int64_t n_blocks = dot_q8 ? w->cols / 32 : 0;
-    void *x_blocks = NULL;
-    lp_q8_act *xq = NULL;
+    /* Q4_K's min term needs the sum of x over each group of 32 values */
+    int64_t n_sums = w->dtype == LP_DTYPE_Q4_K ? w->cols / 32 : 0;
     float *x_sums = NULL;
-    if (n_blocks > 0) {
-        x_blocks = malloc((size_t)n_blocks * (sizeof *xq + sizeof *x_sums));
-        if (!x_blocks)
-            return lp_error_set(err, LP_ERR_NOMEM, "matvec: %lld quantized blocks of x",
-                                (long long)n_blocks);
-        xq = x_blocks;
-        x_sums = (float *)(void *)(xq + n_blocks);
-        quantize_x_q8(x, w->cols, xq, x_sums);
+    if (n_sums > 0) {
+        x_sums = malloc((size_t)n_sums * sizeof *x_sums);
+        if (!x_sums)
+            return lp_error_set(err, LP_ERR_NOMEM, "matvec: %lld group sums",
+                                (long long)n_sums);
+        for (int64_t g = 0; g < n_sums; g++) {
+            float s = 0.0f;
+            for (int j = 0; j < 32; j++)
+                s += x[32 * g + j];
+            x_sums[g] = s;
+        }
     }
     int64_t threads = pool ? lp_pool_threads(pool) : 1;
-    matvec_job job = {row_dot_for(kt, w->dtype), dot_q8, x, x_sums, bias, xq, w->data,
-                      w->row_bytes, w->rows, w->cols, threads < w->rows ? threads : w->rows, y};
+    matvec_job job = {row_dot_for(kt, w->dtype), x, x_sums, bias, w->data, w->row_bytes,
+                      w->rows, w->cols, threads < w->rows ? threads : w->rows, y};
     if (pool && job.n_tasks > 1 && !lp_pool_in_worker())
         lp_pool_run(pool, job.n_tasks, matvec_task, &job);
     else
         for (int64_t t = 0; t < job.n_tasks; t++)
             matvec_task(&job, t);
-    free(x_blocks);
+    free(x_sums);
     return LP_OK;
 }
 

@@ -725,27 +725,25 @@ static float row_dot_bf16_ref(const void *row, const float *x, const float *x_su
     return (float)sum;
 }
 
-/* Q8_0 blocks {f16 d; i8 q[32]}: w = d * q. Each block's integer dot product with the quantized
- * x is exact (at most 32 * 127 * 127); it joins the row sum scaled by both blocks' d. */
-static float row_dot_q8_0_ref(const void *row, const lp_q8_act *xq, const float *x_sums, int64_t k)
+/* Q8_0 blocks {f16 d; i8 q[32]}: w = d * q. */
+static float row_dot_q8_0_ref(const void *row, const float *x, const float *x_sums, int64_t k)
 {
     (void)x_sums;
     const uint8_t *b = row;
     double sum = 0.0;
-    for (int64_t i0 = 0; i0 < k; i0 += 32, b += 34, xq++) {
-        int32_t block = 0;
+    for (int64_t i0 = 0; i0 < k; i0 += 32, b += 34) {
+        double block = 0.0;
         for (int j = 0; j < 32; j++)
-            block += (int32_t)(int8_t)b[2 + j] * xq->q[j];
-        sum += (double)lp_f16_to_f32(lp_load_u16(b)) * (double)xq->d * (double)block;
+            block += (double)(int8_t)b[2 + j] * (double)x[i0 + j];
+        sum += (double)lp_f16_to_f32(lp_load_u16(b)) * block;
     }
     return (float)sum;
 }
 
 /* Q4_K blocks {f16 d, dmin; u8 scales[12]; u8 q[128]} of 256 values in 8 groups of 32: group g
  * has w = d * scale_g * q - dmin * min_g, its nibbles in bytes 32 (g / 2) .. + 32, low nibbles
- * for even g and high for odd. A group lines up with one block of the quantized x, so its nibble
- * dot product is one exact integer; the min term is dmin * min_g * (sum of that block of x). */
-static float row_dot_q4_k_ref(const void *row, const lp_q8_act *xq, const float *x_sums, int64_t k)
+ * for even g and high for odd. The min term is dmin * min_g * (sum of x over the group). */
+static float row_dot_q4_k_ref(const void *row, const float *x, const float *x_sums, int64_t k)
 {
     const uint8_t *b = row;
     double sum = 0.0;
@@ -755,12 +753,11 @@ static float row_dot_q4_k_ref(const void *row, const lp_q8_act *xq, const float 
             int scale, min;
             lp_q4_k_scale_min(b + 4, g, &scale, &min);
             const uint8_t *q = b + 16 + 32 * (g / 2);
-            const lp_q8_act *xg = xq + (i0 >> 5) + g;
-            int32_t dot = 0;
+            const float *xg = x + i0 + 32 * g;
+            double dot = 0.0;
             for (int j = 0; j < 32; j++)
-                dot += (int32_t)((g % 2) ? q[j] >> 4 : q[j] & 0x0f) * xg->q[j];
-            sum += d * scale * (double)xg->d * (double)dot -
-                   dmin * min * (double)x_sums[(i0 >> 5) + g];
+                dot += (double)((g % 2) ? q[j] >> 4 : q[j] & 0x0f) * (double)xg[j];
+            sum += d * scale * dot - dmin * min * (double)x_sums[(i0 >> 5) + g];
         }
     }
     return (float)sum;

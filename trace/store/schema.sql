@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS runs (
     seconds       REAL,
     kv_bytes      INTEGER,                          -- generation: the KV cache's bytes, else NULL
     kv_dtype      TEXT,                             -- generation: 'f32', 'f16', 'bf16', 'q8_0'
+    kv_rebuilt_at INTEGER,                          -- longrope: length the cache was rebuilt at
     dataset       TEXT,                             -- --prompts: the dataset's name, else NULL
     prompt_index  INTEGER,                          -- --prompts: the prompt's line order, from 0
     prompt_id     TEXT,                             -- --prompts: the line's "id", or NULL

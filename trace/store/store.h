@@ -115,6 +115,9 @@ lp_status lp_store_end_run(lp_store *store, double seconds, lp_error *err);
 lp_status lp_store_set_generated(lp_store *store, const int32_t *tokens, int64_t n_prompt,
                                  int64_t n_total, uint64_t kv_bytes, const char *kv_dtype,
                                  lp_error *err);
+/* Generation past longrope's original context: runs.kv_rebuilt_at = the length at which the
+ * cache was rebuilt with the long factors (NULL when it was not). */
+lp_status lp_store_set_kv_rebuilt(lp_store *store, int64_t at, lp_error *err);
 /* Roll back the run's data; its row stays 'running' (or becomes 'failed' if that can be
  * written). */
 void lp_store_abort_run(lp_store *store);

@@ -161,7 +161,7 @@ static bool has_column(lp_store *s, const char *table, const char *column)
 
 /* ---- migration: every column added since the first databases, then schema_version ----------
  * Version 1 -> 2 (generation and datasets, issue 12): tokens.generated, runs.kv_bytes,
- * runs.kv_dtype, runs.dataset, runs.prompt_index, runs.prompt_id, runs.batch_id,
+ * runs.kv_dtype, runs.kv_rebuilt_at, runs.dataset, runs.prompt_index, runs.prompt_id, runs.batch_id,
  * runs.batch_index, runs.pad_left, runs.pad_right (the tables datasets and
  * dataset_stats come from schema.sql's CREATE IF NOT EXISTS).
  * (tokens.label came during version 1.) A column is added only where it is missing, so a
@@ -173,6 +173,7 @@ static lp_status migrate(lp_store *s, lp_error *err)
         {"tokens", "generated", "ALTER TABLE tokens ADD COLUMN generated INTEGER NOT NULL DEFAULT 0"},
         {"runs", "kv_bytes", "ALTER TABLE runs ADD COLUMN kv_bytes INTEGER"},
         {"runs", "kv_dtype", "ALTER TABLE runs ADD COLUMN kv_dtype TEXT"},
+        {"runs", "kv_rebuilt_at", "ALTER TABLE runs ADD COLUMN kv_rebuilt_at INTEGER"},
         {"runs", "dataset", "ALTER TABLE runs ADD COLUMN dataset TEXT"},
         {"runs", "prompt_index", "ALTER TABLE runs ADD COLUMN prompt_index INTEGER"},
         {"runs", "prompt_id", "ALTER TABLE runs ADD COLUMN prompt_id TEXT"},
@@ -470,6 +471,23 @@ lp_status lp_store_set_generated(lp_store *s, const int32_t *tokens, int64_t n_p
     sqlite3_bind_int64(q, 4, s->run_id);
     if (sqlite3_step(q) != SQLITE_DONE)
         st = lp_store_sql_error(s, "recording the generation", err);
+    sqlite3_finalize(q);
+    return st;
+}
+
+lp_status lp_store_set_kv_rebuilt(lp_store *s, int64_t at, lp_error *err)
+{
+    if (!s->in_run)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: no run open to record a cache rebuild", s->path);
+    sqlite3_stmt *q;
+    lp_status st = lp_store_prepare(s, "UPDATE runs SET kv_rebuilt_at = ? WHERE id = ?", &q,
+                                    "recording the cache rebuild", err);
+    if (st != LP_OK)
+        return st;
+    sqlite3_bind_int64(q, 1, at);
+    sqlite3_bind_int64(q, 2, s->run_id);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        st = lp_store_sql_error(s, "recording the cache rebuild", err);
     sqlite3_finalize(q);
     return st;
 }
