@@ -748,7 +748,11 @@ static void test_attention_sparsity_known_rows(void **state)
     /* exact binary fractions summing to 1: sorted .5 .375 .0625 .0615234375 2^-10 */
     float shuffled[5] = {0.0625f, 0.5f, 0.0009765625f, 0.375f, 0.0615234375f};
     lp_attn_row_stats st;
-    lp_attn_row_sparsity(shuffled, 5, &st);
+    float copy[5];
+    memcpy(copy, shuffled, sizeof copy);
+    lp_attn_row_sparsity(copy, 5, &st);
+    check_sparsity(&st, 1, 3, 4, 0.0009765625);
+    lp_attn_row_sparsity_sorted(shuffled, 5, &st);
     check_sparsity(&st, 1, 3, 4, 0.0009765625);
     assert_true(shuffled[0] == 0.5f && shuffled[4] == 0.0009765625f);
 
@@ -771,6 +775,83 @@ static void test_attention_sparsity_known_rows(void **state)
             check_sparsity(&st, 1, 4, 7, low_geo);
         }
     }
+}
+
+/* A row of kind `kind` (0 random, 1 ties from a few values, 2 geometric with ratio r, 3 one-hot
+ * among zeros, 4 uniform, 5 sharp softmax reaching denormals, 6 random with zeros and denormals,
+ * 7 two-level ties around each threshold) of n values, normalized to about 1. */
+static void sparsity_row(int kind, int64_t n, float *p)
+{
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        double u = 0.5 + 0.5 * (double)rnd(); /* [0, 1) */
+        int pick = (int)(u * 1e6) % 12;
+        double x = 0.0;
+        switch (kind) {
+        case 0: x = u; break;
+        case 1: x = (double)(1 + pick % 3); break;
+        case 2: x = pow(0.5 + 0.49 * u, (double)j); break;
+        case 3: x = j == n / 2 ? 1.0 : 0.0; break;
+        case 4: x = 1.0; break;
+        case 5: x = exp(-100.0 * u); break;
+        case 6: x = pick % 4 == 0 ? 0.0 : pick % 3 == 0 ? ldexp(u, -140) : u; break;
+        default: x = j % 10 == 0 ? 5.0 : 1.0; break;
+        }
+        p[j] = (float)x;
+        sum += x;
+    }
+    for (int64_t j = 0; sum > 0.0 && j < n; j++)
+        p[j] = (float)((double)p[j] / sum);
+    if (kind == 6 && n > 2) { /* denormals that survive the normalization */
+        p[0] = 0x1p-149f;
+        p[1] = 0x1p-130f;
+    }
+}
+
+/* The radix selection against the sorted definition: every field bit-identical on rows of odd
+ * lengths (1 .. 4099) and every kind, shuffled as they come. */
+static void test_attention_sparsity_selection(void **state)
+{
+    (void)state;
+    enum { MAX_N = 4099 };
+    float *row = malloc(MAX_N * sizeof *row), *a = malloc(MAX_N * sizeof *a),
+          *b = malloc(MAX_N * sizeof *b);
+    assert_true(row && a && b);
+    static const int64_t lengths[] = {1, 2, 3, 7, 16, 17, 33, 150, 511, 1031, 4099};
+    int rows = 0;
+    for (int kind = 0; kind < 8; kind++)
+        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++)
+            for (int rep = 0; rep < 6; rep++) {
+                int64_t n = lengths[li];
+                sparsity_row(kind, n, row);
+                memcpy(a, row, (size_t)n * sizeof *a);
+                memcpy(b, row, (size_t)n * sizeof *b);
+                lp_attn_row_stats fast, sorted;
+                memset(&fast, 0xff, sizeof fast);
+                memset(&sorted, 0, sizeof sorted);
+                lp_attn_row_sparsity(a, n, &fast);
+                lp_attn_row_sparsity_sorted(b, n, &sorted);
+                assert_true(fast.keys50 == sorted.keys50);
+                assert_true(fast.keys90 == sorted.keys90);
+                assert_true(fast.keys99 == sorted.keys99);
+                assert_memory_equal(&fast.low_mass, &sorted.low_mass, sizeof fast.low_mass);
+                assert_true(fast.keys50 <= fast.keys90 && fast.keys90 <= fast.keys99 &&
+                            fast.keys99 <= (float)n);
+                rows++;
+            }
+    float zeros[5] = {0};
+    lp_attn_row_stats st;
+    lp_attn_row_sparsity(zeros, 5, &st);
+    check_sparsity(&st, 0, 0, 0, 0.0);
+    float bad[3] = {0.5f, NAN, 0.5f}, negative[2] = {1.5f, -0.5f};
+    lp_attn_row_sparsity(bad, 3, &st);
+    assert_true(isnan(st.keys50) && isnan(st.keys99) && isnan(st.low_mass));
+    lp_attn_row_sparsity_sorted(negative, 2, &st);
+    assert_true(isnan(st.keys90));
+    printf("sparsity selection: %d rows equal the sorted definition exactly\n", rows);
+    free(row);
+    free(a);
+    free(b);
 }
 
 /* On random causal heads every ISA's blocked kernel, with and without probabilities, gives the
@@ -831,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_attention_nan),
         cmocka_unit_test(test_attention_sparsity_known_rows),
         cmocka_unit_test(test_attention_sparsity_isas),
+        cmocka_unit_test(test_attention_sparsity_selection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -90,10 +90,15 @@ typedef struct lp_attn_row_stats {
     float low_mass;
 } lp_attn_row_stats;
 
-/* The sparsity fields of st from the n visible probabilities p of one row (p is sorted in place,
- * largest first; the sums run in double in that order). The spec both attention kernels use. */
+/* The sparsity fields of st from the n visible probabilities p (each in [0, 2)) of one row; p is
+ * permuted. Every sum is exact (fixed point in units of 2^-149) and the thresholds are the
+ * fractions 1/2, 9/10, 99/100, so no order or tie can change a count: radix selection over the
+ * float bits, O(n). A value outside [0, 2) (NaN, negative) makes the four fields NaN. The
+ * spec both attention kernels use. */
 void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st);
-/* For `loupe bench --attention` only: false makes lp_attention skip the sparsity sort (keys50..
+/* The same by the definition: p sorted in place, largest first, taken one by one (tests). */
+void lp_attn_row_sparsity_sorted(float *p, int64_t n, lp_attn_row_stats *st);
+/* For `loupe bench --attention` only: false makes lp_attention skip the sparsity statistics (keys50..
  * low_mass left 0), so the sort's cost is timed A/B in one process. Process-wide, default true;
  * set it only while no pass runs (a hack owned up to: the forward options do not carry it). */
 void lp_attn_set_sparsity(bool on);

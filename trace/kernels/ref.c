@@ -281,27 +281,263 @@ static int larger_first(const void *x, const void *y)
     return (a < b) - (a > b);
 }
 
-void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
+/* ---- the sparsity statistics: exact sums, so that no summation order can change a count.
+ * A probability p in [0, 2) is an integer multiple of 2^-149 (the smallest denormal): its float
+ * bits split into a biased exponent E and a 24-bit mantissa m (hidden bit included when E > 0),
+ * p = m * 2^(max(E, 1) - 1) units. A row's sum of at most 2^40 of them, times 100, stays below
+ * 2^256: four 64-bit limbs hold every sum and comparison below without rounding. */
+
+typedef struct {
+    uint64_t limb[4]; /* least significant first */
+} exact_sum;
+
+static void exact_add_shifted(exact_sum *a, uint64_t m, int shift)
 {
+    int at = shift / 64, off = shift % 64;
+    uint64_t part[2] = {m << off, off ? m >> (64 - off) : 0};
+    uint64_t carry = 0;
+    for (int i = at; i < 4; i++) {
+        uint64_t add = i - at < 2 ? part[i - at] : 0;
+        uint64_t s = a->limb[i] + add;
+        uint64_t s2 = s + carry;
+        carry = (uint64_t)(s < add) + (uint64_t)(s2 < s);
+        a->limb[i] = s2;
+    }
+}
+
+static exact_sum exact_times(const exact_sum *a, uint32_t k)
+{
+    exact_sum r;
+    unsigned __int128 carry = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned __int128 v = (unsigned __int128)a->limb[i] * k + carry;
+        r.limb[i] = (uint64_t)v;
+        carry = v >> 64;
+    }
+    return r;
+}
+
+static int exact_cmp(const exact_sum *a, const exact_sum *b)
+{
+    for (int i = 3; i >= 0; i--)
+        if (a->limb[i] != b->limb[i])
+            return a->limb[i] < b->limb[i] ? -1 : 1;
+    return 0;
+}
+
+static double exact_value(const exact_sum *a)
+{
+    double v = 0.0;
+    for (int i = 3; i >= 0; i--)
+        v = v * 0x1p64 + (double)a->limb[i];
+    return ldexp(v, -149);
+}
+
+/* The float bits of a probability, -0 as 0; values outside [0, 2) (NaN included) come out at
+ * or above PROB_BITS_END, and the row is refused before any sum. */
+enum { PROB_BITS_END = 0x40000000 };
+static uint32_t prob_bits(float p)
+{
+    uint32_t u;
+    memcpy(&u, &p, sizeof u);
+    return u == 0x80000000u ? 0 : u;
+}
+
+/* A row with a value outside [0, 2): its sparsity is NaN rather than a count of garbage. */
+static bool sparsity_refused(const float *p, int64_t n, lp_attn_row_stats *st)
+{
+    uint32_t worst = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t u = prob_bits(p[j]);
+        worst = u > worst ? u : worst;
+    }
+    if (worst < PROB_BITS_END)
+        return false;
+    st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
+    return true;
+}
+
+static uint64_t bits_mantissa(uint32_t u)
+{
+    uint32_t e = u >> 23;
+    return (uint64_t)((u & 0x7fffffu) | (e ? 0x800000u : 0u));
+}
+
+static int bits_shift(uint32_t u)
+{
+    uint32_t e = u >> 23;
+    return e ? (int)e - 1 : 0;
+}
+
+/* The thresholds as exact fractions num / den of the keys' mass. */
+static const uint32_t sparsity_num[3] = {1, 9, 99}, sparsity_den[3] = {2, 10, 100};
+
+/* Whether den * acc >= need. */
+static bool exact_reaches(const exact_sum *acc, uint32_t den, const exact_sum *need)
+{
+    exact_sum scaled = exact_times(acc, den);
+    return exact_cmp(&scaled, need) >= 0;
+}
+
+static void sparsity_fill(lp_attn_row_stats *st, const int64_t k[3], const exact_sum *low)
+{
+    st->keys50 = (float)k[0];
+    st->keys90 = (float)k[1];
+    st->keys99 = (float)k[2];
+    st->low_mass = (float)exact_value(low);
+}
+
+void lp_attn_row_sparsity_sorted(float *p, int64_t n, lp_attn_row_stats *st)
+{
+    if (sparsity_refused(p, n, st))
+        return;
     if (n > 1)
         qsort(p, (size_t)n, sizeof *p, larger_first);
-    double total = 0.0, low = 0.0;
+    exact_sum total = {{0}}, low = {{0}};
     for (int64_t j = 0; j < n; j++) {
-        total += (double)p[j];
+        uint32_t u = prob_bits(p[j]);
+        exact_add_shifted(&total, bits_mantissa(u), bits_shift(u));
         if (p[j] < 1e-3f)
-            low += (double)p[j];
+            exact_add_shifted(&low, bits_mantissa(u), bits_shift(u));
     }
-    static const double fraction[3] = {0.5, 0.9, 0.99};
-    float *keys[3] = {&st->keys50, &st->keys90, &st->keys99};
-    double acc = 0.0;
-    int64_t k = 0;
+    exact_sum acc = {{0}};
+    int64_t k[3], taken = 0;
     for (int f = 0; f < 3; f++) {
-        double want = fraction[f] * total;
-        while (k < n && acc < want)
-            acc += (double)p[k++];
-        *keys[f] = (float)k;
+        exact_sum need = exact_times(&total, sparsity_num[f]);
+        while (taken < n && !exact_reaches(&acc, sparsity_den[f], &need)) {
+            uint32_t u = prob_bits(p[taken++]);
+            exact_add_shifted(&acc, bits_mantissa(u), bits_shift(u));
+        }
+        k[f] = taken;
     }
-    st->low_mass = (float)low;
+    sparsity_fill(st, k, &low);
+}
+
+/* Radix selection over the float bits, most significant field first: 9 bits (the exponent, whose
+ * top bit is 0 below 2, and 2 mantissa bits), then three fields of 7 mantissa bits. Inside one
+ * bucket of the first field every value has the same exponent, so a bucket's mass is its
+ * mantissas' sum (< 2^64) shifted once. */
+enum { SPARSE_LEVELS = 4, SPARSE_SMALL = 16 };
+static const int sparse_field_lo[SPARSE_LEVELS] = {21, 14, 7, 0};
+static const int sparse_field_bits[SPARSE_LEVELS] = {9, 7, 7, 7};
+
+static uint32_t sparse_key(uint32_t u, int level)
+{
+    return (u >> sparse_field_lo[level]) & ((1u << sparse_field_bits[level]) - 1u);
+}
+
+/* Scanning the buckets of one level down from `from`: the first whose mass takes den * acc to
+ * need (n_buckets if none); acc and *taken advance past the buckets before it. Below the first
+ * level every value shares one exponent, shift; at the first it is the key's top 7 bits. */
+static uint32_t crossing_bucket(const uint32_t *count, const uint64_t *mantissas, uint32_t from,
+                                int level, int shift, exact_sum *acc, int64_t *taken,
+                                uint32_t den, const exact_sum *need)
+{
+    for (uint32_t b = from + 1; b-- > 0;) {
+        if (!count[b])
+            continue;
+        if (level == 0)
+            shift = b >> 2 ? (int)(b >> 2) - 1 : 0;
+        exact_sum trial = *acc;
+        exact_add_shifted(&trial, mantissas[b], shift);
+        if (exact_reaches(&trial, den, need))
+            return b;
+        *acc = trial;
+        *taken += count[b];
+    }
+    return UINT32_MAX;
+}
+
+/* Moves the c values of p whose key at `level` is b to the front; returns how many. */
+static int64_t bucket_to_front(float *p, int64_t c, int level, uint32_t b)
+{
+    int64_t front = 0;
+    for (int64_t j = 0; j < c; j++)
+        if (sparse_key(prob_bits(p[j]), level) == b) {
+            float t = p[front];
+            p[front++] = p[j];
+            p[j] = t;
+        }
+    return front;
+}
+
+/* The smallest j such that den * (acc + the j largest of p[0..c)) >= need, given that all c reach
+ * it and share one first-level bucket (level >= 1); acc is advanced past what was taken. p is
+ * permuted. */
+static int64_t keys_needed(float *p, int64_t c, int level, exact_sum *acc, uint32_t den,
+                           const exact_sum *need)
+{
+    if (exact_reaches(acc, den, need))
+        return 0;
+    if (c <= SPARSE_SMALL || level == SPARSE_LEVELS) {
+        /* few values (or all equal, past the last field): take them largest first */
+        if (c > 1)
+            qsort(p, (size_t)c, sizeof *p, larger_first);
+        int64_t j = 0;
+        while (j < c && !exact_reaches(acc, den, need)) {
+            uint32_t u = prob_bits(p[j++]);
+            exact_add_shifted(acc, bits_mantissa(u), bits_shift(u));
+        }
+        return j;
+    }
+    uint32_t count[1u << 7] = {0};
+    uint64_t mantissas[1u << 7] = {0};
+    uint32_t n_buckets = 1u << sparse_field_bits[level];
+    for (int64_t j = 0; j < c; j++) {
+        uint32_t u = prob_bits(p[j]);
+        uint32_t b = sparse_key(u, level);
+        count[b]++;
+        mantissas[b] += bits_mantissa(u);
+    }
+    int64_t taken = 0;
+    uint32_t b = crossing_bucket(count, mantissas, n_buckets - 1, level,
+                                 bits_shift(prob_bits(p[0])), acc, &taken, den, need);
+    LP_ASSERT(b < n_buckets); /* the whole of p reaches need */
+    int64_t front = bucket_to_front(p, c, level, b);
+    return taken + keys_needed(p, front, level + 1, acc, den, need);
+}
+
+void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
+{
+    if (sparsity_refused(p, n, st))
+        return;
+    /* one pass: the first level's histogram (count and mantissa sum per bucket) and the mass
+     * below 1e-3 per exponent; the totals are shifted sums of those */
+    enum { TOP = 1u << 9 };
+    uint32_t count[TOP] = {0};
+    uint64_t mantissas[TOP] = {0}, below[128] = {0};
+    const uint32_t low_bits = prob_bits(1e-3f);
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t u = prob_bits(p[j]);
+        uint32_t b = sparse_key(u, 0);
+        count[b]++;
+        mantissas[b] += bits_mantissa(u);
+        below[u >> 23] += u < low_bits ? bits_mantissa(u) : 0;
+    }
+    exact_sum total = {{0}}, low = {{0}};
+    for (uint32_t b = 0; b < TOP; b++)
+        exact_add_shifted(&total, mantissas[b], b >> 2 ? (int)(b >> 2) - 1 : 0);
+    for (int e = 0; e < 128; e++)
+        exact_add_shifted(&low, below[e], e ? e - 1 : 0);
+    /* the thresholds cross at buckets in descending order: one scan from the top serves all */
+    int64_t k[3], taken = 0;
+    exact_sum acc = {{0}};
+    uint32_t from = TOP - 1;
+    for (int f = 0; f < 3; f++) {
+        exact_sum need = exact_times(&total, sparsity_num[f]);
+        if (exact_reaches(&acc, sparsity_den[f], &need) && taken == 0) {
+            k[f] = 0; /* a row of zeros */
+            continue;
+        }
+        uint32_t b = crossing_bucket(count, mantissas, from, 0, 0, &acc, &taken,
+                                     sparsity_den[f], &need);
+        LP_ASSERT(b < TOP);
+        exact_sum in_bucket = acc;
+        int64_t front = bucket_to_front(p, n, 0, b);
+        k[f] = taken + keys_needed(p, front, 1, &in_bucket, sparsity_den[f], &need);
+        from = b;
+    }
+    sparsity_fill(st, k, &low);
 }
 
 /* The row's softmax maximum and denominator over keys [lo, hi) and the learned sink, in double. */
