@@ -19,6 +19,8 @@ typedef struct head_task {
     int heads_per_task; /* the KV group when the round holds whole groups (they share each
                            packed K/V block), else 1 */
     bool with_probs;
+    bool with_stats; /* an observer wants some head's maps or statistics: only then do the
+                        kernels fill row_stats (their second pass, with the sparsity selection) */
     int n_chunks;
     int64_t chunk_rows[LP_FW_MAX_CHUNKS + 1]; /* row boundaries of the chunks */
 } head_task;
@@ -47,7 +49,8 @@ static void run_head(void *ctx, int64_t task)
                                     : (float)(1.0 / sqrt((double)h->head_dim)),
         .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
         .probs = ht->with_probs ? p->s.probs + slot * p->plan.slot_stride : NULL,
-        .row_stats = p->s.row_stats + (int64_t)head * T, .local_window = p->opts->local_window,
+        .row_stats = ht->with_stats ? p->s.row_stats + (int64_t)head * T : NULL,
+        .local_window = p->opts->local_window,
         .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f, .kv_dtype = kv->dtype,
         .row_begin = ht->chunk_rows[chunk], .row_end = ht->chunk_rows[chunk + 1],
         .n_group = ht->heads_per_task, .q_head_stride = h->q_step, .out_head_stride = h->v_dim,
@@ -247,9 +250,12 @@ static void plan_chunks(const lp_fw_pass *p, head_task *task)
 lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
 {
     const lp_arch *a = &p->m->arch;
-    bool any_probs = false;
-    for (int h = 0; h < a->n_heads && !any_probs; h++)
-        any_probs = lp_fw_wants(p, LP_SITE_ATTN_PROBS, l, h);
+    bool any_probs = false, any_stats = false;
+    for (int h = 0; h < a->n_heads; h++) {
+        any_probs = any_probs || lp_fw_wants(p, LP_SITE_ATTN_PROBS, l, h);
+        any_stats = any_stats || lp_fw_wants(p, LP_SITE_ATTN_STATS, l, h);
+    }
+    bool with_stats = any_probs || any_stats;
     /* An observer that said no to every map up front gets none now either (no slots exist). */
     any_probs = any_probs && p->s.probs != NULL;
     int64_t group = any_probs ? p->plan.n_prob_slots : a->n_heads;
@@ -258,7 +264,8 @@ lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
     for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
         int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
         bool whole_groups = heads->group > 1 && h0 % heads->group == 0 && n % heads->group == 0;
-        head_task task = {p, heads, h0, whole_groups ? (int)heads->group : 1, any_probs, 1, {0}};
+        head_task task = {p, heads, h0, whole_groups ? (int)heads->group : 1,
+                          any_probs, with_stats, 1, {0}};
         plan_chunks(p, &task);
         lp_fw_pool_or_serial(p->pool, n / task.heads_per_task * task.n_chunks, run_head, &task);
         lp_status st = emit_head_maps(p, l, h0, n, any_probs);
