@@ -91,6 +91,15 @@ typedef struct lp_option {
 #define LP_OPT_TABLE_OF(type, field, table) \
     {LP_OPT_TABLE, NULL, offsetof(type, field), NULL, NULL, 0, 0, NULL, table}
 
+/* Rows several commands share word for word, written once so their help cannot drift apart. */
+#define LP_OPT_RUN_DB_OF(type, field) \
+    LP_OPT_STRING_OF(type, field, "db", "FILE", \
+                     "database, created if missing, runs appended (default loupe.db)")
+#define LP_OPT_JSON_OF(type, field) LP_OPT_FLAG_OF(type, field, "json", "one JSON document on stdout")
+/* The forward pass's worker pool takes at most 256 threads. */
+#define LP_OPT_THREADS_OF(type, field) \
+    LP_OPT_INT_OF(type, field, "threads", "N", 1, 256, "worker threads (default: all CPUs)")
+
 #define LP_CLI_MAX_POSITIONAL 16
 
 /* A single-dash spelling of a long option: {"o", "output"} makes "-o FILE" mean "--output FILE". */

@@ -41,16 +41,10 @@ void lp_store_gen_free(lp_store *s)
 static lp_status insert_zero_map(lp_store *s, const lp_site *site, int64_t *rowid, lp_error *err)
 {
     uint64_t n = (uint64_t)s->opts.seq_len, bytes = n * n * elem_of(s);
-    if (bytes > 0x7fffffff)
-        return lp_error_set(err, LP_ERR_RANGE, "%s: attention map of %llu bytes exceeds SQLite's "
-                                               "blob limit", s->path, (unsigned long long)bytes);
+    lp_status st = lp_store_bind_map(s, site, (int64_t)n, (int64_t)n, bytes, err);
+    if (st != LP_OK)
+        return st;
     sqlite3_stmt *q = s->stmt[LP_STMT_ATTENTION];
-    sqlite3_bind_int64(q, 1, s->run_id);
-    sqlite3_bind_int(q, 2, site->layer);
-    sqlite3_bind_int(q, 3, site->head);
-    sqlite3_bind_int64(q, 4, (int64_t)n);
-    sqlite3_bind_int64(q, 5, (int64_t)n);
-    sqlite3_bind_text(q, 6, s->opts.maps == LP_MAPS_F32 ? "f32" : "f16", -1, SQLITE_STATIC);
     sqlite3_bind_zeroblob64(q, 7, bytes);
     int rc = sqlite3_step(q);
     sqlite3_reset(q);
