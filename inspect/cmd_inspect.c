@@ -150,6 +150,17 @@ static void print_tensors(const lp_weights *w, const lp_tensor_stats *stats)
     }
 }
 
+/* One line a check: PASS or FAIL, its name and what it found. */
+static void print_checks(json_t *checks)
+{
+    for (size_t i = 0; i < json_array_size(checks); i++) {
+        json_t *c = json_array_get(checks, i);
+        printf("  %s  %-20s %s\n", json_is_true(json_object_get(c, "passed")) ? "PASS" : "FAIL",
+               json_string_value(json_object_get(c, "name")),
+               json_string_value(json_object_get(c, "detail")));
+    }
+}
+
 /* Totals, tied embeddings and the checks, from the report. */
 static void print_summary(json_t *r)
 {
@@ -166,12 +177,7 @@ static void print_summary(json_t *r)
     printf("\nchecks\n");
     if (json_array_size(checks) == 0)
         printf("  (none: no architecture description to check against)\n");
-    for (size_t i = 0; i < json_array_size(checks); i++) {
-        json_t *c = json_array_get(checks, i);
-        printf("  %s  %-20s %s\n", json_is_true(json_object_get(c, "passed")) ? "PASS" : "FAIL",
-               json_string_value(json_object_get(c, "name")),
-               json_string_value(json_object_get(c, "detail")));
-    }
+    print_checks(checks);
 }
 
 /* A GGUF without a usable description: its key/values, one a line, long values cut. */
@@ -294,12 +300,7 @@ static int inspect_config(const char *path, bool json, bool strict)
         print_arch(arch);
         if (json_array_size(checks))
             printf("\nchecks\n");
-        for (size_t i = 0; i < json_array_size(checks); i++) {
-            json_t *c = json_array_get(checks, i);
-            printf("  %s  %-20s %s\n", json_is_true(json_object_get(c, "passed")) ? "PASS" : "FAIL",
-                   json_string_value(json_object_get(c, "name")),
-                   json_string_value(json_object_get(c, "detail")));
-        }
+        print_checks(checks);
     }
     if (rc == LP_EXIT_OK && any_failed(checks))
         rc = LP_EXIT_CHECK_FAILED;
