@@ -163,9 +163,7 @@ lp_status lp_store_add_eval(lp_store *s, const lp_store_eval *e, const int32_t *
     else
         sqlite3_bind_null(q, 9);
     lp_store_bind_real_or_null(q, 10, e->bits_per_byte);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "inserting eval_results", err);
-    sqlite3_finalize(q);
+    st = lp_store_step_once(s, q, "inserting eval_results", err);
     if (st != LP_OK)
         return st;
     return lp_store_add_token_nll(s, ids, nll, e->n_tokens, err);
@@ -185,13 +183,11 @@ lp_status lp_store_add_token_nll(lp_store *s, const int32_t *ids, const double *
     for (int64_t p = 0; p + 1 < n_tokens && st == LP_OK; p++) {
         if (isnan(nll[p]))
             continue; /* a window start that nothing predicted */
-        sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, s->run_id);
         sqlite3_bind_int64(q, 2, p);
         sqlite3_bind_int64(q, 3, ids[p + 1]);
         sqlite3_bind_double(q, 4, nll[p]);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting token_nll", err);
+        st = lp_store_step_done(s, q, "inserting token_nll", err);
     }
     sqlite3_finalize(q);
     return st;
@@ -210,15 +206,13 @@ lp_status lp_store_add_head_importance(lp_store *s, const char *method, int64_t 
                                &q, "inserting head_importance", err)))
         return st;
     for (int64_t i = 0; i < n_layers * n_heads && st == LP_OK; i++) {
-        sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, s->run_id);
         sqlite3_bind_int64(q, 2, i / n_heads);
         sqlite3_bind_int64(q, 3, i % n_heads);
         sqlite3_bind_text(q, 4, method, -1, SQLITE_STATIC);
         sqlite3_bind_double(q, 5, nll[i]);
         sqlite3_bind_double(q, 6, nll[i] - clean_nll);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting head_importance", err);
+        st = lp_store_step_done(s, q, "inserting head_importance", err);
     }
     sqlite3_finalize(q);
     return st;
@@ -237,15 +231,13 @@ lp_status lp_store_add_pruning_plan(lp_store *s, const int64_t *layers, const in
                                &q, "inserting pruning_plan", err)))
         return st;
     for (int64_t i = 0; i < n_steps && st == LP_OK; i++) {
-        sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, s->run_id);
         sqlite3_bind_int64(q, 2, i);
         sqlite3_bind_int64(q, 3, layers[i]);
         sqlite3_bind_int64(q, 4, heads[i]);
         sqlite3_bind_double(q, 5, nll[i]);
         sqlite3_bind_int(q, 6, iterative);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting pruning_plan", err);
+        st = lp_store_step_done(s, q, "inserting pruning_plan", err);
     }
     sqlite3_finalize(q);
     return st;
@@ -272,7 +264,6 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
     for (int64_t i = 0; i < n_layers * n_pos * k && st == LP_OK; i++) {
         if (tokens[i] < 0)
             continue;
-        sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, s->run_id);
         sqlite3_bind_int64(q, 2, i / (n_pos * k));
         sqlite3_bind_int64(q, 3, (i / k) % n_pos);
@@ -286,16 +277,13 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
         }
         sqlite3_bind_text(q, 6, piece, -1, SQLITE_TRANSIENT);
         sqlite3_bind_double(q, 7, (double)probs[i]);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting logit_lens", err);
+        st = lp_store_step_done(s, q, "inserting logit_lens", err);
     }
     for (int64_t l = 0; l < n_layers && st == LP_OK; l++) {
-        sqlite3_reset(ql);
         sqlite3_bind_int64(ql, 1, s->run_id);
         sqlite3_bind_int64(ql, 2, l);
         lp_store_bind_real_or_null(ql, 3, layer_nll[l]);
-        if (sqlite3_step(ql) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting logit_lens_layers", err);
+        st = lp_store_step_done(s, ql, "inserting logit_lens_layers", err);
     }
     sqlite3_finalize(q);
     sqlite3_finalize(ql);

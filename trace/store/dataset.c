@@ -33,9 +33,7 @@ lp_status lp_store_add_dataset(lp_store *s, const char *name, const char *source
     sqlite3_bind_text(q, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, source, -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 3, n_prompts);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "adding the dataset", err);
-    sqlite3_finalize(q);
+    st = lp_store_step_once(s, q, "adding the dataset", err);
     return st;
 }
 

@@ -165,6 +165,20 @@ lp_status lp_store_prepare(lp_store *store, const char *sql, sqlite3_stmt **stmt
     return LP_OK;
 }
 
+lp_status lp_store_step_done(lp_store *store, sqlite3_stmt *stmt, const char *what, lp_error *err)
+{
+    lp_status st = sqlite3_step(stmt) == SQLITE_DONE ? LP_OK : lp_store_sql_error(store, what, err);
+    sqlite3_reset(stmt);
+    return st;
+}
+
+lp_status lp_store_step_once(lp_store *store, sqlite3_stmt *stmt, const char *what, lp_error *err)
+{
+    lp_status st = lp_store_step_done(store, stmt, what, err);
+    sqlite3_finalize(stmt);
+    return st;
+}
+
 bool lp_store_table_exists(lp_store *store, const char *name)
 {
     sqlite3_stmt *stmt;

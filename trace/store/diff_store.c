@@ -28,19 +28,8 @@ static lp_status insert_diff_row(lp_store *s, const lp_store_diff *d, int64_t *i
     sqlite3_bind_int64(q, 6, d->n_layers);
     sqlite3_bind_int64(q, 7, d->n_heads);
     sqlite3_bind_int(q, 8, d->has_kl ? 1 : 0);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "inserting diffs", err);
-    else
-        *id = sqlite3_last_insert_rowid(s->db);
-    sqlite3_finalize(q);
-    return st;
-}
-
-/* One row of a prepared insert, the statement reset for the next. */
-static lp_status step_row(lp_store *s, sqlite3_stmt *q, const char *what, lp_error *err)
-{
-    lp_status st = sqlite3_step(q) == SQLITE_DONE ? LP_OK : lp_store_sql_error(s, what, err);
-    sqlite3_reset(q);
+    st = lp_store_step_once(s, q, "inserting diffs", err);
+    *id = sqlite3_last_insert_rowid(s->db);
     return st;
 }
 
@@ -63,7 +52,7 @@ static lp_status insert_diff_heads(lp_store *s, int64_t id, const lp_store_diff 
         bind_head(q, id, i, d->n_heads);
         lp_store_bind_real_or_null(q, 4, d->js[i]);
         lp_store_bind_real_or_null(q, 5, d->max_abs[i]);
-        st = step_row(s, q, "inserting diff_heads", err);
+        st = lp_store_step_done(s, q, "inserting diff_heads", err);
     }
     sqlite3_finalize(q);
     return st;
@@ -82,7 +71,7 @@ static lp_status insert_diff_head_stats(lp_store *s, int64_t id, const lp_store_
             bind_head(q, id, i, d->n_heads);
             sqlite3_bind_text(q, 4, lp_head_stat_name((lp_head_stat)k), -1, SQLITE_STATIC);
             lp_store_bind_real_or_null(q, 5, d->stat_delta[i * LP_STAT_COUNT + k]);
-            st = step_row(s, q, "inserting diff_head_stats", err);
+            st = lp_store_step_done(s, q, "inserting diff_head_stats", err);
         }
     sqlite3_finalize(q);
     return st;
@@ -101,7 +90,7 @@ static lp_status insert_diff_positions(lp_store *s, int64_t id, const lp_store_d
         sqlite3_bind_int64(q, 2, p);
         lp_store_bind_real_or_null(q, 3, d->kl[p]);
         sqlite3_bind_int(q, 4, d->argmax_agree[p] ? 1 : 0);
-        st = step_row(s, q, "inserting diff_positions", err);
+        st = lp_store_step_done(s, q, "inserting diff_positions", err);
     }
     sqlite3_finalize(q);
     return st;

@@ -95,6 +95,11 @@ lp_status lp_store_connect_read(lp_store *store, lp_error *err);
 /* sqlite3_prepare_v2 with that error (what: "reading runs", ...). */
 lp_status lp_store_prepare(lp_store *store, const char *sql, sqlite3_stmt **stmt,
                            const char *what, lp_error *err);
+/* One step of a prepared statement that returns no rows, then its reset for the next row: what's
+ * error (LP_ERR_SQLITE) unless the step was done. */
+lp_status lp_store_step_done(lp_store *store, sqlite3_stmt *stmt, const char *what, lp_error *err);
+/* The same for a statement used once: finalized after its step. */
+lp_status lp_store_step_once(lp_store *store, sqlite3_stmt *stmt, const char *what, lp_error *err);
 /* Databases from before a table existed simply have none of its rows. */
 bool lp_store_table_exists(lp_store *store, const char *name);
 

@@ -25,11 +25,16 @@ lp_status lp_store_gen_begin(lp_store *s, lp_error *err)
     return LP_OK;
 }
 
-void lp_store_gen_free(lp_store *s)
+static void close_blob(lp_store *s)
 {
     if (s->blob)
-        sqlite3_blob_close(s->blob);
+        sqlite3_blob_close(s->blob); /* before COMMIT or another statement on the row */
     s->blob = NULL;
+}
+
+void lp_store_gen_free(lp_store *s)
+{
+    close_blob(s);
     free(s->map_rowid);
     free(s->gen_rows);
     free(s->gen_norm);
@@ -46,11 +51,10 @@ static lp_status insert_zero_map(lp_store *s, const lp_site *site, int64_t *rowi
         return st;
     sqlite3_stmt *q = s->stmt[LP_STMT_ATTENTION];
     sqlite3_bind_zeroblob64(q, 7, bytes);
-    int rc = sqlite3_step(q);
-    sqlite3_reset(q);
+    st = lp_store_step_done(s, q, "inserting a map", err);
     sqlite3_clear_bindings(q);
-    if (rc != SQLITE_DONE)
-        return lp_store_sql_error(s, "inserting a map", err);
+    if (st != LP_OK)
+        return st;
     *rowid = sqlite3_last_insert_rowid(s->db);
     return LP_OK;
 }
@@ -61,13 +65,6 @@ static lp_status open_blob(lp_store *s, int64_t rowid, int writable, lp_error *e
         SQLITE_OK)
         return lp_store_sql_error(s, "opening a map", err);
     return LP_OK;
-}
-
-static void close_blob(lp_store *s)
-{
-    if (s->blob)
-        sqlite3_blob_close(s->blob); /* before COMMIT or another statement on the row */
-    s->blob = NULL;
 }
 
 /* Rows row0 .. row0+rows-1 of the map: each written from column 0 to the view's width. */
@@ -162,9 +159,7 @@ lp_status lp_store_gen_cut_maps(lp_store *s, int64_t n, lp_error *err)
         sqlite3_bind_int64(q, 2, n);
         sqlite3_bind_blob(q, 3, buf, (int)bytes, SQLITE_STATIC);
         sqlite3_bind_int64(q, 4, s->map_rowid[slot]);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "cutting a map", err);
-        sqlite3_reset(q);
+        st = lp_store_step_done(s, q, "cutting a map", err);
     }
     if (q)
         sqlite3_finalize(q);
