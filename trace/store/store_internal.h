@@ -55,7 +55,7 @@ struct lp_store {
     int64_t gen_total;             /* positions the run ends with */
 };
 
-/* write.c: the attention insert's run, layer, head, shape and dtype bound, the blob (?7) left to
+/* db.c: the attention insert's run, layer, head, shape and dtype bound, the blob (?7) left to
  * the caller; LP_ERR_RANGE for a map larger than SQLite's blob limit. */
 lp_status lp_store_bind_map(lp_store *s, const lp_site *site, int64_t rows, int64_t cols,
                             uint64_t bytes, lp_error *err);
