@@ -241,16 +241,7 @@ static int print_config_json(const char *path, const lp_arch *arch, json_t *chec
     } else {
         json_decref(params);
     }
-    char *text = r ? json_dumps(r, JSON_INDENT(2)) : NULL;
-    json_decref(r);
-    if (!text) {
-        lp_error err = {0};
-        lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
-        return lp_cli_fail("inspect", &err);
-    }
-    puts(text);
-    free(text);
-    return LP_EXIT_OK;
+    return lp_cli_print_json("inspect", r, JSON_INDENT(2));
 }
 
 static bool any_failed(json_t *checks)

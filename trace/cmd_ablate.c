@@ -112,7 +112,7 @@ static lp_status store_results(lp_store *store, const lp_ablation *ab, const pla
     return st;
 }
 
-static void print_json(const lp_ablation *ab, const plan *pl, int64_t run_id)
+static int print_json(const lp_ablation *ab, const plan *pl, int64_t run_id)
 {
     json_t *root = json_object();
     json_object_set_new(root, "run_id", json_integer(run_id));
@@ -155,11 +155,7 @@ static void print_json(const lp_ablation *ab, const plan *pl, int64_t run_id)
         json_object_set_new(root, "pruned", p);
     }
     json_object_set_new(root, "work_ratio", json_real(ab->work_flops / ab->naive_flops));
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    json_decref(root);
+    return lp_cli_print_json(CMD, root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
 }
 
 static void print_text(const lp_ablation *ab, const plan *pl, const ablate_opts *o,
@@ -273,8 +269,9 @@ static int run_ablate(int argc, char **argv)
         st = lp_store_end_run(store, seconds_since(&t0), &err);
     else if (run_id > 0)
         lp_store_abort_run(store);
+    int rc = LP_EXIT_OK;
     if (st == LP_OK && o.json)
-        print_json(ab, &pl, run_id);
+        rc = print_json(ab, &pl, run_id);
     else if (st == LP_OK)
         print_text(ab, &pl, &o, run_id, (int64_t)in.n_ids);
     plan_free(&pl);
@@ -285,5 +282,5 @@ static int run_ablate(int argc, char **argv)
     lp_input_free(&patch);
     lp_input_free(&in);
     lp_model_close(model);
-    return st == LP_OK ? LP_EXIT_OK : lp_cli_fail(CMD, &err);
+    return st == LP_OK ? rc : lp_cli_fail(CMD, &err);
 }

@@ -134,7 +134,7 @@ static lp_status store_diff(const char *db, const side *a, const side *b, const 
     return st;
 }
 
-static void print_json(const side *a, const side *b, const lp_run_diff *d, const summary *s,
+static int print_json(const side *a, const side *b, const lp_run_diff *d, const summary *s,
                        const char *db, int64_t diff_id)
 {
     json_t *root = json_object(), *heads = json_array(), *pos = json_array();
@@ -166,11 +166,7 @@ static void print_json(const side *a, const side *b, const lp_run_diff *d, const
                                              d->argmax_agree[p]));
     json_object_set_new(root, "heads", heads);
     json_object_set_new(root, "positions", pos);
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    json_decref(root);
+    return lp_cli_print_json(CMD, root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
 }
 
 static void print_text(const side *a, const side *b, const lp_run_diff *d, const summary *s,
@@ -211,13 +207,14 @@ static int run_diff(int argc, char **argv)
     int64_t diff_id = 0;
     if (st == LP_OK)
         st = store_diff(db, &a, &b, d, &diff_id, &err);
+    int rc = LP_EXIT_OK;
     if (st == LP_OK) {
         summary s = summarize(d);
         if (o.json)
-            print_json(&a, &b, d, &s, db, diff_id);
+            rc = print_json(&a, &b, d, &s, db, diff_id);
         else
             print_text(&a, &b, d, &s, db, diff_id);
     }
     lp_run_diff_free(d);
-    return st == LP_OK ? LP_EXIT_OK : lp_cli_fail(CMD, &err);
+    return st == LP_OK ? rc : lp_cli_fail(CMD, &err);
 }

@@ -200,12 +200,12 @@ static lp_status score_file(const eval_opts *o, const char *model_path, lp_model
     return st;
 }
 
-static void report(const eval_opts *o, const scored *s, size_t n)
+static int report(const eval_opts *o, const scored *s, size_t n)
 {
     if (!o->json) {
         for (size_t i = 0; i < n; i++)
             print_text(&s[i], o->db);
-        return;
+        return LP_EXIT_OK;
     }
     json_t *root;
     if (!o->prompts) {
@@ -227,11 +227,7 @@ static void report(const eval_opts *o, const scored *s, size_t n)
         json_object_set_new(root, "ppl", json_real(exp(sum / (double)n_scored)));
         json_object_set_new(root, "prompts", rows);
     }
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    json_decref(root);
+    return lp_cli_print_json(CMD, root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
 }
 
 static int run_eval(int argc, char **argv)
@@ -268,8 +264,7 @@ static int run_eval(int argc, char **argv)
                            (int64_t)in.n_ids, s, &err)
                : lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
     }
-    if (st == LP_OK)
-        report(&o, s, n);
+    int rc = st == LP_OK ? report(&o, s, n) : LP_EXIT_OK;
     for (size_t i = 0; s && i < n; i++)
         free((char *)s[i].id);
     free(s);
@@ -278,5 +273,5 @@ static int run_eval(int argc, char **argv)
         lp_pool_destroy(pool);
     lp_input_free(&in);
     lp_model_close(model);
-    return st == LP_OK ? LP_EXIT_OK : lp_cli_fail(CMD, &err);
+    return st == LP_OK ? rc : lp_cli_fail(CMD, &err);
 }

@@ -178,6 +178,12 @@ int lp_cli_usage_error(const char *cmd, const char *fmt, ...)
 /* Print "loupe CMD: <err->msg>" and return the exit status an error of this kind deserves (2). */
 int lp_cli_fail(const char *cmd, const lp_error *err);
 
+struct json_t;
+/* A command's --json output: doc on stdout as one document and a newline (flags: jansson's dump
+ * flags, JSON_INDENT(2) ...), then released. A NULL doc or a failed dump is out of memory: one line
+ * on stderr and LP_EXIT_USAGE; else LP_EXIT_OK. */
+int lp_cli_print_json(const char *cmd, struct json_t *doc, size_t flags);
+
 extern const lp_command lp_command_inspect;
 extern const lp_command lp_command_tokenize;
 extern const lp_command lp_command_estimate;
