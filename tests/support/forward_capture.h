@@ -11,6 +11,7 @@
 #define LP_TESTS_FORWARD_CAPTURE_H
 
 #include <math.h>
+#include <unistd.h>
 
 #include "ref_forward.h"
 #include "trace/trace.h"
@@ -143,6 +144,20 @@ static inline void remove_dir(const char *dir)
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+/* Write m as a Hugging Face folder "<tmp>/<prefix>_<name>_<pid>" (the name in dir) and open it;
+ * the test removes it with remove_dir. */
+static inline lp_model *write_and_open_hf(const ref_model *m, const char *prefix, const char *name,
+                                          char *dir, size_t size)
+{
+    snprintf(dir, size, "%s/%s_%s_%ld", lp_test_tmp_dir(), prefix, name, (long)getpid());
+    assert_true(ref_model_write_hf(m, dir));
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    return model;
 }
 
 /* Tokens of a case: a seeded LCG below vocab. */

@@ -9,17 +9,10 @@
 #include <unistd.h>
 
 #include "inspect/tokenizer/tokenizer.h"
-#include "ref_forward.h"
+#include "forward_capture.h"
 #include "trace/analysis/analysis.h"
 #include "trace/synth/synth.h"
 #include "trace/trace.h"
-
-static void remove_dir(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
 
 /* Mean next-token NLL of the reference's logits, in double. */
 static double ref_nll(const ref_model *m, const int32_t *ids, int64_t T)
@@ -110,17 +103,6 @@ static void restore(edited *e, const ref_model *orig)
     }
 }
 
-static lp_model *open_written(const ref_model *m, const char *name, char *dir, size_t size)
-{
-    snprintf(dir, size, "%s/analysis_%s_%ld", lp_test_tmp_dir(), name, (long)getpid());
-    assert_true(ref_model_write_hf(m, dir));
-    lp_model *model;
-    lp_error err = {0};
-    if (lp_model_open(dir, &model, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    return model;
-}
-
 static const ref_config llama4 = {.family = REF_LLAMA, .vocab = 47, .hidden = 32, .n_layers = 4,
                                   .n_heads = 4, .n_kv_heads = 2, .head_dim = 8, .ffn = 40,
                                   .eps = 1e-5, .theta = 10000, .scale = 0.35};
@@ -130,7 +112,7 @@ static void check_ablation(lp_ablate_method method)
     ref_model m;
     assert_true(ref_model_random(&llama4, 99, &m));
     char dir[512];
-    lp_model *model = open_written(&m, lp_ablate_method_name(method), dir, sizeof dir);
+    lp_model *model = write_and_open_hf(&m, "analysis", lp_ablate_method_name(method), dir, sizeof dir);
     const int64_t T = 15, LH = llama4.n_layers * llama4.n_heads, QD = 32, hd = 8;
     int32_t ids[15];
     for (int64_t t = 0; t < T; t++)
@@ -234,7 +216,7 @@ static void test_sliding_window(void **state)
     ref_model m;
     assert_true(ref_model_random(&llama4, 5, &m));
     char dir[512];
-    lp_model *model = open_written(&m, "window", dir, sizeof dir);
+    lp_model *model = write_and_open_hf(&m, "analysis", "window", dir, sizeof dir);
     const int64_t T = 23;
     int32_t ids[23];
     for (int64_t t = 0; t < T; t++)
@@ -339,7 +321,7 @@ static void test_logit_lens(void **state)
     ref_model m;
     assert_true(ref_model_random(&llama4, 31, &m));
     char dir[512];
-    lp_model *model = open_written(&m, "lens", dir, sizeof dir);
+    lp_model *model = write_and_open_hf(&m, "analysis", "lens", dir, sizeof dir);
     const int64_t T = 12, V = llama4.vocab, H = llama4.hidden, L = llama4.n_layers;
     int32_t ids[12];
     for (int64_t t = 0; t < T; t++)

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "ref_forward.h"
+#include "forward_capture.h"
 #include "trace/trace.h"
 
 typedef struct keep {
@@ -101,24 +101,6 @@ static double max_diff(const float *a, const float *b, int64_t n)
     return d;
 }
 
-static lp_model *write_and_open(const ref_model *m, const char *name, char *dir, size_t size)
-{
-    snprintf(dir, size, "%s/intervene_%s_%ld", lp_test_tmp_dir(), name, (long)getpid());
-    assert_true(ref_model_write_hf(m, dir));
-    lp_model *model;
-    lp_error err = {0};
-    if (lp_model_open(dir, &model, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    return model;
-}
-
-static void remove_dir(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
-
 /* For every (layer, head): the hook's ablation against the reference with o_proj's columns of
  * that head zeroed, and the same ablation resumed from the clean residual entering the layer,
  * which must equal the full ablated pass bit for bit. */
@@ -127,7 +109,7 @@ static void check_family(const ref_config *cfg, const char *name)
     ref_model m;
     assert_true(ref_model_random(cfg, 4242, &m));
     char dir[512];
-    lp_model *model = write_and_open(&m, name, dir, sizeof dir);
+    lp_model *model = write_and_open_hf(&m, "intervene", name, dir, sizeof dir);
     const int64_t T = 13, V = cfg->vocab, q_dim = cfg->n_heads * cfg->head_dim;
     int32_t ids[13];
     for (int64_t t = 0; t < T; t++)
@@ -211,7 +193,7 @@ static void test_resid_and_ffn_sites(void **state)
     ref_model m;
     assert_true(ref_model_random(&cfg, 9, &m));
     char dir[512];
-    lp_model *model = write_and_open(&m, "sites", dir, sizeof dir);
+    lp_model *model = write_and_open_hf(&m, "intervene", "sites", dir, sizeof dir);
     const int64_t T = 7;
     int32_t ids[7] = {1, 5, 9, 13, 2, 40, 3};
     keep clean, edited;
