@@ -289,11 +289,25 @@ static verdict judge(const measured *m, bool verbose)
 
 /* ---- tests --------------------------------------------------------------------------------------- */
 
+/* The default model (F32, no fault, seed 1) in a scratch folder, for a test that only reads it:
+ * *state is the folder's path. */
+static int default_model_setup(void **state)
+{
+    static char dir[512];
+    write_scratch_model(dir, sizeof dir, "default", LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, 1);
+    *state = dir;
+    return 0;
+}
+
+static int default_model_teardown(void **state)
+{
+    remove_synth_dir(*state);
+    return 0;
+}
+
 static void test_loads_and_shapes(void **state)
 {
-    (void)state;
-    char dir[512];
-    write_scratch_model(dir, sizeof dir, "load", LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, 1);
+    const char *dir = *state;
     lp_weights *w = NULL;
     lp_error err = {0};
     if (lp_weights_open(dir, &w, &err) != LP_OK)
@@ -336,14 +350,11 @@ static void test_loads_and_shapes(void **state)
     assert_int_equal(lp_tokenizer_vocab_size(tok), a->vocab_size);
     lp_tokenizer_close(tok);
     lp_weights_close(w);
-    remove_synth_dir(dir);
 }
 
 static void test_tokenizer_whole_words(void **state)
 {
-    (void)state;
-    char dir[512];
-    write_scratch_model(dir, sizeof dir, "tok", LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, 1);
+    const char *dir = *state;
     lp_tokenizer *tok = NULL;
     lp_error err = {0};
     assert_int_equal(lp_tokenizer_open(dir, &tok, &err), LP_OK);
@@ -393,7 +404,6 @@ static void test_tokenizer_whole_words(void **state)
     free(text);
     free(ids);
     lp_tokenizer_close(tok);
-    remove_synth_dir(dir);
 }
 
 static void test_planted_heads_found(void **state)
@@ -790,8 +800,10 @@ static void test_family_own_fill(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_loads_and_shapes),
-        cmocka_unit_test(test_tokenizer_whole_words),
+        cmocka_unit_test_setup_teardown(test_loads_and_shapes, default_model_setup,
+                                        default_model_teardown),
+        cmocka_unit_test_setup_teardown(test_tokenizer_whole_words, default_model_setup,
+                                        default_model_teardown),
         cmocka_unit_test(test_planted_heads_found),
         cmocka_unit_test(test_other_seeds),
         cmocka_unit_test(test_broken_plantings_fail),
