@@ -19,6 +19,30 @@ static inline void tmp_path(char *buf, size_t size, const char *name)
     snprintf(buf, size, "%s/render_%ld_%s", lp_test_tmp_dir(), (long)getpid(), name);
 }
 
+/* The files one test writes, named after its stem in the scratch folder: STEM.db, .png, .svg and
+ * .pdf; scratch_remove unlinks whichever were written. */
+typedef struct scratch {
+    char db[512], png[512], svg[512], pdf[512];
+} scratch;
+
+static inline void scratch_init(scratch *s, const char *stem)
+{
+    char base[400];
+    snprintf(base, sizeof base, "%s/render_%ld_%s", lp_test_tmp_dir(), (long)getpid(), stem);
+    snprintf(s->db, sizeof s->db, "%s.db", base);
+    snprintf(s->png, sizeof s->png, "%s.png", base);
+    snprintf(s->svg, sizeof s->svg, "%s.svg", base);
+    snprintf(s->pdf, sizeof s->pdf, "%s.pdf", base);
+}
+
+static inline void scratch_remove(const scratch *s)
+{
+    unlink(s->db);
+    unlink(s->png);
+    unlink(s->svg);
+    unlink(s->pdf);
+}
+
 /* A fresh database with loupe's schema, made by the store itself. */
 static inline void new_db(const char *path)
 {
