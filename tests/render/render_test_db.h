@@ -19,8 +19,19 @@ static inline void tmp_path(char *buf, size_t size, const char *name)
     snprintf(buf, size, "%s/render_%ld_%s", lp_test_tmp_dir(), (long)getpid(), name);
 }
 
+/* A database and the -wal and -shm files SQLite keeps beside it. */
+static inline void unlink_db(const char *path)
+{
+    char side[600];
+    unlink(path);
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+}
+
 /* The files one test writes, named after its stem in the scratch folder: STEM.db, .png, .svg and
- * .pdf; scratch_remove unlinks whichever were written. */
+ * .pdf; scratch_remove unlinks whichever were written, the database with its -wal and -shm. */
 typedef struct scratch {
     char db[512], png[512], svg[512], pdf[512];
 } scratch;
@@ -28,7 +39,7 @@ typedef struct scratch {
 static inline void scratch_init(scratch *s, const char *stem)
 {
     char base[400];
-    snprintf(base, sizeof base, "%s/render_%ld_%s", lp_test_tmp_dir(), (long)getpid(), stem);
+    tmp_path(base, sizeof base, stem);
     snprintf(s->db, sizeof s->db, "%s.db", base);
     snprintf(s->png, sizeof s->png, "%s.png", base);
     snprintf(s->svg, sizeof s->svg, "%s.svg", base);
@@ -37,7 +48,7 @@ static inline void scratch_init(scratch *s, const char *stem)
 
 static inline void scratch_remove(const scratch *s)
 {
-    unlink(s->db);
+    unlink_db(s->db);
     unlink(s->png);
     unlink(s->svg);
     unlink(s->pdf);
@@ -46,12 +57,7 @@ static inline void scratch_remove(const scratch *s)
 /* A fresh database with loupe's schema, made by the store itself. */
 static inline void new_db(const char *path)
 {
-    char side[600];
-    unlink(path);
-    snprintf(side, sizeof side, "%s-wal", path);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", path);
-    unlink(side);
+    unlink_db(path);
     lp_store *store;
     lp_error err = {0};
     if (lp_store_open(path, &store, &err) != LP_OK)
