@@ -61,7 +61,7 @@ static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
 
 /* E2M1 values times two; mxfp4 halves them through its scale. */
-static const int8_t mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+const int8_t lp_mxfp4_levels_x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* ---- 32-value blocks ------------------------------------------------------------------------ */
 
@@ -142,8 +142,8 @@ static void dq_mxfp4(const uint8_t *b, float *y)
     float d = ldexpf(1.0f, (int)b[0] - 128);
     const uint8_t *qs = b + 1;
     for (int j = 0; j < 16; j++) {
-        y[j] = d * (float)mxfp4_levels[qs[j] & 0xf];
-        y[j + 16] = d * (float)mxfp4_levels[qs[j] >> 4];
+        y[j] = d * (float)lp_mxfp4_levels_x2[qs[j] & 0xf];
+        y[j + 16] = d * (float)lp_mxfp4_levels_x2[qs[j] >> 4];
     }
 }
 

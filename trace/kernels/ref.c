@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "inspect/formats/quant.h"
 #include "trace/kernels/kernels_internal.h"
 
 void lp_gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
@@ -759,6 +760,23 @@ static float row_dot_q4_k_ref(const void *row, const float *x, const float *x_su
                 dot += (double)((g % 2) ? q[j] >> 4 : q[j] & 0x0f) * (double)xg[j];
             sum += d * scale * dot - dmin * min * (double)x_sums[(i0 >> 5) + g];
         }
+    }
+    return (float)sum;
+}
+
+/* MXFP4 blocks {u8 e (E8M0); u8 qs[16]} of 32 values: w = 2^(e - 128) * doubled E2M1 level,
+ * values 0..15 in the low nibbles and 16..31 in the high ones (ggml's layout). */
+static float row_dot_mxfp4_ref(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    (void)x_sums;
+    const uint8_t *b = row;
+    double sum = 0.0;
+    for (int64_t i0 = 0; i0 < k; i0 += 32, b += 17) {
+        double block = 0.0;
+        for (int j = 0; j < 16; j++)
+            block += (double)lp_mxfp4_levels_x2[b[1 + j] & 0x0f] * (double)x[i0 + j] +
+                     (double)lp_mxfp4_levels_x2[b[1 + j] >> 4] * (double)x[i0 + 16 + j];
+        sum += (double)lp_mxfp4_half_scale(b[0]) * block;
     }
     return (float)sum;
 }
