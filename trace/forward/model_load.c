@@ -28,6 +28,11 @@ static void *model_alloc(lp_model *m, size_t bytes)
     return p;
 }
 
+void *lp_model_alloc(lp_model *m, size_t bytes)
+{
+    return model_alloc(m, bytes);
+}
+
 /* Find a tensor for (role, layer, expert). Falls back to a tensor stacked over layers
  * ([n_layers, ...], llama2.c style) or over experts (GGUF's fused *_exps); *slice is the index
  * into that outer dimension, or -1 when the tensor is the thing itself. */
@@ -119,8 +124,12 @@ static lp_status bind_matrix(lp_model *m, lp_role role, int layer, int expert, i
     if (found)
         *found = t != NULL;
     if (!t) {
-        if (!required)
-            return LP_OK;
+        bool paired = false; /* gpt-oss's MXFP4 experts: a _blocks + _scales pair */
+        lp_status st = lp_mxfp4_pair_bind(m, role, layer, expert, rows, cols, out, &paired, err);
+        if (found)
+            *found = paired;
+        if (st != LP_OK || paired || !required)
+            return st;
         return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor %s not found",
                             lp_weights_path(m->weights), where(buf, sizeof buf, role, layer, expert));
     }
