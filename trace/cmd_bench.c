@@ -977,7 +977,7 @@ static void fill_weight_bytes(lp_dtype dt, uint8_t *dst, uint64_t bytes, uint64_
     const lp_dtype_info *info = lp_dtype_get(dt);
     uint16_t d = lp_f32_to_f16(0.001f);
     for (uint64_t off = 0; off + info->block_bytes <= bytes; off += info->block_bytes) {
-        memcpy(dst + off, &d, 2); /* d; Q4_K's dmin follows */
+        memcpy(dst + off, &d, 2); /* d; Q4_K's dmin follows; MXFP4's E8M0 byte is 0x19, 2^-102 */
         if (dt == LP_DTYPE_Q4_K)
             memcpy(dst + off + 2, &d, 2);
     }
@@ -1097,14 +1097,16 @@ static int bench_decode(int threads, int reps, int n_layers, lp_pool *pool)
     printf("  memory bandwidth %.1f GB/s (streaming read of 256 MiB by %d threads, measured now); "
            "1 warm-up, then best of %d steps\n",
            bw * 1e-9, threads, reps);
-    static const lp_dtype dts[4] = {LP_DTYPE_F32, LP_DTYPE_F16, LP_DTYPE_Q8_0, LP_DTYPE_Q4_K};
+    static const lp_dtype dts[] = {LP_DTYPE_F32, LP_DTYPE_F16, LP_DTYPE_Q8_0, LP_DTYPE_Q4_K,
+                                   LP_DTYPE_MXFP4};
+    const int n_dts = (int)(sizeof dts / sizeof dts[0]);
     float *buf = calloc((size_t)(8 * TL_HIDDEN + 2 * TL_FFN + TL_VOCAB), sizeof *buf);
     if (!buf) {
         fprintf(stderr, "loupe bench: out of memory\n");
         return LP_EXIT_USAGE;
     }
     int status = LP_EXIT_OK;
-    for (int i = 0; i < 4 && status == LP_EXIT_OK; i++) {
+    for (int i = 0; i < n_dts && status == LP_EXIT_OK; i++) {
         decode_model dm;
         if (!decode_model_build(&dm, dts[i], n_layers)) {
             decode_model_free(&dm);
@@ -1208,7 +1210,7 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "\n"
         "Decode (--decode, alone): one token's step of the TinyLlama shape (all 22 layers, or\n"
         "--layers) on the kernels: per layer the q, k, v, o, gate, up, down matrix-vector products\n"
-        "reading F32, F16, Q8_0 and Q4_K weights in place and 32 heads over an f16 KV cache of\n"
+        "reading F32, F16, Q8_0, Q4_K and MXFP4 weights in place and 32 heads over an f16 KV cache of\n"
         "512 positions, then the 32000-row classifier; tokens/s beside the bound of the memory\n"
         "bandwidth measured now (a streaming read larger than the L3) over the bytes a step\n"
         "reads. F32 needs 4.4 GB of memory at 22 layers.",

@@ -1,7 +1,8 @@
 /* MXFP4 experts in safetensors as gpt-oss releases them: "<P>experts.<stem>_blocks" (U8 [E, rows,
  * G, 16]) + "_scales" (U8 [E, rows, G]) bound as one MXFP4 matrix per expert. A Qwen3-MoE-shaped
  * model is written twice, its experts once as f32 tensors of the exact MXFP4 values and once as
- * pairs (with and without the "model." prefix); both trace alike and as the reference forward.
+ * pairs (with and without the "model." prefix); both trace alike and as the reference forward,
+ * and decoding through the KV cache equals the prefill.
  * Broken pairs (half missing, a wrong shape or dtype) are refused naming the tensor. */
 #define _POSIX_C_SOURCE 200809L
 #include "test_util.h"
@@ -14,6 +15,7 @@
 #include "inspect/formats/safetensors_write.h"
 #include "inspect/inspect.h"
 #include "ref_forward.h"
+#include "trace/leak/leak.h"
 #include "trace/trace.h"
 
 /* hidden and expert width multiples of 32 (whole MXFP4 blocks); head_dim 12, vocab 45 odd */
@@ -194,6 +196,13 @@ static void test_pairs_trace_as_dequantized(void **state)
         assert_true(d <= 1e-5);
         compare_with_ref(keep_prefix ? "pairs model." : "pairs bare", model, ids, T, &moe_cfg, &ref,
                          1e-4);
+        /* decode reads the repacked blocks in place (lp_matvec's MXFP4 rows) and equals prefill */
+        lp_leak_decode_opts dopts = {LP_KV_FAULT_NONE, 0, NULL};
+        lp_leak_decode_report rep;
+        if (lp_leak_check_decode(model, ids, T, &dopts, &rep, &err) != LP_OK)
+            fail_msg("decode: %s", err.msg);
+        printf("  mxfp4 pairs decode vs prefill: f32 %.1e -> %s\n", rep.logit_diff, rep.diagnosis);
+        assert_true(rep.passed);
         capture_free(&got);
         lp_model_close(model);
         remove_dir(paired);
