@@ -319,7 +319,7 @@ static const char *find_indexed(const char *base, const char *const *markers, in
     return NULL;
 }
 
-static void assign_gguf(lp_tensor *t, const char *base)
+static void assign_gguf(lp_tensor *t, const char *base, const char *family)
 {
     static const char *const blk[] = {"blk", NULL};
     int layer;
@@ -330,6 +330,11 @@ static void assign_gguf(lp_tensor *t, const char *base)
     }
     t->layer = layer;
     t->role = lookup(gguf_layer, rest);
+    /* llama.cpp's gpt-oss keeps Hugging Face's post_attention_layernorm, the FFN's input norm
+     * there, under Gemma 2's name for a true post norm (its graph feeds it to the MoE) */
+    if (t->role == LP_ROLE_ATTN_POST_NORM && strcmp(family, "gpt_oss") == 0 &&
+        strcmp(rest, "post_attention_norm") == 0)
+        t->role = LP_ROLE_FFN_NORM;
     if (t->role != LP_ROLE_UNKNOWN)
         return;
     /* blk.N.ffn_gate.E: one expert per tensor (early Mixtral GGUFs) */
@@ -426,7 +431,7 @@ void lp_role_assign(lp_tensor *tensor, const char *family, lp_weights_format for
     if (!family)
         family = "";
     switch (format) {
-    case LP_FORMAT_GGUF: assign_gguf(tensor, base); break;
+    case LP_FORMAT_GGUF: assign_gguf(tensor, base, family); break;
     case LP_FORMAT_LLAMA2C: assign_llama2c(tensor, base); break;
     default: assign_hf(tensor, base, family, is_bias); break;
     }
