@@ -514,3 +514,14 @@ lp_status lp_dequantize_mxfp4(const uint8_t *blocks, const uint8_t *scales, int6
     }
     return LP_OK;
 }
+
+void lp_mxfp4_block_from_split(const uint8_t values[16], uint8_t scale, uint8_t block[17])
+{
+    block[0] = scale;
+    /* value j sits in byte j / 2 of the split form, the low nibble for even j */
+    for (int j = 0; j < 16; j++) {
+        uint8_t lo = (uint8_t)((values[j / 2] >> (4 * (j % 2))) & 0x0f);
+        uint8_t hi = (uint8_t)((values[(j + 16) / 2] >> (4 * (j % 2))) & 0x0f);
+        block[1 + j] = (uint8_t)(lo | (hi << 4));
+    }
+}

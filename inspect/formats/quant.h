@@ -59,4 +59,9 @@ extern const int8_t lp_mxfp4_levels_x2[16];
 lp_status lp_dequantize_mxfp4(const uint8_t *blocks, const uint8_t *scales, int64_t n_blocks,
                               float *dst, lp_error *err);
 
+/* One block of the split form (16 bytes of values, its scale byte) as GGUF's MXFP4 block of 17
+ * bytes: the scale, then value j in the low nibble and j + 16 in the high one of byte 1 + j.
+ * The same numbers exactly (how trace binds gpt-oss's safetensors pairs). */
+void lp_mxfp4_block_from_split(const uint8_t values[16], uint8_t scale, uint8_t block[17]);
+
 #endif

@@ -22,12 +22,13 @@
  *     Without blocks the experts are written F32 from the [E, rows, cols] arrays.
  *
  * Every matrix here is [out, in] row-major (a GGUF ne of {in, out}); gate_up arrays have 2 x
- * expert_ffn rows, interleaved as transformers keeps them. Static inline; include after
- * gguf_writer.h's dependencies. */
+ * expert_ffn rows, interleaved as transformers keeps them. Static inline (links lp_inspect for
+ * the MXFP4 repacking). */
 #ifndef LP_TESTS_GGUF_GPT_OSS_H
 #define LP_TESTS_GGUF_GPT_OSS_H
 
 #include "gguf_writer.h"
+#include "inspect/formats/quant.h"
 
 #define GW_GPT_OSS_MAX_LAYERS 8
 
@@ -101,14 +102,8 @@ static inline uint8_t *gw_gpt_oss_mxfp4(gw_gpt_oss_scratch *s, const uint8_t *bl
         for (int64_t r = 0; r < rows; r++)
             for (int64_t g = 0; g < G; g++) {
                 int64_t src = (e * src_rows + first + step * r) * G + g;
-                const uint8_t *q = blocks + 16 * src;
-                uint8_t *b = dst + 17 * ((e * rows + r) * G + g);
-                b[0] = scales[src];
-                for (int j = 0; j < 16; j++) {
-                    uint8_t lo = (uint8_t)((q[j / 2] >> (4 * (j % 2))) & 0x0f);
-                    uint8_t hi = (uint8_t)((q[(j + 16) / 2] >> (4 * (j % 2))) & 0x0f);
-                    b[1 + j] = (uint8_t)(lo | (hi << 4));
-                }
+                lp_mxfp4_block_from_split(blocks + 16 * src, scales[src],
+                                          dst + 17 * ((e * rows + r) * G + g));
             }
     return dst;
 }

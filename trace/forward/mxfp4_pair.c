@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "inspect/formats/quant.h"
 #include "trace/forward/model_internal.h"
 
 /* The stem of the pair that holds this role's matrices, as gpt-oss names its experts. */
@@ -138,17 +139,8 @@ lp_status lp_mxfp4_pair_bind(lp_model *m, lp_role role, int layer, int expert, i
     if (!packed)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory repacking '%s' expert %d (%llu bytes)",
                             blocks->name, expert, (unsigned long long)bytes);
-    for (uint64_t b = 0; b < n_blocks; b++) {
-        const uint8_t *src = q + 16 * b;
-        uint8_t *dst = packed + 17 * b;
-        dst[0] = e[b];
-        /* value j sits in byte j / 2 of the split form (low nibble for even j) */
-        for (int j = 0; j < 16; j++) {
-            uint8_t lo = (uint8_t)((src[j / 2] >> (4 * (j % 2))) & 0x0f);
-            uint8_t hi = (uint8_t)((src[(j + 16) / 2] >> (4 * (j % 2))) & 0x0f);
-            dst[1 + j] = (uint8_t)(lo | (hi << 4));
-        }
-    }
+    for (uint64_t b = 0; b < n_blocks; b++)
+        lp_mxfp4_block_from_split(q + 16 * b, e[b], packed + 17 * b);
     *out = (lp_matrix){LP_DTYPE_MXFP4, packed, rows, cols, (uint64_t)G * 17, false};
     return LP_OK;
 }
