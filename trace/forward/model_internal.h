@@ -172,12 +172,10 @@ struct lp_model {
     size_t n_owned, cap_owned;
 };
 
-/* A buffer the model owns (freed by lp_model_close); NULL when out of memory. */
-void *lp_model_alloc(lp_model *m, size_t bytes);
-
 /* mxfp4_pair.c: expert `expert`'s [rows, cols] matrix of role (EXPERT_GATE_UP, _GATE, _UP,
  * _DOWN) at a layer from gpt-oss's safetensors pair "<P>experts.<stem>_blocks" + "_scales" (P
- * the router's stem), repacked into an owned MXFP4 matrix. *found = false (and LP_OK) when the
+ * the router's stem), repacked into an MXFP4 matrix whose data the caller frees (malloc'd;
+ * model_load.c hands it to the model). *found = false (and LP_OK) when the
  * file has no such pair; a pair of the wrong dtype or shape, or half of one, is LP_ERR_FORMAT
  * naming the tensor. */
 lp_status lp_mxfp4_pair_bind(lp_model *m, lp_role role, int layer, int expert, int64_t rows,

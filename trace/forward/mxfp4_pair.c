@@ -11,13 +11,15 @@
  * class prefix, or none, is found as the checkpoint spells it.
  *
  * The kernels read GGUF's MXFP4 (ggml's block {u8 e; u8 qs[16]}, values 0..15 in the low nibbles
- * and 16..31 in the high ones), so each expert's matrix is repacked once at load into an owned
- * buffer of that layout: the same 4.25 bits a value, every value and scale kept exactly. The cost
- * owned up to: the experts then live in memory rather than in the mmap (gpt-oss-20b: about
- * 11 GiB), where a kernel reading the split form in place would borrow them. */
+ * and 16..31 in the high ones), so each expert's matrix is repacked once at load into a buffer
+ * of that layout, which the model owns: the same 4.25 bits a value, every value and scale kept
+ * exactly. The cost owned up to: the experts then live in memory rather than in the mmap
+ * (gpt-oss-20b: 24 layers x 32 experts x (5760 + 2880) x 2880 values x 17/32 bytes = 9.5 GiB),
+ * where a kernel reading the split form in place would borrow them. */
 #include "trace/trace.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/checked.h"
@@ -135,7 +137,7 @@ lp_status lp_mxfp4_pair_bind(lp_model *m, lp_role role, int layer, int expert, i
                             lp_weights_path(m->weights), blocks->name, expert);
     const uint8_t *q = (const uint8_t *)blocks->data + (uint64_t)expert * n_blocks * 16;
     const uint8_t *e = (const uint8_t *)scales->data + (uint64_t)expert * n_blocks;
-    uint8_t *packed = lp_model_alloc(m, (size_t)bytes);
+    uint8_t *packed = malloc((size_t)bytes);
     if (!packed)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory repacking '%s' expert %d (%llu bytes)",
                             blocks->name, expert, (unsigned long long)bytes);
