@@ -244,7 +244,7 @@ static void test_f4_e8m0_and_split_mxfp4(void **state)
     for (int b = 0; b < 3; b++) {
         int q[32];
         for (int i = 0; i < 32; i++)
-            q[i] = (i * 5 + 3 * b) % 16;
+            q[i] = (i * 5 + (i >> 4) + 3 * b) % 16; /* values j and j + 16 differ */
         for (int j = 0; j < 16; j++) {
             blocks[16 * b + j] = (uint8_t)(q[2 * j] | q[2 * j + 1] << 4);
             gguf[17 * b + 1 + j] = (uint8_t)(q[j] | q[j + 16] << 4);

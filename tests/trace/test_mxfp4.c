@@ -102,15 +102,19 @@ typedef enum pair_fault {
     FAULT_SCALES_DTYPE,  /* layer 0's up_proj_scales as F32 */
 } pair_fault;
 
+/* U8 blocks [E, rows, G, 16] + U8 scales as gpt-oss ships them, or (f4) the same bytes typed
+ * F4 [E, rows, G, 32] + F8_E8M0, as a checkpoint re-saved with those dtypes holds them. */
 static void add_pair(lp_st_writer *w, const char *prefix, int64_t l, const char *stem,
-                     const mx_pair *p, pair_fault fault)
+                     const mx_pair *p, pair_fault fault, bool f4)
 {
     char name[256];
     lp_error err = {0};
     int64_t rows = p->rows - (fault == FAULT_SHORT_ROWS && l == 0 && strcmp(stem, "gate_proj") == 0);
-    int64_t bshape[4] = {p->E, rows, p->G, 16}, sshape[3] = {p->E, rows, p->G};
+    int64_t bshape[4] = {p->E, rows, p->G, f4 ? 32 : 16}, sshape[3] = {p->E, rows, p->G};
     snprintf(name, sizeof name, "%slayers.%lld.mlp.experts.%s_blocks", prefix, (long long)l, stem);
-    assert_int_equal(lp_st_writer_add(w, name, LP_DTYPE_U8, 4, bshape, p->blocks, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(w, name, f4 ? LP_DTYPE_F4_E2M1 : LP_DTYPE_U8, 4, bshape,
+                                      p->blocks, &err),
+                     LP_OK);
     if (fault == FAULT_NO_SCALES && l == 1 && strcmp(stem, "down_proj") == 0)
         return;
     snprintf(name, sizeof name, "%slayers.%lld.mlp.experts.%s_scales", prefix, (long long)l, stem);
@@ -121,13 +125,15 @@ static void add_pair(lp_st_writer *w, const char *prefix, int64_t l, const char 
         free(f);
         return;
     }
-    assert_int_equal(lp_st_writer_add(w, name, LP_DTYPE_U8, 3, sshape, p->scales, &err), LP_OK);
+    assert_int_equal(lp_st_writer_add(w, name, f4 ? LP_DTYPE_F8_E8M0 : LP_DTYPE_U8, 3, sshape,
+                                      p->scales, &err),
+                     LP_OK);
 }
 
 /* dst: a copy of the f32 folder src whose per-expert tensors are replaced by the pairs; every
  * name loses its "model." prefix unless keep_prefix. */
 static void write_paired(const mx_model *mm, const char *src, const char *dst, bool keep_prefix,
-                         pair_fault fault)
+                         pair_fault fault, bool f4)
 {
     char cmd[1200], path[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dst, src, dst);
@@ -151,9 +157,9 @@ static void write_paired(const mx_model *mm, const char *src, const char *dst, b
     }
     const char *prefix = keep_prefix ? "model." : "";
     for (int64_t l = 0; l < moe_cfg.n_layers; l++) {
-        add_pair(w, prefix, l, "gate_proj", &mm->gate[l], fault);
-        add_pair(w, prefix, l, "up_proj", &mm->up[l], fault);
-        add_pair(w, prefix, l, "down_proj", &mm->down[l], fault);
+        add_pair(w, prefix, l, "gate_proj", &mm->gate[l], fault, f4);
+        add_pair(w, prefix, l, "up_proj", &mm->up[l], fault, f4);
+        add_pair(w, prefix, l, "down_proj", &mm->down[l], fault, f4);
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dst);
     if (lp_st_writer_write(w, path, &err) != LP_OK)
@@ -181,20 +187,22 @@ static void test_pairs_trace_as_dequantized(void **state)
         fail_msg("%s: %s", f32_dir, err.msg);
     capture want;
     run_capture(dense, ids, T, NULL, &want);
-    for (int keep_prefix = 0; keep_prefix < 2; keep_prefix++) {
-        snprintf(paired, sizeof paired, "%s/mxfp4_pairs%d_%ld", lp_test_tmp_dir(), keep_prefix,
+    /* no prefix, "model.", and "model." with F4 / F8_E8M0 dtypes */
+    for (int variant = 0; variant < 3; variant++) {
+        bool keep_prefix = variant > 0, f4 = variant == 2;
+        snprintf(paired, sizeof paired, "%s/mxfp4_pairs%d_%ld", lp_test_tmp_dir(), variant,
                  (long)getpid());
-        write_paired(&mm, f32_dir, paired, keep_prefix, FAULT_NONE);
+        write_paired(&mm, f32_dir, paired, keep_prefix, FAULT_NONE, f4);
         lp_model *model;
         if (lp_model_open(paired, &model, &err) != LP_OK)
             fail_msg("%s: %s", paired, err.msg);
         capture got;
         run_capture(model, ids, T, NULL, &got);
         double d = max_abs_diff(got.logits, want.logits, T * moe_cfg.vocab);
-        printf("  mxfp4 pairs (%s prefix) vs f32 experts: logits %.2e (budget 1e-5)\n",
-               keep_prefix ? "model." : "no", d);
+        printf("  mxfp4 pairs (%s prefix, %s) vs f32 experts: logits %.2e (budget 1e-5)\n",
+               keep_prefix ? "model." : "no", f4 ? "F4 + F8_E8M0" : "U8 + U8", d);
         assert_true(d <= 1e-5);
-        compare_with_ref(keep_prefix ? "pairs model." : "pairs bare", model, ids, T, &moe_cfg, &ref,
+        compare_with_ref(f4 ? "pairs f4" : keep_prefix ? "pairs model." : "pairs bare", model, ids, T, &moe_cfg, &ref,
                          1e-4);
         /* decode reads the repacked blocks in place (lp_matvec's MXFP4 rows) and equals prefill */
         lp_leak_decode_opts dopts = {LP_KV_FAULT_NONE, 0, NULL};
@@ -233,7 +241,7 @@ static void test_broken_pairs(void **state)
     snprintf(paired, sizeof paired, "%s/mxfp4_bad_%ld", lp_test_tmp_dir(), (long)getpid());
     assert_true(ref_model_write_hf_as(&mm.m, f32_dir, LP_DTYPE_F32));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        write_paired(&mm, f32_dir, paired, true, cases[i].fault);
+        write_paired(&mm, f32_dir, paired, true, cases[i].fault, false);
         lp_model *model = NULL;
         lp_error err = {0};
         assert_int_equal(lp_model_open(paired, &model, &err), LP_ERR_FORMAT);
