@@ -319,6 +319,7 @@ static const char *find_indexed(const char *base, const char *const *markers, in
     return NULL;
 }
 
+<<<<<<< HEAD
 static void assign_gguf(lp_tensor *t, const char *base, const char *family)
 {
     static const char *const blk[] = {"blk", NULL};
@@ -336,6 +337,23 @@ static void assign_gguf(lp_tensor *t, const char *base, const char *family)
         strcmp(rest, "post_attention_norm") == 0)
         t->role = LP_ROLE_FFN_NORM;
     if (t->role != LP_ROLE_UNKNOWN)
+=======
+/* Names of the form "<marker>.N.rest" (a layer's tensor, rest looked up in `layer`) or anything
+ * else (looked up whole in `global`); returns rest, or NULL for a global tensor. */
+static const char *assign_indexed(lp_tensor *t, const char *base, const char *marker,
+                                  const name_role *global, const name_role *layer)
+{
+    const char *const markers[] = {marker, NULL};
+    const char *rest = find_indexed(base, markers, &t->layer);
+    t->role = lookup(rest ? layer : global, rest ? rest : base);
+    return rest;
+}
+
+static void assign_gguf(lp_tensor *t, const char *base)
+{
+    const char *rest = assign_indexed(t, base, "blk", gguf_global, gguf_layer);
+    if (!rest || t->role != LP_ROLE_UNKNOWN)
+>>>>>>> main
         return;
     /* blk.N.ffn_gate.E: one expert per tensor (early Mixtral GGUFs) */
     const char *dot = strrchr(rest, '.');
@@ -351,19 +369,6 @@ static void assign_gguf(lp_tensor *t, const char *base, const char *family)
                 t->expert = e;
         }
     }
-}
-
-static void assign_llama2c(lp_tensor *t, const char *base)
-{
-    static const char *const layers[] = {"layers", NULL};
-    int layer;
-    const char *rest = find_indexed(base, layers, &layer);
-    if (!rest) {
-        t->role = lookup(llama2c_global, base);
-        return;
-    }
-    t->layer = layer;
-    t->role = lookup(llama2c_layer, rest);
 }
 
 static void assign_hf(lp_tensor *t, const char *base, const char *family, bool is_bias)
@@ -431,8 +436,15 @@ void lp_role_assign(lp_tensor *tensor, const char *family, lp_weights_format for
     if (!family)
         family = "";
     switch (format) {
+<<<<<<< HEAD
     case LP_FORMAT_GGUF: assign_gguf(tensor, base, family); break;
     case LP_FORMAT_LLAMA2C: assign_llama2c(tensor, base); break;
+=======
+    case LP_FORMAT_GGUF: assign_gguf(tensor, base); break;
+    case LP_FORMAT_LLAMA2C:
+        assign_indexed(tensor, base, "layers", llama2c_global, llama2c_layer);
+        break;
+>>>>>>> main
     default: assign_hf(tensor, base, family, is_bias); break;
     }
     if (tensor->role == LP_ROLE_UNKNOWN) {
