@@ -319,25 +319,6 @@ static const char *find_indexed(const char *base, const char *const *markers, in
     return NULL;
 }
 
-<<<<<<< HEAD
-static void assign_gguf(lp_tensor *t, const char *base, const char *family)
-{
-    static const char *const blk[] = {"blk", NULL};
-    int layer;
-    const char *rest = find_indexed(base, blk, &layer);
-    if (!rest) {
-        t->role = lookup(gguf_global, base);
-        return;
-    }
-    t->layer = layer;
-    t->role = lookup(gguf_layer, rest);
-    /* llama.cpp's gpt-oss keeps Hugging Face's post_attention_layernorm, the FFN's input norm
-     * there, under Gemma 2's name for a true post norm (its graph feeds it to the MoE) */
-    if (t->role == LP_ROLE_ATTN_POST_NORM && strcmp(family, "gpt_oss") == 0 &&
-        strcmp(rest, "post_attention_norm") == 0)
-        t->role = LP_ROLE_FFN_NORM;
-    if (t->role != LP_ROLE_UNKNOWN)
-=======
 /* Names of the form "<marker>.N.rest" (a layer's tensor, rest looked up in `layer`) or anything
  * else (looked up whole in `global`); returns rest, or NULL for a global tensor. */
 static const char *assign_indexed(lp_tensor *t, const char *base, const char *marker,
@@ -349,11 +330,15 @@ static const char *assign_indexed(lp_tensor *t, const char *base, const char *ma
     return rest;
 }
 
-static void assign_gguf(lp_tensor *t, const char *base)
+static void assign_gguf(lp_tensor *t, const char *base, const char *family)
 {
     const char *rest = assign_indexed(t, base, "blk", gguf_global, gguf_layer);
+    /* llama.cpp's gpt-oss keeps Hugging Face's post_attention_layernorm, the FFN's input norm
+     * there, under Gemma 2's name for a true post norm (its graph feeds it to the MoE) */
+    if (rest && t->role == LP_ROLE_ATTN_POST_NORM && strcmp(family, "gpt_oss") == 0 &&
+        strcmp(rest, "post_attention_norm") == 0)
+        t->role = LP_ROLE_FFN_NORM;
     if (!rest || t->role != LP_ROLE_UNKNOWN)
->>>>>>> main
         return;
     /* blk.N.ffn_gate.E: one expert per tensor (early Mixtral GGUFs) */
     const char *dot = strrchr(rest, '.');
@@ -436,15 +421,10 @@ void lp_role_assign(lp_tensor *tensor, const char *family, lp_weights_format for
     if (!family)
         family = "";
     switch (format) {
-<<<<<<< HEAD
     case LP_FORMAT_GGUF: assign_gguf(tensor, base, family); break;
-    case LP_FORMAT_LLAMA2C: assign_llama2c(tensor, base); break;
-=======
-    case LP_FORMAT_GGUF: assign_gguf(tensor, base); break;
     case LP_FORMAT_LLAMA2C:
         assign_indexed(tensor, base, "layers", llama2c_global, llama2c_layer);
         break;
->>>>>>> main
     default: assign_hf(tensor, base, family, is_bias); break;
     }
     if (tensor->role == LP_ROLE_UNKNOWN) {
