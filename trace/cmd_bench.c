@@ -1178,7 +1178,7 @@ static const lp_option bench_options[] = {
     LP_OPT_FLAG_OF(bench_opts, decode, "decode",
                    "only the decode part: tokens/s of one step beside the memory bandwidth"),
     LP_OPT_STRING_OF(bench_opts, dtype, "dtype", "TYPE",
-                     "prefill part: also time weights stored in f16, bf16, q8_0 or q4_k beside "
+                     "prefill part: also time weights stored in f16, bf16, q8_0, q4_k or mxfp4 beside "
                      "f32 in the same run"),
     LP_OPT_STRING_OF(bench_opts, dir, "dir", "DIR",
                      "where the temporary model goes (default $TMPDIR or /tmp)"),
@@ -1199,7 +1199,7 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "temporary folder, runs a T-token prefill (default 512) without and with every probe, and\n"
         "reports tokens/s for the full 22-layer model: the embedding/classifier time plus 22 times\n"
         "the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.\n"
-        "--dtype f16|bf16|q8_0|q4_k adds the linear layers with weights in that dtype beside\n"
+        "--dtype f16|bf16|q8_0|q4_k|mxfp4 adds the linear layers with weights in that dtype beside\n"
         "f32 (in turn, same reps) and, for f16/bf16, the bare prefill of the model in that dtype.\n"
         "\n"
         "Attention (--attention, alone): the FMA peak of the threads (register-only loop) and\n"
@@ -1285,9 +1285,9 @@ static int run_bench(int argc, char **argv)
         o.weight_dtype = lp_dtype_from_name(o.dtype);
         lp_dtype d = o.weight_dtype;
         if (d != LP_DTYPE_F32 && d != LP_DTYPE_F16 && d != LP_DTYPE_BF16 && d != LP_DTYPE_Q8_0 &&
-            d != LP_DTYPE_Q4_K)
-            return lp_cli_usage_error("bench", "--dtype '%s': expected f32, f16, bf16, q8_0 or "
-                                      "q4_k", o.dtype);
+            d != LP_DTYPE_Q4_K && d != LP_DTYPE_MXFP4)
+            return lp_cli_usage_error("bench", "--dtype '%s': expected f32, f16, bf16, q8_0, q4_k "
+                                      "or mxfp4", o.dtype);
         if (o.attention || o.decode || o.gemm_only)
             return lp_cli_usage_error("bench", "--dtype is for the prefill part (not with "
                                       "--attention, --decode or --gemm-only)");
