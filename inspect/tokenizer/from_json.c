@@ -180,6 +180,55 @@ static lp_status bert_normalizer(jctx *c, const json_t *n, const char *where)
     return LP_OK;
 }
 
+/* Standard base64 (padding optional) into out, which holds len * 3 / 4 + 3 bytes; false at a
+ * byte outside the alphabet. */
+static bool base64_decode(const char *s, size_t len, unsigned char *out, size_t *out_len)
+{
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < len && s[i] != '='; i++) {
+        const char *alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        const char *at = s[i] ? strchr(alphabet, s[i]) : NULL;
+        if (!at)
+            return false;
+        acc = (acc << 6) | (uint32_t)(at - alphabet);
+        if ((bits += 6) >= 8) {
+            bits -= 8;
+            out[n++] = (unsigned char)(acc >> bits);
+        }
+    }
+    *out_len = n;
+    return true;
+}
+
+/* SentencePiece's compiled normalization rules, base64 in precompiled_charsmap: an empty map
+ * changes nothing; any other is walked by grapheme cluster as Hugging Face does. */
+static lp_status precompiled_normalizer(jctx *c, const json_t *n, const char *where)
+{
+    const json_t *map = json_object_get(n, "precompiled_charsmap");
+    if (json_is_null(map) || !map || (json_is_string(map) && json_string_length(map) == 0))
+        return LP_OK;
+    if (!json_is_string(map))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.precompiled_charsmap: a base64 "
+                            "string expected", c->name, where);
+    size_t len = json_string_length(map), blob_len;
+    lp_tok_norm *norm = add_norm(c, LP_TOK_NORM_PRECOMPILED);
+    if (!norm || !(norm->pattern = malloc(len / 4 * 3 + 3)))
+        return nomem(c);
+    if (!base64_decode(json_string_value(map), len, (unsigned char *)norm->pattern, &blob_len))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.precompiled_charsmap: not base64",
+                            c->name, where);
+    norm->pattern_len = blob_len;
+    if (!lp_tok_charsmap_fits(norm->pattern, blob_len))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.precompiled_charsmap: %zu bytes "
+                            "cannot hold the trie their first 4 bytes announce and the strings "
+                            "after it", c->name, where, blob_len);
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s: %s", c->name, where);
+    return lp_tok_compile_regex("\\X", 2, &norm->re, buf, c->err);
+}
+
 static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
 {
     const char *type;
@@ -189,14 +238,8 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
     lp_tokenizer *tok = c->tok;
     if (strcmp(type, "BertNormalizer") == 0)
         return bert_normalizer(c, n, where);
-    if (strcmp(type, "Precompiled") == 0) {
-        /* SentencePiece's compiled normalization rules: an empty map changes nothing */
-        const json_t *map = json_object_get(n, "precompiled_charsmap");
-        if (json_is_null(map) || !map || (json_is_string(map) && json_string_length(map) == 0))
-            return LP_OK;
-        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: a Precompiled normalizer with "
-                            "a non-empty precompiled_charsmap is not supported", c->name, where);
-    }
+    if (strcmp(type, "Precompiled") == 0)
+        return precompiled_normalizer(c, n, where);
     static const kind_name simple[] = {
         {"NFC", LP_TOK_NORM_NFC},           {"NFD", LP_TOK_NORM_NFD},
         {"NFKC", LP_TOK_NORM_NFKC},         {"NFKD", LP_TOK_NORM_NFKD},
@@ -207,7 +250,7 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
     if (kind < 0)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: normalizer type '%s' is not "
                             "supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, "
-                            "ByteLevel, BertNormalizer, Sequence, empty Precompiled are)", c->name, where, type);
+                            "ByteLevel, BertNormalizer, Precompiled, Sequence are)", c->name, where, type);
     lp_tok_norm *norm = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *norm);
     if (!norm)
         return nomem(c);
