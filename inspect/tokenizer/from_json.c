@@ -100,6 +100,18 @@ static int kind_of(const char *type, const kind_name *names, size_t n)
     return -1;
 }
 
+/* The refusal of a step type that is none of names (nor of also: the types the caller reads
+ * before it looks in names), listing what is read from the table itself. */
+static lp_status unsupported_kind(jctx *c, const char *step, const char *where, const char *type,
+                                  const kind_name *names, size_t n, const char *also)
+{
+    char list[256] = "";
+    for (size_t k = 0; k < n; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", names[k].name);
+    return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: %s type '%s' is not supported "
+                        "(%s%s are)", c->name, where, step, type, list, also);
+}
+
 /* ---- normalizers ---- */
 
 /* The options of Prepend (the prefix), Replace (content and pattern) and Strip. */
@@ -248,9 +260,9 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
         {"ByteLevel", LP_TOK_NORM_BYTELEVEL}};
     int kind = kind_of(type, simple, sizeof simple / sizeof simple[0]);
     if (kind < 0)
-        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: normalizer type '%s' is not "
-                            "supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, "
-                            "ByteLevel, BertNormalizer, Precompiled, Sequence are)", c->name, where, type);
+        return unsupported_kind(c, "normalizer", where, type, simple,
+                                sizeof simple / sizeof simple[0],
+                                "BertNormalizer, Precompiled, Sequence");
     lp_tok_norm *norm = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *norm);
     if (!norm)
         return nomem(c);
@@ -591,9 +603,8 @@ static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
         {"BPEDecoder", LP_TOK_DEC_BPE_SUFFIX}, {"WordPiece", LP_TOK_DEC_WORDPIECE}};
     int kind = kind_of(type, kinds, sizeof kinds / sizeof kinds[0]);
     if (kind < 0)
-        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: decoder type '%s' is not "
-                            "supported (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, "
-                            "BPEDecoder, WordPiece, Sequence are)", c->name, where, type);
+        return unsupported_kind(c, "decoder", where, type, kinds, sizeof kinds / sizeof kinds[0],
+                                "Sequence");
     lp_tok_dec *d = lp_tok_append((void **)&tok->decs, &tok->n_decs, sizeof *d);
     if (!d)
         return nomem(c);

@@ -514,14 +514,20 @@ static int run_vocab_suite(const char *name, const char *folder, const char *mod
         build_bert_gguf(path, false, &bert);
         buf.d = bert.buf;
         buf.n = bert.size;
-    } else {
+    } else if (strcmp(model, "json") != 0) {
         build_gguf_from_json(folder, model, pre, false, &buf);
     }
     lp_gguf *g = NULL;
     lp_tokenizer *tok = NULL;
     lp_error err = {0};
-    if (lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err) != LP_OK ||
-        lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+    char json_path[1024];
+    snprintf(json_path, sizeof json_path, "%s/%s/tokenizer.json",
+             getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
+    /* "json": the tokenizer.json itself, no GGUF between */
+    if (strcmp(model, "json") == 0 ? lp_tokenizer_open(json_path, &tok, &err) != LP_OK
+                                   : lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err) !=
+                                             LP_OK ||
+                                         lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
         fail_msg("%s: %s", name, err.msg);
     char rel[256];
     size_t inp_len, out_len;
@@ -594,6 +600,8 @@ static void test_llama_vocab_suites(void **state)
          * re-serialized without indentation); the 46 cases of bert-bge, with llama.cpp's newer
          * "Äpfel" in place of "Führer" */
         {"mpt", "tests/inspect/vocab/mpt", "gpt2", "mpt", 46},
+        /* and the same file read as tokenizer.json (its NFC normalizer and ByteLevel split) */
+        {"mpt", "tests/inspect/vocab/mpt", "json", "", 46},
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
@@ -604,6 +612,21 @@ static void test_llama_vocab_suites(void **state)
         failed += total - exact;
     }
     assert_int_equal(failed, 0);
+    /* beyond the suite: NeoX's tokenizer.json composes first (NFC), so a decomposed "Äpfel"
+     * (A + U+0308) is the suite's precomposed one, 37515 18569 293 */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/inspect/vocab/mpt/tokenizer.json",
+             getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".");
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_open(path, &tok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    size_t n;
+    int32_t *ids = encode(tok, "A\xCC\x88pfel", 7, false, &n);
+    assert_int_equal(n, 3);
+    assert_true(ids[0] == 37515 && ids[1] == 18569 && ids[2] == 293);
+    free(ids);
+    lp_tokenizer_close(tok);
 }
 
 /* A tokenizer.ggml.pre name over GPT-2's vocabulary; NULL with *st when refused. */
