@@ -122,6 +122,7 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
         /* the card's clamp; its window (16 of 256 positions) on the even layers; YaRN at a
          * factor of 4 over an original context of 64, so that factor = n_ctx / original */
         spec->swiglu_limit = a->swiglu_limit > 0 ? a->swiglu_limit : spec->swiglu_limit;
+        spec->dtype = LP_DTYPE_BF16; /* the unquantized release is bf16 */
         spec->window = a->sliding_window > 0 ? spec->window : 0;
         if (a->rope_scaling.kind == LP_ROPE_SCALING_YARN) {
             spec->yarn_factor = 4;
