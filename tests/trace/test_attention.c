@@ -348,15 +348,20 @@ static void test_attention_tiles(void **state)
                     for (int64_t i = rows * os; i < LP_ATTN_MR * os; i++)
                         o[i] = NAN;
                     memcpy(o_ref, o, sizeof(float) * (size_t)(LP_ATTN_MR * os));
-                    kt->attn_pv(p, 64, rows, nk, v, vs, o, os, vd);
-                    ref->attn_pv(p, 64, rows, nk, v, vs, o_ref, os, vd);
+                    /* the online softmax's rescale: 0 (first block), 1 (max kept), between */
+                    float alpha[LP_ATTN_MR] = {0.0f, 1.0f, 0.25f, 0.5f, 0.9f, 1.0f};
+                    float *o_in = malloc(sizeof(float) * (size_t)(LP_ATTN_MR * os));
+                    assert_non_null(o_in);
+                    memcpy(o_in, o, sizeof(float) * (size_t)(LP_ATTN_MR * os));
+                    kt->attn_pv(p, 64, rows, nk, v, vs, alpha, o, os, vd);
+                    ref->attn_pv(p, 64, rows, nk, v, vs, alpha, o_ref, os, vd);
                     for (int r = 0; r < LP_ATTN_MR; r++)
                         for (int64_t d = 0; d < vd; d++) {
                             if (r >= rows) {
                                 assert_true(isnan(o[r * os + d]));
                                 continue;
                             }
-                            double mag = 1.0;
+                            double mag = 1.0 + fabs((double)alpha[r] * (double)o_in[r * os + d]);
                             for (int64_t j = 0; j < nk; j++)
                                 mag += fabs((double)p[r * 64 + j] * (double)v[j * vs + d]);
                             double e = fabs((double)o[r * os + d] - (double)o_ref[r * os + d]) / mag;
@@ -366,6 +371,7 @@ static void test_attention_tiles(void **state)
                     free(p);
                     free(v);
                     free(o);
+                    free(o_in);
                     free(o_ref);
                 }
         for (int64_t n = 0; n <= 19; n++) {

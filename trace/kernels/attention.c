@@ -202,16 +202,18 @@ static void keep_marked_scores(row_state *rs, int64_t j0, int64_t j1, const floa
         rs->s_self = s[rs->pos - j0];
 }
 
-/* Pass 1 for query row i and the block of keys [kb, kb + kn): fold the row's visible keys of
- * the block into its running max, sum and statistics, rescale its output row when the max
- * rises, and turn the row's scores s[0 .. kn) in place into the weights exp(s - m) for the
- * tile's P x V (0 for keys the row does not see). raw: [ATT_BK] scratch for the statistics. */
+/* Pass 1 for a query row and the block of keys [kb, kb + kn): fold the row's visible keys of
+ * the block into its running max, sum and statistics, set *alpha to the factor its output row
+ * takes before the block's P x V (exp(m_old - m_new) when the max rises, else 1), and turn the
+ * row's scores s[0 .. kn) in place into the weights exp(s - m) (0 for keys the row does not
+ * see). raw: [ATT_BK] scratch for the statistics. */
 static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row_state *rs,
-                           int64_t i, int64_t kb, int64_t kn, float *s, float *raw)
+                           int64_t kb, int64_t kn, float *s, float *raw, float *alpha)
 {
     const bool want_stats = a->row_stats != NULL;
     int64_t j0 = rs->lo > kb ? rs->lo : kb;
     int64_t j1 = rs->hi < kb + kn ? rs->hi : kb + kn;
+    *alpha = 1.0f;
     if (j0 >= j1 || rs->poisoned) {
         memset(s, 0, (size_t)kn * sizeof *s);
         return;
@@ -236,11 +238,11 @@ static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row
         rs->kmax = block_max;
     if (block_max > rs->m) {
         if (rs->m != -INFINITY)
-            kt->scale(a->out + i * a->out_stride, expf(rs->m - block_max), a->v_dim);
+            *alpha = expf(rs->m - block_max);
         if (want_stats)
             rescale_stats(rs, block_max);
-        else if (rs->m != -INFINITY)
-            rs->l *= expf(rs->m - block_max);
+        else
+            rs->l *= *alpha;
         rs->m = block_max;
     }
     float m = rs->m;
@@ -253,6 +255,39 @@ static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row
             if (dist < a->local_window)
                 rs->w_sum += sv[j];
         }
+}
+
+/* Scores that are q.k times the scale and nothing else, with no statistics to keep: the tiles
+ * whose rows all see a whole key block take the fused softmax step. */
+static bool plain_scores(const lp_attn_args *a)
+{
+    return a->softcap <= 0.0f && a->alibi_slope == 0.0f && !a->alibi_slopes && !a->row_stats;
+}
+
+/* Pass 1 of a block every row of the tile sees entirely (plain scores): the fused softmax step
+ * over the whole score tile; a row it reports non-finite is poisoned, its weights zeroed. */
+static void tile_take_block(const lp_kernel_table *kt, row_state *rs, int rows, int64_t kn,
+                            float *S, float *alpha)
+{
+    LP_ASSERT(rows >= 1 && rows <= LP_ATTN_MR);
+    float m[LP_ATTN_MR], l[LP_ATTN_MR];
+    bool any_poisoned = false;
+    for (int r = 0; r < rows; r++) {
+        m[r] = rs[r].m;
+        l[r] = rs[r].l;
+        any_poisoned = any_poisoned || rs[r].poisoned;
+    }
+    unsigned bad = kt->attn_softmax(S, ATT_BK, rows, kn, m, l, alpha);
+    for (int r = 0; r < rows; r++) {
+        if ((bad >> r & 1u) || (any_poisoned && rs[r].poisoned)) {
+            rs[r].poisoned = true;
+            memset(S + r * ATT_BK, 0, sizeof(float) * ATT_BK);
+            alpha[r] = 1.0f;
+            continue;
+        }
+        rs[r].m = m[r];
+        rs[r].l = l[r];
+    }
 }
 
 /* A row with no mass at all: no visible key and no sink. */
@@ -365,7 +400,7 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
 {
     const lp_kernel_table *kt = c->kt;
     const int64_t hd = c->a->head_dim;
-    float S[LP_ATTN_MR * ATT_BK], raw[ATT_BK];
+    float S[LP_ATTN_MR * ATT_BK], raw[ATT_BK], alpha[LP_ATTN_MR];
     for (int64_t g = 0; g < c->n_heads; g++) {
         pack_queries(&c->heads[g], i0, rows, c->qp + g * LP_ATTN_MR * hd);
         for (int r = 0; r < rows; r++)
@@ -381,14 +416,20 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
     int64_t kb_first = k_lo / ATT_BK * ATT_BK;
     for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
         int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
+        bool whole = plain_scores(c->a); /* every row sees the whole block: the fused step */
+        for (int r = 0; r < rows && whole; r++)
+            whole = c->rs[r].lo <= kb && kb + kn <= c->rs[r].hi;
         for (int64_t g = 0; g < c->n_heads; g++) {
             const lp_attn_args *a = &c->heads[g];
             row_state *rs = c->rs + g * LP_ATTN_MR;
             tile_scores(c, c->qp + g * LP_ATTN_MR * hd, rows, kb, kn, S);
-            for (int r = 0; r < rows; r++)
-                row_take_block(kt, a, &rs[r], i0 + r, kb, kn, S + r * ATT_BK, raw);
+            if (whole)
+                tile_take_block(kt, rs, rows, kn, S, alpha);
+            else
+                for (int r = 0; r < rows; r++)
+                    row_take_block(kt, a, &rs[r], kb, kn, S + r * ATT_BK, raw, &alpha[r]);
             kt->attn_pv(S, ATT_BK, rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
-                        a->out + i0 * a->out_stride, a->out_stride, a->v_dim);
+                        alpha, a->out + i0 * a->out_stride, a->out_stride, a->v_dim);
         }
     }
     for (int64_t g = 0; g < c->n_heads; g++)

@@ -568,144 +568,6 @@ static void rope_rotate_avx2(float *x, int64_t n_heads, int64_t head_dim, int64_
     }
 }
 
-/* ---- blocked attention tiles: the GEMM's 6x16 register tile. Rows past `rows` (zero or
- * repeated rows in the packed panels) are computed and never stored, so the loops do not
- * branch. */
-
-static void attn_qk_avx2(const float *qp, int rows, const float *kp, int64_t head_dim,
-                         float scale, float *s, int64_t ld_s)
-{
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-    for (int64_t d = 0; d < head_dim; d++, kp += LP_ATTN_NR, qp += LP_ATTN_MR) {
-        __m256 b0 = _mm256_load_ps(kp), b1 = _mm256_load_ps(kp + 8);
-        __m256 av = _mm256_broadcast_ss(qp + 0);
-        c00 = _mm256_fmadd_ps(av, b0, c00);
-        c01 = _mm256_fmadd_ps(av, b1, c01);
-        av = _mm256_broadcast_ss(qp + 1);
-        c10 = _mm256_fmadd_ps(av, b0, c10);
-        c11 = _mm256_fmadd_ps(av, b1, c11);
-        av = _mm256_broadcast_ss(qp + 2);
-        c20 = _mm256_fmadd_ps(av, b0, c20);
-        c21 = _mm256_fmadd_ps(av, b1, c21);
-        av = _mm256_broadcast_ss(qp + 3);
-        c30 = _mm256_fmadd_ps(av, b0, c30);
-        c31 = _mm256_fmadd_ps(av, b1, c31);
-        av = _mm256_broadcast_ss(qp + 4);
-        c40 = _mm256_fmadd_ps(av, b0, c40);
-        c41 = _mm256_fmadd_ps(av, b1, c41);
-        av = _mm256_broadcast_ss(qp + 5);
-        c50 = _mm256_fmadd_ps(av, b0, c50);
-        c51 = _mm256_fmadd_ps(av, b1, c51);
-    }
-    __m256 sc = _mm256_set1_ps(scale);
-    __m256 acc[LP_ATTN_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
-                                 {c30, c31}, {c40, c41}, {c50, c51}};
-    for (int r = 0; r < rows; r++) {
-        _mm256_storeu_ps(s + r * ld_s, _mm256_mul_ps(acc[r][0], sc));
-        _mm256_storeu_ps(s + r * ld_s + 8, _mm256_mul_ps(acc[r][1], sc));
-    }
-}
-
-/* Sixteen output columns of six rows stay in registers while the keys' V rows stream by; then
- * eight columns, then a plain tail. */
-static void attn_pv_avx2(const float *p, int64_t ld_p, int rows, int64_t n_keys, const float *v,
-                         int64_t v_stride, float *out, int64_t out_stride, int64_t v_dim)
-{
-    const float *pr[LP_ATTN_MR];
-    float *orow[LP_ATTN_MR];
-    for (int r = 0; r < LP_ATTN_MR; r++) {
-        int rr = r < rows ? r : rows - 1;
-        pr[r] = p + rr * ld_p;
-        orow[r] = out + rr * out_stride;
-    }
-    const float *p0 = pr[0], *p1 = pr[1], *p2 = pr[2], *p3 = pr[3], *p4 = pr[4], *p5 = pr[5];
-    int64_t d = 0;
-    for (; d + 16 <= v_dim; d += 16) {
-        __m256 o00 = _mm256_loadu_ps(orow[0] + d), o01 = _mm256_loadu_ps(orow[0] + d + 8);
-        __m256 o10 = _mm256_loadu_ps(orow[1] + d), o11 = _mm256_loadu_ps(orow[1] + d + 8);
-        __m256 o20 = _mm256_loadu_ps(orow[2] + d), o21 = _mm256_loadu_ps(orow[2] + d + 8);
-        __m256 o30 = _mm256_loadu_ps(orow[3] + d), o31 = _mm256_loadu_ps(orow[3] + d + 8);
-        __m256 o40 = _mm256_loadu_ps(orow[4] + d), o41 = _mm256_loadu_ps(orow[4] + d + 8);
-        __m256 o50 = _mm256_loadu_ps(orow[5] + d), o51 = _mm256_loadu_ps(orow[5] + d + 8);
-        const float *vj = v + d;
-        for (int64_t j = 0; j < n_keys; j++, vj += v_stride) {
-            __m256 b0 = _mm256_loadu_ps(vj), b1 = _mm256_loadu_ps(vj + 8);
-            __m256 w = _mm256_broadcast_ss(p0 + j);
-            o00 = _mm256_fmadd_ps(w, b0, o00);
-            o01 = _mm256_fmadd_ps(w, b1, o01);
-            w = _mm256_broadcast_ss(p1 + j);
-            o10 = _mm256_fmadd_ps(w, b0, o10);
-            o11 = _mm256_fmadd_ps(w, b1, o11);
-            w = _mm256_broadcast_ss(p2 + j);
-            o20 = _mm256_fmadd_ps(w, b0, o20);
-            o21 = _mm256_fmadd_ps(w, b1, o21);
-            w = _mm256_broadcast_ss(p3 + j);
-            o30 = _mm256_fmadd_ps(w, b0, o30);
-            o31 = _mm256_fmadd_ps(w, b1, o31);
-            w = _mm256_broadcast_ss(p4 + j);
-            o40 = _mm256_fmadd_ps(w, b0, o40);
-            o41 = _mm256_fmadd_ps(w, b1, o41);
-            w = _mm256_broadcast_ss(p5 + j);
-            o50 = _mm256_fmadd_ps(w, b0, o50);
-            o51 = _mm256_fmadd_ps(w, b1, o51);
-        }
-        __m256 acc[LP_ATTN_MR][2] = {{o00, o01}, {o10, o11}, {o20, o21},
-                                     {o30, o31}, {o40, o41}, {o50, o51}};
-        for (int r = 0; r < rows; r++) {
-            _mm256_storeu_ps(out + r * out_stride + d, acc[r][0]);
-            _mm256_storeu_ps(out + r * out_stride + d + 8, acc[r][1]);
-        }
-    }
-    for (; d + 8 <= v_dim; d += 8) {
-        __m256 o[LP_ATTN_MR];
-        for (int r = 0; r < LP_ATTN_MR; r++)
-            o[r] = _mm256_loadu_ps(orow[r] + d);
-        for (int64_t j = 0; j < n_keys; j++) {
-            __m256 b = _mm256_loadu_ps(v + j * v_stride + d);
-            for (int r = 0; r < LP_ATTN_MR; r++)
-                o[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(pr[r] + j), b, o[r]);
-        }
-        for (int r = 0; r < rows; r++)
-            _mm256_storeu_ps(out + r * out_stride + d, o[r]);
-    }
-    for (; d < v_dim; d++)
-        for (int r = 0; r < rows; r++) {
-            float acc = out[r * out_stride + d];
-            for (int64_t j = 0; j < n_keys; j++)
-                acc += p[r * ld_p + j] * v[j * v_stride + d];
-            out[r * out_stride + d] = acc;
-        }
-}
-
-/* max and a finiteness check in one sweep: x * 0 is 0 for finite x and NaN otherwise. */
-static float block_max_avx2(const float *x, int64_t n, bool *all_finite)
-{
-    __m256 mx = _mm256_set1_ps(-INFINITY), bad = _mm256_setzero_ps(), zero = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        mx = _mm256_max_ps(mx, v);
-        bad = _mm256_add_ps(bad, _mm256_mul_ps(v, zero));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-    float max = _mm_cvtss_f32(m4);
-    bool finite = hsum(bad) == 0.0f;
-    for (; i < n; i++) {
-        finite = finite && isfinite(x[i]);
-        if (x[i] > max)
-            max = x[i];
-    }
-    *all_finite = finite;
-    return max;
-}
-
 /* ---- matrix-vector rows: four independent accumulators of 8 lanes hide the FMA latency while
  * the row streams from memory; quant blocks are widened to f32 in registers. */
 
@@ -968,9 +830,10 @@ const lp_kernel_table lp_kernels_avx2_overrides = {
     .silu = silu_avx2,
     .add = add_avx2,
     .rope_rotate = rope_rotate_avx2,
-    .attn_qk = attn_qk_avx2,
-    .attn_pv = attn_pv_avx2,
-    .block_max = block_max_avx2,
+    .attn_qk = lp_attn_qk_avx2_6x16,
+    .attn_pv = lp_attn_pv_avx2_6x16,
+    .attn_softmax = lp_attn_softmax_avx2,
+    .block_max = lp_attn_block_max_avx2,
     .row_dot_f32 = row_dot_f32_avx2,
     .row_dot_f16 = row_dot_f16_avx2,
     .row_dot_bf16 = row_dot_bf16_avx2,

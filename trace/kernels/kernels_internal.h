@@ -63,6 +63,9 @@ typedef struct lp_gemm_config {
 /* Query rows per attention tile (attn_qk / attn_pv): six rows x 16 keys = 12 ymm accumulators,
  * the GEMM's register tile. */
 enum { LP_ATTN_MR = 6, LP_ATTN_NR = 16 };
+/* The softmax weights exp(s - m) are flushed to 0 below this exponent (exp(-86) = 4.5e-38, a
+ * normal float; below it a vector exp's 2^n would leave the normal range). */
+#define LP_ATTN_EXP_MIN (-86.0f)
 
 /* The dot product of one stored weight row with x (lp_matvec; x_sums as the table says). */
 typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_sums, int64_t k);
@@ -79,7 +82,7 @@ typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float
 #define LP_KERNEL_SLOTS(X)                                                                         \
     X(f16_to_f32) X(bf16_to_f32) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
-    X(rope_rotate) X(attn_qk) X(attn_pv) X(block_max) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) \
+    X(rope_rotate) X(attn_qk) X(attn_pv) X(attn_softmax) X(block_max) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) \
     X(row_dot_mxfp4) X(row_dot_q8_0_i8) X(row_dot_q4_k_i8)
 
 typedef struct lp_kernel_table {
@@ -123,10 +126,21 @@ typedef struct lp_kernel_table {
      * head_dim deep and 32-byte aligned; rows past `rows` are not written. */
     void (*attn_qk)(const float *qp, int rows, const float *kp, int64_t head_dim, float scale,
                     float *s, int64_t ld_s);
-    /* out[r * out_stride + d] += sum_{j < n_keys} p[r * ld_p + j] * v[j * v_stride + d] for
-     * r < rows, d < v_dim. */
+    /* out[r * out_stride + d] = alpha[r] * out[r * out_stride + d]
+     *                           + sum_{j < n_keys} p[r * ld_p + j] * v[j * v_stride + d]
+     * for r < rows, d < v_dim: the online softmax's rescale of the row and the block's P x V. */
     void (*attn_pv)(const float *p, int64_t ld_p, int rows, int64_t n_keys, const float *v,
-                    int64_t v_stride, float *out, int64_t out_stride, int64_t v_dim);
+                    int64_t v_stride, const float *alpha, float *out, int64_t out_stride,
+                    int64_t v_dim);
+    /* The online softmax step of a tile whose rows all see keys [0, n) (n >= 1): for r < rows,
+     * with M the max of row r's scores s[r * ld_s + 0 .. n) and m_new = max(m[r], M),
+     *   s[r * ld_s + j] = exp(s - m_new),  alpha[r] = exp(m[r] - m_new),
+     *   l[r] = l[r] alpha[r] + sum_j s[r * ld_s + j],  m[r] = m_new
+     * where exp is LP_ATTN_EXP_MIN-flushed (exp(x) = 0 for x < LP_ATTN_EXP_MIN; m[r] = -inf
+     * gives alpha 0). A row with an infinite or NaN score is left alone (s, m, l, alpha) and
+     * its bit (1 << r) set in the result. */
+    unsigned (*attn_softmax)(float *s, int64_t ld_s, int rows, int64_t n, float *m, float *l,
+                             float *alpha);
     /* The largest of x[0..n) (-inf for n = 0); *all_finite = no NaN or infinity among them. */
     float (*block_max)(const float *x, int64_t n, bool *all_finite);
     /* Matrix-vector rows (lp_matvec): the dot product of one stored weight row of k values with
@@ -305,6 +319,17 @@ lp_status lp_linear_check(int64_t m, const lp_matrix *w, lp_error *err);
 /* avx2.c: AVX2 + FMA + F16C overrides (data only: no code of that file runs before dispatch
  * has checked the CPU). */
 extern const lp_kernel_table lp_kernels_avx2_overrides;
+/* attention_avx2.c: the attention tiles of the AVX2 table (slot contracts above). */
+void lp_attn_qk_avx2_6x16(const float *qp, int rows, const float *kp, int64_t head_dim,
+                          float scale, float *s, int64_t ld_s);
+void lp_attn_pv_avx2_6x16(const float *p, int64_t ld_p, int rows, int64_t n_keys, const float *v,
+                          int64_t v_stride, const float *alpha, float *out, int64_t out_stride,
+                          int64_t v_dim);
+unsigned lp_attn_softmax_avx2(float *s, int64_t ld_s, int rows, int64_t n, float *m, float *l,
+                              float *alpha);
+float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite);
+/* x[i] = exp(x[i]) for x[i] <= 0, flushed below LP_ATTN_EXP_MIN (the softmax's weights). */
+void lp_attn_exp_avx2(float *x, int64_t n);
 
 /* pool.c: true inside a task of lp_pool_run (a nested run would execute serially). */
 bool lp_pool_in_worker(void);

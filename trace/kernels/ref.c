@@ -657,6 +657,19 @@ static void attention_ref_head(const lp_attn_args *a)
 
 /* ---- blocked attention tiles (attention.c) */
 
+static float block_max_ref(const float *x, int64_t n, bool *all_finite)
+{
+    float max = -INFINITY;
+    bool finite = true;
+    for (int64_t i = 0; i < n; i++) {
+        finite = finite && isfinite(x[i]);
+        if (x[i] > max)
+            max = x[i];
+    }
+    *all_finite = finite;
+    return max;
+}
+
 static void attn_qk_ref(const float *qp, int rows, const float *kp, int64_t head_dim,
                         float scale, float *s, int64_t ld_s)
 {
@@ -671,24 +684,42 @@ static void attn_qk_ref(const float *qp, int rows, const float *kp, int64_t head
 }
 
 static void attn_pv_ref(const float *p, int64_t ld_p, int rows, int64_t n_keys, const float *v,
-                        int64_t v_stride, float *out, int64_t out_stride, int64_t v_dim)
+                        int64_t v_stride, const float *alpha, float *out, int64_t out_stride,
+                        int64_t v_dim)
 {
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
+        scale_ref(out + r * out_stride, alpha[r], v_dim);
         for (int64_t j = 0; j < n_keys; j++)
             axpy_ref(out + r * out_stride, p[r * ld_p + j], v + j * v_stride, v_dim);
+    }
 }
 
-static float block_max_ref(const float *x, int64_t n, bool *all_finite)
+/* exp(x) for the softmax weights, x <= 0: 0 below LP_ATTN_EXP_MIN as the SIMD twins. */
+static float attn_exp1(float x) { return x >= LP_ATTN_EXP_MIN ? expf(x) : 0.0f; }
+
+static unsigned attn_softmax_ref(float *s, int64_t ld_s, int rows, int64_t n, float *m, float *l,
+                                 float *alpha)
 {
-    float max = -INFINITY;
-    bool finite = true;
-    for (int64_t i = 0; i < n; i++) {
-        finite = finite && isfinite(x[i]);
-        if (x[i] > max)
-            max = x[i];
+    unsigned bad = 0;
+    for (int r = 0; r < rows; r++) {
+        float *x = s + r * ld_s;
+        bool finite;
+        float block_max = block_max_ref(x, n, &finite);
+        if (!finite) {
+            bad |= 1u << r;
+            continue;
+        }
+        float m_new = block_max > m[r] ? block_max : m[r];
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            x[j] = attn_exp1(x[j] - m_new);
+            sum += x[j];
+        }
+        alpha[r] = attn_exp1(m[r] - m_new);
+        l[r] = l[r] * alpha[r] + sum;
+        m[r] = m_new;
     }
-    *all_finite = finite;
-    return max;
+    return bad;
 }
 
 /* ---- matrix-vector rows: each value converted from its stored form as it is multiplied */

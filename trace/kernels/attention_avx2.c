@@ -1,0 +1,271 @@
+/* AVX2 + FMA tiles of the blocked attention (attention.c): the Q x K^T and P x V micro-kernels,
+ * the fused online-softmax step of a score tile and its fast exp. Compiled with -mavx2 -mfma
+ * (the name says so) and reached only through the dispatch table after the CPU check; ref.c
+ * holds the plain C twin of each, which the tests compare against. */
+#include "trace/kernels/kernels.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#include "trace/kernels/kernels_internal.h"
+
+/* ---- the 6x16 register tile (the GEMM's): rows past `rows` (repeated rows in the packed
+ * panels) are computed and never stored, so the loops do not branch. */
+
+void lp_attn_qk_avx2_6x16(const float *qp, int rows, const float *kp, int64_t head_dim,
+                          float scale, float *s, int64_t ld_s)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int64_t d = 0; d < head_dim; d++, kp += LP_ATTN_NR, qp += LP_ATTN_MR) {
+        __m256 b0 = _mm256_load_ps(kp), b1 = _mm256_load_ps(kp + 8);
+        __m256 av = _mm256_broadcast_ss(qp + 0);
+        c00 = _mm256_fmadd_ps(av, b0, c00);
+        c01 = _mm256_fmadd_ps(av, b1, c01);
+        av = _mm256_broadcast_ss(qp + 1);
+        c10 = _mm256_fmadd_ps(av, b0, c10);
+        c11 = _mm256_fmadd_ps(av, b1, c11);
+        av = _mm256_broadcast_ss(qp + 2);
+        c20 = _mm256_fmadd_ps(av, b0, c20);
+        c21 = _mm256_fmadd_ps(av, b1, c21);
+        av = _mm256_broadcast_ss(qp + 3);
+        c30 = _mm256_fmadd_ps(av, b0, c30);
+        c31 = _mm256_fmadd_ps(av, b1, c31);
+        av = _mm256_broadcast_ss(qp + 4);
+        c40 = _mm256_fmadd_ps(av, b0, c40);
+        c41 = _mm256_fmadd_ps(av, b1, c41);
+        av = _mm256_broadcast_ss(qp + 5);
+        c50 = _mm256_fmadd_ps(av, b0, c50);
+        c51 = _mm256_fmadd_ps(av, b1, c51);
+    }
+    __m256 sc = _mm256_set1_ps(scale);
+    __m256 acc[LP_ATTN_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                                 {c30, c31}, {c40, c41}, {c50, c51}};
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_ps(s + r * ld_s, _mm256_mul_ps(acc[r][0], sc));
+        _mm256_storeu_ps(s + r * ld_s + 8, _mm256_mul_ps(acc[r][1], sc));
+    }
+}
+
+/* Sixteen output columns of six rows stay in registers while the keys' V rows stream by; then
+ * eight columns, then a plain tail. Each output row is first multiplied by its alpha (the online
+ * softmax's rescale, folded in here so the row is read and written once per block). */
+void lp_attn_pv_avx2_6x16(const float *p, int64_t ld_p, int rows, int64_t n_keys, const float *v,
+                          int64_t v_stride, const float *alpha, float *out, int64_t out_stride,
+                          int64_t v_dim)
+{
+    const float *pr[LP_ATTN_MR], *ar[LP_ATTN_MR];
+    float *orow[LP_ATTN_MR];
+    for (int r = 0; r < LP_ATTN_MR; r++) {
+        int rr = r < rows ? r : rows - 1;
+        pr[r] = p + rr * ld_p;
+        orow[r] = out + rr * out_stride;
+        ar[r] = alpha + rr;
+    }
+    const float *p0 = pr[0], *p1 = pr[1], *p2 = pr[2], *p3 = pr[3], *p4 = pr[4], *p5 = pr[5];
+    int64_t d = 0;
+    for (; d + 16 <= v_dim; d += 16) {
+        __m256 a = _mm256_broadcast_ss(ar[0]);
+        __m256 o00 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[0] + d));
+        __m256 o01 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[0] + d + 8));
+        a = _mm256_broadcast_ss(ar[1]);
+        __m256 o10 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[1] + d));
+        __m256 o11 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[1] + d + 8));
+        a = _mm256_broadcast_ss(ar[2]);
+        __m256 o20 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[2] + d));
+        __m256 o21 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[2] + d + 8));
+        a = _mm256_broadcast_ss(ar[3]);
+        __m256 o30 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[3] + d));
+        __m256 o31 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[3] + d + 8));
+        a = _mm256_broadcast_ss(ar[4]);
+        __m256 o40 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[4] + d));
+        __m256 o41 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[4] + d + 8));
+        a = _mm256_broadcast_ss(ar[5]);
+        __m256 o50 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[5] + d));
+        __m256 o51 = _mm256_mul_ps(a, _mm256_loadu_ps(orow[5] + d + 8));
+        const float *vj = v + d;
+        for (int64_t j = 0; j < n_keys; j++, vj += v_stride) {
+            __m256 b0 = _mm256_loadu_ps(vj), b1 = _mm256_loadu_ps(vj + 8);
+            __m256 w = _mm256_broadcast_ss(p0 + j);
+            o00 = _mm256_fmadd_ps(w, b0, o00);
+            o01 = _mm256_fmadd_ps(w, b1, o01);
+            w = _mm256_broadcast_ss(p1 + j);
+            o10 = _mm256_fmadd_ps(w, b0, o10);
+            o11 = _mm256_fmadd_ps(w, b1, o11);
+            w = _mm256_broadcast_ss(p2 + j);
+            o20 = _mm256_fmadd_ps(w, b0, o20);
+            o21 = _mm256_fmadd_ps(w, b1, o21);
+            w = _mm256_broadcast_ss(p3 + j);
+            o30 = _mm256_fmadd_ps(w, b0, o30);
+            o31 = _mm256_fmadd_ps(w, b1, o31);
+            w = _mm256_broadcast_ss(p4 + j);
+            o40 = _mm256_fmadd_ps(w, b0, o40);
+            o41 = _mm256_fmadd_ps(w, b1, o41);
+            w = _mm256_broadcast_ss(p5 + j);
+            o50 = _mm256_fmadd_ps(w, b0, o50);
+            o51 = _mm256_fmadd_ps(w, b1, o51);
+        }
+        __m256 acc[LP_ATTN_MR][2] = {{o00, o01}, {o10, o11}, {o20, o21},
+                                     {o30, o31}, {o40, o41}, {o50, o51}};
+        for (int r = 0; r < rows; r++) {
+            _mm256_storeu_ps(out + r * out_stride + d, acc[r][0]);
+            _mm256_storeu_ps(out + r * out_stride + d + 8, acc[r][1]);
+        }
+    }
+    for (; d + 8 <= v_dim; d += 8) {
+        __m256 o[LP_ATTN_MR];
+        for (int r = 0; r < LP_ATTN_MR; r++)
+            o[r] = _mm256_mul_ps(_mm256_broadcast_ss(ar[r]), _mm256_loadu_ps(orow[r] + d));
+        for (int64_t j = 0; j < n_keys; j++) {
+            __m256 b = _mm256_loadu_ps(v + j * v_stride + d);
+            for (int r = 0; r < LP_ATTN_MR; r++)
+                o[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(pr[r] + j), b, o[r]);
+        }
+        for (int r = 0; r < rows; r++)
+            _mm256_storeu_ps(out + r * out_stride + d, o[r]);
+    }
+    for (; d < v_dim; d++)
+        for (int r = 0; r < rows; r++) {
+            float acc = out[r * out_stride + d] * alpha[r];
+            for (int64_t j = 0; j < n_keys; j++)
+                acc += p[r * ld_p + j] * v[j * v_stride + d];
+            out[r * out_stride + d] = acc;
+        }
+}
+
+/* ---- the online softmax of a score tile */
+
+/* Lanes of the first `n` (0..8) set: the tail of a row as a load/store mask. */
+static __m256i lanes_below(int64_t n)
+{
+    __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), index);
+}
+
+/* exp(x) for x <= 0, the weights of the softmax: Cody-Waite reduction x = n ln2 + r (ln2 in two
+ * parts, both steps fused multiply-adds), Cephes' degree-7 polynomial for exp(r) on
+ * [-ln2/2, ln2/2], and 2^n added into the exponent bits (no multiply). Relative error within
+ * 2 ulp of expf (tests/trace/test_attention.c measures it on [-87, 0]); x below LP_ATTN_EXP_MIN
+ * (-86: exp < 4.5e-38, where 2^n would leave the normal range) gives exactly 0. NaN is not
+ * propagated (gives 0): the callers have checked their scores finite first. */
+static inline __m256 exp_nonpositive(__m256 x)
+{
+    const __m256 lowest = _mm256_set1_ps(LP_ATTN_EXP_MIN);
+    __m256 kept = _mm256_cmp_ps(x, lowest, _CMP_GE_OQ);
+    x = _mm256_max_ps(x, lowest);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i scaled = _mm256_add_epi32(_mm256_castps_si256(p),
+                                      _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23));
+    return _mm256_and_ps(_mm256_castsi256_ps(scaled), kept);
+}
+
+void lp_attn_exp_avx2(float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, exp_nonpositive(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        __m256i tail = lanes_below(n - i);
+        _mm256_maskstore_ps(x + i, tail, exp_nonpositive(_mm256_maskload_ps(x + i, tail)));
+    }
+}
+
+/* The horizontal max and sum of eight lanes. */
+static inline float reduce_max(__m256 v)
+{
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
+static inline float reduce_add(__m256 v)
+{
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
+/* One sweep for the max and the finiteness check (s * 0 + acc is NaN as soon as one s is
+ * infinite or NaN), one for the weights and their sum; the row never leaves L1. */
+unsigned lp_attn_softmax_avx2(float *s, int64_t ld_s, int rows, int64_t n, float *m, float *l,
+                              float *alpha)
+{
+    unsigned bad = 0;
+    const __m256 zero = _mm256_setzero_ps();
+    __m256i tail = lanes_below(n % 8);
+    for (int r = 0; r < rows; r++) {
+        float *x = s + r * ld_s;
+        __m256 mx = _mm256_set1_ps(-INFINITY), poison = zero;
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256 v = _mm256_loadu_ps(x + j);
+            mx = _mm256_max_ps(mx, v);
+            poison = _mm256_fmadd_ps(v, zero, poison);
+        }
+        if (j < n) {
+            __m256 v = _mm256_maskload_ps(x + j, tail);
+            mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, v, _mm256_castsi256_ps(tail)));
+            poison = _mm256_fmadd_ps(v, zero, poison);
+        }
+        if (reduce_add(poison) != 0.0f) {
+            bad |= 1u << r;
+            continue;
+        }
+        float block_max = reduce_max(mx);
+        float m_new = block_max > m[r] ? block_max : m[r];
+        /* exp(m_old - m_new) in the same arithmetic; m_old = -inf (nothing yet) gives 0 */
+        float a = _mm256_cvtss_f32(exp_nonpositive(_mm256_set1_ps(m[r] - m_new)));
+        __m256 mv = _mm256_set1_ps(m_new), sum = zero;
+        for (j = 0; j + 8 <= n; j += 8) {
+            __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+            _mm256_storeu_ps(x + j, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        if (j < n) {
+            __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + j, tail), mv));
+            e = _mm256_and_ps(e, _mm256_castsi256_ps(tail));
+            _mm256_maskstore_ps(x + j, tail, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        l[r] = l[r] * a + reduce_add(sum);
+        m[r] = m_new;
+        alpha[r] = a;
+    }
+    return bad;
+}
+
+/* max and a finiteness check in one sweep: x * 0 is 0 for finite x and NaN otherwise. */
+float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 mx = _mm256_set1_ps(-INFINITY), poison = zero;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        mx = _mm256_max_ps(mx, v);
+        poison = _mm256_fmadd_ps(v, zero, poison);
+    }
+    float max = reduce_max(mx);
+    bool finite = reduce_add(poison) == 0.0f;
+    for (; i < n; i++) {
+        finite = finite && isfinite(x[i]);
+        if (x[i] > max)
+            max = x[i];
+    }
+    *all_finite = finite;
+    return max;
+}
