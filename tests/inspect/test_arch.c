@@ -126,7 +126,7 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_I(n_mtp_layers) SAME_I(storage_dtype) SAME_I(bos_token_id) SAME_I(eos_token_id)
     SAME_I(router_bias) SAME_I(attn_sinks) SAME_I(qk_norm_per_head)
     SAME_I(embed_proj_dim) SAME_I(post_norm) SAME_I(encoder_only) SAME_I(n_token_types)
-    SAME_I(pooler) SAME_D(alibi_max_bias) SAME_D(qkv_clip) SAME_I(rope_scaling.n_factors)
+    SAME_I(pooler) SAME_D(alibi_max_bias) SAME_D(qkv_clip) SAME_D(logit_scale) SAME_I(rope_scaling.n_factors)
     SAME_I(rope_scaling.yarn_unrounded)
     SAME_I(router_sigmoid) SAME_I(n_expert_groups) SAME_I(topk_groups) SAME_D(routed_scaling)
     for (int i = 0; i < LP_MAX_ROPE_FACTORS; i++) {
@@ -200,8 +200,8 @@ static void test_defaults_and_names(void **state)
      * inspect/arch/arch_json.c and to the HF reader; then update these numbers and the field named
      * here (the last one). A bool that fits in the trailing padding slips past sizeof. */
     size_t end_of_fields = offsetof(lp_arch, routed_scaling) + sizeof(double);
-    if (end_of_fields != 17856 || sizeof(lp_arch) != 17856)
-        fail_msg("lp_arch's fields end at byte %zu, not 17856 (or sizeof changed): see above",
+    if (end_of_fields != 17864 || sizeof(lp_arch) != 17864)
+        fail_msg("lp_arch's fields end at byte %zu, not 17864 (or sizeof changed): see above",
                  end_of_fields);
     lp_arch a;
     lp_arch_init(&a);
@@ -994,6 +994,21 @@ static const char *const CARD_SOURCES[][2] = {
      ":1e-06,\"rope_local_base_freq\":10000,\"rope_scaling\":null,\"rope_theta\":1000000"
      ",\"sliding_window\":512,\"sliding_window_pattern\":6,\"torch_dtype\":\"bfloat16\",\"t"
      "ransformers_version\":\"4.50.0.dev0\",\"use_cache\":true,\"vocab_size\":262144}"},
+    {"mpt-7b",
+     "{\"architectures\":[\"MPTForCausalLM\"],\"attn_config\":{\"alibi\":true,\"alibi_"
+     "bias_max\":8,\"attn_impl\":\"torch\",\"attn_pdrop\":0,\"attn_type\":\"multihead_"
+     "attention\",\"attn_uses_sequence_id\":false,\"clip_qkv\":null,\"prefix_lm\":fals"
+     "e,\"qk_ln\":false,\"softmax_scale\":null},\"auto_map\":{\"AutoConfig\":\"configu"
+     "ration_mpt.MPTConfig\",\"AutoModelForCausalLM\":\"modeling_mpt.MPTForCausalLM\"}"
+     ",\"d_model\":4096,\"emb_pdrop\":0,\"embedding_fraction\":1.0,\"expansion_ratio\""
+     ":4,\"init_config\":{\"emb_init_std\":null,\"emb_init_uniform_lim\":null,\"fan_mo"
+     "de\":\"fan_in\",\"init_div_is_residual\":true,\"init_gain\":0,\"init_nonlinearit"
+     "y\":\"relu\",\"init_std\":0.02,\"name\":\"kaiming_normal_\",\"verbose\":0},\"ini"
+     "t_device\":\"cpu\",\"learned_pos_emb\":true,\"logit_scale\":null,\"max_seq_len\""
+     ":2048,\"model_type\":\"mpt\",\"n_heads\":32,\"n_layers\":32,\"no_bias\":true,\"n"
+     "orm_type\":\"low_precision_layernorm\",\"resid_pdrop\":0,\"tokenizer_name\":\"El"
+     "eutherAI/gpt-neox-20b\",\"torch_dtype\":\"bfloat16\",\"transformers_version\":\""
+     "4.28.1\",\"use_cache\":false,\"verbose\":0,\"vocab_size\":50432}"},
     {"gpt-j-6b",
      "{\"activation_function\":\"gelu_new\",\"architectures\":[\"GPTJForCausalLM\"],\"attn_"
      "pdrop\":0.0,\"bos_token_id\":50256,\"embd_pdrop\":0.0,\"eos_token_id\":50256,\"gradi"

@@ -98,6 +98,9 @@ lp_status lp_fw_edit(const lp_fw_pass *p, lp_site_kind kind, int layer, int head
 lp_status lp_fw_hook_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, float *data,
                             int64_t rows, int64_t cols, int64_t stride);
 
+/* unembed.c: the logits' last steps in place: MPT's logit_scale, then Gemma 2's final
+ * soft-cap. */
+void lp_fw_finish_logits(const lp_arch *a, float *logits, int64_t n);
 /* pass.c: the arch's norm (RMS or LayerNorm) over `rows` rows of n values, dst may be src;
  * weight and bias may be NULL. */
 void lp_fw_norm_rows(const lp_arch *a, const float *weight, const float *bias, float *dst,
