@@ -277,16 +277,11 @@ static int print_json(const lp_arch *archs, const lp_est_report *reps, int n, in
         else if (json_array_append_new(out, doc) != 0)
             ok = false;
     }
-    char *text = ok ? json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(out);
-    if (!text) {
-        fprintf(stderr, "loupe %s: out of memory while writing JSON\n", CMD);
-        return LP_EXIT_USAGE;
+    if (!ok) {
+        json_decref(out);
+        out = NULL;
     }
-    fputs(text, stdout);
-    fputc('\n', stdout);
-    free(text);
-    return LP_EXIT_OK;
+    return lp_cli_print_json(CMD, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 }
 
 static void print_reports(const lp_arch *archs, const lp_est_report *reps, int n, int flags)

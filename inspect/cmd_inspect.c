@@ -150,6 +150,17 @@ static void print_tensors(const lp_weights *w, const lp_tensor_stats *stats)
     }
 }
 
+/* One line a check: PASS or FAIL, its name and what it found. */
+static void print_checks(json_t *checks)
+{
+    for (size_t i = 0; i < json_array_size(checks); i++) {
+        json_t *c = json_array_get(checks, i);
+        printf("  %s  %-20s %s\n", json_is_true(json_object_get(c, "passed")) ? "PASS" : "FAIL",
+               json_string_value(json_object_get(c, "name")),
+               json_string_value(json_object_get(c, "detail")));
+    }
+}
+
 /* Totals, tied embeddings and the checks, from the report. */
 static void print_summary(json_t *r)
 {
@@ -166,12 +177,7 @@ static void print_summary(json_t *r)
     printf("\nchecks\n");
     if (json_array_size(checks) == 0)
         printf("  (none: no architecture description to check against)\n");
-    for (size_t i = 0; i < json_array_size(checks); i++) {
-        json_t *c = json_array_get(checks, i);
-        printf("  %s  %-20s %s\n", json_is_true(json_object_get(c, "passed")) ? "PASS" : "FAIL",
-               json_string_value(json_object_get(c, "name")),
-               json_string_value(json_object_get(c, "detail")));
-    }
+    print_checks(checks);
 }
 
 /* A GGUF without a usable description: its key/values, one a line, long values cut. */
@@ -235,16 +241,7 @@ static int print_config_json(const char *path, const lp_arch *arch, json_t *chec
     } else {
         json_decref(params);
     }
-    char *text = r ? json_dumps(r, JSON_INDENT(2)) : NULL;
-    json_decref(r);
-    if (!text) {
-        lp_error err = {0};
-        lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
-        return lp_cli_fail("inspect", &err);
-    }
-    puts(text);
-    free(text);
-    return LP_EXIT_OK;
+    return lp_cli_print_json("inspect", r, JSON_INDENT(2));
 }
 
 static bool any_failed(json_t *checks)
@@ -294,12 +291,7 @@ static int inspect_config(const char *path, bool json, bool strict)
         print_arch(arch);
         if (json_array_size(checks))
             printf("\nchecks\n");
-        for (size_t i = 0; i < json_array_size(checks); i++) {
-            json_t *c = json_array_get(checks, i);
-            printf("  %s  %-20s %s\n", json_is_true(json_object_get(c, "passed")) ? "PASS" : "FAIL",
-                   json_string_value(json_object_get(c, "name")),
-                   json_string_value(json_object_get(c, "detail")));
-        }
+        print_checks(checks);
     }
     if (rc == LP_EXIT_OK && any_failed(checks))
         rc = LP_EXIT_CHECK_FAILED;

@@ -277,6 +277,15 @@ lp_text_style lp_text_style_default(double px)
     return st;
 }
 
+lp_text_style lp_text_style_in_cell(double px, double cell_width)
+{
+    lp_text_style st = lp_text_style_default(px);
+    st.halign = LP_ALIGN_CENTER;
+    st.valign = LP_ALIGN_CENTER;
+    st.max_width = cell_width - 2;
+    return st;
+}
+
 static PangoLayout *make_layout(lp_canvas *c, const char *text, const lp_text_style *st)
 {
     PangoLayout *layout = pango_cairo_create_layout(c->cr);

@@ -243,14 +243,20 @@ static lp_status draw_difference(const lp_store_diff_rows *d, const diff_side *a
     return s;
 }
 
+/* The stored diff's rows, once out_path is known to be writable (cleared by the caller). */
+static lp_status read_diff_for(lp_store *db, int64_t diff_id, const char *out_path,
+                               lp_store_diff_rows *d, lp_error *err)
+{
+    lp_status s = lp_render_check_path(out_path, err);
+    return s == LP_OK ? lp_store_read_diff(db, diff_id, d, err) : s;
+}
+
 lp_status lp_render_diff_head(lp_store *db, const char *db_path, int64_t diff_id, int64_t layer,
                               int64_t head, const lp_render_options *opt, const char *out_path,
                               lp_error *err)
 {
     lp_store_diff_rows d;
-    lp_status s = lp_render_check_path(out_path, err);
-    if (s == LP_OK)
-        s = lp_store_read_diff(db, diff_id, &d, err);
+    lp_status s = read_diff_for(db, diff_id, out_path, &d, err);
     if (s)
         return s;
     if (layer < 0 || layer >= d.n_layers || head < 0 || head >= d.n_heads) {
@@ -283,9 +289,7 @@ lp_status lp_render_diff_matrix(lp_store *db, int64_t diff_id, const lp_render_o
                                 const char *out_path, lp_error *err)
 {
     lp_store_diff_rows d;
-    lp_status s = lp_render_check_path(out_path, err);
-    if (s == LP_OK)
-        s = lp_store_read_diff(db, diff_id, &d, err);
+    lp_status s = read_diff_for(db, diff_id, out_path, &d, err);
     if (s)
         return s;
     double mean_kl = 0, agree = 0, max_abs = 0;

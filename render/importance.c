@@ -60,10 +60,7 @@ static void draw_matrix_panel(lp_canvas *c, const double *values, int64_t n_l, i
                 vmax = fabs(values[i]);
     vmax = vmax > 0 ? vmax : 1;
     bool annotate = cw >= 34 && ch >= 14;
-    lp_text_style vs = lp_text_style_default(ch >= 24 ? 11 : 10);
-    vs.halign = LP_ALIGN_CENTER;
-    vs.valign = LP_ALIGN_CENTER;
-    vs.max_width = (double)cw - 2;
+    lp_text_style vs = lp_text_style_in_cell(ch >= 24 ? 11 : 10, (double)cw);
     lp_rgb missing = lp_render_masked_rgb(opt);
     for (int64_t l = 0; l < n_l; l++)
         for (int64_t h = 0; h < n_h; h++) {
@@ -194,10 +191,7 @@ lp_status lp_render_logit_lens(lp_store *db, const lp_store_run *run,
         lp_draw_title(&c, title, subtitle, NULL);
         lp_render_options lin = *opt;
         lin.scale = LP_SCALE_LINEAR;
-        lp_text_style vs = lp_text_style_default(10);
-        vs.halign = LP_ALIGN_CENTER;
-        vs.valign = LP_ALIGN_CENTER;
-        vs.max_width = (double)cw - 2;
+        lp_text_style vs = lp_text_style_in_cell(10, (double)cw);
         lp_rgb missing = lp_render_masked_rgb(opt);
         for (int64_t l = 0; l < L; l++)
             for (int64_t p = 0; p < T; p++) {

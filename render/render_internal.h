@@ -73,6 +73,8 @@ typedef struct lp_text_style {
 } lp_text_style;
 
 lp_text_style lp_text_style_default(double px);
+/* A value written inside a cell: centred on (x, y), ellipsized to the cell's width less 2 px. */
+lp_text_style lp_text_style_in_cell(double px, double cell_width);
 /* Draw text at (x, y); also notes it for the SVG <desc>. Returns the drawn width in pixels. */
 double lp_draw_text(lp_canvas *c, const char *text, double x, double y, const lp_text_style *st);
 double lp_text_width(lp_canvas *c, const char *text, const lp_text_style *st);

@@ -91,10 +91,7 @@ static void draw_stat_cells(lp_canvas *c, const stat_sheet *g, const double *val
                             double vmax)
 {
     lp_rgb missing = lp_render_masked_rgb(opt);
-    lp_text_style vs = lp_text_style_default(g->cell_h >= 24 ? 11 : 10);
-    vs.halign = LP_ALIGN_CENTER;
-    vs.valign = LP_ALIGN_CENTER;
-    vs.max_width = (double)g->cell_w - 2;
+    lp_text_style vs = lp_text_style_in_cell(g->cell_h >= 24 ? 11 : 10, (double)g->cell_w);
     for (int64_t l = 0; l < g->n_l; l++) {
         for (int64_t h = 0; h < g->n_h; h++) {
             double v = values[l * g->n_h + h];

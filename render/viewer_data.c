@@ -174,6 +174,16 @@ static lp_status section_stats(lp_store *db, const lp_store_run *run, json_t **o
     return ok ? LP_OK : out_of_memory(err);
 }
 
+/* A section read from run `from`, which may be another run than the viewed one: {"run_id",
+ * "own"} to which the section adds its members. */
+static json_t *section_of_run(bool *ok, int64_t from, const lp_store_run *run)
+{
+    json_t *s = json_object();
+    lp_render_json_set(ok, s, "run_id", json_integer(from));
+    lp_render_json_set(ok, s, "own", json_boolean(from == run->id));
+    return s;
+}
+
 /* leak_checks of this run, else of the latest leak run (`loupe leak` records its checks under a
  * run of its own): {"run_id", "own", "passed", "checks": [{name, passed, layer, position,
  * max_abs_diff, detail}]} */
@@ -186,8 +196,8 @@ static lp_status section_leak(lp_store *db, const lp_store_run *run, json_t **ou
         st = lp_store_read_leak_checks(db, leak_run, &checks, &n, err);
     if (st != LP_OK)
         return st;
-    json_t *s = json_object(), *list = json_array();
     bool passed = true, ok = true;
+    json_t *s = section_of_run(&ok, leak_run, run), *list = json_array();
     for (int64_t i = 0; i < n; i++) {
         json_t *c = json_object();
         lp_render_json_set(&ok, c, "name", lp_render_json_text(checks[i].name));
@@ -200,8 +210,6 @@ static lp_status section_leak(lp_store *db, const lp_store_run *run, json_t **ou
         passed &= checks[i].passed;
     }
     free(checks);
-    lp_render_json_set(&ok, s, "run_id", json_integer(leak_run));
-    lp_render_json_set(&ok, s, "own", json_boolean(leak_run == run->id));
     lp_render_json_set(&ok, s, "passed", json_boolean(passed));
     lp_render_json_set(&ok, s, "checks", list);
     *out = s;
@@ -259,13 +267,11 @@ static lp_status section_importance(lp_store *db, const lp_store_run *run, json_
     }
     if (st != LP_OK)
         return st;
-    json_t *s = json_object(), *list = json_array();
     bool ok = true;
+    json_t *s = section_of_run(&ok, from, run), *list = json_array();
     for (int64_t i = 0; i < run->n_layers * run->n_heads; i++)
         lp_render_json_push(&ok, list, number(delta[i]));
     free(delta);
-    lp_render_json_set(&ok, s, "run_id", json_integer(from));
-    lp_render_json_set(&ok, s, "own", json_boolean(from == run->id));
     lp_render_json_set(&ok, s, "method", lp_render_json_text(method));
     lp_render_json_set(&ok, s, "delta", list);
     *out = s;

@@ -45,18 +45,15 @@ static const lp_option ablate_options[] = {
                      "(token ids, same length) instead of zeros"),
     LP_OPT_STRING_OF(ablate_opts, patch_prompt, "patch-from", "TEXT",
                      "activation patching from a corrupted text prompt (same token count)"),
-    LP_OPT_STRING_OF(ablate_opts, db, "db", "FILE",
-                     "database, created if missing, runs appended (default loupe.db)"),
-    LP_OPT_FLAG_OF(ablate_opts, json, "json", "one JSON document on stdout"),
-    LP_OPT_INT_OF(ablate_opts, threads, "threads", "N", 1, 256,
-                  "worker threads (default: all CPUs)"),
+    LP_OPT_RUN_DB_OF(ablate_opts, db),
+    LP_OPT_JSON_OF(ablate_opts, json),
+    LP_OPT_THREADS_OF(ablate_opts, threads),
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec ablate_spec = {
-    .name = "ablate",
-    .summary = "what each head is worth: ablation, pruning plans, activation patching",
-    .synopsis = "MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS) [options]",
+LP_CLI_COMMAND(ablate, run_ablate, ablate_options, 1, 1,
+               "what each head is worth: ablation, pruning plans, activation patching",
+               "MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS) [options]",
     .description =
         "For every (layer, query head), replace that head's attention output (its head_dim\n"
         "slice entering the output projection) at every position and recompute everything\n"
@@ -64,12 +61,8 @@ static const lp_cli_spec ablate_spec = {
         "the shared K/V head is untouched; o_proj's bias stays. Ablating a head of layer l\n"
         "resumes from the clean residual entering l, so earlier layers are not recomputed:\n"
         "the work done is printed against the naive L x H full passes.",
-    .options = ablate_options,
-    .min_positional = 1,
-    .max_positional = 1,
     .notes = "Stored as a run of kind 'ablate' (head_importance, pruning_plan, token_nll).\n"
-             "Exit status: 0 ok, 2 bad usage or input.",
-};
+             "Exit status: 0 ok, 2 bad usage or input.");
 
 typedef struct plan {
     int64_t k;
@@ -119,7 +112,7 @@ static lp_status store_results(lp_store *store, const lp_ablation *ab, const pla
     return st;
 }
 
-static void print_json(const lp_ablation *ab, const plan *pl, int64_t run_id)
+static int print_json(const lp_ablation *ab, const plan *pl, int64_t run_id)
 {
     json_t *root = json_object();
     json_object_set_new(root, "run_id", json_integer(run_id));
@@ -162,11 +155,7 @@ static void print_json(const lp_ablation *ab, const plan *pl, int64_t run_id)
         json_object_set_new(root, "pruned", p);
     }
     json_object_set_new(root, "work_ratio", json_real(ab->work_flops / ab->naive_flops));
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    json_decref(root);
+    return lp_cli_print_json(CMD, root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
 }
 
 static void print_text(const lp_ablation *ab, const plan *pl, const ablate_opts *o,
@@ -213,9 +202,7 @@ static int run_ablate(int argc, char **argv)
 {
     ablate_opts o = {.db = "loupe.db", .method = LP_ABLATE_ZERO, .threads = lp_cpu_count()};
     const char *pos[LP_CLI_MAX_POSITIONAL];
-    int rc = lp_cli_parse(&ablate_spec, argc, argv, &o, pos, NULL);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&ablate_spec, argc, argv, &o, pos, NULL);
     lp_error err = {0};
     lp_model *model = NULL;
     lp_pool *pool = NULL;
@@ -282,8 +269,9 @@ static int run_ablate(int argc, char **argv)
         st = lp_store_end_run(store, seconds_since(&t0), &err);
     else if (run_id > 0)
         lp_store_abort_run(store);
+    int rc = LP_EXIT_OK;
     if (st == LP_OK && o.json)
-        print_json(ab, &pl, run_id);
+        rc = print_json(ab, &pl, run_id);
     else if (st == LP_OK)
         print_text(ab, &pl, &o, run_id, (int64_t)in.n_ids);
     plan_free(&pl);
@@ -294,7 +282,5 @@ static int run_ablate(int argc, char **argv)
     lp_input_free(&patch);
     lp_input_free(&in);
     lp_model_close(model);
-    return st == LP_OK ? LP_EXIT_OK : lp_cli_fail(CMD, &err);
+    return st == LP_OK ? rc : lp_cli_fail(CMD, &err);
 }
-
-const lp_command lp_command_ablate = {&ablate_spec, run_ablate};

@@ -254,6 +254,23 @@ static lp_status write_tinyllama(const char *dir, int n_layers, lp_dtype dtype, 
     return lp_synth_write_family(dir, &spec, err);
 }
 
+/* A new folder DIR/loupe-bench-XXXXXX for the temporary model, its path in model_dir; the exit
+ * status (a message printed) when DIR is too long or the folder cannot be made. */
+static int make_model_dir(const char *dir, char *model_dir, size_t size)
+{
+    int len = snprintf(model_dir, size, "%s/loupe-bench-XXXXXX", dir);
+    if (len < 0 || (size_t)len >= size)
+        return lp_cli_usage_error("bench", "--dir '%s': path longer than %zu bytes", dir,
+                                  size - 20);
+    if (!mkdtemp(model_dir)) {
+        lp_error err = {0};
+        lp_error_set(&err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", dir,
+                     strerror(errno));
+        return lp_cli_fail("bench", &err);
+    }
+    return LP_EXIT_OK;
+}
+
 static void remove_model_dir(const char *dir)
 {
     static const char *const files[] = {"config.json", "model.safetensors"};
@@ -616,17 +633,10 @@ static int bench_prefill(int threads, int reps, int n_layers, int64_t n_tokens, 
                          lp_pool *pool, const openblas_lib *blas, lp_dtype dtype)
 {
     lp_error err = {0};
-    char template_path[4096];
-    int len = snprintf(template_path, sizeof template_path, "%s/loupe-bench-XXXXXX", dir);
-    if (len < 0 || (size_t)len >= sizeof template_path)
-        return lp_cli_usage_error("bench", "--dir '%s': path longer than %zu bytes", dir,
-                                  sizeof template_path - 20);
-    char *model_dir = mkdtemp(template_path);
-    if (!model_dir) {
-        lp_error_set(&err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", dir,
-                     strerror(errno));
-        return lp_cli_fail("bench", &err);
-    }
+    char model_dir[4096];
+    int rc = make_model_dir(dir, model_dir, sizeof model_dir);
+    if (rc != LP_EXIT_OK)
+        return rc;
     blas_yardstick yardstick_store, *yardstick = NULL;
     if (blas) {
         if (!yardstick_init(&yardstick_store, blas, threads)) {
@@ -910,17 +920,10 @@ static int bench_attention(int threads, int reps, int64_t tokens, int64_t head_d
         }
         fflush(stdout);
     }
-    char template_path[4096];
-    int len = snprintf(template_path, sizeof template_path, "%s/loupe-bench-XXXXXX", dir);
-    if (len < 0 || (size_t)len >= sizeof template_path)
-        return lp_cli_usage_error("bench", "--dir '%s': path longer than %zu bytes", dir,
-                                  sizeof template_path - 20);
-    char *model_dir = mkdtemp(template_path);
-    if (!model_dir) {
-        lp_error_set(&err, LP_ERR_IO, "%s: cannot create a temporary folder: %s", dir,
-                     strerror(errno));
-        return lp_cli_fail("bench", &err);
-    }
+    char model_dir[4096];
+    int rc = make_model_dir(dir, model_dir, sizeof model_dir);
+    if (rc != LP_EXIT_OK)
+        return rc;
     int64_t Ts[2] = {4096, 8192};
     if (tokens > 0)
         Ts[0] = tokens;

@@ -21,16 +21,15 @@ typedef struct diff_opts {
 } diff_opts;
 
 static const lp_option diff_options[] = {
-    LP_OPT_FLAG_OF(diff_opts, json, "json", "one JSON document on stdout"),
+    LP_OPT_JSON_OF(diff_opts, json),
     LP_OPT_STRING_OF(diff_opts, db, "db", "FILE",
                      "database the diff is stored in (default: A's database)"),
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec diff_spec = {
-    .name = "diff",
-    .summary = "compare two runs over the same tokens: maps, predictions, statistics",
-    .synopsis = "A.db[:RUN] B.db[:RUN] [--json] [--db DB]",
+LP_CLI_COMMAND(diff, run_diff, diff_options, 2, 2,
+               "compare two runs over the same tokens: maps, predictions, statistics",
+               "A.db[:RUN] B.db[:RUN] [--json] [--db DB]",
     .description =
         "Per head the mean Jensen-Shannon divergence (nats) of the attention rows and the\n"
         "largest |difference| of the maps (heads both runs stored), per position the KL\n"
@@ -40,11 +39,7 @@ static const lp_cli_spec diff_spec = {
         "are refused, naming the first differing position. A run against itself is exactly 0.\n"
         "The result is stored in one transaction as a diffs row with its diff_heads and\n"
         "diff_positions rows (see trace/README.md); `loupe render DB --diff` draws it.",
-    .options = diff_options,
-    .min_positional = 2,
-    .max_positional = 2,
-    .notes = "Exit status: 0 ok, 2 bad usage or input.",
-};
+    .notes = "Exit status: 0 ok, 2 bad usage or input.");
 
 typedef struct side {
     char path[4096];
@@ -139,7 +134,7 @@ static lp_status store_diff(const char *db, const side *a, const side *b, const 
     return st;
 }
 
-static void print_json(const side *a, const side *b, const lp_run_diff *d, const summary *s,
+static int print_json(const side *a, const side *b, const lp_run_diff *d, const summary *s,
                        const char *db, int64_t diff_id)
 {
     json_t *root = json_object(), *heads = json_array(), *pos = json_array();
@@ -171,11 +166,7 @@ static void print_json(const side *a, const side *b, const lp_run_diff *d, const
                                              d->argmax_agree[p]));
     json_object_set_new(root, "heads", heads);
     json_object_set_new(root, "positions", pos);
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    json_decref(root);
+    return lp_cli_print_json(CMD, root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
 }
 
 static void print_text(const side *a, const side *b, const lp_run_diff *d, const summary *s,
@@ -201,9 +192,7 @@ static int run_diff(int argc, char **argv)
 {
     diff_opts o = {0};
     const char *pos[LP_CLI_MAX_POSITIONAL];
-    int rc = lp_cli_parse(&diff_spec, argc, argv, &o, pos, NULL);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&diff_spec, argc, argv, &o, pos, NULL);
     lp_error err = {0};
     side a = {0}, b = {0};
     lp_run_diff *d = NULL;
@@ -218,15 +207,14 @@ static int run_diff(int argc, char **argv)
     int64_t diff_id = 0;
     if (st == LP_OK)
         st = store_diff(db, &a, &b, d, &diff_id, &err);
+    int rc = LP_EXIT_OK;
     if (st == LP_OK) {
         summary s = summarize(d);
         if (o.json)
-            print_json(&a, &b, d, &s, db, diff_id);
+            rc = print_json(&a, &b, d, &s, db, diff_id);
         else
             print_text(&a, &b, d, &s, db, diff_id);
     }
     lp_run_diff_free(d);
-    return st == LP_OK ? LP_EXIT_OK : lp_cli_fail(CMD, &err);
+    return st == LP_OK ? rc : lp_cli_fail(CMD, &err);
 }
-
-const lp_command lp_command_diff = {&diff_spec, run_diff};

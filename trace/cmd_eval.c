@@ -33,23 +33,20 @@ static const lp_option eval_options[] = {
     LP_OPT_STRING_OF(eval_opts, prompts, "prompts", "FILE",
                      "score every prompt of a JSON-lines file ({\"text\": ...} or\n"
                      "{\"tokens\": [...]}, optional \"id\"), one run each"),
-    LP_OPT_STRING_OF(eval_opts, db, "db", "FILE",
-                     "database, created if missing, runs appended (default loupe.db)"),
-    LP_OPT_FLAG_OF(eval_opts, json, "json", "one JSON document on stdout"),
+    LP_OPT_RUN_DB_OF(eval_opts, db),
+    LP_OPT_JSON_OF(eval_opts, json),
     LP_OPT_INT_OF(eval_opts, context, "context", "N", 2, 1 << 20,
                   "window length (default: the model's trained context)"),
     LP_OPT_INT_OF(eval_opts, stride, "stride", "N", 1, 1 << 20,
                   "tokens between window starts (default context / 2)"),
-    LP_OPT_INT_OF(eval_opts, threads, "threads", "N", 1, 256,
-                  "worker threads (default: all CPUs)"),
+    LP_OPT_THREADS_OF(eval_opts, threads),
     LP_OPT_END_OF_TABLE,
 };
 
-static const lp_cli_spec eval_spec = {
-    .name = "eval",
-    .summary = "score next-token prediction: NLL, perplexity, bits per byte",
-    .synopsis = "MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS | --prompts FILE) "
-                "[options]",
+LP_CLI_COMMAND(eval, run_eval, eval_options, 1, 1,
+               "score next-token prediction: NLL, perplexity, bits per byte",
+               "MODEL (--prompt TEXT | --prompt-file FILE | --tokens IDS | --prompts FILE) "
+               "[options]",
     .description =
         "Mean negative log-likelihood (natural log) of every next token: positions 0..T-2\n"
         "predicting tokens 1..T-1, perplexity = exp(NLL), and bits per byte of the text\n"
@@ -57,11 +54,7 @@ static const lp_cli_spec eval_spec = {
         "--context is scored as Hugging Face's perplexity recipe does: windows of --context\n"
         "tokens every --stride tokens, each scoring only the targets the previous one did not.\n"
         "Each prompt is a run of kind 'eval' with eval_results and per-position token_nll rows.",
-    .options = eval_options,
-    .min_positional = 1,
-    .max_positional = 1,
-    .notes = "Exit status: 0 ok, 2 bad usage or input.",
-};
+    .notes = "Exit status: 0 ok, 2 bad usage or input.");
 
 /* One scored prompt. */
 typedef struct scored {
@@ -207,12 +200,12 @@ static lp_status score_file(const eval_opts *o, const char *model_path, lp_model
     return st;
 }
 
-static void report(const eval_opts *o, const scored *s, size_t n)
+static int report(const eval_opts *o, const scored *s, size_t n)
 {
     if (!o->json) {
         for (size_t i = 0; i < n; i++)
             print_text(&s[i], o->db);
-        return;
+        return LP_EXIT_OK;
     }
     json_t *root;
     if (!o->prompts) {
@@ -234,20 +227,14 @@ static void report(const eval_opts *o, const scored *s, size_t n)
         json_object_set_new(root, "ppl", json_real(exp(sum / (double)n_scored)));
         json_object_set_new(root, "prompts", rows);
     }
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    json_decref(root);
+    return lp_cli_print_json(CMD, root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
 }
 
 static int run_eval(int argc, char **argv)
 {
     eval_opts o = {.db = "loupe.db", .threads = lp_cpu_count()};
     const char *pos[LP_CLI_MAX_POSITIONAL];
-    int rc = lp_cli_parse(&eval_spec, argc, argv, &o, pos, NULL);
-    if (rc != LP_CLI_PARSED)
-        return rc;
+    LP_CLI_PARSE_OR_RETURN(&eval_spec, argc, argv, &o, pos, NULL);
     lp_error err = {0};
     lp_model *model = NULL;
     lp_pool *pool = NULL;
@@ -277,8 +264,7 @@ static int run_eval(int argc, char **argv)
                            (int64_t)in.n_ids, s, &err)
                : lp_error_set(&err, LP_ERR_NOMEM, "out of memory");
     }
-    if (st == LP_OK)
-        report(&o, s, n);
+    int rc = st == LP_OK ? report(&o, s, n) : LP_EXIT_OK;
     for (size_t i = 0; s && i < n; i++)
         free((char *)s[i].id);
     free(s);
@@ -287,7 +273,5 @@ static int run_eval(int argc, char **argv)
         lp_pool_destroy(pool);
     lp_input_free(&in);
     lp_model_close(model);
-    return st == LP_OK ? LP_EXIT_OK : lp_cli_fail(CMD, &err);
+    return st == LP_OK ? rc : lp_cli_fail(CMD, &err);
 }
-
-const lp_command lp_command_eval = {&eval_spec, run_eval};

@@ -161,17 +161,6 @@ static json_t *num_or_null(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
-static int print_json(json_t *root)
-{
-    char *text = json_dumps(root, JSON_INDENT(2));
-    json_decref(root);
-    if (!text)
-        return lp_cli_usage_error(CMD, "out of memory writing JSON");
-    printf("%s\n", text);
-    free(text);
-    return LP_EXIT_OK;
-}
-
 /* ---- mask mode: the report -------------------------------------------------------------------- */
 
 static json_t *coords_json(const lp_leak_coord *c, int64_t n, bool with_key)
@@ -228,7 +217,7 @@ static int print_mask_json(const char *path, const lp_leak_mask_opts *mo,
         coords_json(rep->masked_rows, rep->n_masked_rows_listed, false));
     if (rep->encoding == LP_MASK_ENC_ADDITIVE)
         json_object_set_new(root, "fill", fill_json(rep, mo->masked_below));
-    return print_json(root);
+    return lp_cli_print_json(CMD, root, JSON_INDENT(2));
 }
 
 static void print_fill_verdict(const lp_leak_mask_report *rep, const lp_fill_verdict *v)
@@ -584,7 +573,7 @@ static int print_model_json(const leak_job *j, const leak_opts *o)
                                   num_or_null(d->f16_hidden_diff), "tolerance",
                                   LP_LEAK_DECODE_TOLERANCE, "f16_tolerance",
                                   LP_LEAK_DECODE_F16_TOLERANCE));
-    return print_json(root);
+    return lp_cli_print_json(CMD, root, JSON_INDENT(2));
 }
 
 /* One line per check family: passed or the first failing row. */

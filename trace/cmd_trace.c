@@ -57,8 +57,7 @@ static const char *const logits_names[] = {"topk", "full", NULL};
 
 static const lp_option trace_options[] = {
     LP_OPT_TABLE_OF(trace_opts, input, lp_input_options),
-    LP_OPT_STRING_OF(trace_opts, db, "db", "FILE",
-                     "database, created if missing, runs appended (default loupe.db)"),
+    LP_OPT_RUN_DB_OF(trace_opts, db),
     LP_OPT_STRING_OF(trace_opts, layers, "layers", "LIST",
                      "layers whose attention maps are stored: 0,2-4 or all (default)"),
     LP_OPT_STRING_OF(trace_opts, heads, "heads", "LIST", "heads whose maps are stored (default all)"),

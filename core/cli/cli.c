@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #define HELP_NAME_COLUMN 28 /* option help starts here; longer names put it on the next line */
 
 /* ---- finding an option ----------------------------------------------------------------------- */
@@ -265,6 +267,17 @@ int lp_cli_usage_error(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     return LP_EXIT_USAGE;
+}
+
+int lp_cli_print_json(const char *cmd, json_t *doc, size_t flags)
+{
+    char *text = doc ? json_dumps(doc, flags) : NULL;
+    json_decref(doc);
+    if (!text)
+        return lp_cli_usage_error(cmd, "out of memory writing JSON");
+    printf("%s\n", text);
+    free(text);
+    return LP_EXIT_OK;
 }
 
 int lp_cli_fail(const char *cmd, const lp_error *err)

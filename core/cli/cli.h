@@ -91,6 +91,15 @@ typedef struct lp_option {
 #define LP_OPT_TABLE_OF(type, field, table) \
     {LP_OPT_TABLE, NULL, offsetof(type, field), NULL, NULL, 0, 0, NULL, table}
 
+/* Rows several commands share word for word, written once so their help cannot drift apart. */
+#define LP_OPT_RUN_DB_OF(type, field) \
+    LP_OPT_STRING_OF(type, field, "db", "FILE", \
+                     "database, created if missing, runs appended (default loupe.db)")
+#define LP_OPT_JSON_OF(type, field) LP_OPT_FLAG_OF(type, field, "json", "one JSON document on stdout")
+/* The forward pass's worker pool takes at most 256 threads. */
+#define LP_OPT_THREADS_OF(type, field) \
+    LP_OPT_INT_OF(type, field, "threads", "N", 1, 256, "worker threads (default: all CPUs)")
+
 #define LP_CLI_MAX_POSITIONAL 16
 
 /* A single-dash spelling of a long option: {"o", "output"} makes "-o FILE" mean "--output FILE". */
@@ -168,6 +177,12 @@ int lp_cli_usage_error(const char *cmd, const char *fmt, ...)
 
 /* Print "loupe CMD: <err->msg>" and return the exit status an error of this kind deserves (2). */
 int lp_cli_fail(const char *cmd, const lp_error *err);
+
+struct json_t;
+/* A command's --json output: doc on stdout as one document and a newline (flags: jansson's dump
+ * flags, JSON_INDENT(2) ...), then released. A NULL doc or a failed dump is out of memory: one line
+ * on stderr and LP_EXIT_USAGE; else LP_EXIT_OK. */
+int lp_cli_print_json(const char *cmd, struct json_t *doc, size_t flags);
 
 extern const lp_command lp_command_inspect;
 extern const lp_command lp_command_tokenize;

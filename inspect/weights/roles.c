@@ -327,18 +327,21 @@ static const char *find_indexed(const char *base, const char *const *markers, in
     return NULL;
 }
 
+/* Names of the form "<marker>.N.rest" (a layer's tensor, rest looked up in `layer`) or anything
+ * else (looked up whole in `global`); returns rest, or NULL for a global tensor. */
+static const char *assign_indexed(lp_tensor *t, const char *base, const char *marker,
+                                  const name_role *global, const name_role *layer)
+{
+    const char *const markers[] = {marker, NULL};
+    const char *rest = find_indexed(base, markers, &t->layer);
+    t->role = lookup(rest ? layer : global, rest ? rest : base);
+    return rest;
+}
+
 static void assign_gguf(lp_tensor *t, const char *base)
 {
-    static const char *const blk[] = {"blk", NULL};
-    int layer;
-    const char *rest = find_indexed(base, blk, &layer);
-    if (!rest) {
-        t->role = lookup(gguf_global, base);
-        return;
-    }
-    t->layer = layer;
-    t->role = lookup(gguf_layer, rest);
-    if (t->role != LP_ROLE_UNKNOWN)
+    const char *rest = assign_indexed(t, base, "blk", gguf_global, gguf_layer);
+    if (!rest || t->role != LP_ROLE_UNKNOWN)
         return;
     /* blk.N.ffn_gate.E: one expert per tensor (early Mixtral GGUFs) */
     const char *dot = strrchr(rest, '.');
@@ -354,19 +357,6 @@ static void assign_gguf(lp_tensor *t, const char *base)
                 t->expert = e;
         }
     }
-}
-
-static void assign_llama2c(lp_tensor *t, const char *base)
-{
-    static const char *const layers[] = {"layers", NULL};
-    int layer;
-    const char *rest = find_indexed(base, layers, &layer);
-    if (!rest) {
-        t->role = lookup(llama2c_global, base);
-        return;
-    }
-    t->layer = layer;
-    t->role = lookup(llama2c_layer, rest);
 }
 
 static void assign_hf(lp_tensor *t, const char *base, const char *family, bool is_bias)
@@ -435,7 +425,9 @@ void lp_role_assign(lp_tensor *tensor, const char *family, lp_weights_format for
         family = "";
     switch (format) {
     case LP_FORMAT_GGUF: assign_gguf(tensor, base); break;
-    case LP_FORMAT_LLAMA2C: assign_llama2c(tensor, base); break;
+    case LP_FORMAT_LLAMA2C:
+        assign_indexed(tensor, base, "layers", llama2c_global, llama2c_layer);
+        break;
     default: assign_hf(tensor, base, family, is_bias); break;
     }
     if (tensor->role == LP_ROLE_UNKNOWN) {

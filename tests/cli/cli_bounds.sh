@@ -37,11 +37,7 @@ expect_one_line_error "$LOUPE" estimate "$TMP/deepdir/config.json"
 
 # --- trace on a model of our own
 model="$TMP/model"
-if ! "$LOUPE" synth "$model" >/dev/null 2>"$TMP/synth.err"; then
-  bad "loupe synth failed: $(head -c 300 "$TMP/synth.err")"
-  finish
-  exit 1
-fi
+synth_or_stop "$model"
 db="$TMP/bounds.db"
 
 # a prompt file over 16 MiB is refused before it is read

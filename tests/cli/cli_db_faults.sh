@@ -14,7 +14,7 @@ if ! command -v sqlite3 >/dev/null || ! command -v python3 >/dev/null; then
   exit 77
 fi
 model="$TMP/model"
-"$LOUPE" synth "$model" >/dev/null 2>"$TMP/synth.err" || { bad "synth: $(cat "$TMP/synth.err")"; finish; exit 1; }
+synth_or_stop "$model"
 short="1,20,21,22,23,24,25,26"
 long=$(awk 'BEGIN { srand(3); for (i = 0; i < 400; i++) printf "%s%d", (i ? "," : ""), 5 + int(rand() * 400) }')
 qd() { sqlite3 -batch -noheader -cmd ".timeout 10000" "$1" "$2"; }

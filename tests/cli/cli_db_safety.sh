@@ -17,11 +17,7 @@ if ! command -v sqlite3 >/dev/null; then
 fi
 
 model="$TMP/model"
-if ! "$LOUPE" synth "$model" >/dev/null 2>"$TMP/synth.err"; then
-  bad "loupe synth failed: $(head -c 300 "$TMP/synth.err")"
-  finish
-  exit 1
-fi
+synth_or_stop "$model"
 db="$TMP/runs.db"
 q() { sqlite3 -batch -noheader -cmd ".timeout 10000" "$db" "$1"; }
 long_ids=$(awk 'BEGIN { srand(7); for (i = 0; i < 900; i++) printf "%s%d", (i ? "," : ""), 5 + int(rand() * 400) }')

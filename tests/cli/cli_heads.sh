@@ -48,22 +48,17 @@ assert pr["nll"]==pr["curve"][-1] and pr["params"]==3*4*64*512 and pr["kv_groups
 expect_stdout_contains "x the naive 16 full passes" "$LOUPE" ablate "$M" --prompt "$P" --db "$DB" --method mean
 expect_stdout_contains "restored" "$LOUPE" ablate "$M" --tokens 1,5,6,7,5,6 --patch-from-tokens 1,8,9,7,8,9 --db "$DB"
 if command -v sqlite3 >/dev/null; then
-  n=$(sqlite3 "$DB" "SELECT count(*) FROM head_importance h JOIN runs r ON r.id = h.run_id WHERE r.kind = 'ablate' AND r.status = 'complete' AND h.method = 'zero'")
-  [ "$n" = 16 ] && ok || bad "head_importance rows: $n"
-  n=$(sqlite3 "$DB" "SELECT count(*) FROM pruning_plan")
-  [ "$n" = 3 ] && ok || bad "pruning_plan rows: $n"
-  n=$(sqlite3 "$DB" "SELECT count(*) FROM token_nll WHERE run_id = (SELECT min(id) FROM runs WHERE kind = 'eval')")
-  [ "$n" = 28 ] && ok || bad "token_nll rows: $n"
+  expect_sql 16 "$DB" "SELECT count(*) FROM head_importance h JOIN runs r ON r.id = h.run_id WHERE r.kind = 'ablate' AND r.status = 'complete' AND h.method = 'zero'" "head_importance rows"
+  expect_sql 3 "$DB" "SELECT count(*) FROM pruning_plan" "pruning_plan rows"
+  expect_sql 28 "$DB" "SELECT count(*) FROM token_nll WHERE run_id = (SELECT min(id) FROM runs WHERE kind = 'eval')" "token_nll rows"
 fi
 
 # trace --logit-lens: per layer and position the top-k readout; the last layer is the real logits
 expect_one_line_error "$LOUPE" trace "$M" --prompt "$P" --logit-lens --generate 2 --db "$DB"
 expect_status 0 "$LOUPE" trace "$M" --prompt "$P" --logit-lens --maps none --db "$TMP/lens.db"
 if command -v sqlite3 >/dev/null; then
-  n=$(sqlite3 "$TMP/lens.db" "SELECT count(*) FROM logit_lens WHERE layer = 1 AND rank = 0")
-  [ "$n" = 29 ] && ok || bad "logit_lens rows of the last layer: $n"
-  n=$(sqlite3 "$TMP/lens.db" "SELECT count(*) FROM logit_lens l JOIN predictions p ON p.run_id = l.run_id AND p.pos = l.pos AND p.rank = l.rank WHERE l.layer = 1 AND (l.token_id != p.token_id OR l.prob != p.prob)")
-  [ "$n" = 0 ] && ok || bad "the last layer's lens differs from the predictions in $n rows"
+  expect_sql 29 "$TMP/lens.db" "SELECT count(*) FROM logit_lens WHERE layer = 1 AND rank = 0" "logit_lens rows of the last layer"
+  expect_sql 0 "$TMP/lens.db" "SELECT count(*) FROM logit_lens l JOIN predictions p ON p.run_id = l.run_id AND p.pos = l.pos AND p.rank = l.rank WHERE l.layer = 1 AND (l.token_id != p.token_id OR l.prob != p.prob)" "rows where the last layer's lens differs from the predictions"
   lens=$(sqlite3 "$TMP/lens.db" "SELECT printf('%.9f', nll) FROM logit_lens_layers WHERE layer = 1")
   ev=$("$LOUPE" eval "$M" --prompt "$P" --db "$DB" --json | python3 -c 'import json,sys; print("%.9f" % json.load(sys.stdin)["nll"])')
   [ "$lens" = "$ev" ] && ok || bad "last layer's lens nll $lens != eval's $ev"

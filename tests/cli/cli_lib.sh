@@ -42,6 +42,23 @@ expect_one_line_error() {
   if [ "$got" -eq 2 ] && [ "$lines" -eq 1 ]; then ok; else bad "want one-line error and exit 2, got exit $got with $lines lines: $*"; fi
 }
 
+# synth_or_stop DIR [OPTION...]: write loupe synth's model to DIR; a script that cannot go on
+# without it ends here with the failure counted and synth's stderr in the log.
+synth_or_stop() {
+  if ! "$LOUPE" synth "$@" >/dev/null 2>"$TMP/synth.err"; then
+    bad "loupe synth failed: $(head -c 300 "$TMP/synth.err")"
+    finish
+    exit 1
+  fi
+}
+
+# expect_sql WANT DB QUERY WHAT: the sqlite3 shell's answer to QUERY on DB is exactly WANT.
+expect_sql() {
+  local got
+  got=$(sqlite3 "$2" "$3")
+  if [ "$got" = "$1" ]; then ok; else bad "$4: $got, want $1"; fi
+}
+
 # A script whose later checks need ../shared comes in two parts: the checks that need nothing
 # inside `if local_part; then ... fi`, then `require_shared` and the rest. tests/cli/CMakeLists.txt
 # registers it twice (PART local and PART shared), so the first part runs, and can fail, on a

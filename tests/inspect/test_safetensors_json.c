@@ -11,14 +11,6 @@
 
 #include "inspect/inspect.h"
 
-static char tmp_root[512];
-
-static const char *tmp_path(char *buf, size_t size, const char *name)
-{
-    snprintf(buf, size, "%s/%s", tmp_root, name);
-    return buf;
-}
-
 /* The header scanner (safetensors.c): JSON string escapes, number syntax, strict entry keys and
  * what may follow the object, each with the byte offset the message must name. */
 static void test_safetensors_json_strict(void **state)
@@ -199,18 +191,10 @@ static void test_header_memory(void **state)
 
 int main(void)
 {
-    snprintf(tmp_root, sizeof tmp_root, "%s/st_json.%ld", lp_test_tmp_dir(), (long)getpid());
-    mkdir(tmp_root, 0755);
+    tmp_root_make("st_json");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_safetensors_json_strict),
         cmocka_unit_test(test_header_memory),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    if (!failed) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmp_root);
-    }
-    return failed;
+    return tmp_root_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

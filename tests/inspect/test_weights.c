@@ -33,14 +33,6 @@ static void check_close(double got, double want, double tol, const char *expr, c
         fail_msg("%s:%d: %s = %.17g, want %.17g (tolerance %g)", file, line, expr, got, want, tol);
 }
 
-static char tmp_root[512];
-
-static const char *tmp_path(char *buf, size_t size, const char *name)
-{
-    snprintf(buf, size, "%s/%s", tmp_root, name);
-    return buf;
-}
-
 static void write_text(const char *path, const char *text) { write_bytes(path, text, strlen(text)); }
 
 static const char *tiny_config =
@@ -2032,8 +2024,7 @@ static void test_detect_format(void **state)
 
 int main(void)
 {
-    snprintf(tmp_root, sizeof tmp_root, "%s/weights.%ld", lp_test_tmp_dir(), (long)getpid());
-    mkdir(tmp_root, 0755);
+    tmp_root_make("weights");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_detect_format),
         cmocka_unit_test(test_safetensors_valid),   cmocka_unit_test(test_safetensors_dtypes),
@@ -2047,12 +2038,5 @@ int main(void)
         cmocka_unit_test(test_golden_three_formats), cmocka_unit_test(test_golden_quant),
         cmocka_unit_test(test_golden_llama2c_versions),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    if (!failed) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmp_root);
-    }
-    return failed;
+    return tmp_root_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -19,8 +19,8 @@ static inline void tmp_path(char *buf, size_t size, const char *name)
     snprintf(buf, size, "%s/render_%ld_%s", lp_test_tmp_dir(), (long)getpid(), name);
 }
 
-/* A fresh database with loupe's schema, made by the store itself. */
-static inline void new_db(const char *path)
+/* A database and the -wal and -shm files SQLite keeps beside it. */
+static inline void unlink_db(const char *path)
 {
     char side[600];
     unlink(path);
@@ -28,6 +28,36 @@ static inline void new_db(const char *path)
     unlink(side);
     snprintf(side, sizeof side, "%s-shm", path);
     unlink(side);
+}
+
+/* The files one test writes, named after its stem in the scratch folder: STEM.db, .png, .svg and
+ * .pdf; scratch_remove unlinks whichever were written, the database with its -wal and -shm. */
+typedef struct scratch {
+    char db[512], png[512], svg[512], pdf[512];
+} scratch;
+
+static inline void scratch_init(scratch *s, const char *stem)
+{
+    char base[400];
+    tmp_path(base, sizeof base, stem);
+    snprintf(s->db, sizeof s->db, "%s.db", base);
+    snprintf(s->png, sizeof s->png, "%s.png", base);
+    snprintf(s->svg, sizeof s->svg, "%s.svg", base);
+    snprintf(s->pdf, sizeof s->pdf, "%s.pdf", base);
+}
+
+static inline void scratch_remove(const scratch *s)
+{
+    unlink_db(s->db);
+    unlink(s->png);
+    unlink(s->svg);
+    unlink(s->pdf);
+}
+
+/* A fresh database with loupe's schema, made by the store itself. */
+static inline void new_db(const char *path)
+{
+    unlink_db(path);
     lp_store *store;
     lp_error err = {0};
     if (lp_store_open(path, &store, &err) != LP_OK)

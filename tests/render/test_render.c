@@ -258,13 +258,12 @@ static void test_layout_sizes(void **state)
 static void test_planted_map_pixels(void **state)
 {
     (void)state;
-    char db_path[512], png[512];
-    tmp_path(db_path, sizeof db_path, "planted.db");
-    tmp_path(png, sizeof png, "planted.png");
-    planted_db(db_path);
+    scratch files;
+    scratch_init(&files, "planted");
+    planted_db(files.db);
     lp_error err = {0};
     lp_store_run run;
-    lp_store *db = open_run(db_path, 0, &run);
+    lp_store *db = open_run(files.db, 0, &run);
     assert_string_equal(run.status, "complete");
     assert_int_equal(run.id, 1);
     assert_string_equal(run.model, "tiny-test");
@@ -274,8 +273,8 @@ static void test_planted_map_pixels(void **state)
     opt.cell = 60;
     lp_heatmap_layout lay;
     assert_int_equal(lp_render_heatmap_layout(4, 4, &opt, &lay, &err), LP_OK);
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
-    png_image img = load_png(png);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.png, &err), LP_OK);
+    png_image img = load_png(files.png);
     assert_int_equal(img.width, lay.width);
     assert_int_equal(img.height, lay.height);
     assert_int_equal(img.width, LP_RENDER_MARGIN_LEFT + 240 + LP_RENDER_MARGIN_RIGHT);
@@ -292,8 +291,8 @@ static void test_planted_map_pixels(void **state)
 
     /* --zoom 2: twice the pixels, the same colours at twice the coordinates */
     opt.zoom = 2;
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
-    img = load_png(png);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.png, &err), LP_OK);
+    img = load_png(files.png);
     assert_int_equal(img.width, 2 * lay.width);
     assert_int_equal(img.height, 2 * lay.height);
     assert_rgb_equal(pixel(&img, 2 * (lay.map_x + 1 * lay.cell) + 1, 2 * (lay.map_y + 3 * lay.cell) + 1),
@@ -306,29 +305,27 @@ static void test_planted_map_pixels(void **state)
     /* magma, log scale: 0.5 sits at log(0.5/1e-4)/log(1/1e-4) */
     opt.colormap = LP_COLORMAP_MAGMA;
     opt.scale = LP_SCALE_LOG;
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
-    img = load_png(png);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.png, &err), LP_OK);
+    img = load_png(files.png);
     assert_rgb_equal(cell_pixel(&img, &lay, 3, 1),
                      lp_colormap_rgb(LP_COLORMAP_MAGMA, log(0.5 / 1e-4) / log(1 / 1e-4)));
     assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), masked);
     cairo_surface_destroy(img.surface);
 
-    check_leak_cell(db, &run, &lay, png);
+    check_leak_cell(db, &run, &lay, files.png);
     close_run(db, &run);
-    unlink(db_path);
-    unlink(png);
+    scratch_remove(&files);
 }
 
 /* A 4096 x 4096 f16 map with one bright cell, drawn at 512 px: pooling keeps the cell. */
 static void test_maxpool_long_map(void **state)
 {
     (void)state;
-    char db_path[512], png[512];
-    tmp_path(db_path, sizeof db_path, "long.db");
-    tmp_path(png, sizeof png, "long.png");
-    new_db(db_path);
+    scratch files;
+    scratch_init(&files, "long");
+    new_db(files.db);
     const int64_t n = 4096;
-    add_run(db_path, 1, "complete", "trace", n, 1, 1, NULL);
+    add_run(files.db, 1, "complete", "trace", n, 1, 1, NULL);
     /* The bright cell, and one leak far above the diagonal, in an otherwise zero blob. SQLite
      * builds the concatenation in memory (twice the blob), so a child process plants it: the
      * peak memory measured below is the render's alone. */
@@ -346,18 +343,18 @@ static void test_maxpool_long_map(void **state)
                  "zeroblob(%lld) || %s || zeroblob(%lld) AS BLOB))",
                  (long long)at_small, small_hex, (long long)(at_one - at_small - 2), one_hex,
                  (long long)(n * n * 2 - at_one - 2));
-        _exit(lp_store_sql(db_path, sql, NULL, NULL, &perr) == LP_OK ? 0 : 1);
+        _exit(lp_store_sql(files.db, sql, NULL, NULL, &perr) == LP_OK ? 0 : 1);
     }
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     free(one_hex);
     free(small_hex);
-    assert_int_equal(lp_test_sql_int(db_path, "SELECT length(probs) FROM attention"), n * n * 2);
+    assert_int_equal(lp_test_sql_int(files.db, "SELECT length(probs) FROM attention"), n * n * 2);
 
     lp_error err = {0};
     lp_store_run run;
-    lp_store *db = open_run(db_path, 0, &run);
+    lp_store *db = open_run(files.db, 0, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
     opt.size = 512;
@@ -378,7 +375,7 @@ static void test_maxpool_long_map(void **state)
     struct rusage before, after;
     getrusage(RUSAGE_SELF, &before);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.png, &err), LP_OK);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     getrusage(RUSAGE_SELF, &after);
     double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -390,7 +387,7 @@ static void test_maxpool_long_map(void **state)
      * of floats) would blow through this. Sanitizer builds pad allocations, hence the margin. */
     assert_true(grew_kib < 48 * 1024);
 
-    png_image img = load_png(png);
+    png_image img = load_png(files.png);
     assert_int_equal(img.width, LP_RENDER_MARGIN_LEFT + 512 + LP_RENDER_MARGIN_RIGHT);
     assert_int_equal(img.height, LP_RENDER_MARGIN_TOP + 512 + LP_RENDER_MARGIN_BOTTOM);
     lp_rgb top = lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0);
@@ -403,8 +400,7 @@ static void test_maxpool_long_map(void **state)
                      lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.01));
     cairo_surface_destroy(img.surface);
     close_run(db, &run);
-    unlink(db_path);
-    unlink(png);
+    scratch_remove(&files);
 }
 
 /* SVG carries the labels as text (in <desc>), escaped; PDF is a PDF; unknown extensions fail
@@ -412,26 +408,25 @@ static void test_maxpool_long_map(void **state)
 static void test_svg_pdf_and_formats(void **state)
 {
     (void)state;
-    char db_path[512], svg[512], pdf[512], bad[512];
-    tmp_path(db_path, sizeof db_path, "svg.db");
-    tmp_path(svg, sizeof svg, "map.svg");
-    tmp_path(pdf, sizeof pdf, "map.pdf");
+    char bad[512];
+    scratch files;
+    scratch_init(&files, "map");
     tmp_path(bad, sizeof bad, "map.jpg");
-    new_db(db_path);
-    add_run(db_path, 7, "complete", "trace", 5, 1, 1, NULL);
+    new_db(files.db);
+    add_run(files.db, 7, "complete", "trace", 5, 1, 1, NULL);
     static const char *const pieces[] = {"<s>", " the", "\xe4\xb8\x96\xe7\x95\x8c", "&amp", "\n"};
-    add_tokens(db_path, 7, pieces, 5);
+    add_tokens(files.db, 7, pieces, 5);
     float v[25];
     causal_uniform(v, 5, 5);
-    add_map(db_path, 7, 0, 0, 5, 5, v, false);
+    add_map(files.db, 7, 0, 0, 5, 5, v, false);
 
     lp_error err = {0};
     lp_store_run run;
-    lp_store *db = open_run(db_path, 7, &run);
+    lp_store *db = open_run(files.db, 7, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, svg, &err), LP_OK);
-    char *text = read_text_file(svg);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.svg, &err), LP_OK);
+    char *text = read_text_file(files.svg);
     assert_non_null(strstr(text, "<svg"));
     assert_non_null(strstr(text, "<title>layer 0, head 0: tiny-test (llama), run 7</title>"));
     assert_non_null(strstr(text, "&lt;s&gt;"));                      /* escaped */
@@ -443,8 +438,8 @@ static void test_svg_pdf_and_formats(void **state)
     assert_true(strstr(text, "<title>") > strstr(text, "<svg"));
     free(text);
 
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, pdf, &err), LP_OK);
-    text = read_text_file(pdf);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.pdf, &err), LP_OK);
+    text = read_text_file(files.pdf);
     assert_int_equal(strncmp(text, "%PDF", 4), 0);
     free(text);
 
@@ -452,32 +447,30 @@ static void test_svg_pdf_and_formats(void **state)
     assert_non_null(strstr(err.msg, ".png, .svg or .pdf"));
     assert_false(file_exists(bad));
     close_run(db, &run);
-    unlink(db_path);
-    unlink(svg);
-    unlink(pdf);
+    scratch_remove(&files);
 }
 
 static void test_runs_and_errors(void **state)
 {
     (void)state;
-    char db_path[512], png[512], junk[512];
-    tmp_path(db_path, sizeof db_path, "runs.db");
-    tmp_path(png, sizeof png, "runs.png");
+    char junk[512];
+    scratch files;
+    scratch_init(&files, "runs");
     tmp_path(junk, sizeof junk, "junk.db");
-    new_db(db_path);
-    add_run(db_path, 1, "complete", "trace", 3, 2, 2, NULL);
-    add_run(db_path, 2, "complete", "leak", 3, 2, 2, NULL);
-    add_run(db_path, 3, "running", "trace", 3, 2, 2, NULL);
+    new_db(files.db);
+    add_run(files.db, 1, "complete", "trace", 3, 2, 2, NULL);
+    add_run(files.db, 2, "complete", "leak", 3, 2, 2, NULL);
+    add_run(files.db, 3, "running", "trace", 3, 2, 2, NULL);
     float v[9];
     causal_uniform(v, 3, 3);
-    add_map(db_path, 1, 0, 0, 3, 3, v, false);
+    add_map(files.db, 1, 0, 0, 3, 3, v, false);
     /* a blob one byte short of n_q * n_k * 4 */
-    lp_test_sql_exec(db_path, ATTN_INSERT "(1, 1, 0, 3, 3, 'f32', zeroblob(35))");
-    lp_test_sql_exec(db_path, ATTN_INSERT "(1, 1, 1, 4, 3, 'f32', zeroblob(48))");
+    lp_test_sql_exec(files.db, ATTN_INSERT "(1, 1, 0, 3, 3, 'f32', zeroblob(35))");
+    lp_test_sql_exec(files.db, ATTN_INSERT "(1, 1, 1, 4, 3, 'f32', zeroblob(48))");
 
     lp_error err = {0};
     lp_store *db;
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
+    assert_int_equal(lp_store_open_read(files.db, &db, &err), LP_OK);
     lp_store_run run;
     bool incomplete;
     /* latest complete trace run is 1, not the running 3 nor the leak run 2 */
@@ -496,33 +489,33 @@ static void test_runs_and_errors(void **state)
     assert_int_equal(lp_store_read_run(db, 1, NULL, &run, &incomplete, &err), LP_OK);
     lp_render_options opt;
     lp_render_options_default(&opt);
-    assert_int_equal(lp_render_head(db, &run, 2, 0, &opt, png, &err), LP_ERR_RANGE);
+    assert_int_equal(lp_render_head(db, &run, 2, 0, &opt, files.png, &err), LP_ERR_RANGE);
     assert_non_null(strstr(err.msg, "--layer 2"));
-    assert_int_equal(lp_render_head(db, &run, 0, 5, &opt, png, &err), LP_ERR_RANGE);
-    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_render_head(db, &run, 0, 5, &opt, files.png, &err), LP_ERR_RANGE);
+    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, files.png, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "layer 0 head 1"));
-    assert_int_equal(lp_render_head(db, &run, 1, 0, &opt, png, &err), LP_ERR_FORMAT);
+    assert_int_equal(lp_render_head(db, &run, 1, 0, &opt, files.png, &err), LP_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "blob has 35"));
-    assert_int_equal(lp_render_head(db, &run, 1, 1, &opt, png, &err), LP_ERR_FORMAT);
-    assert_false(file_exists(png));
+    assert_int_equal(lp_render_head(db, &run, 1, 1, &opt, files.png, &err), LP_ERR_FORMAT);
+    assert_false(file_exists(files.png));
     /* no head_stats, no leak checks */
-    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, png, &err),
+    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, files.png, &err),
                      LP_ERR_NOT_FOUND);
-    assert_int_equal(lp_render_leak_plot(db, &run, &opt, png, &err), LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_render_leak_plot(db, &run, &opt, files.png, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "perturbation"));
     int64_t leak_run;
     assert_int_equal(lp_store_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "no leak runs"));
-    assert_false(file_exists(png));
+    assert_false(file_exists(files.png));
     close_run(db, &run);
 
     /* a database from before head_stats and leak_checks existed: no rows, not an SQL error */
-    lp_test_sql_exec(db_path, "DROP TABLE head_stats; DROP TABLE leak_checks");
-    assert_int_equal(lp_store_open_read(db_path, &db, &err), LP_OK);
+    lp_test_sql_exec(files.db, "DROP TABLE head_stats; DROP TABLE leak_checks");
+    assert_int_equal(lp_store_open_read(files.db, &db, &err), LP_OK);
     assert_int_equal(lp_store_read_run(db, 1, NULL, &run, &incomplete, &err), LP_OK);
-    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, png, &err),
+    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, files.png, &err),
                      LP_ERR_NOT_FOUND);
-    assert_int_equal(lp_render_leak_plot(db, &run, &opt, png, &err), LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_render_leak_plot(db, &run, &opt, files.png, &err), LP_ERR_NOT_FOUND);
     assert_int_equal(lp_store_latest_leak_run(db, &leak_run, &err), LP_ERR_NOT_FOUND);
     close_run(db, &run);
 
@@ -536,25 +529,24 @@ static void test_runs_and_errors(void **state)
     assert_non_null(strstr(err.msg, junk));
     unlink(junk);
     assert_int_equal(lp_store_open_read(junk, &db, &err), LP_ERR_IO);
-    unlink(db_path);
+    scratch_remove(&files);
 }
 
 /* A window recorded in arch_json masks the keys it leaves out. */
 static void test_window_mask(void **state)
 {
     (void)state;
-    char db_path[512], png[512];
-    tmp_path(db_path, sizeof db_path, "window.db");
-    tmp_path(png, sizeof png, "window.png");
-    new_db(db_path);
-    add_run(db_path, 1, "complete", "trace", 4, 2, 1, "{\"sliding_window\": 0, \"layer_window\": [0, 2]}");
+    scratch files;
+    scratch_init(&files, "window");
+    new_db(files.db);
+    add_run(files.db, 1, "complete", "trace", 4, 2, 1, "{\"sliding_window\": 0, \"layer_window\": [0, 2]}");
     float v[16];
     causal_uniform(v, 4, 4);
-    add_map(db_path, 1, 0, 0, 4, 4, v, false);
-    add_map(db_path, 1, 1, 0, 4, 4, v, false); /* mass outside the window of 2: leaks in layer 1 */
+    add_map(files.db, 1, 0, 0, 4, 4, v, false);
+    add_map(files.db, 1, 1, 0, 4, 4, v, false); /* mass outside the window of 2: leaks in layer 1 */
     lp_error err = {0};
     lp_store_run run;
-    lp_store *db = open_run(db_path, 0, &run);
+    lp_store *db = open_run(files.db, 0, &run);
     assert_int_equal(lp_store_run_window(&run, 0), 0);
     assert_int_equal(lp_store_run_window(&run, 1), 2);
     lp_pooled_map map;
@@ -568,7 +560,7 @@ static void test_window_mask(void **state)
     assert_false(map.flags[3 * 4 + 2] & LP_CELL_MASKED);
     lp_pooled_map_free(&map);
     close_run(db, &run);
-    unlink(db_path);
+    scratch_remove(&files);
 }
 
 /* --all: every picture of the run, and an index.html whose every link exists. */
@@ -609,32 +601,30 @@ static void check_gallery(lp_store *db, const lp_store_run *run)
 static void test_grid_overview_stats_leak(void **state)
 {
     (void)state;
-    char db_path[512], png[512], svg[512];
-    tmp_path(db_path, sizeof db_path, "multi.db");
-    tmp_path(png, sizeof png, "multi.png");
-    tmp_path(svg, sizeof svg, "multi.svg");
-    multi_db(db_path);
+    scratch files;
+    scratch_init(&files, "multi");
+    multi_db(files.db);
     lp_error err = {0};
     lp_store_run run;
-    lp_store *db = open_run(db_path, 0, &run);
+    lp_store *db = open_run(files.db, 0, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
 
-    assert_int_equal(lp_render_layer_grid(db, &run, 1, &opt, png, &err), LP_OK);
-    png_image img = load_png(png);
+    assert_int_equal(lp_render_layer_grid(db, &run, 1, &opt, files.png, &err), LP_OK);
+    png_image img = load_png(files.png);
     assert_true(img.width > 2 * 160 && img.height > 2 * 160);
     cairo_surface_destroy(img.surface);
-    assert_int_equal(lp_render_layer_grid(db, &run, 3, &opt, png, &err), LP_ERR_RANGE);
+    assert_int_equal(lp_render_layer_grid(db, &run, 3, &opt, files.png, &err), LP_ERR_RANGE);
 
-    assert_int_equal(lp_render_overview(db, &run, &opt, png, &err), LP_OK);
-    img = load_png(png);
+    assert_int_equal(lp_render_overview(db, &run, &opt, files.png, &err), LP_OK);
+    img = load_png(files.png);
     assert_true(img.width >= 4 * 64 && img.height >= 3 * 64);
     cairo_surface_destroy(img.surface);
 
     /* sink is 1 at L0 H0 and 0 elsewhere on a fixed [0, 1] scale: check a cell corner (the
      * centre carries the written value) */
-    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, png, &err), LP_OK);
-    img = load_png(png);
+    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_SINK, &opt, files.png, &err), LP_OK);
+    img = load_png(files.png);
     int cell_w = 56, cell_h = 30, left = 64, top = 104;
     assert_rgb_equal(pixel(&img, left + 2, top + 2), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0));
     assert_rgb_equal(pixel(&img, left + cell_w + 2, top + 2),
@@ -642,8 +632,9 @@ static void test_grid_overview_stats_leak(void **state)
     assert_rgb_equal(pixel(&img, left + 3 * cell_w + 2, top + 2 * cell_h + 2),
                      lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0));
     cairo_surface_destroy(img.surface);
-    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_ENTROPY, &opt, svg, &err), LP_OK);
-    char *text = read_text_file(svg);
+    assert_int_equal(lp_render_stat_matrix(db, &run, LP_STAT_ENTROPY, &opt, files.svg, &err),
+                     LP_OK);
+    char *text = read_text_file(files.svg);
     assert_non_null(strstr(text, "1.10")); /* entropy of L2 H3 = 0.1 * 11, written in */
     free(text);
 
@@ -662,16 +653,14 @@ static void test_grid_overview_stats_leak(void **state)
     free(layers);
     free(diffs);
     free(failed);
-    assert_int_equal(lp_render_leak_plot(db, &run, &opt, svg, &err), LP_OK);
-    text = read_text_file(svg);
+    assert_int_equal(lp_render_leak_plot(db, &run, &opt, files.svg, &err), LP_OK);
+    text = read_text_file(files.svg);
     assert_non_null(strstr(text, "logits"));
     assert_non_null(strstr(text, "2 of 4 layers failed"));
     free(text);
     check_gallery(db, &run);
     close_run(db, &run);
-    unlink(db_path);
-    unlink(png);
-    unlink(svg);
+    scratch_remove(&files);
 }
 
 /* Decode-style maps (n_q < n_k) align the diagonal bottom-right; NaN cells are magenta; a grid
@@ -679,33 +668,32 @@ static void test_grid_overview_stats_leak(void **state)
 static void test_decode_nan_and_selection(void **state)
 {
     (void)state;
-    char db_path[512], png[512];
-    tmp_path(db_path, sizeof db_path, "decode.db");
-    tmp_path(png, sizeof png, "decode.png");
-    new_db(db_path);
-    add_run(db_path, 1, "complete", "trace", 5, 1, 3, NULL);
+    scratch files;
+    scratch_init(&files, "decode");
+    new_db(files.db);
+    add_run(files.db, 1, "complete", "trace", 5, 1, 3, NULL);
     /* 2 queries at positions 3 and 4 over 5 keys */
     float v[10] = {0};
     v[0 * 5 + 3] = 1.0f;     /* query at position 3 sees keys 0..3 */
     v[1 * 5 + 2] = 0.5f;
     v[1 * 5 + 1] = NAN;
-    add_map(db_path, 1, 0, 0, 2, 5, v, false);
-    add_map(db_path, 1, 0, 2, 2, 5, v, true); /* head 1 not stored */
-    add_run(db_path, 2, "complete", "trace", 300, 1, 1, NULL);
+    add_map(files.db, 1, 0, 0, 2, 5, v, false);
+    add_map(files.db, 1, 0, 2, 2, 5, v, true); /* head 1 not stored */
+    add_run(files.db, 2, "complete", "trace", 300, 1, 1, NULL);
     float strip[300] = {0};
     strip[299] = 1.0f;
-    add_map(db_path, 2, 0, 0, 1, 300, strip, true);
+    add_map(files.db, 2, 0, 0, 1, 300, strip, true);
 
     lp_error err = {0};
     lp_store_run run;
-    lp_store *db = open_run(db_path, 1, &run);
+    lp_store *db = open_run(files.db, 1, &run);
     lp_render_options opt;
     lp_render_options_default(&opt);
     opt.cell = 40;
     lp_heatmap_layout lay;
     assert_int_equal(lp_render_heatmap_layout(2, 5, &opt, &lay, &err), LP_OK);
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
-    png_image img = load_png(png);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.png, &err), LP_OK);
+    png_image img = load_png(files.png);
     lp_rgb masked = lp_render_masked_rgb(&opt);
     assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0));
     assert_rgb_equal(cell_pixel(&img, &lay, 0, 4), masked); /* position 3 must not see key 4 */
@@ -715,9 +703,9 @@ static void test_decode_nan_and_selection(void **state)
     cairo_surface_destroy(img.surface);
 
     /* grid and overview draw heads 0 and 2 and leave head 1 empty; its own picture fails */
-    assert_int_equal(lp_render_layer_grid(db, &run, 0, &opt, png, &err), LP_OK);
-    assert_int_equal(lp_render_overview(db, &run, &opt, png, &err), LP_OK);
-    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, png, &err), LP_ERR_NOT_FOUND);
+    assert_int_equal(lp_render_layer_grid(db, &run, 0, &opt, files.png, &err), LP_OK);
+    assert_int_equal(lp_render_overview(db, &run, &opt, files.png, &err), LP_OK);
+    assert_int_equal(lp_render_head(db, &run, 0, 1, &opt, files.png, &err), LP_ERR_NOT_FOUND);
     char dir[512], path[700];
     tmp_path(dir, sizeof dir, "selgallery");
     int64_t n_files;
@@ -746,8 +734,8 @@ static void test_decode_nan_and_selection(void **state)
     assert_int_equal(lp_render_heatmap_layout(1, 300, &opt, &lay, &err), LP_OK);
     assert_int_equal(lay.cell, 2);
     assert_int_equal(lay.cell_h, 24);
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
-    img = load_png(png);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.png, &err), LP_OK);
+    img = load_png(files.png);
     lp_rgb bright = lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0);
     assert_rgb_equal(pixel(&img, lay.map_x + 299 * 2, lay.map_y + 1), bright);
     assert_rgb_equal(pixel(&img, lay.map_x + 299 * 2, lay.map_y + 22), bright);
@@ -755,30 +743,27 @@ static void test_decode_nan_and_selection(void **state)
                      lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.0));
     cairo_surface_destroy(img.surface);
     close_run(db, &run);
-    unlink(db_path);
-    unlink(png);
+    scratch_remove(&files);
 }
 
 /* --range A:B shows positions A..B-1 of both axes; cells keep their colours and masks. */
 static void test_range_window(void **state)
 {
     (void)state;
-    char db_path[512], png[512], svg[512];
-    tmp_path(db_path, sizeof db_path, "range.db");
-    tmp_path(png, sizeof png, "range.png");
-    tmp_path(svg, sizeof svg, "range.svg");
-    new_db(db_path);
-    add_run(db_path, 1, "complete", "trace", 8, 1, 1, NULL);
+    scratch files;
+    scratch_init(&files, "range");
+    new_db(files.db);
+    add_run(files.db, 1, "complete", "trace", 8, 1, 1, NULL);
     static const char *const pieces[] = {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"};
-    add_tokens(db_path, 1, pieces, 8);
+    add_tokens(files.db, 1, pieces, 8);
     float v[64] = {0};
     v[5 * 8 + 3] = 1.0f;  /* inside the window */
     v[7 * 8 + 0] = 0.75f; /* outside it: must not set the scale */
     v[2 * 8 + 2] = 0.5f;
-    add_map(db_path, 1, 0, 0, 8, 8, v, false);
+    add_map(files.db, 1, 0, 0, 8, 8, v, false);
     lp_error err = {0};
     lp_store_run run;
-    lp_store *db = open_run(db_path, 0, &run);
+    lp_store *db = open_run(files.db, 0, &run);
 
     lp_pooled_map map;
     assert_int_equal(lp_render_read_map(db, &run, 0, 0, 100, 0, 2, 6, &map, &err), LP_OK);
@@ -801,23 +786,21 @@ static void test_range_window(void **state)
     opt.range_hi = 6;
     lp_heatmap_layout lay;
     assert_int_equal(lp_render_heatmap_layout(4, 4, &opt, &lay, &err), LP_OK);
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, png, &err), LP_OK);
-    png_image img = load_png(png);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.png, &err), LP_OK);
+    png_image img = load_png(files.png);
     assert_rgb_equal(cell_pixel(&img, &lay, 3, 1), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 1.0));
     assert_rgb_equal(cell_pixel(&img, &lay, 0, 0), lp_colormap_rgb(LP_COLORMAP_VIRIDIS, 0.5));
     assert_rgb_equal(cell_pixel(&img, &lay, 0, 3), lp_render_masked_rgb(&opt));
     cairo_surface_destroy(img.surface);
-    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, svg, &err), LP_OK);
-    char *text = read_text_file(svg);
+    assert_int_equal(lp_render_head(db, &run, 0, 0, &opt, files.svg, &err), LP_OK);
+    char *text = read_text_file(files.svg);
     assert_non_null(strstr(text, "2 p2"));  /* labels carry their positions */
     assert_non_null(strstr(text, "5 p5"));
     assert_null(strstr(text, "p6"));
     assert_non_null(strstr(text, "showing positions 2:6"));
     free(text);
     close_run(db, &run);
-    unlink(db_path);
-    unlink(png);
-    unlink(svg);
+    scratch_remove(&files);
 }
 
 /* Hostile attention rows: random shapes, dtypes and blob lengths. Reading must succeed exactly
@@ -825,10 +808,10 @@ static void test_range_window(void **state)
 static void test_hostile_attention_rows(void **state)
 {
     (void)state;
-    char db_path[512];
-    tmp_path(db_path, sizeof db_path, "hostile.db");
-    new_db(db_path);
-    add_run(db_path, 1, "complete", "trace", 8, 1, 300, NULL);
+    scratch files;
+    scratch_init(&files, "hostile");
+    new_db(files.db);
+    add_run(files.db, 1, "complete", "trace", 8, 1, 300, NULL);
     static const char *const dtypes[] = {"f16", "f32"};
     uint64_t seed = 12345;
     int64_t n_q[300], n_k[300], bytes[300];
@@ -854,12 +837,12 @@ static void test_hostile_attention_rows(void **state)
                                     (long long)bytes[h]);
     }
     snprintf(sql + sql_len, sql_cap - sql_len, "COMMIT;");
-    lp_test_sql_exec(db_path, "%s", sql);
+    lp_test_sql_exec(files.db, "%s", sql);
     free(sql);
 
     lp_error err = {0};
     lp_store_run run;
-    lp_store *db = open_run(db_path, 0, &run);
+    lp_store *db = open_run(files.db, 0, &run);
     int n_ok = 0;
     for (int h = 0; h < 300; h++) {
         bool consistent = n_q[h] >= 1 && n_k[h] >= 1 && n_q[h] <= n_k[h] &&
@@ -880,7 +863,7 @@ static void test_hostile_attention_rows(void **state)
     }
     assert_true(n_ok > 20); /* the generator made both kinds */
     close_run(db, &run);
-    unlink(db_path);
+    scratch_remove(&files);
 }
 
 /* Two runs over the same 4 tokens (1 layer x 2 heads): head 0's last row moves a quarter of its
@@ -888,10 +871,9 @@ static void test_hostile_attention_rows(void **state)
 static void test_diff_pictures(void **state)
 {
     (void)state;
-    char db_path[512], png[512];
-    tmp_path(db_path, sizeof db_path, "diff.db");
-    tmp_path(png, sizeof png, "diff.png");
-    new_db(db_path);
+    scratch files;
+    scratch_init(&files, "diff");
+    new_db(files.db);
     static const char *const pieces[] = {"<s>", " the", " cat", " sat"};
     float v[16], w[16];
     causal_uniform(v, 4, 4);
@@ -899,19 +881,19 @@ static void test_diff_pictures(void **state)
     memcpy(w, v, sizeof w);
     w[12] = 0.25f, w[13] = 0.5f;
     for (int64_t r = 1; r <= 2; r++) {
-        add_run(db_path, r, "complete", "trace", 4, 1, 2, NULL);
-        add_tokens(db_path, r, pieces, 4);
-        add_map(db_path, r, 0, 0, 4, 4, r == 1 ? v : w, false);
-        add_stats(db_path, r, 1, 2);
+        add_run(files.db, r, "complete", "trace", 4, 1, 2, NULL);
+        add_tokens(files.db, r, pieces, 4);
+        add_map(files.db, r, 0, 0, 4, 4, r == 1 ? v : w, false);
+        add_stats(files.db, r, 1, 2);
         for (int64_t pos = 0; pos < 4; pos++) /* B's argmax differs at the last position */
-            lp_test_sql_exec(db_path, "INSERT INTO predictions (run_id, pos, rank, token_id, "
+            lp_test_sql_exec(files.db, "INSERT INTO predictions (run_id, pos, rank, token_id, "
                              "piece, prob, logit) VALUES (%lld, %lld, 0, %lld, 'x', 0.5, 1.0)",
                              (long long)r, (long long)pos, (long long)(pos == 3 ? r : 0));
     }
-    add_map(db_path, 1, 0, 1, 4, 4, v, false);
+    add_map(files.db, 1, 0, 1, 4, 4, v, false);
     lp_error err = {0};
     lp_store_run ra, rb;
-    lp_store *db = open_run(db_path, 1, &ra);
+    lp_store *db = open_run(files.db, 1, &ra);
     bool incomplete;
     assert_int_equal(lp_store_read_run(db, 2, NULL, &rb, &incomplete, &err), LP_OK);
     /* a run against itself is exactly 0 wherever both sides have the data */
@@ -928,9 +910,9 @@ static void test_diff_pictures(void **state)
     assert_true(d->js[0] > 0 && fabs(d->max_abs[0] - 0.25) < 1e-7 && isnan(d->js[1]));
     assert_true(d->argmax_agree[2] && !d->argmax_agree[3] && self->argmax_agree[3]);
     lp_store *w_db;
-    assert_int_equal(lp_store_open(db_path, &w_db, &err), LP_OK);
+    assert_int_equal(lp_store_open(files.db, &w_db, &err), LP_OK);
     int64_t id = 0;
-    lp_store_diff row = {.a_db = db_path, .b_db = db_path, .a_run = 1, .b_run = 2,
+    lp_store_diff row = {.a_db = files.db, .b_db = files.db, .a_run = 1, .b_run = 2,
                          .n_tokens = 4, .n_layers = 1, .n_heads = 2, .js = d->js,
                          .max_abs = d->max_abs, .kl = d->kl, .stat_delta = d->stat_delta,
                          .argmax_agree = d->argmax_agree};
@@ -942,7 +924,7 @@ static void test_diff_pictures(void **state)
     lp_store_close(w_db);
     close_run(db, &ra);
     lp_store_run_clear(&rb);
-    db = open_run(db_path, 1, &ra);
+    db = open_run(files.db, 1, &ra);
 
     lp_store_diff_rows got;
     assert_int_equal(lp_store_read_diff(db, id, &got, &err), LP_OK);
@@ -963,8 +945,8 @@ static void test_diff_pictures(void **state)
     opt.cell = 60;
     lp_heatmap_layout lay;
     assert_int_equal(lp_render_heatmap_layout(4, 4, &opt, &lay, &err), LP_OK);
-    assert_int_equal(lp_render_diff_head(db, db_path, id, 0, 0, &opt, png, &err), LP_OK);
-    png_image img = load_png(png);
+    assert_int_equal(lp_render_diff_head(db, files.db, id, 0, 0, &opt, files.png, &err), LP_OK);
+    png_image img = load_png(files.png);
     assert_rgb_equal(cell_pixel(&img, &lay, 3, 0), ((lp_rgb){0x21, 0x66, 0xac}));
     assert_rgb_equal(cell_pixel(&img, &lay, 3, 1), ((lp_rgb){0xb2, 0x18, 0x2b}));
     assert_rgb_equal(cell_pixel(&img, &lay, 3, 2), ((lp_rgb){0xff, 0xff, 0xff}));
@@ -973,23 +955,24 @@ static void test_diff_pictures(void **state)
     cairo_surface_destroy(img.surface);
     /* --vmax 0.5: the same cells at half strength */
     opt.vmax = 0.5;
-    assert_int_equal(lp_render_diff_head(db, db_path, id, 0, 0, &opt, png, &err), LP_OK);
-    img = load_png(png);
+    assert_int_equal(lp_render_diff_head(db, files.db, id, 0, 0, &opt, files.png, &err), LP_OK);
+    img = load_png(files.png);
     assert_rgb_equal(cell_pixel(&img, &lay, 3, 1), lp_diverging_rgb(0.5));
     cairo_surface_destroy(img.surface);
     opt.vmax = 0;
     /* head 1 has no map in run 2; B of the lost diff cannot be opened; heads out of range */
-    assert_int_equal(lp_render_diff_head(db, db_path, id, 0, 1, &opt, png, &err),
+    assert_int_equal(lp_render_diff_head(db, files.db, id, 0, 1, &opt, files.png, &err),
                      LP_ERR_NOT_FOUND);
-    assert_int_equal(lp_render_diff_head(db, db_path, lost, 0, 0, &opt, png, &err),
+    assert_int_equal(lp_render_diff_head(db, files.db, lost, 0, 0, &opt, files.png, &err),
                      LP_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "'/nonexistent/b.db', which cannot be opened from here"));
-    assert_int_equal(lp_render_diff_head(db, db_path, id, 0, 2, &opt, png, &err), LP_ERR_RANGE);
+    assert_int_equal(lp_render_diff_head(db, files.db, id, 0, 2, &opt, files.png, &err),
+                     LP_ERR_RANGE);
 
     /* the JS matrix: head 0 at the top of the scale (red), head 1 missing (masked colour);
      * sampled by the cells' corners, away from the values written in */
-    assert_int_equal(lp_render_diff_matrix(db, id, &opt, png, &err), LP_OK);
-    img = load_png(png);
+    assert_int_equal(lp_render_diff_matrix(db, id, &opt, files.png, &err), LP_OK);
+    img = load_png(files.png);
     assert_rgb_equal(pixel(&img, 64 + 3, 104 + 3), ((lp_rgb){0xb2, 0x18, 0x2b}));
     assert_rgb_equal(pixel(&img, 64 + 56 + 3, 104 + 3), lp_render_masked_rgb(&opt));
     /* the second panel, max |B - A| on its own scale, starts one panel (64 + 2 x 56 + 150) on;
@@ -999,16 +982,16 @@ static void test_diff_pictures(void **state)
 
     /* a database from before diff_head_stats: the statistic changes read as NaN */
     close_run(db, &ra);
-    lp_test_sql_exec(db_path, "DROP TABLE diff_head_stats");
-    db = open_run(db_path, 1, &ra);
+    lp_test_sql_exec(files.db, "DROP TABLE diff_head_stats");
+    db = open_run(files.db, 1, &ra);
     assert_int_equal(lp_store_read_diff(db, id, &got, &err), LP_OK);
     assert_true(got.js[0] == d->js[0] && isnan(got.stat_delta[LP_STAT_ENTROPY]));
     lp_store_diff_rows_clear(&got);
     close_run(db, &ra);
     /* ... and the next writer creates it again */
-    assert_int_equal(lp_store_open(db_path, &w_db, &err), LP_OK);
+    assert_int_equal(lp_store_open(files.db, &w_db, &err), LP_OK);
     lp_store_close(w_db);
-    db = open_run(db_path, 1, &ra);
+    db = open_run(files.db, 1, &ra);
     int64_t *ids = NULL, n_ids = 0;
     assert_int_equal(lp_store_list_diffs(db, &ids, &n_ids, &err), LP_OK);
     assert_int_equal(n_ids, 2);
@@ -1017,8 +1000,7 @@ static void test_diff_pictures(void **state)
     close_run(db, &ra);
     lp_run_diff_free(self);
     lp_run_diff_free(d);
-    unlink(db_path);
-    unlink(png);
+    scratch_remove(&files);
 }
 
 int main(void)

@@ -11,6 +11,7 @@
 #define LP_TESTS_FORWARD_CAPTURE_H
 
 #include <math.h>
+#include <unistd.h>
 
 #include "ref_forward.h"
 #include "trace/trace.h"
@@ -143,6 +144,34 @@ static inline void remove_dir(const char *dir)
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+/* A random reference model (ref_model_random of cfg and seed) written as a Hugging Face folder
+ * "<tmp>/<prefix>_<name>_<pid>" and opened: what a test runs loupe on and checks against.
+ * hf_model_close closes the model, removes the folder and frees the reference. */
+typedef struct hf_model {
+    ref_model ref;
+    lp_model *model;
+    char dir[512];
+} hf_model;
+
+static inline void hf_model_open(hf_model *h, const ref_config *cfg, uint64_t seed,
+                                 const char *prefix, const char *name)
+{
+    assert_true(ref_model_random(cfg, seed, &h->ref));
+    snprintf(h->dir, sizeof h->dir, "%s/%s_%s_%ld", lp_test_tmp_dir(), prefix, name,
+             (long)getpid());
+    assert_true(ref_model_write_hf(&h->ref, h->dir));
+    lp_error err = {0};
+    if (lp_model_open(h->dir, &h->model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+}
+
+static inline void hf_model_close(hf_model *h)
+{
+    lp_model_close(h->model);
+    remove_dir(h->dir);
+    ref_model_free(&h->ref);
 }
 
 /* Tokens of a case: a seeded LCG below vocab. */

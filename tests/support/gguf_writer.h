@@ -184,26 +184,26 @@ static inline void lp_gw_kv_arr_str(lp_gw *w, const char *key, const char *const
     for (uint64_t i = 0; i < n; i++)
         lp_gw_str(w, v[i]);
 }
-static inline void lp_gw_kv_arr_i32(lp_gw *w, const char *key, const int32_t *v, uint64_t n)
+/* An array of n fixed-size little-endian elements of the given GGUF type, copied as they are. */
+static inline void lp_gw_kv_arr_raw(lp_gw *w, const char *key, uint32_t type, const void *v,
+                                    uint64_t n, uint64_t elem_bytes)
 {
     lp_gw_key(w, key, LP_GW_ARRAY);
-    lp_gw_u32(w, LP_GW_INT32);
+    lp_gw_u32(w, type);
     lp_gw_u64(w, n);
-    lp_gw_bytes(w, v, n * 4);
+    lp_gw_bytes(w, v, (size_t)(n * elem_bytes));
+}
+static inline void lp_gw_kv_arr_i32(lp_gw *w, const char *key, const int32_t *v, uint64_t n)
+{
+    lp_gw_kv_arr_raw(w, key, LP_GW_INT32, v, n, 4);
 }
 static inline void lp_gw_kv_arr_u32(lp_gw *w, const char *key, const uint32_t *v, uint64_t n)
 {
-    lp_gw_key(w, key, LP_GW_ARRAY);
-    lp_gw_u32(w, LP_GW_UINT32);
-    lp_gw_u64(w, n);
-    lp_gw_bytes(w, v, n * 4);
+    lp_gw_kv_arr_raw(w, key, LP_GW_UINT32, v, n, 4);
 }
 static inline void lp_gw_kv_arr_f32(lp_gw *w, const char *key, const float *v, uint64_t n)
 {
-    lp_gw_key(w, key, LP_GW_ARRAY);
-    lp_gw_u32(w, LP_GW_FLOAT32);
-    lp_gw_u64(w, n);
-    lp_gw_bytes(w, v, n * 4);
+    lp_gw_kv_arr_raw(w, key, LP_GW_FLOAT32, v, n, 4);
 }
 static inline void lp_gw_kv_arr_bool(lp_gw *w, const char *key, const bool *v, uint64_t n)
 {

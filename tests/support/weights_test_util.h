@@ -4,8 +4,38 @@
 #define LP_TESTS_WEIGHTS_TEST_UTIL_H
 
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "inspect/inspect.h"
+
+/* The process's scratch folder for the files a test writes: made at the start of main, removed
+ * at the end when every test passed (a failure leaves its files to look at). */
+static char tmp_root[512];
+
+static inline const char *tmp_path(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/%s", tmp_root, name);
+    return buf;
+}
+
+static inline void tmp_root_make(const char *name)
+{
+    snprintf(tmp_root, sizeof tmp_root, "%s/%s.%ld", lp_test_tmp_dir(), name, (long)getpid());
+    mkdir(tmp_root, 0755);
+}
+
+/* Returns failed, the group's result, after removing tmp_root if it is 0. */
+static inline int tmp_root_finish(int failed)
+{
+    if (!failed) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmp_root);
+    }
+    return failed;
+}
 
 static inline void write_bytes(const char *path, const void *data, size_t size)
 {

@@ -9,17 +9,10 @@
 #include <unistd.h>
 
 #include "inspect/tokenizer/tokenizer.h"
-#include "ref_forward.h"
+#include "forward_capture.h"
 #include "trace/analysis/analysis.h"
 #include "trace/synth/synth.h"
 #include "trace/trace.h"
-
-static void remove_dir(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
 
 /* Mean next-token NLL of the reference's logits, in double. */
 static double ref_nll(const ref_model *m, const int32_t *ids, int64_t T)
@@ -110,27 +103,14 @@ static void restore(edited *e, const ref_model *orig)
     }
 }
 
-static lp_model *open_written(const ref_model *m, const char *name, char *dir, size_t size)
-{
-    snprintf(dir, size, "%s/analysis_%s_%ld", lp_test_tmp_dir(), name, (long)getpid());
-    assert_true(ref_model_write_hf(m, dir));
-    lp_model *model;
-    lp_error err = {0};
-    if (lp_model_open(dir, &model, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    return model;
-}
-
 static const ref_config llama4 = {.family = REF_LLAMA, .vocab = 47, .hidden = 32, .n_layers = 4,
                                   .n_heads = 4, .n_kv_heads = 2, .head_dim = 8, .ffn = 40,
                                   .eps = 1e-5, .theta = 10000, .scale = 0.35};
 
 static void check_ablation(lp_ablate_method method)
 {
-    ref_model m;
-    assert_true(ref_model_random(&llama4, 99, &m));
-    char dir[512];
-    lp_model *model = open_written(&m, lp_ablate_method_name(method), dir, sizeof dir);
+    hf_model hf;
+    hf_model_open(&hf, &llama4, 99, "analysis", lp_ablate_method_name(method));
     const int64_t T = 15, LH = llama4.n_layers * llama4.n_heads, QD = 32, hd = 8;
     int32_t ids[15];
     for (int64_t t = 0; t < T; t++)
@@ -138,16 +118,16 @@ static void check_ablation(lp_ablate_method method)
     lp_ablation_opts ao = {method, NULL, NULL, NULL};
     lp_ablation *ab;
     lp_error err = {0};
-    if (lp_ablate_heads(model, ids, T, &ao, &ab, &err) != LP_OK)
+    if (lp_ablate_heads(hf.model, ids, T, &ao, &ab, &err) != LP_OK)
         fail_msg("%s", err.msg);
-    double clean = ref_nll(&m, ids, T);
+    double clean = ref_nll(&hf.ref, ids, T);
     printf("%s: clean nll %.8f, reference %.8f\n", lp_ablate_method_name(method), ab->clean_nll,
            clean);
     assert_true(fabs(ab->clean_nll - clean) < 1e-5);
     ref_outputs out;
-    assert_true(ref_forward(&m, ids, T, &out));
+    assert_true(ref_forward(&hf.ref, ids, T, &out));
     edited e;
-    edited_init(&e, &m);
+    edited_init(&e, &hf.ref);
     double worst = 0, spread = 0;
     for (int64_t i = 0; i < LH; i++) {
         int64_t l = i / llama4.n_heads, h = i % llama4.n_heads;
@@ -155,9 +135,9 @@ static void check_ablation(lp_ablate_method method)
         for (int64_t t = 0; method == LP_ABLATE_MEAN && t < T; t++)
             for (int64_t j = 0; j < hd; j++)
                 mean[j] += (double)out.head_out[(l * T + t) * QD + h * hd + j] / (double)T;
-        remove_head(&e, &m, l, h, method == LP_ABLATE_MEAN ? mean : NULL);
+        remove_head(&e, &hf.ref, l, h, method == LP_ABLATE_MEAN ? mean : NULL);
         double want = ref_nll(&e.m, ids, T);
-        restore(&e, &m);
+        restore(&e, &hf.ref);
         worst = fmax(worst, fabs(ab->nll[i] - want));
         spread = fmax(spread, fabs(want - clean));
     }
@@ -175,7 +155,7 @@ static void check_ablation(lp_ablate_method method)
     if (method == LP_ABLATE_ZERO) {
         int64_t K = 3, layers[3], heads[3];
         double nll[3];
-        if (lp_prune_plan(model, ids, ab, K, false, NULL, layers, heads, nll, &err) != LP_OK)
+        if (lp_prune_plan(hf.model, ids, ab, K, false, NULL, layers, heads, nll, &err) != LP_OK)
             fail_msg("%s", err.msg);
         for (int64_t k = 0; k < K; k++) {
             int64_t idx = layers[k] * llama4.n_heads + heads[k];
@@ -187,31 +167,29 @@ static void check_ablation(lp_ablate_method method)
                     assert_true(ab->nll[j] > ab->nll[idx] ||
                                 (ab->nll[j] == ab->nll[idx] && j > idx));
             }
-            remove_head(&e, &m, layers[k], heads[k], NULL);
+            remove_head(&e, &hf.ref, layers[k], heads[k], NULL);
             double want = ref_nll(&e.m, ids, T);
             assert_true(fabs(nll[k] - want) < 1e-5);
         }
-        restore(&e, &m);
+        restore(&e, &hf.ref);
         /* iterative: its first pick is the greedy one; every step is the best remaining */
         int64_t il[3], ih[3];
         double inll[3];
-        if (lp_prune_plan(model, ids, ab, K, true, NULL, il, ih, inll, &err) != LP_OK)
+        if (lp_prune_plan(hf.model, ids, ab, K, true, NULL, il, ih, inll, &err) != LP_OK)
             fail_msg("%s", err.msg);
         assert_int_equal(il[0], layers[0]);
         assert_int_equal(ih[0], heads[0]);
         for (int64_t k = 0; k < K; k++) {
-            remove_head(&e, &m, il[k], ih[k], NULL);
+            remove_head(&e, &hf.ref, il[k], ih[k], NULL);
             assert_true(fabs(inll[k] - ref_nll(&e.m, ids, T)) < 1e-5);
         }
         assert_true(inll[K - 1] <= nll[K - 1] + 1e-9);
-        restore(&e, &m);
+        restore(&e, &hf.ref);
     }
     edited_free(&e);
     ref_outputs_free(&out);
     lp_ablation_free(ab);
-    lp_model_close(model);
-    remove_dir(dir);
-    ref_model_free(&m);
+    hf_model_close(&hf);
 }
 
 static void test_zero_ablation(void **state)
@@ -231,10 +209,8 @@ static void test_mean_ablation(void **state)
 static void test_sliding_window(void **state)
 {
     (void)state;
-    ref_model m;
-    assert_true(ref_model_random(&llama4, 5, &m));
-    char dir[512];
-    lp_model *model = open_written(&m, "window", dir, sizeof dir);
+    hf_model hf;
+    hf_model_open(&hf, &llama4, 5, "analysis", "window");
     const int64_t T = 23;
     int32_t ids[23];
     for (int64_t t = 0; t < T; t++)
@@ -243,20 +219,20 @@ static void test_sliding_window(void **state)
     lp_eval_result r;
     lp_error err = {0};
     lp_eval_window whole = {64, 32};
-    assert_int_equal(lp_eval_tokens(model, ids, T, &whole, NULL, NULL, nll, &r, &err), LP_OK);
+    assert_int_equal(lp_eval_tokens(hf.model, ids, T, &whole, NULL, NULL, nll, &r, &err), LP_OK);
     assert_int_equal(r.n_windows, 1);
     assert_int_equal(r.n_scored, T - 1);
-    assert_true(fabs(r.nll - ref_nll(&m, ids, T)) < 1e-5);
+    assert_true(fabs(r.nll - ref_nll(&hf.ref, ids, T)) < 1e-5);
     assert_true(fabs(r.ppl - exp(r.nll)) < 1e-12);
     const lp_eval_window cases[] = {{8, 3}, {8, 8}, {5, 1}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         lp_eval_window w = cases[c];
-        assert_int_equal(lp_eval_tokens(model, ids, T, &w, NULL, NULL, nll, &r, &err), LP_OK);
+        assert_int_equal(lp_eval_tokens(hf.model, ids, T, &w, NULL, NULL, nll, &r, &err), LP_OK);
         int64_t scored = 0, windows = 0, prev_end = 0;
         double sum = 0;
         for (int64_t begin = 0;; begin += w.stride) {
             int64_t end = begin + w.context < T ? begin + w.context : T;
-            assert_int_equal(lp_score_pass(model, ids + begin, end - begin, NULL, part, &err),
+            assert_int_equal(lp_score_pass(hf.model, ids + begin, end - begin, NULL, part, &err),
                              LP_OK);
             for (int64_t t = prev_end > begin + 1 ? prev_end : begin + 1; t < end; t++) {
                 assert_true(nll[t - 1] == part[t - 1 - begin]);
@@ -275,11 +251,9 @@ static void test_sliding_window(void **state)
             assert_int_equal(scored, T - 1);
     }
     lp_eval_window bad = {8, 9};
-    assert_int_equal(lp_eval_tokens(model, ids, T, &bad, NULL, NULL, nll, &r, &err),
+    assert_int_equal(lp_eval_tokens(hf.model, ids, T, &bad, NULL, NULL, nll, &r, &err),
                      LP_ERR_USAGE);
-    lp_model_close(model);
-    remove_dir(dir);
-    ref_model_free(&m);
+    hf_model_close(&hf);
 }
 
 /* The planted model on its repeated prompt: in the repeated half, ablating the induction head
@@ -336,25 +310,23 @@ static void test_planted_heads(void **state)
 static void test_logit_lens(void **state)
 {
     (void)state;
-    ref_model m;
-    assert_true(ref_model_random(&llama4, 31, &m));
-    char dir[512];
-    lp_model *model = open_written(&m, "lens", dir, sizeof dir);
+    hf_model hf;
+    hf_model_open(&hf, &llama4, 31, "analysis", "lens");
     const int64_t T = 12, V = llama4.vocab, H = llama4.hidden, L = llama4.n_layers;
     int32_t ids[12];
     for (int64_t t = 0; t < T; t++)
         ids[t] = (int32_t)((t * 11 + 2) % V);
     lp_logit_lens *lens;
     lp_error err = {0};
-    assert_int_equal(lp_logit_lens_create(model, ids, T, 3, NULL, &lens, &err), LP_OK);
+    assert_int_equal(lp_logit_lens_create(hf.model, ids, T, 3, NULL, &lens, &err), LP_OK);
     double nll[11];
     lp_forward_opts opts;
     lp_forward_opts_init(&opts);
     opts.observer = lp_logit_lens_observer(lens);
-    assert_int_equal(lp_score_pass(model, ids, T, &opts, nll, &err), LP_OK);
+    assert_int_equal(lp_score_pass(hf.model, ids, T, &opts, nll, &err), LP_OK);
     assert_true(fabs(lens->layer_nll[L - 1] - lp_mean_range(nll, 0, T - 1)) < 1e-12);
     ref_outputs out;
-    assert_true(ref_forward(&m, ids, T, &out));
+    assert_true(ref_forward(&hf.ref, ids, T, &out));
     double worst = 0;
     int64_t agree = 0, clear = 0;
     for (int64_t l = 0; l < L; l++) {
@@ -366,12 +338,12 @@ static void test_logit_lens(void **state)
                 ms += (double)x[c] * (double)x[c];
             double inv = 1.0 / sqrt(ms / (double)H + llama4.eps);
             for (int64_t c = 0; c < H; c++)
-                xn[c] = (double)x[c] * inv * (double)m.out_norm[c];
+                xn[c] = (double)x[c] * inv * (double)hf.ref.out_norm[c];
             int64_t best = 0, second = -1;
             for (int64_t v = 0; v < V; v++) {
                 logit[v] = 0;
                 for (int64_t c = 0; c < H; c++)
-                    logit[v] += (double)m.lm_head[v * H + c] * xn[c];
+                    logit[v] += (double)hf.ref.lm_head[v * H + c] * xn[c];
             }
             for (int64_t v = 1; v < V; v++)
                 if (logit[v] > logit[best])
@@ -399,9 +371,7 @@ static void test_logit_lens(void **state)
     assert_true(clear > L * T / 2);
     ref_outputs_free(&out);
     lp_logit_lens_free(lens);
-    lp_model_close(model);
-    remove_dir(dir);
-    ref_model_free(&m);
+    hf_model_close(&hf);
 }
 
 int main(void)

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "ref_forward.h"
+#include "forward_capture.h"
 #include "trace/trace.h"
 
 typedef struct keep {
@@ -101,33 +101,13 @@ static double max_diff(const float *a, const float *b, int64_t n)
     return d;
 }
 
-static lp_model *write_and_open(const ref_model *m, const char *name, char *dir, size_t size)
-{
-    snprintf(dir, size, "%s/intervene_%s_%ld", lp_test_tmp_dir(), name, (long)getpid());
-    assert_true(ref_model_write_hf(m, dir));
-    lp_model *model;
-    lp_error err = {0};
-    if (lp_model_open(dir, &model, &err) != LP_OK)
-        fail_msg("%s", err.msg);
-    return model;
-}
-
-static void remove_dir(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
-
 /* For every (layer, head): the hook's ablation against the reference with o_proj's columns of
  * that head zeroed, and the same ablation resumed from the clean residual entering the layer,
  * which must equal the full ablated pass bit for bit. */
 static void check_family(const ref_config *cfg, const char *name)
 {
-    ref_model m;
-    assert_true(ref_model_random(cfg, 4242, &m));
-    char dir[512];
-    lp_model *model = write_and_open(&m, name, dir, sizeof dir);
+    hf_model hf;
+    hf_model_open(&hf, cfg, 4242, "intervene", name);
     const int64_t T = 13, V = cfg->vocab, q_dim = cfg->n_heads * cfg->head_dim;
     int32_t ids[13];
     for (int64_t t = 0; t < T; t++)
@@ -136,25 +116,25 @@ static void check_family(const ref_config *cfg, const char *name)
     keep_init(&clean, cfg, T);
     keep_init(&full, cfg, T);
     keep_init(&resumed, cfg, T);
-    run(model, ids, T, NULL, 0, NULL, &clean);
+    run(hf.model, ids, T, NULL, 0, NULL, &clean);
     double worst = 0;
     for (int l = 0; l < cfg->n_layers; l++)
         for (int h = 0; h < cfg->n_heads; h++) {
             zero_head z = {l, h, LP_SITE_HEAD_OUTPUT, 0.0f, 0};
             lp_intervention iv = {&z, zero_want, zero_edit};
-            run(model, ids, T, &iv, 0, NULL, &full);
+            run(hf.model, ids, T, &iv, 0, NULL, &full);
             assert_int_equal(z.calls, 1);
-            run(model, ids, T, &iv, l, l > 0 ? clean.resid + (int64_t)l * T * cfg->hidden : NULL,
+            run(hf.model, ids, T, &iv, l, l > 0 ? clean.resid + (int64_t)l * T * cfg->hidden : NULL,
                 &resumed);
             assert_memory_equal(full.logits, resumed.logits, (size_t)(T * V) * sizeof(float));
 
-            ref_model zm = m;
+            ref_model zm = hf.ref;
             ref_layer *layers = malloc((size_t)cfg->n_layers * sizeof *layers);
             float *wo = malloc((size_t)(cfg->hidden * q_dim) * sizeof *wo);
             assert_non_null(layers);
             assert_non_null(wo);
-            memcpy(layers, m.layers, (size_t)cfg->n_layers * sizeof *layers);
-            memcpy(wo, m.layers[l].wo, (size_t)(cfg->hidden * q_dim) * sizeof *wo);
+            memcpy(layers, hf.ref.layers, (size_t)cfg->n_layers * sizeof *layers);
+            memcpy(wo, hf.ref.layers[l].wo, (size_t)(cfg->hidden * q_dim) * sizeof *wo);
             for (int64_t r = 0; r < cfg->hidden; r++)
                 memset(wo + r * q_dim + h * cfg->head_dim, 0,
                        (size_t)cfg->head_dim * sizeof *wo);
@@ -176,9 +156,7 @@ static void check_family(const ref_config *cfg, const char *name)
     keep_free(&clean);
     keep_free(&full);
     keep_free(&resumed);
-    lp_model_close(model);
-    remove_dir(dir);
-    ref_model_free(&m);
+    hf_model_close(&hf);
 }
 
 static void test_llama_gqa(void **state)
@@ -208,19 +186,17 @@ static void test_resid_and_ffn_sites(void **state)
     ref_config cfg = {.family = REF_LLAMA, .vocab = 41, .hidden = 16, .n_layers = 2, .n_heads = 2,
                       .n_kv_heads = 2, .head_dim = 8, .ffn = 24, .eps = 1e-5, .theta = 10000,
                       .scale = 0.3};
-    ref_model m;
-    assert_true(ref_model_random(&cfg, 9, &m));
-    char dir[512];
-    lp_model *model = write_and_open(&m, "sites", dir, sizeof dir);
+    hf_model hf;
+    hf_model_open(&hf, &cfg, 9, "intervene", "sites");
     const int64_t T = 7;
     int32_t ids[7] = {1, 5, 9, 13, 2, 40, 3};
     keep clean, edited;
     keep_init(&clean, &cfg, T);
     keep_init(&edited, &cfg, T);
-    run(model, ids, T, NULL, 0, NULL, &clean);
+    run(hf.model, ids, T, NULL, 0, NULL, &clean);
     zero_head z = {1, -1, LP_SITE_RESID, 0.0f, 0};
     lp_intervention iv = {&z, zero_want, zero_edit};
-    run(model, ids, T, &iv, 0, NULL, &edited);
+    run(hf.model, ids, T, &iv, 0, NULL, &edited);
     assert_int_equal(z.calls, 1);
     for (int64_t i = 0; i < T * cfg.hidden; i++)
         assert_true(edited.resid[2 * T * cfg.hidden + i] == 0.0f);
@@ -229,7 +205,7 @@ static void test_resid_and_ffn_sites(void **state)
             assert_true(edited.logits[t * cfg.vocab + v] == edited.logits[t * cfg.vocab]);
     zero_head f = {0, -1, LP_SITE_FFN_OUT, 0.5f, 0};
     lp_intervention iv2 = {&f, zero_want, zero_edit};
-    run(model, ids, T, &iv2, 0, NULL, &edited);
+    run(hf.model, ids, T, &iv2, 0, NULL, &edited);
     assert_int_equal(f.calls, 1);
     assert_true(max_diff(edited.logits, clean.logits, T * cfg.vocab) > 1e-3);
     /* a bad start layer is refused */
@@ -238,12 +214,10 @@ static void test_resid_and_ffn_sites(void **state)
     opts.start_layer = 1;
     lp_batch batch = lp_batch_single(ids, T);
     lp_error err = {0};
-    assert_int_equal(lp_forward(model, &batch, &opts, &err), LP_ERR_USAGE);
+    assert_int_equal(lp_forward(hf.model, &batch, &opts, &err), LP_ERR_USAGE);
     keep_free(&clean);
     keep_free(&edited);
-    lp_model_close(model);
-    remove_dir(dir);
-    ref_model_free(&m);
+    hf_model_close(&hf);
 }
 
 int main(void)

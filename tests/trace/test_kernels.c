@@ -185,6 +185,40 @@ static void fill_quant_blocks(lp_dtype dtype, uint8_t *dst, uint64_t bytes)
     }
 }
 
+/* One weight matrix of n rows x k values in dtype, stored with a stride pad bytes wider than the
+ * row, and its dense float copy (the values the stored form means). */
+static uint8_t *stored_weights(lp_dtype dtype, int64_t n, int64_t k, uint64_t pad, lp_matrix *w,
+                               float *dense)
+{
+    const lp_dtype_info *info = lp_dtype_get(dtype);
+    uint64_t row_bytes;
+    assert_true(lp_dtype_bytes_for(dtype, (uint64_t)k, &row_bytes));
+    *w = (lp_matrix){dtype, NULL, n, k, row_bytes + pad, false};
+    uint8_t *storage = calloc((size_t)(w->row_bytes * (uint64_t)n), 1);
+    assert_non_null(storage);
+    for (int64_t r = 0; r < n; r++) {
+        uint8_t *row = storage + r * w->row_bytes;
+        if (info->is_quant) {
+            fill_quant_blocks(dtype, row, row_bytes);
+            assert_int_equal(lp_dequantize(dtype, row, k, dense + r * k, NULL), LP_OK);
+            continue;
+        }
+        for (int64_t c = 0; c < k; c++) {
+            float v = rnd();
+            if (dtype == LP_DTYPE_F32) {
+                memcpy(row + 4 * c, &v, 4);
+            } else {
+                fill_f16_like(row + 2 * c, v, dtype == LP_DTYPE_BF16);
+                v = dtype == LP_DTYPE_BF16 ? lp_bf16_to_f32(lp_load_u16(row + 2 * c))
+                                           : lp_f16_to_f32(lp_load_u16(row + 2 * c));
+            }
+            dense[r * k + c] = v;
+        }
+    }
+    w->data = storage;
+    return storage;
+}
+
 static void test_linear_dtypes(void **state)
 {
     (void)state;
@@ -212,17 +246,7 @@ static void test_linear_dtypes(void **state)
         lp_matrix w = {lc->dtype, NULL, lc->n, lc->k, 0, lc->transposed};
         uint8_t *storage;
         if (info->is_quant) {
-            uint64_t row_bytes;
-            assert_true(lp_dtype_bytes_for(lc->dtype, (uint64_t)lc->k, &row_bytes));
-            w.row_bytes = row_bytes + 8; /* a stride wider than the row */
-            storage = calloc((size_t)(w.row_bytes * (uint64_t)lc->n), 1);
-            assert_non_null(storage);
-            for (int64_t r = 0; r < lc->n; r++) {
-                fill_quant_blocks(lc->dtype, storage + r * w.row_bytes, row_bytes);
-                assert_int_equal(lp_dequantize(lc->dtype, storage + r * w.row_bytes, lc->k,
-                                               dense + r * lc->k, NULL),
-                                 LP_OK);
-            }
+            storage = stored_weights(lc->dtype, lc->n, lc->k, 8, &w, dense);
             if (lc->dtype == LP_DTYPE_Q8_0) {
                 /* independent of lp_dequantize: value = d * int8 */
                 float d = lp_f16_to_f32(lp_load_u16(storage));
@@ -251,7 +275,8 @@ static void test_linear_dtypes(void **state)
                     dense[out_row * lc->k + in_col] = v;
                 }
         }
-        w.data = info->is_quant ? storage : storage + 1;
+        if (!info->is_quant)
+            w.data = storage + 1;
         /* m = 1, 2 take the unpacked row-dot path, m = 9 the packed GEMM */
         static const int64_t ms[] = {1, 2, 9};
         for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
@@ -294,39 +319,6 @@ static void test_linear_dtypes(void **state)
 
 /* ---- lp_matvec: stored rows read directly, against a float64 dot of the dequantized rows */
 
-/* One weight matrix of n rows x k values in dtype, stored with a stride wider than the row, and
- * its dense float copy (the values the stored form means). */
-static uint8_t *matvec_weights(lp_dtype dtype, int64_t n, int64_t k, lp_matrix *w, float *dense)
-{
-    const lp_dtype_info *info = lp_dtype_get(dtype);
-    uint64_t row_bytes;
-    assert_true(lp_dtype_bytes_for(dtype, (uint64_t)k, &row_bytes));
-    *w = (lp_matrix){dtype, NULL, n, k, row_bytes + 4, false};
-    uint8_t *storage = calloc((size_t)(w->row_bytes * (uint64_t)n), 1);
-    assert_non_null(storage);
-    for (int64_t r = 0; r < n; r++) {
-        uint8_t *row = storage + r * w->row_bytes;
-        if (info->is_quant) {
-            fill_quant_blocks(dtype, row, row_bytes);
-            assert_int_equal(lp_dequantize(dtype, row, k, dense + r * k, NULL), LP_OK);
-            continue;
-        }
-        for (int64_t c = 0; c < k; c++) {
-            float v = rnd();
-            if (dtype == LP_DTYPE_F32) {
-                memcpy(row + 4 * c, &v, 4);
-            } else {
-                fill_f16_like(row + 2 * c, v, dtype == LP_DTYPE_BF16);
-                v = dtype == LP_DTYPE_BF16 ? lp_bf16_to_f32(lp_load_u16(row + 2 * c))
-                                           : lp_f16_to_f32(lp_load_u16(row + 2 * c));
-            }
-            dense[r * k + c] = v;
-        }
-    }
-    w->data = storage;
-    return storage;
-}
-
 /* Budget: |y - exact| <= 1e-6 * sum_j |w_j x_j| + 1e-6 * |bias| (float sums of k <= 1024
  * products in a few chains; the reference sums in double). Observed values are printed. */
 static double matvec_error(const lp_matrix *w, const float *dense, const float *x,
@@ -367,7 +359,7 @@ static void test_matvec_dtypes(void **state)
         float *dense = malloc((size_t)(lc->n * lc->k) * sizeof(float));
         assert_non_null(dense);
         lp_matrix w;
-        uint8_t *storage = matvec_weights(lc->dtype, lc->n, lc->k, &w, dense);
+        uint8_t *storage = stored_weights(lc->dtype, lc->n, lc->k, 4, &w, dense);
         float *x = rnd_array(lc->k), *bias = rnd_array(lc->n), *y = nan_array(lc->n);
         lp_error err = {0};
         assert_int_equal(lp_matvec_ref(x, &w, bias, y, &err), LP_OK);

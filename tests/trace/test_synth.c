@@ -52,6 +52,14 @@ static void write_model(const char *dir, lp_dtype dtype, lp_synth_fault fault, u
         fail_msg("lp_synth_write(%s): %s", dir, err.msg);
 }
 
+/* write_model into a fresh scratch folder named after name; its path is left in dir. */
+static void write_scratch_model(char *dir, size_t size, const char *name, lp_dtype dtype,
+                                lp_synth_fault fault, uint64_t seed)
+{
+    scratch_dir(dir, size, name);
+    write_model(dir, dtype, fault, seed);
+}
+
 static int find_planted(lp_synth_behaviour b, int *layer)
 {
     size_t n;
@@ -281,12 +289,25 @@ static verdict judge(const measured *m, bool verbose)
 
 /* ---- tests --------------------------------------------------------------------------------------- */
 
+/* The default model (F32, no fault, seed 1) in a scratch folder, for a test that only reads it:
+ * *state is the folder's path. */
+static int default_model_setup(void **state)
+{
+    static char dir[512];
+    write_scratch_model(dir, sizeof dir, "default", LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, 1);
+    *state = dir;
+    return 0;
+}
+
+static int default_model_teardown(void **state)
+{
+    remove_synth_dir(*state);
+    return 0;
+}
+
 static void test_loads_and_shapes(void **state)
 {
-    (void)state;
-    char dir[512];
-    scratch_dir(dir, sizeof dir, "load");
-    write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, 1);
+    const char *dir = *state;
     lp_weights *w = NULL;
     lp_error err = {0};
     if (lp_weights_open(dir, &w, &err) != LP_OK)
@@ -329,15 +350,11 @@ static void test_loads_and_shapes(void **state)
     assert_int_equal(lp_tokenizer_vocab_size(tok), a->vocab_size);
     lp_tokenizer_close(tok);
     lp_weights_close(w);
-    remove_synth_dir(dir);
 }
 
 static void test_tokenizer_whole_words(void **state)
 {
-    (void)state;
-    char dir[512];
-    scratch_dir(dir, sizeof dir, "tok");
-    write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, 1);
+    const char *dir = *state;
     lp_tokenizer *tok = NULL;
     lp_error err = {0};
     assert_int_equal(lp_tokenizer_open(dir, &tok, &err), LP_OK);
@@ -387,7 +404,6 @@ static void test_tokenizer_whole_words(void **state)
     free(text);
     free(ids);
     lp_tokenizer_close(tok);
-    remove_synth_dir(dir);
 }
 
 static void test_planted_heads_found(void **state)
@@ -396,8 +412,8 @@ static void test_planted_heads_found(void **state)
     static const lp_dtype dtypes[] = {LP_DTYPE_F32, LP_DTYPE_BF16, LP_DTYPE_F16};
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
         char dir[512];
-        scratch_dir(dir, sizeof dir, lp_dtype_name(dtypes[i]));
-        write_model(dir, dtypes[i], LP_SYNTH_FAULT_NONE, 1);
+        write_scratch_model(dir, sizeof dir, lp_dtype_name(dtypes[i]), dtypes[i],
+                            LP_SYNTH_FAULT_NONE, 1);
         measured m;
         run_and_measure(dir, &m);
         print_message("%s:\n", lp_dtype_name(dtypes[i]));
@@ -448,8 +464,7 @@ static void test_other_seeds(void **state)
     for (uint64_t seed = 2; seed <= 4; seed++) {
         char dir[512], name[32];
         snprintf(name, sizeof name, "seed%llu", (unsigned long long)seed);
-        scratch_dir(dir, sizeof dir, name);
-        write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, seed);
+        write_scratch_model(dir, sizeof dir, name, LP_DTYPE_F32, LP_SYNTH_FAULT_NONE, seed);
         measured m;
         run_and_measure(dir, &m);
         verdict v = judge(&m, false);
@@ -466,8 +481,7 @@ static void test_broken_plantings_fail(void **state)
 {
     (void)state;
     char dir[512];
-    scratch_dir(dir, sizeof dir, "nophase");
-    write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_PREV_NO_PHASE, 1);
+    write_scratch_model(dir, sizeof dir, "nophase", LP_DTYPE_F32, LP_SYNTH_FAULT_PREV_NO_PHASE, 1);
     measured m;
     run_and_measure(dir, &m);
     print_message("prev-no-phase:\n");
@@ -484,8 +498,7 @@ static void test_broken_plantings_fail(void **state)
     assert_false(rep.predictions_passed);
     remove_synth_dir(dir);
 
-    scratch_dir(dir, sizeof dir, "nowrite");
-    write_model(dir, LP_DTYPE_F32, LP_SYNTH_FAULT_NO_PREV_WRITE, 1);
+    write_scratch_model(dir, sizeof dir, "nowrite", LP_DTYPE_F32, LP_SYNTH_FAULT_NO_PREV_WRITE, 1);
     run_and_measure(dir, &m);
     print_message("no-prev-write:\n");
     v = judge(&m, true);
@@ -519,12 +532,9 @@ static void test_deterministic(void **state)
 {
     (void)state;
     char d1[512], d2[512], d3[512];
-    scratch_dir(d1, sizeof d1, "det1");
-    scratch_dir(d2, sizeof d2, "det2");
-    scratch_dir(d3, sizeof d3, "det3");
-    write_model(d1, LP_DTYPE_BF16, LP_SYNTH_FAULT_NONE, 7);
-    write_model(d2, LP_DTYPE_BF16, LP_SYNTH_FAULT_NONE, 7);
-    write_model(d3, LP_DTYPE_BF16, LP_SYNTH_FAULT_NONE, 8);
+    write_scratch_model(d1, sizeof d1, "det1", LP_DTYPE_BF16, LP_SYNTH_FAULT_NONE, 7);
+    write_scratch_model(d2, sizeof d2, "det2", LP_DTYPE_BF16, LP_SYNTH_FAULT_NONE, 7);
+    write_scratch_model(d3, sizeof d3, "det3", LP_DTYPE_BF16, LP_SYNTH_FAULT_NONE, 8);
     static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.json",
                                         "planted_heads.json"};
     for (size_t i = 0; i < 4; i++) {
@@ -790,8 +800,10 @@ static void test_family_own_fill(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_loads_and_shapes),
-        cmocka_unit_test(test_tokenizer_whole_words),
+        cmocka_unit_test_setup_teardown(test_loads_and_shapes, default_model_setup,
+                                        default_model_teardown),
+        cmocka_unit_test_setup_teardown(test_tokenizer_whole_words, default_model_setup,
+                                        default_model_teardown),
         cmocka_unit_test(test_planted_heads_found),
         cmocka_unit_test(test_other_seeds),
         cmocka_unit_test(test_broken_plantings_fail),

@@ -125,9 +125,14 @@ lp_status lp_store_create_analysis_tables(lp_store *s, lp_error *err)
 
 /* ---- writes ---- */
 
-static lp_status need_run(lp_store *s, lp_error *err)
+/* An insert into the open run's rows: LP_ERR_USAGE when no run is open. */
+static lp_status prepare_in_run(lp_store *s, const char *sql, sqlite3_stmt **q, const char *what,
+                                lp_error *err)
 {
-    return s->in_run ? LP_OK : lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
+    *q = NULL;
+    if (!s->in_run)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
+    return lp_store_prepare(s, sql, q, what, err);
 }
 
 void lp_store_bind_real_or_null(sqlite3_stmt *q, int i, double v)
@@ -141,14 +146,13 @@ void lp_store_bind_real_or_null(sqlite3_stmt *q, int i, double v)
 lp_status lp_store_add_eval(lp_store *s, const lp_store_eval *e, const int32_t *ids,
                             const double *nll, lp_error *err)
 {
-    lp_status st = need_run(s, err);
-    sqlite3_stmt *q = NULL;
-    if (st != LP_OK ||
-        (st = lp_store_prepare(s,
-                               "INSERT INTO eval_results (run_id, n_tokens, n_scored, n_windows, "
-                               "context, stride, nll, ppl, n_bytes, bits_per_byte) VALUES "
-                               "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                               &q, "inserting eval_results", err)))
+    sqlite3_stmt *q;
+    lp_status st = prepare_in_run(s,
+                                  "INSERT INTO eval_results (run_id, n_tokens, n_scored, "
+                                  "n_windows, context, stride, nll, ppl, n_bytes, bits_per_byte) "
+                                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                  &q, "inserting eval_results", err);
+    if (st != LP_OK)
         return st;
     sqlite3_bind_int64(q, 1, s->run_id);
     sqlite3_bind_int64(q, 2, e->n_tokens);
@@ -163,9 +167,7 @@ lp_status lp_store_add_eval(lp_store *s, const lp_store_eval *e, const int32_t *
     else
         sqlite3_bind_null(q, 9);
     lp_store_bind_real_or_null(q, 10, e->bits_per_byte);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "inserting eval_results", err);
-    sqlite3_finalize(q);
+    st = lp_store_step_once(s, q, "inserting eval_results", err);
     if (st != LP_OK)
         return st;
     return lp_store_add_token_nll(s, ids, nll, e->n_tokens, err);
@@ -174,24 +176,21 @@ lp_status lp_store_add_eval(lp_store *s, const lp_store_eval *e, const int32_t *
 lp_status lp_store_add_token_nll(lp_store *s, const int32_t *ids, const double *nll,
                                  int64_t n_tokens, lp_error *err)
 {
-    lp_status st = need_run(s, err);
-    sqlite3_stmt *q = NULL;
-    if (st != LP_OK ||
-        (st = lp_store_prepare(s,
-                               "INSERT INTO token_nll (run_id, pos, target_id, nll) VALUES "
-                               "(?1, ?2, ?3, ?4)",
-                               &q, "inserting token_nll", err)))
+    sqlite3_stmt *q;
+    lp_status st = prepare_in_run(s,
+                                  "INSERT INTO token_nll (run_id, pos, target_id, nll) VALUES "
+                                  "(?1, ?2, ?3, ?4)",
+                                  &q, "inserting token_nll", err);
+    if (st != LP_OK)
         return st;
     for (int64_t p = 0; p + 1 < n_tokens && st == LP_OK; p++) {
         if (isnan(nll[p]))
             continue; /* a window start that nothing predicted */
-        sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, s->run_id);
         sqlite3_bind_int64(q, 2, p);
         sqlite3_bind_int64(q, 3, ids[p + 1]);
         sqlite3_bind_double(q, 4, nll[p]);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting token_nll", err);
+        st = lp_store_step_done(s, q, "inserting token_nll", err);
     }
     sqlite3_finalize(q);
     return st;
@@ -201,24 +200,21 @@ lp_status lp_store_add_head_importance(lp_store *s, const char *method, int64_t 
                                        int64_t n_heads, const double *nll, double clean_nll,
                                        lp_error *err)
 {
-    lp_status st = need_run(s, err);
-    sqlite3_stmt *q = NULL;
-    if (st != LP_OK ||
-        (st = lp_store_prepare(s,
-                               "INSERT INTO head_importance (run_id, layer, head, method, nll, "
-                               "delta) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                               &q, "inserting head_importance", err)))
+    sqlite3_stmt *q;
+    lp_status st = prepare_in_run(s,
+                                  "INSERT INTO head_importance (run_id, layer, head, method, nll, "
+                                  "delta) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                                  &q, "inserting head_importance", err);
+    if (st != LP_OK)
         return st;
     for (int64_t i = 0; i < n_layers * n_heads && st == LP_OK; i++) {
-        sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, s->run_id);
         sqlite3_bind_int64(q, 2, i / n_heads);
         sqlite3_bind_int64(q, 3, i % n_heads);
         sqlite3_bind_text(q, 4, method, -1, SQLITE_STATIC);
         sqlite3_bind_double(q, 5, nll[i]);
         sqlite3_bind_double(q, 6, nll[i] - clean_nll);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting head_importance", err);
+        st = lp_store_step_done(s, q, "inserting head_importance", err);
     }
     sqlite3_finalize(q);
     return st;
@@ -228,24 +224,21 @@ lp_status lp_store_add_pruning_plan(lp_store *s, const int64_t *layers, const in
                                     const double *nll, int64_t n_steps, bool iterative,
                                     lp_error *err)
 {
-    lp_status st = need_run(s, err);
-    sqlite3_stmt *q = NULL;
-    if (st != LP_OK ||
-        (st = lp_store_prepare(s,
-                               "INSERT INTO pruning_plan (run_id, step, layer, head, nll, "
-                               "iterative) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                               &q, "inserting pruning_plan", err)))
+    sqlite3_stmt *q;
+    lp_status st = prepare_in_run(s,
+                                  "INSERT INTO pruning_plan (run_id, step, layer, head, nll, "
+                                  "iterative) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                                  &q, "inserting pruning_plan", err);
+    if (st != LP_OK)
         return st;
     for (int64_t i = 0; i < n_steps && st == LP_OK; i++) {
-        sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, s->run_id);
         sqlite3_bind_int64(q, 2, i);
         sqlite3_bind_int64(q, 3, layers[i]);
         sqlite3_bind_int64(q, 4, heads[i]);
         sqlite3_bind_double(q, 5, nll[i]);
         sqlite3_bind_int(q, 6, iterative);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting pruning_plan", err);
+        st = lp_store_step_done(s, q, "inserting pruning_plan", err);
     }
     sqlite3_finalize(q);
     return st;
@@ -255,24 +248,22 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
                                   const int32_t *tokens, const float *probs,
                                   const double *layer_nll, lp_error *err)
 {
-    lp_status st = need_run(s, err);
-    sqlite3_stmt *q = NULL, *ql = NULL;
-    if (st != LP_OK ||
-        (st = lp_store_prepare(s,
-                               "INSERT INTO logit_lens (run_id, layer, pos, rank, token_id, piece, "
-                               "prob) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                               &q, "inserting logit_lens", err)) ||
+    sqlite3_stmt *q, *ql;
+    lp_status st = prepare_in_run(s,
+                                  "INSERT INTO logit_lens (run_id, layer, pos, rank, token_id, "
+                                  "piece, prob) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                                  &q, "inserting logit_lens", err);
+    if (st == LP_OK &&
         (st = lp_store_prepare(s,
                                "INSERT INTO logit_lens_layers (run_id, layer, nll) VALUES "
                                "(?1, ?2, ?3)",
-                               &ql, "inserting logit_lens_layers", err))) {
+                               &ql, "inserting logit_lens_layers", err)))
         sqlite3_finalize(q);
+    if (st != LP_OK)
         return st;
-    }
     for (int64_t i = 0; i < n_layers * n_pos * k && st == LP_OK; i++) {
         if (tokens[i] < 0)
             continue;
-        sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, s->run_id);
         sqlite3_bind_int64(q, 2, i / (n_pos * k));
         sqlite3_bind_int64(q, 3, (i / k) % n_pos);
@@ -286,16 +277,13 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
         }
         sqlite3_bind_text(q, 6, piece, -1, SQLITE_TRANSIENT);
         sqlite3_bind_double(q, 7, (double)probs[i]);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting logit_lens", err);
+        st = lp_store_step_done(s, q, "inserting logit_lens", err);
     }
     for (int64_t l = 0; l < n_layers && st == LP_OK; l++) {
-        sqlite3_reset(ql);
         sqlite3_bind_int64(ql, 1, s->run_id);
         sqlite3_bind_int64(ql, 2, l);
         lp_store_bind_real_or_null(ql, 3, layer_nll[l]);
-        if (sqlite3_step(ql) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting logit_lens_layers", err);
+        st = lp_store_step_done(s, ql, "inserting logit_lens_layers", err);
     }
     sqlite3_finalize(q);
     sqlite3_finalize(ql);

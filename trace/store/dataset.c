@@ -33,9 +33,7 @@ lp_status lp_store_add_dataset(lp_store *s, const char *name, const char *source
     sqlite3_bind_text(q, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, source, -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 3, n_prompts);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "adding the dataset", err);
-    sqlite3_finalize(q);
+    st = lp_store_step_once(s, q, "adding the dataset", err);
     return st;
 }
 
@@ -216,6 +214,41 @@ lp_status lp_store_read_dataset_stat(lp_store *s, const char *name, lp_head_stat
 
 /* ---- merge ------------------------------------------------------------------------------------ */
 
+/* sql = INSERT INTO main."table" (every column) SELECT (the same, `shifted` plus offset) FROM
+ * src."table" followed by `tail`: the copy of one table of the attached `src` whose rows name runs
+ * that are renumbered by offset. *usable is false when the table has no column `shifted` (or the
+ * lists do not fit sql). */
+static lp_status shifted_copy_sql(lp_store *s, const char *table, const char *shifted,
+                                  int64_t offset, const char *tail, char *sql, size_t size,
+                                  bool *usable, lp_error *err)
+{
+    char cols[3000] = "", sel[3000] = "";
+    snprintf(sql, size, "SELECT name FROM pragma_table_info('%s', 'src')", table);
+    sqlite3_stmt *ti;
+    lp_status st = lp_store_prepare(s, sql, &ti, "merging", err);
+    if (st != LP_OK)
+        return st;
+    bool has_shifted = false;
+    size_t nc = 0, ns = 0;
+    while (sqlite3_step(ti) == SQLITE_ROW) {
+        const char *c = (const char *)sqlite3_column_text(ti, 0);
+        bool shift = strcmp(c, shifted) == 0;
+        has_shifted = has_shifted || shift;
+        nc += (size_t)snprintf(cols + nc, sizeof cols - nc, "%s\"%s\"", nc ? ", " : "", c);
+        if (shift)
+            ns += (size_t)snprintf(sel + ns, sizeof sel - ns, "%s%s + %lld", ns ? ", " : "", c,
+                                   (long long)offset);
+        else
+            ns += (size_t)snprintf(sel + ns, sizeof sel - ns, "%s\"%s\"", ns ? ", " : "", c);
+    }
+    sqlite3_finalize(ti);
+    int len = snprintf(sql, size, "INSERT INTO main.\"%s\" (%s) SELECT %s FROM src.\"%s\"%s", table,
+                       cols, sel, table, tail);
+    *usable = has_shifted && nc < sizeof cols - 1 && ns < sizeof sel - 1 && len > 0 &&
+              (size_t)len < size;
+    return LP_OK;
+}
+
 /* The tables of the attached `src` (other than runs, meta and the dataset tables) that have a
  * run_id column, each copied with its own column list. */
 static lp_status copy_run_rows(lp_store *s, int64_t offset, lp_error *err)
@@ -226,30 +259,12 @@ static lp_status copy_run_rows(lp_store *s, int64_t offset, lp_error *err)
                                        "'meta', 'datasets', 'dataset_stats') ORDER BY name",
                                     &tables, "merging", err);
     while (st == LP_OK && sqlite3_step(tables) == SQLITE_ROW) {
-        const char *t = (const char *)sqlite3_column_text(tables, 0);
-        char sql[4096], cols[3000] = "", sel[3000] = "";
-        snprintf(sql, sizeof sql, "SELECT name FROM pragma_table_info('%s', 'src')", t);
-        sqlite3_stmt *ti;
-        if ((st = lp_store_prepare(s, sql, &ti, "merging", err)))
-            break;
-        bool has_run = false;
-        size_t nc = 0, ns = 0;
-        while (sqlite3_step(ti) == SQLITE_ROW) {
-            const char *c = (const char *)sqlite3_column_text(ti, 0);
-            has_run = has_run || strcmp(c, "run_id") == 0;
-            nc += (size_t)snprintf(cols + nc, sizeof cols - nc, "%s\"%s\"", nc ? ", " : "", c);
-            if (strcmp(c, "run_id") == 0)
-                ns += (size_t)snprintf(sel + ns, sizeof sel - ns, "%srun_id + %lld", ns ? ", " : "",
-                                       (long long)offset);
-            else
-                ns += (size_t)snprintf(sel + ns, sizeof sel - ns, "%s\"%s\"", ns ? ", " : "", c);
-        }
-        sqlite3_finalize(ti);
-        if (!has_run || nc >= sizeof cols - 1 || ns >= sizeof sel - 1)
-            continue;
-        snprintf(sql, sizeof sql, "INSERT INTO main.\"%s\" (%s) SELECT %s FROM src.\"%s\"", t, cols,
-                 sel, t);
-        st = exec_sql(s, sql, err);
+        char sql[6400];
+        bool usable;
+        st = shifted_copy_sql(s, (const char *)sqlite3_column_text(tables, 0), "run_id", offset,
+                              "", sql, sizeof sql, &usable, err);
+        if (st == LP_OK && usable)
+            st = exec_sql(s, sql, err);
     }
     sqlite3_finalize(tables);
     return st;
@@ -257,26 +272,14 @@ static lp_status copy_run_rows(lp_store *s, int64_t offset, lp_error *err)
 
 static lp_status copy_runs(lp_store *s, int64_t offset, lp_error *err)
 {
-    char cols[3000] = "", sel[3000] = "", sql[6400];
-    size_t nc = 0, ns = 0;
-    sqlite3_stmt *ti;
-    lp_status st = lp_store_prepare(s, "SELECT name FROM pragma_table_info('runs', 'src')", &ti,
-                                    "merging", err);
-    if (st != LP_OK)
-        return st;
-    while (sqlite3_step(ti) == SQLITE_ROW) {
-        const char *c = (const char *)sqlite3_column_text(ti, 0);
-        nc += (size_t)snprintf(cols + nc, sizeof cols - nc, "%s\"%s\"", nc ? ", " : "", c);
-        if (strcmp(c, "id") == 0)
-            ns += (size_t)snprintf(sel + ns, sizeof sel - ns, "%sid + %lld", ns ? ", " : "",
-                                   (long long)offset);
-        else
-            ns += (size_t)snprintf(sel + ns, sizeof sel - ns, "%s\"%s\"", ns ? ", " : "", c);
-    }
-    sqlite3_finalize(ti);
-    snprintf(sql, sizeof sql, "INSERT INTO main.runs (%s) SELECT %s FROM src.runs ORDER BY id",
-             cols, sel);
-    if ((st = exec_sql(s, sql, err)))
+    char sql[6400];
+    bool usable;
+    lp_status st = shifted_copy_sql(s, "runs", "id", offset, " ORDER BY id", sql, sizeof sql,
+                                    &usable, err);
+    if (st == LP_OK && !usable)
+        st = lp_error_set(err, LP_ERR_FORMAT, "%s: merging: the runs table has no id column or "
+                                              "too many columns", s->path);
+    if (st != LP_OK || (st = exec_sql(s, sql, err)))
         return st;
     return exec_sql(s, "INSERT OR IGNORE INTO main.datasets (name, source, n_prompts) "
                        "SELECT name, source, n_prompts FROM src.datasets", err);

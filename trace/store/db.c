@@ -165,6 +165,36 @@ lp_status lp_store_prepare(lp_store *store, const char *sql, sqlite3_stmt **stmt
     return LP_OK;
 }
 
+lp_status lp_store_step_done(lp_store *store, sqlite3_stmt *stmt, const char *what, lp_error *err)
+{
+    lp_status st = sqlite3_step(stmt) == SQLITE_DONE ? LP_OK : lp_store_sql_error(store, what, err);
+    sqlite3_reset(stmt);
+    return st;
+}
+
+lp_status lp_store_step_once(lp_store *store, sqlite3_stmt *stmt, const char *what, lp_error *err)
+{
+    lp_status st = lp_store_step_done(store, stmt, what, err);
+    sqlite3_finalize(stmt);
+    return st;
+}
+
+lp_status lp_store_bind_map(lp_store *s, const lp_site *site, int64_t rows, int64_t cols,
+                            uint64_t bytes, lp_error *err)
+{
+    if (bytes > 0x7fffffff)
+        return lp_error_set(err, LP_ERR_RANGE, "%s: attention map of %llu bytes exceeds SQLite's "
+                                               "blob limit", s->path, (unsigned long long)bytes);
+    sqlite3_stmt *q = s->stmt[LP_STMT_ATTENTION];
+    sqlite3_bind_int64(q, 1, s->run_id);
+    sqlite3_bind_int(q, 2, site->layer);
+    sqlite3_bind_int(q, 3, site->head);
+    sqlite3_bind_int64(q, 4, rows);
+    sqlite3_bind_int64(q, 5, cols);
+    sqlite3_bind_text(q, 6, s->opts.maps == LP_MAPS_F32 ? "f32" : "f16", -1, SQLITE_STATIC);
+    return LP_OK;
+}
+
 bool lp_store_table_exists(lp_store *store, const char *name)
 {
     sqlite3_stmt *stmt;

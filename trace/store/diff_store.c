@@ -28,12 +28,17 @@ static lp_status insert_diff_row(lp_store *s, const lp_store_diff *d, int64_t *i
     sqlite3_bind_int64(q, 6, d->n_layers);
     sqlite3_bind_int64(q, 7, d->n_heads);
     sqlite3_bind_int(q, 8, d->has_kl ? 1 : 0);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "inserting diffs", err);
-    else
-        *id = sqlite3_last_insert_rowid(s->db);
-    sqlite3_finalize(q);
+    st = lp_store_step_once(s, q, "inserting diffs", err);
+    *id = sqlite3_last_insert_rowid(s->db);
     return st;
+}
+
+/* ?1 ?2 ?3 = the diff, the layer and the head of head slot i. */
+static void bind_head(sqlite3_stmt *q, int64_t diff_id, int64_t i, int64_t n_heads)
+{
+    sqlite3_bind_int64(q, 1, diff_id);
+    sqlite3_bind_int64(q, 2, i / n_heads);
+    sqlite3_bind_int64(q, 3, i % n_heads);
 }
 
 static lp_status insert_diff_heads(lp_store *s, int64_t id, const lp_store_diff *d, lp_error *err)
@@ -44,14 +49,10 @@ static lp_status insert_diff_heads(lp_store *s, int64_t id, const lp_store_diff 
                                     "max_abs) VALUES (?1, ?2, ?3, ?4, ?5)",
                                     &q, "inserting diff_heads", err);
     for (int64_t i = 0; st == LP_OK && i < d->n_layers * d->n_heads; i++) {
-        sqlite3_reset(q);
-        sqlite3_bind_int64(q, 1, id);
-        sqlite3_bind_int64(q, 2, i / d->n_heads);
-        sqlite3_bind_int64(q, 3, i % d->n_heads);
+        bind_head(q, id, i, d->n_heads);
         lp_store_bind_real_or_null(q, 4, d->js[i]);
         lp_store_bind_real_or_null(q, 5, d->max_abs[i]);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting diff_heads", err);
+        st = lp_store_step_done(s, q, "inserting diff_heads", err);
     }
     sqlite3_finalize(q);
     return st;
@@ -67,14 +68,10 @@ static lp_status insert_diff_head_stats(lp_store *s, int64_t id, const lp_store_
                                     &q, "inserting diff_head_stats", err);
     for (int64_t i = 0; st == LP_OK && i < d->n_layers * d->n_heads; i++)
         for (int k = 0; st == LP_OK && k < LP_STAT_COUNT; k++) {
-            sqlite3_reset(q);
-            sqlite3_bind_int64(q, 1, id);
-            sqlite3_bind_int64(q, 2, i / d->n_heads);
-            sqlite3_bind_int64(q, 3, i % d->n_heads);
+            bind_head(q, id, i, d->n_heads);
             sqlite3_bind_text(q, 4, lp_head_stat_name((lp_head_stat)k), -1, SQLITE_STATIC);
             lp_store_bind_real_or_null(q, 5, d->stat_delta[i * LP_STAT_COUNT + k]);
-            if (sqlite3_step(q) != SQLITE_DONE)
-                st = lp_store_sql_error(s, "inserting diff_head_stats", err);
+            st = lp_store_step_done(s, q, "inserting diff_head_stats", err);
         }
     sqlite3_finalize(q);
     return st;
@@ -89,13 +86,11 @@ static lp_status insert_diff_positions(lp_store *s, int64_t id, const lp_store_d
                                     "VALUES (?1, ?2, ?3, ?4)",
                                     &q, "inserting diff_positions", err);
     for (int64_t p = 0; st == LP_OK && p < d->n_tokens; p++) {
-        sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, id);
         sqlite3_bind_int64(q, 2, p);
         lp_store_bind_real_or_null(q, 3, d->kl[p]);
         sqlite3_bind_int(q, 4, d->argmax_agree[p] ? 1 : 0);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "inserting diff_positions", err);
+        st = lp_store_step_done(s, q, "inserting diff_positions", err);
     }
     sqlite3_finalize(q);
     return st;

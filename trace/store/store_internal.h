@@ -55,6 +55,11 @@ struct lp_store {
     int64_t gen_total;             /* positions the run ends with */
 };
 
+/* db.c: the attention insert's run, layer, head, shape and dtype bound, the blob (?7) left to
+ * the caller; LP_ERR_RANGE for a map larger than SQLite's blob limit. */
+lp_status lp_store_bind_map(lp_store *s, const lp_site *site, int64_t rows, int64_t cols,
+                            uint64_t bytes, lp_error *err);
+
 /* write_gen.c: the generation observer's pieces and the cut at a stop token. */
 lp_status lp_store_gen_begin(lp_store *s, lp_error *err);
 void lp_store_gen_free(lp_store *s);
@@ -90,6 +95,11 @@ lp_status lp_store_connect_read(lp_store *store, lp_error *err);
 /* sqlite3_prepare_v2 with that error (what: "reading runs", ...). */
 lp_status lp_store_prepare(lp_store *store, const char *sql, sqlite3_stmt **stmt,
                            const char *what, lp_error *err);
+/* One step of a prepared statement that returns no rows, then its reset for the next row: what's
+ * error (LP_ERR_SQLITE) unless the step was done. */
+lp_status lp_store_step_done(lp_store *store, sqlite3_stmt *stmt, const char *what, lp_error *err);
+/* The same for a statement used once: finalized after its step. */
+lp_status lp_store_step_once(lp_store *store, sqlite3_stmt *stmt, const char *what, lp_error *err);
 /* Databases from before a table existed simply have none of its rows. */
 bool lp_store_table_exists(lp_store *store, const char *name);
 

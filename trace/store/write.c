@@ -69,13 +69,9 @@ static lp_status exec(lp_store *s, const char *sql, lp_error *err)
 /* Run a prepared statement once and reset it; the bound blobs are SQLITE_STATIC (not copied). */
 static lp_status step(lp_store *s, int which, lp_error *err)
 {
-    sqlite3_stmt *q = s->stmt[which];
-    int rc = sqlite3_step(q);
-    sqlite3_reset(q);
-    sqlite3_clear_bindings(q);
-    if (rc != SQLITE_DONE)
-        return lp_store_sql_error(s, "insert", err);
-    return LP_OK;
+    lp_status st = lp_store_step_done(s, s->stmt[which], "insert", err);
+    sqlite3_clear_bindings(s->stmt[which]);
+    return st;
 }
 
 void lp_store_opts_init(lp_store_opts *opts)
@@ -469,9 +465,7 @@ lp_status lp_store_set_generated(lp_store *s, const int32_t *tokens, int64_t n_p
     sqlite3_bind_int64(q, 2, (int64_t)kv_bytes);
     sqlite3_bind_text(q, 3, kv_dtype, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(q, 4, s->run_id);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "recording the generation", err);
-    sqlite3_finalize(q);
+    st = lp_store_step_once(s, q, "recording the generation", err);
     return st;
 }
 
@@ -486,9 +480,7 @@ lp_status lp_store_set_kv_rebuilt(lp_store *s, int64_t at, lp_error *err)
         return st;
     sqlite3_bind_int64(q, 1, at);
     sqlite3_bind_int64(q, 2, s->run_id);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "recording the cache rebuild", err);
-    sqlite3_finalize(q);
+    st = lp_store_step_once(s, q, "recording the cache rebuild", err);
     return st;
 }
 
@@ -585,17 +577,9 @@ static lp_status store_probs(lp_store *s, const lp_site *site, const lp_view *v,
     lp_status st = map_blob(s, v, &blob, &bytes, err);
     if (st != LP_OK)
         return st;
-    if (bytes > 0x7fffffff)
-        return lp_error_set(err, LP_ERR_RANGE, "%s: attention map of %llu bytes exceeds SQLite's "
-                                               "blob limit", s->path, (unsigned long long)bytes);
-    sqlite3_stmt *q = s->stmt[LP_STMT_ATTENTION];
-    sqlite3_bind_int64(q, 1, s->run_id);
-    sqlite3_bind_int(q, 2, site->layer);
-    sqlite3_bind_int(q, 3, site->head);
-    sqlite3_bind_int64(q, 4, v->rows);
-    sqlite3_bind_int64(q, 5, v->cols);
-    sqlite3_bind_text(q, 6, s->opts.maps == LP_MAPS_F32 ? "f32" : "f16", -1, SQLITE_STATIC);
-    sqlite3_bind_blob(q, 7, blob, (int)bytes, SQLITE_STATIC);
+    if ((st = lp_store_bind_map(s, site, v->rows, v->cols, bytes, err)) != LP_OK)
+        return st;
+    sqlite3_bind_blob(s->stmt[LP_STMT_ATTENTION], 7, blob, (int)bytes, SQLITE_STATIC);
     return step(s, LP_STMT_ATTENTION, err);
 }
 
@@ -777,9 +761,7 @@ static lp_status mark_complete(lp_store *s, double seconds, lp_error *err)
         return st;
     sqlite3_bind_double(q, 1, seconds);
     sqlite3_bind_int64(q, 2, s->run_id);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "completing the run", err);
-    sqlite3_finalize(q);
+    st = lp_store_step_once(s, q, "completing the run", err);
     return st;
 }
 
@@ -879,9 +861,7 @@ static lp_status insert_mask_row(lp_store *s, const char *mask_path, int64_t n_t
     sqlite3_bind_int64(q, 3, n_tokens);
     sqlite3_bind_int64(q, 4, n_heads);
     sqlite3_bind_text(q, 5, LP_VERSION, -1, SQLITE_STATIC);
-    if (sqlite3_step(q) != SQLITE_DONE)
-        st = lp_store_sql_error(s, "inserting the run", err);
-    sqlite3_finalize(q);
+    st = lp_store_step_once(s, q, "inserting the run", err);
     return st;
 }
 

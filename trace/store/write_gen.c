@@ -25,11 +25,16 @@ lp_status lp_store_gen_begin(lp_store *s, lp_error *err)
     return LP_OK;
 }
 
-void lp_store_gen_free(lp_store *s)
+static void close_blob(lp_store *s)
 {
     if (s->blob)
-        sqlite3_blob_close(s->blob);
+        sqlite3_blob_close(s->blob); /* before COMMIT or another statement on the row */
     s->blob = NULL;
+}
+
+void lp_store_gen_free(lp_store *s)
+{
+    close_blob(s);
     free(s->map_rowid);
     free(s->gen_rows);
     free(s->gen_norm);
@@ -41,22 +46,15 @@ void lp_store_gen_free(lp_store *s)
 static lp_status insert_zero_map(lp_store *s, const lp_site *site, int64_t *rowid, lp_error *err)
 {
     uint64_t n = (uint64_t)s->opts.seq_len, bytes = n * n * elem_of(s);
-    if (bytes > 0x7fffffff)
-        return lp_error_set(err, LP_ERR_RANGE, "%s: attention map of %llu bytes exceeds SQLite's "
-                                               "blob limit", s->path, (unsigned long long)bytes);
+    lp_status st = lp_store_bind_map(s, site, (int64_t)n, (int64_t)n, bytes, err);
+    if (st != LP_OK)
+        return st;
     sqlite3_stmt *q = s->stmt[LP_STMT_ATTENTION];
-    sqlite3_bind_int64(q, 1, s->run_id);
-    sqlite3_bind_int(q, 2, site->layer);
-    sqlite3_bind_int(q, 3, site->head);
-    sqlite3_bind_int64(q, 4, (int64_t)n);
-    sqlite3_bind_int64(q, 5, (int64_t)n);
-    sqlite3_bind_text(q, 6, s->opts.maps == LP_MAPS_F32 ? "f32" : "f16", -1, SQLITE_STATIC);
     sqlite3_bind_zeroblob64(q, 7, bytes);
-    int rc = sqlite3_step(q);
-    sqlite3_reset(q);
+    st = lp_store_step_done(s, q, "inserting a map", err);
     sqlite3_clear_bindings(q);
-    if (rc != SQLITE_DONE)
-        return lp_store_sql_error(s, "inserting a map", err);
+    if (st != LP_OK)
+        return st;
     *rowid = sqlite3_last_insert_rowid(s->db);
     return LP_OK;
 }
@@ -67,13 +65,6 @@ static lp_status open_blob(lp_store *s, int64_t rowid, int writable, lp_error *e
         SQLITE_OK)
         return lp_store_sql_error(s, "opening a map", err);
     return LP_OK;
-}
-
-static void close_blob(lp_store *s)
-{
-    if (s->blob)
-        sqlite3_blob_close(s->blob); /* before COMMIT or another statement on the row */
-    s->blob = NULL;
 }
 
 /* Rows row0 .. row0+rows-1 of the map: each written from column 0 to the view's width. */
@@ -168,9 +159,7 @@ lp_status lp_store_gen_cut_maps(lp_store *s, int64_t n, lp_error *err)
         sqlite3_bind_int64(q, 2, n);
         sqlite3_bind_blob(q, 3, buf, (int)bytes, SQLITE_STATIC);
         sqlite3_bind_int64(q, 4, s->map_rowid[slot]);
-        if (sqlite3_step(q) != SQLITE_DONE)
-            st = lp_store_sql_error(s, "cutting a map", err);
-        sqlite3_reset(q);
+        st = lp_store_step_done(s, q, "cutting a map", err);
     }
     if (q)
         sqlite3_finalize(q);
