@@ -980,7 +980,7 @@ static void fill_weight_bytes(lp_dtype dt, uint8_t *dst, uint64_t bytes, uint64_
     const lp_dtype_info *info = lp_dtype_get(dt);
     uint16_t d = lp_f32_to_f16(0.001f);
     for (uint64_t off = 0; off + info->block_bytes <= bytes; off += info->block_bytes) {
-        memcpy(dst + off, &d, 2); /* d; Q4_K's dmin follows */
+        memcpy(dst + off, &d, 2); /* d; Q4_K's dmin follows; MXFP4's E8M0 byte is 0x19, 2^-102 */
         if (dt == LP_DTYPE_Q4_K)
             memcpy(dst + off + 2, &d, 2);
     }
@@ -1100,14 +1100,16 @@ static int bench_decode(int threads, int reps, int n_layers, lp_pool *pool)
     printf("  memory bandwidth %.1f GB/s (streaming read of 256 MiB by %d threads, measured now); "
            "1 warm-up, then best of %d steps\n",
            bw * 1e-9, threads, reps);
-    static const lp_dtype dts[4] = {LP_DTYPE_F32, LP_DTYPE_F16, LP_DTYPE_Q8_0, LP_DTYPE_Q4_K};
+    static const lp_dtype dts[] = {LP_DTYPE_F32, LP_DTYPE_F16, LP_DTYPE_Q8_0, LP_DTYPE_Q4_K,
+                                   LP_DTYPE_MXFP4};
+    const int n_dts = (int)(sizeof dts / sizeof dts[0]);
     float *buf = calloc((size_t)(8 * TL_HIDDEN + 2 * TL_FFN + TL_VOCAB), sizeof *buf);
     if (!buf) {
         fprintf(stderr, "loupe bench: out of memory\n");
         return LP_EXIT_USAGE;
     }
     int status = LP_EXIT_OK;
-    for (int i = 0; i < 4 && status == LP_EXIT_OK; i++) {
+    for (int i = 0; i < n_dts && status == LP_EXIT_OK; i++) {
         decode_model dm;
         if (!decode_model_build(&dm, dts[i], n_layers)) {
             decode_model_free(&dm);
@@ -1176,7 +1178,7 @@ static const lp_option bench_options[] = {
     LP_OPT_FLAG_OF(bench_opts, decode, "decode",
                    "only the decode part: tokens/s of one step beside the memory bandwidth"),
     LP_OPT_STRING_OF(bench_opts, dtype, "dtype", "TYPE",
-                     "prefill part: also time weights stored in f16, bf16, q8_0 or q4_k beside "
+                     "prefill part: also time weights stored in f16, bf16, q8_0, q4_k or mxfp4 beside "
                      "f32 in the same run"),
     LP_OPT_STRING_OF(bench_opts, dir, "dir", "DIR",
                      "where the temporary model goes (default $TMPDIR or /tmp)"),
@@ -1197,7 +1199,7 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "temporary folder, runs a T-token prefill (default 512) without and with every probe, and\n"
         "reports tokens/s for the full 22-layer model: the embedding/classifier time plus 22 times\n"
         "the median per-layer time. Needs about 0.5 GiB of disk and memory per 2 layers.\n"
-        "--dtype f16|bf16|q8_0|q4_k adds the linear layers with weights in that dtype beside\n"
+        "--dtype f16|bf16|q8_0|q4_k|mxfp4 adds the linear layers with weights in that dtype beside\n"
         "f32 (in turn, same reps) and, for f16/bf16, the bare prefill of the model in that dtype.\n"
         "\n"
         "Attention (--attention, alone): the FMA peak of the threads (register-only loop) and\n"
@@ -1211,7 +1213,7 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "\n"
         "Decode (--decode, alone): one token's step of the TinyLlama shape (all 22 layers, or\n"
         "--layers) on the kernels: per layer the q, k, v, o, gate, up, down matrix-vector products\n"
-        "reading F32, F16, Q8_0 and Q4_K weights in place and 32 heads over an f16 KV cache of\n"
+        "reading F32, F16, Q8_0, Q4_K and MXFP4 weights in place and 32 heads over an f16 KV cache of\n"
         "512 positions, then the 32000-row classifier; tokens/s beside the bound of the memory\n"
         "bandwidth measured now (a streaming read larger than the L3) over the bytes a step\n"
         "reads. F32 needs 4.4 GB of memory at 22 layers.",
@@ -1283,9 +1285,9 @@ static int run_bench(int argc, char **argv)
         o.weight_dtype = lp_dtype_from_name(o.dtype);
         lp_dtype d = o.weight_dtype;
         if (d != LP_DTYPE_F32 && d != LP_DTYPE_F16 && d != LP_DTYPE_BF16 && d != LP_DTYPE_Q8_0 &&
-            d != LP_DTYPE_Q4_K)
-            return lp_cli_usage_error("bench", "--dtype '%s': expected f32, f16, bf16, q8_0 or "
-                                      "q4_k", o.dtype);
+            d != LP_DTYPE_Q4_K && d != LP_DTYPE_MXFP4)
+            return lp_cli_usage_error("bench", "--dtype '%s': expected f32, f16, bf16, q8_0, q4_k "
+                                      "or mxfp4", o.dtype);
         if (o.attention || o.decode || o.gemm_only)
             return lp_cli_usage_error("bench", "--dtype is for the prefill part (not with "
                                       "--attention, --decode or --gemm-only)");

@@ -61,7 +61,7 @@ static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
 
 /* E2M1 values times two; mxfp4 halves them through its scale. */
-static const int8_t mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+const int8_t lp_mxfp4_levels_x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* ---- 32-value blocks ------------------------------------------------------------------------ */
 
@@ -142,8 +142,8 @@ static void dq_mxfp4(const uint8_t *b, float *y)
     float d = ldexpf(1.0f, (int)b[0] - 128);
     const uint8_t *qs = b + 1;
     for (int j = 0; j < 16; j++) {
-        y[j] = d * (float)mxfp4_levels[qs[j] & 0xf];
-        y[j + 16] = d * (float)mxfp4_levels[qs[j] >> 4];
+        y[j] = d * (float)lp_mxfp4_levels_x2[qs[j] & 0xf];
+        y[j + 16] = d * (float)lp_mxfp4_levels_x2[qs[j] >> 4];
     }
 }
 
@@ -513,4 +513,15 @@ lp_status lp_dequantize_mxfp4(const uint8_t *blocks, const uint8_t *scales, int6
         }
     }
     return LP_OK;
+}
+
+void lp_mxfp4_block_from_split(const uint8_t values[16], uint8_t scale, uint8_t block[17])
+{
+    block[0] = scale;
+    /* value j sits in byte j / 2 of the split form, the low nibble for even j */
+    for (int j = 0; j < 16; j++) {
+        uint8_t lo = (uint8_t)((values[j / 2] >> (4 * (j % 2))) & 0x0f);
+        uint8_t hi = (uint8_t)((values[(j + 16) / 2] >> (4 * (j % 2))) & 0x0f);
+        block[1 + j] = (uint8_t)(lo | (hi << 4));
+    }
 }

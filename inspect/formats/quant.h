@@ -51,7 +51,17 @@ lp_status lp_rows_to_f32(const lp_rows *rows, int64_t row_begin, int64_t n_rows,
  * as transformers' convert_moe_packed_tensors computes it. GGUF's MXFP4 (LP_DTYPE_MXFP4: the scale
  * byte first in each block, then values 0..15 in the low nibbles and 16..31 in the high ones) is
  * lp_dequantize's. LP_ERR_USAGE for n_blocks < 0. */
+/* The 16 E2M1 values of a nibble, doubled so they are integers (0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+ * their negatives times two): an MXFP4 value is 2^(e - 128) * lp_mxfp4_levels_x2[nibble]. Shared
+ * with the matvec kernels, which read GGUF's MXFP4 blocks directly. */
+extern const int8_t lp_mxfp4_levels_x2[16];
+
 lp_status lp_dequantize_mxfp4(const uint8_t *blocks, const uint8_t *scales, int64_t n_blocks,
                               float *dst, lp_error *err);
+
+/* One block of the split form (16 bytes of values, its scale byte) as GGUF's MXFP4 block of 17
+ * bytes: the scale, then value j in the low nibble and j + 16 in the high one of byte 1 + j.
+ * The same numbers exactly (how trace binds gpt-oss's safetensors pairs). */
+void lp_mxfp4_block_from_split(const uint8_t values[16], uint8_t scale, uint8_t block[17]);
 
 #endif

@@ -338,9 +338,14 @@ static const char *assign_indexed(lp_tensor *t, const char *base, const char *ma
     return rest;
 }
 
-static void assign_gguf(lp_tensor *t, const char *base)
+static void assign_gguf(lp_tensor *t, const char *base, const char *family)
 {
     const char *rest = assign_indexed(t, base, "blk", gguf_global, gguf_layer);
+    /* llama.cpp's gpt-oss keeps Hugging Face's post_attention_layernorm, the FFN's input norm
+     * there, under Gemma 2's name for a true post norm (its graph feeds it to the MoE) */
+    if (rest && t->role == LP_ROLE_ATTN_POST_NORM && strcmp(family, "gpt_oss") == 0 &&
+        strcmp(rest, "post_attention_norm") == 0)
+        t->role = LP_ROLE_FFN_NORM;
     if (!rest || t->role != LP_ROLE_UNKNOWN)
         return;
     /* blk.N.ffn_gate.E: one expert per tensor (early Mixtral GGUFs) */
@@ -424,7 +429,7 @@ void lp_role_assign(lp_tensor *tensor, const char *family, lp_weights_format for
     if (!family)
         family = "";
     switch (format) {
-    case LP_FORMAT_GGUF: assign_gguf(tensor, base); break;
+    case LP_FORMAT_GGUF: assign_gguf(tensor, base, family); break;
     case LP_FORMAT_LLAMA2C:
         assign_indexed(tensor, base, "layers", llama2c_global, llama2c_layer);
         break;

@@ -9,7 +9,7 @@ expect_stderr_contains "--attention and --decode exclude each other" "$LOUPE" be
 expect_one_line_error "$LOUPE" bench --decode --prefill-only
 
 expect_status 0 "$LOUPE" bench --decode --layers 1 --reps 1 --threads 2
-for want in "memory bandwidth" "1 of 22 layers" "f32 " "f16 " "q8_0 " "q4_k " "tokens/s" \
+for want in "memory bandwidth" "1 of 22 layers" "f32 " "f16 " "q8_0 " "q4_k " "mxfp4 " "tokens/s" \
             "of the bandwidth bound"; do
   if grep -qF -- "$want" "$TMP/out"; then ok; else bad "bench --decode output lacks '$want'"; fi
 done

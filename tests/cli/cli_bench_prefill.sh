@@ -16,7 +16,7 @@ if ls "$TMP" | grep -q loupe-bench; then bad "temporary model folder left behind
 
 # --dtype: the linear layers beside f32 from the same reps, and a bf16 model's prefill beside f32's
 expect_one_line_error "$LOUPE" bench --prefill-only --dtype q9
-expect_stderr_contains "expected f32, f16, bf16, q8_0 or q4_k" "$LOUPE" bench --prefill-only --dtype q9
+expect_stderr_contains "expected f32, f16, bf16, q8_0, q4_k or mxfp4" "$LOUPE" bench --prefill-only --dtype q9
 expect_one_line_error "$LOUPE" bench --attention --dtype bf16
 expect_status 0 "$LOUPE" bench --prefill-only --dtype bf16 --layers 1 --tokens 16 --reps 1 --threads 2 --dir "$TMP"
 if grep -qE "bf16 weights, linear layers alone .*: [0-9.]+ GFLOP/s = [0-9]+% of f32's [0-9.]+ GFLOP/s" "$TMP/out"; then ok; else bad "no bf16 linear line: $(cat "$TMP/out")"; fi

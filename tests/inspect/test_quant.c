@@ -244,7 +244,7 @@ static void test_f4_e8m0_and_split_mxfp4(void **state)
     for (int b = 0; b < 3; b++) {
         int q[32];
         for (int i = 0; i < 32; i++)
-            q[i] = (i * 5 + 3 * b) % 16;
+            q[i] = (i * 5 + (i >> 4) + 3 * b) % 16; /* values j and j + 16 differ */
         for (int j = 0; j < 16; j++) {
             blocks[16 * b + j] = (uint8_t)(q[2 * j] | q[2 * j + 1] << 4);
             gguf[17 * b + 1 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
@@ -260,6 +260,11 @@ static void test_f4_e8m0_and_split_mxfp4(void **state)
     float from_gguf[96];
     dequant_ok(LP_DTYPE_MXFP4, gguf, 96, from_gguf);
     check_values("split mxfp4 vs gguf mxfp4", got, from_gguf, 96);
+    /* the repacking trace binds safetensors pairs with gives ggml's bytes exactly */
+    uint8_t repacked[3 * 17];
+    for (int b = 0; b < 3; b++)
+        lp_mxfp4_block_from_split(blocks + 16 * b, scales[b], repacked + 17 * b);
+    assert_memory_equal(repacked, gguf, sizeof gguf);
     assert_int_equal(lp_dequantize_mxfp4(blocks, scales, -1, got, &err), LP_ERR_USAGE);
 }
 

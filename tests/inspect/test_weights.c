@@ -15,6 +15,8 @@
 
 #include "core/dtype.h"
 #include "gguf_writer.h"
+#include "gguf_gpt_oss.h"
+#include "inspect/formats/quant.h"
 #include "ref_forward.h"
 #include "inspect/inspect.h"
 #include "inspect/formats/safetensors_write.h"
@@ -881,6 +883,141 @@ static void test_gguf_moe(void **state)
     lp_weights_close(w);
 }
 
+/* ---- gpt-oss as llama.cpp's converter writes it --------------------------------------------- */
+
+static float *gpt_oss_floats(float **keep, int *n_keep, int64_t n, uint64_t *seed)
+{
+    float *p = malloc((size_t)n * sizeof *p);
+    assert_non_null(p);
+    for (int64_t i = 0; i < n; i++) {
+        *seed = *seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        p[i] = (float)((double)(*seed >> 40) / (double)(1 << 24) - 0.5);
+    }
+    keep[(*n_keep)++] = p;
+    return p;
+}
+
+/* The writer's GGUF reads back as gpt-oss (sinks, biases, windows on even layers, yarn), its
+ * tensors get their roles, and its MXFP4 experts hold the even (gate) and odd (up) rows of the
+ * split safetensors pair exactly, biases likewise. */
+static void test_gguf_gpt_oss(void **state)
+{
+    (void)state;
+    enum { V = 45, H = 64, NH = 4, NKV = 2, HD = 12, E = 3, F = 32, NL = 3 };
+    float *keep[64];
+    int n_keep = 0;
+    uint64_t seed = 0x6f55;
+    gw_gpt_oss g = {.vocab = V, .hidden = H, .n_layers = NL, .n_heads = NH, .n_kv_heads = NKV,
+                    .head_dim = HD, .n_experts = E, .top_k = 2, .expert_ffn = F, .window = 8,
+                    .n_ctx = 256, .yarn_orig = 16, .yarn_factor = 4, .theta = 150000, .eps = 1e-5};
+    g.embed = gpt_oss_floats(keep, &n_keep, V * H, &seed);
+    g.out_norm = gpt_oss_floats(keep, &n_keep, H, &seed);
+    g.lm_head = gpt_oss_floats(keep, &n_keep, V * H, &seed);
+    uint8_t *gu_blocks = malloc((size_t)E * 2 * F * (H / 32) * 16);
+    uint8_t *gu_scales = malloc((size_t)E * 2 * F * (H / 32));
+    uint8_t *dn_blocks = malloc((size_t)E * H * (F / 32) * 16);
+    uint8_t *dn_scales = malloc((size_t)E * H * (F / 32));
+    assert_true(gu_blocks && gu_scales && dn_blocks && dn_scales);
+    for (size_t i = 0; i < (size_t)E * 2 * F * (H / 32) * 16; i++)
+        gu_blocks[i] = (uint8_t)(i * 37 + 11);
+    for (size_t i = 0; i < (size_t)E * 2 * F * (H / 32); i++)
+        gu_scales[i] = (uint8_t)(118 + i % 7);
+    for (size_t i = 0; i < (size_t)E * H * (F / 32) * 16; i++)
+        dn_blocks[i] = (uint8_t)(i * 53 + 5);
+    for (size_t i = 0; i < (size_t)E * H * (F / 32); i++)
+        dn_scales[i] = (uint8_t)(120 + i % 5);
+    for (int l = 0; l < NL; l++) {
+        gw_gpt_oss_layer *L = &g.layers[l];
+        L->attn_norm = gpt_oss_floats(keep, &n_keep, H, &seed);
+        L->ffn_norm = gpt_oss_floats(keep, &n_keep, H, &seed);
+        L->wq = gpt_oss_floats(keep, &n_keep, NH * HD * H, &seed);
+        L->bq = gpt_oss_floats(keep, &n_keep, NH * HD, &seed);
+        L->wk = gpt_oss_floats(keep, &n_keep, NKV * HD * H, &seed);
+        L->bk = gpt_oss_floats(keep, &n_keep, NKV * HD, &seed);
+        L->wv = gpt_oss_floats(keep, &n_keep, NKV * HD * H, &seed);
+        L->bv = gpt_oss_floats(keep, &n_keep, NKV * HD, &seed);
+        L->wo = gpt_oss_floats(keep, &n_keep, H * NH * HD, &seed);
+        L->bo = gpt_oss_floats(keep, &n_keep, H, &seed);
+        L->sinks = gpt_oss_floats(keep, &n_keep, NH, &seed);
+        L->router = gpt_oss_floats(keep, &n_keep, E * H, &seed);
+        L->router_bias = gpt_oss_floats(keep, &n_keep, E, &seed);
+        L->gate_up_bias = gpt_oss_floats(keep, &n_keep, E * 2 * F, &seed);
+        L->down_bias = gpt_oss_floats(keep, &n_keep, E * H, &seed);
+        L->gate_up_blocks = gu_blocks;
+        L->gate_up_scales = gu_scales;
+        L->down_blocks = dn_blocks;
+        L->down_scales = dn_scales;
+    }
+    char path[600];
+    tmp_path(path, sizeof path, "gpt_oss.gguf");
+    assert_true(lp_gw_write_gpt_oss(path, &g));
+    lp_weights *w = open_ok(path);
+    const lp_arch *a = lp_weights_arch(w);
+    assert_non_null(a);
+    assert_string_equal(a->family, "gpt_oss");
+    assert_true(a->attn_sinks && a->router_bias && a->bias_mlp);
+    assert_int_equal(a->n_experts, E);
+    assert_int_equal(a->n_experts_per_tok, 2);
+    assert_int_equal(a->expert_ffn_hidden, F);
+    assert_int_equal(a->head_dim, HD);
+    assert_true(a->norm_topk_prob);
+    /* llama.cpp's set_swa_pattern(2): even layers slide */
+    assert_int_equal(a->layer_window[0], 8);
+    assert_int_equal(a->layer_window[1], 0);
+    assert_int_equal(a->layer_window[2], 8);
+    assert_int_equal(a->rope_scaling.kind, LP_ROPE_SCALING_YARN);
+    assert_int_equal(a->rope_scaling.original_ctx, 16);
+    assert_false(a->rope_scaling.yarn_unrounded); /* no truncate key: ggml's rounded ramp */
+    const lp_tensor *ffn_norm = lp_weights_find(w, LP_ROLE_FFN_NORM, 1, -1, false);
+    assert_non_null(ffn_norm);
+    assert_string_equal(ffn_norm->name, "blk.1.post_attention_norm.weight");
+    assert_null(lp_weights_find(w, LP_ROLE_ATTN_POST_NORM, 1, -1, false));
+    assert_non_null(lp_weights_find(w, LP_ROLE_ROUTER, 2, -1, true));
+    /* the experts: rows 2r (gate) and 2r + 1 (up) of the split pair, dequantized exactly */
+    float *want = malloc((size_t)E * 2 * F * H * sizeof *want);
+    float *got = malloc((size_t)E * F * H * sizeof *got);
+    assert_true(want && got);
+    assert_int_equal(lp_dequantize_mxfp4(gu_blocks, gu_scales, E * 2 * F * (H / 32), want, NULL),
+                     LP_OK);
+    for (int half = 0; half < 2; half++) {
+        const lp_tensor *t =
+            lp_weights_find(w, half ? LP_ROLE_EXPERT_UP : LP_ROLE_EXPERT_GATE, 1, -1, false);
+        assert_non_null(t);
+        assert_int_equal(t->dtype, LP_DTYPE_MXFP4);
+        assert_int_equal(t->n_dims, 3);
+        assert_true(t->shape[0] == E && t->shape[1] == F && t->shape[2] == H);
+        assert_int_equal(lp_tensor_rows_f32(t, 0, E * F, got, NULL), LP_OK);
+        for (int64_t r = 0; r < E * F; r++)
+            for (int64_t c = 0; c < H; c++)
+                if (got[r * H + c] != want[(2 * r + half) * H + c])
+                    fail_msg("%s row %lld col %lld: %g, want %g", t->name, (long long)r,
+                             (long long)c, (double)got[r * H + c], (double)want[(2 * r + half) * H + c]);
+        const lp_tensor *b =
+            lp_weights_find(w, half ? LP_ROLE_EXPERT_UP : LP_ROLE_EXPERT_GATE, 1, -1, true);
+        assert_non_null(b);
+        assert_int_equal(lp_tensor_rows_f32(b, 0, E, got, NULL), LP_OK);
+        for (int64_t i = 0; i < E * F; i++)
+            assert_true(got[i] == g.layers[1].gate_up_bias[2 * i + half]);
+    }
+    const lp_tensor *down = lp_weights_find(w, LP_ROLE_EXPERT_DOWN, 0, -1, false);
+    assert_non_null(down);
+    assert_true(down->shape[0] == E && down->shape[1] == H && down->shape[2] == F);
+    assert_int_equal(lp_dequantize_mxfp4(dn_blocks, dn_scales, E * H * (F / 32), want, NULL), LP_OK);
+    assert_int_equal(lp_tensor_rows_f32(down, 0, E * H, got, NULL), LP_OK);
+    for (int64_t i = 0; i < E * H * F; i++) /* ==: ggml's level table has +0 where E2M1 has -0 */
+        assert_true(got[i] == want[i]);
+    lp_weights_close(w);
+    unlink(path);
+    free(want);
+    free(got);
+    free(gu_blocks);
+    free(gu_scales);
+    free(dn_blocks);
+    free(dn_scales);
+    while (n_keep > 0)
+        free(keep[--n_keep]);
+}
+
 /* ---- roles -------------------------------------------------------------------------------- */
 
 static void test_roles(void **state)
@@ -984,6 +1121,15 @@ static void test_roles(void **state)
         {"blk.3.attn_norm_2.weight", "", LP_FORMAT_GGUF, LP_ROLE_FFN_NORM, 3, -1, false, false},
         {"position_embd.weight", "", LP_FORMAT_GGUF, LP_ROLE_POS_EMBD, -1, -1, false, false},
         {"blk.0.attn_q_norm.weight", "", LP_FORMAT_GGUF, LP_ROLE_ATTN_Q_NORM, 0, -1, false, false},
+        /* gpt-oss as convert_hf_to_gguf writes it: post_attention_norm is the FFN's input norm
+         * (Gemma 2's is a true post norm), experts de-interleaved into gate and up, biased */
+        {"blk.5.post_attention_norm.weight", "gpt_oss", LP_FORMAT_GGUF, LP_ROLE_FFN_NORM, 5, -1, false, false},
+        {"blk.5.post_attention_norm.weight", "gemma2", LP_FORMAT_GGUF, LP_ROLE_ATTN_POST_NORM, 5, -1, false, false},
+        {"blk.5.ffn_gate_exps.bias", "gpt_oss", LP_FORMAT_GGUF, LP_ROLE_EXPERT_GATE, 5, -1, true, false},
+        {"blk.5.ffn_up_exps.weight", "gpt_oss", LP_FORMAT_GGUF, LP_ROLE_EXPERT_UP, 5, -1, false, false},
+        {"blk.5.ffn_down_exps.bias", "gpt_oss", LP_FORMAT_GGUF, LP_ROLE_EXPERT_DOWN, 5, -1, true, false},
+        {"blk.5.ffn_gate_inp.bias", "gpt_oss", LP_FORMAT_GGUF, LP_ROLE_ROUTER, 5, -1, true, false},
+        {"blk.5.attn_v.bias", "gpt_oss", LP_FORMAT_GGUF, LP_ROLE_ATTN_V, 5, -1, true, false},
         /* llama2.c */
         {"layers.3.wq", "", LP_FORMAT_LLAMA2C, LP_ROLE_ATTN_Q, 3, -1, false, false},
         {"layers.3.w2", "", LP_FORMAT_LLAMA2C, LP_ROLE_FFN_DOWN, 3, -1, false, false},
@@ -2032,7 +2178,7 @@ int main(void)
         cmocka_unit_test(test_sharded),             cmocka_unit_test(test_sparse_header_only),
         cmocka_unit_test(test_sparse_gguf_header_only),
         cmocka_unit_test(test_llama2c),             cmocka_unit_test(test_gguf_generated),
-        cmocka_unit_test(test_gguf_moe),
+        cmocka_unit_test(test_gguf_moe),            cmocka_unit_test(test_gguf_gpt_oss),
         cmocka_unit_test(test_roles),               cmocka_unit_test(test_checks_fail),
         cmocka_unit_test(test_families),            cmocka_unit_test(test_requantized_classifier),            cmocka_unit_test(test_real_configs),
         cmocka_unit_test(test_golden_three_formats), cmocka_unit_test(test_golden_quant),

@@ -422,7 +422,7 @@ static void test_random_case(void **state)
         check_random_case(rc, rc->dtypes[i]);
 }
 
-/* ---- a GGUF llama whose matrices are Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 ---- */
+/* ---- a GGUF llama whose matrices are Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4 and F16 ---- */
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -457,6 +457,7 @@ static uint8_t *random_quant(lp_dtype dtype, int64_t rows, int64_t cols, uint64_
             memcpy(blk + 2, &dmin, 2);
             break;
         case LP_DTYPE_Q6_K: d = lp_f32_to_f16(0.00003f); memcpy(blk + 208, &d, 2); break;
+        case LP_DTYPE_MXFP4: blk[0] = (uint8_t)(117 + b % 4); break; /* E8M0: 2^-10 .. 2^-7 */
         case LP_DTYPE_F16:
             d = lp_f32_to_f16((float)((double)(rng_next(seed) % 2001) / 1000.0 - 1.0) * 0.1f);
             memcpy(blk, &d, 2);
@@ -541,7 +542,8 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     }
 }
 
-/* Every matrix type the issue names, one per tensor: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16. */
+/* Every matrix type the issue names, one per tensor: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, MXFP4 (gpt-oss's
+ * expert format, here a dense ffn_up) and F16. */
 static void write_gguf_quant(lp_gw *w, ref_model *m)
 {
     gguf_hparams(w, "llama", &m->cfg, 128);
@@ -567,7 +569,7 @@ static void write_gguf_quant(lp_gw *w, ref_model *m)
         snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", l);
         gguf_tensor(w, name, LP_DTYPE_Q5_0, 256, 256, &seed, L->w_gate);
         snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
-        gguf_tensor(w, name, l == 0 ? LP_DTYPE_Q4_K : LP_DTYPE_F16, 256, 256, &seed, L->w_up);
+        gguf_tensor(w, name, l == 0 ? LP_DTYPE_Q4_K : LP_DTYPE_MXFP4, 256, 256, &seed, L->w_up);
         snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
         gguf_tensor(w, name, LP_DTYPE_Q6_K, 256, 256, &seed, L->w_down);
     }

@@ -179,6 +179,10 @@ static void fill_quant_blocks(lp_dtype dtype, uint8_t *dst, uint64_t bytes)
     for (uint64_t i = 0; i < bytes; i++)
         dst[i] = (uint8_t)(rnd() * 127.0f + 128.0f);
     for (uint64_t off = 0; off < bytes; off += info->block_bytes) {
+        if (dtype == LP_DTYPE_MXFP4) { /* E8M0 scale: 2^-9 .. 2^2, and now and then the subnormal 2^-127 */
+            dst[off] = off % (7 * info->block_bytes) == 0 ? 0 : (uint8_t)(118 + (int)(fabsf(rnd()) * 11.0f));
+            continue;
+        }
         fill_f16_like(dst + off, 0.01f + 0.02f * fabsf(rnd()), false); /* d */
         if (dtype == LP_DTYPE_Q4_K)
             fill_f16_like(dst + off + 2, 0.01f * fabsf(rnd()), false); /* dmin */
@@ -227,7 +231,7 @@ static void test_linear_dtypes(void **state)
         {LP_DTYPE_BF16, 29, 300, false}, {LP_DTYPE_F32, 21, 259, true},
         {LP_DTYPE_F16, 21, 259, true},   {LP_DTYPE_BF16, 21, 259, true},
         {LP_DTYPE_Q8_0, 23, 416, false}, {LP_DTYPE_Q4_0, 23, 544, false},
-        {LP_DTYPE_Q4_K, 19, 768, false},
+        {LP_DTYPE_Q4_K, 19, 768, false}, {LP_DTYPE_MXFP4, 23, 544, false},
     };
     lp_isa isas[LP_ISA_COUNT];
     int n_isas = available_isas(isas);
@@ -347,7 +351,8 @@ static void test_matvec_dtypes(void **state)
         {LP_DTYPE_F32, 37, 259, false}, {LP_DTYPE_F16, 37, 259, false},
         {LP_DTYPE_BF16, 37, 259, false}, {LP_DTYPE_F32, 5, 1024, false},
         {LP_DTYPE_Q8_0, 41, 416, false}, {LP_DTYPE_Q4_K, 29, 768, false},
-        {LP_DTYPE_Q4_K, 1, 256, false},
+        {LP_DTYPE_Q4_K, 1, 256, false}, {LP_DTYPE_MXFP4, 43, 800, false},
+        {LP_DTYPE_MXFP4, 1, 32, false},
     };
     lp_isa isas[LP_ISA_COUNT];
     int n_isas = available_isas(isas);

@@ -200,31 +200,35 @@ static uint64_t next_seed(uint64_t *s)
     return *s >> 33;
 }
 
-/* All experts of one role in a 3-D Q8_0 tensor [E, rows, cols]; the reference takes the
- * dequantized values. */
-static void gguf_experts_q8(lp_gw *w, const char *name, int64_t E, int64_t rows, int64_t cols,
-                            uint64_t *seed, float **per_expert)
+/* All experts of one role in a 3-D tensor [E, rows, cols] of Q8_0 or MXFP4 blocks; the reference
+ * takes the dequantized values. */
+static void gguf_experts_quant(lp_gw *w, lp_dtype dtype, const char *name, int64_t E, int64_t rows,
+                               int64_t cols, uint64_t *seed, float **per_expert)
 {
     int64_t n = E * rows * cols;
     float *deq = malloc((size_t)n * sizeof *deq);
     assert_non_null(deq);
     uint64_t bytes;
-    assert_true(lp_dtype_bytes_for(LP_DTYPE_Q8_0, (uint64_t)n, &bytes));
+    assert_true(lp_dtype_bytes_for(dtype, (uint64_t)n, &bytes));
     uint8_t *data = keep(malloc((size_t)bytes));
-    /* Q8_0 blocks: an f16 scale and 32 int8 values */
+    uint32_t block_bytes = lp_dtype_get(dtype)->block_bytes;
     for (int64_t b = 0; b < n / 32; b++) {
-        uint8_t *blk = data + b * 34;
-        uint16_t d = lp_f32_to_f16((float)(next_seed(seed) % 1000 + 500) * 1e-6f);
-        memcpy(blk, &d, 2);
-        for (int i = 0; i < 32; i++)
-            blk[2 + i] = (uint8_t)(next_seed(seed) & 0xff);
+        uint8_t *blk = data + b * block_bytes;
+        for (uint32_t i = 0; i < block_bytes; i++)
+            blk[i] = (uint8_t)(next_seed(seed) & 0xff);
+        if (dtype == LP_DTYPE_MXFP4) { /* E8M0 scale 2^-12 .. 2^-8, then 16 bytes of E2M1 pairs */
+            blk[0] = (uint8_t)(115 + next_seed(seed) % 5);
+        } else { /* Q8_0: an f16 scale, then 32 int8 values */
+            uint16_t d = lp_f32_to_f16((float)(next_seed(seed) % 1000 + 500) * 1e-6f);
+            memcpy(blk, &d, 2);
+        }
     }
     lp_error err = {0};
-    assert_int_equal(lp_dequantize(LP_DTYPE_Q8_0, data, n, deq, &err), LP_OK);
+    assert_int_equal(lp_dequantize(dtype, data, n, deq, &err), LP_OK);
     for (int64_t e = 0; e < E; e++)
         memcpy(per_expert[e], deq + e * rows * cols, (size_t)(rows * cols) * sizeof(float));
     int64_t ne[3] = {cols, rows, E};
-    lp_gw_tensor(w, name, 3, ne, (uint32_t)lp_gguf_dtype_to_id(LP_DTYPE_Q8_0), data, bytes);
+    lp_gw_tensor(w, name, 3, ne, (uint32_t)lp_gguf_dtype_to_id(dtype), data, bytes);
     free(deq);
 }
 
@@ -238,7 +242,8 @@ static void f32_tensor(lp_gw *w, const char *fmt, int l, int n_dims, int64_t d0,
                  (uint64_t)(d0 * (n_dims > 1 ? d1 : 1)) * sizeof(float));
 }
 
-static void write_gguf_qwen_moe(lp_gw *w, const ref_model *m, const char *arch)
+static void write_gguf_qwen_moe(lp_gw *w, const ref_model *m, const char *arch,
+                                lp_dtype expert_dtype)
 {
     const ref_config *c = &m->cfg;
     int64_t H = c->hidden, V = c->vocab, QD = c->n_heads * c->head_dim;
@@ -287,11 +292,11 @@ static void write_gguf_qwen_moe(lp_gw *w, const ref_model *m, const char *arch)
         f32_tensor(w, "blk.%d.ffn_gate_inp.weight", l, 2, H, c->n_experts, L->router);
         char name[96];
         snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
-        gguf_experts_q8(w, name, c->n_experts, EF, H, &seed, L->e_gate);
+        gguf_experts_quant(w, expert_dtype, name, c->n_experts, EF, H, &seed, L->e_gate);
         snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
-        gguf_experts_q8(w, name, c->n_experts, EF, H, &seed, L->e_up);
+        gguf_experts_quant(w, expert_dtype, name, c->n_experts, EF, H, &seed, L->e_up);
         snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
-        gguf_experts_q8(w, name, c->n_experts, H, EF, &seed, L->e_down);
+        gguf_experts_quant(w, expert_dtype, name, c->n_experts, H, EF, &seed, L->e_down);
         if (SF > 0) {
             f32_tensor(w, "blk.%d.ffn_gate_shexp.weight", l, 2, H, SF, L->s_gate);
             f32_tensor(w, "blk.%d.ffn_up_shexp.weight", l, 2, H, SF, L->s_up);
@@ -407,6 +412,8 @@ typedef struct gguf_moe_case {
     ref_config cfg;
     int64_t T;
     bool split_kv_b; /* deepseek2: attn_k_b / attn_v_b instead of attn_kv_b */
+    lp_dtype expert_dtype; /* qwen2moe/qwen3moe routed experts: Q8_0 when
+                              LP_DTYPE_INVALID, or MXFP4 */
 } gguf_moe_case;
 
 /* Q8_0 rows need whole 32-value blocks: hidden and expert width are multiples of 32; the rest
@@ -416,12 +423,19 @@ static const gguf_moe_case gguf_moe_cases[] = {
      {.family = REF_QWEN_MOE, .vocab = 45, .hidden = 64, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .head_dim = 12, .ffn = 40, .eps = 1e-6, .theta = 10000, .qkv_bias = true,
       .n_experts = 4, .top_k = 2, .expert_ffn = 32, .shared_ffn = 40, .scale = 0.2},
-     13, false},
+     13, false, LP_DTYPE_INVALID},
     {"gguf-qwen3moe", "qwen3moe", "qwen3_moe",
      {.family = REF_QWEN_MOE, .vocab = 45, .hidden = 64, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .head_dim = 12, .ffn = 40, .eps = 1e-6, .theta = 10000, .qk_norm = true,
       .n_experts = 5, .top_k = 2, .expert_ffn = 32, .norm_topk = true, .scale = 0.2},
-     11, false},
+     11, false, LP_DTYPE_INVALID},
+    /* the routed experts in MXFP4 blocks (gpt-oss's released form, on a family that has no
+     * other novelty): the GEMM dequantizes them panel by panel, decode reads the blocks */
+    {"gguf-qwen2moe-mxfp4", "qwen2moe", "qwen2_moe",
+     {.family = REF_QWEN_MOE, .vocab = 45, .hidden = 96, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .head_dim = 12, .ffn = 40, .eps = 1e-6, .theta = 10000, .qkv_bias = true,
+      .n_experts = 4, .top_k = 2, .expert_ffn = 64, .shared_ffn = 40, .scale = 0.2},
+     13, false, LP_DTYPE_MXFP4},
     /* DeepSeek-V2-Lite's layout (plain q, greedy) and V3's (q_lora, sigmoid, exp_probs_b,
      * groups, scale) with odd head sizes */
     {"gguf-deepseek2-lite", "deepseek2", "deepseek_v2",
@@ -429,20 +443,20 @@ static const gguf_moe_case gguf_moe_cases[] = {
       .n_kv_heads = 3, .head_dim = 14, .rope_dim = 4, .ffn = 36, .eps = 1e-6, .theta = 10000,
       .rope_adjacent = true, .kv_lora = 10, .v_dim = 9, .first_dense = 1, .n_experts = 4,
       .top_k = 2, .expert_ffn = 12, .n_shared = 2, .scale = 0.25},
-     13, false},
+     13, false, LP_DTYPE_INVALID},
     {"gguf-deepseek2-v3", "deepseek2", "deepseek_v2",
      {.family = REF_DEEPSEEK, .vocab = 45, .hidden = 24, .n_layers = 2, .n_heads = 2,
       .n_kv_heads = 2, .head_dim = 10, .rope_dim = 4, .ffn = 36, .eps = 1e-6, .theta = 10000,
       .rope_adjacent = true, .q_lora = 8, .kv_lora = 10, .v_dim = 11, .first_dense = 1,
       .n_experts = 8, .top_k = 3, .expert_ffn = 12, .n_shared = 1, .n_groups = 4,
       .topk_groups = 2, .routed_scaling = 2.5, .v3 = true, .norm_topk = true, .scale = 0.25},
-     15, false},
+     15, false, LP_DTYPE_INVALID},
     {"gguf-deepseek2-split", "deepseek2", "deepseek_v2",
      {.family = REF_DEEPSEEK, .vocab = 45, .hidden = 24, .n_layers = 2, .n_heads = 3,
       .n_kv_heads = 3, .head_dim = 14, .rope_dim = 4, .ffn = 36, .eps = 1e-6, .theta = 10000,
       .rope_adjacent = true, .kv_lora = 10, .v_dim = 9, .first_dense = 1, .n_experts = 4,
       .top_k = 2, .expert_ffn = 12, .n_shared = 2, .scale = 0.25},
-     13, true},
+     13, true, LP_DTYPE_INVALID},
 };
 
 static void test_gguf_moe_case(void **state)
@@ -455,7 +469,8 @@ static void test_gguf_moe_case(void **state)
     if (strcmp(gc->arch, "deepseek2") == 0)
         write_gguf_deepseek2(&w, &m, gc->split_kv_b);
     else
-        write_gguf_qwen_moe(&w, &m, gc->arch);
+        write_gguf_qwen_moe(&w, &m, gc->arch,
+                            gc->expert_dtype != LP_DTYPE_INVALID ? gc->expert_dtype : LP_DTYPE_Q8_0);
     assert_true(lp_gw_finish(&w));
     char path[512];
     snprintf(path, sizeof path, "%s/moe_%s_%ld.gguf", lp_test_tmp_dir(), gc->name, (long)getpid());

@@ -172,6 +172,15 @@ struct lp_model {
     size_t n_owned, cap_owned;
 };
 
+/* mxfp4_pair.c: expert `expert`'s [rows, cols] matrix of role (EXPERT_GATE_UP, _GATE, _UP,
+ * _DOWN) at a layer from gpt-oss's safetensors pair "<P>experts.<stem>_blocks" + "_scales" (P
+ * the router's stem), repacked into an MXFP4 matrix whose data the caller frees (malloc'd;
+ * model_load.c hands it to the model). *found = false (and LP_OK) when the
+ * file has no such pair; a pair of the wrong dtype or shape, or half of one, is LP_ERR_FORMAT
+ * naming the tensor. */
+lp_status lp_mxfp4_pair_bind(lp_model *m, lp_role role, int layer, int expert, int64_t rows,
+                             int64_t cols, lp_matrix *out, bool *found, lp_error *err);
+
 /* inv_freq[rope_dim/2] for a call whose longest sequence is n_tokens (dynamic NTK and longrope's
  * choice of factors depend on it) and the cos/sin multiplier (YaRN's and longrope's attention
  * factor). local: Gemma 3's sliding-layer theta. */

@@ -12,20 +12,28 @@
 
 #define LP_PI 3.14159265358979323846
 
-static void *model_alloc(lp_model *m, size_t bytes)
+/* Hand p (malloc'd, or NULL) to the model, which frees it at close; NULL if it could not. */
+static void *model_own(lp_model *m, void *p)
 {
+    if (!p)
+        return NULL;
     if (m->n_owned == m->cap_owned) {
         size_t cap = m->cap_owned ? m->cap_owned * 2 : 64;
         void **grown = realloc(m->owned, cap * sizeof *grown);
-        if (!grown)
+        if (!grown) {
+            free(p);
             return NULL;
+        }
         m->owned = grown;
         m->cap_owned = cap;
     }
-    void *p = malloc(bytes ? bytes : 1);
-    if (p)
-        m->owned[m->n_owned++] = p;
+    m->owned[m->n_owned++] = p;
     return p;
+}
+
+static void *model_alloc(lp_model *m, size_t bytes)
+{
+    return model_own(m, malloc(bytes ? bytes : 1));
 }
 
 /* Find a tensor for (role, layer, expert). Falls back to a tensor stacked over layers
@@ -119,8 +127,15 @@ static lp_status bind_matrix(lp_model *m, lp_role role, int layer, int expert, i
     if (found)
         *found = t != NULL;
     if (!t) {
-        if (!required)
-            return LP_OK;
+        bool paired = false; /* gpt-oss's MXFP4 experts: a _blocks + _scales pair */
+        lp_status st = lp_mxfp4_pair_bind(m, role, layer, expert, rows, cols, out, &paired, err);
+        if (st == LP_OK && paired && !model_own(m, (void *)out->data))
+            st = lp_error_set(err, LP_ERR_NOMEM, "out of memory binding %s",
+                              where(buf, sizeof buf, role, layer, expert));
+        if (found)
+            *found = paired;
+        if (st != LP_OK || paired || !required)
+            return st;
         return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor %s not found",
                             lp_weights_path(m->weights), where(buf, sizeof buf, role, layer, expert));
     }

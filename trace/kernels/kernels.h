@@ -52,7 +52,7 @@ lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *
 
 /* Decode: y[n] = W[n, k] . x[k] (+ bias) for one vector, reading W's stored rows directly, block
  * by block, with no dequantized copy: the step of generation that streams every weight once.
- * F32, F16, BF16, Q8_0 and Q4_K rows (row-major, not transposed); other dtypes and transposed
+ * F32, F16, BF16, Q8_0, Q4_K and MXFP4 rows (row-major, not transposed); other dtypes and transposed
  * weights return LP_ERR_UNSUPPORTED (lp_linear with m = 1 takes them). Rows are split across
  * the pool's threads; each row's sum is computed the same way whatever the thread count.
  *   lp_matrix w = {LP_DTYPE_Q4_K, data, 5632, 2048, row_bytes, false};

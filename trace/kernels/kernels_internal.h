@@ -72,7 +72,8 @@ typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_s
 #define LP_KERNEL_SLOTS(X)                                                                         \
     X(f16_to_f32) X(bf16_to_f32) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
-    X(rope_rotate) X(attn_qk) X(attn_pv) X(block_max) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k)
+    X(rope_rotate) X(attn_qk) X(attn_pv) X(block_max) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) \
+    X(row_dot_mxfp4)
 
 typedef struct lp_kernel_table {
     lp_isa isa;
@@ -125,6 +126,7 @@ typedef struct lp_kernel_table {
      * x, read in its own format. x_sums[b] = sum of x[32 b .. 32 b + 32) (Q4_K's min term);
      * the other formats ignore it. */
     lp_row_dot_fn row_dot_f32, row_dot_f16, row_dot_bf16, row_dot_q8_0, row_dot_q4_k;
+    lp_row_dot_fn row_dot_mxfp4;
 } lp_kernel_table;
 
 #define LP_KERNEL_COUNT_SLOT(slot) +1
@@ -273,6 +275,19 @@ static inline void lp_q4_k_scale_min(const uint8_t *packed, int j, int *scale, i
         *scale = (packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4);
         *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
     }
+}
+
+/* The multiplier of an MXFP4 block's doubled levels (lp_mxfp4_levels_x2): 2^(e - 127) for the
+ * E8M0 byte e, halved. Built from the bits for e >= 2; e = 0 and 1 give the subnormals 2^-128
+ * and 2^-127, which have no exponent field of their own. */
+static inline float lp_mxfp4_half_scale(uint8_t e)
+{
+    if (e < 2)
+        return e ? 0x1p-127f : 0x1p-128f;
+    uint32_t bits = (uint32_t)(e - 1) << 23;
+    float d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
 }
 
 /* matvec.c: lp_linear's checks of a weight matrix for m input rows (dtype, shape, stride). */

@@ -51,7 +51,7 @@ lp_status lp_linear_check(int64_t m, const lp_matrix *w, lp_error *err)
 bool lp_matvec_supported(lp_dtype dtype)
 {
     return dtype == LP_DTYPE_F32 || dtype == LP_DTYPE_F16 || dtype == LP_DTYPE_BF16 ||
-           dtype == LP_DTYPE_Q8_0 || dtype == LP_DTYPE_Q4_K;
+           dtype == LP_DTYPE_Q8_0 || dtype == LP_DTYPE_Q4_K || dtype == LP_DTYPE_MXFP4;
 }
 
 static lp_row_dot_fn row_dot_for(const lp_kernel_table *kt, lp_dtype dtype)
@@ -62,6 +62,7 @@ static lp_row_dot_fn row_dot_for(const lp_kernel_table *kt, lp_dtype dtype)
     case LP_DTYPE_BF16: return kt->row_dot_bf16;
     case LP_DTYPE_Q8_0: return kt->row_dot_q8_0;
     case LP_DTYPE_Q4_K: return kt->row_dot_q4_k;
+    case LP_DTYPE_MXFP4: return kt->row_dot_mxfp4;
     default: return NULL;
     }
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "inspect/formats/quant.h"
 #include "trace/kernels/kernels_internal.h"
 
 void lp_gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
@@ -725,19 +726,35 @@ static float row_dot_bf16_ref(const void *row, const float *x, const float *x_su
     return (float)sum;
 }
 
+/* Rows of 32-value blocks of block_bytes each, a scale times a sum of integer codes times x:
+ * the block sums in double, each scaled as it joins the row's sum (Q8_0, MXFP4). */
+typedef double (*block32_dot_fn)(const uint8_t *block, const float *x, double *scale);
+
+static float row_dot_blocks32(const uint8_t *b, const float *x, int64_t k, uint32_t block_bytes,
+                              block32_dot_fn block_dot)
+{
+    double sum = 0.0;
+    for (int64_t i0 = 0; i0 < k; i0 += 32, b += block_bytes) {
+        double scale, dot = block_dot(b, x + i0, &scale);
+        sum += scale * dot;
+    }
+    return (float)sum;
+}
+
 /* Q8_0 blocks {f16 d; i8 q[32]}: w = d * q. */
+static double q8_0_block_dot(const uint8_t *b, const float *x, double *scale)
+{
+    double dot = 0.0;
+    for (int j = 0; j < 32; j++)
+        dot += (double)(int8_t)b[2 + j] * (double)x[j];
+    *scale = (double)lp_f16_to_f32(lp_load_u16(b));
+    return dot;
+}
+
 static float row_dot_q8_0_ref(const void *row, const float *x, const float *x_sums, int64_t k)
 {
     (void)x_sums;
-    const uint8_t *b = row;
-    double sum = 0.0;
-    for (int64_t i0 = 0; i0 < k; i0 += 32, b += 34) {
-        double block = 0.0;
-        for (int j = 0; j < 32; j++)
-            block += (double)(int8_t)b[2 + j] * (double)x[i0 + j];
-        sum += (double)lp_f16_to_f32(lp_load_u16(b)) * block;
-    }
-    return (float)sum;
+    return row_dot_blocks32(row, x, k, 34, q8_0_block_dot);
 }
 
 /* Q4_K blocks {f16 d, dmin; u8 scales[12]; u8 q[128]} of 256 values in 8 groups of 32: group g
@@ -761,6 +778,24 @@ static float row_dot_q4_k_ref(const void *row, const float *x, const float *x_su
         }
     }
     return (float)sum;
+}
+
+/* MXFP4 blocks {u8 e (E8M0); u8 qs[16]} of 32 values: w = 2^(e - 128) * doubled E2M1 level,
+ * values 0..15 in the low nibbles and 16..31 in the high ones (ggml's layout). */
+static double mxfp4_block_dot(const uint8_t *b, const float *x, double *scale)
+{
+    double dot = 0.0;
+    for (int j = 0; j < 16; j++)
+        dot += (double)lp_mxfp4_levels_x2[b[1 + j] & 0x0f] * (double)x[j] +
+               (double)lp_mxfp4_levels_x2[b[1 + j] >> 4] * (double)x[16 + j];
+    *scale = (double)lp_mxfp4_half_scale(b[0]);
+    return dot;
+}
+
+static float row_dot_mxfp4_ref(const void *row, const float *x, const float *x_sums, int64_t k)
+{
+    (void)x_sums;
+    return row_dot_blocks32(row, x, k, 17, mxfp4_block_dot);
 }
 
 /* Every slot is the function named <slot>_ref above: a slot without one does not compile, so this
