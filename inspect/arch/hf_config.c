@@ -1104,10 +1104,18 @@ static lp_status quirks_mpt(const hf_reader *r, lp_arch *a)
                 (st = hf_num(&sub, "softmax_scale", &softmax_scale, NULL)) != LP_OK ||
                 (st = hf_str(&sub, "attn_type", &attn_type)) != LP_OK))
         return st;
-    if (attn_type && strcmp(attn_type, "multihead_attention") != 0)
+    /* llm-foundry: multi-query attention has one kv head, grouped-query kv_n_heads of them;
+     * Wqkv stays q | k | v */
+    if (attn_type && strcmp(attn_type, "multiquery_attention") == 0)
+        a->n_kv_heads = 1;
+    else if (attn_type && strcmp(attn_type, "grouped_query_attention") == 0) {
+        if ((st = hf_require_count(&sub, KEYS("kv_n_heads"), &a->n_kv_heads)) != LP_OK)
+            return st;
+    } else if (attn_type && strcmp(attn_type, "multihead_attention") != 0)
         return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
-                            "%s: key 'attn_config.attn_type': \"%.40s\" is not supported "
-                            "(multihead_attention is)", r->path, attn_type);
+                            "%s: key 'attn_config.attn_type': \"%.40s\" is not one of "
+                            "multihead_attention, multiquery_attention, grouped_query_attention",
+                            r->path, attn_type);
     if (!(a->alibi_max_bias > 0.0) || a->qkv_clip < 0.0 || softmax_scale < 0.0)
         return lp_error_set(r->err, LP_ERR_FORMAT,
                             "%s: attn_config: alibi_bias_max %g must be positive, clip_qkv %g and "

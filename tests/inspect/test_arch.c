@@ -224,6 +224,58 @@ static void test_defaults_and_names(void **state)
     assert_string_equal(lp_activation_name((lp_activation)99), "invalid");
 }
 
+/* MPT: a key the file omits takes MptConfig's default (d_model 2048, 16 heads, 24 layers,
+ * expansion_ratio 4, no_bias, ALiBi with alibi_bias_max 8); attn_config's switches and
+ * logit_scale are read; what trace cannot do is refused by name. */
+static void test_mpt_config(void **state)
+{
+    (void)state;
+    lp_arch *a = parse_hf_text("mpt_bare.json", "{\"model_type\": \"mpt\"}");
+    assert_int_equal(a->hidden_size, 2048);
+    assert_int_equal(a->n_heads, 16);
+    assert_int_equal(a->n_kv_heads, 16);
+    assert_int_equal(a->n_layers, 24);
+    assert_int_equal(a->vocab_size, 50368);
+    assert_int_equal(a->n_ctx, 2048);
+    assert_int_equal(a->ffn_hidden, 8192);
+    assert_int_equal(a->act, LP_ACT_GELU);
+    assert_int_equal(a->pos_kind, LP_POS_ALIBI);
+    assert_true(a->alibi_max_bias == 8.0 && a->qkv_clip == 0.0 && a->logit_scale == 0.0);
+    assert_true(a->tied_embeddings && !a->bias_qkv && !a->bias_o && !a->bias_mlp && !a->bias_norm);
+    assert_false(a->qk_norm_full);
+    a = parse_hf_text("mpt_all.json",
+        "{\"model_type\": \"mpt\", \"d_model\": 64, \"n_heads\": 4, \"n_layers\": 2,"
+        " \"vocab_size\": 100, \"expansion_ratio\": 2, \"no_bias\": false,"
+        " \"logit_scale\": \"inv_sqrt_d_model\", \"attn_config\": {\"alibi_bias_max\": 16,"
+        " \"clip_qkv\": 6, \"qk_ln\": true, \"softmax_scale\": 0.5,"
+        " \"attn_type\": \"grouped_query_attention\", \"kv_n_heads\": 2}}");
+    assert_int_equal(a->ffn_hidden, 128);
+    assert_int_equal(a->n_kv_heads, 2);
+    assert_true(a->alibi_max_bias == 16.0 && a->qkv_clip == 6.0 && a->query_scale == 0.5);
+    assert_true(a->logit_scale == 0.125);
+    assert_true(a->qk_norm_full && a->bias_qkv && a->bias_o && a->bias_mlp && a->bias_norm);
+    a = parse_hf_text("mpt_mqa.json", "{\"model_type\": \"mpt\", \"logit_scale\": 0.25,"
+                                      " \"attn_config\": {\"attn_type\": \"multiquery_attention\"}}");
+    assert_int_equal(a->n_kv_heads, 1);
+    assert_true(a->logit_scale == 0.25);
+    a = parse_hf_text("mpt_learned.json",
+                      "{\"model_type\": \"mpt\", \"attn_config\": {\"alibi\": false}}");
+    assert_int_equal(a->pos_kind, LP_POS_LEARNED);
+    assert_int_equal(a->pos_table_rows, 2048);
+    expect_hf_error("mpt_type.json", "{\"model_type\": \"mpt\", \"attn_config\": {\"attn_type\":"
+                    " \"sliding\"}}", LP_ERR_UNSUPPORTED, "attn_config.attn_type", "sliding");
+    expect_hf_error("mpt_norm.json", "{\"model_type\": \"mpt\", \"norm_type\": \"rmsnorm\"}",
+                    LP_ERR_UNSUPPORTED, "norm_type", "rmsnorm");
+    expect_hf_error("mpt_ratio.json", "{\"model_type\": \"mpt\", \"d_model\": 10,"
+                    " \"n_heads\": 2, \"expansion_ratio\": 0.25}", LP_ERR_FORMAT,
+                    "expansion_ratio", NULL);
+    expect_hf_error("mpt_logit.json", "{\"model_type\": \"mpt\", \"logit_scale\": \"x\"}",
+                    LP_ERR_FORMAT, "logit_scale", NULL);
+    expect_hf_error("mpt_none.json", "{\"model_type\": \"mpt\", \"learned_pos_emb\": false,"
+                    " \"attn_config\": {\"alibi\": false}}", LP_ERR_UNSUPPORTED,
+                    "learned_pos_emb", NULL);
+}
+
 static void test_gemma2_alternating_windows(void **state)
 {
     (void)state;
@@ -1464,6 +1516,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_names),
         cmocka_unit_test(test_gemma2_alternating_windows),
+        cmocka_unit_test(test_mpt_config),
         cmocka_unit_test(test_gemma3_pattern_and_text_config),
         cmocka_unit_test(test_layer_types_and_qwen_windows),
         cmocka_unit_test(test_moe_layer_selection),

@@ -335,7 +335,8 @@ static const random_case random_cases[] = {
     /* MPT: fused Wqkv, exact GELU, ALiBi after the scale; mpt-7b's no_bias on 5 heads of 6
      * (not a power of two, head_dim not a multiple of 8); then every switch turned: biases
      * everywhere, clip_qkv that clamps (scale 0.3 gives |q| up to ~2), qk_ln over the whole q and
-     * k with their biases, alibi_bias_max 16, logit_scale; qk_ln without biases on 3 heads */
+     * k with their biases, alibi_bias_max 16, logit_scale; qk_ln without biases on 3 heads
+     * sharing one kv head (llm-foundry's multiquery_attention) */
     {"mpt", {.family = REF_MPT, .vocab = 79, .hidden = 30, .n_layers = 2, .n_heads = 5,
              .n_kv_heads = 5, .head_dim = 6, .ffn = 120, .eps = 1e-5, .alibi = true,
              .tied = true, .scale = 0.3},
@@ -345,8 +346,8 @@ static const random_case random_cases[] = {
                           .alibi = true, .alibi_max = 16, .qkv_bias = true, .qk_norm = true,
                           .qkv_clip = 0.25, .logit_scale = 0.5, .tied = true, .scale = 0.3},
      19, {LP_DTYPE_F32, LP_DTYPE_F16}, 2, 1e-4},
-    {"mpt-qk-ln", {.family = REF_MPT, .vocab = 61, .hidden = 30, .n_layers = 3, .n_heads = 3,
-                   .n_kv_heads = 3, .head_dim = 10, .ffn = 90, .eps = 1e-5, .alibi = true,
+    {"mpt-qk-ln-gqa", {.family = REF_MPT, .vocab = 61, .hidden = 30, .n_layers = 3, .n_heads = 3,
+                   .n_kv_heads = 1, .head_dim = 10, .ffn = 90, .eps = 1e-5, .alibi = true,
                    .qk_norm = true, .qkv_clip = 0.6, .tied = true, .scale = 0.3},
      17, {LP_DTYPE_F32}, 1, 1e-4},
     /* OPT-125m (pre-norm) and OPT-350m (post-norm, word_embed_proj_dim 512 of 1024: project_in
@@ -1203,8 +1204,8 @@ static const gguf_case gguf_cases[] = {
       .qkv_bias = true, .qk_norm = true, .qkv_clip = 0.3, .tied = true, .scale = 0.3},
      19, write_gguf_mpt, 13, {0, 46, 12, 12, 5, 33, 21, 8, 1, 39, 26, 14, 3}, "mpt", 1e-2, 1e-4},
     {"gguf-mpt-no-bias",
-     {.family = REF_MPT, .vocab = 41, .hidden = 35, .n_layers = 2, .n_heads = 5,
-      .n_kv_heads = 5, .head_dim = 7, .ffn = 140, .eps = 1e-5, .alibi = true, .tied = true,
+     {.family = REF_MPT, .vocab = 41, .hidden = 42, .n_layers = 2, .n_heads = 6,
+      .n_kv_heads = 2, .head_dim = 7, .ffn = 168, .eps = 1e-5, .alibi = true, .tied = true,
       .scale = 0.3},
      20, write_gguf_mpt, 12, {3, 40, 20, 20, 1, 34, 9, 0, 31, 12, 38, 7}, "mpt", 1e-2, 1e-4},
     {"gguf-phi3",

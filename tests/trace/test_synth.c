@@ -652,6 +652,9 @@ static const family_case family_cases[] = {
     {LP_SYNTH_DEEPSEEK_V2, "deepseek_v2", 36, "model.layers.1.self_attn.kv_a_proj_with_mqa.weight", LP_ROLE_ATTN_KV_A, false, 1.0f},
     /* + q_a, its norm and q_b instead of q, and the score correction */
     {LP_SYNTH_DEEPSEEK_V3, "deepseek_v3", 41, "model.layers.1.mlp.gate.e_score_correction_bias", LP_ROLE_ROUTER_BIAS, false, 1.0f},
+    /* MPT (no_bias): wte, 2 x (norm_1, Wqkv, out_proj, norm_2, up_proj, down_proj), norm_f;
+     * tied */
+    {LP_SYNTH_MPT, "mpt", 14, "transformer.blocks.1.attn.Wqkv.weight", LP_ROLE_ATTN_QKV, false, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)

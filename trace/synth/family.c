@@ -33,7 +33,7 @@ enum {
     HEAD_DIM_DERIVED = LAYERNORM | STABLELM | MPT, /* head_dim = hidden / heads, no key for it */
     DECODER = ALL & ~HEAD_DIM_DERIVED, /* Llama-like: "model.layers.N..." names, RMSNorm, RoPE */
     HF_SIZES = DECODER | NEOX | PHI | STABLELM, /* hidden_size, num_hidden_layers, ... */
-    MHA_ONLY = GPT2 | NEOX | GPTJ | BLOOM | OPT | MPT,
+    MHA_ONLY = GPT2 | NEOX | GPTJ | BLOOM | OPT,
     MOE = FAM(LP_SYNTH_MIXTRAL),
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
     POST_NORMS = FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3), /* four norms per layer */
@@ -1061,13 +1061,23 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
     case K_EXPANSION: return json_integer(s->ffn / s->hidden);
     case K_NO_BIAS: return json_boolean(!s->qkv_bias);
     case K_LOGIT_SCALE: return s->logit_scale > 0 ? json_real(s->logit_scale) : json_null();
-    case K_MPT_ATTN:
-        return json_pack("{s:b, s:f, s:s, s:s, s:f, s:o, s:b, s:b, s:b, s:n}", "alibi", 1,
-                         "alibi_bias_max", s->alibi_max > 0 ? s->alibi_max : 8.0, "attn_impl",
-                         "torch", "attn_type", "multihead_attention", "attn_pdrop", 0.0,
-                         "clip_qkv", s->qkv_clip > 0 ? json_real(s->qkv_clip) : json_null(),
-                         "qk_ln", s->qk_norm, "prefix_lm", 0, "attn_uses_sequence_id", 0,
-                         "softmax_scale");
+    case K_MPT_ATTN: {
+        bool gqa = s->n_kv_heads > 1 && s->n_kv_heads < s->n_heads;
+        json_t *obj = json_pack(
+            "{s:b, s:f, s:s, s:s, s:f, s:o, s:b, s:b, s:b, s:n}", "alibi", 1, "alibi_bias_max",
+            s->alibi_max > 0 ? s->alibi_max : 8.0, "attn_impl", "torch", "attn_type",
+            gqa ? "grouped_query_attention"
+            : s->n_kv_heads == 1 && s->n_heads > 1 ? "multiquery_attention"
+                                                   : "multihead_attention",
+            "attn_pdrop", 0.0, "clip_qkv", s->qkv_clip > 0 ? json_real(s->qkv_clip) : json_null(),
+            "qk_ln", s->qk_norm, "prefix_lm", 0, "attn_uses_sequence_id", 0, "softmax_scale");
+        bool ok = obj != NULL;
+        if (ok && gqa)
+            lp_synth_put(obj, "kv_n_heads", json_integer(s->n_kv_heads), &ok);
+        if (!ok)
+            json_decref(obj);
+        return ok ? obj : NULL;
+    }
     case K_YARN:
         *skip = !(s->yarn_factor > 0);
         return *skip ? NULL
