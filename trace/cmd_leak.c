@@ -564,9 +564,10 @@ static int print_model_json(const leak_job *j, const leak_opts *o)
     json_decref(verdict);
     const lp_leak_decode_report *d = &j->decode;
     json_object_set_new(root, "decode",
-                        json_pack("{s:b, s:b, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:f, s:f}",
+                        json_pack("{s:b, s:b, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:f, s:f}",
                                   "passed", (int)d->passed, "skipped", (int)d->skipped, "diagnosis", d->diagnosis, "prefix",
                                   (json_int_t)d->prefix, "window", (json_int_t)d->window,
+                                  "short_prefill", (json_int_t)d->short_prefill,
                                   "logit_diff", num_or_null(d->logit_diff), "hidden_diff",
                                   num_or_null(d->hidden_diff), "f16_logit_diff",
                                   num_or_null(d->f16_logit_diff), "f16_hidden_diff",
@@ -627,7 +628,7 @@ static void print_perturbation(const lp_leak_model_report *rep, int64_t n_layers
 static void print_families(const lp_leak_model_report *rep, const lp_leak_decode_report *d,
                            int64_t n_layers)
 {
-    char text[256];
+    char text[384];
     print_perturbation(rep, n_layers);
     snprintf(text, sizeof text,
              "no probability outside the mask; rows sum to 1 (max error %.2g); %lld NaN/Inf; %lld "
@@ -647,11 +648,16 @@ static void print_families(const lp_leak_model_report *rep, const lp_leak_decode
                "alignment", text, LP_LEAK_ALIGNMENT_MIN_SIGNAL);
     else
         print_family(rep, "alignment", text);
+    char longrope[128] = "";
+    if (d->short_prefill > 0)
+        snprintf(longrope, sizeof longrope,
+                 "; longrope: positions < %lld against a prefill of %lld (short factors)",
+                 (long long)d->short_prefill, (long long)d->short_prefill);
     snprintf(text, sizeof text,
              "prefill of %lld then one token at a time: relative |dlogit| %.1e, |dhidden| %.1e "
-             "(f32 cache), %.1e, %.1e (f16)",
+             "(f32 cache), %.1e, %.1e (f16)%s",
              (long long)d->prefix, d->logit_diff, d->hidden_diff, d->f16_logit_diff,
-             d->f16_hidden_diff);
+             d->f16_hidden_diff, longrope);
     if (d->skipped)
         printf("  %-14s skip  multi-head latent attention: its latent cache is not built yet\n",
                "decode");

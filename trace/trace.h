@@ -274,6 +274,12 @@ int64_t lp_kv_cache_rebuilt_at(const lp_kv_cache *cache);
 lp_status lp_forward_cached(const lp_model *model, lp_kv_cache *cache, const int32_t *tokens,
                             int64_t n, const lp_forward_opts *opts, lp_error *err);
 
+/* Longrope's switch (Phi-3): a call whose sequence is longer than this length rotates every one
+ * of its positions with the long factors, a shorter one with the short factors, as transformers
+ * picks the set per forward call; lp_forward_cached rebuilds the cache when it crosses it. 0 when
+ * the model's RoPE has no such switch. */
+int64_t lp_forward_rope_switch_len(const lp_model *model);
+
 /* Generation: prefill, then one decode step per new token, the last one fed through too, so all
  * T + N positions have been processed. Greedy (argmax, ties to the lower id) when temperature
  * <= 0; else softmax(logits / temperature) restricted to the top_k best (0 = all) and to the
@@ -320,6 +326,8 @@ typedef struct lp_head_stats {
     double output_norm; /* mean L2 norm of the head's output rows (0 if not given) */
     double keys50, keys90, keys99; /* mean smallest k holding 50/90/99% of a row's key mass */
     double low_mass;    /* mean mass on keys with probability below 1e-3 */
+    double learned_sink; /* mean probability on the learned sink logit (gpt-oss): each row's
+                            keys hold 1 minus it; 0 without sinks */
     int64_t n_rows;     /* rows that saw at least one key */
 } lp_head_stats;
 

@@ -174,6 +174,12 @@ static const decode_case cases[] = {
               .first_dense = 1, .n_experts = 8, .top_k = 3, .expert_ffn = 10, .n_shared = 1,
               .n_groups = 4, .topk_groups = 2, .routed_scaling = 2.5, .v3 = true,
               .norm_topk = true, .scale = 0.2}, 16, 3},
+    /* gpt-oss: sinks, the rolling cache on layers 0 and 2 (window 4) beside the full layer 1,
+     * YaRN, the clamped experts */
+    {"gpt-oss", {.family = REF_GPT_OSS, .vocab = 97, .hidden = 36, .n_layers = 3, .n_heads = 4,
+                 .n_kv_heads = 2, .head_dim = 10, .ffn = 20, .eps = 1e-5, .theta = 150000,
+                 .n_experts = 5, .top_k = 2, .norm_topk = true, .window = 4, .yarn_factor = 4,
+                 .yarn_orig = 64, .n_ctx = 256, .swiglu_limit = 0.4, .scale = 0.2}, 19, 3},
 };
 
 static void case_tokens(int32_t *ids, int64_t T, int64_t vocab)
@@ -571,6 +577,25 @@ static void test_longrope_rebuild(void **state)
            P, T, ORIG, (long long)lp_kv_cache_rebuilt_at(kv), worst, long_vs_short);
     assert_true(worst <= F32_TOL);
     assert_true(long_vs_short > 100 * F32_TOL);
+    /* loupe leak's decode check agrees with that rule: prefix 7 <= 8 < 14, so positions 0..7 are
+     * compared with a prefill of 8 (against the one prefill of 14 they differ by long_vs_short),
+     * and each injected fault is still caught and named */
+    for (int f = 0; f < LP_KV_FAULT_COUNT; f++) {
+        lp_leak_decode_opts o = {.fault = (lp_kv_fault)f};
+        lp_leak_decode_report r;
+        assert_int_equal(lp_leak_check_decode(model, ids, T, &o, &r, &err), LP_OK);
+        printf("  phi3-longrope leak decode, inject %-16s -> %s (f32 %.1e/%.1e, f16 %.1e/%.1e, "
+               "short prefill %lld)\n",
+               lp_kv_fault_name((lp_kv_fault)f), r.diagnosis, r.logit_diff, r.hidden_diff,
+               r.f16_logit_diff, r.f16_hidden_diff, (long long)r.short_prefill);
+        assert_int_equal(r.short_prefill, ORIG);
+        assert_int_equal(r.passed, f == LP_KV_FAULT_NONE);
+        assert_string_equal(r.diagnosis, f == LP_KV_FAULT_NONE ? "none"
+                                                               : lp_kv_fault_name((lp_kv_fault)f));
+        if (f == LP_KV_FAULT_NONE)
+            assert_true(r.logit_diff <= LP_LEAK_DECODE_TOLERANCE &&
+                        r.f16_logit_diff <= LP_LEAK_DECODE_F16_TOLERANCE);
+    }
     keep_free(&all);
     keep_free(&inc);
     lp_kv_cache_destroy(kv);

@@ -354,6 +354,14 @@ lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forw
     return forward_run(model, batch, opts_in, NULL, err);
 }
 
+int64_t lp_forward_rope_switch_len(const lp_model *model)
+{
+    const lp_rope_scaling *rs = &model->arch.rope_scaling;
+    if (rs->kind != LP_ROPE_SCALING_LONGROPE)
+        return 0;
+    return rs->original_ctx > 0 ? rs->original_ctx : model->arch.n_ctx;
+}
+
 /* Longrope's switch: the cached positions recomputed, unobserved (their rows were reported when
  * they were made), with the factors of the new length. */
 static lp_status rebuild_for_longrope(const lp_model *model, lp_kv_cache *cache, int64_t total,
@@ -388,11 +396,10 @@ lp_status lp_forward_cached(const lp_model *model, lp_kv_cache *cache, const int
                             "positions)",
                             (long long)(len + n - 1),
                             (long long)(model->pos_embd->shape[0] - model->arch.pos_offset));
-    const lp_rope_scaling *rs = &model->arch.rope_scaling;
-    int64_t orig = rs->original_ctx > 0 ? rs->original_ctx : model->arch.n_ctx;
+    int64_t orig = lp_forward_rope_switch_len(model);
     lp_status st;
-    if (rs->kind == LP_ROPE_SCALING_LONGROPE && !model->arch.mla && len > 0 && len <= orig &&
-        len + n > orig && (st = rebuild_for_longrope(model, cache, len + n, opts, err)) != LP_OK)
+    if (orig > 0 && !model->arch.mla && len > 0 && len <= orig && len + n > orig &&
+        (st = rebuild_for_longrope(model, cache, len + n, opts, err)) != LP_OK)
         return st;
     lp_fw_kv_remember(cache, tokens, n);
     lp_batch batch = lp_batch_single(tokens, n);

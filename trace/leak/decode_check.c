@@ -170,7 +170,8 @@ static int64_t widest_window(const lp_arch *a, const lp_forward_opts *fo)
 }
 
 static void fill_check(lp_leak_check *c, const char *cache, const dec_result *r, double tol,
-                       int64_t prefix, int64_t n, int64_t window, const char *diagnosis)
+                       int64_t prefix, int64_t n, int64_t window, int64_t short_prefill,
+                       const char *diagnosis)
 {
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, "decode");
@@ -178,10 +179,13 @@ static void fill_check(lp_leak_check *c, const char *cache, const dec_result *r,
     c->layer = r->first_pos >= 0 ? r->first_layer : -1;
     c->position = r->first_pos;
     c->max_abs_diff = r->logit_diff > r->hidden_diff ? r->logit_diff : r->hidden_diff;
-    char past[64] = "";
+    char past[96] = "";
     if (window > 0)
         snprintf(past, sizeof past, ", %s the window of %lld", n > window ? "past" : "inside",
                  (long long)window);
+    else if (short_prefill > 0)
+        snprintf(past, sizeof past, ", positions < %lld against a prefill of %lld (longrope)",
+                 (long long)short_prefill, (long long)short_prefill);
     snprintf(c->detail, sizeof c->detail,
              "%s cache: prefill of %lld then one token at a time to %lld%s: relative |dlogit| "
              "%.2e, |dhidden| %.2e (tolerance %.0e)%s%s",
@@ -217,6 +221,17 @@ lp_status lp_leak_check_decode(const lp_model *model, const int32_t *ids, int64_
     fo.observer = &obs;
     lp_batch batch = lp_batch_single(ids, n);
     st = lp_forward(model, &batch, &fo, err);
+    /* Longrope: transformers picks the factor set per forward call (long once the call's sequence
+     * passes the switch, for all its positions) and generation rebuilds the cache when it crosses
+     * it. So when the prefix fits, the prefix and the steps up to the switch were computed with
+     * the short factors, exactly as a prefill of the switch length computes them; that prefill
+     * overwrites those rows of the reference. Later positions keep the whole prefill's rows. */
+    int64_t sw = lp_forward_rope_switch_len(model);
+    if (st == LP_OK && sw > 0 && !a->mla && rep->prefix <= sw && n > sw) {
+        lp_batch head = lp_batch_single(ids, sw);
+        rep->short_prefill = sw;
+        st = lp_forward(model, &head, &fo, err);
+    }
     static const lp_dtype dtypes[2] = {LP_DTYPE_F32, LP_DTYPE_F16};
     static const double tols[2] = {LP_LEAK_DECODE_TOLERANCE, LP_LEAK_DECODE_F16_TOLERANCE};
     rep->passed = true;
@@ -242,7 +257,7 @@ lp_status lp_leak_check_decode(const lp_model *model, const int32_t *ids, int64_
             rep->first_layer = r.first_layer;
         }
         fill_check(&rep->checks[i], lp_dtype_name(dtypes[i]), &r, tols[i], rep->prefix, n,
-                   rep->window, diag);
+                   rep->window, rep->short_prefill, diag);
     }
     cap_free(&full);
     cap_free(&inc);

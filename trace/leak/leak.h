@@ -320,7 +320,9 @@ void lp_leak_model_report_free(lp_leak_model_report *rep);
 /* ---------------------------------------------------------------------------------------------
  * The decode check (decode_check.c): incremental decoding through the KV cache (a prefill of the
  * first half, then one token at a time) against one prefill of the same tokens, hidden states of
- * every layer and logits at every position, with an f32 cache and with an f16 one. Differences
+ * every layer and logits at every position, with an f32 cache and with an f16 one. Longrope past
+ * its switch (lp_forward_rope_switch_len): the positions the incremental run computed in calls no
+ * longer than the switch are compared with a prefill of the switch length instead. Differences
  * are relative to each row's largest magnitude. A failure is named from its signature at layer 0
  * ("mask-top-left", "cache-off-by-one", "rope-stale"; lp_kv_fault injects each).
  */
@@ -337,6 +339,9 @@ typedef struct lp_leak_decode_opts {
 typedef struct lp_leak_decode_report {
     int64_t prefix;           /* positions prefilled before decoding one at a time */
     int64_t window;           /* the widest window of any layer (0 = none) */
+    int64_t short_prefill;    /* longrope: positions below it are compared with a prefill of
+                               * this many tokens (short factors), as generation computed them;
+                               * 0 = every position against the one prefill */
     double logit_diff, hidden_diff;         /* f32 cache: max relative difference */
     double f16_logit_diff, f16_hidden_diff; /* f16 cache */
     int64_t first_pos;        /* first position over tolerance (when !passed) */
