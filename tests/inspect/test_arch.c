@@ -225,44 +225,10 @@ static void test_defaults_and_names(void **state)
     assert_string_equal(lp_activation_name((lp_activation)99), "invalid");
 }
 
-/* MPT: a key the file omits takes MptConfig's default (d_model 2048, 16 heads, 24 layers,
- * expansion_ratio 4, no_bias, ALiBi with alibi_bias_max 8); attn_config's switches and
- * logit_scale are read; what trace cannot do is refused by name. */
+/* MPT's refusals: what neither estimate nor trace can read, by name. */
 static void test_mpt_config(void **state)
 {
     (void)state;
-    lp_arch *a = parse_hf_text("mpt_bare.json", "{\"model_type\": \"mpt\"}");
-    assert_int_equal(a->hidden_size, 2048);
-    assert_int_equal(a->n_heads, 16);
-    assert_int_equal(a->n_kv_heads, 16);
-    assert_int_equal(a->n_layers, 24);
-    assert_int_equal(a->vocab_size, 50368);
-    assert_int_equal(a->n_ctx, 2048);
-    assert_int_equal(a->ffn_hidden, 8192);
-    assert_int_equal(a->act, LP_ACT_GELU);
-    assert_int_equal(a->pos_kind, LP_POS_ALIBI);
-    assert_true(a->alibi_max_bias == 8.0 && a->qkv_clip == 0.0 && a->logit_scale == 0.0);
-    assert_true(a->tied_embeddings && !a->bias_qkv && !a->bias_o && !a->bias_mlp && !a->bias_norm);
-    assert_false(a->qk_norm_full);
-    a = parse_hf_text("mpt_all.json",
-        "{\"model_type\": \"mpt\", \"d_model\": 64, \"n_heads\": 4, \"n_layers\": 2,"
-        " \"vocab_size\": 100, \"expansion_ratio\": 2, \"no_bias\": false,"
-        " \"logit_scale\": \"inv_sqrt_d_model\", \"attn_config\": {\"alibi_bias_max\": 16,"
-        " \"clip_qkv\": 6, \"qk_ln\": true, \"softmax_scale\": 0.5,"
-        " \"attn_type\": \"grouped_query_attention\", \"kv_n_heads\": 2}}");
-    assert_int_equal(a->ffn_hidden, 128);
-    assert_int_equal(a->n_kv_heads, 2);
-    assert_true(a->alibi_max_bias == 16.0 && a->qkv_clip == 6.0 && a->query_scale == 0.5);
-    assert_true(a->logit_scale == 0.125);
-    assert_true(a->qk_norm_full && a->bias_qkv && a->bias_o && a->bias_mlp && a->bias_norm);
-    a = parse_hf_text("mpt_mqa.json", "{\"model_type\": \"mpt\", \"logit_scale\": 0.25,"
-                                      " \"attn_config\": {\"attn_type\": \"multiquery_attention\"}}");
-    assert_int_equal(a->n_kv_heads, 1);
-    assert_true(a->logit_scale == 0.25);
-    a = parse_hf_text("mpt_learned.json",
-                      "{\"model_type\": \"mpt\", \"attn_config\": {\"alibi\": false}}");
-    assert_int_equal(a->pos_kind, LP_POS_LEARNED);
-    assert_int_equal(a->pos_table_rows, 2048);
     expect_hf_error("mpt_type.json", "{\"model_type\": \"mpt\", \"attn_config\": {\"attn_type\":"
                     " \"sliding\"}}", LP_ERR_UNSUPPORTED, "attn_config.attn_type", "sliding");
     expect_hf_error("mpt_norm.json", "{\"model_type\": \"mpt\", \"norm_type\": \"rmsnorm\"}",
@@ -441,6 +407,31 @@ static const struct {
     const char *name, *json, *expected;
     bool round_trip;
 } FAMILY_CASES[] = {
+    /* MPT: a key the file omits takes MptConfig's default (d_model 2048, 16 heads, 24 layers,
+     * vocab 50368, max_seq_len 2048, expansion_ratio 4, no_bias, ALiBi with alibi_bias_max 8) */
+    {"mpt_bare.json", "{\"model_type\": \"mpt\"}",
+     "hidden_size=2048 n_heads=16 n_kv_heads=16 n_layers=24 vocab_size=50368 n_ctx=2048"
+     " ffn_hidden=8192 act=gelu pos_kind=alibi alibi_max_bias=8"
+     " tied_embeddings=true bias_qkv=false bias_o=false bias_mlp=false bias_norm=false"
+     " qk_norm_full=false",
+     true},
+    /* attn_config's switches, grouped kv heads, logit_scale inv_sqrt_d_model */
+    {"mpt_all.json",
+     "{\"model_type\": \"mpt\", \"d_model\": 64, \"n_heads\": 4, \"n_layers\": 2,"
+     " \"vocab_size\": 100, \"expansion_ratio\": 2, \"no_bias\": false,"
+     " \"logit_scale\": \"inv_sqrt_d_model\", \"attn_config\": {\"alibi_bias_max\": 16,"
+     " \"clip_qkv\": 6, \"qk_ln\": true, \"softmax_scale\": 0.5,"
+     " \"attn_type\": \"grouped_query_attention\", \"kv_n_heads\": 2}}",
+     "ffn_hidden=128 n_kv_heads=2 alibi_max_bias=16 qkv_clip=6 query_scale=0.5"
+     " logit_scale=0.125 qk_norm_full=true bias_qkv=true bias_o=true bias_mlp=true bias_norm=true",
+     true},
+    {"mpt_mqa.json",
+     "{\"model_type\": \"mpt\", \"logit_scale\": 0.25,"
+     " \"attn_config\": {\"attn_type\": \"multiquery_attention\"}}",
+     "n_kv_heads=1 logit_scale=0.25", true},
+    /* alibi false: learned positions (wpe, max_seq_len rows); read, refused by trace */
+    {"mpt_learned.json", "{\"model_type\": \"mpt\", \"attn_config\": {\"alibi\": false}}",
+     "pos_kind=learned pos_table_rows=2048", true},
     {"falcon40.json",
      "{\"model_type\": \"falcon\", \"vocab_size\": 65024, \"hidden_size\": 8192,"
      " \"num_hidden_layers\": 60, \"num_attention_heads\": 128, \"num_kv_heads\": 8,"
