@@ -584,14 +584,10 @@ static lp_status setup_unigram(const gguf_vocab *v, lp_tokenizer *tok)
             lp_gguf_arr_int(v->g, kv, i, &b);
             n->pattern[i] = (char)(unsigned char)b;
         }
-        uint32_t xcda_size = 0;
-        if (len >= 4)
-            memcpy(&xcda_size, n->pattern, 4);
-        if (len < 4 || (uint64_t)xcda_size + 4 >= len)
+        if (!lp_tok_charsmap_fits(n->pattern, len))
             return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.precompiled_charsmap: "
-                                "%llu bytes cannot hold the %llu-byte trie its first 4 bytes "
-                                "announce and the strings after it", v->name,
-                                (unsigned long long)len, (unsigned long long)xcda_size);
+                                "%llu bytes cannot hold the trie their first 4 bytes announce "
+                                "and the strings after it", v->name, (unsigned long long)len);
     }
     bool space_prefix = true, merge_spaces = false;
     lp_gguf_get_bool(v->g, "tokenizer.ggml.add_space_prefix", &space_prefix);

@@ -100,6 +100,18 @@ static int kind_of(const char *type, const kind_name *names, size_t n)
     return -1;
 }
 
+/* The refusal of a step type that is none of names (nor of also: the types the caller reads
+ * before it looks in names), listing what is read from the table itself. */
+static lp_status unsupported_kind(jctx *c, const char *step, const char *where, const char *type,
+                                  const kind_name *names, size_t n, const char *also)
+{
+    char list[256] = "";
+    for (size_t k = 0; k < n; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", names[k].name);
+    return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: %s type '%s' is not supported "
+                        "(%s%s are)", c->name, where, step, type, list, also);
+}
+
 /* ---- normalizers ---- */
 
 /* The options of Prepend (the prefix), Replace (content and pattern) and Strip. */
@@ -180,6 +192,55 @@ static lp_status bert_normalizer(jctx *c, const json_t *n, const char *where)
     return LP_OK;
 }
 
+/* Standard base64 (padding optional) into out, which holds len * 3 / 4 + 3 bytes; false at a
+ * byte outside the alphabet. */
+static bool base64_decode(const char *s, size_t len, unsigned char *out, size_t *out_len)
+{
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < len && s[i] != '='; i++) {
+        const char *alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        const char *at = s[i] ? strchr(alphabet, s[i]) : NULL;
+        if (!at)
+            return false;
+        acc = (acc << 6) | (uint32_t)(at - alphabet);
+        if ((bits += 6) >= 8) {
+            bits -= 8;
+            out[n++] = (unsigned char)(acc >> bits);
+        }
+    }
+    *out_len = n;
+    return true;
+}
+
+/* SentencePiece's compiled normalization rules, base64 in precompiled_charsmap: an empty map
+ * changes nothing; any other is walked by grapheme cluster as Hugging Face does. */
+static lp_status precompiled_normalizer(jctx *c, const json_t *n, const char *where)
+{
+    const json_t *map = json_object_get(n, "precompiled_charsmap");
+    if (json_is_null(map) || !map || (json_is_string(map) && json_string_length(map) == 0))
+        return LP_OK;
+    if (!json_is_string(map))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.precompiled_charsmap: a base64 "
+                            "string expected", c->name, where);
+    size_t len = json_string_length(map), blob_len;
+    lp_tok_norm *norm = add_norm(c, LP_TOK_NORM_PRECOMPILED);
+    if (!norm || !(norm->pattern = malloc(len / 4 * 3 + 3)))
+        return nomem(c);
+    if (!base64_decode(json_string_value(map), len, (unsigned char *)norm->pattern, &blob_len))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.precompiled_charsmap: not base64",
+                            c->name, where);
+    norm->pattern_len = blob_len;
+    if (!lp_tok_charsmap_fits(norm->pattern, blob_len))
+        return lp_error_set(c->err, LP_ERR_FORMAT, "%s: %s.precompiled_charsmap: %zu bytes "
+                            "cannot hold the trie their first 4 bytes announce and the strings "
+                            "after it", c->name, where, blob_len);
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s: %s", c->name, where);
+    return lp_tok_compile_regex("\\X", 2, &norm->re, buf, c->err);
+}
+
 static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
 {
     const char *type;
@@ -189,14 +250,8 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
     lp_tokenizer *tok = c->tok;
     if (strcmp(type, "BertNormalizer") == 0)
         return bert_normalizer(c, n, where);
-    if (strcmp(type, "Precompiled") == 0) {
-        /* SentencePiece's compiled normalization rules: an empty map changes nothing */
-        const json_t *map = json_object_get(n, "precompiled_charsmap");
-        if (json_is_null(map) || !map || (json_is_string(map) && json_string_length(map) == 0))
-            return LP_OK;
-        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: a Precompiled normalizer with "
-                            "a non-empty precompiled_charsmap is not supported", c->name, where);
-    }
+    if (strcmp(type, "Precompiled") == 0)
+        return precompiled_normalizer(c, n, where);
     static const kind_name simple[] = {
         {"NFC", LP_TOK_NORM_NFC},           {"NFD", LP_TOK_NORM_NFD},
         {"NFKC", LP_TOK_NORM_NFKC},         {"NFKD", LP_TOK_NORM_NFKD},
@@ -205,9 +260,9 @@ static lp_status read_normalizer(jctx *c, const json_t *n, const char *where)
         {"ByteLevel", LP_TOK_NORM_BYTELEVEL}};
     int kind = kind_of(type, simple, sizeof simple / sizeof simple[0]);
     if (kind < 0)
-        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: normalizer type '%s' is not "
-                            "supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, "
-                            "ByteLevel, BertNormalizer, Sequence, empty Precompiled are)", c->name, where, type);
+        return unsupported_kind(c, "normalizer", where, type, simple,
+                                sizeof simple / sizeof simple[0],
+                                "BertNormalizer, Precompiled, Sequence");
     lp_tok_norm *norm = lp_tok_append((void **)&tok->norms, &tok->n_norms, sizeof *norm);
     if (!norm)
         return nomem(c);
@@ -548,9 +603,8 @@ static lp_status read_decoder(jctx *c, const json_t *n, const char *where)
         {"BPEDecoder", LP_TOK_DEC_BPE_SUFFIX}, {"WordPiece", LP_TOK_DEC_WORDPIECE}};
     int kind = kind_of(type, kinds, sizeof kinds / sizeof kinds[0]);
     if (kind < 0)
-        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: %s: decoder type '%s' is not "
-                            "supported (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, "
-                            "BPEDecoder, WordPiece, Sequence are)", c->name, where, type);
+        return unsupported_kind(c, "decoder", where, type, kinds, sizeof kinds / sizeof kinds[0],
+                                "Sequence");
     lp_tok_dec *d = lp_tok_append((void **)&tok->decs, &tok->n_decs, sizeof *d);
     if (!d)
         return nomem(c);

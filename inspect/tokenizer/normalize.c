@@ -247,10 +247,11 @@ static lp_status norm_strip(const lp_tok_norm *n, const char *cur, size_t cur_le
  * double-array trie nodes (BASE in bits 10-30, shifted by 8 when bit 9 is set; LCHECK in bits
  * 0-7 plus bit 31, so that value nodes never match; LEAF in bit 8; a value node holds an offset
  * into the NUL-terminated replacement strings that follow). The longest key at s[0, len), as
- * llama.cpp walks it; 0 when none. The map comes from a stranger: every node index, offset and
- * string end is checked, and what is out of bounds ends the match. */
+ * llama.cpp walks it, or the shortest (as spm_precompiled's common_prefix_search lists it
+ * first); 0 when none. The map comes from a stranger: every node index, offset and string end
+ * is checked, and what is out of bounds ends the match. */
 static size_t charsmap_match(const char *map, size_t map_len, const char *s, size_t len,
-                             const char **repl, size_t *repl_len)
+                             bool shortest, const char **repl, size_t *repl_len)
 {
     uint32_t xcda_size;
     memcpy(&xcda_size, map, 4);
@@ -275,6 +276,8 @@ static size_t charsmap_match(const char *map, size_t map_len, const char *s, siz
                 break;
             best = (uint32_t)k + 1;
             best_offset = v & 0x7FFFFFFFu;
+            if (shortest)
+                break;
         }
     }
 #undef NODE
@@ -289,25 +292,70 @@ static size_t charsmap_match(const char *map, size_t map_len, const char *s, siz
     return best;
 }
 
-/* The charsmap over the text: at each position the longest key's replacement, else the
- * character as it is, else (a byte that is not UTF-8) U+FFFD for that byte. */
-static void normalize_precompiled(const lp_tok_norm *n, const char *s, size_t len, lp_tok_buf *b)
+bool lp_tok_charsmap_fits(const char *map, size_t len)
 {
+    uint32_t xcda_size = 0;
+    if (len >= 4)
+        memcpy(&xcda_size, map, 4);
+    return len >= 4 && (uint64_t)xcda_size + 4 < len;
+}
+
+/* One character of s at *j through the charsmap (a key of its own: its replacement), else as it
+ * is, else (a byte that is not UTF-8) U+FFFD for that byte. */
+static void charsmap_char(const lp_tok_norm *n, const char *s, size_t len, size_t *j,
+                          lp_tok_buf *b)
+{
+    const char *repl;
+    size_t repl_len, at = *j;
+    if (lp_utf8_next(s, len, j) < 0) {
+        lp_tok_buf_put(b, "\xEF\xBF\xBD", 3);
+        return;
+    }
+    if (charsmap_match(n->pattern, n->pattern_len, s + at, *j - at, true, &repl, &repl_len) ==
+        *j - at)
+        lp_tok_buf_put(b, repl, repl_len);
+    else
+        lp_tok_buf_put(b, s + at, *j - at);
+}
+
+/* The charsmap over the text. llama.cpp's walk (n->re NULL): at each position the longest key's
+ * replacement, else one character as charsmap_char. Hugging Face's (n->re is \X, the extended
+ * grapheme cluster), as spm_precompiled does it: a cluster shorter than 6 bytes that starts with
+ * a key is replaced whole by the shortest such key's replacement (so a mark after a mapped base
+ * goes with it: Vietnamese is where this shows); any other cluster, character by character. */
+static lp_status normalize_precompiled(const lp_tok_norm *n, const char *s, size_t len,
+                                       lp_tok_buf *b)
+{
+    pcre2_match_data *md = n->re ? pcre2_match_data_create_from_pattern(n->re, NULL) : NULL;
+    if (n->re && !md)
+        return LP_ERR_NOMEM;
     for (size_t j = 0; j < len;) {
         const char *repl;
-        size_t repl_len, m = charsmap_match(n->pattern, n->pattern_len, s + j, len - j, &repl,
-                                            &repl_len);
-        if (m) {
+        size_t repl_len, end = j;
+        if (md && pcre2_match(n->re, (PCRE2_SPTR)s, len, j, PCRE2_ANCHORED, md, NULL) > 0)
+            end = pcre2_get_ovector_pointer(md)[1];
+        if (!md) {
+            size_t m = charsmap_match(n->pattern, n->pattern_len, s + j, len - j, false, &repl,
+                                      &repl_len);
+            if (m) {
+                lp_tok_buf_put(b, repl, repl_len);
+                j += m;
+            } else {
+                charsmap_char(n, s, len, &j, b);
+            }
+        } else if (end > j && end - j < 6 &&
+                   charsmap_match(n->pattern, n->pattern_len, s + j, end - j, true, &repl,
+                                  &repl_len)) {
             lp_tok_buf_put(b, repl, repl_len);
-            j += m;
-            continue;
+            j = end;
+        } else {
+            do
+                charsmap_char(n, s, len, &j, b);
+            while (j < end);
         }
-        size_t at = j;
-        if (lp_utf8_next(s, len, &j) < 0)
-            lp_tok_buf_put(b, "\xEF\xBF\xBD", 3);
-        else
-            lp_tok_buf_put(b, s + at, j - at);
     }
+    pcre2_match_data_free(md);
+    return b->failed ? LP_ERR_NOMEM : LP_OK;
 }
 
 static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cur_len,
@@ -351,7 +399,7 @@ static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cu
                 lp_tok_buf_putc(b, ' ');
         }
         return LP_OK;
-    case LP_TOK_NORM_PRECOMPILED: normalize_precompiled(n, cur, cur_len, b); return LP_OK;
+    case LP_TOK_NORM_PRECOMPILED: return normalize_precompiled(n, cur, cur_len, b);
     case LP_TOK_NORM_COUNT: break;
     }
     *skip = true;

@@ -117,7 +117,8 @@ typedef enum lp_tok_norm_kind {
     LP_TOK_NORM_STRIP,
     LP_TOK_NORM_BYTELEVEL, /* bytes to GPT-2's printable alphabet */
     LP_TOK_NORM_CJK_SPACES, /* BertNormalizer's handle_chinese_chars: " " around ideographs */
-    LP_TOK_NORM_PRECOMPILED, /* sentencepiece's charsmap (pattern: the blob), llama.cpp's walk */
+    LP_TOK_NORM_PRECOMPILED, /* sentencepiece's charsmap (pattern: the blob); re: \X for
+                              * Hugging Face's walk by grapheme, NULL for llama.cpp's */
     LP_TOK_NORM_COUNT
 } lp_tok_norm_kind;
 
@@ -310,6 +311,9 @@ const lp_tok_merge_slot *lp_tok_merges_find(const lp_tokenizer *tok, int32_t lef
 char *lp_tok_strndup(const char *s, size_t len);
 /* "<0x0A>" -> 0x0A; lowercase hex digits count only when lowercase_ok. */
 bool lp_tok_byte_piece(const char *p, size_t len, bool lowercase_ok, unsigned *value);
+/* A precompiled charsmap of len bytes is long enough for the trie size its first 4 bytes give
+ * and at least one byte of strings after it. */
+bool lp_tok_charsmap_fits(const char *map, size_t len);
 
 /* ---- normalizers and pre-tokenizers (normalize.c) ---- */
 lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out,

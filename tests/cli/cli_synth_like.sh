@@ -53,6 +53,18 @@ for card in "$CONFIGS"/*.yaml; do
       bad "generate $name: $(head -c 300 "$TMP/err") $(grep 'kv cache' "$TMP/gen")"
     fi
   fi
+  # gpt-oss: every head's sink mass is stored (and only there) and render --stats draws it
+  if [ "$fam" = gpt_oss ] && command -v sqlite3 >/dev/null 2>&1; then
+    sinks=$(sqlite3 "$M/t.db" "SELECT count(*) FROM head_stats WHERE learned_sink > 0 AND learned_sink < 1")
+    heads=$(sqlite3 "$M/t.db" "SELECT count(*) FROM head_stats")
+    if [ "$sinks" -gt 0 ] && [ "$sinks" = "$heads" ]; then ok; else bad "$name: $sinks of $heads heads with a sink mass"; fi
+    expect_status 0 "$LOUPE" render "$M/t.db" --run 1 --stats learned_sink -o "$M/sinks.svg"
+  fi
+  if [ "$name" = llama-3-8b ] && command -v sqlite3 >/dev/null 2>&1; then
+    n=$(sqlite3 "$M/t.db" "SELECT count(*) FROM head_stats WHERE learned_sink IS NOT NULL")
+    if [ "$n" = 0 ]; then ok; else bad "llama has $n learned_sink values"; fi
+    expect_one_line_error "$LOUPE" render "$M/t.db" --run 1 --stats learned_sink -o "$M/sinks.svg"
+  fi
   ran="$ran $name"
 done
 echo "traced, leak-checked and rendered:$ran"
@@ -60,7 +72,7 @@ echo "skipped (no synthetic writer, or trace refuses):$skipped"
 # the dense families this suite is about must all be in the first list
 for want in pythia-70m phi-2 gpt-j-6b falcon-7b bloomz-560m opt-125m opt-350m olmo-2-0425-1b \
             stablelm-2-12b stablelm-3b-4e1t gpt2 llama-3-8b gemma-2-2b gemma-3-1b mixtral-8x7b-v0.1 \
-            phi-3-mini-4k-instruct deepseek-v2-lite deepseek-v3 mpt-7b; do
+            phi-3-mini-4k-instruct deepseek-v2-lite deepseek-v3 gpt-oss-20b mpt-7b; do
   case " $ran " in *" $want "*) ok ;; *) bad "$want was not traced" ;; esac
 done
 # MPT with learned positions (attn_config.alibi false) is read but not traced: one line, exit 2

@@ -514,14 +514,20 @@ static int run_vocab_suite(const char *name, const char *folder, const char *mod
         build_bert_gguf(path, false, &bert);
         buf.d = bert.buf;
         buf.n = bert.size;
-    } else {
+    } else if (strcmp(model, "json") != 0) {
         build_gguf_from_json(folder, model, pre, false, &buf);
     }
     lp_gguf *g = NULL;
     lp_tokenizer *tok = NULL;
     lp_error err = {0};
-    if (lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err) != LP_OK ||
-        lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+    char json_path[1024];
+    snprintf(json_path, sizeof json_path, "%s/%s/tokenizer.json",
+             getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
+    /* "json": the tokenizer.json itself, no GGUF between */
+    if (strcmp(model, "json") == 0 ? lp_tokenizer_open(json_path, &tok, &err) != LP_OK
+                                   : lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err) !=
+                                             LP_OK ||
+                                         lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
         fail_msg("%s: %s", name, err.msg);
     char rel[256];
     size_t inp_len, out_len;
@@ -594,6 +600,8 @@ static void test_llama_vocab_suites(void **state)
          * re-serialized without indentation); the 46 cases of bert-bge, with llama.cpp's newer
          * "Äpfel" in place of "Führer" */
         {"mpt", "tests/inspect/vocab/mpt", "gpt2", "mpt", 46},
+        /* and the same file read as tokenizer.json (its NFC normalizer and ByteLevel split) */
+        {"mpt", "tests/inspect/vocab/mpt", "json", "", 46},
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
@@ -604,6 +612,21 @@ static void test_llama_vocab_suites(void **state)
         failed += total - exact;
     }
     assert_int_equal(failed, 0);
+    /* beyond the suite: NeoX's tokenizer.json composes first (NFC), so a decomposed "Äpfel"
+     * (A + U+0308) is the suite's precomposed one, 37515 18569 293 */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/inspect/vocab/mpt/tokenizer.json",
+             getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".");
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_open(path, &tok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    size_t n;
+    int32_t *ids = encode(tok, "A\xCC\x88pfel", 7, false, &n);
+    assert_int_equal(n, 3);
+    assert_true(ids[0] == 37515 && ids[1] == 18569 && ids[2] == 293);
+    free(ids);
+    lp_tokenizer_close(tok);
 }
 
 /* A tokenizer.ggml.pre name over GPT-2's vocabulary; NULL with *st when refused. */
@@ -1599,8 +1622,9 @@ static void test_unigram_rules(void **state)
  * of two keys, "q" -> "k" and "qu" -> "K" (nodes: root BASE 1; 1^'q' = 112 a leaf with BASE 1,
  * its value at 113 = offset 0 and its child 113^'u' = 4 a leaf with BASE 1, value at 5 =
  * offset 2). Ids worked out by hand from the scores. */
-static lp_tokenizer *t5_gguf(lp_gw *w, bool merge_spaces, uint32_t xcda_bytes, lp_status *st,
-                             lp_error *err, lp_gguf **g)
+enum { HAND_CHARSMAP_BYTES = 4 + 114 * 4 + 4 };
+
+static void hand_charsmap(uint8_t map[HAND_CHARSMAP_BYTES], uint32_t xcda_bytes)
 {
     uint32_t nodes[114] = {0};
     nodes[0] = 1u << 10;
@@ -1608,11 +1632,16 @@ static lp_tokenizer *t5_gguf(lp_gw *w, bool merge_spaces, uint32_t xcda_bytes, l
     nodes[113] = 0x80000000u | 0;
     nodes[4] = (1u << 10) | 0x100 | 'u';
     nodes[5] = 0x80000000u | 2;
-    static uint8_t map[4 + sizeof nodes + 4];
-    uint32_t size = sizeof nodes;
     memcpy(map, &xcda_bytes, 4);
-    memcpy(map + 4, nodes, size);
-    memcpy(map + 4 + size, "k\0K\0", 4);
+    memcpy(map + 4, nodes, sizeof nodes);
+    memcpy(map + 4 + sizeof nodes, "k\0K\0", 4);
+}
+
+static lp_tokenizer *t5_gguf(lp_gw *w, bool merge_spaces, uint32_t xcda_bytes, lp_status *st,
+                             lp_error *err, lp_gguf **g)
+{
+    static uint8_t map[HAND_CHARSMAP_BYTES];
+    hand_charsmap(map, xcda_bytes);
     static const char *const tokens[] = {"<pad>", "</s>", "<unk>", "\xE2\x96\x81",
                                          "\xE2\x96\x81K", "iz", "\xE2\x96\x81k", "i", "z",
                                          "\xE2\x96\x81Kiz"};
@@ -1680,6 +1709,60 @@ static void test_gguf_t5(void **state)
     assert_non_null(strstr(err.msg, "precompiled_charsmap"));
     lp_gguf_close(g);
     lp_gw_free(&w);
+}
+
+/* The same hand-made charsmap as a tokenizer.json Precompiled normalizer (base64), over a BPE
+ * vocabulary of single characters without merges, so the ids spell the normalized text. Hugging
+ * Face walks the map by grapheme cluster and takes a cluster's shortest key (spm_precompiled):
+ * "qu" is two clusters, "q" -> "k" and "u" (llama.cpp's walk on the same map in the GGUF above
+ * takes the longer key "qu" -> "K"); "q" + U+0301 is one cluster of 3 bytes that starts with the
+ * key "q", replaced whole by "k" (the accent goes with it); with three accents (7 bytes, not
+ * under 6) the cluster goes character by character and the accents stay. */
+static void test_json_precompiled(void **state)
+{
+    (void)state;
+    uint8_t map[HAND_CHARSMAP_BYTES];
+    hand_charsmap(map, 114 * 4);
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char encoded[HAND_CHARSMAP_BYTES / 3 * 4 + 8], *e = encoded;
+    for (size_t i = 0; i < sizeof map; i += 3) {
+        uint32_t v = (uint32_t)map[i] << 16 | (i + 1 < sizeof map ? (uint32_t)map[i + 1] << 8 : 0) |
+                     (i + 2 < sizeof map ? map[i + 2] : 0);
+        for (int k = 0; k < 4; k++)
+            *e++ = i + (size_t)k <= sizeof map ? b64[(v >> (18 - 6 * k)) & 63] : '=';
+    }
+    *e = '\0';
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"%s\"},"
+             " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"merges\": [],"
+             " \"vocab\": {\"k\": 0, \"u\": 1, \"K\": 2, \"\\u0301\": 3, \"i\": 4,"
+             " \"z\": 5, \"<unk>\": 6}}}",
+             encoded);
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_open(write_tmp("precompiled.json", json), &tok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    expect_ids(tok, "quiz", false, IDS(0, 1, 4, 5));
+    expect_ids(tok, "Kq", false, IDS(2, 0));
+    expect_ids(tok, "q\xCC\x81z", false, IDS(0, 5));
+    expect_ids(tok, "q\xCC\x81\xCC\x81\xCC\x81", false, IDS(0, 3, 3, 3));
+    expect_ids(tok, "u\xCC\x81", false, IDS(1, 3));
+    lp_tokenizer_close(tok);
+    /* a map that is not base64, and one too short for the trie it announces, are refused */
+    const char *bad[] = {"{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\":"
+                         " \"AA*A\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+                         "{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\":"
+                         " \"/////w==\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}"};
+    const char *why[] = {"not base64", "cannot hold the trie"};
+    for (int k = 0; k < 2; k++) {
+        tok = NULL;
+        assert_int_equal(lp_tokenizer_open(write_tmp("precompiled_bad.json", bad[k]), &tok, &err),
+                         LP_ERR_FORMAT);
+        assert_null(tok);
+        if (!strstr(err.msg, why[k]) || !strstr(err.msg, "precompiled_charsmap"))
+            fail_msg("%s", err.msg);
+    }
 }
 
 static void test_llama2c_rules(void **state)
@@ -1924,6 +2007,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_wordpiece_rules),
         cmocka_unit_test(test_gguf_bert),
         cmocka_unit_test(test_unigram_rules),
+        cmocka_unit_test(test_json_precompiled),
         cmocka_unit_test(test_gguf_t5),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);

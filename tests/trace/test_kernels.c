@@ -324,22 +324,36 @@ static void test_linear_dtypes(void **state)
 /* ---- lp_matvec: stored rows read directly, against a float64 dot of the dequantized rows */
 
 /* Budget: |y - exact| <= 1e-6 * sum_j |w_j x_j| + 1e-6 * |bias| (float sums of k <= 1024
- * products in a few chains; the reference sums in double). Observed values are printed. */
+ * products in a few chains; the reference sums in double), plus for Q8_0 / Q4_K weights, whose
+ * lp_matvec_int8 reads x as int8 (blocks of 32 / 256 values scaled by max|x| / 127), the rounding of x:
+ * sum_j |w_j| * d_x(j) / 2. Returns the worst error as a share of its budget (<= 1 passes); the
+ * worst error relative to sum |w_j x_j| goes to *rel. */
 static double matvec_error(const lp_matrix *w, const float *dense, const float *x,
-                           const float *bias, const float *y)
+                           const float *bias, const float *y, bool int8_x, double *rel)
 {
+    int block = !int8_x ? 0 : w->dtype == LP_DTYPE_Q8_0 ? 32 : w->dtype == LP_DTYPE_Q4_K ? 256 : 0;
     double worst = 0.0;
+    *rel = 0.0;
     for (int64_t r = 0; r < w->rows; r++) {
-        double exact = bias[r], mag = 1e-6 * fabs(bias[r]) + 1e-30;
+        double exact = bias[r], mag = 1e-6 * fabs(bias[r]) + 1e-30, rounding = 0.0;
         for (int64_t c = 0; c < w->cols; c++) {
             exact += (double)dense[r * w->cols + c] * (double)x[c];
             mag += fabs((double)dense[r * w->cols + c] * (double)x[c]);
+            if (block && c % block == 0) {
+                double amax = 0.0;
+                for (int j = 0; j < block; j++)
+                    amax = fmax(amax, fabs((double)x[c + j]));
+                for (int j = 0; j < block; j++)
+                    rounding += fabs((double)dense[r * w->cols + c + j]) * amax / 127.0 / 2.0;
+            }
         }
         if (isnan(y[r]))
             fail_msg("matvec %s row %lld is NaN", lp_dtype_get(w->dtype)->name, (long long)r);
-        double e = fabs((double)y[r] - exact) / mag;
-        if (e > worst)
-            worst = e;
+        double e = fabs((double)y[r] - exact);
+        if (e / mag > *rel)
+            *rel = e / mag;
+        if (e / (1e-6 * mag + rounding) > worst)
+            worst = e / (1e-6 * mag + rounding);
     }
     return worst;
 }
@@ -368,25 +382,36 @@ static void test_matvec_dtypes(void **state)
         float *x = rnd_array(lc->k), *bias = rnd_array(lc->n), *y = nan_array(lc->n);
         lp_error err = {0};
         assert_int_equal(lp_matvec_ref(x, &w, bias, y, &err), LP_OK);
-        double worst = matvec_error(&w, dense, x, bias, y);
-        printf("matvec %s n=%lld k=%lld ref: worst |err|/sum|wx| = %.2e (budget 1e-6)\n",
-               lp_dtype_get(lc->dtype)->name, (long long)lc->n, (long long)lc->k, worst);
-        assert_true(worst <= 1e-6);
+        double rel, worst = matvec_error(&w, dense, x, bias, y, false, &rel);
+        printf("matvec %s n=%lld k=%lld ref: worst |err|/sum|wx| = %.2e, %.2f of its budget\n",
+               lp_dtype_get(lc->dtype)->name, (long long)lc->n, (long long)lc->k, rel, worst);
+        assert_true(worst <= 1.0);
+        float *y8_ref = nan_array(lc->n);
+        assert_true(lp_kernels_set_isa(LP_ISA_REF));
+        assert_int_equal(lp_matvec_int8(x, &w, bias, y8_ref, NULL, &err), LP_OK);
         for (int s = 0; s < n_isas; s++) {
             assert_true(lp_kernels_set_isa(isas[s]));
-            for (int with_pool = 0; with_pool < 2; with_pool++) {
+            for (int with_pool = 0; with_pool < 4; with_pool++) {
+                bool int8_x = with_pool >= 2;
                 float *yi = nan_array(lc->n);
-                lp_status st = lp_matvec(x, &w, bias, yi, with_pool ? pool : NULL, &err);
+                lp_status st = (int8_x ? lp_matvec_int8 : lp_matvec)(
+                    x, &w, bias, yi, with_pool % 2 ? pool : NULL, &err);
                 if (st != LP_OK)
                     fail_msg("matvec %s: %s", lp_dtype_get(lc->dtype)->name, err.msg);
-                double e = matvec_error(&w, dense, x, bias, yi);
-                printf("matvec %s n=%lld k=%lld %s %s: worst |err|/sum|wx| = %.2e (budget 1e-6)\n",
-                       lp_dtype_get(lc->dtype)->name, (long long)lc->n, (long long)lc->k,
-                       lp_isa_name(isas[s]), with_pool ? "2 threads" : "1 thread", e);
-                assert_true(e <= 1e-6);
+                double rel_i, e = matvec_error(&w, dense, x, bias, yi, int8_x, &rel_i);
+                printf("matvec%s %s n=%lld k=%lld %s %s: worst |err|/sum|wx| = %.2e, %.2f of its "
+                       "budget\n", int8_x ? "_int8" : "", lp_dtype_get(lc->dtype)->name,
+                       (long long)lc->n, (long long)lc->k, lp_isa_name(isas[s]),
+                       with_pool % 2 ? "2 threads" : "1 thread", rel_i, e);
+                assert_true(e <= 1.0);
+                /* the int8 path's ISAs differ from its plain C twin only in the float order of
+                 * the block sums (the integer sums are exact) */
+                for (int64_t r = 0; int8_x && r < lc->n; r++)
+                    assert_true(fabsf(yi[r] - y8_ref[r]) <= 1e-5f * (fabsf(y8_ref[r]) + 1.0f));
                 free(yi);
             }
         }
+        free(y8_ref);
         free(x);
         free(bias);
         free(y);
@@ -412,6 +437,13 @@ static void test_matvec_errors(void **state)
     assert_int_equal(lp_matvec(x, &partial, NULL, y, NULL, &err), LP_ERR_FORMAT);
     lp_matrix narrow = {LP_DTYPE_F32, data, 2, 64, 100, false};
     assert_int_equal(lp_matvec(x, &narrow, NULL, y, NULL, &err), LP_ERR_FORMAT);
+    /* int8 cannot carry a NaN: lp_matvec_int8 keeps such an x in float, so it still shows */
+    lp_matrix q80 = {LP_DTYPE_Q8_0, data, 2, 256, 272, false};
+    for (int i = 0; i < 2 * 8; i++)
+        data[34 * i] = 0x00, data[34 * i + 1] = 0x3c; /* d = 1.0 */
+    x[3] = NAN;
+    assert_int_equal(lp_matvec_int8(x, &q80, NULL, y, NULL, &err), LP_OK);
+    assert_true(isnan(y[0]) && isnan(y[1]));
 }
 
 static void test_linear_errors(void **state)

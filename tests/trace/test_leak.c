@@ -1111,6 +1111,56 @@ static void test_model_families(void **state)
     }
 }
 
+/* gpt-oss's row-sum rule: rows sum to 1 minus the sink's mass, which must not excuse a row whose
+ * keys got nothing. A sink logit of 1000 on layer 0 head 1 leaves that head's keys exactly 0
+ * (exp underflows): a row gone blind. attention_map fails on layer 0 alone, the other layers
+ * (the same sinks as the clean model, which passes above) stay ok. */
+static void test_sink_cannot_hide_blind_rows(void **state)
+{
+    (void)state;
+    const family_case *fc = NULL;
+    for (size_t c = 0; c < sizeof family_cases / sizeof family_cases[0]; c++)
+        if (family_cases[c].cfg.family == REF_GPT_OSS)
+            fc = &family_cases[c];
+    assert_non_null(fc);
+    ref_model rm;
+    assert_true(ref_model_random(&fc->cfg, 0x51c, &rm));
+    rm.layers[0].sinks[1] = 1000.0f;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/leak_blind_%d", lp_test_tmp_dir(), (int)getpid());
+    assert_true(ref_model_write_hf(&rm, dir));
+    ref_model_free(&rm);
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    int32_t ids[14];
+    for (int64_t t = 0; t < 14; t++)
+        ids[t] = (int32_t)((t * 7 + 3) % fc->cfg.vocab);
+    lp_leak_model_opts opts;
+    lp_leak_model_opts_init(&opts);
+    lp_leak_model_report r;
+    assert_int_equal(lp_leak_check_model(model, ids, 14, &opts, &r, &err), LP_OK);
+    int failed_layer0 = 0, ok_other = 0;
+    for (int64_t i = 0; i < r.n_checks; i++) {
+        if (strcmp(r.checks[i].name, "attention_map") != 0)
+            continue;
+        if (r.checks[i].layer == 0 && !r.checks[i].passed) {
+            failed_layer0++;
+            printf("  blind rows: %s\n", r.checks[i].detail);
+        }
+        ok_other += r.checks[i].layer != 0 && r.checks[i].passed;
+    }
+    assert_int_equal(failed_layer0, 1);
+    assert_int_equal(ok_other, fc->cfg.n_layers - 1);
+    assert_false(r.passed);
+    lp_leak_model_report_free(&r);
+    lp_model_close(model);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* ---- stories260K ---- */
 
 static lp_model *stories(void)
@@ -1304,6 +1354,7 @@ int main(void)
         cmocka_unit_test(test_mask_padding),     cmocka_unit_test(test_padding_files),
         cmocka_unit_test(test_mask_safetensors),  cmocka_unit_test(test_mask_bad_files),
         cmocka_unit_test(test_alignment),         cmocka_unit_test(test_model_families),
+        cmocka_unit_test(test_sink_cannot_hide_blind_rows),
     };
     int failed = cmocka_run_group_tests_name("leak", unit, NULL, NULL);
     if (!lp_test_shared_dir()) {

@@ -866,6 +866,83 @@ static float row_dot_mxfp4_avx2(const void *row, const float *x, const float *x_
     return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+/* ---- matrix-vector rows against int8 activations (llama.cpp's AVX2 vec_dot): signed x signed
+ * bytes go through maddubs as |a| x (b with a's sign), so pairs stay below 2 * 128 * 127. */
+
+static inline __m256i i8_pair_sums(__m256i a, __m256i b)
+{
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+static float row_dot_q8_0_i8_avx2(const void *row, const int8_t *xq, const float *xd,
+                                  const int16_t *xs16, int64_t k)
+{
+    (void)xs16;
+    const uint8_t *b = row;
+    int64_t n = k / 32, i = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 2 <= n; i += 2, b += 68) {
+        _mm_prefetch((const char *)(b + 512), _MM_HINT_T0);
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
+        __m256i w1 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 36));
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32 * i));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32 * i + 32));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b) * xd[i]),
+                               _mm256_cvtepi32_ps(i8_pair_sums(w0, x0)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b + 34) * xd[i + 1]),
+                               _mm256_cvtepi32_ps(i8_pair_sums(w1, x1)), acc1);
+    }
+    for (; i < n; i++, b += 34) {
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32 * i));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b) * xd[i]),
+                               _mm256_cvtepi32_ps(i8_pair_sums(w0, x0)), acc0);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+/* Q4_K: nibbles are unsigned, so maddubs takes them directly against the int8 activations; the
+ * 16-bit pair sums are weighted by the group's scale in madd, and the min term comes from the
+ * activation sums per 16 values. */
+static float row_dot_q4_k_i8_avx2(const void *row, const int8_t *xq, const float *xd,
+                                  const int16_t *xs16, int64_t k)
+{
+    const uint8_t *b = row;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (int64_t i = 0; i < k / 256; i++, b += 144) {
+        _mm_prefetch((const char *)(b + 576), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + 640), _MM_HINT_T0);
+        int sc[8], mn[8];
+        for (int g = 0; g < 8; g++)
+            lp_q4_k_scale_min(b + 4, g, &sc[g], &mn[g]);
+        const int16_t *s16 = xs16 + 16 * i;
+        int32_t msum = 0;
+        for (int g = 0; g < 8; g++)
+            msum += mn[g] * ((int32_t)s16[2 * g] + (int32_t)s16[2 * g + 1]);
+        const int8_t *x8 = xq + 256 * i;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            __m256i q4 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 16 + 32 * p));
+            __m256i lo = _mm256_and_si256(q4, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
+            __m256i plo = _mm256_maddubs_epi16(
+                lo, _mm256_loadu_si256((const __m256i *)(const void *)(x8 + 64 * p)));
+            __m256i phi = _mm256_maddubs_epi16(
+                hi, _mm256_loadu_si256((const __m256i *)(const void *)(x8 + 64 * p + 32)));
+            plo = _mm256_madd_epi16(_mm256_set1_epi16((short)sc[2 * p]), plo);
+            phi = _mm256_madd_epi16(_mm256_set1_epi16((short)sc[2 * p + 1]), phi);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+        }
+        float dx = xd[i];
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b) * dx), _mm256_cvtepi32_ps(sumi), acc);
+        mins += f16_scalar_avx2(b + 2) * dx * (float)msum;
+    }
+    return hsum(acc) - mins;
+}
+
 /* What AVX2 overrides in ref's table (dispatch.c starts from a copy of ref's; a slot left out
  * here keeps the plain C kernel). Block sizes for Zen/Haswell-class cores: a 16 KiB B
  * micro-panel (kc x 16) stays in L1 while the mc x kc A block (144 KiB) streams from L2; nc bounds
@@ -900,4 +977,6 @@ const lp_kernel_table lp_kernels_avx2_overrides = {
     .row_dot_q8_0 = row_dot_q8_0_avx2,
     .row_dot_q4_k = row_dot_q4_k_avx2,
     .row_dot_mxfp4 = row_dot_mxfp4_avx2,
+    .row_dot_q8_0_i8 = row_dot_q8_0_i8_avx2,
+    .row_dot_q4_k_i8 = row_dot_q4_k_i8_avx2,
 };

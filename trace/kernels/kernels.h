@@ -63,6 +63,13 @@ lp_status lp_matvec(const float *x, const lp_matrix *w, const float *bias, float
                     lp_error *err);
 lp_status lp_matvec_ref(const float *x, const lp_matrix *w, const float *bias, float *y,
                         lp_error *err);
+/* lp_matvec with Q8_0 and Q4_K rows dotted against x quantized to int8 once per call (blocks of
+ * 32 / 256 values scaled by max|x| / 127, llama.cpp's Q8_0 / Q8_K) in integer arithmetic; other
+ * dtypes, and an x holding NaN or infinity, as lp_matvec. Each result carries x's rounding, at
+ * most sum_j |w_j| * d_x(j) / 2 (a few 1e-4 of sum |w_j x_j|), so the forward pass keeps
+ * lp_matvec (trace/README.md, "int8 activations"). With LP_ISA=ref it is the plain C twin. */
+lp_status lp_matvec_int8(const float *x, const lp_matrix *w, const float *bias, float *y,
+                         lp_pool *pool, lp_error *err);
 
 /* Plain f32 GEMM: C[m, n] = A[m, k] . B[n, k]^T (+ C if accumulate). Leading dims in elements. */
 void lp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,

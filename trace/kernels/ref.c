@@ -798,6 +798,50 @@ static float row_dot_mxfp4_ref(const void *row, const float *x, const float *x_s
     return row_dot_blocks32(row, x, k, 17, mxfp4_block_dot);
 }
 
+/* Q8_0 rows against int8 activations: per block the exact integer sum of q_w q_x, scaled by
+ * d_w d_x in float. */
+static float row_dot_q8_0_i8_ref(const void *row, const int8_t *xq, const float *xd,
+                                 const int16_t *xs16, int64_t k)
+{
+    (void)xs16;
+    const uint8_t *b = row;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < k / 32; i++, b += 34) {
+        int32_t isum = 0;
+        for (int j = 0; j < 32; j++)
+            isum += (int32_t)(int8_t)b[2 + j] * (int32_t)xq[32 * i + j];
+        sum += lp_f16_to_f32(lp_load_u16(b)) * xd[i] * (float)isum;
+    }
+    return sum;
+}
+
+/* Q4_K rows against int8 activations in 256-value blocks: per block the integer sum over groups
+ * of scale_g * (q4 . q8), less dmin * sum_g min_g * (sum of the group's q8, from xs16). */
+static float row_dot_q4_k_i8_ref(const void *row, const int8_t *xq, const float *xd,
+                                 const int16_t *xs16, int64_t k)
+{
+    const uint8_t *b = row;
+    float sum = 0.0f, mins = 0.0f;
+    for (int64_t i = 0; i < k / 256; i++, b += 144) {
+        int32_t isum = 0, msum = 0;
+        for (int g = 0; g < 8; g++) {
+            int scale, min;
+            lp_q4_k_scale_min(b + 4, g, &scale, &min);
+            const uint8_t *q = b + 16 + 32 * (g / 2);
+            const int8_t *xg = xq + 256 * i + 32 * g;
+            int32_t dot = 0;
+            for (int j = 0; j < 32; j++)
+                dot += (int32_t)((g % 2) ? q[j] >> 4 : q[j] & 0x0f) * (int32_t)xg[j];
+            isum += scale * dot;
+            msum += min * ((int32_t)xs16[16 * i + 2 * g] + (int32_t)xs16[16 * i + 2 * g + 1]);
+        }
+        float dx = xd[i];
+        sum += lp_f16_to_f32(lp_load_u16(b)) * dx * (float)isum;
+        mins += lp_f16_to_f32(lp_load_u16(b + 2)) * dx * (float)msum;
+    }
+    return sum - mins;
+}
+
 /* Every slot is the function named <slot>_ref above: a slot without one does not compile, so this
  * table is complete by construction and is the fallback of every other ISA's. */
 #define LP_REF_SLOT(slot) .slot = slot##_ref,

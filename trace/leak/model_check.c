@@ -557,10 +557,11 @@ static lp_status attention_checks(leak_obs *o, layer_attn *la, bool padded, int6
         else
             st = add_check(r, cap, name, false, l,
                            a->first_bad_row, NO_DIFF, err,
-                           "%s, window %lld: %lld leaking cells, %lld rows off 1 by > %g (max "
-                           "%.2g), %lld NaN/Inf; first bad row %lld head %d",
+                           "%s, window %lld: %lld leaking cells, %lld rows off %s by > %g (max "
+                           "%.2g) or with no mass on visible keys, %lld NaN/Inf; first bad row "
+                           "%lld head %d",
                            where, (long long)layer_window(o, l), (long long)a->leaks,
-                           (long long)a->bad_rows, LP_LEAK_ROW_SUM_TOL,
+                           (long long)a->bad_rows, total, LP_LEAK_ROW_SUM_TOL,
                            a->max_row_err, (long long)a->nonfinite, (long long)a->first_bad_row,
                            a->first_bad_head);
         if (st != LP_OK)

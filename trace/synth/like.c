@@ -20,6 +20,7 @@ static const family_name FAMILY_NAMES[] = {
     {"phi3", LP_SYNTH_PHI3},
     {"qwen2_moe", LP_SYNTH_QWEN2_MOE}, {"qwen3_moe", LP_SYNTH_QWEN3_MOE},
     {"deepseek_v2", LP_SYNTH_DEEPSEEK_V2}, {"deepseek_v3", LP_SYNTH_DEEPSEEK_V3},
+    {"gpt_oss", LP_SYNTH_GPT_OSS},
     {"mpt", LP_SYNTH_MPT},
 };
 
@@ -87,7 +88,7 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
                             "%s: family '%s' has no synthetic writer (synth --like writes llama, "
                             "mistral, qwen2, qwen3, mixtral, gemma, gemma2, gemma3, gpt2, "
                             "gpt_neox, phi, gptj, stablelm, falcon, bloom, opt, phi3, olmo2, "
-                            "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, mpt)",
+                            "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, mpt)",
                             a->source, a->family);
     lp_synth_spec_init(spec, fam);
     spec->n_kv_heads = small_kv_heads(a, spec->n_heads);
@@ -124,6 +125,17 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
         spec->top_k = a->n_experts_per_tok < 2 ? a->n_experts_per_tok : 2;
         if (fam != LP_SYNTH_MIXTRAL)
             like_moe(a, spec);
+    }
+    if (fam == LP_SYNTH_GPT_OSS) {
+        /* the card's clamp; its window (16 of 256 positions) on the even layers; YaRN at a
+         * factor of 4 over an original context of 64, so that factor = n_ctx / original */
+        spec->swiglu_limit = a->swiglu_limit > 0 ? a->swiglu_limit : spec->swiglu_limit;
+        spec->dtype = LP_DTYPE_BF16; /* the unquantized release is bf16 */
+        spec->window = a->sliding_window > 0 ? spec->window : 0;
+        if (a->rope_scaling.kind == LP_ROPE_SCALING_YARN) {
+            spec->yarn_factor = 4;
+            spec->yarn_orig = 64;
+        }
     }
     if (fam == LP_SYNTH_GEMMA3 && window_pattern(a) > 0)
         spec->sliding_pattern = window_pattern(a);

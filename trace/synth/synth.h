@@ -321,8 +321,8 @@ lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, 
  * 2), the rotated fraction (even, at least 2 dims), tied or not, norm epsilon, RoPE base,
  * parallel or sequential, Falcon's new architecture and bias, StableLM's q/k norms and biases,
  * ALiBi, OPT's post-norm and projected embeddings (half the width), Mixtral's experts (at most
- * 4), Gemma 2's soft-caps and Gemma 3's window pattern. LP_ERR_UNSUPPORTED for a family without
- * a writer (shared-expert MoE, MLA, gpt-oss, StarCoder2, ...). */
+ * 4), Gemma 2's soft-caps and Gemma 3's window pattern, gpt-oss's clamp, window and YaRN.
+ * LP_ERR_UNSUPPORTED for a family without a writer (StarCoder2, ...). */
 lp_status lp_synth_spec_like(const lp_arch *arch, lp_synth_spec *spec, lp_error *err);
 
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
