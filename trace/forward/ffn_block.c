@@ -47,8 +47,9 @@ static lp_status dense_ffn_chunk(lp_fw_pass *p, const lp_layer_weights *L, const
             memmove(s->gate + t * F, row, (size_t)F * sizeof(float));
         }
     } else {
-        if ((st = lp_fw_linear(p, in, rows, &L->gate, L->gate_bias, s->gate)) ||
-            (st = lp_fw_linear(p, in, rows, &L->up, L->up_bias, s->up)))
+        lp_fw_linear_part gate_up[2] = {{&L->gate, L->gate_bias, s->gate},
+                                        {&L->up, L->up_bias, s->up}};
+        if ((st = lp_fw_linear_group(p, in, rows, gate_up, 2)))
             return st;
         activate(a, s->gate, s->up, rows * F);
     }
@@ -186,8 +187,8 @@ static lp_status expert_rows(lp_fw_pass *p, const lp_expert_weights *X, int64_t 
 {
     lp_fw_scratch *s = &p->s;
     lp_status st;
-    if ((st = lp_fw_linear(p, in, rows, &X->gate, NULL, s->gate)) ||
-        (st = lp_fw_linear(p, in, rows, &X->up, NULL, s->up)))
+    lp_fw_linear_part gate_up[2] = {{&X->gate, NULL, s->gate}, {&X->up, NULL, s->up}};
+    if ((st = lp_fw_linear_group(p, in, rows, gate_up, 2)))
         return st;
     activate(&p->m->arch, s->gate, s->up, rows * F);
     return lp_fw_linear(p, s->gate, rows, &X->down, NULL, s->expert_out);
