@@ -218,6 +218,9 @@ typedef struct lp_arch {
     bool router_sigmoid;
     int64_t n_expert_groups, topk_groups;
     double routed_scaling;
+    /* gpt-oss's clamped SwiGLU in the experts: gate clamped above and up to [-limit, limit]
+     * (config swiglu_limit; GGUF has no key, llama.cpp uses 7). 0 = the plain SwiGLU. */
+    double swiglu_limit;
 } lp_arch;
 
 /* Defaults every reader starts from: all zero except eps 1e-5, theta 10000, partial 1.0,
@@ -282,6 +285,7 @@ typedef enum lp_role {
     LP_ROLE_ATTN_KV_B,
     LP_ROLE_ATTN_K_B, /* llama.cpp's kv_b split per head: [n_heads, kv_lora_rank, nope] */
     LP_ROLE_ATTN_V_B, /* [n_heads, v_head_dim, kv_lora_rank] */
+    LP_ROLE_ATTN_SINKS, /* gpt-oss: one learned sink logit per query head, [n_heads] */
     LP_ROLE_FFN_NORM,
     LP_ROLE_FFN_GATE,
     LP_ROLE_FFN_UP,

@@ -30,7 +30,8 @@ static const lp_option render_options[] = {
     LP_OPT_FLAG_OF(render_opts, overview, "overview", "every layer x head as thumbnails"),
     LP_OPT_STRING_OF(render_opts, stats, "stats", "NAME",
                      "layers x heads matrix of a head statistic, values written in: entropy,\n"
-                     "max_prob, sink, prev_token, self, distance, local_frac, output_norm"),
+                     "max_prob, sink, prev_token, self, distance, local_frac, output_norm, keys50,\n"
+                     "keys90, keys99, low_mass, learned_sink (gpt-oss: the mass on the sink)"),
     LP_OPT_STRING_OF(render_opts, dataset, "dataset", "NAME",
                      "with --stats: the dataset's aggregate (loupe trace --prompts), each head's\n"
                      "mean over its runs, instead of one run"),
@@ -296,7 +297,8 @@ static int parse(int argc, char **argv, render_opts *o, const char **db_path, wh
     if (*w == WHAT_STATS && *stat == LP_STAT_COUNT)
         return lp_cli_usage_error(CMD,
                                   "--stats '%s': unknown statistic (want entropy, max_prob, sink, "
-                                  "prev_token, self, distance, local_frac, output_norm)",
+                                  "prev_token, self, distance, local_frac, output_norm, keys50, "
+                                  "keys90, keys99, low_mass, learned_sink)",
                                   o->stats);
     return LP_CLI_PARSED;
 }

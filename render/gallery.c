@@ -197,6 +197,8 @@ static lp_status add_stats(gallery_job *j, lp_error *err)
         lp_error stat_err = {0};
         lp_status ss = lp_render_stat_matrix(j->db, j->run, (lp_head_stat)st_i, j->opt, path,
                                              &stat_err);
+        if (ss == LP_ERR_NOT_FOUND && st_i == LP_STAT_LEARNED_SINK)
+            return LP_OK; /* a model without learned sinks */
         if (ss == LP_ERR_NOT_FOUND && st_i >= LP_STAT_KEYS50) {
             add_note(j, "This run was traced before loupe recorded attention sparsity.");
             return LP_OK; /* the sparsity columns come last */

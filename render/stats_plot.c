@@ -13,7 +13,8 @@
 static bool stat_is_fraction(lp_head_stat stat)
 {
     return stat == LP_STAT_MAX_PROB || stat == LP_STAT_SINK || stat == LP_STAT_PREV_TOKEN ||
-           stat == LP_STAT_SELF || stat == LP_STAT_LOCAL_FRAC || stat == LP_STAT_LOW_MASS;
+           stat == LP_STAT_SELF || stat == LP_STAT_LOCAL_FRAC || stat == LP_STAT_LOW_MASS ||
+           stat == LP_STAT_LEARNED_SINK;
 }
 
 static const char *stat_unit(lp_head_stat stat)

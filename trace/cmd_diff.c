@@ -155,7 +155,8 @@ static int print_json(const side *a, const side *b, const lp_run_diff *d, const 
         json_object_set_new(h, "js", real_or_null(d->js[i]));
         json_object_set_new(h, "max_abs_diff", real_or_null(d->max_abs[i]));
         for (int k = 0; k < LP_STAT_COUNT; k++)
-            json_object_set_new(st, lp_head_stat_name((lp_head_stat)k),
+            if (!lp_head_stat_absent(d->stat_delta, d->n_layers * d->n_heads, (lp_head_stat)k))
+                json_object_set_new(st, lp_head_stat_name((lp_head_stat)k),
                                 real_or_null(d->stat_delta[i * LP_STAT_COUNT + k]));
         json_object_set_new(h, "stat_delta", st);
         json_array_append_new(heads, h);

@@ -326,6 +326,8 @@ typedef struct lp_head_stats {
     double output_norm; /* mean L2 norm of the head's output rows (0 if not given) */
     double keys50, keys90, keys99; /* mean smallest k holding 50/90/99% of a row's key mass */
     double low_mass;    /* mean mass on keys with probability below 1e-3 */
+    double learned_sink; /* mean probability on the learned sink logit (gpt-oss): each row's
+                            keys hold 1 minus it; 0 without sinks */
     int64_t n_rows;     /* rows that saw at least one key */
 } lp_head_stats;
 

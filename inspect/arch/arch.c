@@ -346,6 +346,13 @@ lp_status lp_arch_finish(lp_arch *arch, lp_error *err)
         arch->final_logit_softcap < 0.0)
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: query_scale and soft-caps must not be negative", src);
+    /* gpt-oss's experts clamp at 7 (GptOssConfig's default, llama.cpp's constant) unless the
+     * config says otherwise */
+    if (arch->swiglu_limit == 0.0 && strcmp(arch->family, "gpt_oss") == 0)
+        arch->swiglu_limit = 7.0;
+    if (arch->swiglu_limit < 0.0 || !isfinite(arch->swiglu_limit))
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: swiglu_limit %g must be positive", src,
+                            arch->swiglu_limit);
     return LP_OK;
 }
 

@@ -784,8 +784,11 @@ static lp_status read_expert_counts(const hf_reader *r, lp_arch *a, bool *any)
                             used, (long long)a->n_experts_per_tok, (long long)a->n_experts);
     if ((st = hf_bool(r, "norm_topk_prob", &a->norm_topk_prob, NULL)) != LP_OK)
         return st;
-    if (is_family(a, "gpt_oss"))
+    if (is_family(a, "gpt_oss")) {
         a->norm_topk_prob = true; /* softmax over the top-k logits only */
+        if ((st = hf_num(r, "swiglu_limit", &a->swiglu_limit, NULL)) != LP_OK)
+            return st;
+    }
     return LP_OK;
 }
 

@@ -97,6 +97,7 @@ static const card_field FIELDS[] = {
     {"moe", "shared_expert_gate", F_BOOL, A(shared_expert_gate), false},
     {"moe", "router_score_bias", F_BOOL, A(router_score_bias), false},
     {"moe", "router_bias", F_BOOL, A(router_bias), false},
+    {"moe", "swiglu_limit", F_NUM, A(swiglu_limit), false},
     {"moe", "norm_topk_prob", F_BOOL, A(norm_topk_prob), true},
     {"moe", "router_sigmoid", F_BOOL, A(router_sigmoid), false},
     {"moe", "expert_groups", F_INT, A(n_expert_groups), false},

@@ -29,6 +29,7 @@ static const lp_name_entry role_names[] = {
     {LP_ROLE_ATTN_KV_B, "attn_kv_b"},
     {LP_ROLE_ATTN_K_B, "attn_k_b"},
     {LP_ROLE_ATTN_V_B, "attn_v_b"},
+    {LP_ROLE_ATTN_SINKS, "attn_sinks"},
     {LP_ROLE_FFN_NORM, "ffn_norm"},
     {LP_ROLE_FFN_GATE, "ffn_gate"},
     {LP_ROLE_FFN_UP, "ffn_up"},
@@ -117,6 +118,7 @@ static const name_role gguf_layer[] = {
     {"attn_kv_b", LP_ROLE_ATTN_KV_B},
     {"attn_k_b", LP_ROLE_ATTN_K_B},
     {"attn_v_b", LP_ROLE_ATTN_V_B},
+    {"attn_sinks", LP_ROLE_ATTN_SINKS},
     {"attn_rot_embd", LP_ROLE_ROPE_FREQS},
     {"ffn_norm", LP_ROLE_FFN_NORM},
     {"ffn_gate", LP_ROLE_FFN_GATE},
@@ -216,6 +218,7 @@ static const name_role hf_layer[] = {
     {"self_attn.kv_a_proj_with_mqa", LP_ROLE_ATTN_KV_A},
     {"self_attn.kv_a_layernorm", LP_ROLE_ATTN_KV_A_NORM},
     {"self_attn.kv_b_proj", LP_ROLE_ATTN_KV_B},
+    {"self_attn.sinks", LP_ROLE_ATTN_SINKS}, /* gpt-oss */
     {"self_attn.rotary_emb.inv_freq", LP_ROLE_ROPE_FREQS},
     {"attn.c_attn", LP_ROLE_ATTN_QKV},       /* gpt2 Conv1D */
     {"attn.c_proj", LP_ROLE_ATTN_O},
@@ -256,6 +259,11 @@ static const name_role hf_layer[] = {
     {"mlp.shared_experts.gate_proj", LP_ROLE_SHARED_GATE},     /* deepseek */
     {"mlp.shared_experts.up_proj", LP_ROLE_SHARED_UP},
     {"mlp.shared_experts.down_proj", LP_ROLE_SHARED_DOWN},
+    /* gpt-oss: every expert of the layer in one [n_experts, in, out] tensor, gate and up
+     * interleaved in gate_up_proj's last dimension */
+    {"mlp.router", LP_ROLE_ROUTER},
+    {"mlp.experts.gate_up_proj", LP_ROLE_EXPERT_GATE_UP},
+    {"mlp.experts.down_proj", LP_ROLE_EXPERT_DOWN},
     {NULL, LP_ROLE_UNKNOWN},
 };
 
@@ -290,6 +298,9 @@ static bool strip_suffix(const char *name, char *buf, size_t size, bool *is_bias
         buf[len - 7] = '\0';
     else if (len > 5 && strcmp(buf + len - 5, ".bias") == 0) {
         buf[len - 5] = '\0';
+        *is_bias = true;
+    } else if (len > 10 && strcmp(buf + len - 10, "_proj_bias") == 0) {
+        buf[len - 5] = '\0'; /* gpt-oss's experts.gate_up_proj_bias, experts.down_proj_bias */
         *is_bias = true;
     }
     return true;
@@ -437,6 +448,10 @@ void lp_role_assign(lp_tensor *tensor, const char *family, lp_weights_format for
     /* GPT-2's Conv1D weights are stored [in, out] (HF only; GGUF transposes them back).
      * gpt_bigcode and starcoder2 reuse the c_attn/c_proj/c_fc names for ordinary Linear layers,
      * so only gpt2 (or weights without a config, whose names are all we have) count. */
+    /* gpt-oss's stacked experts are [n_experts, in, out] (x @ W in transformers) */
+    if (format == LP_FORMAT_SAFETENSORS && strcmp(family, "gpt_oss") == 0 && !tensor->is_bias &&
+        (tensor->role == LP_ROLE_EXPERT_GATE_UP || tensor->role == LP_ROLE_EXPERT_DOWN))
+        tensor->transposed = true;
     bool conv1d_family = family[0] == '\0' || strcmp(family, "gpt2") == 0;
     if (format == LP_FORMAT_SAFETENSORS && conv1d_family && !tensor->is_bias) {
         const char *p = strstr(base, ".c_attn");

@@ -129,6 +129,7 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_I(pooler) SAME_D(alibi_max_bias) SAME_D(qkv_clip) SAME_I(rope_scaling.n_factors)
     SAME_I(rope_scaling.yarn_unrounded)
     SAME_I(router_sigmoid) SAME_I(n_expert_groups) SAME_I(topk_groups) SAME_D(routed_scaling)
+    SAME_D(swiglu_limit)
     for (int i = 0; i < LP_MAX_ROPE_FACTORS; i++) {
         SAME_D(rope_scaling.short_factor[i]) SAME_D(rope_scaling.long_factor[i])
     }
@@ -199,9 +200,9 @@ static void test_defaults_and_names(void **state)
      * below, to the card schema (FIELDS in inspect/arch/yaml_card.c, configs/README.md), to
      * inspect/arch/arch_json.c and to the HF reader; then update these numbers and the field named
      * here (the last one). A bool that fits in the trailing padding slips past sizeof. */
-    size_t end_of_fields = offsetof(lp_arch, routed_scaling) + sizeof(double);
-    if (end_of_fields != 17856 || sizeof(lp_arch) != 17856)
-        fail_msg("lp_arch's fields end at byte %zu, not 17856 (or sizeof changed): see above",
+    size_t end_of_fields = offsetof(lp_arch, swiglu_limit) + sizeof(double);
+    if (end_of_fields != 17864 || sizeof(lp_arch) != 17864)
+        fail_msg("lp_arch's fields end at byte %zu, not 17864 (or sizeof changed): see above",
                  end_of_fields);
     lp_arch a;
     lp_arch_init(&a);
@@ -434,7 +435,15 @@ static const struct {
      " \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\","
      " \"full_attention\"]}",
      "router_bias=true attn_sinks=true bias_mlp=true norm_topk_prob=true expert_ffn_hidden=64"
-     " layer_window[0]=128 layer_window[1]=0 layer_moe[3]=true",
+     " layer_window[0]=128 layer_window[1]=0 layer_moe[3]=true swiglu_limit=7",
+     true},
+    /* gpt-oss with its own clamp */
+    {"gpt_oss_limit.json",
+     "{\"model_type\": \"gpt_oss\", \"vocab_size\": 1000, \"hidden_size\": 64,"
+     " \"num_hidden_layers\": 2, \"num_attention_heads\": 8, \"num_key_value_heads\": 2,"
+     " \"head_dim\": 16, \"intermediate_size\": 64, \"num_local_experts\": 8,"
+     " \"num_experts_per_tok\": 2, \"swiglu_limit\": 5.5}",
+     "swiglu_limit=5.5 attn_sinks=true",
      true},
     /* OPT-350m: post-norm blocks, no final norm, 512-wide embeddings projected to hidden */
     {"opt350m.json",

@@ -348,7 +348,7 @@ static void build_gguf_from_json(const char *folder, const char *model, const ch
             scores[k] = -1e10f;
         json_array_foreach(merges, i, item)
         {
-            char buf[512];
+            char buf[2048]; /* NeoX merges 128 spaces with 128: 514 bytes */
             snprintf(buf, sizeof buf, "%s", json_string_value(item));
             char *sp = strchr(buf, ' ');
             assert_non_null(sp);
@@ -371,7 +371,7 @@ static void build_gguf_from_json(const char *folder, const char *model, const ch
         g_u64(out, json_array_size(merges));
         json_array_foreach(merges, i, item)
         {
-            char buf[512];
+            char buf[2048]; /* NeoX merges 128 spaces with 128: 514 bytes */
             if (json_is_string(item))
                 snprintf(buf, sizeof buf, "%s", json_string_value(item));
             else
@@ -590,6 +590,10 @@ static void test_llama_vocab_suites(void **state)
         {"phi-3", "tests/inspect/vocab/phi-3", "llama", "", 46},
         /* BGE-small-en-v1.5's WordPiece vocabulary is bert-base-uncased's */
         {"bert-bge", "tests/inspect/vocab/bert-bge", "bert", "", 46},
+        /* MPT-7B's vocabulary is GPT-NeoX-20B's (tokenizer.json from RWKV's 20B_tokenizer.json,
+         * re-serialized without indentation); the 46 cases of bert-bge, with llama.cpp's newer
+         * "Äpfel" in place of "Führer" */
+        {"mpt", "tests/inspect/vocab/mpt", "gpt2", "mpt", 46},
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

@@ -51,7 +51,7 @@ static int64_t kv_dim(const ref_config *c) { return c->n_kv_heads * c->head_dim;
 
 bool ref_layer_routed(const ref_config *c, int64_t l)
 {
-    if (c->family == REF_MIXTRAL)
+    if (c->family == REF_MIXTRAL || c->family == REF_GPT_OSS)
         return true;
     if (c->family == REF_DEEPSEEK)
         return l >= c->first_dense;
@@ -94,6 +94,8 @@ static bool has_mlp_bias(const ref_config *c)
 }
 static bool has_attn_bias(const ref_config *c)
 {
+    if (c->family == REF_GPT_OSS)
+        return true;
     return c->family == REF_FALCON ? c->qkv_bias : is_layernorm_mlp(c) && c->family != REF_GPTJ;
 }
 /* attention and MLP both read the block's input; one norm feeds both (Phi, GPT-J) */
@@ -211,6 +213,8 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->q_norm, nq, 0.1, norm_offset);
             RT(L->k_norm, nk, 0.1, norm_offset);
         }
+        if (c->family == REF_GPT_OSS) /* sinks of either sign, large enough to take mass */
+            RT(L->sinks, c->n_heads, 2.0, 0.0);
         if (has_post_norms(c)) {
             RT(L->post_attn_norm, H, 0.1, norm_offset);
             RT(L->post_ffn_norm, H, 0.1, norm_offset);
@@ -228,6 +232,12 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
                 RT(L->e_gate[e], EF * H, sc, 0.0);
                 RT(L->e_up[e], EF * H, sc, 0.0);
                 RT(L->e_down[e], H * EF, sc, 0.0);
+            }
+            if (c->family == REF_GPT_OSS) {
+                RT(L->router_b, c->n_experts, 0.5, 0.0);
+                RT(L->eb_gate, c->n_experts * EF, 0.3, 0.0);
+                RT(L->eb_up, c->n_experts * EF, 0.3, 0.0);
+                RT(L->eb_down, c->n_experts * H, 0.1, 0.0);
             }
             if (SF > 0) {
                 RT(L->s_gate, SF * H, sc, 0.0);
@@ -259,7 +269,8 @@ void ref_model_free(ref_model *m)
                            L->w_up, L->w_down, L->b_up, L->b_down, L->post_ffn_norm, L->router,
                            L->q_norm, L->k_norm, L->s_gate, L->s_up, L->s_down, L->s_gate_w,
                            L->q_a, L->q_a_norm, L->q_b, L->kv_a, L->kv_a_norm, L->kv_b,
-                           L->score_bias};
+                           L->score_bias, L->sinks, L->router_b, L->eb_gate, L->eb_up,
+                           L->eb_down};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 free(ps[i]);
             for (int64_t e = 0; L->e_gate && e < m->cfg.n_experts; e++) {
@@ -378,8 +389,12 @@ static double yarn_freq(const ref_config *c, double base, int64_t dim, int64_t i
 {
     const double pi = 3.14159265358979323846;
     double orig = (double)c->yarn_orig, d = (double)dim;
-    double low = floor(d * log(orig / (32.0 * 2 * pi)) / (2 * log(base)));
-    double high = ceil(d * log(orig / (1.0 * 2 * pi)) / (2 * log(base)));
+    double low = d * log(orig / (32.0 * 2 * pi)) / (2 * log(base));
+    double high = d * log(orig / (1.0 * 2 * pi)) / (2 * log(base));
+    if (c->family != REF_GPT_OSS) { /* gpt-oss's "truncate": false keeps them fractional */
+        low = floor(low);
+        high = ceil(high);
+    }
     low = low < 0 ? 0 : low;
     high = high > d - 1 ? d - 1 : high;
     if (low == high)
@@ -387,7 +402,10 @@ static double yarn_freq(const ref_config *c, double base, int64_t dim, int64_t i
     double ramp = ((double)i - low) / (high - low);
     ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
     double keep = 1.0 - ramp; /* the share of the extrapolated frequency */
-    *mag = yarn_m(c->yarn_factor, c->yarn_mscale) / yarn_m(c->yarn_factor, c->yarn_mscale_all);
+    /* DeepSeek's mscale ratio; transformers' default 0.1 ln(factor) + 1 for gpt-oss */
+    *mag = c->family == REF_GPT_OSS
+               ? yarn_m(c->yarn_factor, 1.0)
+               : yarn_m(c->yarn_factor, c->yarn_mscale) / yarn_m(c->yarn_factor, c->yarn_mscale_all);
     return extra / c->yarn_factor * (1.0 - keep) + extra * keep;
 }
 
@@ -442,6 +460,23 @@ static void mlp(const ref_config *c, double *out, const double *x, const float *
     mlp_w(c, c->ffn, out, x, w_gate, w_up, w_down, b_up, b_down, g, u);
 }
 
+/* gpt-oss's expert e on one token (GptOssExperts): biased gate and up, gate clamped above and up
+ * to [-limit, limit], (up + 1) * gate * sigmoid(1.702 gate), biased down. */
+static void oss_expert(const ref_config *c, const ref_layer *Ly, int64_t e, double *out,
+                       const double *x, double *g, double *u)
+{
+    int64_t H = c->hidden, F = expert_ffn(c);
+    double limit = c->swiglu_limit > 0 ? c->swiglu_limit : 7.0;
+    matvec(g, Ly->e_gate[e], Ly->eb_gate + e * F, x, F, H);
+    matvec(u, Ly->e_up[e], Ly->eb_up + e * F, x, F, H);
+    for (int64_t i = 0; i < F; i++) {
+        double gv = g[i] > limit ? limit : g[i];
+        double uv = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+        g[i] = (uv + 1.0) * gv / (1.0 + exp(-1.702 * gv));
+    }
+    matvec(out, Ly->e_down[e], Ly->eb_down + e * H, g, H, F);
+}
+
 /* The routed FFN of one token: softmax router over every expert, the K best by rank (an
  * expert's rank is how many beat it: a higher probability, or the same and a lower id), their
  * outputs mixed by the probabilities (renormalized over the K for Mixtral and with norm_topk),
@@ -450,7 +485,7 @@ static void moe_ffn(const ref_config *c, const ref_layer *Ly, double *out, const
                     double *rp, int32_t *chosen, double *tmp2, double *g, double *u)
 {
     int64_t H = c->hidden, E = c->n_experts, K = c->top_k;
-    matvec(rp, Ly->router, NULL, x, E, H);
+    matvec(rp, Ly->router, Ly->router_b, x, E, H);
     if (c->v3) {
         for (int64_t e = 0; e < E; e++)
             rp[e] = 1.0 / (1.0 + exp(-rp[e]));
@@ -511,8 +546,11 @@ static void moe_ffn(const ref_config *c, const ref_layer *Ly, double *out, const
         out[i] = 0;
     for (int64_t j = 0; j < K; j++) {
         int64_t e = chosen[j];
-        mlp_w(c, expert_ffn(c), tmp2, x, Ly->e_gate[e], Ly->e_up[e], Ly->e_down[e], NULL, NULL, g,
-              u);
+        if (c->family == REF_GPT_OSS)
+            oss_expert(c, Ly, e, tmp2, x, g, u);
+        else
+            mlp_w(c, expert_ffn(c), tmp2, x, Ly->e_gate[e], Ly->e_up[e], Ly->e_down[e], NULL,
+                  NULL, g, u);
         double w = (renorm ? rp[e] / wsum : rp[e]) * scale;
         for (int64_t i = 0; i < H; i++)
             out[i] += w * tmp2[i];
@@ -678,7 +716,8 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
     const double *ext = longrope_factors(c, T, &mscale);
     for (int64_t l = 0; l < L; l++) {
         const ref_layer *Ly = &m->layers[l];
-        int64_t window = c->family == REF_GEMMA2 ? (l % 2 == 0 ? c->window : 0)
+        int64_t window = c->family == REF_GEMMA2 || c->family == REF_GPT_OSS
+                             ? (l % 2 == 0 ? c->window : 0)
                          : c->family == REF_GEMMA3
                              ? ((l + 1) % c->sliding_pattern != 0 ? c->window : 0)
                              : c->window;
@@ -756,10 +795,16 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                         if (d > max)
                             max = d;
                     }
+                    /* gpt-oss: the head's sink logit joins the denominator, without a value */
+                    double sink = Ly->sinks ? (double)Ly->sinks[h] : -(double)INFINITY;
+                    if (sink > max)
+                        max = sink;
                     for (int64_t s = 0; s <= t; s++) {
                         sc[s] = sc[s] == -(double)INFINITY ? 0.0 : exp(sc[s] - max);
                         sum += sc[s];
                     }
+                    if (Ly->sinks)
+                        sum += exp(sink - max);
                     for (int64_t i = 0; i < hd; i++) {
                         double o = 0;
                         for (int64_t s = 0; s <= t; s++)
@@ -876,6 +921,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_BLOOM: return LP_SYNTH_BLOOM;
     case REF_OPT: return LP_SYNTH_OPT;
     case REF_PHI3: return LP_SYNTH_PHI3;
+    case REF_GPT_OSS: return LP_SYNTH_GPT_OSS;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -893,9 +939,10 @@ static const float *layer_tensor(const ref_layer *L, const lp_synth_tensor *t)
         /* StableLM's per-head norms: the head's slice */
         case LP_ROLE_ATTN_Q_NORM: return L->q_norm + t->expert * t->rows;
         case LP_ROLE_ATTN_K_NORM: return L->k_norm + t->expert * t->rows;
-        case LP_ROLE_EXPERT_GATE: return L->e_gate[t->expert];
-        case LP_ROLE_EXPERT_UP: return L->e_up[t->expert];
-        case LP_ROLE_EXPERT_DOWN: return L->e_down[t->expert];
+        /* gpt-oss's expert biases: the expert's row of [n_experts, rows] */
+        case LP_ROLE_EXPERT_GATE: return b ? L->eb_gate + t->expert * t->rows : L->e_gate[t->expert];
+        case LP_ROLE_EXPERT_UP: return b ? L->eb_up + t->expert * t->rows : L->e_up[t->expert];
+        case LP_ROLE_EXPERT_DOWN: return b ? L->eb_down + t->expert * t->rows : L->e_down[t->expert];
         default: return NULL;
         }
     switch (t->role) {
@@ -909,7 +956,8 @@ static const float *layer_tensor(const ref_layer *L, const lp_synth_tensor *t)
     case LP_ROLE_ATTN_POST_NORM: return L->post_attn_norm;
     case LP_ROLE_FFN_NORM: return b ? L->ffn_norm_b : L->ffn_norm;
     case LP_ROLE_FFN_POST_NORM: return L->post_ffn_norm;
-    case LP_ROLE_ROUTER: return L->router;
+    case LP_ROLE_ROUTER: return b ? L->router_b : L->router;
+    case LP_ROLE_ATTN_SINKS: return L->sinks;
     case LP_ROLE_FFN_GATE: return L->w_gate;
     case LP_ROLE_FFN_UP: return b ? L->b_up : L->w_up;
     case LP_ROLE_FFN_DOWN: return b ? L->b_down : L->w_down;
@@ -980,6 +1028,7 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .routed_scaling = c->routed_scaling, .yarn_factor = c->yarn_factor,
         .yarn_orig = c->yarn_orig, .yarn_mscale = c->yarn_mscale,
         .yarn_mscale_all = c->yarn_mscale_all, .bos_id = 1,
+        .swiglu_limit = c->swiglu_limit > 0 ? c->swiglu_limit : 7.0,
         .eos_id = 2, .dtype = matrix_dtype, .vector_dtype = LP_DTYPE_F32,
         .fill = fill_from_model, .fill_ctx = (void *)m,
     };

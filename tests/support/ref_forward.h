@@ -66,6 +66,12 @@ typedef enum ref_family {
                      rope_dim, adjacent RoPE pairs, the k rope part shared by every head;
                      v_dim-wide values), layers below first_dense dense, n_shared experts of
                      expert_ffn, softmax (V2) or sigmoid + score bias (V3) router with groups */
+    REF_GPT_OSS,  /* gpt-oss: Llama's RMSNorm block with q/k/v/o biases, one learned sink logit
+                     per head joining its softmax (the probabilities over the keys sum to less
+                     than 1), a window on even layers (layer_types sliding, full, ...), YaRN with
+                     unrounded ramp bounds when yarn_factor > 0; every layer routed: biased
+                     router, top-k of the logits, softmax over the chosen; experts with gate, up
+                     and down biases and the clamped SwiGLU (up + 1) g sigmoid(1.702 g) */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -110,6 +116,7 @@ typedef struct ref_config {
      * m(x) = 0.1 x ln(factor) + 1 */
     double yarn_factor, yarn_mscale, yarn_mscale_all;
     int64_t yarn_orig;
+    double swiglu_limit;   /* gpt-oss: the experts' clamp (0 = 7) */
 } ref_config;
 
 typedef struct ref_layer {
@@ -131,6 +138,10 @@ typedef struct ref_layer {
     float *kv_a, *kv_a_norm, *kv_b;   /* [kv_lora + rope, hidden], [kv_lora],
                                          [n_heads (nope + v_dim), kv_lora] */
     float *score_bias;                /* [n_experts] V3 */
+    float *sinks;                     /* [n_heads] gpt-oss */
+    float *router_b;                  /* [n_experts] gpt-oss */
+    float *eb_gate, *eb_up, *eb_down; /* gpt-oss expert biases [n_experts, ffn] x2,
+                                         [n_experts, hidden] */
 } ref_layer;
 
 typedef struct ref_model {

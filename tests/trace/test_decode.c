@@ -169,6 +169,12 @@ static const decode_case cases[] = {
               .first_dense = 1, .n_experts = 8, .top_k = 3, .expert_ffn = 10, .n_shared = 1,
               .n_groups = 4, .topk_groups = 2, .routed_scaling = 2.5, .v3 = true,
               .norm_topk = true, .scale = 0.2}, 16, 3},
+    /* gpt-oss: sinks, the rolling cache on layers 0 and 2 (window 4) beside the full layer 1,
+     * YaRN, the clamped experts */
+    {"gpt-oss", {.family = REF_GPT_OSS, .vocab = 97, .hidden = 36, .n_layers = 3, .n_heads = 4,
+                 .n_kv_heads = 2, .head_dim = 10, .ffn = 20, .eps = 1e-5, .theta = 150000,
+                 .n_experts = 5, .top_k = 2, .norm_topk = true, .window = 4, .yarn_factor = 4,
+                 .yarn_orig = 64, .n_ctx = 256, .swiglu_limit = 0.4, .scale = 0.2}, 19, 3},
 };
 
 static void case_tokens(int32_t *ids, int64_t T, int64_t vocab)

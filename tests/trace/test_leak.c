@@ -1036,6 +1036,11 @@ static const family_case family_cases[] = {
                 .n_kv_heads = 2, .head_dim = 16, .ffn = 40, .eps = 1e-6, .theta = 1000000,
                 .tied = true, .window = 3, .sliding_pattern = 3, .local_theta = 10000,
                 .query_pre_attn_scalar = 16, .qk_norm = true, .scale = 0.2}, 14, true, 0.0},
+    /* rows sum to 1 minus the sink's mass; layers 0 and 2 slide over 4 keys */
+    {"gpt-oss", {.family = REF_GPT_OSS, .vocab = 97, .hidden = 36, .n_layers = 3, .n_heads = 4,
+                 .n_kv_heads = 2, .head_dim = 10, .ffn = 20, .eps = 1e-5, .theta = 150000,
+                 .n_experts = 5, .top_k = 2, .norm_topk = true, .window = 4,
+                 .swiglu_limit = 0.4, .scale = 0.2}, 14, false, 1e-4},
 };
 
 /* Every family is clean (the alignment check included: a random model's tip toward its current

@@ -85,6 +85,21 @@ static const moe_case moe_cases[] = {
                      .expert_ffn = 10, .n_shared = 1, .n_groups = 4, .topk_groups = 2,
                      .routed_scaling = 2.5, .v3 = true, .norm_topk = true, .scale = 0.2},
      19, LP_DTYPE_F32, "deepseek_v3", 2},
+    /* gpt-oss: head_dim 10, vocab 97, 4 heads on 2 kv heads with their sinks, layers 0 and 2
+     * sliding over 5 keys (19 tokens), a clamp of 0.4 that most gates and ups reach */
+    {"gpt-oss", {.family = REF_GPT_OSS, .vocab = 97, .hidden = 36, .n_layers = 3, .n_heads = 4,
+                 .n_kv_heads = 2, .head_dim = 10, .ffn = 20, .eps = 1e-5, .theta = 150000,
+                 .n_experts = 5, .top_k = 2, .norm_topk = true, .window = 5,
+                 .swiglu_limit = 0.4, .scale = 0.2},
+     19, LP_DTYPE_F32, "gpt_oss", 3},
+    /* bf16 as released unquantized, YaRN as gpt-oss ships it (truncate false; factor = n_ctx /
+     * original context), head_dim 14, 6 heads on 2 kv heads */
+    {"gpt-oss-bf16-yarn", {.family = REF_GPT_OSS, .vocab = 83, .hidden = 32, .n_layers = 2,
+                           .n_heads = 6, .n_kv_heads = 2, .head_dim = 14, .ffn = 18, .eps = 1e-5,
+                           .theta = 150000, .n_experts = 4, .top_k = 3, .norm_topk = true,
+                           .window = 7, .yarn_factor = 4, .yarn_orig = 64, .n_ctx = 256,
+                           .swiglu_limit = 0.5, .scale = 0.2},
+     21, LP_DTYPE_BF16, "gpt_oss", 2},
     /* longer than one 256-row FFN chunk: the shared expert runs in two chunks */
     {"qwen2-moe-long", {.family = REF_QWEN_MOE, .vocab = 53, .hidden = 16, .n_layers = 1,
                         .n_heads = 2, .n_kv_heads = 1, .head_dim = 8, .ffn = 24, .eps = 1e-6,
@@ -135,7 +150,13 @@ static void test_moe_case(void **state)
     assert_int_equal(a->shared_expert_ffn_hidden, mc->cfg.shared_ffn);
     assert_int_equal(a->norm_topk_prob, mc->cfg.norm_topk);
     assert_int_equal(a->mla, mc->cfg.family == REF_DEEPSEEK);
-    if (mc->cfg.yarn_factor > 0) /* DeepSeek's YaRN: mscale_all_dim squared in the softmax */
+    if (mc->cfg.family == REF_GPT_OSS) { /* sinks, the clamp, unrounded YaRN ramp bounds */
+        assert_true(a->attn_sinks && a->router_bias && a->bias_qkv && a->bias_o);
+        assert_true(fabs(a->swiglu_limit - mc->cfg.swiglu_limit) < 1e-12);
+        assert_int_equal(a->rope_scaling.kind == LP_ROPE_SCALING_YARN, mc->cfg.yarn_factor > 0);
+        for (int64_t l = 0; l < a->n_layers; l++)
+            assert_int_equal(a->layer_window[l], l % 2 == 0 ? mc->cfg.window : 0);
+    } else if (mc->cfg.yarn_factor > 0) /* DeepSeek's YaRN: mscale_all_dim squared in the softmax */
         assert_true(a->rope_scaling.kind == LP_ROPE_SCALING_YARN && a->query_scale > 0 &&
                     a->rope_scaling.attention_factor > 0);
     assert_int_equal(a->n_shared_experts, mc->cfg.n_shared);
@@ -178,6 +199,55 @@ static void test_rules_matter(void **state)
     ref_outputs_free(&base);
     ref_outputs_free(&flipped);
     ref_outputs_free(&ungated);
+    ref_model_free(&m);
+}
+
+/* gpt-oss's rules are visible to the comparison: without the sinks, with the usual clamp of 7
+ * instead of 0.4, or without the expert biases, the logits move; and with the sinks each
+ * probability row sums to less than 1. */
+static void test_oss_rules_matter(void **state)
+{
+    (void)state;
+    const moe_case *mc = NULL;
+    for (size_t i = 0; i < sizeof moe_cases / sizeof moe_cases[0] && !mc; i++)
+        if (moe_cases[i].cfg.family == REF_GPT_OSS)
+            mc = &moe_cases[i];
+    assert_non_null(mc);
+    ref_config c = mc->cfg;
+    int64_t T = mc->T, V = c.vocab;
+    ref_model m;
+    assert_true(ref_model_random(&c, 9, &m));
+    int32_t ids[64];
+    case_tokens(ids, T, V);
+    ref_outputs base, other;
+    assert_true(ref_forward(&m, ids, T, &base));
+    for (int64_t r = 0; r < c.n_layers * c.n_heads * T; r++) {
+        double sum = 0;
+        for (int64_t s = 0; s < T; s++)
+            sum += (double)base.probs[r * T + s];
+        assert_true(sum < 1.0 - 1e-3);
+    }
+    float *sinks[8];
+    for (int64_t l = 0; l < c.n_layers; l++) {
+        sinks[l] = m.layers[l].sinks;
+        m.layers[l].sinks = NULL;
+    }
+    assert_true(ref_forward(&m, ids, T, &other));
+    assert_true(max_abs_diff(base.logits, other.logits, T * V) > 1e-3);
+    ref_outputs_free(&other);
+    for (int64_t l = 0; l < c.n_layers; l++)
+        m.layers[l].sinks = sinks[l];
+    m.cfg.swiglu_limit = 7.0;
+    assert_true(ref_forward(&m, ids, T, &other));
+    assert_true(max_abs_diff(base.logits, other.logits, T * V) > 1e-3);
+    ref_outputs_free(&other);
+    m.cfg.swiglu_limit = c.swiglu_limit;
+    for (int64_t i = 0; i < c.n_experts * c.ffn; i++)
+        m.layers[0].eb_gate[i] = 0.0f;
+    assert_true(ref_forward(&m, ids, T, &other));
+    assert_true(max_abs_diff(base.logits, other.logits, T * V) > 1e-3);
+    ref_outputs_free(&other);
+    ref_outputs_free(&base);
     ref_model_free(&m);
 }
 
@@ -594,8 +664,10 @@ int main(void)
         tests[n++] = t;
     }
     struct CMUnitTest rules = cmocka_unit_test(test_rules_matter);
+    struct CMUnitTest oss_rules = cmocka_unit_test(test_oss_rules_matter);
     struct CMUnitTest routing = cmocka_unit_test(test_store_routing);
     tests[n++] = rules;
+    tests[n++] = oss_rules;
     tests[n++] = routing;
     return _cmocka_run_group_tests("moe", tests, n, NULL, NULL);
 }

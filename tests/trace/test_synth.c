@@ -652,6 +652,9 @@ static const family_case family_cases[] = {
     {LP_SYNTH_DEEPSEEK_V2, "deepseek_v2", 36, "model.layers.1.self_attn.kv_a_proj_with_mqa.weight", LP_ROLE_ATTN_KV_A, false, 1.0f},
     /* + q_a, its norm and q_b instead of q, and the score correction */
     {LP_SYNTH_DEEPSEEK_V3, "deepseek_v3", 41, "model.layers.1.mlp.gate.e_score_correction_bias", LP_ROLE_ROUTER_BIAS, false, 1.0f},
+    /* embed, 2 x (2 norms, q k v o and their 4 biases, sinks, router and its bias, stacked
+     * gate_up and down with their biases), norm, lm_head */
+    {LP_SYNTH_GPT_OSS, "gpt_oss", 37, "model.layers.1.mlp.experts.gate_up_proj", LP_ROLE_EXPERT_GATE_UP, true, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)

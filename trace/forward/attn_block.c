@@ -56,6 +56,7 @@ static void run_head(void *ctx, int64_t task)
         .n_group = ht->heads_per_task, .q_head_stride = h->q_step, .out_head_stride = h->v_dim,
         .probs_head_stride = p->plan.slot_stride, .stats_head_stride = T,
         .alibi_slopes = m->alibi_slopes ? m->alibi_slopes + head : NULL,
+        .has_sink = h->sinks != NULL, .sink_logit = h->sinks ? h->sinks[head] : 0.0f,
     };
     lp_attention(&args);
 }
@@ -263,7 +264,9 @@ lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
         group = 1;
     for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
         int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
-        bool whole_groups = heads->group > 1 && h0 % heads->group == 0 && n % heads->group == 0;
+        /* the kernel takes one sink logit per call: heads with their own sinks go one by one */
+        bool whole_groups = heads->group > 1 && h0 % heads->group == 0 &&
+                            n % heads->group == 0 && !heads->sinks;
         head_task task = {p, heads, h0, whole_groups ? (int)heads->group : 1,
                           any_probs, with_stats, 1, {0}};
         plan_chunks(p, &task);
@@ -308,7 +311,7 @@ lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
         return st;
     int64_t hd = p->m->arch.head_dim;
     lp_fw_heads heads = {x.q, x.q_stride, hd, kv, kv.head_stride, hd, hd,
-                         p->m->arch.n_heads / L->n_kv_heads};
+                         p->m->arch.n_heads / L->n_kv_heads, L->sinks};
     if ((st = lp_fw_run_heads(p, l, &heads)) || (st = lp_fw_emit_head_outputs(p, l, hd)) ||
         (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
         return st;

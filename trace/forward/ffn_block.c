@@ -25,6 +25,39 @@ static void activate(const lp_arch *a, float *gate, const float *up, int64_t n)
     }
 }
 
+/* A gated FFN's gate[n] combined with up[n] into gate as the block says. */
+static void gate_times_up(const lp_model *m, float *gate, const float *up, int64_t n)
+{
+    const lp_block_desc *b = &m->block;
+    if (b->glu != LP_GLU_CLAMPED_SWIGLU) {
+        activate(&m->arch, gate, up, n);
+        return;
+    }
+    float limit = (float)b->glu_limit, alpha = (float)b->glu_alpha;
+    for (int64_t i = 0; i < n; i++) {
+        /* written so that a NaN stays NaN, as torch's clamp keeps it */
+        float g = gate[i] > limit ? limit : gate[i];
+        float u = up[i] > limit ? limit : (up[i] < -limit ? -limit : up[i]);
+        gate[i] = (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
+    }
+}
+
+/* rows fused [rows, 2 F] gate/up rows in gu, split in place: the gates packed [rows, F] from gu
+ * on, the ups into up [rows, F]. Interleaved rows alternate gate, up; else gate half, up half.
+ * Row t's gates land at or before where row t was read, so nothing unread is overwritten. */
+static void split_gate_up(float *gu, float *up, int64_t rows, int64_t F, bool interleaved)
+{
+    for (int64_t t = 0; t < rows; t++) {
+        const float *src = gu + t * 2 * F;
+        float *g = gu + t * F, *u = up + t * F;
+        for (int64_t i = 0; i < F; i++) {
+            float gv = interleaved ? src[2 * i] : src[i];
+            u[i] = interleaved ? src[2 * i + 1] : src[F + i];
+            g[i] = gv;
+        }
+    }
+}
+
 /* The FFN of `rows` rows (at most ffn_rows), in -> out. */
 static lp_status dense_ffn_chunk(lp_fw_pass *p, const lp_layer_weights *L, const float *in,
                                  int64_t rows, float *out)
@@ -43,7 +76,7 @@ static lp_status dense_ffn_chunk(lp_fw_pass *p, const lp_layer_weights *L, const
             return st;
         for (int64_t t = 0; t < rows; t++) {
             float *row = s->gate + t * 2 * F;
-            activate(a, row, row + F, F);
+            gate_times_up(p->m, row, row + F, F);
             memmove(s->gate + t * F, row, (size_t)F * sizeof(float));
         }
     } else {
@@ -51,7 +84,7 @@ static lp_status dense_ffn_chunk(lp_fw_pass *p, const lp_layer_weights *L, const
                                         {&L->up, L->up_bias, s->up}};
         if ((st = lp_fw_linear_group(p, in, rows, gate_up, 2)))
             return st;
-        activate(a, s->gate, s->up, rows * F);
+        gate_times_up(p->m, s->gate, s->up, rows * F);
     }
     return lp_fw_linear(p, s->gate, rows, &L->down, L->down_bias, out);
 }
@@ -187,11 +220,17 @@ static lp_status expert_rows(lp_fw_pass *p, const lp_expert_weights *X, int64_t 
 {
     lp_fw_scratch *s = &p->s;
     lp_status st;
-    lp_fw_linear_part gate_up[2] = {{&X->gate, NULL, s->gate}, {&X->up, NULL, s->up}};
-    if ((st = lp_fw_linear_group(p, in, rows, gate_up, 2)))
+    lp_fw_linear_part gate_up[2] = {{&X->gate, X->gate_bias, s->gate},
+                                    {&X->up, X->up_bias, s->up}};
+    if (X->gate_up.data) {
+        if ((st = lp_fw_linear(p, in, rows, &X->gate_up, X->gate_up_bias, s->gate)))
+            return st;
+        split_gate_up(s->gate, s->up, rows, F, p->m->block.gate_up_interleaved);
+    } else if ((st = lp_fw_linear_group(p, in, rows, gate_up, 2))) {
         return st;
-    activate(&p->m->arch, s->gate, s->up, rows * F);
-    return lp_fw_linear(p, s->gate, rows, &X->down, NULL, s->expert_out);
+    }
+    gate_times_up(p->m, s->gate, s->up, rows * F);
+    return lp_fw_linear(p, s->gate, rows, &X->down, X->down_bias, s->expert_out);
 }
 
 /* Expert e over the tokens routed to it, ffn_rows at a time, its weighted output added into

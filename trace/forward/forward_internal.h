@@ -157,13 +157,14 @@ lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out);
 /* Where the heads of one layer read: head h's query at q + h * q_step (rows q_stride apart),
  * its kv head h / group's key as kv says and its value at kv.v + (h / group) * v_step; scores
  * over head_dim values, outputs v_dim wide into s.attn at h * v_dim (rows n_heads * v_dim
- * apart). */
+ * apart); head h's softmax also counts sinks[h] when the layer has learned sinks. */
 typedef struct lp_fw_heads {
     const float *q;
     int64_t q_stride, q_step;
     lp_fw_kv_source kv;
     int64_t v_step;
     int64_t head_dim, v_dim, group;
+    const float *sinks; /* [n_heads] learned sink logits, or NULL */
 } lp_fw_heads;
 
 /* attn_block.c: every head (maps and statistics to the observer) and the HEAD_OUTPUT sites of

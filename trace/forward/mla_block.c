@@ -131,7 +131,7 @@ lp_status lp_fw_mla_attention(lp_fw_pass *p, int l, const float *in, float *out)
     p->mask.window = lp_fw_layer_window(p->opts, L);
     /* every head its own key and value: group 1; values read in place from kv_b's rows */
     lp_fw_kv_source kv = {k, kvb + nope, nh * hd, nh * (nope + v), hd, LP_DTYPE_F32};
-    lp_fw_heads heads = {q, nh * hd, hd, kv, nope + v, hd, v, 1};
+    lp_fw_heads heads = {q, nh * hd, hd, kv, nope + v, hd, v, 1, NULL};
     if ((st = lp_fw_run_heads(p, l, &heads)) || (st = lp_fw_emit_head_outputs(p, l, v)) ||
         (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
         return st;

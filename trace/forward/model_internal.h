@@ -43,6 +43,14 @@ typedef enum lp_qk_norm_kind {
     LP_QK_NORM_KIND_COUNT
 } lp_qk_norm_kind;
 
+/* How a gated FFN combines its gate g and up u. */
+typedef enum lp_glu_kind {
+    LP_GLU_PLAIN,           /* act(g) * u with the arch's activation (SwiGLU, GeGLU) */
+    LP_GLU_CLAMPED_SWIGLU,  /* gpt-oss: g = min(g, limit), u = clamp(u, -limit, limit),
+                               (u + 1) * g * sigmoid(alpha g) */
+    LP_GLU_KIND_COUNT
+} lp_glu_kind;
+
 typedef struct lp_block_desc {
     lp_residual_kind residual;
     bool input_norms;        /* n1, n2 before the sublayers (false: OLMo 2 norms only outputs) */
@@ -59,6 +67,12 @@ typedef struct lp_block_desc {
     bool embed_norm;         /* a norm right after the embedding (BLOOM) */
     int64_t embed_dim;       /* width of the token embedding and of the classifier's input:
                                 hidden, or OPT's word_embed_proj_dim with project_in/out */
+    bool attn_sinks;         /* one learned logit per query head joins its softmax (gpt-oss) */
+    lp_glu_kind glu;         /* how a gated FFN or expert combines gate and up */
+    double glu_alpha, glu_limit; /* LP_GLU_CLAMPED_SWIGLU: sigmoid(alpha g), the clamp */
+    bool gate_up_interleaved; /* a fused expert gate_up alternates gate and up outputs (gpt-oss
+                                 gate_up_proj: gate = [..., ::2], up = [..., 1::2]); else the
+                                 gate half, then the up half */
 } lp_block_desc;
 
 /* The description an arch implies; the one definition forward.c sizes its scratch by. */
@@ -85,6 +99,9 @@ typedef struct lp_expert_weights {
     lp_matrix gate; /* [expert_ffn, hidden] */
     lp_matrix up;   /* [expert_ffn, hidden] */
     lp_matrix down; /* [hidden, expert_ffn] */
+    lp_matrix gate_up; /* fused [2 expert_ffn, hidden] (gate_up_proj; gate and up unbound), in
+                          the order block.gate_up_interleaved says */
+    float *gate_bias, *up_bias, *gate_up_bias, *down_bias; /* or NULL (gpt-oss has them) */
 } lp_expert_weights;
 
 typedef struct lp_layer_weights {
@@ -104,6 +121,7 @@ typedef struct lp_layer_weights {
     float *q_norm, *k_norm, *q_norm_bias, *k_norm_bias;
     lp_matrix o;        /* [hidden, q_dim] (MLA: [hidden, n_heads * v_head_dim]) */
     float *o_bias;
+    float *sinks;       /* [n_heads] learned sink logits (block.attn_sinks), else NULL */
     /* MLA (DeepSeek): q = q_b(norm(q_a x)) with q_lora_rank, else q (above) x, per head
      * [nope | rope]; kv_a x = [latent (kv_lora_rank) | k_rope (one shared head)]; kv_b
      * norm(latent) per head [k_nope | v]. */

@@ -249,9 +249,9 @@ static const char *missing_piece(const lp_arch *a)
 
 static lp_status check_supported(const lp_arch *a, const char *path, lp_error *err)
 {
-    /* Families whose graphs need pieces this pass does not have (attention sinks, clamped
-     * SwiGLU, biased top-k softmax) and that no flag of the arch shows. */
-    static const char *const refused[] = {"gpt_oss", "gpt-oss", "falcon_h1", "mamba", "rwkv", NULL};
+    /* Families that are not transformer decoders (state-space and recurrent layers), whatever
+     * their flags say. */
+    static const char *const refused[] = {"falcon_h1", "mamba", "rwkv", NULL};
     for (size_t i = 0; refused[i]; i++)
         if (strcmp(a->family, refused[i]) == 0)
             return lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: family '%s' is not supported by trace",
@@ -305,6 +305,14 @@ lp_block_desc lp_block_of(const lp_arch *a)
     b.qkv_clip = a->qkv_clip;
     b.embed_norm = a->embed_norm;
     b.embed_dim = a->embed_proj_dim > 0 ? a->embed_proj_dim : a->hidden_size;
+    b.attn_sinks = a->attn_sinks;
+    /* gpt-oss (modeling_gpt_oss.py GptOssExperts): alpha 1.702 is a constant there, the limit
+     * its config's swiglu_limit */
+    bool oss = strcmp(a->family, "gpt_oss") == 0;
+    b.glu = a->swiglu_limit > 0 ? LP_GLU_CLAMPED_SWIGLU : LP_GLU_PLAIN;
+    b.glu_alpha = b.glu == LP_GLU_CLAMPED_SWIGLU ? 1.702 : 0.0;
+    b.glu_limit = a->swiglu_limit;
+    b.gate_up_interleaved = oss;
     return b;
 }
 
@@ -434,6 +442,9 @@ static lp_status bind_attention(lp_model *m, int l, lp_layer_weights *L, lp_erro
     if ((st = bind_qk_norms(m, l, L, err)) ||
         (st = bind_matrix(m, LP_ROLE_ATTN_O, l, -1, hidden, L->q_dim, true, &L->o, NULL, err)))
         return st;
+    if (m->block.attn_sinks &&
+        (st = bind_vector(m, LP_ROLE_ATTN_SINKS, l, false, a->n_heads, true, &L->sinks, err)))
+        return st;
     return bind_vector(m, LP_ROLE_ATTN_O, l, true, hidden, false, &L->o_bias, err);
 }
 
@@ -535,6 +546,53 @@ static lp_status bind_shared_expert(lp_model *m, int l, lp_layer_weights *L, lp_
                        err);
 }
 
+/* Row `expert` of a layer's [n_experts, n] bias (gpt-oss's gate_up_proj_bias, llama.cpp's
+ * ffn_*_exps.bias), or an expert's own [n] one; NULL when there is none. */
+static lp_status bind_expert_vector(lp_model *m, lp_role role, int l, int expert, int64_t n,
+                                    float **out, lp_error *err)
+{
+    *out = NULL;
+    const lp_tensor *t = lp_weights_find(m->weights, role, l, expert, true);
+    int64_t row = 0;
+    if (!t) {
+        t = lp_weights_find(m->weights, role, l, -1, true);
+        row = expert;
+        if (!t)
+            return LP_OK;
+        if (t->n_dims != 2 || t->shape[0] != m->arch.n_experts || t->shape[1] != n)
+            return lp_error_set(err, LP_ERR_FORMAT,
+                                "%s: tensor '%s': want [%lld experts, %lld] expert biases",
+                                lp_weights_path(m->weights), t->name,
+                                (long long)m->arch.n_experts, (long long)n);
+    } else if (t->n_elements != n) {
+        return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': %lld values, expected %lld",
+                            lp_weights_path(m->weights), t->name, (long long)t->n_elements,
+                            (long long)n);
+    }
+    float *v = model_alloc(m, (size_t)n * sizeof *v);
+    if (!v)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
+    *out = v;
+    return lp_tensor_rows_f32(t, row, 1, v, err);
+}
+
+/* An expert's biases: gate and up apart or the fused gate_up's, and down's. */
+static lp_status bind_expert_biases(lp_model *m, int l, int e, bool apart, int64_t F,
+                                    lp_expert_weights *X, lp_error *err)
+{
+    lp_status st;
+    if (apart) {
+        if ((st = bind_expert_vector(m, LP_ROLE_EXPERT_GATE, l, e, F, &X->gate_bias, err)) ||
+            (st = bind_expert_vector(m, LP_ROLE_EXPERT_UP, l, e, F, &X->up_bias, err)))
+            return st;
+    } else if ((st = bind_expert_vector(m, LP_ROLE_EXPERT_GATE_UP, l, e, 2 * F, &X->gate_up_bias,
+                                        err))) {
+        return st;
+    }
+    return bind_expert_vector(m, LP_ROLE_EXPERT_DOWN, l, e, m->arch.hidden_size, &X->down_bias,
+                              err);
+}
+
 /* The router and every expert's gate, up and down. */
 static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error *err)
 {
@@ -563,11 +621,22 @@ static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error 
     L->experts = model_alloc(m, (size_t)E * sizeof *L->experts);
     if (!L->experts)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding %lld experts", (long long)E);
+    memset(L->experts, 0, (size_t)E * sizeof *L->experts);
     for (int e = 0; e < E; e++) {
         lp_expert_weights *X = &L->experts[e];
-        if ((st = bind_matrix(m, LP_ROLE_EXPERT_GATE, l, e, F, hidden, true, &X->gate, NULL, err)) ||
-            (st = bind_matrix(m, LP_ROLE_EXPERT_UP, l, e, F, hidden, true, &X->up, NULL, err)) ||
-            (st = bind_matrix(m, LP_ROLE_EXPERT_DOWN, l, e, hidden, F, true, &X->down, NULL, err)))
+        bool apart;
+        if ((st = bind_matrix(m, LP_ROLE_EXPERT_GATE, l, e, F, hidden, false, &X->gate, &apart,
+                              err)))
+            return st;
+        if (apart)
+            st = bind_matrix(m, LP_ROLE_EXPERT_UP, l, e, F, hidden, true, &X->up, NULL, err);
+        else
+            st = bind_matrix(m, LP_ROLE_EXPERT_GATE_UP, l, e, 2 * F, hidden, true, &X->gate_up,
+                             NULL, err);
+        if (st || (st = bind_matrix(m, LP_ROLE_EXPERT_DOWN, l, e, hidden, F, true, &X->down, NULL,
+                                    err)))
+            return st;
+        if (a->bias_mlp && (st = bind_expert_biases(m, l, e, apart, F, X, err)))
             return st;
     }
     return bind_shared_expert(m, l, L, err);

@@ -9,7 +9,7 @@ void lp_head_stats_from_rows(const lp_attn_row_stats *rows, int64_t n_rows, int6
                              lp_head_stats *out)
 {
     double entropy = 0, max_prob = 0, sink = 0, prev = 0, self = 0, distance = 0, local = 0;
-    double keys50 = 0, keys90 = 0, keys99 = 0, low_mass = 0;
+    double keys50 = 0, keys90 = 0, keys99 = 0, low_mass = 0, learned_sink = 0;
     int64_t n = 0, n_prev = 0;
     for (int64_t i = 0; i < n_rows; i++) {
         const lp_attn_row_stats *r = &rows[i];
@@ -26,6 +26,7 @@ void lp_head_stats_from_rows(const lp_attn_row_stats *rows, int64_t n_rows, int6
         keys90 += (double)r->keys90;
         keys99 += (double)r->keys99;
         low_mass += (double)r->low_mass;
+        learned_sink += (double)r->learned_sink;
         if (row_index0 + i >= 1) {
             /* Row 0 has no previous token; counting it would bias every head towards 0. */
             prev += (double)r->prev;
@@ -44,6 +45,7 @@ void lp_head_stats_from_rows(const lp_attn_row_stats *rows, int64_t n_rows, int6
     out->keys90 = keys90 * inv;
     out->keys99 = keys99 * inv;
     out->low_mass = low_mass * inv;
+    out->learned_sink = learned_sink * inv;
     out->output_norm = 0.0;
     out->n_rows = n;
 }

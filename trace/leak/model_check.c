@@ -212,12 +212,19 @@ static void check_probs(leak_obs *o, const lp_site *site, const lp_view *v)
             o->r->nan_rows++;
         if (rs.sum == 0.0 && !rs.nonfinite)
             la->masked_rows++;
-        double row_err = fabs(rs.sum - (rs.any_ref ? 1.0 : 0.0));
+        /* a learned sink (gpt-oss) holds its share of the row outside the keys */
+        double sink = v->row_stats && isfinite(v->row_stats[q].learned_sink)
+                          ? (double)v->row_stats[q].learned_sink
+                          : 0.0;
+        double row_err = fabs(rs.sum - (rs.any_ref ? 1.0 - sink : 0.0));
         if (!rs.nonfinite && row_err > la->max_row_err)
             la->max_row_err = row_err;
-        /* A fully masked row must be all zeros; any other row sums to 1, so a row gone blind
-         * where the definition allows keys fails here. */
-        if (!rs.nonfinite && row_err > LP_LEAK_ROW_SUM_TOL && !(rs.sum == 0.0 && !rs.any_ref)) {
+        /* A fully masked row must be all zeros; any other row sums to 1 minus its sink's mass,
+         * and a row gone blind where the definition allows keys fails here (with a sink too,
+         * whose mass would otherwise explain the empty row). */
+        bool blind = rs.any_ref && rs.sum == 0.0;
+        if (!rs.nonfinite &&
+            ((row_err > LP_LEAK_ROW_SUM_TOL && !(rs.sum == 0.0 && !rs.any_ref)) || blind)) {
             la->bad_rows++;
             bad = true;
         }
@@ -539,12 +546,13 @@ static lp_status attention_checks(leak_obs *o, layer_attn *la, bool padded, int6
         const char *where = padded ? "padded batch" : "prompt";
         lp_status st;
         const char *name = padded ? "structural" : "attention_map";
+        const char *total = lp_model_arch(o->model)->attn_sinks ? "1 - the sink's mass" : "1";
         if (ok)
             st = add_check(r, cap, name, true, l, -1, NO_DIFF, err,
-                           "%s, window %lld: no probability outside the mask, rows sum to 1 "
+                           "%s, window %lld: no probability outside the mask, rows sum to %s "
                            "(max error %.2g), %lld fully masked rows, %lld visible cells "
                            "underflow to 0",
-                           where, (long long)layer_window(o, l), a->max_row_err,
+                           where, (long long)layer_window(o, l), total, a->max_row_err,
                            (long long)a->masked_rows, (long long)a->zero_visible);
         else
             st = add_check(r, cap, name, false, l,

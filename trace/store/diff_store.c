@@ -66,8 +66,11 @@ static lp_status insert_diff_head_stats(lp_store *s, int64_t id, const lp_store_
                                     "INSERT INTO diff_head_stats (diff_id, layer, head, stat, "
                                     "delta) VALUES (?1, ?2, ?3, ?4, ?5)",
                                     &q, "inserting diff_head_stats", err);
-    for (int64_t i = 0; st == LP_OK && i < d->n_layers * d->n_heads; i++)
+    int64_t LH = d->n_layers * d->n_heads;
+    for (int64_t i = 0; st == LP_OK && i < LH; i++)
         for (int k = 0; st == LP_OK && k < LP_STAT_COUNT; k++) {
+            if (lp_head_stat_absent(d->stat_delta, LH, (lp_head_stat)k))
+                continue;
             bind_head(q, id, i, d->n_heads);
             sqlite3_bind_text(q, 4, lp_head_stat_name((lp_head_stat)k), -1, SQLITE_STATIC);
             lp_store_bind_real_or_null(q, 5, d->stat_delta[i * LP_STAT_COUNT + k]);

@@ -371,9 +371,20 @@ static const stat_spelling stat_spellings[] = {
     {"local_frac", LP_STAT_LOCAL_FRAC}, {"output_norm", LP_STAT_OUTPUT_NORM},
     {"keys50", LP_STAT_KEYS50},         {"keys90", LP_STAT_KEYS90},
     {"keys99", LP_STAT_KEYS99},         {"low_mass", LP_STAT_LOW_MASS},
+    {"learned_sink", LP_STAT_LEARNED_SINK},
     {"prev", LP_STAT_PREV_TOKEN},       {"previous-token", LP_STAT_PREV_TOKEN},
     {"previous_token", LP_STAT_PREV_TOKEN},
 };
+
+bool lp_head_stat_absent(const double *stat_delta, int64_t n_heads_total, lp_head_stat stat)
+{
+    if (stat != LP_STAT_LEARNED_SINK)
+        return false;
+    for (int64_t i = 0; i < n_heads_total; i++)
+        if (!isnan(stat_delta[i * LP_STAT_COUNT + stat]))
+            return false;
+    return true;
+}
 
 const char *lp_head_stat_name(lp_head_stat stat)
 {
@@ -453,8 +464,10 @@ lp_status lp_store_read_head_stat(lp_store *s, const lp_store_run *run, lp_head_
     if (st == LP_OK && rows == 0)
         st = lp_error_set(err, LP_ERR_NOT_FOUND, "%s: run %lld has no head_stats rows%s",
                           s->path, (long long)run->id,
-                          stat >= LP_STAT_KEYS50 ? " with this statistic (traced before loupe "
-                                                   "recorded it)" : "");
+                          stat == LP_STAT_LEARNED_SINK ? " with a learned sink (the model has none)"
+                          : stat >= LP_STAT_KEYS50     ? " with this statistic (traced before loupe "
+                                                         "recorded it)"
+                                                       : "");
     if (st != LP_OK) {
         free(out);
         return st;

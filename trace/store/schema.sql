@@ -77,6 +77,8 @@ CREATE TABLE IF NOT EXISTS head_stats (
     keys90        REAL,            -- likewise 90%
     keys99        REAL,            -- likewise 99%
     low_mass      REAL,            -- mean mass on keys with probability below 1e-3
+    learned_sink  REAL,            -- mean probability on the head's learned sink (gpt-oss): its
+                                   -- rows sum to 1 minus it over the keys; NULL without sinks
     PRIMARY KEY (run_id, layer, head)
 );
 

@@ -294,8 +294,15 @@ typedef enum lp_head_stat {
     LP_STAT_KEYS90,
     LP_STAT_KEYS99,
     LP_STAT_LOW_MASS, /* mean mass on keys with probability below 1e-3 */
+    LP_STAT_LEARNED_SINK, /* mean probability on the learned sink (gpt-oss); NULL in models
+                             without sinks, so it comes last */
     LP_STAT_COUNT
 } lp_head_stat;
+
+/* Whether stat is one the heads do not have at all, so that a diff leaves it out rather than
+ * list NULLs: learned_sink when no head of [n_heads_total] rows of stride LP_STAT_COUNT in
+ * stat_delta has a value (models without sinks). */
+bool lp_head_stat_absent(const double *stat_delta, int64_t n_heads_total, lp_head_stat stat);
 
 /* The column name ("prev_token"); lp_head_stat_from_name also takes "prev", "previous_token"
  * (any case) and returns LP_STAT_COUNT for unknown names. */

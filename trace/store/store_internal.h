@@ -37,6 +37,7 @@ struct lp_store {
     bool *layer_sel;   /* [n_layers] */
     bool *head_sel;    /* [n_heads] */
     int64_t n_layers, n_heads, n_experts;
+    bool has_sinks; /* the model's heads have learned sinks: head_stats.learned_sink */
     const struct lp_tokenizer *tok;
     lp_head_stats *stats;   /* [n_layers, n_heads] */
     bool *stats_seen;       /* [n_layers, n_heads] */

@@ -22,8 +22,8 @@ static const char *const stmt_sql[LP_STMT_COUNT] = {
                           "VALUES (?, ?, ?, ?, ?, ?, ?)",
     [LP_STMT_HEAD_STATS] = "INSERT INTO head_stats (run_id, layer, head, entropy, max_prob, sink, "
                            "prev_token, self, distance, local_frac, local_window, output_norm, "
-                           "keys50, keys90, keys99, low_mass) "
-                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           "keys50, keys90, keys99, low_mass, learned_sink) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [LP_STMT_PREDICTION] = "INSERT INTO predictions (run_id, pos, rank, token_id, piece, prob, "
                            "logit) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [LP_STMT_LOGITS] = "INSERT INTO logits (run_id, pos, data) VALUES (?, ?, ?)",
@@ -181,6 +181,7 @@ static lp_status migrate(lp_store *s, lp_error *err)
         {"head_stats", "keys90", "ALTER TABLE head_stats ADD COLUMN keys90 REAL"},
         {"head_stats", "keys99", "ALTER TABLE head_stats ADD COLUMN keys99 REAL"},
         {"head_stats", "low_mass", "ALTER TABLE head_stats ADD COLUMN low_mass REAL"},
+        {"head_stats", "learned_sink", "ALTER TABLE head_stats ADD COLUMN learned_sink REAL"},
     };
     lp_status st = LP_OK;
     for (size_t i = 0; st == LP_OK && i < sizeof added / sizeof added[0]; i++)
@@ -389,6 +390,7 @@ static lp_status alloc_run_state(lp_store *s, const lp_run_info *info, const lp_
     s->n_layers = a->n_layers;
     s->n_heads = a->n_heads;
     s->n_experts = a->n_experts > 0 ? a->n_experts : 0;
+    s->has_sinks = a->attn_sinks;
     s->tok = info->tokenizer;
     size_t LH = (size_t)(s->n_layers * s->n_heads);
     size_t LE = (size_t)(s->n_layers * (s->n_experts > 0 ? s->n_experts : 1));
@@ -724,6 +726,10 @@ static lp_status write_head_stats(lp_store *s, int64_t l, lp_error *err)
         double sparsity[] = {hs->keys50, hs->keys90, hs->keys99, hs->low_mass};
         for (int i = 0; i < 4; i++)
             sqlite3_bind_double(q, 13 + i, sparsity[i]);
+        if (s->has_sinks)
+            sqlite3_bind_double(q, 17, hs->learned_sink);
+        else
+            sqlite3_bind_null(q, 17);
         lp_status st = step(s, LP_STMT_HEAD_STATS, err);
         if (st != LP_OK)
             return st;

@@ -39,6 +39,7 @@ enum {
     QWEN_MOES = FAM(LP_SYNTH_QWEN2_MOE) | FAM(LP_SYNTH_QWEN3_MOE),
     V3 = FAM(LP_SYNTH_DEEPSEEK_V3),
     DEEPSEEKS = FAM(LP_SYNTH_DEEPSEEK_V2) | V3, /* latent attention */
+    OSS = FAM(LP_SYNTH_GPT_OSS),
     QK_NORM = FAM(LP_SYNTH_QWEN3) | FAM(LP_SYNTH_GEMMA3) | FAM(LP_SYNTH_QWEN3_MOE),
     QKV_BIAS = FAM(LP_SYNTH_QWEN2) | FAM(LP_SYNTH_QWEN2_MOE),
     NORM_PLUS_ONE = GEMMAS, /* norms compute x * (1 + w): the identity is w = 0 */
@@ -74,6 +75,7 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_QWEN3_MOE] = {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM", "silu"},
     [LP_SYNTH_DEEPSEEK_V2] = {"deepseek_v2", "deepseek_v2", "DeepseekV2ForCausalLM", "silu"},
     [LP_SYNTH_DEEPSEEK_V3] = {"deepseek_v3", "deepseek_v3", "DeepseekV3ForCausalLM", "silu"},
+    [LP_SYNTH_GPT_OSS] = {"gpt_oss", "gpt_oss", "GptOssForCausalLM", "silu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -110,10 +112,12 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
      * dims), GPT-J's rotary_dim 64 of 256 */
     spec->rope_dim = has(spec, NEOX | GPTJ | STABLELM) ? 2 : has(spec, PHI) ? 4 : 0;
     spec->parallel = has(spec, NEOX | FALCON);
-    if (has(spec, MOE | QWEN_MOES | DEEPSEEKS)) {
+    if (has(spec, MOE | QWEN_MOES | DEEPSEEKS | OSS)) {
         spec->n_experts = 4;
         spec->top_k = 2;
     }
+    spec->norm_topk_prob = has(spec, OSS); /* the softmax over the chosen logits */
+    spec->swiglu_limit = has(spec, OSS) ? 7.0 : 0.0;
     if (has(spec, QWEN_MOES)) {
         spec->expert_ffn = 16;
         spec->shared_ffn = has(spec, FAM(LP_SYNTH_QWEN2_MOE)) ? 48 : 0;
@@ -135,7 +139,7 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
         spec->topk_groups = has(spec, V3) ? 1 : 0;
         spec->routed_scaling = has(spec, V3) ? 2.5 : 0;
     }
-    spec->window = has(spec, FAM(LP_SYNTH_MISTRAL) | POST_NORMS) ? 16 : 0;
+    spec->window = has(spec, FAM(LP_SYNTH_MISTRAL) | POST_NORMS | OSS) ? 16 : 0;
     spec->sliding_pattern = has(spec, FAM(LP_SYNTH_GEMMA3)) ? 6 : 0;
     spec->local_theta = has(spec, FAM(LP_SYNTH_GEMMA3)) ? 1e4 : 0;
     spec->query_pre_attn_scalar = has(spec, POST_NORMS) ? (double)spec->head_dim : 0;
@@ -213,7 +217,7 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
     if (has(s, MHA_ONLY) && s->n_kv_heads != s->n_heads)
         return lp_error_set(err, LP_ERR_USAGE, "%s: needs n_kv_heads = n_heads (%lld, %lld)",
                             name, (long long)s->n_kv_heads, (long long)s->n_heads);
-    if (has(s, MOE | QWEN_MOES | DEEPSEEKS) &&
+    if (has(s, MOE | QWEN_MOES | DEEPSEEKS | OSS) &&
         (s->n_experts < 1 || s->top_k < 1 || s->top_k > s->n_experts))
         return lp_error_set(err, LP_ERR_USAGE, "%s: top_k %lld of %lld experts", name,
                             (long long)s->top_k, (long long)s->n_experts);
@@ -254,7 +258,8 @@ typedef enum dim {
     D_EMBED,   /* the token embedding's width: OPT's word_embed_proj_dim, else hidden */
     D_FFN2,    /* Phi-3's gate | up */
     D_EXPERT_FFN, D_SHARED_FFN, D_ONE,
-    D_Q_LORA, D_KV_A, D_KV_LORA, D_KV_B, D_HEADS_V /* MLA */
+    D_Q_LORA, D_KV_A, D_KV_LORA, D_KV_B, D_HEADS_V, /* MLA */
+    D_HEADS /* one value per query head (gpt-oss's sinks) */
 } dim;
 
 /* Where a row stands: before the layers, in each layer, in each expert, query head or kv head of
@@ -274,6 +279,9 @@ typedef enum storage {
     QKV_GROUPED, /* GPT-NeoX's query_key_value: per kv group [its q heads, k, v], as Linear */
     QKV_CONCAT,  /* Phi-3's qkv_proj: the q, k and v parts stacked, as Linear */
     GATE_UP,     /* Phi-3's gate_up_proj: the gate and up parts stacked, as Linear */
+    EXPERTS_STACKED, /* gpt-oss's experts: every expert of the layer in one tensor, matrices
+                        [n_experts, in, out], biases [n_experts, out]; gate_up's gate and up
+                        outputs interleaved */
 } storage;
 
 typedef struct tensor_row {
@@ -330,9 +338,11 @@ static const tensor_row TENSORS[] = {
     VEC(LAYER, L_ "self_attn.k_norm.weight", ATTN_K_NORM, D_HEAD, QK_NORM),
     VEC(LAYER, L_ "self_attn.q_norm.weight", ATTN_Q_NORM, D_Q, OLMO2),
     VEC(LAYER, L_ "self_attn.k_norm.weight", ATTN_K_NORM, D_KV, OLMO2),
-    BIAS(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, QKV_BIAS | PHI),
-    BIAS(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, QKV_BIAS | PHI),
-    BIAS(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, QKV_BIAS | PHI),
+    BIAS(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, QKV_BIAS | PHI | OSS),
+    BIAS(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, QKV_BIAS | PHI | OSS),
+    BIAS(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, QKV_BIAS | PHI | OSS),
+    BIAS(LAYER, L_ "self_attn.o_proj.bias", ATTN_O, D_HIDDEN, OSS),
+    VEC(LAYER, L_ "self_attn.sinks", ATTN_SINKS, D_HEADS, OSS),
     MAT(LAYER, L_ "mlp.fc1.weight", FFN_UP, D_FFN, D_HIDDEN, PHI),
     BIAS(LAYER, L_ "mlp.fc1.bias", FFN_UP, D_FFN, PHI),
     MAT(LAYER, L_ "mlp.fc2.weight", FFN_DOWN, D_HIDDEN, D_FFN, PHI),
@@ -346,10 +356,17 @@ static const tensor_row TENSORS[] = {
     VEC(LAYER, L_ "pre_feedforward_layernorm.weight", FFN_NORM, D_HIDDEN, POST_NORMS),
     VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS | OLMO2),
     MAT(LAYER, L_ "block_sparse_moe.gate.weight", ROUTER, D_EXPERTS, D_HIDDEN, MOE),
-    MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, (DECODER & ~MOE & ~PHI3) | STABLELM),
-    MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, (DECODER & ~MOE & ~PHI3) | STABLELM),
+    MAT(LAYER, L_ "mlp.gate_proj.weight", FFN_GATE, D_FFN, D_HIDDEN, (DECODER & ~MOE & ~PHI3 & ~OSS) | STABLELM),
+    MAT(LAYER, L_ "mlp.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, (DECODER & ~MOE & ~PHI3 & ~OSS) | STABLELM),
     {LAYER, L_ "mlp.gate_up_proj.weight", LP_ROLE_FFN_GATE_UP, false, D_FFN2, D_HIDDEN, GATE_UP, PHI3, C_ALWAYS},
-    MAT(LAYER, L_ "mlp.down_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, (DECODER & ~MOE) | STABLELM),
+    MAT(LAYER, L_ "mlp.down_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, (DECODER & ~MOE & ~OSS) | STABLELM),
+    /* gpt-oss (modeling_gpt_oss.py): a biased router, the experts stacked */
+    MAT(LAYER, L_ "mlp.router.weight", ROUTER, D_EXPERTS, D_HIDDEN, OSS),
+    BIAS(LAYER, L_ "mlp.router.bias", ROUTER, D_EXPERTS, OSS),
+    {LAYER, L_ "mlp.experts.gate_up_proj", LP_ROLE_EXPERT_GATE_UP, false, D_FFN2, D_HIDDEN, EXPERTS_STACKED, OSS, C_ALWAYS},
+    {LAYER, L_ "mlp.experts.gate_up_proj_bias", LP_ROLE_EXPERT_GATE_UP, true, D_FFN2, D_NONE, EXPERTS_STACKED, OSS, C_ALWAYS},
+    {LAYER, L_ "mlp.experts.down_proj", LP_ROLE_EXPERT_DOWN, false, D_HIDDEN, D_FFN, EXPERTS_STACKED, OSS, C_ALWAYS},
+    {LAYER, L_ "mlp.experts.down_proj_bias", LP_ROLE_EXPERT_DOWN, true, D_HIDDEN, D_NONE, EXPERTS_STACKED, OSS, C_ALWAYS},
     MAT(EXPERT, E_ "w1.weight", EXPERT_GATE, D_FFN, D_HIDDEN, MOE),
     MAT(EXPERT, E_ "w2.weight", EXPERT_DOWN, D_HIDDEN, D_FFN, MOE),
     MAT(EXPERT, E_ "w3.weight", EXPERT_UP, D_FFN, D_HIDDEN, MOE),
@@ -511,6 +528,7 @@ static int64_t dim_size(const lp_synth_spec *s, dim d)
     case D_KV_LORA: return s->kv_lora;
     case D_KV_B: return s->n_heads * (s->head_dim - s->rope_dim + s->v_head_dim);
     case D_HEADS_V: return s->n_heads * s->v_head_dim;
+    case D_HEADS: return s->n_heads;
     default: return 0;
     }
 }
@@ -640,8 +658,60 @@ static lp_status store(writer *wr, const tensor_row *row, const lp_synth_tensor 
                                    matrix ? 2 : 1, shape, data, err);
 }
 
+/* Expert e's part of a stacked row into part ([rows, max(cols, 1)] as the pass computes): asked
+ * for by role and expert, gate_up as its gate, then its up part. */
+static lp_status fill_expert_part(writer *wr, const tensor_row *row, const char *name, int layer,
+                                  int e, int64_t rows, int64_t cols, float *part, lp_error *err)
+{
+    bool fused = row->role == LP_ROLE_EXPERT_GATE_UP;
+    int64_t part_rows = fused ? rows / 2 : rows;
+    lp_synth_tensor t = {name, fused ? LP_ROLE_EXPERT_GATE : row->role, layer, e, row->is_bias,
+                         part_rows, cols};
+    lp_status st = fill(wr, &t, part, err);
+    if (st != LP_OK || !fused)
+        return st;
+    t.role = LP_ROLE_EXPERT_UP;
+    return fill(wr, &t, part + part_rows * (cols > 0 ? cols : 1), err);
+}
+
+/* gpt-oss's experts, all of a layer in one tensor: expert e's [rows, cols] stored at [e] as
+ * [cols, rows] (transformers computes x @ W), a bias as [rows]; gate_up's output r is gate r / 2
+ * for even r, up r / 2 for odd (modeling_gpt_oss.py: gate_up[..., ::2], gate_up[..., 1::2]). */
+static lp_status write_stacked_experts(writer *wr, const tensor_row *row, int layer,
+                                       lp_error *err)
+{
+    const lp_synth_spec *s = wr->spec;
+    char name[160];
+    snprintf(name, sizeof name, row->name, layer);
+    int64_t E = s->n_experts, rows = dim_size(s, row->rows), cols = dim_size(s, row->cols);
+    int64_t width = cols > 0 ? cols : 1, per = rows * width;
+    bool fused = row->role == LP_ROLE_EXPERT_GATE_UP;
+    float *all = calloc((size_t)(E * per), sizeof *all), *part = malloc((size_t)per * sizeof *part);
+    lp_status st = all && part ? LP_OK : lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
+    for (int e = 0; st == LP_OK && e < E; e++) {
+        memset(part, 0, (size_t)per * sizeof *part);
+        if ((st = fill_expert_part(wr, row, name, layer, e, rows, cols, part, err)) != LP_OK)
+            break;
+        float *dst = all + e * per;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t src_row = fused ? (r % 2 == 0 ? r / 2 : rows / 2 + r / 2) : r;
+            for (int64_t c = 0; c < width; c++)
+                dst[c * rows + r] = part[src_row * width + c];
+        }
+    }
+    int64_t shape[3] = {E, cols > 0 ? cols : rows, rows};
+    if (st == LP_OK)
+        st = lp_st_writer_add_f32_as(wr->w, name, cols > 0 ? s->dtype : s->vector_dtype,
+                                     cols > 0 ? 3 : 2, shape, all, err);
+    free(all);
+    free(part);
+    return st;
+}
+
 static lp_status write_row(writer *wr, const tensor_row *row, int layer, int expert, lp_error *err)
 {
+    if (row->storage == EXPERTS_STACKED)
+        return write_stacked_experts(wr, row, layer, err);
     char name[160];
     snprintf(name, sizeof name, row->name, layer, expert);
     lp_synth_tensor t = {name, row->role, layer, expert, row->is_bias,
@@ -678,7 +748,7 @@ static bool row_wanted(const lp_synth_spec *s, unsigned when)
 
 bool lp_synth_layer_routed(const lp_synth_spec *spec, int layer)
 {
-    if (has(spec, MOE))
+    if (has(spec, MOE | OSS))
         return true;
     if (has(spec, DEEPSEEKS))
         return layer >= spec->first_dense;
@@ -780,6 +850,8 @@ typedef enum key_kind {
     K_SCORING,        /* sigmoid for V3, softmax for V2 */
     K_SCALING,        /* routed_scaling, else 1 */
     K_YARN,           /* DeepSeek's rope_scaling object; left out without a yarn factor */
+    K_OSS_YARN,       /* gpt-oss's rope_scaling (yarn, truncate false); left out without one */
+    K_LAYER_TYPES,    /* gpt-oss's layer_types: even layers slide when there is a window */
 } key_kind;
 
 typedef struct config_key {
@@ -840,8 +912,8 @@ static const config_key KEYS[] = {
     /* Qwen2.5's configs carry a window that use_sliding_window turns off */
     CONST("use_sliding_window", "false", QKV_BIAS),
     CONST("sliding_window", "4096", QKV_BIAS),
-    FIELD("num_local_experts", K_INT, n_experts, MOE),
-    FIELD("num_experts_per_tok", K_INT, top_k, MOE),
+    FIELD("num_local_experts", K_INT, n_experts, MOE | OSS),
+    FIELD("num_experts_per_tok", K_INT, top_k, MOE | OSS),
     FIELD("num_experts", K_INT, n_experts, QWEN_MOES),
     FIELD("num_experts_per_tok", K_INT, top_k, QWEN_MOES),
     DERIVED("moe_intermediate_size", K_EXPERT_FFN, QWEN_MOES),
@@ -868,6 +940,14 @@ static const config_key KEYS[] = {
     DERIVED("qk_nope_head_dim", K_NOPE, DEEPSEEKS),
     FIELD("v_head_dim", K_INT, v_head_dim, DEEPSEEKS),
     DERIVED("rope_scaling", K_YARN, DEEPSEEKS),
+    /* gpt-oss's config.json as published: both top-k keys, the window and the layer kinds */
+    FIELD("experts_per_token", K_INT, top_k, OSS),
+    FIELD("sliding_window", K_INT, window, OSS),
+    DERIVED("layer_types", K_LAYER_TYPES, OSS),
+    DERIVED("rope_scaling", K_OSS_YARN, OSS),
+    FIELD("swiglu_limit", K_REAL, swiglu_limit, OSS),
+    CONSTS("{\"attention_bias\": true, \"output_router_logits\": false, "
+           "\"router_aux_loss_coef\": 0.9}", OSS),
     CONST("sliding_window", "null", MOE),
     FIELD("query_pre_attn_scalar", K_REAL, query_pre_attn_scalar, POST_NORMS),
     FIELD("sliding_window_pattern", K_INT, sliding_pattern, FAM(LP_SYNTH_GEMMA3)),
@@ -1018,6 +1098,25 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
                                  s->yarn_factor, "original_max_position_embeddings",
                                  (json_int_t)s->yarn_orig, "beta_fast", 32.0, "beta_slow", 1.0,
                                  "mscale", s->yarn_mscale, "mscale_all_dim", s->yarn_mscale_all);
+    case K_OSS_YARN:
+        *skip = !(s->yarn_factor > 0);
+        return *skip ? NULL
+                     : json_pack("{s:s, s:f, s:I, s:f, s:f, s:b}", "rope_type", "yarn", "factor",
+                                 s->yarn_factor, "original_max_position_embeddings",
+                                 (json_int_t)s->yarn_orig, "beta_fast", 32.0, "beta_slow", 1.0,
+                                 "truncate", 0);
+    case K_LAYER_TYPES: {
+        json_t *list = json_array();
+        bool ok = list != NULL;
+        for (int64_t l = 0; ok && l < s->n_layers; l++)
+            lp_synth_append(list,
+                            json_string(s->window > 0 && l % 2 == 0 ? "sliding_attention"
+                                                                    : "full_attention"),
+                            &ok);
+        if (!ok)
+            json_decref(list);
+        return ok ? list : NULL;
+    }
     }
     return NULL;
 }

@@ -226,6 +226,9 @@ typedef enum lp_synth_family {
     LP_SYNTH_DEEPSEEK_V2, /* latent attention (q_proj or q_a/q_b, kv_a, kv_b), softmax router,
                              greedy or group-limited top-k, shared experts, leading dense layers */
     LP_SYNTH_DEEPSEEK_V3, /* V2 with a sigmoid router and e_score_correction_bias (noaux_tc) */
+    LP_SYNTH_GPT_OSS, /* gpt-oss: q/k/v/o biases, per-head sinks, sliding and full layers
+                         alternating (layer_types), a biased router over experts stored stacked
+                         [n_experts, in, out] with gate and up interleaved, expert biases */
     LP_SYNTH_FAMILY_COUNT
 } lp_synth_family;
 
@@ -266,6 +269,7 @@ typedef struct lp_synth_spec {
      * and mscale_all_dim (beta_fast 32, beta_slow 1) */
     double yarn_factor, yarn_mscale, yarn_mscale_all;
     int64_t yarn_orig;
+    double swiglu_limit;          /* gpt-oss: the experts' clamp (swiglu_limit; 7 by default) */
     int64_t window;               /* sliding window: Mistral (every layer), Gemma 2 and 3 */
     int64_t sliding_pattern;      /* Gemma 3: layers l with (l + 1) % pattern == 0 are global */
     double local_theta;           /* Gemma 3: RoPE base of the sliding layers */
@@ -315,7 +319,7 @@ lp_status lp_synth_spec_like(const lp_arch *arch, lp_synth_spec *spec, lp_error 
 
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
  * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "opt", "phi3", "olmo2", "qwen2_moe",
- * "qwen3_moe", "deepseek_v2", "deepseek_v3". */
+ * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif
