@@ -205,6 +205,14 @@ static lp_model *open_case(const decode_case *dc, ref_model *m, char *dir, size_
     return model;
 }
 
+/* The case's model and its T tokens (ids holds at least T). */
+static lp_model *open_case_tokens(const decode_case *dc, ref_model *m, char *dir, size_t size,
+                                  int32_t *ids)
+{
+    case_tokens(ids, dc->T, dc->cfg.vocab);
+    return open_case(dc, m, dir, size);
+}
+
 /* f32 cache: incremental equals prefill within F32_TOL (summation order differs: the new row's
  * GEMM has one row). f16/bf16/q8_0 caches round K and V: their figures are printed and bounded
  * loosely, and must differ from f32's (the rounding is really applied). */
@@ -215,9 +223,8 @@ static void test_decode_equals_prefill(void **state)
     const decode_case *dc = *state;
     ref_model m;
     char dir[512];
-    lp_model *model = open_case(dc, &m, dir, sizeof dir);
     int32_t ids[64];
-    case_tokens(ids, dc->T, dc->cfg.vocab);
+    lp_model *model = open_case_tokens(dc, &m, dir, sizeof dir, ids);
     keep full;
     full_prefill(model, ids, dc->T, &full);
     static const lp_dtype dtypes[] = {LP_DTYPE_F32, LP_DTYPE_F16, LP_DTYPE_BF16, LP_DTYPE_Q8_0};
@@ -249,9 +256,8 @@ static void test_decode_faults(void **state)
     const decode_case *dc = *state;
     ref_model m;
     char dir[512];
-    lp_model *model = open_case(dc, &m, dir, sizeof dir);
     int32_t ids[64];
-    case_tokens(ids, dc->T, dc->cfg.vocab);
+    lp_model *model = open_case_tokens(dc, &m, dir, sizeof dir, ids);
     keep full;
     full_prefill(model, ids, dc->T, &full);
     for (int f = 1; f < LP_KV_FAULT_COUNT; f++) {
@@ -281,9 +287,8 @@ static void test_leak_decode(void **state)
     const decode_case *dc = *state;
     ref_model m;
     char dir[512];
-    lp_model *model = open_case(dc, &m, dir, sizeof dir);
     int32_t ids[64];
-    case_tokens(ids, dc->T, dc->cfg.vocab);
+    lp_model *model = open_case_tokens(dc, &m, dir, sizeof dir, ids);
     lp_error err = {0};
     for (int f = 0; f < LP_KV_FAULT_COUNT; f++) {
         lp_leak_decode_opts o = {.fault = (lp_kv_fault)f};
@@ -600,9 +605,8 @@ static void test_decode_pool_runs(void **state)
     const decode_case *dc = &cases[0]; /* llama-gqa: separate q, k, v, gate and up */
     ref_model m;
     char dir[512];
-    lp_model *model = open_case(dc, &m, dir, sizeof dir);
     int32_t ids[64];
-    case_tokens(ids, dc->T, dc->cfg.vocab);
+    lp_model *model = open_case_tokens(dc, &m, dir, sizeof dir, ids);
     lp_error err = {0};
     lp_pool *pool;
     assert_int_equal(lp_pool_create(2, &pool, &err), LP_OK);
