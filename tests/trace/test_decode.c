@@ -210,6 +210,14 @@ static lp_model *open_case(const decode_case *dc, ref_model *m, char *dir, size_
     return model;
 }
 
+/* The case's model and its T tokens (ids holds at least T). */
+static lp_model *open_case_tokens(const decode_case *dc, ref_model *m, char *dir, size_t size,
+                                  int32_t *ids)
+{
+    case_tokens(ids, dc->T, dc->cfg.vocab);
+    return open_case(dc, m, dir, size);
+}
+
 /* f32 cache: incremental equals prefill within F32_TOL (summation order differs: the new row's
  * GEMM has one row). f16/bf16/q8_0 caches round K and V: their figures are printed and bounded
  * loosely, and must differ from f32's (the rounding is really applied). */
@@ -220,9 +228,8 @@ static void test_decode_equals_prefill(void **state)
     const decode_case *dc = *state;
     ref_model m;
     char dir[512];
-    lp_model *model = open_case(dc, &m, dir, sizeof dir);
     int32_t ids[64];
-    case_tokens(ids, dc->T, dc->cfg.vocab);
+    lp_model *model = open_case_tokens(dc, &m, dir, sizeof dir, ids);
     keep full;
     full_prefill(model, ids, dc->T, &full);
     static const lp_dtype dtypes[] = {LP_DTYPE_F32, LP_DTYPE_F16, LP_DTYPE_BF16, LP_DTYPE_Q8_0};
@@ -262,9 +269,8 @@ static void test_decode_faults(void **state)
     const decode_case *dc = *state;
     ref_model m;
     char dir[512];
-    lp_model *model = open_case(dc, &m, dir, sizeof dir);
     int32_t ids[64];
-    case_tokens(ids, dc->T, dc->cfg.vocab);
+    lp_model *model = open_case_tokens(dc, &m, dir, sizeof dir, ids);
     keep full;
     full_prefill(model, ids, dc->T, &full);
     for (int f = 1; f < LP_KV_FAULT_COUNT; f++) {
@@ -294,9 +300,8 @@ static void test_leak_decode(void **state)
     const decode_case *dc = *state;
     ref_model m;
     char dir[512];
-    lp_model *model = open_case(dc, &m, dir, sizeof dir);
     int32_t ids[64];
-    case_tokens(ids, dc->T, dc->cfg.vocab);
+    lp_model *model = open_case_tokens(dc, &m, dir, sizeof dir, ids);
     lp_error err = {0};
     for (int f = 0; f < LP_KV_FAULT_COUNT; f++) {
         lp_leak_decode_opts o = {.fault = (lp_kv_fault)f};
@@ -604,6 +609,60 @@ static void test_longrope_rebuild(void **state)
     remove_dir(dir);
 }
 
+/* The decode step through a 2-thread pool: the same logits bit for bit as without a pool, and
+ * the workers woken once per group of matrices that share an input (q|k|v, gate|up), not once
+ * per matrix: per layer q|k|v, the attention heads, o, gate|up and down, then the logits. */
+static void test_decode_pool_runs(void **state)
+{
+    (void)state;
+    const decode_case *dc = &cases[0]; /* llama-gqa: separate q, k, v, gate and up */
+    ref_model m;
+    char dir[512];
+    int32_t ids[64];
+    lp_model *model = open_case_tokens(dc, &m, dir, sizeof dir, ids);
+    lp_error err = {0};
+    lp_pool *pool;
+    assert_int_equal(lp_pool_create(2, &pool, &err), LP_OK);
+    keep serial, pooled;
+    uint64_t runs_per_step = 0;
+    for (int with_pool = 0; with_pool < 2; with_pool++) {
+        keep *k = with_pool ? &pooled : &serial;
+        keep_init(k, lp_model_arch(model), dc->T);
+        lp_observer obs = {k, keep_want, keep_observe};
+        lp_forward_opts opts;
+        lp_forward_opts_init(&opts);
+        opts.observer = &obs;
+        opts.pool = with_pool ? pool : NULL;
+        lp_kv_cache *kv;
+        assert_int_equal(lp_kv_cache_create(model, dc->T, LP_DTYPE_F32, &opts, LP_KV_FAULT_NONE,
+                                            &kv, &err),
+                         LP_OK);
+        assert_int_equal(lp_forward_cached(model, kv, ids, dc->prefix, &opts, &err), LP_OK);
+        for (int64_t t = dc->prefix; t < dc->T; t++) {
+            lp_pool_counts before, after;
+            lp_pool_get_counts(opts.pool, &before);
+            assert_int_equal(lp_forward_cached(model, kv, ids + t, 1, &opts, &err), LP_OK);
+            lp_pool_get_counts(opts.pool, &after);
+            uint64_t runs = after.runs - before.runs;
+            if (with_pool && t > dc->prefix)
+                assert_int_equal(runs, runs_per_step); /* every step the same */
+            runs_per_step = runs;
+        }
+        lp_kv_cache_destroy(kv);
+    }
+    printf("  llama-gqa decode step on 2 threads: %llu pool runs for %lld layers\n",
+           (unsigned long long)runs_per_step, (long long)dc->cfg.n_layers);
+    assert_int_equal(runs_per_step, 5 * (uint64_t)dc->cfg.n_layers + 1);
+    assert_memory_equal(serial.logits, pooled.logits, (size_t)(dc->T * serial.V) * sizeof(float));
+    assert_memory_equal(serial.resid, pooled.resid, (size_t)(dc->T * serial.H) * sizeof(float));
+    keep_free(&serial);
+    keep_free(&pooled);
+    lp_pool_destroy(pool);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
 /* Sampling: the same seed draws the same tokens, top_k = 1 is greedy, a tiny top_p is greedy,
  * and a high temperature over a flat distribution spreads its draws. */
 static void test_sampling(void **state)
@@ -651,7 +710,7 @@ static void test_sampling(void **state)
 int main(void)
 {
     enum { N = sizeof cases / sizeof cases[0] };
-    struct CMUnitTest tests[6 * N + 2];
+    struct CMUnitTest tests[6 * N + 3];
     size_t n = 0;
     for (size_t i = 0; i < N; i++) {
         tests[n++] = (struct CMUnitTest){cases[i].name, test_decode_equals_prefill, NULL, NULL,
@@ -669,5 +728,6 @@ int main(void)
     }
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sampling);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_longrope_rebuild);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_decode_pool_runs);
     return _cmocka_run_group_tests("decode", tests, n, NULL, NULL);
 }
