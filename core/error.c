@@ -6,11 +6,22 @@
 
 #include "core/names.h"
 
+/* A message is one line whatever it quotes: a name or text read from a hostile file (a dtype
+ * string holding a newline, found by fuzzing the trace database) must not break it, so control
+ * characters become '?'. */
+static void keep_one_line(char *msg)
+{
+    for (unsigned char *c = (unsigned char *)msg; *c; c++)
+        if (*c < 0x20 || *c == 0x7f)
+            *c = '?';
+}
+
 lp_status lp_error_setv(lp_error *err, lp_status code, const char *fmt, va_list ap)
 {
     if (err) {
         err->code = code;
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        keep_one_line(err->msg);
     }
     return code;
 }
@@ -44,6 +55,7 @@ lp_status lp_error_prefix(lp_error *err, const char *fmt, ...)
     memcpy(joined, prefix, prefix_len);
     memcpy(joined + prefix_len, err->msg, msg_len);
     joined[prefix_len + msg_len] = '\0';
+    keep_one_line(joined);
     memcpy(err->msg, joined, sizeof joined);
     return err->code;
 }

@@ -211,6 +211,9 @@ typedef struct lp_arch {
     double alibi_max_bias;
     /* MPT clip_qkv: the fused q/k/v projection is clamped to [-qkv_clip, qkv_clip]; 0 = off. */
     double qkv_clip;
+    /* MPT logit_scale: the logits are multiplied by it (a number, or 1 / sqrt(d_model) for
+     * "inv_sqrt_d_model"); 0 = off. */
+    double logit_scale;
     /* DeepSeek routing: sigmoid scores instead of a softmax (V3, scoring_func sigmoid); the
      * experts in n_expert_groups equal groups of which only the topk_groups best are searched
      * (0 = no grouping: topk_method greedy); the chosen weights multiplied by routed_scaling

@@ -519,6 +519,30 @@ static lp_status open_tinyllama(const char *model_dir, int n_layers, lp_dtype dt
     return st;
 }
 
+enum { BATCH_SEQS = 4 };
+
+/* A batch of BATCH_SEQS prompts of n_tokens / BATCH_SEQS tokens against the one prompt of
+ * n_tokens just timed (bare): the issue's rule is that a batch costs no more per token than one
+ * long prompt of the same total length. Totals of the layers built, probes off. */
+static lp_status time_batch(const lp_model *model, const int32_t *tokens, int64_t n_tokens,
+                            lp_pool *pool, int n_layers, int reps, const prefill_result *bare,
+                            lp_error *err)
+{
+    int64_t per_seq = n_tokens / BATCH_SEQS;
+    lp_batch batch = {BATCH_SEQS, per_seq, tokens, NULL, NULL};
+    prefill_result timed;
+    lp_status st = time_prefill(model, &batch, pool, false, n_layers, reps, NULL, &timed, err);
+    if (st != LP_OK)
+        return st;
+    double one = bare->total / (double)n_tokens;
+    double each = timed.total / (double)(BATCH_SEQS * per_seq);
+    printf("  batch of %d x %lld tokens, probes off: %.3f s for %d layers = %.1f us a token "
+           "= %.2fx one prompt of %lld tokens per token (%.1f us)\n",
+           BATCH_SEQS, (long long)per_seq, timed.total, n_layers, each * 1e6, each / one,
+           (long long)n_tokens, one * 1e6);
+    return LP_OK;
+}
+
 /* Write the model, open it and time both passes on seeded random tokens. */
 static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_tokens, int reps,
                              lp_pool *pool, blas_yardstick *yardstick, double *bare_full,
@@ -539,6 +563,8 @@ static lp_status run_prefill(const char *model_dir, int n_layers, int64_t n_toke
         print_prediction(model_dir, pool ? lp_pool_threads(pool) : 1, n_tokens, bare.full);
         *bare_full = bare.full;
     }
+    if (st == LP_OK && n_tokens >= 2 * BATCH_SEQS)
+        st = time_batch(model, tokens, n_tokens, pool, n_layers, reps, &bare, err);
     lp_model_close(model);
     free(tokens);
     return st;

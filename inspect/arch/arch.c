@@ -343,7 +343,7 @@ lp_status lp_arch_finish(lp_arch *arch, lp_error *err)
         return lp_error_set(err, LP_ERR_FORMAT, "%s: embed_scale %g must be positive", src,
                             arch->embed_scale);
     if (arch->query_scale < 0.0 || arch->attn_logit_softcap < 0.0 ||
-        arch->final_logit_softcap < 0.0)
+        arch->final_logit_softcap < 0.0 || arch->logit_scale < 0.0)
         return lp_error_set(err, LP_ERR_FORMAT,
                             "%s: query_scale and soft-caps must not be negative", src);
     /* gpt-oss's experts clamp at 7 (GptOssConfig's default, llama.cpp's constant) unless the

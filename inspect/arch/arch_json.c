@@ -67,7 +67,7 @@ static const json_field FIELDS[] = {
     F(J_INT, n_mtp_layers), F(J_DTYPE, storage_dtype), F(J_INT, bos_token_id),
     F(J_INT, eos_token_id), F(J_NUM_SET, alibi_max_bias), F(J_NUM_SET, qkv_clip),
     F(J_BOOL_SET, router_sigmoid), F(J_INT_SET, n_expert_groups), F(J_INT_SET, topk_groups),
-    F(J_NUM_SET, routed_scaling), F(J_NUM_SET, swiglu_limit),
+    F(J_NUM_SET, routed_scaling), F(J_NUM_SET, swiglu_limit), F(J_NUM_SET, logit_scale),
 };
 
 static const json_field ROPE_SCALING_FIELDS[] = {

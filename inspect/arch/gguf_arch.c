@@ -59,6 +59,9 @@ static const gguf_family FAMILIES[] = {
      * tensors have them */
     {"gptj", "gptj", LP_FFN_MLP, LP_ACT_GELU_TANH, LP_NORM_LAYER, LP_POS_ROPE, LP_ROPE_ADJACENT, false, false, true},
     {"bloom", "bloom", LP_FFN_MLP, LP_ACT_GELU_TANH, LP_NORM_LAYER, LP_POS_ALIBI, LP_ROPE_HALVES, true, true, false},
+    /* MPT: llama.cpp's graph runs ggml_gelu (the tanh form); the model was trained with the
+     * exact one (nn.GELU()), which is what loupe computes for either format */
+    {"mpt", "mpt", LP_FFN_MLP, LP_ACT_GELU, LP_NORM_LAYER, LP_POS_ALIBI, LP_ROPE_HALVES, true, false, false},
     {"olmo2", "olmo2", LP_FFN_SWIGLU, LP_ACT_SILU, LP_NORM_RMS, LP_POS_ROPE, LP_ROPE_HALVES, false, false, false},
     {"gpt-oss", "gpt_oss", LP_FFN_SWIGLU, LP_ACT_SILU, LP_NORM_RMS, LP_POS_ROPE, LP_ROPE_HALVES, false, false, false},
 };
@@ -571,8 +574,8 @@ static lp_status find_family(const lp_gguf *g, const char *file, const gguf_fami
     return lp_error_set(err, LP_ERR_UNSUPPORTED,
                         "%s: general.architecture \"%.*s\" is not supported (llama, qwen2, "
                         "qwen2moe, qwen3, qwen3moe, gemma, gemma2, gemma3, phi2, phi3, gpt2, "
-                        "falcon, deepseek2, starcoder2, stablelm, gptneox, gptj, bloom, olmo2, "
-                        "gpt-oss)",
+                        "falcon, deepseek2, starcoder2, stablelm, gptneox, gptj, bloom, mpt, "
+                        "olmo2, gpt-oss)",
                         file, (int)(arch_len > 40 ? 40 : arch_len), arch_name);
 }
 
@@ -733,6 +736,22 @@ static const lp_arch_fixed GRAPH_FIXED[] = {
     LP_ARCH_FIXED("gpt-oss", attn_sinks, true),
 };
 
+/* MPT (convert_hf_to_gguf's MPTModel): attention.max_alibi_bias is alibi_bias_max, 0 for a
+ * model with learned positions (position_embd); attention.clamp_kqv is clip_qkv. logit_scale
+ * and softmax_scale have no key: a GGUF of a model that set them traces without them. */
+static lp_status read_mpt_details(const reader *r, lp_arch *a)
+{
+    bool found;
+    lp_status st = opt_float(r, "attention.max_alibi_bias", &a->alibi_max_bias, &found);
+    if (st != LP_OK || (st = opt_float(r, "attention.clamp_kqv", &a->qkv_clip, NULL)) != LP_OK)
+        return st;
+    if (found && a->alibi_max_bias == 0.0) {
+        a->pos_kind = LP_POS_LEARNED;
+        a->pos_table_rows = a->n_ctx;
+    }
+    return LP_OK;
+}
+
 /* Gemma's embedding scale and (2, 3) soft caps and query scale; the parallel residual. */
 static lp_status read_family_details(const reader *r, lp_arch *a, const gguf_family *fam)
 {
@@ -758,7 +777,7 @@ static lp_status read_family_details(const reader *r, lp_arch *a, const gguf_fam
     /* GPT-NeoX keeps both input and post-attention norms in parallel mode; StableLM does not */
     if (strcmp(name, "gptneox") == 0)
         a->parallel_two_norms = a->parallel_block;
-    return LP_OK;
+    return strcmp(name, "mpt") == 0 ? read_mpt_details(r, a) : LP_OK;
 }
 
 /* What the tensors say, when the file has them: they are the truth for the file at hand. */
@@ -785,6 +804,9 @@ static void read_tensor_facts(const lp_gguf *g, lp_arch *a, const gguf_family *f
     /* StableLM's q/k norms are one per head, stacked [n_heads, head_dim] by the converter */
     if (strcmp(fam->gguf_name, "stablelm") == 0)
         a->qk_norm_per_head = a->qk_norm;
+    /* MPT's qk_ln: one norm over the whole q and k projections */
+    if (strcmp(fam->gguf_name, "mpt") == 0)
+        a->qk_norm_full = has_layer_tensor(g, "attn_q_norm.weight");
     a->storage_dtype = dominant_dtype(g);
 }
 

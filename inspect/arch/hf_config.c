@@ -259,6 +259,8 @@ static const family_rules FAMILIES[] = {
     {"deepseek_v3", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
     {"starcoder2", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_ROPE, true, true, false},
     {"gpt_oss", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
+    /* MPT: no_bias (MptConfig's default true) and attn_config are read by quirks_mpt */
+    {"mpt", LP_FFN_MLP, LP_NORM_LAYER, LP_POS_ALIBI, true, false, false},
     /* read further by apply_family_quirks below */
     {"chatglm", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
     {"qwen", LP_FFN_SWIGLU, LP_NORM_RMS, LP_POS_ROPE, false, false, false},
@@ -1066,6 +1068,75 @@ static lp_status quirks_phi(const hf_reader *r, lp_arch *a)
     return st;
 }
 
+/* MPT's attention settings live in the nested attn_config; a key it omits takes MptAttentionConfig's
+ * default (ALiBi on with alibi_bias_max 8, no clip, no qk_ln, multi-head attention). llm-foundry's
+ * qk_ln is one LayerNorm over the whole q projection (d_model) and one over the whole k
+ * projection; logit_scale multiplies the logits ("inv_sqrt_d_model" = 1 / sqrt(d_model)). */
+static lp_status quirks_mpt(const hf_reader *r, lp_arch *a)
+{
+    bool no_bias = true, alibi = true, qk_ln = false, learned_pos = true;
+    lp_status st = hf_bool(r, "no_bias", &no_bias, NULL);
+    if (st != LP_OK || (st = hf_bool(r, "learned_pos_emb", &learned_pos, NULL)) != LP_OK)
+        return st;
+    a->bias_qkv = a->bias_o = a->bias_mlp = a->bias_norm = !no_bias;
+    const char *norm_type = NULL;
+    if ((st = hf_str(r, "norm_type", &norm_type)) != LP_OK)
+        return st;
+    if (norm_type && strcmp(norm_type, "low_precision_layernorm") != 0 &&
+        strcmp(norm_type, "layernorm") != 0)
+        return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
+                            "%s: key 'norm_type': \"%.40s\" is not supported (low_precision_layernorm "
+                            "and layernorm are)", r->path, norm_type);
+    const json_t *logit = hf_get(r, "logit_scale");
+    if (logit && json_is_string(logit) && strcmp(json_string_value(logit), "inv_sqrt_d_model") == 0)
+        a->logit_scale = 1.0 / sqrt((double)a->hidden_size);
+    else if (logit && json_is_number(logit) && json_number_value(logit) > 0.0)
+        a->logit_scale = json_number_value(logit);
+    else if (logit)
+        return hf_type_error(r, "logit_scale", "a positive number or \"inv_sqrt_d_model\"", logit);
+    const json_t *cfg = hf_get(r, "attn_config");
+    if (cfg && !json_is_object(cfg))
+        return hf_type_error(r, "attn_config", "an object", cfg);
+    hf_reader sub = {r->path, cfg, cfg, r->err, NULL}; /* nested keys are not listed */
+    double softmax_scale = 0.0;
+    const char *attn_type = NULL;
+    if (cfg && ((st = hf_bool(&sub, "alibi", &alibi, NULL)) != LP_OK ||
+                (st = hf_num(&sub, "alibi_bias_max", &a->alibi_max_bias, NULL)) != LP_OK ||
+                (st = hf_num(&sub, "clip_qkv", &a->qkv_clip, NULL)) != LP_OK ||
+                (st = hf_bool(&sub, "qk_ln", &qk_ln, NULL)) != LP_OK ||
+                (st = hf_num(&sub, "softmax_scale", &softmax_scale, NULL)) != LP_OK ||
+                (st = hf_str(&sub, "attn_type", &attn_type)) != LP_OK))
+        return st;
+    /* llm-foundry: multi-query attention has one kv head, grouped-query kv_n_heads of them;
+     * Wqkv stays q | k | v */
+    if (attn_type && strcmp(attn_type, "multiquery_attention") == 0)
+        a->n_kv_heads = 1;
+    else if (attn_type && strcmp(attn_type, "grouped_query_attention") == 0) {
+        if ((st = hf_require_count(&sub, KEYS("kv_n_heads"), &a->n_kv_heads)) != LP_OK)
+            return st;
+    } else if (attn_type && strcmp(attn_type, "multihead_attention") != 0)
+        return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
+                            "%s: key 'attn_config.attn_type': \"%.40s\" is not one of "
+                            "multihead_attention, multiquery_attention, grouped_query_attention",
+                            r->path, attn_type);
+    if (!(a->alibi_max_bias > 0.0) || a->qkv_clip < 0.0 || softmax_scale < 0.0)
+        return lp_error_set(r->err, LP_ERR_FORMAT,
+                            "%s: attn_config: alibi_bias_max %g must be positive, clip_qkv %g and "
+                            "softmax_scale %g not negative", r->path, a->alibi_max_bias,
+                            a->qkv_clip, softmax_scale);
+    a->query_scale = softmax_scale;
+    a->qk_norm_full = qk_ln;
+    if (!alibi && !learned_pos)
+        return lp_error_set(r->err, LP_ERR_UNSUPPORTED,
+                            "%s: MPT without alibi and without learned_pos_emb (no positions) is "
+                            "not supported", r->path);
+    if (!alibi) { /* transformer.wpe, max_seq_len rows */
+        a->pos_kind = LP_POS_LEARNED;
+        a->pos_table_rows = a->n_ctx;
+    }
+    return LP_OK;
+}
+
 static lp_status apply_family_quirks(const hf_reader *r, lp_arch *a)
 {
     static const struct {
@@ -1077,7 +1148,7 @@ static lp_status apply_family_quirks(const hf_reader *r, lp_arch *a)
         {"baichuan", quirks_baichuan}, {"cohere", quirks_cohere},
         {"gpt_bigcode", quirks_gpt_bigcode}, {"bert", quirks_bert},
         {"roberta", quirks_bert},      {"xlm-roberta", quirks_bert},
-        {"phi", quirks_phi},
+        {"phi", quirks_phi},           {"mpt", quirks_mpt},
     };
     for (size_t i = 0; i < sizeof quirks / sizeof quirks[0]; i++)
         if (is_family(a, quirks[i].family))
@@ -1156,9 +1227,30 @@ static const hf_key DIMS[] = {
 #define LAYERS_KEYS (DIMS[2].keys)
 #define HEADS_KEYS (DIMS[3].keys)
 
+/* MptConfig's defaults for what an MPT config omits. */
+static const hf_key MPT_DIMS[] = {
+    HF_KEY(HF_COUNT, vocab_size, NULL, "vocab_size"),
+    HF_KEY(HF_COUNT, hidden_size, NULL, "d_model"),
+    HF_KEY(HF_COUNT, n_layers, NULL, "n_layers"),
+    HF_KEY(HF_COUNT, n_heads, NULL, "n_heads"),
+    HF_KEY(HF_COUNT, n_ctx, NULL, "max_seq_len"),
+};
+
+static lp_status read_mpt_dims(const hf_reader *r, lp_arch *a)
+{
+    a->vocab_size = 50368, a->hidden_size = 2048, a->n_layers = 24, a->n_heads = 16;
+    a->n_ctx = 2048;
+    lp_status st = read_keys(r, a, MPT_DIMS, N_ROWS(MPT_DIMS));
+    for (size_t i = 0; st == LP_OK && i < N_ROWS(MPT_DIMS); i++)
+        if (*(int64_t *)((char *)a + MPT_DIMS[i].field) < 1)
+            return lp_error_set(r->err, LP_ERR_FORMAT, "%s: key '%s': must be at least 1",
+                                r->path, MPT_DIMS[i].keys[0]);
+    return st;
+}
+
 static lp_status read_dims(const hf_reader *r, lp_arch *a)
 {
-    lp_status st = read_keys(r, a, DIMS, N_ROWS(DIMS));
+    lp_status st = is_family(a, "mpt") ? read_mpt_dims(r, a) : read_keys(r, a, DIMS, N_ROWS(DIMS));
     if (st == LP_OK && a->n_layers > LP_MAX_LAYERS)
         return lp_error_set(r->err, LP_ERR_FORMAT,
                             "%s: key '%s': %lld exceeds the limit of %d layers", r->path,
@@ -1343,6 +1435,19 @@ static lp_status read_ffn(const hf_reader *r, lp_arch *a, const family_rules *ru
     lp_status st;
     if (is_family(a, "opt")) {
         st = hf_require_count(r, KEYS("ffn_dim"), &a->ffn_hidden);
+    } else if (is_family(a, "mpt")) {
+        /* llm-foundry's MPTMLP: expansion_ratio x d_model, exact GELU (nn.GELU()) */
+        double ratio = 4.0;
+        if ((st = hf_num(r, "expansion_ratio", &ratio, NULL)) != LP_OK)
+            return st;
+        double width = ratio * (double)a->hidden_size;
+        if (!(width >= 1.0 && width <= (double)LP_ARCH_MAX_COUNT) || width != floor(width))
+            return lp_error_set(r->err, LP_ERR_FORMAT,
+                                "%s: key 'expansion_ratio': %g x d_model %lld is not a whole width",
+                                r->path, ratio, (long long)a->hidden_size);
+        a->ffn_hidden = (int64_t)width;
+        a->act = LP_ACT_GELU;
+        return LP_OK;
     } else {
         const char *used;
         st = hf_opt_count(r, KEYS("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"),

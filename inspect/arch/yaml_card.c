@@ -148,6 +148,7 @@ static const card_field FIELDS[] = {
     {"embeddings", "proj_dim", F_INT, A(embed_proj_dim), false},
     {"embeddings", "lm_head_bias", F_BOOL, A(bias_lm_head), false},
     {"embeddings", "final_logit_softcap", F_NUM, A(final_logit_softcap), false},
+    {"embeddings", "logit_scale", F_NUM, A(logit_scale), false},
     {"embeddings", "n_mtp_layers", F_INT, A(n_mtp_layers), false},
     {"embeddings", "token_types", F_INT, A(n_token_types), false},
     {"embeddings", "pooler", F_BOOL, A(pooler), false},

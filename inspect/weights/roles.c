@@ -184,6 +184,7 @@ static const name_role hf_global[] = {
     {"ln_f", LP_ROLE_OUTPUT_NORM},             /* gpt2, bloom, falcon */
     {"final_layernorm", LP_ROLE_OUTPUT_NORM},  /* phi */
     {"final_layer_norm", LP_ROLE_OUTPUT_NORM}, /* opt (outside the layers) */
+    {"norm_f", LP_ROLE_OUTPUT_NORM},           /* mpt */
     {"lm_head", LP_ROLE_LM_HEAD},
     {"embed_out", LP_ROLE_LM_HEAD},            /* gpt-neox */
     {NULL, LP_ROLE_UNKNOWN},
@@ -196,6 +197,8 @@ static const name_role hf_layer[] = {
     {"ln_2", LP_ROLE_FFN_NORM},
     {"ln_attn", LP_ROLE_ATTN_NORM},          /* falcon new_decoder_architecture */
     {"ln_mlp", LP_ROLE_FFN_NORM},
+    {"norm_1", LP_ROLE_ATTN_NORM},           /* mpt */
+    {"norm_2", LP_ROLE_FFN_NORM},
     {"self_attn_layer_norm", LP_ROLE_ATTN_NORM}, /* opt */
     {"final_layer_norm", LP_ROLE_FFN_NORM},  /* opt: inside a layer it is the FFN's norm */
     {"pre_feedforward_layernorm", LP_ROLE_FFN_NORM},       /* gemma 2/3 */
@@ -232,7 +235,10 @@ static const name_role hf_layer[] = {
     {"attn.q_proj", LP_ROLE_ATTN_Q},         /* gpt-j */
     {"attn.k_proj", LP_ROLE_ATTN_K},
     {"attn.v_proj", LP_ROLE_ATTN_V},
-    {"attn.out_proj", LP_ROLE_ATTN_O},
+    {"attn.out_proj", LP_ROLE_ATTN_O},       /* gpt-j, mpt */
+    {"attn.Wqkv", LP_ROLE_ATTN_QKV},         /* mpt: rows q | k | v */
+    {"attn.q_ln", LP_ROLE_ATTN_Q_NORM},      /* mpt qk_ln: over the whole projection */
+    {"attn.k_ln", LP_ROLE_ATTN_K_NORM},
     /* dense FFN */
     {"mlp.gate_proj", LP_ROLE_FFN_GATE},
     {"mlp.up_proj", LP_ROLE_FFN_UP},
@@ -248,6 +254,8 @@ static const name_role hf_layer[] = {
     {"mlp.dense_4h_to_h", LP_ROLE_FFN_DOWN},
     {"mlp.fc_in", LP_ROLE_FFN_UP},           /* gpt-j */
     {"mlp.fc_out", LP_ROLE_FFN_DOWN},
+    {"ffn.up_proj", LP_ROLE_FFN_UP},         /* mpt */
+    {"ffn.down_proj", LP_ROLE_FFN_DOWN},
     /* MoE */
     {"block_sparse_moe.gate", LP_ROLE_ROUTER}, /* mixtral */
     {"mlp.gate", LP_ROLE_ROUTER},              /* qwen2_moe, qwen3_moe, deepseek */

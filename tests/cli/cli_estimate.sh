@@ -150,6 +150,9 @@ JSON
   # StableLM-2-12B: per-head q/k LayerNorms without bias (transformers' StableLmLayerNormPerHead):
   # 40 x (65,536,000 attention + 6,400 q/k norms + 212,336,640 FFN + 10,240 one parallel norm)
   # + 2 x 513,802,240 untied embeddings + 10,240 final norm, derived by hand
+  # MPT-7B 6,649,286,656 (test_families.c derives it): nested attn_config, no_bias, tied, ALiBi
+  check_total mpt7b 6649286656 '{"architectures":["MPTForCausalLM"],"attn_config":{"alibi":true,"alibi_bias_max":8,"attn_impl":"torch","attn_pdrop":0,"attn_type":"multihead_attention","attn_uses_sequence_id":false,"clip_qkv":null,"prefix_lm":false,"qk_ln":false,"softmax_scale":null},"d_model":4096,"emb_pdrop":0,"embedding_fraction":1.0,"expansion_ratio":4,"init_device":"cpu","learned_pos_emb":true,"logit_scale":null,"max_seq_len":2048,"model_type":"mpt","n_heads":32,"n_layers":32,"no_bias":true,"norm_type":"low_precision_layernorm","resid_pdrop":0,"torch_dtype":"bfloat16","use_cache":false,"verbose":0,"vocab_size":50432}'
+  expect_json_int total 6649286656 "$LOUPE" estimate mpt-7b --json
   check_total stablelm2_12b 12143185920 '{"architectures":["StableLmForCausalLM"],"bos_token_id":100257,"eos_token_id":100257,"hidden_act":"silu","hidden_dropout":0.0,"hidden_size":5120,"initializer_range":0.01,"intermediate_size":13824,"layer_norm_eps":1e-05,"max_position_embeddings":4096,"model_type":"stablelm","num_attention_heads":32,"num_hidden_layers":40,"num_key_value_heads":8,"partial_rotary_factor":0.25,"qk_layernorm":true,"rope_theta":10000,"tie_word_embeddings":false,"torch_dtype":"bfloat16","use_cache":true,"use_parallel_residual":true,"use_qkv_bias":false,"vocab_size":100352}'
 
   # OPT-350m: post-norm, no final norm, 512-wide tied embeddings with project_in/project_out:

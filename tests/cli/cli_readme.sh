@@ -34,13 +34,18 @@ links() {
 }
 
 # anchors FILE: the GitHub anchor of every heading (lower case, punctuation dropped, spaces to
-# hyphens, -1, -2 ... for repeats).
+# hyphens, -1, -2 ... for repeats) and every explicit <a id="..."> anchor.
 anchors() {
   awk '/^```/ { fence = !fence; next }
        !fence && /^#+ / {
          h = $0; sub(/^#+ +/, "", h); h = tolower(h)
          gsub(/[^a-z0-9 _-]/, "", h); gsub(/ /, "-", h)
          if (h in seen) { n = seen[h]++; print h "-" n } else { seen[h] = 1; print h }
+       }
+       !fence { line = $0
+         while (match(line, /<a id="[^"]+">/)) {
+           print substr(line, RSTART + 7, RLENGTH - 9); line = substr(line, RSTART + RLENGTH)
+         }
        }' "$1"
 }
 

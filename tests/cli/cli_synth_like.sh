@@ -72,7 +72,16 @@ echo "skipped (no synthetic writer, or trace refuses):$skipped"
 # the dense families this suite is about must all be in the first list
 for want in pythia-70m phi-2 gpt-j-6b falcon-7b bloomz-560m opt-125m opt-350m olmo-2-0425-1b \
             stablelm-2-12b stablelm-3b-4e1t gpt2 llama-3-8b gemma-2-2b gemma-3-1b mixtral-8x7b-v0.1 \
-            phi-3-mini-4k-instruct deepseek-v2-lite deepseek-v3 gpt-oss-20b; do
+            phi-3-mini-4k-instruct deepseek-v2-lite deepseek-v3 gpt-oss-20b mpt-7b; do
   case " $ran " in *" $want "*) ok ;; *) bad "$want was not traced" ;; esac
 done
+# MPT with learned positions (attn_config.alibi false) is read but not traced: one line, exit 2
+M="$TMP/mpt-7b"
+if [ -f "$M/config.json" ]; then
+  sed 's/"alibi": true/"alibi": false/' "$M/config.json" >"$TMP/mpt_cfg" && cp "$TMP/mpt_cfg" "$M/config.json"
+  expect_one_line_error "$LOUPE" trace "$M" --tokens "$IDS" --db "$M/l.db"
+  expect_stderr_contains "MPT's learned positions" "$LOUPE" trace "$M" --tokens "$IDS" --db "$M/l.db"
+else
+  bad "mpt-7b's synthetic model is missing"
+fi
 finish

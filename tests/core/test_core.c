@@ -190,6 +190,11 @@ static void test_error_messages(void **state)
     long_text[sizeof long_text - 1] = '\0';
     lp_error_set(&err, LP_ERR_RANGE, "%s", long_text); /* cut, not overflowed */
     assert_int_equal(strlen(err.msg), LP_ERROR_MSG_MAX - 1);
+    /* text quoted from a hostile file cannot break the one-line rule, through either call */
+    lp_error_set(&err, LP_ERR_FORMAT, "dtype '%s' is not f16", "o\n\r\x7f\tn");
+    assert_string_equal(err.msg, "dtype 'o????n' is not f16");
+    lp_error_prefix(&err, "%s: ", "a\nb.db");
+    assert_string_equal(err.msg, "a?b.db: dtype 'o????n' is not f16");
 }
 
 /* One table serves printing and parsing: the first row of a value is its word, every row parses,

@@ -211,6 +211,31 @@ static const char PHI_2_MSFT[] =
     "\"tie_word_embeddings\": false, \"torch_dtype\": \"float16\", \"transformers_version\": "
     "\"4.35.2\", \"vocab_size\": 51200}";
 
+/* MPT-7B (mosaicml/mpt-7b; transformers' modeling_mpt.py, llm-foundry's MPT). d_model 4096, 32
+ * layers, 32 heads, expansion_ratio 4, vocab 50432, no_bias (no bias anywhere, LayerNorms
+ * weight-only), ALiBi (no position table), wte tied to the LM head.
+ *   wte 50432 x 4096                                                 =   206,569,472
+ *   per layer: Wqkv 4096 x 12288 = 50,331,648; out_proj 4096 x 4096 = 16,777,216; up_proj and
+ *              down_proj 2 x 4096 x 16384 = 134,217,728; norm_1, norm_2 8,192
+ *              = 201,334,784; x 32                                   = 6,442,713,088
+ *   norm_f 4096                                                      =         4,096
+ *   total 6,649,286,656 (the published 6.65B). Llama's rules (SwiGLU, no intermediate_size)
+ *   do not read it. */
+static const char MPT_7B[] =
+    "{\"architectures\":[\"MPTForCausalLM\"],\"attn_config\":{\"alibi\":true,\"alibi_bias_max"
+    "\":8,\"attn_impl\":\"torch\",\"attn_pdrop\":0,\"attn_type\":\"multihead_attention\",\"at"
+    "tn_uses_sequence_id\":false,\"clip_qkv\":null,\"prefix_lm\":false,\"qk_ln\":false,\"soft"
+    "max_scale\":null},\"auto_map\":{\"AutoConfig\":\"configuration_mpt.MPTConfig\",\"AutoMod"
+    "elForCausalLM\":\"modeling_mpt.MPTForCausalLM\"},\"d_model\":4096,\"emb_pdrop\":0,\"embe"
+    "dding_fraction\":1.0,\"expansion_ratio\":4,\"init_config\":{\"emb_init_std\":null,\"emb_"
+    "init_uniform_lim\":null,\"fan_mode\":\"fan_in\",\"init_div_is_residual\":true,\"init_gai"
+    "n\":0,\"init_nonlinearity\":\"relu\",\"init_std\":0.02,\"name\":\"kaiming_normal_\",\"ve"
+    "rbose\":0},\"init_device\":\"cpu\",\"learned_pos_emb\":true,\"logit_scale\":null,\"max_s"
+    "eq_len\":2048,\"model_type\":\"mpt\",\"n_heads\":32,\"n_layers\":32,\"no_bias\":true,\"n"
+    "orm_type\":\"low_precision_layernorm\",\"resid_pdrop\":0,\"tokenizer_name\":\"EleutherAI"
+    "/gpt-neox-20b\",\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.28.1\",\"use_c"
+    "ache\":false,\"verbose\":0,\"vocab_size\":50432}";
+
 static const family_case CASES[] = {
     {"chatglm2-6b", CHATGLM2, 6243584000, 7124258816},
     {"qwen-1.8b", QWEN_1_8B, 1836828672, 2648279040},
@@ -223,6 +248,7 @@ static const family_case CASES[] = {
     {"baichuan2-13b-chat", BAICHUAN2_13B, 13896668160, 0},
     {"phi-1_5 (phi-msft)", PHI_1_5_MSFT, 1418270720, 0},
     {"phi-2 (phi-msft)", PHI_2_MSFT, 2779683840, 0},
+    {"mpt-7b", MPT_7B, 6649286656, 0},
 };
 
 /* Write text to a scratch config.json and read it. */

@@ -126,7 +126,7 @@ static const char *arch_diff(const lp_arch *a, const lp_arch *b, char *why, size
     SAME_I(n_mtp_layers) SAME_I(storage_dtype) SAME_I(bos_token_id) SAME_I(eos_token_id)
     SAME_I(router_bias) SAME_I(attn_sinks) SAME_I(qk_norm_per_head)
     SAME_I(embed_proj_dim) SAME_I(post_norm) SAME_I(encoder_only) SAME_I(n_token_types)
-    SAME_I(pooler) SAME_D(alibi_max_bias) SAME_D(qkv_clip) SAME_I(rope_scaling.n_factors)
+    SAME_I(pooler) SAME_D(alibi_max_bias) SAME_D(qkv_clip) SAME_D(logit_scale) SAME_I(rope_scaling.n_factors)
     SAME_I(rope_scaling.yarn_unrounded)
     SAME_I(router_sigmoid) SAME_I(n_expert_groups) SAME_I(topk_groups) SAME_D(routed_scaling)
     SAME_D(swiglu_limit)
@@ -201,8 +201,8 @@ static void test_defaults_and_names(void **state)
      * inspect/arch/arch_json.c and to the HF reader; then update these numbers and the field named
      * here (the last one). A bool that fits in the trailing padding slips past sizeof. */
     size_t end_of_fields = offsetof(lp_arch, swiglu_limit) + sizeof(double);
-    if (end_of_fields != 17864 || sizeof(lp_arch) != 17864)
-        fail_msg("lp_arch's fields end at byte %zu, not 17864 (or sizeof changed): see above",
+    if (end_of_fields != 17872 || sizeof(lp_arch) != 17872)
+        fail_msg("lp_arch's fields end at byte %zu, not 17872 (or sizeof changed): see above",
                  end_of_fields);
     lp_arch a;
     lp_arch_init(&a);
@@ -223,6 +223,24 @@ static void test_defaults_and_names(void **state)
     assert_string_equal(lp_rope_scaling_name(LP_ROPE_SCALING_YARN), "yarn");
     assert_string_equal(lp_activation_name(LP_ACT_GELU_TANH), "gelu_tanh");
     assert_string_equal(lp_activation_name((lp_activation)99), "invalid");
+}
+
+/* MPT's refusals: what neither estimate nor trace can read, by name. */
+static void test_mpt_config(void **state)
+{
+    (void)state;
+    expect_hf_error("mpt_type.json", "{\"model_type\": \"mpt\", \"attn_config\": {\"attn_type\":"
+                    " \"sliding\"}}", LP_ERR_UNSUPPORTED, "attn_config.attn_type", "sliding");
+    expect_hf_error("mpt_norm.json", "{\"model_type\": \"mpt\", \"norm_type\": \"rmsnorm\"}",
+                    LP_ERR_UNSUPPORTED, "norm_type", "rmsnorm");
+    expect_hf_error("mpt_ratio.json", "{\"model_type\": \"mpt\", \"d_model\": 10,"
+                    " \"n_heads\": 2, \"expansion_ratio\": 0.25}", LP_ERR_FORMAT,
+                    "expansion_ratio", NULL);
+    expect_hf_error("mpt_logit.json", "{\"model_type\": \"mpt\", \"logit_scale\": \"x\"}",
+                    LP_ERR_FORMAT, "logit_scale", NULL);
+    expect_hf_error("mpt_none.json", "{\"model_type\": \"mpt\", \"learned_pos_emb\": false,"
+                    " \"attn_config\": {\"alibi\": false}}", LP_ERR_UNSUPPORTED,
+                    "learned_pos_emb", NULL);
 }
 
 static void test_gemma2_alternating_windows(void **state)
@@ -389,6 +407,31 @@ static const struct {
     const char *name, *json, *expected;
     bool round_trip;
 } FAMILY_CASES[] = {
+    /* MPT: a key the file omits takes MptConfig's default (d_model 2048, 16 heads, 24 layers,
+     * vocab 50368, max_seq_len 2048, expansion_ratio 4, no_bias, ALiBi with alibi_bias_max 8) */
+    {"mpt_bare.json", "{\"model_type\": \"mpt\"}",
+     "hidden_size=2048 n_heads=16 n_kv_heads=16 n_layers=24 vocab_size=50368 n_ctx=2048"
+     " ffn_hidden=8192 act=gelu pos_kind=alibi alibi_max_bias=8"
+     " tied_embeddings=true bias_qkv=false bias_o=false bias_mlp=false bias_norm=false"
+     " qk_norm_full=false",
+     true},
+    /* attn_config's switches, grouped kv heads, logit_scale inv_sqrt_d_model */
+    {"mpt_all.json",
+     "{\"model_type\": \"mpt\", \"d_model\": 64, \"n_heads\": 4, \"n_layers\": 2,"
+     " \"vocab_size\": 100, \"expansion_ratio\": 2, \"no_bias\": false,"
+     " \"logit_scale\": \"inv_sqrt_d_model\", \"attn_config\": {\"alibi_bias_max\": 16,"
+     " \"clip_qkv\": 6, \"qk_ln\": true, \"softmax_scale\": 0.5,"
+     " \"attn_type\": \"grouped_query_attention\", \"kv_n_heads\": 2}}",
+     "ffn_hidden=128 n_kv_heads=2 alibi_max_bias=16 qkv_clip=6 query_scale=0.5"
+     " logit_scale=0.125 qk_norm_full=true bias_qkv=true bias_o=true bias_mlp=true bias_norm=true",
+     true},
+    {"mpt_mqa.json",
+     "{\"model_type\": \"mpt\", \"logit_scale\": 0.25,"
+     " \"attn_config\": {\"attn_type\": \"multiquery_attention\"}}",
+     "n_kv_heads=1 logit_scale=0.25", true},
+    /* alibi false: learned positions (wpe, max_seq_len rows); read, refused by trace */
+    {"mpt_learned.json", "{\"model_type\": \"mpt\", \"attn_config\": {\"alibi\": false}}",
+     "pos_kind=learned pos_table_rows=2048", true},
     {"falcon40.json",
      "{\"model_type\": \"falcon\", \"vocab_size\": 65024, \"hidden_size\": 8192,"
      " \"num_hidden_layers\": 60, \"num_attention_heads\": 128, \"num_kv_heads\": 8,"
@@ -1003,6 +1046,21 @@ static const char *const CARD_SOURCES[][2] = {
      ":1e-06,\"rope_local_base_freq\":10000,\"rope_scaling\":null,\"rope_theta\":1000000"
      ",\"sliding_window\":512,\"sliding_window_pattern\":6,\"torch_dtype\":\"bfloat16\",\"t"
      "ransformers_version\":\"4.50.0.dev0\",\"use_cache\":true,\"vocab_size\":262144}"},
+    {"mpt-7b",
+     "{\"architectures\":[\"MPTForCausalLM\"],\"attn_config\":{\"alibi\":true,\"alibi_"
+     "bias_max\":8,\"attn_impl\":\"torch\",\"attn_pdrop\":0,\"attn_type\":\"multihead_"
+     "attention\",\"attn_uses_sequence_id\":false,\"clip_qkv\":null,\"prefix_lm\":fals"
+     "e,\"qk_ln\":false,\"softmax_scale\":null},\"auto_map\":{\"AutoConfig\":\"configu"
+     "ration_mpt.MPTConfig\",\"AutoModelForCausalLM\":\"modeling_mpt.MPTForCausalLM\"}"
+     ",\"d_model\":4096,\"emb_pdrop\":0,\"embedding_fraction\":1.0,\"expansion_ratio\""
+     ":4,\"init_config\":{\"emb_init_std\":null,\"emb_init_uniform_lim\":null,\"fan_mo"
+     "de\":\"fan_in\",\"init_div_is_residual\":true,\"init_gain\":0,\"init_nonlinearit"
+     "y\":\"relu\",\"init_std\":0.02,\"name\":\"kaiming_normal_\",\"verbose\":0},\"ini"
+     "t_device\":\"cpu\",\"learned_pos_emb\":true,\"logit_scale\":null,\"max_seq_len\""
+     ":2048,\"model_type\":\"mpt\",\"n_heads\":32,\"n_layers\":32,\"no_bias\":true,\"n"
+     "orm_type\":\"low_precision_layernorm\",\"resid_pdrop\":0,\"tokenizer_name\":\"El"
+     "eutherAI/gpt-neox-20b\",\"torch_dtype\":\"bfloat16\",\"transformers_version\":\""
+     "4.28.1\",\"use_cache\":false,\"verbose\":0,\"vocab_size\":50432}"},
     {"gpt-j-6b",
      "{\"activation_function\":\"gelu_new\",\"architectures\":[\"GPTJForCausalLM\"],\"attn_"
      "pdrop\":0.0,\"bos_token_id\":50256,\"embd_pdrop\":0.0,\"eos_token_id\":50256,\"gradi"
@@ -1458,6 +1516,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_names),
         cmocka_unit_test(test_gemma2_alternating_windows),
+        cmocka_unit_test(test_mpt_config),
         cmocka_unit_test(test_gemma3_pattern_and_text_config),
         cmocka_unit_test(test_layer_types_and_qwen_windows),
         cmocka_unit_test(test_moe_layer_selection),

@@ -490,6 +490,36 @@ static void test_gpt_oss(void **state)
     assert_true(a.layer_moe[3]);
 }
 
+/* mpt: convert_hf_to_gguf's MPTModel keys; max_alibi_bias 0 is a model with learned positions;
+ * qk_ln shows as attn_q_norm tensors; no output.weight: tied */
+static void test_mpt(void **state)
+{
+    (void)state;
+    lp_gw w;
+    base_kvs(&w, "mpt");
+    lp_gw_kv_u32(&w, "mpt.feed_forward_length", 256);
+    lp_gw_kv_f32(&w, "mpt.attention.max_alibi_bias", 16.0f);
+    lp_gw_kv_f32(&w, "mpt.attention.clamp_kqv", 6.0f);
+    static float norm[64];
+    const int64_t ne[1] = {64};
+    lp_gw_tensor(&w, "blk.0.attn_q_norm.weight", 1, ne, 0, norm, sizeof norm);
+    lp_gw_tensor(&w, "blk.0.attn_norm.weight", 1, ne, 0, norm, sizeof norm);
+    lp_arch a;
+    lp_error err = {0};
+    char why[256];
+    assert_int_equal(arch_of(&w, &a, &err), LP_OK);
+    if (!arch_expect(&a, "family=mpt pos_kind=alibi alibi_max_bias=16 qkv_clip=6 qk_norm_full=true"
+                         " act=gelu norm_kind=layer tied_embeddings=true bias_qkv=false"
+                         " bias_norm=false ffn_hidden=256", why, sizeof why))
+        fail_msg("mpt: %s", why);
+    base_kvs(&w, "mpt");
+    lp_gw_kv_f32(&w, "mpt.attention.max_alibi_bias", 0.0f);
+    assert_int_equal(arch_of(&w, &a, &err), LP_OK);
+    if (!arch_expect(&a, "pos_kind=learned pos_table_rows=2048 qk_norm_full=false", why,
+                     sizeof why))
+        fail_msg("mpt learned: %s", why);
+}
+
 static void test_phi3_longrope(void **state)
 {
     (void)state;
@@ -628,6 +658,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mixtral),       cmocka_unit_test(test_deepseek2_mla),
         cmocka_unit_test(test_gemma_windows), cmocka_unit_test(test_family_defaults),
         cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_phi3_longrope),
+        cmocka_unit_test(test_mpt),
     };
     return cmocka_run_group_tests_name("gguf_arch", tests, NULL, NULL);
 }

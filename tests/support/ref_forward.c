@@ -83,20 +83,21 @@ static bool is_layernorm_mlp(const ref_config *c)
 {
     return c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
            c->family == REF_GPTJ || c->family == REF_FALCON || c->family == REF_BLOOM ||
-           c->family == REF_OPT;
+           c->family == REF_OPT || c->family == REF_MPT;
 }
 /* OPT's token embedding width (project_in / project_out when it is not hidden) */
 static int64_t embed_dim(const ref_config *c) { return c->embed_dim > 0 ? c->embed_dim : c->hidden; }
 /* biases on the MLP's two matrices; on q, k, v and o (Falcon: its one "bias" switch) */
 static bool has_mlp_bias(const ref_config *c)
 {
-    return c->family == REF_FALCON ? c->qkv_bias : is_layernorm_mlp(c);
+    return c->family == REF_FALCON || c->family == REF_MPT ? c->qkv_bias : is_layernorm_mlp(c);
 }
 static bool has_attn_bias(const ref_config *c)
 {
     if (c->family == REF_GPT_OSS)
         return true;
-    return c->family == REF_FALCON ? c->qkv_bias : is_layernorm_mlp(c) && c->family != REF_GPTJ;
+    return c->family == REF_FALCON || c->family == REF_MPT ? c->qkv_bias
+                                                           : is_layernorm_mlp(c) && c->family != REF_GPTJ;
 }
 /* attention and MLP both read the block's input; one norm feeds both (Phi, GPT-J) */
 static bool is_parallel(const ref_config *c)
@@ -116,8 +117,16 @@ static bool uses_layernorm(const ref_config *c)
 }
 /* StableLM: each head's q and k norm is its own */
 static bool qk_norm_each_head(const ref_config *c) { return c->family == REF_STABLELM; }
-/* OLMo 2: one q norm over all heads, one k norm; and no norms before the sublayers */
-static bool qk_norm_whole(const ref_config *c) { return c->family == REF_OLMO2; }
+/* OLMo 2, MPT: one q norm over all heads, one k norm; OLMo 2 has no norms before the sublayers */
+static bool qk_norm_whole(const ref_config *c)
+{
+    return c->family == REF_OLMO2 || c->family == REF_MPT;
+}
+/* LayerNorms carry a bias, except MPT's with no_bias */
+static bool has_norm_bias(const ref_config *c)
+{
+    return uses_layernorm(c) && (c->family != REF_MPT || c->qkv_bias);
+}
 static bool has_input_norms(const ref_config *c)
 {
     return c->family != REF_OLMO2 && !(c->family == REF_OPT && c->post_norm);
@@ -148,7 +157,7 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
         RT(m->project_out, embed_dim(c) * H, sc * 4, 0.0);
     }
     RT(m->out_norm, H, 0.1, norm_offset);
-    if (uses_layernorm(c))
+    if (has_norm_bias(c))
         RT(m->out_norm_b, H, 0.1, 0.0);
     if (c->tied)
         m->lm_head = m->embed;
@@ -182,7 +191,7 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
         }
         if (!shares_input_norm(c))
             RT(L->ffn_norm, H, 0.1, norm_offset);
-        if (uses_layernorm(c)) {
+        if (has_norm_bias(c)) {
             RT(L->attn_norm_b, H, 0.1, 0.0);
             if (!shares_input_norm(c))
                 RT(L->ffn_norm_b, H, 0.1, 0.0);
@@ -197,7 +206,7 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->bv, kv_dim(c), 0.1, 0.0);
             RT(L->bo, H, 0.1, 0.0);
         }
-        if (c->qkv_bias && c->family != REF_FALCON) {
+        if (c->qkv_bias && c->family != REF_FALCON && c->family != REF_MPT) {
             /* families with every bias drew q/k/v biases above: these replace them */
             free(L->bq);
             free(L->bk);
@@ -212,6 +221,10 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             int64_t nk = wide ? kv_dim(c) : c->head_dim;
             RT(L->q_norm, nq, 0.1, norm_offset);
             RT(L->k_norm, nk, 0.1, norm_offset);
+            if (c->family == REF_MPT && c->qkv_bias) {
+                RT(L->q_norm_b, nq, 0.1, 0.0);
+                RT(L->k_norm_b, nk, 0.1, 0.0);
+            }
         }
         if (c->family == REF_GPT_OSS) /* sinks of either sign, large enough to take mass */
             RT(L->sinks, c->n_heads, 2.0, 0.0);
@@ -270,7 +283,7 @@ void ref_model_free(ref_model *m)
                            L->q_norm, L->k_norm, L->s_gate, L->s_up, L->s_down, L->s_gate_w,
                            L->q_a, L->q_a_norm, L->q_b, L->kv_a, L->kv_a_norm, L->kv_b,
                            L->score_bias, L->sinks, L->router_b, L->eb_gate, L->eb_up,
-                           L->eb_down};
+                           L->eb_down, L->q_norm_b, L->k_norm_b};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 free(ps[i]);
             for (int64_t e = 0; L->e_gate && e < m->cfg.n_experts; e++) {
@@ -440,7 +453,7 @@ static void mlp_w(const ref_config *c, int64_t F, double *out, const double *x,
     matvec(u, w_up, b_up, x, F, H);
     if (is_layernorm_mlp(c)) {
         /* GPT-NeoX's and Falcon's "gelu" is the exact one; GPT-2, Phi and GPT-J use gelu_new */
-        bool exact = c->family == REF_NEOX || c->family == REF_FALCON;
+        bool exact = c->family == REF_NEOX || c->family == REF_FALCON || c->family == REF_MPT;
         for (int64_t i = 0; i < F; i++)
             g[i] = c->family == REF_OPT ? (u[i] > 0 ? u[i] : 0.0)
                    : exact              ? gelu_erf(u[i])
@@ -703,14 +716,15 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                        : 1.0 / sqrt((double)hd);
     /* ALiBi slopes (Press et al.; BLOOM's build_alibi_tensor): for the largest power of two
      * n <= heads, 2^(-8 (h + 1) / n); the remaining heads take every other slope of 2n heads */
-    double slopes[64] = {0};
+    double slopes[64] = {0}, max_bias = c->alibi_max > 0 ? c->alibi_max : 8.0;
     if (c->alibi) {
         int64_t pow2 = 1;
         while (pow2 * 2 <= nh)
             pow2 *= 2;
         for (int64_t h = 0; h < nh && h < 64; h++)
-            slopes[h] = h < pow2 ? pow(2.0, -8.0 * (double)(h + 1) / (double)pow2)
-                                 : pow(2.0, -4.0 * (double)(2 * (h - pow2) + 1) / (double)pow2);
+            slopes[h] = h < pow2 ? pow(2.0, -max_bias * (double)(h + 1) / (double)pow2)
+                                 : pow(2.0, -max_bias / 2 * (double)(2 * (h - pow2) + 1) /
+                                                (double)pow2);
     }
     double mscale;
     const double *ext = longrope_factors(c, T, &mscale);
@@ -738,6 +752,15 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                 matvec(q + t * QD, Ly->wq, Ly->bq, xn + t * H, QD, H);
                 matvec(k + t * KVD, Ly->wk, Ly->bk, xn + t * H, KVD, H);
                 matvec(v + t * KVD, Ly->wv, Ly->bv, xn + t * H, KVD, H);
+                if (c->qkv_clip > 0) { /* MPT: the fused projection's output, clamped */
+                    double cl = c->qkv_clip;
+                    for (int64_t i = 0; i < QD; i++)
+                        q[t * QD + i] = fmin(fmax(q[t * QD + i], -cl), cl);
+                    for (int64_t i = 0; i < KVD; i++) {
+                        k[t * KVD + i] = fmin(fmax(k[t * KVD + i], -cl), cl);
+                        v[t * KVD + i] = fmin(fmax(v[t * KVD + i], -cl), cl);
+                    }
+                }
                 if (c->qk_norm && qk_norm_whole(c)) {
                     /* one RMSNorm over the whole projection, on a copy */
                     double *cp = malloc((size_t)(QD > KVD ? QD : KVD) * sizeof *cp);
@@ -746,9 +769,9 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                         goto done;
                     }
                     memcpy(cp, q + t * QD, (size_t)QD * sizeof *cp);
-                    norm(c, q + t * QD, cp, Ly->q_norm, NULL, QD);
+                    norm(c, q + t * QD, cp, Ly->q_norm, Ly->q_norm_b, QD);
                     memcpy(cp, k + t * KVD, (size_t)KVD * sizeof *cp);
-                    norm(c, k + t * KVD, cp, Ly->k_norm, NULL, KVD);
+                    norm(c, k + t * KVD, cp, Ly->k_norm, Ly->k_norm_b, KVD);
                     free(cp);
                 } else if (c->qk_norm) {
                     /* per-head RMSNorm over head_dim, on a copy (norm() reads and writes) */
@@ -875,6 +898,8 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
         matvec(tmp, m->lm_head, m->lm_head_b, cls_in, V, ED);
         for (int64_t i = 0; i < V; i++) {
             double z = tmp[i];
+            if (c->logit_scale > 0)
+                z *= c->logit_scale;
             if (c->final_softcap > 0)
                 z = c->final_softcap * tanh(z / c->final_softcap);
             out->logits[t * V + i] = (float)z;
@@ -922,6 +947,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_OPT: return LP_SYNTH_OPT;
     case REF_PHI3: return LP_SYNTH_PHI3;
     case REF_GPT_OSS: return LP_SYNTH_GPT_OSS;
+    case REF_MPT: return LP_SYNTH_MPT;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2
@@ -951,8 +977,8 @@ static const float *layer_tensor(const ref_layer *L, const lp_synth_tensor *t)
     case LP_ROLE_ATTN_K: return b ? L->bk : L->wk;
     case LP_ROLE_ATTN_V: return b ? L->bv : L->wv;
     case LP_ROLE_ATTN_O: return b ? L->bo : L->wo;
-    case LP_ROLE_ATTN_Q_NORM: return L->q_norm;
-    case LP_ROLE_ATTN_K_NORM: return L->k_norm;
+    case LP_ROLE_ATTN_Q_NORM: return b ? L->q_norm_b : L->q_norm;
+    case LP_ROLE_ATTN_K_NORM: return b ? L->k_norm_b : L->k_norm;
     case LP_ROLE_ATTN_POST_NORM: return L->post_attn_norm;
     case LP_ROLE_FFN_NORM: return b ? L->ffn_norm_b : L->ffn_norm;
     case LP_ROLE_FFN_POST_NORM: return L->post_ffn_norm;
@@ -1021,7 +1047,8 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .local_theta = c->local_theta, .query_pre_attn_scalar = c->query_pre_attn_scalar,
         .attn_softcap = c->attn_softcap, .final_softcap = c->final_softcap,
         .parallel = c->parallel, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm,
-        .new_arch = c->new_arch, .alibi = c->alibi, .expert_ffn = c->expert_ffn, .shared_ffn = c->shared_ffn, .sparse_step = c->sparse_step,
+        .new_arch = c->new_arch, .alibi = c->alibi, .qkv_clip = c->qkv_clip,
+        .logit_scale = c->logit_scale, .alibi_max = c->alibi_max, .expert_ffn = c->expert_ffn, .shared_ffn = c->shared_ffn, .sparse_step = c->sparse_step,
         .norm_topk_prob = c->norm_topk, .q_lora = c->q_lora, .kv_lora = c->kv_lora,
         .v_head_dim = c->v_dim, .n_shared = c->n_shared, .first_dense = c->first_dense,
         .n_groups = c->n_groups, .topk_groups = c->topk_groups,

@@ -72,6 +72,11 @@ typedef enum ref_family {
                      unrounded ramp bounds when yarn_factor > 0; every layer routed: biased
                      router, top-k of the logits, softmax over the chosen; experts with gate, up
                      and down biases and the clamped SwiGLU (up + 1) g sigmoid(1.702 g) */
+    REF_MPT,     /* MPT: LayerNorm, exact GELU MLP, fused Wqkv (q | k | v), ALiBi added after the
+                    softmax scale with alibi_max (0 = 8), tied; every linear and LayerNorm
+                    biased only when qkv_bias (!no_bias); q/k clamped to [-qkv_clip, qkv_clip]
+                    (v too) when qkv_clip > 0; qk_norm: LayerNorm over the whole q and k
+                    projections (qk_ln, after the clamp); logits times logit_scale when > 0 */
     REF_FAMILY_COUNT
 } ref_family;
 
@@ -97,6 +102,9 @@ typedef struct ref_config {
     bool parallel;            /* GPT-NeoX, StableLM: use_parallel_residual; Falcon: parallel_attn */
     bool new_arch;            /* Falcon: new_decoder_architecture */
     bool alibi;               /* Falcon: ALiBi instead of RoPE */
+    double alibi_max;         /* MPT alibi_bias_max; 0 = 8 */
+    double qkv_clip;          /* MPT clip_qkv; 0 = off */
+    double logit_scale;       /* MPT logit_scale; 0 = off */
     bool post_norm;           /* OPT: do_layer_norm_before false */
     int64_t embed_dim;        /* OPT: word_embed_proj_dim; 0 = hidden */
     int64_t longrope_orig;    /* Phi-3: original_max_position_embeddings; 0 = no longrope */
@@ -131,7 +139,8 @@ typedef struct ref_layer {
     float *router;                    /* [n_experts, hidden] */
     float **e_gate, **e_up, **e_down; /* [n_experts] of [ffn, hidden], [ffn, hidden], [hidden, ffn] */
     float *q_norm, *k_norm;           /* [head_dim] (qk_norm); StableLM: [n_heads, head_dim],
-                                         [n_kv_heads, head_dim]; OLMo 2: [q_dim], [kv_dim] */
+                                         [n_kv_heads, head_dim]; OLMo 2, MPT: [q_dim], [kv_dim] */
+    float *q_norm_b, *k_norm_b;       /* MPT qk_ln without no_bias, or NULL */
     float *s_gate, *s_up, *s_down;    /* shared expert [shared_ffn, hidden] x2, [hidden, shared_ffn] */
     float *s_gate_w;                  /* [hidden] its sigmoid gate */
     float *q_a, *q_a_norm, *q_b;      /* MLA [q_lora, hidden], [q_lora], [n_heads head_dim, q_lora] */

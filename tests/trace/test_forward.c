@@ -332,6 +332,24 @@ static const random_case random_cases[] = {
                        .n_heads = 8, .n_kv_heads = 8, .head_dim = 10, .ffn = 320, .eps = 1e-5,
                        .alibi = true, .qkv_bias = true, .tied = true, .scale = 0.3},
      14, {LP_DTYPE_F16}, 1, 1e-4},
+    /* MPT: fused Wqkv, exact GELU, ALiBi after the scale; mpt-7b's no_bias on 5 heads of 6
+     * (not a power of two, head_dim not a multiple of 8); then every switch turned: biases
+     * everywhere, clip_qkv that clamps (scale 0.3 gives |q| up to ~2), qk_ln over the whole q and
+     * k with their biases, alibi_bias_max 16, logit_scale; qk_ln without biases on 3 heads
+     * sharing one kv head (llm-foundry's multiquery_attention) */
+    {"mpt", {.family = REF_MPT, .vocab = 79, .hidden = 30, .n_layers = 2, .n_heads = 5,
+             .n_kv_heads = 5, .head_dim = 6, .ffn = 120, .eps = 1e-5, .alibi = true,
+             .tied = true, .scale = 0.3},
+     22, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"mpt-all-switches", {.family = REF_MPT, .vocab = 53, .hidden = 42, .n_layers = 2,
+                          .n_heads = 6, .n_kv_heads = 6, .head_dim = 7, .ffn = 84, .eps = 1e-5,
+                          .alibi = true, .alibi_max = 16, .qkv_bias = true, .qk_norm = true,
+                          .qkv_clip = 0.25, .logit_scale = 0.5, .tied = true, .scale = 0.3},
+     19, {LP_DTYPE_F32, LP_DTYPE_F16}, 2, 1e-4},
+    {"mpt-qk-ln-gqa", {.family = REF_MPT, .vocab = 61, .hidden = 30, .n_layers = 3, .n_heads = 3,
+                   .n_kv_heads = 1, .head_dim = 10, .ffn = 90, .eps = 1e-5, .alibi = true,
+                   .qk_norm = true, .qkv_clip = 0.6, .tied = true, .scale = 0.3},
+     17, {LP_DTYPE_F32}, 1, 1e-4},
     /* OPT-125m (pre-norm) and OPT-350m (post-norm, word_embed_proj_dim 512 of 1024: project_in
      * and project_out, no final norm); learned positions at pos + 2, ReLU */
     {"opt-125m", {.family = REF_OPT, .vocab = 87, .hidden = 36, .n_layers = 2, .n_heads = 3,
@@ -492,7 +510,7 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     /* llama.cpp's gpt2, gptneox and gptj converters write no kv head count */
     bool layer_norm = c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
                       c->family == REF_GPTJ || c->family == REF_STABLELM ||
-                      c->family == REF_FALCON || c->family == REF_BLOOM;
+                      c->family == REF_FALCON || c->family == REF_BLOOM || c->family == REF_MPT;
     if (c->family != REF_GPT2 && c->family != REF_NEOX && c->family != REF_GPTJ)
         KV("attention.head_count_kv", c->n_kv_heads);
     if (c->rope_dim > 0)
@@ -517,6 +535,11 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
     if (c->family == REF_NEOX || c->family == REF_STABLELM) {
         snprintf(key, sizeof key, "%s.use_parallel_residual", arch);
         lp_gw_kv_bool(w, key, c->parallel);
+    }
+    if (c->family == REF_MPT) { /* convert_hf_to_gguf's MPTModel */
+        lp_gw_kv_f32(w, "mpt.attention.max_alibi_bias", (float)(c->alibi_max > 0 ? c->alibi_max : 8));
+        if (c->qkv_clip > 0)
+            lp_gw_kv_f32(w, "mpt.attention.clamp_kqv", (float)c->qkv_clip);
     }
 }
 
@@ -944,7 +967,8 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
     for (int l = 0; l < c->n_layers; l++) {
         const ref_layer *L = &m->layers[l];
         gguf_f32(w, "blk.%d.attn_norm.weight", l, H, 0, L->attn_norm);
-        gguf_f32(w, "blk.%d.attn_norm.bias", l, H, 0, L->attn_norm_b);
+        if (L->attn_norm_b) /* not with MPT's no_bias */
+            gguf_f32(w, "blk.%d.attn_norm.bias", l, H, 0, L->attn_norm_b);
         if (fused_qkv) {
             gguf_f32(w, "blk.%d.attn_qkv.weight", l, Q + 2 * KV, H,
                      gguf_concat3(L->wq, L->wk, L->wv, Q * H, KV * H));
@@ -961,7 +985,14 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
                 gguf_f32(w, "blk.%d.attn_v.bias", l, KV, 0, L->bv);
             }
         }
-        if (L->q_norm) { /* StableLM: the per-head norms stacked [heads, head_dim] */
+        if (L->q_norm && c->family == REF_MPT) { /* qk_ln: [q_dim], [kv_dim] */
+            gguf_f32(w, "blk.%d.attn_q_norm.weight", l, Q, 0, L->q_norm);
+            gguf_f32(w, "blk.%d.attn_k_norm.weight", l, KV, 0, L->k_norm);
+            if (L->q_norm_b) {
+                gguf_f32(w, "blk.%d.attn_q_norm.bias", l, Q, 0, L->q_norm_b);
+                gguf_f32(w, "blk.%d.attn_k_norm.bias", l, KV, 0, L->k_norm_b);
+            }
+        } else if (L->q_norm) { /* StableLM: the per-head norms stacked [heads, head_dim] */
             gguf_f32(w, "blk.%d.attn_q_norm.weight", l, c->n_heads, c->head_dim, L->q_norm);
             gguf_f32(w, "blk.%d.attn_k_norm.weight", l, c->n_kv_heads, c->head_dim, L->k_norm);
         }
@@ -973,7 +1004,8 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
             gguf_f32(w, "blk.%d.attn_norm_2.bias", l, H, 0, L->ffn_norm_b);
         } else if (L->ffn_norm) {
             gguf_f32(w, "blk.%d.ffn_norm.weight", l, H, 0, L->ffn_norm);
-            gguf_f32(w, "blk.%d.ffn_norm.bias", l, H, 0, L->ffn_norm_b);
+            if (L->ffn_norm_b)
+                gguf_f32(w, "blk.%d.ffn_norm.bias", l, H, 0, L->ffn_norm_b);
         }
         if (L->w_gate)
             gguf_f32(w, "blk.%d.ffn_gate.weight", l, F, H, L->w_gate);
@@ -985,7 +1017,8 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
         }
     }
     gguf_f32(w, "output_norm.weight", -1, H, 0, m->out_norm);
-    gguf_f32(w, "output_norm.bias", -1, H, 0, m->out_norm_b);
+    if (m->out_norm_b)
+        gguf_f32(w, "output_norm.bias", -1, H, 0, m->out_norm_b);
     if (!c->tied)
         gguf_f32(w, "output.weight", -1, c->vocab, H, m->lm_head);
     if (m->lm_head_b)
@@ -1001,6 +1034,8 @@ static void write_gguf_gptj(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m,
 static void write_gguf_falcon(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "falcon", true); }
 /* bloom: query_key_value reordered into q | k | v; tied */
 static void write_gguf_bloom(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "bloom", true); }
+/* mpt: Wqkv is already q | k | v; tied; biases and norm biases only without no_bias */
+static void write_gguf_mpt(lp_gw *w, ref_model *m) { gguf_layernorm_model(w, m, "mpt", true); }
 static void write_gguf_stablelm(lp_gw *w, ref_model *m)
 {
     gguf_layernorm_model(w, m, "stablelm", false);
@@ -1161,6 +1196,18 @@ static const gguf_case gguf_cases[] = {
       .tied = true, .scale = 0.3},
      17, write_gguf_bloom, 13, {0, 40, 12, 12, 5, 33, 21, 8, 1, 39, 26, 14, 3}, "bloom", 1e-2,
      1e-4},
+    /* mpt: max_alibi_bias, clamp_kqv and attn_q_norm/attn_k_norm as llama.cpp names them; the
+     * GGUF has no logit_scale */
+    {"gguf-mpt",
+     {.family = REF_MPT, .vocab = 47, .hidden = 36, .n_layers = 2, .n_heads = 6,
+      .n_kv_heads = 6, .head_dim = 6, .ffn = 72, .eps = 1e-5, .alibi = true, .alibi_max = 12,
+      .qkv_bias = true, .qk_norm = true, .qkv_clip = 0.3, .tied = true, .scale = 0.3},
+     19, write_gguf_mpt, 13, {0, 46, 12, 12, 5, 33, 21, 8, 1, 39, 26, 14, 3}, "mpt", 1e-2, 1e-4},
+    {"gguf-mpt-no-bias",
+     {.family = REF_MPT, .vocab = 41, .hidden = 42, .n_layers = 2, .n_heads = 6,
+      .n_kv_heads = 2, .head_dim = 7, .ffn = 168, .eps = 1e-5, .alibi = true, .tied = true,
+      .scale = 0.3},
+     20, write_gguf_mpt, 12, {3, 40, 20, 20, 1, 34, 9, 0, 31, 12, 38, 7}, "mpt", 1e-2, 1e-4},
     {"gguf-phi3",
      {.family = REF_PHI3, .vocab = 45, .hidden = 40, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-5, .theta = 10000, .rope_dim = 6,

@@ -655,6 +655,9 @@ static const family_case family_cases[] = {
     /* embed, 2 x (2 norms, q k v o and their 4 biases, sinks, router and its bias, stacked
      * gate_up and down with their biases), norm, lm_head */
     {LP_SYNTH_GPT_OSS, "gpt_oss", 37, "model.layers.1.mlp.experts.gate_up_proj", LP_ROLE_EXPERT_GATE_UP, true, 1.0f},
+    /* MPT (no_bias): wte, 2 x (norm_1, Wqkv, out_proj, norm_2, up_proj, down_proj), norm_f;
+     * tied */
+    {LP_SYNTH_MPT, "mpt", 14, "transformer.blocks.1.attn.Wqkv.weight", LP_ROLE_ATTN_QKV, false, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)

@@ -112,9 +112,9 @@ static lp_status project_qkv(lp_fw_pass *p, const lp_layer_weights *L, const flo
         x->kv_stride = L->kv_dim;
         x->k = x->q + T * L->q_dim;
         x->v = x->k + T * L->kv_dim;
-        if ((st = lp_fw_linear(p, in, T, &L->q, L->q_bias, x->q)) ||
-            (st = lp_fw_linear(p, in, T, &L->k, L->k_bias, x->k)) ||
-            (st = lp_fw_linear(p, in, T, &L->v, L->v_bias, x->v)))
+        lp_fw_linear_part qkv[3] = {{&L->q, L->q_bias, x->q}, {&L->k, L->k_bias, x->k},
+                                    {&L->v, L->v_bias, x->v}};
+        if ((st = lp_fw_linear_group(p, in, T, qkv, 3)))
             return st;
     }
     /* either layout fills T * width values from s->qkv on */

@@ -80,8 +80,9 @@ static lp_status dense_ffn_chunk(lp_fw_pass *p, const lp_layer_weights *L, const
             memmove(s->gate + t * F, row, (size_t)F * sizeof(float));
         }
     } else {
-        if ((st = lp_fw_linear(p, in, rows, &L->gate, L->gate_bias, s->gate)) ||
-            (st = lp_fw_linear(p, in, rows, &L->up, L->up_bias, s->up)))
+        lp_fw_linear_part gate_up[2] = {{&L->gate, L->gate_bias, s->gate},
+                                        {&L->up, L->up_bias, s->up}};
+        if ((st = lp_fw_linear_group(p, in, rows, gate_up, 2)))
             return st;
         gate_times_up(p->m, s->gate, s->up, rows * F);
     }
@@ -219,12 +220,13 @@ static lp_status expert_rows(lp_fw_pass *p, const lp_expert_weights *X, int64_t 
 {
     lp_fw_scratch *s = &p->s;
     lp_status st;
+    lp_fw_linear_part gate_up[2] = {{&X->gate, X->gate_bias, s->gate},
+                                    {&X->up, X->up_bias, s->up}};
     if (X->gate_up.data) {
         if ((st = lp_fw_linear(p, in, rows, &X->gate_up, X->gate_up_bias, s->gate)))
             return st;
         split_gate_up(s->gate, s->up, rows, F, p->m->block.gate_up_interleaved);
-    } else if ((st = lp_fw_linear(p, in, rows, &X->gate, X->gate_bias, s->gate)) ||
-               (st = lp_fw_linear(p, in, rows, &X->up, X->up_bias, s->up))) {
+    } else if ((st = lp_fw_linear_group(p, in, rows, gate_up, 2))) {
         return st;
     }
     gate_times_up(p->m, s->gate, s->up, rows * F);

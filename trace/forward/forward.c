@@ -110,11 +110,7 @@ static lp_status logits(pass *p)
         if ((st = lp_fw_linear(p, in + r0 * width, rows, &m->lm_head, m->lm_head_bias,
                                s->logits)))
             return st;
-        if (a->final_logit_softcap > 0) {
-            float cap = (float)a->final_logit_softcap;
-            for (int64_t i = 0; i < rows * V; i++)
-                s->logits[i] = cap * tanhf(s->logits[i] / cap);
-        }
+        lp_fw_finish_logits(a, s->logits, rows * V);
         if (want) {
             lp_view view = {s->logits, rows, V, V, p->pos0 + r0, NULL, NULL};
             if ((st = lp_fw_emit(p, LP_SITE_LOGITS, -1, -1, &view)))

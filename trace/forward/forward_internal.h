@@ -98,6 +98,9 @@ lp_status lp_fw_edit(const lp_fw_pass *p, lp_site_kind kind, int layer, int head
 lp_status lp_fw_hook_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, float *data,
                             int64_t rows, int64_t cols, int64_t stride);
 
+/* unembed.c: the logits' last steps in place: MPT's logit_scale, then Gemma 2's final
+ * soft-cap. */
+void lp_fw_finish_logits(const lp_arch *a, float *logits, int64_t n);
 /* pass.c: the arch's norm (RMS or LayerNorm) over `rows` rows of n values, dst may be src;
  * weight and bias may be NULL. */
 void lp_fw_norm_rows(const lp_arch *a, const float *weight, const float *bias, float *dst,
@@ -111,6 +114,15 @@ const float *lp_fw_block_input(lp_fw_pass *p, const lp_norm_weights *nw);
 lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
                        const float *bias, float *y);
 void lp_fw_pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t), void *ctx);
+/* Several matrices applied to the same input x: for one row (a decode step) with a pool, one
+ * pool run over the rows of all of them; otherwise lp_fw_linear on each in turn. */
+typedef struct lp_fw_linear_part {
+    const lp_matrix *w;
+    const float *bias; /* or NULL */
+    float *y;          /* [rows, w->rows] */
+} lp_fw_linear_part;
+lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
+                             const lp_fw_linear_part *parts, int n_parts);
 
 /* The keys and values the heads of one layer read: the projections themselves (plain pass), the
  * cache's own rows, or the gather buffers. Kv head g's rows start at element g * head_stride. */

@@ -215,11 +215,12 @@ static lp_status bind_norm(lp_model *m, lp_role role, int layer, int64_t n, bool
  * block description stays refused for the others until their family is tested. */
 static const char *const PARALLEL_TESTED[] = {"gpt_neox", "phi", "gptj", "stablelm", "falcon",
                                               NULL};
-static const char *const ALIBI_TESTED[] = {"falcon", "bloom", NULL};
+static const char *const ALIBI_TESTED[] = {"falcon", "bloom", "mpt", NULL};
 static const char *const EMBED_NORM_TESTED[] = {"bloom", NULL};
 static const char *const POST_NORM_TESTED[] = {"opt", NULL}; /* and projected embeddings */
 static const char *const LONGROPE_TESTED[] = {"phi3", NULL};
-static const char *const OLMO2_TESTED[] = {"olmo2", NULL}; /* output-only norms, whole q/k norms */
+static const char *const OLMO2_TESTED[] = {"olmo2", NULL}; /* output-only norms */
+static const char *const QK_NORM_WHOLE_TESTED[] = {"olmo2", "mpt", NULL}; /* MPT qk_ln */
 
 static bool family_tested(const char *family, const char *const *tested)
 {
@@ -235,9 +236,12 @@ static const char *missing_piece(const lp_arch *a)
 {
     if (a->pos_kind == LP_POS_ALIBI && !family_tested(a->family, ALIBI_TESTED))
         return "ALiBi positions";
+    if (strcmp(a->family, "mpt") == 0 && a->pos_kind != LP_POS_ALIBI)
+        return "MPT's learned positions (alibi false)";
     if (a->parallel_block && !family_tested(a->family, PARALLEL_TESTED))
         return "parallel attention/MLP blocks";
-    if (((a->no_input_norm || a->qk_norm_full) && !family_tested(a->family, OLMO2_TESTED)) ||
+    if ((a->no_input_norm && !family_tested(a->family, OLMO2_TESTED)) ||
+        (a->qk_norm_full && !family_tested(a->family, QK_NORM_WHOLE_TESTED)) ||
         (a->embed_norm && !family_tested(a->family, EMBED_NORM_TESTED)) ||
         ((a->post_norm || a->embed_proj_dim > 0) && !family_tested(a->family, POST_NORM_TESTED)))
         return "this norm placement";

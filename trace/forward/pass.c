@@ -2,6 +2,7 @@
  * observer calls, norms and linear layers as every sublayer uses them. */
 #include "trace/forward/forward_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/arena.h"
@@ -261,6 +262,81 @@ lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const 
                        const float *bias, float *y)
 {
     return lp_linear(x, rows, w, bias, y, p->pool, p->err);
+}
+
+/* The decode step's matrices that read the same input (q, k, v; gate, up) in one pool run: the
+ * pool's threads split the rows of all of them, so a step wakes the workers once per group
+ * instead of once per matrix. Each row's dot product is lp_matvec's, so the results are those of
+ * separate calls bit for bit. */
+enum { GROUP_MAX_TASKS = 64 };
+
+typedef struct linear_group {
+    const float *x;
+    const lp_fw_linear_part *parts;
+    int n_parts;
+    int64_t total_rows, n_tasks;
+    lp_status status[GROUP_MAX_TASKS];
+    lp_error err[GROUP_MAX_TASKS];
+} linear_group;
+
+static void group_task(void *ctx, int64_t task)
+{
+    linear_group *g = ctx;
+    int64_t r0 = g->total_rows * task / g->n_tasks, r1 = g->total_rows * (task + 1) / g->n_tasks;
+    g->status[task] = LP_OK;
+    int64_t base = 0;
+    for (int i = 0; i < g->n_parts; base += g->parts[i].w->rows, i++) {
+        const lp_fw_linear_part *part = &g->parts[i];
+        int64_t lo = r0 - base, hi = r1 - base;
+        if (hi <= 0 || lo >= part->w->rows)
+            continue;
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > part->w->rows ? part->w->rows : hi;
+        lp_matrix slice = *part->w;
+        slice.data = (const uint8_t *)part->w->data + (uint64_t)lo * part->w->row_bytes;
+        slice.rows = hi - lo;
+        lp_status st = lp_matvec(g->x, &slice, part->bias ? part->bias + lo : NULL, part->y + lo,
+                                 NULL, &g->err[task]);
+        if (st != LP_OK) {
+            g->status[task] = st;
+            return;
+        }
+    }
+}
+
+lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
+                             const lp_fw_linear_part *parts, int n_parts)
+{
+    int threads = p->pool ? lp_pool_threads(p->pool) : 1;
+    bool one_run = rows == 1 && threads > 1;
+    int64_t total = 0;
+    for (int i = 0; i < n_parts && one_run; i++) {
+        one_run = !parts[i].w->transposed && lp_matvec_supported(parts[i].w->dtype) &&
+                  parts[i].w->rows > 0;
+        total += parts[i].w->rows;
+    }
+    if (!one_run) {
+        lp_status st = LP_OK;
+        for (int i = 0; i < n_parts && st == LP_OK; i++)
+            st = lp_fw_linear(p, x, rows, parts[i].w, parts[i].bias, parts[i].y);
+        return st;
+    }
+    linear_group *g = malloc(sizeof *g);
+    if (!g)
+        return lp_error_set(p->err, LP_ERR_NOMEM, "forward: out of memory for a matvec group");
+    g->x = x;
+    g->parts = parts;
+    g->n_parts = n_parts;
+    g->total_rows = total;
+    g->n_tasks = threads < GROUP_MAX_TASKS ? threads : GROUP_MAX_TASKS;
+    g->n_tasks = g->n_tasks < total ? g->n_tasks : total;
+    lp_pool_run(p->pool, g->n_tasks, group_task, g);
+    lp_status st = LP_OK;
+    for (int64_t t = 0; t < g->n_tasks && st == LP_OK; t++)
+        if ((st = g->status[t]) != LP_OK && p->err)
+            *p->err = g->err[t];
+    free(g);
+    return st;
 }
 
 void lp_fw_pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t), void *ctx)

@@ -9,6 +9,22 @@
 
 #include "trace/forward/forward_internal.h"
 
+/* MPT's logit_scale multiplies the LM head's output (llm-foundry: logits *= logit_scale), then
+ * Gemma 2's final soft-cap applies. */
+void lp_fw_finish_logits(const lp_arch *a, float *logits, int64_t n)
+{
+    if (a->logit_scale > 0) {
+        float scale = (float)a->logit_scale;
+        for (int64_t i = 0; i < n; i++)
+            logits[i] *= scale;
+    }
+    if (a->final_logit_softcap > 0) {
+        float cap = (float)a->final_logit_softcap;
+        for (int64_t i = 0; i < n; i++)
+            logits[i] = cap * tanhf(logits[i] / cap);
+    }
+}
+
 lp_status lp_model_unembed(const lp_model *m, const float *x, int64_t rows, lp_pool *pool,
                            float *logits, lp_error *err)
 {
@@ -34,11 +50,8 @@ lp_status lp_model_unembed(const lp_model *m, const float *x, int64_t rows, lp_p
     }
     if (st == LP_OK)
         st = lp_linear(in, rows, &m->lm_head, m->lm_head_bias, logits, pool, err);
-    if (st == LP_OK && a->final_logit_softcap > 0) {
-        float cap = (float)a->final_logit_softcap;
-        for (int64_t i = 0; i < rows * V; i++)
-            logits[i] = cap * tanhf(logits[i] / cap);
-    }
+    if (st == LP_OK)
+        lp_fw_finish_logits(a, logits, rows * V);
     free(xn);
     free(proj);
     return st;

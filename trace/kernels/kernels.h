@@ -44,6 +44,13 @@ void lp_pool_destroy(lp_pool *pool);
 int lp_pool_threads(const lp_pool *pool);
 /* Run fn(ctx, task) for task in [0, n_tasks) on the pool; returns when all are done. */
 void lp_pool_run(lp_pool *pool, int64_t n_tasks, void (*fn)(void *ctx, int64_t task), void *ctx);
+/* Since the pool was created: runs handed to its workers (each wakes them, from their spin or
+ * from sleep; serial runs of a 1-thread pool and nested runs are not counted) and the worker
+ * wake-ups that found a worker asleep (a futex wake each). For tests and the bench; NULL = 0. */
+typedef struct lp_pool_counts {
+    uint64_t runs, sleeps;
+} lp_pool_counts;
+void lp_pool_get_counts(const lp_pool *pool, lp_pool_counts *out);
 
 /* y[m, n] = x[m, k] . W^T (+ bias). x is row-major with row stride k. pool may be NULL.
  * y must not overlap x (asserted). */

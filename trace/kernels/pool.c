@@ -4,7 +4,11 @@
  * worker w (1..T-1) slice T-1-w, so which thread computes what depends only on the thread count.
  * Workers spin briefly on the run counter before sleeping on a condition variable: the forward
  * pass issues many short runs back to back and a futex wake-up per run would cost more than the
- * run itself. A run issued from inside a
+ * run itself; a run whose workers are all still spinning touches no lock (the caller wakes the
+ * condition variable only when a worker counted itself asleep, and a worker signals `done` only
+ * when the caller counted itself waiting: both by the seq_cst store-then-load of a flag against
+ * the other side's counter, so no wake-up is lost). lp_pool_get_counts counts the runs and the
+ * sleeping wake-ups (what the decode step pays per matrix). A run issued from inside a
  * task (nested parallelism) executes serially on the calling thread instead of deadlocking.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -36,6 +40,10 @@ struct lp_pool {
     atomic_uint_fast64_t generation; /* bumped per run */
     atomic_int pending;              /* workers still in the current run */
     atomic_bool stop;
+    atomic_int sleepers;             /* workers on (or about to wait on) `wake` */
+    atomic_bool caller_waiting;      /* the caller on (or about to wait on) `done` */
+    atomic_uint_fast64_t n_runs;     /* runs handed to the workers */
+    atomic_uint_fast64_t n_sleeps;   /* worker wake-ups that found it asleep on `wake` */
     /* the current run */
     void (*fn)(void *ctx, int64_t task);
     void *ctx;
@@ -76,17 +84,22 @@ static void *worker_main(void *arg)
         }
         if (gen == seen) {
             pthread_mutex_lock(&pool->lock);
-            while ((gen = atomic_load_explicit(&pool->generation, memory_order_acquire)) ==
-                       seen &&
-                   !atomic_load(&pool->stop))
+            atomic_fetch_add(&pool->sleepers, 1);
+            bool slept = false;
+            while ((gen = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stop)) {
                 pthread_cond_wait(&pool->wake, &pool->lock);
+                slept = true;
+            }
+            atomic_fetch_sub(&pool->sleepers, 1);
             pthread_mutex_unlock(&pool->lock);
+            if (slept)
+                atomic_fetch_add_explicit(&pool->n_sleeps, 1, memory_order_relaxed);
         }
         if (atomic_load(&pool->stop))
             return NULL;
         seen = gen;
         run_slice(pool, self->index);
-        if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
+        if (atomic_fetch_sub(&pool->pending, 1) == 1 && atomic_load(&pool->caller_waiting)) {
             pthread_mutex_lock(&pool->lock);
             pthread_cond_signal(&pool->done);
             pthread_mutex_unlock(&pool->lock);
@@ -106,6 +119,10 @@ lp_status lp_pool_create(int n_threads, lp_pool **out, lp_error *err)
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->pending, 0);
     atomic_init(&pool->stop, false);
+    atomic_init(&pool->sleepers, 0);
+    atomic_init(&pool->caller_waiting, false);
+    atomic_init(&pool->n_runs, 0);
+    atomic_init(&pool->n_sleeps, 0);
     pthread_mutex_init(&pool->run_lock, NULL);
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->wake, NULL);
@@ -204,10 +221,13 @@ void lp_pool_run(lp_pool *pool, int64_t n_tasks, void (*fn)(void *ctx, int64_t t
     pool->ctx = ctx;
     pool->n_tasks = n_tasks;
     atomic_store_explicit(&pool->pending, pool->n_threads - 1, memory_order_relaxed);
-    pthread_mutex_lock(&pool->lock);
-    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->lock);
+    atomic_fetch_add_explicit(&pool->n_runs, 1, memory_order_relaxed);
+    atomic_fetch_add(&pool->generation, 1);
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->lock);
+        pthread_cond_broadcast(&pool->wake);
+        pthread_mutex_unlock(&pool->lock);
+    }
 
     in_worker = true; /* a nested run from our own slice stays serial */
     run_slice(pool, 0);
@@ -218,9 +238,20 @@ void lp_pool_run(lp_pool *pool, int64_t n_tasks, void (*fn)(void *ctx, int64_t t
             break;
     if (atomic_load_explicit(&pool->pending, memory_order_acquire) != 0) {
         pthread_mutex_lock(&pool->lock);
-        while (atomic_load_explicit(&pool->pending, memory_order_acquire) != 0)
+        atomic_store(&pool->caller_waiting, true);
+        while (atomic_load(&pool->pending) != 0)
             pthread_cond_wait(&pool->done, &pool->lock);
+        atomic_store(&pool->caller_waiting, false);
         pthread_mutex_unlock(&pool->lock);
     }
     pthread_mutex_unlock(&pool->run_lock);
+}
+
+void lp_pool_get_counts(const lp_pool *pool, lp_pool_counts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!pool)
+        return;
+    out->runs = atomic_load_explicit(&((lp_pool *)pool)->n_runs, memory_order_relaxed);
+    out->sleeps = atomic_load_explicit(&((lp_pool *)pool)->n_sleeps, memory_order_relaxed);
 }

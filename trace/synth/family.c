@@ -27,9 +27,10 @@ enum {
     FALCON_BLOCK = FALCON | BLOOM, /* transformer.h.N.self_attention..., mlp.dense_* */
     OPT = FAM(LP_SYNTH_OPT),
     PHI3 = FAM(LP_SYNTH_PHI3), /* a DECODER with fused qkv_proj and gate_up_proj */
+    MPT = FAM(LP_SYNTH_MPT), /* LayerNorm and biases only without no_bias */
     LAYERNORM = GPT2 | NEOX | PHI | GPTJ | FALCON | BLOOM | OPT, /* LayerNorm with bias, plain
                                                                    MLP, head_dim derived */
-    HEAD_DIM_DERIVED = LAYERNORM | STABLELM, /* head_dim = hidden / heads, no key for it */
+    HEAD_DIM_DERIVED = LAYERNORM | STABLELM | MPT, /* head_dim = hidden / heads, no key for it */
     DECODER = ALL & ~HEAD_DIM_DERIVED, /* Llama-like: "model.layers.N..." names, RMSNorm, RoPE */
     HF_SIZES = DECODER | NEOX | PHI | STABLELM, /* hidden_size, num_hidden_layers, ... */
     MHA_ONLY = GPT2 | NEOX | GPTJ | BLOOM | OPT,
@@ -76,6 +77,7 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_DEEPSEEK_V2] = {"deepseek_v2", "deepseek_v2", "DeepseekV2ForCausalLM", "silu"},
     [LP_SYNTH_DEEPSEEK_V3] = {"deepseek_v3", "deepseek_v3", "DeepseekV3ForCausalLM", "silu"},
     [LP_SYNTH_GPT_OSS] = {"gpt_oss", "gpt_oss", "GptOssForCausalLM", "silu"},
+    [LP_SYNTH_MPT] = {"mpt", "mpt", "MPTForCausalLM", "gelu"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -96,18 +98,20 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->hidden = 32;
     spec->n_layers = 2;
     spec->n_heads = 4;
-    spec->n_kv_heads = has(spec, GEMMAS | FALCON) ? 1 : has(spec, LAYERNORM) ? 4 : 2;
+    spec->n_kv_heads = has(spec, GEMMAS | FALCON) ? 1 : has(spec, LAYERNORM | MPT) ? 4 : 2;
     spec->head_dim = 8;
     spec->ffn = 64;
     spec->n_ctx = 256;
     spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3) | QWEN_MOES) ? 1e-6 : 1e-5;
     spec->rope_theta =
         has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3) | QWEN_MOES) ? 1e6 : 1e4;
-    spec->tied = has(spec, GEMMAS | GPT2 | FALCON_BLOCK | OPT);
+    spec->tied = has(spec, GEMMAS | GPT2 | FALCON_BLOCK | OPT | MPT);
+    if (has(spec, FALCON_BLOCK | MPT)) /* MPT: expansion_ratio 4 */
+        spec->ffn = 4 * spec->hidden;
     if (has(spec, FALCON_BLOCK)) /* Falcon-7B: multi-query, parallel; BLOOM: always 4 x hidden */
         spec->ffn = 4 * spec->hidden;
     spec->qkv_bias = has(spec, BLOOM);
-    spec->alibi = has(spec, BLOOM);
+    spec->alibi = has(spec, BLOOM | MPT);
     /* the published defaults' fractions: Pythia's rotary_pct 0.25, Phi-2's 0.4 (here 0.5 of 8
      * dims), GPT-J's rotary_dim 64 of 256 */
     spec->rope_dim = has(spec, NEOX | GPTJ | STABLELM) ? 2 : has(spec, PHI) ? 4 : 0;
@@ -205,6 +209,14 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
                           s->new_arch))
         return lp_error_set(err, LP_ERR_USAGE, "bloom: needs ffn = 4 x hidden (%lld, %lld), "
                                                "biases, ALiBi and a sequential block",
+                            (long long)s->ffn, (long long)s->hidden);
+    if (has(s, MPT) && (s->ffn % s->hidden != 0 || !s->alibi || !s->tied || s->parallel ||
+                        s->new_arch || s->post_norm || s->qkv_clip < 0 || s->logit_scale < 0 ||
+                        s->alibi_max < 0))
+        return lp_error_set(err, LP_ERR_USAGE, "mpt: needs ffn a multiple of hidden (%lld, %lld) "
+                                               "for expansion_ratio, ALiBi, a tied head, a "
+                                               "sequential pre-norm block, clip_qkv, logit_scale "
+                                               "and alibi_bias_max not negative",
                             (long long)s->ffn, (long long)s->hidden);
     if (s->embed_dim < 0 || (s->embed_dim > 0 && !has(s, OPT)))
         return lp_error_set(err, LP_ERR_USAGE, "%s: embed_dim %lld: only OPT projects its "
@@ -308,6 +320,7 @@ typedef struct tensor_row {
 #define NX_ "gpt_neox.layers.%d."
 #define J_ "transformer.h.%d."
 #define F_ "transformer.h.%d."
+#define B_ "transformer.blocks.%d."
 #define GROUPED(name, is_bias, cols) {LAYER, NX_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, NEOX, C_ALWAYS}
 #define F_QKV(name, is_bias, cols, when) {LAYER, F_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, FALCON_BLOCK, when}
 static const tensor_row TENSORS[] = {
@@ -409,7 +422,7 @@ static const tensor_row TENSORS[] = {
     BIAS(LAST, "gpt_neox.final_layer_norm.bias", OUTPUT_NORM, D_HIDDEN, NEOX),
     {LAST, "embed_out.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, NEOX, C_UNTIED},
 
-    MAT(FIRST, "transformer.wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPTJ),
+    MAT(FIRST, "transformer.wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPTJ | MPT),
     VEC(LAYER, J_ "ln_1.weight", ATTN_NORM, D_HIDDEN, GPTJ),
     BIAS(LAYER, J_ "ln_1.bias", ATTN_NORM, D_HIDDEN, GPTJ),
     MAT(LAYER, J_ "attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, GPTJ),
@@ -470,6 +483,26 @@ static const tensor_row TENSORS[] = {
     MAT(LAYER, F_ "mlp.dense_4h_to_h.weight", FFN_DOWN, D_HIDDEN, D_FFN, FALCON_BLOCK),
     BIAS_IF(LAYER, F_ "mlp.dense_4h_to_h.bias", FFN_DOWN, D_HIDDEN, FALCON_BLOCK, C_QKV_BIAS),
 
+    /* MPT: biases (norms included) only without no_bias */
+    VEC(LAYER, B_ "norm_1.weight", ATTN_NORM, D_HIDDEN, MPT),
+    BIAS_IF(LAYER, B_ "norm_1.bias", ATTN_NORM, D_HIDDEN, MPT, C_QKV_BIAS),
+    {LAYER, B_ "attn.Wqkv.weight", LP_ROLE_ATTN_QKV, false, D_QKV, D_HIDDEN, QKV_CONCAT, MPT, C_ALWAYS},
+    {LAYER, B_ "attn.Wqkv.bias", LP_ROLE_ATTN_QKV, true, D_QKV, D_NONE, QKV_CONCAT, MPT, C_QKV_BIAS},
+    VEC_IF(LAYER, B_ "attn.q_ln.weight", ATTN_Q_NORM, D_Q, MPT, C_QK_NORM),
+    BIAS_IF(LAYER, B_ "attn.q_ln.bias", ATTN_Q_NORM, D_Q, MPT, C_QK_NORM | C_QKV_BIAS),
+    VEC_IF(LAYER, B_ "attn.k_ln.weight", ATTN_K_NORM, D_KV, MPT, C_QK_NORM),
+    BIAS_IF(LAYER, B_ "attn.k_ln.bias", ATTN_K_NORM, D_KV, MPT, C_QK_NORM | C_QKV_BIAS),
+    MAT(LAYER, B_ "attn.out_proj.weight", ATTN_O, D_HIDDEN, D_Q, MPT),
+    BIAS_IF(LAYER, B_ "attn.out_proj.bias", ATTN_O, D_HIDDEN, MPT, C_QKV_BIAS),
+    VEC(LAYER, B_ "norm_2.weight", FFN_NORM, D_HIDDEN, MPT),
+    BIAS_IF(LAYER, B_ "norm_2.bias", FFN_NORM, D_HIDDEN, MPT, C_QKV_BIAS),
+    MAT(LAYER, B_ "ffn.up_proj.weight", FFN_UP, D_FFN, D_HIDDEN, MPT),
+    BIAS_IF(LAYER, B_ "ffn.up_proj.bias", FFN_UP, D_FFN, MPT, C_QKV_BIAS),
+    MAT(LAYER, B_ "ffn.down_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, MPT),
+    BIAS_IF(LAYER, B_ "ffn.down_proj.bias", FFN_DOWN, D_HIDDEN, MPT, C_QKV_BIAS),
+    VEC(LAST, "transformer.norm_f.weight", OUTPUT_NORM, D_HIDDEN, MPT),
+    BIAS_IF(LAST, "transformer.norm_f.bias", OUTPUT_NORM, D_HIDDEN, MPT, C_QKV_BIAS),
+
     MAT(FIRST, "wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPT2),
     MAT(FIRST, "wpe.weight", POS_EMBD, D_POS, D_HIDDEN, GPT2),
     VEC(LAYER, "h.%d.ln_1.weight", ATTN_NORM, D_HIDDEN, GPT2),
@@ -499,6 +532,7 @@ static const tensor_row TENSORS[] = {
 #undef NX_
 #undef J_
 #undef F_
+#undef B_
 #undef GROUPED
 #undef F_QKV
 #define N_TENSORS (sizeof TENSORS / sizeof TENSORS[0])
@@ -852,6 +886,10 @@ typedef enum key_kind {
     K_YARN,           /* DeepSeek's rope_scaling object; left out without a yarn factor */
     K_OSS_YARN,       /* gpt-oss's rope_scaling (yarn, truncate false); left out without one */
     K_LAYER_TYPES,    /* gpt-oss's layer_types: even layers slide when there is a window */
+    K_EXPANSION,      /* MPT's expansion_ratio: ffn / hidden */
+    K_NO_BIAS,        /* MPT's no_bias: not qkv_bias */
+    K_MPT_ATTN,       /* MPT's attn_config object */
+    K_LOGIT_SCALE,    /* MPT's logit_scale, null when 0 */
 } key_kind;
 
 typedef struct config_key {
@@ -998,6 +1036,15 @@ static const config_key KEYS[] = {
     CONSTS("{\"apply_residual_connection_post_layernorm\": false, \"slow_but_exact\": false, "
            "\"attention_dropout\": 0.0, \"hidden_dropout\": 0.0, \"initializer_range\": 0.02, "
            "\"pretraining_tp\": 1, \"use_cache\": true}", BLOOM),
+    /* MPT: MPTConfig's names as mpt-7b's config.json has them */
+    FIELD("d_model", K_INT, hidden, MPT), FIELD("n_heads", K_INT, n_heads, MPT),
+    FIELD("n_layers", K_INT, n_layers, MPT), DERIVED("expansion_ratio", K_EXPANSION, MPT),
+    FIELD("max_seq_len", K_INT, n_ctx, MPT), DERIVED("no_bias", K_NO_BIAS, MPT),
+    FIELD("layer_norm_epsilon", K_REAL, norm_eps, MPT),
+    DERIVED("attn_config", K_MPT_ATTN, MPT), DERIVED("logit_scale", K_LOGIT_SCALE, MPT),
+    CONSTS("{\"norm_type\": \"low_precision_layernorm\", \"learned_pos_emb\": true, "
+           "\"emb_pdrop\": 0, \"resid_pdrop\": 0, \"embedding_fraction\": 1.0, "
+           "\"init_device\": \"cpu\", \"use_cache\": false, \"verbose\": 0}", MPT),
 };
 #undef FIELD
 #undef CONST
@@ -1091,6 +1138,26 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
                                              : "greedy");
     case K_SCORING: return json_string(has(s, V3) ? "sigmoid" : "softmax");
     case K_SCALING: return json_real(s->routed_scaling > 0 ? s->routed_scaling : 1.0);
+    case K_EXPANSION: return json_integer(s->ffn / s->hidden);
+    case K_NO_BIAS: return json_boolean(!s->qkv_bias);
+    case K_LOGIT_SCALE: return s->logit_scale > 0 ? json_real(s->logit_scale) : json_null();
+    case K_MPT_ATTN: {
+        bool gqa = s->n_kv_heads > 1 && s->n_kv_heads < s->n_heads;
+        json_t *obj = json_pack(
+            "{s:b, s:f, s:s, s:s, s:f, s:o, s:b, s:b, s:b, s:n}", "alibi", 1, "alibi_bias_max",
+            s->alibi_max > 0 ? s->alibi_max : 8.0, "attn_impl", "torch", "attn_type",
+            gqa ? "grouped_query_attention"
+            : s->n_kv_heads == 1 && s->n_heads > 1 ? "multiquery_attention"
+                                                   : "multihead_attention",
+            "attn_pdrop", 0.0, "clip_qkv", s->qkv_clip > 0 ? json_real(s->qkv_clip) : json_null(),
+            "qk_ln", s->qk_norm, "prefix_lm", 0, "attn_uses_sequence_id", 0, "softmax_scale");
+        bool ok = obj != NULL;
+        if (ok && gqa)
+            lp_synth_put(obj, "kv_n_heads", json_integer(s->n_kv_heads), &ok);
+        if (!ok)
+            json_decref(obj);
+        return ok ? obj : NULL;
+    }
     case K_YARN:
         *skip = !(s->yarn_factor > 0);
         return *skip ? NULL

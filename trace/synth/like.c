@@ -21,6 +21,7 @@ static const family_name FAMILY_NAMES[] = {
     {"qwen2_moe", LP_SYNTH_QWEN2_MOE}, {"qwen3_moe", LP_SYNTH_QWEN3_MOE},
     {"deepseek_v2", LP_SYNTH_DEEPSEEK_V2}, {"deepseek_v3", LP_SYNTH_DEEPSEEK_V3},
     {"gpt_oss", LP_SYNTH_GPT_OSS},
+    {"mpt", LP_SYNTH_MPT},
 };
 
 /* Qwen MoE and DeepSeek: the card's routing rules on 4 experts (its dense leading layers, a
@@ -87,7 +88,7 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
                             "%s: family '%s' has no synthetic writer (synth --like writes llama, "
                             "mistral, qwen2, qwen3, mixtral, gemma, gemma2, gemma3, gpt2, "
                             "gpt_neox, phi, gptj, stablelm, falcon, bloom, opt, phi3, olmo2, "
-                            "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss)",
+                            "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, mpt)",
                             a->source, a->family);
     lp_synth_spec_init(spec, fam);
     spec->n_kv_heads = small_kv_heads(a, spec->n_heads);
@@ -98,10 +99,17 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
     if (a->rope_theta > 0 && fam != LP_SYNTH_GPTJ) /* GPT-J's base is fixed */
         spec->rope_theta = a->rope_theta;
     spec->parallel = a->parallel_block;
-    spec->qkv_bias = fam == LP_SYNTH_BLOOM || (fam == LP_SYNTH_FALCON || fam == LP_SYNTH_STABLELM
+    spec->qkv_bias = fam == LP_SYNTH_BLOOM || (fam == LP_SYNTH_FALCON || fam == LP_SYNTH_STABLELM ||
+                                                       fam == LP_SYNTH_MPT
                                                    ? a->bias_qkv
                                                    : spec->qkv_bias);
-    spec->qk_norm = fam == LP_SYNTH_STABLELM && (a->qk_norm || a->qk_norm_per_head);
+    spec->qk_norm = (fam == LP_SYNTH_STABLELM && (a->qk_norm || a->qk_norm_per_head)) ||
+                    (fam == LP_SYNTH_MPT && a->qk_norm_full);
+    if (fam == LP_SYNTH_MPT) { /* clip_qkv, logit_scale and alibi_bias_max as the card has them */
+        spec->qkv_clip = a->qkv_clip;
+        spec->logit_scale = a->logit_scale;
+        spec->alibi_max = a->alibi_max_bias;
+    }
     spec->alibi = a->pos_kind == LP_POS_ALIBI;
     if (fam == LP_SYNTH_FALCON) {
         spec->new_arch = a->parallel_two_norms;

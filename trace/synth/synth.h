@@ -229,6 +229,11 @@ typedef enum lp_synth_family {
     LP_SYNTH_GPT_OSS, /* gpt-oss: q/k/v/o biases, per-head sinks, sliding and full layers
                          alternating (layer_types), a biased router over experts stored stacked
                          [n_experts, in, out] with gate and up interleaved, expert biases */
+    LP_SYNTH_MPT,     /* MPT: transformer.blocks.N names, fused attn.Wqkv (q | k | v), exact GELU
+                         up_proj/down_proj, ALiBi (spec.alibi_max), tied; spec.qkv_bias is
+                         !no_bias (every linear and LayerNorm), spec.qk_norm qk_ln (q_ln [q_dim],
+                         k_ln [kv_dim]), spec.qkv_clip clip_qkv, spec.logit_scale; d_model,
+                         n_heads, n_layers, expansion_ratio = ffn / hidden, nested attn_config */
     LP_SYNTH_FAMILY_COUNT
 } lp_synth_family;
 
@@ -279,6 +284,9 @@ typedef struct lp_synth_spec {
     bool qkv_bias, qk_norm;       /* StableLM: use_qkv_bias, qk_layernorm; Falcon: bias */
     bool new_arch, alibi;         /* Falcon: new_decoder_architecture, alibi */
     bool post_norm;               /* OPT: do_layer_norm_before false */
+    double qkv_clip;              /* MPT clip_qkv; 0 = null */
+    double logit_scale;           /* MPT logit_scale; 0 = null */
+    double alibi_max;             /* MPT alibi_bias_max; 0 = MPT's default 8 */
     int64_t embed_dim;            /* OPT: word_embed_proj_dim; 0 = hidden */
     int64_t orig_ctx;             /* Phi-3: original_max_position_embeddings; 0 = no longrope */
     const double *short_factor, *long_factor; /* Phi-3 longrope: rope_dim / 2 each, or NULL */
@@ -319,7 +327,7 @@ lp_status lp_synth_spec_like(const lp_arch *arch, lp_synth_spec *spec, lp_error 
 
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
  * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "opt", "phi3", "olmo2", "qwen2_moe",
- * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss". */
+ * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "mpt". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif
