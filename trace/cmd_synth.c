@@ -19,11 +19,14 @@ typedef struct synth_opts {
     bool check;
     const char *like; /* a card or config: a random model of its family instead */
     int64_t layers;   /* with --like; 0 = 2 */
+    int format;       /* with --like: index into format_choices */
 } synth_opts;
 
 static const char *const dtype_choices[] = {"f32", "bf16", "f16", NULL};
 static const lp_dtype dtype_values[] = {LP_DTYPE_F32, LP_DTYPE_BF16, LP_DTYPE_F16};
 static const char *const fault_choices[] = {"none", "prev-no-phase", "no-prev-write", NULL};
+static const char *const format_choices[] = {"safetensors", "gguf", NULL};
+enum { FORMAT_SAFETENSORS, FORMAT_GGUF };
 
 static const lp_option synth_options[] = {
     LP_OPT_INT_OF(synth_opts, seed, "seed", "N", 0, 9007199254740992.0,
@@ -37,6 +40,10 @@ static const lp_option synth_options[] = {
                      "config.json or catalogue name) describes, with its rules and that family's\n"
                      "Hugging Face tensor names and config keys (config.json, model.safetensors)"),
     LP_OPT_INT_OF(synth_opts, layers, "layers", "N", 1, 64, "with --like: layers (default 2)"),
+    LP_OPT_ENUM_OF(synth_opts, format, "format", format_choices,
+                   "with --like: safetensors (default: config.json, model.safetensors) or gguf\n"
+                   "(model.gguf as llama.cpp's converter writes the family: its architecture,\n"
+                   "keys, tensor names and layouts, and a byte-level vocabulary)"),
     LP_OPT_ENUM_OF(synth_opts, fault, "fault", fault_choices,
                    "for tests: plant a head wrongly (prev-no-phase: the previous-token head\n"
                    "loses its phase and attends to itself; no-prev-write: it writes nothing,\n"
@@ -46,7 +53,8 @@ static const lp_option synth_options[] = {
 
 LP_CLI_COMMAND(synth, run_synth, synth_options, 1, 1,
                "write a small model with planted attention heads",
-               "OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check] [--like CARD [--layers N]]",
+               "OUT_DIR [--seed N] [--dtype f32|bf16|f16] [--check] [--like CARD [--layers N] "
+               "[--format safetensors|gguf]]",
     .description =
         "Write a small Llama-style model whose attention heads are planted with known behaviours,\n"
         "so every command can be tried offline on a model with a known answer. OUT_DIR is created\n"
@@ -156,11 +164,13 @@ static int run_like(const char *out_dir, const synth_opts *o)
     spec.dtype = dtype_values[o->dtype];
     if (o->layers > 0)
         spec.n_layers = o->layers;
-    if (lp_synth_write_family(out_dir, &spec, &err) != LP_OK)
+    lp_status st = o->format == FORMAT_GGUF ? lp_synth_write_family_gguf(out_dir, &spec, &err)
+                                            : lp_synth_write_family(out_dir, &spec, &err);
+    if (st != LP_OK)
         return lp_cli_fail(CMD, &err);
-    printf("wrote %s like %s: %s, %" PRId64 " layers, hidden %" PRId64 ", %" PRId64 " heads (%" PRId64
+    printf("wrote %s%s like %s: %s, %" PRId64 " layers, hidden %" PRId64 ", %" PRId64 " heads (%" PRId64
            " kv) x %" PRId64 ", vocab %" PRId64 ", seed %" PRIu64 ", %s\n",
-           out_dir, arch.name[0] ? arch.name : o->like, lp_synth_family_name(spec.family),
+           out_dir, o->format == FORMAT_GGUF ? "/model.gguf" : "", arch.name[0] ? arch.name : o->like, lp_synth_family_name(spec.family),
            spec.n_layers, spec.hidden, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.vocab,
            spec.seed, lp_dtype_name(spec.dtype));
     printf("try: loupe trace %s --tokens 1,5,9,13,5,9\n", out_dir);
@@ -169,12 +179,18 @@ static int run_like(const char *out_dir, const synth_opts *o)
 
 static int run_synth(int argc, char **argv)
 {
-    synth_opts o = {1, 0, LP_SYNTH_FAULT_NONE, false, NULL, 0};
+    synth_opts o = {1, 0, LP_SYNTH_FAULT_NONE, false, NULL, 0, FORMAT_SAFETENSORS};
     const char *pos[LP_CLI_MAX_POSITIONAL];
     LP_CLI_PARSE_OR_RETURN(&synth_spec, argc, argv, &o, pos, NULL);
     const char *out_dir = pos[0];
     if (o.like)
         return run_like(out_dir, &o);
+    if (o.format != FORMAT_SAFETENSORS) {
+        lp_error err = {0};
+        lp_error_set(&err, LP_ERR_USAGE, "--format is for --like models; the planted model is "
+                                         "safetensors");
+        return lp_cli_fail(CMD, &err);
+    }
     lp_synth_options opts;
     lp_synth_options_init(&opts);
     opts.seed = (uint64_t)o.seed;

@@ -83,4 +83,8 @@ lp_status lp_llama2c_read(const uint8_t *data, size_t size, const char *name,
  * *n_tokens (may be NULL) receives the record count. */
 bool lp_llama2c_is_tokenizer(const uint8_t *data, size_t size, int64_t *n_tokens);
 
+/* The writers' conversion: n f32 values into dst as F32, F16 or BF16 (nearest even), 4 or 2
+ * bytes each, little-endian. */
+void lp_f32_store_as(lp_dtype dtype, const float *src, uint64_t n, void *dst);
+
 #endif

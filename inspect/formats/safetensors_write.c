@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "core/checked.h"
+#include "inspect/formats/formats_internal.h"
 
 typedef struct st_entry {
     char *name;
@@ -200,17 +201,21 @@ lp_status lp_st_writer_add_f32_as(lp_st_writer *writer, const char *name, lp_dty
     if (!copy)
         return lp_error_set(err, LP_ERR_NOMEM, "safetensors writer: tensor '%s': out of memory",
                             name);
-    uint64_t n = n_bytes / lp_dtype_get(dtype)->block_bytes;
-    if (dtype == LP_DTYPE_F32) {
-        memcpy(copy, data, (size_t)n_bytes);
-    } else {
-        uint16_t *dst = copy;
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h = dtype == LP_DTYPE_F16 ? lp_f32_to_f16(data[i]) : lp_f32_to_bf16(data[i]);
-            memcpy(dst + i, &h, 2);
-        }
-    }
+    lp_f32_store_as(dtype, data, n_bytes / lp_dtype_get(dtype)->block_bytes, copy);
     return append_entry(writer, name, dtype, n_dims, shape, n_bytes, copy, err);
+}
+
+void lp_f32_store_as(lp_dtype dtype, const float *src, uint64_t n, void *dst)
+{
+    if (dtype == LP_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof *src);
+        return;
+    }
+    uint8_t *out = dst;
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t h = dtype == LP_DTYPE_F16 ? lp_f32_to_f16(src[i]) : lp_f32_to_bf16(src[i]);
+        memcpy(out + 2 * i, &h, 2);
+    }
 }
 
 lp_status lp_st_writer_set_metadata(lp_st_writer *writer, const char *key, const char *value,

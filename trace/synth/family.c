@@ -571,7 +571,8 @@ static int64_t dim_size(const lp_synth_spec *s, dim d)
 
 typedef struct writer {
     const lp_synth_spec *spec;
-    lp_st_writer *w;
+    lp_st_writer *w;        /* NULL: nothing stored, every fill kept in parts instead */
+    lp_synth_parts *parts;
     lp_synth_rng rng; /* the random fill's stream */
 } writer;
 
@@ -599,10 +600,35 @@ static lp_status random_fill(void *ctx, const lp_synth_tensor *t, float *data, l
     return LP_OK;
 }
 
+/* Keep a copy of what the fill gave for t. */
+static lp_status keep_part(lp_synth_parts *parts, const lp_synth_tensor *t, const float *data,
+                           lp_error *err)
+{
+    size_t n = (size_t)(t->rows * (t->cols > 0 ? t->cols : 1));
+    if (parts->n == parts->cap) {
+        size_t cap = parts->cap ? parts->cap * 2 : 64;
+        lp_synth_part *grown = realloc(parts->items, cap * sizeof *grown);
+        if (!grown)
+            return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", t->name);
+        parts->items = grown;
+        parts->cap = cap;
+    }
+    lp_synth_part *p = &parts->items[parts->n];
+    p->data = malloc((n ? n : 1) * sizeof *p->data);
+    if (!p->data)
+        return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", t->name);
+    memcpy(p->data, data, n * sizeof *p->data);
+    p->t = *t;
+    p->t.name = NULL; /* the caller's buffer; the GGUF form names tensors its own way */
+    parts->n++;
+    return LP_OK;
+}
+
 static lp_status fill(writer *wr, const lp_synth_tensor *t, float *data, lp_error *err)
 {
     const lp_synth_spec *s = wr->spec;
-    return s->fill ? s->fill(s->fill_ctx, t, data, err) : random_fill(wr, t, data, err);
+    lp_status st = s->fill ? s->fill(s->fill_ctx, t, data, err) : random_fill(wr, t, data, err);
+    return st == LP_OK && wr->parts ? keep_part(wr->parts, t, data, err) : st;
 }
 
 /* GPT-2's c_attn: the q, k and v parts asked for one by one, stacked [q; k; v]. */
@@ -679,6 +705,8 @@ static bool transpose(float *data, int64_t rows, int64_t cols)
 static lp_status store(writer *wr, const tensor_row *row, const lp_synth_tensor *t, float *data,
                        lp_error *err)
 {
+    if (!wr->w)
+        return LP_OK;
     bool matrix = t->cols > 0;
     int64_t shape[2] = {t->rows, t->cols};
     if (matrix && (row->storage == CONV1D || row->storage == QKV_PARTS)) { /* stored [in, out] */
@@ -734,7 +762,7 @@ static lp_status write_stacked_experts(writer *wr, const tensor_row *row, int la
         }
     }
     int64_t shape[3] = {E, cols > 0 ? cols : rows, rows};
-    if (st == LP_OK)
+    if (st == LP_OK && wr->w)
         st = lp_st_writer_add_f32_as(wr->w, name, cols > 0 ? s->dtype : s->vector_dtype,
                                      cols > 0 ? 3 : 2, shape, all, err);
     free(all);
@@ -834,21 +862,45 @@ static lp_status write_scope(writer *wr, scope sc, int layer, int expert, lp_err
     return LP_OK;
 }
 
+/* Every row of the table the spec has, in file order, stored in wr's writer or kept. */
+static lp_status walk_tensors(writer *wr, lp_error *err)
+{
+    const lp_synth_spec *spec = wr->spec;
+    lp_status st = write_scope(wr, FIRST, -1, -1, err);
+    for (int l = 0; l < spec->n_layers && st == LP_OK; l++) {
+        st = write_scope(wr, LAYER, l, -1, err);
+        for (int e = 0; lp_synth_layer_routed(spec, l) && e < spec->n_experts && st == LP_OK; e++)
+            st = write_scope(wr, EXPERT, l, e, err);
+        for (int h = 0; h < spec->n_heads && st == LP_OK; h++)
+            st = write_scope(wr, HEAD, l, h, err);
+        for (int h = 0; h < spec->n_kv_heads && st == LP_OK; h++)
+            st = write_scope(wr, KV_HEAD, l, h, err);
+    }
+    return st == LP_OK ? write_scope(wr, LAST, -1, -1, err) : st;
+}
+
+lp_status lp_synth_collect_parts(const lp_synth_spec *spec, lp_synth_parts *parts, lp_error *err)
+{
+    memset(parts, 0, sizeof *parts);
+    writer wr = {spec, NULL, parts, {spec->seed}};
+    lp_status st = walk_tensors(&wr, err);
+    if (st != LP_OK)
+        lp_synth_parts_free(parts);
+    return st;
+}
+
+void lp_synth_parts_free(lp_synth_parts *parts)
+{
+    for (size_t i = 0; i < parts->n; i++)
+        free(parts->items[i].data);
+    free(parts->items);
+    memset(parts, 0, sizeof *parts);
+}
+
 lp_status lp_synth_add_tensors(const lp_synth_spec *spec, lp_st_writer *w, lp_error *err)
 {
-    writer wr = {spec, w, {spec->seed}};
-    lp_status st = write_scope(&wr, FIRST, -1, -1, err);
-    for (int l = 0; l < spec->n_layers && st == LP_OK; l++) {
-        st = write_scope(&wr, LAYER, l, -1, err);
-        for (int e = 0; lp_synth_layer_routed(spec, l) && e < spec->n_experts && st == LP_OK; e++)
-            st = write_scope(&wr, EXPERT, l, e, err);
-        for (int h = 0; h < spec->n_heads && st == LP_OK; h++)
-            st = write_scope(&wr, HEAD, l, h, err);
-        for (int h = 0; h < spec->n_kv_heads && st == LP_OK; h++)
-            st = write_scope(&wr, KV_HEAD, l, h, err);
-    }
-    if (st == LP_OK)
-        st = write_scope(&wr, LAST, -1, -1, err);
+    writer wr = {spec, w, NULL, {spec->seed}};
+    lp_status st = walk_tensors(&wr, err);
     if (st == LP_OK)
         st = lp_st_writer_set_metadata(w, "format", "pt", err);
     return st;
@@ -1245,10 +1297,29 @@ lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, 
             st = lp_error_set(err, LP_ERR_NOMEM, "out of memory building config.json");
     }
     if (st == LP_OK) {
-        lp_synth_file files[] = {{"model.safetensors", w, NULL}, {"config.json", NULL, config}};
+        lp_synth_file files[] = {{"model.safetensors", w, NULL, NULL},
+                                 {"config.json", NULL, config, NULL}};
         st = lp_synth_commit(out_dir, files, 2, err);
     }
     json_decref(config);
     lp_st_writer_destroy(w);
+    return st;
+}
+
+lp_status lp_synth_write_family_gguf(const char *out_dir, const lp_synth_spec *spec,
+                                     lp_error *err)
+{
+    if (!out_dir || !*out_dir)
+        return lp_error_set(err, LP_ERR_USAGE, "no output folder given (the path is empty)");
+    lp_status st = lp_synth_check_spec(spec, err);
+    if (st != LP_OK)
+        return st;
+    lp_gguf_writer *w = NULL;
+    if ((st = lp_gguf_writer_create(&w, err)) == LP_OK &&
+        (st = lp_synth_gguf_build(spec, w, err)) == LP_OK) {
+        lp_synth_file files[] = {{"model.gguf", NULL, NULL, w}};
+        st = lp_synth_commit(out_dir, files, 1, err);
+    }
+    lp_gguf_writer_destroy(w);
     return st;
 }

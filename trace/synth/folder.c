@@ -107,6 +107,8 @@ static lp_status write_file(const lp_synth_file *f, const char *path, lp_error *
 {
     if (f->tensors)
         return lp_st_writer_write(f->tensors, path, err);
+    if (f->gguf)
+        return lp_gguf_writer_write(f->gguf, path, err);
     if (json_dump_file(f->json, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0)
         return lp_error_set(err, LP_ERR_IO, "%s: cannot write: %s", path,
                             errno ? strerror(errno) : "jansson failed");

@@ -554,10 +554,10 @@ lp_status lp_synth_write(const char *out_dir, const lp_synth_options *opts_in, l
     memset(&m, 0, sizeof m);
     st = build_planted(&opts, &m, err);
     if (st == LP_OK) {
-        lp_synth_file files[] = {{"model.safetensors", m.tensors, NULL},
-                                 {"config.json", NULL, m.docs[0]},
-                                 {"tokenizer.json", NULL, m.docs[1]},
-                                 {"planted_heads.json", NULL, m.docs[2]}};
+        lp_synth_file files[] = {{"model.safetensors", m.tensors, NULL, NULL},
+                                 {"config.json", NULL, m.docs[0], NULL},
+                                 {"tokenizer.json", NULL, m.docs[1], NULL},
+                                 {"planted_heads.json", NULL, m.docs[2], NULL}};
         st = lp_synth_commit(out_dir, files, sizeof files / sizeof files[0], err);
     }
     planted_model_free(&m);

@@ -316,6 +316,18 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family);
  * is returned as it is. */
 lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 
+/* The same model (same spec, same weights) as llama.cpp's convert_hf_to_gguf.py writes it: one
+ * out_dir/model.gguf with the family's GGUF architecture name ("llama" for Mistral and Mixtral,
+ * "gptneox", "phi2", "deepseek2", "gpt-oss", ...), its metadata keys and tensor names, the
+ * converter's layouts (Llama's q/k rows permuted to adjacent RoPE pairs, Gemma's norms stored
+ * as 1 + w, q | k | v fused as attn_qkv where llama.cpp fuses them, experts stacked per layer,
+ * DeepSeek's kv_b split into attn_k_b and attn_v_b, StableLM's per-head norms stacked) and a
+ * byte-level BPE vocabulary of spec->vocab tokens (<unk> <s> </s>, then single characters).
+ * Written like lp_synth_write_family. LP_ERR_UNSUPPORTED where llama.cpp has no architecture
+ * for the spec (OPT; Falcon's sequential or ALiBi variants). */
+lp_status lp_synth_write_family_gguf(const char *out_dir, const lp_synth_spec *spec,
+                                     lp_error *err);
+
 /* A tiny spec of the family a card or config describes (loupe synth --like): 2 layers of 4 heads
  * x 8, vocab 64, with the card's rules carried over: multi-head / multi-query / grouped (groups of
  * 2), the rotated fraction (even, at least 2 dims), tied or not, norm epsilon, RoPE base,

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "core/random.h"
+#include "inspect/formats/gguf_write.h"
 #include "inspect/formats/safetensors_write.h"
 #include "trace/synth/synth.h"
 
@@ -44,6 +45,29 @@ lp_status lp_synth_check_spec(const lp_synth_spec *spec, lp_error *err);
 /* Every tensor of the family, asked of spec->fill (or the random fill) in file order, stored
  * under the family's Hugging Face names; then the "format": "pt" metadata. */
 lp_status lp_synth_add_tensors(const lp_synth_spec *spec, lp_st_writer *w, lp_error *err);
+/* One tensor as the fill gave it, in the layout the pass computes with ([rows, max(cols, 1)]
+ * f32; t.name NULL): what the GGUF form is built from. */
+typedef struct lp_synth_part {
+    lp_synth_tensor t;
+    float *data;
+} lp_synth_part;
+
+typedef struct lp_synth_parts {
+    lp_synth_part *items;
+    size_t n, cap;
+} lp_synth_parts;
+
+/* Every fill lp_synth_add_tensors asks for (the same order and stream: the same weights), kept
+ * in memory instead of stored. Free with lp_synth_parts_free (also on failure: it is empty). */
+lp_status lp_synth_collect_parts(const lp_synth_spec *spec, lp_synth_parts *parts, lp_error *err);
+void lp_synth_parts_free(lp_synth_parts *parts);
+
+/* ---- gguf.c: the family as llama.cpp's converter writes it ---------------------------------- */
+
+/* Metadata, vocabulary and tensors of spec's GGUF form into w; LP_ERR_UNSUPPORTED for a family
+ * or variant llama.cpp has no architecture for. */
+lp_status lp_synth_gguf_build(const lp_synth_spec *spec, lp_gguf_writer *w, lp_error *err);
+
 /* The family's config.json; NULL when out of memory. */
 json_t *lp_synth_config_json(const lp_synth_spec *spec);
 
@@ -53,11 +77,13 @@ void lp_synth_append(json_t *arr, json_t *value, bool *ok);
 
 /* ---- folder.c: the output folder -------------------------------------------------------------- */
 
-/* One file of a model folder: a safetensors file (tensors) or a JSON document (json). */
+/* One file of a model folder: a safetensors file (tensors), a GGUF file (gguf) or a JSON
+ * document (json). */
 typedef struct lp_synth_file {
     const char *name;
     const lp_st_writer *tensors;
     json_t *json;
+    const lp_gguf_writer *gguf;
 } lp_synth_file;
 
 /* Create out_dir (and missing parents), write every file under a temporary name and rename them
