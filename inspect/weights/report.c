@@ -298,10 +298,11 @@ static void want_fused_or_parts(expect_ctx *c, lp_role fused, const lp_role *par
 static void want_experts(expect_ctx *c, lp_role role, int layer)
 {
     /* GGUF stores all experts of a layer in one 3-D tensor (expert -1) */
-    if (want(c, role, layer, -1, false, false))
-        return;
-    for (int64_t e = 0; e < c->a->n_experts; e++)
+    bool stacked = want(c, role, layer, -1, false, false);
+    for (int64_t e = 0; !stacked && e < c->a->n_experts; e++)
         want(c, role, layer, (int)e, false, true);
+    if (c->a->bias_mlp) /* gpt-oss: the experts' biases, stacked [n_experts, rows] */
+        want(c, role, layer, -1, true, true);
 }
 
 /* One layer's attention: its norms, q/k/v (fused or apart, or MLA's low-rank factors), output
@@ -327,12 +328,21 @@ static void walk_attention(expect_ctx *c, int l)
     if (a->mla) {
         want_linear(c, LP_ROLE_ATTN_KV_A, l, -1, false);
         want_norm(c, LP_ROLE_ATTN_KV_A_NORM, l);
-        want_linear(c, LP_ROLE_ATTN_KV_B, l, -1, false);
+        /* llama.cpp's newer converter splits kv_b per head into attn_k_b and attn_v_b */
+        if (!lp_weights_find(c->w, LP_ROLE_ATTN_KV_B, l, -1, false) &&
+            lp_weights_find(c->w, LP_ROLE_ATTN_K_B, l, -1, false)) {
+            want_linear(c, LP_ROLE_ATTN_K_B, l, -1, false);
+            want_linear(c, LP_ROLE_ATTN_V_B, l, -1, false);
+        } else {
+            want_linear(c, LP_ROLE_ATTN_KV_B, l, -1, false);
+        }
     } else {
         static const lp_role qkv[3] = {LP_ROLE_ATTN_Q, LP_ROLE_ATTN_K, LP_ROLE_ATTN_V};
         want_fused_or_parts(c, LP_ROLE_ATTN_QKV, qkv, 3, l, a->bias_qkv);
     }
     want_linear(c, LP_ROLE_ATTN_O, l, -1, a->bias_o);
+    if (a->attn_sinks)
+        want(c, LP_ROLE_ATTN_SINKS, l, -1, false, true);
     if (a->qk_norm || a->qk_norm_full) {
         want(c, LP_ROLE_ATTN_Q_NORM, l, -1, false, true);
         want(c, LP_ROLE_ATTN_K_NORM, l, -1, false, true);
@@ -345,10 +355,14 @@ static void walk_experts(expect_ctx *c, int l)
 {
     const lp_arch *a = c->a;
     bool gated = a->ffn_kind != LP_FFN_MLP;
-    want(c, LP_ROLE_ROUTER, l, -1, false, true);
-    if (a->router_score_bias)
-        want(c, LP_ROLE_ROUTER_BIAS, l, -1, false, true);
-    if (gated && !want(c, LP_ROLE_EXPERT_GATE_UP, l, -1, false, false)) {
+    want_linear(c, LP_ROLE_ROUTER, l, -1, a->router_bias);
+    /* V3's score bias: a vector in safetensors, GGUF's exp_probs_b.bias */
+    if (a->router_score_bias && !want(c, LP_ROLE_ROUTER_BIAS, l, -1, false, false))
+        want(c, LP_ROLE_ROUTER_BIAS, l, -1, true, true);
+    if (gated && want(c, LP_ROLE_EXPERT_GATE_UP, l, -1, false, false)) {
+        if (a->bias_mlp) /* gpt-oss's gate_up_proj_bias */
+            want(c, LP_ROLE_EXPERT_GATE_UP, l, -1, true, true);
+    } else if (gated) {
         want_experts(c, LP_ROLE_EXPERT_GATE, l);
         want_experts(c, LP_ROLE_EXPERT_UP, l);
     } else if (!gated) {
@@ -365,12 +379,25 @@ static void walk_experts(expect_ctx *c, int l)
         want(c, LP_ROLE_SHARED_EXPERT_GATE, l, -1, false, true);
 }
 
+/* Phi-3's GGUF: gate | up fused under the name ffn_up (2 x ffn rows), no ffn_gate. */
+static bool phi3_gguf_gate_up(const expect_ctx *c, int l)
+{
+    const lp_tensor *up = lp_weights_find(c->w, LP_ROLE_FFN_UP, l, -1, false);
+    int64_t ffn = c->a->layer_ffn_hidden[l] > 0 ? c->a->layer_ffn_hidden[l] : c->a->ffn_hidden;
+    return up && strcmp(c->a->family, "phi3") == 0 &&
+           !lp_weights_find(c->w, LP_ROLE_FFN_GATE, l, -1, false) && up->n_dims == 2 &&
+           up->shape[0] == 2 * ffn;
+}
+
 /* One layer's FFN: experts, or a gated (gate and up fused or apart) or plain MLP. */
 static void walk_ffn(expect_ctx *c, int l)
 {
     const lp_arch *a = c->a;
     if (a->layer_moe[l]) {
         walk_experts(c, l);
+    } else if (a->ffn_kind != LP_FFN_MLP && phi3_gguf_gate_up(c, l)) {
+        want_linear(c, LP_ROLE_FFN_UP, l, -1, a->bias_mlp);
+        want_linear(c, LP_ROLE_FFN_DOWN, l, -1, a->bias_mlp);
     } else if (a->ffn_kind != LP_FFN_MLP) {
         static const lp_role gate_up[2] = {LP_ROLE_FFN_GATE, LP_ROLE_FFN_UP};
         want_fused_or_parts(c, LP_ROLE_FFN_GATE_UP, gate_up, 2, l, a->bias_mlp);
@@ -448,11 +475,15 @@ static bool attention_dims(const lp_arch *a, lp_role role, int l, role_shape *r)
         return true;
     case LP_ROLE_ATTN_O: *r = (role_shape){hidden, o_in, false}; return true;
     case LP_ROLE_ATTN_Q_NORM:
-        *r = (role_shape){a->qk_norm_full ? mul(a->n_heads, hd) : hd, 0, false};
+        /* StableLM's per-head norms: GGUF stacks them [heads, head_dim] */
+        *r = a->qk_norm_per_head ? (role_shape){a->n_heads, hd, false}
+                                 : (role_shape){a->qk_norm_full ? mul(a->n_heads, hd) : hd, 0, false};
         return true;
     case LP_ROLE_ATTN_K_NORM:
-        *r = (role_shape){a->qk_norm_full ? mul(kv, hd) : hd, 0, false};
+        *r = a->qk_norm_per_head ? (role_shape){kv, hd, false}
+                                 : (role_shape){a->qk_norm_full ? mul(kv, hd) : hd, 0, false};
         return true;
+    case LP_ROLE_ATTN_SINKS: *r = (role_shape){a->n_heads, 0, false}; return true;
     case LP_ROLE_ATTN_Q_A: *r = (role_shape){a->q_lora_rank, hidden, false}; return true;
     case LP_ROLE_ATTN_Q_A_NORM: *r = (role_shape){a->q_lora_rank, 0, false}; return true;
     case LP_ROLE_ATTN_Q_B: *r = (role_shape){q_out, a->q_lora_rank, false}; return true;
@@ -464,6 +495,9 @@ static bool attention_dims(const lp_arch *a, lp_role role, int l, role_shape *r)
         *r = (role_shape){mul(a->n_heads, add(a->qk_nope_head_dim, a->v_head_dim)),
                           a->kv_lora_rank, false};
         return true;
+    /* per head [heads, kv_lora, nope] and [heads, v, kv_lora]: checked in expected_shape */
+    case LP_ROLE_ATTN_K_B: *r = (role_shape){a->kv_lora_rank, a->qk_nope_head_dim, false}; return true;
+    case LP_ROLE_ATTN_V_B: *r = (role_shape){a->v_head_dim, a->kv_lora_rank, false}; return true;
     default: return false;
     }
 }
@@ -516,9 +550,22 @@ static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape,
     bool per_expert_3d;
     if (!role_dims(a, t, &rows, &cols, &per_expert_3d))
         return false;
+    if (t->is_bias && per_expert_3d && t->expert < 0) { /* gpt-oss: [n_experts, rows] */
+        shape[0] = a->n_experts;
+        shape[1] = rows;
+        *n_dims = 2;
+        return true;
+    }
     if (t->is_bias) {
         shape[0] = rows;
         *n_dims = 1;
+        return true;
+    }
+    if (t->role == LP_ROLE_ATTN_K_B || t->role == LP_ROLE_ATTN_V_B) {
+        shape[0] = a->n_heads;
+        shape[1] = rows;
+        shape[2] = cols;
+        *n_dims = 3;
         return true;
     }
     if (cols == 0) {
@@ -526,6 +573,10 @@ static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape,
         *n_dims = 1;
         return true;
     }
+    /* Phi-3's GGUF keeps gate | up fused under ffn_up's name */
+    if (t->role == LP_ROLE_FFN_UP && strcmp(a->family, "phi3") == 0 &&
+        strncmp(t->name, "blk.", 4) == 0)
+        rows = mul(2, rows);
     if (t->transposed) { /* GPT-2 Conv1D: [in, out] */
         int64_t tmp = rows;
         rows = cols;
