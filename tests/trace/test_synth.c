@@ -803,6 +803,213 @@ static void test_family_own_fill(void **state)
     remove_synth_dir(dir);
 }
 
+/* ---- the GGUF form (lp_synth_write_family_gguf) ---------------------------------------------- */
+
+/* One spec in both forms, and what the GGUF form's reader must see. */
+typedef struct gguf_form_case {
+    const char *name;
+    lp_synth_family family;
+    void (*vary)(lp_synth_spec *spec); /* NULL: the family's defaults */
+    const char *arch_family;           /* lp_arch.family of the GGUF */
+    int64_t T;                         /* prompt length */
+    double budget;                     /* max |logit difference|; 0: bit-equal */
+} gguf_form_case;
+
+static void vary_sequential(lp_synth_spec *s) { s->parallel = false; }
+static void vary_new_arch(lp_synth_spec *s)
+{
+    s->new_arch = true;
+    s->n_kv_heads = 2;
+}
+static void vary_stablelm2(lp_synth_spec *s)
+{
+    s->parallel = true;
+    s->qk_norm = true;
+    s->qkv_bias = true;
+}
+static void vary_longrope(lp_synth_spec *s)
+{
+    static const double short_f[4] = {1.0, 1.5, 2.0, 3.0}, long_f[4] = {2.0, 3.0, 5.0, 8.0};
+    s->orig_ctx = 16;
+    s->n_ctx = 64;
+    s->short_factor = short_f;
+    s->long_factor = long_f;
+}
+static void vary_bf16(lp_synth_spec *s) { s->dtype = s->vector_dtype = LP_DTYPE_BF16; }
+static void vary_mpt_bias(lp_synth_spec *s)
+{
+    s->qkv_bias = true;
+    s->qk_norm = true;
+    s->qkv_clip = 0.5;
+}
+static void vary_qwen_no_shared(lp_synth_spec *s) { s->shared_ffn = 0; }
+static void vary_norm_topk(lp_synth_spec *s) { s->norm_topk_prob = true; } /* Qwen3-MoE's */
+
+/* Llama's permuted q/k rotate the same pairs in another order (the dot products sum in another
+ * order); gpt-oss likewise through its stacked experts' sums. Everything else is bit-equal. */
+static const gguf_form_case gguf_form_cases[] = {
+    {"llama", LP_SYNTH_LLAMA, NULL, "llama", 20, 1e-5},
+    {"llama-bf16", LP_SYNTH_LLAMA, vary_bf16, "llama", 20, 1e-5},
+    /* the "llama" architecture keeps no window: a prompt inside Mistral's 16 */
+    {"mistral", LP_SYNTH_MISTRAL, NULL, "llama", 15, 1e-5},
+    {"mixtral", LP_SYNTH_MIXTRAL, NULL, "mixtral", 20, 1e-5},
+    {"qwen2", LP_SYNTH_QWEN2, NULL, "qwen2", 20, 0},
+    {"qwen3", LP_SYNTH_QWEN3, NULL, "qwen3", 20, 0},
+    {"gemma", LP_SYNTH_GEMMA, NULL, "gemma", 20, 0},
+    {"gemma2", LP_SYNTH_GEMMA2, NULL, "gemma2", 20, 0},
+    {"gemma3", LP_SYNTH_GEMMA3, NULL, "gemma3", 20, 0},
+    {"gpt2", LP_SYNTH_GPT2, NULL, "gpt2", 20, 0},
+    {"gpt_neox", LP_SYNTH_NEOX, NULL, "gpt_neox", 20, 0},
+    {"gpt_neox-sequential", LP_SYNTH_NEOX, vary_sequential, "gpt_neox", 20, 0},
+    {"phi", LP_SYNTH_PHI, NULL, "phi", 20, 0},
+    {"gptj", LP_SYNTH_GPTJ, NULL, "gptj", 20, 0},
+    {"stablelm-3b", LP_SYNTH_STABLELM, NULL, "stablelm", 20, 0},
+    {"stablelm-2", LP_SYNTH_STABLELM, vary_stablelm2, "stablelm", 20, 0},
+    {"falcon-7b", LP_SYNTH_FALCON, NULL, "falcon", 20, 0},
+    {"falcon-40b", LP_SYNTH_FALCON, vary_new_arch, "falcon", 20, 0},
+    {"bloom", LP_SYNTH_BLOOM, NULL, "bloom", 20, 0},
+    {"phi3", LP_SYNTH_PHI3, NULL, "phi3", 20, 0},
+    {"phi3-longrope", LP_SYNTH_PHI3, vary_longrope, "phi3", 20, 0},
+    {"olmo2", LP_SYNTH_OLMO2, NULL, "olmo2", 20, 0},
+    {"qwen2_moe", LP_SYNTH_QWEN2_MOE, NULL, "qwen2_moe", 20, 0},
+    {"qwen2_moe-unshared", LP_SYNTH_QWEN2_MOE, vary_qwen_no_shared, "qwen2_moe", 20, 0},
+    {"qwen3_moe", LP_SYNTH_QWEN3_MOE, vary_norm_topk, "qwen3_moe", 20, 0},
+    {"deepseek_v2", LP_SYNTH_DEEPSEEK_V2, NULL, "deepseek_v2", 20, 0},
+    {"deepseek_v3", LP_SYNTH_DEEPSEEK_V3, NULL, "deepseek_v2", 20, 0},
+    {"gpt_oss", LP_SYNTH_GPT_OSS, NULL, "gpt_oss", 20, 1e-5},
+    {"mpt", LP_SYNTH_MPT, NULL, "mpt", 20, 0},
+    {"mpt-bias-qk-ln-clip", LP_SYNTH_MPT, vary_mpt_bias, "mpt", 20, 0},
+};
+
+/* The logits and maps of path (a folder or a .gguf) on ids[0, T). */
+static void run_family(const char *path, const int32_t *ids, int64_t T, const char *want_family,
+                       capture *c)
+{
+    lp_error err = {0};
+    lp_model *model;
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s: %s", path, err.msg);
+    if (want_family && strcmp(lp_model_arch(model)->family, want_family) != 0)
+        fail_msg("%s: family %s, want %s", path, lp_model_arch(model)->family, want_family);
+    c->n_tokens = T;
+    c->vocab = lp_model_arch(model)->vocab_size;
+    c->logits = calloc((size_t)(T * c->vocab), sizeof(float));
+    assert_non_null(c->logits);
+    lp_observer obs = {c, cap_want, cap_observe};
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.observer = &obs;
+    lp_batch batch = lp_batch_single(ids, T);
+    if (lp_forward(model, &batch, &opts, &err) != LP_OK)
+        fail_msg("%s: %s", path, err.msg);
+    lp_model_close(model);
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        m = d > m || d != d ? d : m;
+    }
+    return m;
+}
+
+static bool check_gguf_form(const gguf_form_case *gc)
+{
+    char st_dir[512], gguf_dir[600], gguf_path[700];
+    scratch_dir(st_dir, sizeof st_dir, gc->name);
+    snprintf(gguf_dir, sizeof gguf_dir, "%s-gguf", st_dir);
+    snprintf(gguf_path, sizeof gguf_path, "%s/model.gguf", gguf_dir);
+    lp_synth_spec spec;
+    lp_synth_spec_init(&spec, gc->family);
+    spec.scale = 0.3; /* logits with some spread, so that equal means something */
+    spec.seed = 11;
+    if (gc->vary)
+        gc->vary(&spec);
+    lp_error err = {0};
+    if (lp_synth_write_family(st_dir, &spec, &err) != LP_OK ||
+        lp_synth_write_family_gguf(gguf_dir, &spec, &err) != LP_OK)
+        fail_msg("%s: %s", gc->name, err.msg);
+    int32_t ids[T_MAX];
+    for (int64_t t = 0; t < gc->T; t++)
+        ids[t] = (int32_t)((t * 37 + 5) % spec.vocab);
+    capture *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    run_family(st_dir, ids, gc->T, NULL, a);
+    run_family(gguf_path, ids, gc->T, gc->arch_family, b);
+    size_t n_logits = (size_t)(gc->T * a->vocab);
+    double d_logits = max_diff(a->logits, b->logits, n_logits);
+    double d_probs = max_diff(&a->probs[0][0][0][0], &b->probs[0][0][0][0],
+                              sizeof a->probs / sizeof(float));
+    double spread = 0;
+    for (size_t i = 0; i < n_logits; i++)
+        spread = fmax(spread, fabs((double)a->logits[i] - (double)a->logits[0]));
+    print_message("  %-20s T=%2lld  |logits| spread %.3f  gguf - safetensors: logits %.2e, "
+                  "maps %.2e (budget %.0e)\n", gc->name, (long long)gc->T, spread, d_logits,
+                  d_probs, gc->budget);
+    bool ok = spread > 0.05 && d_logits <= gc->budget && d_probs <= gc->budget;
+    if (!ok)
+        print_error("%s:%d: %s: spread %.3f, logits %.2e, maps %.2e against %.0e\n", __FILE__,
+                    __LINE__, gc->name, spread, d_logits, d_probs, gc->budget);
+    free(a->logits);
+    free(b->logits);
+    free(a);
+    free(b);
+    remove_synth_dir(st_dir);
+    remove(gguf_path);
+    rmdir(gguf_dir);
+    return ok;
+}
+
+static void test_family_gguf_forms(void **state)
+{
+    (void)state;
+    int n_failed = 0;
+    for (size_t i = 0; i < sizeof gguf_form_cases / sizeof gguf_form_cases[0]; i++)
+        n_failed += !check_gguf_form(&gguf_form_cases[i]);
+    assert_int_equal(n_failed, 0);
+}
+
+/* Specs no llama.cpp architecture can carry: refused, nothing written (Qwen3-MoE's default spec
+ * leaves norm_topk_prob false, which its GGUF graph cannot). */
+static void test_family_gguf_refusals(void **state)
+{
+    (void)state;
+    static const struct {
+        lp_synth_family family;
+        bool alibi, parallel;
+        const char *message;
+    } cases[] = {
+        {LP_SYNTH_OPT, false, false, "no GGUF architecture"},
+        {LP_SYNTH_FALCON, true, true, "ALiBi"},
+        {LP_SYNTH_FALCON, false, false, "sequential"},
+        {LP_SYNTH_QWEN3_MOE, false, false, "always renormalizes"},
+    };
+    char dir[512];
+    scratch_dir(dir, sizeof dir, "gguf-refused");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lp_synth_spec spec;
+        lp_synth_spec_init(&spec, cases[i].family);
+        if (cases[i].family == LP_SYNTH_FALCON) {
+            spec.alibi = cases[i].alibi;
+            spec.parallel = cases[i].parallel;
+        }
+        lp_error err = {0};
+        assert_int_equal(lp_synth_write_family_gguf(dir, &spec, &err), LP_ERR_UNSUPPORTED);
+        if (!strstr(err.msg, cases[i].message))
+            fail_msg("case %zu: '%s' does not say '%s'", i, err.msg, cases[i].message);
+        assert_false(lp_path_exists(dir));
+    }
+    lp_synth_spec spec;
+    lp_synth_spec_init(&spec, LP_SYNTH_QWEN2_MOE);
+    spec.dense_layer[1] = true;
+    lp_error err = {0};
+    assert_int_equal(lp_synth_write_family_gguf(dir, &spec, &err), LP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "layer 1 is dense"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -818,6 +1025,8 @@ int main(void)
         cmocka_unit_test(test_family_models),
         cmocka_unit_test(test_family_bad_specs),
         cmocka_unit_test(test_family_own_fill),
+        cmocka_unit_test(test_family_gguf_forms),
+        cmocka_unit_test(test_family_gguf_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,8 +13,8 @@
  *     stacked [heads, head_dim]; DeepSeek's kv_b split per head into attn_k_b [kv_lora, nope]
  *     (transposed) and attn_v_b [v_head_dim, kv_lora].
  * What a GGUF cannot carry (no key in llama.cpp): Mistral's window on the "llama"
- * architecture, MPT's logit_scale, Qwen MoE's dense layers, Falcon's sequential and ALiBi
- * variants; OPT has no llama.cpp architecture. Those are refused, or (window, logit_scale)
+ * architecture, MPT's logit_scale, Qwen MoE's dense layers, Qwen3-MoE without norm_topk_prob,
+ * Falcon's sequential and ALiBi variants; OPT has no llama.cpp architecture. Those are refused, or (window, logit_scale)
  * left out as the converter leaves them out. */
 #include "trace/synth/synth_internal.h"
 
@@ -76,6 +76,10 @@ static lp_status check_expressible(const lp_synth_spec *s, lp_error *err)
         return lp_error_set(err, LP_ERR_UNSUPPORTED, "falcon: llama.cpp's falcon graph is parallel "
                                                      "with RoPE; this spec is %s",
                             s->alibi ? "ALiBi" : "sequential");
+    if (s->family == LP_SYNTH_QWEN3_MOE && !s->norm_topk_prob)
+        return lp_error_set(err, LP_ERR_UNSUPPORTED, "qwen3_moe: llama.cpp's qwen3moe graph always "
+                                                     "renormalizes the top-k weights; this spec "
+                                                     "has norm_topk_prob false");
     if (s->family == LP_SYNTH_QWEN2_MOE || s->family == LP_SYNTH_QWEN3_MOE)
         for (int l = 0; l < s->n_layers; l++)
             if (!lp_synth_layer_routed(s, l))
