@@ -1,12 +1,46 @@
 # `loupe synth --like CARD` for every decoder card in configs/: a small random model of the card's
 # family -> `loupe trace` -> `loupe leak` (every causal check) -> `loupe render`. Cards whose family synth has
 # no writer for, or that trace still refuses (one-line UNSUPPORTED), are listed, not failed.
+# Each card's GGUF form (--format gguf, the same weights as llama.cpp's converter lays them out)
+# -> `loupe inspect` (its checks pass) -> trace -> leak, and its top predictions are the
+# safetensors form's; OPT, which llama.cpp has no architecture for, is refused in one line.
 source "$(dirname "$0")/cli_lib.sh"
 
 CONFIGS="$(dirname "$0")/../../configs"
 IDS=1,5,9,13,5,9,20,33,41,2
 ran=""
 skipped=""
+ran_gguf=""
+
+# The GGUF form of card $1 beside its safetensors form $2 (already traced into $2/t.db).
+gguf_form() {
+  local name=$1 M=$2 G="$2-gguf"
+  "$LOUPE" synth "$G" --like "$3" --format gguf >"$TMP/out" 2>"$TMP/err"
+  local st=$?
+  if [ $st -eq 2 ] && grep -q "no GGUF architecture" "$TMP/err"; then
+    if [ "$(wc -l <"$TMP/err")" -eq 1 ]; then ok; else bad "gguf $name: refusal is not one line"; fi
+    return
+  fi
+  if [ $st -ne 0 ]; then bad "synth --format gguf $name: exit $st: $(head -c 300 "$TMP/err")"; return; fi
+  "$LOUPE" inspect "$G/model.gguf" >"$TMP/insp" 2>"$TMP/err"
+  if [ $? -eq 0 ] && ! grep -q '^  FAIL' "$TMP/insp"; then ok; else
+    bad "inspect gguf $name: $(grep FAIL "$TMP/insp" | head -2) $(head -c 200 "$TMP/err")"
+  fi
+  "$LOUPE" trace "$G/model.gguf" --tokens "$IDS" --db "$G/t.db" >"$TMP/gtrace" 2>"$TMP/err"
+  if [ $? -ne 0 ]; then bad "trace gguf $name: $(head -c 300 "$TMP/err")"; return; fi
+  # the same weights: the same top prediction at every position as the safetensors form
+  if command -v sqlite3 >/dev/null 2>&1; then
+    q="SELECT group_concat(token_id) FROM (SELECT token_id FROM predictions WHERE run_id = 1 AND
+       rank = (SELECT min(rank) FROM predictions) ORDER BY pos)"
+    a=$(sqlite3 "$M/t.db" "$q" 2>&1); b=$(sqlite3 "$G/t.db" "$q" 2>&1)
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "gguf $name predicts '$b', safetensors '$a'"; fi
+  fi
+  "$LOUPE" leak "$G/model.gguf" --tokens "$IDS" --db "$G/t.db" >"$TMP/leak" 2>"$TMP/err"
+  if grep -q '^verdict: PASS' "$TMP/leak"; then ok; else
+    bad "leak gguf $name: $(grep -E 'FAIL|verdict' "$TMP/leak" | head -3) $(head -c 200 "$TMP/err")"
+  fi
+  ran_gguf="$ran_gguf $name"
+}
 for card in "$CONFIGS"/*.yaml; do
   name=$(basename "$card" .yaml)
   M="$TMP/$name"
@@ -42,6 +76,7 @@ for card in "$CONFIGS"/*.yaml; do
   fi
   expect_status 0 "$LOUPE" render "$M/t.db" --run 1 --overview -o "$M/overview.png"
   if [ -s "$M/overview.png" ]; then ok; else bad "render $name wrote no picture"; fi
+  gguf_form "$name" "$M" "$card"
   # MLA cards also generate through the latent KV cache, its bytes what loupe estimate predicts
   lora=$("$LOUPE" inspect "$M" --json 2>/dev/null | grep -o '"kv_lora_rank": *[0-9]*' | head -1 | grep -o '[0-9]*$')
   if [ "${lora:-0}" -gt 0 ]; then
@@ -69,11 +104,14 @@ for card in "$CONFIGS"/*.yaml; do
 done
 echo "traced, leak-checked and rendered:$ran"
 echo "skipped (no synthetic writer, or trace refuses):$skipped"
+echo "GGUF forms inspected, traced and leak-checked:$ran_gguf"
 # the dense families this suite is about must all be in the first list
 for want in pythia-70m phi-2 gpt-j-6b falcon-7b bloomz-560m opt-125m opt-350m olmo-2-0425-1b \
             stablelm-2-12b stablelm-3b-4e1t gpt2 llama-3-8b gemma-2-2b gemma-3-1b mixtral-8x7b-v0.1 \
             phi-3-mini-4k-instruct deepseek-v2-lite deepseek-v3 gpt-oss-20b mpt-7b; do
   case " $ran " in *" $want "*) ok ;; *) bad "$want was not traced" ;; esac
+  case "$want" in opt-*) continue ;; esac
+  case " $ran_gguf " in *" $want "*) ok ;; *) bad "$want's GGUF form was not traced" ;; esac
 done
 # MPT with learned positions (attn_config.alibi false) is read but not traced: one line, exit 2
 M="$TMP/mpt-7b"
