@@ -108,7 +108,7 @@ echo "GGUF forms inspected, traced and leak-checked:$ran_gguf"
 # the dense families this suite is about must all be in the first list
 for want in pythia-70m phi-2 gpt-j-6b falcon-7b bloomz-560m opt-125m opt-350m olmo-2-0425-1b \
             stablelm-2-12b stablelm-3b-4e1t gpt2 llama-3-8b gemma-2-2b gemma-3-1b mixtral-8x7b-v0.1 \
-            phi-3-mini-4k-instruct deepseek-v2-lite deepseek-v3 gpt-oss-20b mpt-7b; do
+            phi-3-mini-4k-instruct deepseek-v2-lite deepseek-v3 gpt-oss-20b mpt-7b starcoder2-3b; do
   case " $ran " in *" $want "*) ok ;; *) bad "$want was not traced" ;; esac
   case "$want" in opt-*) continue ;; esac
   case " $ran_gguf " in *" $want "*) ok ;; *) bad "$want's GGUF form was not traced" ;; esac

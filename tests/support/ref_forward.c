@@ -83,21 +83,24 @@ static bool is_layernorm_mlp(const ref_config *c)
 {
     return c->family == REF_GPT2 || c->family == REF_NEOX || c->family == REF_PHI ||
            c->family == REF_GPTJ || c->family == REF_FALCON || c->family == REF_BLOOM ||
-           c->family == REF_OPT || c->family == REF_MPT;
+           c->family == REF_OPT || c->family == REF_MPT || c->family == REF_STARCODER2;
 }
 /* OPT's token embedding width (project_in / project_out when it is not hidden) */
 static int64_t embed_dim(const ref_config *c) { return c->embed_dim > 0 ? c->embed_dim : c->hidden; }
 /* biases on the MLP's two matrices; on q, k, v and o (Falcon: its one "bias" switch) */
 static bool has_mlp_bias(const ref_config *c)
 {
-    return c->family == REF_FALCON || c->family == REF_MPT ? c->qkv_bias : is_layernorm_mlp(c);
+    return c->family == REF_FALCON || c->family == REF_MPT || c->family == REF_STARCODER2
+               ? c->qkv_bias
+               : is_layernorm_mlp(c);
 }
 static bool has_attn_bias(const ref_config *c)
 {
     if (c->family == REF_GPT_OSS)
         return true;
-    return c->family == REF_FALCON || c->family == REF_MPT ? c->qkv_bias
-                                                           : is_layernorm_mlp(c) && c->family != REF_GPTJ;
+    return c->family == REF_FALCON || c->family == REF_MPT || c->family == REF_STARCODER2
+               ? c->qkv_bias
+               : is_layernorm_mlp(c) && c->family != REF_GPTJ;
 }
 /* attention and MLP both read the block's input; one norm feeds both (Phi, GPT-J) */
 static bool is_parallel(const ref_config *c)
@@ -206,7 +209,8 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
             RT(L->bv, kv_dim(c), 0.1, 0.0);
             RT(L->bo, H, 0.1, 0.0);
         }
-        if (c->qkv_bias && c->family != REF_FALCON && c->family != REF_MPT) {
+        if (c->qkv_bias && c->family != REF_FALCON && c->family != REF_MPT &&
+            c->family != REF_STARCODER2) {
             /* families with every bias drew q/k/v biases above: these replace them */
             free(L->bq);
             free(L->bk);
@@ -948,6 +952,7 @@ static lp_synth_family synth_family(const ref_config *c)
     case REF_PHI3: return LP_SYNTH_PHI3;
     case REF_GPT_OSS: return LP_SYNTH_GPT_OSS;
     case REF_MPT: return LP_SYNTH_MPT;
+    case REF_STARCODER2: return LP_SYNTH_STARCODER2;
     default:
         return c->qk_norm    ? LP_SYNTH_QWEN3
                : c->qkv_bias ? LP_SYNTH_QWEN2

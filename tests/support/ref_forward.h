@@ -77,6 +77,9 @@ typedef enum ref_family {
                     biased only when qkv_bias (!no_bias); q/k clamped to [-qkv_clip, qkv_clip]
                     (v too) when qkv_clip > 0; qk_norm: LayerNorm over the whole q and k
                     projections (qk_ln, after the clamp); logits times logit_scale when > 0 */
+    REF_STARCODER2, /* StarCoder2: LayerNorm + bias, GQA, RoPE (halves), cfg.window on every
+                       layer, a gelu_tanh MLP (c_fc, c_proj); q/k/v/o and the MLP biased when
+                       cfg.qkv_bias (use_bias), sequential; tied when cfg.tied */
     REF_FAMILY_COUNT
 } ref_family;
 

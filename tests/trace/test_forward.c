@@ -322,6 +322,17 @@ static const random_case random_cases[] = {
                       .theta = 10000, .alibi = true, .qkv_bias = true, .tied = true,
                       .scale = 0.3},
      20, {LP_DTYPE_F32}, 1, 1e-4},
+    /* StarCoder2 (3B's layout: GQA, use_bias, tied; and untied with use_bias false) on odd
+     * shapes, prompts longer than the window on every layer */
+    {"starcoder2", {.family = REF_STARCODER2, .vocab = 73, .hidden = 36, .n_layers = 2,
+                    .n_heads = 6, .n_kv_heads = 2, .head_dim = 6, .ffn = 52, .eps = 1e-5,
+                    .theta = 999999.4420358813, .window = 5, .qkv_bias = true, .tied = true,
+                    .scale = 0.25},
+     19, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"starcoder2-nobias", {.family = REF_STARCODER2, .vocab = 61, .hidden = 40, .n_layers = 2,
+                           .n_heads = 4, .n_kv_heads = 1, .head_dim = 10, .ffn = 44, .eps = 1e-5,
+                           .theta = 10000, .window = 7, .scale = 0.25},
+     17, {LP_DTYPE_F16}, 1, 1e-4},
     /* BLOOM: embedding LayerNorm, per-head query_key_value, ALiBi after the scale on 5 heads
      * (not a power of two: the odd slopes of the next power) and on 8 */
     {"bloom", {.family = REF_BLOOM, .vocab = 79, .hidden = 30, .n_layers = 2, .n_heads = 5,

@@ -658,6 +658,9 @@ static const family_case family_cases[] = {
     /* MPT (no_bias): wte, 2 x (norm_1, Wqkv, out_proj, norm_2, up_proj, down_proj), norm_f;
      * tied */
     {LP_SYNTH_MPT, "mpt", 14, "transformer.blocks.1.attn.Wqkv.weight", LP_ROLE_ATTN_QKV, false, 1.0f},
+    /* StarCoder2 (use_bias): embed, 2 x (2 norms, q k v o, c_fc, c_proj: weight and bias
+     * each), norm x 2; tied */
+    {LP_SYNTH_STARCODER2, "starcoder2", 35, "model.layers.1.mlp.c_fc.bias", LP_ROLE_FFN_UP, false, 1.0f},
 };
 
 static void check_family_case(const family_case *fc)
@@ -879,6 +882,8 @@ static const gguf_form_case gguf_form_cases[] = {
     {"gpt_oss", LP_SYNTH_GPT_OSS, NULL, "gpt_oss", 20, 1e-5},
     {"mpt", LP_SYNTH_MPT, NULL, "mpt", 20, 0},
     {"mpt-bias-qk-ln-clip", LP_SYNTH_MPT, vary_mpt_bias, "mpt", 20, 0},
+    /* the "starcoder2" architecture keeps no window either */
+    {"starcoder2", LP_SYNTH_STARCODER2, NULL, "starcoder2", 15, 0},
 };
 
 /* The logits and maps of path (a folder or a .gguf) on ids[0, T). */

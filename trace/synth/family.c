@@ -28,11 +28,12 @@ enum {
     OPT = FAM(LP_SYNTH_OPT),
     PHI3 = FAM(LP_SYNTH_PHI3), /* a DECODER with fused qkv_proj and gate_up_proj */
     MPT = FAM(LP_SYNTH_MPT), /* LayerNorm and biases only without no_bias */
+    SC2 = FAM(LP_SYNTH_STARCODER2), /* model.* names, LayerNorm, biases by use_bias */
     LAYERNORM = GPT2 | NEOX | PHI | GPTJ | FALCON | BLOOM | OPT, /* LayerNorm with bias, plain
                                                                    MLP, head_dim derived */
-    HEAD_DIM_DERIVED = LAYERNORM | STABLELM | MPT, /* head_dim = hidden / heads, no key for it */
+    HEAD_DIM_DERIVED = LAYERNORM | STABLELM | MPT | SC2, /* head_dim = hidden / heads, no key */
     DECODER = ALL & ~HEAD_DIM_DERIVED, /* Llama-like: "model.layers.N..." names, RMSNorm, RoPE */
-    HF_SIZES = DECODER | NEOX | PHI | STABLELM, /* hidden_size, num_hidden_layers, ... */
+    HF_SIZES = DECODER | NEOX | PHI | STABLELM | SC2, /* hidden_size, num_hidden_layers, ... */
     MHA_ONLY = GPT2 | NEOX | GPTJ | BLOOM | OPT,
     MOE = FAM(LP_SYNTH_MIXTRAL),
     GEMMAS = FAM(LP_SYNTH_GEMMA) | FAM(LP_SYNTH_GEMMA2) | FAM(LP_SYNTH_GEMMA3),
@@ -78,6 +79,7 @@ static const family_info FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_DEEPSEEK_V3] = {"deepseek_v3", "deepseek_v3", "DeepseekV3ForCausalLM", "silu"},
     [LP_SYNTH_GPT_OSS] = {"gpt_oss", "gpt_oss", "GptOssForCausalLM", "silu"},
     [LP_SYNTH_MPT] = {"mpt", "mpt", "MPTForCausalLM", "gelu"},
+    [LP_SYNTH_STARCODER2] = {"starcoder2", "starcoder2", "Starcoder2ForCausalLM", "gelu_pytorch_tanh"},
 };
 
 static bool has(const lp_synth_spec *spec, unsigned families)
@@ -105,12 +107,12 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
     spec->norm_eps = has(spec, GEMMAS | QKV_BIAS | FAM(LP_SYNTH_QWEN3) | QWEN_MOES) ? 1e-6 : 1e-5;
     spec->rope_theta =
         has(spec, FAM(LP_SYNTH_GEMMA3) | QKV_BIAS | FAM(LP_SYNTH_QWEN3) | QWEN_MOES) ? 1e6 : 1e4;
-    spec->tied = has(spec, GEMMAS | GPT2 | FALCON_BLOCK | OPT | MPT);
+    spec->tied = has(spec, GEMMAS | GPT2 | FALCON_BLOCK | OPT | MPT | SC2);
     if (has(spec, FALCON_BLOCK | MPT)) /* MPT: expansion_ratio 4 */
         spec->ffn = 4 * spec->hidden;
     if (has(spec, FALCON_BLOCK)) /* Falcon-7B: multi-query, parallel; BLOOM: always 4 x hidden */
         spec->ffn = 4 * spec->hidden;
-    spec->qkv_bias = has(spec, BLOOM);
+    spec->qkv_bias = has(spec, BLOOM | SC2);
     spec->alibi = has(spec, BLOOM | MPT);
     /* the published defaults' fractions: Pythia's rotary_pct 0.25, Phi-2's 0.4 (here 0.5 of 8
      * dims), GPT-J's rotary_dim 64 of 256 */
@@ -143,7 +145,7 @@ void lp_synth_spec_init(lp_synth_spec *spec, lp_synth_family family)
         spec->topk_groups = has(spec, V3) ? 1 : 0;
         spec->routed_scaling = has(spec, V3) ? 2.5 : 0;
     }
-    spec->window = has(spec, FAM(LP_SYNTH_MISTRAL) | POST_NORMS | OSS) ? 16 : 0;
+    spec->window = has(spec, FAM(LP_SYNTH_MISTRAL) | POST_NORMS | OSS | SC2) ? 16 : 0;
     spec->sliding_pattern = has(spec, FAM(LP_SYNTH_GEMMA3)) ? 6 : 0;
     spec->local_theta = has(spec, FAM(LP_SYNTH_GEMMA3)) ? 1e4 : 0;
     spec->query_pre_attn_scalar = has(spec, POST_NORMS) ? (double)spec->head_dim : 0;
@@ -324,17 +326,18 @@ typedef struct tensor_row {
 #define GROUPED(name, is_bias, cols) {LAYER, NX_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, NEOX, C_ALWAYS}
 #define F_QKV(name, is_bias, cols, when) {LAYER, F_ name, LP_ROLE_ATTN_QKV, is_bias, D_QKV, cols, QKV_GROUPED, FALCON_BLOCK, when}
 static const tensor_row TENSORS[] = {
-    MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER | PHI | STABLELM),
-    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, (DECODER & ~OLMO2) | PHI | STABLELM),
-    BIAS(LAYER, L_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, PHI | STABLELM),
-    MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, (DECODER & ~PHI3) | PHI | STABLELM),
-    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS & ~PHI3) | PHI | STABLELM),
-    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS & ~PHI3) | PHI | STABLELM),
+    MAT(FIRST, "model.embed_tokens.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, DECODER | PHI | STABLELM | SC2),
+    VEC(LAYER, L_ "input_layernorm.weight", ATTN_NORM, D_HIDDEN, (DECODER & ~OLMO2) | PHI | STABLELM | SC2),
+    BIAS(LAYER, L_ "input_layernorm.bias", ATTN_NORM, D_HIDDEN, PHI | STABLELM | SC2),
+    MAT(LAYER, L_ "self_attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, (DECODER & ~PHI3) | PHI | STABLELM | SC2),
+    MAT(LAYER, L_ "self_attn.k_proj.weight", ATTN_K, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS & ~PHI3) | PHI | STABLELM | SC2),
+    MAT(LAYER, L_ "self_attn.v_proj.weight", ATTN_V, D_KV, D_HIDDEN, (DECODER & ~DEEPSEEKS & ~PHI3) | PHI | STABLELM | SC2),
     {LAYER, L_ "self_attn.qkv_proj.weight", LP_ROLE_ATTN_QKV, false, D_QKV, D_HIDDEN, QKV_CONCAT, PHI3, C_ALWAYS},
-    BIAS_IF(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, STABLELM, C_QKV_BIAS),
-    BIAS_IF(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, STABLELM, C_QKV_BIAS),
-    BIAS_IF(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, STABLELM, C_QKV_BIAS),
-    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, (DECODER & ~DEEPSEEKS) | STABLELM),
+    BIAS_IF(LAYER, L_ "self_attn.q_proj.bias", ATTN_Q, D_Q, STABLELM | SC2, C_QKV_BIAS),
+    BIAS_IF(LAYER, L_ "self_attn.k_proj.bias", ATTN_K, D_KV, STABLELM | SC2, C_QKV_BIAS),
+    BIAS_IF(LAYER, L_ "self_attn.v_proj.bias", ATTN_V, D_KV, STABLELM | SC2, C_QKV_BIAS),
+    MAT(LAYER, L_ "self_attn.o_proj.weight", ATTN_O, D_HIDDEN, D_Q, (DECODER & ~DEEPSEEKS) | STABLELM | SC2),
+    BIAS_IF(LAYER, L_ "self_attn.o_proj.bias", ATTN_O, D_HIDDEN, SC2, C_QKV_BIAS),
     /* DeepSeek's latent attention (q_proj above when there is no q_lora_rank) */
     MAT(LAYER, L_ "self_attn.q_a_proj.weight", ATTN_Q_A, D_Q_LORA, D_HIDDEN, DEEPSEEKS),
     VEC(LAYER, L_ "self_attn.q_a_layernorm.weight", ATTN_Q_A_NORM, D_Q_LORA, DEEPSEEKS),
@@ -363,8 +366,13 @@ static const tensor_row TENSORS[] = {
     /* one name: the FFN's norm in Llama, the attention's post norm in Gemma 2 and 3 */
     /* StableLM 2's parallel block has no second norm */
     VEC_IF(LAYER, L_ "post_attention_layernorm.weight", FFN_NORM, D_HIDDEN,
-           (DECODER & ~POST_NORMS & ~OLMO2) | STABLELM, C_SEQUENTIAL),
-    BIAS_IF(LAYER, L_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, STABLELM, C_SEQUENTIAL),
+           (DECODER & ~POST_NORMS & ~OLMO2) | STABLELM | SC2, C_SEQUENTIAL),
+    BIAS_IF(LAYER, L_ "post_attention_layernorm.bias", FFN_NORM, D_HIDDEN, STABLELM | SC2, C_SEQUENTIAL),
+    /* StarCoder2's MLP: Linear c_fc and c_proj, biased by use_bias */
+    MAT(LAYER, L_ "mlp.c_fc.weight", FFN_UP, D_FFN, D_HIDDEN, SC2),
+    BIAS_IF(LAYER, L_ "mlp.c_fc.bias", FFN_UP, D_FFN, SC2, C_QKV_BIAS),
+    MAT(LAYER, L_ "mlp.c_proj.weight", FFN_DOWN, D_HIDDEN, D_FFN, SC2),
+    BIAS_IF(LAYER, L_ "mlp.c_proj.bias", FFN_DOWN, D_HIDDEN, SC2, C_QKV_BIAS),
     VEC(LAYER, L_ "post_attention_layernorm.weight", ATTN_POST_NORM, D_HIDDEN, POST_NORMS | OLMO2),
     VEC(LAYER, L_ "pre_feedforward_layernorm.weight", FFN_NORM, D_HIDDEN, POST_NORMS),
     VEC(LAYER, L_ "post_feedforward_layernorm.weight", FFN_POST_NORM, D_HIDDEN, POST_NORMS | OLMO2),
@@ -398,11 +406,11 @@ static const tensor_row TENSORS[] = {
     MAT(LAYER, L_ "mlp.shared_experts.gate_proj.weight", SHARED_GATE, D_SHARED_FFN, D_HIDDEN, DEEPSEEKS),
     MAT(LAYER, L_ "mlp.shared_experts.up_proj.weight", SHARED_UP, D_SHARED_FFN, D_HIDDEN, DEEPSEEKS),
     MAT(LAYER, L_ "mlp.shared_experts.down_proj.weight", SHARED_DOWN, D_HIDDEN, D_SHARED_FFN, DEEPSEEKS),
-    VEC(LAST, "model.norm.weight", OUTPUT_NORM, D_HIDDEN, DECODER | STABLELM),
-    BIAS(LAST, "model.norm.bias", OUTPUT_NORM, D_HIDDEN, STABLELM),
+    VEC(LAST, "model.norm.weight", OUTPUT_NORM, D_HIDDEN, DECODER | STABLELM | SC2),
+    BIAS(LAST, "model.norm.bias", OUTPUT_NORM, D_HIDDEN, STABLELM | SC2),
     VEC(LAST, "model.final_layernorm.weight", OUTPUT_NORM, D_HIDDEN, PHI),
     BIAS(LAST, "model.final_layernorm.bias", OUTPUT_NORM, D_HIDDEN, PHI),
-    {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER | PHI | GPTJ | STABLELM | FALCON, C_UNTIED},
+    {LAST, "lm_head.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, DECODER | PHI | GPTJ | STABLELM | FALCON | SC2, C_UNTIED},
     {LAST, "lm_head.bias", LP_ROLE_LM_HEAD, true, D_VOCAB, D_NONE, PLAIN, PHI | GPTJ, C_UNTIED},
 
     MAT(FIRST, "gpt_neox.embed_in.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, NEOX),
@@ -942,6 +950,7 @@ typedef enum key_kind {
     K_NO_BIAS,        /* MPT's no_bias: not qkv_bias */
     K_MPT_ATTN,       /* MPT's attn_config object */
     K_LOGIT_SCALE,    /* MPT's logit_scale, null when 0 */
+    K_WINDOW_OR_NULL, /* StarCoder2's sliding_window: window, null when 0 */
 } key_kind;
 
 typedef struct config_key {
@@ -966,13 +975,19 @@ static const config_key KEYS[] = {
     FIELD("intermediate_size", K_INT, ffn, HF_SIZES),
     FIELD("num_hidden_layers", K_INT, n_layers, HF_SIZES),
     FIELD("num_attention_heads", K_INT, n_heads, HF_SIZES),
-    FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER | PHI | STABLELM),
+    FIELD("num_key_value_heads", K_INT, n_kv_heads, DECODER | PHI | STABLELM | SC2),
     FIELD("head_dim", K_INT, head_dim, DECODER & ~OLMO2 & ~PHI3),
     DERIVED("hidden_act", K_ACT, HF_SIZES),
     FIELD("max_position_embeddings", K_INT, n_ctx, HF_SIZES),
     FIELD("rms_norm_eps", K_REAL, norm_eps, DECODER),
     FIELD("layer_norm_eps", K_REAL, norm_eps, NEOX | PHI | STABLELM),
-    FIELD("rope_theta", K_REAL, rope_theta, DECODER | PHI | STABLELM),
+    FIELD("rope_theta", K_REAL, rope_theta, DECODER | PHI | STABLELM | SC2),
+    /* StarCoder2: Starcoder2Config's names */
+    FIELD("norm_epsilon", K_REAL, norm_eps, SC2),
+    FIELD("use_bias", K_BOOL, qkv_bias, SC2),
+    DERIVED("sliding_window", K_WINDOW_OR_NULL, SC2),
+    CONSTS("{\"rope_scaling\": null, \"attention_dropout\": 0.0, \"residual_dropout\": 0.0, "
+           "\"embedding_dropout\": 0.0, \"initializer_range\": 0.02, \"use_cache\": true}", SC2),
     FIELD("rotary_emb_base", K_REAL, rope_theta, NEOX),
     DERIVED("rotary_pct", K_ROTARY_FRACTION, NEOX),
     FIELD("use_parallel_residual", K_BOOL, parallel, NEOX | STABLELM),
@@ -1193,6 +1208,7 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
     case K_EXPANSION: return json_integer(s->ffn / s->hidden);
     case K_NO_BIAS: return json_boolean(!s->qkv_bias);
     case K_LOGIT_SCALE: return s->logit_scale > 0 ? json_real(s->logit_scale) : json_null();
+    case K_WINDOW_OR_NULL: return s->window > 0 ? json_integer(s->window) : json_null();
     case K_MPT_ATTN: {
         bool gqa = s->n_kv_heads > 1 && s->n_kv_heads < s->n_heads;
         json_t *obj = json_pack(

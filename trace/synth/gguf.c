@@ -13,7 +13,7 @@
  *     stacked [heads, head_dim]; DeepSeek's kv_b split per head into attn_k_b [kv_lora, nope]
  *     (transposed) and attn_v_b [v_head_dim, kv_lora].
  * What a GGUF cannot carry (no key in llama.cpp): Mistral's window on the "llama"
- * architecture, MPT's logit_scale, Qwen MoE's dense layers, Qwen3-MoE without norm_topk_prob,
+ * architecture and StarCoder2's, MPT's logit_scale, Qwen MoE's dense layers, Qwen3-MoE without norm_topk_prob,
  * Falcon's sequential and ALiBi variants; OPT has no llama.cpp architecture. Those are refused, or (window, logit_scale)
  * left out as the converter leaves them out. */
 #include "trace/synth/synth_internal.h"
@@ -58,6 +58,7 @@ static const gguf_family GGUF_FAMILIES[LP_SYNTH_FAMILY_COUNT] = {
     [LP_SYNTH_DEEPSEEK_V3] = {"deepseek2", false, false, false, false, true},
     [LP_SYNTH_GPT_OSS] = {"gpt-oss", false, false, false, false, true},
     [LP_SYNTH_MPT] = {"mpt", true, false, false, true, false},
+    [LP_SYNTH_STARCODER2] = {"starcoder2", false, false, false, true, true},
 };
 
 static bool is_deepseek(const lp_synth_spec *s)
@@ -416,7 +417,9 @@ static void position_keys(keys *k)
         key_f32(k, "rope.scaling.attn_factor",
                 scale <= 1.0 ? 1.0 : sqrt(1.0 + log(scale) / log((double)s->orig_ctx)));
     }
-    bool window = s->window > 0 && s->family != LP_SYNTH_MISTRAL; /* "llama" keeps none */
+    /* the converter writes no window for "llama" (Mistral) or "starcoder2" */
+    bool window = s->window > 0 && s->family != LP_SYNTH_MISTRAL &&
+                  s->family != LP_SYNTH_STARCODER2;
     if (window)
         key_u32(k, "attention.sliding_window", s->window);
     if (window && s->family == LP_SYNTH_GEMMA3 && s->sliding_pattern != 6)

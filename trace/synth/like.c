@@ -21,7 +21,7 @@ static const family_name FAMILY_NAMES[] = {
     {"qwen2_moe", LP_SYNTH_QWEN2_MOE}, {"qwen3_moe", LP_SYNTH_QWEN3_MOE},
     {"deepseek_v2", LP_SYNTH_DEEPSEEK_V2}, {"deepseek_v3", LP_SYNTH_DEEPSEEK_V3},
     {"gpt_oss", LP_SYNTH_GPT_OSS},
-    {"mpt", LP_SYNTH_MPT},
+    {"mpt", LP_SYNTH_MPT},         {"starcoder2", LP_SYNTH_STARCODER2},
 };
 
 /* Qwen MoE and DeepSeek: the card's routing rules on 4 experts (its dense leading layers, a
@@ -88,7 +88,7 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
                             "%s: family '%s' has no synthetic writer (synth --like writes llama, "
                             "mistral, qwen2, qwen3, mixtral, gemma, gemma2, gemma3, gpt2, "
                             "gpt_neox, phi, gptj, stablelm, falcon, bloom, opt, phi3, olmo2, "
-                            "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, mpt)",
+                            "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, mpt, starcoder2)",
                             a->source, a->family);
     lp_synth_spec_init(spec, fam);
     spec->n_kv_heads = small_kv_heads(a, spec->n_heads);
@@ -100,9 +100,11 @@ lp_status lp_synth_spec_like(const lp_arch *a, lp_synth_spec *spec, lp_error *er
         spec->rope_theta = a->rope_theta;
     spec->parallel = a->parallel_block;
     spec->qkv_bias = fam == LP_SYNTH_BLOOM || (fam == LP_SYNTH_FALCON || fam == LP_SYNTH_STABLELM ||
-                                                       fam == LP_SYNTH_MPT
+                                                       fam == LP_SYNTH_MPT || fam == LP_SYNTH_STARCODER2
                                                    ? a->bias_qkv
                                                    : spec->qkv_bias);
+    if (fam == LP_SYNTH_STARCODER2) /* its window (16 of 256 positions) when the card has one */
+        spec->window = a->sliding_window > 0 ? spec->window : 0;
     spec->qk_norm = (fam == LP_SYNTH_STABLELM && (a->qk_norm || a->qk_norm_per_head)) ||
                     (fam == LP_SYNTH_MPT && a->qk_norm_full);
     if (fam == LP_SYNTH_MPT) { /* clip_qkv, logit_scale and alibi_bias_max as the card has them */

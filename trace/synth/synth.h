@@ -234,6 +234,9 @@ typedef enum lp_synth_family {
                          !no_bias (every linear and LayerNorm), spec.qk_norm qk_ln (q_ln [q_dim],
                          k_ln [kv_dim]), spec.qkv_clip clip_qkv, spec.logit_scale; d_model,
                          n_heads, n_layers, expansion_ratio = ffn / hidden, nested attn_config */
+    LP_SYNTH_STARCODER2, /* StarCoder2: model.* names, LayerNorms with bias, GQA, RoPE (halves), a
+                            window on every layer, non-gated c_fc/c_proj MLP (gelu_pytorch_tanh);
+                            spec.qkv_bias is use_bias (every linear layer); tied by default */
     LP_SYNTH_FAMILY_COUNT
 } lp_synth_family;
 
@@ -334,12 +337,12 @@ lp_status lp_synth_write_family_gguf(const char *out_dir, const lp_synth_spec *s
  * parallel or sequential, Falcon's new architecture and bias, StableLM's q/k norms and biases,
  * ALiBi, OPT's post-norm and projected embeddings (half the width), Mixtral's experts (at most
  * 4), Gemma 2's soft-caps and Gemma 3's window pattern, gpt-oss's clamp, window and YaRN.
- * LP_ERR_UNSUPPORTED for a family without a writer (StarCoder2, ...). */
+ * LP_ERR_UNSUPPORTED for a family without a writer. */
 lp_status lp_synth_spec_like(const lp_arch *arch, lp_synth_spec *spec, lp_error *err);
 
 /* "llama", "mistral", "qwen2", "qwen3", "mixtral", "gemma", "gemma2", "gemma3", "gpt2",
  * "gpt_neox", "phi", "gptj", "stablelm", "falcon", "bloom", "opt", "phi3", "olmo2", "qwen2_moe",
- * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "mpt". */
+ * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "mpt", "starcoder2". */
 const char *lp_synth_family_name(lp_synth_family family);
 
 #endif
