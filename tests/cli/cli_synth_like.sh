@@ -113,12 +113,21 @@ for want in pythia-70m phi-2 gpt-j-6b falcon-7b bloomz-560m opt-125m opt-350m ol
   case "$want" in opt-*) continue ;; esac
   case " $ran_gguf " in *" $want "*) ok ;; *) bad "$want's GGUF form was not traced" ;; esac
 done
-# MPT with learned positions (attn_config.alibi false) is read but not traced: one line, exit 2
+# MPT with learned positions (attn_config.alibi false): mpt-7b's config turned, synth writes
+# transformer.wpe, and both forms trace and pass leak
 M="$TMP/mpt-7b"
 if [ -f "$M/config.json" ]; then
-  sed 's/"alibi": true/"alibi": false/' "$M/config.json" >"$TMP/mpt_cfg" && cp "$TMP/mpt_cfg" "$M/config.json"
-  expect_one_line_error "$LOUPE" trace "$M" --tokens "$IDS" --db "$M/l.db"
-  expect_stderr_contains "MPT's learned positions" "$LOUPE" trace "$M" --tokens "$IDS" --db "$M/l.db"
+  sed 's/"alibi": true/"alibi": false/' "$M/config.json" >"$TMP/mpt-learned.json"
+  L="$TMP/mpt-learned"
+  expect_status 0 "$LOUPE" synth "$L" --like "$TMP/mpt-learned.json"
+  expect_stdout_contains "transformer.wpe.weight" "$LOUPE" inspect "$L"
+  expect_stdout_contains "learned" "$LOUPE" inspect "$L"
+  "$LOUPE" trace "$L" --tokens "$IDS" --db "$L/t.db" >"$TMP/out" 2>"$TMP/err"
+  if [ $? -eq 0 ]; then ok; else bad "trace mpt-learned: $(head -c 300 "$TMP/err")"; fi
+  "$LOUPE" leak "$L" --tokens "$IDS" --db "$L/t.db" >"$TMP/leak" 2>"$TMP/err"
+  if grep -q '^verdict: PASS' "$TMP/leak"; then ok; else bad "leak mpt-learned: $(grep -E 'FAIL|verdict' "$TMP/leak" | head -3)"; fi
+  gguf_form mpt-learned "$L" "$TMP/mpt-learned.json"
+  case " $ran_gguf " in *" mpt-learned "*) ok ;; *) bad "mpt-learned's GGUF form was not traced" ;; esac
 else
   bad "mpt-7b's synthetic model is missing"
 fi

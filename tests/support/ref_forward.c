@@ -87,6 +87,12 @@ static bool is_layernorm_mlp(const ref_config *c)
 }
 /* OPT's token embedding width (project_in / project_out when it is not hidden) */
 static int64_t embed_dim(const ref_config *c) { return c->embed_dim > 0 ? c->embed_dim : c->hidden; }
+
+/* A learned position table added to the embeddings: GPT-2, OPT, MPT without ALiBi. */
+static bool learned_positions(const ref_config *c)
+{
+    return c->family == REF_GPT2 || c->family == REF_OPT || (c->family == REF_MPT && !c->alibi);
+}
 /* biases on the MLP's two matrices; on q, k, v and o (Falcon: its one "bias" switch) */
 static bool has_mlp_bias(const ref_config *c)
 {
@@ -153,7 +159,7 @@ bool ref_model_random(const ref_config *cfg, uint64_t seed, ref_model *m)
         ok = ok && (ptr) != NULL;                         \
     } while (0)
     RT(m->embed, c->vocab * embed_dim(c), gemma ? sc / 4 : sc, 0.0);
-    if (c->family == REF_GPT2 || c->family == REF_OPT) /* OPT's table has 2 rows more */
+    if (learned_positions(c)) /* OPT's table has 2 rows more */
         RT(m->pos, (c->n_positions + (c->family == REF_OPT ? 2 : 0)) * H, sc, 0.0);
     if (embed_dim(c) != H) {
         RT(m->project_in, H * embed_dim(c), sc * 4, 0.0);
@@ -706,7 +712,7 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
             memcpy(x + t * H, row, (size_t)H * sizeof *row);
         /* GPT-2 reads position t, OPT's table position t + 2 */
         int64_t pos_row = c->family == REF_OPT ? t + 2 : t;
-        for (int64_t i = 0; i < H && (c->family == REF_GPT2 || c->family == REF_OPT); i++)
+        for (int64_t i = 0; i < H && learned_positions(c); i++)
             x[t * H + i] += (double)m->pos[pos_row * H + i];
     }
     free(row);
@@ -791,7 +797,7 @@ bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outpu
                              Ly->k_norm + (qk_norm_each_head(c) ? h * hd : 0), NULL, hd);
                     }
                 }
-                if (c->family != REF_GPT2 && c->family != REF_OPT && !c->alibi) { /* learned or ALiBi */
+                if (!learned_positions(c) && !c->alibi) {
                     rope(c, theta, q + t * QD, nh, t, ext, mscale);
                     rope(c, theta, k + t * KVD, c->n_kv_heads, t, ext, mscale);
                 }
@@ -1041,7 +1047,7 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
         .family = synth_family(c), .vocab = c->vocab, .hidden = c->hidden,
         .n_layers = c->n_layers, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
         .head_dim = c->head_dim, .ffn = c->ffn, .rope_dim = c->rope_dim,
-        .n_ctx = c->family == REF_GPT2 || c->family == REF_OPT ? c->n_positions
+        .n_ctx = learned_positions(c) ? c->n_positions
                  : c->n_ctx > 0                               ? c->n_ctx
                                                               : 256,
         .norm_eps = c->eps, .post_norm = c->post_norm, .embed_dim = c->embed_dim,

@@ -73,7 +73,8 @@ typedef enum ref_family {
                      router, top-k of the logits, softmax over the chosen; experts with gate, up
                      and down biases and the clamped SwiGLU (up + 1) g sigmoid(1.702 g) */
     REF_MPT,     /* MPT: LayerNorm, exact GELU MLP, fused Wqkv (q | k | v), ALiBi added after the
-                    softmax scale with alibi_max (0 = 8), tied; every linear and LayerNorm
+                    softmax scale with alibi_max (0 = 8) when cfg.alibi, else learned positions
+                    (n_positions rows) added to the embeddings, no RoPE; tied; every linear and LayerNorm
                     biased only when qkv_bias (!no_bias); q/k clamped to [-qkv_clip, qkv_clip]
                     (v too) when qkv_clip > 0; qk_norm: LayerNorm over the whole q and k
                     projections (qk_ln, after the clamp); logits times logit_scale when > 0 */
@@ -86,7 +87,7 @@ typedef enum ref_family {
 typedef struct ref_config {
     ref_family family;
     int64_t vocab, hidden, n_layers, n_heads, n_kv_heads, head_dim, ffn;
-    int64_t n_positions;      /* GPT-2 table rows */
+    int64_t n_positions;      /* GPT-2's, OPT's and MPT's (without ALiBi) table rows */
     double eps, theta;
     bool qkv_bias;            /* Qwen2 */
     bool rope_adjacent;       /* false = halves (HF rotate_half) */

@@ -361,6 +361,18 @@ static const random_case random_cases[] = {
                    .n_kv_heads = 1, .head_dim = 10, .ffn = 90, .eps = 1e-5, .alibi = true,
                    .qk_norm = true, .qkv_clip = 0.6, .tied = true, .scale = 0.3},
      17, {LP_DTYPE_F32}, 1, 1e-4},
+    /* MPT with attn_config.alibi false: transformer.wpe's learned positions added to the
+     * embeddings, no positional term in attention; the whole table in use (T = n_positions),
+     * and with biases, clip_qkv and qk_ln */
+    {"mpt-learned", {.family = REF_MPT, .vocab = 67, .hidden = 30, .n_layers = 2, .n_heads = 5,
+                     .n_kv_heads = 5, .head_dim = 6, .ffn = 60, .n_positions = 21, .eps = 1e-5,
+                     .tied = true, .scale = 0.3},
+     21, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
+    {"mpt-learned-switches", {.family = REF_MPT, .vocab = 45, .hidden = 42, .n_layers = 2,
+                              .n_heads = 6, .n_kv_heads = 2, .head_dim = 7, .ffn = 84,
+                              .n_positions = 32, .eps = 1e-5, .qkv_bias = true, .qk_norm = true,
+                              .qkv_clip = 0.4, .tied = true, .scale = 0.3},
+     18, {LP_DTYPE_F16}, 1, 1e-4},
     /* OPT-125m (pre-norm) and OPT-350m (post-norm, word_embed_proj_dim 512 of 1024: project_in
      * and project_out, no final norm); learned positions at pos + 2, ReLU */
     {"opt-125m", {.family = REF_OPT, .vocab = 87, .hidden = 36, .n_layers = 2, .n_heads = 3,
@@ -548,7 +560,9 @@ static void gguf_hparams(lp_gw *w, const char *arch, const ref_config *c, uint32
         lp_gw_kv_bool(w, key, c->parallel);
     }
     if (c->family == REF_MPT) { /* convert_hf_to_gguf's MPTModel */
-        lp_gw_kv_f32(w, "mpt.attention.max_alibi_bias", (float)(c->alibi_max > 0 ? c->alibi_max : 8));
+        /* 0: learned positions (position_embd) */
+        lp_gw_kv_f32(w, "mpt.attention.max_alibi_bias",
+                     (float)(!c->alibi ? 0 : c->alibi_max > 0 ? c->alibi_max : 8));
         if (c->qkv_clip > 0)
             lp_gw_kv_f32(w, "mpt.attention.clamp_kqv", (float)c->qkv_clip);
     }
@@ -971,6 +985,8 @@ static void gguf_layernorm_model(lp_gw *w, ref_model *m, const char *arch, bool 
     int64_t H = c->hidden, F = c->ffn, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
     gguf_hparams(w, arch, c, 64);
     gguf_f32(w, "token_embd.weight", -1, c->vocab, H, m->embed);
+    if (m->pos) /* MPT without ALiBi */
+        gguf_f32(w, "position_embd.weight", -1, c->n_positions, H, m->pos);
     if (m->embed_norm) {
         gguf_f32(w, "token_embd_norm.weight", -1, H, 0, m->embed_norm);
         gguf_f32(w, "token_embd_norm.bias", -1, H, 0, m->embed_norm_b);
@@ -1219,6 +1235,11 @@ static const gguf_case gguf_cases[] = {
       .n_kv_heads = 2, .head_dim = 7, .ffn = 168, .eps = 1e-5, .alibi = true, .tied = true,
       .scale = 0.3},
      20, write_gguf_mpt, 12, {3, 40, 20, 20, 1, 34, 9, 0, 31, 12, 38, 7}, "mpt", 1e-2, 1e-4},
+    {"gguf-mpt-learned",
+     {.family = REF_MPT, .vocab = 43, .hidden = 36, .n_layers = 2, .n_heads = 6,
+      .n_kv_heads = 6, .head_dim = 6, .ffn = 72, .n_positions = 64, .eps = 1e-5, .tied = true,
+      .scale = 0.3},
+     21, write_gguf_mpt, 14, {2, 42, 11, 11, 6, 30, 19, 7, 0, 37, 25, 13, 4, 9}, "mpt", 1e-2, 1e-4},
     {"gguf-phi3",
      {.family = REF_PHI3, .vocab = 45, .hidden = 40, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .head_dim = 10, .ffn = 36, .eps = 1e-5, .theta = 10000, .rope_dim = 6,

@@ -846,6 +846,7 @@ static void vary_mpt_bias(lp_synth_spec *s)
     s->qkv_clip = 0.5;
 }
 static void vary_qwen_no_shared(lp_synth_spec *s) { s->shared_ffn = 0; }
+static void vary_learned_positions(lp_synth_spec *s) { s->alibi = false; }
 static void vary_norm_topk(lp_synth_spec *s) { s->norm_topk_prob = true; } /* Qwen3-MoE's */
 
 /* Llama's permuted q/k rotate the same pairs in another order (the dot products sum in another
@@ -882,6 +883,7 @@ static const gguf_form_case gguf_form_cases[] = {
     {"gpt_oss", LP_SYNTH_GPT_OSS, NULL, "gpt_oss", 20, 1e-5},
     {"mpt", LP_SYNTH_MPT, NULL, "mpt", 20, 0},
     {"mpt-bias-qk-ln-clip", LP_SYNTH_MPT, vary_mpt_bias, "mpt", 20, 0},
+    {"mpt-learned-positions", LP_SYNTH_MPT, vary_learned_positions, "mpt", 20, 0},
     /* the "starcoder2" architecture keeps no window either */
     {"starcoder2", LP_SYNTH_STARCODER2, NULL, "starcoder2", 15, 0},
 };

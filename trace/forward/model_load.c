@@ -236,8 +236,6 @@ static const char *missing_piece(const lp_arch *a)
 {
     if (a->pos_kind == LP_POS_ALIBI && !family_tested(a->family, ALIBI_TESTED))
         return "ALiBi positions";
-    if (strcmp(a->family, "mpt") == 0 && a->pos_kind != LP_POS_ALIBI)
-        return "MPT's learned positions (alibi false)";
     if (a->parallel_block && !family_tested(a->family, PARALLEL_TESTED))
         return "parallel attention/MLP blocks";
     if ((a->no_input_norm && !family_tested(a->family, OLMO2_TESTED)) ||

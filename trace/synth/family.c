@@ -212,11 +212,11 @@ lp_status lp_synth_check_spec(const lp_synth_spec *s, lp_error *err)
         return lp_error_set(err, LP_ERR_USAGE, "bloom: needs ffn = 4 x hidden (%lld, %lld), "
                                                "biases, ALiBi and a sequential block",
                             (long long)s->ffn, (long long)s->hidden);
-    if (has(s, MPT) && (s->ffn % s->hidden != 0 || !s->alibi || !s->tied || s->parallel ||
+    if (has(s, MPT) && (s->ffn % s->hidden != 0 || !s->tied || s->parallel ||
                         s->new_arch || s->post_norm || s->qkv_clip < 0 || s->logit_scale < 0 ||
                         s->alibi_max < 0))
         return lp_error_set(err, LP_ERR_USAGE, "mpt: needs ffn a multiple of hidden (%lld, %lld) "
-                                               "for expansion_ratio, ALiBi, a tied head, a "
+                                               "for expansion_ratio, a tied head, a "
                                                "sequential pre-norm block, clip_qkv, logit_scale "
                                                "and alibi_bias_max not negative",
                             (long long)s->ffn, (long long)s->hidden);
@@ -284,7 +284,8 @@ typedef enum scope { FIRST, LAYER, EXPERT, HEAD, KV_HEAD, LAST } scope;
  * a sequential block, only with the spec's q/k/v biases, only with its q/k norms. */
 enum { C_ALWAYS = 0, C_UNTIED = 1, C_SEQUENTIAL = 2, C_QKV_BIAS = 4, C_QK_NORM = 8,
        C_NEW_ARCH = 16, C_OLD_ARCH = 32, /* Falcon's new_decoder_architecture or not */
-       C_PRE_NORM = 64, C_PROJ = 128 /* OPT: do_layer_norm_before, word_embed_proj_dim */ };
+       C_PRE_NORM = 64, C_PROJ = 128, /* OPT: do_layer_norm_before, word_embed_proj_dim */
+       C_LEARNED_POS = 256 /* MPT: a position table when attn_config.alibi is false */ };
 
 typedef enum storage {
     PLAIN,     /* [rows, cols] as the pass computes with it */
@@ -431,6 +432,7 @@ static const tensor_row TENSORS[] = {
     {LAST, "embed_out.weight", LP_ROLE_LM_HEAD, false, D_VOCAB, D_HIDDEN, PLAIN, NEOX, C_UNTIED},
 
     MAT(FIRST, "transformer.wte.weight", TOKEN_EMBD, D_VOCAB, D_HIDDEN, GPTJ | MPT),
+    {FIRST, "transformer.wpe.weight", LP_ROLE_POS_EMBD, false, D_POS, D_HIDDEN, PLAIN, MPT, C_LEARNED_POS},
     VEC(LAYER, J_ "ln_1.weight", ATTN_NORM, D_HIDDEN, GPTJ),
     BIAS(LAYER, J_ "ln_1.bias", ATTN_NORM, D_HIDDEN, GPTJ),
     MAT(LAYER, J_ "attn.q_proj.weight", ATTN_Q, D_Q, D_HIDDEN, GPTJ),
@@ -812,7 +814,7 @@ static bool row_wanted(const lp_synth_spec *s, unsigned when)
     return !((when & C_UNTIED) && s->tied) && !((when & C_SEQUENTIAL) && s->parallel) &&
            !((when & C_QKV_BIAS) && !s->qkv_bias) && !((when & C_QK_NORM) && !s->qk_norm) &&
            !((when & C_NEW_ARCH) && !s->new_arch) && !((when & C_OLD_ARCH) && s->new_arch) &&
-           !((when & C_PRE_NORM) && s->post_norm) &&
+           !((when & C_PRE_NORM) && s->post_norm) && !((when & C_LEARNED_POS) && s->alibi) &&
            !((when & C_PROJ) && !(s->embed_dim > 0 && s->embed_dim != s->hidden));
 }
 
@@ -1212,7 +1214,7 @@ static json_t *key_value(const config_key *k, const lp_synth_spec *s, bool *skip
     case K_MPT_ATTN: {
         bool gqa = s->n_kv_heads > 1 && s->n_kv_heads < s->n_heads;
         json_t *obj = json_pack(
-            "{s:b, s:f, s:s, s:s, s:f, s:o, s:b, s:b, s:b, s:n}", "alibi", 1, "alibi_bias_max",
+            "{s:b, s:f, s:s, s:s, s:f, s:o, s:b, s:b, s:b, s:n}", "alibi", s->alibi, "alibi_bias_max",
             s->alibi_max > 0 ? s->alibi_max : 8.0, "attn_impl", "torch", "attn_type",
             gqa ? "grouped_query_attention"
             : s->n_kv_heads == 1 && s->n_heads > 1 ? "multiquery_attention"

@@ -437,7 +437,8 @@ static void family_keys(keys *k)
     if (s->family == LP_SYNTH_NEOX || s->family == LP_SYNTH_STABLELM)
         key_bool(k, "use_parallel_residual", s->parallel);
     if (s->family == LP_SYNTH_MPT) {
-        key_f32(k, "attention.max_alibi_bias", s->alibi_max > 0 ? s->alibi_max : 8.0);
+        /* 0 says learned positions (position_embd) to llama.cpp's mpt graph */
+        key_f32(k, "attention.max_alibi_bias", !s->alibi ? 0.0 : s->alibi_max > 0 ? s->alibi_max : 8.0);
         if (s->qkv_clip > 0)
             key_f32(k, "attention.clamp_kqv", s->qkv_clip);
     }

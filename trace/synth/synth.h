@@ -230,7 +230,8 @@ typedef enum lp_synth_family {
                          alternating (layer_types), a biased router over experts stored stacked
                          [n_experts, in, out] with gate and up interleaved, expert biases */
     LP_SYNTH_MPT,     /* MPT: transformer.blocks.N names, fused attn.Wqkv (q | k | v), exact GELU
-                         up_proj/down_proj, ALiBi (spec.alibi_max), tied; spec.qkv_bias is
+                         up_proj/down_proj, ALiBi (spec.alibi_max) or, with spec.alibi false,
+                         learned positions (transformer.wpe, n_ctx rows), tied; spec.qkv_bias is
                          !no_bias (every linear and LayerNorm), spec.qk_norm qk_ln (q_ln [q_dim],
                          k_ln [kv_dim]), spec.qkv_clip clip_qkv, spec.logit_scale; d_model,
                          n_heads, n_layers, expansion_ratio = ffn / hidden, nested attn_config */
