@@ -429,7 +429,7 @@ static const struct {
      "{\"model_type\": \"mpt\", \"logit_scale\": 0.25,"
      " \"attn_config\": {\"attn_type\": \"multiquery_attention\"}}",
      "n_kv_heads=1 logit_scale=0.25", true},
-    /* alibi false: learned positions (wpe, max_seq_len rows); read, refused by trace */
+    /* alibi false: learned positions (wpe, max_seq_len rows) */
     {"mpt_learned.json", "{\"model_type\": \"mpt\", \"attn_config\": {\"alibi\": false}}",
      "pos_kind=learned pos_table_rows=2048", true},
     {"falcon40.json",

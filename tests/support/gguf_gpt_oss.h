@@ -22,12 +22,17 @@
  *     Without blocks the experts are written F32 from the [E, rows, cols] arrays.
  *
  * Every matrix here is [out, in] row-major (a GGUF ne of {in, out}); gate_up arrays have 2 x
- * expert_ffn rows, interleaved as transformers keeps them. Static inline (links lp_inspect for
- * the MXFP4 repacking). */
+ * expert_ffn rows, interleaved as transformers keeps them. Written through the library's
+ * lp_gguf_writer (inspect/formats/gguf_write.h), which copies every tensor as it is added.
+ * Static inline (links lp_inspect for the writer and the MXFP4 repacking). */
 #ifndef LP_TESTS_GGUF_GPT_OSS_H
 #define LP_TESTS_GGUF_GPT_OSS_H
 
-#include "gguf_writer.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inspect/formats/gguf_write.h"
 #include "inspect/formats/quant.h"
 
 #define GW_GPT_OSS_MAX_LAYERS 8
@@ -52,52 +57,58 @@ typedef struct gw_gpt_oss {
     gw_gpt_oss_layer layers[GW_GPT_OSS_MAX_LAYERS];
 } gw_gpt_oss;
 
-/* Scratch the writer keeps until lp_gw_finish has copied the tensors. */
-typedef struct gw_gpt_oss_scratch {
-    void *p[8 * GW_GPT_OSS_MAX_LAYERS];
-    int n;
-    bool failed;
-} gw_gpt_oss_scratch;
+/* The writer and the first failure, so the calls below need no checks of their own. */
+typedef struct gw_gpt_oss_out {
+    lp_gguf_writer *w;
+    lp_status st;
+    lp_error err;
+} gw_gpt_oss_out;
 
-static inline void *gw_gpt_oss_keep(gw_gpt_oss_scratch *s, size_t bytes)
-{
-    void *p = s->n < (int)(sizeof s->p / sizeof s->p[0]) ? malloc(bytes ? bytes : 1) : NULL;
-    if (!p) {
-        s->failed = true;
-        return NULL;
-    }
-    s->p[s->n++] = p;
-    return p;
-}
-
-static inline void gw_gpt_oss_f32(lp_gw *w, const char *fmt, int64_t l, uint32_t n_dims,
-                                  int64_t d0, int64_t d1, int64_t d2, const float *data)
+/* A tensor of n_dims dims given innermost first (GGUF's ne order), named after layer l. */
+static inline void gw_gpt_oss_add(gw_gpt_oss_out *o, const char *fmt, int64_t l, lp_dtype dtype,
+                                  uint32_t n_dims, int64_t d0, int64_t d1, int64_t d2,
+                                  const void *data)
 {
     char name[96];
     snprintf(name, sizeof name, fmt, (int)l);
-    int64_t ne[3] = {d0, d1, d2};
-    int64_t n = d0 * (n_dims > 1 ? d1 : 1) * (n_dims > 2 ? d2 : 1);
-    lp_gw_tensor(w, name, n_dims, ne, 0, data, (size_t)n * sizeof(float));
+    int64_t ne[3] = {d0, d1, d2}, shape[3];
+    for (uint32_t d = 0; d < n_dims; d++)
+        shape[d] = ne[n_dims - 1 - d];
+    if (o->st == LP_OK)
+        o->st = lp_gguf_writer_add(o->w, name, dtype, (int)n_dims, shape, data, &o->err);
 }
 
-/* Rows `parity`, parity + 2, ... of each expert's [2 rows, cols] f32 matrix. */
-static inline float *gw_gpt_oss_half_f32(gw_gpt_oss_scratch *s, const float *src, int64_t E,
-                                         int64_t rows, int64_t cols, int parity)
+static inline void gw_gpt_oss_f32(gw_gpt_oss_out *o, const char *fmt, int64_t l, uint32_t n_dims,
+                                  int64_t d0, int64_t d1, int64_t d2, const float *data)
 {
-    float *dst = gw_gpt_oss_keep(s, (size_t)(E * rows * cols) * sizeof *dst);
+    gw_gpt_oss_add(o, fmt, l, LP_DTYPE_F32, n_dims, d0, d1, d2, data);
+}
+
+/* Rows `parity`, parity + 2, ... of each expert's [2 rows, cols] f32 matrix, as one tensor. */
+static inline void gw_gpt_oss_half_f32(gw_gpt_oss_out *o, const char *fmt, int64_t l,
+                                       const float *src, int64_t E, int64_t rows, int64_t cols,
+                                       int parity)
+{
+    float *dst = malloc((size_t)(E * rows * cols) * sizeof *dst);
     for (int64_t e = 0; dst && e < E; e++)
         for (int64_t r = 0; r < rows; r++)
             memcpy(dst + (e * rows + r) * cols, src + (e * 2 * rows + 2 * r + parity) * cols,
                    (size_t)cols * sizeof *dst);
-    return dst;
+    if (!dst && o->st == LP_OK)
+        o->st = LP_ERR_NOMEM;
+    if (dst)
+        gw_gpt_oss_f32(o, fmt, l, cols > 1 ? 3 : 2, cols > 1 ? cols : rows, cols > 1 ? rows : E, E,
+                       dst);
+    free(dst);
 }
 
-/* ggml MXFP4 blocks of rows `first`, first + step, ... of each expert's split pair. */
-static inline uint8_t *gw_gpt_oss_mxfp4(gw_gpt_oss_scratch *s, const uint8_t *blocks,
-                                        const uint8_t *scales, int64_t E, int64_t src_rows,
-                                        int64_t rows, int64_t G, int first, int step)
+/* ggml MXFP4 blocks of rows `first`, first + step, ... of each expert's split pair, as one
+ * [E, rows, G * 32] tensor. */
+static inline void gw_gpt_oss_mxfp4(gw_gpt_oss_out *o, const char *fmt, int64_t l,
+                                    const uint8_t *blocks, const uint8_t *scales, int64_t E,
+                                    int64_t src_rows, int64_t rows, int64_t G, int first, int step)
 {
-    uint8_t *dst = gw_gpt_oss_keep(s, (size_t)(E * rows * G * 17));
+    uint8_t *dst = malloc((size_t)(E * rows * G * 17));
     for (int64_t e = 0; dst && e < E; e++)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t g = 0; g < G; g++) {
@@ -105,109 +116,114 @@ static inline uint8_t *gw_gpt_oss_mxfp4(gw_gpt_oss_scratch *s, const uint8_t *bl
                 lp_mxfp4_block_from_split(blocks + 16 * src, scales[src],
                                           dst + 17 * ((e * rows + r) * G + g));
             }
-    return dst;
+    if (!dst && o->st == LP_OK)
+        o->st = LP_ERR_NOMEM;
+    if (dst)
+        gw_gpt_oss_add(o, fmt, l, LP_DTYPE_MXFP4, 3, 32 * G, rows, E, dst);
+    free(dst);
+}
+
+static inline void gw_gpt_oss_keys(gw_gpt_oss_out *o, const gw_gpt_oss *g)
+{
+    const char *A = "gpt-oss";
+    char key[128];
+    struct { const char *name; int64_t value; } u32s[] = {
+        {"block_count", g->n_layers}, {"context_length", g->n_ctx}, {"embedding_length", g->hidden},
+        {"feed_forward_length", g->expert_ffn}, {"expert_feed_forward_length", g->expert_ffn},
+        {"attention.head_count", g->n_heads}, {"attention.head_count_kv", g->n_kv_heads},
+        {"attention.key_length", g->head_dim}, {"attention.value_length", g->head_dim},
+        {"attention.sliding_window", g->window}, {"expert_count", g->n_experts},
+        {"expert_used_count", g->top_k}, {"rope.scaling.original_context_length", g->yarn_orig},
+    };
+    if (o->st == LP_OK)
+        o->st = lp_gguf_writer_set_str(o->w, "general.architecture", A, &o->err);
+    for (size_t i = 0; o->st == LP_OK && i < sizeof u32s / sizeof u32s[0]; i++) {
+        snprintf(key, sizeof key, "%s.%s", A, u32s[i].name);
+        o->st = lp_gguf_writer_set_u32(o->w, key, (uint32_t)u32s[i].value, &o->err);
+    }
+    /* the vocabulary's size from its tokens (the converter writes the o200k BPE vocabulary) */
+    char (*tokens)[24] = calloc((size_t)g->vocab, sizeof *tokens);
+    const char **token_ptrs = calloc((size_t)g->vocab, sizeof *token_ptrs);
+    if ((!tokens || !token_ptrs) && o->st == LP_OK)
+        o->st = LP_ERR_NOMEM;
+    for (int64_t t = 0; o->st == LP_OK && t < g->vocab; t++) {
+        snprintf(tokens[t], sizeof tokens[t], "t%lld", (long long)t);
+        token_ptrs[t] = tokens[t];
+    }
+    if (o->st == LP_OK)
+        o->st = lp_gguf_writer_set_str(o->w, "tokenizer.ggml.model", "gpt2", &o->err);
+    if (o->st == LP_OK)
+        o->st = lp_gguf_writer_set_strs(o->w, "tokenizer.ggml.tokens", token_ptrs,
+                                        (size_t)g->vocab, &o->err);
+    free(token_ptrs);
+    free(tokens);
+    struct { const char *name; double value; } f32s[] = {
+        {"attention.layer_norm_rms_epsilon", g->eps}, {"rope.freq_base", g->theta},
+        {"rope.scaling.factor", g->yarn_factor},
+    };
+    for (size_t i = 0; o->st == LP_OK && i < sizeof f32s / sizeof f32s[0]; i++) {
+        snprintf(key, sizeof key, "%s.%s", A, f32s[i].name);
+        o->st = lp_gguf_writer_set_f32(o->w, key, (float)f32s[i].value, &o->err);
+    }
+    snprintf(key, sizeof key, "%s.rope.scaling.type", A);
+    if (o->st == LP_OK)
+        o->st = lp_gguf_writer_set_str(o->w, key, "yarn", &o->err);
+}
+
+static inline void gw_gpt_oss_layer_tensors(gw_gpt_oss_out *o, const gw_gpt_oss *g, int64_t l)
+{
+    int64_t H = g->hidden, E = g->n_experts, F = g->expert_ffn;
+    int64_t QD = g->n_heads * g->head_dim, KVD = g->n_kv_heads * g->head_dim;
+    const gw_gpt_oss_layer *L = &g->layers[l];
+    gw_gpt_oss_f32(o, "blk.%d.attn_norm.weight", l, 1, H, 0, 0, L->attn_norm);
+    gw_gpt_oss_f32(o, "blk.%d.attn_q.weight", l, 2, H, QD, 0, L->wq);
+    gw_gpt_oss_f32(o, "blk.%d.attn_q.bias", l, 1, QD, 0, 0, L->bq);
+    gw_gpt_oss_f32(o, "blk.%d.attn_k.weight", l, 2, H, KVD, 0, L->wk);
+    gw_gpt_oss_f32(o, "blk.%d.attn_k.bias", l, 1, KVD, 0, 0, L->bk);
+    gw_gpt_oss_f32(o, "blk.%d.attn_v.weight", l, 2, H, KVD, 0, L->wv);
+    gw_gpt_oss_f32(o, "blk.%d.attn_v.bias", l, 1, KVD, 0, 0, L->bv);
+    gw_gpt_oss_f32(o, "blk.%d.attn_output.weight", l, 2, QD, H, 0, L->wo);
+    gw_gpt_oss_f32(o, "blk.%d.attn_output.bias", l, 1, H, 0, 0, L->bo);
+    gw_gpt_oss_f32(o, "blk.%d.attn_sinks.weight", l, 1, g->n_heads, 0, 0, L->sinks);
+    gw_gpt_oss_f32(o, "blk.%d.post_attention_norm.weight", l, 1, H, 0, 0, L->ffn_norm);
+    gw_gpt_oss_f32(o, "blk.%d.ffn_gate_inp.weight", l, 2, H, E, 0, L->router);
+    gw_gpt_oss_f32(o, "blk.%d.ffn_gate_inp.bias", l, 1, E, 0, 0, L->router_bias);
+    static const char *const weights[2] = {"blk.%d.ffn_gate_exps.weight", "blk.%d.ffn_up_exps.weight"};
+    static const char *const biases[2] = {"blk.%d.ffn_gate_exps.bias", "blk.%d.ffn_up_exps.bias"};
+    for (int half = 0; half < 2; half++) {
+        if (L->gate_up_blocks)
+            gw_gpt_oss_mxfp4(o, weights[half], l, L->gate_up_blocks, L->gate_up_scales, E, 2 * F, F,
+                             H / 32, half, 2);
+        else
+            gw_gpt_oss_half_f32(o, weights[half], l, L->gate_up, E, F, H, half);
+        gw_gpt_oss_half_f32(o, biases[half], l, L->gate_up_bias, E, F, 1, half);
+    }
+    if (L->down_blocks)
+        gw_gpt_oss_mxfp4(o, "blk.%d.ffn_down_exps.weight", l, L->down_blocks, L->down_scales, E, H,
+                         H, F / 32, 0, 1);
+    else
+        gw_gpt_oss_f32(o, "blk.%d.ffn_down_exps.weight", l, 3, F, H, E, L->down);
+    gw_gpt_oss_f32(o, "blk.%d.ffn_down_exps.bias", l, 2, H, E, 0, L->down_bias);
 }
 
 static inline bool lp_gw_write_gpt_oss(const char *path, const gw_gpt_oss *g)
 {
-    const char *A = "gpt-oss";
-    int64_t H = g->hidden, V = g->vocab, E = g->n_experts, F = g->expert_ffn;
-    int64_t QD = g->n_heads * g->head_dim, KVD = g->n_kv_heads * g->head_dim;
     if (g->n_layers > GW_GPT_OSS_MAX_LAYERS)
         return false;
-    lp_gw w;
-    lp_gw_init(&w, 3);
-    char key[128];
-    lp_gw_kv_str(&w, "general.architecture", A);
-    struct { const char *name; int64_t value; } u32s[] = {
-        {"block_count", g->n_layers}, {"context_length", g->n_ctx}, {"embedding_length", H},
-        {"feed_forward_length", F}, {"expert_feed_forward_length", F},
-        {"attention.head_count", g->n_heads}, {"attention.head_count_kv", g->n_kv_heads},
-        {"attention.key_length", g->head_dim}, {"attention.value_length", g->head_dim},
-        {"attention.sliding_window", g->window}, {"expert_count", E},
-        {"expert_used_count", g->top_k}, {"rope.scaling.original_context_length", g->yarn_orig},
-    };
-    for (size_t i = 0; i < sizeof u32s / sizeof u32s[0]; i++) {
-        snprintf(key, sizeof key, "%s.%s", A, u32s[i].name);
-        lp_gw_kv_u32(&w, key, (uint32_t)u32s[i].value);
-    }
-    /* the vocabulary's size from its tokens (the converter writes the o200k BPE vocabulary) */
-    char (*tokens)[24] = calloc((size_t)V, sizeof *tokens);
-    const char **token_ptrs = calloc((size_t)V, sizeof *token_ptrs);
-    if (!tokens || !token_ptrs) {
-        free(tokens);
-        free(token_ptrs);
-        lp_gw_free(&w);
-        return false;
-    }
-    for (int64_t t = 0; t < V; t++) {
-        snprintf(tokens[t], sizeof tokens[t], "t%lld", (long long)t);
-        token_ptrs[t] = tokens[t];
-    }
-    lp_gw_kv_str(&w, "tokenizer.ggml.model", "gpt2");
-    lp_gw_kv_arr_str(&w, "tokenizer.ggml.tokens", token_ptrs, (uint64_t)V);
-    free(token_ptrs);
-    free(tokens);
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", A);
-    lp_gw_kv_f32(&w, key, (float)g->eps);
-    snprintf(key, sizeof key, "%s.rope.freq_base", A);
-    lp_gw_kv_f32(&w, key, (float)g->theta);
-    snprintf(key, sizeof key, "%s.rope.scaling.type", A);
-    lp_gw_kv_str(&w, key, "yarn");
-    snprintf(key, sizeof key, "%s.rope.scaling.factor", A);
-    lp_gw_kv_f32(&w, key, (float)g->yarn_factor);
-    gw_gpt_oss_f32(&w, "token_embd.weight", 0, 2, H, V, 0, g->embed);
-    gw_gpt_oss_f32(&w, "output_norm.weight", 0, 1, H, 0, 0, g->out_norm);
-    gw_gpt_oss_f32(&w, "output.weight", 0, 2, H, V, 0, g->lm_head);
-    gw_gpt_oss_scratch s = {{0}, 0, false};
-    for (int64_t l = 0; l < g->n_layers; l++) {
-        const gw_gpt_oss_layer *L = &g->layers[l];
-        gw_gpt_oss_f32(&w, "blk.%d.attn_norm.weight", l, 1, H, 0, 0, L->attn_norm);
-        gw_gpt_oss_f32(&w, "blk.%d.attn_q.weight", l, 2, H, QD, 0, L->wq);
-        gw_gpt_oss_f32(&w, "blk.%d.attn_q.bias", l, 1, QD, 0, 0, L->bq);
-        gw_gpt_oss_f32(&w, "blk.%d.attn_k.weight", l, 2, H, KVD, 0, L->wk);
-        gw_gpt_oss_f32(&w, "blk.%d.attn_k.bias", l, 1, KVD, 0, 0, L->bk);
-        gw_gpt_oss_f32(&w, "blk.%d.attn_v.weight", l, 2, H, KVD, 0, L->wv);
-        gw_gpt_oss_f32(&w, "blk.%d.attn_v.bias", l, 1, KVD, 0, 0, L->bv);
-        gw_gpt_oss_f32(&w, "blk.%d.attn_output.weight", l, 2, QD, H, 0, L->wo);
-        gw_gpt_oss_f32(&w, "blk.%d.attn_output.bias", l, 1, H, 0, 0, L->bo);
-        gw_gpt_oss_f32(&w, "blk.%d.attn_sinks.weight", l, 1, g->n_heads, 0, 0, L->sinks);
-        gw_gpt_oss_f32(&w, "blk.%d.post_attention_norm.weight", l, 1, H, 0, 0, L->ffn_norm);
-        gw_gpt_oss_f32(&w, "blk.%d.ffn_gate_inp.weight", l, 2, H, E, 0, L->router);
-        gw_gpt_oss_f32(&w, "blk.%d.ffn_gate_inp.bias", l, 1, E, 0, 0, L->router_bias);
-        const char *names[2] = {"blk.%d.ffn_gate_exps.%s", "blk.%d.ffn_up_exps.%s"};
-        char name[96];
-        for (int half = 0; half < 2; half++) {
-            snprintf(name, sizeof name, names[half], (int)l, "weight");
-            int64_t ne[3] = {H, F, E};
-            if (L->gate_up_blocks) {
-                uint8_t *q = gw_gpt_oss_mxfp4(&s, L->gate_up_blocks, L->gate_up_scales, E, 2 * F,
-                                              F, H / 32, half, 2);
-                lp_gw_tensor(&w, name, 3, ne, 39, q, (size_t)(E * F * (H / 32) * 17));
-            } else {
-                float *m = gw_gpt_oss_half_f32(&s, L->gate_up, E, F, H, half);
-                lp_gw_tensor(&w, name, 3, ne, 0, m, (size_t)(E * F * H) * sizeof(float));
-            }
-            snprintf(name, sizeof name, names[half], (int)l, "bias");
-            float *b = gw_gpt_oss_half_f32(&s, L->gate_up_bias, E, F, 1, half);
-            int64_t bne[2] = {F, E};
-            lp_gw_tensor(&w, name, 2, bne, 0, b, (size_t)(E * F) * sizeof(float));
-        }
-        snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", (int)l);
-        int64_t dne[3] = {F, H, E};
-        if (L->down_blocks) {
-            uint8_t *q = gw_gpt_oss_mxfp4(&s, L->down_blocks, L->down_scales, E, H, H, F / 32, 0, 1);
-            lp_gw_tensor(&w, name, 3, dne, 39, q, (size_t)(E * H * (F / 32) * 17));
-        } else {
-            lp_gw_tensor(&w, name, 3, dne, 0, L->down, (size_t)(E * H * F) * sizeof(float));
-        }
-        gw_gpt_oss_f32(&w, "blk.%d.ffn_down_exps.bias", l, 2, H, E, 0, L->down_bias);
-    }
-    bool ok = !s.failed && lp_gw_finish(&w) && lp_gw_write(&w, path);
-    lp_gw_free(&w);
-    for (int i = 0; i < s.n; i++)
-        free(s.p[i]);
-    return ok;
+    gw_gpt_oss_out o = {NULL, LP_OK, {0}};
+    o.st = lp_gguf_writer_create(&o.w, &o.err);
+    gw_gpt_oss_keys(&o, g);
+    gw_gpt_oss_f32(&o, "token_embd.weight", 0, 2, g->hidden, g->vocab, 0, g->embed);
+    gw_gpt_oss_f32(&o, "output_norm.weight", 0, 1, g->hidden, 0, 0, g->out_norm);
+    gw_gpt_oss_f32(&o, "output.weight", 0, 2, g->hidden, g->vocab, 0, g->lm_head);
+    for (int64_t l = 0; l < g->n_layers; l++)
+        gw_gpt_oss_layer_tensors(&o, g, l);
+    if (o.st == LP_OK)
+        o.st = lp_gguf_writer_write(o.w, path, &o.err);
+    if (o.st != LP_OK)
+        fprintf(stderr, "lp_gw_write_gpt_oss(%s): %s\n", path, o.err.msg);
+    lp_gguf_writer_destroy(o.w);
+    return o.st == LP_OK;
 }
 
 #endif
