@@ -668,8 +668,9 @@ static int run_suite_cases(const lp_tokenizer *tok, const char *name, const char
     return exact;
 }
 
-/* With LOUPE_VOCAB_FULL set, a reduced suite runs on the full vocabulary it was cut from too
- * (full: its path under that folder), and both must give llama.cpp's ids. */
+/* With LOUPE_VOCAB_FULL set, a suite runs on the full vocabulary too (full: its path under that
+ * folder: llama.cpp's ggml-vocab-NAME.gguf, or the file a reduced one was cut from), and both
+ * must give llama.cpp's ids. */
 static int run_full_vocab(const char *name, const char *full, int *total)
 {
     const char *dir = getenv("LOUPE_VOCAB_FULL");
@@ -687,8 +688,9 @@ static int run_full_vocab(const char *name, const char *full, int *total)
     return exact;
 }
 
-/* One suite: its vocabulary (see suite_tokenizer), the file a reduced one was cut from (for
- * LOUPE_VOCAB_FULL), the number of cases, and whether decoding must give each text back. */
+/* One suite: its vocabulary (see suite_tokenizer), llama.cpp's own file of it or the one a
+ * reduced vocabulary was cut from (run too when LOUPE_VOCAB_FULL names a folder holding them),
+ * the number of cases, and whether decoding must give each text back. */
 typedef struct vocab_suite {
     const char *name, *folder, *model, *pre, *full;
     int cases;
@@ -720,9 +722,9 @@ static void test_llama_vocab_suites(void **state)
 {
     (void)state;
     static const vocab_suite suites[] = {
-        {"gpt-2", "gpt2", "gpt2", "gpt-2", NULL, 43, true},
-        {"qwen2", "qwen3", "gpt2", "qwen2", NULL, 43, true},
-        {"llama-spm", "tinyllama", "llama", "", NULL, 43, false},
+        {"gpt-2", "gpt2", "gpt2", "gpt-2", "ggml-vocab-gpt-2.gguf", 46, true},
+        {"qwen2", "qwen3", "gpt2", "qwen2", NULL, 46, true},
+        {"llama-spm", "tinyllama", "llama", "", "ggml-vocab-llama-spm.gguf", 46, false},
         {"tinyllama", "tinyllama", "llama", "", NULL, 11, false},
     };
     assert_int_equal(run_vocab_suites(suites, sizeof suites / sizeof suites[0]), 0);
@@ -736,13 +738,14 @@ static void test_vocab_suites(void **state)
     static const vocab_suite suites[] = {
         /* Phi-3's vocabulary is Llama 2's plus added tokens 32000-32063; its 46 cases add
          * "!!!!!!", "Cửa Việt" and " discards" to the 43 */
-        {"phi-3", "tests/inspect/vocab/phi-3", "llama", "", NULL, 46, false},
+        {"phi-3", "tests/inspect/vocab/phi-3", "llama", "", "ggml-vocab-phi-3.gguf", 46, false},
         /* BGE-small-en-v1.5's WordPiece vocabulary is bert-base-uncased's */
-        {"bert-bge", "tests/inspect/vocab/bert-bge", "bert", "", NULL, 46, false},
+        {"bert-bge", "tests/inspect/vocab/bert-bge", "bert", "", "ggml-vocab-bert-bge.gguf", 46,
+         false},
         /* MPT-7B's vocabulary is GPT-NeoX-20B's (tokenizer.json from RWKV's 20B_tokenizer.json,
          * re-serialized without indentation); the 46 cases of bert-bge, with llama.cpp's newer
          * "Äpfel" in place of "Führer" */
-        {"mpt", "tests/inspect/vocab/mpt", "gpt2", "mpt", NULL, 46, true},
+        {"mpt", "tests/inspect/vocab/mpt", "gpt2", "mpt", "ggml-vocab-mpt.gguf", 46, true},
         /* and the same file read as tokenizer.json (its NFC normalizer and ByteLevel split) */
         {"mpt", "tests/inspect/vocab/mpt", "json", "", NULL, 46, true},
         /* llama.cpp's own ggml-vocab-KIND.gguf files, cut to the suite's strings */
@@ -1661,7 +1664,8 @@ static void build_bert_gguf(const char *path, bool add_cls_sep, lp_gw *w)
     lp_gw_kv_str(w, "tokenizer.ggml.model", "bert");
     lp_gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, n);
     lp_gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, n);
-    lp_gw_kv_u32(w, "tokenizer.ggml.bos_token_id", cls ? (uint32_t)json_integer_value(cls) : 2);
+    /* llama.cpp's converter names [CLS] cls_token_id (its ggml-vocab-bert-bge.gguf has no bos) */
+    lp_gw_kv_u32(w, "tokenizer.ggml.cls_token_id", cls ? (uint32_t)json_integer_value(cls) : 2);
     lp_gw_kv_u32(w, "tokenizer.ggml.seperator_token_id", sep ? (uint32_t)json_integer_value(sep) : 3);
     lp_gw_kv_bool(w, "tokenizer.ggml.add_bos_token", add_cls_sep);
     lp_gw_kv_bool(w, "tokenizer.ggml.add_sep_token", add_cls_sep);
