@@ -758,6 +758,9 @@ static void test_vocab_suites(void **state)
          "ggml-vocab-deepseek-coder.gguf", 46, true},
         {"falcon", "tests/inspect/vocab/falcon", "gguf", "falcon", "ggml-vocab-falcon.gguf", 46,
          true},
+        /* and Falcon's tokenizer.json, cut the same way: Punctuation, ByteLevel, Digits and a
+         * three-digit Split, read as it is */
+        {"falcon", "tests/inspect/vocab/falcon", "json", "", "falcon/tokenizer.json", 46, true},
         {"starcoder", "tests/inspect/vocab/starcoder", "gguf", "starcoder",
          "ggml-vocab-starcoder.gguf", 46, true},
         {"refact", "tests/inspect/vocab/refact", "gguf", "refact", "ggml-vocab-refact.gguf", 46,
@@ -767,6 +770,15 @@ static void test_vocab_suites(void **state)
         {"llama-bpe", "tests/inspect/vocab/llama-bpe", "gpt2", "llama-bpe", NULL, 46, true},
         {"llama-bpe", "tests/inspect/vocab/llama-bpe", "json", "", "llama-bpe/tokenizer.json", 46,
          true},
+        /* roberta-base's tokenizer.json (llama.cpp's is stsb-roberta-base, the same vocabulary:
+         * ids shifted from GPT-2's by <s> <pad> </s> <unk>); the older "Führer" list */
+        {"roberta-bpe", "tests/inspect/vocab/roberta-bpe", "gpt2", "roberta-bpe", NULL, 46, true},
+        {"roberta-bpe", "tests/inspect/vocab/roberta-bpe", "json", "", "roberta-bpe/tokenizer.json",
+         46, true},
+        /* Phi-2's: GPT-2's vocabulary plus CodeGen's added runs of 2-31 spaces and 2-9 tabs, which
+         * are matched in the text before BPE (user-defined tokens in the GGUF) */
+        {"phi-2", "tests/inspect/vocab/phi-2", "gpt2", "phi-2", NULL, 46, true},
+        {"phi-2", "tests/inspect/vocab/phi-2", "json", "", "phi-2/tokenizer.json", 46, true},
     };
     assert_int_equal(run_vocab_suites(suites, sizeof suites / sizeof suites[0]), 0);
     /* beyond the suite: NeoX's tokenizer.json composes first (NFC), so a decomposed "Äpfel"
