@@ -770,6 +770,9 @@ static void test_vocab_suites(void **state)
         {"llama-bpe", "tests/inspect/vocab/llama-bpe", "gpt2", "llama-bpe", NULL, 46, true},
         {"llama-bpe", "tests/inspect/vocab/llama-bpe", "json", "", "llama-bpe/tokenizer.json", 46,
          true},
+        /* DBRX's vocabulary is cl100k_base: byte-level BPE from the tiktoken ranks (the merges as
+         * Hugging Face derives them), the older 43-case list */
+        {"dbrx", "tests/inspect/vocab/dbrx", "gguf", "dbrx", NULL, 43, true},
         /* roberta-base's tokenizer.json (llama.cpp's is stsb-roberta-base, the same vocabulary:
          * ids shifted from GPT-2's by <s> <pad> </s> <unk>); the older "Führer" list */
         {"roberta-bpe", "tests/inspect/vocab/roberta-bpe", "gpt2", "roberta-bpe", NULL, 46, true},

@@ -2,9 +2,13 @@
 """Cut a byte-level BPE vocabulary down to what llama.cpp's suite strings can reach, ids kept.
 
     reduce_vocab.py SOURCE SUITE.inp [SUITE.inp ...] > OUT.json
+    reduce_vocab.py --pre NAME FILE.tiktoken SUITE.inp [...] > OUT.json
 
 SOURCE is a GGUF vocabulary (tokenizer.ggml.model "gpt2", as llama.cpp's models/ggml-vocab-*.gguf)
-or a Hugging Face tokenizer.json with a byte-level BPE model. Kept: every token that is not a
+or a Hugging Face tokenizer.json with a byte-level BPE model, or a tiktoken file (base64 token and
+rank a line), whose ranks fix byte-level BPE: the token of rank r is made by every split of it
+into two tokens, those merges ranked by r, then by the ranks of the two halves (as Hugging Face
+converts tiktoken files); NAME is the tokenizer.ggml.pre to write. Kept: every token that is not a
 plain one (GGUF types 2-6, tokenizer.json added_tokens), every one-character token (the byte
 alphabet), every token whose string occurs in the byte-level form of a suite string (also after
 NFC when the tokenizer.json normalizes so), and every merge whose result so occurs, in the
@@ -23,6 +27,7 @@ pre_tokenizer, decoder, added_tokens unchanged); for a GGUF, {"source", "n_token
 scalar tokenizer.ggml.* keys, "tokens": [[id, string, type], ...], "merges": [...]}, which the
 test writes back as a GGUF with the missing ids as unused tokens. Python 3 standard library only.
 """
+import base64
 import json
 import struct
 import sys
@@ -116,6 +121,29 @@ def reduce_gguf(path, texts):
             "tokens": kept, "merges": merges}
 
 
+# ---- tiktoken ----
+def reduce_tiktoken(path, pre, texts):
+    ranks = {}
+    with open(path, "rb") as f:
+        for line in f:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+
+    def piece(b):
+        return "".join(BYTE_CHARS[x] for x in b)
+
+    hay = "\0".join(texts)
+    kept = sorted((r, b) for b, r in ranks.items() if len(b) == 1 or piece(b) in hay)
+    merges = []
+    for r, b in kept:
+        splits = [(b[:i], b[i:]) for i in range(1, len(b)) if b[:i] in ranks and b[i:] in ranks]
+        splits.sort(key=lambda lr: (ranks[lr[0]], ranks[lr[1]]))
+        merges += [piece(left) + " " + piece(right) for left, right in splits]
+    return {"source": path.rsplit("/", 1)[-1], "n_tokens": max(ranks.values()) + 1,
+            "kv": {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre},
+            "tokens": [[r, piece(b), 1] for r, b in kept], "merges": merges}
+
+
 # ---- tokenizer.json ----
 def normalizes_nfc(node):
     if not node:
@@ -157,12 +185,19 @@ def write_lines(out):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    pre = None
+    if args[:1] == ["--pre"] and len(args) > 1:
+        pre, args = args[1], args[2:]
+    if len(args) < 2:
         sys.exit(__doc__.split("\n\n")[1])
-    source, texts = sys.argv[1], suite_strings(sys.argv[2:])
+    source, texts = args[0], suite_strings(args[1:])
     with open(source, "rb") as f:
         is_gguf = f.read(4) == b"GGUF"
-    if is_gguf:
+    if pre is not None:
+        out = reduce_tiktoken(source, pre, [byte_level(t) for t in texts])
+        is_gguf = True
+    elif is_gguf:
         out = reduce_gguf(source, [byte_level(t) for t in texts])
     else:
         out = reduce_json(source, texts)
