@@ -304,8 +304,9 @@ static lp_status push_special(lp_tokenizer *tok, int32_t id, const char *name, l
 }
 
 /* BOS / EOS around the text per add_bos_token / add_eos_token (llama defaults to BOS on); bert
- * puts [CLS] (bos, default id 101) before and [SEP] (seperator_token_id, as llama.cpp spells
- * the key, default 102) after, per add_sep_token (default on), as llama.cpp loads it. */
+ * puts [CLS] (cls_token_id as llama.cpp's converter writes it, else bos_token_id, default id
+ * 101) before and [SEP] (seperator_token_id, as llama.cpp spells the key, default 102) after,
+ * per add_sep_token (default on), as llama.cpp loads it. */
 static lp_status read_post(const gguf_vocab *v, lp_tokenizer *tok)
 {
     bool add_bos = v->is_llama || v->is_bert, add_eos = v->is_bert || v->is_t5;
@@ -315,6 +316,8 @@ static lp_status read_post(const gguf_vocab *v, lp_tokenizer *tok)
     lp_gguf_get_bool(v->g, v->is_bert ? "tokenizer.ggml.add_sep_token"
                                       : "tokenizer.ggml.add_eos_token", &add_eos);
     lp_gguf_get_int(v->g, "tokenizer.ggml.bos_token_id", &bos);
+    if (v->is_bert)
+        lp_gguf_get_int(v->g, "tokenizer.ggml.cls_token_id", &bos);
     lp_gguf_get_int(v->g, v->is_bert ? "tokenizer.ggml.seperator_token_id"
                                      : "tokenizer.ggml.eos_token_id", &eos);
     if (!(tok->post = calloc(3, sizeof *tok->post)))

@@ -264,6 +264,14 @@ static void g_key(gbuf *b, const char *key, uint32_t type)
     g_u32(b, type);
 }
 
+/* The piece written for an id a reduced test vocabulary leaves out (tests/inspect/vocab/
+ * reduce_vocab.py), as an unused token: a space never occurs in a byte-level piece, so no text
+ * and no merge reaches it. */
+static void hole_piece(char *buf, size_t size, size_t id)
+{
+    snprintf(buf, size, "<hole %zu>", id);
+}
+
 static void build_gguf_from_json(const char *folder, const char *model, const char *pre,
                                  bool add_bos, gbuf *out)
 {
@@ -324,8 +332,12 @@ static void build_gguf_from_json(const char *folder, const char *model, const ch
     g_u32(out, 8);
     g_u64(out, n);
     for (size_t k = 0; k < n; k++) {
-        assert_non_null(tokens[k]);
-        g_str(out, tokens[k], strlen(tokens[k]));
+        char hole[32];
+        if (!tokens[k]) {
+            hole_piece(hole, sizeof hole, k);
+            types[k] = 5;
+        }
+        g_str(out, tokens[k] ? tokens[k] : hole, strlen(tokens[k] ? tokens[k] : hole));
     }
     g_key(out, "tokenizer.ggml.token_type", 9);
     g_u32(out, 5);
@@ -500,35 +512,109 @@ static char *read_source_file(const char *rel, size_t *len)
 
 static void build_bert_gguf(const char *path, bool add_cls_sep, lp_gw *w);
 
-/* Cases of one suite that loupe encodes exactly as llama.cpp; *total the number of cases. */
-static int run_vocab_suite(const char *name, const char *folder, const char *model,
-                           const char *pre, int *total)
+/* Writes into *w the GGUF of a reduced GGUF vocabulary (reduce_vocab.py's form: n_tokens, the
+ * scalar tokenizer.ggml.* keys, [id, piece, type] for the ids kept, the merges kept in order);
+ * the ids left out become unused tokens. */
+static void build_gguf_reduced(const char *folder, const char *pre, lp_gw *w)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s/vocab.json",
+             getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        fail_msg("%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+    size_t n = (size_t)json_integer_value(json_object_get(root, "n_tokens"));
+    assert_true(n > 0 && n < (1u << 24));
+    const json_t *kv = json_object_get(root, "kv");
+    assert_string_equal(json_string_value(json_object_get(kv, "tokenizer.ggml.pre")), pre);
+    const char **tokens = calloc(n, sizeof *tokens);
+    char *holes = malloc(n * 32);
+    int32_t *types = malloc(n * sizeof *types);
+    assert_true(tokens && holes && types);
+    size_t i;
+    const json_t *item;
+    json_array_foreach(json_object_get(root, "tokens"), i, item)
+    {
+        size_t id = (size_t)json_integer_value(json_array_get(item, 0));
+        assert_true(id < n);
+        tokens[id] = json_string_value(json_array_get(item, 1));
+        types[id] = (int32_t)json_integer_value(json_array_get(item, 2));
+    }
+    for (size_t k = 0; k < n; k++)
+        if (!tokens[k]) {
+            hole_piece(holes + k * 32, 32, k);
+            tokens[k] = holes + k * 32;
+            types[k] = 5;
+        }
+    const json_t *merges = json_object_get(root, "merges");
+    size_t n_merges = json_array_size(merges);
+    const char **merge_strs = malloc((n_merges + 1) * sizeof *merge_strs);
+    assert_non_null(merge_strs);
+    json_array_foreach(merges, i, item)
+        merge_strs[i] = json_string_value(item);
+    lp_gw_init(w, 3);
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)kv, key, value)
+    {
+        if (json_is_string(value))
+            lp_gw_kv_str(w, key, json_string_value(value));
+        else if (json_is_boolean(value))
+            lp_gw_kv_bool(w, key, json_is_true(value));
+        else
+            lp_gw_kv_u32(w, key, (uint32_t)json_integer_value(value));
+    }
+    lp_gw_kv_arr_str(w, "tokenizer.ggml.tokens", tokens, n);
+    lp_gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, n);
+    lp_gw_kv_arr_str(w, "tokenizer.ggml.merges", merge_strs, n_merges);
+    assert_true(lp_gw_finish(w));
+    free(merge_strs);
+    free(types);
+    free(holes);
+    free(tokens);
+    json_decref(root);
+}
+
+/* A suite's vocabulary: folder's tokenizer.json written as a GGUF of model ("gpt2", "llama",
+ * "bert" with pre) or read as it is ("json"), or folder's vocab.json as a GGUF ("gguf"). */
+static lp_tokenizer *suite_tokenizer(const char *folder, const char *model, const char *pre)
 {
     gbuf buf = {0};
-    lp_gw bert = {0};
-    if (strcmp(model, "bert") == 0) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s/tokenizer.json",
-                 getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
-        /* test-tokenizer-0 encodes with add_special off: no [CLS]/[SEP] */
-        build_bert_gguf(path, false, &bert);
-        buf.d = bert.buf;
-        buf.n = bert.size;
-    } else if (strcmp(model, "json") != 0) {
-        build_gguf_from_json(folder, model, pre, false, &buf);
-    }
-    lp_gguf *g = NULL;
-    lp_tokenizer *tok = NULL;
-    lp_error err = {0};
+    lp_gw w = {0};
     char json_path[1024];
     snprintf(json_path, sizeof json_path, "%s/%s/tokenizer.json",
              getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
-    /* "json": the tokenizer.json itself, no GGUF between */
-    if (strcmp(model, "json") == 0 ? lp_tokenizer_open(json_path, &tok, &err) != LP_OK
-                                   : lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err) !=
-                                             LP_OK ||
-                                         lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
-        fail_msg("%s: %s", name, err.msg);
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (strcmp(model, "json") == 0) {
+        if (lp_tokenizer_open(json_path, &tok, &err) != LP_OK)
+            fail_msg("%s: %s", json_path, err.msg);
+        return tok;
+    }
+    if (strcmp(model, "bert") == 0)
+        build_bert_gguf(json_path, false, &w); /* test-tokenizer-0 adds no [CLS]/[SEP] */
+    else if (strcmp(model, "gguf") == 0)
+        build_gguf_reduced(folder, pre, &w);
+    else
+        build_gguf_from_json(folder, model, pre, false, &buf);
+    lp_gguf *g = NULL;
+    if (lp_gguf_open_memory(w.buf ? w.buf : buf.d, w.buf ? w.size : buf.n, "built.gguf", &g,
+                            &err) != LP_OK ||
+        lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+        fail_msg("%s (%s): %s", folder, model, err.msg);
+    lp_gguf_close(g);
+    if (w.buf)
+        lp_gw_free(&w);
+    free(buf.d);
+    return tok;
+}
+
+/* Cases of suite name that tok encodes exactly as llama.cpp; *total the number of cases. Each
+ * is encoded as test-tokenizer-0 does: no BOS/EOS added, special tokens parsed in the text. */
+static int run_suite_cases(const lp_tokenizer *tok, const char *name, const char *what,
+                           bool round_trip, int *total)
+{
     char rel[256];
     size_t inp_len, out_len;
     snprintf(rel, sizeof rel, "tests/inspect/vocab/ggml-vocab-%s.gguf.inp", name);
@@ -544,7 +630,7 @@ static int run_vocab_suite(const char *name, const char *folder, const char *mod
         assert_non_null(eol);
         *eol = '\0';
         size_t n;
-        int32_t *ids = encode(tok, text, (size_t)(end - text), true, &n);
+        int32_t *ids = encode(tok, text, (size_t)(end - text), false, &n);
         bool same = true;
         size_t k = 0;
         for (char *p = line, *q; same; p = q) {
@@ -554,6 +640,15 @@ static int run_vocab_suite(const char *name, const char *folder, const char *mod
             same = k < n && ids[k++] == v;
         }
         same = same && k == n;
+        if (same && round_trip) {
+            /* byte-level pieces (and user-defined tokens, copied) give the text back */
+            char *back = decode(tok, ids, n, false);
+            if (strlen(back) != (size_t)(end - text) || memcmp(back, text, strlen(back)) != 0) {
+                printf("vocab %s case %d decodes to \"%s\"\n", name, *total, back);
+                same = false;
+            }
+            free(back);
+        }
         if (same) {
             exact++;
         } else {
@@ -567,51 +662,128 @@ static int run_vocab_suite(const char *name, const char *folder, const char *mod
         (*total)++;
         line = eol + 1;
     }
-    printf("vocab %s (%s, pre '%s', from %s): %d of %d cases exact\n", name, model, pre, folder,
-           exact, *total);
+    printf("vocab %s (%s): %d of %d cases exact\n", name, what, exact, *total);
     free(inp);
     free(out);
-    lp_tokenizer_close(tok);
-    lp_gguf_close(g);
-    if (bert.buf)
-        lp_gw_free(&bert);
-    else
-        free(buf.d);
     return exact;
 }
 
+/* With LOUPE_VOCAB_FULL set, a suite runs on the full vocabulary too (full: its path under that
+ * folder: llama.cpp's ggml-vocab-NAME.gguf, or the file a reduced one was cut from), and both
+ * must give llama.cpp's ids. */
+static int run_full_vocab(const char *name, const char *full, int *total)
+{
+    const char *dir = getenv("LOUPE_VOCAB_FULL");
+    if (!dir || !full)
+        return *total = 0;
+    char path[1024], what[1100];
+    snprintf(path, sizeof path, "%s/%s", dir, full);
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_tokenizer_open(path, &tok, &err) != LP_OK)
+        fail_msg("LOUPE_VOCAB_FULL: %s", err.msg);
+    snprintf(what, sizeof what, "full vocabulary %s", path);
+    int exact = run_suite_cases(tok, name, what, false, total);
+    lp_tokenizer_close(tok);
+    return exact;
+}
+
+/* One suite: its vocabulary (see suite_tokenizer), llama.cpp's own file of it or the one a
+ * reduced vocabulary was cut from (run too when LOUPE_VOCAB_FULL names a folder holding them),
+ * the number of cases, and whether decoding must give each text back. */
+typedef struct vocab_suite {
+    const char *name, *folder, *model, *pre, *full;
+    int cases;
+    bool round_trip;
+} vocab_suite;
+
+/* Cases that are not exact, over every suite of the table. */
+static int run_vocab_suites(const vocab_suite *suites, size_t n)
+{
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        lp_tokenizer *tok = suite_tokenizer(suites[i].folder, suites[i].model, suites[i].pre);
+        char what[256];
+        snprintf(what, sizeof what, "%s, pre '%s', from %s", suites[i].model, suites[i].pre,
+                 suites[i].folder);
+        int total;
+        int exact = run_suite_cases(tok, suites[i].name, what, suites[i].round_trip, &total);
+        lp_tokenizer_close(tok);
+        assert_int_equal(total, suites[i].cases);
+        failed += total - exact;
+        exact = run_full_vocab(suites[i].name, suites[i].full, &total);
+        failed += total - exact;
+    }
+    return failed;
+}
+
+/* The suites whose vocabulary is a tokenizer.json in ../shared/tokenizers/FOLDER. */
 static void test_llama_vocab_suites(void **state)
 {
     (void)state;
-    static const struct {
-        const char *name, *folder, *model, *pre;
-        int cases;
-    } suites[] = {
-        {"gpt-2", "gpt2", "gpt2", "gpt-2", 43},
-        {"qwen2", "qwen3", "gpt2", "qwen2", 43},
-        {"llama-spm", "tinyllama", "llama", "", 43},
-        {"tinyllama", "tinyllama", "llama", "", 11},
+    static const vocab_suite suites[] = {
+        {"gpt-2", "gpt2", "gpt2", "gpt-2", "ggml-vocab-gpt-2.gguf", 46, true},
+        {"qwen2", "qwen3", "gpt2", "qwen2", NULL, 46, true},
+        /* DeepSeek-R1-Distill-Qwen ships Qwen2's BPE vocabulary (its added tokens differ, none
+         * in the suite's strings); its list is the older one, with "Führer" */
+        {"deepseek-r1-qwen", "qwen3", "gpt2", "deepseek-r1-qwen", NULL, 46, true},
+        {"llama-spm", "tinyllama", "llama", "", "ggml-vocab-llama-spm.gguf", 46, false},
+        {"tinyllama", "tinyllama", "llama", "", NULL, 11, false},
+    };
+    assert_int_equal(run_vocab_suites(suites, sizeof suites / sizeof suites[0]), 0);
+}
+
+/* The suites whose vocabulary is kept in tests/inspect/vocab/KIND: whole tokenizer.json files,
+ * or, for the large ones, cut by reduce_vocab.py to what the suite's strings reach. */
+static void test_vocab_suites(void **state)
+{
+    (void)state;
+    static const vocab_suite suites[] = {
         /* Phi-3's vocabulary is Llama 2's plus added tokens 32000-32063; its 46 cases add
          * "!!!!!!", "Cửa Việt" and " discards" to the 43 */
-        {"phi-3", "tests/inspect/vocab/phi-3", "llama", "", 46},
+        {"phi-3", "tests/inspect/vocab/phi-3", "llama", "", "ggml-vocab-phi-3.gguf", 46, false},
         /* BGE-small-en-v1.5's WordPiece vocabulary is bert-base-uncased's */
-        {"bert-bge", "tests/inspect/vocab/bert-bge", "bert", "", 46},
+        {"bert-bge", "tests/inspect/vocab/bert-bge", "bert", "", "ggml-vocab-bert-bge.gguf", 46,
+         false},
         /* MPT-7B's vocabulary is GPT-NeoX-20B's (tokenizer.json from RWKV's 20B_tokenizer.json,
          * re-serialized without indentation); the 46 cases of bert-bge, with llama.cpp's newer
          * "Äpfel" in place of "Führer" */
-        {"mpt", "tests/inspect/vocab/mpt", "gpt2", "mpt", 46},
+        {"mpt", "tests/inspect/vocab/mpt", "gpt2", "mpt", "ggml-vocab-mpt.gguf", 46, true},
         /* and the same file read as tokenizer.json (its NFC normalizer and ByteLevel split) */
-        {"mpt", "tests/inspect/vocab/mpt", "json", "", 46},
+        {"mpt", "tests/inspect/vocab/mpt", "json", "", NULL, 46, true},
+        /* llama.cpp's own ggml-vocab-KIND.gguf files, cut to the suite's strings */
+        {"deepseek-llm", "tests/inspect/vocab/deepseek-llm", "gguf", "deepseek-llm",
+         "ggml-vocab-deepseek-llm.gguf", 46, true},
+        {"deepseek-coder", "tests/inspect/vocab/deepseek-coder", "gguf", "deepseek-coder",
+         "ggml-vocab-deepseek-coder.gguf", 46, true},
+        {"falcon", "tests/inspect/vocab/falcon", "gguf", "falcon", "ggml-vocab-falcon.gguf", 46,
+         true},
+        /* and Falcon's tokenizer.json, cut the same way: Punctuation, ByteLevel, Digits and a
+         * three-digit Split, read as it is */
+        {"falcon", "tests/inspect/vocab/falcon", "json", "", "falcon/tokenizer.json", 46, true},
+        {"starcoder", "tests/inspect/vocab/starcoder", "gguf", "starcoder",
+         "ggml-vocab-starcoder.gguf", 46, true},
+        {"refact", "tests/inspect/vocab/refact", "gguf", "refact", "ggml-vocab-refact.gguf", 46,
+         true},
+        /* Meta-Llama-3-8B's tokenizer.json, cut to the suite's strings: as a GGUF with the
+         * llama-bpe pre-tokenizer and read as it is */
+        {"llama-bpe", "tests/inspect/vocab/llama-bpe", "gpt2", "llama-bpe", NULL, 46, true},
+        {"llama-bpe", "tests/inspect/vocab/llama-bpe", "json", "", "llama-bpe/tokenizer.json", 46,
+         true},
+        /* DBRX's vocabulary is cl100k_base: byte-level BPE from the tiktoken ranks (the merges as
+         * Hugging Face derives them), the older 43-case list */
+        {"dbrx", "tests/inspect/vocab/dbrx", "gguf", "dbrx", NULL, 43, true},
+        /* roberta-base's tokenizer.json (llama.cpp's is stsb-roberta-base, the same vocabulary:
+         * ids shifted from GPT-2's by <s> <pad> </s> <unk>); the older "Führer" list */
+        {"roberta-bpe", "tests/inspect/vocab/roberta-bpe", "gpt2", "roberta-bpe", NULL, 46, true},
+        {"roberta-bpe", "tests/inspect/vocab/roberta-bpe", "json", "", "roberta-bpe/tokenizer.json",
+         46, true},
+        /* Phi-2's: GPT-2's vocabulary plus CodeGen's added runs of 2-31 spaces and 2-9 tabs, which
+         * are matched in the text before BPE (user-defined tokens in the GGUF) */
+        {"phi-2", "tests/inspect/vocab/phi-2", "gpt2", "phi-2", NULL, 46, true},
+        {"phi-2", "tests/inspect/vocab/phi-2", "json", "", "phi-2/tokenizer.json", 46, true},
     };
-    int failed = 0;
-    for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
-        int total;
-        int exact = run_vocab_suite(suites[i].name, suites[i].folder, suites[i].model,
-                                    suites[i].pre, &total);
-        assert_int_equal(total, suites[i].cases);
-        failed += total - exact;
-    }
-    assert_int_equal(failed, 0);
+    assert_int_equal(run_vocab_suites(suites, sizeof suites / sizeof suites[0]), 0);
     /* beyond the suite: NeoX's tokenizer.json composes first (NFC), so a decomposed "Äpfel"
      * (A + U+0308) is the suite's precomposed one, 37515 18569 293 */
     char path[1024];
@@ -1510,7 +1682,8 @@ static void build_bert_gguf(const char *path, bool add_cls_sep, lp_gw *w)
     lp_gw_kv_str(w, "tokenizer.ggml.model", "bert");
     lp_gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, n);
     lp_gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, n);
-    lp_gw_kv_u32(w, "tokenizer.ggml.bos_token_id", cls ? (uint32_t)json_integer_value(cls) : 2);
+    /* llama.cpp's converter names [CLS] cls_token_id (its ggml-vocab-bert-bge.gguf has no bos) */
+    lp_gw_kv_u32(w, "tokenizer.ggml.cls_token_id", cls ? (uint32_t)json_integer_value(cls) : 2);
     lp_gw_kv_u32(w, "tokenizer.ggml.seperator_token_id", sep ? (uint32_t)json_integer_value(sep) : 3);
     lp_gw_kv_bool(w, "tokenizer.ggml.add_bos_token", add_cls_sep);
     lp_gw_kv_bool(w, "tokenizer.ggml.add_sep_token", add_cls_sep);
@@ -2009,6 +2182,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unigram_rules),
         cmocka_unit_test(test_json_precompiled),
         cmocka_unit_test(test_gguf_t5),
+        cmocka_unit_test(test_vocab_suites),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }
