@@ -2,7 +2,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "core/arena.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ARENA_ALIGN 64
@@ -71,3 +73,33 @@ void lp_arena_reset_to(lp_arena *arena, size_t mark)
 
 size_t lp_arena_used(const lp_arena *arena) { return arena->used; }
 size_t lp_arena_capacity(const lp_arena *arena) { return arena->capacity; }
+
+static bool aligned_end(size_t start, size_t bytes, size_t *end)
+{
+    size_t aligned = (start + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    return aligned >= start && !__builtin_add_overflow(aligned, bytes, end);
+}
+
+void *lp_alloc_with_arrays(size_t struct_size, const lp_owned_array *arrays, size_t n_arrays)
+{
+    size_t total = struct_size;
+    for (size_t i = 0; i < n_arrays; i++) {
+        size_t bytes;
+        if (arrays[i].count < 0 ||
+            __builtin_mul_overflow((size_t)arrays[i].count, arrays[i].elem_size, &bytes) ||
+            !aligned_end(total, bytes, &total))
+            return NULL;
+    }
+    void *block = NULL;
+    if (!aligned_end(total, 0, &total) || posix_memalign(&block, ARENA_ALIGN, total) != 0)
+        return NULL;
+    memset(block, 0, total);
+    size_t at = struct_size;
+    for (size_t i = 0; i < n_arrays; i++) {
+        at = (at + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+        void *array = (unsigned char *)block + at;
+        memcpy((unsigned char *)block + arrays[i].member, &array, sizeof array);
+        at += (size_t)arrays[i].count * arrays[i].elem_size;
+    }
+    return block;
+}
