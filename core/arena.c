@@ -80,9 +80,11 @@ static bool aligned_end(size_t start, size_t bytes, size_t *end)
     return aligned >= start && !__builtin_add_overflow(aligned, bytes, end);
 }
 
-void *lp_alloc_with_arrays(size_t struct_size, const lp_owned_array *arrays, size_t n_arrays)
+/* The struct's head bytes (0: none) and the arrays in one zero-filled block; owner's members (the
+ * block's own head when owner is NULL) point at the arrays. */
+static void *alloc_block(size_t head, void *owner, const lp_owned_array *arrays, size_t n_arrays)
 {
-    size_t total = struct_size;
+    size_t total = head;
     for (size_t i = 0; i < n_arrays; i++) {
         size_t bytes;
         if (arrays[i].count < 0 ||
@@ -91,15 +93,26 @@ void *lp_alloc_with_arrays(size_t struct_size, const lp_owned_array *arrays, siz
             return NULL;
     }
     void *block = NULL;
-    if (!aligned_end(total, 0, &total) || posix_memalign(&block, ARENA_ALIGN, total) != 0)
+    if (!aligned_end(total, 0, &total) || posix_memalign(&block, ARENA_ALIGN, total ? total : 1))
         return NULL;
     memset(block, 0, total);
-    size_t at = struct_size;
+    unsigned char *members = owner ? owner : block;
+    size_t at = head;
     for (size_t i = 0; i < n_arrays; i++) {
         at = (at + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
         void *array = (unsigned char *)block + at;
-        memcpy((unsigned char *)block + arrays[i].member, &array, sizeof array);
+        memcpy(members + arrays[i].member, &array, sizeof array);
         at += (size_t)arrays[i].count * arrays[i].elem_size;
     }
     return block;
+}
+
+void *lp_alloc_with_arrays(size_t struct_size, const lp_owned_array *arrays, size_t n_arrays)
+{
+    return alloc_block(struct_size, NULL, arrays, n_arrays);
+}
+
+void *lp_alloc_arrays_of(void *owner, const lp_owned_array *arrays, size_t n_arrays)
+{
+    return alloc_block(0, owner, arrays, n_arrays);
 }

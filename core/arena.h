@@ -54,4 +54,9 @@ typedef struct lp_owned_array {
  * pointers share void *'s representation on every platform loupe builds for. */
 void *lp_alloc_with_arrays(size_t struct_size, const lp_owned_array *arrays, size_t n_arrays);
 
+/* The same for a struct the caller holds (a report filled in place): owner's members point into
+ * one new block, which is the first array; free() that member to free them all. NULL, and owner
+ * untouched, on the same failures. */
+void *lp_alloc_arrays_of(void *owner, const lp_owned_array *arrays, size_t n_arrays);
+
 #endif

@@ -120,7 +120,18 @@ static void test_alloc_with_arrays(void **state)
     assert_true(o->d[4] == 1.5 && o->c[2] == 'x');
     free(o);
 
+    /* a struct the caller holds: the block is its first array */
+    owner held = {7, NULL, NULL, NULL};
+    void *block = lp_alloc_arrays_of(&held, arrays, 3);
+    assert_ptr_equal(block, held.d);
+    assert_true(held.n == 7 && (uintptr_t)held.c % 64 == 0 && held.c >= (char *)(held.d + 5));
+    assert_true(held.c[0] == 0 && held.c[2] == 0);
+    free(held.d);
+
     const lp_owned_array negative[] = {LP_OWNED_ARRAY(owner, d, -1)};
+    owner untouched = {0};
+    assert_null(lp_alloc_arrays_of(&untouched, negative, 1));
+    assert_null(untouched.d);
     assert_null(lp_alloc_with_arrays(sizeof(owner), negative, 1));
     const lp_owned_array overflowing[] = {LP_OWNED_ARRAY(owner, d, INT64_MAX / 2)};
     assert_null(lp_alloc_with_arrays(sizeof(owner), overflowing, 1));
