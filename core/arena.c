@@ -2,7 +2,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "core/arena.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ARENA_ALIGN 64
@@ -71,3 +73,46 @@ void lp_arena_reset_to(lp_arena *arena, size_t mark)
 
 size_t lp_arena_used(const lp_arena *arena) { return arena->used; }
 size_t lp_arena_capacity(const lp_arena *arena) { return arena->capacity; }
+
+static bool aligned_end(size_t start, size_t bytes, size_t *end)
+{
+    size_t aligned = (start + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    return aligned >= start && !__builtin_add_overflow(aligned, bytes, end);
+}
+
+/* The struct's head bytes (0: none) and the arrays in one zero-filled block; owner's members (the
+ * block's own head when owner is NULL) point at the arrays. */
+static void *alloc_block(size_t head, void *owner, const lp_owned_array *arrays, size_t n_arrays)
+{
+    size_t total = head;
+    for (size_t i = 0; i < n_arrays; i++) {
+        size_t bytes;
+        if (arrays[i].count < 0 ||
+            __builtin_mul_overflow((size_t)arrays[i].count, arrays[i].elem_size, &bytes) ||
+            !aligned_end(total, bytes, &total))
+            return NULL;
+    }
+    void *block = NULL;
+    if (!aligned_end(total, 0, &total) || posix_memalign(&block, ARENA_ALIGN, total ? total : 1))
+        return NULL;
+    memset(block, 0, total);
+    unsigned char *members = owner ? owner : block;
+    size_t at = head;
+    for (size_t i = 0; i < n_arrays; i++) {
+        at = (at + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+        void *array = (unsigned char *)block + at;
+        memcpy(members + arrays[i].member, &array, sizeof array);
+        at += (size_t)arrays[i].count * arrays[i].elem_size;
+    }
+    return block;
+}
+
+void *lp_alloc_with_arrays(size_t struct_size, const lp_owned_array *arrays, size_t n_arrays)
+{
+    return alloc_block(struct_size, NULL, arrays, n_arrays);
+}
+
+void *lp_alloc_arrays_of(void *owner, const lp_owned_array *arrays, size_t n_arrays)
+{
+    return alloc_block(0, owner, arrays, n_arrays);
+}

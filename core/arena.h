@@ -10,6 +10,7 @@
 #define LP_CORE_ARENA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/error.h"
 
@@ -25,5 +26,37 @@ size_t lp_arena_mark(const lp_arena *arena);
 void lp_arena_reset_to(lp_arena *arena, size_t mark);
 size_t lp_arena_used(const lp_arena *arena);
 size_t lp_arena_capacity(const lp_arena *arena);
+
+/* ---- a struct and the arrays it owns in one allocation ----------------------------------------
+ *
+ * A report whose array sizes are known when it is made (an ablation, a logit lens, a run diff)
+ * takes one block: the struct first, then each array on the arena's 64-byte alignment. One NULL
+ * check when it is made and one free() when it is done, instead of a check and a free per array:
+ *
+ *   const lp_owned_array arrays[] = {
+ *       LP_OWNED_ARRAY(lp_ablation, nll, n_layers * n_heads),
+ *       LP_OWNED_ARRAY(lp_ablation, resid, n_layers * T * hidden),
+ *   };
+ *   lp_ablation *ab = lp_alloc_with_arrays(sizeof *ab, arrays, 2);   // free(ab) frees them all
+ */
+typedef struct lp_owned_array {
+    size_t member;    /* offsetof the pointer member in the struct */
+    int64_t count;    /* elements; negative is refused */
+    size_t elem_size; /* sizeof one element */
+} lp_owned_array;
+
+#define LP_OWNED_ARRAY(type, member_, count_) \
+    {offsetof(type, member_), (int64_t)(count_), sizeof *((type *)0)->member_}
+
+/* The struct (struct_size bytes) and every array, zero-filled, each pointer member set to its
+ * array; NULL when out of memory, a count is negative or the total overflows. The caller frees
+ * the returned block with free(). The members are set by copying a void * into them: object
+ * pointers share void *'s representation on every platform loupe builds for. */
+void *lp_alloc_with_arrays(size_t struct_size, const lp_owned_array *arrays, size_t n_arrays);
+
+/* The same for a struct the caller holds (a report filled in place): owner's members point into
+ * one new block, which is the first array; free() that member to free them all. NULL, and owner
+ * untouched, on the same failures. */
+void *lp_alloc_arrays_of(void *owner, const lp_owned_array *arrays, size_t n_arrays);
 
 #endif

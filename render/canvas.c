@@ -22,13 +22,20 @@ void lp_set_rgb(cairo_t *cr, lp_rgb rgb)
     cairo_set_source_rgb(cr, rgb.r / 255.0, rgb.g / 255.0, rgb.b / 255.0);
 }
 
-static char *dup_text(const char *s)
+/* path, path + ".tmp" and the title as one block "path\0path.tmp\0title\0" that c->path owns. */
+static bool own_names(lp_canvas *c, const char *path, const char *title)
 {
-    size_t n = strlen(s);
-    char *d = malloc(n + 1);
-    if (d)
-        memcpy(d, s, n + 1);
-    return d;
+    size_t n = strlen(path), t = strlen(title);
+    char *names = malloc((n + 1) + (n + 5) + (t + 1));
+    if (!names)
+        return false;
+    c->path = memcpy(names, path, n + 1);
+    /* Keep the extension last in the temporary name: nothing else reads it, but it helps a user
+     * who finds one after a crash. */
+    c->tmp_path = names + n + 1;
+    snprintf(c->tmp_path, n + 5, "%s.tmp", path);
+    c->title = memcpy(c->tmp_path + n + 5, title, t + 1);
+    return true;
 }
 
 void lp_render_escape(FILE *f, const char *s, bool apostrophe)
@@ -91,9 +98,7 @@ static void canvas_free(lp_canvas *c)
         cairo_surface_destroy(c->surface);
     if (c->file)
         fclose(c->file);
-    free(c->path);
-    free(c->tmp_path);
-    free(c->title);
+    free(c->path); /* and tmp_path and title (own_names) */
     free(c->desc);
     memset(c, 0, sizeof *c);
 }
@@ -152,17 +157,8 @@ lp_status lp_canvas_begin(lp_canvas *c, const char *path, int width, int height,
                             path, width, height, zoom, (long long)MAX_PIXELS);
     c->width = width;
     c->height = height;
-    size_t n = strlen(path);
-    c->path = dup_text(path);
-    c->tmp_path = malloc(n + 5);
-    c->title = dup_text(title ? title : "");
-    if (!c->path || !c->tmp_path || !c->title) {
-        canvas_free(c);
+    if (!own_names(c, path, title ? title : ""))
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", path);
-    }
-    /* Keep the extension last in the temporary name: nothing else reads it, but it helps a user
-     * who finds one after a crash. */
-    snprintf(c->tmp_path, n + 5, "%s.tmp", path);
     if ((s = create_surface(c, zoom, err)) != LP_OK) {
         canvas_free(c);
         return s;

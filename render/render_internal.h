@@ -30,7 +30,7 @@ typedef struct lp_canvas {
     int width, height;
     cairo_surface_t *surface;
     cairo_t *cr;
-    char *path;     /* final name */
+    char *path;     /* final name; one block with tmp_path and title */
     char *tmp_path; /* written first, renamed on success */
     FILE *file;     /* SVG stream target */
     int svg_state;  /* 0: before "<svg", 1: inside the tag, 2: injected */

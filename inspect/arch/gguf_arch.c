@@ -218,17 +218,9 @@ static lp_status per_layer(const reader *r, const char *suffix, int64_t n_layers
     return LP_OK;
 }
 
-static int64_t find_tensor(const lp_gguf *g, const char *name)
-{
-    for (int64_t i = 0; i < lp_gguf_n_tensors(g); i++)
-        if (strcmp(lp_gguf_tensor_name(g, i), name) == 0)
-            return i;
-    return -1;
-}
-
 static bool has_tensor(const lp_gguf *g, const char *name)
 {
-    return find_tensor(g, name) >= 0;
+    return lp_gguf_find_tensor(g, name) >= 0;
 }
 
 /* A tensor of every layer's name pattern, e.g. "attn_q.bias" in any blk.N. */
@@ -339,7 +331,7 @@ static lp_status read_longrope_factors(const reader *r, lp_rope_scaling *s)
 {
     static const char *const names[2] = {"rope_factors_short.weight", "rope_factors_long.weight"};
     double *dst[2] = {s->short_factor, s->long_factor};
-    int64_t idx[2] = {find_tensor(r->g, names[0]), find_tensor(r->g, names[1])};
+    int64_t idx[2] = {lp_gguf_find_tensor(r->g, names[0]), lp_gguf_find_tensor(r->g, names[1])};
     if (idx[0] < 0 && idx[1] < 0)
         return LP_OK; /* the loader names what is missing against rope_dim */
     for (int k = 0; k < 2; k++) {

@@ -1005,6 +1005,14 @@ const char *lp_gguf_tensor_name(const lp_gguf *g, int64_t index)
     return t ? t->name : NULL;
 }
 
+int64_t lp_gguf_find_tensor(const lp_gguf *g, const char *name)
+{
+    for (int64_t i = 0; i < g->n_tensors; i++)
+        if (strcmp(g->tensors[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
 lp_dtype lp_gguf_tensor_dtype(const lp_gguf *g, int64_t index)
 {
     const gguf_tensor *t = tensor_at(g, index);

@@ -75,6 +75,8 @@ bool lp_gguf_arr_str(const lp_gguf *gguf, int64_t kv, uint64_t index, const char
 /* Tensor infos, in file order. Dims are GGUF order (ne[0] innermost). */
 int64_t lp_gguf_n_tensors(const lp_gguf *gguf);
 const char *lp_gguf_tensor_name(const lp_gguf *gguf, int64_t index);
+/* The index of the first tensor called name, or -1. */
+int64_t lp_gguf_find_tensor(const lp_gguf *gguf, const char *name);
 lp_dtype lp_gguf_tensor_dtype(const lp_gguf *gguf, int64_t index);
 int lp_gguf_tensor_n_dims(const lp_gguf *gguf, int64_t index);
 int64_t lp_gguf_tensor_ne(const lp_gguf *gguf, int64_t index, int dim);

@@ -90,6 +90,53 @@ static void test_arena(void **state)
     lp_arena_destroy(arena);
 }
 
+/* A report with arrays of several element types, as trace/analysis makes them. */
+typedef struct owner {
+    int64_t n;
+    double *d;
+    char *c;
+    int32_t *i;
+} owner;
+
+static void test_alloc_with_arrays(void **state)
+{
+    (void)state;
+    const lp_owned_array arrays[] = {
+        LP_OWNED_ARRAY(owner, d, 5),
+        LP_OWNED_ARRAY(owner, c, 3),
+        LP_OWNED_ARRAY(owner, i, 0),
+    };
+    owner *o = lp_alloc_with_arrays(sizeof *o, arrays, 3);
+    assert_non_null(o);
+    assert_int_equal(o->n, 0);
+    /* each array after the struct and its predecessor, on a 64-byte boundary, zero-filled */
+    assert_true((char *)o->d >= (char *)(o + 1) && (uintptr_t)o->d % 64 == 0);
+    assert_true((char *)o->c >= (char *)(o->d + 5) && (uintptr_t)o->c % 64 == 0);
+    assert_true((char *)o->i >= o->c + 3 && (uintptr_t)o->i % 64 == 0);
+    for (int k = 0; k < 5; k++)
+        assert_true(o->d[k] == 0.0);
+    o->d[4] = 1.5;
+    o->c[2] = 'x';
+    assert_true(o->d[4] == 1.5 && o->c[2] == 'x');
+    free(o);
+
+    /* a struct the caller holds: the block is its first array */
+    owner held = {7, NULL, NULL, NULL};
+    void *block = lp_alloc_arrays_of(&held, arrays, 3);
+    assert_ptr_equal(block, held.d);
+    assert_true(held.n == 7 && (uintptr_t)held.c % 64 == 0 && held.c >= (char *)(held.d + 5));
+    assert_true(held.c[0] == 0 && held.c[2] == 0);
+    free(held.d);
+
+    const lp_owned_array negative[] = {LP_OWNED_ARRAY(owner, d, -1)};
+    owner untouched = {0};
+    assert_null(lp_alloc_arrays_of(&untouched, negative, 1));
+    assert_null(untouched.d);
+    assert_null(lp_alloc_with_arrays(sizeof(owner), negative, 1));
+    const lp_owned_array overflowing[] = {LP_OWNED_ARRAY(owner, d, INT64_MAX / 2)};
+    assert_null(lp_alloc_with_arrays(sizeof(owner), overflowing, 1));
+}
+
 static void test_checked_and_parsing(void **state)
 {
     (void)state;
@@ -238,7 +285,7 @@ int main(void)
         cmocka_unit_test(test_dtype_sizes),     cmocka_unit_test(test_arena),
         cmocka_unit_test(test_checked_and_parsing), cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_token_ids),       cmocka_unit_test(test_prompt_file),
-        cmocka_unit_test(test_name_tables),
+        cmocka_unit_test(test_name_tables),     cmocka_unit_test(test_alloc_with_arrays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -567,14 +567,6 @@ static lp_gguf *open_shared(const char *rel)
     return g;
 }
 
-static int64_t find_tensor(const lp_gguf *g, const char *name)
-{
-    for (int64_t i = 0; i < lp_gguf_n_tensors(g); i++)
-        if (strcmp(lp_gguf_tensor_name(g, i), name) == 0)
-            return i;
-    return -1;
-}
-
 static void test_golden_f32(void **state)
 {
     (void)state;
@@ -599,11 +591,12 @@ static void test_golden_f32(void **state)
     /* byte-fallback pieces: id b + 3 is "<0xXX>" */
     assert_true(lp_gguf_arr_str(g, tok, 13, &s, &len));
     assert_true(len == 6 && memcmp(s, "<0x0A>", 6) == 0);
-    int64_t emb = find_tensor(g, "token_embd.weight");
+    int64_t emb = lp_gguf_find_tensor(g, "token_embd.weight");
     assert_true(emb >= 0);
+    assert_int_equal(lp_gguf_find_tensor(g, "token_embd"), -1); /* whole names only */
     assert_int_equal(lp_gguf_tensor_ne(g, emb, 0), 64);
     assert_int_equal(lp_gguf_tensor_ne(g, emb, 1), 512);
-    int64_t out = find_tensor(g, "output.weight");
+    int64_t out = lp_gguf_find_tensor(g, "output.weight");
     /* the converter wrote the tied classifier as a byte copy */
     assert_memory_equal(lp_gguf_tensor_data(g, emb), lp_gguf_tensor_data(g, out), 64 * 512 * 4);
     for (int64_t i = 0; i < 48; i++)
@@ -669,7 +662,7 @@ static void test_golden_quant(void **state)
                             lp_dtype_name(expected_type(files[f], name)));
                 fail();
             }
-            int64_t r = find_tensor(ref, name);
+            int64_t r = lp_gguf_find_tensor(ref, name);
             assert_true(r >= 0);
             int64_t n = 1;
             for (int d = 0; d < 4; d++) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "trace/forward/model_internal.h"
 
 static const char *const method_names[] = {"zero", "mean", "patch"};
@@ -121,40 +122,27 @@ static lp_status score_removed(const lp_model *model, const int32_t *ids, const 
     return lp_score_pass(model, ids, ab->T, &opts, nll, err);
 }
 
-void lp_ablation_free(lp_ablation *ab)
-{
-    if (!ab)
-        return;
-    free(ab->clean_pos);
-    free(ab->nll);
-    free(ab->pos_nll);
-    free(ab->patch_diff);
-    free(ab->resid);
-    free(ab->replacement);
-    free(ab);
-}
+/* The report and its arrays are one block (alloc_ablation). */
+void lp_ablation_free(lp_ablation *ab) { free(ab); }
 
 static lp_status alloc_ablation(const lp_arch *a, int64_t T, lp_ablation **out, lp_error *err)
 {
     int64_t L = a->n_layers, NH = a->n_heads, LH = L * NH;
-    lp_ablation *ab = calloc(1, sizeof *ab);
-    if (ab) {
-        ab->n_layers = L;
-        ab->n_heads = NH;
-        ab->T = T;
-        ab->clean_pos = malloc((size_t)(T - 1) * sizeof(double));
-        ab->nll = malloc((size_t)LH * sizeof(double));
-        ab->pos_nll = malloc((size_t)(LH * (T - 1)) * sizeof(double));
-        ab->patch_diff = calloc((size_t)LH, sizeof(double));
-        ab->resid = malloc((size_t)(L * T * a->hidden_size) * sizeof(float));
-        ab->replacement = malloc((size_t)(L * T * NH * a->head_dim) * sizeof(float));
-    }
-    if (!ab || !ab->clean_pos || !ab->nll || !ab->pos_nll || !ab->patch_diff || !ab->resid ||
-        !ab->replacement) {
-        lp_ablation_free(ab);
+    const lp_owned_array arrays[] = {
+        LP_OWNED_ARRAY(lp_ablation, clean_pos, T - 1),
+        LP_OWNED_ARRAY(lp_ablation, nll, LH),
+        LP_OWNED_ARRAY(lp_ablation, pos_nll, LH * (T - 1)),
+        LP_OWNED_ARRAY(lp_ablation, patch_diff, LH),
+        LP_OWNED_ARRAY(lp_ablation, resid, L * T * a->hidden_size),
+        LP_OWNED_ARRAY(lp_ablation, replacement, L * T * NH * a->head_dim),
+    };
+    lp_ablation *ab = lp_alloc_with_arrays(sizeof *ab, arrays, sizeof arrays / sizeof arrays[0]);
+    if (!ab)
         return lp_error_set(err, LP_ERR_NOMEM, "ablate: out of memory for %lld tokens x %lld "
                             "heads", (long long)T, (long long)LH);
-    }
+    ab->n_layers = L;
+    ab->n_heads = NH;
+    ab->T = T;
     *out = ab;
     return LP_OK;
 }

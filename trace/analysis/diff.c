@@ -9,17 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-void lp_run_diff_free(lp_run_diff *d)
-{
-    if (!d)
-        return;
-    free(d->js);
-    free(d->max_abs);
-    free(d->stat_delta);
-    free(d->kl);
-    free(d->argmax_agree);
-    free(d);
-}
+#include "core/arena.h"
+
+/* The report and its arrays are one block (lp_diff_runs). */
+void lp_run_diff_free(lp_run_diff *d) { free(d); }
 
 /* The two runs must be over the same tokens: the first differing position is named. */
 static lp_status same_tokens(lp_store *a, const lp_store_run *ra, lp_store *b,
@@ -169,26 +162,25 @@ lp_status lp_diff_runs(lp_store *a, const lp_store_run *ra, lp_store *b, const l
     if (st != LP_OK)
         return st;
     int64_t LH = ra->n_layers * ra->n_heads;
-    lp_run_diff *d = calloc(1, sizeof *d);
+    const lp_owned_array arrays[] = {
+        LP_OWNED_ARRAY(lp_run_diff, js, LH),
+        LP_OWNED_ARRAY(lp_run_diff, max_abs, LH),
+        LP_OWNED_ARRAY(lp_run_diff, stat_delta, LH * LP_STAT_COUNT),
+        LP_OWNED_ARRAY(lp_run_diff, kl, T),
+        LP_OWNED_ARRAY(lp_run_diff, argmax_agree, T),
+    };
+    lp_run_diff *d = lp_alloc_with_arrays(sizeof *d, arrays, sizeof arrays / sizeof arrays[0]);
     float *row_a = malloc((size_t)(T > 0 ? T : 1) * sizeof *row_a);
     float *row_b = malloc((size_t)(T > 0 ? T : 1) * sizeof *row_b);
-    if (d) {
-        d->n_layers = ra->n_layers;
-        d->n_heads = ra->n_heads;
-        d->T = T;
-        d->js = calloc((size_t)LH, sizeof *d->js);
-        d->max_abs = calloc((size_t)LH, sizeof *d->max_abs);
-        d->stat_delta = calloc((size_t)(LH * LP_STAT_COUNT), sizeof *d->stat_delta);
-        d->kl = malloc((size_t)(T > 0 ? T : 1) * sizeof *d->kl);
-        d->argmax_agree = calloc((size_t)(T > 0 ? T : 1), sizeof *d->argmax_agree);
-    }
-    if (!d || !row_a || !row_b || !d->js || !d->max_abs || !d->stat_delta || !d->kl ||
-        !d->argmax_agree) {
+    if (!d || !row_a || !row_b) {
         free(row_a);
         free(row_b);
         lp_run_diff_free(d);
         return lp_error_set(err, LP_ERR_NOMEM, "diff: out of memory");
     }
+    d->n_layers = ra->n_layers;
+    d->n_heads = ra->n_heads;
+    d->T = T;
     for (int64_t p = 0; p < T; p++)
         d->kl[p] = NAN;
     for (int64_t i = 0; st == LP_OK && i < LH; i++) {

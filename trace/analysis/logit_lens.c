@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
+
 /* The pass computes logits in chunks of this many floats; the lens uses the same row chunks, so
  * the last layer's readout is the pass's own logits bit for bit. */
 #define LENS_CHUNK_FLOATS (4u << 20)
@@ -62,18 +64,8 @@ static lp_status lens_observe(void *ctx, const lp_site *s, const lp_view *v, lp_
     return LP_OK;
 }
 
-void lp_logit_lens_free(lp_logit_lens *lens)
-{
-    if (!lens)
-        return;
-    free(lens->token);
-    free(lens->prob);
-    free(lens->layer_nll);
-    free(lens->seen);
-    free(lens->logits);
-    free(lens->top);
-    free(lens);
-}
+/* The lens and its arrays are one block (lp_logit_lens_create). */
+void lp_logit_lens_free(lp_logit_lens *lens) { free(lens); }
 
 lp_status lp_logit_lens_create(const lp_model *model, const int32_t *ids, int64_t T, int64_t k,
                                lp_pool *pool, lp_logit_lens **out, lp_error *err)
@@ -84,25 +76,28 @@ lp_status lp_logit_lens_create(const lp_model *model, const int32_t *ids, int64_
         return lp_error_set(err, LP_ERR_USAGE, "logit lens: %lld tokens, top %lld",
                             (long long)T, (long long)k);
     k = k < a->vocab_size ? k : a->vocab_size;
-    lp_logit_lens *lens = calloc(1, sizeof *lens);
     int64_t L = a->n_layers, chunk = (int64_t)(LENS_CHUNK_FLOATS / (uint64_t)a->vocab_size);
     chunk = chunk < 1 ? 1 : (chunk < T ? chunk : T);
-    if (lens) {
-        *lens = (lp_logit_lens){.n_layers = L, .T = T, .k = k, .model = model, .ids = ids,
-                                .pool = pool, .chunk = chunk};
-        lens->token = malloc((size_t)(L * T * k) * sizeof *lens->token);
-        lens->prob = malloc((size_t)(L * T * k) * sizeof *lens->prob);
-        lens->layer_nll = malloc((size_t)L * sizeof *lens->layer_nll);
-        lens->seen = calloc((size_t)L, sizeof *lens->seen);
-        lens->logits = malloc((size_t)(chunk * a->vocab_size) * sizeof *lens->logits);
-        lens->top = malloc((size_t)k * sizeof *lens->top);
-    }
-    if (!lens || !lens->token || !lens->prob || !lens->layer_nll || !lens->seen ||
-        !lens->logits || !lens->top) {
-        lp_logit_lens_free(lens);
+    const lp_owned_array arrays[] = {
+        LP_OWNED_ARRAY(lp_logit_lens, token, L * T * k),
+        LP_OWNED_ARRAY(lp_logit_lens, prob, L * T * k),
+        LP_OWNED_ARRAY(lp_logit_lens, layer_nll, L),
+        LP_OWNED_ARRAY(lp_logit_lens, seen, L),
+        LP_OWNED_ARRAY(lp_logit_lens, logits, chunk * a->vocab_size),
+        LP_OWNED_ARRAY(lp_logit_lens, top, k),
+    };
+    lp_logit_lens *lens = lp_alloc_with_arrays(sizeof *lens, arrays,
+                                               sizeof arrays / sizeof arrays[0]);
+    if (!lens)
         return lp_error_set(err, LP_ERR_NOMEM, "logit lens: out of memory for %lld layers x %lld "
                             "tokens", (long long)L, (long long)T);
-    }
+    lens->n_layers = L;
+    lens->T = T;
+    lens->k = k;
+    lens->model = model;
+    lens->ids = ids;
+    lens->pool = pool;
+    lens->chunk = chunk;
     lens->observer = (lp_observer){lens, lens_want, lens_observe};
     *out = lens;
     return LP_OK;

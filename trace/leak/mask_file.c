@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "core/arena.h"
 #include "core/text.h"
 #include "core/checked.h"
 #include "core/mapfile.h"
@@ -39,9 +40,7 @@ void lp_leak_mask_report_free(lp_leak_mask_report *rep)
 {
     if (!rep)
         return;
-    free(rep->leaks);
-    free(rep->blocked);
-    free(rep->masked_rows);
+    free(rep->leaks); /* the three lists are one block */
     rep->leaks = rep->blocked = rep->masked_rows = NULL;
 }
 
@@ -340,14 +339,14 @@ lp_status lp_leak_check_mask(const void *data_v, lp_dtype dtype, int n_dims, con
             return lp_error_set(err, LP_ERR_RANGE, "%s: mask size overflows", name);
     out->n_cells = n_cells;
     int64_t max_listed = opts->max_listed > 0 ? opts->max_listed : 0;
-    size_t list_bytes = (size_t)(max_listed > 0 ? max_listed : 1) * sizeof(lp_leak_coord);
-    out->leaks = malloc(list_bytes);
-    out->blocked = malloc(list_bytes);
-    out->masked_rows = malloc(list_bytes);
-    if (!out->leaks || !out->blocked || !out->masked_rows) {
-        lp_leak_mask_report_free(out);
+    int64_t list_len = max_listed > 0 ? max_listed : 1;
+    const lp_owned_array lists[] = {
+        LP_OWNED_ARRAY(lp_leak_mask_report, leaks, list_len),
+        LP_OWNED_ARRAY(lp_leak_mask_report, blocked, list_len),
+        LP_OWNED_ARRAY(lp_leak_mask_report, masked_rows, list_len),
+    };
+    if (!lp_alloc_arrays_of(out, lists, sizeof lists / sizeof lists[0]))
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
-    }
     if (out->encoding == LP_MASK_ENC_ADDITIVE)
         find_fill(out, data, dtype, opts->masked_below);
     int64_t cell = 0;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "core/checked.h"
 #include "core/random.h"
 
@@ -28,14 +29,9 @@ void lp_leak_model_report_free(lp_leak_model_report *rep)
 {
     if (!rep)
         return;
-    free(rep->cuts);
-    free(rep->layer_max_diff);
-    free(rep->leaks);
+    free(rep->cuts); /* one block with layer_max_diff and leaks (setup) */
     free(rep->checks);
-    rep->cuts = NULL;
-    rep->layer_max_diff = NULL;
-    rep->leaks = NULL;
-    rep->checks = NULL;
+    memset(rep, 0, sizeof *rep);
 }
 
 static lp_status add_check(lp_leak_model_report *r, int64_t *cap, const char *name, bool passed,
@@ -704,12 +700,15 @@ static lp_status setup(const lp_model *model, int64_t n_ids, const lp_leak_model
     o->cut_max = alloc_array(o->n_layers + 1, 1, sizeof(double));
     o->cut_first_pos = alloc_array(o->n_layers + 1, 1, sizeof(int64_t));
     o->attn = alloc_array(o->n_layers, 1, sizeof(layer_attn));
-    r->cuts = alloc_array(max_cuts, 1, sizeof(int64_t));
-    r->layer_max_diff = alloc_array(o->n_layers + 1, 1, sizeof(double));
-    r->leaks = alloc_array(opts->max_listed > 0 ? opts->max_listed : 1, 1,
-                           sizeof(lp_leak_model_coord));
+    const lp_owned_array report_arrays[] = {
+        LP_OWNED_ARRAY(lp_leak_model_report, cuts, max_cuts),
+        LP_OWNED_ARRAY(lp_leak_model_report, layer_max_diff, o->n_layers + 1),
+        LP_OWNED_ARRAY(lp_leak_model_report, leaks, opts->max_listed > 0 ? opts->max_listed : 1),
+    };
+    void *report_block =
+        lp_alloc_arrays_of(r, report_arrays, sizeof report_arrays / sizeof report_arrays[0]);
     if (!o->base_resid || !o->base_logits || !o->cut_max || !o->cut_first_pos || !o->attn ||
-        !r->cuts || !r->layer_max_diff || !r->leaks)
+        !report_block)
         return lp_error_set(err, LP_ERR_NOMEM,
                             "leak: out of memory for the baseline of %lld tokens x %lld layers",
                             (long long)n_ids, (long long)arch->n_layers);

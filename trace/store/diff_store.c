@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "trace/store/store_internal.h"
 
 static lp_status insert_diff_row(lp_store *s, const lp_store_diff *d, int64_t *id, lp_error *err)
@@ -128,11 +129,7 @@ void lp_store_diff_rows_clear(lp_store_diff_rows *d)
 {
     free(d->a_db);
     free(d->b_db);
-    free(d->js);
-    free(d->max_abs);
-    free(d->stat_delta);
-    free(d->kl);
-    free(d->argmax_agree);
+    free(d->js); /* one block with the other arrays (lp_store_read_diff) */
     memset(d, 0, sizeof *d);
 }
 
@@ -230,12 +227,10 @@ static lp_status read_diff_row(lp_store *s, int64_t id, lp_store_diff_rows *d, l
     return st;
 }
 
-static double *nan_filled(int64_t n)
+static void fill_nan(double *v, int64_t n)
 {
-    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    for (int64_t i = 0; v && i < n; i++)
+    for (int64_t i = 0; i < n; i++)
         v[i] = NAN;
-    return v;
 }
 
 static double real_or_nan(sqlite3_stmt *q, int col)
@@ -311,16 +306,23 @@ lp_status lp_store_read_diff(lp_store *s, int64_t diff_id, lp_store_diff_rows *d
     lp_status st = read_diff_row(s, diff_id, d, err);
     if (st == LP_OK) {
         int64_t LH = d->n_layers * d->n_heads;
-        d->js = nan_filled(LH);
-        d->max_abs = nan_filled(LH);
-        d->stat_delta = nan_filled(LH * LP_STAT_COUNT);
-        d->kl = nan_filled(d->n_tokens);
-        d->argmax_agree = malloc((size_t)(d->n_tokens > 0 ? d->n_tokens : 1));
-        if (!d->js || !d->max_abs || !d->stat_delta || !d->kl || !d->argmax_agree)
+        const lp_owned_array arrays[] = {
+            LP_OWNED_ARRAY(lp_store_diff_rows, js, LH),
+            LP_OWNED_ARRAY(lp_store_diff_rows, max_abs, LH),
+            LP_OWNED_ARRAY(lp_store_diff_rows, stat_delta, LH * LP_STAT_COUNT),
+            LP_OWNED_ARRAY(lp_store_diff_rows, kl, d->n_tokens),
+            LP_OWNED_ARRAY(lp_store_diff_rows, argmax_agree, d->n_tokens),
+        };
+        if (!lp_alloc_arrays_of(d, arrays, sizeof arrays / sizeof arrays[0])) {
             st = lp_error_set(err, LP_ERR_NOMEM, "reading diff %lld: out of memory",
                               (long long)d->id);
-        else
+        } else {
+            fill_nan(d->js, LH);
+            fill_nan(d->max_abs, LH);
+            fill_nan(d->stat_delta, LH * LP_STAT_COUNT);
+            fill_nan(d->kl, d->n_tokens);
             memset(d->argmax_agree, -1, (size_t)d->n_tokens);
+        }
     }
     if (st == LP_OK)
         st = read_diff_rows(s, d, "diff_heads",

@@ -7,11 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 
 #include <jansson.h>
 
+#include "core/names.h"
 #include "trace/store/store_internal.h"
 
 /* Runs with more layers or heads than this are refused as corrupt before anything is sized by
@@ -358,23 +358,29 @@ lp_status lp_store_read_tokens(lp_store *s, int64_t run_id, char ***texts, int64
 
 /* ---- head statistics -------------------------------------------------------------------------- */
 
-typedef struct stat_spelling {
-    const char *name;
-    lp_head_stat stat;
-} stat_spelling;
-
-/* The column names in lp_head_stat order, then the spellings people reach for first. */
-static const stat_spelling stat_spellings[] = {
-    {"entropy", LP_STAT_ENTROPY},       {"max_prob", LP_STAT_MAX_PROB},
-    {"sink", LP_STAT_SINK},             {"prev_token", LP_STAT_PREV_TOKEN},
-    {"self", LP_STAT_SELF},             {"distance", LP_STAT_DISTANCE},
-    {"local_frac", LP_STAT_LOCAL_FRAC}, {"output_norm", LP_STAT_OUTPUT_NORM},
-    {"keys50", LP_STAT_KEYS50},         {"keys90", LP_STAT_KEYS90},
-    {"keys99", LP_STAT_KEYS99},         {"low_mass", LP_STAT_LOW_MASS},
-    {"learned_sink", LP_STAT_LEARNED_SINK},
-    {"prev", LP_STAT_PREV_TOKEN},       {"previous-token", LP_STAT_PREV_TOKEN},
-    {"previous_token", LP_STAT_PREV_TOKEN},
+/* The column names in lp_head_stat order (the first row of a value is its printed word), then
+ * the spellings people reach for first. */
+static const lp_name_entry stat_names[] = {
+    {LP_STAT_ENTROPY, "entropy"},
+    {LP_STAT_MAX_PROB, "max_prob"},
+    {LP_STAT_SINK, "sink"},
+    {LP_STAT_PREV_TOKEN, "prev_token"},
+    {LP_STAT_SELF, "self"},
+    {LP_STAT_DISTANCE, "distance"},
+    {LP_STAT_LOCAL_FRAC, "local_frac"},
+    {LP_STAT_OUTPUT_NORM, "output_norm"},
+    {LP_STAT_KEYS50, "keys50"},
+    {LP_STAT_KEYS90, "keys90"},
+    {LP_STAT_KEYS99, "keys99"},
+    {LP_STAT_LOW_MASS, "low_mass"},
+    {LP_STAT_LEARNED_SINK, "learned_sink"},
+    {LP_STAT_PREV_TOKEN, "prev"},
+    {LP_STAT_PREV_TOKEN, "previous-token"},
+    {LP_STAT_PREV_TOKEN, "previous_token"},
 };
+
+LP_NAMES_DEFINE(lp_head_stat_name, lp_head_stat_from_name, lp_head_stat, stat_names, "?", true,
+                LP_STAT_COUNT)
 
 bool lp_head_stat_absent(const double *stat_delta, int64_t n_heads_total, lp_head_stat stat)
 {
@@ -384,19 +390,6 @@ bool lp_head_stat_absent(const double *stat_delta, int64_t n_heads_total, lp_hea
         if (!isnan(stat_delta[i * LP_STAT_COUNT + stat]))
             return false;
     return true;
-}
-
-const char *lp_head_stat_name(lp_head_stat stat)
-{
-    return (unsigned)stat < LP_STAT_COUNT ? stat_spellings[stat].name : "?";
-}
-
-lp_head_stat lp_head_stat_from_name(const char *name)
-{
-    for (size_t i = 0; i < sizeof stat_spellings / sizeof stat_spellings[0]; i++)
-        if (strcasecmp(name, stat_spellings[i].name) == 0)
-            return stat_spellings[i].stat;
-    return LP_STAT_COUNT;
 }
 
 /* Rows (layer, head, value) into out[n_layers * n_heads]; *rows counts the non-NULL values (a
