@@ -1299,11 +1299,17 @@ json_t *lp_synth_config_json(const lp_synth_spec *spec)
 
 /* ---- the writer ---------------------------------------------------------------------------------- */
 
-lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err)
+/* A folder to write into and a spec its family can have. */
+static lp_status check_request(const char *out_dir, const lp_synth_spec *spec, lp_error *err)
 {
     if (!out_dir || !*out_dir)
         return lp_error_set(err, LP_ERR_USAGE, "no output folder given (the path is empty)");
-    lp_status st = lp_synth_check_spec(spec, err);
+    return lp_synth_check_spec(spec, err);
+}
+
+lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err)
+{
+    lp_status st = check_request(out_dir, spec, err);
     if (st != LP_OK)
         return st;
     lp_st_writer *w = NULL;
@@ -1327,9 +1333,7 @@ lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, 
 lp_status lp_synth_write_family_gguf(const char *out_dir, const lp_synth_spec *spec,
                                      lp_error *err)
 {
-    if (!out_dir || !*out_dir)
-        return lp_error_set(err, LP_ERR_USAGE, "no output folder given (the path is empty)");
-    lp_status st = lp_synth_check_spec(spec, err);
+    lp_status st = check_request(out_dir, spec, err);
     if (st != LP_OK)
         return st;
     lp_gguf_writer *w = NULL;
