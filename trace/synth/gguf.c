@@ -542,7 +542,9 @@ static lp_status longrope_tensors(const lp_synth_spec *s, lp_gguf_writer *w, lp_
     return st;
 }
 
-lp_status lp_synth_gguf_build(const lp_synth_spec *spec, lp_gguf_writer *w, lp_error *err)
+/* Metadata, vocabulary and tensors of spec's GGUF form into w; LP_ERR_UNSUPPORTED for a family
+ * or variant llama.cpp has no architecture for. */
+static lp_status build(const lp_synth_spec *spec, lp_gguf_writer *w, lp_error *err)
 {
     lp_status st = check_expressible(spec, err);
     if (st != LP_OK)
@@ -562,5 +564,21 @@ lp_status lp_synth_gguf_build(const lp_synth_spec *spec, lp_gguf_writer *w, lp_e
         st = add_tensors(spec, &out, w, err);
     out_list_free(&out);
     lp_synth_parts_free(&parts);
+    return st;
+}
+
+lp_status lp_synth_write_family_gguf(const char *out_dir, const lp_synth_spec *spec,
+                                     lp_error *err)
+{
+    lp_status st = lp_synth_check_request(out_dir, spec, err);
+    if (st != LP_OK)
+        return st;
+    lp_gguf_writer *w = NULL;
+    if ((st = lp_gguf_writer_create(&w, err)) == LP_OK &&
+        (st = build(spec, w, err)) == LP_OK) {
+        lp_synth_file files[] = {{"model.gguf", NULL, NULL, w}};
+        st = lp_synth_commit(out_dir, files, 1, err);
+    }
+    lp_gguf_writer_destroy(w);
     return st;
 }
