@@ -216,15 +216,18 @@ static lp_status append_rows(out_list *o, const char *name, const float *data, i
     return LP_OK;
 }
 
-/* Llama's converter: row h*hd + j*(hd/2) + i (halves) goes to h*hd + 2i + j (adjacent pairs). */
+/* Llama's converter: row h*hd + j*(d/2) + i (halves over the d rotated dims) goes to
+ * h*hd + 2i + j (adjacent pairs); the converter permutes whole heads (d = hd), and with partial
+ * rotary only the rotated dims move, so that adjacent pairs over them are the halves' pairs. */
 static void permute_heads(float *data, const float *src, int64_t rows, int64_t width,
-                          int64_t head_dim)
+                          int64_t head_dim, int64_t rotated)
 {
-    int64_t half = head_dim / 2;
+    int64_t half = rotated / 2;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t h = r / head_dim, within = r % head_dim, j = within / half, i = within % half;
-        memcpy(data + (h * head_dim + 2 * i + j) * width, src + r * width,
-               (size_t)width * sizeof *data);
+        int64_t h = r / head_dim, within = r % head_dim, to = within;
+        if (within < rotated)
+            to = 2 * (within % half) + within / half;
+        memcpy(data + (h * head_dim + to) * width, src + r * width, (size_t)width * sizeof *data);
     }
 }
 
@@ -288,7 +291,8 @@ static lp_status add_part(const lp_synth_spec *s, const lp_synth_part *p, out_li
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
     memcpy(data, p->data, (size_t)(rows * width) * sizeof *data);
     if (f->permute_qk && (p->t.role == LP_ROLE_ATTN_Q || p->t.role == LP_ROLE_ATTN_K))
-        permute_heads(data, p->data, rows, width, s->head_dim);
+        permute_heads(data, p->data, rows, width, s->head_dim,
+                      s->rope_dim > 0 ? s->rope_dim : s->head_dim);
     if (f->norm_plus_one && is_norm_weight(&p->t))
         for (int64_t i = 0; i < rows * width; i++)
             data[i] += 1.0f;
