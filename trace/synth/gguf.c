@@ -481,11 +481,32 @@ static void hparam_keys(keys *k)
     family_keys(k);
 }
 
-/* A byte-level BPE vocabulary of spec->vocab tokens: <unk> <s> </s>, then the printable
- * characters from '!' on (GPT-2's byte alphabet), then control tokens <|tN|>. */
+/* The single characters of the vocabulary, most useful first: GPT-2's byte-level space, the
+ * lowercase letters, digits, common punctuation, then every other printable ASCII byte. */
+static int64_t vocab_chars(char out[96][3])
+{
+    static const char first[] = "abcdefghijklmnopqrstuvwxyz0123456789.,!?'-:;()\"";
+    int64_t n = 0;
+    out[n][0] = '\xc4', out[n][1] = '\xa0', out[n][2] = 0; /* U+0120: a space, byte-level */
+    n++;
+    for (const char *c = first; *c; c++, n++)
+        out[n][0] = *c, out[n][1] = 0;
+    for (int c = '!'; c <= '~'; c++)
+        if (!strchr(first, c)) {
+            out[n][0] = (char)c, out[n][1] = 0;
+            n++;
+        }
+    return n;
+}
+
+/* A byte-level BPE vocabulary of spec->vocab tokens: <unk> <s> </s>, then single characters
+ * (vocab_chars), then control tokens <|tN|>; no merges, so text is encoded character by
+ * character. */
 static lp_status vocab_keys(const lp_synth_spec *s, lp_gguf_writer *w, lp_error *err)
 {
     int64_t V = s->vocab;
+    char chars[96][3];
+    int64_t n_chars = vocab_chars(chars);
     char (*text)[32] = calloc((size_t)V, sizeof *text);
     const char **tokens = calloc((size_t)V, sizeof *tokens);
     int32_t *types = calloc((size_t)V, sizeof *types);
@@ -495,14 +516,14 @@ static lp_status vocab_keys(const lp_synth_spec *s, lp_gguf_writer *w, lp_error 
                                       (long long)V);
     static const char *const specials[3] = {"<unk>", "<s>", "</s>"};
     for (int64_t t = 0; st == LP_OK && t < V; t++) {
-        int64_t c = '!' + t - 3;
+        bool is_char = t >= 3 && t - 3 < n_chars;
         if (t < 3)
             snprintf(text[t], sizeof text[t], "%s", specials[t]);
-        else if (c <= '~')
-            snprintf(text[t], sizeof text[t], "%c", (char)c);
+        else if (is_char)
+            snprintf(text[t], sizeof text[t], "%s", chars[t - 3]);
         else
             snprintf(text[t], sizeof text[t], "<|t%lld|>", (long long)t);
-        types[t] = t < 3 || c > '~' ? 3 : 1; /* llama.cpp: 3 control, 1 normal */
+        types[t] = is_char ? 1 : 3; /* llama.cpp: 1 normal, 3 control */
         tokens[t] = text[t];
     }
     if (st == LP_OK)
