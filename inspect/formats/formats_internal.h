@@ -23,8 +23,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-
-struct lp_gguf;
+#include "inspect/formats/gguf.h"
 
 #define LP_TENSOR_DESC_MAX_DIMS 8 /* = LP_MAX_DIMS of inspect/inspect.h (checked there) */
 
@@ -54,7 +53,7 @@ lp_status lp_safetensors_read(const uint8_t *data, size_t size, const char *name
 
 /* GGUF: the tensor infos of an open file, shapes reversed to outermost first, element counts
  * checked against the byte sizes. Views point into the GGUF's own mapping. */
-lp_status lp_gguf_read_tensors(const struct lp_gguf *gguf, const lp_tensor_sink *sink,
+lp_status lp_gguf_read_tensors(const lp_gguf *gguf, const lp_tensor_sink *sink,
                                lp_error *err);
 
 /* The llama2.c checkpoint header (byte layout in llama2c.c), with the derived sizes. */
@@ -82,6 +81,10 @@ lp_status lp_llama2c_read(const uint8_t *data, size_t size, const char *name,
  * of float32 score, int32 len, len bytes filling the file exactly; at least one record).
  * *n_tokens (may be NULL) receives the record count. */
 bool lp_llama2c_is_tokenizer(const uint8_t *data, size_t size, int64_t *n_tokens);
+
+/* Bytes of one GGUF scalar of the type; 0 for STRING, ARRAY and
+ * unknown types. The reader's and the writer's one table. */
+uint64_t lp_gguf_scalar_bytes(lp_gguf_type type);
 
 /* The writers' conversion: n f32 values into dst as F32, F16 or BF16 (nearest even), 4 or 2
  * bytes each, little-endian. */

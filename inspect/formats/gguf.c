@@ -114,7 +114,7 @@ static const char *gguf_type_name(uint32_t type)
 }
 
 /* Bytes of one scalar value; 0 for string and array. */
-static uint64_t gguf_scalar_size(lp_gguf_type type)
+uint64_t lp_gguf_scalar_bytes(lp_gguf_type type)
 {
     switch (type) {
     case LP_GGUF_UINT8: case LP_GGUF_INT8: case LP_GGUF_BOOL: return 1;
@@ -307,7 +307,7 @@ static lp_status read_array_header(cursor *c, const char *key, int depth, uint32
         return st;
     /* Every element takes at least this many bytes: a string its 8-byte length, an array its
      * 12-byte header. */
-    uint64_t min_elem = gguf_scalar_size((lp_gguf_type)*elem_type);
+    uint64_t min_elem = lp_gguf_scalar_bytes((lp_gguf_type)*elem_type);
     if (*elem_type == LP_GGUF_STRING)
         min_elem = 8;
     else if (*elem_type == LP_GGUF_ARRAY)
@@ -336,7 +336,7 @@ static lp_status skip_value(cursor *c, uint32_t type, int depth, const char *key
         st = read_array_header(c, key, depth, &elem_type, &count);
         if (st != LP_OK)
             return st;
-        uint64_t elem_size = gguf_scalar_size((lp_gguf_type)elem_type);
+        uint64_t elem_size = lp_gguf_scalar_bytes((lp_gguf_type)elem_type);
         if (elem_size) {
             if (elem_type == LP_GGUF_BOOL) {
                 for (uint64_t i = 0; i < count; i++) {
@@ -357,7 +357,7 @@ static lp_status skip_value(cursor *c, uint32_t type, int depth, const char *key
         }
         return LP_OK;
     }
-    uint64_t size = gguf_scalar_size((lp_gguf_type)type);
+    uint64_t size = lp_gguf_scalar_bytes((lp_gguf_type)type);
     if (!has(c, size))
         return truncated(c, size, "value");
     if (type == LP_GGUF_BOOL && c->data[c->pos] > 1)
@@ -956,7 +956,7 @@ static const uint8_t *array_elem(const lp_gguf *g, int64_t kv, uint64_t index, l
     const gguf_kv *p = kv_at(g, kv);
     if (!p || p->type != LP_GGUF_ARRAY || index >= p->arr_len)
         return NULL;
-    uint64_t size = gguf_scalar_size(p->arr_type);
+    uint64_t size = lp_gguf_scalar_bytes(p->arr_type);
     if (!size)
         return NULL;
     *type = p->arr_type;

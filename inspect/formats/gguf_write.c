@@ -209,21 +209,10 @@ lp_status lp_gguf_writer_set_strs(lp_gguf_writer *w, const char *key, const char
     return end_kv(w, key, err);
 }
 
-static size_t element_bytes(lp_gguf_type type)
-{
-    switch (type) {
-    case LP_GGUF_UINT8: case LP_GGUF_INT8: case LP_GGUF_BOOL: return 1;
-    case LP_GGUF_UINT16: case LP_GGUF_INT16: return 2;
-    case LP_GGUF_UINT32: case LP_GGUF_INT32: case LP_GGUF_FLOAT32: return 4;
-    case LP_GGUF_UINT64: case LP_GGUF_INT64: case LP_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 lp_status lp_gguf_writer_set_array(lp_gguf_writer *w, const char *key, lp_gguf_type elem,
                                    const void *values, size_t n, lp_error *err)
 {
-    size_t size = element_bytes(elem);
+    size_t size = (size_t)lp_gguf_scalar_bytes(elem);
     if (size == 0)
         return lp_error_set(err, LP_ERR_USAGE, "GGUF writer: key '%s': element type %d is not a "
                                                "fixed-size scalar", key, (int)elem);
@@ -308,8 +297,11 @@ static lp_status append_entry(lp_gguf_writer *w, const char *name, lp_dtype dtyp
     return LP_OK;
 }
 
-lp_status lp_gguf_writer_add(lp_gguf_writer *w, const char *name, lp_dtype dtype, int n_dims,
-                             const int64_t *shape, const void *data, lp_error *err)
+/* Check a tensor and append it with its bytes: data copied as it is, or (f32 non-NULL) f32
+ * converted to dtype. */
+static lp_status add_tensor(lp_gguf_writer *w, const char *name, lp_dtype dtype, int n_dims,
+                            const int64_t *shape, const void *data, const float *f32,
+                            lp_error *err)
 {
     int64_t ne[GGUF_MAX_DIMS] = {1, 1, 1, 1};
     uint64_t n_bytes;
@@ -319,9 +311,17 @@ lp_status lp_gguf_writer_add(lp_gguf_writer *w, const char *name, lp_dtype dtype
     void *copy = malloc(n_bytes ? (size_t)n_bytes : 1);
     if (!copy)
         return lp_error_set(err, LP_ERR_NOMEM, "GGUF writer: tensor '%s': out of memory", name);
-    if (n_bytes)
+    if (f32)
+        lp_f32_store_as(dtype, f32, n_bytes / lp_dtype_get(dtype)->block_bytes, copy);
+    else if (n_bytes)
         memcpy(copy, data, (size_t)n_bytes);
     return append_entry(w, name, dtype, n_dims, ne, n_bytes, copy, err);
+}
+
+lp_status lp_gguf_writer_add(lp_gguf_writer *w, const char *name, lp_dtype dtype, int n_dims,
+                             const int64_t *shape, const void *data, lp_error *err)
+{
+    return add_tensor(w, name, dtype, n_dims, shape, data, NULL, err);
 }
 
 lp_status lp_gguf_writer_add_f32_as(lp_gguf_writer *w, const char *name, lp_dtype dtype,
@@ -331,16 +331,7 @@ lp_status lp_gguf_writer_add_f32_as(lp_gguf_writer *w, const char *name, lp_dtyp
     if (dtype != LP_DTYPE_F32 && dtype != LP_DTYPE_F16 && dtype != LP_DTYPE_BF16)
         return lp_error_set(err, LP_ERR_UNSUPPORTED, "GGUF writer: tensor '%s': cannot convert "
                                                      "f32 to %s", name, lp_dtype_name(dtype));
-    int64_t ne[GGUF_MAX_DIMS] = {1, 1, 1, 1};
-    uint64_t n_bytes;
-    lp_status st = check_tensor(w, name, dtype, n_dims, shape, ne, &n_bytes, err);
-    if (st != LP_OK)
-        return st;
-    void *copy = malloc(n_bytes ? (size_t)n_bytes : 1);
-    if (!copy)
-        return lp_error_set(err, LP_ERR_NOMEM, "GGUF writer: tensor '%s': out of memory", name);
-    lp_f32_store_as(dtype, data, n_bytes / lp_dtype_get(dtype)->block_bytes, copy);
-    return append_entry(w, name, dtype, n_dims, ne, n_bytes, copy, err);
+    return add_tensor(w, name, dtype, n_dims, shape, NULL, data, err);
 }
 
 static uint64_t align_up(uint64_t v, uint64_t alignment)

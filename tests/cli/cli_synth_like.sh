@@ -113,6 +113,10 @@ for want in pythia-70m phi-2 gpt-j-6b falcon-7b bloomz-560m opt-125m opt-350m ol
   case "$want" in opt-*) continue ;; esac
   case " $ran_gguf " in *" $want "*) ok ;; *) bad "$want's GGUF form was not traced" ;; esac
 done
+# the GGUF form's vocabulary encodes text; --format is for --like models only
+G="$TMP/llama-3-8b-gguf/model.gguf"
+expect_stdout_contains "ids: 23 11 8 3 6 4 23" "$LOUPE" tokenize "$G" --text "the cat"
+expect_one_line_error "$LOUPE" synth "$TMP/planted-gguf" --format gguf
 # MPT with learned positions (attn_config.alibi false): mpt-7b's config turned, synth writes
 # transformer.wpe, and both forms trace and pass leak
 M="$TMP/mpt-7b"

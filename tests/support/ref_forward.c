@@ -1039,7 +1039,8 @@ static lp_status fill_from_model(void *ctx, const lp_synth_tensor *t, float *dat
     return LP_OK;
 }
 
-bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype)
+/* The synth spec that writes m's arrays in its family's layout. */
+static void spec_of(const ref_model *m, lp_dtype matrix_dtype, lp_synth_spec *out)
 {
     const ref_config *c = &m->cfg;
     /* every field the family writer reads, so no default of lp_synth_spec_init is needed */
@@ -1072,12 +1073,32 @@ bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_
     };
     for (int64_t l = 0; l < c->n_layers && l < 64; l++)
         spec.dense_layer[l] = (c->mlp_only >> l) & 1;
+    *out = spec;
+}
+
+bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype)
+{
+    lp_synth_spec spec;
+    spec_of(m, matrix_dtype, &spec);
     lp_error err = {0};
     if (lp_synth_write_family(dir, &spec, &err) != LP_OK) {
         fprintf(stderr, "ref_model_write_hf: %s\n", err.msg);
         return false;
     }
     return true;
+}
+
+bool ref_model_write_gguf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype,
+                             bool *expressible)
+{
+    lp_synth_spec spec;
+    spec_of(m, matrix_dtype, &spec);
+    lp_error err = {0};
+    lp_status st = lp_synth_write_family_gguf(dir, &spec, &err);
+    *expressible = st != LP_ERR_UNSUPPORTED;
+    if (st != LP_OK && *expressible)
+        fprintf(stderr, "ref_model_write_gguf: %s\n", err.msg);
+    return st == LP_OK;
 }
 
 bool ref_model_write_hf(const ref_model *m, const char *dir)

@@ -199,6 +199,12 @@ bool ref_model_write_hf(const ref_model *m, const char *dir);
 bool ref_model_write_hf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype);
 void ref_model_round_matrices(ref_model *m, lp_dtype dtype);
 
+/* The same model as llama.cpp's converter writes it: dir/model.gguf by
+ * lp_synth_write_family_gguf. False with *expressible false when the family or variant has no
+ * GGUF form (OPT, ...); false with *expressible true on any other error (message on stderr). */
+bool ref_model_write_gguf_as(const ref_model *m, const char *dir, lp_dtype matrix_dtype,
+                             bool *expressible);
+
 /* Run the model on T tokens (causal, no padding). Returns false on OOM. */
 bool ref_forward(const ref_model *m, const int32_t *tokens, int64_t T, ref_outputs *out);
 void ref_outputs_free(ref_outputs *out);

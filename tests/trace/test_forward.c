@@ -333,6 +333,11 @@ static const random_case random_cases[] = {
                            .n_heads = 4, .n_kv_heads = 1, .head_dim = 10, .ffn = 44, .eps = 1e-5,
                            .theta = 10000, .window = 7, .scale = 0.25},
      17, {LP_DTYPE_F16}, 1, 1e-4},
+    /* and without a window (sliding_window null), untied: its GGUF form is checked too */
+    {"starcoder2-full", {.family = REF_STARCODER2, .vocab = 59, .hidden = 36, .n_layers = 2,
+                         .n_heads = 6, .n_kv_heads = 3, .head_dim = 6, .ffn = 40, .eps = 1e-5,
+                         .theta = 100000, .qkv_bias = true, .scale = 0.25},
+     15, {LP_DTYPE_F32}, 1, 1e-4},
     /* BLOOM: embedding LayerNorm, per-head query_key_value, ALiBi after the scale on 5 heads
      * (not a power of two: the odd slopes of the next power) and on 8 */
     {"bloom", {.family = REF_BLOOM, .vocab = 79, .hidden = 30, .n_layers = 2, .n_heads = 5,
@@ -409,6 +414,53 @@ static const random_case random_cases[] = {
      18, {LP_DTYPE_F32, LP_DTYPE_BF16}, 2, 1e-4},
 };
 
+/* What the case's GGUF form leaves out that the reference computes (llama.cpp has no key for
+ * it), or NULL. */
+static const char *lost_in_gguf(const ref_config *c)
+{
+    if (c->window > 0 && (c->family == REF_STARCODER2 ||
+                          (c->family == REF_LLAMA && !c->qkv_bias && !c->qk_norm)))
+        return "window"; /* the "llama" (Mistral) and "starcoder2" architectures */
+    if (c->logit_scale > 0)
+        return "MPT's logit_scale";
+    if ((c->family == REF_GEMMA2 || c->family == REF_GEMMA3) && c->query_pre_attn_scalar > 0 &&
+        c->query_pre_attn_scalar != (double)c->head_dim)
+        return "query_pre_attn_scalar";
+    return NULL;
+}
+
+/* The case's GGUF form (lp_synth_write_family_gguf, the converter's names and layouts) against
+ * the same reference; skipped where there is none (OPT, Falcon's ALiBi variant) and where the
+ * GGUF leaves out what the reference computes. */
+static void check_gguf_form(const random_case *rc, const ref_model *m, const int32_t *ids,
+                            const ref_outputs *ref, lp_dtype matrix_dtype)
+{
+    const ref_config *c = &rc->cfg;
+    const char *lost = lost_in_gguf(c);
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/forward_gguf_%s_%ld", lp_test_tmp_dir(), rc->name,
+             (long)getpid());
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    bool expressible = true;
+    if (lost || !ref_model_write_gguf_as(m, dir, matrix_dtype, &expressible)) {
+        if (!lost && expressible)
+            fail_msg("%s: the GGUF form could not be written", rc->name);
+        printf("  %-18s gguf: %s%s\n", rc->name, lost ? "skipped, it keeps no " : "none",
+               lost ? lost : "");
+        return;
+    }
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s gguf: %s", rc->name, err.msg);
+    char label[64];
+    snprintf(label, sizeof label, "%s gguf", rc->name);
+    compare_with_ref(label, model, ids, rc->T, c, ref, rc->budget);
+    lp_model_close(model);
+    remove(path);
+    rmdir(dir);
+}
+
 static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
 {
     ref_model m;
@@ -434,6 +486,8 @@ static void check_random_case(const random_case *rc, lp_dtype matrix_dtype)
     compare_with_ref(label, model, ids, rc->T, &rc->cfg, &ref, rc->budget);
     assert_true(logit_spread(&ref, rc->cfg.vocab) > 1e-2);
     lp_model_close(model);
+    if (matrix_dtype == rc->dtypes[0])
+        check_gguf_form(rc, &m, ids, &ref, matrix_dtype);
     ref_outputs_free(&ref);
     ref_model_free(&m);
     remove_dir(dir);
@@ -1237,7 +1291,7 @@ static const gguf_case gguf_cases[] = {
      20, write_gguf_mpt, 12, {3, 40, 20, 20, 1, 34, 9, 0, 31, 12, 38, 7}, "mpt", 1e-2, 1e-4},
     {"gguf-mpt-learned",
      {.family = REF_MPT, .vocab = 43, .hidden = 36, .n_layers = 2, .n_heads = 6,
-      .n_kv_heads = 6, .head_dim = 6, .ffn = 72, .n_positions = 64, .eps = 1e-5, .tied = true,
+      .n_kv_heads = 6, .head_dim = 6, .ffn = 72, .n_positions = 40, .eps = 1e-5, .tied = true,
       .scale = 0.3},
      21, write_gguf_mpt, 14, {2, 42, 11, 11, 6, 30, 19, 7, 0, 37, 25, 13, 4, 9}, "mpt", 1e-2, 1e-4},
     {"gguf-phi3",

@@ -1299,11 +1299,16 @@ json_t *lp_synth_config_json(const lp_synth_spec *spec)
 
 /* ---- the writer ---------------------------------------------------------------------------------- */
 
-lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err)
+lp_status lp_synth_check_request(const char *out_dir, const lp_synth_spec *spec, lp_error *err)
 {
     if (!out_dir || !*out_dir)
         return lp_error_set(err, LP_ERR_USAGE, "no output folder given (the path is empty)");
-    lp_status st = lp_synth_check_spec(spec, err);
+    return lp_synth_check_spec(spec, err);
+}
+
+lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, lp_error *err)
+{
+    lp_status st = lp_synth_check_request(out_dir, spec, err);
     if (st != LP_OK)
         return st;
     lp_st_writer *w = NULL;
@@ -1321,23 +1326,5 @@ lp_status lp_synth_write_family(const char *out_dir, const lp_synth_spec *spec, 
     }
     json_decref(config);
     lp_st_writer_destroy(w);
-    return st;
-}
-
-lp_status lp_synth_write_family_gguf(const char *out_dir, const lp_synth_spec *spec,
-                                     lp_error *err)
-{
-    if (!out_dir || !*out_dir)
-        return lp_error_set(err, LP_ERR_USAGE, "no output folder given (the path is empty)");
-    lp_status st = lp_synth_check_spec(spec, err);
-    if (st != LP_OK)
-        return st;
-    lp_gguf_writer *w = NULL;
-    if ((st = lp_gguf_writer_create(&w, err)) == LP_OK &&
-        (st = lp_synth_gguf_build(spec, w, err)) == LP_OK) {
-        lp_synth_file files[] = {{"model.gguf", NULL, NULL, w}};
-        st = lp_synth_commit(out_dir, files, 1, err);
-    }
-    lp_gguf_writer_destroy(w);
     return st;
 }

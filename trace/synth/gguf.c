@@ -216,15 +216,18 @@ static lp_status append_rows(out_list *o, const char *name, const float *data, i
     return LP_OK;
 }
 
-/* Llama's converter: row h*hd + j*(hd/2) + i (halves) goes to h*hd + 2i + j (adjacent pairs). */
+/* Llama's converter: row h*hd + j*(d/2) + i (halves over the d rotated dims) goes to
+ * h*hd + 2i + j (adjacent pairs); the converter permutes whole heads (d = hd), and with partial
+ * rotary only the rotated dims move, so that adjacent pairs over them are the halves' pairs. */
 static void permute_heads(float *data, const float *src, int64_t rows, int64_t width,
-                          int64_t head_dim)
+                          int64_t head_dim, int64_t rotated)
 {
-    int64_t half = head_dim / 2;
+    int64_t half = rotated / 2;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t h = r / head_dim, within = r % head_dim, j = within / half, i = within % half;
-        memcpy(data + (h * head_dim + 2 * i + j) * width, src + r * width,
-               (size_t)width * sizeof *data);
+        int64_t h = r / head_dim, within = r % head_dim, to = within;
+        if (within < rotated)
+            to = 2 * (within % half) + within / half;
+        memcpy(data + (h * head_dim + to) * width, src + r * width, (size_t)width * sizeof *data);
     }
 }
 
@@ -288,7 +291,8 @@ static lp_status add_part(const lp_synth_spec *s, const lp_synth_part *p, out_li
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", name);
     memcpy(data, p->data, (size_t)(rows * width) * sizeof *data);
     if (f->permute_qk && (p->t.role == LP_ROLE_ATTN_Q || p->t.role == LP_ROLE_ATTN_K))
-        permute_heads(data, p->data, rows, width, s->head_dim);
+        permute_heads(data, p->data, rows, width, s->head_dim,
+                      s->rope_dim > 0 ? s->rope_dim : s->head_dim);
     if (f->norm_plus_one && is_norm_weight(&p->t))
         for (int64_t i = 0; i < rows * width; i++)
             data[i] += 1.0f;
@@ -477,11 +481,32 @@ static void hparam_keys(keys *k)
     family_keys(k);
 }
 
-/* A byte-level BPE vocabulary of spec->vocab tokens: <unk> <s> </s>, then the printable
- * characters from '!' on (GPT-2's byte alphabet), then control tokens <|tN|>. */
+/* The single characters of the vocabulary, most useful first: GPT-2's byte-level space, the
+ * lowercase letters, digits, common punctuation, then every other printable ASCII byte. */
+static int64_t vocab_chars(char out[96][3])
+{
+    static const char first[] = "abcdefghijklmnopqrstuvwxyz0123456789.,!?'-:;()\"";
+    int64_t n = 0;
+    out[n][0] = '\xc4', out[n][1] = '\xa0', out[n][2] = 0; /* U+0120: a space, byte-level */
+    n++;
+    for (const char *c = first; *c; c++, n++)
+        out[n][0] = *c, out[n][1] = 0;
+    for (int c = '!'; c <= '~'; c++)
+        if (!strchr(first, c)) {
+            out[n][0] = (char)c, out[n][1] = 0;
+            n++;
+        }
+    return n;
+}
+
+/* A byte-level BPE vocabulary of spec->vocab tokens: <unk> <s> </s>, then single characters
+ * (vocab_chars), then control tokens <|tN|>; no merges, so text is encoded character by
+ * character. */
 static lp_status vocab_keys(const lp_synth_spec *s, lp_gguf_writer *w, lp_error *err)
 {
     int64_t V = s->vocab;
+    char chars[96][3];
+    int64_t n_chars = vocab_chars(chars);
     char (*text)[32] = calloc((size_t)V, sizeof *text);
     const char **tokens = calloc((size_t)V, sizeof *tokens);
     int32_t *types = calloc((size_t)V, sizeof *types);
@@ -491,14 +516,14 @@ static lp_status vocab_keys(const lp_synth_spec *s, lp_gguf_writer *w, lp_error 
                                       (long long)V);
     static const char *const specials[3] = {"<unk>", "<s>", "</s>"};
     for (int64_t t = 0; st == LP_OK && t < V; t++) {
-        int64_t c = '!' + t - 3;
+        bool is_char = t >= 3 && t - 3 < n_chars;
         if (t < 3)
             snprintf(text[t], sizeof text[t], "%s", specials[t]);
-        else if (c <= '~')
-            snprintf(text[t], sizeof text[t], "%c", (char)c);
+        else if (is_char)
+            snprintf(text[t], sizeof text[t], "%s", chars[t - 3]);
         else
             snprintf(text[t], sizeof text[t], "<|t%lld|>", (long long)t);
-        types[t] = t < 3 || c > '~' ? 3 : 1; /* llama.cpp: 3 control, 1 normal */
+        types[t] = is_char ? 1 : 3; /* llama.cpp: 1 normal, 3 control */
         tokens[t] = text[t];
     }
     if (st == LP_OK)
@@ -542,7 +567,9 @@ static lp_status longrope_tensors(const lp_synth_spec *s, lp_gguf_writer *w, lp_
     return st;
 }
 
-lp_status lp_synth_gguf_build(const lp_synth_spec *spec, lp_gguf_writer *w, lp_error *err)
+/* Metadata, vocabulary and tensors of spec's GGUF form into w; LP_ERR_UNSUPPORTED for a family
+ * or variant llama.cpp has no architecture for. */
+static lp_status build(const lp_synth_spec *spec, lp_gguf_writer *w, lp_error *err)
 {
     lp_status st = check_expressible(spec, err);
     if (st != LP_OK)
@@ -562,5 +589,21 @@ lp_status lp_synth_gguf_build(const lp_synth_spec *spec, lp_gguf_writer *w, lp_e
         st = add_tensors(spec, &out, w, err);
     out_list_free(&out);
     lp_synth_parts_free(&parts);
+    return st;
+}
+
+lp_status lp_synth_write_family_gguf(const char *out_dir, const lp_synth_spec *spec,
+                                     lp_error *err)
+{
+    lp_status st = lp_synth_check_request(out_dir, spec, err);
+    if (st != LP_OK)
+        return st;
+    lp_gguf_writer *w = NULL;
+    if ((st = lp_gguf_writer_create(&w, err)) == LP_OK &&
+        (st = build(spec, w, err)) == LP_OK) {
+        lp_synth_file files[] = {{"model.gguf", NULL, NULL, w}};
+        st = lp_synth_commit(out_dir, files, 1, err);
+    }
+    lp_gguf_writer_destroy(w);
     return st;
 }

@@ -42,11 +42,13 @@ static inline double lp_synth_rng_normal(lp_synth_rng *r) /* Box-Muller, one val
 
 /* LP_ERR_USAGE naming the field when the spec cannot describe a model of its family. */
 lp_status lp_synth_check_spec(const lp_synth_spec *spec, lp_error *err);
+/* A folder to write into (LP_ERR_USAGE for an empty path) and lp_synth_check_spec. */
+lp_status lp_synth_check_request(const char *out_dir, const lp_synth_spec *spec, lp_error *err);
 /* Every tensor of the family, asked of spec->fill (or the random fill) in file order, stored
  * under the family's Hugging Face names; then the "format": "pt" metadata. */
 lp_status lp_synth_add_tensors(const lp_synth_spec *spec, lp_st_writer *w, lp_error *err);
 /* One tensor as the fill gave it, in the layout the pass computes with ([rows, max(cols, 1)]
- * f32; t.name NULL): what the GGUF form is built from. */
+ * f32; t.name NULL): what the GGUF form (gguf.c) is built from. */
 typedef struct lp_synth_part {
     lp_synth_tensor t;
     float *data;
@@ -61,12 +63,6 @@ typedef struct lp_synth_parts {
  * in memory instead of stored. Free with lp_synth_parts_free (also on failure: it is empty). */
 lp_status lp_synth_collect_parts(const lp_synth_spec *spec, lp_synth_parts *parts, lp_error *err);
 void lp_synth_parts_free(lp_synth_parts *parts);
-
-/* ---- gguf.c: the family as llama.cpp's converter writes it ---------------------------------- */
-
-/* Metadata, vocabulary and tensors of spec's GGUF form into w; LP_ERR_UNSUPPORTED for a family
- * or variant llama.cpp has no architecture for. */
-lp_status lp_synth_gguf_build(const lp_synth_spec *spec, lp_gguf_writer *w, lp_error *err);
 
 /* The family's config.json; NULL when out of memory. */
 json_t *lp_synth_config_json(const lp_synth_spec *spec);
