@@ -1791,6 +1791,64 @@ static void test_unigram_rules(void **state)
     assert_non_null(strstr(err.msg, "model.vocab[0]"));
 }
 
+/* A SentencePiece GGUF of nine tokens named as general.name says: "phi-3" gives its special
+ * tokens llama.cpp's rstrip (but not <|endoftext|>); any other name none. */
+static lp_tokenizer *strip_gguf(const char *name)
+{
+    static const char *const tokens[] = {"<unk>", "<s>", "</s>", "<|user|>", "<|endoftext|>",
+                                         "\xE2\x96\x81", "a", "\xE2\x96\x81" "a", "<0x0A>"};
+    static const int32_t types[] = {2, 3, 3, 3, 3, 1, 1, 1, 6};
+    static const float scores[] = {0, 0, 0, 0, 0, -1, -2, -0.5f, 0};
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.name", name);
+    lp_gw_kv_str(&w, "tokenizer.ggml.model", "llama");
+    lp_gw_kv_arr_str(&w, "tokenizer.ggml.tokens", tokens, 9);
+    lp_gw_kv_arr_i32(&w, "tokenizer.ggml.token_type", types, 9);
+    lp_gw_kv_arr_f32(&w, "tokenizer.ggml.scores", scores, 9);
+    lp_gw_kv_bool(&w, "tokenizer.ggml.add_bos_token", false);
+    assert_true(lp_gw_finish(&w));
+    lp_gguf *g = NULL;
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_gguf_open_memory(w.buf, w.size, "strip.gguf", &g, &err) != LP_OK ||
+        lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    lp_gguf_close(g);
+    lp_gw_free(&w);
+    return tok;
+}
+
+static void test_gguf_strip_by_name(void **state)
+{
+    (void)state;
+    lp_tokenizer *phi3 = strip_gguf("Phi-3-mini-4k-instruct"), *other = strip_gguf("other");
+    size_t n;
+    /* the newline after <|user|> goes with it under phi-3's rules only */
+    int32_t *ids = encode(phi3, "<|user|>\na", 10, false, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_not_equal(ids[k], 8);
+    assert_int_equal(ids[0], 3);
+    free(ids);
+    ids = encode(other, "<|user|>\na", 10, false, &n);
+    assert_int_equal(ids[0], 3);
+    bool newline = false;
+    for (size_t k = 0; k < n; k++)
+        newline |= ids[k] == 8;
+    assert_true(newline);
+    free(ids);
+    /* <|endoftext|> keeps what follows; <unk> written in the text is the unknown token */
+    ids = encode(phi3, "<|endoftext|>\n<unk>", 19, false, &n);
+    assert_true(n >= 3 && ids[0] == 4 && ids[n - 1] == 0);
+    newline = false;
+    for (size_t k = 0; k < n; k++)
+        newline |= ids[k] == 8;
+    assert_true(newline);
+    free(ids);
+    lp_tokenizer_close(phi3);
+    lp_tokenizer_close(other);
+}
+
 /* A GGUF "t5" vocabulary (llama.cpp's UGM) with a charsmap made by hand: a double-array trie
  * of two keys, "q" -> "k" and "qu" -> "K" (nodes: root BASE 1; 1^'q' = 112 a leaf with BASE 1,
  * its value at 113 = offset 0 and its child 113^'u' = 4 a leaf with BASE 1, value at 5 =
@@ -2182,6 +2240,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unigram_rules),
         cmocka_unit_test(test_json_precompiled),
         cmocka_unit_test(test_gguf_t5),
+        cmocka_unit_test(test_gguf_strip_by_name),
         cmocka_unit_test(test_vocab_suites),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
