@@ -801,6 +801,98 @@ static void test_vocab_suites(void **state)
     lp_tokenizer_close(tok);
 }
 
+/* Pieces that pre-tokenizers get wrong: runs and kinds of whitespace, digit runs, scripts with
+ * and without case, marks, emoji sequences, contractions, punctuation and symbol runs. */
+static const char *const split_atoms[] = {
+    " ", "  ", "   ", "    ", "\t", "\t\t", "\n", "\n\n", "\r\n", "\r", " \n", "\n ", "\xC2\xA0",
+    "\xE2\x80\x89", "\xE3\x80\x80", "\xE2\x80\x8B", "Hello", "world", "HELLO", "W\xC3\xB6rld",
+    "caf\xC3\xA9", "cafe\xCC\x81", "na\xC3\xAFve", "\xC3\x84pfel", "stra\xC3\x9F" "e",
+    "\xC4\xB0stanbul", "\xC7\x85", "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82",
+    "\xCE\x93\xCE\xB5\xCE\xB9\xCE\xAC", "\xD7\xA9\xD7\x9C\xD7\x95\xD7\x9D",
+    "\xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7",
+    "\xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8\xE0\xA5\x8D\xE0\xA4\xA4\xE0\xA5\x87",
+    "\xE0\xB8\xAA\xE0\xB8\xA7\xE0\xB8\xB1\xE0\xB8\xAA\xE0\xB8\x94\xE0\xB8\xB5",
+    "\xE1\x9E\x81\xE1\x9F\x92\xE1\x9E\x98\xE1\x9F\x82\xE1\x9E\x9A",
+    "\xE1\x8F\xA3\xE1\x8E\xB3\xE1\x8E\xA9", "\xE1\x83\x90", "\xD4\xB1", "\xE4\xB8\xAD\xE6\x96\x87",
+    "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E", "\xE3\x81\xB2\xE3\x82\x89\xE3\x81\x8C\xE3\x81\xAA",
+    "\xE3\x82\xAB\xE3\x82\xBF\xE3\x82\xAB\xE3\x83\x8A", "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4",
+    "\xE7\xBF\x92", "\xF0\xA0\x80\x80", "\xF0\x9F\x98\x80", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",
+    "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7",
+    "\xF0\x9F\x87\xBA\xF0\x9F\x87\xB8", "\xE2\x9D\xA4\xEF\xB8\x8F", "0", "1", "12", "123", "1234",
+    "12345", "123456789", "3.14", "1,000", "\xD9\xA3\xD9\xA4\xD9\xA5",
+    "\xE0\xA5\xA7\xE0\xA5\xA8\xE0\xA5\xA9", "\xC2\xBD", "\xC2\xB2", "\xE2\x85\xAB", "'s", "'S",
+    "'ll", "'LL", "'re", "'ve", "'m", "'d", "'t", "n't", "'", "\"", "''", "!", "!!!!!!", "?",
+    "...", "\xE2\x80\xA6", "\xE2\x80\x94", "-", "_", "__", "(", ")", "[", "{", "<", ">>", "$",
+    "\xE2\x82\xAC", "+", "==", "=>", "->", "|", "&&", "^", "~", "`", "```", "@", "#", "%", "*",
+    "//", "\\", ":", ";", ",", ".", "def", "x=1", "a_b", "CamelCase", "http://x.y/z?a=1",
+    "e-mail@host.com", "\xCC\x81", "\xCC\x88", "\xEF\xB8\x8F", "\xE2\x80\x8D", "\x07", "\x7F",
+    "\xC2\xAD", "\xEF\xAC\x81", "\xEF\xBC\xA1", "\xEF\xBD\xB6",
+};
+
+/* The k-th string of a fixed pseudo-random sequence: 1 to 8 atoms (a 64-bit LCG, so every run
+ * checks the same strings). */
+static size_t split_string(uint64_t *lcg, char *buf, size_t cap)
+{
+    size_t len = 0, n_atoms = sizeof split_atoms / sizeof split_atoms[0];
+    *lcg = *lcg * 6364136223846793005u + 1442695040888963407u;
+    for (int k = 0, n = 1 + (int)((*lcg >> 33) % 8); k < n; k++) {
+        *lcg = *lcg * 6364136223846793005u + 1442695040888963407u;
+        const char *atom = split_atoms[(*lcg >> 33) % n_atoms];
+        size_t a = strlen(atom);
+        assert_true(len + a < cap);
+        memcpy(buf + len, atom, a);
+        len += a;
+    }
+    buf[len] = '\0';
+    return len;
+}
+
+/* A GGUF's tokenizer.ggml.pre splits as the tokenizer.json of the same vocabulary does, on
+ * 3,000 generated strings per kind (those NFC changes left out: llama.cpp does not normalize,
+ * NeoX's tokenizer.json does). The reduced vocabularies miss most of these strings' merges, so
+ * the ids are mostly byte pieces: a split in a different place still shows. */
+static void test_gguf_splits_as_json(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *folder, *pre;
+    } kinds[] = {
+        {"tests/inspect/vocab/llama-bpe", "llama-bpe"}, {"tests/inspect/vocab/falcon", "falcon"},
+        {"tests/inspect/vocab/phi-2", "phi-2"}, {"tests/inspect/vocab/roberta-bpe", "roberta-bpe"},
+        {"tests/inspect/vocab/mpt", "mpt"},
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        lp_tokenizer *g = suite_tokenizer(kinds[i].folder, "gpt2", kinds[i].pre);
+        lp_tokenizer *j = suite_tokenizer(kinds[i].folder, "json", "");
+        uint64_t lcg = 16;
+        int compared = 0, differ = 0;
+        for (int k = 0; k < 3000; k++) {
+            char text[512];
+            size_t len = split_string(&lcg, text, sizeof text), nfc_len, n_g, n_j;
+            char *nfc;
+            assert_int_equal(lp_uc_normalize(LP_UC_NFC, text, len, &nfc, &nfc_len), LP_OK);
+            bool invariant = nfc_len == len && memcmp(nfc, text, len) == 0;
+            free(nfc);
+            if (!invariant)
+                continue;
+            int32_t *a = encode(g, text, len, false, &n_g), *b = encode(j, text, len, false, &n_j);
+            compared++;
+            if (n_g != n_j || memcmp(a, b, n_g * sizeof *a) != 0) {
+                if (differ++ < 5)
+                    printf("pre %s splits \"%s\" unlike its tokenizer.json\n", kinds[i].pre, text);
+            }
+            free(a);
+            free(b);
+        }
+        printf("pre %s: %d of %d strings split unlike tokenizer.json\n", kinds[i].pre, differ,
+               compared);
+        assert_true(compared > 2000);
+        assert_int_equal(differ, 0);
+        lp_tokenizer_close(g);
+        lp_tokenizer_close(j);
+    }
+}
+
 /* A tokenizer.ggml.pre name over GPT-2's vocabulary; NULL with *st when refused. */
 static lp_tokenizer *gpt2_with_pre(const char *pre, lp_status *st, lp_error *err)
 {
@@ -2242,6 +2334,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gguf_t5),
         cmocka_unit_test(test_gguf_strip_by_name),
         cmocka_unit_test(test_vocab_suites),
+        cmocka_unit_test(test_gguf_splits_as_json),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }
