@@ -583,8 +583,14 @@ static lp_tokenizer *suite_tokenizer(const char *folder, const char *model, cons
     gbuf buf = {0};
     lp_gw w = {0};
     char json_path[1024];
-    snprintf(json_path, sizeof json_path, "%s/%s/tokenizer.json",
-             getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
+    if (strncmp(folder, "tests/", 6) == 0) {
+        snprintf(json_path, sizeof json_path, "%s/%s/tokenizer.json",
+                 getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
+    } else {
+        char rel[256];
+        snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", folder);
+        lp_test_shared_path(json_path, sizeof json_path, rel);
+    }
     lp_tokenizer *tok = NULL;
     lp_error err = {0};
     if (strcmp(model, "json") == 0) {
@@ -851,46 +857,51 @@ static size_t split_string(uint64_t *lcg, char *buf, size_t cap)
  * 3,000 generated strings per kind (those NFC changes left out: llama.cpp does not normalize,
  * NeoX's tokenizer.json does). The reduced vocabularies miss most of these strings' merges, so
  * the ids are mostly byte pieces: a split in a different place still shows. */
+static void check_splits_as_json(const char *folder, const char *pre)
+{
+    lp_tokenizer *g = suite_tokenizer(folder, "gpt2", pre);
+    lp_tokenizer *j = suite_tokenizer(folder, "json", "");
+    uint64_t lcg = 16;
+    int compared = 0, differ = 0;
+    for (int k = 0; k < 3000; k++) {
+        char text[512];
+        size_t len = split_string(&lcg, text, sizeof text), nfc_len, n_g, n_j;
+        char *nfc;
+        assert_int_equal(lp_uc_normalize(LP_UC_NFC, text, len, &nfc, &nfc_len), LP_OK);
+        bool invariant = nfc_len == len && memcmp(nfc, text, len) == 0;
+        free(nfc);
+        if (!invariant)
+            continue;
+        int32_t *a = encode(g, text, len, false, &n_g), *b = encode(j, text, len, false, &n_j);
+        compared++;
+        if ((n_g != n_j || memcmp(a, b, n_g * sizeof *a) != 0) && differ++ < 5)
+            printf("pre %s splits \"%s\" unlike its tokenizer.json\n", pre, text);
+        free(a);
+        free(b);
+    }
+    printf("pre %s: %d of %d strings split unlike tokenizer.json\n", pre, differ, compared);
+    assert_true(compared > 2000);
+    assert_int_equal(differ, 0);
+    lp_tokenizer_close(g);
+    lp_tokenizer_close(j);
+}
+
 static void test_gguf_splits_as_json(void **state)
 {
     (void)state;
-    static const struct {
-        const char *folder, *pre;
-    } kinds[] = {
-        {"tests/inspect/vocab/llama-bpe", "llama-bpe"}, {"tests/inspect/vocab/falcon", "falcon"},
-        {"tests/inspect/vocab/phi-2", "phi-2"}, {"tests/inspect/vocab/roberta-bpe", "roberta-bpe"},
-        {"tests/inspect/vocab/mpt", "mpt"},
-    };
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        lp_tokenizer *g = suite_tokenizer(kinds[i].folder, "gpt2", kinds[i].pre);
-        lp_tokenizer *j = suite_tokenizer(kinds[i].folder, "json", "");
-        uint64_t lcg = 16;
-        int compared = 0, differ = 0;
-        for (int k = 0; k < 3000; k++) {
-            char text[512];
-            size_t len = split_string(&lcg, text, sizeof text), nfc_len, n_g, n_j;
-            char *nfc;
-            assert_int_equal(lp_uc_normalize(LP_UC_NFC, text, len, &nfc, &nfc_len), LP_OK);
-            bool invariant = nfc_len == len && memcmp(nfc, text, len) == 0;
-            free(nfc);
-            if (!invariant)
-                continue;
-            int32_t *a = encode(g, text, len, false, &n_g), *b = encode(j, text, len, false, &n_j);
-            compared++;
-            if (n_g != n_j || memcmp(a, b, n_g * sizeof *a) != 0) {
-                if (differ++ < 5)
-                    printf("pre %s splits \"%s\" unlike its tokenizer.json\n", kinds[i].pre, text);
-            }
-            free(a);
-            free(b);
-        }
-        printf("pre %s: %d of %d strings split unlike tokenizer.json\n", kinds[i].pre, differ,
-               compared);
-        assert_true(compared > 2000);
-        assert_int_equal(differ, 0);
-        lp_tokenizer_close(g);
-        lp_tokenizer_close(j);
-    }
+    check_splits_as_json("tests/inspect/vocab/llama-bpe", "llama-bpe");
+    check_splits_as_json("tests/inspect/vocab/falcon", "falcon");
+    check_splits_as_json("tests/inspect/vocab/phi-2", "phi-2");
+    check_splits_as_json("tests/inspect/vocab/roberta-bpe", "roberta-bpe");
+    check_splits_as_json("tests/inspect/vocab/mpt", "mpt");
+}
+
+/* The same over the whole vocabularies of ../shared (Qwen3's with the qwen2 pre-tokenizer). */
+static void test_gguf_splits_as_shared_json(void **state)
+{
+    (void)state;
+    check_splits_as_json("gpt2", "gpt-2");
+    check_splits_as_json("qwen3", "qwen2");
 }
 
 /* A tokenizer.ggml.pre name over GPT-2's vocabulary; NULL with *st when refused. */
@@ -2309,6 +2320,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_gguf_built_llama),
             cmocka_unit_test(test_llama_vocab_suites),
             cmocka_unit_test(test_gguf_pre_families),
+            cmocka_unit_test(test_gguf_splits_as_shared_json),
             cmocka_unit_test(test_gpt2_rules),
             cmocka_unit_test(test_gpt2_round_trip),
             cmocka_unit_test(test_qwen3_rules),
