@@ -751,6 +751,8 @@ static void test_vocab_suites(void **state)
         /* BGE-small-en-v1.5's WordPiece vocabulary is bert-base-uncased's */
         {"bert-bge", "tests/inspect/vocab/bert-bge", "bert", "", "ggml-vocab-bert-bge.gguf", 46,
          false},
+        /* and the tokenizer.json itself (no model "type": WordPiece, as Hugging Face reads it) */
+        {"bert-bge", "tests/inspect/vocab/bert-bge", "json", "", NULL, 46, false},
         /* MPT-7B's vocabulary is GPT-NeoX-20B's (tokenizer.json from RWKV's 20B_tokenizer.json,
          * re-serialized without indentation); the 46 cases of bert-bge, with llama.cpp's newer
          * "Äpfel" in place of "Führer" */
