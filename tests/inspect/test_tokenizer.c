@@ -859,9 +859,10 @@ static size_t split_string(uint64_t *lcg, char *buf, size_t cap)
  * 3,000 generated strings per kind (those NFC changes left out: llama.cpp does not normalize,
  * NeoX's tokenizer.json does). The reduced vocabularies miss most of these strings' merges, so
  * the ids are mostly byte pieces: a split in a different place still shows. */
+/* pre "" stands for a "llama" (SentencePiece) GGUF */
 static void check_splits_as_json(const char *folder, const char *pre)
 {
-    lp_tokenizer *g = suite_tokenizer(folder, "gpt2", pre);
+    lp_tokenizer *g = suite_tokenizer(folder, *pre ? "gpt2" : "llama", pre);
     lp_tokenizer *j = suite_tokenizer(folder, "json", "");
     uint64_t lcg = 16;
     int compared = 0, differ = 0;
@@ -881,7 +882,8 @@ static void check_splits_as_json(const char *folder, const char *pre)
         free(a);
         free(b);
     }
-    printf("pre %s: %d of %d strings split unlike tokenizer.json\n", pre, differ, compared);
+    printf("pre %s: %d of %d strings split unlike tokenizer.json\n", *pre ? pre : "(llama)",
+           differ, compared);
     assert_true(compared > 2000);
     assert_int_equal(differ, 0);
     lp_tokenizer_close(g);
@@ -898,12 +900,14 @@ static void test_gguf_splits_as_json(void **state)
     check_splits_as_json("tests/inspect/vocab/mpt", "mpt");
 }
 
-/* The same over the whole vocabularies of ../shared (Qwen3's with the qwen2 pre-tokenizer). */
+/* The same over the whole vocabularies of ../shared (Qwen3's with the qwen2 pre-tokenizer;
+ * TinyLlama's as a SentencePiece GGUF scored by merge rank). */
 static void test_gguf_splits_as_shared_json(void **state)
 {
     (void)state;
     check_splits_as_json("gpt2", "gpt-2");
     check_splits_as_json("qwen3", "qwen2");
+    check_splits_as_json("tinyllama", "");
 }
 
 /* A tokenizer.ggml.pre name over GPT-2's vocabulary; NULL with *st when refused. */
