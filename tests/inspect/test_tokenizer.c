@@ -855,11 +855,10 @@ static size_t split_string(uint64_t *lcg, char *buf, size_t cap)
     return len;
 }
 
-/* A GGUF's tokenizer.ggml.pre splits as the tokenizer.json of the same vocabulary does, on
- * 3,000 generated strings per kind (those NFC changes left out: llama.cpp does not normalize,
- * NeoX's tokenizer.json does). The reduced vocabularies miss most of these strings' merges, so
- * the ids are mostly byte pieces: a split in a different place still shows. */
-/* pre "" stands for a "llama" (SentencePiece) GGUF */
+/* A GGUF's tokenizer.ggml.pre (pre "": a "llama" SentencePiece GGUF) splits as the tokenizer.json
+ * of the same vocabulary does, on the first 3,000 generated strings less those NFC changes
+ * (llama.cpp does not normalize, NeoX's tokenizer.json does). The reduced vocabularies miss most
+ * of these strings' merges, so the ids are mostly byte pieces: a split in another place shows. */
 static void check_splits_as_json(const char *folder, const char *pre)
 {
     lp_tokenizer *g = suite_tokenizer(folder, *pre ? "gpt2" : "llama", pre);
