@@ -237,8 +237,8 @@ static lp_status check_vocab(gguf_vocab *v)
     return LP_OK;
 }
 
-/* Token i: its piece, score and type (control and user-defined tokens are matched in text like
- * Hugging Face's added tokens). */
+/* Token i: its piece, score and type (control, user-defined and unknown tokens are matched in
+ * text like Hugging Face's added tokens, as llama.cpp matches them with special parsing on). */
 static lp_status read_token(const gguf_vocab *v, lp_tokenizer *tok, uint64_t i)
 {
     const char *s;
@@ -257,21 +257,71 @@ static lp_status read_token(const gguf_vocab *v, lp_tokenizer *tok, uint64_t i)
         lp_gguf_arr_float(v->g, v->kv_scores, i, &score);
         tok->scores[i] = (float)score;
     }
-    if (type == GGUF_TOKEN_CONTROL)
+    if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_UNKNOWN)
         tok->flags[i] |= LP_TOK_FLAG_SPECIAL | LP_TOK_FLAG_CONTROL;
     if (type == GGUF_TOKEN_USER_DEFINED)
         tok->flags[i] |= LP_TOK_FLAG_TEXT;
-    if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_USER_DEFINED) {
+    if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_USER_DEFINED ||
+        type == GGUF_TOKEN_UNKNOWN) {
         lp_tok_added *a = lp_tok_append((void **)&tok->added, &tok->n_added, sizeof *a);
         if (!a || !(a->content = lp_tok_strndup(s, len)))
             return nomem(v->name, v->err);
         a->len = len;
         a->id = (int32_t)i;
-        a->special = type == GGUF_TOKEN_CONTROL;
+        a->special = type != GGUF_TOKEN_USER_DEFINED;
     }
     if (type == GGUF_TOKEN_UNKNOWN && tok->unk_id < 0)
         tok->unk_id = (int32_t)i;
     return LP_OK;
+}
+
+/* s[0, len) lowercased holds one of the space-separated words of list (llama.cpp's
+ * _contains_any over general.name and the like). */
+static bool contains_any(const char *s, size_t len, const char *list)
+{
+    char low[256];
+    if (len >= sizeof low)
+        len = sizeof low - 1;
+    for (size_t k = 0; k < len; k++)
+        low[k] = s[k] >= 'A' && s[k] <= 'Z' ? (char)(s[k] - 'A' + 'a') : s[k];
+    low[len] = '\0';
+    for (const char *w = list; *w;) {
+        size_t n = strcspn(w, " ");
+        char word[64];
+        snprintf(word, sizeof word, "%.*s", (int)n, w);
+        if (n && strstr(low, word))
+            return true;
+        w += n + (w[n] == ' ');
+    }
+    return false;
+}
+
+static bool added_is(const lp_tok_added *a, const char *text)
+{
+    return a->len == strlen(text) && memcmp(a->content, text, a->len) == 0;
+}
+
+/* The lstrip/rstrip a GGUF cannot store, set as llama.cpp sets them by name (its tokenizer.json
+ * says so: Jina's <mask> takes the spaces before it; Phi-3's special tokens and </s> the spaces
+ * after them, except <unk>, <s>, <|endoftext|>). */
+static void set_strip_by_name(const gguf_vocab *v, lp_tokenizer *tok)
+{
+    const char *pre = "", *arch = "", *name = "";
+    size_t pre_len = 0, arch_len = 0, name_len = 0;
+    lp_gguf_get_str(v->g, "tokenizer.ggml.pre", &pre, &pre_len);
+    lp_gguf_get_str(v->g, "general.architecture", &arch, &arch_len);
+    lp_gguf_get_str(v->g, "general.name", &name, &name_len);
+    bool jina = contains_any(pre, pre_len, "jina-v2-de jina-v2-es jina-v2-code") ||
+                contains_any(arch, arch_len, "nomic-bert-moe jina-bert-v3");
+    bool phi3 = !jina && contains_any(name, name_len, "phi-3 phi3");
+    for (size_t k = 0; k < tok->n_added; k++) {
+        lp_tok_added *a = &tok->added[k];
+        if (jina && added_is(a, "<mask>"))
+            a->lstrip = true;
+        if (phi3)
+            a->rstrip = !added_is(a, "<unk>") && !added_is(a, "<s>") &&
+                        !added_is(a, "<|endoftext|>");
+    }
 }
 
 static lp_status read_tokens(const gguf_vocab *v, lp_tokenizer *tok)
@@ -288,6 +338,8 @@ static lp_status read_tokens(const gguf_vocab *v, lp_tokenizer *tok)
     if (st == LP_OK && lp_gguf_get_int(v->g, "tokenizer.ggml.unknown_token_id", &id) && id >= 0 &&
         id < (int64_t)v->n)
         tok->unk_id = (int32_t)id;
+    if (st == LP_OK)
+        set_strip_by_name(v, tok);
     return st;
 }
 

@@ -642,22 +642,35 @@ static lp_status read_merge(jctx *c, const json_t *m, size_t index, const char *
                         "[\"a\", \"b\"]", c->name, index);
 }
 
-/* A BPE or WordPiece model ("type" may be missing in old files, GPT-2's: a vocab plus merges is
- * BPE). */
+/* model.type, or for old files without one what Hugging Face's untagged reading settles on: a
+ * vocab with merges is BPE (GPT-2's), a vocab array Unigram, a vocab object without merges
+ * WordPiece (bert-base-uncased's). NULL when model is not an object. */
+static const char *model_type(const json_t *model)
+{
+    if (!json_is_object(model))
+        return NULL;
+    const char *type = jstr(model, "type");
+    if (type)
+        return type;
+    if (json_is_array(json_object_get(model, "merges")))
+        return "BPE";
+    if (json_is_array(json_object_get(model, "vocab")))
+        return "Unigram";
+    return json_is_object(json_object_get(model, "vocab")) ? "WordPiece" : NULL;
+}
+
+/* A BPE or WordPiece model. */
 static lp_status check_model(jctx *c, const json_t *model)
 {
     if (!json_is_object(model))
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model: an object expected", c->name);
-    const char *type = jstr(model, "type");
+    const char *type = model_type(model);
     if (type && strcmp(type, "BPE") != 0 && strcmp(type, "WordPiece") != 0)
         return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: model.type '%s' is not supported "
                             "(BPE, WordPiece and Unigram are)", c->name, type);
     if (!json_is_object(json_object_get(model, "vocab")))
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.vocab: an object expected",
                             c->name);
-    if (!type && !json_is_array(json_object_get(model, "merges")))
-        return lp_error_set(c->err, LP_ERR_UNSUPPORTED, "%s: model has no \"type\" and no "
-                            "merges: not a BPE model loupe can read", c->name);
     return LP_OK;
 }
 
@@ -816,7 +829,7 @@ static lp_status read_model_options(jctx *c, const json_t *model)
 {
     lp_tokenizer *tok = c->tok;
     tok->model = LP_TOK_MODEL_BPE_MERGES;
-    const char *type = jstr(model, "type");
+    const char *type = model_type(model);
     if (type && strcmp(type, "WordPiece") == 0)
         return read_wordpiece_options(c, model);
     tok->byte_fallback = jbool(model, "byte_fallback", false);
@@ -938,7 +951,7 @@ static lp_status read_unigram(jctx *c, const json_t *model, const json_t *added)
 
 static lp_status read_model(jctx *c, const json_t *model, const json_t *added, size_t file_size)
 {
-    const char *type = json_is_object(model) ? jstr(model, "type") : NULL;
+    const char *type = model_type(model);
     if (type && strcmp(type, "Unigram") == 0)
         return read_unigram(c, model, added);
     const json_t *vocab = json_object_get(model, "vocab");

@@ -583,8 +583,14 @@ static lp_tokenizer *suite_tokenizer(const char *folder, const char *model, cons
     gbuf buf = {0};
     lp_gw w = {0};
     char json_path[1024];
-    snprintf(json_path, sizeof json_path, "%s/%s/tokenizer.json",
-             getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
+    if (strncmp(folder, "tests/", 6) == 0) {
+        snprintf(json_path, sizeof json_path, "%s/%s/tokenizer.json",
+                 getenv("LOUPE_SOURCE") ? getenv("LOUPE_SOURCE") : ".", folder);
+    } else {
+        char rel[256];
+        snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", folder);
+        lp_test_shared_path(json_path, sizeof json_path, rel);
+    }
     lp_tokenizer *tok = NULL;
     lp_error err = {0};
     if (strcmp(model, "json") == 0) {
@@ -745,6 +751,8 @@ static void test_vocab_suites(void **state)
         /* BGE-small-en-v1.5's WordPiece vocabulary is bert-base-uncased's */
         {"bert-bge", "tests/inspect/vocab/bert-bge", "bert", "", "ggml-vocab-bert-bge.gguf", 46,
          false},
+        /* and the tokenizer.json itself (no model "type": WordPiece, as Hugging Face reads it) */
+        {"bert-bge", "tests/inspect/vocab/bert-bge", "json", "", NULL, 46, false},
         /* MPT-7B's vocabulary is GPT-NeoX-20B's (tokenizer.json from RWKV's 20B_tokenizer.json,
          * re-serialized without indentation); the 46 cases of bert-bge, with llama.cpp's newer
          * "Äpfel" in place of "Führer" */
@@ -799,6 +807,106 @@ static void test_vocab_suites(void **state)
     assert_true(ids[0] == 37515 && ids[1] == 18569 && ids[2] == 293);
     free(ids);
     lp_tokenizer_close(tok);
+}
+
+/* Pieces that pre-tokenizers get wrong: runs and kinds of whitespace, digit runs, scripts with
+ * and without case, marks, emoji sequences, contractions, punctuation and symbol runs. */
+static const char *const split_atoms[] = {
+    " ", "  ", "   ", "    ", "\t", "\t\t", "\n", "\n\n", "\r\n", "\r", " \n", "\n ", "\xC2\xA0",
+    "\xE2\x80\x89", "\xE3\x80\x80", "\xE2\x80\x8B", "Hello", "world", "HELLO", "W\xC3\xB6rld",
+    "caf\xC3\xA9", "cafe\xCC\x81", "na\xC3\xAFve", "\xC3\x84pfel", "stra\xC3\x9F" "e",
+    "\xC4\xB0stanbul", "\xC7\x85", "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82",
+    "\xCE\x93\xCE\xB5\xCE\xB9\xCE\xAC", "\xD7\xA9\xD7\x9C\xD7\x95\xD7\x9D",
+    "\xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7",
+    "\xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8\xE0\xA5\x8D\xE0\xA4\xA4\xE0\xA5\x87",
+    "\xE0\xB8\xAA\xE0\xB8\xA7\xE0\xB8\xB1\xE0\xB8\xAA\xE0\xB8\x94\xE0\xB8\xB5",
+    "\xE1\x9E\x81\xE1\x9F\x92\xE1\x9E\x98\xE1\x9F\x82\xE1\x9E\x9A",
+    "\xE1\x8F\xA3\xE1\x8E\xB3\xE1\x8E\xA9", "\xE1\x83\x90", "\xD4\xB1", "\xE4\xB8\xAD\xE6\x96\x87",
+    "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E", "\xE3\x81\xB2\xE3\x82\x89\xE3\x81\x8C\xE3\x81\xAA",
+    "\xE3\x82\xAB\xE3\x82\xBF\xE3\x82\xAB\xE3\x83\x8A", "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4",
+    "\xE7\xBF\x92", "\xF0\xA0\x80\x80", "\xF0\x9F\x98\x80", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",
+    "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7",
+    "\xF0\x9F\x87\xBA\xF0\x9F\x87\xB8", "\xE2\x9D\xA4\xEF\xB8\x8F", "0", "1", "12", "123", "1234",
+    "12345", "123456789", "3.14", "1,000", "\xD9\xA3\xD9\xA4\xD9\xA5",
+    "\xE0\xA5\xA7\xE0\xA5\xA8\xE0\xA5\xA9", "\xC2\xBD", "\xC2\xB2", "\xE2\x85\xAB", "'s", "'S",
+    "'ll", "'LL", "'re", "'ve", "'m", "'d", "'t", "n't", "'", "\"", "''", "!", "!!!!!!", "?",
+    "...", "\xE2\x80\xA6", "\xE2\x80\x94", "-", "_", "__", "(", ")", "[", "{", "<", ">>", "$",
+    "\xE2\x82\xAC", "+", "==", "=>", "->", "|", "&&", "^", "~", "`", "```", "@", "#", "%", "*",
+    "//", "\\", ":", ";", ",", ".", "def", "x=1", "a_b", "CamelCase", "http://x.y/z?a=1",
+    "e-mail@host.com", "\xCC\x81", "\xCC\x88", "\xEF\xB8\x8F", "\xE2\x80\x8D", "\x07", "\x7F",
+    "\xC2\xAD", "\xEF\xAC\x81", "\xEF\xBC\xA1", "\xEF\xBD\xB6",
+};
+
+/* The k-th string of a fixed pseudo-random sequence: 1 to 8 atoms (a 64-bit LCG, so every run
+ * checks the same strings). */
+static size_t split_string(uint64_t *lcg, char *buf, size_t cap)
+{
+    size_t len = 0, n_atoms = sizeof split_atoms / sizeof split_atoms[0];
+    *lcg = *lcg * 6364136223846793005u + 1442695040888963407u;
+    for (int k = 0, n = 1 + (int)((*lcg >> 33) % 8); k < n; k++) {
+        *lcg = *lcg * 6364136223846793005u + 1442695040888963407u;
+        const char *atom = split_atoms[(*lcg >> 33) % n_atoms];
+        size_t a = strlen(atom);
+        assert_true(len + a < cap);
+        memcpy(buf + len, atom, a);
+        len += a;
+    }
+    buf[len] = '\0';
+    return len;
+}
+
+/* A GGUF's tokenizer.ggml.pre (pre "": a "llama" SentencePiece GGUF) splits as the tokenizer.json
+ * of the same vocabulary does, on the first 3,000 generated strings less those NFC changes
+ * (llama.cpp does not normalize, NeoX's tokenizer.json does). The reduced vocabularies miss most
+ * of these strings' merges, so the ids are mostly byte pieces: a split in another place shows. */
+static void check_splits_as_json(const char *folder, const char *pre)
+{
+    lp_tokenizer *g = suite_tokenizer(folder, *pre ? "gpt2" : "llama", pre);
+    lp_tokenizer *j = suite_tokenizer(folder, "json", "");
+    uint64_t lcg = 16;
+    int compared = 0, differ = 0;
+    for (int k = 0; k < 3000; k++) {
+        char text[512];
+        size_t len = split_string(&lcg, text, sizeof text), nfc_len, n_g, n_j;
+        char *nfc;
+        assert_int_equal(lp_uc_normalize(LP_UC_NFC, text, len, &nfc, &nfc_len), LP_OK);
+        bool invariant = nfc_len == len && memcmp(nfc, text, len) == 0;
+        free(nfc);
+        if (!invariant)
+            continue;
+        int32_t *a = encode(g, text, len, false, &n_g), *b = encode(j, text, len, false, &n_j);
+        compared++;
+        if ((n_g != n_j || memcmp(a, b, n_g * sizeof *a) != 0) && differ++ < 5)
+            printf("pre %s splits \"%s\" unlike its tokenizer.json\n", pre, text);
+        free(a);
+        free(b);
+    }
+    printf("pre %s: %d of %d strings split unlike tokenizer.json\n", *pre ? pre : "(llama)",
+           differ, compared);
+    assert_true(compared > 2000);
+    assert_int_equal(differ, 0);
+    lp_tokenizer_close(g);
+    lp_tokenizer_close(j);
+}
+
+static void test_gguf_splits_as_json(void **state)
+{
+    (void)state;
+    check_splits_as_json("tests/inspect/vocab/llama-bpe", "llama-bpe");
+    check_splits_as_json("tests/inspect/vocab/falcon", "falcon");
+    check_splits_as_json("tests/inspect/vocab/phi-2", "phi-2");
+    check_splits_as_json("tests/inspect/vocab/roberta-bpe", "roberta-bpe");
+    check_splits_as_json("tests/inspect/vocab/mpt", "mpt");
+}
+
+/* The same over the whole vocabularies of ../shared (Qwen3's with the qwen2 pre-tokenizer;
+ * TinyLlama's as a SentencePiece GGUF scored by merge rank). */
+static void test_gguf_splits_as_shared_json(void **state)
+{
+    (void)state;
+    check_splits_as_json("gpt2", "gpt-2");
+    check_splits_as_json("qwen3", "qwen2");
+    check_splits_as_json("tinyllama", "");
 }
 
 /* A tokenizer.ggml.pre name over GPT-2's vocabulary; NULL with *st when refused. */
@@ -1791,6 +1899,64 @@ static void test_unigram_rules(void **state)
     assert_non_null(strstr(err.msg, "model.vocab[0]"));
 }
 
+/* A SentencePiece GGUF of nine tokens named as general.name says: "phi-3" gives its special
+ * tokens llama.cpp's rstrip (but not <|endoftext|>); any other name none. */
+static lp_tokenizer *strip_gguf(const char *name)
+{
+    static const char *const tokens[] = {"<unk>", "<s>", "</s>", "<|user|>", "<|endoftext|>",
+                                         "\xE2\x96\x81", "a", "\xE2\x96\x81" "a", "<0x0A>"};
+    static const int32_t types[] = {2, 3, 3, 3, 3, 1, 1, 1, 6};
+    static const float scores[] = {0, 0, 0, 0, 0, -1, -2, -0.5f, 0};
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    lp_gw_kv_str(&w, "general.name", name);
+    lp_gw_kv_str(&w, "tokenizer.ggml.model", "llama");
+    lp_gw_kv_arr_str(&w, "tokenizer.ggml.tokens", tokens, 9);
+    lp_gw_kv_arr_i32(&w, "tokenizer.ggml.token_type", types, 9);
+    lp_gw_kv_arr_f32(&w, "tokenizer.ggml.scores", scores, 9);
+    lp_gw_kv_bool(&w, "tokenizer.ggml.add_bos_token", false);
+    assert_true(lp_gw_finish(&w));
+    lp_gguf *g = NULL;
+    lp_tokenizer *tok = NULL;
+    lp_error err = {0};
+    if (lp_gguf_open_memory(w.buf, w.size, "strip.gguf", &g, &err) != LP_OK ||
+        lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    lp_gguf_close(g);
+    lp_gw_free(&w);
+    return tok;
+}
+
+static void test_gguf_strip_by_name(void **state)
+{
+    (void)state;
+    lp_tokenizer *phi3 = strip_gguf("Phi-3-mini-4k-instruct"), *other = strip_gguf("other");
+    size_t n;
+    /* the newline after <|user|> goes with it under phi-3's rules only */
+    int32_t *ids = encode(phi3, "<|user|>\na", 10, false, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_not_equal(ids[k], 8);
+    assert_int_equal(ids[0], 3);
+    free(ids);
+    ids = encode(other, "<|user|>\na", 10, false, &n);
+    assert_int_equal(ids[0], 3);
+    bool newline = false;
+    for (size_t k = 0; k < n; k++)
+        newline |= ids[k] == 8;
+    assert_true(newline);
+    free(ids);
+    /* <|endoftext|> keeps what follows; <unk> written in the text is the unknown token */
+    ids = encode(phi3, "<|endoftext|>\n<unk>", 19, false, &n);
+    assert_true(n >= 3 && ids[0] == 4 && ids[n - 1] == 0);
+    newline = false;
+    for (size_t k = 0; k < n; k++)
+        newline |= ids[k] == 8;
+    assert_true(newline);
+    free(ids);
+    lp_tokenizer_close(phi3);
+    lp_tokenizer_close(other);
+}
+
 /* A GGUF "t5" vocabulary (llama.cpp's UGM) with a charsmap made by hand: a double-array trie
  * of two keys, "q" -> "k" and "qu" -> "K" (nodes: root BASE 1; 1^'q' = 112 a leaf with BASE 1,
  * its value at 113 = offset 0 and its child 113^'u' = 4 a leaf with BASE 1, value at 5 =
@@ -2159,6 +2325,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_gguf_built_llama),
             cmocka_unit_test(test_llama_vocab_suites),
             cmocka_unit_test(test_gguf_pre_families),
+            cmocka_unit_test(test_gguf_splits_as_shared_json),
             cmocka_unit_test(test_gpt2_rules),
             cmocka_unit_test(test_gpt2_round_trip),
             cmocka_unit_test(test_qwen3_rules),
@@ -2182,7 +2349,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unigram_rules),
         cmocka_unit_test(test_json_precompiled),
         cmocka_unit_test(test_gguf_t5),
+        cmocka_unit_test(test_gguf_strip_by_name),
         cmocka_unit_test(test_vocab_suites),
+        cmocka_unit_test(test_gguf_splits_as_json),
     };
     return cmocka_run_group_tests_name("tokenizer_unit", unit, NULL, NULL);
 }
