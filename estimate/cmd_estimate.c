@@ -88,7 +88,6 @@ static const lp_option estimate_options[] = {
     LP_OPT_FLAG_OF(estimate_opts, strict, "strict",
                    "refuse a config whose model_type loupe does not know (default: count it\n"
                    "with Llama's rules and say so in a warning and in \"assumed_family\")"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(estimate, run_estimate, estimate_options, 1, MAX_INPUTS,

@@ -79,7 +79,6 @@ static const lp_option leak_options[] = {
                      "append a run (kind 'leak') and its leak_checks rows"),
     LP_OPT_INT_OF(leak_opts, max_listed, "max-listed", "N", 0, 1000000,
                   "coordinates listed (default 20; all are counted)"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(leak, run_leak, leak_options, 0, 1,

@@ -104,7 +104,6 @@ static const lp_option trace_options[] = {
     LP_OPT_SIZE_OF(trace_opts, max_map_bytes, "max-map-bytes", "SIZE",
                    "refuse a run whose stored maps would exceed SIZE (default 4GiB;\n"
                    "maps grow with tokens squared: narrow --layers/--heads or --maps none)"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(trace, run_trace, trace_options, 1, 1,

@@ -21,7 +21,6 @@ static const lp_option demo_options[] = {
     /* trace's own range for --threads, checked here so a bad value stops the tour at once */
     LP_OPT_INT_OF(demo_opts, threads, "threads", "N", 1, 256,
                   "worker threads of the trace step (default: all CPUs)"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(demo, demo_main, demo_options, 0, 1,
