@@ -3,7 +3,6 @@
 #define LP_ESTIMATE_ESTIMATE_INTERNAL_H
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
 
 #include "estimate/estimate.h"
@@ -96,34 +95,6 @@ void lp_est_print_deploy(FILE *out, const lp_arch *arch, const lp_est_report *re
 void lp_est_json_put(json_t *obj, const char *key, json_t *value, bool *ok);
 void lp_est_json_append(json_t *array, json_t *value, bool *ok);
 json_t *lp_est_json_u64(uint64_t v);
-
-/* A report struct's numbers as JSON keys, one row each, written in table order by
- * lp_est_json_put_fields: the member's type picks json_integer, lp_est_json_u64, json_real or
- * json_boolean (a member of any other type does not compile). */
-typedef enum lp_est_json_kind {
-    LP_EST_JSON_I64,
-    LP_EST_JSON_U64,
-    LP_EST_JSON_REAL,
-    LP_EST_JSON_BOOL,
-    LP_EST_JSON_KIND_COUNT
-} lp_est_json_kind;
-
-typedef struct lp_est_json_field {
-    const char *key;
-    size_t offset;
-    lp_est_json_kind kind;
-} lp_est_json_field;
-
-#define LP_EST_JSON_FIELD(key, type, member)                                                      \
-    {key, offsetof(type, member),                                                                 \
-     _Generic(((type *)0)->member, int64_t: LP_EST_JSON_I64, uint64_t: LP_EST_JSON_U64,           \
-              double: LP_EST_JSON_REAL, bool: LP_EST_JSON_BOOL)}
-
-void lp_est_json_put_fields(json_t *obj, const void *src, const lp_est_json_field *fields,
-                            size_t n_fields, bool *ok);
-/* The same for a table whose length is visible here. */
-#define LP_EST_JSON_PUT_TABLE(obj, src, table, ok) \
-    lp_est_json_put_fields(obj, src, table, sizeof(table) / sizeof((table)[0]), ok)
 /* "deployment", "devices" and "serving" into doc (null when no device view was asked). */
 void lp_est_deploy_json(json_t *doc, const lp_arch *arch, const lp_est_report *rep, bool *ok);
 

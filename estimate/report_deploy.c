@@ -8,7 +8,6 @@
 
 #define put lp_est_json_put
 #define ju64 lp_est_json_u64
-#define put_table LP_EST_JSON_PUT_TABLE
 
 /* ---- text -------------------------------------------------------------------------------- */
 
@@ -180,36 +179,19 @@ static json_t *range_json(int64_t first, int64_t last, bool *ok)
     return r;
 }
 
-static const lp_est_json_field phase_fields[] = {
-    LP_EST_JSON_FIELD("flops", lp_est_phase, flops),
-    LP_EST_JSON_FIELD("bytes", lp_est_phase, bytes),
-    LP_EST_JSON_FIELD("link_bytes", lp_est_phase, link_bytes),
-    LP_EST_JSON_FIELD("compute_seconds", lp_est_phase, compute_seconds),
-    LP_EST_JSON_FIELD("memory_seconds", lp_est_phase, memory_seconds),
-    LP_EST_JSON_FIELD("link_seconds", lp_est_phase, link_seconds),
-    LP_EST_JSON_FIELD("seconds", lp_est_phase, seconds),
-};
-
 static json_t *phase_json(const lp_est_report *rep, const lp_est_phase *p, bool *ok)
 {
     json_t *o = json_object();
-    put_table(o, p, phase_fields, ok);
+    put(o, "flops", json_real(p->flops), ok);
+    put(o, "bytes", json_real(p->bytes), ok);
+    put(o, "link_bytes", json_real(p->link_bytes), ok);
+    put(o, "compute_seconds", json_real(p->compute_seconds), ok);
+    put(o, "memory_seconds", json_real(p->memory_seconds), ok);
+    put(o, "link_seconds", json_real(p->link_seconds), ok);
+    put(o, "seconds", json_real(p->seconds), ok);
     put(o, "bound", rep->hw_set ? json_string(lp_est_bound_name(p->bound)) : json_null(), ok);
     return o;
 }
-
-/* A device's holdings and memory, after its ranks and layers. */
-static const lp_est_json_field device_fields[] = {
-    LP_EST_JSON_FIELD("holds_embedding", lp_est_device, holds_embedding),
-    LP_EST_JSON_FIELD("holds_lm_head", lp_est_device, holds_lm_head),
-    LP_EST_JSON_FIELD("experts", lp_est_device, experts),
-    LP_EST_JSON_FIELD("kv_heads", lp_est_device, kv_heads),
-    LP_EST_JSON_FIELD("weights_bytes", lp_est_device, weights_bytes),
-    LP_EST_JSON_FIELD("kv_bytes_per_token", lp_est_device, kv_bytes_per_token),
-    LP_EST_JSON_FIELD("kv_cache_bytes", lp_est_device, kv_cache_bytes),
-    LP_EST_JSON_FIELD("activations_bytes", lp_est_device, activations_bytes),
-    LP_EST_JSON_FIELD("total_bytes", lp_est_device, total_bytes),
-};
 
 static json_t *device_json(const lp_est_report *rep, const lp_est_device *dev, bool *ok)
 {
@@ -222,7 +204,15 @@ static json_t *device_json(const lp_est_report *rep, const lp_est_device *dev, b
     put(o, "ep_ranks", range_json(0, d->ep - 1, ok), ok);
     put(o, "n_devices", json_integer(dev->n_devices), ok);
     put(o, "layers", range_json(dev->first_layer, dev->first_layer + dev->n_layers - 1, ok), ok);
-    put_table(o, dev, device_fields, ok);
+    put(o, "holds_embedding", json_boolean(dev->holds_embedding), ok);
+    put(o, "holds_lm_head", json_boolean(dev->holds_lm_head), ok);
+    put(o, "experts", json_integer(dev->experts), ok);
+    put(o, "kv_heads", json_integer(dev->kv_heads), ok);
+    put(o, "weights_bytes", ju64(dev->weights_bytes), ok);
+    put(o, "kv_bytes_per_token", ju64(dev->kv_bytes_per_token), ok);
+    put(o, "kv_cache_bytes", ju64(dev->kv_cache_bytes), ok);
+    put(o, "activations_bytes", ju64(dev->activations_bytes), ok);
+    put(o, "total_bytes", ju64(dev->total_bytes), ok);
     put(o, "kv_budget_bytes", d->memory_known ? ju64(dev->kv_budget_bytes) : json_null(), ok);
     put(o, "fits", d->memory_known ? json_boolean(dev->fits) : json_null(), ok);
     put(o, "prefill", phase_json(rep, &dev->prefill, ok), ok);
@@ -230,31 +220,25 @@ static json_t *device_json(const lp_est_report *rep, const lp_est_device *dev, b
     return o;
 }
 
-static const lp_est_json_field mesh_fields[] = {
-    LP_EST_JSON_FIELD("tp", lp_est_deploy, tp),
-    LP_EST_JSON_FIELD("pp", lp_est_deploy, pp),
-    LP_EST_JSON_FIELD("dp", lp_est_deploy, dp),
-    LP_EST_JSON_FIELD("ep", lp_est_deploy, ep),
-    LP_EST_JSON_FIELD("devices", lp_est_deploy, devices),
-    LP_EST_JSON_FIELD("kv_head_replicas", lp_est_deploy, kv_head_replicas),
-    LP_EST_JSON_FIELD("vocab_padded", lp_est_deploy, vocab_padded),
-    LP_EST_JSON_FIELD("vocab_per_rank", lp_est_deploy, vocab_per_rank),
-    LP_EST_JSON_FIELD("expert_split", lp_est_deploy, moe_tp),
-};
-static const lp_est_json_field communication_fields[] = {
-    LP_EST_JSON_FIELD("tp_allreduce_bytes", lp_est_deploy, tp_allreduce_bytes),
-    LP_EST_JSON_FIELD("tp_allreduces_per_layer", lp_est_deploy, tp_allreduces_per_layer),
-    LP_EST_JSON_FIELD("pp_handoff_bytes", lp_est_deploy, pp_handoff_bytes),
-    LP_EST_JSON_FIELD("ep_alltoall_bytes", lp_est_deploy, ep_alltoall_bytes),
-};
-
 static json_t *mesh_json(const lp_est_report *rep, bool *ok)
 {
     const lp_est_deploy *d = &rep->deploy;
-    json_t *o = json_object(), *c = json_object();
+    json_t *o = json_object();
     put(o, "conventions", json_string("vllm"), ok);
-    put_table(o, d, mesh_fields, ok);
-    put_table(c, d, communication_fields, ok);
+    put(o, "tp", json_integer(d->tp), ok);
+    put(o, "pp", json_integer(d->pp), ok);
+    put(o, "dp", json_integer(d->dp), ok);
+    put(o, "ep", json_integer(d->ep), ok);
+    put(o, "devices", json_integer(d->devices), ok);
+    put(o, "kv_head_replicas", json_integer(d->kv_head_replicas), ok);
+    put(o, "vocab_padded", json_integer(d->vocab_padded), ok);
+    put(o, "vocab_per_rank", json_integer(d->vocab_per_rank), ok);
+    put(o, "expert_split", json_integer(d->moe_tp), ok);
+    json_t *c = json_object();
+    put(c, "tp_allreduce_bytes", json_real(d->tp_allreduce_bytes), ok);
+    put(c, "tp_allreduces_per_layer", json_integer(d->tp_allreduces_per_layer), ok);
+    put(c, "pp_handoff_bytes", json_real(d->pp_handoff_bytes), ok);
+    put(c, "ep_alltoall_bytes", json_real(d->ep_alltoall_bytes), ok);
     put(c, "link", d->link_set ? json_string(d->link.name) : json_null(), ok);
     put(c, "link_bytes_per_s", d->link_set ? json_real(d->link.bytes_per_s) : json_null(), ok);
     put(o, "communication_per_token", c, ok);

@@ -6,7 +6,6 @@
 #define put lp_est_json_put
 #define append lp_est_json_append
 #define ju64 lp_est_json_u64
-#define put_table LP_EST_JSON_PUT_TABLE
 
 static json_t *jfit(int64_t v) { return v < 0 ? json_string("unbounded") : json_integer(v); }
 
@@ -33,15 +32,6 @@ static json_t *settings_json(const lp_est_report *rep, bool *ok)
     return set;
 }
 
-static const lp_est_json_field layer_kind_fields[] = {
-    LP_EST_JSON_FIELD("n_layers", lp_est_layer_kind, n_layers),
-    LP_EST_JSON_FIELD("first_layer", lp_est_layer_kind, first_layer),
-    LP_EST_JSON_FIELD("params_per_layer", lp_est_layer_kind, params_per_layer),
-    LP_EST_JSON_FIELD("active_per_layer", lp_est_layer_kind, active_per_layer),
-    LP_EST_JSON_FIELD("window", lp_est_layer_kind, window),
-    LP_EST_JSON_FIELD("kv_bytes_per_token", lp_est_layer_kind, kv_bytes_per_token),
-};
-
 static json_t *params_json(const lp_est_report *rep, bool *ok)
 {
     const lp_est_params *p = &rep->params;
@@ -62,7 +52,12 @@ static json_t *params_json(const lp_est_report *rep, bool *ok)
         const lp_est_layer_kind *lk = &rep->kinds[k];
         json_t *kind = json_object();
         put(kind, "label", json_string(lk->label), ok);
-        put_table(kind, lk, layer_kind_fields, ok);
+        put(kind, "n_layers", json_integer(lk->n_layers), ok);
+        put(kind, "first_layer", json_integer(lk->first_layer), ok);
+        put(kind, "params_per_layer", json_integer(lk->params_per_layer), ok);
+        put(kind, "active_per_layer", json_integer(lk->active_per_layer), ok);
+        put(kind, "window", json_integer(lk->window), ok);
+        put(kind, "kv_bytes_per_token", ju64(lk->kv_bytes_per_token), ok);
         append(kinds, kind, ok);
     }
     put(params, "by_layer_kind", kinds, ok);
@@ -92,18 +87,6 @@ static json_t *memory_json(const lp_est_report *rep, bool *ok)
     return mem;
 }
 
-static const lp_est_json_field layer_fields[] = {
-    LP_EST_JSON_FIELD("moe", lp_est_layer, moe),
-    LP_EST_JSON_FIELD("window", lp_est_layer, window),
-    LP_EST_JSON_FIELD("kv_heads", lp_est_layer, kv_heads),
-    LP_EST_JSON_FIELD("params", lp_est_layer, params),
-    LP_EST_JSON_FIELD("active_params", lp_est_layer, active_params),
-    LP_EST_JSON_FIELD("kv_values_per_token", lp_est_layer, kv_values_per_token),
-    LP_EST_JSON_FIELD("kv_bytes_per_token", lp_est_layer, kv_bytes_per_token),
-    LP_EST_JSON_FIELD("kv_tokens", lp_est_layer, kv_tokens),
-    LP_EST_JSON_FIELD("kv_bytes", lp_est_layer, kv_bytes),
-};
-
 static json_t *kv_json(const lp_est_report *rep, int flags, bool *ok)
 {
     json_t *kv = json_object();
@@ -117,50 +100,49 @@ static json_t *kv_json(const lp_est_report *rep, int flags, bool *ok)
         return kv;
     json_t *layers = json_array();
     for (int64_t l = 0; l < rep->params.n_layers; l++) {
+        const lp_est_layer *layer = &rep->params.layers[l];
         json_t *o = json_object();
         put(o, "layer", json_integer(l), ok);
-        put_table(o, &rep->params.layers[l], layer_fields, ok);
+        put(o, "moe", json_boolean(layer->moe), ok);
+        put(o, "window", json_integer(layer->window), ok);
+        put(o, "kv_heads", json_integer(layer->kv_heads), ok);
+        put(o, "params", json_integer(layer->params), ok);
+        put(o, "active_params", json_integer(layer->active_params), ok);
+        put(o, "kv_values_per_token", json_integer(layer->kv_values_per_token), ok);
+        put(o, "kv_bytes_per_token", ju64(layer->kv_bytes_per_token), ok);
+        put(o, "kv_tokens", ju64(layer->kv_tokens), ok);
+        put(o, "kv_bytes", ju64(layer->kv_bytes), ok);
         append(layers, o, ok);
     }
     put(kv, "per_layer", layers, ok);
     return kv;
 }
 
-static const lp_est_json_field flops_fields[] = {
-    LP_EST_JSON_FIELD("prefill", lp_est_flops, prefill),
-    LP_EST_JSON_FIELD("prefill_dense_attention", lp_est_flops, prefill_dense),
-    LP_EST_JSON_FIELD("decode_per_token", lp_est_flops, decode_per_token),
-    LP_EST_JSON_FIELD("training", lp_est_flops, training),
-};
-static const lp_est_json_field prefill_breakdown_fields[] = {
-    LP_EST_JSON_FIELD("attention_projections", lp_est_flops, prefill_attn_proj),
-    LP_EST_JSON_FIELD("attention_scores_causal", lp_est_flops, prefill_attn_scores_causal),
-    LP_EST_JSON_FIELD("attention_scores_dense", lp_est_flops, prefill_attn_scores_dense),
-    LP_EST_JSON_FIELD("ffn", lp_est_flops, prefill_ffn),
-    LP_EST_JSON_FIELD("lm_head", lp_est_flops, prefill_lm_head),
-};
-static const lp_est_json_field decode_breakdown_fields[] = {
-    LP_EST_JSON_FIELD("attention_projections", lp_est_flops, decode_attn_proj),
-    LP_EST_JSON_FIELD("attention_scores", lp_est_flops, decode_attn_scores),
-    LP_EST_JSON_FIELD("ffn", lp_est_flops, decode_ffn),
-    LP_EST_JSON_FIELD("lm_head", lp_est_flops, decode_lm_head),
-};
-static const lp_est_json_field intensity_fields[] = {
-    LP_EST_JSON_FIELD("prefill", lp_est_flops, prefill_intensity),
-    LP_EST_JSON_FIELD("decode", lp_est_flops, decode_intensity),
-    LP_EST_JSON_FIELD("prefill_bytes", lp_est_flops, prefill_bytes),
-    LP_EST_JSON_FIELD("decode_step_bytes", lp_est_flops, decode_bytes),
-};
-
 static json_t *flops_json(const lp_est_flops *f, bool *ok)
 {
-    json_t *fl = json_object(), *pb = json_object(), *db = json_object(), *ai = json_object();
-    put_table(fl, f, flops_fields, ok);
-    put_table(pb, f, prefill_breakdown_fields, ok);
+    json_t *fl = json_object();
+    put(fl, "prefill", json_real(f->prefill), ok);
+    put(fl, "prefill_dense_attention", json_real(f->prefill_dense), ok);
+    put(fl, "decode_per_token", json_real(f->decode_per_token), ok);
+    put(fl, "training", json_real(f->training), ok);
+    json_t *pb = json_object();
+    put(pb, "attention_projections", json_real(f->prefill_attn_proj), ok);
+    put(pb, "attention_scores_causal", json_real(f->prefill_attn_scores_causal), ok);
+    put(pb, "attention_scores_dense", json_real(f->prefill_attn_scores_dense), ok);
+    put(pb, "ffn", json_real(f->prefill_ffn), ok);
+    put(pb, "lm_head", json_real(f->prefill_lm_head), ok);
     put(fl, "prefill_breakdown", pb, ok);
-    put_table(db, f, decode_breakdown_fields, ok);
+    json_t *db = json_object();
+    put(db, "attention_projections", json_real(f->decode_attn_proj), ok);
+    put(db, "attention_scores", json_real(f->decode_attn_scores), ok);
+    put(db, "ffn", json_real(f->decode_ffn), ok);
+    put(db, "lm_head", json_real(f->decode_lm_head), ok);
     put(fl, "decode_breakdown", db, ok);
-    put_table(ai, f, intensity_fields, ok);
+    json_t *ai = json_object();
+    put(ai, "prefill", json_real(f->prefill_intensity), ok);
+    put(ai, "decode", json_real(f->decode_intensity), ok);
+    put(ai, "prefill_bytes", json_real(f->prefill_bytes), ok);
+    put(ai, "decode_step_bytes", json_real(f->decode_bytes), ok);
     put(fl, "intensity", ai, ok);
     return fl;
 }

@@ -39,30 +39,6 @@ void lp_est_json_put(json_t *obj, const char *key, json_t *value, bool *ok)
     }
 }
 
-static json_t *field_json(const unsigned char *at, lp_est_json_kind kind)
-{
-    int64_t i;
-    uint64_t u;
-    double d;
-    bool b;
-    switch (kind) {
-    case LP_EST_JSON_I64: memcpy(&i, at, sizeof i); return json_integer(i);
-    case LP_EST_JSON_U64: memcpy(&u, at, sizeof u); return lp_est_json_u64(u);
-    case LP_EST_JSON_REAL: memcpy(&d, at, sizeof d); return json_real(d);
-    case LP_EST_JSON_BOOL: memcpy(&b, at, sizeof b); return json_boolean(b);
-    default: return NULL;
-    }
-}
-
-void lp_est_json_put_fields(json_t *obj, const void *src, const lp_est_json_field *fields,
-                            size_t n_fields, bool *ok)
-{
-    for (size_t i = 0; i < n_fields; i++)
-        lp_est_json_put(obj, fields[i].key,
-                        field_json((const unsigned char *)src + fields[i].offset, fields[i].kind),
-                        ok);
-}
-
 void lp_est_json_append(json_t *array, json_t *value, bool *ok)
 {
     if (!array) {
