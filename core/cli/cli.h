@@ -113,9 +113,11 @@ static inline size_t lp_cli_table_rows(const lp_option *table, size_t n)
     LP_OPT_STRING_OF(type, field, "db", "FILE", \
                      "database, created if missing, runs appended (default loupe.db)")
 #define LP_OPT_JSON_OF(type, field) LP_OPT_FLAG_OF(type, field, "json", "one JSON document on stdout")
-/* The forward pass's worker pool takes at most 256 threads. */
+/* --threads takes 1..LP_CLI_MAX_THREADS in every command (the worker pool itself takes more). */
+#define LP_CLI_MAX_THREADS 256
 #define LP_OPT_THREADS_OF(type, field) \
-    LP_OPT_INT_OF(type, field, "threads", "N", 1, 256, "worker threads (default: all CPUs)")
+    LP_OPT_INT_OF(type, field, "threads", "N", 1, LP_CLI_MAX_THREADS, \
+                  "worker threads (default: all CPUs)")
 
 #define LP_CLI_MAX_POSITIONAL 16
 
