@@ -109,6 +109,21 @@ bool lp_dtype_bytes_for(lp_dtype dtype, uint64_t n_elements, uint64_t *bytes)
                                    bytes);
 }
 
+/* A float's bits and back, through memcpy (no type-punned pointer). */
+static float float_of_bits(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint32_t bits_of_float(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    return bits;
+}
+
 float lp_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -132,15 +147,12 @@ float lp_f16_to_f32(uint16_t h)
     } else {
         bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
     }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return float_of_bits(bits);
 }
 
 uint16_t lp_f32_to_f16(float f)
 {
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
+    uint32_t bits = bits_of_float(f);
     uint16_t sign = (uint16_t)((bits >> 16) & 0x8000);
     uint32_t abs_bits = bits & 0x7fffffffu;
     if (abs_bits >= 0x7f800000u) /* inf or nan */
@@ -166,16 +178,12 @@ uint16_t lp_f32_to_f16(float f)
 
 float lp_bf16_to_f32(uint16_t b)
 {
-    uint32_t bits = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return float_of_bits((uint32_t)b << 16);
 }
 
 uint16_t lp_f32_to_bf16(float f)
 {
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
+    uint32_t bits = bits_of_float(f);
     if ((bits & 0x7fffffffu) > 0x7f800000u) /* keep NaN a NaN */
         return (uint16_t)((bits >> 16) | 0x40);
     bits += 0x7fff + ((bits >> 16) & 1);

@@ -88,7 +88,6 @@ static const lp_option estimate_options[] = {
     LP_OPT_FLAG_OF(estimate_opts, strict, "strict",
                    "refuse a config whose model_type loupe does not know (default: count it\n"
                    "with Llama's rules and say so in a warning and in \"assumed_family\")"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(estimate, run_estimate, estimate_options, 1, MAX_INPUTS,
@@ -206,9 +205,9 @@ static int resolve_args(const estimate_opts *o, estimate_args *a)
                                            "FLOPS,BYTES_PER_S such as 989T,3.35T", o->hw);
         opts->hw_set = true;
     }
-    if ((rc = take_size("budget", o->budget, &opts->budget)) != 0 ||
-        (rc = take_size("max-memory", o->max_memory, &opts->max_memory)) != 0 ||
-        (rc = take_size("max-kv", o->max_kv, &opts->max_kv)) != 0)
+    if ((rc = take_size("budget", o->budget, &opts->limits.budget)) != 0 ||
+        (rc = take_size("max-memory", o->max_memory, &opts->limits.max_memory)) != 0 ||
+        (rc = take_size("max-kv", o->max_kv, &opts->limits.max_kv)) != 0)
         return rc;
     a->json = o->json;
     a->flags = (o->per_layer ? LP_EST_PRINT_PER_LAYER : 0) | (o->rope ? LP_EST_PRINT_ROPE : 0);

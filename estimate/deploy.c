@@ -399,8 +399,8 @@ lp_status lp_est_deploy_compute(const lp_arch *arch, const lp_est_options *opts,
     rep->gate_memory_exceeded = rep->gate_kv_exceeded = false;
     for (int i = 0; i < d->n_devices; i++) {
         const lp_est_device *dev = &d->device[i];
-        rep->gate_memory_exceeded |= rep->max_memory > 0 && dev->total_bytes > rep->max_memory;
-        rep->gate_kv_exceeded |= rep->max_kv > 0 && dev->kv_cache_bytes > rep->max_kv;
+        rep->gate_memory_exceeded |= rep->limits.max_memory > 0 && dev->total_bytes > rep->limits.max_memory;
+        rep->gate_kv_exceeded |= rep->limits.max_kv > 0 && dev->kv_cache_bytes > rep->limits.max_kv;
     }
     return LP_OK;
 }

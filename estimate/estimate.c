@@ -79,7 +79,7 @@ bool lp_est_memory_at(const lp_arch *arch, const lp_est_report *rep, int64_t bat
 static bool fits(const lp_arch *arch, const lp_est_report *rep, int64_t batch, int64_t seq)
 {
     uint64_t bytes;
-    return lp_est_memory_at(arch, rep, batch, seq, &bytes) && bytes <= rep->budget;
+    return lp_est_memory_at(arch, rep, batch, seq, &bytes) && bytes <= rep->limits.budget;
 }
 
 /* Largest x in [1, FIT_SEARCH_MAX] with fits(x) (memory grows with x); 0 when even 1 does not
@@ -187,9 +187,7 @@ static void resolve_settings(const lp_arch *arch, const lp_est_options *opts, lp
     rep->stored_params = opts->stored_params;
     rep->hw = opts->hw;
     rep->hw_set = opts->hw_set;
-    rep->budget = opts->budget;
-    rep->max_memory = opts->max_memory;
-    rep->max_kv = opts->max_kv;
+    rep->limits = opts->limits;
 }
 
 /* Weights at every dtype, the KV cache layer by layer, activations and the total. */
@@ -246,12 +244,12 @@ lp_status lp_estimate(const lp_arch *arch, const lp_est_options *opts, lp_est_re
         return st;
     describe_kinds(arch, rep);
     lp_est_compute_flops(arch, rep);
-    if (rep->budget > 0) {
+    if (rep->limits.budget > 0) {
         rep->fit_max_seq = search_max(arch, rep, true);
         rep->fit_max_batch = search_max(arch, rep, false);
     }
-    rep->gate_memory_exceeded = rep->max_memory > 0 && rep->total_bytes > rep->max_memory;
-    rep->gate_kv_exceeded = rep->max_kv > 0 && rep->kv.bytes > rep->max_kv;
+    rep->gate_memory_exceeded = rep->limits.max_memory > 0 && rep->total_bytes > rep->limits.max_memory;
+    rep->gate_kv_exceeded = rep->limits.max_kv > 0 && rep->kv.bytes > rep->limits.max_kv;
     st = lp_est_deploy_compute(arch, opts, rep, err); /* per device, and the gates with it */
     if (st == LP_OK && rep->deploy.present)
         lp_est_deploy_times(arch, rep); /* times read the placement; placement needs no times */

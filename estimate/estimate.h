@@ -136,6 +136,13 @@ typedef struct lp_est_deploy_options {
 #define LP_EST_MAX_WARNINGS 32
 #define LP_EST_MAX_LAYER_KINDS 16
 
+/* What the caller allows: the memory the fit search fills and the two gates a report fails. */
+typedef struct lp_est_limits {
+    uint64_t budget;     /* bytes for the fit search; 0 = no search */
+    uint64_t max_memory; /* gates; 0 = off */
+    uint64_t max_kv;
+} lp_est_limits;
+
 typedef struct lp_est_options {
     int64_t batch;   /* 0 = default 1 */
     int64_t seq;     /* tokens per sequence; 0 = default n_ctx, or 4096 when unknown */
@@ -147,9 +154,7 @@ typedef struct lp_est_options {
     int64_t prefill_chunk; /* tokens whose activations are live at once; 0 = default 2048 */
     lp_est_hw hw;
     bool hw_set;
-    uint64_t budget;     /* bytes for the fit search; 0 = no search */
-    uint64_t max_memory; /* gates; 0 = off */
-    uint64_t max_kv;
+    lp_est_limits limits;
     int lm_head_tensor_present; /* -1 unknown, 0 no, 1 yes (from the weights, when given) */
     uint64_t stored_weight_bytes; /* tensor bytes of the weights beside the config; 0 unknown */
     int64_t stored_params;        /* their element count (buffers included); 0 unknown */
@@ -358,12 +363,10 @@ typedef struct lp_est_report {
     lp_est_hw hw;
     bool hw_set;
 
-    uint64_t budget;
+    lp_est_limits limits; /* as given */
     int64_t fit_max_seq;   /* largest seq at `batch` within budget; -1 unbounded; 0 none */
     int64_t fit_max_batch; /* largest batch at `seq` within budget; -1 unbounded; 0 none */
 
-    uint64_t max_memory;
-    uint64_t max_kv;
     bool gate_memory_exceeded;
     bool gate_kv_exceeded;
 

@@ -253,7 +253,7 @@ static void print_per_layer(FILE *out, const lp_est_report *rep)
 static void print_gates(FILE *out, const lp_est_report *rep)
 {
     char a[48], b[48];
-    if (rep->max_memory == 0 && rep->max_kv == 0)
+    if (rep->limits.max_memory == 0 && rep->limits.max_kv == 0)
         return;
     uint64_t total = rep->total_bytes, kv = rep->kv.bytes;
     const char *where = "";
@@ -267,14 +267,14 @@ static void print_gates(FILE *out, const lp_est_report *rep)
         where = " on the busiest device";
     }
     fprintf(out, "\ngate\n");
-    if (rep->max_memory > 0)
+    if (rep->limits.max_memory > 0)
         fprintf(out, "  %-44s %s: total %s%s vs limit %s\n", "--max-memory",
                 rep->gate_memory_exceeded ? "EXCEEDED" : "ok", fmt_bytes(total, a), where,
-                fmt_bytes(rep->max_memory, b));
-    if (rep->max_kv > 0)
+                fmt_bytes(rep->limits.max_memory, b));
+    if (rep->limits.max_kv > 0)
         fprintf(out, "  %-44s %s: KV cache %s%s vs limit %s\n", "--max-kv",
                 rep->gate_kv_exceeded ? "EXCEEDED" : "ok", fmt_bytes(kv, a), where,
-                fmt_bytes(rep->max_kv, b));
+                fmt_bytes(rep->limits.max_kv, b));
 }
 
 void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep, int flags)
@@ -297,8 +297,8 @@ void lp_est_print_text(FILE *out, const lp_arch *arch, const lp_est_report *rep,
     print_prefill_flops(out, arch, rep);
     print_decode_flops(out, arch, rep);
     print_roofline(out, arch, rep);
-    if (rep->budget > 0) {
-        fprintf(out, "\nfit in %s (weights + KV + activations)\n", fmt_bytes(rep->budget, a));
+    if (rep->limits.budget > 0) {
+        fprintf(out, "\nfit in %s (weights + KV + activations)\n", fmt_bytes(rep->limits.budget, a));
         snprintf(b, sizeof b, "largest seq at batch %lld", (long long)rep->batch);
         fprintf(out, "  %-44s %s", b, fmt_fit(rep->fit_max_seq, a));
         if (rep->fit_max_seq > 0 && arch->n_ctx > 0 && rep->fit_max_seq > arch->n_ctx)
@@ -357,7 +357,7 @@ void lp_est_print_side_by_side(FILE *out, const lp_arch *const *archs,
         ROW("prefill time bound", lp_est_format_seconds(rep->flops.prefill_seconds, buf));
         ROW("decode step time bound", lp_est_format_seconds(rep->flops.decode_seconds, buf));
     }
-    if (reps[0]->budget > 0) {
+    if (reps[0]->limits.budget > 0) {
         ROW("max seq in budget",
             rep->fit_max_seq < 0 ? "unbounded" : fmt_int(rep->fit_max_seq, buf));
         ROW("max batch in budget",

@@ -167,10 +167,10 @@ static json_t *roofline_json(const lp_est_report *rep, bool *ok)
 
 static json_t *fit_json(const lp_est_report *rep, bool *ok)
 {
-    if (rep->budget == 0)
+    if (rep->limits.budget == 0)
         return json_null();
     json_t *fit = json_object();
-    put(fit, "budget_bytes", ju64(rep->budget), ok);
+    put(fit, "budget_bytes", ju64(rep->limits.budget), ok);
     put(fit, "max_seq", jfit(rep->fit_max_seq), ok);
     put(fit, "max_batch", jfit(rep->fit_max_batch), ok);
     return fit;
@@ -204,8 +204,8 @@ static json_t *rope_json(const lp_arch *arch, const lp_est_rope *r, bool *ok)
 static json_t *gate_json(const lp_est_report *rep, bool *ok)
 {
     json_t *gate = json_object();
-    put(gate, "max_memory_bytes", rep->max_memory ? ju64(rep->max_memory) : json_null(), ok);
-    put(gate, "max_kv_bytes", rep->max_kv ? ju64(rep->max_kv) : json_null(), ok);
+    put(gate, "max_memory_bytes", rep->limits.max_memory ? ju64(rep->limits.max_memory) : json_null(), ok);
+    put(gate, "max_kv_bytes", rep->limits.max_kv ? ju64(rep->limits.max_kv) : json_null(), ok);
     put(gate, "per_device", json_boolean(rep->deploy.present), ok);
     put(gate, "memory_exceeded", json_boolean(rep->gate_memory_exceeded), ok);
     put(gate, "kv_exceeded", json_boolean(rep->gate_kv_exceeded), ok);

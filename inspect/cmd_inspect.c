@@ -29,7 +29,6 @@ static const lp_option inspect_options[] = {
     LP_OPT_FLAG_OF(inspect_opts, strict, "strict",
                    "also check that loupe reads every top-level key of config.json: the\n"
                    "check config_keys lists the keys it does not (and fails)"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(inspect, run_inspect, inspect_options, 1, 1,

@@ -24,7 +24,6 @@ static const lp_option tokenize_options[] = {
                    "special tokens"),
     LP_OPT_FLAG_OF(tokenize_opts, json, "json",
                    "{\"ids\": [...], \"pieces\": [...]} (with --tokens also \"text\")"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(tokenize, run_tokenize, tokenize_options, 0, 1,

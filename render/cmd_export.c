@@ -17,7 +17,6 @@ static const lp_option export_options[] = {
                   "run id (default: the latest complete trace run, else the latest complete run)"),
     LP_OPT_STRING_OF(export_opts, output, "output", "FILE",
                      "the file to write: FILE.safetensors or FILE.npz"),
-    LP_OPT_END_OF_TABLE,
 };
 
 static const lp_cli_alias export_aliases[] = {{"o", "output"}, {NULL, NULL}};

@@ -83,7 +83,6 @@ static const lp_option render_options[] = {
     LP_OPT_SIZE_OF(render_opts, max_map_bytes, "max-map-bytes", "SIZE",
                    "--html, --all: map cells the viewer embeds, 1 byte each (default\n"
                    "64MiB); beyond it every map is max-pooled to the largest size that fits"),
-    LP_OPT_END_OF_TABLE,
 };
 
 static const lp_cli_alias render_aliases[] = {{"o", "output"}, {NULL, NULL}};

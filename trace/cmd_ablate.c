@@ -48,7 +48,6 @@ static const lp_option ablate_options[] = {
     LP_OPT_RUN_DB_OF(ablate_opts, db),
     LP_OPT_JSON_OF(ablate_opts, json),
     LP_OPT_THREADS_OF(ablate_opts, threads),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(ablate, run_ablate, ablate_options, 1, 1,

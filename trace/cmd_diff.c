@@ -24,7 +24,6 @@ static const lp_option diff_options[] = {
     LP_OPT_JSON_OF(diff_opts, json),
     LP_OPT_STRING_OF(diff_opts, db, "db", "FILE",
                      "database the diff is stored in (default: A's database)"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(diff, run_diff, diff_options, 2, 2,

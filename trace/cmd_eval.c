@@ -40,7 +40,6 @@ static const lp_option eval_options[] = {
     LP_OPT_INT_OF(eval_opts, stride, "stride", "N", 1, 1 << 20,
                   "tokens between window starts (default context / 2)"),
     LP_OPT_THREADS_OF(eval_opts, threads),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(eval, run_eval, eval_options, 1, 1,

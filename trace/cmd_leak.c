@@ -50,7 +50,7 @@ static const lp_option leak_options[] = {
                   "model: random cut points besides first, middle and last (default 2)"),
     LP_OPT_INT_OF(leak_opts, seed, "seed", "S", 0, (double)INT64_MAX,
                   "model: seed of the random cuts and replacement tokens (default 1)"),
-    LP_OPT_INT_OF(leak_opts, threads, "threads", "N", 1, 256,
+    LP_OPT_INT_OF(leak_opts, threads, "threads", "N", 1, LP_CLI_MAX_THREADS,
                   "model: worker threads (default 1); results are bitwise repeatable per N"),
     LP_OPT_ENUM_OF(leak_opts, maps, "maps", maps_names,
                    "model, with --db: the unperturbed pass's attention maps, head statistics\n"
@@ -79,7 +79,6 @@ static const lp_option leak_options[] = {
                      "append a run (kind 'leak') and its leak_checks rows"),
     LP_OPT_INT_OF(leak_opts, max_listed, "max-listed", "N", 0, 1000000,
                   "coordinates listed (default 20; all are counted)"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(leak, run_leak, leak_options, 0, 1,

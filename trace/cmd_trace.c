@@ -97,14 +97,13 @@ static const lp_option trace_options[] = {
                    "where a batch pads its shorter prompts (default right)"),
     LP_OPT_ENUM_OF(trace_opts, kv_dtype, "kv-dtype", kv_dtype_names,
                    "KV cache type (default auto: f16 for quantized weights, else theirs)"),
-    LP_OPT_INT_OF(trace_opts, threads, "threads", "N", 1, 256,
+    LP_OPT_INT_OF(trace_opts, threads, "threads", "N", 1, LP_CLI_MAX_THREADS,
                   "worker threads (default: all CPUs); results are repeatable per N"),
     LP_OPT_INT_OF(trace_opts, local_window, "local-window", "W", 1, (double)(INT64_MAX / 2),
                   "head_stats.local_frac counts keys within W positions (default 8)"),
     LP_OPT_SIZE_OF(trace_opts, max_map_bytes, "max-map-bytes", "SIZE",
                    "refuse a run whose stored maps would exceed SIZE (default 4GiB;\n"
                    "maps grow with tokens squared: narrow --layers/--heads or --maps none)"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(trace, run_trace, trace_options, 1, 1,

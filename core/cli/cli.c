@@ -21,12 +21,13 @@ typedef struct found_option {
     size_t offset;
 } found_option;
 
-static bool find_option(const lp_option *table, size_t base, const char *name, size_t name_len,
-                        found_option *out)
+static bool find_option(const lp_option *table, size_t n_rows, size_t base, const char *name,
+                        size_t name_len, found_option *out)
 {
-    for (const lp_option *o = table; o && o->kind != LP_OPT_END; o++) {
+    n_rows = lp_cli_table_rows(table, n_rows);
+    for (const lp_option *o = table; o < table + n_rows; o++) {
         if (o->kind == LP_OPT_TABLE) {
-            if (find_option(o->table, base + o->offset, name, name_len, out))
+            if (find_option(o->table, o->n_table, base + o->offset, name, name_len, out))
                 return true;
         } else if (strlen(o->name) == name_len && strncmp(o->name, name, name_len) == 0) {
             out->opt = o;
@@ -121,7 +122,7 @@ static int parse_named(const lp_cli_spec *spec, int argc, char **argv, int *i, c
                        size_t name_len, const char *eq, char *opts)
 {
     found_option f;
-    if (!find_option(spec->options, 0, name, name_len, &f))
+    if (!find_option(spec->options, spec->n_options, 0, name, name_len, &f))
         return lp_cli_usage_error(spec->name, "unknown option '--%.*s' (see loupe %s --help)",
                                   (int)name_len, name, spec->name);
     if (f.opt->kind == LP_OPT_FLAG) {
@@ -225,11 +226,13 @@ static void print_help_text(FILE *out, const char *help)
     fputc('\n', out);
 }
 
-static void print_options(FILE *out, const lp_option *table, const lp_cli_alias *aliases)
+static void print_options(FILE *out, const lp_option *table, size_t n_rows,
+                          const lp_cli_alias *aliases)
 {
-    for (const lp_option *o = table; o && o->kind != LP_OPT_END; o++) {
+    n_rows = lp_cli_table_rows(table, n_rows);
+    for (const lp_option *o = table; o < table + n_rows; o++) {
         if (o->kind == LP_OPT_TABLE) {
-            print_options(out, o->table, aliases);
+            print_options(out, o->table, o->n_table, aliases);
             continue;
         }
         char label[256];
@@ -248,9 +251,9 @@ void lp_cli_print_help(const lp_cli_spec *spec, FILE *out)
     fprintf(out, "usage: loupe %s %s\n", spec->name, spec->synopsis ? spec->synopsis : "");
     if (spec->description)
         fprintf(out, "\n%s\n", spec->description);
-    if (spec->options && spec->options->kind != LP_OPT_END) {
+    if (lp_cli_table_rows(spec->options, spec->n_options) > 0) {
         fputs("\noptions:\n", out);
-        print_options(out, spec->options, spec->aliases);
+        print_options(out, spec->options, spec->n_options, spec->aliases);
     }
     if (spec->notes)
         fprintf(out, "\n%s\n", spec->notes);

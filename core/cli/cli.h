@@ -9,11 +9,11 @@
  *   static const lp_option inspect_options[] = {
  *       LP_OPT_FLAG_OF(inspect_opts, stats, "stats", "per-tensor min, max, mean, ... (reads all)"),
  *       LP_OPT_FLAG_OF(inspect_opts, json, "json", "one JSON document"),
- *       LP_OPT_END_OF_TABLE,
  *   };
  *   static const lp_cli_spec inspect_spec = {
  *       .name = "inspect", .summary = "read a model's config and weights",
  *       .synopsis = "PATH [options]", .options = inspect_options,
+ *       .n_options = sizeof inspect_options / sizeof inspect_options[0],
  *       .min_positional = 1, .max_positional = 1,
  *   };
  *   static int run(int argc, char **argv) {
@@ -24,6 +24,10 @@
  *       ...
  *   }
  *   const lp_command lp_command_inspect = {&inspect_spec, run};
+ *
+ * A table ends where its array ends (LP_CLI_COMMAND and LP_OPT_TABLE_OF take the length from
+ * the array, so there is no end row to forget), or earlier at a row LP_OPT_END_OF_TABLE: a table
+ * of no options is that one row, and a spec built by hand without n_options must end with it.
  *
  * main() dispatches on argv[1]; run() gets argv with argv[0] = the command name and returns the
  * process exit status: 0 ok, 1 a check failed, 2 bad usage or input. Only commands print; the
@@ -49,7 +53,7 @@ enum { LP_EXIT_OK = 0, LP_EXIT_CHECK_FAILED = 1, LP_EXIT_USAGE = 2 };
  */
 
 typedef enum lp_opt_kind {
-    LP_OPT_END,    /* ends a table */
+    LP_OPT_END,    /* ends a table early (see the top of this file) */
     LP_OPT_FLAG,   /* bool: set to true; takes no value */
     LP_OPT_STRING, /* const char *: borrowed from argv */
     LP_OPT_INT,    /* int64_t: a whole number in [min, max] */
@@ -70,35 +74,50 @@ typedef struct lp_option {
     double min, max;     /* INT, NUMBER, COUNT: allowed range when min < max */
     const char *const *choices;    /* ENUM: NULL-terminated */
     const struct lp_option *table; /* TABLE: included options (their offsets are its own) */
+    size_t n_table;                /* TABLE: its rows */
 } lp_option;
 
-#define LP_OPT_END_OF_TABLE {LP_OPT_END, NULL, 0, NULL, NULL, 0, 0, NULL, NULL}
+#define LP_OPT_END_OF_TABLE {LP_OPT_END, NULL, 0, NULL, NULL, 0, 0, NULL, NULL, 0}
 #define LP_OPT_FLAG_OF(type, field, name, help) \
-    {LP_OPT_FLAG, name, offsetof(type, field), NULL, help, 0, 0, NULL, NULL}
+    {LP_OPT_FLAG, name, offsetof(type, field), NULL, help, 0, 0, NULL, NULL, 0}
 #define LP_OPT_STRING_OF(type, field, name, metavar, help) \
-    {LP_OPT_STRING, name, offsetof(type, field), metavar, help, 0, 0, NULL, NULL}
+    {LP_OPT_STRING, name, offsetof(type, field), metavar, help, 0, 0, NULL, NULL, 0}
 #define LP_OPT_INT_OF(type, field, name, metavar, lo, hi, help) \
-    {LP_OPT_INT, name, offsetof(type, field), metavar, help, lo, hi, NULL, NULL}
+    {LP_OPT_INT, name, offsetof(type, field), metavar, help, lo, hi, NULL, NULL, 0}
 #define LP_OPT_NUMBER_OF(type, field, name, metavar, lo, hi, help) \
-    {LP_OPT_NUMBER, name, offsetof(type, field), metavar, help, lo, hi, NULL, NULL}
+    {LP_OPT_NUMBER, name, offsetof(type, field), metavar, help, lo, hi, NULL, NULL, 0}
 #define LP_OPT_SIZE_OF(type, field, name, metavar, help) \
-    {LP_OPT_SIZE, name, offsetof(type, field), metavar, help, 0, 0, NULL, NULL}
+    {LP_OPT_SIZE, name, offsetof(type, field), metavar, help, 0, 0, NULL, NULL, 0}
 #define LP_OPT_COUNT_OF(type, field, name, metavar, lo, hi, help) \
-    {LP_OPT_COUNT, name, offsetof(type, field), metavar, help, lo, hi, NULL, NULL}
+    {LP_OPT_COUNT, name, offsetof(type, field), metavar, help, lo, hi, NULL, NULL, 0}
 #define LP_OPT_ENUM_OF(type, field, name, choices, help) \
-    {LP_OPT_ENUM, name, offsetof(type, field), NULL, help, 0, 0, choices, NULL}
-/* Include `table`, whose offsets are relative to `field` of type. */
+    {LP_OPT_ENUM, name, offsetof(type, field), NULL, help, 0, 0, choices, NULL, 0}
+/* Include `table` (an array whose length is visible here), whose offsets are relative to `field`
+ * of type. */
 #define LP_OPT_TABLE_OF(type, field, table) \
-    {LP_OPT_TABLE, NULL, offsetof(type, field), NULL, NULL, 0, 0, NULL, table}
+    {LP_OPT_TABLE, NULL, offsetof(type, field), NULL, NULL, 0, 0, NULL, table, LP_CLI_LEN(table)}
+
+#define LP_CLI_LEN(array) (sizeof(array) / sizeof((array)[0]))
+
+/* The rows of a table of n rows (n = 0: unbounded) before its first LP_OPT_END row. */
+static inline size_t lp_cli_table_rows(const lp_option *table, size_t n)
+{
+    size_t rows = 0;
+    while (table && (n == 0 || rows < n) && table[rows].kind != LP_OPT_END)
+        rows++;
+    return rows;
+}
 
 /* Rows several commands share word for word, written once so their help cannot drift apart. */
 #define LP_OPT_RUN_DB_OF(type, field) \
     LP_OPT_STRING_OF(type, field, "db", "FILE", \
                      "database, created if missing, runs appended (default loupe.db)")
 #define LP_OPT_JSON_OF(type, field) LP_OPT_FLAG_OF(type, field, "json", "one JSON document on stdout")
-/* The forward pass's worker pool takes at most 256 threads. */
+/* --threads takes 1..LP_CLI_MAX_THREADS in every command (the worker pool itself takes more). */
+#define LP_CLI_MAX_THREADS 256
 #define LP_OPT_THREADS_OF(type, field) \
-    LP_OPT_INT_OF(type, field, "threads", "N", 1, 256, "worker threads (default: all CPUs)")
+    LP_OPT_INT_OF(type, field, "threads", "N", 1, LP_CLI_MAX_THREADS, \
+                  "worker threads (default: all CPUs)")
 
 #define LP_CLI_MAX_POSITIONAL 16
 
@@ -114,6 +133,7 @@ typedef struct lp_cli_spec {
     const char *synopsis;    /* after "usage: loupe NAME ": "MODEL [options]" */
     const char *description; /* paragraphs between the usage line and the options */
     const lp_option *options;
+    size_t n_options; /* rows of options; 0 = up to its LP_OPT_END row */
     int min_positional, max_positional;
     const char *notes; /* after the options: examples, exit status */
     const lp_cli_alias *aliases; /* ends with {NULL, NULL}; NULL = none */
@@ -130,14 +150,16 @@ typedef struct lp_command {
  *                  "read a model's config and weights", "PATH [--stats] [--json]",
  *                  .description = "...", .notes = "...");
  *
- * defines `static const lp_cli_spec inspect_spec` (name "inspect", the option table, the range
- * of positional arguments, summary, synopsis, then any further designated fields) and
+ * defines `static const lp_cli_spec inspect_spec` (name "inspect", the option table and its
+ * length, the range of positional arguments, summary, synopsis, then any further designated
+ * fields) and
  * `const lp_command lp_command_inspect`. run_fn is declared static here, so it is defined below
  * and parses with &inspect_spec. */
 #define LP_CLI_COMMAND(cmd, run_fn, options_, min_pos, max_pos, summary_, synopsis_, ...)        \
     static int run_fn(int argc, char **argv);                                                    \
     static const lp_cli_spec cmd##_spec = {.name = #cmd, .summary = summary_,                     \
                                            .synopsis = synopsis_, .options = options_,           \
+                                           .n_options = LP_CLI_LEN(options_),                    \
                                            .min_positional = min_pos, .max_positional = max_pos, \
                                            __VA_ARGS__};                                         \
     const lp_command lp_command_##cmd = {&cmd##_spec, run_fn}

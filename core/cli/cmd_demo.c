@@ -19,9 +19,8 @@ static const lp_option demo_options[] = {
     LP_OPT_STRING_OF(demo_opts, card, "card", "NAME",
                      "the shipped card step 1 estimates (default llama-3-8b)"),
     /* trace's own range for --threads, checked here so a bad value stops the tour at once */
-    LP_OPT_INT_OF(demo_opts, threads, "threads", "N", 1, 256,
+    LP_OPT_INT_OF(demo_opts, threads, "threads", "N", 1, LP_CLI_MAX_THREADS,
                   "worker threads of the trace step (default: all CPUs)"),
-    LP_OPT_END_OF_TABLE,
 };
 
 LP_CLI_COMMAND(demo, demo_main, demo_options, 0, 1,

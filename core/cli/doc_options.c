@@ -122,11 +122,13 @@ static span span_of(const char *s) { return (span){s ? s : "", s ? strlen(s) : 0
 
 /* ---- from an option table -------------------------------------------------------------------- */
 
-static lp_status collect_table(lp_doc_command *c, const lp_option *table, lp_error *err)
+static lp_status collect_table(lp_doc_command *c, const lp_option *table, size_t n_rows,
+                               lp_error *err)
 {
-    for (const lp_option *o = table; o && o->kind != LP_OPT_END; o++) {
+    n_rows = lp_cli_table_rows(table, n_rows);
+    for (const lp_option *o = table; o < table + n_rows; o++) {
         if (o->kind == LP_OPT_TABLE) {
-            lp_status st = collect_table(c, o->table, err);
+            lp_status st = collect_table(c, o->table, o->n_table, err);
             if (st)
                 return st;
             continue;
@@ -159,7 +161,7 @@ lp_status lp_doc_collect(const lp_cli_spec *spec, lp_doc_command *out, lp_error 
     out->n_options = 0;
     if (!span_is_name(span_of(spec->name)))
         return lp_error_set(err, LP_ERR_RANGE, "command name '%s' is not [a-z0-9-]+", spec->name);
-    lp_status st = collect_table(out, spec->options, err);
+    lp_status st = collect_table(out, spec->options, spec->n_options, err);
     if (st)
         return st;
     /* main() answers --help for every command, before the command's own parser. */

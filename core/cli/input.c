@@ -16,7 +16,6 @@ const lp_option lp_input_options[] = {
     LP_OPT_STRING_OF(lp_input_opts, tokenizer, "tokenizer", "FILE",
                      "tokenizer.json, llama2.c tokenizer .bin or .gguf (default: the model's\n"
                      "own vocabulary, or one beside the model)"),
-    LP_OPT_END_OF_TABLE,
 };
 
 static lp_status find_tokenizer(const lp_input_opts *o, const char *model_path,

@@ -27,8 +27,10 @@ typedef struct lp_input_opts {
     const char *tokenizer;   /* --tokenizer FILE */
 } lp_input_opts;
 
-/* --prompt, --prompt-file, --tokens, --tokenizer; include with LP_OPT_TABLE_OF. */
-extern const lp_option lp_input_options[];
+/* --prompt, --prompt-file, --tokens, --tokenizer; include with LP_OPT_TABLE_OF (the length is
+ * part of the declaration so LP_OPT_TABLE_OF can count the rows where it is included). */
+#define LP_INPUT_N_OPTIONS 4
+extern const lp_option lp_input_options[LP_INPUT_N_OPTIONS];
 
 typedef struct lp_input {
     const char *text;        /* the prompt (NULL for --tokens); borrowed from argv or text_buf */

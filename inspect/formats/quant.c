@@ -203,16 +203,20 @@ static void dq_q3_k(const uint8_t *b, float *y)
     }
 }
 
-/* q4_K/q5_K: 8 scales and 8 mins of 6 bits in 12 bytes (ggml's get_scale_min_k4). */
-static void k4_scale_min(int j, const uint8_t *q, int *scale, int *min)
+/* q4_K/q5_K: 8 scales and 8 mins of 6 bits in 12 bytes (ggml's get_scale_min_k4); group j's
+ * scale is d x its 6-bit scale and its min dmin x its 6-bit min. */
+static void k4_scale_min(int j, const uint8_t *q, float d, float dmin, float *scale, float *min)
 {
+    int sc, m;
     if (j < 4) {
-        *scale = q[j] & 63;
-        *min = q[j + 4] & 63;
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
     } else {
-        *scale = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
-        *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
+    *scale = d * (float)sc;
+    *min = dmin * (float)m;
 }
 
 static void dq_q4_k(const uint8_t *b, float *y)
@@ -220,11 +224,9 @@ static void dq_q4_k(const uint8_t *b, float *y)
     float d = f16_at(b), dmin = f16_at(b + 2);
     const uint8_t *scales = b + 4, *q = b + 16;
     for (int g = 0; g < 8; g += 2, q += 32) {
-        int sc0, m0, sc1, m1;
-        k4_scale_min(g, scales, &sc0, &m0);
-        k4_scale_min(g + 1, scales, &sc1, &m1);
-        float d0 = d * (float)sc0, min0 = dmin * (float)m0;
-        float d1 = d * (float)sc1, min1 = dmin * (float)m1;
+        float d0, min0, d1, min1;
+        k4_scale_min(g, scales, d, dmin, &d0, &min0);
+        k4_scale_min(g + 1, scales, d, dmin, &d1, &min1);
         for (int l = 0; l < 32; l++)
             *y++ = d0 * (float)(q[l] & 0xf) - min0;
         for (int l = 0; l < 32; l++)
@@ -238,11 +240,9 @@ static void dq_q5_k(const uint8_t *b, float *y)
     const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
     uint8_t u1 = 1, u2 = 2;
     for (int g = 0; g < 8; g += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
-        int sc0, m0, sc1, m1;
-        k4_scale_min(g, scales, &sc0, &m0);
-        k4_scale_min(g + 1, scales, &sc1, &m1);
-        float d0 = d * (float)sc0, min0 = dmin * (float)m0;
-        float d1 = d * (float)sc1, min1 = dmin * (float)m1;
+        float d0, min0, d1, min1;
+        k4_scale_min(g, scales, d, dmin, &d0, &min0);
+        k4_scale_min(g + 1, scales, d, dmin, &d1, &min1);
         for (int l = 0; l < 32; l++)
             *y++ = d0 * (float)((ql[l] & 0xf) + ((qh[l] & u1) ? 16 : 0)) - min0;
         for (int l = 0; l < 32; l++)

@@ -169,17 +169,30 @@ static lp_status append_entry(lp_st_writer *writer, const char *name, lp_dtype d
     return LP_OK;
 }
 
+/* The tensor checked and a buffer of its n_bytes for the writer to own (freed by the writer once
+ * append_entry has it). */
+static lp_status checked_buffer(const lp_st_writer *writer, const char *name, lp_dtype dtype,
+                                int n_dims, const int64_t *shape, uint64_t *n_bytes, void **out,
+                                lp_error *err)
+{
+    lp_status st = check_tensor(writer, name, dtype, n_dims, shape, n_bytes, err);
+    if (st != LP_OK)
+        return st;
+    *out = malloc(*n_bytes ? (size_t)*n_bytes : 1);
+    if (!*out)
+        return lp_error_set(err, LP_ERR_NOMEM, "safetensors writer: tensor '%s': out of memory "
+                                               "(%llu bytes)", name, (unsigned long long)*n_bytes);
+    return LP_OK;
+}
+
 lp_status lp_st_writer_add(lp_st_writer *writer, const char *name, lp_dtype dtype, int n_dims,
                            const int64_t *shape, const void *data, lp_error *err)
 {
     uint64_t n_bytes;
-    lp_status st = check_tensor(writer, name, dtype, n_dims, shape, &n_bytes, err);
+    void *copy;
+    lp_status st = checked_buffer(writer, name, dtype, n_dims, shape, &n_bytes, &copy, err);
     if (st != LP_OK)
         return st;
-    void *copy = malloc(n_bytes ? (size_t)n_bytes : 1);
-    if (!copy)
-        return lp_error_set(err, LP_ERR_NOMEM, "safetensors writer: tensor '%s': out of memory "
-                                               "(%llu bytes)", name, (unsigned long long)n_bytes);
     if (n_bytes)
         memcpy(copy, data, (size_t)n_bytes);
     return append_entry(writer, name, dtype, n_dims, shape, n_bytes, copy, err);
@@ -194,13 +207,10 @@ lp_status lp_st_writer_add_f32_as(lp_st_writer *writer, const char *name, lp_dty
                             "safetensors writer: tensor '%s': cannot convert f32 to %s", name,
                             lp_dtype_name(dtype));
     uint64_t n_bytes;
-    lp_status st = check_tensor(writer, name, dtype, n_dims, shape, &n_bytes, err);
+    void *copy;
+    lp_status st = checked_buffer(writer, name, dtype, n_dims, shape, &n_bytes, &copy, err);
     if (st != LP_OK)
         return st;
-    void *copy = malloc(n_bytes ? (size_t)n_bytes : 1);
-    if (!copy)
-        return lp_error_set(err, LP_ERR_NOMEM, "safetensors writer: tensor '%s': out of memory",
-                            name);
     lp_f32_store_as(dtype, data, n_bytes / lp_dtype_get(dtype)->block_bytes, copy);
     return append_entry(writer, name, dtype, n_dims, shape, n_bytes, copy, err);
 }

@@ -48,10 +48,6 @@ static lp_status grow_tensors(lp_weights *w, lp_error *err)
     if (!tensors)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory for %zu tensors", cap);
     w->tensors = tensors;
-    char **names = realloc(w->owned_names, cap * sizeof *names);
-    if (!names)
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory for %zu tensors", cap);
-    w->owned_names = names;
     w->cap_tensors = cap;
     return LP_OK;
 }
@@ -76,7 +72,6 @@ lp_status lp_weights_add_tensor(lp_weights *w, int file_index, const lp_tensor_d
     t->data = desc->data;
     t->file_index = file_index;
     t->file_offset = desc->file_offset;
-    w->owned_names[w->n_tensors] = name;
     w->n_tensors++;
     lp_role_assign(t, w->arch ? w->arch->family : "", w->format);
     return LP_OK;
@@ -222,9 +217,8 @@ void lp_weights_close(lp_weights *w)
 {
     if (!w)
         return;
-    for (size_t i = 0; i < w->n_tensors; i++)
-        free(w->owned_names[i]);
-    free(w->owned_names);
+    for (size_t i = 0; i < w->n_tensors; i++) /* the names are the catalogue's copies */
+        free((char *)w->tensors[i].name);
     free(w->tensors);
     free(w->by_name);
     free(w->by_role);

@@ -30,10 +30,9 @@ struct lp_weights {
     char *path;               /* as given to lp_weights_open */
     lp_mapped_file *files;    /* [n_files]; shards of a sharded safetensors, else one */
     int n_files;
-    lp_tensor *tensors;       /* [n_tensors], in file order (shard by shard) */
+    lp_tensor *tensors;       /* [n_tensors], file order (shard by shard); names are our copies */
     size_t n_tensors;
     size_t cap_tensors;
-    char **owned_names;       /* [n_tensors] heap copies the tensors' names point into */
     size_t *by_name;          /* [n_tensors] indexes sorted by name */
     size_t *by_role;          /* [n_tensors] indexes sorted by (role, layer, expert, is_bias) */
     lp_arch *arch;            /* NULL when the weights came without a description */

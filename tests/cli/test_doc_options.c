@@ -18,7 +18,7 @@ typedef struct demo_opts {
 static const char *const maps_choices[] = {"f16", "f32", "none", NULL};
 
 static const lp_option input_table[] = {
-    {LP_OPT_STRING, "prompt", 0, "TEXT", "text to tokenize", 0, 0, NULL, NULL},
+    {LP_OPT_STRING, "prompt", 0, "TEXT", "text to tokenize", 0, 0, NULL, NULL, 0},
     LP_OPT_END_OF_TABLE,
 };
 
@@ -68,12 +68,37 @@ static void test_from_table(void **state)
     free(c);
 }
 
+/* A table ends where its array ends: n_options rows are read and no end row is looked for past
+ * them (these three rows have none). */
+static void test_counted_table(void **state)
+{
+    (void)state;
+    static const lp_option counted[] = {
+        LP_OPT_FLAG_OF(demo_opts, check, "check", "then run the model"),
+        LP_OPT_STRING_OF(demo_opts, db, "db", "FILE", "database"),
+        LP_OPT_ENUM_OF(demo_opts, maps, "maps", maps_choices, "map precision"),
+    };
+    lp_cli_spec spec = {.name = "demo", .summary = "s", .options = counted, .n_options = 2};
+    lp_doc_command *c = collect(&spec, LP_OK);
+    assert_int_equal(c->n_options, 3); /* check db help */
+    assert_null(find(c, "maps"));
+    free(c);
+    spec.n_options = LP_CLI_LEN(counted);
+    c = collect(&spec, LP_OK);
+    assert_int_equal(c->n_options, 4);
+    assert_non_null(find(c, "maps"));
+    free(c);
+    assert_int_equal(lp_cli_table_rows(demo_table, 0), 4); /* up to the end row */
+    assert_int_equal(lp_cli_table_rows(demo_table, 2), 2);
+    assert_int_equal(lp_cli_table_rows(NULL, 3), 0);
+}
+
 static void test_limits(void **state)
 {
     (void)state;
     /* A name that is not a shell-safe word is refused, not written into a script. */
     static const lp_option bad_name[] = {
-        {LP_OPT_FLAG, "x;rm", 0, NULL, "h", 0, 0, NULL, NULL},
+        {LP_OPT_FLAG, "x;rm", 0, NULL, "h", 0, 0, NULL, NULL, 0},
         LP_OPT_END_OF_TABLE,
     };
     lp_cli_spec spec = {.name = "demo", .summary = "s", .options = bad_name};
@@ -86,7 +111,7 @@ static void test_limits(void **state)
     static char names[LP_DOC_MAX_OPTIONS + 1][16];
     for (int i = 0; i <= LP_DOC_MAX_OPTIONS; i++) {
         snprintf(names[i], sizeof names[i], "opt%d", i);
-        many[i] = (lp_option){LP_OPT_FLAG, names[i], 0, NULL, "h", 0, 0, NULL, NULL};
+        many[i] = (lp_option){LP_OPT_FLAG, names[i], 0, NULL, "h", 0, 0, NULL, NULL, 0};
     }
     many[LP_DOC_MAX_OPTIONS + 1] = (lp_option)LP_OPT_END_OF_TABLE;
     lp_cli_spec too_many = {.name = "many", .summary = "s", .options = many};
@@ -97,7 +122,7 @@ static void test_limits(void **state)
     for (size_t i = 0; i + 1 < sizeof long_help; i++)
         long_help[i] = i % 6 == 5 ? ' ' : 'w';
     static const lp_option long_table[] = {
-        {LP_OPT_FLAG, "long", 0, NULL, long_help, 0, 0, NULL, NULL},
+        {LP_OPT_FLAG, "long", 0, NULL, long_help, 0, 0, NULL, NULL, 0},
         LP_OPT_END_OF_TABLE,
     };
     lp_cli_spec long_spec = {.name = "demo", .summary = "s", .options = long_table};
@@ -148,6 +173,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_from_table),
+        cmocka_unit_test(test_counted_table),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_completion_scripts),
     };

@@ -437,7 +437,7 @@ static void test_defaults_and_gates(void **state)
     /* bf16 at TP 8: 2 x 50,735,300,608 B per device, more than an 80 GB H100 */
     o = serving("bf16", "bf16", 8192);
     o.deploy.tp = 8;
-    o.max_memory = 101470601216ull; /* exactly the weights: exceeded once KV is added */
+    o.limits.max_memory = 101470601216ull; /* exactly the weights: exceeded once KV is added */
     rep = run(a, &o);
     assert_int_equal(rep->deploy.device[0].weights_bytes, 101470601216ull);
     assert_false(rep->deploy.device[0].fits);
@@ -445,7 +445,7 @@ static void test_defaults_and_gates(void **state)
     assert_int_equal(rep->deploy.max_concurrent_sequences, 0);
     assert_true(rep->gate_memory_exceeded);
     /* the single-device total is far above, but the gate is per device */
-    o.max_memory = rep->deploy.device[0].total_bytes;
+    o.limits.max_memory = rep->deploy.device[0].total_bytes;
     free(rep);
     rep = run(a, &o);
     assert_false(rep->gate_memory_exceeded);

@@ -373,17 +373,17 @@ static void test_fit(void **state)
     assert_true(lp_est_memory_at(&a, rep, 2, 1001, &at_1001));
     assert_true(at_1001 > at_1000);
     free(rep);
-    o.budget = at_1000;
+    o.limits.budget = at_1000;
     rep = run(&a, &o);
     assert_int_equal(rep->fit_max_seq, 1000);
     /* largest batch at seq 300: fits at the answer, not one more */
     uint64_t m;
     assert_true(rep->fit_max_batch > 2);
-    assert_true(lp_est_memory_at(&a, rep, rep->fit_max_batch, 300, &m) && m <= o.budget);
-    assert_true(lp_est_memory_at(&a, rep, rep->fit_max_batch + 1, 300, &m) && m > o.budget);
+    assert_true(lp_est_memory_at(&a, rep, rep->fit_max_batch, 300, &m) && m <= o.limits.budget);
+    assert_true(lp_est_memory_at(&a, rep, rep->fit_max_batch + 1, 300, &m) && m > o.limits.budget);
     free(rep);
     /* a budget below the weights fits nothing */
-    o.budget = 1000;
+    o.limits.budget = 1000;
     rep = run(&a, &o);
     assert_int_equal(rep->fit_max_seq, 0);
     assert_int_equal(rep->fit_max_batch, 0);
@@ -391,7 +391,7 @@ static void test_fit(void **state)
     /* every layer windowed: the KV cache stops growing, so context is unbounded */
     for (int l = 0; l < 4; l++)
         a.layer_window[l] = 16;
-    o.budget = at_1000;
+    o.limits.budget = at_1000;
     rep = run(&a, &o);
     assert_int_equal(rep->fit_max_seq, -1);
     free(rep);
@@ -405,14 +405,14 @@ static void test_gates(void **state)
     lp_est_options o;
     lp_est_options_init(&o);
     o.seq = 100;
-    o.max_kv = 100 * 256;     /* exactly the KV cache: not exceeded */
-    o.max_memory = 2 * 267840; /* the weights alone: exceeded once KV is added */
+    o.limits.max_kv = 100 * 256;     /* exactly the KV cache: not exceeded */
+    o.limits.max_memory = 2 * 267840; /* the weights alone: exceeded once KV is added */
     lp_est_report *rep = run(&a, &o);
     assert_int_equal(rep->kv.bytes, 100 * 256);
     assert_false(rep->gate_kv_exceeded);
     assert_true(rep->gate_memory_exceeded);
     free(rep);
-    o.max_kv = 100 * 256 - 1;
+    o.limits.max_kv = 100 * 256 - 1;
     rep = run(&a, &o);
     assert_true(rep->gate_kv_exceeded);
     free(rep);
