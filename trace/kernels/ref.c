@@ -558,15 +558,59 @@ typedef struct fit_hist {
     uint32_t base;  /* bits of bucket 1's lower edge, aligned to a group */
     int shift;      /* bucket k >= 1 holds bits [base + (k-1) << shift, base + k << shift) */
     int group;      /* buckets per group (FIT_GROUP or the buckets of one exponent) */
+    int group_log2; /* group = 1 << group_log2 */
     int e_lo;       /* the unit: 2^(e_lo - 150), e_lo the smallest positive value's exponent */
     int64_t n_buckets;
     uint32_t count[FIT_MAX_BUCKETS];
     uint64_t mantissas[FIT_MAX_BUCKETS];
 } fit_hist;
 
-static uint32_t fit_key(const fit_hist *h, uint32_t u)
+static uint32_t fit_key(uint32_t base, int shift, uint32_t u)
 {
-    return u ? ((u - h->base) >> h->shift) + 1u : 0u;
+    return u ? ((u - base) >> shift) + 1u : 0u;
+}
+
+static void sparsity_range_ref(const float *p, int64_t n, uint32_t *lo, uint32_t *hi)
+{
+    uint32_t smallest = UINT32_MAX, largest = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t u = prob_bits(p[j]);
+        largest = u > largest ? u : largest;
+        uint32_t positive = u ? u : UINT32_MAX;
+        smallest = positive < smallest ? positive : smallest;
+    }
+    *lo = smallest;
+    *hi = largest;
+}
+
+static uint64_t sparsity_histogram_ref(const float *p, int64_t n, uint32_t base, int shift,
+                                       uint32_t low_key, uint32_t low_bits, uint32_t *count,
+                                       uint64_t *mantissas)
+{
+    uint64_t low_part = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t u = prob_bits(p[j]), k = fit_key(base, shift, u);
+        uint64_t m = bits_mantissa(u);
+        count[k]++;
+        mantissas[k] += m;
+        low_part += k == low_key && u < low_bits ? m : 0;
+    }
+    return low_part;
+}
+
+static int64_t sparsity_gather_ref(float *p, int64_t n, uint32_t base, int shift,
+                                   const uint32_t keys[3])
+{
+    int64_t front = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t k = fit_key(base, shift, prob_bits(p[j]));
+        if (k == keys[0] || k == keys[1] || k == keys[2]) {
+            float t = p[front];
+            p[front++] = p[j];
+            p[j] = t;
+        }
+    }
+    return front;
 }
 
 /* Bucket k's mantissa sum in units: shifted by its exponent's distance from e_lo. */
@@ -596,7 +640,8 @@ static bool fit_layout(fit_hist *h, uint32_t lo, uint32_t hi, int64_t n)
     h->e_lo = e_lo;
     /* at most 21: the refinement's fields (keys_needed, from level 1) assume shared bits >= 21 */
     for (h->shift = 0; h->shift <= 21; h->shift++) {
-        h->group = h->shift <= 23 - 5 ? FIT_GROUP : 1 << (23 - h->shift);
+        h->group_log2 = h->shift <= 23 - 5 ? 5 : 23 - h->shift;
+        h->group = 1 << h->group_log2; /* FIT_GROUP at most */
         h->base = lo & ~(((uint32_t)h->group << h->shift) - 1u);
         if ((int64_t)((hi - h->base) >> h->shift) + 1 < h->n_buckets)
             return true;
@@ -612,8 +657,8 @@ static int64_t fit_crossing(const fit_hist *h, const fit_u128 *group_mass,
 {
     int64_t k = from;
     while (k >= 1) {
-        int64_t g = (k - 1) / h->group;
-        if ((k - 1) % h->group == h->group - 1 && den * (*acc + group_mass[g]) < need) {
+        int64_t g = (k - 1) >> h->group_log2;
+        if (((k - 1) & (h->group - 1)) == h->group - 1 && den * (*acc + group_mass[g]) < need) {
             *acc += group_mass[g]; /* the whole group stays above the threshold */
             *taken += group_count[g];
             k -= h->group;
@@ -630,7 +675,8 @@ static int64_t fit_crossing(const fit_hist *h, const fit_u128 *group_mass,
 }
 
 /* The fitted path; false (nothing written) when the row does not fit. */
-static bool sparsity_fitted(float *p, int64_t n, uint32_t lo, uint32_t hi, lp_attn_row_stats *st)
+static bool sparsity_fitted(const lp_kernel_table *kt, float *p, int64_t n, uint32_t lo,
+                            uint32_t hi, lp_attn_row_stats *st)
 {
     fit_hist h; /* 24 KB of stack */
     if (!fit_layout(&h, lo, hi, n))
@@ -638,15 +684,11 @@ static bool sparsity_fitted(float *p, int64_t n, uint32_t lo, uint32_t hi, lp_at
     memset(h.count, 0, (size_t)h.n_buckets * sizeof *h.count);
     memset(h.mantissas, 0, (size_t)h.n_buckets * sizeof *h.mantissas);
     const uint32_t low_bits = prob_bits(1e-3f);
-    const uint32_t low_key = low_bits > lo && low_bits <= hi ? fit_key(&h, low_bits) : 0;
-    uint64_t low_part = 0; /* the values of low_key's bucket below 1e-3 */
-    for (int64_t j = 0; j < n; j++) {
-        uint32_t u = prob_bits(p[j]), k = fit_key(&h, u);
-        uint64_t m = bits_mantissa(u);
-        h.count[k]++;
-        h.mantissas[k] += m;
-        low_part += m & (0 - (uint64_t)((k == low_key) & (u < low_bits)));
-    }
+    const uint32_t low_key = low_bits > lo && low_bits <= hi ? fit_key(h.base, h.shift, low_bits)
+                                                              : 0;
+    /* the values of low_key's bucket below 1e-3 */
+    uint64_t low_part = kt->sparsity_histogram(p, n, h.base, h.shift, low_key, low_bits, h.count,
+                                               h.mantissas);
     int64_t n_groups = (h.n_buckets - 2) / h.group + 1;
     fit_u128 group_mass[FIT_MAX_GROUPS], total = 0, low = 0;
     uint32_t group_count[FIT_MAX_GROUPS];
@@ -661,8 +703,14 @@ static bool sparsity_fitted(float *p, int64_t n, uint32_t lo, uint32_t hi, lp_at
         group_mass[g] = (fit_u128)m << fit_unit_shift(&h, k0);
         group_count[g] = c;
         total += group_mass[g];
-        for (int64_t k = k0; low_key && k < k1 && k < (int64_t)low_key; k++)
-            low += (fit_u128)h.mantissas[k] << fit_unit_shift(&h, k);
+        if (low_key && k1 <= (int64_t)low_key) {
+            low += group_mass[g]; /* the whole group lies below low_key's bucket */
+        } else if (low_key && k0 < (int64_t)low_key) {
+            uint64_t below = 0;
+            for (int64_t k = k0; k < (int64_t)low_key; k++)
+                below += h.mantissas[k];
+            low += (fit_u128)below << fit_unit_shift(&h, k0);
+        }
     }
     if (low_bits > hi)
         low = total;
@@ -679,22 +727,16 @@ static bool sparsity_fitted(float *p, int64_t n, uint32_t lo, uint32_t hi, lp_at
         acc_at[f] = acc;
         from = bucket[f];
     }
-    int64_t front = 0; /* the crossing buckets' values to the front, in one pass */
-    for (int64_t j = 0; j < n; j++) {
-        uint32_t k = fit_key(&h, prob_bits(p[j]));
-        if (k == (uint32_t)bucket[0] || k == (uint32_t)bucket[1] || k == (uint32_t)bucket[2]) {
-            float t = p[front];
-            p[front++] = p[j];
-            p[j] = t;
-        }
-    }
+    /* the crossing buckets' values to the front, in one pass */
+    const uint32_t keys[3] = {(uint32_t)bucket[0], (uint32_t)bucket[1], (uint32_t)bucket[2]};
+    int64_t front = kt->sparsity_gather(p, n, h.base, h.shift, keys);
     exact_sum total_exact = fit_exact(&h, total), low_exact = fit_exact(&h, low);
     int level = h.shift > 14 ? 1 : h.shift > 7 ? 2 : h.shift > 0 ? 3 : SPARSE_LEVELS;
     int64_t k[3];
     for (int f = 0; f < 3; f++) {
         int64_t c = 0;
         for (int64_t j = 0; j < front; j++)
-            if (fit_key(&h, prob_bits(p[j])) == (uint32_t)bucket[f]) {
+            if (fit_key(h.base, h.shift, prob_bits(p[j])) == keys[f]) {
                 float t = p[c];
                 p[c++] = p[j];
                 p[j] = t;
@@ -707,15 +749,11 @@ static bool sparsity_fitted(float *p, int64_t n, uint32_t lo, uint32_t hi, lp_at
     return true;
 }
 
-void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
+void lp_attn_row_sparsity_with(const lp_kernel_table *kt, float *p, int64_t n,
+                               lp_attn_row_stats *st)
 {
-    uint32_t lo = UINT32_MAX, hi = 0;
-    for (int64_t j = 0; j < n; j++) { /* one sweep the compiler vectorizes: range and refusal */
-        uint32_t u = prob_bits(p[j]);
-        hi = u > hi ? u : hi;
-        uint32_t positive = u ? u : UINT32_MAX;
-        lo = positive < lo ? positive : lo;
-    }
+    uint32_t lo, hi;
+    kt->sparsity_range(p, n, &lo, &hi); /* the row's range and its refusal */
     if (hi >= PROB_BITS_END) {
         st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
         return;
@@ -726,8 +764,13 @@ void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
         sparsity_fill(st, none, &zero);
         return;
     }
-    if (!sparsity_fitted(p, n, lo, hi, st))
+    if (!sparsity_fitted(kt, p, n, lo, hi, st))
         sparsity_by_fields(p, n, st);
+}
+
+void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
+{
+    lp_attn_row_sparsity_with(&lp_kernels_ref_table, p, n, st);
 }
 
 /* The row's softmax maximum and denominator over keys [lo, hi) and the learned sink, in double. */
@@ -909,6 +952,22 @@ static unsigned attn_softmax_ref(float *s, int64_t ld_s, int rows, int64_t n, fl
         m[r] = m_new;
     }
     return bad;
+}
+
+static void attn_row_probs_ref(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,
+                               int64_t window, lp_attn_row_sums *sums)
+{
+    float entropy_part = 0.0f, distance = 0.0f, local = 0.0f, max_prob = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        float centred = s[j] - m, p = attn_exp1(centred) * inv_l;
+        float dist = (float)(pos - j0 - j);
+        entropy_part += p * centred;
+        distance += p * dist;
+        local += pos - j0 - j < window ? p : 0.0f;
+        max_prob = p > max_prob ? p : max_prob;
+        s[j] = p;
+    }
+    *sums = (lp_attn_row_sums){entropy_part, distance, local, max_prob};
 }
 
 /* ---- matrix-vector rows: each value converted from its stored form as it is multiplied */
