@@ -30,6 +30,7 @@
 #include "trace/kernels/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,11 @@ typedef struct row_state {
 static bool sparsity_on = true;
 
 void lp_attn_set_sparsity(bool on) { sparsity_on = on; }
+
+/* lp_attn_rows_probed's count: one relaxed add per tile, never on the bare path. */
+static _Atomic uint64_t rows_probed;
+
+uint64_t lp_attn_rows_probed(void) { return atomic_load_explicit(&rows_probed, memory_order_relaxed); }
 
 /* The packed keys and f32 values of one call: keys [kbase, khi) (kbase a multiple of ATT_BK). */
 typedef struct att_call {
@@ -389,9 +395,12 @@ static void query_tile(const att_call *c, int64_t i0, int rows)
     for (int64_t g = 0; g < c->n_heads; g++)
         for (int r = 0; r < rows; r++)
             row_finish(kt, &c->heads[g], &c->rs[g * LP_ATTN_MR + r], i0 + r);
-    for (int64_t g = 0; g < c->n_heads && keep; g++)
+    if (!keep)
+        return;
+    for (int64_t g = 0; g < c->n_heads; g++)
         for (int r = 0; r < rows; r++)
             row_probs(c, g, r, i0 + r);
+    atomic_fetch_add_explicit(&rows_probed, (uint64_t)(rows * c->n_heads), memory_order_relaxed);
 }
 
 static void call_free(att_call *c)

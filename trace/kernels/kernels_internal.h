@@ -363,6 +363,10 @@ uint64_t lp_attn_sparsity_histogram_avx2(const float *p, int64_t n, uint32_t bas
                                          uint64_t *mantissas);
 int64_t lp_attn_sparsity_gather_avx2(float *p, int64_t n, uint32_t base, int shift,
                                      const uint32_t keys[3]);
+/* attention.c: query rows (of any head) whose probabilities and statistics lp_attention has
+ * computed since the process started: pass 2 ran for them. The bare path (no probs, no
+ * row_stats) leaves it alone; for tests. */
+uint64_t lp_attn_rows_probed(void);
 /* ref.c: lp_attn_row_sparsity with the sweeps of table kt (the same counts on every ISA). */
 void lp_attn_row_sparsity_with(const lp_kernel_table *kt, float *p, int64_t n,
                                lp_attn_row_stats *st);
