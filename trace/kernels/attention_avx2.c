@@ -369,8 +369,7 @@ static inline __m256i fit_keys8(__m256i u, __m256i base, __m128i shift)
  * stores in flight cost a memory-ordering flush: three times slower than plain C. */
 enum { HIST_CHUNK = 64 };
 uint64_t lp_attn_sparsity_histogram_avx2(const float *p, int64_t n, uint32_t base, int shift,
-                                         uint32_t low_key, uint32_t low_bits, uint32_t *count,
-                                         uint64_t *mantissas)
+                                         uint32_t low_key, uint32_t low_bits, uint64_t *buckets)
 {
     const __m256i basev = _mm256_set1_epi32((int)base), lowk = _mm256_set1_epi32((int)low_key);
     const __m256i lowb = _mm256_set1_epi32((int)low_bits), frac = _mm256_set1_epi32(0x7fffff);
@@ -393,10 +392,8 @@ uint64_t lp_attn_sparsity_histogram_avx2(const float *p, int64_t n, uint32_t bas
             _mm256_storeu_si256((__m256i *)(void *)(key + c), k);
             _mm256_storeu_si256((__m256i *)(void *)(mant + c), m);
         }
-        for (int c = 0; c < HIST_CHUNK; c++) {
-            count[key[c]]++;
-            mantissas[key[c]] += mant[c];
-        }
+        for (int c = 0; c < HIST_CHUNK; c++)
+            buckets[key[c]] += (UINT64_C(1) << 40) + mant[c];
     }
     uint64_t l4[4];
     _mm256_storeu_si256((__m256i *)(void *)l4, low);
@@ -407,8 +404,7 @@ uint64_t lp_attn_sparsity_histogram_avx2(const float *p, int64_t n, uint32_t bas
         u = u == 0x80000000u ? 0 : u;
         uint32_t k = u ? ((u - base) >> shift) + 1u : 0u;
         uint64_t m = (u & 0x7fffffu) | (u >> 23 ? 0x800000u : 0u);
-        count[k]++;
-        mantissas[k] += m;
+        buckets[k] += (UINT64_C(1) << 40) + m;
         low_part += k == low_key && u < low_bits ? m : 0;
     }
     return low_part;

@@ -159,15 +159,14 @@ typedef struct lp_kernel_table {
     /* The three sweeps of lp_attn_row_sparsity's fitted histogram (ref.c), over the float bits u
      * of p[0..n) with -0 read as 0. sparsity_range: *hi = the largest u, *lo = the smallest
      * nonzero u (UINT32_MAX when none). With key(u) = u ? ((u - base) >> shift) + 1 : 0 (every
-     * nonzero u >= base), sparsity_histogram adds 1 to count[key(u)] and u's 24-bit mantissa
-     * (hidden bit included) to mantissas[key(u)] for every value, and returns the sum of the
+     * nonzero u >= base), sparsity_histogram adds 2^40 (a count) plus u's 24-bit mantissa
+     * (hidden bit included) to buckets[key(u)] for every value, and returns the sum of the
      * mantissas of the values with key(u) == low_key and u < low_bits; sparsity_gather moves
      * the values whose key is one of keys[0..3) to the front of p (the others keep no order)
      * and returns how many. */
     void (*sparsity_range)(const float *p, int64_t n, uint32_t *lo, uint32_t *hi);
     uint64_t (*sparsity_histogram)(const float *p, int64_t n, uint32_t base, int shift,
-                                   uint32_t low_key, uint32_t low_bits, uint32_t *count,
-                                   uint64_t *mantissas);
+                                   uint32_t low_key, uint32_t low_bits, uint64_t *buckets);
     int64_t (*sparsity_gather)(float *p, int64_t n, uint32_t base, int shift,
                                const uint32_t keys[3]);
     /* The largest of x[0..n) (-inf for n = 0); *all_finite = no NaN or infinity among them. */
@@ -359,8 +358,7 @@ unsigned lp_attn_softmax_avx2(float *s, int64_t ld_s, int rows, int64_t n, float
 float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite);
 void lp_attn_sparsity_range_avx2(const float *p, int64_t n, uint32_t *lo, uint32_t *hi);
 uint64_t lp_attn_sparsity_histogram_avx2(const float *p, int64_t n, uint32_t base, int shift,
-                                         uint32_t low_key, uint32_t low_bits, uint32_t *count,
-                                         uint64_t *mantissas);
+                                         uint32_t low_key, uint32_t low_bits, uint64_t *buckets);
 int64_t lp_attn_sparsity_gather_avx2(float *p, int64_t n, uint32_t base, int shift,
                                      const uint32_t keys[3]);
 /* attention.c: query rows (of any head) whose probabilities and statistics lp_attention has

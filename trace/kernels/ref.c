@@ -552,6 +552,9 @@ static void sparsity_by_fields(float *p, int64_t n, lp_attn_row_stats *st)
  * large values) take the fixed fields above. */
 typedef unsigned __int128 fit_u128;
 enum { FIT_MIN_BUCKETS = 128, FIT_MAX_BUCKETS = 2048, FIT_GROUP = 32, FIT_MAX_SPAN = 60,
+       /* a bucket is one 64-bit word, its count above bit 40: below 2^16 values every
+        * mantissa sum (< 2^16 x 2^24) stays below it, and one add per value updates both */
+       FIT_COUNT_SHIFT = 40, FIT_MAX_VALUES = 1 << 16,
        FIT_MAX_GROUPS = FIT_MAX_BUCKETS / 4 /* groups hold 4 buckets or more */ };
 
 typedef struct fit_hist {
@@ -561,9 +564,15 @@ typedef struct fit_hist {
     int group_log2; /* group = 1 << group_log2 */
     int e_lo;       /* the unit: 2^(e_lo - 150), e_lo the smallest positive value's exponent */
     int64_t n_buckets;
-    uint32_t count[FIT_MAX_BUCKETS];
-    uint64_t mantissas[FIT_MAX_BUCKETS];
+    uint64_t buckets[FIT_MAX_BUCKETS]; /* count << FIT_COUNT_SHIFT | mantissa sum */
 } fit_hist;
+
+static uint64_t fit_count(const fit_hist *h, int64_t k) { return h->buckets[k] >> FIT_COUNT_SHIFT; }
+
+static uint64_t fit_mantissas(const fit_hist *h, int64_t k)
+{
+    return h->buckets[k] & ((UINT64_C(1) << FIT_COUNT_SHIFT) - 1);
+}
 
 static uint32_t fit_key(uint32_t base, int shift, uint32_t u)
 {
@@ -584,15 +593,13 @@ static void sparsity_range_ref(const float *p, int64_t n, uint32_t *lo, uint32_t
 }
 
 static uint64_t sparsity_histogram_ref(const float *p, int64_t n, uint32_t base, int shift,
-                                       uint32_t low_key, uint32_t low_bits, uint32_t *count,
-                                       uint64_t *mantissas)
+                                       uint32_t low_key, uint32_t low_bits, uint64_t *buckets)
 {
     uint64_t low_part = 0;
     for (int64_t j = 0; j < n; j++) {
         uint32_t u = prob_bits(p[j]), k = fit_key(base, shift, u);
         uint64_t m = bits_mantissa(u);
-        count[k]++;
-        mantissas[k] += m;
+        buckets[k] += (UINT64_C(1) << 40) + m;
         low_part += k == low_key && u < low_bits ? m : 0;
     }
     return low_part;
@@ -632,10 +639,10 @@ static exact_sum fit_exact(const fit_hist *h, fit_u128 x)
 static bool fit_layout(fit_hist *h, uint32_t lo, uint32_t hi, int64_t n)
 {
     int e_lo = (int)(lo >> 23) ? (int)(lo >> 23) : 1, e_hi = (int)(hi >> 23);
-    if (e_hi - e_lo > FIT_MAX_SPAN || n >= ((int64_t)1 << 31))
+    if (e_hi - e_lo > FIT_MAX_SPAN || n >= FIT_MAX_VALUES)
         return false;
-    h->n_buckets = FIT_MIN_BUCKETS;
-    while (h->n_buckets < n && h->n_buckets < FIT_MAX_BUCKETS)
+    h->n_buckets = FIT_MIN_BUCKETS; /* about two values a bucket */
+    while (2 * h->n_buckets < n && h->n_buckets < FIT_MAX_BUCKETS)
         h->n_buckets *= 2;
     h->e_lo = e_lo;
     /* at most 21: the refinement's fields (keys_needed, from level 1) assume shared bits >= 21 */
@@ -664,11 +671,11 @@ static int64_t fit_crossing(const fit_hist *h, const fit_u128 *group_mass,
             k -= h->group;
             continue;
         }
-        fit_u128 mass = (fit_u128)h->mantissas[k] << fit_unit_shift(h, k);
+        fit_u128 mass = (fit_u128)fit_mantissas(h, k) << fit_unit_shift(h, k);
         if (den * (*acc + mass) >= need)
             return k;
         *acc += mass;
-        *taken += h->count[k];
+        *taken += (int64_t)fit_count(h, k);
         k--;
     }
     return 0;
@@ -681,14 +688,13 @@ static bool sparsity_fitted(const lp_kernel_table *kt, float *p, int64_t n, uint
     fit_hist h; /* 24 KB of stack */
     if (!fit_layout(&h, lo, hi, n))
         return false;
-    memset(h.count, 0, (size_t)h.n_buckets * sizeof *h.count);
-    memset(h.mantissas, 0, (size_t)h.n_buckets * sizeof *h.mantissas);
+    memset(h.buckets, 0, (size_t)h.n_buckets * sizeof *h.buckets);
     const uint32_t low_bits = prob_bits(1e-3f);
     const uint32_t low_key = low_bits > lo && low_bits <= hi ? fit_key(h.base, h.shift, low_bits)
                                                               : 0;
     /* the values of low_key's bucket below 1e-3 */
-    uint64_t low_part = kt->sparsity_histogram(p, n, h.base, h.shift, low_key, low_bits, h.count,
-                                               h.mantissas);
+    uint64_t low_part = kt->sparsity_histogram(p, n, h.base, h.shift, low_key, low_bits,
+                                               h.buckets);
     int64_t n_groups = (h.n_buckets - 2) / h.group + 1;
     fit_u128 group_mass[FIT_MAX_GROUPS], total = 0, low = 0;
     uint32_t group_count[FIT_MAX_GROUPS];
@@ -697,8 +703,8 @@ static bool sparsity_fitted(const lp_kernel_table *kt, float *p, int64_t n, uint
         uint32_t c = 0;
         int64_t k0 = 1 + g * h.group, k1 = k0 + h.group < h.n_buckets ? k0 + h.group : h.n_buckets;
         for (int64_t k = k0; k < k1; k++) {
-            m += h.mantissas[k];
-            c += h.count[k];
+            m += fit_mantissas(&h, k);
+            c += (uint32_t)fit_count(&h, k);
         }
         group_mass[g] = (fit_u128)m << fit_unit_shift(&h, k0);
         group_count[g] = c;
@@ -708,7 +714,7 @@ static bool sparsity_fitted(const lp_kernel_table *kt, float *p, int64_t n, uint
         } else if (low_key && k0 < (int64_t)low_key) {
             uint64_t below = 0;
             for (int64_t k = k0; k < (int64_t)low_key; k++)
-                below += h.mantissas[k];
+                below += fit_mantissas(&h, k);
             low += (fit_u128)below << fit_unit_shift(&h, k0);
         }
     }
