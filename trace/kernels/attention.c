@@ -13,7 +13,7 @@
  * window: everything left of it); in the blocks that are partly visible, each row's keys outside
  * its range get weight 0.
  * When probs or row_stats is requested, pass 1 also keeps each row's finished scores (in its
- * probs row, else in a [6, n_k] scratch per head: L2-sized, never T x T) and pass 2, once the
+ * probs row, else in a [24, n_k] scratch per head: O(n_k), never T x T) and pass 2, once the
  * row's final m and l are known, turns them into p = exp(s - m) / l in one sweep that also sums
  * what the statistics need (attn_row_probs), with p log p = p (s - m - log l):
  *   entropy = log l - sum p (s - m)   distance = sum p (pos - j)   local = sum of local p
@@ -36,7 +36,8 @@
 
 #include "trace/kernels/kernels_internal.h"
 
-enum { ATT_BK = 64 };
+/* Keys per block; query tiles per panel (pass 1 takes each K/V block once for all of them). */
+enum { ATT_BK = 64, ATT_PANEL = 4 };
 
 typedef struct row_state {
     int64_t lo, hi, pos;
@@ -64,12 +65,12 @@ typedef struct att_call {
     const float *v0;  /* V row kbase as f32 */
     int64_t v_stride; /* between f32 V rows */
     float *v_conv;    /* owned contiguous f32 copy of the V rows */
-    float *qp;        /* the current query tile of each head, packed [n_heads][head_dim][LP_ATTN_MR] */
-    float *rowp;      /* stats without probs: the kept scores, [n_heads][LP_ATTN_MR][n_k];
+    float *qp;        /* the panel's query tiles, packed [ATT_PANEL * n_heads][head_dim][LP_ATTN_MR] */
+    float *rowp;      /* stats without probs: the kept scores, [ATT_PANEL * n_heads][LP_ATTN_MR][n_k];
                          stats with probs: [n_k], the copy of a row the sparsity permutes */
     int64_t n_heads;  /* the query heads of the KV group */
     lp_attn_args *heads; /* [n_heads]: each head as a call of its own (lp_attn_group_head) */
-    row_state *rs;    /* [n_heads][LP_ATTN_MR]: the current tile's rows */
+    row_state *rs;    /* [ATT_PANEL * n_heads][LP_ATTN_MR]: the panel's rows */
 } att_call;
 
 static float *alloc_aligned_floats(int64_t n)
@@ -305,13 +306,13 @@ static void row_stats_from_probs(const lp_attn_args *a, const row_state *rs, con
     st->row_sum = a->has_sink ? (rs->l - sink_w) * inv_l : 1.0f;
 }
 
-/* Pass 2 for query row r of head g's tile: its kept scores become its probabilities (and the
+/* Pass 2 for row r (query i) of a panel's (tile, head) slot: its kept scores become its probabilities (and the
  * frame of its probs row is written), its statistics are computed from them. */
-static void row_probs(const att_call *c, int64_t g, int r, int64_t i)
+static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
 {
-    const lp_attn_args *a = &c->heads[g];
-    const row_state *rs = &c->rs[g * LP_ATTN_MR + r];
-    float *row = a->probs ? a->probs + i * a->n_k : c->rowp + (g * LP_ATTN_MR + r) * a->n_k;
+    const lp_attn_args *a = &c->heads[slot % c->n_heads];
+    const row_state *rs = &c->rs[slot * LP_ATTN_MR + r];
+    float *row = a->probs ? a->probs + i * a->n_k : c->rowp + (slot * LP_ATTN_MR + r) * a->n_k;
     lp_attn_row_stats *st = a->row_stats ? &a->row_stats[i] : NULL;
     if (a->probs)
         row_probs_frame(a, rs, i);
@@ -340,67 +341,100 @@ static void row_probs(const att_call *c, int64_t g, int r, int64_t i)
     }
 }
 
-/* The row of head g's tile row r where pass 1 keeps the finished scores (NULL: none kept). */
-static float *kept_row(const att_call *c, int64_t g, int r, int64_t i)
+/* The row where pass 1 keeps the finished scores of row r (query i) of a panel's (tile, head)
+ * slot (t * n_heads + g); NULL: none kept. */
+static float *kept_row(const att_call *c, int64_t slot, int r, int64_t i)
 {
-    const lp_attn_args *a = &c->heads[g];
+    const lp_attn_args *a = &c->heads[slot % c->n_heads];
     if (a->probs)
         return a->probs + i * a->n_k;
-    return a->row_stats ? c->rowp + (g * LP_ATTN_MR + r) * a->n_k : NULL;
+    return a->row_stats ? c->rowp + (slot * LP_ATTN_MR + r) * a->n_k : NULL;
 }
 
-/* One tile of up to LP_ATTN_MR query rows from i0, for every head of the group: both passes.
- * Pass 1 runs the group's heads inside the key-block loop, so each packed 64-key block of K and
- * V is read from L1 by all of them. */
-static void query_tile(const att_call *c, int64_t i0, int rows)
+/* One tile of a panel: its first row, rows, and the keys any of them sees (the same for every
+ * head of the group: one mask). */
+typedef struct tile_span {
+    int64_t i0, k_lo, k_hi;
+    int rows;
+} tile_span;
+
+/* Pass 1 of tile t against the key block [kb, kb + kn), for every head of the group. */
+static void tile_block(const att_call *c, int t, const tile_span *sp, int64_t kb, int64_t kn)
 {
     const lp_kernel_table *kt = c->kt;
     const int64_t hd = c->a->head_dim;
-    float S[LP_ATTN_MR * ATT_BK], alpha[LP_ATTN_MR];
     const bool keep = c->a->probs || c->a->row_stats;
+    float S[LP_ATTN_MR * ATT_BK], alpha[LP_ATTN_MR];
+    const row_state *rs0 = c->rs + (int64_t)t * c->n_heads * LP_ATTN_MR;
+    bool whole = plain_scores(c->a); /* every row sees the whole block: the fused step */
+    for (int r = 0; r < sp->rows && whole; r++)
+        whole = rs0[r].lo <= kb && kb + kn <= rs0[r].hi;
     for (int64_t g = 0; g < c->n_heads; g++) {
-        pack_queries(&c->heads[g], i0, rows, c->qp + g * LP_ATTN_MR * hd);
-        for (int r = 0; r < rows; r++)
-            row_init(&c->heads[g], i0 + r, &c->rs[g * LP_ATTN_MR + r]);
+        int64_t slot = t * c->n_heads + g;
+        const lp_attn_args *a = &c->heads[g];
+        row_state *rs = c->rs + slot * LP_ATTN_MR;
+        tile_scores(c, c->qp + slot * LP_ATTN_MR * hd, sp->rows, kb, kn, S);
+        for (int r = 0; r < sp->rows && whole && keep; r++)
+            memcpy(kept_row(c, slot, r, sp->i0 + r) + kb, S + r * ATT_BK, (size_t)kn * sizeof *S);
+        if (whole)
+            tile_take_block(kt, rs, sp->rows, kn, S, alpha);
+        else
+            for (int r = 0; r < sp->rows; r++)
+                row_take_block(kt, a, &rs[r], kb, kn, S + r * ATT_BK,
+                               keep ? kept_row(c, slot, r, sp->i0 + r) : NULL, &alpha[r]);
+        kt->attn_pv(S, ATT_BK, sp->rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
+                    alpha, a->out + sp->i0 * a->out_stride, a->out_stride, a->v_dim);
     }
-    int64_t k_lo = c->a->n_k, k_hi = 0; /* the keys any row of the tile sees (same mask per head) */
-    for (int r = 0; r < rows; r++)
-        if (c->rs[r].lo < c->rs[r].hi) {
-            k_lo = c->rs[r].lo < k_lo ? c->rs[r].lo : k_lo;
-            k_hi = c->rs[r].hi > k_hi ? c->rs[r].hi : k_hi;
-        }
-    /* blocks aligned to ATT_BK from key 0, so both passes see the same blocks */
-    int64_t kb_first = k_lo / ATT_BK * ATT_BK;
-    for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
-        int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
-        bool whole = plain_scores(c->a); /* every row sees the whole block: the fused step */
-        for (int r = 0; r < rows && whole; r++)
-            whole = c->rs[r].lo <= kb && kb + kn <= c->rs[r].hi;
+}
+
+/* A panel of up to ATT_PANEL tiles of LP_ATTN_MR query rows from i0, for every head of the
+ * group: both passes. Pass 1 runs the panel's tiles and the group's heads inside the key-block
+ * loop, so each packed block of K and V comes from L2 or L3 once for all of them (one tile at a
+ * time reloaded every block for every tile: the two threads' K/V streams then shared the L3). */
+static void query_panel(const att_call *c, int64_t i0, int64_t n_rows)
+{
+    const int64_t hd = c->a->head_dim;
+    tile_span sp[ATT_PANEL];
+    int tiles = (int)((n_rows + LP_ATTN_MR - 1) / LP_ATTN_MR);
+    int64_t k_lo = c->a->n_k, k_hi = 0;
+    for (int t = 0; t < tiles; t++) {
+        sp[t].i0 = i0 + t * LP_ATTN_MR;
+        sp[t].rows = n_rows - t * LP_ATTN_MR < LP_ATTN_MR ? (int)(n_rows - t * LP_ATTN_MR)
+                                                          : LP_ATTN_MR;
         for (int64_t g = 0; g < c->n_heads; g++) {
-            const lp_attn_args *a = &c->heads[g];
-            row_state *rs = c->rs + g * LP_ATTN_MR;
-            tile_scores(c, c->qp + g * LP_ATTN_MR * hd, rows, kb, kn, S);
-            for (int r = 0; r < rows && whole && keep; r++)
-                memcpy(kept_row(c, g, r, i0 + r) + kb, S + r * ATT_BK, (size_t)kn * sizeof *S);
-            if (whole)
-                tile_take_block(kt, rs, rows, kn, S, alpha);
-            else
-                for (int r = 0; r < rows; r++)
-                    row_take_block(kt, a, &rs[r], kb, kn, S + r * ATT_BK,
-                                   keep ? kept_row(c, g, r, i0 + r) : NULL, &alpha[r]);
-            kt->attn_pv(S, ATT_BK, rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
-                        alpha, a->out + i0 * a->out_stride, a->out_stride, a->v_dim);
+            int64_t slot = t * c->n_heads + g;
+            pack_queries(&c->heads[g], sp[t].i0, sp[t].rows, c->qp + slot * LP_ATTN_MR * hd);
+            for (int r = 0; r < sp[t].rows; r++)
+                row_init(&c->heads[g], sp[t].i0 + r, &c->rs[slot * LP_ATTN_MR + r]);
         }
+        const row_state *rs0 = c->rs + (int64_t)t * c->n_heads * LP_ATTN_MR;
+        sp[t].k_lo = c->a->n_k;
+        sp[t].k_hi = 0;
+        for (int r = 0; r < sp[t].rows; r++)
+            if (rs0[r].lo < rs0[r].hi) {
+                sp[t].k_lo = rs0[r].lo < sp[t].k_lo ? rs0[r].lo : sp[t].k_lo;
+                sp[t].k_hi = rs0[r].hi > sp[t].k_hi ? rs0[r].hi : sp[t].k_hi;
+            }
+        k_lo = sp[t].k_lo < k_lo ? sp[t].k_lo : k_lo;
+        k_hi = sp[t].k_hi > k_hi ? sp[t].k_hi : k_hi;
     }
-    for (int64_t g = 0; g < c->n_heads; g++)
-        for (int r = 0; r < rows; r++)
-            row_finish(kt, &c->heads[g], &c->rs[g * LP_ATTN_MR + r], i0 + r);
-    if (!keep)
+    /* blocks aligned to ATT_BK from key 0: each tile sees the blocks it saw on its own */
+    for (int64_t kb = k_lo / ATT_BK * ATT_BK; kb < k_hi; kb += ATT_BK)
+        for (int t = 0; t < tiles; t++)
+            if (kb < sp[t].k_hi && kb + ATT_BK > sp[t].k_lo)
+                tile_block(c, t, &sp[t], kb, sp[t].k_hi - kb < ATT_BK ? sp[t].k_hi - kb : ATT_BK);
+    for (int t = 0; t < tiles; t++)
+        for (int64_t g = 0; g < c->n_heads; g++)
+            for (int r = 0; r < sp[t].rows; r++)
+                row_finish(c->kt, &c->heads[g], &c->rs[(t * c->n_heads + g) * LP_ATTN_MR + r],
+                           sp[t].i0 + r);
+    if (!c->a->probs && !c->a->row_stats)
         return;
-    for (int64_t g = 0; g < c->n_heads; g++)
-        for (int r = 0; r < rows; r++)
-            row_probs(c, g, r, i0 + r);
-    atomic_fetch_add_explicit(&rows_probed, (uint64_t)(rows * c->n_heads), memory_order_relaxed);
+    for (int t = 0; t < tiles; t++)
+        for (int64_t g = 0; g < c->n_heads; g++)
+            for (int r = 0; r < sp[t].rows; r++)
+                row_probs(c, t * c->n_heads + g, r, sp[t].i0 + r);
+    atomic_fetch_add_explicit(&rows_probed, (uint64_t)(n_rows * c->n_heads), memory_order_relaxed);
 }
 
 static void call_free(att_call *c)
@@ -430,11 +464,12 @@ void lp_attention(const lp_attn_args *a)
     }
     c.kbase = k_lo < k_hi ? k_lo / ATT_BK * ATT_BK : 0;
     c.khi = k_lo < k_hi ? k_hi : 0;
-    c.qp = alloc_aligned_floats(c.n_heads * LP_ATTN_MR * a->head_dim);
-    c.rs = malloc((size_t)c.n_heads * LP_ATTN_MR * sizeof *c.rs);
+    int64_t slots = c.n_heads * ATT_PANEL; /* (tile, head) pairs of a panel */
+    c.qp = alloc_aligned_floats(slots * LP_ATTN_MR * a->head_dim);
+    c.rs = malloc((size_t)slots * LP_ATTN_MR * sizeof *c.rs);
     c.heads = malloc((size_t)c.n_heads * sizeof *c.heads);
     if (a->row_stats)
-        c.rowp = alloc_aligned_floats((a->probs ? 1 : c.n_heads * LP_ATTN_MR) * a->n_k);
+        c.rowp = alloc_aligned_floats((a->probs ? 1 : slots * LP_ATTN_MR) * a->n_k);
     if (!c.qp || !c.rs || !c.heads || (a->row_stats && !c.rowp) || !call_pack(&c)) {
         call_free(&c); /* the reference needs less */
         lp_attention_ref(a);
@@ -442,9 +477,9 @@ void lp_attention(const lp_attn_args *a)
     }
     for (int64_t g = 0; g < c.n_heads; g++)
         c.heads[g] = lp_attn_group_head(a, g);
-    for (int64_t i0 = c.row_begin; i0 < c.row_end; i0 += LP_ATTN_MR) {
-        int rows = c.row_end - i0 < LP_ATTN_MR ? (int)(c.row_end - i0) : LP_ATTN_MR;
-        query_tile(&c, i0, rows);
+    for (int64_t i0 = c.row_begin; i0 < c.row_end; i0 += ATT_PANEL * LP_ATTN_MR) {
+        int64_t left = c.row_end - i0;
+        query_panel(&c, i0, left < ATT_PANEL * LP_ATTN_MR ? left : ATT_PANEL * LP_ATTN_MR);
     }
     call_free(&c);
 }
