@@ -900,6 +900,21 @@ static void test_attention_sparsity_isas(void **state)
                    "(1e-6)\n", lp_isa_name(isas[si]), with_probs, worst);
             assert_true(worst <= 1e-6);
         }
+        /* skip_sparsity: the same statistics but the four sparsity fields, left 0 */
+        lp_attn_row_stats *skipped = malloc(N * sizeof *skipped);
+        assert_non_null(skipped);
+        a.row_stats = skipped;
+        a.probs = NULL;
+        a.skip_sparsity = true;
+        lp_attention(&a);
+        a.skip_sparsity = false;
+        for (int i = 0; i < N; i++) {
+            assert_true(skipped[i].keys50 == 0.0f && skipped[i].keys99 == 0.0f &&
+                        skipped[i].low_mass == 0.0f);
+            assert_true(skipped[i].entropy == got[i].entropy &&
+                        skipped[i].distance == got[i].distance);
+        }
+        free(skipped);
     }
     free(q);
     free(k);

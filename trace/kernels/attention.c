@@ -45,11 +45,6 @@ typedef struct row_state {
     bool poisoned; /* a non-finite score: the row's output, probabilities and stats are NaN */
 } row_state;
 
-/* lp_attn_set_sparsity's switch (bench only). */
-static bool sparsity_on = true;
-
-void lp_attn_set_sparsity(bool on) { sparsity_on = on; }
-
 /* lp_attn_rows_probed's count: one relaxed add per tile, never on the bare path. */
 static _Atomic uint64_t rows_probed;
 
@@ -333,7 +328,7 @@ static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
     if (!st)
         return;
     row_stats_from_probs(a, rs, row, &sums, st);
-    if (n > 0 && sparsity_on) {
+    if (n > 0 && !a->skip_sparsity) {
         float *p = row + rs->lo; /* the kept row is scratch; a probs row must stay in order */
         if (a->probs)
             p = memcpy(c->rowp, p, (size_t)n * sizeof *p);

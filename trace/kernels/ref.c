@@ -882,7 +882,7 @@ static void attention_ref_head(const lp_attn_args *a)
             ref_softmax_row(a, i, lo, hi, out, prow, &st);
         if (a->row_stats && finite && !sorted)
             st.keys50 = st.keys90 = st.keys99 = st.low_mass = NAN;
-        else if (a->row_stats && finite && lo < hi) {
+        else if (a->row_stats && finite && lo < hi && !a->skip_sparsity) {
             if (prow != sorted)
                 memcpy(sorted + lo, prow + lo, (size_t)(hi - lo) * sizeof *sorted);
             lp_attn_row_sparsity(sorted + lo, hi - lo, &st);
