@@ -177,6 +177,8 @@ typedef struct lp_forward_opts {
     bool sliding_window;         /* honour arch.layer_window (default true) */
     int64_t window_override;     /* > 0: this window on every layer instead (tests) */
     int64_t local_window;        /* row_stats.local counts keys with q - k < this (default 8) */
+    bool skip_sparsity;          /* head statistics without keys50 .. low_mass (left 0): for
+                                    timing what they cost (loupe bench --attention) */
     bool logits_last_only;       /* compute logits for the last position only */
     const lp_intervention *intervention; /* NULL = none */
     /* Resume at layer start_layer (> 0) from start_resid [n_seqs, n_tokens, hidden], the

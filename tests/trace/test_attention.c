@@ -6,9 +6,13 @@
  * Error budgets are stated next to each check and the observed worst value is printed. */
 #include "kernels_test_util.h"
 
+#include <unistd.h>
+
 #include "core/dtype.h"
 #include "trace/kernels/kernels_internal.h"
 #include "trace/kernels/mask.h"
+#include "trace/synth/synth.h"
+#include "trace/trace.h"
 
 /* ---- the naive version */
 
@@ -896,6 +900,21 @@ static void test_attention_sparsity_isas(void **state)
                    "(1e-6)\n", lp_isa_name(isas[si]), with_probs, worst);
             assert_true(worst <= 1e-6);
         }
+        /* skip_sparsity: the same statistics but the four sparsity fields, left 0 */
+        lp_attn_row_stats *skipped = malloc(N * sizeof *skipped);
+        assert_non_null(skipped);
+        a.row_stats = skipped;
+        a.probs = NULL;
+        a.skip_sparsity = true;
+        lp_attention(&a);
+        a.skip_sparsity = false;
+        for (int i = 0; i < N; i++) {
+            assert_true(skipped[i].keys50 == 0.0f && skipped[i].keys99 == 0.0f &&
+                        skipped[i].low_mass == 0.0f);
+            assert_true(skipped[i].entropy == got[i].entropy &&
+                        skipped[i].distance == got[i].distance);
+        }
+        free(skipped);
     }
     free(q);
     free(k);
@@ -904,6 +923,315 @@ static void test_attention_sparsity_isas(void **state)
     free(probs);
     free(want);
     free(got);
+}
+
+/* ---- the fused softmax step and its exp (attention_avx2.c against ref.c and expf) */
+
+/* Units in the last place between got and want (want's spacing; 0 when both are equal). */
+static double ulps(float got, float want)
+{
+    if (got == want)
+        return 0.0;
+    float spacing = nextafterf(fabsf(want), INFINITY) - fabsf(want);
+    return fabs((double)got - (double)want) / (double)spacing;
+}
+
+/* The vector exp of the softmax weights against expf over the whole range its callers use:
+ * x = s - m in [LP_ATTN_EXP_MIN, 0] on a grid of 2^22 steps plus the exact ends, exactly 0 below
+ * the flush threshold (and for -inf). Budget 2 ulp. */
+static void test_attention_exp(void **state)
+{
+    (void)state;
+    if (!lp_kernels_set_isa(LP_ISA_AVX2)) {
+        printf("SKIP: this CPU has no AVX2/FMA; the vector exp is not used here\n");
+        return;
+    }
+    enum { STEPS = 1 << 22, CHUNK = 4096 };
+    float x[CHUNK], want[CHUNK];
+    double worst = 0.0, worst_at = 0.0;
+    for (int64_t i0 = 0; i0 <= STEPS; i0 += CHUNK) {
+        int64_t n = STEPS + 1 - i0 < CHUNK ? STEPS + 1 - i0 : CHUNK;
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = LP_ATTN_EXP_MIN * (float)((double)(i0 + i) / STEPS);
+            want[i] = expf(x[i]);
+        }
+        lp_attn_exp_avx2(x, n);
+        for (int64_t i = 0; i < n; i++) {
+            double e = ulps(x[i], want[i]);
+            if (e > worst) {
+                worst = e;
+                worst_at = (double)LP_ATTN_EXP_MIN * (double)(i0 + i) / STEPS;
+            }
+        }
+    }
+    float edges[7] = {0.0f, -0.0f, LP_ATTN_EXP_MIN, nextafterf(LP_ATTN_EXP_MIN, -INFINITY),
+                      -87.5f, -1000.0f, -INFINITY};
+    lp_attn_exp_avx2(edges, 7);
+    assert_true(edges[0] == 1.0f && edges[1] == 1.0f);
+    assert_true(edges[2] > 0.0f && ulps(edges[2], expf(LP_ATTN_EXP_MIN)) <= 2.0);
+    for (int i = 3; i < 7; i++)
+        assert_true(edges[i] == 0.0f); /* flushed, not a denormal or garbage */
+    printf("attention exp avx2: worst %.2f ulp of expf at x = %.4f on [%.0f, 0] (budget 2)\n",
+           worst, worst_at, (double)LP_ATTN_EXP_MIN);
+    assert_true(worst <= 2.0);
+}
+
+/* attn_softmax of every ISA against ref's twin (expf) on score tiles of 1..6 rows and 1..64 keys
+ * (odd widths for the masked tails), row by row starting from nothing (m = -inf), from a max
+ * below the block's and from one above it, with scores reaching the flush range; a row holding
+ * inf or NaN is flagged and left as it was. NaN-prefilled: columns past n and rows past `rows`
+ * stay NaN. Budgets: weights and alpha 2 ulp of ref's (the exp's own), l 1e-6 relative (sums in
+ * another order). */
+static void test_attention_softmax_step(void **state)
+{
+    (void)state;
+    enum { LD = 67 };
+    const lp_kernel_table *ref = lp_kernels_table_for(LP_ISA_REF);
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    static const int64_t widths[] = {1, 3, 8, 9, 16, 31, 63, 64};
+    for (int si = 0; si < n_isas; si++) {
+        const lp_kernel_table *kt = lp_kernels_table_for(isas[si]);
+        double worst_w = 0.0, worst_l = 0.0;
+        for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
+            for (int rows = 1; rows <= LP_ATTN_MR; rows++)
+                for (int start = 0; start < 3; start++) {
+                    int64_t n = widths[wi];
+                    float s[LP_ATTN_MR * LD], s_ref[LP_ATTN_MR * LD], given[LP_ATTN_MR * LD];
+                    float m[LP_ATTN_MR], l[LP_ATTN_MR], a[LP_ATTN_MR];
+                    float m_ref[LP_ATTN_MR], l_ref[LP_ATTN_MR], a_ref[LP_ATTN_MR];
+                    for (int i = 0; i < LP_ATTN_MR * LD; i++)
+                        given[i] = (int64_t)(i % LD) < n ? 30.0f * rnd() : NAN;
+                    int bad_row = rows > 2 ? rows - 1 : -1; /* one poisoned row per tile */
+                    if (bad_row >= 0)
+                        given[bad_row * LD + n / 2] = start == 1 ? NAN : INFINITY;
+                    for (int r = 0; r < LP_ATTN_MR; r++) {
+                        m[r] = start == 0 ? -INFINITY : start == 1 ? -5.0f : 45.0f;
+                        l[r] = start == 0 ? 0.0f : 1.7f;
+                        a[r] = NAN;
+                        for (int64_t j = r < rows ? n : 0; j < LD; j++)
+                            given[r * LD + j] = NAN;
+                    }
+                    memcpy(s, given, sizeof s);
+                    memcpy(s_ref, given, sizeof s);
+                    memcpy(m_ref, m, sizeof m);
+                    memcpy(l_ref, l, sizeof l);
+                    memcpy(a_ref, a, sizeof a);
+                    unsigned bad = kt->attn_softmax(s, LD, rows, n, m, l, a);
+                    unsigned bad_ref = ref->attn_softmax(s_ref, LD, rows, n, m_ref, l_ref, a_ref);
+                    assert_int_equal(bad, bad_ref);
+                    assert_int_equal(bad, bad_row >= 0 ? 1u << bad_row : 0u);
+                    for (int r = 0; r < LP_ATTN_MR; r++) {
+                        bool untouched = r >= rows || r == bad_row;
+                        if (untouched) {
+                            assert_memory_equal(s + r * LD, given + r * LD, LD * sizeof *s);
+                            assert_true(isnan(a[r]));
+                            continue;
+                        }
+                        for (int64_t j = 0; j < LD; j++) {
+                            if (j >= n) {
+                                assert_true(isnan(s[r * LD + j]));
+                                continue;
+                            }
+                            double e = ulps(s[r * LD + j], s_ref[r * LD + j]);
+                            worst_w = e > worst_w ? e : worst_w;
+                        }
+                        assert_true(m[r] == m_ref[r]);
+                        double ea = ulps(a[r], a_ref[r]);
+                        worst_w = ea > worst_w ? ea : worst_w;
+                        double el = fabs((double)l[r] - (double)l_ref[r]) / (double)l_ref[r];
+                        worst_l = el > worst_l ? el : worst_l;
+                    }
+                }
+        printf("attention softmax step %s: weights and alpha worst %.2f ulp of ref's (budget 2), "
+               "l worst %.1e relative (1e-6)\n", lp_isa_name(isas[si]), worst_w, worst_l);
+        assert_true(worst_w <= 2.0);
+        assert_true(worst_l <= 1e-6);
+    }
+}
+
+/* attn_row_probs of every ISA against ref's: rows of 0..1000 kept scores at or below m (some in
+ * the flush range), keys starting anywhere, windows cutting the row. Budgets: p 2 ulp (exp) +
+ * 1 (scale); the sums 1e-6 of the sum of their terms' sizes; max_prob exact to 3 ulp. */
+static void test_attention_row_probs(void **state)
+{
+    (void)state;
+    const lp_kernel_table *ref = lp_kernels_table_for(LP_ISA_REF);
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    static const int64_t lengths[] = {0, 1, 7, 8, 9, 64, 100, 1000};
+    for (int si = 0; si < n_isas; si++) {
+        const lp_kernel_table *kt = lp_kernels_table_for(isas[si]);
+        double worst_p = 0.0, worst_sum = 0.0;
+        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++)
+            for (int shape = 0; shape < 3; shape++) {
+                int64_t n = lengths[li], j0 = shape * 37, pos = j0 + n - 1 + shape;
+                int64_t window = shape == 0 ? 4 : shape == 1 ? n / 2 + 1 : 1 << 30;
+                float *s = nan_array(n + 1), *s_ref = nan_array(n + 1);
+                float m = 2.5f, inv_l = 1.0f / (1.0f + (float)n);
+                for (int64_t j = 0; j < n; j++)
+                    s[j] = s_ref[j] = m - (shape == 2 ? 100.0f : 8.0f) * (0.5f + 0.5f * rnd());
+                if (n > 0)
+                    s[n / 3] = s_ref[n / 3] = m; /* the row's max */
+                lp_attn_row_sums got, want;
+                kt->attn_row_probs(s, n, m, inv_l, j0, pos, window, &got);
+                ref->attn_row_probs(s_ref, n, m, inv_l, j0, pos, window, &want);
+                assert_true(isnan(s[n])); /* nothing written past the row */
+                double size_e = 0.0, size_d = 0.0, size_l = 0.0;
+                for (int64_t j = 0; j < n; j++) {
+                    double e = ulps(s[j], s_ref[j]);
+                    worst_p = e > worst_p ? e : worst_p;
+                    double p = (double)s_ref[j];
+                    size_e += fabs(p * 100.0);
+                    size_d += fabs(p * (double)(pos - j0 - j));
+                    size_l += p;
+                }
+                double diffs[3] = {
+                    fabs((double)got.entropy_part - (double)want.entropy_part) / (size_e + 1e-30),
+                    fabs((double)got.distance - (double)want.distance) / (size_d + 1e-30),
+                    fabs((double)got.local - (double)want.local) / (size_l + 1e-30)};
+                for (int d = 0; d < 3; d++)
+                    worst_sum = diffs[d] > worst_sum ? diffs[d] : worst_sum;
+                assert_true(ulps(got.max_prob, want.max_prob) <= 3.0);
+                if (n == 0)
+                    assert_true(got.max_prob == 0.0f && got.local == 0.0f);
+                free(s);
+                free(s_ref);
+            }
+        printf("attention row probs %s: p worst %.2f ulp of ref's (budget 3), sums worst %.1e of "
+               "their terms (1e-6)\n", lp_isa_name(isas[si]), worst_p, worst_sum);
+        assert_true(worst_p <= 3.0);
+        assert_true(worst_sum <= 1e-6);
+    }
+}
+
+/* The sparsity histogram's sweeps of every ISA against ref's on rows with zeros, -0, denormals,
+ * ties and values at 1e-3: the same range, the same bucket counts and mantissa sums, the same
+ * low part and the same gathered front (in the same order). */
+static void test_attention_sparsity_sweeps(void **state)
+{
+    (void)state;
+    enum { MAX_N = 1031, BUCKETS = 2048 };
+    const lp_kernel_table *ref = lp_kernels_table_for(LP_ISA_REF);
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    static const int64_t lengths[] = {0, 1, 7, 8, 63, 64, 65, 200, 1031};
+    float *row = malloc(MAX_N * sizeof *row), *a = malloc(MAX_N * sizeof *a),
+          *b = malloc(MAX_N * sizeof *b);
+    uint64_t *hist = malloc(BUCKETS * sizeof *hist), *hist_ref = malloc(BUCKETS * sizeof *hist);
+    assert_true(row && a && b && hist && hist_ref);
+    for (int si = 0; si < n_isas; si++) {
+        const lp_kernel_table *kt = lp_kernels_table_for(isas[si]);
+        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++)
+            for (int kind = 0; kind < 8; kind++) {
+                int64_t n = lengths[li];
+                sparsity_row(kind, n, row);
+                for (int64_t j = 0; j < n; j += 11)
+                    row[j] = j % 2 ? -0.0f : 1e-3f;
+                uint32_t lo, hi, lo_ref, hi_ref;
+                kt->sparsity_range(row, n, &lo, &hi);
+                ref->sparsity_range(row, n, &lo_ref, &hi_ref);
+                assert_true(lo == lo_ref && hi == hi_ref);
+                if (hi == 0)
+                    continue;
+                /* a layout as ref.c's would pick: one bucket per 2^shift bits from lo down */
+                int shift = 0;
+                while (((hi - (lo & ~((1u << shift) - 1u))) >> shift) + 2 >= BUCKETS)
+                    shift++;
+                uint32_t base = lo & ~((1u << shift) - 1u), low_bits = 0x3a83126fu; /* 1e-3f */
+                uint32_t low_key = low_bits > lo && low_bits <= hi
+                                       ? ((low_bits - base) >> shift) + 1u : 0u;
+                memset(hist, 0, BUCKETS * sizeof *hist);
+                memset(hist_ref, 0, BUCKETS * sizeof *hist);
+                uint64_t part = kt->sparsity_histogram(row, n, base, shift, low_key, low_bits,
+                                                       hist);
+                uint64_t part_ref = ref->sparsity_histogram(row, n, base, shift, low_key,
+                                                            low_bits, hist_ref);
+                assert_true(part == part_ref);
+                assert_memory_equal(hist, hist_ref, BUCKETS * sizeof *hist);
+                uint64_t total = 0;
+                for (int k = 0; k < BUCKETS; k++)
+                    total += hist[k] >> 40;
+                assert_true(total == (uint64_t)n); /* every value counted once */
+                uint32_t keys[3] = {0, low_key, ((hi - base) >> shift) + 1u};
+                memcpy(a, row, (size_t)n * sizeof *a);
+                memcpy(b, row, (size_t)n * sizeof *b);
+                int64_t front = kt->sparsity_gather(a, n, base, shift, keys);
+                assert_true(front == ref->sparsity_gather(b, n, base, shift, keys));
+                assert_memory_equal(a, b, (size_t)n * sizeof *a);
+            }
+    }
+    printf("sparsity sweeps: range, histogram and gather equal ref's on every ISA\n");
+    free(row);
+    free(a);
+    free(b);
+    free(hist);
+    free(hist_ref);
+}
+
+/* ---- a bare pass computes no row statistics */
+
+static bool want_attn_stats(void *ctx, const lp_site *site)
+{
+    (void)ctx;
+    return site->kind == LP_SITE_ATTN_STATS;
+}
+
+static lp_status observe_ignore(void *ctx, const lp_site *site, const lp_view *view, lp_error *err)
+{
+    (void)ctx;
+    (void)site;
+    (void)view;
+    (void)err;
+    return LP_OK;
+}
+
+/* A tiny Llama through lp_forward: with no observer (and with one that wants nothing) the
+ * kernels' pass 2 runs for no row; with one that wants the head statistics it runs for every
+ * (layer, head, position). */
+static void test_attention_bare_pass(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/attn-bare-%ld", lp_test_tmp_dir(), (long)getpid());
+    lp_synth_spec spec;
+    lp_synth_spec_init(&spec, LP_SYNTH_LLAMA);
+    lp_error err = {0};
+    if (lp_synth_write_family(dir, &spec, &err) != LP_OK)
+        fail_msg("lp_synth_write_family: %s", err.msg);
+    lp_model *model;
+    if (lp_model_open(dir, &model, &err) != LP_OK)
+        fail_msg("lp_model_open: %s", err.msg);
+    const lp_arch *arch = lp_model_arch(model);
+    enum { T = 70 };
+    int32_t tokens[T];
+    for (int t = 0; t < T; t++)
+        tokens[t] = (int32_t)((t * 7 + 3) % spec.vocab);
+    lp_batch batch = lp_batch_single(tokens, T);
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    const lp_observer nothing = {NULL, NULL, observe_ignore};
+    const lp_observer stats = {NULL, want_attn_stats, observe_ignore};
+    const lp_observer *observers[3] = {NULL, &nothing, &stats};
+    for (int o = 0; o < 3; o++) {
+        opts.observer = observers[o];
+        uint64_t before = lp_attn_rows_probed();
+        assert_int_equal(lp_forward(model, &batch, &opts, &err), LP_OK);
+        uint64_t probed = lp_attn_rows_probed() - before;
+        uint64_t want = o < 2 ? 0 : (uint64_t)arch->n_layers * (uint64_t)arch->n_heads * T;
+        printf("attention bare pass: observer %d, %llu rows with probabilities or statistics "
+               "(want %llu)\n", o, (unsigned long long)probed, (unsigned long long)want);
+        assert_true(probed == want);
+    }
+    lp_model_close(model);
+    static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.json",
+                                        "planted_heads.json"};
+    char path[1024];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        remove(path);
+    }
+    rmdir(dir);
 }
 
 int main(void)
@@ -919,6 +1247,11 @@ int main(void)
         cmocka_unit_test(test_attention_sparsity_known_rows),
         cmocka_unit_test(test_attention_sparsity_isas),
         cmocka_unit_test(test_attention_sparsity_selection),
+        cmocka_unit_test(test_attention_exp),
+        cmocka_unit_test(test_attention_softmax_step),
+        cmocka_unit_test(test_attention_row_probs),
+        cmocka_unit_test(test_attention_sparsity_sweeps),
+        cmocka_unit_test(test_attention_bare_pass),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

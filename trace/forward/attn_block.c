@@ -50,7 +50,7 @@ static void run_head(void *ctx, int64_t task)
         .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
         .probs = ht->with_probs ? p->s.probs + slot * p->plan.slot_stride : NULL,
         .row_stats = ht->with_stats ? p->s.row_stats + (int64_t)head * T : NULL,
-        .local_window = p->opts->local_window,
+        .local_window = p->opts->local_window, .skip_sparsity = p->opts->skip_sparsity,
         .alibi_slope = m->alibi_slopes ? m->alibi_slopes[head] : 0.0f, .kv_dtype = kv->dtype,
         .row_begin = ht->chunk_rows[chunk], .row_end = ht->chunk_rows[chunk + 1],
         .n_group = ht->heads_per_task, .q_head_stride = h->q_step, .out_head_stride = h->v_dim,

@@ -11,16 +11,16 @@
  *   output  O[6][v_dim] += P[6][64] . V block   by the attn_pv micro-kernel
  * Blocks no row of the tile sees are skipped (causal: everything right of the diagonal block;
  * window: everything left of it); in the blocks that are partly visible, each row's keys outside
- * its range get weight 0. The statistics are kept the same way, relative to the running max:
- *   e_sum = sum exp(s - m) * (s - m)        entropy = log l - e_sum / l
- *   d_sum = sum exp(s - m) * (pos - j)      distance = d_sum / l
- *   w_sum = sum over local keys exp(s - m)  local = w_sum / l
- * and rescale as e_sum' = a * (e_sum + (m_old - m_new) * l) with a = exp(m_old - m_new).
- * When probs is requested, a second pass over the tile's blocks (after its final m and l are
- * known) recomputes the scores with the same micro-kernel on the same tile and writes
- * p = exp(s - m) / l: exact, not rescaled, bit for bit the scores of the first pass.
+ * its range get weight 0.
+ * When probs or row_stats is requested, pass 1 also keeps each row's finished scores (in its
+ * probs row, else in a [24, n_k] scratch per head: O(n_k), never T x T) and pass 2, once the
+ * row's final m and l are known, turns them into p = exp(s - m) / l in one sweep that also sums
+ * what the statistics need (attn_row_probs), with p log p = p (s - m - log l):
+ *   entropy = log l - sum p (s - m)   distance = sum p (pos - j)   local = sum of local p
+ * so the probabilities are exact (not rescaled) and come from the very scores pass 1 used,
+ * without a second Q.K; the sparsity counts then run on the row of p (lp_attn_row_sparsity).
  * A learned sink starts each row as if one key with score sink_logit and a zero value row had
- * been seen (m = sink_logit, l = 1); the max probability uses the largest real score kmax.
+ * been seen (m = sink_logit, l = 1).
  * GQA (n_group > 1): the group's query heads share the call's packed K/V; pass 1 runs each
  * head's tile against a key block before moving to the next, so the block is in L1 for all.
  * A non-finite score (NaN or overflow in q or k) poisons its row: output, visible probabilities
@@ -30,27 +30,27 @@
 #include "trace/kernels/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trace/kernels/kernels_internal.h"
 
-enum { ATT_BK = 64 };
+/* Keys per block; query tiles per panel (pass 1 takes each K/V block once for all of them). */
+enum { ATT_BK = 64, ATT_PANEL = 4 };
 
 typedef struct row_state {
     int64_t lo, hi, pos;
-    float m, l, e_sum, d_sum, w_sum;
-    float kmax; /* largest real key score (m may be the sink's) */
-    float s_sink, s_prev, s_self; /* raw scores of keys 0, pos-1, pos; NAN when not visible */
+    float m, l;
     bool poisoned; /* a non-finite score: the row's output, probabilities and stats are NaN */
 } row_state;
 
+/* lp_attn_rows_probed's count: one relaxed add per tile, never on the bare path. */
+static _Atomic uint64_t rows_probed;
+
+uint64_t lp_attn_rows_probed(void) { return atomic_load_explicit(&rows_probed, memory_order_relaxed); }
+
 /* The packed keys and f32 values of one call: keys [kbase, khi) (kbase a multiple of ATT_BK). */
-/* lp_attn_set_sparsity's switch (bench only). */
-static bool sparsity_on = true;
-
-void lp_attn_set_sparsity(bool on) { sparsity_on = on; }
-
 typedef struct att_call {
     const lp_kernel_table *kt;
     const lp_attn_args *a;
@@ -60,11 +60,12 @@ typedef struct att_call {
     const float *v0;  /* V row kbase as f32 */
     int64_t v_stride; /* between f32 V rows */
     float *v_conv;    /* owned contiguous f32 copy of the V rows */
-    float *qp;        /* the current query tile of each head, packed [n_heads][head_dim][LP_ATTN_MR] */
-    float *rowp;      /* with row_stats: [LP_ATTN_MR][n_k] probabilities for the sparsity sort */
+    float *qp;        /* the panel's query tiles, packed [ATT_PANEL * n_heads][head_dim][LP_ATTN_MR] */
+    float *rowp;      /* stats without probs: the kept scores, [ATT_PANEL * n_heads][LP_ATTN_MR][n_k];
+                         stats with probs: [n_k], the copy of a row the sparsity permutes */
     int64_t n_heads;  /* the query heads of the KV group */
     lp_attn_args *heads; /* [n_heads]: each head as a call of its own (lp_attn_group_head) */
-    row_state *rs;    /* [n_heads][LP_ATTN_MR]: the current tile's rows */
+    row_state *rs;    /* [ATT_PANEL * n_heads][LP_ATTN_MR]: the panel's rows */
 } att_call;
 
 static float *alloc_aligned_floats(int64_t n)
@@ -161,17 +162,6 @@ static void finish_scores(const lp_attn_args *a, float *s, int64_t j0, int64_t n
             s[j] += a->alibi_slope * (float)(j0 + j - pos);
 }
 
-static void rescale_stats(row_state *r, float m_new)
-{
-    if (r->m == -INFINITY)
-        return; /* nothing accumulated yet */
-    float alpha = expf(r->m - m_new);
-    r->e_sum = alpha * (r->e_sum + (r->m - m_new) * r->l);
-    r->d_sum *= alpha;
-    r->w_sum *= alpha;
-    r->l *= alpha;
-}
-
 /* Row r of the query block starting at q0: its visible keys, position and empty accumulators;
  * its output row is zeroed. */
 static void row_init(const lp_attn_args *a, int64_t i, row_state *rs)
@@ -184,33 +174,18 @@ static void row_init(const lp_attn_args *a, int64_t i, row_state *rs)
     rs->pos = a->mask->q_pos0 + i;
     rs->m = a->has_sink ? a->sink_logit : -INFINITY;
     rs->l = a->has_sink ? 1.0f : 0.0f;
-    rs->e_sum = rs->d_sum = rs->w_sum = 0.0f;
-    rs->kmax = -INFINITY;
-    rs->s_sink = rs->s_prev = rs->s_self = NAN;
     rs->poisoned = a->has_sink && !isfinite(a->sink_logit);
     memset(a->out + i * a->out_stride, 0, (size_t)a->v_dim * sizeof(float));
 }
 
-/* The raw scores of keys 0, pos-1 and pos, when they fall in [j0, j1). */
-static void keep_marked_scores(row_state *rs, int64_t j0, int64_t j1, const float *s)
-{
-    if (j0 <= 0 && 0 < j1)
-        rs->s_sink = s[0 - j0];
-    if (j0 <= rs->pos - 1 && rs->pos - 1 < j1)
-        rs->s_prev = s[rs->pos - 1 - j0];
-    if (j0 <= rs->pos && rs->pos < j1)
-        rs->s_self = s[rs->pos - j0];
-}
-
 /* Pass 1 for a query row and the block of keys [kb, kb + kn): fold the row's visible keys of
- * the block into its running max, sum and statistics, set *alpha to the factor its output row
- * takes before the block's P x V (exp(m_old - m_new) when the max rises, else 1), and turn the
- * row's scores s[0 .. kn) in place into the weights exp(s - m) (0 for keys the row does not
- * see). raw: [ATT_BK] scratch for the statistics. */
+ * the block into its running max and sum, set *alpha to the factor its output row takes before
+ * the block's P x V (exp(m_old - m_new) when the max rises, else 1), and turn the row's scores
+ * s[0 .. kn) in place into the weights exp(s - m) (0 for keys the row does not see). kept (NULL
+ * or the row's kept scores, indexed by key) receives the finished scores of its visible keys. */
 static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row_state *rs,
-                           int64_t kb, int64_t kn, float *s, float *raw, float *alpha)
+                           int64_t kb, int64_t kn, float *s, float *kept, float *alpha)
 {
-    const bool want_stats = a->row_stats != NULL;
     int64_t j0 = rs->lo > kb ? rs->lo : kb;
     int64_t j1 = rs->hi < kb + kn ? rs->hi : kb + kn;
     *alpha = 1.0f;
@@ -230,38 +205,22 @@ static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row
         memset(sv, 0, (size_t)count * sizeof *sv);
         return;
     }
-    if (want_stats) {
-        keep_marked_scores(rs, j0, j1, sv);
-        memcpy(raw, sv, (size_t)count * sizeof *raw);
-    }
-    if (block_max > rs->kmax)
-        rs->kmax = block_max;
+    if (kept)
+        memcpy(kept + j0, sv, (size_t)count * sizeof *sv);
     if (block_max > rs->m) {
         if (rs->m != -INFINITY)
             *alpha = expf(rs->m - block_max);
-        if (want_stats)
-            rescale_stats(rs, block_max);
-        else
-            rs->l *= *alpha;
+        rs->l *= *alpha;
         rs->m = block_max;
     }
-    float m = rs->m;
-    rs->l += kt->exp_sum(sv, count, m); /* sv now holds the weights exp(s - m) */
-    if (want_stats)
-        for (int64_t j = 0; j < count; j++) {
-            int64_t dist = rs->pos - (j0 + j);
-            rs->e_sum += sv[j] * (raw[j] - m);
-            rs->d_sum += sv[j] * (float)dist;
-            if (dist < a->local_window)
-                rs->w_sum += sv[j];
-        }
+    rs->l += kt->exp_sum(sv, count, rs->m); /* sv now holds the weights exp(s - m) */
 }
 
-/* Scores that are q.k times the scale and nothing else, with no statistics to keep: the tiles
- * whose rows all see a whole key block take the fused softmax step. */
+/* Scores that are q.k times the scale and nothing else: the tiles whose rows all see a whole
+ * key block take the fused softmax step. */
 static bool plain_scores(const lp_attn_args *a)
 {
-    return a->softcap <= 0.0f && a->alibi_slope == 0.0f && !a->alibi_slopes && !a->row_stats;
+    return a->softcap <= 0.0f && a->alibi_slope == 0.0f && !a->alibi_slopes;
 }
 
 /* Pass 1 of a block every row of the tile sees entirely (plain scores): the fused softmax step
@@ -293,31 +252,7 @@ static void tile_take_block(const lp_kernel_table *kt, row_state *rs, int rows, 
 /* A row with no mass at all: no visible key and no sink. */
 static bool row_empty(const row_state *rs) { return !(rs->l > 0.0f); }
 
-/* The row's statistics from its accumulators (0 for a fully masked row, NaN when poisoned). */
-static void row_stats(const lp_attn_args *a, const row_state *rs, lp_attn_row_stats *st)
-{
-    memset(st, 0, sizeof *st);
-    if (rs->poisoned) {
-        st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
-        st->distance = st->local = st->row_sum = st->learned_sink = NAN;
-        st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
-    } else if (!row_empty(rs)) {
-        float inv_l = 1.0f / rs->l;
-        float entropy = logf(rs->l) - rs->e_sum * inv_l;
-        float sink_w = a->has_sink ? expf(a->sink_logit - rs->m) : 0.0f;
-        st->entropy = entropy > 0.0f ? entropy : 0.0f;
-        st->max_prob = rs->kmax == -INFINITY ? 0.0f : expf(rs->kmax - rs->m) * inv_l;
-        st->sink = isnan(rs->s_sink) ? 0.0f : expf(rs->s_sink - rs->m) * inv_l;
-        st->prev = isnan(rs->s_prev) ? 0.0f : expf(rs->s_prev - rs->m) * inv_l;
-        st->self = isnan(rs->s_self) ? 0.0f : expf(rs->s_self - rs->m) * inv_l;
-        st->distance = rs->d_sum * inv_l;
-        st->local = rs->w_sum * inv_l;
-        st->learned_sink = sink_w * inv_l;
-        st->row_sum = a->has_sink ? (rs->l - sink_w) * inv_l : 1.0f;
-    }
-}
-
-/* Finish query row i: normalize (or poison) its output and write its statistics. */
+/* Finish query row i's output: normalized, or NaN when poisoned. */
 static void row_finish(const lp_kernel_table *kt, const lp_attn_args *a, const row_state *rs,
                        int64_t i)
 {
@@ -328,8 +263,6 @@ static void row_finish(const lp_kernel_table *kt, const lp_attn_args *a, const r
     } else if (!row_empty(rs)) {
         kt->scale(out, 1.0f / rs->l, a->v_dim);
     }
-    if (a->row_stats)
-        row_stats(a, rs, &a->row_stats[i]);
 }
 
 /* Before pass 2: row i's probabilities are 0 outside its visible keys (all of them for an
@@ -348,98 +281,155 @@ static void row_probs_frame(const lp_attn_args *a, const row_state *rs, int64_t 
             prow[j] = NAN;
 }
 
-/* Pass 2 for a row and the block [kb, kb + kn): exact probabilities of its visible keys into
- * prow[j0 .. j1). */
-static void row_probs_block(const lp_kernel_table *kt, const lp_attn_args *a, const row_state *rs,
-                            float *prow, int64_t kb, int64_t kn, float *s)
+/* The statistics of a row whose probabilities p (indexed by key) and sums are computed. */
+static void row_stats_from_probs(const lp_attn_args *a, const row_state *rs, const float *p,
+                                 const lp_attn_row_sums *sums, lp_attn_row_stats *st)
 {
-    int64_t j0 = rs->lo > kb ? rs->lo : kb;
-    int64_t j1 = rs->hi < kb + kn ? rs->hi : kb + kn;
-    if (j0 >= j1 || rs->poisoned || row_empty(rs))
+    float inv_l = 1.0f / rs->l;
+    float sink_w = a->has_sink ? expf(a->sink_logit - rs->m) : 0.0f;
+    float entropy_part = sums->entropy_part + sink_w * inv_l * (a->has_sink ? a->sink_logit - rs->m
+                                                                              : 0.0f);
+    float entropy = logf(rs->l) - entropy_part;
+    st->entropy = entropy > 0.0f ? entropy : 0.0f;
+    st->max_prob = sums->max_prob;
+    st->sink = rs->lo <= 0 && 0 < rs->hi ? p[0] : 0.0f;
+    st->prev = rs->lo <= rs->pos - 1 && rs->pos - 1 < rs->hi ? p[rs->pos - 1] : 0.0f;
+    st->self = rs->lo <= rs->pos && rs->pos < rs->hi ? p[rs->pos] : 0.0f;
+    st->distance = sums->distance;
+    st->local = sums->local;
+    st->learned_sink = sink_w * inv_l;
+    st->row_sum = a->has_sink ? (rs->l - sink_w) * inv_l : 1.0f;
+}
+
+/* Pass 2 for row r (query i) of a panel's (tile, head) slot: its kept scores become its probabilities (and the
+ * frame of its probs row is written), its statistics are computed from them. */
+static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
+{
+    const lp_attn_args *a = &c->heads[slot % c->n_heads];
+    const row_state *rs = &c->rs[slot * LP_ATTN_MR + r];
+    float *row = a->probs ? a->probs + i * a->n_k : c->rowp + (slot * LP_ATTN_MR + r) * a->n_k;
+    lp_attn_row_stats *st = a->row_stats ? &a->row_stats[i] : NULL;
+    if (a->probs)
+        row_probs_frame(a, rs, i);
+    if (st)
+        memset(st, 0, sizeof *st); /* a row with no mass: 0 */
+    if (rs->poisoned && st) {
+        st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
+        st->distance = st->local = st->row_sum = st->learned_sink = NAN;
+        st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
+    }
+    if (rs->poisoned || row_empty(rs))
         return;
-    float *dst = prow + j0, *sv = s + (j0 - kb);
-    finish_scores(a, sv, j0, j1 - j0, rs->pos);
-    memcpy(dst, sv, (size_t)(j1 - j0) * sizeof *dst);
-    kt->exp_sum(dst, j1 - j0, rs->m);
-    kt->scale(dst, 1.0f / rs->l, j1 - j0);
-}
-
-/* Pass 2 of one head's tile: exact probabilities (and the sparsity sort) once its rows' final
- * m and l are known, the scores recomputed block by block as pass 1 computed them. */
-static void tile_probs(const att_call *c, const lp_attn_args *a, const row_state *rs,
-                       const float *qp, int64_t i0, int rows, int64_t kb_first, int64_t k_hi)
-{
-    const lp_kernel_table *kt = c->kt;
-    float S[LP_ATTN_MR * ATT_BK];
-    for (int r = 0; r < rows && a->probs; r++)
-        row_probs_frame(a, &rs[r], i0 + r);
-    for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
-        int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
-        tile_scores(c, qp, rows, kb, kn, S);
-        for (int r = 0; r < rows; r++) {
-            float *prow = a->probs ? a->probs + (i0 + r) * a->n_k : c->rowp + r * a->n_k;
-            row_probs_block(kt, a, &rs[r], prow, kb, kn, S + r * ATT_BK);
-        }
-    }
-    for (int r = 0; r < rows && a->row_stats && sparsity_on; r++) {
-        const row_state *q = &rs[r];
-        if (q->poisoned || row_empty(q) || q->lo >= q->hi)
-            continue; /* NaN or 0 already */
-        float *sorted = c->rowp + r * a->n_k;
+    lp_attn_row_sums sums = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t n = rs->hi - rs->lo;
+    if (n > 0)
+        c->kt->attn_row_probs(row + rs->lo, n, rs->m, 1.0f / rs->l, rs->lo, rs->pos,
+                              a->local_window, &sums);
+    if (!st)
+        return;
+    row_stats_from_probs(a, rs, row, &sums, st);
+    if (n > 0 && !a->skip_sparsity) {
+        float *p = row + rs->lo; /* the kept row is scratch; a probs row must stay in order */
         if (a->probs)
-            memcpy(sorted + q->lo, a->probs + (i0 + r) * a->n_k + q->lo,
-                   (size_t)(q->hi - q->lo) * sizeof *sorted);
-        lp_attn_row_sparsity(sorted + q->lo, q->hi - q->lo, &a->row_stats[i0 + r]);
+            p = memcpy(c->rowp, p, (size_t)n * sizeof *p);
+        lp_attn_row_sparsity_with(c->kt, p, n, st);
     }
 }
 
-/* One tile of up to LP_ATTN_MR query rows from i0, for every head of the group: both passes.
- * Pass 1 runs the group's heads inside the key-block loop, so each packed 64-key block of K and
- * V is read from L1 by all of them. */
-static void query_tile(const att_call *c, int64_t i0, int rows)
+/* The row where pass 1 keeps the finished scores of row r (query i) of a panel's (tile, head)
+ * slot (t * n_heads + g); NULL: none kept. */
+static float *kept_row(const att_call *c, int64_t slot, int r, int64_t i)
+{
+    const lp_attn_args *a = &c->heads[slot % c->n_heads];
+    if (a->probs)
+        return a->probs + i * a->n_k;
+    return a->row_stats ? c->rowp + (slot * LP_ATTN_MR + r) * a->n_k : NULL;
+}
+
+/* One tile of a panel: its first row, rows, and the keys any of them sees (the same for every
+ * head of the group: one mask). */
+typedef struct tile_span {
+    int64_t i0, k_lo, k_hi;
+    int rows;
+} tile_span;
+
+/* Pass 1 of tile t against the key block [kb, kb + kn), for every head of the group. */
+static void tile_block(const att_call *c, int t, const tile_span *sp, int64_t kb, int64_t kn)
 {
     const lp_kernel_table *kt = c->kt;
     const int64_t hd = c->a->head_dim;
-    float S[LP_ATTN_MR * ATT_BK], raw[ATT_BK], alpha[LP_ATTN_MR];
+    const bool keep = c->a->probs || c->a->row_stats;
+    float S[LP_ATTN_MR * ATT_BK], alpha[LP_ATTN_MR];
+    const row_state *rs0 = c->rs + (int64_t)t * c->n_heads * LP_ATTN_MR;
+    bool whole = plain_scores(c->a); /* every row sees the whole block: the fused step */
+    for (int r = 0; r < sp->rows && whole; r++)
+        whole = rs0[r].lo <= kb && kb + kn <= rs0[r].hi;
     for (int64_t g = 0; g < c->n_heads; g++) {
-        pack_queries(&c->heads[g], i0, rows, c->qp + g * LP_ATTN_MR * hd);
-        for (int r = 0; r < rows; r++)
-            row_init(&c->heads[g], i0 + r, &c->rs[g * LP_ATTN_MR + r]);
+        int64_t slot = t * c->n_heads + g;
+        const lp_attn_args *a = &c->heads[g];
+        row_state *rs = c->rs + slot * LP_ATTN_MR;
+        tile_scores(c, c->qp + slot * LP_ATTN_MR * hd, sp->rows, kb, kn, S);
+        for (int r = 0; r < sp->rows && whole && keep; r++)
+            memcpy(kept_row(c, slot, r, sp->i0 + r) + kb, S + r * ATT_BK, (size_t)kn * sizeof *S);
+        if (whole)
+            tile_take_block(kt, rs, sp->rows, kn, S, alpha);
+        else
+            for (int r = 0; r < sp->rows; r++)
+                row_take_block(kt, a, &rs[r], kb, kn, S + r * ATT_BK,
+                               keep ? kept_row(c, slot, r, sp->i0 + r) : NULL, &alpha[r]);
+        kt->attn_pv(S, ATT_BK, sp->rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
+                    alpha, a->out + sp->i0 * a->out_stride, a->out_stride, a->v_dim);
     }
-    int64_t k_lo = c->a->n_k, k_hi = 0; /* the keys any row of the tile sees (same mask per head) */
-    for (int r = 0; r < rows; r++)
-        if (c->rs[r].lo < c->rs[r].hi) {
-            k_lo = c->rs[r].lo < k_lo ? c->rs[r].lo : k_lo;
-            k_hi = c->rs[r].hi > k_hi ? c->rs[r].hi : k_hi;
-        }
-    /* blocks aligned to ATT_BK from key 0, so both passes see the same blocks */
-    int64_t kb_first = k_lo / ATT_BK * ATT_BK;
-    for (int64_t kb = kb_first; kb < k_hi; kb += ATT_BK) {
-        int64_t kn = k_hi - kb < ATT_BK ? k_hi - kb : ATT_BK;
-        bool whole = plain_scores(c->a); /* every row sees the whole block: the fused step */
-        for (int r = 0; r < rows && whole; r++)
-            whole = c->rs[r].lo <= kb && kb + kn <= c->rs[r].hi;
+}
+
+/* A panel of up to ATT_PANEL tiles of LP_ATTN_MR query rows from i0, for every head of the
+ * group: both passes. Pass 1 runs the panel's tiles and the group's heads inside the key-block
+ * loop, so each packed block of K and V comes from L2 or L3 once for all of them (one tile at a
+ * time reloaded every block for every tile: the two threads' K/V streams then shared the L3). */
+static void query_panel(const att_call *c, int64_t i0, int64_t n_rows)
+{
+    const int64_t hd = c->a->head_dim;
+    tile_span sp[ATT_PANEL];
+    int tiles = (int)((n_rows + LP_ATTN_MR - 1) / LP_ATTN_MR);
+    int64_t k_lo = c->a->n_k, k_hi = 0;
+    for (int t = 0; t < tiles; t++) {
+        sp[t].i0 = i0 + t * LP_ATTN_MR;
+        sp[t].rows = n_rows - t * LP_ATTN_MR < LP_ATTN_MR ? (int)(n_rows - t * LP_ATTN_MR)
+                                                          : LP_ATTN_MR;
         for (int64_t g = 0; g < c->n_heads; g++) {
-            const lp_attn_args *a = &c->heads[g];
-            row_state *rs = c->rs + g * LP_ATTN_MR;
-            tile_scores(c, c->qp + g * LP_ATTN_MR * hd, rows, kb, kn, S);
-            if (whole)
-                tile_take_block(kt, rs, rows, kn, S, alpha);
-            else
-                for (int r = 0; r < rows; r++)
-                    row_take_block(kt, a, &rs[r], kb, kn, S + r * ATT_BK, raw, &alpha[r]);
-            kt->attn_pv(S, ATT_BK, rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
-                        alpha, a->out + i0 * a->out_stride, a->out_stride, a->v_dim);
+            int64_t slot = t * c->n_heads + g;
+            pack_queries(&c->heads[g], sp[t].i0, sp[t].rows, c->qp + slot * LP_ATTN_MR * hd);
+            for (int r = 0; r < sp[t].rows; r++)
+                row_init(&c->heads[g], sp[t].i0 + r, &c->rs[slot * LP_ATTN_MR + r]);
         }
+        const row_state *rs0 = c->rs + (int64_t)t * c->n_heads * LP_ATTN_MR;
+        sp[t].k_lo = c->a->n_k;
+        sp[t].k_hi = 0;
+        for (int r = 0; r < sp[t].rows; r++)
+            if (rs0[r].lo < rs0[r].hi) {
+                sp[t].k_lo = rs0[r].lo < sp[t].k_lo ? rs0[r].lo : sp[t].k_lo;
+                sp[t].k_hi = rs0[r].hi > sp[t].k_hi ? rs0[r].hi : sp[t].k_hi;
+            }
+        k_lo = sp[t].k_lo < k_lo ? sp[t].k_lo : k_lo;
+        k_hi = sp[t].k_hi > k_hi ? sp[t].k_hi : k_hi;
     }
-    for (int64_t g = 0; g < c->n_heads; g++)
-        for (int r = 0; r < rows; r++)
-            row_finish(kt, &c->heads[g], &c->rs[g * LP_ATTN_MR + r], i0 + r);
+    /* blocks aligned to ATT_BK from key 0: each tile sees the blocks it saw on its own */
+    for (int64_t kb = k_lo / ATT_BK * ATT_BK; kb < k_hi; kb += ATT_BK)
+        for (int t = 0; t < tiles; t++)
+            if (kb < sp[t].k_hi && kb + ATT_BK > sp[t].k_lo)
+                tile_block(c, t, &sp[t], kb, sp[t].k_hi - kb < ATT_BK ? sp[t].k_hi - kb : ATT_BK);
+    for (int t = 0; t < tiles; t++)
+        for (int64_t g = 0; g < c->n_heads; g++)
+            for (int r = 0; r < sp[t].rows; r++)
+                row_finish(c->kt, &c->heads[g], &c->rs[(t * c->n_heads + g) * LP_ATTN_MR + r],
+                           sp[t].i0 + r);
     if (!c->a->probs && !c->a->row_stats)
         return;
-    for (int64_t g = 0; g < c->n_heads; g++)
-        tile_probs(c, &c->heads[g], c->rs + g * LP_ATTN_MR, c->qp + g * LP_ATTN_MR * hd, i0, rows,
-                   kb_first, k_hi);
+    for (int t = 0; t < tiles; t++)
+        for (int64_t g = 0; g < c->n_heads; g++)
+            for (int r = 0; r < sp[t].rows; r++)
+                row_probs(c, t * c->n_heads + g, r, sp[t].i0 + r);
+    atomic_fetch_add_explicit(&rows_probed, (uint64_t)(n_rows * c->n_heads), memory_order_relaxed);
 }
 
 static void call_free(att_call *c)
@@ -469,11 +459,12 @@ void lp_attention(const lp_attn_args *a)
     }
     c.kbase = k_lo < k_hi ? k_lo / ATT_BK * ATT_BK : 0;
     c.khi = k_lo < k_hi ? k_hi : 0;
-    c.qp = alloc_aligned_floats(c.n_heads * LP_ATTN_MR * a->head_dim);
-    c.rs = malloc((size_t)c.n_heads * LP_ATTN_MR * sizeof *c.rs);
+    int64_t slots = c.n_heads * ATT_PANEL; /* (tile, head) pairs of a panel */
+    c.qp = alloc_aligned_floats(slots * LP_ATTN_MR * a->head_dim);
+    c.rs = malloc((size_t)slots * LP_ATTN_MR * sizeof *c.rs);
     c.heads = malloc((size_t)c.n_heads * sizeof *c.heads);
     if (a->row_stats)
-        c.rowp = alloc_aligned_floats(LP_ATTN_MR * a->n_k);
+        c.rowp = alloc_aligned_floats((a->probs ? 1 : slots * LP_ATTN_MR) * a->n_k);
     if (!c.qp || !c.rs || !c.heads || (a->row_stats && !c.rowp) || !call_pack(&c)) {
         call_free(&c); /* the reference needs less */
         lp_attention_ref(a);
@@ -481,9 +472,9 @@ void lp_attention(const lp_attn_args *a)
     }
     for (int64_t g = 0; g < c.n_heads; g++)
         c.heads[g] = lp_attn_group_head(a, g);
-    for (int64_t i0 = c.row_begin; i0 < c.row_end; i0 += LP_ATTN_MR) {
-        int rows = c.row_end - i0 < LP_ATTN_MR ? (int)(c.row_end - i0) : LP_ATTN_MR;
-        query_tile(&c, i0, rows);
+    for (int64_t i0 = c.row_begin; i0 < c.row_end; i0 += ATT_PANEL * LP_ATTN_MR) {
+        int64_t left = c.row_end - i0;
+        query_panel(&c, i0, left < ATT_PANEL * LP_ATTN_MR ? left : ATT_PANEL * LP_ATTN_MR);
     }
     call_free(&c);
 }

@@ -269,3 +269,180 @@ float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite)
     *all_finite = finite;
     return max;
 }
+
+/* The running sums of lp_attn_row_probs_avx2 and one step of them over 8 lanes. */
+typedef struct row_probs_acc {
+    __m256 entropy, distance, local, top;
+} row_probs_acc;
+
+static inline __m256 row_probs_step(row_probs_acc *acc, __m256 x, __m256 m, __m256 scale,
+                                    __m256 dist, __m256 win, __m256 lanes)
+{
+    __m256 centred = _mm256_and_ps(_mm256_sub_ps(x, m), lanes);
+    __m256 p = _mm256_and_ps(_mm256_mul_ps(exp_nonpositive(centred), scale), lanes);
+    acc->entropy = _mm256_fmadd_ps(p, centred, acc->entropy);
+    acc->distance = _mm256_fmadd_ps(p, dist, acc->distance);
+    acc->local = _mm256_add_ps(acc->local, _mm256_and_ps(p, _mm256_cmp_ps(dist, win, _CMP_LT_OQ)));
+    acc->top = _mm256_max_ps(acc->top, p);
+    return p;
+}
+
+/* One sweep over a row kept in L2: the weights in the softmax's own exp, scaled, stored back,
+ * and the statistics' four sums in vector accumulators (the masked tail lanes add 0). */
+void lp_attn_row_probs_avx2(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,
+                            int64_t window, lp_attn_row_sums *sums)
+{
+    const __m256 mv = _mm256_set1_ps(m), scale = _mm256_set1_ps(inv_l);
+    const __m256 step = _mm256_set1_ps(-8.0f), win = _mm256_set1_ps((float)window);
+    const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    __m256 dist = _mm256_add_ps(_mm256_set1_ps((float)(pos - j0)),
+                                _mm256_setr_ps(0, -1, -2, -3, -4, -5, -6, -7));
+    row_probs_acc acc = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                         _mm256_setzero_ps()};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8, dist = _mm256_add_ps(dist, step))
+        _mm256_storeu_ps(s + j, row_probs_step(&acc, _mm256_loadu_ps(s + j), mv, scale, dist, win,
+                                               all));
+    if (j < n) {
+        __m256i tail = lanes_below(n - j);
+        __m256 p = row_probs_step(&acc, _mm256_maskload_ps(s + j, tail), mv, scale, dist, win,
+                                  _mm256_castsi256_ps(tail));
+        _mm256_maskstore_ps(s + j, tail, p);
+    }
+    sums->entropy_part = reduce_add(acc.entropy);
+    sums->distance = reduce_add(acc.distance);
+    sums->local = reduce_add(acc.local);
+    sums->max_prob = reduce_max(acc.top);
+}
+
+/* ---- the sparsity histogram's sweeps (ref.c's sparsity_fitted; contracts in the table) */
+
+/* The float bits of 8 probabilities, -0 as 0. */
+static inline __m256i prob_bits8(const float *p)
+{
+    __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i negative_zero = _mm256_cmpeq_epi32(u, _mm256_set1_epi32((int)0x80000000u));
+    return _mm256_andnot_si256(negative_zero, u);
+}
+
+void lp_attn_sparsity_range_avx2(const float *p, int64_t n, uint32_t *lo, uint32_t *hi)
+{
+    const __m256i ones = _mm256_set1_epi32(-1);
+    __m256i smallest = ones, largest = _mm256_setzero_si256();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256i u = prob_bits8(p + j);
+        largest = _mm256_max_epu32(largest, u);
+        __m256i zero = _mm256_cmpeq_epi32(u, _mm256_setzero_si256());
+        smallest = _mm256_min_epu32(smallest, _mm256_or_si256(u, zero));
+    }
+    uint32_t s[8], l[8];
+    _mm256_storeu_si256((__m256i *)(void *)s, smallest);
+    _mm256_storeu_si256((__m256i *)(void *)l, largest);
+    uint32_t a = UINT32_MAX, b = 0;
+    for (int i = 0; i < 8; i++) {
+        a = s[i] < a ? s[i] : a;
+        b = l[i] > b ? l[i] : b;
+    }
+    for (; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, p + j, sizeof u);
+        u = u == 0x80000000u ? 0 : u;
+        b = u > b ? u : b;
+        a = u && u < a ? u : a;
+    }
+    *lo = a;
+    *hi = b;
+}
+
+/* The keys of 8 values' bits (ref.c's fit_key). */
+static inline __m256i fit_keys8(__m256i u, __m256i base, __m128i shift)
+{
+    __m256i k = _mm256_add_epi32(_mm256_srl_epi32(_mm256_sub_epi32(u, base), shift),
+                                 _mm256_set1_epi32(1));
+    return _mm256_andnot_si256(_mm256_cmpeq_epi32(u, _mm256_setzero_si256()), k);
+}
+
+/* Keys and mantissas in vectors, a chunk at a time, into small arrays the scalar bucket
+ * updates then read (AVX2 has no conflict-free scatter). Taking each lane straight from the
+ * vector (vpextrd) made the increments' addresses late, and every pair of equal keys among the
+ * stores in flight cost a memory-ordering flush: three times slower than plain C. */
+enum { HIST_CHUNK = 64 };
+uint64_t lp_attn_sparsity_histogram_avx2(const float *p, int64_t n, uint32_t base, int shift,
+                                         uint32_t low_key, uint32_t low_bits, uint64_t *buckets)
+{
+    const __m256i basev = _mm256_set1_epi32((int)base), lowk = _mm256_set1_epi32((int)low_key);
+    const __m256i lowb = _mm256_set1_epi32((int)low_bits), frac = _mm256_set1_epi32(0x7fffff);
+    const __m256i hidden = _mm256_set1_epi32(0x800000);
+    const __m128i sh = _mm_cvtsi32_si128(shift);
+    __m256i low = _mm256_setzero_si256(); /* 4 x 64-bit sums */
+    uint32_t key[HIST_CHUNK], mant[HIST_CHUNK];
+    int64_t j = 0;
+    for (; j + HIST_CHUNK <= n; j += HIST_CHUNK) {
+        for (int c = 0; c < HIST_CHUNK; c += 8) {
+            __m256i u = prob_bits8(p + j + c), k = fit_keys8(u, basev, sh);
+            __m256i normal = _mm256_cmpgt_epi32(u, frac);
+            __m256i m = _mm256_or_si256(_mm256_and_si256(u, frac),
+                                        _mm256_and_si256(normal, hidden));
+            __m256i in_low = _mm256_and_si256(_mm256_cmpeq_epi32(k, lowk),
+                                              _mm256_cmpgt_epi32(lowb, u));
+            __m256i ml = _mm256_and_si256(m, in_low);
+            low = _mm256_add_epi64(low, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(ml)));
+            low = _mm256_add_epi64(low, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(ml, 1)));
+            _mm256_storeu_si256((__m256i *)(void *)(key + c), k);
+            _mm256_storeu_si256((__m256i *)(void *)(mant + c), m);
+        }
+        for (int c = 0; c < HIST_CHUNK; c++)
+            buckets[key[c]] += (UINT64_C(1) << 40) + mant[c];
+    }
+    uint64_t l4[4];
+    _mm256_storeu_si256((__m256i *)(void *)l4, low);
+    uint64_t low_part = l4[0] + l4[1] + l4[2] + l4[3];
+    for (; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, p + j, sizeof u);
+        u = u == 0x80000000u ? 0 : u;
+        uint32_t k = u ? ((u - base) >> shift) + 1u : 0u;
+        uint64_t m = (u & 0x7fffffu) | (u >> 23 ? 0x800000u : 0u);
+        buckets[k] += (UINT64_C(1) << 40) + m;
+        low_part += k == low_key && u < low_bits ? m : 0;
+    }
+    return low_part;
+}
+
+/* Eight keys compared at once; the rare matches are moved one by one. */
+int64_t lp_attn_sparsity_gather_avx2(float *p, int64_t n, uint32_t base, int shift,
+                                     const uint32_t keys[3])
+{
+    const __m256i basev = _mm256_set1_epi32((int)base);
+    const __m256i k0 = _mm256_set1_epi32((int)keys[0]), k1 = _mm256_set1_epi32((int)keys[1]);
+    const __m256i k2 = _mm256_set1_epi32((int)keys[2]);
+    const __m128i sh = _mm_cvtsi32_si128(shift);
+    int64_t front = 0, j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256i k = fit_keys8(prob_bits8(p + j), basev, sh);
+        __m256i hit = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi32(k, k0),
+                                                      _mm256_cmpeq_epi32(k, k1)),
+                                      _mm256_cmpeq_epi32(k, k2));
+        unsigned bits = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(hit));
+        while (bits) {
+            int64_t at = j + __builtin_ctz(bits);
+            float t = p[front];
+            p[front++] = p[at];
+            p[at] = t;
+            bits &= bits - 1;
+        }
+    }
+    for (; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, p + j, sizeof u);
+        u = u == 0x80000000u ? 0 : u;
+        uint32_t k = u ? ((u - base) >> shift) + 1u : 0u;
+        if (k == keys[0] || k == keys[1] || k == keys[2]) {
+            float t = p[front];
+            p[front++] = p[j];
+            p[j] = t;
+        }
+    }
+    return front;
+}

@@ -112,10 +112,6 @@ typedef struct lp_attn_row_stats {
 void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st);
 /* The same by the definition: p sorted in place, largest first, taken one by one (tests). */
 void lp_attn_row_sparsity_sorted(float *p, int64_t n, lp_attn_row_stats *st);
-/* For `loupe bench --attention` only: false makes lp_attention skip the sparsity statistics (keys50..
- * low_mass left 0), so the sort's cost is timed A/B in one process. Process-wide, default true;
- * set it only while no pass runs (a hack owned up to: the forward options do not carry it). */
-void lp_attn_set_sparsity(bool on);
 
 /* One attention head. q: [n_q, head_dim] f32 with row stride q_stride; k: [n_k, head_dim] and
  * v: [n_k, v_dim] in kv_dtype (f32, f16 or bf16; converted to f32 as blocks are loaded) with row
@@ -162,6 +158,9 @@ typedef struct lp_attn_args {
     int64_t n_group;
     int64_t q_head_stride, out_head_stride, probs_head_stride, stats_head_stride;
     const float *alibi_slopes; /* [n_group] or NULL */
+    /* row_stats without the sparsity fields (keys50 .. low_mass left 0): how `loupe bench`
+     * times what they cost, A/B in one process. */
+    bool skip_sparsity;
 } lp_attn_args;
 
 void lp_attention(const lp_attn_args *args);

@@ -67,6 +67,11 @@ enum { LP_ATTN_MR = 6, LP_ATTN_NR = 16 };
  * normal float; below it a vector exp's 2^n would leave the normal range). */
 #define LP_ATTN_EXP_MIN (-86.0f)
 
+/* What attn_row_probs returns beside the probabilities (the slot's contract below). */
+typedef struct lp_attn_row_sums {
+    float entropy_part, distance, local, max_prob;
+} lp_attn_row_sums;
+
 /* The dot product of one stored weight row with x (lp_matvec; x_sums as the table says). */
 typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_sums, int64_t k);
 
@@ -82,7 +87,8 @@ typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float
 #define LP_KERNEL_SLOTS(X)                                                                         \
     X(f16_to_f32) X(bf16_to_f32) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
-    X(rope_rotate) X(attn_qk) X(attn_pv) X(attn_softmax) X(block_max) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) \
+    X(rope_rotate) X(attn_qk) X(attn_pv) X(attn_softmax) X(attn_row_probs) X(block_max) \
+    X(sparsity_range) X(sparsity_histogram) X(sparsity_gather) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) \
     X(row_dot_mxfp4) X(row_dot_q8_0_i8) X(row_dot_q4_k_i8)
 
 typedef struct lp_kernel_table {
@@ -141,6 +147,28 @@ typedef struct lp_kernel_table {
      * its bit (1 << r) set in the result. */
     unsigned (*attn_softmax)(float *s, int64_t ld_s, int rows, int64_t n, float *m, float *l,
                              float *alpha);
+    /* The probabilities of one row from its kept scores, in place, with the sums its statistics
+     * need: for j < n (keys j0 + j of a query at position pos, every s[j] <= m, finite),
+     *   s[j] = exp(s[j] - m) * inv_l   (exp LP_ATTN_EXP_MIN-flushed, as attn_softmax's)
+     *   sums->entropy_part = sum_j p_j (s_j - m)      (before the conversion)
+     *   sums->distance     = sum_j p_j (pos - j0 - j)
+     *   sums->local        = sum over pos - j0 - j < window of p_j
+     *   sums->max_prob     = max_j p_j   (0 for n = 0) */
+    void (*attn_row_probs)(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,
+                           int64_t window, lp_attn_row_sums *sums);
+    /* The three sweeps of lp_attn_row_sparsity's fitted histogram (ref.c), over the float bits u
+     * of p[0..n) with -0 read as 0. sparsity_range: *hi = the largest u, *lo = the smallest
+     * nonzero u (UINT32_MAX when none). With key(u) = u ? ((u - base) >> shift) + 1 : 0 (every
+     * nonzero u >= base), sparsity_histogram adds 2^40 (a count) plus u's 24-bit mantissa
+     * (hidden bit included) to buckets[key(u)] for every value, and returns the sum of the
+     * mantissas of the values with key(u) == low_key and u < low_bits; sparsity_gather moves
+     * the values whose key is one of keys[0..3) to the front of p (the others keep no order)
+     * and returns how many. */
+    void (*sparsity_range)(const float *p, int64_t n, uint32_t *lo, uint32_t *hi);
+    uint64_t (*sparsity_histogram)(const float *p, int64_t n, uint32_t base, int shift,
+                                   uint32_t low_key, uint32_t low_bits, uint64_t *buckets);
+    int64_t (*sparsity_gather)(float *p, int64_t n, uint32_t base, int shift,
+                               const uint32_t keys[3]);
     /* The largest of x[0..n) (-inf for n = 0); *all_finite = no NaN or infinity among them. */
     float (*block_max)(const float *x, int64_t n, bool *all_finite);
     /* Matrix-vector rows (lp_matvec): the dot product of one stored weight row of k values with
@@ -328,6 +356,20 @@ void lp_attn_pv_avx2_6x16(const float *p, int64_t ld_p, int rows, int64_t n_keys
 unsigned lp_attn_softmax_avx2(float *s, int64_t ld_s, int rows, int64_t n, float *m, float *l,
                               float *alpha);
 float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite);
+void lp_attn_sparsity_range_avx2(const float *p, int64_t n, uint32_t *lo, uint32_t *hi);
+uint64_t lp_attn_sparsity_histogram_avx2(const float *p, int64_t n, uint32_t base, int shift,
+                                         uint32_t low_key, uint32_t low_bits, uint64_t *buckets);
+int64_t lp_attn_sparsity_gather_avx2(float *p, int64_t n, uint32_t base, int shift,
+                                     const uint32_t keys[3]);
+/* attention.c: query rows (of any head) whose probabilities and statistics lp_attention has
+ * computed since the process started: pass 2 ran for them. The bare path (no probs, no
+ * row_stats) leaves it alone; for tests. */
+uint64_t lp_attn_rows_probed(void);
+/* ref.c: lp_attn_row_sparsity with the sweeps of table kt (the same counts on every ISA). */
+void lp_attn_row_sparsity_with(const lp_kernel_table *kt, float *p, int64_t n,
+                               lp_attn_row_stats *st);
+void lp_attn_row_probs_avx2(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,
+                            int64_t window, lp_attn_row_sums *sums);
 /* x[i] = exp(x[i]) for x[i] <= 0, flushed below LP_ATTN_EXP_MIN (the softmax's weights). */
 void lp_attn_exp_avx2(float *x, int64_t n);
 

@@ -498,10 +498,9 @@ static int64_t keys_needed(float *p, int64_t c, int level, exact_sum *acc, uint3
     return taken + keys_needed(p, front, level + 1, acc, den, need);
 }
 
-void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
+/* The selection with fixed fields, for rows the fitted histogram below cannot hold. */
+static void sparsity_by_fields(float *p, int64_t n, lp_attn_row_stats *st)
 {
-    if (sparsity_refused(p, n, st))
-        return;
     /* one pass: the first level's histogram (count and mantissa sum per bucket) and the mass
      * below 1e-3 per exponent; the totals are shifted sums of those */
     enum { TOP = 1u << 9 };
@@ -539,6 +538,245 @@ void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
         from = b;
     }
     sparsity_fill(st, k, &low);
+}
+
+/* ---- the usual path: a histogram fitted to the row. Its buckets are equal steps of the float
+ * bits from the row's smallest positive value to its largest (bits order non-negative floats as
+ * their values), about one bucket per value, so the bucket where a threshold is crossed holds a
+ * handful of values even when the row is nearly flat; zeros have a bucket of their own. Steps
+ * of at most 2^23 bits aligned to groups of FIT_GROUP buckets keep every group within one
+ * exponent, so its mass is its mantissas' integer sum shifted once. When the row spans at most
+ * FIT_MAX_SPAN exponents, every sum fits a 128-bit integer in units of its smallest value's
+ * exponent, and the three thresholds are found by one scan over groups, then buckets, from the
+ * top; only the crossing buckets' values are refined (keys_needed). Wider rows (denormals beside
+ * large values) take the fixed fields above. */
+typedef unsigned __int128 fit_u128;
+enum { FIT_MIN_BUCKETS = 128, FIT_MAX_BUCKETS = 2048, FIT_GROUP = 32, FIT_MAX_SPAN = 60,
+       /* a bucket is one 64-bit word, its count above bit 40: below 2^16 values every
+        * mantissa sum (< 2^16 x 2^24) stays below it, and one add per value updates both */
+       FIT_COUNT_SHIFT = 40, FIT_MAX_VALUES = 1 << 16,
+       FIT_MAX_GROUPS = FIT_MAX_BUCKETS / 4 /* groups hold 4 buckets or more */ };
+
+typedef struct fit_hist {
+    uint32_t base;  /* bits of bucket 1's lower edge, aligned to a group */
+    int shift;      /* bucket k >= 1 holds bits [base + (k-1) << shift, base + k << shift) */
+    int group;      /* buckets per group (FIT_GROUP or the buckets of one exponent) */
+    int group_log2; /* group = 1 << group_log2 */
+    int e_lo;       /* the unit: 2^(e_lo - 150), e_lo the smallest positive value's exponent */
+    int64_t n_buckets;
+    uint64_t buckets[FIT_MAX_BUCKETS]; /* count << FIT_COUNT_SHIFT | mantissa sum */
+} fit_hist;
+
+static uint64_t fit_count(const fit_hist *h, int64_t k) { return h->buckets[k] >> FIT_COUNT_SHIFT; }
+
+static uint64_t fit_mantissas(const fit_hist *h, int64_t k)
+{
+    return h->buckets[k] & ((UINT64_C(1) << FIT_COUNT_SHIFT) - 1);
+}
+
+static uint32_t fit_key(uint32_t base, int shift, uint32_t u)
+{
+    return u ? ((u - base) >> shift) + 1u : 0u;
+}
+
+static void sparsity_range_ref(const float *p, int64_t n, uint32_t *lo, uint32_t *hi)
+{
+    uint32_t smallest = UINT32_MAX, largest = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t u = prob_bits(p[j]);
+        largest = u > largest ? u : largest;
+        uint32_t positive = u ? u : UINT32_MAX;
+        smallest = positive < smallest ? positive : smallest;
+    }
+    *lo = smallest;
+    *hi = largest;
+}
+
+static uint64_t sparsity_histogram_ref(const float *p, int64_t n, uint32_t base, int shift,
+                                       uint32_t low_key, uint32_t low_bits, uint64_t *buckets)
+{
+    uint64_t low_part = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t u = prob_bits(p[j]), k = fit_key(base, shift, u);
+        uint64_t m = bits_mantissa(u);
+        buckets[k] += (UINT64_C(1) << 40) + m;
+        low_part += k == low_key && u < low_bits ? m : 0;
+    }
+    return low_part;
+}
+
+static int64_t sparsity_gather_ref(float *p, int64_t n, uint32_t base, int shift,
+                                   const uint32_t keys[3])
+{
+    int64_t front = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t k = fit_key(base, shift, prob_bits(p[j]));
+        if (k == keys[0] || k == keys[1] || k == keys[2]) {
+            float t = p[front];
+            p[front++] = p[j];
+            p[j] = t;
+        }
+    }
+    return front;
+}
+
+/* Bucket k's mantissa sum in units: shifted by its exponent's distance from e_lo. */
+static int fit_unit_shift(const fit_hist *h, int64_t k)
+{
+    uint32_t e = (h->base + ((uint32_t)(k - 1) << h->shift)) >> 23;
+    return (e ? (int)e : 1) - h->e_lo;
+}
+
+static exact_sum fit_exact(const fit_hist *h, fit_u128 x)
+{
+    exact_sum e = {{0}};
+    exact_add_shifted(&e, (uint64_t)x, h->e_lo - 1);
+    exact_add_shifted(&e, (uint64_t)(x >> 64), h->e_lo - 1 + 64);
+    return e;
+}
+
+/* The shift and base that map [lo, hi] onto the buckets; false for a row too wide to fit. */
+static bool fit_layout(fit_hist *h, uint32_t lo, uint32_t hi, int64_t n)
+{
+    int e_lo = (int)(lo >> 23) ? (int)(lo >> 23) : 1, e_hi = (int)(hi >> 23);
+    if (e_hi - e_lo > FIT_MAX_SPAN || n >= FIT_MAX_VALUES)
+        return false;
+    h->n_buckets = FIT_MIN_BUCKETS; /* about two values a bucket */
+    while (2 * h->n_buckets < n && h->n_buckets < FIT_MAX_BUCKETS)
+        h->n_buckets *= 2;
+    h->e_lo = e_lo;
+    /* at most 21: the refinement's fields (keys_needed, from level 1) assume shared bits >= 21 */
+    for (h->shift = 0; h->shift <= 21; h->shift++) {
+        h->group_log2 = h->shift <= 23 - 5 ? 5 : 23 - h->shift;
+        h->group = 1 << h->group_log2; /* FIT_GROUP at most */
+        h->base = lo & ~(((uint32_t)h->group << h->shift) - 1u);
+        if ((int64_t)((hi - h->base) >> h->shift) + 1 < h->n_buckets)
+            return true;
+    }
+    return false;
+}
+
+/* Scanning down from bucket `from` (groups first, then the crossing group's buckets): the
+ * bucket whose mass takes den * acc to need; acc and taken advance past the buckets above it. */
+static int64_t fit_crossing(const fit_hist *h, const fit_u128 *group_mass,
+                            const uint32_t *group_count, int64_t from, fit_u128 *acc,
+                            int64_t *taken, uint32_t den, fit_u128 need)
+{
+    int64_t k = from;
+    while (k >= 1) {
+        int64_t g = (k - 1) >> h->group_log2;
+        if (((k - 1) & (h->group - 1)) == h->group - 1 && den * (*acc + group_mass[g]) < need) {
+            *acc += group_mass[g]; /* the whole group stays above the threshold */
+            *taken += group_count[g];
+            k -= h->group;
+            continue;
+        }
+        fit_u128 mass = (fit_u128)fit_mantissas(h, k) << fit_unit_shift(h, k);
+        if (den * (*acc + mass) >= need)
+            return k;
+        *acc += mass;
+        *taken += (int64_t)fit_count(h, k);
+        k--;
+    }
+    return 0;
+}
+
+/* The fitted path; false (nothing written) when the row does not fit. */
+static bool sparsity_fitted(const lp_kernel_table *kt, float *p, int64_t n, uint32_t lo,
+                            uint32_t hi, lp_attn_row_stats *st)
+{
+    fit_hist h; /* 24 KB of stack */
+    if (!fit_layout(&h, lo, hi, n))
+        return false;
+    memset(h.buckets, 0, (size_t)h.n_buckets * sizeof *h.buckets);
+    const uint32_t low_bits = prob_bits(1e-3f);
+    const uint32_t low_key = low_bits > lo && low_bits <= hi ? fit_key(h.base, h.shift, low_bits)
+                                                              : 0;
+    /* the values of low_key's bucket below 1e-3 */
+    uint64_t low_part = kt->sparsity_histogram(p, n, h.base, h.shift, low_key, low_bits,
+                                               h.buckets);
+    int64_t n_groups = (h.n_buckets - 2) / h.group + 1;
+    fit_u128 group_mass[FIT_MAX_GROUPS], total = 0, low = 0;
+    uint32_t group_count[FIT_MAX_GROUPS];
+    for (int64_t g = 0; g < n_groups; g++) {
+        uint64_t m = 0;
+        uint32_t c = 0;
+        int64_t k0 = 1 + g * h.group, k1 = k0 + h.group < h.n_buckets ? k0 + h.group : h.n_buckets;
+        for (int64_t k = k0; k < k1; k++) {
+            m += fit_mantissas(&h, k);
+            c += (uint32_t)fit_count(&h, k);
+        }
+        group_mass[g] = (fit_u128)m << fit_unit_shift(&h, k0);
+        group_count[g] = c;
+        total += group_mass[g];
+        if (low_key && k1 <= (int64_t)low_key) {
+            low += group_mass[g]; /* the whole group lies below low_key's bucket */
+        } else if (low_key && k0 < (int64_t)low_key) {
+            uint64_t below = 0;
+            for (int64_t k = k0; k < (int64_t)low_key; k++)
+                below += fit_mantissas(&h, k);
+            low += (fit_u128)below << fit_unit_shift(&h, k0);
+        }
+    }
+    if (low_bits > hi)
+        low = total;
+    else if (low_key)
+        low += (fit_u128)low_part << fit_unit_shift(&h, low_key);
+    /* the crossing bucket of each threshold, then its values refined */
+    int64_t bucket[3], taken[3], from = h.n_buckets - 1, above = 0;
+    fit_u128 acc = 0, acc_at[3];
+    for (int f = 0; f < 3; f++) {
+        bucket[f] = fit_crossing(&h, group_mass, group_count, from, &acc, &above,
+                                 sparsity_den[f], total * sparsity_num[f]);
+        LP_ASSERT(bucket[f] >= 1); /* the whole row reaches every threshold */
+        taken[f] = above;
+        acc_at[f] = acc;
+        from = bucket[f];
+    }
+    /* the crossing buckets' values to the front, in one pass */
+    const uint32_t keys[3] = {(uint32_t)bucket[0], (uint32_t)bucket[1], (uint32_t)bucket[2]};
+    int64_t front = kt->sparsity_gather(p, n, h.base, h.shift, keys);
+    exact_sum total_exact = fit_exact(&h, total), low_exact = fit_exact(&h, low);
+    int level = h.shift > 14 ? 1 : h.shift > 7 ? 2 : h.shift > 0 ? 3 : SPARSE_LEVELS;
+    int64_t k[3];
+    for (int f = 0; f < 3; f++) {
+        int64_t c = 0;
+        for (int64_t j = 0; j < front; j++)
+            if (fit_key(h.base, h.shift, prob_bits(p[j])) == keys[f]) {
+                float t = p[c];
+                p[c++] = p[j];
+                p[j] = t;
+            }
+        exact_sum in_bucket = fit_exact(&h, acc_at[f]);
+        exact_sum need = exact_times(&total_exact, sparsity_num[f]);
+        k[f] = taken[f] + keys_needed(p, c, level, &in_bucket, sparsity_den[f], &need);
+    }
+    sparsity_fill(st, k, &low_exact);
+    return true;
+}
+
+void lp_attn_row_sparsity_with(const lp_kernel_table *kt, float *p, int64_t n,
+                               lp_attn_row_stats *st)
+{
+    uint32_t lo, hi;
+    kt->sparsity_range(p, n, &lo, &hi); /* the row's range and its refusal */
+    if (hi >= PROB_BITS_END) {
+        st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
+        return;
+    }
+    if (hi == 0) { /* zeros only: no mass to reach */
+        int64_t none[3] = {0, 0, 0};
+        exact_sum zero = {{0}};
+        sparsity_fill(st, none, &zero);
+        return;
+    }
+    if (!sparsity_fitted(kt, p, n, lo, hi, st))
+        sparsity_by_fields(p, n, st);
+}
+
+void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st)
+{
+    lp_attn_row_sparsity_with(&lp_kernels_ref_table, p, n, st);
 }
 
 /* The row's softmax maximum and denominator over keys [lo, hi) and the learned sink, in double. */
@@ -644,7 +882,7 @@ static void attention_ref_head(const lp_attn_args *a)
             ref_softmax_row(a, i, lo, hi, out, prow, &st);
         if (a->row_stats && finite && !sorted)
             st.keys50 = st.keys90 = st.keys99 = st.low_mass = NAN;
-        else if (a->row_stats && finite && lo < hi) {
+        else if (a->row_stats && finite && lo < hi && !a->skip_sparsity) {
             if (prow != sorted)
                 memcpy(sorted + lo, prow + lo, (size_t)(hi - lo) * sizeof *sorted);
             lp_attn_row_sparsity(sorted + lo, hi - lo, &st);
@@ -720,6 +958,22 @@ static unsigned attn_softmax_ref(float *s, int64_t ld_s, int rows, int64_t n, fl
         m[r] = m_new;
     }
     return bad;
+}
+
+static void attn_row_probs_ref(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,
+                               int64_t window, lp_attn_row_sums *sums)
+{
+    float entropy_part = 0.0f, distance = 0.0f, local = 0.0f, max_prob = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        float centred = s[j] - m, p = attn_exp1(centred) * inv_l;
+        float dist = (float)(pos - j0 - j);
+        entropy_part += p * centred;
+        distance += p * dist;
+        local += pos - j0 - j < window ? p : 0.0f;
+        max_prob = p > max_prob ? p : max_prob;
+        s[j] = p;
+    }
+    *sums = (lp_attn_row_sums){entropy_part, distance, local, max_prob};
 }
 
 /* ---- matrix-vector rows: each value converted from its stored form as it is multiplied */
