@@ -1114,7 +1114,7 @@ static lp_status decode_step(const decode_model *dm, float *buf, lp_pool *pool, 
     return st;
 }
 
-/* The best of a dtype's steps, float activations [0] and int8 [1] (Q8_0 / Q4_K only). */
+/* The best of a dtype's steps, float activations [0] and int8 [1] (Q8_0 / Q4_K / MXFP4 only). */
 typedef struct decode_result {
     lp_dtype dtype;
     bool int8_too;
@@ -1133,8 +1133,9 @@ static int time_decode_dtype(lp_dtype dt, int reps, int n_layers, lp_pool *pool,
                 lp_dtype_get(dt)->name);
         return LP_EXIT_USAGE;
     }
-    /* Q8_0 / Q4_K: lp_matvec (the forward pass's) and lp_matvec_int8 in turn, rep by rep */
-    *out = (decode_result){dt, dt == LP_DTYPE_Q8_0 || dt == LP_DTYPE_Q4_K, {HUGE_VAL, HUGE_VAL},
+    /* Q8_0 / Q4_K / MXFP4: lp_matvec and lp_matvec_int8 in turn, rep by rep */
+    *out = (decode_result){dt, dt == LP_DTYPE_Q8_0 || dt == LP_DTYPE_Q4_K || dt == LP_DTYPE_MXFP4,
+                           {HUGE_VAL, HUGE_VAL},
                            dm.weight_bytes};
     int status = LP_EXIT_OK;
     for (int r = 0; r <= reps && status == LP_EXIT_OK; r++)
@@ -1278,8 +1279,8 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "reading F32, F16, Q8_0, Q4_K and MXFP4 weights in place and 32 heads over an f16 KV cache of\n"
         "512 positions, then the 32000-row classifier; tokens/s beside the bound of the memory\n"
         "bandwidth (the best of streaming reads larger than the L3, one before each dtype and one\n"
-        "at the end) over the bytes a step reads. Q8_0 and Q4_K also run with int8 activations (lp_matvec_int8, the 'x int8' lines),\n"
-        "step by step in turn with the forward pass's float ones. F32 needs 4.4 GB of memory at 22\n"
+        "at the end) over the bytes a step reads. Q8_0, Q4_K and MXFP4 also run with int8\n"
+        "activations (lp_matvec_int8, the 'x int8' lines), step by step in turn with the float ones. F32 needs 4.4 GB of memory at 22\n"
         "layers.",
     .notes = "Exit status: 0 done, 1 loupe's and OpenBLAS's products differ by more than 1e-4 of\n"
              "the largest entry, 2 bad usage or a failure (memory, disk).");

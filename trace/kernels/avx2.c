@@ -764,6 +764,37 @@ static float row_dot_q8_0_i8_avx2(const void *row, const int8_t *xq, const float
     return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+/* MXFP4: the nibbles looked up in the doubled levels as int8 (low nibbles values 0..15, high
+ * 16..31, one 256-bit register per block), then dotted with the int8 activations as Q8_0 is;
+ * two blocks a step into two accumulators. */
+static inline __m256 mxfp4_i8_block(const uint8_t *b, const int8_t *x, float dx, __m128i levels)
+{
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + 1));
+    __m128i lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, low4));
+    __m128i hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(q, 4), low4));
+    __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    __m256i p = i8_pair_sums(w, _mm256_loadu_si256((const __m256i *)(const void *)x));
+    return _mm256_mul_ps(_mm256_set1_ps(lp_mxfp4_half_scale(b[0]) * dx), _mm256_cvtepi32_ps(p));
+}
+
+static float row_dot_mxfp4_i8_avx2(const void *row, const int8_t *xq, const float *xd,
+                                   const int16_t *xs16, int64_t k)
+{
+    (void)xs16;
+    const uint8_t *b = row;
+    const __m128i levels = _mm_loadu_si128((const __m128i *)(const void *)lp_mxfp4_levels_x2);
+    int64_t n = k / 32, i = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 2 <= n; i += 2, b += 34) {
+        acc0 = _mm256_add_ps(acc0, mxfp4_i8_block(b, xq + 32 * i, xd[i], levels));
+        acc1 = _mm256_add_ps(acc1, mxfp4_i8_block(b + 17, xq + 32 * i + 32, xd[i + 1], levels));
+    }
+    if (i < n)
+        acc0 = _mm256_add_ps(acc0, mxfp4_i8_block(b, xq + 32 * i, xd[i], levels));
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
 /* The 8 six-bit scales and 8 mins of a Q4_K block from its 12 packed bytes (the layout of
  * lp_q4_k_scale_min) in four 32-bit steps instead of eight of bytes: scales in bytes 0..7 of
  * out, mins in bytes 8..15. Words p0, p1, p2 are the packed bytes 0-3, 4-7, 8-11. */
@@ -865,4 +896,5 @@ const lp_kernel_table lp_kernels_avx2_overrides = {
     .row_dot_mxfp4 = row_dot_mxfp4_avx2,
     .row_dot_q8_0_i8 = row_dot_q8_0_i8_avx2,
     .row_dot_q4_k_i8 = row_dot_q4_k_i8_avx2,
+    .row_dot_mxfp4_i8 = row_dot_mxfp4_i8_avx2,
 };
