@@ -102,10 +102,14 @@ const lp_est_hw *lp_est_hw_preset(int index);
 
 /* This machine, measured as `loupe bench` would run on it: the f32 FMA peak of `threads`
  * threads (a register-only loop of independent fused multiply-adds, AVX2+FMA when the CPU has
- * them, else plain C), the bandwidth of a streaming read of read_bytes (0 = 256 MiB, several
- * times any last-level cache; best of 3 passes) by as many threads, and the physical memory.
- * Takes about half a second. threads <= 0 = every online CPU. */
+ * them, else plain C; best of 3 rounds), the bandwidth of lp_est_read_bandwidth, and the
+ * physical memory. Takes about half a second. threads <= 0 = every online CPU. */
 lp_status lp_est_hw_measure(int threads, uint64_t read_bytes, lp_est_hw *out, lp_error *err);
+/* The bandwidth of a read-only streaming pass over bytes (0 = 256 MiB, several times any
+ * last-level cache) split into one contiguous slice per thread, all threads at once (a
+ * matrix-vector product's access pattern): best of 12 rounds after a warm-up one, each timed
+ * from the first thread's start to the last one's end. About 0.2 s. */
+lp_status lp_est_read_bandwidth(int threads, uint64_t bytes, double *bytes_per_s, lp_error *err);
 
 /* A link between the devices of a deployment: bytes per second in one direction per device. */
 typedef struct lp_est_link {

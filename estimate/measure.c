@@ -1,15 +1,18 @@
 /* `--hw local`: this machine's f32 FMA peak and streaming-read bandwidth, measured the way a
- * roofline needs them (all threads at once, best of three rounds), and its physical memory.
+ * roofline needs them (all threads at once, best of several rounds), and its physical memory.
  *
  * The FMA loop keeps only registers busy (independent accumulators, no loads), so it measures
  * what the cores can compute, not what loupe's GEMM achieves: the ratio of a measured pass to the
  * prediction from these figures is the kernels' efficiency. The read touches a buffer several
- * times the last-level cache once per pass, so it measures DRAM, not cache. LP_ISA=ref (as for
+ * times the last-level cache once per round, each thread its own contiguous slice as a
+ * matrix-vector product reads its rows, so it measures DRAM, not cache. LP_ISA=ref (as for
  * the trace kernels) measures the plain C loops, which is what the reference kernels can use. */
 #define _POSIX_C_SOURCE 200809L
 #include "estimate/estimate.h"
 
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,8 +22,12 @@
 #include "estimate/estimate_internal.h"
 
 #define DEFAULT_READ_BYTES ((uint64_t)256 << 20)
-#define ROUNDS 3
+#define FMA_ROUNDS 3
 #define FMA_SECONDS 0.04 /* per round and thread */
+/* A round reads 256 MiB in about 10 ms: many rounds cost little, and the best of them is the
+ * one the other jobs of a shared machine disturbed least. */
+#define READ_ROUNDS 12
+#define MAX_ROUNDS 16 /* the warm-up round and the timed ones */
 #define MAX_THREADS 256
 
 static double now_seconds(void)
@@ -67,69 +74,79 @@ static uint64_t read_ref(const void *buf, size_t bytes)
     return s0 + s1 + s2 + s3;
 }
 
-/* Threads wait at the gate until every one exists, so that they start together. */
-typedef struct gate {
-    pthread_mutex_t lock;
-    pthread_cond_t open;
-    bool go, abort;
-} gate;
+/* The threads of a measurement stay alive for all its rounds and meet at a spinning barrier
+ * before each one, so a round times the loop alone: no thread creation, no wake-up from a
+ * condition variable (which on a loaded machine let one thread start late and read the round
+ * as a lower bandwidth). Each thread stamps its own start and end; a round lasts from the
+ * first start to the last end. */
+typedef struct barrier {
+    atomic_int go; /* 0 until every thread exists, then 1 (run) or -1 (one failed to start) */
+    atomic_int arrived;
+    int n;
+} barrier;
 
 typedef struct worker {
-    gate *start;
+    barrier *meet;
     bool avx2, read; /* which loop */
     int64_t iters;   /* FMA */
     const unsigned char *buf;
     size_t bytes;    /* read: this thread's slice */
+    int rounds;
+    double start[MAX_ROUNDS], end[MAX_ROUNDS];
     double sink;     /* the loop's result, kept so it is not optimized away */
 } worker;
 
 static void *run_worker(void *arg)
 {
     worker *w = arg;
-    pthread_mutex_lock(&w->start->lock);
-    while (!w->start->go)
-        pthread_cond_wait(&w->start->open, &w->start->lock);
-    bool abort_run = w->start->abort;
-    pthread_mutex_unlock(&w->start->lock);
-    if (abort_run)
+    while (atomic_load(&w->meet->go) == 0)
+        ;
+    if (atomic_load(&w->meet->go) < 0)
         return NULL;
-    if (w->read)
-        w->sink = (double)(w->avx2 ? lp_est_read_avx2(w->buf, w->bytes)
-                                   : read_ref(w->buf, w->bytes));
-    else
-        w->sink = w->avx2 ? lp_est_fma_loop_avx2(w->iters) : fma_loop_ref(w->iters);
+    for (int r = 0; r < w->rounds; r++) {
+        atomic_fetch_add(&w->meet->arrived, 1);
+        while (atomic_load(&w->meet->arrived) < w->meet->n * (r + 1))
+            ;
+        w->start[r] = now_seconds();
+        if (w->read)
+            w->sink += (double)(w->avx2 ? lp_est_read_avx2(w->buf, w->bytes)
+                                        : read_ref(w->buf, w->bytes));
+        else
+            w->sink += w->avx2 ? lp_est_fma_loop_avx2(w->iters) : fma_loop_ref(w->iters);
+        w->end[r] = now_seconds();
+    }
     return NULL;
 }
 
-static void open_gate(gate *g, bool abort_run)
-{
-    pthread_mutex_lock(&g->lock);
-    g->go = true;
-    g->abort = abort_run;
-    pthread_cond_broadcast(&g->open);
-    pthread_mutex_unlock(&g->lock);
-}
-
-/* One round on n threads; the seconds from the common start to the last one done. */
-static lp_status run_round(worker *w, int n, double *seconds, lp_error *err)
+/* Runs w[0..n) for their rounds, the caller being thread 0; *best = the shortest round (first
+ * start to last end) after the first, which warms the caches, the TLB and the clocks. */
+static lp_status run_rounds(worker *w, int n, double *best, lp_error *err)
 {
     pthread_t threads[MAX_THREADS];
-    gate start = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
-    int made = 0;
-    for (; made < n; made++) {
-        w[made].start = &start;
+    barrier meet = {0, 0, n};
+    int made = 1;
+    for (int i = 0; i < n; i++)
+        w[i].meet = &meet;
+    for (; made < n; made++)
         if (pthread_create(&threads[made], NULL, run_worker, &w[made]) != 0)
             break;
-    }
-    open_gate(&start, made < n); /* all or none of them run */
-    double t0 = now_seconds();
-    for (int i = 0; i < made; i++)
+    atomic_store(&meet.go, made < n ? -1 : 1); /* all or none of them run */
+    if (made == n)
+        run_worker(&w[0]);
+    for (int i = 1; i < made; i++)
         pthread_join(threads[i], NULL);
-    *seconds = now_seconds() - t0;
-    pthread_mutex_destroy(&start.lock);
-    pthread_cond_destroy(&start.open);
     if (made < n)
         return lp_error_set(err, LP_ERR_NOMEM, "--hw local: cannot start %d threads", n);
+    *best = HUGE_VAL;
+    for (int r = 1; r < w[0].rounds; r++) {
+        double first = w[0].start[r], last = w[0].end[r];
+        for (int i = 1; i < n; i++) {
+            first = w[i].start[r] < first ? w[i].start[r] : first;
+            last = w[i].end[r] > last ? w[i].end[r] : last;
+        }
+        if (last - first < *best)
+            *best = last - first;
+    }
     return LP_OK;
 }
 
@@ -144,46 +161,53 @@ static lp_status measure_fma(int n, bool avx2, double *flops_per_s, lp_error *er
     if (dt > 0)
         iters = (int64_t)((double)iters * FMA_SECONDS / dt) + 1;
     double flops_per_thread = (double)iters * (avx2 ? 12.0 * 8.0 * 2.0 : 16.0 * 2.0);
-    worker w[MAX_THREADS];
-    *flops_per_s = 0;
-    for (int r = 0; r < ROUNDS; r++) {
-        for (int i = 0; i < n; i++)
-            w[i] = (worker){NULL, avx2, false, iters, NULL, 0, 0.0};
-        double seconds;
-        lp_status st = run_round(w, n, &seconds, err);
-        if (st != LP_OK)
-            return st;
-        double rate = seconds > 0 ? flops_per_thread * n / seconds : 0;
-        if (rate > *flops_per_s)
-            *flops_per_s = rate;
+    worker *w = calloc((size_t)n, sizeof *w);
+    if (!w)
+        return lp_error_set(err, LP_ERR_NOMEM, "--hw local: out of memory for %d threads", n);
+    for (int i = 0; i < n; i++) {
+        w[i].avx2 = avx2;
+        w[i].iters = iters;
+        w[i].rounds = 1 + FMA_ROUNDS;
     }
-    return LP_OK;
+    double seconds;
+    lp_status st = run_rounds(w, n, &seconds, err);
+    *flops_per_s = st == LP_OK && seconds > 0 ? flops_per_thread * n / seconds : 0;
+    free(w);
+    return st;
 }
 
-static lp_status measure_read(int n, bool avx2, uint64_t bytes, double *bytes_per_s,
-                              lp_error *err)
+lp_status lp_est_read_bandwidth(int threads, uint64_t bytes, double *bytes_per_s, lp_error *err)
 {
+    int n = threads > 0 ? threads : lp_cpu_count();
+    n = n > MAX_THREADS ? MAX_THREADS : n;
+    bytes = bytes ? bytes : DEFAULT_READ_BYTES;
     size_t slice = (size_t)(bytes / (uint64_t)n) / 128 * 128; /* whole 128-byte steps */
     if (slice == 0)
         return lp_error_set(err, LP_ERR_RANGE, "--hw local: %llu bytes to read over %d threads",
                             (unsigned long long)bytes, n);
     unsigned char *buf = aligned_alloc(64, slice * (size_t)n);
-    if (!buf)
+    worker *w = calloc((size_t)n, sizeof *w);
+    if (!buf || !w) {
+        free(buf);
+        free(w);
         return lp_error_set(err, LP_ERR_NOMEM, "--hw local: out of memory for a %zu MiB read",
                             slice * (size_t)n >> 20);
-    memset(buf, 1, slice * (size_t)n); /* first touch: the page faults are not the read */
-    worker w[MAX_THREADS];
-    *bytes_per_s = 0;
-    lp_status st = LP_OK;
-    for (int r = 0; r < ROUNDS && st == LP_OK; r++) {
-        for (int i = 0; i < n; i++)
-            w[i] = (worker){NULL, avx2, true, 0, buf + (size_t)i * slice, slice, 0.0};
-        double seconds;
-        st = run_round(w, n, &seconds, err);
-        double rate = st == LP_OK && seconds > 0 ? (double)(slice * (size_t)n) / seconds : 0;
-        if (rate > *bytes_per_s)
-            *bytes_per_s = rate;
     }
+    /* each thread's slice is first touched by the memset here; the warm-up round then maps
+     * whatever the kernel deferred, so the timed rounds read memory, not page faults */
+    memset(buf, 1, slice * (size_t)n);
+    bool avx2 = use_avx2();
+    for (int i = 0; i < n; i++) {
+        w[i].avx2 = avx2;
+        w[i].read = true;
+        w[i].buf = buf + (size_t)i * slice;
+        w[i].bytes = slice;
+        w[i].rounds = 1 + READ_ROUNDS;
+    }
+    double seconds;
+    lp_status st = run_rounds(w, n, &seconds, err);
+    *bytes_per_s = st == LP_OK && seconds > 0 ? (double)(slice * (size_t)n) / seconds : 0;
+    free(w);
     free(buf);
     return st;
 }
@@ -199,7 +223,7 @@ lp_status lp_est_hw_measure(int threads, uint64_t read_bytes, lp_est_hw *out, lp
         read_bytes = DEFAULT_READ_BYTES;
     lp_status st = measure_fma(n, avx2, &out->flops_per_s, err);
     if (st == LP_OK)
-        st = measure_read(n, avx2, read_bytes, &out->bytes_per_s, err);
+        st = lp_est_read_bandwidth(n, read_bytes, &out->bytes_per_s, err);
     if (st != LP_OK)
         return st;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

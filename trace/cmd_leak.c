@@ -573,6 +573,12 @@ static int print_model_json(const leak_job *j, const leak_opts *o)
                                   num_or_null(d->f16_hidden_diff), "tolerance",
                                   LP_LEAK_DECODE_TOLERANCE, "f16_tolerance",
                                   LP_LEAK_DECODE_F16_TOLERANCE));
+    if (d->int8) {
+        json_t *dj = json_object_get(root, "decode");
+        json_object_set_new(dj, "int8_logit_diff", num_or_null(d->int8_logit_diff));
+        json_object_set_new(dj, "int8_hidden_diff", num_or_null(d->int8_hidden_diff));
+        json_object_set_new(dj, "int8_tolerance", json_real(LP_LEAK_DECODE_INT8_TOLERANCE));
+    }
     return lp_cli_print_json(CMD, root, JSON_INDENT(2));
 }
 
@@ -652,11 +658,15 @@ static void print_families(const lp_leak_model_report *rep, const lp_leak_decode
         snprintf(longrope, sizeof longrope,
                  "; longrope: positions < %lld against a prefill of %lld (short factors)",
                  (long long)d->short_prefill, (long long)d->short_prefill);
+    char int8[96] = "";
+    if (d->int8)
+        snprintf(int8, sizeof int8, ", %.1e, %.1e (f32 cache, int8 activations)",
+                 d->int8_logit_diff, d->int8_hidden_diff);
     snprintf(text, sizeof text,
              "prefill of %lld then one token at a time: relative |dlogit| %.1e, |dhidden| %.1e "
-             "(f32 cache), %.1e, %.1e (f16)%s",
+             "(f32 cache), %.1e, %.1e (f16)%s%s",
              (long long)d->prefix, d->logit_diff, d->hidden_diff, d->f16_logit_diff,
-             d->f16_hidden_diff, longrope);
+             d->f16_hidden_diff, int8, longrope);
     if (d->skipped)
         printf("  %-14s skip  multi-head latent attention: its latent cache is not built yet\n",
                "decode");

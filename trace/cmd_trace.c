@@ -39,6 +39,7 @@ typedef struct trace_opts {
     int64_t seed;
     bool stop_at_eos;
     int kv_dtype; /* index in kv_dtype_names; 0 = the default */
+    int matvec;   /* index in matvec_names: 0 int8 activations (the default), 1 float */
     bool logit_lens;
     /* datasets */
     const char *prompts;
@@ -51,6 +52,7 @@ typedef struct trace_opts {
 static const char *const padding_names[] = {"right", "left", NULL};
 
 static const char *const kv_dtype_names[] = {"auto", "f32", "f16", "bf16", "q8_0", NULL};
+static const char *const matvec_names[] = {"int8", "float", NULL};
 
 static const char *const maps_names[] = {"f16", "f32", "none", NULL};
 static const char *const logits_names[] = {"topk", "full", NULL};
@@ -97,6 +99,9 @@ static const lp_option trace_options[] = {
                    "where a batch pads its shorter prompts (default right)"),
     LP_OPT_ENUM_OF(trace_opts, kv_dtype, "kv-dtype", kv_dtype_names,
                    "KV cache type (default auto: f16 for quantized weights, else theirs)"),
+    LP_OPT_ENUM_OF(trace_opts, matvec, "matvec", matvec_names,
+                   "with --generate: the one-token products of Q8_0/Q4_K/MXFP4 weights read\n"
+                   "x as int8 (default, as llama.cpp) or float (the prefill's arithmetic)"),
     LP_OPT_INT_OF(trace_opts, threads, "threads", "N", 1, LP_CLI_MAX_THREADS,
                   "worker threads (default: all CPUs); results are repeatable per N"),
     LP_OPT_INT_OF(trace_opts, local_window, "local-window", "W", 1, (double)(INT64_MAX / 2),
@@ -305,7 +310,9 @@ static lp_status record_generation(trace_job *j, const trace_opts *o, const lp_f
     gen.seed = (uint64_t)o->seed;
     gen.stop_id = o->stop_at_eos ? (int32_t)lp_model_arch(j->model)->eos_token_id : -1;
     gen.kv_dtype = j->kv_dtype;
-    lp_status st = lp_generate(j->model, j->in.ids, (int64_t)j->in.n_ids, &gen, fopts, j->seq,
+    lp_forward_opts gen_fopts = *fopts;
+    gen_fopts.int8_activations = o->matvec == 0;
+    lp_status st = lp_generate(j->model, j->in.ids, (int64_t)j->in.n_ids, &gen, &gen_fopts, j->seq,
                                &j->n_seq, &j->kv_bytes, &j->kv_rebuilt_at, err);
     if (st == LP_OK)
         st = lp_store_set_generated(j->store, j->seq, (int64_t)j->in.n_ids, j->n_seq, j->kv_bytes,
@@ -430,6 +437,9 @@ static void print_generation(const trace_job *j, const trace_opts *o)
            lp_format_bytes(j->kv_bytes, got, sizeof got), (long long)((int64_t)n_ids + o->generate),
            have ? (snprintf(want, sizeof want, "%llu bytes", (unsigned long long)est), want)
                 : "unavailable");
+    if (lp_model_int8_matvec(j->model))
+        printf("matvec: %s activations for the one-token products of quantized weights (--matvec)\n",
+               o->matvec == 0 ? "int8" : "float");
     if (j->kv_rebuilt_at >= 0)
         printf("longrope: past the original context the cache was rebuilt at %lld positions with "
                "the long factors\n",

@@ -190,6 +190,12 @@ typedef struct lp_forward_opts {
     /* Progress, called after each layer of each batch item; NULL = none. */
     void (*progress)(void *ctx, int64_t batch, int layer, int n_layers);
     void *progress_ctx;
+    /* One-row products of the layers (decode steps, one-token calls) with Q8_0, Q4_K or MXFP4
+     * weights read x quantized to int8 (lp_matvec_int8), as llama.cpp generates: faster there,
+     * at a rounding of a few 1e-4 of each product; the LM head keeps float x. Default false:
+     * float x, so a decode step computes what a prefill computes (trace/README.md, "int8
+     * activations"). */
+    bool int8_activations;
 } lp_forward_opts;
 
 void lp_forward_opts_init(lp_forward_opts *opts);
@@ -252,6 +258,11 @@ typedef enum lp_kv_fault {
 
 const char *lp_kv_fault_name(lp_kv_fault fault);        /* "cache-off-by-one", ... */
 lp_kv_fault lp_kv_fault_from_name(const char *name);    /* COUNT when unknown */
+
+/* Whether lp_forward_opts.int8_activations changes anything for this model: some weight of a
+ * layer that a one-row product reads (attention, MLP, the first expert) is Q8_0, Q4_K or
+ * MXFP4. */
+bool lp_model_int8_matvec(const lp_model *model);
 
 /* The default cache dtype: f16 for quantized weights, else the weights' dtype (f32, f16, bf16). */
 lp_dtype lp_kv_default_dtype(const lp_model *model);

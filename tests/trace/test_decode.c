@@ -85,15 +85,17 @@ static void full_prefill(const lp_model *model, const int32_t *ids, int64_t T, k
         fail_msg("%s", err.msg);
 }
 
-/* Prefill of `prefix` tokens, then one at a time, into a cache of dtype. */
-static void incremental(const lp_model *model, const int32_t *ids, int64_t T, int64_t prefix,
-                        lp_dtype dtype, lp_kv_fault fault, keep *k)
+/* Prefill of `prefix` tokens, then one at a time, into a cache of dtype; int8: the steps'
+ * one-row products with int8 activations (lp_forward_opts.int8_activations). */
+static void incremental_as(const lp_model *model, const int32_t *ids, int64_t T, int64_t prefix,
+                           lp_dtype dtype, lp_kv_fault fault, bool int8, keep *k)
 {
     keep_init(k, lp_model_arch(model), T);
     lp_observer obs = {k, keep_want, keep_observe};
     lp_forward_opts opts;
     lp_forward_opts_init(&opts);
     opts.observer = &obs;
+    opts.int8_activations = int8;
     lp_kv_cache *kv;
     lp_error err = {0};
     if (lp_kv_cache_create(model, T, dtype, &opts, fault, &kv, &err) != LP_OK)
@@ -106,6 +108,12 @@ static void incremental(const lp_model *model, const int32_t *ids, int64_t T, in
     /* one more does not fit */
     assert_int_equal(lp_forward_cached(model, kv, ids, 1, &opts, &err), LP_ERR_RANGE);
     lp_kv_cache_destroy(kv);
+}
+
+static void incremental(const lp_model *model, const int32_t *ids, int64_t T, int64_t prefix,
+                        lp_dtype dtype, lp_kv_fault fault, keep *k)
+{
+    incremental_as(model, ids, T, prefix, dtype, fault, false, k);
 }
 
 typedef struct decode_case {
@@ -313,6 +321,8 @@ static void test_leak_decode(void **state)
                dc->name, lp_kv_fault_name((lp_kv_fault)f), r.diagnosis, r.logit_diff,
                r.hidden_diff, r.f16_logit_diff, r.f16_hidden_diff, (long long)r.window);
         assert_string_equal(r.checks[0].name, "decode");
+        assert_false(r.int8); /* f32 weights: no int8-activation row */
+        assert_int_equal(r.n_checks, 2);
         bool clean = f == LP_KV_FAULT_NONE || !fault_bites(dc, f);
         assert_int_equal(r.passed, clean);
         assert_string_equal(r.diagnosis, clean ? "none" : lp_kv_fault_name((lp_kv_fault)f));
@@ -707,10 +717,97 @@ static void test_sampling(void **state)
     }
 }
 
+/* The largest |a - b| over the logits of every position, relative to that row's largest |a|
+ * (the leak check's measure). */
+static double logits_rel_diff(const keep *a, const keep *b)
+{
+    double worst = 0.0;
+    for (int64_t p = 0; p < a->n; p++) {
+        const float *ra = a->logits + p * a->V, *rb = b->logits + p * a->V;
+        double top = 1e-6, d = 0.0;
+        for (int64_t i = 0; i < a->V; i++) {
+            top = fmax(top, fabs((double)ra[i]));
+            d = fmax(d, fabs((double)ra[i] - (double)rb[i]));
+        }
+        worst = fmax(worst, d / top);
+    }
+    return worst;
+}
+
+/* int8 activations change nothing without Q8_0/Q4_K/MXFP4 weights: the steps are bit-equal. */
+static void test_int8_noop_on_f32(void **state)
+{
+    (void)state;
+    const decode_case *dc = &cases[0];
+    ref_model m;
+    char dir[512];
+    int32_t ids[64];
+    lp_model *model = open_case_tokens(dc, &m, dir, sizeof dir, ids);
+    assert_false(lp_model_int8_matvec(model));
+    keep flt, i8;
+    incremental_as(model, ids, dc->T, dc->prefix, LP_DTYPE_F32, LP_KV_FAULT_NONE, false, &flt);
+    incremental_as(model, ids, dc->T, dc->prefix, LP_DTYPE_F32, LP_KV_FAULT_NONE, true, &i8);
+    assert_true(max_abs_diff(flt.logits, i8.logits, dc->T * flt.V) == 0.0);
+    keep_free(&flt);
+    keep_free(&i8);
+    lp_model_close(model);
+    ref_model_free(&m);
+    remove_dir(dir);
+}
+
+/* stories260K Q4_K_M (Q8_0 attn_v in two layers, q5_0 elsewhere): decode with float
+ * activations equals prefill to the f32 tolerance; with int8 activations it differs (the path
+ * ran) within LP_LEAK_DECODE_INT8_TOLERANCE; the leak check runs the int8 row beside the two
+ * cache rows, passes clean and still names an injected fault. */
+static void test_int8_decode_quantized(void **state)
+{
+    (void)state;
+    char path[600];
+    lp_test_shared_path(path, sizeof path, "models/stories260K/quant/stories260K-Q4_K_M.gguf");
+    lp_model *model;
+    lp_error err = {0};
+    if (lp_model_open(path, &model, &err) != LP_OK)
+        fail_msg("%s", err.msg);
+    assert_true(lp_model_int8_matvec(model));
+    enum { T = 24, PREFIX = 6 };
+    int32_t ids[T];
+    case_tokens(ids, T, lp_model_arch(model)->vocab_size);
+    keep full, flt, i8;
+    full_prefill(model, ids, T, &full);
+    incremental_as(model, ids, T, PREFIX, LP_DTYPE_F32, LP_KV_FAULT_NONE, false, &flt);
+    incremental_as(model, ids, T, PREFIX, LP_DTYPE_F32, LP_KV_FAULT_NONE, true, &i8);
+    double d_flt = logits_rel_diff(&full, &flt), d_i8 = logits_rel_diff(&full, &i8);
+    printf("  stories260K Q4_K_M decode vs prefill, relative |dlogit|: float activations %.2e "
+           "(budget %.0e), int8 %.2e (budget %.0e)\n",
+           d_flt, LP_LEAK_DECODE_TOLERANCE, d_i8, LP_LEAK_DECODE_INT8_TOLERANCE);
+    assert_true(d_flt <= LP_LEAK_DECODE_TOLERANCE);
+    assert_true(d_i8 > d_flt && d_i8 <= LP_LEAK_DECODE_INT8_TOLERANCE);
+    keep_free(&full);
+    keep_free(&flt);
+    keep_free(&i8);
+    for (int f = 0; f < LP_KV_FAULT_COUNT; f++) {
+        lp_leak_decode_opts o = {.fault = (lp_kv_fault)f};
+        lp_leak_decode_report r;
+        if (lp_leak_check_decode(model, ids, T, &o, &r, &err) != LP_OK)
+            fail_msg("%s", err.msg);
+        printf("  stories260K Q4_K_M leak decode, inject %-16s -> %s (int8 row %.1e/%.1e)\n",
+               lp_kv_fault_name((lp_kv_fault)f), r.diagnosis, r.int8_logit_diff,
+               r.int8_hidden_diff);
+        assert_true(r.int8);
+        assert_int_equal(r.n_checks, 3);
+        assert_string_equal(r.checks[2].name, "decode");
+        assert_non_null(strstr(r.checks[2].detail, "int8 activations"));
+        assert_string_equal(r.diagnosis, lp_kv_fault_name((lp_kv_fault)f));
+        if (f == LP_KV_FAULT_NONE)
+            assert_true(r.passed && r.checks[2].passed && r.int8_logit_diff > 0.0);
+    }
+    lp_model_close(model);
+}
+
 int main(void)
 {
     enum { N = sizeof cases / sizeof cases[0] };
-    struct CMUnitTest tests[6 * N + 3];
+    struct CMUnitTest tests[6 * N + 4];
     size_t n = 0;
     for (size_t i = 0; i < N; i++) {
         tests[n++] = (struct CMUnitTest){cases[i].name, test_decode_equals_prefill, NULL, NULL,
@@ -729,5 +826,12 @@ int main(void)
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sampling);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_longrope_rebuild);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_decode_pool_runs);
-    return _cmocka_run_group_tests("decode", tests, n, NULL, NULL);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_int8_noop_on_f32);
+    int failed = _cmocka_run_group_tests("decode", tests, n, NULL, NULL);
+    if (!lp_test_shared_dir()) {
+        printf("SKIP test_int8_decode_quantized: ../shared not found (set LOUPE_SHARED)\n");
+        return failed;
+    }
+    const struct CMUnitTest golden[] = {cmocka_unit_test(test_int8_decode_quantized)};
+    return failed | cmocka_run_group_tests_name("decode_golden", golden, NULL, NULL);
 }

@@ -324,14 +324,18 @@ static void test_linear_dtypes(void **state)
 /* ---- lp_matvec: stored rows read directly, against a float64 dot of the dequantized rows */
 
 /* Budget: |y - exact| <= 1e-6 * sum_j |w_j x_j| + 1e-6 * |bias| (float sums of k <= 1024
- * products in a few chains; the reference sums in double), plus for Q8_0 / Q4_K weights, whose
+ * products in a few chains; the reference sums in double), plus for Q8_0 / Q4_K / MXFP4 weights, whose
  * lp_matvec_int8 reads x as int8 (blocks of 32 / 256 values scaled by max|x| / 127), the rounding of x:
  * sum_j |w_j| * d_x(j) / 2. Returns the worst error as a share of its budget (<= 1 passes); the
  * worst error relative to sum |w_j x_j| goes to *rel. */
 static double matvec_error(const lp_matrix *w, const float *dense, const float *x,
                            const float *bias, const float *y, bool int8_x, double *rel)
 {
-    int block = !int8_x ? 0 : w->dtype == LP_DTYPE_Q8_0 ? 32 : w->dtype == LP_DTYPE_Q4_K ? 256 : 0;
+    int block = !int8_x                      ? 0
+                : w->dtype == LP_DTYPE_Q8_0  ? 32
+                : w->dtype == LP_DTYPE_MXFP4 ? 32
+                : w->dtype == LP_DTYPE_Q4_K  ? 256
+                                             : 0;
     double worst = 0.0;
     *rel = 0.0;
     for (int64_t r = 0; r < w->rows; r++) {

@@ -60,6 +60,39 @@ lp_dtype lp_kv_default_dtype(const lp_model *model)
     return d == LP_DTYPE_F32 || d == LP_DTYPE_BF16 ? d : LP_DTYPE_F16;
 }
 
+static bool int8_dtype(const lp_matrix *w)
+{
+    return w->data && (w->dtype == LP_DTYPE_Q8_0 || w->dtype == LP_DTYPE_Q4_K ||
+                       w->dtype == LP_DTYPE_MXFP4);
+}
+
+static bool expert_int8(const lp_expert_weights *e)
+{
+    return int8_dtype(&e->gate) || int8_dtype(&e->up) || int8_dtype(&e->down) ||
+           int8_dtype(&e->gate_up);
+}
+
+static bool layer_int8(const lp_layer_weights *L)
+{
+    const lp_matrix *dense[] = {&L->q, &L->k, &L->v, &L->qkv, &L->o, &L->q_a, &L->q_b,
+                                &L->kv_a, &L->kv_b, &L->gate, &L->up, &L->down, &L->gate_up};
+    for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
+        if (int8_dtype(dense[i]))
+            return true;
+    if (L->moe && L->experts && expert_int8(&L->experts[0]))
+        return true;
+    return L->shared_ffn > 0 && expert_int8(&L->shared);
+}
+
+/* Every layer: llama.cpp's mixes (Q4_K_M) give layers different types. */
+bool lp_model_int8_matvec(const lp_model *model)
+{
+    for (int64_t l = 0; l < model->arch.n_layers; l++)
+        if (layer_int8(&model->layers[l]))
+            return true;
+    return false;
+}
+
 int64_t lp_fw_layer_window(const lp_forward_opts *opts, const lp_layer_weights *L)
 {
     if (opts->window_override > 0)

@@ -258,9 +258,18 @@ const float *lp_fw_block_input(lp_fw_pass *p, const lp_norm_weights *nw)
     return p->s.xn;
 }
 
+/* One-row products with int8 activations when asked (lp_forward_opts.int8_activations). */
+static bool int8_matvec(const lp_fw_pass *p, int64_t rows, const lp_matrix *w)
+{
+    return rows == 1 && p->opts->int8_activations && !w->transposed &&
+           lp_matvec_supported(w->dtype);
+}
+
 lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
                        const float *bias, float *y)
 {
+    if (int8_matvec(p, rows, w))
+        return lp_matvec_int8(x, w, bias, y, p->pool, p->err);
     return lp_linear(x, rows, w, bias, y, p->pool, p->err);
 }
 
@@ -275,6 +284,7 @@ typedef struct linear_group {
     const lp_fw_linear_part *parts;
     int n_parts;
     int64_t total_rows, n_tasks;
+    bool int8_x; /* lp_matvec_int8's rows */
     lp_status status[GROUP_MAX_TASKS];
     lp_error err[GROUP_MAX_TASKS];
 } linear_group;
@@ -295,8 +305,8 @@ static void group_task(void *ctx, int64_t task)
         lp_matrix slice = *part->w;
         slice.data = (const uint8_t *)part->w->data + (uint64_t)lo * part->w->row_bytes;
         slice.rows = hi - lo;
-        lp_status st = lp_matvec(g->x, &slice, part->bias ? part->bias + lo : NULL, part->y + lo,
-                                 NULL, &g->err[task]);
+        lp_status st = (g->int8_x ? lp_matvec_int8 : lp_matvec)(
+            g->x, &slice, part->bias ? part->bias + lo : NULL, part->y + lo, NULL, &g->err[task]);
         if (st != LP_OK) {
             g->status[task] = st;
             return;
@@ -328,6 +338,7 @@ lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
     g->parts = parts;
     g->n_parts = n_parts;
     g->total_rows = total;
+    g->int8_x = p->opts->int8_activations;
     g->n_tasks = threads < GROUP_MAX_TASKS ? threads : GROUP_MAX_TASKS;
     g->n_tasks = g->n_tasks < total ? g->n_tasks : total;
     lp_pool_run(p->pool, g->n_tasks, group_task, g);

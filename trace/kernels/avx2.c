@@ -764,28 +764,75 @@ static float row_dot_q8_0_i8_avx2(const void *row, const int8_t *xq, const float
     return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+/* MXFP4: the nibbles looked up in the doubled levels as int8 (low nibbles values 0..15, high
+ * 16..31, one 256-bit register per block), then dotted with the int8 activations as Q8_0 is;
+ * two blocks a step into two accumulators. */
+static inline __m256 mxfp4_i8_block(const uint8_t *b, const int8_t *x, float dx, __m128i levels)
+{
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + 1));
+    __m128i lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, low4));
+    __m128i hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(q, 4), low4));
+    __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    __m256i p = i8_pair_sums(w, _mm256_loadu_si256((const __m256i *)(const void *)x));
+    return _mm256_mul_ps(_mm256_set1_ps(lp_mxfp4_half_scale(b[0]) * dx), _mm256_cvtepi32_ps(p));
+}
+
+static float row_dot_mxfp4_i8_avx2(const void *row, const int8_t *xq, const float *xd,
+                                   const int16_t *xs16, int64_t k)
+{
+    (void)xs16;
+    const uint8_t *b = row;
+    const __m128i levels = _mm_loadu_si128((const __m128i *)(const void *)lp_mxfp4_levels_x2);
+    int64_t n = k / 32, i = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 2 <= n; i += 2, b += 34) {
+        acc0 = _mm256_add_ps(acc0, mxfp4_i8_block(b, xq + 32 * i, xd[i], levels));
+        acc1 = _mm256_add_ps(acc1, mxfp4_i8_block(b + 17, xq + 32 * i + 32, xd[i + 1], levels));
+    }
+    if (i < n)
+        acc0 = _mm256_add_ps(acc0, mxfp4_i8_block(b, xq + 32 * i, xd[i], levels));
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+/* The 8 six-bit scales and 8 mins of a Q4_K block from its 12 packed bytes (the layout of
+ * lp_q4_k_scale_min) in four 32-bit steps instead of eight of bytes: scales in bytes 0..7 of
+ * out, mins in bytes 8..15. Words p0, p1, p2 are the packed bytes 0-3, 4-7, 8-11. */
+static inline __m128i q4_k_scales_mins(const uint8_t *packed)
+{
+    const uint32_t six = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
+    uint32_t p[3];
+    memcpy(p, packed, sizeof p);
+    uint32_t scales_lo = p[0] & six;                                    /* groups 0-3 */
+    uint32_t scales_hi = (p[2] & low4) | (((p[0] >> 6) & top2) << 4);   /* groups 4-7 */
+    uint32_t mins_lo = p[1] & six;
+    uint32_t mins_hi = ((p[2] >> 4) & low4) | (((p[1] >> 6) & top2) << 4);
+    return _mm_setr_epi32((int)scales_lo, (int)scales_hi, (int)mins_lo, (int)mins_hi);
+}
+
 /* Q4_K: nibbles are unsigned, so maddubs takes them directly against the int8 activations; the
- * 16-bit pair sums are weighted by the group's scale in madd, and the min term comes from the
- * activation sums per 16 values. */
+ * 16-bit pair sums are weighted by the group's scale in madd (the scale broadcast to every
+ * 16-bit lane by one byte shuffle of the block's eight), and the min term is one madd of the
+ * mins against the activation sums per 16 values. Both stay in vector accumulators scaled per
+ * block, summed across lanes once per row. */
 static float row_dot_q4_k_i8_avx2(const void *row, const int8_t *xq, const float *xd,
                                   const int16_t *xs16, int64_t k)
 {
     const uint8_t *b = row;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
+    /* byte pairs (2g, 2g + 1) of every 16-bit lane: group g's scale as int16 */
+    const __m256i pick_pair = _mm256_set1_epi16(0x0100), next_pair = _mm256_set1_epi16(0x0202);
+    /* each min byte twice: the mins of groups 0..7 against the 16 sums of 16 activations */
+    const __m128i twice = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
     for (int64_t i = 0; i < k / 256; i++, b += 144) {
-        _mm_prefetch((const char *)(b + 576), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + 640), _MM_HINT_T0);
-        int sc[8], mn[8];
-        for (int g = 0; g < 8; g++)
-            lp_q4_k_scale_min(b + 4, g, &sc[g], &mn[g]);
-        const int16_t *s16 = xs16 + 16 * i;
-        int32_t msum = 0;
-        for (int g = 0; g < 8; g++)
-            msum += mn[g] * ((int32_t)s16[2 * g] + (int32_t)s16[2 * g + 1]);
+        __m128i sm = q4_k_scales_mins(b + 4);
+        __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, twice));
+        __m256i min_sums = _mm256_madd_epi16(
+            mins, _mm256_loadu_si256((const __m256i *)(const void *)(xs16 + 16 * i)));
         const int8_t *x8 = xq + 256 * i;
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256(), pick = pick_pair;
         for (int p = 0; p < 4; p++) {
             __m256i q4 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 16 + 32 * p));
             __m256i lo = _mm256_and_si256(q4, low4);
@@ -794,15 +841,22 @@ static float row_dot_q4_k_i8_avx2(const void *row, const int8_t *xq, const float
                 lo, _mm256_loadu_si256((const __m256i *)(const void *)(x8 + 64 * p)));
             __m256i phi = _mm256_maddubs_epi16(
                 hi, _mm256_loadu_si256((const __m256i *)(const void *)(x8 + 64 * p + 32)));
-            plo = _mm256_madd_epi16(_mm256_set1_epi16((short)sc[2 * p]), plo);
-            phi = _mm256_madd_epi16(_mm256_set1_epi16((short)sc[2 * p + 1]), phi);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+            __m256i s_lo = _mm256_shuffle_epi8(scales, pick);
+            pick = _mm256_add_epi8(pick, next_pair);
+            __m256i s_hi = _mm256_shuffle_epi8(scales, pick);
+            pick = _mm256_add_epi8(pick, next_pair);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(s_lo, plo),
+                                                           _mm256_madd_epi16(s_hi, phi)));
         }
-        float dx = xd[i];
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b) * dx), _mm256_cvtepi32_ps(sumi), acc);
-        mins += f16_scalar_avx2(b + 2) * dx * (float)msum;
+        /* d and dmin of the block at once, times the activations' scale */
+        uint32_t dd;
+        memcpy(&dd, b, sizeof dd);
+        __m128 dv = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dd)), _mm_set1_ps(xd[i]));
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dv), _mm256_cvtepi32_ps(sumi), acc);
+        acc_min = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dv)),
+                                  _mm256_cvtepi32_ps(min_sums), acc_min);
     }
-    return hsum(acc) - mins;
+    return hsum(acc) - hsum(acc_min);
 }
 
 /* What AVX2 overrides in ref's table (dispatch.c starts from a copy of ref's; a slot left out
@@ -846,4 +900,5 @@ const lp_kernel_table lp_kernels_avx2_overrides = {
     .row_dot_mxfp4 = row_dot_mxfp4_avx2,
     .row_dot_q8_0_i8 = row_dot_q8_0_i8_avx2,
     .row_dot_q4_k_i8 = row_dot_q4_k_i8_avx2,
+    .row_dot_mxfp4_i8 = row_dot_mxfp4_i8_avx2,
 };

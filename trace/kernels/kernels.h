@@ -70,11 +70,12 @@ lp_status lp_matvec(const float *x, const lp_matrix *w, const float *bias, float
                     lp_error *err);
 lp_status lp_matvec_ref(const float *x, const lp_matrix *w, const float *bias, float *y,
                         lp_error *err);
-/* lp_matvec with Q8_0 and Q4_K rows dotted against x quantized to int8 once per call (blocks of
- * 32 / 256 values scaled by max|x| / 127, llama.cpp's Q8_0 / Q8_K) in integer arithmetic; other
- * dtypes, and an x holding NaN or infinity, as lp_matvec. Each result carries x's rounding, at
- * most sum_j |w_j| * d_x(j) / 2 (a few 1e-4 of sum |w_j x_j|), so the forward pass keeps
- * lp_matvec (trace/README.md, "int8 activations"). With LP_ISA=ref it is the plain C twin. */
+/* lp_matvec with Q8_0, Q4_K and MXFP4 rows dotted against x quantized to int8 once per call
+ * (blocks of 32 / 256 / 32 values scaled by max|x| / 127, llama.cpp's Q8_0 / Q8_K) in integer
+ * arithmetic; other dtypes, and an x holding NaN or infinity, as lp_matvec. Each result carries
+ * x's rounding, at most sum_j |w_j| * d_x(j) / 2 (a few 1e-4 of sum |w_j x_j|): generation
+ * takes it for quantized weights, prefill and the decode=prefill check keep lp_matvec unless
+ * told (trace/README.md, "int8 activations"). With LP_ISA=ref it is the plain C twin. */
 lp_status lp_matvec_int8(const float *x, const lp_matrix *w, const float *bias, float *y,
                          lp_pool *pool, lp_error *err);
 

@@ -75,10 +75,11 @@ typedef struct lp_attn_row_sums {
 /* The dot product of one stored weight row with x (lp_matvec; x_sums as the table says). */
 typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_sums, int64_t k);
 
-/* The dot product of one stored Q8_0 / Q4_K weight row with x quantized to int8 once per matvec
- * (lp_matvec, llama.cpp's vec_dot_q8_0_q8_0 / q4_K_q8_K): xq[k] int8 values, xd[b] the scale of
- * each activation block (32 values for Q8_0, 256 for Q4_K), xs16[i] = sum of xq[16 i .. 16 i + 16)
- * (Q4_K's min term; Q8_0 ignores it). Integer dot products per block, block scales in float. */
+/* The dot product of one stored Q8_0 / Q4_K / MXFP4 weight row with x quantized to int8 once per
+ * matvec (lp_matvec_int8, llama.cpp's vec_dot_q8_0_q8_0 / q4_K_q8_K / mxfp4_q8_0): xq[k] int8
+ * values, xd[b] the scale of each activation block (32 values for Q8_0 and MXFP4, 256 for Q4_K),
+ * xs16[i] = sum of xq[16 i .. 16 i + 16) (Q4_K's min term; the others ignore it). Integer dot
+ * products per block, block scales in float. */
 typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float *xd,
                                   const int16_t *xs16, int64_t k);
 
@@ -87,9 +88,10 @@ typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float
 #define LP_KERNEL_SLOTS(X)                                                                         \
     X(f16_to_f32) X(bf16_to_f32) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
-    X(rope_rotate) X(attn_qk) X(attn_pv) X(attn_softmax) X(attn_row_probs) X(block_max) \
-    X(sparsity_range) X(sparsity_histogram) X(sparsity_gather) X(row_dot_f32) X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) \
-    X(row_dot_mxfp4) X(row_dot_q8_0_i8) X(row_dot_q4_k_i8)
+    X(rope_rotate) X(attn_qk) X(attn_pv) X(attn_softmax) X(attn_row_probs) X(block_max)            \
+    X(sparsity_range) X(sparsity_histogram) X(sparsity_gather) X(row_dot_f32) X(row_dot_f16)       \
+    X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) X(row_dot_mxfp4) X(row_dot_q8_0_i8)             \
+    X(row_dot_q4_k_i8) X(row_dot_mxfp4_i8)
 
 typedef struct lp_kernel_table {
     lp_isa isa;
@@ -175,9 +177,10 @@ typedef struct lp_kernel_table {
      * x, read in its own format. x_sums[b] = sum of x[32 b .. 32 b + 32) (Q4_K's min term);
      * the other formats ignore it. */
     lp_row_dot_fn row_dot_f32, row_dot_f16, row_dot_bf16, row_dot_q8_0, row_dot_q4_k;
-    /* Q8_0 / Q4_K rows against int8 activations (lp_row_dot_i8_fn): lp_matvec's path for them. */
+    /* Q8_0 / Q4_K rows against int8 activations (lp_row_dot_i8_fn): lp_matvec_int8's path. */
     lp_row_dot_i8_fn row_dot_q8_0_i8, row_dot_q4_k_i8;
     lp_row_dot_fn row_dot_mxfp4;
+    lp_row_dot_i8_fn row_dot_mxfp4_i8; /* MXFP4 against int8 activations in blocks of 32 */
 } lp_kernel_table;
 
 #define LP_KERNEL_COUNT_SLOT(slot) +1

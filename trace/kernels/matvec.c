@@ -2,7 +2,7 @@
  * row kernels (row_dot_* in the dispatch table) widen each block to f32 in registers, so the
  * weights are streamed once and never copied; the rows are split into one contiguous range per
  * pool thread. lp_matvec_int8 quantizes x to int8 once instead and takes the row_dot_*_i8 kernels
- * for Q8_0 / Q4_K (trace/README.md, "int8 activations"). */
+ * for Q8_0 / Q4_K / MXFP4 (trace/README.md, "int8 activations"). */
 #include "trace/kernels/kernels.h"
 
 #include <math.h>
@@ -65,6 +65,17 @@ static lp_row_dot_fn row_dot_for(const lp_kernel_table *kt, lp_dtype dtype)
     case LP_DTYPE_Q8_0: return kt->row_dot_q8_0;
     case LP_DTYPE_Q4_K: return kt->row_dot_q4_k;
     case LP_DTYPE_MXFP4: return kt->row_dot_mxfp4;
+    default: return NULL;
+    }
+}
+
+/* The int8-activation row kernel of a dtype, NULL for the dtypes that keep x in float. */
+static lp_row_dot_i8_fn row_dot_i8_for(const lp_kernel_table *kt, lp_dtype dtype)
+{
+    switch (dtype) {
+    case LP_DTYPE_Q8_0: return kt->row_dot_q8_0_i8;
+    case LP_DTYPE_Q4_K: return kt->row_dot_q4_k_i8;
+    case LP_DTYPE_MXFP4: return kt->row_dot_mxfp4_i8;
     default: return NULL;
     }
 }
@@ -156,7 +167,8 @@ static lp_status matvec_run(const lp_kernel_table *kt, const float *x, const lp_
      * hold, x stays f32 and Q4_K's min term takes the float group sums. */
     void *scratch = NULL;
     bool q4k = w->dtype == LP_DTYPE_Q4_K;
-    if (int8_x && (w->dtype == LP_DTYPE_Q8_0 || q4k)) {
+    lp_row_dot_i8_fn dot_i8 = int8_x ? row_dot_i8_for(kt, w->dtype) : NULL;
+    if (dot_i8) {
         int block = q4k ? 256 : 32;
         size_t n_blocks = (size_t)(w->cols / block);
         scratch = malloc((size_t)w->cols + n_blocks * sizeof(float) +
@@ -168,7 +180,7 @@ static lp_status matvec_run(const lp_kernel_table *kt, const float *x, const lp_
         int16_t *xs16 = (int16_t *)(void *)(xd + n_blocks);
         int8_t *xq = (int8_t *)(void *)(xs16 + w->cols / 16);
         if (quantize_x(x, w->cols, block, xq, xd, q4k ? xs16 : NULL)) {
-            job.dot_i8 = q4k ? kt->row_dot_q4_k_i8 : kt->row_dot_q8_0_i8;
+            job.dot_i8 = dot_i8;
             job.xq = xq;
             job.xd = xd;
             job.xs16 = xs16;

@@ -1127,6 +1127,25 @@ static float row_dot_q4_k_i8_ref(const void *row, const int8_t *xq, const float 
     return sum - mins;
 }
 
+/* MXFP4 rows against int8 activations: per block the exact integer sum of the doubled levels
+ * times q_x, scaled by 2^(e - 128) d_x in float. */
+static float row_dot_mxfp4_i8_ref(const void *row, const int8_t *xq, const float *xd,
+                                  const int16_t *xs16, int64_t k)
+{
+    (void)xs16;
+    const uint8_t *b = row;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < k / 32; i++, b += 17) {
+        const int8_t *xb = xq + 32 * i;
+        int32_t isum = 0;
+        for (int j = 0; j < 16; j++)
+            isum += (int32_t)lp_mxfp4_levels_x2[b[1 + j] & 0x0f] * (int32_t)xb[j] +
+                    (int32_t)lp_mxfp4_levels_x2[b[1 + j] >> 4] * (int32_t)xb[16 + j];
+        sum += lp_mxfp4_half_scale(b[0]) * xd[i] * (float)isum;
+    }
+    return sum;
+}
+
 /* Every slot is the function named <slot>_ref above: a slot without one does not compile, so this
  * table is complete by construction and is the fallback of every other ISA's. */
 #define LP_REF_SLOT(slot) .slot = slot##_ref,

@@ -169,7 +169,7 @@ static int64_t widest_window(const lp_arch *a, const lp_forward_opts *fo)
     return w;
 }
 
-static void fill_check(lp_leak_check *c, const char *cache, const dec_result *r, double tol,
+static void fill_check(lp_leak_check *c, const char *label, const dec_result *r, double tol,
                        int64_t prefix, int64_t n, int64_t window, int64_t short_prefill,
                        const char *diagnosis)
 {
@@ -187,9 +187,9 @@ static void fill_check(lp_leak_check *c, const char *cache, const dec_result *r,
         snprintf(past, sizeof past, ", positions < %lld against a prefill of %lld (longrope)",
                  (long long)short_prefill, (long long)short_prefill);
     snprintf(c->detail, sizeof c->detail,
-             "%s cache: prefill of %lld then one token at a time to %lld%s: relative |dlogit| "
+             "%s: prefill of %lld then one token at a time to %lld%s: relative |dlogit| "
              "%.2e, |dhidden| %.2e (tolerance %.0e)%s%s",
-             cache, (long long)prefix, (long long)n, past, r->logit_diff, r->hidden_diff, tol,
+             label, (long long)prefix, (long long)n, past, r->logit_diff, r->hidden_diff, tol,
              c->passed ? "" : "; ", c->passed ? "" : diagnosis);
 }
 
@@ -202,7 +202,6 @@ lp_status lp_leak_check_decode(const lp_model *model, const int32_t *ids, int64_
     const lp_arch *a = lp_model_arch(model);
     if (n < 2)
         return lp_error_set(err, LP_ERR_USAGE, "decode check: %lld tokens (need 2)", (long long)n);
-    rep->n_checks = 2;
     lp_forward_opts fo;
     lp_forward_opts_init(&fo);
     fo.pool = opts->pool;
@@ -232,32 +231,38 @@ lp_status lp_leak_check_decode(const lp_model *model, const int32_t *ids, int64_
         rep->short_prefill = sw;
         st = lp_forward(model, &head, &fo, err);
     }
-    static const lp_dtype dtypes[2] = {LP_DTYPE_F32, LP_DTYPE_F16};
-    static const double tols[2] = {LP_LEAK_DECODE_TOLERANCE, LP_LEAK_DECODE_F16_TOLERANCE};
+    /* The first two rows test the cache with float activations on both sides, so only the
+     * cache can differ; the third (quantized models) runs the steps as generation does, with
+     * int8 activations, against the same float prefill: that row measures the rounding. */
+    static const lp_dtype dtypes[3] = {LP_DTYPE_F32, LP_DTYPE_F16, LP_DTYPE_F32};
+    static const double tols[3] = {LP_LEAK_DECODE_TOLERANCE, LP_LEAK_DECODE_F16_TOLERANCE,
+                                   LP_LEAK_DECODE_INT8_TOLERANCE};
+    static const char *const labels[3] = {"f32 cache", "f16 cache",
+                                          "f32 cache, int8 activations"};
+    rep->int8 = lp_model_int8_matvec(model);
+    rep->n_checks = rep->int8 ? 3 : 2;
     rep->passed = true;
-    for (int i = 0; i < 2 && st == LP_OK; i++) {
+    for (int i = 0; i < rep->n_checks && st == LP_OK; i++) {
         obs.ctx = &inc;
+        fo.int8_activations = i == 2;
         st = run_incremental(model, ids, n, rep->prefix, dtypes[i], opts->fault, &fo, err);
         if (st != LP_OK)
             break;
         dec_result r;
         compare(&full, &inc, tols[i], &r);
         const char *diag = diagnose(&full, &inc, rep->prefix, &r);
-        if (i == 0) {
-            rep->logit_diff = r.logit_diff;
-            rep->hidden_diff = r.hidden_diff;
-        } else {
-            rep->f16_logit_diff = r.logit_diff;
-            rep->f16_hidden_diff = r.hidden_diff;
-        }
+        double *logit[3] = {&rep->logit_diff, &rep->f16_logit_diff, &rep->int8_logit_diff};
+        double *hidden[3] = {&rep->hidden_diff, &rep->f16_hidden_diff, &rep->int8_hidden_diff};
+        *logit[i] = r.logit_diff;
+        *hidden[i] = r.hidden_diff;
         if (r.first_pos >= 0 && rep->passed) {
             rep->passed = false;
             rep->diagnosis = diag;
             rep->first_pos = r.first_pos;
             rep->first_layer = r.first_layer;
         }
-        fill_check(&rep->checks[i], lp_dtype_name(dtypes[i]), &r, tols[i], rep->prefix, n,
-                   rep->window, rep->short_prefill, diag);
+        fill_check(&rep->checks[i], labels[i], &r, tols[i], rep->prefix, n, rep->window,
+                   rep->short_prefill, diag);
     }
     cap_free(&full);
     cap_free(&inc);

@@ -329,6 +329,9 @@ void lp_leak_model_report_free(lp_leak_model_report *rep);
 
 #define LP_LEAK_DECODE_TOLERANCE 1e-4      /* f32 cache: only summation order differs */
 #define LP_LEAK_DECODE_F16_TOLERANCE 5e-2  /* f16 cache: K/V rounded to 11 bits */
+/* f32 cache, decode steps with int8 activations (models with Q8_0/Q4_K/MXFP4 weights, as
+ * generation runs them) against the float prefill: x rounded to 8 bits in every product */
+#define LP_LEAK_DECODE_INT8_TOLERANCE 5e-2
 
 typedef struct lp_leak_decode_opts {
     lp_kv_fault fault;
@@ -344,13 +347,15 @@ typedef struct lp_leak_decode_report {
                                * 0 = every position against the one prefill */
     double logit_diff, hidden_diff;         /* f32 cache: max relative difference */
     double f16_logit_diff, f16_hidden_diff; /* f16 cache */
+    bool int8;                /* the model has int8-activation weights: a third row was run */
+    double int8_logit_diff, int8_hidden_diff; /* f32 cache, int8 activations (when int8) */
     int64_t first_pos;        /* first position over tolerance (when !passed) */
     int first_layer;          /* its layer, -1 = the logits */
     const char *diagnosis;    /* "none", "mask-top-left", "cache-off-by-one", "rope-stale" */
     bool passed;
     bool skipped;             /* no family skips it now (MLA caches its latent) */
-    int n_checks;             /* 2, or 0 when skipped */
-    lp_leak_check checks[2];  /* "decode" rows: f32 cache, f16 cache */
+    int n_checks;             /* 2 (3 with int8), or 0 when skipped */
+    lp_leak_check checks[3];  /* "decode" rows: f32 cache, f16 cache, f32 cache x int8 */
 } lp_leak_decode_report;
 
 lp_status lp_leak_check_decode(const lp_model *model, const int32_t *ids, int64_t n,
