@@ -62,12 +62,15 @@ static uint64_t mla_width(const lp_arch *a)
                       a->n_heads * (a->qk_nope_head_dim + a->v_head_dim + a->head_dim) + part);
 }
 
+/* MLA's key rows: every cached position with a cache, else the stacked rows. */
+static int64_t mla_rows(const lp_fw_plan *p) { return p->n_k > p->rows ? p->n_k : p->rows; }
+
 /* The buffers only some blocks need: the parallel FFN's output, OPT's projected embeddings,
  * the MoE routing. */
 static bool plan_block_extras(const lp_arch *a, const lp_fw_plan *p, uint64_t *total)
 {
     lp_block_desc b = lp_block_of(a);
-    uint64_t t = (uint64_t)p->T, H = (uint64_t)a->hidden_size, fr = (uint64_t)p->ffn_rows;
+    uint64_t t = (uint64_t)p->rows, H = (uint64_t)a->hidden_size, fr = (uint64_t)p->ffn_rows;
     uint64_t E = (uint64_t)(a->n_experts > 0 ? a->n_experts : 0);
     uint64_t K = (uint64_t)(a->n_experts_per_tok > 0 ? a->n_experts_per_tok : 0);
     bool ok = true;
@@ -79,20 +82,25 @@ static bool plan_block_extras(const lp_arch *a, const lp_fw_plan *p, uint64_t *t
         ok = plan_add(total, t, E * 4) && plan_add(total, t, K * 4) && plan_add(total, t, K * 4) &&
              plan_add(total, t, 8) && plan_add(total, fr * 2, H * 4) && plan_add(total, 2, E * 4);
     if (ok && a->mla)
-        ok = plan_add(total, (uint64_t)p->n_k, mla_width(a) * 4);
+        ok = plan_add(total, (uint64_t)mla_rows(p), mla_width(a) * 4);
     return ok;
 }
 
 bool lp_fw_make_plan(const lp_arch *a, int64_t T, bool want_probs, int n_threads, lp_fw_plan *p)
 {
-    return lp_fw_make_plan_kv(a, T, T, false, want_probs, n_threads, p);
+    return lp_fw_make_plan_kv(a, 1, T, T, false, want_probs, n_threads, p);
 }
 
-bool lp_fw_make_plan_kv(const lp_arch *a, int64_t T, int64_t n_k, bool gather, bool want_probs,
-                        int n_threads, lp_fw_plan *p)
+bool lp_fw_make_plan_kv(const lp_arch *a, int64_t n_seqs, int64_t T, int64_t n_k, bool gather,
+                        bool want_probs, int n_threads, lp_fw_plan *p)
 {
-    uint64_t t = (uint64_t)T, H = (uint64_t)a->hidden_size, total = 0;
+    uint64_t rows_u, H = (uint64_t)a->hidden_size, total = 0;
+    if (!lp_mul_u64((uint64_t)n_seqs, (uint64_t)T, &rows_u) || rows_u >= ((uint64_t)1 << 40))
+        return false;
+    uint64_t t = rows_u;
+    p->n_seqs = n_seqs;
     p->T = T;
+    p->rows = (int64_t)rows_u;
     p->n_k = n_k;
     p->kv_gather = gather;
     widest_layer(a, p);
@@ -100,14 +108,14 @@ bool lp_fw_make_plan_kv(const lp_arch *a, int64_t T, int64_t n_k, bool gather, b
     int64_t rows = (int64_t)(LOGITS_CHUNK_FLOATS / (uint64_t)a->vocab_size);
     if (rows < 1)
         rows = 1;
-    p->logits_rows = rows < T ? rows : T;
-    p->ffn_rows = T < FFN_CHUNK_ROWS ? T : FFN_CHUNK_ROWS;
+    p->logits_rows = rows < p->rows ? rows : p->rows;
+    p->ffn_rows = p->rows < FFN_CHUNK_ROWS ? p->rows : FFN_CHUNK_ROWS;
     uint64_t fr = (uint64_t)p->ffn_rows;
     bool ok = plan_add(&total, t * 3, H * 4) && plan_add(&total, t, qkv_w * 4) &&
               plan_add(&total, 1, qkv_w * 4) &&
               plan_add(&total, t, (uint64_t)p->q_dim * 4) && plan_add(&total, fr, 2 * ffn * 4) &&
               plan_add(&total, fr, ffn * 4) &&
-              plan_add(&total, (uint64_t)a->n_heads * t, sizeof(lp_attn_row_stats)) &&
+              plan_add(&total, (uint64_t)a->n_heads * (uint64_t)T, sizeof(lp_attn_row_stats)) &&
               plan_add(&total, (uint64_t)p->logits_rows, (uint64_t)a->vocab_size * 4) &&
               plan_add(&total, 2 * (uint64_t)(a->rope_dim / 2 + 1), 4) && plan_add(&total, t, 8);
     ok = ok && plan_prob_slots(a, want_probs, n_threads, p, &total) &&
@@ -126,14 +134,14 @@ static void *take(lp_arena *arena, uint64_t n, uint64_t size)
 
 static bool carve_extras(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_scratch *s)
 {
-    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
+    uint64_t T = (uint64_t)p->rows, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
     bool ok = true;
     if (lp_block_of(a).residual == LP_RESIDUAL_PARALLEL)
         ok = (s->ffn_out = take(arena, T * H, 4)) != NULL;
     if (ok && a->embed_proj_dim > 0)
         ok = (s->embed = take(arena, T * (uint64_t)a->embed_proj_dim, 4)) != NULL;
     if (ok && a->mla)
-        ok = (s->mla = take(arena, (uint64_t)p->n_k * mla_width(a), 4)) != NULL;
+        ok = (s->mla = take(arena, (uint64_t)mla_rows(p) * mla_width(a), 4)) != NULL;
     if (!ok || a->n_experts <= 0)
         return ok;
     uint64_t E = (uint64_t)a->n_experts, K = (uint64_t)a->n_experts_per_tok;
@@ -150,7 +158,7 @@ static bool carve_extras(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p,
 
 bool lp_fw_carve(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_scratch *s)
 {
-    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
+    uint64_t T = (uint64_t)p->rows, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
     uint64_t qkv_w = (uint64_t)(p->q_dim + 2 * p->kv_dim);
     memset(s, 0, sizeof *s);
     s->x = take(arena, T * H, 4);
@@ -161,7 +169,7 @@ bool lp_fw_carve(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_s
     s->attn = take(arena, T * (uint64_t)p->q_dim, 4);
     s->gate = take(arena, FR * 2 * (uint64_t)p->ffn, 4);
     s->up = take(arena, FR * (uint64_t)p->ffn, 4);
-    s->row_stats = take(arena, (uint64_t)a->n_heads * T, sizeof(lp_attn_row_stats));
+    s->row_stats = take(arena, (uint64_t)a->n_heads * (uint64_t)p->T, sizeof(lp_attn_row_stats));
     s->logits = take(arena, (uint64_t)p->logits_rows * (uint64_t)a->vocab_size, 4);
     s->inv_freq = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
     s->inv_freq_local = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
@@ -229,6 +237,26 @@ lp_status lp_fw_hook_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, f
     return st != LP_OK ? st : lp_fw_emit_matrix(p, kind, layer, data, rows, cols, stride);
 }
 
+lp_status lp_fw_hook_seqs(lp_fw_pass *p, lp_site_kind kind, int layer, float *data, int64_t cols,
+                          int64_t stride)
+{
+    lp_status st = LP_OK;
+    for (p->b = 0; p->b < p->n_seqs && st == LP_OK; p->b++)
+        st = lp_fw_hook_matrix(p, kind, layer, data + p->b * p->T * stride, p->T, cols, stride);
+    p->b = 0;
+    return st;
+}
+
+lp_status lp_fw_emit_seqs(lp_fw_pass *p, lp_site_kind kind, int layer, const float *data,
+                          int64_t cols, int64_t stride)
+{
+    lp_status st = LP_OK;
+    for (p->b = 0; p->b < p->n_seqs && st == LP_OK; p->b++)
+        st = lp_fw_emit_matrix(p, kind, layer, data + p->b * p->T * stride, p->T, cols, stride);
+    p->b = 0;
+    return st;
+}
+
 /* ---- norms and linear layers ---- */
 
 void lp_fw_norm_rows(const lp_arch *a, const float *weight, const float *bias, float *dst,
@@ -254,7 +282,7 @@ const float *lp_fw_block_input(lp_fw_pass *p, const lp_norm_weights *nw)
 {
     if (!p->m->block.input_norms || !nw->present)
         return p->s.x;
-    lp_fw_norm(p, nw, p->s.xn, p->s.x, p->T);
+    lp_fw_norm(p, nw, p->s.xn, p->s.x, p->rows);
     return p->s.xn;
 }
 
