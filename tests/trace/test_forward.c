@@ -734,6 +734,53 @@ static double batch_vs_alone(const capture *in_batch, const capture *alone, int6
 
 enum { STACK_SEQS = 4 };
 
+/* With logits for the last position only, a batch's last rows go through the LM head together
+ * (one read of the weights, each row as lp_matvec computes it): on a dense model an unpadded
+ * sequence's logits equal its own last-position logits alone bit for bit; a left-padded one's
+ * (its attention), and any with experts (their row counts), within 1e-5. Right-padded
+ * sequences end on padding and are skipped. */
+static void check_last_logits(const char *name, const lp_model *model, const lp_forward_opts *base,
+                              const int32_t *ids, int64_t T, const int64_t *pl, const int64_t *pr,
+                              const int64_t *lens, bool dense)
+{
+    const lp_arch *a = lp_model_arch(model);
+    int64_t V = a->vocab_size;
+    lp_forward_opts opts = *base;
+    opts.logits_last_only = true;
+    capture in_batch[STACK_SEQS], alone;
+    lp_error err = {0};
+    for (int64_t b = 0; b < STACK_SEQS; b++) {
+        capture_init(&in_batch[b], a, T);
+        in_batch[b].batch = b;
+    }
+    for (int64_t b = 0; b < STACK_SEQS; b++) {
+        lp_observer obs = {&in_batch[b], cap_want, cap_observe};
+        opts.observer = &obs;
+        lp_batch batch = {STACK_SEQS, T, ids, pl, pr};
+        if (lp_forward(model, &batch, &opts, &err) != LP_OK)
+            fail_msg("%s: batch, last logits: %s", name, err.msg);
+        assert_int_equal(in_batch[b].n_logit_calls, 1);
+    }
+    for (int64_t b = 0; b < STACK_SEQS; b++) {
+        if (pr[b] > 0)
+            continue;
+        capture_init(&alone, a, lens[b]);
+        lp_observer obs = {&alone, cap_want, cap_observe};
+        opts.observer = &obs;
+        lp_batch single = lp_batch_single(ids + b * T + pl[b], lens[b]);
+        if (lp_forward(model, &single, &opts, &err) != LP_OK)
+            fail_msg("%s: alone, last logits: %s", name, err.msg);
+        double d = max_abs_diff(in_batch[b].logits + (T - 1) * V,
+                                alone.logits + (lens[b] - 1) * V, V);
+        printf("  %s: sequence %lld's last-position logits differ from its own alone by %.2e\n",
+               name, (long long)b, d);
+        assert_true(pl[b] > 0 || !dense ? d <= 1e-5 : d == 0.0);
+        capture_free(&alone);
+    }
+    for (int64_t b = 0; b < STACK_SEQS; b++)
+        capture_free(&in_batch[b]);
+}
+
 /* Sequences of 1, 6, window + 5 and 9 real tokens in one batch of T = window + 5 (the second
  * left-padded, the others right-padded), each against itself alone, single-threaded and on two
  * threads. On a dense model, right-padded sequences of 3 or more tokens are expected bit for
@@ -799,6 +846,7 @@ static void check_stacked_batch(const char *name, const ref_config *cfg, int64_t
         }
         assert_true(worst_exact == 0.0);
         assert_true(worst <= 1e-5);
+        check_last_logits(name, h.model, &opts, ids, T, pl, pr, lens, dense);
     }
     lp_pool_destroy(pool);
     hf_model_close(&h);

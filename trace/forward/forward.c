@@ -97,7 +97,8 @@ static lp_status classifier_input(pass *p, bool last_only, const float **out, in
         return LP_OK;
     *out = s->embed;
     *width = m->block.embed_dim;
-    return lp_fw_linear(p, s->xn, n, &m->project_out, NULL, s->embed);
+    return last_only ? lp_fw_linear_rows(p, s->xn, n, &m->project_out, NULL, s->embed)
+                     : lp_fw_linear(p, s->xn, n, &m->project_out, NULL, s->embed);
 }
 
 /* The LOGITS sites of classifier rows [r0, r0 + n) (logits of row r0 first): each sequence's
@@ -128,7 +129,9 @@ static lp_status logits(pass *p)
     lp_status st = classifier_input(p, last_only, &in, &n, &width);
     for (int64_t r0 = 0; r0 < n && st == LP_OK; r0 += p->plan.logits_rows) {
         int64_t rows = n - r0 < p->plan.logits_rows ? n - r0 : p->plan.logits_rows;
-        st = lp_fw_linear(p, in + r0 * width, rows, &m->lm_head, m->lm_head_bias, p->s.logits);
+        const float *x = in + r0 * width;
+        st = last_only ? lp_fw_linear_rows(p, x, rows, &m->lm_head, m->lm_head_bias, p->s.logits)
+                       : lp_fw_linear(p, x, rows, &m->lm_head, m->lm_head_bias, p->s.logits);
         if (st == LP_OK) {
             lp_fw_finish_logits(a, p->s.logits, rows * V);
             st = emit_logits(p, last_only, r0, rows);

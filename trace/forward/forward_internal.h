@@ -136,6 +136,12 @@ typedef struct lp_fw_linear_part {
 } lp_fw_linear_part;
 lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
                              const lp_fw_linear_part *parts, int n_parts);
+/* lp_fw_linear for a few rows x [rows, w->cols] (a batch's last positions; up to
+ * LP_FW_MATVEC_ROWS): each row's result is lp_matvec's, as the row alone gets it, and the
+ * weights are read once for all rows (the packed GEMM would pack every weight for one tile). */
+enum { LP_FW_MATVEC_ROWS = 16 };
+lp_status lp_fw_linear_rows(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
+                            const float *bias, float *y);
 
 /* The keys and values the heads of one layer read: the projections themselves (plain pass), the
  * cache's own rows, or the gather buffers. Kv head g's rows start at element g * head_stride. */

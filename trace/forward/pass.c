@@ -292,20 +292,48 @@ lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const 
     return lp_linear(x, rows, w, bias, y, p->pool, p->err);
 }
 
-/* The decode step's matrices that read the same input (q, k, v; gate, up) in one pool run: the
- * pool's threads split the rows of all of them, so a step wakes the workers once per group
- * instead of once per matrix. Each row's dot product is lp_matvec's, so the results are those of
- * separate calls bit for bit. */
-enum { GROUP_MAX_TASKS = 64 };
+/* Matrix-vector products in one pool run: the decode step's matrices that read the same input
+ * (q, k, v; gate, up), and a batch's few last-position rows against the LM head. The pool's
+ * threads split the rows of all the matrices, so a step wakes the workers once per group instead
+ * of once per matrix; with several inputs each thread walks its rows a cache-sized slice at a
+ * time through every input, so the weights are read from memory once however many inputs there
+ * are. Each result is lp_matvec's dot product of one weight row and one input, so the results
+ * are those of separate single-row calls bit for bit. */
+enum { GROUP_MAX_TASKS = 64, GROUP_SLICE_BYTES = 128 << 10 };
 
 typedef struct linear_group {
-    const float *x;
-    const lp_fw_linear_part *parts;
+    const float *x; /* [n_x, ldx] */
+    int64_t n_x, ldx;
+    const lp_fw_linear_part *parts; /* part i's y: [n_x, w->rows] */
     int n_parts;
     int64_t total_rows, n_tasks;
     lp_status status[GROUP_MAX_TASKS];
     lp_error err[GROUP_MAX_TASKS];
 } linear_group;
+
+/* Rows [lo, hi) of one part against every input, slice by slice. */
+static lp_status group_part_rows(const linear_group *g, const lp_fw_linear_part *part, int64_t lo,
+                                 int64_t hi, lp_error *err)
+{
+    const lp_matrix *w = part->w;
+    int64_t step = hi - lo;
+    if (g->n_x > 1) {
+        step = (int64_t)(GROUP_SLICE_BYTES / (w->row_bytes > 0 ? w->row_bytes : 1));
+        step = step < 1 ? 1 : step;
+    }
+    for (int64_t s0 = lo; s0 < hi; s0 += step) {
+        lp_matrix slice = *w;
+        slice.data = (const uint8_t *)w->data + (uint64_t)s0 * w->row_bytes;
+        slice.rows = hi - s0 < step ? hi - s0 : step;
+        for (int64_t i = 0; i < g->n_x; i++) {
+            lp_status st = lp_matvec(g->x + i * g->ldx, &slice, part->bias ? part->bias + s0 : NULL,
+                                     part->y + i * w->rows + s0, NULL, err);
+            if (st != LP_OK)
+                return st;
+        }
+    }
+    return LP_OK;
+}
 
 static void group_task(void *ctx, int64_t task)
 {
@@ -320,11 +348,7 @@ static void group_task(void *ctx, int64_t task)
             continue;
         lo = lo < 0 ? 0 : lo;
         hi = hi > part->w->rows ? part->w->rows : hi;
-        lp_matrix slice = *part->w;
-        slice.data = (const uint8_t *)part->w->data + (uint64_t)lo * part->w->row_bytes;
-        slice.rows = hi - lo;
-        lp_status st = lp_matvec(g->x, &slice, part->bias ? part->bias + lo : NULL, part->y + lo,
-                                 NULL, &g->err[task]);
+        lp_status st = group_part_rows(g, part, lo, hi, &g->err[task]);
         if (st != LP_OK) {
             g->status[task] = st;
             return;
@@ -332,39 +356,62 @@ static void group_task(void *ctx, int64_t task)
     }
 }
 
-lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
-                             const lp_fw_linear_part *parts, int n_parts)
+/* Whether every part can go through lp_matvec. */
+static bool matvec_parts(const lp_fw_linear_part *parts, int n_parts)
+{
+    for (int i = 0; i < n_parts; i++)
+        if (parts[i].w->transposed || !lp_matvec_supported(parts[i].w->dtype) ||
+            parts[i].w->rows <= 0)
+            return false;
+    return true;
+}
+
+static lp_status run_group(const lp_fw_pass *p, const float *x, int64_t n_x,
+                           const lp_fw_linear_part *parts, int n_parts)
 {
     int threads = p->pool ? lp_pool_threads(p->pool) : 1;
-    bool one_run = rows == 1 && threads > 1;
-    int64_t total = 0;
-    for (int i = 0; i < n_parts && one_run; i++) {
-        one_run = !parts[i].w->transposed && lp_matvec_supported(parts[i].w->dtype) &&
-                  parts[i].w->rows > 0;
-        total += parts[i].w->rows;
-    }
-    if (!one_run) {
-        lp_status st = LP_OK;
-        for (int i = 0; i < n_parts && st == LP_OK; i++)
-            st = lp_fw_linear(p, x, rows, parts[i].w, parts[i].bias, parts[i].y);
-        return st;
-    }
     linear_group *g = malloc(sizeof *g);
     if (!g)
         return lp_error_set(p->err, LP_ERR_NOMEM, "forward: out of memory for a matvec group");
+    int64_t total = 0;
+    for (int i = 0; i < n_parts; i++)
+        total += parts[i].w->rows;
     g->x = x;
+    g->n_x = n_x;
+    g->ldx = parts[0].w->cols;
     g->parts = parts;
     g->n_parts = n_parts;
     g->total_rows = total;
     g->n_tasks = threads < GROUP_MAX_TASKS ? threads : GROUP_MAX_TASKS;
     g->n_tasks = g->n_tasks < total ? g->n_tasks : total;
-    lp_pool_run(p->pool, g->n_tasks, group_task, g);
+    lp_fw_pool_or_serial(p->pool, g->n_tasks, group_task, g);
     lp_status st = LP_OK;
     for (int64_t t = 0; t < g->n_tasks && st == LP_OK; t++)
         if ((st = g->status[t]) != LP_OK && p->err)
             *p->err = g->err[t];
     free(g);
     return st;
+}
+
+lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
+                             const lp_fw_linear_part *parts, int n_parts)
+{
+    int threads = p->pool ? lp_pool_threads(p->pool) : 1;
+    if (rows == 1 && threads > 1 && matvec_parts(parts, n_parts))
+        return run_group(p, x, 1, parts, n_parts);
+    lp_status st = LP_OK;
+    for (int i = 0; i < n_parts && st == LP_OK; i++)
+        st = lp_fw_linear(p, x, rows, parts[i].w, parts[i].bias, parts[i].y);
+    return st;
+}
+
+lp_status lp_fw_linear_rows(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
+                            const float *bias, float *y)
+{
+    lp_fw_linear_part part = {w, bias, y};
+    if (rows > 1 && rows <= LP_FW_MATVEC_ROWS && matvec_parts(&part, 1))
+        return run_group(p, x, rows, &part, 1);
+    return lp_fw_linear(p, x, rows, w, bias, y);
 }
 
 void lp_fw_pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t), void *ctx)
