@@ -277,23 +277,63 @@ const lp_observer *lp_store_observer(lp_store *store) { return &store->observer;
 
 /* ---- beginning a run -------------------------------------------------------------------------- */
 
+void lp_store_select_run(lp_store *s, const lp_store_run_acc *acc)
+{
+    s->run_id = acc->run_id;
+    s->stats = acc->stats;
+    s->stats_seen = acc->stats_seen;
+    s->expert_tokens = acc->expert_tokens;
+    s->expert_weight = acc->expert_weight;
+    s->router_entropy = acc->router_entropy;
+    s->router_rows = acc->router_rows;
+}
+
+static void acc_of_store(const lp_store *s, lp_store_run_acc *acc)
+{
+    lp_store_run_acc a = {s->run_id,       s->stats,          s->stats_seen, s->expert_tokens,
+                          s->expert_weight, s->router_entropy, s->router_rows};
+    *acc = a;
+}
+
+static void acc_free(lp_store_run_acc *acc)
+{
+    free(acc->stats);
+    free(acc->stats_seen);
+    free(acc->expert_tokens);
+    free(acc->expert_weight);
+    free(acc->router_entropy);
+    free(acc->router_rows);
+    lp_store_run_acc gone = {acc->run_id, NULL, NULL, NULL, NULL, NULL, NULL};
+    *acc = gone; /* the id stays: lp_store_batch_finish reports it */
+}
+
+/* A run's accumulators, shaped by the store's n_layers, n_heads and n_experts. */
+static bool acc_alloc(const lp_store *s, lp_store_run_acc *acc)
+{
+    size_t LH = (size_t)(s->n_layers * s->n_heads);
+    size_t LE = (size_t)(s->n_layers * (s->n_experts > 0 ? s->n_experts : 1));
+    acc->stats = calloc(LH, sizeof *acc->stats);
+    acc->stats_seen = calloc(LH, sizeof(bool));
+    acc->expert_tokens = calloc(LE, sizeof(int64_t));
+    acc->expert_weight = calloc(LE, sizeof(double));
+    acc->router_entropy = calloc((size_t)s->n_layers, sizeof(double));
+    acc->router_rows = calloc((size_t)s->n_layers, sizeof(int64_t));
+    return acc->stats && acc->stats_seen && acc->expert_tokens && acc->expert_weight &&
+           acc->router_entropy && acc->router_rows;
+}
+
 static void free_run(lp_store *s)
 {
+    lp_store_run_acc acc;
+    acc_of_store(s, &acc);
+    acc_free(&acc);
+    lp_store_select_run(s, &acc);
     free(s->layer_sel);
     free(s->head_sel);
-    free(s->stats);
-    free(s->stats_seen);
-    free(s->expert_tokens);
-    free(s->expert_weight);
-    free(s->router_entropy);
-    free(s->router_rows);
     free(s->f16);
     free(s->top);
     lp_store_gen_free(s);
-    s->layer_sel = s->head_sel = s->stats_seen = NULL;
-    s->stats = NULL;
-    s->expert_tokens = s->router_rows = NULL;
-    s->expert_weight = s->router_entropy = NULL;
+    s->layer_sel = s->head_sel = NULL;
     s->f16 = NULL;
     s->f16_cap = 0;
     s->top = NULL;
@@ -392,20 +432,14 @@ static lp_status alloc_run_state(lp_store *s, const lp_run_info *info, const lp_
     s->n_experts = a->n_experts > 0 ? a->n_experts : 0;
     s->has_sinks = a->attn_sinks;
     s->tok = info->tokenizer;
-    size_t LH = (size_t)(s->n_layers * s->n_heads);
-    size_t LE = (size_t)(s->n_layers * (s->n_experts > 0 ? s->n_experts : 1));
     int64_t top_k = s->opts.top_k > 0 ? s->opts.top_k : 1;
+    lp_store_run_acc acc = {s->run_id, NULL, NULL, NULL, NULL, NULL, NULL};
+    bool ok = acc_alloc(s, &acc);
+    lp_store_select_run(s, &acc);
     s->layer_sel = malloc((size_t)s->n_layers * sizeof(bool));
     s->head_sel = malloc((size_t)s->n_heads * sizeof(bool));
-    s->stats = calloc(LH, sizeof *s->stats);
-    s->stats_seen = calloc(LH, sizeof(bool));
-    s->expert_tokens = calloc(LE, sizeof(int64_t));
-    s->expert_weight = calloc(LE, sizeof(double));
-    s->router_entropy = calloc((size_t)s->n_layers, sizeof(double));
-    s->router_rows = calloc((size_t)s->n_layers, sizeof(int64_t));
     s->top = malloc((size_t)top_k * sizeof *s->top);
-    if (!s->layer_sel || !s->head_sel || !s->stats || !s->stats_seen || !s->expert_tokens ||
-        !s->expert_weight || !s->router_entropy || !s->router_rows || !s->top)
+    if (!ok || !s->layer_sel || !s->head_sel || !s->top)
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", s->path);
     for (int64_t l = 0; l < s->n_layers; l++)
         s->layer_sel[l] = opts->layers ? opts->layers[l] : true;
@@ -810,51 +844,6 @@ void lp_store_abort_run(lp_store *s)
 }
 
 /* ---- the runs of a stacked batch --------------------------------------------------------------- */
-
-void lp_store_select_run(lp_store *s, const lp_store_run_acc *acc)
-{
-    s->run_id = acc->run_id;
-    s->stats = acc->stats;
-    s->stats_seen = acc->stats_seen;
-    s->expert_tokens = acc->expert_tokens;
-    s->expert_weight = acc->expert_weight;
-    s->router_entropy = acc->router_entropy;
-    s->router_rows = acc->router_rows;
-}
-
-static void acc_of_store(const lp_store *s, lp_store_run_acc *acc)
-{
-    lp_store_run_acc a = {s->run_id,       s->stats,          s->stats_seen, s->expert_tokens,
-                          s->expert_weight, s->router_entropy, s->router_rows};
-    *acc = a;
-}
-
-static void acc_free(lp_store_run_acc *acc)
-{
-    free(acc->stats);
-    free(acc->stats_seen);
-    free(acc->expert_tokens);
-    free(acc->expert_weight);
-    free(acc->router_entropy);
-    free(acc->router_rows);
-    lp_store_run_acc gone = {acc->run_id, NULL, NULL, NULL, NULL, NULL, NULL};
-    *acc = gone; /* the id stays: lp_store_batch_finish reports it */
-}
-
-/* Accumulators for one more run, shaped as the store's own (alloc_run_state sized those). */
-static bool acc_alloc(const lp_store *s, lp_store_run_acc *acc)
-{
-    size_t LH = (size_t)(s->n_layers * s->n_heads);
-    size_t LE = (size_t)(s->n_layers * (s->n_experts > 0 ? s->n_experts : 1));
-    acc->stats = calloc(LH, sizeof *acc->stats);
-    acc->stats_seen = calloc(LH, sizeof(bool));
-    acc->expert_tokens = calloc(LE, sizeof(int64_t));
-    acc->expert_weight = calloc(LE, sizeof(double));
-    acc->router_entropy = calloc((size_t)s->n_layers, sizeof(double));
-    acc->router_rows = calloc((size_t)s->n_layers, sizeof(int64_t));
-    return acc->stats && acc->stats_seen && acc->expert_tokens && acc->expert_weight &&
-           acc->router_entropy && acc->router_rows;
-}
 
 /* The store's own accumulators back (run 0's), the others freed, the runs state released. */
 static void release_batch(lp_store *s, lp_store_run_acc *accs, int64_t n)
