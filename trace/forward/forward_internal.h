@@ -138,8 +138,10 @@ lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
                              const lp_fw_linear_part *parts, int n_parts);
 /* lp_fw_linear for a few rows x [rows, w->cols] (a batch's last positions; up to
  * LP_FW_MATVEC_ROWS): each row's result is lp_matvec's, as the row alone gets it, and the
- * weights are read once for all rows (the packed GEMM would pack every weight for one tile). */
-enum { LP_FW_MATVEC_ROWS = 16 };
+ * weights are read once for all rows (the packed GEMM would pack every weight for one tile).
+ * On the 32000 x 2048 f32 LM head (2 threads, load 12-15): 1 row 0.03-0.05 s, 4 rows 0.06-0.10 s
+ * (packed GEMM 0.13-0.24 s), 16 rows 0.14-0.28 s, no better than packing: hence 8. */
+enum { LP_FW_MATVEC_ROWS = 8 };
 lp_status lp_fw_linear_rows(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
                             const float *bias, float *y);
 
