@@ -19,7 +19,8 @@
  *   { ... view->data[r * view->stride + c] for r < view->rows, c < view->cols ... }
  *   lp_observer obs = {ctx, want, observe};
  *
- * Sites, in the order the pass reaches them (per batch item, per layer):
+ * Sites, in the order the pass reaches them (per layer; within a layer each site for batch item
+ * 0, 1, ... in turn, since the items are computed together):
  *   EMBED        layer -1, head -1: [T, hidden] the input of layer 0 (embedding, scaled, plus
  *                learned positions)
  *   ATTN_PROBS   layer l, head h: [T, T] exact probabilities, 0 on masked cells (row_stats too)
@@ -154,8 +155,9 @@ typedef struct lp_intervention {
  * The forward pass.
  */
 
-/* n_seqs sequences of n_tokens each (padding included), processed one after another, each as one
- * prefill (GEMMs over all its tokens). */
+/* n_seqs sequences of n_tokens each (padding included), processed together: their rows are
+ * stacked for the linear layers (GEMMs over n_seqs * n_tokens rows, at most 2^20), while
+ * attention, positions and masks stay per sequence, so each computes what it computes alone. */
 typedef struct lp_batch {
     int64_t n_seqs;
     int64_t n_tokens;

@@ -57,7 +57,8 @@ expect_stderr_contains "schema_version 1" "$LOUPE" merge "$TMP/m3.db" "$TMP/s0.d
 expect_eq "0" "$(sqlite3 "$TMP/m3.db" "SELECT count(*) FROM runs")" "nothing merged"
 
 # Padded batches: each sequence its own run (batch id, index, padding recorded) computing what
-# it computes alone: right padding bit for bit, left padding within 1e-4 (observed 7e-6 logits).
+# it computes alone, the batch stacked: right padding bit for bit, left padding within 1e-4
+# (observed: bit for bit too, since activations run row by row; 7e-6 logits before).
 B="$TMP/batch.db"
 expect_status 0 "$LOUPE" trace "$M" --prompts "$P" --dataset alone --db "$B" --logits full --maps f32 --threads 1
 expect_status 0 "$LOUPE" trace "$M" --prompts "$P" --dataset right --batch-size 3 --db "$B" --logits full --maps f32 --threads 1

@@ -780,6 +780,171 @@ static void test_determinism_threads(void **state)
     remove_dir(dir);
 }
 
+/* ---- a stacked batch computes what each sequence computes alone ---- */
+
+/* The largest difference between sequence b's capture from a batch (its real tokens at rows
+ * pad .. pad + n of T) and the same tokens run alone, over logits, residual streams, head
+ * outputs and attention maps (keys shifted by the padding); *experts_differ when a MoE layer
+ * routed some real token elsewhere. */
+static double batch_vs_alone(const capture *in_batch, const capture *alone, int64_t pad, int64_t n,
+                             bool *experts_differ)
+{
+    int64_t T = in_batch->T, V = alone->V, H = alone->H, NH = alone->NH, W = NH * alone->HD;
+    double d = max_abs_diff(in_batch->logits + pad * V, alone->logits, n * V);
+    for (int64_t l = 0; l < alone->L; l++) {
+        double r = max_abs_diff(in_batch->resid + (l * T + pad) * H, alone->resid + l * n * H,
+                                n * H);
+        double o = max_abs_diff(in_batch->head_out + (l * T + pad) * W,
+                                alone->head_out + l * n * W, n * W);
+        d = r > d ? r : d;
+        d = o > d ? o : d;
+        for (int64_t h = 0; h < NH; h++)
+            for (int64_t i = 0; i < n; i++) {
+                const float *row = in_batch->probs + ((l * NH + h) * T + pad + i) * T + pad;
+                double m = max_abs_diff(row, alone->probs + ((l * NH + h) * n + i) * n, n);
+                d = m > d ? m : d;
+            }
+        for (int64_t t = 0; t < n * alone->K; t++)
+            if (in_batch->experts[(l * T + pad) * alone->K + t] != alone->experts[l * n * alone->K + t])
+                *experts_differ = true;
+    }
+    return d;
+}
+
+enum { STACK_SEQS = 4 };
+
+/* With logits for the last position only, a batch's last rows go through the LM head together
+ * (one read of the weights, each row as lp_matvec computes it): on a dense model an unpadded
+ * sequence's logits equal its own last-position logits alone bit for bit; a left-padded one's
+ * (its attention), and any with experts (their row counts), within 1e-5. Right-padded
+ * sequences end on padding and are skipped. */
+static void check_last_logits(const char *name, const lp_model *model, const lp_forward_opts *base,
+                              const int32_t *ids, int64_t T, const int64_t *pl, const int64_t *pr,
+                              const int64_t *lens, bool dense)
+{
+    const lp_arch *a = lp_model_arch(model);
+    int64_t V = a->vocab_size;
+    lp_forward_opts opts = *base;
+    opts.logits_last_only = true;
+    capture in_batch[STACK_SEQS], alone;
+    lp_error err = {0};
+    for (int64_t b = 0; b < STACK_SEQS; b++) {
+        capture_init(&in_batch[b], a, T);
+        in_batch[b].batch = b;
+    }
+    for (int64_t b = 0; b < STACK_SEQS; b++) {
+        lp_observer obs = {&in_batch[b], cap_want, cap_observe};
+        opts.observer = &obs;
+        lp_batch batch = {STACK_SEQS, T, ids, pl, pr};
+        if (lp_forward(model, &batch, &opts, &err) != LP_OK)
+            fail_msg("%s: batch, last logits: %s", name, err.msg);
+        assert_int_equal(in_batch[b].n_logit_calls, 1);
+    }
+    for (int64_t b = 0; b < STACK_SEQS; b++) {
+        if (pr[b] > 0)
+            continue;
+        capture_init(&alone, a, lens[b]);
+        lp_observer obs = {&alone, cap_want, cap_observe};
+        opts.observer = &obs;
+        lp_batch single = lp_batch_single(ids + b * T + pl[b], lens[b]);
+        if (lp_forward(model, &single, &opts, &err) != LP_OK)
+            fail_msg("%s: alone, last logits: %s", name, err.msg);
+        double d = max_abs_diff(in_batch[b].logits + (T - 1) * V,
+                                alone.logits + (lens[b] - 1) * V, V);
+        printf("  %s: sequence %lld's last-position logits differ from its own alone by %.2e\n",
+               name, (long long)b, d);
+        assert_true(pl[b] > 0 || !dense ? d <= 1e-5 : d == 0.0);
+        capture_free(&alone);
+    }
+    for (int64_t b = 0; b < STACK_SEQS; b++)
+        capture_free(&in_batch[b]);
+}
+
+/* Sequences of 1, 6, window + 5 and 9 real tokens in one batch of T = window + 5 (the second
+ * left-padded, the others right-padded), each against itself alone, single-threaded and on two
+ * threads. On a dense model, right-padded sequences of 3 or more tokens are expected bit for
+ * bit: every GEMM row sums in the same order however many rows are stacked (kc blocks, the
+ * micro-kernel's k loop) and activations run row by row. One or two rows alone go through the
+ * matrix-vector path instead (the length-1 sequence; with experts, an expert routed one or two
+ * tokens of a sequence but more of the batch), and left padding moves where the keys sit in
+ * attention's blocks: those are held to 1e-5. */
+static void check_stacked_batch(const char *name, const ref_config *cfg, int64_t window,
+                                bool dense)
+{
+    hf_model h;
+    hf_model_open(&h, cfg, 31, "forward_stack", name);
+    const lp_arch *a = lp_model_arch(h.model);
+    const int64_t T = window + 5, lens[STACK_SEQS] = {1, 6, window + 5, 9};
+    int64_t pl[STACK_SEQS], pr[STACK_SEQS];
+    int32_t ids[STACK_SEQS * 16], alone_ids[16];
+    assert_true(T <= 16);
+    for (int64_t b = 0; b < STACK_SEQS; b++) {
+        pl[b] = b == 1 ? T - lens[b] : 0;
+        pr[b] = T - lens[b] - pl[b];
+        for (int64_t t = 0; t < T; t++) /* padding cells hold some other valid id */
+            ids[b * T + t] = (int32_t)((t * 5 + b * 11 + 3) % cfg->vocab);
+    }
+    lp_pool *pool;
+    lp_error err = {0};
+    assert_int_equal(lp_pool_create(2, &pool, &err), LP_OK);
+    lp_forward_opts opts;
+    lp_forward_opts_init(&opts);
+    opts.window_override = window;
+    for (int threads = 1; threads <= 2; threads++) {
+        opts.pool = threads == 2 ? pool : NULL;
+        double worst_exact = 0.0, worst = 0.0;
+        for (int64_t b = 0; b < STACK_SEQS; b++) {
+            capture in_batch, alone;
+            capture_init(&in_batch, a, T);
+            in_batch.batch = b;
+            lp_observer obs = {&in_batch, cap_want, cap_observe};
+            opts.observer = &obs;
+            lp_batch batch = {STACK_SEQS, T, ids, pl, pr};
+            if (lp_forward(h.model, &batch, &opts, &err) != LP_OK)
+                fail_msg("%s: batch: %s", name, err.msg);
+            memcpy(alone_ids, ids + b * T + pl[b], (size_t)lens[b] * sizeof *ids);
+            capture_init(&alone, a, lens[b]);
+            lp_observer alone_obs = {&alone, cap_want, cap_observe};
+            opts.observer = &alone_obs;
+            lp_batch single = lp_batch_single(alone_ids, lens[b]);
+            if (lp_forward(h.model, &single, &opts, &err) != LP_OK)
+                fail_msg("%s: alone: %s", name, err.msg);
+            bool experts_differ = false;
+            double d = batch_vs_alone(&in_batch, &alone, pl[b], lens[b], &experts_differ);
+            printf("  %s, %d thread%s: sequence %lld (%lld tokens, padding %lld left %lld right) "
+                   "differs from itself alone by %.2e%s\n",
+                   name, threads, threads > 1 ? "s" : "", (long long)b, (long long)lens[b],
+                   (long long)pl[b], (long long)pr[b], d, experts_differ ? ", experts differ" : "");
+            assert_false(experts_differ);
+            bool exact_expected = dense && pl[b] == 0 && lens[b] >= 3;
+            if (exact_expected && d > worst_exact)
+                worst_exact = d;
+            worst = d > worst ? d : worst;
+            capture_free(&in_batch);
+            capture_free(&alone);
+        }
+        assert_true(worst_exact == 0.0);
+        assert_true(worst <= 1e-5);
+        check_last_logits(name, h.model, &opts, ids, T, pl, pr, lens, dense);
+    }
+    lp_pool_destroy(pool);
+    hf_model_close(&h);
+}
+
+static void test_stacked_batch(void **state)
+{
+    (void)state;
+    const ref_config mistral = {.family = REF_LLAMA, .vocab = 71, .hidden = 32, .n_layers = 2,
+                                .n_heads = 4, .n_kv_heads = 2, .head_dim = 8, .ffn = 44,
+                                .eps = 1e-5, .theta = 10000, .window = 4, .scale = 0.2};
+    const ref_config mixtral = {.family = REF_MIXTRAL, .vocab = 101, .hidden = 32,
+                                .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 8,
+                                .ffn = 40, .eps = 1e-5, .theta = 10000, .n_experts = 4,
+                                .top_k = 2, .scale = 0.2};
+    check_stacked_batch("mistral", &mistral, 4, true);
+    check_stacked_batch("mixtral", &mixtral, 4, false);
+}
+
 static bool fail_want(void *ctx, const lp_site *site)
 {
     (void)ctx;
@@ -1604,6 +1769,7 @@ int main(void)
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_safetensors_writer),
         cmocka_unit_test(test_padding_batch),
+        cmocka_unit_test(test_stacked_batch),
         cmocka_unit_test(test_determinism_threads),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_rope_scaling),

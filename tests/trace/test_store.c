@@ -73,8 +73,9 @@ static lp_store *fixture_open(fixture *f, ref_family family, const char *tag)
     return store;
 }
 
-/* One complete traced run; returns its id. */
-static int64_t trace_run(fixture *f, lp_store *store, const lp_store_opts *sopts)
+/* One complete traced run of ids[n]; returns its id. */
+static int64_t trace_tokens(fixture *f, lp_store *store, const lp_store_opts *sopts,
+                            const int32_t *ids, int64_t n)
 {
     lp_error err = {0};
     lp_run_info info;
@@ -83,8 +84,8 @@ static int64_t trace_run(fixture *f, lp_store *store, const lp_store_opts *sopts
     info.model_format = "safetensors";
     info.arch = lp_model_arch(f->model);
     info.prompt = "a test prompt";
-    info.tokens = f->ids;
-    info.n_tokens = f->T;
+    info.tokens = ids;
+    info.n_tokens = n;
     info.n_threads = 1;
     int64_t run_id;
     if (lp_store_begin_run(store, &info, sopts, &run_id, &err) != LP_OK)
@@ -93,12 +94,18 @@ static int64_t trace_run(fixture *f, lp_store *store, const lp_store_opts *sopts
     lp_forward_opts_init(&opts);
     opts.observer = lp_store_observer(store);
     opts.local_window = sopts ? sopts->local_window : 8;
-    lp_batch batch = lp_batch_single(f->ids, f->T);
+    lp_batch batch = lp_batch_single(ids, n);
     if (lp_forward(f->model, &batch, &opts, &err) != LP_OK)
         fail_msg("%s", err.msg);
     if (lp_store_end_run(store, 0.5, &err) != LP_OK)
         fail_msg("%s", err.msg);
     return run_id;
+}
+
+/* One complete traced run of the fixture's tokens; returns its id. */
+static int64_t trace_run(fixture *f, lp_store *store, const lp_store_opts *sopts)
+{
+    return trace_tokens(f, store, sopts, f->ids, f->T);
 }
 
 /* Head statistics recomputed here from the reference probabilities, the README's definitions, in
@@ -513,6 +520,105 @@ static void test_killed_and_failed_runs(void **state)
     fixture_free(&f);
 }
 
+/* ---- a stacked batch: every sequence its own run ------------------------------------------------ */
+
+enum { BATCH_N = 3 };
+
+/* The batch's sequences: the fixture's tokens, the first 10 right-padded, the last 11
+ * left-padded; infos[b] describes sequence b and tokens holds the padded batch. */
+static void batch_infos(fixture *f, lp_run_info *infos, int32_t *tokens, int64_t *pl, int64_t *pr)
+{
+    const int64_t T = f->T, lens[BATCH_N] = {T, 10, 11};
+    for (int64_t b = 0; b < BATCH_N; b++) {
+        pl[b] = b == 2 ? T - lens[b] : 0;
+        pr[b] = T - lens[b] - pl[b];
+        const int32_t *real = f->ids + (b == 2 ? T - lens[b] : 0);
+        for (int64_t t = 0; t < T; t++)
+            tokens[b * T + t] = t >= pl[b] && t < pl[b] + lens[b] ? real[t - pl[b]] : 0;
+        infos[b] = lp_run_info_for_model("trace", f->dir, f->model, NULL, tokens + b * T + pl[b],
+                                         lens[b], NULL, 1);
+        infos[b].in_batch = true;
+        infos[b].batch_index = b;
+        infos[b].pad_left = pl[b];
+        infos[b].pad_right = pr[b];
+    }
+}
+
+/* The pass delivers the sequences' sites interleaved (layer by layer); each run must still get
+ * exactly its own: tokens, maps, routing and predictions as the sequence traced alone, within
+ * the batch observer's recomputed statistics (double, from the cropped maps). A batch dropped
+ * before it finishes leaves every run 'failed' and no data. */
+static void test_batch_runs(void **state)
+{
+    (void)state;
+    fixture f;
+    lp_store *store = fixture_open(&f, REF_MIXTRAL, "batch");
+    lp_run_info infos[BATCH_N];
+    int32_t tokens[BATCH_N * 32];
+    int64_t pl[BATCH_N], pr[BATCH_N], alone[BATCH_N], runs[BATCH_N];
+    batch_infos(&f, infos, tokens, pl, pr);
+    lp_error err = {0};
+    for (int64_t b = 0; b < BATCH_N; b++)
+        alone[b] = trace_tokens(&f, store, NULL, infos[b].tokens, infos[b].n_tokens);
+    for (int finish = 1; finish >= 0; finish--) {
+        lp_store_batch *rec;
+        assert_int_equal(lp_store_batch_create(store, NULL, infos, BATCH_N, f.T, &rec, &err),
+                         LP_OK);
+        lp_forward_opts opts;
+        lp_forward_opts_init(&opts);
+        opts.observer = lp_store_batch_observer(rec);
+        lp_batch batch = {BATCH_N, f.T, tokens, pl, pr};
+        if (lp_forward(f.model, &batch, &opts, &err) != LP_OK)
+            fail_msg("%s", err.msg);
+        if (finish && lp_store_batch_finish(rec, 0.25, runs, &err) != LP_OK)
+            fail_msg("%s", err.msg);
+        lp_store_batch_destroy(rec);
+    }
+    const char *db = f.db;
+    int64_t LH = f.cfg.n_layers * f.cfg.n_heads, LE = f.cfg.n_layers * f.cfg.n_experts;
+    for (int64_t b = 0; b < BATCH_N; b++) {
+        long long r = (long long)runs[b], a = (long long)alone[b];
+        char text[64];
+        assert_string_equal(lp_test_sql_text(db, text, sizeof text,
+                                             "SELECT status FROM runs WHERE id = %lld", r),
+                            "complete");
+        assert_int_equal(lp_test_sql_int(db, "SELECT batch_index FROM runs WHERE id = %lld", r), b);
+        assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM tokens t JOIN tokens u ON "
+                                             "u.pos = t.pos AND u.token_id = t.token_id AND "
+                                             "u.run_id = %lld WHERE t.run_id = %lld", a, r),
+                         infos[b].n_tokens);
+        assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM attention WHERE run_id = %lld "
+                                             "AND n_q = %lld", r, (long long)infos[b].n_tokens),
+                         LH);
+        assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM expert_routing x JOIN expert_routing y ON "
+                                             "y.layer = x.layer AND y.expert = x.expert AND "
+                                             "y.tokens = x.tokens AND y.run_id = %lld WHERE "
+                                             "x.run_id = %lld", a, r),
+                         LE);
+        assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM head_stats x JOIN head_stats y "
+                                             "ON y.layer = x.layer AND y.head = x.head AND "
+                                             "abs(y.entropy - x.entropy) < 1e-5 AND "
+                                             "abs(y.output_norm - x.output_norm) < 1e-5 AND "
+                                             "y.run_id = %lld WHERE x.run_id = %lld", a, r),
+                         LH);
+        assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM predictions x JOIN predictions "
+                                             "y ON y.pos = x.pos AND y.rank = x.rank AND "
+                                             "y.token_id = x.token_id AND y.run_id = %lld WHERE "
+                                             "x.run_id = %lld", a, r),
+                         lp_test_sql_int(db, "SELECT count(*) FROM predictions WHERE run_id = %lld",
+                                         a));
+    }
+    /* the dropped batch: the three runs after the finished ones */
+    assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM runs WHERE id > %lld AND status "
+                                         "= 'failed'", (long long)runs[BATCH_N - 1]),
+                     BATCH_N);
+    assert_int_equal(lp_test_sql_int(db, "SELECT count(*) FROM tokens WHERE run_id > %lld",
+                                     (long long)runs[BATCH_N - 1]),
+                     0);
+    lp_store_close(store);
+    fixture_free(&f);
+}
+
 /* ---- leak checks: rows in, rows out ----------------------------------------------------------- */
 
 typedef struct leak_row_case {
@@ -771,6 +877,7 @@ int main(void)
         cmocka_unit_test(test_store_cases),
         cmocka_unit_test(test_schema_and_appended_runs),
         cmocka_unit_test(test_killed_and_failed_runs),
+        cmocka_unit_test(test_batch_runs),
         cmocka_unit_test(test_leak_check_rows),
         cmocka_unit_test(test_newer_schema_refused),
         cmocka_unit_test(test_cli_tokenizer_beside_model),

@@ -40,11 +40,13 @@ static void run_head(void *ctx, int64_t task)
     size_t k_off = (size_t)(kv_head * kv->head_stride) * elem;
     size_t v_off = (size_t)(kv_head * h->v_step) * elem;
     /* GQA: query head `head` reads kv head head / group */
+    int64_t out_stride = a->n_heads * h->v_dim;
     lp_attn_args args = {
         .q = h->q + head * h->q_step, .k = (const char *)kv->k + k_off,
-        .v = (const char *)kv->v + v_off, .out = p->s.attn + head * h->v_dim, .n_q = T,
+        .v = (const char *)kv->v + v_off,
+        .out = p->s.attn + p->b * T * out_stride + head * h->v_dim, .n_q = T,
         .n_k = p->n_k, .head_dim = h->head_dim, .v_dim = h->v_dim, .q_stride = h->q_stride,
-        .k_stride = kv->k_stride, .v_stride = kv->v_stride, .out_stride = a->n_heads * h->v_dim,
+        .k_stride = kv->k_stride, .v_stride = kv->v_stride, .out_stride = out_stride,
         .scale = a->query_scale > 0 ? (float)a->query_scale
                                     : (float)(1.0 / sqrt((double)h->head_dim)),
         .softcap = (float)a->attn_logit_softcap, .mask = &p->mask, .batch = p->b,
@@ -62,7 +64,7 @@ static void run_head(void *ctx, int64_t task)
 }
 
 /* The layer's q, k and v rows, views into s->qkv: fused projections interleave them per row,
- * separate ones fill contiguous [T, q_dim], [T, kv_dim], [T, kv_dim] blocks. */
+ * separate ones fill contiguous [R, q_dim], [R, kv_dim], [R, kv_dim] blocks. */
 typedef struct qkv_views {
     float *q, *k, *v;
     int64_t q_stride, kv_stride;
@@ -96,7 +98,7 @@ static lp_status project_qkv(lp_fw_pass *p, const lp_layer_weights *L, const flo
                              qkv_views *x)
 {
     lp_fw_scratch *s = &p->s;
-    int64_t T = p->T, width = L->q_dim + 2 * L->kv_dim;
+    int64_t T = p->rows, width = L->q_dim + 2 * L->kv_dim;
     lp_status st;
     x->q = s->qkv;
     if (L->qkv_layout != LP_QKV_SEPARATE) {
@@ -117,7 +119,7 @@ static lp_status project_qkv(lp_fw_pass *p, const lp_layer_weights *L, const flo
         if ((st = lp_fw_linear_group(p, in, T, qkv, 3)))
             return st;
     }
-    /* either layout fills T * width values from s->qkv on */
+    /* either layout fills R * width values from s->qkv on */
     if (p->m->block.qkv_clip > 0)
         clip_qkv(s->qkv, T * width, p->m->block.qkv_clip);
     return LP_OK;
@@ -180,7 +182,7 @@ static lp_status position_qk(lp_fw_pass *p, const lp_layer_weights *L, const qkv
         return st;
     bool adjacent = a->rope_layout == LP_ROPE_ADJACENT;
     int64_t hd = a->head_dim;
-    for (int64_t t = 0; t < p->T; t++) {
+    for (int64_t t = 0; t < p->rows; t++) {
         float *qt = x->q + t * x->q_stride, *kt = x->k + t * x->kv_stride;
         norm_qk(p, L, qt, kt);
         if (rope) {
@@ -246,9 +248,9 @@ static void plan_chunks(const lp_fw_pass *p, head_task *task)
         task->chunk_rows[c++] = T;
 }
 
-/* Every head, in groups of n_prob_slots when probabilities are wanted (each needs a [T, T]
- * slot), else all at once; maps and statistics go to the observer group by group. */
-lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
+/* Sequence p->b's heads, in groups of n_prob_slots when probabilities are wanted (each needs a
+ * [T, T] slot), else all at once; maps and statistics go to the observer group by group. */
+static lp_status run_seq_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
 {
     const lp_arch *a = &p->m->arch;
     bool any_probs = false, any_stats = false;
@@ -278,28 +280,62 @@ lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
     return LP_OK;
 }
 
-lp_status lp_fw_emit_head_outputs(lp_fw_pass *p, int l, int64_t width)
+/* The heads as sequence b's rows see them: queries, keys and values from its row r0 = b * T on
+ * (the stacked projections; a cache serves one sequence, whose r0 is 0). */
+static lp_fw_heads heads_of_sequence(const lp_fw_heads *all, int64_t r0)
+{
+    lp_fw_heads h = *all;
+    size_t elem = h.kv.dtype == LP_DTYPE_F32 ? 4 : 2;
+    h.q += r0 * h.q_stride;
+    h.kv.k = (const char *)h.kv.k + (size_t)(r0 * h.kv.k_stride) * elem;
+    h.kv.v = (const char *)h.kv.v + (size_t)(r0 * h.kv.v_stride) * elem;
+    return h;
+}
+
+lp_status lp_fw_run_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
+{
+    lp_status st = LP_OK;
+    for (p->b = 0; p->b < p->n_seqs && st == LP_OK; p->b++) {
+        lp_fw_heads seq = heads_of_sequence(heads, p->b * p->T);
+        st = run_seq_heads(p, l, &seq);
+    }
+    p->b = 0;
+    return st;
+}
+
+/* Sequence p->b's HEAD_OUTPUT sites. */
+static lp_status emit_seq_head_outputs(lp_fw_pass *p, int l, int64_t width)
 {
     const lp_arch *a = &p->m->arch;
+    int64_t stride = a->n_heads * width;
+    float *rows = p->s.attn + p->b * p->T * stride;
     for (int h = 0; h < a->n_heads; h++) {
-        lp_status st = lp_fw_edit(p, LP_SITE_HEAD_OUTPUT, l, h, p->s.attn + (int64_t)h * width,
-                                  p->T, width, a->n_heads * width);
+        float *head = rows + (int64_t)h * width;
+        lp_status st = lp_fw_edit(p, LP_SITE_HEAD_OUTPUT, l, h, head, p->T, width, stride);
         if (st != LP_OK)
             return st;
         if (!lp_fw_wants(p, LP_SITE_HEAD_OUTPUT, l, h))
             continue;
-        lp_view view = {p->s.attn + (int64_t)h * width, p->T, width, a->n_heads * width, p->pos0,
-                        NULL, NULL};
+        lp_view view = {head, p->T, width, stride, p->pos0, NULL, NULL};
         if ((st = lp_fw_emit(p, LP_SITE_HEAD_OUTPUT, l, h, &view)) != LP_OK)
             return st;
     }
     return LP_OK;
 }
 
+lp_status lp_fw_emit_head_outputs(lp_fw_pass *p, int l, int64_t width)
+{
+    lp_status st = LP_OK;
+    for (p->b = 0; p->b < p->n_seqs && st == LP_OK; p->b++)
+        st = emit_seq_head_outputs(p, l, width);
+    p->b = 0;
+    return st;
+}
+
 lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
 {
     const lp_layer_weights *L = &p->m->layers[l];
-    int64_t T = p->T, H = p->m->arch.hidden_size;
+    int64_t R = p->rows, H = p->m->arch.hidden_size;
     qkv_views x;
     lp_status st;
     if ((st = project_qkv(p, L, in, &x)) || (st = position_qk(p, L, &x)))
@@ -313,9 +349,9 @@ lp_status lp_fw_attention(lp_fw_pass *p, int l, const float *in, float *out)
     lp_fw_heads heads = {x.q, x.q_stride, hd, kv, kv.head_stride, hd, hd,
                          p->m->arch.n_heads / L->n_kv_heads, L->sinks};
     if ((st = lp_fw_run_heads(p, l, &heads)) || (st = lp_fw_emit_head_outputs(p, l, hd)) ||
-        (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
+        (st = lp_fw_linear(p, p->s.attn, R, &L->o, L->o_bias, out)))
         return st;
     if (L->post_attn_norm.present)
-        lp_fw_norm(p, &L->post_attn_norm, out, out, T);
-    return lp_fw_hook_matrix(p, LP_SITE_ATTN_OUT, l, out, T, H, H);
+        lp_fw_norm(p, &L->post_attn_norm, out, out, R);
+    return lp_fw_hook_seqs(p, LP_SITE_ATTN_OUT, l, out, H, H);
 }

@@ -42,6 +42,21 @@ static void gate_times_up(const lp_model *m, float *gate, const float *up, int64
     }
 }
 
+/* The activation row by row over [rows, F] (up NULL: ungated): the vector kernels take 8
+ * values at a time and finish a call with a scalar tail, so one call over all rows would make
+ * a row's values depend on where it sits in the stack; per row, a row computes the same
+ * whichever sequences share its batch. */
+static void activate_rows(const lp_model *m, float *gate, const float *up, int64_t rows,
+                          int64_t F)
+{
+    for (int64_t t = 0; t < rows; t++) {
+        if (up)
+            gate_times_up(m, gate + t * F, up + t * F, F);
+        else
+            activate(&m->arch, gate + t * F, NULL, F);
+    }
+}
+
 /* rows fused [rows, 2 F] gate/up rows in gu, split in place: the gates packed [rows, F] from gu
  * on, the ups into up [rows, F]. Interleaved rows alternate gate, up; else gate half, up half.
  * Row t's gates land at or before where row t was read, so nothing unread is overwritten. */
@@ -69,7 +84,7 @@ static lp_status dense_ffn_chunk(lp_fw_pass *p, const lp_layer_weights *L, const
     if (a->ffn_kind == LP_FFN_MLP) {
         if ((st = lp_fw_linear(p, in, rows, &L->up, L->up_bias, s->gate)))
             return st;
-        activate(a, s->gate, NULL, rows * F);
+        activate_rows(p->m, s->gate, NULL, rows, F);
     } else if (L->fused_gate_up) {
         /* [gate | up] per row; compact the gate half after activation. */
         if ((st = lp_fw_linear(p, in, rows, &L->gate_up, NULL, s->gate)))
@@ -84,7 +99,7 @@ static lp_status dense_ffn_chunk(lp_fw_pass *p, const lp_layer_weights *L, const
                                         {&L->up, L->up_bias, s->up}};
         if ((st = lp_fw_linear_group(p, in, rows, gate_up, 2)))
             return st;
-        gate_times_up(p->m, s->gate, s->up, rows * F);
+        activate_rows(p->m, s->gate, s->up, rows, F);
     }
     return lp_fw_linear(p, s->gate, rows, &L->down, L->down_bias, out);
 }
@@ -185,23 +200,34 @@ static void choose_experts(const lp_model *m, const lp_layer_weights *L, float *
         r[e] = (float)((double)r[e] / z);
 }
 
-/* The router over every token of in, its choices, and the ROUTER site. */
+/* Sequence p->b's ROUTER site: its T rows of the stacked routing. */
+static lp_status emit_routing(lp_fw_pass *p, int l)
+{
+    int64_t E = p->m->arch.n_experts, K = p->m->arch.n_experts_per_tok, r0 = p->b * p->T;
+    const lp_fw_scratch *s = &p->s;
+    if (!lp_fw_wants(p, LP_SITE_ROUTER, l, -1))
+        return LP_OK;
+    lp_router_view rv = {E, K, s->chosen + r0 * K, s->chosen_w + r0 * K};
+    lp_view view = {s->router + r0 * E, p->T, E, E, 0, NULL, &rv};
+    return lp_fw_emit(p, LP_SITE_ROUTER, l, -1, &view);
+}
+
+/* The router over every row of in, its choices, and each sequence's ROUTER site. */
 static lp_status route_tokens(lp_fw_pass *p, int l, const lp_layer_weights *L, const float *in)
 {
     const lp_arch *a = &p->m->arch;
-    int64_t T = p->T, E = a->n_experts, K = a->n_experts_per_tok;
+    int64_t R = p->rows, E = a->n_experts, K = a->n_experts_per_tok;
     lp_fw_scratch *s = &p->s;
-    lp_status st = lp_fw_linear(p, in, T, &L->router, L->router_bias, s->router);
+    lp_status st = lp_fw_linear(p, in, R, &L->router, L->router_bias, s->router);
     if (st != LP_OK)
         return st;
-    for (int64_t t = 0; t < T; t++)
+    for (int64_t t = 0; t < R; t++)
         choose_experts(p->m, L, s->router + t * E, s->router_sel, E, K, s->chosen + t * K,
                        s->chosen_w + t * K);
-    if (!lp_fw_wants(p, LP_SITE_ROUTER, l, -1))
-        return LP_OK;
-    lp_router_view rv = {E, K, s->chosen, s->chosen_w};
-    lp_view view = {s->router, T, E, E, 0, NULL, &rv};
-    return lp_fw_emit(p, LP_SITE_ROUTER, l, -1, &view);
+    for (p->b = 0; p->b < p->n_seqs && st == LP_OK; p->b++)
+        st = emit_routing(p, l);
+    p->b = 0;
+    return st;
 }
 
 /* Expert e's weight in token t's mixture (0 when not chosen). */
@@ -229,17 +255,17 @@ static lp_status expert_rows(lp_fw_pass *p, const lp_expert_weights *X, int64_t 
     } else if ((st = lp_fw_linear_group(p, in, rows, gate_up, 2))) {
         return st;
     }
-    gate_times_up(p->m, s->gate, s->up, rows * F);
+    activate_rows(p->m, s->gate, s->up, rows, F);
     return lp_fw_linear(p, s->gate, rows, &X->down, X->down_bias, s->expert_out);
 }
 
-/* Expert e over the tokens routed to it, ffn_rows at a time, its weighted output added into
- * out in token order. */
+/* Expert e over the rows routed to it (of every sequence), ffn_rows at a time, its weighted
+ * output added into out in row order. */
 static lp_status run_expert(lp_fw_pass *p, const lp_layer_weights *L, int32_t e, const float *in,
                             float *out)
 {
     const lp_arch *a = &p->m->arch;
-    int64_t T = p->T, H = a->hidden_size, K = a->n_experts_per_tok;
+    int64_t T = p->rows, H = a->hidden_size, K = a->n_experts_per_tok;
     lp_fw_scratch *s = &p->s;
     int64_t n = 0;
     for (int64_t t = 0; t < T; t++)
@@ -265,12 +291,12 @@ static lp_status run_expert(lp_fw_pass *p, const lp_layer_weights *L, int32_t e,
     return LP_OK;
 }
 
-/* The shared expert over every token, added into out: scaled by sigmoid(shared_gate . x) where
+/* The shared expert over every row, added into out: scaled by sigmoid(shared_gate . x) where
  * the family gates it (Qwen MoE), as it is (DeepSeek). */
 static lp_status run_shared_expert(lp_fw_pass *p, const lp_layer_weights *L, const float *in,
                                    float *out)
 {
-    int64_t T = p->T, H = p->m->arch.hidden_size;
+    int64_t T = p->rows, H = p->m->arch.hidden_size;
     for (int64_t r0 = 0; r0 < T; r0 += p->plan.ffn_rows) {
         int64_t c = T - r0 < p->plan.ffn_rows ? T - r0 : p->plan.ffn_rows;
         lp_status st = expert_rows(p, &L->shared, L->shared_ffn, in + r0 * H, c);
@@ -296,7 +322,7 @@ static lp_status run_shared_expert(lp_fw_pass *p, const lp_layer_weights *L, con
 static lp_status moe_ffn(lp_fw_pass *p, int l, const float *in, float *out)
 {
     const lp_layer_weights *L = &p->m->layers[l];
-    int64_t T = p->T, H = p->m->arch.hidden_size;
+    int64_t T = p->rows, H = p->m->arch.hidden_size;
     lp_status st = route_tokens(p, l, L, in);
     if (st != LP_OK)
         return st;
@@ -312,11 +338,11 @@ static lp_status moe_ffn(lp_fw_pass *p, int l, const float *in, float *out)
 lp_status lp_fw_ffn(lp_fw_pass *p, int l, const float *in, float *out)
 {
     const lp_layer_weights *L = &p->m->layers[l];
-    int64_t T = p->T, H = p->m->arch.hidden_size;
-    lp_status st = L->moe ? moe_ffn(p, l, in, out) : dense_ffn(p, L, in, T, out);
+    int64_t R = p->rows, H = p->m->arch.hidden_size;
+    lp_status st = L->moe ? moe_ffn(p, l, in, out) : dense_ffn(p, L, in, R, out);
     if (st != LP_OK)
         return st;
     if (L->post_ffn_norm.present)
-        lp_fw_norm(p, &L->post_ffn_norm, out, out, T);
-    return lp_fw_hook_matrix(p, LP_SITE_FFN_OUT, l, out, T, H, H);
+        lp_fw_norm(p, &L->post_ffn_norm, out, out, R);
+    return lp_fw_hook_seqs(p, LP_SITE_FFN_OUT, l, out, H, H);
 }

@@ -1,7 +1,8 @@
-/* The instrumented forward pass: one prefill per sequence, observers asked at every named site.
- * One loop for every family: the block description (model_internal.h) says where the norms sit
- * and how the sublayers meet the residual stream; attn_block.c and ffn_block.c are the two
- * sublayers. */
+/* The instrumented forward pass: one prefill of every sequence of a batch, stacked (the linear
+ * layers see all rows at once, attention and the sites see each sequence), observers asked at
+ * every named site. One loop for every family: the block description (model_internal.h) says
+ * where the norms sit and how the sublayers meet the residual stream; attn_block.c and
+ * ffn_block.c are the two sublayers. */
 #include "trace/trace.h"
 
 #include <math.h>
@@ -14,7 +15,8 @@
 
 typedef lp_fw_pass pass;
 
-/* Longest sequence one call accepts; the [T, T] probability slots bound it long before this. */
+/* Most rows one call accepts (all sequences of a batch stacked); the [T, T] probability slots
+ * bound a sequence long before this. */
 #define MAX_TOKENS (1 << 20)
 
 void lp_forward_opts_init(lp_forward_opts *opts)
@@ -41,15 +43,15 @@ uint64_t lp_forward_scratch_bytes(const lp_arch *arch, int64_t n_tokens, int n_t
 
 /* ---- embeddings and logits ---- */
 
-/* Token rows, scaled (Gemma), projected to hidden (OPT project_in), plus learned positions,
- * normed (BLOOM): the input of layer 0. */
+/* Token rows of every sequence, scaled (Gemma), projected to hidden (OPT project_in), plus
+ * learned positions, normed (BLOOM): the input of layer 0. */
 static lp_status embed(pass *p, const int32_t *tokens)
 {
     const lp_model *m = p->m;
     const lp_arch *a = &m->arch;
-    int64_t T = p->T, H = a->hidden_size, E = m->block.embed_dim;
+    int64_t T = p->rows, H = a->hidden_size, E = m->block.embed_dim;
     lp_fw_scratch *s = &p->s;
-    float *rows = m->has_proj ? s->embed : s->x; /* [T, E] */
+    float *rows = m->has_proj ? s->embed : s->x; /* [R, E] */
     lp_status st;
     for (int64_t t = 0; t < T; t++) {
         float *row = rows + t * E;
@@ -69,55 +71,73 @@ static lp_status embed(pass *p, const int32_t *tokens)
     }
     if (m->embed_norm.present)
         lp_fw_norm(p, &m->embed_norm, s->x, s->x, T);
-    return lp_fw_hook_matrix(p, LP_SITE_EMBED, -1, s->x, T, H, H);
+    return lp_fw_hook_seqs(p, LP_SITE_EMBED, -1, s->x, H, H);
 }
 
-/* The classifier's input from row `first` on: the final norm (if any), then OPT's project_out;
- * *width is its row length. */
-static lp_status classifier_input(pass *p, int64_t first, const float **out, int64_t *width)
+/* The classifier's input rows: every row, or (last_only) each sequence's last row gathered into
+ * row b; *n_rows of them. The final norm (if any), then OPT's project_out; *width is the row
+ * length of *out. */
+static lp_status classifier_input(pass *p, bool last_only, const float **out, int64_t *n_rows,
+                                  int64_t *width)
 {
     const lp_model *m = p->m;
-    int64_t T = p->T, H = m->arch.hidden_size;
+    int64_t T = p->T, H = m->arch.hidden_size, n = last_only ? p->n_seqs : p->rows;
     lp_fw_scratch *s = &p->s;
+    for (int64_t b = 0; last_only && b < p->n_seqs; b++)
+        memcpy(s->xn + b * H, s->x + (b * T + T - 1) * H, (size_t)H * sizeof(float));
+    const float *src = last_only ? s->xn : s->x;
     if (m->out_norm.present)
-        lp_fw_norm(p, &m->out_norm, s->xn + first * H, s->x + first * H, T - first);
-    else
-        memcpy(s->xn + first * H, s->x + first * H, (size_t)((T - first) * H) * sizeof(float));
+        lp_fw_norm(p, &m->out_norm, s->xn, src, n);
+    else if (!last_only)
+        memcpy(s->xn, src, (size_t)(n * H) * sizeof(float));
     *out = s->xn;
+    *n_rows = n;
     *width = H;
     if (!m->has_proj)
         return LP_OK;
     *out = s->embed;
     *width = m->block.embed_dim;
-    return lp_fw_linear(p, s->xn + first * H, T - first, &m->project_out, NULL,
-                        s->embed + first * m->block.embed_dim);
+    return last_only ? lp_fw_linear_rows(p, s->xn, n, &m->project_out, NULL, s->embed)
+                     : lp_fw_linear(p, s->xn, n, &m->project_out, NULL, s->embed);
+}
+
+/* The LOGITS sites of classifier rows [r0, r0 + n) (logits of row r0 first): each sequence's
+ * part with its own positions. */
+static lp_status emit_logits(pass *p, bool last_only, int64_t r0, int64_t n)
+{
+    int64_t T = p->T, V = p->m->arch.vocab_size, per_seq = last_only ? 1 : T;
+    lp_status st = LP_OK;
+    for (p->b = r0 / per_seq; p->b * per_seq < r0 + n && st == LP_OK; p->b++) {
+        int64_t lo = p->b * per_seq > r0 ? p->b * per_seq : r0;
+        int64_t hi = (p->b + 1) * per_seq < r0 + n ? (p->b + 1) * per_seq : r0 + n;
+        int64_t t0 = last_only ? T - 1 : lo - p->b * T;
+        lp_view view = {p->s.logits + (lo - r0) * V, hi - lo, V, V, p->pos0 + t0, NULL, NULL};
+        if (lp_fw_wants(p, LP_SITE_LOGITS, -1, -1))
+            st = lp_fw_emit(p, LP_SITE_LOGITS, -1, -1, &view);
+    }
+    p->b = 0;
+    return st;
 }
 
 static lp_status logits(pass *p)
 {
     const lp_model *m = p->m;
     const lp_arch *a = &m->arch;
-    int64_t T = p->T, V = a->vocab_size, width;
-    lp_fw_scratch *s = &p->s;
-    int64_t first = p->opts->logits_last_only ? T - 1 : 0;
+    int64_t V = a->vocab_size, width, n;
+    bool last_only = p->opts->logits_last_only;
     const float *in;
-    lp_status st = classifier_input(p, first, &in, &width);
-    if (st != LP_OK)
-        return st;
-    bool want = lp_fw_wants(p, LP_SITE_LOGITS, -1, -1);
-    for (int64_t r0 = first; r0 < T; r0 += p->plan.logits_rows) {
-        int64_t rows = T - r0 < p->plan.logits_rows ? T - r0 : p->plan.logits_rows;
-        if ((st = lp_fw_linear(p, in + r0 * width, rows, &m->lm_head, m->lm_head_bias,
-                               s->logits)))
-            return st;
-        lp_fw_finish_logits(a, s->logits, rows * V);
-        if (want) {
-            lp_view view = {s->logits, rows, V, V, p->pos0 + r0, NULL, NULL};
-            if ((st = lp_fw_emit(p, LP_SITE_LOGITS, -1, -1, &view)))
-                return st;
+    lp_status st = classifier_input(p, last_only, &in, &n, &width);
+    for (int64_t r0 = 0; r0 < n && st == LP_OK; r0 += p->plan.logits_rows) {
+        int64_t rows = n - r0 < p->plan.logits_rows ? n - r0 : p->plan.logits_rows;
+        const float *x = in + r0 * width;
+        st = last_only ? lp_fw_linear_rows(p, x, rows, &m->lm_head, m->lm_head_bias, p->s.logits)
+                       : lp_fw_linear(p, x, rows, &m->lm_head, m->lm_head_bias, p->s.logits);
+        if (st == LP_OK) {
+            lp_fw_finish_logits(a, p->s.logits, rows * V);
+            st = emit_logits(p, last_only, r0, rows);
         }
     }
-    return LP_OK;
+    return st;
 }
 
 /* ---- one layer, as the block description says ---- */
@@ -131,7 +151,7 @@ static lp_status attention(pass *p, int l, const float *in, float *out)
 static lp_status sequential_layer(pass *p, int l)
 {
     const lp_layer_weights *L = &p->m->layers[l];
-    int64_t n = p->T * p->m->arch.hidden_size;
+    int64_t n = p->rows * p->m->arch.hidden_size;
     lp_fw_scratch *s = &p->s;
     lp_status st = attention(p, l, lp_fw_block_input(p, &L->attn_norm), s->tmp);
     if (st != LP_OK)
@@ -148,7 +168,7 @@ static lp_status sequential_layer(pass *p, int l)
 static lp_status parallel_layer(pass *p, int l)
 {
     const lp_layer_weights *L = &p->m->layers[l];
-    int64_t n = p->T * p->m->arch.hidden_size;
+    int64_t n = p->rows * p->m->arch.hidden_size;
     lp_fw_scratch *s = &p->s;
     const float *in = lp_fw_block_input(p, &L->attn_norm);
     lp_status st = attention(p, l, in, s->tmp);
@@ -167,7 +187,7 @@ static lp_status parallel_layer(pass *p, int l)
 static lp_status post_norm_layer(pass *p, int l)
 {
     const lp_layer_weights *L = &p->m->layers[l];
-    int64_t T = p->T, n = T * p->m->arch.hidden_size;
+    int64_t T = p->rows, n = T * p->m->arch.hidden_size;
     lp_fw_scratch *s = &p->s;
     lp_status st = attention(p, l, s->x, s->tmp);
     if (st != LP_OK)
@@ -203,8 +223,10 @@ lp_status lp_forward_check(const lp_model *m, const lp_batch *batch, lp_error *e
         return lp_error_set(err, LP_ERR_RANGE, "forward: %lld tokens (limit %d)",
                             (long long)batch->n_tokens, MAX_TOKENS);
     int64_t total;
-    if (!lp_mul_i64(batch->n_seqs, batch->n_tokens, &total))
-        return lp_error_set(err, LP_ERR_RANGE, "forward: batch size overflows");
+    if (!lp_mul_i64(batch->n_seqs, batch->n_tokens, &total) || total > MAX_TOKENS)
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "forward: %lld sequences of %lld tokens stack more than %d rows",
+                            (long long)batch->n_seqs, (long long)batch->n_tokens, MAX_TOKENS);
     for (int64_t b = 0; b < batch->n_seqs; b++) {
         int64_t pl = batch->pad_left ? batch->pad_left[b] : 0;
         int64_t pr = batch->pad_right ? batch->pad_right[b] : 0;
@@ -251,36 +273,49 @@ static bool any_map_wanted(pass *p, const lp_batch *batch)
     return maybe;
 }
 
-/* Batch item b: positions and mask, embedding, every layer, logits. */
-static lp_status run_sequence(pass *p, const lp_batch *batch, int64_t b)
+/* Every sequence's RoPE/learned positions (padding at position 0) and the shared mask, whose
+ * padding the attention kernels read for the sequence at hand. */
+static void set_positions_and_mask(pass *p, const lp_batch *batch)
 {
-    const lp_arch *a = &p->m->arch;
-    p->b = b;
-    int64_t pad_left = batch->pad_left ? batch->pad_left[b] : 0;
     int64_t rope0 = p->kv ? lp_fw_kv_rope_pos0(p->kv, p->pos0) : 0;
-    for (int64_t t = 0; t < p->T; t++)
-        p->s.positions[t] = t >= pad_left ? rope0 + t - pad_left : 0;
+    for (int64_t b = 0; b < p->n_seqs; b++) {
+        int64_t pad_left = batch->pad_left ? batch->pad_left[b] : 0;
+        int64_t *pos = p->s.positions + b * p->T;
+        for (int64_t t = 0; t < p->T; t++)
+            pos[t] = t >= pad_left ? rope0 + t - pad_left : 0;
+    }
     p->mask = lp_mask_causal(p->T, p->n_k);
     if (p->kv && lp_fw_kv_top_left(p->kv))
         p->mask.q_pos0 = 0;
     p->mask.pad_left = batch->pad_left;
     p->mask.pad_right = batch->pad_right;
     p->mask.fault = p->opts->mask_fault;
+}
+
+/* The residual stream after layer l: every sequence's RESID site and progress. */
+static lp_status after_layer(pass *p, int l)
+{
+    const lp_arch *a = &p->m->arch;
+    lp_status st = lp_fw_hook_seqs(p, LP_SITE_RESID, l, p->s.x, a->hidden_size, a->hidden_size);
+    for (int64_t b = 0; st == LP_OK && p->opts->progress && b < p->n_seqs; b++)
+        p->opts->progress(p->opts->progress_ctx, b, l, (int)a->n_layers);
+    return st;
+}
+
+/* The stacked batch: positions and mask, embedding, every layer, logits. */
+static lp_status run_batch(pass *p, const lp_batch *batch)
+{
+    const lp_arch *a = &p->m->arch;
+    set_positions_and_mask(p, batch);
     int first = p->opts->start_layer;
-    int64_t n = p->T * a->hidden_size;
     lp_status st = LP_OK;
     if (first > 0)
-        memcpy(p->s.x, p->opts->start_resid + b * n, (size_t)n * sizeof(float));
+        memcpy(p->s.x, p->opts->start_resid, (size_t)(p->rows * a->hidden_size) * sizeof(float));
     else
-        st = embed(p, batch->tokens + b * p->T);
-    for (int l = first; l < a->n_layers && st == LP_OK; l++) {
-        st = run_layer(p, l);
-        if (st == LP_OK)
-            st = lp_fw_hook_matrix(p, LP_SITE_RESID, l, p->s.x, p->T, a->hidden_size,
-                                   a->hidden_size);
-        if (st == LP_OK && p->opts->progress)
-            p->opts->progress(p->opts->progress_ctx, b, l, (int)a->n_layers);
-    }
+        st = embed(p, batch->tokens);
+    for (int l = first; l < a->n_layers && st == LP_OK; l++)
+        if ((st = run_layer(p, l)) == LP_OK)
+            st = after_layer(p, l);
     return st == LP_OK ? logits(p) : st;
 }
 
@@ -320,7 +355,9 @@ static lp_status forward_run(const lp_model *model, const lp_batch *batch,
     p.opts = opts_in;
     p.obs = opts_in->observer;
     p.pool = opts_in->pool;
+    p.n_seqs = batch->n_seqs;
     p.T = batch->n_tokens;
+    p.rows = p.n_seqs * p.T; /* bounded by lp_forward_check */
     p.err = err;
     p.kv = kv;
     p.pos0 = kv ? lp_kv_cache_len(kv) : 0;
@@ -328,10 +365,10 @@ static lp_status forward_run(const lp_model *model, const lp_batch *batch,
     p.rope_len = kv ? lp_fw_kv_rope_len(kv, p.n_k) : longest_sequence(batch);
     int n_threads = p.pool ? lp_pool_threads(p.pool) : 1;
     bool gather = kv && lp_fw_kv_needs_gather(kv);
-    if (!lp_fw_make_plan_kv(&model->arch, p.T, p.n_k, gather, any_map_wanted(&p, batch),
-                            n_threads, &p.plan))
-        return lp_error_set(err, LP_ERR_RANGE, "forward: scratch for %lld tokens overflows",
-                            (long long)p.T);
+    if (!lp_fw_make_plan_kv(&model->arch, p.n_seqs, p.T, p.n_k, gather,
+                            any_map_wanted(&p, batch), n_threads, &p.plan))
+        return lp_error_set(err, LP_ERR_RANGE, "forward: scratch for %lld x %lld tokens overflows",
+                            (long long)p.n_seqs, (long long)p.T);
     lp_arena *arena;
     if ((st = lp_arena_create((size_t)p.plan.total, &arena, err)) != LP_OK)
         return st;
@@ -340,8 +377,7 @@ static lp_status forward_run(const lp_model *model, const lp_batch *batch,
         return lp_error_set(err, LP_ERR_NOMEM, "forward: scratch plan of %llu bytes too small "
                                                "(bug)", (unsigned long long)p.plan.total);
     }
-    for (int64_t b = 0; b < batch->n_seqs && st == LP_OK; b++)
-        st = run_sequence(&p, batch, b);
+    st = run_batch(&p, batch);
     lp_arena_destroy(arena);
     if (st == LP_OK && kv)
         lp_fw_kv_advance(kv, p.T);

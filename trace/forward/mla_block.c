@@ -47,7 +47,7 @@ static lp_status project(lp_fw_pass *p, const lp_layer_weights *L, const float *
                          float *qa, float *kva, float *latent)
 {
     const lp_arch *a = &p->m->arch;
-    int64_t T = p->T, qr = a->q_lora_rank, kvr = a->kv_lora_rank, rope = a->qk_rope_head_dim;
+    int64_t T = p->rows, qr = a->q_lora_rank, kvr = a->kv_lora_rank, rope = a->qk_rope_head_dim;
     lp_status st;
     if (qr > 0) {
         if ((st = lp_fw_linear(p, in, T, &L->q_a, NULL, qa)))
@@ -70,7 +70,7 @@ static lp_status project(lp_fw_pass *p, const lp_layer_weights *L, const float *
 static lp_status rotate(lp_fw_pass *p, float *q, float *kva)
 {
     const lp_arch *a = &p->m->arch;
-    int64_t T = p->T, nh = a->n_heads, hd = a->head_dim, rope = a->qk_rope_head_dim;
+    int64_t T = p->rows, nh = a->n_heads, hd = a->head_dim, rope = a->qk_rope_head_dim;
     int64_t nope = a->qk_nope_head_dim, kvr = a->kv_lora_rank;
     float attn_factor;
     lp_status st = lp_model_rope_freqs(p->m, p->rope_len, false, p->s.inv_freq, &attn_factor,
@@ -108,10 +108,12 @@ lp_status lp_fw_mla_attention(lp_fw_pass *p, int l, const float *in, float *out)
 {
     const lp_arch *a = &p->m->arch;
     const lp_layer_weights *L = &p->m->layers[l];
-    int64_t T = p->T, R = p->n_k, H = a->hidden_size, nh = a->n_heads, hd = a->head_dim;
+    /* key rows: every cached position with a cache (one sequence), else the stacked rows */
+    int64_t T = p->rows, R = p->kv ? p->n_k : p->rows, H = a->hidden_size, nh = a->n_heads;
+    int64_t hd = a->head_dim;
     int64_t nope = a->qk_nope_head_dim, v = a->v_head_dim, kvr = a->kv_lora_rank;
     int64_t rope = a->qk_rope_head_dim;
-    /* s.mla holds R = n_k rows of each (R = T without a cache) */
+    /* s.mla holds R rows of each */
     float *q = p->s.qkv, *qa = p->s.mla, *kva = qa + R * a->q_lora_rank;
     float *latent = kva + R * (kvr + rope), *kvb = latent + R * kvr;
     float *k = kvb + R * nh * (nope + v), *part = k + R * nh * hd;
@@ -135,5 +137,5 @@ lp_status lp_fw_mla_attention(lp_fw_pass *p, int l, const float *in, float *out)
     if ((st = lp_fw_run_heads(p, l, &heads)) || (st = lp_fw_emit_head_outputs(p, l, v)) ||
         (st = lp_fw_linear(p, p->s.attn, T, &L->o, L->o_bias, out)))
         return st;
-    return lp_fw_emit_matrix(p, LP_SITE_ATTN_OUT, l, out, T, H, H);
+    return lp_fw_emit_seqs(p, LP_SITE_ATTN_OUT, l, out, H, H);
 }

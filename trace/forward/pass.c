@@ -62,12 +62,15 @@ static uint64_t mla_width(const lp_arch *a)
                       a->n_heads * (a->qk_nope_head_dim + a->v_head_dim + a->head_dim) + part);
 }
 
+/* MLA's key rows: every cached position with a cache, else the stacked rows. */
+static int64_t mla_rows(const lp_fw_plan *p) { return p->n_k > p->rows ? p->n_k : p->rows; }
+
 /* The buffers only some blocks need: the parallel FFN's output, OPT's projected embeddings,
  * the MoE routing. */
 static bool plan_block_extras(const lp_arch *a, const lp_fw_plan *p, uint64_t *total)
 {
     lp_block_desc b = lp_block_of(a);
-    uint64_t t = (uint64_t)p->T, H = (uint64_t)a->hidden_size, fr = (uint64_t)p->ffn_rows;
+    uint64_t t = (uint64_t)p->rows, H = (uint64_t)a->hidden_size, fr = (uint64_t)p->ffn_rows;
     uint64_t E = (uint64_t)(a->n_experts > 0 ? a->n_experts : 0);
     uint64_t K = (uint64_t)(a->n_experts_per_tok > 0 ? a->n_experts_per_tok : 0);
     bool ok = true;
@@ -79,20 +82,25 @@ static bool plan_block_extras(const lp_arch *a, const lp_fw_plan *p, uint64_t *t
         ok = plan_add(total, t, E * 4) && plan_add(total, t, K * 4) && plan_add(total, t, K * 4) &&
              plan_add(total, t, 8) && plan_add(total, fr * 2, H * 4) && plan_add(total, 2, E * 4);
     if (ok && a->mla)
-        ok = plan_add(total, (uint64_t)p->n_k, mla_width(a) * 4);
+        ok = plan_add(total, (uint64_t)mla_rows(p), mla_width(a) * 4);
     return ok;
 }
 
 bool lp_fw_make_plan(const lp_arch *a, int64_t T, bool want_probs, int n_threads, lp_fw_plan *p)
 {
-    return lp_fw_make_plan_kv(a, T, T, false, want_probs, n_threads, p);
+    return lp_fw_make_plan_kv(a, 1, T, T, false, want_probs, n_threads, p);
 }
 
-bool lp_fw_make_plan_kv(const lp_arch *a, int64_t T, int64_t n_k, bool gather, bool want_probs,
-                        int n_threads, lp_fw_plan *p)
+bool lp_fw_make_plan_kv(const lp_arch *a, int64_t n_seqs, int64_t T, int64_t n_k, bool gather,
+                        bool want_probs, int n_threads, lp_fw_plan *p)
 {
-    uint64_t t = (uint64_t)T, H = (uint64_t)a->hidden_size, total = 0;
+    uint64_t rows_u, H = (uint64_t)a->hidden_size, total = 0;
+    if (!lp_mul_u64((uint64_t)n_seqs, (uint64_t)T, &rows_u) || rows_u >= ((uint64_t)1 << 40))
+        return false;
+    uint64_t t = rows_u;
+    p->n_seqs = n_seqs;
     p->T = T;
+    p->rows = (int64_t)rows_u;
     p->n_k = n_k;
     p->kv_gather = gather;
     widest_layer(a, p);
@@ -100,14 +108,14 @@ bool lp_fw_make_plan_kv(const lp_arch *a, int64_t T, int64_t n_k, bool gather, b
     int64_t rows = (int64_t)(LOGITS_CHUNK_FLOATS / (uint64_t)a->vocab_size);
     if (rows < 1)
         rows = 1;
-    p->logits_rows = rows < T ? rows : T;
-    p->ffn_rows = T < FFN_CHUNK_ROWS ? T : FFN_CHUNK_ROWS;
+    p->logits_rows = rows < p->rows ? rows : p->rows;
+    p->ffn_rows = p->rows < FFN_CHUNK_ROWS ? p->rows : FFN_CHUNK_ROWS;
     uint64_t fr = (uint64_t)p->ffn_rows;
     bool ok = plan_add(&total, t * 3, H * 4) && plan_add(&total, t, qkv_w * 4) &&
               plan_add(&total, 1, qkv_w * 4) &&
               plan_add(&total, t, (uint64_t)p->q_dim * 4) && plan_add(&total, fr, 2 * ffn * 4) &&
               plan_add(&total, fr, ffn * 4) &&
-              plan_add(&total, (uint64_t)a->n_heads * t, sizeof(lp_attn_row_stats)) &&
+              plan_add(&total, (uint64_t)a->n_heads * (uint64_t)T, sizeof(lp_attn_row_stats)) &&
               plan_add(&total, (uint64_t)p->logits_rows, (uint64_t)a->vocab_size * 4) &&
               plan_add(&total, 2 * (uint64_t)(a->rope_dim / 2 + 1), 4) && plan_add(&total, t, 8);
     ok = ok && plan_prob_slots(a, want_probs, n_threads, p, &total) &&
@@ -126,14 +134,14 @@ static void *take(lp_arena *arena, uint64_t n, uint64_t size)
 
 static bool carve_extras(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_scratch *s)
 {
-    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
+    uint64_t T = (uint64_t)p->rows, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
     bool ok = true;
     if (lp_block_of(a).residual == LP_RESIDUAL_PARALLEL)
         ok = (s->ffn_out = take(arena, T * H, 4)) != NULL;
     if (ok && a->embed_proj_dim > 0)
         ok = (s->embed = take(arena, T * (uint64_t)a->embed_proj_dim, 4)) != NULL;
     if (ok && a->mla)
-        ok = (s->mla = take(arena, (uint64_t)p->n_k * mla_width(a), 4)) != NULL;
+        ok = (s->mla = take(arena, (uint64_t)mla_rows(p) * mla_width(a), 4)) != NULL;
     if (!ok || a->n_experts <= 0)
         return ok;
     uint64_t E = (uint64_t)a->n_experts, K = (uint64_t)a->n_experts_per_tok;
@@ -150,7 +158,7 @@ static bool carve_extras(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p,
 
 bool lp_fw_carve(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_scratch *s)
 {
-    uint64_t T = (uint64_t)p->T, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
+    uint64_t T = (uint64_t)p->rows, H = (uint64_t)a->hidden_size, FR = (uint64_t)p->ffn_rows;
     uint64_t qkv_w = (uint64_t)(p->q_dim + 2 * p->kv_dim);
     memset(s, 0, sizeof *s);
     s->x = take(arena, T * H, 4);
@@ -161,7 +169,7 @@ bool lp_fw_carve(lp_arena *arena, const lp_arch *a, const lp_fw_plan *p, lp_fw_s
     s->attn = take(arena, T * (uint64_t)p->q_dim, 4);
     s->gate = take(arena, FR * 2 * (uint64_t)p->ffn, 4);
     s->up = take(arena, FR * (uint64_t)p->ffn, 4);
-    s->row_stats = take(arena, (uint64_t)a->n_heads * T, sizeof(lp_attn_row_stats));
+    s->row_stats = take(arena, (uint64_t)a->n_heads * (uint64_t)p->T, sizeof(lp_attn_row_stats));
     s->logits = take(arena, (uint64_t)p->logits_rows * (uint64_t)a->vocab_size, 4);
     s->inv_freq = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
     s->inv_freq_local = take(arena, (uint64_t)(a->rope_dim / 2 + 1), 4);
@@ -229,6 +237,26 @@ lp_status lp_fw_hook_matrix(const lp_fw_pass *p, lp_site_kind kind, int layer, f
     return st != LP_OK ? st : lp_fw_emit_matrix(p, kind, layer, data, rows, cols, stride);
 }
 
+lp_status lp_fw_hook_seqs(lp_fw_pass *p, lp_site_kind kind, int layer, float *data, int64_t cols,
+                          int64_t stride)
+{
+    lp_status st = LP_OK;
+    for (p->b = 0; p->b < p->n_seqs && st == LP_OK; p->b++)
+        st = lp_fw_hook_matrix(p, kind, layer, data + p->b * p->T * stride, p->T, cols, stride);
+    p->b = 0;
+    return st;
+}
+
+lp_status lp_fw_emit_seqs(lp_fw_pass *p, lp_site_kind kind, int layer, const float *data,
+                          int64_t cols, int64_t stride)
+{
+    lp_status st = LP_OK;
+    for (p->b = 0; p->b < p->n_seqs && st == LP_OK; p->b++)
+        st = lp_fw_emit_matrix(p, kind, layer, data + p->b * p->T * stride, p->T, cols, stride);
+    p->b = 0;
+    return st;
+}
+
 /* ---- norms and linear layers ---- */
 
 void lp_fw_norm_rows(const lp_arch *a, const float *weight, const float *bias, float *dst,
@@ -254,7 +282,7 @@ const float *lp_fw_block_input(lp_fw_pass *p, const lp_norm_weights *nw)
 {
     if (!p->m->block.input_norms || !nw->present)
         return p->s.x;
-    lp_fw_norm(p, nw, p->s.xn, p->s.x, p->T);
+    lp_fw_norm(p, nw, p->s.xn, p->s.x, p->rows);
     return p->s.xn;
 }
 
@@ -273,21 +301,50 @@ lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const 
     return lp_linear(x, rows, w, bias, y, p->pool, p->err);
 }
 
-/* The decode step's matrices that read the same input (q, k, v; gate, up) in one pool run: the
- * pool's threads split the rows of all of them, so a step wakes the workers once per group
- * instead of once per matrix. Each row's dot product is lp_matvec's, so the results are those of
- * separate calls bit for bit. */
-enum { GROUP_MAX_TASKS = 64 };
+/* Matrix-vector products in one pool run: the decode step's matrices that read the same input
+ * (q, k, v; gate, up), and a batch's few last-position rows against the LM head. The pool's
+ * threads split the rows of all the matrices, so a step wakes the workers once per group instead
+ * of once per matrix; with several inputs each thread walks its rows a cache-sized slice at a
+ * time through every input, so the weights are read from memory once however many inputs there
+ * are. Each result is lp_matvec's dot product of one weight row and one input, so the results
+ * are those of separate single-row calls bit for bit. */
+enum { GROUP_MAX_TASKS = 64, GROUP_SLICE_BYTES = 128 << 10 };
 
 typedef struct linear_group {
-    const float *x;
-    const lp_fw_linear_part *parts;
+    const float *x; /* [n_x, ldx] */
+    int64_t n_x, ldx;
+    const lp_fw_linear_part *parts; /* part i's y: [n_x, w->rows] */
     int n_parts;
     int64_t total_rows, n_tasks;
     bool int8_x; /* lp_matvec_int8's rows */
     lp_status status[GROUP_MAX_TASKS];
     lp_error err[GROUP_MAX_TASKS];
 } linear_group;
+
+/* Rows [lo, hi) of one part against every input, slice by slice. */
+static lp_status group_part_rows(const linear_group *g, const lp_fw_linear_part *part, int64_t lo,
+                                 int64_t hi, lp_error *err)
+{
+    const lp_matrix *w = part->w;
+    int64_t step = hi - lo;
+    if (g->n_x > 1) {
+        step = (int64_t)(GROUP_SLICE_BYTES / (w->row_bytes > 0 ? w->row_bytes : 1));
+        step = step < 1 ? 1 : step;
+    }
+    for (int64_t s0 = lo; s0 < hi; s0 += step) {
+        lp_matrix slice = *w;
+        slice.data = (const uint8_t *)w->data + (uint64_t)s0 * w->row_bytes;
+        slice.rows = hi - s0 < step ? hi - s0 : step;
+        for (int64_t i = 0; i < g->n_x; i++) {
+            lp_status st = (g->int8_x ? lp_matvec_int8 : lp_matvec)(
+                g->x + i * g->ldx, &slice, part->bias ? part->bias + s0 : NULL,
+                part->y + i * w->rows + s0, NULL, err);
+            if (st != LP_OK)
+                return st;
+        }
+    }
+    return LP_OK;
+}
 
 static void group_task(void *ctx, int64_t task)
 {
@@ -302,11 +359,7 @@ static void group_task(void *ctx, int64_t task)
             continue;
         lo = lo < 0 ? 0 : lo;
         hi = hi > part->w->rows ? part->w->rows : hi;
-        lp_matrix slice = *part->w;
-        slice.data = (const uint8_t *)part->w->data + (uint64_t)lo * part->w->row_bytes;
-        slice.rows = hi - lo;
-        lp_status st = (g->int8_x ? lp_matvec_int8 : lp_matvec)(
-            g->x, &slice, part->bias ? part->bias + lo : NULL, part->y + lo, NULL, &g->err[task]);
+        lp_status st = group_part_rows(g, part, lo, hi, &g->err[task]);
         if (st != LP_OK) {
             g->status[task] = st;
             return;
@@ -314,40 +367,63 @@ static void group_task(void *ctx, int64_t task)
     }
 }
 
-lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
-                             const lp_fw_linear_part *parts, int n_parts)
+/* Whether every part can go through lp_matvec. */
+static bool matvec_parts(const lp_fw_linear_part *parts, int n_parts)
+{
+    for (int i = 0; i < n_parts; i++)
+        if (parts[i].w->transposed || !lp_matvec_supported(parts[i].w->dtype) ||
+            parts[i].w->rows <= 0)
+            return false;
+    return true;
+}
+
+static lp_status run_group(const lp_fw_pass *p, const float *x, int64_t n_x,
+                           const lp_fw_linear_part *parts, int n_parts)
 {
     int threads = p->pool ? lp_pool_threads(p->pool) : 1;
-    bool one_run = rows == 1 && threads > 1;
-    int64_t total = 0;
-    for (int i = 0; i < n_parts && one_run; i++) {
-        one_run = !parts[i].w->transposed && lp_matvec_supported(parts[i].w->dtype) &&
-                  parts[i].w->rows > 0;
-        total += parts[i].w->rows;
-    }
-    if (!one_run) {
-        lp_status st = LP_OK;
-        for (int i = 0; i < n_parts && st == LP_OK; i++)
-            st = lp_fw_linear(p, x, rows, parts[i].w, parts[i].bias, parts[i].y);
-        return st;
-    }
     linear_group *g = malloc(sizeof *g);
     if (!g)
         return lp_error_set(p->err, LP_ERR_NOMEM, "forward: out of memory for a matvec group");
+    int64_t total = 0;
+    for (int i = 0; i < n_parts; i++)
+        total += parts[i].w->rows;
     g->x = x;
+    g->n_x = n_x;
+    g->ldx = parts[0].w->cols;
     g->parts = parts;
     g->n_parts = n_parts;
     g->total_rows = total;
     g->int8_x = p->opts->int8_activations;
     g->n_tasks = threads < GROUP_MAX_TASKS ? threads : GROUP_MAX_TASKS;
     g->n_tasks = g->n_tasks < total ? g->n_tasks : total;
-    lp_pool_run(p->pool, g->n_tasks, group_task, g);
+    lp_fw_pool_or_serial(p->pool, g->n_tasks, group_task, g);
     lp_status st = LP_OK;
     for (int64_t t = 0; t < g->n_tasks && st == LP_OK; t++)
         if ((st = g->status[t]) != LP_OK && p->err)
             *p->err = g->err[t];
     free(g);
     return st;
+}
+
+lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
+                             const lp_fw_linear_part *parts, int n_parts)
+{
+    int threads = p->pool ? lp_pool_threads(p->pool) : 1;
+    if (rows == 1 && threads > 1 && matvec_parts(parts, n_parts))
+        return run_group(p, x, 1, parts, n_parts);
+    lp_status st = LP_OK;
+    for (int i = 0; i < n_parts && st == LP_OK; i++)
+        st = lp_fw_linear(p, x, rows, parts[i].w, parts[i].bias, parts[i].y);
+    return st;
+}
+
+lp_status lp_fw_linear_rows(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
+                            const float *bias, float *y)
+{
+    lp_fw_linear_part part = {w, bias, y};
+    if (rows > 1 && rows <= LP_FW_MATVEC_ROWS && matvec_parts(&part, 1))
+        return run_group(p, x, rows, &part, 1);
+    return lp_fw_linear(p, x, rows, w, bias, y);
 }
 
 void lp_fw_pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t), void *ctx)

@@ -1,5 +1,7 @@
 /* Recording a padded batch: each sequence of one lp_forward call becomes its own run, its sites
- * cropped to its real tokens [pad_left, T - pad_right) before the store sees them. */
+ * cropped to its real tokens [pad_left, T - pad_right) before the store sees them. The pass
+ * stacks the sequences, so their sites arrive interleaved (layer by layer): all runs are open
+ * at once and the store is pointed at the one each site belongs to. */
 #define _POSIX_C_SOURCE 200809L
 #include "trace/store/store_internal.h"
 
@@ -12,11 +14,11 @@ struct lp_store_batch {
     lp_store_opts opts;
     const lp_run_info *infos;
     int64_t n_seqs, T;
-    int64_t cur;            /* the sequence whose run is open, -1 = none */
-    int64_t *run_ids;       /* [n_seqs] */
+    bool open;              /* the runs are begun */
+    int64_t cur;            /* the sequence the store points at */
+    lp_store_run_acc *accs; /* [n_seqs] each run's id and accumulators */
     lp_attn_row_stats *rows; /* [T] recomputed row statistics */
     lp_observer obs;
-    double seconds;
 };
 
 static bool batch_want(void *ctx, const lp_site *site)
@@ -35,17 +37,21 @@ static bool batch_want(void *ctx, const lp_site *site)
     }
 }
 
-/* Sequence b's run, the previous one's ended. */
+/* The store pointed at sequence seq's run, every run begun at the first site. */
 static lp_status switch_to(lp_store_batch *b, int64_t seq, lp_error *err)
 {
-    lp_status st = LP_OK;
-    if (b->cur >= 0 && (st = lp_store_end_run(b->store, b->seconds, err)))
-        return st;
-    b->cur = -1;
-    st = lp_store_begin_run(b->store, &b->infos[seq], &b->opts, &b->run_ids[seq], err);
-    if (st == LP_OK)
-        b->cur = seq;
-    return st;
+    if (!b->open) {
+        lp_status st = lp_store_begin_batch_runs(b->store, b->infos, b->n_seqs, &b->opts,
+                                                 b->accs, err);
+        if (st != LP_OK)
+            return st;
+        b->open = true;
+        b->cur = 0;
+    }
+    if (seq != b->cur)
+        lp_store_select_run(b->store, &b->accs[seq]);
+    b->cur = seq;
+    return LP_OK;
 }
 
 /* The row statistics of n cropped probability rows (query i at the sequence's position i). */
@@ -89,7 +95,7 @@ static lp_status batch_observe(void *ctx, const lp_site *site, const lp_view *v,
 {
     lp_store_batch *b = ctx;
     lp_status st;
-    if (site->batch != b->cur && (st = switch_to(b, site->batch, err)))
+    if ((!b->open || site->batch != b->cur) && (st = switch_to(b, site->batch, err)))
         return st;
     const lp_run_info *info = &b->infos[site->batch];
     int64_t a = info->pad_left, n = info->n_tokens;
@@ -148,10 +154,10 @@ lp_status lp_store_batch_create(lp_store *store, const lp_store_opts *opts,
                                 (long long)infos[i].n_tokens, (long long)infos[i].pad_right,
                                 (long long)n_tokens);
     lp_store_batch *b = calloc(1, sizeof *b);
-    if (!b || !(b->run_ids = calloc((size_t)n_seqs, sizeof *b->run_ids)) ||
+    if (!b || !(b->accs = calloc((size_t)n_seqs, sizeof *b->accs)) ||
         !(b->rows = malloc((size_t)n_tokens * sizeof *b->rows))) {
         if (b)
-            free(b->run_ids);
+            free(b->accs);
         free(b);
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory for a batch");
     }
@@ -162,7 +168,6 @@ lp_status lp_store_batch_create(lp_store *store, const lp_store_opts *opts,
     b->infos = infos;
     b->n_seqs = n_seqs;
     b->T = n_tokens;
-    b->cur = -1;
     b->obs = (lp_observer){b, batch_want, batch_observe};
     *out = b;
     return LP_OK;
@@ -173,12 +178,13 @@ const lp_observer *lp_store_batch_observer(lp_store_batch *b) { return &b->obs; 
 lp_status lp_store_batch_finish(lp_store_batch *b, double seconds, int64_t *run_ids,
                                 lp_error *err)
 {
-    b->seconds = seconds;
-    lp_status st = LP_OK;
-    if (b->cur >= 0 && (st = lp_store_end_run(b->store, seconds, err)) == LP_OK)
-        b->cur = -1;
-    if (st == LP_OK && run_ids)
-        memcpy(run_ids, b->run_ids, (size_t)b->n_seqs * sizeof *run_ids);
+    /* a pass that reached no site still records every sequence */
+    lp_status st = b->open ? LP_OK : switch_to(b, 0, err);
+    if (st == LP_OK)
+        st = lp_store_end_batch_runs(b->store, b->accs, b->n_seqs, seconds, err);
+    b->open = false; /* ended, or aborted by the failed end */
+    for (int64_t i = 0; st == LP_OK && run_ids && i < b->n_seqs; i++)
+        run_ids[i] = b->accs[i].run_id;
     return st;
 }
 
@@ -186,9 +192,9 @@ void lp_store_batch_destroy(lp_store_batch *b)
 {
     if (!b)
         return;
-    if (b->cur >= 0)
-        lp_store_abort_run(b->store);
-    free(b->run_ids);
+    if (b->open)
+        lp_store_abort_batch_runs(b->store, b->accs, b->n_seqs);
+    free(b->accs);
     free(b->rows);
     free(b);
 }

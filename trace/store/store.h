@@ -126,9 +126,9 @@ void lp_store_abort_run(lp_store *store);
  * lp_forward batch as its own run, infos[b] describing sequence b (its real tokens, n_tokens
  * of them, and its padding within the batch's T tokens). Each sequence's sites are cropped to its
  * real tokens; its row statistics are recomputed from the cropped probabilities, so they refer
- * to the sequence's own positions (key 0 = its first real token). Sequence b's run opens when
- * its first site arrives and ends when the next one's does (the pass runs them in order);
- * lp_store_batch_finish ends the last. run_ids[n_seqs] receives the ids. */
+ * to the sequence's own positions (key 0 = its first real token). The pass stacks the sequences,
+ * so their sites arrive interleaved: every run opens at the first site, all in one transaction,
+ * and lp_store_batch_finish ends them together. run_ids[n_seqs] receives the ids. */
 typedef struct lp_store_batch lp_store_batch;
 lp_status lp_store_batch_create(lp_store *store, const lp_store_opts *opts,
                                 const lp_run_info *infos, int64_t n_seqs, int64_t n_tokens,

@@ -71,6 +71,31 @@ void lp_store_gen_norms(lp_store *s, const lp_site *site, const lp_view *v);
 void lp_store_gen_finish_stats(lp_store *s, int64_t n_total);
 lp_status lp_store_gen_cut_maps(lp_store *s, int64_t n_total, lp_error *err);
 
+/* write.c, for batch.c: the runs of one stacked batch, open together. The pass reaches each
+ * site for every sequence before the next site, so each run keeps its own accumulators and the
+ * store is pointed at the run a site belongs to (lp_store_select_run) instead of ending one run
+ * to begin the next. The runs rows are committed first, so a killed batch shows them 'running';
+ * the data of all of them goes into one transaction, committed when the batch ends. */
+typedef struct lp_store_run_acc {
+    int64_t run_id;
+    lp_head_stats *stats;   /* [n_layers, n_heads] */
+    bool *stats_seen;       /* [n_layers, n_heads] */
+    int64_t *expert_tokens; /* [n_layers, n_experts] */
+    double *expert_weight;  /* [n_layers, n_experts] */
+    double *router_entropy; /* [n_layers] */
+    int64_t *router_rows;   /* [n_layers] */
+} lp_store_run_acc;
+/* accs[n] filled (run ids, accumulators); on failure every run begun is marked failed. */
+lp_status lp_store_begin_batch_runs(lp_store *store, const lp_run_info *infos, int64_t n,
+                                    const lp_store_opts *opts, lp_store_run_acc *accs,
+                                    lp_error *err);
+void lp_store_select_run(lp_store *store, const lp_store_run_acc *acc);
+/* Every run's aggregates written and marked complete, then one commit; aborts all on failure. */
+lp_status lp_store_end_batch_runs(lp_store *store, lp_store_run_acc *accs, int64_t n,
+                                  double seconds, lp_error *err);
+/* Rolls the batch back and marks every run failed; nothing when no batch is open. */
+void lp_store_abort_batch_runs(lp_store *store, lp_store_run_acc *accs, int64_t n);
+
 /* A handle for path with no connection yet; NULL when out of memory (err says so). */
 lp_store *lp_store_alloc(const char *path, lp_error *err);
 /* Finalizes the statements, closes the connection, frees the handle (no run may be open). */

@@ -277,23 +277,63 @@ const lp_observer *lp_store_observer(lp_store *store) { return &store->observer;
 
 /* ---- beginning a run -------------------------------------------------------------------------- */
 
+void lp_store_select_run(lp_store *s, const lp_store_run_acc *acc)
+{
+    s->run_id = acc->run_id;
+    s->stats = acc->stats;
+    s->stats_seen = acc->stats_seen;
+    s->expert_tokens = acc->expert_tokens;
+    s->expert_weight = acc->expert_weight;
+    s->router_entropy = acc->router_entropy;
+    s->router_rows = acc->router_rows;
+}
+
+static void acc_of_store(const lp_store *s, lp_store_run_acc *acc)
+{
+    lp_store_run_acc a = {s->run_id,       s->stats,          s->stats_seen, s->expert_tokens,
+                          s->expert_weight, s->router_entropy, s->router_rows};
+    *acc = a;
+}
+
+static void acc_free(lp_store_run_acc *acc)
+{
+    free(acc->stats);
+    free(acc->stats_seen);
+    free(acc->expert_tokens);
+    free(acc->expert_weight);
+    free(acc->router_entropy);
+    free(acc->router_rows);
+    lp_store_run_acc gone = {acc->run_id, NULL, NULL, NULL, NULL, NULL, NULL};
+    *acc = gone; /* the id stays: lp_store_batch_finish reports it */
+}
+
+/* A run's accumulators, shaped by the store's n_layers, n_heads and n_experts. */
+static bool acc_alloc(const lp_store *s, lp_store_run_acc *acc)
+{
+    size_t LH = (size_t)(s->n_layers * s->n_heads);
+    size_t LE = (size_t)(s->n_layers * (s->n_experts > 0 ? s->n_experts : 1));
+    acc->stats = calloc(LH, sizeof *acc->stats);
+    acc->stats_seen = calloc(LH, sizeof(bool));
+    acc->expert_tokens = calloc(LE, sizeof(int64_t));
+    acc->expert_weight = calloc(LE, sizeof(double));
+    acc->router_entropy = calloc((size_t)s->n_layers, sizeof(double));
+    acc->router_rows = calloc((size_t)s->n_layers, sizeof(int64_t));
+    return acc->stats && acc->stats_seen && acc->expert_tokens && acc->expert_weight &&
+           acc->router_entropy && acc->router_rows;
+}
+
 static void free_run(lp_store *s)
 {
+    lp_store_run_acc acc;
+    acc_of_store(s, &acc);
+    acc_free(&acc);
+    lp_store_select_run(s, &acc);
     free(s->layer_sel);
     free(s->head_sel);
-    free(s->stats);
-    free(s->stats_seen);
-    free(s->expert_tokens);
-    free(s->expert_weight);
-    free(s->router_entropy);
-    free(s->router_rows);
     free(s->f16);
     free(s->top);
     lp_store_gen_free(s);
-    s->layer_sel = s->head_sel = s->stats_seen = NULL;
-    s->stats = NULL;
-    s->expert_tokens = s->router_rows = NULL;
-    s->expert_weight = s->router_entropy = NULL;
+    s->layer_sel = s->head_sel = NULL;
     s->f16 = NULL;
     s->f16_cap = 0;
     s->top = NULL;
@@ -392,20 +432,14 @@ static lp_status alloc_run_state(lp_store *s, const lp_run_info *info, const lp_
     s->n_experts = a->n_experts > 0 ? a->n_experts : 0;
     s->has_sinks = a->attn_sinks;
     s->tok = info->tokenizer;
-    size_t LH = (size_t)(s->n_layers * s->n_heads);
-    size_t LE = (size_t)(s->n_layers * (s->n_experts > 0 ? s->n_experts : 1));
     int64_t top_k = s->opts.top_k > 0 ? s->opts.top_k : 1;
+    lp_store_run_acc acc = {s->run_id, NULL, NULL, NULL, NULL, NULL, NULL};
+    bool ok = acc_alloc(s, &acc);
+    lp_store_select_run(s, &acc);
     s->layer_sel = malloc((size_t)s->n_layers * sizeof(bool));
     s->head_sel = malloc((size_t)s->n_heads * sizeof(bool));
-    s->stats = calloc(LH, sizeof *s->stats);
-    s->stats_seen = calloc(LH, sizeof(bool));
-    s->expert_tokens = calloc(LE, sizeof(int64_t));
-    s->expert_weight = calloc(LE, sizeof(double));
-    s->router_entropy = calloc((size_t)s->n_layers, sizeof(double));
-    s->router_rows = calloc((size_t)s->n_layers, sizeof(int64_t));
     s->top = malloc((size_t)top_k * sizeof *s->top);
-    if (!s->layer_sel || !s->head_sel || !s->stats || !s->stats_seen || !s->expert_tokens ||
-        !s->expert_weight || !s->router_entropy || !s->router_rows || !s->top)
+    if (!ok || !s->layer_sel || !s->head_sel || !s->top)
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory", s->path);
     for (int64_t l = 0; l < s->n_layers; l++)
         s->layer_sel[l] = opts->layers ? opts->layers[l] : true;
@@ -771,10 +805,9 @@ static lp_status mark_complete(lp_store *s, double seconds, lp_error *err)
     return st;
 }
 
-lp_status lp_store_end_run(lp_store *s, double seconds, lp_error *err)
+/* The open run's head statistics and routing, and its row marked complete (not committed). */
+static lp_status write_aggregates(lp_store *s, double seconds, lp_error *err)
 {
-    if (!s->in_run)
-        return lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
     lp_status st = LP_OK;
     if (s->opts.seq_len > 0)
         lp_store_gen_finish_stats(s, s->gen_total);
@@ -783,8 +816,14 @@ lp_status lp_store_end_run(lp_store *s, double seconds, lp_error *err)
         if (st == LP_OK && s->n_experts > 0 && s->router_rows[l] > 0)
             st = write_routing(s, l, err);
     }
-    if (st == LP_OK)
-        st = mark_complete(s, seconds, err);
+    return st == LP_OK ? mark_complete(s, seconds, err) : st;
+}
+
+lp_status lp_store_end_run(lp_store *s, double seconds, lp_error *err)
+{
+    if (!s->in_run)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
+    lp_status st = write_aggregates(s, seconds, err);
     if (st == LP_OK)
         st = exec(s, "COMMIT", err);
     if (st != LP_OK) {
@@ -802,6 +841,105 @@ void lp_store_abort_run(lp_store *s)
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     mark_failed(s);
     free_run(s);
+}
+
+/* ---- the runs of a stacked batch --------------------------------------------------------------- */
+
+/* The store's own accumulators back (run 0's), the others freed, the runs state released. */
+static void release_batch(lp_store *s, lp_store_run_acc *accs, int64_t n)
+{
+    lp_store_select_run(s, &accs[0]);
+    for (int64_t i = 1; i < n; i++)
+        acc_free(&accs[i]);
+    free_run(s);
+}
+
+lp_status lp_store_begin_batch_runs(lp_store *s, const lp_run_info *infos, int64_t n,
+                                    const lp_store_opts *opts, lp_store_run_acc *accs,
+                                    lp_error *err)
+{
+    memset(accs, 0, (size_t)n * sizeof *accs);
+    if (s->read_only || s->in_run || n < 1 || opts->seq_len > 0)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: %s", s->path,
+                            s->read_only ? "opened read-only"
+                            : s->in_run  ? "a run is already open"
+                                         : "a batch needs sequences and no generation");
+    for (int64_t i = 0; i < n; i++)
+        if (!infos[i].arch || infos[i].n_tokens < 0 || (infos[i].n_tokens > 0 && !infos[i].tokens))
+            return lp_error_set(err, LP_ERR_USAGE, "%s: run info %lld lacks the arch or tokens",
+                                s->path, (long long)i);
+    lp_status st = LP_OK;
+    int64_t begun = 0;
+    for (; begun < n; begun++) {
+        if ((st = insert_run_row(s, &infos[begun], opts->maps, err)) != LP_OK)
+            break;
+        accs[begun].run_id = s->run_id;
+    }
+    if (st != LP_OK) {
+        for (int64_t i = 0; i < begun; i++) {
+            s->run_id = accs[i].run_id;
+            mark_failed(s);
+        }
+        return st;
+    }
+    int64_t run0 = accs[0].run_id;
+    st = alloc_run_state(s, &infos[0], opts, err);
+    s->run_id = run0;
+    acc_of_store(s, &accs[0]);
+    for (int64_t i = 1; i < n && st == LP_OK; i++)
+        if (!acc_alloc(s, &accs[i]))
+            st = lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for a batch of %lld runs",
+                              s->path, (long long)n);
+    if (st == LP_OK && (st = exec(s, "BEGIN IMMEDIATE", err)) == LP_OK)
+        s->in_run = true;
+    for (int64_t i = 0; i < n && st == LP_OK; i++) {
+        lp_store_select_run(s, &accs[i]);
+        st = insert_tokens(s, &infos[i], err);
+    }
+    if (st != LP_OK) {
+        if (s->in_run)
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        for (int64_t i = 0; i < n; i++) {
+            s->run_id = accs[i].run_id;
+            mark_failed(s);
+        }
+        release_batch(s, accs, n);
+        return st;
+    }
+    lp_store_select_run(s, &accs[0]);
+    return LP_OK;
+}
+
+lp_status lp_store_end_batch_runs(lp_store *s, lp_store_run_acc *accs, int64_t n, double seconds,
+                                  lp_error *err)
+{
+    if (!s->in_run)
+        return lp_error_set(err, LP_ERR_USAGE, "%s: no batch is open", s->path);
+    lp_status st = LP_OK;
+    for (int64_t i = 0; i < n && st == LP_OK; i++) {
+        lp_store_select_run(s, &accs[i]);
+        st = write_aggregates(s, seconds, err);
+    }
+    if (st == LP_OK)
+        st = exec(s, "COMMIT", err);
+    if (st != LP_OK) {
+        lp_store_abort_batch_runs(s, accs, n);
+        return st;
+    }
+    release_batch(s, accs, n);
+    return LP_OK;
+}
+
+void lp_store_abort_batch_runs(lp_store *s, lp_store_run_acc *accs, int64_t n)
+{
+    if (!s || !s->in_run)
+        return;
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    for (int64_t i = 0; i < n; i++) {
+        s->run_id = accs[i].run_id;
+        mark_failed(s);
+    }
+    release_batch(s, accs, n);
 }
 
 /* Here rather than beside lp_store_free: closing rolls back a run still open, which is the
