@@ -951,14 +951,17 @@ static void test_gguf_pre_families(void **state)
          * families that split digits apart from their space leave "\u0120" alone */
         bool lone_space = strcmp(second, "\xC4\xA0") == 0;
         static const char lone[] = " default deepseek-llm deepseek-coder falcon starcoder smollm "
-                                   "viking qwen2 deepseek-v3 minicpm5 tiny_aya chameleon ";
+                                   "viking qwen2 deepseek-v3 minicpm5 tiny_aya chameleon "
+                                   "command-r refact ";
         static const char joined[] = " gpt-2 mpt bloom ";
         char key[64];
         snprintf(key, sizeof key, " %s ", names[k]);
         if ((strstr(lone, key) && !lone_space) || (strstr(joined, key) && lone_space))
             fail_msg("pre '%s': second piece '%s'", names[k], second);
-        if (strcmp(names[k], "deepseek-coder") == 0 || strcmp(names[k], "starcoder") == 0)
-            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "1"); /* one digit each */
+        /* one digit each (command-r and refact split as starcoder does) */
+        if (strcmp(names[k], "deepseek-coder") == 0 || strcmp(names[k], "starcoder") == 0 ||
+            strcmp(names[k], "command-r") == 0 || strcmp(names[k], "refact") == 0)
+            assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "1");
         if (strcmp(names[k], "default") == 0 || strcmp(names[k], "deepseek-llm") == 0)
             assert_string_equal(lp_tokenizer_piece(tok, ids[2]), "123");
         free(back);
