@@ -1232,21 +1232,22 @@ static int bench_decode(int threads, int reps, int n_layers, lp_pool *pool)
     }
     decode_result res[N_DTS];
     double bw_seen[N_DTS + 1], bw = 0.0;
-    int status = LP_EXIT_OK, done = 0;
+    int status = LP_EXIT_OK, done = 0, n_seen = 0;
     for (int i = 0; i <= N_DTS && status == LP_EXIT_OK; i++) {
         lp_error err = {0};
         if (lp_est_read_bandwidth(threads, 0, &bw_seen[i], &err) != LP_OK) {
             status = lp_cli_fail("bench", &err);
             break;
         }
+        n_seen++;
         bw = bw_seen[i] > bw ? bw_seen[i] : bw;
         if (i < N_DTS && (status = time_decode_dtype(dts[i], reps, n_layers, pool, buf,
                                                      &res[i])) == LP_EXIT_OK)
             done++;
     }
     free(buf);
-    printf("  memory bandwidth %.1f GB/s: the best of %d measurements (", bw * 1e-9, done + 1);
-    for (int i = 0; i <= done && i <= N_DTS; i++)
+    printf("  memory bandwidth %.1f GB/s: the best of %d measurements (", bw * 1e-9, n_seen);
+    for (int i = 0; i < n_seen; i++)
         printf("%s%.1f", i ? ", " : "", bw_seen[i] * 1e-9);
     printf(" GB/s, one before each dtype and one at the end; each a streaming read of 256 MiB "
            "by %d threads, best of 12 rounds); 1 warm-up, then best of %d steps\n",

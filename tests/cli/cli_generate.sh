@@ -2,7 +2,8 @@
 # CLI: `loupe trace --generate` on stories260K: the stored sequence (tokens.generated, maps over
 # all T+N positions, predictions and full logits for every position), greedy decoding equal to
 # a prefill of the same sequence, repeatable sampling, runs.kv_bytes equal to loupe estimate's
-# KV figure for every cache dtype, and the migration of a version-1 database.
+# KV figure for every cache dtype, --matvec on quantized weights, and the migration of a
+# version-1 database.
 source "$(dirname "$0")/cli_lib.sh"
 
 expect_one_line_error "$LOUPE" trace "$TMP/x.gguf" --tokens 1,2 --generate 2 --kv-dtype q4_k
@@ -76,6 +77,15 @@ expect_stdout_contains "rebuilt at 8 positions" "$LOUPE" trace "$PH" --tokens 1,
 expect_eq "8" "$(q "SELECT kv_rebuilt_at FROM runs WHERE id = (SELECT max(id) FROM runs)")" "kv_rebuilt_at past the switch"
 "$LOUPE" trace "$PH" --tokens 1,5,9 --generate 3 --db "$DB" --maps none >/dev/null
 expect_eq "" "$(q "SELECT kv_rebuilt_at FROM runs WHERE id = (SELECT max(id) FROM runs)")" "kv_rebuilt_at inside the original context"
+
+# Quantized weights: the decode steps read x as int8 by default and the summary says so;
+# --matvec float keeps the prefill's arithmetic; f32 weights print no matvec line.
+QM="$SHARED/models/stories260K/quant/stories260K-Q4_K_M.gguf"
+expect_one_line_error "$LOUPE" trace "$QM" --tokens 1,2 --generate 2 --matvec int4
+expect_stdout_contains "matvec: int8 activations" "$LOUPE" trace "$QM" --prompt "Once upon a time" --generate 4 --maps none --db "$TMP/q.db"
+expect_stdout_contains "matvec: float activations" "$LOUPE" trace "$QM" --prompt "Once upon a time" --generate 4 --maps none --matvec float --db "$TMP/q.db"
+"$LOUPE" trace "$M" --prompt "Once upon a time" --generate 2 --maps none --db "$TMP/q.db" >"$TMP/out" 2>&1
+if grep -q "^matvec:" "$TMP/out"; then bad "f32 weights: a matvec line"; else ok; fi
 
 # A version-1 database (no generated, kv_bytes, kv_dtype) is migrated by the next trace.
 OLD="$TMP/old.db"

@@ -523,10 +523,24 @@ static void test_measure_local(void **state)
            hw.bytes_per_s * 1e-9);
 }
 
+/* The streaming-read yardstick on 2 threads (its barrier and per-thread clocks): a positive,
+ * finite rate; a read too small to split into 128-byte steps per thread is refused, naming it. */
+static void test_read_bandwidth(void **state)
+{
+    (void)state;
+    double bps = 0.0;
+    lp_error err = {0};
+    assert_int_equal(lp_est_read_bandwidth(2, 8u << 20, &bps, &err), LP_OK);
+    assert_true(isfinite(bps) && bps > 1e7);
+    assert_int_equal(lp_est_read_bandwidth(2, 200, &bps, &err), LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "200 bytes"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_405b_tp8),
+        cmocka_unit_test(test_read_bandwidth),
         cmocka_unit_test(test_llama_405b_tp16_kv_replicated),
         cmocka_unit_test(test_llama_405b_pp2_tp8),
         cmocka_unit_test(test_mixtral_8x22b_ep8),

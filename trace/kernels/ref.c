@@ -1083,21 +1083,37 @@ static float row_dot_mxfp4_ref(const void *row, const float *x, const float *x_s
     return row_dot_blocks32(row, x, k, 17, mxfp4_block_dot);
 }
 
-/* Q8_0 rows against int8 activations: per block the exact integer sum of q_w q_x, scaled by
- * d_w d_x in float. */
+/* Rows of 32-value blocks of block_bytes each against int8 activations: per block the exact
+ * integer sum of the weight codes times q_x, scaled by the block's scale times d_x in float
+ * (Q8_0, MXFP4). */
+typedef int32_t (*block32_isum_fn)(const uint8_t *block, const int8_t *xq, float *scale);
+
+static float row_dot_blocks32_i8(const uint8_t *b, const int8_t *xq, const float *xd, int64_t k,
+                                 uint32_t block_bytes, block32_isum_fn isum_of)
+{
+    float sum = 0.0f;
+    for (int64_t i = 0; i < k / 32; i++, b += block_bytes) {
+        float scale;
+        int32_t isum = isum_of(b, xq + 32 * i, &scale);
+        sum += scale * xd[i] * (float)isum;
+    }
+    return sum;
+}
+
+static int32_t q8_0_block_isum(const uint8_t *b, const int8_t *xq, float *scale)
+{
+    int32_t isum = 0;
+    for (int j = 0; j < 32; j++)
+        isum += (int32_t)(int8_t)b[2 + j] * (int32_t)xq[j];
+    *scale = lp_f16_to_f32(lp_load_u16(b));
+    return isum;
+}
+
 static float row_dot_q8_0_i8_ref(const void *row, const int8_t *xq, const float *xd,
                                  const int16_t *xs16, int64_t k)
 {
     (void)xs16;
-    const uint8_t *b = row;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k / 32; i++, b += 34) {
-        int32_t isum = 0;
-        for (int j = 0; j < 32; j++)
-            isum += (int32_t)(int8_t)b[2 + j] * (int32_t)xq[32 * i + j];
-        sum += lp_f16_to_f32(lp_load_u16(b)) * xd[i] * (float)isum;
-    }
-    return sum;
+    return row_dot_blocks32_i8(row, xq, xd, k, 34, q8_0_block_isum);
 }
 
 /* Q4_K rows against int8 activations in 256-value blocks: per block the integer sum over groups
@@ -1127,23 +1143,22 @@ static float row_dot_q4_k_i8_ref(const void *row, const int8_t *xq, const float 
     return sum - mins;
 }
 
-/* MXFP4 rows against int8 activations: per block the exact integer sum of the doubled levels
- * times q_x, scaled by 2^(e - 128) d_x in float. */
+/* MXFP4 blocks against int8 activations: the doubled levels times q_x, scaled by 2^(e - 128). */
+static int32_t mxfp4_block_isum(const uint8_t *b, const int8_t *xq, float *scale)
+{
+    int32_t isum = 0;
+    for (int j = 0; j < 16; j++)
+        isum += (int32_t)lp_mxfp4_levels_x2[b[1 + j] & 0x0f] * (int32_t)xq[j] +
+                (int32_t)lp_mxfp4_levels_x2[b[1 + j] >> 4] * (int32_t)xq[16 + j];
+    *scale = lp_mxfp4_half_scale(b[0]);
+    return isum;
+}
+
 static float row_dot_mxfp4_i8_ref(const void *row, const int8_t *xq, const float *xd,
                                   const int16_t *xs16, int64_t k)
 {
     (void)xs16;
-    const uint8_t *b = row;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k / 32; i++, b += 17) {
-        const int8_t *xb = xq + 32 * i;
-        int32_t isum = 0;
-        for (int j = 0; j < 16; j++)
-            isum += (int32_t)lp_mxfp4_levels_x2[b[1 + j] & 0x0f] * (int32_t)xb[j] +
-                    (int32_t)lp_mxfp4_levels_x2[b[1 + j] >> 4] * (int32_t)xb[16 + j];
-        sum += lp_mxfp4_half_scale(b[0]) * xd[i] * (float)isum;
-    }
-    return sum;
+    return row_dot_blocks32_i8(row, xq, xd, k, 17, mxfp4_block_isum);
 }
 
 /* Every slot is the function named <slot>_ref above: a slot without one does not compile, so this
