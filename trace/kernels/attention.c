@@ -12,8 +12,8 @@
  * Blocks no row of the tile sees are skipped (causal: everything right of the diagonal block;
  * window: everything left of it); in the blocks that are partly visible, each row's keys outside
  * its range get weight 0.
- * When probs or row_stats is requested, pass 1 also keeps each row's finished scores (in its
- * probs row, else in a [24, n_k] scratch per head: O(n_k), never T x T) and pass 2, once the
+ * When probs or row_stats is requested, pass 1 also keeps each row's finished scores (in a
+ * [24, n_k] scratch per head: O(n_k), never T x T) and pass 2, once the
  * row's final m and l are known, turns them into p = exp(s - m) / l in one sweep that also sums
  * what the statistics need (attn_row_probs), with p log p = p (s - m - log l):
  *   entropy = log l - sum p (s - m)   distance = sum p (pos - j)   local = sum of local p
@@ -61,8 +61,8 @@ typedef struct att_call {
     int64_t v_stride; /* between f32 V rows */
     float *v_conv;    /* owned contiguous f32 copy of the V rows */
     float *qp;        /* the panel's query tiles, packed [ATT_PANEL * n_heads][head_dim][LP_ATTN_MR] */
-    float *rowp;      /* stats without probs: the kept scores, [ATT_PANEL * n_heads][LP_ATTN_MR][n_k];
-                         stats with probs: [n_k], the copy of a row the sparsity permutes */
+    float *rowp;      /* with probs or stats: the kept scores of the panel's rows,
+                         [ATT_PANEL * n_heads][LP_ATTN_MR][n_k] (O(n_k), L2-sized at 4096) */
     int64_t n_heads;  /* the query heads of the KV group */
     lp_attn_args *heads; /* [n_heads]: each head as a call of its own (lp_attn_group_head) */
     row_state *rs;    /* [ATT_PANEL * n_heads][LP_ATTN_MR]: the panel's rows */
@@ -267,15 +267,16 @@ static void row_finish(const lp_kernel_table *kt, const lp_attn_args *a, const r
 
 /* Before pass 2: row i's probabilities are 0 outside its visible keys (all of them for an
  * empty row), NaN inside them for a poisoned row. */
-static void row_probs_frame(const lp_attn_args *a, const row_state *rs, int64_t i)
+static void row_probs_frame(const lp_kernel_table *kt, const lp_attn_args *a,
+                            const row_state *rs, int64_t i)
 {
     float *prow = a->probs + i * a->n_k;
     if (row_empty(rs) && !rs->poisoned) {
-        memset(prow, 0, (size_t)a->n_k * sizeof(float));
+        kt->stream_fill(prow, NULL, a->n_k);
         return;
     }
-    memset(prow, 0, (size_t)rs->lo * sizeof(float));
-    memset(prow + rs->hi, 0, (size_t)(a->n_k - rs->hi) * sizeof(float));
+    kt->stream_fill(prow, NULL, rs->lo);
+    kt->stream_fill(prow + rs->hi, NULL, a->n_k - rs->hi);
     if (rs->poisoned)
         for (int64_t j = rs->lo; j < rs->hi; j++)
             prow[j] = NAN;
@@ -307,10 +308,10 @@ static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
 {
     const lp_attn_args *a = &c->heads[slot % c->n_heads];
     const row_state *rs = &c->rs[slot * LP_ATTN_MR + r];
-    float *row = a->probs ? a->probs + i * a->n_k : c->rowp + (slot * LP_ATTN_MR + r) * a->n_k;
+    float *row = c->rowp + (slot * LP_ATTN_MR + r) * a->n_k; /* the kept scores */
     lp_attn_row_stats *st = a->row_stats ? &a->row_stats[i] : NULL;
     if (a->probs)
-        row_probs_frame(a, rs, i);
+        row_probs_frame(c->kt, a, rs, i);
     if (st)
         memset(st, 0, sizeof *st); /* a row with no mass: 0 */
     if (rs->poisoned && st) {
@@ -325,25 +326,20 @@ static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
     if (n > 0)
         c->kt->attn_row_probs(row + rs->lo, n, rs->m, 1.0f / rs->l, rs->lo, rs->pos,
                               a->local_window, &sums);
+    if (a->probs) /* the map is written once, past the caches: no read for ownership */
+        c->kt->stream_fill(a->probs + i * a->n_k + rs->lo, row + rs->lo, n);
     if (!st)
         return;
     row_stats_from_probs(a, rs, row, &sums, st);
-    if (n > 0 && !a->skip_sparsity) {
-        float *p = row + rs->lo; /* the kept row is scratch; a probs row must stay in order */
-        if (a->probs)
-            p = memcpy(c->rowp, p, (size_t)n * sizeof *p);
-        lp_attn_row_sparsity_with(c->kt, p, n, st);
-    }
+    if (n > 0 && !a->skip_sparsity) /* it permutes the kept row, which is scratch */
+        lp_attn_row_sparsity_with(c->kt, row + rs->lo, n, st);
 }
 
-/* The row where pass 1 keeps the finished scores of row r (query i) of a panel's (tile, head)
- * slot (t * n_heads + g); NULL: none kept. */
-static float *kept_row(const att_call *c, int64_t slot, int r, int64_t i)
+/* The row where pass 1 keeps the finished scores of row r of a panel's (tile, head) slot
+ * (t * n_heads + g); NULL: none kept. */
+static float *kept_row(const att_call *c, int64_t slot, int r)
 {
-    const lp_attn_args *a = &c->heads[slot % c->n_heads];
-    if (a->probs)
-        return a->probs + i * a->n_k;
-    return a->row_stats ? c->rowp + (slot * LP_ATTN_MR + r) * a->n_k : NULL;
+    return c->rowp ? c->rowp + (slot * LP_ATTN_MR + r) * c->a->n_k : NULL;
 }
 
 /* One tile of a panel: its first row, rows, and the keys any of them sees (the same for every
@@ -370,13 +366,13 @@ static void tile_block(const att_call *c, int t, const tile_span *sp, int64_t kb
         row_state *rs = c->rs + slot * LP_ATTN_MR;
         tile_scores(c, c->qp + slot * LP_ATTN_MR * hd, sp->rows, kb, kn, S);
         for (int r = 0; r < sp->rows && whole && keep; r++)
-            memcpy(kept_row(c, slot, r, sp->i0 + r) + kb, S + r * ATT_BK, (size_t)kn * sizeof *S);
+            memcpy(kept_row(c, slot, r) + kb, S + r * ATT_BK, (size_t)kn * sizeof *S);
         if (whole)
             tile_take_block(kt, rs, sp->rows, kn, S, alpha);
         else
             for (int r = 0; r < sp->rows; r++)
                 row_take_block(kt, a, &rs[r], kb, kn, S + r * ATT_BK,
-                               keep ? kept_row(c, slot, r, sp->i0 + r) : NULL, &alpha[r]);
+                               kept_row(c, slot, r), &alpha[r]);
         kt->attn_pv(S, ATT_BK, sp->rows, kn, c->v0 + (kb - c->kbase) * c->v_stride, c->v_stride,
                     alpha, a->out + sp->i0 * a->out_stride, a->out_stride, a->v_dim);
     }
@@ -463,9 +459,10 @@ void lp_attention(const lp_attn_args *a)
     c.qp = alloc_aligned_floats(slots * LP_ATTN_MR * a->head_dim);
     c.rs = malloc((size_t)slots * LP_ATTN_MR * sizeof *c.rs);
     c.heads = malloc((size_t)c.n_heads * sizeof *c.heads);
-    if (a->row_stats)
-        c.rowp = alloc_aligned_floats((a->probs ? 1 : slots * LP_ATTN_MR) * a->n_k);
-    if (!c.qp || !c.rs || !c.heads || (a->row_stats && !c.rowp) || !call_pack(&c)) {
+    bool keep = a->probs || a->row_stats;
+    if (keep)
+        c.rowp = alloc_aligned_floats(slots * LP_ATTN_MR * a->n_k);
+    if (!c.qp || !c.rs || !c.heads || (keep && !c.rowp) || !call_pack(&c)) {
         call_free(&c); /* the reference needs less */
         lp_attention_ref(a);
         return;

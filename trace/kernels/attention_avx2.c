@@ -446,3 +446,17 @@ int64_t lp_attn_sparsity_gather_avx2(float *p, int64_t n, uint32_t base, int shi
     }
     return front;
 }
+
+/* Non-temporal stores from the first 32-byte boundary on; the ends as plain stores. The fence
+ * orders them before whatever the caller publishes next (the pool's barrier). */
+void lp_attn_stream_fill_avx2(float *dst, const float *src, int64_t n)
+{
+    int64_t j = 0;
+    for (; j < n && ((uintptr_t)(dst + j) & 31u) != 0; j++)
+        dst[j] = src ? src[j] : 0.0f;
+    for (; j + 8 <= n; j += 8)
+        _mm256_stream_ps(dst + j, src ? _mm256_loadu_ps(src + j) : _mm256_setzero_ps());
+    for (; j < n; j++)
+        dst[j] = src ? src[j] : 0.0f;
+    _mm_sfence();
+}

@@ -89,9 +89,9 @@ typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float
     X(f16_to_f32) X(bf16_to_f32) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
     X(rope_rotate) X(attn_qk) X(attn_pv) X(attn_softmax) X(attn_row_probs) X(block_max)            \
-    X(sparsity_range) X(sparsity_histogram) X(sparsity_gather) X(row_dot_f32) X(row_dot_f16)       \
-    X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) X(row_dot_mxfp4) X(row_dot_q8_0_i8)             \
-    X(row_dot_q4_k_i8) X(row_dot_mxfp4_i8)
+    X(sparsity_range) X(sparsity_histogram) X(sparsity_gather) X(stream_fill) X(row_dot_f32)       \
+    X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) X(row_dot_mxfp4)                \
+    X(row_dot_q8_0_i8) X(row_dot_q4_k_i8) X(row_dot_mxfp4_i8)
 
 typedef struct lp_kernel_table {
     lp_isa isa;
@@ -171,6 +171,9 @@ typedef struct lp_kernel_table {
                                    uint32_t low_key, uint32_t low_bits, uint64_t *buckets);
     int64_t (*sparsity_gather)(float *p, int64_t n, uint32_t base, int shift,
                                const uint32_t keys[3]);
+    /* dst[0..n) = src[0..n), or 0 when src is NULL, in stores that bypass the caches where the
+     * ISA has them (the probability maps: written once, read by the observer much later). */
+    void (*stream_fill)(float *dst, const float *src, int64_t n);
     /* The largest of x[0..n) (-inf for n = 0); *all_finite = no NaN or infinity among them. */
     float (*block_max)(const float *x, int64_t n, bool *all_finite);
     /* Matrix-vector rows (lp_matvec): the dot product of one stored weight row of k values with
@@ -359,6 +362,7 @@ void lp_attn_pv_avx2_6x16(const float *p, int64_t ld_p, int rows, int64_t n_keys
 unsigned lp_attn_softmax_avx2(float *s, int64_t ld_s, int rows, int64_t n, float *m, float *l,
                               float *alpha);
 float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite);
+void lp_attn_stream_fill_avx2(float *dst, const float *src, int64_t n);
 void lp_attn_sparsity_range_avx2(const float *p, int64_t n, uint32_t *lo, uint32_t *hi);
 uint64_t lp_attn_sparsity_histogram_avx2(const float *p, int64_t n, uint32_t base, int shift,
                                          uint32_t low_key, uint32_t low_bits, uint64_t *buckets);

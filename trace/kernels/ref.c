@@ -960,6 +960,16 @@ static unsigned attn_softmax_ref(float *s, int64_t ld_s, int rows, int64_t n, fl
     return bad;
 }
 
+static void stream_fill_ref(float *dst, const float *src, int64_t n)
+{
+    if (n <= 0)
+        return;
+    if (src)
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+    else
+        memset(dst, 0, (size_t)n * sizeof *dst);
+}
+
 static void attn_row_probs_ref(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,
                                int64_t window, lp_attn_row_sums *sums)
 {
