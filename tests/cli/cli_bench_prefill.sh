@@ -11,7 +11,7 @@ expect_status 0 "$LOUPE" bench --prefill-only --layers 1 --tokens 16 --reps 1 --
 if grep -qE "probes off .* tokens/s" "$TMP/out"; then ok; else bad "no bare-pass tokens/s: $(cat "$TMP/out")"; fi
 if grep -qE "all probes .* tokens/s.*x the bare pass" "$TMP/out"; then ok; else bad "no probed-pass line: $(cat "$TMP/out")"; fi
 # the batch of 4 prompts of 16 / 4 tokens against the one 16-token prompt timed in turn, per token
-if grep -qE "batch of 4 x 4 tokens, probes off, in turn with one prompt of 16 \(best of 1 each\): 1-layer pass [0-9.]+ s vs [0-9.]+ s = [0-9.]+x per token; layer [0-9.]+ s vs [0-9.]+ s, tail [0-9.]+ s vs [0-9.]+ s -> 22 layers [0-9.]+ s vs [0-9.]+ s = [0-9.]+x per token" "$TMP/out"; then ok; else bad "no batch line: $(cat "$TMP/out")"; fi
+if grep -qE "batch of 4 x 4 tokens, probes off, in turn with one prompt of 16 \(best of 1 each\): 1-layer pass [0-9.]+ s vs [0-9.]+ s = [0-9.]+x per token; layer [0-9.]+ s vs [0-9.]+ s, tail [0-9.]+ s vs [0-9.]+ s -> 22 layers [0-9.]+ s vs [0-9.]+ s = [0-9.]+x per token; CPU time [0-9.]+ s vs [0-9.]+ s = [0-9.]+x" "$TMP/out"; then ok; else bad "no batch line: $(cat "$TMP/out")"; fi
 # the roofline prediction for the same model on this machine, measured now, with the ratio
 if grep -qE "predicted \(loupe estimate on [0-9.]+ GFLOP/s FMA peak, [0-9.]+ GB/s read, 2 threads\): 22 layers [0-9.]+ s, (compute|memory)-bound; measured [0-9.]+ s = [0-9.]+x" "$TMP/out"; then ok; else bad "no predicted-vs-measured line: $(cat "$TMP/out")"; fi
 if ls "$TMP" | grep -q loupe-bench; then bad "temporary model folder left behind"; else ok; fi
