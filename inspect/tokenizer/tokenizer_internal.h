@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "inspect/tokenizer/tokenizer.h"
 
@@ -86,16 +87,6 @@ const uint32_t *lp_tok_byte_cps(void);
 bool lp_tok_reserve(void **items, size_t *cap, size_t elem_size, size_t first);
 /* Grow an array of *n items by one zeroed item; returns it, or NULL when out of memory. */
 void *lp_tok_append(void **items, size_t *n, size_t elem_size);
-
-/* bytes, NUL-terminated (sticky failure: an allocation failed) */
-typedef struct lp_tok_buf {
-    char *data;
-    size_t len, cap;
-    bool failed;
-} lp_tok_buf;
-void lp_tok_buf_put(lp_tok_buf *b, const void *bytes, size_t n);
-void lp_tok_buf_putc(lp_tok_buf *b, char c);
-void lp_tok_buf_free(lp_tok_buf *b);
 
 /* token ids as they are produced (sticky failure) */
 typedef struct lp_tok_ids {
@@ -321,14 +312,14 @@ lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out
 /* Replace every match of re (or of the literal when re is NULL) in s by content. */
 lp_status lp_tok_replace_all(const pcre2_code *re, const char *lit, size_t lit_len,
                              const char *content, size_t content_len, const char *s, size_t len,
-                             lp_tok_buf *out);
+                             lp_bytes *out);
 /* Apply the normalizers; *out is malloc'd and NUL-terminated. */
 lp_status lp_tok_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
                            size_t *out_len);
 
 /* The pre-tokenized pieces of one segment, stored back to back in buf. */
 typedef struct lp_tok_splits {
-    lp_tok_buf buf;
+    lp_bytes buf;
     size_t *off, *len;
     size_t n, cap;
     bool failed;

@@ -605,12 +605,13 @@ static lp_tokenizer *suite_tokenizer(const char *folder, const char *model, cons
     else
         build_gguf_from_json(folder, model, pre, false, &buf);
     lp_gguf *g = NULL;
-    if (lp_gguf_open_memory(w.buf ? w.buf : buf.d, w.buf ? w.size : buf.n, "built.gguf", &g,
-                            &err) != LP_OK ||
+    const void *bytes = w.file.data ? (const void *)w.file.data : buf.d;
+    if (lp_gguf_open_memory(bytes, w.file.data ? w.file.len : buf.n, "built.gguf", &g, &err) !=
+            LP_OK ||
         lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
         fail_msg("%s (%s): %s", folder, model, err.msg);
     lp_gguf_close(g);
-    if (w.buf)
+    if (w.file.data)
         lp_gw_free(&w);
     free(buf.d);
     return tok;
@@ -1818,7 +1819,7 @@ static void test_gguf_bert(void **state)
     build_bert_gguf(path, true, &w);
     lp_gguf *g = NULL;
     lp_error err = {0};
-    assert_int_equal(lp_gguf_open_memory(w.buf, w.size, "bert.gguf", &g, &err), LP_OK);
+    assert_int_equal(lp_gguf_open_memory(w.file.data, w.file.len, "bert.gguf", &g, &err), LP_OK);
     lp_tokenizer *gtok = NULL, *jtok = NULL;
     if (lp_tokenizer_from_gguf(g, &gtok, &err) != LP_OK)
         fail_msg("%s", err.msg);
@@ -1922,7 +1923,7 @@ static lp_tokenizer *strip_gguf(const char *name)
     lp_gguf *g = NULL;
     lp_tokenizer *tok = NULL;
     lp_error err = {0};
-    if (lp_gguf_open_memory(w.buf, w.size, "strip.gguf", &g, &err) != LP_OK ||
+    if (lp_gguf_open_memory(w.file.data, w.file.len, "strip.gguf", &g, &err) != LP_OK ||
         lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
         fail_msg("%s", err.msg);
     lp_gguf_close(g);
@@ -2000,7 +2001,7 @@ static lp_tokenizer *t5_gguf(lp_gw *w, bool merge_spaces, uint32_t xcda_bytes, l
     lp_gw_u64(w, sizeof map);
     lp_gw_bytes(w, map, sizeof map);
     assert_true(lp_gw_finish(w));
-    assert_int_equal(lp_gguf_open_memory(w->buf, w->size, "t5.gguf", g, err), LP_OK);
+    assert_int_equal(lp_gguf_open_memory(w->file.data, w->file.len, "t5.gguf", g, err), LP_OK);
     lp_tokenizer *tok = NULL;
     *st = lp_tokenizer_from_gguf(*g, &tok, err);
     return tok;
