@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "core/bytes.h"
 #include "core/checked.h"
 #include "inspect/formats/formats_internal.h"
@@ -23,9 +24,7 @@ typedef struct gguf_entry {
 
 struct lp_gguf_writer {
     lp_bytes kvs; /* the encoded key/value pairs */
-    uint64_t n_kv;
-    char **keys;  /* for duplicate checks */
-    size_t cap_keys;
+    lp_block_list keys; /* each key set (for duplicate checks); keys.n is the kv count */
     uint32_t alignment;
     gguf_entry *entries;
     size_t n_entries, cap_entries;
@@ -65,13 +64,11 @@ void lp_gguf_writer_destroy(lp_gguf_writer *w)
 {
     if (!w)
         return;
-    for (uint64_t i = 0; i < w->n_kv; i++)
-        free(w->keys[i]);
+    lp_block_list_free(&w->keys);
     for (size_t i = 0; i < w->n_entries; i++) {
         free(w->entries[i].name);
         free(w->entries[i].data);
     }
-    free(w->keys);
     free(w->entries);
     lp_bytes_free(&w->kvs);
     free(w);
@@ -82,23 +79,14 @@ static lp_status begin_kv(lp_gguf_writer *w, const char *key, lp_gguf_type type,
 {
     if (!key || !*key)
         return lp_error_set(err, LP_ERR_USAGE, "GGUF writer: empty metadata key");
-    for (uint64_t i = 0; i < w->n_kv; i++)
-        if (strcmp(w->keys[i], key) == 0)
+    for (size_t i = 0; i < w->keys.n; i++)
+        if (strcmp(w->keys.blocks[i], key) == 0)
             return lp_error_set(err, LP_ERR_USAGE, "GGUF writer: key '%s' set twice", key);
-    if (w->n_kv == w->cap_keys) {
-        size_t cap = w->cap_keys ? w->cap_keys * 2 : 16;
-        char **grown = realloc(w->keys, cap * sizeof *grown);
-        if (!grown)
-            return lp_error_set(err, LP_ERR_NOMEM, "GGUF writer: out of memory");
-        w->keys = grown;
-        w->cap_keys = cap;
-    }
     size_t n = strlen(key) + 1;
-    w->keys[w->n_kv] = malloc(n);
-    if (!w->keys[w->n_kv])
+    char *copy = lp_block_list_alloc(&w->keys, n);
+    if (!copy)
         return lp_error_set(err, LP_ERR_NOMEM, "GGUF writer: out of memory");
-    memcpy(w->keys[w->n_kv], key, n);
-    w->n_kv++;
+    memcpy(copy, key, n);
     put_str(&w->kvs, key);
     put_u32(&w->kvs, (uint32_t)type);
     return LP_OK;
@@ -305,7 +293,7 @@ static void encode(const lp_gguf_writer *w, lp_bytes *out)
     lp_bytes_append(out, "GGUF", 4);
     put_u32(out, 3);
     put_u64(out, w->n_entries);
-    put_u64(out, w->n_kv);
+    put_u64(out, w->keys.n);
     lp_bytes_append(out, w->kvs.data, w->kvs.len);
     uint64_t offset = 0;
     for (size_t i = 0; i < w->n_entries; i++) {

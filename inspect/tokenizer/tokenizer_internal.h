@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/arena.h"
 #include "core/bytes.h"
 #include "core/error.h"
 #include "inspect/tokenizer/tokenizer.h"
@@ -227,7 +228,7 @@ struct lp_tokenizer {
     const char *kind;
     char *path;
     int64_t n_vocab; /* highest id + 1 */
-    char **pieces;   /* [n_vocab], NUL-terminated, NULL for holes; in pool_chunks */
+    char **pieces;   /* [n_vocab], NUL-terminated, NULL for holes; in pool */
     uint32_t *piece_len;
     uint8_t *flags; /* [n_vocab] LP_TOK_FLAG_* */
     lp_tok_strmap vocab; /* model vocabulary: string -> id */
@@ -270,8 +271,7 @@ struct lp_tokenizer {
      * model string); the strings live in the pool */
     const char **model_pieces;
     uint32_t *model_piece_len;
-    char **pool_chunks;    /* piece storage: few big blocks instead of one malloc a piece */
-    size_t n_pool_chunks;
+    lp_block_list pool;    /* piece storage: few big blocks instead of one malloc a piece */
     char *pool_cur;
     size_t pool_left;
 };

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "core/mapfile.h"
 
 /* ---- growable buffers ------------------------------------------------------------------------ */
@@ -94,14 +95,9 @@ static char *pool_copy(lp_tokenizer *tok, const char *s, size_t len)
 {
     if (len + 1 > tok->pool_left) {
         size_t size = len + 1 > (1u << 20) ? len + 1 : (1u << 20);
-        char **chunks = realloc(tok->pool_chunks, (tok->n_pool_chunks + 1) * sizeof *chunks);
-        if (!chunks)
-            return NULL;
-        tok->pool_chunks = chunks;
-        char *block = malloc(size);
+        char *block = lp_block_list_alloc(&tok->pool, size);
         if (!block)
             return NULL;
-        chunks[tok->n_pool_chunks++] = block;
         tok->pool_cur = block;
         tok->pool_left = size;
     }
@@ -313,9 +309,7 @@ void lp_tokenizer_close(lp_tokenizer *tok)
 {
     if (!tok)
         return;
-    for (size_t k = 0; k < tok->n_pool_chunks; k++)
-        free(tok->pool_chunks[k]);
-    free(tok->pool_chunks);
+    lp_block_list_free(&tok->pool);
     free(tok->pieces);
     free(tok->piece_len);
     free(tok->flags);

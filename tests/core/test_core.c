@@ -126,6 +126,33 @@ static void test_bytes(void **state)
     lp_bytes_free(&b);
 }
 
+/* Blocks made or adopted stay usable until the list is freed (ASan and the leak checker see
+ * every one freed once); a NULL block is refused, and the list grows past its first array. */
+static void test_block_list(void **state)
+{
+    (void)state;
+    lp_block_list owned = {0};
+    int64_t *first = lp_block_list_alloc(&owned, sizeof *first);
+    assert_non_null(first);
+    *first = 7;
+    assert_non_null(lp_block_list_alloc(&owned, 0)); /* no bytes still gets a block */
+    for (int i = 0; i < 100; i++) {
+        char *copy = malloc(8);
+        assert_non_null(copy);
+        snprintf(copy, 8, "b%d", i);
+        assert_ptr_equal(lp_block_list_adopt(&owned, copy), copy);
+    }
+    assert_null(lp_block_list_adopt(&owned, NULL));
+    assert_int_equal(owned.n, 102);
+    assert_int_equal(*first, 7);
+    assert_string_equal(owned.blocks[101], "b99");
+    lp_block_list_free(&owned);
+    assert_null(owned.blocks);
+    assert_int_equal(owned.n, 0);
+    assert_non_null(lp_block_list_alloc(&owned, 16)); /* freed is empty and usable again */
+    lp_block_list_free(&owned);
+}
+
 /* A report with arrays of several element types, as trace/analysis makes them. */
 typedef struct owner {
     int64_t n;
@@ -322,7 +349,7 @@ int main(void)
         cmocka_unit_test(test_checked_and_parsing), cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_token_ids),       cmocka_unit_test(test_prompt_file),
         cmocka_unit_test(test_name_tables),     cmocka_unit_test(test_alloc_with_arrays),
-        cmocka_unit_test(test_bytes),
+        cmocka_unit_test(test_bytes),           cmocka_unit_test(test_block_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
