@@ -781,26 +781,36 @@ static lp_status bind_alibi(lp_model *m, lp_error *err)
     return LP_OK;
 }
 
-lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, lp_model **out,
-                                lp_error *err)
+/* The model over weights; owned_weights (the same weights, or NULL when the caller keeps them)
+ * is the model's from the start, so every failure closes it with the model. */
+static lp_status model_build(const lp_weights *weights, const lp_arch *arch,
+                             lp_weights *owned_weights, lp_model **out, lp_error *err)
 {
     *out = NULL;
+    lp_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        if (owned_weights)
+            lp_weights_close(owned_weights);
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    }
+    m->owned_weights = owned_weights;
+    m->weights = weights;
     if (!arch)
         arch = lp_weights_arch(weights);
-    if (!arch)
-        return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: no architecture found with the weights (config.json, GGUF "
-                            "metadata or llama2.c header)",
-                            lp_weights_path(weights));
-    lp_status st = check_supported(arch, lp_weights_path(weights), err);
-    if (st != LP_OK)
+    lp_status st;
+    if (arch)
+        st = check_supported(arch, lp_weights_path(weights), err);
+    else
+        st = lp_error_set(err, LP_ERR_FORMAT,
+                          "%s: no architecture found with the weights (config.json, GGUF "
+                          "metadata or llama2.c header)",
+                          lp_weights_path(weights));
+    if (st != LP_OK) {
+        lp_model_close(m);
         return st;
-    lp_model *m = calloc(1, sizeof *m);
-    if (!m)
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    }
     m->arch = *arch;
     m->block = lp_block_of(arch);
-    m->weights = weights;
     m->layers = lp_block_list_alloc(&m->owned, (size_t)m->arch.n_layers * sizeof *m->layers);
     if (!m->layers)
         st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
@@ -823,20 +833,20 @@ lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, 
     return LP_OK;
 }
 
+lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, lp_model **out,
+                                lp_error *err)
+{
+    return model_build(weights, arch, NULL, out, err);
+}
+
 lp_status lp_model_open(const char *path, lp_model **out, lp_error *err)
 {
-    lp_weights *w;
+    lp_weights *weights;
     *out = NULL;
-    lp_status st = lp_weights_open(path, &w, err);
+    lp_status st = lp_weights_open(path, &weights, err);
     if (st != LP_OK)
         return st;
-    st = lp_model_from_weights(w, NULL, out, err);
-    if (st != LP_OK) {
-        lp_weights_close(w);
-        return st;
-    }
-    (*out)->owned_weights = w;
-    return LP_OK;
+    return model_build(weights, NULL, weights, out, err);
 }
 
 void lp_model_close(lp_model *model)
