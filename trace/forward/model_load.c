@@ -140,6 +140,19 @@ static lp_status bind_matrix(lp_model *m, lp_role role, int layer, int expert, i
     return LP_OK;
 }
 
+/* n floats the model owns, converted from rows [row, row + n_rows) of t; *out set on success. */
+static lp_status own_rows_f32(lp_model *m, const lp_tensor *t, int64_t row, int64_t n_rows,
+                              int64_t n, float **out, lp_error *err)
+{
+    float *v = lp_block_list_alloc(&m->owned, (size_t)n * sizeof *v);
+    if (!v)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
+    lp_status st = lp_tensor_rows_f32(t, row, n_rows, v, err);
+    if (st == LP_OK)
+        *out = v;
+    return st;
+}
+
 /* A 1-D vector (norm weight, bias) of n floats, converted once. Stacked [n_layers, n] works. */
 static lp_status bind_vector(lp_model *m, lp_role role, int layer, bool is_bias, int64_t n,
                              bool required, float **out, lp_error *err)
@@ -164,15 +177,8 @@ static lp_status bind_vector(lp_model *m, lp_role role, int layer, bool is_bias,
         return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': %lld values, expected %lld",
                             lp_weights_path(m->weights), t->name, (long long)t->n_elements,
                             (long long)n);
-    float *v = lp_block_list_alloc(&m->owned, (size_t)n * sizeof *v);
-    if (!v)
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
-    lp_status st = slice >= 0 ? lp_tensor_rows_f32(t, slice, 1, v, err)
-                              : lp_tensor_rows_f32(t, 0, n / len, v, err);
-    if (st != LP_OK)
-        return st;
-    *out = v;
-    return LP_OK;
+    return slice >= 0 ? own_rows_f32(m, t, slice, 1, n, out, err)
+                      : own_rows_f32(m, t, 0, n / len, n, out, err);
 }
 
 static lp_status bind_norm(lp_model *m, lp_role role, int layer, int64_t n, bool required,
@@ -548,11 +554,7 @@ static lp_status bind_expert_vector(lp_model *m, lp_role role, int l, int expert
                             lp_weights_path(m->weights), t->name, (long long)t->n_elements,
                             (long long)n);
     }
-    float *v = lp_block_list_alloc(&m->owned, (size_t)n * sizeof *v);
-    if (!v)
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
-    *out = v;
-    return lp_tensor_rows_f32(t, row, 1, v, err);
+    return own_rows_f32(m, t, row, 1, n, out, err);
 }
 
 /* An expert's biases: gate and up apart or the fused gate_up's, and down's. */
