@@ -1,4 +1,5 @@
-/* Bump allocator backing per-run scratch memory. */
+/* Bump allocator backing per-run scratch memory; a struct with its arrays in one block; the
+ * block list of long-lived structs. */
 #define _POSIX_C_SOURCE 200809L
 #include "core/arena.h"
 
@@ -115,4 +116,36 @@ void *lp_alloc_with_arrays(size_t struct_size, const lp_owned_array *arrays, siz
 void *lp_alloc_arrays_of(void *owner, const lp_owned_array *arrays, size_t n_arrays)
 {
     return alloc_block(0, owner, arrays, n_arrays);
+}
+
+void *lp_block_list_adopt(lp_block_list *list, void *block)
+{
+    if (!block)
+        return NULL;
+    if (list->n == list->cap) {
+        size_t cap = list->cap ? list->cap * 2 : 16;
+        void **grown = cap <= SIZE_MAX / sizeof *grown ? realloc(list->blocks, cap * sizeof *grown)
+                                                       : NULL;
+        if (!grown) {
+            free(block);
+            return NULL;
+        }
+        list->blocks = grown;
+        list->cap = cap;
+    }
+    list->blocks[list->n++] = block;
+    return block;
+}
+
+void *lp_block_list_alloc(lp_block_list *list, size_t bytes)
+{
+    return lp_block_list_adopt(list, malloc(bytes ? bytes : 1));
+}
+
+void lp_block_list_free(lp_block_list *list)
+{
+    for (size_t i = 0; i < list->n; i++)
+        free(list->blocks[i]);
+    free(list->blocks);
+    memset(list, 0, sizeof *list);
 }

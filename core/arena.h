@@ -59,4 +59,27 @@ void *lp_alloc_with_arrays(size_t struct_size, const lp_owned_array *arrays, siz
  * untouched, on the same failures. */
 void *lp_alloc_arrays_of(void *owner, const lp_owned_array *arrays, size_t n_arrays);
 
+/* ---- the blocks a long-lived struct allocates as it goes, freed together at its close ---------
+ *
+ * For what outlives a run and has no size known up front (a model's small vectors, a
+ * tokenizer's string pool): each block is malloc'd and remembered, and one call frees them all.
+ *
+ *   lp_block_list owned = {0};
+ *   float *norm = lp_block_list_alloc(&owned, n * sizeof *norm);  // NULL when out of memory
+ *   if (!lp_block_list_adopt(&owned, decoded)) ...                // decoded is freed then
+ *   lp_block_list_free(&owned);                                   // every block, and the list
+ */
+typedef struct lp_block_list {
+    void **blocks; /* [cap], the first n set: each owned by the list */
+    size_t n, cap;
+} lp_block_list;
+
+/* Takes block (malloc'd, or NULL) into the list and returns it; NULL when block is NULL or the
+ * list cannot grow, and then block is freed: it has an owner either way. */
+void *lp_block_list_adopt(lp_block_list *list, void *block);
+/* A new block of bytes (at least one, so NULL always means out of memory), owned by the list. */
+void *lp_block_list_alloc(lp_block_list *list, size_t bytes);
+/* Frees every block and the list's own array; list is left empty, ready for reuse. */
+void lp_block_list_free(lp_block_list *list);
+
 #endif

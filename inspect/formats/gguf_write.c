@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
+#include "core/bytes.h"
 #include "core/checked.h"
 #include "inspect/formats/formats_internal.h"
 
@@ -20,77 +22,33 @@ typedef struct gguf_entry {
     void *data; /* owned copy */
 } gguf_entry;
 
-/* A growable byte buffer; failed sticks once an allocation fails. */
-typedef struct byte_buf {
-    uint8_t *data;
-    size_t size, cap;
-    bool failed;
-} byte_buf;
-
 struct lp_gguf_writer {
-    byte_buf kvs; /* the encoded key/value pairs */
-    uint64_t n_kv;
-    char **keys;  /* for duplicate checks */
-    size_t cap_keys;
+    lp_bytes kvs; /* the encoded key/value pairs */
+    lp_block_list keys; /* each key set (for duplicate checks); keys.n is the kv count */
     uint32_t alignment;
     gguf_entry *entries;
     size_t n_entries, cap_entries;
 };
 
-static void put_bytes(byte_buf *b, const void *p, size_t n)
-{
-    if (b->failed)
-        return;
-    if (n > SIZE_MAX / 2 - b->size) {
-        b->failed = true;
-        return;
-    }
-    if (b->size + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->size + n)
-            cap *= 2;
-        uint8_t *grown = realloc(b->data, cap);
-        if (!grown) {
-            b->failed = true;
-            return;
-        }
-        b->data = grown;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->data + b->size, p, n);
-    b->size += n;
-}
-
-static void put_u32(byte_buf *b, uint32_t v)
+static void put_u32(lp_bytes *b, uint32_t v)
 {
     uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-    put_bytes(b, le, 4);
+    lp_bytes_append(b, le, 4);
 }
 
-static void put_u64(byte_buf *b, uint64_t v)
+static void put_u64(lp_bytes *b, uint64_t v)
 {
     uint8_t le[8];
     for (int i = 0; i < 8; i++)
         le[i] = (uint8_t)(v >> (8 * i));
-    put_bytes(b, le, 8);
+    lp_bytes_append(b, le, 8);
 }
 
-static void put_str(byte_buf *b, const char *s)
+static void put_str(lp_bytes *b, const char *s)
 {
     size_t n = strlen(s);
     put_u64(b, n);
-    put_bytes(b, s, n);
-}
-
-static void put_zeros(byte_buf *b, size_t n)
-{
-    static const uint8_t zeros[64];
-    while (n > 0 && !b->failed) {
-        size_t k = n < sizeof zeros ? n : sizeof zeros;
-        put_bytes(b, zeros, k);
-        n -= k;
-    }
+    lp_bytes_append(b, s, n);
 }
 
 lp_status lp_gguf_writer_create(lp_gguf_writer **out, lp_error *err)
@@ -106,15 +64,13 @@ void lp_gguf_writer_destroy(lp_gguf_writer *w)
 {
     if (!w)
         return;
-    for (uint64_t i = 0; i < w->n_kv; i++)
-        free(w->keys[i]);
+    lp_block_list_free(&w->keys);
     for (size_t i = 0; i < w->n_entries; i++) {
         free(w->entries[i].name);
         free(w->entries[i].data);
     }
-    free(w->keys);
     free(w->entries);
-    free(w->kvs.data);
+    lp_bytes_free(&w->kvs);
     free(w);
 }
 
@@ -123,23 +79,14 @@ static lp_status begin_kv(lp_gguf_writer *w, const char *key, lp_gguf_type type,
 {
     if (!key || !*key)
         return lp_error_set(err, LP_ERR_USAGE, "GGUF writer: empty metadata key");
-    for (uint64_t i = 0; i < w->n_kv; i++)
-        if (strcmp(w->keys[i], key) == 0)
+    for (size_t i = 0; i < w->keys.n; i++)
+        if (strcmp(w->keys.blocks[i], key) == 0)
             return lp_error_set(err, LP_ERR_USAGE, "GGUF writer: key '%s' set twice", key);
-    if (w->n_kv == w->cap_keys) {
-        size_t cap = w->cap_keys ? w->cap_keys * 2 : 16;
-        char **grown = realloc(w->keys, cap * sizeof *grown);
-        if (!grown)
-            return lp_error_set(err, LP_ERR_NOMEM, "GGUF writer: out of memory");
-        w->keys = grown;
-        w->cap_keys = cap;
-    }
     size_t n = strlen(key) + 1;
-    w->keys[w->n_kv] = malloc(n);
-    if (!w->keys[w->n_kv])
+    char *copy = lp_block_list_alloc(&w->keys, n);
+    if (!copy)
         return lp_error_set(err, LP_ERR_NOMEM, "GGUF writer: out of memory");
-    memcpy(w->keys[w->n_kv], key, n);
-    w->n_kv++;
+    memcpy(copy, key, n);
     put_str(&w->kvs, key);
     put_u32(&w->kvs, (uint32_t)type);
     return LP_OK;
@@ -192,7 +139,7 @@ lp_status lp_gguf_writer_set_bool(lp_gguf_writer *w, const char *key, bool value
     if (st != LP_OK)
         return st;
     uint8_t b = value ? 1 : 0;
-    put_bytes(&w->kvs, &b, 1);
+    lp_bytes_append(&w->kvs, &b, 1);
     return end_kv(w, key, err);
 }
 
@@ -224,7 +171,8 @@ lp_status lp_gguf_writer_set_array(lp_gguf_writer *w, const char *key, lp_gguf_t
         return st;
     put_u32(&w->kvs, (uint32_t)elem);
     put_u64(&w->kvs, n);
-    put_bytes(&w->kvs, values, n * size); /* the host is little-endian, as the reader assumes */
+    /* the host is little-endian, as the reader assumes */
+    lp_bytes_append(&w->kvs, values, n * size);
     return end_kv(w, key, err);
 }
 
@@ -340,13 +288,13 @@ static uint64_t align_up(uint64_t v, uint64_t alignment)
 }
 
 /* The whole file in memory: header, kvs, tensor infos, padding, data. */
-static void encode(const lp_gguf_writer *w, byte_buf *out)
+static void encode(const lp_gguf_writer *w, lp_bytes *out)
 {
-    put_bytes(out, "GGUF", 4);
+    lp_bytes_append(out, "GGUF", 4);
     put_u32(out, 3);
     put_u64(out, w->n_entries);
-    put_u64(out, w->n_kv);
-    put_bytes(out, w->kvs.data, w->kvs.size);
+    put_u64(out, w->keys.n);
+    lp_bytes_append(out, w->kvs.data, w->kvs.len);
     uint64_t offset = 0;
     for (size_t i = 0; i < w->n_entries; i++) {
         const gguf_entry *e = &w->entries[i];
@@ -358,34 +306,34 @@ static void encode(const lp_gguf_writer *w, byte_buf *out)
         put_u64(out, offset);
         offset = align_up(offset + e->n_bytes, w->alignment);
     }
-    put_zeros(out, (size_t)(align_up(out->size, w->alignment) - out->size));
+    lp_bytes_append_zeros(out, (size_t)(align_up(out->len, w->alignment) - out->len));
     for (size_t i = 0; i < w->n_entries; i++) {
-        put_bytes(out, w->entries[i].data, (size_t)w->entries[i].n_bytes);
-        put_zeros(out, (size_t)(align_up(w->entries[i].n_bytes, w->alignment) -
-                                w->entries[i].n_bytes));
+        lp_bytes_append(out, w->entries[i].data, (size_t)w->entries[i].n_bytes);
+        lp_bytes_append_zeros(out, (size_t)(align_up(w->entries[i].n_bytes, w->alignment) -
+                                            w->entries[i].n_bytes));
     }
 }
 
 lp_status lp_gguf_writer_write(const lp_gguf_writer *w, const char *path, lp_error *err)
 {
-    byte_buf file = {0};
+    lp_bytes file = {0};
     encode(w, &file);
     if (file.failed || w->kvs.failed) {
-        free(file.data);
+        lp_bytes_free(&file);
         return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory encoding the GGUF file", path);
     }
     FILE *f = fopen(path, "wb");
     if (!f) {
-        free(file.data);
+        lp_bytes_free(&file);
         return lp_error_set(err, LP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     }
-    bool ok = fwrite(file.data, 1, file.size, f) == file.size;
+    bool ok = fwrite(file.data, 1, file.len, f) == file.len;
     int saved_errno = errno;
     if (fclose(f) != 0 && ok) {
         ok = false;
         saved_errno = errno;
     }
-    free(file.data);
+    lp_bytes_free(&file);
     if (!ok)
         return lp_error_set(err, LP_ERR_IO, "%s: write failed: %s", path, strerror(saved_errno));
     return LP_OK;

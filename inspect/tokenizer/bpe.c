@@ -206,7 +206,7 @@ static void unknown_char(const lp_tokenizer *tok, const char *key, size_t key_le
  * and the end-of-word suffix on the last) as its token, byte fallback or unk. */
 static lp_status word_symbols(const lp_tokenizer *tok, const char *w, size_t len, sym_vec *syms)
 {
-    lp_tok_buf tmp = {0};
+    lp_bytes tmp = {0};
     unk_run u = {-1, 0};
     size_t i = 0;
     while (i < len && !tmp.failed) {
@@ -218,10 +218,10 @@ static lp_status word_symbols(const lp_tokenizer *tok, const char *w, size_t len
         if (prefix || suffix) {
             tmp.len = 0;
             if (prefix)
-                lp_tok_buf_put(&tmp, tok->cont_prefix, tok->cont_prefix_len);
-            lp_tok_buf_put(&tmp, w + start, clen);
+                lp_bytes_append(&tmp, tok->cont_prefix, tok->cont_prefix_len);
+            lp_bytes_append(&tmp, w + start, clen);
             if (suffix)
-                lp_tok_buf_put(&tmp, tok->eow_suffix, tok->eow_suffix_len);
+                lp_bytes_append(&tmp, tok->eow_suffix, tok->eow_suffix_len);
             key = tmp.data;
             key_len = tmp.len;
         }
@@ -235,7 +235,7 @@ static lp_status word_symbols(const lp_tokenizer *tok, const char *w, size_t len
     }
     unk_flush(tok, &u, syms);
     bool failed = tmp.failed || syms->failed;
-    lp_tok_buf_free(&tmp);
+    lp_bytes_free(&tmp);
     return failed ? LP_ERR_NOMEM : LP_OK;
 }
 
@@ -315,17 +315,17 @@ static lp_status bpe_word_scores(const lp_tokenizer *tok, const char *w, size_t 
 lp_status lp_tok_encode_llama2c(const lp_tokenizer *tok, const char *text, size_t len,
                                 bool add_bos, lp_tok_ids *out)
 {
-    lp_tok_buf word = {0};
+    lp_bytes word = {0};
     sym_vec syms = {0};
     int32_t space = lp_tok_vocab_find(tok, " ", 1);
     lp_status st = LP_OK;
     if (add_bos && tok->n_vocab > 1) {
         sym_push(&syms, 1, word.len, tok->piece_len[1]);
-        lp_tok_buf_put(&word, tok->pieces[1], tok->piece_len[1]);
+        lp_bytes_append(&word, tok->pieces[1], tok->piece_len[1]);
     }
     if (len > 0 && space >= 0) {
         sym_push(&syms, space, word.len, 1);
-        lp_tok_buf_put(&word, " ", 1);
+        lp_bytes_append(&word, " ", 1);
     }
     size_t i = 0;
     while (i < len) {
@@ -336,7 +336,7 @@ lp_status lp_tok_encode_llama2c(const lp_tokenizer *tok, const char *text, size_
         int32_t id = lp_tok_vocab_find(tok, text + start, i - start);
         if (id >= 0) {
             sym_push(&syms, id, word.len, i - start);
-            lp_tok_buf_put(&word, text + start, i - start);
+            lp_bytes_append(&word, text + start, i - start);
             continue;
         }
         for (size_t b = start; b < i; b++) {
@@ -344,7 +344,7 @@ lp_status lp_tok_encode_llama2c(const lp_tokenizer *tok, const char *text, size_
             if (bid >= tok->n_vocab || !tok->pieces[bid])
                 continue;
             sym_push(&syms, bid, word.len, tok->piece_len[bid]);
-            lp_tok_buf_put(&word, tok->pieces[bid], tok->piece_len[bid]);
+            lp_bytes_append(&word, tok->pieces[bid], tok->piece_len[bid]);
         }
     }
     if (word.failed || syms.failed || word.len > UINT32_MAX / 2) {
@@ -361,7 +361,7 @@ lp_status lp_tok_encode_llama2c(const lp_tokenizer *tok, const char *text, size_
         for (int32_t k = syms.n ? 0 : -1; k >= 0; k = syms.v[k].next)
             lp_tok_ids_push(out, syms.v[k].id);
 done:
-    lp_tok_buf_free(&word);
+    lp_bytes_free(&word);
     free(syms.v);
     return st;
 }
@@ -376,7 +376,7 @@ static lp_status wordpiece_word(const lp_tokenizer *tok, const char *w, size_t l
     for (size_t i = 0; i < len; n_chars++)
         lp_utf8_next(w, len, &i);
     size_t mark = out->n;
-    lp_tok_buf probe = {0};
+    lp_bytes probe = {0};
     bool bad = n_chars > tok->max_input_chars;
     for (size_t start = 0; start < len && !bad;) {
         int32_t id = -1;
@@ -384,8 +384,8 @@ static lp_status wordpiece_word(const lp_tokenizer *tok, const char *w, size_t l
         while (end > start) {
             probe.len = 0;
             if (start > 0)
-                lp_tok_buf_put(&probe, tok->cont_prefix, tok->cont_prefix_len);
-            lp_tok_buf_put(&probe, w + start, end - start);
+                lp_bytes_append(&probe, tok->cont_prefix, tok->cont_prefix_len);
+            lp_bytes_append(&probe, w + start, end - start);
             if (probe.failed)
                 break;
             if ((id = lp_tok_vocab_find(tok, probe.data, probe.len)) >= 0)
@@ -396,7 +396,7 @@ static lp_status wordpiece_word(const lp_tokenizer *tok, const char *w, size_t l
             end = prev;
         }
         if (probe.failed) {
-            lp_tok_buf_free(&probe);
+            lp_bytes_free(&probe);
             return LP_ERR_NOMEM;
         }
         bad = id < 0;
@@ -404,7 +404,7 @@ static lp_status wordpiece_word(const lp_tokenizer *tok, const char *w, size_t l
             lp_tok_ids_push(out, id);
         start = end;
     }
-    lp_tok_buf_free(&probe);
+    lp_bytes_free(&probe);
     if (bad) { /* the loader made sure the unknown token exists */
         out->n = mark;
         lp_tok_ids_push(out, tok->unk_id);
@@ -505,11 +505,11 @@ lp_status lp_tok_bpe_word(const lp_tokenizer *tok, const char *w, size_t len, lp
     if (tok->model == LP_TOK_MODEL_UNIGRAM)
         return len ? unigram_word(tok, w, len, out) : LP_OK;
     if (tok->model == LP_TOK_MODEL_WORDPIECE && len && tok->word_prefix_len) {
-        lp_tok_buf word = {0};
-        lp_tok_buf_put(&word, tok->word_prefix, tok->word_prefix_len);
-        lp_tok_buf_put(&word, w, len);
+        lp_bytes word = {0};
+        lp_bytes_append(&word, tok->word_prefix, tok->word_prefix_len);
+        lp_bytes_append(&word, w, len);
         lp_status st = word.failed ? LP_ERR_NOMEM : wordpiece_word(tok, word.data, word.len, out);
-        lp_tok_buf_free(&word);
+        lp_bytes_free(&word);
         return st;
     }
     if (tok->model == LP_TOK_MODEL_WORDPIECE)

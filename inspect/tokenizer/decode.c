@@ -9,7 +9,7 @@
 #include "core/mapfile.h"
 
 typedef struct str_vec {
-    lp_tok_buf *v;
+    lp_bytes *v;
     size_t n;
     bool *text; /* [n] or NULL: token k is LP_TOK_FLAG_TEXT, passed through ByteLevel as it is */
 } str_vec;
@@ -17,7 +17,7 @@ typedef struct str_vec {
 static void strs_free(str_vec *s)
 {
     for (size_t k = 0; k < s->n; k++)
-        lp_tok_buf_free(&s->v[k]);
+        lp_bytes_free(&s->v[k]);
     free(s->v);
     free(s->text);
     s->v = NULL;
@@ -26,22 +26,22 @@ static void strs_free(str_vec *s)
 }
 
 /* Hugging Face's clean_up_tokenization: drop the space before punctuation and contractions. */
-static lp_status cleanup_spaces(lp_tok_buf *b)
+static lp_status cleanup_spaces(lp_bytes *b)
 {
     static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's",
                                        " 've", " 're"};
     static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re"};
     for (size_t k = 0; k < sizeof from / sizeof from[0]; k++) {
-        lp_tok_buf out = {0};
+        lp_bytes out = {0};
         lp_status st = lp_tok_replace_all(NULL, from[k], strlen(from[k]), to[k], strlen(to[k]),
                                    b->data ? b->data : "", b->len, &out);
         if (st != LP_OK) {
-            lp_tok_buf_free(&out);
+            lp_bytes_free(&out);
             return st;
         }
         if (!out.data)
-            lp_tok_buf_put(&out, "", 0);
-        lp_tok_buf_free(b);
+            lp_bytes_append(&out, "", 0);
+        lp_bytes_free(b);
         *b = out;
     }
     return LP_OK;
@@ -51,11 +51,11 @@ static lp_status cleanup_spaces(lp_tok_buf *b)
  * (a token with a character outside the alphabet passes as it is). */
 static lp_status dec_bytelevel(str_vec *strs)
 {
-    lp_tok_buf all = {0};
+    lp_bytes all = {0};
     for (size_t k = 0; k < strs->n; k++) {
         const char *s = strs->v[k].data ? strs->v[k].data : "";
         size_t len = strs->v[k].len;
-        lp_tok_buf bytes = {0};
+        lp_bytes bytes = {0};
         bool ok = !(strs->text && strs->text[k]);
         size_t i = 0;
         while (i < len && ok) {
@@ -63,19 +63,19 @@ static lp_status dec_bytelevel(str_vec *strs)
             int b = cp < 0 ? -1 : lp_tok_cp_to_byte((uint32_t)cp);
             ok = b >= 0;
             if (ok)
-                lp_tok_buf_putc(&bytes, (char)b);
+                lp_bytes_append_char(&bytes, (char)b);
         }
-        lp_tok_buf_put(&all, ok ? bytes.data : s, ok ? bytes.len : len);
-        lp_tok_buf_free(&bytes);
+        lp_bytes_append(&all, ok ? bytes.data : s, ok ? bytes.len : len);
+        lp_bytes_free(&bytes);
     }
     if (all.failed) {
-        lp_tok_buf_free(&all);
+        lp_bytes_free(&all);
         return LP_ERR_NOMEM;
     }
     strs_free(strs);
     strs->v = malloc(sizeof *strs->v);
     if (!strs->v) {
-        lp_tok_buf_free(&all);
+        lp_bytes_free(&all);
         return LP_ERR_NOMEM;
     }
     strs->v[0] = all;
@@ -84,13 +84,13 @@ static lp_status dec_bytelevel(str_vec *strs)
 }
 
 /* Replace token k of strs by out (which it takes over), or free out on failure. */
-static lp_status replace_token(str_vec *strs, size_t k, lp_tok_buf *out, lp_status st)
+static lp_status replace_token(str_vec *strs, size_t k, lp_bytes *out, lp_status st)
 {
     if (st != LP_OK) {
-        lp_tok_buf_free(out);
+        lp_bytes_free(out);
         return st;
     }
-    lp_tok_buf_free(&strs->v[k]);
+    lp_bytes_free(&strs->v[k]);
     strs->v[k] = *out;
     return LP_OK;
 }
@@ -100,7 +100,7 @@ static lp_status dec_replace(const lp_tok_dec *dec, str_vec *strs, bool for_labe
 {
     bool meta = dec->kind == LP_TOK_DEC_METASPACE;
     for (size_t k = 0; k < strs->n; k++) {
-        lp_tok_buf out = {0};
+        lp_bytes out = {0};
         const char *s = strs->v[k].data ? strs->v[k].data : "";
         size_t len = strs->v[k].len;
         if (meta && k == 0 && !for_label && dec->prepend_scheme != LP_TOK_PREPEND_NEVER &&
@@ -127,14 +127,14 @@ static lp_status dec_bytefallback(str_vec *strs)
             strs->v[w++] = strs->v[k++];
             continue;
         }
-        lp_tok_buf bytes = {0};
+        lp_bytes bytes = {0};
         while (k < strs->n && lp_tok_byte_piece(strs->v[k].data, strs->v[k].len, true, &v)) {
-            lp_tok_buf_putc(&bytes, (char)v);
-            lp_tok_buf_free(&strs->v[k]);
+            lp_bytes_append_char(&bytes, (char)v);
+            lp_bytes_free(&strs->v[k]);
             k++;
         }
         if (bytes.failed) {
-            lp_tok_buf_free(&bytes);
+            lp_bytes_free(&bytes);
             strs->n = w;
             return LP_ERR_NOMEM;
         }
@@ -149,8 +149,8 @@ static lp_status dec_fuse(str_vec *strs)
     if (strs->n <= 1)
         return LP_OK;
     for (size_t k = 1; k < strs->n; k++) {
-        lp_tok_buf_put(&strs->v[0], strs->v[k].data, strs->v[k].len);
-        lp_tok_buf_free(&strs->v[k]);
+        lp_bytes_append(&strs->v[0], strs->v[k].data, strs->v[k].len);
+        lp_bytes_free(&strs->v[k]);
     }
     strs->n = 1;
     return strs->v[0].failed ? LP_ERR_NOMEM : LP_OK;
@@ -161,7 +161,7 @@ static void dec_strip(const lp_tok_dec *dec, str_vec *strs)
 {
     size_t cl = dec->content_len;
     for (size_t k = 0; k < strs->n && cl; k++) {
-        lp_tok_buf *b = &strs->v[k];
+        lp_bytes *b = &strs->v[k];
         size_t a = 0, e = b->len;
         for (int64_t n = 0; n < dec->start && b->len - a >= cl &&
                             memcmp(b->data + a, dec->content, cl) == 0;
@@ -183,7 +183,7 @@ static void dec_strip(const lp_tok_dec *dec, str_vec *strs)
 static lp_status dec_bpe_suffix(const lp_tok_dec *dec, str_vec *strs, bool for_label)
 {
     for (size_t k = 0; k < strs->n; k++) {
-        lp_tok_buf out = {0};
+        lp_bytes out = {0};
         bool last = k + 1 == strs->n && !for_label;
         lp_status st = lp_tok_replace_all(NULL, dec->pattern, dec->pattern_len, last ? "" : " ",
                                           last ? 0 : 1, strs->v[k].data ? strs->v[k].data : "",
@@ -198,7 +198,7 @@ static lp_status dec_bpe_suffix(const lp_tok_dec *dec, str_vec *strs, bool for_l
 static lp_status dec_wordpiece(const lp_tok_dec *dec, str_vec *strs, bool for_label)
 {
     for (size_t k = 0; k < strs->n; k++) {
-        lp_tok_buf out = {0};
+        lp_bytes out = {0};
         const char *s = strs->v[k].data ? strs->v[k].data : "";
         size_t len = strs->v[k].len;
         if ((k > 0 || for_label) && len >= dec->pattern_len &&
@@ -206,11 +206,11 @@ static lp_status dec_wordpiece(const lp_tok_dec *dec, str_vec *strs, bool for_la
             s += dec->pattern_len;
             len -= dec->pattern_len;
         } else if (k > 0 && !for_label) {
-            lp_tok_buf_putc(&out, ' ');
+            lp_bytes_append_char(&out, ' ');
         }
-        lp_tok_buf_put(&out, s, len);
+        lp_bytes_append(&out, s, len);
         if (!out.data)
-            lp_tok_buf_put(&out, "", 0);
+            lp_bytes_append(&out, "", 0);
         lp_status st = out.failed ? LP_ERR_NOMEM : LP_OK;
         if (st == LP_OK && dec->cleanup && !for_label)
             st = cleanup_spaces(&out);
@@ -272,7 +272,7 @@ lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_
 {
     LP_ASSERT(tok && text && (ids || n_ids == 0));
     *text = NULL;
-    str_vec strs = {calloc(n_ids ? n_ids : 1, sizeof(lp_tok_buf)), 0,
+    str_vec strs = {calloc(n_ids ? n_ids : 1, sizeof(lp_bytes)), 0,
                     calloc(n_ids ? n_ids : 1, sizeof(bool))};
     if (!strs.v || !strs.text) {
         strs_free(&strs);
@@ -289,26 +289,26 @@ lp_status lp_tokenizer_decode(const lp_tokenizer *tok, const int32_t *ids, size_
         if (skip_special && (tok->flags[id] & LP_TOK_FLAG_SPECIAL))
             continue;
         strs.text[strs.n] = (tok->flags[id] & LP_TOK_FLAG_TEXT) != 0;
-        lp_tok_buf *b = &strs.v[strs.n++];
-        lp_tok_buf_put(b, tok->pieces[id], tok->piece_len[id]);
+        lp_bytes *b = &strs.v[strs.n++];
+        lp_bytes_append(b, tok->pieces[id], tok->piece_len[id]);
         if (b->failed) {
             strs_free(&strs);
             return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
         }
     }
     lp_status st = run_decoders(tok, &strs, false);
-    lp_tok_buf all = {0};
-    lp_tok_buf_put(&all, "", 0);
+    lp_bytes all = {0};
+    lp_bytes_append(&all, "", 0);
     for (size_t k = 0; k < strs.n && st == LP_OK; k++) {
         if (k > 0 && tok->n_decs == 0)
-            lp_tok_buf_putc(&all, ' '); /* no decoder: Hugging Face joins with spaces */
-        lp_tok_buf_put(&all, strs.v[k].data, strs.v[k].len);
+            lp_bytes_append_char(&all, ' '); /* no decoder: Hugging Face joins with spaces */
+        lp_bytes_append(&all, strs.v[k].data, strs.v[k].len);
     }
     strs_free(&strs);
     if (st == LP_OK && all.failed)
         st = LP_ERR_NOMEM;
     if (st != LP_OK) {
-        lp_tok_buf_free(&all);
+        lp_bytes_free(&all);
         return lp_error_set(err, st, "%s: out of memory decoding %zu ids",
                             lp_path_basename(tok->path), n_ids);
     }
@@ -324,30 +324,30 @@ static bool is_space_byte(char c)
 /* Escape for one-line display: control characters as \n \t \r \xNN, invalid UTF-8 as \xNN. */
 static char *escape_label(const char *s, size_t len)
 {
-    lp_tok_buf out = {0};
-    lp_tok_buf_put(&out, "", 0);
+    lp_bytes out = {0};
+    lp_bytes_append(&out, "", 0);
     size_t i = 0;
     while (i < len) {
         size_t at = i;
         int32_t cp = lp_utf8_next(s, len, &i);
         char esc[8];
         if (cp == '\n')
-            lp_tok_buf_put(&out, "\\n", 2);
+            lp_bytes_append(&out, "\\n", 2);
         else if (cp == '\t')
-            lp_tok_buf_put(&out, "\\t", 2);
+            lp_bytes_append(&out, "\\t", 2);
         else if (cp == '\r')
-            lp_tok_buf_put(&out, "\\r", 2);
+            lp_bytes_append(&out, "\\r", 2);
         else if (cp == '\\')
-            lp_tok_buf_put(&out, "\\\\", 2);
+            lp_bytes_append(&out, "\\\\", 2);
         else if (cp < 0 || cp < 0x20 || cp == 0x7F) {
             snprintf(esc, sizeof esc, "\\x%02X", (unsigned char)s[at]);
-            lp_tok_buf_put(&out, esc, 4);
+            lp_bytes_append(&out, esc, 4);
         } else {
-            lp_tok_buf_put(&out, s + at, i - at);
+            lp_bytes_append(&out, s + at, i - at);
         }
     }
     if (out.failed) {
-        lp_tok_buf_free(&out);
+        lp_bytes_free(&out);
         return NULL;
     }
     return out.data;
@@ -368,17 +368,17 @@ char *lp_tokenizer_label(const lp_tokenizer *tok, int32_t id)
             len--;
         return escape_label(p, len);
     }
-    str_vec strs = {calloc(1, sizeof(lp_tok_buf)), 1, NULL};
+    str_vec strs = {calloc(1, sizeof(lp_bytes)), 1, NULL};
     if (!strs.v)
         return NULL;
-    lp_tok_buf_put(&strs.v[0], p, len);
+    lp_bytes_append(&strs.v[0], p, len);
     lp_status st = strs.v[0].failed ? LP_ERR_NOMEM : run_decoders(tok, &strs, true);
-    lp_tok_buf all = {0};
+    lp_bytes all = {0};
     for (size_t k = 0; k < strs.n && st == LP_OK; k++)
-        lp_tok_buf_put(&all, strs.v[k].data, strs.v[k].len);
+        lp_bytes_append(&all, strs.v[k].data, strs.v[k].len);
     strs_free(&strs);
     char *label = st == LP_OK && !all.failed ? escape_label(all.data ? all.data : "", all.len)
                                              : NULL;
-    lp_tok_buf_free(&all);
+    lp_bytes_free(&all);
     return label;
 }

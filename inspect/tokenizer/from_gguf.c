@@ -443,7 +443,7 @@ static lp_status read_merges(const gguf_vocab *v, lp_tokenizer *tok)
         return lp_error_set(v->err, LP_ERR_FORMAT, "%s: tokenizer.ggml.merges: %llu merges",
                             v->name, (unsigned long long)n);
     lp_status st = lp_tok_merges_init(tok, (size_t)n, v->err);
-    lp_tok_buf joined = {0};
+    lp_bytes joined = {0};
     for (uint64_t i = 0; i < n && st == LP_OK; i++) {
         const char *s, *sp = NULL;
         size_t len;
@@ -457,8 +457,8 @@ static lp_status read_merges(const gguf_vocab *v, lp_tokenizer *tok)
         }
         size_t a_len = (size_t)(sp - s), b_len = len - a_len - 1;
         joined.len = 0;
-        lp_tok_buf_put(&joined, s, a_len);
-        lp_tok_buf_put(&joined, sp + 1, b_len);
+        lp_bytes_append(&joined, s, a_len);
+        lp_bytes_append(&joined, sp + 1, b_len);
         if (joined.failed) {
             st = nomem(v->name, v->err);
             break;
@@ -473,7 +473,7 @@ static lp_status read_merges(const gguf_vocab *v, lp_tokenizer *tok)
         else
             lp_tok_merges_add(tok, left, right, (int32_t)i, merged);
     }
-    lp_tok_buf_free(&joined);
+    lp_bytes_free(&joined);
     return st;
 }
 

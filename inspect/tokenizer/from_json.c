@@ -856,7 +856,7 @@ static lp_status read_merges(jctx *c, const json_t *merges)
         return lp_error_set(c->err, LP_ERR_FORMAT, "%s: model.merges: %zu merges, more than %d",
                             c->name, n_merges, INT32_MAX);
     lp_status st = lp_tok_merges_init(tok, n_merges, c->err);
-    lp_tok_buf joined = {0};
+    lp_bytes joined = {0};
     size_t i;
     const json_t *item;
     json_array_foreach(merges, i, item)
@@ -871,8 +871,8 @@ static lp_status read_merges(jctx *c, const json_t *merges)
                           ? tok->cont_prefix_len
                           : 0;
         joined.len = 0;
-        lp_tok_buf_put(&joined, a, a_len);
-        lp_tok_buf_put(&joined, b + skip, b_len - skip);
+        lp_bytes_append(&joined, a, a_len);
+        lp_bytes_append(&joined, b + skip, b_len - skip);
         if (joined.failed) {
             st = nomem(c);
             break;
@@ -885,7 +885,7 @@ static lp_status read_merges(jctx *c, const json_t *merges)
         else
             lp_tok_merges_add(tok, left, right, (int32_t)i, merged);
     }
-    lp_tok_buf_free(&joined);
+    lp_bytes_free(&joined);
     return st;
 }
 

@@ -203,16 +203,16 @@ static lp_status find_spans(const pcre2_code *re, const char *lit, size_t lit_le
 
 lp_status lp_tok_replace_all(const pcre2_code *re, const char *lit, size_t lit_len,
                              const char *content, size_t content_len, const char *s, size_t len,
-                             lp_tok_buf *out)
+                             lp_bytes *out)
 {
     span_vec spans = {0};
     lp_status st = find_spans(re, lit, lit_len, s, len, &spans);
     if (st == LP_OK)
         for (size_t k = 0; k < spans.n; k++) {
             if (spans.v[k].match)
-                lp_tok_buf_put(out, content, content_len);
+                lp_bytes_append(out, content, content_len);
             else
-                lp_tok_buf_put(out, s + spans.v[k].start, spans.v[k].end - spans.v[k].start);
+                lp_bytes_append(out, s + spans.v[k].start, spans.v[k].end - spans.v[k].start);
         }
     free(spans.v);
     if (st == LP_OK && out->failed)
@@ -223,7 +223,7 @@ lp_status lp_tok_replace_all(const pcre2_code *re, const char *lit, size_t lit_l
 /* ---- normalizers ----------------------------------------------------------------------------- */
 
 /* Strip: Unicode whitespace off either end. */
-static lp_status norm_strip(const lp_tok_norm *n, const char *cur, size_t cur_len, lp_tok_buf *b)
+static lp_status norm_strip(const lp_tok_norm *n, const char *cur, size_t cur_len, lp_bytes *b)
 {
     size_t a = 0, e = cur_len;
     while (n->strip_left && a < e) {
@@ -238,7 +238,7 @@ static lp_status norm_strip(const lp_tok_norm *n, const char *cur, size_t cur_le
             break;
         e = j;
     }
-    lp_tok_buf_put(b, cur + a, e - a);
+    lp_bytes_append(b, cur + a, e - a);
     return LP_OK;
 }
 
@@ -303,19 +303,19 @@ bool lp_tok_charsmap_fits(const char *map, size_t len)
 /* One character of s at *j through the charsmap (a key of its own: its replacement), else as it
  * is, else (a byte that is not UTF-8) U+FFFD for that byte. */
 static void charsmap_char(const lp_tok_norm *n, const char *s, size_t len, size_t *j,
-                          lp_tok_buf *b)
+                          lp_bytes *b)
 {
     const char *repl;
     size_t repl_len, at = *j;
     if (lp_utf8_next(s, len, j) < 0) {
-        lp_tok_buf_put(b, "\xEF\xBF\xBD", 3);
+        lp_bytes_append(b, "\xEF\xBF\xBD", 3);
         return;
     }
     if (charsmap_match(n->pattern, n->pattern_len, s + at, *j - at, true, &repl, &repl_len) ==
         *j - at)
-        lp_tok_buf_put(b, repl, repl_len);
+        lp_bytes_append(b, repl, repl_len);
     else
-        lp_tok_buf_put(b, s + at, *j - at);
+        lp_bytes_append(b, s + at, *j - at);
 }
 
 /* The charsmap over the text. llama.cpp's walk (n->re NULL): at each position the longest key's
@@ -324,7 +324,7 @@ static void charsmap_char(const lp_tok_norm *n, const char *s, size_t len, size_
  * a key is replaced whole by the shortest such key's replacement (so a mark after a mapped base
  * goes with it: Vietnamese is where this shows); any other cluster, character by character. */
 static lp_status normalize_precompiled(const lp_tok_norm *n, const char *s, size_t len,
-                                       lp_tok_buf *b)
+                                       lp_bytes *b)
 {
     pcre2_match_data *md = n->re ? pcre2_match_data_create_from_pattern(n->re, NULL) : NULL;
     if (n->re && !md)
@@ -338,7 +338,7 @@ static lp_status normalize_precompiled(const lp_tok_norm *n, const char *s, size
             size_t m = charsmap_match(n->pattern, n->pattern_len, s + j, len - j, false, &repl,
                                       &repl_len);
             if (m) {
-                lp_tok_buf_put(b, repl, repl_len);
+                lp_bytes_append(b, repl, repl_len);
                 j += m;
             } else {
                 charsmap_char(n, s, len, &j, b);
@@ -346,7 +346,7 @@ static lp_status normalize_precompiled(const lp_tok_norm *n, const char *s, size
         } else if (end > j && end - j < 6 &&
                    charsmap_match(n->pattern, n->pattern_len, s + j, end - j, true, &repl,
                                   &repl_len)) {
-            lp_tok_buf_put(b, repl, repl_len);
+            lp_bytes_append(b, repl, repl_len);
             j = end;
         } else {
             do
@@ -359,7 +359,7 @@ static lp_status normalize_precompiled(const lp_tok_norm *n, const char *s, size
 }
 
 static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cur_len,
-                                lp_tok_buf *b, bool *skip)
+                                lp_bytes *b, bool *skip)
 {
     static const lp_uc_form forms[] = {[LP_TOK_NORM_NFC] = LP_UC_NFC,
                                        [LP_TOK_NORM_NFD] = LP_UC_NFD,
@@ -375,8 +375,8 @@ static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cu
     case LP_TOK_NORM_LOWERCASE: return lp_uc_lowercase(cur, cur_len, &b->data, &b->len);
     case LP_TOK_NORM_PREPEND:
         *skip = cur_len == 0; /* Hugging Face prepends only to non-empty text */
-        lp_tok_buf_put(b, n->pattern, n->pattern_len);
-        lp_tok_buf_put(b, cur, cur_len);
+        lp_bytes_append(b, n->pattern, n->pattern_len);
+        lp_bytes_append(b, cur, cur_len);
         return LP_OK;
     case LP_TOK_NORM_REPLACE:
         return lp_tok_replace_all(n->re, n->pattern, n->pattern_len, n->content, n->content_len,
@@ -385,7 +385,7 @@ static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cu
     case LP_TOK_NORM_BYTELEVEL:
         for (size_t j = 0; j < cur_len; j++) {
             char u[4];
-            lp_tok_buf_put(b, u, lp_utf8_put(lp_tok_byte_cps()[(unsigned char)cur[j]], u));
+            lp_bytes_append(b, u, lp_utf8_put(lp_tok_byte_cps()[(unsigned char)cur[j]], u));
         }
         return LP_OK;
     case LP_TOK_NORM_CJK_SPACES:
@@ -393,10 +393,10 @@ static lp_status normalize_step(const lp_tok_norm *n, const char *cur, size_t cu
             size_t at = j;
             bool cjk = lp_uc_is_cjk_ideograph(lp_utf8_next(cur, cur_len, &j));
             if (cjk)
-                lp_tok_buf_putc(b, ' ');
-            lp_tok_buf_put(b, cur + at, j - at);
+                lp_bytes_append_char(b, ' ');
+            lp_bytes_append(b, cur + at, j - at);
             if (cjk)
-                lp_tok_buf_putc(b, ' ');
+                lp_bytes_append_char(b, ' ');
         }
         return LP_OK;
     case LP_TOK_NORM_PRECOMPILED: return normalize_precompiled(n, cur, cur_len, b);
@@ -414,15 +414,15 @@ lp_status lp_tok_normalize(const lp_tokenizer *tok, const char *s, size_t len, c
         return LP_ERR_NOMEM;
     size_t cur_len = len;
     for (size_t k = 0; k < tok->n_norms; k++) {
-        lp_tok_buf next = {0};
+        lp_bytes next = {0};
         bool skip;
         lp_status st = normalize_step(&tok->norms[k], cur, cur_len, &next, &skip);
         if (st == LP_OK && !skip && !next.data)
-            lp_tok_buf_put(&next, "", 0); /* an empty result is still a string */
+            lp_bytes_append(&next, "", 0); /* an empty result is still a string */
         if (st == LP_OK && next.failed)
             st = LP_ERR_NOMEM;
         if (st != LP_OK || skip) {
-            lp_tok_buf_free(&next);
+            lp_bytes_free(&next);
             if (st != LP_OK) {
                 free(cur);
                 return st;
@@ -455,14 +455,14 @@ static void splits_push(lp_tok_splits *s, const char *bytes, size_t len)
     s->off[s->n] = s->buf.len;
     s->len[s->n] = len;
     s->n++;
-    lp_tok_buf_put(&s->buf, bytes, len);
+    lp_bytes_append(&s->buf, bytes, len);
     if (s->buf.failed)
         s->failed = true;
 }
 
 void lp_tok_splits_free(lp_tok_splits *s)
 {
-    lp_tok_buf_free(&s->buf);
+    lp_bytes_free(&s->buf);
     free(s->off);
     free(s->len);
     memset(s, 0, sizeof *s);
@@ -533,13 +533,13 @@ static void apply_behavior(lp_tok_splits *out, const char *s, span *sp, size_t n
 
 /* ByteLevel over one piece: the prefix space, GPT-2's regex (when use_regex), then every byte
  * mapped to its printable stand-in. */
-static lp_status pre_bytelevel(const lp_tok_pre *p, const char *s, size_t len, lp_tok_buf *tmp,
+static lp_status pre_bytelevel(const lp_tok_pre *p, const char *s, size_t len, lp_bytes *tmp,
                                span_vec *spans, lp_tok_splits *out)
 {
     tmp->len = 0;
     if (p->add_prefix_space && s[0] != ' ')
-        lp_tok_buf_putc(tmp, ' ');
-    lp_tok_buf_put(tmp, s, len);
+        lp_bytes_append_char(tmp, ' ');
+    lp_bytes_append(tmp, s, len);
     if (tmp->failed)
         return LP_ERR_NOMEM;
     lp_tok_splits parts = {0};
@@ -555,17 +555,17 @@ static lp_status pre_bytelevel(const lp_tok_pre *p, const char *s, size_t len, l
         st = LP_ERR_NOMEM;
     const uint32_t *bcp = lp_tok_byte_cps();
     for (size_t q = 0; q < parts.n && st == LP_OK; q++) {
-        lp_tok_buf mapped = {0};
+        lp_bytes mapped = {0};
         const unsigned char *b = (const unsigned char *)parts.buf.data + parts.off[q];
         for (size_t j = 0; j < parts.len[q]; j++) {
             char u[4];
-            lp_tok_buf_put(&mapped, u, lp_utf8_put(bcp[b[j]], u));
+            lp_bytes_append(&mapped, u, lp_utf8_put(bcp[b[j]], u));
         }
         if (mapped.failed)
             st = LP_ERR_NOMEM;
         else
             splits_push(out, mapped.data, mapped.len);
-        lp_tok_buf_free(&mapped);
+        lp_bytes_free(&mapped);
     }
     lp_tok_splits_free(&parts);
     return st;
@@ -574,7 +574,7 @@ static lp_status pre_bytelevel(const lp_tok_pre *p, const char *s, size_t len, l
 /* Metaspace over one piece (the k-th): spaces become the replacement, prepended per the scheme,
  * then split before each replacement. */
 static lp_status pre_metaspace(const lp_tok_pre *p, const char *s, size_t len, bool first,
-                               lp_tok_buf *tmp, span_vec *spans, lp_tok_splits *out)
+                               lp_bytes *tmp, span_vec *spans, lp_tok_splits *out)
 {
     tmp->len = 0;
     bool starts = len >= p->replacement_len && memcmp(s, p->replacement, p->replacement_len) == 0;
@@ -583,7 +583,7 @@ static lp_status pre_metaspace(const lp_tok_pre *p, const char *s, size_t len, b
     if (!starts && !starts_space &&
         (p->prepend_scheme == LP_TOK_PREPEND_ALWAYS ||
          (p->prepend_scheme == LP_TOK_PREPEND_FIRST && first)))
-        lp_tok_buf_put(tmp, p->replacement, p->replacement_len);
+        lp_bytes_append(tmp, p->replacement, p->replacement_len);
     lp_status st = lp_tok_replace_all(NULL, " ", 1, p->replacement, p->replacement_len, s, len,
                                       tmp);
     if (st != LP_OK || !tmp->data)
@@ -602,7 +602,7 @@ static lp_status pretokenize_step(const lp_tok_pre *p, const lp_tok_splits *in,
                                   bool at_text_start, lp_tok_splits *out)
 {
     span_vec spans = {0};
-    lp_tok_buf tmp = {0};
+    lp_bytes tmp = {0};
     lp_status st = LP_OK;
     for (size_t k = 0; k < in->n && st == LP_OK; k++) {
         const char *s = in->buf.data + in->off[k];
@@ -625,7 +625,7 @@ static lp_status pretokenize_step(const lp_tok_pre *p, const lp_tok_splits *in,
         }
     }
     free(spans.v);
-    lp_tok_buf_free(&tmp);
+    lp_bytes_free(&tmp);
     if (st == LP_OK && out->failed)
         st = LP_ERR_NOMEM;
     return st;

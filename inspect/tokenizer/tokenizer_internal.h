@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/arena.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "inspect/tokenizer/tokenizer.h"
 
@@ -86,16 +88,6 @@ const uint32_t *lp_tok_byte_cps(void);
 bool lp_tok_reserve(void **items, size_t *cap, size_t elem_size, size_t first);
 /* Grow an array of *n items by one zeroed item; returns it, or NULL when out of memory. */
 void *lp_tok_append(void **items, size_t *n, size_t elem_size);
-
-/* bytes, NUL-terminated (sticky failure: an allocation failed) */
-typedef struct lp_tok_buf {
-    char *data;
-    size_t len, cap;
-    bool failed;
-} lp_tok_buf;
-void lp_tok_buf_put(lp_tok_buf *b, const void *bytes, size_t n);
-void lp_tok_buf_putc(lp_tok_buf *b, char c);
-void lp_tok_buf_free(lp_tok_buf *b);
 
 /* token ids as they are produced (sticky failure) */
 typedef struct lp_tok_ids {
@@ -236,7 +228,7 @@ struct lp_tokenizer {
     const char *kind;
     char *path;
     int64_t n_vocab; /* highest id + 1 */
-    char **pieces;   /* [n_vocab], NUL-terminated, NULL for holes; in pool_chunks */
+    char **pieces;   /* [n_vocab], NUL-terminated, NULL for holes; in pool */
     uint32_t *piece_len;
     uint8_t *flags; /* [n_vocab] LP_TOK_FLAG_* */
     lp_tok_strmap vocab; /* model vocabulary: string -> id */
@@ -279,8 +271,7 @@ struct lp_tokenizer {
      * model string); the strings live in the pool */
     const char **model_pieces;
     uint32_t *model_piece_len;
-    char **pool_chunks;    /* piece storage: few big blocks instead of one malloc a piece */
-    size_t n_pool_chunks;
+    lp_block_list pool;    /* piece storage: few big blocks instead of one malloc a piece */
     char *pool_cur;
     size_t pool_left;
 };
@@ -321,14 +312,14 @@ lp_status lp_tok_compile_regex(const char *pattern, size_t len, pcre2_code **out
 /* Replace every match of re (or of the literal when re is NULL) in s by content. */
 lp_status lp_tok_replace_all(const pcre2_code *re, const char *lit, size_t lit_len,
                              const char *content, size_t content_len, const char *s, size_t len,
-                             lp_tok_buf *out);
+                             lp_bytes *out);
 /* Apply the normalizers; *out is malloc'd and NUL-terminated. */
 lp_status lp_tok_normalize(const lp_tokenizer *tok, const char *s, size_t len, char **out,
                            size_t *out_len);
 
 /* The pre-tokenized pieces of one segment, stored back to back in buf. */
 typedef struct lp_tok_splits {
-    lp_tok_buf buf;
+    lp_bytes buf;
     size_t *off, *len;
     size_t n, cap;
     bool failed;

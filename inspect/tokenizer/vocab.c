@@ -1,11 +1,12 @@
 /* The tokenizer handle: construction (what every loader calls), the vocabulary and its string
- * -> id map, the merge table, accessors and close; plus the small growable buffers the pipeline
+ * -> id map, the merge table, accessors and close; plus the small growable arrays the pipeline
  * shares. */
 #include "inspect/tokenizer/tokenizer_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "core/mapfile.h"
 
 /* ---- growable buffers ------------------------------------------------------------------------ */
@@ -33,44 +34,6 @@ void *lp_tok_append(void **items, size_t *n, size_t elem_size)
     memset(slot, 0, elem_size);
     (*n)++;
     return slot;
-}
-
-void lp_tok_buf_put(lp_tok_buf *b, const void *bytes, size_t n)
-{
-    if (b->failed)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1) {
-            if (cap > SIZE_MAX / 2) {
-                b->failed = true;
-                return;
-            }
-            cap *= 2;
-        }
-        char *data = realloc(b->data, cap);
-        if (!data) {
-            b->failed = true;
-            return;
-        }
-        b->data = data;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->data + b->len, bytes, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-void lp_tok_buf_putc(lp_tok_buf *b, char c)
-{
-    lp_tok_buf_put(b, &c, 1);
-}
-
-void lp_tok_buf_free(lp_tok_buf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof *b);
 }
 
 char *lp_tok_strndup(const char *s, size_t len)
@@ -132,14 +95,9 @@ static char *pool_copy(lp_tokenizer *tok, const char *s, size_t len)
 {
     if (len + 1 > tok->pool_left) {
         size_t size = len + 1 > (1u << 20) ? len + 1 : (1u << 20);
-        char **chunks = realloc(tok->pool_chunks, (tok->n_pool_chunks + 1) * sizeof *chunks);
-        if (!chunks)
-            return NULL;
-        tok->pool_chunks = chunks;
-        char *block = malloc(size);
+        char *block = lp_block_list_alloc(&tok->pool, size);
         if (!block)
             return NULL;
-        chunks[tok->n_pool_chunks++] = block;
         tok->pool_cur = block;
         tok->pool_left = size;
     }
@@ -351,9 +309,7 @@ void lp_tokenizer_close(lp_tokenizer *tok)
 {
     if (!tok)
         return;
-    for (size_t k = 0; k < tok->n_pool_chunks; k++)
-        free(tok->pool_chunks[k]);
-    free(tok->pool_chunks);
+    lp_block_list_free(&tok->pool);
     free(tok->pieces);
     free(tok->piece_len);
     free(tok->flags);

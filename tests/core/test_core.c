@@ -1,9 +1,11 @@
-/* Unit tests of core/: dtype conversions and sizes, arena, checked math, CLI parsing helpers. */
+/* Unit tests of core/: dtype conversions and sizes, arena, byte buffer, checked math, CLI parsing
+ * helpers. */
 #include "test_util.h"
 
 #include <math.h>
 
 #include "core/arena.h"
+#include "core/bytes.h"
 #include "core/checked.h"
 #include "core/text.h"
 #include "core/dtype.h"
@@ -88,6 +90,67 @@ static void test_arena(void **state)
     assert_ptr_equal(lp_arena_alloc(arena, 1), a);
     assert_null(lp_arena_calloc(arena, SIZE_MAX / 2, 4)); /* overflowing count x size */
     lp_arena_destroy(arena);
+}
+
+/* Appends across several doublings keep every byte and the '\0' after them; a size that would
+ * overflow fails, sticks, and leaves what was written. */
+static void test_bytes(void **state)
+{
+    (void)state;
+    lp_bytes b = {0};
+    lp_bytes_append(&b, "", 0);
+    assert_non_null(b.data); /* an empty append still makes an empty C string */
+    assert_string_equal(b.data, "");
+    for (int i = 0; i < 1000; i++)
+        lp_bytes_append_char(&b, (char)('a' + i % 26));
+    lp_bytes_append_zeros(&b, 3);
+    lp_bytes_append(&b, "end", 3);
+    assert_false(b.failed);
+    assert_int_equal(b.len, 1006);
+    assert_true(b.cap > b.len);
+    assert_int_equal(b.data[999], 'a' + 999 % 26);
+    assert_memory_equal(b.data + 1000, "\0\0\0end", 7);
+    assert_int_equal(b.data[b.len], '\0');
+    assert_false(lp_bytes_reserve(&b, SIZE_MAX - 2));
+    assert_true(b.failed);
+    lp_bytes_append(&b, "x", 1);
+    lp_bytes_append_zeros(&b, 1);
+    assert_int_equal(b.len, 1006);
+    assert_memory_equal(b.data + 1003, "end", 4);
+    lp_bytes_free(&b);
+    assert_null(b.data);
+    assert_int_equal(b.len, 0);
+    assert_false(b.failed);
+    lp_bytes_append(&b, "again", 5); /* freed is empty, not failed */
+    assert_string_equal(b.data, "again");
+    lp_bytes_free(&b);
+}
+
+/* Blocks made or adopted stay usable until the list is freed (ASan and the leak checker see
+ * every one freed once); a NULL block is refused, and the list grows past its first array. */
+static void test_block_list(void **state)
+{
+    (void)state;
+    lp_block_list owned = {0};
+    int64_t *first = lp_block_list_alloc(&owned, sizeof *first);
+    assert_non_null(first);
+    *first = 7;
+    assert_non_null(lp_block_list_alloc(&owned, 0)); /* no bytes still gets a block */
+    for (int i = 0; i < 100; i++) {
+        char *copy = malloc(8);
+        assert_non_null(copy);
+        snprintf(copy, 8, "b%d", i);
+        assert_ptr_equal(lp_block_list_adopt(&owned, copy), copy);
+    }
+    assert_null(lp_block_list_adopt(&owned, NULL));
+    assert_int_equal(owned.n, 102);
+    assert_int_equal(*first, 7);
+    assert_string_equal(owned.blocks[101], "b99");
+    lp_block_list_free(&owned);
+    assert_null(owned.blocks);
+    assert_int_equal(owned.n, 0);
+    assert_non_null(lp_block_list_alloc(&owned, 16)); /* freed is empty and usable again */
+    lp_block_list_free(&owned);
 }
 
 /* A report with arrays of several element types, as trace/analysis makes them. */
@@ -286,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_checked_and_parsing), cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_token_ids),       cmocka_unit_test(test_prompt_file),
         cmocka_unit_test(test_name_tables),     cmocka_unit_test(test_alloc_with_arrays),
+        cmocka_unit_test(test_bytes),           cmocka_unit_test(test_block_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -183,7 +183,7 @@ static void test_valid_v3_and_v2(void **state)
         build_valid(&w, version);
         lp_gguf *g = NULL;
         lp_error err = {0};
-        lp_status st = lp_gguf_open_memory(w.buf, w.size, "valid.gguf", &g, &err);
+        lp_status st = lp_gguf_open_memory(w.file.data, w.file.len, "valid.gguf", &g, &err);
         if (st != LP_OK)
             print_error("%s\n", err.msg);
         assert_int_equal(st, LP_OK);
@@ -239,7 +239,7 @@ static void test_dtype_ids(void **state)
 
 /* Opens buf[0..size) and checks the status, that the message is one line starting with the file
  * name, and that it contains `needle`. */
-static void expect_error(const char *what, const uint8_t *buf, size_t size, lp_status want,
+static void expect_error(const char *what, const void *buf, size_t size, lp_status want,
                          const char *needle)
 {
     lp_gguf *g = (lp_gguf *)(uintptr_t)1; /* must be reset to NULL */
@@ -264,12 +264,12 @@ static void test_truncated_everywhere(void **state)
     for (size_t size = 0; size < end; size++) {
         char what[64];
         snprintf(what, sizeof what, "truncated to %zu bytes", size);
-        expect_error(what, w.buf, size, LP_ERR_FORMAT, "offset");
+        expect_error(what, w.file.data, size, LP_ERR_FORMAT, "offset");
     }
     /* padding after the last tensor may go */
     lp_gguf *g;
     lp_error err = {0};
-    assert_int_equal(lp_gguf_open_memory(w.buf, end, "x.gguf", &g, &err), LP_OK);
+    assert_int_equal(lp_gguf_open_memory(w.file.data, end, "x.gguf", &g, &err), LP_OK);
     lp_gguf_close(g);
     lp_gw_free(&w);
 }
@@ -281,7 +281,7 @@ typedef struct corrupt_case {
     const char *needle;
 } corrupt_case;
 
-static void m_magic(lp_gw *w) { w->buf[0] = 'X'; }
+static void m_magic(lp_gw *w) { w->file.data[0] = 'X'; }
 static void m_v1(lp_gw *w) { lp_gw_put_u32(w, 4, 1); }
 static void m_v4(lp_gw *w) { lp_gw_put_u32(w, 4, 4); }
 static void m_big_endian(lp_gw *w) { lp_gw_put_u32(w, 4, 0x03000000u); }
@@ -291,7 +291,7 @@ static void m_kv_count_plus1(lp_gw *w) { lp_gw_put_u64(w, w->count_pos[1], w->n_
 static void m_kv_count_at_bound(lp_gw *w)
 {
     /* as many keys as the file size allows: passes the up-front bound, fails while parsing */
-    lp_gw_put_u64(w, w->count_pos[1], (w->size - 24 - 3 * 32) / 13);
+    lp_gw_put_u64(w, w->count_pos[1], (w->file.len - 24 - 3 * 32) / 13);
 }
 static void m_key_len(lp_gw *w) { lp_gw_put_u64(w, w->kv_pos[KV_ARCH], 1ull << 62); }
 static void m_str_len(lp_gw *w) { lp_gw_put_u64(w, w->kv_value_pos[KV_ARCH], UINT64_MAX); }
@@ -304,7 +304,7 @@ static void m_arr_len_small_elems(lp_gw *w)
 static void m_arr_elem_str_len(lp_gw *w)
 {
     /* first token's length field */
-    lp_gw_put_u64(w, w->kv_value_pos[KV_TOKENS] + 12, (uint64_t)w->size);
+    lp_gw_put_u64(w, w->kv_value_pos[KV_TOKENS] + 12, (uint64_t)w->file.len);
 }
 static void m_align3(lp_gw *w) { lp_gw_put_u32(w, w->kv_value_pos[KV_ALIGN], 3); }
 static void m_align0(lp_gw *w) { lp_gw_put_u32(w, w->kv_value_pos[KV_ALIGN], 0); }
@@ -355,22 +355,22 @@ static void m_partial_block(lp_gw *w)
 static void m_bool_value(lp_gw *w)
 {
     int64_t pos = -1;
-    for (size_t i = 0; i + 6 < w->size; i++)
-        if (memcmp(w->buf + i, "t.bool", 6) == 0) {
+    for (size_t i = 0; i + 6 < w->file.len; i++)
+        if (memcmp(w->file.data + i, "t.bool", 6) == 0) {
             pos = (int64_t)i;
             break;
         }
     if (pos >= 0)
-        w->buf[pos + 6 + 4] = 2;
+        w->file.data[pos + 6 + 4] = 2;
 }
-static void m_nul_in_key(lp_gw *w) { w->buf[w->kv_pos[KV_ARCH] + 8 + 3] = 0; }
-static void m_dup_tensor(lp_gw *w) { w->buf[w->tensors[1].info_pos + 8] = 'a'; }
+static void m_nul_in_key(lp_gw *w) { w->file.data[w->kv_pos[KV_ARCH] + 8 + 3] = 0; }
+static void m_dup_tensor(lp_gw *w) { w->file.data[w->tensors[1].info_pos + 8] = 'a'; }
 static void m_dup_key(lp_gw *w)
 {
     /* "t.u16" -> "t.u8\0"? no: rename "t.i16" to "t.u16" */
-    for (size_t i = 0; i + 5 < w->size; i++)
-        if (memcmp(w->buf + i, "t.i16", 5) == 0) {
-            w->buf[i + 2] = 'u';
+    for (size_t i = 0; i + 5 < w->file.len; i++)
+        if (memcmp(w->file.data + i, "t.i16", 5) == 0) {
+            w->file.data[i + 2] = 'u';
             break;
         }
 }
@@ -422,11 +422,11 @@ static void test_corrupt_cases(void **state)
         lp_gw w;
         build_valid(&w, 3);
         c->mutate(&w);
-        expect_error(c->name, w.buf, w.size, c->want, c->needle);
+        expect_error(c->name, w.file.data, w.file.len, c->want, c->needle);
         /* every error but the magic/version ones names a byte offset or a tensor */
         lp_error err = {0};
         lp_gguf *g;
-        lp_gguf_open_memory(w.buf, w.size, "bad.gguf", &g, &err);
+        lp_gguf_open_memory(w.file.data, w.file.len, "bad.gguf", &g, &err);
         if (!strstr(err.msg, "offset")) {
             print_error("%s: message names no offset: %s\n", c->name, err.msg);
             fail();
@@ -448,7 +448,8 @@ static void test_nesting_limit(void **state)
     lp_gw_u32(&w, LP_GW_UINT8);
     lp_gw_u64(&w, 0);
     assert_true(lp_gw_finish(&w));
-    expect_error("arrays nested 20 deep", w.buf, w.size, LP_ERR_FORMAT, "nested more than");
+    expect_error("arrays nested 20 deep", w.file.data, w.file.len, LP_ERR_FORMAT,
+                 "nested more than");
     lp_gw_free(&w);
 
     /* 4 deep is fine */
@@ -465,7 +466,7 @@ static void test_nesting_limit(void **state)
     assert_true(lp_gw_finish(&w));
     lp_gguf *g;
     lp_error err = {0};
-    assert_int_equal(lp_gguf_open_memory(w.buf, w.size, "deep.gguf", &g, &err), LP_OK);
+    assert_int_equal(lp_gguf_open_memory(w.file.data, w.file.len, "deep.gguf", &g, &err), LP_OK);
     assert_int_equal(lp_gguf_arr_len(g, 0), 1);
     lp_gguf_close(g);
     lp_gw_free(&w);
@@ -485,14 +486,14 @@ static void test_alignment_honoured(void **state)
     assert_true(lp_gw_finish(&w));
     lp_gguf *g;
     lp_error err = {0};
-    assert_int_equal(lp_gguf_open_memory(w.buf, w.size, "a64.gguf", &g, &err), LP_OK);
+    assert_int_equal(lp_gguf_open_memory(w.file.data, w.file.len, "a64.gguf", &g, &err), LP_OK);
     assert_int_equal(lp_gguf_tensor_offset(g, 1) % 64, 0);
     assert_memory_equal(lp_gguf_tensor_data(g, 1), y, sizeof y);
     lp_gguf_close(g);
     /* the same layout read with the default 32 would put y's offset 64 fine, but a declared 128
      * makes offset 64 misaligned */
     lp_gw_put_u32(&w, w.kv_value_pos[0], 128);
-    expect_error("offset 64 under alignment 128", w.buf, w.size, LP_ERR_FORMAT,
+    expect_error("offset 64 under alignment 128", w.file.data, w.file.len, LP_ERR_FORMAT,
                  "not a multiple of the alignment 128");
     lp_gw_free(&w);
 }
@@ -504,13 +505,13 @@ static void test_random_corruption(void **state)
     (void)state;
     lp_gw w;
     build_valid(&w, 3);
-    uint8_t *copy = malloc(w.size);
+    uint8_t *copy = malloc(w.file.len);
     assert_non_null(copy);
     uint32_t seed = 99;
     size_t header_end = w.data_start;
     int n_ok = 0;
     for (int iter = 0; iter < 3000; iter++) {
-        memcpy(copy, w.buf, w.size);
+        memcpy(copy, w.file.data, w.file.len);
         int flips = 1 + iter % 4;
         for (int k = 0; k < flips; k++) {
             seed = seed * 1664525u + 1013904223u;
@@ -520,11 +521,11 @@ static void test_random_corruption(void **state)
         }
         lp_gguf *g = NULL;
         lp_error err = {0};
-        if (lp_gguf_open_memory(copy, w.size, "fuzz.gguf", &g, &err) == LP_OK) {
+        if (lp_gguf_open_memory(copy, w.file.len, "fuzz.gguf", &g, &err) == LP_OK) {
             n_ok++;
             /* whatever opened must be consistent */
             for (int64_t t = 0; t < lp_gguf_n_tensors(g); t++)
-                assert_true(lp_gguf_tensor_offset(g, t) + lp_gguf_tensor_bytes(g, t) <= w.size);
+                assert_true(lp_gguf_tensor_offset(g, t) + lp_gguf_tensor_bytes(g, t) <= w.file.len);
             lp_gguf_close(g);
         } else {
             assert_null(g);
@@ -533,9 +534,9 @@ static void test_random_corruption(void **state)
     }
     /* flips anywhere plus a random truncation */
     for (int iter = 0; iter < 1000; iter++) {
-        memcpy(copy, w.buf, w.size);
+        memcpy(copy, w.file.data, w.file.len);
         seed = seed * 1664525u + 1013904223u;
-        size_t size = w.size - (seed >> 8) % 64;
+        size_t size = w.file.len - (seed >> 8) % 64;
         seed = seed * 1664525u + 1013904223u;
         copy[(seed >> 8) % size] ^= (uint8_t)(1u << (iter % 8));
         lp_gguf *g = NULL;
@@ -736,7 +737,7 @@ static int write_corrupt(const char *dir)
         lp_gw w;
         build_valid(&w, 3);
         snprintf(path, sizeof path, "%s/truncated_at_%zu.gguf", dir, cuts[i]);
-        w.size = cuts[i] < w.size ? cuts[i] : w.size - 1;
+        w.file.len = cuts[i] < w.file.len ? cuts[i] : w.file.len - 1;
         bool ok = lp_gw_write(&w, path);
         lp_gw_free(&w);
         if (!ok)

@@ -15,7 +15,7 @@ static lp_gguf *open_gw(lp_gw *w)
     assert_true(lp_gw_finish(w));
     lp_gguf *g = NULL;
     lp_error err = {0};
-    lp_status st = lp_gguf_open_memory(w->buf, w->size, "gen.gguf", &g, &err);
+    lp_status st = lp_gguf_open_memory(w->file.data, w->file.len, "gen.gguf", &g, &err);
     if (st != LP_OK)
         print_error("%s\n", err.msg);
     assert_int_equal(st, LP_OK);

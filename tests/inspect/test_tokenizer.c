@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "inspect/formats/gguf.h"
 #include "inspect/tokenizer/tokenizer.h"
@@ -233,32 +234,16 @@ static void test_gguf_equals_llama2c(void **state)
  * merges ("gpt2" model with the gpt2/qwen2 pre-tokenizer) and SentencePiece BPE by score ("llama"
  * model, with scores made from the merge ranks). */
 
-typedef struct gbuf {
-    unsigned char *d;
-    size_t n, cap;
-} gbuf;
+static void g_u32(lp_bytes *b, uint32_t v) { lp_bytes_append(b, &v, 4); }
+static void g_u64(lp_bytes *b, uint64_t v) { lp_bytes_append(b, &v, 8); }
 
-static void g_put(gbuf *b, const void *p, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->d = realloc(b->d, b->cap);
-        assert_non_null(b->d);
-    }
-    memcpy(b->d + b->n, p, n);
-    b->n += n;
-}
-
-static void g_u32(gbuf *b, uint32_t v) { g_put(b, &v, 4); }
-static void g_u64(gbuf *b, uint64_t v) { g_put(b, &v, 8); }
-
-static void g_str(gbuf *b, const char *s, size_t len)
+static void g_str(lp_bytes *b, const char *s, size_t len)
 {
     g_u64(b, len);
-    g_put(b, s, len);
+    lp_bytes_append(b, s, len);
 }
 
-static void g_key(gbuf *b, const char *key, uint32_t type)
+static void g_key(lp_bytes *b, const char *key, uint32_t type)
 {
     g_str(b, key, strlen(key));
     g_u32(b, type);
@@ -273,7 +258,7 @@ static void hole_piece(char *buf, size_t size, size_t id)
 }
 
 static void build_gguf_from_json(const char *folder, const char *model, const char *pre,
-                                 bool add_bos, gbuf *out)
+                                 bool add_bos, lp_bytes *out)
 {
     char rel[1024];
     json_t *root;
@@ -322,7 +307,7 @@ static void build_gguf_from_json(const char *folder, const char *model, const ch
             types[id] = 2;
     }
     bool llama = strcmp(model, "llama") == 0;
-    g_put(out, "GGUF", 4);
+    lp_bytes_append(out, "GGUF", 4);
     g_u32(out, 3);
     g_u64(out, 0);                    /* tensors */
     g_u64(out, llama ? 5 : 6);        /* key/values */
@@ -342,10 +327,10 @@ static void build_gguf_from_json(const char *folder, const char *model, const ch
     g_key(out, "tokenizer.ggml.token_type", 9);
     g_u32(out, 5);
     g_u64(out, n);
-    g_put(out, types, n * sizeof *types);
+    lp_bytes_append(out, types, n * sizeof *types);
     g_key(out, "tokenizer.ggml.add_bos_token", 7);
     unsigned char flag = add_bos;
-    g_put(out, &flag, 1);
+    lp_bytes_append(out, &flag, 1);
     g_key(out, "tokenizer.ggml.bos_token_id", 4);
     g_u32(out, 1);
     if (llama) {
@@ -370,11 +355,11 @@ static void build_gguf_from_json(const char *folder, const char *model, const ch
             if (scores[json_integer_value(id)] == -1e10f)
                 scores[json_integer_value(id)] = -(float)i;
         }
-        g_put(out, scores, n * sizeof *scores);
+        lp_bytes_append(out, scores, n * sizeof *scores);
         free(scores);
         /* the count above says 5 key/values besides the model: fix it up */
         uint64_t n_kv = 6;
-        memcpy(out->d + 16, &n_kv, 8);
+        memcpy(out->data + 16, &n_kv, 8);
     } else {
         g_key(out, "tokenizer.ggml.pre", 8);
         g_str(out, pre, strlen(pre));
@@ -392,7 +377,7 @@ static void build_gguf_from_json(const char *folder, const char *model, const ch
             g_str(out, buf, strlen(buf));
         }
         uint64_t n_kv = 7;
-        memcpy(out->d + 16, &n_kv, 8);
+        memcpy(out->data + 16, &n_kv, 8);
     }
     free(tokens);
     free(types);
@@ -402,11 +387,11 @@ static void build_gguf_from_json(const char *folder, const char *model, const ch
 static void run_gguf_reference(const char *folder, const char *model, const char *pre,
                                bool add_bos)
 {
-    gbuf buf = {0};
+    lp_bytes buf = {0};
     build_gguf_from_json(folder, model, pre, add_bos, &buf);
     lp_gguf *g = NULL;
     lp_error err = {0};
-    if (lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err) != LP_OK)
+    if (lp_gguf_open_memory(buf.data, buf.len, "built.gguf", &g, &err) != LP_OK)
         fail_msg("%s", err.msg);
     lp_tokenizer *tok = NULL;
     if (lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
@@ -456,7 +441,7 @@ static void run_gguf_reference(const char *folder, const char *model, const char
     json_decref(ref);
     lp_tokenizer_close(tok);
     lp_gguf_close(g);
-    free(buf.d);
+    lp_bytes_free(&buf);
     assert_true(compared >= 11);
     assert_int_equal(failures, 0);
 }
@@ -580,7 +565,7 @@ static void build_gguf_reduced(const char *folder, const char *pre, lp_gw *w)
  * "bert" with pre) or read as it is ("json"), or folder's vocab.json as a GGUF ("gguf"). */
 static lp_tokenizer *suite_tokenizer(const char *folder, const char *model, const char *pre)
 {
-    gbuf buf = {0};
+    lp_bytes buf = {0};
     lp_gw w = {0};
     char json_path[1024];
     if (strncmp(folder, "tests/", 6) == 0) {
@@ -605,14 +590,15 @@ static lp_tokenizer *suite_tokenizer(const char *folder, const char *model, cons
     else
         build_gguf_from_json(folder, model, pre, false, &buf);
     lp_gguf *g = NULL;
-    if (lp_gguf_open_memory(w.buf ? w.buf : buf.d, w.buf ? w.size : buf.n, "built.gguf", &g,
-                            &err) != LP_OK ||
+    const void *bytes = w.file.data ? (const void *)w.file.data : buf.data;
+    if (lp_gguf_open_memory(bytes, w.file.data ? w.file.len : buf.len, "built.gguf", &g, &err) !=
+            LP_OK ||
         lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
         fail_msg("%s (%s): %s", folder, model, err.msg);
     lp_gguf_close(g);
-    if (w.buf)
+    if (w.file.data)
         lp_gw_free(&w);
-    free(buf.d);
+    lp_bytes_free(&buf);
     return tok;
 }
 
@@ -912,14 +898,14 @@ static void test_gguf_splits_as_shared_json(void **state)
 /* A tokenizer.ggml.pre name over GPT-2's vocabulary; NULL with *st when refused. */
 static lp_tokenizer *gpt2_with_pre(const char *pre, lp_status *st, lp_error *err)
 {
-    gbuf buf = {0};
+    lp_bytes buf = {0};
     build_gguf_from_json("gpt2", "gpt2", pre, false, &buf);
     lp_gguf *g = NULL;
-    assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, err), LP_OK);
+    assert_int_equal(lp_gguf_open_memory(buf.data, buf.len, "built.gguf", &g, err), LP_OK);
     lp_tokenizer *tok = NULL;
     *st = lp_tokenizer_from_gguf(g, &tok, err);
     lp_gguf_close(g);
-    free(buf.d);
+    lp_bytes_free(&buf);
     return tok;
 }
 
@@ -979,16 +965,16 @@ static void test_gguf_pre_families(void **state)
         assert_non_null(strstr(err.msg, "code of its own"));
     }
     /* an unknown name is refused, not guessed */
-    gbuf buf = {0};
+    lp_bytes buf = {0};
     build_gguf_from_json("gpt2", "gpt2", "no-such-pre", false, &buf);
     lp_gguf *g = NULL;
     lp_error err = {0};
-    assert_int_equal(lp_gguf_open_memory(buf.d, buf.n, "built.gguf", &g, &err), LP_OK);
+    assert_int_equal(lp_gguf_open_memory(buf.data, buf.len, "built.gguf", &g, &err), LP_OK);
     lp_tokenizer *tok = NULL;
     assert_int_equal(lp_tokenizer_from_gguf(g, &tok, &err), LP_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "no-such-pre"));
     lp_gguf_close(g);
-    free(buf.d);
+    lp_bytes_free(&buf);
 }
 
 /* ---- rules on strings of our own ---- */
@@ -1818,7 +1804,7 @@ static void test_gguf_bert(void **state)
     build_bert_gguf(path, true, &w);
     lp_gguf *g = NULL;
     lp_error err = {0};
-    assert_int_equal(lp_gguf_open_memory(w.buf, w.size, "bert.gguf", &g, &err), LP_OK);
+    assert_int_equal(lp_gguf_open_memory(w.file.data, w.file.len, "bert.gguf", &g, &err), LP_OK);
     lp_tokenizer *gtok = NULL, *jtok = NULL;
     if (lp_tokenizer_from_gguf(g, &gtok, &err) != LP_OK)
         fail_msg("%s", err.msg);
@@ -1922,7 +1908,7 @@ static lp_tokenizer *strip_gguf(const char *name)
     lp_gguf *g = NULL;
     lp_tokenizer *tok = NULL;
     lp_error err = {0};
-    if (lp_gguf_open_memory(w.buf, w.size, "strip.gguf", &g, &err) != LP_OK ||
+    if (lp_gguf_open_memory(w.file.data, w.file.len, "strip.gguf", &g, &err) != LP_OK ||
         lp_tokenizer_from_gguf(g, &tok, &err) != LP_OK)
         fail_msg("%s", err.msg);
     lp_gguf_close(g);
@@ -2000,7 +1986,7 @@ static lp_tokenizer *t5_gguf(lp_gw *w, bool merge_spaces, uint32_t xcda_bytes, l
     lp_gw_u64(w, sizeof map);
     lp_gw_bytes(w, map, sizeof map);
     assert_true(lp_gw_finish(w));
-    assert_int_equal(lp_gguf_open_memory(w->buf, w->size, "t5.gguf", g, err), LP_OK);
+    assert_int_equal(lp_gguf_open_memory(w->file.data, w->file.len, "t5.gguf", g, err), LP_OK);
     lp_tokenizer *tok = NULL;
     *st = lp_tokenizer_from_gguf(*g, &tok, err);
     return tok;
@@ -2110,25 +2096,25 @@ static void test_json_precompiled(void **state)
 static void test_llama2c_rules(void **state)
 {
     (void)state;
-    gbuf buf = {0};
+    lp_bytes buf = {0};
     int32_t max_len = 6;
-    g_put(&buf, &max_len, 4);
+    lp_bytes_append(&buf, &max_len, 4);
     static const char *const specials[] = {"<unk>", "\n<s>\n", "\n</s>\n"};
     for (int k = 0; k < 3; k++) {
         float score = 0.0f;
         int32_t len = (int32_t)strlen(specials[k]);
-        g_put(&buf, &score, 4);
-        g_put(&buf, &len, 4);
-        g_put(&buf, specials[k], (size_t)len);
+        lp_bytes_append(&buf, &score, 4);
+        lp_bytes_append(&buf, &len, 4);
+        lp_bytes_append(&buf, specials[k], (size_t)len);
     }
     for (int b = 0; b < 256; b++) {
         char piece[8];
         snprintf(piece, sizeof piece, "<0x%02X>", b);
         float score = 0.0f;
         int32_t len = 6;
-        g_put(&buf, &score, 4);
-        g_put(&buf, &len, 4);
-        g_put(&buf, piece, 6);
+        lp_bytes_append(&buf, &score, 4);
+        lp_bytes_append(&buf, &len, 4);
+        lp_bytes_append(&buf, piece, 6);
     }
     static const struct {
         const char *piece;
@@ -2137,13 +2123,14 @@ static void test_llama2c_rules(void **state)
                 {" a", -1.0f}};
     for (size_t k = 0; k < sizeof rest / sizeof rest[0]; k++) {
         int32_t len = (int32_t)strlen(rest[k].piece);
-        g_put(&buf, &rest[k].score, 4);
-        g_put(&buf, &len, 4);
-        g_put(&buf, rest[k].piece, (size_t)len);
+        lp_bytes_append(&buf, &rest[k].score, 4);
+        lp_bytes_append(&buf, &len, 4);
+        lp_bytes_append(&buf, rest[k].piece, (size_t)len);
     }
     lp_tokenizer *tok = NULL;
     lp_error err = {0};
-    assert_int_equal(lp_tok_load_llama2c("tiny.bin", buf.d, buf.n, &tok, &err), LP_OK);
+    const uint8_t *file = (const uint8_t *)buf.data;
+    assert_int_equal(lp_tok_load_llama2c("tiny.bin", file, buf.len, &tok, &err), LP_OK);
     assert_int_equal(lp_tokenizer_vocab_size(tok), 3 + 256 + 6);
     /* BOS, the dummy prefix " ", then "ab" (-0.0) and "ba" (+0.0) tie: the leftmost wins;
      * " a" scores -1 and loses to both */
@@ -2157,9 +2144,9 @@ static void test_llama2c_rules(void **state)
     free(text);
     lp_tokenizer_close(tok);
     /* records that do not fill the file exactly are not a tokenizer */
-    assert_int_equal(lp_tok_load_llama2c("tiny.bin", buf.d, buf.n - 1, &tok, &err),
+    assert_int_equal(lp_tok_load_llama2c("tiny.bin", file, buf.len - 1, &tok, &err),
                      LP_ERR_FORMAT);
-    free(buf.d);
+    lp_bytes_free(&buf);
 }
 
 /* ---- Unicode ---- */

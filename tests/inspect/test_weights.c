@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "core/bytes.h"
 #include "core/dtype.h"
 #include "gguf_writer.h"
 #include "gguf_gpt_oss.h"
@@ -1853,28 +1854,9 @@ static void test_golden_quant(void **state)
 
 /* ---- golden: llama2.c export versions 1 and 2 ---------------------------------------------- */
 
-typedef struct byte_buf {
-    uint8_t *data;
-    size_t size, cap;
-} byte_buf;
-
-static void buf_put(byte_buf *b, const void *src, size_t n)
-{
-    if (b->size + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->size + n)
-            cap *= 2;
-        b->data = realloc(b->data, cap);
-        assert_non_null(b->data);
-        b->cap = cap;
-    }
-    memcpy(b->data + b->size, src, n);
-    b->size += n;
-}
-
 /* export.py's quantize_q80 over one flattened matrix: groups of gs values, scale = absmax/127,
  * code = round-half-even(w / scale); the codes, then the scales. */
-static void put_q80(byte_buf *b, const float *w, int64_t n, int gs)
+static void put_q80(lp_bytes *b, const float *w, int64_t n, int gs)
 {
     int64_t n_groups = n / gs;
     float *scales = malloc((size_t)n_groups * sizeof *scales);
@@ -1889,8 +1871,8 @@ static void put_q80(byte_buf *b, const float *w, int64_t n, int gs)
         for (int i = 0; i < gs; i++)
             codes[g * gs + i] = scale > 0 ? (int8_t)nearbyintf(w[g * gs + i] / scale) : 0;
     }
-    buf_put(b, codes, (size_t)n);
-    buf_put(b, scales, (size_t)n_groups * sizeof *scales);
+    lp_bytes_append(b, codes, (size_t)n);
+    lp_bytes_append(b, scales, (size_t)n_groups * sizeof *scales);
     free(scales);
     free(codes);
 }
@@ -1901,7 +1883,7 @@ static void write_llama2c_version(const lp_weights *v0, const char *path, int ve
                                   bool unshared)
 {
     const lp_arch *a = lp_weights_arch(v0);
-    byte_buf b = {0};
+    lp_bytes b = {0};
     uint8_t header[256] = {0};
     uint32_t magic = 0x616b3432u;
     int32_t fields[9] = {version,       (int32_t)a->hidden_size, (int32_t)a->ffn_hidden,
@@ -1912,7 +1894,7 @@ static void write_llama2c_version(const lp_weights *v0, const char *path, int ve
     header[36] = unshared ? 0 : 1;
     if (version == 2)
         memcpy(header + 37, &gs, 4);
-    buf_put(&b, header, sizeof header);
+    lp_bytes_append(&b, header, sizeof header);
     static const char *const per_layer_norms[2] = {"rms_att_weight", "rms_ffn_weight"};
     static const char *const matrices[7] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
     char name[64];
@@ -1921,10 +1903,10 @@ static void write_llama2c_version(const lp_weights *v0, const char *path, int ve
             snprintf(name, sizeof name, "layers.%d.%s", l, per_layer_norms[k]);
             const lp_tensor *t = lp_weights_find_name(v0, name);
             assert_non_null(t);
-            buf_put(&b, t->data, t->n_bytes);
+            lp_bytes_append(&b, t->data, t->n_bytes);
         }
     const lp_tensor *final_norm = lp_weights_find_name(v0, "rms_final_weight");
-    buf_put(&b, final_norm->data, final_norm->n_bytes);
+    lp_bytes_append(&b, final_norm->data, final_norm->n_bytes);
     const lp_tensor *emb = lp_weights_find_name(v0, "token_embedding_table");
     const lp_tensor *order[1 + 7 * LP_MAX_LAYERS + 1];
     size_t n_order = 0;
@@ -1940,15 +1922,16 @@ static void write_llama2c_version(const lp_weights *v0, const char *path, int ve
         order[n_order++] = emb;
     for (size_t i = 0; i < n_order; i++) {
         if (version == 1) {
-            buf_put(&b, order[i]->data, order[i]->n_bytes);
+            lp_bytes_append(&b, order[i]->data, order[i]->n_bytes);
         } else {
             float *w = all_rows(order[i]);
             put_q80(&b, w, order[i]->n_elements, gs);
             free(w);
         }
     }
-    write_bytes(path, b.data, b.size);
-    free(b.data);
+    assert_false(b.failed);
+    write_bytes(path, b.data, b.len);
+    lp_bytes_free(&b);
 }
 
 static void patch_i32(const char *path, long offset, int32_t value)

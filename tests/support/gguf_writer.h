@@ -9,7 +9,7 @@
  *   int64_t ne[2] = {64, 512};                           // GGUF order: ne[0] is the row length
  *   lp_gw_tensor(&w, "token_embd.weight", 2, ne, 0, data, 64 * 512 * 4);  // ggml type id 0 = F32
  *   if (!lp_gw_finish(&w)) ...                           // allocation failed
- *   ... w.buf[0 .. w.size) is the file; lp_gw_write(&w, path) saves it ...
+ *   ... w.file.data[0 .. w.file.len) is the file; lp_gw_write(&w, path) saves it ...
  *   lp_gw_free(&w);
  *
  * After lp_gw_finish, the byte offsets of every field are recorded so tests can patch them:
@@ -21,7 +21,7 @@
  * "general.alignment" u32 written with lp_gw_kv_u32 (default 32); set w.alignment directly to
  * lay out data with a different alignment than the one declared.
  *
- * Everything is static inline: include it in any test; no library to link.
+ * Everything is static inline over core's lp_bytes: include it in any test that links lp_core.
  */
 #ifndef LP_TESTS_GGUF_WRITER_H
 #define LP_TESTS_GGUF_WRITER_H
@@ -31,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/bytes.h"
 
 #define LP_GW_MAX_TENSORS 256
 #define LP_GW_MAX_KVS 256
@@ -49,9 +51,7 @@ typedef struct lp_gw_tensor_rec {
 } lp_gw_tensor_rec;
 
 typedef struct lp_gw {
-    uint8_t *buf;
-    size_t size, cap;
-    bool failed;
+    lp_bytes file; /* the file so far (sticky failure) */
     uint32_t version;
     uint32_t alignment;
     uint64_t n_kv;
@@ -65,23 +65,7 @@ typedef struct lp_gw {
 
 static inline void lp_gw_bytes(lp_gw *w, const void *p, size_t n)
 {
-    if (w->failed)
-        return;
-    if (w->size + n > w->cap) {
-        size_t cap = w->cap ? w->cap : 1024;
-        while (cap < w->size + n)
-            cap *= 2;
-        uint8_t *grown = realloc(w->buf, cap);
-        if (!grown) {
-            w->failed = true;
-            return;
-        }
-        w->buf = grown;
-        w->cap = cap;
-    }
-    if (n)
-        memcpy(w->buf + w->size, p, n);
-    w->size += n;
+    lp_bytes_append(&w->file, p, n);
 }
 
 static inline void lp_gw_u8(lp_gw *w, uint8_t v) { lp_gw_bytes(w, &v, 1); }
@@ -92,13 +76,13 @@ static inline void lp_gw_f32(lp_gw *w, float v) { lp_gw_bytes(w, &v, 4); }
 /* Patch a value already written (little-endian hosts only, like the reader's tests). */
 static inline void lp_gw_put_u32(lp_gw *w, size_t pos, uint32_t v)
 {
-    if (pos + 4 <= w->size)
-        memcpy(w->buf + pos, &v, 4);
+    if (pos + 4 <= w->file.len)
+        memcpy(w->file.data + pos, &v, 4);
 }
 static inline void lp_gw_put_u64(lp_gw *w, size_t pos, uint64_t v)
 {
-    if (pos + 8 <= w->size)
-        memcpy(w->buf + pos, &v, 8);
+    if (pos + 8 <= w->file.len)
+        memcpy(w->file.data + pos, &v, 8);
 }
 
 static inline void lp_gw_str(lp_gw *w, const char *s)
@@ -115,9 +99,9 @@ static inline void lp_gw_init(lp_gw *w, uint32_t version)
     w->alignment = 32;
     lp_gw_bytes(w, "GGUF", 4);
     lp_gw_u32(w, version);
-    w->count_pos[0] = w->size;
+    w->count_pos[0] = w->file.len;
     lp_gw_u64(w, 0); /* tensor count, patched at finish */
-    w->count_pos[1] = w->size;
+    w->count_pos[1] = w->file.len;
     lp_gw_u64(w, 0); /* kv count */
 }
 
@@ -125,11 +109,11 @@ static inline void lp_gw_init(lp_gw *w, uint32_t version)
 static inline void lp_gw_key(lp_gw *w, const char *key, uint32_t type)
 {
     if (w->n_kv < LP_GW_MAX_KVS)
-        w->kv_pos[w->n_kv] = w->size;
+        w->kv_pos[w->n_kv] = w->file.len;
     lp_gw_str(w, key);
     lp_gw_u32(w, type);
     if (w->n_kv < LP_GW_MAX_KVS)
-        w->kv_value_pos[w->n_kv] = w->size;
+        w->kv_value_pos[w->n_kv] = w->file.len;
     w->n_kv++;
 }
 
@@ -220,7 +204,7 @@ static inline void lp_gw_tensor(lp_gw *w, const char *name, uint32_t n_dims, con
                                 uint32_t type, const void *data, size_t n_bytes)
 {
     if (w->n_tensors >= LP_GW_MAX_TENSORS || n_dims > 4 || strlen(name) >= 128) {
-        w->failed = true;
+        w->file.failed = true;
         return;
     }
     lp_gw_tensor_rec *t = &w->tensors[w->n_tensors++];
@@ -236,11 +220,8 @@ static inline void lp_gw_tensor(lp_gw *w, const char *name, uint32_t n_dims, con
 
 static inline void lp_gw_pad(lp_gw *w, size_t alignment)
 {
-    static const uint8_t zeros[64] = {0};
-    while (!w->failed && w->size % alignment != 0) {
-        size_t n = alignment - w->size % alignment;
-        lp_gw_bytes(w, zeros, n < sizeof zeros ? n : sizeof zeros);
-    }
+    if (w->file.len % alignment != 0)
+        lp_bytes_append_zeros(&w->file, alignment - w->file.len % alignment);
 }
 
 /* Write the tensor infos, padding and data; patch the counts. False if anything failed. */
@@ -255,30 +236,30 @@ static inline bool lp_gw_finish(lp_gw *w)
     }
     for (int i = 0; i < w->n_tensors; i++) {
         lp_gw_tensor_rec *t = &w->tensors[i];
-        t->info_pos = w->size;
+        t->info_pos = w->file.len;
         lp_gw_str(w, t->name);
-        t->n_dims_pos = w->size;
+        t->n_dims_pos = w->file.len;
         lp_gw_u32(w, t->n_dims);
-        t->ne_pos = w->size;
+        t->ne_pos = w->file.len;
         for (uint32_t d = 0; d < t->n_dims; d++)
             lp_gw_u64(w, (uint64_t)t->ne[d]);
-        t->type_pos = w->size;
+        t->type_pos = w->file.len;
         lp_gw_u32(w, t->type);
-        t->offset_pos = w->size;
+        t->offset_pos = w->file.len;
         lp_gw_u64(w, t->rel_offset);
     }
     if (w->n_tensors > 0)
         lp_gw_pad(w, w->alignment);
-    w->data_start = w->size;
+    w->data_start = w->file.len;
     for (int i = 0; i < w->n_tensors; i++) {
         lp_gw_tensor_rec *t = &w->tensors[i];
         lp_gw_pad(w, w->alignment);
-        t->data_pos = w->size;
+        t->data_pos = w->file.len;
         lp_gw_bytes(w, t->data, t->n_bytes);
     }
     if (w->n_tensors > 0)
         lp_gw_pad(w, w->alignment);
-    if (w->failed)
+    if (w->file.failed)
         return false;
     lp_gw_put_u64(w, w->count_pos[0], (uint64_t)w->n_tensors);
     lp_gw_put_u64(w, w->count_pos[1], w->n_kv);
@@ -290,15 +271,13 @@ static inline bool lp_gw_write(const lp_gw *w, const char *path)
     FILE *f = fopen(path, "wb");
     if (!f)
         return false;
-    bool ok = fwrite(w->buf, 1, w->size, f) == w->size;
+    bool ok = fwrite(w->file.data, 1, w->file.len, f) == w->file.len;
     return fclose(f) == 0 && ok;
 }
 
 static inline void lp_gw_free(lp_gw *w)
 {
-    free(w->buf);
-    w->buf = NULL;
-    w->size = w->cap = 0;
+    lp_bytes_free(&w->file);
 }
 
 #endif

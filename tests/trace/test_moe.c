@@ -412,7 +412,7 @@ static void gguf_experts_f32(lp_gw *w, const char *fmt, int l, int64_t E, int64_
 /* DeepSeek as llama.cpp's deepseek2 converter writes it (the combined attn_kv_b form): MLA's
  * ranks and head sizes, the leading dense layers, shared experts, the router's gating function,
  * groups, normalization and scale, V3's exp_probs_b. */
-static void write_gguf_deepseek2(lp_gw *w, const ref_model *m, bool split)
+static void write_gguf_deepseek2(lp_gw *w, const ref_model *m)
 {
     const ref_config *c = &m->cfg;
     int64_t H = c->hidden, V = c->vocab, nh = c->n_heads, hd = c->head_dim, rot = c->rope_dim;
@@ -455,27 +455,7 @@ static void write_gguf_deepseek2(lp_gw *w, const ref_model *m, bool split)
         }
         f32_tensor(w, "blk.%d.attn_kv_a_mqa.weight", l, 2, H, kvr + rot, L->kv_a);
         f32_tensor(w, "blk.%d.attn_kv_a_norm.weight", l, 1, kvr, 0, L->kv_a_norm);
-        if (split) {
-            /* llama.cpp's newer converter: kv_b per head as k_b [kvr, nope] (transposed) and
-             * v_b [v, kvr] */
-            float *kb = keep(malloc((size_t)(nh * kvr * nope) * sizeof(float)));
-            float *vb = keep(malloc((size_t)(nh * vd * kvr) * sizeof(float)));
-            for (int64_t h = 0; h < nh; h++)
-                for (int64_t r = 0; r < kvr; r++) {
-                    for (int64_t i = 0; i < nope; i++)
-                        kb[(h * kvr + r) * nope + i] = L->kv_b[(h * (nope + vd) + i) * kvr + r];
-                    for (int64_t j = 0; j < vd; j++)
-                        vb[(h * vd + j) * kvr + r] = L->kv_b[(h * (nope + vd) + nope + j) * kvr + r];
-                }
-            char name[96];
-            int64_t ne_k[3] = {nope, kvr, nh}, ne_v[3] = {kvr, vd, nh};
-            snprintf(name, sizeof name, "blk.%d.attn_k_b.weight", l);
-            lp_gw_tensor(w, name, 3, ne_k, 0, kb, (uint64_t)(nh * kvr * nope) * sizeof(float));
-            snprintf(name, sizeof name, "blk.%d.attn_v_b.weight", l);
-            lp_gw_tensor(w, name, 3, ne_v, 0, vb, (uint64_t)(nh * vd * kvr) * sizeof(float));
-        } else {
-            f32_tensor(w, "blk.%d.attn_kv_b.weight", l, 2, kvr, nh * (nope + vd), L->kv_b);
-        }
+        f32_tensor(w, "blk.%d.attn_kv_b.weight", l, 2, kvr, nh * (nope + vd), L->kv_b);
         f32_tensor(w, "blk.%d.attn_output.weight", l, 2, nh * vd, H, L->wo);
         f32_tensor(w, "blk.%d.ffn_norm.weight", l, 1, H, 0, L->ffn_norm);
         if (!ref_layer_routed(c, l)) {
@@ -500,7 +480,7 @@ typedef struct gguf_moe_case {
     const char *name, *arch, *family;
     ref_config cfg;
     int64_t T;
-    bool split_kv_b; /* deepseek2: attn_k_b / attn_v_b instead of attn_kv_b */
+    bool split_kv_b; /* deepseek2: attn_k_b / attn_v_b instead of attn_kv_b (trace/synth's form) */
     lp_dtype expert_dtype; /* qwen2moe/qwen3moe routed experts: Q8_0 when
                               LP_DTYPE_INVALID, or MXFP4 */
 } gguf_moe_case;
@@ -548,25 +528,43 @@ static const gguf_moe_case gguf_moe_cases[] = {
      13, true, LP_DTYPE_INVALID},
 };
 
+/* The case's GGUF at path: the split kv_b form as trace/synth's GGUF writer writes DeepSeek
+ * (llama.cpp's newer converter: attn_k_b / attn_v_b, into dir), the others tensor by tensor
+ * here. */
+static void write_case_gguf(const gguf_moe_case *gc, const ref_model *m, const char *dir,
+                            const char *path)
+{
+    if (gc->split_kv_b) {
+        bool expressible;
+        assert_true(ref_model_write_gguf_as(m, dir, LP_DTYPE_F32, &expressible));
+        return;
+    }
+    lp_gw w;
+    lp_gw_init(&w, 3);
+    if (strcmp(gc->arch, "deepseek2") == 0)
+        write_gguf_deepseek2(&w, m);
+    else
+        write_gguf_qwen_moe(&w, m, gc->arch,
+                            gc->expert_dtype != LP_DTYPE_INVALID ? gc->expert_dtype : LP_DTYPE_Q8_0);
+    assert_true(lp_gw_finish(&w));
+    assert_true(lp_gw_write(&w, path));
+    lp_gw_free(&w);
+    while (n_kept > 0)
+        free(kept[--n_kept]);
+}
+
 static void test_gguf_moe_case(void **state)
 {
     const gguf_moe_case *gc = *state;
     ref_model m;
     assert_true(ref_model_random(&gc->cfg, 0x6b + (uint64_t)gc->T, &m));
-    lp_gw w;
-    lp_gw_init(&w, 3);
-    if (strcmp(gc->arch, "deepseek2") == 0)
-        write_gguf_deepseek2(&w, &m, gc->split_kv_b);
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/moe_%s_%ld", lp_test_tmp_dir(), gc->name, (long)getpid());
+    if (gc->split_kv_b)
+        snprintf(path, sizeof path, "%s/model.gguf", dir);
     else
-        write_gguf_qwen_moe(&w, &m, gc->arch,
-                            gc->expert_dtype != LP_DTYPE_INVALID ? gc->expert_dtype : LP_DTYPE_Q8_0);
-    assert_true(lp_gw_finish(&w));
-    char path[512];
-    snprintf(path, sizeof path, "%s/moe_%s_%ld.gguf", lp_test_tmp_dir(), gc->name, (long)getpid());
-    assert_true(lp_gw_write(&w, path));
-    lp_gw_free(&w);
-    while (n_kept > 0)
-        free(kept[--n_kept]);
+        snprintf(path, sizeof path, "%s.gguf", dir);
+    write_case_gguf(gc, &m, dir, path);
     int32_t ids[64];
     case_tokens(ids, gc->T, gc->cfg.vocab);
     ref_outputs ref;
@@ -596,6 +594,8 @@ static void test_gguf_moe_case(void **state)
     ref_outputs_free(&ref);
     ref_model_free(&m);
     remove(path);
+    if (gc->split_kv_b)
+        rmdir(dir);
 }
 
 /* ---- the store: routing of routed layers as Mixtral's, nothing for dense layers ---- */

@@ -4,6 +4,7 @@
 #ifndef LP_TRACE_MODEL_INTERNAL_H
 #define LP_TRACE_MODEL_INTERNAL_H
 
+#include "core/arena.h"
 #include "trace/trace.h"
 
 /* ---- the block description: what makes one family's layer differ from another's ------------
@@ -186,8 +187,7 @@ struct lp_model {
 
     bool renorm_topk;           /* mixing weights = softmax over the chosen experts */
 
-    void **owned; /* every small f32 vector we allocated */
-    size_t n_owned, cap_owned;
+    lp_block_list owned; /* every small vector we allocated */
 };
 
 /* mxfp4_pair.c: expert `expert`'s [rows, cols] matrix of role (EXPERT_GATE_UP, _GATE, _UP,

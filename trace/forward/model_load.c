@@ -6,35 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "core/checked.h"
 #include "inspect/formats/quant.h"
 #include "trace/forward/model_internal.h"
 
 #define LP_PI 3.14159265358979323846
-
-/* Hand p (malloc'd, or NULL) to the model, which frees it at close; NULL if it could not. */
-static void *model_own(lp_model *m, void *p)
-{
-    if (!p)
-        return NULL;
-    if (m->n_owned == m->cap_owned) {
-        size_t cap = m->cap_owned ? m->cap_owned * 2 : 64;
-        void **grown = realloc(m->owned, cap * sizeof *grown);
-        if (!grown) {
-            free(p);
-            return NULL;
-        }
-        m->owned = grown;
-        m->cap_owned = cap;
-    }
-    m->owned[m->n_owned++] = p;
-    return p;
-}
-
-static void *model_alloc(lp_model *m, size_t bytes)
-{
-    return model_own(m, malloc(bytes ? bytes : 1));
-}
 
 /* Find a tensor for (role, layer, expert). Falls back to a tensor stacked over layers
  * ([n_layers, ...], llama2.c style) or over experts (GGUF's fused *_exps); *slice is the index
@@ -129,7 +106,7 @@ static lp_status bind_matrix(lp_model *m, lp_role role, int layer, int expert, i
     if (!t) {
         bool paired = false; /* gpt-oss's MXFP4 experts: a _blocks + _scales pair */
         lp_status st = lp_mxfp4_pair_bind(m, role, layer, expert, rows, cols, out, &paired, err);
-        if (st == LP_OK && paired && !model_own(m, (void *)out->data))
+        if (st == LP_OK && paired && !lp_block_list_adopt(&m->owned, (void *)out->data))
             st = lp_error_set(err, LP_ERR_NOMEM, "out of memory binding %s",
                               where(buf, sizeof buf, role, layer, expert));
         if (found)
@@ -163,6 +140,19 @@ static lp_status bind_matrix(lp_model *m, lp_role role, int layer, int expert, i
     return LP_OK;
 }
 
+/* n floats the model owns, converted from rows [row, row + n_rows) of t; *out set on success. */
+static lp_status own_rows_f32(lp_model *m, const lp_tensor *t, int64_t row, int64_t n_rows,
+                              int64_t n, float **out, lp_error *err)
+{
+    float *v = lp_block_list_alloc(&m->owned, (size_t)n * sizeof *v);
+    if (!v)
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
+    lp_status st = lp_tensor_rows_f32(t, row, n_rows, v, err);
+    if (st == LP_OK)
+        *out = v;
+    return st;
+}
+
 /* A 1-D vector (norm weight, bias) of n floats, converted once. Stacked [n_layers, n] works. */
 static lp_status bind_vector(lp_model *m, lp_role role, int layer, bool is_bias, int64_t n,
                              bool required, float **out, lp_error *err)
@@ -187,15 +177,8 @@ static lp_status bind_vector(lp_model *m, lp_role role, int layer, bool is_bias,
         return lp_error_set(err, LP_ERR_FORMAT, "%s: tensor '%s': %lld values, expected %lld",
                             lp_weights_path(m->weights), t->name, (long long)t->n_elements,
                             (long long)n);
-    float *v = model_alloc(m, (size_t)n * sizeof *v);
-    if (!v)
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
-    lp_status st = slice >= 0 ? lp_tensor_rows_f32(t, slice, 1, v, err)
-                              : lp_tensor_rows_f32(t, 0, n / len, v, err);
-    if (st != LP_OK)
-        return st;
-    *out = v;
-    return LP_OK;
+    return slice >= 0 ? own_rows_f32(m, t, slice, 1, n, out, err)
+                      : own_rows_f32(m, t, 0, n / len, n, out, err);
 }
 
 static lp_status bind_norm(lp_model *m, lp_role role, int layer, int64_t n, bool required,
@@ -380,7 +363,7 @@ static lp_status bind_qk_norm(lp_model *m, lp_role role, int l, int64_t n, int64
             st = bind_vector(m, role, l, true, n, false, bias, err);
         return st;
     }
-    *weight = model_alloc(m, (size_t)n * sizeof **weight);
+    *weight = lp_block_list_alloc(&m->owned, (size_t)n * sizeof **weight);
     if (!*weight)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding %s", lp_role_name(role));
     for (int h = 0; h < n_heads; h++) {
@@ -466,7 +449,7 @@ static lp_status bind_per_head(lp_model *m, lp_role role, int l, int64_t a_dim, 
         st = lp_error_set(err, LP_ERR_UNSUPPORTED, "%s: tensor '%s': %s per-head k_b is read "
                                                    "transposed, which quantized blocks do not allow",
                           lp_weights_path(m->weights), t->name, lp_dtype_name(t->dtype));
-    *out = model_alloc(m, (size_t)nh * sizeof **out);
+    *out = lp_block_list_alloc(&m->owned, (size_t)nh * sizeof **out);
     if (st == LP_OK && !*out)
         st = lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
     for (int64_t h = 0; st == LP_OK && h < nh; h++) {
@@ -571,11 +554,7 @@ static lp_status bind_expert_vector(lp_model *m, lp_role role, int l, int expert
                             lp_weights_path(m->weights), t->name, (long long)t->n_elements,
                             (long long)n);
     }
-    float *v = model_alloc(m, (size_t)n * sizeof *v);
-    if (!v)
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding '%s'", t->name);
-    *out = v;
-    return lp_tensor_rows_f32(t, row, 1, v, err);
+    return own_rows_f32(m, t, row, 1, n, out, err);
 }
 
 /* An expert's biases: gate and up apart or the fused gate_up's, and down's. */
@@ -620,7 +599,7 @@ static lp_status bind_experts(lp_model *m, int l, lp_layer_weights *L, lp_error 
         if ((st = bind_vector(m, LP_ROLE_ROUTER_BIAS, l, gguf_name, E, true, &L->score_bias, err)))
             return st;
     }
-    L->experts = model_alloc(m, (size_t)E * sizeof *L->experts);
+    L->experts = lp_block_list_alloc(&m->owned, (size_t)E * sizeof *L->experts);
     if (!L->experts)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory binding %lld experts", (long long)E);
     memset(L->experts, 0, (size_t)E * sizeof *L->experts);
@@ -793,8 +772,8 @@ static lp_status bind_alibi(lp_model *m, lp_error *err)
     const lp_arch *a = &m->arch;
     if (m->block.positions != LP_POS_ALIBI)
         return LP_OK;
-    double *slopes = model_alloc(m, (size_t)a->n_heads * sizeof *slopes);
-    m->alibi_slopes = model_alloc(m, (size_t)a->n_heads * sizeof *m->alibi_slopes);
+    double *slopes = lp_block_list_alloc(&m->owned, (size_t)a->n_heads * sizeof *slopes);
+    m->alibi_slopes = lp_block_list_alloc(&m->owned, (size_t)a->n_heads * sizeof *m->alibi_slopes);
     if (!slopes || !m->alibi_slopes)
         return lp_error_set(err, LP_ERR_NOMEM, "out of memory for %lld ALiBi slopes",
                             (long long)a->n_heads);
@@ -804,27 +783,37 @@ static lp_status bind_alibi(lp_model *m, lp_error *err)
     return LP_OK;
 }
 
-lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, lp_model **out,
-                                lp_error *err)
+/* The model over weights; owned_weights (the same weights, or NULL when the caller keeps them)
+ * is the model's from the start, so every failure closes it with the model. */
+static lp_status model_build(const lp_weights *weights, const lp_arch *arch,
+                             lp_weights *owned_weights, lp_model **out, lp_error *err)
 {
     *out = NULL;
+    lp_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        if (owned_weights)
+            lp_weights_close(owned_weights);
+        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    }
+    m->owned_weights = owned_weights;
+    m->weights = weights;
     if (!arch)
         arch = lp_weights_arch(weights);
-    if (!arch)
-        return lp_error_set(err, LP_ERR_FORMAT,
-                            "%s: no architecture found with the weights (config.json, GGUF "
-                            "metadata or llama2.c header)",
-                            lp_weights_path(weights));
-    lp_status st = check_supported(arch, lp_weights_path(weights), err);
-    if (st != LP_OK)
+    lp_status st;
+    if (arch)
+        st = check_supported(arch, lp_weights_path(weights), err);
+    else
+        st = lp_error_set(err, LP_ERR_FORMAT,
+                          "%s: no architecture found with the weights (config.json, GGUF "
+                          "metadata or llama2.c header)",
+                          lp_weights_path(weights));
+    if (st != LP_OK) {
+        lp_model_close(m);
         return st;
-    lp_model *m = calloc(1, sizeof *m);
-    if (!m)
-        return lp_error_set(err, LP_ERR_NOMEM, "out of memory");
+    }
     m->arch = *arch;
     m->block = lp_block_of(arch);
-    m->weights = weights;
-    m->layers = model_alloc(m, (size_t)m->arch.n_layers * sizeof *m->layers);
+    m->layers = lp_block_list_alloc(&m->owned, (size_t)m->arch.n_layers * sizeof *m->layers);
     if (!m->layers)
         st = lp_error_set(err, LP_ERR_NOMEM, "out of memory");
     else
@@ -846,29 +835,27 @@ lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, 
     return LP_OK;
 }
 
+lp_status lp_model_from_weights(const lp_weights *weights, const lp_arch *arch, lp_model **out,
+                                lp_error *err)
+{
+    return model_build(weights, arch, NULL, out, err);
+}
+
 lp_status lp_model_open(const char *path, lp_model **out, lp_error *err)
 {
-    lp_weights *w;
+    lp_weights *weights;
     *out = NULL;
-    lp_status st = lp_weights_open(path, &w, err);
+    lp_status st = lp_weights_open(path, &weights, err);
     if (st != LP_OK)
         return st;
-    st = lp_model_from_weights(w, NULL, out, err);
-    if (st != LP_OK) {
-        lp_weights_close(w);
-        return st;
-    }
-    (*out)->owned_weights = w;
-    return LP_OK;
+    return model_build(weights, NULL, weights, out, err);
 }
 
 void lp_model_close(lp_model *model)
 {
     if (!model)
         return;
-    for (size_t i = 0; i < model->n_owned; i++)
-        free(model->owned[i]);
-    free(model->owned);
+    lp_block_list_free(&model->owned);
     if (model->owned_weights)
         lp_weights_close(model->owned_weights);
     free(model);
