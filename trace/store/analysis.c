@@ -154,7 +154,7 @@ lp_status lp_store_add_eval(lp_store *s, const lp_store_eval *e, const int32_t *
                                   &q, "inserting eval_results", err);
     if (st != LP_OK)
         return st;
-    sqlite3_bind_int64(q, 1, s->run_id);
+    sqlite3_bind_int64(q, 1, s->run.run_id);
     sqlite3_bind_int64(q, 2, e->n_tokens);
     sqlite3_bind_int64(q, 3, e->n_scored);
     sqlite3_bind_int64(q, 4, e->n_windows);
@@ -186,7 +186,7 @@ lp_status lp_store_add_token_nll(lp_store *s, const int32_t *ids, const double *
     for (int64_t p = 0; p + 1 < n_tokens && st == LP_OK; p++) {
         if (isnan(nll[p]))
             continue; /* a window start that nothing predicted */
-        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 1, s->run.run_id);
         sqlite3_bind_int64(q, 2, p);
         sqlite3_bind_int64(q, 3, ids[p + 1]);
         sqlite3_bind_double(q, 4, nll[p]);
@@ -208,7 +208,7 @@ lp_status lp_store_add_head_importance(lp_store *s, const char *method, int64_t 
     if (st != LP_OK)
         return st;
     for (int64_t i = 0; i < n_layers * n_heads && st == LP_OK; i++) {
-        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 1, s->run.run_id);
         sqlite3_bind_int64(q, 2, i / n_heads);
         sqlite3_bind_int64(q, 3, i % n_heads);
         sqlite3_bind_text(q, 4, method, -1, SQLITE_STATIC);
@@ -232,7 +232,7 @@ lp_status lp_store_add_pruning_plan(lp_store *s, const int64_t *layers, const in
     if (st != LP_OK)
         return st;
     for (int64_t i = 0; i < n_steps && st == LP_OK; i++) {
-        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 1, s->run.run_id);
         sqlite3_bind_int64(q, 2, i);
         sqlite3_bind_int64(q, 3, layers[i]);
         sqlite3_bind_int64(q, 4, heads[i]);
@@ -264,7 +264,7 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
     for (int64_t i = 0; i < n_layers * n_pos * k && st == LP_OK; i++) {
         if (tokens[i] < 0)
             continue;
-        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 1, s->run.run_id);
         sqlite3_bind_int64(q, 2, i / (n_pos * k));
         sqlite3_bind_int64(q, 3, (i / k) % n_pos);
         sqlite3_bind_int64(q, 4, i % k);
@@ -280,7 +280,7 @@ lp_status lp_store_add_logit_lens(lp_store *s, int64_t n_layers, int64_t n_pos, 
         st = lp_store_step_done(s, q, "inserting logit_lens", err);
     }
     for (int64_t l = 0; l < n_layers && st == LP_OK; l++) {
-        sqlite3_bind_int64(ql, 1, s->run_id);
+        sqlite3_bind_int64(ql, 1, s->run.run_id);
         sqlite3_bind_int64(ql, 2, l);
         lp_store_bind_real_or_null(ql, 3, layer_nll[l]);
         st = lp_store_step_done(s, ql, "inserting logit_lens_layers", err);

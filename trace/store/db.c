@@ -186,7 +186,7 @@ lp_status lp_store_bind_map(lp_store *s, const lp_site *site, int64_t rows, int6
         return lp_error_set(err, LP_ERR_RANGE, "%s: attention map of %llu bytes exceeds SQLite's "
                                                "blob limit", s->path, (unsigned long long)bytes);
     sqlite3_stmt *q = s->stmt[LP_STMT_ATTENTION];
-    sqlite3_bind_int64(q, 1, s->run_id);
+    sqlite3_bind_int64(q, 1, s->run.run_id);
     sqlite3_bind_int(q, 2, site->layer);
     sqlite3_bind_int(q, 3, site->head);
     sqlite3_bind_int64(q, 4, rows);

@@ -23,6 +23,17 @@ enum {
     LP_STMT_COUNT
 };
 
+/* One run's id and the accumulators its aggregates are summed in until the run ends. */
+typedef struct lp_store_run_acc {
+    int64_t run_id;
+    lp_head_stats *stats;   /* [n_layers, n_heads] */
+    bool *stats_seen;       /* [n_layers, n_heads] */
+    int64_t *expert_tokens; /* [n_layers, n_experts] */
+    double *expert_weight;  /* [n_layers, n_experts] summed mixing weights */
+    double *router_entropy; /* [n_layers] summed */
+    int64_t *router_rows;   /* [n_layers] */
+} lp_store_run_acc;
+
 struct lp_store {
     sqlite3 *db;
     char *path;
@@ -32,19 +43,13 @@ struct lp_store {
 
     /* The open run (writer only). */
     bool in_run;
-    int64_t run_id;
+    lp_store_run_acc run; /* the run sites go to: a batch selects each of its runs in turn */
     lp_store_opts opts;
     bool *layer_sel;   /* [n_layers] */
     bool *head_sel;    /* [n_heads] */
     int64_t n_layers, n_heads, n_experts;
     bool has_sinks; /* the model's heads have learned sinks: head_stats.learned_sink */
     const struct lp_tokenizer *tok;
-    lp_head_stats *stats;   /* [n_layers, n_heads] */
-    bool *stats_seen;       /* [n_layers, n_heads] */
-    int64_t *expert_tokens; /* [n_layers, n_experts] */
-    double *expert_weight;  /* [n_layers, n_experts] summed mixing weights */
-    double *router_entropy; /* [n_layers] summed */
-    int64_t *router_rows;   /* [n_layers] */
     uint16_t *f16;          /* conversion buffer */
     size_t f16_cap;
     lp_prediction *top;     /* [top_k] */
@@ -76,15 +81,6 @@ lp_status lp_store_gen_cut_maps(lp_store *s, int64_t n_total, lp_error *err);
  * store is pointed at the run a site belongs to (lp_store_select_run) instead of ending one run
  * to begin the next. The runs rows are committed first, so a killed batch shows them 'running';
  * the data of all of them goes into one transaction, committed when the batch ends. */
-typedef struct lp_store_run_acc {
-    int64_t run_id;
-    lp_head_stats *stats;   /* [n_layers, n_heads] */
-    bool *stats_seen;       /* [n_layers, n_heads] */
-    int64_t *expert_tokens; /* [n_layers, n_experts] */
-    double *expert_weight;  /* [n_layers, n_experts] */
-    double *router_entropy; /* [n_layers] */
-    int64_t *router_rows;   /* [n_layers] */
-} lp_store_run_acc;
 /* accs[n] filled (run ids, accumulators); on failure every run begun is marked failed. */
 lp_status lp_store_begin_batch_runs(lp_store *store, const lp_run_info *infos, int64_t n,
                                     const lp_store_opts *opts, lp_store_run_acc *accs,

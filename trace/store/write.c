@@ -277,23 +277,7 @@ const lp_observer *lp_store_observer(lp_store *store) { return &store->observer;
 
 /* ---- beginning a run -------------------------------------------------------------------------- */
 
-void lp_store_select_run(lp_store *s, const lp_store_run_acc *acc)
-{
-    s->run_id = acc->run_id;
-    s->stats = acc->stats;
-    s->stats_seen = acc->stats_seen;
-    s->expert_tokens = acc->expert_tokens;
-    s->expert_weight = acc->expert_weight;
-    s->router_entropy = acc->router_entropy;
-    s->router_rows = acc->router_rows;
-}
-
-static void acc_of_store(const lp_store *s, lp_store_run_acc *acc)
-{
-    lp_store_run_acc a = {s->run_id,       s->stats,          s->stats_seen, s->expert_tokens,
-                          s->expert_weight, s->router_entropy, s->router_rows};
-    *acc = a;
-}
+void lp_store_select_run(lp_store *s, const lp_store_run_acc *acc) { s->run = *acc; }
 
 static void acc_free(lp_store_run_acc *acc)
 {
@@ -324,10 +308,7 @@ static bool acc_alloc(const lp_store *s, lp_store_run_acc *acc)
 
 static void free_run(lp_store *s)
 {
-    lp_store_run_acc acc;
-    acc_of_store(s, &acc);
-    acc_free(&acc);
-    lp_store_select_run(s, &acc);
+    acc_free(&s->run);
     free(s->layer_sel);
     free(s->head_sel);
     free(s->f16);
@@ -344,7 +325,7 @@ static void mark_failed(lp_store *s)
 {
     char sql[96];
     snprintf(sql, sizeof sql, "UPDATE runs SET status = 'failed' WHERE id = %lld",
-             (long long)s->run_id);
+             (long long)s->run.run_id);
     sqlite3_exec(s->db, sql, NULL, NULL, NULL);
 }
 
@@ -417,7 +398,7 @@ static lp_status insert_run_row(lp_store *s, const lp_run_info *info, lp_maps_dt
     free(arch_text);
     if (rc != SQLITE_DONE)
         return lp_store_sql_error(s, "inserting the run", err);
-    s->run_id = sqlite3_last_insert_rowid(s->db);
+    s->run.run_id = sqlite3_last_insert_rowid(s->db);
     return LP_OK;
 }
 
@@ -433,7 +414,7 @@ static lp_status alloc_run_state(lp_store *s, const lp_run_info *info, const lp_
     s->has_sinks = a->attn_sinks;
     s->tok = info->tokenizer;
     int64_t top_k = s->opts.top_k > 0 ? s->opts.top_k : 1;
-    lp_store_run_acc acc = {s->run_id, NULL, NULL, NULL, NULL, NULL, NULL};
+    lp_store_run_acc acc = {s->run.run_id, NULL, NULL, NULL, NULL, NULL, NULL};
     bool ok = acc_alloc(s, &acc);
     lp_store_select_run(s, &acc);
     s->layer_sel = malloc((size_t)s->n_layers * sizeof(bool));
@@ -461,7 +442,7 @@ static lp_status insert_token_range(lp_store *s, const int32_t *tokens, int64_t 
         piece_of(s, tokens[t], buf, sizeof buf, &piece);
         char *label = s->tok ? lp_tokenizer_label(s->tok, tokens[t]) : NULL;
         sqlite3_stmt *ins = s->stmt[LP_STMT_TOKEN];
-        sqlite3_bind_int64(ins, 1, s->run_id);
+        sqlite3_bind_int64(ins, 1, s->run.run_id);
         sqlite3_bind_int64(ins, 2, t);
         sqlite3_bind_int64(ins, 3, tokens[t]);
         sqlite3_bind_text(ins, 4, piece, -1, SQLITE_TRANSIENT);
@@ -500,7 +481,7 @@ lp_status lp_store_set_generated(lp_store *s, const int32_t *tokens, int64_t n_p
     sqlite3_bind_int64(q, 1, n_total);
     sqlite3_bind_int64(q, 2, (int64_t)kv_bytes);
     sqlite3_bind_text(q, 3, kv_dtype, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(q, 4, s->run_id);
+    sqlite3_bind_int64(q, 4, s->run.run_id);
     st = lp_store_step_once(s, q, "recording the generation", err);
     return st;
 }
@@ -515,7 +496,7 @@ lp_status lp_store_set_kv_rebuilt(lp_store *s, int64_t at, lp_error *err)
     if (st != LP_OK)
         return st;
     sqlite3_bind_int64(q, 1, at);
-    sqlite3_bind_int64(q, 2, s->run_id);
+    sqlite3_bind_int64(q, 2, s->run.run_id);
     st = lp_store_step_once(s, q, "recording the cache rebuild", err);
     return st;
 }
@@ -537,7 +518,7 @@ lp_status lp_store_begin_run(lp_store *s, const lp_run_info *info, const lp_stor
     lp_status st = insert_run_row(s, info, opts->maps, err);
     if (st != LP_OK)
         return st;
-    *run_id = s->run_id;
+    *run_id = s->run.run_id;
     if ((st = alloc_run_state(s, info, opts, err)) || (st = exec(s, "BEGIN IMMEDIATE", err))) {
         free_run(s);
         mark_failed(s);
@@ -635,7 +616,7 @@ static lp_status store_predictions(lp_store *s, const float *row, int64_t vocab,
         const char *piece;
         piece_of(s, s->top[k].token_id, buf, sizeof buf, &piece);
         sqlite3_stmt *q = s->stmt[LP_STMT_PREDICTION];
-        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 1, s->run.run_id);
         sqlite3_bind_int64(q, 2, pos);
         sqlite3_bind_int64(q, 3, k);
         sqlite3_bind_int64(q, 4, s->top[k].token_id);
@@ -657,7 +638,7 @@ static lp_status store_logits(lp_store *s, const lp_view *v, lp_error *err)
         int64_t pos = v->row0 + r;
         if (s->opts.logits == LP_LOGITS_FULL) {
             sqlite3_stmt *q = s->stmt[LP_STMT_LOGITS];
-            sqlite3_bind_int64(q, 1, s->run_id);
+            sqlite3_bind_int64(q, 1, s->run.run_id);
             sqlite3_bind_int64(q, 2, pos);
             sqlite3_bind_blob(q, 3, row, (int)(v->cols * 4), SQLITE_STATIC);
             if ((st = step(s, LP_STMT_LOGITS, err)))
@@ -682,13 +663,13 @@ static void observe_router(lp_store *s, const lp_site *site, const lp_view *v)
         for (int64_t e = 0; e < E; e++)
             if (p[e] > 0.0f)
                 h -= (double)p[e] * log((double)p[e]);
-        s->router_entropy[l] += h;
-        s->router_rows[l]++;
+        s->run.router_entropy[l] += h;
+        s->run.router_rows[l]++;
         for (int64_t j = 0; j < r->top_k; j++) {
             int32_t e = r->experts[t * r->top_k + j];
             if (e >= 0 && e < E) {
-                s->expert_tokens[l * E + e]++;
-                s->expert_weight[l * E + e] += (double)r->weights[t * r->top_k + j];
+                s->run.expert_tokens[l * E + e]++;
+                s->run.expert_weight[l * E + e] += (double)r->weights[t * r->top_k + j];
             }
         }
     }
@@ -714,14 +695,14 @@ static lp_status store_observe(void *ctx, const lp_site *site, const lp_view *v,
     case LP_SITE_ATTN_PROBS:
         return store_probs(s, site, v, err);
     case LP_SITE_ATTN_STATS: {
-        double norm = s->stats[slot].output_norm;
-        lp_head_stats_from_rows(v->row_stats, v->rows, v->row0, &s->stats[slot]);
-        s->stats[slot].output_norm = norm;
-        s->stats_seen[slot] = true;
+        double norm = s->run.stats[slot].output_norm;
+        lp_head_stats_from_rows(v->row_stats, v->rows, v->row0, &s->run.stats[slot]);
+        s->run.stats[slot].output_norm = norm;
+        s->run.stats_seen[slot] = true;
         return LP_OK;
     }
     case LP_SITE_HEAD_OUTPUT:
-        s->stats[slot].output_norm = lp_mean_row_norm(v->data, v->rows, v->cols, v->stride);
+        s->run.stats[slot].output_norm = lp_mean_row_norm(v->data, v->rows, v->cols, v->stride);
         return LP_OK;
     case LP_SITE_LOGITS:
         return store_logits(s, v, err);
@@ -739,9 +720,9 @@ static lp_status write_head_stats(lp_store *s, int64_t l, lp_error *err)
 {
     for (int64_t h = 0; h < s->n_heads; h++) {
         size_t slot = (size_t)(l * s->n_heads + h);
-        if (!s->stats_seen[slot])
+        if (!s->run.stats_seen[slot])
             continue;
-        const lp_head_stats *hs = &s->stats[slot];
+        const lp_head_stats *hs = &s->run.stats[slot];
         if (!isfinite(hs->entropy) || !isfinite(hs->output_norm))
             return lp_error_set(err, LP_ERR_RANGE,
                                 "layer %lld head %lld: attention statistics are not finite "
@@ -750,7 +731,7 @@ static lp_status write_head_stats(lp_store *s, int64_t l, lp_error *err)
         sqlite3_stmt *q = s->stmt[LP_STMT_HEAD_STATS];
         double values[] = {hs->entropy,  hs->max_prob, hs->sink,       hs->prev_token,
                            hs->self,     hs->distance, hs->local_frac};
-        sqlite3_bind_int64(q, 1, s->run_id);
+        sqlite3_bind_int64(q, 1, s->run.run_id);
         sqlite3_bind_int64(q, 2, l);
         sqlite3_bind_int64(q, 3, h);
         for (int i = 0; i < 7; i++)
@@ -776,20 +757,20 @@ static lp_status write_routing(lp_store *s, int64_t l, lp_error *err)
     lp_status st;
     for (int64_t e = 0; e < s->n_experts; e++) {
         sqlite3_stmt *q = s->stmt[LP_STMT_ROUTING];
-        int64_t n = s->expert_tokens[l * s->n_experts + e];
-        sqlite3_bind_int64(q, 1, s->run_id);
+        int64_t n = s->run.expert_tokens[l * s->n_experts + e];
+        sqlite3_bind_int64(q, 1, s->run.run_id);
         sqlite3_bind_int64(q, 2, l);
         sqlite3_bind_int64(q, 3, e);
         sqlite3_bind_int64(q, 4, n);
         sqlite3_bind_double(q, 5,
-                            n > 0 ? s->expert_weight[l * s->n_experts + e] / (double)n : 0.0);
+                            n > 0 ? s->run.expert_weight[l * s->n_experts + e] / (double)n : 0.0);
         if ((st = step(s, LP_STMT_ROUTING, err)))
             return st;
     }
     sqlite3_stmt *q = s->stmt[LP_STMT_ROUTER_STATS];
-    sqlite3_bind_int64(q, 1, s->run_id);
+    sqlite3_bind_int64(q, 1, s->run.run_id);
     sqlite3_bind_int64(q, 2, l);
-    sqlite3_bind_double(q, 3, s->router_entropy[l] / (double)s->router_rows[l]);
+    sqlite3_bind_double(q, 3, s->run.router_entropy[l] / (double)s->run.router_rows[l]);
     return step(s, LP_STMT_ROUTER_STATS, err);
 }
 
@@ -800,7 +781,7 @@ static lp_status mark_complete(lp_store *s, double seconds, lp_error *err)
     if (st != LP_OK)
         return st;
     sqlite3_bind_double(q, 1, seconds);
-    sqlite3_bind_int64(q, 2, s->run_id);
+    sqlite3_bind_int64(q, 2, s->run.run_id);
     st = lp_store_step_once(s, q, "completing the run", err);
     return st;
 }
@@ -813,7 +794,7 @@ static lp_status write_aggregates(lp_store *s, double seconds, lp_error *err)
         lp_store_gen_finish_stats(s, s->gen_total);
     for (int64_t l = 0; l < s->n_layers && st == LP_OK; l++) {
         st = write_head_stats(s, l, err);
-        if (st == LP_OK && s->n_experts > 0 && s->router_rows[l] > 0)
+        if (st == LP_OK && s->n_experts > 0 && s->run.router_rows[l] > 0)
             st = write_routing(s, l, err);
     }
     return st == LP_OK ? mark_complete(s, seconds, err) : st;
@@ -873,19 +854,19 @@ lp_status lp_store_begin_batch_runs(lp_store *s, const lp_run_info *infos, int64
     for (; begun < n; begun++) {
         if ((st = insert_run_row(s, &infos[begun], opts->maps, err)) != LP_OK)
             break;
-        accs[begun].run_id = s->run_id;
+        accs[begun].run_id = s->run.run_id;
     }
     if (st != LP_OK) {
         for (int64_t i = 0; i < begun; i++) {
-            s->run_id = accs[i].run_id;
+            s->run.run_id = accs[i].run_id;
             mark_failed(s);
         }
         return st;
     }
     int64_t run0 = accs[0].run_id;
     st = alloc_run_state(s, &infos[0], opts, err);
-    s->run_id = run0;
-    acc_of_store(s, &accs[0]);
+    s->run.run_id = run0;
+    accs[0] = s->run;
     for (int64_t i = 1; i < n && st == LP_OK; i++)
         if (!acc_alloc(s, &accs[i]))
             st = lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for a batch of %lld runs",
@@ -900,7 +881,7 @@ lp_status lp_store_begin_batch_runs(lp_store *s, const lp_run_info *infos, int64
         if (s->in_run)
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         for (int64_t i = 0; i < n; i++) {
-            s->run_id = accs[i].run_id;
+            s->run.run_id = accs[i].run_id;
             mark_failed(s);
         }
         release_batch(s, accs, n);
@@ -936,7 +917,7 @@ void lp_store_abort_batch_runs(lp_store *s, lp_store_run_acc *accs, int64_t n)
         return;
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     for (int64_t i = 0; i < n; i++) {
-        s->run_id = accs[i].run_id;
+        s->run.run_id = accs[i].run_id;
         mark_failed(s);
     }
     release_batch(s, accs, n);
@@ -985,7 +966,7 @@ lp_status lp_store_add_leak_checks(lp_store *s, const lp_leak_check *checks, int
     if (!s->in_run)
         return lp_error_set(err, LP_ERR_USAGE, "%s: no run is open", s->path);
     for (int64_t i = 0; i < n; i++) {
-        lp_status st = insert_leak_check(s, s->run_id, &checks[i], err);
+        lp_status st = insert_leak_check(s, s->run.run_id, &checks[i], err);
         if (st != LP_OK)
             return st;
     }

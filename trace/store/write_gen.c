@@ -112,7 +112,7 @@ void lp_store_gen_stats(lp_store *s, const lp_site *site, const lp_view *v)
     for (int64_t r = 0; r < v->rows; r++)
         if (v->row0 + r < s->opts.seq_len)
             s->gen_rows[slot * (size_t)s->opts.seq_len + (size_t)(v->row0 + r)] = v->row_stats[r];
-    s->stats_seen[slot] = true;
+    s->run.stats_seen[slot] = true;
 }
 
 void lp_store_gen_norms(lp_store *s, const lp_site *site, const lp_view *v)
@@ -124,11 +124,11 @@ void lp_store_gen_norms(lp_store *s, const lp_site *site, const lp_view *v)
 void lp_store_gen_finish_stats(lp_store *s, int64_t n_total)
 {
     for (size_t slot = 0; slot < (size_t)(s->n_layers * s->n_heads); slot++) {
-        if (!s->stats_seen[slot])
+        if (!s->run.stats_seen[slot])
             continue;
         lp_head_stats_from_rows(s->gen_rows + slot * (size_t)s->opts.seq_len, n_total, 0,
-                                &s->stats[slot]);
-        s->stats[slot].output_norm = n_total > 0 ? s->gen_norm[slot] / (double)n_total : 0.0;
+                                &s->run.stats[slot]);
+        s->run.stats[slot].output_norm = n_total > 0 ? s->gen_norm[slot] / (double)n_total : 0.0;
     }
 }
 
