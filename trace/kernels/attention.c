@@ -37,7 +37,7 @@
 #include "trace/kernels/kernels_internal.h"
 
 /* Keys per block; query tiles per panel (pass 1 takes each K/V block once for all of them). */
-enum { ATT_BK = 64, ATT_PANEL = 4 };
+enum { ATT_BK = 64, ATT_PANEL = 8 };
 
 typedef struct row_state {
     int64_t lo, hi, pos;

@@ -151,14 +151,17 @@ static __m256i lanes_below(int64_t n)
  * [-ln2/2, ln2/2], and 2^n added into the exponent bits (no multiply). Relative error within
  * 2 ulp of expf (tests/trace/test_attention.c measures it on [-87, 0]); x below LP_ATTN_EXP_MIN
  * (-86: exp < 4.5e-38, where 2^n would leave the normal range) gives exactly 0. NaN is not
- * propagated (gives 0): the callers have checked their scores finite first. */
+ * propagated (gives 0): the callers have checked their scores finite first.
+ * n comes from adding 1.5 * 2^23 (the sum's low mantissa bits are then n, rounded to nearest),
+ * so n << 23 is that sum's bits shifted, with no round or convert; lanes below the threshold are
+ * not clamped first, their garbage is masked off at the end. At head_dim 64 this exp is a
+ * tenth of the attention's time, so each instruction shows. */
 static inline __m256 exp_nonpositive(__m256 x)
 {
-    const __m256 lowest = _mm256_set1_ps(LP_ATTN_EXP_MIN);
-    __m256 kept = _mm256_cmp_ps(x, lowest, _CMP_GE_OQ);
-    x = _mm256_max_ps(x, lowest);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 shifter = _mm256_set1_ps(12582912.0f); /* 1.5 * 2^23 */
+    __m256 kept = _mm256_cmp_ps(x, _mm256_set1_ps(LP_ATTN_EXP_MIN), _CMP_GE_OQ);
+    __m256 shifted = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shifter);
+    __m256 n = _mm256_sub_ps(shifted, shifter);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
     __m256 p = _mm256_set1_ps(1.9875691500E-4f);
@@ -169,7 +172,7 @@ static inline __m256 exp_nonpositive(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i scaled = _mm256_add_epi32(_mm256_castps_si256(p),
-                                      _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23));
+                                      _mm256_slli_epi32(_mm256_castps_si256(shifted), 23));
     return _mm256_and_ps(_mm256_castsi256_ps(scaled), kept);
 }
 
