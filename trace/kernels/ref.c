@@ -656,27 +656,46 @@ static bool fit_layout(fit_hist *h, uint32_t lo, uint32_t hi, int64_t n)
     return false;
 }
 
+/* The fewest mantissa units, summed over buckets of shift s below acc, that take den * acc to
+ * need: ceil((need - den acc) / (den 2^s)), 0 when acc already does, UINT64_MAX past any sum of
+ * mantissas. One division where comparing bucket by bucket took a 128-bit product each. */
+static uint64_t fit_units_short(fit_u128 acc, uint32_t den, fit_u128 need, int s)
+{
+    if ((fit_u128)den * acc >= need)
+        return 0;
+    fit_u128 step = (fit_u128)den << s, q = (need - (fit_u128)den * acc + step - 1) / step;
+    return q >> 64 ? UINT64_MAX : (uint64_t)q;
+}
+
 /* Scanning down from bucket `from` (groups first, then the crossing group's buckets): the
- * bucket whose mass takes den * acc to need; acc and taken advance past the buckets above it. */
+ * bucket whose mass takes den * acc to need; acc and taken advance past the buckets above it.
+ * The buckets of one group share an exponent, so within it the test is on their mantissas. */
 static int64_t fit_crossing(const fit_hist *h, const fit_u128 *group_mass,
                             const uint32_t *group_count, int64_t from, fit_u128 *acc,
                             int64_t *taken, uint32_t den, fit_u128 need)
 {
     int64_t k = from;
     while (k >= 1) {
-        int64_t g = (k - 1) >> h->group_log2;
+        int64_t g = (k - 1) >> h->group_log2, bottom = 1 + (g << h->group_log2);
         if (((k - 1) & (h->group - 1)) == h->group - 1 && den * (*acc + group_mass[g]) < need) {
             *acc += group_mass[g]; /* the whole group stays above the threshold */
             *taken += group_count[g];
             k -= h->group;
             continue;
         }
-        fit_u128 mass = (fit_u128)fit_mantissas(h, k) << fit_unit_shift(h, k);
-        if (den * (*acc + mass) >= need)
-            return k;
-        *acc += mass;
-        *taken += (int64_t)fit_count(h, k);
-        k--;
+        int s = fit_unit_shift(h, k);
+        uint64_t short_by = fit_units_short(*acc, den, need, s), units = 0, count = 0;
+        for (; k >= bottom; k--) {
+            units += fit_mantissas(h, k);
+            if (units >= short_by) {
+                *acc += (fit_u128)(units - fit_mantissas(h, k)) << s;
+                *taken += (int64_t)count;
+                return k;
+            }
+            count += fit_count(h, k);
+        }
+        *acc += (fit_u128)units << s;
+        *taken += (int64_t)count;
     }
     return 0;
 }
