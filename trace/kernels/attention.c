@@ -282,6 +282,13 @@ static void row_probs_frame(const lp_kernel_table *kt, const lp_attn_args *a,
             prow[j] = NAN;
 }
 
+static uint32_t float_bits(float p)
+{
+    uint32_t u;
+    memcpy(&u, &p, sizeof u);
+    return u;
+}
+
 /* The statistics of a row whose probabilities p (indexed by key) and sums are computed. */
 static void row_stats_from_probs(const lp_attn_args *a, const row_state *rs, const float *p,
                                  const lp_attn_row_sums *sums, lp_attn_row_stats *st)
@@ -321,7 +328,7 @@ static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
     }
     if (rs->poisoned || row_empty(rs))
         return;
-    lp_attn_row_sums sums = {0.0f, 0.0f, 0.0f, 0.0f};
+    lp_attn_row_sums sums = {0.0f, 0.0f, 0.0f, 0.0f, INFINITY};
     int64_t n = rs->hi - rs->lo;
     if (n > 0)
         c->kt->attn_row_probs(row + rs->lo, n, rs->m, 1.0f / rs->l, rs->lo, rs->pos,
@@ -332,7 +339,11 @@ static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
         return;
     row_stats_from_probs(a, rs, row, &sums, st);
     if (n > 0 && !a->skip_sparsity) /* it permutes the kept row, which is scratch */
-        lp_attn_row_sparsity_with(c->kt, row + rs->lo, n, st);
+        /* the range from pass 2's sums, not from one more sweep (p is never -0) */
+        lp_attn_row_sparsity_in(c->kt, row + rs->lo, n,
+                                sums.min_positive == INFINITY ? UINT32_MAX
+                                                              : float_bits(sums.min_positive),
+                                float_bits(sums.max_prob), st);
 }
 
 /* The row where pass 1 keeps the finished scores of row r of a panel's (tile, head) slot

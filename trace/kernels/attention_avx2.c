@@ -195,6 +195,13 @@ static inline float reduce_max(__m256 v)
     return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
+static inline float reduce_min(__m256 v)
+{
+    __m128 x = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_min_ps(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(_mm_min_ss(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
 static inline float reduce_add(__m256 v)
 {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -275,7 +282,7 @@ float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite)
 
 /* The running sums of lp_attn_row_probs_avx2 and one step of them over 8 lanes. */
 typedef struct row_probs_acc {
-    __m256 entropy, distance, local, top;
+    __m256 entropy, distance, local, top, bottom; /* bottom: the smallest positive p */
 } row_probs_acc;
 
 static inline __m256 row_probs_step(row_probs_acc *acc, __m256 x, __m256 m, __m256 scale,
@@ -287,6 +294,8 @@ static inline __m256 row_probs_step(row_probs_acc *acc, __m256 x, __m256 m, __m2
     acc->distance = _mm256_fmadd_ps(p, dist, acc->distance);
     acc->local = _mm256_add_ps(acc->local, _mm256_and_ps(p, _mm256_cmp_ps(dist, win, _CMP_LT_OQ)));
     acc->top = _mm256_max_ps(acc->top, p);
+    __m256 zero = _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_EQ_OQ);
+    acc->bottom = _mm256_min_ps(acc->bottom, _mm256_blendv_ps(p, _mm256_set1_ps(INFINITY), zero));
     return p;
 }
 
@@ -301,7 +310,7 @@ void lp_attn_row_probs_avx2(float *s, int64_t n, float m, float inv_l, int64_t j
     __m256 dist = _mm256_add_ps(_mm256_set1_ps((float)(pos - j0)),
                                 _mm256_setr_ps(0, -1, -2, -3, -4, -5, -6, -7));
     row_probs_acc acc = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                         _mm256_setzero_ps()};
+                         _mm256_setzero_ps(), _mm256_set1_ps(INFINITY)};
     int64_t j = 0;
     for (; j + 8 <= n; j += 8, dist = _mm256_add_ps(dist, step))
         _mm256_storeu_ps(s + j, row_probs_step(&acc, _mm256_loadu_ps(s + j), mv, scale, dist, win,
@@ -316,6 +325,7 @@ void lp_attn_row_probs_avx2(float *s, int64_t n, float m, float inv_l, int64_t j
     sums->distance = reduce_add(acc.distance);
     sums->local = reduce_add(acc.local);
     sums->max_prob = reduce_max(acc.top);
+    sums->min_positive = reduce_min(acc.bottom);
 }
 
 /* ---- the sparsity histogram's sweeps (ref.c's sparsity_fitted; contracts in the table) */

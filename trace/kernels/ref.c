@@ -778,8 +778,14 @@ void lp_attn_row_sparsity_with(const lp_kernel_table *kt, float *p, int64_t n,
                                lp_attn_row_stats *st)
 {
     uint32_t lo, hi;
-    kt->sparsity_range(p, n, &lo, &hi); /* the row's range and its refusal */
-    if (hi >= PROB_BITS_END) {
+    kt->sparsity_range(p, n, &lo, &hi);
+    lp_attn_row_sparsity_in(kt, p, n, lo, hi, st);
+}
+
+void lp_attn_row_sparsity_in(const lp_kernel_table *kt, float *p, int64_t n, uint32_t lo,
+                             uint32_t hi, lp_attn_row_stats *st)
+{
+    if (hi >= PROB_BITS_END) { /* a value outside [0, 2) or NaN: refused */
         st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
         return;
     }
@@ -993,6 +999,7 @@ static void attn_row_probs_ref(float *s, int64_t n, float m, float inv_l, int64_
                                int64_t window, lp_attn_row_sums *sums)
 {
     float entropy_part = 0.0f, distance = 0.0f, local = 0.0f, max_prob = 0.0f;
+    float min_positive = INFINITY;
     for (int64_t j = 0; j < n; j++) {
         float centred = s[j] - m, p = attn_exp1(centred) * inv_l;
         float dist = (float)(pos - j0 - j);
@@ -1000,9 +1007,10 @@ static void attn_row_probs_ref(float *s, int64_t n, float m, float inv_l, int64_
         distance += p * dist;
         local += pos - j0 - j < window ? p : 0.0f;
         max_prob = p > max_prob ? p : max_prob;
+        min_positive = p > 0.0f && p < min_positive ? p : min_positive;
         s[j] = p;
     }
-    *sums = (lp_attn_row_sums){entropy_part, distance, local, max_prob};
+    *sums = (lp_attn_row_sums){entropy_part, distance, local, max_prob, min_positive};
 }
 
 /* ---- matrix-vector rows: each value converted from its stored form as it is multiplied */
