@@ -13,7 +13,7 @@
  * window: everything left of it); in the blocks that are partly visible, each row's keys outside
  * its range get weight 0.
  * When probs or row_stats is requested, pass 1 also keeps each row's finished scores (in a
- * [24, n_k] scratch per head: O(n_k), never T x T) and pass 2, once the
+ * [48, n_k] scratch per head: O(n_k), never T x T) and pass 2, once the
  * row's final m and l are known, turns them into p = exp(s - m) / l in one sweep that also sums
  * what the statistics need (attn_row_probs), with p log p = p (s - m - log l):
  *   entropy = log l - sum p (s - m)   distance = sum p (pos - j)   local = sum of local p
