@@ -1093,6 +1093,13 @@ static void test_attention_row_probs(void **state)
                 for (int d = 0; d < 3; d++)
                     worst_sum = diffs[d] > worst_sum ? diffs[d] : worst_sum;
                 assert_true(ulps(got.max_prob, want.max_prob) <= 3.0);
+                /* the sparsity's range is taken from these two: exactly the stored p */
+                float top = 0.0f, bottom = INFINITY;
+                for (int64_t j = 0; j < n; j++) {
+                    top = s[j] > top ? s[j] : top;
+                    bottom = s[j] > 0.0f && s[j] < bottom ? s[j] : bottom;
+                }
+                assert_true(got.max_prob == top && got.min_positive == bottom);
                 if (n == 0)
                     assert_true(got.max_prob == 0.0f && got.local == 0.0f);
                 free(s);

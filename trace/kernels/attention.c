@@ -13,7 +13,7 @@
  * window: everything left of it); in the blocks that are partly visible, each row's keys outside
  * its range get weight 0.
  * When probs or row_stats is requested, pass 1 also keeps each row's finished scores (in a
- * [24, n_k] scratch per head: O(n_k), never T x T) and pass 2, once the
+ * [48, n_k] scratch per head: O(n_k), never T x T) and pass 2, once the
  * row's final m and l are known, turns them into p = exp(s - m) / l in one sweep that also sums
  * what the statistics need (attn_row_probs), with p log p = p (s - m - log l):
  *   entropy = log l - sum p (s - m)   distance = sum p (pos - j)   local = sum of local p
@@ -37,7 +37,7 @@
 #include "trace/kernels/kernels_internal.h"
 
 /* Keys per block; query tiles per panel (pass 1 takes each K/V block once for all of them). */
-enum { ATT_BK = 64, ATT_PANEL = 4 };
+enum { ATT_BK = 64, ATT_PANEL = 8 };
 
 typedef struct row_state {
     int64_t lo, hi, pos;
@@ -282,6 +282,13 @@ static void row_probs_frame(const lp_kernel_table *kt, const lp_attn_args *a,
             prow[j] = NAN;
 }
 
+static uint32_t float_bits(float p)
+{
+    uint32_t u;
+    memcpy(&u, &p, sizeof u);
+    return u;
+}
+
 /* The statistics of a row whose probabilities p (indexed by key) and sums are computed. */
 static void row_stats_from_probs(const lp_attn_args *a, const row_state *rs, const float *p,
                                  const lp_attn_row_sums *sums, lp_attn_row_stats *st)
@@ -321,7 +328,7 @@ static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
     }
     if (rs->poisoned || row_empty(rs))
         return;
-    lp_attn_row_sums sums = {0.0f, 0.0f, 0.0f, 0.0f};
+    lp_attn_row_sums sums = {0.0f, 0.0f, 0.0f, 0.0f, INFINITY};
     int64_t n = rs->hi - rs->lo;
     if (n > 0)
         c->kt->attn_row_probs(row + rs->lo, n, rs->m, 1.0f / rs->l, rs->lo, rs->pos,
@@ -332,7 +339,11 @@ static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
         return;
     row_stats_from_probs(a, rs, row, &sums, st);
     if (n > 0 && !a->skip_sparsity) /* it permutes the kept row, which is scratch */
-        lp_attn_row_sparsity_with(c->kt, row + rs->lo, n, st);
+        /* the range from pass 2's sums, not from one more sweep (p is never -0) */
+        lp_attn_row_sparsity_in(c->kt, row + rs->lo, n,
+                                sums.min_positive == INFINITY ? UINT32_MAX
+                                                              : float_bits(sums.min_positive),
+                                float_bits(sums.max_prob), st);
 }
 
 /* The row where pass 1 keeps the finished scores of row r of a panel's (tile, head) slot

@@ -151,14 +151,17 @@ static __m256i lanes_below(int64_t n)
  * [-ln2/2, ln2/2], and 2^n added into the exponent bits (no multiply). Relative error within
  * 2 ulp of expf (tests/trace/test_attention.c measures it on [-87, 0]); x below LP_ATTN_EXP_MIN
  * (-86: exp < 4.5e-38, where 2^n would leave the normal range) gives exactly 0. NaN is not
- * propagated (gives 0): the callers have checked their scores finite first. */
+ * propagated (gives 0): the callers have checked their scores finite first.
+ * n comes from adding 1.5 * 2^23 (the sum's low mantissa bits are then n, rounded to nearest),
+ * so n << 23 is that sum's bits shifted, with no round or convert; lanes below the threshold are
+ * not clamped first, their garbage is masked off at the end. At head_dim 64 this exp is a
+ * tenth of the attention's time, so each instruction shows. */
 static inline __m256 exp_nonpositive(__m256 x)
 {
-    const __m256 lowest = _mm256_set1_ps(LP_ATTN_EXP_MIN);
-    __m256 kept = _mm256_cmp_ps(x, lowest, _CMP_GE_OQ);
-    x = _mm256_max_ps(x, lowest);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 shifter = _mm256_set1_ps(12582912.0f); /* 1.5 * 2^23 */
+    __m256 kept = _mm256_cmp_ps(x, _mm256_set1_ps(LP_ATTN_EXP_MIN), _CMP_GE_OQ);
+    __m256 shifted = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shifter);
+    __m256 n = _mm256_sub_ps(shifted, shifter);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
     __m256 p = _mm256_set1_ps(1.9875691500E-4f);
@@ -169,7 +172,7 @@ static inline __m256 exp_nonpositive(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i scaled = _mm256_add_epi32(_mm256_castps_si256(p),
-                                      _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23));
+                                      _mm256_slli_epi32(_mm256_castps_si256(shifted), 23));
     return _mm256_and_ps(_mm256_castsi256_ps(scaled), kept);
 }
 
@@ -190,6 +193,13 @@ static inline float reduce_max(__m256 v)
     __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_max_ps(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
     return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
+static inline float reduce_min(__m256 v)
+{
+    __m128 x = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_min_ps(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(_mm_min_ss(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
 static inline float reduce_add(__m256 v)
@@ -272,7 +282,7 @@ float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite)
 
 /* The running sums of lp_attn_row_probs_avx2 and one step of them over 8 lanes. */
 typedef struct row_probs_acc {
-    __m256 entropy, distance, local, top;
+    __m256 entropy, distance, local, top, bottom; /* bottom: the smallest positive p */
 } row_probs_acc;
 
 static inline __m256 row_probs_step(row_probs_acc *acc, __m256 x, __m256 m, __m256 scale,
@@ -284,6 +294,8 @@ static inline __m256 row_probs_step(row_probs_acc *acc, __m256 x, __m256 m, __m2
     acc->distance = _mm256_fmadd_ps(p, dist, acc->distance);
     acc->local = _mm256_add_ps(acc->local, _mm256_and_ps(p, _mm256_cmp_ps(dist, win, _CMP_LT_OQ)));
     acc->top = _mm256_max_ps(acc->top, p);
+    __m256 zero = _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_EQ_OQ);
+    acc->bottom = _mm256_min_ps(acc->bottom, _mm256_blendv_ps(p, _mm256_set1_ps(INFINITY), zero));
     return p;
 }
 
@@ -298,7 +310,7 @@ void lp_attn_row_probs_avx2(float *s, int64_t n, float m, float inv_l, int64_t j
     __m256 dist = _mm256_add_ps(_mm256_set1_ps((float)(pos - j0)),
                                 _mm256_setr_ps(0, -1, -2, -3, -4, -5, -6, -7));
     row_probs_acc acc = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                         _mm256_setzero_ps()};
+                         _mm256_setzero_ps(), _mm256_set1_ps(INFINITY)};
     int64_t j = 0;
     for (; j + 8 <= n; j += 8, dist = _mm256_add_ps(dist, step))
         _mm256_storeu_ps(s + j, row_probs_step(&acc, _mm256_loadu_ps(s + j), mv, scale, dist, win,
@@ -313,6 +325,7 @@ void lp_attn_row_probs_avx2(float *s, int64_t n, float m, float inv_l, int64_t j
     sums->distance = reduce_add(acc.distance);
     sums->local = reduce_add(acc.local);
     sums->max_prob = reduce_max(acc.top);
+    sums->min_positive = reduce_min(acc.bottom);
 }
 
 /* ---- the sparsity histogram's sweeps (ref.c's sparsity_fitted; contracts in the table) */

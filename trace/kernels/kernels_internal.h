@@ -70,6 +70,7 @@ enum { LP_ATTN_MR = 6, LP_ATTN_NR = 16 };
 /* What attn_row_probs returns beside the probabilities (the slot's contract below). */
 typedef struct lp_attn_row_sums {
     float entropy_part, distance, local, max_prob;
+    float min_positive; /* the smallest p_j > 0, INFINITY when none */
 } lp_attn_row_sums;
 
 /* The dot product of one stored weight row with x (lp_matvec; x_sums as the table says). */
@@ -155,7 +156,9 @@ typedef struct lp_kernel_table {
      *   sums->entropy_part = sum_j p_j (s_j - m)      (before the conversion)
      *   sums->distance     = sum_j p_j (pos - j0 - j)
      *   sums->local        = sum over pos - j0 - j < window of p_j
-     *   sums->max_prob     = max_j p_j   (0 for n = 0) */
+     *   sums->max_prob     = max_j p_j   (0 for n = 0)
+     *   sums->min_positive = min over p_j > 0 of p_j   (INFINITY when none)
+     * both exactly the stored p (the sparsity's range comes from them, lp_attn_row_sparsity_in). */
     void (*attn_row_probs)(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,
                            int64_t window, lp_attn_row_sums *sums);
     /* The three sweeps of lp_attn_row_sparsity's fitted histogram (ref.c), over the float bits u
@@ -373,6 +376,10 @@ int64_t lp_attn_sparsity_gather_avx2(float *p, int64_t n, uint32_t base, int shi
  * row_stats) leaves it alone; for tests. */
 uint64_t lp_attn_rows_probed(void);
 /* ref.c: lp_attn_row_sparsity with the sweeps of table kt (the same counts on every ISA). */
+/* lp_attn_row_sparsity_with for a row whose float bits' range is known: hi the largest, lo the
+ * smallest nonzero (UINT32_MAX when none), -0 read as 0; what attn_row_probs' sums give. */
+void lp_attn_row_sparsity_in(const lp_kernel_table *kt, float *p, int64_t n, uint32_t lo,
+                             uint32_t hi, lp_attn_row_stats *st);
 void lp_attn_row_sparsity_with(const lp_kernel_table *kt, float *p, int64_t n,
                                lp_attn_row_stats *st);
 void lp_attn_row_probs_avx2(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,

@@ -656,27 +656,46 @@ static bool fit_layout(fit_hist *h, uint32_t lo, uint32_t hi, int64_t n)
     return false;
 }
 
+/* The fewest mantissa units, summed over buckets of shift s below acc, that take den * acc to
+ * need: ceil((need - den acc) / (den 2^s)), 0 when acc already does, UINT64_MAX past any sum of
+ * mantissas. One division where comparing bucket by bucket took a 128-bit product each. */
+static uint64_t fit_units_short(fit_u128 acc, uint32_t den, fit_u128 need, int s)
+{
+    if ((fit_u128)den * acc >= need)
+        return 0;
+    fit_u128 step = (fit_u128)den << s, q = (need - (fit_u128)den * acc + step - 1) / step;
+    return q >> 64 ? UINT64_MAX : (uint64_t)q;
+}
+
 /* Scanning down from bucket `from` (groups first, then the crossing group's buckets): the
- * bucket whose mass takes den * acc to need; acc and taken advance past the buckets above it. */
+ * bucket whose mass takes den * acc to need; acc and taken advance past the buckets above it.
+ * The buckets of one group share an exponent, so within it the test is on their mantissas. */
 static int64_t fit_crossing(const fit_hist *h, const fit_u128 *group_mass,
                             const uint32_t *group_count, int64_t from, fit_u128 *acc,
                             int64_t *taken, uint32_t den, fit_u128 need)
 {
     int64_t k = from;
     while (k >= 1) {
-        int64_t g = (k - 1) >> h->group_log2;
+        int64_t g = (k - 1) >> h->group_log2, bottom = 1 + (g << h->group_log2);
         if (((k - 1) & (h->group - 1)) == h->group - 1 && den * (*acc + group_mass[g]) < need) {
             *acc += group_mass[g]; /* the whole group stays above the threshold */
             *taken += group_count[g];
             k -= h->group;
             continue;
         }
-        fit_u128 mass = (fit_u128)fit_mantissas(h, k) << fit_unit_shift(h, k);
-        if (den * (*acc + mass) >= need)
-            return k;
-        *acc += mass;
-        *taken += (int64_t)fit_count(h, k);
-        k--;
+        int s = fit_unit_shift(h, k);
+        uint64_t short_by = fit_units_short(*acc, den, need, s), units = 0, count = 0;
+        for (; k >= bottom; k--) {
+            units += fit_mantissas(h, k);
+            if (units >= short_by) {
+                *acc += (fit_u128)(units - fit_mantissas(h, k)) << s;
+                *taken += (int64_t)count;
+                return k;
+            }
+            count += fit_count(h, k);
+        }
+        *acc += (fit_u128)units << s;
+        *taken += (int64_t)count;
     }
     return 0;
 }
@@ -759,8 +778,14 @@ void lp_attn_row_sparsity_with(const lp_kernel_table *kt, float *p, int64_t n,
                                lp_attn_row_stats *st)
 {
     uint32_t lo, hi;
-    kt->sparsity_range(p, n, &lo, &hi); /* the row's range and its refusal */
-    if (hi >= PROB_BITS_END) {
+    kt->sparsity_range(p, n, &lo, &hi);
+    lp_attn_row_sparsity_in(kt, p, n, lo, hi, st);
+}
+
+void lp_attn_row_sparsity_in(const lp_kernel_table *kt, float *p, int64_t n, uint32_t lo,
+                             uint32_t hi, lp_attn_row_stats *st)
+{
+    if (hi >= PROB_BITS_END) { /* a value outside [0, 2) or NaN: refused */
         st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
         return;
     }
@@ -974,6 +999,7 @@ static void attn_row_probs_ref(float *s, int64_t n, float m, float inv_l, int64_
                                int64_t window, lp_attn_row_sums *sums)
 {
     float entropy_part = 0.0f, distance = 0.0f, local = 0.0f, max_prob = 0.0f;
+    float min_positive = INFINITY;
     for (int64_t j = 0; j < n; j++) {
         float centred = s[j] - m, p = attn_exp1(centred) * inv_l;
         float dist = (float)(pos - j0 - j);
@@ -981,9 +1007,10 @@ static void attn_row_probs_ref(float *s, int64_t n, float m, float inv_l, int64_
         distance += p * dist;
         local += pos - j0 - j < window ? p : 0.0f;
         max_prob = p > max_prob ? p : max_prob;
+        min_positive = p > 0.0f && p < min_positive ? p : min_positive;
         s[j] = p;
     }
-    *sums = (lp_attn_row_sums){entropy_part, distance, local, max_prob};
+    *sums = (lp_attn_row_sums){entropy_part, distance, local, max_prob, min_positive};
 }
 
 /* ---- matrix-vector rows: each value converted from its stored form as it is multiplied */
