@@ -334,7 +334,9 @@ lp_status lp_gguf_writer_write(const lp_gguf_writer *w, const char *path, lp_err
         saved_errno = errno;
     }
     lp_bytes_free(&file);
-    if (!ok)
+    if (!ok) {
+        remove(path); /* a truncated GGUF must not stay behind looking like a model */
         return lp_error_set(err, LP_ERR_IO, "%s: write failed: %s", path, strerror(saved_errno));
+    }
     return LP_OK;
 }

@@ -64,8 +64,9 @@ lp_status lp_gguf_writer_add_f32_as(lp_gguf_writer *w, const char *name, lp_dtyp
                                     int n_dims, const int64_t *shape, const float *data,
                                     lp_error *err);
 
-/* Write the file at path (replaced when present; callers wanting all-or-nothing write to a
- * temporary name and rename). LP_ERR_IO carries strerror. */
+/* Write the file at path (replaced when present; removed again when a write fails, so no
+ * truncated file stays; callers that must keep the old file write to a temporary name and
+ * rename, as loupe synth does). LP_ERR_IO carries strerror. */
 lp_status lp_gguf_writer_write(const lp_gguf_writer *w, const char *path, lp_error *err);
 
 #endif

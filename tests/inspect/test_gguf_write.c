@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "test_util.h"
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "inspect/formats/gguf.h"
@@ -180,12 +182,42 @@ static void test_refusals(void **state)
     lp_gguf_writer_destroy(empty);
 }
 
+/* A write that fails part way (a file-size limit stands in for a full disk) leaves no truncated
+ * GGUF behind and says so in one line. */
+static void test_failed_write_leaves_nothing(void **state)
+{
+    (void)state;
+    lp_gguf_writer *w = new_writer();
+    static float data[16384];
+    int64_t shape[1] = {16384};
+    lp_error err = {0};
+    assert_int_equal(lp_gguf_writer_add(w, "big", LP_DTYPE_F32, 1, shape, data, &err), LP_OK);
+    char path[512];
+    scratch_path(path, sizeof path, "fsize");
+    struct rlimit old, small;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small = old;
+    small.rlim_cur = 4096;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN); /* fwrite fails with EFBIG instead */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    lp_status st = lp_gguf_writer_write(w, path, &err);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, old_handler);
+    print_message("  %s\n", err.msg);
+    assert_int_equal(st, LP_ERR_IO);
+    assert_non_null(strstr(err.msg, "write failed"));
+    assert_null(strchr(err.msg, '\n'));
+    assert_int_not_equal(access(path, F_OK), 0);
+    lp_gguf_writer_destroy(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metadata_round_trip),
         cmocka_unit_test(test_tensors_round_trip),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_failed_write_leaves_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
