@@ -243,11 +243,13 @@ static size_t tensor_index(const lp_weights *w, const lp_tensor *t)
 
 static void describe_key(char *buf, size_t size, lp_role role, int layer, int expert, bool bias)
 {
+    /* StableLM's per-head q/k norms use the expert slot for the head */
+    bool per_head = role == LP_ROLE_ATTN_Q_NORM || role == LP_ROLE_ATTN_K_NORM;
     int n = snprintf(buf, size, "%s", lp_role_name(role));
     if (layer >= 0 && n >= 0 && (size_t)n < size)
         n += snprintf(buf + n, size - (size_t)n, " layer %d", layer);
     if (expert >= 0 && n >= 0 && (size_t)n < size)
-        n += snprintf(buf + n, size - (size_t)n, " expert %d", expert);
+        n += snprintf(buf + n, size - (size_t)n, " %s %d", per_head ? "head" : "expert", expert);
     if (bias && n >= 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, " bias");
 }
@@ -305,6 +307,15 @@ static void want_experts(expect_ctx *c, lp_role role, int layer)
         want(c, role, layer, -1, true, true);
 }
 
+/* StableLM's per-head q/k norms: GGUF stacks them in one [heads, head_dim] tensor, the
+ * Hugging Face checkpoint keeps one vector per head (q_layernorm.norms.H). */
+static void want_per_head_norms(expect_ctx *c, lp_role role, int layer, int64_t n_heads)
+{
+    bool stacked = want(c, role, layer, -1, false, false);
+    for (int64_t h = 0; !stacked && h < n_heads; h++)
+        want(c, role, layer, (int)h, false, true);
+}
+
 /* One layer's attention: its norms, q/k/v (fused or apart, or MLA's low-rank factors), output
  * and q/k norms. */
 static void walk_attention(expect_ctx *c, int l)
@@ -343,7 +354,11 @@ static void walk_attention(expect_ctx *c, int l)
     want_linear(c, LP_ROLE_ATTN_O, l, -1, a->bias_o);
     if (a->attn_sinks)
         want(c, LP_ROLE_ATTN_SINKS, l, -1, false, true);
-    if (a->qk_norm || a->qk_norm_full) {
+    if (a->qk_norm_per_head) {
+        want_per_head_norms(c, LP_ROLE_ATTN_Q_NORM, l, a->n_heads);
+        want_per_head_norms(c, LP_ROLE_ATTN_K_NORM, l,
+                            a->layer_kv_heads[l] > 0 ? a->layer_kv_heads[l] : a->n_kv_heads);
+    } else if (a->qk_norm || a->qk_norm_full) {
         want(c, LP_ROLE_ATTN_Q_NORM, l, -1, false, true);
         want(c, LP_ROLE_ATTN_K_NORM, l, -1, false, true);
     }
@@ -412,6 +427,10 @@ static void walk_expected(expect_ctx *c)
 {
     const lp_arch *a = c->a;
     want(c, LP_ROLE_TOKEN_EMBD, -1, -1, false, true);
+    if (a->embed_proj_dim > 0 && a->embed_proj_dim != a->hidden_size) {
+        want(c, LP_ROLE_EMBD_PROJ_IN, -1, -1, false, true);
+        want(c, LP_ROLE_EMBD_PROJ_OUT, -1, -1, false, true);
+    }
     if (a->pos_kind == LP_POS_LEARNED)
         want(c, LP_ROLE_POS_EMBD, -1, -1, false, true);
     if (a->embed_norm)
@@ -457,9 +476,13 @@ static bool attention_dims(const lp_arch *a, lp_role role, int l, role_shape *r)
     int64_t q_out = a->mla ? mul(a->n_heads, add(a->qk_nope_head_dim, a->qk_rope_head_dim))
                            : mul(a->n_heads, hd);
     int64_t o_in = a->mla ? mul(a->n_heads, a->v_head_dim) : mul(a->n_heads, hd);
+    /* OPT-350m: the embedding (and the classifier tied to it) is word_embed_proj_dim wide */
+    int64_t embed = a->embed_proj_dim > 0 ? a->embed_proj_dim : hidden;
     switch (role) {
     case LP_ROLE_TOKEN_EMBD:
-    case LP_ROLE_LM_HEAD: *r = (role_shape){a->vocab_size, hidden, false}; return true;
+    case LP_ROLE_LM_HEAD: *r = (role_shape){a->vocab_size, embed, false}; return true;
+    case LP_ROLE_EMBD_PROJ_IN: *r = (role_shape){hidden, embed, false}; return true;
+    case LP_ROLE_EMBD_PROJ_OUT: *r = (role_shape){embed, hidden, false}; return true;
     case LP_ROLE_POS_EMBD: *r = (role_shape){a->pos_table_rows, hidden, false}; return true;
     case LP_ROLE_EMBD_NORM:
     case LP_ROLE_OUTPUT_NORM:
@@ -558,6 +581,12 @@ static bool expected_shape(const lp_arch *a, const lp_tensor *t, int64_t *shape,
     }
     if (t->is_bias) {
         shape[0] = rows;
+        *n_dims = 1;
+        return true;
+    }
+    if (a->qk_norm_per_head && t->expert >= 0 &&
+        (t->role == LP_ROLE_ATTN_Q_NORM || t->role == LP_ROLE_ATTN_K_NORM)) {
+        shape[0] = a->head_dim; /* one head's vector */
         *n_dims = 1;
         return true;
     }

@@ -53,6 +53,11 @@ for card in "$CONFIGS"/*.yaml; do
   # the config.json written is the card's family as loupe reads it back
   fam=$(sed -n 's/^  *family: *//p' "$card" | head -1)
   expect_stdout_contains "$fam" "$LOUPE" inspect "$M"
+  # and every check of inspect passes on it: the family's tensor names, roles and shapes
+  "$LOUPE" inspect "$M" >"$TMP/insp" 2>"$TMP/err"
+  if [ $? -eq 0 ] && ! grep -q '^  FAIL' "$TMP/insp"; then ok; else
+    bad "inspect $name: $(grep FAIL "$TMP/insp" | head -2) $(head -c 200 "$TMP/err")"
+  fi
   "$LOUPE" trace "$M" --tokens "$IDS" --db "$M/t.db" >"$M/trace.out" 2>"$TMP/err"
   st=$?
   if [ $st -eq 2 ] && grep -q "not supported" "$TMP/err"; then
