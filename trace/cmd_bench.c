@@ -1167,16 +1167,16 @@ static lp_status decode_step(const decode_model *dm, float *buf, lp_pool *pool, 
         size_t kv_layer = (size_t)2 * TL_KV_HEADS * DEC_CTX * TL_HEAD_DIM;
         decode_heads heads = {q, dm->kv + l * kv_layer, dm->kv + l * kv_layer + kv_layer / 2,
                               att, lp_mask_causal(1, DEC_CTX)};
-        if ((st = matvec(x, &w[0], NULL, q, pool, err)) ||
-            (st = matvec(x, &w[1], NULL, k, pool, err)) ||
-            (st = matvec(x, &w[2], NULL, v, pool, err)))
+        /* grouped as generation groups them (lp_fw_linear_group): q|k|v, gate|up */
+        lp_matvec_part qkv[3] = {{&w[0], NULL, q}, {&w[1], NULL, k}, {&w[2], NULL, v}};
+        lp_matvec_part gate_up[2] = {{&w[4], NULL, gate}, {&w[5], NULL, up}};
+        if ((st = lp_matvec_group(x, qkv, 3, int8_x, pool, err)))
             break;
         lp_pool_run(pool, TL_HEADS, decode_head, &heads);
         if ((st = matvec(att, &w[3], NULL, o, pool, err)))
             break;
         lp_add(x, o, TL_HIDDEN);
-        if ((st = matvec(x, &w[4], NULL, gate, pool, err)) ||
-            (st = matvec(x, &w[5], NULL, up, pool, err)))
+        if ((st = lp_matvec_group(x, gate_up, 2, int8_x, pool, err)))
             break;
         lp_silu_mul(gate, up, TL_FFN);
         if ((st = matvec(gate, &w[6], NULL, o, pool, err)))

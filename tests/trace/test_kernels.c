@@ -425,6 +425,70 @@ static void test_matvec_dtypes(void **state)
     lp_pool_destroy(pool);
 }
 
+/* lp_matvec_group: matrices of different dtypes over one x, each y bit-equal to lp_matvec (or
+ * lp_matvec_int8) on that matrix alone, on 1-3 threads; enough rows that the matrices split into
+ * several 64 KB chunks, so threads walk their slices and take the others' across parts. */
+static void test_matvec_group(void **state)
+{
+    (void)state;
+    enum { K = 512, N_PARTS = 5 };
+    static const struct { lp_dtype dtype; int64_t rows; } shapes[N_PARTS] = {
+        {LP_DTYPE_F32, 100}, {LP_DTYPE_Q8_0, 300}, {LP_DTYPE_Q4_K, 257},
+        {LP_DTYPE_MXFP4, 1001}, {LP_DTYPE_F16, 1},
+    };
+    lp_matrix w[N_PARTS];
+    uint8_t *storage[N_PARTS];
+    float *bias[N_PARTS], *alone[N_PARTS], *grouped[N_PARTS];
+    for (int i = 0; i < N_PARTS; i++) {
+        float *dense = malloc((size_t)(shapes[i].rows * K) * sizeof(float));
+        assert_non_null(dense);
+        storage[i] = stored_weights(shapes[i].dtype, shapes[i].rows, K, 4, &w[i], dense);
+        free(dense);
+        bias[i] = i % 2 ? rnd_array(shapes[i].rows) : NULL;
+        alone[i] = nan_array(shapes[i].rows);
+    }
+    float *x = rnd_array(K);
+    lp_error err = {0};
+    for (int threads = 1; threads <= 3; threads++) {
+        lp_pool *pool;
+        assert_int_equal(lp_pool_create(threads, &pool, NULL), LP_OK);
+        for (int variant = 0; variant < 3; variant++) {
+            bool int8_x = variant >= 1;
+            x[7] = variant == 2 ? NAN : 0.25f; /* int8 cannot hold a NaN: every part keeps float */
+            lp_matvec_part parts[N_PARTS];
+            for (int i = 0; i < N_PARTS; i++) {
+                assert_int_equal((int8_x ? lp_matvec_int8 : lp_matvec)(x, &w[i], bias[i],
+                                                                      alone[i], NULL, &err),
+                                 LP_OK);
+                grouped[i] = nan_array(shapes[i].rows);
+                parts[i] = (lp_matvec_part){&w[i], bias[i], grouped[i]};
+            }
+            assert_int_equal(lp_matvec_group(x, parts, N_PARTS, int8_x, pool, &err), LP_OK);
+            for (int i = 0; i < N_PARTS; i++) {
+                assert_memory_equal(alone[i], grouped[i], (size_t)shapes[i].rows * sizeof(float));
+                assert_true(variant != 2 || isnan(grouped[i][0]));
+                free(grouped[i]);
+            }
+        }
+        lp_pool_destroy(pool);
+    }
+    /* one x: the matrices must agree on cols; every part is checked before any runs */
+    lp_matrix narrow = w[0];
+    narrow.cols = K / 2;
+    lp_matvec_part mismatch[2] = {{&w[0], NULL, alone[0]}, {&narrow, NULL, alone[0]}};
+    assert_int_equal(lp_matvec_group(x, mismatch, 2, false, NULL, &err), LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "columns"));
+    lp_matrix q40 = {LP_DTYPE_Q4_0, storage[2], 1, K, 288, false};
+    lp_matvec_part unsupported[2] = {{&w[0], NULL, alone[0]}, {&q40, NULL, alone[0]}};
+    assert_int_equal(lp_matvec_group(x, unsupported, 2, false, NULL, &err), LP_ERR_UNSUPPORTED);
+    for (int i = 0; i < N_PARTS; i++) {
+        free(storage[i]);
+        free(bias[i]);
+        free(alone[i]);
+    }
+    free(x);
+}
+
 static void test_matvec_errors(void **state)
 {
     (void)state;
@@ -782,6 +846,7 @@ int main(void)
         cmocka_unit_test(test_linear_dtypes),
         cmocka_unit_test(test_linear_errors),
         cmocka_unit_test(test_matvec_dtypes),
+        cmocka_unit_test(test_matvec_group),
         cmocka_unit_test(test_matvec_errors),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_rope),

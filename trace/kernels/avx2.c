@@ -737,6 +737,15 @@ static inline __m256i i8_pair_sums(__m256i a, __m256i b)
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
+static inline __m256 q8_0_i8_block(const uint8_t *b, const int8_t *x)
+{
+    __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
+    return _mm256_cvtepi32_ps(i8_pair_sums(w, _mm256_loadu_si256((const __m256i *)(const void *)x)));
+}
+
+/* Q8_0: the scales of 8 blocks are gathered, widened from f16 and multiplied by the activations'
+ * scales in one step, then each block's integer pair sums join one of two accumulators scaled by
+ * its product (as before, each product d_w * d_x rounds once). */
 static float row_dot_q8_0_i8_avx2(const void *row, const int8_t *xq, const float *xd,
                                   const int16_t *xs16, int64_t k)
 {
@@ -744,22 +753,31 @@ static float row_dot_q8_0_i8_avx2(const void *row, const int8_t *xq, const float
     const uint8_t *b = row;
     int64_t n = k / 32, i = 0;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (; i + 2 <= n; i += 2, b += 68) {
-        _mm_prefetch((const char *)(b + 512), _MM_HINT_T0);
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
-        __m256i w1 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 36));
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32 * i));
-        __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32 * i + 32));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b) * xd[i]),
-                               _mm256_cvtepi32_ps(i8_pair_sums(w0, x0)), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b + 34) * xd[i + 1]),
-                               _mm256_cvtepi32_ps(i8_pair_sums(w1, x1)), acc1);
+    _Alignas(32) float ds[8];
+    for (; i + 8 <= n; i += 8, b += 8 * 34) {
+        __m128i h = _mm_cvtsi32_si128(lp_load_u16(b));
+        h = _mm_insert_epi16(h, lp_load_u16(b + 34), 1);
+        h = _mm_insert_epi16(h, lp_load_u16(b + 68), 2);
+        h = _mm_insert_epi16(h, lp_load_u16(b + 102), 3);
+        h = _mm_insert_epi16(h, lp_load_u16(b + 136), 4);
+        h = _mm_insert_epi16(h, lp_load_u16(b + 170), 5);
+        h = _mm_insert_epi16(h, lp_load_u16(b + 204), 6);
+        h = _mm_insert_epi16(h, lp_load_u16(b + 238), 7);
+        _mm256_store_ps(ds, _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(xd + i)));
+        const int8_t *x = xq + 32 * i;
+        for (int j = 0; j < 8; j += 2) {
+            acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(ds + j), q8_0_i8_block(b + 34 * j, x + 32 * j),
+                                   acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(ds + j + 1),
+                                   q8_0_i8_block(b + 34 * j + 34, x + 32 * j + 32), acc1);
+        }
     }
     for (; i < n; i++, b += 34) {
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32 * i));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar_avx2(b) * xd[i]),
-                               _mm256_cvtepi32_ps(i8_pair_sums(w0, x0)), acc0);
+        __m256 d = _mm256_set1_ps(f16_scalar_avx2(b) * xd[i]);
+        if (i % 2 == 0)
+            acc0 = _mm256_fmadd_ps(d, q8_0_i8_block(b, xq + 32 * i), acc0);
+        else
+            acc1 = _mm256_fmadd_ps(d, q8_0_i8_block(b, xq + 32 * i), acc1);
     }
     return hsum(_mm256_add_ps(acc0, acc1));
 }
@@ -796,19 +814,32 @@ static float row_dot_mxfp4_i8_avx2(const void *row, const int8_t *xq, const floa
 }
 
 /* The 8 six-bit scales and 8 mins of a Q4_K block from its 12 packed bytes (the layout of
- * lp_q4_k_scale_min) in four 32-bit steps instead of eight of bytes: scales in bytes 0..7 of
- * out, mins in bytes 8..15. Words p0, p1, p2 are the packed bytes 0-3, 4-7, 8-11. */
+ * lp_q4_k_scale_min), four bytes per 32-bit lane at once: scales in bytes 0..7 of the result,
+ * mins in bytes 8..15. With p0, p1, p2 the packed words (bytes 0-3, 4-7, 8-11): scales 0-3 =
+ * p0 & 0x3f, scales 4-7 = (p2 & 0x0f) | (top two bits of p0's bytes) << 4, mins 0-3 = p1 & 0x3f,
+ * mins 4-7 = (p2 >> 4 & 0x0f) | (top two bits of p1's bytes) << 4. Reads 16 bytes from packed
+ * (the 4 past the scales are the block's first nibbles). */
 static inline __m128i q4_k_scales_mins(const uint8_t *packed)
 {
-    const uint32_t six = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-    uint32_t p[3];
-    memcpy(p, packed, sizeof p);
-    uint32_t scales_lo = p[0] & six;                                    /* groups 0-3 */
-    uint32_t scales_hi = (p[2] & low4) | (((p[0] >> 6) & top2) << 4);   /* groups 4-7 */
-    uint32_t mins_lo = p[1] & six;
-    uint32_t mins_hi = ((p[2] >> 4) & low4) | (((p[1] >> 6) & top2) << 4);
-    return _mm_setr_epi32((int)scales_lo, (int)scales_hi, (int)mins_lo, (int)mins_hi);
+    __m128i p = _mm_loadu_si128((const __m128i *)(const void *)packed);
+    __m128i low = _mm_shuffle_epi32(p, _MM_SHUFFLE(2, 1, 2, 0)); /* p0 p2 p1 p2 */
+    low = _mm_srlv_epi32(low, _mm_setr_epi32(0, 0, 0, 4));
+    low = _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m128i top = _mm_shuffle_epi32(p, _MM_SHUFFLE(1, 1, 0, 0)); /* p0 p0 p1 p1 */
+    top = _mm_and_si128(_mm_srli_epi32(top, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(low, top);
 }
+
+/* Byte shuffles that broadcast group g's 16-bit scale (bytes 2g, 2g + 1 of each 128-bit lane of
+ * the widened scales) to every 16-bit lane. */
+static const uint8_t q4_k_pick_scale[8][32] __attribute__((aligned(32))) = {
+#define LP_PICK(g) {2 * g, 2 * g + 1, 2 * g, 2 * g + 1, 2 * g, 2 * g + 1, 2 * g, 2 * g + 1,         \
+                    2 * g, 2 * g + 1, 2 * g, 2 * g + 1, 2 * g, 2 * g + 1, 2 * g, 2 * g + 1,         \
+                    2 * g, 2 * g + 1, 2 * g, 2 * g + 1, 2 * g, 2 * g + 1, 2 * g, 2 * g + 1,         \
+                    2 * g, 2 * g + 1, 2 * g, 2 * g + 1, 2 * g, 2 * g + 1, 2 * g, 2 * g + 1}
+    LP_PICK(0), LP_PICK(1), LP_PICK(2), LP_PICK(3), LP_PICK(4), LP_PICK(5), LP_PICK(6), LP_PICK(7),
+#undef LP_PICK
+};
 
 /* Q4_K: nibbles are unsigned, so maddubs takes them directly against the int8 activations; the
  * 16-bit pair sums are weighted by the group's scale in madd (the scale broadcast to every
@@ -820,8 +851,6 @@ static float row_dot_q4_k_i8_avx2(const void *row, const int8_t *xq, const float
 {
     const uint8_t *b = row;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    /* byte pairs (2g, 2g + 1) of every 16-bit lane: group g's scale as int16 */
-    const __m256i pick_pair = _mm256_set1_epi16(0x0100), next_pair = _mm256_set1_epi16(0x0202);
     /* each min byte twice: the mins of groups 0..7 against the 16 sums of 16 activations */
     const __m128i twice = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
@@ -832,7 +861,7 @@ static float row_dot_q4_k_i8_avx2(const void *row, const int8_t *xq, const float
         __m256i min_sums = _mm256_madd_epi16(
             mins, _mm256_loadu_si256((const __m256i *)(const void *)(xs16 + 16 * i)));
         const int8_t *x8 = xq + 256 * i;
-        __m256i sumi = _mm256_setzero_si256(), pick = pick_pair;
+        __m256i sumi = _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
             __m256i q4 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 16 + 32 * p));
             __m256i lo = _mm256_and_si256(q4, low4);
@@ -841,10 +870,10 @@ static float row_dot_q4_k_i8_avx2(const void *row, const int8_t *xq, const float
                 lo, _mm256_loadu_si256((const __m256i *)(const void *)(x8 + 64 * p)));
             __m256i phi = _mm256_maddubs_epi16(
                 hi, _mm256_loadu_si256((const __m256i *)(const void *)(x8 + 64 * p + 32)));
-            __m256i s_lo = _mm256_shuffle_epi8(scales, pick);
-            pick = _mm256_add_epi8(pick, next_pair);
-            __m256i s_hi = _mm256_shuffle_epi8(scales, pick);
-            pick = _mm256_add_epi8(pick, next_pair);
+            __m256i s_lo = _mm256_shuffle_epi8(
+                scales, _mm256_load_si256((const __m256i *)(const void *)q4_k_pick_scale[2 * p]));
+            __m256i s_hi = _mm256_shuffle_epi8(
+                scales, _mm256_load_si256((const __m256i *)(const void *)q4_k_pick_scale[2 * p + 1]));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(s_lo, plo),
                                                            _mm256_madd_epi16(s_hi, phi)));
         }

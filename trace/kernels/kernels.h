@@ -60,8 +60,9 @@ lp_status lp_linear(const float *x, int64_t m, const lp_matrix *w, const float *
 /* Decode: y[n] = W[n, k] . x[k] (+ bias) for one vector, reading W's stored rows directly, block
  * by block, with no dequantized copy: the step of generation that streams every weight once.
  * F32, F16, BF16, Q8_0, Q4_K and MXFP4 rows (row-major, not transposed); other dtypes and transposed
- * weights return LP_ERR_UNSUPPORTED (lp_linear with m = 1 takes them). Rows are split across
- * the pool's threads; each row's sum is computed the same way whatever the thread count.
+ * weights return LP_ERR_UNSUPPORTED (lp_linear with m = 1 takes them). The pool's threads take
+ * the rows in chunks of about 64 KB of weights from one counter; each row's sum is computed the
+ * same way whatever the thread count or the thread that takes it.
  *   lp_matrix w = {LP_DTYPE_Q4_K, data, 5632, 2048, row_bytes, false};
  *   if (lp_matvec(x, &w, NULL, y, pool, &err) != LP_OK) ...
  * lp_matvec_ref is the plain C spec (same checks, one thread). */
@@ -78,6 +79,19 @@ lp_status lp_matvec_ref(const float *x, const lp_matrix *w, const float *bias, f
  * told (trace/README.md, "int8 activations"). With LP_ISA=ref it is the plain C twin. */
 lp_status lp_matvec_int8(const float *x, const lp_matrix *w, const float *bias, float *y,
                          lp_pool *pool, lp_error *err);
+/* Matrices that read the same x (a decode step's q, k, v; gate, up) in one pool run: the threads
+ * take rows chunk by chunk from all of them, so the workers are woken once per group, and x is
+ * prepared (int8_x: quantized, as lp_matvec_int8) once. Each y equals what lp_matvec
+ * (lp_matvec_int8 when int8_x) computes for that matrix alone, bit for bit. The matrices must
+ * have the same cols; up to LP_MATVEC_MAX_PARTS of them. */
+enum { LP_MATVEC_MAX_PARTS = 8 };
+typedef struct lp_matvec_part {
+    const lp_matrix *w;
+    const float *bias; /* [w->rows] or NULL */
+    float *y;          /* [w->rows] */
+} lp_matvec_part;
+lp_status lp_matvec_group(const float *x, const lp_matvec_part *parts, int n_parts, bool int8_x,
+                          lp_pool *pool, lp_error *err);
 
 /* Plain f32 GEMM: C[m, n] = A[m, k] . B[n, k]^T (+ C if accumulate). Leading dims in elements. */
 void lp_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,

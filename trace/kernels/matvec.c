@@ -1,11 +1,12 @@
 /* lp_linear's weight checks, and lp_matvec: one vector times a weight matrix read in its stored format (decode's step). The
  * row kernels (row_dot_* in the dispatch table) widen each block to f32 in registers, so the
- * weights are streamed once and never copied; the rows are split into one contiguous range per
- * pool thread. lp_matvec_int8 quantizes x to int8 once instead and takes the row_dot_*_i8 kernels
+ * weights are streamed once and never copied; the pool's threads take the rows chunk by chunk
+ * from one counter, over every matrix of a group (lp_matvec_group: q|k|v, gate|up) in one run. lp_matvec_int8 quantizes x to int8 once instead and takes the row_dot_*_i8 kernels
  * for Q8_0 / Q4_K / MXFP4 (trace/README.md, "int8 activations"). */
 #include "trace/kernels/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,28 +81,84 @@ static lp_row_dot_i8_fn row_dot_i8_for(const lp_kernel_table *kt, lp_dtype dtype
     }
 }
 
-typedef struct matvec_job {
+/* Rows go in chunks of about this many weight bytes. Thread t owns a contiguous slice of the
+ * chunks and walks it through its own counter, so each thread streams one range as a static split
+ * would; a thread that finishes its slice takes the next chunks of the others' through their
+ * counters, so a preempted or slower thread (a loaded machine) leaves the rest of its slice to
+ * the others instead of stalling the run. */
+enum { CHUNK_BYTES = 64 << 10, MAX_SLICES = 64 };
+
+typedef struct matvec_slice {
+    _Alignas(64) atomic_int_fast64_t next; /* own cache line: the owner bumps it per chunk */
+    int64_t end;
+} matvec_slice;
+
+/* x as the row kernels read it: float, plus what the int8 paths and Q4_K's float min term need. */
+typedef struct matvec_x {
+    const float *x;
+    const float *x_sums;  /* [k / 32] float group sums, or NULL */
+    const int8_t *xq32;   /* blocks of 32 (Q8_0, MXFP4), or NULL: x stays float */
+    const float *xd32;
+    const int8_t *xq256;  /* blocks of 256 with xs16 (Q4_K), or NULL */
+    const float *xd256;
+    const int16_t *xs16;
+} matvec_x;
+
+typedef struct matvec_part_job {
     lp_row_dot_fn dot;
     lp_row_dot_i8_fn dot_i8; /* set: x is read as xq/xd/xs16 instead */
-    const float *x, *x_sums, *bias;
     const int8_t *xq;
     const float *xd;
     const int16_t *xs16;
     const uint8_t *data;
     uint64_t row_bytes;
-    int64_t rows, cols, n_tasks;
+    int64_t rows, cols, chunk_rows, first_chunk;
+    const float *bias;
     float *y;
+} matvec_part_job;
+
+typedef struct matvec_job {
+    matvec_part_job parts[LP_MATVEC_MAX_PARTS];
+    int n_parts;
+    const float *x, *x_sums;
+    int64_t n_chunks;
+    int n_slices;
+    matvec_slice slices[MAX_SLICES];
 } matvec_job;
 
+static void matvec_rows(const matvec_job *j, const matvec_part_job *p, int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = p->data + (uint64_t)r * p->row_bytes;
+        float v = p->dot_i8 ? p->dot_i8(row, p->xq, p->xd, p->xs16, p->cols)
+                            : p->dot(row, j->x, j->x_sums, p->cols);
+        p->y[r] = p->bias ? v + p->bias[r] : v;
+    }
+}
+
+static void matvec_chunk(const matvec_job *j, int64_t c)
+{
+    int part = 0;
+    while (part + 1 < j->n_parts && c >= j->parts[part + 1].first_chunk)
+        part++;
+    const matvec_part_job *p = &j->parts[part];
+    int64_t r0 = (c - p->first_chunk) * p->chunk_rows;
+    int64_t r1 = r0 + p->chunk_rows < p->rows ? r0 + p->chunk_rows : p->rows;
+    matvec_rows(j, p, r0, r1);
+}
+
+/* Task t: its own slice, then what is left of the others', each from its counter. */
 static void matvec_task(void *ctx, int64_t task)
 {
-    const matvec_job *j = ctx;
-    int64_t r0 = j->rows * task / j->n_tasks, r1 = j->rows * (task + 1) / j->n_tasks;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = j->data + (uint64_t)r * j->row_bytes;
-        float v = j->dot_i8 ? j->dot_i8(row, j->xq, j->xd, j->xs16, j->cols)
-                            : j->dot(row, j->x, j->x_sums, j->cols);
-        j->y[r] = j->bias ? v + j->bias[r] : v;
+    matvec_job *j = ctx;
+    for (int i = 0; i < j->n_slices; i++) {
+        matvec_slice *s = &j->slices[(task + i) % j->n_slices];
+        for (;;) {
+            int64_t c = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed);
+            if (c >= s->end)
+                break;
+            matvec_chunk(j, c);
+        }
     }
 }
 
@@ -147,80 +204,154 @@ static void group_sums(const float *x, int64_t k, float *x_sums)
     }
 }
 
-static lp_status matvec_run(const lp_kernel_table *kt, const float *x, const lp_matrix *w,
-                            const float *bias, float *y, lp_pool *pool, bool int8_x, lp_error *err)
+static lp_status part_check(const lp_matvec_part *part, int64_t cols, lp_error *err)
 {
+    const lp_matrix *w = part->w;
     lp_status st = lp_linear_check(1, w, err);
     if (st != LP_OK)
         return st;
     if (!lp_matvec_supported(w->dtype) || w->transposed)
         return lp_error_set(err, LP_ERR_UNSUPPORTED, "matvec: %s%s weights not supported",
                             w->transposed ? "transposed " : "", lp_dtype_get(w->dtype)->name);
-    if (w->rows == 0)
+    if (w->cols != cols)
+        return lp_error_set(err, LP_ERR_RANGE,
+                            "matvec group: a matrix of %lld columns beside one of %lld (one x)",
+                            (long long)w->cols, (long long)cols);
+    return LP_OK;
+}
+
+/* x as every part needs it, in one allocation *scratch (caller frees): int8 blocks of 32 and of
+ * 256 for the int8 row kernels (int8_x), float group sums for Q4_K rows that keep x in float.
+ * An x int8 cannot hold (NaN, infinity) stays float, so a broken activation still shows. */
+static lp_status prepare_x(const lp_kernel_table *kt, const float *x, const lp_matvec_part *parts,
+                           int n_parts, bool int8_x, matvec_x *mx, void **scratch, lp_error *err)
+{
+    int64_t k = parts[0].w->cols;
+    bool want32 = false, want256 = false, want_sums = false;
+    for (int i = 0; i < n_parts; i++) {
+        bool q4k = parts[i].w->dtype == LP_DTYPE_Q4_K, i8 = int8_x && row_dot_i8_for(kt, parts[i].w->dtype);
+        want32 |= i8 && !q4k;
+        want256 |= i8 && q4k;
+        want_sums |= q4k;
+    }
+    *mx = (matvec_x){.x = x};
+    *scratch = NULL;
+    if (!want32 && !want256 && !want_sums)
         return LP_OK;
-    int64_t threads = pool ? lp_pool_threads(pool) : 1;
-    matvec_job job = {row_dot_for(kt, w->dtype), NULL, x, NULL, bias, NULL, NULL, NULL,
-                      w->data, w->row_bytes, w->rows, w->cols,
-                      threads < w->rows ? threads : w->rows, y};
-    /* int8_x: x quantized to int8 once, then integer dot products per block (the widening of
-     * every weight to f32 makes these rows compute-bound). Otherwise, and for an x int8 cannot
-     * hold, x stays f32 and Q4_K's min term takes the float group sums. */
-    void *scratch = NULL;
+    /* floats first (aligned), then int16, then bytes */
+    size_t n_floats = (size_t)(k / 32) * 2 + (size_t)(k / 256), n_i16 = (size_t)(k / 16);
+    uint8_t *buf = malloc(n_floats * sizeof(float) + n_i16 * sizeof(int16_t) + 2 * (size_t)k);
+    if (!buf)
+        return lp_error_set(err, LP_ERR_NOMEM, "matvec: int8 copies of %lld activations",
+                            (long long)k);
+    *scratch = buf;
+    float *x_sums = (float *)(void *)buf, *xd32 = x_sums + k / 32, *xd256 = xd32 + k / 32;
+    int16_t *xs16 = (int16_t *)(void *)(xd256 + k / 256);
+    int8_t *xq32 = (int8_t *)(void *)(xs16 + k / 16), *xq256 = xq32 + k;
+    bool finite = true;
+    if (want32 && (finite = quantize_x(x, k, 32, xq32, xd32, NULL))) {
+        mx->xq32 = xq32;
+        mx->xd32 = xd32;
+    }
+    if (want256 && finite && quantize_x(x, k, 256, xq256, xd256, xs16)) {
+        mx->xq256 = xq256;
+        mx->xd256 = xd256;
+        mx->xs16 = xs16;
+    }
+    if (want_sums && !mx->xq256) {
+        group_sums(x, k, x_sums);
+        mx->x_sums = x_sums;
+    }
+    return LP_OK;
+}
+
+/* A matrix smaller than threads x CHUNK_BYTES still goes to every thread, in one chunk each. */
+static void part_job_init(const lp_kernel_table *kt, const lp_matvec_part *part,
+                          const matvec_x *mx, int64_t threads, int64_t first_chunk,
+                          matvec_part_job *pj)
+{
+    const lp_matrix *w = part->w;
     bool q4k = w->dtype == LP_DTYPE_Q4_K;
-    lp_row_dot_i8_fn dot_i8 = int8_x ? row_dot_i8_for(kt, w->dtype) : NULL;
-    if (dot_i8) {
-        int block = q4k ? 256 : 32;
-        size_t n_blocks = (size_t)(w->cols / block);
-        scratch = malloc((size_t)w->cols + n_blocks * sizeof(float) +
-                         (size_t)(w->cols / 16) * sizeof(int16_t));
-        if (!scratch)
-            return lp_error_set(err, LP_ERR_NOMEM, "matvec: int8 copy of %lld activations",
-                                (long long)w->cols);
-        float *xd = scratch;
-        int16_t *xs16 = (int16_t *)(void *)(xd + n_blocks);
-        int8_t *xq = (int8_t *)(void *)(xs16 + w->cols / 16);
-        if (quantize_x(x, w->cols, block, xq, xd, q4k ? xs16 : NULL)) {
-            job.dot_i8 = dot_i8;
-            job.xq = xq;
-            job.xd = xd;
-            job.xs16 = xs16;
-        } else {
-            free(scratch);
-            scratch = NULL;
-        }
+    int64_t chunk_rows = (int64_t)(CHUNK_BYTES / (w->row_bytes > 0 ? w->row_bytes : 1));
+    int64_t share = (w->rows + threads - 1) / threads;
+    chunk_rows = chunk_rows < share ? chunk_rows : share;
+    *pj = (matvec_part_job){.dot = row_dot_for(kt, w->dtype), .data = w->data,
+                            .row_bytes = w->row_bytes, .rows = w->rows, .cols = w->cols,
+                            .chunk_rows = chunk_rows < 1 ? 1 : chunk_rows,
+                            .first_chunk = first_chunk, .bias = part->bias, .y = part->y};
+    const int8_t *xq = q4k ? mx->xq256 : mx->xq32;
+    lp_row_dot_i8_fn dot_i8 = row_dot_i8_for(kt, w->dtype);
+    if (xq && dot_i8) {
+        pj->dot_i8 = dot_i8;
+        pj->xq = xq;
+        pj->xd = q4k ? mx->xd256 : mx->xd32;
+        pj->xs16 = mx->xs16;
     }
-    if (q4k && !job.dot_i8) {
-        float *x_sums = malloc((size_t)(w->cols / 32) * sizeof *x_sums);
-        if (!x_sums)
-            return lp_error_set(err, LP_ERR_NOMEM, "matvec: %lld group sums",
-                                (long long)(w->cols / 32));
-        group_sums(x, w->cols, x_sums);
-        scratch = x_sums;
-        job.x_sums = x_sums;
+}
+
+/* int8_x: x quantized to int8 once, then integer dot products per block (the widening of every
+ * weight to f32 makes these rows compute-bound). Otherwise x stays f32 and Q4_K's min term
+ * takes the float group sums. */
+static lp_status matvec_run(const lp_kernel_table *kt, const float *x, const lp_matvec_part *parts,
+                            int n_parts, lp_pool *pool, bool int8_x, lp_error *err)
+{
+    LP_ASSERT(n_parts >= 1 && n_parts <= LP_MATVEC_MAX_PARTS);
+    for (int i = 0; i < n_parts; i++) {
+        lp_status st = part_check(&parts[i], parts[0].w->cols, err);
+        if (st != LP_OK)
+            return st;
     }
-    if (pool && job.n_tasks > 1 && !lp_pool_in_worker())
-        lp_pool_run(pool, job.n_tasks, matvec_task, &job);
-    else
-        for (int64_t t = 0; t < job.n_tasks; t++)
-            matvec_task(&job, t);
+    matvec_x mx;
+    void *scratch;
+    lp_status st = prepare_x(kt, x, parts, n_parts, int8_x, &mx, &scratch, err);
+    if (st != LP_OK)
+        return st;
+    matvec_job job = {.n_parts = n_parts, .x = x, .x_sums = mx.x_sums};
+    int64_t threads = pool && !lp_pool_in_worker() ? lp_pool_threads(pool) : 1;
+    threads = threads < MAX_SLICES ? threads : MAX_SLICES;
+    int64_t n_chunks = 0;
+    for (int i = 0; i < n_parts; i++) {
+        part_job_init(kt, &parts[i], &mx, threads, n_chunks, &job.parts[i]);
+        n_chunks += (job.parts[i].rows + job.parts[i].chunk_rows - 1) / job.parts[i].chunk_rows;
+    }
+    job.n_chunks = n_chunks;
+    threads = threads < n_chunks ? threads : n_chunks;
+    job.n_slices = threads > 1 ? (int)threads : 1;
+    for (int t = 0; t < job.n_slices; t++) {
+        atomic_init(&job.slices[t].next, n_chunks * t / job.n_slices);
+        job.slices[t].end = n_chunks * (t + 1) / job.n_slices;
+    }
+    if (job.n_slices > 1)
+        lp_pool_run(pool, job.n_slices, matvec_task, &job);
+    else if (n_chunks > 0)
+        matvec_task(&job, 0);
     free(scratch);
     return LP_OK;
+}
+
+lp_status lp_matvec_group(const float *x, const lp_matvec_part *parts, int n_parts, bool int8_x,
+                          lp_pool *pool, lp_error *err)
+{
+    return matvec_run(lp_kernels_table(), x, parts, n_parts, pool, int8_x, err);
 }
 
 lp_status lp_matvec(const float *x, const lp_matrix *w, const float *bias, float *y, lp_pool *pool,
                     lp_error *err)
 {
-    return matvec_run(lp_kernels_table(), x, w, bias, y, pool, false, err);
+    lp_matvec_part part = {w, bias, y};
+    return matvec_run(lp_kernels_table(), x, &part, 1, pool, false, err);
 }
 
 lp_status lp_matvec_int8(const float *x, const lp_matrix *w, const float *bias, float *y,
                          lp_pool *pool, lp_error *err)
 {
-    return matvec_run(lp_kernels_table(), x, w, bias, y, pool, true, err);
+    lp_matvec_part part = {w, bias, y};
+    return matvec_run(lp_kernels_table(), x, &part, 1, pool, true, err);
 }
 
 lp_status lp_matvec_ref(const float *x, const lp_matrix *w, const float *bias, float *y,
                         lp_error *err)
 {
-    return matvec_run(&lp_kernels_ref_table, x, w, bias, y, NULL, false, err);
+    lp_matvec_part part = {w, bias, y};
+    return matvec_run(&lp_kernels_ref_table, x, &part, 1, NULL, false, err);
 }
