@@ -1052,7 +1052,9 @@ static void test_attention_softmax_step(void **state)
 
 /* attn_row_probs of every ISA against ref's: rows of 0..1000 kept scores at or below m (some in
  * the flush range), keys starting anywhere, windows cutting the row. Budgets: p 2 ulp (exp) +
- * 1 (scale); the sums 1e-6 of the sum of their terms' sizes; max_prob exact to 3 ulp. */
+ * 1 (scale); the sums 4e-6 of the sum of their terms' sizes (float sums of up to 1000 terms in
+ * another order: the rounding grows like sqrt(n) ulp, 1.8e-6 seen on one draw of the inputs);
+ * max_prob exact to 3 ulp. */
 static void test_attention_row_probs(void **state)
 {
     (void)state;
@@ -1106,9 +1108,9 @@ static void test_attention_row_probs(void **state)
                 free(s_ref);
             }
         printf("attention row probs %s: p worst %.2f ulp of ref's (budget 3), sums worst %.1e of "
-               "their terms (1e-6)\n", lp_isa_name(isas[si]), worst_p, worst_sum);
+               "their terms (4e-6)\n", lp_isa_name(isas[si]), worst_p, worst_sum);
         assert_true(worst_p <= 3.0);
-        assert_true(worst_sum <= 1e-6);
+        assert_true(worst_sum <= 4e-6);
     }
 }
 

@@ -804,6 +804,15 @@ static void test_dispatch_tables(void **state)
     assert_true(avx2->gemm.ukernel != lp_kernels_ref_table.gemm.ukernel);
     assert_int_equal(avx2->gemm.mr, 6);
     assert_int_equal(avx2->gemm.nr, 16);
+    /* AVX-512 starts from AVX2's table: its own GEMM tile, AVX2's kernels in every other slot */
+    const lp_kernel_table *avx512 = lp_kernels_table_for(LP_ISA_AVX512);
+    assert_int_equal(avx512->isa, LP_ISA_AVX512);
+    assert_true(avx512->gemm.ukernel != avx2->gemm.ukernel);
+    assert_int_equal(avx512->gemm.mr, 16);
+    assert_int_equal(avx512->gemm.nr, 16);
+#define LP_FROM_AVX2(slot) assert_true(avx512->slot == avx2->slot);
+    LP_KERNEL_SLOTS(LP_FROM_AVX2)
+#undef LP_FROM_AVX2
 
     /* An ISA that overrides one slot keeps ref's kernels in every other, tile included. */
     lp_kernel_table partial;
@@ -830,6 +839,7 @@ static void test_isa_names(void **state)
     (void)state;
     assert_string_equal(lp_isa_name(LP_ISA_REF), "ref");
     assert_string_equal(lp_isa_name(LP_ISA_AVX2), "avx2");
+    assert_string_equal(lp_isa_name(LP_ISA_AVX512), "avx512");
     assert_true(lp_kernels_set_isa(LP_ISA_REF));
     assert_int_equal(lp_kernels_isa(), LP_ISA_REF);
     assert_false(lp_kernels_set_isa(LP_ISA_COUNT));

@@ -1,5 +1,6 @@
 /* Runtime kernel dispatch: build each ISA's table (ref's, then the ISA's overrides), detect the
- * CPU once and take the best table it runs; LP_ISA=ref|avx2 in the environment forces one. Also
+ * CPU once and take the best table it runs; LP_ISA=ref|avx2|avx512 in the environment forces one.
+ * Also
  * the public vector-kernel entry points. */
 #include "trace/kernels/kernels.h"
 
@@ -19,16 +20,36 @@ static lp_kernel_table tables[LP_ISA_COUNT];
 static const lp_kernel_table *active_table = &lp_kernels_ref_table;
 static pthread_once_t dispatch_once = PTHREAD_ONCE_INIT;
 
-static const char *const isa_names[LP_ISA_COUNT] = {[LP_ISA_REF] = "ref", [LP_ISA_AVX2] = "avx2"};
+static const char *const isa_names[LP_ISA_COUNT] = {
+    [LP_ISA_REF] = "ref", [LP_ISA_AVX2] = "avx2", [LP_ISA_AVX512] = "avx512"};
 
-/* What each ISA changes in ref's table; ref itself changes nothing. */
+/* What each ISA changes in its parent's table; ref itself changes nothing. */
 static const lp_kernel_table *const isa_overrides[LP_ISA_COUNT] = {
     [LP_ISA_AVX2] = &lp_kernels_avx2_overrides,
+    [LP_ISA_AVX512] = &lp_kernels_avx512_overrides,
 };
+/* The table each ISA starts from: AVX-512 keeps every AVX2 kernel it does not replace. */
+static const lp_isa isa_parents[LP_ISA_COUNT] = {
+    [LP_ISA_REF] = LP_ISA_REF, [LP_ISA_AVX2] = LP_ISA_REF, [LP_ISA_AVX512] = LP_ISA_AVX2};
 
 const char *lp_isa_name(lp_isa isa)
 {
     return (unsigned)isa < LP_ISA_COUNT ? isa_names[isa] : "unknown";
+}
+
+static bool os_saves_zmm(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) /* OSXSAVE */
+        return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    return (xcr0_lo & 0xe6u) == 0xe6u;
+#else
+    return false;
+#endif
 }
 
 static bool cpu_has(lp_isa isa)
@@ -38,15 +59,22 @@ static bool cpu_has(lp_isa isa)
         return true;
     case LP_ISA_AVX2:
 #if defined(__x86_64__) || defined(__i386__)
+    {
         __builtin_cpu_init();
         /* F16C by CPUID leaf 1, ECX bit 29: older clang does not know the "f16c" name. AVX2
          * already implies the OS saves the ymm state (checked by __builtin_cpu_supports). */
         unsigned eax, ebx, ecx, edx;
         bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    }
 #else
         return false;
 #endif
+    case LP_ISA_AVX512:
+        /* the CPU's AVX-512F, and the OS saving the opmask and zmm state (XCR0 bits 5-7, with
+         * the SSE and AVX state of bits 1-2): a kernel using zmm registers on an OS that does
+         * not save them would corrupt other threads' vectors */
+        return cpu_has(LP_ISA_AVX2) && __builtin_cpu_supports("avx512f") && os_saves_zmm();
     default:
         return false;
     }
@@ -81,8 +109,8 @@ const char *lp_kernels_missing_slot(const lp_kernel_table *t)
 
 static void build_tables(void)
 {
-    for (int isa = 0; isa < LP_ISA_COUNT; isa++) {
-        tables[isa] = lp_kernels_ref_table;
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++) { /* parents come first in the enum */
+        tables[isa] = isa == LP_ISA_REF ? lp_kernels_ref_table : tables[isa_parents[isa]];
         if (isa_overrides[isa])
             lp_kernels_override(&tables[isa], isa_overrides[isa]);
         LP_ASSERT(tables[isa].isa == (lp_isa)isa && !lp_kernels_missing_slot(&tables[isa]));
@@ -93,8 +121,9 @@ static void dispatch_init(void)
 {
     build_tables();
     lp_isa best = LP_ISA_REF;
-    if (cpu_has(LP_ISA_AVX2))
-        best = LP_ISA_AVX2;
+    for (int isa = 0; isa < LP_ISA_COUNT; isa++) /* later ISAs are wider */
+        if (cpu_has((lp_isa)isa))
+            best = (lp_isa)isa;
     const char *forced = getenv("LP_ISA");
     if (forced && *forced) {
         /* An unknown or unsupported name keeps the detected best: the trace records which ISA

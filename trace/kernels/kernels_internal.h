@@ -1,6 +1,6 @@
 /* The dispatch table shared by ref.c, avx2.c, dispatch.c, gemm.c and attention.c.
  *
- *   const lp_kernel_table *kt = lp_kernels_table();   // chosen once; LP_ISA=ref|avx2 forces one
+ *   const lp_kernel_table *kt = lp_kernels_table();   // chosen once; LP_ISA=ref|avx2|avx512 forces one
  *   kt->gemm.ukernel(kc, a_panel, b_panel, c, ldc, m_edge, n_edge, accumulate);
  *
  * Tables are built as BLIS builds its contexts: each ISA's table starts as a copy of ref's and
@@ -356,6 +356,10 @@ lp_status lp_linear_check(int64_t m, const lp_matrix *w, lp_error *err);
 /* avx2.c: AVX2 + FMA + F16C overrides (data only: no code of that file runs before dispatch
  * has checked the CPU). */
 extern const lp_kernel_table lp_kernels_avx2_overrides;
+/* AVX-512F's overrides, applied on top of AVX2's table (avx512.c). */
+extern const lp_kernel_table lp_kernels_avx512_overrides;
+/* Rows [0, rows) of src into one 16-wide k-major panel (AVX2's B packer; AVX-512's A and B). */
+void lp_gemm_pack_16_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
 /* attention_avx2.c: the attention tiles of the AVX2 table (slot contracts above). */
 void lp_attn_qk_avx2_6x16(const float *qp, int rows, const float *kp, int64_t head_dim,
                           float scale, float *s, int64_t ld_s);
