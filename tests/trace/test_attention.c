@@ -1241,6 +1241,74 @@ static void test_attention_bare_pass(void **state)
     rmdir(dir);
 }
 
+/* The f16 maps' conversion of every ISA against lp_f32_to_f16 (the spec) bit for bit, on every
+ * rounding case a probability or a stray value can hit: halfway mantissas (ties to even),
+ * values that round up into the next exponent, f16 subnormals and their halfway points, the
+ * underflow edge, overflow to infinity, signed zeros, infinities; lengths that leave every
+ * tail. A NaN stays a NaN of the same sign (its payload is not specified). Outputs prefilled
+ * with 0xffff past n stay so. */
+static void test_attention_f16_maps(void **state)
+{
+    (void)state;
+    enum { N = 4099 };
+    static const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x3f800000u, 0x3f801000u, 0x3f803000u, 0x3f800fffu,
+        0x3f801001u, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0x7f800000u, 0xff800000u,
+        0x38800000u, 0x387fe000u, 0x33000000u, 0x33000001u, 0x32ffffffu, 0x33800000u,
+        0x35000000u, 0x34c00000u, 0x3a83126fu, 0x387fffffu, 0x00000001u, 0x3fffffffu};
+    enum { N_SPECIAL = sizeof special / sizeof *special };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *got = malloc((N + 8) * sizeof *got), *want = malloc(N * sizeof *want);
+    assert_true(x && got && want);
+    uint64_t state_bits = 99;
+    for (int64_t i = 0; i < N; i++) {
+        uint32_t u;
+        state_bits = state_bits * 6364136223846793005ull + 1442695040888963407ull;
+        u = (uint32_t)(state_bits >> 32);
+        if (i < N_SPECIAL)
+            u = special[i];
+        else if (i % 3 == 0) /* probabilities: [0, 2) with every exponent an f16 can hold */
+            u = 0x33000000u + u % (0x40000000u - 0x33000000u);
+        else if (i % 3 == 1) /* exact halfway and near-halfway mantissas */
+            u = (u & 0xffffe000u) | 0x1000u | (u & 1u);
+        memcpy(&x[i], &u, sizeof u);
+    }
+    x[N - 1] = NAN;
+    x[N - 2] = -NAN;
+    for (int64_t i = 0; i < N; i++)
+        want[i] = lp_f32_to_f16(x[i]);
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    static const int64_t lengths[] = {0, 1, 7, 15, 16, 17, 31, 4099};
+    for (int si = 0; si < n_isas; si++) {
+        const lp_kernel_table *kt = lp_kernels_table_for(isas[si]);
+        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+            int64_t n = lengths[li];
+            memset(got, 0xff, (N + 8) * sizeof *got);
+            const float *src = n == N ? x : x + N_SPECIAL - 1; /* short rows: random values */
+            kt->f32_to_f16(src, got, n);
+            int64_t mismatches = 0;
+            for (int64_t i = 0; i < n; i++) {
+                uint16_t w = want[src - x + i], g = got[i];
+                bool nan_ok = (w & 0x7fffu) > 0x7c00u && (g & 0x7fffu) > 0x7c00u &&
+                              (w & 0x8000u) == (g & 0x8000u);
+                mismatches += g != w && !nan_ok;
+            }
+            for (int64_t i = n; i < n + 8; i++)
+                assert_true(got[i] == 0xffffu);
+            if (mismatches)
+                printf("f32_to_f16 %s n=%lld: %lld values differ from lp_f32_to_f16\n",
+                       lp_isa_name(isas[si]), (long long)n, (long long)mismatches);
+            assert_true(mismatches == 0);
+        }
+        printf("attention f16 maps %s: every value bit-equal to lp_f32_to_f16 (budget 0)\n",
+               lp_isa_name(isas[si]));
+    }
+    free(x);
+    free(got);
+    free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1259,6 +1327,7 @@ int main(void)
         cmocka_unit_test(test_attention_row_probs),
         cmocka_unit_test(test_attention_sparsity_sweeps),
         cmocka_unit_test(test_attention_bare_pass),
+        cmocka_unit_test(test_attention_f16_maps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

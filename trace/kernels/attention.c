@@ -449,6 +449,11 @@ static void call_free(att_call *c)
     free(c->heads);
 }
 
+void lp_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n)
+{
+    lp_kernels_table()->f32_to_f16(src, dst, n);
+}
+
 void lp_attention(const lp_attn_args *a)
 {
     att_call c = {.kt = lp_kernels_table(), .a = a, .n_heads = lp_attn_group_size(a)};

@@ -473,3 +473,18 @@ void lp_attn_stream_fill_avx2(float *dst, const float *src, int64_t n)
         dst[j] = src ? src[j] : 0.0f;
     _mm_sfence();
 }
+
+/* F16C's conversion rounds to nearest even and keeps subnormals, as lp_f32_to_f16 does; only a
+ * NaN's payload may differ (both give a quiet NaN of the same sign). */
+void lp_attn_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m128i lo = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        __m128i hi = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + 8), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm256_set_m128i(hi, lo));
+    }
+    for (; i < n; i++)
+        dst[i] = (uint16_t)_mm_extract_epi16(
+            _mm_cvtps_ph(_mm_set_ss(src[i]), _MM_FROUND_TO_NEAREST_INT), 0);
+}

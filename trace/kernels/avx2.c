@@ -892,6 +892,7 @@ const lp_kernel_table lp_kernels_avx2_overrides = {
     .sparsity_histogram = lp_attn_sparsity_histogram_avx2,
     .sparsity_gather = lp_attn_sparsity_gather_avx2,
     .stream_fill = lp_attn_stream_fill_avx2,
+    .f32_to_f16 = lp_attn_f32_to_f16_avx2,
     .block_max = lp_attn_block_max_avx2,
     .row_dot_f32 = row_dot_f32_avx2,
     .row_dot_f16 = row_dot_f16_avx2,

@@ -87,7 +87,7 @@ typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float
 /* Every function slot of the table after the GEMM, in declaration order; dispatch.c merges and
  * checks tables slot by slot with it, and the _Static_assert below keeps it complete. */
 #define LP_KERNEL_SLOTS(X)                                                                         \
-    X(f16_to_f32) X(bf16_to_f32) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
+    X(f16_to_f32) X(bf16_to_f32) X(f32_to_f16) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
     X(rope_rotate) X(attn_qk) X(attn_pv) X(attn_softmax) X(attn_row_probs) X(block_max)            \
     X(sparsity_range) X(sparsity_histogram) X(sparsity_gather) X(stream_fill) X(row_dot_f32)       \
@@ -100,6 +100,8 @@ typedef struct lp_kernel_table {
     /* Row conversions used while packing. */
     void (*f16_to_f32)(const void *src, float *dst, int64_t n); /* unaligned ok */
     void (*bf16_to_f32)(const void *src, float *dst, int64_t n);
+    /* dst[i] = lp_f32_to_f16(src[i]) (round to nearest even, subnormals kept): the f16 maps */
+    void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
     /* Attention helpers. */
     float (*dot)(const float *x, const float *y, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a x */
@@ -366,6 +368,7 @@ unsigned lp_attn_softmax_avx2(float *s, int64_t ld_s, int rows, int64_t n, float
                               float *alpha);
 float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite);
 void lp_attn_stream_fill_avx2(float *dst, const float *src, int64_t n);
+void lp_attn_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n);
 void lp_attn_sparsity_range_avx2(const float *p, int64_t n, uint32_t *lo, uint32_t *hi);
 uint64_t lp_attn_sparsity_histogram_avx2(const float *p, int64_t n, uint32_t base, int shift,
                                          uint32_t low_key, uint32_t low_bits, uint64_t *buckets);

@@ -995,6 +995,12 @@ static void stream_fill_ref(float *dst, const float *src, int64_t n)
         memset(dst, 0, (size_t)n * sizeof *dst);
 }
 
+static void f32_to_f16_ref(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = lp_f32_to_f16(src[i]);
+}
+
 static void attn_row_probs_ref(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,
                                int64_t window, lp_attn_row_sums *sums)
 {
