@@ -1241,6 +1241,65 @@ static void test_attention_bare_pass(void **state)
     rmdir(dir);
 }
 
+/* attn_pack_q and attn_pack_k of every ISA against ref's twins, bit for bit: head_dim 1..9 and
+ * the model sizes 64, 80, 96, 128, 256 (8 x 8 blocks and every scalar tail), 1..6 query rows,
+ * 1..16 keys, rows far apart (a projection's stride). NaN-prefilled panels are fully written
+ * (rows past `rows` repeat the last, keys past n are 0); guard values after each panel stay. */
+static void test_attention_pack(void **state)
+{
+    (void)state;
+    enum { STRIDE = 1031, MAX_HD = 256, GUARD = 16 };
+    static const int64_t dims[] = {1, 2, 7, 8, 9, 64, 80, 96, 128, 256};
+    const lp_kernel_table *ref = lp_kernels_table_for(LP_ISA_REF);
+    float *src = malloc(LP_ATTN_NR * STRIDE * sizeof *src);
+    float *got = aligned_alloc(64, (LP_ATTN_NR * MAX_HD + GUARD) * sizeof *got);
+    float *want = aligned_alloc(64, (LP_ATTN_NR * MAX_HD + GUARD) * sizeof *want);
+    assert_true(src && got && want);
+    for (int64_t i = 0; i < LP_ATTN_NR * STRIDE; i++)
+        src[i] = (float)((i * 7919) % 2003) / 1001.0f - 1.0f;
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    int64_t cases = 0;
+    for (int si = 0; si < n_isas; si++) {
+        const lp_kernel_table *kt = lp_kernels_table_for(isas[si]);
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            int64_t hd = dims[di];
+            for (int rows = 1; rows <= LP_ATTN_MR; rows++) {
+                for (int64_t i = 0; i < LP_ATTN_MR * hd + GUARD; i++)
+                    got[i] = i < LP_ATTN_MR * hd ? NAN : -7.0f;
+                kt->attn_pack_q(src + 3, STRIDE, rows, hd, got);
+                ref->attn_pack_q(src + 3, STRIDE, rows, hd, want);
+                assert_memory_equal(got, want, (size_t)(LP_ATTN_MR * hd) * sizeof *got);
+                for (int64_t i = LP_ATTN_MR * hd; i < LP_ATTN_MR * hd + GUARD; i++)
+                    assert_true(got[i] == -7.0f);
+                cases++;
+            }
+            for (int n = 1; n <= LP_ATTN_NR; n++) {
+                for (int64_t i = 0; i < LP_ATTN_NR * hd + GUARD; i++)
+                    got[i] = i < LP_ATTN_NR * hd ? NAN : -7.0f;
+                kt->attn_pack_k(src + 5, STRIDE, n, hd, got);
+                ref->attn_pack_k(src + 5, STRIDE, n, hd, want);
+                assert_memory_equal(got, want, (size_t)(LP_ATTN_NR * hd) * sizeof *got);
+                for (int64_t i = LP_ATTN_NR * hd; i < LP_ATTN_NR * hd + GUARD; i++)
+                    assert_true(got[i] == -7.0f);
+                cases++;
+            }
+        }
+    }
+    /* the spec itself: a value from its row and column */
+    ref->attn_pack_k(src, STRIDE, 3, 9, want);
+    assert_true(want[5 * LP_ATTN_NR + 2] == src[2 * STRIDE + 5]);
+    assert_true(want[5 * LP_ATTN_NR + 3] == 0.0f);
+    ref->attn_pack_q(src, STRIDE, 2, 9, want);
+    assert_true(want[4 * LP_ATTN_MR + 1] == src[STRIDE + 4]);
+    assert_true(want[4 * LP_ATTN_MR + 5] == src[STRIDE + 4]);
+    printf("attention packing: %lld panels of %d ISAs bit-equal to ref's (budget 0)\n",
+           (long long)cases, n_isas);
+    free(src);
+    free(got);
+    free(want);
+}
+
 /* The f16 maps' conversion of every ISA against lp_f32_to_f16 (the spec) bit for bit, on every
  * rounding case a probability or a stray value can hit: halfway mantissas (ties to even),
  * values that round up into the next exponent, f16 subnormals and their halfway points, the
@@ -1328,6 +1387,7 @@ int main(void)
         cmocka_unit_test(test_attention_sparsity_sweeps),
         cmocka_unit_test(test_attention_bare_pass),
         cmocka_unit_test(test_attention_f16_maps),
+        cmocka_unit_test(test_attention_pack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

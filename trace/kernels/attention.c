@@ -74,8 +74,8 @@ static float *alloc_aligned_floats(int64_t n)
     return aligned_alloc(64, bytes);
 }
 
-/* Pack keys [kbase, khi) into 16-key panels, converting f16/bf16 rows on the way; V likewise
- * when it is not f32. false when out of memory. */
+/* Pack keys [kbase, khi) into 16-key panels, f16/bf16 rows converted into a [16][head_dim]
+ * scratch first; V likewise when it is not f32. false when out of memory. */
 static bool call_pack(att_call *c)
 {
     const lp_attn_args *a = c->a;
@@ -83,29 +83,29 @@ static bool call_pack(att_call *c)
     int64_t hd = a->head_dim, n = c->khi - c->kbase;
     int64_t panels = (n + LP_ATTN_NR - 1) / LP_ATTN_NR;
     c->kp = alloc_aligned_floats(panels * LP_ATTN_NR * hd);
-    float *row = dt == LP_DTYPE_F32 ? NULL : malloc((size_t)(hd > 0 ? hd : 1) * sizeof(float));
-    if (!c->kp || (dt != LP_DTYPE_F32 && !row)) {
-        free(row);
+    float *rows = dt == LP_DTYPE_F32 ? NULL : alloc_aligned_floats(LP_ATTN_NR * hd);
+    if (!c->kp || (dt != LP_DTYPE_F32 && !rows)) {
+        free(rows);
         return false;
     }
-    for (int64_t j = 0; j < panels * LP_ATTN_NR; j++) {
-        float *dst = c->kp + (j / LP_ATTN_NR) * LP_ATTN_NR * hd + j % LP_ATTN_NR;
-        const float *src = NULL;
-        int64_t key = c->kbase + j;
-        if (key < c->khi && dt == LP_DTYPE_F32) {
-            src = (const float *)a->k + key * a->k_stride;
-        } else if (key < c->khi) {
-            const void *stored = (const uint8_t *)a->k + (uint64_t)(key * a->k_stride) * 2;
-            if (dt == LP_DTYPE_F16)
-                c->kt->f16_to_f32(stored, row, hd);
-            else
-                c->kt->bf16_to_f32(stored, row, hd);
-            src = row;
+    for (int64_t p = 0; p < panels; p++) {
+        int64_t key0 = c->kbase + p * LP_ATTN_NR;
+        int keys = c->khi - key0 < LP_ATTN_NR ? (int)(c->khi - key0) : LP_ATTN_NR;
+        float *kp = c->kp + p * LP_ATTN_NR * hd;
+        if (dt == LP_DTYPE_F32) {
+            c->kt->attn_pack_k((const float *)a->k + key0 * a->k_stride, a->k_stride, keys, hd, kp);
+            continue;
         }
-        for (int64_t d = 0; d < hd; d++)
-            dst[d * LP_ATTN_NR] = src ? src[d] : 0.0f;
+        for (int j = 0; j < keys; j++) {
+            const void *stored = (const uint8_t *)a->k + (uint64_t)((key0 + j) * a->k_stride) * 2;
+            if (dt == LP_DTYPE_F16)
+                c->kt->f16_to_f32(stored, rows + j * hd, hd);
+            else
+                c->kt->bf16_to_f32(stored, rows + j * hd, hd);
+        }
+        c->kt->attn_pack_k(rows, hd, keys, hd, kp);
     }
-    free(row);
+    free(rows);
     /* V rows copied contiguous: rows of a [T, heads * dim] projection are kilobytes apart, and
      * 64 of them at such a stride fall into a few L1 sets */
     int64_t vd = a->v_dim;
@@ -125,17 +125,6 @@ static bool call_pack(att_call *c)
     c->v0 = c->v_conv;
     c->v_stride = vd;
     return true;
-}
-
-/* Query rows [i0, i0 + rows) as a k-major panel qp[d * LP_ATTN_MR + r], rows past `rows`
- * repeating the last one. */
-static void pack_queries(const lp_attn_args *a, int64_t i0, int rows, float *qp)
-{
-    for (int r = 0; r < LP_ATTN_MR; r++) {
-        const float *q = a->q + (i0 + (r < rows ? r : rows - 1)) * a->q_stride;
-        for (int64_t d = 0; d < a->head_dim; d++)
-            qp[d * LP_ATTN_MR + r] = q[d];
-    }
 }
 
 /* Raw scores of the packed query tile against keys [kb, kb + kn): S[r * ATT_BK + j]. */
@@ -405,7 +394,9 @@ static void query_panel(const att_call *c, int64_t i0, int64_t n_rows)
                                                           : LP_ATTN_MR;
         for (int64_t g = 0; g < c->n_heads; g++) {
             int64_t slot = t * c->n_heads + g;
-            pack_queries(&c->heads[g], sp[t].i0, sp[t].rows, c->qp + slot * LP_ATTN_MR * hd);
+            const lp_attn_args *head = &c->heads[g];
+            c->kt->attn_pack_q(head->q + sp[t].i0 * head->q_stride, head->q_stride, sp[t].rows,
+                               hd, c->qp + slot * LP_ATTN_MR * hd);
             for (int r = 0; r < sp[t].rows; r++)
                 row_init(&c->heads[g], sp[t].i0 + r, &c->rs[slot * LP_ATTN_MR + r]);
         }

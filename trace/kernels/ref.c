@@ -933,6 +933,23 @@ static float block_max_ref(const float *x, int64_t n, bool *all_finite)
     return max;
 }
 
+static void attn_pack_q_ref(const float *q, int64_t q_stride, int rows, int64_t head_dim,
+                            float *qp)
+{
+    for (int r = 0; r < LP_ATTN_MR; r++) {
+        const float *row = q + (r < rows ? r : rows - 1) * q_stride;
+        for (int64_t d = 0; d < head_dim; d++)
+            qp[d * LP_ATTN_MR + r] = row[d];
+    }
+}
+
+static void attn_pack_k_ref(const float *k, int64_t k_stride, int n, int64_t head_dim, float *kp)
+{
+    for (int c = 0; c < LP_ATTN_NR; c++)
+        for (int64_t d = 0; d < head_dim; d++)
+            kp[d * LP_ATTN_NR + c] = c < n ? k[c * k_stride + d] : 0.0f;
+}
+
 static void attn_qk_ref(const float *qp, int rows, const float *kp, int64_t head_dim,
                         float scale, float *s, int64_t ld_s)
 {
