@@ -9,78 +9,32 @@
 
 #include "trace/kernels/kernels_internal.h"
 
-/* ---- packing the panels: 8 x 8 blocks transposed in registers (a scalar copy spent a load
- * and a strided store per value, 5% of the attention at head_dim 64) */
-
-/* Rows t[0..8) become columns: t[j] lane i = the old t[i] lane j. */
-static inline void transpose8(__m256 t[8])
-{
-    __m256 a0 = _mm256_unpacklo_ps(t[0], t[1]), a1 = _mm256_unpackhi_ps(t[0], t[1]);
-    __m256 a2 = _mm256_unpacklo_ps(t[2], t[3]), a3 = _mm256_unpackhi_ps(t[2], t[3]);
-    __m256 a4 = _mm256_unpacklo_ps(t[4], t[5]), a5 = _mm256_unpackhi_ps(t[4], t[5]);
-    __m256 a6 = _mm256_unpacklo_ps(t[6], t[7]), a7 = _mm256_unpackhi_ps(t[6], t[7]);
-    __m256 b0 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(1, 0, 1, 0));
-    __m256 b1 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 b2 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(1, 0, 1, 0));
-    __m256 b3 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 b4 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(1, 0, 1, 0));
-    __m256 b5 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 b6 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(1, 0, 1, 0));
-    __m256 b7 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(3, 2, 3, 2));
-    t[0] = _mm256_permute2f128_ps(b0, b4, 0x20);
-    t[1] = _mm256_permute2f128_ps(b1, b5, 0x20);
-    t[2] = _mm256_permute2f128_ps(b2, b6, 0x20);
-    t[3] = _mm256_permute2f128_ps(b3, b7, 0x20);
-    t[4] = _mm256_permute2f128_ps(b0, b4, 0x31);
-    t[5] = _mm256_permute2f128_ps(b1, b5, 0x31);
-    t[6] = _mm256_permute2f128_ps(b2, b6, 0x31);
-    t[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
-}
-
-/* Six rows (two repeats of the last as padding) per 8 dims; each transposed column's six
- * values are stored over the previous column's two padding lanes, the last column's masked. */
-void lp_attn_pack_q_avx2(const float *q, int64_t q_stride, int rows, int64_t head_dim, float *qp)
-{
-    const float *row[8];
-    for (int r = 0; r < 8; r++)
-        row[r] = q + (r < rows ? r : rows - 1) * q_stride;
-    const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
-    int64_t d = 0;
-    for (; d + 8 <= head_dim; d += 8) {
-        __m256 t[8];
-        for (int r = 0; r < 8; r++)
-            t[r] = _mm256_loadu_ps(row[r] + d);
-        transpose8(t);
-        float *dst = qp + d * LP_ATTN_MR;
-        for (int j = 0; j < 7; j++)
-            _mm256_storeu_ps(dst + j * LP_ATTN_MR, t[j]);
-        _mm256_maskstore_ps(dst + 7 * LP_ATTN_MR, six, t[7]);
-    }
-    for (; d < head_dim; d++)
-        for (int r = 0; r < LP_ATTN_MR; r++)
-            qp[d * LP_ATTN_MR + r] = row[r][d];
-}
+/* ---- packing the panels with the GEMM's 16-wide packer (8 x 8 register transposes; a scalar
+ * copy spent a load and a strided store per value, 5% of the attention at head_dim 64) */
 
 void lp_attn_pack_k_avx2(const float *k, int64_t k_stride, int n, int64_t head_dim, float *kp)
 {
-    for (int c0 = 0; c0 < LP_ATTN_NR; c0 += 8) {
-        const float *row[8];
-        int valid = n - c0 < 0 ? 0 : n - c0 > 8 ? 8 : n - c0;
-        for (int c = 0; c < 8; c++)
-            row[c] = k + (c0 + (c < valid ? c : 0)) * k_stride;
-        int64_t d = 0;
-        for (; d + 8 <= head_dim; d += 8) {
-            __m256 t[8];
-            for (int c = 0; c < 8; c++)
-                t[c] = c < valid ? _mm256_loadu_ps(row[c] + d) : _mm256_setzero_ps();
-            transpose8(t);
-            for (int j = 0; j < 8; j++)
-                _mm256_store_ps(kp + (d + j) * LP_ATTN_NR + c0, t[j]);
-        }
-        for (; d < head_dim; d++)
-            for (int c = 0; c < 8; c++)
-                kp[d * LP_ATTN_NR + c0 + c] = c < valid ? row[c][d] : 0.0f;
+    lp_gemm_pack_16_avx2(k, k_stride, n, head_dim, kp);
+}
+
+/* The six rows go through a 16-wide panel 8 dims at a time (rows 6..15 zero, a cache-resident
+ * scratch); each dim's six values are then stored 8 wide over the previous dim's two padding
+ * lanes, the last dim's masked. */
+void lp_attn_pack_q_avx2(const float *q, int64_t q_stride, int rows, int64_t head_dim, float *qp)
+{
+    _Alignas(32) float wide[8 * LP_ATTN_NR];
+    const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+    int64_t d = 0;
+    for (; d + 8 <= head_dim; d += 8) {
+        lp_gemm_pack_16_avx2(q + d, q_stride, rows, 8, wide);
+        float *dst = qp + d * LP_ATTN_MR;
+        for (int j = 0; j < 7; j++)
+            _mm256_storeu_ps(dst + j * LP_ATTN_MR, _mm256_load_ps(wide + j * LP_ATTN_NR));
+        _mm256_maskstore_ps(dst + 7 * LP_ATTN_MR, six, _mm256_load_ps(wide + 7 * LP_ATTN_NR));
     }
+    for (; d < head_dim; d++)
+        for (int r = 0; r < LP_ATTN_MR; r++)
+            qp[d * LP_ATTN_MR + r] = r < rows ? q[r * q_stride + d] : 0.0f;
 }
 
 /* ---- the 6x16 register tile (the GEMM's): rows past `rows` (repeated rows in the packed

@@ -125,8 +125,9 @@ static void transpose8(__m256 r[8])
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-/* 16-column B panel: two 8x8 transposes per 8 k steps, stored as whole 16-float rows. */
-static void pack_b_16_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst)
+/* 16-column B panel: two 8x8 transposes per 8 k steps, stored as whole 16-float rows (also
+ * AVX-512's 16-row A panel, the same layout). */
+void lp_gemm_pack_16_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst)
 {
     int64_t p = 0;
     for (; p + 8 <= kc; p += 8) {
@@ -866,7 +867,7 @@ static float row_dot_q4_k_i8_avx2(const void *row, const int8_t *xq, const float
 const lp_kernel_table lp_kernels_avx2_overrides = {
     .isa = LP_ISA_AVX2,
     .gemm = {.mr = 6, .nr = 16, .kc = 256, .mc = 144, .nc = 4096, .ukernel = gemm_f32_avx2_6x16,
-             .pack_a = pack_a_6_avx2, .pack_b = pack_b_16_avx2},
+             .pack_a = pack_a_6_avx2, .pack_b = lp_gemm_pack_16_avx2},
     .f16_to_f32 = f16_to_f32_avx2,
     .bf16_to_f32 = bf16_to_f32_avx2,
     .dot = dot_avx2,
