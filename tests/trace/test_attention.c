@@ -1243,6 +1243,138 @@ static void test_attention_bare_pass(void **state)
     rmdir(dir);
 }
 
+/* One query panel (`count` rows) or key panel (`count` keys) of kt against ref's: the
+ * NaN-prefilled panel fully written and equal, the 16 guard values after it untouched. */
+static void check_pack(const lp_kernel_table *kt, const lp_kernel_table *ref, bool q, int count,
+                       int64_t hd, const float *src, int64_t stride, float *got, float *want)
+{
+    enum { GUARD = 16 };
+    int64_t size = (q ? LP_ATTN_MR : LP_ATTN_NR) * hd;
+    for (int64_t i = 0; i < size + GUARD; i++)
+        got[i] = i < size ? NAN : -7.0f;
+    if (q) {
+        kt->attn_pack_q(src, stride, count, hd, got);
+        ref->attn_pack_q(src, stride, count, hd, want);
+    } else {
+        kt->attn_pack_k(src, stride, count, hd, got);
+        ref->attn_pack_k(src, stride, count, hd, want);
+    }
+    assert_memory_equal(got, want, (size_t)size * sizeof *got);
+    for (int64_t i = size; i < size + GUARD; i++)
+        assert_true(got[i] == -7.0f);
+}
+
+/* attn_pack_q and attn_pack_k of every ISA against ref's twins, bit for bit: head_dim 1..9 and
+ * the model sizes 64, 80, 96, 128, 256 (8 x 8 blocks and every scalar tail), 1..6 query rows,
+ * 1..16 keys, rows far apart (a projection's stride). NaN-prefilled panels are fully written
+ * (rows past `rows` and keys past n are 0); guard values after each panel stay. */
+static void test_attention_pack(void **state)
+{
+    (void)state;
+    enum { STRIDE = 1031, MAX_HD = 256, GUARD = 16 };
+    static const int64_t dims[] = {1, 2, 7, 8, 9, 64, 80, 96, 128, 256};
+    const lp_kernel_table *ref = lp_kernels_table_for(LP_ISA_REF);
+    float *src = malloc(LP_ATTN_NR * STRIDE * sizeof *src);
+    float *got = aligned_alloc(64, (LP_ATTN_NR * MAX_HD + GUARD) * sizeof *got);
+    float *want = aligned_alloc(64, (LP_ATTN_NR * MAX_HD + GUARD) * sizeof *want);
+    assert_true(src && got && want);
+    for (int64_t i = 0; i < LP_ATTN_NR * STRIDE; i++)
+        src[i] = (float)((i * 7919) % 2003) / 1001.0f - 1.0f;
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    int64_t cases = 0;
+    for (int si = 0; si < n_isas; si++) {
+        const lp_kernel_table *kt = lp_kernels_table_for(isas[si]);
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            int64_t hd = dims[di];
+            for (int rows = 1; rows <= LP_ATTN_MR; rows++, cases++)
+                check_pack(kt, ref, true, rows, hd, src + 3, STRIDE, got, want);
+            for (int n = 1; n <= LP_ATTN_NR; n++, cases++)
+                check_pack(kt, ref, false, n, hd, src + 5, STRIDE, got, want);
+        }
+    }
+    /* the spec itself: a value from its row and column */
+    ref->attn_pack_k(src, STRIDE, 3, 9, want);
+    assert_true(want[5 * LP_ATTN_NR + 2] == src[2 * STRIDE + 5]);
+    assert_true(want[5 * LP_ATTN_NR + 3] == 0.0f);
+    ref->attn_pack_q(src, STRIDE, 2, 9, want);
+    assert_true(want[4 * LP_ATTN_MR + 1] == src[STRIDE + 4]);
+    assert_true(want[4 * LP_ATTN_MR + 5] == 0.0f);
+    printf("attention packing: %lld panels of %d ISAs bit-equal to ref's (budget 0)\n",
+           (long long)cases, n_isas);
+    free(src);
+    free(got);
+    free(want);
+}
+
+/* The f16 maps' conversion of every ISA against lp_f32_to_f16 (the spec) bit for bit, on every
+ * rounding case a probability or a stray value can hit: halfway mantissas (ties to even),
+ * values that round up into the next exponent, f16 subnormals and their halfway points, the
+ * underflow edge, overflow to infinity, signed zeros, infinities; lengths that leave every
+ * tail. A NaN stays a NaN of the same sign (its payload is not specified). Outputs prefilled
+ * with 0xffff past n stay so. */
+static void test_attention_f16_maps(void **state)
+{
+    (void)state;
+    enum { N = 4099 };
+    static const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x3f800000u, 0x3f801000u, 0x3f803000u, 0x3f800fffu,
+        0x3f801001u, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0x7f800000u, 0xff800000u,
+        0x38800000u, 0x387fe000u, 0x33000000u, 0x33000001u, 0x32ffffffu, 0x33800000u,
+        0x35000000u, 0x34c00000u, 0x3a83126fu, 0x387fffffu, 0x00000001u, 0x3fffffffu};
+    enum { N_SPECIAL = sizeof special / sizeof *special };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *got = malloc((N + 8) * sizeof *got), *want = malloc(N * sizeof *want);
+    assert_true(x && got && want);
+    uint64_t state_bits = 99;
+    for (int64_t i = 0; i < N; i++) {
+        uint32_t u;
+        state_bits = state_bits * 6364136223846793005ull + 1442695040888963407ull;
+        u = (uint32_t)(state_bits >> 32);
+        if (i < N_SPECIAL)
+            u = special[i];
+        else if (i % 3 == 0) /* probabilities: [0, 2) with every exponent an f16 can hold */
+            u = 0x33000000u + u % (0x40000000u - 0x33000000u);
+        else if (i % 3 == 1) /* exact halfway and near-halfway mantissas */
+            u = (u & 0xffffe000u) | 0x1000u | (u & 1u);
+        memcpy(&x[i], &u, sizeof u);
+    }
+    x[N - 1] = NAN;
+    x[N - 2] = -NAN;
+    for (int64_t i = 0; i < N; i++)
+        want[i] = lp_f32_to_f16(x[i]);
+    lp_isa isas[LP_ISA_COUNT];
+    int n_isas = available_isas(isas);
+    static const int64_t lengths[] = {0, 1, 7, 15, 16, 17, 31, 4099};
+    for (int si = 0; si < n_isas; si++) {
+        const lp_kernel_table *kt = lp_kernels_table_for(isas[si]);
+        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+            int64_t n = lengths[li];
+            memset(got, 0xff, (N + 8) * sizeof *got);
+            const float *src = n == N ? x : x + N_SPECIAL - 1; /* short rows: random values */
+            kt->f32_to_f16(src, got, n);
+            int64_t mismatches = 0;
+            for (int64_t i = 0; i < n; i++) {
+                uint16_t w = want[src - x + i], g = got[i];
+                bool nan_ok = (w & 0x7fffu) > 0x7c00u && (g & 0x7fffu) > 0x7c00u &&
+                              (w & 0x8000u) == (g & 0x8000u);
+                mismatches += g != w && !nan_ok;
+            }
+            for (int64_t i = n; i < n + 8; i++)
+                assert_true(got[i] == 0xffffu);
+            if (mismatches)
+                printf("f32_to_f16 %s n=%lld: %lld values differ from lp_f32_to_f16\n",
+                       lp_isa_name(isas[si]), (long long)n, (long long)mismatches);
+            assert_true(mismatches == 0);
+        }
+        printf("attention f16 maps %s: every value bit-equal to lp_f32_to_f16 (budget 0)\n",
+               lp_isa_name(isas[si]));
+    }
+    free(x);
+    free(got);
+    free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1261,6 +1393,8 @@ int main(void)
         cmocka_unit_test(test_attention_row_probs),
         cmocka_unit_test(test_attention_sparsity_sweeps),
         cmocka_unit_test(test_attention_bare_pass),
+        cmocka_unit_test(test_attention_f16_maps),
+        cmocka_unit_test(test_attention_pack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include "trace/trace.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -332,6 +333,29 @@ static int64_t longest_sequence(const lp_batch *batch)
     return longest;
 }
 
+/* The last pass's scratch, kept for the next: a fresh arena per pass first-touched every page
+ * of it, and with probability maps (two [T, T] slots, 134 MB at T = 4096) that was 32k page
+ * faults a pass. One arena at most is kept (the process holds its pages until exit); passes
+ * running at once each take it or make their own, so the exchange is all the locking needed. */
+static _Atomic(lp_arena *) spare_scratch;
+
+static lp_status scratch_take(size_t bytes, lp_arena **out, lp_error *err)
+{
+    lp_arena *arena = atomic_exchange(&spare_scratch, NULL);
+    if (arena && lp_arena_capacity(arena) >= bytes) {
+        lp_arena_reset_to(arena, 0);
+        *out = arena;
+        return LP_OK;
+    }
+    lp_arena_destroy(arena);
+    return lp_arena_create(bytes, out, err);
+}
+
+static void scratch_give_back(lp_arena *arena)
+{
+    lp_arena_destroy(atomic_exchange(&spare_scratch, arena));
+}
+
 /* The pass over a batch, or (kv != NULL) over one sequence's new tokens against the cache. */
 static lp_status forward_run(const lp_model *model, const lp_batch *batch,
                              const lp_forward_opts *opts_in, lp_kv_cache *kv, lp_error *err)
@@ -370,7 +394,7 @@ static lp_status forward_run(const lp_model *model, const lp_batch *batch,
         return lp_error_set(err, LP_ERR_RANGE, "forward: scratch for %lld x %lld tokens overflows",
                             (long long)p.n_seqs, (long long)p.T);
     lp_arena *arena;
-    if ((st = lp_arena_create((size_t)p.plan.total, &arena, err)) != LP_OK)
+    if ((st = scratch_take((size_t)p.plan.total, &arena, err)) != LP_OK)
         return st;
     if (!lp_fw_carve(arena, &model->arch, &p.plan, &p.s)) {
         lp_arena_destroy(arena);
@@ -378,7 +402,7 @@ static lp_status forward_run(const lp_model *model, const lp_batch *batch,
                                                "(bug)", (unsigned long long)p.plan.total);
     }
     st = run_batch(&p, batch);
-    lp_arena_destroy(arena);
+    scratch_give_back(arena);
     if (st == LP_OK && kv)
         lp_fw_kv_advance(kv, p.T);
     return st;

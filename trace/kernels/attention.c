@@ -30,6 +30,7 @@
 #include "trace/kernels/kernels.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,8 @@ typedef struct att_call {
     float *kp;        /* ceil((khi - kbase) / 16) panels of [head_dim][16], zero past khi */
     const float *v0;  /* V row kbase as f32 */
     int64_t v_stride; /* between f32 V rows */
-    float *v_conv;    /* owned contiguous f32 copy of the V rows */
+    float *v_conv;    /* contiguous f32 copy of the V rows */
+    float *k_rows;    /* [16][head_dim]: f16/bf16 keys converted before packing */
     float *qp;        /* the panel's query tiles, packed [ATT_PANEL * n_heads][head_dim][LP_ATTN_MR] */
     float *rowp;      /* with probs or stats: the kept scores of the panel's rows,
                          [ATT_PANEL * n_heads][LP_ATTN_MR][n_k] (O(n_k), L2-sized at 4096) */
@@ -68,50 +70,85 @@ typedef struct att_call {
     row_state *rs;    /* [ATT_PANEL * n_heads][LP_ATTN_MR]: the panel's rows */
 } att_call;
 
-static float *alloc_aligned_floats(int64_t n)
+/* The calls of one thread reuse one scratch block, grown when a call needs more and freed when
+ * the thread exits: at T = 4096 the packed K and V alone are 2 MB, which malloc serves by mmap,
+ * and first-touching them on every call cost 3-4% of the attention (page faults). */
+typedef struct att_scratch {
+    float *base;
+    size_t floats;
+} att_scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_key_ok;
+
+static void scratch_release(void *p)
 {
-    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
-    return aligned_alloc(64, bytes);
+    att_scratch *sc = p;
+    free(sc->base);
+    free(sc);
 }
 
-/* Pack keys [kbase, khi) into 16-key panels, converting f16/bf16 rows on the way; V likewise
- * when it is not f32. false when out of memory. */
-static bool call_pack(att_call *c)
+static void scratch_key_init(void)
+{
+    scratch_key_ok = pthread_key_create(&scratch_key, scratch_release) == 0;
+}
+
+/* At least `floats` 64-byte aligned floats for this call (NULL: out of memory). */
+static float *thread_scratch(size_t floats)
+{
+    pthread_once(&scratch_once, scratch_key_init);
+    if (!scratch_key_ok)
+        return NULL;
+    att_scratch *sc = pthread_getspecific(scratch_key);
+    if (!sc) {
+        sc = calloc(1, sizeof *sc);
+        if (!sc || pthread_setspecific(scratch_key, sc) != 0) {
+            free(sc);
+            return NULL;
+        }
+    }
+    if (sc->floats < floats) {
+        free(sc->base);
+        size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+        sc->base = aligned_alloc(64, bytes > 0 ? bytes : 64);
+        sc->floats = sc->base ? floats : 0;
+    }
+    return sc->base;
+}
+
+/* n floats rounded up to whole cache lines: the scratch's parts stay 64-byte aligned. */
+static size_t line_floats(int64_t n) { return ((size_t)(n > 0 ? n : 0) + 15) / 16 * 16; }
+
+/* Pack keys [kbase, khi) into 16-key panels, f16/bf16 rows converted into k_rows first; V
+ * likewise when it is not f32. */
+static void call_pack(att_call *c)
 {
     const lp_attn_args *a = c->a;
     lp_dtype dt = lp_attn_kv_dtype(a);
     int64_t hd = a->head_dim, n = c->khi - c->kbase;
     int64_t panels = (n + LP_ATTN_NR - 1) / LP_ATTN_NR;
-    c->kp = alloc_aligned_floats(panels * LP_ATTN_NR * hd);
-    float *row = dt == LP_DTYPE_F32 ? NULL : malloc((size_t)(hd > 0 ? hd : 1) * sizeof(float));
-    if (!c->kp || (dt != LP_DTYPE_F32 && !row)) {
-        free(row);
-        return false;
-    }
-    for (int64_t j = 0; j < panels * LP_ATTN_NR; j++) {
-        float *dst = c->kp + (j / LP_ATTN_NR) * LP_ATTN_NR * hd + j % LP_ATTN_NR;
-        const float *src = NULL;
-        int64_t key = c->kbase + j;
-        if (key < c->khi && dt == LP_DTYPE_F32) {
-            src = (const float *)a->k + key * a->k_stride;
-        } else if (key < c->khi) {
-            const void *stored = (const uint8_t *)a->k + (uint64_t)(key * a->k_stride) * 2;
-            if (dt == LP_DTYPE_F16)
-                c->kt->f16_to_f32(stored, row, hd);
-            else
-                c->kt->bf16_to_f32(stored, row, hd);
-            src = row;
+    float *rows = c->k_rows;
+    for (int64_t p = 0; p < panels; p++) {
+        int64_t key0 = c->kbase + p * LP_ATTN_NR;
+        int keys = c->khi - key0 < LP_ATTN_NR ? (int)(c->khi - key0) : LP_ATTN_NR;
+        float *kp = c->kp + p * LP_ATTN_NR * hd;
+        if (dt == LP_DTYPE_F32) {
+            c->kt->attn_pack_k((const float *)a->k + key0 * a->k_stride, a->k_stride, keys, hd, kp);
+            continue;
         }
-        for (int64_t d = 0; d < hd; d++)
-            dst[d * LP_ATTN_NR] = src ? src[d] : 0.0f;
+        for (int j = 0; j < keys; j++) {
+            const void *stored = (const uint8_t *)a->k + (uint64_t)((key0 + j) * a->k_stride) * 2;
+            if (dt == LP_DTYPE_F16)
+                c->kt->f16_to_f32(stored, rows + j * hd, hd);
+            else
+                c->kt->bf16_to_f32(stored, rows + j * hd, hd);
+        }
+        c->kt->attn_pack_k(rows, hd, keys, hd, kp);
     }
-    free(row);
     /* V rows copied contiguous: rows of a [T, heads * dim] projection are kilobytes apart, and
      * 64 of them at such a stride fall into a few L1 sets */
     int64_t vd = a->v_dim;
-    c->v_conv = alloc_aligned_floats(n * vd);
-    if (!c->v_conv)
-        return false;
     for (int64_t j = 0; j < n; j++) {
         const void *stored = (const uint8_t *)a->v +
                              (uint64_t)((c->kbase + j) * a->v_stride) * (dt == LP_DTYPE_F32 ? 4 : 2);
@@ -124,18 +161,6 @@ static bool call_pack(att_call *c)
     }
     c->v0 = c->v_conv;
     c->v_stride = vd;
-    return true;
-}
-
-/* Query rows [i0, i0 + rows) as a k-major panel qp[d * LP_ATTN_MR + r], rows past `rows`
- * repeating the last one. */
-static void pack_queries(const lp_attn_args *a, int64_t i0, int rows, float *qp)
-{
-    for (int r = 0; r < LP_ATTN_MR; r++) {
-        const float *q = a->q + (i0 + (r < rows ? r : rows - 1)) * a->q_stride;
-        for (int64_t d = 0; d < a->head_dim; d++)
-            qp[d * LP_ATTN_MR + r] = q[d];
-    }
 }
 
 /* Raw scores of the packed query tile against keys [kb, kb + kn): S[r * ATT_BK + j]. */
@@ -405,7 +430,9 @@ static void query_panel(const att_call *c, int64_t i0, int64_t n_rows)
                                                           : LP_ATTN_MR;
         for (int64_t g = 0; g < c->n_heads; g++) {
             int64_t slot = t * c->n_heads + g;
-            pack_queries(&c->heads[g], sp[t].i0, sp[t].rows, c->qp + slot * LP_ATTN_MR * hd);
+            const lp_attn_args *head = &c->heads[g];
+            c->kt->attn_pack_q(head->q + sp[t].i0 * head->q_stride, head->q_stride, sp[t].rows,
+                               hd, c->qp + slot * LP_ATTN_MR * hd);
             for (int r = 0; r < sp[t].rows; r++)
                 row_init(&c->heads[g], sp[t].i0 + r, &c->rs[slot * LP_ATTN_MR + r]);
         }
@@ -441,12 +468,13 @@ static void query_panel(const att_call *c, int64_t i0, int64_t n_rows)
 
 static void call_free(att_call *c)
 {
-    free(c->rowp);
-    free(c->qp);
-    free(c->kp);
-    free(c->v_conv);
     free(c->rs);
     free(c->heads);
+}
+
+void lp_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n)
+{
+    lp_kernels_table()->f32_to_f16(src, dst, n);
 }
 
 void lp_attention(const lp_attn_args *a)
@@ -467,17 +495,26 @@ void lp_attention(const lp_attn_args *a)
     c.kbase = k_lo < k_hi ? k_lo / ATT_BK * ATT_BK : 0;
     c.khi = k_lo < k_hi ? k_hi : 0;
     int64_t slots = c.n_heads * ATT_PANEL; /* (tile, head) pairs of a panel */
-    c.qp = alloc_aligned_floats(slots * LP_ATTN_MR * a->head_dim);
     c.rs = malloc((size_t)slots * LP_ATTN_MR * sizeof *c.rs);
     c.heads = malloc((size_t)c.n_heads * sizeof *c.heads);
     bool keep = a->probs || a->row_stats;
-    if (keep)
-        c.rowp = alloc_aligned_floats(slots * LP_ATTN_MR * a->n_k);
-    if (!c.qp || !c.rs || !c.heads || (keep && !c.rowp) || !call_pack(&c)) {
+    int64_t n = c.khi - c.kbase, hd = a->head_dim;
+    size_t kp_n = line_floats((n + LP_ATTN_NR - 1) / LP_ATTN_NR * LP_ATTN_NR * hd);
+    size_t v_n = line_floats(n * a->v_dim), rows_n = line_floats(LP_ATTN_NR * hd);
+    size_t qp_n = line_floats(slots * LP_ATTN_MR * hd);
+    size_t kept_n = keep ? line_floats(slots * LP_ATTN_MR * a->n_k) : 0;
+    float *block = thread_scratch(kp_n + v_n + rows_n + qp_n + kept_n);
+    if (!c.rs || !c.heads || !block) {
         call_free(&c); /* the reference needs less */
         lp_attention_ref(a);
         return;
     }
+    c.kp = block;
+    c.v_conv = c.kp + kp_n;
+    c.k_rows = c.v_conv + v_n;
+    c.qp = c.k_rows + rows_n;
+    c.rowp = keep ? c.qp + qp_n : NULL;
+    call_pack(&c);
     for (int64_t g = 0; g < c.n_heads; g++)
         c.heads[g] = lp_attn_group_head(a, g);
     for (int64_t i0 = c.row_begin; i0 < c.row_end; i0 += ATT_PANEL * LP_ATTN_MR) {

@@ -129,6 +129,9 @@ void lp_attn_row_sparsity(float *p, int64_t n, lp_attn_row_stats *st);
 /* The same by the definition: p sorted in place, largest first, taken one by one (tests). */
 void lp_attn_row_sparsity_sorted(float *p, int64_t n, lp_attn_row_stats *st);
 
+/* dst[i] = lp_f32_to_f16(src[i]) for i < n, vectorised where the ISA converts (the f16 maps). */
+void lp_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n);
+
 /* One attention head. q: [n_q, head_dim] f32 with row stride q_stride; k: [n_k, head_dim] and
  * v: [n_k, v_dim] in kv_dtype (f32, f16 or bf16; converted to f32 as blocks are loaded) with row
  * strides k_stride, v_stride in elements; out: [n_q, v_dim] f32 stride out_stride. Tiled with an

@@ -933,6 +933,21 @@ static float block_max_ref(const float *x, int64_t n, bool *all_finite)
     return max;
 }
 
+static void attn_pack_q_ref(const float *q, int64_t q_stride, int rows, int64_t head_dim,
+                            float *qp)
+{
+    for (int r = 0; r < LP_ATTN_MR; r++)
+        for (int64_t d = 0; d < head_dim; d++)
+            qp[d * LP_ATTN_MR + r] = r < rows ? q[r * q_stride + d] : 0.0f;
+}
+
+static void attn_pack_k_ref(const float *k, int64_t k_stride, int n, int64_t head_dim, float *kp)
+{
+    for (int c = 0; c < LP_ATTN_NR; c++)
+        for (int64_t d = 0; d < head_dim; d++)
+            kp[d * LP_ATTN_NR + c] = c < n ? k[c * k_stride + d] : 0.0f;
+}
+
 static void attn_qk_ref(const float *qp, int rows, const float *kp, int64_t head_dim,
                         float scale, float *s, int64_t ld_s)
 {
@@ -993,6 +1008,12 @@ static void stream_fill_ref(float *dst, const float *src, int64_t n)
         memcpy(dst, src, (size_t)n * sizeof *dst);
     else
         memset(dst, 0, (size_t)n * sizeof *dst);
+}
+
+static void f32_to_f16_ref(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = lp_f32_to_f16(src[i]);
 }
 
 static void attn_row_probs_ref(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,

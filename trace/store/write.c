@@ -15,6 +15,7 @@
 #include "core/version.h"
 #include "inspect/arch/arch_json.h"
 #include "inspect/tokenizer/tokenizer.h"
+#include "trace/kernels/kernels.h"
 #include "trace/store/store_internal.h"
 
 static const char *const stmt_sql[LP_STMT_COUNT] = {
@@ -577,9 +578,7 @@ static lp_status map_blob(lp_store *s, const lp_view *v, const void **blob, uint
         if (elem == 4) {
             memcpy((float *)(void *)s->f16 + r * v->cols, row, (size_t)v->cols * 4);
         } else {
-            uint16_t *dst = s->f16 + r * v->cols;
-            for (int64_t c = 0; c < v->cols; c++)
-                dst[c] = lp_f32_to_f16(row[c]);
+            lp_f32_to_f16_row(row, s->f16 + r * v->cols, v->cols);
         }
     }
     *blob = s->f16;
