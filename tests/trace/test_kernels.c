@@ -179,8 +179,12 @@ static void fill_quant_blocks(lp_dtype dtype, uint8_t *dst, uint64_t bytes)
     for (uint64_t i = 0; i < bytes; i++)
         dst[i] = (uint8_t)(rnd() * 127.0f + 128.0f);
     for (uint64_t off = 0; off < bytes; off += info->block_bytes) {
-        if (dtype == LP_DTYPE_MXFP4) { /* E8M0 scale: 2^-9 .. 2^2, and now and then the subnormal 2^-127 */
-            dst[off] = off % (7 * info->block_bytes) == 0 ? 0 : (uint8_t)(118 + (int)(fabsf(rnd()) * 11.0f));
+        if (dtype == LP_DTYPE_MXFP4) { /* E8M0 scale: 2^-9 .. 2^2, now and then the subnormals
+                                          * 2^-127 and 2^-126 (bytes 0 and 1, halved 2^-128, 2^-127) */
+            uint64_t block = off / info->block_bytes;
+            dst[off] = block % 7 == 0   ? 0
+                       : block % 11 == 5 ? 1
+                                         : (uint8_t)(118 + (int)(fabsf(rnd()) * 11.0f));
             continue;
         }
         fill_f16_like(dst + off, 0.01f + 0.02f * fabsf(rnd()), false); /* d */

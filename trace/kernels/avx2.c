@@ -738,80 +738,108 @@ static inline __m256i i8_pair_sums(__m256i a, __m256i b)
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-static inline __m256 q8_0_i8_block(const uint8_t *b, const int8_t *x)
+/* Rows of 32-value blocks (Q8_0, MXFP4) against int8 x: the scales of 8 blocks are gathered,
+ * widened to f32 and multiplied by x's scales in one step (each product d_w * d_x rounds once,
+ * as one scalar product would), then each block's integer pair sums join one of two
+ * accumulators in one FMA. The formats differ in the scale (scales8 for 8 blocks, scale1 for
+ * one) and in how a block becomes 32 int8 weights (block). */
+static inline __attribute__((always_inline)) float
+blocks32_i8_avx2(const uint8_t *b, const int8_t *xq, const float *xd, int64_t k,
+                 int64_t block_bytes, __m256 (*scales8)(const uint8_t *b),
+                 float (*scale1)(const uint8_t *b), __m256i (*block)(const uint8_t *b))
 {
-    __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
-    return _mm256_cvtepi32_ps(i8_pair_sums(w, _mm256_loadu_si256((const __m256i *)(const void *)x)));
-}
-
-/* Q8_0: the scales of 8 blocks are gathered, widened from f16 and multiplied by the activations'
- * scales in one step, then each block's integer pair sums join one of two accumulators scaled by
- * its product (as before, each product d_w * d_x rounds once). */
-static float row_dot_q8_0_i8_avx2(const void *row, const int8_t *xq, const float *xd,
-                                  const int16_t *xs16, int64_t k)
-{
-    (void)xs16;
-    const uint8_t *b = row;
     int64_t n = k / 32, i = 0;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     _Alignas(32) float ds[8];
-    for (; i + 8 <= n; i += 8, b += 8 * 34) {
-        __m128i h = _mm_cvtsi32_si128(lp_load_u16(b));
-        h = _mm_insert_epi16(h, lp_load_u16(b + 34), 1);
-        h = _mm_insert_epi16(h, lp_load_u16(b + 68), 2);
-        h = _mm_insert_epi16(h, lp_load_u16(b + 102), 3);
-        h = _mm_insert_epi16(h, lp_load_u16(b + 136), 4);
-        h = _mm_insert_epi16(h, lp_load_u16(b + 170), 5);
-        h = _mm_insert_epi16(h, lp_load_u16(b + 204), 6);
-        h = _mm_insert_epi16(h, lp_load_u16(b + 238), 7);
-        _mm256_store_ps(ds, _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(xd + i)));
+    for (; i + 8 <= n; i += 8, b += 8 * block_bytes) {
+        _mm256_store_ps(ds, _mm256_mul_ps(scales8(b), _mm256_loadu_ps(xd + i)));
         const int8_t *x = xq + 32 * i;
         for (int j = 0; j < 8; j += 2) {
-            acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(ds + j), q8_0_i8_block(b + 34 * j, x + 32 * j),
-                                   acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(ds + j + 1),
-                                   q8_0_i8_block(b + 34 * j + 34, x + 32 * j + 32), acc1);
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(x + 32 * j));
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(x + 32 * j + 32));
+            __m256 p0 = _mm256_cvtepi32_ps(i8_pair_sums(block(b + block_bytes * j), x0));
+            __m256 p1 = _mm256_cvtepi32_ps(i8_pair_sums(block(b + block_bytes * (j + 1)), x1));
+            acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(ds + j), p0, acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(ds + j + 1), p1, acc1);
         }
     }
-    for (; i < n; i++, b += 34) {
-        __m256 d = _mm256_set1_ps(f16_scalar_avx2(b) * xd[i]);
+    for (; i < n; i++, b += block_bytes) {
+        __m256 d = _mm256_set1_ps(scale1(b) * xd[i]);
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32 * i));
+        __m256 p = _mm256_cvtepi32_ps(i8_pair_sums(block(b), x0));
         if (i % 2 == 0)
-            acc0 = _mm256_fmadd_ps(d, q8_0_i8_block(b, xq + 32 * i), acc0);
+            acc0 = _mm256_fmadd_ps(d, p, acc0);
         else
-            acc1 = _mm256_fmadd_ps(d, q8_0_i8_block(b, xq + 32 * i), acc1);
+            acc1 = _mm256_fmadd_ps(d, p, acc1);
     }
     return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-/* MXFP4: the nibbles looked up in the doubled levels as int8 (low nibbles values 0..15, high
- * 16..31, one 256-bit register per block), then dotted with the int8 activations as Q8_0 is;
- * two blocks a step into two accumulators. */
-static inline __m256 mxfp4_i8_block(const uint8_t *b, const int8_t *x, float dx, __m128i levels)
+/* Q8_0 {f16 d; i8 q[32]}: the 8 f16 scales in one conversion. */
+static inline __m256 q8_0_scales8(const uint8_t *b)
 {
+    __m128i h = _mm_cvtsi32_si128(lp_load_u16(b));
+    h = _mm_insert_epi16(h, lp_load_u16(b + 34), 1);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 68), 2);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 102), 3);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 136), 4);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 170), 5);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 204), 6);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 238), 7);
+    return _mm256_cvtph_ps(h);
+}
+
+static inline __m256i q8_0_block(const uint8_t *b)
+{
+    return _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
+}
+
+static float row_dot_q8_0_i8_avx2(const void *row, const int8_t *xq, const float *xd,
+                                  const int16_t *xs16, int64_t k)
+{
+    (void)xs16;
+    return blocks32_i8_avx2(row, xq, xd, k, 34, q8_0_scales8, f16_scalar_avx2, q8_0_block);
+}
+
+/* MXFP4 {u8 e; u8 qs[16]}: lp_mxfp4_half_scale of 8 E8M0 bytes at once, 2^(e - 128) built from
+ * the bits, (e - 1) << 23, for e >= 2, and the subnormals 2^-128 and 2^-127 as 0x00200000 << e
+ * for e = 0 and 1. */
+static inline __m256 mxfp4_scales8(const uint8_t *b)
+{
+    __m128i e = _mm_cvtsi32_si128(b[0]);
+    e = _mm_insert_epi8(e, b[17], 1);
+    e = _mm_insert_epi8(e, b[34], 2);
+    e = _mm_insert_epi8(e, b[51], 3);
+    e = _mm_insert_epi8(e, b[68], 4);
+    e = _mm_insert_epi8(e, b[85], 5);
+    e = _mm_insert_epi8(e, b[102], 6);
+    e = _mm_insert_epi8(e, b[119], 7);
+    __m256i e32 = _mm256_cvtepu8_epi32(e);
+    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e32, _mm256_set1_epi32(1)), 23);
+    __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e32);
+    __m256i is_subnormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e32);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, is_subnormal));
+}
+
+static inline float mxfp4_scale1(const uint8_t *b) { return lp_mxfp4_half_scale(b[0]); }
+
+/* The 32 nibble codes looked up in the doubled levels as int8 (low nibbles: values 0..15, high:
+ * 16..31), one byte shuffle per half. */
+static inline __m256i mxfp4_block(const uint8_t *b)
+{
+    const __m128i levels = _mm_loadu_si128((const __m128i *)(const void *)lp_mxfp4_levels_x2);
     const __m128i low4 = _mm_set1_epi8(0x0f);
     __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + 1));
     __m128i lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, low4));
     __m128i hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(q, 4), low4));
-    __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-    __m256i p = i8_pair_sums(w, _mm256_loadu_si256((const __m256i *)(const void *)x));
-    return _mm256_mul_ps(_mm256_set1_ps(lp_mxfp4_half_scale(b[0]) * dx), _mm256_cvtepi32_ps(p));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
 }
 
 static float row_dot_mxfp4_i8_avx2(const void *row, const int8_t *xq, const float *xd,
                                    const int16_t *xs16, int64_t k)
 {
     (void)xs16;
-    const uint8_t *b = row;
-    const __m128i levels = _mm_loadu_si128((const __m128i *)(const void *)lp_mxfp4_levels_x2);
-    int64_t n = k / 32, i = 0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (; i + 2 <= n; i += 2, b += 34) {
-        acc0 = _mm256_add_ps(acc0, mxfp4_i8_block(b, xq + 32 * i, xd[i], levels));
-        acc1 = _mm256_add_ps(acc1, mxfp4_i8_block(b + 17, xq + 32 * i + 32, xd[i + 1], levels));
-    }
-    if (i < n)
-        acc0 = _mm256_add_ps(acc0, mxfp4_i8_block(b, xq + 32 * i, xd[i], levels));
-    return hsum(_mm256_add_ps(acc0, acc1));
+    return blocks32_i8_avx2(row, xq, xd, k, 17, mxfp4_scales8, mxfp4_scale1, mxfp4_block);
 }
 
 /* The 8 six-bit scales and 8 mins of a Q4_K block from its 12 packed bytes (the layout of
