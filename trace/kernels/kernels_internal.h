@@ -366,12 +366,13 @@ lp_status lp_linear_check(int64_t m, const lp_matrix *w, lp_error *err);
 extern const lp_kernel_table lp_kernels_avx2_overrides;
 /* AVX-512F's overrides, applied on top of AVX2's table (avx512.c). */
 extern const lp_kernel_table lp_kernels_avx512_overrides;
-/* Rows [0, rows) of src into one 16-wide k-major panel (AVX2's B packer; AVX-512's A and B). */
+/* gemm_avx2.c: AVX2's 6x16 micro-kernel and its packers. The 16-wide k-major panel of rows
+ * [0, rows) of src is AVX2's B packer, AVX-512's A and B packer, and attn_pack_k's layout. */
+void lp_gemm_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                       int m_edge, int n_edge, bool accumulate);
+void lp_gemm_pack_a6_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
 void lp_gemm_pack_16_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
 /* attention_avx2.c: the attention tiles of the AVX2 table (slot contracts above). */
-/* avx2.c's 16-wide k-major panel of rows [0, rows) of src (the GEMM's B packer), which is
- * attn_pack_k's layout. */
-void lp_gemm_pack_16_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
 void lp_attn_pack_q_avx2(const float *q, int64_t q_stride, int rows, int64_t head_dim, float *qp);
 void lp_attn_pack_k_avx2(const float *k, int64_t k_stride, int n, int64_t head_dim, float *kp);
 void lp_attn_qk_avx2_6x16(const float *qp, int rows, const float *kp, int64_t head_dim,
