@@ -61,7 +61,8 @@ typedef struct att_call {
     const float *v0;  /* V row kbase as f32 */
     int64_t v_stride; /* between f32 V rows */
     float *v_conv;    /* contiguous f32 copy of the V rows */
-    float *k_rows;    /* [16][head_dim]: f16/bf16 keys converted before packing */
+    float *wide;      /* [head_dim][16] scratch: f16/bf16 keys converted before packing,
+                         then each query tile's 16-wide panel before it is compacted */
     float *qp;        /* the panel's query tiles, packed [ATT_PANEL * n_heads][head_dim][LP_ATTN_MR] */
     float *rowp;      /* with probs or stats: the kept scores of the panel's rows,
                          [ATT_PANEL * n_heads][LP_ATTN_MR][n_k] (O(n_k), L2-sized at 4096) */
@@ -120,7 +121,7 @@ static float *thread_scratch(size_t floats)
 /* n floats rounded up to whole cache lines: the scratch's parts stay 64-byte aligned. */
 static size_t line_floats(int64_t n) { return ((size_t)(n > 0 ? n : 0) + 15) / 16 * 16; }
 
-/* Pack keys [kbase, khi) into 16-key panels, f16/bf16 rows converted into k_rows first; V
+/* Pack keys [kbase, khi) into 16-key panels, f16/bf16 rows converted into `wide` first; V
  * likewise when it is not f32. */
 static void call_pack(att_call *c)
 {
@@ -128,7 +129,7 @@ static void call_pack(att_call *c)
     lp_dtype dt = lp_attn_kv_dtype(a);
     int64_t hd = a->head_dim, n = c->khi - c->kbase;
     int64_t panels = (n + LP_ATTN_NR - 1) / LP_ATTN_NR;
-    float *rows = c->k_rows;
+    float *rows = c->wide;
     for (int64_t p = 0; p < panels; p++) {
         int64_t key0 = c->kbase + p * LP_ATTN_NR;
         int keys = c->khi - key0 < LP_ATTN_NR ? (int)(c->khi - key0) : LP_ATTN_NR;
@@ -161,6 +162,18 @@ static void call_pack(att_call *c)
     }
     c->v0 = c->v_conv;
     c->v_stride = vd;
+}
+
+/* Query rows [i0, i0 + rows) as the panel attn_qk reads, qp[d * LP_ATTN_MR + r] (0 past rows):
+ * the key packer's 16-wide panel (register transposes; a scalar copy cost a load and a strided
+ * store per value) with the first 6 of each 16 kept. */
+static void pack_queries(const att_call *c, const lp_attn_args *a, int64_t i0, int rows,
+                         float *qp)
+{
+    int64_t hd = a->head_dim;
+    c->kt->attn_pack_k(a->q + i0 * a->q_stride, a->q_stride, rows, hd, c->wide);
+    for (int64_t d = 0; d < hd; d++)
+        memcpy(qp + d * LP_ATTN_MR, c->wide + d * LP_ATTN_NR, LP_ATTN_MR * sizeof *qp);
 }
 
 /* Raw scores of the packed query tile against keys [kb, kb + kn): S[r * ATT_BK + j]. */
@@ -430,9 +443,7 @@ static void query_panel(const att_call *c, int64_t i0, int64_t n_rows)
                                                           : LP_ATTN_MR;
         for (int64_t g = 0; g < c->n_heads; g++) {
             int64_t slot = t * c->n_heads + g;
-            const lp_attn_args *head = &c->heads[g];
-            c->kt->attn_pack_q(head->q + sp[t].i0 * head->q_stride, head->q_stride, sp[t].rows,
-                               hd, c->qp + slot * LP_ATTN_MR * hd);
+            pack_queries(c, &c->heads[g], sp[t].i0, sp[t].rows, c->qp + slot * LP_ATTN_MR * hd);
             for (int r = 0; r < sp[t].rows; r++)
                 row_init(&c->heads[g], sp[t].i0 + r, &c->rs[slot * LP_ATTN_MR + r]);
         }
@@ -511,8 +522,8 @@ void lp_attention(const lp_attn_args *a)
     }
     c.kp = block;
     c.v_conv = c.kp + kp_n;
-    c.k_rows = c.v_conv + v_n;
-    c.qp = c.k_rows + rows_n;
+    c.wide = c.v_conv + v_n;
+    c.qp = c.wide + rows_n;
     c.rowp = keep ? c.qp + qp_n : NULL;
     call_pack(&c);
     for (int64_t g = 0; g < c.n_heads; g++)

@@ -9,34 +9,6 @@
 
 #include "trace/kernels/kernels_internal.h"
 
-/* ---- packing the panels with the GEMM's 16-wide packer (8 x 8 register transposes; a scalar
- * copy spent a load and a strided store per value, 5% of the attention at head_dim 64) */
-
-void lp_attn_pack_k_avx2(const float *k, int64_t k_stride, int n, int64_t head_dim, float *kp)
-{
-    lp_gemm_pack_16_avx2(k, k_stride, n, head_dim, kp);
-}
-
-/* The six rows go through a 16-wide panel 8 dims at a time (rows 6..15 zero, a cache-resident
- * scratch); each dim's six values are then stored 8 wide over the previous dim's two padding
- * lanes, the last dim's masked. */
-void lp_attn_pack_q_avx2(const float *q, int64_t q_stride, int rows, int64_t head_dim, float *qp)
-{
-    _Alignas(32) float wide[8 * LP_ATTN_NR];
-    const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
-    int64_t d = 0;
-    for (; d + 8 <= head_dim; d += 8) {
-        lp_gemm_pack_16_avx2(q + d, q_stride, rows, 8, wide);
-        float *dst = qp + d * LP_ATTN_MR;
-        for (int j = 0; j < 7; j++)
-            _mm256_storeu_ps(dst + j * LP_ATTN_MR, _mm256_load_ps(wide + j * LP_ATTN_NR));
-        _mm256_maskstore_ps(dst + 7 * LP_ATTN_MR, six, _mm256_load_ps(wide + 7 * LP_ATTN_NR));
-    }
-    for (; d < head_dim; d++)
-        for (int r = 0; r < LP_ATTN_MR; r++)
-            qp[d * LP_ATTN_MR + r] = r < rows ? q[r * q_stride + d] : 0.0f;
-}
-
 /* ---- the 6x16 register tile (the GEMM's): rows past `rows` (repeated rows in the packed
  * panels) are computed and never stored, so the loops do not branch. */
 

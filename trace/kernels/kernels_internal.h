@@ -89,7 +89,7 @@ typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float
 #define LP_KERNEL_SLOTS(X)                                                                         \
     X(f16_to_f32) X(bf16_to_f32) X(f32_to_f16) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
-    X(rope_rotate) X(attn_pack_q) X(attn_pack_k) X(attn_qk) X(attn_pv) X(attn_softmax) X(attn_row_probs) X(block_max)            \
+    X(rope_rotate) X(attn_pack_k) X(attn_qk) X(attn_pv) X(attn_softmax) X(attn_row_probs) X(block_max)            \
     X(sparsity_range) X(sparsity_histogram) X(sparsity_gather) X(stream_fill) X(row_dot_f32)       \
     X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) X(row_dot_mxfp4)                \
     X(row_dot_q8_0_i8) X(row_dot_q4_k_i8) X(row_dot_mxfp4_i8)
@@ -135,12 +135,10 @@ typedef struct lp_kernel_table {
      * s[r * ld_s + c] = scale * (q row r . key c) for r < rows, c < 16, from a packed query
      * panel qp[d * LP_ATTN_MR + r] and a packed key panel kp[d * 16 + c] (16 keys), both
      * head_dim deep and 32-byte aligned; rows past `rows` are not written. */
-    /* The panels attn_qk reads: qp[d * LP_ATTN_MR + r] = q[r * q_stride + d] for r < rows
-     * (1 <= rows <= LP_ATTN_MR) and 0 for rows <= r < LP_ATTN_MR; kp[d * 16 + c] =
-     * k[c * k_stride + d] for c < n (1 <= n <= 16) and 0 for n <= c < 16; d < head_dim. kp is
-     * 32-byte aligned. */
-    void (*attn_pack_q)(const float *q, int64_t q_stride, int rows, int64_t head_dim, float *qp);
-    void (*attn_pack_k)(const float *k, int64_t k_stride, int n, int64_t head_dim, float *kp);
+    /* The 16-wide panel attn_qk reads its keys from (and attention.c compacts query tiles
+     * from): kp[d * 16 + c] = k[c * k_stride + d] for c < n (0 <= n <= 16) and 0 for
+     * n <= c < 16, d < head_dim; kp 32-byte aligned. The GEMM's B packer has this contract. */
+    void (*attn_pack_k)(const float *k, int64_t k_stride, int64_t n, int64_t head_dim, float *kp);
     void (*attn_qk)(const float *qp, int rows, const float *kp, int64_t head_dim, float scale,
                     float *s, int64_t ld_s);
     /* out[r * out_stride + d] = alpha[r] * out[r * out_stride + d]
@@ -367,14 +365,13 @@ extern const lp_kernel_table lp_kernels_avx2_overrides;
 /* AVX-512F's overrides, applied on top of AVX2's table (avx512.c). */
 extern const lp_kernel_table lp_kernels_avx512_overrides;
 /* gemm_avx2.c: AVX2's 6x16 micro-kernel and its packers. The 16-wide k-major panel of rows
- * [0, rows) of src is AVX2's B packer, AVX-512's A and B packer, and attn_pack_k's layout. */
+ * [0, rows) of src is AVX2's B packer, AVX-512's A and B packer, and the AVX2 table's
+ * attn_pack_k. */
 void lp_gemm_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                        int m_edge, int n_edge, bool accumulate);
 void lp_gemm_pack_a6_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
 void lp_gemm_pack_16_avx2(const float *src, int64_t ld, int64_t rows, int64_t kc, float *dst);
 /* attention_avx2.c: the attention tiles of the AVX2 table (slot contracts above). */
-void lp_attn_pack_q_avx2(const float *q, int64_t q_stride, int rows, int64_t head_dim, float *qp);
-void lp_attn_pack_k_avx2(const float *k, int64_t k_stride, int n, int64_t head_dim, float *kp);
 void lp_attn_qk_avx2_6x16(const float *qp, int rows, const float *kp, int64_t head_dim,
                           float scale, float *s, int64_t ld_s);
 void lp_attn_pv_avx2_6x16(const float *p, int64_t ld_p, int rows, int64_t n_keys, const float *v,

@@ -933,17 +933,10 @@ static float block_max_ref(const float *x, int64_t n, bool *all_finite)
     return max;
 }
 
-static void attn_pack_q_ref(const float *q, int64_t q_stride, int rows, int64_t head_dim,
-                            float *qp)
+static void attn_pack_k_ref(const float *k, int64_t k_stride, int64_t n, int64_t head_dim,
+                            float *kp)
 {
-    for (int r = 0; r < LP_ATTN_MR; r++)
-        for (int64_t d = 0; d < head_dim; d++)
-            qp[d * LP_ATTN_MR + r] = r < rows ? q[r * q_stride + d] : 0.0f;
-}
-
-static void attn_pack_k_ref(const float *k, int64_t k_stride, int n, int64_t head_dim, float *kp)
-{
-    for (int c = 0; c < LP_ATTN_NR; c++)
+    for (int64_t c = 0; c < LP_ATTN_NR; c++)
         for (int64_t d = 0; d < head_dim; d++)
             kp[d * LP_ATTN_NR + c] = c < n ? k[c * k_stride + d] : 0.0f;
 }
