@@ -251,7 +251,7 @@ static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row
         rs->l *= *alpha;
         rs->m = block_max;
     }
-    rs->l += kt->exp_sum(sv, count, rs->m); /* sv now holds the weights exp(s - m) */
+    rs->l += kt->attn_exp_sum(sv, count, rs->m); /* sv now holds the weights exp(s - m) */
 }
 
 /* Scores that are q.k times the scale and nothing else: the tiles whose rows all see a whole

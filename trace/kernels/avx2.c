@@ -789,6 +789,7 @@ const lp_kernel_table lp_kernels_avx2_overrides = {
     .attn_qk = lp_attn_qk_avx2_6x16,
     .attn_pv = lp_attn_pv_avx2_6x16,
     .attn_softmax = lp_attn_softmax_avx2,
+    .attn_exp_sum = lp_attn_exp_sum_avx2,
     .attn_row_probs = lp_attn_row_probs_avx2,
     .sparsity_range = lp_attn_sparsity_range_avx2,
     .sparsity_histogram = lp_attn_sparsity_histogram_avx2,

@@ -89,7 +89,7 @@ typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float
 #define LP_KERNEL_SLOTS(X)                                                                         \
     X(f16_to_f32) X(bf16_to_f32) X(f32_to_f16) X(dot) X(axpy) X(scale) X(scores) X(weighted_sum) X(exp_sum)     \
     X(rmsnorm) X(layernorm) X(softmax) X(silu_mul) X(gelu_mul) X(gelu) X(silu) X(add)             \
-    X(rope_rotate) X(attn_pack_k) X(attn_qk) X(attn_pv) X(attn_softmax) X(attn_row_probs) X(block_max)            \
+    X(rope_rotate) X(attn_pack_k) X(attn_qk) X(attn_pv) X(attn_softmax) X(attn_exp_sum) X(attn_row_probs) X(block_max)            \
     X(sparsity_range) X(sparsity_histogram) X(sparsity_gather) X(stream_fill) X(row_dot_f32)       \
     X(row_dot_f16) X(row_dot_bf16) X(row_dot_q8_0) X(row_dot_q4_k) X(row_dot_mxfp4)                \
     X(row_dot_q8_0_i8) X(row_dot_q4_k_i8) X(row_dot_mxfp4_i8)
@@ -156,6 +156,10 @@ typedef struct lp_kernel_table {
      * its bit (1 << r) set in the result. */
     unsigned (*attn_softmax)(float *s, int64_t ld_s, int rows, int64_t n, float *m, float *l,
                              float *alpha);
+    /* x[j] = exp(x[j] - max) for j < n, LP_ATTN_EXP_MIN-flushed; returns their sum. The same
+     * exp and summation order as one row of attn_softmax, bit for bit, so a row's result does
+     * not depend on whether its block went row by row (a tile cut by the diagonal) or fused. */
+    float (*attn_exp_sum)(float *x, int64_t n, float max);
     /* The probabilities of one row from its kept scores, in place, with the sums its statistics
      * need: for j < n (keys j0 + j of a query at position pos, every s[j] <= m, finite),
      *   s[j] = exp(s[j] - m) * inv_l   (exp LP_ATTN_EXP_MIN-flushed, as attn_softmax's)
@@ -379,6 +383,7 @@ void lp_attn_pv_avx2_6x16(const float *p, int64_t ld_p, int rows, int64_t n_keys
                           int64_t v_dim);
 unsigned lp_attn_softmax_avx2(float *s, int64_t ld_s, int rows, int64_t n, float *m, float *l,
                               float *alpha);
+float lp_attn_exp_sum_avx2(float *x, int64_t n, float max);
 float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite);
 void lp_attn_stream_fill_avx2(float *dst, const float *src, int64_t n);
 void lp_attn_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n);

@@ -993,6 +993,16 @@ static unsigned attn_softmax_ref(float *s, int64_t ld_s, int rows, int64_t n, fl
     return bad;
 }
 
+static float attn_exp_sum_ref(float *x, int64_t n, float max)
+{
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        x[j] = attn_exp1(x[j] - max);
+        sum += x[j];
+    }
+    return sum;
+}
+
 static void stream_fill_ref(float *dst, const float *src, int64_t n)
 {
     if (n <= 0)
