@@ -97,15 +97,18 @@ static void scale_ref(float *y, float a, int64_t n)
         y[i] *= a;
 }
 
-static float exp_sum_ref(float *x, int64_t n, float max)
+/* x[i] = exp_fn(x[i] - max) in place, summed in order: exp_sum's and attn_exp_sum's twins. */
+static float exp_sum_by(float *x, int64_t n, float max, float (*exp_fn)(float))
 {
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
+        x[i] = exp_fn(x[i] - max);
         sum += x[i];
     }
     return sum;
 }
+
+static float exp_sum_ref(float *x, int64_t n, float max) { return exp_sum_by(x, n, max, expf); }
 
 static void scores_ref(const float *q, const float *k, int64_t k_stride, int64_t n_keys,
                        int64_t head_dim, float scale, float *s)
@@ -995,12 +998,7 @@ static unsigned attn_softmax_ref(float *s, int64_t ld_s, int rows, int64_t n, fl
 
 static float attn_exp_sum_ref(float *x, int64_t n, float max)
 {
-    float sum = 0.0f;
-    for (int64_t j = 0; j < n; j++) {
-        x[j] = attn_exp1(x[j] - max);
-        sum += x[j];
-    }
-    return sum;
+    return exp_sum_by(x, n, max, attn_exp1);
 }
 
 static void stream_fill_ref(float *dst, const float *src, int64_t n)
