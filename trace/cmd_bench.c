@@ -309,7 +309,8 @@ static bool want_everything(void *ctx, const lp_site *site)
  * map_blob), so the probes' figure counts reading the map back. */
 typedef struct map_sink {
     uint16_t *f16;
-    size_t cap; /* elements */
+    size_t cap;   /* elements */
+    lp_pool *pool; /* the pass's threads, as `loupe trace` hands the store */
 } map_sink;
 
 static map_sink bench_maps;
@@ -328,8 +329,7 @@ static lp_status observe_like_store(void *ctx, const lp_site *site, const lp_vie
         if (!sink->f16)
             return lp_error_set(err, LP_ERR_NOMEM, "bench: out of memory for a map");
     }
-    for (int64_t r = 0; r < view->rows; r++)
-        lp_f32_to_f16_row(view->data + r * view->stride, sink->f16 + r * view->cols, view->cols);
+    lp_f32_to_f16_rows(view->data, view->stride, view->rows, view->cols, sink->f16, sink->pool);
     return LP_OK;
 }
 
@@ -457,6 +457,7 @@ static lp_status timer_init(pass_timer *pt, lp_pool *pool, probe_mode probes, in
     }
     lp_forward_opts_init(&pt->opts);
     pt->opts.pool = pool;
+    bench_maps.pool = pool;
     pt->opts.observer = probes != PROBES_OFF ? &everything : NULL;
     pt->opts.skip_sparsity = probes == PROBES_NO_SPARSITY;
     pt->opts.logits_last_only = true;

@@ -448,6 +448,7 @@ static lp_status begin_record(leak_job *j, const leak_opts *o, lp_error *err)
     lp_store_opts sopts;
     lp_store_opts_init(&sopts);
     sopts.maps = (lp_maps_dtype)o->maps;
+    sopts.pool = j->pool;
     lp_run_info info = lp_run_info_for_model("leak", j->model_path, j->model, j->in.text,
                                              j->in.ids, (int64_t)j->in.n_ids, j->in.tokenizer,
                                              (int)o->threads);

@@ -339,6 +339,7 @@ static void store_opts_of(const trace_job *j, const trace_opts *o, lp_store_opts
                    : o->generate == 0 && o->top_k > 0 ? o->top_k
                                                       : 5;
     sopts->local_window = o->local_window;
+    sopts->pool = j->pool;
 }
 
 static lp_status record(trace_job *j, const trace_opts *o, tee_ctx *tee, int64_t *run_id,

@@ -1355,6 +1355,39 @@ static void test_attention_f16_maps(void **state)
     free(want);
 }
 
+/* lp_f32_to_f16_rows (a map converted by the pool's threads, as the store does): a strided
+ * source of rows x cols, row counts below, at and past the thread count and not a multiple of
+ * it, each element the bits lp_f32_to_f16 gives and nothing written past rows x cols. */
+static void test_attention_f16_map_rows(void **state)
+{
+    (void)state;
+    enum { COLS = 37, STRIDE = 41, MAX_ROWS = 11 };
+    float *src = malloc(MAX_ROWS * STRIDE * sizeof *src);
+    uint16_t *got = malloc((MAX_ROWS * COLS + 8) * sizeof *got);
+    assert_true(src && got);
+    for (int64_t i = 0; i < MAX_ROWS * STRIDE; i++)
+        src[i] = (i % STRIDE) < COLS ? (float)(i % 97) / 96.0f - 0.01f : NAN;
+    for (int threads = 1; threads <= 3; threads++) {
+        lp_pool *pool = NULL;
+        if (threads > 1)
+            assert_int_equal(lp_pool_create(threads, &pool, NULL), LP_OK);
+        static const int64_t row_counts[] = {0, 1, 2, 3, 7, MAX_ROWS};
+        for (size_t ri = 0; ri < sizeof row_counts / sizeof *row_counts; ri++) {
+            int64_t rows = row_counts[ri];
+            memset(got, 0xff, (MAX_ROWS * COLS + 8) * sizeof *got);
+            lp_f32_to_f16_rows(src, STRIDE, rows, COLS, got, pool);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = 0; c < COLS; c++)
+                    assert_int_equal(got[r * COLS + c], lp_f32_to_f16(src[r * STRIDE + c]));
+            for (int64_t i = rows * COLS; i < MAX_ROWS * COLS + 8; i++)
+                assert_true(got[i] == 0xffffu);
+        }
+        lp_pool_destroy(pool);
+    }
+    free(src);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1374,6 +1407,7 @@ int main(void)
         cmocka_unit_test(test_attention_sparsity_sweeps),
         cmocka_unit_test(test_attention_bare_pass),
         cmocka_unit_test(test_attention_f16_maps),
+        cmocka_unit_test(test_attention_f16_map_rows),
         cmocka_unit_test(test_attention_pack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -488,6 +488,29 @@ void lp_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n)
     lp_kernels_table()->f32_to_f16(src, dst, n);
 }
 
+typedef struct f16_rows_job {
+    const lp_kernel_table *kt;
+    const float *src;
+    int64_t src_stride, rows, cols, parts;
+    uint16_t *dst;
+} f16_rows_job;
+
+static void f16_rows_part(void *ctx, int64_t part)
+{
+    const f16_rows_job *j = ctx;
+    for (int64_t r = j->rows * part / j->parts; r < j->rows * (part + 1) / j->parts; r++)
+        j->kt->f32_to_f16(j->src + r * j->src_stride, j->dst + r * j->cols, j->cols);
+}
+
+void lp_f32_to_f16_rows(const float *src, int64_t src_stride, int64_t rows, int64_t cols,
+                        uint16_t *dst, lp_pool *pool)
+{
+    int64_t threads = lp_pool_threads(pool);
+    f16_rows_job job = {lp_kernels_table(), src, src_stride, rows, cols,
+                        rows < threads ? rows : threads, dst};
+    lp_pool_run(pool, job.parts, f16_rows_part, &job);
+}
+
 void lp_attention(const lp_attn_args *a)
 {
     att_call c = {.kt = lp_kernels_table(), .a = a, .n_heads = lp_attn_group_size(a)};

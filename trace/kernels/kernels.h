@@ -131,6 +131,11 @@ void lp_attn_row_sparsity_sorted(float *p, int64_t n, lp_attn_row_stats *st);
 
 /* dst[i] = lp_f32_to_f16(src[i]) for i < n, vectorised where the ISA converts (the f16 maps). */
 void lp_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n);
+/* rows x cols of src (row stride src_stride) into dst [rows, cols] the same way, the rows split
+ * over the pool's threads: a T x T map is read once at memory speed instead of by one core while
+ * the others wait (serial when pool is NULL or the caller is one of its workers). */
+void lp_f32_to_f16_rows(const float *src, int64_t src_stride, int64_t rows, int64_t cols,
+                        uint16_t *dst, lp_pool *pool);
 
 /* One attention head. q: [n_q, head_dim] f32 with row stride q_stride; k: [n_k, head_dim] and
  * v: [n_k, v_dim] in kv_dtype (f32, f16 or bf16; converted to f32 as blocks are loaded) with row

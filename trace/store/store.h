@@ -60,6 +60,9 @@ typedef struct lp_store_opts {
      * pass's own. Maps are then [seq_len, seq_len], filled row by row as each call's rows arrive
      * (view->row0 on), and head statistics cover every row of every call. */
     int64_t seq_len;
+    /* Threads that convert each map to f16 before it is bound (the forward's pool, idle while
+     * the observer runs); NULL = the observer's thread alone. */
+    lp_pool *pool;
 } lp_store_opts;
 
 void lp_store_opts_init(lp_store_opts *opts);

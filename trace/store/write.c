@@ -573,14 +573,12 @@ static lp_status map_blob(lp_store *s, const lp_view *v, const void **blob, uint
             return lp_error_set(err, LP_ERR_NOMEM, "%s: out of memory for a %lldx%lld map",
                                 s->path, (long long)v->rows, (long long)v->cols);
     }
-    for (int64_t r = 0; r < v->rows; r++) {
-        const float *row = v->data + r * v->stride;
-        if (elem == 4) {
-            memcpy((float *)(void *)s->f16 + r * v->cols, row, (size_t)v->cols * 4);
-        } else {
-            lp_f32_to_f16_row(row, s->f16 + r * v->cols, v->cols);
-        }
-    }
+    if (elem == 2)
+        lp_f32_to_f16_rows(v->data, v->stride, v->rows, v->cols, s->f16, s->opts.pool);
+    else
+        for (int64_t r = 0; r < v->rows; r++)
+            memcpy((float *)(void *)s->f16 + r * v->cols, v->data + r * v->stride,
+                   (size_t)v->cols * 4);
     *blob = s->f16;
     *bytes = n * elem;
     return LP_OK;
