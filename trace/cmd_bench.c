@@ -1188,7 +1188,8 @@ static lp_status decode_step(const decode_model *dm, float *buf, lp_pool *pool, 
         size_t kv_layer = (size_t)2 * TL_KV_HEADS * DEC_CTX * TL_HEAD_DIM;
         decode_heads heads = {q, dm->kv + l * kv_layer, dm->kv + l * kv_layer + kv_layer / 2,
                               att, lp_mask_causal(1, DEC_CTX)};
-        /* grouped as generation groups them (lp_fw_linear_group): q|k|v, gate|up */
+        /* grouped as generation groups them (lp_fw_linear_group calls lp_matvec_group): q|k|v,
+         * gate|up */
         lp_matvec_part qkv[3] = {{&w[0], NULL, q}, {&w[1], NULL, k}, {&w[2], NULL, v}};
         lp_matvec_part gate_up[2] = {{&w[4], NULL, gate}, {&w[5], NULL, up}};
         if ((st = lp_matvec_group(x, qkv, 3, int8_x, pool, err)))

@@ -209,7 +209,9 @@ lp_status lp_model_unembed(const lp_model *model, const float *x, int64_t rows, 
                            float *logits, lp_error *err);
 
 /* Run the pass. Token ids must be < vocab_size and n_tokens <= a bound derived from the arch
- * (learned position tables) and memory; violations are LP_ERR_RANGE naming the value. */
+ * (learned position tables) and memory; violations are LP_ERR_RANGE naming the value. The last
+ * pass's scratch (lp_forward_scratch_bytes, maps included) is kept for the next one, so repeated
+ * passes do not page-fault it in again; the process holds it until it exits. */
 lp_status lp_forward(const lp_model *model, const lp_batch *batch, const lp_forward_opts *opts,
                      lp_error *err);
 

@@ -127,8 +127,8 @@ const float *lp_fw_block_input(lp_fw_pass *p, const lp_norm_weights *nw);
 lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const lp_matrix *w,
                        const float *bias, float *y);
 void lp_fw_pool_or_serial(lp_pool *pool, int64_t n, void (*fn)(void *, int64_t), void *ctx);
-/* Several matrices applied to the same input x: for one row (a decode step) with a pool, one
- * pool run over the rows of all of them; otherwise lp_fw_linear on each in turn. */
+/* Several matrices applied to the same input x: for one row (a decode step), lp_matvec_group (one
+ * pool run over the rows of all of them, x quantized once); otherwise lp_fw_linear on each. */
 typedef struct lp_fw_linear_part {
     const lp_matrix *w;
     const float *bias; /* or NULL */

@@ -301,12 +301,10 @@ lp_status lp_fw_linear(const lp_fw_pass *p, const float *x, int64_t rows, const 
     return lp_linear(x, rows, w, bias, y, p->pool, p->err);
 }
 
-/* Matrix-vector products in one pool run: the decode step's matrices that read the same input
- * (q, k, v; gate, up), and a batch's few last-position rows against the LM head. The pool's
- * threads split the rows of all the matrices, so a step wakes the workers once per group instead
- * of once per matrix; with several inputs each thread walks its rows a cache-sized slice at a
- * time through every input, so the weights are read from memory once however many inputs there
- * are. Each result is lp_matvec's dot product of one weight row and one input, so the results
+/* A batch's few last-position rows against one matrix (the LM head, OPT's project_out) in one
+ * pool run (one row goes to lp_matvec_group instead): each thread walks its rows a cache-sized
+ * slice at a time through every input, so the weights are read from memory once however many
+ * inputs there are. Each result is lp_matvec's dot product of one weight row and one input, so the results
  * are those of separate single-row calls bit for bit. */
 enum { GROUP_MAX_TASKS = 64, GROUP_SLICE_BYTES = 128 << 10 };
 
@@ -405,12 +403,17 @@ static lp_status run_group(const lp_fw_pass *p, const float *x, int64_t n_x,
     return st;
 }
 
+/* One row (a decode step): lp_matvec_group, one pool run over all the matrices with x prepared
+ * once, each y what lp_fw_linear gives it alone. */
 lp_status lp_fw_linear_group(const lp_fw_pass *p, const float *x, int64_t rows,
                              const lp_fw_linear_part *parts, int n_parts)
 {
-    int threads = p->pool ? lp_pool_threads(p->pool) : 1;
-    if (rows == 1 && threads > 1 && matvec_parts(parts, n_parts))
-        return run_group(p, x, 1, parts, n_parts);
+    if (rows == 1 && n_parts <= LP_MATVEC_MAX_PARTS && matvec_parts(parts, n_parts)) {
+        lp_matvec_part mparts[LP_MATVEC_MAX_PARTS];
+        for (int i = 0; i < n_parts; i++)
+            mparts[i] = (lp_matvec_part){parts[i].w, parts[i].bias, parts[i].y};
+        return lp_matvec_group(x, mparts, n_parts, p->opts->int8_activations, p->pool, p->err);
+    }
     lp_status st = LP_OK;
     for (int i = 0; i < n_parts && st == LP_OK; i++)
         st = lp_fw_linear(p, x, rows, parts[i].w, parts[i].bias, parts[i].y);

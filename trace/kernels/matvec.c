@@ -1,8 +1,9 @@
-/* lp_linear's weight checks, and lp_matvec: one vector times a weight matrix read in its stored format (decode's step). The
- * row kernels (row_dot_* in the dispatch table) widen each block to f32 in registers, so the
- * weights are streamed once and never copied; the pool's threads take the rows chunk by chunk
- * from one counter, over every matrix of a group (lp_matvec_group: q|k|v, gate|up) in one run. lp_matvec_int8 quantizes x to int8 once instead and takes the row_dot_*_i8 kernels
- * for Q8_0 / Q4_K / MXFP4 (trace/README.md, "int8 activations"). */
+/* lp_linear's weight checks, and lp_matvec: one vector times a weight matrix read in its stored
+ * format (decode's step). The row kernels (row_dot_* in the dispatch table) widen each block to
+ * f32 in registers, so the weights are streamed once and never copied; the pool's threads take
+ * the rows chunk by chunk, over every matrix of a group (lp_matvec_group: q|k|v, gate|up) in one
+ * run. lp_matvec_int8 quantizes x to int8 once instead and takes the row_dot_*_i8 kernels for
+ * Q8_0 / Q4_K / MXFP4 (trace/README.md, "int8 activations"). */
 #include "trace/kernels/kernels.h"
 
 #include <math.h>
