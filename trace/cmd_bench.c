@@ -1158,17 +1158,21 @@ typedef struct decode_heads {
     lp_mask_spec mask;
 } decode_heads;
 
-static void decode_head(void *ctx, int64_t head)
+/* The query heads of KV group g against its cache, in one call (as generation's attention
+ * sublayer runs them: each cached block is read once for the group's heads). */
+static void decode_group(void *ctx, int64_t g)
 {
     const decode_heads *d = ctx;
-    int64_t g = head / (TL_HEADS / TL_KV_HEADS);
-    lp_attn_args a = {.q = d->q + head * TL_HEAD_DIM,
+    enum { GROUP = TL_HEADS / TL_KV_HEADS };
+    lp_attn_args a = {.q = d->q + g * GROUP * TL_HEAD_DIM,
                       .k = d->k + g * DEC_CTX * TL_HEAD_DIM,
                       .v = d->v + g * DEC_CTX * TL_HEAD_DIM,
-                      .out = d->out + head * TL_HEAD_DIM, .n_q = 1, .n_k = DEC_CTX,
+                      .out = d->out + g * GROUP * TL_HEAD_DIM, .n_q = 1, .n_k = DEC_CTX,
                       .head_dim = TL_HEAD_DIM, .v_dim = TL_HEAD_DIM, .q_stride = TL_HIDDEN,
                       .k_stride = TL_HEAD_DIM, .v_stride = TL_HEAD_DIM, .out_stride = TL_HIDDEN,
-                      .scale = 0.125f, .mask = &d->mask, .kv_dtype = LP_DTYPE_F16};
+                      .scale = 0.125f, .mask = &d->mask, .kv_dtype = LP_DTYPE_F16,
+                      .n_group = GROUP, .q_head_stride = TL_HEAD_DIM,
+                      .out_head_stride = TL_HEAD_DIM};
     lp_attention(&a);
 }
 
@@ -1194,7 +1198,7 @@ static lp_status decode_step(const decode_model *dm, float *buf, lp_pool *pool, 
         lp_matvec_part gate_up[2] = {{&w[4], NULL, gate}, {&w[5], NULL, up}};
         if ((st = lp_matvec_group(x, qkv, 3, int8_x, pool, err)))
             break;
-        lp_pool_run(pool, TL_HEADS, decode_head, &heads);
+        lp_pool_run(pool, TL_KV_HEADS, decode_group, &heads);
         if ((st = matvec(att, &w[3], NULL, o, pool, err)))
             break;
         lp_add(x, o, TL_HIDDEN);

@@ -176,7 +176,9 @@ static attn_errors compare_run(const attn_case *tc, const lp_attn_args *a, const
         }
         if (a->probs) /* 1 for visible rows (less the sink's mass), 0 when fully masked */
             assert_true(fabs(row + w->sink[i] - (w->sink[i] > 0.0 || row > 0.0 ? 1.0 : 0.0)) <= 1e-5);
-        double se = stats_error(tc, a->mask, w, &a->row_stats[i], i, a->local_window);
+        double se = a->row_stats ? stats_error(tc, a->mask, w, &a->row_stats[i], i,
+                                               a->local_window)
+                                 : 0.0;
         if (!(se <= e.stat))
             e.stat = se;
     }
@@ -212,16 +214,18 @@ static void run_attention_case(const attn_case *tc, void (*fn)(const lp_attn_arg
                    malloc((size_t)(tc->n_q + 1) * sizeof(double))};
     assert_true(w.out && w.p && w.sink);
     naive_attention(&a, k.decoded, v.decoded, w.out, w.p, w.sink);
-    for (int with_probs = 0; with_probs < 2; with_probs++) {
+    /* probes 0: output only (heads of n_q <= LP_ATTN_DECODE_MAX_ROWS take the decode path),
+     * 1: with statistics, 2: with probabilities too */
+    for (int probes = 0; probes < 3; probes++) {
         a.out = nan_array(tc->n_q * out_stride);
-        a.probs = with_probs ? nan_array(tc->n_q * tc->n_k) : NULL;
-        a.row_stats = malloc((size_t)(tc->n_q + 1) * sizeof *a.row_stats);
-        assert_non_null(a.row_stats);
+        a.probs = probes == 2 ? nan_array(tc->n_q * tc->n_k) : NULL;
+        a.row_stats = probes ? malloc((size_t)(tc->n_q + 1) * sizeof *a.row_stats) : NULL;
+        assert_true(!probes || a.row_stats);
         fn(&a);
         attn_errors e = compare_run(tc, &a, &w);
-        printf("attention %-16s %-5s %-4s probs=%d: worst |out| %.1e (budget 2e-6), |p| %.1e "
+        printf("attention %-16s %-5s %-4s probes=%d: worst |out| %.1e (budget 2e-6), |p| %.1e "
                "(1e-6), stats %.1e (5e-5)\n",
-               tc->name, fn_name, lp_isa_name(lp_kernels_isa()), with_probs, e.out, e.p, e.stat);
+               tc->name, fn_name, lp_isa_name(lp_kernels_isa()), probes, e.out, e.p, e.stat);
         assert_true(e.out <= 2e-6);
         assert_true(e.p <= 1e-6);
         assert_true(e.stat <= 5e-5);
@@ -276,6 +280,17 @@ static const attn_case basic_cases[] = {
     {"hd256-77",         77,  77,  256, 256, 0, true, 0, 0, 0.0f, 0.0625f, -1, 0.0f, false, 0, 0},
     {"hd128-chunk-f16",  29,  157, 128, 128, 0, true, 0, 0, 0.0f, 0.0884f, 101, 0.0f, false, 0, F16},
     {"hd64-all-bf16",    70,  70,  64, 64, 20, true,  5, 3, 30.0f, 0.125f, -1, 0.05f, true, 2.0f, BF16},
+    /* the decode path's shapes (n_q <= LP_ATTN_DECODE_MAX_ROWS without probes): keys past one
+     * chunk (4096 / head_dim keys), chunks cut by the window, padding, MLA's widths */
+    {"dec-hd128-f16",    1,   700, 128, 128, 0, true, 0, 0, 0.0f, 0.0884f, -1, 0.0f, false, 0, F16},
+    {"dec-hd256-bf16",   2,   300, 256, 256, 0, true, 0, 0, 30.0f, 0.0625f, -1, 0.0f, true, 1.0f, BF16},
+    {"dec-hd80-window",  4,   500, 80, 80, 70, true,  0, 0, 0.0f, 0.1118f, -1, 0.05f, false, 0, 0},
+    {"dec-hd96-chunk",   3,   260, 96, 96, 0,  true,  0, 0, 0.0f, 0.102f,  180, 0.0f, false, 0, F16},
+    {"dec-pad",          3,   40,  16, 16, 0,  true,  5, 2, 0.0f, 0.25f,   -1, 0.0f, false, 0, 0},
+    {"dec-pad-sink",     2,   12,  16, 16, 0,  true,  3, 0, 0.0f, 0.25f,   -1, 0.0f, true, -0.5f, 0},
+    {"dec-empty-sink",   2,   12,  16, 16, 0,  true,  3, 2, 0.0f, 0.25f,   -1, 0.0f, true, -0.5f, 0},
+    {"dec-mla",          1,   150, 576, 512, 0, true, 0, 0, 0.0f, 0.0417f, -1, 0.0f, false, 0, BF16},
+    {"dec-odd-dim",      1,   99,  20, 12, 9,  true,  0, 0, 2.0f, 0.5f,    -1, 0.1f, true, 0.5f, F16},
 };
 
 static void test_attention_cases(void **state)
@@ -418,6 +433,10 @@ static const gqa_case gqa_cases[] = {
     {"gqa8-hd128-f16", 70, 70, 128, 8, 20, false, false, F16},
     {"gqa4-hd96-bf16", 9, 100, 96, 4, 0, true, true, BF16},
     {"mqa16-hd80", 47, 47, 80, 16, 0, true, false, 0},
+    /* decode steps (the decode path when unprobed): one row of 8 or 16 heads over a cache */
+    {"dec-gqa8-hd64-f16", 1, 530, 64, 8, 0, false, false, F16},
+    {"dec-gqa4-hd128-sink", 2, 333, 128, 4, 100, true, true, BF16},
+    {"dec-mqa16-hd80", 1, 95, 80, 16, 0, true, false, 0},
 };
 
 static void run_gqa_case(const gqa_case *gc)
@@ -445,8 +464,9 @@ static void run_gqa_case(const gqa_case *gc)
     int n_isas = available_isas(isas);
     for (int si = 0; si < n_isas; si++) {
         assert_true(lp_kernels_set_isa(isas[si]));
-        for (int fi = 0; fi < 2; fi++) {
-            void (*fn)(const lp_attn_args *) = fi ? lp_attention_ref : lp_attention;
+        for (int fi = 0; fi < 4; fi++) { /* tiled, ref; each probed (1, 0) and unprobed (3, 2) */
+            void (*fn)(const lp_attn_args *) = fi % 2 ? lp_attention_ref : lp_attention;
+            bool probed = fi < 2;
             float *outs[2], *probs[2];
             lp_attn_row_stats *st[2];
             for (int split = 0; split < 2; split++) { /* 0: the group in one call, 1: per head */
@@ -456,8 +476,8 @@ static void run_gqa_case(const gqa_case *gc)
                 assert_non_null(st[split]);
                 lp_attn_args call = a;
                 call.out = outs[split];
-                call.probs = probs[split];
-                call.row_stats = st[split];
+                call.probs = probed ? probs[split] : NULL;
+                call.row_stats = probed ? st[split] : NULL;
                 if (!split) {
                     fn(&call);
                     continue;
@@ -471,8 +491,8 @@ static void run_gqa_case(const gqa_case *gc)
             for (int64_t g = 0; g < G; g++) {
                 lp_attn_args call = a;
                 call.out = outs[0];
-                call.probs = probs[0];
-                call.row_stats = st[0];
+                call.probs = probed ? probs[0] : NULL;
+                call.row_stats = probed ? st[0] : NULL;
                 lp_attn_args head = lp_attn_group_head(&call, g);
                 tc.alibi = head.alibi_slope;
                 attn_want w = {malloc((size_t)(gc->n_q * hd) * sizeof(double)),
@@ -488,16 +508,19 @@ static void run_gqa_case(const gqa_case *gc)
                 free(w.p);
                 free(w.sink);
             }
-            printf("attention %-16s %-5s %-4s group %2lld: worst |out| %.1e (budget 2e-6), |p| "
-                   "%.1e (1e-6), stats %.1e (5e-5); equal to one call per head\n",
-                   gc->name, fi ? "ref" : "tiled", lp_isa_name(lp_kernels_isa()), (long long)G,
-                   worst.out, worst.p, worst.stat);
+            printf("attention %-19s %-5s %-4s group %2lld probes=%d: worst |out| %.1e (budget "
+                   "2e-6), |p| %.1e (1e-6), stats %.1e (5e-5); equal to one call per head\n",
+                   gc->name, fi % 2 ? "ref" : "tiled", lp_isa_name(lp_kernels_isa()),
+                   (long long)G, probed, worst.out, worst.p, worst.stat);
             assert_true(worst.out <= 2e-6);
             assert_true(worst.p <= 1e-6);
             assert_true(worst.stat <= 5e-5);
             assert_memory_equal(outs[0], outs[1], (size_t)(G * gc->n_q * out_stride) * sizeof(float));
-            assert_memory_equal(probs[0], probs[1], (size_t)(G * gc->n_q * gc->n_k) * sizeof(float));
-            assert_memory_equal(st[0], st[1], (size_t)(G * gc->n_q) * sizeof **st);
+            if (probed) {
+                assert_memory_equal(probs[0], probs[1],
+                                    (size_t)(G * gc->n_q * gc->n_k) * sizeof(float));
+                assert_memory_equal(st[0], st[1], (size_t)(G * gc->n_q) * sizeof **st);
+            }
             for (int t = 0; t < 2; t++) {
                 free(outs[t]);
                 free(probs[t]);

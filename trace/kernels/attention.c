@@ -187,19 +187,6 @@ static void tile_scores(const att_call *c, const float *qp, int rows, int64_t kb
                        S + p * LP_ATTN_NR, ATT_BK);
 }
 
-/* Softcap and ALiBi on the scores s[0 .. n) of keys j0 .. j0 + n for a query at pos. */
-static void finish_scores(const lp_attn_args *a, float *s, int64_t j0, int64_t n, int64_t pos)
-{
-    if (a->softcap > 0.0f) {
-        float inv = 1.0f / a->softcap;
-        for (int64_t j = 0; j < n; j++)
-            s[j] = a->softcap * tanhf(s[j] * inv);
-    }
-    if (a->alibi_slope != 0.0f)
-        for (int64_t j = 0; j < n; j++)
-            s[j] += a->alibi_slope * (float)(j0 + j - pos);
-}
-
 /* Row r of the query block starting at q0: its visible keys, position and empty accumulators;
  * its output row is zeroed. */
 static void row_init(const lp_attn_args *a, int64_t i, row_state *rs)
@@ -235,7 +222,7 @@ static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row
     float *sv = s + (j0 - kb);
     memset(s, 0, (size_t)(j0 - kb) * sizeof *s);
     memset(s + (j1 - kb), 0, (size_t)(kb + kn - j1) * sizeof *s);
-    finish_scores(a, sv, j0, count, rs->pos);
+    lp_attn_finish_scores(a, sv, j0, count, rs->pos);
     bool finite;
     float block_max = kt->block_max(sv, count, &finite);
     if (!finite) {
@@ -513,6 +500,10 @@ void lp_f32_to_f16_rows(const float *src, int64_t src_stride, int64_t rows, int6
 
 void lp_attention(const lp_attn_args *a)
 {
+    if (lp_attention_decode_applies(a)) {
+        lp_attention_decode(a);
+        return;
+    }
     att_call c = {.kt = lp_kernels_table(), .a = a, .n_heads = lp_attn_group_size(a)};
     lp_attn_rows(a, &c.row_begin, &c.row_end);
     /* the keys any computed row sees */

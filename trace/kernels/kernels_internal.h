@@ -318,6 +318,28 @@ static inline lp_attn_args lp_attn_group_head(const lp_attn_args *a, int64_t g)
     return h;
 }
 
+/* Softcap and ALiBi on the scores s[0 .. n) of keys j0 .. j0 + n for a query at pos (both
+ * attention paths apply them after scale * q.k). */
+static inline void lp_attn_finish_scores(const lp_attn_args *a, float *s, int64_t j0, int64_t n,
+                                         int64_t pos)
+{
+    if (a->softcap > 0.0f) {
+        float inv = 1.0f / a->softcap;
+        for (int64_t j = 0; j < n; j++)
+            s[j] = a->softcap * tanhf(s[j] * inv);
+    }
+    if (a->alibi_slope != 0.0f)
+        for (int64_t j = 0; j < n; j++)
+            s[j] += a->alibi_slope * (float)(j0 + j - pos);
+}
+
+/* attention_decode.c: heads of at most this many query rows (n_q), called without
+ * probabilities or row statistics, skip the blocked path's packing (a decode step reads each
+ * key once; at 4 rows both paths cost about the same). */
+enum { LP_ATTN_DECODE_MAX_ROWS = 4 };
+bool lp_attention_decode_applies(const lp_attn_args *a);
+void lp_attention_decode(const lp_attn_args *a);
+
 /* Element d of row j of a K or V matrix (row stride in elements) as f32. */
 static inline float lp_attn_kv_at(lp_dtype dt, const void *base, int64_t stride, int64_t j,
                                   int64_t d)
