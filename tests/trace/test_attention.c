@@ -426,17 +426,21 @@ typedef struct gqa_case {
     int64_t n_q, n_k, head_dim, group, window;
     bool per_head_alibi, has_sink;
     lp_dtype kv;
+    bool per_head_sink; /* with has_sink: each head its own logit (gpt-oss), else one for all */
 } gqa_case;
 
 static const gqa_case gqa_cases[] = {
-    {"gqa4-hd64-133", 133, 133, 64, 4, 0, false, false, 0},
-    {"gqa8-hd128-f16", 70, 70, 128, 8, 20, false, false, F16},
-    {"gqa4-hd96-bf16", 9, 100, 96, 4, 0, true, true, BF16},
-    {"mqa16-hd80", 47, 47, 80, 16, 0, true, false, 0},
+    {"gqa4-hd64-133", 133, 133, 64, 4, 0, false, false, 0, false},
+    {"gqa8-hd128-f16", 70, 70, 128, 8, 20, false, false, F16, false},
+    {"gqa4-hd96-bf16", 9, 100, 96, 4, 0, true, true, BF16, false},
+    {"mqa16-hd80", 47, 47, 80, 16, 0, true, false, 0, false},
     /* decode steps (the decode path when unprobed): one row of 8 or 16 heads over a cache */
-    {"dec-gqa8-hd64-f16", 1, 530, 64, 8, 0, false, false, F16},
-    {"dec-gqa4-hd128-sink", 2, 333, 128, 4, 100, true, true, BF16},
-    {"dec-mqa16-hd80", 1, 95, 80, 16, 0, true, false, 0},
+    {"dec-gqa8-hd64-f16", 1, 530, 64, 8, 0, false, false, F16, false},
+    {"dec-gqa4-hd128-sink", 2, 333, 128, 4, 100, true, true, BF16, false},
+    {"dec-mqa16-hd80", 1, 95, 80, 16, 0, true, false, 0, false},
+    /* gpt-oss's shape: a sink logit per query head, sliding window, prefill and decode */
+    {"gqa8-sinks-hd64", 90, 90, 64, 8, 32, false, true, BF16, true},
+    {"dec-gqa8-sinks", 1, 200, 64, 8, 128, false, true, BF16, true},
 };
 
 static void run_gqa_case(const gqa_case *gc)
@@ -444,9 +448,11 @@ static void run_gqa_case(const gqa_case *gc)
     const int64_t G = gc->group, hd = gc->head_dim, q_stride = G * hd + 3, out_stride = hd + 2;
     float *q = rnd_array(gc->n_q * q_stride);
     kv_store k = make_kv(gc->kv, gc->n_k * hd), v = make_kv(gc->kv, gc->n_k * hd);
-    float slopes[16];
-    for (int64_t g = 0; g < G; g++)
+    float slopes[16], sinks[16];
+    for (int64_t g = 0; g < G; g++) {
         slopes[g] = 0.5f / (float)(g + 1);
+        sinks[g] = 2.0f - 0.6f * (float)g; /* from above the scores to below them */
+    }
     lp_mask_spec mask = lp_mask_causal(gc->n_q, gc->n_k);
     mask.window = gc->window;
     attn_case tc = {gc->name, gc->n_q, gc->n_k, hd, hd, gc->window, true, 0, 0, 0.0f, 0.1f,
@@ -459,6 +465,7 @@ static void run_gqa_case(const gqa_case *gc)
         .q_head_stride = hd, .out_head_stride = gc->n_q * out_stride,
         .probs_head_stride = gc->n_q * gc->n_k, .stats_head_stride = gc->n_q,
         .alibi_slopes = gc->per_head_alibi ? slopes : NULL,
+        .sink_logits = gc->per_head_sink ? sinks : NULL,
     };
     lp_isa isas[LP_ISA_COUNT];
     int n_isas = available_isas(isas);
@@ -495,6 +502,8 @@ static void run_gqa_case(const gqa_case *gc)
                 call.row_stats = probed ? st[0] : NULL;
                 lp_attn_args head = lp_attn_group_head(&call, g);
                 tc.alibi = head.alibi_slope;
+                /* naive's sink from the case itself, not from lp_attn_group_head */
+                head.sink_logit = gc->per_head_sink ? sinks[g] : tc.sink;
                 attn_want w = {malloc((size_t)(gc->n_q * hd) * sizeof(double)),
                                malloc((size_t)(gc->n_q * gc->n_k) * sizeof(double)),
                                malloc((size_t)gc->n_q * sizeof(double))};

@@ -58,6 +58,7 @@ static void run_head(void *ctx, int64_t task)
         .n_group = ht->heads_per_task, .q_head_stride = h->q_step, .out_head_stride = h->v_dim,
         .probs_head_stride = p->plan.slot_stride, .stats_head_stride = T,
         .alibi_slopes = m->alibi_slopes ? m->alibi_slopes + head : NULL,
+        .sink_logits = h->sinks ? h->sinks + head : NULL,
         .has_sink = h->sinks != NULL, .sink_logit = h->sinks ? h->sinks[head] : 0.0f,
     };
     lp_attention(&args);
@@ -266,9 +267,9 @@ static lp_status run_seq_heads(lp_fw_pass *p, int l, const lp_fw_heads *heads)
         group = 1;
     for (int h0 = 0; h0 < a->n_heads; h0 += (int)group) {
         int64_t n = a->n_heads - h0 < group ? a->n_heads - h0 : group;
-        /* the kernel takes one sink logit per call: heads with their own sinks go one by one */
+        /* a group's heads share each packed K/V block (their sink logits go per head) */
         bool whole_groups = heads->group > 1 && h0 % heads->group == 0 &&
-                            n % heads->group == 0 && !heads->sinks;
+                            n % heads->group == 0;
         head_task task = {p, heads, h0, whole_groups ? (int)heads->group : 1,
                           any_probs, with_stats, 1, {0}};
         plan_chunks(p, &task);

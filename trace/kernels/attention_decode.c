@@ -52,9 +52,9 @@ static void dec_row_init(const lp_attn_args *a, int64_t g, int64_t i, dec_row *r
     if (r->lo > r->hi)
         r->lo = r->hi;
     r->pos = a->mask->q_pos0 + i;
-    r->m = a->has_sink ? a->sink_logit : -INFINITY;
+    r->m = a->has_sink ? r->head.sink_logit : -INFINITY;
     r->l = a->has_sink ? 1.0f : 0.0f;
-    r->poisoned = a->has_sink && !isfinite(a->sink_logit);
+    r->poisoned = a->has_sink && !isfinite(r->head.sink_logit);
     memset(r->head.out + i * a->out_stride, 0, (size_t)a->v_dim * sizeof(float));
 }
 

@@ -177,11 +177,14 @@ typedef struct lp_attn_args {
     /* GQA: n_group query heads (0 or 1 = just this one) share this K and V. Head g of the group
      * reads q + g * q_head_stride and writes out + g * out_head_stride, probs + g *
      * probs_head_stride and row_stats + g * stats_head_stride; its ALiBi slope is
-     * alibi_slopes[g] when alibi_slopes is given, else alibi_slope. Each K/V block is packed
+     * alibi_slopes[g] when alibi_slopes is given, else alibi_slope, and with has_sink its sink
+     * logit sink_logits[g] when sink_logits is given (gpt-oss: one per query head), else
+     * sink_logit. Each K/V block is packed
      * once and multiplied by every head of the group while it is in L1. */
     int64_t n_group;
     int64_t q_head_stride, out_head_stride, probs_head_stride, stats_head_stride;
     const float *alibi_slopes; /* [n_group] or NULL */
+    const float *sink_logits;  /* [n_group] or NULL */
     /* row_stats without the sparsity fields (keys50 .. low_mass left 0): how `loupe bench`
      * times what they cost, A/B in one process. */
     bool skip_sparsity;

@@ -301,13 +301,13 @@ static inline int64_t lp_attn_group_size(const lp_attn_args *a)
     return a->n_group > 1 ? a->n_group : 1;
 }
 
-/* Head g of a call's group as a call of its own (n_group 1): its q, out, probs, row_stats and
- * ALiBi slope. */
+/* Head g of a call's group as a call of its own (n_group 1): its q, out, probs, row_stats,
+ * ALiBi slope and sink logit. */
 static inline lp_attn_args lp_attn_group_head(const lp_attn_args *a, int64_t g)
 {
     lp_attn_args h = *a;
     h.n_group = 1;
-    if (g == 0 && !a->alibi_slopes)
+    if (g == 0 && !a->alibi_slopes && !a->sink_logits)
         return h;
     h.q = a->q + g * a->q_head_stride;
     h.out = a->out + g * a->out_head_stride;
@@ -315,6 +315,8 @@ static inline lp_attn_args lp_attn_group_head(const lp_attn_args *a, int64_t g)
     h.row_stats = a->row_stats ? a->row_stats + g * a->stats_head_stride : NULL;
     h.alibi_slope = a->alibi_slopes ? a->alibi_slopes[g] : a->alibi_slope;
     h.alibi_slopes = NULL;
+    h.sink_logit = a->sink_logits ? a->sink_logits[g] : a->sink_logit;
+    h.sink_logits = NULL;
     return h;
 }
 
