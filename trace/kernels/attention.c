@@ -31,7 +31,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,17 +38,6 @@
 
 /* Keys per block; query tiles per panel (pass 1 takes each K/V block once for all of them). */
 enum { ATT_BK = 64, ATT_PANEL = 8 };
-
-typedef struct row_state {
-    int64_t lo, hi, pos;
-    float m, l;
-    bool poisoned; /* a non-finite score: the row's output, probabilities and stats are NaN */
-} row_state;
-
-/* lp_attn_rows_probed's count: one relaxed add per tile, never on the bare path. */
-static _Atomic uint64_t rows_probed;
-
-uint64_t lp_attn_rows_probed(void) { return atomic_load_explicit(&rows_probed, memory_order_relaxed); }
 
 /* The packed keys and f32 values of one call: keys [kbase, khi) (kbase a multiple of ATT_BK). */
 typedef struct att_call {
@@ -68,7 +56,7 @@ typedef struct att_call {
                          [ATT_PANEL * n_heads][LP_ATTN_MR][n_k] (O(n_k), L2-sized at 4096) */
     int64_t n_heads;  /* the query heads of the KV group */
     lp_attn_args *heads; /* [n_heads]: each head as a call of its own (lp_attn_group_head) */
-    row_state *rs;    /* [ATT_PANEL * n_heads][LP_ATTN_MR]: the panel's rows */
+    lp_attn_row_state *rs; /* [ATT_PANEL * n_heads][LP_ATTN_MR]: the panel's rows */
 } att_call;
 
 /* The calls of one thread reuse one scratch block, grown when a call needs more and freed when
@@ -187,29 +175,14 @@ static void tile_scores(const att_call *c, const float *qp, int rows, int64_t kb
                        S + p * LP_ATTN_NR, ATT_BK);
 }
 
-/* Row r of the query block starting at q0: its visible keys, position and empty accumulators;
- * its output row is zeroed. */
-static void row_init(const lp_attn_args *a, int64_t i, row_state *rs)
-{
-    lp_mask_row_range(a->mask, a->batch, i, &rs->lo, &rs->hi);
-    if (rs->hi > a->n_k) /* a mask built for more keys than given: never read past K/V */
-        rs->hi = a->n_k;
-    if (rs->lo > rs->hi)
-        rs->lo = rs->hi;
-    rs->pos = a->mask->q_pos0 + i;
-    rs->m = a->has_sink ? a->sink_logit : -INFINITY;
-    rs->l = a->has_sink ? 1.0f : 0.0f;
-    rs->poisoned = a->has_sink && !isfinite(a->sink_logit);
-    memset(a->out + i * a->out_stride, 0, (size_t)a->v_dim * sizeof(float));
-}
-
 /* Pass 1 for a query row and the block of keys [kb, kb + kn): fold the row's visible keys of
  * the block into its running max and sum, set *alpha to the factor its output row takes before
  * the block's P x V (exp(m_old - m_new) when the max rises, else 1), and turn the row's scores
  * s[0 .. kn) in place into the weights exp(s - m) (0 for keys the row does not see). kept (NULL
  * or the row's kept scores, indexed by key) receives the finished scores of its visible keys. */
-static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a, row_state *rs,
-                           int64_t kb, int64_t kn, float *s, float *kept, float *alpha)
+static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a,
+                           lp_attn_row_state *rs, int64_t kb, int64_t kn, float *s,
+                           float *kept, float *alpha)
 {
     int64_t j0 = rs->lo > kb ? rs->lo : kb;
     int64_t j1 = rs->hi < kb + kn ? rs->hi : kb + kn;
@@ -250,8 +223,8 @@ static bool plain_scores(const lp_attn_args *a)
 
 /* Pass 1 of a block every row of the tile sees entirely (plain scores): the fused softmax step
  * over the whole score tile; a row it reports non-finite is poisoned, its weights zeroed. */
-static void tile_take_block(const lp_kernel_table *kt, row_state *rs, int rows, int64_t kn,
-                            float *S, float *alpha)
+static void tile_take_block(const lp_kernel_table *kt, lp_attn_row_state *rs, int rows,
+                            int64_t kn, float *S, float *alpha)
 {
     LP_ASSERT(rows >= 1 && rows <= LP_ATTN_MR);
     float m[LP_ATTN_MR], l[LP_ATTN_MR];
@@ -274,101 +247,25 @@ static void tile_take_block(const lp_kernel_table *kt, row_state *rs, int rows, 
     }
 }
 
-/* A row with no mass at all: no visible key and no sink. */
-static bool row_empty(const row_state *rs) { return !(rs->l > 0.0f); }
-
 /* Finish query row i's output: normalized, or NaN when poisoned. */
-static void row_finish(const lp_kernel_table *kt, const lp_attn_args *a, const row_state *rs,
-                       int64_t i)
+static void row_finish(const lp_kernel_table *kt, const lp_attn_args *a,
+                       const lp_attn_row_state *rs, int64_t i)
 {
     float *out = a->out + i * a->out_stride;
     if (rs->poisoned) {
         for (int64_t d = 0; d < a->v_dim; d++)
             out[d] = NAN;
-    } else if (!row_empty(rs)) {
+    } else if (!lp_attn_row_empty(rs)) {
         kt->scale(out, 1.0f / rs->l, a->v_dim);
     }
 }
 
-/* Before pass 2: row i's probabilities are 0 outside its visible keys (all of them for an
- * empty row), NaN inside them for a poisoned row. */
-static void row_probs_frame(const lp_kernel_table *kt, const lp_attn_args *a,
-                            const row_state *rs, int64_t i)
-{
-    float *prow = a->probs + i * a->n_k;
-    if (row_empty(rs) && !rs->poisoned) {
-        kt->stream_fill(prow, NULL, a->n_k);
-        return;
-    }
-    kt->stream_fill(prow, NULL, rs->lo);
-    kt->stream_fill(prow + rs->hi, NULL, a->n_k - rs->hi);
-    if (rs->poisoned)
-        for (int64_t j = rs->lo; j < rs->hi; j++)
-            prow[j] = NAN;
-}
-
-static uint32_t float_bits(float p)
-{
-    uint32_t u;
-    memcpy(&u, &p, sizeof u);
-    return u;
-}
-
-/* The statistics of a row whose probabilities p (indexed by key) and sums are computed. */
-static void row_stats_from_probs(const lp_attn_args *a, const row_state *rs, const float *p,
-                                 const lp_attn_row_sums *sums, lp_attn_row_stats *st)
-{
-    float inv_l = 1.0f / rs->l;
-    float sink_w = a->has_sink ? expf(a->sink_logit - rs->m) : 0.0f;
-    float entropy_part = sums->entropy_part + sink_w * inv_l * (a->has_sink ? a->sink_logit - rs->m
-                                                                              : 0.0f);
-    float entropy = logf(rs->l) - entropy_part;
-    st->entropy = entropy > 0.0f ? entropy : 0.0f;
-    st->max_prob = sums->max_prob;
-    st->sink = rs->lo <= 0 && 0 < rs->hi ? p[0] : 0.0f;
-    st->prev = rs->lo <= rs->pos - 1 && rs->pos - 1 < rs->hi ? p[rs->pos - 1] : 0.0f;
-    st->self = rs->lo <= rs->pos && rs->pos < rs->hi ? p[rs->pos] : 0.0f;
-    st->distance = sums->distance;
-    st->local = sums->local;
-    st->learned_sink = sink_w * inv_l;
-    st->row_sum = a->has_sink ? (rs->l - sink_w) * inv_l : 1.0f;
-}
-
-/* Pass 2 for row r (query i) of a panel's (tile, head) slot: its kept scores become its probabilities (and the
- * frame of its probs row is written), its statistics are computed from them. */
+/* Pass 2 for row r (query i) of a panel's (tile, head) slot, from the scores pass 1 kept. */
 static void row_probs(const att_call *c, int64_t slot, int r, int64_t i)
 {
     const lp_attn_args *a = &c->heads[slot % c->n_heads];
-    const row_state *rs = &c->rs[slot * LP_ATTN_MR + r];
-    float *row = c->rowp + (slot * LP_ATTN_MR + r) * a->n_k; /* the kept scores */
-    lp_attn_row_stats *st = a->row_stats ? &a->row_stats[i] : NULL;
-    if (a->probs)
-        row_probs_frame(c->kt, a, rs, i);
-    if (st)
-        memset(st, 0, sizeof *st); /* a row with no mass: 0 */
-    if (rs->poisoned && st) {
-        st->entropy = st->max_prob = st->sink = st->prev = st->self = NAN;
-        st->distance = st->local = st->row_sum = st->learned_sink = NAN;
-        st->keys50 = st->keys90 = st->keys99 = st->low_mass = NAN;
-    }
-    if (rs->poisoned || row_empty(rs))
-        return;
-    lp_attn_row_sums sums = {0.0f, 0.0f, 0.0f, 0.0f, INFINITY};
-    int64_t n = rs->hi - rs->lo;
-    if (n > 0)
-        c->kt->attn_row_probs(row + rs->lo, n, rs->m, 1.0f / rs->l, rs->lo, rs->pos,
-                              a->local_window, &sums);
-    if (a->probs) /* the map is written once, past the caches: no read for ownership */
-        c->kt->stream_fill(a->probs + i * a->n_k + rs->lo, row + rs->lo, n);
-    if (!st)
-        return;
-    row_stats_from_probs(a, rs, row, &sums, st);
-    if (n > 0 && !a->skip_sparsity) /* it permutes the kept row, which is scratch */
-        /* the range from pass 2's sums, not from one more sweep (p is never -0) */
-        lp_attn_row_sparsity_in(c->kt, row + rs->lo, n,
-                                sums.min_positive == INFINITY ? UINT32_MAX
-                                                              : float_bits(sums.min_positive),
-                                float_bits(sums.max_prob), st);
+    lp_attn_row_probes(c->kt, a, &c->rs[slot * LP_ATTN_MR + r],
+                       c->rowp + (slot * LP_ATTN_MR + r) * a->n_k, i);
 }
 
 /* The row where pass 1 keeps the finished scores of row r of a panel's (tile, head) slot
@@ -392,14 +289,14 @@ static void tile_block(const att_call *c, int t, const tile_span *sp, int64_t kb
     const int64_t hd = c->a->head_dim;
     const bool keep = c->a->probs || c->a->row_stats;
     float S[LP_ATTN_MR * ATT_BK], alpha[LP_ATTN_MR];
-    const row_state *rs0 = c->rs + (int64_t)t * c->n_heads * LP_ATTN_MR;
+    const lp_attn_row_state *rs0 = c->rs + (int64_t)t * c->n_heads * LP_ATTN_MR;
     bool whole = plain_scores(c->a); /* every row sees the whole block: the fused step */
     for (int r = 0; r < sp->rows && whole; r++)
         whole = rs0[r].lo <= kb && kb + kn <= rs0[r].hi;
     for (int64_t g = 0; g < c->n_heads; g++) {
         int64_t slot = t * c->n_heads + g;
         const lp_attn_args *a = &c->heads[g];
-        row_state *rs = c->rs + slot * LP_ATTN_MR;
+        lp_attn_row_state *rs = c->rs + slot * LP_ATTN_MR;
         tile_scores(c, c->qp + slot * LP_ATTN_MR * hd, sp->rows, kb, kn, S);
         for (int r = 0; r < sp->rows && whole && keep; r++)
             memcpy(kept_row(c, slot, r) + kb, S + r * ATT_BK, (size_t)kn * sizeof *S);
@@ -432,9 +329,9 @@ static void query_panel(const att_call *c, int64_t i0, int64_t n_rows)
             int64_t slot = t * c->n_heads + g;
             pack_queries(c, &c->heads[g], sp[t].i0, sp[t].rows, c->qp + slot * LP_ATTN_MR * hd);
             for (int r = 0; r < sp[t].rows; r++)
-                row_init(&c->heads[g], sp[t].i0 + r, &c->rs[slot * LP_ATTN_MR + r]);
+                lp_attn_row_init(&c->heads[g], sp[t].i0 + r, &c->rs[slot * LP_ATTN_MR + r]);
         }
-        const row_state *rs0 = c->rs + (int64_t)t * c->n_heads * LP_ATTN_MR;
+        const lp_attn_row_state *rs0 = c->rs + (int64_t)t * c->n_heads * LP_ATTN_MR;
         sp[t].k_lo = c->a->n_k;
         sp[t].k_hi = 0;
         for (int r = 0; r < sp[t].rows; r++)
@@ -461,7 +358,7 @@ static void query_panel(const att_call *c, int64_t i0, int64_t n_rows)
         for (int64_t g = 0; g < c->n_heads; g++)
             for (int r = 0; r < sp[t].rows; r++)
                 row_probs(c, t * c->n_heads + g, r, sp[t].i0 + r);
-    atomic_fetch_add_explicit(&rows_probed, (uint64_t)(n_rows * c->n_heads), memory_order_relaxed);
+    lp_attn_note_probed((uint64_t)(n_rows * c->n_heads));
 }
 
 static void call_free(att_call *c)

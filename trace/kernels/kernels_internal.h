@@ -335,9 +335,31 @@ static inline void lp_attn_finish_scores(const lp_attn_args *a, float *s, int64_
             s[j] += a->alibi_slope * (float)(j0 + j - pos);
 }
 
-/* attention_decode.c: heads of at most this many query rows (n_q), called without
- * probabilities or row statistics, skip the blocked path's packing (a decode step reads each
- * key once; at 4 rows both paths cost about the same). */
+/* One query row's running softmax (both attention paths): its visible keys [lo, hi), its
+ * position, the running max m and sum l (a learned sink counts from the start). */
+typedef struct lp_attn_row_state {
+    int64_t lo, hi, pos;
+    float m, l;
+    bool poisoned; /* a non-finite score: the row's output, probabilities and stats are NaN */
+} lp_attn_row_state;
+
+/* A row with no mass at all: no visible key and no sink. */
+static inline bool lp_attn_row_empty(const lp_attn_row_state *rs) { return !(rs->l > 0.0f); }
+
+/* attention_rows.c. lp_attn_row_init: row i of head a (one head, not a group) before its first key
+ * block: its range, position and empty sums (the sink's when it has one); its output row is
+ * zeroed. lp_attn_row_probes, once the row's m and l are final: its probabilities from `row`,
+ * its finished scores indexed by key (permuted: scratch), into a->probs' row i (the masked
+ * frame included) and its statistics into a->row_stats[i], whichever the call asks for.
+ * lp_attn_note_probed adds to lp_attn_rows_probed's count. */
+void lp_attn_row_init(const lp_attn_args *a, int64_t i, lp_attn_row_state *rs);
+void lp_attn_row_probes(const lp_kernel_table *kt, const lp_attn_args *a,
+                        const lp_attn_row_state *rs, float *row, int64_t i);
+void lp_attn_note_probed(uint64_t rows);
+
+/* attention_decode.c: heads of at most this many query rows (n_q) against more keys (a KV
+ * cache) skip the blocked path's packing (a decode step reads each key once; at 4 rows both
+ * paths cost about the same). */
 enum { LP_ATTN_DECODE_MAX_ROWS = 4 };
 bool lp_attention_decode_applies(const lp_attn_args *a);
 void lp_attention_decode(const lp_attn_args *a);
