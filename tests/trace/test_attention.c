@@ -1158,6 +1158,13 @@ static void test_attention_sparsity_sweeps(void **state)
                                                             low_bits, hist_ref);
                 assert_true(part == part_ref);
                 assert_memory_equal(hist, hist_ref, BUCKETS * sizeof *hist);
+                /* low_key 0 (a row wholly on one side of 1e-3) takes a sweep of its own */
+                memset(hist, 0, BUCKETS * sizeof *hist);
+                memset(hist_ref, 0, BUCKETS * sizeof *hist);
+                part = kt->sparsity_histogram(row, n, base, shift, 0, low_bits, hist);
+                part_ref = ref->sparsity_histogram(row, n, base, shift, 0, low_bits, hist_ref);
+                assert_true(part == part_ref && part == 0);
+                assert_memory_equal(hist, hist_ref, BUCKETS * sizeof *hist);
                 uint64_t total = 0;
                 for (int k = 0; k < BUCKETS; k++)
                     total += hist[k] >> 40;

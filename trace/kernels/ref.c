@@ -465,6 +465,19 @@ static int64_t bucket_to_front(float *p, int64_t c, int level, uint32_t b)
     return front;
 }
 
+/* p[0..c) largest first by insertion, for the few values of a crossing bucket: qsort's calls
+ * through a comparator cost more than the whole sort of a handful. */
+static void sort_larger_first(float *p, int64_t c)
+{
+    for (int64_t i = 1; i < c; i++) {
+        float v = p[i];
+        int64_t j = i;
+        for (; j > 0 && p[j - 1] < v; j--)
+            p[j] = p[j - 1];
+        p[j] = v;
+    }
+}
+
 /* The smallest j such that den * (acc + the j largest of p[0..c)) >= need, given that all c reach
  * it and share one first-level bucket (level >= 1); acc is advanced past what was taken. p is
  * permuted. */
@@ -475,7 +488,9 @@ static int64_t keys_needed(float *p, int64_t c, int level, exact_sum *acc, uint3
         return 0;
     if (c <= SPARSE_SMALL || level == SPARSE_LEVELS) {
         /* few values (or all equal, past the last field): take them largest first */
-        if (c > 1)
+        if (c <= SPARSE_SMALL)
+            sort_larger_first(p, c);
+        else
             qsort(p, (size_t)c, sizeof *p, larger_first);
         int64_t j = 0;
         while (j < c && !exact_reaches(acc, den, need)) {
@@ -721,15 +736,15 @@ static bool sparsity_fitted(const lp_kernel_table *kt, float *p, int64_t n, uint
     fit_u128 group_mass[FIT_MAX_GROUPS], total = 0, low = 0;
     uint32_t group_count[FIT_MAX_GROUPS];
     for (int64_t g = 0; g < n_groups; g++) {
-        uint64_t m = 0;
-        uint32_t c = 0;
+        /* the buckets' words summed whole: below FIT_MAX_VALUES values neither field carries
+         * into the other */
+        uint64_t word = 0;
         int64_t k0 = 1 + g * h.group, k1 = k0 + h.group < h.n_buckets ? k0 + h.group : h.n_buckets;
-        for (int64_t k = k0; k < k1; k++) {
-            m += fit_mantissas(&h, k);
-            c += (uint32_t)fit_count(&h, k);
-        }
+        for (int64_t k = k0; k < k1; k++)
+            word += h.buckets[k];
+        uint64_t m = word & ((UINT64_C(1) << FIT_COUNT_SHIFT) - 1);
         group_mass[g] = (fit_u128)m << fit_unit_shift(&h, k0);
-        group_count[g] = c;
+        group_count[g] = (uint32_t)(word >> FIT_COUNT_SHIFT);
         total += group_mass[g];
         if (low_key && k1 <= (int64_t)low_key) {
             low += group_mass[g]; /* the whole group lies below low_key's bucket */
