@@ -197,13 +197,6 @@ static inline float reduce_max(__m256 v)
     return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
-static inline float reduce_min(__m256 v)
-{
-    __m128 x = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_min_ps(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
-    return _mm_cvtss_f32(_mm_min_ss(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1))));
-}
-
 static inline float reduce_add(__m256 v)
 {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -293,50 +286,74 @@ float lp_attn_block_max_avx2(const float *x, int64_t n, bool *all_finite)
 
 /* The running sums of lp_attn_row_probs_avx2 and one step of them over 8 lanes. */
 typedef struct row_probs_acc {
-    __m256 entropy, distance, local, top, bottom; /* bottom: the smallest positive p */
+    __m256 entropy, distance, local, top;
+    __m256i bottom; /* the bits of the smallest positive p minus 1, unsigned: a 0 wraps above all */
 } row_probs_acc;
 
+/* near: some lane may lie in the local window (else local is left alone: it would add 0s);
+ * lanes: the tail's mask, or NULL in the row's body. */
 static inline __m256 row_probs_step(row_probs_acc *acc, __m256 x, __m256 m, __m256 scale,
-                                    __m256 dist, __m256 win, __m256 lanes)
+                                    __m256 dist, __m256 win, bool near, const __m256 *lanes)
 {
-    __m256 centred = _mm256_and_ps(_mm256_sub_ps(x, m), lanes);
-    __m256 p = _mm256_and_ps(_mm256_mul_ps(exp_nonpositive(centred), scale), lanes);
+    __m256 centred = _mm256_sub_ps(x, m);
+    if (lanes)
+        centred = _mm256_and_ps(centred, *lanes);
+    __m256 p = _mm256_mul_ps(exp_nonpositive(centred), scale);
+    if (lanes)
+        p = _mm256_and_ps(p, *lanes);
     acc->entropy = _mm256_fmadd_ps(p, centred, acc->entropy);
     acc->distance = _mm256_fmadd_ps(p, dist, acc->distance);
-    acc->local = _mm256_add_ps(acc->local, _mm256_and_ps(p, _mm256_cmp_ps(dist, win, _CMP_LT_OQ)));
+    if (near)
+        acc->local = _mm256_add_ps(acc->local,
+                                   _mm256_and_ps(p, _mm256_cmp_ps(dist, win, _CMP_LT_OQ)));
     acc->top = _mm256_max_ps(acc->top, p);
-    __m256 zero = _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_EQ_OQ);
-    acc->bottom = _mm256_min_ps(acc->bottom, _mm256_blendv_ps(p, _mm256_set1_ps(INFINITY), zero));
+    /* p >= +0: its bits order it, and bits - 1 sends 0 past every positive value */
+    acc->bottom = _mm256_min_epu32(acc->bottom, _mm256_sub_epi32(_mm256_castps_si256(p),
+                                                                 _mm256_set1_epi32(1)));
     return p;
 }
 
 /* One sweep over a row kept in L2: the weights in the softmax's own exp, scaled, stored back,
- * and the statistics' four sums in vector accumulators (the masked tail lanes add 0). */
+ * and the statistics' four sums in vector accumulators (the masked tail lanes add 0). The keys
+ * left of the local window (all but the last `window` ones before pos) skip its compare. */
 void lp_attn_row_probs_avx2(float *s, int64_t n, float m, float inv_l, int64_t j0, int64_t pos,
                             int64_t window, lp_attn_row_sums *sums)
 {
     const __m256 mv = _mm256_set1_ps(m), scale = _mm256_set1_ps(inv_l);
     const __m256 step = _mm256_set1_ps(-8.0f), win = _mm256_set1_ps((float)window);
-    const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     __m256 dist = _mm256_add_ps(_mm256_set1_ps((float)(pos - j0)),
                                 _mm256_setr_ps(0, -1, -2, -3, -4, -5, -6, -7));
     row_probs_acc acc = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                         _mm256_setzero_ps(), _mm256_set1_ps(INFINITY)};
+                         _mm256_setzero_ps(), _mm256_set1_epi32(-1)};
     int64_t j = 0;
+    /* lane 7's distance pos - j0 - j - 7 is the block's smallest */
+    for (; j + 8 <= n && pos - j0 - j - 7 >= window; j += 8, dist = _mm256_add_ps(dist, step))
+        _mm256_storeu_ps(s + j, row_probs_step(&acc, _mm256_loadu_ps(s + j), mv, scale, dist, win,
+                                               false, NULL));
     for (; j + 8 <= n; j += 8, dist = _mm256_add_ps(dist, step))
         _mm256_storeu_ps(s + j, row_probs_step(&acc, _mm256_loadu_ps(s + j), mv, scale, dist, win,
-                                               all));
+                                               true, NULL));
     if (j < n) {
         __m256i tail = lanes_below(n - j);
+        __m256 lanes = _mm256_castsi256_ps(tail);
         __m256 p = row_probs_step(&acc, _mm256_maskload_ps(s + j, tail), mv, scale, dist, win,
-                                  _mm256_castsi256_ps(tail));
+                                  true, &lanes);
         _mm256_maskstore_ps(s + j, tail, p);
     }
     sums->entropy_part = reduce_add(acc.entropy);
     sums->distance = reduce_add(acc.distance);
     sums->local = reduce_add(acc.local);
     sums->max_prob = reduce_max(acc.top);
-    sums->min_positive = reduce_min(acc.bottom);
+    uint32_t b[8], bottom = UINT32_MAX;
+    _mm256_storeu_si256((__m256i *)(void *)b, acc.bottom);
+    for (int i = 0; i < 8; i++)
+        bottom = b[i] < bottom ? b[i] : bottom;
+    float min_positive = INFINITY;
+    if (bottom != UINT32_MAX) {
+        bottom += 1u;
+        memcpy(&min_positive, &bottom, sizeof min_positive);
+    }
+    sums->min_positive = min_positive;
 }
 
 /* ---- the sparsity histogram's sweeps (ref.c's sparsity_fitted; contracts in the table) */

@@ -668,8 +668,12 @@ static bool fit_layout(fit_hist *h, uint32_t lo, uint32_t hi, int64_t n)
         h->group_log2 = h->shift <= 23 - 5 ? 5 : 23 - h->shift;
         h->group = 1 << h->group_log2; /* FIT_GROUP at most */
         h->base = lo & ~(((uint32_t)h->group << h->shift) - 1u);
-        if ((int64_t)((hi - h->base) >> h->shift) + 1 < h->n_buckets)
+        int64_t top = (int64_t)((hi - h->base) >> h->shift) + 1; /* hi's bucket */
+        if (top < h->n_buckets) {
+            h->n_buckets = top + 1; /* the buckets past hi's would stay empty: never cleared,
+                                       summed or scanned */
             return true;
+        }
     }
     return false;
 }
