@@ -522,17 +522,28 @@ void lp_attn_stream_fill_avx2(float *dst, const float *src, int64_t n)
     _mm_sfence();
 }
 
+static inline uint16_t f32_to_f16_one(float x)
+{
+    return (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(x), _MM_FROUND_TO_NEAREST_INT), 0);
+}
+
 /* F16C's conversion rounds to nearest even and keeps subnormals, as lp_f32_to_f16 does; only a
- * NaN's payload may differ (both give a quiet NaN of the same sign). */
+ * NaN's payload may differ (both give a quiet NaN of the same sign). The slot serves the maps
+ * (lp_f32_to_f16_rows), written once and handed on: non-temporal stores from the first 32-byte
+ * boundary skip reading the destination first, a quarter of the traffic (two 4096 x 4096 maps on
+ * 2 threads, a scratch harness, best of 12: 3.36-4.67 ms against 3.90-5.63 ms). The fence orders
+ * them before the pool's barrier. */
 void lp_attn_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 31u) != 0; i++)
+        dst[i] = f32_to_f16_one(src[i]);
     for (; i + 16 <= n; i += 16) {
         __m128i lo = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
         __m128i hi = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + 8), _MM_FROUND_TO_NEAREST_INT);
-        _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm256_set_m128i(hi, lo));
+        _mm256_stream_si256((__m256i *)(void *)(dst + i), _mm256_set_m128i(hi, lo));
     }
     for (; i < n; i++)
-        dst[i] = (uint16_t)_mm_extract_epi16(
-            _mm_cvtps_ph(_mm_set_ss(src[i]), _MM_FROUND_TO_NEAREST_INT), 0);
+        dst[i] = f32_to_f16_one(src[i]);
+    _mm_sfence();
 }

@@ -733,8 +733,9 @@ static int64_t fit_crossing(const fit_hist *h, const fit_u128 *group_mass,
  * the j largest of them sum to at most min(j m_hi, M - (c - j) m_lo) and at least
  * max(j M / c, M - (c - j) m_hi): the fewest j the first bound lets reach the units the bucket
  * must supply and the fewest the second guarantees are the answer when they agree. With a
- * bucket 2^shift bits wide the two differ by about c 2^(shift - 23) of a value, so they agree
- * for all but a few rows in a thousand, and the row's values are not swept again. */
+ * bucket 2^shift bits wide the two differ by about c 2^(shift - 23) of a value, so they mostly
+ * agree (in 1 of 400 rows of the bench's probed pass and 1.4% of test_attention's rows they do
+ * not), and the row's values are not swept again. */
 static int64_t fit_bucket_share(const fit_hist *h, int64_t k, fit_u128 acc, uint32_t den,
                                 fit_u128 need)
 {
