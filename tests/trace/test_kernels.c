@@ -817,6 +817,14 @@ static void test_dispatch_tables(void **state)
 #define LP_FROM_AVX2(slot) assert_true(avx512->slot == avx2->slot);
     LP_KERNEL_SLOTS(LP_FROM_AVX2)
 #undef LP_FROM_AVX2
+    /* AVX-512 VNNI starts from AVX-512's: its GEMM, and its own int8 matrix-vector rows */
+    const lp_kernel_table *vnni = lp_kernels_table_for(LP_ISA_AVX512_VNNI);
+    assert_int_equal(vnni->isa, LP_ISA_AVX512_VNNI);
+    assert_true(same_gemm(&vnni->gemm, &avx512->gemm));
+    assert_true(vnni->row_dot_q8_0_i8 != avx512->row_dot_q8_0_i8);
+    assert_true(vnni->row_dot_q4_k_i8 != avx512->row_dot_q4_k_i8);
+    assert_true(vnni->row_dot_mxfp4_i8 != avx512->row_dot_mxfp4_i8);
+    assert_true(vnni->softmax == avx512->softmax && vnni->attn_qk == avx512->attn_qk);
 
     /* An ISA that overrides one slot keeps ref's kernels in every other, tile included. */
     lp_kernel_table partial;
@@ -844,6 +852,7 @@ static void test_isa_names(void **state)
     assert_string_equal(lp_isa_name(LP_ISA_REF), "ref");
     assert_string_equal(lp_isa_name(LP_ISA_AVX2), "avx2");
     assert_string_equal(lp_isa_name(LP_ISA_AVX512), "avx512");
+    assert_string_equal(lp_isa_name(LP_ISA_AVX512_VNNI), "avx512vnni");
     assert_true(lp_kernels_set_isa(LP_ISA_REF));
     assert_int_equal(lp_kernels_isa(), LP_ISA_REF);
     assert_false(lp_kernels_set_isa(LP_ISA_COUNT));

@@ -638,9 +638,10 @@ static inline __m256i q8_0_block(const uint8_t *b)
 }
 
 static float row_dot_q8_0_i8_avx2(const void *row, const int8_t *xq, const float *xd,
-                                  const int16_t *xs16, int64_t k)
+                                  const int16_t *xs16, const int32_t *x_off, int64_t k)
 {
     (void)xs16;
+    (void)x_off;
     return blocks32_i8_avx2(row, xq, xd, k, 34, q8_0_scales8, f16_scalar_avx2, q8_0_block);
 }
 
@@ -679,9 +680,10 @@ static inline __m256i mxfp4_block(const uint8_t *b)
 }
 
 static float row_dot_mxfp4_i8_avx2(const void *row, const int8_t *xq, const float *xd,
-                                   const int16_t *xs16, int64_t k)
+                                   const int16_t *xs16, const int32_t *x_off, int64_t k)
 {
     (void)xs16;
+    (void)x_off;
     return blocks32_i8_avx2(row, xq, xd, k, 17, mxfp4_scales8, mxfp4_scale1, mxfp4_block);
 }
 
@@ -719,8 +721,9 @@ static const uint8_t q4_k_pick_scale[8][32] __attribute__((aligned(32))) = {
  * mins against the activation sums per 16 values. Both stay in vector accumulators scaled per
  * block, summed across lanes once per row. */
 static float row_dot_q4_k_i8_avx2(const void *row, const int8_t *xq, const float *xd,
-                                  const int16_t *xs16, int64_t k)
+                                  const int16_t *xs16, const int32_t *x_off, int64_t k)
 {
+    (void)x_off;
     const uint8_t *b = row;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     /* each min byte twice: the mins of groups 0..7 against the 16 sums of 16 activations */

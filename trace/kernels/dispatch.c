@@ -1,7 +1,6 @@
 /* Runtime kernel dispatch: build each ISA's table (ref's, then the ISA's overrides), detect the
- * CPU once and take the best table it runs; LP_ISA=ref|avx2|avx512 in the environment forces one.
- * Also
- * the public vector-kernel entry points. */
+ * CPU once and take the best table it runs; LP_ISA=ref|avx2|avx512|avx512vnni in the environment
+ * forces one. Also the public vector-kernel entry points. */
 #include "trace/kernels/kernels.h"
 
 #include <math.h>
@@ -21,16 +20,20 @@ static const lp_kernel_table *active_table = &lp_kernels_ref_table;
 static pthread_once_t dispatch_once = PTHREAD_ONCE_INIT;
 
 static const char *const isa_names[LP_ISA_COUNT] = {
-    [LP_ISA_REF] = "ref", [LP_ISA_AVX2] = "avx2", [LP_ISA_AVX512] = "avx512"};
+    [LP_ISA_REF] = "ref", [LP_ISA_AVX2] = "avx2", [LP_ISA_AVX512] = "avx512",
+    [LP_ISA_AVX512_VNNI] = "avx512vnni"};
 
 /* What each ISA changes in its parent's table; ref itself changes nothing. */
 static const lp_kernel_table *const isa_overrides[LP_ISA_COUNT] = {
     [LP_ISA_AVX2] = &lp_kernels_avx2_overrides,
     [LP_ISA_AVX512] = &lp_kernels_avx512_overrides,
+    [LP_ISA_AVX512_VNNI] = &lp_kernels_avx512_vnni_overrides,
 };
-/* The table each ISA starts from: AVX-512 keeps every AVX2 kernel it does not replace. */
+/* The table each ISA starts from: AVX-512 keeps every AVX2 kernel it does not replace, VNNI
+ * every AVX-512 one (its GEMM included). */
 static const lp_isa isa_parents[LP_ISA_COUNT] = {
-    [LP_ISA_REF] = LP_ISA_REF, [LP_ISA_AVX2] = LP_ISA_REF, [LP_ISA_AVX512] = LP_ISA_AVX2};
+    [LP_ISA_REF] = LP_ISA_REF, [LP_ISA_AVX2] = LP_ISA_REF, [LP_ISA_AVX512] = LP_ISA_AVX2,
+    [LP_ISA_AVX512_VNNI] = LP_ISA_AVX512};
 
 const char *lp_isa_name(lp_isa isa)
 {
@@ -47,6 +50,20 @@ static bool os_saves_zmm(void)
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     (void)xcr0_hi;
     return (xcr0_lo & 0xe6u) == 0xe6u;
+#else
+    return false;
+#endif
+}
+
+/* AVX512BW and AVX512VL (CPUID leaf 7 EBX bits 30, 31) and AVX512_VNNI (ECX bit 11), read from
+ * CPUID rather than by __builtin_cpu_supports, whose feature names older compilers lack. */
+static bool cpu_has_avx512_vnni(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
+        return false;
+    return (ebx >> 30 & 1u) && (ebx >> 31 & 1u) && (ecx >> 11 & 1u);
 #else
     return false;
 #endif
@@ -75,6 +92,8 @@ static bool cpu_has(lp_isa isa)
          * the SSE and AVX state of bits 1-2): a kernel using zmm registers on an OS that does
          * not save them would corrupt other threads' vectors */
         return cpu_has(LP_ISA_AVX2) && __builtin_cpu_supports("avx512f") && os_saves_zmm();
+    case LP_ISA_AVX512_VNNI: /* the zmm state check comes with AVX-512F's */
+        return cpu_has(LP_ISA_AVX512) && cpu_has_avx512_vnni();
     default:
         return false;
     }

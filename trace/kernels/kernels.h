@@ -1,6 +1,6 @@
 /* Compute kernels of the forward pass: each has a plain-C reference (ref.c, the spec the tests
  * compare against) and SIMD versions (avx2.c, ...) chosen once at run time (dispatch.c).
- * LP_ISA=ref|avx2|avx512 in the environment forces one.
+ * LP_ISA=ref|avx2|avx512|avx512vnni in the environment forces one.
  *
  *   // y[m, n] = x[m, k] . W[n, k]^T + bias[n]; W may be f32/f16/bf16 or a GGUF quant type and
  *   // is dequantized panel by panel while packing, never as a whole.
@@ -19,8 +19,15 @@
 #include "core/error.h"
 #include "trace/kernels/mask.h"
 
-/* Each ISA's table is its parent's plus its overrides: ref <- avx2 <- avx512. */
-typedef enum lp_isa { LP_ISA_REF, LP_ISA_AVX2, LP_ISA_AVX512, LP_ISA_COUNT } lp_isa;
+/* Each ISA's table is its parent's plus its overrides: ref <- avx2 <- avx512 <- avx512vnni
+ * (AVX-512 BW/VL/VNNI: the matrix-vector rows). */
+typedef enum lp_isa {
+    LP_ISA_REF,
+    LP_ISA_AVX2,
+    LP_ISA_AVX512,
+    LP_ISA_AVX512_VNNI,
+    LP_ISA_COUNT
+} lp_isa;
 
 /* The ISA in use (detected once; LP_ISA overrides). */
 lp_isa lp_kernels_isa(void);

@@ -1,6 +1,6 @@
 /* The dispatch table shared by ref.c, avx2.c, dispatch.c, gemm.c and attention.c.
  *
- *   const lp_kernel_table *kt = lp_kernels_table();   // chosen once; LP_ISA=ref|avx2|avx512 forces one
+ *   const lp_kernel_table *kt = lp_kernels_table();   // chosen once; LP_ISA=ref|avx2|avx512|avx512vnni forces one
  *   kt->gemm.ukernel(kc, a_panel, b_panel, c, ldc, m_edge, n_edge, accumulate);
  *
  * Tables are built as BLIS builds its contexts: each ISA's table starts as a copy of ref's and
@@ -79,10 +79,13 @@ typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_s
 /* The dot product of one stored Q8_0 / Q4_K / MXFP4 weight row with x quantized to int8 once per
  * matvec (lp_matvec_int8, llama.cpp's vec_dot_q8_0_q8_0 / q4_K_q8_K / mxfp4_q8_0): xq[k] int8
  * values, xd[b] the scale of each activation block (32 values for Q8_0 and MXFP4, 256 for Q4_K),
- * xs16[i] = sum of xq[16 i .. 16 i + 16) (Q4_K's min term; the others ignore it). Integer dot
- * products per block, block scales in float. */
+ * xs16[i] = sum of xq[16 i .. 16 i + 16) (Q4_K's min term; the others ignore it), and for blocks
+ * of 32 x_off[i] = -128 * sum of xq[4 i .. 4 i + 4): what a kernel that reads the weights as
+ * unsigned bytes w + 128 (vpdpbusd: unsigned x signed bytes, 4 products a 32-bit lane) takes off
+ * each lane, so every lane still holds its exact small partial sum (Q4_K ignores it). Integer
+ * dot products per block, block scales in float. */
 typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float *xd,
-                                  const int16_t *xs16, int64_t k);
+                                  const int16_t *xs16, const int32_t *x_off, int64_t k);
 
 /* Every function slot of the table after the GEMM, in declaration order; dispatch.c merges and
  * checks tables slot by slot with it, and the _Static_assert below keeps it complete. */
@@ -414,6 +417,8 @@ lp_status lp_linear_check(int64_t m, const lp_matrix *w, lp_error *err);
 extern const lp_kernel_table lp_kernels_avx2_overrides;
 /* AVX-512F's overrides, applied on top of AVX2's table (avx512.c). */
 extern const lp_kernel_table lp_kernels_avx512_overrides;
+/* AVX-512 BW/VL/VNNI's matrix-vector rows, on top of AVX-512F's table (matvec_avx512.c). */
+extern const lp_kernel_table lp_kernels_avx512_vnni_overrides;
 /* gemm_avx2.c: AVX2's 6x16 micro-kernel and its packers. The 16-wide k-major panel of rows
  * [0, rows) of src is AVX2's B packer, AVX-512's A and B packer, and the AVX2 table's
  * attn_pack_k. */

@@ -1234,17 +1234,19 @@ static int32_t q8_0_block_isum(const uint8_t *b, const int8_t *xq, float *scale)
 }
 
 static float row_dot_q8_0_i8_ref(const void *row, const int8_t *xq, const float *xd,
-                                 const int16_t *xs16, int64_t k)
+                                 const int16_t *xs16, const int32_t *x_off, int64_t k)
 {
     (void)xs16;
+    (void)x_off;
     return row_dot_blocks32_i8(row, xq, xd, k, 34, q8_0_block_isum);
 }
 
 /* Q4_K rows against int8 activations in 256-value blocks: per block the integer sum over groups
  * of scale_g * (q4 . q8), less dmin * sum_g min_g * (sum of the group's q8, from xs16). */
 static float row_dot_q4_k_i8_ref(const void *row, const int8_t *xq, const float *xd,
-                                 const int16_t *xs16, int64_t k)
+                                 const int16_t *xs16, const int32_t *x_off, int64_t k)
 {
+    (void)x_off;
     const uint8_t *b = row;
     float sum = 0.0f, mins = 0.0f;
     for (int64_t i = 0; i < k / 256; i++, b += 144) {
@@ -1279,9 +1281,10 @@ static int32_t mxfp4_block_isum(const uint8_t *b, const int8_t *xq, float *scale
 }
 
 static float row_dot_mxfp4_i8_ref(const void *row, const int8_t *xq, const float *xd,
-                                  const int16_t *xs16, int64_t k)
+                                  const int16_t *xs16, const int32_t *x_off, int64_t k)
 {
     (void)xs16;
+    (void)x_off;
     return row_dot_blocks32_i8(row, xq, xd, k, 17, mxfp4_block_isum);
 }
 

@@ -1,0 +1,205 @@
+/* AVX-512 VNNI matrix-vector rows: the avx512vnni table (the avx512 table plus these slots). This
+ * file alone is compiled with -mavx512bw -mavx512vl -mavx512vnni; dispatch.c selects its table
+ * only after checking those CPUID bits and the OS's zmm state.
+ *
+ * Why: decode's int8 rows are compute-bound next to the memory stream, and vpdpbusd (unsigned x
+ * signed bytes, four products summed into each 32-bit lane, added to the destination) does in one
+ * instruction what AVX2 needs sign + sign + maddubs + madd for. The registers are ymm with EVEX
+ * encoding: on Zen 4, whose 512-bit operations are double-pumped, a zmm vpdpbusd costs two ymm
+ * ones (measured 1.56 against 0.80 cycles in a loop of 16 independent accumulators), so zmm buys
+ * no throughput, and blocks of 34 or 17 bytes would need extra inserts to fill one.
+ *
+ * Every integer sum is the exact one ref.c computes (the AVX2 kernels' too); only the float order
+ * of the block sums differs (lp_row_dot_i8_fn). */
+#include "trace/kernels/kernels.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "inspect/formats/quant.h"
+#include "trace/kernels/kernels_internal.h"
+
+static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* ---- rows of 32-value blocks (Q8_0, MXFP4) ------------------------------------------------------
+ * The weights go to vpdpbusd as unsigned bytes w + 128 against the signed x, and each lane starts
+ * from x_off = -128 * the sum of its 4 x (one load), so it ends at the exact partial w . x that
+ * AVX2's lane holds (one offset in lane 0 alone would leave lanes of +-2^16 whose scaled float
+ * sum cancels badly). Q8_0 gets w + 128 by one xor; MXFP4 looks its codes up in
+ * levels already offset by 128, for free. The scales of 8 blocks are gathered, widened to f32
+ * and multiplied by x's in one step (each d_w * d_x rounds once, as one scalar product would),
+ * then each block's lanes join one of four accumulators in one FMA. */
+static inline __attribute__((always_inline)) float
+blocks32_i8_vnni(const uint8_t *b, const int8_t *xq, const float *xd, const int32_t *x_off,
+                 int64_t k, int64_t block_bytes, __m256 (*scales8)(const uint8_t *b),
+                 float (*scale1)(const uint8_t *b), __m256i (*block)(const uint8_t *b))
+{
+    int64_t n = k / 32, i = 0;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    _Alignas(32) float ds[8];
+#define LP_BLOCK_SUM(j)                                                                            \
+    _mm256_cvtepi32_ps(                                                                            \
+        _mm256_dpbusd_epi32(loadu256(x_off + 8 * (j)), block(b), loadu256(xq + 32 * (j))))
+    for (; i + 8 <= n; i += 8) {
+        _mm256_store_ps(ds, _mm256_mul_ps(scales8(b), _mm256_loadu_ps(xd + i)));
+        for (int j = 0; j < 8; j++, b += block_bytes)
+            acc[j % 4] = _mm256_fmadd_ps(_mm256_set1_ps(ds[j]), LP_BLOCK_SUM(i + j), acc[j % 4]);
+    }
+    for (; i < n; i++, b += block_bytes)
+        acc[i % 4] = _mm256_fmadd_ps(_mm256_set1_ps(scale1(b) * xd[i]), LP_BLOCK_SUM(i),
+                                     acc[i % 4]);
+#undef LP_BLOCK_SUM
+    return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+static inline float f16_scalar(const uint8_t *p)
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(lp_load_u16(p))));
+}
+
+/* Q8_0 {f16 d; i8 q[32]}: the 8 f16 scales in one conversion. */
+static inline __m256 q8_0_scales8(const uint8_t *b)
+{
+    __m128i h = _mm_cvtsi32_si128(lp_load_u16(b));
+    h = _mm_insert_epi16(h, lp_load_u16(b + 34), 1);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 68), 2);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 102), 3);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 136), 4);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 170), 5);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 204), 6);
+    h = _mm_insert_epi16(h, lp_load_u16(b + 238), 7);
+    return _mm256_cvtph_ps(h);
+}
+
+static inline __m256i q8_0_block_u8(const uint8_t *b)
+{
+    return _mm256_xor_si256(loadu256(b + 2), _mm256_set1_epi8((char)0x80));
+}
+
+static float row_dot_q8_0_i8_vnni(const void *row, const int8_t *xq, const float *xd,
+                                  const int16_t *xs16, const int32_t *x_off, int64_t k)
+{
+    (void)xs16;
+    return blocks32_i8_vnni(row, xq, xd, x_off, k, 34, q8_0_scales8, f16_scalar, q8_0_block_u8);
+}
+
+/* MXFP4 {u8 e; u8 qs[16]}: lp_mxfp4_half_scale of 8 E8M0 bytes at once, 2^(e - 128) built from
+ * the bits, (e - 1) << 23, for e >= 2, and the subnormals 2^-128 and 2^-127 as 0x00200000 << e
+ * for e = 0 and 1. */
+static inline __m256 mxfp4_scales8(const uint8_t *b)
+{
+    __m128i e = _mm_cvtsi32_si128(b[0]);
+    e = _mm_insert_epi8(e, b[17], 1);
+    e = _mm_insert_epi8(e, b[34], 2);
+    e = _mm_insert_epi8(e, b[51], 3);
+    e = _mm_insert_epi8(e, b[68], 4);
+    e = _mm_insert_epi8(e, b[85], 5);
+    e = _mm_insert_epi8(e, b[102], 6);
+    e = _mm_insert_epi8(e, b[119], 7);
+    __m256i e32 = _mm256_cvtepu8_epi32(e);
+    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e32, _mm256_set1_epi32(1)), 23);
+    __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e32);
+    __m256i is_subnormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e32);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, is_subnormal));
+}
+
+static inline float mxfp4_scale1(const uint8_t *b) { return lp_mxfp4_half_scale(b[0]); }
+
+/* The 32 nibble codes as unsigned bytes level + 128: the 16 code bytes in both 128-bit halves,
+ * the upper half shifted down a nibble, then one byte shuffle of the offset levels (low nibbles:
+ * values 0..15, high: 16..31). */
+static inline __m256i mxfp4_block_u8(const uint8_t *b)
+{
+    const __m256i levels = _mm256_broadcastsi128_si256(_mm_xor_si128(
+        _mm_loadu_si128((const __m128i *)(const void *)lp_mxfp4_levels_x2),
+        _mm_set1_epi8((char)0x80)));
+    __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(b + 1)));
+    q = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)),
+                         _mm256_set1_epi8(0x0f));
+    return _mm256_shuffle_epi8(levels, q);
+}
+
+static float row_dot_mxfp4_i8_vnni(const void *row, const int8_t *xq, const float *xd,
+                                   const int16_t *xs16, const int32_t *x_off, int64_t k)
+{
+    (void)xs16;
+    return blocks32_i8_vnni(row, xq, xd, x_off, k, 17, mxfp4_scales8, mxfp4_scale1,
+                            mxfp4_block_u8);
+}
+
+/* ---- Q4_K ---------------------------------------------------------------------------------------
+ * The 8 six-bit scales and 8 mins of a block from its 12 packed bytes, as avx2.c's
+ * q4_k_scales_mins: scales in bytes 0..7, mins in bytes 8..15. Reads 16 bytes from packed. */
+static inline __m128i q4_k_scales_mins(const uint8_t *packed)
+{
+    __m128i p = _mm_loadu_si128((const __m128i *)(const void *)packed);
+    __m128i low = _mm_shuffle_epi32(p, _MM_SHUFFLE(2, 1, 2, 0)); /* p0 p2 p1 p2 */
+    low = _mm_srlv_epi32(low, _mm_setr_epi32(0, 0, 0, 4));
+    low = _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m128i top = _mm_shuffle_epi32(p, _MM_SHUFFLE(1, 1, 0, 0)); /* p0 p0 p1 p1 */
+    top = _mm_and_si128(_mm_srli_epi32(top, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(low, top);
+}
+
+/* Q4_K: the unsigned nibbles go to vpdpbusd against the int8 x directly, a group's 32 products
+ * into 8 lanes of at most 4 * 15 * 127 = 7620 in magnitude; each lane is then a valid int16 in
+ * its low half with its sign in the high half, so vpdpwssd against the group's scale as a 32-bit
+ * lane (the scale in the low half, 0 in the high) adds lane * scale exactly: the scale multiply
+ * and the add in one instruction, the scale a broadcast load. The min term is one madd of the
+ * mins against the 16-value activation sums. */
+static float row_dot_q4_k_i8_vnni(const void *row, const int8_t *xq, const float *xd,
+                                  const int16_t *xs16, const int32_t *x_off, int64_t k)
+{
+    (void)x_off;
+    const uint8_t *b = row;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    /* each min byte twice: the mins of groups 0..7 against the 16 sums of 16 activations */
+    const __m128i twice = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
+    _Alignas(32) int32_t sc[8];
+    for (int64_t i = 0; i < k / 256; i++, b += 144) {
+        __m128i sm = q4_k_scales_mins(b + 4);
+        _mm256_store_si256((__m256i *)(void *)sc, _mm256_cvtepu8_epi32(sm));
+        /* read the scales back as broadcast loads, not one permute each */
+        __asm__ volatile("" ::: "memory");
+        __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, twice));
+        __m256i min_sums = _mm256_madd_epi16(mins, loadu256(xs16 + 16 * i));
+        const int8_t *x8 = xq + 256 * i;
+        __m256i sumi = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            __m256i q4 = loadu256(b + 16 + 32 * p);
+            __m256i lo = _mm256_and_si256(q4, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
+            __m256i plo = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, loadu256(x8 + 64 * p));
+            __m256i phi =
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi, loadu256(x8 + 64 * p + 32));
+            sumi = _mm256_dpwssd_epi32(sumi, plo, _mm256_set1_epi32(sc[2 * p]));
+            sumi1 = _mm256_dpwssd_epi32(sumi1, phi, _mm256_set1_epi32(sc[2 * p + 1]));
+        }
+        /* d and dmin of the block at once, times the activations' scale */
+        uint32_t dd;
+        memcpy(&dd, b, sizeof dd);
+        __m128 dv = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dd)), _mm_set1_ps(xd[i]));
+        sumi = _mm256_add_epi32(sumi, sumi1);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dv), _mm256_cvtepi32_ps(sumi), acc);
+        acc_min = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dv)),
+                                  _mm256_cvtepi32_ps(min_sums), acc_min);
+    }
+    return hsum8(acc) - hsum8(acc_min);
+}
+
+/* What the avx512vnni table changes in avx512's (dispatch.c starts from a copy of it). */
+const lp_kernel_table lp_kernels_avx512_vnni_overrides = {
+    .isa = LP_ISA_AVX512_VNNI,
+    .row_dot_q8_0_i8 = row_dot_q8_0_i8_vnni,
+    .row_dot_q4_k_i8 = row_dot_q4_k_i8_vnni,
+    .row_dot_mxfp4_i8 = row_dot_mxfp4_i8_vnni,
+};
