@@ -80,10 +80,9 @@ typedef float (*lp_row_dot_fn)(const void *row, const float *x, const float *x_s
  * matvec (lp_matvec_int8, llama.cpp's vec_dot_q8_0_q8_0 / q4_K_q8_K / mxfp4_q8_0): xq[k] int8
  * values, xd[b] the scale of each activation block (32 values for Q8_0 and MXFP4, 256 for Q4_K),
  * xs16[i] = sum of xq[16 i .. 16 i + 16) (Q4_K's min term; the others ignore it), and for blocks
- * of 32 x_off[i] = -128 * sum of xq[4 i .. 4 i + 4): what a kernel that reads the weights as
- * unsigned bytes w + 128 (vpdpbusd: unsigned x signed bytes, 4 products a 32-bit lane) takes off
- * each lane, so every lane still holds its exact small partial sum (Q4_K ignores it). Integer
- * dot products per block, block scales in float. */
+ * of 32 x_off[b] = -128 * sum of xq[32 b .. 32 b + 32): what a kernel that reads the weights as
+ * unsigned bytes w + 128 (vpdpbusd multiplies unsigned by signed bytes) takes off each block's
+ * integer sum (Q4_K ignores it). Integer dot products per block, block scales in float. */
 typedef float (*lp_row_dot_i8_fn)(const void *row, const int8_t *xq, const float *xd,
                                   const int16_t *xs16, const int32_t *x_off, int64_t k);
 

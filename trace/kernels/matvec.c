@@ -100,7 +100,7 @@ typedef struct matvec_x {
     const float *x_sums;  /* [k / 32] float group sums, or NULL */
     const int8_t *xq32;   /* blocks of 32 (Q8_0, MXFP4), or NULL: x stays float */
     const float *xd32;
-    const int32_t *x_off32; /* -128 * the sum of every 4 values of xq32 */
+    const int32_t *x_off32; /* -128 * the sum of each block of xq32 */
     const int8_t *xq256;  /* blocks of 256 with xs16 (Q4_K), or NULL */
     const float *xd256;
     const int16_t *xs16;
@@ -167,7 +167,7 @@ static void matvec_task(void *ctx, int64_t task)
 
 /* x as int8 in blocks of `block` values (32 or 256), as llama.cpp's quantize_row_q8_0/q8_K:
  * d = max|x| / 127, q = round(x / d); xs16 = sums of 16 consecutive q (for block 256), x_off =
- * -128 * the sums of 4 (for block 32, the row kernels' lp_row_dot_i8_fn). False
+ * -128 * each block's sum (for block 32, the row kernels' lp_row_dot_i8_fn). False
  * when x holds a NaN or infinity, which int8 cannot carry: the caller then keeps x in float so
  * a broken activation still shows as NaN downstream. */
 static bool quantize_x(const float *x, int64_t k, int block, int8_t *xq, float *xd, int16_t *xs16,
@@ -195,8 +195,12 @@ static bool quantize_x(const float *x, int64_t k, int block, int8_t *xq, float *
                 s += xq[16 * i + j];
             xs16[i] = (int16_t)s;
         }
-    for (int64_t i = 0; x_off && i < k / 4; i++)
-        x_off[i] = -128 * (xq[4 * i] + xq[4 * i + 1] + xq[4 * i + 2] + xq[4 * i + 3]);
+    for (int64_t b = 0; x_off && b < k / block; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < block; j++)
+            s += xq[b * block + j];
+        x_off[b] = -128 * s;
+    }
     return true;
 }
 
@@ -246,8 +250,7 @@ static lp_status prepare_x(const lp_kernel_table *kt, const float *x, const lp_m
     if (!want32 && !want256 && !want_sums)
         return LP_OK;
     /* floats and int32 first (aligned), then int16, then bytes */
-    size_t n_floats = (size_t)(k / 32) * 2 + (size_t)(k / 256) + (size_t)(k / 4);
-    size_t n_i16 = (size_t)(k / 16);
+    size_t n_floats = (size_t)(k / 32) * 3 + (size_t)(k / 256), n_i16 = (size_t)(k / 16);
     uint8_t *buf = malloc(n_floats * sizeof(float) + n_i16 * sizeof(int16_t) + 2 * (size_t)k);
     if (!buf)
         return lp_error_set(err, LP_ERR_NOMEM, "matvec: int8 copies of %lld activations",
@@ -255,7 +258,7 @@ static lp_status prepare_x(const lp_kernel_table *kt, const float *x, const lp_m
     *scratch = buf;
     float *x_sums = (float *)(void *)buf, *xd32 = x_sums + k / 32, *xd256 = xd32 + k / 32;
     int32_t *x_off32 = (int32_t *)(void *)(xd256 + k / 256);
-    int16_t *xs16 = (int16_t *)(void *)(x_off32 + k / 4);
+    int16_t *xs16 = (int16_t *)(void *)(x_off32 + k / 32);
     int8_t *xq32 = (int8_t *)(void *)(xs16 + k / 16), *xq256 = xq32 + k;
     bool finite = true;
     if (want32 && (finite = quantize_x(x, k, 32, xq32, xd32, NULL, x_off32))) {

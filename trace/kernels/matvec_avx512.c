@@ -29,35 +29,60 @@ static inline float hsum8(__m256 v)
 static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* ---- rows of 32-value blocks (Q8_0, MXFP4) ------------------------------------------------------
- * The weights go to vpdpbusd as unsigned bytes w + 128 against the signed x, and each lane starts
- * from x_off = -128 * the sum of its 4 x (one load), so it ends at the exact partial w . x that
- * AVX2's lane holds (one offset in lane 0 alone would leave lanes of +-2^16 whose scaled float
- * sum cancels badly). Q8_0 gets w + 128 by one xor; MXFP4 looks its codes up in
- * levels already offset by 128, for free. The scales of 8 blocks are gathered, widened to f32
- * and multiplied by x's in one step (each d_w * d_x rounds once, as one scalar product would),
- * then each block's lanes join one of four accumulators in one FMA. */
+ * The weights go to vpdpbusd as unsigned bytes w + 128 against the signed x (Q8_0 by one xor;
+ * MXFP4 looks its codes up in levels already offset by 128, for free), so a block's lanes add
+ * up to w . x + 128 * sum(x). The lanes of 8 blocks are reduced to their 8 exact block totals
+ * in integers (block_totals8), x_off = -128 * sum(x) of each block is added, and the 8 totals
+ * are scaled by their d_w * d_x in one FMA: one FMA and one conversion per 8 blocks instead of
+ * one each per block, and no per-lane correction to load. The scales of 8 blocks are gathered,
+ * widened to f32 and multiplied by x's in one step (each d_w * d_x rounds once, as one scalar
+ * product would). Each block's sum is then ref's, scale * (float)isum; only the order in which
+ * the blocks' sums are added differs. */
+
+/* The exact totals of 8 blocks' lane sums p[0..8), in block order: adjacent blocks' lanes
+ * interleaved and added, then pairs of pairs, then the two 128-bit halves. */
+static inline __m256i block_totals8(const __m256i p[8])
+{
+    __m256i q[4], r[2];
+    for (int j = 0; j < 4; j++) /* blocks 2j, 2j + 1: [a b a b] per half */
+        q[j] = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2 * j], p[2 * j + 1]),
+                                _mm256_unpackhi_epi32(p[2 * j], p[2 * j + 1]));
+    for (int j = 0; j < 2; j++) /* blocks 4j .. 4j + 3: [a b c d] per half */
+        r[j] = _mm256_add_epi32(_mm256_unpacklo_epi64(q[2 * j], q[2 * j + 1]),
+                                _mm256_unpackhi_epi64(q[2 * j], q[2 * j + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(r[0], r[1], 0x20),
+                            _mm256_permute2x128_si256(r[0], r[1], 0x31));
+}
+
+static inline int32_t hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+}
+
 static inline __attribute__((always_inline)) float
 blocks32_i8_vnni(const uint8_t *b, const int8_t *xq, const float *xd, const int32_t *x_off,
                  int64_t k, int64_t block_bytes, __m256 (*scales8)(const uint8_t *b),
                  float (*scale1)(const uint8_t *b), __m256i (*block)(const uint8_t *b))
 {
     int64_t n = k / 32, i = 0;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    _Alignas(32) float ds[8];
-#define LP_BLOCK_SUM(j)                                                                            \
-    _mm256_cvtepi32_ps(                                                                            \
-        _mm256_dpbusd_epi32(loadu256(x_off + 8 * (j)), block(b), loadu256(xq + 32 * (j))))
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i zero = _mm256_setzero_si256();
     for (; i + 8 <= n; i += 8) {
-        _mm256_store_ps(ds, _mm256_mul_ps(scales8(b), _mm256_loadu_ps(xd + i)));
+        __m256 d8 = _mm256_mul_ps(scales8(b), _mm256_loadu_ps(xd + i));
+        __m256i p[8];
         for (int j = 0; j < 8; j++, b += block_bytes)
-            acc[j % 4] = _mm256_fmadd_ps(_mm256_set1_ps(ds[j]), LP_BLOCK_SUM(i + j), acc[j % 4]);
+            p[j] = _mm256_dpbusd_epi32(zero, block(b), loadu256(xq + 32 * (i + j)));
+        __m256i totals = _mm256_add_epi32(block_totals8(p), loadu256(x_off + i));
+        acc = _mm256_fmadd_ps(d8, _mm256_cvtepi32_ps(totals), acc);
     }
-    for (; i < n; i++, b += block_bytes)
-        acc[i % 4] = _mm256_fmadd_ps(_mm256_set1_ps(scale1(b) * xd[i]), LP_BLOCK_SUM(i),
-                                     acc[i % 4]);
-#undef LP_BLOCK_SUM
-    return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    float sum = hsum8(acc);
+    for (; i < n; i++, b += block_bytes) {
+        int32_t isum = hsum_epi32(_mm256_dpbusd_epi32(zero, block(b), loadu256(xq + 32 * i)));
+        sum += scale1(b) * xd[i] * (float)(isum + x_off[i]);
+    }
+    return sum;
 }
 
 static inline float f16_scalar(const uint8_t *p)
@@ -65,18 +90,16 @@ static inline float f16_scalar(const uint8_t *p)
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(lp_load_u16(p))));
 }
 
-/* Q8_0 {f16 d; i8 q[32]}: the 8 f16 scales in one conversion. */
+/* Q8_0 {f16 d; i8 q[32]}: the 8 f16 scales in one conversion, gathered in general registers
+ * (the integer ports are idle in this loop; eight vector inserts would take the shuffle ports). */
 static inline __m256 q8_0_scales8(const uint8_t *b)
 {
-    __m128i h = _mm_cvtsi32_si128(lp_load_u16(b));
-    h = _mm_insert_epi16(h, lp_load_u16(b + 34), 1);
-    h = _mm_insert_epi16(h, lp_load_u16(b + 68), 2);
-    h = _mm_insert_epi16(h, lp_load_u16(b + 102), 3);
-    h = _mm_insert_epi16(h, lp_load_u16(b + 136), 4);
-    h = _mm_insert_epi16(h, lp_load_u16(b + 170), 5);
-    h = _mm_insert_epi16(h, lp_load_u16(b + 204), 6);
-    h = _mm_insert_epi16(h, lp_load_u16(b + 238), 7);
-    return _mm256_cvtph_ps(h);
+    uint64_t lo = 0, hi = 0;
+    for (int j = 0; j < 4; j++) {
+        lo |= (uint64_t)lp_load_u16(b + 34 * j) << (16 * j);
+        hi |= (uint64_t)lp_load_u16(b + 34 * (j + 4)) << (16 * j);
+    }
+    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1));
 }
 
 static inline __m256i q8_0_block_u8(const uint8_t *b)
@@ -96,15 +119,10 @@ static float row_dot_q8_0_i8_vnni(const void *row, const int8_t *xq, const float
  * for e = 0 and 1. */
 static inline __m256 mxfp4_scales8(const uint8_t *b)
 {
-    __m128i e = _mm_cvtsi32_si128(b[0]);
-    e = _mm_insert_epi8(e, b[17], 1);
-    e = _mm_insert_epi8(e, b[34], 2);
-    e = _mm_insert_epi8(e, b[51], 3);
-    e = _mm_insert_epi8(e, b[68], 4);
-    e = _mm_insert_epi8(e, b[85], 5);
-    e = _mm_insert_epi8(e, b[102], 6);
-    e = _mm_insert_epi8(e, b[119], 7);
-    __m256i e32 = _mm256_cvtepu8_epi32(e);
+    uint64_t bytes = 0; /* gathered in a general register, as Q8_0's scales */
+    for (int j = 0; j < 8; j++)
+        bytes |= (uint64_t)b[17 * j] << (8 * j);
+    __m256i e32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)bytes));
     __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e32, _mm256_set1_epi32(1)), 23);
     __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e32);
     __m256i is_subnormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e32);
@@ -150,11 +168,11 @@ static inline __m128i q4_k_scales_mins(const uint8_t *packed)
 }
 
 /* Q4_K: the unsigned nibbles go to vpdpbusd against the int8 x directly, a group's 32 products
- * into 8 lanes of at most 4 * 15 * 127 = 7620 in magnitude; each lane is then a valid int16 in
- * its low half with its sign in the high half, so vpdpwssd against the group's scale as a 32-bit
- * lane (the scale in the low half, 0 in the high) adds lane * scale exactly: the scale multiply
- * and the add in one instruction, the scale a broadcast load. The min term is one madd of the
- * mins against the 16-value activation sums. */
+ * into 8 lanes of at most 4 * 15 * 127 = 7620 in magnitude, so the two groups of a 32-byte slice
+ * pack into one vector of int16 (vpackssdw, exact) and one vpdpwssd against their scales
+ * multiplies and adds both: per block 8 vpdpbusd and 4 vpdpwssd where AVX2 has 8 maddubs and 8
+ * madd, the multiplier ports being what limits this row. The min term is one madd of the mins
+ * against the 16-value activation sums. */
 static float row_dot_q4_k_i8_vnni(const void *row, const int8_t *xq, const float *xd,
                                   const int16_t *xs16, const int32_t *x_off, int64_t k)
 {
@@ -163,12 +181,16 @@ static float row_dot_q4_k_i8_vnni(const void *row, const int8_t *xq, const float
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     /* each min byte twice: the mins of groups 0..7 against the 16 sums of 16 activations */
     const __m128i twice = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    /* vpackssdw's order in each 128-bit half: four lanes of group 2p, then four of 2p + 1 */
+    const __m128i pick01 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m128i pick23 = _mm_setr_epi8(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
     __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
-    _Alignas(32) int32_t sc[8];
+    _Alignas(32) int16_t sc[4][8]; /* slice p: the scales of groups 2p, 2p + 1, four times each */
     for (int64_t i = 0; i < k / 256; i++, b += 144) {
         __m128i sm = q4_k_scales_mins(b + 4);
-        _mm256_store_si256((__m256i *)(void *)sc, _mm256_cvtepu8_epi32(sm));
-        /* read the scales back as broadcast loads, not one permute each */
+        _mm256_store_si256((__m256i *)(void *)sc[0], _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pick01)));
+        _mm256_store_si256((__m256i *)(void *)sc[2], _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pick23)));
+        /* read the scales back as broadcast loads, not a permute each */
         __asm__ volatile("" ::: "memory");
         __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, twice));
         __m256i min_sums = _mm256_madd_epi16(mins, loadu256(xs16 + 16 * i));
@@ -181,8 +203,12 @@ static float row_dot_q4_k_i8_vnni(const void *row, const int8_t *xq, const float
             __m256i plo = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, loadu256(x8 + 64 * p));
             __m256i phi =
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi, loadu256(x8 + 64 * p + 32));
-            sumi = _mm256_dpwssd_epi32(sumi, plo, _mm256_set1_epi32(sc[2 * p]));
-            sumi1 = _mm256_dpwssd_epi32(sumi1, phi, _mm256_set1_epi32(sc[2 * p + 1]));
+            __m256i scales = _mm256_broadcastsi128_si256(
+                _mm_load_si128((const __m128i *)(const void *)sc[p]));
+            if (p % 2)
+                sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_packs_epi32(plo, phi), scales);
+            else
+                sumi = _mm256_dpwssd_epi32(sumi, _mm256_packs_epi32(plo, phi), scales);
         }
         /* d and dmin of the block at once, times the activations' scale */
         uint32_t dd;
