@@ -824,6 +824,7 @@ static void test_dispatch_tables(void **state)
     assert_true(vnni->row_dot_q8_0_i8 != avx512->row_dot_q8_0_i8);
     assert_true(vnni->row_dot_q4_k_i8 != avx512->row_dot_q4_k_i8);
     assert_true(vnni->row_dot_mxfp4_i8 != avx512->row_dot_mxfp4_i8);
+    assert_true(vnni->row_dot_f16 != avx512->row_dot_f16);
     assert_true(vnni->softmax == avx512->softmax && vnni->attn_qk == avx512->attn_qk);
 
     /* An ISA that overrides one slot keeps ref's kernels in every other, tile included. */
