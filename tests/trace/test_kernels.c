@@ -493,6 +493,62 @@ static void test_matvec_group(void **state)
     free(x);
 }
 
+/* The int8 rows at the ends of their ranges, where an offset or a saturating step would show:
+ * Q8_0 weights of -128 and 127 and MXFP4's +-12 (doubled +-6), against x quantized to +-127,
+ * over 9 blocks of 32 (the 8-block loops and a tail). Every ISA within the contract's 1e-5 of
+ * the exact integer sums scaled per block, relative (observed: every ISA gives ref's float,
+ * at most 6.9e-5 from the double sum of 18432, i.e. 3.7e-9 relative). */
+static void test_matvec_int8_extremes(void **state)
+{
+    (void)state;
+    enum { K = 288, ROWS = 3 };
+    float x[K], y[ROWS];
+    for (int j = 0; j < K; j++)
+        x[j] = j % 4 == 3 ? 1.0f : -1.0f; /* q = +-127, d_x = 1 / 127 */
+    const float dx = 1.0f / 127.0f;
+    for (int f = 0; f < 2; f++) {
+        bool q8 = f == 0;
+        uint64_t row_bytes = q8 ? 34 * K / 32 : 17 * K / 32;
+        uint8_t data[ROWS * 34 * K / 32];
+        double want[ROWS] = {0};
+        for (int r = 0; r < ROWS; r++)
+            for (int b = 0; b < K / 32; b++) {
+                uint8_t *blk = data + r * row_bytes + b * (q8 ? 34 : 17);
+                int64_t isum = 0;
+                if (q8)
+                    blk[0] = 0x00, blk[1] = 0x3c; /* d = 1 */
+                else
+                    blk[0] = 127; /* half scale 2^(127 - 128) */
+                for (int j = 0; j < 32; j++) {
+                    bool low = r == 0 || (r == 2 && (j + b) % 3 != 0);
+                    int w = q8 ? (low ? -128 : 127) : (low ? -12 : 12);
+                    if (q8)
+                        blk[2 + j] = (uint8_t)(int8_t)w;
+                    else if (j < 16)
+                        blk[1 + j] = (uint8_t)(low ? 15 : 7); /* value j: the low nibble */
+                    else
+                        blk[1 + j - 16] |= (uint8_t)((low ? 15 : 7) << 4);
+                    isum += w * (j % 4 == 3 ? 127 : -127);
+                }
+                want[r] += (double)((q8 ? 1.0f : 0.5f) * dx) * (double)isum;
+            }
+        lp_matrix w = {q8 ? LP_DTYPE_Q8_0 : LP_DTYPE_MXFP4, data, ROWS, K, row_bytes, false};
+        lp_isa isas[LP_ISA_COUNT];
+        int n_isas = available_isas(isas);
+        for (int s = 0; s < n_isas; s++) {
+            assert_true(lp_kernels_set_isa(isas[s]));
+            lp_error err = {0};
+            assert_int_equal(lp_matvec_int8(x, &w, NULL, y, NULL, &err), LP_OK);
+            for (int r = 0; r < ROWS; r++) {
+                double e = fabs((double)y[r] - want[r]);
+                printf("matvec_int8 extremes %s row %d %s: %.9g, |err| %.2e\n", q8 ? "q8_0" : "mxfp4",
+                       r, lp_isa_name(isas[s]), (double)y[r], e);
+                assert_true(e <= 1e-5 * (fabs(want[r]) + 1.0));
+            }
+        }
+    }
+}
+
 static void test_matvec_errors(void **state)
 {
     (void)state;
@@ -871,6 +927,7 @@ int main(void)
         cmocka_unit_test(test_linear_errors),
         cmocka_unit_test(test_matvec_dtypes),
         cmocka_unit_test(test_matvec_group),
+        cmocka_unit_test(test_matvec_int8_extremes),
         cmocka_unit_test(test_matvec_errors),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_rope),
