@@ -541,8 +541,8 @@ static void test_matvec_int8_extremes(void **state)
             assert_int_equal(lp_matvec_int8(x, &w, NULL, y, NULL, &err), LP_OK);
             for (int r = 0; r < ROWS; r++) {
                 double e = fabs((double)y[r] - want[r]);
-                printf("matvec_int8 extremes %s row %d %s: %.9g, |err| %.2e\n", q8 ? "q8_0" : "mxfp4",
-                       r, lp_isa_name(isas[s]), (double)y[r], e);
+                printf("matvec_int8 extremes %s row %d %s: %.9g, |err| %.2e\n",
+                       q8 ? "q8_0" : "mxfp4", r, lp_isa_name(isas[s]), (double)y[r], e);
                 assert_true(e <= 1e-5 * (fabs(want[r]) + 1.0));
             }
         }

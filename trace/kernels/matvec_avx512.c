@@ -142,7 +142,8 @@ static inline __m256i mxfp4_block_u8(const uint8_t *b)
     const __m256i levels = _mm256_broadcastsi128_si256(_mm_xor_si128(
         _mm_loadu_si128((const __m128i *)(const void *)lp_mxfp4_levels_x2),
         _mm_set1_epi8((char)0x80)));
-    __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(b + 1)));
+    __m256i q =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(b + 1)));
     q = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)),
                          _mm256_set1_epi8(0x0f));
     return _mm256_shuffle_epi8(levels, q);
@@ -188,13 +189,12 @@ static float row_dot_q4_k_i8_vnni(const void *row, const int8_t *xq, const float
     const __m128i pick01 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m128i pick23 = _mm_setr_epi8(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
     __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
-    _Alignas(32) int16_t sc[4][8]; /* slice p: the scales of groups 2p, 2p + 1, four times each */
     for (int64_t i = 0; i < k / 256; i++, b += 144) {
         __m128i sm = q4_k_scales_mins(b + 4);
-        _mm256_store_si256((__m256i *)(void *)sc[0], _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pick01)));
-        _mm256_store_si256((__m256i *)(void *)sc[2], _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pick23)));
-        /* read the scales back as broadcast loads, not a permute each */
-        __asm__ volatile("" ::: "memory");
+        __m256i s01 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pick01));
+        __m256i s23 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pick23));
+        __m256i scs[4] = {_mm256_permute4x64_epi64(s01, 0x44), _mm256_permute4x64_epi64(s01, 0xee),
+                          _mm256_permute4x64_epi64(s23, 0x44), _mm256_permute4x64_epi64(s23, 0xee)};
         __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, twice));
         __m256i min_sums = _mm256_madd_epi16(mins, loadu256(xs16 + 16 * i));
         const int8_t *x8 = xq + 256 * i;
@@ -208,8 +208,7 @@ static float row_dot_q4_k_i8_vnni(const void *row, const int8_t *xq, const float
             __m256i plo = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, loadu256(x8 + 64 * p));
             __m256i phi =
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi, loadu256(x8 + 64 * p + 32));
-            __m256i scales = _mm256_broadcastsi128_si256(
-                _mm_load_si128((const __m128i *)(const void *)sc[p]));
+            __m256i scales = scs[p];
             if (p % 2)
                 sumi1 = _mm256_dpwssd_epi32(sumi1, _mm256_packs_epi32(plo, phi), scales);
             else
