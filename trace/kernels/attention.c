@@ -207,7 +207,7 @@ static void row_take_block(const lp_kernel_table *kt, const lp_attn_args *a,
         memcpy(kept + j0, sv, (size_t)count * sizeof *sv);
     if (block_max > rs->m) {
         if (rs->m != -INFINITY)
-            *alpha = expf(rs->m - block_max);
+            *alpha = lp_attn_rescale(kt, rs->m, block_max);
         rs->l *= *alpha;
         rs->m = block_max;
     }

@@ -92,7 +92,7 @@ static void dec_row_take(const lp_kernel_table *kt, dec_row *r, int64_t kb, int6
     float *out = a->out + r->i * a->out_stride;
     if (block_max > rs->m) {
         if (rs->m != -INFINITY) {
-            float alpha = expf(rs->m - block_max);
+            float alpha = lp_attn_rescale(kt, rs->m, block_max);
             kt->scale(out, alpha, a->v_dim);
             rs->l *= alpha;
         }

@@ -322,6 +322,16 @@ static inline lp_attn_args lp_attn_group_head(const lp_attn_args *a, int64_t g)
     return h;
 }
 
+/* exp(m_old - m_new), the factor a row's output and sum take when its running max rises, in
+ * the arithmetic of the table's attn_softmax (its exp, flushed below LP_ATTN_EXP_MIN): a row
+ * whose block goes row by row then computes what it computes in a fused tile, so a row's result
+ * does not depend on which rows share its tile (a call's row range, the thread split). */
+static inline float lp_attn_rescale(const lp_kernel_table *kt, float m_old, float m_new)
+{
+    float x = m_old;
+    return kt->attn_exp_sum(&x, 1, m_new);
+}
+
 /* Softcap and ALiBi on the scores s[0 .. n) of keys j0 .. j0 + n for a query at pos (both
  * attention paths apply them after scale * q.k). */
 static inline void lp_attn_finish_scores(const lp_attn_args *a, float *s, int64_t j0, int64_t n,
