@@ -110,6 +110,11 @@ lp_status lp_est_hw_measure(int threads, uint64_t read_bytes, lp_est_hw *out, lp
  * matrix-vector product's access pattern): best of 12 rounds after a warm-up one, each timed
  * from the first thread's start to the last one's end. About 0.2 s. */
 lp_status lp_est_read_bandwidth(int threads, uint64_t bytes, double *bytes_per_s, lp_error *err);
+/* The same streaming pass over the caller's bytes (buf; read only), best of `rounds` timed
+ * rounds after the warm-up one (0 = 12): the bandwidth of those very pages, at that moment (a
+ * shared host's bandwidth moves: the same buffer read 34 and 59 GB/s a second apart here). */
+lp_status lp_est_read_bandwidth_of(int threads, const void *buf, uint64_t bytes, int rounds,
+                                   double *bytes_per_s, lp_error *err);
 
 /* A link between the devices of a deployment: bytes per second in one direction per device. */
 typedef struct lp_est_link {

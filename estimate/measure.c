@@ -176,40 +176,67 @@ static lp_status measure_fma(int n, bool avx2, double *flops_per_s, lp_error *er
     return st;
 }
 
-lp_status lp_est_read_bandwidth(int threads, uint64_t bytes, double *bytes_per_s, lp_error *err)
+/* The timed rounds over `slice` bytes per thread from buf. */
+static lp_status read_rounds(int n, const unsigned char *buf, size_t slice, int rounds,
+                             double *bytes_per_s, lp_error *err)
 {
-    int n = threads > 0 ? threads : lp_cpu_count();
-    n = n > MAX_THREADS ? MAX_THREADS : n;
-    bytes = bytes ? bytes : DEFAULT_READ_BYTES;
-    size_t slice = (size_t)(bytes / (uint64_t)n) / 128 * 128; /* whole 128-byte steps */
-    if (slice == 0)
-        return lp_error_set(err, LP_ERR_RANGE, "--hw local: %llu bytes to read over %d threads",
-                            (unsigned long long)bytes, n);
-    unsigned char *buf = aligned_alloc(64, slice * (size_t)n);
     worker *w = calloc((size_t)n, sizeof *w);
-    if (!buf || !w) {
-        free(buf);
-        free(w);
-        return lp_error_set(err, LP_ERR_NOMEM, "--hw local: out of memory for a %zu MiB read",
-                            slice * (size_t)n >> 20);
-    }
-    /* each thread's slice is first touched by the memset here; the warm-up round then maps
-     * whatever the kernel deferred, so the timed rounds read memory, not page faults */
-    memset(buf, 1, slice * (size_t)n);
+    if (!w)
+        return lp_error_set(err, LP_ERR_NOMEM, "--hw local: out of memory for %d threads", n);
     bool avx2 = use_avx2();
     for (int i = 0; i < n; i++) {
         w[i].avx2 = avx2;
         w[i].read = true;
         w[i].buf = buf + (size_t)i * slice;
         w[i].bytes = slice;
-        w[i].rounds = 1 + READ_ROUNDS;
+        w[i].rounds = 1 + rounds;
     }
     double seconds;
     lp_status st = run_rounds(w, n, &seconds, err);
     *bytes_per_s = st == LP_OK && seconds > 0 ? (double)(slice * (size_t)n) / seconds : 0;
     free(w);
+    return st;
+}
+
+static int read_threads(int threads)
+{
+    int n = threads > 0 ? threads : lp_cpu_count();
+    return n > MAX_THREADS ? MAX_THREADS : n;
+}
+
+lp_status lp_est_read_bandwidth(int threads, uint64_t bytes, double *bytes_per_s, lp_error *err)
+{
+    int n = read_threads(threads);
+    bytes = bytes ? bytes : DEFAULT_READ_BYTES;
+    size_t slice = (size_t)(bytes / (uint64_t)n) / 128 * 128; /* whole 128-byte steps */
+    if (slice == 0)
+        return lp_error_set(err, LP_ERR_RANGE, "--hw local: %llu bytes to read over %d threads",
+                            (unsigned long long)bytes, n);
+    unsigned char *buf = aligned_alloc(64, slice * (size_t)n);
+    if (!buf)
+        return lp_error_set(err, LP_ERR_NOMEM, "--hw local: out of memory for a %zu MiB read",
+                            slice * (size_t)n >> 20);
+    /* each thread's slice is first touched by the memset here; the warm-up round then maps
+     * whatever the kernel deferred, so the timed rounds read memory, not page faults */
+    memset(buf, 1, slice * (size_t)n);
+    lp_status st = read_rounds(n, buf, slice, READ_ROUNDS, bytes_per_s, err);
     free(buf);
     return st;
+}
+
+lp_status lp_est_read_bandwidth_of(int threads, const void *buf, uint64_t bytes, int rounds,
+                                   double *bytes_per_s, lp_error *err)
+{
+    int n = read_threads(threads);
+    /* whole 128-byte steps from a 64-byte boundary inside the buffer */
+    uintptr_t start = ((uintptr_t)buf + 63) / 64 * 64;
+    uint64_t usable = bytes > start - (uintptr_t)buf ? bytes - (start - (uintptr_t)buf) : 0;
+    size_t slice = (size_t)(usable / (uint64_t)n) / 128 * 128;
+    if (slice == 0)
+        return lp_error_set(err, LP_ERR_RANGE, "bandwidth: %llu bytes to read over %d threads",
+                            (unsigned long long)bytes, n);
+    return read_rounds(n, (const unsigned char *)start, slice, rounds > 0 ? rounds : READ_ROUNDS,
+                       bytes_per_s, err);
 }
 
 lp_status lp_est_hw_measure(int threads, uint64_t read_bytes, lp_est_hw *out, lp_error *err)

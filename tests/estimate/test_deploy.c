@@ -523,8 +523,9 @@ static void test_measure_local(void **state)
            hw.bytes_per_s * 1e-9);
 }
 
-/* The streaming-read yardstick on 2 threads (its barrier and per-thread clocks): a positive,
- * finite rate; a read too small to split into 128-byte steps per thread is refused, naming it. */
+/* The streaming-read yardstick on 2 threads (its barrier and per-thread clocks), on a buffer of
+ * its own and on the caller's: a positive, finite rate, the caller's bytes unchanged; a read
+ * too small to split into 128-byte steps per thread is refused, naming it. */
 static void test_read_bandwidth(void **state)
 {
     (void)state;
@@ -534,6 +535,20 @@ static void test_read_bandwidth(void **state)
     assert_true(isfinite(bps) && bps > 1e7);
     assert_int_equal(lp_est_read_bandwidth(2, 200, &bps, &err), LP_ERR_RANGE);
     assert_non_null(strstr(err.msg, "200 bytes"));
+    /* over the caller's buffer, from an odd address (aligned inside it), never past its end
+     * (the sanitizer build would see an over-read); it is read, never written */
+    size_t n = (4u << 20) + 64;
+    unsigned char *buf = malloc(n + 64);
+    assert_non_null(buf);
+    memset(buf, 7, n + 64);
+    bps = 0.0;
+    assert_int_equal(lp_est_read_bandwidth_of(2, buf + 3, n - 3, 2, &bps, &err), LP_OK);
+    assert_true(isfinite(bps) && bps > 1e7);
+    for (size_t i = 0; i < n + 64; i++)
+        assert_int_equal(buf[i], 7); /* read only */
+    assert_int_equal(lp_est_read_bandwidth_of(2, buf + 3, 250, 0, &bps, &err), LP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "250 bytes"));
+    free(buf);
 }
 
 int main(void)
