@@ -9,6 +9,7 @@
 
 #include "inspect/formats/quant.h"
 #include "trace/kernels/kernels_internal.h"
+#include "trace/kernels/simd_avx2.h"
 
 /* ---- conversions */
 
@@ -645,26 +646,6 @@ static float row_dot_q8_0_i8_avx2(const void *row, const int8_t *xq, const float
     return blocks32_i8_avx2(row, xq, xd, k, 34, q8_0_scales8, f16_scalar_avx2, q8_0_block);
 }
 
-/* MXFP4 {u8 e; u8 qs[16]}: lp_mxfp4_half_scale of 8 E8M0 bytes at once, 2^(e - 128) built from
- * the bits, (e - 1) << 23, for e >= 2, and the subnormals 2^-128 and 2^-127 as 0x00200000 << e
- * for e = 0 and 1. */
-static inline __m256 mxfp4_scales8(const uint8_t *b)
-{
-    __m128i e = _mm_cvtsi32_si128(b[0]);
-    e = _mm_insert_epi8(e, b[17], 1);
-    e = _mm_insert_epi8(e, b[34], 2);
-    e = _mm_insert_epi8(e, b[51], 3);
-    e = _mm_insert_epi8(e, b[68], 4);
-    e = _mm_insert_epi8(e, b[85], 5);
-    e = _mm_insert_epi8(e, b[102], 6);
-    e = _mm_insert_epi8(e, b[119], 7);
-    __m256i e32 = _mm256_cvtepu8_epi32(e);
-    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e32, _mm256_set1_epi32(1)), 23);
-    __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e32);
-    __m256i is_subnormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e32);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, is_subnormal));
-}
-
 static inline float mxfp4_scale1(const uint8_t *b) { return lp_mxfp4_half_scale(b[0]); }
 
 /* The 32 nibble codes looked up in the doubled levels as int8 (low nibbles: values 0..15, high:
@@ -684,7 +665,8 @@ static float row_dot_mxfp4_i8_avx2(const void *row, const int8_t *xq, const floa
 {
     (void)xs16;
     (void)x_off;
-    return blocks32_i8_avx2(row, xq, xd, k, 17, mxfp4_scales8, mxfp4_scale1, mxfp4_block);
+    return blocks32_i8_avx2(row, xq, xd, k, 17, lp_mxfp4_scales8_avx2, mxfp4_scale1,
+                            mxfp4_block);
 }
 
 /* The 8 six-bit scales and 8 mins of a Q4_K block from its 12 packed bytes (the layout of

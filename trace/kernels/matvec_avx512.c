@@ -21,6 +21,7 @@
 
 #include "inspect/formats/quant.h"
 #include "trace/kernels/kernels_internal.h"
+#include "trace/kernels/simd_avx2.h"
 
 static inline float hsum8(__m256 v)
 {
@@ -117,21 +118,6 @@ static float row_dot_q8_0_i8_vnni(const void *row, const int8_t *xq, const float
     return blocks32_i8_vnni(row, xq, xd, x_off, k, 34, q8_0_scales8, f16_scalar, q8_0_block_u8);
 }
 
-/* MXFP4 {u8 e; u8 qs[16]}: lp_mxfp4_half_scale of 8 E8M0 bytes at once, 2^(e - 128) built from
- * the bits, (e - 1) << 23, for e >= 2, and the subnormals 2^-128 and 2^-127 as 0x00200000 << e
- * for e = 0 and 1. */
-static inline __m256 mxfp4_scales8(const uint8_t *b)
-{
-    uint64_t bytes = 0; /* gathered in a general register, as Q8_0's scales */
-    for (int j = 0; j < 8; j++)
-        bytes |= (uint64_t)b[17 * j] << (8 * j);
-    __m256i e32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)bytes));
-    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e32, _mm256_set1_epi32(1)), 23);
-    __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e32);
-    __m256i is_subnormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e32);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, is_subnormal));
-}
-
 static inline float mxfp4_scale1(const uint8_t *b) { return lp_mxfp4_half_scale(b[0]); }
 
 /* The 32 nibble codes as unsigned bytes level + 128: the 16 code bytes in both 128-bit halves,
@@ -153,7 +139,7 @@ static float row_dot_mxfp4_i8_vnni(const void *row, const int8_t *xq, const floa
                                    const int16_t *xs16, const int32_t *x_off, int64_t k)
 {
     (void)xs16;
-    return blocks32_i8_vnni(row, xq, xd, x_off, k, 17, mxfp4_scales8, mxfp4_scale1,
+    return blocks32_i8_vnni(row, xq, xd, x_off, k, 17, lp_mxfp4_scales8_avx2, mxfp4_scale1,
                             mxfp4_block_u8);
 }
 
