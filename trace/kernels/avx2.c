@@ -669,23 +669,6 @@ static float row_dot_mxfp4_i8_avx2(const void *row, const int8_t *xq, const floa
                             mxfp4_block);
 }
 
-/* The 8 six-bit scales and 8 mins of a Q4_K block from its 12 packed bytes (the layout of
- * lp_q4_k_scale_min), four bytes per 32-bit lane at once: scales in bytes 0..7 of the result,
- * mins in bytes 8..15. With p0, p1, p2 the packed words (bytes 0-3, 4-7, 8-11): scales 0-3 =
- * p0 & 0x3f, scales 4-7 = (p2 & 0x0f) | (top two bits of p0's bytes) << 4, mins 0-3 = p1 & 0x3f,
- * mins 4-7 = (p2 >> 4 & 0x0f) | (top two bits of p1's bytes) << 4. Reads 16 bytes from packed
- * (the 4 past the scales are the block's first nibbles). */
-static inline __m128i q4_k_scales_mins(const uint8_t *packed)
-{
-    __m128i p = _mm_loadu_si128((const __m128i *)(const void *)packed);
-    __m128i low = _mm_shuffle_epi32(p, _MM_SHUFFLE(2, 1, 2, 0)); /* p0 p2 p1 p2 */
-    low = _mm_srlv_epi32(low, _mm_setr_epi32(0, 0, 0, 4));
-    low = _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    __m128i top = _mm_shuffle_epi32(p, _MM_SHUFFLE(1, 1, 0, 0)); /* p0 p0 p1 p1 */
-    top = _mm_and_si128(_mm_srli_epi32(top, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm_or_si128(low, top);
-}
-
 /* Byte shuffles that broadcast group g's 16-bit scale (bytes 2g, 2g + 1 of each 128-bit lane of
  * the widened scales) to every 16-bit lane. */
 static const uint8_t q4_k_pick_scale[8][32] __attribute__((aligned(32))) = {
@@ -712,7 +695,7 @@ static float row_dot_q4_k_i8_avx2(const void *row, const int8_t *xq, const float
     const __m128i twice = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
     for (int64_t i = 0; i < k / 256; i++, b += 144) {
-        __m128i sm = q4_k_scales_mins(b + 4);
+        __m128i sm = lp_q4_k_scales_mins_avx2(b + 4);
         __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, twice));
         __m256i min_sums = _mm256_madd_epi16(

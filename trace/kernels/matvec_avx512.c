@@ -143,19 +143,7 @@ static float row_dot_mxfp4_i8_vnni(const void *row, const int8_t *xq, const floa
                             mxfp4_block_u8);
 }
 
-/* ---- Q4_K ---------------------------------------------------------------------------------------
- * The 8 six-bit scales and 8 mins of a block from its 12 packed bytes, as avx2.c's
- * q4_k_scales_mins: scales in bytes 0..7, mins in bytes 8..15. Reads 16 bytes from packed. */
-static inline __m128i q4_k_scales_mins(const uint8_t *packed)
-{
-    __m128i p = _mm_loadu_si128((const __m128i *)(const void *)packed);
-    __m128i low = _mm_shuffle_epi32(p, _MM_SHUFFLE(2, 1, 2, 0)); /* p0 p2 p1 p2 */
-    low = _mm_srlv_epi32(low, _mm_setr_epi32(0, 0, 0, 4));
-    low = _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    __m128i top = _mm_shuffle_epi32(p, _MM_SHUFFLE(1, 1, 0, 0)); /* p0 p0 p1 p1 */
-    top = _mm_and_si128(_mm_srli_epi32(top, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm_or_si128(low, top);
-}
+/* ---- Q4_K (scales and mins unpacked by lp_q4_k_scales_mins_avx2, simd_avx2.h) ----------- */
 
 /* Q4_K: the unsigned nibbles go to vpdpbusd against the int8 x directly, a group's 32 products
  * into 8 lanes of at most 4 * 15 * 127 = 7620 in magnitude, so the two groups of a 32-byte slice
@@ -176,7 +164,7 @@ static float row_dot_q4_k_i8_vnni(const void *row, const int8_t *xq, const float
     const __m128i pick23 = _mm_setr_epi8(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
     __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
     for (int64_t i = 0; i < k / 256; i++, b += 144) {
-        __m128i sm = q4_k_scales_mins(b + 4);
+        __m128i sm = lp_q4_k_scales_mins_avx2(b + 4);
         __m256i s01 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pick01));
         __m256i s23 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pick23));
         __m256i scs[4] = {_mm256_permute4x64_epi64(s01, 0x44), _mm256_permute4x64_epi64(s01, 0xee),
