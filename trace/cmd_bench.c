@@ -1404,11 +1404,11 @@ LP_CLI_COMMAND(bench, run_bench, bench_options, 0, 0,
         "Decode (--decode, alone): one token's step of the TinyLlama shape (all 22 layers, or\n"
         "--layers) on the kernels: per layer the q, k, v, o, gate, up, down matrix-vector products\n"
         "reading F32, F16, Q8_0, Q4_K and MXFP4 weights in place and 32 heads over an f16 KV cache of\n"
-        "512 positions, then the 32000-row classifier; tokens/s beside the bound of the memory\n"
-        "bandwidth (the best of streaming reads larger than the L3, one before each dtype and one\n"
-        "at the end) over the bytes a step reads. Q8_0, Q4_K and MXFP4 also run with int8\n"
-        "activations (lp_matvec_int8, the 'x int8' lines), step by step in turn with the float ones. F32 needs 4.4 GB of memory at 22\n"
-        "layers.",
+        "512 positions, then the 32000-row classifier; tokens/s (the best step) and the share of\n"
+        "the memory-bandwidth bound: each step against a streaming read of the same weights right\n"
+        "after it, the median over --reps such pairs. Q8_0, Q4_K and MXFP4 also run with int8\n"
+        "activations (lp_matvec_int8, the 'x int8' lines), step by step in turn with the float\n"
+        "ones. F32 needs 4.4 GB of memory at 22 layers.",
     .notes = "Exit status: 0 done, 1 loupe's and OpenBLAS's products differ by more than 1e-4 of\n"
              "the largest entry, 2 bad usage or a failure (memory, disk).");
 

@@ -610,6 +610,34 @@ static void test_attention_row_ranges(void **state)
     }
 }
 
+/* Which heads the decode path serves: a few query rows over a longer key range (a cache),
+ * with or without probes, head sizes up to 1024; a prompt of a few tokens (n_q = n_k) and 5 or
+ * more rows stay blocked. Without this rule the dec-* cases above would pass on the blocked path
+ * and a decode step would silently pack its whole cache again. */
+static void test_attention_decode_rule(void **state)
+{
+    (void)state;
+    lp_mask_spec mask = lp_mask_causal(1, 512);
+    float probs[1];
+    lp_attn_args a = {.n_q = 1, .n_k = 512, .head_dim = 64, .v_dim = 64, .mask = &mask};
+    assert_true(lp_attention_decode_applies(&a));
+    a.probs = probs; /* observed steps too */
+    assert_true(lp_attention_decode_applies(&a));
+    a.n_q = LP_ATTN_DECODE_MAX_ROWS;
+    assert_true(lp_attention_decode_applies(&a));
+    a.n_q = LP_ATTN_DECODE_MAX_ROWS + 1;
+    assert_false(lp_attention_decode_applies(&a));
+    a.n_q = a.n_k = 3; /* a short prompt's prefill */
+    assert_false(lp_attention_decode_applies(&a));
+    a.n_q = 1;
+    a.n_k = 512;
+    a.head_dim = 576; /* MLA's latent keys */
+    a.v_dim = 512;
+    assert_true(lp_attention_decode_applies(&a));
+    a.head_dim = 2048;
+    assert_false(lp_attention_decode_applies(&a));
+}
+
 /* Same inputs, same bits: the attention of every head run on pools of 1 and 2 threads. */
 typedef struct heads_ctx {
     lp_attn_args base;
@@ -1454,6 +1482,7 @@ int main(void)
         cmocka_unit_test(test_attention_tiles),
         cmocka_unit_test(test_attention_row_ranges),
         cmocka_unit_test(test_attention_gqa),
+        cmocka_unit_test(test_attention_decode_rule),
         cmocka_unit_test(test_attention_nan),
         cmocka_unit_test(test_attention_sparsity_known_rows),
         cmocka_unit_test(test_attention_sparsity_isas),

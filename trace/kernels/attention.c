@@ -19,6 +19,8 @@
  *   entropy = log l - sum p (s - m)   distance = sum p (pos - j)   local = sum of local p
  * so the probabilities are exact (not rescaled) and come from the very scores pass 1 used,
  * without a second Q.K; the sparsity counts then run on the row of p (lp_attn_row_sparsity).
+ * Pass 2 and the rows' state live in attention_rows.c, shared with attention_decode.c, which
+ * serves heads of a few query rows over a cache (a decode step) without any packing.
  * A learned sink starts each row as if one key with score sink_logit and a zero value row had
  * been seen (m = sink_logit, l = 1).
  * GQA (n_group > 1): the group's query heads share the call's packed K/V; pass 1 runs each

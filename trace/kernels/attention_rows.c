@@ -14,7 +14,10 @@
 /* lp_attn_rows_probed's count: one relaxed add per tile or call, never on the bare path. */
 static _Atomic uint64_t rows_probed;
 
-uint64_t lp_attn_rows_probed(void) { return atomic_load_explicit(&rows_probed, memory_order_relaxed); }
+uint64_t lp_attn_rows_probed(void)
+{
+    return atomic_load_explicit(&rows_probed, memory_order_relaxed);
+}
 
 void lp_attn_note_probed(uint64_t rows)
 {
@@ -61,8 +64,8 @@ static uint32_t float_bits(float p)
 
 /* The statistics of a row whose probabilities p (indexed by key) and sums are computed. */
 static void row_stats_from_probs(const lp_attn_args *a, const lp_attn_row_state *rs,
-                                 const float *p,
-                                 const lp_attn_row_sums *sums, lp_attn_row_stats *st)
+                                 const float *p, const lp_attn_row_sums *sums,
+                                 lp_attn_row_stats *st)
 {
     float inv_l = 1.0f / rs->l;
     float sink_w = a->has_sink ? expf(a->sink_logit - rs->m) : 0.0f;

@@ -1,6 +1,7 @@
 /* The dispatch table shared by ref.c, avx2.c, dispatch.c, gemm.c and attention.c.
  *
- *   const lp_kernel_table *kt = lp_kernels_table();   // chosen once; LP_ISA=ref|avx2|avx512|avx512vnni forces one
+ *   const lp_kernel_table *kt = lp_kernels_table();   // chosen once; LP_ISA forces one
+ *                                                      // (ref|avx2|avx512|avx512vnni)
  *   kt->gemm.ukernel(kc, a_panel, b_panel, c, ldc, m_edge, n_edge, accumulate);
  *
  * Tables are built as BLIS builds its contexts: each ISA's table starts as a copy of ref's and
@@ -358,11 +359,11 @@ typedef struct lp_attn_row_state {
 /* A row with no mass at all: no visible key and no sink. */
 static inline bool lp_attn_row_empty(const lp_attn_row_state *rs) { return !(rs->l > 0.0f); }
 
-/* attention_rows.c. lp_attn_row_init: row i of head a (one head, not a group) before its first key
- * block: its range, position and empty sums (the sink's when it has one); its output row is
- * zeroed. lp_attn_row_probes, once the row's m and l are final: its probabilities from `row`,
- * its finished scores indexed by key (permuted: scratch), into a->probs' row i (the masked
- * frame included) and its statistics into a->row_stats[i], whichever the call asks for.
+/* attention_rows.c. lp_attn_row_init: row i of head a (one head, not a group) before its
+ * first key block: its range, position and empty sums (the sink's when it has one); its output
+ * row is zeroed. lp_attn_row_probes, once the row's m and l are final: its probabilities from
+ * `row`, its finished scores indexed by key (permuted: scratch), into a->probs' row i (the
+ * masked frame included) and its statistics into a->row_stats[i], whichever the call asks for.
  * lp_attn_note_probed adds to lp_attn_rows_probed's count. */
 void lp_attn_row_init(const lp_attn_args *a, int64_t i, lp_attn_row_state *rs);
 void lp_attn_row_probes(const lp_kernel_table *kt, const lp_attn_args *a,
